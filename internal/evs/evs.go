@@ -1,0 +1,80 @@
+// Package evs holds the service's domain vocabulary: the one error type whose
+// codes the edges map to HTTP, and the names shared by every layer.
+package evs
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Error codes: the closed set of the API contract, section 6.
+const (
+	CodeInvalidRequest        = "invalid_request"
+	CodeUnauthorized          = "unauthorized"
+	CodeForbidden             = "forbidden"
+	CodeNotFound              = "not_found"
+	CodeMethodNotAllowed      = "method_not_allowed"
+	CodeIdempotencyInProgress = "idempotency_in_progress"
+	CodeInvalidState          = "invalid_state"
+	CodeIdempotencyKeyReused  = "idempotency_key_reused"
+	CodeRateLimited           = "rate_limited"
+	CodeInternal              = "internal_error"
+	CodeUnavailable           = "unavailable"
+)
+
+// Error is the service's one error type. Code is one of the Code* constants;
+// Message is safe to show to a client. Err, when set, is the cause kept for
+// logs and errors.Is, never shown to clients.
+type Error struct {
+	Code    string
+	Message string
+	Err     error
+}
+
+// Error implements the error interface.
+func (e *Error) Error() string {
+	if e.Err != nil {
+		return fmt.Sprintf("%s: %s: %v", e.Code, e.Message, e.Err)
+	}
+	return fmt.Sprintf("%s: %s", e.Code, e.Message)
+}
+
+// Unwrap exposes the cause to errors.Is and errors.As.
+func (e *Error) Unwrap() error { return e.Err }
+
+// Errorf returns an *Error with the given code and a client-safe message.
+func Errorf(code, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// Wrap returns an *Error with the given code and message that keeps cause for
+// logs. The cause's text never reaches a client.
+func Wrap(cause error, code, message string) *Error {
+	return &Error{Code: code, Message: message, Err: cause}
+}
+
+// ErrorCode returns the code of the first *Error in err's chain, or
+// CodeInternal for any other non-nil error: unclassified errors are our fault.
+func ErrorCode(err error) string {
+	if err == nil {
+		return ""
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return CodeInternal
+}
+
+// ErrorMessage returns the client-safe message of err. Unclassified errors get
+// a generic sentence so internal details never leak.
+func ErrorMessage(err error) string {
+	if err == nil {
+		return ""
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Message
+	}
+	return "An internal error occurred."
+}

@@ -1,0 +1,208 @@
+package verify
+
+import "time"
+
+// Status is the outcome label of a verification (API contract, section 2).
+type Status string
+
+// The four outcome labels.
+const (
+	Deliverable   Status = "deliverable"
+	Undeliverable Status = "undeliverable"
+	Risky         Status = "risky"
+	Unknown       Status = "unknown"
+)
+
+// Reason is the one code that explains a Status.
+type Reason string
+
+// Every reason code of the contract, grouped by the status it leads to.
+const (
+	ReasonAcceptedEmail Reason = "accepted_email"
+
+	ReasonInvalidSyntax Reason = "invalid_syntax"
+	ReasonInvalidDomain Reason = "invalid_domain"
+	ReasonNoMailServer  Reason = "no_mail_server"
+	ReasonRejectedEmail Reason = "rejected_email"
+
+	ReasonAcceptAll   Reason = "accept_all"
+	ReasonMailboxFull Reason = "mailbox_full"
+	ReasonDisposable  Reason = "disposable"
+
+	ReasonGreylisted        Reason = "greylisted"
+	ReasonSMTPUnreachable   Reason = "smtp_unreachable"
+	ReasonDNSError          Reason = "dns_error"
+	ReasonTimeout           Reason = "timeout"
+	ReasonMailboxNotChecked Reason = "mailbox_not_checked"
+)
+
+// Reasons lists every reason code in the contract's order.
+func Reasons() []Reason {
+	return []Reason{
+		ReasonAcceptedEmail,
+		ReasonInvalidSyntax, ReasonInvalidDomain, ReasonNoMailServer, ReasonRejectedEmail,
+		ReasonAcceptAll, ReasonMailboxFull, ReasonDisposable,
+		ReasonGreylisted, ReasonSMTPUnreachable, ReasonDNSError, ReasonTimeout, ReasonMailboxNotChecked,
+	}
+}
+
+// StatusOf returns the status a reason leads to; every reason has exactly one.
+func StatusOf(r Reason) Status {
+	switch r {
+	case ReasonAcceptedEmail:
+		return Deliverable
+	case ReasonInvalidSyntax, ReasonInvalidDomain, ReasonNoMailServer, ReasonRejectedEmail:
+		return Undeliverable
+	case ReasonAcceptAll, ReasonMailboxFull, ReasonDisposable:
+		return Risky
+	default:
+		return Unknown
+	}
+}
+
+// Mode selects how deep a verification goes.
+type Mode string
+
+// The two modes: quick never opens an SMTP connection.
+const (
+	ModeFull  Mode = "full"
+	ModeQuick Mode = "quick"
+)
+
+// ParseMode returns the Mode for s, with "" meaning full; ok is false for any
+// other string.
+func ParseMode(s string) (Mode, bool) {
+	switch s {
+	case "", string(ModeFull):
+		return ModeFull, true
+	case string(ModeQuick):
+		return ModeQuick, true
+	}
+	return "", false
+}
+
+// Decision is the whole, explained verdict on one address: the "decision"
+// object of the API.
+type Decision struct {
+	Email      string  `json:"email"`
+	Normalized string  `json:"normalized"`
+	Reason     Reason  `json:"reason"`
+	Mode       Mode    `json:"mode"`
+	Suggestion *string `json:"suggestion"`
+	Flags      Flags   `json:"flags"`
+	Checks     Checks  `json:"checks"`
+	CheckedAt  Time    `json:"checkedAt"`
+	DurationMs int64   `json:"durationMs"`
+	// TestMode is set only on decisions made for test-mode accounts.
+	TestMode bool `json:"testMode,omitempty"`
+}
+
+// Status returns the outcome label the decision's reason leads to.
+func (d Decision) Status() Status { return StatusOf(d.Reason) }
+
+// Flags are facts about the address that do not change Status by themselves
+// (except disposable, which is also a reason).
+type Flags struct {
+	Disposable bool `json:"disposable"`
+	Role       bool `json:"role"`
+	Free       bool `json:"free"`
+	AcceptAll  bool `json:"acceptAll"`
+	// SMTPUTF8 marks a UTF-8 local part (RFC 6531): the receiving server must
+	// support SMTPUTF8 to take it.
+	SMTPUTF8 bool `json:"smtputf8"`
+}
+
+// Checks carries the evidence behind the decision, one object per stage.
+type Checks struct {
+	Syntax SyntaxCheck `json:"syntax"`
+	DNS    *DNSCheck   `json:"dns"`
+	SMTP   *SMTPCheck  `json:"smtp"`
+}
+
+// SyntaxCheck is the syntax stage's evidence.
+type SyntaxCheck struct {
+	Valid bool `json:"valid"`
+	// Error names the rule an invalid address broke (for example
+	// "consecutive_dots"); empty when valid.
+	Error string `json:"error,omitempty"`
+}
+
+// DNS result values of DNSCheck.Result.
+const (
+	DNSOK         = "ok"
+	DNSNXDomain   = "nxdomain"
+	DNSNullMX     = "null_mx"
+	DNSNoRecords  = "no_records"
+	DNSError      = "error"
+	DNSNotChecked = "not_checked"
+)
+
+// DNSCheck is the DNS stage's evidence.
+type DNSCheck struct {
+	// Result is one of the DNS* constants.
+	Result string `json:"result"`
+	// MX lists the mail hosts in preference order (the domain itself when
+	// ImplicitMX is true).
+	MX         []string `json:"mx"`
+	ImplicitMX bool     `json:"implicitMx"`
+	// Rcode is the DNS response code that decided the result (NOERROR,
+	// NXDOMAIN, SERVFAIL, REFUSED), or empty on a timeout.
+	Rcode string `json:"rcode,omitempty"`
+	// Error says what failed when Result is "error" (servfail, refused,
+	// timeout, network).
+	Error string `json:"error,omitempty"`
+}
+
+// SMTP result values of SMTPCheck.Result (contract, section 2).
+const (
+	SMTPAccepted    = "accepted"
+	SMTPRejected    = "rejected"
+	SMTPAcceptAll   = "accept_all"
+	SMTPFull        = "full"
+	SMTPGreylisted  = "greylisted"
+	SMTPUnreachable = "unreachable"
+	SMTPTimeout     = "timeout"
+	SMTPSkipped     = "skipped"
+)
+
+// SMTPCheck is the SMTP stage's evidence: the reply that decided the result.
+type SMTPCheck struct {
+	Result       string `json:"result"`
+	Host         string `json:"host,omitempty"`
+	Code         int    `json:"code,omitempty"`
+	EnhancedCode string `json:"enhancedCode,omitempty"`
+	// Message is the remote server's reply text, trimmed to 200 characters.
+	Message string `json:"message,omitempty"`
+	TLS     bool   `json:"tls"`
+	// Detail says, in our words, why the result is what it is (for example
+	// "skipped: quick mode" or "blocked: the server refused our IP").
+	Detail string `json:"detail,omitempty"`
+}
+
+// Time is a time.Time that marshals as RFC 3339 UTC with milliseconds and a Z,
+// as the contract requires for every timestamp.
+type Time struct{ time.Time }
+
+// TimeLayout is the contract's timestamp layout.
+const TimeLayout = "2006-01-02T15:04:05.000Z"
+
+// MarshalJSON renders t in TimeLayout, in UTC.
+func (t Time) MarshalJSON() ([]byte, error) {
+	b := make([]byte, 0, len(TimeLayout)+2)
+	b = append(b, '"')
+	b = t.UTC().AppendFormat(b, TimeLayout)
+	return append(b, '"'), nil
+}
+
+// UnmarshalJSON parses an RFC 3339 timestamp.
+func (t *Time) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		return nil
+	}
+	p, err := time.Parse(`"`+time.RFC3339Nano+`"`, string(b))
+	if err != nil {
+		return err
+	}
+	t.Time = p.UTC()
+	return nil
+}
