@@ -113,10 +113,12 @@ type Flags struct {
 }
 
 // Checks carries the evidence behind the decision, one object per stage.
+// Every stage is always present: a stage that did not run says so in its
+// result ("not_checked", "skipped") rather than by being absent.
 type Checks struct {
 	Syntax SyntaxCheck `json:"syntax"`
-	DNS    *DNSCheck   `json:"dns"`
-	SMTP   *SMTPCheck  `json:"smtp"`
+	DNS    DNSCheck    `json:"dns"`
+	SMTP   SMTPCheck   `json:"smtp"`
 }
 
 // SyntaxCheck is the syntax stage's evidence.

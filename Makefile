@@ -1,0 +1,76 @@
+# evs — the two commands that matter: `make run` and `make test`.
+SHELL := /bin/bash
+GO    ?= go
+GOBIN := $(shell $(GO) env GOPATH 2>/dev/null)/bin
+STATICCHECK := $(GOBIN)/staticcheck
+FUNCTIONS := verify requests authorizer worker
+PKGS := ./...
+
+.PHONY: run test unit lint vet fmt-check staticcheck cfn-lint bench fuzz build deploy clean check-go
+
+check-go:
+	@command -v $(GO) >/dev/null 2>&1 || { echo "make: Go is required (1.26 or newer): see https://go.dev/doc/install" >&2; exit 1; }
+	@$(GO) version | awk '{split($$3,v,"."); if (v[1]"."v[2] < "go1.26") { print "make: Go 1.26 or newer is required, found " $$3 > "/dev/stderr"; exit 1 }}'
+
+## run: start the whole API locally (prints an API key and a curl example on first start)
+run: check-go
+	$(GO) run ./infra/evs serve
+
+## test: vet, lint the SAM template, and run every test (DynamoDB/SQS tests against moto_server)
+test: check-go vet cfn-lint
+	./infra/scripts/with-moto.sh $(GO) test -count=1 -timeout 30m $(PKGS)
+
+## unit: the tests alone, without the template lint
+unit: check-go
+	./infra/scripts/with-moto.sh $(GO) test -count=1 -timeout 30m $(PKGS)
+
+vet: check-go
+	$(GO) vet $(PKGS)
+
+fmt-check: check-go
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+
+$(STATICCHECK):
+	$(GO) install honnef.co/go/tools/cmd/staticcheck@2026.2.2 || { echo "make: could not install staticcheck (needs the Go module proxy)" >&2; exit 1; }
+
+staticcheck: $(STATICCHECK)
+	$(STATICCHECK) $(PKGS)
+
+## lint: gofmt, go vet and staticcheck
+lint: fmt-check vet staticcheck
+
+cfn-lint:
+	@command -v cfn-lint >/dev/null 2>&1 || { echo "make: cfn-lint not found: install it with: pip install cfn-lint" >&2; exit 1; }
+	cfn-lint template.yaml
+
+## bench: the performance figures quoted in the README
+bench: check-go
+	./infra/scripts/with-moto.sh $(GO) test -run '^$$' -bench . -benchmem -count=1 -timeout 30m $(PKGS)
+
+## fuzz: run each fuzz target for FUZZTIME (default 1m)
+FUZZTIME ?= 1m
+fuzz: check-go
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./internal/address/
+	$(GO) test -run '^$$' -fuzz '^FuzzDomain$$' -fuzztime $(FUZZTIME) ./internal/suggest/
+
+## build: every Lambda's bootstrap zip for arm64, with sizes
+build: check-go
+	@mkdir -p dist
+	@for f in $(FUNCTIONS); do \
+	  rm -rf dist/$$f && mkdir -p dist/$$f && \
+	  CGO_ENABLED=0 GOOS=linux GOARCH=arm64 $(GO) build -tags lambda.norpc -trimpath -ldflags=-s -o dist/$$f/bootstrap ./functions/$$f && \
+	  (cd dist/$$f && rm -f ../$$f.zip && python3 -c "import zipfile,os; z=zipfile.ZipFile('../$$f.zip','w',zipfile.ZIP_DEFLATED); i=zipfile.ZipInfo('bootstrap'); i.external_attr=0o755<<16; i.compress_type=zipfile.ZIP_DEFLATED; z.writestr(i, open('bootstrap','rb').read()); z.close()") && \
+	  printf '%-12s %s bytes\n' $$f $$(stat -c %s dist/$$f.zip) || exit 1; \
+	done
+
+## deploy: build with SAM and deploy (needs the AWS SAM CLI and credentials)
+deploy:
+	@command -v sam >/dev/null 2>&1 || { echo "make: the AWS SAM CLI is required: see https://docs.aws.amazon.com/serverless-application-model/latest/developerguide/install-sam-cli.html" >&2; exit 1; }
+	sam build && sam deploy
+
+# Used by `sam build` (BuildMethod: makefile): one target per function.
+build-VerifyFunction build-RequestsFunction build-AuthorizerFunction build-WorkerFunction:
+	CGO_ENABLED=0 GOOS=linux GOARCH=arm64 $(GO) build -tags lambda.norpc -trimpath -ldflags=-s -o $(ARTIFACTS_DIR)/bootstrap ./functions/$(shell echo $(subst build-,,$(subst Function,,$@)) | tr A-Z a-z)
+
+clean:
+	rm -rf dist .aws-sam
