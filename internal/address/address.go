@@ -1,0 +1,465 @@
+// Package address parses e-mail addresses with the RFC 5321 mailbox grammar
+// (the one an SMTP server applies to RCPT TO), not the looser RFC 5322 header
+// grammar, and normalises them for the verification engine.
+//
+// Parse is on the engine's hot path: for a plain ASCII address whose domain is
+// already lower case it slices its input and does not allocate, and every
+// rejection returns a shared, pre-allocated *SyntaxError.
+//
+// Decisions where the RFCs leave room, and why:
+//
+//   - Surrounding spaces and tabs are trimmed (users paste them); nothing else
+//     is. A control character anywhere (C0, DEL, and C1 in UTF-8 text) is
+//     rejected: it can only be a transport artefact or an injection attempt.
+//   - The local part is a dot-atom or an RFC 5321 quoted-string. Quoted local
+//     parts, including the empty one (""), are accepted as the grammar allows;
+//     they are kept with their quotes and backslashes, exactly as given.
+//     Inside quotes only printable ASCII and, per RFC 6531, UTF-8 text are
+//     allowed; a quoted-pair escapes printable ASCII only.
+//   - Comments, folding white space and the obsolete RFC 5322 forms (such as
+//     "a"."b" local parts) are rejected: RFC 5321 has none of them.
+//   - Domain literals ([192.0.2.1], [IPv6:...]) are rejected with rule
+//     "domain_literal": a verification service cannot meaningfully check a
+//     mailbox on a bare IP address, and they are not used for real mailboxes.
+//     For the same reason a domain whose last label is all digits (a bare IPv4
+//     address) is rejected with rule "numeric_tld".
+//   - Single-label domains (user@io) are syntactically valid: dotless domains
+//     exist, and DNS decides whether they receive mail.
+//   - Domains are lower-cased; internationalised domains are converted to
+//     A-labels with UTS #46 non-transitional lookup processing (with the Bidi
+//     and ContextJ rules; the "--" in positions 3-4 check is left off, as for
+//     plain ASCII labels, because such labels exist in DNS). A-labels given as
+//     input are checked the same way. Address.IDN reports an internationalised
+//     domain, whether it was given in U-labels or A-labels, so that a
+//     normalised address parses to itself.
+//   - UTF-8 local parts (RFC 6531) are accepted and flagged, since delivering
+//     to them needs SMTPUTF8; they are not normalised.
+//   - Limits are in octets: local part ≤ 64 (quotes included), domain ≤ 253
+//     after A-label conversion, labels ≤ 63, whole address ≤ 254.
+//
+// When an address breaks several rules, the reported one is the first found:
+// control characters, then the local part (characters, then dots, then
+// length), then the domain (characters, dots and hyphens, label length,
+// total length, numeric top-level label), then the whole length.
+package address
+
+import (
+	"strings"
+	"unicode/utf8"
+
+	"golang.org/x/net/idna"
+)
+
+// Address is a syntactically valid mailbox.
+type Address struct {
+	// Local is the local part exactly as given (case kept); a quoted local
+	// part keeps its quotes and backslashes.
+	Local string
+	// Domain is lower-case ASCII; an internationalised domain is in A-labels.
+	Domain string
+	// UTF8Local reports a local part with non-ASCII characters (RFC 6531):
+	// delivering to it needs the SMTPUTF8 extension.
+	UTF8Local bool
+	// IDN reports an internationalised domain: it has at least one A-label,
+	// whether it was given as U-labels or already as A-labels.
+	IDN bool
+}
+
+// String returns the normalised address, Local + "@" + Domain.
+func (a Address) String() string {
+	return a.Local + "@" + a.Domain
+}
+
+// SyntaxError reports why a string is not a valid mailbox. Parse returns
+// shared values, one per rule: callers must not modify them.
+type SyntaxError struct {
+	// Rule is a short snake_case id of the broken rule, one of the Rule*
+	// constants.
+	Rule string
+}
+
+// Error implements the error interface.
+func (e *SyntaxError) Error() string {
+	return "invalid email address: " + e.Rule
+}
+
+// The rules a SyntaxError can report.
+const (
+	RuleEmpty          = "empty"            // nothing left after trimming
+	RuleControlChar    = "control_char"     // a control character anywhere
+	RuleBadUTF8        = "bad_utf8"         // bytes that are not UTF-8
+	RuleNoAt           = "no_at"            // no "@" separating local part and domain
+	RuleEmptyLocal     = "empty_local"      // nothing before the "@"
+	RuleEmptyDomain    = "empty_domain"     // nothing after the "@"
+	RuleBadLocalChar   = "bad_local_char"   // a character not allowed in an unquoted local part
+	RuleWhitespace     = "whitespace"       // a space or tab inside the address
+	RuleComment        = "comment"          // a parenthesis: RFC 5322 comments are not allowed
+	RuleBadQuoted      = "bad_quoted"       // a malformed quoted local part, or text after it
+	RuleDotPosition    = "dot_position"     // a leading or trailing dot in the local part or domain
+	RuleConsecutiveDot = "consecutive_dots" // two dots in a row
+	RuleLocalTooLong   = "local_too_long"   // local part over 64 octets
+	RuleDomainLiteral  = "domain_literal"   // [IP] domain literals are not accepted
+	RuleBadLabel       = "bad_label"        // a domain label with a character or hyphen not allowed in host names
+	RuleLabelTooLong   = "label_too_long"   // a domain label over 63 octets
+	RuleDomainTooLong  = "domain_too_long"  // domain over 253 octets
+	RuleNumericTLD     = "numeric_tld"      // last label all digits: an IP address, not a domain
+	RuleBadIDN         = "bad_idn"          // an internationalised domain that UTS #46 rejects
+	RulePathTooLong    = "path_too_long"    // whole address over 254 octets
+)
+
+// Shared rejections, so that rejecting does not allocate.
+var (
+	errEmpty          = &SyntaxError{RuleEmpty}
+	errControlChar    = &SyntaxError{RuleControlChar}
+	errBadUTF8        = &SyntaxError{RuleBadUTF8}
+	errNoAt           = &SyntaxError{RuleNoAt}
+	errEmptyLocal     = &SyntaxError{RuleEmptyLocal}
+	errEmptyDomain    = &SyntaxError{RuleEmptyDomain}
+	errBadLocalChar   = &SyntaxError{RuleBadLocalChar}
+	errWhitespace     = &SyntaxError{RuleWhitespace}
+	errComment        = &SyntaxError{RuleComment}
+	errBadQuoted      = &SyntaxError{RuleBadQuoted}
+	errDotPosition    = &SyntaxError{RuleDotPosition}
+	errConsecutiveDot = &SyntaxError{RuleConsecutiveDot}
+	errLocalTooLong   = &SyntaxError{RuleLocalTooLong}
+	errDomainLiteral  = &SyntaxError{RuleDomainLiteral}
+	errBadLabel       = &SyntaxError{RuleBadLabel}
+	errLabelTooLong   = &SyntaxError{RuleLabelTooLong}
+	errDomainTooLong  = &SyntaxError{RuleDomainTooLong}
+	errNumericTLD     = &SyntaxError{RuleNumericTLD}
+	errBadIDN         = &SyntaxError{RuleBadIDN}
+	errPathTooLong    = &SyntaxError{RulePathTooLong}
+)
+
+// RFC 5321 section 4.5.3.1 limits, in octets.
+const (
+	maxLocal  = 64
+	maxLabel  = 63
+	maxDomain = 253
+	maxPath   = 254
+)
+
+// idnaProfile is UTS #46 lookup processing (non-transitional, STD3 rules,
+// Bidi and ContextJ) without CheckHyphens: its "--" in positions 3-4 ban
+// would refuse labels that DNS serves and that we accept in ASCII domains.
+// Leading and trailing hyphens are checked by checkHyphens instead.
+var idnaProfile = idna.New(
+	idna.MapForLookup(),
+	idna.BidiRule(),
+	idna.Transitional(false),
+	idna.CheckHyphens(false),
+)
+
+// Character classes of the local part: atext of RFC 5322 section 3.2.3.
+var atext = func() (t [256]bool) {
+	for c := 'a'; c <= 'z'; c++ {
+		t[c] = true
+	}
+	for c := 'A'; c <= 'Z'; c++ {
+		t[c] = true
+	}
+	for c := '0'; c <= '9'; c++ {
+		t[c] = true
+	}
+	for _, c := range "!#$%&'*+-/=?^_`{|}~" {
+		t[c] = true
+	}
+	return t
+}()
+
+// Parse checks s against the RFC 5321 mailbox grammar (with RFC 6531 UTF-8)
+// and returns it normalised. A non-nil error is always a *SyntaxError.
+func Parse(s string) (Address, error) {
+	s = trimBlanks(s)
+	if s == "" {
+		return Address{}, errEmpty
+	}
+	nonASCII := false
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < 0x20 || c == 0x7f {
+			return Address{}, errControlChar
+		}
+		if c >= 0x80 {
+			nonASCII = true
+		}
+	}
+	if nonASCII {
+		if e := checkUTF8(s); e != nil {
+			return Address{}, e
+		}
+	}
+
+	var local, domain string
+	var utf8Local bool
+	if s[0] == '"' {
+		end, u, e := scanQuoted(s)
+		if e != nil {
+			return Address{}, e
+		}
+		if end == len(s) {
+			return Address{}, errNoAt
+		}
+		if s[end] != '@' {
+			// Text after the closing quote: "a"b or the obsolete "a"."b".
+			return Address{}, errBadQuoted
+		}
+		local, domain, utf8Local = s[:end], s[end+1:], u
+	} else {
+		at := strings.IndexByte(s, '@')
+		if at < 0 {
+			return Address{}, errNoAt
+		}
+		if at == 0 {
+			return Address{}, errEmptyLocal
+		}
+		local, domain = s[:at], s[at+1:]
+		u, e := checkDotAtom(local)
+		if e != nil {
+			return Address{}, e
+		}
+		utf8Local = u
+	}
+	if len(local) > maxLocal {
+		return Address{}, errLocalTooLong
+	}
+	if domain == "" {
+		return Address{}, errEmptyDomain
+	}
+	d, idn, e := parseDomain(domain)
+	if e != nil {
+		return Address{}, e
+	}
+	if len(local)+1+len(d) > maxPath {
+		return Address{}, errPathTooLong
+	}
+	return Address{Local: local, Domain: d, UTF8Local: utf8Local, IDN: idn}, nil
+}
+
+// trimBlanks removes surrounding spaces and tabs, and nothing else: other
+// white space is a control character and makes the address invalid.
+func trimBlanks(s string) string {
+	for len(s) > 0 && (s[0] == ' ' || s[0] == '\t') {
+		s = s[1:]
+	}
+	for len(s) > 0 && (s[len(s)-1] == ' ' || s[len(s)-1] == '\t') {
+		s = s[:len(s)-1]
+	}
+	return s
+}
+
+// checkUTF8 is the slow path for input with non-ASCII bytes: they must be
+// UTF-8 and must not encode C1 control characters.
+func checkUTF8(s string) *SyntaxError {
+	for i := 0; i < len(s); {
+		if s[i] < utf8.RuneSelf {
+			i++
+			continue
+		}
+		r, n := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && n == 1 {
+			return errBadUTF8
+		}
+		if r >= 0x80 && r <= 0x9f {
+			return errControlChar
+		}
+		i += n
+	}
+	return nil
+}
+
+// checkDotAtom checks an unquoted local part (RFC 5321 Dot-string, with
+// RFC 6531 UTF-8) and reports whether it has non-ASCII characters.
+func checkDotAtom(l string) (utf8Local bool, e *SyntaxError) {
+	dots := 0 // dot-related error found first; reported after characters
+	for i := 0; i < len(l); i++ {
+		c := l[i]
+		switch {
+		case atext[c]:
+		case c == '.':
+			if dots != 0 {
+				continue
+			}
+			if i == 0 || i == len(l)-1 {
+				dots = 1
+			} else if l[i-1] == '.' {
+				dots = 2
+			}
+		case c >= utf8.RuneSelf:
+			utf8Local = true
+		case c == '(' || c == ')':
+			return false, errComment
+		case c == ' ' || c == '\t':
+			return false, errWhitespace
+		default:
+			return false, errBadLocalChar
+		}
+	}
+	switch dots {
+	case 1:
+		return false, errDotPosition
+	case 2:
+		return false, errConsecutiveDot
+	}
+	return utf8Local, nil
+}
+
+// scanQuoted scans the RFC 5321 Quoted-string at the start of s and returns
+// the index just after its closing quote. RFC 6531 adds UTF-8 to qtext but
+// not to quoted-pair.
+func scanQuoted(s string) (end int, utf8Local bool, e *SyntaxError) {
+	for i := 1; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '"':
+			return i + 1, utf8Local, nil
+		case c == '\\':
+			i++
+			if i == len(s) || s[i] < 0x20 || s[i] > 0x7e {
+				return 0, false, errBadQuoted
+			}
+		case c >= utf8.RuneSelf:
+			utf8Local = true
+		}
+		// Controls were rejected before: every other byte is qtextSMTP.
+	}
+	return 0, false, errBadQuoted // unclosed
+}
+
+// parseDomain checks a domain and returns it lower-cased, in A-labels, and
+// whether it is internationalised.
+func parseDomain(d string) (string, bool, *SyntaxError) {
+	if d[0] == '[' {
+		return "", false, errDomainLiteral
+	}
+	upper, nonASCII := false, false
+	for i := 0; i < len(d); i++ {
+		switch c := d[i]; {
+		case 'a' <= c && c <= 'z', '0' <= c && c <= '9', c == '-', c == '.':
+		case 'A' <= c && c <= 'Z':
+			upper = true
+		case c >= utf8.RuneSelf:
+			nonASCII = true
+		case c == '(' || c == ')':
+			return "", false, errComment
+		case c == ' ' || c == '\t':
+			return "", false, errWhitespace
+		case c == '[' || c == ']':
+			return "", false, errDomainLiteral
+		default:
+			return "", false, errBadLabel
+		}
+	}
+	if nonASCII {
+		if e := checkDots(d); e != nil {
+			return "", false, e
+		}
+		a, err := idnaProfile.ToASCII(d)
+		if err != nil {
+			return "", false, errBadIDN
+		}
+		d = a
+	} else if upper {
+		d = strings.ToLower(d)
+	}
+	ace, e := checkHost(d)
+	if e != nil {
+		return "", false, e
+	}
+	if ace {
+		// A-labels, given or made: decode them to check that they are valid
+		// IDNs and that no U-label starts or ends with a hyphen (the A-label
+		// form hides it).
+		u, err := idnaProfile.ToUnicode(d)
+		if err != nil {
+			return "", false, errBadIDN
+		}
+		if e := checkHyphens(u); e != nil {
+			return "", false, e
+		}
+	}
+	return d, ace, nil
+}
+
+// checkDots reports misplaced dots in a domain before IDNA processing, which
+// would otherwise report them as a generic IDN error. Only ASCII dots are
+// seen: UTS #46 maps the ideographic full stops, and checkHost sees the
+// result.
+func checkDots(d string) *SyntaxError {
+	if d[0] == '.' || d[len(d)-1] == '.' {
+		return errDotPosition
+	}
+	if strings.Contains(d, "..") {
+		return errConsecutiveDot
+	}
+	return nil
+}
+
+// checkHost checks a lower-case ASCII domain against the host name rules
+// (RFC 1123 labels) and the length limits, and reports whether it has an
+// A-label.
+func checkHost(d string) (ace bool, e *SyntaxError) {
+	if d == "" {
+		return false, errEmptyDomain
+	}
+	start := 0 // of the current label
+	long := false
+	tld := ""
+	for i := 0; i <= len(d); i++ {
+		if i < len(d) {
+			c := d[i]
+			if c != '.' {
+				if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-') {
+					return false, errBadLabel
+				}
+				continue
+			}
+		}
+		label := d[start:i]
+		switch {
+		case label == "":
+			if start == 0 || i == len(d) {
+				return false, errDotPosition
+			}
+			return false, errConsecutiveDot
+		case label[0] == '-' || label[len(label)-1] == '-':
+			return false, errBadLabel
+		case len(label) > maxLabel:
+			long = true
+		}
+		if len(label) >= 4 && label[:4] == "xn--" {
+			ace = true
+		}
+		tld = label
+		start = i + 1
+	}
+	if long {
+		return false, errLabelTooLong
+	}
+	if len(d) > maxDomain {
+		return false, errDomainTooLong
+	}
+	if allDigits(tld) {
+		return false, errNumericTLD
+	}
+	return ace, nil
+}
+
+// checkHyphens rejects labels that start or end with a hyphen in the
+// Unicode form of a domain.
+func checkHyphens(u string) *SyntaxError {
+	for _, label := range strings.Split(u, ".") {
+		if label != "" && (label[0] == '-' || label[len(label)-1] == '-') {
+			return errBadLabel
+		}
+	}
+	return nil
+}
+
+func allDigits(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
