@@ -1,0 +1,145 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"time"
+
+	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/store"
+)
+
+// CreateAccount stores a new account; an existing ID is CodeInvalidState.
+func (s *Store) CreateAccount(ctx context.Context, a store.Account) error {
+	return s.write(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx,
+			`INSERT INTO accounts (id, name, test, suspended, created_at) VALUES (?, ?, ?, ?, ?)`,
+			a.ID, a.Name, a.Test, a.Suspended, millis(a.CreatedAt))
+		if constraint(err, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY) {
+			return evs.Errorf(evs.CodeInvalidState, "The account already exists.")
+		}
+		return dbErr("create account", err)
+	})
+}
+
+const accountCols = `id, name, test, suspended, created_at`
+
+func scanAccount(row *sql.Row) (store.Account, error) {
+	var (
+		a  store.Account
+		ms int64
+	)
+	if err := row.Scan(&a.ID, &a.Name, &a.Test, &a.Suspended, &ms); err != nil {
+		return store.Account{}, err
+	}
+	a.CreatedAt = fromMillis(ms)
+	return a, nil
+}
+
+// Account returns the account with id, or CodeNotFound.
+func (s *Store) Account(ctx context.Context, id string) (store.Account, error) {
+	a, err := scanAccount(s.db.QueryRowContext(ctx, `SELECT `+accountCols+` FROM accounts WHERE id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return store.Account{}, evs.Errorf(evs.CodeNotFound, "No such account.")
+	}
+	return a, dbErr("read account", err)
+}
+
+// AccountByName returns the account with that name, or CodeNotFound. Should
+// several accounts share a name, the oldest is the one.
+func (s *Store) AccountByName(ctx context.Context, name string) (store.Account, error) {
+	a, err := scanAccount(s.db.QueryRowContext(ctx,
+		`SELECT `+accountCols+` FROM accounts WHERE name = ? ORDER BY created_at, id LIMIT 1`, name))
+	if errors.Is(err, sql.ErrNoRows) {
+		return store.Account{}, evs.Errorf(evs.CodeNotFound, "No such account.")
+	}
+	return a, dbErr("read account", err)
+}
+
+// CountAccounts returns the number of accounts.
+func (s *Store) CountAccounts(ctx context.Context) (int, error) {
+	var n int
+	err := s.db.QueryRowContext(ctx, `SELECT count(*) FROM accounts`).Scan(&n)
+	return n, dbErr("count accounts", err)
+}
+
+// CreateKey stores a key. An unknown account is CodeNotFound; a key whose
+// hash or ID is taken is CodeInvalidState.
+func (s *Store) CreateKey(ctx context.Context, k store.Key) error {
+	return s.write(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx,
+			`INSERT INTO keys (hash, id, account_id, revoked, created_at, revoked_at, usage_key_id) VALUES (?, ?, ?, ?, ?, ?, ?)`,
+			k.Hash, k.ID, k.AccountID, k.Revoked, millis(k.CreatedAt), nullMillis(k.RevokedAt), k.UsageKeyID)
+		switch {
+		case constraint(err, sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY):
+			return evs.Errorf(evs.CodeNotFound, "No such account.")
+		case constraint(err, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY), constraint(err, sqlite3.SQLITE_CONSTRAINT_UNIQUE):
+			return evs.Errorf(evs.CodeInvalidState, "The key already exists.")
+		}
+		return dbErr("create key", err)
+	})
+}
+
+const keyCols = `hash, id, account_id, revoked, created_at, revoked_at, usage_key_id`
+
+type scanner interface{ Scan(dest ...any) error }
+
+func scanKey(row scanner) (store.Key, error) {
+	var (
+		k         store.Key
+		created   int64
+		revokedAt sql.NullInt64
+	)
+	if err := row.Scan(&k.Hash, &k.ID, &k.AccountID, &k.Revoked, &created, &revokedAt, &k.UsageKeyID); err != nil {
+		return store.Key{}, err
+	}
+	k.CreatedAt, k.RevokedAt = fromMillis(created), fromNullMillis(revokedAt)
+	return k, nil
+}
+
+// KeyByHash returns the key with that hash, or CodeNotFound.
+func (s *Store) KeyByHash(ctx context.Context, hash string) (store.Key, error) {
+	k, err := scanKey(s.db.QueryRowContext(ctx, `SELECT `+keyCols+` FROM keys WHERE hash = ?`, hash))
+	if errors.Is(err, sql.ErrNoRows) {
+		return store.Key{}, evs.Errorf(evs.CodeNotFound, "No such key.")
+	}
+	return k, dbErr("read key", err)
+}
+
+// RevokeKey marks the key whose ID or hash is idOrHash revoked at now. A key
+// revoked before keeps its first revocation time.
+func (s *Store) RevokeKey(ctx context.Context, idOrHash string, now time.Time) (store.Key, error) {
+	var k store.Key
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		var err error
+		k, err = scanKey(tx.QueryRowContext(ctx,
+			`UPDATE keys SET revoked = 1, revoked_at = coalesce(revoked_at, ?) WHERE id = ? OR hash = ? RETURNING `+keyCols,
+			millis(now), idOrHash, idOrHash))
+		if errors.Is(err, sql.ErrNoRows) {
+			return evs.Errorf(evs.CodeNotFound, "No such key.")
+		}
+		return dbErr("revoke key", err)
+	})
+	return k, err
+}
+
+// ListKeys returns every key, oldest first.
+func (s *Store) ListKeys(ctx context.Context) ([]store.Key, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT `+keyCols+` FROM keys ORDER BY created_at, hash`)
+	if err != nil {
+		return nil, dbErr("list keys", err)
+	}
+	defer rows.Close()
+	var keys []store.Key
+	for rows.Next() {
+		k, err := scanKey(rows)
+		if err != nil {
+			return nil, dbErr("list keys", err)
+		}
+		keys = append(keys, k)
+	}
+	return keys, dbErr("list keys", rows.Err())
+}

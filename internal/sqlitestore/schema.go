@@ -1,0 +1,116 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+)
+
+// migrations[i] moves the schema from user_version i to i+1. Append only:
+// a released migration never changes, since databases in the field already
+// ran it.
+var migrations = []string{
+	`
+CREATE TABLE accounts (
+	id         TEXT PRIMARY KEY,
+	name       TEXT NOT NULL,
+	test       INTEGER NOT NULL,
+	suspended  INTEGER NOT NULL,
+	created_at INTEGER NOT NULL
+);
+CREATE INDEX accounts_name ON accounts (name);
+
+CREATE TABLE keys (
+	hash         TEXT PRIMARY KEY,
+	id           TEXT NOT NULL UNIQUE,
+	account_id   TEXT NOT NULL REFERENCES accounts (id),
+	revoked      INTEGER NOT NULL DEFAULT 0,
+	created_at   INTEGER NOT NULL,
+	revoked_at   INTEGER,
+	usage_key_id TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX keys_account ON keys (account_id);
+CREATE INDEX keys_created ON keys (created_at);
+
+CREATE TABLE idempotency (
+	scope        TEXT PRIMARY KEY,
+	fingerprint  TEXT NOT NULL,
+	state        TEXT NOT NULL,
+	locked_until INTEGER NOT NULL,
+	expires_at   INTEGER NOT NULL,
+	status_code  INTEGER NOT NULL DEFAULT 0,
+	headers      TEXT,
+	body         BLOB
+);
+CREATE INDEX idempotency_expires ON idempotency (expires_at);
+
+-- account_id has no foreign key: batches and accounts live in different
+-- tables on DynamoDB too, and the contract does not tie them.
+CREATE TABLE batches (
+	id            TEXT PRIMARY KEY,
+	account_id    TEXT NOT NULL,
+	mode          TEXT NOT NULL,
+	state         TEXT NOT NULL,
+	error         TEXT NOT NULL DEFAULT '',
+	created_at    INTEGER NOT NULL,
+	completed_at  INTEGER,
+	expires_at    INTEGER NOT NULL,
+	items         INTEGER NOT NULL,
+	total         INTEGER NOT NULL,
+	duplicates    INTEGER NOT NULL,
+	processed     INTEGER NOT NULL DEFAULT 0,
+	deliverable   INTEGER NOT NULL DEFAULT 0,
+	undeliverable INTEGER NOT NULL DEFAULT 0,
+	risky         INTEGER NOT NULL DEFAULT 0,
+	unknown       INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX batches_unfinished ON batches (state) WHERE state IN ('queued', 'running');
+CREATE INDEX batches_expires ON batches (expires_at);
+
+CREATE TABLE items (
+	batch_id TEXT NOT NULL REFERENCES batches (id) ON DELETE CASCADE,
+	seq      INTEGER NOT NULL,
+	email    TEXT NOT NULL,
+	domain   TEXT NOT NULL,
+	PRIMARY KEY (batch_id, seq)
+) WITHOUT ROWID;
+
+-- A result belongs to an item, so a result for a seq the batch does not
+-- have is refused, and deleting a batch's items deletes its results.
+CREATE TABLE results (
+	batch_id TEXT NOT NULL,
+	seq      INTEGER NOT NULL,
+	email    TEXT NOT NULL,
+	status   TEXT NOT NULL,
+	decision BLOB NOT NULL,
+	PRIMARY KEY (batch_id, seq),
+	FOREIGN KEY (batch_id, seq) REFERENCES items (batch_id, seq) ON DELETE CASCADE
+);
+CREATE INDEX results_status ON results (batch_id, status, seq);
+`,
+}
+
+// migrate brings the schema to len(migrations). It runs in one immediate
+// transaction, so two processes opening a new directory at once do not both
+// create the tables.
+func (s *Store) migrate(ctx context.Context) error {
+	return s.write(ctx, func(tx *sql.Tx) error {
+		var v int
+		if err := tx.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&v); err != nil {
+			return dbErr("read schema version", err)
+		}
+		if v > len(migrations) {
+			return fmt.Errorf("sqlitestore: database schema version %d is newer than this program's %d", v, len(migrations))
+		}
+		for ; v < len(migrations); v++ {
+			if _, err := tx.ExecContext(ctx, migrations[v]); err != nil {
+				return dbErr(fmt.Sprintf("migrate schema to version %d", v+1), err)
+			}
+		}
+		// PRAGMA takes no bound parameters.
+		if _, err := tx.ExecContext(ctx, fmt.Sprintf(`PRAGMA user_version = %d`, v)); err != nil {
+			return dbErr("write schema version", err)
+		}
+		return nil
+	})
+}

@@ -1,0 +1,558 @@
+package storetest
+
+import (
+	"bytes"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/store"
+)
+
+// statuses are the four outcome labels, each counted by its own counter.
+var statuses = []string{"deliverable", "undeliverable", "risky", "unknown"}
+
+// newBatch returns a queued batch of n distinct items (plus dups duplicates
+// the caller dropped) created at base, expiring a day later.
+func newBatch(id, accountID string, n, dups int) (store.Batch, []store.Item) {
+	b := store.Batch{
+		ID:        id,
+		AccountID: accountID,
+		Mode:      "quick",
+		State:     store.StateQueued,
+		CreatedAt: base,
+		ExpiresAt: base.Add(24 * time.Hour),
+		Counters:  store.Counters{Total: n + dups, Duplicates: dups},
+	}
+	items := make([]store.Item, n)
+	for i := range items {
+		d := fmt.Sprintf("d%d.example", i%7)
+		items[i] = store.Item{Seq: i, Email: fmt.Sprintf("User.%d@%s", i, d), Domain: d}
+	}
+	return b, items
+}
+
+// result returns the result of item seq with the given status; its decision
+// names both so a test can tell which write it came from.
+func result(seq int, status string) store.Result {
+	return store.Result{
+		Seq:      seq,
+		Email:    fmt.Sprintf("User.%d@d%d.example", seq, seq%7),
+		Status:   status,
+		Decision: fmt.Appendf(nil, `{"seq":%d,"status":%q}`, seq, status),
+	}
+}
+
+// statusOf spreads the four statuses over the seqs.
+func statusOf(seq int) string { return statuses[seq%len(statuses)] }
+
+func results(status func(int) string, seqs ...int) []store.Result {
+	rs := make([]store.Result, len(seqs))
+	for i, s := range seqs {
+		rs[i] = result(s, status(s))
+	}
+	return rs
+}
+
+// add counts one result of status into c, as a store must.
+func add(c *store.Counters, status string) {
+	c.Processed++
+	switch status {
+	case "deliverable":
+		c.Deliverable++
+	case "undeliverable":
+		c.Undeliverable++
+	case "risky":
+		c.Risky++
+	case "unknown":
+		c.Unknown++
+	}
+}
+
+// checkInvariants fails t when b breaks the counter invariants of the API
+// contract, which hold at every moment a client can observe.
+func checkInvariants(t *testing.T, what string, b store.Batch) {
+	t.Helper()
+	c := b.Counters
+	if sum := c.Deliverable + c.Undeliverable + c.Risky + c.Unknown; c.Processed != sum {
+		t.Errorf("%s: processed %d != deliverable+undeliverable+risky+unknown %d (%+v)", what, c.Processed, sum, c)
+	}
+	if c.Processed > c.Total-c.Duplicates {
+		t.Errorf("%s: processed %d > total %d - duplicates %d", what, c.Processed, c.Total, c.Duplicates)
+	}
+	if b.State == store.StateCompleted && c.Processed != c.Total-c.Duplicates {
+		t.Errorf("%s: completed with processed %d != total %d - duplicates %d", what, c.Processed, c.Total, c.Duplicates)
+	}
+	if store.Final(b.State) == b.CompletedAt.IsZero() {
+		t.Errorf("%s: state %s with CompletedAt %v", what, b.State, b.CompletedAt)
+	}
+}
+
+// sameBatch fails t unless got equals want field by field.
+func sameBatch(t *testing.T, what string, got, want store.Batch) {
+	t.Helper()
+	if got.ID != want.ID || got.AccountID != want.AccountID || got.Mode != want.Mode ||
+		got.State != want.State || got.Error != want.Error || got.Counters != want.Counters {
+		t.Errorf("%s =\n  %+v\nwant\n  %+v", what, got, want)
+	}
+	sameTime(t, what+".CreatedAt", got.CreatedAt, want.CreatedAt)
+	sameTime(t, what+".ExpiresAt", got.ExpiresAt, want.ExpiresAt)
+	if want.CompletedAt.IsZero() {
+		if !got.CompletedAt.IsZero() {
+			t.Errorf("%s.CompletedAt = %v, want zero", what, got.CompletedAt)
+		}
+	} else {
+		sameTime(t, what+".CompletedAt", got.CompletedAt, want.CompletedAt)
+	}
+	checkInvariants(t, what, got)
+}
+
+// stored reads the batch back and compares it with want.
+func (e *env) stored(t *testing.T, what string, want store.Batch) {
+	t.Helper()
+	got, err := e.st.Batch(e.ctx, want.AccountID, want.ID)
+	must(t, err, what+": Batch")
+	sameBatch(t, what+": Batch", got, want)
+}
+
+// create stores a batch of n items and dups duplicates.
+func (e *env) create(t *testing.T, id, accountID string, n, dups int) (store.Batch, []store.Item) {
+	t.Helper()
+	b, items := newBatch(id, accountID, n, dups)
+	must(t, e.st.CreateBatch(e.ctx, b, items), "CreateBatch")
+	return b, items
+}
+
+// transition moves b from its state to `to` and checks the outcome.
+func (e *env) transition(t *testing.T, b store.Batch, to, errMsg string, now time.Time) store.Batch {
+	t.Helper()
+	got, err := e.st.TransitionBatch(e.ctx, b.AccountID, b.ID, []string{b.State}, to, errMsg, now)
+	must(t, err, fmt.Sprintf("TransitionBatch %s→%s", b.State, to))
+	b.State, b.Error = to, errMsg
+	if store.Final(to) {
+		b.CompletedAt = now
+	}
+	sameBatch(t, "TransitionBatch result", got, b)
+	e.stored(t, "after TransitionBatch", b)
+	return b
+}
+
+func runBatches(t *testing.T, newStore NewStore) {
+	t.Run("CreateAndRead", func(t *testing.T) {
+		e := newEnv(t, newStore)
+		b, items := e.create(t, "batch-1", "acct-1", 5, 2)
+		e.stored(t, "new batch", b)
+		got, err := e.st.PendingItems(e.ctx, "acct-1", "batch-1", -1, 100)
+		must(t, err, "PendingItems")
+		if !slices.Equal(got, items) {
+			t.Errorf("PendingItems = %+v, want %+v", got, items)
+		}
+		rs, err := e.st.Results(e.ctx, "acct-1", "batch-1", -1, 100, "")
+		must(t, err, "Results")
+		if len(rs) != 0 {
+			t.Errorf("Results of a new batch = %d results, want 0", len(rs))
+		}
+	})
+
+	t.Run("NotFound", func(t *testing.T) {
+		e := newEnv(t, newStore)
+		e.create(t, "batch-1", "acct-1", 3, 0)
+		for _, c := range []struct{ acct, id string }{
+			{"acct-2", "batch-1"}, // another account's batch
+			{"acct-1", "batch-404"},
+			{"acct-1", ""},
+		} {
+			what := fmt.Sprintf("(%s, %s)", c.acct, c.id)
+			_, err := e.st.Batch(e.ctx, c.acct, c.id)
+			wantCode(t, err, evs.CodeNotFound, "Batch"+what)
+			_, err = e.st.TransitionBatch(e.ctx, c.acct, c.id, []string{store.StateQueued}, store.StateRunning, "", base)
+			wantCode(t, err, evs.CodeNotFound, "TransitionBatch"+what)
+			_, err = e.st.PutResults(e.ctx, c.acct, c.id, results(statusOf, 0), base)
+			wantCode(t, err, evs.CodeNotFound, "PutResults"+what)
+			_, err = e.st.Results(e.ctx, c.acct, c.id, -1, 10, "")
+			wantCode(t, err, evs.CodeNotFound, "Results"+what)
+			_, err = e.st.PendingItems(e.ctx, c.acct, c.id, -1, 10)
+			wantCode(t, err, evs.CodeNotFound, "PendingItems"+what)
+		}
+		// None of that touched the real batch.
+		b, _ := newBatch("batch-1", "acct-1", 3, 0)
+		e.stored(t, "batch after calls by others", b)
+	})
+
+	t.Run("ExpiredBatchIsNotFound", func(t *testing.T) {
+		e := newEnv(t, newStore)
+		b, _ := e.create(t, "batch-1", "acct-1", 3, 0)
+		e.clock.Set(b.ExpiresAt.Add(-time.Millisecond))
+		e.stored(t, "just before expiry", b)
+		e.clock.Set(b.ExpiresAt.Add(time.Millisecond))
+		_, err := e.st.Batch(e.ctx, "acct-1", "batch-1")
+		wantCode(t, err, evs.CodeNotFound, "Batch after ExpiresAt")
+	})
+
+	t.Run("Transitions", func(t *testing.T) {
+		e := newEnv(t, newStore)
+		b, _ := e.create(t, "batch-1", "acct-1", 3, 1)
+		b = e.transition(t, b, store.StateRunning, "", base.Add(time.Second))
+		if !b.CompletedAt.IsZero() {
+			t.Fatal("running batch has CompletedAt")
+		}
+		// Completion comes with the last result.
+		done := base.Add(time.Minute)
+		b, err := e.st.PutResults(e.ctx, "acct-1", "batch-1", results(statusOf, 0, 1, 2), done)
+		must(t, err, "PutResults")
+		if b.State != store.StateCompleted || !b.CompletedAt.Equal(done) {
+			t.Fatalf("after the last result: state %s, CompletedAt %v; want completed at %v", b.State, b.CompletedAt, done)
+		}
+		e.stored(t, "completed batch", b)
+		refuseFinalChanges(t, e, b)
+	})
+
+	t.Run("CancelledAndFailedAreFinal", func(t *testing.T) {
+		for _, final := range []string{store.StateCancelled, store.StateFailed} {
+			t.Run(final, func(t *testing.T) {
+				e := newEnv(t, newStore)
+				b, _ := e.create(t, "batch-1", "acct-1", 3, 0)
+				b = e.transition(t, b, store.StateRunning, "", base)
+				b = e.transition(t, b, final, "stopped", base.Add(time.Minute))
+				refuseFinalChanges(t, e, b)
+			})
+		}
+	})
+
+	t.Run("TransitionChecksFrom", func(t *testing.T) {
+		e := newEnv(t, newStore)
+		b, _ := e.create(t, "batch-1", "acct-1", 3, 0)
+		_, err := e.st.TransitionBatch(e.ctx, "acct-1", "batch-1", []string{store.StateRunning}, store.StateCompleted, "", base)
+		wantCode(t, err, evs.CodeInvalidState, "TransitionBatch running→completed of a queued batch")
+		e.stored(t, "queued batch after a refused transition", b)
+		_, err = e.st.TransitionBatch(e.ctx, "acct-1", "batch-1", nil, store.StateRunning, "", base)
+		wantCode(t, err, evs.CodeInvalidState, "TransitionBatch from no state")
+		e.stored(t, "queued batch after a refused transition", b)
+
+		// Several allowed states: the current one among them is enough.
+		got, err := e.st.TransitionBatch(e.ctx, "acct-1", "batch-1", []string{store.StateRunning, store.StateQueued}, store.StateCancelled, "", base.Add(time.Second))
+		must(t, err, "TransitionBatch queued|running→cancelled")
+		b.State, b.CompletedAt = store.StateCancelled, base.Add(time.Second)
+		sameBatch(t, "cancelled batch", got, b)
+	})
+
+	t.Run("FailedKeepsTheError", func(t *testing.T) {
+		e := newEnv(t, newStore)
+		b, _ := e.create(t, "batch-1", "acct-1", 3, 0)
+		b = e.transition(t, b, store.StateRunning, "", base)
+		e.transition(t, b, store.StateFailed, "the verifier gave up", base.Add(time.Minute))
+	})
+
+	t.Run("PutResultsCountsAndCompletes", func(t *testing.T) {
+		for _, startRunning := range []bool{true, false} {
+			t.Run(fmt.Sprintf("running=%v", startRunning), func(t *testing.T) {
+				e := newEnv(t, newStore)
+				b, _ := e.create(t, "batch-1", "acct-1", 6, 1)
+				if startRunning {
+					b = e.transition(t, b, store.StateRunning, "", base)
+				}
+				want := b
+				written := map[int]string{}
+				put := func(step string, now time.Time, rs []store.Result) {
+					t.Helper()
+					for _, r := range rs {
+						if _, ok := written[r.Seq]; !ok {
+							written[r.Seq] = r.Status
+							add(&want.Counters, r.Status)
+						}
+					}
+					if len(written) == 6 && !store.Final(want.State) {
+						want.State, want.CompletedAt = store.StateCompleted, now
+					}
+					got, err := e.st.PutResults(e.ctx, "acct-1", "batch-1", rs, now)
+					must(t, err, step+": PutResults")
+					sameBatch(t, step+": PutResults result", got, want)
+					e.stored(t, step, want)
+				}
+				put("first", base.Add(1*time.Second), []store.Result{result(0, "deliverable"), result(1, "undeliverable")})
+				// Redelivered results are skipped, whatever they say now.
+				put("redelivery", base.Add(2*time.Second), []store.Result{result(0, "risky"), result(1, "unknown"), result(2, "risky")})
+				put("empty", base.Add(3*time.Second), nil)
+				put("more", base.Add(4*time.Second), []store.Result{result(3, "unknown"), result(4, "deliverable")})
+				if want.State == store.StateCompleted {
+					t.Fatal("test bug: completed early")
+				}
+				put("last", base.Add(5*time.Second), []store.Result{result(4, "unknown"), result(5, "risky")})
+				if want.State != store.StateCompleted {
+					t.Fatal("test bug: not completed")
+				}
+				put("after completion", base.Add(6*time.Second), []store.Result{result(5, "deliverable"), result(0, "unknown")})
+
+				rs, err := e.st.Results(e.ctx, "acct-1", "batch-1", -1, 100, "")
+				must(t, err, "Results")
+				if len(rs) != len(written) {
+					t.Fatalf("Results = %d results, want %d", len(rs), len(written))
+				}
+				for i, r := range rs {
+					sameResult(t, fmt.Sprintf("Results[%d]", i), r, result(i, written[i]))
+				}
+			})
+		}
+	})
+
+	t.Run("PutResultsOfCancelledBatchNotWritten", func(t *testing.T) {
+		e := newEnv(t, newStore)
+		b, items := e.create(t, "batch-1", "acct-1", 4, 0)
+		b = e.transition(t, b, store.StateRunning, "", base)
+		got, err := e.st.PutResults(e.ctx, "acct-1", "batch-1", results(statusOf, 0), base.Add(time.Second))
+		must(t, err, "PutResults")
+		b.Counters.Processed, b.Counters.Deliverable = 1, 1
+		sameBatch(t, "PutResults result", got, b)
+		b = e.transition(t, b, store.StateCancelled, "", base.Add(2*time.Second))
+
+		got, err = e.st.PutResults(e.ctx, "acct-1", "batch-1", results(statusOf, 1, 2, 3), base.Add(3*time.Second))
+		must(t, err, "PutResults to a cancelled batch")
+		sameBatch(t, "PutResults to a cancelled batch", got, b)
+		e.stored(t, "cancelled batch", b)
+		rs, err := e.st.Results(e.ctx, "acct-1", "batch-1", -1, 100, "")
+		must(t, err, "Results")
+		if len(rs) != 1 || rs[0].Seq != 0 {
+			t.Errorf("Results of the cancelled batch = %+v, want only seq 0", rs)
+		}
+		pending, err := e.st.PendingItems(e.ctx, "acct-1", "batch-1", -1, 100)
+		must(t, err, "PendingItems")
+		if !slices.Equal(pending, items[1:]) {
+			t.Errorf("PendingItems of the cancelled batch = %+v, want %+v", pending, items[1:])
+		}
+	})
+
+	t.Run("ConcurrentPutResults", func(t *testing.T) {
+		e := newEnv(t, newStore)
+		const n, workers = 400, 8
+		b, _ := e.create(t, "batch-1", "acct-1", n, 3)
+		b = e.transition(t, b, store.StateRunning, "", base)
+		var (
+			wg    sync.WaitGroup
+			start = make(chan struct{})
+			errs  = make([]error, workers)
+			seen  = make([]store.Batch, workers)
+		)
+		for w := range workers {
+			wg.Go(func() {
+				<-start
+				// Each worker writes a window of 150 seqs that overlaps its
+				// neighbours', in calls of a size of its own.
+				var seqs []int
+				for s := w * n / workers; s < w*n/workers+150; s++ {
+					seqs = append(seqs, s%n)
+				}
+				chunk := 10 + w*7
+				for len(seqs) > 0 && errs[w] == nil {
+					k := min(chunk, len(seqs))
+					var got store.Batch
+					got, errs[w] = e.st.PutResults(e.ctx, "acct-1", "batch-1", results(statusOf, seqs[:k]...), base.Add(time.Minute))
+					seen[w] = got
+					seqs = seqs[k:]
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		for w := range workers {
+			must(t, errs[w], fmt.Sprintf("worker %d", w))
+			checkInvariants(t, fmt.Sprintf("worker %d's last batch", w), seen[w])
+		}
+		want := b
+		for s := range n {
+			add(&want.Counters, statusOf(s))
+		}
+		want.State, want.CompletedAt = store.StateCompleted, base.Add(time.Minute)
+		e.stored(t, "after concurrent writers", want)
+		rs, err := e.st.Results(e.ctx, "acct-1", "batch-1", -1, 1000, "")
+		must(t, err, "Results")
+		if len(rs) != n {
+			t.Fatalf("Results = %d, want %d", len(rs), n)
+		}
+	})
+
+	t.Run("ResultsPaging", func(t *testing.T) {
+		e := newEnv(t, newStore)
+		const n = 23
+		b, _ := e.create(t, "batch-1", "acct-1", n, 0)
+		e.transition(t, b, store.StateRunning, "", base)
+		// Written out of order and with gaps: 7, 15 and 22 have no result.
+		order := []int{20, 3, 0, 9, 1, 14, 2, 4, 5, 6, 8, 21, 10, 11, 12, 13, 16, 17, 18, 19}
+		for i := 0; i < len(order); i += 6 {
+			_, err := e.st.PutResults(e.ctx, "acct-1", "batch-1", results(statusOf, order[i:min(i+6, len(order))]...), base)
+			must(t, err, "PutResults")
+		}
+		written := slices.Sorted(slices.Values(order))
+		for _, status := range append([]string{""}, statuses...) {
+			var want []int
+			for _, s := range written {
+				if status == "" || statusOf(s) == status {
+					want = append(want, s)
+				}
+			}
+			for _, limit := range []int{1, 2, 5, 100} {
+				var got []int
+				after := -1
+				for range n + 2 {
+					page, err := e.st.Results(e.ctx, "acct-1", "batch-1", after, limit, status)
+					must(t, err, "Results")
+					if len(page) > limit {
+						t.Fatalf("Results(limit %d) returned %d", limit, len(page))
+					}
+					if len(page) == 0 {
+						break
+					}
+					for _, r := range page {
+						sameResult(t, "Results page", r, result(r.Seq, statusOf(r.Seq)))
+						got = append(got, r.Seq)
+					}
+					after = page[len(page)-1].Seq
+				}
+				if !slices.Equal(got, want) {
+					t.Errorf("Results status=%q limit=%d paged through %v, want %v", status, limit, got, want)
+				}
+			}
+		}
+		// A page starting in the middle.
+		page, err := e.st.Results(e.ctx, "acct-1", "batch-1", 6, 3, "")
+		must(t, err, "Results")
+		if got := seqsOf(page); !slices.Equal(got, []int{8, 9, 10}) {
+			t.Errorf("Results(after 6, limit 3) = %v, want [8 9 10]", got)
+		}
+		page, err = e.st.Results(e.ctx, "acct-1", "batch-1", 21, 10, "")
+		must(t, err, "Results")
+		if len(page) != 0 {
+			t.Errorf("Results after the last = %v, want none", seqsOf(page))
+		}
+	})
+
+	t.Run("PendingItems", func(t *testing.T) {
+		e := newEnv(t, newStore)
+		b, items := e.create(t, "batch-1", "acct-1", 10, 0)
+		e.transition(t, b, store.StateRunning, "", base)
+		_, err := e.st.PutResults(e.ctx, "acct-1", "batch-1", results(statusOf, 8, 1, 3, 4), base)
+		must(t, err, "PutResults")
+		want := []int{0, 2, 5, 6, 7, 9}
+		for _, limit := range []int{1, 2, 4, 100} {
+			var got []int
+			after := -1
+			for range 12 {
+				page, err := e.st.PendingItems(e.ctx, "acct-1", "batch-1", after, limit)
+				must(t, err, "PendingItems")
+				if len(page) > limit {
+					t.Fatalf("PendingItems(limit %d) returned %d", limit, len(page))
+				}
+				if len(page) == 0 {
+					break
+				}
+				for _, it := range page {
+					if it != items[it.Seq] {
+						t.Errorf("PendingItems item %+v, want %+v", it, items[it.Seq])
+					}
+					got = append(got, it.Seq)
+				}
+				after = page[len(page)-1].Seq
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("PendingItems limit=%d paged through %v, want %v", limit, got, want)
+			}
+		}
+	})
+
+	t.Run("UnfinishedBatches", func(t *testing.T) {
+		e := newEnv(t, newStore)
+		got, err := e.st.UnfinishedBatches(e.ctx)
+		must(t, err, "UnfinishedBatches on an empty store")
+		if len(got) != 0 {
+			t.Fatalf("UnfinishedBatches on an empty store = %d", len(got))
+		}
+		want := map[string]store.Batch{}
+		for i, to := range []string{"", store.StateRunning, store.StateCompleted, store.StateCancelled, store.StateFailed, "", store.StateRunning} {
+			b, _ := e.create(t, fmt.Sprintf("batch-%d", i), fmt.Sprintf("acct-%d", i%3), 2, 0)
+			switch to {
+			case "":
+			case store.StateCompleted:
+				var err error
+				b, err = e.st.PutResults(e.ctx, b.AccountID, b.ID, results(statusOf, 0, 1), base.Add(time.Second))
+				must(t, err, "PutResults")
+			default:
+				b = e.transition(t, b, to, "", base.Add(time.Second))
+			}
+			if !store.Final(b.State) {
+				want[b.ID] = b
+			}
+		}
+		got, err = e.st.UnfinishedBatches(e.ctx)
+		must(t, err, "UnfinishedBatches")
+		if len(got) != len(want) {
+			t.Errorf("UnfinishedBatches = %d batches, want %d", len(got), len(want))
+		}
+		for _, b := range got {
+			w, ok := want[b.ID]
+			if !ok {
+				t.Errorf("UnfinishedBatches lists %s in state %s", b.ID, b.State)
+				continue
+			}
+			sameBatch(t, "UnfinishedBatches entry", b, w)
+			delete(want, b.ID)
+		}
+		for id := range want {
+			t.Errorf("UnfinishedBatches misses %s", id)
+		}
+	})
+
+	t.Run("CreateBatch50k", func(t *testing.T) {
+		e := newEnv(t, newStore)
+		const n = 50_000
+		b, items := e.create(t, "batch-big", "acct-1", n, 17)
+		e.stored(t, "big batch", b)
+		page, err := e.st.PendingItems(e.ctx, "acct-1", "batch-big", -1, 1000)
+		must(t, err, "PendingItems")
+		if len(page) != 1000 || !slices.Equal(page, items[:1000]) {
+			t.Errorf("first PendingItems page: %d items, want items 0..999", len(page))
+		}
+		page, err = e.st.PendingItems(e.ctx, "acct-1", "batch-big", n-10, 1000)
+		must(t, err, "PendingItems")
+		if !slices.Equal(page, items[n-9:]) {
+			t.Errorf("last PendingItems page = %v, want the last 9 items", page)
+		}
+	})
+}
+
+// refuseFinalChanges checks that no transition moves the final batch b,
+// whatever state the caller believes it is in.
+func refuseFinalChanges(t *testing.T, e *env, b store.Batch) {
+	t.Helper()
+	for _, c := range []struct {
+		from []string
+		to   string
+	}{
+		{[]string{store.StateQueued, store.StateRunning}, store.StateCancelled},
+		{[]string{store.StateRunning}, store.StateFailed},
+		{[]string{b.State}, store.StateFailed},
+		{[]string{b.State}, store.StateRunning},
+		{[]string{b.State}, store.StateCompleted},
+	} {
+		_, err := e.st.TransitionBatch(e.ctx, b.AccountID, b.ID, c.from, c.to, "late", b.CompletedAt.Add(time.Hour))
+		wantCode(t, err, evs.CodeInvalidState, fmt.Sprintf("TransitionBatch %v→%s of a %s batch", c.from, c.to, b.State))
+		e.stored(t, fmt.Sprintf("%s batch after a refused transition", b.State), b)
+	}
+}
+
+func seqsOf(rs []store.Result) []int {
+	s := make([]int, len(rs))
+	for i, r := range rs {
+		s[i] = r.Seq
+	}
+	return s
+}
+
+func sameResult(t *testing.T, what string, got, want store.Result) {
+	t.Helper()
+	if got.Seq != want.Seq || got.Email != want.Email || got.Status != want.Status || !bytes.Equal(got.Decision, want.Decision) {
+		t.Errorf("%s = {%d %q %q %s}, want {%d %q %q %s}", what,
+			got.Seq, got.Email, got.Status, got.Decision, want.Seq, want.Email, want.Status, want.Decision)
+	}
+}
