@@ -11,6 +11,7 @@
 //   - Surrounding spaces and tabs are trimmed (users paste them); nothing else
 //     is. A control character anywhere (C0, DEL, and C1 in UTF-8 text) is
 //     rejected: it can only be a transport artefact or an injection attempt.
+//     So is non-ASCII white space (such as a no-break space) anywhere.
 //   - The local part is a dot-atom or an RFC 5321 quoted-string. Quoted local
 //     parts, including the empty one (""), are accepted as the grammar allows;
 //     they are kept with their quotes and backslashes, exactly as given.
@@ -45,6 +46,7 @@ package address
 
 import (
 	"strings"
+	"unicode"
 	"unicode/utf8"
 
 	"golang.org/x/net/idna"
@@ -249,7 +251,8 @@ func trimBlanks(s string) string {
 }
 
 // checkUTF8 is the slow path for input with non-ASCII bytes: they must be
-// UTF-8 and must not encode C1 control characters.
+// UTF-8 and must not encode C1 control characters or white space (a no-break
+// space is invisible and almost always pasted by accident).
 func checkUTF8(s string) *SyntaxError {
 	for i := 0; i < len(s); {
 		if s[i] < utf8.RuneSelf {
@@ -262,6 +265,9 @@ func checkUTF8(s string) *SyntaxError {
 		}
 		if r >= 0x80 && r <= 0x9f {
 			return errControlChar
+		}
+		if unicode.IsSpace(r) {
+			return errWhitespace
 		}
 		i += n
 	}
