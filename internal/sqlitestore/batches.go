@@ -121,6 +121,11 @@ func (s *Store) TransitionBatch(ctx context.Context, accountID, id string, from 
 		if store.Final(b.State) || !slices.Contains(from, b.State) {
 			return evs.Errorf(evs.CodeInvalidState, "The request is %s.", b.State)
 		}
+		if to == store.StateCompleted && b.Counters.Processed < b.Counters.Total-b.Counters.Duplicates {
+			// A completed batch has every result (API contract, section 3);
+			// PutResults completes it when the last one is written.
+			return evs.Errorf(evs.CodeInvalidState, "The request still has items without a result.")
+		}
 		var completed sql.NullInt64
 		if store.Final(to) {
 			completed = nullMillis(now)

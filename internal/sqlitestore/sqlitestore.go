@@ -51,6 +51,11 @@ var _ store.Store = (*Store)(nil)
 // migrates its schema to the current version and returns the store. now is
 // the store's clock, used for batch expiry.
 func Open(ctx context.Context, dir string, now func() time.Time) (*Store, error) {
+	return open(ctx, dir, now, busyTimeout)
+}
+
+// open is Open with the time a write waits for another process's lock.
+func open(ctx context.Context, dir string, now func() time.Time, busy time.Duration) (*Store, error) {
 	if now == nil {
 		return nil, errors.New("sqlitestore: Open needs a clock")
 	}
@@ -62,7 +67,7 @@ func Open(ctx context.Context, dir string, now func() time.Time) (*Store, error)
 		return nil, fmt.Errorf("sqlitestore: create data directory: %w", err)
 	}
 	q := url.Values{}
-	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", busyTimeout.Milliseconds()))
+	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", busy.Milliseconds()))
 	q.Add("_pragma", "journal_mode(WAL)")
 	q.Add("_pragma", "synchronous(FULL)")
 	q.Add("_pragma", "foreign_keys(ON)")
