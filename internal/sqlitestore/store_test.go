@@ -254,8 +254,8 @@ func TestSweep(t *testing.T) {
 	}
 
 	for _, c := range []struct {
-		at                              time.Duration
-		swept                           int
+		at                             time.Duration
+		swept                          int
 		batches, items, results, idems int
 	}{
 		{0, 0, 2, 110, 10, 3},
