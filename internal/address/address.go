@@ -39,9 +39,10 @@
 //     after A-label conversion, labels ≤ 63, whole address ≤ 254.
 //
 // When an address breaks several rules, the reported one is the first found:
-// control characters, then the local part (characters, then dots, then
-// length), then the domain (characters, dots and hyphens, label length,
-// total length, numeric top-level label), then the whole length.
+// control characters, bad UTF-8 and non-ASCII white space anywhere; then the
+// local part (characters, then dots, then length); then the domain
+// (characters; then label syntax: dots, hyphens, IDNA; then label and domain
+// length; then a numeric last label); then the length of the whole address.
 package address
 
 import (
@@ -367,7 +368,7 @@ func parseDomain(d string) (string, bool, *SyntaxError) {
 	} else if upper {
 		d = strings.ToLower(d)
 	}
-	ace, e := checkHost(d)
+	ace, long, tld, e := checkLabels(d)
 	if e != nil {
 		return "", false, e
 	}
@@ -382,6 +383,14 @@ func parseDomain(d string) (string, bool, *SyntaxError) {
 		if e := checkHyphens(u); e != nil {
 			return "", false, e
 		}
+	}
+	switch {
+	case long:
+		return "", false, errLabelTooLong
+	case len(d) > maxDomain:
+		return "", false, errDomainTooLong
+	case allDigits(tld):
+		return "", false, errNumericTLD
 	}
 	return d, ace, nil
 }
@@ -400,22 +409,21 @@ func checkDots(d string) *SyntaxError {
 	return nil
 }
 
-// checkHost checks a lower-case ASCII domain against the host name rules
-// (RFC 1123 labels) and the length limits, and reports whether it has an
-// A-label.
-func checkHost(d string) (ace bool, e *SyntaxError) {
+// checkLabels checks the labels of a lower-case ASCII domain against the
+// host name rules (RFC 1123 LDH labels). It reports whether a label is an
+// A-label or longer than 63 octets, and returns the last label; the caller
+// checks lengths after the IDNA rules.
+func checkLabels(d string) (ace, long bool, tld string, e *SyntaxError) {
 	if d == "" {
-		return false, errEmptyDomain
+		return false, false, "", errEmptyDomain
 	}
 	start := 0 // of the current label
-	long := false
-	tld := ""
 	for i := 0; i <= len(d); i++ {
 		if i < len(d) {
 			c := d[i]
 			if c != '.' {
 				if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-') {
-					return false, errBadLabel
+					return false, false, "", errBadLabel
 				}
 				continue
 			}
@@ -424,11 +432,11 @@ func checkHost(d string) (ace bool, e *SyntaxError) {
 		switch {
 		case label == "":
 			if start == 0 || i == len(d) {
-				return false, errDotPosition
+				return false, false, "", errDotPosition
 			}
-			return false, errConsecutiveDot
+			return false, false, "", errConsecutiveDot
 		case label[0] == '-' || label[len(label)-1] == '-':
-			return false, errBadLabel
+			return false, false, "", errBadLabel
 		case len(label) > maxLabel:
 			long = true
 		}
@@ -438,16 +446,7 @@ func checkHost(d string) (ace bool, e *SyntaxError) {
 		tld = label
 		start = i + 1
 	}
-	if long {
-		return false, errLabelTooLong
-	}
-	if len(d) > maxDomain {
-		return false, errDomainTooLong
-	}
-	if allDigits(tld) {
-		return false, errNumericTLD
-	}
-	return ace, nil
+	return ace, long, tld, nil
 }
 
 // checkHyphens rejects labels that start or end with a hyphen in the
