@@ -19,6 +19,9 @@ import (
 // time crossing into SQLite.
 const itemsPerInsert = 500
 
+// resultsPerInsert is how many results one INSERT statement carries.
+const resultsPerInsert = 200
+
 const batchCols = `id, account_id, mode, state, error, created_at, completed_at, expires_at,
 	total, duplicates, processed, deliverable, undeliverable, risky, unknown`
 
@@ -165,32 +168,37 @@ func (s *Store) PutResults(ctx context.Context, accountID, id string, results []
 		if store.Final(b.State) || len(results) == 0 {
 			return nil
 		}
-		stmt, err := tx.PrepareContext(ctx,
-			`INSERT INTO results (batch_id, seq, email, status, decision) VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`)
-		if err != nil {
-			return dbErr("write results", err)
-		}
-		defer stmt.Close()
 		added := map[string]int{}
 		n := 0
-		for _, r := range results {
-			decision := r.Decision
-			if decision == nil {
-				decision = []byte{}
+		var full *sql.Stmt
+		for rest := results; len(rest) > 0; {
+			k := min(len(rest), resultsPerInsert)
+			stmt := full
+			if stmt == nil || k < resultsPerInsert {
+				// ON CONFLICT DO NOTHING skips results written before;
+				// RETURNING names exactly the rows that were new, to count.
+				q := `INSERT INTO results (batch_id, seq, email, status, decision) VALUES ` +
+					strings.Repeat(`(?, ?, ?, ?, ?), `, k-1) + `(?, ?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING status`
+				if stmt, err = tx.PrepareContext(ctx, q); err != nil {
+					return dbErr("write results", err)
+				}
+				defer stmt.Close()
+				if k == resultsPerInsert {
+					full = stmt
+				}
 			}
-			res, err := stmt.ExecContext(ctx, id, r.Seq, r.Email, r.Status, decision)
-			if constraint(err, sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY) {
-				return evs.Errorf(evs.CodeInvalidRequest, "The request has no item %d.", r.Seq)
+			args := make([]any, 0, 5*k)
+			for _, r := range rest[:k] {
+				decision := r.Decision
+				if decision == nil {
+					decision = []byte{}
+				}
+				args = append(args, id, r.Seq, r.Email, r.Status, decision)
 			}
-			if err != nil {
-				return dbErr("write results", err)
+			if err := countInserted(ctx, stmt, args, added, &n); err != nil {
+				return err
 			}
-			if k, err := res.RowsAffected(); err != nil {
-				return dbErr("write results", err)
-			} else if k == 1 {
-				added[r.Status]++
-				n++
-			}
+			rest = rest[k:]
 		}
 		if n == 0 {
 			return nil
@@ -208,6 +216,32 @@ func (s *Store) PutResults(ctx context.Context, accountID, id string, results []
 		return dbErr("count results", err)
 	})
 	return out, err
+}
+
+// countInserted runs the results INSERT and counts the rows it wrote by
+// status into added and n.
+func countInserted(ctx context.Context, stmt *sql.Stmt, args []any, added map[string]int, n *int) error {
+	rows, err := stmt.QueryContext(ctx, args...)
+	if err != nil {
+		return resultsErr(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var status string
+		if err := rows.Scan(&status); err != nil {
+			return dbErr("write results", err)
+		}
+		added[status]++
+		*n++
+	}
+	return resultsErr(rows.Err())
+}
+
+func resultsErr(err error) error {
+	if constraint(err, sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY) {
+		return evs.Errorf(evs.CodeInvalidRequest, "A result is for an item the request does not have.")
+	}
+	return dbErr("write results", err)
 }
 
 // Results returns up to limit results with Seq > afterSeq in Seq order,

@@ -71,6 +71,8 @@ func open(ctx context.Context, dir string, now func() time.Time, busy time.Durat
 	q.Add("_pragma", "journal_mode(WAL)")
 	q.Add("_pragma", "synchronous(FULL)")
 	q.Add("_pragma", "foreign_keys(ON)")
+	q.Add("_pragma", "cache_size(-16000)")
+	q.Add("_pragma", "temp_store(MEMORY)")
 	q.Set("_txlock", "immediate")
 	db, err := sql.Open("sqlite", filepath.Join(dir, FileName)+"?"+q.Encode())
 	if err != nil {

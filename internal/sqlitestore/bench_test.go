@@ -1,0 +1,80 @@
+package sqlitestore
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/evs-dev/evs/internal/store"
+)
+
+// BenchmarkPutResults writes 1000 results per call, the batch runner's
+// flush size, into 50,000-item batches.
+func BenchmarkPutResults(b *testing.B) {
+	const perCall, items = 1000, 50_000
+	ctx := context.Background()
+	s := openStore(b, b.TempDir(), func() time.Time { return t0 })
+	batches, next := 0, items
+	id := ""
+	b.ResetTimer()
+	for b.Loop() {
+		if next == items {
+			b.StopTimer()
+			batches++
+			id = fmt.Sprint("b", batches)
+			newBatch(b, s, id, items, t0.Add(time.Hour))
+			next = 0
+			b.StartTimer()
+		}
+		if _, err := s.PutResults(ctx, "a", id, resultsFor(next, next+perCall), t0); err != nil {
+			b.Fatal(err)
+		}
+		next += perCall
+	}
+	b.ReportMetric(float64(b.N*perCall)/b.Elapsed().Seconds(), "results/s")
+}
+
+// BenchmarkPutResults50k writes a whole 50,000-address batch's results in
+// one call: the test-mode case, where every verdict is ready at once.
+func BenchmarkPutResults50k(b *testing.B) {
+	const items = 50_000
+	ctx := context.Background()
+	s := openStore(b, b.TempDir(), func() time.Time { return t0 })
+	rs := resultsFor(0, items)
+	i := 0
+	for b.Loop() {
+		b.StopTimer()
+		i++
+		id := fmt.Sprint("b", i)
+		newBatch(b, s, id, items, t0.Add(time.Hour))
+		b.StartTimer()
+		got, err := s.PutResults(ctx, "a", id, rs, t0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if got.State != store.StateCompleted {
+			b.Fatalf("batch %s after all results: %s", id, got.State)
+		}
+	}
+}
+
+// BenchmarkCreateBatch50k stores a batch of the largest size the API takes.
+func BenchmarkCreateBatch50k(b *testing.B) {
+	const n = 50_000
+	ctx := context.Background()
+	s := openStore(b, b.TempDir(), func() time.Time { return t0 })
+	items := make([]store.Item, n)
+	for i := range items {
+		items[i] = store.Item{Seq: i, Email: fmt.Sprintf("user.%d@d%d.example", i, i%50), Domain: fmt.Sprintf("d%d.example", i%50)}
+	}
+	i := 0
+	for b.Loop() {
+		i++
+		batch := store.Batch{ID: fmt.Sprint("b", i), AccountID: "a", Mode: "quick", State: store.StateQueued,
+			CreatedAt: t0, ExpiresAt: t0.Add(time.Hour), Counters: store.Counters{Total: n}}
+		if err := s.CreateBatch(ctx, batch, items); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

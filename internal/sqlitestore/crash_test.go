@@ -1,0 +1,147 @@
+package sqlitestore
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/evs-dev/evs/internal/store"
+)
+
+// crashDirEnv tells a re-executed test binary to be the writer that
+// TestCrashDurability kills.
+const crashDirEnv = "EVS_SQLITESTORE_CRASH_DIR"
+
+const (
+	crashItems = 20_000 // far more than the writer gets through before it is killed
+	crashAcks  = 300    // acknowledgements the parent waits for before SIGKILL
+)
+
+// TestHelperProcess is not a test of its own: it is the child process of
+// TestCrashDurability, which runs it with crashDirEnv set.
+func TestHelperProcess(t *testing.T) {
+	dir := os.Getenv(crashDirEnv)
+	if dir == "" {
+		t.Skip("the writer process of TestCrashDurability; runs only when re-executed by it")
+	}
+	ctx := context.Background()
+	s, err := Open(ctx, dir, func() time.Time { return t0 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CreateAccount(ctx, store.Account{ID: "a", Name: "owner", CreatedAt: t0}); err != nil {
+		t.Fatal(err)
+	}
+	newBatch(t, s, "b1", crashItems, t0.Add(24*time.Hour))
+	fmt.Println("ready")
+	// Each line printed is an acknowledgement: the writes before it have
+	// returned, as an HTTP reply would be sent after them.
+	for i := range crashItems {
+		if err := s.CreateAccount(ctx, store.Account{ID: fmt.Sprint("acct-", i), Name: "n", CreatedAt: t0}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.PutResults(ctx, "a", "b1", resultsFor(i, i+1), t0); err != nil {
+			t.Fatal(err)
+		}
+		rec := store.IdemRecord{Scope: fmt.Sprint("scope-", i), Fingerprint: fmt.Sprint("fp-", i), LockedUntil: t0.Add(time.Hour), ExpiresAt: t0.Add(24 * time.Hour)}
+		if _, _, err := s.ClaimIdempotency(ctx, rec, t0); err != nil {
+			t.Fatal(err)
+		}
+		fmt.Printf("ack %d\n", i)
+	}
+}
+
+// TestCrashDurability kills a writing process with SIGKILL and checks that
+// every write it acknowledged is in the database afterwards, and that no
+// transaction is half there (results without their counts). Power loss,
+// which also drops the operating system's cache, cannot be staged here; it
+// is covered by synchronous=FULL, which TestOpenSettings checks.
+func TestCrashDurability(t *testing.T) {
+	dir := t.TempDir()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperProcess$", "-test.count=1")
+	cmd.Env = append(os.Environ(), crashDirEnv+"="+dir)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	acked, ready := -1, false
+	sc := bufio.NewScanner(out)
+	for acked < crashAcks-1 && sc.Scan() {
+		line := sc.Text()
+		switch {
+		case line == "ready":
+			ready = true
+		case strings.HasPrefix(line, "ack "):
+			n, err := strconv.Atoi(strings.TrimPrefix(line, "ack "))
+			if err != nil || n != acked+1 {
+				cmd.Process.Kill()
+				t.Fatalf("writer printed %q after ack %d", line, acked)
+			}
+			acked = n
+		}
+	}
+	// Kill it while it writes the next records.
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatalf("kill writer: %v", err)
+	}
+	// Acknowledgements printed before the kill landed count too.
+	for sc.Scan() {
+		if n, err := strconv.Atoi(strings.TrimPrefix(sc.Text(), "ack ")); err == nil && n == acked+1 {
+			acked = n
+		}
+	}
+	err = cmd.Wait()
+	if !ready || acked < crashAcks-1 {
+		t.Fatalf("writer stopped after %d acks (ready %v): %v", acked+1, ready, err)
+	}
+	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+		t.Fatalf("writer was not killed mid-way but ended with %v", cmd.ProcessState)
+	}
+
+	ctx := context.Background()
+	s := openStore(t, dir, func() time.Time { return t0 })
+	var check string
+	if err := s.db.QueryRowContext(ctx, `PRAGMA integrity_check`).Scan(&check); err != nil || check != "ok" {
+		t.Fatalf("integrity_check = %q, %v", check, err)
+	}
+	for i := 0; i <= acked; i++ {
+		if _, err := s.Account(ctx, fmt.Sprint("acct-", i)); err != nil {
+			t.Fatalf("acknowledged account %d: %v", i, err)
+		}
+		rec, claimed, err := s.ClaimIdempotency(ctx, store.IdemRecord{Scope: fmt.Sprint("scope-", i), Fingerprint: "other", LockedUntil: t0.Add(time.Hour), ExpiresAt: t0.Add(time.Hour)}, t0)
+		if err != nil || claimed || rec.Fingerprint != fmt.Sprint("fp-", i) {
+			t.Fatalf("acknowledged idempotency record %d: claimed=%v fingerprint=%q err=%v", i, claimed, rec.Fingerprint, err)
+		}
+	}
+	rs, err := s.Results(ctx, "a", "b1", -1, crashItems, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rs) <= acked {
+		t.Fatalf("%d results survived, but %d were acknowledged", len(rs), acked+1)
+	}
+	for i, r := range rs {
+		if r.Seq != i {
+			t.Fatalf("results survived with a gap: result %d has seq %d", i, r.Seq)
+		}
+	}
+	b, err := s.Batch(ctx, "a", "b1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Counters.Processed != len(rs) || b.Counters.Deliverable != len(rs) {
+		t.Fatalf("counters %+v do not match the %d results written", b.Counters, len(rs))
+	}
+	t.Logf("%d writes acknowledged, %d results found after SIGKILL", acked+1, len(rs))
+}
