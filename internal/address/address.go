@@ -11,7 +11,10 @@
 //   - Surrounding spaces and tabs are trimmed (users paste them); nothing else
 //     is. A control character anywhere (C0, DEL, and C1 in UTF-8 text) is
 //     rejected: it can only be a transport artefact or an injection attempt.
-//     So is non-ASCII white space (such as a no-break space) anywhere.
+//     Invisible Unicode format characters (a byte order mark, bidi overrides,
+//     a soft hyphen; but not the zero-width joiners some scripts need) count
+//     as control characters, and non-ASCII white space (such as a no-break
+//     space) is rejected as white space.
 //   - The local part is a dot-atom or an RFC 5321 quoted-string. Quoted local
 //     parts, including the empty one (""), are accepted as the grammar allows;
 //     they are kept with their quotes and backslashes, exactly as given.
@@ -239,6 +242,13 @@ func Parse(s string) (Address, error) {
 	return Address{Local: local, Domain: d, UTF8Local: utf8Local, IDN: idn}, nil
 }
 
+// invisible reports the Unicode format characters that have no business in a
+// mailbox (byte order marks, bidi overrides, soft hyphens...): they hide what
+// an address really is. The zero-width joiners stay, some scripts need them.
+func invisible(r rune) bool {
+	return r != 0x200c && r != 0x200d && unicode.Is(unicode.Cf, r)
+}
+
 // trimBlanks removes surrounding spaces and tabs, and nothing else: other
 // white space is a control character and makes the address invalid.
 func trimBlanks(s string) string {
@@ -252,8 +262,9 @@ func trimBlanks(s string) string {
 }
 
 // checkUTF8 is the slow path for input with non-ASCII bytes: they must be
-// UTF-8 and must not encode C1 control characters or white space (a no-break
-// space is invisible and almost always pasted by accident).
+// UTF-8 and must not encode C1 control characters, invisible format
+// characters or white space (a no-break space is almost always pasted by
+// accident).
 func checkUTF8(s string) *SyntaxError {
 	for i := 0; i < len(s); {
 		if s[i] < utf8.RuneSelf {
@@ -264,7 +275,7 @@ func checkUTF8(s string) *SyntaxError {
 		if r == utf8.RuneError && n == 1 {
 			return errBadUTF8
 		}
-		if r >= 0x80 && r <= 0x9f {
+		if r >= 0x80 && r <= 0x9f || invisible(r) {
 			return errControlChar
 		}
 		if unicode.IsSpace(r) {

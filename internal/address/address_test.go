@@ -119,6 +119,11 @@ func TestParseControlChars(t *testing.T) {
 		{name: "tab inside quotes", in: "\"jo\thn\"@example.com", rule: RuleControlChar},
 		{name: "C1 control (NEL)", in: "jo\u0085hn@example.com", rule: RuleControlChar},
 		{name: "C1 control in domain", in: "john@exa\u009fmple.com", rule: RuleControlChar},
+		{name: "byte order mark", in: "\ufeffjohn@example.com", rule: RuleControlChar},
+		{name: "bidi override", in: "jo\u202ehn@example.com", rule: RuleControlChar},
+		{name: "soft hyphen in domain", in: "john@exam\u00adple.com", rule: RuleControlChar},
+		{name: "zero-width non-joiner kept", in: "\u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645@example.com",
+			want: Address{Local: "\u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645", Domain: "example.com", UTF8Local: true}},
 		{name: "invalid UTF-8", in: "jo\xffhn@example.com", rule: RuleBadUTF8},
 		{name: "truncated UTF-8", in: "john@b\xc3", rule: RuleBadUTF8},
 	})

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -57,8 +58,8 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("Parse(%q): UTF8Local %v for local part %q", s, a.UTF8Local, a.Local)
 		}
 		for _, r := range norm {
-			if r < 0x20 || r == 0x7f || (r >= 0x80 && r <= 0x9f) {
-				t.Fatalf("Parse(%q) accepted a control character", s)
+			if r < 0x20 || r == 0x7f || (r >= 0x80 && r <= 0x9f) || invisible(r) || (r >= 0x80 && unicode.IsSpace(r)) {
+				t.Fatalf("Parse(%q) accepted control, invisible or non-ASCII space %U", s, r)
 			}
 		}
 		if !strings.Contains(s, a.Local) {
