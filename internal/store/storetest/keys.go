@@ -198,7 +198,9 @@ func runKeys(t *testing.T, newStore NewStore) {
 // testKey returns a distinct, well-formed key for n: a 64-hex hash whose
 // first 12 characters are its ID, as package apikey makes them.
 func testKey(n int, accountID string, created time.Time) store.Key {
-	h := fmt.Sprintf("%08x", n)
+	// The hashes' order is not their n's order, so sorting by hash is
+	// not mistaken for sorting by age.
+	h := fmt.Sprintf("%08x", uint32(n+1)*0x9e3779b1)
 	for len(h) < 64 {
 		h += fmt.Sprintf("%x", (len(h)*7+n)%16)
 	}
