@@ -1,0 +1,158 @@
+package smtpprobe
+
+import (
+	"bufio"
+	"strings"
+	"testing"
+)
+
+// parse reads a wire reply ("550-5.1.1 a\r\n550 5.1.1 b\r\n") the way a
+// session does, so the table exercises parsing and classification together.
+func parse(t *testing.T, wire string) Reply {
+	t.Helper()
+	wire = strings.ReplaceAll(strings.TrimRight(wire, "\n"), "\n", "\r\n") + "\r\n"
+	rr, err := readReply(bufio.NewReader(strings.NewReader(wire)))
+	if err != nil {
+		t.Fatalf("readReply(%q): %v", wire, err)
+	}
+	return rr.reply()
+}
+
+func TestClassify(t *testing.T) {
+	tests := []struct {
+		name  string
+		stage string
+		wire  string
+		want  Class
+	}{
+		// Accepted.
+		{"postfix ok", StageRcpt, "250 2.1.5 Ok", Accepted},
+		{"gmail ok", StageRcpt, "250 2.1.5 OK a640c23a62f3a-abc.123 - gsmtp", Accepted},
+		{"no enhanced", StageRcpt, "250 Accepted", Accepted},
+		{"251 forwarded", StageRcpt, "251 2.1.5 User not local; will forward", Accepted},
+
+		// Rejected: the mailbox does not exist or is disabled.
+		{"gmail no such user", StageRcpt, "550-5.1.1 The email account that you tried to reach does not exist. Please try\n550-5.1.1 double-checking the recipient's email address for typos or\n550-5.1.1 unnecessary spaces. For more information, go to\n550 5.1.1  https://support.google.com/mail/?p=NoSuchUser a1si123 - gsmtp", Rejected},
+		{"gmail disabled", StageRcpt, "550-5.2.1 The email account that you tried to reach is disabled. Learn more at\n550 5.2.1  https://support.google.com/mail/?p=DisabledUser z1si - gsmtp", Rejected},
+		{"outlook mailbox unavailable", StageRcpt, "550 5.5.0 Requested action not taken: mailbox unavailable", Rejected},
+		{"outlook recipient not found", StageRcpt, "550 5.1.10 RESOLVER.ADR.RecipientNotFound; Recipient not found by SMTP address lookup", Rejected},
+		{"exchange online dbeb", StageRcpt, "550 5.4.1 Recipient address rejected: Access denied. AS(201806281) [DB5EUR03FT012.eop-EUR03.prod.protection.outlook.com]", Rejected},
+		{"yahoo no account", StageRcpt, "554 delivery error: dd This user doesn't have a yahoo.com account (x@yahoo.com) [0] - mta1234.mail.gq1.yahoo.com", Rejected},
+		{"postfix virtual", StageRcpt, "550 5.1.1 <x@y.example>: Recipient address rejected: User unknown in virtual mailbox table", Rejected},
+		{"postfix local", StageRcpt, "550 5.1.1 <x@y.example>: Recipient address rejected: User unknown in local recipient table", Rejected},
+		{"exim unrouteable", StageRcpt, "550 Unrouteable address", Rejected},
+		{"exim no such user", StageRcpt, "550 No Such User Here", Rejected},
+		{"sendmail user unknown", StageRcpt, "550 5.1.1 <x@y.example>... User unknown", Rejected},
+		{"invalid address", StageRcpt, "553 5.1.3 Invalid address", Rejected},
+		{"551 not local", StageRcpt, "551 5.1.6 User has moved; please try <z@y.example>", Rejected},
+		{"icloud", StageRcpt, "550 5.1.1 <x@icloud.com>: user does not exist", Rejected},
+		{"no enhanced mailbox not found", StageRcpt, "550 Mailbox not found", Rejected},
+
+		// Full.
+		{"552 5.2.2", StageRcpt, "552 5.2.2 mailbox full", Full},
+		{"452 4.2.2", StageRcpt, "452 4.2.2 Mailbox full", Full},
+		{"gmail over quota", StageRcpt, "452-4.2.2 The email account that you tried to reach is over quota. Please direct\n452 4.2.2 the recipient to https://support.google.com/mail/?p=OverQuotaTemp - gsmtp", Full},
+		{"552 no enhanced", StageRcpt, "552 Requested mail action aborted: exceeded storage allocation", Full},
+		{"550 over quota text", StageRcpt, "550 Mailbox quota exceeded", Full},
+
+		// Greylisted and other temporary failures.
+		{"postgrey", StageRcpt, "450 4.2.0 <x@y.example>: Recipient address rejected: Greylisted, see http://postgrey.schweikert.ch/help/y.example.html", Greylisted},
+		{"try later", StageRcpt, "451 4.7.1 Please try again later", Greylisted},
+		{"421 closing", StageRcpt, "421 4.7.0 Try again later, closing connection.", Greylisted},
+		{"local error", StageRcpt, "451 4.3.0 Local error in processing", Greylisted},
+		{"insufficient system storage", StageRcpt, "452 4.3.1 Insufficient system storage", Greylisted},
+		{"temp user unknown", StageRcpt, "450 4.1.1 <x@y.example>: Recipient address rejected: unverified address", Greylisted},
+		{"4xx blocklist is not permanent", StageRcpt, "450 4.7.1 Client host rejected: cannot find your hostname", Greylisted},
+
+		// Blocked: about us.
+		{"spamhaus", StageRcpt, "554 5.7.1 Service unavailable; Client host [1.2.3.4] blocked using zen.spamhaus.org; https://www.spamhaus.org/query/ip/1.2.3.4", Blocked},
+		{"no reverse dns", StageRcpt, "550 5.7.1 Client host rejected: cannot find your reverse hostname, [1.2.3.4]", Blocked},
+		{"helo rejected", StageRcpt, "504 5.5.2 <localhost>: Helo command rejected: need fully-qualified hostname", Blocked},
+		{"outlook block list", StageRcpt, "550 5.7.1 Unfortunately, messages from [1.2.3.4] weren't sent. Please contact your Internet service provider since part of their network is on our block list (S3150).", Blocked},
+		{"relay denied", StageRcpt, "554 5.7.1 <x@y.example>: Relay access denied", Blocked},
+		{"sender domain", StageRcpt, "550 5.1.8 <verify@probe.test>: Sender address rejected: Domain not found", Blocked},
+		{"barracuda no enhanced", StageRcpt, "554 Service unavailable; Client host [1.2.3.4] blocked using Barracuda Reputation", Blocked},
+		{"spamcop", StageRcpt, "550 Rejected: 1.2.3.4 listed at bl.spamcop.net", Blocked},
+		{"access denied ip", StageRcpt, "550 5.7.606 Access denied, banned sending IP [1.2.3.4]", Blocked},
+		{"blocked beats unknown user", StageRcpt, "550 User unknown or your IP is blacklisted", Blocked},
+
+		// Rate limited: never against the mailbox.
+		{"too many recipients", StageRcpt, "452 4.5.3 Too many recipients", RateLimited},
+		{"5.5.3 too many", StageRcpt, "550 5.5.3 Too many recipients", RateLimited},
+		{"5.7.1 rate", StageRcpt, "550 5.7.1 Recipient address rejected: rate limit exceeded", RateLimited},
+		{"421 too many connections", StageRcpt, "421 4.7.0 [1.2.3.4] Too many connections, slow down", RateLimited},
+		{"4.7.0 rate", StageRcpt, "451 4.7.0 Temporary rate limit, try again later", RateLimited},
+		{"gmail receiving rate", StageRcpt, "450-4.2.1 The user you are trying to contact is receiving mail at a rate that\n450 4.2.1 prevents additional messages from being delivered.", RateLimited},
+
+		// Unknown: no clue.
+		{"bare 550", StageRcpt, "550 Requested action not taken", Unknown},
+		{"bare 554", StageRcpt, "554 Transaction failed", Unknown},
+		{"552 message size", StageRcpt, "552 Message size exceeds fixed maximum message size", Unknown},
+		{"mixed-up enhanced class", StageRcpt, "550 4.1.1 hmm", Unknown},
+		{"garbled is not rbl", StageRcpt, "550 garbled command", Unknown},
+
+		// Other stages: a 5xx is about us, a 4xx temporary.
+		{"banner 554", StageBanner, "554 5.7.1 mx.example ESMTP not accepting messages", Blocked},
+		{"banner 554 bare", StageBanner, "554 No SMTP service here", Blocked},
+		{"banner 421", StageBanner, "421 4.3.2 Service shutting down", Greylisted},
+		{"banner too many connections", StageBanner, "421 4.7.0 Too many concurrent SMTP connections from this IP", RateLimited},
+		{"banner ok", StageBanner, "220 mx.example ESMTP Postfix", Accepted},
+		{"ehlo rejected", StageEHLO, "550 5.7.1 <bad>: Helo command rejected: Host not found", Blocked},
+		{"mail user unknown is about our sender", StageMail, "550 5.1.1 <verify@probe.test>: Sender address rejected: User unknown", Blocked},
+		{"mail greylist", StageMail, "451 4.7.1 Greylisting in action, please come back later", Greylisted},
+	}
+	if len(tests) < 30 {
+		t.Fatalf("only %d rows", len(tests))
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := parse(t, tc.wire)
+			if got := Classify(tc.stage, r); got != tc.want {
+				t.Errorf("Classify(%s, %+v) = %s, want %s", tc.stage, r, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestReplyParsing(t *testing.T) {
+	tests := []struct {
+		wire string
+		want Reply
+	}{
+		{"250 2.1.5 Ok", Reply{250, "2.1.5", "Ok"}},
+		{"550-5.1.1 The account\n550 5.1.1 does not exist", Reply{550, "5.1.1", "The account does not exist"}},
+		{"550 Unrouteable address", Reply{550, "", "Unrouteable address"}},
+		{"250", Reply{250, "", ""}},
+		{"550 5.1.10 RESOLVER", Reply{550, "5.1.10", "RESOLVER"}},
+		{"550 5.1.1", Reply{550, "5.1.1", ""}},
+		{"550 5.1.1x no", Reply{550, "", "5.1.1x no"}},
+		{"550 1.2.3 not a class", Reply{550, "", "1.2.3 not a class"}},
+		{"250-mx\n250-PIPELINING\n250 SIZE", Reply{250, "", "mx PIPELINING SIZE"}},
+		{"550 bad\x01control\x7f", Reply{550, "", "bad control"}},
+		{"550 " + strings.Repeat("é", 300), Reply{550, "", strings.Repeat("é", maxText)}},
+		{"550 \xff\xfe", Reply{550, "", "??"}},
+	}
+	for _, tc := range tests {
+		if got := parse(t, tc.wire); got != tc.want {
+			t.Errorf("parse(%q) = %+v, want %+v", tc.wire, got, tc.want)
+		}
+	}
+}
+
+func TestReplyMalformed(t *testing.T) {
+	for _, wire := range []string{
+		"hello\r\n",
+		"55\r\n",
+		"550x\r\n",
+		"999 no\r\n",
+		"099 no\r\n",
+		"250-a\r\n550 b\r\n",
+		"250-" + strings.Repeat("a", maxLineLen) + "\r\n",
+		strings.Repeat("250-a\r\n", maxLines+1) + "250 b\r\n",
+		"250-unterminated",
+	} {
+		if _, err := readReply(bufio.NewReaderSize(strings.NewReader(wire), maxLineLen)); err == nil {
+			t.Errorf("readReply(%.30q) = nil error, want one", wire)
+		}
+	}
+}

@@ -1,0 +1,154 @@
+package smtpprobe
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
+
+const (
+	// maxLineLen bounds one reply line. RFC 5321 allows 512 octets; the
+	// slack tolerates chatty servers while a hostile one cannot make us
+	// buffer without end.
+	maxLineLen = 4096
+	// maxLines bounds the lines of one reply (an EHLO reply has a dozen).
+	maxLines = 100
+	// maxText is the length, in characters, Reply.Text is trimmed to.
+	maxText = 200
+)
+
+// errMalformed marks a reply that is not SMTP: the peer is not a mail
+// server we can talk to.
+var errMalformed = errors.New("malformed SMTP reply")
+
+// rawReply is a reply as read: its code and each line's text after the
+// code and separator. The EHLO keywords live in lines[1:].
+type rawReply struct {
+	code  int
+	lines []string
+}
+
+// readReply reads one reply, multi-line ("250-...") replies included.
+func readReply(r *bufio.Reader) (rawReply, error) {
+	var rr rawReply
+	for {
+		line, err := r.ReadSlice('\n')
+		if errors.Is(err, bufio.ErrBufferFull) {
+			return rawReply{}, fmt.Errorf("%w: line longer than %d bytes", errMalformed, r.Size())
+		}
+		if err != nil {
+			return rawReply{}, err
+		}
+		code, text, more, err := parseLine(line)
+		if err != nil {
+			return rawReply{}, err
+		}
+		if rr.code == 0 {
+			rr.code = code
+		} else if code != rr.code {
+			return rawReply{}, fmt.Errorf("%w: code changed from %d to %d within a reply", errMalformed, rr.code, code)
+		}
+		rr.lines = append(rr.lines, text)
+		if !more {
+			return rr, nil
+		}
+		if len(rr.lines) >= maxLines {
+			return rawReply{}, fmt.Errorf("%w: more than %d lines", errMalformed, maxLines)
+		}
+	}
+}
+
+// parseLine splits "250-text\r\n" into its code, text and whether more
+// lines follow.
+func parseLine(line []byte) (code int, text string, more bool, err error) {
+	line = bytes.TrimRight(line, "\r\n")
+	if len(line) < 3 {
+		return 0, "", false, fmt.Errorf("%w: short line %q", errMalformed, line)
+	}
+	for _, c := range line[:3] {
+		if c < '0' || c > '9' {
+			return 0, "", false, fmt.Errorf("%w: no reply code in %q", errMalformed, clip(line))
+		}
+		code = code*10 + int(c-'0')
+	}
+	if code < 200 || code > 599 {
+		return 0, "", false, fmt.Errorf("%w: reply code %d out of range", errMalformed, code)
+	}
+	rest := line[3:]
+	if len(rest) > 0 {
+		switch rest[0] {
+		case '-':
+			more = true
+		case ' ':
+		default:
+			return 0, "", false, fmt.Errorf("%w: bad separator in %q", errMalformed, clip(line))
+		}
+		rest = rest[1:]
+	}
+	return code, string(rest), more, nil
+}
+
+func clip(b []byte) []byte {
+	if len(b) > 40 {
+		return b[:40]
+	}
+	return b
+}
+
+// reply turns a raw reply into a Reply: the enhanced code comes from the
+// first line, and each line loses it (Gmail repeats it on every line).
+func (rr rawReply) reply() Reply {
+	r := Reply{Code: rr.code}
+	if len(rr.lines) == 0 {
+		return r
+	}
+	if m := enhancedRe.FindStringSubmatch(rr.lines[0]); m != nil {
+		r.Enhanced = m[1] + "." + m[2] + "." + m[3]
+	}
+	var b strings.Builder
+	for _, l := range rr.lines {
+		l = strings.TrimSpace(l)
+		if r.Enhanced != "" {
+			if rest, ok := strings.CutPrefix(l, r.Enhanced); ok && (rest == "" || rest[0] == ' ' || rest[0] == '\t') {
+				l = strings.TrimSpace(rest)
+			}
+		}
+		if l == "" {
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(l)
+		if b.Len() > 4*maxText {
+			break
+		}
+	}
+	r.Text = cleanText(b.String(), maxText)
+	return r
+}
+
+// cleanText makes remote text safe to store and show: valid UTF-8, no
+// control characters, at most max characters.
+func cleanText(s string, max int) string {
+	var b strings.Builder
+	n := 0
+	for _, c := range s {
+		if n == max {
+			break
+		}
+		switch {
+		case c == utf8.RuneError:
+			c = '?'
+		case unicode.IsControl(c):
+			c = ' '
+		}
+		b.WriteRune(c)
+		n++
+	}
+	return strings.TrimSpace(b.String())
+}

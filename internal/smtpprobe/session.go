@@ -1,0 +1,174 @@
+package smtpprobe
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/textproto"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+)
+
+// ErrClosed is returned by Rcpt on a closed session, and
+// ErrBroken after an earlier I/O failure left the conversation out of step.
+var (
+	ErrClosed = errors.New("smtpprobe: session closed")
+	ErrBroken = errors.New("smtpprobe: session broken by an earlier failure")
+)
+
+// Session is an SMTP conversation past MAIL FROM, ready for RCPT TO
+// probes. Its methods may be called from several goroutines; RCPTs are
+// sent one at a time.
+type Session struct {
+	p    *Prober
+	host string
+	raw  net.Conn // the TCP (or proxied) connection, closed to abort reads
+	nc   net.Conn // raw, or the TLS connection over it
+	r    *bufio.Reader
+	w    *textproto.Writer
+
+	tls      bool
+	smtputf8 bool
+	last     rawReply
+
+	mu      sync.Mutex
+	broken  bool // an I/O failure or 421: no further commands, no QUIT
+	closed  bool
+	release func()
+}
+
+func newSession(p *Prober, host string, nc net.Conn) *Session {
+	s := &Session{p: p, host: host, raw: nc}
+	s.setConn(nc)
+	return s
+}
+
+func (s *Session) setConn(nc net.Conn) {
+	s.nc = nc
+	s.r = bufio.NewReaderSize(nc, maxLineLen)
+	s.w = textproto.NewWriter(bufio.NewWriter(nc))
+}
+
+// Host returns the MX host the session talks to, as given to Open.
+func (s *Session) Host() string { return s.host }
+
+// TLS reports whether the session was upgraded with STARTTLS.
+func (s *Session) TLS() bool { return s.tls }
+
+// Rcpt sends RCPT TO:<address> and classifies the reply. The error is set
+// only for I/O failures and timeouts (then the session is broken); a
+// refusal is a reply with its Class. A non-ASCII address on a server that
+// does not offer SMTPUTF8 is not sent (RFC 6531 forbids it): Rcpt returns a
+// zero Reply and Unknown.
+func (s *Session) Rcpt(ctx context.Context, address string) (Reply, Class, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.closed:
+		return Reply{}, Unknown, ErrClosed
+	case s.broken:
+		return Reply{}, Unknown, ErrBroken
+	case !safeToken(address) || strings.ContainsAny(address, "<>"):
+		return Reply{}, Unknown, fmt.Errorf("smtpprobe: address cannot be sent in RCPT TO")
+	case !s.smtputf8 && !isASCII(address):
+		return Reply{}, Unknown, nil
+	}
+	stop := context.AfterFunc(ctx, func() { s.raw.Close() })
+	rr, err := s.cmd(ctx, "RCPT TO:<%s>", address)
+	if !stop() && err == nil {
+		err = fmt.Errorf("%w: the connection was closed", ctx.Err())
+	}
+	if err != nil {
+		s.broken = true
+		return Reply{}, Unknown, fmt.Errorf("smtpprobe: %s rcpt: %w", s.host, err)
+	}
+	if rr.code == 421 {
+		s.broken = true
+	}
+	r := rr.reply()
+	return r, Classify(StageRcpt, r), nil
+}
+
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
+}
+
+// Close ends the conversation with QUIT (no RSET first: QUIT discards the
+// open transaction anyway), closes the connection and gives the per-host
+// slot back. DATA is never sent. Close is safe to call more than once.
+func (s *Session) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	if !s.broken {
+		s.quit()
+	}
+	err := s.nc.Close()
+	if s.release != nil {
+		s.release()
+	}
+	if errors.Is(err, net.ErrClosed) {
+		err = nil
+	}
+	return err
+}
+
+// quit says goodbye politely but briefly; its outcome does not matter.
+func (s *Session) quit() {
+	d := min(s.p.cfg.ReplyTimeout, quitTimeout)
+	s.raw.SetDeadline(time.Now().Add(d))
+	if s.w.PrintfLine("QUIT") == nil {
+		readReply(s.r)
+	}
+}
+
+// cmd sends one command and reads its reply under the reply deadline.
+func (s *Session) cmd(ctx context.Context, format string, args ...any) (rawReply, error) {
+	s.setDeadline(ctx)
+	if err := s.w.PrintfLine(format, args...); err != nil {
+		return rawReply{}, ctxErr(ctx, err)
+	}
+	rr, err := readReply(s.r)
+	if err != nil {
+		return rawReply{}, ctxErr(ctx, err)
+	}
+	return rr, nil
+}
+
+// read reads one reply (the banner) under the reply deadline.
+func (s *Session) read(ctx context.Context) (rawReply, error) {
+	s.setDeadline(ctx)
+	rr, err := readReply(s.r)
+	return rr, ctxErr(ctx, err)
+}
+
+// setDeadline bounds the next exchange by ReplyTimeout and ctx's deadline,
+// whichever comes first.
+func (s *Session) setDeadline(ctx context.Context) {
+	d := time.Now().Add(s.p.cfg.ReplyTimeout)
+	if cd, ok := ctx.Deadline(); ok && cd.Before(d) {
+		d = cd
+	}
+	s.raw.SetDeadline(d)
+}
+
+// ctxErr puts ctx's error first when it is why the I/O failed: the closed
+// connection is only its symptom.
+func ctxErr(ctx context.Context, err error) error {
+	if err != nil && ctx.Err() != nil {
+		return fmt.Errorf("%w (%w)", ctx.Err(), err)
+	}
+	return err
+}
