@@ -375,3 +375,31 @@ func TestTwoHandles(t *testing.T) {
 		t.Fatalf("cli Batch = %+v, %v; want completed with %d processed", b, err, n)
 	}
 }
+
+func TestCompleteNeedsAClaim(t *testing.T) {
+	ctx := context.Background()
+	s := openStore(t, t.TempDir(), func() time.Time { return t0 })
+	err := s.CompleteIdempotency(ctx, "nobody", 200, nil, nil)
+	if evs.ErrorCode(err) != evs.CodeNotFound {
+		t.Fatalf("CompleteIdempotency without a claim: %v, want %s", err, evs.CodeNotFound)
+	}
+	rec := store.IdemRecord{Scope: "s", Fingerprint: "f", LockedUntil: t0.Add(time.Minute), ExpiresAt: t0.Add(time.Hour)}
+	if _, _, err := s.ClaimIdempotency(ctx, rec, t0); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CompleteIdempotency(ctx, "s", 200, nil, []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	// A done record is not completed again with another reply.
+	err = s.CompleteIdempotency(ctx, "s", 500, nil, []byte("y"))
+	if evs.ErrorCode(err) != evs.CodeNotFound {
+		t.Fatalf("second CompleteIdempotency: %v, want %s", err, evs.CodeNotFound)
+	}
+	got, _, err := s.ClaimIdempotency(ctx, rec, t0)
+	if err != nil || got.StatusCode != 200 || string(got.Body) != "x" {
+		t.Fatalf("record after a second complete = %+v, %v; want the first reply", got, err)
+	}
+	if err := s.ReleaseIdempotency(ctx, "nobody"); err != nil {
+		t.Fatalf("ReleaseIdempotency of a missing record: %v", err)
+	}
+}
