@@ -12,12 +12,12 @@ check-go:
 	@command -v $(GO) >/dev/null 2>&1 || { echo "make: Go is required (1.26 or newer): see https://go.dev/doc/install" >&2; exit 1; }
 	@$(GO) version | awk '{split($$3,v,"."); if (v[1]"."v[2] < "go1.26") { print "make: Go 1.26 or newer is required, found " $$3 > "/dev/stderr"; exit 1 }}'
 
-## run: start the whole API locally (prints an API key and a curl example on first start)
+## run: start the whole API locally (first start: a test-mode account, its key and a curl example)
 run: check-go
-	$(GO) run ./infra/evs serve
+	$(GO) run ./infra/evs serve --test-account
 
 ## test: vet, lint the SAM template, and run every test (DynamoDB/SQS tests against moto_server)
-test: check-go vet cfn-lint
+test: check-go fmt-check vet cfn-lint
 	./infra/scripts/with-moto.sh $(GO) test -count=1 -timeout 30m $(PKGS)
 
 ## unit: the tests alone, without the template lint
