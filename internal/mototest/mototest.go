@@ -1,0 +1,203 @@
+// Package mototest gives tests a moto_server (a local implementation of the
+// DynamoDB and SQS APIs) on loopback and AWS clients configured for it.
+//
+// The server is the one named by EVS_MOTO_ENDPOINT when that is set (the
+// Makefile's infra/scripts/with-moto.sh exports it); otherwise the first
+// test that asks starts `moto_server` on a free loopback port and every
+// test of the binary shares it. Tests share one server, so they name their
+// tables and queues with Name.
+//
+// A test binary that starts its own server stops it when it exits: call
+// Main from TestMain, or rely on the parent-death signal on Linux.
+package mototest
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"regexp"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+)
+
+// EnvEndpoint names the environment variable holding the URL of a running
+// moto_server.
+const EnvEndpoint = "EVS_MOTO_ENDPOINT"
+
+// startTimeout bounds how long a starting moto_server may take to answer;
+// the Python interpreter's start alone takes a second or two.
+const startTimeout = 60 * time.Second
+
+var (
+	once     sync.Once
+	endpoint string
+	startErr error
+	server   *exec.Cmd
+)
+
+// Endpoint returns the URL of the moto server the tests share, starting one
+// on first use when EVS_MOTO_ENDPOINT is not set. A test that needs moto
+// fails, never skips, when no server can be had.
+func Endpoint(t testing.TB) string {
+	t.Helper()
+	once.Do(func() {
+		if e := os.Getenv(EnvEndpoint); e != "" {
+			endpoint = strings.TrimRight(e, "/")
+			return
+		}
+		endpoint, startErr = start()
+	})
+	if startErr != nil {
+		t.Fatalf("mototest: %v", startErr)
+	}
+	return endpoint
+}
+
+// start runs moto_server on a free loopback port and waits until it answers.
+func start() (string, error) {
+	path, err := exec.LookPath("moto_server")
+	if err != nil {
+		return "", fmt.Errorf("moto_server not found (install it with: pip install 'moto[server]'), or set %s", EnvEndpoint)
+	}
+	port, err := freePort()
+	if err != nil {
+		return "", err
+	}
+	cmd := exec.Command(path, "-H", "127.0.0.1", "-p", port)
+	cmd.SysProcAttr = sysProcAttr()
+	var out tail
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		return "", fmt.Errorf("start moto_server: %w", err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	url := "http://127.0.0.1:" + port
+	client := &http.Client{Timeout: time.Second}
+	deadline := time.Now().Add(startTimeout)
+	for {
+		select {
+		case err := <-exited:
+			return "", fmt.Errorf("moto_server exited at start (%v): %s", err, out.String())
+		default:
+		}
+		resp, err := client.Get(url + "/moto-api/")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				server = cmd
+				return url, nil
+			}
+		}
+		if time.Now().After(deadline) {
+			kill(cmd)
+			return "", fmt.Errorf("moto_server did not answer on %s within %v: %s", url, startTimeout, out.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func freePort() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("find a free loopback port: %w", err)
+	}
+	defer l.Close()
+	_, port, err := net.SplitHostPort(l.Addr().String())
+	return port, err
+}
+
+// Main runs the tests of m and then stops a moto_server that Endpoint
+// started. Call it from TestMain: os.Exit(mototest.Main(m)).
+func Main(m *testing.M) int {
+	code := m.Run()
+	Stop()
+	return code
+}
+
+// Stop stops the moto_server that Endpoint started, if any.
+func Stop() {
+	if server != nil {
+		kill(server)
+	}
+}
+
+// tail keeps the last few KiB of the server's output for error messages.
+type tail struct {
+	mu  sync.Mutex
+	buf []byte
+}
+
+func (w *tail) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf = append(w.buf, p...)
+	if n := len(w.buf); n > 4096 {
+		w.buf = w.buf[n-4096:]
+	}
+	return len(p), nil
+}
+
+func (w *tail) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return strings.TrimSpace(string(w.buf))
+}
+
+// Config returns an AWS configuration for the shared moto server: region
+// us-east-1, dummy static credentials (moto accepts any) and few retries,
+// so a broken test fails fast instead of backing off.
+func Config(t testing.TB) aws.Config {
+	t.Helper()
+	return aws.Config{
+		Region:       "us-east-1",
+		Credentials:  credentials.NewStaticCredentialsProvider("testing", "testing", ""),
+		BaseEndpoint: aws.String(Endpoint(t)),
+		Retryer: func() aws.Retryer {
+			return retry.NewStandard(func(o *retry.StandardOptions) { o.MaxAttempts = 3 })
+		},
+	}
+}
+
+// DynamoDB returns a DynamoDB client of the shared moto server. opts adjust
+// the client, for instance to add fault-injecting middleware.
+func DynamoDB(t testing.TB, opts ...func(*dynamodb.Options)) *dynamodb.Client {
+	t.Helper()
+	return dynamodb.NewFromConfig(Config(t), opts...)
+}
+
+// SQS returns an SQS client of the shared moto server.
+func SQS(t testing.TB, opts ...func(*sqs.Options)) *sqs.Client {
+	t.Helper()
+	return sqs.NewFromConfig(Config(t), opts...)
+}
+
+var (
+	seq     atomic.Uint64
+	invalid = regexp.MustCompile(`[^A-Za-z0-9_-]+`)
+)
+
+// Name returns a resource name unique within the test binary and across
+// binaries sharing one server: base, a form of the test's name, the process
+// ID and a counter. It stays within the 80 characters SQS allows for queue
+// names (DynamoDB allows 255).
+func Name(t testing.TB, base string) string {
+	t.Helper()
+	suffix := fmt.Sprintf("-%d-%d", os.Getpid(), seq.Add(1))
+	name := base + "-" + invalid.ReplaceAllString(t.Name(), "_")
+	if max := 80 - len(suffix); len(name) > max {
+		name = name[:max]
+	}
+	return name + suffix
+}
