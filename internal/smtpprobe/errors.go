@@ -8,8 +8,8 @@ import "fmt"
 type ProbeError struct {
 	// Host is the MX host the failure is about ("" when none was tried).
 	Host string
-	// Stage is where the conversation stopped: "banner", "ehlo", "mail",
-	// or "" when no SMTP reply was read.
+	// Stage is where the conversation stopped: "banner", "ehlo" (which
+	// includes STARTTLS) or "mail"; "" when no connection was made.
 	Stage string
 	// Reply is the server's refusal; zero when there was none.
 	Reply Reply

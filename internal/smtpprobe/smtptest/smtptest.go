@@ -35,6 +35,9 @@ type Options struct {
 	Delay time.Duration
 	// StartTLS offers STARTTLS with a self-signed certificate.
 	StartTLS bool
+	// BreakTLS answers STARTTLS with 220 and then sends garbage instead
+	// of a TLS handshake, like MTAs with broken TLS stacks.
+	BreakTLS bool
 	// SMTPUTF8 offers the SMTPUTF8 extension.
 	SMTPUTF8 bool
 	// EHLOReply replaces the EHLO reply, e.g. "502 5.5.1 no" to force the
@@ -248,7 +251,7 @@ func (c *session) command(verb, arg string) bool {
 			return c.reply(o.EHLOReply)
 		}
 		lines := []string{"250-mx.test greets " + arg, "250-PIPELINING", "250-SIZE 10240000", "250-ENHANCEDSTATUSCODES"}
-		if o.StartTLS && !c.tls {
+		if (o.StartTLS || o.BreakTLS) && !c.tls {
 			lines = append(lines, "250-STARTTLS")
 		}
 		if o.SMTPUTF8 {
@@ -260,10 +263,14 @@ func (c *session) command(verb, arg string) bool {
 		c.mail = false
 		return c.reply("250 mx.test")
 	case "STARTTLS":
-		if !o.StartTLS || c.tls {
+		if !(o.StartTLS || o.BreakTLS) || c.tls {
 			return c.reply("502 5.5.1 STARTTLS not offered")
 		}
 		if !c.reply("220 2.0.0 Ready to start TLS") {
+			return false
+		}
+		if o.BreakTLS {
+			c.reply("this is not a TLS server hello")
 			return false
 		}
 		cert, _ := certificate()
