@@ -1,0 +1,150 @@
+package idempotency
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"strings"
+	"time"
+
+	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/store"
+)
+
+// Lifetimes of a record (API contract, sections 1 and 5).
+const (
+	// Retention is how long a key's record, and so its stored reply, is kept.
+	Retention = 24 * time.Hour
+	// LockTimeout is how long an unfinished first call blocks its key. A
+	// process that crashed mid-call never completes or releases its record;
+	// after this the key can be claimed again. It is well above the longest
+	// synchronous call (API Gateway stops waiting after 29 s).
+	LockTimeout = 5 * time.Minute
+)
+
+// ReplayedHeader marks a reply served from a stored record.
+const ReplayedHeader = "Idempotent-Replayed"
+
+// Reply is a stored answer.
+type Reply struct {
+	StatusCode int
+	Headers    map[string]string
+	Body       []byte
+}
+
+// Request is what identifies a call for idempotency.
+type Request struct {
+	AccountID string
+	Method    string
+	Path      string
+	// Key is the Idempotency-Key header value.
+	Key         string
+	ContentType string
+	Body        []byte
+	// RequestID is this call's id, written into a replayed reply.
+	RequestID string
+}
+
+// Scope joins the parts of an idempotency scope (API contract: account,
+// method+path, key) into the one string the store keys records by:
+// AccountID + "\x00" + Method + " " + Path + "\x00" + Key. NUL cannot occur
+// in an account id, a request line or a valid key, so distinct scopes never
+// join to the same string.
+func Scope(accountID, method, path, key string) string {
+	return accountID + "\x00" + method + " " + path + "\x00" + key
+}
+
+// Keeper runs handlers at most once per Idempotency-Key. It is safe for
+// concurrent use; the store arbitrates between calls, also across processes.
+type Keeper struct {
+	store store.Idempotency
+	now   func() time.Time
+}
+
+// New returns a Keeper keeping its records in s, with now as its clock.
+func New(s store.Idempotency, now func() time.Time) *Keeper {
+	return &Keeper{store: s, now: now}
+}
+
+// Do runs fn at most once per (AccountID, Method+Path, Key) scope within
+// Retention, and returns its reply and replayed=false; it returns the stored
+// reply and replayed=true for a repeat of a finished call.
+//
+// A repeat with another fingerprint fails with evs.CodeIdempotencyKeyReused,
+// one while the first call runs with evs.CodeIdempotencyInProgress, an
+// invalid key with evs.CodeInvalidRequest. When fn fails, or answers 5xx, the
+// record is deleted so the client may retry, and fn's reply and error are
+// returned. Store faults are returned wrapped; if storing the finished reply
+// fails, the reply is returned along with the error, since the work is done.
+//
+// The writes after fn (complete or release) ignore ctx's cancellation: a
+// client that hangs up after fn finished must not leave its key blocked for
+// LockTimeout, or stored without its reply.
+func (k *Keeper) Do(ctx context.Context, req Request, fn func(ctx context.Context) (Reply, error)) (Reply, bool, error) {
+	if err := ValidKey(req.Key); err != nil {
+		return Reply{}, false, err
+	}
+	scope := Scope(req.AccountID, req.Method, req.Path, req.Key)
+	fp := Fingerprint(req.Method, req.Path, req.ContentType, req.Body)
+	now := k.now()
+	existing, claimed, err := k.store.ClaimIdempotency(ctx, store.IdemRecord{
+		Scope:       scope,
+		Fingerprint: fp,
+		State:       store.IdemInProgress,
+		LockedUntil: now.Add(LockTimeout),
+		ExpiresAt:   now.Add(Retention),
+	}, now)
+	if err != nil {
+		return Reply{}, false, fmt.Errorf("idempotency: claim key: %w", err)
+	}
+	if !claimed {
+		r, err := replay(existing, fp, req.RequestID)
+		return r, err == nil, err
+	}
+	return k.run(ctx, scope, fn)
+}
+
+// run calls fn on a claimed scope and settles the record.
+func (k *Keeper) run(ctx context.Context, scope string, fn func(ctx context.Context) (Reply, error)) (reply Reply, replayed bool, err error) {
+	settle := context.WithoutCancel(ctx)
+	settled := false
+	defer func() {
+		if !settled {
+			// fn panicked: free the key before the panic goes on, rather
+			// than block it for LockTimeout.
+			_ = k.store.ReleaseIdempotency(settle, scope)
+		}
+	}()
+	reply, err = fn(ctx)
+	settled = true
+	if err != nil || reply.StatusCode >= 500 {
+		if rerr := k.store.ReleaseIdempotency(settle, scope); rerr != nil {
+			err = errors.Join(err, fmt.Errorf("idempotency: release key after a failed call: %w", rerr))
+		}
+		return reply, false, err
+	}
+	if cerr := k.store.CompleteIdempotency(settle, scope, reply.StatusCode, reply.Headers, reply.Body); cerr != nil {
+		return reply, false, fmt.Errorf("idempotency: store reply: %w", cerr)
+	}
+	return reply, false, nil
+}
+
+// replay answers a call whose scope already has a live record.
+func replay(rec store.IdemRecord, fp, requestID string) (Reply, error) {
+	if rec.Fingerprint != fp {
+		return Reply{}, evs.Errorf(evs.CodeIdempotencyKeyReused, "This Idempotency-Key was already used for a different request; use a new key for a new request.")
+	}
+	if rec.State != store.IdemDone {
+		return Reply{}, evs.Errorf(evs.CodeIdempotencyInProgress, "A request with this Idempotency-Key is still being processed; retry later.")
+	}
+	h := make(map[string]string, len(rec.Headers)+1)
+	maps.Copy(h, rec.Headers)
+	for name := range h {
+		if strings.EqualFold(name, "X-Request-Id") {
+			h[name] = requestID
+		}
+	}
+	h[ReplayedHeader] = "true"
+	return Reply{StatusCode: rec.StatusCode, Headers: h, Body: RewriteRequestID(rec.Body, requestID)}, nil
+}
