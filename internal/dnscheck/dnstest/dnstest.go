@@ -27,7 +27,7 @@ type Server struct {
 
 	mu      sync.Mutex
 	records map[string][]dns.RR // by lower-case FQDN
-	rcodes  map[string]int
+	rcodes  map[string]int // by name, or name+"/"+type for SetRcodeFor
 	delays  map[string]time.Duration
 	trunc   map[string]bool
 }
@@ -128,6 +128,24 @@ func (s *Server) SetRcode(name string, rcode int) {
 	s.rcodes[canon(name)] = rcode
 }
 
+// SetRcodeFor is SetRcode for one query type only, so that for example the
+// MX query succeeds while the A query fails. It takes precedence over
+// SetRcode; dns.RcodeSuccess clears it.
+func (s *Server) SetRcodeFor(name string, qtype uint16, rcode int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	key := typedKey(canon(name), qtype)
+	if rcode == dns.RcodeSuccess {
+		delete(s.rcodes, key)
+		return
+	}
+	s.rcodes[key] = rcode
+}
+
+func typedKey(name string, qtype uint16) string {
+	return name + "/" + dns.TypeToString[qtype]
+}
+
 // SetDelay holds answers for name back by d; zero removes the delay.
 func (s *Server) SetDelay(name string, d time.Duration) {
 	s.mu.Lock()
@@ -171,7 +189,10 @@ func (s *Server) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 
 	s.mu.Lock()
 	delay := s.delays[name]
-	rcode, forced := s.rcodes[name]
+	rcode, forced := s.rcodes[typedKey(name, q.Qtype)]
+	if !forced {
+		rcode, forced = s.rcodes[name]
+	}
 	trunc := s.trunc[name] && udp
 	s.mu.Unlock()
 

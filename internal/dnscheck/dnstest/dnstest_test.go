@@ -29,6 +29,7 @@ func TestAnswers(t *testing.T) {
 	s.AddRecord("soa.example. 30 IN SOA ns.soa.example. h.soa.example. 1 2 3 4 7")
 	s.SetRcode("fail.example.", dns.RcodeServerFailure)
 	s.SetRcode("Refuse.Example", dns.RcodeRefused)
+	s.SetRcodeFor("corp.example.", dns.TypeAAAA, dns.RcodeServerFailure)
 
 	tests := []struct {
 		name      string
@@ -40,6 +41,7 @@ func TestAnswers(t *testing.T) {
 		{"corp.example.", dns.TypeMX, dns.RcodeSuccess, 1, 0},
 		{"CORP.example.", dns.TypeMX, dns.RcodeSuccess, 1, 0},
 		{"corp.example.", dns.TypeA, dns.RcodeSuccess, 0, 60},
+		{"corp.example.", dns.TypeAAAA, dns.RcodeServerFailure, 0, 0},
 		{"alias.example.", dns.TypeMX, dns.RcodeSuccess, 2, 0},
 		{"missing.example.", dns.TypeMX, dns.RcodeNameError, 0, 60},
 		{"b.deep.example.", dns.TypeA, dns.RcodeSuccess, 0, 60}, // empty non-terminal

@@ -1,0 +1,88 @@
+package dnscheck
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"strconv"
+	"strings"
+
+	"github.com/miekg/dns"
+)
+
+// ParseServers parses a comma-separated list of resolvers such as
+// "10.0.0.2, 1.1.1.1:53, [::1]:5353, resolver.internal:53" into "host:port"
+// entries. A missing port means 53. Empty lists, empty entries and anything
+// that is neither an IP literal nor a host name are errors, so a typo in the
+// configuration fails at start-up instead of as DNS errors on every address.
+func ParseServers(s string) ([]string, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, fmt.Errorf("dnscheck: no DNS servers given")
+	}
+	parts := strings.Split(s, ",")
+	out := make([]string, 0, len(parts))
+	for i, p := range parts {
+		srv, err := parseServer(strings.TrimSpace(p))
+		if err != nil {
+			return nil, fmt.Errorf("dnscheck: DNS server %d: %w", i+1, err)
+		}
+		out = append(out, srv)
+	}
+	return out, nil
+}
+
+// parseServer normalises one resolver address to "host:port".
+func parseServer(p string) (string, error) {
+	if p == "" {
+		return "", fmt.Errorf("empty entry")
+	}
+	// A bare IP, including IPv6 without brackets.
+	if a, err := netip.ParseAddr(p); err == nil {
+		return netip.AddrPortFrom(a, 53).String(), nil
+	}
+	host, port := p, "53"
+	if h, pt, err := net.SplitHostPort(p); err == nil {
+		host, port = h, pt
+	} else if strings.ContainsAny(p, ":[]") {
+		return "", fmt.Errorf("%q is not host:port", p)
+	}
+	n, err := strconv.ParseUint(port, 10, 16)
+	if err != nil || n == 0 || port[0] == '0' && len(port) > 1 || port[0] == '+' {
+		return "", fmt.Errorf("%q has no valid port", p)
+	}
+	if a, err := netip.ParseAddr(host); err == nil {
+		return netip.AddrPortFrom(a, uint16(n)).String(), nil
+	}
+	if !isHostName(host) {
+		return "", fmt.Errorf("%q is neither an IP address nor a host name", p)
+	}
+	return net.JoinHostPort(strings.ToLower(strings.TrimSuffix(host, ".")), strconv.FormatUint(n, 10)), nil
+}
+
+// isHostName accepts LDH host names (RFC 1123), with an optional trailing dot.
+func isHostName(h string) bool {
+	h = strings.TrimSuffix(h, ".")
+	if h == "" || len(h) > 253 {
+		return false
+	}
+	if _, ok := dns.IsDomainName(h); !ok {
+		return false
+	}
+	labels := strings.Split(h, ".")
+	// An all-digit last label is a mistyped IPv4 address, not a name.
+	if strings.Trim(labels[len(labels)-1], "0123456789") == "" {
+		return false
+	}
+	for _, label := range labels {
+		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+			return false
+		}
+		for i := 0; i < len(label); i++ {
+			c := label[i]
+			if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-') {
+				return false
+			}
+		}
+	}
+	return true
+}
