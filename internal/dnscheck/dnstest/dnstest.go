@@ -27,7 +27,7 @@ type Server struct {
 
 	mu      sync.Mutex
 	records map[string][]dns.RR // by lower-case FQDN
-	rcodes  map[string]int // by name, or name+"/"+type for SetRcodeFor
+	rcodes  map[string]int      // by name, or name+"/"+type for SetRcodeFor
 	delays  map[string]time.Duration
 	trunc   map[string]bool
 }
