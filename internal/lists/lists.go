@@ -1,0 +1,113 @@
+// Package lists answers the list-based questions about an address: is its
+// domain a disposable (throwaway) service, is it a free mailbox provider, and
+// is its local part a role mailbox rather than a person.
+//
+// The lists are embedded text files (see data/SOURCES.md) parsed into maps on
+// first use, so programs that never ask pay nothing and the lookups on the
+// verification hot path do not allocate.
+package lists
+
+//go:generate go run ./gen -disposable $DISPOSABLE_TGZ -free $FREE_TGZ -data data
+
+import (
+	_ "embed"
+	"strings"
+	"sync"
+)
+
+var (
+	//go:embed data/disposable.txt
+	disposableData string
+	//go:embed data/free.txt
+	freeData string
+	//go:embed data/role.txt
+	roleData string
+)
+
+// set is a domain or name list; the keys are substrings of the embedded
+// data, so building it copies no strings.
+type set map[string]struct{}
+
+// parse reads the data file format: one entry a line, '#' starts a comment,
+// surrounding blanks ignored.
+func parse(data string) set {
+	s := make(set, strings.Count(data, "\n"))
+	for line := range strings.SplitSeq(data, "\n") {
+		if i := strings.IndexByte(line, '#'); i >= 0 {
+			line = line[:i]
+		}
+		if line = strings.TrimSpace(line); line != "" {
+			s[line] = struct{}{}
+		}
+	}
+	return s
+}
+
+var (
+	disposable = sync.OnceValue(func() set { return parse(disposableData) })
+	free       = sync.OnceValue(func() set { return parse(freeData) })
+	role       = sync.OnceValue(func() set { return parse(roleData) })
+)
+
+// Load parses all lists now instead of on first use. Call it during start-up
+// (a Lambda init phase, say) to keep the parse off the first request.
+func Load() {
+	disposable()
+	free()
+	role()
+}
+
+// Disposable reports whether domain belongs to a disposable-address service.
+// domain must be lower-case ASCII (A-labels); a subdomain of a listed domain
+// counts too, since these services hand out addresses under any subdomain
+// (x.mailinator.com).
+func Disposable(domain string) bool {
+	s := disposable()
+	for {
+		if _, ok := s[domain]; ok {
+			return true
+		}
+		i := strings.IndexByte(domain, '.')
+		if i < 0 {
+			return false
+		}
+		domain = domain[i+1:]
+	}
+}
+
+// Free reports whether domain is a free mailbox provider (gmail.com,
+// gmx.de ...). domain must be lower-case ASCII (A-labels). Only the exact
+// domain matches: a subdomain of a provider is somebody's own mail domain,
+// and a disposable service is reported by Disposable, never by Free.
+func Free(domain string) bool {
+	_, ok := free()[domain]
+	return ok
+}
+
+// maxLocal is the longest local part RFC 5321 allows; nothing longer can be
+// a role name, so Role can lower-case into a fixed buffer.
+const maxLocal = 64
+
+// Role reports whether local is a role mailbox (postmaster, info, noreply
+// ...) that reaches a function or a team rather than one person. It ignores
+// ASCII case and a "+tag" suffix ("Info+news" is a role).
+func Role(local string) bool {
+	if i := strings.IndexByte(local, '+'); i >= 0 {
+		local = local[:i]
+	}
+	if local == "" || len(local) > maxLocal {
+		return false
+	}
+	var buf [maxLocal]byte
+	for i := 0; i < len(local); i++ {
+		c := local[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		buf[i] = c
+	}
+	// The compiler turns a map index by string(bytes) into a lookup
+	// without allocating.
+	_, ok := role()[string(buf[:len(local)])]
+	return ok
+}
