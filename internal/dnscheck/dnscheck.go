@@ -147,7 +147,7 @@ func New(cfg Config) (*Resolver, error) {
 		r.servers = append(r.servers, srv)
 	}
 	if len(r.servers) == 0 {
-		r.servers = systemServers()
+		r.servers = systemServers(resolvConf)
 	}
 	switch size := cfg.CacheSize; {
 	case size == 0:
@@ -165,8 +165,8 @@ func New(cfg Config) (*Resolver, error) {
 
 // systemServers reads the resolvers from resolv.conf; without one, a local
 // resolver is the only sensible guess.
-func systemServers() []string {
-	conf, err := dns.ClientConfigFromFile(resolvConf)
+func systemServers(path string) []string {
+	conf, err := dns.ClientConfigFromFile(path)
 	if err != nil || len(conf.Servers) == 0 {
 		return []string{"127.0.0.1:53"}
 	}

@@ -40,6 +40,12 @@ func parseServer(p string) (string, error) {
 	if a, err := netip.ParseAddr(p); err == nil {
 		return netip.AddrPortFrom(a, 53).String(), nil
 	}
+	// A bracketed IPv6 address without a port.
+	if inner, ok := strings.CutPrefix(p, "["); ok && strings.HasSuffix(inner, "]") {
+		if a, err := netip.ParseAddr(strings.TrimSuffix(inner, "]")); err == nil && a.Is6() {
+			return netip.AddrPortFrom(a, 53).String(), nil
+		}
+	}
 	host, port := p, "53"
 	if h, pt, err := net.SplitHostPort(p); err == nil {
 		host, port = h, pt
