@@ -63,7 +63,9 @@ func (r MailResult) clone() MailResult {
 	return r
 }
 
-// Dialer opens connections to DNS servers; *net.Dialer satisfies it.
+// Dialer opens connections to DNS servers; *net.Dialer satisfies it. For
+// "udp" the connection must also be a net.PacketConn, as *net.UDPConn is,
+// so that replies are read as datagrams.
 type Dialer interface {
 	DialContext(ctx context.Context, network, address string) (net.Conn, error)
 }
