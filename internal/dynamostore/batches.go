@@ -1,0 +1,668 @@
+package dynamostore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/store"
+)
+
+// stateCreating is the internal state of a batch whose items are still
+// being written; no reader ever sees it.
+const stateCreating = "creating"
+
+// Batches and Results table attributes.
+const (
+	attrMode          = "mode"
+	attrError         = "error"
+	attrCompletedAt   = "completedAt"
+	attrTarget        = "targetState" // the state a creating batch takes when its items are in
+	attrItemCount     = "itemCount"   // distinct items; the batch completes when processed reaches it
+	attrTotal         = "total"
+	attrDuplicates    = "duplicates"
+	attrProcessed     = "processed"
+	attrEmail         = "email"
+	attrDomain        = "domain"
+	attrStatus        = "status"
+	attrResultEmail   = "resultEmail"
+	attrDecision      = "decision"
+	attrDeliverable   = "deliverable"
+	attrUndeliverable = "undeliverable"
+	attrRisky         = "risky"
+	attrUnknown       = "unknown"
+)
+
+// counterAttr names the counter of each outcome label; a result of another
+// status is refused.
+var counterAttr = map[string]string{
+	"deliverable":   attrDeliverable,
+	"undeliverable": attrUndeliverable,
+	"risky":         attrRisky,
+	"unknown":       attrUnknown,
+}
+
+const (
+	// rowsPerWrite is BatchWriteItem's limit.
+	rowsPerWrite = 25
+	// resultsPerTx leaves room for the batch update in TransactWriteItems'
+	// 100 items.
+	resultsPerTx = 99
+	// writeAttempts bounds the retries of unprocessed rows, cancelled
+	// transactions and conflicts before the store reports itself
+	// unavailable.
+	writeAttempts = 10
+	// pageLimit bounds how many rows one Query of Results or PendingItems
+	// evaluates; the filter runs after it, so pages are refilled.
+	pageLimit = 1000
+)
+
+// rowKey is the Results table's partition key of a batch: the account is
+// part of it, so batches of two accounts never share rows.
+func rowKey(accountID, id string) string { return accountID + "#" + id }
+
+func batchKey(accountID, id string) item {
+	return item{attrAccountID: avS(accountID), attrID: avS(id)}
+}
+
+func noBatch() error { return evs.Errorf(evs.CodeNotFound, "No such request.") }
+
+func batchFrom(it item) store.Batch {
+	return store.Batch{
+		ID:          getS(it, attrID),
+		AccountID:   getS(it, attrAccountID),
+		Mode:        getS(it, attrMode),
+		State:       getS(it, attrState),
+		Error:       getS(it, attrError),
+		CreatedAt:   getTime(it, attrCreatedAt),
+		CompletedAt: getTime(it, attrCompletedAt),
+		ExpiresAt:   getTime(it, attrExpiresAtMs),
+		Counters: store.Counters{
+			Total:         int(getN(it, attrTotal)),
+			Duplicates:    int(getN(it, attrDuplicates)),
+			Processed:     int(getN(it, attrProcessed)),
+			Deliverable:   int(getN(it, attrDeliverable)),
+			Undeliverable: int(getN(it, attrUndeliverable)),
+			Risky:         int(getN(it, attrRisky)),
+			Unknown:       int(getN(it, attrUnknown)),
+		},
+	}
+}
+
+// visible tells whether a stored batch record is one a reader may see: not
+// being created and not expired by the store's clock.
+func (s *Store) visible(it item) bool {
+	return it != nil && getS(it, attrState) != stateCreating && getN(it, attrExpiresAtMs) > s.now().UnixMilli()
+}
+
+// batchItem reads the batch record of (accountID, id) if it is visible.
+func (s *Store) batchItem(ctx context.Context, accountID, id string) (item, error) {
+	if accountID == "" || id == "" {
+		// Empty key attributes are refused by DynamoDB; no batch has them.
+		return nil, noBatch()
+	}
+	it, err := s.get(ctx, s.t.Batches, batchKey(accountID, id), "read batch")
+	if err != nil {
+		return nil, err
+	}
+	if !s.visible(it) {
+		return nil, noBatch()
+	}
+	return it, nil
+}
+
+// Batch returns the batch id of account, or CodeNotFound, also while it is
+// being created and once it has expired.
+func (s *Store) Batch(ctx context.Context, accountID, id string) (store.Batch, error) {
+	it, err := s.batchItem(ctx, accountID, id)
+	if err != nil {
+		return store.Batch{}, err
+	}
+	return batchFrom(it), nil
+}
+
+// CreateBatch stores b and its items: it claims the ID with a "creating"
+// record, writes the item rows, then makes the batch visible. See the
+// package comment for why a crash part-way leaves nothing visible.
+func (s *Store) CreateBatch(ctx context.Context, b store.Batch, items []store.Item) error {
+	if b.ID == "" || b.AccountID == "" {
+		return evs.Errorf(evs.CodeInvalidRequest, "A request needs an ID and an account.")
+	}
+	seen := make(map[int]struct{}, len(items))
+	for _, it := range items {
+		if _, dup := seen[it.Seq]; dup {
+			return evs.Errorf(evs.CodeInvalidRequest, "Two items of the request have the same sequence number.")
+		}
+		seen[it.Seq] = struct{}{}
+	}
+	c := b.Counters
+	rec := item{
+		attrAccountID:     avS(b.AccountID),
+		attrID:            avS(b.ID),
+		attrMode:          avS(b.Mode),
+		attrState:         avS(stateCreating),
+		attrTarget:        avS(b.State),
+		attrCreatedAt:     avTime(b.CreatedAt),
+		attrExpiresAtMs:   avTime(b.ExpiresAt),
+		attrExpiresAt:     ttlSeconds(b.ExpiresAt),
+		attrItemCount:     avN(int64(len(items))),
+		attrTotal:         avN(int64(c.Total)),
+		attrDuplicates:    avN(int64(c.Duplicates)),
+		attrProcessed:     avN(int64(c.Processed)),
+		attrDeliverable:   avN(int64(c.Deliverable)),
+		attrUndeliverable: avN(int64(c.Undeliverable)),
+		attrRisky:         avN(int64(c.Risky)),
+		attrUnknown:       avN(int64(c.Unknown)),
+	}
+	if b.Error != "" {
+		rec[attrError] = avS(b.Error)
+	}
+	if !b.CompletedAt.IsZero() {
+		rec[attrCompletedAt] = avTime(b.CompletedAt)
+	}
+	_, err := s.c.PutItem(ctx, &dynamodb.PutItemInput{
+		TableName:                aws.String(s.t.Batches),
+		Item:                     rec,
+		ConditionExpression:      aws.String("attribute_not_exists(#id)"),
+		ExpressionAttributeNames: map[string]string{"#id": attrID},
+	})
+	if isConditionFailed(err) {
+		return evs.Errorf(evs.CodeInvalidState, "The request already exists.")
+	}
+	if err != nil {
+		return wrapErr("create batch", err)
+	}
+	if err := s.writeItems(ctx, b, items); err != nil {
+		return err
+	}
+	_, err = s.c.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 aws.String(s.t.Batches),
+		Key:                       batchKey(b.AccountID, b.ID),
+		UpdateExpression:          aws.String("SET #st = #tg REMOVE #tg"),
+		ConditionExpression:       aws.String("#st = :creating"),
+		ExpressionAttributeNames:  map[string]string{"#st": attrState, "#tg": attrTarget},
+		ExpressionAttributeValues: item{":creating": avS(stateCreating)},
+	})
+	if isConditionFailed(err) {
+		// Only this call moves its own creating record; someone removed it.
+		return evs.Wrap(errors.New("dynamostore: batch record vanished while its items were written"),
+			evs.CodeUnavailable, msgUnavailable)
+	}
+	return wrapErr("publish batch", err)
+}
+
+// writeItems writes the item rows of b with BatchWriteItem, a few requests
+// at a time.
+func (s *Store) writeItems(ctx context.Context, b store.Batch, items []store.Item) error {
+	key := avS(rowKey(b.AccountID, b.ID))
+	ttl := ttlSeconds(b.ExpiresAt)
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(s.writer)
+	for rest := items; len(rest) > 0; {
+		chunk := rest[:min(rowsPerWrite, len(rest))]
+		rest = rest[len(chunk):]
+		reqs := make([]types.WriteRequest, len(chunk))
+		for i, it := range chunk {
+			reqs[i] = types.WriteRequest{PutRequest: &types.PutRequest{Item: item{
+				attrBatchID:   key,
+				attrSeq:       avN(int64(it.Seq)),
+				attrEmail:     avS(it.Email),
+				attrDomain:    avS(it.Domain),
+				attrExpiresAt: ttl,
+			}}}
+		}
+		g.Go(func() error { return s.batchWrite(gctx, reqs) })
+	}
+	return g.Wait()
+}
+
+// batchWrite writes reqs, resending the rows DynamoDB left unprocessed
+// (it does so under load) with backoff.
+func (s *Store) batchWrite(ctx context.Context, reqs []types.WriteRequest) error {
+	for attempt := range writeAttempts {
+		out, err := s.c.BatchWriteItem(ctx, &dynamodb.BatchWriteItemInput{
+			RequestItems: map[string][]types.WriteRequest{s.t.Results: reqs},
+		})
+		if err != nil {
+			return wrapErr("write batch items", err)
+		}
+		reqs = out.UnprocessedItems[s.t.Results]
+		if len(reqs) == 0 {
+			return nil
+		}
+		if err := s.backoff(ctx, attempt); err != nil {
+			return wrapErr("write batch items", err)
+		}
+	}
+	return evs.Wrap(fmt.Errorf("dynamostore: %d batch items still unprocessed after %d attempts", len(reqs), writeAttempts),
+		evs.CodeUnavailable, msgUnavailable)
+}
+
+// backoff waits before retry attempt+1: exponential from 20 ms, capped at
+// 1 s, with full jitter so competing writers spread out.
+func (s *Store) backoff(ctx context.Context, attempt int) error {
+	d := min(20*time.Millisecond<<attempt, time.Second)
+	return s.sleep(ctx, time.Duration(rand.Int64N(int64(d))+1))
+}
+
+// TransitionBatch moves the batch to `to` if its state is one of from, in
+// one conditional update. A final state is never left; completed also
+// needs every result. On a refused condition the batch is read again to
+// tell CodeNotFound from CodeInvalidState.
+func (s *Store) TransitionBatch(ctx context.Context, accountID, id string, from []string, to, errMsg string, now time.Time) (store.Batch, error) {
+	if accountID == "" || id == "" {
+		return store.Batch{}, noBatch()
+	}
+	names := map[string]string{"#st": attrState, "#exp": attrExpiresAtMs, "#e": attrError, "#ca": attrCompletedAt}
+	values := item{":to": avS(to), ":now": avTime(s.now())}
+	var allowed []string
+	for i, f := range from {
+		if store.Final(f) || f == stateCreating || slices.Contains(from[:i], f) {
+			continue
+		}
+		k := ":f" + strconv.Itoa(len(allowed))
+		values[k] = avS(f)
+		allowed = append(allowed, k)
+	}
+	if len(allowed) == 0 {
+		// No state qualifies; only the error to report is left to find.
+		b, err := s.Batch(ctx, accountID, id)
+		if err != nil {
+			return store.Batch{}, err
+		}
+		return store.Batch{}, evs.Errorf(evs.CodeInvalidState, "The request is %s.", b.State)
+	}
+	cond := "#st IN (" + strings.Join(allowed, ", ") + ") AND #exp > :now"
+	if to == store.StateCompleted {
+		// A completed batch has every result (API contract, section 3).
+		cond += " AND #p >= #n"
+		names["#p"], names["#n"] = attrProcessed, attrItemCount
+	}
+	var set, remove []string
+	set = append(set, "#st = :to")
+	if errMsg != "" {
+		set = append(set, "#e = :e")
+		values[":e"] = avS(errMsg)
+	} else {
+		remove = append(remove, "#e")
+	}
+	if store.Final(to) {
+		set = append(set, "#ca = :ca")
+		values[":ca"] = avTime(now)
+	} else {
+		remove = append(remove, "#ca")
+	}
+	update := "SET " + strings.Join(set, ", ")
+	if len(remove) > 0 {
+		update += " REMOVE " + strings.Join(remove, ", ")
+	}
+	var out *dynamodb.UpdateItemOutput
+	err := s.retryConflict(ctx, func() (err error) {
+		out, err = s.c.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+			TableName:                 aws.String(s.t.Batches),
+			Key:                       batchKey(accountID, id),
+			UpdateExpression:          aws.String(update),
+			ConditionExpression:       aws.String(cond),
+			ExpressionAttributeNames:  names,
+			ExpressionAttributeValues: values,
+			ReturnValues:              types.ReturnValueAllNew,
+		})
+		return err
+	})
+	if isConditionFailed(err) {
+		b, err := s.Batch(ctx, accountID, id)
+		if err != nil {
+			return store.Batch{}, err
+		}
+		if to == store.StateCompleted && !store.Final(b.State) && slices.Contains(from, b.State) {
+			return store.Batch{}, evs.Errorf(evs.CodeInvalidState, "The request still has items without a result.")
+		}
+		return store.Batch{}, evs.Errorf(evs.CodeInvalidState, "The request is %s.", b.State)
+	}
+	if err != nil {
+		return store.Batch{}, wrapErr("transition batch", err)
+	}
+	return batchFrom(out.Attributes), nil
+}
+
+// retryConflict runs write again while DynamoDB refuses it because a
+// transaction on the same item is in flight (PutResults' transactions hold
+// the batch record briefly); the SDK does not retry that error itself.
+func (s *Store) retryConflict(ctx context.Context, write func() error) error {
+	var err error
+	for attempt := range writeAttempts {
+		if err = write(); apiCode(err) != "TransactionConflictException" {
+			return err
+		}
+		if werr := s.backoff(ctx, attempt); werr != nil {
+			return err
+		}
+	}
+	return err
+}
+
+// PutResults writes the results that have none yet and counts them, in
+// transactions of up to 99 results plus the batch's counter update, then
+// completes the batch if every item has its result. See the package
+// comment for the design.
+func (s *Store) PutResults(ctx context.Context, accountID, id string, results []store.Result, now time.Time) (store.Batch, error) {
+	for _, r := range results {
+		if _, ok := counterAttr[r.Status]; !ok {
+			return store.Batch{}, evs.Errorf(evs.CodeInvalidRequest, "Unknown result status %q.", r.Status)
+		}
+	}
+	unlock, err := s.lockBatch(ctx, rowKey(accountID, id))
+	if err != nil {
+		return store.Batch{}, err
+	}
+	defer unlock()
+	it, err := s.batchItem(ctx, accountID, id)
+	if err != nil {
+		return store.Batch{}, err
+	}
+	if store.Final(getS(it, attrState)) {
+		return batchFrom(it), nil
+	}
+	// One transaction cannot touch a row twice; the first result of a seq
+	// is the one written, as it would be if they came in two calls.
+	seen := make(map[int]struct{}, len(results))
+	pending := make([]store.Result, 0, len(results))
+	for _, r := range results {
+		if _, dup := seen[r.Seq]; !dup {
+			seen[r.Seq] = struct{}{}
+			pending = append(pending, r)
+		}
+	}
+	for len(pending) > 0 {
+		chunk := pending[:min(resultsPerTx, len(pending))]
+		pending = pending[len(chunk):]
+		final, err := s.putChunk(ctx, accountID, id, chunk)
+		if err != nil {
+			return store.Batch{}, err
+		}
+		if final {
+			break
+		}
+	}
+	return s.completeIfDone(ctx, accountID, id, now)
+}
+
+// putChunk writes one transaction's worth of results, dropping those
+// already written and retrying. final reports that the batch was final (or
+// gone), so nothing was written and nothing more should be.
+func (s *Store) putChunk(ctx context.Context, accountID, id string, chunk []store.Result) (final bool, err error) {
+	rk := avS(rowKey(accountID, id))
+	for attempt := 0; len(chunk) > 0; attempt++ {
+		if attempt >= writeAttempts {
+			return false, evs.Wrap(fmt.Errorf("dynamostore: results transaction cancelled %d times", attempt),
+				evs.CodeUnavailable, msgUnavailable)
+		}
+		tx := make([]types.TransactWriteItem, 0, len(chunk)+1)
+		added := map[string]int64{}
+		for _, r := range chunk {
+			added[counterAttr[r.Status]]++
+			set := "SET #s = :s, #re = :re"
+			values := item{":s": avS(r.Status), ":re": avS(r.Email)}
+			names := map[string]string{"#s": attrStatus, "#re": attrResultEmail, "#em": attrEmail}
+			if len(r.Decision) > 0 {
+				set += ", #d = :d"
+				names["#d"] = attrDecision
+				values[":d"] = &types.AttributeValueMemberB{Value: r.Decision}
+			}
+			tx = append(tx, types.TransactWriteItem{Update: &types.Update{
+				TableName:                           aws.String(s.t.Results),
+				Key:                                 item{attrBatchID: rk, attrSeq: avN(int64(r.Seq))},
+				UpdateExpression:                    aws.String(set),
+				ConditionExpression:                 aws.String("attribute_exists(#em) AND attribute_not_exists(#s)"),
+				ExpressionAttributeNames:            names,
+				ExpressionAttributeValues:           values,
+				ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+			}})
+		}
+		tx = append(tx, s.countUpdate(accountID, id, int64(len(chunk)), added))
+
+		_, err := s.c.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: tx})
+		if err == nil {
+			return false, nil
+		}
+		var tc *types.TransactionCanceledException
+		if !errors.As(err, &tc) || len(tc.CancellationReasons) != len(tx) {
+			return false, wrapErr("write results", err)
+		}
+		reasons := tc.CancellationReasons
+		batchCode := aws.ToString(reasons[len(reasons)-1].Code)
+		if batchCode == "ConditionalCheckFailed" {
+			return true, nil
+		}
+		keep := chunk[:0:0]
+		retryLater := false
+		for i, r := range chunk {
+			switch code := aws.ToString(reasons[i].Code); code {
+			case "", "None":
+				keep = append(keep, r)
+			case "ConditionalCheckFailed":
+				written, err := s.alreadyWritten(ctx, rk, r.Seq, reasons[i].Item)
+				if err != nil {
+					return false, err
+				}
+				if !written {
+					return false, evs.Errorf(evs.CodeInvalidRequest, "A result is for an item the request does not have.")
+				}
+			default:
+				// TransactionConflict, throttling: the whole transaction
+				// is retried after a pause.
+				keep = append(keep, r)
+				retryLater = true
+			}
+		}
+		chunk = keep
+		if retryLater || (batchCode != "" && batchCode != "None") {
+			if err := s.backoff(ctx, attempt); err != nil {
+				return false, wrapErr("write results", err)
+			}
+		}
+	}
+	return false, nil
+}
+
+// countUpdate is the batch record's part of a results transaction: it adds
+// n results, by counter, on the condition that the batch takes results.
+func (s *Store) countUpdate(accountID, id string, n int64, added map[string]int64) types.TransactWriteItem {
+	names := map[string]string{"#st": attrState, "#p": attrProcessed}
+	values := item{":q": avS(store.StateQueued), ":r": avS(store.StateRunning), ":n": avN(n)}
+	adds := []string{"#p :n"}
+	// Sorted, so the expression is the same for the same counts.
+	attrs := make([]string, 0, len(added))
+	for a := range added {
+		attrs = append(attrs, a)
+	}
+	sort.Strings(attrs)
+	for i, a := range attrs {
+		k := strconv.Itoa(i)
+		names["#c"+k] = a
+		values[":c"+k] = avN(added[a])
+		adds = append(adds, "#c"+k+" :c"+k)
+	}
+	return types.TransactWriteItem{Update: &types.Update{
+		TableName:                 aws.String(s.t.Batches),
+		Key:                       batchKey(accountID, id),
+		UpdateExpression:          aws.String("ADD " + strings.Join(adds, ", ")),
+		ConditionExpression:       aws.String("#st IN (:q, :r)"),
+		ExpressionAttributeNames:  names,
+		ExpressionAttributeValues: values,
+	}}
+}
+
+// alreadyWritten tells whether the result row of seq has a result (true) or
+// does not exist (false), from the old item a failed condition returned or,
+// when the service returned none, a read.
+func (s *Store) alreadyWritten(ctx context.Context, rk types.AttributeValue, seq int, old item) (bool, error) {
+	if old == nil {
+		var err error
+		old, err = s.get(ctx, s.t.Results, item{attrBatchID: rk, attrSeq: avN(int64(seq))}, "read result")
+		if err != nil {
+			return false, err
+		}
+	}
+	if old == nil {
+		return false, nil
+	}
+	_, has := old[attrStatus]
+	return has, nil
+}
+
+// completeIfDone returns the batch as it is now, completing it first if it
+// takes results and every item has its result.
+func (s *Store) completeIfDone(ctx context.Context, accountID, id string, now time.Time) (store.Batch, error) {
+	it, err := s.batchItem(ctx, accountID, id)
+	if err != nil {
+		return store.Batch{}, err
+	}
+	st := getS(it, attrState)
+	if store.Final(st) || getN(it, attrProcessed) < getN(it, attrItemCount) {
+		return batchFrom(it), nil
+	}
+	var out *dynamodb.UpdateItemOutput
+	err = s.retryConflict(ctx, func() (err error) {
+		out, err = s.c.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+			TableName:                aws.String(s.t.Batches),
+			Key:                      batchKey(accountID, id),
+			UpdateExpression:         aws.String("SET #st = :done, #ca = :now"),
+			ConditionExpression:      aws.String("#st IN (:q, :r) AND #p >= #n"),
+			ExpressionAttributeNames: map[string]string{"#st": attrState, "#ca": attrCompletedAt, "#p": attrProcessed, "#n": attrItemCount},
+			ExpressionAttributeValues: item{
+				":done": avS(store.StateCompleted), ":now": avTime(now),
+				":q": avS(store.StateQueued), ":r": avS(store.StateRunning),
+			},
+			ReturnValues: types.ReturnValueAllNew,
+		})
+		return err
+	})
+	if isConditionFailed(err) {
+		// Another caller completed (or cancelled) it first.
+		return s.Batch(ctx, accountID, id)
+	}
+	if err != nil {
+		return store.Batch{}, wrapErr("complete batch", err)
+	}
+	return batchFrom(out.Attributes), nil
+}
+
+// Results returns up to limit results with Seq > afterSeq in Seq order,
+// only those of status when status is not empty.
+func (s *Store) Results(ctx context.Context, accountID, id string, afterSeq, limit int, status string) ([]store.Result, error) {
+	filter := "attribute_exists(#s)"
+	values := item{}
+	if status != "" {
+		filter = "#s = :s"
+		values[":s"] = avS(status)
+	}
+	var out []store.Result
+	err := s.queryRows(ctx, accountID, id, afterSeq, limit, filter, values, func(it item) {
+		out = append(out, store.Result{
+			Seq:      int(getN(it, attrSeq)),
+			Email:    getS(it, attrResultEmail),
+			Status:   getS(it, attrStatus),
+			Decision: getB(it, attrDecision),
+		})
+	})
+	return out, err
+}
+
+// PendingItems returns up to limit items with Seq > afterSeq that have no
+// result yet, in Seq order.
+func (s *Store) PendingItems(ctx context.Context, accountID, id string, afterSeq, limit int) ([]store.Item, error) {
+	var out []store.Item
+	err := s.queryRows(ctx, accountID, id, afterSeq, limit, "attribute_not_exists(#s)", item{}, func(it item) {
+		out = append(out, store.Item{
+			Seq:    int(getN(it, attrSeq)),
+			Email:  getS(it, attrEmail),
+			Domain: getS(it, attrDomain),
+		})
+	})
+	return out, err
+}
+
+// queryRows checks that the batch is visible, then queries its rows with
+// Seq > afterSeq matching filter in Seq order, passing up to limit of them
+// to each. The filter applies after Query's own limit, so it keeps paging
+// until it has limit rows or the rows run out.
+func (s *Store) queryRows(ctx context.Context, accountID, id string, afterSeq, limit int, filter string, values item, each func(item)) error {
+	if _, err := s.batchItem(ctx, accountID, id); err != nil {
+		return err
+	}
+	if limit <= 0 {
+		return nil
+	}
+	values[":b"] = avS(rowKey(accountID, id))
+	values[":after"] = avN(int64(afterSeq))
+	in := &dynamodb.QueryInput{
+		TableName:                 aws.String(s.t.Results),
+		KeyConditionExpression:    aws.String("#b = :b AND #q > :after"),
+		FilterExpression:          aws.String(filter),
+		ExpressionAttributeNames:  map[string]string{"#b": attrBatchID, "#q": attrSeq, "#s": attrStatus},
+		ExpressionAttributeValues: values,
+		ConsistentRead:            aws.Bool(true),
+		Limit:                     aws.Int32(int32(min(max(limit, 100), pageLimit))),
+	}
+	n := 0
+	for {
+		page, err := s.c.Query(ctx, in)
+		if err != nil {
+			return wrapErr("read batch rows", err)
+		}
+		for _, it := range page.Items {
+			each(it)
+			if n++; n == limit {
+				return nil
+			}
+		}
+		if len(page.LastEvaluatedKey) == 0 {
+			return nil
+		}
+		in.ExclusiveStartKey = page.LastEvaluatedKey
+	}
+}
+
+// UnfinishedBatches lists the visible batches in state queued or running,
+// of every account, oldest first. It is a Scan of the Batches table: a
+// restarted worker calls it rarely, and a secondary index on state would
+// cost a write on every batch for it.
+func (s *Store) UnfinishedBatches(ctx context.Context) ([]store.Batch, error) {
+	p := dynamodb.NewScanPaginator(s.c, &dynamodb.ScanInput{
+		TableName:                 aws.String(s.t.Batches),
+		FilterExpression:          aws.String("#st IN (:q, :r) AND #exp > :now"),
+		ExpressionAttributeNames:  map[string]string{"#st": attrState, "#exp": attrExpiresAtMs},
+		ExpressionAttributeValues: item{":q": avS(store.StateQueued), ":r": avS(store.StateRunning), ":now": avTime(s.now())},
+		ConsistentRead:            aws.Bool(true),
+	})
+	var out []store.Batch
+	for p.HasMorePages() {
+		page, err := p.NextPage(ctx)
+		if err != nil {
+			return nil, wrapErr("list unfinished batches", err)
+		}
+		for _, it := range page.Items {
+			out = append(out, batchFrom(it))
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].CreatedAt.Equal(out[j].CreatedAt) {
+			return out[i].CreatedAt.Before(out[j].CreatedAt)
+		}
+		return out[i].ID < out[j].ID
+	})
+	return out, nil
+}

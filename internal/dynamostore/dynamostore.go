@@ -1,0 +1,356 @@
+// Package dynamostore is the DynamoDB implementation of store.Store, used by
+// the Lambda functions. It passes the same contract suite (storetest) as the
+// embedded SQLite store.
+//
+// # Tables
+//
+// Four tables, with the key schemas of template.yaml (Definitions):
+//
+//   - Keys (pk): one table for accounts and keys. "acct#<id>" holds an
+//     account, "name#<name>" the unique name index pointing at it, "key#<hash>"
+//     a key and "keyid#<id>" the unique short-ID index pointing at its hash.
+//     Each entity and its index entry are written in one TransactWriteItems
+//     with attribute_not_exists on both, so a name or key ID is never taken
+//     twice. CountAccounts and ListKeys Scan the table with a filter: they are
+//     admin operations (first start, `evs keys list`) on a small table, not
+//     worth a secondary index.
+//   - Batches (accountId, id): one record per batch with its counters.
+//   - Results (batchId, seq): one row per distinct item of a batch. The row is
+//     written with the item when the batch is created and gets the result's
+//     attributes (status, decision) when its result is written, so "pending"
+//     is simply a row without a status. batchId is "<accountId>#<id>", so two
+//     accounts' batches can never share rows.
+//   - Idempotency (scope): one record per Idempotency-Key scope.
+//
+// Every record that expires carries expiresAt in epoch seconds, the TTL
+// attribute, rounded up so DynamoDB never deletes a record before it expires.
+// TTL deletion is lazy (it can lag by days), so readers also compare the
+// millisecond expiry (expiresAtMs) with the store's clock and treat an expired
+// record as missing.
+//
+// # Creating a batch
+//
+// A batch of up to 50,000 items cannot be written in one transaction (100
+// items at most). CreateBatch therefore claims the batch ID first by putting
+// the batch record in the internal state "creating" (attribute_not_exists, so
+// two creators cannot share an ID), then writes the item rows with
+// BatchWriteItem, and last moves the record from "creating" to its real state
+// with a conditional update. Every reader treats a "creating" batch as not
+// found and every transition requires a caller-named state, which "creating"
+// never is, so a crash part-way leaves nothing visible: only an invisible
+// record and item rows that TTL removes.
+//
+// # Writing results exactly once
+//
+// PutResults writes results in TransactWriteItems of up to 99 result updates
+// plus one update of the batch record. Each result update is conditional on
+// its row existing without a status; the batch update adds the transaction's
+// results to the counters and is conditional on the batch being queued or
+// running. So a result and its count are written together or not at all, and
+// results for a final batch are never written. When a transaction is
+// cancelled because some results were already written (a redelivered SQS
+// message, or two workers overlapping), the cancellation reasons name them;
+// they are dropped and the rest retried, so nothing is counted twice.
+// Cancellations caused by concurrent transactions on the same batch record
+// (TransactionConflict) are retried with backoff.
+//
+// After its transactions, PutResults completes the batch with one conditional
+// update (queued or running, and processed >= items). Doing it after every
+// call, also one that wrote nothing new, heals a crash between the last
+// result and the completion: the redelivered message completes the batch.
+//
+// # Errors
+//
+// A failed condition becomes the documented store outcome (CodeNotFound,
+// CodeInvalidState, or the return values of ClaimIdempotency). Throttling,
+// missing tables, network faults and other service errors are *evs.Error
+// CodeUnavailable wrapping the cause; the AWS text stays in the wrapped error
+// for logs and never reaches clients through the error's Message.
+package dynamostore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"math"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/smithy-go"
+
+	"github.com/evs-dev/evs/internal/evs"
+)
+
+// Tables names the four tables. An empty name means the table is not used
+// (the `evs keys` command only needs Keys).
+type Tables struct {
+	Keys, Batches, Results, Idempotency string
+}
+
+// TablesFromEnv reads the table names from the environment template.yaml
+// gives the functions: EVS_KEYS_TABLE, EVS_BATCHES_TABLE, EVS_RESULTS_TABLE
+// and EVS_IDEMPOTENCY_TABLE.
+func TablesFromEnv() Tables {
+	return Tables{
+		Keys:        os.Getenv("EVS_KEYS_TABLE"),
+		Batches:     os.Getenv("EVS_BATCHES_TABLE"),
+		Results:     os.Getenv("EVS_RESULTS_TABLE"),
+		Idempotency: os.Getenv("EVS_IDEMPOTENCY_TABLE"),
+	}
+}
+
+// Attribute names shared by several tables.
+const (
+	attrPK          = "pk"
+	attrAccountID   = "accountId"
+	attrID          = "id"
+	attrBatchID     = "batchId"
+	attrSeq         = "seq"
+	attrScope       = "scope"
+	attrExpiresAt   = "expiresAt"   // TTL, epoch seconds
+	attrExpiresAtMs = "expiresAtMs" // exact expiry, epoch milliseconds
+)
+
+// Definitions returns the CreateTableInput of every table t names (empty
+// names are left out), with the key schemas of template.yaml and on-demand
+// billing. Time-to-live is not part of CreateTableInput; CreateTables turns
+// it on.
+func Definitions(t Tables) []dynamodb.CreateTableInput {
+	var defs []dynamodb.CreateTableInput
+	add := func(name string, hash, hashType string, rng, rngType string) {
+		if name == "" {
+			return
+		}
+		in := dynamodb.CreateTableInput{
+			TableName:   aws.String(name),
+			BillingMode: types.BillingModePayPerRequest,
+			AttributeDefinitions: []types.AttributeDefinition{
+				{AttributeName: aws.String(hash), AttributeType: types.ScalarAttributeType(hashType)},
+			},
+			KeySchema: []types.KeySchemaElement{{AttributeName: aws.String(hash), KeyType: types.KeyTypeHash}},
+		}
+		if rng != "" {
+			in.AttributeDefinitions = append(in.AttributeDefinitions,
+				types.AttributeDefinition{AttributeName: aws.String(rng), AttributeType: types.ScalarAttributeType(rngType)})
+			in.KeySchema = append(in.KeySchema, types.KeySchemaElement{AttributeName: aws.String(rng), KeyType: types.KeyTypeRange})
+		}
+		defs = append(defs, in)
+	}
+	add(t.Keys, attrPK, "S", "", "")
+	add(t.Batches, attrAccountID, "S", attrID, "S")
+	add(t.Results, attrBatchID, "S", attrSeq, "N")
+	add(t.Idempotency, attrScope, "S", "", "")
+	return defs
+}
+
+// tableWaitTimeout bounds how long CreateTables waits for a table to become
+// active; on-demand tables usually take seconds.
+const tableWaitTimeout = 5 * time.Minute
+
+// CreateTables creates the tables t names (skipping empty names and tables
+// that already exist), waits until they are active and turns on
+// time-to-live on expiresAt, as template.yaml does. Tests and `evs` use it;
+// deployments get their tables from the template.
+func CreateTables(ctx context.Context, c *dynamodb.Client, t Tables) error {
+	defs := Definitions(t)
+	for i := range defs {
+		_, err := c.CreateTable(ctx, &defs[i])
+		var inUse *types.ResourceInUseException
+		if err != nil && !errors.As(err, &inUse) {
+			return wrapErr("create table "+*defs[i].TableName, err)
+		}
+	}
+	waiter := dynamodb.NewTableExistsWaiter(c, func(o *dynamodb.TableExistsWaiterOptions) {
+		o.MinDelay, o.MaxDelay = 100*time.Millisecond, 2*time.Second
+	})
+	for _, d := range defs {
+		if err := waiter.Wait(ctx, &dynamodb.DescribeTableInput{TableName: d.TableName}, tableWaitTimeout); err != nil {
+			return wrapErr("wait for table "+*d.TableName, err)
+		}
+		_, err := c.UpdateTimeToLive(ctx, &dynamodb.UpdateTimeToLiveInput{
+			TableName: d.TableName,
+			TimeToLiveSpecification: &types.TimeToLiveSpecification{
+				AttributeName: aws.String(attrExpiresAt),
+				Enabled:       aws.Bool(true),
+			},
+		})
+		// Enabling TTL twice is refused with a ValidationException; the
+		// table is then already as wanted.
+		if err != nil && apiCode(err) != "ValidationException" {
+			return wrapErr("enable TTL on "+*d.TableName, err)
+		}
+	}
+	return nil
+}
+
+// Config is what New needs.
+type Config struct {
+	// Client is the DynamoDB client; its retryer handles throttling first.
+	Client *dynamodb.Client
+	// Tables names the tables; operations on an unnamed table fail.
+	Tables Tables
+	// Now is the store's clock, used to hide expired records; nil means
+	// time.Now.
+	Now func() time.Time
+}
+
+// Store is the DynamoDB store. It is safe for concurrent use.
+type Store struct {
+	c      *dynamodb.Client
+	t      Tables
+	now    func() time.Time
+	sleep  func(context.Context, time.Duration) error
+	writer int // concurrent BatchWriteItem calls of CreateBatch
+
+	// putLocks serialize this process's PutResults calls per batch (striped
+	// by a hash of the batch key; a channel so a waiter's deadline holds).
+	// Their transactions all update the batch record, so DynamoDB would
+	// cancel concurrent ones with TransactionConflict anyway; waiting here
+	// is cheaper than retrying.
+	putLocks [64]chan struct{}
+}
+
+// New returns a store on the tables of cfg.
+func New(cfg Config) *Store {
+	now := cfg.Now
+	if now == nil {
+		now = time.Now
+	}
+	s := &Store{c: cfg.Client, t: cfg.Tables, now: now, sleep: sleepCtx, writer: 8}
+	for i := range s.putLocks {
+		s.putLocks[i] = make(chan struct{}, 1)
+	}
+	return s
+}
+
+// lockBatch takes the PutResults lock of the batch with row key rk, or
+// gives up when ctx ends; it returns the unlock function.
+func (s *Store) lockBatch(ctx context.Context, rk string) (func(), error) {
+	h := fnv.New32a()
+	h.Write([]byte(rk))
+	l := s.putLocks[h.Sum32()%uint32(len(s.putLocks))]
+	select {
+	case l <- struct{}{}:
+		return func() { <-l }, nil
+	case <-ctx.Done():
+		return nil, evs.Wrap(fmt.Errorf("dynamostore: wait for the batch's writer: %w", ctx.Err()), evs.CodeUnavailable, msgUnavailable)
+	}
+}
+
+// Close does nothing: the client holds no resources that need releasing.
+func (s *Store) Close() error { return nil }
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	tm := time.NewTimer(d)
+	defer tm.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-tm.C:
+		return nil
+	}
+}
+
+// msgUnavailable is the client-facing message of a dependency fault.
+const msgUnavailable = "The store is unavailable; retry."
+
+// wrapErr turns an error of the DynamoDB client into a store error: coded
+// errors pass through, request mistakes (a bug here, not a fault of the
+// service) stay internal, and everything else — throttling, missing tables,
+// network faults, deadlines — is CodeUnavailable wrapping the cause.
+func wrapErr(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var e *evs.Error
+	if errors.As(err, &e) {
+		return err
+	}
+	wrapped := fmt.Errorf("dynamostore: %s: %w", op, err)
+	switch apiCode(err) {
+	case "ValidationException", "SerializationException":
+		return wrapped
+	}
+	return evs.Wrap(wrapped, evs.CodeUnavailable, msgUnavailable)
+}
+
+// apiCode returns the service's error code of err, or "".
+func apiCode(err error) string {
+	var ae smithy.APIError
+	if errors.As(err, &ae) {
+		return ae.ErrorCode()
+	}
+	return ""
+}
+
+// isConditionFailed tells whether err is a failed ConditionExpression of a
+// single-item write.
+func isConditionFailed(err error) bool {
+	var cf *types.ConditionalCheckFailedException
+	return errors.As(err, &cf)
+}
+
+// Attribute value helpers. Times are stored as epoch milliseconds, the
+// precision the contract suite and the SQLite store keep.
+
+type item = map[string]types.AttributeValue
+
+func avS(s string) types.AttributeValue { return &types.AttributeValueMemberS{Value: s} }
+
+func avN(n int64) types.AttributeValue {
+	return &types.AttributeValueMemberN{Value: strconv.FormatInt(n, 10)}
+}
+
+func avBool(b bool) types.AttributeValue { return &types.AttributeValueMemberBOOL{Value: b} }
+
+func avTime(t time.Time) types.AttributeValue { return avN(t.UnixMilli()) }
+
+// ttlSeconds is the TTL attribute for an expiry at t: rounded up, so the
+// record outlives its last readable millisecond.
+func ttlSeconds(t time.Time) types.AttributeValue {
+	return avN(int64(math.Ceil(float64(t.UnixMilli()) / 1000)))
+}
+
+func getS(it item, name string) string {
+	if v, ok := it[name].(*types.AttributeValueMemberS); ok {
+		return v.Value
+	}
+	return ""
+}
+
+func getN(it item, name string) int64 {
+	if v, ok := it[name].(*types.AttributeValueMemberN); ok {
+		n, err := strconv.ParseInt(v.Value, 10, 64)
+		if err == nil {
+			return n
+		}
+	}
+	return 0
+}
+
+func getBool(it item, name string) bool {
+	if v, ok := it[name].(*types.AttributeValueMemberBOOL); ok {
+		return v.Value
+	}
+	return false
+}
+
+func getB(it item, name string) []byte {
+	if v, ok := it[name].(*types.AttributeValueMemberB); ok {
+		return v.Value
+	}
+	return nil
+}
+
+// getTime reads a millisecond time; a missing attribute is the zero time.
+func getTime(it item, name string) time.Time {
+	if _, ok := it[name]; !ok {
+		return time.Time{}
+	}
+	return time.UnixMilli(getN(it, name)).UTC()
+}

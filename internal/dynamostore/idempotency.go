@@ -1,0 +1,140 @@
+package dynamostore
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/store"
+)
+
+// Idempotency table attributes.
+const (
+	attrFingerprint = "fingerprint"
+	attrState       = "state"
+	attrLockedUntil = "lockedUntil"
+	attrStatusCode  = "statusCode"
+	attrHeaders     = "headers"
+	attrBody        = "body"
+)
+
+// claimAttempts bounds the rare loop of a claim that lost its record between
+// the failed write and the read (released or expired in between).
+const claimAttempts = 5
+
+// ClaimIdempotency writes rec as an in-progress record on the condition that
+// no live record of its scope exists (missing, expired, or a stale claim).
+// The condition is evaluated by DynamoDB on the write, so of concurrent
+// claims exactly one wins; the losers read the winner's record.
+func (s *Store) ClaimIdempotency(ctx context.Context, rec store.IdemRecord, now time.Time) (store.IdemRecord, bool, error) {
+	it := item{
+		attrScope:       avS(rec.Scope),
+		attrFingerprint: avS(rec.Fingerprint),
+		attrState:       avS(store.IdemInProgress),
+		attrLockedUntil: avTime(rec.LockedUntil),
+		attrExpiresAtMs: avTime(rec.ExpiresAt),
+		attrExpiresAt:   ttlSeconds(rec.ExpiresAt),
+	}
+	for range claimAttempts {
+		_, err := s.c.PutItem(ctx, &dynamodb.PutItemInput{
+			TableName: aws.String(s.t.Idempotency),
+			Item:      it,
+			ConditionExpression: aws.String("attribute_not_exists(#sc) OR #exp <= :now OR " +
+				"(#st = :inprogress AND #lu <= :now)"),
+			ExpressionAttributeNames: map[string]string{
+				"#sc": attrScope, "#exp": attrExpiresAtMs, "#st": attrState, "#lu": attrLockedUntil,
+			},
+			ExpressionAttributeValues: item{":now": avTime(now), ":inprogress": avS(store.IdemInProgress)},
+		})
+		if err == nil {
+			return store.IdemRecord{}, true, nil
+		}
+		if !isConditionFailed(err) {
+			return store.IdemRecord{}, false, wrapErr("claim idempotency record", err)
+		}
+		cur, err := s.get(ctx, s.t.Idempotency, item{attrScope: avS(rec.Scope)}, "read idempotency record")
+		if err != nil {
+			return store.IdemRecord{}, false, err
+		}
+		if cur != nil {
+			existing := idemFrom(cur)
+			// The record that beat the write may itself have lapsed by now;
+			// then it is claimable and the loop writes again.
+			if existing.ExpiresAt.After(now) && (existing.State != store.IdemInProgress || existing.LockedUntil.After(now)) {
+				return existing, false, nil
+			}
+		}
+	}
+	return store.IdemRecord{}, false, evs.Wrap(errors.New("dynamostore: idempotency record keeps changing"),
+		evs.CodeUnavailable, msgUnavailable)
+}
+
+func idemFrom(it item) store.IdemRecord {
+	r := store.IdemRecord{
+		Scope:       getS(it, attrScope),
+		Fingerprint: getS(it, attrFingerprint),
+		State:       getS(it, attrState),
+		LockedUntil: getTime(it, attrLockedUntil),
+		ExpiresAt:   getTime(it, attrExpiresAtMs),
+		StatusCode:  int(getN(it, attrStatusCode)),
+		Body:        getB(it, attrBody),
+	}
+	if m, ok := it[attrHeaders].(*types.AttributeValueMemberM); ok {
+		r.Headers = make(map[string]string, len(m.Value))
+		for k := range m.Value {
+			r.Headers[k] = getS(m.Value, k)
+		}
+	}
+	return r
+}
+
+// CompleteIdempotency stores the reply on the in-progress record of scope
+// and marks it done; without such a record it is CodeNotFound, so a reply is
+// never stored twice.
+func (s *Store) CompleteIdempotency(ctx context.Context, scope string, statusCode int, headers map[string]string, body []byte) error {
+	set := "SET #st = :done, #code = :code"
+	names := map[string]string{"#st": attrState, "#code": attrStatusCode}
+	values := item{":done": avS(store.IdemDone), ":code": avN(int64(statusCode)), ":inprogress": avS(store.IdemInProgress)}
+	if len(headers) > 0 {
+		m := make(item, len(headers))
+		for k, v := range headers {
+			m[k] = avS(v)
+		}
+		set += ", #h = :h"
+		names["#h"] = attrHeaders
+		values[":h"] = &types.AttributeValueMemberM{Value: m}
+	}
+	// An empty body is left out rather than stored empty: reading it back
+	// gives the same empty reply.
+	if len(body) > 0 {
+		set += ", #b = :b"
+		names["#b"] = attrBody
+		values[":b"] = &types.AttributeValueMemberB{Value: body}
+	}
+	_, err := s.c.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 aws.String(s.t.Idempotency),
+		Key:                       item{attrScope: avS(scope)},
+		UpdateExpression:          aws.String(set),
+		ConditionExpression:       aws.String("#st = :inprogress"),
+		ExpressionAttributeNames:  names,
+		ExpressionAttributeValues: values,
+	})
+	if isConditionFailed(err) {
+		return evs.Errorf(evs.CodeNotFound, "No idempotency record in progress.")
+	}
+	return wrapErr("complete idempotency record", err)
+}
+
+// ReleaseIdempotency deletes the record of scope; a missing one is no error.
+func (s *Store) ReleaseIdempotency(ctx context.Context, scope string) error {
+	_, err := s.c.DeleteItem(ctx, &dynamodb.DeleteItemInput{
+		TableName: aws.String(s.t.Idempotency),
+		Key:       item{attrScope: avS(scope)},
+	})
+	return wrapErr("release idempotency record", err)
+}

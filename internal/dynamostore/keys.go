@@ -1,0 +1,303 @@
+package dynamostore
+
+import (
+	"context"
+	"errors"
+	"sort"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/store"
+)
+
+// Key prefixes of the Keys table's single-table layout.
+const (
+	prefixAccount = "acct#"
+	prefixName    = "name#"
+	prefixKey     = "key#"
+	prefixKeyID   = "keyid#"
+)
+
+// Keys table attributes.
+const (
+	attrKind       = "kind" // "account" or "key", for the admin scans
+	attrName       = "name"
+	attrTest       = "test"
+	attrSuspended  = "suspended"
+	attrCreatedAt  = "createdAt"
+	attrHash       = "hash"
+	attrKeyID      = "keyId"
+	attrRevoked    = "revoked"
+	attrRevokedAt  = "revokedAt"
+	attrUsageKeyID = "usageKeyId"
+
+	kindAccount = "account"
+	kindKey     = "key"
+)
+
+func notExists() *string { return aws.String("attribute_not_exists(pk)") }
+
+// CreateAccount stores a new account and claims its name in one
+// transaction. A taken ID or name is CodeInvalidState.
+func (s *Store) CreateAccount(ctx context.Context, a store.Account) error {
+	acct := item{
+		attrPK:        avS(prefixAccount + a.ID),
+		attrKind:      avS(kindAccount),
+		attrID:        avS(a.ID),
+		attrName:      avS(a.Name),
+		attrTest:      avBool(a.Test),
+		attrSuspended: avBool(a.Suspended),
+		attrCreatedAt: avTime(a.CreatedAt),
+	}
+	name := item{attrPK: avS(prefixName + a.Name), attrAccountID: avS(a.ID)}
+	_, err := s.c.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
+		{Put: &types.Put{TableName: aws.String(s.t.Keys), Item: acct, ConditionExpression: notExists()}},
+		{Put: &types.Put{TableName: aws.String(s.t.Keys), Item: name, ConditionExpression: notExists()}},
+	}})
+	if failed, ok := conditionFailures(err); ok {
+		if failed[0] {
+			return evs.Errorf(evs.CodeInvalidState, "The account already exists.")
+		}
+		return evs.Errorf(evs.CodeInvalidState, "The account name is taken.")
+	}
+	return wrapErr("create account", err)
+}
+
+// get reads one item of table with a strongly consistent read, so a write
+// that was acknowledged is always seen. A missing item is nil.
+func (s *Store) get(ctx context.Context, table string, key item, op string) (item, error) {
+	out, err := s.c.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(table), Key: key, ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		return nil, wrapErr(op, err)
+	}
+	return out.Item, nil
+}
+
+func accountFrom(it item) store.Account {
+	return store.Account{
+		ID:        getS(it, attrID),
+		Name:      getS(it, attrName),
+		Test:      getBool(it, attrTest),
+		Suspended: getBool(it, attrSuspended),
+		CreatedAt: getTime(it, attrCreatedAt),
+	}
+}
+
+func noAccount() error { return evs.Errorf(evs.CodeNotFound, "No such account.") }
+
+// Account returns the account with id, or CodeNotFound.
+func (s *Store) Account(ctx context.Context, id string) (store.Account, error) {
+	it, err := s.get(ctx, s.t.Keys, item{attrPK: avS(prefixAccount + id)}, "read account")
+	if err != nil {
+		return store.Account{}, err
+	}
+	if it == nil {
+		return store.Account{}, noAccount()
+	}
+	return accountFrom(it), nil
+}
+
+// AccountByName returns the account with that name, or CodeNotFound. It
+// follows the name index entry to the account.
+func (s *Store) AccountByName(ctx context.Context, name string) (store.Account, error) {
+	it, err := s.get(ctx, s.t.Keys, item{attrPK: avS(prefixName + name)}, "read account name")
+	if err != nil {
+		return store.Account{}, err
+	}
+	if it == nil {
+		return store.Account{}, noAccount()
+	}
+	return s.Account(ctx, getS(it, attrAccountID))
+}
+
+// scanKind reads every item of the Keys table of kind. It is a Scan: only
+// admin operations call it.
+func (s *Store) scanKind(ctx context.Context, kind, op string, count bool) ([]item, int, error) {
+	in := &dynamodb.ScanInput{
+		TableName:                 aws.String(s.t.Keys),
+		FilterExpression:          aws.String("#k = :k"),
+		ExpressionAttributeNames:  map[string]string{"#k": attrKind},
+		ExpressionAttributeValues: item{":k": avS(kind)},
+		ConsistentRead:            aws.Bool(true),
+	}
+	if count {
+		in.Select = types.SelectCount
+	}
+	var (
+		items []item
+		n     int
+	)
+	p := dynamodb.NewScanPaginator(s.c, in)
+	for p.HasMorePages() {
+		page, err := p.NextPage(ctx)
+		if err != nil {
+			return nil, 0, wrapErr(op, err)
+		}
+		items = append(items, page.Items...)
+		n += int(page.Count)
+	}
+	return items, n, nil
+}
+
+// CountAccounts returns the number of accounts (a Scan: it runs once, at
+// first start).
+func (s *Store) CountAccounts(ctx context.Context) (int, error) {
+	_, n, err := s.scanKind(ctx, kindAccount, "count accounts", true)
+	return n, err
+}
+
+// CreateKey stores a key and claims its short ID in one transaction, on the
+// condition that its account exists. An unknown account is CodeNotFound; a
+// taken hash or ID is CodeInvalidState.
+func (s *Store) CreateKey(ctx context.Context, k store.Key) error {
+	key := keyItem(k)
+	_, err := s.c.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
+		{ConditionCheck: &types.ConditionCheck{
+			TableName:           aws.String(s.t.Keys),
+			Key:                 item{attrPK: avS(prefixAccount + k.AccountID)},
+			ConditionExpression: aws.String("attribute_exists(pk)"),
+		}},
+		{Put: &types.Put{TableName: aws.String(s.t.Keys), Item: key, ConditionExpression: notExists()}},
+		{Put: &types.Put{
+			TableName:           aws.String(s.t.Keys),
+			Item:                item{attrPK: avS(prefixKeyID + k.ID), attrHash: avS(k.Hash)},
+			ConditionExpression: notExists(),
+		}},
+	}})
+	if failed, ok := conditionFailures(err); ok {
+		if failed[0] {
+			return noAccount()
+		}
+		return evs.Errorf(evs.CodeInvalidState, "The key already exists.")
+	}
+	return wrapErr("create key", err)
+}
+
+func keyItem(k store.Key) item {
+	it := item{
+		attrPK:         avS(prefixKey + k.Hash),
+		attrKind:       avS(kindKey),
+		attrHash:       avS(k.Hash),
+		attrKeyID:      avS(k.ID),
+		attrAccountID:  avS(k.AccountID),
+		attrRevoked:    avBool(k.Revoked),
+		attrCreatedAt:  avTime(k.CreatedAt),
+		attrUsageKeyID: avS(k.UsageKeyID),
+	}
+	if !k.RevokedAt.IsZero() {
+		it[attrRevokedAt] = avTime(k.RevokedAt)
+	}
+	return it
+}
+
+func keyFrom(it item) store.Key {
+	return store.Key{
+		ID:         getS(it, attrKeyID),
+		Hash:       getS(it, attrHash),
+		AccountID:  getS(it, attrAccountID),
+		Revoked:    getBool(it, attrRevoked),
+		CreatedAt:  getTime(it, attrCreatedAt),
+		RevokedAt:  getTime(it, attrRevokedAt),
+		UsageKeyID: getS(it, attrUsageKeyID),
+	}
+}
+
+func noKey() error { return evs.Errorf(evs.CodeNotFound, "No such key.") }
+
+// KeyByHash returns the key with that hash, or CodeNotFound.
+func (s *Store) KeyByHash(ctx context.Context, hash string) (store.Key, error) {
+	it, err := s.get(ctx, s.t.Keys, item{attrPK: avS(prefixKey + hash)}, "read key")
+	if err != nil {
+		return store.Key{}, err
+	}
+	if it == nil {
+		return store.Key{}, noKey()
+	}
+	return keyFrom(it), nil
+}
+
+// RevokeKey marks the key whose hash or short ID is idOrHash revoked at now;
+// a key revoked before keeps its first revocation time. An ID is resolved
+// through its index entry (one GetItem, no Scan).
+func (s *Store) RevokeKey(ctx context.Context, idOrHash string, now time.Time) (store.Key, error) {
+	if idOrHash == "" {
+		return store.Key{}, noKey()
+	}
+	hash := idOrHash
+	it, err := s.get(ctx, s.t.Keys, item{attrPK: avS(prefixKey + idOrHash)}, "read key")
+	if err != nil {
+		return store.Key{}, err
+	}
+	if it == nil {
+		ix, err := s.get(ctx, s.t.Keys, item{attrPK: avS(prefixKeyID + idOrHash)}, "read key ID")
+		if err != nil {
+			return store.Key{}, err
+		}
+		if ix == nil {
+			return store.Key{}, noKey()
+		}
+		hash = getS(ix, attrHash)
+	}
+	out, err := s.c.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 aws.String(s.t.Keys),
+		Key:                       item{attrPK: avS(prefixKey + hash)},
+		UpdateExpression:          aws.String("SET #r = :t, #ra = if_not_exists(#ra, :now)"),
+		ConditionExpression:       aws.String("attribute_exists(pk)"),
+		ExpressionAttributeNames:  map[string]string{"#r": attrRevoked, "#ra": attrRevokedAt},
+		ExpressionAttributeValues: item{":t": avBool(true), ":now": avTime(now)},
+		ReturnValues:              types.ReturnValueAllNew,
+	})
+	if isConditionFailed(err) {
+		return store.Key{}, noKey()
+	}
+	if err != nil {
+		return store.Key{}, wrapErr("revoke key", err)
+	}
+	return keyFrom(out.Attributes), nil
+}
+
+// ListKeys returns every key, oldest first (a Scan: `evs keys list` only).
+func (s *Store) ListKeys(ctx context.Context) ([]store.Key, error) {
+	items, _, err := s.scanKind(ctx, kindKey, "list keys", false)
+	if err != nil {
+		return nil, err
+	}
+	keys := make([]store.Key, len(items))
+	for i, it := range items {
+		keys[i] = keyFrom(it)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if !keys[i].CreatedAt.Equal(keys[j].CreatedAt) {
+			return keys[i].CreatedAt.Before(keys[j].CreatedAt)
+		}
+		return keys[i].Hash < keys[j].Hash
+	})
+	return keys, nil
+}
+
+// conditionFailures tells, for an error of TransactWriteItems, whether it
+// is a cancellation in which only conditions failed, and which of the
+// transaction's items failed theirs. Any other reason (a conflict, a
+// throttled item) is not a condition outcome, so ok is false.
+func conditionFailures(err error) (failed []bool, ok bool) {
+	var tc *types.TransactionCanceledException
+	if err == nil || !errors.As(err, &tc) {
+		return nil, false
+	}
+	failed = make([]bool, len(tc.CancellationReasons))
+	any := false
+	for i, r := range tc.CancellationReasons {
+		switch aws.ToString(r.Code) {
+		case "ConditionalCheckFailed":
+			failed[i], any = true, true
+		case "", "None":
+		default:
+			return nil, false
+		}
+	}
+	return failed, any
+}
