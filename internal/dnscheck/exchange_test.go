@@ -133,6 +133,8 @@ func TestFormerrRetriedWithoutEDNS(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("got %+v, want %+v", got, want)
 	}
+	mu.Lock()
+	defer mu.Unlock()
 	if withOpt != 1 || without != 1 {
 		t.Fatalf("queries with EDNS0 %d, without %d; want 1 and 1", withOpt, without)
 	}
