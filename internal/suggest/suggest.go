@@ -1,0 +1,215 @@
+// Package suggest proposes a correction when an address's domain looks like
+// a typo of a well-known mail provider (gmial.com → gmail.com).
+//
+// A wrong suggestion is worse than none: it nudges a person away from their
+// real address. So the matcher is deliberately conservative, more so than
+// plain edit distance:
+//
+//   - a domain that is itself well known, or listed as free or disposable by
+//     package lists, is never corrected;
+//   - a misspelt provider label ("gmial") is corrected only for labels of
+//     five or more letters: short labels have too many real neighbours
+//     (ao.com, aal.com and gmz.com are real domains, not misspelt aol.com or
+//     gmx.com);
+//   - the label may be one edit away (a transposition counts as one), or two
+//     for labels of eight or more letters; six- and seven-letter labels stay
+//     at one because real words sit two edits away (oracle/orange,
+//     liberty/libero, yankee/yandex);
+//   - the first letter must match, or the first two be swapped: a different
+//     first letter is a different word more often than a typo (cloud.com is
+//     not icloud.com, email.com not gmail.com);
+//   - a misspelt suffix is corrected within one edit when the label is
+//     exactly a provider's. A suffix that cannot exist (".con", ".cmo",
+//     ".comm") is always a typo. One that exists is only corrected when a
+//     letter was dropped (".co", ".cm" for ".com") and the label has five or
+//     more letters (gmail.co, not aol.co or mail.co): swapping one real
+//     country code for another is how providers name regional domains
+//     (hotmail.be, outlook.ie, yahoo.se);
+//   - label and suffix misspelt together (gmial.con) only when the suffix
+//     cannot exist;
+//   - when two providers are equally close the input is left alone.
+package suggest
+
+import (
+	"strings"
+
+	"golang.org/x/net/publicsuffix"
+
+	"github.com/evs-dev/evs/internal/lists"
+)
+
+// known holds the provider domains a suggestion may name: the ones people
+// most often mistype. Every one is in lists' free list (a test checks).
+var known = []string{
+	"126.com", "163.com", "aim.com", "aol.com", "att.net", "bellsouth.net",
+	"btinternet.com", "comcast.net", "cox.net", "free.fr", "gmail.com",
+	"gmx.com", "gmx.de", "gmx.net", "googlemail.com", "hotmail.co.uk",
+	"hotmail.com", "hotmail.de", "hotmail.es", "hotmail.fr", "hotmail.it",
+	"icloud.com", "libero.it", "live.com", "mac.com", "mail.com", "mail.ru",
+	"me.com", "msn.com", "naver.com", "orange.fr", "outlook.com",
+	"outlook.de", "outlook.fr", "proton.me", "protonmail.com", "qq.com",
+	"rocketmail.com", "sbcglobal.net", "t-online.de", "tutanota.com",
+	"verizon.net", "wanadoo.fr", "web.de", "y7mail.com", "yahoo.co.uk",
+	"yahoo.com", "yahoo.de", "yahoo.fr", "yandex.com", "yandex.ru",
+	"ymail.com", "zoho.com",
+}
+
+// target is a known domain split where the matcher compares it.
+type target struct {
+	domain, label, rest string
+}
+
+var targets = func() []target {
+	ts := make([]target, len(known))
+	for i, d := range known {
+		label, rest, _ := strings.Cut(d, ".")
+		ts[i] = target{d, label, rest}
+	}
+	return ts
+}()
+
+// minEditLabel is the shortest provider label that may be reached by
+// editing the input's label; see the package comment for why.
+const minEditLabel = 5
+
+// twoEditLabel is the shortest provider label that may be two edits from
+// the input's label.
+const twoEditLabel = 8
+
+// maxLabelEdits is how many edits a misspelt label may be from the
+// provider's label.
+func maxLabelEdits(label string) int {
+	switch {
+	case len(label) < minEditLabel:
+		return 0
+	case len(label) < twoEditLabel:
+		return 1
+	default:
+		return 2
+	}
+}
+
+// Domain returns a corrected domain when d looks like a typo of a well-known
+// mail domain (gmial.com → gmail.com, gmail.con → gmail.com), else
+// ("", false). d must be lower-case ASCII (A-labels), as package address
+// produces it.
+func Domain(d string) (string, bool) {
+	if lists.Free(d) || lists.Disposable(d) {
+		return "", false
+	}
+	return Typo(d, 3)
+}
+
+// Typo is Domain without consulting the free and disposable lists, and
+// without corrections of more than maxEdits edits in label and suffix
+// together. The list generator uses it to keep one-edit typo-squats
+// (gmial.com) out of the free list, where they would suppress their own
+// correction, while less certain matches keep the benefit of the doubt;
+// everyone else wants Domain.
+func Typo(d string, maxEdits int) (string, bool) {
+	label, rest, ok := strings.Cut(d, ".")
+	if !ok || label == "" || rest == "" {
+		return "", false
+	}
+	// Computed lazily: most inputs are not near any provider at all.
+	realSuffix := -1
+	isReal := func() bool {
+		if realSuffix < 0 {
+			realSuffix = 0
+			if _, icann := publicsuffix.PublicSuffix(rest); icann {
+				realSuffix = 1
+			}
+		}
+		return realSuffix == 1
+	}
+
+	best, bestScore, tie := "", 0, false
+	for i := range targets {
+		t := &targets[i]
+		if t.domain == d {
+			return "", false
+		}
+		rd := distance(rest, t.rest, 1)
+		if rd > 1 {
+			continue
+		}
+		ld := 0
+		if label != t.label {
+			max := maxLabelEdits(t.label)
+			if max == 0 || !sameStart(label, t.label) {
+				continue
+			}
+			if ld = distance(label, t.label, max); ld > max {
+				continue
+			}
+		}
+		if rd == 1 && isReal() && (ld > 0 || len(t.label) < minEditLabel || len(rest) != len(t.rest)-1) {
+			continue
+		}
+		score := ld + rd
+		if score > maxEdits {
+			continue
+		}
+		switch {
+		case best == "" || score < bestScore:
+			best, bestScore, tie = t.domain, score, false
+		case score == bestScore:
+			tie = true
+		}
+	}
+	if best == "" || tie {
+		return "", false
+	}
+	return best, true
+}
+
+// sameStart reports whether a misspelling keeps the first letter of the
+// label, or only swaps the first two letters.
+func sameStart(s, label string) bool {
+	if len(s) < 2 {
+		return false
+	}
+	return s[0] == label[0] || s[0] == label[1] && s[1] == label[0]
+}
+
+// maxLen bounds the strings distance compares so its rows live on the
+// stack; provider labels and suffixes are far shorter.
+const maxLen = 24
+
+// distance returns the optimal-string-alignment distance between a and b
+// (Levenshtein plus transposition of adjacent bytes, each edit once), or
+// max+1 once it is known to exceed max.
+func distance(a, b string, max int) int {
+	if a == b {
+		return 0
+	}
+	if d := len(a) - len(b); d > max || -d > max || len(a) >= maxLen || len(b) >= maxLen {
+		return max + 1
+	}
+	var rows [3][maxLen + 1]int
+	prev2, prev, cur := &rows[0], &rows[1], &rows[2]
+	for j := 0; j <= len(b); j++ {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		rowMin := cur[0]
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			v := min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
+				v = min(v, prev2[j-2]+1)
+			}
+			cur[j] = v
+			rowMin = min(rowMin, v)
+		}
+		if rowMin > max {
+			return max + 1
+		}
+		prev2, prev, cur = prev, cur, prev2
+	}
+	return min(prev[len(b)], max+1)
+}
