@@ -159,9 +159,10 @@ func New(cfg Config) (*Resolver, error) {
 		r.mail = newTTLCache[MailResult](size)
 		r.hosts = newTTLCache[hostResult](size)
 	}
-	// A mail lookup is at most an MX query then A and AAAA in parallel,
-	// each possibly over UDP and TCP on every server in every attempt.
-	r.budget = 2 * 2 * time.Duration(r.attempts*len(r.servers)) * r.timeout
+	// A mail lookup is at most an MX query then A and AAAA in parallel;
+	// each tries every server in every attempt with up to three exchanges
+	// (UDP, UDP without EDNS0, TCP), each bounded by the timeout.
+	r.budget = 2 * 3 * time.Duration(r.attempts*len(r.servers)) * r.timeout
 	return r, nil
 }
 
@@ -243,6 +244,34 @@ func (r *Resolver) resolveMail(ctx context.Context, name string) (MailResult, ti
 		return res, negativeTTL(resp)
 	}
 
+	res, ttl, done := mxAnswer(resp, name)
+	if done {
+		return res, ttl
+	}
+
+	// No MX at all: RFC 5321 section 5.1 falls back to the domain's own
+	// addresses.
+	negTTL := negativeTTL(resp)
+	ar, f := r.lookupAddrs(ctx, name)
+	switch {
+	case len(ar.addrs) > 0:
+		res.Outcome, res.Implicit = OutcomeOK, true
+		res.MX = []MX{{Host: name, Pref: 0}}
+		return res, min(ttl, negTTL, ar.ttl)
+	case f != nil:
+		res.Outcome, res.Rcode, res.Err = OutcomeError, f.rcode, f.kind
+		return res, 0
+	default:
+		res.Outcome = OutcomeNoRecords
+		return res, min(negTTL, ar.ttl)
+	}
+}
+
+// mxAnswer reads a NOERROR answer to an MX query for name. done is false
+// when the answer holds no MX at all, so that the caller falls back to
+// address records; ttl is then the smallest TTL of the CNAME chain.
+func mxAnswer(resp *dns.Msg, name string) (res MailResult, ttl time.Duration, done bool) {
+	res = MailResult{Domain: name, Rcode: rcodeString(resp.Rcode)}
 	rrs, ttl := chase(resp, name, dns.TypeMX)
 	null := false
 	for _, rr := range rrs {
@@ -268,31 +297,16 @@ func (r *Resolver) resolveMail(ctx context.Context, name string) (MailResult, ti
 			return strings.Compare(a.Host, b.Host)
 		})
 		res.Outcome = OutcomeOK
-		return res, ttl
+		return res, ttl, true
 	}
 	if null {
 		// The null MX record is published data with its own TTL, not an
 		// absence, so its TTL says how long the statement holds.
 		res.Outcome = OutcomeNullMX
-		return res, ttl
+		return res, ttl, true
 	}
 
-	// No MX at all: RFC 5321 section 5.1 falls back to the domain's own
-	// addresses.
-	negTTL := negativeTTL(resp)
-	ar, f := r.lookupAddrs(ctx, name)
-	switch {
-	case len(ar.addrs) > 0:
-		res.Outcome, res.Implicit = OutcomeOK, true
-		res.MX = []MX{{Host: name, Pref: 0}}
-		return res, min(ttl, negTTL, ar.ttl)
-	case f != nil:
-		res.Outcome, res.Rcode, res.Err = OutcomeError, f.rcode, f.kind
-		return res, 0
-	default:
-		res.Outcome = OutcomeNoRecords
-		return res, min(negTTL, ar.ttl)
-	}
+	return res, ttl, false
 }
 
 // addrResult is the merged answer of an A and an AAAA query.
