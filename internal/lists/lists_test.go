@@ -206,6 +206,9 @@ func validHost(h string) bool {
 	if len(h) > 253 || !strings.Contains(h, ".") {
 		return false
 	}
+	if strings.Trim(h[strings.LastIndexByte(h, '.')+1:], "0123456789") == "" {
+		return false
+	}
 	for _, l := range strings.Split(h, ".") {
 		if l == "" || len(l) > 63 || l[0] == '-' || l[len(l)-1] == '-' {
 			return false

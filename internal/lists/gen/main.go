@@ -123,9 +123,13 @@ func normalize(d string) (string, bool) {
 }
 
 // validHost reports whether h is a lower-case LDH host name with at least
-// two labels.
+// two labels and a top-level label that is not all digits (so not an IPv4
+// address).
 func validHost(h string) bool {
 	if len(h) > 253 || !strings.Contains(h, ".") {
+		return false
+	}
+	if strings.Trim(h[strings.LastIndexByte(h, '.')+1:], "0123456789") == "" {
 		return false
 	}
 	for _, l := range strings.Split(h, ".") {
