@@ -65,6 +65,8 @@ func TestDomain(t *testing.T) {
 		{"liberty.it", "", "two edits from libero.it"},
 		{"yankee.com", "", "two edits from yandex.com"},
 		{"hotmail.fe", "", "ties hotmail.de and hotmail.fr"},
+		{"never.com", "", "naver.com is not a target: too close to words"},
+		{"tv-online.de", "", "t-online.de is not a target"},
 		{"outlook.ie", "", "real suffix swapped for another"},
 		{"gmail.net", "", "suffix too far"},
 		{"gmail.c", "", "two edits in the suffix"},
