@@ -404,7 +404,10 @@ func (s *Store) PutResults(ctx context.Context, accountID, id string, results []
 // gone), so nothing was written and nothing more should be.
 func (s *Store) putChunk(ctx context.Context, accountID, id string, chunk []store.Result) (final bool, err error) {
 	rk := avS(rowKey(accountID, id))
-	for attempt := 0; len(chunk) > 0; attempt++ {
+	// attempt counts only the retries that made no progress (conflicts,
+	// throttling); dropping written results always shrinks the chunk.
+	attempt := 0
+	for len(chunk) > 0 {
 		if attempt >= writeAttempts {
 			return false, evs.Wrap(fmt.Errorf("dynamostore: results transaction cancelled %d times", attempt),
 				evs.CodeUnavailable, msgUnavailable)
@@ -467,11 +470,13 @@ func (s *Store) putChunk(ctx context.Context, accountID, id string, chunk []stor
 				retryLater = true
 			}
 		}
+		progress := len(keep) < len(chunk)
 		chunk = keep
-		if retryLater || (batchCode != "" && batchCode != "None") {
+		if retryLater || !progress || (batchCode != "" && batchCode != "None") {
 			if err := s.backoff(ctx, attempt); err != nil {
 				return false, wrapErr("write results", err)
 			}
+			attempt++
 		}
 	}
 	return false, nil

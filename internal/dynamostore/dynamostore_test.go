@@ -1,15 +1,22 @@
 package dynamostore_test
 
 import (
+	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"os"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/smithy-go/middleware"
 
 	"github.com/evs-dev/evs/internal/dynamostore"
+	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/mototest"
 	"github.com/evs-dev/evs/internal/store"
 	"github.com/evs-dev/evs/internal/store/storetest"
@@ -48,4 +55,321 @@ func TestContract(t *testing.T) {
 	storetest.Run(t, func(t *testing.T, now func() time.Time) store.Store {
 		return newStore(t, now)
 	})
+}
+
+// hook lets a test fail or alter calls of the client: before runs ahead of
+// every call with its input and may fail it; after sees each call's error and
+// returns the one the store gets.
+type hook struct {
+	before func(in any) error
+	after  func(in any, err error) error
+}
+
+// inject adds h to a client as middleware ahead of the retryer, so an
+// injected error is returned as is.
+func inject(h hook) func(*dynamodb.Options) {
+	return func(o *dynamodb.Options) {
+		o.APIOptions = append(o.APIOptions, func(st *middleware.Stack) error {
+			return st.Initialize.Add(middleware.InitializeMiddlewareFunc("evs-test-hook",
+				func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
+					if h.before != nil {
+						if err := h.before(in.Parameters); err != nil {
+							return middleware.InitializeOutput{}, middleware.Metadata{}, err
+						}
+					}
+					out, md, err := next.HandleInitialize(ctx, in)
+					if h.after != nil {
+						err = h.after(in.Parameters, err)
+					}
+					return out, md, err
+				}), middleware.After)
+		})
+	}
+}
+
+var (
+	t0        = time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
+	clock     = func() time.Time { return t0 }
+	errFault  = errors.New("injected fault")
+	statusSet = []string{"deliverable", "undeliverable", "risky", "unknown"}
+)
+
+// newBatch creates a queued batch of n items with dups duplicates.
+func newBatch(t testing.TB, st store.Store, id string, n, dups int) store.Batch {
+	t.Helper()
+	b := store.Batch{ID: id, AccountID: "acct", Mode: "quick", State: store.StateQueued,
+		CreatedAt: t0, ExpiresAt: t0.Add(time.Hour), Counters: store.Counters{Total: n + dups, Duplicates: dups}}
+	if err := st.CreateBatch(context.Background(), b, itemsOf(n)); err != nil {
+		t.Fatalf("CreateBatch %s: %v", id, err)
+	}
+	return b
+}
+
+func itemsOf(n int) []store.Item {
+	items := make([]store.Item, n)
+	for i := range items {
+		d := fmt.Sprintf("d%d.example", i%13)
+		items[i] = store.Item{Seq: i, Email: fmt.Sprintf("u%d@%s", i, d), Domain: d}
+	}
+	return items
+}
+
+// resultsOf returns the results of seqs [from, to); seq s gets status
+// statusSet[s%4].
+func resultsOf(from, to int) []store.Result {
+	rs := make([]store.Result, 0, to-from)
+	for s := from; s < to; s++ {
+		rs = append(rs, store.Result{Seq: s, Email: fmt.Sprintf("u%d@d%d.example", s, s%13),
+			Status: statusSet[s%4], Decision: fmt.Appendf(nil, `{"seq":%d}`, s)})
+	}
+	return rs
+}
+
+// countersOf is what the counters of a batch with results for seqs [0, n)
+// must be.
+func countersOf(n, total, dups int) store.Counters {
+	c := store.Counters{Total: total, Duplicates: dups, Processed: n}
+	for s := range n {
+		switch statusSet[s%4] {
+		case "deliverable":
+			c.Deliverable++
+		case "undeliverable":
+			c.Undeliverable++
+		case "risky":
+			c.Risky++
+		case "unknown":
+			c.Unknown++
+		}
+	}
+	return c
+}
+
+func wantCode(t *testing.T, err error, code, what string) {
+	t.Helper()
+	if got := evs.ErrorCode(err); got != code {
+		t.Fatalf("%s: error %v (code %q), want code %q", what, err, got, code)
+	}
+}
+
+// A redelivered SQS message repeats PutResults calls, whole or in part, in
+// calls larger than one transaction; every result is counted once. The
+// store finds already-written results from the old items DynamoDB returns
+// with a cancelled transaction and, when it returns none, by reading them.
+func TestRedeliveryCountsOnce(t *testing.T) {
+	for _, oldItems := range []bool{true, false} {
+		t.Run(fmt.Sprintf("oldItems=%v", oldItems), func(t *testing.T) {
+			ctx := context.Background()
+			var h hook
+			if !oldItems {
+				h.after = func(_ any, err error) error {
+					var tc *types.TransactionCanceledException
+					if errors.As(err, &tc) {
+						for i := range tc.CancellationReasons {
+							tc.CancellationReasons[i].Item = nil
+						}
+					}
+					return err
+				}
+			}
+			st := newStore(t, clock, inject(h))
+			const n = 250
+			newBatch(t, st, "b1", n, 4)
+			steps := []struct {
+				name     string
+				from, to int
+				want     int // results written after the step
+			}{
+				{"first half", 0, 120, 120},
+				{"same again", 0, 120, 120},
+				{"overlapping, over several transactions", 60, 200, 200},
+				{"all but the last", 0, n - 1, n - 1},
+				{"everything", 0, n, n},
+				{"everything after completion", 0, n, n},
+			}
+			for _, s := range steps {
+				b, err := st.PutResults(ctx, "acct", "b1", resultsOf(s.from, s.to), t0.Add(time.Minute))
+				if err != nil {
+					t.Fatalf("%s: PutResults: %v", s.name, err)
+				}
+				if want := countersOf(s.want, n+4, 4); b.Counters != want {
+					t.Fatalf("%s: counters %+v, want %+v", s.name, b.Counters, want)
+				}
+				if wantState := map[bool]string{true: store.StateCompleted, false: store.StateQueued}[s.want == n]; b.State != wantState {
+					t.Fatalf("%s: state %s, want %s", s.name, b.State, wantState)
+				}
+			}
+			rs, err := st.Results(ctx, "acct", "b1", -1, 1000, "")
+			if err != nil || len(rs) != n {
+				t.Fatalf("Results = %d results, %v; want %d", len(rs), err, n)
+			}
+			for i, r := range rs {
+				if want := resultsOf(i, i+1)[0]; r.Seq != want.Seq || r.Status != want.Status || r.Email != want.Email || !bytes.Equal(r.Decision, want.Decision) {
+					t.Fatalf("Results[%d] = %+v, want %+v", i, r, want)
+				}
+			}
+
+			// A result for a seq the batch does not have is refused, and its
+			// transaction's other results are not written either.
+			newBatch(t, st, "b2", 3, 0)
+			bad := append(resultsOf(0, 2), store.Result{Seq: 7, Status: "risky"})
+			_, err = st.PutResults(ctx, "acct", "b2", bad, t0)
+			wantCode(t, err, evs.CodeInvalidRequest, "PutResults with an unknown seq")
+			b, err := st.Batch(ctx, "acct", "b2")
+			if err != nil || b.Counters.Processed != 0 {
+				t.Fatalf("batch after the refused results: %+v, %v; want nothing processed", b.Counters, err)
+			}
+			_, err = st.PutResults(ctx, "acct", "b2", []store.Result{{Seq: 0, Status: "excellent"}}, t0)
+			wantCode(t, err, evs.CodeInvalidRequest, "PutResults with an unknown status")
+		})
+	}
+}
+
+// A crash between the last results transaction and the batch's completion
+// leaves the batch running with every result; the redelivered message
+// completes it without counting anything again.
+func TestRedeliveryCompletes(t *testing.T) {
+	ctx := context.Background()
+	var failUpdates atomic.Bool
+	st := newStore(t, clock, inject(hook{before: func(in any) error {
+		if _, ok := in.(*dynamodb.UpdateItemInput); ok && failUpdates.Load() {
+			return errFault
+		}
+		return nil
+	}}))
+	newBatch(t, st, "b1", 10, 0)
+	failUpdates.Store(true)
+	_, err := st.PutResults(ctx, "acct", "b1", resultsOf(0, 10), t0.Add(time.Minute))
+	if !errors.Is(err, errFault) {
+		t.Fatalf("PutResults with completion failing: %v, want the injected fault", err)
+	}
+	failUpdates.Store(false)
+	b, err := st.Batch(ctx, "acct", "b1")
+	if err != nil || b.State != store.StateQueued || b.Counters != countersOf(10, 10, 0) {
+		t.Fatalf("batch after the crash = %+v, %v; want queued with every result counted", b, err)
+	}
+	done := t0.Add(2 * time.Minute)
+	b, err = st.PutResults(ctx, "acct", "b1", resultsOf(0, 10), done)
+	if err != nil || b.State != store.StateCompleted || !b.CompletedAt.Equal(done) || b.Counters != countersOf(10, 10, 0) {
+		t.Fatalf("redelivered PutResults = %+v, %v; want completed at %v, counted once", b, err, done)
+	}
+}
+
+// Concurrent transactions on the batch record are cancelled by DynamoDB
+// with TransactionConflict (moto never does it, so it is injected); the
+// store retries them and counts each result once.
+func TestTransactionConflictRetried(t *testing.T) {
+	ctx := context.Background()
+	var calls atomic.Int32
+	st := newStore(t, clock, inject(hook{before: func(in any) error {
+		tx, ok := in.(*dynamodb.TransactWriteItemsInput)
+		if !ok || calls.Add(1) > 2 {
+			return nil
+		}
+		reasons := make([]types.CancellationReason, len(tx.TransactItems))
+		for i := range reasons {
+			reasons[i].Code = aws.String("None")
+		}
+		reasons[len(reasons)-1].Code = aws.String("TransactionConflict")
+		return &types.TransactionCanceledException{Message: aws.String("conflict"), CancellationReasons: reasons}
+	}}))
+	newBatch(t, st, "b1", 30, 0)
+	b, err := st.PutResults(ctx, "acct", "b1", resultsOf(0, 30), t0)
+	if err != nil {
+		t.Fatalf("PutResults: %v", err)
+	}
+	if b.Counters != countersOf(30, 30, 0) || b.State != store.StateCompleted {
+		t.Fatalf("after conflicts: %+v, want completed with 30 counted", b)
+	}
+	if got := calls.Load(); got != 3 {
+		t.Errorf("TransactWriteItems calls = %d, want 3 (two conflicts, one success)", got)
+	}
+}
+
+// CreateBatch writes the items before it makes the batch visible: a crash
+// (here an injected fault) at any step leaves no batch a reader can see,
+// not even a half-written one, and nothing to resume.
+func TestCreateBatchCrashLeavesNothingVisible(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		fail func(in any, n int32) bool // n counts the calls of in's kind
+	}{
+		{"claiming the ID", func(in any, n int32) bool { _, ok := in.(*dynamodb.PutItemInput); return ok }},
+		{"writing items", func(in any, n int32) bool { _, ok := in.(*dynamodb.BatchWriteItemInput); return ok && n > 5 }},
+		{"publishing", func(in any, n int32) bool { _, ok := in.(*dynamodb.UpdateItemInput); return ok }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx := context.Background()
+			var writes atomic.Int32
+			c1 := mototest.DynamoDB(t, inject(hook{before: func(in any) error {
+				n := int32(0)
+				if _, ok := in.(*dynamodb.BatchWriteItemInput); ok {
+					n = writes.Add(1)
+				}
+				if c.fail(in, n) {
+					return errFault
+				}
+				return nil
+			}}))
+			tables := newTables(t, c1)
+			crashing := dynamostore.New(dynamostore.Config{Client: c1, Tables: tables, Now: clock})
+			b := store.Batch{ID: "b1", AccountID: "acct", Mode: "quick", State: store.StateQueued,
+				CreatedAt: t0, ExpiresAt: t0.Add(time.Hour), Counters: store.Counters{Total: 1000}}
+			err := crashing.CreateBatch(ctx, b, itemsOf(1000))
+			if !errors.Is(err, errFault) {
+				t.Fatalf("CreateBatch: %v, want the injected fault", err)
+			}
+
+			// Another process's view of the same tables.
+			st := dynamostore.New(dynamostore.Config{Client: mototest.DynamoDB(t), Tables: tables, Now: clock})
+			_, err = st.Batch(ctx, "acct", "b1")
+			wantCode(t, err, evs.CodeNotFound, "Batch")
+			_, err = st.PendingItems(ctx, "acct", "b1", -1, 10)
+			wantCode(t, err, evs.CodeNotFound, "PendingItems")
+			_, err = st.Results(ctx, "acct", "b1", -1, 10, "")
+			wantCode(t, err, evs.CodeNotFound, "Results")
+			_, err = st.PutResults(ctx, "acct", "b1", resultsOf(0, 5), t0)
+			wantCode(t, err, evs.CodeNotFound, "PutResults")
+			_, err = st.TransitionBatch(ctx, "acct", "b1", []string{store.StateQueued}, store.StateRunning, "", t0)
+			wantCode(t, err, evs.CodeNotFound, "TransitionBatch")
+			unfinished, err := st.UnfinishedBatches(ctx)
+			if err != nil || len(unfinished) != 0 {
+				t.Fatalf("UnfinishedBatches = %+v, %v; want none", unfinished, err)
+			}
+		})
+	}
+}
+
+// Past ExpiresAt a batch and an idempotency record read as missing while
+// their items are still in the tables: DynamoDB's TTL deletes them lazily.
+func TestExpiredRecordsStayInTablesButReadAsMissing(t *testing.T) {
+	ctx := context.Background()
+	clk := storetest.NewClock(t0)
+	c := mototest.DynamoDB(t)
+	tables := newTables(t, c)
+	st := dynamostore.New(dynamostore.Config{Client: c, Tables: tables, Now: clk.Now})
+	newBatch(t, st, "b1", 3, 0)
+	rec := store.IdemRecord{Scope: "s", Fingerprint: "f", State: store.IdemInProgress, LockedUntil: t0.Add(2 * time.Hour), ExpiresAt: t0.Add(time.Hour)}
+	if _, _, err := st.ClaimIdempotency(ctx, rec, t0); err != nil {
+		t.Fatal(err)
+	}
+	clk.Set(t0.Add(time.Hour))
+	_, err := st.Batch(ctx, "acct", "b1")
+	wantCode(t, err, evs.CodeNotFound, "Batch at ExpiresAt")
+	if unfinished, err := st.UnfinishedBatches(ctx); err != nil || len(unfinished) != 0 {
+		t.Fatalf("UnfinishedBatches = %v, %v; want none", unfinished, err)
+	}
+	_, err = st.TransitionBatch(ctx, "acct", "b1", []string{store.StateQueued}, store.StateRunning, "", clk.Now())
+	wantCode(t, err, evs.CodeNotFound, "TransitionBatch at ExpiresAt")
+	rec2 := rec
+	rec2.Fingerprint = "g"
+	if _, claimed, err := st.ClaimIdempotency(ctx, rec2, clk.Now()); err != nil || !claimed {
+		t.Fatalf("claim of an expired scope: claimed=%v, %v", claimed, err)
+	}
+	out, err := c.Scan(ctx, &dynamodb.ScanInput{TableName: aws.String(tables.Batches)})
+	if err != nil || len(out.Items) != 1 {
+		t.Fatalf("Batches table holds %d items (%v), want the expired one still there", len(out.Items), err)
+	}
+	if _, ok := out.Items[0]["expiresAt"].(*types.AttributeValueMemberN); !ok {
+		t.Errorf("batch item has no numeric TTL attribute expiresAt: %v", out.Items[0])
+	}
 }
