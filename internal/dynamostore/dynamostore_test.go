@@ -5,12 +5,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go/middleware"
@@ -372,4 +375,198 @@ func TestExpiredRecordsStayInTablesButReadAsMissing(t *testing.T) {
 	if _, ok := out.Items[0]["expiresAt"].(*types.AttributeValueMemberN); !ok {
 		t.Errorf("batch item has no numeric TTL attribute expiresAt: %v", out.Items[0])
 	}
+}
+
+// The tables CreateTables makes on moto have exactly the schemas
+// Definitions describes, on-demand billing and TTL on expiresAt; a second
+// call leaves them alone; unnamed tables are skipped.
+func TestCreateTablesMatchesDefinitions(t *testing.T) {
+	ctx := context.Background()
+	c := mototest.DynamoDB(t)
+	tables := newTables(t, c)
+	if err := dynamostore.CreateTables(ctx, c, tables); err != nil {
+		t.Fatalf("second CreateTables: %v", err)
+	}
+	defs := dynamostore.Definitions(tables)
+	if len(defs) != 4 {
+		t.Fatalf("Definitions of four named tables = %d definitions", len(defs))
+	}
+	wantKeys := map[string]string{
+		tables.Keys:        "pk S HASH",
+		tables.Batches:     "accountId S HASH, id S RANGE",
+		tables.Results:     "batchId S HASH, seq N RANGE",
+		tables.Idempotency: "scope S HASH",
+	}
+	for _, d := range defs {
+		name := aws.ToString(d.TableName)
+		if got := keyString(d.KeySchema, d.AttributeDefinitions); got != wantKeys[name] {
+			t.Errorf("Definitions %s key = %q, want %q", name, got, wantKeys[name])
+		}
+		out, err := c.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: d.TableName})
+		if err != nil {
+			t.Fatalf("DescribeTable %s: %v", name, err)
+		}
+		tbl := out.Table
+		if got := keyString(tbl.KeySchema, tbl.AttributeDefinitions); got != wantKeys[name] {
+			t.Errorf("created %s key = %q, want %q", name, got, wantKeys[name])
+		}
+		if tbl.TableStatus != types.TableStatusActive {
+			t.Errorf("%s status %s, want ACTIVE", name, tbl.TableStatus)
+		}
+		if tbl.BillingModeSummary == nil || tbl.BillingModeSummary.BillingMode != types.BillingModePayPerRequest {
+			t.Errorf("%s billing %+v, want PAY_PER_REQUEST", name, tbl.BillingModeSummary)
+		}
+		ttl, err := c.DescribeTimeToLive(ctx, &dynamodb.DescribeTimeToLiveInput{TableName: d.TableName})
+		if err != nil {
+			t.Fatalf("DescribeTimeToLive %s: %v", name, err)
+		}
+		if d := ttl.TimeToLiveDescription; d == nil || aws.ToString(d.AttributeName) != "expiresAt" || d.TimeToLiveStatus != types.TimeToLiveStatusEnabled {
+			t.Errorf("%s TTL = %+v, want enabled on expiresAt", name, d)
+		}
+	}
+	if defs := dynamostore.Definitions(dynamostore.Tables{Keys: "k"}); len(defs) != 1 || aws.ToString(defs[0].TableName) != "k" {
+		t.Errorf("Definitions of the keys table alone = %d definitions", len(defs))
+	}
+}
+
+// keyString renders a key schema as "name type KEYTYPE, ...".
+func keyString(ks []types.KeySchemaElement, attrs []types.AttributeDefinition) string {
+	typ := map[string]string{}
+	for _, a := range attrs {
+		typ[aws.ToString(a.AttributeName)] = string(a.AttributeType)
+	}
+	var parts []string
+	for _, k := range ks {
+		parts = append(parts, fmt.Sprintf("%s %s %s", aws.ToString(k.AttributeName), typ[aws.ToString(k.AttributeName)], k.KeyType))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func TestTablesFromEnv(t *testing.T) {
+	t.Setenv("EVS_KEYS_TABLE", "k")
+	t.Setenv("EVS_BATCHES_TABLE", "b")
+	t.Setenv("EVS_RESULTS_TABLE", "r")
+	t.Setenv("EVS_IDEMPOTENCY_TABLE", "i")
+	want := dynamostore.Tables{Keys: "k", Batches: "b", Results: "r", Idempotency: "i"}
+	if got := dynamostore.TablesFromEnv(); got != want {
+		t.Errorf("TablesFromEnv = %+v, want %+v", got, want)
+	}
+}
+
+// closedEndpoint is the URL of a loopback port nothing listens on.
+func closedEndpoint(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return "http://" + addr
+}
+
+// Every dependency fault — a refused connection, a missing table,
+// throttling, a deadline — is CodeUnavailable wrapping its cause, and the
+// client-facing message does not carry the AWS text.
+func TestFaultsAreUnavailable(t *testing.T) {
+	cfg := mototest.Config(t)
+	cfg.Retryer = func() aws.Retryer { return retry.AddWithMaxAttempts(retry.NewStandard(), 1) }
+	closed := cfg.Copy()
+	closed.BaseEndpoint = aws.String(closedEndpoint(t))
+	throttled := hook{before: func(any) error {
+		return &types.ProvisionedThroughputExceededException{Message: aws.String("slow down")}
+	}}
+	tables := dynamostore.Tables{Keys: "k", Batches: "b", Results: "r", Idempotency: "i"}
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	stores := []struct {
+		name string
+		ctx  context.Context
+		st   *dynamostore.Store
+	}{
+		{"closed port", context.Background(), dynamostore.New(dynamostore.Config{Client: dynamodb.NewFromConfig(closed), Tables: tables, Now: clock})},
+		{"missing tables", context.Background(), dynamostore.New(dynamostore.Config{Client: dynamodb.NewFromConfig(cfg),
+			Tables: dynamostore.Tables{Keys: mototest.Name(t, "none"), Batches: mototest.Name(t, "none"),
+				Results: mototest.Name(t, "none"), Idempotency: mototest.Name(t, "none")}, Now: clock})},
+		{"throttled", context.Background(), dynamostore.New(dynamostore.Config{Client: dynamodb.NewFromConfig(cfg, inject(throttled)), Tables: tables, Now: clock})},
+		{"cancelled context", cancelled, dynamostore.New(dynamostore.Config{Client: dynamodb.NewFromConfig(cfg), Tables: tables, Now: clock})},
+	}
+	rec := store.IdemRecord{Scope: "s", Fingerprint: "f", LockedUntil: t0.Add(time.Minute), ExpiresAt: t0.Add(time.Hour)}
+	batch := store.Batch{ID: "b1", AccountID: "acct", State: store.StateQueued, ExpiresAt: t0.Add(time.Hour), Counters: store.Counters{Total: 3}}
+	ops := []struct {
+		name string
+		call func(ctx context.Context, st *dynamostore.Store) error
+	}{
+		{"CreateAccount", func(ctx context.Context, st *dynamostore.Store) error {
+			return st.CreateAccount(ctx, store.Account{ID: "a", Name: "n"})
+		}},
+		{"Account", func(ctx context.Context, st *dynamostore.Store) error { _, err := st.Account(ctx, "a"); return err }},
+		{"AccountByName", func(ctx context.Context, st *dynamostore.Store) error {
+			_, err := st.AccountByName(ctx, "n")
+			return err
+		}},
+		{"CountAccounts", func(ctx context.Context, st *dynamostore.Store) error { _, err := st.CountAccounts(ctx); return err }},
+		{"CreateKey", func(ctx context.Context, st *dynamostore.Store) error {
+			return st.CreateKey(ctx, store.Key{ID: "0123456789ab", Hash: "h", AccountID: "a"})
+		}},
+		{"KeyByHash", func(ctx context.Context, st *dynamostore.Store) error { _, err := st.KeyByHash(ctx, "h"); return err }},
+		{"RevokeKey", func(ctx context.Context, st *dynamostore.Store) error {
+			_, err := st.RevokeKey(ctx, "h", t0)
+			return err
+		}},
+		{"ListKeys", func(ctx context.Context, st *dynamostore.Store) error { _, err := st.ListKeys(ctx); return err }},
+		{"ClaimIdempotency", func(ctx context.Context, st *dynamostore.Store) error {
+			_, _, err := st.ClaimIdempotency(ctx, rec, t0)
+			return err
+		}},
+		{"CompleteIdempotency", func(ctx context.Context, st *dynamostore.Store) error {
+			return st.CompleteIdempotency(ctx, "s", 200, nil, nil)
+		}},
+		{"ReleaseIdempotency", func(ctx context.Context, st *dynamostore.Store) error { return st.ReleaseIdempotency(ctx, "s") }},
+		{"CreateBatch", func(ctx context.Context, st *dynamostore.Store) error { return st.CreateBatch(ctx, batch, itemsOf(3)) }},
+		{"Batch", func(ctx context.Context, st *dynamostore.Store) error {
+			_, err := st.Batch(ctx, "acct", "b1")
+			return err
+		}},
+		{"TransitionBatch", func(ctx context.Context, st *dynamostore.Store) error {
+			_, err := st.TransitionBatch(ctx, "acct", "b1", []string{store.StateQueued}, store.StateRunning, "", t0)
+			return err
+		}},
+		{"PutResults", func(ctx context.Context, st *dynamostore.Store) error {
+			_, err := st.PutResults(ctx, "acct", "b1", resultsOf(0, 3), t0)
+			return err
+		}},
+		{"Results", func(ctx context.Context, st *dynamostore.Store) error {
+			_, err := st.Results(ctx, "acct", "b1", -1, 10, "")
+			return err
+		}},
+		{"PendingItems", func(ctx context.Context, st *dynamostore.Store) error {
+			_, err := st.PendingItems(ctx, "acct", "b1", -1, 10)
+			return err
+		}},
+		{"UnfinishedBatches", func(ctx context.Context, st *dynamostore.Store) error {
+			_, err := st.UnfinishedBatches(ctx)
+			return err
+		}},
+	}
+	for _, s := range stores {
+		for _, op := range ops {
+			t.Run(s.name+"/"+op.name, func(t *testing.T) {
+				err := op.call(s.ctx, s.st)
+				wantCode(t, err, evs.CodeUnavailable, op.name)
+				var e *evs.Error
+				if !errors.As(err, &e) || e.Err == nil {
+					t.Fatalf("%s: %v is not an *evs.Error wrapping its cause", op.name, err)
+				}
+				if strings.Contains(evs.ErrorMessage(err), "127.0.0.1") || strings.Contains(evs.ErrorMessage(err), "dynamodb") ||
+					strings.Contains(evs.ErrorMessage(err), "slow down") {
+					t.Errorf("%s: client-facing message %q carries the cause", op.name, evs.ErrorMessage(err))
+				}
+			})
+		}
+	}
+	t.Run("CreateTables on a closed port", func(t *testing.T) {
+		err := dynamostore.CreateTables(context.Background(), dynamodb.NewFromConfig(closed), tables)
+		wantCode(t, err, evs.CodeUnavailable, "CreateTables")
+	})
 }
