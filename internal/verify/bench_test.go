@@ -1,0 +1,105 @@
+package verify_test
+
+import (
+	"context"
+	"net/mail"
+	"testing"
+	"time"
+
+	"github.com/evs-dev/evs/internal/dnscheck"
+	"github.com/evs-dev/evs/internal/dnscheck/dnstest"
+	"github.com/evs-dev/evs/internal/smtpprobe"
+	"github.com/evs-dev/evs/internal/smtpprobe/smtptest"
+	"github.com/evs-dev/evs/internal/verify"
+)
+
+var sink verify.Inspection
+
+// BenchmarkQuickCheck is the network-free quick check of an address:
+// syntax, the disposable, free and role lists, and the typo check. The
+// issue's goal: under 1 µs and at most 1 allocation.
+func BenchmarkQuickCheck(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		sink = verify.Inspect("john.smith@corp.example")
+	}
+}
+
+// BenchmarkQuickCheckFreeProvider is the same on a popular domain (the
+// typo check's exact-hit path).
+func BenchmarkQuickCheckFreeProvider(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		sink = verify.Inspect("john.smith@gmail.com")
+	}
+}
+
+// BenchmarkNetMailParseAddress is the standard library's parser alone, for
+// scale.
+func BenchmarkNetMailParseAddress(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		_, _ = mail.ParseAddress("john.smith@corp.example")
+	}
+}
+
+// BenchmarkVerifyQuickCached is a whole quick-mode verification of an
+// address whose domain is in the DNS cache.
+func BenchmarkVerifyQuickCached(b *testing.B) {
+	srv := dnstest.Start(b)
+	srv.AddRecord("corp.example. 300 IN MX 10 mx.corp.example.")
+	res, err := dnscheck.New(dnscheck.Config{Servers: []string{srv.Addr}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	e, _ := verify.New(verify.Config{Resolver: res})
+	ctx := context.Background()
+	e.Verify(ctx, "john.smith@corp.example", verify.ModeQuick)
+	b.ReportAllocs()
+	for b.Loop() {
+		e.Verify(ctx, "john.smith@corp.example", verify.ModeQuick)
+	}
+}
+
+// BenchmarkVerifyFullLoopback is a full verification (DNS cached, SMTP
+// probe with accept-all check) against a loopback MTA.
+func BenchmarkVerifyFullLoopback(b *testing.B) {
+	w := newWorldB(b)
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		d := w.Verify(ctx, "alice@corp.example", verify.ModeFull)
+		if d.Reason != verify.ReasonAcceptedEmail {
+			b.Fatalf("reason %s: %s", d.Reason, d.Checks.SMTP.Detail)
+		}
+	}
+}
+
+func newWorldB(b *testing.B) *verify.Engine {
+	s := smtptest.Start(b, smtptest.Options{IP: "127.0.0.2", Rcpt: func(a string) string {
+		if a[:5] == "alice" {
+			return "250 2.1.5 OK"
+		}
+		return "550 5.1.1 no such user"
+	}})
+	srv := dnstest.Start(b)
+	srv.AddRecord("corp.example. 300 IN MX 10 mx.corp.example.")
+	srv.AddRecord("mx.corp.example. 300 IN A 127.0.0.2")
+	res, err := dnscheck.New(dnscheck.Config{Servers: []string{srv.Addr}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	p := mustProber(b, res, s.Port)
+	e, _ := verify.New(verify.Config{Resolver: res, Prober: p})
+	_ = time.Second
+	return e
+}
+
+func mustProber(tb testing.TB, res *dnscheck.Resolver, port int) verify.Prober {
+	tb.Helper()
+	p, err := smtpprobe.New(smtpprobe.Config{HELO: "probe.evs.test", Port: port, Resolver: res})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return verify.SMTP(p)
+}

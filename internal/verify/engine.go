@@ -1,0 +1,419 @@
+// Package verify is the verification engine: it decides status, reason,
+// flags, suggestion and checks for an address (API contract, section 2).
+//
+// The engine runs the stages in order — syntax, lists and typo suggestion
+// (no network), DNS, then the SMTP mailbox probe in full mode — and hands
+// the evidence to Verdict, the one pure function that picks the reason.
+// Every decision carries the evidence that led to it.
+//
+// The engine imports nothing from AWS; its network dependencies (DNS
+// resolver, SMTP prober) are small interfaces injected by the caller, so
+// tests run it against real DNS and SMTP peers on loopback.
+package verify
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base32"
+	"errors"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/evs-dev/evs/internal/address"
+	"github.com/evs-dev/evs/internal/dnscheck"
+	"github.com/evs-dev/evs/internal/lists"
+	"github.com/evs-dev/evs/internal/smtpprobe"
+	"github.com/evs-dev/evs/internal/suggest"
+)
+
+// Resolver is the DNS stage: the mail hosts of a domain, with the evidence.
+type Resolver interface {
+	LookupMail(ctx context.Context, domain string) dnscheck.MailResult
+}
+
+// Prober opens SMTP sessions to a domain's mail hosts.
+type Prober interface {
+	Open(ctx context.Context, domain string, hosts []string) (Session, error)
+}
+
+// Session is one SMTP connection past MAIL FROM, on which recipients are
+// checked one by one.
+type Session interface {
+	Host() string
+	TLS() bool
+	Rcpt(ctx context.Context, address string) (smtpprobe.Reply, smtpprobe.Class, error)
+	Close() error
+}
+
+// SMTP adapts an *smtpprobe.Prober to the engine's Prober.
+func SMTP(p *smtpprobe.Prober) Prober { return smtpAdapter{p} }
+
+type smtpAdapter struct{ p *smtpprobe.Prober }
+
+func (a smtpAdapter) Open(ctx context.Context, domain string, hosts []string) (Session, error) {
+	s, err := a.p.Open(ctx, domain, hosts)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Config holds the engine's dependencies.
+type Config struct {
+	// Resolver answers the DNS stage. Required.
+	Resolver Resolver
+	// Prober runs the SMTP stage of full mode; nil means SMTP probing is not
+	// possible here and full mode behaves like quick, saying so.
+	Prober Prober
+	// SMTPOffDetail explains, in the evidence, why SMTP is off when Prober
+	// is nil (for example "SMTP probing is off: EVS_SMTP=off").
+	SMTPOffDetail string
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+	// RandomLocal returns the local part of the accept-all probe address
+	// (default: 20 random base32 characters, which no real mailbox has).
+	RandomLocal func() string
+}
+
+// Engine verifies addresses. It is safe for concurrent use.
+type Engine struct {
+	cfg Config
+}
+
+// New returns an engine.
+func New(cfg Config) (*Engine, error) {
+	if cfg.Resolver == nil {
+		return nil, errors.New("verify: a DNS resolver is required")
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.RandomLocal == nil {
+		cfg.RandomLocal = randomLocal
+	}
+	if cfg.SMTPOffDetail == "" {
+		cfg.SMTPOffDetail = "SMTP probing is not available here"
+	}
+	return &Engine{cfg: cfg}, nil
+}
+
+var probeEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
+
+func randomLocal() string {
+	var b [13]byte
+	_, _ = rand.Read(b[:])
+	return "evs-" + probeEncoding.EncodeToString(b[:])
+}
+
+// Inspection is what can be known about an address without the network:
+// syntax, lists and the typo suggestion.
+type Inspection struct {
+	Address    address.Address
+	Valid      bool
+	SyntaxRule string
+	Flags      Flags
+	// SuggestedDomain is the corrected domain, or "" when none.
+	SuggestedDomain string
+}
+
+// Inspect runs the network-free stages. It is the hot path of quick checks
+// and batches, so it does not allocate for an ASCII address whose domain is
+// already lower case.
+func Inspect(email string) Inspection {
+	a, err := address.Parse(email)
+	if err != nil {
+		var se *address.SyntaxError
+		rule := "invalid"
+		if errors.As(err, &se) {
+			rule = se.Rule
+		}
+		return Inspection{SyntaxRule: rule}
+	}
+	in := Inspection{Address: a, Valid: true}
+	in.Flags.Disposable = lists.Disposable(a.Domain)
+	in.Flags.Free = lists.Free(a.Domain)
+	in.Flags.Role = lists.Role(a.Local)
+	in.Flags.SMTPUTF8 = a.UTF8Local
+	if d, ok := suggest.Domain(a.Domain); ok {
+		in.SuggestedDomain = d
+	}
+	return in
+}
+
+// decision starts a decision from an inspection; the DNS and SMTP stages
+// fill in the rest.
+func (in Inspection) decision(email string, mode Mode) Decision {
+	d := Decision{
+		Email: email,
+		Mode:  mode,
+		Flags: in.Flags,
+		Checks: Checks{
+			Syntax: SyntaxCheck{Valid: in.Valid, Error: in.SyntaxRule},
+			DNS:    DNSCheck{Result: DNSNotChecked, MX: []string{}},
+			SMTP:   SMTPCheck{Result: SMTPSkipped},
+		},
+	}
+	if in.Valid {
+		d.Normalized = in.Address.String()
+	}
+	if in.SuggestedDomain != "" {
+		s := in.Address.Local + "@" + in.SuggestedDomain
+		d.Suggestion = &s
+	}
+	return d
+}
+
+// Verify verifies one address in the given mode. It never fails: whatever
+// could not be learned is an unknown outcome with its evidence. The
+// context's deadline bounds the whole verification.
+func (e *Engine) Verify(ctx context.Context, email string, mode Mode) Decision {
+	start := e.cfg.Now()
+	in := Inspect(email)
+	d := in.decision(email, mode)
+	if in.Valid {
+		mail := e.cfg.Resolver.LookupMail(ctx, in.Address.Domain)
+		d.Checks.DNS = dnsEvidence(mail)
+		if mode == ModeFull && mail.Outcome == dnscheck.OutcomeOK {
+			e.probe(ctx, in.Address.Domain, mail, []*Decision{&d}, nil)
+		} else {
+			d.Checks.SMTP.Detail = e.skipDetail(mode, mail)
+		}
+	} else {
+		d.Checks.SMTP.Detail = "skipped: invalid syntax"
+	}
+	return e.finish(d, start)
+}
+
+// CatchAllMemo remembers, per domain, the answer to the accept-all probe so
+// that a batch probes each domain at most once. Only conclusive answers
+// (accepted or rejected) are kept. It is safe for concurrent use.
+type CatchAllMemo struct {
+	mu sync.Mutex
+	m  map[string]SMTPCheck
+}
+
+// NewCatchAllMemo returns an empty memo, typically one per batch.
+func NewCatchAllMemo() *CatchAllMemo { return &CatchAllMemo{m: map[string]SMTPCheck{}} }
+
+func (m *CatchAllMemo) get(domain string) *SMTPCheck {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if c, ok := m.m[domain]; ok {
+		return &c
+	}
+	return nil
+}
+
+func (m *CatchAllMemo) put(domain string, c SMTPCheck) {
+	m.mu.Lock()
+	m.m[domain] = c
+	m.mu.Unlock()
+}
+
+// VerifyDomain verifies several addresses that share one domain: one DNS
+// lookup, one SMTP connection with a RCPT per address, and at most one
+// accept-all probe (none when memo already knows the domain). Decisions
+// come back in the order of emails. Addresses whose syntax is invalid, or
+// whose domain differs from the first valid one's, are verified alone.
+func (e *Engine) VerifyDomain(ctx context.Context, emails []string, mode Mode, memo *CatchAllMemo) []Decision {
+	start := e.cfg.Now()
+	out := make([]Decision, len(emails))
+	var group []*Decision
+	domain := ""
+	for i, email := range emails {
+		in := Inspect(email)
+		if !in.Valid || (domain != "" && in.Address.Domain != domain) {
+			out[i] = e.Verify(ctx, email, mode)
+			continue
+		}
+		domain = in.Address.Domain
+		out[i] = in.decision(email, mode)
+		group = append(group, &out[i])
+	}
+	if len(group) == 0 {
+		return out
+	}
+	mail := e.cfg.Resolver.LookupMail(ctx, domain)
+	for _, d := range group {
+		d.Checks.DNS = dnsEvidence(mail)
+	}
+	if mode == ModeFull && mail.Outcome == dnscheck.OutcomeOK {
+		e.probe(ctx, domain, mail, group, memo)
+	} else {
+		detail := e.skipDetail(mode, mail)
+		for _, d := range group {
+			d.Checks.SMTP.Detail = detail
+		}
+	}
+	for _, d := range group {
+		*d = e.finish(*d, start)
+	}
+	return out
+}
+
+func (e *Engine) skipDetail(mode Mode, mail dnscheck.MailResult) string {
+	switch {
+	case mode == ModeQuick:
+		return "skipped: quick mode"
+	case mail.Outcome != dnscheck.OutcomeOK:
+		return "skipped: no mail server to probe"
+	default:
+		return "skipped: " + e.cfg.SMTPOffDetail
+	}
+}
+
+func (e *Engine) finish(d Decision, start time.Time) Decision {
+	d.Reason = Verdict(Evidence{
+		SyntaxValid: d.Checks.Syntax.Valid,
+		Disposable:  d.Flags.Disposable,
+		DNS:         d.Checks.DNS.Result,
+		SMTP:        d.Checks.SMTP.Result,
+	})
+	d.Flags.AcceptAll = d.Checks.SMTP.Result == SMTPAcceptAll
+	now := e.cfg.Now()
+	d.CheckedAt = Time{now.UTC()}
+	d.DurationMs = now.Sub(start).Milliseconds()
+	return d
+}
+
+func dnsEvidence(m dnscheck.MailResult) DNSCheck {
+	c := DNSCheck{Result: string(m.Outcome), ImplicitMX: m.Implicit, Rcode: m.Rcode, Error: m.Err}
+	c.MX = make([]string, len(m.MX))
+	for i, mx := range m.MX {
+		c.MX[i] = mx.Host
+	}
+	return c
+}
+
+// probe runs the SMTP stage for one or more addresses of the same domain on
+// one connection, with a single accept-all probe, and writes each result
+// into its decision. The caller has checked that DNS found mail hosts.
+func (e *Engine) probe(ctx context.Context, domain string, mail dnscheck.MailResult, ds []*Decision, memo *CatchAllMemo) {
+	if e.cfg.Prober == nil {
+		for _, d := range ds {
+			d.Checks.SMTP = SMTPCheck{Result: SMTPSkipped, Detail: "skipped: " + e.cfg.SMTPOffDetail}
+		}
+		return
+	}
+	hosts := make([]string, len(mail.MX))
+	for i, mx := range mail.MX {
+		hosts[i] = mx.Host
+	}
+	sess, err := e.cfg.Prober.Open(ctx, domain, hosts)
+	if err != nil {
+		c := openFailure(ctx, err)
+		for _, d := range ds {
+			d.Checks.SMTP = c
+		}
+		return
+	}
+	defer sess.Close()
+
+	// The catch-all probe runs only when some address is accepted: it is
+	// the only case where its answer changes a verdict.
+	var catchAll *SMTPCheck
+	if memo != nil {
+		catchAll = memo.get(domain)
+	}
+	for _, d := range ds {
+		c := rcptCheck(ctx, sess, d.Normalized)
+		if c.Result == SMTPAccepted {
+			if catchAll == nil {
+				cc := rcptCheck(ctx, sess, e.cfg.RandomLocal()+"@"+domain)
+				catchAll = &cc
+				if memo != nil && (cc.Result == SMTPAccepted || cc.Result == SMTPRejected) {
+					memo.put(domain, cc)
+				}
+			}
+			switch catchAll.Result {
+			case SMTPAccepted:
+				c.Result = SMTPAcceptAll
+				c.Detail = "the server also accepted a random address on the domain"
+			case SMTPRejected:
+				c.Detail = "the server rejects unknown addresses"
+			default:
+				c.Detail = "accept-all probe inconclusive: " + catchAll.Result
+			}
+		}
+		d.Checks.SMTP = c
+	}
+}
+
+// openFailure turns a failed connection attempt into evidence.
+func openFailure(ctx context.Context, err error) SMTPCheck {
+	var pe *smtpprobe.ProbeError
+	if errors.As(err, &pe) {
+		c := SMTPCheck{Host: pe.Host, Code: pe.Reply.Code, EnhancedCode: pe.Reply.Enhanced, Message: trimText(pe.Reply.Text)}
+		switch {
+		case pe.Timeout:
+			c.Result, c.Detail = SMTPTimeout, "no mail host answered in time"
+		case pe.Class == smtpprobe.Blocked:
+			c.Result, c.Detail = SMTPUnreachable, "blocked: the mail hosts refused our probe (about us, not the mailbox)"
+		case pe.Class == smtpprobe.Greylisted || pe.Class == smtpprobe.RateLimited:
+			c.Result, c.Detail = SMTPGreylisted, "the mail hosts asked us to try again later"
+		default:
+			c.Result, c.Detail = SMTPUnreachable, "no mail host accepted a connection"
+		}
+		return c
+	}
+	if ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) {
+		return SMTPCheck{Result: SMTPTimeout, Detail: "the probe ran out of time"}
+	}
+	return SMTPCheck{Result: SMTPUnreachable, Detail: "no mail host accepted a connection"}
+}
+
+// rcptCheck asks the server about one recipient and maps its class to an
+// SMTP result. Anything that is about us, or temporary, never becomes a
+// verdict on the mailbox.
+func rcptCheck(ctx context.Context, s Session, rcpt string) SMTPCheck {
+	r, class, err := s.Rcpt(ctx, rcpt)
+	c := SMTPCheck{Host: s.Host(), TLS: s.TLS(), Code: r.Code, EnhancedCode: r.Enhanced, Message: trimText(r.Text)}
+	if err != nil {
+		if ctx.Err() != nil || isTimeout(err) {
+			c.Result, c.Detail = SMTPTimeout, "the server did not answer RCPT in time"
+		} else {
+			c.Result, c.Detail = SMTPUnreachable, "the connection failed during RCPT"
+		}
+		return c
+	}
+	switch class {
+	case smtpprobe.Accepted:
+		c.Result = SMTPAccepted
+	case smtpprobe.Rejected:
+		c.Result, c.Detail = SMTPRejected, "the server rejected the mailbox"
+	case smtpprobe.Full:
+		c.Result, c.Detail = SMTPFull, "the mailbox is over quota"
+	case smtpprobe.Greylisted:
+		c.Result, c.Detail = SMTPGreylisted, "temporary failure: try again later"
+	case smtpprobe.RateLimited:
+		c.Result, c.Detail = SMTPGreylisted, "the server limited our rate: not evidence against the mailbox"
+	case smtpprobe.Blocked:
+		c.Result, c.Detail = SMTPUnreachable, "blocked: the server refused our probe (about us, not the mailbox)"
+	default:
+		c.Result, c.Detail = SMTPUnreachable, "the reply says nothing certain about the mailbox"
+	}
+	return c
+}
+
+func isTimeout(err error) bool {
+	var t interface{ Timeout() bool }
+	return errors.As(err, &t) && t.Timeout()
+}
+
+// trimText keeps remote text within the contract's 200 characters, on a
+// rune boundary.
+func trimText(s string) string {
+	s = strings.TrimSpace(s)
+	if len(s) <= 200 {
+		return s
+	}
+	n := 0
+	for i := range s {
+		if n == 200 {
+			return s[:i]
+		}
+		n++
+	}
+	return s
+}

@@ -1,0 +1,237 @@
+package verify_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+
+	"github.com/evs-dev/evs/internal/dnscheck"
+	"github.com/evs-dev/evs/internal/dnscheck/dnstest"
+	"github.com/evs-dev/evs/internal/smtpprobe"
+	"github.com/evs-dev/evs/internal/smtpprobe/smtptest"
+	"github.com/evs-dev/evs/internal/verify"
+)
+
+// world is a small internet on loopback: an authoritative DNS server and
+// scripted SMTP servers on 127.0.0.x, all on one port as real MX hosts are.
+type world struct {
+	t      *testing.T
+	dns    *dnstest.Server
+	port   int
+	engine *verify.Engine
+}
+
+// mta describes one loopback mail server.
+type mta struct {
+	ip   string
+	opts smtptest.Options
+}
+
+func newWorld(t *testing.T, mtas []mta, records []string, timeout time.Duration) *world {
+	t.Helper()
+	w := &world{t: t, dns: dnstest.Start(t)}
+	for i, m := range mtas {
+		o := m.opts
+		o.IP = m.ip
+		o.Port = w.port
+		s := smtptest.Start(t, o)
+		if i == 0 {
+			w.port = s.Port
+		}
+	}
+	for _, rr := range records {
+		w.dns.AddRecord(rr)
+	}
+	res, err := dnscheck.New(dnscheck.Config{Servers: []string{w.dns.Addr}, Timeout: 500 * time.Millisecond, Attempts: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := smtpprobe.New(smtpprobe.Config{HELO: "probe.evs.test", Port: w.port, Resolver: res, DialTimeout: 300 * time.Millisecond, ReplyTimeout: timeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.engine, err = verify.New(verify.Config{Resolver: res, Prober: verify.SMTP(p), RandomLocal: func() string { return "zz-random-probe" }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+func rcptTable(m map[string]string, def string) func(string) string {
+	return func(addr string) string {
+		local := addr[:strings.IndexByte(addr, '@')]
+		if r, ok := m[local]; ok {
+			return r
+		}
+		return def
+	}
+}
+
+// TestEngineReasons reaches every reason code through the engine's public
+// API against real loopback DNS and SMTP peers, and checks the evidence.
+func TestEngineReasons(t *testing.T) {
+	normal := rcptTable(map[string]string{
+		"alice":     "250 2.1.5 OK",
+		"full":      "552 5.2.2 <full@corp.example>: mailbox full",
+		"full4":     "452 4.2.2 Mailbox full",
+		"grey":      "451 4.7.1 Greylisted, please try again later",
+		"disabled":  "550 5.2.1 The email account that you tried to reach is disabled.",
+		"blocked":   "554 5.7.1 Service unavailable; Client host [127.0.0.1] blocked using zen.spamhaus.org",
+		"ratelimit": "452 4.5.3 Too many recipients",
+	}, "550 5.1.1 <x>: Recipient address rejected: User unknown in virtual mailbox table")
+	w := newWorld(t, []mta{
+		{ip: "127.0.0.2", opts: smtptest.Options{Rcpt: normal}},
+		{ip: "127.0.0.3", opts: smtptest.Options{Rcpt: func(string) string { return "250 2.1.5 OK" }}}, // accept-all
+		{ip: "127.0.0.5", opts: smtptest.Options{Silent: true}},
+		{ip: "127.0.0.6", opts: smtptest.Options{Rcpt: normal, StartTLS: true}},
+	}, []string{
+		"corp.example. 300 IN MX 10 mx.corp.example.",
+		"mx.corp.example. 300 IN A 127.0.0.2",
+		"catchall.example. 300 IN MX 10 mx.catchall.example.",
+		"mx.catchall.example. 300 IN A 127.0.0.3",
+		"nullmx.example. 300 IN MX 0 .",
+		"nomail.example. 300 IN TXT \"v=spf1 -all\"",
+		"implicit.example. 300 IN A 127.0.0.2",
+		"dead.example. 300 IN MX 10 mx.dead.example.",
+		"mx.dead.example. 300 IN A 127.0.0.4", // nothing listens there
+		"silent.example. 300 IN MX 10 mx.silent.example.",
+		"mx.silent.example. 300 IN A 127.0.0.5",
+		"fallback.example. 300 IN MX 10 mx1.fallback.example.",
+		"fallback.example. 300 IN MX 20 mx2.fallback.example.",
+		"mx1.fallback.example. 300 IN A 127.0.0.4",
+		"mx2.fallback.example. 300 IN A 127.0.0.2",
+		"tls.example. 300 IN MX 10 mx.tls.example.",
+		"mx.tls.example. 300 IN A 127.0.0.6",
+		"mailinator.com. 300 IN MX 10 mx.catchall.example.",
+		"servfail.example. 300 IN MX 10 mx.corp.example.",
+	}, 400*time.Millisecond)
+	w.dns.SetRcode("servfail.example.", dns.RcodeServerFailure)
+
+	cases := []struct {
+		email, mode string
+		reason      verify.Reason
+		dns, smtp   string
+		code        int
+	}{
+		{"alice@corp.example", "full", verify.ReasonAcceptedEmail, "ok", "accepted", 250},
+		{"alice@tls.example", "full", verify.ReasonAcceptedEmail, "ok", "accepted", 250},
+		{"alice@fallback.example", "full", verify.ReasonAcceptedEmail, "ok", "accepted", 250},
+		{"alice@implicit.example", "full", verify.ReasonAcceptedEmail, "ok", "accepted", 250},
+		{"nobody@corp.example", "full", verify.ReasonRejectedEmail, "ok", "rejected", 550},
+		{"disabled@corp.example", "full", verify.ReasonRejectedEmail, "ok", "rejected", 550},
+		{"full@corp.example", "full", verify.ReasonMailboxFull, "ok", "full", 552},
+		{"full4@corp.example", "full", verify.ReasonMailboxFull, "ok", "full", 452},
+		{"grey@corp.example", "full", verify.ReasonGreylisted, "ok", "greylisted", 451},
+		{"ratelimit@corp.example", "full", verify.ReasonGreylisted, "ok", "greylisted", 452},
+		{"blocked@corp.example", "full", verify.ReasonSMTPUnreachable, "ok", "unreachable", 554},
+		{"anyone@catchall.example", "full", verify.ReasonAcceptAll, "ok", "accept_all", 250},
+		{"x@mailinator.com", "full", verify.ReasonDisposable, "ok", "accept_all", 250},
+		{"a@nullmx.example", "full", verify.ReasonNoMailServer, "null_mx", "skipped", 0},
+		{"a@nomail.example", "full", verify.ReasonNoMailServer, "no_records", "skipped", 0},
+		{"a@missing.example", "full", verify.ReasonInvalidDomain, "nxdomain", "skipped", 0},
+		{"a@servfail.example", "full", verify.ReasonDNSError, "error", "skipped", 0},
+		{"a@dead.example", "full", verify.ReasonSMTPUnreachable, "ok", "unreachable", 0},
+		{"a@silent.example", "full", verify.ReasonTimeout, "ok", "timeout", 0},
+		{"alice@corp.example", "quick", verify.ReasonMailboxNotChecked, "ok", "skipped", 0},
+		{"a..b@corp.example", "full", verify.ReasonInvalidSyntax, "not_checked", "skipped", 0},
+	}
+	for _, c := range cases {
+		t.Run(c.email+"/"+c.mode, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			d := w.engine.Verify(ctx, c.email, verify.Mode(c.mode))
+			if d.Reason != c.reason || d.Checks.DNS.Result != c.dns || d.Checks.SMTP.Result != c.smtp || d.Checks.SMTP.Code != c.code {
+				t.Fatalf("got %s dns=%s smtp=%s code=%d (%s), want %s dns=%s smtp=%s code=%d",
+					d.Reason, d.Checks.DNS.Result, d.Checks.SMTP.Result, d.Checks.SMTP.Code, d.Checks.SMTP.Detail, c.reason, c.dns, c.smtp, c.code)
+			}
+			if d.Status() != verify.StatusOf(c.reason) || d.Email != c.email || d.Mode != verify.Mode(c.mode) {
+				t.Fatalf("decision header: %+v", d)
+			}
+			if d.Reason != verify.ReasonInvalidSyntax && d.Normalized == "" {
+				t.Fatal("no normalized address")
+			}
+		})
+	}
+	t.Run("tls evidence", func(t *testing.T) {
+		d := w.engine.Verify(context.Background(), "alice@tls.example", verify.ModeFull)
+		if !d.Checks.SMTP.TLS || d.Checks.SMTP.Host != "mx.tls.example" || d.Checks.SMTP.EnhancedCode != "2.1.5" {
+			t.Fatalf("smtp evidence: %+v", d.Checks.SMTP)
+		}
+	})
+	t.Run("flags and suggestion", func(t *testing.T) {
+		d := w.engine.Verify(context.Background(), "Postmaster@gmial.com", verify.ModeQuick)
+		if !d.Flags.Role || d.Suggestion == nil || *d.Suggestion != "Postmaster@gmail.com" {
+			t.Fatalf("flags %+v suggestion %v", d.Flags, d.Suggestion)
+		}
+	})
+}
+
+// TestEngineOffMode: without a prober, full mode says SMTP was skipped.
+func TestEngineOffMode(t *testing.T) {
+	srv := dnstest.Start(t)
+	srv.AddRecord("corp.example. 300 IN MX 10 mx.corp.example.")
+	res, err := dnscheck.New(dnscheck.Config{Servers: []string{srv.Addr}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := verify.New(verify.Config{Resolver: res, SMTPOffDetail: "SMTP probing is off here (EVS_SMTP=off)"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := e.Verify(context.Background(), "alice@corp.example", verify.ModeFull)
+	if d.Reason != verify.ReasonMailboxNotChecked || d.Checks.SMTP.Result != "skipped" || !strings.Contains(d.Checks.SMTP.Detail, "EVS_SMTP=off") {
+		t.Fatalf("%+v", d)
+	}
+}
+
+// TestVerifyDomainSharesConnection: a batch of one domain's addresses uses
+// one SMTP connection and one accept-all probe.
+func TestVerifyDomainSharesConnection(t *testing.T) {
+	var mu sync.Mutex
+	var rcpts []string
+	w := newWorld(t, []mta{{ip: "127.0.0.2", opts: smtptest.Options{Rcpt: func(a string) string {
+		mu.Lock()
+		rcpts = append(rcpts, a)
+		mu.Unlock()
+		if strings.HasPrefix(a, "zz-random-probe") || strings.HasPrefix(a, "nobody") {
+			return "550 5.1.1 no such user"
+		}
+		return "250 OK"
+	}}}}, []string{
+		"corp.example. 300 IN MX 10 mx.corp.example.",
+		"mx.corp.example. 300 IN A 127.0.0.2",
+	}, time.Second)
+	emails := []string{"a@corp.example", "b@corp.example", "nobody@corp.example", "c@corp.example"}
+	memo := verify.NewCatchAllMemo()
+	ds := w.engine.VerifyDomain(context.Background(), emails, verify.ModeFull, memo)
+	want := []verify.Reason{verify.ReasonAcceptedEmail, verify.ReasonAcceptedEmail, verify.ReasonRejectedEmail, verify.ReasonAcceptedEmail}
+	for i, d := range ds {
+		if d.Reason != want[i] || d.Email != emails[i] {
+			t.Fatalf("%d: %s %s", i, d.Email, d.Reason)
+		}
+	}
+	probes := 0
+	for _, r := range rcpts {
+		if strings.HasPrefix(r, "zz-random-probe") {
+			probes++
+		}
+	}
+	if probes != 1 || len(rcpts) != 5 {
+		t.Fatalf("rcpts %v: want 4 addresses and 1 accept-all probe", rcpts)
+	}
+	// The memo remembers the domain: a second group probes no more.
+	w.engine.VerifyDomain(context.Background(), []string{"d@corp.example"}, verify.ModeFull, memo)
+	probes = 0
+	for _, r := range rcpts {
+		if strings.HasPrefix(r, "zz-random-probe") {
+			probes++
+		}
+	}
+	if probes != 1 {
+		t.Fatalf("accept-all probed %d times for one domain in one batch", probes)
+	}
+}
