@@ -278,7 +278,7 @@ func TestServerFallback(t *testing.T) {
 				tt.second(s)
 				second = s.Addr
 			}
-			r := newResolver(t, Config{Servers: []string{first, second}, Timeout: 300 * time.Millisecond, Attempts: 2})
+			r := newResolver(t, Config{Servers: []string{first, second}, Timeout: time.Second, Attempts: 2})
 			got := r.LookupMail(context.Background(), "corp.example")
 			if !reflect.DeepEqual(got, tt.want) {
 				t.Errorf("got %+v, want %+v", got, tt.want)
@@ -391,14 +391,25 @@ func TestCacheDisabledAndBounded(t *testing.T) {
 func TestLookupMailSharesInFlightQueries(t *testing.T) {
 	srv := dnstest.Start(t)
 	srv.AddRecord("corp.example. 300 IN MX 10 mx.corp.example.")
-	srv.SetDelay("corp.example.", 300*time.Millisecond)
+	// The delay keeps the first query open while the others join it; the
+	// start barrier makes them all arrive within that window even on a
+	// loaded machine.
+	srv.SetDelay("corp.example.", time.Second)
 	// No cache, so only in-flight sharing can save queries.
-	r := newResolver(t, Config{Servers: []string{srv.Addr}, CacheSize: -1})
-	var wg sync.WaitGroup
+	r := newResolver(t, Config{Servers: []string{srv.Addr}, CacheSize: -1, Timeout: 5 * time.Second})
+	var wg, ready sync.WaitGroup
+	start := make(chan struct{})
 	results := make([]MailResult, 50)
+	ready.Add(len(results))
 	for i := range results {
-		wg.Go(func() { results[i] = r.LookupMail(context.Background(), "corp.example") })
+		wg.Go(func() {
+			ready.Done()
+			<-start
+			results[i] = r.LookupMail(context.Background(), "corp.example")
+		})
 	}
+	ready.Wait()
+	close(start)
 	wg.Wait()
 	if n := srv.Queries(); n != 1 {
 		t.Errorf("50 concurrent lookups sent %d queries, want 1", n)
