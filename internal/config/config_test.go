@@ -1,0 +1,95 @@
+package config_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/evs-dev/evs/internal/config"
+)
+
+func env(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+func TestFromEnv(t *testing.T) {
+	cases := []struct {
+		name     string
+		vars     map[string]string
+		lambda   bool
+		check    func(t *testing.T, c config.Config)
+		errMatch string
+	}{
+		{name: "defaults", vars: map[string]string{"EVS_SMTP_HELO": "probe.example.net"}, check: func(t *testing.T, c config.Config) {
+			if c.Addr != "127.0.0.1:8080" || c.DataDir != "./.data" || c.SMTP != "direct" || c.SMTPPort != 25 ||
+				c.RateLimit != 50 || c.AuthTTL != 300*time.Second || c.Retention != 30*24*time.Hour ||
+				c.MailFrom != "verify@probe.example.net" || c.HELOFromHost {
+				t.Fatalf("%+v", c)
+			}
+		}},
+		{name: "lambda defaults to off", lambda: true, vars: map[string]string{}, check: func(t *testing.T, c config.Config) {
+			if c.SMTP != "off" {
+				t.Fatalf("SMTP %q", c.SMTP)
+			}
+		}},
+		{name: "lambda with proxy", lambda: true, vars: map[string]string{"EVS_SMTP_PROXY": "socks5://10.0.0.1:1080"}, check: func(t *testing.T, c config.Config) {
+			if c.SMTP != "proxy" {
+				t.Fatalf("SMTP %q", c.SMTP)
+			}
+		}},
+		{name: "everything set", vars: map[string]string{
+			"EVS_ADDR": "0.0.0.0:9000", "EVS_DATA_DIR": "/tmp/x", "EVS_DNS_SERVERS": "127.0.0.1:5353,[::1]:53",
+			"EVS_SMTP": "off", "EVS_SMTP_PORT": "2525", "EVS_SMTP_HELO": "h.example", "EVS_SMTP_FROM": "v@h.example",
+			"EVS_RATE_LIMIT": "off", "EVS_AUTH_TTL": "0", "EVS_RETENTION_DAYS": "7",
+		}, check: func(t *testing.T, c config.Config) {
+			if c.Addr != "0.0.0.0:9000" || len(c.DNSServers) != 2 || c.SMTP != "off" || c.SMTPPort != 2525 ||
+				c.MailFrom != "v@h.example" || c.RateLimit != 0 || c.AuthTTL >= 0 || c.Retention != 7*24*time.Hour {
+				t.Fatalf("%+v", c)
+			}
+		}},
+		{name: "bad smtp mode", vars: map[string]string{"EVS_SMTP": "smoke"}, errMatch: "EVS_SMTP"},
+		{name: "proxy mode without proxy", vars: map[string]string{"EVS_SMTP": "proxy"}, errMatch: "EVS_SMTP_PROXY"},
+		{name: "bad proxy scheme", vars: map[string]string{"EVS_SMTP_PROXY": "http://p:1"}, errMatch: "socks5"},
+		{name: "bad port", vars: map[string]string{"EVS_SMTP_PORT": "99999"}, errMatch: "EVS_SMTP_PORT"},
+		{name: "bad rate", vars: map[string]string{"EVS_RATE_LIMIT": "-3"}, errMatch: "EVS_RATE_LIMIT"},
+		{name: "bad retention", vars: map[string]string{"EVS_RETENTION_DAYS": "zero"}, errMatch: "EVS_RETENTION_DAYS"},
+		{name: "bad dns", vars: map[string]string{"EVS_DNS_SERVERS": "not a server:x"}, errMatch: "EVS_DNS_SERVERS"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cfg, err := config.FromEnv(env(c.vars), c.lambda)
+			if c.errMatch != "" {
+				if err == nil || !strings.Contains(err.Error(), c.errMatch) {
+					t.Fatalf("error %v, want one naming %s", err, c.errMatch)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.check(t, cfg)
+		})
+	}
+}
+
+func TestCheckHELO(t *testing.T) {
+	resolves := func(context.Context, string) ([]string, error) { return []string{"192.0.2.1"}, nil }
+	fails := func(context.Context, string) ([]string, error) { return nil, errors.New("no such host") }
+	unset, _ := config.FromEnv(env(map[string]string{}), false)
+	if w := unset.CheckHELO(context.Background(), resolves); !strings.Contains(w, "EVS_SMTP_HELO is not set") {
+		t.Fatalf("unset: %q", w)
+	}
+	set, _ := config.FromEnv(env(map[string]string{"EVS_SMTP_HELO": "probe.example.net"}), false)
+	if w := set.CheckHELO(context.Background(), fails); !strings.Contains(w, "does not resolve") {
+		t.Fatalf("unresolvable: %q", w)
+	}
+	if w := set.CheckHELO(context.Background(), resolves); w != "" {
+		t.Fatalf("fine: %q", w)
+	}
+	off, _ := config.FromEnv(env(map[string]string{"EVS_SMTP": "off"}), false)
+	if w := off.CheckHELO(context.Background(), fails); w != "" {
+		t.Fatalf("off: %q", w)
+	}
+}
