@@ -1,0 +1,584 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/csv"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/google/uuid"
+
+	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/store"
+	"github.com/evs-dev/evs/internal/verify"
+)
+
+// Limits of batch creation (contract, section 1).
+const (
+	MaxBatchBody      = 6 << 20
+	MaxBatchAddresses = 50000
+	DefaultPageLimit  = 100
+	MaxPageLimit      = 1000
+)
+
+// Requests serves every /v1/requests route.
+func (h *Handler) Requests(ctx context.Context, req events.APIGatewayProxyRequest) (events.APIGatewayProxyResponse, error) {
+	start := h.d.Now()
+	rid := req.RequestContext.RequestID
+	p, err := principal(req)
+	var resp events.APIGatewayProxyResponse
+	if err == nil {
+		resp, err = h.requests(ctx, req, p)
+	}
+	if err != nil {
+		resp = errorReply(rid, err)
+	}
+	h.logCall(ctx, req, p, resp.StatusCode, start, err, slog.String("batchId", req.PathParameters["id"]))
+	return resp, nil
+}
+
+func (h *Handler) requests(ctx context.Context, req events.APIGatewayProxyRequest, p Principal) (events.APIGatewayProxyResponse, error) {
+	switch req.Resource {
+	case "/v1/requests":
+		if req.HTTPMethod != http.MethodPost {
+			return events.APIGatewayProxyResponse{}, notAllowed(req.HTTPMethod, http.MethodPost)
+		}
+		return h.createBatch(ctx, req, p)
+	case "/v1/requests/{id}":
+		if req.HTTPMethod != http.MethodGet {
+			return events.APIGatewayProxyResponse{}, notAllowed(req.HTTPMethod, http.MethodGet)
+		}
+		return h.getBatch(ctx, req, p)
+	case "/v1/requests/{id}/results":
+		if req.HTTPMethod != http.MethodGet {
+			return events.APIGatewayProxyResponse{}, notAllowed(req.HTTPMethod, http.MethodGet)
+		}
+		return h.results(ctx, req, p)
+	case "/v1/requests/{id}/cancel":
+		if req.HTTPMethod != http.MethodPost {
+			return events.APIGatewayProxyResponse{}, notAllowed(req.HTTPMethod, http.MethodPost)
+		}
+		return h.cancel(ctx, req, p)
+	}
+	return events.APIGatewayProxyResponse{}, evs.Errorf(evs.CodeNotFound, "No such route.")
+}
+
+// batchEnvelope is the batch object of the contract, section 3.
+type batchEnvelope struct {
+	Request   batchRequest   `json:"request"`
+	Counters  store.Counters `json:"counters"`
+	RequestID string         `json:"requestId"`
+	Replayed  bool           `json:"replayed"`
+}
+
+type batchRequest struct {
+	ID          string       `json:"id"`
+	Mode        string       `json:"mode"`
+	State       string       `json:"state"`
+	Error       string       `json:"error,omitempty"`
+	CreatedAt   verify.Time  `json:"createdAt"`
+	CompletedAt *verify.Time `json:"completedAt,omitempty"`
+}
+
+func envelopeOf(b store.Batch, requestID string, replayed bool) batchEnvelope {
+	e := batchEnvelope{
+		Request: batchRequest{
+			ID: b.ID, Mode: b.Mode, State: b.State, Error: b.Error,
+			CreatedAt: verify.Time{Time: b.CreatedAt},
+		},
+		Counters:  b.Counters,
+		RequestID: requestID,
+		Replayed:  replayed,
+	}
+	if store.Final(b.State) && !b.CompletedAt.IsZero() {
+		e.Request.CompletedAt = &verify.Time{Time: b.CompletedAt}
+	}
+	return e
+}
+
+// batchID validates the {id} path parameter.
+func batchID(req events.APIGatewayProxyRequest) (string, error) {
+	id := req.PathParameters["id"]
+	u, err := uuid.Parse(id)
+	if err != nil || len(id) != 36 {
+		return "", evs.Errorf(evs.CodeInvalidRequest, "The request id must be a UUID.")
+	}
+	return u.String(), nil
+}
+
+type createRequest struct {
+	Emails *[]json.RawMessage `json:"emails"`
+	Mode   *string            `json:"mode"`
+}
+
+// parsedBatch is a validated creation request.
+type parsedBatch struct {
+	mode   verify.Mode
+	emails []string
+}
+
+func (h *Handler) createBatch(ctx context.Context, req events.APIGatewayProxyRequest, p Principal) (events.APIGatewayProxyResponse, error) {
+	rid := req.RequestContext.RequestID
+	raw, err := body(req)
+	if err != nil {
+		return events.APIGatewayProxyResponse{}, err
+	}
+	if len(raw) > MaxBatchBody {
+		return events.APIGatewayProxyResponse{}, evs.Errorf(evs.CodeInvalidRequest, "The request body is larger than %d bytes.", MaxBatchBody)
+	}
+	in, err := parseBatch(req, raw)
+	if err != nil {
+		return events.APIGatewayProxyResponse{}, err
+	}
+	resp, replayed, err := h.idempotent(ctx, req, p, raw, func(ctx context.Context) events.APIGatewayProxyResponse {
+		b, err := h.storeBatch(ctx, p, in)
+		if err != nil {
+			return errorReply(rid, err)
+		}
+		return reply(rid, http.StatusCreated, envelopeOf(b, rid, false))
+	})
+	if err != nil || !replayed {
+		return resp, err
+	}
+	// A replayed creation answers with the batch as it is now (contract,
+	// section 1), not the stored snapshot. A stored error is replayed as is.
+	if resp.StatusCode != http.StatusCreated {
+		return resp, nil
+	}
+	var stored batchEnvelope
+	if err := json.Unmarshal([]byte(resp.Body), &stored); err != nil {
+		return events.APIGatewayProxyResponse{}, evs.Wrap(err, evs.CodeInternal, "An internal error occurred.")
+	}
+	b, err := h.d.Batches.Batch(ctx, p.AccountID, stored.Request.ID)
+	if err != nil {
+		return events.APIGatewayProxyResponse{}, err
+	}
+	out := reply(rid, http.StatusOK, envelopeOf(b, rid, true))
+	out.Headers["Idempotent-Replayed"] = "true"
+	return out, nil
+}
+
+// storeBatch deduplicates the addresses, stores the batch with its items in
+// one step and queues it. A batch that cannot be queued is marked failed, so
+// it never sits in "queued" forever.
+func (h *Handler) storeBatch(ctx context.Context, p Principal, in parsedBatch) (store.Batch, error) {
+	now := h.d.Now().UTC()
+	seen := make(map[string]struct{}, len(in.emails))
+	items := make([]store.Item, 0, len(in.emails))
+	for _, e := range in.emails {
+		key, domain := dedupKey(e)
+		if _, dup := seen[key]; dup {
+			continue
+		}
+		seen[key] = struct{}{}
+		items = append(items, store.Item{Seq: len(items), Email: e, Domain: domain})
+	}
+	id := uuid.NewString()
+	if h.d.NewID != nil {
+		id = h.d.NewID()
+	}
+	b := store.Batch{
+		ID:        id,
+		AccountID: p.AccountID,
+		Mode:      string(in.mode),
+		State:     store.StateQueued,
+		CreatedAt: now,
+		ExpiresAt: now.Add(h.d.Retention),
+		Counters: store.Counters{
+			Total:      len(in.emails),
+			Duplicates: len(in.emails) - len(items),
+		},
+	}
+	if err := h.d.Batches.CreateBatch(ctx, b, items); err != nil {
+		return store.Batch{}, err
+	}
+	if err := h.d.Queue.Enqueue(ctx, b); err != nil {
+		if _, terr := h.d.Batches.TransitionBatch(ctx, p.AccountID, b.ID, []string{store.StateQueued}, store.StateFailed, "the batch could not be queued", h.d.Now()); terr != nil {
+			h.d.Logger.ErrorContext(ctx, "could not mark an unqueued batch failed", slog.String("batchId", b.ID), slog.String("error", terr.Error()))
+		}
+		return store.Batch{}, evs.Wrap(err, evs.CodeUnavailable, "The work queue is unavailable; retry.")
+	}
+	return b, nil
+}
+
+// dedupKey is the normalized address, which decides duplicates, and the
+// domain that groups work. An invalid address is its own trimmed text.
+func dedupKey(email string) (key, domain string) {
+	in := verify.Inspect(email)
+	if !in.Valid {
+		return strings.TrimSpace(email), ""
+	}
+	return in.Address.String(), in.Address.Domain
+}
+
+func parseBatch(req events.APIGatewayProxyRequest, raw []byte) (parsedBatch, error) {
+	switch mediaType(req) {
+	case "application/json":
+		return parseBatchJSON(req, raw)
+	case "text/csv":
+		return parseBatchCSV(req, raw)
+	default:
+		return parsedBatch{}, evs.Errorf(evs.CodeInvalidRequest, "Content-Type must be application/json or text/csv.")
+	}
+}
+
+func parseMode(s string, present bool) (verify.Mode, error) {
+	if present && s == "" {
+		return "", evs.Errorf(evs.CodeInvalidRequest, "The mode must be \"full\" or \"quick\".")
+	}
+	m, ok := verify.ParseMode(s)
+	if !ok {
+		return "", evs.Errorf(evs.CodeInvalidRequest, "The mode must be \"full\" or \"quick\".")
+	}
+	return m, nil
+}
+
+func parseBatchJSON(req events.APIGatewayProxyRequest, raw []byte) (parsedBatch, error) {
+	if _, ok := req.QueryStringParameters["mode"]; ok {
+		return parsedBatch{}, evs.Errorf(evs.CodeInvalidRequest, "With a JSON body the mode goes in the body, not the query.")
+	}
+	var in createRequest
+	if err := decodeStrict(raw, &in); err != nil {
+		return parsedBatch{}, err
+	}
+	modeText := ""
+	if in.Mode != nil {
+		modeText = *in.Mode
+	}
+	mode, err := parseMode(modeText, in.Mode != nil)
+	if err != nil {
+		return parsedBatch{}, err
+	}
+	if in.Emails == nil {
+		return parsedBatch{}, evs.Errorf(evs.CodeInvalidRequest, "Field \"emails\" is required.")
+	}
+	list := *in.Emails
+	if err := checkCount(len(list)); err != nil {
+		return parsedBatch{}, err
+	}
+	out := parsedBatch{mode: mode, emails: make([]string, len(list))}
+	for i, m := range list {
+		var s string
+		if err := json.Unmarshal(m, &s); err != nil {
+			return parsedBatch{}, evs.Errorf(evs.CodeInvalidRequest, "emails[%d] must be a string.", i)
+		}
+		if err := checkEmail(s, i); err != nil {
+			return parsedBatch{}, err
+		}
+		out.emails[i] = s
+	}
+	return out, nil
+}
+
+func checkCount(n int) error {
+	switch {
+	case n == 0:
+		return evs.Errorf(evs.CodeInvalidRequest, "The list of addresses is empty.")
+	case n > MaxBatchAddresses:
+		return evs.Errorf(evs.CodeInvalidRequest, "A batch holds at most %d addresses; this one has %d.", MaxBatchAddresses, n)
+	}
+	return nil
+}
+
+func checkEmail(s string, i int) error {
+	switch {
+	case strings.TrimSpace(s) == "":
+		return evs.Errorf(evs.CodeInvalidRequest, "Address %d is empty.", i+1)
+	case len(s) > MaxEmailLength:
+		return evs.Errorf(evs.CodeInvalidRequest, "Address %d is longer than %d bytes.", i+1, MaxEmailLength)
+	case !utf8.ValidString(s):
+		return evs.Errorf(evs.CodeInvalidRequest, "Address %d is not valid UTF-8.", i+1)
+	}
+	return nil
+}
+
+// parseBatchCSV reads the first column of every row. A first row whose first
+// field has no "@" is a header and is skipped; blank rows are skipped.
+func parseBatchCSV(req events.APIGatewayProxyRequest, raw []byte) (parsedBatch, error) {
+	modeText, present := req.QueryStringParameters["mode"]
+	mode, err := parseMode(modeText, present)
+	if err != nil {
+		return parsedBatch{}, err
+	}
+	r := csv.NewReader(bytes.NewReader(bytes.TrimPrefix(raw, []byte("\xef\xbb\xbf"))))
+	r.FieldsPerRecord = -1
+	r.ReuseRecord = true
+	out := parsedBatch{mode: mode}
+	for row := 0; ; row++ {
+		rec, err := r.Read()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			var pe *csv.ParseError
+			if errors.As(err, &pe) {
+				return parsedBatch{}, evs.Errorf(evs.CodeInvalidRequest, "The CSV body is malformed at line %d.", pe.Line)
+			}
+			return parsedBatch{}, evs.Errorf(evs.CodeInvalidRequest, "The CSV body is malformed.")
+		}
+		first := strings.TrimSpace(rec[0])
+		if first == "" {
+			continue
+		}
+		if row == 0 && !strings.Contains(first, "@") {
+			continue // header row
+		}
+		if len(out.emails) == MaxBatchAddresses {
+			return parsedBatch{}, evs.Errorf(evs.CodeInvalidRequest, "A batch holds at most %d addresses.", MaxBatchAddresses)
+		}
+		if err := checkEmail(first, len(out.emails)); err != nil {
+			return parsedBatch{}, err
+		}
+		out.emails = append(out.emails, first)
+	}
+	if err := checkCount(len(out.emails)); err != nil {
+		return parsedBatch{}, err
+	}
+	return out, nil
+}
+
+func (h *Handler) getBatch(ctx context.Context, req events.APIGatewayProxyRequest, p Principal) (events.APIGatewayProxyResponse, error) {
+	id, err := batchID(req)
+	if err != nil {
+		return events.APIGatewayProxyResponse{}, err
+	}
+	b, err := h.d.Batches.Batch(ctx, p.AccountID, id)
+	if err != nil {
+		return events.APIGatewayProxyResponse{}, err
+	}
+	rid := req.RequestContext.RequestID
+	return reply(rid, http.StatusOK, envelopeOf(b, rid, false)), nil
+}
+
+func (h *Handler) cancel(ctx context.Context, req events.APIGatewayProxyRequest, p Principal) (events.APIGatewayProxyResponse, error) {
+	id, err := batchID(req)
+	if err != nil {
+		return events.APIGatewayProxyResponse{}, err
+	}
+	raw, err := body(req)
+	if err != nil {
+		return events.APIGatewayProxyResponse{}, err
+	}
+	if strings.TrimSpace(string(raw)) != "" {
+		return events.APIGatewayProxyResponse{}, evs.Errorf(evs.CodeInvalidRequest, "Cancel takes no request body.")
+	}
+	rid := req.RequestContext.RequestID
+	resp, _, err := h.idempotent(ctx, req, p, raw, func(ctx context.Context) events.APIGatewayProxyResponse {
+		b, err := h.d.Batches.TransitionBatch(ctx, p.AccountID, id, []string{store.StateQueued, store.StateRunning}, store.StateCancelled, "", h.d.Now())
+		if err != nil {
+			if evs.ErrorCode(err) == evs.CodeInvalidState {
+				msg := "The batch is already final and cannot be cancelled."
+				if b.State != "" {
+					msg = "The batch is already " + b.State + " and cannot be cancelled."
+				}
+				err = evs.Wrap(err, evs.CodeInvalidState, msg)
+			}
+			return errorReply(rid, err)
+		}
+		return reply(rid, http.StatusOK, envelopeOf(b, rid, false))
+	})
+	return resp, err
+}
+
+// resultItem is one row of GET /v1/requests/{id}/results.
+type resultItem struct {
+	Email    string          `json:"email"`
+	Status   string          `json:"status"`
+	Decision json.RawMessage `json:"decision"`
+}
+
+type resultsPage struct {
+	Results    []resultItem `json:"results"`
+	NextCursor *string      `json:"nextCursor"`
+	RequestID  string       `json:"requestId"`
+}
+
+// cursor is the opaque position of a results page: the last sequence number
+// the client has seen, and the status filter it was made for (a cursor is
+// only valid with the same filter).
+type cursor struct {
+	After  int    `json:"a"`
+	Status string `json:"s,omitempty"`
+}
+
+func encodeCursor(c cursor) string {
+	b, _ := json.Marshal(c)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+func decodeCursor(s, status string) (cursor, error) {
+	bad := evs.Errorf(evs.CodeInvalidRequest, "The cursor is not valid for this request.")
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil {
+		return cursor{}, bad
+	}
+	var c cursor
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&c); err != nil || c.After < -1 || c.Status != status {
+		return cursor{}, bad
+	}
+	return c, nil
+}
+
+var statuses = map[string]bool{
+	string(verify.Deliverable): true, string(verify.Undeliverable): true,
+	string(verify.Risky): true, string(verify.Unknown): true,
+}
+
+func (h *Handler) results(ctx context.Context, req events.APIGatewayProxyRequest, p Principal) (events.APIGatewayProxyResponse, error) {
+	id, err := batchID(req)
+	if err != nil {
+		return events.APIGatewayProxyResponse{}, err
+	}
+	q := req.QueryStringParameters
+	status := q["status"]
+	if _, ok := q["status"]; ok && !statuses[status] {
+		return events.APIGatewayProxyResponse{}, evs.Errorf(evs.CodeInvalidRequest, "The status filter must be deliverable, undeliverable, risky or unknown.")
+	}
+	for k := range q {
+		switch k {
+		case "status", "limit", "cursor":
+		default:
+			return events.APIGatewayProxyResponse{}, evs.Errorf(evs.CodeInvalidRequest, "Unknown query parameter %q.", k)
+		}
+	}
+	b, err := h.d.Batches.Batch(ctx, p.AccountID, id)
+	if err != nil {
+		return events.APIGatewayProxyResponse{}, err
+	}
+	if accept, _ := header(req, "Accept"); wantsCSV(accept) {
+		return h.resultsCSV(ctx, req, p, b, status)
+	}
+	limit := DefaultPageLimit
+	if s, ok := q["limit"]; ok {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > MaxPageLimit {
+			return events.APIGatewayProxyResponse{}, evs.Errorf(evs.CodeInvalidRequest, "The limit must be a whole number from 1 to %d.", MaxPageLimit)
+		}
+		limit = n
+	}
+	c := cursor{After: -1, Status: status}
+	if s, ok := q["cursor"]; ok {
+		if c, err = decodeCursor(s, status); err != nil {
+			return events.APIGatewayProxyResponse{}, err
+		}
+	}
+	page, next, err := h.page(ctx, b, c, limit)
+	if err != nil {
+		return events.APIGatewayProxyResponse{}, err
+	}
+	rid := req.RequestContext.RequestID
+	out := resultsPage{Results: page, RequestID: rid}
+	if next != nil {
+		s := encodeCursor(*next)
+		out.NextCursor = &s
+	}
+	return reply(rid, http.StatusOK, out), nil
+}
+
+// page returns the next results after c. While a batch runs, results are
+// written out of order; a page stops before the first address that has no
+// result yet, so the cursor it returns never skips a result that is written
+// later and never repeats one. The cursor is null only when nothing more can
+// ever come.
+func (h *Handler) page(ctx context.Context, b store.Batch, c cursor, limit int) ([]resultItem, *cursor, error) {
+	gap := -1 // first unwritten seq after c.After, -1 when none can appear
+	if !store.Final(b.State) {
+		pending, err := h.d.Batches.PendingItems(ctx, b.AccountID, b.ID, c.After, 1)
+		if err != nil {
+			return nil, nil, err
+		}
+		if len(pending) > 0 {
+			gap = pending[0].Seq
+		}
+	}
+	rs, err := h.d.Batches.Results(ctx, b.AccountID, b.ID, c.After, limit, c.Status)
+	if err != nil {
+		return nil, nil, err
+	}
+	page := make([]resultItem, 0, len(rs))
+	for _, r := range rs {
+		if gap >= 0 && r.Seq >= gap {
+			break
+		}
+		page = append(page, resultItem{Email: r.Email, Status: r.Status, Decision: r.Decision})
+	}
+	switch {
+	case len(page) == limit:
+		return page, &cursor{After: rs[len(page)-1].Seq, Status: c.Status}, nil
+	case gap >= 0:
+		// Everything before the gap has been read; come back from there.
+		return page, &cursor{After: gap - 1, Status: c.Status}, nil
+	default:
+		return page, nil, nil
+	}
+}
+
+func wantsCSV(accept string) bool {
+	for _, part := range strings.Split(accept, ",") {
+		mt := strings.TrimSpace(strings.SplitN(part, ";", 2)[0])
+		if strings.EqualFold(mt, "text/csv") {
+			return true
+		}
+	}
+	return false
+}
+
+// csvHeader is the contract's CSV header row.
+var csvHeader = []string{"email", "status", "reason", "suggestion", "disposable", "role", "free", "acceptAll"}
+
+// resultsCSV renders every written result, in submission order. On Lambda
+// the reply is one payload (under the 6 MB limit for 50,000 rows); locally
+// the gateway writes it as it is.
+func (h *Handler) resultsCSV(ctx context.Context, req events.APIGatewayProxyRequest, p Principal, b store.Batch, status string) (events.APIGatewayProxyResponse, error) {
+	var buf bytes.Buffer
+	w := csv.NewWriter(&buf)
+	_ = w.Write(csvHeader)
+	after := -1
+	for {
+		rs, err := h.d.Batches.Results(ctx, p.AccountID, b.ID, after, MaxPageLimit, status)
+		if err != nil {
+			return events.APIGatewayProxyResponse{}, err
+		}
+		for _, r := range rs {
+			var d verify.Decision
+			if err := json.Unmarshal(r.Decision, &d); err != nil {
+				return events.APIGatewayProxyResponse{}, evs.Wrap(err, evs.CodeInternal, "An internal error occurred.")
+			}
+			sugg := ""
+			if d.Suggestion != nil {
+				sugg = *d.Suggestion
+			}
+			_ = w.Write([]string{
+				csvSafe(r.Email), r.Status, string(d.Reason), csvSafe(sugg),
+				strconv.FormatBool(d.Flags.Disposable), strconv.FormatBool(d.Flags.Role),
+				strconv.FormatBool(d.Flags.Free), strconv.FormatBool(d.Flags.AcceptAll),
+			})
+			after = r.Seq
+		}
+		if len(rs) < MaxPageLimit {
+			break
+		}
+	}
+	w.Flush()
+	return rawReply(req.RequestContext.RequestID, http.StatusOK, "text/csv; charset=utf-8", buf.Bytes()), nil
+}
+
+// csvSafe keeps a spreadsheet from reading a cell as a formula (CSV
+// injection): addresses are user input.
+func csvSafe(s string) string {
+	if s != "" && strings.ContainsRune("=+-@\t\r", rune(s[0])) {
+		return "'" + s
+	}
+	return s
+}

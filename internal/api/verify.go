@@ -1,0 +1,103 @@
+package api
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/verify"
+)
+
+// Limits of POST /v1/verify (contract, sections 1 and 2).
+const (
+	MaxVerifyBody  = 8 << 10
+	MaxEmailLength = 512
+)
+
+type verifyRequest struct {
+	Email *string `json:"email"`
+	Mode  *string `json:"mode"`
+}
+
+type verifyResponse struct {
+	Status    verify.Status   `json:"status"`
+	RequestID string          `json:"requestId"`
+	Decision  verify.Decision `json:"decision"`
+}
+
+// Verify serves POST /v1/verify: one address, verified synchronously.
+func (h *Handler) Verify(ctx context.Context, req events.APIGatewayProxyRequest) (events.APIGatewayProxyResponse, error) {
+	start := h.d.Now()
+	rid := req.RequestContext.RequestID
+	p, err := principal(req)
+	if err != nil {
+		resp := errorReply(rid, err)
+		h.logCall(ctx, req, p, resp.StatusCode, start, err)
+		return resp, nil
+	}
+	resp, domain, err := h.verify(ctx, req, p)
+	if err != nil {
+		resp = errorReply(rid, err)
+	}
+	h.logCall(ctx, req, p, resp.StatusCode, start, err, slog.String("domain", domain))
+	return resp, nil
+}
+
+func (h *Handler) verify(ctx context.Context, req events.APIGatewayProxyRequest, p Principal) (events.APIGatewayProxyResponse, string, error) {
+	rid := req.RequestContext.RequestID
+	if req.HTTPMethod != http.MethodPost {
+		return events.APIGatewayProxyResponse{}, "", notAllowed(req.HTTPMethod, http.MethodPost)
+	}
+	raw, err := body(req)
+	if err != nil {
+		return events.APIGatewayProxyResponse{}, "", err
+	}
+	if len(raw) > MaxVerifyBody {
+		return events.APIGatewayProxyResponse{}, "", evs.Errorf(evs.CodeInvalidRequest, "The request body is larger than %d bytes.", MaxVerifyBody)
+	}
+	if mt := mediaType(req); mt != "application/json" {
+		return events.APIGatewayProxyResponse{}, "", evs.Errorf(evs.CodeInvalidRequest, "Content-Type must be application/json.")
+	}
+	var in verifyRequest
+	if err := decodeStrict(raw, &in); err != nil {
+		return events.APIGatewayProxyResponse{}, "", err
+	}
+	if in.Email == nil {
+		return events.APIGatewayProxyResponse{}, "", evs.Errorf(evs.CodeInvalidRequest, "Field \"email\" is required.")
+	}
+	if *in.Email == "" {
+		return events.APIGatewayProxyResponse{}, "", evs.Errorf(evs.CodeInvalidRequest, "Field \"email\" must not be empty.")
+	}
+	if len(*in.Email) > MaxEmailLength {
+		return events.APIGatewayProxyResponse{}, "", evs.Errorf(evs.CodeInvalidRequest, "Field \"email\" is longer than %d bytes.", MaxEmailLength)
+	}
+	modeText := ""
+	if in.Mode != nil {
+		modeText = *in.Mode
+		if modeText == "" {
+			return events.APIGatewayProxyResponse{}, "", evs.Errorf(evs.CodeInvalidRequest, "Field \"mode\" must be \"full\" or \"quick\".")
+		}
+	}
+	mode, ok := verify.ParseMode(modeText)
+	if !ok {
+		return events.APIGatewayProxyResponse{}, "", evs.Errorf(evs.CodeInvalidRequest, "Field \"mode\" must be \"full\" or \"quick\".")
+	}
+	domain := ""
+	if in := verify.Inspect(*in.Email); in.Valid {
+		domain = in.Address.Domain
+	}
+	engine := h.d.Engine
+	if p.Test {
+		engine = h.d.Sandbox
+	}
+	resp, _, err := h.idempotent(ctx, req, p, raw, func(ctx context.Context) events.APIGatewayProxyResponse {
+		vctx, cancel := context.WithTimeout(ctx, h.d.VerifyTimeout)
+		defer cancel()
+		d := engine.Verify(vctx, *in.Email, mode)
+		return reply(rid, http.StatusOK, verifyResponse{Status: d.Status(), RequestID: rid, Decision: d})
+	})
+	return resp, domain, err
+}

@@ -1,0 +1,482 @@
+// Package gateway is the local stand-in for Amazon API Gateway (REST API)
+// that `evs serve` puts in front of the same handler code the Lambda
+// functions run. It reproduces the parts of API Gateway the service relies
+// on, so a local run exercises the production code paths:
+//
+//   - one route table (api.Routes, the same as template.yaml); an unknown
+//     path gets the MISSING_AUTHENTICATION_TOKEN response (404) before any
+//     authorizer runs, as on AWS;
+//   - the REQUEST authorizer, called with the event API Gateway builds, its
+//     result cached per key for a TTL (300 s by default, like
+//     ReauthorizeEvery), so a revoked key keeps working until the entry
+//     expires, exactly as on AWS;
+//   - the proxy event as API Gateway builds it: requestContext.requestId,
+//     the authorizer context, path parameters, multi-value headers and
+//     query strings, base64 for bodies that are not UTF-8;
+//   - per-account throttling (token bucket: rate, burst twice that) in
+//     place of the usage plan;
+//   - gateway responses (401, 403, 404, 429, 500) in the contract's
+//     envelope, the same bodies template.yaml declares;
+//   - a structured access log line per call.
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/google/uuid"
+	"golang.org/x/time/rate"
+
+	"github.com/evs-dev/evs/internal/api"
+)
+
+// Function is a Lambda proxy handler.
+type Function func(ctx context.Context, req events.APIGatewayProxyRequest) (events.APIGatewayProxyResponse, error)
+
+// Authorizer is a Lambda REQUEST authorizer.
+type Authorizer func(ctx context.Context, req events.APIGatewayCustomAuthorizerRequestTypeRequest) (events.APIGatewayCustomAuthorizerResponse, error)
+
+// Config holds the gateway's routes, functions and settings.
+type Config struct {
+	Routes []api.Route
+	// Functions maps a route's Function name to its handler.
+	Functions  map[string]Function
+	Authorizer Authorizer
+	// AuthTTL is how long an authorizer result is cached per key (default
+	// 300 s, API Gateway's default; negative disables the cache).
+	AuthTTL time.Duration
+	// RateLimit is the per-account request rate per second, with a burst of
+	// twice that; 0 disables throttling.
+	RateLimit float64
+	// MaxBody caps request bodies, as API Gateway's 10 MB payload limit does.
+	MaxBody int64
+	Stage   string
+	Now     func() time.Time
+	// NewRequestID makes request ids (default: random UUIDs).
+	NewRequestID func() string
+	Logger       *slog.Logger
+}
+
+// Gateway is an http.Handler that serves the API like API Gateway does.
+type Gateway struct {
+	cfg    Config
+	routes []route
+
+	mu       sync.Mutex
+	cache    map[[32]byte]authEntry
+	limiters map[string]*rate.Limiter
+}
+
+type route struct {
+	api.Route
+	parts []string
+}
+
+type authEntry struct {
+	resp    events.APIGatewayCustomAuthorizerResponse
+	expires time.Time
+}
+
+// New returns a gateway.
+func New(cfg Config) (*Gateway, error) {
+	if cfg.Authorizer == nil {
+		return nil, errors.New("gateway: an authorizer is required")
+	}
+	if cfg.AuthTTL == 0 {
+		cfg.AuthTTL = 300 * time.Second
+	}
+	if cfg.MaxBody <= 0 {
+		cfg.MaxBody = 10 << 20
+	}
+	if cfg.Stage == "" {
+		cfg.Stage = "local"
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.NewRequestID == nil {
+		cfg.NewRequestID = uuid.NewString
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewJSONHandler(io.Discard, nil))
+	}
+	g := &Gateway{cfg: cfg, cache: map[[32]byte]authEntry{}, limiters: map[string]*rate.Limiter{}}
+	for _, r := range cfg.Routes {
+		if cfg.Functions[r.Function] == nil {
+			return nil, fmt.Errorf("gateway: route %s has no function %q", r.Path, r.Function)
+		}
+		g.routes = append(g.routes, route{Route: r, parts: strings.Split(strings.Trim(r.Path, "/"), "/")})
+	}
+	return g, nil
+}
+
+// match finds the route of path and its path parameters.
+func (g *Gateway) match(path string) (route, map[string]string, bool) {
+	parts := strings.Split(strings.Trim(path, "/"), "/")
+	for _, r := range g.routes {
+		if len(r.parts) != len(parts) {
+			continue
+		}
+		params := map[string]string{}
+		ok := true
+		for i, p := range r.parts {
+			if strings.HasPrefix(p, "{") && strings.HasSuffix(p, "}") {
+				if parts[i] == "" {
+					ok = false
+					break
+				}
+				params[p[1:len(p)-1]] = parts[i]
+				continue
+			}
+			if p != parts[i] {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			return r, params, true
+		}
+	}
+	return route{}, nil, false
+}
+
+// statusWriter remembers the status for the access log.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	w.status = code
+	w.ResponseWriter.WriteHeader(code)
+}
+
+// ServeHTTP serves one call.
+func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := g.cfg.Now()
+	rid := g.cfg.NewRequestID()
+	sw := &statusWriter{ResponseWriter: w}
+	account, resource := g.serve(sw, r, rid)
+	g.cfg.Logger.LogAttrs(r.Context(), slog.LevelInfo, "access",
+		slog.String("requestId", rid),
+		slog.String("method", r.Method),
+		slog.String("route", resource),
+		slog.Int("status", sw.status),
+		slog.Int64("latencyMs", g.cfg.Now().Sub(start).Milliseconds()),
+		slog.String("accountId", account),
+	)
+}
+
+func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, rid string) (account, resource string) {
+	rt, params, ok := g.match(r.URL.Path)
+	if !ok {
+		writeResponse(w, MissingAuthToken, rid, nil)
+		return "", ""
+	}
+	resource = rt.Path
+	// API Gateway answers 401 itself when the identity source is missing.
+	key := r.Header.Get("X-Api-Key")
+	if key == "" {
+		writeResponse(w, Unauthorized, rid, nil)
+		return "", resource
+	}
+	methodArn := fmt.Sprintf("arn:aws:execute-api:local:000000000000:evs/%s/%s%s", g.cfg.Stage, r.Method, r.URL.Path)
+	authResp, typ := g.authorize(r.Context(), r, rid, key, rt, params, methodArn)
+	if typ != "" {
+		writeResponse(w, typ, rid, nil)
+		return "", resource
+	}
+	account = authResp.PrincipalID
+	if wait, limited := g.throttle(account); limited {
+		secs := int(math.Ceil(wait.Seconds()))
+		if secs < 1 {
+			secs = 1
+		}
+		writeResponse(w, Throttled, rid, map[string]string{"Retry-After": strconv.Itoa(secs)})
+		return account, resource
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, g.cfg.MaxBody+1))
+	if err != nil {
+		writeResponse(w, BadRequestBody, rid, nil)
+		return account, resource
+	}
+	if int64(len(body)) > g.cfg.MaxBody {
+		writeResponse(w, RequestTooLarge, rid, nil)
+		return account, resource
+	}
+	ev := g.event(r, rid, rt, params, body, authResp)
+	resp, err := g.invoke(r.Context(), g.cfg.Functions[rt.Function], ev)
+	if err != nil {
+		g.cfg.Logger.ErrorContext(r.Context(), "function failed", slog.String("requestId", rid), slog.String("function", rt.Function), slog.String("error", err.Error()))
+		writeResponse(w, Default5XX, rid, nil)
+		return account, resource
+	}
+	writeProxy(w, resp, rid)
+	return account, resource
+}
+
+// invoke runs a function, turning a panic into an error as the Lambda
+// runtime turns a crash into a failed invocation.
+func (g *Gateway) invoke(ctx context.Context, fn Function, ev events.APIGatewayProxyRequest) (resp events.APIGatewayProxyResponse, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("gateway: function panicked: %v", p)
+		}
+	}()
+	return fn(ctx, ev)
+}
+
+// authorize returns the authorizer's allow response, or the gateway
+// response type to answer with.
+func (g *Gateway) authorize(ctx context.Context, r *http.Request, rid, key string, rt route, params map[string]string, methodArn string) (events.APIGatewayCustomAuthorizerResponse, string) {
+	ck := sha256.Sum256([]byte(key)) // the cache never holds a key itself
+	now := g.cfg.Now()
+	var resp events.APIGatewayCustomAuthorizerResponse
+	cached := false
+	if g.cfg.AuthTTL > 0 {
+		g.mu.Lock()
+		e, ok := g.cache[ck]
+		g.mu.Unlock()
+		if ok && now.Before(e.expires) {
+			resp, cached = e.resp, true
+		}
+	}
+	if !cached {
+		hs, mhs := headers(r)
+		qs, mqs := query(r)
+		var err error
+		resp, err = g.cfg.Authorizer(ctx, events.APIGatewayCustomAuthorizerRequestTypeRequest{
+			Type:                            "REQUEST",
+			MethodArn:                       methodArn,
+			Resource:                        rt.Path,
+			Path:                            r.URL.Path,
+			HTTPMethod:                      r.Method,
+			Headers:                         hs,
+			MultiValueHeaders:               mhs,
+			QueryStringParameters:           qs,
+			MultiValueQueryStringParameters: mqs,
+			PathParameters:                  params,
+			RequestContext: events.APIGatewayCustomAuthorizerRequestTypeRequestContext{
+				Path: "/" + g.cfg.Stage + r.URL.Path, AccountID: "000000000000", ResourcePath: rt.Path,
+				Stage: g.cfg.Stage, RequestID: rid, APIID: "evs", HTTPMethod: r.Method,
+			},
+		})
+		if err != nil {
+			// "Unauthorized" is the authorizer's documented way to ask for
+			// a 401; any other failure is a 500, and neither is cached.
+			if err.Error() == "Unauthorized" {
+				return resp, Unauthorized
+			}
+			g.cfg.Logger.ErrorContext(ctx, "authorizer failed", slog.String("requestId", rid), slog.String("error", err.Error()))
+			return resp, Default5XX
+		}
+		if g.cfg.AuthTTL > 0 {
+			g.mu.Lock()
+			g.cache[ck] = authEntry{resp: resp, expires: now.Add(g.cfg.AuthTTL)}
+			g.mu.Unlock()
+		}
+	}
+	if !allowed(resp.PolicyDocument, methodArn) {
+		return resp, AccessDenied
+	}
+	return resp, ""
+}
+
+// allowed evaluates an IAM policy for execute-api:Invoke on arn the way IAM
+// does: an explicit Deny wins, then any Allow.
+func allowed(doc events.APIGatewayCustomAuthorizerPolicy, arn string) bool {
+	allow := false
+	for _, s := range doc.Statement {
+		if !matchesAny(s.Action, "execute-api:Invoke") || !matchesAny(s.Resource, arn) {
+			continue
+		}
+		switch s.Effect {
+		case "Deny":
+			return false
+		case "Allow":
+			allow = true
+		}
+	}
+	return allow
+}
+
+func matchesAny(patterns []string, s string) bool {
+	for _, p := range patterns {
+		if glob(p, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// glob matches IAM wildcards: * any run of characters, ? one character.
+func glob(p, s string) bool {
+	for len(p) > 0 {
+		switch p[0] {
+		case '*':
+			for i := len(s); i >= 0; i-- {
+				if glob(p[1:], s[i:]) {
+					return true
+				}
+			}
+			return false
+		case '?':
+			if s == "" {
+				return false
+			}
+			p, s = p[1:], s[1:]
+		default:
+			if s == "" || p[0] != s[0] {
+				return false
+			}
+			p, s = p[1:], s[1:]
+		}
+	}
+	return s == ""
+}
+
+// throttle takes a token from the account's bucket.
+func (g *Gateway) throttle(account string) (time.Duration, bool) {
+	if g.cfg.RateLimit <= 0 {
+		return 0, false
+	}
+	g.mu.Lock()
+	lim, ok := g.limiters[account]
+	if !ok {
+		burst := int(math.Ceil(2 * g.cfg.RateLimit))
+		lim = rate.NewLimiter(rate.Limit(g.cfg.RateLimit), burst)
+		g.limiters[account] = lim
+	}
+	g.mu.Unlock()
+	now := g.cfg.Now()
+	res := lim.ReserveN(now, 1)
+	if d := res.DelayFrom(now); d > 0 {
+		res.CancelAt(now)
+		return d, true
+	}
+	return 0, false
+}
+
+func headers(r *http.Request) (map[string]string, map[string][]string) {
+	hs := make(map[string]string, len(r.Header))
+	mhs := make(map[string][]string, len(r.Header))
+	for k, v := range r.Header {
+		if len(v) == 0 {
+			continue
+		}
+		hs[k] = v[len(v)-1]
+		mhs[k] = append([]string(nil), v...)
+	}
+	return hs, mhs
+}
+
+func query(r *http.Request) (map[string]string, map[string][]string) {
+	q := r.URL.Query()
+	if len(q) == 0 {
+		return nil, nil
+	}
+	qs := make(map[string]string, len(q))
+	mqs := make(map[string][]string, len(q))
+	for k, v := range q {
+		qs[k] = v[len(v)-1]
+		mqs[k] = v
+	}
+	return qs, mqs
+}
+
+// event builds the proxy event API Gateway hands a Lambda function.
+func (g *Gateway) event(r *http.Request, rid string, rt route, params map[string]string, body []byte, auth events.APIGatewayCustomAuthorizerResponse) events.APIGatewayProxyRequest {
+	hs, mhs := headers(r)
+	qs, mqs := query(r)
+	authCtx := map[string]any{"principalId": auth.PrincipalID}
+	for k, v := range auth.Context {
+		// API Gateway hands context values to the integration as strings.
+		authCtx[k] = fmt.Sprint(v)
+	}
+	if len(params) == 0 {
+		params = nil
+	}
+	ev := events.APIGatewayProxyRequest{
+		Resource:                        rt.Path,
+		Path:                            r.URL.Path,
+		HTTPMethod:                      r.Method,
+		Headers:                         hs,
+		MultiValueHeaders:               mhs,
+		QueryStringParameters:           qs,
+		MultiValueQueryStringParameters: mqs,
+		PathParameters:                  params,
+		RequestContext: events.APIGatewayProxyRequestContext{
+			AccountID:        "000000000000",
+			ResourcePath:     rt.Path,
+			Stage:            g.cfg.Stage,
+			RequestID:        rid,
+			Identity:         events.APIGatewayRequestIdentity{SourceIP: sourceIP(r), UserAgent: r.UserAgent()},
+			Authorizer:       authCtx,
+			HTTPMethod:       r.Method,
+			Path:             "/" + g.cfg.Stage + r.URL.Path,
+			APIID:            "evs",
+			Protocol:         r.Proto,
+			RequestTimeEpoch: g.cfg.Now().UnixMilli(),
+		},
+	}
+	if utf8.Valid(body) {
+		ev.Body = string(body)
+	} else {
+		ev.Body = base64.StdEncoding.EncodeToString(body)
+		ev.IsBase64Encoded = true
+	}
+	return ev
+}
+
+func sourceIP(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
+}
+
+// writeProxy writes a function's proxy response.
+func writeProxy(w http.ResponseWriter, resp events.APIGatewayProxyResponse, rid string) {
+	h := w.Header()
+	for k, vs := range resp.MultiValueHeaders {
+		for _, v := range vs {
+			h.Add(k, v)
+		}
+	}
+	for k, v := range resp.Headers {
+		h.Set(k, v)
+	}
+	h.Set("X-Request-Id", rid)
+	body := []byte(resp.Body)
+	if resp.IsBase64Encoded {
+		b, err := base64.StdEncoding.DecodeString(resp.Body)
+		if err != nil {
+			writeResponse(w, Default5XX, rid, nil)
+			return
+		}
+		body = b
+	}
+	status := resp.StatusCode
+	if status == 0 {
+		status = http.StatusOK
+	}
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(status)
+	_, _ = io.Copy(w, bytes.NewReader(body))
+}

@@ -1,0 +1,252 @@
+package gateway_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/evs-dev/evs/internal/api"
+	"github.com/evs-dev/evs/internal/gateway"
+)
+
+type fixture struct {
+	srv       *httptest.Server
+	mu        sync.Mutex
+	authCalls int
+	now       time.Time
+	lastEvent events.APIGatewayProxyRequest
+	deny      map[string]bool
+}
+
+func (f *fixture) clock() time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.now
+}
+
+func (f *fixture) advance(d time.Duration) {
+	f.mu.Lock()
+	f.now = f.now.Add(d)
+	f.mu.Unlock()
+}
+
+// authorize mimics the real authorizer's answers: "good*" keys are allowed
+// for their account, "bad" keys are unauthorized, denied keys get a Deny
+// policy, "boom" fails.
+func (f *fixture) authorize(_ context.Context, ev events.APIGatewayCustomAuthorizerRequestTypeRequest) (events.APIGatewayCustomAuthorizerResponse, error) {
+	f.mu.Lock()
+	f.authCalls++
+	deny := f.deny[ev.Headers["X-Api-Key"]]
+	f.mu.Unlock()
+	key := ev.Headers["X-Api-Key"]
+	switch {
+	case key == "boom":
+		return events.APIGatewayCustomAuthorizerResponse{}, errors.New("store down")
+	case !strings.HasPrefix(key, "good"):
+		return events.APIGatewayCustomAuthorizerResponse{}, errors.New("Unauthorized")
+	}
+	effect := "Allow"
+	if deny {
+		effect = "Deny"
+	}
+	arn := ev.MethodArn[:strings.Index(ev.MethodArn, "/")+1] + ev.RequestContext.Stage + "/*/*"
+	return events.APIGatewayCustomAuthorizerResponse{
+		PrincipalID: "acct-" + key,
+		PolicyDocument: events.APIGatewayCustomAuthorizerPolicy{Version: "2012-10-17", Statement: []events.IAMPolicyStatement{
+			{Action: []string{"execute-api:Invoke"}, Effect: effect, Resource: []string{arn}},
+		}},
+		Context: map[string]any{"accountId": "acct-" + key, "testMode": "true"},
+	}, nil
+}
+
+func newFixture(t *testing.T, rate float64) *fixture {
+	f := &fixture{now: time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC), deny: map[string]bool{}}
+	echo := func(_ context.Context, ev events.APIGatewayProxyRequest) (events.APIGatewayProxyResponse, error) {
+		f.mu.Lock()
+		f.lastEvent = ev
+		f.mu.Unlock()
+		switch ev.Headers["X-Mode"] {
+		case "panic":
+			panic("handler bug")
+		case "error":
+			return events.APIGatewayProxyResponse{}, errors.New("crash")
+		}
+		return events.APIGatewayProxyResponse{StatusCode: 200, Headers: map[string]string{"Content-Type": "text/plain"}, Body: "ok " + ev.Resource}, nil
+	}
+	g, err := gateway.New(gateway.Config{
+		Routes:     api.Routes(),
+		Functions:  map[string]gateway.Function{api.VerifyFunction: echo, api.RequestsFunction: echo},
+		Authorizer: f.authorize,
+		RateLimit:  rate,
+		Now:        f.clock,
+		MaxBody:    1024,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.srv = httptest.NewServer(g)
+	t.Cleanup(f.srv.Close)
+	return f
+}
+
+type result struct {
+	status int
+	header http.Header
+	body   string
+}
+
+func (f *fixture) call(t *testing.T, method, path, key string, hdr map[string]string, body string) result {
+	t.Helper()
+	req, _ := http.NewRequest(method, f.srv.URL+path, strings.NewReader(body))
+	if key != "" {
+		req.Header.Set("X-Api-Key", key)
+	}
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return result{resp.StatusCode, resp.Header, string(b)}
+}
+
+func envelopeCode(t *testing.T, r result) string {
+	t.Helper()
+	var e struct {
+		Error struct{ Code, Message, RequestID string } `json:"error"`
+	}
+	if err := json.Unmarshal([]byte(r.body), &e); err != nil {
+		t.Fatalf("not an envelope: %s", r.body)
+	}
+	if e.Error.RequestID == "" || e.Error.RequestID != r.header.Get("X-Request-Id") || e.Error.Message == "" {
+		t.Fatalf("envelope requestId %q vs header %q: %s", e.Error.RequestID, r.header.Get("X-Request-Id"), r.body)
+	}
+	return e.Error.Code
+}
+
+func TestGatewayResponses(t *testing.T) {
+	f := newFixture(t, 0)
+	f.deny["good-denied"] = true
+	cases := []struct {
+		name, method, path, key string
+		hdr                     map[string]string
+		body                    string
+		status                  int
+		code                    string
+	}{
+		{"unknown route", "GET", "/v1/unknown", "good", nil, "", 404, "not_found"},
+		{"unknown route, no key", "GET", "/nope", "", nil, "", 404, "not_found"},
+		{"missing key", "POST", "/v1/verify", "", nil, "", 401, "unauthorized"},
+		{"unknown key", "POST", "/v1/verify", "bad", nil, "", 401, "unauthorized"},
+		{"denied key", "POST", "/v1/verify", "good-denied", nil, "", 403, "forbidden"},
+		{"authorizer failure", "POST", "/v1/verify", "boom", nil, "", 500, "internal_error"},
+		{"handler panic", "POST", "/v1/verify", "good", map[string]string{"X-Mode": "panic"}, "", 500, "internal_error"},
+		{"handler error", "POST", "/v1/verify", "good", map[string]string{"X-Mode": "error"}, "", 500, "internal_error"},
+		{"body too large", "POST", "/v1/verify", "good", nil, strings.Repeat("x", 2000), 400, "invalid_request"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := f.call(t, c.method, c.path, c.key, c.hdr, c.body)
+			if r.status != c.status {
+				t.Fatalf("status %d, want %d: %s", r.status, c.status, r.body)
+			}
+			if code := envelopeCode(t, r); code != c.code {
+				t.Fatalf("code %q, want %q", code, c.code)
+			}
+		})
+	}
+}
+
+func TestGatewayEvent(t *testing.T) {
+	f := newFixture(t, 0)
+	r := f.call(t, "GET", "/v1/requests/abc/results?limit=5&limit=7&status=risky", "good", map[string]string{"X-Multi": "a"}, "")
+	if r.status != 200 || r.body != "ok /v1/requests/{id}/results" {
+		t.Fatalf("%d %s", r.status, r.body)
+	}
+	ev := f.lastEvent
+	if ev.PathParameters["id"] != "abc" || ev.Resource != "/v1/requests/{id}/results" || ev.Path != "/v1/requests/abc/results" {
+		t.Fatalf("path: %+v %q %q", ev.PathParameters, ev.Resource, ev.Path)
+	}
+	if ev.QueryStringParameters["limit"] != "7" || len(ev.MultiValueQueryStringParameters["limit"]) != 2 {
+		t.Fatalf("query: %v %v", ev.QueryStringParameters, ev.MultiValueQueryStringParameters)
+	}
+	if ev.RequestContext.RequestID == "" || ev.RequestContext.RequestID != r.header.Get("X-Request-Id") {
+		t.Fatalf("requestId %q vs %q", ev.RequestContext.RequestID, r.header.Get("X-Request-Id"))
+	}
+	if ev.RequestContext.Authorizer["accountId"] != "acct-good" || ev.RequestContext.Authorizer["principalId"] != "acct-good" {
+		t.Fatalf("authorizer context: %v", ev.RequestContext.Authorizer)
+	}
+	if ev.Headers["X-Multi"] != "a" || ev.MultiValueHeaders["X-Multi"][0] != "a" {
+		t.Fatalf("headers: %v", ev.Headers)
+	}
+	// Binary bodies arrive base64-encoded, as API Gateway sends them.
+	f.call(t, "POST", "/v1/verify", "good", nil, "\xff\xfe")
+	if !f.lastEvent.IsBase64Encoded || f.lastEvent.Body != "//4=" {
+		t.Fatalf("binary body: %v %q", f.lastEvent.IsBase64Encoded, f.lastEvent.Body)
+	}
+}
+
+// TestAuthorizerCache: the authorizer runs once per key per TTL, like API
+// Gateway's result cache; a denial is cached too, and expiry re-asks.
+func TestAuthorizerCache(t *testing.T) {
+	f := newFixture(t, 0)
+	for i := 0; i < 5; i++ {
+		if r := f.call(t, "POST", "/v1/verify", "good", nil, ""); r.status != 200 {
+			t.Fatalf("call %d: %d", i, r.status)
+		}
+	}
+	if f.authCalls != 1 {
+		t.Fatalf("authorizer ran %d times for one key, want 1", f.authCalls)
+	}
+	f.mu.Lock()
+	f.deny["good"] = true // revoked: the cached allow still holds
+	f.mu.Unlock()
+	if r := f.call(t, "GET", "/v1/requests/x", "good", nil, ""); r.status != 200 {
+		t.Fatalf("within TTL: %d", r.status)
+	}
+	f.advance(300 * time.Second)
+	if r := f.call(t, "POST", "/v1/verify", "good", nil, ""); r.status != 403 {
+		t.Fatalf("after TTL: %d, want 403", r.status)
+	}
+	// Unauthorized answers are not cached: a key created since works.
+	before := f.authCalls
+	f.call(t, "POST", "/v1/verify", "bad", nil, "")
+	f.call(t, "POST", "/v1/verify", "bad", nil, "")
+	if f.authCalls != before+2 {
+		t.Fatalf("401 was cached")
+	}
+}
+
+func TestThrottle(t *testing.T) {
+	f := newFixture(t, 1) // 1/s, burst 2
+	var codes []int
+	for i := 0; i < 3; i++ {
+		codes = append(codes, f.call(t, "POST", "/v1/verify", "good", nil, "").status)
+	}
+	if codes[0] != 200 || codes[1] != 200 || codes[2] != 429 {
+		t.Fatalf("statuses %v, want 200 200 429", codes)
+	}
+	r := f.call(t, "POST", "/v1/verify", "good", nil, "")
+	if r.status != 429 || r.header.Get("Retry-After") != "1" || envelopeCode(t, r) != "rate_limited" {
+		t.Fatalf("429: %v %s", r.header, r.body)
+	}
+	if r := f.call(t, "POST", "/v1/verify", "good-other", nil, ""); r.status != 200 {
+		t.Fatalf("another account: %d", r.status)
+	}
+	f.advance(time.Second)
+	if r := f.call(t, "POST", "/v1/verify", "good", nil, ""); r.status != 200 {
+		t.Fatalf("after refill: %d", r.status)
+	}
+}
