@@ -1,0 +1,146 @@
+// Package batch processes batch verification requests: it groups a batch's
+// addresses by domain, verifies each group on as few SMTP connections as
+// possible (one DNS lookup and at most one accept-all probe per domain per
+// batch), retries greylisted addresses with back-off, and writes results in
+// large atomic steps that never count an address twice.
+//
+// The same Processor serves both runtimes: the in-process Runner of
+// `evs serve`, and the SQS worker Lambda (package sqsqueue).
+package batch
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"sort"
+	"time"
+
+	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/store"
+	"github.com/evs-dev/evs/internal/verify"
+)
+
+// Store is the part of the store batch processing uses.
+type Store interface {
+	Batch(ctx context.Context, accountID, id string) (store.Batch, error)
+	TransitionBatch(ctx context.Context, accountID, id string, from []string, to, errMsg string, now time.Time) (store.Batch, error)
+	PutResults(ctx context.Context, accountID, id string, results []store.Result, now time.Time) (store.Batch, error)
+	PendingItems(ctx context.Context, accountID, id string, afterSeq, limit int) ([]store.Item, error)
+}
+
+// Accounts tells whether an account is in test mode.
+type Accounts interface {
+	Account(ctx context.Context, id string) (store.Account, error)
+}
+
+// Verifier verifies addresses of one domain together. The engine and the
+// sandbox implement it.
+type Verifier interface {
+	VerifyDomain(ctx context.Context, emails []string, mode verify.Mode, memo *verify.CatchAllMemo) []verify.Decision
+}
+
+// Processor verifies groups of items and turns decisions into results.
+type Processor struct {
+	Engine  Verifier
+	Sandbox Verifier
+	// MaxGreyAttempts is how many times an address is tried before a
+	// greylisted answer is final (default 3).
+	MaxGreyAttempts int
+	// PerConnection caps the recipients checked on one SMTP connection
+	// (default 50); receiving servers limit recipients per transaction.
+	PerConnection int
+}
+
+// Group is items of one domain.
+type Group struct {
+	Domain string
+	Items  []store.Item
+}
+
+// GroupByDomain splits items by domain, keeping submission order inside a
+// group and ordering groups by their first item. Items with no domain
+// (invalid syntax) each form their own group: nothing connects them.
+func GroupByDomain(items []store.Item) []Group {
+	idx := map[string]int{}
+	var gs []Group
+	for _, it := range items {
+		if it.Domain == "" {
+			gs = append(gs, Group{Items: []store.Item{it}})
+			continue
+		}
+		i, ok := idx[it.Domain]
+		if !ok {
+			i = len(gs)
+			idx[it.Domain] = i
+			gs = append(gs, Group{Domain: it.Domain})
+		}
+		gs[i].Items = append(gs[i].Items, it)
+	}
+	return gs
+}
+
+// Verify runs one group and returns the results to write and the items to
+// retry later: greylisted answers before the last attempt give no result.
+func (p *Processor) Verify(ctx context.Context, test bool, mode verify.Mode, g Group, attempt int, memo *verify.CatchAllMemo) (results []store.Result, retry []store.Item, err error) {
+	v := p.Engine
+	if test {
+		v = p.Sandbox
+	}
+	if v == nil {
+		return nil, nil, errors.New("batch: no verifier")
+	}
+	maxGrey := p.MaxGreyAttempts
+	if maxGrey <= 0 {
+		maxGrey = 3
+	}
+	per := p.PerConnection
+	if per <= 0 {
+		per = 50
+	}
+	for start := 0; start < len(g.Items); start += per {
+		end := min(start+per, len(g.Items))
+		chunk := g.Items[start:end]
+		emails := make([]string, len(chunk))
+		for i, it := range chunk {
+			emails[i] = it.Email
+		}
+		ds := v.VerifyDomain(ctx, emails, mode, memo)
+		if ctx.Err() != nil {
+			// Cut short (cancel, shutdown): these verdicts are artefacts of
+			// our deadline, not facts about the mailboxes. Leave them for
+			// the next run.
+			return results, nil, ctx.Err()
+		}
+		for i, d := range ds {
+			if d.Reason == verify.ReasonGreylisted && attempt+1 < maxGrey {
+				retry = append(retry, chunk[i])
+				continue
+			}
+			b, err := json.Marshal(d)
+			if err != nil {
+				return nil, nil, evs.Wrap(err, evs.CodeInternal, "could not encode a decision")
+			}
+			results = append(results, store.Result{Seq: chunk[i].Seq, Email: chunk[i].Email, Status: string(d.Status()), Decision: b})
+		}
+	}
+	sort.Slice(results, func(i, j int) bool { return results[i].Seq < results[j].Seq })
+	return results, retry, nil
+}
+
+// Backoff returns the delay before retry attempt n (1-based) of greylisted
+// addresses: greylisting servers accept a retry after minutes, not seconds.
+func Backoff(base time.Duration, n int) time.Duration {
+	if base <= 0 {
+		base = 5 * time.Minute
+	}
+	d := base
+	for i := 1; i < n; i++ {
+		d *= 2
+	}
+	return d
+}
+
+func logErr(l *slog.Logger, msg string, b store.Batch, err error) {
+	l.Error(msg, slog.String("batchId", b.ID), slog.String("accountId", b.AccountID), slog.String("error", err.Error()))
+}

@@ -1,0 +1,293 @@
+// Package sqsqueue runs batches on AWS: the requests function queues one
+// "plan" message per new batch; the worker function turns a plan into work
+// messages (addresses packed by domain) and processes work messages, with
+// greylisted addresses sent back with an SQS delay. Results are written by
+// the store's exactly-once PutResults, so a redelivered message never counts
+// an address twice.
+package sqsqueue
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/evs-dev/evs/internal/batch"
+	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/store"
+	"github.com/evs-dev/evs/internal/verify"
+)
+
+// Client is the part of the SQS API the queue uses.
+type Client interface {
+	SendMessage(ctx context.Context, in *sqs.SendMessageInput, optFns ...func(*sqs.Options)) (*sqs.SendMessageOutput, error)
+	SendMessageBatch(ctx context.Context, in *sqs.SendMessageBatchInput, optFns ...func(*sqs.Options)) (*sqs.SendMessageBatchOutput, error)
+}
+
+// Message kinds.
+const (
+	KindPlan = "plan"
+	KindWork = "work"
+)
+
+// Message is the body of every queue message.
+type Message struct {
+	Kind      string       `json:"kind"`
+	AccountID string       `json:"accountId"`
+	BatchID   string       `json:"batchId"`
+	Items     []store.Item `json:"items,omitempty"`
+	Attempt   int          `json:"attempt,omitempty"`
+}
+
+// Queue sends batch work to SQS.
+type Queue struct {
+	client Client
+	url    string
+}
+
+// New returns a queue on the SQS queue at url.
+func New(client Client, url string) *Queue { return &Queue{client: client, url: url} }
+
+// Enqueue queues the plan of a new batch: one small message, so creating a
+// batch of 50,000 addresses stays one fast call.
+func (q *Queue) Enqueue(ctx context.Context, b store.Batch) error {
+	return q.send(ctx, []Message{{Kind: KindPlan, AccountID: b.AccountID, BatchID: b.ID}}, 0)
+}
+
+// send sends messages in SQS batches of ten, with a delay in seconds.
+func (q *Queue) send(ctx context.Context, ms []Message, delay int32) error {
+	for start := 0; start < len(ms); start += 10 {
+		end := min(start+10, len(ms))
+		entries := make([]types.SendMessageBatchRequestEntry, 0, end-start)
+		for i, m := range ms[start:end] {
+			b, err := json.Marshal(m)
+			if err != nil {
+				return err
+			}
+			entries = append(entries, types.SendMessageBatchRequestEntry{
+				Id: aws.String(strconv.Itoa(i)), MessageBody: aws.String(string(b)), DelaySeconds: delay,
+			})
+		}
+		out, err := q.client.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: aws.String(q.url), Entries: entries})
+		if err != nil {
+			return evs.Wrap(err, evs.CodeUnavailable, "The work queue is unavailable; retry.")
+		}
+		if len(out.Failed) > 0 {
+			f := out.Failed[0]
+			return evs.Wrap(fmt.Errorf("sqs: %d of %d messages failed, first: %s %s", len(out.Failed), len(entries), aws.ToString(f.Code), aws.ToString(f.Message)),
+				evs.CodeUnavailable, "The work queue is unavailable; retry.")
+		}
+	}
+	return nil
+}
+
+// Worker handles the queue's messages in the worker Lambda.
+type Worker struct {
+	Queue     *Queue
+	Store     batch.Store
+	Accounts  batch.Accounts
+	Processor *batch.Processor
+	Now       func() time.Time
+	Logger    *slog.Logger
+	// PackSize is the most addresses one work message carries (default
+	// 200): whole domains where they fit, so each domain sees one SMTP
+	// connection and one accept-all probe.
+	PackSize int
+	// GreyBackoff is the first delay before greylisted addresses are
+	// retried (default 5 min; SQS caps delays at 15 min).
+	GreyBackoff time.Duration
+	// Concurrency is how many domain groups of a message run at once.
+	Concurrency int
+}
+
+// Handle processes an SQS event and reports the messages that failed, so
+// only those are redelivered (ReportBatchItemFailures).
+func (w *Worker) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
+	var resp events.SQSEventResponse
+	for _, rec := range ev.Records {
+		var m Message
+		if err := json.Unmarshal([]byte(rec.Body), &m); err != nil {
+			// A message we cannot read will never succeed: log and drop it
+			// rather than cycle it to the DLQ forever.
+			w.logger().Error("dropping unreadable message", slog.String("messageId", rec.MessageId))
+			continue
+		}
+		var err error
+		switch m.Kind {
+		case KindPlan:
+			err = w.plan(ctx, m)
+		case KindWork:
+			err = w.work(ctx, m)
+		default:
+			w.logger().Error("dropping message of unknown kind", slog.String("messageId", rec.MessageId), slog.String("kind", m.Kind))
+		}
+		if err != nil {
+			w.logger().Error("message failed; it will be redelivered", slog.String("messageId", rec.MessageId),
+				slog.String("batchId", m.BatchID), slog.String("error", err.Error()))
+			resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: rec.MessageId})
+		}
+	}
+	return resp, nil
+}
+
+func (w *Worker) logger() *slog.Logger {
+	if w.Logger == nil {
+		return slog.Default()
+	}
+	return w.Logger
+}
+
+func (w *Worker) now() time.Time {
+	if w.Now == nil {
+		return time.Now()
+	}
+	return w.Now()
+}
+
+// plan turns a batch's pending items into work messages.
+func (w *Worker) plan(ctx context.Context, m Message) error {
+	b, err := w.Store.Batch(ctx, m.AccountID, m.BatchID)
+	if err != nil {
+		if evs.ErrorCode(err) == evs.CodeNotFound {
+			return nil // expired or never stored: nothing to do
+		}
+		return err
+	}
+	if store.Final(b.State) {
+		return nil
+	}
+	if b.State == store.StateQueued {
+		if _, err := w.Store.TransitionBatch(ctx, b.AccountID, b.ID, []string{store.StateQueued}, store.StateRunning, "", w.now()); err != nil && evs.ErrorCode(err) != evs.CodeInvalidState {
+			return err
+		}
+	}
+	var items []store.Item
+	for after := -1; ; {
+		page, err := w.Store.PendingItems(ctx, b.AccountID, b.ID, after, 5000)
+		if err != nil {
+			return err
+		}
+		items = append(items, page...)
+		if len(page) < 5000 {
+			break
+		}
+		after = page[len(page)-1].Seq
+	}
+	return w.Queue.send(ctx, Pack(m.AccountID, m.BatchID, items, w.packSize()), 0)
+}
+
+func (w *Worker) packSize() int {
+	if w.PackSize <= 0 {
+		return 200
+	}
+	return w.PackSize
+}
+
+// Pack puts items into work messages of at most size addresses, keeping
+// each domain's addresses together where they fit.
+func Pack(accountID, batchID string, items []store.Item, size int) []Message {
+	var out []Message
+	cur := Message{Kind: KindWork, AccountID: accountID, BatchID: batchID}
+	flush := func() {
+		if len(cur.Items) > 0 {
+			out = append(out, cur)
+			cur = Message{Kind: KindWork, AccountID: accountID, BatchID: batchID}
+		}
+	}
+	for _, g := range batch.GroupByDomain(items) {
+		if len(cur.Items)+len(g.Items) > size {
+			flush()
+		}
+		for len(g.Items) > size {
+			cur.Items = g.Items[:size]
+			flush()
+			g.Items = g.Items[size:]
+		}
+		cur.Items = append(cur.Items, g.Items...)
+	}
+	flush()
+	return out
+}
+
+// work verifies one message's addresses and writes their results at once.
+func (w *Worker) work(ctx context.Context, m Message) error {
+	b, err := w.Store.Batch(ctx, m.AccountID, m.BatchID)
+	if err != nil {
+		if evs.ErrorCode(err) == evs.CodeNotFound {
+			return nil
+		}
+		return err
+	}
+	if store.Final(b.State) {
+		return nil // cancelled: stop new work
+	}
+	acct, err := w.Accounts.Account(ctx, m.AccountID)
+	if err != nil {
+		return err
+	}
+	conc := w.Concurrency
+	if conc <= 0 {
+		conc = 8
+	}
+	var (
+		mu      sync.Mutex
+		results []store.Result
+		retry   []store.Item
+		firstEr error
+		wg      sync.WaitGroup
+		sem     = make(chan struct{}, conc)
+	)
+	memo := verify.NewCatchAllMemo()
+	for _, g := range batch.GroupByDomain(m.Items) {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			rs, again, err := w.Processor.Verify(ctx, acct.Test, verify.Mode(b.Mode), g, m.Attempt, memo)
+			mu.Lock()
+			defer mu.Unlock()
+			results = append(results, rs...)
+			retry = append(retry, again...)
+			if err != nil && firstEr == nil {
+				firstEr = err
+			}
+		}()
+	}
+	wg.Wait()
+	if firstEr != nil {
+		return firstEr
+	}
+	if len(retry) > 0 {
+		delay := batch.Backoff(w.GreyBackoff, m.Attempt+1)
+		if delay > 15*time.Minute {
+			delay = 15 * time.Minute
+		}
+		again := Pack(m.AccountID, m.BatchID, retry, w.packSize())
+		for i := range again {
+			again[i].Attempt = m.Attempt + 1
+		}
+		if err := w.Queue.send(ctx, again, int32(delay/time.Second)); err != nil {
+			return err
+		}
+	}
+	if len(results) == 0 {
+		return nil
+	}
+	if _, err := w.Store.PutResults(ctx, m.AccountID, m.BatchID, results, w.now()); err != nil {
+		return err
+	}
+	return nil
+}
+
+// ErrNoQueue is returned when the queue URL is not configured.
+var ErrNoQueue = errors.New("sqsqueue: EVS_QUEUE_URL is not set")
