@@ -1,0 +1,264 @@
+package server_test
+
+import (
+	"encoding/csv"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+)
+
+type envelope struct {
+	Request struct {
+		ID          string `json:"id"`
+		Mode        string `json:"mode"`
+		State       string `json:"state"`
+		CreatedAt   string `json:"createdAt"`
+		CompletedAt string `json:"completedAt"`
+	} `json:"request"`
+	Counters struct {
+		Total, Duplicates, Processed, Deliverable, Undeliverable, Risky, Unknown int
+	} `json:"counters"`
+	RequestID string `json:"requestId"`
+	Replayed  bool   `json:"replayed"`
+}
+
+func decodeEnvelope(t *testing.T, r reply) envelope {
+	t.Helper()
+	var e envelope
+	if err := json.Unmarshal(r.body, &e); err != nil {
+		t.Fatalf("batch envelope: %v: %s", err, r.body)
+	}
+	return e
+}
+
+// checkInvariants asserts the contract's counter invariants.
+func checkInvariants(t *testing.T, e envelope, prev *envelope) {
+	t.Helper()
+	c := e.Counters
+	if c.Processed != c.Deliverable+c.Undeliverable+c.Risky+c.Unknown {
+		t.Fatalf("processed %d != sum of statuses: %+v", c.Processed, c)
+	}
+	if c.Processed > c.Total-c.Duplicates {
+		t.Fatalf("processed %d > total - duplicates: %+v", c.Processed, c)
+	}
+	if e.Request.State == "completed" && c.Processed != c.Total-c.Duplicates {
+		t.Fatalf("completed with processed %d != %d", c.Processed, c.Total-c.Duplicates)
+	}
+	if prev != nil {
+		p := prev.Counters
+		if c.Processed < p.Processed || c.Deliverable < p.Deliverable || c.Undeliverable < p.Undeliverable || c.Risky < p.Risky || c.Unknown < p.Unknown {
+			t.Fatalf("counters went down: %+v then %+v", p, c)
+		}
+		if isFinal(prev.Request.State) && e.Request.State != prev.Request.State {
+			t.Fatalf("final state %s changed to %s", prev.Request.State, e.Request.State)
+		}
+	}
+}
+
+func isFinal(s string) bool { return s == "completed" || s == "cancelled" || s == "failed" }
+
+// poll polls a batch until it is final, checking the invariants each time.
+func (h *harness) poll(key, id string, limit time.Duration) envelope {
+	h.t.Helper()
+	deadline := time.Now().Add(limit)
+	var prev *envelope
+	for {
+		r := h.do(req{path: "/v1/requests/" + id, key: key})
+		if r.status != 200 {
+			h.t.Fatalf("poll: %d %s", r.status, r.body)
+		}
+		e := decodeEnvelope(h.t, r)
+		checkInvariants(h.t, e, prev)
+		if e.Replayed {
+			h.t.Fatal("GET says replayed")
+		}
+		if isFinal(e.Request.State) {
+			return e
+		}
+		if time.Now().After(deadline) {
+			h.t.Fatalf("batch not final after %v: %s", limit, r.body)
+		}
+		prev = &e
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func emailsJSON(emails []string) string {
+	b, _ := json.Marshal(emails)
+	return string(b)
+}
+
+func TestBatchLifecycle(t *testing.T) {
+	h := start(t, options{realClock: true})
+	var emails []string
+	for i := 0; i < 300; i++ {
+		emails = append(emails, fmt.Sprintf("user%d@x%d.example", i, i%7))
+	}
+	emails = append(emails, "rejected_email@x.example", "accept_all@y.example", "not an address", "USER1@X1.example", "user1@x1.EXAMPLE")
+	r := h.do(req{method: "POST", path: "/v1/requests", key: h.testKey, body: `{"emails":` + emailsJSON(emails) + `,"mode":"quick"}`, headers: map[string]string{"Idempotency-Key": "batch-1"}})
+	if r.status != 201 {
+		t.Fatalf("create: %d %s", r.status, r.body)
+	}
+	created := decodeEnvelope(t, r)
+	if created.Request.Mode != "quick" || created.Counters.Total != len(emails) || created.Counters.Duplicates != 1 || created.Replayed {
+		t.Fatalf("created: %s", r.body)
+	}
+	final := h.poll(h.testKey, created.Request.ID, 30*time.Second)
+	if final.Request.State != "completed" || final.Request.CompletedAt == "" {
+		t.Fatalf("final: %+v", final)
+	}
+	distinct := len(emails) - 1
+	if final.Counters.Processed != distinct || final.Counters.Undeliverable != 2 || final.Counters.Risky != 1 {
+		t.Fatalf("counters: %+v", final.Counters)
+	}
+
+	// Replay of the creation: 200, the current envelope, replayed true.
+	again := h.do(req{method: "POST", path: "/v1/requests", key: h.testKey, body: `{"emails":` + emailsJSON(emails) + `,"mode":"quick"}`, headers: map[string]string{"Idempotency-Key": "batch-1"}})
+	re := decodeEnvelope(t, again)
+	if again.status != 200 || !re.Replayed || re.Request.ID != created.Request.ID || re.Request.State != "completed" || again.header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("replay: %d %s", again.status, again.body)
+	}
+
+	// Page through every result: each distinct address once, in order.
+	var got []string
+	cursor := ""
+	for pages := 0; ; pages++ {
+		path := "/v1/requests/" + created.Request.ID + "/results?limit=37"
+		if cursor != "" {
+			path += "&cursor=" + url.QueryEscape(cursor)
+		}
+		pr := h.do(req{path: path, key: h.testKey})
+		if pr.status != 200 {
+			t.Fatalf("results: %d %s", pr.status, pr.body)
+		}
+		var page struct {
+			Results []struct {
+				Email    string         `json:"email"`
+				Status   string         `json:"status"`
+				Decision map[string]any `json:"decision"`
+			} `json:"results"`
+			NextCursor *string `json:"nextCursor"`
+		}
+		if err := json.Unmarshal(pr.body, &page); err != nil {
+			t.Fatal(err)
+		}
+		for _, res := range page.Results {
+			got = append(got, res.Email)
+		}
+		if page.NextCursor == nil {
+			break
+		}
+		cursor = *page.NextCursor
+		if pages > 100 {
+			t.Fatal("too many pages")
+		}
+	}
+	want := append([]string(nil), emails[:len(emails)-1]...)
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("results: got %d addresses, want %d in submission order", len(got), len(want))
+	}
+
+	// Status filter and CSV.
+	fr := h.do(req{path: "/v1/requests/" + created.Request.ID + "/results?status=undeliverable", key: h.testKey})
+	if n := len(fr.json(t)["results"].([]any)); n != 2 {
+		t.Fatalf("undeliverable filter: %d results", n)
+	}
+	cr := h.do(req{path: "/v1/requests/" + created.Request.ID + "/results", key: h.testKey, headers: map[string]string{"Accept": "text/csv"}})
+	rows, err := csv.NewReader(strings.NewReader(string(cr.body))).ReadAll()
+	if err != nil || cr.status != 200 {
+		t.Fatalf("csv: %d %v", cr.status, err)
+	}
+	if strings.Join(rows[0], ",") != "email,status,reason,suggestion,disposable,role,free,acceptAll" || len(rows) != distinct+1 {
+		t.Fatalf("csv: header %v, %d rows", rows[0], len(rows))
+	}
+
+	// A final batch cannot be cancelled.
+	cc := h.do(req{method: "POST", path: "/v1/requests/" + created.Request.ID + "/cancel", key: h.testKey})
+	if cc.status != 409 || cc.errorCode(t) != "invalid_state" {
+		t.Fatalf("cancel completed: %d %s", cc.status, cc.body)
+	}
+}
+
+func TestBatchCSVUpload(t *testing.T) {
+	h := start(t, options{realClock: true})
+	body := "email,name\naccepted_email@x.example,A\n\nrejected_email@x.example,B\n\"mailbox_full@x.example\",C\n"
+	r := h.do(req{method: "POST", path: "/v1/requests?mode=quick", key: h.testKey, body: body, headers: map[string]string{"Content-Type": "text/csv"}})
+	if r.status != 201 {
+		t.Fatalf("create: %d %s", r.status, r.body)
+	}
+	e := decodeEnvelope(t, r)
+	if e.Counters.Total != 3 || e.Request.Mode != "quick" {
+		t.Fatalf("created: %s", r.body)
+	}
+	final := h.poll(h.testKey, e.Request.ID, 30*time.Second)
+	if final.Counters.Deliverable != 1 || final.Counters.Undeliverable != 1 || final.Counters.Risky != 1 {
+		t.Fatalf("counters: %+v", final.Counters)
+	}
+}
+
+// TestBatchCancel: cancel stops new work promptly; results already written
+// stay readable and counters never go down.
+func TestBatchCancel(t *testing.T) {
+	h := start(t, options{realClock: true, rcpt: func(addr string) string {
+		time.Sleep(20 * time.Millisecond)
+		return "250 2.1.5 OK"
+	}})
+	var emails []string
+	for i := 0; i < 400; i++ {
+		emails = append(emails, fmt.Sprintf("alice%d@good.example", i))
+	}
+	r := h.do(req{method: "POST", path: "/v1/requests", key: h.liveKey, body: `{"emails":` + emailsJSON(emails) + `}`})
+	id := decodeEnvelope(t, r).Request.ID
+	time.Sleep(300 * time.Millisecond)
+	c := h.do(req{method: "POST", path: "/v1/requests/" + id + "/cancel", key: h.liveKey})
+	if c.status != 200 {
+		t.Fatalf("cancel: %d %s", c.status, c.body)
+	}
+	ce := decodeEnvelope(t, c)
+	if ce.Request.State != "cancelled" || ce.Request.CompletedAt == "" {
+		t.Fatalf("cancel reply: %s", c.body)
+	}
+	time.Sleep(500 * time.Millisecond)
+	after := h.poll(h.liveKey, id, time.Second)
+	checkInvariants(t, after, &ce)
+	if after.Counters.Processed >= len(emails) {
+		t.Fatalf("cancel did not stop the work: %+v", after.Counters)
+	}
+	again := h.do(req{method: "POST", path: "/v1/requests/" + id + "/cancel", key: h.liveKey})
+	if again.status != 409 || again.errorCode(t) != "invalid_state" {
+		t.Fatalf("second cancel: %d %s", again.status, again.body)
+	}
+}
+
+// TestBatchResume: stopping the server mid-batch and starting it again on
+// the same data directory finishes the batch, and the final counters equal
+// the number of distinct addresses — nothing lost, nothing counted twice.
+func TestBatchResume(t *testing.T) {
+	dir := t.TempDir()
+	slow := func(addr string) string {
+		time.Sleep(5 * time.Millisecond)
+		return "250 2.1.5 OK"
+	}
+	h := start(t, options{realClock: true, dir: dir, rcpt: slow})
+	var emails []string
+	for i := 0; i < 600; i++ {
+		emails = append(emails, fmt.Sprintf("alice%d@good.example", i%500)) // 100 duplicates
+	}
+	r := h.do(req{method: "POST", path: "/v1/requests", key: h.liveKey, body: `{"emails":` + emailsJSON(emails) + `}`})
+	if r.status != 201 {
+		t.Fatalf("create: %d %s", r.status, r.body)
+	}
+	id := decodeEnvelope(t, r).Request.ID
+	time.Sleep(400 * time.Millisecond)
+	h.stop()
+	h.st.Close()
+
+	h2 := start(t, options{realClock: true, dir: dir, rcpt: slow})
+	final := h2.poll(h.liveKey, id, 60*time.Second)
+	if final.Request.State != "completed" || final.Counters.Processed != 500 || final.Counters.Duplicates != 100 {
+		t.Fatalf("after restart: %+v", final)
+	}
+}

@@ -1,0 +1,217 @@
+// Package server assembles the whole API on one machine — what `evs serve`
+// runs: the local API Gateway stand-in in front of the same handlers the
+// Lambda functions run, the embedded durable store, and an in-process batch
+// worker. Tests start it on loopback and talk to it over HTTP.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/evs-dev/evs/internal/api"
+	"github.com/evs-dev/evs/internal/apikey"
+	"github.com/evs-dev/evs/internal/authorizer"
+	"github.com/evs-dev/evs/internal/batch"
+	"github.com/evs-dev/evs/internal/config"
+	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/gateway"
+	"github.com/evs-dev/evs/internal/idempotency"
+	"github.com/evs-dev/evs/internal/store"
+	"github.com/evs-dev/evs/internal/verify"
+	"github.com/google/uuid"
+)
+
+// Store is the embedded store: the service's store plus the periodic sweep
+// that plays DynamoDB TTL's part.
+type Store interface {
+	store.Store
+	Sweep(ctx context.Context) (int, error)
+}
+
+// Engine verifies single addresses (the API) and groups of addresses of
+// one domain (the batch worker); *verify.Engine is one.
+type Engine interface {
+	api.Verifier
+	batch.Verifier
+}
+
+// Options configure a server.
+type Options struct {
+	Config config.Config
+	Store  Store
+	// Engine verifies for live accounts (default: built from Config).
+	Engine Engine
+	// Batch tunes the batch worker; zero values take its defaults.
+	Batch  batch.RunnerConfig
+	Now    func() time.Time
+	Logger *slog.Logger
+	// SweepEvery is how often expired records are deleted (default 1 h).
+	SweepEvery time.Duration
+}
+
+// Server is the one-machine service.
+type Server struct {
+	opts    Options
+	gateway *gateway.Gateway
+	runner  *batch.Runner
+}
+
+// New assembles a server.
+func New(o Options) (*Server, error) {
+	if o.Store == nil {
+		return nil, errors.New("server: a store is required")
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.SweepEvery <= 0 {
+		o.SweepEvery = time.Hour
+	}
+	if o.Engine == nil {
+		e, _, err := o.Config.Engine()
+		if err != nil {
+			return nil, err
+		}
+		o.Engine = e
+	}
+	sandbox := verify.NewSandbox(o.Now)
+	rc := o.Batch
+	rc.Store = o.Store
+	rc.Accounts = o.Store
+	rc.Engine = o.Engine
+	rc.Sandbox = sandbox
+	if rc.Now == nil {
+		rc.Now = o.Now
+	}
+	if rc.Logger == nil {
+		rc.Logger = o.Logger
+	}
+	runner, err := batch.NewRunner(rc)
+	if err != nil {
+		return nil, err
+	}
+	h := api.New(api.Deps{
+		Engine:      o.Engine,
+		Sandbox:     sandbox,
+		Idempotency: idempotency.New(o.Store, o.Now),
+		Batches:     o.Store,
+		Queue:       runner,
+		Retention:   o.Config.Retention,
+		Now:         o.Now,
+		Logger:      o.Logger,
+	})
+	az := authorizer.New(o.Store)
+	gw, err := gateway.New(gateway.Config{
+		Routes: api.Routes(),
+		Functions: map[string]gateway.Function{
+			api.VerifyFunction:   h.Verify,
+			api.RequestsFunction: h.Requests,
+		},
+		Authorizer: az.Handle,
+		AuthTTL:    o.Config.AuthTTL,
+		RateLimit:  o.Config.RateLimit,
+		Now:        o.Now,
+		Logger:     o.Logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &Server{opts: o, gateway: gw, runner: runner}, nil
+}
+
+// Handler is the HTTP face of the server.
+func (s *Server) Handler() http.Handler { return s.gateway }
+
+// Serve serves on ln until ctx is done, then stops taking calls, lets the
+// ones in flight finish (up to 20 s) and stops the batch worker, whose
+// unfinished work resumes at the next start.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	workCtx, stopWork := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopWork()
+	if err := s.runner.Start(workCtx); err != nil {
+		return err
+	}
+	go s.sweep(workCtx)
+	srv := &http.Server{
+		Handler:           s.gateway,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		ErrorLog:          slog.NewLogLogger(s.opts.Logger.Handler(), slog.LevelWarn),
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		stopWork()
+		s.runner.Wait()
+		return err
+	case <-ctx.Done():
+	}
+	s.opts.Logger.Info("shutting down: draining calls in flight")
+	shutCtx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	err := srv.Shutdown(shutCtx)
+	stopWork()
+	s.runner.Wait()
+	if err != nil {
+		return fmt.Errorf("server: shutdown: %w", err)
+	}
+	return nil
+}
+
+func (s *Server) sweep(ctx context.Context) {
+	t := time.NewTicker(s.opts.SweepEvery)
+	defer t.Stop()
+	for {
+		if n, err := s.opts.Store.Sweep(ctx); err != nil && ctx.Err() == nil {
+			s.opts.Logger.Warn("sweep failed", slog.String("error", err.Error()))
+		} else if n > 0 {
+			s.opts.Logger.Info("swept expired records", slog.Int("count", n))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Bootstrap creates the first account and its key on an empty store and
+// returns the key, which is shown once and never stored. On a store that
+// already has accounts it returns "".
+func Bootstrap(ctx context.Context, st store.Keys, test bool, now time.Time) (string, error) {
+	n, err := st.CountAccounts(ctx)
+	if err != nil || n > 0 {
+		return "", err
+	}
+	name := "default"
+	if test {
+		name = "sandbox"
+	}
+	a := store.Account{ID: uuid.NewString(), Name: name, Test: test, CreatedAt: now.UTC()}
+	if err := st.CreateAccount(ctx, a); err != nil {
+		return "", err
+	}
+	return CreateKey(ctx, st, a.ID, now)
+}
+
+// CreateKey makes a key for account id, stores its hash and returns the key.
+func CreateKey(ctx context.Context, st store.Keys, accountID string, now time.Time) (string, error) {
+	key, err := apikey.New()
+	if err != nil {
+		return "", evs.Wrap(err, evs.CodeInternal, "could not make a key")
+	}
+	h := apikey.Hash(key)
+	if err := st.CreateKey(ctx, store.Key{ID: apikey.ID(h), Hash: h, AccountID: accountID, CreatedAt: now.UTC()}); err != nil {
+		return "", err
+	}
+	return key, nil
+}
