@@ -1,0 +1,269 @@
+package lambdaenv_test
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+
+	"github.com/evs-dev/evs/internal/apikey"
+	"github.com/evs-dev/evs/internal/dynamostore"
+	"github.com/evs-dev/evs/internal/lambdatest"
+	"github.com/evs-dev/evs/internal/mototest"
+	"github.com/evs-dev/evs/internal/store"
+)
+
+// build compiles a function the way `make build` does (lambda.norpc), for
+// the host, so the test runs the real binary.
+func build(t *testing.T, name string) string {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), name)
+	cmd := exec.Command("go", "build", "-tags", "lambda.norpc", "-trimpath", "-o", out, "../../functions/"+name)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build functions/%s: %v\n%s", name, err, b)
+	}
+	return out
+}
+
+type awsWorld struct {
+	endpoint string
+	tables   dynamostore.Tables
+	queueURL string
+	st       *dynamostore.Store
+	sqs      *sqs.Client
+}
+
+func newAWSWorld(t *testing.T) *awsWorld {
+	t.Helper()
+	ctx := context.Background()
+	w := &awsWorld{endpoint: mototest.Endpoint(t)}
+	w.tables = dynamostore.Tables{
+		Keys: mototest.Name(t, "keys"), Batches: mototest.Name(t, "batches"),
+		Results: mototest.Name(t, "results"), Idempotency: mototest.Name(t, "idem"),
+	}
+	ddb := mototest.DynamoDB(t)
+	if err := dynamostore.CreateTables(ctx, ddb, w.tables); err != nil {
+		t.Fatalf("create tables: %v", err)
+	}
+	w.st = dynamostore.New(dynamostore.Config{Client: ddb, Tables: w.tables, Now: time.Now})
+	w.sqs = mototest.SQS(t)
+	q, err := w.sqs.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(mototest.Name(t, "work"))})
+	if err != nil {
+		t.Fatalf("create queue: %v", err)
+	}
+	w.queueURL = aws.ToString(q.QueueUrl)
+	return w
+}
+
+// start runs a function binary against the test's Runtime API and moto.
+func (w *awsWorld) start(t *testing.T, bin string) *lambdatest.Runtime {
+	t.Helper()
+	rt := lambdatest.Start(t)
+	cmd := exec.Command(bin)
+	cmd.Env = []string{
+		"PATH=" + os.Getenv("PATH"),
+		"AWS_LAMBDA_RUNTIME_API=" + rt.Addr,
+		"AWS_LAMBDA_FUNCTION_NAME=evs-test",
+		"AWS_REGION=us-east-1",
+		"AWS_ACCESS_KEY_ID=test", "AWS_SECRET_ACCESS_KEY=test",
+		"AWS_ENDPOINT_URL=" + w.endpoint,
+		"EVS_KEYS_TABLE=" + w.tables.Keys, "EVS_BATCHES_TABLE=" + w.tables.Batches,
+		"EVS_RESULTS_TABLE=" + w.tables.Results, "EVS_IDEMPOTENCY_TABLE=" + w.tables.Idempotency,
+		"EVS_QUEUE_URL=" + w.queueURL,
+		"EVS_SMTP_HELO=probe.evs.test",
+		"EVS_DNS_SERVERS=127.0.0.1:9", // nothing answers: test mode never asks
+	}
+	var logs strings.Builder
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		if t.Failed() {
+			t.Logf("%s output:\n%s", filepath.Base(bin), logs.String())
+		}
+	})
+	return rt
+}
+
+func (w *awsWorld) seedKey(t *testing.T, test bool) (string, store.Account) {
+	t.Helper()
+	ctx := context.Background()
+	a := store.Account{ID: "acct-" + mototest.Name(t, "a"), Name: mototest.Name(t, "name"), Test: test, CreatedAt: time.Now().UTC()}
+	if err := w.st.CreateAccount(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	key, err := apikey.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := apikey.Hash(key)
+	if err := w.st.CreateKey(ctx, store.Key{ID: apikey.ID(h), Hash: h, AccountID: a.ID, CreatedAt: time.Now().UTC()}); err != nil {
+		t.Fatal(err)
+	}
+	return key, a
+}
+
+func proxyEvent(method, resource, path string, params map[string]string, acct store.Account, body string) events.APIGatewayProxyRequest {
+	test := "false"
+	if acct.Test {
+		test = "true"
+	}
+	return events.APIGatewayProxyRequest{
+		Resource: resource, Path: path, HTTPMethod: method,
+		Headers:        map[string]string{"Content-Type": "application/json"},
+		PathParameters: params,
+		Body:           body,
+		RequestContext: events.APIGatewayProxyRequestContext{
+			RequestID: "req-" + method + "-" + resource, Stage: "prod", ResourcePath: resource, HTTPMethod: method,
+			Authorizer: map[string]any{"principalId": acct.ID, "accountId": acct.ID, "keyId": "k", "testMode": test},
+		},
+	}
+}
+
+// TestLambdaBinaries runs the real authorizer, verify, requests and worker
+// binaries through the Lambda Runtime API, on DynamoDB and SQS in moto.
+func TestLambdaBinaries(t *testing.T) {
+	w := newAWSWorld(t)
+	key, acct := w.seedKey(t, true)
+
+	t.Run("authorizer", func(t *testing.T) {
+		rt := w.start(t, build(t, "authorizer"))
+		ev := events.APIGatewayCustomAuthorizerRequestTypeRequest{
+			Type: "REQUEST", MethodArn: "arn:aws:execute-api:us-east-1:123456789012:abc123/prod/POST/v1/verify",
+			Headers: map[string]string{"x-api-key": key},
+		}
+		out, err := rt.Invoke(ev, 20*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var resp events.APIGatewayCustomAuthorizerResponse
+		if err := json.Unmarshal(out.Response, &resp); err != nil || out.Error != nil {
+			t.Fatalf("authorizer reply %s / error %s", out.Response, out.Error)
+		}
+		st := resp.PolicyDocument.Statement
+		if resp.PrincipalID != apikey.ID(apikey.Hash(key)) || len(st) != 1 || st[0].Effect != "Allow" || st[0].Resource[0] != "arn:aws:execute-api:us-east-1:123456789012:abc123/prod/*/*" {
+			t.Fatalf("policy: %+v", resp)
+		}
+		if resp.Context["accountId"] != acct.ID || resp.Context["testMode"] != "true" {
+			t.Fatalf("context: %v", resp.Context)
+		}
+		ev.Headers["x-api-key"] = "evs." + strings.Repeat("A", 43)
+		out, err = rt.Invoke(ev, 20*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(out.Error), "Unauthorized") {
+			t.Fatalf("unknown key: response %s error %s", out.Response, out.Error)
+		}
+	})
+
+	t.Run("verify", func(t *testing.T) {
+		rt := w.start(t, build(t, "verify"))
+		out, err := rt.Invoke(proxyEvent("POST", "/v1/verify", "/v1/verify", nil, acct, `{"email":"team+rejected-email@x.example"}`), 20*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var resp events.APIGatewayProxyResponse
+		if err := json.Unmarshal(out.Response, &resp); err != nil {
+			t.Fatalf("reply %s / error %s", out.Response, out.Error)
+		}
+		var body struct {
+			Status    string `json:"status"`
+			RequestID string `json:"requestId"`
+			Decision  struct {
+				Reason   string `json:"reason"`
+				TestMode bool   `json:"testMode"`
+			} `json:"decision"`
+		}
+		if err := json.Unmarshal([]byte(resp.Body), &body); err != nil || resp.StatusCode != 200 {
+			t.Fatalf("%d %s", resp.StatusCode, resp.Body)
+		}
+		if body.Status != "undeliverable" || body.Decision.Reason != "rejected_email" || !body.Decision.TestMode || body.RequestID != "req-POST-/v1/verify" || resp.Headers["X-Request-Id"] != body.RequestID {
+			t.Fatalf("reply: %s %v", resp.Body, resp.Headers)
+		}
+	})
+
+	t.Run("batch through SQS", func(t *testing.T) {
+		requests := w.start(t, build(t, "requests"))
+		worker := w.start(t, build(t, "worker"))
+		emails := `["accepted_email@x.example","rejected_email@y.example","mailbox_full@x.example","accepted_email@x.example","a@z.example"]`
+		out, err := requests.Invoke(proxyEvent("POST", "/v1/requests", "/v1/requests", nil, acct, `{"emails":`+emails+`,"mode":"quick"}`), 20*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var resp events.APIGatewayProxyResponse
+		_ = json.Unmarshal(out.Response, &resp)
+		if resp.StatusCode != 201 {
+			t.Fatalf("create: %s %s", out.Response, out.Error)
+		}
+		var env struct {
+			Request struct{ ID, State string } `json:"request"`
+		}
+		_ = json.Unmarshal([]byte(resp.Body), &env)
+
+		// Feed the queue's messages to the worker as the SQS event source
+		// mapping does, until the queue is drained. Deliver the first batch
+		// twice: redelivery must not count twice.
+		ctx := context.Background()
+		delivered := 0
+		for round := 0; round < 20; round++ {
+			msgs, err := w.sqs.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: aws.String(w.queueURL), MaxNumberOfMessages: 10, WaitTimeSeconds: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(msgs.Messages) == 0 {
+				break
+			}
+			ev := events.SQSEvent{}
+			for _, m := range msgs.Messages {
+				ev.Records = append(ev.Records, events.SQSMessage{MessageId: aws.ToString(m.MessageId), Body: aws.ToString(m.Body), EventSource: "aws:sqs"})
+			}
+			times := 1
+			if delivered == 1 {
+				times = 2
+			}
+			for i := 0; i < times; i++ {
+				out, err := worker.Invoke(ev, 30*time.Second)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var r events.SQSEventResponse
+				if err := json.Unmarshal(out.Response, &r); err != nil || len(r.BatchItemFailures) > 0 {
+					t.Fatalf("worker: %s %s", out.Response, out.Error)
+				}
+			}
+			delivered++
+			for _, m := range msgs.Messages {
+				_, _ = w.sqs.DeleteMessage(ctx, &sqs.DeleteMessageInput{QueueUrl: aws.String(w.queueURL), ReceiptHandle: m.ReceiptHandle})
+			}
+		}
+		out, err = requests.Invoke(proxyEvent("GET", "/v1/requests/{id}", "/v1/requests/"+env.Request.ID, map[string]string{"id": env.Request.ID}, acct, ""), 20*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = json.Unmarshal(out.Response, &resp)
+		var got struct {
+			Request  struct{ State string } `json:"request"`
+			Counters struct {
+				Total, Duplicates, Processed, Deliverable, Undeliverable, Risky int
+			} `json:"counters"`
+		}
+		_ = json.Unmarshal([]byte(resp.Body), &got)
+		c := got.Counters
+		if got.Request.State != "completed" || c.Total != 5 || c.Duplicates != 1 || c.Processed != 4 || c.Deliverable != 2 || c.Undeliverable != 1 || c.Risky != 1 {
+			t.Fatalf("after the worker: %s", resp.Body)
+		}
+	})
+}
