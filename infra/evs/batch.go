@@ -1,0 +1,209 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// batchClient talks to the API for `evs batch`.
+type batchClient struct {
+	base   string
+	key    string
+	http   *http.Client
+	stderr io.Writer
+	poll   time.Duration
+}
+
+type apiError struct {
+	Status  int
+	Code    string
+	Message string
+}
+
+func (e *apiError) Error() string {
+	return fmt.Sprintf("%d %s: %s", e.Status, e.Code, e.Message)
+}
+
+// call sends one request, retrying 429 (after Retry-After) and 5xx/network
+// failures with back-off: every POST carries an Idempotency-Key, so a retry
+// never creates a second batch.
+func (c *batchClient) call(ctx context.Context, method, path string, header map[string]string, body []byte) (*http.Response, []byte, error) {
+	var lastErr error
+	for attempt := 0; attempt < 6; attempt++ {
+		req, err := http.NewRequestWithContext(ctx, method, c.base+path, bytes.NewReader(body))
+		if err != nil {
+			return nil, nil, err
+		}
+		req.Header.Set("X-Api-Key", c.key)
+		for k, v := range header {
+			req.Header.Set(k, v)
+		}
+		resp, err := c.http.Do(req)
+		var b []byte
+		if err == nil {
+			b, err = io.ReadAll(resp.Body)
+			resp.Body.Close()
+		}
+		wait := time.Duration(1<<attempt) * 500 * time.Millisecond
+		switch {
+		case err != nil:
+			lastErr = err
+		case resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500:
+			lastErr = decodeAPIError(resp.StatusCode, b)
+			if s, perr := strconv.Atoi(resp.Header.Get("Retry-After")); perr == nil && s > 0 {
+				wait = time.Duration(s) * time.Second
+			}
+		case resp.StatusCode >= 400:
+			return resp, b, decodeAPIError(resp.StatusCode, b)
+		default:
+			return resp, b, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		case <-time.After(wait):
+		}
+	}
+	return nil, nil, fmt.Errorf("giving up after retries: %w", lastErr)
+}
+
+func decodeAPIError(status int, b []byte) error {
+	var env struct {
+		Error struct{ Code, Message string } `json:"error"`
+	}
+	if json.Unmarshal(b, &env) == nil && env.Error.Code != "" {
+		return &apiError{Status: status, Code: env.Error.Code, Message: env.Error.Message}
+	}
+	return &apiError{Status: status, Code: "http_error", Message: http.StatusText(status)}
+}
+
+type batchView struct {
+	Request struct {
+		ID    string `json:"id"`
+		State string `json:"state"`
+		Error string `json:"error"`
+	} `json:"request"`
+	Counters struct {
+		Total, Duplicates, Processed, Deliverable, Undeliverable, Risky, Unknown int
+	} `json:"counters"`
+}
+
+func batchCmd(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
+	fs := flag.NewFlagSet("batch", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	base := fs.String("url", getenv("EVS_URL"), "base URL of the API (for example http://127.0.0.1:8080)")
+	modeText := fs.String("mode", "full", "quick or full")
+	out := fs.String("out", "", "results file (default: FILE.results.csv next to the input)")
+	pollEvery := fs.Duration("poll", time.Second, "how often to poll progress")
+	// Flags may follow the file name: `evs batch FILE.csv --url URL`.
+	var file string
+	rest := args
+	if len(rest) > 0 && !strings.HasPrefix(rest[0], "-") {
+		file, rest = rest[0], rest[1:]
+	}
+	if err := fs.Parse(rest); err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	if file == "" && fs.NArg() == 1 {
+		file = fs.Arg(0)
+	} else if fs.NArg() > 0 {
+		return fmt.Errorf("%w: batch FILE.csv --url URL [--mode quick|full] [--out FILE]", errUsage)
+	}
+	if file == "" || *base == "" {
+		return fmt.Errorf("%w: batch FILE.csv --url URL [--mode quick|full] [--out FILE]", errUsage)
+	}
+	if *modeText != "quick" && *modeText != "full" {
+		return fmt.Errorf("%w: --mode must be quick or full", errUsage)
+	}
+	key := getenv("EVS_API_KEY")
+	if key == "" {
+		return errors.New("set EVS_API_KEY to your API key")
+	}
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return err
+	}
+	if *out == "" {
+		*out = strings.TrimSuffix(file, filepath.Ext(file)) + ".results.csv"
+	}
+	c := &batchClient{base: strings.TrimRight(*base, "/"), key: key, http: &http.Client{Timeout: 2 * time.Minute}, stderr: stderr, poll: *pollEvery}
+	return c.run(ctx, data, *modeText, *out, stdout)
+}
+
+func (c *batchClient) run(ctx context.Context, data []byte, mode, out string, stdout io.Writer) error {
+	// The same file and mode always carry the same key: re-running after a
+	// lost reply finds the batch already made instead of making another.
+	sum := sha256.Sum256(append([]byte(mode+"\n"), data...))
+	idem := "evs-batch-" + hex.EncodeToString(sum[:16])
+	_, b, err := c.call(ctx, http.MethodPost, "/v1/requests?mode="+mode, map[string]string{"Content-Type": "text/csv", "Idempotency-Key": idem}, data)
+	if err != nil {
+		return fmt.Errorf("create the batch: %w", err)
+	}
+	var v batchView
+	if err := json.Unmarshal(b, &v); err != nil {
+		return fmt.Errorf("unexpected reply: %w", err)
+	}
+	fmt.Fprintf(c.stderr, "batch %s: %d addresses (%d duplicates)\n", v.Request.ID, v.Counters.Total, v.Counters.Duplicates)
+	for {
+		progress(c.stderr, v)
+		if v.Request.State == "completed" || v.Request.State == "cancelled" || v.Request.State == "failed" {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			fmt.Fprintln(c.stderr)
+			return fmt.Errorf("stopped; the batch keeps running: %s", v.Request.ID)
+		case <-time.After(c.poll):
+		}
+		_, b, err = c.call(ctx, http.MethodGet, "/v1/requests/"+v.Request.ID, nil, nil)
+		if err != nil {
+			return fmt.Errorf("poll: %w", err)
+		}
+		if err := json.Unmarshal(b, &v); err != nil {
+			return fmt.Errorf("unexpected reply: %w", err)
+		}
+	}
+	fmt.Fprintln(c.stderr)
+	if v.Request.State == "failed" {
+		return fmt.Errorf("the batch failed: %s", v.Request.Error)
+	}
+	_, b, err = c.call(ctx, http.MethodGet, "/v1/requests/"+v.Request.ID+"/results", map[string]string{"Accept": "text/csv"}, nil)
+	if err != nil {
+		return fmt.Errorf("read results: %w", err)
+	}
+	tmp := out + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, out); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "%s: %d deliverable, %d undeliverable, %d risky, %d unknown → %s\n", v.Request.State,
+		v.Counters.Deliverable, v.Counters.Undeliverable, v.Counters.Risky, v.Counters.Unknown, out)
+	return nil
+}
+
+// progress draws a one-line progress bar, redrawn in place.
+func progress(w io.Writer, v batchView) {
+	todo := v.Counters.Total - v.Counters.Duplicates
+	done := v.Counters.Processed
+	const width = 30
+	fill := 0
+	if todo > 0 {
+		fill = done * width / todo
+	}
+	fmt.Fprintf(w, "\r[%s%s] %d/%d %-9s", strings.Repeat("#", fill), strings.Repeat(".", width-fill), done, todo, v.Request.State)
+}

@@ -1,0 +1,87 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/evs-dev/evs/internal/config"
+	"github.com/evs-dev/evs/internal/server"
+	"github.com/evs-dev/evs/internal/sqlitestore"
+)
+
+func serve(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	testAccount := fs.Bool("test-account", false, "on first start, make the first account a test-mode (sandbox) account")
+	if err := fs.Parse(args); err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: serve takes no arguments", errUsage)
+	}
+	cfg, err := config.FromEnv(getenv, false)
+	if err != nil {
+		return err
+	}
+	logger := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: logLevel(getenv("EVS_LOG_LEVEL"))}))
+	st, err := sqlitestore.Open(ctx, cfg.DataDir, time.Now)
+	if err != nil {
+		return fmt.Errorf("open the store in %s: %w", cfg.DataDir, err)
+	}
+	defer st.Close()
+
+	key, err := server.Bootstrap(ctx, st, *testAccount, time.Now())
+	if err != nil {
+		return fmt.Errorf("create the first account: %w", err)
+	}
+	if warn := cfg.CheckHELO(ctx, net.DefaultResolver.LookupHost); warn != "" {
+		logger.Warn(warn)
+	}
+	srv, err := server.New(server.Options{Config: cfg, Store: st, Logger: logger})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s (EVS_ADDR): %w", cfg.Addr, err)
+	}
+	base := "http://" + ln.Addr().String()
+	if key != "" {
+		kind := "live"
+		example := "alice@example.com"
+		if *testAccount {
+			kind = "test-mode (sandbox: no network; the local part picks the outcome)"
+			example = "alice+rejected_email@example.com"
+		}
+		fmt.Fprintf(stdout, `
+First start: created a %s account and its API key. It is shown only now:
+
+  export EVS_API_KEY=%s
+
+Try it:
+
+  curl -s %s/v1/verify -H "X-Api-Key: $EVS_API_KEY" -H 'Content-Type: application/json' -d '{"email":"%s"}'
+
+`, kind, key, base, example)
+	}
+	fmt.Fprintf(stdout, "evs %s listening on %s (data in %s, SMTP %s)\n", version, base, cfg.DataDir, cfg.SMTP)
+	return srv.Serve(ctx, ln)
+}
+
+func logLevel(s string) slog.Level {
+	switch strings.ToLower(s) {
+	case "debug":
+		return slog.LevelDebug
+	case "warn":
+		return slog.LevelWarn
+	case "error":
+		return slog.LevelError
+	}
+	return slog.LevelInfo
+}

@@ -1,0 +1,186 @@
+// Package samtemplate reads the parts of template.yaml that Go code must
+// agree with: the API routes and the functions behind them, the gateway
+// responses, the DynamoDB key schemas and the functions' environment.
+//
+// The template is the deployment's source of truth and the Go code is the
+// local stand-in's; they are written separately, so a test compares them
+// rather than trusting that both were edited together.
+package samtemplate
+
+import (
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Route is one API event of a function.
+type Route struct {
+	Function string // logical id of the function, e.g. "VerifyFunction"
+	Path     string
+	Method   string // as written: "ANY", "POST", ...
+}
+
+// GatewayResponse is one entry of the API's GatewayResponses.
+type GatewayResponse struct {
+	// Status is the declared status code, 0 when the template leaves it to
+	// API Gateway (DEFAULT_4XX keeps the original 4xx status).
+	Status int
+	// Body is the application/json response template.
+	Body string
+	// Headers maps header names to their mapping expressions, e.g.
+	// "X-Request-Id" → "context.requestId", "Retry-After" → "'1'".
+	Headers map[string]string
+}
+
+// KeyAttr is one attribute of a table's primary key.
+type KeyAttr struct {
+	Name    string
+	Type    string // S, N or B
+	KeyType string // HASH or RANGE
+}
+
+// Table is a DynamoDB table's key schema and TTL attribute.
+type Table struct {
+	Key []KeyAttr // HASH first
+	TTL string    // the TTL attribute name, "" when none
+}
+
+// Template is what Load extracts.
+type Template struct {
+	Routes           []Route
+	GatewayResponses map[string]GatewayResponse
+	// Tables is keyed by logical id ("KeysTable").
+	Tables map[string]Table
+	// Env maps the functions' global environment variable names to the
+	// logical id they reference (for !Ref) or their literal value.
+	Env map[string]string
+}
+
+// Load parses the SAM template at path.
+func Load(path string) (*Template, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return Parse(b)
+}
+
+// Parse parses a SAM template. CloudFormation's short-form intrinsics
+// (!Ref, !GetAtt, ...) are YAML tags, which a generic decoder does not
+// know, so the template is walked as yaml.Nodes.
+func Parse(b []byte) (*Template, error) {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		return nil, fmt.Errorf("samtemplate: %w", err)
+	}
+	if len(doc.Content) != 1 {
+		return nil, fmt.Errorf("samtemplate: empty document")
+	}
+	root := doc.Content[0]
+	t := &Template{GatewayResponses: map[string]GatewayResponse{}, Tables: map[string]Table{}, Env: map[string]string{}}
+	resources := get(root, "Resources")
+	if resources == nil {
+		return nil, fmt.Errorf("samtemplate: no Resources")
+	}
+	for _, id := range keys(resources) {
+		res := get(resources, id)
+		props := get(res, "Properties")
+		switch scalar(get(res, "Type")) {
+		case "AWS::Serverless::Function":
+			events := get(props, "Events")
+			for _, ev := range keys(events) {
+				e := get(events, ev)
+				if scalar(get(e, "Type")) != "Api" {
+					continue
+				}
+				p := get(e, "Properties")
+				t.Routes = append(t.Routes, Route{Function: id, Path: scalar(get(p, "Path")), Method: scalar(get(p, "Method"))})
+			}
+		case "AWS::Serverless::Api":
+			grs := get(props, "GatewayResponses")
+			for _, typ := range keys(grs) {
+				g := get(grs, typ)
+				gr := GatewayResponse{Headers: map[string]string{}}
+				if s := scalar(get(g, "StatusCode")); s != "" {
+					n, err := strconv.Atoi(s)
+					if err != nil {
+						return nil, fmt.Errorf("samtemplate: %s StatusCode %q: %w", typ, s, err)
+					}
+					gr.Status = n
+				}
+				gr.Body = scalar(get(get(g, "ResponseTemplates"), "application/json"))
+				hs := get(get(g, "ResponseParameters"), "Headers")
+				for _, h := range keys(hs) {
+					gr.Headers[h] = scalar(get(hs, h))
+				}
+				t.GatewayResponses[typ] = gr
+			}
+		case "AWS::DynamoDB::Table":
+			types := map[string]string{}
+			for _, a := range items(get(props, "AttributeDefinitions")) {
+				types[scalar(get(a, "AttributeName"))] = scalar(get(a, "AttributeType"))
+			}
+			var tb Table
+			for _, k := range items(get(props, "KeySchema")) {
+				n := scalar(get(k, "AttributeName"))
+				tb.Key = append(tb.Key, KeyAttr{Name: n, Type: types[n], KeyType: scalar(get(k, "KeyType"))})
+			}
+			sort.SliceStable(tb.Key, func(i, j int) bool { return tb.Key[i].KeyType == "HASH" && tb.Key[j].KeyType != "HASH" })
+			if ttl := get(props, "TimeToLiveSpecification"); ttl != nil && scalar(get(ttl, "Enabled")) == "true" {
+				tb.TTL = scalar(get(ttl, "AttributeName"))
+			}
+			t.Tables[id] = tb
+		}
+	}
+	env := get(get(get(get(root, "Globals"), "Function"), "Environment"), "Variables")
+	for _, k := range keys(env) {
+		t.Env[k] = scalar(get(env, k))
+	}
+	return t, nil
+}
+
+// get returns the value of key in mapping node m (nil when absent or when
+// m is not a mapping).
+func get(m *yaml.Node, key string) *yaml.Node {
+	if m == nil || m.Kind != yaml.MappingNode {
+		return nil
+	}
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		if m.Content[i].Value == key {
+			return m.Content[i+1]
+		}
+	}
+	return nil
+}
+
+// keys lists a mapping's keys in document order.
+func keys(m *yaml.Node) []string {
+	if m == nil || m.Kind != yaml.MappingNode {
+		return nil
+	}
+	var ks []string
+	for i := 0; i < len(m.Content); i += 2 {
+		ks = append(ks, m.Content[i].Value)
+	}
+	return ks
+}
+
+func items(s *yaml.Node) []*yaml.Node {
+	if s == nil || s.Kind != yaml.SequenceNode {
+		return nil
+	}
+	return s.Content
+}
+
+// scalar returns a scalar's value; for a short-form !Ref the referenced
+// logical id (so "!Ref KeysTable" reads as "KeysTable").
+func scalar(n *yaml.Node) string {
+	if n == nil || n.Kind != yaml.ScalarNode {
+		return ""
+	}
+	return strings.TrimSpace(n.Value)
+}

@@ -1,0 +1,151 @@
+package samtemplate_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"reflect"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/evs-dev/evs/infra/samtemplate"
+	"github.com/evs-dev/evs/internal/api"
+	"github.com/evs-dev/evs/internal/dynamostore"
+	"github.com/evs-dev/evs/internal/envelope"
+	"github.com/evs-dev/evs/internal/gateway"
+)
+
+func load(t *testing.T) *samtemplate.Template {
+	t.Helper()
+	tpl, err := samtemplate.Load("../../template.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tpl
+}
+
+// The local gateway routes exactly what API Gateway routes, to the same
+// functions. Template routes use ANY so that a wrong method reaches the
+// function and gets the contract's 405 rather than API Gateway's 403.
+func TestRoutesMatchTemplate(t *testing.T) {
+	tpl := load(t)
+	var got, want []string
+	for _, r := range tpl.Routes {
+		if r.Method != "ANY" {
+			t.Errorf("template route %s %s: method %q, want ANY (the function answers 405 itself)", r.Function, r.Path, r.Method)
+		}
+		got = append(got, r.Function+" "+r.Path)
+	}
+	for _, r := range api.Routes() {
+		want = append(want, r.Function+" "+r.Path)
+	}
+	sort.Strings(got)
+	sort.Strings(want)
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("routes differ\ntemplate: %q\napi.Routes: %q", got, want)
+	}
+}
+
+// Every gateway reply of the local stand-in is declared in the template
+// with the same status, envelope and headers, and the other way round.
+func TestGatewayResponsesMatchTemplate(t *testing.T) {
+	tpl := load(t)
+	local := gateway.Responses()
+	for typ := range tpl.GatewayResponses {
+		if _, ok := local[typ]; !ok {
+			t.Errorf("template declares gateway response %s that the local gateway does not know", typ)
+		}
+	}
+	for typ, r := range local {
+		t.Run(typ, func(t *testing.T) {
+			g, ok := tpl.GatewayResponses[typ]
+			if !ok {
+				t.Fatalf("not declared in template.yaml")
+			}
+			switch {
+			case g.Status == 0 && typ == gateway.Default4XX:
+				// API Gateway keeps the original 4xx; locally the only
+				// such replies are 400s.
+				if r.Status != http.StatusBadRequest {
+					t.Errorf("local status %d, want 400", r.Status)
+				}
+			case g.Status != r.Status:
+				t.Errorf("status: template %d, local %d", g.Status, r.Status)
+			}
+			const rid = "0d6f6a8e-5e0b-4c53-9d1e-000000000000"
+			var tb, lb any
+			if err := json.Unmarshal([]byte(strings.ReplaceAll(g.Body, "$context.requestId", rid)), &tb); err != nil {
+				t.Fatalf("template body is not JSON: %v\n%s", err, g.Body)
+			}
+			if err := json.Unmarshal(envelope.Body(r.Code, r.Message, rid), &lb); err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(tb, lb) {
+				t.Errorf("body differs\ntemplate: %v\nlocal:    %v", tb, lb)
+			}
+			if g.Headers["X-Request-Id"] != "context.requestId" {
+				t.Errorf("X-Request-Id mapping = %q, want context.requestId", g.Headers["X-Request-Id"])
+			}
+			want := map[string]string{"X-Request-Id": "context.requestId"}
+			for k, v := range r.Headers {
+				want[k] = "'" + v + "'"
+			}
+			if !reflect.DeepEqual(g.Headers, want) {
+				t.Errorf("headers: template %v, local %v", g.Headers, want)
+			}
+		})
+	}
+}
+
+// The tables the template creates have the key schemas the DynamoDB store
+// writes (dynamostore.Definitions is what tests create on moto).
+func TestTablesMatchStore(t *testing.T) {
+	tpl := load(t)
+	names := dynamostore.Tables{Keys: "KeysTable", Batches: "BatchesTable", Results: "ResultsTable", Idempotency: "IdempotencyTable"}
+	defs := dynamostore.Definitions(names)
+	if len(defs) != len(tpl.Tables) {
+		t.Errorf("store defines %d tables, template %d", len(defs), len(tpl.Tables))
+	}
+	for _, d := range defs {
+		id := *d.TableName
+		tt, ok := tpl.Tables[id]
+		if !ok {
+			t.Errorf("store table %s is not in template.yaml", id)
+			continue
+		}
+		attrType := map[string]string{}
+		for _, a := range d.AttributeDefinitions {
+			attrType[*a.AttributeName] = string(a.AttributeType)
+		}
+		var key []samtemplate.KeyAttr
+		for _, k := range d.KeySchema {
+			key = append(key, samtemplate.KeyAttr{Name: *k.AttributeName, Type: attrType[*k.AttributeName], KeyType: string(k.KeyType)})
+		}
+		sort.SliceStable(key, func(i, j int) bool { return key[i].KeyType == "HASH" && key[j].KeyType != "HASH" })
+		if !reflect.DeepEqual(key, tt.Key) {
+			t.Errorf("%s key: store %v, template %v", id, key, tt.Key)
+		}
+		if d.BillingMode != types.BillingModePayPerRequest {
+			t.Errorf("%s: store billing mode %q, template PAY_PER_REQUEST", id, d.BillingMode)
+		}
+	}
+}
+
+// The functions find their tables through the environment the template
+// sets: the variable names must be the ones dynamostore reads.
+func TestEnvironmentNamesTables(t *testing.T) {
+	tpl := load(t)
+	for k, v := range tpl.Env {
+		t.Setenv(k, v)
+	}
+	got := dynamostore.TablesFromEnv()
+	want := dynamostore.Tables{Keys: "KeysTable", Batches: "BatchesTable", Results: "ResultsTable", Idempotency: "IdempotencyTable"}
+	if got != want {
+		t.Errorf("TablesFromEnv with the template's environment = %+v, want %+v", got, want)
+	}
+	if tpl.Env["EVS_QUEUE_URL"] != "WorkQueue" {
+		t.Errorf("EVS_QUEUE_URL = %q, want a reference to WorkQueue", tpl.Env["EVS_QUEUE_URL"])
+	}
+}
