@@ -165,10 +165,18 @@ func (s *Session) setDeadline(ctx context.Context) {
 }
 
 // ctxErr puts ctx's error first when it is why the I/O failed: the closed
-// connection is only its symptom.
+// connection is only its symptom. The connection's deadline is ctx's own,
+// so the read can time out an instant before ctx's timer marks it done;
+// a timeout at or past ctx's deadline is the deadline's doing all the same.
 func ctxErr(ctx context.Context, err error) error {
-	if err != nil && ctx.Err() != nil {
+	if err == nil {
+		return nil
+	}
+	if ctx.Err() != nil {
 		return fmt.Errorf("%w (%w)", ctx.Err(), err)
+	}
+	if cd, ok := ctx.Deadline(); ok && !time.Now().Before(cd) && isTimeout(err) {
+		return fmt.Errorf("%w (%w)", context.DeadlineExceeded, err)
 	}
 	return err
 }
