@@ -96,8 +96,14 @@ func maxLabelEdits(label string) int {
 // mail domain (gmial.com → gmail.com, gmail.con → gmail.com), else
 // ("", false). d must be lower-case ASCII (A-labels), as package address
 // produces it.
+//
+// A domain on the free list is a real mailbox provider and never corrected.
+// A disposable domain is: the disposable list holds typo-squats of the big
+// providers (gmai.com, outllok.com), and the person who typed one most
+// likely meant the provider, so they get the correction as well as the
+// disposable verdict.
 func Domain(d string) (string, bool) {
-	if lists.Free(d) || lists.Disposable(d) {
+	if lists.Free(d) {
 		return "", false
 	}
 	return Typo(d, 3)
