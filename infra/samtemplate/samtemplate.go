@@ -49,8 +49,19 @@ type Table struct {
 	TTL string    // the TTL attribute name, "" when none
 }
 
+// Function is one AWS::Serverless::Function, with the Globals applied.
+type Function struct {
+	ID            string // logical id, e.g. "VerifyFunction"
+	CodeURI       string
+	Handler       string
+	Runtime       string
+	Architectures []string
+	BuildMethod   string // Metadata.BuildMethod ("makefile")
+}
+
 // Template is what Load extracts.
 type Template struct {
+	Functions        []Function
 	Routes           []Route
 	GatewayResponses map[string]GatewayResponse
 	// Tables is keyed by logical id ("KeysTable").
@@ -91,6 +102,19 @@ func Parse(b []byte) (*Template, error) {
 		props := get(res, "Properties")
 		switch scalar(get(res, "Type")) {
 		case "AWS::Serverless::Function":
+			fn := Function{ID: id, BuildMethod: scalar(get(get(res, "Metadata"), "BuildMethod"))}
+			globals := get(get(root, "Globals"), "Function")
+			fn.CodeURI = or(scalar(get(props, "CodeUri")), scalar(get(globals, "CodeUri")))
+			fn.Handler = or(scalar(get(props, "Handler")), scalar(get(globals, "Handler")))
+			fn.Runtime = or(scalar(get(props, "Runtime")), scalar(get(globals, "Runtime")))
+			archs := items(get(props, "Architectures"))
+			if archs == nil {
+				archs = items(get(globals, "Architectures"))
+			}
+			for _, a := range archs {
+				fn.Architectures = append(fn.Architectures, scalar(a))
+			}
+			t.Functions = append(t.Functions, fn)
 			events := get(props, "Events")
 			for _, ev := range keys(events) {
 				e := get(events, ev)
@@ -167,6 +191,13 @@ func keys(m *yaml.Node) []string {
 		ks = append(ks, m.Content[i].Value)
 	}
 	return ks
+}
+
+func or(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
 }
 
 func items(s *yaml.Node) []*yaml.Node {

@@ -3,6 +3,9 @@ package samtemplate_test
 import (
 	"encoding/json"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"reflect"
 	"sort"
 	"strings"
@@ -147,5 +150,51 @@ func TestEnvironmentNamesTables(t *testing.T) {
 	}
 	if tpl.Env["EVS_QUEUE_URL"] != "WorkQueue" {
 		t.Errorf("EVS_QUEUE_URL = %q, want a reference to WorkQueue", tpl.Env["EVS_QUEUE_URL"])
+	}
+}
+
+// Every function in the template is built the way `sam build` builds it
+// (BuildMethod makefile → the Makefile's build-<LogicalId> target) from a
+// main package under functions/, for the runtime and architecture the
+// template declares, and that build succeeds.
+func TestFunctionsBuild(t *testing.T) {
+	tpl := load(t)
+	if len(tpl.Functions) == 0 {
+		t.Fatal("no functions in template.yaml")
+	}
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pkgs []string
+	for _, fn := range tpl.Functions {
+		if fn.BuildMethod != "makefile" || fn.CodeURI != "." || fn.Handler != "bootstrap" || fn.Runtime != "provided.al2023" || !reflect.DeepEqual(fn.Architectures, []string{"arm64"}) {
+			t.Errorf("%s: %+v; want BuildMethod makefile, CodeUri ., Handler bootstrap, provided.al2023, arm64", fn.ID, fn)
+		}
+		name := strings.ToLower(strings.TrimSuffix(fn.ID, "Function"))
+		pkg := "./functions/" + name
+		pkgs = append(pkgs, pkg)
+		// make -n prints the recipe sam build would run, without running it.
+		out, err := exec.Command("make", "-s", "-n", "-C", root, "build-"+fn.ID, "ARTIFACTS_DIR=/artifacts").CombinedOutput()
+		if err != nil {
+			t.Errorf("%s: no Makefile target build-%s: %v\n%s", fn.ID, fn.ID, err, out)
+			continue
+		}
+		recipe := string(out)
+		for _, want := range []string{"GOOS=linux", "GOARCH=arm64", "-tags lambda.norpc", "-trimpath", "-o /artifacts/bootstrap", pkg} {
+			if !strings.Contains(recipe, want) {
+				t.Errorf("%s: build recipe %q lacks %q", fn.ID, strings.TrimSpace(recipe), want)
+			}
+		}
+	}
+	if t.Failed() {
+		return
+	}
+	// One go build for all of them: the dependencies compile once.
+	cmd := exec.Command("go", append([]string{"build", "-tags", "lambda.norpc", "-trimpath", "-o", t.TempDir() + "/"}, pkgs...)...)
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=arm64")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("building %v for linux/arm64: %v\n%s", pkgs, err, out)
 	}
 }
