@@ -42,7 +42,19 @@ func (h *Handler) Requests(ctx context.Context, req events.APIGatewayProxyReques
 	if err != nil {
 		resp = errorReply(rid, err)
 	}
-	h.logCall(ctx, req, p, resp.StatusCode, start, err, slog.String("batchId", req.PathParameters["id"]))
+	batchID := req.PathParameters["id"]
+	if batchID == "" && resp.StatusCode < 300 {
+		// A create names its batch only in the reply.
+		var created struct {
+			Request struct {
+				ID string `json:"id"`
+			} `json:"request"`
+		}
+		if json.Unmarshal([]byte(resp.Body), &created) == nil {
+			batchID = created.Request.ID
+		}
+	}
+	h.logCall(ctx, req, p, resp.StatusCode, start, err, slog.String("batchId", batchID))
 	return resp, nil
 }
 

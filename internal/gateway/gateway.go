@@ -201,7 +201,11 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, rid string) (acc
 		writeResponse(w, typ, rid, nil)
 		return "", resource
 	}
-	account = authResp.PrincipalID
+	// Limits and logs are per account: an account's keys share its budget.
+	account, _ = authResp.Context["accountId"].(string)
+	if account == "" {
+		account = authResp.PrincipalID
+	}
 	if wait, limited := g.throttle(account); limited {
 		secs := int(math.Ceil(wait.Seconds()))
 		if secs < 1 {

@@ -288,6 +288,12 @@ func TestRateLimit(t *testing.T) {
 	if limited.errorCode(t) != "rate_limited" || limited.header.Get("Retry-After") == "" {
 		t.Fatalf("429 without rate_limited/Retry-After: %v %s", limited.header, limited.body)
 	}
+	// The limit is per account: a second key of the same account shares
+	// the exhausted bucket.
+	_, second := h.account("sandbox", true)
+	if r := h.do(req{method: "POST", path: "/v1/verify", key: second, body: `{"email":"a@x.example","mode":"quick"}`}); r.status != 429 {
+		t.Fatalf("a second key of the throttled account got %d, want 429", r.status)
+	}
 	// Another account has its own bucket.
 	if r := h.do(req{method: "POST", path: "/v1/verify", key: h.otherKey, body: `{"email":"a@x.example","mode":"quick"}`}); r.status != 200 {
 		t.Fatalf("other account throttled: %d", r.status)

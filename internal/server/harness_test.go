@@ -60,6 +60,9 @@ type harness struct {
 	dns      *dnstest.Server
 	smtp     *smtptest.Server
 
+	// logs holds everything the server logged, as JSON lines.
+	logs *lockedBuffer
+
 	liveKey, testKey, otherKey string
 	liveAcct, testAcct         string
 
@@ -78,7 +81,7 @@ type options struct {
 
 func start(t *testing.T, o options) *harness {
 	t.Helper()
-	h := &harness{t: t, clock: &clock{t: time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)}, contract: loadContract(t)}
+	h := &harness{t: t, clock: &clock{t: time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)}, contract: loadContract(t), logs: &lockedBuffer{}}
 	now := h.clock.Now
 	if o.realClock {
 		now = time.Now
@@ -138,7 +141,7 @@ func start(t *testing.T, o options) *harness {
 	}
 	srv, err := server.New(server.Options{
 		Config: cfg, Store: st, Engine: engine, Now: now, Batch: bc,
-		Logger: slog.New(slog.NewJSONHandler(io.Discard, nil)),
+		Logger: slog.New(slog.NewJSONHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -158,6 +161,24 @@ func start(t *testing.T, o options) *harness {
 	h.testAcct, h.testKey = h.account("sandbox", true)
 	_, h.otherKey = h.account("other", true)
 	return h
+}
+
+// lockedBuffer collects log output written from many goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // stop shuts the server down gracefully (as SIGTERM does) and waits.
