@@ -29,6 +29,28 @@ type Store interface {
 	PendingItems(ctx context.Context, accountID, id string, afterSeq, limit int) ([]store.Item, error)
 }
 
+// pendingPage is how many pending items one store call returns.
+const pendingPage = 5000
+
+// AllPending returns every item of the batch that has no result yet, in
+// seq order, reading the store page by page.
+func AllPending(ctx context.Context, s interface {
+	PendingItems(ctx context.Context, accountID, id string, afterSeq, limit int) ([]store.Item, error)
+}, accountID, id string) ([]store.Item, error) {
+	var items []store.Item
+	for after := -1; ; {
+		page, err := s.PendingItems(ctx, accountID, id, after, pendingPage)
+		if err != nil {
+			return nil, err
+		}
+		items = append(items, page...)
+		if len(page) < pendingPage {
+			return items, nil
+		}
+		after = page[len(page)-1].Seq
+	}
+}
+
 // Accounts tells whether an account is in test mode.
 type Accounts interface {
 	Account(ctx context.Context, id string) (store.Account, error)

@@ -161,17 +161,9 @@ func (r *Runner) run(parent context.Context, b store.Batch) error {
 			return err
 		}
 	}
-	var items []store.Item
-	for after := -1; ; {
-		page, err := r.cfg.Store.PendingItems(parent, b.AccountID, b.ID, after, 5000)
-		if err != nil {
-			return err
-		}
-		items = append(items, page...)
-		if len(page) < 5000 {
-			break
-		}
-		after = page[len(page)-1].Seq
+	items, err := AllPending(parent, r.cfg.Store, b.AccountID, b.ID)
+	if err != nil {
+		return err
 	}
 	ctx, cancel := context.WithCancel(parent)
 	defer cancel()

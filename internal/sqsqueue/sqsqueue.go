@@ -170,17 +170,9 @@ func (w *Worker) plan(ctx context.Context, m Message) error {
 			return err
 		}
 	}
-	var items []store.Item
-	for after := -1; ; {
-		page, err := w.Store.PendingItems(ctx, b.AccountID, b.ID, after, 5000)
-		if err != nil {
-			return err
-		}
-		items = append(items, page...)
-		if len(page) < 5000 {
-			break
-		}
-		after = page[len(page)-1].Seq
+	items, err := batch.AllPending(ctx, w.Store, b.AccountID, b.ID)
+	if err != nil {
+		return err
 	}
 	return w.Queue.send(ctx, Pack(m.AccountID, m.BatchID, items, w.packSize()), 0)
 }
