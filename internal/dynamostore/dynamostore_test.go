@@ -39,12 +39,16 @@ func newTables(t testing.TB, c *dynamodb.Client) dynamostore.Tables {
 	if err := dynamostore.CreateTables(context.Background(), c, tables); err != nil {
 		t.Fatalf("CreateTables: %v", err)
 	}
-	t.Cleanup(func() {
-		for _, n := range []string{tables.Keys, tables.Batches, tables.Results, tables.Idempotency} {
-			_, _ = c.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(n)})
-		}
-	})
+	t.Cleanup(func() { dropTables(c, tables) })
 	return tables
+}
+
+// dropTables deletes the tables, so the shared moto server does not keep
+// every test's rows in memory; a table already gone is no error.
+func dropTables(c *dynamodb.Client, tables dynamostore.Tables) {
+	for _, n := range []string{tables.Keys, tables.Batches, tables.Results, tables.Idempotency} {
+		_, _ = c.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(n)})
+	}
 }
 
 // newStore is a store on fresh tables of the shared moto server.
