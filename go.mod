@@ -6,6 +6,7 @@ require (
 	github.com/aws/aws-lambda-go v1.55.1
 	github.com/aws/aws-sdk-go-v2/config v1.33.15
 	github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue v1.21.19
+	github.com/aws/aws-sdk-go-v2/service/apigateway v1.40.2
 	github.com/aws/aws-sdk-go-v2/service/dynamodb v1.73.1
 	github.com/aws/aws-sdk-go-v2/service/sqs v1.52.10
 	github.com/aws/smithy-go v1.28.8

@@ -1,0 +1,193 @@
+package main
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/apigateway"
+	"github.com/aws/aws-sdk-go-v2/service/apigateway/types"
+)
+
+// API Gateway enforces a usage plan's throttle and quota only on methods
+// that require an API key, and then only for a usage identifier that is the
+// value of an API Gateway API key in the plan. Clients never see that key:
+// the authorizer looks up the caller's evs key and returns the account's
+// usage key value (store.Key.UsageKeyID), so every key of an account shares
+// the account's throttle and quota.
+
+// usagePlanAPI is what `evs keys create` needs of API Gateway.
+type usagePlanAPI interface {
+	GetUsagePlan(ctx context.Context, in *apigateway.GetUsagePlanInput, opts ...func(*apigateway.Options)) (*apigateway.GetUsagePlanOutput, error)
+	GetApiKeys(ctx context.Context, in *apigateway.GetApiKeysInput, opts ...func(*apigateway.Options)) (*apigateway.GetApiKeysOutput, error)
+	GetUsagePlanKey(ctx context.Context, in *apigateway.GetUsagePlanKeyInput, opts ...func(*apigateway.Options)) (*apigateway.GetUsagePlanKeyOutput, error)
+	CreateApiKey(ctx context.Context, in *apigateway.CreateApiKeyInput, opts ...func(*apigateway.Options)) (*apigateway.CreateApiKeyOutput, error)
+	CreateUsagePlanKey(ctx context.Context, in *apigateway.CreateUsagePlanKeyInput, opts ...func(*apigateway.Options)) (*apigateway.CreateUsagePlanKeyOutput, error)
+	DeleteApiKey(ctx context.Context, in *apigateway.DeleteApiKeyInput, opts ...func(*apigateway.Options)) (*apigateway.DeleteApiKeyOutput, error)
+}
+
+// usageValueBytes random bytes make the 40 base64url characters of a usage
+// key value (API Gateway wants at least 20).
+const usageValueBytes = 30
+
+// cleanupTimeout bounds the removal of a half-made usage key, which runs
+// even when the command's context is already cancelled.
+const cleanupTimeout = 15 * time.Second
+
+// usagePlan hands out the API Gateway API keys that put accounts under one
+// usage plan.
+type usagePlan struct {
+	api    usagePlanAPI
+	planID string
+	// rand is the source of key values: crypto/rand in the command.
+	rand io.Reader
+}
+
+// usageKey is an account's API Gateway API key.
+type usageKey struct {
+	// id is API Gateway's identifier of the key (not secret).
+	id string
+	// value is what the authorizer returns as the usage identifier key.
+	// It is never printed.
+	value string
+	// created tells that this command made the key, so it removes it
+	// again if the evs key cannot be stored.
+	created bool
+}
+
+// usageKeyName names the API Gateway key of an account, so the account's
+// key is found again and the console shows whose key it is.
+func usageKeyName(accountID string) string { return "evs-" + accountID }
+
+// check fails when the plan does not exist, before anything is created.
+func (u *usagePlan) check(ctx context.Context) error {
+	_, err := u.api.GetUsagePlan(ctx, &apigateway.GetUsagePlanInput{UsagePlanId: aws.String(u.planID)})
+	var nf *types.NotFoundException
+	if errors.As(err, &nf) {
+		return fmt.Errorf("usage plan %s does not exist (use the stack's UsagePlanId output): %w", u.planID, err)
+	}
+	if err != nil {
+		return fmt.Errorf("look up usage plan %s: %w", u.planID, err)
+	}
+	return nil
+}
+
+// forAccount returns the usage key of the account. stored is the value the
+// account's existing evs keys carry ("" when none does); it is reused when
+// API Gateway still has it, and put back in the plan if it left it. Else a
+// new key is made and added to the plan; if stored was set, warn is told
+// that the account's older keys are now refused.
+func (u *usagePlan) forAccount(ctx context.Context, accountID, stored string, warn io.Writer) (usageKey, error) {
+	if stored != "" {
+		id, err := u.find(ctx, accountID, stored)
+		if err != nil {
+			return usageKey{}, err
+		}
+		if id != "" {
+			if err := u.ensureInPlan(ctx, id); err != nil {
+				return usageKey{}, err
+			}
+			return usageKey{id: id, value: stored}, nil
+		}
+		fmt.Fprintf(warn, "warning: the usage key of the account's existing keys is gone from API Gateway; those keys are refused (403) until replaced: create new ones and revoke the old\n")
+	}
+	return u.create(ctx, accountID)
+}
+
+// find returns the id of the account's API Gateway key whose value is
+// value, or "" when there is none.
+func (u *usagePlan) find(ctx context.Context, accountID, value string) (string, error) {
+	name := usageKeyName(accountID)
+	p := apigateway.NewGetApiKeysPaginator(u.api, &apigateway.GetApiKeysInput{
+		NameQuery:     aws.String(name),
+		IncludeValues: aws.Bool(true),
+	})
+	for p.HasMorePages() {
+		out, err := p.NextPage(ctx)
+		if err != nil {
+			return "", fmt.Errorf("look up API Gateway key %s: %w", name, err)
+		}
+		for _, k := range out.Items {
+			// NameQuery may match more than the exact name.
+			if aws.ToString(k.Name) == name && aws.ToString(k.Value) == value {
+				return aws.ToString(k.Id), nil
+			}
+		}
+	}
+	return "", nil
+}
+
+// ensureInPlan adds API key id to the plan unless it is in it already.
+func (u *usagePlan) ensureInPlan(ctx context.Context, id string) error {
+	_, err := u.api.GetUsagePlanKey(ctx, &apigateway.GetUsagePlanKeyInput{UsagePlanId: aws.String(u.planID), KeyId: aws.String(id)})
+	var nf *types.NotFoundException
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &nf):
+		return u.addToPlan(ctx, id)
+	default:
+		return fmt.Errorf("look up API Gateway key %s in usage plan %s: %w", id, u.planID, err)
+	}
+}
+
+func (u *usagePlan) addToPlan(ctx context.Context, id string) error {
+	_, err := u.api.CreateUsagePlanKey(ctx, &apigateway.CreateUsagePlanKeyInput{
+		UsagePlanId: aws.String(u.planID),
+		KeyId:       aws.String(id),
+		KeyType:     aws.String("API_KEY"),
+	})
+	if err != nil {
+		return fmt.Errorf("add API Gateway key %s to usage plan %s: %w", id, u.planID, err)
+	}
+	return nil
+}
+
+// create makes an enabled API Gateway key for the account with a random
+// value and adds it to the plan; a key that cannot join the plan is
+// removed again.
+func (u *usagePlan) create(ctx context.Context, accountID string) (usageKey, error) {
+	value, err := newUsageValue(u.rand)
+	if err != nil {
+		return usageKey{}, err
+	}
+	out, err := u.api.CreateApiKey(ctx, &apigateway.CreateApiKeyInput{
+		Name:        aws.String(usageKeyName(accountID)),
+		Description: aws.String("evs usage-plan key of account " + accountID + "; the authorizer supplies it, clients never send it"),
+		Enabled:     true,
+		Value:       aws.String(value),
+	})
+	if err != nil {
+		return usageKey{}, fmt.Errorf("create API Gateway key %s: %w", usageKeyName(accountID), err)
+	}
+	k := usageKey{id: aws.ToString(out.Id), value: value, created: true}
+	if err := u.addToPlan(ctx, k.id); err != nil {
+		return usageKey{}, errors.Join(err, u.remove(ctx, k.id))
+	}
+	return k, nil
+}
+
+// remove deletes API key id (and so its place in any plan). It runs on a
+// context detached from ctx's cancellation: a half-made key must go even
+// when the command is being interrupted.
+func (u *usagePlan) remove(ctx context.Context, id string) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	if _, err := u.api.DeleteApiKey(ctx, &apigateway.DeleteApiKeyInput{ApiKey: aws.String(id)}); err != nil {
+		return fmt.Errorf("remove API Gateway key %s again (delete it by hand): %w", id, err)
+	}
+	return nil
+}
+
+// newUsageValue returns 40 random base64url characters read from r.
+func newUsageValue(r io.Reader) (string, error) {
+	b := make([]byte, usageValueBytes)
+	if _, err := io.ReadFull(r, b); err != nil {
+		return "", fmt.Errorf("make a usage key value: %w", err)
+	}
+	return base64.RawURLEncoding.EncodeToString(b), nil
+}
