@@ -1,0 +1,397 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/evs-dev/evs/internal/dnscheck/dnstest"
+	"github.com/evs-dev/evs/internal/smtpprobe/smtptest"
+)
+
+// batchEnvelope is the part of the batch envelope (contract section 3) the
+// kill test checks.
+type batchEnvelope struct {
+	Request struct {
+		ID    string `json:"id"`
+		State string `json:"state"`
+		Error string `json:"error"`
+	} `json:"request"`
+	Counters struct {
+		Total         int `json:"total"`
+		Duplicates    int `json:"duplicates"`
+		Processed     int `json:"processed"`
+		Deliverable   int `json:"deliverable"`
+		Undeliverable int `json:"undeliverable"`
+		Risky         int `json:"risky"`
+		Unknown       int `json:"unknown"`
+	} `json:"counters"`
+}
+
+type resultRow struct {
+	Email  string `json:"email"`
+	Status string `json:"status"`
+}
+
+// evsProc is one `evs serve` subprocess.
+type evsProc struct {
+	cmd  *exec.Cmd
+	base string
+	out  *syncBuffer
+	err  *syncBuffer
+	done chan struct{} // closed once Wait has returned
+}
+
+// TestServeKilledMidBatch SIGKILLs a real `evs serve` process while a batch
+// runs, starts it again on the same data directory, and checks the contract's
+// promise for batches: nothing lost, nothing counted twice, counters never
+// go down, and a results cursor taken before the crash still reads the rest
+// without skipping or repeating.
+func TestServeKilledMidBatch(t *testing.T) {
+	ctx := context.Background()
+	bin := buildEVS(t)
+
+	const domains = 10
+	// Every domain's MX is the one scripted server: the engine limits
+	// connections per MX host, so the batch takes long enough to be killed
+	// part way (the per-RCPT sleep does the rest).
+	dns := dnstest.Start(t)
+	for i := 0; i < domains; i++ {
+		dns.AddRecord(fmt.Sprintf("d%d.example. 300 IN MX 10 mx.farm.example.", i))
+	}
+	dns.AddRecord("mx.farm.example. 300 IN A 127.0.0.1")
+	smtp := smtptest.Start(t, smtptest.Options{IP: "127.0.0.1", Rcpt: func(addr string) string {
+		time.Sleep(6 * time.Millisecond)
+		local := strings.ToLower(addr[:max(strings.LastIndexByte(addr, '@'), 0)])
+		// The engine's accept-all probe uses a random "evs-" local part;
+		// rejecting it keeps the domains ordinary so 250 means deliverable.
+		if strings.HasPrefix(local, "evs-") || strings.HasPrefix(local, "gone") {
+			return "550 5.1.1 user unknown"
+		}
+		return "250 2.1.5 OK"
+	}})
+
+	// 1,800 distinct addresses, every tenth one unknown to the server,
+	// then 200 repeats of earlier ones.
+	var emails []string
+	want := map[string]string{} // address → expected status
+	for i := 0; i < 1800; i++ {
+		local := fmt.Sprintf("user%d", i)
+		status := "deliverable"
+		if i%10 == 3 {
+			local, status = fmt.Sprintf("gone%d", i), "undeliverable"
+		}
+		e := fmt.Sprintf("%s@d%d.example", local, i%domains)
+		emails = append(emails, e)
+		want[e] = status
+	}
+	for i := 0; i < 200; i++ {
+		emails = append(emails, emails[i*7])
+	}
+	distinct := len(want)
+
+	dir := t.TempDir()
+	code, out, stderr := runEVS(ctx, map[string]string{"EVS_DATA_DIR": dir}, "keys", "create", "--account", "live")
+	key := strings.TrimSpace(out)
+	if code != 0 || !keyRE.MatchString(key) {
+		t.Fatalf("keys create: exit %d %q %q", code, out, stderr)
+	}
+	env := []string{
+		"EVS_DATA_DIR=" + dir,
+		"EVS_DNS_SERVERS=" + dns.Addr,
+		"EVS_SMTP=direct",
+		fmt.Sprintf("EVS_SMTP_PORT=%d", smtp.Port),
+		// serve checks that the HELO name resolves through the system
+		// resolver; "localhost" is answered from /etc/hosts, so the test
+		// sends no DNS query off the machine.
+		"EVS_SMTP_HELO=localhost",
+		"EVS_RATE_LIMIT=off",
+		"PATH=" + os.Getenv("PATH"),
+		"HOME=" + os.Getenv("HOME"),
+	}
+
+	p1 := startServe(t, bin, env)
+	body, _ := json.Marshal(map[string]any{"emails": emails, "mode": "full"})
+	status, raw := call(t, key, "POST", p1.base+"/v1/requests", string(body))
+	if status != 201 {
+		t.Fatalf("create batch: %d %s", status, raw)
+	}
+	var created batchEnvelope
+	if err := json.Unmarshal(raw, &created); err != nil {
+		t.Fatalf("create batch: %v: %s", err, raw)
+	}
+	id := created.Request.ID
+	var prev *batchEnvelope
+	checkBatch(t, created, prev, distinct)
+	prev = &created
+
+	// Poll until the batch is part done and its first results can be read
+	// (a page stops at the first address still pending), then kill it
+	// without warning. The results read so far, and the cursor after them,
+	// are carried across the restart.
+	var before []resultRow
+	var cursor string
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		e := getBatch(t, key, p1.base, id)
+		checkBatch(t, e, prev, distinct)
+		prev = &e
+		if e.Counters.Processed > 0 && e.Counters.Processed < distinct {
+			if before, cursor = readResults(t, key, p1.base, id, "", false); len(before) > 0 {
+				break
+			}
+		}
+		if e.Counters.Processed == distinct || e.Request.State != "queued" && e.Request.State != "running" {
+			t.Fatalf("the batch finished (%s, %d processed) before it could be killed; slow the SMTP server down", e.Request.State, e.Counters.Processed)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no readable progress in 20s: %+v\nserve stderr:\n%s", e, p1.err.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	last := getBatch(t, key, p1.base, id)
+	checkBatch(t, last, prev, distinct)
+	prev = &last
+	if err := p1.cmd.Process.Kill(); err != nil {
+		t.Fatalf("kill: %v", err)
+	}
+	<-p1.done
+	if ws, ok := p1.cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+		t.Fatalf("serve was not killed by SIGKILL: %v", p1.cmd.ProcessState)
+	}
+
+	p2 := startServe(t, bin, env)
+	deadline = time.Now().Add(60 * time.Second)
+	var final batchEnvelope
+	for polls := 0; ; polls++ {
+		final = getBatch(t, key, p2.base, id)
+		checkBatch(t, final, prev, distinct)
+		prev = &final
+		if polls == 0 {
+			t.Logf("killed with %d of %d distinct addresses processed by the last poll, %d stored at restart, %d results read before the kill",
+				last.Counters.Processed, distinct, final.Counters.Processed, len(before))
+		}
+		if final.Request.State == "completed" {
+			break
+		}
+		if final.Request.State != "queued" && final.Request.State != "running" {
+			t.Fatalf("after restart the batch ended %s (%s): %+v\nserve stderr:\n%s", final.Request.State, final.Request.Error, final.Counters, p2.err.String())
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not completed 60s after the restart: %+v\nserve stderr:\n%s", final, p2.err.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	c := final.Counters
+	if c.Total != len(emails) || c.Duplicates != 200 || c.Processed != distinct {
+		t.Fatalf("final counters %+v; want total %d, duplicates 200, processed %d", c, len(emails), distinct)
+	}
+
+	all, _ := readResults(t, key, p2.base, id, "", true)
+	checkResults(t, "all pages after the restart", all, want, final)
+	rest, _ := readResults(t, key, p2.base, id, cursor, true)
+	checkResults(t, "pages before the kill plus the cursor's rest", append(before, rest...), want, final)
+}
+
+// buildEVS builds this command once for the test: the test must kill a
+// separate process, which an in-process run cannot give.
+func buildEVS(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "evs")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// startServe starts `evs serve` on a free loopback port and waits until it
+// says it is listening. The process is killed when the test ends.
+func startServe(t *testing.T, bin string, env []string) *evsProc {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	p := &evsProc{
+		cmd:  exec.Command(bin, "serve"),
+		base: "http://" + addr,
+		out:  &syncBuffer{},
+		err:  &syncBuffer{},
+		done: make(chan struct{}),
+	}
+	p.cmd.Env = append(env, "EVS_ADDR="+addr)
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.err
+	if err := p.cmd.Start(); err != nil {
+		t.Fatalf("start serve: %v", err)
+	}
+	go func() { _ = p.cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() {
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	})
+	deadline := time.Now().Add(15 * time.Second)
+	for !strings.Contains(p.out.String(), "listening on "+p.base) {
+		select {
+		case <-p.done:
+			t.Fatalf("serve exited (%v) before listening:\nstdout:\n%s\nstderr:\n%s", p.cmd.ProcessState, p.out.String(), p.err.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("serve not listening after 15s:\nstdout:\n%s\nstderr:\n%s", p.out.String(), p.err.String())
+		}
+	}
+	return p
+}
+
+var httpClient = &http.Client{Timeout: 10 * time.Second}
+
+func call(t *testing.T, key, method, u, body string) (int, []byte) {
+	t.Helper()
+	var r io.Reader
+	if body != "" {
+		r = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, u, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("X-Api-Key", key)
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := httpClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, u, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("%s %s: read body: %v", method, u, err)
+	}
+	return resp.StatusCode, b
+}
+
+func getBatch(t *testing.T, key, base, id string) batchEnvelope {
+	t.Helper()
+	status, raw := call(t, key, "GET", base+"/v1/requests/"+id, "")
+	var e batchEnvelope
+	if status != 200 {
+		t.Fatalf("poll: %d %s", status, raw)
+	}
+	if err := json.Unmarshal(raw, &e); err != nil {
+		t.Fatalf("poll: %v: %s", err, raw)
+	}
+	return e
+}
+
+// checkBatch asserts the counter invariants of contract section 3 on one
+// observation, and that nothing went down since the previous one.
+func checkBatch(t *testing.T, e batchEnvelope, prev *batchEnvelope, distinct int) {
+	t.Helper()
+	c := e.Counters
+	if c.Processed != c.Deliverable+c.Undeliverable+c.Risky+c.Unknown {
+		t.Fatalf("processed %d != sum of statuses: %+v", c.Processed, c)
+	}
+	if c.Total-c.Duplicates != distinct || c.Processed > distinct {
+		t.Fatalf("counters %+v; want total - duplicates = %d and processed no more", c, distinct)
+	}
+	if e.Request.State == "completed" && c.Processed != distinct {
+		t.Fatalf("completed with %d of %d processed", c.Processed, distinct)
+	}
+	if prev != nil {
+		p := prev.Counters
+		if c.Processed < p.Processed || c.Deliverable < p.Deliverable || c.Undeliverable < p.Undeliverable || c.Risky < p.Risky || c.Unknown < p.Unknown {
+			t.Fatalf("counters went down: %+v then %+v", p, c)
+		}
+	}
+}
+
+// readResults pages through the results from cursor (all of them when
+// cursor is empty) at the largest page size. With untilEnd it follows the
+// cursor until it is null, which only a final batch gives; otherwise it
+// stops at the first empty page, where a running batch has no result yet,
+// and returns the cursor to come back with.
+func readResults(t *testing.T, key, base, id, cursor string, untilEnd bool) ([]resultRow, string) {
+	t.Helper()
+	var rows []resultRow
+	for pages := 0; ; pages++ {
+		if pages > 100 {
+			t.Fatalf("more than 100 pages of results for %d addresses", len(rows))
+		}
+		u := base + "/v1/requests/" + id + "/results?limit=1000"
+		if cursor != "" {
+			u += "&cursor=" + url.QueryEscape(cursor)
+		}
+		status, raw := call(t, key, "GET", u, "")
+		if status != 200 {
+			t.Fatalf("results: %d %s", status, raw)
+		}
+		var page struct {
+			Results    []resultRow `json:"results"`
+			NextCursor *string     `json:"nextCursor"`
+		}
+		if err := json.Unmarshal(raw, &page); err != nil {
+			t.Fatalf("results: %v: %s", err, raw)
+		}
+		rows = append(rows, page.Results...)
+		if page.NextCursor == nil {
+			if !untilEnd {
+				t.Fatalf("results of a running batch ended with a null cursor after %d rows", len(rows))
+			}
+			return rows, ""
+		}
+		cursor = *page.NextCursor
+		if !untilEnd && len(page.Results) == 0 {
+			return rows, cursor
+		}
+	}
+}
+
+// checkResults asserts that rows hold every distinct address exactly once,
+// each with the status its SMTP answer calls for, and that the statuses add
+// up to the batch's counters.
+func checkResults(t *testing.T, what string, rows []resultRow, want map[string]string, e batchEnvelope) {
+	t.Helper()
+	seen := map[string]int{}
+	byStatus := map[string]int{}
+	for i, r := range rows {
+		seen[r.Email]++
+		byStatus[r.Status]++
+		if w, ok := want[r.Email]; !ok {
+			t.Errorf("%s: a result for an address not submitted (%d chars)", what, len(r.Email))
+		} else if r.Status != w {
+			t.Errorf("%s: row %d is %s, want %s", what, i, r.Status, w)
+		}
+	}
+	var dupes, missing int
+	for e := range want {
+		switch n := seen[e]; {
+		case n == 0:
+			missing++
+		case n > 1:
+			dupes += n - 1
+		}
+	}
+	if dupes > 0 || missing > 0 || len(rows) != len(want) {
+		t.Fatalf("%s: %d rows for %d addresses: %d repeated, %d missing", what, len(rows), len(want), dupes, missing)
+	}
+	c := e.Counters
+	got := [4]int{byStatus["deliverable"], byStatus["undeliverable"], byStatus["risky"], byStatus["unknown"]}
+	if got != [4]int{c.Deliverable, c.Undeliverable, c.Risky, c.Unknown} {
+		t.Fatalf("%s: statuses in the results %v differ from the counters %+v", what, byStatus, c)
+	}
+}
