@@ -38,7 +38,9 @@ commands:
   version                                 print the version
 
 keys commands use the embedded store in EVS_DATA_DIR, or DynamoDB with
---dynamodb-table TABLE (and the usual AWS configuration).
+--dynamodb-table TABLE and, for create, --usage-plan PLAN_ID (or
+EVS_USAGE_PLAN_ID; the stack's UsagePlanId output), with the usual AWS
+configuration.
 `
 
 func main() {

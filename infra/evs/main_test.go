@@ -84,7 +84,8 @@ func TestKeysDynamoDB(t *testing.T) {
 	for k, v := range map[string]string{"AWS_ENDPOINT_URL": mototest.Endpoint(t), "AWS_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test"} {
 		t.Setenv(k, v)
 	}
-	code, out, stderr := runEVS(context.Background(), nil, "keys", "create", "--account", "cloud", "--test", "--dynamodb-table", tables.Keys)
+	plan := newPlan(t, apiGateway(t))
+	code, out, stderr := runEVS(context.Background(), nil, "keys", "create", "--account", "cloud", "--test", "--dynamodb-table", tables.Keys, "--usage-plan", plan)
 	key := strings.TrimSpace(out)
 	if code != 0 || !keyRE.MatchString(key) {
 		t.Fatalf("create: %d %q %q", code, out, stderr)
