@@ -23,7 +23,8 @@
 //   - Idempotency (scope): one record per Idempotency-Key scope.
 //
 // Every record that expires carries expiresAt in epoch seconds, the TTL
-// attribute, rounded up so DynamoDB never deletes a record before it expires.
+// attribute (enabled on all four tables, as in template.yaml; Keys items
+// never carry it), rounded up so DynamoDB never deletes a record before it expires.
 // TTL deletion is lazy (it can lag by days), so readers also compare the
 // millisecond expiry (expiresAtMs) with the store's clock and treat an expired
 // record as missing.
@@ -53,6 +54,18 @@
 // they are dropped and the rest retried, so nothing is counted twice.
 // Cancellations caused by concurrent transactions on the same batch record
 // (TransactionConflict) are retried with backoff.
+//
+// Atomicity is per transaction, not per call: a call of more than 99
+// results that fails part-way has written (and counted) whole transactions
+// only, and the caller's retry writes the rest without counting anything
+// twice, so the counter invariants hold at every moment.
+//
+// Within one process, PutResults calls for the same batch wait for each
+// other: their transactions all update the batch record, which DynamoDB
+// would cancel with TransactionConflict if they overlapped. (moto, which the
+// tests run against, does not isolate concurrent transactions at all, so
+// the contract suite's concurrent writers rely on this wait there; across
+// processes the transactions' conditions are what keeps counts exact.)
 //
 // After its transactions, PutResults completes the batch with one conditional
 // update (queued or running, and processed >= items). Doing it after every
