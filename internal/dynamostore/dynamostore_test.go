@@ -574,3 +574,34 @@ func TestFaultsAreUnavailable(t *testing.T) {
 		wantCode(t, err, evs.CodeUnavailable, "CreateTables")
 	})
 }
+
+// TestClaimReturnsTheBlockingRecord: a losing claim learns the record that
+// beat it from the failed conditional write itself (ALL_OLD), with no
+// second read, and gets that record's fingerprint and state to compare.
+func TestClaimReturnsTheBlockingRecord(t *testing.T) {
+	var reads atomic.Int32
+	st := newStore(t, clock, inject(hook{before: func(in any) error {
+		if _, ok := in.(*dynamodb.GetItemInput); ok {
+			reads.Add(1)
+		}
+		return nil
+	}}))
+	ctx := context.Background()
+	rec := store.IdemRecord{Scope: "acct\x00POST /v1/verify\x00k1", Fingerprint: "fp-1", State: store.IdemInProgress,
+		LockedUntil: t0.Add(5 * time.Minute), ExpiresAt: t0.Add(24 * time.Hour)}
+	if _, claimed, err := st.ClaimIdempotency(ctx, rec, t0); err != nil || !claimed {
+		t.Fatalf("first claim: %v %v", claimed, err)
+	}
+	second := rec
+	second.Fingerprint = "fp-2"
+	existing, claimed, err := st.ClaimIdempotency(ctx, second, t0.Add(time.Second))
+	if err != nil || claimed {
+		t.Fatalf("second claim: claimed=%v err=%v, want the existing record", claimed, err)
+	}
+	if existing.Fingerprint != "fp-1" || existing.State != store.IdemInProgress || !existing.LockedUntil.Equal(rec.LockedUntil) {
+		t.Fatalf("existing record %+v, want the first claim's", existing)
+	}
+	if n := reads.Load(); n != 0 {
+		t.Fatalf("the losing claim read the record %d times; ALL_OLD should have returned it", n)
+	}
+}

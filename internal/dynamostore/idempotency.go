@@ -50,16 +50,24 @@ func (s *Store) ClaimIdempotency(ctx context.Context, rec store.IdemRecord, now 
 				"#sc": attrScope, "#exp": attrExpiresAtMs, "#st": attrState, "#lu": attrLockedUntil,
 			},
 			ExpressionAttributeValues: item{":now": avTime(now), ":inprogress": avS(store.IdemInProgress)},
+			// The record that blocked the claim comes back with the
+			// failure, so the caller's fingerprint check needs no second
+			// read (and cannot read a record newer than the one that won).
+			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 		})
 		if err == nil {
 			return store.IdemRecord{}, true, nil
 		}
-		if !isConditionFailed(err) {
+		var cf *types.ConditionalCheckFailedException
+		if !errors.As(err, &cf) {
 			return store.IdemRecord{}, false, wrapErr("claim idempotency record", err)
 		}
-		cur, err := s.get(ctx, s.t.Idempotency, item{attrScope: avS(rec.Scope)}, "read idempotency record")
-		if err != nil {
-			return store.IdemRecord{}, false, err
+		cur := item(cf.Item)
+		if len(cur) == 0 {
+			// An endpoint that does not return the old item: read it.
+			if cur, err = s.get(ctx, s.t.Idempotency, item{attrScope: avS(rec.Scope)}, "read idempotency record"); err != nil {
+				return store.IdemRecord{}, false, err
+			}
 		}
 		if cur != nil {
 			existing := idemFrom(cur)
