@@ -116,9 +116,12 @@ func (w *Worker) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEven
 	for _, rec := range ev.Records {
 		var m Message
 		if err := json.Unmarshal([]byte(rec.Body), &m); err != nil {
-			// A message we cannot read will never succeed: log and drop it
-			// rather than cycle it to the DLQ forever.
-			w.logger().Error("dropping unreadable message", slog.String("messageId", rec.MessageId))
+			// A message we cannot read will never succeed, but dropping it
+			// would lose it silently: reported as failed, it reaches the
+			// dead-letter queue after maxReceiveCount tries, where an alarm
+			// and a person can look at it.
+			w.logger().Error("unreadable message; it goes to the dead-letter queue", slog.String("messageId", rec.MessageId))
+			resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: rec.MessageId})
 			continue
 		}
 		var err error
@@ -128,7 +131,7 @@ func (w *Worker) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEven
 		case KindWork:
 			err = w.work(ctx, m)
 		default:
-			w.logger().Error("dropping message of unknown kind", slog.String("messageId", rec.MessageId), slog.String("kind", m.Kind))
+			err = fmt.Errorf("sqsqueue: unknown message kind %q", m.Kind)
 		}
 		if err != nil {
 			w.logger().Error("message failed; it will be redelivered", slog.String("messageId", rec.MessageId),
