@@ -197,14 +197,21 @@ func (r *Runner) run(parent context.Context, b store.Batch) error {
 			if err != nil || len(retry) == 0 {
 				return
 			}
+			// Wait out the back-off, but not past shutdown or cancel: the
+			// addresses stay pending in the store and a restart picks them
+			// up, so a SIGTERM never waits minutes for a greylist timer.
 			delay := Backoff(r.cfg.GreyBackoff, attempt+1)
 			work.Add(1)
-			time.AfterFunc(delay, func() {
+			go func() {
 				defer work.Done()
-				if ctx.Err() == nil {
+				t := time.NewTimer(delay)
+				defer t.Stop()
+				select {
+				case <-t.C:
 					submit(Group{Domain: g.Domain, Items: retry}, attempt+1)
+				case <-ctx.Done():
 				}
-			})
+			}()
 		}()
 	}
 	for _, g := range GroupByDomain(items) {

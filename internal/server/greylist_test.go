@@ -141,3 +141,41 @@ func testGreylist(t *testing.T, maxGrey int, counters [4]int, want []greyWant) {
 		}
 	}
 }
+
+// TestShutdownDuringGreylistBackoff: a graceful stop does not wait out a
+// greylist back-off (minutes in production). The waiting addresses stay
+// pending in the store, and the next start finishes the batch.
+func TestShutdownDuringGreylistBackoff(t *testing.T) {
+	dir := t.TempDir()
+	script := &rcptScript{calls: map[string]int{}}
+	h := start(t, options{realClock: true, dir: dir, rcpt: script.reply,
+		batch: batch.RunnerConfig{GreyBackoff: time.Hour, MaxGreyAttempts: 3}})
+	r := h.do(req{method: "POST", path: "/v1/requests", key: h.liveKey, body: `{"emails":["bob@good.example","carol@good.example"],"mode":"full"}`})
+	if r.status != 201 {
+		t.Fatalf("create: %d %s", r.status, r.body)
+	}
+	id := decodeEnvelope(t, r).Request.ID
+	// Wait until carol's result is in and bob is waiting for his retry.
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		e := decodeEnvelope(t, h.do(req{path: "/v1/requests/" + id, key: h.liveKey}))
+		if e.Counters.Processed == 1 && script.count("bob@good.example") == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("batch never reached the back-off: %+v", e.Counters)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// stop fails the test if the server has not stopped within 30 s; before
+	// the runner watched its context here, it waited the whole hour.
+	h.stop()
+	h.st.Close()
+
+	// The next start has one attempt left to give: bob ends greylisted.
+	h2 := start(t, options{realClock: true, dir: dir, rcpt: script.reply,
+		batch: batch.RunnerConfig{GreyBackoff: 10 * time.Millisecond, MaxGreyAttempts: 1}})
+	final := h2.poll(h.liveKey, id, 30*time.Second)
+	if c := final.Counters; final.Request.State != "completed" || c.Processed != 2 || c.Unknown != 1 || c.Undeliverable != 1 {
+		t.Fatalf("after restart: %s %+v", final.Request.State, c)
+	}
+}
