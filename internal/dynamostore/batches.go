@@ -2,6 +2,8 @@ package dynamostore
 
 import (
 	"context"
+	crand "crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -30,6 +32,8 @@ const (
 	attrError         = "error"
 	attrCompletedAt   = "completedAt"
 	attrTarget        = "targetState" // the state a creating batch takes when its items are in
+	attrCreateToken   = "createToken" // names the CreateBatch call that wrote the record
+	attrMoveToken     = "moveToken"   // names the TransitionBatch call that last moved the batch
 	attrItemCount     = "itemCount"   // distinct items; the batch completes when processed reaches it
 	attrTotal         = "total"
 	attrDuplicates    = "duplicates"
@@ -172,6 +176,11 @@ func (s *Store) CreateBatch(ctx context.Context, b store.Batch, items []store.It
 	if !b.CompletedAt.IsZero() {
 		rec[attrCompletedAt] = avTime(b.CompletedAt)
 	}
+	// The SDK retries a write whose reply was lost; the retry of a
+	// conditional write then fails against the write itself. The token
+	// tells this call's own record from somebody else's.
+	token := newToken()
+	rec[attrCreateToken] = avS(token)
 	_, err := s.c.PutItem(ctx, &dynamodb.PutItemInput{
 		TableName:                aws.String(s.t.Batches),
 		Item:                     rec,
@@ -179,7 +188,14 @@ func (s *Store) CreateBatch(ctx context.Context, b store.Batch, items []store.It
 		ExpressionAttributeNames: map[string]string{"#id": attrID},
 	})
 	if isConditionFailed(err) {
-		return evs.Errorf(evs.CodeInvalidState, "The request already exists.")
+		cur, gerr := s.get(ctx, s.t.Batches, batchKey(b.AccountID, b.ID), "read batch")
+		if gerr != nil {
+			return gerr
+		}
+		if getS(cur, attrCreateToken) != token || getS(cur, attrState) != stateCreating {
+			return evs.Errorf(evs.CodeInvalidState, "The request already exists.")
+		}
+		err = nil // our own first attempt
 	}
 	if err != nil {
 		return wrapErr("create batch", err)
@@ -196,11 +212,26 @@ func (s *Store) CreateBatch(ctx context.Context, b store.Batch, items []store.It
 		ExpressionAttributeValues: item{":creating": avS(stateCreating)},
 	})
 	if isConditionFailed(err) {
-		// Only this call moves its own creating record; someone removed it.
+		// Only this call moves its own creating record: either a retried
+		// attempt of this update already did, or someone removed it.
+		cur, gerr := s.get(ctx, s.t.Batches, batchKey(b.AccountID, b.ID), "read batch")
+		if gerr != nil {
+			return gerr
+		}
+		if getS(cur, attrCreateToken) == token && getS(cur, attrState) != stateCreating {
+			return nil
+		}
 		return evs.Wrap(errors.New("dynamostore: batch record vanished while its items were written"),
 			evs.CodeUnavailable, msgUnavailable)
 	}
 	return wrapErr("publish batch", err)
+}
+
+// newToken returns 128 random bits, hex-encoded.
+func newToken() string {
+	var b [16]byte
+	_, _ = crand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
 // writeItems writes the item rows of b with BatchWriteItem, a few requests
@@ -291,7 +322,11 @@ func (s *Store) TransitionBatch(ctx context.Context, accountID, id string, from 
 		names["#p"], names["#n"] = attrProcessed, attrItemCount
 	}
 	var set, remove []string
-	set = append(set, "#st = :to")
+	// A transition whose reply was lost is resent by the SDK and then fails
+	// its condition against itself; the token tells it so.
+	token := newToken()
+	set = append(set, "#st = :to", "#mt = :mt")
+	names["#mt"], values[":mt"] = attrMoveToken, avS(token)
 	if errMsg != "" {
 		set = append(set, "#e = :e")
 		values[":e"] = avS(errMsg)
@@ -322,9 +357,13 @@ func (s *Store) TransitionBatch(ctx context.Context, accountID, id string, from 
 		return err
 	})
 	if isConditionFailed(err) {
-		b, err := s.Batch(ctx, accountID, id)
+		it, err := s.batchItem(ctx, accountID, id)
 		if err != nil {
 			return store.Batch{}, err
+		}
+		b := batchFrom(it)
+		if getS(it, attrMoveToken) == token {
+			return b, nil
 		}
 		if to == store.StateCompleted && !store.Final(b.State) && slices.Contains(from, b.State) {
 			return store.Batch{}, evs.Errorf(evs.CodeInvalidState, "The request still has items without a result.")

@@ -605,3 +605,136 @@ func TestClaimReturnsTheBlockingRecord(t *testing.T) {
 		t.Fatalf("the losing claim read the record %d times; ALL_OLD should have returned it", n)
 	}
 }
+
+// lostReply is a retryable error: the SDK resends the request.
+type lostReply struct{}
+
+func (lostReply) Error() string        { return "injected: the reply was lost" }
+func (lostReply) RetryableError() bool { return true }
+
+// TestCreateBatchSurvivesLostReplies: when the reply to CreateBatch's
+// conditional create or publish is lost after DynamoDB applied it, the
+// SDK's retry fails its condition against our own write. CreateBatch must
+// recognise its own record and succeed, not report a conflict or a
+// vanished batch.
+func TestCreateBatchSurvivesLostReplies(t *testing.T) {
+	for _, op := range []string{"PutItem", "UpdateItem"} {
+		t.Run(op, func(t *testing.T) {
+			l := loseReply(op, true)
+			st := newStore(t, clock, l.option)
+			b := newBatch(t, st, "lost-"+op, 5, 1)
+			l.retried(t)
+			got, err := st.Batch(context.Background(), b.AccountID, b.ID)
+			if err != nil || got.State != store.StateQueued || got.Counters.Total != 6 {
+				t.Fatalf("batch after lost reply: %+v %v", got, err)
+			}
+		})
+	}
+}
+
+// replyLoser drops the reply to the first call of op made while it is
+// armed, after DynamoDB has applied the call and inside the SDK's retry
+// loop (end of Finalize), so the SDK resends it; calls counts the armed
+// attempts of op.
+type replyLoser struct {
+	op    string
+	armed atomic.Bool
+	calls atomic.Int32
+}
+
+func loseReply(op string, armed bool) *replyLoser {
+	l := &replyLoser{op: op}
+	l.armed.Store(armed)
+	return l
+}
+
+func (l *replyLoser) option(o *dynamodb.Options) {
+	o.APIOptions = append(o.APIOptions, func(st *middleware.Stack) error {
+		return st.Finalize.Add(middleware.FinalizeMiddlewareFunc("evs-test-lose-reply",
+			func(ctx context.Context, in middleware.FinalizeInput, next middleware.FinalizeHandler) (middleware.FinalizeOutput, middleware.Metadata, error) {
+				out, md, err := next.HandleFinalize(ctx, in)
+				if middleware.GetOperationName(ctx) == l.op && l.armed.Load() && l.calls.Add(1) == 1 && err == nil {
+					return out, md, lostReply{}
+				}
+				return out, md, err
+			}), middleware.After)
+	})
+}
+
+// retried fails t unless the SDK resent the call whose reply was lost.
+func (l *replyLoser) retried(t *testing.T) {
+	t.Helper()
+	if n := l.calls.Load(); n < 2 {
+		t.Fatalf("%s was not retried after the lost reply (%d calls)", l.op, n)
+	}
+}
+
+// TestClaimSurvivesALostReply: a claim whose reply is lost is retried by
+// the SDK and fails its condition against its own record. It must still
+// count as claimed; otherwise the caller answers its own first request
+// with 409 "in progress" and the key stays blocked until the lock lapses.
+func TestClaimSurvivesALostReply(t *testing.T) {
+	l := loseReply("PutItem", true)
+	st := newStore(t, clock, l.option)
+	ctx := context.Background()
+	rec := store.IdemRecord{Scope: "acct\x00POST /v1/verify\x00lost", Fingerprint: "fp-1", State: store.IdemInProgress,
+		LockedUntil: t0.Add(5 * time.Minute), ExpiresAt: t0.Add(24 * time.Hour)}
+	if _, claimed, err := st.ClaimIdempotency(ctx, rec, t0); err != nil || !claimed {
+		t.Fatalf("claim after a lost reply: claimed=%v err=%v, want claimed", claimed, err)
+	}
+	l.retried(t)
+	// A different request with the same key still loses to it.
+	other := rec
+	other.Fingerprint = "fp-2"
+	existing, claimed, err := st.ClaimIdempotency(ctx, other, t0.Add(time.Second))
+	if err != nil || claimed || existing.Fingerprint != "fp-1" {
+		t.Fatalf("second claim: %+v claimed=%v err=%v, want the first claim's record", existing, claimed, err)
+	}
+}
+
+// TestCompleteSurvivesALostReply: storing the reply is resent after a lost
+// reply and finds the record already done — by itself. That is success,
+// not "no record in progress" (which the caller would turn into a 500 for
+// a call that worked).
+func TestCompleteSurvivesALostReply(t *testing.T) {
+	l := loseReply("UpdateItem", true)
+	st := newStore(t, clock, l.option)
+	ctx := context.Background()
+	rec := store.IdemRecord{Scope: "acct\x00POST /v1/requests\x00done", Fingerprint: "fp", State: store.IdemInProgress,
+		LockedUntil: t0.Add(5 * time.Minute), ExpiresAt: t0.Add(24 * time.Hour)}
+	if _, claimed, err := st.ClaimIdempotency(ctx, rec, t0); err != nil || !claimed {
+		t.Fatalf("claim: %v %v", claimed, err)
+	}
+	if err := st.CompleteIdempotency(ctx, rec.Scope, 202, map[string]string{"Location": "/v1/requests/r1"}, []byte(`{"id":"r1"}`)); err != nil {
+		t.Fatalf("complete after a lost reply: %v", err)
+	}
+	l.retried(t)
+	got, claimed, err := st.ClaimIdempotency(ctx, rec, t0.Add(time.Second))
+	if err != nil || claimed || got.State != store.IdemDone || got.StatusCode != 202 || string(got.Body) != `{"id":"r1"}` {
+		t.Fatalf("record after completion: %+v claimed=%v err=%v", got, claimed, err)
+	}
+	// A second completion is still refused: a reply is stored once.
+	if err := st.CompleteIdempotency(ctx, rec.Scope, 500, nil, nil); evs.ErrorCode(err) != evs.CodeNotFound {
+		t.Fatalf("second completion: %v, want %s", err, evs.CodeNotFound)
+	}
+}
+
+// TestTransitionSurvivesALostReply: a cancel whose reply is lost is resent
+// and finds the batch cancelled — by itself. The caller gets the cancelled
+// batch, not 409 "the request is cancelled" for its own cancel; a second,
+// separate cancel still gets the 409.
+func TestTransitionSurvivesALostReply(t *testing.T) {
+	l := loseReply("UpdateItem", false)
+	st := newStore(t, clock, l.option)
+	ctx := context.Background()
+	b := newBatch(t, st, "lost-cancel", 4, 0)
+	l.armed.Store(true)
+	got, err := st.TransitionBatch(ctx, b.AccountID, b.ID, []string{store.StateQueued, store.StateRunning}, store.StateCancelled, "", t0)
+	if err != nil || got.State != store.StateCancelled {
+		t.Fatalf("cancel after a lost reply: %+v %v", got, err)
+	}
+	l.retried(t)
+	if _, err := st.TransitionBatch(ctx, b.AccountID, b.ID, []string{store.StateQueued, store.StateRunning}, store.StateCancelled, "", t0); evs.ErrorCode(err) != evs.CodeInvalidState {
+		t.Fatalf("second cancel: %v, want %s", err, evs.CodeInvalidState)
+	}
+}

@@ -21,6 +21,8 @@ const (
 	attrStatusCode  = "statusCode"
 	attrHeaders     = "headers"
 	attrBody        = "body"
+	attrClaimToken  = "claimToken" // names the ClaimIdempotency call that wrote the record
+	attrDoneToken   = "doneToken"  // names the CompleteIdempotency call that stored the reply
 )
 
 // claimAttempts bounds the rare loop of a claim that lost its record between
@@ -39,6 +41,11 @@ func (s *Store) ClaimIdempotency(ctx context.Context, rec store.IdemRecord, now 
 		attrLockedUntil: avTime(rec.LockedUntil),
 		attrExpiresAtMs: avTime(rec.ExpiresAt),
 		attrExpiresAt:   ttlSeconds(rec.ExpiresAt),
+		// The SDK retries a write whose reply was lost, and the retry then
+		// fails against the first attempt's record; the token lets the
+		// claim recognise that record as its own rather than as a
+		// concurrent request's.
+		attrClaimToken: avS(newToken()),
 	}
 	for range claimAttempts {
 		_, err := s.c.PutItem(ctx, &dynamodb.PutItemInput{
@@ -68,6 +75,9 @@ func (s *Store) ClaimIdempotency(ctx context.Context, rec store.IdemRecord, now 
 			if cur, err = s.get(ctx, s.t.Idempotency, item{attrScope: avS(rec.Scope)}, "read idempotency record"); err != nil {
 				return store.IdemRecord{}, false, err
 			}
+		}
+		if cur != nil && getS(cur, attrClaimToken) == getS(it, attrClaimToken) {
+			return store.IdemRecord{}, true, nil
 		}
 		if cur != nil {
 			existing := idemFrom(cur)
@@ -105,9 +115,13 @@ func idemFrom(it item) store.IdemRecord {
 // and marks it done; without such a record it is CodeNotFound, so a reply is
 // never stored twice.
 func (s *Store) CompleteIdempotency(ctx context.Context, scope string, statusCode int, headers map[string]string, body []byte) error {
-	set := "SET #st = :done, #code = :code"
-	names := map[string]string{"#st": attrState, "#code": attrStatusCode}
-	values := item{":done": avS(store.IdemDone), ":code": avN(int64(statusCode)), ":inprogress": avS(store.IdemInProgress)}
+	// The token lets a completion whose first reply was lost (and whose
+	// SDK retry then finds the record done) see that the done record is
+	// its own.
+	token := newToken()
+	set := "SET #st = :done, #code = :code, #tok = :tok"
+	names := map[string]string{"#st": attrState, "#code": attrStatusCode, "#tok": attrDoneToken}
+	values := item{":done": avS(store.IdemDone), ":code": avN(int64(statusCode)), ":inprogress": avS(store.IdemInProgress), ":tok": avS(token)}
 	if len(headers) > 0 {
 		m := make(item, len(headers))
 		for k, v := range headers {
@@ -133,6 +147,13 @@ func (s *Store) CompleteIdempotency(ctx context.Context, scope string, statusCod
 		ExpressionAttributeValues: values,
 	})
 	if isConditionFailed(err) {
+		cur, gerr := s.get(ctx, s.t.Idempotency, item{attrScope: avS(scope)}, "read idempotency record")
+		if gerr != nil {
+			return gerr
+		}
+		if cur != nil && getS(cur, attrDoneToken) == token {
+			return nil
+		}
 		return evs.Errorf(evs.CodeNotFound, "No idempotency record in progress.")
 	}
 	return wrapErr("complete idempotency record", err)
