@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/evs-dev/evs/internal/dnscheck/dnstest"
+	"github.com/evs-dev/evs/internal/logtest"
 	"github.com/evs-dev/evs/internal/smtpprobe/smtptest"
 )
 
@@ -48,8 +49,8 @@ type resultRow struct {
 type evsProc struct {
 	cmd  *exec.Cmd
 	base string
-	out  *syncBuffer
-	err  *syncBuffer
+	out  *logtest.Buffer
+	err  *logtest.Buffer
 	done chan struct{} // closed once Wait has returned
 }
 
@@ -229,8 +230,8 @@ func startServe(t *testing.T, bin string, env []string) *evsProc {
 	p := &evsProc{
 		cmd:  exec.Command(bin, "serve"),
 		base: "http://" + addr,
-		out:  &syncBuffer{},
-		err:  &syncBuffer{},
+		out:  &logtest.Buffer{},
+		err:  &logtest.Buffer{},
 		done: make(chan struct{}),
 	}
 	p.cmd.Env = append(env, "EVS_ADDR="+addr)

@@ -11,13 +11,13 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/evs-dev/evs/internal/apikey"
 	"github.com/evs-dev/evs/internal/dnscheck/dnstest"
 	"github.com/evs-dev/evs/internal/dynamostore"
+	"github.com/evs-dev/evs/internal/logtest"
 	"github.com/evs-dev/evs/internal/mototest"
 	"github.com/evs-dev/evs/internal/smtpprobe/smtptest"
 	"github.com/evs-dev/evs/internal/sqlitestore"
@@ -150,7 +150,7 @@ func TestServeAndBatch(t *testing.T) {
 	ln.Close()
 	env := map[string]string{"EVS_DATA_DIR": dir, "EVS_ADDR": addr, "EVS_SMTP": "off", "EVS_DNS_SERVERS": "127.0.0.1:9"}
 	ctx, cancel := context.WithCancel(context.Background())
-	var out, errOut syncBuffer
+	var out, errOut logtest.Buffer
 	done := make(chan int, 1)
 	go func() {
 		done <- run(ctx, []string{"serve", "--test-account"}, &out, &errOut, func(k string) string { return env[k] })
@@ -233,22 +233,4 @@ func TestServeAndBatch(t *testing.T) {
 	if n, _ := st.CountAccounts(context.Background()); n != 2 {
 		t.Fatalf("%d accounts, want 2", n)
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for the server goroutine and the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/evs-dev/evs/internal/config"
 	"github.com/evs-dev/evs/internal/dnscheck"
 	"github.com/evs-dev/evs/internal/dnscheck/dnstest"
+	"github.com/evs-dev/evs/internal/logtest"
 	"github.com/evs-dev/evs/internal/server"
 	"github.com/evs-dev/evs/internal/smtpprobe"
 	"github.com/evs-dev/evs/internal/smtpprobe/smtptest"
@@ -61,7 +62,7 @@ type harness struct {
 	smtp     *smtptest.Server
 
 	// logs holds everything the server logged, as JSON lines.
-	logs *lockedBuffer
+	logs *logtest.Buffer
 
 	liveKey, testKey, otherKey string
 	liveAcct, testAcct         string
@@ -81,7 +82,7 @@ type options struct {
 
 func start(t *testing.T, o options) *harness {
 	t.Helper()
-	h := &harness{t: t, clock: &clock{t: time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)}, contract: loadContract(t), logs: &lockedBuffer{}}
+	h := &harness{t: t, clock: &clock{t: time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)}, contract: loadContract(t), logs: &logtest.Buffer{}}
 	now := h.clock.Now
 	if o.realClock {
 		now = time.Now
@@ -161,24 +162,6 @@ func start(t *testing.T, o options) *harness {
 	h.testAcct, h.testKey = h.account("sandbox", true)
 	_, h.otherKey = h.account("other", true)
 	return h
-}
-
-// lockedBuffer collects log output written from many goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // stop shuts the server down gracefully (as SIGTERM does) and waits.

@@ -1,7 +1,6 @@
 package sqsqueue_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -21,6 +20,7 @@ import (
 	"github.com/evs-dev/evs/internal/batch"
 	"github.com/evs-dev/evs/internal/dynamostore"
 	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/logtest"
 	"github.com/evs-dev/evs/internal/mototest"
 	"github.com/evs-dev/evs/internal/sqsqueue"
 	"github.com/evs-dev/evs/internal/store"
@@ -88,25 +88,8 @@ type world struct {
 	q     *sqsqueue.Queue
 	w     *sqsqueue.Worker
 	acct  store.Account
-	logs  *lockedBuffer
+	logs  *logtest.Buffer
 	batch store.Batch
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 func newWorld(t *testing.T, packSize int, greyBackoff time.Duration, maxGrey int) *world {
@@ -130,7 +113,7 @@ func newWorld(t *testing.T, packSize int, greyBackoff time.Duration, maxGrey int
 	if err := st.CreateAccount(ctx, acct); err != nil {
 		t.Fatalf("create account: %v", err)
 	}
-	w := &world{t: t, ctx: ctx, st: st, sqs: sc, url: aws.ToString(q.QueueUrl), acct: acct, logs: &lockedBuffer{}}
+	w := &world{t: t, ctx: ctx, st: st, sqs: sc, url: aws.ToString(q.QueueUrl), acct: acct, logs: &logtest.Buffer{}}
 	w.rec = &sendRecorder{Client: sc}
 	w.q = sqsqueue.New(w.rec, w.url)
 	w.w = &sqsqueue.Worker{
