@@ -198,12 +198,12 @@ func (c *batchClient) run(ctx context.Context, data []byte, mode, out string, st
 
 // progress draws a one-line progress bar, redrawn in place.
 func progress(w io.Writer, v batchView) {
-	todo := v.Counters.Total - v.Counters.Duplicates
+	distinct := v.Counters.Total - v.Counters.Duplicates
 	done := v.Counters.Processed
 	const width = 30
 	fill := 0
-	if todo > 0 {
-		fill = done * width / todo
+	if distinct > 0 {
+		fill = done * width / distinct
 	}
-	fmt.Fprintf(w, "\r[%s%s] %d/%d %-9s", strings.Repeat("#", fill), strings.Repeat(".", width-fill), done, todo, v.Request.State)
+	fmt.Fprintf(w, "\r[%s%s] %d/%d %-9s", strings.Repeat("#", fill), strings.Repeat(".", width-fill), done, distinct, v.Request.State)
 }
