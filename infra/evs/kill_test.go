@@ -18,9 +18,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/evs-dev/evs/internal/dnscheck/dnstest"
+	"github.com/evs-dev/evs/internal/verify/dnscheck/dnstest"
 	"github.com/evs-dev/evs/internal/logtest"
-	"github.com/evs-dev/evs/internal/smtpprobe/smtptest"
+	"github.com/evs-dev/evs/internal/verify/smtpprobe/smtptest"
 )
 
 // batchEnvelope is the part of the batch envelope (contract section 3) the

@@ -15,11 +15,11 @@ import (
 	"time"
 
 	"github.com/evs-dev/evs/internal/apikey"
-	"github.com/evs-dev/evs/internal/dnscheck/dnstest"
+	"github.com/evs-dev/evs/internal/verify/dnscheck/dnstest"
 	"github.com/evs-dev/evs/internal/dynamostore"
 	"github.com/evs-dev/evs/internal/logtest"
 	"github.com/evs-dev/evs/internal/mototest"
-	"github.com/evs-dev/evs/internal/smtpprobe/smtptest"
+	"github.com/evs-dev/evs/internal/verify/smtpprobe/smtptest"
 	"github.com/evs-dev/evs/internal/sqlitestore"
 )
 

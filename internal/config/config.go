@@ -14,8 +14,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/evs-dev/evs/internal/dnscheck"
-	"github.com/evs-dev/evs/internal/smtpprobe"
+	"github.com/evs-dev/evs/internal/verify/dnscheck"
+	"github.com/evs-dev/evs/internal/verify/smtpprobe"
 	"github.com/evs-dev/evs/internal/verify"
 )
 

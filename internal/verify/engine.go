@@ -20,11 +20,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/evs-dev/evs/internal/address"
-	"github.com/evs-dev/evs/internal/dnscheck"
-	"github.com/evs-dev/evs/internal/lists"
-	"github.com/evs-dev/evs/internal/smtpprobe"
-	"github.com/evs-dev/evs/internal/suggest"
+	"github.com/evs-dev/evs/internal/verify/address"
+	"github.com/evs-dev/evs/internal/verify/dnscheck"
+	"github.com/evs-dev/evs/internal/verify/lists"
+	"github.com/evs-dev/evs/internal/verify/smtpprobe"
+	"github.com/evs-dev/evs/internal/verify/suggest"
 )
 
 // Resolver is the DNS stage: the mail hosts of a domain, with the evidence.

@@ -9,10 +9,10 @@ import (
 
 	"github.com/miekg/dns"
 
-	"github.com/evs-dev/evs/internal/dnscheck"
-	"github.com/evs-dev/evs/internal/dnscheck/dnstest"
-	"github.com/evs-dev/evs/internal/smtpprobe"
-	"github.com/evs-dev/evs/internal/smtpprobe/smtptest"
+	"github.com/evs-dev/evs/internal/verify/dnscheck"
+	"github.com/evs-dev/evs/internal/verify/dnscheck/dnstest"
+	"github.com/evs-dev/evs/internal/verify/smtpprobe"
+	"github.com/evs-dev/evs/internal/verify/smtpprobe/smtptest"
 	"github.com/evs-dev/evs/internal/verify"
 )
 

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/evs-dev/evs/internal/address"
+	"github.com/evs-dev/evs/internal/verify/address"
 )
 
 func ExampleParse() {

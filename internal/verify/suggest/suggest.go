@@ -35,7 +35,7 @@ import (
 
 	"golang.org/x/net/publicsuffix"
 
-	"github.com/evs-dev/evs/internal/lists"
+	"github.com/evs-dev/evs/internal/verify/lists"
 )
 
 // known holds the provider domains a suggestion may name: the ones people

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/evs-dev/evs/internal/dnscheck/dnstest"
+	"github.com/evs-dev/evs/internal/verify/dnscheck/dnstest"
 	"github.com/evs-dev/evs/internal/evs"
 	"github.com/miekg/dns"
 )

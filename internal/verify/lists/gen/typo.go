@@ -1,6 +1,6 @@
 package main
 
-import "github.com/evs-dev/evs/internal/suggest"
+import "github.com/evs-dev/evs/internal/verify/suggest"
 
 // isTypo reports whether package suggest would correct d with a single
 // edit. Farther matches in the free list stay there: a real provider named

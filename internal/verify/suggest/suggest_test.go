@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/evs-dev/evs/internal/lists"
+	"github.com/evs-dev/evs/internal/verify/lists"
 )
 
 func TestDomain(t *testing.T) {

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/evs-dev/evs/internal/smtpprobe"
-	"github.com/evs-dev/evs/internal/smtpprobe/smtptest"
+	"github.com/evs-dev/evs/internal/verify/smtpprobe"
+	"github.com/evs-dev/evs/internal/verify/smtpprobe/smtptest"
 )
 
 // farm starts servers on distinct loopback IPs sharing one port, as the

@@ -4,7 +4,7 @@ import (
 	"context"
 	"testing"
 
-	"github.com/evs-dev/evs/internal/dnscheck/dnstest"
+	"github.com/evs-dev/evs/internal/verify/dnscheck/dnstest"
 )
 
 func benchResolver(b *testing.B, cacheSize int) *Resolver {

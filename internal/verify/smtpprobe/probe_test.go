@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/evs-dev/evs/internal/smtpprobe"
-	"github.com/evs-dev/evs/internal/smtpprobe/smtptest"
+	"github.com/evs-dev/evs/internal/verify/smtpprobe"
+	"github.com/evs-dev/evs/internal/verify/smtpprobe/smtptest"
 )
 
 // hosts maps MX names to loopback addresses, standing in for DNS.

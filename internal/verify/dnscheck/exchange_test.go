@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/evs-dev/evs/internal/dnscheck/dnstest"
+	"github.com/evs-dev/evs/internal/verify/dnscheck/dnstest"
 	"github.com/miekg/dns"
 )
 
