@@ -152,7 +152,7 @@ func keys(ctx context.Context, args []string, stdout, stderr io.Writer, getenv f
 		}
 		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "ID\tACCOUNT\tMODE\tSTATUS\tCREATED")
-		names := map[string]store.Account{}
+		names := map[string]evs.Account{}
 		for _, k := range ks {
 			a, ok := names[k.AccountID]
 			if !ok {
@@ -197,7 +197,7 @@ func createKey(ctx context.Context, st store.Keys, up *usagePlan, name string, t
 			return fmt.Errorf("account %q exists and is a %s account; its keys share its mode", name, mode)
 		}
 	case evs.ErrorCode(err) == evs.CodeNotFound:
-		a = store.Account{ID: uuid.NewString(), Name: name, Test: test, CreatedAt: time.Now().UTC()}
+		a = evs.Account{ID: uuid.NewString(), Name: name, Test: test, CreatedAt: time.Now().UTC()}
 		if err := st.CreateAccount(ctx, a); err != nil {
 			return fmt.Errorf("create account %q: %w", name, err)
 		}
@@ -257,7 +257,7 @@ func storeKey(ctx context.Context, st store.Keys, accountID, usage string, now t
 		return "", evs.Wrap(err, evs.CodeInternal, "could not make a key")
 	}
 	h := apikey.Hash(key)
-	k := store.Key{ID: apikey.ID(h), Hash: h, AccountID: accountID, CreatedAt: now.UTC(), UsageKeyID: usage}
+	k := evs.Key{ID: apikey.ID(h), Hash: h, AccountID: accountID, CreatedAt: now.UTC(), UsageKeyID: usage}
 	if err := st.CreateKey(ctx, k); err != nil {
 		return "", fmt.Errorf("store key %s: %w", k.ID, err)
 	}

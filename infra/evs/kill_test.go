@@ -18,8 +18,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/evs-dev/evs/internal/verify/dnscheck/dnstest"
 	"github.com/evs-dev/evs/internal/logtest"
+	"github.com/evs-dev/evs/internal/verify/dnscheck/dnstest"
 	"github.com/evs-dev/evs/internal/verify/smtpprobe/smtptest"
 )
 

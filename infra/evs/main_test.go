@@ -15,12 +15,12 @@ import (
 	"time"
 
 	"github.com/evs-dev/evs/internal/apikey"
-	"github.com/evs-dev/evs/internal/verify/dnscheck/dnstest"
 	"github.com/evs-dev/evs/internal/dynamostore"
 	"github.com/evs-dev/evs/internal/logtest"
 	"github.com/evs-dev/evs/internal/mototest"
-	"github.com/evs-dev/evs/internal/verify/smtpprobe/smtptest"
 	"github.com/evs-dev/evs/internal/sqlitestore"
+	"github.com/evs-dev/evs/internal/verify/dnscheck/dnstest"
+	"github.com/evs-dev/evs/internal/verify/smtpprobe/smtptest"
 )
 
 // runEVS runs the command in-process and returns its exit code and output.

@@ -17,7 +17,7 @@ import (
 // that require an API key, and then only for a usage identifier that is the
 // value of an API Gateway API key in the plan. Clients never see that key:
 // the authorizer looks up the caller's evs key and returns the account's
-// usage key value (store.Key.UsageKeyID), so every key of an account shares
+// usage key value (evs.Key.UsageKeyID), so every key of an account shares
 // the account's throttle and quota.
 
 // usagePlanAPI is what `evs keys create` needs of API Gateway.

@@ -226,7 +226,7 @@ type failingKeys struct{ store.Keys }
 
 var errWrite = errors.New("write refused")
 
-func (failingKeys) CreateKey(context.Context, store.Key) error { return errWrite }
+func (failingKeys) CreateKey(context.Context, evs.Key) error { return errWrite }
 
 // failingPlanKey is API Gateway refusing to add a key to the plan.
 type failingPlanKey struct{ usagePlanAPI }
@@ -303,7 +303,7 @@ func TestUsageKeyGone(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sq.Close()
-	a := store.Account{ID: "acct-" + mototest.Name(t, "gone"), Name: "gone", CreatedAt: time.Now()}
+	a := evs.Account{ID: "acct-" + mototest.Name(t, "gone"), Name: "gone", CreatedAt: time.Now()}
 	if err := sq.CreateAccount(ctx, a); err != nil {
 		t.Fatal(err)
 	}

@@ -8,15 +8,16 @@ import (
 	"io"
 	"time"
 
+	"github.com/evs-dev/evs/internal/api"
 	"github.com/evs-dev/evs/internal/config"
-	"github.com/evs-dev/evs/internal/verify"
+	"github.com/evs-dev/evs/internal/evs"
 )
 
 // verifyOutput is one line of `evs verify`: the API's reply shape without a
 // request id.
 type verifyOutput struct {
-	Status   verify.Status   `json:"status"`
-	Decision verify.Decision `json:"decision"`
+	Status   evs.Status   `json:"status"`
+	Decision api.Decision `json:"decision"`
 }
 
 func verifyCmd(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
@@ -27,7 +28,7 @@ func verifyCmd(ctx context.Context, args []string, stdout, stderr io.Writer, get
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
-	mode, ok := verify.ParseMode(*modeText)
+	mode, ok := evs.ParseMode(*modeText)
 	if !ok {
 		return fmt.Errorf("%w: --mode must be quick or full", errUsage)
 	}
@@ -48,7 +49,7 @@ func verifyCmd(ctx context.Context, args []string, stdout, stderr io.Writer, get
 		vctx, cancel := context.WithTimeout(ctx, *timeout)
 		d := engine.Verify(vctx, addr, mode)
 		cancel()
-		if err := enc.Encode(verifyOutput{Status: d.Status(), Decision: d}); err != nil {
+		if err := enc.Encode(verifyOutput{Status: d.Status(), Decision: api.NewDecision(d)}); err != nil {
 			return err
 		}
 		if ctx.Err() != nil {

@@ -27,8 +27,6 @@ import (
 	"github.com/evs-dev/evs/internal/envelope"
 	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/idempotency"
-	"github.com/evs-dev/evs/internal/store"
-	"github.com/evs-dev/evs/internal/verify"
 )
 
 // Function names: the logical ids of the Lambda functions in template.yaml.
@@ -62,22 +60,22 @@ func Routes() []Route {
 // Verifier decides on one address. The live engine and the test-mode sandbox
 // both implement it.
 type Verifier interface {
-	Verify(ctx context.Context, email string, mode verify.Mode) verify.Decision
+	Verify(ctx context.Context, email string, mode evs.Mode) evs.Decision
 }
 
 // Queue hands a newly created batch to the workers. The batch and its items
 // are already stored when Enqueue is called.
 type Queue interface {
-	Enqueue(ctx context.Context, b store.Batch) error
+	Enqueue(ctx context.Context, b evs.Batch) error
 }
 
 // BatchStore is the part of the store the batch handlers use.
 type BatchStore interface {
-	CreateBatch(ctx context.Context, b store.Batch, items []store.Item) error
-	Batch(ctx context.Context, accountID, id string) (store.Batch, error)
-	TransitionBatch(ctx context.Context, accountID, id string, from []string, to, errMsg string, now time.Time) (store.Batch, error)
-	Results(ctx context.Context, accountID, id string, afterSeq, limit int, status string) ([]store.Result, error)
-	PendingItems(ctx context.Context, accountID, id string, afterSeq, limit int) ([]store.Item, error)
+	CreateBatch(ctx context.Context, b evs.Batch, items []evs.Item) error
+	Batch(ctx context.Context, accountID, id string) (evs.Batch, error)
+	TransitionBatch(ctx context.Context, accountID, id string, from []evs.State, to evs.State, errMsg string, now time.Time) (evs.Batch, error)
+	Results(ctx context.Context, accountID, id string, afterSeq, limit int, status evs.Status) ([]evs.Result, error)
+	PendingItems(ctx context.Context, accountID, id string, afterSeq, limit int) ([]evs.Item, error)
 }
 
 // Deps are the handlers' dependencies.

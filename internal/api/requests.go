@@ -18,7 +18,6 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/evs-dev/evs/internal/evs"
-	"github.com/evs-dev/evs/internal/store"
 	"github.com/evs-dev/evs/internal/verify"
 )
 
@@ -86,33 +85,33 @@ func (h *Handler) requests(ctx context.Context, req events.APIGatewayProxyReques
 
 // batchEnvelope is the batch object of the contract, section 3.
 type batchEnvelope struct {
-	Request   batchRequest   `json:"request"`
-	Counters  store.Counters `json:"counters"`
-	RequestID string         `json:"requestId"`
-	Replayed  bool           `json:"replayed"`
+	Request   batchRequest `json:"request"`
+	Counters  Counters     `json:"counters"`
+	RequestID string       `json:"requestId"`
+	Replayed  bool         `json:"replayed"`
 }
 
 type batchRequest struct {
-	ID          string       `json:"id"`
-	Mode        string       `json:"mode"`
-	State       string       `json:"state"`
-	Error       string       `json:"error,omitempty"`
-	CreatedAt   verify.Time  `json:"createdAt"`
-	CompletedAt *verify.Time `json:"completedAt,omitempty"`
+	ID          string    `json:"id"`
+	Mode        evs.Mode  `json:"mode"`
+	State       evs.State `json:"state"`
+	Error       string    `json:"error,omitempty"`
+	CreatedAt   Time      `json:"createdAt"`
+	CompletedAt *Time     `json:"completedAt,omitempty"`
 }
 
-func envelopeOf(b store.Batch, requestID string, replayed bool) batchEnvelope {
+func envelopeOf(b evs.Batch, requestID string, replayed bool) batchEnvelope {
 	e := batchEnvelope{
 		Request: batchRequest{
 			ID: b.ID, Mode: b.Mode, State: b.State, Error: b.Error,
-			CreatedAt: verify.Time{Time: b.CreatedAt},
+			CreatedAt: Time{Time: b.CreatedAt},
 		},
-		Counters:  b.Counters,
+		Counters:  Counters(b.Counters),
 		RequestID: requestID,
 		Replayed:  replayed,
 	}
-	if store.Final(b.State) && !b.CompletedAt.IsZero() {
-		e.Request.CompletedAt = &verify.Time{Time: b.CompletedAt}
+	if b.State.Final() && !b.CompletedAt.IsZero() {
+		e.Request.CompletedAt = &Time{Time: b.CompletedAt}
 	}
 	return e
 }
@@ -134,7 +133,7 @@ type createRequest struct {
 
 // parsedBatch is a validated creation request.
 type parsedBatch struct {
-	mode   verify.Mode
+	mode   evs.Mode
 	emails []string
 }
 
@@ -182,42 +181,42 @@ func (h *Handler) createBatch(ctx context.Context, req events.APIGatewayProxyReq
 // storeBatch deduplicates the addresses, stores the batch with its items in
 // one step and queues it. A batch that cannot be queued is marked failed, so
 // it never sits in "queued" forever.
-func (h *Handler) storeBatch(ctx context.Context, p Principal, in parsedBatch) (store.Batch, error) {
+func (h *Handler) storeBatch(ctx context.Context, p Principal, in parsedBatch) (evs.Batch, error) {
 	now := h.d.Now().UTC()
 	seen := make(map[string]struct{}, len(in.emails))
-	items := make([]store.Item, 0, len(in.emails))
+	items := make([]evs.Item, 0, len(in.emails))
 	for _, e := range in.emails {
 		key, domain := dedupKey(e)
 		if _, dup := seen[key]; dup {
 			continue
 		}
 		seen[key] = struct{}{}
-		items = append(items, store.Item{Seq: len(items), Email: e, Domain: domain})
+		items = append(items, evs.Item{Seq: len(items), Email: e, Domain: domain})
 	}
 	id := uuid.NewString()
 	if h.d.NewID != nil {
 		id = h.d.NewID()
 	}
-	b := store.Batch{
+	b := evs.Batch{
 		ID:        id,
 		AccountID: p.AccountID,
-		Mode:      string(in.mode),
-		State:     store.StateQueued,
+		Mode:      in.mode,
+		State:     evs.StateQueued,
 		CreatedAt: now,
 		ExpiresAt: now.Add(h.d.Retention),
-		Counters: store.Counters{
+		Counters: evs.Counters{
 			Total:      len(in.emails),
 			Duplicates: len(in.emails) - len(items),
 		},
 	}
 	if err := h.d.Batches.CreateBatch(ctx, b, items); err != nil {
-		return store.Batch{}, err
+		return evs.Batch{}, err
 	}
 	if err := h.d.Queue.Enqueue(ctx, b); err != nil {
-		if _, terr := h.d.Batches.TransitionBatch(ctx, p.AccountID, b.ID, []string{store.StateQueued}, store.StateFailed, "the batch could not be queued", h.d.Now()); terr != nil {
+		if _, terr := h.d.Batches.TransitionBatch(ctx, p.AccountID, b.ID, []evs.State{evs.StateQueued}, evs.StateFailed, "the batch could not be queued", h.d.Now()); terr != nil {
 			h.d.Logger.ErrorContext(ctx, "could not mark an unqueued batch failed", slog.String("batchId", b.ID), slog.String("error", terr.Error()))
 		}
-		return store.Batch{}, evs.Wrap(err, evs.CodeUnavailable, "The work queue is unavailable; retry.")
+		return evs.Batch{}, evs.Wrap(err, evs.CodeUnavailable, "The work queue is unavailable; retry.")
 	}
 	return b, nil
 }
@@ -243,11 +242,11 @@ func parseBatch(req events.APIGatewayProxyRequest, raw []byte) (parsedBatch, err
 	}
 }
 
-func parseMode(s string, present bool) (verify.Mode, error) {
+func parseMode(s string, present bool) (evs.Mode, error) {
 	if present && s == "" {
 		return "", evs.Errorf(evs.CodeInvalidRequest, "The mode must be \"full\" or \"quick\".")
 	}
-	m, ok := verify.ParseMode(s)
+	m, ok := evs.ParseMode(s)
 	if !ok {
 		return "", evs.Errorf(evs.CodeInvalidRequest, "The mode must be \"full\" or \"quick\".")
 	}
@@ -385,12 +384,12 @@ func (h *Handler) cancel(ctx context.Context, req events.APIGatewayProxyRequest,
 	}
 	rid := req.RequestContext.RequestID
 	resp, _, err := h.idempotent(ctx, req, p, raw, func(ctx context.Context) events.APIGatewayProxyResponse {
-		b, err := h.d.Batches.TransitionBatch(ctx, p.AccountID, id, []string{store.StateQueued, store.StateRunning}, store.StateCancelled, "", h.d.Now())
+		b, err := h.d.Batches.TransitionBatch(ctx, p.AccountID, id, []evs.State{evs.StateQueued, evs.StateRunning}, evs.StateCancelled, "", h.d.Now())
 		if err != nil {
 			if evs.ErrorCode(err) == evs.CodeInvalidState {
 				msg := "The batch is already final and cannot be cancelled."
 				if b.State != "" {
-					msg = "The batch is already " + b.State + " and cannot be cancelled."
+					msg = "The batch is already " + string(b.State) + " and cannot be cancelled."
 				}
 				err = evs.Wrap(err, evs.CodeInvalidState, msg)
 			}
@@ -403,9 +402,9 @@ func (h *Handler) cancel(ctx context.Context, req events.APIGatewayProxyRequest,
 
 // resultItem is one row of GET /v1/requests/{id}/results.
 type resultItem struct {
-	Email    string          `json:"email"`
-	Status   string          `json:"status"`
-	Decision json.RawMessage `json:"decision"`
+	Email    string     `json:"email"`
+	Status   evs.Status `json:"status"`
+	Decision Decision   `json:"decision"`
 }
 
 type resultsPage struct {
@@ -443,8 +442,8 @@ func decodeCursor(s, status string) (cursor, error) {
 }
 
 var statuses = map[string]bool{
-	string(verify.Deliverable): true, string(verify.Undeliverable): true,
-	string(verify.Risky): true, string(verify.Unknown): true,
+	string(evs.Deliverable): true, string(evs.Undeliverable): true,
+	string(evs.Risky): true, string(evs.Unknown): true,
 }
 
 func (h *Handler) results(ctx context.Context, req events.APIGatewayProxyRequest, p Principal) (events.APIGatewayProxyResponse, error) {
@@ -503,9 +502,9 @@ func (h *Handler) results(ctx context.Context, req events.APIGatewayProxyRequest
 // result yet, so the cursor it returns never skips a result that is written
 // later and never repeats one. The cursor is null only when nothing more can
 // ever come.
-func (h *Handler) page(ctx context.Context, b store.Batch, c cursor, limit int) ([]resultItem, *cursor, error) {
+func (h *Handler) page(ctx context.Context, b evs.Batch, c cursor, limit int) ([]resultItem, *cursor, error) {
 	gap := -1 // first unwritten seq after c.After, -1 when none can appear
-	if !store.Final(b.State) {
+	if !b.State.Final() {
 		pending, err := h.d.Batches.PendingItems(ctx, b.AccountID, b.ID, c.After, 1)
 		if err != nil {
 			return nil, nil, err
@@ -514,7 +513,7 @@ func (h *Handler) page(ctx context.Context, b store.Batch, c cursor, limit int) 
 			gap = pending[0].Seq
 		}
 	}
-	rs, err := h.d.Batches.Results(ctx, b.AccountID, b.ID, c.After, limit, c.Status)
+	rs, err := h.d.Batches.Results(ctx, b.AccountID, b.ID, c.After, limit, evs.Status(c.Status))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -523,7 +522,7 @@ func (h *Handler) page(ctx context.Context, b store.Batch, c cursor, limit int) 
 		if gap >= 0 && r.Seq >= gap {
 			break
 		}
-		page = append(page, resultItem{Email: r.Email, Status: r.Status, Decision: r.Decision})
+		page = append(page, resultItem{Email: r.Email, Status: r.Status(), Decision: NewDecision(r.Decision)})
 	}
 	switch {
 	case len(page) == limit:
@@ -552,27 +551,24 @@ var csvHeader = []string{"email", "status", "reason", "suggestion", "disposable"
 // resultsCSV renders every written result, in submission order. On Lambda
 // the reply is one payload (under the 6 MB limit for 50,000 rows); locally
 // the gateway writes it as it is.
-func (h *Handler) resultsCSV(ctx context.Context, req events.APIGatewayProxyRequest, p Principal, b store.Batch, status string) (events.APIGatewayProxyResponse, error) {
+func (h *Handler) resultsCSV(ctx context.Context, req events.APIGatewayProxyRequest, p Principal, b evs.Batch, status string) (events.APIGatewayProxyResponse, error) {
 	var buf bytes.Buffer
 	w := csv.NewWriter(&buf)
 	_ = w.Write(csvHeader)
 	after := -1
 	for {
-		rs, err := h.d.Batches.Results(ctx, p.AccountID, b.ID, after, MaxPageLimit, status)
+		rs, err := h.d.Batches.Results(ctx, p.AccountID, b.ID, after, MaxPageLimit, evs.Status(status))
 		if err != nil {
 			return events.APIGatewayProxyResponse{}, err
 		}
 		for _, r := range rs {
-			var d verify.Decision
-			if err := json.Unmarshal(r.Decision, &d); err != nil {
-				return events.APIGatewayProxyResponse{}, evs.Wrap(err, evs.CodeInternal, "An internal error occurred.")
-			}
+			d := r.Decision
 			sugg := ""
 			if d.Suggestion != nil {
 				sugg = *d.Suggestion
 			}
 			_ = w.Write([]string{
-				csvSafe(r.Email), r.Status, string(d.Reason), csvSafe(sugg),
+				csvSafe(r.Email), string(r.Status()), string(d.Reason), csvSafe(sugg),
 				strconv.FormatBool(d.Flags.Disposable), strconv.FormatBool(d.Flags.Role),
 				strconv.FormatBool(d.Flags.Free), strconv.FormatBool(d.Flags.AcceptAll),
 			})

@@ -23,9 +23,9 @@ type verifyRequest struct {
 }
 
 type verifyResponse struct {
-	Status    verify.Status   `json:"status"`
-	RequestID string          `json:"requestId"`
-	Decision  verify.Decision `json:"decision"`
+	Status    evs.Status `json:"status"`
+	RequestID string     `json:"requestId"`
+	Decision  Decision   `json:"decision"`
 }
 
 // Verify serves POST /v1/verify: one address, verified synchronously.
@@ -81,7 +81,7 @@ func (h *Handler) verify(ctx context.Context, req events.APIGatewayProxyRequest,
 			return events.APIGatewayProxyResponse{}, "", evs.Errorf(evs.CodeInvalidRequest, "Field \"mode\" must be \"full\" or \"quick\".")
 		}
 	}
-	mode, ok := verify.ParseMode(modeText)
+	mode, ok := evs.ParseMode(modeText)
 	if !ok {
 		return events.APIGatewayProxyResponse{}, "", evs.Errorf(evs.CodeInvalidRequest, "Field \"mode\" must be \"full\" or \"quick\".")
 	}
@@ -97,7 +97,7 @@ func (h *Handler) verify(ctx context.Context, req events.APIGatewayProxyRequest,
 		vctx, cancel := context.WithTimeout(ctx, h.d.VerifyTimeout)
 		defer cancel()
 		d := engine.Verify(vctx, *in.Email, mode)
-		return reply(rid, http.StatusOK, verifyResponse{Status: d.Status(), RequestID: rid, Decision: d})
+		return reply(rid, http.StatusOK, verifyResponse{Status: d.Status(), RequestID: rid, Decision: NewDecision(d)})
 	})
 	return resp, domain, err
 }

@@ -17,7 +17,6 @@ import (
 
 	"github.com/evs-dev/evs/internal/apikey"
 	"github.com/evs-dev/evs/internal/evs"
-	"github.com/evs-dev/evs/internal/store"
 )
 
 // Sentinel outcomes of Authorize.
@@ -33,8 +32,8 @@ const HeaderName = "X-Api-Key"
 
 // Keys is what the authorizer needs from the store.
 type Keys interface {
-	KeyByHash(ctx context.Context, hash string) (store.Key, error)
-	Account(ctx context.Context, id string) (store.Account, error)
+	KeyByHash(ctx context.Context, hash string) (evs.Key, error)
+	Account(ctx context.Context, id string) (evs.Account, error)
 }
 
 // Principal is the caller a key resolves to.

@@ -11,8 +11,8 @@ import (
 
 	"github.com/evs-dev/evs/internal/apikey"
 	"github.com/evs-dev/evs/internal/authorizer"
+	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/sqlitestore"
-	"github.com/evs-dev/evs/internal/store"
 	"github.com/evs-dev/evs/internal/store/storetest"
 )
 
@@ -32,7 +32,7 @@ func seed(t testing.TB) (*sqlitestore.Store, keys) {
 		t.Fatalf("open store: %v", err)
 	}
 	t.Cleanup(func() { _ = st.Close() })
-	for _, a := range []store.Account{
+	for _, a := range []evs.Account{
 		{ID: "acct-live", Name: "live"},
 		{ID: "acct-test", Name: "test", Test: true},
 		{ID: "acct-susp", Name: "suspended", Suspended: true},
@@ -48,7 +48,7 @@ func seed(t testing.TB) (*sqlitestore.Store, keys) {
 			t.Fatal(err)
 		}
 		h := apikey.Hash(k)
-		if err := st.CreateKey(ctx, store.Key{ID: apikey.ID(h), Hash: h, AccountID: account, CreatedAt: clock.Now(), UsageKeyID: usage}); err != nil {
+		if err := st.CreateKey(ctx, evs.Key{ID: apikey.ID(h), Hash: h, AccountID: account, CreatedAt: clock.Now(), UsageKeyID: usage}); err != nil {
 			t.Fatalf("create key: %v", err)
 		}
 		return k
@@ -203,7 +203,7 @@ func TestAccountMissing(t *testing.T) {
 
 type lostAccounts struct{ *sqlitestore.Store }
 
-func (l lostAccounts) Account(ctx context.Context, _ string) (store.Account, error) {
+func (l lostAccounts) Account(ctx context.Context, _ string) (evs.Account, error) {
 	return l.Store.Account(ctx, "no-such-account")
 }
 

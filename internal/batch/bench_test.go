@@ -9,13 +9,13 @@ import (
 	"time"
 
 	"github.com/evs-dev/evs/internal/batch"
+	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/sqlitestore"
+	"github.com/evs-dev/evs/internal/verify"
 	"github.com/evs-dev/evs/internal/verify/dnscheck"
 	"github.com/evs-dev/evs/internal/verify/dnscheck/dnstest"
 	"github.com/evs-dev/evs/internal/verify/smtpprobe"
 	"github.com/evs-dev/evs/internal/verify/smtpprobe/smtptest"
-	"github.com/evs-dev/evs/internal/sqlitestore"
-	"github.com/evs-dev/evs/internal/store"
-	"github.com/evs-dev/evs/internal/verify"
 )
 
 // farm is 50 loopback MTAs (127.0.1.1–50, one port) that answer every
@@ -70,11 +70,11 @@ func (f *farm) connections() int {
 }
 
 // runBatch stores a batch, runs it with a Runner and waits for completion.
-func runBatch(tb testing.TB, st *sqlitestore.Store, engine batch.Verifier, test bool, emails []string, mode verify.Mode, rc batch.RunnerConfig) time.Duration {
+func runBatch(tb testing.TB, st *sqlitestore.Store, engine batch.Verifier, test bool, emails []string, mode evs.Mode, rc batch.RunnerConfig) time.Duration {
 	tb.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	acct := store.Account{ID: fmt.Sprintf("a-%d", time.Now().UnixNano()), Name: fmt.Sprintf("n-%d", time.Now().UnixNano()), Test: test, CreatedAt: time.Now()}
+	acct := evs.Account{ID: fmt.Sprintf("a-%d", time.Now().UnixNano()), Name: fmt.Sprintf("n-%d", time.Now().UnixNano()), Test: test, CreatedAt: time.Now()}
 	if err := st.CreateAccount(ctx, acct); err != nil {
 		tb.Fatal(err)
 	}
@@ -87,14 +87,14 @@ func runBatch(tb testing.TB, st *sqlitestore.Store, engine batch.Verifier, test 
 	if err := r.Start(ctx); err != nil {
 		tb.Fatal(err)
 	}
-	items := make([]store.Item, len(emails))
+	items := make([]evs.Item, len(emails))
 	for i, e := range emails {
 		in := verify.Inspect(e)
-		items[i] = store.Item{Seq: i, Email: e, Domain: in.Address.Domain}
+		items[i] = evs.Item{Seq: i, Email: e, Domain: in.Address.Domain}
 	}
 	now := time.Now()
-	b := store.Batch{ID: fmt.Sprintf("00000000-0000-4000-8000-%012d", now.UnixNano()%1e12), AccountID: acct.ID, Mode: string(mode), State: store.StateQueued,
-		CreatedAt: now, ExpiresAt: now.Add(time.Hour), Counters: store.Counters{Total: len(emails)}}
+	b := evs.Batch{ID: fmt.Sprintf("00000000-0000-4000-8000-%012d", now.UnixNano()%1e12), AccountID: acct.ID, Mode: mode, State: evs.StateQueued,
+		CreatedAt: now, ExpiresAt: now.Add(time.Hour), Counters: evs.Counters{Total: len(emails)}}
 	start := time.Now()
 	if err := st.CreateBatch(ctx, b, items); err != nil {
 		tb.Fatal(err)
@@ -107,13 +107,13 @@ func runBatch(tb testing.TB, st *sqlitestore.Store, engine batch.Verifier, test 
 		if err != nil {
 			tb.Fatal(err)
 		}
-		if got.State == store.StateCompleted {
+		if got.State == evs.StateCompleted {
 			if got.Counters.Processed != len(emails) {
 				tb.Fatalf("processed %d of %d", got.Counters.Processed, len(emails))
 			}
 			break
 		}
-		if store.Final(got.State) {
+		if got.State.Final() {
 			tb.Fatalf("batch ended %s", got.State)
 		}
 		time.Sleep(5 * time.Millisecond)
@@ -136,7 +136,7 @@ func BenchmarkSandbox50k(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		d := runBatch(b, st, verify.NewSandbox(nil), true, emails, verify.ModeFull, batch.RunnerConfig{})
+		d := runBatch(b, st, verify.NewSandbox(nil), true, emails, evs.ModeFull, batch.RunnerConfig{})
 		b.ReportMetric(d.Seconds(), "s/50k-batch")
 		b.ReportMetric(float64(len(emails))/d.Seconds(), "addr/s")
 		st.Close()
@@ -158,7 +158,7 @@ func BenchmarkFullMode10k(b *testing.B) {
 			b.Fatal(err)
 		}
 		before := f.connections()
-		d := runBatch(b, st, f.engine, false, emails, verify.ModeFull, batch.RunnerConfig{PerBatch: 128, Workers: 256})
+		d := runBatch(b, st, f.engine, false, emails, evs.ModeFull, batch.RunnerConfig{PerBatch: 128, Workers: 256})
 		conns := f.connections() - before
 		b.ReportMetric(float64(len(emails))/d.Seconds(), "addr/s")
 		b.ReportMetric(float64(len(emails))/float64(conns), "addr/conn")

@@ -10,23 +10,21 @@ package batch
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"log/slog"
 	"sort"
 	"time"
 
 	"github.com/evs-dev/evs/internal/evs"
-	"github.com/evs-dev/evs/internal/store"
 	"github.com/evs-dev/evs/internal/verify"
 )
 
 // Store is the part of the store batch processing uses.
 type Store interface {
-	Batch(ctx context.Context, accountID, id string) (store.Batch, error)
-	TransitionBatch(ctx context.Context, accountID, id string, from []string, to, errMsg string, now time.Time) (store.Batch, error)
-	PutResults(ctx context.Context, accountID, id string, results []store.Result, now time.Time) (store.Batch, error)
-	PendingItems(ctx context.Context, accountID, id string, afterSeq, limit int) ([]store.Item, error)
+	Batch(ctx context.Context, accountID, id string) (evs.Batch, error)
+	TransitionBatch(ctx context.Context, accountID, id string, from []evs.State, to evs.State, errMsg string, now time.Time) (evs.Batch, error)
+	PutResults(ctx context.Context, accountID, id string, results []evs.Result, now time.Time) (evs.Batch, error)
+	PendingItems(ctx context.Context, accountID, id string, afterSeq, limit int) ([]evs.Item, error)
 }
 
 // pendingPage is how many pending items one store call returns.
@@ -35,9 +33,9 @@ const pendingPage = 5000
 // AllPending returns every item of the batch that has no result yet, in
 // seq order, reading the store page by page.
 func AllPending(ctx context.Context, s interface {
-	PendingItems(ctx context.Context, accountID, id string, afterSeq, limit int) ([]store.Item, error)
-}, accountID, id string) ([]store.Item, error) {
-	var items []store.Item
+	PendingItems(ctx context.Context, accountID, id string, afterSeq, limit int) ([]evs.Item, error)
+}, accountID, id string) ([]evs.Item, error) {
+	var items []evs.Item
 	for after := -1; ; {
 		page, err := s.PendingItems(ctx, accountID, id, after, pendingPage)
 		if err != nil {
@@ -53,13 +51,13 @@ func AllPending(ctx context.Context, s interface {
 
 // Accounts tells whether an account is in test mode.
 type Accounts interface {
-	Account(ctx context.Context, id string) (store.Account, error)
+	Account(ctx context.Context, id string) (evs.Account, error)
 }
 
 // Verifier verifies addresses of one domain together. The engine and the
 // sandbox implement it.
 type Verifier interface {
-	VerifyDomain(ctx context.Context, emails []string, mode verify.Mode, memo *verify.CatchAllMemo) []verify.Decision
+	VerifyDomain(ctx context.Context, emails []string, mode evs.Mode, memo *verify.CatchAllMemo) []evs.Decision
 }
 
 // Processor verifies groups of items and turns decisions into results.
@@ -77,18 +75,18 @@ type Processor struct {
 // Group is items of one domain.
 type Group struct {
 	Domain string
-	Items  []store.Item
+	Items  []evs.Item
 }
 
 // GroupByDomain splits items by domain, keeping submission order inside a
 // group and ordering groups by their first item. Items with no domain
 // (invalid syntax) each form their own group: nothing connects them.
-func GroupByDomain(items []store.Item) []Group {
+func GroupByDomain(items []evs.Item) []Group {
 	idx := map[string]int{}
 	var gs []Group
 	for _, it := range items {
 		if it.Domain == "" {
-			gs = append(gs, Group{Items: []store.Item{it}})
+			gs = append(gs, Group{Items: []evs.Item{it}})
 			continue
 		}
 		i, ok := idx[it.Domain]
@@ -104,7 +102,7 @@ func GroupByDomain(items []store.Item) []Group {
 
 // Verify runs one group and returns the results to write and the items to
 // retry later: greylisted answers before the last attempt give no result.
-func (p *Processor) Verify(ctx context.Context, test bool, mode verify.Mode, g Group, attempt int, memo *verify.CatchAllMemo) (results []store.Result, retry []store.Item, err error) {
+func (p *Processor) Verify(ctx context.Context, test bool, mode evs.Mode, g Group, attempt int, memo *verify.CatchAllMemo) (results []evs.Result, retry []evs.Item, err error) {
 	v := p.Engine
 	if test {
 		v = p.Sandbox
@@ -135,15 +133,11 @@ func (p *Processor) Verify(ctx context.Context, test bool, mode verify.Mode, g G
 			return results, nil, ctx.Err()
 		}
 		for i, d := range ds {
-			if d.Reason == verify.ReasonGreylisted && attempt+1 < maxGrey {
+			if d.Reason == evs.ReasonGreylisted && attempt+1 < maxGrey {
 				retry = append(retry, chunk[i])
 				continue
 			}
-			b, err := json.Marshal(d)
-			if err != nil {
-				return nil, nil, evs.Wrap(err, evs.CodeInternal, "could not encode a decision")
-			}
-			results = append(results, store.Result{Seq: chunk[i].Seq, Email: chunk[i].Email, Status: string(d.Status()), Decision: b})
+			results = append(results, evs.Result{Seq: chunk[i].Seq, Email: chunk[i].Email, Decision: d})
 		}
 	}
 	sort.Slice(results, func(i, j int) bool { return results[i].Seq < results[j].Seq })
@@ -163,6 +157,6 @@ func Backoff(base time.Duration, n int) time.Duration {
 	return d
 }
 
-func logErr(l *slog.Logger, msg string, b store.Batch, err error) {
+func logErr(l *slog.Logger, msg string, b evs.Batch, err error) {
 	l.Error(msg, slog.String("batchId", b.ID), slog.String("accountId", b.AccountID), slog.String("error", err.Error()))
 }

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/evs-dev/evs/internal/evs"
-	"github.com/evs-dev/evs/internal/store"
 	"github.com/evs-dev/evs/internal/verify"
 )
 
@@ -16,7 +15,7 @@ import (
 // processing plus the list of unfinished batches to resume after a restart.
 type RunnerStore interface {
 	Store
-	UnfinishedBatches(ctx context.Context) ([]store.Batch, error)
+	UnfinishedBatches(ctx context.Context) ([]evs.Batch, error)
 }
 
 // RunnerConfig configures the in-process worker of `evs serve`.
@@ -102,14 +101,14 @@ func (r *Runner) Start(ctx context.Context) error {
 		return err
 	}
 	for _, b := range bs {
-		r.cfg.Logger.Info("resuming batch", slog.String("batchId", b.ID), slog.String("state", b.State))
+		r.cfg.Logger.Info("resuming batch", slog.String("batchId", b.ID), slog.String("state", string(b.State)))
 		r.launch(b)
 	}
 	return nil
 }
 
 // Enqueue starts work on a batch that was just stored.
-func (r *Runner) Enqueue(_ context.Context, b store.Batch) error {
+func (r *Runner) Enqueue(_ context.Context, b evs.Batch) error {
 	r.mu.Lock()
 	started := r.started
 	r.mu.Unlock()
@@ -124,7 +123,7 @@ func (r *Runner) Enqueue(_ context.Context, b store.Batch) error {
 // when all work is done).
 func (r *Runner) Wait() { r.wg.Wait() }
 
-func (r *Runner) launch(b store.Batch) {
+func (r *Runner) launch(b evs.Batch) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	key := b.AccountID + "/" + b.ID
@@ -147,13 +146,13 @@ func (r *Runner) launch(b store.Batch) {
 }
 
 // run processes every pending item of one batch.
-func (r *Runner) run(parent context.Context, b store.Batch) error {
+func (r *Runner) run(parent context.Context, b evs.Batch) error {
 	acct, err := r.cfg.Accounts.Account(parent, b.AccountID)
 	if err != nil {
 		return err
 	}
-	if b.State == store.StateQueued {
-		b, err = r.cfg.Store.TransitionBatch(parent, b.AccountID, b.ID, []string{store.StateQueued}, store.StateRunning, "", r.cfg.Now())
+	if b.State == evs.StateQueued {
+		b, err = r.cfg.Store.TransitionBatch(parent, b.AccountID, b.ID, []evs.State{evs.StateQueued}, evs.StateRunning, "", r.cfg.Now())
 		if err != nil {
 			if evs.ErrorCode(err) == evs.CodeInvalidState {
 				return nil // cancelled before it started
@@ -170,7 +169,7 @@ func (r *Runner) run(parent context.Context, b store.Batch) error {
 	w := newWriter(r, b, cancel)
 	go w.loop(ctx)
 
-	mode := verify.Mode(b.Mode)
+	mode := evs.Mode(b.Mode)
 	memo := verify.NewCatchAllMemo()
 	per := make(chan struct{}, r.cfg.PerBatch)
 	var work sync.WaitGroup
@@ -224,21 +223,21 @@ func (r *Runner) run(parent context.Context, b store.Batch) error {
 // writer collects results and writes them in large transactions.
 type writer struct {
 	r      *Runner
-	b      store.Batch
+	b      evs.Batch
 	stop   context.CancelFunc
 	mu     sync.Mutex
-	buf    []store.Result
+	buf    []evs.Result
 	kick   chan struct{}
 	done   chan struct{}
 	closed chan struct{}
 	err    error
 }
 
-func newWriter(r *Runner, b store.Batch, stop context.CancelFunc) *writer {
+func newWriter(r *Runner, b evs.Batch, stop context.CancelFunc) *writer {
 	return &writer{r: r, b: b, stop: stop, kick: make(chan struct{}, 1), done: make(chan struct{}), closed: make(chan struct{})}
 }
 
-func (w *writer) add(rs []store.Result) {
+func (w *writer) add(rs []evs.Result) {
 	if len(rs) == 0 {
 		return
 	}
@@ -275,7 +274,7 @@ func (w *writer) loop(ctx context.Context) {
 		wrote := w.flush()
 		if !wrote && polls%5 == 0 {
 			// No results for a while (slow SMTP): still notice a cancel.
-			if b, err := w.r.cfg.Store.Batch(ctx, w.b.AccountID, w.b.ID); err == nil && store.Final(b.State) {
+			if b, err := w.r.cfg.Store.Batch(ctx, w.b.AccountID, w.b.ID); err == nil && b.State.Final() {
 				w.stop()
 			}
 		}
@@ -298,10 +297,10 @@ func (w *writer) flush() bool {
 	defer cancel()
 	var err error
 	for attempt := 0; attempt < 5; attempt++ {
-		var b store.Batch
+		var b evs.Batch
 		b, err = w.r.cfg.Store.PutResults(ctx, w.b.AccountID, w.b.ID, rs, w.r.cfg.Now())
 		if err == nil {
-			if store.Final(b.State) && b.State != store.StateCompleted {
+			if b.State.Final() && b.State != evs.StateCompleted {
 				w.stop() // cancelled or failed: stop new work promptly
 			}
 			return true

@@ -14,9 +14,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/evs-dev/evs/internal/verify"
 	"github.com/evs-dev/evs/internal/verify/dnscheck"
 	"github.com/evs-dev/evs/internal/verify/smtpprobe"
-	"github.com/evs-dev/evs/internal/verify"
 )
 
 // SMTP modes of EVS_SMTP.

@@ -1,6 +1,7 @@
 package dynamostore
 
 import (
+	"cmp"
 	"context"
 	crand "crypto/rand"
 	"encoding/hex"
@@ -83,17 +84,17 @@ func batchKey(accountID, id string) item {
 
 func noBatch() error { return evs.Errorf(evs.CodeNotFound, "No such request.") }
 
-func batchFrom(it item) store.Batch {
-	return store.Batch{
+func batchFrom(it item) evs.Batch {
+	return evs.Batch{
 		ID:          getS(it, attrID),
 		AccountID:   getS(it, attrAccountID),
-		Mode:        getS(it, attrMode),
-		State:       getS(it, attrState),
+		Mode:        evs.Mode(getS(it, attrMode)),
+		State:       evs.State(getS(it, attrState)),
 		Error:       getS(it, attrError),
 		CreatedAt:   getTime(it, attrCreatedAt),
 		CompletedAt: getTime(it, attrCompletedAt),
 		ExpiresAt:   getTime(it, attrExpiresAtMs),
-		Counters: store.Counters{
+		Counters: evs.Counters{
 			Total:         int(getN(it, attrTotal)),
 			Duplicates:    int(getN(it, attrDuplicates)),
 			Processed:     int(getN(it, attrProcessed)),
@@ -108,7 +109,7 @@ func batchFrom(it item) store.Batch {
 // visible tells whether a stored batch record is one a reader may see: not
 // being created and not expired by the store's clock.
 func (s *Store) visible(it item) bool {
-	return it != nil && getS(it, attrState) != stateCreating && getN(it, attrExpiresAtMs) > s.now().UnixMilli()
+	return it != nil && evs.State(getS(it, attrState)) != stateCreating && getN(it, attrExpiresAtMs) > s.now().UnixMilli()
 }
 
 // batchItem reads the batch record of (accountID, id) if it is visible.
@@ -129,10 +130,10 @@ func (s *Store) batchItem(ctx context.Context, accountID, id string) (item, erro
 
 // Batch returns the batch id of account, or CodeNotFound, also while it is
 // being created and once it has expired.
-func (s *Store) Batch(ctx context.Context, accountID, id string) (store.Batch, error) {
+func (s *Store) Batch(ctx context.Context, accountID, id string) (evs.Batch, error) {
 	it, err := s.batchItem(ctx, accountID, id)
 	if err != nil {
-		return store.Batch{}, err
+		return evs.Batch{}, err
 	}
 	return batchFrom(it), nil
 }
@@ -140,7 +141,7 @@ func (s *Store) Batch(ctx context.Context, accountID, id string) (store.Batch, e
 // CreateBatch stores b and its items: it claims the ID with a "creating"
 // record, writes the item rows, then makes the batch visible. See the
 // package comment for why a crash part-way leaves nothing visible.
-func (s *Store) CreateBatch(ctx context.Context, b store.Batch, items []store.Item) error {
+func (s *Store) CreateBatch(ctx context.Context, b evs.Batch, items []evs.Item) error {
 	if b.ID == "" || b.AccountID == "" {
 		return evs.Errorf(evs.CodeInvalidRequest, "A request needs an ID and an account.")
 	}
@@ -155,9 +156,9 @@ func (s *Store) CreateBatch(ctx context.Context, b store.Batch, items []store.It
 	rec := item{
 		attrAccountID:     avS(b.AccountID),
 		attrID:            avS(b.ID),
-		attrMode:          avS(b.Mode),
+		attrMode:          avS(string(b.Mode)),
 		attrState:         avS(stateCreating),
-		attrTarget:        avS(b.State),
+		attrTarget:        avS(string(b.State)),
 		attrCreatedAt:     avTime(b.CreatedAt),
 		attrExpiresAtMs:   avTime(b.ExpiresAt),
 		attrExpiresAt:     ttlSeconds(b.ExpiresAt),
@@ -236,7 +237,7 @@ func newToken() string {
 
 // writeItems writes the item rows of b with BatchWriteItem, a few requests
 // at a time.
-func (s *Store) writeItems(ctx context.Context, b store.Batch, items []store.Item) error {
+func (s *Store) writeItems(ctx context.Context, b evs.Batch, items []evs.Item) error {
 	key := avS(rowKey(b.AccountID, b.ID))
 	ttl := ttlSeconds(b.ExpiresAt)
 	g, gctx := errgroup.WithContext(ctx)
@@ -292,15 +293,15 @@ func (s *Store) backoff(ctx context.Context, attempt int) error {
 // one conditional update. A final state is never left; completed also
 // needs every result. On a refused condition the batch is read again to
 // tell CodeNotFound from CodeInvalidState.
-func (s *Store) TransitionBatch(ctx context.Context, accountID, id string, from []string, to, errMsg string, now time.Time) (store.Batch, error) {
+func (s *Store) TransitionBatch(ctx context.Context, accountID, id string, from []evs.State, to evs.State, errMsg string, now time.Time) (evs.Batch, error) {
 	if accountID == "" || id == "" {
-		return store.Batch{}, noBatch()
+		return evs.Batch{}, noBatch()
 	}
 	names := map[string]string{"#st": attrState, "#exp": attrExpiresAtMs, "#e": attrError, "#ca": attrCompletedAt}
-	values := item{":to": avS(to), ":now": avTime(s.now())}
+	values := item{":to": avS(string(to)), ":now": avTime(s.now())}
 	var allowed []string
 	for i, f := range from {
-		if store.Final(f) || f == stateCreating || slices.Contains(from[:i], f) {
+		if f.Final() || f == stateCreating || slices.Contains(from[:i], f) {
 			continue
 		}
 		k := ":f" + strconv.Itoa(len(allowed))
@@ -311,12 +312,12 @@ func (s *Store) TransitionBatch(ctx context.Context, accountID, id string, from 
 		// No state qualifies; only the error to report is left to find.
 		b, err := s.Batch(ctx, accountID, id)
 		if err != nil {
-			return store.Batch{}, err
+			return evs.Batch{}, err
 		}
-		return store.Batch{}, evs.Errorf(evs.CodeInvalidState, "The request is %s.", b.State)
+		return evs.Batch{}, evs.Errorf(evs.CodeInvalidState, "The request is %s.", b.State)
 	}
 	cond := "#st IN (" + strings.Join(allowed, ", ") + ") AND #exp > :now"
-	if to == store.StateCompleted {
+	if to == evs.StateCompleted {
 		// A completed batch has every result (API contract, section 3).
 		cond += " AND #p >= #n"
 		names["#p"], names["#n"] = attrProcessed, attrItemCount
@@ -333,7 +334,7 @@ func (s *Store) TransitionBatch(ctx context.Context, accountID, id string, from 
 	} else {
 		remove = append(remove, "#e")
 	}
-	if store.Final(to) {
+	if to.Final() {
 		set = append(set, "#ca = :ca")
 		values[":ca"] = avTime(now)
 	} else {
@@ -359,19 +360,19 @@ func (s *Store) TransitionBatch(ctx context.Context, accountID, id string, from 
 	if isConditionFailed(err) {
 		it, err := s.batchItem(ctx, accountID, id)
 		if err != nil {
-			return store.Batch{}, err
+			return evs.Batch{}, err
 		}
 		b := batchFrom(it)
 		if getS(it, attrMoveToken) == token {
 			return b, nil
 		}
-		if to == store.StateCompleted && !store.Final(b.State) && slices.Contains(from, b.State) {
-			return store.Batch{}, evs.Errorf(evs.CodeInvalidState, "The request still has items without a result.")
+		if to == evs.StateCompleted && !b.State.Final() && slices.Contains(from, b.State) {
+			return evs.Batch{}, evs.Errorf(evs.CodeInvalidState, "The request still has items without a result.")
 		}
-		return store.Batch{}, evs.Errorf(evs.CodeInvalidState, "The request is %s.", b.State)
+		return evs.Batch{}, evs.Errorf(evs.CodeInvalidState, "The request is %s.", b.State)
 	}
 	if err != nil {
-		return store.Batch{}, wrapErr("transition batch", err)
+		return evs.Batch{}, wrapErr("transition batch", err)
 	}
 	return batchFrom(out.Attributes), nil
 }
@@ -396,28 +397,36 @@ func (s *Store) retryConflict(ctx context.Context, write func() error) error {
 // transactions of up to 99 results plus the batch's counter update, then
 // completes the batch if every item has its result. See the package
 // comment for the design.
-func (s *Store) PutResults(ctx context.Context, accountID, id string, results []store.Result, now time.Time) (store.Batch, error) {
+func (s *Store) PutResults(ctx context.Context, accountID, id string, results []evs.Result, now time.Time) (evs.Batch, error) {
+	encoded := make(map[int][]byte, len(results))
 	for _, r := range results {
-		if _, ok := counterAttr[r.Status]; !ok {
-			return store.Batch{}, evs.Errorf(evs.CodeInvalidRequest, "Unknown result status %q.", r.Status)
+		if !r.Decision.Reason.Valid() {
+			return evs.Batch{}, evs.Errorf(evs.CodeInvalidRequest, "Unknown result reason %q.", r.Decision.Reason)
+		}
+		b, err := store.EncodeDecision(r.Decision)
+		if err != nil {
+			return evs.Batch{}, err
+		}
+		if _, dup := encoded[r.Seq]; !dup {
+			encoded[r.Seq] = b
 		}
 	}
 	unlock, err := s.lockBatch(ctx, rowKey(accountID, id))
 	if err != nil {
-		return store.Batch{}, err
+		return evs.Batch{}, err
 	}
 	defer unlock()
 	it, err := s.batchItem(ctx, accountID, id)
 	if err != nil {
-		return store.Batch{}, err
+		return evs.Batch{}, err
 	}
-	if store.Final(getS(it, attrState)) {
+	if evs.State(getS(it, attrState)).Final() {
 		return batchFrom(it), nil
 	}
 	// One transaction cannot touch a row twice; the first result of a seq
 	// is the one written, as it would be if they came in two calls.
 	seen := make(map[int]struct{}, len(results))
-	pending := make([]store.Result, 0, len(results))
+	pending := make([]evs.Result, 0, len(results))
 	for _, r := range results {
 		if _, dup := seen[r.Seq]; !dup {
 			seen[r.Seq] = struct{}{}
@@ -427,9 +436,9 @@ func (s *Store) PutResults(ctx context.Context, accountID, id string, results []
 	for len(pending) > 0 {
 		chunk := pending[:min(resultsPerTx, len(pending))]
 		pending = pending[len(chunk):]
-		final, err := s.putChunk(ctx, accountID, id, chunk)
+		final, err := s.putChunk(ctx, accountID, id, chunk, encoded)
 		if err != nil {
-			return store.Batch{}, err
+			return evs.Batch{}, err
 		}
 		if final {
 			break
@@ -441,7 +450,7 @@ func (s *Store) PutResults(ctx context.Context, accountID, id string, results []
 // putChunk writes one transaction's worth of results, dropping those
 // already written and retrying. final reports that the batch was final (or
 // gone), so nothing was written and nothing more should be.
-func (s *Store) putChunk(ctx context.Context, accountID, id string, chunk []store.Result) (final bool, err error) {
+func (s *Store) putChunk(ctx context.Context, accountID, id string, chunk []evs.Result, encoded map[int][]byte) (final bool, err error) {
 	rk := avS(rowKey(accountID, id))
 	// attempt counts only the retries that made no progress (conflicts,
 	// throttling); dropping written results always shrinks the chunk.
@@ -454,15 +463,11 @@ func (s *Store) putChunk(ctx context.Context, accountID, id string, chunk []stor
 		tx := make([]types.TransactWriteItem, 0, len(chunk)+1)
 		added := map[string]int64{}
 		for _, r := range chunk {
-			added[counterAttr[r.Status]]++
-			set := "SET #s = :s, #re = :re"
-			values := item{":s": avS(r.Status), ":re": avS(r.Email)}
-			names := map[string]string{"#s": attrStatus, "#re": attrResultEmail, "#em": attrEmail}
-			if len(r.Decision) > 0 {
-				set += ", #d = :d"
-				names["#d"] = attrDecision
-				values[":d"] = &types.AttributeValueMemberB{Value: r.Decision}
-			}
+			status := string(r.Status())
+			added[counterAttr[status]]++
+			set := "SET #s = :s, #re = :re, #d = :d"
+			values := item{":s": avS(status), ":re": avS(r.Email), ":d": &types.AttributeValueMemberB{Value: encoded[r.Seq]}}
+			names := map[string]string{"#s": attrStatus, "#re": attrResultEmail, "#em": attrEmail, "#d": attrDecision}
 			tx = append(tx, types.TransactWriteItem{Update: &types.Update{
 				TableName:                           aws.String(s.t.Results),
 				Key:                                 item{attrBatchID: rk, attrSeq: avN(int64(r.Seq))},
@@ -525,7 +530,7 @@ func (s *Store) putChunk(ctx context.Context, accountID, id string, chunk []stor
 // n results, by counter, on the condition that the batch takes results.
 func (s *Store) countUpdate(accountID, id string, n int64, added map[string]int64) types.TransactWriteItem {
 	names := map[string]string{"#st": attrState, "#p": attrProcessed}
-	values := item{":q": avS(store.StateQueued), ":r": avS(store.StateRunning), ":n": avN(n)}
+	values := item{":q": avS(evs.StateQueued), ":r": avS(evs.StateRunning), ":n": avN(n)}
 	adds := []string{"#p :n"}
 	// Sorted, so the expression is the same for the same counts.
 	attrs := make([]string, 0, len(added))
@@ -569,13 +574,13 @@ func (s *Store) alreadyWritten(ctx context.Context, rk types.AttributeValue, seq
 
 // completeIfDone returns the batch as it is now, completing it first if it
 // takes results and every item has its result.
-func (s *Store) completeIfDone(ctx context.Context, accountID, id string, now time.Time) (store.Batch, error) {
+func (s *Store) completeIfDone(ctx context.Context, accountID, id string, now time.Time) (evs.Batch, error) {
 	it, err := s.batchItem(ctx, accountID, id)
 	if err != nil {
-		return store.Batch{}, err
+		return evs.Batch{}, err
 	}
-	st := getS(it, attrState)
-	if store.Final(st) || getN(it, attrProcessed) < getN(it, attrItemCount) {
+	st := evs.State(getS(it, attrState))
+	if st.Final() || getN(it, attrProcessed) < getN(it, attrItemCount) {
 		return batchFrom(it), nil
 	}
 	var out *dynamodb.UpdateItemOutput
@@ -587,8 +592,8 @@ func (s *Store) completeIfDone(ctx context.Context, accountID, id string, now ti
 			ConditionExpression:      aws.String("#st IN (:q, :r) AND #p >= #n"),
 			ExpressionAttributeNames: map[string]string{"#st": attrState, "#ca": attrCompletedAt, "#p": attrProcessed, "#n": attrItemCount},
 			ExpressionAttributeValues: item{
-				":done": avS(store.StateCompleted), ":now": avTime(now),
-				":q": avS(store.StateQueued), ":r": avS(store.StateRunning),
+				":done": avS(evs.StateCompleted), ":now": avTime(now),
+				":q": avS(evs.StateQueued), ":r": avS(evs.StateRunning),
 			},
 			ReturnValues: types.ReturnValueAllNew,
 		})
@@ -599,38 +604,42 @@ func (s *Store) completeIfDone(ctx context.Context, accountID, id string, now ti
 		return s.Batch(ctx, accountID, id)
 	}
 	if err != nil {
-		return store.Batch{}, wrapErr("complete batch", err)
+		return evs.Batch{}, wrapErr("complete batch", err)
 	}
 	return batchFrom(out.Attributes), nil
 }
 
 // Results returns up to limit results with Seq > afterSeq in Seq order,
 // only those of status when status is not empty.
-func (s *Store) Results(ctx context.Context, accountID, id string, afterSeq, limit int, status string) ([]store.Result, error) {
+func (s *Store) Results(ctx context.Context, accountID, id string, afterSeq, limit int, status evs.Status) ([]evs.Result, error) {
 	filter := "attribute_exists(#s)"
 	values := item{}
 	if status != "" {
 		filter = "#s = :s"
-		values[":s"] = avS(status)
+		values[":s"] = avS(string(status))
 	}
-	var out []store.Result
+	var (
+		out    []evs.Result
+		badErr error
+	)
 	err := s.queryRows(ctx, accountID, id, afterSeq, limit, filter, values, func(it item) {
-		out = append(out, store.Result{
-			Seq:      int(getN(it, attrSeq)),
-			Email:    getS(it, attrResultEmail),
-			Status:   getS(it, attrStatus),
-			Decision: getB(it, attrDecision),
-		})
+		email := getS(it, attrResultEmail)
+		d, err := store.DecodeDecision(email, getB(it, attrDecision))
+		if err != nil {
+			badErr = cmp.Or(badErr, err)
+			return
+		}
+		out = append(out, evs.Result{Seq: int(getN(it, attrSeq)), Email: email, Decision: d})
 	})
-	return out, err
+	return out, cmp.Or(err, badErr)
 }
 
 // PendingItems returns up to limit items with Seq > afterSeq that have no
 // result yet, in Seq order.
-func (s *Store) PendingItems(ctx context.Context, accountID, id string, afterSeq, limit int) ([]store.Item, error) {
-	var out []store.Item
+func (s *Store) PendingItems(ctx context.Context, accountID, id string, afterSeq, limit int) ([]evs.Item, error) {
+	var out []evs.Item
 	err := s.queryRows(ctx, accountID, id, afterSeq, limit, "attribute_not_exists(#s)", item{}, func(it item) {
-		out = append(out, store.Item{
+		out = append(out, evs.Item{
 			Seq:    int(getN(it, attrSeq)),
 			Email:  getS(it, attrEmail),
 			Domain: getS(it, attrDomain),
@@ -684,15 +693,15 @@ func (s *Store) queryRows(ctx context.Context, accountID, id string, afterSeq, l
 // of every account, oldest first. It is a Scan of the Batches table: a
 // restarted worker calls it rarely, and a secondary index on state would
 // cost a write on every batch for it.
-func (s *Store) UnfinishedBatches(ctx context.Context) ([]store.Batch, error) {
+func (s *Store) UnfinishedBatches(ctx context.Context) ([]evs.Batch, error) {
 	p := dynamodb.NewScanPaginator(s.c, &dynamodb.ScanInput{
 		TableName:                 aws.String(s.t.Batches),
 		FilterExpression:          aws.String("#st IN (:q, :r) AND #exp > :now"),
 		ExpressionAttributeNames:  map[string]string{"#st": attrState, "#exp": attrExpiresAtMs},
-		ExpressionAttributeValues: item{":q": avS(store.StateQueued), ":r": avS(store.StateRunning), ":now": avTime(s.now())},
+		ExpressionAttributeValues: item{":q": avS(evs.StateQueued), ":r": avS(evs.StateRunning), ":now": avTime(s.now())},
 		ConsistentRead:            aws.Bool(true),
 	})
-	var out []store.Batch
+	var out []evs.Batch
 	for p.HasMorePages() {
 		page, err := p.NextPage(ctx)
 		if err != nil {

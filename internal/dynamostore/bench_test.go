@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/evs-dev/evs/internal/dynamostore"
+	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/mototest"
-	"github.com/evs-dev/evs/internal/store"
 )
 
 // BenchmarkPutResults writes 1000 results in one call (the batch runner's
@@ -30,7 +30,7 @@ func BenchmarkPutResults(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if got.State != store.StateCompleted || got.Counters.Processed != n {
+		if got.State != evs.StateCompleted || got.Counters.Processed != n {
 			b.Fatalf("after %d results: %+v", n, got)
 		}
 		b.StopTimer()
@@ -76,8 +76,8 @@ func BenchmarkCreateBatch(b *testing.B) {
 		b.StopTimer()
 		tables := newTables(b, c)
 		st := dynamostore.New(dynamostore.Config{Client: c, Tables: tables, Now: clock})
-		batch := store.Batch{ID: "b1", AccountID: "acct", Mode: "quick", State: store.StateQueued,
-			CreatedAt: t0, ExpiresAt: t0.Add(time.Hour), Counters: store.Counters{Total: n}}
+		batch := evs.Batch{ID: "b1", AccountID: "acct", Mode: "quick", State: evs.StateQueued,
+			CreatedAt: t0, ExpiresAt: t0.Add(time.Hour), Counters: evs.Counters{Total: n}}
 		b.StartTimer()
 		if err := st.CreateBatch(ctx, batch, items); err != nil {
 			b.Fatal(err)

@@ -313,7 +313,9 @@ func isConditionFailed(err error) bool {
 
 type item = map[string]types.AttributeValue
 
-func avS(s string) types.AttributeValue { return &types.AttributeValueMemberS{Value: s} }
+// avS takes any string type, so typed domain values (states, modes) need no
+// conversion at every call.
+func avS[S ~string](s S) types.AttributeValue { return &types.AttributeValueMemberS{Value: string(s)} }
 
 func avN(n int64) types.AttributeValue {
 	return &types.AttributeValueMemberN{Value: strconv.FormatInt(n, 10)}

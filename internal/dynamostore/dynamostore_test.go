@@ -1,7 +1,6 @@
 package dynamostore_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/evs-dev/evs/internal/dynamostore"
 	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/idempotency"
 	"github.com/evs-dev/evs/internal/mototest"
 	"github.com/evs-dev/evs/internal/store"
 	"github.com/evs-dev/evs/internal/store/storetest"
@@ -98,53 +98,53 @@ var (
 	t0        = time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
 	clock     = func() time.Time { return t0 }
 	errFault  = errors.New("injected fault")
-	statusSet = []string{"deliverable", "undeliverable", "risky", "unknown"}
+	reasonSet = []evs.Reason{evs.ReasonAcceptedEmail, evs.ReasonRejectedEmail, evs.ReasonAcceptAll, evs.ReasonGreylisted}
 )
 
 // newBatch creates a queued batch of n items with dups duplicates.
-func newBatch(t testing.TB, st store.Store, id string, n, dups int) store.Batch {
+func newBatch(t testing.TB, st store.Store, id string, n, dups int) evs.Batch {
 	t.Helper()
-	b := store.Batch{ID: id, AccountID: "acct", Mode: "quick", State: store.StateQueued,
-		CreatedAt: t0, ExpiresAt: t0.Add(time.Hour), Counters: store.Counters{Total: n + dups, Duplicates: dups}}
+	b := evs.Batch{ID: id, AccountID: "acct", Mode: "quick", State: evs.StateQueued,
+		CreatedAt: t0, ExpiresAt: t0.Add(time.Hour), Counters: evs.Counters{Total: n + dups, Duplicates: dups}}
 	if err := st.CreateBatch(context.Background(), b, itemsOf(n)); err != nil {
 		t.Fatalf("CreateBatch %s: %v", id, err)
 	}
 	return b
 }
 
-func itemsOf(n int) []store.Item {
-	items := make([]store.Item, n)
+func itemsOf(n int) []evs.Item {
+	items := make([]evs.Item, n)
 	for i := range items {
 		d := fmt.Sprintf("d%d.example", i%13)
-		items[i] = store.Item{Seq: i, Email: fmt.Sprintf("u%d@%s", i, d), Domain: d}
+		items[i] = evs.Item{Seq: i, Email: fmt.Sprintf("u%d@%s", i, d), Domain: d}
 	}
 	return items
 }
 
 // resultsOf returns the results of seqs [from, to); seq s gets status
-// statusSet[s%4].
-func resultsOf(from, to int) []store.Result {
-	rs := make([]store.Result, 0, to-from)
+// the status of reasonSet[s%4].
+func resultsOf(from, to int) []evs.Result {
+	rs := make([]evs.Result, 0, to-from)
 	for s := from; s < to; s++ {
-		rs = append(rs, store.Result{Seq: s, Email: fmt.Sprintf("u%d@d%d.example", s, s%13),
-			Status: statusSet[s%4], Decision: fmt.Appendf(nil, `{"seq":%d}`, s)})
+		rs = append(rs, evs.Result{Seq: s, Email: fmt.Sprintf("u%d@d%d.example", s, s%13),
+			Decision: evs.Decision{Reason: reasonSet[s%4], DurationMs: int64(s)}})
 	}
 	return rs
 }
 
 // countersOf is what the counters of a batch with results for seqs [0, n)
 // must be.
-func countersOf(n, total, dups int) store.Counters {
-	c := store.Counters{Total: total, Duplicates: dups, Processed: n}
+func countersOf(n, total, dups int) evs.Counters {
+	c := evs.Counters{Total: total, Duplicates: dups, Processed: n}
 	for s := range n {
-		switch statusSet[s%4] {
-		case "deliverable":
+		switch evs.StatusOf(reasonSet[s%4]) {
+		case evs.Deliverable:
 			c.Deliverable++
-		case "undeliverable":
+		case evs.Undeliverable:
 			c.Undeliverable++
-		case "risky":
+		case evs.Risky:
 			c.Risky++
-		case "unknown":
+		case evs.Unknown:
 			c.Unknown++
 		}
 	}
@@ -201,7 +201,7 @@ func TestRedeliveryCountsOnce(t *testing.T) {
 				if want := countersOf(s.want, n+4, 4); b.Counters != want {
 					t.Fatalf("%s: counters %+v, want %+v", s.name, b.Counters, want)
 				}
-				if wantState := map[bool]string{true: store.StateCompleted, false: store.StateQueued}[s.want == n]; b.State != wantState {
+				if wantState := map[bool]evs.State{true: evs.StateCompleted, false: evs.StateQueued}[s.want == n]; b.State != wantState {
 					t.Fatalf("%s: state %s, want %s", s.name, b.State, wantState)
 				}
 			}
@@ -210,7 +210,7 @@ func TestRedeliveryCountsOnce(t *testing.T) {
 				t.Fatalf("Results = %d results, %v; want %d", len(rs), err, n)
 			}
 			for i, r := range rs {
-				if want := resultsOf(i, i+1)[0]; r.Seq != want.Seq || r.Status != want.Status || r.Email != want.Email || !bytes.Equal(r.Decision, want.Decision) {
+				if want := resultsOf(i, i+1)[0]; r.Seq != want.Seq || r.Status() != want.Status() || r.Email != want.Email || r.Decision.Reason != want.Decision.Reason || r.Decision.DurationMs != want.Decision.DurationMs {
 					t.Fatalf("Results[%d] = %+v, want %+v", i, r, want)
 				}
 			}
@@ -218,14 +218,14 @@ func TestRedeliveryCountsOnce(t *testing.T) {
 			// A result for a seq the batch does not have is refused, and its
 			// transaction's other results are not written either.
 			newBatch(t, st, "b2", 3, 0)
-			bad := append(resultsOf(0, 2), store.Result{Seq: 7, Status: "risky"})
+			bad := append(resultsOf(0, 2), evs.Result{Seq: 7, Decision: evs.Decision{Reason: evs.ReasonAcceptAll}})
 			_, err = st.PutResults(ctx, "acct", "b2", bad, t0)
 			wantCode(t, err, evs.CodeInvalidRequest, "PutResults with an unknown seq")
 			b, err := st.Batch(ctx, "acct", "b2")
 			if err != nil || b.Counters.Processed != 0 {
 				t.Fatalf("batch after the refused results: %+v, %v; want nothing processed", b.Counters, err)
 			}
-			_, err = st.PutResults(ctx, "acct", "b2", []store.Result{{Seq: 0, Status: "excellent"}}, t0)
+			_, err = st.PutResults(ctx, "acct", "b2", []evs.Result{{Seq: 0, Decision: evs.Decision{Reason: "excellent"}}}, t0)
 			wantCode(t, err, evs.CodeInvalidRequest, "PutResults with an unknown status")
 		})
 	}
@@ -251,12 +251,12 @@ func TestRedeliveryCompletes(t *testing.T) {
 	}
 	failUpdates.Store(false)
 	b, err := st.Batch(ctx, "acct", "b1")
-	if err != nil || b.State != store.StateQueued || b.Counters != countersOf(10, 10, 0) {
+	if err != nil || b.State != evs.StateQueued || b.Counters != countersOf(10, 10, 0) {
 		t.Fatalf("batch after the crash = %+v, %v; want queued with every result counted", b, err)
 	}
 	done := t0.Add(2 * time.Minute)
 	b, err = st.PutResults(ctx, "acct", "b1", resultsOf(0, 10), done)
-	if err != nil || b.State != store.StateCompleted || !b.CompletedAt.Equal(done) || b.Counters != countersOf(10, 10, 0) {
+	if err != nil || b.State != evs.StateCompleted || !b.CompletedAt.Equal(done) || b.Counters != countersOf(10, 10, 0) {
 		t.Fatalf("redelivered PutResults = %+v, %v; want completed at %v, counted once", b, err, done)
 	}
 }
@@ -284,7 +284,7 @@ func TestTransactionConflictRetried(t *testing.T) {
 	if err != nil {
 		t.Fatalf("PutResults: %v", err)
 	}
-	if b.Counters != countersOf(30, 30, 0) || b.State != store.StateCompleted {
+	if b.Counters != countersOf(30, 30, 0) || b.State != evs.StateCompleted {
 		t.Fatalf("after conflicts: %+v, want completed with 30 counted", b)
 	}
 	if got := calls.Load(); got != 3 {
@@ -319,8 +319,8 @@ func TestCreateBatchCrashLeavesNothingVisible(t *testing.T) {
 			}}))
 			tables := newTables(t, c1)
 			crashing := dynamostore.New(dynamostore.Config{Client: c1, Tables: tables, Now: clock})
-			b := store.Batch{ID: "b1", AccountID: "acct", Mode: "quick", State: store.StateQueued,
-				CreatedAt: t0, ExpiresAt: t0.Add(time.Hour), Counters: store.Counters{Total: 1000}}
+			b := evs.Batch{ID: "b1", AccountID: "acct", Mode: "quick", State: evs.StateQueued,
+				CreatedAt: t0, ExpiresAt: t0.Add(time.Hour), Counters: evs.Counters{Total: 1000}}
 			err := crashing.CreateBatch(ctx, b, itemsOf(1000))
 			if !errors.Is(err, errFault) {
 				t.Fatalf("CreateBatch: %v, want the injected fault", err)
@@ -336,7 +336,7 @@ func TestCreateBatchCrashLeavesNothingVisible(t *testing.T) {
 			wantCode(t, err, evs.CodeNotFound, "Results")
 			_, err = st.PutResults(ctx, "acct", "b1", resultsOf(0, 5), t0)
 			wantCode(t, err, evs.CodeNotFound, "PutResults")
-			_, err = st.TransitionBatch(ctx, "acct", "b1", []string{store.StateQueued}, store.StateRunning, "", t0)
+			_, err = st.TransitionBatch(ctx, "acct", "b1", []evs.State{evs.StateQueued}, evs.StateRunning, "", t0)
 			wantCode(t, err, evs.CodeNotFound, "TransitionBatch")
 			unfinished, err := st.UnfinishedBatches(ctx)
 			if err != nil || len(unfinished) != 0 {
@@ -355,7 +355,7 @@ func TestExpiredRecordsStayInTablesButReadAsMissing(t *testing.T) {
 	tables := newTables(t, c)
 	st := dynamostore.New(dynamostore.Config{Client: c, Tables: tables, Now: clk.Now})
 	newBatch(t, st, "b1", 3, 0)
-	rec := store.IdemRecord{Scope: "s", Fingerprint: "f", State: store.IdemInProgress, LockedUntil: t0.Add(2 * time.Hour), ExpiresAt: t0.Add(time.Hour)}
+	rec := idempotency.Record{Scope: "s", Fingerprint: "f", State: idempotency.InProgress, LockedUntil: t0.Add(2 * time.Hour), ExpiresAt: t0.Add(time.Hour)}
 	if _, _, err := st.ClaimIdempotency(ctx, rec, t0); err != nil {
 		t.Fatal(err)
 	}
@@ -365,7 +365,7 @@ func TestExpiredRecordsStayInTablesButReadAsMissing(t *testing.T) {
 	if unfinished, err := st.UnfinishedBatches(ctx); err != nil || len(unfinished) != 0 {
 		t.Fatalf("UnfinishedBatches = %v, %v; want none", unfinished, err)
 	}
-	_, err = st.TransitionBatch(ctx, "acct", "b1", []string{store.StateQueued}, store.StateRunning, "", clk.Now())
+	_, err = st.TransitionBatch(ctx, "acct", "b1", []evs.State{evs.StateQueued}, evs.StateRunning, "", clk.Now())
 	wantCode(t, err, evs.CodeNotFound, "TransitionBatch at ExpiresAt")
 	rec2 := rec
 	rec2.Fingerprint = "g"
@@ -495,14 +495,14 @@ func TestFaultsAreUnavailable(t *testing.T) {
 		{"throttled", context.Background(), dynamostore.New(dynamostore.Config{Client: dynamodb.NewFromConfig(cfg, inject(throttled)), Tables: tables, Now: clock})},
 		{"cancelled context", cancelled, dynamostore.New(dynamostore.Config{Client: dynamodb.NewFromConfig(cfg), Tables: tables, Now: clock})},
 	}
-	rec := store.IdemRecord{Scope: "s", Fingerprint: "f", LockedUntil: t0.Add(time.Minute), ExpiresAt: t0.Add(time.Hour)}
-	batch := store.Batch{ID: "b1", AccountID: "acct", State: store.StateQueued, ExpiresAt: t0.Add(time.Hour), Counters: store.Counters{Total: 3}}
+	rec := idempotency.Record{Scope: "s", Fingerprint: "f", LockedUntil: t0.Add(time.Minute), ExpiresAt: t0.Add(time.Hour)}
+	batch := evs.Batch{ID: "b1", AccountID: "acct", State: evs.StateQueued, ExpiresAt: t0.Add(time.Hour), Counters: evs.Counters{Total: 3}}
 	ops := []struct {
 		name string
 		call func(ctx context.Context, st *dynamostore.Store) error
 	}{
 		{"CreateAccount", func(ctx context.Context, st *dynamostore.Store) error {
-			return st.CreateAccount(ctx, store.Account{ID: "a", Name: "n"})
+			return st.CreateAccount(ctx, evs.Account{ID: "a", Name: "n"})
 		}},
 		{"Account", func(ctx context.Context, st *dynamostore.Store) error { _, err := st.Account(ctx, "a"); return err }},
 		{"AccountByName", func(ctx context.Context, st *dynamostore.Store) error {
@@ -511,7 +511,7 @@ func TestFaultsAreUnavailable(t *testing.T) {
 		}},
 		{"CountAccounts", func(ctx context.Context, st *dynamostore.Store) error { _, err := st.CountAccounts(ctx); return err }},
 		{"CreateKey", func(ctx context.Context, st *dynamostore.Store) error {
-			return st.CreateKey(ctx, store.Key{ID: "0123456789ab", Hash: "h", AccountID: "a"})
+			return st.CreateKey(ctx, evs.Key{ID: "0123456789ab", Hash: "h", AccountID: "a"})
 		}},
 		{"KeyByHash", func(ctx context.Context, st *dynamostore.Store) error { _, err := st.KeyByHash(ctx, "h"); return err }},
 		{"RevokeKey", func(ctx context.Context, st *dynamostore.Store) error {
@@ -533,7 +533,7 @@ func TestFaultsAreUnavailable(t *testing.T) {
 			return err
 		}},
 		{"TransitionBatch", func(ctx context.Context, st *dynamostore.Store) error {
-			_, err := st.TransitionBatch(ctx, "acct", "b1", []string{store.StateQueued}, store.StateRunning, "", t0)
+			_, err := st.TransitionBatch(ctx, "acct", "b1", []evs.State{evs.StateQueued}, evs.StateRunning, "", t0)
 			return err
 		}},
 		{"PutResults", func(ctx context.Context, st *dynamostore.Store) error {
@@ -587,7 +587,7 @@ func TestClaimReturnsTheBlockingRecord(t *testing.T) {
 		return nil
 	}}))
 	ctx := context.Background()
-	rec := store.IdemRecord{Scope: "acct\x00POST /v1/verify\x00k1", Fingerprint: "fp-1", State: store.IdemInProgress,
+	rec := idempotency.Record{Scope: "acct\x00POST /v1/verify\x00k1", Fingerprint: "fp-1", State: idempotency.InProgress,
 		LockedUntil: t0.Add(5 * time.Minute), ExpiresAt: t0.Add(24 * time.Hour)}
 	if _, claimed, err := st.ClaimIdempotency(ctx, rec, t0); err != nil || !claimed {
 		t.Fatalf("first claim: %v %v", claimed, err)
@@ -598,7 +598,7 @@ func TestClaimReturnsTheBlockingRecord(t *testing.T) {
 	if err != nil || claimed {
 		t.Fatalf("second claim: claimed=%v err=%v, want the existing record", claimed, err)
 	}
-	if existing.Fingerprint != "fp-1" || existing.State != store.IdemInProgress || !existing.LockedUntil.Equal(rec.LockedUntil) {
+	if existing.Fingerprint != "fp-1" || existing.State != idempotency.InProgress || !existing.LockedUntil.Equal(rec.LockedUntil) {
 		t.Fatalf("existing record %+v, want the first claim's", existing)
 	}
 	if n := reads.Load(); n != 0 {
@@ -625,7 +625,7 @@ func TestCreateBatchSurvivesLostReplies(t *testing.T) {
 			b := newBatch(t, st, "lost-"+op, 5, 1)
 			l.retried(t)
 			got, err := st.Batch(context.Background(), b.AccountID, b.ID)
-			if err != nil || got.State != store.StateQueued || got.Counters.Total != 6 {
+			if err != nil || got.State != evs.StateQueued || got.Counters.Total != 6 {
 				t.Fatalf("batch after lost reply: %+v %v", got, err)
 			}
 		})
@@ -677,7 +677,7 @@ func TestClaimSurvivesALostReply(t *testing.T) {
 	l := loseReply("PutItem", true)
 	st := newStore(t, clock, l.option)
 	ctx := context.Background()
-	rec := store.IdemRecord{Scope: "acct\x00POST /v1/verify\x00lost", Fingerprint: "fp-1", State: store.IdemInProgress,
+	rec := idempotency.Record{Scope: "acct\x00POST /v1/verify\x00lost", Fingerprint: "fp-1", State: idempotency.InProgress,
 		LockedUntil: t0.Add(5 * time.Minute), ExpiresAt: t0.Add(24 * time.Hour)}
 	if _, claimed, err := st.ClaimIdempotency(ctx, rec, t0); err != nil || !claimed {
 		t.Fatalf("claim after a lost reply: claimed=%v err=%v, want claimed", claimed, err)
@@ -700,7 +700,7 @@ func TestCompleteSurvivesALostReply(t *testing.T) {
 	l := loseReply("UpdateItem", true)
 	st := newStore(t, clock, l.option)
 	ctx := context.Background()
-	rec := store.IdemRecord{Scope: "acct\x00POST /v1/requests\x00done", Fingerprint: "fp", State: store.IdemInProgress,
+	rec := idempotency.Record{Scope: "acct\x00POST /v1/requests\x00done", Fingerprint: "fp", State: idempotency.InProgress,
 		LockedUntil: t0.Add(5 * time.Minute), ExpiresAt: t0.Add(24 * time.Hour)}
 	if _, claimed, err := st.ClaimIdempotency(ctx, rec, t0); err != nil || !claimed {
 		t.Fatalf("claim: %v %v", claimed, err)
@@ -710,7 +710,7 @@ func TestCompleteSurvivesALostReply(t *testing.T) {
 	}
 	l.retried(t)
 	got, claimed, err := st.ClaimIdempotency(ctx, rec, t0.Add(time.Second))
-	if err != nil || claimed || got.State != store.IdemDone || got.StatusCode != 202 || string(got.Body) != `{"id":"r1"}` {
+	if err != nil || claimed || got.State != idempotency.Done || got.StatusCode != 202 || string(got.Body) != `{"id":"r1"}` {
 		t.Fatalf("record after completion: %+v claimed=%v err=%v", got, claimed, err)
 	}
 	// A second completion is still refused: a reply is stored once.
@@ -729,12 +729,12 @@ func TestTransitionSurvivesALostReply(t *testing.T) {
 	ctx := context.Background()
 	b := newBatch(t, st, "lost-cancel", 4, 0)
 	l.armed.Store(true)
-	got, err := st.TransitionBatch(ctx, b.AccountID, b.ID, []string{store.StateQueued, store.StateRunning}, store.StateCancelled, "", t0)
-	if err != nil || got.State != store.StateCancelled {
+	got, err := st.TransitionBatch(ctx, b.AccountID, b.ID, []evs.State{evs.StateQueued, evs.StateRunning}, evs.StateCancelled, "", t0)
+	if err != nil || got.State != evs.StateCancelled {
 		t.Fatalf("cancel after a lost reply: %+v %v", got, err)
 	}
 	l.retried(t)
-	if _, err := st.TransitionBatch(ctx, b.AccountID, b.ID, []string{store.StateQueued, store.StateRunning}, store.StateCancelled, "", t0); evs.ErrorCode(err) != evs.CodeInvalidState {
+	if _, err := st.TransitionBatch(ctx, b.AccountID, b.ID, []evs.State{evs.StateQueued, evs.StateRunning}, evs.StateCancelled, "", t0); evs.ErrorCode(err) != evs.CodeInvalidState {
 		t.Fatalf("second cancel: %v, want %s", err, evs.CodeInvalidState)
 	}
 }

@@ -10,7 +10,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/evs-dev/evs/internal/evs"
-	"github.com/evs-dev/evs/internal/store"
+	"github.com/evs-dev/evs/internal/idempotency"
 )
 
 // Idempotency table attributes.
@@ -33,11 +33,11 @@ const claimAttempts = 5
 // no live record of its scope exists (missing, expired, or a stale claim).
 // The condition is evaluated by DynamoDB on the write, so of concurrent
 // claims exactly one wins; the losers read the winner's record.
-func (s *Store) ClaimIdempotency(ctx context.Context, rec store.IdemRecord, now time.Time) (store.IdemRecord, bool, error) {
+func (s *Store) ClaimIdempotency(ctx context.Context, rec idempotency.Record, now time.Time) (idempotency.Record, bool, error) {
 	it := item{
 		attrScope:       avS(rec.Scope),
 		attrFingerprint: avS(rec.Fingerprint),
-		attrState:       avS(store.IdemInProgress),
+		attrState:       avS(idempotency.InProgress),
 		attrLockedUntil: avTime(rec.LockedUntil),
 		attrExpiresAtMs: avTime(rec.ExpiresAt),
 		attrExpiresAt:   ttlSeconds(rec.ExpiresAt),
@@ -56,44 +56,44 @@ func (s *Store) ClaimIdempotency(ctx context.Context, rec store.IdemRecord, now 
 			ExpressionAttributeNames: map[string]string{
 				"#sc": attrScope, "#exp": attrExpiresAtMs, "#st": attrState, "#lu": attrLockedUntil,
 			},
-			ExpressionAttributeValues: item{":now": avTime(now), ":inprogress": avS(store.IdemInProgress)},
+			ExpressionAttributeValues: item{":now": avTime(now), ":inprogress": avS(idempotency.InProgress)},
 			// The record that blocked the claim comes back with the
 			// failure, so the caller's fingerprint check needs no second
 			// read (and cannot read a record newer than the one that won).
 			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 		})
 		if err == nil {
-			return store.IdemRecord{}, true, nil
+			return idempotency.Record{}, true, nil
 		}
 		var cf *types.ConditionalCheckFailedException
 		if !errors.As(err, &cf) {
-			return store.IdemRecord{}, false, wrapErr("claim idempotency record", err)
+			return idempotency.Record{}, false, wrapErr("claim idempotency record", err)
 		}
 		cur := item(cf.Item)
 		if len(cur) == 0 {
 			// An endpoint that does not return the old item: read it.
 			if cur, err = s.get(ctx, s.t.Idempotency, item{attrScope: avS(rec.Scope)}, "read idempotency record"); err != nil {
-				return store.IdemRecord{}, false, err
+				return idempotency.Record{}, false, err
 			}
 		}
 		if cur != nil && getS(cur, attrClaimToken) == getS(it, attrClaimToken) {
-			return store.IdemRecord{}, true, nil
+			return idempotency.Record{}, true, nil
 		}
 		if cur != nil {
 			existing := idemFrom(cur)
 			// The record that beat the write may itself have lapsed by now;
 			// then it is claimable and the loop writes again.
-			if existing.ExpiresAt.After(now) && (existing.State != store.IdemInProgress || existing.LockedUntil.After(now)) {
+			if existing.ExpiresAt.After(now) && (existing.State != idempotency.InProgress || existing.LockedUntil.After(now)) {
 				return existing, false, nil
 			}
 		}
 	}
-	return store.IdemRecord{}, false, evs.Wrap(errors.New("dynamostore: idempotency record keeps changing"),
+	return idempotency.Record{}, false, evs.Wrap(errors.New("dynamostore: idempotency record keeps changing"),
 		evs.CodeUnavailable, msgUnavailable)
 }
 
-func idemFrom(it item) store.IdemRecord {
-	r := store.IdemRecord{
+func idemFrom(it item) idempotency.Record {
+	r := idempotency.Record{
 		Scope:       getS(it, attrScope),
 		Fingerprint: getS(it, attrFingerprint),
 		State:       getS(it, attrState),
@@ -121,7 +121,7 @@ func (s *Store) CompleteIdempotency(ctx context.Context, scope string, statusCod
 	token := newToken()
 	set := "SET #st = :done, #code = :code, #tok = :tok"
 	names := map[string]string{"#st": attrState, "#code": attrStatusCode, "#tok": attrDoneToken}
-	values := item{":done": avS(store.IdemDone), ":code": avN(int64(statusCode)), ":inprogress": avS(store.IdemInProgress), ":tok": avS(token)}
+	values := item{":done": avS(idempotency.Done), ":code": avN(int64(statusCode)), ":inprogress": avS(idempotency.InProgress), ":tok": avS(token)}
 	if len(headers) > 0 {
 		m := make(item, len(headers))
 		for k, v := range headers {

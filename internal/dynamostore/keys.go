@@ -11,7 +11,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/evs-dev/evs/internal/evs"
-	"github.com/evs-dev/evs/internal/store"
 )
 
 // Key prefixes of the Keys table's single-table layout.
@@ -43,7 +42,7 @@ func notExists() *string { return aws.String("attribute_not_exists(pk)") }
 
 // CreateAccount stores a new account and claims its name in one
 // transaction. A taken ID or name is CodeInvalidState.
-func (s *Store) CreateAccount(ctx context.Context, a store.Account) error {
+func (s *Store) CreateAccount(ctx context.Context, a evs.Account) error {
 	acct := item{
 		attrPK:        avS(prefixAccount + a.ID),
 		attrKind:      avS(kindAccount),
@@ -52,6 +51,9 @@ func (s *Store) CreateAccount(ctx context.Context, a store.Account) error {
 		attrTest:      avBool(a.Test),
 		attrSuspended: avBool(a.Suspended),
 		attrCreatedAt: avTime(a.CreatedAt),
+		// A resent transaction whose first reply was lost fails its
+		// condition against its own write; the token tells it so.
+		attrCreateToken: avS(newToken()),
 	}
 	name := item{attrPK: avS(prefixName + a.Name), attrAccountID: avS(a.ID)}
 	_, err := s.c.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
@@ -60,6 +62,10 @@ func (s *Store) CreateAccount(ctx context.Context, a store.Account) error {
 	}})
 	if failed, ok := conditionFailures(err); ok {
 		if failed[0] {
+			cur, gerr := s.get(ctx, s.t.Keys, item{attrPK: acct[attrPK]}, "create account")
+			if gerr == nil && cur != nil && getS(cur, attrCreateToken) == getS(acct, attrCreateToken) {
+				return nil // our own earlier attempt wrote both items
+			}
 			return evs.Errorf(evs.CodeInvalidState, "The account already exists.")
 		}
 		return evs.Errorf(evs.CodeInvalidState, "The account name is taken.")
@@ -77,8 +83,8 @@ func (s *Store) get(ctx context.Context, table string, key item, op string) (ite
 	return out.Item, nil
 }
 
-func accountFrom(it item) store.Account {
-	return store.Account{
+func accountFrom(it item) evs.Account {
+	return evs.Account{
 		ID:        getS(it, attrID),
 		Name:      getS(it, attrName),
 		Test:      getBool(it, attrTest),
@@ -90,26 +96,26 @@ func accountFrom(it item) store.Account {
 func noAccount() error { return evs.Errorf(evs.CodeNotFound, "No such account.") }
 
 // Account returns the account with id, or CodeNotFound.
-func (s *Store) Account(ctx context.Context, id string) (store.Account, error) {
+func (s *Store) Account(ctx context.Context, id string) (evs.Account, error) {
 	it, err := s.get(ctx, s.t.Keys, item{attrPK: avS(prefixAccount + id)}, "read account")
 	if err != nil {
-		return store.Account{}, err
+		return evs.Account{}, err
 	}
 	if it == nil {
-		return store.Account{}, noAccount()
+		return evs.Account{}, noAccount()
 	}
 	return accountFrom(it), nil
 }
 
 // AccountByName returns the account with that name, or CodeNotFound. It
 // follows the name index entry to the account.
-func (s *Store) AccountByName(ctx context.Context, name string) (store.Account, error) {
+func (s *Store) AccountByName(ctx context.Context, name string) (evs.Account, error) {
 	it, err := s.get(ctx, s.t.Keys, item{attrPK: avS(prefixName + name)}, "read account name")
 	if err != nil {
-		return store.Account{}, err
+		return evs.Account{}, err
 	}
 	if it == nil {
-		return store.Account{}, noAccount()
+		return evs.Account{}, noAccount()
 	}
 	return s.Account(ctx, getS(it, attrAccountID))
 }
@@ -153,7 +159,7 @@ func (s *Store) CountAccounts(ctx context.Context) (int, error) {
 // CreateKey stores a key and claims its short ID in one transaction, on the
 // condition that its account exists. An unknown account is CodeNotFound; a
 // taken hash or ID is CodeInvalidState.
-func (s *Store) CreateKey(ctx context.Context, k store.Key) error {
+func (s *Store) CreateKey(ctx context.Context, k evs.Key) error {
 	key := keyItem(k)
 	_, err := s.c.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
 		{ConditionCheck: &types.ConditionCheck{
@@ -177,7 +183,7 @@ func (s *Store) CreateKey(ctx context.Context, k store.Key) error {
 	return wrapErr("create key", err)
 }
 
-func keyItem(k store.Key) item {
+func keyItem(k evs.Key) item {
 	it := item{
 		attrPK:         avS(prefixKey + k.Hash),
 		attrKind:       avS(kindKey),
@@ -194,8 +200,8 @@ func keyItem(k store.Key) item {
 	return it
 }
 
-func keyFrom(it item) store.Key {
-	return store.Key{
+func keyFrom(it item) evs.Key {
+	return evs.Key{
 		ID:         getS(it, attrKeyID),
 		Hash:       getS(it, attrHash),
 		AccountID:  getS(it, attrAccountID),
@@ -209,13 +215,13 @@ func keyFrom(it item) store.Key {
 func noKey() error { return evs.Errorf(evs.CodeNotFound, "No such key.") }
 
 // KeyByHash returns the key with that hash, or CodeNotFound.
-func (s *Store) KeyByHash(ctx context.Context, hash string) (store.Key, error) {
+func (s *Store) KeyByHash(ctx context.Context, hash string) (evs.Key, error) {
 	it, err := s.get(ctx, s.t.Keys, item{attrPK: avS(prefixKey + hash)}, "read key")
 	if err != nil {
-		return store.Key{}, err
+		return evs.Key{}, err
 	}
 	if it == nil {
-		return store.Key{}, noKey()
+		return evs.Key{}, noKey()
 	}
 	return keyFrom(it), nil
 }
@@ -223,22 +229,22 @@ func (s *Store) KeyByHash(ctx context.Context, hash string) (store.Key, error) {
 // RevokeKey marks the key whose hash or short ID is idOrHash revoked at now;
 // a key revoked before keeps its first revocation time. An ID is resolved
 // through its index entry (one GetItem, no Scan).
-func (s *Store) RevokeKey(ctx context.Context, idOrHash string, now time.Time) (store.Key, error) {
+func (s *Store) RevokeKey(ctx context.Context, idOrHash string, now time.Time) (evs.Key, error) {
 	if idOrHash == "" {
-		return store.Key{}, noKey()
+		return evs.Key{}, noKey()
 	}
 	hash := idOrHash
 	it, err := s.get(ctx, s.t.Keys, item{attrPK: avS(prefixKey + idOrHash)}, "read key")
 	if err != nil {
-		return store.Key{}, err
+		return evs.Key{}, err
 	}
 	if it == nil {
 		ix, err := s.get(ctx, s.t.Keys, item{attrPK: avS(prefixKeyID + idOrHash)}, "read key ID")
 		if err != nil {
-			return store.Key{}, err
+			return evs.Key{}, err
 		}
 		if ix == nil {
-			return store.Key{}, noKey()
+			return evs.Key{}, noKey()
 		}
 		hash = getS(ix, attrHash)
 	}
@@ -252,21 +258,21 @@ func (s *Store) RevokeKey(ctx context.Context, idOrHash string, now time.Time) (
 		ReturnValues:              types.ReturnValueAllNew,
 	})
 	if isConditionFailed(err) {
-		return store.Key{}, noKey()
+		return evs.Key{}, noKey()
 	}
 	if err != nil {
-		return store.Key{}, wrapErr("revoke key", err)
+		return evs.Key{}, wrapErr("revoke key", err)
 	}
 	return keyFrom(out.Attributes), nil
 }
 
 // ListKeys returns every key, oldest first (a Scan: `evs keys list` only).
-func (s *Store) ListKeys(ctx context.Context) ([]store.Key, error) {
+func (s *Store) ListKeys(ctx context.Context) ([]evs.Key, error) {
 	items, _, err := s.scanKind(ctx, kindKey, "list keys", false)
 	if err != nil {
 		return nil, err
 	}
-	keys := make([]store.Key, len(items))
+	keys := make([]evs.Key, len(items))
 	for i, it := range items {
 		keys[i] = keyFrom(it)
 	}

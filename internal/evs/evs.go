@@ -1,5 +1,8 @@
-// Package evs holds the service's domain vocabulary: the one error type whose
-// codes the edges map to HTTP, and the names shared by every layer.
+// Package evs is the domain at the centre of the service: accounts and their
+// keys, batches with their items, results and counters, the verdict on one
+// address (Decision, Status, Reason, Mode) and the one error type whose codes
+// the edges map to HTTP. It imports nothing of AWS, SQL or HTTP and carries
+// no wire format: the API renders these types, the stores encode them.
 package evs
 
 import (

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/evs-dev/evs/internal/evs"
-	"github.com/evs-dev/evs/internal/store"
 )
 
 // Lifetimes of a record (API contract, sections 1 and 5).
@@ -25,6 +24,46 @@ const (
 
 // ReplayedHeader marks a reply served from a stored record.
 const ReplayedHeader = "Idempotent-Replayed"
+
+// Idempotency record states.
+const (
+	InProgress = "in_progress"
+	Done       = "done"
+)
+
+// Record is one Idempotency-Key's record. Scope is (account, method+path,
+// key) joined into one string by the caller.
+type Record struct {
+	Scope       string
+	Fingerprint string
+	State       string
+	// LockedUntil is when an in-progress record stops blocking: a crashed
+	// call must not block its key forever.
+	LockedUntil time.Time
+	// ExpiresAt is when the record is forgotten (24 h after creation).
+	ExpiresAt time.Time
+	// The stored reply, once State is Done.
+	StatusCode int
+	Headers    map[string]string
+	Body       []byte
+}
+
+// Store keeps Idempotency-Key records: the embedded store and the DynamoDB
+// adapter implement it, and both pass the store contract suite.
+type Store interface {
+	// ClaimIdempotency creates rec (State InProgress) unless a record of
+	// the same scope exists that is neither expired (ExpiresAt <= now) nor a
+	// stale claim (in progress with LockedUntil <= now). It returns claimed
+	// true when rec was written; otherwise the existing record, which the
+	// caller compares (fingerprint first, then state).
+	ClaimIdempotency(ctx context.Context, rec Record, now time.Time) (existing Record, claimed bool, err error)
+	// CompleteIdempotency stores the reply on the in-progress record of scope
+	// and marks it done.
+	CompleteIdempotency(ctx context.Context, scope string, statusCode int, headers map[string]string, body []byte) error
+	// ReleaseIdempotency deletes the record of scope (the first call failed
+	// with a 5xx, so the client may retry).
+	ReleaseIdempotency(ctx context.Context, scope string) error
+}
 
 // Reply is a stored answer.
 type Reply struct {
@@ -58,12 +97,12 @@ func Scope(accountID, method, path, key string) string {
 // Keeper runs handlers at most once per Idempotency-Key. It is safe for
 // concurrent use; the store arbitrates between calls, also across processes.
 type Keeper struct {
-	store store.Idempotency
+	store Store
 	now   func() time.Time
 }
 
 // New returns a Keeper keeping its records in s, with now as its clock.
-func New(s store.Idempotency, now func() time.Time) *Keeper {
+func New(s Store, now func() time.Time) *Keeper {
 	return &Keeper{store: s, now: now}
 }
 
@@ -88,10 +127,10 @@ func (k *Keeper) Do(ctx context.Context, req Request, fn func(ctx context.Contex
 	scope := Scope(req.AccountID, req.Method, req.Path, req.Key)
 	fp := Fingerprint(req.Method, req.Path, req.ContentType, req.Body)
 	now := k.now()
-	existing, claimed, err := k.store.ClaimIdempotency(ctx, store.IdemRecord{
+	existing, claimed, err := k.store.ClaimIdempotency(ctx, Record{
 		Scope:       scope,
 		Fingerprint: fp,
-		State:       store.IdemInProgress,
+		State:       InProgress,
 		LockedUntil: now.Add(LockTimeout),
 		ExpiresAt:   now.Add(Retention),
 	}, now)
@@ -131,11 +170,11 @@ func (k *Keeper) run(ctx context.Context, scope string, fn func(ctx context.Cont
 }
 
 // replay answers a call whose scope already has a live record.
-func replay(rec store.IdemRecord, fp, requestID string) (Reply, error) {
+func replay(rec Record, fp, requestID string) (Reply, error) {
 	if rec.Fingerprint != fp {
 		return Reply{}, evs.Errorf(evs.CodeIdempotencyKeyReused, "This Idempotency-Key was already used for a different request; use a new key for a new request.")
 	}
-	if rec.State != store.IdemDone {
+	if rec.State != Done {
 		return Reply{}, evs.Errorf(evs.CodeIdempotencyInProgress, "A request with this Idempotency-Key is still being processed; retry later.")
 	}
 	h := make(map[string]string, len(rec.Headers)+1)

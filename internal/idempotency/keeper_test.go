@@ -12,7 +12,6 @@ import (
 	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/idempotency"
 	"github.com/evs-dev/evs/internal/sqlitestore"
-	"github.com/evs-dev/evs/internal/store"
 	"github.com/evs-dev/evs/internal/store/storetest"
 )
 
@@ -291,10 +290,10 @@ func TestDoStaleClaim(t *testing.T) {
 	ctx := context.Background()
 	req := verifyReq("k", `{}`, "1")
 	now := e.clock.Now()
-	_, claimed, err := e.st.ClaimIdempotency(ctx, store.IdemRecord{
+	_, claimed, err := e.st.ClaimIdempotency(ctx, idempotency.Record{
 		Scope:       idempotency.Scope(req.AccountID, req.Method, req.Path, req.Key),
 		Fingerprint: idempotency.Fingerprint(req.Method, req.Path, req.ContentType, req.Body),
-		State:       store.IdemInProgress,
+		State:       idempotency.InProgress,
 		LockedUntil: now.Add(idempotency.LockTimeout),
 		ExpiresAt:   now.Add(idempotency.Retention),
 	}, now)
@@ -316,15 +315,15 @@ func TestDoClaimWindows(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	req := verifyReq("k", `{}`, "1")
-	var got store.IdemRecord
-	spy := spyStore{Idempotency: e.st, claimed: &got}
+	var got idempotency.Record
+	spy := spyStore{Store: e.st, claimed: &got}
 	k := idempotency.New(spy, e.clock.Now)
 	var c counter
 	if _, _, err := k.Do(ctx, req, c.fn("1")); err != nil {
 		t.Fatal(err)
 	}
 	now := e.clock.Now()
-	if got.State != store.IdemInProgress || !got.LockedUntil.Equal(now.Add(5*time.Minute)) || !got.ExpiresAt.Equal(now.Add(24*time.Hour)) {
+	if got.State != idempotency.InProgress || !got.LockedUntil.Equal(now.Add(5*time.Minute)) || !got.ExpiresAt.Equal(now.Add(24*time.Hour)) {
 		t.Fatalf("claimed record %+v", got)
 	}
 	if got.Scope != "acct-1\x00POST /v1/verify\x00k" {
@@ -354,7 +353,7 @@ func TestDoStoreFailures(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			e := newEnv(t)
-			tt.st.Idempotency = e.st
+			tt.st.Store = e.st
 			k := idempotency.New(tt.st, e.clock.Now)
 			var c counter
 			r, _, err := k.Do(context.Background(), verifyReq("k", `{}`, "1"), c.fn("1"))
@@ -368,7 +367,7 @@ func TestDoStoreFailures(t *testing.T) {
 	}
 	t.Run("release", func(t *testing.T) {
 		e := newEnv(t)
-		k := idempotency.New(failingStore{Idempotency: e.st, release: down}, e.clock.Now)
+		k := idempotency.New(failingStore{Store: e.st, release: down}, e.clock.Now)
 		boom := errors.New("boom")
 		c := counter{err: boom}
 		_, _, err := k.Do(context.Background(), verifyReq("k", `{}`, "1"), c.fn("1"))
@@ -388,39 +387,39 @@ func TestDoStoreFailures(t *testing.T) {
 }
 
 type spyStore struct {
-	store.Idempotency
-	claimed *store.IdemRecord
+	idempotency.Store
+	claimed *idempotency.Record
 }
 
-func (s spyStore) ClaimIdempotency(ctx context.Context, rec store.IdemRecord, now time.Time) (store.IdemRecord, bool, error) {
+func (s spyStore) ClaimIdempotency(ctx context.Context, rec idempotency.Record, now time.Time) (idempotency.Record, bool, error) {
 	*s.claimed = rec
-	return s.Idempotency.ClaimIdempotency(ctx, rec, now)
+	return s.Store.ClaimIdempotency(ctx, rec, now)
 }
 
 type failingStore struct {
-	store.Idempotency
+	idempotency.Store
 	claim, complete, release error
 }
 
-func (f failingStore) ClaimIdempotency(ctx context.Context, rec store.IdemRecord, now time.Time) (store.IdemRecord, bool, error) {
+func (f failingStore) ClaimIdempotency(ctx context.Context, rec idempotency.Record, now time.Time) (idempotency.Record, bool, error) {
 	if f.claim != nil {
-		return store.IdemRecord{}, false, f.claim
+		return idempotency.Record{}, false, f.claim
 	}
-	return f.Idempotency.ClaimIdempotency(ctx, rec, now)
+	return f.Store.ClaimIdempotency(ctx, rec, now)
 }
 
 func (f failingStore) CompleteIdempotency(ctx context.Context, scope string, status int, h map[string]string, body []byte) error {
 	if f.complete != nil {
 		return f.complete
 	}
-	return f.Idempotency.CompleteIdempotency(ctx, scope, status, h, body)
+	return f.Store.CompleteIdempotency(ctx, scope, status, h, body)
 }
 
 func (f failingStore) ReleaseIdempotency(ctx context.Context, scope string) error {
 	if f.release != nil {
 		return f.release
 	}
-	return f.Idempotency.ReleaseIdempotency(ctx, scope)
+	return f.Store.ReleaseIdempotency(ctx, scope)
 }
 
 // TestDoConcurrent fires one key from 50 goroutines: the handler runs once;

@@ -16,9 +16,9 @@ import (
 
 	"github.com/evs-dev/evs/internal/apikey"
 	"github.com/evs-dev/evs/internal/dynamostore"
+	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/lambdatest"
 	"github.com/evs-dev/evs/internal/mototest"
-	"github.com/evs-dev/evs/internal/store"
 )
 
 // build compiles a function the way `make build` does (lambda.norpc), for
@@ -97,10 +97,10 @@ func (w *awsWorld) start(t *testing.T, bin string) *lambdatest.Runtime {
 	return rt
 }
 
-func (w *awsWorld) seedKey(t *testing.T, test bool) (string, store.Account) {
+func (w *awsWorld) seedKey(t *testing.T, test bool) (string, evs.Account) {
 	t.Helper()
 	ctx := context.Background()
-	a := store.Account{ID: "acct-" + mototest.Name(t, "a"), Name: mototest.Name(t, "name"), Test: test, CreatedAt: time.Now().UTC()}
+	a := evs.Account{ID: "acct-" + mototest.Name(t, "a"), Name: mototest.Name(t, "name"), Test: test, CreatedAt: time.Now().UTC()}
 	if err := w.st.CreateAccount(ctx, a); err != nil {
 		t.Fatal(err)
 	}
@@ -109,13 +109,13 @@ func (w *awsWorld) seedKey(t *testing.T, test bool) (string, store.Account) {
 		t.Fatal(err)
 	}
 	h := apikey.Hash(key)
-	if err := w.st.CreateKey(ctx, store.Key{ID: apikey.ID(h), Hash: h, AccountID: a.ID, CreatedAt: time.Now().UTC()}); err != nil {
+	if err := w.st.CreateKey(ctx, evs.Key{ID: apikey.ID(h), Hash: h, AccountID: a.ID, CreatedAt: time.Now().UTC()}); err != nil {
 		t.Fatal(err)
 	}
 	return key, a
 }
 
-func proxyEvent(method, resource, path string, params map[string]string, acct store.Account, body string) events.APIGatewayProxyRequest {
+func proxyEvent(method, resource, path string, params map[string]string, acct evs.Account, body string) events.APIGatewayProxyRequest {
 	test := "false"
 	if acct.Test {
 		test = "true"

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/evs-dev/evs/internal/apikey"
-	"github.com/evs-dev/evs/internal/store"
+	"github.com/evs-dev/evs/internal/evs"
 )
 
 // TestBadInput: every kind of bad input gets a clear error, in the
@@ -309,11 +309,11 @@ func TestRateLimit(t *testing.T) {
 func (h *harness) seedBatch(accountID string, n int) string {
 	h.t.Helper()
 	id := fmt.Sprintf("00000000-0000-4000-8000-%012d", time.Now().UnixNano()%1e12)
-	items := make([]store.Item, n)
+	items := make([]evs.Item, n)
 	for i := range items {
-		items[i] = store.Item{Seq: i, Email: fmt.Sprintf("u%d@x.example", i), Domain: "x.example"}
+		items[i] = evs.Item{Seq: i, Email: fmt.Sprintf("u%d@x.example", i), Domain: "x.example"}
 	}
-	b := store.Batch{ID: id, AccountID: accountID, Mode: "quick", State: store.StateCancelled, CreatedAt: h.clock.Now(), ExpiresAt: h.clock.Now().Add(24 * time.Hour), Counters: store.Counters{Total: n}}
+	b := evs.Batch{ID: id, AccountID: accountID, Mode: "quick", State: evs.StateCancelled, CreatedAt: h.clock.Now(), ExpiresAt: h.clock.Now().Add(24 * time.Hour), Counters: evs.Counters{Total: n}}
 	if err := h.st.CreateBatch(context.Background(), b, items); err != nil {
 		h.t.Fatal(err)
 	}

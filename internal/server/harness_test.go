@@ -20,15 +20,15 @@ import (
 
 	"github.com/evs-dev/evs/internal/batch"
 	"github.com/evs-dev/evs/internal/config"
-	"github.com/evs-dev/evs/internal/verify/dnscheck"
-	"github.com/evs-dev/evs/internal/verify/dnscheck/dnstest"
+	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/logtest"
 	"github.com/evs-dev/evs/internal/server"
+	"github.com/evs-dev/evs/internal/sqlitestore"
+	"github.com/evs-dev/evs/internal/verify"
+	"github.com/evs-dev/evs/internal/verify/dnscheck"
+	"github.com/evs-dev/evs/internal/verify/dnscheck/dnstest"
 	"github.com/evs-dev/evs/internal/verify/smtpprobe"
 	"github.com/evs-dev/evs/internal/verify/smtpprobe/smtptest"
-	"github.com/evs-dev/evs/internal/sqlitestore"
-	"github.com/evs-dev/evs/internal/store"
-	"github.com/evs-dev/evs/internal/verify"
 )
 
 // clock is a settable clock shared by the server and the test.
@@ -187,7 +187,7 @@ func (h *harness) account(name string, test bool) (string, string) {
 	ctx := context.Background()
 	a, err := h.st.AccountByName(ctx, name)
 	if err != nil {
-		a = store.Account{ID: "acct-" + name, Name: name, Test: test, CreatedAt: h.clock.Now()}
+		a = evs.Account{ID: "acct-" + name, Name: name, Test: test, CreatedAt: h.clock.Now()}
 		if err := h.st.CreateAccount(ctx, a); err != nil {
 			h.t.Fatalf("create account: %v", err)
 		}

@@ -196,7 +196,7 @@ func Bootstrap(ctx context.Context, st store.Keys, test bool, now time.Time) (st
 	if test {
 		name = "sandbox"
 	}
-	a := store.Account{ID: uuid.NewString(), Name: name, Test: test, CreatedAt: now.UTC()}
+	a := evs.Account{ID: uuid.NewString(), Name: name, Test: test, CreatedAt: now.UTC()}
 	if err := st.CreateAccount(ctx, a); err != nil {
 		return "", err
 	}
@@ -210,7 +210,7 @@ func CreateKey(ctx context.Context, st store.Keys, accountID string, now time.Ti
 		return "", evs.Wrap(err, evs.CodeInternal, "could not make a key")
 	}
 	h := apikey.Hash(key)
-	if err := st.CreateKey(ctx, store.Key{ID: apikey.ID(h), Hash: h, AccountID: accountID, CreatedAt: now.UTC()}); err != nil {
+	if err := st.CreateKey(ctx, evs.Key{ID: apikey.ID(h), Hash: h, AccountID: accountID, CreatedAt: now.UTC()}); err != nil {
 		return "", err
 	}
 	return key, nil

@@ -25,9 +25,9 @@ const resultsPerInsert = 200
 const batchCols = `id, account_id, mode, state, error, created_at, completed_at, expires_at,
 	total, duplicates, processed, deliverable, undeliverable, risky, unknown`
 
-func scanBatch(row scanner) (store.Batch, error) {
+func scanBatch(row scanner) (evs.Batch, error) {
 	var (
-		b                store.Batch
+		b                evs.Batch
 		created, expires int64
 		completed        sql.NullInt64
 	)
@@ -35,7 +35,7 @@ func scanBatch(row scanner) (store.Batch, error) {
 	err := row.Scan(&b.ID, &b.AccountID, &b.Mode, &b.State, &b.Error, &created, &completed, &expires,
 		&c.Total, &c.Duplicates, &c.Processed, &c.Deliverable, &c.Undeliverable, &c.Risky, &c.Unknown)
 	if err != nil {
-		return store.Batch{}, err
+		return evs.Batch{}, err
 	}
 	b.CreatedAt, b.CompletedAt, b.ExpiresAt = fromMillis(created), fromNullMillis(completed), fromMillis(expires)
 	return b, nil
@@ -44,7 +44,7 @@ func scanBatch(row scanner) (store.Batch, error) {
 func batchNotFound() error { return evs.Errorf(evs.CodeNotFound, "No such request.") }
 
 // CreateBatch stores b and its items in one transaction.
-func (s *Store) CreateBatch(ctx context.Context, b store.Batch, items []store.Item) error {
+func (s *Store) CreateBatch(ctx context.Context, b evs.Batch, items []evs.Item) error {
 	return s.write(ctx, func(tx *sql.Tx) error {
 		c := b.Counters
 		_, err := tx.ExecContext(ctx, `INSERT INTO batches (id, account_id, mode, state, error, created_at, completed_at, expires_at,
@@ -90,7 +90,7 @@ func (s *Store) CreateBatch(ctx context.Context, b store.Batch, items []store.It
 }
 
 // Batch returns the batch id of account, or CodeNotFound, also once expired.
-func (s *Store) Batch(ctx context.Context, accountID, id string) (store.Batch, error) {
+func (s *Store) Batch(ctx context.Context, accountID, id string) (evs.Batch, error) {
 	return s.batch(ctx, s.db, accountID, id)
 }
 
@@ -99,38 +99,38 @@ type querier interface {
 }
 
 // batch reads a live batch through q.
-func (s *Store) batch(ctx context.Context, q querier, accountID, id string) (store.Batch, error) {
+func (s *Store) batch(ctx context.Context, q querier, accountID, id string) (evs.Batch, error) {
 	b, err := scanBatch(q.QueryRowContext(ctx,
 		`SELECT `+batchCols+` FROM batches WHERE id = ? AND account_id = ? AND expires_at > ?`,
 		id, accountID, millis(s.now())))
 	if errors.Is(err, sql.ErrNoRows) {
-		return store.Batch{}, batchNotFound()
+		return evs.Batch{}, batchNotFound()
 	}
 	if err != nil {
-		return store.Batch{}, dbErr("read batch", err)
+		return evs.Batch{}, dbErr("read batch", err)
 	}
 	return b, nil
 }
 
 // TransitionBatch moves the batch to `to` if its state is in from. A final
 // state is never left, whatever from says.
-func (s *Store) TransitionBatch(ctx context.Context, accountID, id string, from []string, to, errMsg string, now time.Time) (store.Batch, error) {
-	var out store.Batch
+func (s *Store) TransitionBatch(ctx context.Context, accountID, id string, from []evs.State, to evs.State, errMsg string, now time.Time) (evs.Batch, error) {
+	var out evs.Batch
 	err := s.write(ctx, func(tx *sql.Tx) error {
 		b, err := s.batch(ctx, tx, accountID, id)
 		if err != nil {
 			return err
 		}
-		if store.Final(b.State) || !slices.Contains(from, b.State) {
+		if b.State.Final() || !slices.Contains(from, b.State) {
 			return evs.Errorf(evs.CodeInvalidState, "The request is %s.", b.State)
 		}
-		if to == store.StateCompleted && b.Counters.Processed < b.Counters.Total-b.Counters.Duplicates {
+		if to == evs.StateCompleted && b.Counters.Processed < b.Counters.Total-b.Counters.Duplicates {
 			// A completed batch has every result (API contract, section 3);
 			// PutResults completes it when the last one is written.
 			return evs.Errorf(evs.CodeInvalidState, "The request still has items without a result.")
 		}
 		var completed sql.NullInt64
-		if store.Final(to) {
+		if to.Final() {
 			completed = nullMillis(now)
 		}
 		out, err = scanBatch(tx.QueryRowContext(ctx,
@@ -152,20 +152,26 @@ var counterCols = map[string]string{
 // PutResults writes the results that are not written yet and adds them to
 // the counters, all in one transaction: a crash leaves either all or none of
 // them, never results without their count.
-func (s *Store) PutResults(ctx context.Context, accountID, id string, results []store.Result, now time.Time) (store.Batch, error) {
-	for _, r := range results {
-		if _, ok := counterCols[r.Status]; !ok {
-			return store.Batch{}, evs.Errorf(evs.CodeInvalidRequest, "Unknown result status %q.", r.Status)
+func (s *Store) PutResults(ctx context.Context, accountID, id string, results []evs.Result, now time.Time) (evs.Batch, error) {
+	encoded := make([][]byte, len(results))
+	for i, r := range results {
+		if !r.Decision.Reason.Valid() {
+			return evs.Batch{}, evs.Errorf(evs.CodeInvalidRequest, "Unknown result reason %q.", r.Decision.Reason)
 		}
+		b, err := store.EncodeDecision(r.Decision)
+		if err != nil {
+			return evs.Batch{}, err
+		}
+		encoded[i] = b
 	}
-	var out store.Batch
+	var out evs.Batch
 	err := s.write(ctx, func(tx *sql.Tx) error {
 		b, err := s.batch(ctx, tx, accountID, id)
 		if err != nil {
 			return err
 		}
 		out = b
-		if store.Final(b.State) || len(results) == 0 {
+		if b.State.Final() || len(results) == 0 {
 			return nil
 		}
 		added := map[string]int{}
@@ -188,12 +194,8 @@ func (s *Store) PutResults(ctx context.Context, accountID, id string, results []
 				}
 			}
 			args := make([]any, 0, 5*k)
-			for _, r := range rest[:k] {
-				decision := r.Decision
-				if decision == nil {
-					decision = []byte{}
-				}
-				args = append(args, id, r.Seq, r.Email, r.Status, decision)
+			for i, r := range rest[:k] {
+				args = append(args, id, r.Seq, r.Email, string(r.Status()), encoded[len(results)-len(rest)+i])
 			}
 			if err := countInserted(ctx, stmt, args, added, &n); err != nil {
 				return err
@@ -212,7 +214,7 @@ func (s *Store) PutResults(ctx context.Context, accountID, id string, results []
 			completed_at = CASE WHEN processed + ? >= items THEN ? ELSE completed_at END
 			WHERE id = ? RETURNING `+batchCols,
 			n, added["deliverable"], added["undeliverable"], added["risky"], added["unknown"],
-			n, store.StateCompleted, n, millis(now), id))
+			n, evs.StateCompleted, n, millis(now), id))
 		return dbErr("count results", err)
 	})
 	return out, err
@@ -246,19 +248,28 @@ func resultsErr(err error) error {
 
 // Results returns up to limit results with Seq > afterSeq in Seq order,
 // only those of status when status is not empty.
-func (s *Store) Results(ctx context.Context, accountID, id string, afterSeq, limit int, status string) ([]store.Result, error) {
+func (s *Store) Results(ctx context.Context, accountID, id string, afterSeq, limit int, status evs.Status) ([]evs.Result, error) {
 	q := `SELECT seq, email, status, decision FROM results WHERE batch_id = ? AND seq > ? ORDER BY seq LIMIT ?`
 	args := []any{id, afterSeq, max(limit, 0)}
 	if status != "" {
 		q = `SELECT seq, email, status, decision FROM results WHERE batch_id = ? AND status = ? AND seq > ? ORDER BY seq LIMIT ?`
 		args = []any{id, status, afterSeq, max(limit, 0)}
 	}
-	var out []store.Result
+	var out []evs.Result
 	err := s.read(ctx, accountID, id, q, args, func(rows *sql.Rows) error {
-		var r store.Result
-		if err := rows.Scan(&r.Seq, &r.Email, &r.Status, &r.Decision); err != nil {
+		var (
+			r       evs.Result
+			status  string
+			encoded []byte
+		)
+		if err := rows.Scan(&r.Seq, &r.Email, &status, &encoded); err != nil {
 			return err
 		}
+		d, err := store.DecodeDecision(r.Email, encoded)
+		if err != nil {
+			return err
+		}
+		r.Decision = d
 		out = append(out, r)
 		return nil
 	})
@@ -267,14 +278,14 @@ func (s *Store) Results(ctx context.Context, accountID, id string, afterSeq, lim
 
 // PendingItems returns up to limit items with Seq > afterSeq that have no
 // result yet, in Seq order.
-func (s *Store) PendingItems(ctx context.Context, accountID, id string, afterSeq, limit int) ([]store.Item, error) {
+func (s *Store) PendingItems(ctx context.Context, accountID, id string, afterSeq, limit int) ([]evs.Item, error) {
 	q := `SELECT i.seq, i.email, i.domain FROM items i
 		WHERE i.batch_id = ? AND i.seq > ?
 		AND NOT EXISTS (SELECT 1 FROM results r WHERE r.batch_id = i.batch_id AND r.seq = i.seq)
 		ORDER BY i.seq LIMIT ?`
-	var out []store.Item
+	var out []evs.Item
 	err := s.read(ctx, accountID, id, q, []any{id, afterSeq, max(limit, 0)}, func(rows *sql.Rows) error {
-		var it store.Item
+		var it evs.Item
 		if err := rows.Scan(&it.Seq, &it.Email, &it.Domain); err != nil {
 			return err
 		}
@@ -310,15 +321,15 @@ func (s *Store) read(ctx context.Context, accountID, id, query string, args []an
 
 // UnfinishedBatches lists the live batches in state queued or running, of
 // every account, oldest first.
-func (s *Store) UnfinishedBatches(ctx context.Context) ([]store.Batch, error) {
+func (s *Store) UnfinishedBatches(ctx context.Context) ([]evs.Batch, error) {
 	rows, err := s.db.QueryContext(ctx,
 		`SELECT `+batchCols+` FROM batches WHERE state IN (?, ?) AND expires_at > ? ORDER BY created_at, id`,
-		store.StateQueued, store.StateRunning, millis(s.now()))
+		evs.StateQueued, evs.StateRunning, millis(s.now()))
 	if err != nil {
 		return nil, dbErr("list unfinished batches", err)
 	}
 	defer rows.Close()
-	var out []store.Batch
+	var out []evs.Batch
 	for rows.Next() {
 		b, err := scanBatch(rows)
 		if err != nil {

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/evs-dev/evs/internal/store"
+	"github.com/evs-dev/evs/internal/evs"
 )
 
 // BenchmarkPutResults writes 1000 results per call, the batch runner's
@@ -53,7 +53,7 @@ func BenchmarkPutResults50k(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if got.State != store.StateCompleted {
+		if got.State != evs.StateCompleted {
 			b.Fatalf("batch %s after all results: %s", id, got.State)
 		}
 	}
@@ -64,15 +64,15 @@ func BenchmarkCreateBatch50k(b *testing.B) {
 	const n = 50_000
 	ctx := context.Background()
 	s := openStore(b, b.TempDir(), func() time.Time { return t0 })
-	items := make([]store.Item, n)
+	items := make([]evs.Item, n)
 	for i := range items {
-		items[i] = store.Item{Seq: i, Email: fmt.Sprintf("user.%d@d%d.example", i, i%50), Domain: fmt.Sprintf("d%d.example", i%50)}
+		items[i] = evs.Item{Seq: i, Email: fmt.Sprintf("user.%d@d%d.example", i, i%50), Domain: fmt.Sprintf("d%d.example", i%50)}
 	}
 	i := 0
 	for b.Loop() {
 		i++
-		batch := store.Batch{ID: fmt.Sprint("b", i), AccountID: "a", Mode: "quick", State: store.StateQueued,
-			CreatedAt: t0, ExpiresAt: t0.Add(time.Hour), Counters: store.Counters{Total: n}}
+		batch := evs.Batch{ID: fmt.Sprint("b", i), AccountID: "a", Mode: "quick", State: evs.StateQueued,
+			CreatedAt: t0, ExpiresAt: t0.Add(time.Hour), Counters: evs.Counters{Total: n}}
 		if err := s.CreateBatch(ctx, batch, items); err != nil {
 			b.Fatal(err)
 		}

@@ -12,7 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/evs-dev/evs/internal/store"
+	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/idempotency"
 )
 
 // crashDirEnv tells a re-executed test binary to be the writer that
@@ -36,7 +37,7 @@ func TestHelperProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.CreateAccount(ctx, store.Account{ID: "a", Name: "owner", CreatedAt: t0}); err != nil {
+	if err := s.CreateAccount(ctx, evs.Account{ID: "a", Name: "owner", CreatedAt: t0}); err != nil {
 		t.Fatal(err)
 	}
 	newBatch(t, s, "b1", crashItems, t0.Add(24*time.Hour))
@@ -44,13 +45,13 @@ func TestHelperProcess(t *testing.T) {
 	// Each line printed is an acknowledgement: the writes before it have
 	// returned, as an HTTP reply would be sent after them.
 	for i := range crashItems {
-		if err := s.CreateAccount(ctx, store.Account{ID: fmt.Sprint("acct-", i), Name: "n", CreatedAt: t0}); err != nil {
+		if err := s.CreateAccount(ctx, evs.Account{ID: fmt.Sprint("acct-", i), Name: "n", CreatedAt: t0}); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := s.PutResults(ctx, "a", "b1", resultsFor(i, i+1), t0); err != nil {
 			t.Fatal(err)
 		}
-		rec := store.IdemRecord{Scope: fmt.Sprint("scope-", i), Fingerprint: fmt.Sprint("fp-", i), LockedUntil: t0.Add(time.Hour), ExpiresAt: t0.Add(24 * time.Hour)}
+		rec := idempotency.Record{Scope: fmt.Sprint("scope-", i), Fingerprint: fmt.Sprint("fp-", i), LockedUntil: t0.Add(time.Hour), ExpiresAt: t0.Add(24 * time.Hour)}
 		if _, _, err := s.ClaimIdempotency(ctx, rec, t0); err != nil {
 			t.Fatal(err)
 		}
@@ -119,7 +120,7 @@ func TestCrashDurability(t *testing.T) {
 		if _, err := s.Account(ctx, fmt.Sprint("acct-", i)); err != nil {
 			t.Fatalf("acknowledged account %d: %v", i, err)
 		}
-		rec, claimed, err := s.ClaimIdempotency(ctx, store.IdemRecord{Scope: fmt.Sprint("scope-", i), Fingerprint: "other", LockedUntil: t0.Add(time.Hour), ExpiresAt: t0.Add(time.Hour)}, t0)
+		rec, claimed, err := s.ClaimIdempotency(ctx, idempotency.Record{Scope: fmt.Sprint("scope-", i), Fingerprint: "other", LockedUntil: t0.Add(time.Hour), ExpiresAt: t0.Add(time.Hour)}, t0)
 		if err != nil || claimed || rec.Fingerprint != fmt.Sprint("fp-", i) {
 			t.Fatalf("acknowledged idempotency record %d: claimed=%v fingerprint=%q err=%v", i, claimed, rec.Fingerprint, err)
 		}

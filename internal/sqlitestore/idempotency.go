@@ -9,21 +9,21 @@ import (
 	"time"
 
 	"github.com/evs-dev/evs/internal/evs"
-	"github.com/evs-dev/evs/internal/store"
+	"github.com/evs-dev/evs/internal/idempotency"
 )
 
 // ClaimIdempotency writes rec as an in-progress record unless a live record
 // of its scope exists, which it returns instead. Read and write share one
 // immediate transaction, so of concurrent claims exactly one wins, also
 // across processes.
-func (s *Store) ClaimIdempotency(ctx context.Context, rec store.IdemRecord, now time.Time) (store.IdemRecord, bool, error) {
+func (s *Store) ClaimIdempotency(ctx context.Context, rec idempotency.Record, now time.Time) (idempotency.Record, bool, error) {
 	var (
-		existing store.IdemRecord
+		existing idempotency.Record
 		claimed  bool
 	)
 	err := s.write(ctx, func(tx *sql.Tx) error {
 		var (
-			cur                    store.IdemRecord
+			cur                    idempotency.Record
 			lockedUntil, expiresAt int64
 			headers                sql.NullString
 		)
@@ -37,7 +37,7 @@ func (s *Store) ClaimIdempotency(ctx context.Context, rec store.IdemRecord, now 
 		default:
 			cur.LockedUntil, cur.ExpiresAt = fromMillis(lockedUntil), fromMillis(expiresAt)
 			expired := expiresAt <= millis(now)
-			stale := cur.State == store.IdemInProgress && lockedUntil <= millis(now)
+			stale := cur.State == idempotency.InProgress && lockedUntil <= millis(now)
 			if !expired && !stale {
 				if headers.Valid {
 					if err := json.Unmarshal([]byte(headers.String), &cur.Headers); err != nil {
@@ -50,7 +50,7 @@ func (s *Store) ClaimIdempotency(ctx context.Context, rec store.IdemRecord, now 
 		}
 		_, err = tx.ExecContext(ctx,
 			`INSERT OR REPLACE INTO idempotency (scope, fingerprint, state, locked_until, expires_at) VALUES (?, ?, ?, ?, ?)`,
-			rec.Scope, rec.Fingerprint, store.IdemInProgress, millis(rec.LockedUntil), millis(rec.ExpiresAt))
+			rec.Scope, rec.Fingerprint, idempotency.InProgress, millis(rec.LockedUntil), millis(rec.ExpiresAt))
 		if err != nil {
 			return dbErr("write idempotency record", err)
 		}
@@ -58,7 +58,7 @@ func (s *Store) ClaimIdempotency(ctx context.Context, rec store.IdemRecord, now 
 		return nil
 	})
 	if err != nil {
-		return store.IdemRecord{}, false, err
+		return idempotency.Record{}, false, err
 	}
 	return existing, claimed, nil
 }
@@ -80,7 +80,7 @@ func (s *Store) CompleteIdempotency(ctx context.Context, scope string, statusCod
 	return s.write(ctx, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx,
 			`UPDATE idempotency SET state = ?, status_code = ?, headers = ?, body = ? WHERE scope = ? AND state = ?`,
-			store.IdemDone, statusCode, h, body, scope, store.IdemInProgress)
+			idempotency.Done, statusCode, h, body, scope, idempotency.InProgress)
 		if err != nil {
 			return dbErr("complete idempotency record", err)
 		}

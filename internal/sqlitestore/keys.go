@@ -9,11 +9,10 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/evs-dev/evs/internal/evs"
-	"github.com/evs-dev/evs/internal/store"
 )
 
 // CreateAccount stores a new account; an existing ID is CodeInvalidState.
-func (s *Store) CreateAccount(ctx context.Context, a store.Account) error {
+func (s *Store) CreateAccount(ctx context.Context, a evs.Account) error {
 	return s.write(ctx, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx,
 			`INSERT INTO accounts (id, name, test, suspended, created_at) VALUES (?, ?, ?, ?, ?)`,
@@ -27,34 +26,34 @@ func (s *Store) CreateAccount(ctx context.Context, a store.Account) error {
 
 const accountCols = `id, name, test, suspended, created_at`
 
-func scanAccount(row *sql.Row) (store.Account, error) {
+func scanAccount(row *sql.Row) (evs.Account, error) {
 	var (
-		a  store.Account
+		a  evs.Account
 		ms int64
 	)
 	if err := row.Scan(&a.ID, &a.Name, &a.Test, &a.Suspended, &ms); err != nil {
-		return store.Account{}, err
+		return evs.Account{}, err
 	}
 	a.CreatedAt = fromMillis(ms)
 	return a, nil
 }
 
 // Account returns the account with id, or CodeNotFound.
-func (s *Store) Account(ctx context.Context, id string) (store.Account, error) {
+func (s *Store) Account(ctx context.Context, id string) (evs.Account, error) {
 	a, err := scanAccount(s.db.QueryRowContext(ctx, `SELECT `+accountCols+` FROM accounts WHERE id = ?`, id))
 	if errors.Is(err, sql.ErrNoRows) {
-		return store.Account{}, evs.Errorf(evs.CodeNotFound, "No such account.")
+		return evs.Account{}, evs.Errorf(evs.CodeNotFound, "No such account.")
 	}
 	return a, dbErr("read account", err)
 }
 
 // AccountByName returns the account with that name, or CodeNotFound. Should
 // several accounts share a name, the oldest is the one.
-func (s *Store) AccountByName(ctx context.Context, name string) (store.Account, error) {
+func (s *Store) AccountByName(ctx context.Context, name string) (evs.Account, error) {
 	a, err := scanAccount(s.db.QueryRowContext(ctx,
 		`SELECT `+accountCols+` FROM accounts WHERE name = ? ORDER BY created_at, id LIMIT 1`, name))
 	if errors.Is(err, sql.ErrNoRows) {
-		return store.Account{}, evs.Errorf(evs.CodeNotFound, "No such account.")
+		return evs.Account{}, evs.Errorf(evs.CodeNotFound, "No such account.")
 	}
 	return a, dbErr("read account", err)
 }
@@ -68,7 +67,7 @@ func (s *Store) CountAccounts(ctx context.Context) (int, error) {
 
 // CreateKey stores a key. An unknown account is CodeNotFound; a key whose
 // hash or ID is taken is CodeInvalidState.
-func (s *Store) CreateKey(ctx context.Context, k store.Key) error {
+func (s *Store) CreateKey(ctx context.Context, k evs.Key) error {
 	return s.write(ctx, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx,
 			`INSERT INTO keys (hash, id, account_id, revoked, created_at, revoked_at, usage_key_id) VALUES (?, ?, ?, ?, ?, ?, ?)`,
@@ -87,32 +86,32 @@ const keyCols = `hash, id, account_id, revoked, created_at, revoked_at, usage_ke
 
 type scanner interface{ Scan(dest ...any) error }
 
-func scanKey(row scanner) (store.Key, error) {
+func scanKey(row scanner) (evs.Key, error) {
 	var (
-		k         store.Key
+		k         evs.Key
 		created   int64
 		revokedAt sql.NullInt64
 	)
 	if err := row.Scan(&k.Hash, &k.ID, &k.AccountID, &k.Revoked, &created, &revokedAt, &k.UsageKeyID); err != nil {
-		return store.Key{}, err
+		return evs.Key{}, err
 	}
 	k.CreatedAt, k.RevokedAt = fromMillis(created), fromNullMillis(revokedAt)
 	return k, nil
 }
 
 // KeyByHash returns the key with that hash, or CodeNotFound.
-func (s *Store) KeyByHash(ctx context.Context, hash string) (store.Key, error) {
+func (s *Store) KeyByHash(ctx context.Context, hash string) (evs.Key, error) {
 	k, err := scanKey(s.db.QueryRowContext(ctx, `SELECT `+keyCols+` FROM keys WHERE hash = ?`, hash))
 	if errors.Is(err, sql.ErrNoRows) {
-		return store.Key{}, evs.Errorf(evs.CodeNotFound, "No such key.")
+		return evs.Key{}, evs.Errorf(evs.CodeNotFound, "No such key.")
 	}
 	return k, dbErr("read key", err)
 }
 
 // RevokeKey marks the key whose ID or hash is idOrHash revoked at now. A key
 // revoked before keeps its first revocation time.
-func (s *Store) RevokeKey(ctx context.Context, idOrHash string, now time.Time) (store.Key, error) {
-	var k store.Key
+func (s *Store) RevokeKey(ctx context.Context, idOrHash string, now time.Time) (evs.Key, error) {
+	var k evs.Key
 	err := s.write(ctx, func(tx *sql.Tx) error {
 		var err error
 		k, err = scanKey(tx.QueryRowContext(ctx,
@@ -127,13 +126,13 @@ func (s *Store) RevokeKey(ctx context.Context, idOrHash string, now time.Time) (
 }
 
 // ListKeys returns every key, oldest first.
-func (s *Store) ListKeys(ctx context.Context) ([]store.Key, error) {
+func (s *Store) ListKeys(ctx context.Context) ([]evs.Key, error) {
 	rows, err := s.db.QueryContext(ctx, `SELECT `+keyCols+` FROM keys ORDER BY created_at, hash`)
 	if err != nil {
 		return nil, dbErr("list keys", err)
 	}
 	defer rows.Close()
-	var keys []store.Key
+	var keys []evs.Key
 	for rows.Next() {
 		k, err := scanKey(rows)
 		if err != nil {

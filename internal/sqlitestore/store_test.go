@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/idempotency"
 	"github.com/evs-dev/evs/internal/store"
 	"github.com/evs-dev/evs/internal/store/storetest"
 )
@@ -76,7 +77,7 @@ func TestReopenKeepsData(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.CreateAccount(ctx, store.Account{ID: "a1", Name: "alice", CreatedAt: t0}); err != nil {
+	if err := s.CreateAccount(ctx, evs.Account{ID: "a1", Name: "alice", CreatedAt: t0}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Close(); err != nil {
@@ -106,7 +107,7 @@ func TestTimesAreUTC(t *testing.T) {
 	ctx := context.Background()
 	s := openStore(t, t.TempDir(), time.Now)
 	created := time.Date(2026, 3, 1, 23, 30, 0, 7_000_000, time.FixedZone("X", -5*3600))
-	if err := s.CreateAccount(ctx, store.Account{ID: "a1", Name: "alice", CreatedAt: created}); err != nil {
+	if err := s.CreateAccount(ctx, evs.Account{ID: "a1", Name: "alice", CreatedAt: created}); err != nil {
 		t.Fatal(err)
 	}
 	a, err := s.Account(ctx, "a1")
@@ -119,13 +120,13 @@ func TestTimesAreUTC(t *testing.T) {
 }
 
 // newBatch stores a running batch of n items for account a.
-func newBatch(t testing.TB, s *Store, id string, n int, expires time.Time) store.Batch {
+func newBatch(t testing.TB, s *Store, id string, n int, expires time.Time) evs.Batch {
 	t.Helper()
-	b := store.Batch{ID: id, AccountID: "a", Mode: "quick", State: store.StateRunning, CreatedAt: t0, ExpiresAt: expires,
-		Counters: store.Counters{Total: n}}
-	items := make([]store.Item, n)
+	b := evs.Batch{ID: id, AccountID: "a", Mode: "quick", State: evs.StateRunning, CreatedAt: t0, ExpiresAt: expires,
+		Counters: evs.Counters{Total: n}}
+	items := make([]evs.Item, n)
 	for i := range items {
-		items[i] = store.Item{Seq: i, Email: fmt.Sprintf("u%d@d%d.example", i, i%50), Domain: fmt.Sprintf("d%d.example", i%50)}
+		items[i] = evs.Item{Seq: i, Email: fmt.Sprintf("u%d@d%d.example", i, i%50), Domain: fmt.Sprintf("d%d.example", i%50)}
 	}
 	if err := s.CreateBatch(context.Background(), b, items); err != nil {
 		t.Fatalf("CreateBatch: %v", err)
@@ -133,16 +134,22 @@ func newBatch(t testing.TB, s *Store, id string, n int, expires time.Time) store
 	return b
 }
 
-// decision is the size of a real decision object.
-var decision = []byte(`{"email":"u1@d1.example","status":"deliverable","reason":"accepted_email","suggestion":null,` +
-	`"flags":{"disposable":false,"role":false,"free":false,"acceptAll":false},"checks":{"syntax":{"result":"passed"},` +
-	`"dns":{"result":"passed","mx":["mx1.d1.example","mx2.d1.example"]},"smtp":{"result":"passed","code":250}},` +
-	`"testMode":true,"checkedAt":"2026-11-22T10:04:05.123Z"}`)
+// decision is a realistic full-mode decision.
+var decision = evs.Decision{
+	Email: "u1@d1.example", Normalized: "u1@d1.example", Reason: evs.ReasonAcceptedEmail, Mode: evs.ModeFull,
+	Checks: evs.Checks{
+		Syntax: evs.SyntaxCheck{Valid: true},
+		DNS:    evs.DNSCheck{Result: evs.DNSOK, MX: []string{"mx1.d1.example", "mx2.d1.example"}, Rcode: "NOERROR"},
+		SMTP: evs.SMTPCheck{Result: evs.SMTPAccepted, Host: "mx1.d1.example", Code: 250, EnhancedCode: "2.1.5",
+			Message: "2.1.5 Recipient OK", TLS: true},
+	},
+	CheckedAt: time.Date(2026, 11, 22, 10, 4, 5, 123e6, time.UTC), DurationMs: 182,
+}
 
-func resultsFor(from, to int) []store.Result {
-	rs := make([]store.Result, 0, to-from)
+func resultsFor(from, to int) []evs.Result {
+	rs := make([]evs.Result, 0, to-from)
 	for i := from; i < to; i++ {
-		rs = append(rs, store.Result{Seq: i, Email: fmt.Sprintf("u%d@d%d.example", i, i%50), Status: "deliverable", Decision: decision})
+		rs = append(rs, evs.Result{Seq: i, Email: fmt.Sprintf("u%d@d%d.example", i, i%50), Decision: decision})
 	}
 	return rs
 }
@@ -150,12 +157,12 @@ func resultsFor(from, to int) []store.Result {
 func TestCreateBatchIsAtomic(t *testing.T) {
 	ctx := context.Background()
 	s := openStore(t, t.TempDir(), func() time.Time { return t0 })
-	b := store.Batch{ID: "b1", AccountID: "a", Mode: "quick", State: store.StateQueued, CreatedAt: t0, ExpiresAt: t0.Add(time.Hour)}
+	b := evs.Batch{ID: "b1", AccountID: "a", Mode: "quick", State: evs.StateQueued, CreatedAt: t0, ExpiresAt: t0.Add(time.Hour)}
 	// The duplicate seq is in the second INSERT chunk, after the batch row
 	// and the first chunk were written.
-	items := make([]store.Item, itemsPerInsert+10)
+	items := make([]evs.Item, itemsPerInsert+10)
 	for i := range items {
-		items[i] = store.Item{Seq: i, Email: "x@y.example", Domain: "y.example"}
+		items[i] = evs.Item{Seq: i, Email: "x@y.example", Domain: "y.example"}
 	}
 	items[len(items)-1].Seq = 3
 	err := s.CreateBatch(ctx, b, items)
@@ -171,7 +178,7 @@ func TestCreateBatchIsAtomic(t *testing.T) {
 	}
 
 	newBatch(t, s, "b2", 3, t0.Add(time.Hour))
-	err = s.CreateBatch(ctx, store.Batch{ID: "b2", AccountID: "a", State: store.StateQueued, CreatedAt: t0, ExpiresAt: t0.Add(time.Hour)}, nil)
+	err = s.CreateBatch(ctx, evs.Batch{ID: "b2", AccountID: "a", State: evs.StateQueued, CreatedAt: t0, ExpiresAt: t0.Add(time.Hour)}, nil)
 	if evs.ErrorCode(err) != evs.CodeInvalidState {
 		t.Fatalf("CreateBatch of an existing id: %v, want %s", err, evs.CodeInvalidState)
 	}
@@ -183,12 +190,12 @@ func TestPutResultsRefusesBadResults(t *testing.T) {
 	newBatch(t, s, "b1", 3, t0.Add(time.Hour))
 	for _, c := range []struct {
 		name string
-		bad  store.Result
+		bad  evs.Result
 	}{
-		{"unknown seq", store.Result{Seq: 3, Status: "deliverable", Decision: decision}},
-		{"negative seq", store.Result{Seq: -1, Status: "deliverable", Decision: decision}},
-		{"unknown status", store.Result{Seq: 2, Status: "great", Decision: decision}},
-		{"no status", store.Result{Seq: 2, Decision: decision}},
+		{"unknown seq", evs.Result{Seq: 3, Decision: decision}},
+		{"negative seq", evs.Result{Seq: -1, Decision: decision}},
+		{"unknown reason", evs.Result{Seq: 2, Decision: evs.Decision{Reason: "great"}}},
+		{"no reason", evs.Result{Seq: 2}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			// A good result in the same call is not written either.
@@ -218,11 +225,11 @@ func TestCompletedNeedsEveryResult(t *testing.T) {
 	if _, err := s.PutResults(ctx, "a", "b1", resultsFor(0, 2), t0); err != nil {
 		t.Fatal(err)
 	}
-	_, err := s.TransitionBatch(ctx, "a", "b1", []string{store.StateRunning}, store.StateCompleted, "", t0)
+	_, err := s.TransitionBatch(ctx, "a", "b1", []evs.State{evs.StateRunning}, evs.StateCompleted, "", t0)
 	if evs.ErrorCode(err) != evs.CodeInvalidState {
 		t.Fatalf("TransitionBatch to completed with a result missing: %v, want %s", err, evs.CodeInvalidState)
 	}
-	if b, err := s.Batch(ctx, "a", "b1"); err != nil || b.State != store.StateRunning {
+	if b, err := s.Batch(ctx, "a", "b1"); err != nil || b.State != evs.StateRunning {
 		t.Fatalf("batch after the refused transition: %+v, %v", b, err)
 	}
 }
@@ -239,7 +246,7 @@ func TestSweep(t *testing.T) {
 		}
 	}
 	for i, exp := range []time.Duration{time.Hour, 2 * time.Hour, 3 * time.Hour} {
-		rec := store.IdemRecord{Scope: fmt.Sprint("scope-", i), Fingerprint: "f", LockedUntil: t0.Add(time.Minute), ExpiresAt: t0.Add(exp)}
+		rec := idempotency.Record{Scope: fmt.Sprint("scope-", i), Fingerprint: "f", LockedUntil: t0.Add(time.Minute), ExpiresAt: t0.Add(exp)}
 		if _, _, err := s.ClaimIdempotency(ctx, rec, t0); err != nil {
 			t.Fatal(err)
 		}
@@ -297,7 +304,7 @@ func TestBusyIsUnavailable(t *testing.T) {
 	if _, err := tx.ExecContext(ctx, `INSERT INTO accounts (id, name, test, suspended, created_at) VALUES ('h', 'h', 0, 0, 0)`); err != nil {
 		t.Fatal(err)
 	}
-	err = s.CreateAccount(ctx, store.Account{ID: "a1", Name: "alice", CreatedAt: t0})
+	err = s.CreateAccount(ctx, evs.Account{ID: "a1", Name: "alice", CreatedAt: t0})
 	if evs.ErrorCode(err) != evs.CodeUnavailable {
 		t.Fatalf("CreateAccount while another process writes: %v, want %s", err, evs.CodeUnavailable)
 	}
@@ -308,7 +315,7 @@ func TestBusyIsUnavailable(t *testing.T) {
 	if err := tx.Commit(); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.CreateAccount(ctx, store.Account{ID: "a1", Name: "alice", CreatedAt: t0}); err != nil {
+	if err := s.CreateAccount(ctx, evs.Account{ID: "a1", Name: "alice", CreatedAt: t0}); err != nil {
 		t.Fatalf("CreateAccount after the lock is gone: %v", err)
 	}
 }
@@ -321,7 +328,7 @@ func TestTwoHandles(t *testing.T) {
 	dir := t.TempDir()
 	serve := openStore(t, dir, func() time.Time { return t0 })
 	cli := openStore(t, dir, func() time.Time { return t0 })
-	if err := serve.CreateAccount(ctx, store.Account{ID: "a", Name: "owner", CreatedAt: t0}); err != nil {
+	if err := serve.CreateAccount(ctx, evs.Account{ID: "a", Name: "owner", CreatedAt: t0}); err != nil {
 		t.Fatal(err)
 	}
 	const n = 200
@@ -340,7 +347,7 @@ func TestTwoHandles(t *testing.T) {
 	wg.Go(func() {
 		for i := range n / 4 {
 			h := fmt.Sprintf("%012x%052d", i, 0)
-			if err := cli.CreateKey(ctx, store.Key{ID: h[:12], Hash: h, AccountID: "a", CreatedAt: t0.Add(time.Duration(i))}); err != nil {
+			if err := cli.CreateKey(ctx, evs.Key{ID: h[:12], Hash: h, AccountID: "a", CreatedAt: t0.Add(time.Duration(i))}); err != nil {
 				errs <- fmt.Errorf("cli CreateKey: %w", err)
 				return
 			}
@@ -371,7 +378,7 @@ func TestTwoHandles(t *testing.T) {
 		t.Fatalf("serve ListKeys = %d keys, %v; want %d", len(keys), err, n/4)
 	}
 	b, err := cli.Batch(ctx, "a", "b1")
-	if err != nil || b.State != store.StateCompleted || b.Counters.Processed != n {
+	if err != nil || b.State != evs.StateCompleted || b.Counters.Processed != n {
 		t.Fatalf("cli Batch = %+v, %v; want completed with %d processed", b, err, n)
 	}
 }
@@ -383,7 +390,7 @@ func TestCompleteNeedsAClaim(t *testing.T) {
 	if evs.ErrorCode(err) != evs.CodeNotFound {
 		t.Fatalf("CompleteIdempotency without a claim: %v, want %s", err, evs.CodeNotFound)
 	}
-	rec := store.IdemRecord{Scope: "s", Fingerprint: "f", LockedUntil: t0.Add(time.Minute), ExpiresAt: t0.Add(time.Hour)}
+	rec := idempotency.Record{Scope: "s", Fingerprint: "f", LockedUntil: t0.Add(time.Minute), ExpiresAt: t0.Add(time.Hour)}
 	if _, _, err := s.ClaimIdempotency(ctx, rec, t0); err != nil {
 		t.Fatal(err)
 	}

@@ -4,14 +4,14 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/sqsqueue"
-	"github.com/evs-dev/evs/internal/store"
 )
 
-func items(spec ...string) []store.Item {
-	var out []store.Item
+func items(spec ...string) []evs.Item {
+	var out []evs.Item
 	for _, d := range spec {
-		out = append(out, store.Item{Seq: len(out), Email: fmt.Sprintf("u%d@%s", len(out), d), Domain: d})
+		out = append(out, evs.Item{Seq: len(out), Email: fmt.Sprintf("u%d@%s", len(out), d), Domain: d})
 	}
 	return out
 }
@@ -23,7 +23,7 @@ func TestPack(t *testing.T) {
 	}
 	cases := []struct {
 		name  string
-		items []store.Item
+		items []evs.Item
 		size  int
 		want  []int // items per message
 	}{

@@ -23,7 +23,6 @@ import (
 
 	"github.com/evs-dev/evs/internal/batch"
 	"github.com/evs-dev/evs/internal/evs"
-	"github.com/evs-dev/evs/internal/store"
 	"github.com/evs-dev/evs/internal/verify"
 )
 
@@ -41,11 +40,11 @@ const (
 
 // Message is the body of every queue message.
 type Message struct {
-	Kind      string       `json:"kind"`
-	AccountID string       `json:"accountId"`
-	BatchID   string       `json:"batchId"`
-	Items     []store.Item `json:"items,omitempty"`
-	Attempt   int          `json:"attempt,omitempty"`
+	Kind      string     `json:"kind"`
+	AccountID string     `json:"accountId"`
+	BatchID   string     `json:"batchId"`
+	Items     []evs.Item `json:"items,omitempty"`
+	Attempt   int        `json:"attempt,omitempty"`
 }
 
 // Queue sends batch work to SQS.
@@ -59,7 +58,7 @@ func New(client Client, url string) *Queue { return &Queue{client: client, url: 
 
 // Enqueue queues the plan of a new batch: one small message, so creating a
 // batch of 50,000 addresses stays one fast call.
-func (q *Queue) Enqueue(ctx context.Context, b store.Batch) error {
+func (q *Queue) Enqueue(ctx context.Context, b evs.Batch) error {
 	return q.send(ctx, []Message{{Kind: KindPlan, AccountID: b.AccountID, BatchID: b.ID}}, 0)
 }
 
@@ -165,11 +164,11 @@ func (w *Worker) plan(ctx context.Context, m Message) error {
 		}
 		return err
 	}
-	if store.Final(b.State) {
+	if b.State.Final() {
 		return nil
 	}
-	if b.State == store.StateQueued {
-		if _, err := w.Store.TransitionBatch(ctx, b.AccountID, b.ID, []string{store.StateQueued}, store.StateRunning, "", w.now()); err != nil && evs.ErrorCode(err) != evs.CodeInvalidState {
+	if b.State == evs.StateQueued {
+		if _, err := w.Store.TransitionBatch(ctx, b.AccountID, b.ID, []evs.State{evs.StateQueued}, evs.StateRunning, "", w.now()); err != nil && evs.ErrorCode(err) != evs.CodeInvalidState {
 			return err
 		}
 	}
@@ -189,7 +188,7 @@ func (w *Worker) packSize() int {
 
 // Pack puts items into work messages of at most size addresses, keeping
 // each domain's addresses together where they fit.
-func Pack(accountID, batchID string, items []store.Item, size int) []Message {
+func Pack(accountID, batchID string, items []evs.Item, size int) []Message {
 	var out []Message
 	cur := Message{Kind: KindWork, AccountID: accountID, BatchID: batchID}
 	flush := func() {
@@ -222,7 +221,7 @@ func (w *Worker) work(ctx context.Context, m Message) error {
 		}
 		return err
 	}
-	if store.Final(b.State) {
+	if b.State.Final() {
 		return nil // cancelled: stop new work
 	}
 	acct, err := w.Accounts.Account(ctx, m.AccountID)
@@ -235,8 +234,8 @@ func (w *Worker) work(ctx context.Context, m Message) error {
 	}
 	var (
 		mu      sync.Mutex
-		results []store.Result
-		retry   []store.Item
+		results []evs.Result
+		retry   []evs.Item
 		firstEr error
 		wg      sync.WaitGroup
 		sem     = make(chan struct{}, conc)
@@ -248,7 +247,7 @@ func (w *Worker) work(ctx context.Context, m Message) error {
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			rs, again, err := w.Processor.Verify(ctx, acct.Test, verify.Mode(b.Mode), g, m.Attempt, memo)
+			rs, again, err := w.Processor.Verify(ctx, acct.Test, evs.Mode(b.Mode), g, m.Attempt, memo)
 			mu.Lock()
 			defer mu.Unlock()
 			results = append(results, rs...)

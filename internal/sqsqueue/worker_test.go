@@ -23,7 +23,6 @@ import (
 	"github.com/evs-dev/evs/internal/logtest"
 	"github.com/evs-dev/evs/internal/mototest"
 	"github.com/evs-dev/evs/internal/sqsqueue"
-	"github.com/evs-dev/evs/internal/store"
 	"github.com/evs-dev/evs/internal/verify"
 )
 
@@ -33,7 +32,7 @@ func TestMain(m *testing.M) { os.Exit(mototest.Main(m)) }
 // mode, so the worker must never call it.
 type noNetwork struct{ t *testing.T }
 
-func (n noNetwork) VerifyDomain(context.Context, []string, verify.Mode, *verify.CatchAllMemo) []verify.Decision {
+func (n noNetwork) VerifyDomain(context.Context, []string, evs.Mode, *verify.CatchAllMemo) []evs.Decision {
 	n.t.Error("the live engine was called for a test-mode account")
 	return nil
 }
@@ -87,9 +86,9 @@ type world struct {
 	rec   *sendRecorder
 	q     *sqsqueue.Queue
 	w     *sqsqueue.Worker
-	acct  store.Account
+	acct  evs.Account
 	logs  *logtest.Buffer
-	batch store.Batch
+	batch evs.Batch
 }
 
 func newWorld(t *testing.T, packSize int, greyBackoff time.Duration, maxGrey int) *world {
@@ -109,7 +108,7 @@ func newWorld(t *testing.T, packSize int, greyBackoff time.Duration, maxGrey int
 	if err != nil {
 		t.Fatalf("create queue: %v", err)
 	}
-	acct := store.Account{ID: "acct-" + uuid.NewString(), Name: mototest.Name(t, "acct"), Test: true, CreatedAt: time.Now().UTC()}
+	acct := evs.Account{ID: "acct-" + uuid.NewString(), Name: mototest.Name(t, "acct"), Test: true, CreatedAt: time.Now().UTC()}
 	if err := st.CreateAccount(ctx, acct); err != nil {
 		t.Fatalf("create account: %v", err)
 	}
@@ -128,10 +127,10 @@ func newWorld(t *testing.T, packSize int, greyBackoff time.Duration, maxGrey int
 
 // createBatch stores a batch of emails the way the requests API does:
 // duplicates (by normalized address) are counted, not stored.
-func (w *world) createBatch(mode string, emails ...string) store.Batch {
+func (w *world) createBatch(mode evs.Mode, emails ...string) evs.Batch {
 	w.t.Helper()
 	seen := map[string]bool{}
-	var items []store.Item
+	var items []evs.Item
 	for _, e := range emails {
 		key, domain := strings.TrimSpace(e), ""
 		if in := verify.Inspect(e); in.Valid {
@@ -141,13 +140,13 @@ func (w *world) createBatch(mode string, emails ...string) store.Batch {
 			continue
 		}
 		seen[key] = true
-		items = append(items, store.Item{Seq: len(items), Email: e, Domain: domain})
+		items = append(items, evs.Item{Seq: len(items), Email: e, Domain: domain})
 	}
 	now := time.Now().UTC()
-	b := store.Batch{
-		ID: uuid.NewString(), AccountID: w.acct.ID, Mode: mode, State: store.StateQueued,
+	b := evs.Batch{
+		ID: uuid.NewString(), AccountID: w.acct.ID, Mode: mode, State: evs.StateQueued,
 		CreatedAt: now, ExpiresAt: now.Add(24 * time.Hour),
-		Counters: store.Counters{Total: len(emails), Duplicates: len(emails) - len(items)},
+		Counters: evs.Counters{Total: len(emails), Duplicates: len(emails) - len(items)},
 	}
 	if err := w.st.CreateBatch(w.ctx, b, items); err != nil {
 		w.t.Fatalf("create batch: %v", err)
@@ -235,7 +234,7 @@ func decode(t *testing.T, m types.Message) sqsqueue.Message {
 	return out
 }
 
-func (w *world) current() store.Batch {
+func (w *world) current() evs.Batch {
 	w.t.Helper()
 	b, err := w.st.Batch(w.ctx, w.batch.AccountID, w.batch.ID)
 	if err != nil {
@@ -253,21 +252,16 @@ func (w *world) results() map[string]string {
 	}
 	out := map[string]string{}
 	for _, r := range rs {
-		var d struct {
-			Reason string `json:"reason"`
-		}
-		if err := json.Unmarshal(r.Decision, &d); err != nil {
-			w.t.Fatalf("decision of %d: %v", r.Seq, err)
-		}
+		d := r.Decision
 		if _, dup := out[r.Email]; dup {
 			w.t.Fatalf("two results for item %d", r.Seq)
 		}
-		out[r.Email] = r.Status + "/" + d.Reason
+		out[r.Email] = string(r.Status()) + "/" + string(d.Reason)
 	}
 	return out
 }
 
-func (w *world) checkCounters(want store.Counters) {
+func (w *world) checkCounters(want evs.Counters) {
 	w.t.Helper()
 	if got := w.current().Counters; got != want {
 		w.t.Fatalf("counters %+v, want %+v", got, want)
@@ -290,7 +284,7 @@ var mixedResults = map[string]string{
 	"team+rejected-email@x.example": "undeliverable/rejected_email",
 }
 
-var mixedCounters = store.Counters{Total: 7, Duplicates: 1, Processed: 6, Deliverable: 1, Undeliverable: 3, Risky: 2}
+var mixedCounters = evs.Counters{Total: 7, Duplicates: 1, Processed: 6, Deliverable: 1, Undeliverable: 3, Risky: 2}
 
 // TestWorkerPlanAndWork runs a batch through the queue: Enqueue sends one
 // plan message; the worker turns it into work messages packed by domain and
@@ -320,7 +314,7 @@ func TestWorkerPlanAndWork(t *testing.T) {
 				t.Fatalf("plan message: %+v", m)
 			}
 			w.handle(plan...)
-			if got := w.current(); got.State != store.StateRunning || got.Counters.Processed != 0 {
+			if got := w.current(); got.State != evs.StateRunning || got.Counters.Processed != 0 {
 				t.Fatalf("after plan: state %s counters %+v", got.State, got.Counters)
 			}
 
@@ -346,12 +340,12 @@ func TestWorkerPlanAndWork(t *testing.T) {
 
 			// Deliver all but the last: the batch runs on, counters partial.
 			w.handle(work[:len(work)-1]...)
-			if cur := w.current(); cur.State != store.StateRunning || cur.Counters.Processed >= mixedCounters.Processed {
+			if cur := w.current(); cur.State != evs.StateRunning || cur.Counters.Processed >= mixedCounters.Processed {
 				t.Fatalf("before the last message: state %s counters %+v", cur.State, cur.Counters)
 			}
 			w.handle(work[len(work)-1])
 			final := w.current()
-			if final.State != store.StateCompleted || final.CompletedAt.IsZero() {
+			if final.State != evs.StateCompleted || final.CompletedAt.IsZero() {
 				t.Fatalf("final state %s, completedAt %v", final.State, final.CompletedAt)
 			}
 			w.checkCounters(mixedCounters)
@@ -380,7 +374,7 @@ func TestWorkerRedeliveryCountsOnce(t *testing.T) {
 		}},
 		{"work message again after completion", func(w *world, work []types.Message) {
 			w.handle(work...)
-			if s := w.current().State; s != store.StateCompleted {
+			if s := w.current().State; s != evs.StateCompleted {
 				w.t.Fatalf("state %s after first delivery", s)
 			}
 			w.handle(work...)
@@ -408,7 +402,7 @@ func TestWorkerRedeliveryCountsOnce(t *testing.T) {
 				work[0], work[1] = work[1], work[0]
 			}
 			tc.run(w, work)
-			if s := w.current().State; s != store.StateCompleted {
+			if s := w.current().State; s != evs.StateCompleted {
 				t.Fatalf("state %s", s)
 			}
 			w.checkCounters(mixedCounters)
@@ -466,7 +460,7 @@ func TestWorkerGreylistResend(t *testing.T) {
 			break
 		}
 		// Before the last attempt only accepted_email has a result.
-		if cur.State != store.StateRunning || cur.Counters.Processed != 1 || cur.Counters.Deliverable != 1 {
+		if cur.State != evs.StateRunning || cur.Counters.Processed != 1 || cur.Counters.Deliverable != 1 {
 			t.Fatalf("after attempt %d: state %s counters %+v", attempt, cur.State, cur.Counters)
 		}
 		wantDelay := int32(batch.Backoff(time.Second, attempt+1) / time.Second)
@@ -482,10 +476,10 @@ func TestWorkerGreylistResend(t *testing.T) {
 		work = append(early, w.receiveN(1-len(early), time.Duration(wantDelay+5)*time.Second)...)
 	}
 	final := w.current()
-	if final.State != store.StateCompleted {
+	if final.State != evs.StateCompleted {
 		t.Fatalf("final state %s", final.State)
 	}
-	w.checkCounters(store.Counters{Total: 3, Processed: 3, Deliverable: 1, Unknown: 2})
+	w.checkCounters(evs.Counters{Total: 3, Processed: 3, Deliverable: 1, Unknown: 2})
 	want := map[string]string{
 		"greylisted@x.example":      "unknown/greylisted",
 		"accepted_email@x.example":  "deliverable/accepted_email",
@@ -514,7 +508,7 @@ func TestWorkerGreylistDelayCap(t *testing.T) {
 			w := newWorld(t, 200, tc.backoff, len(tc.want)+1)
 			b := w.createBatch("quick", "greylisted@x.example")
 			m := sqsqueue.Message{Kind: sqsqueue.KindWork, AccountID: b.AccountID, BatchID: b.ID,
-				Items: []store.Item{{Seq: 0, Email: "greylisted@x.example", Domain: "x.example"}}}
+				Items: []evs.Item{{Seq: 0, Email: "greylisted@x.example", Domain: "x.example"}}}
 			for attempt, want := range tc.want {
 				body, _ := json.Marshal(m)
 				w.handle(types.Message{MessageId: aws.String(fmt.Sprintf("m%d", attempt)), Body: aws.String(string(body))})
@@ -529,7 +523,7 @@ func TestWorkerGreylistDelayCap(t *testing.T) {
 			if sent := w.rec.take(); len(sent) != 0 {
 				t.Fatalf("last attempt resent %+v", sent)
 			}
-			w.checkCounters(store.Counters{Total: 1, Processed: 1, Unknown: 1})
+			w.checkCounters(evs.Counters{Total: 1, Processed: 1, Unknown: 1})
 		})
 	}
 }
@@ -537,8 +531,8 @@ func TestWorkerGreylistDelayCap(t *testing.T) {
 // failingStore makes every batch read fail as a DynamoDB outage would.
 type failingStore struct{ batch.Store }
 
-func (failingStore) Batch(context.Context, string, string) (store.Batch, error) {
-	return store.Batch{}, evs.Errorf(evs.CodeUnavailable, "injected outage")
+func (failingStore) Batch(context.Context, string, string) (evs.Batch, error) {
+	return evs.Batch{}, evs.Errorf(evs.CodeUnavailable, "injected outage")
 }
 
 // TestWorkerUnreadableMessage pins what Handle does with a message it
@@ -574,7 +568,7 @@ func TestWorkerUnreadableMessage(t *testing.T) {
 				w.w.Store = failingStore{w.w.Store}
 			}
 			good, _ := json.Marshal(sqsqueue.Message{Kind: sqsqueue.KindWork, AccountID: b.AccountID, BatchID: b.ID,
-				Items: []store.Item{{Seq: 0, Email: "accepted_email@x.example", Domain: "x.example"}}})
+				Items: []evs.Item{{Seq: 0, Email: "accepted_email@x.example", Domain: "x.example"}}})
 			ev := event(
 				types.Message{MessageId: aws.String("bad-1"), Body: aws.String(tc.body)},
 				types.Message{MessageId: aws.String("good-1"), Body: aws.String(string(good))},
@@ -607,7 +601,7 @@ func TestWorkerUnreadableMessage(t *testing.T) {
 			}
 			if !tc.failing {
 				// The readable record of the same event was processed.
-				if cur := w.current(); cur.State != store.StateCompleted || cur.Counters.Deliverable != 1 {
+				if cur := w.current(); cur.State != evs.StateCompleted || cur.Counters.Deliverable != 1 {
 					t.Fatalf("good record not processed: %s %+v", cur.State, cur.Counters)
 				}
 			}

@@ -6,11 +6,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/verify"
 	"github.com/evs-dev/evs/internal/verify/dnscheck"
 	"github.com/evs-dev/evs/internal/verify/dnscheck/dnstest"
 	"github.com/evs-dev/evs/internal/verify/smtpprobe"
 	"github.com/evs-dev/evs/internal/verify/smtpprobe/smtptest"
-	"github.com/evs-dev/evs/internal/verify"
 )
 
 var sink verify.Inspection
@@ -54,10 +55,10 @@ func BenchmarkVerifyQuickCached(b *testing.B) {
 	}
 	e, _ := verify.New(verify.Config{Resolver: res})
 	ctx := context.Background()
-	e.Verify(ctx, "john.smith@corp.example", verify.ModeQuick)
+	e.Verify(ctx, "john.smith@corp.example", evs.ModeQuick)
 	b.ReportAllocs()
 	for b.Loop() {
-		e.Verify(ctx, "john.smith@corp.example", verify.ModeQuick)
+		e.Verify(ctx, "john.smith@corp.example", evs.ModeQuick)
 	}
 }
 
@@ -68,8 +69,8 @@ func BenchmarkVerifyFullLoopback(b *testing.B) {
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
-		d := w.Verify(ctx, "alice@corp.example", verify.ModeFull)
-		if d.Reason != verify.ReasonAcceptedEmail {
+		d := w.Verify(ctx, "alice@corp.example", evs.ModeFull)
+		if d.Reason != evs.ReasonAcceptedEmail {
 			b.Fatalf("reason %s: %s", d.Reason, d.Checks.SMTP.Detail)
 		}
 	}

@@ -20,6 +20,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/verify/address"
 	"github.com/evs-dev/evs/internal/verify/dnscheck"
 	"github.com/evs-dev/evs/internal/verify/lists"
@@ -112,7 +113,7 @@ type Inspection struct {
 	Address    address.Address
 	Valid      bool
 	SyntaxRule string
-	Flags      Flags
+	Flags      evs.Flags
 	// SuggestedDomain is the corrected domain, or "" when none.
 	SuggestedDomain string
 }
@@ -143,15 +144,15 @@ func Inspect(email string) Inspection {
 
 // decision starts a decision from an inspection; the DNS and SMTP stages
 // fill in the rest.
-func (in Inspection) decision(email string, mode Mode) Decision {
-	d := Decision{
+func (in Inspection) decision(email string, mode evs.Mode) evs.Decision {
+	d := evs.Decision{
 		Email: email,
 		Mode:  mode,
 		Flags: in.Flags,
-		Checks: Checks{
-			Syntax: SyntaxCheck{Valid: in.Valid, Error: in.SyntaxRule},
-			DNS:    DNSCheck{Result: DNSNotChecked, MX: []string{}},
-			SMTP:   SMTPCheck{Result: SMTPSkipped},
+		Checks: evs.Checks{
+			Syntax: evs.SyntaxCheck{Valid: in.Valid, Error: in.SyntaxRule},
+			DNS:    evs.DNSCheck{Result: evs.DNSNotChecked, MX: []string{}},
+			SMTP:   evs.SMTPCheck{Result: evs.SMTPSkipped},
 		},
 	}
 	if in.Valid {
@@ -167,15 +168,15 @@ func (in Inspection) decision(email string, mode Mode) Decision {
 // Verify verifies one address in the given mode. It never fails: whatever
 // could not be learned is an unknown outcome with its evidence. The
 // context's deadline bounds the whole verification.
-func (e *Engine) Verify(ctx context.Context, email string, mode Mode) Decision {
+func (e *Engine) Verify(ctx context.Context, email string, mode evs.Mode) evs.Decision {
 	start := e.cfg.Now()
 	in := Inspect(email)
 	d := in.decision(email, mode)
 	if in.Valid {
 		mail := e.cfg.Resolver.LookupMail(ctx, in.Address.Domain)
 		d.Checks.DNS = dnsEvidence(mail)
-		if mode == ModeFull && mail.Outcome == dnscheck.OutcomeOK {
-			e.probe(ctx, in.Address.Domain, mail, []*Decision{&d}, nil)
+		if mode == evs.ModeFull && mail.Outcome == dnscheck.OutcomeOK {
+			e.probe(ctx, in.Address.Domain, mail, []*evs.Decision{&d}, nil)
 		} else {
 			d.Checks.SMTP.Detail = e.skipDetail(mode, mail)
 		}
@@ -190,13 +191,13 @@ func (e *Engine) Verify(ctx context.Context, email string, mode Mode) Decision {
 // (accepted or rejected) are kept. It is safe for concurrent use.
 type CatchAllMemo struct {
 	mu sync.Mutex
-	m  map[string]SMTPCheck
+	m  map[string]evs.SMTPCheck
 }
 
 // NewCatchAllMemo returns an empty memo, typically one per batch.
-func NewCatchAllMemo() *CatchAllMemo { return &CatchAllMemo{m: map[string]SMTPCheck{}} }
+func NewCatchAllMemo() *CatchAllMemo { return &CatchAllMemo{m: map[string]evs.SMTPCheck{}} }
 
-func (m *CatchAllMemo) get(domain string) *SMTPCheck {
+func (m *CatchAllMemo) get(domain string) *evs.SMTPCheck {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if c, ok := m.m[domain]; ok {
@@ -205,7 +206,7 @@ func (m *CatchAllMemo) get(domain string) *SMTPCheck {
 	return nil
 }
 
-func (m *CatchAllMemo) put(domain string, c SMTPCheck) {
+func (m *CatchAllMemo) put(domain string, c evs.SMTPCheck) {
 	m.mu.Lock()
 	m.m[domain] = c
 	m.mu.Unlock()
@@ -216,10 +217,10 @@ func (m *CatchAllMemo) put(domain string, c SMTPCheck) {
 // accept-all probe (none when memo already knows the domain). Decisions
 // come back in the order of emails. Addresses whose syntax is invalid, or
 // whose domain differs from the first valid one's, are verified alone.
-func (e *Engine) VerifyDomain(ctx context.Context, emails []string, mode Mode, memo *CatchAllMemo) []Decision {
+func (e *Engine) VerifyDomain(ctx context.Context, emails []string, mode evs.Mode, memo *CatchAllMemo) []evs.Decision {
 	start := e.cfg.Now()
-	out := make([]Decision, len(emails))
-	var group []*Decision
+	out := make([]evs.Decision, len(emails))
+	var group []*evs.Decision
 	domain := ""
 	for i, email := range emails {
 		in := Inspect(email)
@@ -238,7 +239,7 @@ func (e *Engine) VerifyDomain(ctx context.Context, emails []string, mode Mode, m
 	for _, d := range group {
 		d.Checks.DNS = dnsEvidence(mail)
 	}
-	if mode == ModeFull && mail.Outcome == dnscheck.OutcomeOK {
+	if mode == evs.ModeFull && mail.Outcome == dnscheck.OutcomeOK {
 		e.probe(ctx, domain, mail, group, memo)
 	} else {
 		detail := e.skipDetail(mode, mail)
@@ -252,9 +253,9 @@ func (e *Engine) VerifyDomain(ctx context.Context, emails []string, mode Mode, m
 	return out
 }
 
-func (e *Engine) skipDetail(mode Mode, mail dnscheck.MailResult) string {
+func (e *Engine) skipDetail(mode evs.Mode, mail dnscheck.MailResult) string {
 	switch {
-	case mode == ModeQuick:
+	case mode == evs.ModeQuick:
 		return "skipped: quick mode"
 	case mail.Outcome != dnscheck.OutcomeOK:
 		return "skipped: no mail server to probe"
@@ -263,22 +264,22 @@ func (e *Engine) skipDetail(mode Mode, mail dnscheck.MailResult) string {
 	}
 }
 
-func (e *Engine) finish(d Decision, start time.Time) Decision {
+func (e *Engine) finish(d evs.Decision, start time.Time) evs.Decision {
 	d.Reason = Verdict(Evidence{
 		SyntaxValid: d.Checks.Syntax.Valid,
 		Disposable:  d.Flags.Disposable,
 		DNS:         d.Checks.DNS.Result,
 		SMTP:        d.Checks.SMTP.Result,
 	})
-	d.Flags.AcceptAll = d.Checks.SMTP.Result == SMTPAcceptAll
+	d.Flags.AcceptAll = d.Checks.SMTP.Result == evs.SMTPAcceptAll
 	now := e.cfg.Now()
-	d.CheckedAt = Time{now.UTC()}
+	d.CheckedAt = now.UTC()
 	d.DurationMs = now.Sub(start).Milliseconds()
 	return d
 }
 
-func dnsEvidence(m dnscheck.MailResult) DNSCheck {
-	c := DNSCheck{Result: string(m.Outcome), ImplicitMX: m.Implicit, Rcode: m.Rcode, Error: m.Err}
+func dnsEvidence(m dnscheck.MailResult) evs.DNSCheck {
+	c := evs.DNSCheck{Result: string(m.Outcome), ImplicitMX: m.Implicit, Rcode: m.Rcode, Error: m.Err}
 	c.MX = make([]string, len(m.MX))
 	for i, mx := range m.MX {
 		c.MX[i] = mx.Host
@@ -289,10 +290,10 @@ func dnsEvidence(m dnscheck.MailResult) DNSCheck {
 // probe runs the SMTP stage for one or more addresses of the same domain on
 // one connection, with a single accept-all probe, and writes each result
 // into its decision. The caller has checked that DNS found mail hosts.
-func (e *Engine) probe(ctx context.Context, domain string, mail dnscheck.MailResult, ds []*Decision, memo *CatchAllMemo) {
+func (e *Engine) probe(ctx context.Context, domain string, mail dnscheck.MailResult, ds []*evs.Decision, memo *CatchAllMemo) {
 	if e.cfg.Prober == nil {
 		for _, d := range ds {
-			d.Checks.SMTP = SMTPCheck{Result: SMTPSkipped, Detail: "skipped: " + e.cfg.SMTPOffDetail}
+			d.Checks.SMTP = evs.SMTPCheck{Result: evs.SMTPSkipped, Detail: "skipped: " + e.cfg.SMTPOffDetail}
 		}
 		return
 	}
@@ -312,25 +313,25 @@ func (e *Engine) probe(ctx context.Context, domain string, mail dnscheck.MailRes
 
 	// The catch-all probe runs only when some address is accepted: it is
 	// the only case where its answer changes a verdict.
-	var catchAll *SMTPCheck
+	var catchAll *evs.SMTPCheck
 	if memo != nil {
 		catchAll = memo.get(domain)
 	}
 	for _, d := range ds {
 		c := rcptCheck(ctx, sess, d.Normalized)
-		if c.Result == SMTPAccepted {
+		if c.Result == evs.SMTPAccepted {
 			if catchAll == nil {
 				cc := rcptCheck(ctx, sess, e.cfg.RandomLocal()+"@"+domain)
 				catchAll = &cc
-				if memo != nil && (cc.Result == SMTPAccepted || cc.Result == SMTPRejected) {
+				if memo != nil && (cc.Result == evs.SMTPAccepted || cc.Result == evs.SMTPRejected) {
 					memo.put(domain, cc)
 				}
 			}
 			switch catchAll.Result {
-			case SMTPAccepted:
-				c.Result = SMTPAcceptAll
+			case evs.SMTPAccepted:
+				c.Result = evs.SMTPAcceptAll
 				c.Detail = "the server also accepted a random address on the domain"
-			case SMTPRejected:
+			case evs.SMTPRejected:
 				c.Detail = "the server rejects unknown addresses"
 			default:
 				c.Detail = "accept-all probe inconclusive: " + catchAll.Result
@@ -341,57 +342,57 @@ func (e *Engine) probe(ctx context.Context, domain string, mail dnscheck.MailRes
 }
 
 // openFailure turns a failed connection attempt into evidence.
-func openFailure(ctx context.Context, err error) SMTPCheck {
+func openFailure(ctx context.Context, err error) evs.SMTPCheck {
 	var pe *smtpprobe.ProbeError
 	if errors.As(err, &pe) {
-		c := SMTPCheck{Host: pe.Host, Code: pe.Reply.Code, EnhancedCode: pe.Reply.Enhanced, Message: trimText(pe.Reply.Text)}
+		c := evs.SMTPCheck{Host: pe.Host, Code: pe.Reply.Code, EnhancedCode: pe.Reply.Enhanced, Message: trimText(pe.Reply.Text)}
 		switch {
 		case pe.Timeout:
-			c.Result, c.Detail = SMTPTimeout, "no mail host answered in time"
+			c.Result, c.Detail = evs.SMTPTimeout, "no mail host answered in time"
 		case pe.Class == smtpprobe.Blocked:
-			c.Result, c.Detail = SMTPUnreachable, "blocked: the mail hosts refused our probe (about us, not the mailbox)"
+			c.Result, c.Detail = evs.SMTPUnreachable, "blocked: the mail hosts refused our probe (about us, not the mailbox)"
 		case pe.Class == smtpprobe.Greylisted || pe.Class == smtpprobe.RateLimited:
-			c.Result, c.Detail = SMTPGreylisted, "the mail hosts asked us to try again later"
+			c.Result, c.Detail = evs.SMTPGreylisted, "the mail hosts asked us to try again later"
 		default:
-			c.Result, c.Detail = SMTPUnreachable, "no mail host accepted a connection"
+			c.Result, c.Detail = evs.SMTPUnreachable, "no mail host accepted a connection"
 		}
 		return c
 	}
 	if ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) {
-		return SMTPCheck{Result: SMTPTimeout, Detail: "the probe ran out of time"}
+		return evs.SMTPCheck{Result: evs.SMTPTimeout, Detail: "the probe ran out of time"}
 	}
-	return SMTPCheck{Result: SMTPUnreachable, Detail: "no mail host accepted a connection"}
+	return evs.SMTPCheck{Result: evs.SMTPUnreachable, Detail: "no mail host accepted a connection"}
 }
 
 // rcptCheck asks the server about one recipient and maps its class to an
 // SMTP result. Anything that is about us, or temporary, never becomes a
 // verdict on the mailbox.
-func rcptCheck(ctx context.Context, s Session, rcpt string) SMTPCheck {
+func rcptCheck(ctx context.Context, s Session, rcpt string) evs.SMTPCheck {
 	r, class, err := s.Rcpt(ctx, rcpt)
-	c := SMTPCheck{Host: s.Host(), TLS: s.TLS(), Code: r.Code, EnhancedCode: r.Enhanced, Message: trimText(r.Text)}
+	c := evs.SMTPCheck{Host: s.Host(), TLS: s.TLS(), Code: r.Code, EnhancedCode: r.Enhanced, Message: trimText(r.Text)}
 	if err != nil {
 		if ctx.Err() != nil || isTimeout(err) {
-			c.Result, c.Detail = SMTPTimeout, "the server did not answer RCPT in time"
+			c.Result, c.Detail = evs.SMTPTimeout, "the server did not answer RCPT in time"
 		} else {
-			c.Result, c.Detail = SMTPUnreachable, "the connection failed during RCPT"
+			c.Result, c.Detail = evs.SMTPUnreachable, "the connection failed during RCPT"
 		}
 		return c
 	}
 	switch class {
 	case smtpprobe.Accepted:
-		c.Result = SMTPAccepted
+		c.Result = evs.SMTPAccepted
 	case smtpprobe.Rejected:
-		c.Result, c.Detail = SMTPRejected, "the server rejected the mailbox"
+		c.Result, c.Detail = evs.SMTPRejected, "the server rejected the mailbox"
 	case smtpprobe.Full:
-		c.Result, c.Detail = SMTPFull, "the mailbox is over quota"
+		c.Result, c.Detail = evs.SMTPFull, "the mailbox is over quota"
 	case smtpprobe.Greylisted:
-		c.Result, c.Detail = SMTPGreylisted, "temporary failure: try again later"
+		c.Result, c.Detail = evs.SMTPGreylisted, "temporary failure: try again later"
 	case smtpprobe.RateLimited:
-		c.Result, c.Detail = SMTPGreylisted, "the server limited our rate: not evidence against the mailbox"
+		c.Result, c.Detail = evs.SMTPGreylisted, "the server limited our rate: not evidence against the mailbox"
 	case smtpprobe.Blocked:
-		c.Result, c.Detail = SMTPUnreachable, "blocked: the server refused our probe (about us, not the mailbox)"
+		c.Result, c.Detail = evs.SMTPUnreachable, "blocked: the server refused our probe (about us, not the mailbox)"
 	default:
-		c.Result, c.Detail = SMTPUnreachable, "the reply says nothing certain about the mailbox"
+		c.Result, c.Detail = evs.SMTPUnreachable, "the reply says nothing certain about the mailbox"
 	}
 	return c
 }

@@ -9,11 +9,12 @@ import (
 
 	"github.com/miekg/dns"
 
+	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/verify"
 	"github.com/evs-dev/evs/internal/verify/dnscheck"
 	"github.com/evs-dev/evs/internal/verify/dnscheck/dnstest"
 	"github.com/evs-dev/evs/internal/verify/smtpprobe"
 	"github.com/evs-dev/evs/internal/verify/smtpprobe/smtptest"
-	"github.com/evs-dev/evs/internal/verify"
 )
 
 // world is a small internet on loopback: an authoritative DNS server and
@@ -113,57 +114,57 @@ func TestEngineReasons(t *testing.T) {
 
 	cases := []struct {
 		email, mode string
-		reason      verify.Reason
+		reason      evs.Reason
 		dns, smtp   string
 		code        int
 	}{
-		{"alice@corp.example", "full", verify.ReasonAcceptedEmail, "ok", "accepted", 250},
-		{"alice@tls.example", "full", verify.ReasonAcceptedEmail, "ok", "accepted", 250},
-		{"alice@fallback.example", "full", verify.ReasonAcceptedEmail, "ok", "accepted", 250},
-		{"alice@implicit.example", "full", verify.ReasonAcceptedEmail, "ok", "accepted", 250},
-		{"nobody@corp.example", "full", verify.ReasonRejectedEmail, "ok", "rejected", 550},
-		{"disabled@corp.example", "full", verify.ReasonRejectedEmail, "ok", "rejected", 550},
-		{"full@corp.example", "full", verify.ReasonMailboxFull, "ok", "full", 552},
-		{"full4@corp.example", "full", verify.ReasonMailboxFull, "ok", "full", 452},
-		{"grey@corp.example", "full", verify.ReasonGreylisted, "ok", "greylisted", 451},
-		{"ratelimit@corp.example", "full", verify.ReasonGreylisted, "ok", "greylisted", 452},
-		{"blocked@corp.example", "full", verify.ReasonSMTPUnreachable, "ok", "unreachable", 554},
-		{"anyone@catchall.example", "full", verify.ReasonAcceptAll, "ok", "accept_all", 250},
-		{"x@mailinator.com", "full", verify.ReasonDisposable, "ok", "accept_all", 250},
-		{"a@nullmx.example", "full", verify.ReasonNoMailServer, "null_mx", "skipped", 0},
-		{"a@nomail.example", "full", verify.ReasonNoMailServer, "no_records", "skipped", 0},
-		{"a@missing.example", "full", verify.ReasonInvalidDomain, "nxdomain", "skipped", 0},
-		{"a@servfail.example", "full", verify.ReasonDNSError, "error", "skipped", 0},
-		{"a@dead.example", "full", verify.ReasonSMTPUnreachable, "ok", "unreachable", 0},
-		{"a@silent.example", "full", verify.ReasonTimeout, "ok", "timeout", 0},
-		{"alice@corp.example", "quick", verify.ReasonMailboxNotChecked, "ok", "skipped", 0},
-		{"a..b@corp.example", "full", verify.ReasonInvalidSyntax, "not_checked", "skipped", 0},
+		{"alice@corp.example", "full", evs.ReasonAcceptedEmail, "ok", "accepted", 250},
+		{"alice@tls.example", "full", evs.ReasonAcceptedEmail, "ok", "accepted", 250},
+		{"alice@fallback.example", "full", evs.ReasonAcceptedEmail, "ok", "accepted", 250},
+		{"alice@implicit.example", "full", evs.ReasonAcceptedEmail, "ok", "accepted", 250},
+		{"nobody@corp.example", "full", evs.ReasonRejectedEmail, "ok", "rejected", 550},
+		{"disabled@corp.example", "full", evs.ReasonRejectedEmail, "ok", "rejected", 550},
+		{"full@corp.example", "full", evs.ReasonMailboxFull, "ok", "full", 552},
+		{"full4@corp.example", "full", evs.ReasonMailboxFull, "ok", "full", 452},
+		{"grey@corp.example", "full", evs.ReasonGreylisted, "ok", "greylisted", 451},
+		{"ratelimit@corp.example", "full", evs.ReasonGreylisted, "ok", "greylisted", 452},
+		{"blocked@corp.example", "full", evs.ReasonSMTPUnreachable, "ok", "unreachable", 554},
+		{"anyone@catchall.example", "full", evs.ReasonAcceptAll, "ok", "accept_all", 250},
+		{"x@mailinator.com", "full", evs.ReasonDisposable, "ok", "accept_all", 250},
+		{"a@nullmx.example", "full", evs.ReasonNoMailServer, "null_mx", "skipped", 0},
+		{"a@nomail.example", "full", evs.ReasonNoMailServer, "no_records", "skipped", 0},
+		{"a@missing.example", "full", evs.ReasonInvalidDomain, "nxdomain", "skipped", 0},
+		{"a@servfail.example", "full", evs.ReasonDNSError, "error", "skipped", 0},
+		{"a@dead.example", "full", evs.ReasonSMTPUnreachable, "ok", "unreachable", 0},
+		{"a@silent.example", "full", evs.ReasonTimeout, "ok", "timeout", 0},
+		{"alice@corp.example", "quick", evs.ReasonMailboxNotChecked, "ok", "skipped", 0},
+		{"a..b@corp.example", "full", evs.ReasonInvalidSyntax, "not_checked", "skipped", 0},
 	}
 	for _, c := range cases {
 		t.Run(c.email+"/"+c.mode, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			d := w.engine.Verify(ctx, c.email, verify.Mode(c.mode))
+			d := w.engine.Verify(ctx, c.email, evs.Mode(c.mode))
 			if d.Reason != c.reason || d.Checks.DNS.Result != c.dns || d.Checks.SMTP.Result != c.smtp || d.Checks.SMTP.Code != c.code {
 				t.Fatalf("got %s dns=%s smtp=%s code=%d (%s), want %s dns=%s smtp=%s code=%d",
 					d.Reason, d.Checks.DNS.Result, d.Checks.SMTP.Result, d.Checks.SMTP.Code, d.Checks.SMTP.Detail, c.reason, c.dns, c.smtp, c.code)
 			}
-			if d.Status() != verify.StatusOf(c.reason) || d.Email != c.email || d.Mode != verify.Mode(c.mode) {
+			if d.Status() != evs.StatusOf(c.reason) || d.Email != c.email || d.Mode != evs.Mode(c.mode) {
 				t.Fatalf("decision header: %+v", d)
 			}
-			if d.Reason != verify.ReasonInvalidSyntax && d.Normalized == "" {
+			if d.Reason != evs.ReasonInvalidSyntax && d.Normalized == "" {
 				t.Fatal("no normalized address")
 			}
 		})
 	}
 	t.Run("tls evidence", func(t *testing.T) {
-		d := w.engine.Verify(context.Background(), "alice@tls.example", verify.ModeFull)
+		d := w.engine.Verify(context.Background(), "alice@tls.example", evs.ModeFull)
 		if !d.Checks.SMTP.TLS || d.Checks.SMTP.Host != "mx.tls.example" || d.Checks.SMTP.EnhancedCode != "2.1.5" {
 			t.Fatalf("smtp evidence: %+v", d.Checks.SMTP)
 		}
 	})
 	t.Run("flags and suggestion", func(t *testing.T) {
-		d := w.engine.Verify(context.Background(), "Postmaster@gmial.com", verify.ModeQuick)
+		d := w.engine.Verify(context.Background(), "Postmaster@gmial.com", evs.ModeQuick)
 		if !d.Flags.Role || d.Suggestion == nil || *d.Suggestion != "Postmaster@gmail.com" {
 			t.Fatalf("flags %+v suggestion %v", d.Flags, d.Suggestion)
 		}
@@ -182,8 +183,8 @@ func TestEngineOffMode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := e.Verify(context.Background(), "alice@corp.example", verify.ModeFull)
-	if d.Reason != verify.ReasonMailboxNotChecked || d.Checks.SMTP.Result != "skipped" || !strings.Contains(d.Checks.SMTP.Detail, "EVS_SMTP=off") {
+	d := e.Verify(context.Background(), "alice@corp.example", evs.ModeFull)
+	if d.Reason != evs.ReasonMailboxNotChecked || d.Checks.SMTP.Result != "skipped" || !strings.Contains(d.Checks.SMTP.Detail, "EVS_SMTP=off") {
 		t.Fatalf("%+v", d)
 	}
 }
@@ -207,8 +208,8 @@ func TestVerifyDomainSharesConnection(t *testing.T) {
 	}, time.Second)
 	emails := []string{"a@corp.example", "b@corp.example", "nobody@corp.example", "c@corp.example"}
 	memo := verify.NewCatchAllMemo()
-	ds := w.engine.VerifyDomain(context.Background(), emails, verify.ModeFull, memo)
-	want := []verify.Reason{verify.ReasonAcceptedEmail, verify.ReasonAcceptedEmail, verify.ReasonRejectedEmail, verify.ReasonAcceptedEmail}
+	ds := w.engine.VerifyDomain(context.Background(), emails, evs.ModeFull, memo)
+	want := []evs.Reason{evs.ReasonAcceptedEmail, evs.ReasonAcceptedEmail, evs.ReasonRejectedEmail, evs.ReasonAcceptedEmail}
 	for i, d := range ds {
 		if d.Reason != want[i] || d.Email != emails[i] {
 			t.Fatalf("%d: %s %s", i, d.Email, d.Reason)
@@ -224,7 +225,7 @@ func TestVerifyDomainSharesConnection(t *testing.T) {
 		t.Fatalf("rcpts %v: want 4 addresses and 1 accept-all probe", rcpts)
 	}
 	// The memo remembers the domain: a second group probes no more.
-	w.engine.VerifyDomain(context.Background(), []string{"d@corp.example"}, verify.ModeFull, memo)
+	w.engine.VerifyDomain(context.Background(), []string{"d@corp.example"}, evs.ModeFull, memo)
 	probes = 0
 	for _, r := range rcpts {
 		if strings.HasPrefix(r, "zz-random-probe") {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"strings"
 	"time"
+
+	"github.com/evs-dev/evs/internal/evs"
 )
 
 // Sandbox is the engine of test-mode accounts (contract, section 8): it runs
@@ -25,12 +27,12 @@ func NewSandbox(now func() time.Time) *Sandbox {
 }
 
 // SandboxReason returns the reason a test-mode local part asks for.
-func SandboxReason(local string) (Reason, bool) {
+func SandboxReason(local string) (evs.Reason, bool) {
 	if i := strings.LastIndexByte(local, '+'); i >= 0 {
 		local = local[i+1:]
 	}
 	want := strings.ReplaceAll(strings.ToLower(local), "-", "_")
-	for _, r := range Reasons() {
+	for _, r := range evs.Reasons() {
 		if string(r) == want {
 			return r, true
 		}
@@ -39,7 +41,7 @@ func SandboxReason(local string) (Reason, bool) {
 }
 
 // Verify returns the decision a test-mode account gets for email.
-func (s *Sandbox) Verify(_ context.Context, email string, mode Mode) Decision {
+func (s *Sandbox) Verify(_ context.Context, email string, mode evs.Mode) evs.Decision {
 	start := s.now()
 	in := Inspect(email)
 	d := in.decision(email, mode)
@@ -51,71 +53,71 @@ func (s *Sandbox) Verify(_ context.Context, email string, mode Mode) Decision {
 	reason, ok := SandboxReason(in.Address.Local)
 	if !ok {
 		if in.Flags.Disposable {
-			reason = ReasonDisposable
+			reason = evs.ReasonDisposable
 		} else {
-			reason = ReasonAcceptedEmail
+			reason = evs.ReasonAcceptedEmail
 		}
 	}
 	mx := "mx.sandbox.invalid"
-	d.Checks.DNS = DNSCheck{Result: DNSOK, MX: []string{mx}, Rcode: "NOERROR"}
-	smtp := SMTPCheck{Host: mx, TLS: true, Detail: "test mode: no network was used"}
+	d.Checks.DNS = evs.DNSCheck{Result: evs.DNSOK, MX: []string{mx}, Rcode: "NOERROR"}
+	smtp := evs.SMTPCheck{Host: mx, TLS: true, Detail: "test mode: no network was used"}
 	switch reason {
-	case ReasonInvalidSyntax:
-		d.Checks.Syntax = SyntaxCheck{Valid: false, Error: "test_mode"}
+	case evs.ReasonInvalidSyntax:
+		d.Checks.Syntax = evs.SyntaxCheck{Valid: false, Error: "test_mode"}
 		d.Normalized = ""
-		d.Checks.DNS = DNSCheck{Result: DNSNotChecked, MX: []string{}}
-		smtp = SMTPCheck{Result: SMTPSkipped, Detail: "test mode: skipped: invalid syntax"}
-	case ReasonInvalidDomain:
-		d.Checks.DNS = DNSCheck{Result: DNSNXDomain, MX: []string{}, Rcode: "NXDOMAIN"}
-		smtp = SMTPCheck{Result: SMTPSkipped, Detail: "test mode: skipped: no mail server to probe"}
-	case ReasonNoMailServer:
-		d.Checks.DNS = DNSCheck{Result: DNSNullMX, MX: []string{}, Rcode: "NOERROR"}
-		smtp = SMTPCheck{Result: SMTPSkipped, Detail: "test mode: skipped: no mail server to probe"}
-	case ReasonDNSError:
-		d.Checks.DNS = DNSCheck{Result: DNSError, MX: []string{}, Rcode: "SERVFAIL", Error: "servfail"}
-		smtp = SMTPCheck{Result: SMTPSkipped, Detail: "test mode: skipped: no mail server to probe"}
-	case ReasonAcceptedEmail:
-		smtp.Result, smtp.Code, smtp.EnhancedCode, smtp.Message = SMTPAccepted, 250, "2.1.5", "OK (test mode)"
-	case ReasonRejectedEmail:
-		smtp.Result, smtp.Code, smtp.EnhancedCode, smtp.Message = SMTPRejected, 550, "5.1.1", "No such user (test mode)"
-	case ReasonAcceptAll:
-		smtp.Result, smtp.Code, smtp.EnhancedCode, smtp.Message = SMTPAcceptAll, 250, "2.1.5", "OK (test mode)"
-	case ReasonMailboxFull:
-		smtp.Result, smtp.Code, smtp.EnhancedCode, smtp.Message = SMTPFull, 552, "5.2.2", "Mailbox full (test mode)"
-	case ReasonGreylisted:
-		smtp.Result, smtp.Code, smtp.EnhancedCode, smtp.Message = SMTPGreylisted, 451, "4.7.1", "Greylisted, try again later (test mode)"
-	case ReasonSMTPUnreachable:
-		smtp = SMTPCheck{Result: SMTPUnreachable, Host: mx, Detail: "test mode: no mail host accepted a connection"}
-	case ReasonTimeout:
-		smtp = SMTPCheck{Result: SMTPTimeout, Host: mx, Detail: "test mode: no mail host answered in time"}
-	case ReasonMailboxNotChecked, ReasonDisposable:
-		smtp = SMTPCheck{Result: SMTPSkipped, Detail: "test mode: mailbox not checked"}
-		if reason == ReasonDisposable {
+		d.Checks.DNS = evs.DNSCheck{Result: evs.DNSNotChecked, MX: []string{}}
+		smtp = evs.SMTPCheck{Result: evs.SMTPSkipped, Detail: "test mode: skipped: invalid syntax"}
+	case evs.ReasonInvalidDomain:
+		d.Checks.DNS = evs.DNSCheck{Result: evs.DNSNXDomain, MX: []string{}, Rcode: "NXDOMAIN"}
+		smtp = evs.SMTPCheck{Result: evs.SMTPSkipped, Detail: "test mode: skipped: no mail server to probe"}
+	case evs.ReasonNoMailServer:
+		d.Checks.DNS = evs.DNSCheck{Result: evs.DNSNullMX, MX: []string{}, Rcode: "NOERROR"}
+		smtp = evs.SMTPCheck{Result: evs.SMTPSkipped, Detail: "test mode: skipped: no mail server to probe"}
+	case evs.ReasonDNSError:
+		d.Checks.DNS = evs.DNSCheck{Result: evs.DNSError, MX: []string{}, Rcode: "SERVFAIL", Error: "servfail"}
+		smtp = evs.SMTPCheck{Result: evs.SMTPSkipped, Detail: "test mode: skipped: no mail server to probe"}
+	case evs.ReasonAcceptedEmail:
+		smtp.Result, smtp.Code, smtp.EnhancedCode, smtp.Message = evs.SMTPAccepted, 250, "2.1.5", "OK (test mode)"
+	case evs.ReasonRejectedEmail:
+		smtp.Result, smtp.Code, smtp.EnhancedCode, smtp.Message = evs.SMTPRejected, 550, "5.1.1", "No such user (test mode)"
+	case evs.ReasonAcceptAll:
+		smtp.Result, smtp.Code, smtp.EnhancedCode, smtp.Message = evs.SMTPAcceptAll, 250, "2.1.5", "OK (test mode)"
+	case evs.ReasonMailboxFull:
+		smtp.Result, smtp.Code, smtp.EnhancedCode, smtp.Message = evs.SMTPFull, 552, "5.2.2", "Mailbox full (test mode)"
+	case evs.ReasonGreylisted:
+		smtp.Result, smtp.Code, smtp.EnhancedCode, smtp.Message = evs.SMTPGreylisted, 451, "4.7.1", "Greylisted, try again later (test mode)"
+	case evs.ReasonSMTPUnreachable:
+		smtp = evs.SMTPCheck{Result: evs.SMTPUnreachable, Host: mx, Detail: "test mode: no mail host accepted a connection"}
+	case evs.ReasonTimeout:
+		smtp = evs.SMTPCheck{Result: evs.SMTPTimeout, Host: mx, Detail: "test mode: no mail host answered in time"}
+	case evs.ReasonMailboxNotChecked, evs.ReasonDisposable:
+		smtp = evs.SMTPCheck{Result: evs.SMTPSkipped, Detail: "test mode: mailbox not checked"}
+		if reason == evs.ReasonDisposable {
 			d.Flags.Disposable = true
 		}
 	}
-	if mode == ModeQuick && smtp.Result != SMTPSkipped {
+	if mode == evs.ModeQuick && smtp.Result != evs.SMTPSkipped {
 		// The contract asks test mode to reach every reason in both modes,
 		// so quick mode keeps the named outcome and says it is simulated.
 		smtp.Detail = "test mode: simulated probe result (quick mode never probes)"
 	}
 	d.Checks.SMTP = smtp
-	d.Flags.AcceptAll = smtp.Result == SMTPAcceptAll
+	d.Flags.AcceptAll = smtp.Result == evs.SMTPAcceptAll
 	return s.finish(d, start, reason)
 }
 
-func (s *Sandbox) finish(d Decision, start time.Time, reason Reason) Decision {
+func (s *Sandbox) finish(d evs.Decision, start time.Time, reason evs.Reason) evs.Decision {
 	d.Reason = reason
 	now := s.now()
-	d.CheckedAt = Time{now.UTC()}
+	d.CheckedAt = now.UTC()
 	d.DurationMs = now.Sub(start).Milliseconds()
 	return d
 }
 
 // VerifyDomain verifies several addresses, like Engine.VerifyDomain, so
 // batches of test-mode accounts run the same code path.
-func (s *Sandbox) VerifyDomain(ctx context.Context, emails []string, mode Mode, _ *CatchAllMemo) []Decision {
-	out := make([]Decision, len(emails))
+func (s *Sandbox) VerifyDomain(ctx context.Context, emails []string, mode evs.Mode, _ *CatchAllMemo) []evs.Decision {
+	out := make([]evs.Decision, len(emails))
 	for i, e := range emails {
 		out[i] = s.Verify(ctx, e, mode)
 	}

@@ -1,21 +1,23 @@
 package verify
 
+import "github.com/evs-dev/evs/internal/evs"
+
 // Evidence is what the checks found, reduced to what the verdict needs.
 type Evidence struct {
 	// SyntaxValid is false when the address is not an RFC 5321 mailbox.
 	SyntaxValid bool
 	// Disposable is true when the domain is on the disposable list.
 	Disposable bool
-	// DNS is one of the DNS* result constants (DNSNotChecked when the DNS
+	// DNS is one of the DNS* result constants (evs.DNSNotChecked when the DNS
 	// stage did not run).
 	DNS string
-	// SMTP is one of the SMTP* result constants (SMTPSkipped when no probe
+	// SMTP is one of the SMTP* result constants (evs.SMTPSkipped when no probe
 	// ran).
 	SMTP string
 }
 
 // Verdict is the one place that turns evidence into a reason; the status
-// follows from the reason (StatusOf). The first matching row wins:
+// follows from the reason (evs.StatusOf). The first matching row wins:
 //
 //	#  | evidence                         | reason              | status
 //	---+----------------------------------+---------------------+--------------
@@ -38,33 +40,33 @@ type Evidence struct {
 // risky whatever its server says about the mailbox, except an outright
 // rejection. Only then does a positive SMTP answer count. Every failure to
 // learn something (rows 9–13) is unknown: never a verdict on the mailbox.
-func Verdict(ev Evidence) Reason {
+func Verdict(ev Evidence) evs.Reason {
 	switch {
 	case !ev.SyntaxValid:
-		return ReasonInvalidSyntax
-	case ev.DNS == DNSNXDomain:
-		return ReasonInvalidDomain
-	case ev.DNS == DNSNullMX || ev.DNS == DNSNoRecords:
-		return ReasonNoMailServer
-	case ev.SMTP == SMTPRejected:
-		return ReasonRejectedEmail
+		return evs.ReasonInvalidSyntax
+	case ev.DNS == evs.DNSNXDomain:
+		return evs.ReasonInvalidDomain
+	case ev.DNS == evs.DNSNullMX || ev.DNS == evs.DNSNoRecords:
+		return evs.ReasonNoMailServer
+	case ev.SMTP == evs.SMTPRejected:
+		return evs.ReasonRejectedEmail
 	case ev.Disposable:
-		return ReasonDisposable
-	case ev.SMTP == SMTPFull:
-		return ReasonMailboxFull
-	case ev.SMTP == SMTPAcceptAll:
-		return ReasonAcceptAll
-	case ev.SMTP == SMTPAccepted:
-		return ReasonAcceptedEmail
-	case ev.DNS == DNSError:
-		return ReasonDNSError
-	case ev.SMTP == SMTPGreylisted:
-		return ReasonGreylisted
-	case ev.SMTP == SMTPTimeout:
-		return ReasonTimeout
-	case ev.SMTP == SMTPUnreachable:
-		return ReasonSMTPUnreachable
+		return evs.ReasonDisposable
+	case ev.SMTP == evs.SMTPFull:
+		return evs.ReasonMailboxFull
+	case ev.SMTP == evs.SMTPAcceptAll:
+		return evs.ReasonAcceptAll
+	case ev.SMTP == evs.SMTPAccepted:
+		return evs.ReasonAcceptedEmail
+	case ev.DNS == evs.DNSError:
+		return evs.ReasonDNSError
+	case ev.SMTP == evs.SMTPGreylisted:
+		return evs.ReasonGreylisted
+	case ev.SMTP == evs.SMTPTimeout:
+		return evs.ReasonTimeout
+	case ev.SMTP == evs.SMTPUnreachable:
+		return evs.ReasonSMTPUnreachable
 	default:
-		return ReasonMailboxNotChecked
+		return evs.ReasonMailboxNotChecked
 	}
 }

@@ -3,6 +3,7 @@ package verify_test
 import (
 	"testing"
 
+	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/verify"
 )
 
@@ -10,30 +11,30 @@ import (
 // each row's evidence also carries the evidence of every lower row, so a
 // row only passes if it really outranks them.
 func TestVerdictPrecedence(t *testing.T) {
-	ok := verify.DNSOK
+	ok := evs.DNSOK
 	tests := []struct {
 		name string
 		ev   verify.Evidence
-		want verify.Reason
+		want evs.Reason
 	}{
-		{"1 syntax beats all", verify.Evidence{SyntaxValid: false, Disposable: true, DNS: verify.DNSNXDomain, SMTP: verify.SMTPAccepted}, verify.ReasonInvalidSyntax},
-		{"2 nxdomain", verify.Evidence{SyntaxValid: true, Disposable: true, DNS: verify.DNSNXDomain, SMTP: verify.SMTPSkipped}, verify.ReasonInvalidDomain},
-		{"3 null mx", verify.Evidence{SyntaxValid: true, Disposable: true, DNS: verify.DNSNullMX, SMTP: verify.SMTPSkipped}, verify.ReasonNoMailServer},
-		{"3 no records", verify.Evidence{SyntaxValid: true, DNS: verify.DNSNoRecords, SMTP: verify.SMTPSkipped}, verify.ReasonNoMailServer},
-		{"4 rejected beats disposable", verify.Evidence{SyntaxValid: true, Disposable: true, DNS: ok, SMTP: verify.SMTPRejected}, verify.ReasonRejectedEmail},
-		{"5 disposable beats accepted", verify.Evidence{SyntaxValid: true, Disposable: true, DNS: ok, SMTP: verify.SMTPAccepted}, verify.ReasonDisposable},
-		{"5 disposable beats full", verify.Evidence{SyntaxValid: true, Disposable: true, DNS: ok, SMTP: verify.SMTPFull}, verify.ReasonDisposable},
-		{"5 disposable beats dns error", verify.Evidence{SyntaxValid: true, Disposable: true, DNS: verify.DNSError, SMTP: verify.SMTPSkipped}, verify.ReasonDisposable},
-		{"5 disposable in quick mode", verify.Evidence{SyntaxValid: true, Disposable: true, DNS: ok, SMTP: verify.SMTPSkipped}, verify.ReasonDisposable},
-		{"6 full", verify.Evidence{SyntaxValid: true, DNS: ok, SMTP: verify.SMTPFull}, verify.ReasonMailboxFull},
-		{"7 accept all", verify.Evidence{SyntaxValid: true, DNS: ok, SMTP: verify.SMTPAcceptAll}, verify.ReasonAcceptAll},
-		{"8 accepted", verify.Evidence{SyntaxValid: true, DNS: ok, SMTP: verify.SMTPAccepted}, verify.ReasonAcceptedEmail},
-		{"9 dns error", verify.Evidence{SyntaxValid: true, DNS: verify.DNSError, SMTP: verify.SMTPSkipped}, verify.ReasonDNSError},
-		{"10 greylisted", verify.Evidence{SyntaxValid: true, DNS: ok, SMTP: verify.SMTPGreylisted}, verify.ReasonGreylisted},
-		{"11 timeout", verify.Evidence{SyntaxValid: true, DNS: ok, SMTP: verify.SMTPTimeout}, verify.ReasonTimeout},
-		{"12 unreachable", verify.Evidence{SyntaxValid: true, DNS: ok, SMTP: verify.SMTPUnreachable}, verify.ReasonSMTPUnreachable},
-		{"13 skipped", verify.Evidence{SyntaxValid: true, DNS: ok, SMTP: verify.SMTPSkipped}, verify.ReasonMailboxNotChecked},
-		{"13 nothing known", verify.Evidence{SyntaxValid: true, DNS: verify.DNSNotChecked}, verify.ReasonMailboxNotChecked},
+		{"1 syntax beats all", verify.Evidence{SyntaxValid: false, Disposable: true, DNS: evs.DNSNXDomain, SMTP: evs.SMTPAccepted}, evs.ReasonInvalidSyntax},
+		{"2 nxdomain", verify.Evidence{SyntaxValid: true, Disposable: true, DNS: evs.DNSNXDomain, SMTP: evs.SMTPSkipped}, evs.ReasonInvalidDomain},
+		{"3 null mx", verify.Evidence{SyntaxValid: true, Disposable: true, DNS: evs.DNSNullMX, SMTP: evs.SMTPSkipped}, evs.ReasonNoMailServer},
+		{"3 no records", verify.Evidence{SyntaxValid: true, DNS: evs.DNSNoRecords, SMTP: evs.SMTPSkipped}, evs.ReasonNoMailServer},
+		{"4 rejected beats disposable", verify.Evidence{SyntaxValid: true, Disposable: true, DNS: ok, SMTP: evs.SMTPRejected}, evs.ReasonRejectedEmail},
+		{"5 disposable beats accepted", verify.Evidence{SyntaxValid: true, Disposable: true, DNS: ok, SMTP: evs.SMTPAccepted}, evs.ReasonDisposable},
+		{"5 disposable beats full", verify.Evidence{SyntaxValid: true, Disposable: true, DNS: ok, SMTP: evs.SMTPFull}, evs.ReasonDisposable},
+		{"5 disposable beats dns error", verify.Evidence{SyntaxValid: true, Disposable: true, DNS: evs.DNSError, SMTP: evs.SMTPSkipped}, evs.ReasonDisposable},
+		{"5 disposable in quick mode", verify.Evidence{SyntaxValid: true, Disposable: true, DNS: ok, SMTP: evs.SMTPSkipped}, evs.ReasonDisposable},
+		{"6 full", verify.Evidence{SyntaxValid: true, DNS: ok, SMTP: evs.SMTPFull}, evs.ReasonMailboxFull},
+		{"7 accept all", verify.Evidence{SyntaxValid: true, DNS: ok, SMTP: evs.SMTPAcceptAll}, evs.ReasonAcceptAll},
+		{"8 accepted", verify.Evidence{SyntaxValid: true, DNS: ok, SMTP: evs.SMTPAccepted}, evs.ReasonAcceptedEmail},
+		{"9 dns error", verify.Evidence{SyntaxValid: true, DNS: evs.DNSError, SMTP: evs.SMTPSkipped}, evs.ReasonDNSError},
+		{"10 greylisted", verify.Evidence{SyntaxValid: true, DNS: ok, SMTP: evs.SMTPGreylisted}, evs.ReasonGreylisted},
+		{"11 timeout", verify.Evidence{SyntaxValid: true, DNS: ok, SMTP: evs.SMTPTimeout}, evs.ReasonTimeout},
+		{"12 unreachable", verify.Evidence{SyntaxValid: true, DNS: ok, SMTP: evs.SMTPUnreachable}, evs.ReasonSMTPUnreachable},
+		{"13 skipped", verify.Evidence{SyntaxValid: true, DNS: ok, SMTP: evs.SMTPSkipped}, evs.ReasonMailboxNotChecked},
+		{"13 nothing known", verify.Evidence{SyntaxValid: true, DNS: evs.DNSNotChecked}, evs.ReasonMailboxNotChecked},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -45,17 +46,17 @@ func TestVerdictPrecedence(t *testing.T) {
 }
 
 func TestEveryReasonHasOneStatus(t *testing.T) {
-	want := map[verify.Reason]verify.Status{
+	want := map[evs.Reason]evs.Status{
 		"accepted_email": "deliverable",
 		"invalid_syntax": "undeliverable", "invalid_domain": "undeliverable", "no_mail_server": "undeliverable", "rejected_email": "undeliverable",
 		"accept_all": "risky", "mailbox_full": "risky", "disposable": "risky",
 		"greylisted": "unknown", "smtp_unreachable": "unknown", "dns_error": "unknown", "timeout": "unknown", "mailbox_not_checked": "unknown",
 	}
-	if len(verify.Reasons()) != len(want) {
-		t.Fatalf("Reasons() has %d codes, the contract %d", len(verify.Reasons()), len(want))
+	if len(evs.Reasons()) != len(want) {
+		t.Fatalf("Reasons() has %d codes, the contract %d", len(evs.Reasons()), len(want))
 	}
-	for _, r := range verify.Reasons() {
-		if got := verify.StatusOf(r); got != want[r] {
+	for _, r := range evs.Reasons() {
+		if got := evs.StatusOf(r); got != want[r] {
 			t.Errorf("StatusOf(%s) = %s, want %s", r, got, want[r])
 		}
 	}

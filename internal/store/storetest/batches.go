@@ -1,56 +1,75 @@
 package storetest
 
 import (
-	"bytes"
 	"fmt"
+	"reflect"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/evs-dev/evs/internal/evs"
-	"github.com/evs-dev/evs/internal/store"
 )
 
 // statuses are the four outcome labels, each counted by its own counter.
-var statuses = []string{"deliverable", "undeliverable", "risky", "unknown"}
+var statuses = []evs.Status{evs.Deliverable, evs.Undeliverable, evs.Risky, evs.Unknown}
+
+// reasonFor picks a reason that leads to each status.
+var reasonFor = map[evs.Status]evs.Reason{
+	evs.Deliverable: evs.ReasonAcceptedEmail, evs.Undeliverable: evs.ReasonRejectedEmail,
+	evs.Risky: evs.ReasonAcceptAll, evs.Unknown: evs.ReasonGreylisted,
+}
 
 // newBatch returns a queued batch of n distinct items (plus dups duplicates
 // the caller dropped) created at base, expiring a day later.
-func newBatch(id, accountID string, n, dups int) (store.Batch, []store.Item) {
-	b := store.Batch{
+func newBatch(id, accountID string, n, dups int) (evs.Batch, []evs.Item) {
+	b := evs.Batch{
 		ID:        id,
 		AccountID: accountID,
 		Mode:      "quick",
-		State:     store.StateQueued,
+		State:     evs.StateQueued,
 		CreatedAt: base,
 		ExpiresAt: base.Add(24 * time.Hour),
-		Counters:  store.Counters{Total: n + dups, Duplicates: dups},
+		Counters:  evs.Counters{Total: n + dups, Duplicates: dups},
 	}
-	items := make([]store.Item, n)
+	items := make([]evs.Item, n)
 	for i := range items {
 		d := fmt.Sprintf("d%d.example", i%7)
-		items[i] = store.Item{Seq: i, Email: fmt.Sprintf("User.%d@%s", i, d), Domain: d}
+		items[i] = evs.Item{Seq: i, Email: fmt.Sprintf("User.%d@%s", i, d), Domain: d}
 	}
 	return b, items
 }
 
 // result returns the result of item seq with the given status; its decision
 // names both so a test can tell which write it came from.
-func result(seq int, status string) store.Result {
-	return store.Result{
-		Seq:      seq,
-		Email:    fmt.Sprintf("User.%d@d%d.example", seq, seq%7),
-		Status:   status,
-		Decision: fmt.Appendf(nil, `{"seq":%d,"status":%q}`, seq, status),
+func result(seq int, status evs.Status) evs.Result {
+	email := fmt.Sprintf("User.%d@d%d.example", seq, seq%7)
+	sugg := fmt.Sprintf("user.%d@d%d.example", seq, seq%7)
+	return evs.Result{
+		Seq:   seq,
+		Email: email,
+		Decision: evs.Decision{
+			Email: email, Normalized: strings.ToLower(email), Reason: reasonFor[status], Mode: evs.ModeFull,
+			Suggestion: &sugg,
+			Flags:      evs.Flags{Role: seq%2 == 0, Free: seq%3 == 0},
+			Checks: evs.Checks{
+				Syntax: evs.SyntaxCheck{Valid: true},
+				DNS:    evs.DNSCheck{Result: evs.DNSOK, MX: []string{fmt.Sprintf("mx.d%d.example", seq%7)}, Rcode: "NOERROR"},
+				SMTP: evs.SMTPCheck{Result: evs.SMTPAccepted, Host: "mx.example", Code: 250, EnhancedCode: "2.1.5",
+					Message: fmt.Sprintf("seq %d written as %s", seq, status), TLS: seq%2 == 1},
+			},
+			CheckedAt:  base.Add(time.Duration(seq) * time.Millisecond),
+			DurationMs: int64(seq),
+		},
 	}
 }
 
 // statusOf spreads the four statuses over the seqs.
-func statusOf(seq int) string { return statuses[seq%len(statuses)] }
+func statusOf(seq int) evs.Status { return statuses[seq%len(statuses)] }
 
-func results(status func(int) string, seqs ...int) []store.Result {
-	rs := make([]store.Result, len(seqs))
+func results(status func(int) evs.Status, seqs ...int) []evs.Result {
+	rs := make([]evs.Result, len(seqs))
 	for i, s := range seqs {
 		rs[i] = result(s, status(s))
 	}
@@ -58,23 +77,11 @@ func results(status func(int) string, seqs ...int) []store.Result {
 }
 
 // add counts one result of status into c, as a store must.
-func add(c *store.Counters, status string) {
-	c.Processed++
-	switch status {
-	case "deliverable":
-		c.Deliverable++
-	case "undeliverable":
-		c.Undeliverable++
-	case "risky":
-		c.Risky++
-	case "unknown":
-		c.Unknown++
-	}
-}
+func add(c *evs.Counters, status evs.Status) { c.Add(status) }
 
 // checkInvariants fails t when b breaks the counter invariants of the API
 // contract, which hold at every moment a client can observe.
-func checkInvariants(t *testing.T, what string, b store.Batch) {
+func checkInvariants(t *testing.T, what string, b evs.Batch) {
 	t.Helper()
 	c := b.Counters
 	if sum := c.Deliverable + c.Undeliverable + c.Risky + c.Unknown; c.Processed != sum {
@@ -83,16 +90,16 @@ func checkInvariants(t *testing.T, what string, b store.Batch) {
 	if c.Processed > c.Total-c.Duplicates {
 		t.Errorf("%s: processed %d > total %d - duplicates %d", what, c.Processed, c.Total, c.Duplicates)
 	}
-	if b.State == store.StateCompleted && c.Processed != c.Total-c.Duplicates {
+	if b.State == evs.StateCompleted && c.Processed != c.Total-c.Duplicates {
 		t.Errorf("%s: completed with processed %d != total %d - duplicates %d", what, c.Processed, c.Total, c.Duplicates)
 	}
-	if store.Final(b.State) == b.CompletedAt.IsZero() {
+	if b.State.Final() == b.CompletedAt.IsZero() {
 		t.Errorf("%s: state %s with CompletedAt %v", what, b.State, b.CompletedAt)
 	}
 }
 
 // sameBatch fails t unless got equals want field by field.
-func sameBatch(t *testing.T, what string, got, want store.Batch) {
+func sameBatch(t *testing.T, what string, got, want evs.Batch) {
 	t.Helper()
 	if got.ID != want.ID || got.AccountID != want.AccountID || got.Mode != want.Mode ||
 		got.State != want.State || got.Error != want.Error || got.Counters != want.Counters {
@@ -111,7 +118,7 @@ func sameBatch(t *testing.T, what string, got, want store.Batch) {
 }
 
 // stored reads the batch back and compares it with want.
-func (e *env) stored(t *testing.T, what string, want store.Batch) {
+func (e *env) stored(t *testing.T, what string, want evs.Batch) {
 	t.Helper()
 	got, err := e.st.Batch(e.ctx, want.AccountID, want.ID)
 	must(t, err, what+": Batch")
@@ -119,7 +126,7 @@ func (e *env) stored(t *testing.T, what string, want store.Batch) {
 }
 
 // create stores a batch of n items and dups duplicates.
-func (e *env) create(t *testing.T, id, accountID string, n, dups int) (store.Batch, []store.Item) {
+func (e *env) create(t *testing.T, id, accountID string, n, dups int) (evs.Batch, []evs.Item) {
 	t.Helper()
 	b, items := newBatch(id, accountID, n, dups)
 	must(t, e.st.CreateBatch(e.ctx, b, items), "CreateBatch")
@@ -127,12 +134,12 @@ func (e *env) create(t *testing.T, id, accountID string, n, dups int) (store.Bat
 }
 
 // transition moves b from its state to `to` and checks the outcome.
-func (e *env) transition(t *testing.T, b store.Batch, to, errMsg string, now time.Time) store.Batch {
+func (e *env) transition(t *testing.T, b evs.Batch, to evs.State, errMsg string, now time.Time) evs.Batch {
 	t.Helper()
-	got, err := e.st.TransitionBatch(e.ctx, b.AccountID, b.ID, []string{b.State}, to, errMsg, now)
+	got, err := e.st.TransitionBatch(e.ctx, b.AccountID, b.ID, []evs.State{b.State}, to, errMsg, now)
 	must(t, err, fmt.Sprintf("TransitionBatch %s→%s", b.State, to))
 	b.State, b.Error = to, errMsg
-	if store.Final(to) {
+	if to.Final() {
 		b.CompletedAt = now
 	}
 	sameBatch(t, "TransitionBatch result", got, b)
@@ -168,7 +175,7 @@ func runBatches(t *testing.T, newStore NewStore) {
 			what := fmt.Sprintf("(%s, %s)", c.acct, c.id)
 			_, err := e.st.Batch(e.ctx, c.acct, c.id)
 			wantCode(t, err, evs.CodeNotFound, "Batch"+what)
-			_, err = e.st.TransitionBatch(e.ctx, c.acct, c.id, []string{store.StateQueued}, store.StateRunning, "", base)
+			_, err = e.st.TransitionBatch(e.ctx, c.acct, c.id, []evs.State{evs.StateQueued}, evs.StateRunning, "", base)
 			wantCode(t, err, evs.CodeNotFound, "TransitionBatch"+what)
 			_, err = e.st.PutResults(e.ctx, c.acct, c.id, results(statusOf, 0), base)
 			wantCode(t, err, evs.CodeNotFound, "PutResults"+what)
@@ -195,7 +202,7 @@ func runBatches(t *testing.T, newStore NewStore) {
 	t.Run("Transitions", func(t *testing.T) {
 		e := newEnv(t, newStore)
 		b, _ := e.create(t, "batch-1", "acct-1", 3, 1)
-		b = e.transition(t, b, store.StateRunning, "", base.Add(time.Second))
+		b = e.transition(t, b, evs.StateRunning, "", base.Add(time.Second))
 		if !b.CompletedAt.IsZero() {
 			t.Fatal("running batch has CompletedAt")
 		}
@@ -203,7 +210,7 @@ func runBatches(t *testing.T, newStore NewStore) {
 		done := base.Add(time.Minute)
 		b, err := e.st.PutResults(e.ctx, "acct-1", "batch-1", results(statusOf, 0, 1, 2), done)
 		must(t, err, "PutResults")
-		if b.State != store.StateCompleted || !b.CompletedAt.Equal(done) {
+		if b.State != evs.StateCompleted || !b.CompletedAt.Equal(done) {
 			t.Fatalf("after the last result: state %s, CompletedAt %v; want completed at %v", b.State, b.CompletedAt, done)
 		}
 		e.stored(t, "completed batch", b)
@@ -211,11 +218,11 @@ func runBatches(t *testing.T, newStore NewStore) {
 	})
 
 	t.Run("CancelledAndFailedAreFinal", func(t *testing.T) {
-		for _, final := range []string{store.StateCancelled, store.StateFailed} {
-			t.Run(final, func(t *testing.T) {
+		for _, final := range []evs.State{evs.StateCancelled, evs.StateFailed} {
+			t.Run(string(final), func(t *testing.T) {
 				e := newEnv(t, newStore)
 				b, _ := e.create(t, "batch-1", "acct-1", 3, 0)
-				b = e.transition(t, b, store.StateRunning, "", base)
+				b = e.transition(t, b, evs.StateRunning, "", base)
 				b = e.transition(t, b, final, "stopped", base.Add(time.Minute))
 				refuseFinalChanges(t, e, b)
 			})
@@ -225,25 +232,25 @@ func runBatches(t *testing.T, newStore NewStore) {
 	t.Run("TransitionChecksFrom", func(t *testing.T) {
 		e := newEnv(t, newStore)
 		b, _ := e.create(t, "batch-1", "acct-1", 3, 0)
-		_, err := e.st.TransitionBatch(e.ctx, "acct-1", "batch-1", []string{store.StateRunning}, store.StateCompleted, "", base)
+		_, err := e.st.TransitionBatch(e.ctx, "acct-1", "batch-1", []evs.State{evs.StateRunning}, evs.StateCompleted, "", base)
 		wantCode(t, err, evs.CodeInvalidState, "TransitionBatch running→completed of a queued batch")
 		e.stored(t, "queued batch after a refused transition", b)
-		_, err = e.st.TransitionBatch(e.ctx, "acct-1", "batch-1", nil, store.StateRunning, "", base)
+		_, err = e.st.TransitionBatch(e.ctx, "acct-1", "batch-1", nil, evs.StateRunning, "", base)
 		wantCode(t, err, evs.CodeInvalidState, "TransitionBatch from no state")
 		e.stored(t, "queued batch after a refused transition", b)
 
 		// Several allowed states: the current one among them is enough.
-		got, err := e.st.TransitionBatch(e.ctx, "acct-1", "batch-1", []string{store.StateRunning, store.StateQueued}, store.StateCancelled, "", base.Add(time.Second))
+		got, err := e.st.TransitionBatch(e.ctx, "acct-1", "batch-1", []evs.State{evs.StateRunning, evs.StateQueued}, evs.StateCancelled, "", base.Add(time.Second))
 		must(t, err, "TransitionBatch queued|running→cancelled")
-		b.State, b.CompletedAt = store.StateCancelled, base.Add(time.Second)
+		b.State, b.CompletedAt = evs.StateCancelled, base.Add(time.Second)
 		sameBatch(t, "cancelled batch", got, b)
 	})
 
 	t.Run("FailedKeepsTheError", func(t *testing.T) {
 		e := newEnv(t, newStore)
 		b, _ := e.create(t, "batch-1", "acct-1", 3, 0)
-		b = e.transition(t, b, store.StateRunning, "", base)
-		e.transition(t, b, store.StateFailed, "the verifier gave up", base.Add(time.Minute))
+		b = e.transition(t, b, evs.StateRunning, "", base)
+		e.transition(t, b, evs.StateFailed, "the verifier gave up", base.Add(time.Minute))
 	})
 
 	t.Run("PutResultsCountsAndCompletes", func(t *testing.T) {
@@ -252,39 +259,39 @@ func runBatches(t *testing.T, newStore NewStore) {
 				e := newEnv(t, newStore)
 				b, _ := e.create(t, "batch-1", "acct-1", 6, 1)
 				if startRunning {
-					b = e.transition(t, b, store.StateRunning, "", base)
+					b = e.transition(t, b, evs.StateRunning, "", base)
 				}
 				want := b
-				written := map[int]string{}
-				put := func(step string, now time.Time, rs []store.Result) {
+				written := map[int]evs.Status{}
+				put := func(step string, now time.Time, rs []evs.Result) {
 					t.Helper()
 					for _, r := range rs {
 						if _, ok := written[r.Seq]; !ok {
-							written[r.Seq] = r.Status
-							add(&want.Counters, r.Status)
+							written[r.Seq] = r.Status()
+							add(&want.Counters, r.Status())
 						}
 					}
-					if len(written) == 6 && !store.Final(want.State) {
-						want.State, want.CompletedAt = store.StateCompleted, now
+					if len(written) == 6 && !want.State.Final() {
+						want.State, want.CompletedAt = evs.StateCompleted, now
 					}
 					got, err := e.st.PutResults(e.ctx, "acct-1", "batch-1", rs, now)
 					must(t, err, step+": PutResults")
 					sameBatch(t, step+": PutResults result", got, want)
 					e.stored(t, step, want)
 				}
-				put("first", base.Add(1*time.Second), []store.Result{result(0, "deliverable"), result(1, "undeliverable")})
+				put("first", base.Add(1*time.Second), []evs.Result{result(0, evs.Deliverable), result(1, evs.Undeliverable)})
 				// Redelivered results are skipped, whatever they say now.
-				put("redelivery", base.Add(2*time.Second), []store.Result{result(0, "risky"), result(1, "unknown"), result(2, "risky")})
+				put("redelivery", base.Add(2*time.Second), []evs.Result{result(0, evs.Risky), result(1, evs.Unknown), result(2, evs.Risky)})
 				put("empty", base.Add(3*time.Second), nil)
-				put("more", base.Add(4*time.Second), []store.Result{result(3, "unknown"), result(4, "deliverable")})
-				if want.State == store.StateCompleted {
+				put("more", base.Add(4*time.Second), []evs.Result{result(3, evs.Unknown), result(4, evs.Deliverable)})
+				if want.State == evs.StateCompleted {
 					t.Fatal("test bug: completed early")
 				}
-				put("last", base.Add(5*time.Second), []store.Result{result(4, "unknown"), result(5, "risky")})
-				if want.State != store.StateCompleted {
+				put("last", base.Add(5*time.Second), []evs.Result{result(4, evs.Unknown), result(5, evs.Risky)})
+				if want.State != evs.StateCompleted {
 					t.Fatal("test bug: not completed")
 				}
-				put("after completion", base.Add(6*time.Second), []store.Result{result(5, "deliverable"), result(0, "unknown")})
+				put("after completion", base.Add(6*time.Second), []evs.Result{result(5, evs.Deliverable), result(0, evs.Unknown)})
 
 				rs, err := e.st.Results(e.ctx, "acct-1", "batch-1", -1, 100, "")
 				must(t, err, "Results")
@@ -301,12 +308,12 @@ func runBatches(t *testing.T, newStore NewStore) {
 	t.Run("PutResultsOfCancelledBatchNotWritten", func(t *testing.T) {
 		e := newEnv(t, newStore)
 		b, items := e.create(t, "batch-1", "acct-1", 4, 0)
-		b = e.transition(t, b, store.StateRunning, "", base)
+		b = e.transition(t, b, evs.StateRunning, "", base)
 		got, err := e.st.PutResults(e.ctx, "acct-1", "batch-1", results(statusOf, 0), base.Add(time.Second))
 		must(t, err, "PutResults")
 		b.Counters.Processed, b.Counters.Deliverable = 1, 1
 		sameBatch(t, "PutResults result", got, b)
-		b = e.transition(t, b, store.StateCancelled, "", base.Add(2*time.Second))
+		b = e.transition(t, b, evs.StateCancelled, "", base.Add(2*time.Second))
 
 		got, err = e.st.PutResults(e.ctx, "acct-1", "batch-1", results(statusOf, 1, 2, 3), base.Add(3*time.Second))
 		must(t, err, "PutResults to a cancelled batch")
@@ -328,12 +335,12 @@ func runBatches(t *testing.T, newStore NewStore) {
 		e := newEnv(t, newStore)
 		const n, workers = 400, 8
 		b, _ := e.create(t, "batch-1", "acct-1", n, 3)
-		b = e.transition(t, b, store.StateRunning, "", base)
+		b = e.transition(t, b, evs.StateRunning, "", base)
 		var (
 			wg    sync.WaitGroup
 			start = make(chan struct{})
 			errs  = make([]error, workers)
-			seen  = make([]store.Batch, workers)
+			seen  = make([]evs.Batch, workers)
 		)
 		for w := range workers {
 			wg.Go(func() {
@@ -347,7 +354,7 @@ func runBatches(t *testing.T, newStore NewStore) {
 				chunk := 10 + w*7
 				for len(seqs) > 0 && errs[w] == nil {
 					k := min(chunk, len(seqs))
-					var got store.Batch
+					var got evs.Batch
 					got, errs[w] = e.st.PutResults(e.ctx, "acct-1", "batch-1", results(statusOf, seqs[:k]...), base.Add(time.Minute))
 					seen[w] = got
 					seqs = seqs[k:]
@@ -364,7 +371,7 @@ func runBatches(t *testing.T, newStore NewStore) {
 		for s := range n {
 			add(&want.Counters, statusOf(s))
 		}
-		want.State, want.CompletedAt = store.StateCompleted, base.Add(time.Minute)
+		want.State, want.CompletedAt = evs.StateCompleted, base.Add(time.Minute)
 		e.stored(t, "after concurrent writers", want)
 		rs, err := e.st.Results(e.ctx, "acct-1", "batch-1", -1, 1000, "")
 		must(t, err, "Results")
@@ -377,7 +384,7 @@ func runBatches(t *testing.T, newStore NewStore) {
 		e := newEnv(t, newStore)
 		const n = 23
 		b, _ := e.create(t, "batch-1", "acct-1", n, 0)
-		e.transition(t, b, store.StateRunning, "", base)
+		e.transition(t, b, evs.StateRunning, "", base)
 		// Written out of order and with gaps: 7, 15 and 22 have no result.
 		order := []int{20, 3, 0, 9, 1, 14, 2, 4, 5, 6, 8, 21, 10, 11, 12, 13, 16, 17, 18, 19}
 		for i := 0; i < len(order); i += 6 {
@@ -385,7 +392,7 @@ func runBatches(t *testing.T, newStore NewStore) {
 			must(t, err, "PutResults")
 		}
 		written := slices.Sorted(slices.Values(order))
-		for _, status := range append([]string{""}, statuses...) {
+		for _, status := range append([]evs.Status{""}, statuses...) {
 			var want []int
 			for _, s := range written {
 				if status == "" || statusOf(s) == status {
@@ -431,7 +438,7 @@ func runBatches(t *testing.T, newStore NewStore) {
 	t.Run("PendingItems", func(t *testing.T) {
 		e := newEnv(t, newStore)
 		b, items := e.create(t, "batch-1", "acct-1", 10, 0)
-		e.transition(t, b, store.StateRunning, "", base)
+		e.transition(t, b, evs.StateRunning, "", base)
 		_, err := e.st.PutResults(e.ctx, "acct-1", "batch-1", results(statusOf, 8, 1, 3, 4), base)
 		must(t, err, "PutResults")
 		want := []int{0, 2, 5, 6, 7, 9}
@@ -468,19 +475,19 @@ func runBatches(t *testing.T, newStore NewStore) {
 		if len(got) != 0 {
 			t.Fatalf("UnfinishedBatches on an empty store = %d", len(got))
 		}
-		want := map[string]store.Batch{}
-		for i, to := range []string{"", store.StateRunning, store.StateCompleted, store.StateCancelled, store.StateFailed, "", store.StateRunning} {
+		want := map[string]evs.Batch{}
+		for i, to := range []evs.State{"", evs.StateRunning, evs.StateCompleted, evs.StateCancelled, evs.StateFailed, "", evs.StateRunning} {
 			b, _ := e.create(t, fmt.Sprintf("batch-%d", i), fmt.Sprintf("acct-%d", i%3), 2, 0)
 			switch to {
 			case "":
-			case store.StateCompleted:
+			case evs.StateCompleted:
 				var err error
 				b, err = e.st.PutResults(e.ctx, b.AccountID, b.ID, results(statusOf, 0, 1), base.Add(time.Second))
 				must(t, err, "PutResults")
 			default:
 				b = e.transition(t, b, to, "", base.Add(time.Second))
 			}
-			if !store.Final(b.State) {
+			if !b.State.Final() {
 				want[b.ID] = b
 			}
 		}
@@ -523,17 +530,17 @@ func runBatches(t *testing.T, newStore NewStore) {
 
 // refuseFinalChanges checks that no transition moves the final batch b,
 // whatever state the caller believes it is in.
-func refuseFinalChanges(t *testing.T, e *env, b store.Batch) {
+func refuseFinalChanges(t *testing.T, e *env, b evs.Batch) {
 	t.Helper()
 	for _, c := range []struct {
-		from []string
-		to   string
+		from []evs.State
+		to   evs.State
 	}{
-		{[]string{store.StateQueued, store.StateRunning}, store.StateCancelled},
-		{[]string{store.StateRunning}, store.StateFailed},
-		{[]string{b.State}, store.StateFailed},
-		{[]string{b.State}, store.StateRunning},
-		{[]string{b.State}, store.StateCompleted},
+		{[]evs.State{evs.StateQueued, evs.StateRunning}, evs.StateCancelled},
+		{[]evs.State{evs.StateRunning}, evs.StateFailed},
+		{[]evs.State{b.State}, evs.StateFailed},
+		{[]evs.State{b.State}, evs.StateRunning},
+		{[]evs.State{b.State}, evs.StateCompleted},
 	} {
 		_, err := e.st.TransitionBatch(e.ctx, b.AccountID, b.ID, c.from, c.to, "late", b.CompletedAt.Add(time.Hour))
 		wantCode(t, err, evs.CodeInvalidState, fmt.Sprintf("TransitionBatch %v→%s of a %s batch", c.from, c.to, b.State))
@@ -541,7 +548,7 @@ func refuseFinalChanges(t *testing.T, e *env, b store.Batch) {
 	}
 }
 
-func seqsOf(rs []store.Result) []int {
+func seqsOf(rs []evs.Result) []int {
 	s := make([]int, len(rs))
 	for i, r := range rs {
 		s[i] = r.Seq
@@ -549,10 +556,9 @@ func seqsOf(rs []store.Result) []int {
 	return s
 }
 
-func sameResult(t *testing.T, what string, got, want store.Result) {
+func sameResult(t *testing.T, what string, got, want evs.Result) {
 	t.Helper()
-	if got.Seq != want.Seq || got.Email != want.Email || got.Status != want.Status || !bytes.Equal(got.Decision, want.Decision) {
-		t.Errorf("%s = {%d %q %q %s}, want {%d %q %q %s}", what,
-			got.Seq, got.Email, got.Status, got.Decision, want.Seq, want.Email, want.Status, want.Decision)
+	if got.Seq != want.Seq || got.Email != want.Email || !reflect.DeepEqual(got.Decision, want.Decision) {
+		t.Errorf("%s =\n  %+v\nwant\n  %+v", what, got, want)
 	}
 }

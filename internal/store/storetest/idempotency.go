@@ -8,16 +8,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/evs-dev/evs/internal/store"
+	"github.com/evs-dev/evs/internal/idempotency"
 )
 
 // idemRec returns an in-progress record of scope as the API layer makes one:
 // locked for a minute, forgotten after 24 hours.
-func idemRec(scope, fingerprint string, now time.Time) store.IdemRecord {
-	return store.IdemRecord{
+func idemRec(scope, fingerprint string, now time.Time) idempotency.Record {
+	return idempotency.Record{
 		Scope:       scope,
 		Fingerprint: fingerprint,
-		State:       store.IdemInProgress,
+		State:       idempotency.InProgress,
 		LockedUntil: now.Add(time.Minute),
 		ExpiresAt:   now.Add(24 * time.Hour),
 	}
@@ -84,7 +84,7 @@ func runIdempotency(t *testing.T, newStore NewStore) {
 				t.Fatalf("claim at %v of a done record: claimed = true", now)
 			}
 			want := first
-			want.State, want.StatusCode, want.Headers, want.Body = store.IdemDone, 201, headers, body
+			want.State, want.StatusCode, want.Headers, want.Body = idempotency.Done, 201, headers, body
 			sameIdem(t, "done record", got, want)
 		}
 	})
@@ -101,19 +101,19 @@ func runIdempotency(t *testing.T, newStore NewStore) {
 			t.Fatal("claim of a done record: claimed = true")
 		}
 		want := first
-		want.State, want.StatusCode = store.IdemDone, 204
+		want.State, want.StatusCode = idempotency.Done, 204
 		sameIdem(t, "done record", got, want)
 	})
 
 	t.Run("ExpiredRecordCanBeClaimed", func(t *testing.T) {
-		for _, state := range []string{store.IdemInProgress, store.IdemDone} {
+		for _, state := range []string{idempotency.InProgress, idempotency.Done} {
 			t.Run(state, func(t *testing.T) {
 				e := newEnv(t, newStore)
 				first := idemRec(scope, "fp-1", base)
 				first.LockedUntil = first.ExpiresAt // only expiry frees it
 				_, _, err := e.st.ClaimIdempotency(e.ctx, first, base)
 				must(t, err, "ClaimIdempotency")
-				if state == store.IdemDone {
+				if state == idempotency.Done {
 					must(t, e.st.CompleteIdempotency(e.ctx, scope, 200, map[string]string{"A": "b"}, []byte("x")), "CompleteIdempotency")
 				}
 				// One millisecond before expiry the record still holds.
@@ -185,7 +185,7 @@ func runIdempotency(t *testing.T, newStore NewStore) {
 			wg      sync.WaitGroup
 			start   = make(chan struct{})
 			claimed = make([]bool, n)
-			seen    = make([]store.IdemRecord, n)
+			seen    = make([]idempotency.Record, n)
 			errs    = make([]error, n)
 		)
 		for i := range n {
@@ -217,7 +217,7 @@ func runIdempotency(t *testing.T, newStore NewStore) {
 	})
 }
 
-func sameIdem(t *testing.T, what string, got, want store.IdemRecord) {
+func sameIdem(t *testing.T, what string, got, want idempotency.Record) {
 	t.Helper()
 	if got.Scope != want.Scope || got.Fingerprint != want.Fingerprint || got.State != want.State || got.StatusCode != want.StatusCode {
 		t.Errorf("%s = {Scope:%q Fingerprint:%q State:%q StatusCode:%d}, want {Scope:%q Fingerprint:%q State:%q StatusCode:%d}",

@@ -6,15 +6,14 @@ import (
 	"time"
 
 	"github.com/evs-dev/evs/internal/evs"
-	"github.com/evs-dev/evs/internal/store"
 )
 
 func runKeys(t *testing.T, newStore NewStore) {
 	t.Run("CreateAndReadAccount", func(t *testing.T) {
 		e := newEnv(t, newStore)
-		want := store.Account{ID: "acct-1", Name: "alice", Test: true, Suspended: true, CreatedAt: base}
+		want := evs.Account{ID: "acct-1", Name: "alice", Test: true, Suspended: true, CreatedAt: base}
 		must(t, e.st.CreateAccount(e.ctx, want), "CreateAccount")
-		other := store.Account{ID: "acct-2", Name: "bob", CreatedAt: base.Add(time.Second)}
+		other := evs.Account{ID: "acct-2", Name: "bob", CreatedAt: base.Add(time.Second)}
 		must(t, e.st.CreateAccount(e.ctx, other), "CreateAccount other")
 
 		got, err := e.st.Account(e.ctx, "acct-1")
@@ -30,9 +29,9 @@ func runKeys(t *testing.T, newStore NewStore) {
 
 	t.Run("DuplicateAccountIsAnError", func(t *testing.T) {
 		e := newEnv(t, newStore)
-		first := store.Account{ID: "acct-1", Name: "alice", CreatedAt: base}
+		first := evs.Account{ID: "acct-1", Name: "alice", CreatedAt: base}
 		must(t, e.st.CreateAccount(e.ctx, first), "CreateAccount")
-		err := e.st.CreateAccount(e.ctx, store.Account{ID: "acct-1", Name: "mallory", Test: true, CreatedAt: base.Add(time.Hour)})
+		err := e.st.CreateAccount(e.ctx, evs.Account{ID: "acct-1", Name: "mallory", Test: true, CreatedAt: base.Add(time.Hour)})
 		if err == nil {
 			t.Fatal("second CreateAccount with the same ID: got no error")
 		}
@@ -48,7 +47,7 @@ func runKeys(t *testing.T, newStore NewStore) {
 
 	t.Run("AccountNotFound", func(t *testing.T) {
 		e := newEnv(t, newStore)
-		must(t, e.st.CreateAccount(e.ctx, store.Account{ID: "acct-1", Name: "alice", CreatedAt: base}), "CreateAccount")
+		must(t, e.st.CreateAccount(e.ctx, evs.Account{ID: "acct-1", Name: "alice", CreatedAt: base}), "CreateAccount")
 		_, err := e.st.Account(e.ctx, "acct-404")
 		wantCode(t, err, evs.CodeNotFound, "Account of an unknown id")
 		_, err = e.st.AccountByName(e.ctx, "nobody")
@@ -66,14 +65,14 @@ func runKeys(t *testing.T, newStore NewStore) {
 			if n != i {
 				t.Fatalf("CountAccounts = %d, want %d", n, i)
 			}
-			a := store.Account{ID: fmt.Sprintf("acct-%d", i), Name: fmt.Sprintf("n%d", i), CreatedAt: base}
+			a := evs.Account{ID: fmt.Sprintf("acct-%d", i), Name: fmt.Sprintf("n%d", i), CreatedAt: base}
 			must(t, e.st.CreateAccount(e.ctx, a), "CreateAccount")
 		}
 	})
 
 	t.Run("CreateKeyAndKeyByHash", func(t *testing.T) {
 		e := newEnv(t, newStore)
-		must(t, e.st.CreateAccount(e.ctx, store.Account{ID: "acct-1", Name: "alice", CreatedAt: base}), "CreateAccount")
+		must(t, e.st.CreateAccount(e.ctx, evs.Account{ID: "acct-1", Name: "alice", CreatedAt: base}), "CreateAccount")
 		want := testKey(1, "acct-1", base)
 		want.UsageKeyID = "usage-123"
 		must(t, e.st.CreateKey(e.ctx, want), "CreateKey")
@@ -99,8 +98,8 @@ func runKeys(t *testing.T, newStore NewStore) {
 
 	t.Run("DuplicateKeyIsAnError", func(t *testing.T) {
 		e := newEnv(t, newStore)
-		must(t, e.st.CreateAccount(e.ctx, store.Account{ID: "acct-1", Name: "alice", CreatedAt: base}), "CreateAccount")
-		must(t, e.st.CreateAccount(e.ctx, store.Account{ID: "acct-2", Name: "bob", CreatedAt: base}), "CreateAccount")
+		must(t, e.st.CreateAccount(e.ctx, evs.Account{ID: "acct-1", Name: "alice", CreatedAt: base}), "CreateAccount")
+		must(t, e.st.CreateAccount(e.ctx, evs.Account{ID: "acct-2", Name: "bob", CreatedAt: base}), "CreateAccount")
 		k := testKey(1, "acct-1", base)
 		must(t, e.st.CreateKey(e.ctx, k), "CreateKey")
 		if err := e.st.CreateKey(e.ctx, testKey(1, "acct-2", base.Add(time.Hour))); err == nil {
@@ -115,7 +114,7 @@ func runKeys(t *testing.T, newStore NewStore) {
 		for _, by := range []string{"id", "hash"} {
 			t.Run("By"+by, func(t *testing.T) {
 				e := newEnv(t, newStore)
-				must(t, e.st.CreateAccount(e.ctx, store.Account{ID: "acct-1", Name: "alice", CreatedAt: base}), "CreateAccount")
+				must(t, e.st.CreateAccount(e.ctx, evs.Account{ID: "acct-1", Name: "alice", CreatedAt: base}), "CreateAccount")
 				k := testKey(1, "acct-1", base)
 				other := testKey(2, "acct-1", base)
 				must(t, e.st.CreateKey(e.ctx, k), "CreateKey")
@@ -151,7 +150,7 @@ func runKeys(t *testing.T, newStore NewStore) {
 
 	t.Run("RevokeUnknownKey", func(t *testing.T) {
 		e := newEnv(t, newStore)
-		must(t, e.st.CreateAccount(e.ctx, store.Account{ID: "acct-1", Name: "alice", CreatedAt: base}), "CreateAccount")
+		must(t, e.st.CreateAccount(e.ctx, evs.Account{ID: "acct-1", Name: "alice", CreatedAt: base}), "CreateAccount")
 		must(t, e.st.CreateKey(e.ctx, testKey(1, "acct-1", base)), "CreateKey")
 		for _, ref := range []string{testKey(9, "", base).ID, testKey(9, "", base).Hash, ""} {
 			_, err := e.st.RevokeKey(e.ctx, ref, base)
@@ -166,8 +165,8 @@ func runKeys(t *testing.T, newStore NewStore) {
 		if len(keys) != 0 {
 			t.Fatalf("ListKeys on an empty store = %d keys, want 0", len(keys))
 		}
-		must(t, e.st.CreateAccount(e.ctx, store.Account{ID: "acct-1", Name: "alice", CreatedAt: base}), "CreateAccount")
-		must(t, e.st.CreateAccount(e.ctx, store.Account{ID: "acct-2", Name: "bob", CreatedAt: base}), "CreateAccount")
+		must(t, e.st.CreateAccount(e.ctx, evs.Account{ID: "acct-1", Name: "alice", CreatedAt: base}), "CreateAccount")
+		must(t, e.st.CreateAccount(e.ctx, evs.Account{ID: "acct-2", Name: "bob", CreatedAt: base}), "CreateAccount")
 		// Written out of time order, so insertion order is not the answer.
 		offsets := []int{3, 0, 4, 1, 2}
 		for i, off := range offsets {
@@ -197,17 +196,17 @@ func runKeys(t *testing.T, newStore NewStore) {
 
 // testKey returns a distinct, well-formed key for n: a 64-hex hash whose
 // first 12 characters are its ID, as package apikey makes them.
-func testKey(n int, accountID string, created time.Time) store.Key {
+func testKey(n int, accountID string, created time.Time) evs.Key {
 	// The hashes' order is not their n's order, so sorting by hash is
 	// not mistaken for sorting by age.
 	h := fmt.Sprintf("%08x", uint32(n+1)*0x9e3779b1)
 	for len(h) < 64 {
 		h += fmt.Sprintf("%x", (len(h)*7+n)%16)
 	}
-	return store.Key{ID: h[:12], Hash: h, AccountID: accountID, CreatedAt: created}
+	return evs.Key{ID: h[:12], Hash: h, AccountID: accountID, CreatedAt: created}
 }
 
-func sameAccount(t *testing.T, what string, got, want store.Account) {
+func sameAccount(t *testing.T, what string, got, want evs.Account) {
 	t.Helper()
 	if got.ID != want.ID || got.Name != want.Name || got.Test != want.Test || got.Suspended != want.Suspended {
 		t.Errorf("%s = %+v, want %+v", what, got, want)
@@ -215,7 +214,7 @@ func sameAccount(t *testing.T, what string, got, want store.Account) {
 	sameTime(t, what+".CreatedAt", got.CreatedAt, want.CreatedAt)
 }
 
-func sameKey(t *testing.T, what string, got, want store.Key) {
+func sameKey(t *testing.T, what string, got, want evs.Key) {
 	t.Helper()
 	if got.ID != want.ID || got.Hash != want.Hash || got.AccountID != want.AccountID ||
 		got.Revoked != want.Revoked || got.UsageKeyID != want.UsageKeyID {

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/evs-dev/evs/internal/verify/dnscheck/dnstest"
 	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/verify/dnscheck/dnstest"
 	"github.com/miekg/dns"
 )
 

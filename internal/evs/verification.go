@@ -1,4 +1,4 @@
-package verify
+package evs
 
 import "time"
 
@@ -84,17 +84,17 @@ func ParseMode(s string) (Mode, bool) {
 // Decision is the whole, explained verdict on one address: the "decision"
 // object of the API.
 type Decision struct {
-	Email      string  `json:"email"`
-	Normalized string  `json:"normalized"`
-	Reason     Reason  `json:"reason"`
-	Mode       Mode    `json:"mode"`
-	Suggestion *string `json:"suggestion"`
-	Flags      Flags   `json:"flags"`
-	Checks     Checks  `json:"checks"`
-	CheckedAt  Time    `json:"checkedAt"`
-	DurationMs int64   `json:"durationMs"`
+	Email      string
+	Normalized string
+	Reason     Reason
+	Mode       Mode
+	Suggestion *string
+	Flags      Flags
+	Checks     Checks
+	CheckedAt  time.Time
+	DurationMs int64
 	// TestMode is set only on decisions made for test-mode accounts.
-	TestMode bool `json:"testMode,omitempty"`
+	TestMode bool
 }
 
 // Status returns the outcome label the decision's reason leads to.
@@ -103,30 +103,30 @@ func (d Decision) Status() Status { return StatusOf(d.Reason) }
 // Flags are facts about the address that do not change Status by themselves
 // (except disposable, which is also a reason).
 type Flags struct {
-	Disposable bool `json:"disposable"`
-	Role       bool `json:"role"`
-	Free       bool `json:"free"`
-	AcceptAll  bool `json:"acceptAll"`
+	Disposable bool
+	Role       bool
+	Free       bool
+	AcceptAll  bool
 	// SMTPUTF8 marks a UTF-8 local part (RFC 6531): the receiving server must
 	// support SMTPUTF8 to take it.
-	SMTPUTF8 bool `json:"smtputf8"`
+	SMTPUTF8 bool
 }
 
 // Checks carries the evidence behind the decision, one object per stage.
 // Every stage is always present: a stage that did not run says so in its
 // result ("not_checked", "skipped") rather than by being absent.
 type Checks struct {
-	Syntax SyntaxCheck `json:"syntax"`
-	DNS    DNSCheck    `json:"dns"`
-	SMTP   SMTPCheck   `json:"smtp"`
+	Syntax SyntaxCheck
+	DNS    DNSCheck
+	SMTP   SMTPCheck
 }
 
 // SyntaxCheck is the syntax stage's evidence.
 type SyntaxCheck struct {
-	Valid bool `json:"valid"`
+	Valid bool
 	// Error names the rule an invalid address broke (for example
 	// "consecutive_dots"); empty when valid.
-	Error string `json:"error,omitempty"`
+	Error string
 }
 
 // DNS result values of DNSCheck.Result.
@@ -142,17 +142,17 @@ const (
 // DNSCheck is the DNS stage's evidence.
 type DNSCheck struct {
 	// Result is one of the DNS* constants.
-	Result string `json:"result"`
+	Result string
 	// MX lists the mail hosts in preference order (the domain itself when
 	// ImplicitMX is true).
-	MX         []string `json:"mx"`
-	ImplicitMX bool     `json:"implicitMx"`
+	MX         []string
+	ImplicitMX bool
 	// Rcode is the DNS response code that decided the result (NOERROR,
 	// NXDOMAIN, SERVFAIL, REFUSED), or empty on a timeout.
-	Rcode string `json:"rcode,omitempty"`
+	Rcode string
 	// Error says what failed when Result is "error" (servfail, refused,
 	// timeout, network).
-	Error string `json:"error,omitempty"`
+	Error string
 }
 
 // SMTP result values of SMTPCheck.Result (contract, section 2).
@@ -169,42 +169,24 @@ const (
 
 // SMTPCheck is the SMTP stage's evidence: the reply that decided the result.
 type SMTPCheck struct {
-	Result       string `json:"result"`
-	Host         string `json:"host,omitempty"`
-	Code         int    `json:"code,omitempty"`
-	EnhancedCode string `json:"enhancedCode,omitempty"`
+	Result       string
+	Host         string
+	Code         int
+	EnhancedCode string
 	// Message is the remote server's reply text, trimmed to 200 characters.
-	Message string `json:"message,omitempty"`
-	TLS     bool   `json:"tls"`
+	Message string
+	TLS     bool
 	// Detail says, in our words, why the result is what it is (for example
 	// "skipped: quick mode" or "blocked: the server refused our IP").
-	Detail string `json:"detail,omitempty"`
+	Detail string
 }
 
-// Time is a time.Time that marshals as RFC 3339 UTC with milliseconds and a Z,
-// as the contract requires for every timestamp.
-type Time struct{ time.Time }
-
-// TimeLayout is the contract's timestamp layout.
-const TimeLayout = "2006-01-02T15:04:05.000Z"
-
-// MarshalJSON renders t in TimeLayout, in UTC.
-func (t Time) MarshalJSON() ([]byte, error) {
-	b := make([]byte, 0, len(TimeLayout)+2)
-	b = append(b, '"')
-	b = t.UTC().AppendFormat(b, TimeLayout)
-	return append(b, '"'), nil
-}
-
-// UnmarshalJSON parses an RFC 3339 timestamp.
-func (t *Time) UnmarshalJSON(b []byte) error {
-	if string(b) == "null" {
-		return nil
+// Valid tells whether r is one of the contract's reason codes.
+func (r Reason) Valid() bool {
+	for _, c := range Reasons() {
+		if r == c {
+			return true
+		}
 	}
-	p, err := time.Parse(`"`+time.RFC3339Nano+`"`, string(b))
-	if err != nil {
-		return err
-	}
-	t.Time = p.UTC()
-	return nil
+	return false
 }

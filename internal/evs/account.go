@@ -1,0 +1,28 @@
+package evs
+
+import "time"
+
+// Account owns keys and batches. A test-mode account gets sandbox verdicts
+// (contract, section 8) and never causes network traffic.
+type Account struct {
+	ID        string
+	Name      string
+	Test      bool
+	Suspended bool
+	CreatedAt time.Time
+}
+
+// Key is an API key as kept: never the secret, only its SHA-256 hash.
+type Key struct {
+	// ID is a short public identifier (the first 12 hex characters of the
+	// hash) shown by `evs keys list` and accepted by `evs keys revoke`.
+	ID string
+	// Hash is the lower-case hex SHA-256 of the whole key string.
+	Hash      string
+	AccountID string
+	Revoked   bool
+	CreatedAt time.Time
+	RevokedAt time.Time
+	// UsageKeyID is the API Gateway usage-plan key of the account (AWS only).
+	UsageKeyID string
+}

@@ -1,0 +1,78 @@
+package evs
+
+import "time"
+
+// State is where a batch is in its life (contract, section 3).
+type State string
+
+// Batch states. Completed, Cancelled and Failed are final.
+const (
+	StateQueued    State = "queued"
+	StateRunning   State = "running"
+	StateCompleted State = "completed"
+	StateCancelled State = "cancelled"
+	StateFailed    State = "failed"
+)
+
+// Final tells whether the state never changes again.
+func (s State) Final() bool {
+	return s == StateCompleted || s == StateCancelled || s == StateFailed
+}
+
+// Counters are a batch's counters. At every moment a client can observe:
+// Processed = Deliverable + Undeliverable + Risky + Unknown <= Total - Duplicates.
+type Counters struct {
+	Total         int
+	Duplicates    int
+	Processed     int
+	Deliverable   int
+	Undeliverable int
+	Risky         int
+	Unknown       int
+}
+
+// Add counts one processed address with the given status.
+func (c *Counters) Add(s Status) {
+	c.Processed++
+	switch s {
+	case Deliverable:
+		c.Deliverable++
+	case Undeliverable:
+		c.Undeliverable++
+	case Risky:
+		c.Risky++
+	default:
+		c.Unknown++
+	}
+}
+
+// Batch is a batch verification request.
+type Batch struct {
+	ID          string
+	AccountID   string
+	Mode        Mode
+	State       State
+	Error       string
+	CreatedAt   time.Time
+	CompletedAt time.Time // zero until final
+	ExpiresAt   time.Time
+	Counters    Counters
+}
+
+// Item is one distinct (normalized) address of a batch. Seq numbers the
+// distinct addresses from 0 in submission order.
+type Item struct {
+	Seq    int
+	Email  string // as submitted
+	Domain string // normalized domain, for grouping work
+}
+
+// Result is the verdict on one item.
+type Result struct {
+	Seq      int
+	Email    string
+	Decision Decision
+}
+
+// Status returns the outcome label of the result.
+func (r Result) Status() Status { return r.Decision.Status() }
