@@ -63,11 +63,11 @@ func Parse(allowCSV string) (*Policy, error) {
 	for i, s := range strings.Split(allowCSV, ",") {
 		s = strings.TrimSpace(s)
 		if s == "" {
-			return nil, fmt.Errorf("egress: entry %d of the allow-list is empty; want CIDRs like 127.0.0.0/8,10.1.0.0/16", i+1)
+			return nil, fmt.Errorf("egress: allow-list entry %d is empty; %s", i+1, wantForm)
 		}
 		pfx, err := netip.ParsePrefix(s)
 		if err != nil {
-			return nil, fmt.Errorf("egress: allow-list entry %q is not a CIDR like 127.0.0.0/8 or fd00::/8", s)
+			return nil, fmt.Errorf("egress: allow-list entry %q is not a CIDR; %s", s, wantForm)
 		}
 		// Keep only the network: "10.1.2.3/8" means 10.0.0.0/8, as
 		// route tables read it.
@@ -75,6 +75,8 @@ func Parse(allowCSV string) (*Policy, error) {
 	}
 	return p, nil
 }
+
+const wantForm = "want comma-separated CIDRs like 127.0.0.0/8,fd00::/8"
 
 // Allowlist returns the allowed CIDRs, in the order given.
 func (p *Policy) Allowlist() []netip.Prefix {

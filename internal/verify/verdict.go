@@ -21,7 +21,8 @@ type Evidence struct {
 //	---+----------------------------------+---------------------+--------------
 //	1  | syntax invalid                   | invalid_syntax      | undeliverable
 //	2  | DNS nxdomain                     | invalid_domain      | undeliverable
-//	3  | DNS null MX or no MX/A/AAAA      | no_mail_server      | undeliverable
+//	3  | DNS null MX, no MX/A/AAAA, or    | no_mail_server      | undeliverable
+//	   | MX addresses all non-public      |                     |
 //	4  | SMTP rejected (5xx at RCPT)      | rejected_email      | undeliverable
 //	5  | disposable domain                | disposable          | risky
 //	6  | SMTP mailbox full                | mailbox_full        | risky
@@ -44,7 +45,7 @@ func Verdict(ev Evidence) Reason {
 		return ReasonInvalidSyntax
 	case ev.DNS == DNSNXDomain:
 		return ReasonInvalidDomain
-	case ev.DNS == DNSNullMX || ev.DNS == DNSNoRecords:
+	case ev.DNS == DNSNullMX || ev.DNS == DNSNoRecords || ev.DNS == DNSMXNotPublic:
 		return ReasonNoMailServer
 	case ev.SMTP == SMTPRejected:
 		return ReasonRejectedEmail
