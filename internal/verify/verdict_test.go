@@ -20,6 +20,7 @@ func TestVerdictPrecedence(t *testing.T) {
 		{"2 nxdomain", verify.Evidence{SyntaxValid: true, Disposable: true, DNS: verify.DNSNXDomain, SMTP: verify.SMTPSkipped}, verify.ReasonInvalidDomain},
 		{"3 null mx", verify.Evidence{SyntaxValid: true, Disposable: true, DNS: verify.DNSNullMX, SMTP: verify.SMTPSkipped}, verify.ReasonNoMailServer},
 		{"3 no records", verify.Evidence{SyntaxValid: true, DNS: verify.DNSNoRecords, SMTP: verify.SMTPSkipped}, verify.ReasonNoMailServer},
+		{"3 mx not public beats disposable", verify.Evidence{SyntaxValid: true, Disposable: true, DNS: verify.DNSMXNotPublic, SMTP: verify.SMTPSkipped}, verify.ReasonNoMailServer},
 		{"4 rejected beats disposable", verify.Evidence{SyntaxValid: true, Disposable: true, DNS: ok, SMTP: verify.SMTPRejected}, verify.ReasonRejectedEmail},
 		{"5 disposable beats accepted", verify.Evidence{SyntaxValid: true, Disposable: true, DNS: ok, SMTP: verify.SMTPAccepted}, verify.ReasonDisposable},
 		{"5 disposable beats full", verify.Evidence{SyntaxValid: true, Disposable: true, DNS: ok, SMTP: verify.SMTPFull}, verify.ReasonDisposable},
