@@ -121,6 +121,7 @@ func TestServeKilledMidBatch(t *testing.T) {
 		"EVS_DNS_SERVERS=" + dns.Addr,
 		"EVS_SMTP=direct",
 		fmt.Sprintf("EVS_SMTP_PORT=%d", smtp.Port),
+		"EVS_EGRESS_ALLOW=127.0.0.0/8", // the SMTP peer is on loopback
 		// serve checks that the HELO name resolves through the system
 		// resolver; "localhost" is answered from /etc/hosts, so the test
 		// sends no DNS query off the machine.

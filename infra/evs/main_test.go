@@ -111,7 +111,7 @@ func TestVerifyCommand(t *testing.T) {
 	dns := dnstest.Start(t)
 	dns.AddRecord("corp.example. 300 IN MX 10 mx.corp.example.")
 	dns.AddRecord("mx.corp.example. 300 IN A 127.0.0.1")
-	env := map[string]string{"EVS_DNS_SERVERS": dns.Addr, "EVS_SMTP_PORT": fmt.Sprint(smtp.Port), "EVS_SMTP_HELO": "probe.evs.test"}
+	env := map[string]string{"EVS_DNS_SERVERS": dns.Addr, "EVS_SMTP_PORT": fmt.Sprint(smtp.Port), "EVS_SMTP_HELO": "probe.evs.test", "EVS_EGRESS_ALLOW": "127.0.0.0/8"}
 	code, out, stderr := runEVS(context.Background(), env, "verify", "alice@corp.example", "bob@corp.example", "bad@@x")
 	if code != 0 {
 		t.Fatalf("%d %s", code, stderr)

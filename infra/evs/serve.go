@@ -43,6 +43,11 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, getenv 
 	if warn := cfg.CheckHELO(ctx, net.DefaultResolver.LookupHost); warn != "" {
 		logger.Warn(warn)
 	}
+	if allow := cfg.Egress.Allowlist(); len(allow) > 0 && cfg.SMTP != config.SMTPOff {
+		// Security-relevant: say at start which non-public ranges a
+		// tenant's domain can make us connect to.
+		logger.Info("SMTP probes may reach these non-public ranges (EVS_EGRESS_ALLOW)", "allow", fmt.Sprint(allow))
+	}
 	srv, err := server.New(server.Options{Config: cfg, Store: st, Logger: logger})
 	if err != nil {
 		return err

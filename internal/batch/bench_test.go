@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/evs-dev/evs/internal/batch"
+	"github.com/evs-dev/evs/internal/egress"
 	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/sqlitestore"
 	"github.com/evs-dev/evs/internal/verify"
@@ -50,7 +51,11 @@ func newFarm(tb testing.TB, hosts, domains int, delay time.Duration) *farm {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	p, err := smtpprobe.New(smtpprobe.Config{HELO: "probe.evs.test", Port: port, Resolver: res, PerHostLimit: 4, ReplyTimeout: 10 * time.Second})
+	loopback, err := egress.Parse("127.0.0.0/8") // the farm's MTAs
+	if err != nil {
+		tb.Fatal(err)
+	}
+	p, err := smtpprobe.New(smtpprobe.Config{HELO: "probe.evs.test", Port: port, Resolver: res, Egress: loopback, PerHostLimit: 4, ReplyTimeout: 10 * time.Second})
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/evs-dev/evs/internal/egress"
 	"github.com/evs-dev/evs/internal/verify"
 	"github.com/evs-dev/evs/internal/verify/dnscheck"
 	"github.com/evs-dev/evs/internal/verify/smtpprobe"
@@ -42,6 +43,10 @@ type Config struct {
 	AuthTTL time.Duration
 	// Retention is how long batches and results are kept.
 	Retention time.Duration
+	// Egress is the policy for connections that tenants' input names
+	// (SMTP probes): EVS_EGRESS_ALLOW. nil, the zero value, refuses every
+	// special-purpose range.
+	Egress *egress.Policy
 	// HELOFromHost is true when HELO was not configured and the host name
 	// is used instead (evs serve warns about it).
 	HELOFromHost bool
@@ -107,6 +112,11 @@ func FromEnv(getenv func(string) string, onLambda bool) (Config, error) {
 		}
 	}
 	c.MailFrom = or(getenv("EVS_SMTP_FROM"), "verify@"+c.HELO)
+	pol, err := egress.Parse(getenv("EVS_EGRESS_ALLOW"))
+	if err != nil {
+		errs = append(errs, fmt.Errorf("EVS_EGRESS_ALLOW: %w", err))
+	}
+	c.Egress = pol
 	switch s := strings.ToLower(getenv("EVS_RATE_LIMIT")); s {
 	case "":
 		c.RateLimit = 50
@@ -159,16 +169,21 @@ func (c Config) Engine() (*verify.Engine, *dnscheck.Resolver, error) {
 	case SMTPOff:
 		ec.SMTPOffDetail = "SMTP probing is off here (EVS_SMTP=off)"
 	default:
-		var dialer smtpprobe.ContextDialer = &net.Dialer{}
+		// The policy is checked before every dial and again, on direct
+		// dials, on the address the socket connects to.
+		var dialer smtpprobe.ContextDialer = &net.Dialer{Control: c.Egress.Control}
 		if c.SMTP == SMTPProxy {
-			dialer, err = smtpprobe.NewSOCKS5Dialer(c.SMTPProxy, dialer)
+			// The proxy is the operator's, often on a private network:
+			// reaching it is not subject to the policy; what it is asked
+			// to CONNECT to is.
+			dialer, err = smtpprobe.NewSOCKS5Dialer(c.SMTPProxy, &net.Dialer{}, c.Egress)
 			if err != nil {
 				return nil, nil, err
 			}
 		}
 		p, err := smtpprobe.New(smtpprobe.Config{
 			HELO: c.HELO, MailFrom: c.MailFrom, Port: c.SMTPPort,
-			Resolver: res, Dialer: dialer,
+			Resolver: res, Dialer: dialer, Egress: c.Egress,
 		})
 		if err != nil {
 			return nil, nil, err

@@ -3,6 +3,7 @@ package config_test
 import (
 	"context"
 	"errors"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -56,6 +57,17 @@ func TestFromEnv(t *testing.T) {
 		{name: "bad rate", vars: map[string]string{"EVS_RATE_LIMIT": "-3"}, errMatch: "EVS_RATE_LIMIT"},
 		{name: "bad retention", vars: map[string]string{"EVS_RETENTION_DAYS": "zero"}, errMatch: "EVS_RETENTION_DAYS"},
 		{name: "bad dns", vars: map[string]string{"EVS_DNS_SERVERS": "not a server:x"}, errMatch: "EVS_DNS_SERVERS"},
+		{name: "bad egress allow-list", vars: map[string]string{"EVS_EGRESS_ALLOW": "127.0.0.0/8,10.0.0.1"}, errMatch: `EVS_EGRESS_ALLOW: egress: allow-list entry "10.0.0.1" is not a CIDR; want comma-separated CIDRs like 127.0.0.0/8,fd00::/8`},
+		{name: "egress allow-list", vars: map[string]string{"EVS_EGRESS_ALLOW": "127.0.0.0/8, fd00::/8"}, check: func(t *testing.T, c config.Config) {
+			if !c.Egress.Allowed(netip.MustParseAddr("127.0.0.1")) || !c.Egress.Allowed(netip.MustParseAddr("fd00::25")) || c.Egress.Allowed(netip.MustParseAddr("10.0.0.1")) {
+				t.Fatalf("allow-list %v", c.Egress.Allowlist())
+			}
+		}},
+		{name: "egress default refuses loopback", vars: map[string]string{}, check: func(t *testing.T, c config.Config) {
+			if c.Egress.Allowed(netip.MustParseAddr("127.0.0.1")) || len(c.Egress.Allowlist()) != 0 {
+				t.Fatalf("allow-list %v", c.Egress.Allowlist())
+			}
+		}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -137,6 +137,11 @@ const (
 	DNSNoRecords  = "no_records"
 	DNSError      = "error"
 	DNSNotChecked = "not_checked"
+	// DNSMXNotPublic: the domain has mail hosts, but every address of
+	// those we may try is one the egress policy refuses (loopback,
+	// private, link-local...), so none was contacted. Found in full mode
+	// only, when the probe looks the addresses up.
+	DNSMXNotPublic = "mx_not_public"
 )
 
 // DNSCheck is the DNS stage's evidence.

@@ -20,6 +20,7 @@ import (
 
 	"github.com/evs-dev/evs/internal/batch"
 	"github.com/evs-dev/evs/internal/config"
+	"github.com/evs-dev/evs/internal/egress"
 	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/logtest"
 	"github.com/evs-dev/evs/internal/server"
@@ -122,7 +123,11 @@ func start(t *testing.T, o options) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	prober, err := smtpprobe.New(smtpprobe.Config{HELO: "probe.evs.test", Port: h.smtp.Port, Resolver: res, ReplyTimeout: 2 * time.Second, DialTimeout: time.Second})
+	loopback, err := egress.Parse("127.0.0.0/8") // the SMTP peer
+	if err != nil {
+		t.Fatal(err)
+	}
+	prober, err := smtpprobe.New(smtpprobe.Config{HELO: "probe.evs.test", Port: h.smtp.Port, Resolver: res, Egress: loopback, ReplyTimeout: 2 * time.Second, DialTimeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

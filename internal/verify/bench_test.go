@@ -98,7 +98,7 @@ func newWorldB(b *testing.B) *verify.Engine {
 
 func mustProber(tb testing.TB, res *dnscheck.Resolver, port int) verify.Prober {
 	tb.Helper()
-	p, err := smtpprobe.New(smtpprobe.Config{HELO: "probe.evs.test", Port: port, Resolver: res})
+	p, err := smtpprobe.New(smtpprobe.Config{HELO: "probe.evs.test", Port: port, Resolver: res, Egress: loopbackAllowed(tb)})
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -302,6 +302,16 @@ func (e *Engine) probe(ctx context.Context, domain string, mail dnscheck.MailRes
 		hosts[i] = mx.Host
 	}
 	sess, err := e.cfg.Prober.Open(ctx, domain, hosts)
+	if pe := (*smtpprobe.ProbeError)(nil); errors.As(err, &pe) && pe.NotPublic {
+		// A domain that names only internal addresses has no mail
+		// server we may reach: that is what the DNS says, not a
+		// failure to connect.
+		for _, d := range ds {
+			d.Checks.DNS.Result = evs.DNSMXNotPublic
+			d.Checks.SMTP = evs.SMTPCheck{Result: evs.SMTPSkipped, Detail: "skipped: every address of the mail hosts is private or reserved (egress policy, EVS_EGRESS_ALLOW)"}
+		}
+		return
+	}
 	if err != nil {
 		c := openFailure(ctx, err)
 		for _, d := range ds {

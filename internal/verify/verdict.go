@@ -23,7 +23,8 @@ type Evidence struct {
 //	---+----------------------------------+---------------------+--------------
 //	1  | syntax invalid                   | invalid_syntax      | undeliverable
 //	2  | DNS nxdomain                     | invalid_domain      | undeliverable
-//	3  | DNS null MX or no MX/A/AAAA      | no_mail_server      | undeliverable
+//	3  | DNS null MX, no MX/A/AAAA, or    | no_mail_server      | undeliverable
+//	   | MX addresses all non-public      |                     |
 //	4  | SMTP rejected (5xx at RCPT)      | rejected_email      | undeliverable
 //	5  | disposable domain                | disposable          | risky
 //	6  | SMTP mailbox full                | mailbox_full        | risky
@@ -46,7 +47,7 @@ func Verdict(ev Evidence) evs.Reason {
 		return evs.ReasonInvalidSyntax
 	case ev.DNS == evs.DNSNXDomain:
 		return evs.ReasonInvalidDomain
-	case ev.DNS == evs.DNSNullMX || ev.DNS == evs.DNSNoRecords:
+	case ev.DNS == evs.DNSNullMX || ev.DNS == evs.DNSNoRecords || ev.DNS == evs.DNSMXNotPublic:
 		return evs.ReasonNoMailServer
 	case ev.SMTP == evs.SMTPRejected:
 		return evs.ReasonRejectedEmail

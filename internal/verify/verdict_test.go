@@ -21,6 +21,7 @@ func TestVerdictPrecedence(t *testing.T) {
 		{"2 nxdomain", verify.Evidence{SyntaxValid: true, Disposable: true, DNS: evs.DNSNXDomain, SMTP: evs.SMTPSkipped}, evs.ReasonInvalidDomain},
 		{"3 null mx", verify.Evidence{SyntaxValid: true, Disposable: true, DNS: evs.DNSNullMX, SMTP: evs.SMTPSkipped}, evs.ReasonNoMailServer},
 		{"3 no records", verify.Evidence{SyntaxValid: true, DNS: evs.DNSNoRecords, SMTP: evs.SMTPSkipped}, evs.ReasonNoMailServer},
+		{"3 mx not public beats disposable", verify.Evidence{SyntaxValid: true, Disposable: true, DNS: evs.DNSMXNotPublic, SMTP: evs.SMTPSkipped}, evs.ReasonNoMailServer},
 		{"4 rejected beats disposable", verify.Evidence{SyntaxValid: true, Disposable: true, DNS: ok, SMTP: evs.SMTPRejected}, evs.ReasonRejectedEmail},
 		{"5 disposable beats accepted", verify.Evidence{SyntaxValid: true, Disposable: true, DNS: ok, SMTP: evs.SMTPAccepted}, evs.ReasonDisposable},
 		{"5 disposable beats full", verify.Evidence{SyntaxValid: true, Disposable: true, DNS: ok, SMTP: evs.SMTPFull}, evs.ReasonDisposable},

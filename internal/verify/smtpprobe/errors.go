@@ -19,10 +19,17 @@ type ProbeError struct {
 	Timeout bool
 	// Err is the I/O or context error, if any.
 	Err error
+	// NotPublic is true when the egress policy refused every address of
+	// every host tried, so that no connection was attempted; Err then
+	// wraps the first *egress.RefusedError.
+	NotPublic bool
 
 	// tlsFailed marks a failed TLS handshake: the address is worth a
 	// second, plain attempt.
 	tlsFailed bool
+	// refused marks a host none of whose addresses the egress policy
+	// allows.
+	refused bool
 }
 
 // Error implements error.

@@ -4,6 +4,7 @@
 package smtpprobe
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -15,6 +16,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/evs-dev/evs/internal/egress"
 )
 
 // ContextDialer opens network connections; *net.Dialer and the SOCKS5
@@ -39,8 +42,13 @@ type Config struct {
 	Port int
 	// Resolver resolves MX host names; nil uses net.DefaultResolver.
 	Resolver Resolver
-	// Dialer opens connections; default &net.Dialer{}.
+	// Dialer opens connections; default a net.Dialer whose Control hook
+	// applies Egress, so the address actually dialled is checked again.
 	Dialer ContextDialer
+	// Egress says which addresses may be dialled; nil refuses every
+	// special-purpose range (loopback, private, link-local...) with no
+	// exception. Addresses it refuses are skipped before any dial.
+	Egress *egress.Policy
 	// DialTimeout bounds each connection attempt; default 10s.
 	DialTimeout time.Duration
 	// ReplyTimeout bounds the wait for each reply; default 30s.
@@ -64,7 +72,12 @@ const (
 // maxAddrsPerHost bounds the addresses tried for one MX name: a host
 // that publishes many addresses and answers on none must not use up the
 // whole probe.
-const maxAddrsPerHost = 3
+const maxAddrsPerHost = 2
+
+// maxHostsPerDomain bounds the MX hosts tried for one domain, by
+// preference, whatever the DNS says: a domain naming 30 MX hosts must not
+// turn one verification into 30 connection attempts (contract, section 9).
+const maxHostsPerDomain = 5
 
 // quitTimeout bounds the wait for the reply to QUIT: we are leaving, and a
 // slow goodbye must not hold a per-host slot for a full ReplyTimeout.
@@ -111,7 +124,7 @@ func New(cfg Config) (*Prober, error) {
 		cfg.Resolver = netResolver{net.DefaultResolver}
 	}
 	if cfg.Dialer == nil {
-		cfg.Dialer = &net.Dialer{}
+		cfg.Dialer = &net.Dialer{Control: cfg.Egress.Control}
 	}
 	if cfg.DialTimeout == 0 {
 		cfg.DialTimeout = DefaultDialTimeout
@@ -190,7 +203,8 @@ func (p *Prober) leave(host string, hs *hostSlots) {
 }
 
 // Open connects to the first of hosts (MX host names or IP addresses, in
-// preference order) that answers: for each it resolves the addresses,
+// preference order; only the first 5 are tried, and 2 addresses of each)
+// that answers: for each it resolves the addresses,
 // dials, reads the banner, says EHLO (HELO when EHLO gets a 5xx), upgrades
 // with STARTTLS when offered (EHLO again) and sends MAIL FROM. A host that
 // cannot be reached, times out or answers with a temporary failure makes
@@ -198,23 +212,40 @@ func (p *Prober) leave(host string, hs *hostSlots) {
 // the domain's other hosts share its policy about us. The domain names the
 // probe in errors.
 //
+// Addresses the egress policy refuses are skipped without dialling. When
+// every address of every host tried is refused, nothing is dialled and the
+// *ProbeError has NotPublic set.
+//
 // The returned Session holds a per-host slot until Closed. When no host
 // gives a session, the error is a *ProbeError.
 func (p *Prober) Open(ctx context.Context, domain string, hosts []string) (*Session, error) {
 	if len(hosts) == 0 {
 		return nil, &ProbeError{Class: Unknown, Err: fmt.Errorf("no mail hosts given for %s", domain)}
 	}
-	var fails []*ProbeError
+	hosts = hosts[:min(len(hosts), maxHostsPerDomain)]
+	var fails, refused []*ProbeError
 	for _, h := range hosts {
 		s, f := p.tryHost(ctx, h)
 		if s != nil {
 			return s, nil
+		}
+		if f.refused {
+			refused = append(refused, f)
+			continue
 		}
 		fails = append(fails, f)
 		if f.Class == Blocked || ctx.Err() != nil {
 			break
 		}
 	}
+	if len(fails) == 0 {
+		f := *refused[0]
+		f.NotPublic = true
+		f.refused = false
+		f.Err = fmt.Errorf("no public address among the mail hosts of %s: %w", domain, f.Err)
+		return nil, &f
+	}
+	// A refused host tells nothing about the domain's reachable ones.
 	return nil, mostTelling(fails)
 }
 
@@ -230,6 +261,13 @@ func (p *Prober) tryHost(ctx context.Context, host string) (*Session, *ProbeErro
 	if err != nil {
 		release()
 		return nil, ioFailure(host, fmt.Errorf("resolving %s: %w", host, err))
+	}
+	addrs, err = p.public(addrs)
+	if err != nil {
+		release()
+		f := ioFailure(host, fmt.Errorf("%s: %w", host, err))
+		f.refused = true
+		return nil, f
 	}
 	var fail *ProbeError
 	for _, a := range addrs {
@@ -254,12 +292,39 @@ func (p *Prober) tryHost(ctx context.Context, host string) (*Session, *ProbeErro
 	return nil, fail
 }
 
-// resolve returns up to maxAddrsPerHost addresses of host, IPv4 first:
-// outbound IPv6 on port 25 is often unroutable, and receivers hold IPv6
-// senders to stricter checks.
+// public returns the first maxAddrsPerHost of addrs that the egress
+// policy allows, or the refusal of the first when it allows none.
+func (p *Prober) public(addrs []netip.Addr) ([]netip.Addr, error) {
+	var first error
+	out := make([]netip.Addr, 0, maxAddrsPerHost)
+	for _, a := range addrs {
+		if err := p.cfg.Egress.Check(a); err != nil {
+			first = cmp.Or(first, err)
+			continue
+		}
+		if out = append(out, a); len(out) == maxAddrsPerHost {
+			break
+		}
+	}
+	if len(out) == 0 {
+		return nil, first
+	}
+	return out, nil
+}
+
+// loopback is what RFC 6761 says a localhost name resolves to, without
+// asking the DNS (section 6.3).
+var loopback = []netip.Addr{netip.AddrFrom4([4]byte{127, 0, 0, 1}), netip.IPv6Loopback()}
+
+// resolve returns the addresses of host, IPv4 first: outbound IPv6 on
+// port 25 is often unroutable, and receivers hold IPv6 senders to stricter
+// checks. An IP literal is its own address; a localhost name is loopback.
 func (p *Prober) resolve(ctx context.Context, host string) ([]netip.Addr, error) {
 	if a, err := netip.ParseAddr(strings.Trim(host, "[]")); err == nil {
 		return []netip.Addr{a.Unmap()}, nil
+	}
+	if host == "localhost" || strings.HasSuffix(host, ".localhost") {
+		return loopback, nil
 	}
 	addrs, err := p.cfg.Resolver.LookupHost(ctx, host)
 	if err != nil {
@@ -282,9 +347,6 @@ func (p *Prober) resolve(ctx context.Context, host string) ([]netip.Addr, error)
 			return 1
 		}
 	})
-	if len(out) > maxAddrsPerHost {
-		out = out[:maxAddrsPerHost]
-	}
 	return out, nil
 }
 

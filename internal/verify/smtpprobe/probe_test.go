@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/evs-dev/evs/internal/egress"
 	"github.com/evs-dev/evs/internal/verify/smtpprobe"
 	"github.com/evs-dev/evs/internal/verify/smtpprobe/smtptest"
 )
@@ -28,11 +29,22 @@ func ip(s string) []netip.Addr { return []netip.Addr{netip.MustParseAddr(s)} }
 
 const helo = "probe.evs.test"
 
+// loopbackAllowed is the egress policy of tests whose peers listen on
+// loopback, which the default policy refuses.
+var loopbackAllowed = func() *egress.Policy {
+	p, err := egress.Parse("127.0.0.0/8")
+	if err != nil {
+		panic(err)
+	}
+	return p
+}()
+
 func newProber(t testing.TB, port int, mod func(*smtpprobe.Config)) *smtpprobe.Prober {
 	t.Helper()
 	cfg := smtpprobe.Config{
 		HELO: helo, Port: port,
 		Resolver:     hosts{"mx1.test": ip("127.0.0.1")},
+		Egress:       loopbackAllowed,
 		DialTimeout:  2 * time.Second,
 		ReplyTimeout: 5 * time.Second,
 	}

@@ -5,16 +5,26 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"net/url"
 
 	"golang.org/x/net/proxy"
+
+	"github.com/evs-dev/evs/internal/egress"
 )
 
 // NewSOCKS5Dialer returns a dialer that connects through the SOCKS5 proxy
 // at proxyURL ("socks5://host:port", optionally "socks5://user:pass@host:port"),
 // reaching the proxy itself with forward (nil: a plain net.Dialer). It is
 // how probes leave runtimes that block outbound port 25.
-func NewSOCKS5Dialer(proxyURL string, forward ContextDialer) (ContextDialer, error) {
+//
+// The proxy would resolve names and connect wherever they point, out of
+// our sight, so the dialer takes only IP addresses: it checks each against
+// policy (nil: no exceptions) and asks the proxy to CONNECT to that
+// address, never to a name. A refused address never reaches the proxy.
+// The proxy itself is the operator's choice and may be on a private
+// network: forward should not apply the policy.
+func NewSOCKS5Dialer(proxyURL string, forward ContextDialer, policy *egress.Policy) (ContextDialer, error) {
 	u, err := url.Parse(proxyURL)
 	if err != nil {
 		// The URL may hold a password: do not echo it.
@@ -45,7 +55,27 @@ func NewSOCKS5Dialer(proxyURL string, forward ContextDialer) (ContextDialer, err
 	if !ok {
 		return nil, errors.New("smtpprobe: SOCKS5 dialer does not take a context")
 	}
-	return cd, nil
+	return socksDialer{cd, policy}, nil
+}
+
+// socksDialer puts the egress check in front of the SOCKS5 CONNECT.
+type socksDialer struct {
+	proxy  proxy.ContextDialer
+	policy *egress.Policy
+}
+
+func (s socksDialer) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	ap, err := netip.ParseAddrPort(addr)
+	if err != nil {
+		return nil, fmt.Errorf("smtpprobe: the SOCKS5 dialer takes an IP address and port, not %q: resolve it first", addr)
+	}
+	a := ap.Addr().Unmap().WithZone("")
+	if err := s.policy.Check(a); err != nil {
+		return nil, err
+	}
+	// A canonical literal makes the proxy library send an address
+	// (ATYP 1 or 4), never a domain name (ATYP 3).
+	return s.proxy.DialContext(ctx, network, netip.AddrPortFrom(a, ap.Port()).String())
 }
 
 // forwardDialer gives a ContextDialer the Dial method proxy.Dialer wants;
