@@ -44,7 +44,7 @@ var families = []*Family{
 		Phrases: []string{
 			`too many (recipients|rcpts?|connections|concurrent|simultaneous|sessions|messages|mails|smtp|invalid recipients|bad commands|errors)`,
 			`rate[ -]?limit\w*`, `rate that prevents`, `receiving (e?mail|messages) (too quickly|at a rate)`,
-			`sending rate`, `rate exceeded`, `exceeded the rate`, `throttl\w*`, `slow down`, `too (fast|quickly)`,
+			`sending rate`, `rate exceeded`, `(relay |sending |receiving |daily |hourly )?limit exceeded`, `per transaction exceeded`, `exceeded the rate`, `throttl\w*`, `slow down`, `too (fast|quickly)`,
 			`try again slower`, `connection limit`, `recipient limit`, `max(imum)? (number of )?(recipients|connections)`,
 			`exceeded the maximum number of connections`, `has exceeded permitted limits`,
 			`frequency (is )?limit\w*`, `frequency of receiving messages is limited`,
@@ -66,7 +66,7 @@ var families = []*Family{
 			`mail from`, `envelope from`, `from address`, `return[ -]path`, `null sender`, `empty envelope sender\w*`,
 			`not allowed to send`, `not permitted to send`, `is not allowed to send mail`, `unauthenticated (e-?mail|mail|message)`,
 			`(must|does not|doesn't) pass (either )?(spf|dkim|dmarc)`, `authentication (check\w*|failure|failed|required|results)`,
-			`domain of sender`, `sender domain`, `batv`, `backscatter`, `bounce attack\w*`,
+			`domain of sender`, `sender domain`, `outbound sender`, `envelope (sender|blocked|rejected)`, `batv`, `backscatter`, `bounce attack\w*`,
 		},
 	},
 	{
@@ -79,6 +79,7 @@ var families = []*Family{
 			`banned (sending|sender|ip|client|host|server|domain|network)`, `suspicious (activity|traffic)`,
 			`(ip|host|client|server|network|connection)s? [^.;]{0,40}(block(ed)?|refused|rejected|denied|banned|deferred)`,
 			`block(ed)? (for|due to|because of) (spam|abuse|suspicious)`, `temporarily (blocked|deferred)`,
+			`(traffic|mail|messages|connections) not accepted from`, `network,? not allowed`, `(invalid|bad) (sender )?ip( address)?`, `~:blocked\)`,
 			`cxbl`, `cdrbl`, `ipbl\d+`, `bl\d{6}`,
 			`adresse ip source bloquee`, `incident de spam`,
 		},
@@ -97,15 +98,15 @@ var families = []*Family{
 	{
 		Name: "policy", About: "us", Class: Blocked,
 		Phrases: []string{
-			`relay\w*`, `polic(y|ies)`, `aup`, `aup#\w+`, `acceptable use`, `not authori[sz]ed`, `unauthori[sz]ed`,
+			`relay(ing)? (access )?(denied|not permitted|prohibited|not allowed|refused)`, `unable to relay`, `smtp relay`, `polic(y|ies)`, `aup`, `aup#\w+`, `acceptable use`, `not authori[sz]ed`, `unauthori[sz]ed`,
 			`administrative(ly)? prohibit\w*`, `prohibited`, `not (currently )?accepting (mail|e-?mail|messages|connections)`,
 			`tls (is )?required`, `requires? (encryption|tls|starttls)`, `must issue a starttls`, `starttls`,
 			`service refused`, `service refuse`, `refused by`, `rejected by (recipient|the recipient|header|destination)`,
-			`access denied,`, `client was not authenticated`, `was not authenticated`, `not authenticated`,
+			`client was not authenticated`, `was not authenticated`, `not authenticated`,
 			`content (filter|examination)`, `anti-?spoofing`, `geographic\w*`, `country`, `whitelist`, `allow ?list`,
 			`allowed-senders`, `list of (allowed|senders)`, `not on the (allowed|recipient)`, `delivery not authori[sz]ed`,
 			`open (relay|proxy)`, `not allowed to (connect|relay|post)`, `please use the smtp server`,
-			`verweigert`, `refuse\w*`, `rechazad\w* por`, `отклонен\w* (политик|правил)`,
+			`verweigert`, `(connection|service|mail) refused`, `rechazad\w* por`, `отклонен\w* (политик|правил)`,
 		},
 	},
 	{
@@ -131,7 +132,7 @@ var families = []*Family{
 			`(disabled|deactivated|suspended|inactive|frozen|locked|closed|blocked|archived|banned) (user|account|mailbox|recipient|e-?mail address|address)`,
 			`inactive e-?mail address`, `is a deactivated mailbox`, `user suspended`, `mailbox cannot be accessed`,
 			`no longer (accepts mail|accepting mail|active|in use|valid|available|exists)`, `recipient no longer on server`,
-			`recipient suspend the service`, `account is locked`, `user is terminated`,
+			`recipient suspend the service`, `account is locked`, `(user|account|mailbox) not active`, `user is terminated`,
 			`(postfach|konto|benutzer|empfanger|mailbox|account)( \S+){0,5} (deaktiviert|gesperrt|stillgelegt|eingefroren|inaktiv|nicht (mehr )?aktiv)`,
 			`(compte|boite|destinataire|adresse|utilisateur)( \S+){0,5} (desactivee?|suspendue?|bloquee?|archivee?|fermee?|gelee?|inactif|inactive|supprimee?)`,
 			`(cuenta|buzon|usuario|destinatario)( \S+){0,5} (desactivad[ao]|suspendid[ao]|bloquead[ao]|inactiv[ao]|deshabilitad[ao]|congelad[ao]|cerrad[ao]|cancelad[ao])`,
@@ -157,11 +158,11 @@ var families = []*Family{
 			`mailbox (is )?unavailable`, `mailbox not (found|present|available)`, `no mailbox`, `no mail ?box`,
 			`mailbox unavailable`, `unrout(e)?able address`, `address (rejected|invalid|unknown|not found|does not exist)`,
 			`recipient address rejected: (access denied|user unknown|unknown user|invalid user|user not found|undeliverable address|userunknown)`,
-			`(doesn't|does not|don't) have an? ([\w.-]+ ){0,3}account`, `not (our|a) customer`, `not a valid user`,
+			`(doesn't|does not|don't) have an? ([a-z0-9.-]+ ){0,3}account`, `not (our|a) customer`, `not a valid user`,
 			`marked as invalid`, `no one at this address`, `there is no one`, `recipient (rejected|refused)`,
 			`resolver\.adr\.\w*notfound`, `recipnotfound`, `recipientnotfound`, `undeliverable address`,
 			`bad destination`, `unknown or illegal alias`, `not listed in`, `no account by that name`,
-			`is not an active address`, `invalid rcpt`, `badrcptto`,
+			`is not an active address`, `invalid rcpt`, `badrcptto`, `validrcptto`,
 			`(benutzer|empfanger|adresse|postfach|mailbox|nutzer)( \S+){0,2} (ist )?(unbekannt|existiert nicht|nicht (gefunden|vorhanden|bekannt))`,
 			`unbekannte\w* (empfanger|benutzer|adresse|nutzer)`, `kein\w* (solche\w* )?(benutzer|postfach|empfanger)`,
 			`gibt es nicht`, `adresse nicht gefunden`,
@@ -186,6 +187,8 @@ func init() {
 	for _, f := range families {
 		var bounded, loose []string
 		for _, p := range f.Phrases {
+			// \w in Go is ASCII only; phrases mean any letter.
+			p = strings.ReplaceAll(p, `\w`, `[\p{L}\p{N}_]`)
 			if rest, ok := strings.CutPrefix(p, "~"); ok {
 				loose = append(loose, rest)
 			} else {
