@@ -346,6 +346,10 @@ func (e *Engine) probe(ctx context.Context, domain string, mail dnscheck.MailRes
 			default:
 				c.Detail = "accept-all probe inconclusive: " + catchAll.Result
 			}
+			// Some receivers accept at RCPT what they bounce later.
+			if c.Result == evs.SMTPAccepted {
+				untrustedAccept(&c, catchAll.Result)
+			}
 		}
 		d.Checks.SMTP = c
 	}

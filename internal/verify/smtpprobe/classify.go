@@ -1,7 +1,6 @@
 package smtpprobe
 
 import (
-	"regexp"
 	"strings"
 )
 
@@ -45,40 +44,53 @@ type Reply struct {
 	Enhanced string
 	// Text is the reply's lines joined by spaces, without the code or the
 	// enhanced code, cleaned of control characters and trimmed to 200
-	// characters.
+	// characters. (The classification read the whole reply, not only
+	// these 200 characters.)
 	Text string
 }
 
-// Hints in reply texts. Servers word the same refusal in many ways, so the
-// text is only consulted where the codes are not specific; each list holds
-// phrases seen in real replies and matched on word boundaries so that, say,
-// "rbl" does not match inside "garbled".
-var (
-	rateHints = regexp.MustCompile(`\b(too many (recipients|rcpts?|connections|concurrent|simultaneous|sessions|messages|mails|smtp)|rate[ -]?limit\w*|rate that prevents|sending rate|rate exceeded|exceeded the rate|throttl\w*|slow down|too (fast|quickly)|connection limit|recipient limit|max(imum)? (number of )?(recipients|connections))\b`)
-
-	fullHints = regexp.MustCompile(`\b(mailbox (is )?full|inbox (is )?full|over ?quota|quota (exceeded|full)|exceeded (the |their |its )?(storage|quota)|mailbox size limit|out of storage|storage (space )?(full|exceeded))\b`)
-
-	blockedHints = regexp.MustCompile(`\b(spamhaus|spamcop|barracuda\w*|sorbs|uceprotect|blocked|block ?list(ed)?|black ?list(ed)?|deny ?list(ed)?|rbl|dnsbl|listed (at|on|in|by)|reverse (dns|hostname|lookup|name)|ptr|rdns|helo|ehlo|access denied|relay(ing)?|client host|your ip|ip address|reputation|spf|dmarc|dkim|not authori[sz]ed|unauthori[sz]ed|banned|spam|sender address rejected|sender rejected|policy)\b`)
-
-	rejectedHints = regexp.MustCompile(`\b(user unknown|unknown user|no such (user|mailbox|recipient|address|account|person)|mailbox (is )?unavailable|mailbox not found|mailbox (does not|doesn't|does ?n't) exist|(recipient|address|user|account|mailbox) (does not|doesn't) exist|(unknown|invalid) (recipient|mailbox|address|local[- ]part)|recipient (unknown|not found|invalid)|user not found|address unknown|unrout(e)?able address|(does not|doesn't) have an? .{0,40}account|account (is |has been )?(disabled|deactivated|closed|suspended|inactive)|mailbox (is )?(disabled|inactive)|not a valid (mailbox|recipient|user)|no mailbox|unknown or illegal alias|undeliverable address|bad destination)\b`)
-
-	enhancedRe = regexp.MustCompile(`^([245])\.(\d{1,3})\.(\d{1,3})(\s|$)`)
-)
+// Reading is what Read makes of a reply: its class and what decided it.
+type Reading struct {
+	// Class is the verdict on the reply.
+	Class Class
+	// Family names the phrase family of the text that decided Class (see
+	// Families), or "" when the codes alone decided it.
+	Family string
+}
 
 // Classify decides what a reply at a stage (StageBanner, StageEHLO,
-// StageMail or StageRcpt) says. It reads the code, the RFC 3463 enhanced
-// status code and the text. At stages other than rcpt a 5xx is Blocked
-// (nothing is known about the mailbox yet, so a refusal is about us) and a
-// 4xx is Greylisted or RateLimited.
-func Classify(stage string, r Reply) Class {
+// StageMail or StageRcpt) says; it is Read without the explanation.
+func Classify(stage string, r Reply) Class { return Read(stage, r).Class }
+
+// Read decides what a reply at a stage says, reading its code, its RFC
+// 3463 enhanced status code and its whole text (every line).
+//
+// At stages other than rcpt a 5xx is Blocked (nothing is known about the
+// mailbox yet, so a refusal is about us) and a 4xx is Greylisted or
+// RateLimited. At rcpt the precedence is, first match wins:
+//
+//  1. 2xx: Accepted. Any code outside 4xx/5xx: Unknown.
+//  2. Text about our rate: RateLimited; other text about us (the client,
+//     the sender, policy): Blocked, or Greylisted on a 4xx. This always
+//     beats any code: a refusal of our prober is never evidence against
+//     the mailbox.
+//  3. X.5.3 (too many recipients): RateLimited.
+//  4. X.2.2 or text about a full mailbox: Full.
+//  5. Any other 4xx: Greylisted.
+//  6. Text about the recipient's account (its state, or the address being
+//     unknown): Rejected, whatever the code says.
+//  7. Codes alone: X.7.x, X.1.7, X.1.8 Blocked; X.1.x (but X.1.0) and
+//     X.2.1 Rejected; 552 without a size complaint Full.
+//  8. Anything else: Unknown.
+func Read(stage string, r Reply) Reading {
 	switch {
 	case r.Code >= 200 && r.Code < 300:
-		return Accepted
+		return Reading{Class: Accepted}
 	case r.Code >= 400 && r.Code < 600:
 	default:
-		return Unknown
+		return Reading{Class: Unknown}
 	}
-	text := strings.ToLower(r.Text)
+	text := normalize(r.Text)
 	e := r.Enhanced
 	// The enhanced code's class digit must agree with the reply code;
 	// a server that says "550 4.1.1" is confused and its detail is not
@@ -88,67 +100,60 @@ func Classify(stage string, r Reply) Class {
 	}
 	subject := enhancedSubject(e) // "1.1" for "5.1.1"
 	temporary := r.Code < 500
+	fam := matchFamily(text)
 
 	if stage != StageRcpt {
-		if temporary {
-			if subject == "5.3" || rateHints.MatchString(text) {
-				return RateLimited
-			}
-			return Greylisted
+		switch {
+		case fam != nil && fam.Class == RateLimited, temporary && subject == "5.3":
+			return Reading{Class: RateLimited, Family: fam.name()}
+		case temporary:
+			return Reading{Class: Greylisted, Family: fam.name()}
 		}
-		return Blocked
+		return Reading{Class: Blocked, Family: fam.name()}
 	}
 
-	// X.2.2 is "mailbox full" in RFC 3463, whichever the wording.
-	if subject == "2.2" {
-		return Full
-	}
-	// Rate limits come before everything else: a server that limits us
-	// says nothing about the mailbox, even when it uses a 5xx or a 5.7.x.
-	if subject == "5.3" || rateHints.MatchString(text) {
-		return RateLimited
-	}
-	if temporary {
-		if fullHints.MatchString(text) {
-			return Full
+	if fam != nil && fam.aboutUs() {
+		if fam.Class == Blocked && temporary {
+			return Reading{Class: Greylisted, Family: fam.Name}
 		}
-		return Greylisted
+		return Reading{Class: fam.Class, Family: fam.Name}
 	}
-
 	switch {
+	case subject == "5.3":
+		return Reading{Class: RateLimited}
+	case fam != nil && fam.Class == Full:
+		return Reading{Class: Full, Family: fam.Name}
+	case subject == "2.2":
+		return Reading{Class: Full}
+	case temporary:
+		return Reading{Class: Greylisted}
+	case fam != nil && fam.Class == Rejected:
+		return Reading{Class: Rejected, Family: fam.Name}
 	case strings.HasPrefix(subject, "7."):
 		// X.7.x is security or policy: about our IP, name or message.
-		return Blocked
+		return Reading{Class: Blocked}
 	case subject == "1.7" || subject == "1.8":
 		// Bad sender mailbox or sender domain: about our MAIL FROM.
-		return Blocked
-	case subject == "4.1" && strings.Contains(text, "recipient address rejected"):
-		// Exchange Online's directory-based edge blocking answers
-		// "550 5.4.1 Recipient address rejected: Access denied" for
-		// addresses missing from the tenant's directory.
-		return Rejected
+		return Reading{Class: Blocked}
+	case subject == "1.0":
+		// "Other address status": Exchange uses it for "sender denied",
+		// others for SPF failures. Without text about the recipient it
+		// says nothing certain.
+		return Reading{Class: Unknown}
 	case strings.HasPrefix(subject, "1.") || subject == "2.1":
 		// X.1.x is about the destination address, X.2.1 a disabled
 		// mailbox; both are explicit about the mailbox.
-		return Rejected
-	}
-	if fullHints.MatchString(text) {
-		return Full
-	}
-	// The blocked hints go before the rejected ones: wrongly calling a
-	// mailbox nonexistent costs more than leaving it unknown.
-	if blockedHints.MatchString(text) {
-		return Blocked
-	}
-	if rejectedHints.MatchString(text) {
-		return Rejected
-	}
-	if r.Code == 552 && !strings.Contains(text, "size") && !strings.Contains(text, "too big") && !strings.Contains(text, "too large") {
+		return Reading{Class: Rejected}
+	case r.Code == 552 && !sizeComplaint(text):
 		// 552 at RCPT is "exceeded storage allocation" (RFC 5321); at
 		// this point no message size is known.
-		return Full
+		return Reading{Class: Full}
 	}
-	return Unknown
+	return Reading{Class: Unknown}
+}
+
+func sizeComplaint(text string) bool {
+	return strings.Contains(text, "size") || strings.Contains(text, "too big") || strings.Contains(text, "too large")
 }
 
 // enhancedSubject returns "subject.detail" of an enhanced status code

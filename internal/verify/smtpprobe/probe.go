@@ -502,12 +502,12 @@ func (s *Session) ioFail(stage string, err error) *ProbeError {
 
 // replyFail records a failure the server explained with a reply.
 func (s *Session) replyFail(stage string, rr rawReply) *ProbeError {
-	r := rr.reply()
+	r, c := rr.classify(stage)
 	if rr.code == 421 {
 		// 421 means the server is closing the channel: no QUIT.
 		s.broken = true
 	}
-	return &ProbeError{Host: s.host, Stage: stage, Reply: r, Class: Classify(stage, r)}
+	return &ProbeError{Host: s.host, Stage: stage, Reply: r, Class: c}
 }
 
 func ioFailure(host string, err error) *ProbeError {

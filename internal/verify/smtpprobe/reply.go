@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"regexp"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -20,6 +21,9 @@ const (
 	// maxText is the length, in characters, Reply.Text is trimmed to.
 	maxText = 200
 )
+
+// enhancedRe finds an RFC 3463 status code at the start of a line.
+var enhancedRe = regexp.MustCompile(`^([245])\.(\d{1,3})\.(\d{1,3})(\s|$)`)
 
 // errMalformed marks a reply that is not SMTP: the peer is not a mail
 // server we can talk to.
@@ -101,7 +105,27 @@ func clip(b []byte) []byte {
 
 // reply turns a raw reply into a Reply: the enhanced code comes from the
 // first line, and each line loses it (Gmail repeats it on every line).
+// Text is trimmed to maxText characters for evidence.
 func (rr rawReply) reply() Reply {
+	r := rr.whole()
+	r.Text = cleanText(r.Text, maxText)
+	return r
+}
+
+// classify reads the whole reply, every line of it, at stage and returns
+// the Reply with its text trimmed for evidence, and the class. The text
+// that decides can sit past the first 200 characters (a DNSBL named on
+// the fourth line), so the class is never taken from the trimmed text.
+func (rr rawReply) classify(stage string) (Reply, Class) {
+	r := rr.whole()
+	c := Classify(stage, r)
+	r.Text = cleanText(r.Text, maxText)
+	return r, c
+}
+
+// whole joins the reply's lines into one Reply whose Text is cleaned and
+// bounded by maxReadText, not trimmed.
+func (rr rawReply) whole() Reply {
 	r := Reply{Code: rr.code}
 	if len(rr.lines) == 0 {
 		return r
@@ -124,11 +148,11 @@ func (rr rawReply) reply() Reply {
 			b.WriteByte(' ')
 		}
 		b.WriteString(l)
-		if b.Len() > 4*maxText {
+		if b.Len() > maxReadText {
 			break
 		}
 	}
-	r.Text = cleanText(b.String(), maxText)
+	r.Text = cleanText(b.String(), maxReadText)
 	return r
 }
 

@@ -89,8 +89,8 @@ func (s *Session) Rcpt(ctx context.Context, address string) (Reply, Class, error
 	if rr.code == 421 {
 		s.broken = true
 	}
-	r := rr.reply()
-	return r, Classify(StageRcpt, r), nil
+	r, c := rr.classify(StageRcpt)
+	return r, c, nil
 }
 
 func isASCII(s string) bool {
