@@ -78,6 +78,9 @@ type options struct {
 	dir       string
 	batch     batch.RunnerConfig
 	rcpt      func(addr string) string
+	// replyTimeout is the prober's wait for each SMTP reply (default 2s);
+	// a test that holds replies on purpose sets it past its own length.
+	replyTimeout time.Duration
 }
 
 func start(t *testing.T, o options) *harness {
@@ -122,7 +125,11 @@ func start(t *testing.T, o options) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	prober, err := smtpprobe.New(smtpprobe.Config{HELO: "probe.evs.test", Port: h.smtp.Port, Resolver: res, ReplyTimeout: 2 * time.Second, DialTimeout: time.Second})
+	replyTimeout := o.replyTimeout
+	if replyTimeout == 0 {
+		replyTimeout = 2 * time.Second
+	}
+	prober, err := smtpprobe.New(smtpprobe.Config{HELO: "probe.evs.test", Port: h.smtp.Port, Resolver: res, ReplyTimeout: replyTimeout, DialTimeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
