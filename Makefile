@@ -18,11 +18,11 @@ run: check-go
 
 ## test: vet, lint the SAM template, and run every test (DynamoDB/SQS tests against moto_server)
 test: check-go fmt-check vet cfn-lint
-	./infra/scripts/with-moto.sh $(GO) test -count=1 -timeout 30m $(PKGS)
+	./infra/scripts/with-moto.sh $(GO) test -race -count=1 -timeout 30m $(PKGS)
 
 ## unit: the tests alone, without the template lint
 unit: check-go
-	./infra/scripts/with-moto.sh $(GO) test -count=1 -timeout 30m $(PKGS)
+	./infra/scripts/with-moto.sh $(GO) test -race -count=1 -timeout 30m $(PKGS)
 
 vet: check-go
 	$(GO) vet $(PKGS)

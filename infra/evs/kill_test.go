@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"math"
 	"net"
 	"net/http"
 	"net/url"
@@ -13,13 +12,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/evs-dev/evs/internal/logtest"
 	"github.com/evs-dev/evs/internal/verify/dnscheck/dnstest"
+	"github.com/evs-dev/evs/internal/verify/smtpprobe"
 	"github.com/evs-dev/evs/internal/verify/smtpprobe/smtptest"
 )
 
@@ -66,22 +66,24 @@ func TestServeKilledMidBatch(t *testing.T) {
 	bin := buildEVS(t)
 
 	const domains = 10
-	// Every domain's MX is the one scripted server. It answers a RCPT only
-	// while fewer than `allowed` have been answered, so the first process
-	// cannot finish the batch before the test has seen it part done and
-	// killed it, however fast this machine is; the test lets more through
-	// only while no progress is readable yet.
+	// d0 has its own MX name, so the prober's per-host connection slots
+	// (four per MX name) held by the other domains never keep it waiting;
+	// the other nine share one MX. Every MX is the one scripted server.
 	dns := dnstest.Start(t)
-	for i := 0; i < domains; i++ {
+	dns.AddRecord("d0.example. 300 IN MX 10 mx0.farm.example.")
+	dns.AddRecord("mx0.farm.example. 300 IN A 127.0.0.1")
+	for i := 1; i < domains; i++ {
 		dns.AddRecord(fmt.Sprintf("d%d.example. 300 IN MX 10 mx.farm.example.", i))
 	}
 	dns.AddRecord("mx.farm.example. 300 IN A 127.0.0.1")
-	var answered, allowed atomic.Int64
-	allowed.Store(300)
+	// The server answers every RCPT for d0, so the batch's first address
+	// (user0@d0) gets its result; of the other domains' RCPTs it answers
+	// the first 100 and holds the rest until the test releases them after
+	// the kill. 1,620 addresses are on those domains, so the first process
+	// cannot finish the batch, however fast this machine is.
+	gate := newRcptGate(100)
 	smtp := smtptest.Start(t, smtptest.Options{IP: "127.0.0.1", Rcpt: func(addr string) string {
-		for n := answered.Add(1); n > allowed.Load(); {
-			time.Sleep(2 * time.Millisecond)
-		}
+		gate.wait(strings.HasSuffix(strings.ToLower(addr), "@d0.example"))
 		local := strings.ToLower(addr[:max(strings.LastIndexByte(addr, '@'), 0)])
 		// The engine's accept-all probe uses a random "evs-" local part;
 		// rejecting it keeps the domains ordinary so 250 means deliverable.
@@ -90,6 +92,9 @@ func TestServeKilledMidBatch(t *testing.T) {
 		}
 		return "250 2.1.5 OK"
 	}})
+	// Cleanups run last first: the held sessions are let go before the
+	// server's own cleanup waits for them to end.
+	t.Cleanup(gate.release)
 
 	// 1,800 distinct addresses, every tenth one unknown to the server,
 	// then 200 repeats of earlier ones.
@@ -133,60 +138,64 @@ func TestServeKilledMidBatch(t *testing.T) {
 
 	p1 := startServe(t, bin, env)
 	body, _ := json.Marshal(map[string]any{"emails": emails, "mode": "full"})
+	// Every RCPT of the first process is sent after this instant, so while
+	// less than the prober's reply timeout has passed since, no held RCPT
+	// can have timed out into an "unknown" verdict: held means unanswered.
+	created := time.Now()
 	status, raw := call(t, key, "POST", p1.base+"/v1/requests", string(body))
 	if status != 201 {
 		t.Fatalf("create batch: %d %s", status, raw)
 	}
-	var created batchEnvelope
-	if err := json.Unmarshal(raw, &created); err != nil {
+	var createdEnv batchEnvelope
+	if err := json.Unmarshal(raw, &createdEnv); err != nil {
 		t.Fatalf("create batch: %v: %s", err, raw)
 	}
-	id := created.Request.ID
+	id := createdEnv.Request.ID
 	var prev *batchEnvelope
-	checkBatch(t, created, prev, distinct)
-	prev = &created
+	checkBatch(t, createdEnv, prev, distinct)
+	prev = &createdEnv
 
-	// Poll until the batch is part done and its first results can be read
-	// (a page stops at the first address still pending), then kill it
-	// without warning. The results read so far, and the cursor after them,
-	// are carried across the restart.
+	// Kill only once both are true: results can be read through the API
+	// (a page stops at the first address still pending), and the SMTP
+	// server holds at least one RCPT unanswered. A held RCPT stays
+	// unanswered until the release below, after the process is dead, so
+	// the batch cannot finish before the kill. The results read so far,
+	// and the cursor after them, are carried across the restart.
 	var before []resultRow
 	var cursor string
-	deadline := time.Now().Add(20 * time.Second)
-	stalledSince, seen := time.Now(), -1
+	deadline := created.Add(15 * time.Second)
 	for {
 		e := getBatch(t, key, p1.base, id)
 		checkBatch(t, e, prev, distinct)
 		prev = &e
-		if e.Counters.Processed > 0 && e.Counters.Processed < distinct {
+		if e.Request.State != "queued" && e.Request.State != "running" {
+			t.Fatalf("the batch ended (%s, %d processed) while the SMTP server held %d RCPTs", e.Request.State, e.Counters.Processed, gate.held())
+		}
+		if e.Counters.Processed > 0 && gate.held() > 0 {
 			if before, cursor = readResults(t, key, p1.base, id, "", false); len(before) > 0 {
 				break
 			}
 		}
-		if e.Counters.Processed == distinct || e.Request.State != "queued" && e.Request.State != "running" {
-			t.Fatalf("the batch finished (%s, %d processed) with no results readable before it", e.Request.State, e.Counters.Processed)
-		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no readable progress in 20s: %+v\nserve stderr:\n%s", e, p1.err.String())
-		}
-		// Nothing readable and no progress for a while: the held replies
-		// are in the way, so let some more through.
-		if e.Counters.Processed != seen {
-			stalledSince, seen = time.Now(), e.Counters.Processed
-		} else if time.Since(stalledSince) > 200*time.Millisecond {
-			allowed.Add(100)
-			stalledSince = time.Now()
+			t.Fatalf("not ready to kill 15s after the batch was created (%d RCPTs held): %+v\nserve stderr:\n%s", gate.held(), e, p1.err.String())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
 	last := getBatch(t, key, p1.base, id)
 	checkBatch(t, last, prev, distinct)
 	prev = &last
+	if last.Request.State != "running" || last.Counters.Processed >= distinct {
+		t.Fatalf("batch %s with %d of %d processed just before the kill; want running and unfinished", last.Request.State, last.Counters.Processed, distinct)
+	}
 	if err := p1.cmd.Process.Kill(); err != nil {
 		t.Fatalf("kill: %v", err)
 	}
 	<-p1.done
-	allowed.Store(math.MaxInt64)
+	held := gate.held()
+	if d := time.Since(created); held == 0 || d >= smtpprobe.DefaultReplyTimeout {
+		t.Fatalf("at the kill %d RCPTs were held and %v had passed since the batch was created; want some held, and less than the %v reply timeout", held, d, smtpprobe.DefaultReplyTimeout)
+	}
+	gate.release()
 	if ws, ok := p1.cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
 		t.Fatalf("serve was not killed by SIGKILL: %v", p1.cmd.ProcessState)
 	}
@@ -199,8 +208,8 @@ func TestServeKilledMidBatch(t *testing.T) {
 		checkBatch(t, final, prev, distinct)
 		prev = &final
 		if polls == 0 {
-			t.Logf("killed with %d of %d distinct addresses processed by the last poll, %d stored at restart, %d results read before the kill",
-				last.Counters.Processed, distinct, final.Counters.Processed, len(before))
+			t.Logf("killed with %d of %d distinct addresses processed by the last poll and %d RCPTs held, %d stored at restart, %d results read before the kill",
+				last.Counters.Processed, distinct, held, final.Counters.Processed, len(before))
 		}
 		if final.Request.State == "completed" {
 			break
@@ -415,3 +424,51 @@ func checkResults(t *testing.T, what string, rows []resultRow, want map[string]s
 		t.Fatalf("%s: statuses in the results %v differ from the counters %+v", what, byStatus, c)
 	}
 }
+
+// rcptGate decides when the scripted SMTP server answers a RCPT: some are
+// answered at once, the rest are held until release, which is what lets a
+// test prove that work is unfinished rather than hope it is.
+type rcptGate struct {
+	mu       sync.Mutex
+	budget   int // RCPTs not exempt that are still answered at once
+	holding  int
+	released chan struct{}
+	once     sync.Once
+}
+
+func newRcptGate(budget int) *rcptGate {
+	return &rcptGate{budget: budget, released: make(chan struct{})}
+}
+
+// wait returns at once for an exempt RCPT, for one within the budget and
+// after release; otherwise it counts the RCPT as held and blocks.
+func (g *rcptGate) wait(exempt bool) {
+	g.mu.Lock()
+	select {
+	case <-g.released:
+		g.mu.Unlock()
+		return
+	default:
+	}
+	if exempt || g.budget > 0 {
+		if !exempt {
+			g.budget--
+		}
+		g.mu.Unlock()
+		return
+	}
+	g.holding++
+	g.mu.Unlock()
+	<-g.released
+}
+
+// held returns how many RCPTs were held before the release; it never goes
+// down, as nothing but release lets a held RCPT be answered.
+func (g *rcptGate) held() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.holding
+}
+
+// release answers every held RCPT and every later one.
+func (g *rcptGate) release() { g.once.Do(func() { close(g.released) }) }

@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"context"
 	"encoding/csv"
 	"encoding/json"
 	"fmt"
@@ -8,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/evs-dev/evs/internal/batch"
 )
 
 type envelope struct {
@@ -236,29 +239,82 @@ func TestBatchCancel(t *testing.T) {
 // TestBatchResume: stopping the server mid-batch and starting it again on
 // the same data directory finishes the batch, and the final counters equal
 // the number of distinct addresses — nothing lost, nothing counted twice.
+// The first server is stopped only once its SMTP peer holds a RCPT
+// unanswered, so the batch is provably unfinished when it stops.
 func TestBatchResume(t *testing.T) {
+	const per, distinct = 50, 500 // recipients per SMTP connection; addresses
 	dir := t.TempDir()
-	slow := func(addr string) string {
-		time.Sleep(5 * time.Millisecond)
-		return "250 2.1.5 OK"
+	// One domain, so connections run one after another: the peer answers
+	// two connections' worth of RCPTs (plus the accept-all probe) and part
+	// of the third, then holds every RCPT until released.
+	gate := newRcptGate(2*per + per/2)
+	rcpt := func(addr string) string {
+		gate.wait(false)
+		if strings.HasPrefix(addr, "alice") {
+			return "250 2.1.5 OK"
+		}
+		return "550 5.1.1 user unknown" // the accept-all probe
 	}
-	h := start(t, options{realClock: true, dir: dir, rcpt: slow})
+	// The reply timeout outlasts the test, so a held RCPT stays unanswered
+	// rather than turning into an "unknown" verdict.
+	const replyTimeout = 5 * time.Minute
+	o := options{realClock: true, dir: dir, rcpt: rcpt, replyTimeout: replyTimeout, batch: batch.RunnerConfig{PerConnection: per}}
+	h := start(t, o)
+	// Cleanups run last first: held sessions are let go before the peer's
+	// own cleanup waits for them.
+	t.Cleanup(gate.release)
 	var emails []string
-	for i := 0; i < 600; i++ {
-		emails = append(emails, fmt.Sprintf("alice%d@good.example", i%500)) // 100 duplicates
+	for i := 0; i < distinct+100; i++ {
+		emails = append(emails, fmt.Sprintf("alice%d@good.example", i%distinct)) // 100 duplicates
 	}
+	created := time.Now()
 	r := h.do(req{method: "POST", path: "/v1/requests", key: h.liveKey, body: `{"emails":` + emailsJSON(emails) + `}`})
 	if r.status != 201 {
 		t.Fatalf("create: %d %s", r.status, r.body)
 	}
 	id := decodeEnvelope(t, r).Request.ID
-	time.Sleep(400 * time.Millisecond)
-	h.stop()
-	h.st.Close()
 
-	h2 := start(t, options{realClock: true, dir: dir, rcpt: slow})
+	for gate.held() == 0 {
+		if time.Since(created) > 15*time.Second {
+			t.Fatal("the SMTP peer held no RCPT 15s after the batch was created")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	e := decodeEnvelope(t, h.do(req{path: "/v1/requests/" + id, key: h.liveKey}))
+	if e.Request.State != "running" || e.Counters.Processed >= distinct {
+		t.Fatalf("with a RCPT held the batch is %s with %d processed; want running and unfinished", e.Request.State, e.Counters.Processed)
+	}
+	h.stop()
+	if d := time.Since(created); d >= replyTimeout {
+		t.Fatalf("stopped %v after the batch was created, past the reply timeout: the held RCPT may have timed out", d)
+	}
+	// What the stopped server left in the store: still running, with the
+	// verdicts of the two finished connections kept and nothing more.
+	b, err := h.st.Batch(context.Background(), h.liveAcct, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.State != "running" || b.Counters.Processed != 2*per {
+		t.Fatalf("after the stop: %s with %+v; want running with %d processed", b.State, b.Counters, 2*per)
+	}
+	h.st.Close()
+	gate.release()
+
+	h2 := start(t, o)
 	final := h2.poll(h.liveKey, id, 60*time.Second)
-	if final.Request.State != "completed" || final.Counters.Processed != 500 || final.Counters.Duplicates != 100 {
-		t.Fatalf("after restart: %+v", final)
+	want := envelope{}.Counters
+	want.Total, want.Duplicates, want.Processed, want.Deliverable = len(emails), 100, distinct, distinct
+	if final.Request.State != "completed" || final.Counters != want {
+		t.Fatalf("after restart: %s with %+v; want completed with %+v", final.Request.State, final.Counters, want)
+	}
+	// The restart verified only the addresses the first run left pending.
+	asked := 0
+	for _, c := range h2.smtp.Commands() {
+		if strings.HasPrefix(c, "RCPT TO:<alice") {
+			asked++
+		}
+	}
+	if asked != distinct-2*per {
+		t.Fatalf("the restarted server asked about %d addresses; want the %d still pending", asked, distinct-2*per)
 	}
 }

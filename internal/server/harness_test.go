@@ -79,6 +79,9 @@ type options struct {
 	dir       string
 	batch     batch.RunnerConfig
 	rcpt      func(addr string) string
+	// replyTimeout is the prober's wait for each SMTP reply (default 2s);
+	// a test that holds replies on purpose sets it past its own length.
+	replyTimeout time.Duration
 }
 
 func start(t *testing.T, o options) *harness {
@@ -127,7 +130,11 @@ func start(t *testing.T, o options) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	prober, err := smtpprobe.New(smtpprobe.Config{HELO: "probe.evs.test", Port: h.smtp.Port, Resolver: res, Egress: loopback, ReplyTimeout: 2 * time.Second, DialTimeout: time.Second})
+	replyTimeout := o.replyTimeout
+	if replyTimeout == 0 {
+		replyTimeout = 2 * time.Second
+	}
+	prober, err := smtpprobe.New(smtpprobe.Config{HELO: "probe.evs.test", Port: h.smtp.Port, Resolver: res, Egress: loopback, ReplyTimeout: replyTimeout, DialTimeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
