@@ -1,21 +1,43 @@
 // Command requests is the Lambda function behind every /v1/requests route
-// (batch verification). It is a composition root only: the handlers live in
-// internal/api, the queue adapter in internal/sqsqueue.
+// (batch verification): the batch handlers on DynamoDB, with the SQS queue
+// that hands new batches to the worker. It verifies nothing itself.
 package main
 
 import (
 	"context"
-	"log"
+	"os"
+	"time"
 
 	"github.com/aws/aws-lambda-go/lambda"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
-	"github.com/evs-dev/evs/internal/lambdaenv"
+	"github.com/evs-dev/evs/internal/api"
+	"github.com/evs-dev/evs/internal/config"
+	"github.com/evs-dev/evs/internal/dynamostore"
+	"github.com/evs-dev/evs/internal/idempotency"
+	"github.com/evs-dev/evs/internal/sqsqueue"
 )
 
 func main() {
-	env, err := lambdaenv.Load(context.Background())
-	if err != nil {
-		log.Fatalf("requests: %v", err)
+	cfg, logger, err := config.Load(os.Stdout, true)
+	var (
+		st     *dynamostore.Store
+		awsCfg aws.Config
+	)
+	if err == nil {
+		st, awsCfg, err = dynamostore.Open(context.Background(), dynamostore.Tables(cfg.Tables))
 	}
-	lambda.Start(env.API().Requests)
+	if err != nil {
+		logger.Error("requests: init failed", "error", err.Error())
+		os.Exit(1)
+	}
+	h := api.New(api.Deps{
+		Idempotency: idempotency.New(st, time.Now),
+		Batches:     st,
+		Queue:       sqsqueue.New(sqs.NewFromConfig(awsCfg), cfg.QueueURL),
+		Retention:   cfg.Retention,
+		Logger:      logger,
+	})
+	lambda.Start(h.Requests)
 }

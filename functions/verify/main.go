@@ -1,20 +1,42 @@
-// Command verify is the Lambda function behind POST /v1/verify. It is a
-// composition root only: the handler lives in internal/api.
+// Command verify is the Lambda function behind POST /v1/verify: the engine,
+// the test-mode sandbox and idempotency on DynamoDB. It needs no queue.
 package main
 
 import (
 	"context"
-	"log"
+	"os"
+	"time"
 
 	"github.com/aws/aws-lambda-go/lambda"
 
-	"github.com/evs-dev/evs/internal/lambdaenv"
+	"github.com/evs-dev/evs/internal/api"
+	"github.com/evs-dev/evs/internal/config"
+	"github.com/evs-dev/evs/internal/dynamostore"
+	"github.com/evs-dev/evs/internal/idempotency"
+	"github.com/evs-dev/evs/internal/verify"
 )
 
 func main() {
-	env, err := lambdaenv.Load(context.Background())
-	if err != nil {
-		log.Fatalf("verify: %v", err)
+	cfg, logger, err := config.Load(os.Stdout, true)
+	var (
+		st     *dynamostore.Store
+		engine *verify.Engine
+	)
+	if err == nil {
+		st, _, err = dynamostore.Open(context.Background(), dynamostore.Tables(cfg.Tables))
 	}
-	lambda.Start(env.API().Verify)
+	if err == nil {
+		engine, _, err = verify.Build(cfg)
+	}
+	if err != nil {
+		logger.Error("verify: init failed", "error", err.Error())
+		os.Exit(1)
+	}
+	h := api.New(api.Deps{
+		Engine:      engine,
+		Sandbox:     verify.NewSandbox(time.Now),
+		Idempotency: idempotency.New(st, time.Now),
+		Logger:      logger,
+	})
+	lambda.Start(h.Verify)
 }

@@ -1,21 +1,47 @@
 // Command worker is the batch worker Lambda, fed by the SQS work queue with
-// ReportBatchItemFailures. The logic lives in internal/batch and the queue
-// adapter in internal/sqsqueue.
+// ReportBatchItemFailures: the engine and the sandbox, the DynamoDB store and
+// the queue it re-enqueues greylisted work on.
 package main
 
 import (
 	"context"
-	"log"
+	"os"
+	"time"
 
 	"github.com/aws/aws-lambda-go/lambda"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
-	"github.com/evs-dev/evs/internal/lambdaenv"
+	"github.com/evs-dev/evs/internal/batch"
+	"github.com/evs-dev/evs/internal/config"
+	"github.com/evs-dev/evs/internal/dynamostore"
+	"github.com/evs-dev/evs/internal/sqsqueue"
+	"github.com/evs-dev/evs/internal/verify"
 )
 
 func main() {
-	env, err := lambdaenv.Load(context.Background())
-	if err != nil {
-		log.Fatalf("worker: %v", err)
+	cfg, logger, err := config.Load(os.Stdout, true)
+	var (
+		st     *dynamostore.Store
+		awsCfg aws.Config
+		engine *verify.Engine
+	)
+	if err == nil {
+		st, awsCfg, err = dynamostore.Open(context.Background(), dynamostore.Tables(cfg.Tables))
 	}
-	lambda.Start(env.Worker().Handle)
+	if err == nil {
+		engine, _, err = verify.Build(cfg)
+	}
+	if err != nil {
+		logger.Error("worker: init failed", "error", err.Error())
+		os.Exit(1)
+	}
+	w := &sqsqueue.Worker{
+		Queue:     sqsqueue.New(sqs.NewFromConfig(awsCfg), cfg.QueueURL),
+		Store:     st,
+		Accounts:  st,
+		Processor: &batch.Processor{Engine: engine, Sandbox: verify.NewSandbox(time.Now)},
+		Logger:    logger,
+	}
+	lambda.Start(w.Handle)
 }

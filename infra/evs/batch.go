@@ -16,6 +16,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/evs-dev/evs/internal/config"
 )
 
 // batchClient talks to the API for `evs batch`.
@@ -102,9 +104,13 @@ type batchView struct {
 }
 
 func batchCmd(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
+	cfg, err := config.FromEnv(getenv, false)
+	if err != nil {
+		return err
+	}
 	fs := flag.NewFlagSet("batch", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	base := fs.String("url", getenv("EVS_URL"), "base URL of the API (for example http://127.0.0.1:8080)")
+	base := fs.String("url", cfg.APIURL, "base URL of the API (for example http://127.0.0.1:8080)")
 	modeText := fs.String("mode", "full", "quick or full")
 	out := fs.String("out", "", "results file (default: FILE.results.csv next to the input)")
 	pollEvery := fs.Duration("poll", time.Second, "how often to poll progress")
@@ -128,7 +134,7 @@ func batchCmd(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 	if *modeText != "quick" && *modeText != "full" {
 		return fmt.Errorf("%w: --mode must be quick or full", errUsage)
 	}
-	key := getenv("EVS_API_KEY")
+	key := cfg.APIKey
 	if key == "" {
 		return errors.New("set EVS_API_KEY to your API key")
 	}

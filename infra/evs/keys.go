@@ -16,7 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/google/uuid"
 
-	"github.com/evs-dev/evs/internal/apikey"
+	"github.com/evs-dev/evs/internal/authorizer"
 	"github.com/evs-dev/evs/internal/config"
 	"github.com/evs-dev/evs/internal/dynamostore"
 	"github.com/evs-dev/evs/internal/evs"
@@ -97,7 +97,11 @@ func keys(ctx context.Context, args []string, stdout, stderr io.Writer, getenv f
 		}
 		planID := *planFlag
 		if planID == "" {
-			planID = getenv(envUsagePlan)
+			cfg, err := config.FromEnv(getenv, false)
+			if err != nil {
+				return err
+			}
+			planID = cfg.UsagePlanID
 		}
 		if planID == "" {
 			// Keys outside the plan would be refused by API Gateway (403):
@@ -120,8 +124,8 @@ func keys(ctx context.Context, args []string, stdout, stderr io.Writer, getenv f
 			return fmt.Errorf("%w: keys revoke KEY|ID [--dynamodb-table TABLE]", errUsage)
 		}
 		arg := fs.Arg(0)
-		if apikey.WellFormed(arg) {
-			arg = apikey.Hash(arg)
+		if authorizer.WellFormed(arg) {
+			arg = authorizer.HashKey(arg)
 		}
 		st, closeFn, err := keyStore(ctx, *table, getenv)
 		if err != nil {
@@ -215,7 +219,7 @@ func createKey(ctx context.Context, st store.Keys, up *usagePlan, name string, t
 			return err
 		}
 	}
-	key, err := storeKey(ctx, st, a.ID, uk.value, time.Now())
+	key, err := authorizer.IssueKey(ctx, st, a.ID, uk.value, time.Now())
 	if err != nil {
 		if uk.created {
 			err = errors.Join(err, up.remove(ctx, uk.id))
@@ -247,19 +251,4 @@ func accountUsageKey(ctx context.Context, st store.Keys, accountID string) (stri
 		}
 	}
 	return usage, nil
-}
-
-// storeKey makes a key for the account, stores its hash with the usage key
-// value and returns the key, which is shown once and never stored.
-func storeKey(ctx context.Context, st store.Keys, accountID, usage string, now time.Time) (string, error) {
-	key, err := apikey.New()
-	if err != nil {
-		return "", evs.Wrap(err, evs.CodeInternal, "could not make a key")
-	}
-	h := apikey.Hash(key)
-	k := evs.Key{ID: apikey.ID(h), Hash: h, AccountID: accountID, CreatedAt: now.UTC(), UsageKeyID: usage}
-	if err := st.CreateKey(ctx, k); err != nil {
-		return "", fmt.Errorf("store key %s: %w", k.ID, err)
-	}
-	return key, nil
 }

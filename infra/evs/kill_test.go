@@ -17,10 +17,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/evs-dev/evs/internal/logtest"
-	"github.com/evs-dev/evs/internal/verify/dnscheck/dnstest"
+	"github.com/evs-dev/evs/internal/testkit"
 	"github.com/evs-dev/evs/internal/verify/smtpprobe"
-	"github.com/evs-dev/evs/internal/verify/smtpprobe/smtptest"
 )
 
 // batchEnvelope is the part of the batch envelope (contract section 3) the
@@ -51,8 +49,8 @@ type resultRow struct {
 type evsProc struct {
 	cmd  *exec.Cmd
 	base string
-	out  *logtest.Buffer
-	err  *logtest.Buffer
+	out  *testkit.LogBuffer
+	err  *testkit.LogBuffer
 	done chan struct{} // closed once Wait has returned
 }
 
@@ -69,7 +67,7 @@ func TestServeKilledMidBatch(t *testing.T) {
 	// d0 has its own MX name, so the prober's per-host connection slots
 	// (four per MX name) held by the other domains never keep it waiting;
 	// the other nine share one MX. Every MX is the one scripted server.
-	dns := dnstest.Start(t)
+	dns := testkit.StartDNS(t)
 	dns.AddRecord("d0.example. 300 IN MX 10 mx0.farm.example.")
 	dns.AddRecord("mx0.farm.example. 300 IN A 127.0.0.1")
 	for i := 1; i < domains; i++ {
@@ -82,7 +80,7 @@ func TestServeKilledMidBatch(t *testing.T) {
 	// the kill. 1,620 addresses are on those domains, so the first process
 	// cannot finish the batch, however fast this machine is.
 	gate := newRcptGate(100)
-	smtp := smtptest.Start(t, smtptest.Options{IP: "127.0.0.1", Rcpt: func(addr string) string {
+	smtp := testkit.StartSMTP(t, testkit.SMTPOptions{IP: "127.0.0.1", Rcpt: func(addr string) string {
 		gate.wait(strings.HasSuffix(strings.ToLower(addr), "@d0.example"))
 		local := strings.ToLower(addr[:max(strings.LastIndexByte(addr, '@'), 0)])
 		// The engine's accept-all probe uses a random "evs-" local part;
@@ -258,8 +256,8 @@ func startServe(t *testing.T, bin string, env []string) *evsProc {
 	p := &evsProc{
 		cmd:  exec.Command(bin, "serve"),
 		base: "http://" + addr,
-		out:  &logtest.Buffer{},
-		err:  &logtest.Buffer{},
+		out:  &testkit.LogBuffer{},
+		err:  &testkit.LogBuffer{},
 		done: make(chan struct{}),
 	}
 	p.cmd.Env = append(env, "EVS_ADDR="+addr)

@@ -21,6 +21,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/evs-dev/evs/internal/config"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -46,7 +48,7 @@ configuration.
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr, os.Getenv)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr, config.OSEnv)
 	stop()
 	os.Exit(code)
 }

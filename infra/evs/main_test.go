@@ -14,13 +14,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/evs-dev/evs/internal/apikey"
+	"github.com/evs-dev/evs/internal/authorizer"
 	"github.com/evs-dev/evs/internal/dynamostore"
-	"github.com/evs-dev/evs/internal/logtest"
-	"github.com/evs-dev/evs/internal/mototest"
 	"github.com/evs-dev/evs/internal/sqlitestore"
-	"github.com/evs-dev/evs/internal/verify/dnscheck/dnstest"
-	"github.com/evs-dev/evs/internal/verify/smtpprobe/smtptest"
+	"github.com/evs-dev/evs/internal/testkit"
 )
 
 // runEVS runs the command in-process and returns its exit code and output.
@@ -57,7 +54,7 @@ func TestKeysEmbedded(t *testing.T) {
 		t.Fatalf("a test key on a live account was accepted: %q", out)
 	}
 	code, out, _ = runEVS(ctx, env, "keys", "list")
-	id := apikey.ID(apikey.Hash(key))
+	id := authorizer.KeyID(authorizer.HashKey(key))
 	if code != 0 || !strings.Contains(out, id) || !strings.Contains(out, "acme") || strings.Contains(out, key) {
 		t.Fatalf("list: %d %q", code, out)
 	}
@@ -76,12 +73,12 @@ func TestKeysEmbedded(t *testing.T) {
 // TestKeysDynamoDB: `evs keys create --dynamodb-table` makes a key the
 // DynamoDB store resolves.
 func TestKeysDynamoDB(t *testing.T) {
-	ddb := mototest.DynamoDB(t)
-	tables := dynamostore.Tables{Keys: mototest.Name(t, "keys")}
+	ddb := testkit.DynamoDB(t)
+	tables := dynamostore.Tables{Keys: testkit.UniqueName(t, "keys")}
 	if err := dynamostore.CreateTables(context.Background(), ddb, tables); err != nil {
 		t.Fatal(err)
 	}
-	for k, v := range map[string]string{"AWS_ENDPOINT_URL": mototest.Endpoint(t), "AWS_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test"} {
+	for k, v := range map[string]string{"AWS_ENDPOINT_URL": testkit.MotoEndpoint(t), "AWS_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test"} {
 		t.Setenv(k, v)
 	}
 	plan := newPlan(t, apiGateway(t))
@@ -91,7 +88,7 @@ func TestKeysDynamoDB(t *testing.T) {
 		t.Fatalf("create: %d %q %q", code, out, stderr)
 	}
 	st := dynamostore.New(dynamostore.Config{Client: ddb, Tables: tables, Now: time.Now})
-	k, err := st.KeyByHash(context.Background(), apikey.Hash(key))
+	k, err := st.KeyByHash(context.Background(), authorizer.HashKey(key))
 	if err != nil {
 		t.Fatalf("the key is not in DynamoDB: %v", err)
 	}
@@ -102,13 +99,13 @@ func TestKeysDynamoDB(t *testing.T) {
 }
 
 func TestVerifyCommand(t *testing.T) {
-	smtp := smtptest.Start(t, smtptest.Options{IP: "127.0.0.1", Rcpt: func(a string) string {
+	smtp := testkit.StartSMTP(t, testkit.SMTPOptions{IP: "127.0.0.1", Rcpt: func(a string) string {
 		if strings.HasPrefix(a, "alice@") {
 			return "250 2.1.5 OK"
 		}
 		return "550 5.1.1 no such user"
 	}})
-	dns := dnstest.Start(t)
+	dns := testkit.StartDNS(t)
 	dns.AddRecord("corp.example. 300 IN MX 10 mx.corp.example.")
 	dns.AddRecord("mx.corp.example. 300 IN A 127.0.0.1")
 	env := map[string]string{"EVS_DNS_SERVERS": dns.Addr, "EVS_SMTP_PORT": fmt.Sprint(smtp.Port), "EVS_SMTP_HELO": "probe.evs.test", "EVS_EGRESS_ALLOW": "127.0.0.0/8"}
@@ -150,7 +147,7 @@ func TestServeAndBatch(t *testing.T) {
 	ln.Close()
 	env := map[string]string{"EVS_DATA_DIR": dir, "EVS_ADDR": addr, "EVS_SMTP": "off", "EVS_DNS_SERVERS": "127.0.0.1:9"}
 	ctx, cancel := context.WithCancel(context.Background())
-	var out, errOut logtest.Buffer
+	var out, errOut testkit.LogBuffer
 	done := make(chan int, 1)
 	go func() {
 		done <- run(ctx, []string{"serve", "--test-account"}, &out, &errOut, func(k string) string { return env[k] })

@@ -5,9 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
-	"strings"
 	"time"
 
 	"github.com/evs-dev/evs/internal/config"
@@ -29,7 +27,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, getenv 
 	if err != nil {
 		return err
 	}
-	logger := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: logLevel(getenv("EVS_LOG_LEVEL"))}))
+	logger := cfg.Logger(stderr)
 	st, err := sqlitestore.Open(ctx, cfg.DataDir, time.Now)
 	if err != nil {
 		return fmt.Errorf("open the store in %s: %w", cfg.DataDir, err)
@@ -77,16 +75,4 @@ Try it:
 	}
 	fmt.Fprintf(stdout, "evs %s listening on %s (data in %s, SMTP %s)\n", version, base, cfg.DataDir, cfg.SMTP)
 	return srv.Serve(ctx, ln)
-}
-
-func logLevel(s string) slog.Level {
-	switch strings.ToLower(s) {
-	case "debug":
-		return slog.LevelDebug
-	case "warn":
-		return slog.LevelWarn
-	case "error":
-		return slog.LevelError
-	}
-	return slog.LevelInfo
 }

@@ -16,31 +16,30 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/apigateway"
 	"github.com/aws/aws-sdk-go-v2/service/apigateway/types"
 
-	"github.com/evs-dev/evs/internal/apikey"
 	"github.com/evs-dev/evs/internal/authorizer"
 	"github.com/evs-dev/evs/internal/dynamostore"
 	"github.com/evs-dev/evs/internal/evs"
-	"github.com/evs-dev/evs/internal/mototest"
 	"github.com/evs-dev/evs/internal/sqlitestore"
 	"github.com/evs-dev/evs/internal/store"
+	"github.com/evs-dev/evs/internal/testkit"
 )
 
 // apiGateway returns an API Gateway client of the shared moto server, as
-// mototest builds its DynamoDB and SQS clients.
+// testkit builds its DynamoDB and SQS clients.
 func apiGateway(t *testing.T) *apigateway.Client {
 	t.Helper()
-	return apigateway.NewFromConfig(mototest.Config(t))
+	return apigateway.NewFromConfig(testkit.AWSConfig(t))
 }
 
 // newPlan makes a REST API and a usage plan in moto and returns the plan ID.
 func newPlan(t *testing.T, gw *apigateway.Client) string {
 	t.Helper()
 	ctx := context.Background()
-	if _, err := gw.CreateRestApi(ctx, &apigateway.CreateRestApiInput{Name: aws.String(mototest.Name(t, "api"))}); err != nil {
+	if _, err := gw.CreateRestApi(ctx, &apigateway.CreateRestApiInput{Name: aws.String(testkit.UniqueName(t, "api"))}); err != nil {
 		t.Fatalf("create REST API in moto: %v", err)
 	}
 	out, err := gw.CreateUsagePlan(ctx, &apigateway.CreateUsagePlanInput{
-		Name:     aws.String(mototest.Name(t, "plan")),
+		Name:     aws.String(testkit.UniqueName(t, "plan")),
 		Throttle: &types.ThrottleSettings{RateLimit: 5, BurstLimit: 10},
 		Quota:    &types.QuotaSettings{Limit: 1000, Period: types.QuotaPeriodTypeDay},
 	})
@@ -89,14 +88,14 @@ var usageValueRE = regexp.MustCompile(`^[A-Za-z0-9_-]{40}$`)
 // as the usage identifier key.
 func TestKeysUsagePlan(t *testing.T) {
 	ctx := context.Background()
-	ddb := mototest.DynamoDB(t)
+	ddb := testkit.DynamoDB(t)
 	gw := apiGateway(t)
-	tables := dynamostore.Tables{Keys: mototest.Name(t, "keys")}
+	tables := dynamostore.Tables{Keys: testkit.UniqueName(t, "keys")}
 	if err := dynamostore.CreateTables(ctx, ddb, tables); err != nil {
 		t.Fatal(err)
 	}
 	plan := newPlan(t, gw)
-	for k, v := range map[string]string{"AWS_ENDPOINT_URL": mototest.Endpoint(t), "AWS_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test"} {
+	for k, v := range map[string]string{"AWS_ENDPOINT_URL": testkit.MotoEndpoint(t), "AWS_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test"} {
 		t.Setenv(k, v)
 	}
 	st := dynamostore.New(dynamostore.Config{Client: ddb, Tables: tables, Now: time.Now})
@@ -128,7 +127,7 @@ func TestKeysUsagePlan(t *testing.T) {
 	if got, ok := planKeyValues(t, gw, plan)[aws.ToString(gk.Id)]; !ok || got != value {
 		t.Fatalf("key %s is not in usage plan %s (value match %v)", aws.ToString(gk.Id), plan, got == value)
 	}
-	k1, err := st.KeyByHash(ctx, apikey.Hash(key))
+	k1, err := st.KeyByHash(ctx, authorizer.HashKey(key))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +142,7 @@ func TestKeysUsagePlan(t *testing.T) {
 	if code != 0 || !keyRE.MatchString(key2) || key2 == key {
 		t.Fatalf("second create: %d %q %q", code, out, stderr)
 	}
-	k2, err := st.KeyByHash(ctx, apikey.Hash(key2))
+	k2, err := st.KeyByHash(ctx, authorizer.HashKey(key2))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,12 +185,12 @@ func TestKeysUsagePlan(t *testing.T) {
 // outside a usage plan, and that they create nothing.
 func TestKeysUsagePlanRefused(t *testing.T) {
 	ctx := context.Background()
-	ddb := mototest.DynamoDB(t)
-	tables := dynamostore.Tables{Keys: mototest.Name(t, "keys")}
+	ddb := testkit.DynamoDB(t)
+	tables := dynamostore.Tables{Keys: testkit.UniqueName(t, "keys")}
 	if err := dynamostore.CreateTables(ctx, ddb, tables); err != nil {
 		t.Fatal(err)
 	}
-	for k, v := range map[string]string{"AWS_ENDPOINT_URL": mototest.Endpoint(t), "AWS_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test"} {
+	for k, v := range map[string]string{"AWS_ENDPOINT_URL": testkit.MotoEndpoint(t), "AWS_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test"} {
 		t.Setenv(k, v)
 	}
 	st := dynamostore.New(dynamostore.Config{Client: ddb, Tables: tables, Now: time.Now})
@@ -303,12 +302,12 @@ func TestUsageKeyGone(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sq.Close()
-	a := evs.Account{ID: "acct-" + mototest.Name(t, "gone"), Name: "gone", CreatedAt: time.Now()}
+	a := evs.Account{ID: "acct-" + testkit.UniqueName(t, "gone"), Name: "gone", CreatedAt: time.Now()}
 	if err := sq.CreateAccount(ctx, a); err != nil {
 		t.Fatal(err)
 	}
 	stale := strings.Repeat("s", 40)
-	if _, err := storeKey(ctx, sq, a.ID, stale, time.Now()); err != nil {
+	if _, err := authorizer.IssueKey(ctx, sq, a.ID, stale, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	up := &usagePlan{api: gw, planID: plan, rand: rand.Reader}
@@ -319,7 +318,7 @@ func TestUsageKeyGone(t *testing.T) {
 	if !strings.Contains(errOut.String(), "gone from API Gateway") {
 		t.Fatalf("no warning: %q", errOut.String())
 	}
-	k, err := sq.KeyByHash(ctx, apikey.Hash(strings.TrimSpace(out.String())))
+	k, err := sq.KeyByHash(ctx, authorizer.HashKey(strings.TrimSpace(out.String())))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/evs-dev/evs/internal/api"
 	"github.com/evs-dev/evs/internal/config"
 	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/verify"
 )
 
 // verifyOutput is one line of `evs verify`: the API's reply shape without a
@@ -39,7 +40,7 @@ func verifyCmd(ctx context.Context, args []string, stdout, stderr io.Writer, get
 	if err != nil {
 		return err
 	}
-	engine, _, err := cfg.Engine()
+	engine, _, err := verify.Build(cfg)
 	if err != nil {
 		return err
 	}

@@ -24,7 +24,6 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
-	"github.com/evs-dev/evs/internal/envelope"
 	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/idempotency"
 )
@@ -246,7 +245,7 @@ func reply(requestID string, status int, v any) events.APIGatewayProxyResponse {
 	b, err := json.Marshal(v)
 	if err != nil {
 		// Our own types always marshal; if not, it is a bug to surface.
-		status, b = envelope.FromError(err, requestID)
+		status, b = FromError(err, requestID)
 	}
 	return rawReply(requestID, status, "application/json; charset=utf-8", b)
 }
@@ -264,7 +263,7 @@ func rawReply(requestID string, status int, contentType string, b []byte) events
 
 // errorReply classifies err into the envelope.
 func errorReply(requestID string, err error) events.APIGatewayProxyResponse {
-	status, b := envelope.FromError(err, requestID)
+	status, b := FromError(err, requestID)
 	r := rawReply(requestID, status, "application/json; charset=utf-8", b)
 	if status == http.StatusMethodNotAllowed {
 		var me *methodError

@@ -15,7 +15,6 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
-	"github.com/evs-dev/evs/internal/apikey"
 	"github.com/evs-dev/evs/internal/evs"
 )
 
@@ -58,11 +57,11 @@ func New(k Keys) *Authorizer { return &Authorizer{keys: k} }
 // ErrForbidden together with the principal, so the denial can name the key.
 // A store failure is returned wrapped, matching neither sentinel.
 func (a *Authorizer) Authorize(ctx context.Context, key string) (Principal, error) {
-	if !apikey.WellFormed(key) {
+	if !WellFormed(key) {
 		// Also covers the empty key; a malformed key is never looked up.
 		return Principal{}, ErrUnauthorized
 	}
-	k, err := a.keys.KeyByHash(ctx, apikey.Hash(key))
+	k, err := a.keys.KeyByHash(ctx, HashKey(key))
 	if evs.ErrorCode(err) == evs.CodeNotFound {
 		return Principal{}, ErrUnauthorized
 	}

@@ -9,11 +9,10 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
-	"github.com/evs-dev/evs/internal/apikey"
 	"github.com/evs-dev/evs/internal/authorizer"
 	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/sqlitestore"
-	"github.com/evs-dev/evs/internal/store/storetest"
+	"github.com/evs-dev/evs/internal/testkit"
 )
 
 const methodArn = "arn:aws:execute-api:eu-west-1:123456789012:abc123/prod/POST/v1/verify"
@@ -26,7 +25,7 @@ type keys struct {
 func seed(t testing.TB) (*sqlitestore.Store, keys) {
 	t.Helper()
 	ctx := context.Background()
-	clock := storetest.NewClock(time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC))
+	clock := testkit.NewClock(time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC))
 	st, err := sqlitestore.Open(ctx, t.TempDir(), clock.Now)
 	if err != nil {
 		t.Fatalf("open store: %v", err)
@@ -43,12 +42,12 @@ func seed(t testing.TB) (*sqlitestore.Store, keys) {
 		}
 	}
 	newKey := func(account, usage string) string {
-		k, err := apikey.New()
+		k, err := authorizer.NewKey()
 		if err != nil {
 			t.Fatal(err)
 		}
-		h := apikey.Hash(k)
-		if err := st.CreateKey(ctx, evs.Key{ID: apikey.ID(h), Hash: h, AccountID: account, CreatedAt: clock.Now(), UsageKeyID: usage}); err != nil {
+		h := authorizer.HashKey(k)
+		if err := st.CreateKey(ctx, evs.Key{ID: authorizer.KeyID(h), Hash: h, AccountID: account, CreatedAt: clock.Now(), UsageKeyID: usage}); err != nil {
 			t.Fatalf("create key: %v", err)
 		}
 		return k
@@ -60,13 +59,13 @@ func seed(t testing.TB) (*sqlitestore.Store, keys) {
 		suspended: newKey("acct-susp", ""),
 		usage:     newKey("acct-live", "usage-key-1"),
 	}
-	if _, err := st.RevokeKey(ctx, apikey.Hash(ks.revoked), clock.Now()); err != nil {
+	if _, err := st.RevokeKey(ctx, authorizer.HashKey(ks.revoked), clock.Now()); err != nil {
 		t.Fatalf("revoke: %v", err)
 	}
 	return st, ks
 }
 
-func keyID(k string) string { return apikey.ID(apikey.Hash(k)) }
+func keyID(k string) string { return authorizer.KeyID(authorizer.HashKey(k)) }
 
 func request(headers map[string]string, multi map[string][]string) events.APIGatewayCustomAuthorizerRequestTypeRequest {
 	return events.APIGatewayCustomAuthorizerRequestTypeRequest{
@@ -76,7 +75,7 @@ func request(headers map[string]string, multi map[string][]string) events.APIGat
 
 func TestHandle(t *testing.T) {
 	st, ks := seed(t)
-	unknown, _ := apikey.New()
+	unknown, _ := authorizer.NewKey()
 	az := authorizer.New(st)
 	const stage = "arn:aws:execute-api:eu-west-1:123456789012:abc123/prod/*/*"
 	tests := []struct {

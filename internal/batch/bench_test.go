@@ -12,17 +12,16 @@ import (
 	"github.com/evs-dev/evs/internal/egress"
 	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/sqlitestore"
+	"github.com/evs-dev/evs/internal/testkit"
 	"github.com/evs-dev/evs/internal/verify"
 	"github.com/evs-dev/evs/internal/verify/dnscheck"
-	"github.com/evs-dev/evs/internal/verify/dnscheck/dnstest"
 	"github.com/evs-dev/evs/internal/verify/smtpprobe"
-	"github.com/evs-dev/evs/internal/verify/smtpprobe/smtptest"
 )
 
 // farm is 50 loopback MTAs (127.0.1.1–50, one port) that answer every
 // command after a delay, and a DNS server for 500 domains spread over them.
 type farm struct {
-	servers []*smtptest.Server
+	servers []*testkit.SMTPServer
 	engine  *verify.Engine
 }
 
@@ -31,7 +30,7 @@ func newFarm(tb testing.TB, hosts, domains int, delay time.Duration) *farm {
 	f := &farm{}
 	port := 0
 	for i := 0; i < hosts; i++ {
-		s := smtptest.Start(tb, smtptest.Options{IP: fmt.Sprintf("127.0.1.%d", i+1), Port: port, Delay: delay, Rcpt: func(a string) string {
+		s := testkit.StartSMTP(tb, testkit.SMTPOptions{IP: fmt.Sprintf("127.0.1.%d", i+1), Port: port, Delay: delay, Rcpt: func(a string) string {
 			if len(a) > 3 && a[:3] == "zz-" {
 				return "550 5.1.1 no such user"
 			}
@@ -40,7 +39,7 @@ func newFarm(tb testing.TB, hosts, domains int, delay time.Duration) *farm {
 		port = s.Port
 		f.servers = append(f.servers, s)
 	}
-	dns := dnstest.Start(tb)
+	dns := testkit.StartDNS(tb)
 	for i := 0; i < hosts; i++ {
 		dns.AddRecord(fmt.Sprintf("mx%d.farm.example. 3600 IN A 127.0.1.%d", i, i+1))
 	}

@@ -1,12 +1,20 @@
 // Package config reads the service's configuration from the environment
-// (contract, section 7) — the same variables for `evs` and the Lambda
-// functions — and builds the verification engine it describes.
+// (contract, sections 7 and 9): the same variables for `evs` and the Lambda
+// functions. It is the only reader of the environment: every variable is
+// read and validated here, once, and a bad value is reported as one line
+// naming the variable and the form it accepts.
+//
+// It imports nothing heavy (no engine, no AWS), so every function can link
+// it; verify.Build turns the engine part into an engine.
 package config
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
+	"math"
 	"net"
 	"net/url"
 	"os"
@@ -15,9 +23,6 @@ import (
 	"time"
 
 	"github.com/evs-dev/evs/internal/egress"
-	"github.com/evs-dev/evs/internal/verify"
-	"github.com/evs-dev/evs/internal/verify/dnscheck"
-	"github.com/evs-dev/evs/internal/verify/smtpprobe"
 )
 
 // SMTP modes of EVS_SMTP.
@@ -50,6 +55,48 @@ type Config struct {
 	// HELOFromHost is true when HELO was not configured and the host name
 	// is used instead (evs serve warns about it).
 	HELOFromHost bool
+	// LogLevel is EVS_LOG_LEVEL: debug, info (default), warn or error.
+	LogLevel slog.Level
+	// MaxActiveBatches is how many batches an account may have queued or
+	// running at once (EVS_MAX_ACTIVE_BATCHES).
+	MaxActiveBatches int
+	// BatchDeadline is a batch's time limit from its start
+	// (EVS_BATCH_DEADLINE).
+	BatchDeadline time.Duration
+	// MaxConns caps the open HTTP connections of `evs serve` (EVS_MAX_CONNS).
+	MaxConns int
+	// MetricsAddr is the listen address of the Prometheus endpoint; empty
+	// means off (EVS_METRICS_ADDR).
+	MetricsAddr string
+	// Tables names the DynamoDB tables (AWS only; from template.yaml).
+	Tables Tables
+	// QueueURL is the SQS work queue (AWS only; EVS_QUEUE_URL).
+	QueueURL string
+	// UsagePlanID is the API Gateway usage plan `evs keys create` adds keys
+	// to (EVS_USAGE_PLAN_ID).
+	UsagePlanID string
+	// APIURL and APIKey are where and as whom `evs batch` calls the API
+	// (EVS_URL, EVS_API_KEY).
+	APIURL string
+	APIKey string
+}
+
+// Tables are the DynamoDB table names the SAM template passes to the
+// functions. Its fields match dynamostore.Tables, so one converts to the
+// other.
+type Tables struct {
+	Keys        string
+	Batches     string
+	Results     string
+	Idempotency string
+}
+
+// OSEnv reads the process environment; pass it to FromEnv outside tests.
+func OSEnv(name string) string { return os.Getenv(name) }
+
+// Logger returns the JSON logger at the configured level, writing to w.
+func (c Config) Logger(w io.Writer) *slog.Logger {
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: c.LogLevel}))
 }
 
 // FromEnv reads the configuration with getenv (os.Getenv in production).
@@ -64,7 +111,7 @@ func FromEnv(getenv func(string) string, onLambda bool) (Config, error) {
 	}
 	var errs []error
 	if s := getenv("EVS_DNS_SERVERS"); s != "" {
-		servers, err := dnscheck.ParseServers(s)
+		servers, err := ParseDNSServers(s)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("EVS_DNS_SERVERS: %w", err))
 		}
@@ -124,7 +171,7 @@ func FromEnv(getenv func(string) string, onLambda bool) (Config, error) {
 		c.RateLimit = 0
 	default:
 		f, err := strconv.ParseFloat(s, 64)
-		if err != nil || f <= 0 {
+		if err != nil || !(f > 0) || math.IsInf(f, 0) {
 			errs = append(errs, fmt.Errorf("EVS_RATE_LIMIT: %q is not a positive number or off", s))
 		}
 		c.RateLimit = f
@@ -148,7 +195,61 @@ func FromEnv(getenv func(string) string, onLambda bool) (Config, error) {
 		days = n
 	}
 	c.Retention = time.Duration(days) * 24 * time.Hour
+	switch s := strings.ToLower(getenv("EVS_LOG_LEVEL")); s {
+	case "", "info":
+		c.LogLevel = slog.LevelInfo
+	case "debug":
+		c.LogLevel = slog.LevelDebug
+	case "warn", "warning":
+		c.LogLevel = slog.LevelWarn
+	case "error":
+		c.LogLevel = slog.LevelError
+	default:
+		errs = append(errs, fmt.Errorf("EVS_LOG_LEVEL: %q is not debug, info, warn or error", s))
+	}
+	c.MaxActiveBatches = positiveInt(getenv, "EVS_MAX_ACTIVE_BATCHES", 10, &errs)
+	c.MaxConns = positiveInt(getenv, "EVS_MAX_CONNS", 1024, &errs)
+	c.BatchDeadline = 24 * time.Hour
+	if s := getenv("EVS_BATCH_DEADLINE"); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil || d <= 0 {
+			errs = append(errs, fmt.Errorf("EVS_BATCH_DEADLINE: %q is not a positive duration like 24h", s))
+		}
+		c.BatchDeadline = d
+	}
+	if c.MetricsAddr = getenv("EVS_METRICS_ADDR"); c.MetricsAddr != "" {
+		if _, _, err := net.SplitHostPort(c.MetricsAddr); err != nil {
+			errs = append(errs, fmt.Errorf("EVS_METRICS_ADDR: %q is not host:port like 127.0.0.1:9090", c.MetricsAddr))
+		}
+	}
+	if _, _, err := net.SplitHostPort(c.Addr); err != nil {
+		errs = append(errs, fmt.Errorf("EVS_ADDR: %q is not host:port like 127.0.0.1:8080", c.Addr))
+	}
+	c.Tables = Tables{
+		Keys:        getenv("EVS_KEYS_TABLE"),
+		Batches:     getenv("EVS_BATCHES_TABLE"),
+		Results:     getenv("EVS_RESULTS_TABLE"),
+		Idempotency: getenv("EVS_IDEMPOTENCY_TABLE"),
+	}
+	c.QueueURL = getenv("EVS_QUEUE_URL")
+	c.UsagePlanID = getenv("EVS_USAGE_PLAN_ID")
+	c.APIURL = getenv("EVS_URL")
+	c.APIKey = getenv("EVS_API_KEY")
 	return c, errors.Join(errs...)
+}
+
+// positiveInt reads a positive whole number, def when unset.
+func positiveInt(getenv func(string) string, name string, def int, errs *[]error) int {
+	s := getenv(name)
+	if s == "" {
+		return def
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 {
+		*errs = append(*errs, fmt.Errorf("%s: %q is not a positive whole number", name, s))
+		return def
+	}
+	return n
 }
 
 func or(s, def string) string {
@@ -156,45 +257,6 @@ func or(s, def string) string {
 		return def
 	}
 	return s
-}
-
-// Engine builds the verification engine the configuration describes.
-func (c Config) Engine() (*verify.Engine, *dnscheck.Resolver, error) {
-	res, err := dnscheck.New(dnscheck.Config{Servers: c.DNSServers})
-	if err != nil {
-		return nil, nil, err
-	}
-	ec := verify.Config{Resolver: res}
-	switch c.SMTP {
-	case SMTPOff:
-		ec.SMTPOffDetail = "SMTP probing is off here (EVS_SMTP=off)"
-	default:
-		// The policy is checked before every dial and again, on direct
-		// dials, on the address the socket connects to.
-		var dialer smtpprobe.ContextDialer = &net.Dialer{Control: c.Egress.Control}
-		if c.SMTP == SMTPProxy {
-			// The proxy is the operator's, often on a private network:
-			// reaching it is not subject to the policy; what it is asked
-			// to CONNECT to is.
-			dialer, err = smtpprobe.NewSOCKS5Dialer(c.SMTPProxy, &net.Dialer{}, c.Egress)
-			if err != nil {
-				return nil, nil, err
-			}
-		}
-		p, err := smtpprobe.New(smtpprobe.Config{
-			HELO: c.HELO, MailFrom: c.MailFrom, Port: c.SMTPPort,
-			Resolver: res, Dialer: dialer, Egress: c.Egress,
-		})
-		if err != nil {
-			return nil, nil, err
-		}
-		ec.Prober = verify.SMTP(p)
-	}
-	e, err := verify.New(ec)
-	if err != nil {
-		return nil, nil, err
-	}
-	return e, res, nil
 }
 
 // CheckHELO warns when the EHLO name cannot identify this host: receiving
@@ -213,4 +275,12 @@ func (c Config) CheckHELO(ctx context.Context, lookup func(ctx context.Context, 
 		return fmt.Sprintf("EVS_SMTP_HELO %q does not resolve; receiving servers may refuse our probes (see README: SMTP probing).", c.HELO)
 	}
 	return ""
+}
+
+// Load reads the process environment and returns the configuration with a
+// logger writing to w. The logger is usable even when err is not nil, so a
+// composition root can report a bad setting in one line and stop.
+func Load(w io.Writer, onLambda bool) (Config, *slog.Logger, error) {
+	c, err := FromEnv(OSEnv, onLambda)
+	return c, c.Logger(w), err
 }

@@ -7,7 +7,7 @@ import (
 
 	"github.com/evs-dev/evs/internal/dynamostore"
 	"github.com/evs-dev/evs/internal/evs"
-	"github.com/evs-dev/evs/internal/mototest"
+	"github.com/evs-dev/evs/internal/testkit"
 )
 
 // BenchmarkPutResults writes 1000 results in one call (the batch runner's
@@ -18,7 +18,7 @@ import (
 func BenchmarkPutResults(b *testing.B) {
 	const n = 1000
 	ctx := context.Background()
-	c := mototest.DynamoDB(b)
+	c := testkit.DynamoDB(b)
 	rs := resultsOf(0, n)
 	for b.Loop() {
 		b.StopTimer()
@@ -70,7 +70,7 @@ func BenchmarkPutResultsRedelivered(b *testing.B) {
 func BenchmarkCreateBatch(b *testing.B) {
 	const n = 5000
 	ctx := context.Background()
-	c := mototest.DynamoDB(b)
+	c := testkit.DynamoDB(b)
 	items := itemsOf(n)
 	for b.Loop() {
 		b.StopTimer()

@@ -87,11 +87,11 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math"
-	"os"
 	"strconv"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go"
@@ -100,21 +100,12 @@ import (
 )
 
 // Tables names the four tables. An empty name means the table is not used
-// (the `evs keys` command only needs Keys).
+// (the `evs keys` command only needs Keys). config.Tables converts to it.
 type Tables struct {
-	Keys, Batches, Results, Idempotency string
-}
-
-// TablesFromEnv reads the table names from the environment template.yaml
-// gives the functions: EVS_KEYS_TABLE, EVS_BATCHES_TABLE, EVS_RESULTS_TABLE
-// and EVS_IDEMPOTENCY_TABLE.
-func TablesFromEnv() Tables {
-	return Tables{
-		Keys:        os.Getenv("EVS_KEYS_TABLE"),
-		Batches:     os.Getenv("EVS_BATCHES_TABLE"),
-		Results:     os.Getenv("EVS_RESULTS_TABLE"),
-		Idempotency: os.Getenv("EVS_IDEMPOTENCY_TABLE"),
-	}
+	Keys        string
+	Batches     string
+	Results     string
+	Idempotency string
 }
 
 // Attribute names shared by several tables.
@@ -368,4 +359,16 @@ func getTime(it item, name string) time.Time {
 		return time.Time{}
 	}
 	return time.UnixMilli(getN(it, name)).UTC()
+}
+
+// Open returns a Store on the tables with the default AWS configuration of
+// the environment (the SDK honours AWS_ENDPOINT_URL, which is how tests point
+// the functions at a local AWS-API server), and that configuration, for the
+// caller's other clients.
+func Open(ctx context.Context, t Tables) (*Store, aws.Config, error) {
+	awsCfg, err := awsconfig.LoadDefaultConfig(ctx)
+	if err != nil {
+		return nil, aws.Config{}, fmt.Errorf("dynamostore: AWS configuration: %w", err)
+	}
+	return New(Config{Client: dynamodb.NewFromConfig(awsCfg), Tables: t, Now: time.Now}), awsCfg, nil
 }

@@ -20,21 +20,20 @@ import (
 	"github.com/evs-dev/evs/internal/dynamostore"
 	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/idempotency"
-	"github.com/evs-dev/evs/internal/mototest"
 	"github.com/evs-dev/evs/internal/store"
-	"github.com/evs-dev/evs/internal/store/storetest"
+	"github.com/evs-dev/evs/internal/testkit"
 )
 
-func TestMain(m *testing.M) { os.Exit(mototest.Main(m)) }
+func TestMain(m *testing.M) { os.Exit(testkit.MotoMain(m)) }
 
 // newTables creates a fresh set of the four tables on moto.
 func newTables(t testing.TB, c *dynamodb.Client) dynamostore.Tables {
 	t.Helper()
 	tables := dynamostore.Tables{
-		Keys:        mototest.Name(t, "keys"),
-		Batches:     mototest.Name(t, "batches"),
-		Results:     mototest.Name(t, "results"),
-		Idempotency: mototest.Name(t, "idem"),
+		Keys:        testkit.UniqueName(t, "keys"),
+		Batches:     testkit.UniqueName(t, "batches"),
+		Results:     testkit.UniqueName(t, "results"),
+		Idempotency: testkit.UniqueName(t, "idem"),
 	}
 	if err := dynamostore.CreateTables(context.Background(), c, tables); err != nil {
 		t.Fatalf("CreateTables: %v", err)
@@ -54,12 +53,12 @@ func dropTables(c *dynamodb.Client, tables dynamostore.Tables) {
 // newStore is a store on fresh tables of the shared moto server.
 func newStore(t testing.TB, now func() time.Time, opts ...func(*dynamodb.Options)) *dynamostore.Store {
 	t.Helper()
-	c := mototest.DynamoDB(t, opts...)
+	c := testkit.DynamoDB(t, opts...)
 	return dynamostore.New(dynamostore.Config{Client: c, Tables: newTables(t, c), Now: now})
 }
 
 func TestContract(t *testing.T) {
-	storetest.Run(t, func(t *testing.T, now func() time.Time) store.Store {
+	testkit.RunStoreContract(t, func(t *testing.T, now func() time.Time) store.Store {
 		return newStore(t, now)
 	})
 }
@@ -307,7 +306,7 @@ func TestCreateBatchCrashLeavesNothingVisible(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			ctx := context.Background()
 			var writes atomic.Int32
-			c1 := mototest.DynamoDB(t, inject(hook{before: func(in any) error {
+			c1 := testkit.DynamoDB(t, inject(hook{before: func(in any) error {
 				n := int32(0)
 				if _, ok := in.(*dynamodb.BatchWriteItemInput); ok {
 					n = writes.Add(1)
@@ -327,7 +326,7 @@ func TestCreateBatchCrashLeavesNothingVisible(t *testing.T) {
 			}
 
 			// Another process's view of the same tables.
-			st := dynamostore.New(dynamostore.Config{Client: mototest.DynamoDB(t), Tables: tables, Now: clock})
+			st := dynamostore.New(dynamostore.Config{Client: testkit.DynamoDB(t), Tables: tables, Now: clock})
 			_, err = st.Batch(ctx, "acct", "b1")
 			wantCode(t, err, evs.CodeNotFound, "Batch")
 			_, err = st.PendingItems(ctx, "acct", "b1", -1, 10)
@@ -350,8 +349,8 @@ func TestCreateBatchCrashLeavesNothingVisible(t *testing.T) {
 // their items are still in the tables: DynamoDB's TTL deletes them lazily.
 func TestExpiredRecordsStayInTablesButReadAsMissing(t *testing.T) {
 	ctx := context.Background()
-	clk := storetest.NewClock(t0)
-	c := mototest.DynamoDB(t)
+	clk := testkit.NewClock(t0)
+	c := testkit.DynamoDB(t)
 	tables := newTables(t, c)
 	st := dynamostore.New(dynamostore.Config{Client: c, Tables: tables, Now: clk.Now})
 	newBatch(t, st, "b1", 3, 0)
@@ -386,7 +385,7 @@ func TestExpiredRecordsStayInTablesButReadAsMissing(t *testing.T) {
 // call leaves them alone; unnamed tables are skipped.
 func TestCreateTablesMatchesDefinitions(t *testing.T) {
 	ctx := context.Background()
-	c := mototest.DynamoDB(t)
+	c := testkit.DynamoDB(t)
 	tables := newTables(t, c)
 	if err := dynamostore.CreateTables(ctx, c, tables); err != nil {
 		t.Fatalf("second CreateTables: %v", err)
@@ -446,17 +445,6 @@ func keyString(ks []types.KeySchemaElement, attrs []types.AttributeDefinition) s
 	return strings.Join(parts, ", ")
 }
 
-func TestTablesFromEnv(t *testing.T) {
-	t.Setenv("EVS_KEYS_TABLE", "k")
-	t.Setenv("EVS_BATCHES_TABLE", "b")
-	t.Setenv("EVS_RESULTS_TABLE", "r")
-	t.Setenv("EVS_IDEMPOTENCY_TABLE", "i")
-	want := dynamostore.Tables{Keys: "k", Batches: "b", Results: "r", Idempotency: "i"}
-	if got := dynamostore.TablesFromEnv(); got != want {
-		t.Errorf("TablesFromEnv = %+v, want %+v", got, want)
-	}
-}
-
 // closedEndpoint is the URL of a loopback port nothing listens on.
 func closedEndpoint(t *testing.T) string {
 	t.Helper()
@@ -473,7 +461,7 @@ func closedEndpoint(t *testing.T) string {
 // throttling, a deadline — is CodeUnavailable wrapping its cause, and the
 // client-facing message does not carry the AWS text.
 func TestFaultsAreUnavailable(t *testing.T) {
-	cfg := mototest.Config(t)
+	cfg := testkit.AWSConfig(t)
 	cfg.Retryer = func() aws.Retryer { return retry.AddWithMaxAttempts(retry.NewStandard(), 1) }
 	closed := cfg.Copy()
 	closed.BaseEndpoint = aws.String(closedEndpoint(t))
@@ -490,8 +478,8 @@ func TestFaultsAreUnavailable(t *testing.T) {
 	}{
 		{"closed port", context.Background(), dynamostore.New(dynamostore.Config{Client: dynamodb.NewFromConfig(closed), Tables: tables, Now: clock})},
 		{"missing tables", context.Background(), dynamostore.New(dynamostore.Config{Client: dynamodb.NewFromConfig(cfg),
-			Tables: dynamostore.Tables{Keys: mototest.Name(t, "none"), Batches: mototest.Name(t, "none"),
-				Results: mototest.Name(t, "none"), Idempotency: mototest.Name(t, "none")}, Now: clock})},
+			Tables: dynamostore.Tables{Keys: testkit.UniqueName(t, "none"), Batches: testkit.UniqueName(t, "none"),
+				Results: testkit.UniqueName(t, "none"), Idempotency: testkit.UniqueName(t, "none")}, Now: clock})},
 		{"throttled", context.Background(), dynamostore.New(dynamostore.Config{Client: dynamodb.NewFromConfig(cfg, inject(throttled)), Tables: tables, Now: clock})},
 		{"cancelled context", cancelled, dynamostore.New(dynamostore.Config{Client: dynamodb.NewFromConfig(cfg), Tables: tables, Now: clock})},
 	}

@@ -3,7 +3,7 @@ package gateway
 import (
 	"net/http"
 
-	"github.com/evs-dev/evs/internal/envelope"
+	"github.com/evs-dev/evs/internal/api"
 	"github.com/evs-dev/evs/internal/evs"
 )
 
@@ -70,6 +70,6 @@ func writeResponse(w http.ResponseWriter, typ, requestID string, extra map[strin
 		h.Set(k, v)
 	}
 	w.WriteHeader(r.Status)
-	_, _ = w.Write(envelope.Body(r.Code, r.Message, requestID))
+	_, _ = w.Write(api.ErrorBody(r.Code, r.Message, requestID))
 	return r.Status
 }

@@ -12,20 +12,20 @@ import (
 	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/idempotency"
 	"github.com/evs-dev/evs/internal/sqlitestore"
-	"github.com/evs-dev/evs/internal/store/storetest"
+	"github.com/evs-dev/evs/internal/testkit"
 )
 
 var epoch = time.Date(2026, 11, 22, 10, 4, 5, 0, time.UTC)
 
 type env struct {
 	st    *sqlitestore.Store
-	clock *storetest.Clock
+	clock *testkit.Clock
 	k     *idempotency.Keeper
 }
 
 func newEnv(t testing.TB) *env {
 	t.Helper()
-	clock := storetest.NewClock(epoch)
+	clock := testkit.NewClock(epoch)
 	st, err := sqlitestore.Open(context.Background(), t.TempDir(), clock.Now)
 	if err != nil {
 		t.Fatalf("open store: %v", err)

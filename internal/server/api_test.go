@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/evs-dev/evs/internal/apikey"
+	"github.com/evs-dev/evs/internal/authorizer"
 	"github.com/evs-dev/evs/internal/evs"
 )
 
@@ -258,7 +258,7 @@ func TestAuthCache(t *testing.T) {
 	if s := call(); s != 200 {
 		t.Fatalf("fresh key: %d", s)
 	}
-	if _, err := h.st.RevokeKey(context.Background(), apikeyHash(key), h.clock.Now()); err != nil {
+	if _, err := h.st.RevokeKey(context.Background(), authorizer.HashKey(key), h.clock.Now()); err != nil {
 		t.Fatal(err)
 	}
 	if s := call(); s != 200 {
@@ -330,10 +330,8 @@ func (h *harness) otherAccount() string {
 
 func (h *harness) revokedKey() string {
 	_, key := h.account("revoked", true)
-	if _, err := h.st.RevokeKey(context.Background(), apikeyHash(key), h.clock.Now()); err != nil {
+	if _, err := h.st.RevokeKey(context.Background(), authorizer.HashKey(key), h.clock.Now()); err != nil {
 		h.t.Fatal(err)
 	}
 	return key
 }
-
-func apikeyHash(key string) string { return apikey.Hash(key) }

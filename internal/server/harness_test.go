@@ -18,18 +18,17 @@ import (
 	"github.com/getkin/kin-openapi/routers"
 	"github.com/getkin/kin-openapi/routers/legacy"
 
+	"github.com/evs-dev/evs/internal/authorizer"
 	"github.com/evs-dev/evs/internal/batch"
 	"github.com/evs-dev/evs/internal/config"
 	"github.com/evs-dev/evs/internal/egress"
 	"github.com/evs-dev/evs/internal/evs"
-	"github.com/evs-dev/evs/internal/logtest"
 	"github.com/evs-dev/evs/internal/server"
 	"github.com/evs-dev/evs/internal/sqlitestore"
+	"github.com/evs-dev/evs/internal/testkit"
 	"github.com/evs-dev/evs/internal/verify"
 	"github.com/evs-dev/evs/internal/verify/dnscheck"
-	"github.com/evs-dev/evs/internal/verify/dnscheck/dnstest"
 	"github.com/evs-dev/evs/internal/verify/smtpprobe"
-	"github.com/evs-dev/evs/internal/verify/smtpprobe/smtptest"
 )
 
 // clock is a settable clock shared by the server and the test.
@@ -59,11 +58,11 @@ type harness struct {
 	clock    *clock
 	st       *sqlitestore.Store
 	contract *contract
-	dns      *dnstest.Server
-	smtp     *smtptest.Server
+	dns      *testkit.DNSServer
+	smtp     *testkit.SMTPServer
 
 	// logs holds everything the server logged, as JSON lines.
-	logs *logtest.Buffer
+	logs *testkit.LogBuffer
 
 	liveKey, testKey, otherKey string
 	liveAcct, testAcct         string
@@ -86,7 +85,7 @@ type options struct {
 
 func start(t *testing.T, o options) *harness {
 	t.Helper()
-	h := &harness{t: t, clock: &clock{t: time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)}, contract: loadContract(t), logs: &logtest.Buffer{}}
+	h := &harness{t: t, clock: &clock{t: time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)}, contract: loadContract(t), logs: &testkit.LogBuffer{}}
 	now := h.clock.Now
 	if o.realClock {
 		now = time.Now
@@ -113,8 +112,8 @@ func start(t *testing.T, o options) *harness {
 			return "550 5.1.1 <" + addr + ">: Recipient address rejected: User unknown in virtual mailbox table"
 		}
 	}
-	h.smtp = smtptest.Start(t, smtptest.Options{Rcpt: rcpt})
-	h.dns = dnstest.Start(t)
+	h.smtp = testkit.StartSMTP(t, testkit.SMTPOptions{Rcpt: rcpt})
+	h.dns = testkit.StartDNS(t)
 	for _, rr := range []string{
 		"good.example. 300 IN MX 10 mx1.good.example.",
 		"mx1.good.example. 300 IN A 127.0.0.1",
@@ -204,7 +203,7 @@ func (h *harness) account(name string, test bool) (string, string) {
 			h.t.Fatalf("create account: %v", err)
 		}
 	}
-	key, err := server.CreateKey(ctx, h.st, a.ID, h.clock.Now())
+	key, err := authorizer.IssueKey(ctx, h.st, a.ID, "", h.clock.Now())
 	if err != nil {
 		h.t.Fatalf("create key: %v", err)
 	}

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/evs-dev/evs/internal/api"
-	"github.com/evs-dev/evs/internal/apikey"
+
 	"github.com/evs-dev/evs/internal/authorizer"
 	"github.com/evs-dev/evs/internal/batch"
 	"github.com/evs-dev/evs/internal/config"
@@ -76,7 +76,7 @@ func New(o Options) (*Server, error) {
 		o.SweepEvery = time.Hour
 	}
 	if o.Engine == nil {
-		e, _, err := o.Config.Engine()
+		e, _, err := verify.Build(o.Config)
 		if err != nil {
 			return nil, err
 		}
@@ -200,18 +200,5 @@ func Bootstrap(ctx context.Context, st store.Keys, test bool, now time.Time) (st
 	if err := st.CreateAccount(ctx, a); err != nil {
 		return "", err
 	}
-	return CreateKey(ctx, st, a.ID, now)
-}
-
-// CreateKey makes a key for account id, stores its hash and returns the key.
-func CreateKey(ctx context.Context, st store.Keys, accountID string, now time.Time) (string, error) {
-	key, err := apikey.New()
-	if err != nil {
-		return "", evs.Wrap(err, evs.CodeInternal, "could not make a key")
-	}
-	h := apikey.Hash(key)
-	if err := st.CreateKey(ctx, evs.Key{ID: apikey.ID(h), Hash: h, AccountID: accountID, CreatedAt: now.UTC()}); err != nil {
-		return "", err
-	}
-	return key, nil
+	return authorizer.IssueKey(ctx, st, a.ID, "", now)
 }

@@ -13,7 +13,7 @@ import (
 	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/idempotency"
 	"github.com/evs-dev/evs/internal/store"
-	"github.com/evs-dev/evs/internal/store/storetest"
+	"github.com/evs-dev/evs/internal/testkit"
 )
 
 var t0 = time.Date(2026, 11, 22, 10, 4, 5, 123_000_000, time.UTC)
@@ -29,7 +29,7 @@ func openStore(t testing.TB, dir string, now func() time.Time) *Store {
 }
 
 func TestContract(t *testing.T) {
-	storetest.Run(t, func(t *testing.T, now func() time.Time) store.Store {
+	testkit.RunStoreContract(t, func(t *testing.T, now func() time.Time) store.Store {
 		return openStore(t, t.TempDir(), now)
 	})
 }
@@ -236,7 +236,7 @@ func TestCompletedNeedsEveryResult(t *testing.T) {
 
 func TestSweep(t *testing.T) {
 	ctx := context.Background()
-	clk := storetest.NewClock(t0)
+	clk := testkit.NewClock(t0)
 	s := openStore(t, t.TempDir(), clk.Now)
 	newBatch(t, s, "old", 100, t0.Add(time.Hour))
 	newBatch(t, s, "new", 10, t0.Add(3*time.Hour))

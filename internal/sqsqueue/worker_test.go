@@ -20,13 +20,12 @@ import (
 	"github.com/evs-dev/evs/internal/batch"
 	"github.com/evs-dev/evs/internal/dynamostore"
 	"github.com/evs-dev/evs/internal/evs"
-	"github.com/evs-dev/evs/internal/logtest"
-	"github.com/evs-dev/evs/internal/mototest"
 	"github.com/evs-dev/evs/internal/sqsqueue"
+	"github.com/evs-dev/evs/internal/testkit"
 	"github.com/evs-dev/evs/internal/verify"
 )
 
-func TestMain(m *testing.M) { os.Exit(mototest.Main(m)) }
+func TestMain(m *testing.M) { os.Exit(testkit.MotoMain(m)) }
 
 // noNetwork is the live engine of these tests: every account is in test
 // mode, so the worker must never call it.
@@ -87,7 +86,7 @@ type world struct {
 	q     *sqsqueue.Queue
 	w     *sqsqueue.Worker
 	acct  evs.Account
-	logs  *logtest.Buffer
+	logs  *testkit.LogBuffer
 	batch evs.Batch
 }
 
@@ -95,24 +94,24 @@ func newWorld(t *testing.T, packSize int, greyBackoff time.Duration, maxGrey int
 	t.Helper()
 	ctx := context.Background()
 	tables := dynamostore.Tables{
-		Keys: mototest.Name(t, "keys"), Batches: mototest.Name(t, "batches"),
-		Results: mototest.Name(t, "results"), Idempotency: mototest.Name(t, "idem"),
+		Keys: testkit.UniqueName(t, "keys"), Batches: testkit.UniqueName(t, "batches"),
+		Results: testkit.UniqueName(t, "results"), Idempotency: testkit.UniqueName(t, "idem"),
 	}
-	ddb := mototest.DynamoDB(t)
+	ddb := testkit.DynamoDB(t)
 	if err := dynamostore.CreateTables(ctx, ddb, tables); err != nil {
 		t.Fatalf("create tables: %v", err)
 	}
 	st := dynamostore.New(dynamostore.Config{Client: ddb, Tables: tables, Now: time.Now})
-	sc := mototest.SQS(t)
-	q, err := sc.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(mototest.Name(t, "work"))})
+	sc := testkit.SQS(t)
+	q, err := sc.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(testkit.UniqueName(t, "work"))})
 	if err != nil {
 		t.Fatalf("create queue: %v", err)
 	}
-	acct := evs.Account{ID: "acct-" + uuid.NewString(), Name: mototest.Name(t, "acct"), Test: true, CreatedAt: time.Now().UTC()}
+	acct := evs.Account{ID: "acct-" + uuid.NewString(), Name: testkit.UniqueName(t, "acct"), Test: true, CreatedAt: time.Now().UTC()}
 	if err := st.CreateAccount(ctx, acct); err != nil {
 		t.Fatalf("create account: %v", err)
 	}
-	w := &world{t: t, ctx: ctx, st: st, sqs: sc, url: aws.ToString(q.QueueUrl), acct: acct, logs: &logtest.Buffer{}}
+	w := &world{t: t, ctx: ctx, st: st, sqs: sc, url: aws.ToString(q.QueueUrl), acct: acct, logs: &testkit.LogBuffer{}}
 	w.rec = &sendRecorder{Client: sc}
 	w.q = sqsqueue.New(w.rec, w.url)
 	w.w = &sqsqueue.Worker{

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/evs-dev/evs/internal/evs"
-	"github.com/evs-dev/evs/internal/verify/smtpprobe/smtptest"
+	"github.com/evs-dev/evs/internal/testkit"
 )
 
 // TestAcceptThenBounceReceivers: behind a security gateway or at Yahoo a
@@ -24,11 +24,11 @@ func TestAcceptThenBounceReceivers(t *testing.T) {
 		"zz-random-probe": "550 5.1.1 User Unknown",
 	}, "550 5.1.1 User Unknown")
 	w := newWorld(t, []mta{
-		{ip: "127.0.4.1", opts: smtptest.Options{Rcpt: greyRandom}},
-		{ip: "127.0.4.2", opts: smtptest.Options{Rcpt: verifying}},
-		{ip: "127.0.4.3", opts: smtptest.Options{Rcpt: verifying}},
-		{ip: "127.0.4.4", opts: smtptest.Options{Rcpt: greyRandom}},
-		{ip: "127.0.4.5", opts: smtptest.Options{Rcpt: greyRandom}},
+		{ip: "127.0.4.1", opts: testkit.SMTPOptions{Rcpt: greyRandom}},
+		{ip: "127.0.4.2", opts: testkit.SMTPOptions{Rcpt: verifying}},
+		{ip: "127.0.4.3", opts: testkit.SMTPOptions{Rcpt: verifying}},
+		{ip: "127.0.4.4", opts: testkit.SMTPOptions{Rcpt: greyRandom}},
+		{ip: "127.0.4.5", opts: testkit.SMTPOptions{Rcpt: greyRandom}},
 	}, []string{
 		"pp-open.example. 300 IN MX 10 mx0a-00112233.pphosted.com.",
 		"mx0a-00112233.pphosted.com. 300 IN A 127.0.4.1",

@@ -7,11 +7,10 @@ import (
 	"time"
 
 	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/testkit"
 	"github.com/evs-dev/evs/internal/verify"
 	"github.com/evs-dev/evs/internal/verify/dnscheck"
-	"github.com/evs-dev/evs/internal/verify/dnscheck/dnstest"
 	"github.com/evs-dev/evs/internal/verify/smtpprobe"
-	"github.com/evs-dev/evs/internal/verify/smtpprobe/smtptest"
 )
 
 var sink verify.Inspection
@@ -47,7 +46,7 @@ func BenchmarkNetMailParseAddress(b *testing.B) {
 // BenchmarkVerifyQuickCached is a whole quick-mode verification of an
 // address whose domain is in the DNS cache.
 func BenchmarkVerifyQuickCached(b *testing.B) {
-	srv := dnstest.Start(b)
+	srv := testkit.StartDNS(b)
 	srv.AddRecord("corp.example. 300 IN MX 10 mx.corp.example.")
 	res, err := dnscheck.New(dnscheck.Config{Servers: []string{srv.Addr}})
 	if err != nil {
@@ -77,13 +76,13 @@ func BenchmarkVerifyFullLoopback(b *testing.B) {
 }
 
 func newWorldB(b *testing.B) *verify.Engine {
-	s := smtptest.Start(b, smtptest.Options{IP: "127.0.0.2", Rcpt: func(a string) string {
+	s := testkit.StartSMTP(b, testkit.SMTPOptions{IP: "127.0.0.2", Rcpt: func(a string) string {
 		if a[:5] == "alice" {
 			return "250 2.1.5 OK"
 		}
 		return "550 5.1.1 no such user"
 	}})
-	srv := dnstest.Start(b)
+	srv := testkit.StartDNS(b)
 	srv.AddRecord("corp.example. 300 IN MX 10 mx.corp.example.")
 	srv.AddRecord("mx.corp.example. 300 IN A 127.0.0.2")
 	res, err := dnscheck.New(dnscheck.Config{Servers: []string{srv.Addr}})

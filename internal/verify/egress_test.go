@@ -9,16 +9,15 @@ import (
 
 	"github.com/evs-dev/evs/internal/egress"
 	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/testkit"
 	"github.com/evs-dev/evs/internal/verify"
 	"github.com/evs-dev/evs/internal/verify/dnscheck"
-	"github.com/evs-dev/evs/internal/verify/dnscheck/dnstest"
 	"github.com/evs-dev/evs/internal/verify/smtpprobe"
-	"github.com/evs-dev/evs/internal/verify/smtpprobe/smtptest"
 )
 
 // egressEngine is an engine probing with the given egress policy, against
 // a loopback DNS server.
-func egressEngine(t *testing.T, dns *dnstest.Server, port int, policy *egress.Policy) *verify.Engine {
+func egressEngine(t *testing.T, dns *testkit.DNSServer, port int, policy *egress.Policy) *verify.Engine {
 	t.Helper()
 	res, err := dnscheck.New(dnscheck.Config{Servers: []string{dns.Addr}, Timeout: 500 * time.Millisecond, Attempts: 1})
 	if err != nil {
@@ -40,12 +39,12 @@ func egressEngine(t *testing.T, dns *dnstest.Server, port int, policy *egress.Po
 // verdict is no_mail_server / mx_not_public; with 127.0.0.0/8 allowed the
 // same domains are probed.
 func TestEgressMXNotPublic(t *testing.T) {
-	accept := smtptest.Options{Rcpt: func(string) string { return "250 2.1.5 OK" }}
+	accept := testkit.SMTPOptions{Rcpt: func(string) string { return "250 2.1.5 OK" }}
 	accept.IP = "127.0.0.2"
-	peer := smtptest.Start(t, accept)
+	peer := testkit.StartSMTP(t, accept)
 	accept.IP, accept.Port = "127.0.0.1", peer.Port
-	local := smtptest.Start(t, accept) // what "localhost" reaches
-	dns := dnstest.Start(t)
+	local := testkit.StartSMTP(t, accept) // what "localhost" reaches
+	dns := testkit.StartDNS(t)
 	for _, rr := range []string{
 		"corp.example. 300 IN MX 10 mx.corp.example.",
 		"mx.corp.example. 300 IN A 127.0.0.2",
@@ -109,8 +108,8 @@ func TestEgressMXNotPublic(t *testing.T) {
 // each, all answering garbage: only the 5 most preferred hosts, 2
 // addresses each, are contacted.
 func TestEgressBoundedPerDomain(t *testing.T) {
-	dns := dnstest.Start(t)
-	peers := make([][]*smtptest.Server, 30)
+	dns := testkit.StartDNS(t)
+	peers := make([][]*testkit.SMTPServer, 30)
 	port := 0
 	for i := range 30 {
 		// Preferences are not in name order: 10*(i*7 mod 30) puts mx0,
@@ -118,7 +117,7 @@ func TestEgressBoundedPerDomain(t *testing.T) {
 		dns.AddRecord(fmt.Sprintf("many.example. 300 IN MX %d mx%d.many.example.", 10*(i*7%30)+10, i))
 		for j := range 3 {
 			ip := fmt.Sprintf("127.0.6.%d", 3*i+j+1)
-			s := smtptest.Start(t, smtptest.Options{IP: ip, Port: port, Banner: "HTTP/1.1 400 Bad Request"})
+			s := testkit.StartSMTP(t, testkit.SMTPOptions{IP: ip, Port: port, Banner: "HTTP/1.1 400 Bad Request"})
 			port = s.Port
 			peers[i] = append(peers[i], s)
 			dns.AddRecord(fmt.Sprintf("mx%d.many.example. 300 IN A %s", i, ip))

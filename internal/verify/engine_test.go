@@ -11,18 +11,17 @@ import (
 
 	"github.com/evs-dev/evs/internal/egress"
 	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/testkit"
 	"github.com/evs-dev/evs/internal/verify"
 	"github.com/evs-dev/evs/internal/verify/dnscheck"
-	"github.com/evs-dev/evs/internal/verify/dnscheck/dnstest"
 	"github.com/evs-dev/evs/internal/verify/smtpprobe"
-	"github.com/evs-dev/evs/internal/verify/smtpprobe/smtptest"
 )
 
 // world is a small internet on loopback: an authoritative DNS server and
 // scripted SMTP servers on 127.0.0.x, all on one port as real MX hosts are.
 type world struct {
 	t      *testing.T
-	dns    *dnstest.Server
+	dns    *testkit.DNSServer
 	port   int
 	engine *verify.Engine
 }
@@ -30,17 +29,17 @@ type world struct {
 // mta describes one loopback mail server.
 type mta struct {
 	ip   string
-	opts smtptest.Options
+	opts testkit.SMTPOptions
 }
 
 func newWorld(t *testing.T, mtas []mta, records []string, timeout time.Duration) *world {
 	t.Helper()
-	w := &world{t: t, dns: dnstest.Start(t)}
+	w := &world{t: t, dns: testkit.StartDNS(t)}
 	for i, m := range mtas {
 		o := m.opts
 		o.IP = m.ip
 		o.Port = w.port
-		s := smtptest.Start(t, o)
+		s := testkit.StartSMTP(t, o)
 		if i == 0 {
 			w.port = s.Port
 		}
@@ -97,10 +96,10 @@ func TestEngineReasons(t *testing.T) {
 		"ratelimit": "452 4.5.3 Too many recipients",
 	}, "550 5.1.1 <x>: Recipient address rejected: User unknown in virtual mailbox table")
 	w := newWorld(t, []mta{
-		{ip: "127.0.0.2", opts: smtptest.Options{Rcpt: normal}},
-		{ip: "127.0.0.3", opts: smtptest.Options{Rcpt: func(string) string { return "250 2.1.5 OK" }}}, // accept-all
-		{ip: "127.0.0.5", opts: smtptest.Options{Silent: true}},
-		{ip: "127.0.0.6", opts: smtptest.Options{Rcpt: normal, StartTLS: true}},
+		{ip: "127.0.0.2", opts: testkit.SMTPOptions{Rcpt: normal}},
+		{ip: "127.0.0.3", opts: testkit.SMTPOptions{Rcpt: func(string) string { return "250 2.1.5 OK" }}}, // accept-all
+		{ip: "127.0.0.5", opts: testkit.SMTPOptions{Silent: true}},
+		{ip: "127.0.0.6", opts: testkit.SMTPOptions{Rcpt: normal, StartTLS: true}},
 	}, []string{
 		"corp.example. 300 IN MX 10 mx.corp.example.",
 		"mx.corp.example. 300 IN A 127.0.0.2",
@@ -185,7 +184,7 @@ func TestEngineReasons(t *testing.T) {
 
 // TestEngineOffMode: without a prober, full mode says SMTP was skipped.
 func TestEngineOffMode(t *testing.T) {
-	srv := dnstest.Start(t)
+	srv := testkit.StartDNS(t)
 	srv.AddRecord("corp.example. 300 IN MX 10 mx.corp.example.")
 	res, err := dnscheck.New(dnscheck.Config{Servers: []string{srv.Addr}})
 	if err != nil {
@@ -206,7 +205,7 @@ func TestEngineOffMode(t *testing.T) {
 func TestVerifyDomainSharesConnection(t *testing.T) {
 	var mu sync.Mutex
 	var rcpts []string
-	w := newWorld(t, []mta{{ip: "127.0.0.2", opts: smtptest.Options{Rcpt: func(a string) string {
+	w := newWorld(t, []mta{{ip: "127.0.0.2", opts: testkit.SMTPOptions{Rcpt: func(a string) string {
 		mu.Lock()
 		rcpts = append(rcpts, a)
 		mu.Unlock()

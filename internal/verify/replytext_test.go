@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/evs-dev/evs/internal/evs"
-	"github.com/evs-dev/evs/internal/verify/smtpprobe/smtptest"
+	"github.com/evs-dev/evs/internal/testkit"
 )
 
 // TestReplyTextDecidesReason: the text of a RCPT reply, not a
@@ -22,7 +22,7 @@ func TestReplyTextDecidesReason(t *testing.T) {
 		"frozen":  "554 Le compte du destinataire est bloque. The recipient account is blocked.",
 		"unknown": "550 Пользователь не найден",
 	}, "250 2.1.5 Ok")
-	w := newWorld(t, []mta{{ip: "127.0.5.1", opts: smtptest.Options{Rcpt: replies}}}, []string{
+	w := newWorld(t, []mta{{ip: "127.0.5.1", opts: testkit.SMTPOptions{Rcpt: replies}}}, []string{
 		"corp.example. 300 IN MX 10 mx.corp.example.",
 		"mx.corp.example. 300 IN A 127.0.5.1",
 	}, time.Second)

@@ -4,11 +4,11 @@ import (
 	"context"
 	"testing"
 
-	"github.com/evs-dev/evs/internal/verify/dnscheck/dnstest"
+	"github.com/evs-dev/evs/internal/testkit"
 )
 
 func benchResolver(b *testing.B, cacheSize int) *Resolver {
-	srv := dnstest.Start(b)
+	srv := testkit.StartDNS(b)
 	srv.AddRecord("corp.example. 300 IN MX 10 mx1.corp.example.")
 	srv.AddRecord("corp.example. 300 IN MX 20 mx2.corp.example.")
 	srv.AddRecord("aonly.example. 300 IN A 192.0.2.1")

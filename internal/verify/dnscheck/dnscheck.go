@@ -9,14 +9,13 @@ package dnscheck
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
-	"github.com/evs-dev/evs/internal/evs"
 	"github.com/miekg/dns"
 	"golang.org/x/sync/singleflight"
 )
@@ -142,11 +141,12 @@ func New(cfg Config) (*Resolver, error) {
 		r.now = time.Now
 	}
 	for i, s := range cfg.Servers {
-		srv, err := parseServer(strings.TrimSpace(s))
-		if err != nil {
-			return nil, evs.Wrap(err, evs.CodeInvalidRequest, "invalid DNS server "+strconv.Itoa(i+1))
+		// The configuration normalised the list (config.ParseDNSServers);
+		// here a server only has to be host:port.
+		if _, _, err := net.SplitHostPort(s); err != nil {
+			return nil, fmt.Errorf("dnscheck: DNS server %d: %q is not host:port", i+1, s)
 		}
-		r.servers = append(r.servers, srv)
+		r.servers = append(r.servers, s)
 	}
 	if len(r.servers) == 0 {
 		r.servers = systemServers(resolvConf)
@@ -376,26 +376,38 @@ func (r *Resolver) lookupAddrs(ctx context.Context, name string) (addrResult, *f
 	return out, nil
 }
 
-// LookupHost returns the IPv4 then IPv6 addresses of host. It fails with an
-// *evs.Error: CodeNotFound when DNS says the host has no address (NXDOMAIN
-// or no A/AAAA), CodeUnavailable when the lookup failed.
+// Errors of LookupHost, for errors.Is.
+var (
+	// ErrNoAddress: DNS says the host has no address (NXDOMAIN, or no
+	// A/AAAA records). It is an answer, not a failure.
+	ErrNoAddress = errors.New("dnscheck: host has no address")
+	// ErrLookupFailed: the lookup did not get an answer (SERVFAIL, REFUSED,
+	// timeout, network); trying later may succeed.
+	ErrLookupFailed = errors.New("dnscheck: lookup failed")
+	// ErrBadName: the host name is not a valid DNS name.
+	ErrBadName = errors.New("dnscheck: invalid host name")
+)
+
+// LookupHost returns the IPv4 then IPv6 addresses of host. It fails with
+// ErrNoAddress when DNS says the host has no address, ErrLookupFailed when
+// the lookup failed, ErrBadName for a name that is not one.
 func (r *Resolver) LookupHost(ctx context.Context, host string) ([]netip.Addr, error) {
 	name, ok := normalize(host)
 	if !ok {
-		return nil, evs.Errorf(evs.CodeInvalidRequest, "invalid host name")
+		return nil, ErrBadName
 	}
 	if hr, ok := r.hosts.get(name, r.now()); ok {
 		return hr.result(name)
 	}
 	if ctx.Err() != nil {
-		return nil, evs.Wrap(ctx.Err(), evs.CodeUnavailable, "DNS lookup of "+name+" timed out")
+		return nil, fmt.Errorf("%w: %s: %w", ErrLookupFailed, name, ctx.Err())
 	}
 	ch := r.flights.DoChan("host:"+name, func() (any, error) {
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.budget)
 		defer cancel()
 		ar, f := r.lookupAddrs(fctx, name)
 		if f != nil {
-			return nil, evs.Wrap(errors.New(f.kind), evs.CodeUnavailable, "DNS lookup of "+name+" failed: "+f.kind)
+			return nil, fmt.Errorf("%w: %s: %s", ErrLookupFailed, name, f.kind)
 		}
 		hr := hostResult{addrs: ar.addrs, nx: ar.nx && len(ar.addrs) == 0}
 		r.hosts.put(name, hr, r.now(), ar.ttl)
@@ -403,7 +415,7 @@ func (r *Resolver) LookupHost(ctx context.Context, host string) ([]netip.Addr, e
 	})
 	select {
 	case <-ctx.Done():
-		return nil, evs.Wrap(ctx.Err(), evs.CodeUnavailable, "DNS lookup of "+name+" timed out")
+		return nil, fmt.Errorf("%w: %s: %w", ErrLookupFailed, name, ctx.Err())
 	case v := <-ch:
 		if v.Err != nil {
 			return nil, v.Err
@@ -415,9 +427,9 @@ func (r *Resolver) LookupHost(ctx context.Context, host string) ([]netip.Addr, e
 func (h hostResult) result(name string) ([]netip.Addr, error) {
 	if len(h.addrs) == 0 {
 		if h.nx {
-			return nil, evs.Errorf(evs.CodeNotFound, "host %s does not exist", name)
+			return nil, fmt.Errorf("%w: %s does not exist", ErrNoAddress, name)
 		}
-		return nil, evs.Errorf(evs.CodeNotFound, "host %s has no address", name)
+		return nil, fmt.Errorf("%w: %s has no A or AAAA record", ErrNoAddress, name)
 	}
 	return slices.Clone(h.addrs), nil
 }

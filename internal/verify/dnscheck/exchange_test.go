@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/evs-dev/evs/internal/verify/dnscheck/dnstest"
+	"github.com/evs-dev/evs/internal/testkit"
 	"github.com/miekg/dns"
 )
 
@@ -69,7 +69,7 @@ func (c *recordingTCP) Write(p []byte) (int, error) {
 }
 
 func TestQueriesOnTheWire(t *testing.T) {
-	srv := dnstest.Start(t)
+	srv := testkit.StartDNS(t)
 	srv.AddRecord("tc.example. 300 IN MX 10 mx.tc.example.")
 	srv.Truncate("tc.example.", true)
 	d := &recordingDialer{}

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/evs-dev/evs/internal/testkit"
 	"github.com/evs-dev/evs/internal/verify/smtpprobe"
-	"github.com/evs-dev/evs/internal/verify/smtpprobe/smtptest"
 )
 
 // corpusRow is one real-world RCPT reply of testdata/rcpt_replies.tsv.
@@ -143,7 +143,7 @@ func TestCorpusReplay(t *testing.T) {
 	for _, r := range sample {
 		byLocal["row"+strconv.Itoa(r.line)] = r
 	}
-	srv := smtptest.Start(t, smtptest.Options{Rcpt: func(addr string) string {
+	srv := testkit.StartSMTP(t, testkit.SMTPOptions{Rcpt: func(addr string) string {
 		local, _, _ := strings.Cut(addr, "@")
 		r, ok := byLocal[local]
 		if !ok {
@@ -199,7 +199,7 @@ func TestClassifyReadsWholeReply(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			srv := smtptest.Start(t, smtptest.Options{Rcpt: func(string) string { return tc.reply }})
+			srv := testkit.StartSMTP(t, testkit.SMTPOptions{Rcpt: func(string) string { return tc.reply }})
 			p := newProber(t, srv.Port, nil)
 			s, err := p.Open(context.Background(), "whole.test", []string{"mx1.test"})
 			if err != nil {

@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/evs-dev/evs/internal/egress"
+	"github.com/evs-dev/evs/internal/testkit"
 	"github.com/evs-dev/evs/internal/verify/smtpprobe"
-	"github.com/evs-dev/evs/internal/verify/smtpprobe/smtptest"
 )
 
 // dialLog is a Dialer that records every address it is asked to dial
@@ -57,7 +57,7 @@ func mustPolicy(t *testing.T, allow string) *egress.Policy {
 // the error says no address was public; with 127.0.0.0/8 allowed the same
 // hosts are probed.
 func TestEgressRefusesBeforeDialling(t *testing.T) {
-	srvs, port := farm(t, smtptest.Options{IP: "127.0.2.1"}, smtptest.Options{IP: "127.0.0.1"})
+	srvs, port := farm(t, testkit.SMTPOptions{IP: "127.0.2.1"}, testkit.SMTPOptions{IP: "127.0.0.1"})
 	res := hosts{
 		"mx.test":     ip("127.0.2.1"),
 		"mapped.test": ip("::ffff:127.0.2.1"),
@@ -140,7 +140,7 @@ func TestEgressRefusesBeforeDialling(t *testing.T) {
 // passed over for the allowed ones, and that a domain with both refused
 // and unreachable hosts is reported as unreachable, not as not public.
 func TestEgressSkipsRefusedHosts(t *testing.T) {
-	srvs, port := farm(t, smtptest.Options{IP: "127.0.2.1"})
+	srvs, port := farm(t, testkit.SMTPOptions{IP: "127.0.2.1"})
 	policy := mustPolicy(t, "127.0.2.0/24")
 	res := hosts{
 		"private.test": ip("127.0.3.9"),
@@ -332,7 +332,7 @@ func (sp *socksProxy) seen() (int, []socksRequest) {
 }
 
 func TestSOCKS5ConnectsByCheckedAddress(t *testing.T) {
-	srvs, port := farm(t, smtptest.Options{IP: "127.0.2.1"})
+	srvs, port := farm(t, testkit.SMTPOptions{IP: "127.0.2.1"})
 	res := hosts{"mx.test": ip("127.0.2.1"), "mapped.test": ip("::ffff:127.0.2.1")}
 	allowed := mustPolicy(t, "127.0.0.0/8")
 

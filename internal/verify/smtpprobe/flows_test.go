@@ -11,23 +11,23 @@ import (
 	"testing"
 	"time"
 
+	"github.com/evs-dev/evs/internal/testkit"
 	"github.com/evs-dev/evs/internal/verify/smtpprobe"
-	"github.com/evs-dev/evs/internal/verify/smtpprobe/smtptest"
 )
 
 // farm starts servers on distinct loopback IPs sharing one port, as the
 // prober dials one port on every host. Options with an empty IP get
 // 127.0.2.<i+1>. It returns the servers and the shared port.
-func farm(t *testing.T, opts ...smtptest.Options) ([]*smtptest.Server, int) {
+func farm(t *testing.T, opts ...testkit.SMTPOptions) ([]*testkit.SMTPServer, int) {
 	t.Helper()
-	var srvs []*smtptest.Server
+	var srvs []*testkit.SMTPServer
 	port := 0
 	for i, o := range opts {
 		if o.IP == "" {
 			o.IP = "127.0.2." + string(rune('1'+i))
 		}
 		o.Port = port
-		s := smtptest.Start(t, o)
+		s := testkit.StartSMTP(t, o)
 		port = s.Port
 		srvs = append(srvs, s)
 	}
@@ -39,10 +39,10 @@ const deadIP = "127.0.3.1"
 
 func TestOpenFallsThrough(t *testing.T) {
 	srvs, port := farm(t,
-		smtptest.Options{Silent: true},
-		smtptest.Options{Banner: "421 4.3.2 Service shutting down"},
-		smtptest.Options{Banner: "HTTP/1.1 400 Bad Request"},
-		smtptest.Options{},
+		testkit.SMTPOptions{Silent: true},
+		testkit.SMTPOptions{Banner: "421 4.3.2 Service shutting down"},
+		testkit.SMTPOptions{Banner: "HTTP/1.1 400 Bad Request"},
+		testkit.SMTPOptions{},
 	)
 	res := hosts{
 		"dead.test":    ip(deadIP),
@@ -85,12 +85,12 @@ func TestOpenFallsThrough(t *testing.T) {
 
 func TestOpenFailures(t *testing.T) {
 	srvs, port := farm(t,
-		smtptest.Options{Silent: true},
-		smtptest.Options{Banner: "554 5.7.1 mx.test ESMTP not accepting messages from you"},
-		smtptest.Options{Banner: "421 4.7.0 Too many concurrent connections from your IP"},
-		smtptest.Options{MailReply: "550 5.7.1 <verify@probe.evs.test>: Sender address rejected: Access denied"},
-		smtptest.Options{EHLOReply: "421 4.3.2 Shutting down"},
-		smtptest.Options{},
+		testkit.SMTPOptions{Silent: true},
+		testkit.SMTPOptions{Banner: "554 5.7.1 mx.test ESMTP not accepting messages from you"},
+		testkit.SMTPOptions{Banner: "421 4.7.0 Too many concurrent connections from your IP"},
+		testkit.SMTPOptions{MailReply: "550 5.7.1 <verify@probe.evs.test>: Sender address rejected: Access denied"},
+		testkit.SMTPOptions{EHLOReply: "421 4.3.2 Shutting down"},
+		testkit.SMTPOptions{},
 	)
 	silent, blocked, busy, mailRefused, ehloTemp, good := srvs[0], srvs[1], srvs[2], srvs[3], srvs[4], srvs[5]
 	res := hosts{
@@ -158,7 +158,7 @@ func TestOpenFailures(t *testing.T) {
 }
 
 func TestHELOFallback(t *testing.T) {
-	srv := smtptest.Start(t, smtptest.Options{EHLOReply: "502 5.5.1 Error: command not implemented"})
+	srv := testkit.StartSMTP(t, testkit.SMTPOptions{EHLOReply: "502 5.5.1 Error: command not implemented"})
 	p := newProber(t, srv.Port, nil)
 	s, err := p.Open(context.Background(), "d.test", []string{"mx1.test"})
 	if err != nil {
@@ -207,7 +207,7 @@ func (c *recordingConn) Write(b []byte) (int, error) {
 }
 
 func TestSTARTTLS(t *testing.T) {
-	srv := smtptest.Start(t, smtptest.Options{StartTLS: true})
+	srv := testkit.StartSMTP(t, testkit.SMTPOptions{StartTLS: true})
 	rec := &recordingDialer{}
 	p := newProber(t, srv.Port, func(c *smtpprobe.Config) { c.Dialer = rec })
 	ctx := context.Background()
@@ -242,7 +242,7 @@ func TestSTARTTLS(t *testing.T) {
 }
 
 func TestBrokenTLSFallsBackToPlain(t *testing.T) {
-	srv := smtptest.Start(t, smtptest.Options{BreakTLS: true})
+	srv := testkit.StartSMTP(t, testkit.SMTPOptions{BreakTLS: true})
 	p := newProber(t, srv.Port, nil)
 	s, err := p.Open(context.Background(), "d.test", []string{"mx1.test"})
 	if err != nil {
@@ -261,7 +261,7 @@ func TestBrokenTLSFallsBackToPlain(t *testing.T) {
 }
 
 func TestNeverSendsDATA(t *testing.T) {
-	srv := smtptest.Start(t, smtptest.Options{StartTLS: true, Rcpt: func(a string) string {
+	srv := testkit.StartSMTP(t, testkit.SMTPOptions{StartTLS: true, Rcpt: func(a string) string {
 		if strings.HasPrefix(a, "no") {
 			return "550 5.1.1 no such user"
 		}
@@ -304,7 +304,7 @@ func blockingRcpt(release chan struct{}) func(string) string {
 }
 
 func TestDeadlines(t *testing.T) {
-	silent := smtptest.Start(t, smtptest.Options{Silent: true})
+	silent := testkit.StartSMTP(t, testkit.SMTPOptions{Silent: true})
 	t.Run("reply timeout at banner", func(t *testing.T) {
 		p := newProber(t, silent.Port, func(c *smtpprobe.Config) { c.ReplyTimeout = 100 * time.Millisecond })
 		_, err := p.Open(context.Background(), "d.test", []string{"mx1.test"})
@@ -334,7 +334,7 @@ func TestDeadlines(t *testing.T) {
 	})
 
 	release := make(chan struct{})
-	slow := smtptest.Start(t, smtptest.Options{Rcpt: blockingRcpt(release)})
+	slow := testkit.StartSMTP(t, testkit.SMTPOptions{Rcpt: blockingRcpt(release)})
 	// Cleanups run last-in first-out: the server's handlers must be
 	// released before the server waits for them to end.
 	t.Cleanup(func() { close(release) })
@@ -385,7 +385,7 @@ func TestDeadlines(t *testing.T) {
 }
 
 func TestPerHostLimit(t *testing.T) {
-	srv := smtptest.Start(t, smtptest.Options{Delay: 5 * time.Millisecond})
+	srv := testkit.StartSMTP(t, testkit.SMTPOptions{Delay: 5 * time.Millisecond})
 	p := newProber(t, srv.Port, func(c *smtpprobe.Config) { c.PerHostLimit = 2 })
 	ctx := context.Background()
 
@@ -456,7 +456,7 @@ func TestSMTPUTF8(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			srv := smtptest.Start(t, smtptest.Options{SMTPUTF8: tc.offer})
+			srv := testkit.StartSMTP(t, testkit.SMTPOptions{SMTPUTF8: tc.offer})
 			p := newProber(t, srv.Port, nil)
 			s, err := p.Open(context.Background(), "d.test", []string{"mx1.test"})
 			if err != nil {
@@ -485,7 +485,7 @@ func TestSMTPUTF8(t *testing.T) {
 }
 
 func TestRcptRefusesInjection(t *testing.T) {
-	srv := smtptest.Start(t, smtptest.Options{})
+	srv := testkit.StartSMTP(t, testkit.SMTPOptions{})
 	p := newProber(t, srv.Port, nil)
 	s, err := p.Open(context.Background(), "d.test", []string{"mx1.test"})
 	if err != nil {

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/evs-dev/evs/internal/egress"
+	"github.com/evs-dev/evs/internal/testkit"
 	"github.com/evs-dev/evs/internal/verify/smtpprobe"
-	"github.com/evs-dev/evs/internal/verify/smtpprobe/smtptest"
 )
 
 // hosts maps MX names to loopback addresses, standing in for DNS.
@@ -67,7 +67,7 @@ func TestRcptOutcomes(t *testing.T) {
 		"many@good.test":   "452 4.5.3 Too many recipients",
 		"spam@good.test":   "554 5.7.1 Service unavailable; Client host [127.0.0.1] blocked using zen.spamhaus.org",
 	}
-	srv := smtptest.Start(t, smtptest.Options{Rcpt: func(a string) string { return replies[a] }})
+	srv := testkit.StartSMTP(t, testkit.SMTPOptions{Rcpt: func(a string) string { return replies[a] }})
 	p := newProber(t, srv.Port, nil)
 	tests := []struct {
 		addr     string
@@ -111,7 +111,7 @@ func TestRcptOutcomes(t *testing.T) {
 }
 
 func TestConversation(t *testing.T) {
-	srv := smtptest.Start(t, smtptest.Options{})
+	srv := testkit.StartSMTP(t, testkit.SMTPOptions{})
 	p := newProber(t, srv.Port, func(c *smtpprobe.Config) { c.MailFrom = "bounces@probe.evs.test" })
 	ctx := context.Background()
 	s, err := p.Open(ctx, "good.test", []string{"mx1.test"})
@@ -148,7 +148,7 @@ func TestConversation(t *testing.T) {
 }
 
 func TestDefaultMailFrom(t *testing.T) {
-	srv := smtptest.Start(t, smtptest.Options{})
+	srv := testkit.StartSMTP(t, testkit.SMTPOptions{})
 	p := newProber(t, srv.Port, nil)
 	s, err := p.Open(context.Background(), "good.test", []string{"127.0.0.1"})
 	if err != nil {

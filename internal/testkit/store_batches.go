@@ -1,4 +1,4 @@
-package storetest
+package testkit
 
 import (
 	"fmt"
@@ -147,7 +147,7 @@ func (e *env) transition(t *testing.T, b evs.Batch, to evs.State, errMsg string,
 	return b
 }
 
-func runBatches(t *testing.T, newStore NewStore) {
+func runBatches(t *testing.T, newStore StoreFactory) {
 	t.Run("CreateAndRead", func(t *testing.T) {
 		e := newEnv(t, newStore)
 		b, items := e.create(t, "batch-1", "acct-1", 5, 2)

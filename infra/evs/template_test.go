@@ -1,4 +1,4 @@
-package samtemplate_test
+package main
 
 import (
 	"encoding/json"
@@ -13,16 +13,16 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/evs-dev/evs/infra/samtemplate"
 	"github.com/evs-dev/evs/internal/api"
+	"github.com/evs-dev/evs/internal/config"
 	"github.com/evs-dev/evs/internal/dynamostore"
-	"github.com/evs-dev/evs/internal/envelope"
 	"github.com/evs-dev/evs/internal/gateway"
+	"github.com/evs-dev/evs/internal/testkit"
 )
 
-func load(t *testing.T) *samtemplate.Template {
+func load(t *testing.T) *testkit.SAMTemplate {
 	t.Helper()
-	tpl, err := samtemplate.Load("../../template.yaml")
+	tpl, err := testkit.LoadSAMTemplate("../../template.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +82,7 @@ func TestGatewayResponsesMatchTemplate(t *testing.T) {
 			if err := json.Unmarshal([]byte(strings.ReplaceAll(g.Body, "$context.requestId", rid)), &tb); err != nil {
 				t.Fatalf("template body is not JSON: %v\n%s", err, g.Body)
 			}
-			if err := json.Unmarshal(envelope.Body(r.Code, r.Message, rid), &lb); err != nil {
+			if err := json.Unmarshal(api.ErrorBody(r.Code, r.Message, rid), &lb); err != nil {
 				t.Fatal(err)
 			}
 			if !reflect.DeepEqual(tb, lb) {
@@ -122,9 +122,9 @@ func TestTablesMatchStore(t *testing.T) {
 		for _, a := range d.AttributeDefinitions {
 			attrType[*a.AttributeName] = string(a.AttributeType)
 		}
-		var key []samtemplate.KeyAttr
+		var key []testkit.SAMKeyAttr
 		for _, k := range d.KeySchema {
-			key = append(key, samtemplate.KeyAttr{Name: *k.AttributeName, Type: attrType[*k.AttributeName], KeyType: string(k.KeyType)})
+			key = append(key, testkit.SAMKeyAttr{Name: *k.AttributeName, Type: attrType[*k.AttributeName], KeyType: string(k.KeyType)})
 		}
 		sort.SliceStable(key, func(i, j int) bool { return key[i].KeyType == "HASH" && key[j].KeyType != "HASH" })
 		if !reflect.DeepEqual(key, tt.Key) {
@@ -137,19 +137,33 @@ func TestTablesMatchStore(t *testing.T) {
 }
 
 // The functions find their tables through the environment the template
-// sets: the variable names must be the ones dynamostore reads.
+// sets: the variable names must be the ones the configuration reads, and
+// every variable the template sets must be one the configuration accepts.
 func TestEnvironmentNamesTables(t *testing.T) {
 	tpl := load(t)
-	for k, v := range tpl.Env {
-		t.Setenv(k, v)
+	read := map[string]bool{}
+	// The template's values are references and parameters, not the values
+	// Lambda will see, so only the names are checked against what the
+	// configuration reads; the tables and the queue also by value.
+	cfg, _ := config.FromEnv(func(k string) string {
+		read[k] = true
+		if strings.HasSuffix(k, "_TABLE") || k == "EVS_QUEUE_URL" {
+			return tpl.Env[k]
+		}
+		return ""
+	}, true)
+	for k := range tpl.Env {
+		if !read[k] {
+			t.Errorf("template.yaml sets %s, which the configuration never reads", k)
+		}
 	}
-	got := dynamostore.TablesFromEnv()
+	got := dynamostore.Tables(cfg.Tables)
 	want := dynamostore.Tables{Keys: "KeysTable", Batches: "BatchesTable", Results: "ResultsTable", Idempotency: "IdempotencyTable"}
 	if got != want {
-		t.Errorf("TablesFromEnv with the template's environment = %+v, want %+v", got, want)
+		t.Errorf("tables with the template's environment = %+v, want %+v", got, want)
 	}
-	if tpl.Env["EVS_QUEUE_URL"] != "WorkQueue" {
-		t.Errorf("EVS_QUEUE_URL = %q, want a reference to WorkQueue", tpl.Env["EVS_QUEUE_URL"])
+	if cfg.QueueURL != "WorkQueue" {
+		t.Errorf("EVS_QUEUE_URL = %q, want a reference to WorkQueue", cfg.QueueURL)
 	}
 }
 

@@ -1,8 +1,7 @@
-// Package storetest is the contract test suite every store.Store
-// implementation passes: the embedded SQLite store and the DynamoDB adapter
-// call Run from their own tests, so both behave the same way behind the
-// service.
-package storetest
+// The store contract suite: every store.Store implementation (the embedded
+// SQLite store and the DynamoDB adapter) calls RunStoreContract from its own
+// tests, so both behave the same way behind the service.
+package testkit
 
 import (
 	"context"
@@ -15,13 +14,13 @@ import (
 	"github.com/evs-dev/evs/internal/store"
 )
 
-// NewStore makes a fresh, empty store whose clock is now.
-type NewStore func(t *testing.T, now func() time.Time) store.Store
+// StoreFactory makes a fresh, empty store whose clock is now.
+type StoreFactory func(t *testing.T, now func() time.Time) store.Store
 
-// Run runs the store contract against implementations made by newStore.
+// RunStoreContract runs the store contract against implementations made by newStore.
 // newStore returns a fresh, empty store whose clock is now (tests move it to
 // check expiry). Every subtest gets its own store.
-func Run(t *testing.T, newStore func(t *testing.T, now func() time.Time) store.Store) {
+func RunStoreContract(t *testing.T, newStore func(t *testing.T, now func() time.Time) store.Store) {
 	t.Run("Keys", func(t *testing.T) { runKeys(t, newStore) })
 	t.Run("Idempotency", func(t *testing.T) { runIdempotency(t, newStore) })
 	t.Run("Batches", func(t *testing.T) { runBatches(t, newStore) })
@@ -68,7 +67,7 @@ type env struct {
 	st    store.Store
 }
 
-func newEnv(t *testing.T, newStore NewStore) *env {
+func newEnv(t *testing.T, newStore StoreFactory) *env {
 	t.Helper()
 	clk := NewClock(base)
 	st := newStore(t, clk.Now)

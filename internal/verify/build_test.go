@@ -1,4 +1,4 @@
-package config_test
+package verify_test
 
 import (
 	"context"
@@ -7,16 +7,16 @@ import (
 
 	"github.com/evs-dev/evs/internal/config"
 	"github.com/evs-dev/evs/internal/evs"
-	"github.com/evs-dev/evs/internal/verify/dnscheck/dnstest"
-	"github.com/evs-dev/evs/internal/verify/smtpprobe/smtptest"
+	"github.com/evs-dev/evs/internal/testkit"
+	"github.com/evs-dev/evs/internal/verify"
 )
 
 // TestEngineAppliesEgressAllow builds the engine the way evs and the
 // Lambdas do, from the environment: a domain whose MX is a loopback peer
 // is not probed unless EVS_EGRESS_ALLOW lists loopback.
 func TestEngineAppliesEgressAllow(t *testing.T) {
-	peer := smtptest.Start(t, smtptest.Options{IP: "127.0.0.2"})
-	dns := dnstest.Start(t)
+	peer := testkit.StartSMTP(t, testkit.SMTPOptions{IP: "127.0.0.2"})
+	dns := testkit.StartDNS(t)
 	dns.AddRecord("corp.example. 300 IN MX 10 mx.corp.example.")
 	dns.AddRecord("mx.corp.example. 300 IN A 127.0.0.2")
 	base := map[string]string{"EVS_DNS_SERVERS": dns.Addr, "EVS_SMTP_PORT": fmt.Sprint(peer.Port), "EVS_SMTP_HELO": "probe.evs.test"}
@@ -36,11 +36,11 @@ func TestEngineAppliesEgressAllow(t *testing.T) {
 		for k, v := range base {
 			vars[k] = v
 		}
-		cfg, err := config.FromEnv(env(vars), false)
+		cfg, err := config.FromEnv(func(k string) string { return vars[k] }, false)
 		if err != nil {
 			t.Fatal(err)
 		}
-		e, _, err := cfg.Engine()
+		e, _, err := verify.Build(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,6 +1,6 @@
 //go:build !linux
 
-package mototest
+package testkit
 
 import (
 	"os/exec"

@@ -1,9 +1,10 @@
-package dnstest
+package testkit_test
 
 import (
 	"testing"
 	"time"
 
+	"github.com/evs-dev/evs/internal/testkit"
 	"github.com/miekg/dns"
 )
 
@@ -21,7 +22,7 @@ func query(t *testing.T, addr, network, name string, qtype uint16) *dns.Msg {
 }
 
 func TestAnswers(t *testing.T) {
-	s := Start(t)
+	s := testkit.StartDNS(t)
 	s.AddRecord("corp.example. 300 IN MX 10 mx.corp.example.")
 	s.AddRecord("mx.corp.example. 300 IN A 192.0.2.1")
 	s.AddRecord("alias.example. 120 IN CNAME corp.example.")
@@ -80,7 +81,7 @@ func TestAnswers(t *testing.T) {
 }
 
 func TestTruncateOnlyOverUDP(t *testing.T) {
-	s := Start(t)
+	s := testkit.StartDNS(t)
 	s.AddRecord("big.example. 300 IN MX 10 mx.big.example.")
 	s.Truncate("big.example.", true)
 	r := query(t, s.Addr, "udp", "big.example.", dns.TypeMX)
@@ -98,7 +99,7 @@ func TestTruncateOnlyOverUDP(t *testing.T) {
 }
 
 func TestDelay(t *testing.T) {
-	s := Start(t)
+	s := testkit.StartDNS(t)
 	s.AddRecord("slow.example. 300 IN A 192.0.2.1")
 	s.SetDelay("slow.example.", time.Second)
 	c := &dns.Client{Timeout: 100 * time.Millisecond}

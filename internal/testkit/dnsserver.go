@@ -1,6 +1,6 @@
-// Package dnstest runs a small authoritative-style DNS server on loopback so
-// tests of the DNS stage exercise real UDP and TCP exchanges instead of fakes.
-package dnstest
+// DNSServer is a small authoritative-style DNS server on loopback, so tests
+// of the DNS stage exercise real UDP and TCP exchanges instead of fakes.
+package testkit
 
 import (
 	"context"
@@ -14,10 +14,10 @@ import (
 	"github.com/miekg/dns"
 )
 
-// Server answers queries from the records given to AddRecord. It serves UDP
+// DNSServer answers queries from the records given to AddRecord. It serves UDP
 // and TCP on the same loopback port, as resolvers expect when they fall back
 // to TCP after a truncated answer.
-type Server struct {
+type DNSServer struct {
 	// Addr is "127.0.0.1:PORT".
 	Addr string
 
@@ -32,10 +32,10 @@ type Server struct {
 	trunc   map[string]bool
 }
 
-// Start listens on a free loopback port and serves until the test ends.
-func Start(tb testing.TB) *Server {
+// StartDNS listens on a free loopback port and serves until the test ends.
+func StartDNS(tb testing.TB) *DNSServer {
 	tb.Helper()
-	s := &Server{
+	s := &DNSServer{
 		tb:      tb,
 		stop:    make(chan struct{}),
 		records: map[string][]dns.RR{},
@@ -101,7 +101,7 @@ func listenPair(tb testing.TB) (net.PacketConn, net.Listener) {
 // "corp.example. 300 IN MX 10 mx.corp.example.". An SOA record added for a
 // zone is used in negative answers below it; otherwise one with TTL and
 // minimum 60 is made up.
-func (s *Server) AddRecord(rr string) {
+func (s *DNSServer) AddRecord(rr string) {
 	s.tb.Helper()
 	r, err := dns.NewRR(rr)
 	if err != nil {
@@ -118,7 +118,7 @@ func (s *Server) AddRecord(rr string) {
 
 // SetRcode makes every query for name (any type) get rcode and no records,
 // e.g. dns.RcodeServerFailure or dns.RcodeRefused. dns.RcodeSuccess clears it.
-func (s *Server) SetRcode(name string, rcode int) {
+func (s *DNSServer) SetRcode(name string, rcode int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if rcode == dns.RcodeSuccess {
@@ -131,7 +131,7 @@ func (s *Server) SetRcode(name string, rcode int) {
 // SetRcodeFor is SetRcode for one query type only, so that for example the
 // MX query succeeds while the A query fails. It takes precedence over
 // SetRcode; dns.RcodeSuccess clears it.
-func (s *Server) SetRcodeFor(name string, qtype uint16, rcode int) {
+func (s *DNSServer) SetRcodeFor(name string, qtype uint16, rcode int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	key := typedKey(canon(name), qtype)
@@ -147,7 +147,7 @@ func typedKey(name string, qtype uint16) string {
 }
 
 // SetDelay holds answers for name back by d; zero removes the delay.
-func (s *Server) SetDelay(name string, d time.Duration) {
+func (s *DNSServer) SetDelay(name string, d time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if d <= 0 {
@@ -159,7 +159,7 @@ func (s *Server) SetDelay(name string, d time.Duration) {
 
 // Truncate makes UDP answers for name carry the TC bit and no records, so a
 // client must retry over TCP, where answers stay complete.
-func (s *Server) Truncate(name string, on bool) {
+func (s *DNSServer) Truncate(name string, on bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if on {
@@ -170,12 +170,12 @@ func (s *Server) Truncate(name string, on bool) {
 }
 
 // Queries reports how many queries arrived over UDP and TCP together.
-func (s *Server) Queries() int { return int(s.queries.Load()) }
+func (s *DNSServer) Queries() int { return int(s.queries.Load()) }
 
 func canon(name string) string { return strings.ToLower(dns.Fqdn(name)) }
 
 // ServeDNS implements dns.Handler.
-func (s *Server) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
+func (s *DNSServer) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 	s.queries.Add(1)
 	m := new(dns.Msg)
 	if len(req.Question) != 1 {
@@ -231,7 +231,7 @@ func (s *Server) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 // would: CNAME chains followed, NXDOMAIN only when the name and everything
 // below it are absent, and an SOA in the authority section of negative
 // answers so clients can cache them (RFC 2308).
-func (s *Server) answer(m *dns.Msg, name string, qtype uint16) {
+func (s *DNSServer) answer(m *dns.Msg, name string, qtype uint16) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	m.Authoritative = true
@@ -264,7 +264,7 @@ func (s *Server) answer(m *dns.Msg, name string, qtype uint16) {
 
 // exists reports whether name owns records or has descendants that do; an
 // empty non-terminal exists and gets NOERROR (RFC 8020).
-func (s *Server) exists(name string) bool {
+func (s *DNSServer) exists(name string) bool {
 	if len(s.records[name]) > 0 {
 		return true
 	}
@@ -278,7 +278,7 @@ func (s *Server) exists(name string) bool {
 
 // soaFor returns the SOA of the closest enclosing zone given to AddRecord,
 // or a made-up one at the name's last two labels with TTL and minimum 60.
-func (s *Server) soaFor(name string) dns.RR {
+func (s *DNSServer) soaFor(name string) dns.RR {
 	for n := name; ; {
 		for _, rr := range s.records[n] {
 			if rr.Header().Rrtype == dns.TypeSOA {

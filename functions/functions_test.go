@@ -1,4 +1,7 @@
-package lambdaenv_test
+// Package functions_test runs the four Lambda binaries as Lambda would: built
+// with lambda.norpc, fed events through a loopback Runtime API, on DynamoDB
+// and SQS served by moto.
+package functions_test
 
 import (
 	"context"
@@ -14,11 +17,10 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
-	"github.com/evs-dev/evs/internal/apikey"
+	"github.com/evs-dev/evs/internal/authorizer"
 	"github.com/evs-dev/evs/internal/dynamostore"
 	"github.com/evs-dev/evs/internal/evs"
-	"github.com/evs-dev/evs/internal/lambdatest"
-	"github.com/evs-dev/evs/internal/mototest"
+	"github.com/evs-dev/evs/internal/testkit"
 )
 
 // build compiles a function the way `make build` does (lambda.norpc), for
@@ -26,7 +28,7 @@ import (
 func build(t *testing.T, name string) string {
 	t.Helper()
 	out := filepath.Join(t.TempDir(), name)
-	cmd := exec.Command("go", "build", "-tags", "lambda.norpc", "-trimpath", "-o", out, "../../functions/"+name)
+	cmd := exec.Command("go", "build", "-tags", "lambda.norpc", "-trimpath", "-o", out, "./"+name)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("build functions/%s: %v\n%s", name, err, b)
@@ -45,18 +47,18 @@ type awsWorld struct {
 func newAWSWorld(t *testing.T) *awsWorld {
 	t.Helper()
 	ctx := context.Background()
-	w := &awsWorld{endpoint: mototest.Endpoint(t)}
+	w := &awsWorld{endpoint: testkit.MotoEndpoint(t)}
 	w.tables = dynamostore.Tables{
-		Keys: mototest.Name(t, "keys"), Batches: mototest.Name(t, "batches"),
-		Results: mototest.Name(t, "results"), Idempotency: mototest.Name(t, "idem"),
+		Keys: testkit.UniqueName(t, "keys"), Batches: testkit.UniqueName(t, "batches"),
+		Results: testkit.UniqueName(t, "results"), Idempotency: testkit.UniqueName(t, "idem"),
 	}
-	ddb := mototest.DynamoDB(t)
+	ddb := testkit.DynamoDB(t)
 	if err := dynamostore.CreateTables(ctx, ddb, w.tables); err != nil {
 		t.Fatalf("create tables: %v", err)
 	}
 	w.st = dynamostore.New(dynamostore.Config{Client: ddb, Tables: w.tables, Now: time.Now})
-	w.sqs = mototest.SQS(t)
-	q, err := w.sqs.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(mototest.Name(t, "work"))})
+	w.sqs = testkit.SQS(t)
+	q, err := w.sqs.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(testkit.UniqueName(t, "work"))})
 	if err != nil {
 		t.Fatalf("create queue: %v", err)
 	}
@@ -65,9 +67,9 @@ func newAWSWorld(t *testing.T) *awsWorld {
 }
 
 // start runs a function binary against the test's Runtime API and moto.
-func (w *awsWorld) start(t *testing.T, bin string) *lambdatest.Runtime {
+func (w *awsWorld) start(t *testing.T, bin string) *testkit.Runtime {
 	t.Helper()
-	rt := lambdatest.Start(t)
+	rt := testkit.StartRuntime(t)
 	cmd := exec.Command(bin)
 	cmd.Env = []string{
 		"PATH=" + os.Getenv("PATH"),
@@ -100,16 +102,16 @@ func (w *awsWorld) start(t *testing.T, bin string) *lambdatest.Runtime {
 func (w *awsWorld) seedKey(t *testing.T, test bool) (string, evs.Account) {
 	t.Helper()
 	ctx := context.Background()
-	a := evs.Account{ID: "acct-" + mototest.Name(t, "a"), Name: mototest.Name(t, "name"), Test: test, CreatedAt: time.Now().UTC()}
+	a := evs.Account{ID: "acct-" + testkit.UniqueName(t, "a"), Name: testkit.UniqueName(t, "name"), Test: test, CreatedAt: time.Now().UTC()}
 	if err := w.st.CreateAccount(ctx, a); err != nil {
 		t.Fatal(err)
 	}
-	key, err := apikey.New()
+	key, err := authorizer.NewKey()
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := apikey.Hash(key)
-	if err := w.st.CreateKey(ctx, evs.Key{ID: apikey.ID(h), Hash: h, AccountID: a.ID, CreatedAt: time.Now().UTC()}); err != nil {
+	h := authorizer.HashKey(key)
+	if err := w.st.CreateKey(ctx, evs.Key{ID: authorizer.KeyID(h), Hash: h, AccountID: a.ID, CreatedAt: time.Now().UTC()}); err != nil {
 		t.Fatal(err)
 	}
 	return key, a
@@ -153,7 +155,7 @@ func TestLambdaBinaries(t *testing.T) {
 			t.Fatalf("authorizer reply %s / error %s", out.Response, out.Error)
 		}
 		st := resp.PolicyDocument.Statement
-		if resp.PrincipalID != apikey.ID(apikey.Hash(key)) || len(st) != 1 || st[0].Effect != "Allow" || st[0].Resource[0] != "arn:aws:execute-api:us-east-1:123456789012:abc123/prod/*/*" {
+		if resp.PrincipalID != authorizer.KeyID(authorizer.HashKey(key)) || len(st) != 1 || st[0].Effect != "Allow" || st[0].Resource[0] != "arn:aws:execute-api:us-east-1:123456789012:abc123/prod/*/*" {
 			t.Fatalf("policy: %+v", resp)
 		}
 		if resp.Context["accountId"] != acct.ID || resp.Context["testMode"] != "true" {

@@ -1,7 +1,7 @@
-// Package smtptest runs scripted SMTP servers on loopback for tests: each
-// answers the banner, EHLO/HELO, STARTTLS, MAIL and RCPT as its Options say,
-// and records what it was sent.
-package smtptest
+// SMTPServer is a scripted SMTP server on loopback: it answers the banner,
+// EHLO/HELO, STARTTLS, MAIL and RCPT as its SMTPOptions say, and records what
+// it was sent.
+package testkit
 
 import (
 	"crypto/ecdsa"
@@ -21,9 +21,9 @@ import (
 	"time"
 )
 
-// Options script a server. The zero value is a well-behaved server that
+// SMTPOptions script a server. The zero value is a well-behaved server that
 // accepts every recipient.
-type Options struct {
+type SMTPOptions struct {
 	// IP to listen on; default 127.0.0.1 (on Linux all of 127.0.0.0/8
 	// works, so several servers can share a port on different IPs).
 	IP string
@@ -52,14 +52,14 @@ type Options struct {
 	Silent bool
 }
 
-// Server is a running scripted SMTP server.
-type Server struct {
+// SMTPServer is a running scripted SMTP server.
+type SMTPServer struct {
 	// Addr is "ip:port", Host the IP and Port the port it listens on.
 	Addr string
 	Host string
 	Port int
 
-	opts Options
+	opts SMTPOptions
 	ln   net.Listener
 	done chan struct{}
 	wg   sync.WaitGroup
@@ -73,9 +73,9 @@ type Server struct {
 	tlsCommands []string
 }
 
-// Start starts a server and stops it when the test ends. It fails the test
+// StartSMTP starts a server and stops it when the test ends. It fails the test
 // when it cannot listen.
-func Start(t testing.TB, opts Options) *Server {
+func StartSMTP(t testing.TB, opts SMTPOptions) *SMTPServer {
 	t.Helper()
 	if opts.IP == "" {
 		opts.IP = "127.0.0.1"
@@ -93,7 +93,7 @@ func Start(t testing.TB, opts Options) *Server {
 			t.Fatalf("smtptest: self-signed certificate: %v", err)
 		}
 	}
-	s := &Server{
+	s := &SMTPServer{
 		Addr: ln.Addr().String(), Host: opts.IP, Port: ln.Addr().(*net.TCPAddr).Port,
 		opts: opts, ln: ln, done: make(chan struct{}), conns: make(map[net.Conn]struct{}),
 	}
@@ -103,7 +103,7 @@ func Start(t testing.TB, opts Options) *Server {
 	return s
 }
 
-func (s *Server) stop() {
+func (s *SMTPServer) stop() {
 	close(s.done)
 	s.ln.Close()
 	s.mu.Lock()
@@ -115,7 +115,7 @@ func (s *Server) stop() {
 }
 
 // Connections returns how many connections the server accepted.
-func (s *Server) Connections() int {
+func (s *SMTPServer) Connections() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.connections
@@ -123,7 +123,7 @@ func (s *Server) Connections() int {
 
 // MaxConcurrent returns the most sessions that were open at once. A
 // session ends when the client says QUIT or the connection closes.
-func (s *Server) MaxConcurrent() int {
+func (s *SMTPServer) MaxConcurrent() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.maxActive
@@ -131,20 +131,20 @@ func (s *Server) MaxConcurrent() int {
 
 // Commands returns every command line received, in order, over all
 // connections.
-func (s *Server) Commands() []string {
+func (s *SMTPServer) Commands() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]string(nil), s.commands...)
 }
 
 // TLSCommands returns the command lines received inside TLS sessions.
-func (s *Server) TLSCommands() []string {
+func (s *SMTPServer) TLSCommands() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]string(nil), s.tlsCommands...)
 }
 
-func (s *Server) accept() {
+func (s *SMTPServer) accept() {
 	defer s.wg.Done()
 	for {
 		c, err := s.ln.Accept()
@@ -171,7 +171,7 @@ func (s *Server) accept() {
 
 // session is one client connection.
 type session struct {
-	s     *Server
+	s     *SMTPServer
 	nc    net.Conn
 	tp    *textproto.Conn
 	tls   bool
@@ -192,7 +192,7 @@ func (c *session) end() {
 	c.s.mu.Unlock()
 }
 
-func (s *Server) serve(nc net.Conn) {
+func (s *SMTPServer) serve(nc net.Conn) {
 	c := &session{s: s, nc: nc, tp: textproto.NewConn(nc)}
 	defer func() {
 		c.end()

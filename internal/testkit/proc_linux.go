@@ -1,4 +1,4 @@
-package mototest
+package testkit
 
 import (
 	"os/exec"

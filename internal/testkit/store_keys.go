@@ -1,4 +1,4 @@
-package storetest
+package testkit
 
 import (
 	"fmt"
@@ -8,7 +8,7 @@ import (
 	"github.com/evs-dev/evs/internal/evs"
 )
 
-func runKeys(t *testing.T, newStore NewStore) {
+func runKeys(t *testing.T, newStore StoreFactory) {
 	t.Run("CreateAndReadAccount", func(t *testing.T) {
 		e := newEnv(t, newStore)
 		want := evs.Account{ID: "acct-1", Name: "alice", Test: true, Suspended: true, CreatedAt: base}
@@ -195,7 +195,7 @@ func runKeys(t *testing.T, newStore NewStore) {
 }
 
 // testKey returns a distinct, well-formed key for n: a 64-hex hash whose
-// first 12 characters are its ID, as package apikey makes them.
+// first 12 characters are its ID, as authorizer.KeyID makes them.
 func testKey(n int, accountID string, created time.Time) evs.Key {
 	// The hashes' order is not their n's order, so sorting by hash is
 	// not mistaken for sorting by age.

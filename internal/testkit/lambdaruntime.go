@@ -1,8 +1,8 @@
-// Package lambdatest serves the AWS Lambda Runtime API on loopback, so tests
-// can run the real function binaries (built with lambda.norpc, started with
+// Runtime serves the AWS Lambda Runtime API on loopback, so tests can run the
+// real function binaries (built with lambda.norpc, started with
 // AWS_LAMBDA_RUNTIME_API pointing here) and hand them events, as the Lambda
 // service does.
-package lambdatest
+package testkit
 
 import (
 	"encoding/json"
@@ -43,8 +43,8 @@ type Outcome struct {
 	Error    []byte
 }
 
-// Start serves the Runtime API on a free loopback port until the test ends.
-func Start(t testing.TB) *Runtime {
+// StartRuntime serves the Runtime API on a free loopback port until the test ends.
+func StartRuntime(t testing.TB) *Runtime {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

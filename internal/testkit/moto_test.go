@@ -1,4 +1,4 @@
-package mototest
+package testkit
 
 import (
 	"context"
@@ -11,18 +11,18 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 )
 
-func TestMain(m *testing.M) { os.Exit(Main(m)) }
+func TestMain(m *testing.M) { os.Exit(MotoMain(m)) }
 
 // TestClientsReachMoto checks that the configured clients talk to the
 // loopback server: an SQS queue created through one is listed through it.
 func TestClientsReachMoto(t *testing.T) {
-	ep := Endpoint(t)
+	ep := MotoEndpoint(t)
 	if !strings.HasPrefix(ep, "http://127.") && !strings.HasPrefix(ep, "http://localhost") {
 		t.Errorf("Endpoint = %q, want a loopback URL", ep)
 	}
 	ctx := context.Background()
 	q := SQS(t)
-	name := Name(t, "q")
+	name := UniqueName(t, "q")
 	if _, err := q.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(name)}); err != nil {
 		t.Fatalf("CreateQueue: %v", err)
 	}
@@ -41,14 +41,14 @@ func TestClientsReachMoto(t *testing.T) {
 func TestNameUniqueAndShort(t *testing.T) {
 	seen := map[string]bool{}
 	for range 100 {
-		n := Name(t, "evs-table")
+		n := UniqueName(t, "evs-table")
 		if seen[n] {
 			t.Fatalf("Name returned %q twice", n)
 		}
 		seen[n] = true
 	}
 	t.Run(strings.Repeat("very long subtest name/", 10), func(t *testing.T) {
-		n := Name(t, "evs-queue")
+		n := UniqueName(t, "evs-queue")
 		if len(n) > 80 {
 			t.Errorf("Name = %q, %d characters, want at most 80", n, len(n))
 		}
@@ -65,7 +65,7 @@ func TestNameUniqueAndShort(t *testing.T) {
 // reruns itself with an empty PATH.
 func TestMissingServerFails(t *testing.T) {
 	if os.Getenv("MOTOTEST_CHILD") == "1" {
-		Endpoint(t)
+		MotoEndpoint(t)
 		return
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^TestMissingServerFails$", "-test.v")

@@ -1,15 +1,15 @@
-// Package mototest gives tests a moto_server (a local implementation of the
-// DynamoDB and SQS APIs) on loopback and AWS clients configured for it.
+// Package testkit holds the test helpers shared by several packages' tests:
+// a moto_server (DynamoDB and SQS APIs) on loopback with AWS clients for it,
+// a loopback AWS Lambda Runtime API to drive the real function binaries, a
+// goroutine-safe log buffer, and a reader of template.yaml to check the code
+// against the deployment. Only tests import it.
 //
-// The server is the one named by EVS_MOTO_ENDPOINT when that is set (the
-// Makefile's infra/scripts/with-moto.sh exports it); otherwise the first
-// test that asks starts `moto_server` on a free loopback port and every
-// test of the binary shares it. Tests share one server, so they name their
-// tables and queues with Name.
-//
-// A test binary that starts its own server stops it when it exits: call
-// Main from TestMain, or rely on the parent-death signal on Linux.
-package mototest
+// Moto: the server is the one named by EVS_MOTO_ENDPOINT when that is set
+// (the Makefile's infra/scripts/with-moto.sh exports it); otherwise the first
+// test that asks starts `moto_server` on a free loopback port and every test
+// of the binary shares it. Tests share one server, so they name their tables
+// and queues with UniqueName.
+package testkit
 
 import (
 	"fmt"
@@ -31,9 +31,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 )
 
-// EnvEndpoint names the environment variable holding the URL of a running
+// MotoEnvEndpoint names the environment variable holding the URL of a running
 // moto_server.
-const EnvEndpoint = "EVS_MOTO_ENDPOINT"
+const MotoEnvEndpoint = "EVS_MOTO_ENDPOINT"
 
 // startTimeout bounds how long a starting moto_server may take to answer;
 // the Python interpreter's start alone takes a second or two.
@@ -46,13 +46,13 @@ var (
 	server   *exec.Cmd
 )
 
-// Endpoint returns the URL of the moto server the tests share, starting one
+// MotoEndpoint returns the URL of the moto server the tests share, starting one
 // on first use when EVS_MOTO_ENDPOINT is not set. A test that needs moto
 // fails, never skips, when no server can be had.
-func Endpoint(t testing.TB) string {
+func MotoEndpoint(t testing.TB) string {
 	t.Helper()
 	once.Do(func() {
-		if e := os.Getenv(EnvEndpoint); e != "" {
+		if e := os.Getenv(MotoEnvEndpoint); e != "" {
 			endpoint = strings.TrimRight(e, "/")
 			return
 		}
@@ -68,7 +68,7 @@ func Endpoint(t testing.TB) string {
 func start() (string, error) {
 	path, err := exec.LookPath("moto_server")
 	if err != nil {
-		return "", fmt.Errorf("moto_server not found (install it with: pip install 'moto[server]'), or set %s", EnvEndpoint)
+		return "", fmt.Errorf("moto_server not found (install it with: pip install 'moto[server]'), or set %s", MotoEnvEndpoint)
 	}
 	port, err := freePort()
 	if err != nil {
@@ -118,16 +118,16 @@ func freePort() (string, error) {
 	return port, err
 }
 
-// Main runs the tests of m and then stops a moto_server that Endpoint
-// started. Call it from TestMain: os.Exit(mototest.Main(m)).
-func Main(m *testing.M) int {
+// MotoMain runs the tests of m and then stops a moto_server that MotoEndpoint
+// started. Call it from TestMain: os.Exit(testkit.MotoMain(m)).
+func MotoMain(m *testing.M) int {
 	code := m.Run()
-	Stop()
+	StopMoto()
 	return code
 }
 
-// Stop stops the moto_server that Endpoint started, if any.
-func Stop() {
+// StopMoto stops the moto_server that MotoEndpoint started, if any.
+func StopMoto() {
 	if server != nil {
 		kill(server)
 	}
@@ -155,15 +155,15 @@ func (w *tail) String() string {
 	return strings.TrimSpace(string(w.buf))
 }
 
-// Config returns an AWS configuration for the shared moto server: region
+// AWSConfig returns an AWS configuration for the shared moto server: region
 // us-east-1, dummy static credentials (moto accepts any) and few retries,
 // so a broken test fails fast instead of backing off.
-func Config(t testing.TB) aws.Config {
+func AWSConfig(t testing.TB) aws.Config {
 	t.Helper()
 	return aws.Config{
 		Region:       "us-east-1",
 		Credentials:  credentials.NewStaticCredentialsProvider("testing", "testing", ""),
-		BaseEndpoint: aws.String(Endpoint(t)),
+		BaseEndpoint: aws.String(MotoEndpoint(t)),
 		Retryer: func() aws.Retryer {
 			return retry.NewStandard(func(o *retry.StandardOptions) { o.MaxAttempts = 3 })
 		},
@@ -174,13 +174,13 @@ func Config(t testing.TB) aws.Config {
 // the client, for instance to add fault-injecting middleware.
 func DynamoDB(t testing.TB, opts ...func(*dynamodb.Options)) *dynamodb.Client {
 	t.Helper()
-	return dynamodb.NewFromConfig(Config(t), opts...)
+	return dynamodb.NewFromConfig(AWSConfig(t), opts...)
 }
 
 // SQS returns an SQS client of the shared moto server.
 func SQS(t testing.TB, opts ...func(*sqs.Options)) *sqs.Client {
 	t.Helper()
-	return sqs.NewFromConfig(Config(t), opts...)
+	return sqs.NewFromConfig(AWSConfig(t), opts...)
 }
 
 var (
@@ -188,11 +188,11 @@ var (
 	invalid = regexp.MustCompile(`[^A-Za-z0-9_-]+`)
 )
 
-// Name returns a resource name unique within the test binary and across
+// UniqueName returns a resource name unique within the test binary and across
 // binaries sharing one server: base, a form of the test's name, the process
 // ID and a counter. It stays within the 80 characters SQS allows for queue
 // names (DynamoDB allows 255).
-func Name(t testing.TB, base string) string {
+func UniqueName(t testing.TB, base string) string {
 	t.Helper()
 	suffix := fmt.Sprintf("-%d-%d", os.Getpid(), seq.Add(1))
 	name := base + "-" + invalid.ReplaceAllString(t.Name(), "_")

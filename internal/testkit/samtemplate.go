@@ -1,11 +1,10 @@
-// Package samtemplate reads the parts of template.yaml that Go code must
-// agree with: the API routes and the functions behind them, the gateway
-// responses, the DynamoDB key schemas and the functions' environment.
-//
-// The template is the deployment's source of truth and the Go code is the
-// local stand-in's; they are written separately, so a test compares them
-// rather than trusting that both were edited together.
-package samtemplate
+// The SAM template reader: the parts of template.yaml that Go code must agree
+// with (API routes and the functions behind them, gateway responses, DynamoDB
+// key schemas, the functions' environment). The template is the deployment's
+// source of truth and the Go code the local stand-in's; they are written
+// separately, so a test compares them rather than trusting that both were
+// edited together.
+package testkit
 
 import (
 	"fmt"
@@ -17,15 +16,15 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
-// Route is one API event of a function.
-type Route struct {
+// SAMRoute is one API event of a function.
+type SAMRoute struct {
 	Function string // logical id of the function, e.g. "VerifyFunction"
 	Path     string
 	Method   string // as written: "ANY", "POST", ...
 }
 
-// GatewayResponse is one entry of the API's GatewayResponses.
-type GatewayResponse struct {
+// SAMGatewayResponse is one entry of the API's GatewayResponses.
+type SAMGatewayResponse struct {
 	// Status is the declared status code, 0 when the template leaves it to
 	// API Gateway (DEFAULT_4XX keeps the original 4xx status).
 	Status int
@@ -36,21 +35,21 @@ type GatewayResponse struct {
 	Headers map[string]string
 }
 
-// KeyAttr is one attribute of a table's primary key.
-type KeyAttr struct {
+// SAMKeyAttr is one attribute of a table's primary key.
+type SAMKeyAttr struct {
 	Name    string
 	Type    string // S, N or B
 	KeyType string // HASH or RANGE
 }
 
-// Table is a DynamoDB table's key schema and TTL attribute.
-type Table struct {
-	Key []KeyAttr // HASH first
-	TTL string    // the TTL attribute name, "" when none
+// SAMTable is a DynamoDB table's key schema and TTL attribute.
+type SAMTable struct {
+	Key []SAMKeyAttr // HASH first
+	TTL string       // the TTL attribute name, "" when none
 }
 
-// Function is one AWS::Serverless::Function, with the Globals applied.
-type Function struct {
+// SAMFunction is one AWS::Serverless::Function, with the Globals applied.
+type SAMFunction struct {
 	ID            string // logical id, e.g. "VerifyFunction"
 	CodeURI       string
 	Handler       string
@@ -59,31 +58,31 @@ type Function struct {
 	BuildMethod   string // Metadata.BuildMethod ("makefile")
 }
 
-// Template is what Load extracts.
-type Template struct {
-	Functions        []Function
-	Routes           []Route
-	GatewayResponses map[string]GatewayResponse
+// SAMTemplate is what LoadSAMTemplate extracts.
+type SAMTemplate struct {
+	Functions        []SAMFunction
+	Routes           []SAMRoute
+	GatewayResponses map[string]SAMGatewayResponse
 	// Tables is keyed by logical id ("KeysTable").
-	Tables map[string]Table
+	Tables map[string]SAMTable
 	// Env maps the functions' global environment variable names to the
 	// logical id they reference (for !Ref) or their literal value.
 	Env map[string]string
 }
 
-// Load parses the SAM template at path.
-func Load(path string) (*Template, error) {
+// LoadSAMTemplate parses the SAM template at path.
+func LoadSAMTemplate(path string) (*SAMTemplate, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
-	return Parse(b)
+	return ParseSAMTemplate(b)
 }
 
-// Parse parses a SAM template. CloudFormation's short-form intrinsics
+// ParseSAMTemplate parses a SAM template. CloudFormation's short-form intrinsics
 // (!Ref, !GetAtt, ...) are YAML tags, which a generic decoder does not
 // know, so the template is walked as yaml.Nodes.
-func Parse(b []byte) (*Template, error) {
+func ParseSAMTemplate(b []byte) (*SAMTemplate, error) {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(b, &doc); err != nil {
 		return nil, fmt.Errorf("samtemplate: %w", err)
@@ -92,7 +91,7 @@ func Parse(b []byte) (*Template, error) {
 		return nil, fmt.Errorf("samtemplate: empty document")
 	}
 	root := doc.Content[0]
-	t := &Template{GatewayResponses: map[string]GatewayResponse{}, Tables: map[string]Table{}, Env: map[string]string{}}
+	t := &SAMTemplate{GatewayResponses: map[string]SAMGatewayResponse{}, Tables: map[string]SAMTable{}, Env: map[string]string{}}
 	resources := get(root, "Resources")
 	if resources == nil {
 		return nil, fmt.Errorf("samtemplate: no Resources")
@@ -102,7 +101,7 @@ func Parse(b []byte) (*Template, error) {
 		props := get(res, "Properties")
 		switch scalar(get(res, "Type")) {
 		case "AWS::Serverless::Function":
-			fn := Function{ID: id, BuildMethod: scalar(get(get(res, "Metadata"), "BuildMethod"))}
+			fn := SAMFunction{ID: id, BuildMethod: scalar(get(get(res, "Metadata"), "BuildMethod"))}
 			globals := get(get(root, "Globals"), "Function")
 			fn.CodeURI = or(scalar(get(props, "CodeUri")), scalar(get(globals, "CodeUri")))
 			fn.Handler = or(scalar(get(props, "Handler")), scalar(get(globals, "Handler")))
@@ -122,13 +121,13 @@ func Parse(b []byte) (*Template, error) {
 					continue
 				}
 				p := get(e, "Properties")
-				t.Routes = append(t.Routes, Route{Function: id, Path: scalar(get(p, "Path")), Method: scalar(get(p, "Method"))})
+				t.Routes = append(t.Routes, SAMRoute{Function: id, Path: scalar(get(p, "Path")), Method: scalar(get(p, "Method"))})
 			}
 		case "AWS::Serverless::Api":
 			grs := get(props, "GatewayResponses")
 			for _, typ := range keys(grs) {
 				g := get(grs, typ)
-				gr := GatewayResponse{Headers: map[string]string{}}
+				gr := SAMGatewayResponse{Headers: map[string]string{}}
 				if s := scalar(get(g, "StatusCode")); s != "" {
 					n, err := strconv.Atoi(s)
 					if err != nil {
@@ -148,10 +147,10 @@ func Parse(b []byte) (*Template, error) {
 			for _, a := range items(get(props, "AttributeDefinitions")) {
 				types[scalar(get(a, "AttributeName"))] = scalar(get(a, "AttributeType"))
 			}
-			var tb Table
+			var tb SAMTable
 			for _, k := range items(get(props, "KeySchema")) {
 				n := scalar(get(k, "AttributeName"))
-				tb.Key = append(tb.Key, KeyAttr{Name: n, Type: types[n], KeyType: scalar(get(k, "KeyType"))})
+				tb.Key = append(tb.Key, SAMKeyAttr{Name: n, Type: types[n], KeyType: scalar(get(k, "KeyType"))})
 			}
 			sort.SliceStable(tb.Key, func(i, j int) bool { return tb.Key[i].KeyType == "HASH" && tb.Key[j].KeyType != "HASH" })
 			if ttl := get(props, "TimeToLiveSpecification"); ttl != nil && scalar(get(ttl, "Enabled")) == "true" {

@@ -1,7 +1,8 @@
-// Package envelope renders the contract's error envelope and maps error codes
-// to HTTP status codes. It is the single place where a classified error becomes
-// a reply, so the Lambda handlers and the local gateway answer identically.
-package envelope
+package api
+
+// The contract's error envelope and the map from error codes to HTTP status
+// codes: the single place where a classified error becomes a reply, so the
+// Lambda handlers and the local gateway answer identically.
 
 import (
 	"encoding/json"
@@ -23,8 +24,8 @@ var statusByCode = map[string]int{
 	evs.CodeUnavailable:           503,
 }
 
-// Codes returns every error code of the contract, for tests and docs.
-func Codes() []string {
+// ErrorCodes returns every error code of the contract, for tests and docs.
+func ErrorCodes() []string {
 	out := make([]string, 0, len(statusByCode))
 	for c := range statusByCode {
 		out = append(out, c)
@@ -32,34 +33,34 @@ func Codes() []string {
 	return out
 }
 
-// Status returns the HTTP status for an error code; unknown codes are 500.
-func Status(code string) int {
+// HTTPStatus returns the HTTP status for an error code; unknown codes are 500.
+func HTTPStatus(code string) int {
 	if s, ok := statusByCode[code]; ok {
 		return s
 	}
 	return 500
 }
 
-// Error is the inner object of the envelope.
-type Error struct {
+// ErrorObject is the inner object of the envelope.
+type ErrorObject struct {
 	Code      string `json:"code"`
 	Message   string `json:"message"`
 	RequestID string `json:"requestId"`
 }
 
-// Reply is the whole error body: {"error": {...}}.
-type Reply struct {
-	Error Error `json:"error"`
+// ErrorEnvelope is the whole error body: {"error": {...}}.
+type ErrorEnvelope struct {
+	Error ErrorObject `json:"error"`
 }
 
-// Body renders the envelope for code and message.
-func Body(code, message, requestID string) []byte {
-	b, _ := json.Marshal(Reply{Error: Error{Code: code, Message: message, RequestID: requestID}})
+// ErrorBody renders the envelope for code and message.
+func ErrorBody(code, message, requestID string) []byte {
+	b, _ := json.Marshal(ErrorEnvelope{Error: ErrorObject{Code: code, Message: message, RequestID: requestID}})
 	return b
 }
 
 // FromError classifies err once and returns the HTTP status and envelope body.
 func FromError(err error, requestID string) (int, []byte) {
 	code := evs.ErrorCode(err)
-	return Status(code), Body(code, evs.ErrorMessage(err), requestID)
+	return HTTPStatus(code), ErrorBody(code, evs.ErrorMessage(err), requestID)
 }

@@ -1,4 +1,4 @@
-package storetest
+package testkit
 
 import (
 	"bytes"
@@ -23,7 +23,7 @@ func idemRec(scope, fingerprint string, now time.Time) idempotency.Record {
 	}
 }
 
-func runIdempotency(t *testing.T, newStore NewStore) {
+func runIdempotency(t *testing.T, newStore StoreFactory) {
 	const scope = "acct-1 POST /v1/requests key-1"
 
 	t.Run("ClaimOnEmpty", func(t *testing.T) {

@@ -1,4 +1,4 @@
-package dnscheck
+package config
 
 import (
 	"fmt"
@@ -6,25 +6,23 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
-
-	"github.com/miekg/dns"
 )
 
-// ParseServers parses a comma-separated list of resolvers such as
+// ParseDNSServers parses a comma-separated list of resolvers such as
 // "10.0.0.2, 1.1.1.1:53, [::1]:5353, resolver.internal:53" into "host:port"
 // entries. A missing port means 53. Empty lists, empty entries and anything
 // that is neither an IP literal nor a host name are errors, so a typo in the
 // configuration fails at start-up instead of as DNS errors on every address.
-func ParseServers(s string) ([]string, error) {
+func ParseDNSServers(s string) ([]string, error) {
 	if strings.TrimSpace(s) == "" {
-		return nil, fmt.Errorf("dnscheck: no DNS servers given")
+		return nil, fmt.Errorf("no DNS servers given")
 	}
 	parts := strings.Split(s, ",")
 	out := make([]string, 0, len(parts))
 	for i, p := range parts {
 		srv, err := parseServer(strings.TrimSpace(p))
 		if err != nil {
-			return nil, fmt.Errorf("dnscheck: DNS server %d: %w", i+1, err)
+			return nil, fmt.Errorf("DNS server %d: %w", i+1, err)
 		}
 		out = append(out, srv)
 	}
@@ -69,9 +67,6 @@ func parseServer(p string) (string, error) {
 func isHostName(h string) bool {
 	h = strings.TrimSuffix(h, ".")
 	if h == "" || len(h) > 253 {
-		return false
-	}
-	if _, ok := dns.IsDomainName(h); !ok {
 		return false
 	}
 	labels := strings.Split(h, ".")

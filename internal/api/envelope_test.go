@@ -1,11 +1,11 @@
-package envelope_test
+package api_test
 
 import (
 	"encoding/json"
 	"errors"
 	"testing"
 
-	"github.com/evs-dev/evs/internal/envelope"
+	"github.com/evs-dev/evs/internal/api"
 	"github.com/evs-dev/evs/internal/evs"
 )
 
@@ -28,11 +28,11 @@ func TestFromError(t *testing.T) {
 		{errors.New("secret detail"), 500, "internal_error"},
 	}
 	for _, tt := range tests {
-		status, body := envelope.FromError(tt.err, "rid-1")
+		status, body := api.FromError(tt.err, "rid-1")
 		if status != tt.status {
 			t.Errorf("%v: status %d, want %d", tt.err, status, tt.status)
 		}
-		var r envelope.Reply
+		var r api.ErrorEnvelope
 		if err := json.Unmarshal(body, &r); err != nil {
 			t.Fatal(err)
 		}
@@ -43,7 +43,7 @@ func TestFromError(t *testing.T) {
 			t.Errorf("internal detail leaked: %q", r.Error.Message)
 		}
 	}
-	if len(envelope.Codes()) != 11 {
-		t.Errorf("Codes() = %d codes, want the contract's 11", len(envelope.Codes()))
+	if len(api.ErrorCodes()) != 11 {
+		t.Errorf("Codes() = %d codes, want the contract's 11", len(api.ErrorCodes()))
 	}
 }

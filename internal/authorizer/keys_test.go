@@ -1,21 +1,21 @@
-package apikey_test
+package authorizer_test
 
 import (
 	"bytes"
 	"strings"
 	"testing"
 
-	"github.com/evs-dev/evs/internal/apikey"
+	"github.com/evs-dev/evs/internal/authorizer"
 )
 
 func TestNewIsWellFormedAndUnique(t *testing.T) {
 	seen := map[string]bool{}
 	for i := 0; i < 100; i++ {
-		k, err := apikey.New()
+		k, err := authorizer.NewKey()
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !apikey.WellFormed(k) {
+		if !authorizer.WellFormed(k) {
 			t.Fatalf("New() = %q is not well formed", k)
 		}
 		if seen[k] {
@@ -26,7 +26,7 @@ func TestNewIsWellFormedAndUnique(t *testing.T) {
 }
 
 func TestWellFormed(t *testing.T) {
-	good, _ := apikey.NewFrom(bytes.NewReader(make([]byte, 32)))
+	good, _ := authorizer.NewKeyFrom(bytes.NewReader(make([]byte, 32)))
 	tests := []struct {
 		key  string
 		want bool
@@ -42,21 +42,21 @@ func TestWellFormed(t *testing.T) {
 		{"evs." + strings.Repeat("+", 43), false},
 	}
 	for _, tt := range tests {
-		if got := apikey.WellFormed(tt.key); got != tt.want {
+		if got := authorizer.WellFormed(tt.key); got != tt.want {
 			t.Errorf("WellFormed(%q) = %v, want %v", tt.key, got, tt.want)
 		}
 	}
 }
 
 func TestHashAndID(t *testing.T) {
-	h := apikey.Hash("evs.x")
+	h := authorizer.HashKey("evs.x")
 	if len(h) != 64 || strings.ToLower(h) != h {
 		t.Fatalf("Hash = %q", h)
 	}
-	if apikey.Hash("evs.x") != h || apikey.Hash("evs.y") == h {
+	if authorizer.HashKey("evs.x") != h || authorizer.HashKey("evs.y") == h {
 		t.Fatal("hash not deterministic or not distinct")
 	}
-	if apikey.ID(h) != h[:12] {
+	if authorizer.KeyID(h) != h[:12] {
 		t.Fatal("ID is not the hash prefix")
 	}
 }

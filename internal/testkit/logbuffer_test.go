@@ -1,4 +1,4 @@
-package logtest_test
+package testkit_test
 
 import (
 	"fmt"
@@ -6,13 +6,13 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/evs-dev/evs/internal/logtest"
+	"github.com/evs-dev/evs/internal/testkit"
 )
 
 // TestConcurrentWrites: lines written from many goroutines all arrive
 // whole, which the race detector and the line count check together.
 func TestConcurrentWrites(t *testing.T) {
-	var b logtest.Buffer
+	var b testkit.LogBuffer
 	var wg sync.WaitGroup
 	for i := range 20 {
 		wg.Add(1)

@@ -1,0 +1,27 @@
+package testkit
+
+import (
+	"bytes"
+	"sync"
+)
+
+// LogBuffer is a bytes.Buffer that many goroutines may write to while another
+// reads it. The zero value is ready to use.
+type LogBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+// Write appends p.
+func (l *LogBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+// String returns everything written so far.
+func (l *LogBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}

@@ -1,0 +1,49 @@
+package verify
+
+import (
+	"net"
+
+	"github.com/evs-dev/evs/internal/config"
+	"github.com/evs-dev/evs/internal/verify/dnscheck"
+	"github.com/evs-dev/evs/internal/verify/smtpprobe"
+)
+
+// Build returns the verification engine the configuration describes, and
+// its resolver (evs serve also uses it to check the EHLO name).
+func Build(c config.Config) (*Engine, *dnscheck.Resolver, error) {
+	res, err := dnscheck.New(dnscheck.Config{Servers: c.DNSServers})
+	if err != nil {
+		return nil, nil, err
+	}
+	ec := Config{Resolver: res}
+	switch c.SMTP {
+	case config.SMTPOff:
+		ec.SMTPOffDetail = "SMTP probing is off here (EVS_SMTP=off)"
+	default:
+		// The policy is checked before every dial and again, on direct
+		// dials, on the address the socket connects to.
+		var dialer smtpprobe.ContextDialer = &net.Dialer{Control: c.Egress.Control}
+		if c.SMTP == config.SMTPProxy {
+			// The proxy is the operator's, often on a private network:
+			// reaching it is not subject to the policy; what it is asked
+			// to CONNECT to is.
+			dialer, err = smtpprobe.NewSOCKS5Dialer(c.SMTPProxy, &net.Dialer{}, c.Egress)
+			if err != nil {
+				return nil, nil, err
+			}
+		}
+		p, err := smtpprobe.New(smtpprobe.Config{
+			HELO: c.HELO, MailFrom: c.MailFrom, Port: c.SMTPPort,
+			Resolver: res, Dialer: dialer, Egress: c.Egress,
+		})
+		if err != nil {
+			return nil, nil, err
+		}
+		ec.Prober = SMTP(p)
+	}
+	e, err := New(ec)
+	if err != nil {
+		return nil, nil, err
+	}
+	return e, res, nil
+}
