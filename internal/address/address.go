@@ -463,7 +463,7 @@ func checkLabels(d string) (ace, long bool, tld string, e *SyntaxError) {
 // checkHyphens rejects labels that start or end with a hyphen in the
 // Unicode form of a domain.
 func checkHyphens(u string) *SyntaxError {
-	for _, label := range strings.Split(u, ".") {
+	for label := range strings.SplitSeq(u, ".") { // SplitSeq: no slice to allocate
 		if label != "" && (label[0] == '-' || label[len(label)-1] == '-') {
 			return errBadLabel
 		}

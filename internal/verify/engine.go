@@ -123,9 +123,11 @@ type Inspection struct {
 func Inspect(email string) Inspection {
 	a, err := address.Parse(email)
 	if err != nil {
-		var se *address.SyntaxError
+		// Parse returns its shared *SyntaxError values unwrapped, so a type
+		// assertion finds the rule; errors.As would allocate per invalid
+		// address for the pointer it is handed.
 		rule := "invalid"
-		if errors.As(err, &se) {
+		if se, ok := err.(*address.SyntaxError); ok {
 			rule = se.Rule
 		}
 		return Inspection{SyntaxRule: rule}
