@@ -137,8 +137,13 @@ func Inspect(email string) Inspection {
 	in.Flags.Free = lists.Free(a.Domain)
 	in.Flags.Role = lists.Role(a.Local)
 	in.Flags.SMTPUTF8 = a.UTF8Local
-	if d, ok := suggest.Domain(a.Domain); ok {
-		in.SuggestedDomain = d
+	// suggest.Domain never corrects a free provider's domain; asking only
+	// for the others spares the most common domains a second free-list
+	// lookup and the call.
+	if !in.Flags.Free {
+		if d, ok := suggest.Domain(a.Domain); ok {
+			in.SuggestedDomain = d
+		}
 	}
 	return in
 }
