@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"strings"
 
 	"github.com/aws/aws-lambda-go/events"
 
@@ -85,19 +86,36 @@ func (h *Handler) verify(ctx context.Context, req events.APIGatewayProxyRequest,
 	if !ok {
 		return events.APIGatewayProxyResponse{}, "", evs.Errorf(evs.CodeInvalidRequest, "Field \"mode\" must be \"full\" or \"quick\".")
 	}
-	domain := ""
-	if in := verify.Inspect(*in.Email); in.Valid {
-		domain = in.Address.Domain
-	}
 	engine := h.d.Engine
 	if p.Test {
 		engine = h.d.Sandbox
 	}
+	// The log's domain comes from the decision: the engine has parsed the
+	// address already, and parsing it a second time just for the log line
+	// was a second quick check per call. Only when no decision is made (an
+	// idempotent replay, or the idempotency store failing) is the address
+	// inspected for the log alone.
+	domain, decided := "", false
 	resp, _, err := h.idempotent(ctx, req, p, raw, func(ctx context.Context) events.APIGatewayProxyResponse {
 		vctx, cancel := context.WithTimeout(ctx, h.d.VerifyTimeout)
 		defer cancel()
 		d := engine.Verify(vctx, *in.Email, mode)
+		domain, decided = decisionDomain(d), true
 		return reply(rid, http.StatusOK, verifyResponse{Status: d.Status(), RequestID: rid, Decision: NewDecision(d)})
 	})
+	if !decided {
+		if in := verify.Inspect(*in.Email); in.Valid {
+			domain = in.Address.Domain
+		}
+	}
 	return resp, domain, err
+}
+
+// decisionDomain is the domain of a decision's normalised address, "" when
+// the syntax is invalid. The domain of a normalised address holds no "@".
+func decisionDomain(d verify.Decision) string {
+	if d.Normalized == "" {
+		return ""
+	}
+	return d.Normalized[strings.LastIndexByte(d.Normalized, '@')+1:]
 }

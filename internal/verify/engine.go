@@ -124,9 +124,11 @@ type Inspection struct {
 func Inspect(email string) Inspection {
 	a, err := address.Parse(email)
 	if err != nil {
-		var se *address.SyntaxError
+		// Parse returns its shared *SyntaxError values unwrapped, so a type
+		// assertion finds the rule; errors.As would allocate per invalid
+		// address for the pointer it is handed.
 		rule := "invalid"
-		if errors.As(err, &se) {
+		if se, ok := err.(*address.SyntaxError); ok {
 			rule = se.Rule
 		}
 		return Inspection{SyntaxRule: rule}
@@ -136,8 +138,13 @@ func Inspect(email string) Inspection {
 	in.Flags.Free = lists.Free(a.Domain)
 	in.Flags.Role = lists.Role(a.Local)
 	in.Flags.SMTPUTF8 = a.UTF8Local
-	if d, ok := suggest.Domain(a.Domain); ok {
-		in.SuggestedDomain = d
+	// suggest.Domain never corrects a free provider's domain; asking only
+	// for the others spares the most common domains a second free-list
+	// lookup and the call.
+	if !in.Flags.Free {
+		if d, ok := suggest.Domain(a.Domain); ok {
+			in.SuggestedDomain = d
+		}
 	}
 	return in
 }

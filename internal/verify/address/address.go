@@ -349,6 +349,7 @@ func parseDomain(d string) (string, bool, *SyntaxError) {
 	if d[0] == '[' {
 		return "", false, errDomainLiteral
 	}
+	orig := d
 	upper, nonASCII := false, false
 	for i := 0; i < len(d); i++ {
 		switch c := d[i]; {
@@ -386,8 +387,19 @@ func parseDomain(d string) (string, bool, *SyntaxError) {
 	if ace {
 		// A-labels, given or made: decode them to check that they are valid
 		// IDNs and that no U-label starts or ends with a hyphen (the A-label
-		// form hides it).
-		u, err := idnaProfile.ToUnicode(d)
+		// form hides it). For input with non-ASCII text the Unicode form is
+		// taken from the input rather than from the A-labels just made from
+		// it: ToASCII accepted the input, so both give the same U-labels and
+		// verdict, but mapping the input back costs no punycode decoding and,
+		// for text that maps to itself, no allocation. Not for labels over
+		// 63 octets: decoding those can fail where mapping does not, and
+		// the failure decides the reported rule. TestIDNUnicodeForm and
+		// FuzzIDNUnicodeForm compare the two ways.
+		src := d
+		if nonASCII && !long {
+			src = orig
+		}
+		u, err := idnaProfile.ToUnicode(src)
 		if err != nil {
 			return "", false, errBadIDN
 		}
@@ -463,7 +475,7 @@ func checkLabels(d string) (ace, long bool, tld string, e *SyntaxError) {
 // checkHyphens rejects labels that start or end with a hyphen in the
 // Unicode form of a domain.
 func checkHyphens(u string) *SyntaxError {
-	for _, label := range strings.Split(u, ".") {
+	for label := range strings.SplitSeq(u, ".") { // SplitSeq: no slice to allocate
 		if label != "" && (label[0] == '-' || label[len(label)-1] == '-') {
 			return errBadLabel
 		}

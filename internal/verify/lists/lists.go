@@ -47,12 +47,24 @@ var (
 	disposable = sync.OnceValue(func() set { return parse(disposableData) })
 	free       = sync.OnceValue(func() set { return parse(freeData) })
 	role       = sync.OnceValue(func() set { return parse(roleData) })
+	// disposableTLD reports a dotless entry on the disposable list. There
+	// is none today, so Disposable can skip looking up the last label of
+	// every domain in a map of over 100,000 entries.
+	disposableTLD = sync.OnceValue(func() bool {
+		for d := range disposable() {
+			if !strings.Contains(d, ".") {
+				return true
+			}
+		}
+		return false
+	})
 )
 
 // Load parses all lists now instead of on first use. Call it during start-up
 // (a Lambda init phase, say) to keep the parse off the first request.
 func Load() {
 	disposable()
+	disposableTLD()
 	free()
 	role()
 }
@@ -62,12 +74,15 @@ func Load() {
 // counts too, since these services hand out addresses under any subdomain
 // (x.mailinator.com).
 func Disposable(domain string) bool {
-	s := disposable()
+	s, tld := disposable(), disposableTLD()
 	for {
+		i := strings.IndexByte(domain, '.')
+		if i < 0 && !tld {
+			return false
+		}
 		if _, ok := s[domain]; ok {
 			return true
 		}
-		i := strings.IndexByte(domain, '.')
 		if i < 0 {
 			return false
 		}

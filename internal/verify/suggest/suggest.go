@@ -60,15 +60,35 @@ var known = []string{
 // target is a known domain split where the matcher compares it.
 type target struct {
 	domain, label, rest string
+	// maxEdits is maxLabelEdits(label), kept to skip the call per input.
+	maxEdits int
 }
 
 var targets = func() []target {
 	ts := make([]target, len(known))
 	for i, d := range known {
 		label, rest, _ := strings.Cut(d, ".")
-		ts[i] = target{d, label, rest}
+		ts[i] = target{d, label, rest, maxLabelEdits(label)}
 	}
 	return ts
+}()
+
+// byFirst and bySwap index the targets by the letters sameStart compares,
+// so that an input is measured only against the few providers it could be
+// a typo of: byFirst[c] holds every target whose label starts with c (an
+// exact label match always starts with the same letter), bySwap[c] the
+// editable targets whose label's second letter is c, for inputs that swap
+// the first two letters. Most inputs start with a letter no provider, or
+// only a short one, starts with, and cost a table lookup.
+var byFirst, bySwap = func() (first, swap [256][]*target) {
+	for i := range targets {
+		t := &targets[i]
+		first[t.label[0]] = append(first[t.label[0]], t)
+		if t.maxEdits > 0 {
+			swap[t.label[1]] = append(swap[t.label[1]], t)
+		}
+	}
+	return first, swap
 }()
 
 // minEditLabel is the shortest provider label that may be reached by
@@ -120,56 +140,93 @@ func Typo(d string, maxEdits int) (string, bool) {
 	if !ok || label == "" || rest == "" {
 		return "", false
 	}
-	// Computed lazily: most inputs are not near any provider at all.
-	realSuffix := -1
-	isReal := func() bool {
-		if realSuffix < 0 {
-			realSuffix = 0
-			if _, icann := publicsuffix.PublicSuffix(rest); icann {
-				realSuffix = 1
-			}
-		}
-		return realSuffix == 1
-	}
-
-	best, bestScore, tie := "", 0, false
-	for i := range targets {
-		t := &targets[i]
+	m := matcher{d: d, label: label, rest: rest, maxEdits: maxEdits, realSuffix: -1}
+	for _, t := range byFirst[label[0]] {
 		if t.domain == d {
 			return "", false
 		}
-		rd := distance(rest, t.rest, 1)
-		if rd > 1 {
-			continue
-		}
-		ld := 0
-		if label != t.label {
-			max := maxLabelEdits(t.label)
-			if max == 0 || !sameStart(label, t.label) {
-				continue
+		m.try(t)
+	}
+	// Inputs that swap the first two letters ("mgail"). A target whose
+	// label starts with a doubled letter is in byFirst as well when the
+	// input starts with that letter twice; it must not count twice, or it
+	// would tie with itself.
+	if len(label) >= 2 && label[0] != label[1] {
+		for _, t := range bySwap[label[0]] {
+			if t.label[0] == label[1] {
+				m.try(t)
 			}
-			if ld = distance(label, t.label, max); ld > max {
-				continue
-			}
-		}
-		if rd == 1 && isReal() && (ld > 0 || len(t.label) < minEditLabel || len(rest) != len(t.rest)-1) {
-			continue
-		}
-		score := ld + rd
-		if score > maxEdits {
-			continue
-		}
-		switch {
-		case best == "" || score < bestScore:
-			best, bestScore, tie = t.domain, score, false
-		case score == bestScore:
-			tie = true
 		}
 	}
-	if best == "" || tie {
+	if m.best == "" || m.tie {
 		return "", false
 	}
-	return best, true
+	return m.best, true
+}
+
+// matcher holds one input's split and the best correction found so far.
+// Targets may be tried in any order: the outcome is the lowest score, and
+// nothing when two targets share it.
+type matcher struct {
+	d, label, rest string
+	maxEdits       int
+	// realSuffix caches isReal: -1 not known yet, 0 no, 1 yes. Computed
+	// lazily because most inputs are not near any provider at all.
+	realSuffix int
+
+	best      string
+	bestScore int
+	tie       bool
+}
+
+func (m *matcher) isReal() bool {
+	if m.realSuffix < 0 {
+		m.realSuffix = 0
+		if _, icann := publicsuffix.PublicSuffix(m.rest); icann {
+			m.realSuffix = 1
+		}
+	}
+	return m.realSuffix == 1
+}
+
+// try scores the input against one target that passed the first-letter
+// index, applying the rules of the package comment in order of cost:
+// the label checks first, the edit distances last.
+func (m *matcher) try(t *target) {
+	label, rest := m.label, m.rest
+	ld := 0
+	if label != t.label {
+		max := t.maxEdits
+		if max == 0 || !sameStart(label, t.label) {
+			return
+		}
+		if gap := len(label) - len(t.label); gap > max || -gap > max {
+			return
+		}
+		if gap := len(rest) - len(t.rest); gap > 1 || gap < -1 {
+			return
+		}
+		if ld = distance(label, t.label, max); ld > max {
+			return
+		}
+	}
+	rd := distance(rest, t.rest, 1)
+	if rd > 1 {
+		return
+	}
+	if rd == 1 && (ld > 0 || len(t.label) < minEditLabel || len(rest) != len(t.rest)-1) && m.isReal() {
+		return
+	}
+	score := ld + rd
+	if score > m.maxEdits {
+		return
+	}
+	switch {
+	case m.best == "" || score < m.bestScore:
+		m.best, m.bestScore, m.tie = t.domain, score, false
+	case score == m.bestScore:
+		m.tie = true
+	}
 }
 
 // sameStart reports whether a misspelling keeps the first letter of the
@@ -195,16 +252,18 @@ func distance(a, b string, max int) int {
 	if d := len(a) - len(b); d > max || -d > max || len(a) >= maxLen || len(b) >= maxLen {
 		return max + 1
 	}
-	var rows [3][maxLen + 1]int
+	// uint8 cells: distances stay below maxLen, and the rows the compiler
+	// zeroes on every call are a quarter of the size of ints.
+	var rows [3][maxLen + 1]uint8
 	prev2, prev, cur := &rows[0], &rows[1], &rows[2]
 	for j := 0; j <= len(b); j++ {
-		prev[j] = j
+		prev[j] = uint8(j)
 	}
 	for i := 1; i <= len(a); i++ {
-		cur[0] = i
+		cur[0] = uint8(i)
 		rowMin := cur[0]
 		for j := 1; j <= len(b); j++ {
-			cost := 1
+			cost := uint8(1)
 			if a[i-1] == b[j-1] {
 				cost = 0
 			}
@@ -215,10 +274,10 @@ func distance(a, b string, max int) int {
 			cur[j] = v
 			rowMin = min(rowMin, v)
 		}
-		if rowMin > max {
+		if int(rowMin) > max {
 			return max + 1
 		}
 		prev2, prev, cur = prev, cur, prev2
 	}
-	return min(prev[len(b)], max+1)
+	return min(int(prev[len(b)]), max+1)
 }
