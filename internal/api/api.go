@@ -10,6 +10,7 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -240,38 +241,81 @@ func jsonType(kind string) string {
 	}
 }
 
-// reply builds a JSON response with the request id header.
-func reply(requestID string, status int, v any) events.APIGatewayProxyResponse {
+// Replies are built as their meaning — status, headers and a body without
+// any request id — and rendered with this call's id only at the edge. That
+// is also the form an idempotent reply is stored in, so a replay is rendered
+// exactly like a fresh reply, with its own id, and no layer edits JSON.
+
+const contentTypeJSON = "application/json; charset=utf-8"
+
+// jsonReply is a success whose body is v, a JSON object without requestId.
+func jsonReply(status int, v any) idempotency.Reply {
 	b, err := json.Marshal(v)
 	if err != nil {
 		// Our own types always marshal; if not, it is a bug to surface.
-		status, b = FromError(err, requestID)
+		return errReply(err)
 	}
-	return rawReply(requestID, status, "application/json; charset=utf-8", b)
+	return idempotency.Reply{StatusCode: status, Body: b}
 }
 
-func rawReply(requestID string, status int, contentType string, b []byte) events.APIGatewayProxyResponse {
-	return events.APIGatewayProxyResponse{
-		StatusCode: status,
-		Headers: map[string]string{
-			"Content-Type": contentType,
-			"X-Request-Id": requestID,
-		},
-		Body: string(b),
-	}
-}
-
-// errorReply classifies err into the envelope.
-func errorReply(requestID string, err error) events.APIGatewayProxyResponse {
-	status, b := FromError(err, requestID)
-	r := rawReply(requestID, status, "application/json; charset=utf-8", b)
-	if status == http.StatusMethodNotAllowed {
-		var me *methodError
-		if errors.As(err, &me) {
-			r.Headers["Allow"] = strings.Join(me.allowed, ", ")
-		}
+// errReply classifies err once into the error envelope's meaning: the
+// status and {"code","message"}.
+func errReply(err error) idempotency.Reply {
+	code := evs.ErrorCode(err)
+	b, _ := json.Marshal(errorMeaning{Code: code, Message: evs.ErrorMessage(err)})
+	r := idempotency.Reply{StatusCode: HTTPStatus(code), Body: b}
+	var me *methodError
+	if r.StatusCode == http.StatusMethodNotAllowed && errors.As(err, &me) {
+		r.Headers = map[string]string{"Allow": strings.Join(me.allowed, ", ")}
 	}
 	return r
+}
+
+// errorMeaning is an error reply as kept: the envelope without the request
+// id.
+type errorMeaning struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// render turns a reply's meaning into the response for the call requestID:
+// the id goes into X-Request-Id and into the body (first member of a JSON
+// success, error.requestId of an error).
+func render(r idempotency.Reply, requestID string) events.APIGatewayProxyResponse {
+	h := make(map[string]string, len(r.Headers)+2)
+	for k, v := range r.Headers {
+		h[k] = v
+	}
+	if _, ok := h["Content-Type"]; !ok {
+		h["Content-Type"] = contentTypeJSON
+	}
+	h["X-Request-Id"] = requestID
+	body := r.Body
+	switch {
+	case h["Content-Type"] != contentTypeJSON:
+		// CSV and other media carry no request id in the body.
+	case r.StatusCode >= 400:
+		var e errorMeaning
+		if json.Unmarshal(r.Body, &e) != nil || e.Code == "" {
+			e = errorMeaning{Code: evs.CodeInternal, Message: evs.ErrorMessage(errors.New("unreadable reply"))}
+		}
+		body = ErrorBody(e.Code, e.Message, requestID)
+	default:
+		id, _ := json.Marshal(requestID) // a string always encodes
+		out := make([]byte, 0, len(r.Body)+len(id)+16)
+		out = append(out, `{"requestId":`...)
+		out = append(out, id...)
+		if rest := bytes.TrimSpace(r.Body[1:]); len(rest) > 0 && rest[0] != '}' {
+			out = append(out, ',')
+		}
+		body = append(out, r.Body[1:]...)
+	}
+	return events.APIGatewayProxyResponse{StatusCode: r.StatusCode, Headers: h, Body: string(body)}
+}
+
+// errorReply renders err for the call requestID.
+func errorReply(requestID string, err error) events.APIGatewayProxyResponse {
+	return render(errReply(err), requestID)
 }
 
 // methodError is a 405 that knows which methods the path allows.
@@ -290,29 +334,19 @@ func notAllowed(method string, allowed ...string) error {
 	}
 }
 
-// fromReply turns a stored idempotent reply back into a response.
-func fromReply(r idempotency.Reply) events.APIGatewayProxyResponse {
-	h := make(map[string]string, len(r.Headers))
-	for k, v := range r.Headers {
-		h[k] = v
-	}
-	return events.APIGatewayProxyResponse{StatusCode: r.StatusCode, Headers: h, Body: string(r.Body)}
-}
-
-func toReply(r events.APIGatewayProxyResponse) idempotency.Reply {
-	return idempotency.Reply{StatusCode: r.StatusCode, Headers: r.Headers, Body: []byte(r.Body)}
-}
-
-// idempotent runs fn under the Idempotency-Key of req, if any. Classified
-// errors from fn become replies inside the wrapper, so a 4xx is stored and
-// replayed like any other answer while a 5xx leaves no record.
-func (h *Handler) idempotent(ctx context.Context, req events.APIGatewayProxyRequest, p Principal, raw []byte, fn func(ctx context.Context) events.APIGatewayProxyResponse) (events.APIGatewayProxyResponse, bool, error) {
+// idempotent runs fn under the Idempotency-Key of req, if any, and renders
+// its reply (or the stored one) for this call. Classified errors from fn are
+// replies, so a 4xx is stored and replayed like any other answer while a 5xx
+// leaves no record.
+func (h *Handler) idempotent(ctx context.Context, req events.APIGatewayProxyRequest, p Principal, raw []byte, fn func(ctx context.Context) idempotency.Reply) (events.APIGatewayProxyResponse, idempotency.Reply, bool, error) {
+	rid := req.RequestContext.RequestID
 	key, present := header(req, "Idempotency-Key")
 	if !present {
-		return fn(ctx), false, nil
+		r := fn(ctx)
+		return render(r, rid), r, false, nil
 	}
 	if err := idempotency.ValidKey(key); err != nil {
-		return events.APIGatewayProxyResponse{}, false, err
+		return events.APIGatewayProxyResponse{}, idempotency.Reply{}, false, err
 	}
 	ct, _ := header(req, "Content-Type")
 	r, replayed, err := h.d.Idempotency.Do(ctx, idempotency.Request{
@@ -322,16 +356,13 @@ func (h *Handler) idempotent(ctx context.Context, req events.APIGatewayProxyRequ
 		Key:         key,
 		ContentType: ct,
 		Body:        raw,
-		RequestID:   req.RequestContext.RequestID,
 	}, func(ctx context.Context) (idempotency.Reply, error) {
-		return toReply(fn(ctx)), nil
+		return fn(ctx), nil
 	})
 	if err != nil {
-		return events.APIGatewayProxyResponse{}, false, err
+		return events.APIGatewayProxyResponse{}, idempotency.Reply{}, false, err
 	}
-	resp := fromReply(r)
-	resp.Headers["X-Request-Id"] = req.RequestContext.RequestID
-	return resp, replayed, nil
+	return render(r, rid), r, replayed, nil
 }
 
 // logCall writes the one structured line per call: never an address or a key.

@@ -18,6 +18,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/idempotency"
 	"github.com/evs-dev/evs/internal/verify"
 )
 
@@ -42,16 +43,9 @@ func (h *Handler) Requests(ctx context.Context, req events.APIGatewayProxyReques
 		resp = errorReply(rid, err)
 	}
 	batchID := req.PathParameters["id"]
-	if batchID == "" && resp.StatusCode < 300 {
-		// A create names its batch only in the reply.
-		var created struct {
-			Request struct {
-				ID string `json:"id"`
-			} `json:"request"`
-		}
-		if json.Unmarshal([]byte(resp.Body), &created) == nil {
-			batchID = created.Request.ID
-		}
+	if batchID == "" {
+		// A create names its batch in Location.
+		batchID, _ = strings.CutPrefix(resp.Headers["Location"], batchPath(""))
 	}
 	h.logCall(ctx, req, p, resp.StatusCode, start, err, slog.String("batchId", batchID))
 	return resp, nil
@@ -85,10 +79,9 @@ func (h *Handler) requests(ctx context.Context, req events.APIGatewayProxyReques
 
 // batchEnvelope is the batch object of the contract, section 3.
 type batchEnvelope struct {
-	Request   batchRequest `json:"request"`
-	Counters  Counters     `json:"counters"`
-	RequestID string       `json:"requestId"`
-	Replayed  bool         `json:"replayed"`
+	Request  batchRequest `json:"request"`
+	Counters Counters     `json:"counters"`
+	Replayed bool         `json:"replayed"`
 }
 
 type batchRequest struct {
@@ -100,21 +93,23 @@ type batchRequest struct {
 	CompletedAt *Time     `json:"completedAt,omitempty"`
 }
 
-func envelopeOf(b evs.Batch, requestID string, replayed bool) batchEnvelope {
+func envelopeOf(b evs.Batch, replayed bool) batchEnvelope {
 	e := batchEnvelope{
 		Request: batchRequest{
 			ID: b.ID, Mode: b.Mode, State: b.State, Error: b.Error,
 			CreatedAt: Time{Time: b.CreatedAt},
 		},
-		Counters:  Counters(b.Counters),
-		RequestID: requestID,
-		Replayed:  replayed,
+		Counters: Counters(b.Counters),
+		Replayed: replayed,
 	}
 	if b.State.Final() && !b.CompletedAt.IsZero() {
 		e.Request.CompletedAt = &Time{Time: b.CompletedAt}
 	}
 	return e
 }
+
+// batchPath is the path of the batch id, as the Location of its creation.
+func batchPath(id string) string { return "/v1/requests/" + id }
 
 // batchID validates the {id} path parameter.
 func batchID(req events.APIGatewayProxyRequest) (string, error) {
@@ -150,32 +145,32 @@ func (h *Handler) createBatch(ctx context.Context, req events.APIGatewayProxyReq
 	if err != nil {
 		return events.APIGatewayProxyResponse{}, err
 	}
-	resp, replayed, err := h.idempotent(ctx, req, p, raw, func(ctx context.Context) events.APIGatewayProxyResponse {
+	resp, stored, replayed, err := h.idempotent(ctx, req, p, raw, func(ctx context.Context) idempotency.Reply {
 		b, err := h.storeBatch(ctx, p, in)
 		if err != nil {
-			return errorReply(rid, err)
+			return errReply(err)
 		}
-		return reply(rid, http.StatusCreated, envelopeOf(b, rid, false))
+		r := jsonReply(http.StatusCreated, envelopeOf(b, false))
+		r.Headers = map[string]string{"Location": batchPath(b.ID)}
+		return r
 	})
 	if err != nil || !replayed {
 		return resp, err
 	}
 	// A replayed creation answers with the batch as it is now (contract,
-	// section 1), not the stored snapshot. A stored error is replayed as is.
-	if resp.StatusCode != http.StatusCreated {
+	// section 1), not the stored snapshot; the stored reply names it in
+	// Location. A stored error is replayed as is.
+	id, ok := strings.CutPrefix(stored.Headers["Location"], batchPath(""))
+	if stored.StatusCode != http.StatusCreated || !ok {
 		return resp, nil
 	}
-	var stored batchEnvelope
-	if err := json.Unmarshal([]byte(resp.Body), &stored); err != nil {
-		return events.APIGatewayProxyResponse{}, evs.Wrap(err, evs.CodeInternal, "An internal error occurred.")
-	}
-	b, err := h.d.Batches.Batch(ctx, p.AccountID, stored.Request.ID)
+	b, err := h.d.Batches.Batch(ctx, p.AccountID, id)
 	if err != nil {
 		return events.APIGatewayProxyResponse{}, err
 	}
-	out := reply(rid, http.StatusOK, envelopeOf(b, rid, true))
-	out.Headers["Idempotent-Replayed"] = "true"
-	return out, nil
+	out := jsonReply(http.StatusOK, envelopeOf(b, true))
+	out.Headers = map[string]string{"Location": batchPath(b.ID), idempotency.ReplayedHeader: "true"}
+	return render(out, rid), nil
 }
 
 // storeBatch deduplicates the addresses, stores the batch with its items in
@@ -366,8 +361,7 @@ func (h *Handler) getBatch(ctx context.Context, req events.APIGatewayProxyReques
 	if err != nil {
 		return events.APIGatewayProxyResponse{}, err
 	}
-	rid := req.RequestContext.RequestID
-	return reply(rid, http.StatusOK, envelopeOf(b, rid, false)), nil
+	return render(jsonReply(http.StatusOK, envelopeOf(b, false)), req.RequestContext.RequestID), nil
 }
 
 func (h *Handler) cancel(ctx context.Context, req events.APIGatewayProxyRequest, p Principal) (events.APIGatewayProxyResponse, error) {
@@ -382,8 +376,7 @@ func (h *Handler) cancel(ctx context.Context, req events.APIGatewayProxyRequest,
 	if strings.TrimSpace(string(raw)) != "" {
 		return events.APIGatewayProxyResponse{}, evs.Errorf(evs.CodeInvalidRequest, "Cancel takes no request body.")
 	}
-	rid := req.RequestContext.RequestID
-	resp, _, err := h.idempotent(ctx, req, p, raw, func(ctx context.Context) events.APIGatewayProxyResponse {
+	resp, _, _, err := h.idempotent(ctx, req, p, raw, func(ctx context.Context) idempotency.Reply {
 		b, err := h.d.Batches.TransitionBatch(ctx, p.AccountID, id, []evs.State{evs.StateQueued, evs.StateRunning}, evs.StateCancelled, "", h.d.Now())
 		if err != nil {
 			if evs.ErrorCode(err) == evs.CodeInvalidState {
@@ -393,9 +386,9 @@ func (h *Handler) cancel(ctx context.Context, req events.APIGatewayProxyRequest,
 				}
 				err = evs.Wrap(err, evs.CodeInvalidState, msg)
 			}
-			return errorReply(rid, err)
+			return errReply(err)
 		}
-		return reply(rid, http.StatusOK, envelopeOf(b, rid, false))
+		return jsonReply(http.StatusOK, envelopeOf(b, false))
 	})
 	return resp, err
 }
@@ -410,7 +403,6 @@ type resultItem struct {
 type resultsPage struct {
 	Results    []resultItem `json:"results"`
 	NextCursor *string      `json:"nextCursor"`
-	RequestID  string       `json:"requestId"`
 }
 
 // cursor is the opaque position of a results page: the last sequence number
@@ -489,12 +481,12 @@ func (h *Handler) results(ctx context.Context, req events.APIGatewayProxyRequest
 		return events.APIGatewayProxyResponse{}, err
 	}
 	rid := req.RequestContext.RequestID
-	out := resultsPage{Results: page, RequestID: rid}
+	out := resultsPage{Results: page}
 	if next != nil {
 		s := encodeCursor(*next)
 		out.NextCursor = &s
 	}
-	return reply(rid, http.StatusOK, out), nil
+	return render(jsonReply(http.StatusOK, out), rid), nil
 }
 
 // page returns the next results after c. While a batch runs, results are
@@ -579,7 +571,8 @@ func (h *Handler) resultsCSV(ctx context.Context, req events.APIGatewayProxyRequ
 		}
 	}
 	w.Flush()
-	return rawReply(req.RequestContext.RequestID, http.StatusOK, "text/csv; charset=utf-8", buf.Bytes()), nil
+	r := idempotency.Reply{StatusCode: http.StatusOK, Headers: map[string]string{"Content-Type": "text/csv; charset=utf-8"}, Body: buf.Bytes()}
+	return render(r, req.RequestContext.RequestID), nil
 }
 
 // csvSafe keeps a spreadsheet from reading a cell as a formula (CSV

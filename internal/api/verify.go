@@ -9,6 +9,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/idempotency"
 	"github.com/evs-dev/evs/internal/verify"
 )
 
@@ -24,9 +25,8 @@ type verifyRequest struct {
 }
 
 type verifyResponse struct {
-	Status    evs.Status `json:"status"`
-	RequestID string     `json:"requestId"`
-	Decision  Decision   `json:"decision"`
+	Status   evs.Status `json:"status"`
+	Decision Decision   `json:"decision"`
 }
 
 // Verify serves POST /v1/verify: one address, verified synchronously.
@@ -48,7 +48,6 @@ func (h *Handler) Verify(ctx context.Context, req events.APIGatewayProxyRequest)
 }
 
 func (h *Handler) verify(ctx context.Context, req events.APIGatewayProxyRequest, p Principal) (events.APIGatewayProxyResponse, string, error) {
-	rid := req.RequestContext.RequestID
 	if req.HTTPMethod != http.MethodPost {
 		return events.APIGatewayProxyResponse{}, "", notAllowed(req.HTTPMethod, http.MethodPost)
 	}
@@ -96,12 +95,12 @@ func (h *Handler) verify(ctx context.Context, req events.APIGatewayProxyRequest,
 	// idempotent replay, or the idempotency store failing) is the address
 	// inspected for the log alone.
 	domain, decided := "", false
-	resp, _, err := h.idempotent(ctx, req, p, raw, func(ctx context.Context) events.APIGatewayProxyResponse {
+	resp, _, _, err := h.idempotent(ctx, req, p, raw, func(ctx context.Context) idempotency.Reply {
 		vctx, cancel := context.WithTimeout(ctx, h.d.VerifyTimeout)
 		defer cancel()
 		d := engine.Verify(vctx, *in.Email, mode)
 		domain, decided = decisionDomain(d), true
-		return reply(rid, http.StatusOK, verifyResponse{Status: d.Status(), RequestID: rid, Decision: NewDecision(d)})
+		return jsonReply(http.StatusOK, verifyResponse{Status: d.Status(), Decision: NewDecision(d)})
 	})
 	if !decided {
 		if in := verify.Inspect(*in.Email); in.Valid {
@@ -113,7 +112,7 @@ func (h *Handler) verify(ctx context.Context, req events.APIGatewayProxyRequest,
 
 // decisionDomain is the domain of a decision's normalised address, "" when
 // the syntax is invalid. The domain of a normalised address holds no "@".
-func decisionDomain(d verify.Decision) string {
+func decisionDomain(d evs.Decision) string {
 	if d.Normalized == "" {
 		return ""
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"strings"
 	"time"
 
 	"github.com/evs-dev/evs/internal/evs"
@@ -65,7 +64,10 @@ type Store interface {
 	ReleaseIdempotency(ctx context.Context, scope string) error
 }
 
-// Reply is a stored answer.
+// Reply is an answer as its meaning, the form it is stored in: the status,
+// the headers the handler chose, and the body without any request id (the
+// edge renders each call's id into it). So a replay is rendered exactly like
+// a fresh reply, and nothing edits stored JSON.
 type Reply struct {
 	StatusCode int
 	Headers    map[string]string
@@ -81,8 +83,6 @@ type Request struct {
 	Key         string
 	ContentType string
 	Body        []byte
-	// RequestID is this call's id, written into a replayed reply.
-	RequestID string
 }
 
 // Scope joins the parts of an idempotency scope (API contract: account,
@@ -138,7 +138,7 @@ func (k *Keeper) Do(ctx context.Context, req Request, fn func(ctx context.Contex
 		return Reply{}, false, fmt.Errorf("idempotency: claim key: %w", err)
 	}
 	if !claimed {
-		r, err := replay(existing, fp, req.RequestID)
+		r, err := replay(existing, fp)
 		return r, err == nil, err
 	}
 	return k.run(ctx, scope, fn)
@@ -170,7 +170,7 @@ func (k *Keeper) run(ctx context.Context, scope string, fn func(ctx context.Cont
 }
 
 // replay answers a call whose scope already has a live record.
-func replay(rec Record, fp, requestID string) (Reply, error) {
+func replay(rec Record, fp string) (Reply, error) {
 	if rec.Fingerprint != fp {
 		return Reply{}, evs.Errorf(evs.CodeIdempotencyKeyReused, "This Idempotency-Key was already used for a different request; use a new key for a new request.")
 	}
@@ -179,11 +179,6 @@ func replay(rec Record, fp, requestID string) (Reply, error) {
 	}
 	h := make(map[string]string, len(rec.Headers)+1)
 	maps.Copy(h, rec.Headers)
-	for name := range h {
-		if strings.EqualFold(name, "X-Request-Id") {
-			h[name] = requestID
-		}
-	}
 	h[ReplayedHeader] = "true"
-	return Reply{StatusCode: rec.StatusCode, Headers: h, Body: RewriteRequestID(rec.Body, requestID)}, nil
+	return Reply{StatusCode: rec.StatusCode, Headers: h, Body: rec.Body}, nil
 }

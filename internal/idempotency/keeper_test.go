@@ -34,15 +34,18 @@ func newEnv(t testing.TB) *env {
 	return &env{st: st, clock: clock, k: idempotency.New(st, clock.Now)}
 }
 
-func verifyReq(key, body, rid string) idempotency.Request {
+// verifyReq is a /v1/verify call with an Idempotency-Key and a body. The
+// call's name is for the reader only: request ids are the edge's business,
+// and replies are kept without them.
+func verifyReq(key, body, _ string) idempotency.Request {
 	return idempotency.Request{
 		AccountID: "acct-1", Method: "POST", Path: "/v1/verify", Key: key,
-		ContentType: "application/json", Body: []byte(body), RequestID: rid,
+		ContentType: "application/json", Body: []byte(body),
 	}
 }
 
 // counter is a handler that counts its runs and answers with a body naming
-// the run and its request id.
+// the run and the call that ran it.
 type counter struct {
 	runs   atomic.Int32
 	status int
@@ -58,8 +61,8 @@ func (c *counter) fn(rid string) func(context.Context) (idempotency.Reply, error
 		}
 		return idempotency.Reply{
 			StatusCode: status,
-			Headers:    map[string]string{"Content-Type": "application/json", "X-Request-Id": rid},
-			Body:       fmt.Appendf(nil, `{"requestId":%q,"run":%d}`, rid, n),
+			Headers:    map[string]string{"Content-Type": "application/json"},
+			Body:       fmt.Appendf(nil, `{"by":%q,"run":%d}`, rid, n),
 		}, c.err
 	}
 }
@@ -69,13 +72,14 @@ func TestDoFirstCallAndReplay(t *testing.T) {
 	ctx := context.Background()
 	var c counter
 	r, replayed, err := e.k.Do(ctx, verifyReq("k1", `{"email":"a@x.example"}`, "rid-1"), c.fn("rid-1"))
-	if err != nil || replayed || r.StatusCode != 200 || string(r.Body) != `{"requestId":"rid-1","run":1}` {
+	if err != nil || replayed || r.StatusCode != 200 || string(r.Body) != `{"by":"rid-1","run":1}` {
 		t.Fatalf("first call: %+v replayed=%v err=%v", r, replayed, err)
 	}
 	if _, ok := r.Headers[idempotency.ReplayedHeader]; ok {
 		t.Fatal("first call marked as replayed")
 	}
-	// Same request in another layout: a replay with this call's id.
+	// Same request in another layout: a replay of the stored reply, as it
+	// was stored (the edge renders this call's id into it).
 	r2, replayed, err := e.k.Do(ctx, verifyReq("k1", ` { "email" : "a@x.example" } `, "rid-2"), c.fn("rid-2"))
 	if err != nil || !replayed {
 		t.Fatalf("replay: replayed=%v err=%v", replayed, err)
@@ -83,10 +87,10 @@ func TestDoFirstCallAndReplay(t *testing.T) {
 	if c.runs.Load() != 1 {
 		t.Fatalf("handler ran %d times", c.runs.Load())
 	}
-	if r2.StatusCode != 200 || string(r2.Body) != `{"requestId":"rid-2","run":1}` {
+	if r2.StatusCode != 200 || string(r2.Body) != `{"by":"rid-1","run":1}` {
 		t.Fatalf("replayed reply: %d %s", r2.StatusCode, r2.Body)
 	}
-	if r2.Headers[idempotency.ReplayedHeader] != "true" || r2.Headers["X-Request-Id"] != "rid-2" || r2.Headers["Content-Type"] != "application/json" {
+	if r2.Headers[idempotency.ReplayedHeader] != "true" || r2.Headers["Content-Type"] != "application/json" {
 		t.Fatalf("replayed headers: %v", r2.Headers)
 	}
 	// The replay's headers are a fresh map each time.
@@ -101,7 +105,7 @@ func TestDoStoresErrorsReplies(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	c := counter{status: 400}
-	body := `{"error":{"code":"invalid_request","message":"bad","requestId":"rid-1"}}`
+	body := `{"code":"invalid_request","message":"bad"}`
 	fn := func(context.Context) (idempotency.Reply, error) {
 		c.runs.Add(1)
 		return idempotency.Reply{StatusCode: 400, Body: []byte(body)}, nil
@@ -113,7 +117,7 @@ func TestDoStoresErrorsReplies(t *testing.T) {
 	if err != nil || !replayed || r.StatusCode != 400 || c.runs.Load() != 1 {
 		t.Fatalf("4xx replay: %d replayed=%v err=%v runs=%d", r.StatusCode, replayed, err, c.runs.Load())
 	}
-	if want := `{"error":{"code":"invalid_request","message":"bad","requestId":"rid-2"}}`; string(r.Body) != want {
+	if want := body; string(r.Body) != want {
 		t.Fatalf("replayed error body %s, want %s", r.Body, want)
 	}
 	if r.Headers[idempotency.ReplayedHeader] != "true" {
@@ -152,10 +156,10 @@ func TestDoConflicts(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			e := newEnv(t)
 			var c counter
-			if _, _, err := e.k.Do(context.Background(), tt.first, c.fn(tt.first.RequestID)); err != nil {
+			if _, _, err := e.k.Do(context.Background(), tt.first, c.fn("first")); err != nil {
 				t.Fatal(err)
 			}
-			_, replayed, err := e.k.Do(context.Background(), tt.second, c.fn(tt.second.RequestID))
+			_, replayed, err := e.k.Do(context.Background(), tt.second, c.fn("second"))
 			if code := evs.ErrorCode(err); code != tt.wantCode {
 				t.Fatalf("code %q (%v), want %q", code, err, tt.wantCode)
 			}
@@ -278,7 +282,7 @@ func TestDoExpiry(t *testing.T) {
 	e.clock.Advance(time.Millisecond)
 	// After 24 h the key is forgotten, even for another request.
 	r, replayed, err := e.k.Do(ctx, verifyReq("k", `{"a":2}`, "3"), c.fn("3"))
-	if err != nil || replayed || c.runs.Load() != 2 || string(r.Body) != `{"requestId":"3","run":2}` {
+	if err != nil || replayed || c.runs.Load() != 2 || string(r.Body) != `{"by":"3","run":2}` {
 		t.Fatalf("after 24 h: %s replayed=%v err=%v runs=%d", r.Body, replayed, err, c.runs.Load())
 	}
 }
@@ -430,7 +434,7 @@ func TestDoConcurrent(t *testing.T) {
 	fn := func(context.Context) (idempotency.Reply, error) {
 		runs.Add(1)
 		time.Sleep(20 * time.Millisecond) // keep the first call in progress
-		return idempotency.Reply{StatusCode: 200, Body: []byte(`{"requestId":"first"}`)}, nil
+		return idempotency.Reply{StatusCode: 200, Body: []byte(`{"run":"first"}`)}, nil
 	}
 	const n = 50
 	type result struct {
@@ -458,7 +462,7 @@ func TestDoConcurrent(t *testing.T) {
 			fresh++
 		case res.err == nil && res.replayed:
 			replayed++
-			if want := fmt.Sprintf(`{"requestId":"rid-%d"}`, i); string(res.r.Body) != want {
+			if want := `{"run":"first"}`; string(res.r.Body) != want {
 				t.Errorf("replay %d body %s, want %s", i, res.r.Body, want)
 			}
 		case evs.ErrorCode(res.err) == evs.CodeIdempotencyInProgress:

@@ -111,37 +111,3 @@ func TestFingerprint(t *testing.T) {
 		})
 	}
 }
-
-func TestRewriteRequestID(t *testing.T) {
-	tests := []struct {
-		name, body, want string
-	}{
-		{"success body", `{"requestId":"old","decision":{"status":"deliverable"}}`, `{"requestId":"new-id","decision":{"status":"deliverable"}}`},
-		{"error body", `{"error":{"code":"invalid_request","message":"m","requestId":"old"}}`, `{"error":{"code":"invalid_request","message":"m","requestId":"new-id"}}`},
-		{"layout kept", "{ \"a\" : 1 ,\n  \"requestId\" :\t\"old\" , \"z\":[ ] }", "{ \"a\" : 1 ,\n  \"requestId\" :\t\"new-id\" , \"z\":[ ] }"},
-		{"both places", `{"requestId":"x","error":{"requestId":"y"}}`, `{"requestId":"new-id","error":{"requestId":"new-id"}}`},
-		{"non-string id replaced", `{"requestId":null}`, `{"requestId":"new-id"}`},
-		{"deeper ids untouched", `{"decision":{"requestId":"keep"},"error":{"detail":{"requestId":"keep"}}}`, `{"decision":{"requestId":"keep"},"error":{"detail":{"requestId":"keep"}}}`},
-		{"error not an object", `{"error":"requestId","requestId":"o"}`, `{"error":"requestId","requestId":"new-id"}`},
-		{"no id", `{"a":1}`, `{"a":1}`},
-		{"not an object", `["requestId"]`, `["requestId"]`},
-		{"not JSON", "email\na@x\n", "email\na@x\n"},
-		{"truncated JSON", `{"requestId":"old"`, `{"requestId":"old"`},
-		{"trailing data", `{"requestId":"old"} x`, `{"requestId":"old"} x`},
-		{"empty", ``, ``},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if got := string(idempotency.RewriteRequestID([]byte(tt.body), "new-id")); got != tt.want {
-				t.Fatalf("got  %s\nwant %s", got, tt.want)
-			}
-		})
-	}
-}
-
-func TestRewriteRequestIDEscapes(t *testing.T) {
-	got := idempotency.RewriteRequestID([]byte(`{"requestId":"a"}`), `q"\<`)
-	if string(got) != `{"requestId":"q\"\\\u003c"}` {
-		t.Fatalf("id not JSON-encoded: %s", got)
-	}
-}
