@@ -14,7 +14,9 @@ check-go:
 
 ## run: start the whole API locally (first start: a test-mode account, its key and a curl example)
 run: check-go
-	$(GO) run ./infra/evs serve --test-account
+	@echo "make run: building bin/evs; the first build compiles every dependency (a few minutes on 2 cores; each package is named as it compiles), later builds take seconds"
+	@$(GO) build -v -o bin/evs ./infra/evs
+	./bin/evs serve --test-account
 
 ## test: vet, lint the SAM template, and run every test (DynamoDB/SQS tests against moto_server)
 test: check-go fmt-check vet cfn-lint
