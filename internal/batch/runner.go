@@ -169,7 +169,7 @@ func (r *Runner) run(parent context.Context, b evs.Batch) error {
 	w := newWriter(r, b, cancel)
 	go w.loop(ctx)
 
-	mode := evs.Mode(b.Mode)
+	mode := b.Mode
 	memo := verify.NewCatchAllMemo()
 	per := make(chan struct{}, r.cfg.PerBatch)
 	var work sync.WaitGroup

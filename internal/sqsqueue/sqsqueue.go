@@ -247,7 +247,7 @@ func (w *Worker) work(ctx context.Context, m Message) error {
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			rs, again, err := w.Processor.Verify(ctx, acct.Test, evs.Mode(b.Mode), g, m.Attempt, memo)
+			rs, again, err := w.Processor.Verify(ctx, acct.Test, b.Mode, g, m.Attempt, memo)
 			mu.Lock()
 			defer mu.Unlock()
 			results = append(results, rs...)
