@@ -75,10 +75,15 @@ build: check-go
 	  printf '%-12s %s bytes\n' $$f $$(stat -c %s dist/$$f.zip) || exit 1; \
 	done
 
+## sam-local: the API under `sam local start-api` (Docker) against moto_server:
+## tables, queue and an API key made first (infra/scripts/sam-local.sh)
+sam-local: check-go
+	@GO=$(GO) ./infra/scripts/sam-local.sh
+
 ## deploy: build with SAM and deploy (needs the AWS SAM CLI and credentials)
 deploy:
 	@command -v sam >/dev/null 2>&1 || { echo "make: the AWS SAM CLI is required: see https://docs.aws.amazon.com/serverless-application-model/latest/developerguide/install-sam-cli.html" >&2; exit 1; }
-	sam build && sam deploy
+	sam build && sam deploy --guided
 
 # Used by `sam build` (BuildMethod: makefile): one target per function.
 build-VerifyFunction build-RequestsFunction build-AuthorizerFunction build-WorkerFunction:
