@@ -6,7 +6,7 @@ STATICCHECK := $(GOBIN)/staticcheck
 FUNCTIONS := verify requests authorizer worker
 PKGS := ./...
 
-.PHONY: run test unit lint vet fmt-check staticcheck cfn-lint bench fuzz build deploy clean check-go
+.PHONY: run test unit lint vet fmt-check staticcheck cfn-lint bench fuzz build deploy sam-local clean check-go dante
 
 check-go:
 	@command -v $(GO) >/dev/null 2>&1 || { echo "make: Go is required (1.26 or newer): see https://go.dev/doc/install" >&2; exit 1; }
@@ -18,13 +18,25 @@ run: check-go
 	@$(GO) build -v -o bin/evs ./infra/evs
 	./bin/evs serve --test-account
 
-## test: vet, lint the SAM template, and run every test (DynamoDB/SQS tests against moto_server)
-test: check-go fmt-check vet cfn-lint
-	./infra/scripts/with-moto.sh $(GO) test -race -count=1 -timeout 30m $(PKGS)
+## test: vet, lint the SAM template, and run every test (DynamoDB/SQS tests
+## against moto_server, SMTP-through-SOCKS5 tests through danted)
+test: check-go fmt-check vet cfn-lint dante
+	./infra/scripts/with-moto.sh ./infra/scripts/with-socks5.sh $(GO) test -race -count=1 -timeout 30m $(PKGS)
 
 ## unit: the tests alone, without the template lint
-unit: check-go
-	./infra/scripts/with-moto.sh $(GO) test -race -count=1 -timeout 30m $(PKGS)
+unit: check-go dante
+	./infra/scripts/with-moto.sh ./infra/scripts/with-socks5.sh $(GO) test -race -count=1 -timeout 30m $(PKGS)
+
+# dante: the SOCKS5 server of the tests (Debian package dante-server), installed
+# when missing; apt-get update only when the plain install fails.
+dante:
+	@command -v danted >/dev/null 2>&1 || [ -x /usr/sbin/danted ] || { \
+	  command -v apt-get >/dev/null 2>&1 || { echo "make: the tests need danted (Dante's SOCKS5 server) and apt-get is not here to install it: install Dante's server yourself" >&2; exit 1; }; \
+	  [ "$$(id -u)" = 0 ] || { echo "make: the tests need danted: run as root, or first: sudo apt-get install -y dante-server" >&2; exit 1; }; \
+	  echo "make: installing dante-server (the SOCKS5 server of the tests)"; \
+	  export DEBIAN_FRONTEND=noninteractive; \
+	  apt-get install -y -qq dante-server >/dev/null 2>&1 || { apt-get update -qq >/dev/null && apt-get install -y -qq dante-server >/dev/null; } || { echo "make: apt-get could not install dante-server" >&2; exit 1; }; \
+	}
 
 vet: check-go
 	$(GO) vet $(PKGS)
@@ -65,10 +77,15 @@ build: check-go
 	  printf '%-12s %s bytes\n' $$f $$(stat -c %s dist/$$f.zip) || exit 1; \
 	done
 
+## sam-local: the API under `sam local start-api` (Docker) against moto_server:
+## tables, queue and an API key made first (infra/scripts/sam-local.sh)
+sam-local: check-go
+	@GO=$(GO) ./infra/scripts/sam-local.sh
+
 ## deploy: build with SAM and deploy (needs the AWS SAM CLI and credentials)
 deploy:
 	@command -v sam >/dev/null 2>&1 || { echo "make: the AWS SAM CLI is required: see https://docs.aws.amazon.com/serverless-application-model/latest/developerguide/install-sam-cli.html" >&2; exit 1; }
-	sam build && sam deploy
+	sam build && sam deploy --guided
 
 # Used by `sam build` (BuildMethod: makefile): one target per function.
 build-VerifyFunction build-RequestsFunction build-AuthorizerFunction build-WorkerFunction:

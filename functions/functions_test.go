@@ -66,8 +66,9 @@ func newAWSWorld(t *testing.T) *awsWorld {
 	return w
 }
 
-// start runs a function binary against the test's Runtime API and moto.
-func (w *awsWorld) start(t *testing.T, bin string) *testkit.Runtime {
+// start runs a function binary against the test's Runtime API and moto;
+// env entries ("NAME=value") are added last, so they win over the defaults.
+func (w *awsWorld) start(t *testing.T, bin string, env ...string) *testkit.Runtime {
 	t.Helper()
 	rt := testkit.StartRuntime(t)
 	cmd := exec.Command(bin)
@@ -84,6 +85,7 @@ func (w *awsWorld) start(t *testing.T, bin string) *testkit.Runtime {
 		"EVS_SMTP_HELO=probe.evs.test",
 		"EVS_DNS_SERVERS=127.0.0.1:9", // nothing answers: test mode never asks
 	}
+	cmd.Env = append(cmd.Env, env...)
 	var logs strings.Builder
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	if err := cmd.Start(); err != nil {

@@ -71,6 +71,7 @@ type SMTPServer struct {
 	maxActive   int
 	commands    []string
 	tlsCommands []string
+	clients     []string
 }
 
 // StartSMTP starts a server and stops it when the test ends. It fails the test
@@ -121,6 +122,15 @@ func (s *SMTPServer) Connections() int {
 	return s.connections
 }
 
+// Clients returns the remote IP address of every connection accepted, in
+// order: a test tells connections made through a proxy from direct ones
+// by it.
+func (s *SMTPServer) Clients() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.clients...)
+}
+
 // MaxConcurrent returns the most sessions that were open at once. A
 // session ends when the client says QUIT or the connection closes.
 func (s *SMTPServer) MaxConcurrent() int {
@@ -161,6 +171,8 @@ func (s *SMTPServer) accept() {
 		}
 		s.conns[c] = struct{}{}
 		s.connections++
+		host, _, _ := net.SplitHostPort(c.RemoteAddr().String())
+		s.clients = append(s.clients, host)
 		s.active++
 		s.maxActive = max(s.maxActive, s.active)
 		s.mu.Unlock()

@@ -23,6 +23,7 @@ type world struct {
 	t      *testing.T
 	dns    *testkit.DNSServer
 	port   int
+	smtp   []*testkit.SMTPServer
 	engine *verify.Engine
 }
 
@@ -34,19 +35,7 @@ type mta struct {
 
 func newWorld(t *testing.T, mtas []mta, records []string, timeout time.Duration) *world {
 	t.Helper()
-	w := &world{t: t, dns: testkit.StartDNS(t)}
-	for i, m := range mtas {
-		o := m.opts
-		o.IP = m.ip
-		o.Port = w.port
-		s := testkit.StartSMTP(t, o)
-		if i == 0 {
-			w.port = s.Port
-		}
-	}
-	for _, rr := range records {
-		w.dns.AddRecord(rr)
-	}
+	w := startPeers(t, mtas, records)
 	res, err := dnscheck.New(dnscheck.Config{Servers: []string{w.dns.Addr}, Timeout: 500 * time.Millisecond, Attempts: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -58,6 +47,27 @@ func newWorld(t *testing.T, mtas []mta, records []string, timeout time.Duration)
 	w.engine, err = verify.New(verify.Config{Resolver: res, Prober: verify.SMTP(p), RandomLocal: func() string { return "zz-random-probe" }})
 	if err != nil {
 		t.Fatal(err)
+	}
+	return w
+}
+
+// startPeers starts the DNS server and the mail servers of a world, without
+// an engine.
+func startPeers(t *testing.T, mtas []mta, records []string) *world {
+	t.Helper()
+	w := &world{t: t, dns: testkit.StartDNS(t)}
+	for i, m := range mtas {
+		o := m.opts
+		o.IP = m.ip
+		o.Port = w.port
+		s := testkit.StartSMTP(t, o)
+		if i == 0 {
+			w.port = s.Port
+		}
+		w.smtp = append(w.smtp, s)
+	}
+	for _, rr := range records {
+		w.dns.AddRecord(rr)
 	}
 	return w
 }
@@ -83,9 +93,11 @@ func rcptTable(m map[string]string, def string) func(string) string {
 	}
 }
 
-// TestEngineReasons reaches every reason code through the engine's public
-// API against real loopback DNS and SMTP peers, and checks the evidence.
-func TestEngineReasons(t *testing.T) {
+// reasonMTAs and reasonRecords are the small internet of the reason
+// scenarios; reasonCases are what each address must give there. They run
+// once with a direct engine (TestEngineReasons) and once through a real
+// SOCKS5 exit (TestEngineReasonsThroughSOCKS5).
+func reasonMTAs() []mta {
 	normal := rcptTable(map[string]string{
 		"alice":     "250 2.1.5 OK",
 		"full":      "552 5.2.2 <full@corp.example>: mailbox full",
@@ -95,77 +107,96 @@ func TestEngineReasons(t *testing.T) {
 		"blocked":   "554 5.7.1 Service unavailable; Client host [127.0.0.1] blocked using zen.spamhaus.org",
 		"ratelimit": "452 4.5.3 Too many recipients",
 	}, "550 5.1.1 <x>: Recipient address rejected: User unknown in virtual mailbox table")
-	w := newWorld(t, []mta{
+	return []mta{
 		{ip: "127.0.0.2", opts: testkit.SMTPOptions{Rcpt: normal}},
 		{ip: "127.0.0.3", opts: testkit.SMTPOptions{Rcpt: func(string) string { return "250 2.1.5 OK" }}}, // accept-all
 		{ip: "127.0.0.5", opts: testkit.SMTPOptions{Silent: true}},
 		{ip: "127.0.0.6", opts: testkit.SMTPOptions{Rcpt: normal, StartTLS: true}},
-	}, []string{
-		"corp.example. 300 IN MX 10 mx.corp.example.",
-		"mx.corp.example. 300 IN A 127.0.0.2",
-		"catchall.example. 300 IN MX 10 mx.catchall.example.",
-		"mx.catchall.example. 300 IN A 127.0.0.3",
-		"nullmx.example. 300 IN MX 0 .",
-		"nomail.example. 300 IN TXT \"v=spf1 -all\"",
-		"implicit.example. 300 IN A 127.0.0.2",
-		"dead.example. 300 IN MX 10 mx.dead.example.",
-		"mx.dead.example. 300 IN A 127.0.0.4", // nothing listens there
-		"silent.example. 300 IN MX 10 mx.silent.example.",
-		"mx.silent.example. 300 IN A 127.0.0.5",
-		"fallback.example. 300 IN MX 10 mx1.fallback.example.",
-		"fallback.example. 300 IN MX 20 mx2.fallback.example.",
-		"mx1.fallback.example. 300 IN A 127.0.0.4",
-		"mx2.fallback.example. 300 IN A 127.0.0.2",
-		"tls.example. 300 IN MX 10 mx.tls.example.",
-		"mx.tls.example. 300 IN A 127.0.0.6",
-		"mailinator.com. 300 IN MX 10 mx.catchall.example.",
-		"servfail.example. 300 IN MX 10 mx.corp.example.",
-	}, 400*time.Millisecond)
-	w.dns.SetRcode("servfail.example.", dns.RcodeServerFailure)
-
-	cases := []struct {
-		email, mode string
-		reason      evs.Reason
-		dns, smtp   string
-		code        int
-	}{
-		{"alice@corp.example", "full", evs.ReasonAcceptedEmail, "ok", "accepted", 250},
-		{"alice@tls.example", "full", evs.ReasonAcceptedEmail, "ok", "accepted", 250},
-		{"alice@fallback.example", "full", evs.ReasonAcceptedEmail, "ok", "accepted", 250},
-		{"alice@implicit.example", "full", evs.ReasonAcceptedEmail, "ok", "accepted", 250},
-		{"nobody@corp.example", "full", evs.ReasonRejectedEmail, "ok", "rejected", 550},
-		{"disabled@corp.example", "full", evs.ReasonRejectedEmail, "ok", "rejected", 550},
-		{"full@corp.example", "full", evs.ReasonMailboxFull, "ok", "full", 552},
-		{"full4@corp.example", "full", evs.ReasonMailboxFull, "ok", "full", 452},
-		{"grey@corp.example", "full", evs.ReasonGreylisted, "ok", "greylisted", 451},
-		{"ratelimit@corp.example", "full", evs.ReasonGreylisted, "ok", "greylisted", 452},
-		{"blocked@corp.example", "full", evs.ReasonSMTPUnreachable, "ok", "unreachable", 554},
-		{"anyone@catchall.example", "full", evs.ReasonAcceptAll, "ok", "accept_all", 250},
-		{"x@mailinator.com", "full", evs.ReasonDisposable, "ok", "accept_all", 250},
-		{"a@nullmx.example", "full", evs.ReasonNoMailServer, "null_mx", "skipped", 0},
-		{"a@nomail.example", "full", evs.ReasonNoMailServer, "no_records", "skipped", 0},
-		{"a@missing.example", "full", evs.ReasonInvalidDomain, "nxdomain", "skipped", 0},
-		{"a@servfail.example", "full", evs.ReasonDNSError, "error", "skipped", 0},
-		{"a@dead.example", "full", evs.ReasonSMTPUnreachable, "ok", "unreachable", 0},
-		{"a@silent.example", "full", evs.ReasonTimeout, "ok", "timeout", 0},
-		{"alice@corp.example", "quick", evs.ReasonMailboxNotChecked, "ok", "skipped", 0},
-		{"a..b@corp.example", "full", evs.ReasonInvalidSyntax, "not_checked", "skipped", 0},
 	}
-	for _, c := range cases {
+}
+
+var reasonRecords = []string{
+	"corp.example. 300 IN MX 10 mx.corp.example.",
+	"mx.corp.example. 300 IN A 127.0.0.2",
+	"catchall.example. 300 IN MX 10 mx.catchall.example.",
+	"mx.catchall.example. 300 IN A 127.0.0.3",
+	"nullmx.example. 300 IN MX 0 .",
+	"nomail.example. 300 IN TXT \"v=spf1 -all\"",
+	"implicit.example. 300 IN A 127.0.0.2",
+	"dead.example. 300 IN MX 10 mx.dead.example.",
+	"mx.dead.example. 300 IN A 127.0.0.4", // nothing listens there
+	"silent.example. 300 IN MX 10 mx.silent.example.",
+	"mx.silent.example. 300 IN A 127.0.0.5",
+	"fallback.example. 300 IN MX 10 mx1.fallback.example.",
+	"fallback.example. 300 IN MX 20 mx2.fallback.example.",
+	"mx1.fallback.example. 300 IN A 127.0.0.4",
+	"mx2.fallback.example. 300 IN A 127.0.0.2",
+	"tls.example. 300 IN MX 10 mx.tls.example.",
+	"mx.tls.example. 300 IN A 127.0.0.6",
+	"mailinator.com. 300 IN MX 10 mx.catchall.example.",
+	"servfail.example. 300 IN MX 10 mx.corp.example.",
+}
+
+// reasonServFail is the domain whose lookups the DNS server fails.
+const reasonServFail = "servfail.example."
+
+// reasonCase is one address of the reason scenarios and its verdict.
+type reasonCase struct {
+	email, mode string
+	reason      evs.Reason
+	dns, smtp   string
+	code        int
+}
+
+// check fails the test unless d is the case's verdict with its evidence.
+func (c reasonCase) check(t *testing.T, d evs.Decision) {
+	t.Helper()
+	if d.Reason != c.reason || d.Checks.DNS.Result != c.dns || d.Checks.SMTP.Result != c.smtp || d.Checks.SMTP.Code != c.code {
+		t.Fatalf("got %s dns=%s smtp=%s code=%d (%s), want %s dns=%s smtp=%s code=%d",
+			d.Reason, d.Checks.DNS.Result, d.Checks.SMTP.Result, d.Checks.SMTP.Code, d.Checks.SMTP.Detail, c.reason, c.dns, c.smtp, c.code)
+	}
+	if d.Status() != evs.StatusOf(c.reason) || d.Email != c.email || d.Mode != evs.Mode(c.mode) {
+		t.Fatalf("decision header: %+v", d)
+	}
+	if d.Reason != evs.ReasonInvalidSyntax && d.Normalized == "" {
+		t.Fatal("no normalized address")
+	}
+}
+
+var reasonCases = []reasonCase{
+	{"alice@corp.example", "full", evs.ReasonAcceptedEmail, "ok", "accepted", 250},
+	{"alice@tls.example", "full", evs.ReasonAcceptedEmail, "ok", "accepted", 250},
+	{"alice@fallback.example", "full", evs.ReasonAcceptedEmail, "ok", "accepted", 250},
+	{"alice@implicit.example", "full", evs.ReasonAcceptedEmail, "ok", "accepted", 250},
+	{"nobody@corp.example", "full", evs.ReasonRejectedEmail, "ok", "rejected", 550},
+	{"disabled@corp.example", "full", evs.ReasonRejectedEmail, "ok", "rejected", 550},
+	{"full@corp.example", "full", evs.ReasonMailboxFull, "ok", "full", 552},
+	{"full4@corp.example", "full", evs.ReasonMailboxFull, "ok", "full", 452},
+	{"grey@corp.example", "full", evs.ReasonGreylisted, "ok", "greylisted", 451},
+	{"ratelimit@corp.example", "full", evs.ReasonGreylisted, "ok", "greylisted", 452},
+	{"blocked@corp.example", "full", evs.ReasonSMTPUnreachable, "ok", "unreachable", 554},
+	{"anyone@catchall.example", "full", evs.ReasonAcceptAll, "ok", "accept_all", 250},
+	{"x@mailinator.com", "full", evs.ReasonDisposable, "ok", "accept_all", 250},
+	{"a@nullmx.example", "full", evs.ReasonNoMailServer, "null_mx", "skipped", 0},
+	{"a@nomail.example", "full", evs.ReasonNoMailServer, "no_records", "skipped", 0},
+	{"a@missing.example", "full", evs.ReasonInvalidDomain, "nxdomain", "skipped", 0},
+	{"a@servfail.example", "full", evs.ReasonDNSError, "error", "skipped", 0},
+	{"a@dead.example", "full", evs.ReasonSMTPUnreachable, "ok", "unreachable", 0},
+	{"a@silent.example", "full", evs.ReasonTimeout, "ok", "timeout", 0},
+	{"alice@corp.example", "quick", evs.ReasonMailboxNotChecked, "ok", "skipped", 0},
+	{"a..b@corp.example", "full", evs.ReasonInvalidSyntax, "not_checked", "skipped", 0},
+}
+
+// TestEngineReasons reaches every reason code through the engine's public
+// API against real loopback DNS and SMTP peers, and checks the evidence.
+func TestEngineReasons(t *testing.T) {
+	w := newWorld(t, reasonMTAs(), reasonRecords, 400*time.Millisecond)
+	w.dns.SetRcode(reasonServFail, dns.RcodeServerFailure)
+	for _, c := range reasonCases {
 		t.Run(c.email+"/"+c.mode, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			d := w.engine.Verify(ctx, c.email, evs.Mode(c.mode))
-			if d.Reason != c.reason || d.Checks.DNS.Result != c.dns || d.Checks.SMTP.Result != c.smtp || d.Checks.SMTP.Code != c.code {
-				t.Fatalf("got %s dns=%s smtp=%s code=%d (%s), want %s dns=%s smtp=%s code=%d",
-					d.Reason, d.Checks.DNS.Result, d.Checks.SMTP.Result, d.Checks.SMTP.Code, d.Checks.SMTP.Detail, c.reason, c.dns, c.smtp, c.code)
-			}
-			if d.Status() != evs.StatusOf(c.reason) || d.Email != c.email || d.Mode != evs.Mode(c.mode) {
-				t.Fatalf("decision header: %+v", d)
-			}
-			if d.Reason != evs.ReasonInvalidSyntax && d.Normalized == "" {
-				t.Fatal("no normalized address")
-			}
+			c.check(t, w.engine.Verify(ctx, c.email, evs.Mode(c.mode)))
 		})
 	}
 	t.Run("tls evidence", func(t *testing.T) {
