@@ -328,32 +328,6 @@ func matchesAny(patterns []string, s string) bool {
 	return false
 }
 
-// glob matches IAM wildcards: * any run of characters, ? one character.
-func glob(p, s string) bool {
-	for len(p) > 0 {
-		switch p[0] {
-		case '*':
-			for i := len(s); i >= 0; i-- {
-				if glob(p[1:], s[i:]) {
-					return true
-				}
-			}
-			return false
-		case '?':
-			if s == "" {
-				return false
-			}
-			p, s = p[1:], s[1:]
-		default:
-			if s == "" || p[0] != s[0] {
-				return false
-			}
-			p, s = p[1:], s[1:]
-		}
-	}
-	return s == ""
-}
-
 // throttle takes a token from the account's bucket.
 func (g *Gateway) throttle(account string) (time.Duration, bool) {
 	if g.cfg.RateLimit <= 0 {
