@@ -22,6 +22,7 @@ import (
 	"net/http"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/aws/aws-lambda-go/events"
 
@@ -43,17 +44,25 @@ type Route struct {
 	Path     string
 	Methods  []string
 	Function string
+	// MaxBody is the largest request body the route accepts, in bytes. The
+	// handler checks it; `evs serve` also reads no more than MaxBody+1
+	// bytes of a body before refusing it.
+	MaxBody int64
 }
+
+// MaxOtherBody is the body limit of the routes that take no body: a
+// client's stray newline is tolerated, a payload is not read.
+const MaxOtherBody = 1 << 10
 
 // Routes is the one route table of the API, shared by `evs serve` and checked
 // against template.yaml by a test.
 func Routes() []Route {
 	return []Route{
-		{Path: "/v1/verify", Methods: []string{http.MethodPost}, Function: VerifyFunction},
-		{Path: "/v1/requests", Methods: []string{http.MethodPost}, Function: RequestsFunction},
-		{Path: "/v1/requests/{id}", Methods: []string{http.MethodGet}, Function: RequestsFunction},
-		{Path: "/v1/requests/{id}/results", Methods: []string{http.MethodGet}, Function: RequestsFunction},
-		{Path: "/v1/requests/{id}/cancel", Methods: []string{http.MethodPost}, Function: RequestsFunction},
+		{Path: "/v1/verify", Methods: []string{http.MethodPost}, Function: VerifyFunction, MaxBody: MaxVerifyBody},
+		{Path: "/v1/requests", Methods: []string{http.MethodPost}, Function: RequestsFunction, MaxBody: MaxBatchBody},
+		{Path: "/v1/requests/{id}", Methods: []string{http.MethodGet}, Function: RequestsFunction, MaxBody: MaxOtherBody},
+		{Path: "/v1/requests/{id}/results", Methods: []string{http.MethodGet}, Function: RequestsFunction, MaxBody: MaxOtherBody},
+		{Path: "/v1/requests/{id}/cancel", Methods: []string{http.MethodPost}, Function: RequestsFunction, MaxBody: MaxOtherBody},
 	}
 }
 
@@ -192,6 +201,11 @@ func mediaType(req events.APIGatewayProxyRequest) string {
 // decodeStrict decodes one JSON object into v: unknown fields, trailing
 // data, and anything that is not an object are client errors.
 func decodeStrict(b []byte, v any) error {
+	// encoding/json would quietly turn invalid UTF-8 into U+FFFD, so an
+	// address could change under the client's feet (contract, section 1).
+	if !utf8.Valid(b) {
+		return evs.Errorf(evs.CodeInvalidRequest, "The request body is not valid UTF-8.")
+	}
 	trimmed := strings.TrimSpace(string(b))
 	if trimmed == "" {
 		return evs.Errorf(evs.CodeInvalidRequest, "The request body is empty; a JSON object is required.")

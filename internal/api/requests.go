@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/aws/aws-lambda-go/events"
@@ -217,13 +218,16 @@ func (h *Handler) storeBatch(ctx context.Context, p Principal, in parsedBatch) (
 }
 
 // dedupKey is the normalized address, which decides duplicates, and the
-// domain that groups work. An invalid address is its own trimmed text.
+// domain that groups work. An invalid address is its own trimmed text, in a
+// key space of its own: trimming (of U+00A0, say) could otherwise make an
+// invalid entry equal to a valid address and drop the valid one as its
+// duplicate.
 func dedupKey(email string) (key, domain string) {
 	in := verify.Inspect(email)
 	if !in.Valid {
-		return strings.TrimSpace(email), ""
+		return "invalid:" + strings.TrimSpace(email), ""
 	}
-	return in.Address.String(), in.Address.Domain
+	return "valid:" + in.Address.String(), in.Address.Domain
 }
 
 func parseBatch(req events.APIGatewayProxyRequest, raw []byte) (parsedBatch, error) {
@@ -576,9 +580,11 @@ func (h *Handler) resultsCSV(ctx context.Context, req events.APIGatewayProxyRequ
 }
 
 // csvSafe keeps a spreadsheet from reading a cell as a formula (CSV
-// injection): addresses are user input.
+// injection): addresses are user input. Spreadsheets skip leading blanks
+// before a formula, so " =1+1" or "\t@SUM(A1)" are caught as well as "=1+1".
 func csvSafe(s string) string {
-	if s != "" && strings.ContainsRune("=+-@\t\r", rune(s[0])) {
+	t := strings.TrimLeftFunc(s, unicode.IsSpace)
+	if t != "" && strings.ContainsRune("=+-@", rune(t[0])) || s != "" && strings.ContainsRune("\t\r\n", rune(s[0])) {
 		return "'" + s
 	}
 	return s

@@ -89,10 +89,10 @@ func (a *Authorizer) Authorize(ctx context.Context, key string) (Principal, erro
 
 // Handle is the Lambda REQUEST authorizer handler. An unauthorized caller
 // gets the error "Unauthorized", which API Gateway answers with 401; a
-// forbidden one a Deny policy on the called method (403); an allowed one an
-// Allow policy on every method and path of the stage, because API Gateway
-// caches the policy per key for other routes too. Store failures are
-// returned as errors, which API Gateway answers with 500.
+// forbidden one a Deny policy (403) and an allowed one an Allow policy, both
+// on every method and path of the stage, because API Gateway caches the
+// policy per key for other routes too. Store failures and a malformed
+// method ARN are returned as errors, which API Gateway answers with 500.
 func (a *Authorizer) Handle(ctx context.Context, req events.APIGatewayCustomAuthorizerRequestTypeRequest) (events.APIGatewayCustomAuthorizerResponse, error) {
 	key, ok := headerKey(req)
 	if !ok {
@@ -103,21 +103,26 @@ func (a *Authorizer) Handle(ctx context.Context, req events.APIGatewayCustomAuth
 	case errors.Is(err, ErrUnauthorized):
 		// API Gateway maps exactly this message to 401.
 		return events.APIGatewayCustomAuthorizerResponse{}, errors.New("Unauthorized")
-	case errors.Is(err, ErrForbidden):
+	case err != nil && !errors.Is(err, ErrForbidden):
+		return events.APIGatewayCustomAuthorizerResponse{}, err
+	}
+	// Both answers name the whole stage, never the method ARN: that ARN
+	// holds the client's path, and a policy resource is a pattern, so a
+	// path full of '*' would be matched as wildcards (it made a
+	// backtracking matcher spin). A revoked key is denied everywhere anyway.
+	resource, rerr := StageResource(req.MethodArn)
+	if rerr != nil {
+		return events.APIGatewayCustomAuthorizerResponse{}, rerr
+	}
+	if err != nil { // ErrForbidden
 		principal := p.KeyID
 		if principal == "" {
 			principal = "anonymous"
 		}
 		return events.APIGatewayCustomAuthorizerResponse{
 			PrincipalID:    principal,
-			PolicyDocument: policy("Deny", req.MethodArn),
+			PolicyDocument: policy("Deny", resource),
 		}, nil
-	case err != nil:
-		return events.APIGatewayCustomAuthorizerResponse{}, err
-	}
-	resource, err := StageResource(req.MethodArn)
-	if err != nil {
-		return events.APIGatewayCustomAuthorizerResponse{}, err
 	}
 	test := "false"
 	if p.Test {

@@ -136,10 +136,9 @@ func TestHandle(t *testing.T) {
 				t.Fatalf("policy %+v", doc)
 			}
 			s := doc.Statement[0]
-			wantRes := methodArn
-			if tt.want == "Allow" {
-				wantRes = stage
-			}
+			// Never the method ARN: it holds the client's path, and a
+			// policy resource is a pattern.
+			wantRes := stage
 			if s.Effect != tt.want || len(s.Action) != 1 || s.Action[0] != "execute-api:Invoke" || len(s.Resource) != 1 || s.Resource[0] != wantRes {
 				t.Fatalf("statement %+v, want %s on %s", s, tt.want, wantRes)
 			}
@@ -303,4 +302,22 @@ func FuzzHandle(f *testing.F) {
 			t.Fatalf("header %q taken for the key", name)
 		}
 	})
+}
+
+// TestDenyNeverNamesThePath: the policy for a revoked key covers the stage,
+// so the client's path — which may be full of '*' — never becomes part of
+// a pattern the gateway matches.
+func TestDenyNeverNamesThePath(t *testing.T) {
+	st, ks := seed(t)
+	az := authorizer.New(st)
+	req := request(map[string]string{"X-Api-Key": ks.revoked}, nil)
+	req.MethodArn = "arn:aws:execute-api:eu-west-1:123456789012:abc123/prod/GET/v1/requests/" + strings.Repeat("*", 50) + "/results"
+	resp, err := az.Handle(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := resp.PolicyDocument.Statement[0]
+	if s.Effect != "Deny" || len(s.Resource) != 1 || s.Resource[0] != "arn:aws:execute-api:eu-west-1:123456789012:abc123/prod/*/*" {
+		t.Fatalf("statement %+v, want Deny on the stage", s)
+	}
 }

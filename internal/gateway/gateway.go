@@ -63,10 +63,25 @@ type Config struct {
 	// RateLimit is the per-account request rate per second, with a burst of
 	// twice that; 0 disables throttling.
 	RateLimit float64
-	// MaxBody caps request bodies, as API Gateway's 10 MB payload limit does.
+	// MaxBody caps request bodies, as API Gateway's 10 MB payload limit does;
+	// a route's own api.Route.MaxBody, when smaller, wins. Either way no
+	// more than the limit plus one byte is read before the body is refused.
 	MaxBody int64
-	Stage   string
-	Now     func() time.Time
+	// BodyTimeout is how long a request's body may take to arrive, counted
+	// from the end of its headers (default 30 s); after it the connection
+	// is closed. Unauthenticated requests get no longer: their unread body
+	// is never waited for.
+	BodyTimeout time.Duration
+	// AuthFailRate is how many failed authentications (401 and 403) one
+	// client address may have per second, with a burst of as many, before
+	// its calls are answered 429 without being authorized (default 20;
+	// negative disables).
+	AuthFailRate float64
+	// AuthFailClients bounds how many client addresses the failure count
+	// remembers (default 10,000); beyond it the least recent is forgotten.
+	AuthFailClients int
+	Stage           string
+	Now             func() time.Time
 	// NewRequestID makes request ids (default: random UUIDs).
 	NewRequestID func() string
 	Logger       *slog.Logger
@@ -80,6 +95,7 @@ type Gateway struct {
 	mu       sync.Mutex
 	cache    map[[32]byte]authEntry
 	limiters map[string]*rate.Limiter
+	fails    *failLimiter // nil when disabled
 }
 
 type route struct {
@@ -115,19 +131,40 @@ func New(cfg Config) (*Gateway, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewJSONHandler(io.Discard, nil))
 	}
+	if cfg.BodyTimeout <= 0 {
+		cfg.BodyTimeout = 30 * time.Second
+	}
+	if cfg.AuthFailRate == 0 {
+		cfg.AuthFailRate = 20
+	}
+	if cfg.AuthFailClients <= 0 {
+		cfg.AuthFailClients = 10000
+	}
 	g := &Gateway{cfg: cfg, cache: map[[32]byte]authEntry{}, limiters: map[string]*rate.Limiter{}}
+	if cfg.AuthFailRate > 0 {
+		g.fails = newFailLimiter(cfg.AuthFailRate, cfg.AuthFailClients)
+	}
 	for _, r := range cfg.Routes {
 		if cfg.Functions[r.Function] == nil {
 			return nil, fmt.Errorf("gateway: route %s has no function %q", r.Path, r.Function)
 		}
-		g.routes = append(g.routes, route{Route: r, parts: strings.Split(strings.Trim(r.Path, "/"), "/")})
+		if !strings.HasPrefix(r.Path, "/") {
+			return nil, fmt.Errorf("gateway: route %s does not start with /", r.Path)
+		}
+		g.routes = append(g.routes, route{Route: r, parts: strings.Split(r.Path[1:], "/")})
 	}
 	return g, nil
 }
 
-// match finds the route of path and its path parameters.
+// match finds the route of path and its path parameters. Paths match
+// exactly: a trailing or doubled slash is another path, with no route
+// (contract, section 1), so "/v1/requests/" cannot pass for "/v1/requests"
+// and slip out of its idempotency scope.
 func (g *Gateway) match(path string) (route, map[string]string, bool) {
-	parts := strings.Split(strings.Trim(path, "/"), "/")
+	if !strings.HasPrefix(path, "/") {
+		return route{}, nil, false
+	}
+	parts := strings.Split(path[1:], "/")
 	for _, r := range g.routes {
 		if len(r.parts) != len(parts) {
 			continue
@@ -166,10 +203,18 @@ func (w *statusWriter) WriteHeader(code int) {
 	w.ResponseWriter.WriteHeader(code)
 }
 
+// Unwrap lets http.ResponseController reach the connection's deadlines.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
 // ServeHTTP serves one call.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := g.cfg.Now()
 	rid := g.cfg.NewRequestID()
+	// The body's deadline runs from here (the headers are in). It is real
+	// time, whatever clock the gateway is given. The server also waits on
+	// it when it drains a body the handler did not read.
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Now().Add(g.cfg.BodyTimeout)) // unsupported only in tests' fakes
 	sw := &statusWriter{ResponseWriter: w}
 	account, resource := g.serve(sw, r, rid)
 	g.cfg.Logger.LogAttrs(r.Context(), slog.LevelInfo, "access",
@@ -189,15 +234,31 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, rid string) (acc
 		return "", ""
 	}
 	resource = rt.Path
-	// API Gateway answers 401 itself when the identity source is missing.
 	key := r.Header.Get("X-Api-Key")
-	if key == "" {
-		writeResponse(w, Unauthorized, rid, nil)
-		return "", resource
-	}
 	methodArn := fmt.Sprintf("arn:aws:execute-api:local:000000000000:evs/%s/%s%s", g.cfg.Stage, r.Method, r.URL.Path)
-	authResp, typ := g.authorize(r.Context(), r, rid, key, rt, params, methodArn)
+	client := clientOf(r)
+	if g.fails != nil && !g.knownGood(key, methodArn) {
+		// A client that keeps failing is refused before its key is even
+		// looked at, so guessing keys is slow; a key already seen to
+		// work (cached) still passes, so neighbours behind the same NAT
+		// keep working.
+		if wait, blocked := g.fails.blocked(client, g.cfg.Now()); blocked {
+			refuseEarly(w, r)
+			writeResponse(w, Throttled, rid, map[string]string{"Retry-After": retryAfter(wait)})
+			return "", resource
+		}
+	}
+	// API Gateway answers 401 itself when the identity source is missing.
+	typ := Unauthorized
+	var authResp events.APIGatewayCustomAuthorizerResponse
+	if key != "" {
+		authResp, typ = g.authorize(r.Context(), r, rid, key, rt, params, methodArn)
+	}
 	if typ != "" {
+		if g.fails != nil && (typ == Unauthorized || typ == AccessDenied) {
+			g.fails.fail(client, g.cfg.Now())
+		}
+		refuseEarly(w, r)
 		writeResponse(w, typ, rid, nil)
 		return "", resource
 	}
@@ -207,20 +268,15 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, rid string) (acc
 		account = authResp.PrincipalID
 	}
 	if wait, limited := g.throttle(account); limited {
-		secs := int(math.Ceil(wait.Seconds()))
-		if secs < 1 {
-			secs = 1
-		}
-		writeResponse(w, Throttled, rid, map[string]string{"Retry-After": strconv.Itoa(secs)})
+		refuseEarly(w, r)
+		writeResponse(w, Throttled, rid, map[string]string{"Retry-After": retryAfter(wait)})
 		return account, resource
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, g.cfg.MaxBody+1))
-	if err != nil {
-		writeResponse(w, BadRequestBody, rid, nil)
-		return account, resource
-	}
-	if int64(len(body)) > g.cfg.MaxBody {
-		writeResponse(w, RequestTooLarge, rid, nil)
+	body, typ := g.readBody(w, r, rt)
+	if typ != "" {
+		// The rest of the body is never read: close instead.
+		w.Header().Set("Connection", "close")
+		writeResponse(w, typ, rid, nil)
 		return account, resource
 	}
 	ev := g.event(r, rid, rt, params, body, authResp)
@@ -232,6 +288,67 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, rid string) (acc
 	}
 	writeProxy(w, resp, rid)
 	return account, resource
+}
+
+// readBody reads the body up to the route's limit: a body longer than that
+// is refused after limit+1 bytes, however long it claims or turns out to
+// be; one that does not arrive by the deadline set in ServeHTTP fails the
+// read. Once read, the deadline is lifted: a deadline left on the idle
+// connection would cancel the request's context mid-call when it expires.
+func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request, rt route) ([]byte, string) {
+	limit := g.cfg.MaxBody
+	if rt.MaxBody > 0 && rt.MaxBody < limit {
+		limit = rt.MaxBody
+	}
+	if r.ContentLength > limit {
+		return nil, RequestTooLarge // said so up front: read nothing
+	}
+	raw := w
+	if sw, ok := w.(*statusWriter); ok {
+		raw = sw.ResponseWriter // MaxBytesReader tells the server through it
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(raw, r.Body, limit))
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooBig):
+		return nil, RequestTooLarge
+	case err != nil:
+		return nil, BadRequestBody
+	}
+	_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
+	return body, ""
+}
+
+// refuseEarly marks the connection to be closed after a reply given before
+// the request's body was read, so the server does not wait for a body no
+// one will use (a client that promises one and never sends it would hold
+// the connection until the deadline).
+func refuseEarly(w http.ResponseWriter, r *http.Request) {
+	if r.ContentLength != 0 {
+		w.Header().Set("Connection", "close")
+	}
+}
+
+// knownGood tells whether key has a cached authorizer answer that allows
+// methodArn: a key shown to work, which a guesser cannot have.
+func (g *Gateway) knownGood(key, methodArn string) bool {
+	if key == "" || g.cfg.AuthTTL <= 0 {
+		return false
+	}
+	ck := sha256.Sum256([]byte(key))
+	g.mu.Lock()
+	e, ok := g.cache[ck]
+	g.mu.Unlock()
+	return ok && g.cfg.Now().Before(e.expires) && allowed(e.resp.PolicyDocument, methodArn)
+}
+
+// retryAfter renders a wait as whole seconds, at least 1.
+func retryAfter(wait time.Duration) string {
+	secs := int(math.Ceil(wait.Seconds()))
+	if secs < 1 {
+		secs = 1
+	}
+	return strconv.Itoa(secs)
 }
 
 // invoke runs a function, turning a panic into an error as the Lambda
@@ -326,32 +443,6 @@ func matchesAny(patterns []string, s string) bool {
 		}
 	}
 	return false
-}
-
-// glob matches IAM wildcards: * any run of characters, ? one character.
-func glob(p, s string) bool {
-	for len(p) > 0 {
-		switch p[0] {
-		case '*':
-			for i := len(s); i >= 0; i-- {
-				if glob(p[1:], s[i:]) {
-					return true
-				}
-			}
-			return false
-		case '?':
-			if s == "" {
-				return false
-			}
-			p, s = p[1:], s[1:]
-		default:
-			if s == "" || p[0] != s[0] {
-				return false
-			}
-			p, s = p[1:], s[1:]
-		}
-	}
-	return s == ""
 }
 
 // throttle takes a token from the account's bucket.

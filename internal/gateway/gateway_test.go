@@ -148,6 +148,9 @@ func TestGatewayResponses(t *testing.T) {
 	}{
 		{"unknown route", "GET", "/v1/unknown", "good", nil, "", 404, "not_found"},
 		{"unknown route, no key", "GET", "/nope", "", nil, "", 404, "not_found"},
+		{"trailing slash", "POST", "/v1/requests/", "good", nil, "", 404, "not_found"},
+		{"doubled slash", "POST", "//v1/verify", "good", nil, "", 404, "not_found"},
+		{"empty id", "GET", "/v1/requests//results", "good", nil, "", 404, "not_found"},
 		{"missing key", "POST", "/v1/verify", "", nil, "", 401, "unauthorized"},
 		{"unknown key", "POST", "/v1/verify", "bad", nil, "", 401, "unauthorized"},
 		{"denied key", "POST", "/v1/verify", "good-denied", nil, "", 403, "forbidden"},
@@ -248,5 +251,65 @@ func TestThrottle(t *testing.T) {
 	f.advance(time.Second)
 	if r := f.call(t, "POST", "/v1/verify", "good", nil, ""); r.status != 200 {
 		t.Fatalf("after refill: %d", r.status)
+	}
+}
+
+// countingReader is an endless body that counts what is read of it.
+type countingReader struct{ n int64 }
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	for i := range p {
+		p[i] = 'x'
+	}
+	c.n += int64(len(p))
+	return len(p), nil
+}
+
+// TestBodyReadToRouteLimit: an endless body is refused after exactly the
+// route's limit plus one byte, never the gateway-wide cap.
+func TestBodyReadToRouteLimit(t *testing.T) {
+	f := newFixture(t, 0)
+	echo := func(_ context.Context, ev events.APIGatewayProxyRequest) (events.APIGatewayProxyResponse, error) {
+		return events.APIGatewayProxyResponse{StatusCode: 200, Body: ev.Body}, nil
+	}
+	g, err := gateway.New(gateway.Config{
+		Routes:     api.Routes(),
+		Functions:  map[string]gateway.Function{api.VerifyFunction: echo, api.RequestsFunction: echo},
+		Authorizer: f.authorize,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		method, path string
+		limit        int64
+	}{
+		{"POST", "/v1/verify", api.MaxVerifyBody},
+		{"POST", "/v1/requests", api.MaxBatchBody},
+		{"POST", "/v1/requests/x/cancel", api.MaxOtherBody},
+	} {
+		body := &countingReader{}
+		r := httptest.NewRequest(c.method, c.path, body)
+		r.ContentLength = -1 // streamed: the size is not known up front
+		r.Header.Set("X-Api-Key", "good")
+		w := httptest.NewRecorder()
+		g.ServeHTTP(w, r)
+		if w.Code != 400 || !strings.Contains(w.Body.String(), "too large") {
+			t.Fatalf("%s: %d %s", c.path, w.Code, w.Body)
+		}
+		if body.n > c.limit+1 {
+			t.Fatalf("%s: read %d bytes of the body, limit %d", c.path, body.n, c.limit)
+		}
+		if w.Header().Get("Connection") != "close" {
+			t.Fatalf("%s: the connection is kept for a body left unread", c.path)
+		}
+	}
+	// A body of exactly the limit passes.
+	r := httptest.NewRequest("POST", "/v1/verify", strings.NewReader(strings.Repeat("x", api.MaxVerifyBody)))
+	r.Header.Set("X-Api-Key", "good")
+	w := httptest.NewRecorder()
+	g.ServeHTTP(w, r)
+	if w.Code != 200 || w.Body.Len() != api.MaxVerifyBody {
+		t.Fatalf("a body at the limit: %d, %d bytes", w.Code, w.Body.Len())
 	}
 }

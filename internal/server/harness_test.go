@@ -81,6 +81,8 @@ type options struct {
 	// replyTimeout is the prober's wait for each SMTP reply (default 2s);
 	// a test that holds replies on purpose sets it past its own length.
 	replyTimeout time.Duration
+	// server adjusts the server's options before it is built.
+	server func(*server.Options)
 }
 
 func start(t *testing.T, o options) *harness {
@@ -151,10 +153,14 @@ func start(t *testing.T, o options) *harness {
 	if bc.FlushEvery == 0 {
 		bc.FlushEvery = 20 * time.Millisecond
 	}
-	srv, err := server.New(server.Options{
+	so := server.Options{
 		Config: cfg, Store: st, Engine: engine, Now: now, Batch: bc,
 		Logger: slog.New(slog.NewJSONHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-	})
+	}
+	if o.server != nil {
+		o.server(&so)
+	}
+	srv, err := server.New(so)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/evs-dev/evs/internal/store"
 	"github.com/evs-dev/evs/internal/verify"
 	"github.com/google/uuid"
+	"golang.org/x/net/netutil"
 )
 
 // Store is the embedded store: the service's store plus the periodic sweep
@@ -52,7 +53,23 @@ type Options struct {
 	Logger *slog.Logger
 	// SweepEvery is how often expired records are deleted (default 1 h).
 	SweepEvery time.Duration
+	// BodyTimeout is how long a request body may take to arrive once its
+	// headers are in (default 30 s; contract, section 9); then the
+	// connection is closed.
+	BodyTimeout time.Duration
 }
+
+// HTTP limits of `evs serve` (contract, section 9).
+const (
+	// MaxHeaderBytes bounds a request's line and headers together.
+	MaxHeaderBytes = 16 << 10
+	// headerTimeout is how long a client may take to send its headers.
+	headerTimeout = 10 * time.Second
+	// idleTimeout closes a kept-alive connection with no request.
+	idleTimeout = 120 * time.Second
+	// defaultMaxConns is EVS_MAX_CONNS's default.
+	defaultMaxConns = 1024
+)
 
 // Server is the one-machine service.
 type Server struct {
@@ -115,11 +132,12 @@ func New(o Options) (*Server, error) {
 			api.VerifyFunction:   h.Verify,
 			api.RequestsFunction: h.Requests,
 		},
-		Authorizer: az.Handle,
-		AuthTTL:    o.Config.AuthTTL,
-		RateLimit:  o.Config.RateLimit,
-		Now:        o.Now,
-		Logger:     o.Logger,
+		Authorizer:  az.Handle,
+		AuthTTL:     o.Config.AuthTTL,
+		RateLimit:   o.Config.RateLimit,
+		BodyTimeout: o.BodyTimeout,
+		Now:         o.Now,
+		Logger:      o.Logger,
 	})
 	if err != nil {
 		return nil, err
@@ -142,10 +160,21 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	go s.sweep(workCtx)
 	srv := &http.Server{
 		Handler:           s.gateway,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       120 * time.Second,
-		ErrorLog:          slog.NewLogLogger(s.opts.Logger.Handler(), slog.LevelWarn),
+		ReadHeaderTimeout: headerTimeout,
+		IdleTimeout:       idleTimeout,
+		// net/http reads up to MaxHeaderBytes+4096 bytes of request line
+		// and headers before answering 431 and closing; subtract its slack
+		// so the limit is the contract's 16 KiB.
+		MaxHeaderBytes: MaxHeaderBytes - 4096,
+		ErrorLog:       slog.NewLogLogger(s.opts.Logger.Handler(), slog.LevelWarn),
 	}
+	maxConns := s.opts.Config.MaxConns
+	if maxConns <= 0 {
+		maxConns = defaultMaxConns
+	}
+	// Past the cap, connections wait in the kernel's accept queue instead
+	// of each costing a descriptor and a goroutine here.
+	ln = netutil.LimitListener(ln, maxConns)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {

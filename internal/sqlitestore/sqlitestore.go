@@ -66,6 +66,9 @@ func open(ctx context.Context, dir string, now func() time.Time, busy time.Durat
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("sqlitestore: create data directory: %w", err)
 	}
+	if err := checkWritable(dir); err != nil {
+		return nil, err
+	}
 	q := url.Values{}
 	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", busy.Milliseconds()))
 	q.Add("_pragma", "journal_mode(WAL)")
@@ -84,6 +87,32 @@ func open(ctx context.Context, dir string, now func() time.Time, busy time.Durat
 		return nil, err
 	}
 	return s, nil
+}
+
+// checkWritable fails when the store could not write in dir: a read-only
+// directory or database file otherwise surfaced as "unavailable; retry" on
+// the first write, which no retry can fix.
+func checkWritable(dir string) error {
+	f, err := os.CreateTemp(dir, ".evs-write-check-*")
+	if err != nil {
+		return fmt.Errorf("sqlitestore: the data directory %s is not writable: %w", dir, err)
+	}
+	name := f.Name()
+	f.Close()
+	if err := os.Remove(name); err != nil {
+		return fmt.Errorf("sqlitestore: the data directory %s is not writable: %w", dir, err)
+	}
+	for _, n := range []string{FileName, FileName + "-wal", FileName + "-shm"} {
+		f, err := os.OpenFile(filepath.Join(dir, n), os.O_RDWR, 0)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("sqlitestore: %s is not writable: %w", filepath.Join(dir, n), err)
+		}
+		f.Close()
+	}
+	return nil
 }
 
 // Close closes the database.
@@ -135,8 +164,10 @@ func unavailable(err error) bool {
 		return false
 	}
 	switch se.Code() & 0xff {
+	// Not SQLITE_READONLY: a database that became read-only needs an
+	// operator, so it is an internal error, not "retry".
 	case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_IOERR, sqlite3.SQLITE_FULL,
-		sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_PROTOCOL, sqlite3.SQLITE_NOMEM, sqlite3.SQLITE_READONLY:
+		sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_PROTOCOL, sqlite3.SQLITE_NOMEM:
 		return true
 	}
 	return false

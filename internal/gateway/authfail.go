@@ -1,0 +1,105 @@
+package gateway
+
+import (
+	"container/list"
+	"net"
+	"net/http"
+	"net/netip"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+// failLimiter counts failed authentications per client address with a token
+// bucket each (rate per second, burst the same). Only clients that failed
+// have an entry, and at most max of them: when full, the client that failed
+// least recently is forgotten, so a flood of new addresses costs memory
+// bounded by max and can only make the limiter forget, never grow.
+type failLimiter struct {
+	rate  rate.Limit
+	burst int
+	max   int
+
+	mu      sync.Mutex
+	order   *list.List // of *failEntry, most recent failure first
+	clients map[string]*list.Element
+}
+
+type failEntry struct {
+	client string
+	lim    *rate.Limiter
+}
+
+func newFailLimiter(perSecond float64, max int) *failLimiter {
+	burst := int(perSecond)
+	if burst < 1 {
+		burst = 1
+	}
+	return &failLimiter{rate: rate.Limit(perSecond), burst: burst, max: max, order: list.New(), clients: map[string]*list.Element{}}
+}
+
+// blocked tells whether client has no failure left to spend at now, and
+// how long until it has one.
+func (f *failLimiter) blocked(client string, now time.Time) (time.Duration, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	el, ok := f.clients[client]
+	if !ok {
+		return 0, false
+	}
+	lim := el.Value.(*failEntry).lim
+	if lim.TokensAt(now) >= 1 {
+		return 0, false
+	}
+	res := lim.ReserveN(now, 1)
+	defer res.CancelAt(now)
+	return res.DelayFrom(now), true
+}
+
+// fail spends one of client's failures.
+func (f *failLimiter) fail(client string, now time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	el, ok := f.clients[client]
+	if ok {
+		f.order.MoveToFront(el)
+	} else {
+		if f.order.Len() >= f.max {
+			oldest := f.order.Back()
+			f.order.Remove(oldest)
+			delete(f.clients, oldest.Value.(*failEntry).client)
+		}
+		el = f.order.PushFront(&failEntry{client: client, lim: rate.NewLimiter(f.rate, f.burst)})
+		f.clients[client] = el
+	}
+	el.Value.(*failEntry).lim.AllowN(now, 1)
+}
+
+// size is the number of clients remembered.
+func (f *failLimiter) size() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.order.Len()
+}
+
+// clientOf is the address failures are counted against: the peer's IPv4
+// address, or the /64 of its IPv6 address, since one IPv6 host usually holds
+// a whole /64 and could otherwise take a fresh address for every attempt.
+// Headers such as X-Forwarded-For are not trusted: anyone can send them.
+func clientOf(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		host = r.RemoteAddr
+	}
+	ip, err := netip.ParseAddr(host)
+	if err != nil {
+		return host
+	}
+	ip = ip.Unmap()
+	if ip.Is4() {
+		return ip.String()
+	}
+	p, _ := ip.Prefix(64)
+	return p.String()
+}
