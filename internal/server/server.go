@@ -94,6 +94,9 @@ func New(o Options) (*Server, error) {
 	if rc.Logger == nil {
 		rc.Logger = o.Logger
 	}
+	if rc.Deadline == 0 {
+		rc.Deadline = o.Config.BatchDeadline
+	}
 	runner, err := batch.NewRunner(rc)
 	if err != nil {
 		return nil, err
