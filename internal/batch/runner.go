@@ -50,9 +50,9 @@ type RunnerConfig struct {
 	// quarters of the lane), so that an account whose receiving servers
 	// never answer cannot hold every slot when another account arrives.
 	PerAccount int
-	// SessionLimit bounds one domain group's SMTP session, waiting for a
-	// connection slot included (default 5 min); the addresses it leaves
-	// unverified end as unknown/timeout.
+	// SessionLimit bounds each SMTP session of a domain group, the wait for
+	// a connection slot included (default 5 min); a session past it ends,
+	// with the rest of its group, as unknown/timeout.
 	SessionLimit time.Duration
 	// Deadline is a batch's time limit from its start (EVS_BATCH_DEADLINE;
 	// 0 means none): what is left then ends as unknown/timeout.
@@ -125,8 +125,9 @@ func NewRunner(cfg RunnerConfig) (*Runner, error) {
 		return max(1, slots*3/4)
 	}
 	r := &Runner{
-		cfg:    cfg,
-		proc:   &Processor{Engine: cfg.Engine, Sandbox: cfg.Sandbox, MaxGreyAttempts: cfg.MaxGreyAttempts, PerConnection: cfg.PerConnection},
+		cfg: cfg,
+		proc: &Processor{Engine: cfg.Engine, Sandbox: cfg.Sandbox, MaxGreyAttempts: cfg.MaxGreyAttempts,
+			PerConnection: cfg.PerConnection, SessionLimit: cfg.SessionLimit, Now: cfg.Now},
 		active: map[string]bool{},
 	}
 	r.live = newLane(cfg.Workers, share(cfg.Workers), cfg.PerBatch, r.startTask)
@@ -295,9 +296,9 @@ func (r *Runner) run(parent context.Context, b evs.Batch) error {
 		}
 	}()
 	for _, g := range GroupByDomain(items) {
-		for start := 0; start < len(g.Items); start += r.cfg.PerConnection {
-			r.submit(task{run: br, group: Group{Domain: g.Domain, Items: g.Items[start:min(start+r.cfg.PerConnection, len(g.Items))]}})
-		}
+		// A domain's sessions run one after another in one task: polite to
+		// its servers, and its accept-all probe is made once.
+		r.submit(task{run: br, group: g})
 	}
 	br.tasks.Wait()
 	br.lane.remove(br)
@@ -346,37 +347,22 @@ func (r *Runner) startTask(t task) {
 	}()
 }
 
-// runTask verifies one group within the session time limit and hands its
-// results to the writer; it returns the items to retry later.
+// runTask verifies one group and hands its results to the writer; it
+// returns the items to retry later. Each SMTP session of the group is
+// bounded by SessionLimit (see Processor).
 func (r *Runner) runTask(t task) []evs.Item {
 	br := t.run
 	if br.ctx.Err() != nil {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(br.ctx, r.cfg.SessionLimit)
-	defer cancel()
-	results, retry, err := r.proc.Verify(ctx, br.test, br.mode, t.group, t.attempt, br.memo)
+	results, retry, err := r.proc.Verify(br.ctx, br.test, br.mode, t.group, t.attempt, br.memo)
 	br.w.add(results)
-	if err == nil || br.ctx.Err() != nil {
+	if err != nil {
 		// Cancel, shutdown or the batch deadline cut it short: what is
 		// left stays pending for the next run or for expire.
-		return retry
+		return nil
 	}
-	// The session ran out of time. Trying the same silent server again
-	// would hold a slot as long again, so the addresses it did not answer
-	// for end here as unknown/timeout.
-	done := make(map[int]bool, len(results))
-	for _, res := range results {
-		done[res.Seq] = true
-	}
-	var left []evs.Item
-	for _, it := range t.group.Items {
-		if !done[it.Seq] {
-			left = append(left, it)
-		}
-	}
-	br.w.add(TimeoutResults(left, br.mode, br.test, DetailSession, r.cfg.Now()))
-	return nil
+	return retry
 }
 
 // expire completes a batch past its deadline: every item still pending

@@ -5,8 +5,8 @@ import (
 )
 
 // The in-process runner shares its worker slots between tenants. Work is a
-// task: one domain group of at most PerConnection addresses, which is one
-// SMTP session. Tasks wait in their batch's queue; a free slot goes to the
+// task: one domain group of a batch, whose SMTP sessions (PerConnection
+// addresses each) run one after another. Tasks wait in their batch's queue; a free slot goes to the
 // next account in round-robin order that has a task ready, and inside that
 // account to its next batch in round-robin order. So an account with one
 // batch gets as many slots as an account with ten, and a batch of 50,000
