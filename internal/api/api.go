@@ -70,7 +70,7 @@ type Queue interface {
 
 // BatchStore is the part of the store the batch handlers use.
 type BatchStore interface {
-	CreateBatch(ctx context.Context, b evs.Batch, items []evs.Item) error
+	CreateBatchWithin(ctx context.Context, b evs.Batch, items []evs.Item, maxActive int) error
 	Batch(ctx context.Context, accountID, id string) (evs.Batch, error)
 	TransitionBatch(ctx context.Context, accountID, id string, from []evs.State, to evs.State, errMsg string, now time.Time) (evs.Batch, error)
 	Results(ctx context.Context, accountID, id string, afterSeq, limit int, status evs.Status) ([]evs.Result, error)
@@ -87,6 +87,9 @@ type Deps struct {
 	// Batches and Queue serve the batch endpoints (RequestsFunction only).
 	Batches BatchStore
 	Queue   Queue
+	// MaxActiveBatches is how many batches an account may have queued or
+	// running (EVS_MAX_ACTIVE_BATCHES); one more is 429. 0 means no limit.
+	MaxActiveBatches int
 	// Retention is how long batches and results are kept (default 30 days).
 	Retention time.Duration
 	// VerifyTimeout bounds one synchronous verification (default 20 s, under
@@ -265,6 +268,11 @@ func rawReply(requestID string, status int, contentType string, b []byte) events
 func errorReply(requestID string, err error) events.APIGatewayProxyResponse {
 	status, b := FromError(err, requestID)
 	r := rawReply(requestID, status, "application/json; charset=utf-8", b)
+	if status == http.StatusTooManyRequests {
+		// The only 429 a handler gives is the active-batch limit: a batch
+		// of a few thousand addresses finishes in about this time.
+		r.Headers["Retry-After"] = RetryAfterActiveBatches
+	}
 	if status == http.StatusMethodNotAllowed {
 		var me *methodError
 		if errors.As(err, &me) {
@@ -273,6 +281,13 @@ func errorReply(requestID string, err error) events.APIGatewayProxyResponse {
 	}
 	return r
 }
+
+// RetryAfterActiveBatches is the Retry-After, in seconds, of a batch
+// creation refused because the account has too many active batches.
+const RetryAfterActiveBatches = "30"
+
+// errNotKept marks a reply the idempotency record must not keep.
+var errNotKept = errors.New("api: reply not kept")
 
 // methodError is a 405 that knows which methods the path allows.
 type methodError struct {
@@ -324,8 +339,20 @@ func (h *Handler) idempotent(ctx context.Context, req events.APIGatewayProxyRequ
 		Body:        raw,
 		RequestID:   req.RequestContext.RequestID,
 	}, func(ctx context.Context) (idempotency.Reply, error) {
-		return toReply(fn(ctx)), nil
+		r := fn(ctx)
+		if r.StatusCode == http.StatusTooManyRequests {
+			// Like a 5xx, a 429 is about now, not about the request: kept,
+			// it would answer the client's retry after Retry-After with the
+			// same refusal for 24 hours.
+			return toReply(r), errNotKept
+		}
+		return toReply(r), nil
 	})
+	if errors.Is(err, errNotKept) {
+		resp := fromReply(r)
+		resp.Headers["X-Request-Id"] = req.RequestContext.RequestID
+		return resp, false, nil
+	}
 	if err != nil {
 		return events.APIGatewayProxyResponse{}, false, err
 	}

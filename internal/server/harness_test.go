@@ -81,6 +81,13 @@ type options struct {
 	// replyTimeout is the prober's wait for each SMTP reply (default 2s);
 	// a test that holds replies on purpose sets it past its own length.
 	replyTimeout time.Duration
+	// maxActive and deadline set EVS_MAX_ACTIVE_BATCHES and
+	// EVS_BATCH_DEADLINE (default: no limit, none).
+	maxActive int
+	deadline  time.Duration
+	// wrapStore, when set, wraps the store the server uses (fault
+	// injection); the harness keeps reading the store itself.
+	wrapStore func(server.Store) server.Store
 }
 
 func start(t *testing.T, o options) *harness {
@@ -146,13 +153,18 @@ func start(t *testing.T, o options) *harness {
 	if authTTL == 0 {
 		authTTL = 300 * time.Second
 	}
-	cfg := config.Config{RateLimit: o.rateLimit, AuthTTL: authTTL, Retention: 30 * 24 * time.Hour, SMTP: config.SMTPDirect}
+	cfg := config.Config{RateLimit: o.rateLimit, AuthTTL: authTTL, Retention: 30 * 24 * time.Hour, SMTP: config.SMTPDirect,
+		MaxActiveBatches: o.maxActive, BatchDeadline: o.deadline}
+	var srvStore server.Store = st
+	if o.wrapStore != nil {
+		srvStore = o.wrapStore(st)
+	}
 	bc := o.batch
 	if bc.FlushEvery == 0 {
 		bc.FlushEvery = 20 * time.Millisecond
 	}
 	srv, err := server.New(server.Options{
-		Config: cfg, Store: st, Engine: engine, Now: now, Batch: bc,
+		Config: cfg, Store: srvStore, Engine: engine, Now: now, Batch: bc,
 		Logger: slog.New(slog.NewJSONHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	})
 	if err != nil {

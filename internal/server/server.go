@@ -102,14 +102,15 @@ func New(o Options) (*Server, error) {
 		return nil, err
 	}
 	h := api.New(api.Deps{
-		Engine:      o.Engine,
-		Sandbox:     sandbox,
-		Idempotency: idempotency.New(o.Store, o.Now),
-		Batches:     o.Store,
-		Queue:       runner,
-		Retention:   o.Config.Retention,
-		Now:         o.Now,
-		Logger:      o.Logger,
+		Engine:           o.Engine,
+		Sandbox:          sandbox,
+		Idempotency:      idempotency.New(o.Store, o.Now),
+		Batches:          o.Store,
+		Queue:            runner,
+		Retention:        o.Config.Retention,
+		MaxActiveBatches: o.Config.MaxActiveBatches,
+		Now:              o.Now,
+		Logger:           o.Logger,
 	})
 	az := authorizer.New(o.Store)
 	gw, err := gateway.New(gateway.Config{
