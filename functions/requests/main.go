@@ -38,6 +38,8 @@ func main() {
 		Queue:       sqsqueue.New(sqs.NewFromConfig(awsCfg), cfg.QueueURL),
 		Retention:   cfg.Retention,
 		Logger:      logger,
+		// Exact on DynamoDB: see dynamostore.CreateBatchWithin.
+		MaxActiveBatches: cfg.MaxActiveBatches,
 	})
 	lambda.Start(h.Requests)
 }

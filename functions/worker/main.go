@@ -17,6 +17,7 @@ import (
 	"github.com/evs-dev/evs/internal/dynamostore"
 	"github.com/evs-dev/evs/internal/sqsqueue"
 	"github.com/evs-dev/evs/internal/verify"
+	"github.com/evs-dev/evs/internal/verify/dnscheck"
 )
 
 func main() {
@@ -25,23 +26,32 @@ func main() {
 		st     *dynamostore.Store
 		awsCfg aws.Config
 		engine *verify.Engine
+		res    *dnscheck.Resolver
 	)
 	if err == nil {
 		st, awsCfg, err = dynamostore.Open(context.Background(), dynamostore.Tables(cfg.Tables))
 	}
 	if err == nil {
-		engine, _, err = verify.Build(cfg)
+		engine, res, err = verify.Build(cfg)
 	}
 	if err != nil {
 		logger.Error("worker: init failed", "error", err.Error())
 		os.Exit(1)
 	}
 	w := &sqsqueue.Worker{
-		Queue:     sqsqueue.New(sqs.NewFromConfig(awsCfg), cfg.QueueURL),
-		Store:     st,
-		Accounts:  st,
-		Processor: &batch.Processor{Engine: engine, Sandbox: verify.NewSandbox(time.Now)},
+		Queue:    sqsqueue.New(sqs.NewFromConfig(awsCfg), cfg.QueueURL),
+		Store:    st,
+		Accounts: st,
+		// Four sessions of a 200-address message fit in the function's
+		// 300 s timeout, so a silent server ends as unknown/timeout
+		// instead of a message redelivered until it dead-letters.
+		Processor: &batch.Processor{Engine: engine, Sandbox: verify.NewSandbox(time.Now), SessionLimit: time.Minute},
 		Logger:    logger,
+		Deadline:  cfg.BatchDeadline,
+	}
+	if cfg.SMTP != config.SMTPOff {
+		// Per-host politeness across every concurrent invocation.
+		w.Leases, w.MX = st, res
 	}
 	lambda.Start(w.Handle)
 }

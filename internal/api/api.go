@@ -80,7 +80,7 @@ type Queue interface {
 
 // BatchStore is the part of the store the batch handlers use.
 type BatchStore interface {
-	CreateBatch(ctx context.Context, b evs.Batch, items []evs.Item) error
+	CreateBatchWithin(ctx context.Context, b evs.Batch, items []evs.Item, maxActive int) error
 	Batch(ctx context.Context, accountID, id string) (evs.Batch, error)
 	TransitionBatch(ctx context.Context, accountID, id string, from []evs.State, to evs.State, errMsg string, now time.Time) (evs.Batch, error)
 	Results(ctx context.Context, accountID, id string, afterSeq, limit int, status evs.Status) ([]evs.Result, error)
@@ -97,6 +97,9 @@ type Deps struct {
 	// Batches and Queue serve the batch endpoints (RequestsFunction only).
 	Batches BatchStore
 	Queue   Queue
+	// MaxActiveBatches is how many batches an account may have queued or
+	// running (EVS_MAX_ACTIVE_BATCHES); one more is 429. 0 means no limit.
+	MaxActiveBatches int
 	// Retention is how long batches and results are kept (default 30 days).
 	Retention time.Duration
 	// VerifyTimeout bounds one synchronous verification (default 20 s, under
@@ -279,7 +282,12 @@ func errReply(err error) idempotency.Reply {
 	b, _ := json.Marshal(errorMeaning{Code: code, Message: evs.ErrorMessage(err)})
 	r := idempotency.Reply{StatusCode: HTTPStatus(code), Body: b}
 	var me *methodError
-	if r.StatusCode == http.StatusMethodNotAllowed && errors.As(err, &me) {
+	switch {
+	case r.StatusCode == http.StatusTooManyRequests:
+		// The only 429 a handler gives is the active-batch limit: a batch
+		// of a few thousand addresses finishes in about this time.
+		r.Headers = map[string]string{"Retry-After": RetryAfterActiveBatches}
+	case r.StatusCode == http.StatusMethodNotAllowed && errors.As(err, &me):
 		r.Headers = map[string]string{"Allow": strings.Join(me.allowed, ", ")}
 	}
 	return r
@@ -332,6 +340,13 @@ func errorReply(requestID string, err error) events.APIGatewayProxyResponse {
 	return render(errReply(err), requestID)
 }
 
+// RetryAfterActiveBatches is the Retry-After, in seconds, of a batch
+// creation refused because the account has too many active batches.
+const RetryAfterActiveBatches = "30"
+
+// errNotKept marks a reply the idempotency record must not keep.
+var errNotKept = errors.New("api: reply not kept")
+
 // methodError is a 405 that knows which methods the path allows.
 type methodError struct {
 	err     *evs.Error
@@ -371,8 +386,18 @@ func (h *Handler) idempotent(ctx context.Context, req events.APIGatewayProxyRequ
 		ContentType: ct,
 		Body:        raw,
 	}, func(ctx context.Context) (idempotency.Reply, error) {
-		return fn(ctx), nil
+		r := fn(ctx)
+		if r.StatusCode == http.StatusTooManyRequests {
+			// Like a 5xx, a 429 is about now, not about the request: kept,
+			// it would answer the client's retry after Retry-After with the
+			// same refusal for 24 hours.
+			return r, errNotKept
+		}
+		return r, nil
 	})
+	if errors.Is(err, errNotKept) {
+		return render(r, rid), r, false, nil
+	}
 	if err != nil {
 		return events.APIGatewayProxyResponse{}, idempotency.Reply{}, false, err
 	}

@@ -205,7 +205,7 @@ func (h *Handler) storeBatch(ctx context.Context, p Principal, in parsedBatch) (
 			Duplicates: len(in.emails) - len(items),
 		},
 	}
-	if err := h.d.Batches.CreateBatch(ctx, b, items); err != nil {
+	if err := h.d.Batches.CreateBatchWithin(ctx, b, items, h.d.MaxActiveBatches); err != nil {
 		return evs.Batch{}, err
 	}
 	if err := h.d.Queue.Enqueue(ctx, b); err != nil {

@@ -70,6 +70,13 @@ type Processor struct {
 	// PerConnection caps the recipients checked on one SMTP connection
 	// (default 50); receiving servers limit recipients per transaction.
 	PerConnection int
+	// SessionLimit bounds each SMTP session of a group (0: none). A session
+	// that runs past it ends, with the rest of the group, as
+	// unknown/timeout: trying the same silent server again would hold a
+	// worker as long again.
+	SessionLimit time.Duration
+	// Now is the clock of the results the limit writes (default time.Now).
+	Now func() time.Time
 }
 
 // Group is items of one domain.
@@ -125,12 +132,26 @@ func (p *Processor) Verify(ctx context.Context, test bool, mode evs.Mode, g Grou
 		for i, it := range chunk {
 			emails[i] = it.Email
 		}
-		ds := v.VerifyDomain(ctx, emails, mode, memo)
+		sctx, cancel := ctx, context.CancelFunc(func() {})
+		if p.SessionLimit > 0 {
+			sctx, cancel = context.WithTimeout(ctx, p.SessionLimit)
+		}
+		ds := v.VerifyDomain(sctx, emails, mode, memo)
+		timedOut := sctx.Err() != nil
+		cancel()
 		if ctx.Err() != nil {
 			// Cut short (cancel, shutdown): these verdicts are artefacts of
 			// our deadline, not facts about the mailboxes. Leave them for
 			// the next run.
 			return results, nil, ctx.Err()
+		}
+		if timedOut {
+			now := time.Now
+			if p.Now != nil {
+				now = p.Now
+			}
+			results = append(results, TimeoutResults(g.Items[start:], mode, test, DetailSession, now())...)
+			break
 		}
 		for i, d := range ds {
 			if d.Reason == evs.ReasonGreylisted && attempt+1 < maxGrey {

@@ -42,6 +42,25 @@ type RunnerConfig struct {
 	MaxGreyAttempts int
 	// PerConnection caps recipients per SMTP connection (default 50).
 	PerConnection int
+
+	// TestWorkers is the slots of the test-mode lane (default 16): sandbox
+	// work never waits behind SMTP work.
+	TestWorkers int
+	// PerAccount caps the slots of a lane one account holds (default three
+	// quarters of the lane), so that an account whose receiving servers
+	// never answer cannot hold every slot when another account arrives.
+	PerAccount int
+	// SessionLimit bounds each SMTP session of a domain group, the wait for
+	// a connection slot included (default 5 min); a session past it ends,
+	// with the rest of its group, as unknown/timeout.
+	SessionLimit time.Duration
+	// Deadline is a batch's time limit from its start (EVS_BATCH_DEADLINE;
+	// 0 means none): what is left then ends as unknown/timeout.
+	Deadline time.Duration
+	// RetryBase and RetryMax shape the back-off after a store fault
+	// (defaults 200 ms and 30 s): work is retried until the store answers.
+	RetryBase time.Duration
+	RetryMax  time.Duration
 }
 
 // Runner runs batches in this process. Work is recorded in the store before
@@ -51,7 +70,8 @@ type RunnerConfig struct {
 type Runner struct {
 	cfg  RunnerConfig
 	proc *Processor
-	all  chan struct{}
+	live *lane // SMTP work of live accounts
+	test *lane // sandbox work of test-mode accounts
 
 	mu      sync.Mutex
 	ctx     context.Context
@@ -83,12 +103,36 @@ func NewRunner(cfg RunnerConfig) (*Runner, error) {
 	if cfg.FlushEvery <= 0 {
 		cfg.FlushEvery = 200 * time.Millisecond
 	}
-	return &Runner{
-		cfg:    cfg,
-		proc:   &Processor{Engine: cfg.Engine, Sandbox: cfg.Sandbox, MaxGreyAttempts: cfg.MaxGreyAttempts, PerConnection: cfg.PerConnection},
-		all:    make(chan struct{}, cfg.Workers),
+	if cfg.PerConnection <= 0 {
+		cfg.PerConnection = 50
+	}
+	if cfg.TestWorkers <= 0 {
+		cfg.TestWorkers = 16
+	}
+	if cfg.SessionLimit <= 0 {
+		cfg.SessionLimit = 5 * time.Minute
+	}
+	if cfg.RetryBase <= 0 {
+		cfg.RetryBase = 200 * time.Millisecond
+	}
+	if cfg.RetryMax <= 0 {
+		cfg.RetryMax = 30 * time.Second
+	}
+	share := func(slots int) int {
+		if cfg.PerAccount > 0 {
+			return min(cfg.PerAccount, slots)
+		}
+		return max(1, slots*3/4)
+	}
+	r := &Runner{
+		cfg: cfg,
+		proc: &Processor{Engine: cfg.Engine, Sandbox: cfg.Sandbox, MaxGreyAttempts: cfg.MaxGreyAttempts,
+			PerConnection: cfg.PerConnection, SessionLimit: cfg.SessionLimit, Now: cfg.Now},
 		active: map[string]bool{},
-	}, nil
+	}
+	r.live = newLane(cfg.Workers, share(cfg.Workers), cfg.PerBatch, r.startTask)
+	r.test = newLane(cfg.TestWorkers, share(cfg.TestWorkers), cfg.PerBatch, r.startTask)
+	return r, nil
 }
 
 // Start resumes every unfinished batch and accepts new ones until ctx ends.
@@ -96,9 +140,20 @@ func (r *Runner) Start(ctx context.Context) error {
 	r.mu.Lock()
 	r.ctx, r.started = ctx, true
 	r.mu.Unlock()
-	bs, err := r.cfg.Store.UnfinishedBatches(ctx)
-	if err != nil {
-		return err
+	var bs []evs.Batch
+	for attempt := 0; ; attempt++ {
+		var err error
+		if bs, err = r.cfg.Store.UnfinishedBatches(ctx); err == nil {
+			break
+		}
+		if evs.ErrorCode(err) != evs.CodeUnavailable || attempt >= 5 {
+			return err
+		}
+		// The store may be coming up with us: wait for it a little
+		// before refusing to start.
+		if !sleep(ctx, RetryDelay(r.cfg.RetryBase, r.cfg.RetryMax, attempt)) {
+			return ctx.Err()
+		}
 	}
 	for _, b := range bs {
 		r.cfg.Logger.Info("resuming batch", slog.String("batchId", b.ID), slog.String("state", string(b.State)))
@@ -139,10 +194,58 @@ func (r *Runner) launch(b evs.Batch) {
 			delete(r.active, key)
 			r.mu.Unlock()
 		}()
-		if err := r.run(r.ctx, b); err != nil && r.ctx.Err() == nil {
-			logErr(r.cfg.Logger, "batch run failed", b, err)
-		}
+		r.supervise(r.ctx, b)
 	}()
+}
+
+// supervise runs the batch until it is final. A run that a store fault
+// interrupted is started again after a back-off, for as long as the
+// service is up: no batch stays running with nothing happening. Each run
+// starts from the items still pending in the store, so nothing is done
+// twice.
+func (r *Runner) supervise(ctx context.Context, b evs.Batch) {
+	for attempt := 0; ; attempt++ {
+		err := r.run(ctx, b)
+		if ctx.Err() != nil {
+			return
+		}
+		if err == nil {
+			cur, berr := r.cfg.Store.Batch(ctx, b.AccountID, b.ID)
+			if berr == nil && cur.State.Final() {
+				return
+			}
+			if berr == nil {
+				berr = errors.New("batch: the batch is not final after its run")
+			}
+			err = berr
+		}
+		if evs.ErrorCode(err) == evs.CodeNotFound {
+			return // expired or deleted: nothing left to do
+		}
+		d := RetryDelay(r.cfg.RetryBase, r.cfg.RetryMax, attempt)
+		r.cfg.Logger.Warn("batch run interrupted; retrying", slog.String("batchId", b.ID),
+			slog.String("accountId", b.AccountID), slog.Duration("retryIn", d), slog.String("error", err.Error()))
+		if !sleep(ctx, d) {
+			return
+		}
+	}
+}
+
+// batchRun is one run of one batch: its tasks, its writer and its
+// bookkeeping in the lane.
+type batchRun struct {
+	b     evs.Batch
+	test  bool
+	mode  evs.Mode
+	ctx   context.Context
+	memo  *verify.CatchAllMemo
+	w     *writer
+	lane  *lane
+	tasks sync.WaitGroup // queued, running or waiting out a back-off
+
+	// ready and inflight belong to the lane and are guarded by its mu.
+	ready    []task
+	inflight int
 }
 
 // run processes every pending item of one batch.
@@ -160,67 +263,129 @@ func (r *Runner) run(parent context.Context, b evs.Batch) error {
 			return err
 		}
 	}
+	if PastDeadline(b, r.cfg.Deadline, r.cfg.Now()) {
+		return r.expire(parent, b, acct.Test)
+	}
 	items, err := AllPending(parent, r.cfg.Store, b.AccountID, b.ID)
 	if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithCancel(parent)
 	defer cancel()
+	var stopDeadline func() bool
+	if r.cfg.Deadline > 0 {
+		// The deadline stops the work in flight; expire then ends what is
+		// left. The clock is the runner's, so the timer is only a wake-up.
+		wait := b.CreatedAt.Add(r.cfg.Deadline).Sub(r.cfg.Now())
+		stopDeadline = time.AfterFunc(max(wait, 0), cancel).Stop
+	}
 	w := newWriter(r, b, cancel)
 	go w.loop(ctx)
 
-	mode := b.Mode
-	memo := verify.NewCatchAllMemo()
-	per := make(chan struct{}, r.cfg.PerBatch)
-	var work sync.WaitGroup
-	var submit func(g Group, attempt int)
-	submit = func(g Group, attempt int) {
-		work.Add(1)
-		go func() {
-			defer work.Done()
-			select {
-			case per <- struct{}{}:
-			case <-ctx.Done():
-				return
-			}
-			select {
-			case r.all <- struct{}{}:
-			case <-ctx.Done():
-				<-per
-				return
-			}
-			results, retry, err := r.proc.Verify(ctx, acct.Test, mode, g, attempt, memo)
-			<-r.all
-			<-per
-			w.add(results)
-			if err != nil || len(retry) == 0 {
-				return
-			}
-			// Wait out the back-off, but not past shutdown or cancel: the
-			// addresses stay pending in the store and a restart picks them
-			// up, so a SIGTERM never waits minutes for a greylist timer.
-			delay := Backoff(r.cfg.GreyBackoff, attempt+1)
-			work.Add(1)
-			go func() {
-				defer work.Done()
-				t := time.NewTimer(delay)
-				defer t.Stop()
-				select {
-				case <-t.C:
-					submit(Group{Domain: g.Domain, Items: retry}, attempt+1)
-				case <-ctx.Done():
-				}
-			}()
-		}()
+	br := &batchRun{b: b, test: acct.Test, mode: b.Mode, ctx: ctx, memo: verify.NewCatchAllMemo(), w: w, lane: r.live}
+	if acct.Test {
+		br.lane = r.test
 	}
+	br.lane.add(br)
+	go func() {
+		// Cancel, deadline or shutdown: tasks still waiting for a slot
+		// will not run.
+		<-ctx.Done()
+		for n := br.lane.drop(br); n > 0; n-- {
+			br.tasks.Done()
+		}
+	}()
 	for _, g := range GroupByDomain(items) {
-		submit(g, 0)
+		// A domain's sessions run one after another in one task: polite to
+		// its servers, and its accept-all probe is made once.
+		r.submit(task{run: br, group: g})
 	}
-	work.Wait()
-	return w.close()
+	br.tasks.Wait()
+	br.lane.remove(br)
+	if stopDeadline != nil {
+		stopDeadline()
+	}
+	if err := w.close(parent); err != nil {
+		return err
+	}
+	if parent.Err() == nil && PastDeadline(b, r.cfg.Deadline, r.cfg.Now()) {
+		return r.expire(parent, b, acct.Test)
+	}
+	return nil
 }
 
-// writer collects results and writes them in large transactions.
+// submit queues a task in its batch's lane.
+func (r *Runner) submit(t task) {
+	t.run.tasks.Add(1)
+	if t.run.ctx.Err() != nil {
+		t.run.tasks.Done()
+		return
+	}
+	t.run.lane.push(t)
+}
+
+// startTask runs a task that the lane gave a slot.
+func (r *Runner) startTask(t task) {
+	go func() {
+		br := t.run
+		defer br.tasks.Done()
+		retry := r.runTask(t)
+		br.lane.done(t)
+		if len(retry) == 0 {
+			return
+		}
+		// Wait out the back-off, but not past shutdown or cancel: the
+		// addresses stay pending in the store and a restart picks them
+		// up, so a SIGTERM never waits minutes for a greylist timer.
+		br.tasks.Add(1)
+		go func() {
+			defer br.tasks.Done()
+			if sleep(br.ctx, Backoff(r.cfg.GreyBackoff, t.attempt+1)) {
+				r.submit(task{run: br, group: Group{Domain: t.group.Domain, Items: retry}, attempt: t.attempt + 1})
+			}
+		}()
+	}()
+}
+
+// runTask verifies one group and hands its results to the writer; it
+// returns the items to retry later. Each SMTP session of the group is
+// bounded by SessionLimit (see Processor).
+func (r *Runner) runTask(t task) []evs.Item {
+	br := t.run
+	if br.ctx.Err() != nil {
+		return nil
+	}
+	results, retry, err := r.proc.Verify(br.ctx, br.test, br.mode, t.group, t.attempt, br.memo)
+	br.w.add(results)
+	if err != nil {
+		// Cancel, shutdown or the batch deadline cut it short: what is
+		// left stays pending for the next run or for expire.
+		return nil
+	}
+	return retry
+}
+
+// expire completes a batch past its deadline: every item still pending
+// ends as unknown/timeout.
+func (r *Runner) expire(ctx context.Context, b evs.Batch, test bool) error {
+	items, err := AllPending(ctx, r.cfg.Store, b.AccountID, b.ID)
+	if err != nil {
+		return err
+	}
+	r.cfg.Logger.Info("batch deadline passed; the pending addresses end as unknown/timeout",
+		slog.String("batchId", b.ID), slog.String("accountId", b.AccountID), slog.Int("pending", len(items)))
+	rs := TimeoutResults(items, evs.Mode(b.Mode), test, DetailDeadline, r.cfg.Now())
+	for start := 0; start < len(rs); start += r.cfg.FlushSize {
+		if _, err := r.cfg.Store.PutResults(ctx, b.AccountID, b.ID, rs[start:min(start+r.cfg.FlushSize, len(rs))], r.cfg.Now()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// writer collects results and writes them in large transactions. A write
+// that fails keeps its results for the next one, after a back-off: verdicts
+// cost network work and are not dropped while the store is down.
 type writer struct {
 	r      *Runner
 	b      evs.Batch
@@ -230,7 +395,8 @@ type writer struct {
 	kick   chan struct{}
 	done   chan struct{}
 	closed chan struct{}
-	err    error
+	fails  int       // consecutive failed writes
+	after  time.Time // no write before this, after a failure
 }
 
 func newWriter(r *Runner, b evs.Batch, stop context.CancelFunc) *writer {
@@ -261,17 +427,15 @@ func (w *writer) loop(ctx context.Context) {
 	for {
 		select {
 		case <-w.closed:
-			w.flush()
 			return
 		case <-ctx.Done():
-			// Shutdown or cancel: what is verified is kept.
-			w.flush()
+			// Shutdown, cancel or deadline: close writes what is left.
 			return
 		case <-w.kick:
 		case <-t.C:
 			polls++
 		}
-		wrote := w.flush()
+		wrote, _ := w.flush(false)
 		if !wrote && polls%5 == 0 {
 			// No results for a while (slow SMTP): still notice a cancel.
 			if b, err := w.r.cfg.Store.Batch(ctx, w.b.AccountID, w.b.ID); err == nil && b.State.Final() {
@@ -281,49 +445,67 @@ func (w *writer) loop(ctx context.Context) {
 	}
 }
 
-// flush writes what is buffered in one step, retrying a store fault a few
-// times; it reports whether anything was written.
-func (w *writer) flush() bool {
+// flush writes what is buffered in one step and reports whether anything
+// was written. After a failure it waits out the back-off unless force.
+func (w *writer) flush(force bool) (bool, error) {
 	w.mu.Lock()
+	if !force && time.Now().Before(w.after) {
+		w.mu.Unlock()
+		return false, nil
+	}
 	rs := w.buf
 	w.buf = nil
 	w.mu.Unlock()
 	if len(rs) == 0 {
-		return false
+		return false, nil
 	}
 	// The write must land even while shutting down: these verdicts cost
 	// network work.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var err error
-	for attempt := 0; attempt < 5; attempt++ {
-		var b evs.Batch
-		b, err = w.r.cfg.Store.PutResults(ctx, w.b.AccountID, w.b.ID, rs, w.r.cfg.Now())
-		if err == nil {
-			if b.State.Final() && b.State != evs.StateCompleted {
-				w.stop() // cancelled or failed: stop new work promptly
-			}
-			return true
-		}
-		if evs.ErrorCode(err) != evs.CodeUnavailable {
-			break
-		}
-		time.Sleep(time.Duration(attempt+1) * 100 * time.Millisecond)
-	}
-	logErr(w.r.cfg.Logger, "could not write results; they stay pending and are redone at the next start", w.b, err)
-	w.mu.Lock()
-	if w.err == nil {
-		w.err = err
-	}
-	w.mu.Unlock()
-	return false
-}
-
-func (w *writer) close() error {
-	close(w.closed)
-	<-w.done
-	w.flush() // results added after the loop stopped
+	b, err := w.r.cfg.Store.PutResults(ctx, w.b.AccountID, w.b.ID, rs, w.r.cfg.Now())
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.err
+	if err != nil {
+		// Keep them, in front of what came meanwhile, for the next try.
+		w.buf = append(rs, w.buf...)
+		w.after = time.Now().Add(RetryDelay(w.r.cfg.RetryBase, w.r.cfg.RetryMax, w.fails))
+		w.fails++
+		if w.fails == 1 || w.fails%10 == 0 {
+			logErr(w.r.cfg.Logger, "could not write results; retrying with back-off", w.b, err)
+		}
+		return false, err
+	}
+	w.fails = 0
+	if b.State.Final() && b.State != evs.StateCompleted {
+		w.stop() // cancelled or failed: stop new work promptly
+	}
+	return true, nil
+}
+
+// close stops the loop and writes what is left, retrying with back-off
+// until the store answers or ctx (the service) ends; then the results not
+// written stay pending in the store and are redone at the next start.
+func (w *writer) close(ctx context.Context) error {
+	close(w.closed)
+	<-w.done
+	for attempt := 0; ; attempt++ {
+		_, err := w.flush(true)
+		if err == nil {
+			w.mu.Lock()
+			left := len(w.buf)
+			w.mu.Unlock()
+			if left == 0 {
+				return nil
+			}
+			continue
+		}
+		if ctx.Err() != nil || evs.ErrorCode(err) != evs.CodeUnavailable {
+			logErr(w.r.cfg.Logger, "could not write results; they stay pending and are redone", w.b, err)
+			return err
+		}
+		if !sleep(ctx, RetryDelay(w.r.cfg.RetryBase, w.r.cfg.RetryMax, attempt)) {
+			return ctx.Err()
+		}
+	}
 }

@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -142,6 +143,19 @@ func (s *Store) Batch(ctx context.Context, accountID, id string) (evs.Batch, err
 // record, writes the item rows, then makes the batch visible. See the
 // package comment for why a crash part-way leaves nothing visible.
 func (s *Store) CreateBatch(ctx context.Context, b evs.Batch, items []evs.Item) error {
+	return s.createBatch(ctx, b, items, nil)
+}
+
+// createBatch is CreateBatch; claimed, when not nil, runs once the batch
+// ID is claimed (or the claim failed), before the items are written.
+func (s *Store) createBatch(ctx context.Context, b evs.Batch, items []evs.Item, claimed func()) error {
+	if claimed != nil {
+		// Also on every early return below.
+		var once sync.Once
+		defer once.Do(claimed)
+		c := claimed
+		claimed = func() { once.Do(c) }
+	}
 	if b.ID == "" || b.AccountID == "" {
 		return evs.Errorf(evs.CodeInvalidRequest, "A request needs an ID and an account.")
 	}
@@ -197,6 +211,9 @@ func (s *Store) CreateBatch(ctx context.Context, b evs.Batch, items []evs.Item) 
 			return evs.Errorf(evs.CodeInvalidState, "The request already exists.")
 		}
 		err = nil // our own first attempt
+	}
+	if claimed != nil {
+		claimed()
 	}
 	if err != nil {
 		return wrapErr("create batch", err)

@@ -83,6 +83,13 @@ type options struct {
 	replyTimeout time.Duration
 	// server adjusts the server's options before it is built.
 	server func(*server.Options)
+	// maxActive and deadline set EVS_MAX_ACTIVE_BATCHES and
+	// EVS_BATCH_DEADLINE (default: no limit, none).
+	maxActive int
+	deadline  time.Duration
+	// wrapStore, when set, wraps the store the server uses (fault
+	// injection); the harness keeps reading the store itself.
+	wrapStore func(server.Store) server.Store
 }
 
 func start(t *testing.T, o options) *harness {
@@ -148,13 +155,18 @@ func start(t *testing.T, o options) *harness {
 	if authTTL == 0 {
 		authTTL = 300 * time.Second
 	}
-	cfg := config.Config{RateLimit: o.rateLimit, AuthTTL: authTTL, Retention: 30 * 24 * time.Hour, SMTP: config.SMTPDirect}
+	cfg := config.Config{RateLimit: o.rateLimit, AuthTTL: authTTL, Retention: 30 * 24 * time.Hour, SMTP: config.SMTPDirect,
+		MaxActiveBatches: o.maxActive, BatchDeadline: o.deadline}
+	var srvStore server.Store = st
+	if o.wrapStore != nil {
+		srvStore = o.wrapStore(st)
+	}
 	bc := o.batch
 	if bc.FlushEvery == 0 {
 		bc.FlushEvery = 20 * time.Millisecond
 	}
 	so := server.Options{
-		Config: cfg, Store: st, Engine: engine, Now: now, Batch: bc,
+		Config: cfg, Store: srvStore, Engine: engine, Now: now, Batch: bc,
 		Logger: slog.New(slog.NewJSONHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	}
 	if o.server != nil {

@@ -111,19 +111,23 @@ func New(o Options) (*Server, error) {
 	if rc.Logger == nil {
 		rc.Logger = o.Logger
 	}
+	if rc.Deadline == 0 {
+		rc.Deadline = o.Config.BatchDeadline
+	}
 	runner, err := batch.NewRunner(rc)
 	if err != nil {
 		return nil, err
 	}
 	h := api.New(api.Deps{
-		Engine:      o.Engine,
-		Sandbox:     sandbox,
-		Idempotency: idempotency.New(o.Store, o.Now),
-		Batches:     o.Store,
-		Queue:       runner,
-		Retention:   o.Config.Retention,
-		Now:         o.Now,
-		Logger:      o.Logger,
+		Engine:           o.Engine,
+		Sandbox:          sandbox,
+		Idempotency:      idempotency.New(o.Store, o.Now),
+		Batches:          o.Store,
+		Queue:            runner,
+		Retention:        o.Config.Retention,
+		MaxActiveBatches: o.Config.MaxActiveBatches,
+		Now:              o.Now,
+		Logger:           o.Logger,
 	})
 	az := authorizer.New(o.Store)
 	gw, err := gateway.New(gateway.Config{

@@ -45,7 +45,35 @@ func batchNotFound() error { return evs.Errorf(evs.CodeNotFound, "No such reques
 
 // CreateBatch stores b and its items in one transaction.
 func (s *Store) CreateBatch(ctx context.Context, b evs.Batch, items []evs.Item) error {
+	return s.CreateBatchWithin(ctx, b, items, 0)
+}
+
+// activeQuery counts an account's live batches in state queued or running.
+const activeQuery = `SELECT COUNT(*) FROM batches WHERE state IN (?, ?) AND account_id = ? AND expires_at > ?`
+
+// ActiveBatches counts the account's live batches in state queued or
+// running.
+func (s *Store) ActiveBatches(ctx context.Context, accountID string) (int, error) {
+	var n int
+	err := s.db.QueryRowContext(ctx, activeQuery, evs.StateQueued, evs.StateRunning, accountID, millis(s.now())).Scan(&n)
+	return n, dbErr("count active batches", err)
+}
+
+// CreateBatchWithin stores b and its items unless the account already has
+// maxActive active batches. Writes are serialised (one writer at a time),
+// so the count taken inside the write transaction is exact.
+func (s *Store) CreateBatchWithin(ctx context.Context, b evs.Batch, items []evs.Item, maxActive int) error {
 	return s.write(ctx, func(tx *sql.Tx) error {
+		if maxActive > 0 {
+			var n int
+			err := tx.QueryRowContext(ctx, activeQuery, evs.StateQueued, evs.StateRunning, b.AccountID, millis(s.now())).Scan(&n)
+			if err != nil {
+				return dbErr("count active batches", err)
+			}
+			if n >= maxActive {
+				return evs.Errorf(evs.CodeRateLimited, store.ActiveBatchesFull, n)
+			}
+		}
 		c := b.Counters
 		_, err := tx.ExecContext(ctx, `INSERT INTO batches (id, account_id, mode, state, error, created_at, completed_at, expires_at,
 			items, total, duplicates, processed, deliverable, undeliverable, risky, unknown)

@@ -45,6 +45,9 @@ type Message struct {
 	BatchID   string     `json:"batchId"`
 	Items     []evs.Item `json:"items,omitempty"`
 	Attempt   int        `json:"attempt,omitempty"`
+	// From is, on a plan message, the first seq not planned yet: a batch
+	// is planned a window at a time (see plan).
+	From int `json:"from,omitempty"`
 }
 
 // Queue sends batch work to SQS.
@@ -106,6 +109,25 @@ type Worker struct {
 	GreyBackoff time.Duration
 	// Concurrency is how many domain groups of a message run at once.
 	Concurrency int
+
+	// PlanWindow is the most addresses of one batch planned into work
+	// messages at a time (default 2000, ten messages of 200): a batch of
+	// 50,000 never fills the queue ahead of everybody else's.
+	PlanWindow int
+	// Deadline is a batch's time limit from its start (EVS_BATCH_DEADLINE;
+	// 0 means none): past it, what is left ends as unknown/timeout.
+	Deadline time.Duration
+	// Leases and MX keep SMTP polite across every concurrent invocation:
+	// a group's SMTP session to its domain's preferred MX host needs one
+	// of HostSlots leases on that host (default 2), held at most LeaseTTL
+	// (default 6 min, past the function's timeout). A group that gets no
+	// lease goes back to the queue after BusyDelay (default 20 s, with
+	// jitter). Nil leases: no limit across invocations.
+	Leases    HostLeases
+	MX        verify.Resolver
+	HostSlots int
+	LeaseTTL  time.Duration
+	BusyDelay time.Duration
 }
 
 // Handle processes an SQS event and reports the messages that failed, so
@@ -155,7 +177,12 @@ func (w *Worker) now() time.Time {
 	return w.Now()
 }
 
-// plan turns a batch's pending items into work messages.
+// plan turns a window of a batch's pending items into work messages and,
+// when more are left, queues a plan for the next window. The next window
+// is planned only once at least half of this one is done: so a batch has
+// at most PlanWindow addresses in the queue at a time, and the messages of
+// every other batch interleave with its own instead of waiting behind all
+// of them.
 func (w *Worker) plan(ctx context.Context, m Message) error {
 	b, err := w.Store.Batch(ctx, m.AccountID, m.BatchID)
 	if err != nil {
@@ -172,11 +199,40 @@ func (w *Worker) plan(ctx context.Context, m Message) error {
 			return err
 		}
 	}
-	items, err := batch.AllPending(ctx, w.Store, b.AccountID, b.ID)
+	if batch.PastDeadline(b, w.Deadline, w.now()) {
+		return w.expire(ctx, b)
+	}
+	window := w.planWindow()
+	if m.From > 0 {
+		head, err := w.Store.PendingItems(ctx, b.AccountID, b.ID, -1, window/2)
+		if err != nil {
+			return err
+		}
+		if len(head) == window/2 && head[len(head)-1].Seq < m.From {
+			// Half the last window is still in the queue: look again later.
+			return w.Queue.send(ctx, []Message{m}, planPollSeconds)
+		}
+	}
+	items, err := w.Store.PendingItems(ctx, b.AccountID, b.ID, m.From-1, window)
 	if err != nil {
 		return err
 	}
-	return w.Queue.send(ctx, Pack(m.AccountID, m.BatchID, items, w.packSize()), 0)
+	msgs := Pack(m.AccountID, m.BatchID, items, w.packSize())
+	if len(items) == window {
+		msgs = append(msgs, Message{Kind: KindPlan, AccountID: m.AccountID, BatchID: m.BatchID, From: items[len(items)-1].Seq + 1})
+	}
+	return w.Queue.send(ctx, msgs, 0)
+}
+
+// planPollSeconds is how often a plan waiting for its batch's window to
+// drain looks again.
+const planPollSeconds = 5
+
+func (w *Worker) planWindow() int {
+	if w.PlanWindow <= 1 {
+		return 2000
+	}
+	return w.PlanWindow
 }
 
 func (w *Worker) packSize() int {
@@ -228,6 +284,11 @@ func (w *Worker) work(ctx context.Context, m Message) error {
 	if err != nil {
 		return err
 	}
+	if batch.PastDeadline(b, w.Deadline, w.now()) {
+		rs := batch.TimeoutResults(m.Items, evs.Mode(b.Mode), acct.Test, batch.DetailDeadline, w.now())
+		_, err := w.Store.PutResults(ctx, m.AccountID, m.BatchID, rs, w.now())
+		return err
+	}
 	conc := w.Concurrency
 	if conc <= 0 {
 		conc = 8
@@ -236,6 +297,7 @@ func (w *Worker) work(ctx context.Context, m Message) error {
 		mu      sync.Mutex
 		results []evs.Result
 		retry   []evs.Item
+		busy    []evs.Item
 		firstEr error
 		wg      sync.WaitGroup
 		sem     = make(chan struct{}, conc)
@@ -247,6 +309,19 @@ func (w *Worker) work(ctx context.Context, m Message) error {
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
+			release, ok, err := w.lease(ctx, acct.Test, b.Mode, g)
+			if err != nil || !ok {
+				mu.Lock()
+				defer mu.Unlock()
+				if err != nil && firstEr == nil {
+					firstEr = err
+				}
+				if err == nil {
+					busy = append(busy, g.Items...)
+				}
+				return
+			}
+			defer release()
 			rs, again, err := w.Processor.Verify(ctx, acct.Test, b.Mode, g, m.Attempt, memo)
 			mu.Lock()
 			defer mu.Unlock()
@@ -271,6 +346,17 @@ func (w *Worker) work(ctx context.Context, m Message) error {
 			again[i].Attempt = m.Attempt + 1
 		}
 		if err := w.Queue.send(ctx, again, int32(delay/time.Second)); err != nil {
+			return err
+		}
+	}
+	if len(busy) > 0 {
+		// Another invocation holds every lease on the host: try later, at
+		// the same attempt (nothing was asked of the host).
+		again := Pack(m.AccountID, m.BatchID, busy, w.packSize())
+		for i := range again {
+			again[i].Attempt = m.Attempt
+		}
+		if err := w.Queue.send(ctx, again, w.busyDelay()); err != nil {
 			return err
 		}
 	}

@@ -71,7 +71,19 @@ type Batches interface {
 	// UnfinishedBatches lists batches in state queued or running, of every
 	// account, so a restarted worker resumes them.
 	UnfinishedBatches(ctx context.Context) ([]evs.Batch, error)
+	// ActiveBatches counts the account's unexpired batches in state queued
+	// or running (on DynamoDB also those being created right now).
+	ActiveBatches(ctx context.Context, accountID string) (int, error)
+	// CreateBatchWithin is CreateBatch, refused with CodeRateLimited when the
+	// account already has maxActive active batches (see ActiveBatches);
+	// maxActive <= 0 means no limit. The count and the creation are one
+	// step: two concurrent creations when one place is left never both pass.
+	CreateBatchWithin(ctx context.Context, b evs.Batch, items []evs.Item, maxActive int) error
 }
+
+// ActiveBatchesFull is the message of the CodeRateLimited error of
+// CreateBatchWithin; %d is the account's active batches.
+const ActiveBatchesFull = "The account has %d batch requests queued or running, the most allowed; retry once one has finished."
 
 // Store is everything the service keeps.
 type Store interface {

@@ -510,6 +510,78 @@ func runBatches(t *testing.T, newStore StoreFactory) {
 		}
 	})
 
+	t.Run("ActiveBatchesLimit", func(t *testing.T) {
+		e := newEnv(t, newStore)
+		const max = 3
+		n, err := e.st.ActiveBatches(e.ctx, "acct-a")
+		must(t, err, "ActiveBatches on an empty store")
+		if n != 0 {
+			t.Fatalf("ActiveBatches on an empty store = %d", n)
+		}
+		var bs []evs.Batch
+		for i := range max {
+			b, items := newBatch(fmt.Sprintf("act-%d", i), "acct-a", 2, 0)
+			must(t, e.st.CreateBatchWithin(e.ctx, b, items, max), "CreateBatchWithin under the limit")
+			bs = append(bs, b)
+		}
+		bs[1] = e.transition(t, bs[1], evs.StateRunning, "", base.Add(time.Second))
+		// Another account's batches do not count.
+		other, oitems := newBatch("act-other", "acct-b", 1, 0)
+		must(t, e.st.CreateBatchWithin(e.ctx, other, oitems, 1), "CreateBatchWithin of another account")
+		n, err = e.st.ActiveBatches(e.ctx, "acct-a")
+		must(t, err, "ActiveBatches")
+		if n != max {
+			t.Fatalf("ActiveBatches = %d, want %d", n, max)
+		}
+		extra, xitems := newBatch("act-extra", "acct-a", 2, 0)
+		wantCode(t, e.st.CreateBatchWithin(e.ctx, extra, xitems, max), evs.CodeRateLimited, "CreateBatchWithin at the limit")
+		if _, err := e.st.Batch(e.ctx, "acct-a", extra.ID); evs.ErrorCode(err) != evs.CodeNotFound {
+			t.Fatalf("a refused batch was stored: %v", err)
+		}
+		must(t, e.st.CreateBatchWithin(e.ctx, extra, xitems, 0), "CreateBatchWithin with no limit")
+		// A final batch frees its place: cancelled, and completed.
+		e.transition(t, extra, evs.StateCancelled, "", base.Add(time.Second))
+		e.transition(t, bs[0], evs.StateCancelled, "", base.Add(time.Second))
+		_, err = e.st.PutResults(e.ctx, "acct-a", bs[1].ID, results(statusOf, 0, 1), base.Add(time.Second))
+		must(t, err, "PutResults")
+		n, err = e.st.ActiveBatches(e.ctx, "acct-a")
+		must(t, err, "ActiveBatches after two finished")
+		if n != 1 {
+			t.Fatalf("ActiveBatches = %d after two finished, want 1", n)
+		}
+		// Concurrent creations for the two places left: exactly two pass.
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		passed, limited := 0, 0
+		for i := range 6 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				b, items := newBatch(fmt.Sprintf("race-%d", i), "acct-a", 2, 0)
+				err := e.st.CreateBatchWithin(e.ctx, b, items, max)
+				mu.Lock()
+				defer mu.Unlock()
+				switch evs.ErrorCode(err) {
+				case "":
+					passed++
+				case evs.CodeRateLimited:
+					limited++
+				default:
+					t.Errorf("concurrent CreateBatchWithin: %v", err)
+				}
+			}()
+		}
+		wg.Wait()
+		if passed != 2 || limited != 4 {
+			t.Fatalf("concurrent creations: %d passed, %d limited; want 2 and 4", passed, limited)
+		}
+		n, err = e.st.ActiveBatches(e.ctx, "acct-a")
+		must(t, err, "ActiveBatches after the race")
+		if n != max {
+			t.Fatalf("ActiveBatches = %d after the race, want %d", n, max)
+		}
+	})
+
 	t.Run("CreateBatch50k", func(t *testing.T) {
 		e := newEnv(t, newStore)
 		const n = 50_000

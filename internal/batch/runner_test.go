@@ -1,0 +1,353 @@
+package batch_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/evs-dev/evs/internal/batch"
+	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/sqlitestore"
+	"github.com/evs-dev/evs/internal/verify"
+)
+
+// fakeEngine accepts every address, after hold returns (when set). It
+// records the addresses it was asked about.
+type fakeEngine struct {
+	hold func(ctx context.Context, emails []string)
+	mu   sync.Mutex
+	seen map[string]int
+}
+
+func (f *fakeEngine) VerifyDomain(ctx context.Context, emails []string, mode evs.Mode, _ *verify.CatchAllMemo) []evs.Decision {
+	if f.hold != nil {
+		f.hold(ctx, emails)
+	}
+	f.mu.Lock()
+	if f.seen == nil {
+		f.seen = map[string]int{}
+	}
+	for _, e := range emails {
+		f.seen[e]++
+	}
+	f.mu.Unlock()
+	out := make([]evs.Decision, len(emails))
+	for i, e := range emails {
+		out[i] = evs.Decision{Email: e, Normalized: e, Mode: mode, Reason: evs.ReasonAcceptedEmail,
+			Checks: evs.Checks{Syntax: evs.SyntaxCheck{Valid: true}, DNS: evs.DNSCheck{Result: evs.DNSNotChecked, MX: []string{}}, SMTP: evs.SMTPCheck{Result: evs.SMTPAccepted}}}
+	}
+	return out
+}
+
+func (f *fakeEngine) count(e string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.seen[e]
+}
+
+// env is a SQLite store and the accounts of a runner test.
+type env struct {
+	t   *testing.T
+	st  *sqlitestore.Store
+	ctx context.Context
+	n   int
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	st, err := sqlitestore.Open(ctx, t.TempDir(), time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return &env{t: t, st: st, ctx: ctx}
+}
+
+func (e *env) account(test bool) string {
+	e.n++
+	a := evs.Account{ID: fmt.Sprintf("acct-%d", e.n), Name: fmt.Sprintf("acct-%d", e.n), Test: test, CreatedAt: time.Now()}
+	if err := e.st.CreateAccount(e.ctx, a); err != nil {
+		e.t.Fatal(err)
+	}
+	return a.ID
+}
+
+// batch stores a queued batch of emails created at created.
+func (e *env) batch(acct string, created time.Time, emails ...string) evs.Batch {
+	e.t.Helper()
+	e.n++
+	items := make([]evs.Item, len(emails))
+	for i, m := range emails {
+		items[i] = evs.Item{Seq: i, Email: m, Domain: m[strings.IndexByte(m, '@')+1:]}
+	}
+	b := evs.Batch{ID: fmt.Sprintf("00000000-0000-4000-8000-%012d", e.n), AccountID: acct, Mode: evs.ModeFull, State: evs.StateQueued,
+		CreatedAt: created, ExpiresAt: created.Add(48 * time.Hour), Counters: evs.Counters{Total: len(emails)}}
+	if err := e.st.CreateBatch(e.ctx, b, items); err != nil {
+		e.t.Fatal(err)
+	}
+	return b
+}
+
+// runner starts a runner on store st (the env's store unless a wrapper).
+func (e *env) runner(st batch.RunnerStore, engine batch.Verifier, rc batch.RunnerConfig) *batch.Runner {
+	e.t.Helper()
+	rc.Store, rc.Accounts, rc.Engine, rc.Sandbox = st, e.st, engine, verify.NewSandbox(nil)
+	rc.Logger = slog.New(slog.NewJSONHandler(io.Discard, nil))
+	if rc.FlushEvery == 0 {
+		rc.FlushEvery = 10 * time.Millisecond
+	}
+	r, err := batch.NewRunner(rc)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(e.ctx)
+	e.t.Cleanup(func() { cancel(); r.Wait() })
+	if err := r.Start(ctx); err != nil {
+		e.t.Fatal(err)
+	}
+	return r
+}
+
+// wait polls the batch until it is final or limit passes.
+func (e *env) wait(b evs.Batch, limit time.Duration) evs.Batch {
+	e.t.Helper()
+	end := time.Now().Add(limit)
+	for {
+		got, err := e.st.Batch(e.ctx, b.AccountID, b.ID)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		if got.State.Final() {
+			return got
+		}
+		if time.Now().After(end) {
+			e.t.Fatalf("batch %s still %s after %v: %+v", b.ID, got.State, limit, got.Counters)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func (e *env) results(b evs.Batch) []evs.Result {
+	rs, err := e.st.Results(e.ctx, b.AccountID, b.ID, -1, 1000, "")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return rs
+}
+
+func emails(prefix string, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("u%d@%s%d.example", i, prefix, i)
+	}
+	return out
+}
+
+// TestRunnerHogDoesNotStarve: an account whose every session hangs holds at
+// most its share of the slots; another live account's batch finishes while
+// the hog is still stuck, and a test-mode batch never waits at all.
+func TestRunnerHogDoesNotStarve(t *testing.T) {
+	e := newEnv(t)
+	release := make(chan struct{})
+	defer close(release)
+	eng := &fakeEngine{hold: func(ctx context.Context, emails []string) {
+		if strings.HasPrefix(emails[0], "u") && strings.Contains(emails[0], "@hog") {
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+		}
+	}}
+	r := e.runner(e.st, eng, batch.RunnerConfig{Workers: 8, PerBatch: 8})
+	hog := e.account(false)
+	for range 4 {
+		if err := r.Enqueue(e.ctx, e.batch(hog, time.Now(), emails("hog", 40)...)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(100 * time.Millisecond) // let the hog take what it can
+	other, tester := e.account(false), e.account(true)
+	live := e.batch(other, time.Now(), emails("live", 3)...)
+	sandbox := e.batch(tester, time.Now(), "accepted_email@x.example", "rejected_email@x.example", "timeout@x.example")
+	start := time.Now()
+	for _, b := range []evs.Batch{live, sandbox} {
+		if err := r.Enqueue(e.ctx, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, b := range []evs.Batch{live, sandbox} {
+		got := e.wait(b, 2*time.Second)
+		if got.State != evs.StateCompleted || got.Counters.Processed != 3 {
+			t.Fatalf("batch %s: %s %+v", b.ID, got.State, got.Counters)
+		}
+	}
+	t.Logf("other accounts done %v after the hog filled its share", time.Since(start))
+}
+
+// TestRunnerSessionLimit: a group whose session outlives SessionLimit ends
+// its addresses as unknown/timeout with the session detail.
+func TestRunnerSessionLimit(t *testing.T) {
+	e := newEnv(t)
+	eng := &fakeEngine{hold: func(ctx context.Context, emails []string) {
+		if strings.Contains(emails[0], "@slow") {
+			<-ctx.Done()
+		}
+	}}
+	r := e.runner(e.st, eng, batch.RunnerConfig{SessionLimit: 200 * time.Millisecond})
+	b := e.batch(e.account(false), time.Now(), "a@slow.example", "b@slow.example", "c@fast.example")
+	if err := r.Enqueue(e.ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	got := e.wait(b, 5*time.Second)
+	if got.State != evs.StateCompleted || got.Counters.Unknown != 2 || got.Counters.Deliverable != 1 {
+		t.Fatalf("%s %+v", got.State, got.Counters)
+	}
+	for _, res := range e.results(b) {
+		d := res.Decision
+		if strings.Contains(res.Email, "@slow") && (d.Reason != evs.ReasonTimeout || d.Checks.SMTP.Result != evs.SMTPTimeout || d.Checks.SMTP.Detail != batch.DetailSession) {
+			t.Fatalf("%s: %s %+v", res.Email, d.Reason, d.Checks.SMTP)
+		}
+	}
+}
+
+// TestRunnerDeadline: a batch past its deadline completes with what is
+// left as unknown/timeout, whether the deadline passes while it runs or
+// while the service was down.
+func TestRunnerDeadline(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		created time.Duration // before now
+	}{
+		{"passes while running", 0},
+		{"passed before start", time.Hour},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			eng := &fakeEngine{hold: func(ctx context.Context, emails []string) {
+				if strings.Contains(emails[0], "@hang") {
+					<-ctx.Done()
+				}
+			}}
+			r := e.runner(e.st, eng, batch.RunnerConfig{Deadline: 500 * time.Millisecond})
+			b := e.batch(e.account(false), time.Now().Add(-tc.created), "a@hang.example", "b@hang.example", "c@quick.example")
+			start := time.Now()
+			if err := r.Enqueue(e.ctx, b); err != nil {
+				t.Fatal(err)
+			}
+			got := e.wait(b, 5*time.Second)
+			if got.State != evs.StateCompleted || got.Counters.Processed != 3 || got.Counters.Unknown < 2 {
+				t.Fatalf("%s %+v", got.State, got.Counters)
+			}
+			if tc.created == 0 && time.Since(start) < 400*time.Millisecond {
+				t.Fatalf("completed after %v, before its deadline", time.Since(start))
+			}
+			for _, res := range e.results(b) {
+				if strings.Contains(res.Email, "@hang") && (res.Decision.Reason != evs.ReasonTimeout || res.Decision.Checks.SMTP.Detail != batch.DetailDeadline) {
+					t.Fatalf("%s: %s %+v", res.Email, res.Decision.Reason, res.Decision.Checks.SMTP)
+				}
+			}
+		})
+	}
+}
+
+// faultyStore fails PutResults and PendingItems with CodeUnavailable while
+// down is set, like a full disk.
+type faultyStore struct {
+	*sqlitestore.Store
+	down  atomic.Bool
+	fails atomic.Int64
+}
+
+func (f *faultyStore) PutResults(ctx context.Context, accountID, id string, rs []evs.Result, now time.Time) (evs.Batch, error) {
+	if f.down.Load() {
+		f.fails.Add(1)
+		return evs.Batch{}, evs.Errorf(evs.CodeUnavailable, "disk full")
+	}
+	return f.Store.PutResults(ctx, accountID, id, rs, now)
+}
+
+func (f *faultyStore) PendingItems(ctx context.Context, accountID, id string, after, limit int) ([]evs.Item, error) {
+	if f.down.Load() {
+		f.fails.Add(1)
+		return nil, evs.Errorf(evs.CodeUnavailable, "disk full")
+	}
+	return f.Store.PendingItems(ctx, accountID, id, after, limit)
+}
+
+// TestRunnerStoreFault: the store fails in the middle of a batch and for
+// a while after; the batch completes once it is back, without a restart,
+// with every address counted once.
+func TestRunnerStoreFault(t *testing.T) {
+	e := newEnv(t)
+	fs := &faultyStore{Store: e.st}
+	var calls atomic.Int64
+	eng := &fakeEngine{hold: func(ctx context.Context, emails []string) {
+		if calls.Add(1) == 5 {
+			fs.down.Store(true) // the disk fills up mid-batch
+		}
+	}}
+	r := e.runner(fs, eng, batch.RunnerConfig{Workers: 2, PerBatch: 2, FlushSize: 3, RetryBase: 10 * time.Millisecond, RetryMax: 100 * time.Millisecond})
+	b := e.batch(e.account(false), time.Now(), emails("d", 40)...)
+	if err := r.Enqueue(e.ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	for fs.fails.Load() < 5 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if got, _ := e.st.Batch(e.ctx, b.AccountID, b.ID); got.State.Final() {
+		t.Fatalf("batch final while the store was down: %s", got.State)
+	}
+	fs.down.Store(false)
+	got := e.wait(b, 10*time.Second)
+	if got.State != evs.StateCompleted || got.Counters.Processed != 40 || got.Counters.Deliverable != 40 {
+		t.Fatalf("%s %+v", got.State, got.Counters)
+	}
+	if n := len(e.results(b)); n != 40 {
+		t.Fatalf("%d results, want 40", n)
+	}
+}
+
+// TestRunnerResume: a runner started on a store with a half-done batch
+// verifies only the addresses without a result and completes it with exact
+// counters.
+func TestRunnerResume(t *testing.T) {
+	e := newEnv(t)
+	acct := e.account(false)
+	list := emails("r", 10)
+	b := e.batch(acct, time.Now(), list...)
+	if _, err := e.st.TransitionBatch(e.ctx, acct, b.ID, []evs.State{evs.StateQueued}, evs.StateRunning, "", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	done := (&fakeEngine{}).VerifyDomain(e.ctx, list[:4], evs.ModeFull, nil)
+	var rs []evs.Result
+	for i, d := range done {
+		rs = append(rs, evs.Result{Seq: i, Email: list[i], Decision: d})
+	}
+	if _, err := e.st.PutResults(e.ctx, acct, b.ID, rs, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	eng := &fakeEngine{}
+	e.runner(e.st, eng, batch.RunnerConfig{}) // Start resumes it
+	got := e.wait(b, 5*time.Second)
+	if got.State != evs.StateCompleted || got.Counters.Processed != 10 || got.Counters.Deliverable != 10 {
+		t.Fatalf("%s %+v", got.State, got.Counters)
+	}
+	for i, m := range list {
+		want := 1
+		if i < 4 {
+			want = 0
+		}
+		if n := eng.count(m); n != want {
+			t.Fatalf("%s verified %d times, want %d", m, n, want)
+		}
+	}
+}

@@ -1,0 +1,82 @@
+package batch
+
+import (
+	"context"
+	"math/rand/v2"
+	"time"
+
+	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/verify"
+)
+
+// Details of the results written when a time limit, not the receiving
+// server, ends an address's verification.
+const (
+	DetailDeadline = "the batch deadline passed before this address was verified (EVS_BATCH_DEADLINE)"
+	DetailSession  = "the SMTP session of this domain group ran past its time limit"
+)
+
+// TimeoutResults returns an unknown/timeout result for each item, with
+// the evidence that can be had without the network (syntax, lists,
+// suggestion) and detail in checks.smtp. Used when a time limit of ours ends
+// the work: the address was not shown to be good or bad.
+func TimeoutResults(items []evs.Item, mode evs.Mode, test bool, detail string, now time.Time) []evs.Result {
+	out := make([]evs.Result, len(items))
+	for i, it := range items {
+		in := verify.Inspect(it.Email)
+		d := evs.Decision{
+			Email:  it.Email,
+			Mode:   mode,
+			Reason: evs.ReasonTimeout,
+			Flags:  in.Flags,
+			Checks: evs.Checks{
+				Syntax: evs.SyntaxCheck{Valid: in.Valid, Error: in.SyntaxRule},
+				DNS:    evs.DNSCheck{Result: evs.DNSNotChecked, MX: []string{}},
+				SMTP:   evs.SMTPCheck{Result: evs.SMTPTimeout, Detail: detail},
+			},
+			CheckedAt: now.UTC(),
+			TestMode:  test,
+		}
+		if in.Valid {
+			d.Normalized = in.Address.String()
+			if in.SuggestedDomain != "" {
+				s := in.Address.Local + "@" + in.SuggestedDomain
+				d.Suggestion = &s
+			}
+		}
+		out[i] = evs.Result{Seq: it.Seq, Email: it.Email, Decision: d}
+	}
+	return out
+}
+
+// PastDeadline tells whether b has outlived deadline (0 means none). A
+// batch starts when it is created: both runtimes pick it up at once.
+func PastDeadline(b evs.Batch, deadline time.Duration, now time.Time) bool {
+	return deadline > 0 && !b.CreatedAt.IsZero() && !now.Before(b.CreatedAt.Add(deadline))
+}
+
+// RetryDelay is the wait before retry n (0-based) of work a store or queue
+// fault interrupted: exponential from base, capped at max, then jittered
+// to between half and all of that, so that many batches waiting on the same
+// dependency do not come back at the same instant.
+func RetryDelay(base, max time.Duration, n int) time.Duration {
+	d := base
+	for i := 0; i < n && d < max; i++ {
+		d *= 2
+	}
+	d = min(d, max)
+	return d/2 + rand.N(d/2+1)
+}
+
+// sleep waits d or until ctx ends, and reports whether the full wait
+// elapsed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

@@ -1,0 +1,145 @@
+package dynamostore
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/store"
+)
+
+// The limit on active batches per account (EVS_MAX_ACTIVE_BATCHES).
+//
+// Counting is exact: the Batches table's partition key is the account, so a
+// strongly consistent Query reads every batch record of the account as it
+// is now (a secondary index would only be eventually consistent). Counting
+// then creating is not one step, though: two creations could both count 9
+// and both pass. So creations of one account take turns: each holds the
+// account's create lock, an item in the same partition put with
+// attribute_not_exists (or an expired lease), while it counts and claims its
+// batch ID with the "creating" record, which the count includes. The lock
+// is released once the ID is claimed, before the item rows are written, so
+// the turn lasts two or three round trips whatever the batch's size. A
+// crash while holding it costs that account createLockTTL at most.
+//
+// A "creating" record left by a crash before its batch became visible
+// counts until it is createOrphanAge old, then no more.
+
+const (
+	// createLockID is the sort key of an account's create lock; batch IDs
+	// are UUIDs, so it never names a batch.
+	createLockID      = "~create-lock"
+	attrLockToken     = "lockToken"
+	createLockTTL     = 10 * time.Second
+	createLockWait    = 5 * time.Second
+	createOrphanAge   = 15 * time.Minute
+	createLockBackoff = 10 * time.Millisecond
+)
+
+// ActiveBatches counts the account's unexpired batches in state queued or
+// running, and those being created now, with a consistent Query.
+func (s *Store) ActiveBatches(ctx context.Context, accountID string) (int, error) {
+	if accountID == "" {
+		return 0, nil
+	}
+	now := s.now()
+	in := &dynamodb.QueryInput{
+		TableName:              aws.String(s.t.Batches),
+		KeyConditionExpression: aws.String("#a = :a"),
+		FilterExpression:       aws.String("#exp > :now AND (#st IN (:q, :r) OR (#st = :c AND #ca > :orphan))"),
+		ExpressionAttributeNames: map[string]string{
+			"#a": attrAccountID, "#exp": attrExpiresAtMs, "#st": attrState, "#ca": attrCreatedAt,
+		},
+		ExpressionAttributeValues: item{
+			":a": avS(accountID), ":now": avTime(now), ":q": avS(evs.StateQueued), ":r": avS(evs.StateRunning),
+			":c": avS(stateCreating), ":orphan": avTime(now.Add(-createOrphanAge)),
+		},
+		ConsistentRead: aws.Bool(true),
+		Select:         types.SelectCount,
+	}
+	n := 0
+	for {
+		out, err := s.c.Query(ctx, in)
+		if err != nil {
+			return 0, wrapErr("count active batches", err)
+		}
+		n += int(out.Count)
+		if len(out.LastEvaluatedKey) == 0 {
+			return n, nil
+		}
+		in.ExclusiveStartKey = out.LastEvaluatedKey
+	}
+}
+
+// CreateBatchWithin stores b and its items unless the account already has
+// maxActive active batches; see the comment above for how it stays exact.
+func (s *Store) CreateBatchWithin(ctx context.Context, b evs.Batch, items []evs.Item, maxActive int) error {
+	if maxActive <= 0 {
+		return s.CreateBatch(ctx, b, items)
+	}
+	if b.ID == "" || b.AccountID == "" {
+		return evs.Errorf(evs.CodeInvalidRequest, "A request needs an ID and an account.")
+	}
+	unlock, err := s.lockCreates(ctx, b.AccountID)
+	if err != nil {
+		return err
+	}
+	n, err := s.ActiveBatches(ctx, b.AccountID)
+	if err != nil {
+		unlock()
+		return err
+	}
+	if n >= maxActive {
+		unlock()
+		return evs.Errorf(evs.CodeRateLimited, store.ActiveBatchesFull, n)
+	}
+	return s.createBatch(ctx, b, items, unlock)
+}
+
+// lockCreates takes the account's create lock, waiting a little while
+// another creation holds it, and returns its release.
+func (s *Store) lockCreates(ctx context.Context, accountID string) (func(), error) {
+	token := newToken()
+	key := batchKey(accountID, createLockID)
+	deadline := time.Now().Add(createLockWait)
+	for attempt := 0; ; attempt++ {
+		now := s.now()
+		_, err := s.c.PutItem(ctx, &dynamodb.PutItemInput{
+			TableName: aws.String(s.t.Batches),
+			Item: item{
+				attrAccountID: avS(accountID), attrID: avS(createLockID),
+				attrLockedUntil: avTime(now.Add(createLockTTL)), attrLockToken: avS(token),
+				attrExpiresAt: ttlSeconds(now.Add(time.Hour)),
+			},
+			ConditionExpression:       aws.String("attribute_not_exists(#id) OR #lu < :now OR #tk = :tk"),
+			ExpressionAttributeNames:  map[string]string{"#id": attrID, "#lu": attrLockedUntil, "#tk": attrLockToken},
+			ExpressionAttributeValues: item{":now": avTime(now), ":tk": avS(token)},
+		})
+		if err == nil {
+			return func() {
+				// Best effort: a lock not deleted expires after createLockTTL.
+				_, _ = s.c.DeleteItem(context.WithoutCancel(ctx), &dynamodb.DeleteItemInput{
+					TableName:                 aws.String(s.t.Batches),
+					Key:                       key,
+					ConditionExpression:       aws.String("#tk = :tk"),
+					ExpressionAttributeNames:  map[string]string{"#tk": attrLockToken},
+					ExpressionAttributeValues: item{":tk": avS(token)},
+				})
+			}, nil
+		}
+		if !isConditionFailed(err) {
+			return nil, wrapErr("lock batch creation", err)
+		}
+		if time.Now().After(deadline) {
+			return nil, evs.Wrap(errors.New("dynamostore: the account's create lock stayed taken"), evs.CodeUnavailable, msgUnavailable)
+		}
+		if err := s.sleep(ctx, min(createLockBackoff<<min(attempt, 6), 500*time.Millisecond)); err != nil {
+			return nil, wrapErr("lock batch creation", err)
+		}
+	}
+}

@@ -1,0 +1,79 @@
+package sqsqueue
+
+import (
+	"context"
+	"math/rand/v2"
+	"strings"
+	"time"
+
+	"github.com/evs-dev/evs/internal/batch"
+	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/verify/dnscheck"
+)
+
+// HostLeases hands out a bounded number of leases per MX host, shared by
+// every worker invocation (dynamostore implements it on DynamoDB). A lease
+// not released expires after ttl, so a crashed invocation cannot hold a
+// host forever.
+type HostLeases interface {
+	// AcquireHost takes one of host's slots leases if one is free: ok
+	// false means all are held. release gives it back.
+	AcquireHost(ctx context.Context, host string, slots int, ttl time.Duration) (release func(), ok bool, err error)
+}
+
+// lease takes a lease on the preferred MX host of g's domain when g will
+// open an SMTP session: full mode, a live account, a domain with mail
+// hosts. Otherwise it needs none and ok is true.
+func (w *Worker) lease(ctx context.Context, test bool, mode evs.Mode, g batch.Group) (release func(), ok bool, err error) {
+	none := func() {}
+	if w.Leases == nil || w.MX == nil || test || mode != evs.ModeFull || g.Domain == "" {
+		return none, true, nil
+	}
+	mail := w.MX.LookupMail(ctx, g.Domain)
+	if mail.Outcome != dnscheck.OutcomeOK || len(mail.MX) == 0 {
+		return none, true, nil // no session will be opened
+	}
+	// The session goes to the most preferred host unless it fails; the
+	// lease is on that host.
+	host := strings.ToLower(strings.TrimSuffix(mail.MX[0].Host, "."))
+	slots := w.HostSlots
+	if slots <= 0 {
+		slots = 2
+	}
+	ttl := w.LeaseTTL
+	if ttl <= 0 {
+		ttl = 6 * time.Minute
+	}
+	return w.Leases.AcquireHost(ctx, host, slots, ttl)
+}
+
+// busyDelay is the SQS delay, in seconds, of a group that found its host's
+// leases all held: jittered so that re-queued groups spread out.
+func (w *Worker) busyDelay() int32 {
+	d := w.BusyDelay
+	if d <= 0 {
+		d = 20 * time.Second
+	}
+	d = d/2 + rand.N(d/2+1)
+	return int32(min(max(d/time.Second, 1), 900))
+}
+
+// expire completes a batch past its deadline: every pending item ends as
+// unknown/timeout.
+func (w *Worker) expire(ctx context.Context, b evs.Batch) error {
+	acct, err := w.Accounts.Account(ctx, b.AccountID)
+	if err != nil {
+		return err
+	}
+	items, err := batch.AllPending(ctx, w.Store, b.AccountID, b.ID)
+	if err != nil {
+		return err
+	}
+	rs := batch.TimeoutResults(items, evs.Mode(b.Mode), acct.Test, batch.DetailDeadline, w.now())
+	for start := 0; start < len(rs); start += 1000 {
+		if _, err := w.Store.PutResults(ctx, b.AccountID, b.ID, rs[start:min(start+1000, len(rs))], w.now()); err != nil {
+			return err
+		}
+	}
+	return nil
+}

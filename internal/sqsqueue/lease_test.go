@@ -1,0 +1,228 @@
+package sqsqueue_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/google/uuid"
+
+	"github.com/evs-dev/evs/internal/batch"
+	"github.com/evs-dev/evs/internal/egress"
+	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/sqsqueue"
+	"github.com/evs-dev/evs/internal/testkit"
+	"github.com/evs-dev/evs/internal/verify"
+	"github.com/evs-dev/evs/internal/verify/dnscheck"
+	"github.com/evs-dev/evs/internal/verify/smtpprobe"
+)
+
+// TestWorkerHostLeasesAcrossInvocations: several worker invocations run at
+// once, each its own process as far as SMTP goes (its own prober, with its
+// own in-process per-host limit of 4), on the same queue and store. Every
+// domain's mail goes to one host. With DynamoDB leases (2 per host) the
+// host never sees more than 2 sessions at once; without them it sees more,
+// which shows the test can tell.
+func TestWorkerHostLeasesAcrossInvocations(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		leases bool
+	}{{"with leases", true}, {"without leases", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			const slots, invocations, domains = 2, 4, 8
+			w := newWorld(t, 3, time.Second, 3)
+			peer := testkit.StartSMTP(t, testkit.SMTPOptions{Delay: 60 * time.Millisecond, Rcpt: func(a string) string {
+				if strings.HasPrefix(a, "user") {
+					return "250 2.1.5 OK"
+				}
+				return "550 5.1.1 no such user" // the accept-all probe
+			}})
+			dns := testkit.StartDNS(t)
+			dns.AddRecord("mx.shared.example. 300 IN A 127.0.0.1")
+			var emails []string
+			for d := range domains {
+				dns.AddRecord(fmt.Sprintf("d%d.example. 300 IN MX 10 mx.shared.example.", d))
+				for i := range 3 {
+					emails = append(emails, fmt.Sprintf("user%d@d%d.example", i, d))
+				}
+			}
+			res, err := dnscheck.New(dnscheck.Config{Servers: []string{dns.Addr}, Timeout: 2 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			loopback, err := egress.Parse("127.0.0.0/8") // the shared host
+			if err != nil {
+				t.Fatal(err)
+			}
+			live := evs.Account{ID: "acct-" + uuid.NewString(), Name: testkit.UniqueName(t, "live"), CreatedAt: time.Now().UTC()}
+			if err := w.st.CreateAccount(w.ctx, live); err != nil {
+				t.Fatal(err)
+			}
+			w.acct = live
+			b := w.createBatch(evs.ModeFull, emails...)
+			if err := w.q.Enqueue(w.ctx, b); err != nil {
+				t.Fatal(err)
+			}
+
+			// Each invocation: its own engine and prober, the shared store.
+			workers := make([]*sqsqueue.Worker, invocations)
+			for i := range workers {
+				p, err := smtpprobe.New(smtpprobe.Config{HELO: "probe.evs.test", Port: peer.Port, Resolver: res, Egress: loopback, PerHostLimit: 4, ReplyTimeout: 5 * time.Second})
+				if err != nil {
+					t.Fatal(err)
+				}
+				eng, err := verify.New(verify.Config{Resolver: res, Prober: verify.SMTP(p)})
+				if err != nil {
+					t.Fatal(err)
+				}
+				workers[i] = &sqsqueue.Worker{
+					Queue: w.q, Store: w.st, Accounts: w.st,
+					Processor: &batch.Processor{Engine: eng, Sandbox: verify.NewSandbox(nil)},
+					Logger:    slog.New(slog.NewJSONHandler(io.Discard, nil)),
+					PackSize:  3, Concurrency: 4, BusyDelay: time.Second,
+				}
+				if tc.leases {
+					workers[i].Leases, workers[i].MX, workers[i].HostSlots = w.st, res, slots
+				}
+			}
+			ctx, cancel := context.WithTimeout(w.ctx, 60*time.Second)
+			defer cancel()
+			var wg sync.WaitGroup
+			for _, wk := range workers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for ctx.Err() == nil {
+						cur, err := w.st.Batch(ctx, b.AccountID, b.ID)
+						if err == nil && cur.State.Final() {
+							return
+						}
+						out, err := w.sqs.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: aws.String(w.url), MaxNumberOfMessages: 2, WaitTimeSeconds: 1})
+						if err != nil || len(out.Messages) == 0 {
+							continue
+						}
+						resp, err := wk.Handle(ctx, event(out.Messages...))
+						if err != nil || len(resp.BatchItemFailures) > 0 {
+							t.Errorf("Handle: %v %+v", err, resp.BatchItemFailures)
+							return
+						}
+						for _, m := range out.Messages {
+							_, _ = w.sqs.DeleteMessage(ctx, &sqs.DeleteMessageInput{QueueUrl: aws.String(w.url), ReceiptHandle: m.ReceiptHandle})
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			final := w.current()
+			if final.State != evs.StateCompleted || final.Counters.Deliverable != len(emails) {
+				t.Fatalf("batch %s %+v", final.State, final.Counters)
+			}
+			got := peer.MaxConcurrent()
+			t.Logf("most sessions at once on the shared host: %d", got)
+			if tc.leases && got > slots {
+				t.Fatalf("%d sessions at once with %d leases per host", got, slots)
+			}
+			if !tc.leases && got <= slots {
+				t.Fatalf("only %d sessions at once without leases: the test cannot tell", got)
+			}
+		})
+	}
+}
+
+// TestWorkerPlanWindow: a large batch is planned a window at a time, and
+// the next window only once half of the last one is done, so its messages
+// never fill the queue ahead of other batches'.
+func TestWorkerPlanWindow(t *testing.T) {
+	w := newWorld(t, 3, time.Second, 3)
+	w.w.PlanWindow = 6
+	var emails []string
+	for i := range 20 {
+		emails = append(emails, fmt.Sprintf("accepted_email+%d@d%d.example", i, i))
+	}
+	b := w.createBatch(evs.ModeQuick, emails...)
+	if err := w.q.Enqueue(w.ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	w.handle(w.receiveN(1, 10*time.Second)...)
+	sent := w.rec.take()
+	kinds := func(es []sentEntry) (work, items int, plan *sentEntry) {
+		for i, e := range es {
+			switch e.msg.Kind {
+			case sqsqueue.KindWork:
+				work++
+				items += len(e.msg.Items)
+			case sqsqueue.KindPlan:
+				plan = &es[i]
+			}
+		}
+		return
+	}
+	work, items, plan := kinds(sent)
+	if work != 2 || items != 6 || plan == nil || plan.msg.From != 6 || plan.delay != 0 {
+		t.Fatalf("first window: %d work messages, %d items, plan %+v", work, items, plan)
+	}
+	msgs := w.receiveN(3, 10*time.Second)
+	var works, plans = msgs[:0:0], msgs[:0:0]
+	for _, m := range msgs {
+		if decode(t, m).Kind == sqsqueue.KindPlan {
+			plans = append(plans, m)
+		} else {
+			works = append(works, m)
+		}
+	}
+	// The next plan, before any work is done, waits.
+	w.handle(plans...)
+	if _, n, p := kinds(w.rec.take()); n != 0 || p == nil || p.delay == 0 || p.msg.From != 6 {
+		t.Fatalf("plan with its window undone: %d items planned, resent %+v", n, p)
+	}
+	// Once the window is done, the next is planned.
+	w.handle(works...)
+	if cur := w.current(); cur.Counters.Processed != 6 {
+		t.Fatalf("after the first window: %+v", cur.Counters)
+	}
+	w.handle(w.receiveN(1, 10*time.Second)...)
+	if work, items, plan := kinds(w.rec.take()); work != 2 || items != 6 || plan == nil || plan.msg.From != 12 {
+		t.Fatalf("second window: %d work messages, %d items, plan %+v", work, items, plan)
+	}
+}
+
+// TestWorkerDeadline: on AWS too, a batch past EVS_BATCH_DEADLINE
+// completes with its pending addresses unknown/timeout, whether its plan
+// or its work message finds it so.
+func TestWorkerDeadline(t *testing.T) {
+	for _, at := range []string{"plan", "work"} {
+		t.Run(at, func(t *testing.T) {
+			w := newWorld(t, 200, time.Second, 3)
+			b := w.createBatch(evs.ModeFull, "accepted_email@x.example", "rejected_email@y.example")
+			if err := w.q.Enqueue(w.ctx, b); err != nil {
+				t.Fatal(err)
+			}
+			if at == "work" {
+				w.handle(w.receiveN(1, 10*time.Second)...)
+			}
+			w.w.Deadline = time.Nanosecond
+			w.handle(w.receiveN(1, 10*time.Second)...)
+			if cur := w.current(); cur.State != evs.StateCompleted {
+				t.Fatalf("state %s %+v", cur.State, cur.Counters)
+			}
+			w.checkCounters(evs.Counters{Total: 2, Processed: 2, Unknown: 2})
+			rs, err := w.st.Results(w.ctx, b.AccountID, b.ID, -1, 10, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range rs {
+				if r.Decision.Reason != evs.ReasonTimeout || r.Decision.Checks.SMTP.Detail != batch.DetailDeadline || !r.Decision.TestMode {
+					t.Fatalf("%+v", r.Decision)
+				}
+			}
+			w.assertEmpty()
+		})
+	}
+}
