@@ -52,15 +52,16 @@ import (
 
 func main() {
 	var (
-		duration = flag.Duration("duration", 5*time.Second, "how long each request scenario runs")
+		duration = flag.Duration("duration", 2*time.Second, "how long each request scenario runs per round")
+		rounds   = flag.Int("rounds", 3, "rounds of the request scenarios, interleaved so a noisy neighbour hits all alike; figures are medians")
 		conns    = flag.Int("conns", 64, "concurrent keep-alive connections (closed loop)")
 		batchN   = flag.Int("batch", 50_000, "addresses in the batch scenario (0 skips it)")
 		only     = flag.String("only", "", "comma-separated scenarios to run (floor,verify,idem,get,batch); default all")
-		profile  = flag.String("cpuprofile", "", "write a CPU profile of each scenario to PREFIX.<scenario>.pprof")
+		profile  = flag.String("cpuprofile", "", "write a CPU profile of each scenario to PREFIX.<scenario>.<round>.pprof")
 		keepDir  = flag.Bool("keep", false, "keep the data directory (its path is printed)")
 	)
 	flag.Parse()
-	if err := run(context.Background(), opts{duration: *duration, conns: *conns, batch: *batchN, only: *only, profile: *profile, keep: *keepDir}); err != nil {
+	if err := run(context.Background(), opts{duration: *duration, rounds: max(1, *rounds), conns: *conns, batch: *batchN, only: *only, profile: *profile, keep: *keepDir}); err != nil {
 		fmt.Fprintln(os.Stderr, "loadtest:", err)
 		os.Exit(1)
 	}
@@ -68,6 +69,7 @@ func main() {
 
 type opts struct {
 	duration time.Duration
+	rounds   int
 	conns    int
 	batch    int
 	only     string
@@ -333,12 +335,12 @@ func run(ctx context.Context, o opts) error {
 	fmt.Printf("loadtest: %d connections, %s per scenario, GOMAXPROCS %d, reply %d bytes\n\n",
 		o.conns, o.duration, runtime.GOMAXPROCS(0), s.replyLen)
 
-	res := map[string]figures{}
+	res := map[string][]figures{}
 	scenario := func(name string, addr string, want int, build func(c, i int) []byte) error {
 		if !o.wants(name) {
 			return nil
 		}
-		stopProf, err := startProfile(o.profile, name)
+		stopProf, err := startProfile(o.profile, fmt.Sprint(name, ".", len(res[name])+1))
 		if err != nil {
 			return err
 		}
@@ -348,7 +350,7 @@ func run(ctx context.Context, o opts) error {
 			return fmt.Errorf("%s: %w", name, err)
 		}
 		f.name = name
-		res[name] = f
+		res[name] = append(res[name], f)
 		fmt.Printf("%-7s %9.0f req/s  p50 %7s  p99 %7s  max %7s  errors %d\n",
 			name, f.rps(), f.pct(0.50).Round(time.Microsecond), f.pct(0.99).Round(time.Microsecond),
 			f.pct(1).Round(time.Microsecond), f.errors)
@@ -357,18 +359,7 @@ func run(ctx context.Context, o opts) error {
 
 	floorReq := rawRequest(http.MethodPost, s.floor, "/v1/verify", "", nil, verifyBody)
 	verifyReq := rawRequest(http.MethodPost, s.evs, "/v1/verify", s.key, nil, verifyBody)
-	if err := scenario("floor", s.floor, http.StatusOK, func(int, int) []byte { return floorReq }); err != nil {
-		return err
-	}
-	if err := scenario("verify", s.evs, http.StatusOK, func(int, int) []byte { return verifyReq }); err != nil {
-		return err
-	}
-	if err := scenario("idem", s.evs, http.StatusOK, func(c, i int) []byte {
-		return rawRequest(http.MethodPost, s.evs, "/v1/verify", s.key,
-			map[string]string{"Idempotency-Key": "lt-" + strconv.Itoa(c) + "-" + strconv.Itoa(i)}, verifyBody)
-	}); err != nil {
-		return err
-	}
+	var getReq []byte
 	if o.wants("get") {
 		r, err := s.call(http.MethodPost, "/v1/requests", `{"emails":["alice@example.com","bob@example.com"],"mode":"quick"}`, nil)
 		if err != nil {
@@ -378,9 +369,26 @@ func run(ctx context.Context, o opts) error {
 		if err != nil {
 			return err
 		}
-		getReq := rawRequest(http.MethodGet, s.evs, "/v1/requests/"+id, s.key, nil, "")
-		if err := scenario("get", s.evs, http.StatusOK, func(int, int) []byte { return getReq }); err != nil {
+		getReq = rawRequest(http.MethodGet, s.evs, "/v1/requests/"+id, s.key, nil, "")
+	}
+	for round := range o.rounds {
+		fmt.Printf("round %d\n", round+1)
+		if err := scenario("floor", s.floor, http.StatusOK, func(int, int) []byte { return floorReq }); err != nil {
 			return err
+		}
+		if err := scenario("verify", s.evs, http.StatusOK, func(int, int) []byte { return verifyReq }); err != nil {
+			return err
+		}
+		if err := scenario("idem", s.evs, http.StatusOK, func(c, i int) []byte {
+			return rawRequest(http.MethodPost, s.evs, "/v1/verify", s.key,
+				map[string]string{"Idempotency-Key": "lt-" + strconv.Itoa(round) + "-" + strconv.Itoa(c) + "-" + strconv.Itoa(i)}, verifyBody)
+		}); err != nil {
+			return err
+		}
+		if getReq != nil {
+			if err := scenario("get", s.evs, http.StatusOK, func(int, int) []byte { return getReq }); err != nil {
+				return err
+			}
 		}
 	}
 	var bf batchFigures
@@ -399,13 +407,15 @@ func run(ctx context.Context, o opts) error {
 	}
 
 	fmt.Println()
+	fmt.Printf("medians of %d rounds:\n", o.rounds)
 	ratio := func(label, a, b string) {
-		fa, okA := res[a]
-		fb, okB := res[b]
-		if !okA || !okB || fb.rps() == 0 || fb.pct(0.99) == 0 {
+		fa, fb := res[a], res[b]
+		if len(fa) == 0 || len(fb) == 0 {
 			return
 		}
-		fmt.Printf("%-40s %5.2f× rps   p99 %5.2f×\n", label, fa.rps()/fb.rps(), float64(fa.pct(0.99))/float64(fb.pct(0.99)))
+		ra, rb := median(fa, figures.rps), median(fb, figures.rps)
+		pa, pb := median(fa, p99), median(fb, p99)
+		fmt.Printf("%-40s %5.2f× rps (%.0f / %.0f)   p99 %5.2f× (%.2f / %.2f ms)\n", label, ra/rb, ra, rb, pa/pb, pa, pb)
 	}
 	ratio("verify quick / floor", "verify", "floor")
 	ratio("verify + unique Idempotency-Key / verify", "idem", "verify")
@@ -414,6 +424,21 @@ func run(ctx context.Context, o opts) error {
 		fmt.Printf("%-40s %7.0f addresses/s, %.0f B/result, RSS after %.1f MB\n", "50k test-mode batch", bf.rate(), bf.perResult, bf.afterMB)
 	}
 	return nil
+}
+
+func p99(f figures) float64 { return float64(f.pct(0.99)) / float64(time.Millisecond) }
+
+// median is the median of v over fs.
+func median(fs []figures, v func(figures) float64) float64 {
+	xs := make([]float64, len(fs))
+	for i, f := range fs {
+		xs[i] = v(f)
+	}
+	slices.Sort(xs)
+	if len(xs)%2 == 1 {
+		return xs[len(xs)/2]
+	}
+	return (xs[len(xs)/2-1] + xs[len(xs)/2]) / 2
 }
 
 func startProfile(prefix, name string) (func(), error) {

@@ -25,6 +25,58 @@ const resultsPerInsert = 200
 const batchCols = `id, account_id, mode, state, error, created_at, completed_at, expires_at,
 	total, duplicates, processed, deliverable, undeliverable, risky, unknown`
 
+// Queries of this file; the ones of every call are prepared at Open.
+const (
+	qCreateBatch = `INSERT INTO batches (id, account_id, mode, state, error, created_at, completed_at, expires_at,
+			items, total, duplicates, processed, deliverable, undeliverable, risky, unknown)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	qBatch      = `SELECT ` + batchCols + ` FROM batches WHERE id = ? AND account_id = ? AND expires_at > ?`
+	qTransition = `UPDATE batches SET state = ?, error = ?, completed_at = ? WHERE id = ? RETURNING ` + batchCols
+	// The batch completes in the same statement that counts its last
+	// result, so no reader sees all results counted but the batch running.
+	qCount = `UPDATE batches SET
+			processed = processed + ?,
+			deliverable = deliverable + ?, undeliverable = undeliverable + ?, risky = risky + ?, unknown = unknown + ?,
+			state = CASE WHEN processed + ? >= items THEN ? ELSE state END,
+			completed_at = CASE WHEN processed + ? >= items THEN ? ELSE completed_at END
+			WHERE id = ? RETURNING ` + batchCols
+	qResults         = `SELECT seq, email, status, decision FROM results WHERE batch_id = ? AND seq > ? ORDER BY seq LIMIT ?`
+	qResultsByStatus = `SELECT seq, email, status, decision FROM results WHERE batch_id = ? AND status = ? AND seq > ? ORDER BY seq LIMIT ?`
+	qPending         = `SELECT i.seq, i.email, i.domain FROM items i
+		WHERE i.batch_id = ? AND i.seq > ?
+		AND NOT EXISTS (SELECT 1 FROM results r WHERE r.batch_id = i.batch_id AND r.seq = i.seq)
+		ORDER BY i.seq LIMIT ?`
+	qUnfinished = `SELECT ` + batchCols + ` FROM batches WHERE state IN (?, ?) AND expires_at > ? ORDER BY created_at, id`
+)
+
+// insertItems is the INSERT of n items.
+func insertItems(n int) string {
+	return `INSERT INTO items (batch_id, seq, email, domain) VALUES ` +
+		strings.Repeat(`(?, ?, ?, ?), `, n-1) + `(?, ?, ?, ?)`
+}
+
+// insertResults is the INSERT of n results. ON CONFLICT DO NOTHING skips
+// results written before; RETURNING names exactly the rows that were new,
+// to count.
+func insertResults(n int) string {
+	return `INSERT INTO results (batch_id, seq, email, status, decision) VALUES ` +
+		strings.Repeat(`(?, ?, ?, ?, ?), `, n-1) + `(?, ?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING status`
+}
+
+// writerQueries and readerQueries are prepared when the store opens.
+var (
+	writerQueries = []string{
+		qCreateAccount, qCreateKey, qRevokeKey,
+		qClaim, qReadClaim, qComplete, qRelease,
+		qCreateBatch, qBatch, qTransition, qCount,
+		insertItems(itemsPerInsert), insertResults(resultsPerInsert),
+	}
+	readerQueries = []string{
+		qAccount, qAccountByName, qCountAccounts, qKeyByHash, qListKeys,
+		qBatch, qResults, qResultsByStatus, qPending, qUnfinished,
+	}
+)
+
 func scanBatch(row scanner) (evs.Batch, error) {
 	var (
 		b                evs.Batch
@@ -45,11 +97,13 @@ func batchNotFound() error { return evs.Errorf(evs.CodeNotFound, "No such reques
 
 // CreateBatch stores b and its items in one transaction.
 func (s *Store) CreateBatch(ctx context.Context, b evs.Batch, items []evs.Item) error {
-	return s.write(ctx, func(tx *sql.Tx) error {
+	return s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		c := b.Counters
-		_, err := tx.ExecContext(ctx, `INSERT INTO batches (id, account_id, mode, state, error, created_at, completed_at, expires_at,
-			items, total, duplicates, processed, deliverable, undeliverable, risky, unknown)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		create, err := s.wstmt(ctx, tx, qCreateBatch)
+		if err != nil {
+			return dbErr("create batch", err)
+		}
+		_, err = create.ExecContext(ctx,
 			b.ID, b.AccountID, b.Mode, b.State, b.Error, millis(b.CreatedAt), nullMillis(b.CompletedAt), millis(b.ExpiresAt),
 			len(items), c.Total, c.Duplicates, c.Processed, c.Deliverable, c.Undeliverable, c.Risky, c.Unknown)
 		if constraint(err, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY) {
@@ -58,22 +112,21 @@ func (s *Store) CreateBatch(ctx context.Context, b evs.Batch, items []evs.Item) 
 		if err != nil {
 			return dbErr("create batch", err)
 		}
-		var full *sql.Stmt
+		full, err := s.wstmt(ctx, tx, insertItems(itemsPerInsert))
+		if err != nil {
+			return dbErr("create batch items", err)
+		}
+		args := make([]any, 0, 4*itemsPerInsert)
 		for len(items) > 0 {
 			n := min(len(items), itemsPerInsert)
 			stmt := full
-			if stmt == nil || n < itemsPerInsert {
-				q := `INSERT INTO items (batch_id, seq, email, domain) VALUES ` +
-					strings.Repeat(`(?, ?, ?, ?), `, n-1) + `(?, ?, ?, ?)`
-				if stmt, err = tx.PrepareContext(ctx, q); err != nil {
+			if n < itemsPerInsert {
+				if stmt, err = tx.PrepareContext(ctx, insertItems(n)); err != nil {
 					return dbErr("create batch items", err)
 				}
 				defer stmt.Close()
-				if n == itemsPerInsert {
-					full = stmt
-				}
 			}
-			args := make([]any, 0, 4*n)
+			args = args[:0]
 			for _, it := range items[:n] {
 				args = append(args, b.ID, it.Seq, it.Email, it.Domain)
 			}
@@ -91,18 +144,21 @@ func (s *Store) CreateBatch(ctx context.Context, b evs.Batch, items []evs.Item) 
 
 // Batch returns the batch id of account, or CodeNotFound, also once expired.
 func (s *Store) Batch(ctx context.Context, accountID, id string) (evs.Batch, error) {
-	return s.batch(ctx, s.db, accountID, id)
+	return s.batch(ctx, s.rstmt(qBatch), accountID, id)
 }
 
-type querier interface {
-	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+// batchTx reads a live batch inside the write transaction tx.
+func (s *Store) batchTx(ctx context.Context, tx *sql.Tx, accountID, id string) (evs.Batch, error) {
+	st, err := s.wstmt(ctx, tx, qBatch)
+	if err != nil {
+		return evs.Batch{}, dbErr("read batch", err)
+	}
+	return s.batch(ctx, st, accountID, id)
 }
 
-// batch reads a live batch through q.
-func (s *Store) batch(ctx context.Context, q querier, accountID, id string) (evs.Batch, error) {
-	b, err := scanBatch(q.QueryRowContext(ctx,
-		`SELECT `+batchCols+` FROM batches WHERE id = ? AND account_id = ? AND expires_at > ?`,
-		id, accountID, millis(s.now())))
+// batch reads a live batch with st, a prepared qBatch.
+func (s *Store) batch(ctx context.Context, st *sql.Stmt, accountID, id string) (evs.Batch, error) {
+	b, err := scanBatch(st.QueryRowContext(ctx, id, accountID, millis(s.now())))
 	if errors.Is(err, sql.ErrNoRows) {
 		return evs.Batch{}, batchNotFound()
 	}
@@ -116,8 +172,8 @@ func (s *Store) batch(ctx context.Context, q querier, accountID, id string) (evs
 // state is never left, whatever from says.
 func (s *Store) TransitionBatch(ctx context.Context, accountID, id string, from []evs.State, to evs.State, errMsg string, now time.Time) (evs.Batch, error) {
 	var out evs.Batch
-	err := s.write(ctx, func(tx *sql.Tx) error {
-		b, err := s.batch(ctx, tx, accountID, id)
+	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		b, err := s.batchTx(ctx, tx, accountID, id)
 		if err != nil {
 			return err
 		}
@@ -133,20 +189,14 @@ func (s *Store) TransitionBatch(ctx context.Context, accountID, id string, from 
 		if to.Final() {
 			completed = nullMillis(now)
 		}
-		out, err = scanBatch(tx.QueryRowContext(ctx,
-			`UPDATE batches SET state = ?, error = ?, completed_at = ? WHERE id = ? RETURNING `+batchCols,
-			to, errMsg, completed, id))
+		st, err := s.wstmt(ctx, tx, qTransition)
+		if err != nil {
+			return dbErr("transition batch", err)
+		}
+		out, err = scanBatch(st.QueryRowContext(ctx, to, errMsg, completed, id))
 		return dbErr("transition batch", err)
 	})
 	return out, err
-}
-
-// counterCols names the counter column of each outcome label.
-var counterCols = map[string]string{
-	"deliverable":   "deliverable",
-	"undeliverable": "undeliverable",
-	"risky":         "risky",
-	"unknown":       "unknown",
 }
 
 // PutResults writes the results that are not written yet and adds them to
@@ -165,8 +215,8 @@ func (s *Store) PutResults(ctx context.Context, accountID, id string, results []
 		encoded[i] = b
 	}
 	var out evs.Batch
-	err := s.write(ctx, func(tx *sql.Tx) error {
-		b, err := s.batch(ctx, tx, accountID, id)
+	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		b, err := s.batchTx(ctx, tx, accountID, id)
 		if err != nil {
 			return err
 		}
@@ -174,67 +224,78 @@ func (s *Store) PutResults(ctx context.Context, accountID, id string, results []
 		if b.State.Final() || len(results) == 0 {
 			return nil
 		}
-		added := map[string]int{}
-		n := 0
-		var full *sql.Stmt
-		for rest := results; len(rest) > 0; {
-			k := min(len(rest), resultsPerInsert)
+		full, err := s.wstmt(ctx, tx, insertResults(resultsPerInsert))
+		if err != nil {
+			return dbErr("write results", err)
+		}
+		var added counts
+		args := make([]any, 0, 5*resultsPerInsert)
+		for done := 0; done < len(results); {
+			k := min(len(results)-done, resultsPerInsert)
 			stmt := full
-			if stmt == nil || k < resultsPerInsert {
-				// ON CONFLICT DO NOTHING skips results written before;
-				// RETURNING names exactly the rows that were new, to count.
-				q := `INSERT INTO results (batch_id, seq, email, status, decision) VALUES ` +
-					strings.Repeat(`(?, ?, ?, ?, ?), `, k-1) + `(?, ?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING status`
-				if stmt, err = tx.PrepareContext(ctx, q); err != nil {
+			if k < resultsPerInsert {
+				if stmt, err = tx.PrepareContext(ctx, insertResults(k)); err != nil {
 					return dbErr("write results", err)
 				}
 				defer stmt.Close()
-				if k == resultsPerInsert {
-					full = stmt
-				}
 			}
-			args := make([]any, 0, 5*k)
-			for i, r := range rest[:k] {
-				args = append(args, id, r.Seq, r.Email, string(r.Status()), encoded[len(results)-len(rest)+i])
+			args = args[:0]
+			for i, r := range results[done : done+k] {
+				args = append(args, id, r.Seq, r.Email, string(r.Status()), encoded[done+i])
 			}
-			if err := countInserted(ctx, stmt, args, added, &n); err != nil {
+			if err := countInserted(ctx, stmt, args, &added); err != nil {
 				return err
 			}
-			rest = rest[k:]
+			done += k
 		}
-		if n == 0 {
+		if added.n == 0 {
 			return nil
 		}
-		// The batch completes in the same statement that counts its last
-		// result, so no reader sees all results counted but the batch running.
-		out, err = scanBatch(tx.QueryRowContext(ctx, `UPDATE batches SET
-			processed = processed + ?,
-			deliverable = deliverable + ?, undeliverable = undeliverable + ?, risky = risky + ?, unknown = unknown + ?,
-			state = CASE WHEN processed + ? >= items THEN ? ELSE state END,
-			completed_at = CASE WHEN processed + ? >= items THEN ? ELSE completed_at END
-			WHERE id = ? RETURNING `+batchCols,
-			n, added["deliverable"], added["undeliverable"], added["risky"], added["unknown"],
-			n, evs.StateCompleted, n, millis(now), id))
+		count, err := s.wstmt(ctx, tx, qCount)
+		if err != nil {
+			return dbErr("count results", err)
+		}
+		out, err = scanBatch(count.QueryRowContext(ctx,
+			added.n, added.by[0], added.by[1], added.by[2], added.by[3],
+			added.n, evs.StateCompleted, added.n, millis(now), id))
 		return dbErr("count results", err)
 	})
 	return out, err
 }
 
-// countInserted runs the results INSERT and counts the rows it wrote by
-// status into added and n.
-func countInserted(ctx context.Context, stmt *sql.Stmt, args []any, added map[string]int, n *int) error {
+// counts are the results an INSERT wrote, in all and by status.
+type counts struct {
+	n  int
+	by [4]int // deliverable, undeliverable, risky, unknown
+}
+
+func (c *counts) add(status string) {
+	c.n++
+	switch evs.Status(status) {
+	case evs.Deliverable:
+		c.by[0]++
+	case evs.Undeliverable:
+		c.by[1]++
+	case evs.Risky:
+		c.by[2]++
+	default:
+		c.by[3]++
+	}
+}
+
+// countInserted runs the results INSERT and counts the rows it wrote.
+func countInserted(ctx context.Context, stmt *sql.Stmt, args []any, added *counts) error {
 	rows, err := stmt.QueryContext(ctx, args...)
 	if err != nil {
 		return resultsErr(err)
 	}
 	defer rows.Close()
+	var status sql.RawBytes
 	for rows.Next() {
-		var status string
 		if err := rows.Scan(&status); err != nil {
 			return dbErr("write results", err)
 		}
-		added[status]++
-		*n++
+		added.add(string(status))
 	}
 	return resultsErr(rows.Err())
 }
@@ -249,18 +310,16 @@ func resultsErr(err error) error {
 // Results returns up to limit results with Seq > afterSeq in Seq order,
 // only those of status when status is not empty.
 func (s *Store) Results(ctx context.Context, accountID, id string, afterSeq, limit int, status evs.Status) ([]evs.Result, error) {
-	q := `SELECT seq, email, status, decision FROM results WHERE batch_id = ? AND seq > ? ORDER BY seq LIMIT ?`
-	args := []any{id, afterSeq, max(limit, 0)}
+	q, args := qResults, []any{id, afterSeq, max(limit, 0)}
 	if status != "" {
-		q = `SELECT seq, email, status, decision FROM results WHERE batch_id = ? AND status = ? AND seq > ? ORDER BY seq LIMIT ?`
-		args = []any{id, status, afterSeq, max(limit, 0)}
+		q, args = qResultsByStatus, []any{id, status, afterSeq, max(limit, 0)}
 	}
 	var out []evs.Result
 	err := s.read(ctx, accountID, id, q, args, func(rows *sql.Rows) error {
 		var (
 			r       evs.Result
 			status  string
-			encoded []byte
+			encoded sql.RawBytes
 		)
 		if err := rows.Scan(&r.Seq, &r.Email, &status, &encoded); err != nil {
 			return err
@@ -279,12 +338,8 @@ func (s *Store) Results(ctx context.Context, accountID, id string, afterSeq, lim
 // PendingItems returns up to limit items with Seq > afterSeq that have no
 // result yet, in Seq order.
 func (s *Store) PendingItems(ctx context.Context, accountID, id string, afterSeq, limit int) ([]evs.Item, error) {
-	q := `SELECT i.seq, i.email, i.domain FROM items i
-		WHERE i.batch_id = ? AND i.seq > ?
-		AND NOT EXISTS (SELECT 1 FROM results r WHERE r.batch_id = i.batch_id AND r.seq = i.seq)
-		ORDER BY i.seq LIMIT ?`
 	var out []evs.Item
-	err := s.read(ctx, accountID, id, q, []any{id, afterSeq, max(limit, 0)}, func(rows *sql.Rows) error {
+	err := s.read(ctx, accountID, id, qPending, []any{id, afterSeq, max(limit, 0)}, func(rows *sql.Rows) error {
 		var it evs.Item
 		if err := rows.Scan(&it.Seq, &it.Email, &it.Domain); err != nil {
 			return err
@@ -295,18 +350,19 @@ func (s *Store) PendingItems(ctx context.Context, accountID, id string, afterSeq
 	return out, err
 }
 
-// read runs query in one read transaction after checking that the batch is
-// live, so a batch swept in between cannot look like an empty one.
+// read runs query, a reader query, in one read transaction after checking
+// that the batch is live, so a batch swept in between cannot look like an
+// empty one.
 func (s *Store) read(ctx context.Context, accountID, id, query string, args []any, scan func(*sql.Rows) error) error {
-	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	tx, err := s.rdb.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {
 		return dbErr("begin read", err)
 	}
 	defer tx.Rollback()
-	if _, err := s.batch(ctx, tx, accountID, id); err != nil {
+	if _, err := s.batch(ctx, tx.StmtContext(ctx, s.rstmt(qBatch)), accountID, id); err != nil {
 		return err
 	}
-	rows, err := tx.QueryContext(ctx, query, args...)
+	rows, err := tx.StmtContext(ctx, s.rstmt(query)).QueryContext(ctx, args...)
 	if err != nil {
 		return dbErr("read batch rows", err)
 	}
@@ -322,9 +378,7 @@ func (s *Store) read(ctx context.Context, accountID, id, query string, args []an
 // UnfinishedBatches lists the live batches in state queued or running, of
 // every account, oldest first.
 func (s *Store) UnfinishedBatches(ctx context.Context) ([]evs.Batch, error) {
-	rows, err := s.db.QueryContext(ctx,
-		`SELECT `+batchCols+` FROM batches WHERE state IN (?, ?) AND expires_at > ? ORDER BY created_at, id`,
-		evs.StateQueued, evs.StateRunning, millis(s.now()))
+	rows, err := s.rstmt(qUnfinished).QueryContext(ctx, evs.StateQueued, evs.StateRunning, millis(s.now()))
 	if err != nil {
 		return nil, dbErr("list unfinished batches", err)
 	}
@@ -347,7 +401,7 @@ func (s *Store) UnfinishedBatches(ctx context.Context) ([]evs.Batch, error) {
 func (s *Store) Sweep(ctx context.Context) (int, error) {
 	var n int64
 	now := millis(s.now())
-	err := s.write(ctx, func(tx *sql.Tx) error {
+	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		for _, q := range []string{
 			`DELETE FROM batches WHERE expires_at <= ?`,
 			`DELETE FROM idempotency WHERE expires_at <= ?`,

@@ -94,7 +94,7 @@ CREATE INDEX results_status ON results (batch_id, status, seq);
 // transaction, so two processes opening a new directory at once do not both
 // create the tables.
 func (s *Store) migrate(ctx context.Context) error {
-	return s.write(ctx, func(tx *sql.Tx) error {
+	return s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		var v int
 		if err := tx.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&v); err != nil {
 			return dbErr("read schema version", err)
