@@ -541,7 +541,7 @@ func runBatch(s *stack, n int) (batchFigures, error) {
 		return f, err
 	}
 	defer db.Close()
-	err = db.QueryRow(`SELECT avg(length(decision)) FROM results WHERE batch_id = ?`, id).Scan(&f.decision)
+	err = db.QueryRow(`SELECT avg(length(r.decision)) FROM results r JOIN batches b ON b.key = r.batch WHERE b.id = ?`, id).Scan(&f.decision)
 	return f, err
 }
 

@@ -29,8 +29,8 @@ const batchCols = `id, account_id, mode, state, error, created_at, completed_at,
 const (
 	qCreateBatch = `INSERT INTO batches (id, account_id, mode, state, error, created_at, completed_at, expires_at,
 			items, total, duplicates, processed, deliverable, undeliverable, risky, unknown)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
-	qBatch      = `SELECT ` + batchCols + ` FROM batches WHERE id = ? AND account_id = ? AND expires_at > ?`
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING key`
+	qBatch      = `SELECT key, ` + batchCols + ` FROM batches WHERE id = ? AND account_id = ? AND expires_at > ?`
 	qTransition = `UPDATE batches SET state = ?, error = ?, completed_at = ? WHERE id = ? RETURNING ` + batchCols
 	// The batch completes in the same statement that counts its last
 	// result, so no reader sees all results counted but the batch running.
@@ -39,19 +39,22 @@ const (
 			deliverable = deliverable + ?, undeliverable = undeliverable + ?, risky = risky + ?, unknown = unknown + ?,
 			state = CASE WHEN processed + ? >= items THEN ? ELSE state END,
 			completed_at = CASE WHEN processed + ? >= items THEN ? ELSE completed_at END
-			WHERE id = ? RETURNING ` + batchCols
-	qResults         = `SELECT seq, email, status, decision FROM results WHERE batch_id = ? AND seq > ? ORDER BY seq LIMIT ?`
-	qResultsByStatus = `SELECT seq, email, status, decision FROM results WHERE batch_id = ? AND status = ? AND seq > ? ORDER BY seq LIMIT ?`
-	qPending         = `SELECT i.seq, i.email, i.domain FROM items i
-		WHERE i.batch_id = ? AND i.seq > ?
-		AND NOT EXISTS (SELECT 1 FROM results r WHERE r.batch_id = i.batch_id AND r.seq = i.seq)
+			WHERE key = ? RETURNING ` + batchCols
+	// A result's address is its item's: results do not repeat it.
+	qResults = `SELECT r.seq, i.email, r.decision FROM results r JOIN items i ON i.batch = r.batch AND i.seq = r.seq
+		WHERE r.batch = ? AND r.seq > ? ORDER BY r.seq LIMIT ?`
+	qResultsByStatus = `SELECT r.seq, i.email, r.decision FROM results r JOIN items i ON i.batch = r.batch AND i.seq = r.seq
+		WHERE r.batch = ? AND r.status = ? AND r.seq > ? ORDER BY r.seq LIMIT ?`
+	qPending = `SELECT i.seq, i.email, i.domain FROM items i
+		WHERE i.batch = ? AND i.seq > ?
+		AND NOT EXISTS (SELECT 1 FROM results r WHERE r.batch = i.batch AND r.seq = i.seq)
 		ORDER BY i.seq LIMIT ?`
 	qUnfinished = `SELECT ` + batchCols + ` FROM batches WHERE state IN (?, ?) AND expires_at > ? ORDER BY created_at, id`
 )
 
 // insertItems is the INSERT of n items.
 func insertItems(n int) string {
-	return `INSERT INTO items (batch_id, seq, email, domain) VALUES ` +
+	return `INSERT INTO items (batch, seq, email, domain) VALUES ` +
 		strings.Repeat(`(?, ?, ?, ?), `, n-1) + `(?, ?, ?, ?)`
 }
 
@@ -59,8 +62,8 @@ func insertItems(n int) string {
 // results written before; RETURNING names exactly the rows that were new,
 // to count.
 func insertResults(n int) string {
-	return `INSERT INTO results (batch_id, seq, email, status, decision) VALUES ` +
-		strings.Repeat(`(?, ?, ?, ?, ?), `, n-1) + `(?, ?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING status`
+	return `INSERT INTO results (batch, seq, status, decision) VALUES ` +
+		strings.Repeat(`(?, ?, ?, ?), `, n-1) + `(?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING status`
 }
 
 // writerQueries and readerQueries are prepared when the store opens.
@@ -77,15 +80,18 @@ var (
 	}
 )
 
-func scanBatch(row scanner) (evs.Batch, error) {
+func scanBatch(row scanner) (evs.Batch, error) { return scanBatchWith(row) }
+
+// scanBatchWith scans into first, then the batch columns.
+func scanBatchWith(row scanner, first ...any) (evs.Batch, error) {
 	var (
 		b                evs.Batch
 		created, expires int64
 		completed        sql.NullInt64
 	)
 	c := &b.Counters
-	err := row.Scan(&b.ID, &b.AccountID, &b.Mode, &b.State, &b.Error, &created, &completed, &expires,
-		&c.Total, &c.Duplicates, &c.Processed, &c.Deliverable, &c.Undeliverable, &c.Risky, &c.Unknown)
+	err := row.Scan(append(first, &b.ID, &b.AccountID, &b.Mode, &b.State, &b.Error, &created, &completed, &expires,
+		&c.Total, &c.Duplicates, &c.Processed, &c.Deliverable, &c.Undeliverable, &c.Risky, &c.Unknown)...)
 	if err != nil {
 		return evs.Batch{}, err
 	}
@@ -103,10 +109,11 @@ func (s *Store) CreateBatch(ctx context.Context, b evs.Batch, items []evs.Item) 
 		if err != nil {
 			return dbErr("create batch", err)
 		}
-		_, err = create.ExecContext(ctx,
+		var key int64
+		err = create.QueryRowContext(ctx,
 			b.ID, b.AccountID, b.Mode, b.State, b.Error, millis(b.CreatedAt), nullMillis(b.CompletedAt), millis(b.ExpiresAt),
-			len(items), c.Total, c.Duplicates, c.Processed, c.Deliverable, c.Undeliverable, c.Risky, c.Unknown)
-		if constraint(err, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY) {
+			len(items), c.Total, c.Duplicates, c.Processed, c.Deliverable, c.Undeliverable, c.Risky, c.Unknown).Scan(&key)
+		if constraint(err, sqlite3.SQLITE_CONSTRAINT_UNIQUE) {
 			return evs.Errorf(evs.CodeInvalidState, "The request already exists.")
 		}
 		if err != nil {
@@ -128,7 +135,7 @@ func (s *Store) CreateBatch(ctx context.Context, b evs.Batch, items []evs.Item) 
 			}
 			args = args[:0]
 			for _, it := range items[:n] {
-				args = append(args, b.ID, it.Seq, it.Email, it.Domain)
+				args = append(args, key, it.Seq, it.Email, it.Domain)
 			}
 			if _, err := stmt.ExecContext(ctx, args...); err != nil {
 				if constraint(err, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY) {
@@ -144,28 +151,32 @@ func (s *Store) CreateBatch(ctx context.Context, b evs.Batch, items []evs.Item) 
 
 // Batch returns the batch id of account, or CodeNotFound, also once expired.
 func (s *Store) Batch(ctx context.Context, accountID, id string) (evs.Batch, error) {
-	return s.batch(ctx, s.rstmt(qBatch), accountID, id)
+	b, _, err := s.batch(ctx, s.rstmt(qBatch), accountID, id)
+	return b, err
 }
 
 // batchTx reads a live batch inside the write transaction tx.
-func (s *Store) batchTx(ctx context.Context, tx *sql.Tx, accountID, id string) (evs.Batch, error) {
+// It also returns the batch's key, which its items and results refer to.
+func (s *Store) batchTx(ctx context.Context, tx *sql.Tx, accountID, id string) (evs.Batch, int64, error) {
 	st, err := s.wstmt(ctx, tx, qBatch)
 	if err != nil {
-		return evs.Batch{}, dbErr("read batch", err)
+		return evs.Batch{}, 0, dbErr("read batch", err)
 	}
 	return s.batch(ctx, st, accountID, id)
 }
 
 // batch reads a live batch with st, a prepared qBatch.
-func (s *Store) batch(ctx context.Context, st *sql.Stmt, accountID, id string) (evs.Batch, error) {
-	b, err := scanBatch(st.QueryRowContext(ctx, id, accountID, millis(s.now())))
+// It also returns the batch's key.
+func (s *Store) batch(ctx context.Context, st *sql.Stmt, accountID, id string) (evs.Batch, int64, error) {
+	var key int64
+	b, err := scanBatchWith(st.QueryRowContext(ctx, id, accountID, millis(s.now())), &key)
 	if errors.Is(err, sql.ErrNoRows) {
-		return evs.Batch{}, batchNotFound()
+		return evs.Batch{}, 0, batchNotFound()
 	}
 	if err != nil {
-		return evs.Batch{}, dbErr("read batch", err)
+		return evs.Batch{}, 0, dbErr("read batch", err)
 	}
-	return b, nil
+	return b, key, nil
 }
 
 // TransitionBatch moves the batch to `to` if its state is in from. A final
@@ -173,7 +184,7 @@ func (s *Store) batch(ctx context.Context, st *sql.Stmt, accountID, id string) (
 func (s *Store) TransitionBatch(ctx context.Context, accountID, id string, from []evs.State, to evs.State, errMsg string, now time.Time) (evs.Batch, error) {
 	var out evs.Batch
 	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		b, err := s.batchTx(ctx, tx, accountID, id)
+		b, _, err := s.batchTx(ctx, tx, accountID, id)
 		if err != nil {
 			return err
 		}
@@ -216,7 +227,7 @@ func (s *Store) PutResults(ctx context.Context, accountID, id string, results []
 	}
 	var out evs.Batch
 	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		b, err := s.batchTx(ctx, tx, accountID, id)
+		b, key, err := s.batchTx(ctx, tx, accountID, id)
 		if err != nil {
 			return err
 		}
@@ -241,7 +252,7 @@ func (s *Store) PutResults(ctx context.Context, accountID, id string, results []
 			}
 			args = args[:0]
 			for i, r := range results[done : done+k] {
-				args = append(args, id, r.Seq, r.Email, string(r.Status()), encoded[done+i])
+				args = append(args, key, r.Seq, statusCode(r.Status()), encoded[done+i])
 			}
 			if err := countInserted(ctx, stmt, args, &added); err != nil {
 				return err
@@ -257,30 +268,28 @@ func (s *Store) PutResults(ctx context.Context, accountID, id string, results []
 		}
 		out, err = scanBatch(count.QueryRowContext(ctx,
 			added.n, added.by[0], added.by[1], added.by[2], added.by[3],
-			added.n, evs.StateCompleted, added.n, millis(now), id))
+			added.n, evs.StateCompleted, added.n, millis(now), key))
 		return dbErr("count results", err)
 	})
 	return out, err
 }
 
-// counts are the results an INSERT wrote, in all and by status.
-type counts struct {
-	n  int
-	by [4]int // deliverable, undeliverable, risky, unknown
+// Result statuses as stored: a number, so the status index stays small.
+var statusCodes = [...]evs.Status{evs.Deliverable, evs.Undeliverable, evs.Risky, evs.Unknown}
+
+func statusCode(st evs.Status) int {
+	for i, c := range statusCodes {
+		if c == st {
+			return i
+		}
+	}
+	return len(statusCodes) - 1 // unknown
 }
 
-func (c *counts) add(status string) {
-	c.n++
-	switch evs.Status(status) {
-	case evs.Deliverable:
-		c.by[0]++
-	case evs.Undeliverable:
-		c.by[1]++
-	case evs.Risky:
-		c.by[2]++
-	default:
-		c.by[3]++
-	}
+// counts are the results an INSERT wrote, in all and by status code.
+type counts struct {
+	n  int
+	by [len(statusCodes)]int
 }
 
 // countInserted runs the results INSERT and counts the rows it wrote.
@@ -290,12 +299,13 @@ func countInserted(ctx context.Context, stmt *sql.Stmt, args []any, added *count
 		return resultsErr(err)
 	}
 	defer rows.Close()
-	var status sql.RawBytes
+	var code int
 	for rows.Next() {
-		if err := rows.Scan(&status); err != nil {
+		if err := rows.Scan(&code); err != nil {
 			return dbErr("write results", err)
 		}
-		added.add(string(status))
+		added.n++
+		added.by[min(max(code, 0), len(statusCodes)-1)]++
 	}
 	return resultsErr(rows.Err())
 }
@@ -308,20 +318,20 @@ func resultsErr(err error) error {
 }
 
 // Results returns up to limit results with Seq > afterSeq in Seq order,
-// only those of status when status is not empty.
+// only those of status when status is not empty. A result's Email is its
+// item's address.
 func (s *Store) Results(ctx context.Context, accountID, id string, afterSeq, limit int, status evs.Status) ([]evs.Result, error) {
-	q, args := qResults, []any{id, afterSeq, max(limit, 0)}
+	q, args := qResults, func(key int64) []any { return []any{key, afterSeq, max(limit, 0)} }
 	if status != "" {
-		q, args = qResultsByStatus, []any{id, status, afterSeq, max(limit, 0)}
+		q, args = qResultsByStatus, func(key int64) []any { return []any{key, statusCode(status), afterSeq, max(limit, 0)} }
 	}
 	var out []evs.Result
 	err := s.read(ctx, accountID, id, q, args, func(rows *sql.Rows) error {
 		var (
 			r       evs.Result
-			status  string
 			encoded sql.RawBytes
 		)
-		if err := rows.Scan(&r.Seq, &r.Email, &status, &encoded); err != nil {
+		if err := rows.Scan(&r.Seq, &r.Email, &encoded); err != nil {
 			return err
 		}
 		d, err := store.DecodeDecision(r.Email, encoded)
@@ -339,7 +349,8 @@ func (s *Store) Results(ctx context.Context, accountID, id string, afterSeq, lim
 // result yet, in Seq order.
 func (s *Store) PendingItems(ctx context.Context, accountID, id string, afterSeq, limit int) ([]evs.Item, error) {
 	var out []evs.Item
-	err := s.read(ctx, accountID, id, qPending, []any{id, afterSeq, max(limit, 0)}, func(rows *sql.Rows) error {
+	args := func(key int64) []any { return []any{key, afterSeq, max(limit, 0)} }
+	err := s.read(ctx, accountID, id, qPending, args, func(rows *sql.Rows) error {
 		var it evs.Item
 		if err := rows.Scan(&it.Seq, &it.Email, &it.Domain); err != nil {
 			return err
@@ -350,19 +361,20 @@ func (s *Store) PendingItems(ctx context.Context, accountID, id string, afterSeq
 	return out, err
 }
 
-// read runs query, a reader query, in one read transaction after checking
-// that the batch is live, so a batch swept in between cannot look like an
-// empty one.
-func (s *Store) read(ctx context.Context, accountID, id, query string, args []any, scan func(*sql.Rows) error) error {
+// read runs query, a reader query, with args(the batch's key) in one read
+// transaction after checking that the batch is live, so a batch swept in
+// between cannot look like an empty one.
+func (s *Store) read(ctx context.Context, accountID, id, query string, args func(key int64) []any, scan func(*sql.Rows) error) error {
 	tx, err := s.rdb.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {
 		return dbErr("begin read", err)
 	}
 	defer tx.Rollback()
-	if _, err := s.batch(ctx, tx.StmtContext(ctx, s.rstmt(qBatch)), accountID, id); err != nil {
+	_, key, err := s.batch(ctx, tx.StmtContext(ctx, s.rstmt(qBatch)), accountID, id)
+	if err != nil {
 		return err
 	}
-	rows, err := tx.StmtContext(ctx, s.rstmt(query)).QueryContext(ctx, args...)
+	rows, err := tx.StmtContext(ctx, s.rstmt(query)).QueryContext(ctx, args(key)...)
 	if err != nil {
 		return dbErr("read batch rows", err)
 	}
