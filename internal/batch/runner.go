@@ -42,6 +42,9 @@ type RunnerConfig struct {
 	MaxGreyAttempts int
 	// PerConnection caps recipients per SMTP connection (default 50).
 	PerConnection int
+	// Idle, if set, is called whenever the last running batch has stopped:
+	// the moment to hand a large batch's memory back to the system.
+	Idle func()
 }
 
 // Runner runs batches in this process. Work is recorded in the store before
@@ -137,7 +140,11 @@ func (r *Runner) launch(b evs.Batch) {
 		defer func() {
 			r.mu.Lock()
 			delete(r.active, key)
+			idle := len(r.active) == 0
 			r.mu.Unlock()
+			if idle && r.cfg.Idle != nil {
+				r.cfg.Idle()
+			}
 		}()
 		if err := r.run(r.ctx, b); err != nil && r.ctx.Err() == nil {
 			logErr(r.cfg.Logger, "batch run failed", b, err)
