@@ -21,6 +21,10 @@ type op struct {
 	ctx  context.Context
 	fn   func(ctx context.Context, tx *sql.Tx) error
 	sync bool
+	// oneStatement says fn writes with at most one statement, so when it
+	// fails there is nothing to undo (SQLite undoes a failed statement
+	// itself) and it needs no savepoint of its own.
+	oneStatement bool
 	// state moves from queued to taken (by the committer) or abandoned (by
 	// a caller whose ctx ended first), never both.
 	state atomic.Int32
@@ -40,6 +44,7 @@ const (
 // one each.
 type committer struct {
 	db    *sql.DB
+	stmts *stmtCache // for the savepoint statements
 	queue chan *op
 	quit  chan struct{}
 	wg    sync.WaitGroup
@@ -49,19 +54,19 @@ type committer struct {
 	synced bool
 }
 
-func startCommitter(db *sql.DB) *committer {
-	c := &committer{db: db, queue: make(chan *op, maxGroup), quit: make(chan struct{}), synced: true}
+func startCommitter(db *sql.DB, stmts *stmtCache) *committer {
+	c := &committer{db: db, stmts: stmts, queue: make(chan *op, maxGroup), quit: make(chan struct{}), synced: true}
 	c.wg.Add(1)
 	go c.loop()
 	return c
 }
 
 // do queues fn and waits for its group's commit.
-func (c *committer) do(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error, sync bool) error {
+func (c *committer) do(ctx context.Context, o *op) error {
 	if err := ctx.Err(); err != nil {
 		return dbErr("begin", err)
 	}
-	o := &op{ctx: ctx, fn: fn, sync: sync, done: make(chan error, 1)}
+	o.ctx, o.done = ctx, make(chan error, 1)
 	c.mu.RLock()
 	if c.shut {
 		c.mu.RUnlock()
@@ -180,7 +185,15 @@ func (c *committer) commit(group []*op) {
 		}
 	} else {
 		for i, o := range ops {
-			err := savepoint(ctx, tx, o)
+			var err error
+			if o.oneStatement {
+				err = run(o, tx)
+				if err != nil {
+					err = ownError{err}
+				}
+			} else {
+				err = c.savepoint(ctx, tx, o)
+			}
 			var own ownError
 			if errors.As(err, &own) {
 				errs[i] = own.err
@@ -212,24 +225,35 @@ func (e ownError) Unwrap() error { return e.err }
 
 // savepoint runs o inside a savepoint of tx. o's own failure is rolled back
 // to the savepoint and returned as an ownError carrying it.
-func savepoint(ctx context.Context, tx *sql.Tx, o *op) error {
-	if _, err := tx.ExecContext(ctx, "SAVEPOINT w"); err != nil {
+func (c *committer) savepoint(ctx context.Context, tx *sql.Tx, o *op) error {
+	exec := func(q string) error {
+		_, err := tx.StmtContext(ctx, c.stmts.m[q]).ExecContext(ctx)
+		return err
+	}
+	if err := exec(qSavepoint); err != nil {
 		return dbErr("savepoint", err)
 	}
 	if err := run(o, tx); err != nil {
-		if _, rerr := tx.ExecContext(ctx, "ROLLBACK TO w"); rerr != nil {
+		if rerr := exec(qRollbackTo); rerr != nil {
 			return dbErr("rollback to savepoint", errors.Join(err, rerr))
 		}
-		if _, rerr := tx.ExecContext(ctx, "RELEASE w"); rerr != nil {
+		if rerr := exec(qReleaseSavepoint); rerr != nil {
 			return dbErr("release savepoint", rerr)
 		}
 		return ownError{err}
 	}
-	if _, err := tx.ExecContext(ctx, "RELEASE w"); err != nil {
+	if err := exec(qReleaseSavepoint); err != nil {
 		return dbErr("release savepoint", err)
 	}
 	return nil
 }
+
+// The savepoint statements, prepared at Open like the others.
+const (
+	qSavepoint        = `SAVEPOINT w`
+	qRollbackTo       = `ROLLBACK TO w`
+	qReleaseSavepoint = `RELEASE w`
+)
 
 // run calls o.fn, turning a panic into an error: the committer serves every
 // caller and must not die with one of them.

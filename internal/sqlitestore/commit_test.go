@@ -40,7 +40,26 @@ func TestConcurrentWritesFailAlone(t *testing.T) {
 			}
 		})
 	}
+	// Writes of several statements that fail half-way (the duplicate seq is
+	// in the second INSERT, after the batch row) share those commits too:
+	// their savepoint must undo the half that was written.
+	for i := range 10 {
+		wg.Go(func() {
+			items := make([]evs.Item, itemsPerInsert+1)
+			for j := range items {
+				items[j] = evs.Item{Seq: j % itemsPerInsert, Email: "x@y.example", Domain: "y.example"}
+			}
+			b := evs.Batch{ID: fmt.Sprint("bad-", i), AccountID: "a", Mode: "quick", State: evs.StateQueued, CreatedAt: t0, ExpiresAt: t0.Add(time.Hour)}
+			if err := s.CreateBatch(ctx, b, items); evs.ErrorCode(err) != evs.CodeInvalidRequest {
+				t.Errorf("CreateBatch with a repeated seq: %v, want %s", err, evs.CodeInvalidRequest)
+			}
+		})
+	}
 	wg.Wait()
+	var batches int
+	if err := s.db.QueryRow(`SELECT count(*) FROM batches`).Scan(&batches); err != nil || batches != 0 {
+		t.Errorf("%d batches left by failed creates (%v), want 0", batches, err)
+	}
 	if dups != n/2-1 {
 		t.Errorf("%d writers of the same id were refused, want %d", dups, n/2-1)
 	}

@@ -43,7 +43,7 @@ func (s *Store) ClaimIdempotency(ctx context.Context, rec idempotency.Record, no
 		existing idempotency.Record
 		claimed  bool
 	)
-	err := s.writeUnsynced(ctx, func(ctx context.Context, tx *sql.Tx) error {
+	err := s.writeOne(ctx, false, func(ctx context.Context, tx *sql.Tx) error {
 		claim, err := s.wstmt(ctx, tx, qClaim)
 		if err != nil {
 			return dbErr("write idempotency record", err)
@@ -100,7 +100,7 @@ func (s *Store) CompleteIdempotency(ctx context.Context, scope string, statusCod
 	if body == nil {
 		body = []byte{}
 	}
-	return s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+	return s.writeOne(ctx, true, func(ctx context.Context, tx *sql.Tx) error {
 		st, err := s.wstmt(ctx, tx, qComplete)
 		if err != nil {
 			return dbErr("complete idempotency record", err)
@@ -123,7 +123,7 @@ func (s *Store) CompleteIdempotency(ctx context.Context, scope string, statusCod
 // next synced write, the claim comes back and blocks its key until
 // idempotency.LockTimeout, as a crash mid-call does.
 func (s *Store) ReleaseIdempotency(ctx context.Context, scope string) error {
-	return s.writeUnsynced(ctx, func(ctx context.Context, tx *sql.Tx) error {
+	return s.writeOne(ctx, false, func(ctx context.Context, tx *sql.Tx) error {
 		st, err := s.wstmt(ctx, tx, qRelease)
 		if err != nil {
 			return dbErr("release idempotency record", err)

@@ -26,7 +26,7 @@ const (
 
 // CreateAccount stores a new account; an existing ID is CodeInvalidState.
 func (s *Store) CreateAccount(ctx context.Context, a evs.Account) error {
-	return s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+	return s.writeOne(ctx, true, func(ctx context.Context, tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, qCreateAccount,
 			a.ID, a.Name, a.Test, a.Suspended, millis(a.CreatedAt))
 		if constraint(err, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY) {
@@ -79,7 +79,7 @@ func (s *Store) CountAccounts(ctx context.Context) (int, error) {
 // CreateKey stores a key. An unknown account is CodeNotFound; a key whose
 // hash or ID is taken is CodeInvalidState.
 func (s *Store) CreateKey(ctx context.Context, k evs.Key) error {
-	return s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+	return s.writeOne(ctx, true, func(ctx context.Context, tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, qCreateKey,
 			k.Hash, k.ID, k.AccountID, k.Revoked, millis(k.CreatedAt), nullMillis(k.RevokedAt), k.UsageKeyID)
 		switch {

@@ -122,7 +122,12 @@ func open(ctx context.Context, dir string, now func() time.Time, busy time.Durat
 
 	s := &Store{db: db, rdb: rdb, now: now}
 	s.wstmts.db, s.rstmts.db = db, rdb
-	s.c = startCommitter(db)
+	s.c = startCommitter(db, &s.wstmts)
+	// The savepoint statements first: migrate may share a group.
+	if err := s.wstmts.prepare(ctx, []string{qSavepoint, qRollbackTo, qReleaseSavepoint}); err != nil {
+		s.Close()
+		return nil, err
+	}
 	if err := s.migrate(ctx); err != nil {
 		s.Close()
 		return nil, err
@@ -187,15 +192,19 @@ func (s *Store) Close() error {
 // interrupted inside a shared transaction would roll back the others' work.
 // A write whose ctx ends before it starts is not run.
 func (s *Store) write(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
-	return s.c.do(ctx, fn, true)
+	return s.c.do(ctx, &op{fn: fn, sync: true})
 }
 
-// writeUnsynced is write for records whose loss on power failure is
+// writeOne is write for fn that writes with at most one statement (reads
+// aside): it shares the group's transaction without a savepoint, since a
+// failed statement undoes itself.
+//
+// Without sync, the write is for a record whose loss on power failure is
 // harmless: the transaction is written to the log (so it survives kill -9
-// and is visible to every process at once) but not synced unless a write
-// in the same group needs it. The next synced commit syncs it too.
-func (s *Store) writeUnsynced(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
-	return s.c.do(ctx, fn, false)
+// and every process sees it at once) but not synced unless a write in the
+// same group needs it; the next synced commit syncs it too.
+func (s *Store) writeOne(ctx context.Context, sync bool, fn func(ctx context.Context, tx *sql.Tx) error) error {
+	return s.c.do(ctx, &op{fn: fn, sync: sync, oneStatement: true})
 }
 
 // dbErr classifies a database error: a database that is busy or cannot be
