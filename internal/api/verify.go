@@ -8,7 +8,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/evs-dev/evs/internal/evs"
-	"github.com/evs-dev/evs/internal/verify/address"
+	"github.com/evs-dev/evs/internal/verify"
 )
 
 // Limits of POST /v1/verify (contract, sections 1 and 2).
@@ -85,24 +85,18 @@ func (h *Handler) verify(ctx context.Context, req events.APIGatewayProxyRequest,
 	if !ok {
 		return events.APIGatewayProxyResponse{}, "", evs.Errorf(evs.CodeInvalidRequest, "Field \"mode\" must be \"full\" or \"quick\".")
 	}
-	// The domain is for the log line only: parsing is enough, the lists
-	// and the typo suggestion are the engine's.
 	domain := ""
-	if a, err := address.Parse(*in.Email); err == nil {
-		domain = a.Domain
+	if in := verify.Inspect(*in.Email); in.Valid {
+		domain = in.Address.Domain
 	}
-	engine, timeout := h.d.Engine, h.d.VerifyTimeout
+	engine := h.d.Engine
 	if p.Test {
-		// The sandbox touches no network and returns at once: no timer.
-		engine, timeout = h.d.Sandbox, 0
+		engine = h.d.Sandbox
 	}
 	resp, _, err := h.idempotent(ctx, req, p, raw, func(ctx context.Context) events.APIGatewayProxyResponse {
-		if timeout > 0 {
-			var cancel context.CancelFunc
-			ctx, cancel = context.WithTimeout(ctx, timeout)
-			defer cancel()
-		}
-		d := engine.Verify(ctx, *in.Email, mode)
+		vctx, cancel := context.WithTimeout(ctx, h.d.VerifyTimeout)
+		defer cancel()
+		d := engine.Verify(vctx, *in.Email, mode)
 		return reply(rid, http.StatusOK, verifyResponse{Status: d.Status(), RequestID: rid, Decision: NewDecision(d)})
 	})
 	return resp, domain, err
