@@ -6,7 +6,7 @@ STATICCHECK := $(GOBIN)/staticcheck
 FUNCTIONS := verify requests authorizer worker
 PKGS := ./...
 
-.PHONY: run test unit lint vet fmt-check staticcheck cfn-lint bench fuzz build deploy sam-local clean check-go dante
+.PHONY: run test unit lint vet fmt-check staticcheck cfn-lint bench bench-http fuzz build deploy sam-local clean check-go dante
 
 check-go:
 	@command -v $(GO) >/dev/null 2>&1 || { echo "make: Go is required (1.26 or newer): see https://go.dev/doc/install" >&2; exit 1; }
@@ -60,6 +60,10 @@ cfn-lint:
 ## bench: the performance figures quoted in the README
 bench: check-go
 	./infra/scripts/with-moto.sh $(GO) test -run '^$$' -bench . -benchmem -count=1 -timeout 30m $(PKGS)
+
+## bench-http: the HTTP path of `evs serve` against a bare net/http floor, in one run (ratios; BENCH_HTTP_FLAGS adds flags, e.g. -duration 10s)
+bench-http: check-go
+	$(GO) run ./infra/loadtest $(BENCH_HTTP_FLAGS)
 
 ## fuzz: run each fuzz target for FUZZTIME (default 1m)
 FUZZTIME ?= 1m

@@ -61,6 +61,9 @@ type RunnerConfig struct {
 	// (defaults 200 ms and 30 s): work is retried until the store answers.
 	RetryBase time.Duration
 	RetryMax  time.Duration
+	// Idle, if set, is called whenever the last running batch has stopped:
+	// the moment to hand a large batch's memory back to the system.
+	Idle func()
 }
 
 // Runner runs batches in this process. Work is recorded in the store before
@@ -192,7 +195,11 @@ func (r *Runner) launch(b evs.Batch) {
 		defer func() {
 			r.mu.Lock()
 			delete(r.active, key)
+			idle := len(r.active) == 0
 			r.mu.Unlock()
+			if idle && r.cfg.Idle != nil {
+				r.cfg.Idle()
+			}
 		}()
 		r.supervise(r.ctx, b)
 	}()

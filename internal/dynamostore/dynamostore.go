@@ -1,5 +1,5 @@
 // Package dynamostore is the DynamoDB implementation of store.Store, used by
-// the Lambda functions. It passes the same contract suite (storetest) as the
+// the Lambda functions. It passes the same contract suite (testkit.RunStoreContract) as the
 // embedded SQLite store.
 //
 // # Tables

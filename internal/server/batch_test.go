@@ -318,3 +318,24 @@ func TestBatchResume(t *testing.T) {
 		t.Fatalf("the restarted server asked about %d addresses; want the %d still pending", asked, distinct-2*per)
 	}
 }
+
+// TestIdleAfterLastBatch: the runner tells the server when its last batch
+// has stopped (the server frees memory then), and not before.
+func TestIdleAfterLastBatch(t *testing.T) {
+	idle := make(chan struct{}, 10)
+	h := start(t, options{realClock: true, batch: batch.RunnerConfig{Idle: func() { idle <- struct{}{} }}})
+	r := h.do(req{method: "POST", path: "/v1/requests", key: h.testKey, body: `{"emails":["a@x.example","b@y.example"],"mode":"quick"}`})
+	if r.status != 201 {
+		t.Fatalf("create: %d %s", r.status, r.body)
+	}
+	select {
+	case <-idle:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no idle call after the batch")
+	}
+	// The batch had stopped before: it is final by then.
+	id := decodeEnvelope(t, r).Request.ID
+	if e := decodeEnvelope(t, h.do(req{path: "/v1/requests/" + id, key: h.testKey})); e.Request.State != "completed" {
+		t.Fatalf("batch %s when the runner went idle", e.Request.State)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"runtime/debug"
 	"time"
 
 	"github.com/evs-dev/evs/internal/api"
@@ -113,6 +114,12 @@ func New(o Options) (*Server, error) {
 	}
 	if rc.Deadline == 0 {
 		rc.Deadline = o.Config.BatchDeadline
+	}
+	if rc.Idle == nil {
+		// A 50,000-address batch leaves tens of MB of garbage that the
+		// runtime would keep for minutes; a server at rest should not
+		// look like it holds them.
+		rc.Idle = debug.FreeOSMemory
 	}
 	runner, err := batch.NewRunner(rc)
 	if err != nil {

@@ -25,15 +25,73 @@ const resultsPerInsert = 200
 const batchCols = `id, account_id, mode, state, error, created_at, completed_at, expires_at,
 	total, duplicates, processed, deliverable, undeliverable, risky, unknown`
 
-func scanBatch(row scanner) (evs.Batch, error) {
+// Queries of this file; the ones of every call are prepared at Open.
+const (
+	qCreateBatch = `INSERT INTO batches (id, account_id, mode, state, error, created_at, completed_at, expires_at,
+			items, total, duplicates, processed, deliverable, undeliverable, risky, unknown)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING key`
+	qBatch      = `SELECT key, ` + batchCols + ` FROM batches WHERE id = ? AND account_id = ? AND expires_at > ?`
+	qTransition = `UPDATE batches SET state = ?, error = ?, completed_at = ? WHERE id = ? RETURNING ` + batchCols
+	// The batch completes in the same statement that counts its last
+	// result, so no reader sees all results counted but the batch running.
+	qCount = `UPDATE batches SET
+			processed = processed + ?,
+			deliverable = deliverable + ?, undeliverable = undeliverable + ?, risky = risky + ?, unknown = unknown + ?,
+			state = CASE WHEN processed + ? >= items THEN ? ELSE state END,
+			completed_at = CASE WHEN processed + ? >= items THEN ? ELSE completed_at END
+			WHERE key = ? RETURNING ` + batchCols
+	// A result's address is its item's: results do not repeat it.
+	qResults = `SELECT r.seq, i.email, r.decision FROM results r JOIN items i ON i.batch = r.batch AND i.seq = r.seq
+		WHERE r.batch = ? AND r.seq > ? ORDER BY r.seq LIMIT ?`
+	qResultsByStatus = `SELECT r.seq, i.email, r.decision FROM results r JOIN items i ON i.batch = r.batch AND i.seq = r.seq
+		WHERE r.batch = ? AND r.status = ? AND r.seq > ? ORDER BY r.seq LIMIT ?`
+	qPending = `SELECT i.seq, i.email, i.domain FROM items i
+		WHERE i.batch = ? AND i.seq > ?
+		AND NOT EXISTS (SELECT 1 FROM results r WHERE r.batch = i.batch AND r.seq = i.seq)
+		ORDER BY i.seq LIMIT ?`
+	qUnfinished = `SELECT ` + batchCols + ` FROM batches WHERE state IN (?, ?) AND expires_at > ? ORDER BY created_at, id`
+)
+
+// insertItems is the INSERT of n items.
+func insertItems(n int) string {
+	return `INSERT INTO items (batch, seq, email, domain) VALUES ` +
+		strings.Repeat(`(?, ?, ?, ?), `, n-1) + `(?, ?, ?, ?)`
+}
+
+// insertResults is the INSERT of n results. ON CONFLICT DO NOTHING skips
+// results written before; RETURNING names exactly the rows that were new,
+// to count.
+func insertResults(n int) string {
+	return `INSERT INTO results (batch, seq, status, decision) VALUES ` +
+		strings.Repeat(`(?, ?, ?, ?), `, n-1) + `(?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING status`
+}
+
+// writerQueries and readerQueries are prepared when the store opens.
+var (
+	writerQueries = []string{
+		qCreateAccount, qCreateKey, qRevokeKey,
+		qClaim, qReadClaim, qComplete, qRelease,
+		qCreateBatch, qBatch, qTransition, qCount,
+		insertItems(itemsPerInsert), insertResults(resultsPerInsert),
+	}
+	readerQueries = []string{
+		qAccount, qAccountByName, qCountAccounts, qKeyByHash, qListKeys,
+		qBatch, qResults, qResultsByStatus, qPending, qUnfinished,
+	}
+)
+
+func scanBatch(row scanner) (evs.Batch, error) { return scanBatchWith(row) }
+
+// scanBatchWith scans into first, then the batch columns.
+func scanBatchWith(row scanner, first ...any) (evs.Batch, error) {
 	var (
 		b                evs.Batch
 		created, expires int64
 		completed        sql.NullInt64
 	)
 	c := &b.Counters
-	err := row.Scan(&b.ID, &b.AccountID, &b.Mode, &b.State, &b.Error, &created, &completed, &expires,
-		&c.Total, &c.Duplicates, &c.Processed, &c.Deliverable, &c.Undeliverable, &c.Risky, &c.Unknown)
+	err := row.Scan(append(first, &b.ID, &b.AccountID, &b.Mode, &b.State, &b.Error, &created, &completed, &expires,
+		&c.Total, &c.Duplicates, &c.Processed, &c.Deliverable, &c.Undeliverable, &c.Risky, &c.Unknown)...)
 	if err != nil {
 		return evs.Batch{}, err
 	}
@@ -55,7 +113,7 @@ const activeQuery = `SELECT COUNT(*) FROM batches WHERE state IN (?, ?) AND acco
 // running.
 func (s *Store) ActiveBatches(ctx context.Context, accountID string) (int, error) {
 	var n int
-	err := s.db.QueryRowContext(ctx, activeQuery, evs.StateQueued, evs.StateRunning, accountID, millis(s.now())).Scan(&n)
+	err := s.rdb.QueryRowContext(ctx, activeQuery, evs.StateQueued, evs.StateRunning, accountID, millis(s.now())).Scan(&n)
 	return n, dbErr("count active batches", err)
 }
 
@@ -63,7 +121,7 @@ func (s *Store) ActiveBatches(ctx context.Context, accountID string) (int, error
 // maxActive active batches. Writes are serialised (one writer at a time),
 // so the count taken inside the write transaction is exact.
 func (s *Store) CreateBatchWithin(ctx context.Context, b evs.Batch, items []evs.Item, maxActive int) error {
-	return s.write(ctx, func(tx *sql.Tx) error {
+	return s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		if maxActive > 0 {
 			var n int
 			err := tx.QueryRowContext(ctx, activeQuery, evs.StateQueued, evs.StateRunning, b.AccountID, millis(s.now())).Scan(&n)
@@ -75,35 +133,37 @@ func (s *Store) CreateBatchWithin(ctx context.Context, b evs.Batch, items []evs.
 			}
 		}
 		c := b.Counters
-		_, err := tx.ExecContext(ctx, `INSERT INTO batches (id, account_id, mode, state, error, created_at, completed_at, expires_at,
-			items, total, duplicates, processed, deliverable, undeliverable, risky, unknown)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		create, err := s.wstmt(ctx, tx, qCreateBatch)
+		if err != nil {
+			return dbErr("create batch", err)
+		}
+		var key int64
+		err = create.QueryRowContext(ctx,
 			b.ID, b.AccountID, b.Mode, b.State, b.Error, millis(b.CreatedAt), nullMillis(b.CompletedAt), millis(b.ExpiresAt),
-			len(items), c.Total, c.Duplicates, c.Processed, c.Deliverable, c.Undeliverable, c.Risky, c.Unknown)
-		if constraint(err, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY) {
+			len(items), c.Total, c.Duplicates, c.Processed, c.Deliverable, c.Undeliverable, c.Risky, c.Unknown).Scan(&key)
+		if constraint(err, sqlite3.SQLITE_CONSTRAINT_UNIQUE) {
 			return evs.Errorf(evs.CodeInvalidState, "The request already exists.")
 		}
 		if err != nil {
 			return dbErr("create batch", err)
 		}
-		var full *sql.Stmt
+		full, err := s.wstmt(ctx, tx, insertItems(itemsPerInsert))
+		if err != nil {
+			return dbErr("create batch items", err)
+		}
+		args := make([]any, 0, 4*itemsPerInsert)
 		for len(items) > 0 {
 			n := min(len(items), itemsPerInsert)
 			stmt := full
-			if stmt == nil || n < itemsPerInsert {
-				q := `INSERT INTO items (batch_id, seq, email, domain) VALUES ` +
-					strings.Repeat(`(?, ?, ?, ?), `, n-1) + `(?, ?, ?, ?)`
-				if stmt, err = tx.PrepareContext(ctx, q); err != nil {
+			if n < itemsPerInsert {
+				if stmt, err = tx.PrepareContext(ctx, insertItems(n)); err != nil {
 					return dbErr("create batch items", err)
 				}
 				defer stmt.Close()
-				if n == itemsPerInsert {
-					full = stmt
-				}
 			}
-			args := make([]any, 0, 4*n)
+			args = args[:0]
 			for _, it := range items[:n] {
-				args = append(args, b.ID, it.Seq, it.Email, it.Domain)
+				args = append(args, key, it.Seq, it.Email, it.Domain)
 			}
 			if _, err := stmt.ExecContext(ctx, args...); err != nil {
 				if constraint(err, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY) {
@@ -119,33 +179,40 @@ func (s *Store) CreateBatchWithin(ctx context.Context, b evs.Batch, items []evs.
 
 // Batch returns the batch id of account, or CodeNotFound, also once expired.
 func (s *Store) Batch(ctx context.Context, accountID, id string) (evs.Batch, error) {
-	return s.batch(ctx, s.db, accountID, id)
+	b, _, err := s.batch(ctx, s.rstmt(qBatch), accountID, id)
+	return b, err
 }
 
-type querier interface {
-	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+// batchTx reads a live batch inside the write transaction tx.
+// It also returns the batch's key, which its items and results refer to.
+func (s *Store) batchTx(ctx context.Context, tx *sql.Tx, accountID, id string) (evs.Batch, int64, error) {
+	st, err := s.wstmt(ctx, tx, qBatch)
+	if err != nil {
+		return evs.Batch{}, 0, dbErr("read batch", err)
+	}
+	return s.batch(ctx, st, accountID, id)
 }
 
-// batch reads a live batch through q.
-func (s *Store) batch(ctx context.Context, q querier, accountID, id string) (evs.Batch, error) {
-	b, err := scanBatch(q.QueryRowContext(ctx,
-		`SELECT `+batchCols+` FROM batches WHERE id = ? AND account_id = ? AND expires_at > ?`,
-		id, accountID, millis(s.now())))
+// batch reads a live batch with st, a prepared qBatch.
+// It also returns the batch's key.
+func (s *Store) batch(ctx context.Context, st *sql.Stmt, accountID, id string) (evs.Batch, int64, error) {
+	var key int64
+	b, err := scanBatchWith(st.QueryRowContext(ctx, id, accountID, millis(s.now())), &key)
 	if errors.Is(err, sql.ErrNoRows) {
-		return evs.Batch{}, batchNotFound()
+		return evs.Batch{}, 0, batchNotFound()
 	}
 	if err != nil {
-		return evs.Batch{}, dbErr("read batch", err)
+		return evs.Batch{}, 0, dbErr("read batch", err)
 	}
-	return b, nil
+	return b, key, nil
 }
 
 // TransitionBatch moves the batch to `to` if its state is in from. A final
 // state is never left, whatever from says.
 func (s *Store) TransitionBatch(ctx context.Context, accountID, id string, from []evs.State, to evs.State, errMsg string, now time.Time) (evs.Batch, error) {
 	var out evs.Batch
-	err := s.write(ctx, func(tx *sql.Tx) error {
-		b, err := s.batch(ctx, tx, accountID, id)
+	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		b, _, err := s.batchTx(ctx, tx, accountID, id)
 		if err != nil {
 			return err
 		}
@@ -161,20 +228,14 @@ func (s *Store) TransitionBatch(ctx context.Context, accountID, id string, from 
 		if to.Final() {
 			completed = nullMillis(now)
 		}
-		out, err = scanBatch(tx.QueryRowContext(ctx,
-			`UPDATE batches SET state = ?, error = ?, completed_at = ? WHERE id = ? RETURNING `+batchCols,
-			to, errMsg, completed, id))
+		st, err := s.wstmt(ctx, tx, qTransition)
+		if err != nil {
+			return dbErr("transition batch", err)
+		}
+		out, err = scanBatch(st.QueryRowContext(ctx, to, errMsg, completed, id))
 		return dbErr("transition batch", err)
 	})
 	return out, err
-}
-
-// counterCols names the counter column of each outcome label.
-var counterCols = map[string]string{
-	"deliverable":   "deliverable",
-	"undeliverable": "undeliverable",
-	"risky":         "risky",
-	"unknown":       "unknown",
 }
 
 // PutResults writes the results that are not written yet and adds them to
@@ -193,8 +254,8 @@ func (s *Store) PutResults(ctx context.Context, accountID, id string, results []
 		encoded[i] = b
 	}
 	var out evs.Batch
-	err := s.write(ctx, func(tx *sql.Tx) error {
-		b, err := s.batch(ctx, tx, accountID, id)
+	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		b, key, err := s.batchTx(ctx, tx, accountID, id)
 		if err != nil {
 			return err
 		}
@@ -202,67 +263,77 @@ func (s *Store) PutResults(ctx context.Context, accountID, id string, results []
 		if b.State.Final() || len(results) == 0 {
 			return nil
 		}
-		added := map[string]int{}
-		n := 0
-		var full *sql.Stmt
-		for rest := results; len(rest) > 0; {
-			k := min(len(rest), resultsPerInsert)
+		full, err := s.wstmt(ctx, tx, insertResults(resultsPerInsert))
+		if err != nil {
+			return dbErr("write results", err)
+		}
+		var added counts
+		args := make([]any, 0, 5*resultsPerInsert)
+		for done := 0; done < len(results); {
+			k := min(len(results)-done, resultsPerInsert)
 			stmt := full
-			if stmt == nil || k < resultsPerInsert {
-				// ON CONFLICT DO NOTHING skips results written before;
-				// RETURNING names exactly the rows that were new, to count.
-				q := `INSERT INTO results (batch_id, seq, email, status, decision) VALUES ` +
-					strings.Repeat(`(?, ?, ?, ?, ?), `, k-1) + `(?, ?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING status`
-				if stmt, err = tx.PrepareContext(ctx, q); err != nil {
+			if k < resultsPerInsert {
+				if stmt, err = tx.PrepareContext(ctx, insertResults(k)); err != nil {
 					return dbErr("write results", err)
 				}
 				defer stmt.Close()
-				if k == resultsPerInsert {
-					full = stmt
-				}
 			}
-			args := make([]any, 0, 5*k)
-			for i, r := range rest[:k] {
-				args = append(args, id, r.Seq, r.Email, string(r.Status()), encoded[len(results)-len(rest)+i])
+			args = args[:0]
+			for i, r := range results[done : done+k] {
+				args = append(args, key, r.Seq, statusCode(r.Status()), encoded[done+i])
 			}
-			if err := countInserted(ctx, stmt, args, added, &n); err != nil {
+			if err := countInserted(ctx, stmt, args, &added); err != nil {
 				return err
 			}
-			rest = rest[k:]
+			done += k
 		}
-		if n == 0 {
+		if added.n == 0 {
 			return nil
 		}
-		// The batch completes in the same statement that counts its last
-		// result, so no reader sees all results counted but the batch running.
-		out, err = scanBatch(tx.QueryRowContext(ctx, `UPDATE batches SET
-			processed = processed + ?,
-			deliverable = deliverable + ?, undeliverable = undeliverable + ?, risky = risky + ?, unknown = unknown + ?,
-			state = CASE WHEN processed + ? >= items THEN ? ELSE state END,
-			completed_at = CASE WHEN processed + ? >= items THEN ? ELSE completed_at END
-			WHERE id = ? RETURNING `+batchCols,
-			n, added["deliverable"], added["undeliverable"], added["risky"], added["unknown"],
-			n, evs.StateCompleted, n, millis(now), id))
+		count, err := s.wstmt(ctx, tx, qCount)
+		if err != nil {
+			return dbErr("count results", err)
+		}
+		out, err = scanBatch(count.QueryRowContext(ctx,
+			added.n, added.by[0], added.by[1], added.by[2], added.by[3],
+			added.n, evs.StateCompleted, added.n, millis(now), key))
 		return dbErr("count results", err)
 	})
 	return out, err
 }
 
-// countInserted runs the results INSERT and counts the rows it wrote by
-// status into added and n.
-func countInserted(ctx context.Context, stmt *sql.Stmt, args []any, added map[string]int, n *int) error {
+// Result statuses as stored: a number, so the status index stays small.
+var statusCodes = [...]evs.Status{evs.Deliverable, evs.Undeliverable, evs.Risky, evs.Unknown}
+
+func statusCode(st evs.Status) int {
+	for i, c := range statusCodes {
+		if c == st {
+			return i
+		}
+	}
+	return len(statusCodes) - 1 // unknown
+}
+
+// counts are the results an INSERT wrote, in all and by status code.
+type counts struct {
+	n  int
+	by [len(statusCodes)]int
+}
+
+// countInserted runs the results INSERT and counts the rows it wrote.
+func countInserted(ctx context.Context, stmt *sql.Stmt, args []any, added *counts) error {
 	rows, err := stmt.QueryContext(ctx, args...)
 	if err != nil {
 		return resultsErr(err)
 	}
 	defer rows.Close()
+	var code int
 	for rows.Next() {
-		var status string
-		if err := rows.Scan(&status); err != nil {
+		if err := rows.Scan(&code); err != nil {
 			return dbErr("write results", err)
 		}
-		added[status]++
-		*n++
+		added.n++
+		added.by[min(max(code, 0), len(statusCodes)-1)]++
 	}
 	return resultsErr(rows.Err())
 }
@@ -275,22 +346,20 @@ func resultsErr(err error) error {
 }
 
 // Results returns up to limit results with Seq > afterSeq in Seq order,
-// only those of status when status is not empty.
+// only those of status when status is not empty. A result's Email is its
+// item's address.
 func (s *Store) Results(ctx context.Context, accountID, id string, afterSeq, limit int, status evs.Status) ([]evs.Result, error) {
-	q := `SELECT seq, email, status, decision FROM results WHERE batch_id = ? AND seq > ? ORDER BY seq LIMIT ?`
-	args := []any{id, afterSeq, max(limit, 0)}
+	q, args := qResults, func(key int64) []any { return []any{key, afterSeq, max(limit, 0)} }
 	if status != "" {
-		q = `SELECT seq, email, status, decision FROM results WHERE batch_id = ? AND status = ? AND seq > ? ORDER BY seq LIMIT ?`
-		args = []any{id, status, afterSeq, max(limit, 0)}
+		q, args = qResultsByStatus, func(key int64) []any { return []any{key, statusCode(status), afterSeq, max(limit, 0)} }
 	}
 	var out []evs.Result
 	err := s.read(ctx, accountID, id, q, args, func(rows *sql.Rows) error {
 		var (
 			r       evs.Result
-			status  string
-			encoded []byte
+			encoded sql.RawBytes
 		)
-		if err := rows.Scan(&r.Seq, &r.Email, &status, &encoded); err != nil {
+		if err := rows.Scan(&r.Seq, &r.Email, &encoded); err != nil {
 			return err
 		}
 		d, err := store.DecodeDecision(r.Email, encoded)
@@ -307,12 +376,9 @@ func (s *Store) Results(ctx context.Context, accountID, id string, afterSeq, lim
 // PendingItems returns up to limit items with Seq > afterSeq that have no
 // result yet, in Seq order.
 func (s *Store) PendingItems(ctx context.Context, accountID, id string, afterSeq, limit int) ([]evs.Item, error) {
-	q := `SELECT i.seq, i.email, i.domain FROM items i
-		WHERE i.batch_id = ? AND i.seq > ?
-		AND NOT EXISTS (SELECT 1 FROM results r WHERE r.batch_id = i.batch_id AND r.seq = i.seq)
-		ORDER BY i.seq LIMIT ?`
 	var out []evs.Item
-	err := s.read(ctx, accountID, id, q, []any{id, afterSeq, max(limit, 0)}, func(rows *sql.Rows) error {
+	args := func(key int64) []any { return []any{key, afterSeq, max(limit, 0)} }
+	err := s.read(ctx, accountID, id, qPending, args, func(rows *sql.Rows) error {
 		var it evs.Item
 		if err := rows.Scan(&it.Seq, &it.Email, &it.Domain); err != nil {
 			return err
@@ -323,18 +389,20 @@ func (s *Store) PendingItems(ctx context.Context, accountID, id string, afterSeq
 	return out, err
 }
 
-// read runs query in one read transaction after checking that the batch is
-// live, so a batch swept in between cannot look like an empty one.
-func (s *Store) read(ctx context.Context, accountID, id, query string, args []any, scan func(*sql.Rows) error) error {
-	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+// read runs query, a reader query, with args(the batch's key) in one read
+// transaction after checking that the batch is live, so a batch swept in
+// between cannot look like an empty one.
+func (s *Store) read(ctx context.Context, accountID, id, query string, args func(key int64) []any, scan func(*sql.Rows) error) error {
+	tx, err := s.rdb.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {
 		return dbErr("begin read", err)
 	}
 	defer tx.Rollback()
-	if _, err := s.batch(ctx, tx, accountID, id); err != nil {
+	_, key, err := s.batch(ctx, tx.StmtContext(ctx, s.rstmt(qBatch)), accountID, id)
+	if err != nil {
 		return err
 	}
-	rows, err := tx.QueryContext(ctx, query, args...)
+	rows, err := tx.StmtContext(ctx, s.rstmt(query)).QueryContext(ctx, args(key)...)
 	if err != nil {
 		return dbErr("read batch rows", err)
 	}
@@ -350,9 +418,7 @@ func (s *Store) read(ctx context.Context, accountID, id, query string, args []an
 // UnfinishedBatches lists the live batches in state queued or running, of
 // every account, oldest first.
 func (s *Store) UnfinishedBatches(ctx context.Context) ([]evs.Batch, error) {
-	rows, err := s.db.QueryContext(ctx,
-		`SELECT `+batchCols+` FROM batches WHERE state IN (?, ?) AND expires_at > ? ORDER BY created_at, id`,
-		evs.StateQueued, evs.StateRunning, millis(s.now()))
+	rows, err := s.rstmt(qUnfinished).QueryContext(ctx, evs.StateQueued, evs.StateRunning, millis(s.now()))
 	if err != nil {
 		return nil, dbErr("list unfinished batches", err)
 	}
@@ -375,7 +441,7 @@ func (s *Store) UnfinishedBatches(ctx context.Context) ([]evs.Batch, error) {
 func (s *Store) Sweep(ctx context.Context) (int, error) {
 	var n int64
 	now := millis(s.now())
-	err := s.write(ctx, func(tx *sql.Tx) error {
+	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		for _, q := range []string{
 			`DELETE FROM batches WHERE expires_at <= ?`,
 			`DELETE FROM idempotency WHERE expires_at <= ?`,

@@ -3,10 +3,12 @@ package sqlitestore
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/idempotency"
 )
 
 // BenchmarkPutResults writes 1000 results per call, the batch runner's
@@ -77,4 +79,28 @@ func BenchmarkCreateBatch50k(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// BenchmarkIdempotentCalls runs claim + complete for unique keys from 64
+// goroutines, as concurrent API calls with Idempotency-Key do: the
+// figure group commit is for.
+func BenchmarkIdempotentCalls(b *testing.B) {
+	ctx := context.Background()
+	s := openStore(b, b.TempDir(), time.Now)
+	var n atomic.Int64
+	b.SetParallelism(32) // × GOMAXPROCS goroutines
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			scope := fmt.Sprint("a\x00POST /v1/verify\x00k-", n.Add(1))
+			now := time.Now()
+			_, claimed, err := s.ClaimIdempotency(ctx, idempotency.Record{Scope: scope, Fingerprint: "f", LockedUntil: now.Add(time.Minute), ExpiresAt: now.Add(time.Hour)}, now)
+			if err != nil || !claimed {
+				b.Fatalf("claim: %v %v", claimed, err)
+			}
+			if err := s.CompleteIdempotency(ctx, scope, 200, map[string]string{"Content-Type": "application/json"}, []byte(`{"status":"deliverable"}`)); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "calls/s")
 }

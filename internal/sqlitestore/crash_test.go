@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -145,4 +146,120 @@ func TestCrashDurability(t *testing.T) {
 		t.Fatalf("counters %+v do not match the %d results written", b.Counters, len(rs))
 	}
 	t.Logf("%d writes acknowledged, %d results found after SIGKILL", acked+1, len(rs))
+}
+
+// keeperDirEnv tells a re-executed test binary to be the server whose
+// idempotent calls TestKilledAfterReplyNeverReexecutes kills.
+const keeperDirEnv = "EVS_SQLITESTORE_KEEPER_DIR"
+
+const (
+	keeperWorkers = 16  // concurrent calls, so claims and completions share commits
+	keeperAcks    = 400 // replies the parent waits for before SIGKILL
+)
+
+func keeperRequest(i int) idempotency.Request {
+	return idempotency.Request{AccountID: "a", Method: "POST", Path: "/v1/verify", Key: fmt.Sprintf("key-%06d", i),
+		ContentType: "application/json", Body: []byte(fmt.Sprintf(`{"email":"u%d@example.com"}`, i))}
+}
+
+// TestKeeperHelperProcess is the child of TestKilledAfterReplyNeverReexecutes:
+// it serves idempotent calls from several goroutines and prints each reply
+// once Do has returned it, as a server writes a reply to its client.
+func TestKeeperHelperProcess(t *testing.T) {
+	dir := os.Getenv(keeperDirEnv)
+	if dir == "" {
+		t.Skip("the server process of TestKilledAfterReplyNeverReexecutes; runs only when re-executed by it")
+	}
+	ctx := context.Background()
+	s, err := Open(ctx, dir, time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := idempotency.New(s, time.Now)
+	var (
+		mu   sync.Mutex
+		next int
+	)
+	out := bufio.NewWriter(os.Stdout)
+	var wg sync.WaitGroup
+	for range keeperWorkers {
+		wg.Go(func() {
+			for {
+				mu.Lock()
+				i := next
+				next++
+				mu.Unlock()
+				r, replayed, err := k.Do(ctx, keeperRequest(i), func(context.Context) (idempotency.Reply, error) {
+					return idempotency.Reply{StatusCode: 200, Body: []byte(fmt.Sprint("reply-", i))}, nil
+				})
+				if err != nil || replayed {
+					t.Errorf("call %d: replayed=%v err=%v", i, replayed, err)
+					return
+				}
+				mu.Lock()
+				fmt.Fprintf(out, "reply %d %s\n", i, r.Body)
+				out.Flush()
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// TestKilledAfterReplyNeverReexecutes SIGKILLs a process while it answers
+// idempotent calls concurrently (their writes committed in shared groups)
+// and checks that every call whose reply left the process is replayed
+// afterwards, never run again.
+func TestKilledAfterReplyNeverReexecutes(t *testing.T) {
+	dir := t.TempDir()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestKeeperHelperProcess$", "-test.count=1")
+	cmd.Env = append(os.Environ(), keeperDirEnv+"="+dir)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	replies := map[int]string{}
+	sc := bufio.NewScanner(out)
+	read := func(line string) {
+		var (
+			i    int
+			body string
+		)
+		if n, _ := fmt.Sscanf(line, "reply %d %s", &i, &body); n == 2 {
+			replies[i] = body
+		}
+	}
+	for len(replies) < keeperAcks && sc.Scan() {
+		read(sc.Text())
+	}
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatalf("kill server: %v", err)
+	}
+	for sc.Scan() {
+		read(sc.Text()) // replies written before the kill landed were received too
+	}
+	cmd.Wait()
+	if len(replies) < keeperAcks {
+		t.Fatalf("server stopped after %d replies", len(replies))
+	}
+	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+		t.Fatalf("server was not killed mid-way but ended with %v", cmd.ProcessState)
+	}
+
+	s := openStore(t, dir, time.Now)
+	k := idempotency.New(s, time.Now)
+	for i, body := range replies {
+		r, replayed, err := k.Do(context.Background(), keeperRequest(i), func(context.Context) (idempotency.Reply, error) {
+			t.Errorf("call %d, whose reply %q was received before the kill, ran again", i, body)
+			return idempotency.Reply{StatusCode: 200}, nil
+		})
+		if err != nil || !replayed || string(r.Body) != body {
+			t.Fatalf("call %d after the kill: replayed=%v body=%q err=%v; want the reply %q replayed", i, replayed, r.Body, err, body)
+		}
+	}
+	t.Logf("%d replies received before SIGKILL, all replayed after", len(replies))
 }

@@ -11,11 +11,23 @@ import (
 	"github.com/evs-dev/evs/internal/evs"
 )
 
+// Queries of this file. The hot ones (KeyByHash, Account) are prepared at
+// Open on the reader pool.
+const (
+	qCreateAccount = `INSERT INTO accounts (id, name, test, suspended, created_at) VALUES (?, ?, ?, ?, ?)`
+	qAccount       = `SELECT ` + accountCols + ` FROM accounts WHERE id = ?`
+	qAccountByName = `SELECT ` + accountCols + ` FROM accounts WHERE name = ? ORDER BY created_at, id LIMIT 1`
+	qCountAccounts = `SELECT count(*) FROM accounts`
+	qCreateKey     = `INSERT INTO keys (hash, id, account_id, revoked, created_at, revoked_at, usage_key_id) VALUES (?, ?, ?, ?, ?, ?, ?)`
+	qKeyByHash     = `SELECT ` + keyCols + ` FROM keys WHERE hash = ?`
+	qRevokeKey     = `UPDATE keys SET revoked = 1, revoked_at = coalesce(revoked_at, ?) WHERE id = ? OR hash = ? RETURNING ` + keyCols
+	qListKeys      = `SELECT ` + keyCols + ` FROM keys ORDER BY created_at, hash`
+)
+
 // CreateAccount stores a new account; an existing ID is CodeInvalidState.
 func (s *Store) CreateAccount(ctx context.Context, a evs.Account) error {
-	return s.write(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx,
-			`INSERT INTO accounts (id, name, test, suspended, created_at) VALUES (?, ?, ?, ?, ?)`,
+	return s.writeOne(ctx, true, func(ctx context.Context, tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, qCreateAccount,
 			a.ID, a.Name, a.Test, a.Suspended, millis(a.CreatedAt))
 		if constraint(err, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY) {
 			return evs.Errorf(evs.CodeInvalidState, "The account already exists.")
@@ -40,7 +52,7 @@ func scanAccount(row *sql.Row) (evs.Account, error) {
 
 // Account returns the account with id, or CodeNotFound.
 func (s *Store) Account(ctx context.Context, id string) (evs.Account, error) {
-	a, err := scanAccount(s.db.QueryRowContext(ctx, `SELECT `+accountCols+` FROM accounts WHERE id = ?`, id))
+	a, err := scanAccount(s.rstmt(qAccount).QueryRowContext(ctx, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return evs.Account{}, evs.Errorf(evs.CodeNotFound, "No such account.")
 	}
@@ -50,8 +62,7 @@ func (s *Store) Account(ctx context.Context, id string) (evs.Account, error) {
 // AccountByName returns the account with that name, or CodeNotFound. Should
 // several accounts share a name, the oldest is the one.
 func (s *Store) AccountByName(ctx context.Context, name string) (evs.Account, error) {
-	a, err := scanAccount(s.db.QueryRowContext(ctx,
-		`SELECT `+accountCols+` FROM accounts WHERE name = ? ORDER BY created_at, id LIMIT 1`, name))
+	a, err := scanAccount(s.rstmt(qAccountByName).QueryRowContext(ctx, name))
 	if errors.Is(err, sql.ErrNoRows) {
 		return evs.Account{}, evs.Errorf(evs.CodeNotFound, "No such account.")
 	}
@@ -61,16 +72,15 @@ func (s *Store) AccountByName(ctx context.Context, name string) (evs.Account, er
 // CountAccounts returns the number of accounts.
 func (s *Store) CountAccounts(ctx context.Context) (int, error) {
 	var n int
-	err := s.db.QueryRowContext(ctx, `SELECT count(*) FROM accounts`).Scan(&n)
+	err := s.rstmt(qCountAccounts).QueryRowContext(ctx).Scan(&n)
 	return n, dbErr("count accounts", err)
 }
 
 // CreateKey stores a key. An unknown account is CodeNotFound; a key whose
 // hash or ID is taken is CodeInvalidState.
 func (s *Store) CreateKey(ctx context.Context, k evs.Key) error {
-	return s.write(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx,
-			`INSERT INTO keys (hash, id, account_id, revoked, created_at, revoked_at, usage_key_id) VALUES (?, ?, ?, ?, ?, ?, ?)`,
+	return s.writeOne(ctx, true, func(ctx context.Context, tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, qCreateKey,
 			k.Hash, k.ID, k.AccountID, k.Revoked, millis(k.CreatedAt), nullMillis(k.RevokedAt), k.UsageKeyID)
 		switch {
 		case constraint(err, sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY):
@@ -101,7 +111,7 @@ func scanKey(row scanner) (evs.Key, error) {
 
 // KeyByHash returns the key with that hash, or CodeNotFound.
 func (s *Store) KeyByHash(ctx context.Context, hash string) (evs.Key, error) {
-	k, err := scanKey(s.db.QueryRowContext(ctx, `SELECT `+keyCols+` FROM keys WHERE hash = ?`, hash))
+	k, err := scanKey(s.rstmt(qKeyByHash).QueryRowContext(ctx, hash))
 	if errors.Is(err, sql.ErrNoRows) {
 		return evs.Key{}, evs.Errorf(evs.CodeNotFound, "No such key.")
 	}
@@ -112,11 +122,9 @@ func (s *Store) KeyByHash(ctx context.Context, hash string) (evs.Key, error) {
 // revoked before keeps its first revocation time.
 func (s *Store) RevokeKey(ctx context.Context, idOrHash string, now time.Time) (evs.Key, error) {
 	var k evs.Key
-	err := s.write(ctx, func(tx *sql.Tx) error {
+	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		var err error
-		k, err = scanKey(tx.QueryRowContext(ctx,
-			`UPDATE keys SET revoked = 1, revoked_at = coalesce(revoked_at, ?) WHERE id = ? OR hash = ? RETURNING `+keyCols,
-			millis(now), idOrHash, idOrHash))
+		k, err = scanKey(tx.QueryRowContext(ctx, qRevokeKey, millis(now), idOrHash, idOrHash))
 		if errors.Is(err, sql.ErrNoRows) {
 			return evs.Errorf(evs.CodeNotFound, "No such key.")
 		}
@@ -127,7 +135,7 @@ func (s *Store) RevokeKey(ctx context.Context, idOrHash string, now time.Time) (
 
 // ListKeys returns every key, oldest first.
 func (s *Store) ListKeys(ctx context.Context) ([]evs.Key, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT `+keyCols+` FROM keys ORDER BY created_at, hash`)
+	rows, err := s.rstmt(qListKeys).QueryContext(ctx)
 	if err != nil {
 		return nil, dbErr("list keys", err)
 	}

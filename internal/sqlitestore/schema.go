@@ -88,13 +88,79 @@ CREATE TABLE results (
 );
 CREATE INDEX results_status ON results (batch_id, status, seq);
 `,
+	// Version 2 makes a 50,000-address batch about half as big on disk and
+	// faster to write: items and results refer to their batch by a small
+	// integer key instead of the 36-byte id, results are clustered on
+	// (batch, seq) (WITHOUT ROWID: no second b-tree for the primary key),
+	// a result's status is a number (0 deliverable, 1 undeliverable, 2
+	// risky, 3 unknown), and a result no longer repeats its item's address.
+	`
+CREATE TABLE batches_v2 (
+	key           INTEGER PRIMARY KEY,
+	id            TEXT NOT NULL UNIQUE,
+	account_id    TEXT NOT NULL,
+	mode          TEXT NOT NULL,
+	state         TEXT NOT NULL,
+	error         TEXT NOT NULL DEFAULT '',
+	created_at    INTEGER NOT NULL,
+	completed_at  INTEGER,
+	expires_at    INTEGER NOT NULL,
+	items         INTEGER NOT NULL,
+	total         INTEGER NOT NULL,
+	duplicates    INTEGER NOT NULL,
+	processed     INTEGER NOT NULL DEFAULT 0,
+	deliverable   INTEGER NOT NULL DEFAULT 0,
+	undeliverable INTEGER NOT NULL DEFAULT 0,
+	risky         INTEGER NOT NULL DEFAULT 0,
+	unknown       INTEGER NOT NULL DEFAULT 0
+);
+INSERT INTO batches_v2 (id, account_id, mode, state, error, created_at, completed_at, expires_at,
+	items, total, duplicates, processed, deliverable, undeliverable, risky, unknown)
+	SELECT id, account_id, mode, state, error, created_at, completed_at, expires_at,
+	items, total, duplicates, processed, deliverable, undeliverable, risky, unknown
+	FROM batches ORDER BY created_at, id;
+
+CREATE TABLE items_v2 (
+	batch  INTEGER NOT NULL REFERENCES batches_v2 (key) ON DELETE CASCADE,
+	seq    INTEGER NOT NULL,
+	email  TEXT NOT NULL,
+	domain TEXT NOT NULL,
+	PRIMARY KEY (batch, seq)
+) WITHOUT ROWID;
+INSERT INTO items_v2 (batch, seq, email, domain)
+	SELECT b.key, i.seq, i.email, i.domain FROM items i JOIN batches_v2 b ON b.id = i.batch_id;
+
+CREATE TABLE results_v2 (
+	batch    INTEGER NOT NULL,
+	seq      INTEGER NOT NULL,
+	status   INTEGER NOT NULL,
+	decision BLOB NOT NULL,
+	PRIMARY KEY (batch, seq),
+	FOREIGN KEY (batch, seq) REFERENCES items_v2 (batch, seq) ON DELETE CASCADE
+) WITHOUT ROWID;
+INSERT INTO results_v2 (batch, seq, status, decision)
+	SELECT b.key, r.seq,
+		CASE r.status WHEN 'deliverable' THEN 0 WHEN 'undeliverable' THEN 1 WHEN 'risky' THEN 2 ELSE 3 END,
+		r.decision
+	FROM results r JOIN batches_v2 b ON b.id = r.batch_id;
+
+DROP TABLE results;
+DROP TABLE items;
+DROP TABLE batches;
+ALTER TABLE batches_v2 RENAME TO batches;
+ALTER TABLE items_v2 RENAME TO items;
+ALTER TABLE results_v2 RENAME TO results;
+CREATE INDEX batches_unfinished ON batches (state) WHERE state IN ('queued', 'running');
+CREATE INDEX batches_expires ON batches (expires_at);
+CREATE INDEX results_status ON results (batch, status, seq);
+`,
 }
 
 // migrate brings the schema to len(migrations). It runs in one immediate
 // transaction, so two processes opening a new directory at once do not both
 // create the tables.
 func (s *Store) migrate(ctx context.Context) error {
-	return s.write(ctx, func(tx *sql.Tx) error {
+	return s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		var v int
 		if err := tx.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&v); err != nil {
 			return dbErr("read schema version", err)

@@ -5,8 +5,17 @@
 // Several processes may open the same directory at once (`evs keys create`
 // while `evs serve` runs): the database runs in WAL mode, every write is an
 // immediate transaction, and a busy database is waited for rather than
-// failed. Every acknowledged write is synced to disk (synchronous=FULL), so it
-// survives kill -9 and power loss.
+// failed. Every acknowledged write survives kill -9; every acknowledged write
+// except an idempotency claim or release is also synced to disk
+// (synchronous=FULL) before it is acknowledged, so it survives power loss.
+// (A claim needs no sync of its own: see ClaimIdempotency.)
+//
+// Inside one process, writes go through a single writer connection and are
+// committed in groups: concurrent writes share one transaction and one sync,
+// each in its own savepoint, and each caller returns only once the group is
+// committed. Reads use a pool of query-only connections beside the writer
+// (WAL lets them run while it writes). Statements are prepared once per
+// connection, not parsed per call.
 package sqlitestore
 
 import (
@@ -17,6 +26,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -37,12 +47,18 @@ const busyTimeout = 5 * time.Second
 
 // Store is the SQLite store.Store. It is safe for concurrent use.
 type Store struct {
-	db  *sql.DB
+	// db is the one writer connection: this process's writes queue in Go
+	// (the committer) instead of spinning in SQLite's busy handler; other
+	// processes are still waited for through busy_timeout.
+	db *sql.DB
+	// rdb is the pool of query-only reader connections.
+	rdb *sql.DB
 	now func() time.Time
-	// writeMu serializes this process's write transactions so they queue
-	// in Go instead of spinning in SQLite's busy handler; other processes
-	// are still waited for through busy_timeout.
-	writeMu sync.Mutex
+
+	wstmts, rstmts stmtCache
+	c              *committer
+	closeOnce      sync.Once
+	closeErr       error
 }
 
 var _ store.Store = (*Store)(nil)
@@ -69,21 +85,58 @@ func open(ctx context.Context, dir string, now func() time.Time, busy time.Durat
 	if err := checkWritable(dir); err != nil {
 		return nil, err
 	}
+	path := filepath.Join(dir, FileName)
 	q := url.Values{}
 	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", busy.Milliseconds()))
 	q.Add("_pragma", "journal_mode(WAL)")
 	q.Add("_pragma", "synchronous(FULL)")
 	q.Add("_pragma", "foreign_keys(ON)")
-	q.Add("_pragma", "cache_size(-16000)")
+	q.Add("_pragma", fmt.Sprintf("cache_size(%d)", writerCacheKiB))
 	q.Add("_pragma", "temp_store(MEMORY)")
 	q.Set("_txlock", "immediate")
-	db, err := sql.Open("sqlite", filepath.Join(dir, FileName)+"?"+q.Encode())
+	db, err := sql.Open("sqlite", path+"?"+q.Encode())
 	if err != nil {
 		return nil, fmt.Errorf("sqlitestore: open: %w", err)
 	}
-	s := &Store{db: db, now: now}
-	if err := s.migrate(ctx); err != nil {
+	// One writer connection, kept open: its prepared statements and page
+	// cache live as long as the store.
+	db.SetMaxOpenConns(1)
+	db.SetMaxIdleConns(1)
+	db.SetConnMaxIdleTime(0)
+
+	// Readers never write (query_only), so they need neither the write
+	// lock nor synchronous; the WAL mode is the database file's, set above.
+	rq := url.Values{}
+	rq.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", busy.Milliseconds()))
+	rq.Add("_pragma", "query_only(1)")
+	rq.Add("_pragma", fmt.Sprintf("cache_size(%d)", readerCacheKiB))
+	rq.Add("_pragma", "temp_store(MEMORY)")
+	rdb, err := sql.Open("sqlite", path+"?"+rq.Encode())
+	if err != nil {
 		db.Close()
+		return nil, fmt.Errorf("sqlitestore: open readers: %w", err)
+	}
+	// Idle readers stay open (the default of two idle connections would
+	// close and reopen them, schema parse and all, under load).
+	n := readers()
+	rdb.SetMaxOpenConns(n)
+	rdb.SetMaxIdleConns(n)
+	rdb.SetConnMaxIdleTime(0)
+
+	s := &Store{db: db, rdb: rdb, now: now}
+	s.wstmts.db, s.rstmts.db = db, rdb
+	s.c = startCommitter(db, &s.wstmts)
+	// The savepoint statements first: migrate may share a group.
+	if err := s.wstmts.prepare(ctx, []string{qSavepoint, qRollbackTo, qReleaseSavepoint}); err != nil {
+		s.Close()
+		return nil, err
+	}
+	if err := s.migrate(ctx); err != nil {
+		s.Close()
+		return nil, err
+	}
+	if err := errors.Join(s.wstmts.prepare(ctx, writerQueries), s.rstmts.prepare(ctx, readerQueries)); err != nil {
+		s.Close()
 		return nil, err
 	}
 	return s, nil
@@ -115,30 +168,72 @@ func checkWritable(dir string) error {
 	return nil
 }
 
-// Close closes the database.
-func (s *Store) Close() error {
-	if err := s.db.Close(); err != nil {
-		return fmt.Errorf("sqlitestore: close: %w", err)
+// wstmt returns query as a statement of tx: the one prepared at Open when
+// there is one, else prepared now for this transaction.
+func (s *Store) wstmt(ctx context.Context, tx *sql.Tx, query string) (*sql.Stmt, error) {
+	if st, ok := s.wstmts.m[query]; ok {
+		return tx.StmtContext(ctx, st), nil
 	}
-	return nil
+	return tx.PrepareContext(ctx, query)
 }
 
-// write runs fn in one immediate transaction and commits it.
-func (s *Store) write(ctx context.Context, fn func(tx *sql.Tx) error) error {
-	s.writeMu.Lock()
-	defer s.writeMu.Unlock()
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return dbErr("begin", err)
+// rstmt returns the reader statement of query, prepared at Open.
+func (s *Store) rstmt(query string) *sql.Stmt {
+	st, ok := s.rstmts.m[query]
+	if !ok {
+		// A query missing from readerQueries is a bug, found by any test
+		// that runs it.
+		panic("sqlitestore: reader query not prepared: " + query)
 	}
-	if err := fn(tx); err != nil {
-		tx.Rollback()
-		return err
-	}
-	if err := tx.Commit(); err != nil {
-		return dbErr("commit", err)
-	}
-	return nil
+	return st
+}
+
+// Page caches, in KiB (SQLite's negative cache_size). The writer's is the
+// larger: it holds the b-tree pages a batch's inserts touch. Readers share
+// the operating system's file cache, so theirs stay small, which keeps the
+// resident memory of an idle server low.
+const (
+	writerCacheKiB = -8000
+	readerCacheKiB = -2000
+)
+
+// readers is the size of the reader pool: enough for every core to read
+// while others wait on the network, few enough to keep memory low.
+func readers() int { return max(4, 2*runtime.GOMAXPROCS(0)) }
+
+// Close waits for queued writes, then closes the database.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		s.c.stop()
+		s.wstmts.close()
+		s.rstmts.close()
+		err := errors.Join(s.db.Close(), s.rdb.Close())
+		if err != nil {
+			s.closeErr = fmt.Errorf("sqlitestore: close: %w", err)
+		}
+	})
+	return s.closeErr
+}
+
+// write runs fn in an immediate transaction, shared with the writes queued
+// at the same time, and returns once that transaction is committed and
+// synced. fn gets a context that is not cancelled with ctx: a statement
+// interrupted inside a shared transaction would roll back the others' work.
+// A write whose ctx ends before it starts is not run.
+func (s *Store) write(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
+	return s.c.do(ctx, &op{fn: fn, sync: true})
+}
+
+// writeOne is write for fn that writes with at most one statement (reads
+// aside): it shares the group's transaction without a savepoint, since a
+// failed statement undoes itself.
+//
+// Without sync, the write is for a record whose loss on power failure is
+// harmless: the transaction is written to the log (so it survives kill -9
+// and every process sees it at once) but not synced unless a write in the
+// same group needs it; the next synced commit syncs it too.
+func (s *Store) writeOne(ctx context.Context, sync bool, fn func(ctx context.Context, tx *sql.Tx) error) error {
+	return s.c.do(ctx, &op{fn: fn, sync: sync, oneStatement: true})
 }
 
 // dbErr classifies a database error: a database that is busy or cannot be

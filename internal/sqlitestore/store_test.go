@@ -40,33 +40,50 @@ func TestOpenSettings(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, FileName)); err != nil {
 		t.Fatalf("database file: %v", err)
 	}
-	// Every pooled connection must carry the settings, so ask several at once.
+	// The writer is one connection; every reader of the pool must carry its
+	// settings too, so ask several readers at once.
 	ctx := context.Background()
-	conns := make([]*sql.Conn, 3)
-	for i := range conns {
-		c, err := s.db.Conn(ctx)
+	type pooled struct {
+		name string
+		c    *sql.Conn
+		want map[string]string
+	}
+	var conns []pooled
+	w, err := s.db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	conns = append(conns, pooled{"writer", w, map[string]string{
+		"synchronous":  "2", // FULL
+		"foreign_keys": "1",
+		"query_only":   "0",
+	}})
+	for i := range 3 {
+		c, err := s.rdb.Conn(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer c.Close()
-		conns[i] = c
+		conns = append(conns, pooled{fmt.Sprint("reader ", i), c, map[string]string{"query_only": "1"}})
 	}
-	for i, c := range conns {
-		for _, p := range []struct{ pragma, want string }{
-			{"journal_mode", "wal"},
-			{"synchronous", "2"}, // FULL
-			{"foreign_keys", "1"},
-			{"busy_timeout", fmt.Sprint(busyTimeout.Milliseconds())},
-			{"user_version", fmt.Sprint(len(migrations))},
-		} {
+	for _, c := range conns {
+		c.want["journal_mode"] = "wal"
+		c.want["busy_timeout"] = fmt.Sprint(busyTimeout.Milliseconds())
+		c.want["user_version"] = fmt.Sprint(len(migrations))
+		for pragma, want := range c.want {
 			var got string
-			if err := c.QueryRowContext(ctx, "PRAGMA "+p.pragma).Scan(&got); err != nil {
-				t.Fatalf("PRAGMA %s: %v", p.pragma, err)
+			if err := c.c.QueryRowContext(ctx, "PRAGMA "+pragma).Scan(&got); err != nil {
+				t.Fatalf("%s: PRAGMA %s: %v", c.name, pragma, err)
 			}
-			if got != p.want {
-				t.Errorf("connection %d: PRAGMA %s = %s, want %s", i, p.pragma, got, p.want)
+			if got != want {
+				t.Errorf("%s: PRAGMA %s = %s, want %s", c.name, pragma, got, want)
 			}
 		}
+	}
+	// A reader refuses to write, so no write can bypass the committer.
+	if _, err := conns[1].c.ExecContext(ctx, `DELETE FROM accounts`); err == nil {
+		t.Error("a reader connection wrote")
 	}
 }
 

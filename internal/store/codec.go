@@ -1,7 +1,9 @@
 package store
 
 import (
+	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -9,10 +11,15 @@ import (
 )
 
 // The storage form of a decision, shared by both stores. It is not the API's
-// wire form: names are short, booleans are bits, the address is not repeated
-// (the result row has it) and empty evidence is left out, because a batch
-// keeps one of these per address for 30 days.
-type storedDecision struct {
+// wire form: a batch keeps one of these per address for 30 days, so it is
+// binary (version byte binaryV1, then the fields in a fixed order), booleans
+// are bits, strings the service writes itself (reasons, results, sandbox
+// texts) are numbers into an append-only table, and the address is not
+// repeated (the result row has it). The JSON form below, written before, is
+// still read.
+//
+// jsonDecision is that earlier JSON form.
+type jsonDecision struct {
 	Normalized *string    `json:"n,omitempty"` // only when it differs from the address
 	Reason     evs.Reason `json:"r"`
 	Mode       evs.Mode   `json:"m"`
@@ -49,40 +56,244 @@ const (
 // EncodeDecision returns the storage form of d. The submitted address is not
 // part of it: DecodeDecision gets it back from the result row.
 func EncodeDecision(d evs.Decision) ([]byte, error) {
+	return AppendDecision(make([]byte, 0, 64), d), nil
+}
+
+// binaryV1 opens a binary stored decision; JSON ones open with '{'.
+const binaryV1 = 0x01
+
+// Presence bits of a binary decision, after the flag bits.
+const (
+	hasNormalized = 1 << 0
+	hasSuggestion = 1 << 1
+	hostIsFirstMX = 1 << 2
+)
+
+// AppendDecision appends the storage form of d to b: EncodeDecision without
+// its own allocation, for writers of many results.
+func AppendDecision(b []byte, d evs.Decision) []byte {
 	c := d.Checks
-	s := storedDecision{
-		Reason: d.Reason, Mode: d.Mode, Suggestion: d.Suggestion,
-		SyntaxErr: c.Syntax.Error,
-		DNSResult: c.DNS.Result, MX: c.DNS.MX, Rcode: c.DNS.Rcode, DNSErr: c.DNS.Error,
-		SMTPResult: c.SMTP.Result, Host: c.SMTP.Host, Code: c.SMTP.Code, Enhanced: c.SMTP.EnhancedCode,
-		Message: c.SMTP.Message, Detail: c.SMTP.Detail,
-		DurationMs: d.DurationMs,
-	}
-	if d.Normalized != d.Email {
-		s.Normalized = &d.Normalized
-	}
-	if !d.CheckedAt.IsZero() {
-		s.CheckedAt = d.CheckedAt.UnixMilli()
-	}
-	for _, f := range []struct {
-		on  bool
-		bit uint16
-	}{
-		{d.Flags.Disposable, bitDisposable}, {d.Flags.Role, bitRole}, {d.Flags.Free, bitFree},
-		{d.Flags.AcceptAll, bitAcceptAll}, {d.Flags.SMTPUTF8, bitSMTPUTF8},
-		{c.Syntax.Valid, bitSyntaxValid}, {c.DNS.ImplicitMX, bitImplicitMX}, {c.SMTP.TLS, bitTLS},
-		{d.TestMode, bitTestMode},
+	var bits uint64
+	for i, on := range []bool{
+		d.Flags.Disposable, d.Flags.Role, d.Flags.Free, d.Flags.AcceptAll, d.Flags.SMTPUTF8,
+		c.Syntax.Valid, c.DNS.ImplicitMX, c.SMTP.TLS, d.TestMode,
 	} {
-		if f.on {
-			s.Bits |= f.bit
+		if on {
+			bits |= 1 << i
 		}
 	}
-	return json.Marshal(s)
+	var has uint64
+	if d.Normalized != d.Email {
+		has |= hasNormalized
+	}
+	if d.Suggestion != nil {
+		has |= hasSuggestion
+	}
+	host := c.SMTP.Host
+	if host != "" && len(c.DNS.MX) > 0 && host == c.DNS.MX[0] {
+		has |= hostIsFirstMX
+		host = ""
+	}
+	b = append(b, binaryV1)
+	b = binary.AppendUvarint(b, bits)
+	b = binary.AppendUvarint(b, has)
+	b = appendStr(b, string(d.Reason))
+	b = appendStr(b, string(d.Mode))
+	if has&hasNormalized != 0 {
+		b = appendStr(b, d.Normalized)
+	}
+	if has&hasSuggestion != 0 {
+		b = appendStr(b, *d.Suggestion)
+	}
+	b = appendStr(b, c.Syntax.Error)
+	b = appendStr(b, c.DNS.Result)
+	b = binary.AppendUvarint(b, uint64(len(c.DNS.MX)))
+	for _, mx := range c.DNS.MX {
+		b = appendStr(b, mx)
+	}
+	b = appendStr(b, c.DNS.Rcode)
+	b = appendStr(b, c.DNS.Error)
+	b = appendStr(b, c.SMTP.Result)
+	b = appendStr(b, host)
+	b = binary.AppendVarint(b, int64(c.SMTP.Code))
+	b = appendStr(b, c.SMTP.EnhancedCode)
+	b = appendStr(b, c.SMTP.Message)
+	b = appendStr(b, c.SMTP.Detail)
+	var at int64
+	if !d.CheckedAt.IsZero() {
+		at = d.CheckedAt.UnixMilli()
+	}
+	b = binary.AppendVarint(b, at)
+	b = binary.AppendVarint(b, d.DurationMs)
+	return b
+}
+
+// A string is a uvarint v: 0 is "", odd v is entry v>>1 of knownStrings,
+// even v is v>>1 bytes of text that follow.
+func appendStr(b []byte, s string) []byte {
+	if s == "" {
+		return append(b, 0)
+	}
+	if i, ok := knownIndex[s]; ok {
+		return binary.AppendUvarint(b, uint64(i)<<1|1)
+	}
+	b = binary.AppendUvarint(b, uint64(len(s))<<1)
+	return append(b, s...)
+}
+
+// knownStrings are the strings the service itself writes into decisions.
+// Stored decisions refer to them by position: append only, never reorder
+// or change an entry.
+var knownStrings = []string{
+	// reasons
+	"accepted_email", "invalid_syntax", "invalid_domain", "no_mail_server", "rejected_email",
+	"accept_all", "mailbox_full", "disposable", "greylisted", "smtp_unreachable", "dns_error",
+	"timeout", "mailbox_not_checked",
+	// modes
+	"full", "quick",
+	// DNS results and rcodes
+	"ok", "nxdomain", "null_mx", "no_records", "error", "not_checked", "mx_not_public",
+	"NOERROR", "NXDOMAIN", "SERVFAIL", "REFUSED", "servfail",
+	// SMTP results (accept_all, full, greylisted, timeout are above)
+	"accepted", "rejected", "unreachable", "skipped",
+	// enhanced codes
+	"2.0.0", "2.1.0", "2.1.5", "4.2.1", "4.2.2", "4.7.1", "5.1.0", "5.1.1", "5.2.1", "5.2.2", "5.7.1",
+	// test mode (the sandbox)
+	"test_mode", "mx.sandbox.invalid", "test mode: no network was used",
+	"test mode: skipped: invalid syntax", "test mode: skipped: no mail server to probe",
+	"OK (test mode)", "No such user (test mode)", "Mailbox full (test mode)",
+	"Greylisted, try again later (test mode)", "test mode: no mail host accepted a connection",
+	"test mode: no mail host answered in time", "test mode: mailbox not checked",
+	"test mode: simulated probe result (quick mode never probes)", "skipped: invalid syntax",
+	"OK",
+}
+
+var knownIndex = func() map[string]int {
+	m := make(map[string]int, len(knownStrings))
+	for i, s := range knownStrings {
+		if _, dup := m[s]; dup {
+			panic("store: knownStrings repeats " + s)
+		}
+		m[s] = i
+	}
+	return m
+}()
+
+var errShort = errors.New("store: decode decision: truncated")
+
+// binReader reads a binary decision; the first error sticks.
+type binReader struct {
+	b   []byte
+	err error
+}
+
+func (r *binReader) uvarint() uint64 {
+	if r.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(r.b)
+	if n <= 0 {
+		r.err = errShort
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *binReader) varint() int64 {
+	if r.err != nil {
+		return 0
+	}
+	v, n := binary.Varint(r.b)
+	if n <= 0 {
+		r.err = errShort
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *binReader) str() string {
+	v := r.uvarint()
+	switch {
+	case r.err != nil || v == 0:
+		return ""
+	case v&1 == 1:
+		if i := v >> 1; i < uint64(len(knownStrings)) {
+			return knownStrings[i]
+		}
+		r.err = fmt.Errorf("store: decode decision: unknown string %d", v>>1)
+		return ""
+	}
+	n := v >> 1
+	if n > uint64(len(r.b)) {
+		r.err = errShort
+		return ""
+	}
+	s := string(r.b[:n])
+	r.b = r.b[n:]
+	return s
+}
+
+// decodeBinary decodes a binaryV1 decision, b without its version byte.
+func decodeBinary(email string, b []byte) (evs.Decision, error) {
+	r := binReader{b: b}
+	bits, has := r.uvarint(), r.uvarint()
+	bit := func(i int) bool { return bits&(1<<i) != 0 }
+	d := evs.Decision{Email: email, Normalized: email, TestMode: bit(8)}
+	d.Flags = evs.Flags{Disposable: bit(0), Role: bit(1), Free: bit(2), AcceptAll: bit(3), SMTPUTF8: bit(4)}
+	d.Reason = evs.Reason(r.str())
+	d.Mode = evs.Mode(r.str())
+	if has&hasNormalized != 0 {
+		d.Normalized = r.str()
+	}
+	if has&hasSuggestion != 0 {
+		s := r.str()
+		d.Suggestion = &s
+	}
+	c := &d.Checks
+	c.Syntax = evs.SyntaxCheck{Valid: bit(5), Error: r.str()}
+	c.DNS.Result = r.str()
+	n := r.uvarint()
+	if n > uint64(len(r.b)) {
+		r.err = errShort
+	}
+	c.DNS.MX = make([]string, 0, n)
+	for range n {
+		if r.err != nil {
+			break
+		}
+		c.DNS.MX = append(c.DNS.MX, r.str())
+	}
+	c.DNS.ImplicitMX = bit(6)
+	c.DNS.Rcode = r.str()
+	c.DNS.Error = r.str()
+	c.SMTP.Result = r.str()
+	c.SMTP.Host = r.str()
+	if has&hostIsFirstMX != 0 && len(c.DNS.MX) > 0 {
+		c.SMTP.Host = c.DNS.MX[0]
+	}
+	c.SMTP.Code = int(r.varint())
+	c.SMTP.EnhancedCode = r.str()
+	c.SMTP.Message = r.str()
+	c.SMTP.Detail = r.str()
+	c.SMTP.TLS = bit(7)
+	if at := r.varint(); at != 0 {
+		d.CheckedAt = time.UnixMilli(at).UTC()
+	}
+	d.DurationMs = r.varint()
+	if r.err != nil {
+		return evs.Decision{}, r.err
+	}
+	return d, nil
 }
 
 // DecodeDecision returns the decision stored as b for the address email.
 func DecodeDecision(email string, b []byte) (evs.Decision, error) {
-	var s storedDecision
+	if len(b) > 0 && b[0] == binaryV1 {
+		return decodeBinary(email, b[1:])
+	}
+	var s jsonDecision
 	if err := json.Unmarshal(b, &s); err != nil {
 		return evs.Decision{}, fmt.Errorf("store: decode decision: %w", err)
 	}

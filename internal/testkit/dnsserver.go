@@ -60,9 +60,9 @@ func StartDNS(tb testing.TB) *DNSServer {
 	select {
 	case <-ready:
 	case err := <-errs:
-		tb.Fatalf("dnstest: serve: %v", err)
+		tb.Fatalf("testkit: DNS server: serve: %v", err)
 	case <-time.After(5 * time.Second):
-		tb.Fatal("dnstest: server did not start within 5s")
+		tb.Fatal("testkit: DNS server: server did not start within 5s")
 	}
 
 	tb.Cleanup(func() {
@@ -84,7 +84,7 @@ func listenPair(tb testing.TB) (net.PacketConn, net.Listener) {
 	for range 20 {
 		pc, err := net.ListenPacket("udp4", "127.0.0.1:0")
 		if err != nil {
-			tb.Fatalf("dnstest: listen udp: %v", err)
+			tb.Fatalf("testkit: DNS server: listen udp: %v", err)
 		}
 		ln, err := net.Listen("tcp4", pc.LocalAddr().String())
 		if err == nil {
@@ -93,7 +93,7 @@ func listenPair(tb testing.TB) (net.PacketConn, net.Listener) {
 		lastErr = err
 		pc.Close()
 	}
-	tb.Fatalf("dnstest: no port free for both UDP and TCP: %v", lastErr)
+	tb.Fatalf("testkit: DNS server: no port free for both UDP and TCP: %v", lastErr)
 	return nil, nil
 }
 
@@ -105,10 +105,10 @@ func (s *DNSServer) AddRecord(rr string) {
 	s.tb.Helper()
 	r, err := dns.NewRR(rr)
 	if err != nil {
-		s.tb.Fatalf("dnstest: AddRecord(%q): %v", rr, err)
+		s.tb.Fatalf("testkit: DNS server: AddRecord(%q): %v", rr, err)
 	}
 	if r == nil {
-		s.tb.Fatalf("dnstest: AddRecord(%q): no record", rr)
+		s.tb.Fatalf("testkit: DNS server: AddRecord(%q): no record", rr)
 	}
 	name := canon(r.Header().Name)
 	s.mu.Lock()

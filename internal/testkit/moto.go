@@ -59,7 +59,7 @@ func MotoEndpoint(t testing.TB) string {
 		endpoint, startErr = start()
 	})
 	if startErr != nil {
-		t.Fatalf("mototest: %v", startErr)
+		t.Fatalf("testkit: moto: %v", startErr)
 	}
 	return endpoint
 }

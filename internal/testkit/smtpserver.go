@@ -86,12 +86,12 @@ func StartSMTP(t testing.TB, opts SMTPOptions) *SMTPServer {
 	}
 	ln, err := net.Listen("tcp", net.JoinHostPort(opts.IP, strconv.Itoa(opts.Port)))
 	if err != nil {
-		t.Fatalf("smtptest: cannot listen on %s port %d (loopback addresses other than 127.0.0.1 need Linux): %v", opts.IP, opts.Port, err)
+		t.Fatalf("testkit: SMTP server: cannot listen on %s port %d (loopback addresses other than 127.0.0.1 need Linux): %v", opts.IP, opts.Port, err)
 	}
 	if opts.StartTLS {
 		if _, err := certificate(); err != nil {
 			ln.Close()
-			t.Fatalf("smtptest: self-signed certificate: %v", err)
+			t.Fatalf("testkit: SMTP server: self-signed certificate: %v", err)
 		}
 	}
 	s := &SMTPServer{

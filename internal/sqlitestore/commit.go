@@ -1,0 +1,299 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+)
+
+// maxGroup caps the writes one transaction carries, so one group's commit
+// never waits on an unbounded amount of work queued behind it.
+const maxGroup = 256
+
+// errClosed is the answer to a write queued after Close.
+var errClosed = errors.New("sqlitestore: the store is closed")
+
+// op is one queued write.
+type op struct {
+	ctx  context.Context
+	fn   func(ctx context.Context, tx *sql.Tx) error
+	sync bool
+	// oneStatement says fn writes with at most one statement, so when it
+	// fails there is nothing to undo (SQLite undoes a failed statement
+	// itself) and it needs no savepoint of its own.
+	oneStatement bool
+	// state moves from queued to taken (by the committer) or abandoned (by
+	// a caller whose ctx ended first), never both.
+	state atomic.Int32
+	done  chan error
+}
+
+const (
+	opQueued int32 = iota
+	opTaken
+	opAbandoned
+)
+
+// committer owns the writer connection and commits queued writes in
+// groups: one transaction and, at most, one sync per group. This is what
+// makes an idempotent call cheap under concurrency: the claims and
+// completions of all calls in flight share a commit instead of queueing for
+// one each.
+type committer struct {
+	db    *sql.DB
+	stmts *stmtCache // for the savepoint statements
+	queue chan *op
+	quit  chan struct{}
+	wg    sync.WaitGroup
+	mu    sync.RWMutex // held for reading while enqueueing; Close takes it to stop intake
+	shut  bool
+	// synced is the writer connection's current synchronous setting.
+	synced bool
+}
+
+func startCommitter(db *sql.DB, stmts *stmtCache) *committer {
+	c := &committer{db: db, stmts: stmts, queue: make(chan *op, maxGroup), quit: make(chan struct{}), synced: true}
+	c.wg.Add(1)
+	go c.loop()
+	return c
+}
+
+// do queues fn and waits for its group's commit.
+func (c *committer) do(ctx context.Context, o *op) error {
+	if err := ctx.Err(); err != nil {
+		return dbErr("begin", err)
+	}
+	o.ctx, o.done = ctx, make(chan error, 1)
+	c.mu.RLock()
+	if c.shut {
+		c.mu.RUnlock()
+		return errClosed
+	}
+	select {
+	case c.queue <- o:
+	case <-ctx.Done():
+		c.mu.RUnlock()
+		return dbErr("begin", ctx.Err())
+	}
+	c.mu.RUnlock()
+	select {
+	case err := <-o.done:
+		return err
+	case <-ctx.Done():
+		if o.state.CompareAndSwap(opQueued, opAbandoned) {
+			return dbErr("begin", ctx.Err())
+		}
+		// Already running: its outcome is the caller's to know.
+		return <-o.done
+	}
+}
+
+// stop finishes the queued writes and stops the committer.
+func (c *committer) stop() {
+	c.mu.Lock()
+	if !c.shut {
+		c.shut = true
+		close(c.quit)
+	}
+	c.mu.Unlock()
+	c.wg.Wait()
+}
+
+func (c *committer) loop() {
+	defer c.wg.Done()
+	group := make([]*op, 0, maxGroup)
+	for {
+		var first *op
+		select {
+		case first = <-c.queue:
+		case <-c.quit:
+			// Intake is closed; run what is still queued.
+			for {
+				select {
+				case o := <-c.queue:
+					c.commit(append(group[:0], o))
+				default:
+					return
+				}
+			}
+		}
+		group = append(group[:0], first)
+	fill:
+		for len(group) < maxGroup {
+			select {
+			case o := <-c.queue:
+				group = append(group, o)
+			default:
+				break fill
+			}
+		}
+		c.commit(group)
+		clear(group)
+	}
+}
+
+// commit runs a group in one transaction. Each write runs in its own
+// savepoint, so one that fails is undone alone and the others commit; each
+// caller is answered only after the commit.
+func (c *committer) commit(group []*op) {
+	ops := group[:0:len(group)]
+	for _, o := range group {
+		if o.state.CompareAndSwap(opQueued, opTaken) {
+			ops = append(ops, o)
+		}
+	}
+	if len(ops) == 0 {
+		return
+	}
+	ctx := context.Background()
+	wantSync := false
+	for _, o := range ops {
+		wantSync = wantSync || o.sync
+	}
+	errs := make([]error, len(ops))
+	fail := func(err error) {
+		for _, o := range ops {
+			o.done <- err
+		}
+	}
+	if wantSync != c.synced {
+		// Per connection and outside a transaction; kept until changed.
+		mode := "NORMAL"
+		if wantSync {
+			mode = "FULL"
+		}
+		if _, err := c.db.ExecContext(ctx, "PRAGMA synchronous = "+mode); err != nil {
+			fail(dbErr("set synchronous", err))
+			return
+		}
+		c.synced = wantSync
+	}
+	tx, err := c.db.BeginTx(ctx, nil)
+	if err != nil {
+		fail(dbErr("begin", err))
+		return
+	}
+	if len(ops) == 1 {
+		errs[0] = run(ops[0], tx)
+		if errs[0] != nil {
+			tx.Rollback()
+			ops[0].done <- errs[0]
+			return
+		}
+	} else {
+		for i, o := range ops {
+			var err error
+			if o.oneStatement {
+				err = run(o, tx)
+				if err != nil {
+					err = ownError{err}
+				}
+			} else {
+				err = c.savepoint(ctx, tx, o)
+			}
+			var own ownError
+			if errors.As(err, &own) {
+				errs[i] = own.err
+				continue
+			}
+			if err != nil {
+				// The transaction itself is broken: nothing in it stands.
+				tx.Rollback()
+				fail(err)
+				return
+			}
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		fail(dbErr("commit", err))
+		return
+	}
+	for i, o := range ops {
+		o.done <- errs[i]
+	}
+}
+
+// ownError marks an error of one write, undone by its savepoint, as
+// opposed to a failure of the shared transaction.
+type ownError struct{ err error }
+
+func (e ownError) Error() string { return e.err.Error() }
+func (e ownError) Unwrap() error { return e.err }
+
+// savepoint runs o inside a savepoint of tx. o's own failure is rolled back
+// to the savepoint and returned as an ownError carrying it.
+func (c *committer) savepoint(ctx context.Context, tx *sql.Tx, o *op) error {
+	exec := func(q string) error {
+		_, err := tx.StmtContext(ctx, c.stmts.m[q]).ExecContext(ctx)
+		return err
+	}
+	if err := exec(qSavepoint); err != nil {
+		return dbErr("savepoint", err)
+	}
+	if err := run(o, tx); err != nil {
+		if rerr := exec(qRollbackTo); rerr != nil {
+			return dbErr("rollback to savepoint", errors.Join(err, rerr))
+		}
+		if rerr := exec(qReleaseSavepoint); rerr != nil {
+			return dbErr("release savepoint", rerr)
+		}
+		return ownError{err}
+	}
+	if err := exec(qReleaseSavepoint); err != nil {
+		return dbErr("release savepoint", err)
+	}
+	return nil
+}
+
+// The savepoint statements, prepared at Open like the others.
+const (
+	qSavepoint        = `SAVEPOINT w`
+	qRollbackTo       = `ROLLBACK TO w`
+	qReleaseSavepoint = `RELEASE w`
+)
+
+// run calls o.fn, turning a panic into an error: the committer serves every
+// caller and must not die with one of them.
+func run(o *op, tx *sql.Tx) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("sqlitestore: write panicked: %v", p)
+		}
+	}()
+	return o.fn(context.WithoutCancel(o.ctx), tx)
+}
+
+// stmtCache holds the statements prepared once on a pool when the store
+// opens; database/sql keeps each prepared on every connection it has run
+// on. It is read-only after Open, so it needs no lock. Statements are
+// prepared up front, not on first use, because preparing on the pool while
+// a transaction holds the writer connection would wait for it forever.
+type stmtCache struct {
+	db *sql.DB
+	m  map[string]*sql.Stmt
+}
+
+// prepare prepares queries.
+func (c *stmtCache) prepare(ctx context.Context, queries []string) error {
+	if c.m == nil {
+		c.m = make(map[string]*sql.Stmt, len(queries))
+	}
+	for _, q := range queries {
+		st, err := c.db.PrepareContext(ctx, q)
+		if err != nil {
+			return dbErr("prepare", err)
+		}
+		c.m[q] = st
+	}
+	return nil
+}
+
+func (c *stmtCache) close() {
+	for _, st := range c.m {
+		st.Close()
+	}
+	c.m = nil
+}
