@@ -17,7 +17,6 @@ import (
 	"github.com/evs-dev/evs/internal/dynamostore"
 	"github.com/evs-dev/evs/internal/sqsqueue"
 	"github.com/evs-dev/evs/internal/verify"
-	"github.com/evs-dev/evs/internal/verify/dnscheck"
 )
 
 func main() {
@@ -26,13 +25,12 @@ func main() {
 		st     *dynamostore.Store
 		awsCfg aws.Config
 		engine *verify.Engine
-		res    *dnscheck.Resolver
 	)
 	if err == nil {
 		st, awsCfg, err = dynamostore.Open(context.Background(), dynamostore.Tables(cfg.Tables))
 	}
 	if err == nil {
-		engine, res, err = verify.Build(cfg)
+		engine, _, err = verify.Build(cfg)
 	}
 	if err != nil {
 		logger.Error("worker: init failed", "error", err.Error())
@@ -51,7 +49,7 @@ func main() {
 	}
 	if cfg.SMTP != config.SMTPOff {
 		// Per-host politeness across every concurrent invocation.
-		w.Leases, w.MX = st, res
+		w.Leases, w.MX = st, engine
 	}
 	lambda.Start(w.Handle)
 }

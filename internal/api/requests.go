@@ -20,7 +20,7 @@ import (
 
 	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/idempotency"
-	"github.com/evs-dev/evs/internal/verify/address"
+	"github.com/evs-dev/evs/internal/verify"
 )
 
 // Limits of batch creation (contract, section 1).
@@ -224,11 +224,11 @@ func (h *Handler) storeBatch(ctx context.Context, p Principal, in parsedBatch) (
 // duplicate. It only parses: the lists and the typo suggestion are the
 // engine's, and a 50,000-address batch would pay for them twice.
 func dedupKey(email string) (key, domain string) {
-	a, err := address.Parse(email)
-	if err != nil {
+	key, domain, ok := verify.NormalizedKey(email)
+	if !ok {
 		return "invalid:" + strings.TrimSpace(email), ""
 	}
-	return "valid:" + a.String(), a.Domain
+	return "valid:" + key, domain
 }
 
 func parseBatch(req events.APIGatewayProxyRequest, raw []byte) (parsedBatch, error) {

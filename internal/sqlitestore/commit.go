@@ -292,8 +292,9 @@ func (c *stmtCache) prepare(ctx context.Context, queries []string) error {
 }
 
 func (c *stmtCache) close() {
+	// The map is kept: a call after Close finds its statement closed and
+	// gets "statement is closed" as an error, not a panic.
 	for _, st := range c.m {
 		st.Close()
 	}
-	c.m = nil
 }

@@ -3,12 +3,10 @@ package sqsqueue
 import (
 	"context"
 	"math/rand/v2"
-	"strings"
 	"time"
 
 	"github.com/evs-dev/evs/internal/batch"
 	"github.com/evs-dev/evs/internal/evs"
-	"github.com/evs-dev/evs/internal/verify/dnscheck"
 )
 
 // HostLeases hands out a bounded number of leases per MX host, shared by
@@ -21,6 +19,12 @@ type HostLeases interface {
 	AcquireHost(ctx context.Context, host string, slots int, ttl time.Duration) (release func(), ok bool, err error)
 }
 
+// PreferredMX names the mail host a domain's SMTP session goes to first
+// (*verify.Engine implements it).
+type PreferredMX interface {
+	PreferredMX(ctx context.Context, domain string) (host string, ok bool)
+}
+
 // lease takes a lease on the preferred MX host of g's domain when g will
 // open an SMTP session: full mode, a live account, a domain with mail
 // hosts. Otherwise it needs none and ok is true.
@@ -29,13 +33,12 @@ func (w *Worker) lease(ctx context.Context, test bool, mode evs.Mode, g batch.Gr
 	if w.Leases == nil || w.MX == nil || test || mode != evs.ModeFull || g.Domain == "" {
 		return none, true, nil
 	}
-	mail := w.MX.LookupMail(ctx, g.Domain)
-	if mail.Outcome != dnscheck.OutcomeOK || len(mail.MX) == 0 {
-		return none, true, nil // no session will be opened
-	}
 	// The session goes to the most preferred host unless it fails; the
 	// lease is on that host.
-	host := strings.ToLower(strings.TrimSuffix(mail.MX[0].Host, "."))
+	host, ok := w.MX.PreferredMX(ctx, g.Domain)
+	if !ok {
+		return none, true, nil // no session will be opened
+	}
 	slots := w.HostSlots
 	if slots <= 0 {
 		slots = 2

@@ -89,7 +89,7 @@ func TestWorkerHostLeasesAcrossInvocations(t *testing.T) {
 					PackSize:  3, Concurrency: 4, BusyDelay: time.Second,
 				}
 				if tc.leases {
-					workers[i].Leases, workers[i].MX, workers[i].HostSlots = w.st, res, slots
+					workers[i].Leases, workers[i].MX, workers[i].HostSlots = w.st, eng, slots
 				}
 			}
 			ctx, cancel := context.WithTimeout(w.ctx, 60*time.Second)

@@ -124,7 +124,7 @@ type Worker struct {
 	// lease goes back to the queue after BusyDelay (default 20 s, with
 	// jitter). Nil leases: no limit across invocations.
 	Leases    HostLeases
-	MX        verify.Resolver
+	MX        PreferredMX
 	HostSlots int
 	LeaseTTL  time.Duration
 	BusyDelay time.Duration

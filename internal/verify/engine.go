@@ -439,3 +439,26 @@ func trimText(s string) string {
 	}
 	return s
 }
+
+// PreferredMX returns the mail host a full verification of domain would try
+// first, lower case without the trailing dot; ok is false when the domain
+// has no mail host to probe. Batch workers take their per-host lease on it.
+func (e *Engine) PreferredMX(ctx context.Context, domain string) (host string, ok bool) {
+	mail := e.cfg.Resolver.LookupMail(ctx, domain)
+	if mail.Outcome != dnscheck.OutcomeOK || len(mail.MX) == 0 {
+		return "", false
+	}
+	return strings.ToLower(strings.TrimSuffix(mail.MX[0].Host, ".")), true
+}
+
+// NormalizedKey returns an address's normalized form (local part as given,
+// domain lower-cased A-labels) and its domain, checking syntax only: no
+// lists, no typo check. ok is false for an invalid address. Batch creation
+// deduplicates on it.
+func NormalizedKey(email string) (key, domain string, ok bool) {
+	a, err := address.Parse(email)
+	if err != nil {
+		return "", "", false
+	}
+	return a.String(), a.Domain, true
+}
