@@ -113,7 +113,7 @@ func (h *Handler) verify(ctx context.Context, req events.APIGatewayProxyRequest,
 
 // decisionDomain is the domain of a decision's normalised address, "" when
 // the syntax is invalid. The domain of a normalised address holds no "@".
-func decisionDomain(d verify.Decision) string {
+func decisionDomain(d evs.Decision) string {
 	if d.Normalized == "" {
 		return ""
 	}
