@@ -58,6 +58,9 @@ func (s *Store) CreateBatch(ctx context.Context, b evs.Batch, items []evs.Item) 
 		if err != nil {
 			return dbErr("create batch", err)
 		}
+		if err := createDelivery(ctx, tx, b); err != nil {
+			return err
+		}
 		var full *sql.Stmt
 		for len(items) > 0 {
 			n := min(len(items), itemsPerInsert)
