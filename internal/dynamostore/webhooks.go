@@ -171,4 +171,3 @@ func (s *Store) PutWebhookSecret(ctx context.Context, w evs.WebhookSecret, ifCur
 	}
 	return wrapErr("write webhook secret", err)
 }
-
