@@ -146,7 +146,8 @@ func start(t *testing.T, o options) *harness {
 	if authTTL == 0 {
 		authTTL = 300 * time.Second
 	}
-	cfg := config.Config{RateLimit: o.rateLimit, AuthTTL: authTTL, Retention: 30 * 24 * time.Hour, SMTP: config.SMTPDirect}
+	cfg := config.Config{RateLimit: o.rateLimit, AuthTTL: authTTL, Retention: 30 * 24 * time.Hour, SMTP: config.SMTPDirect,
+		Egress: loopback} // loopback webhook receivers too
 	bc := o.batch
 	if bc.FlushEvery == 0 {
 		bc.FlushEvery = 20 * time.Millisecond

@@ -23,6 +23,7 @@ import (
 	"github.com/evs-dev/evs/internal/idempotency"
 	"github.com/evs-dev/evs/internal/store"
 	"github.com/evs-dev/evs/internal/verify"
+	"github.com/evs-dev/evs/internal/webhook"
 	"github.com/google/uuid"
 )
 
@@ -30,6 +31,7 @@ import (
 // that plays DynamoDB TTL's part.
 type Store interface {
 	store.Store
+	store.DueDeliveries
 	Sweep(ctx context.Context) (int, error)
 }
 
@@ -52,6 +54,9 @@ type Options struct {
 	Logger *slog.Logger
 	// SweepEvery is how often expired records are deleted (default 1 h).
 	SweepEvery time.Duration
+	// DeliverEvery is how often due webhook deliveries are looked for
+	// (default 500 ms).
+	DeliverEvery time.Duration
 }
 
 // Server is the one-machine service.
@@ -59,6 +64,7 @@ type Server struct {
 	opts    Options
 	gateway *gateway.Gateway
 	runner  *batch.Runner
+	hooks   *webhook.Deliverer
 }
 
 // New assembles a server.
@@ -107,6 +113,7 @@ func New(o Options) (*Server, error) {
 		Retention:   o.Config.Retention,
 		Now:         o.Now,
 		Logger:      o.Logger,
+		Callbacks:   api.Callbacks{Egress: o.Config.Egress, Deliveries: o.Store},
 	})
 	az := authorizer.New(o.Store)
 	gw, err := gateway.New(gateway.Config{
@@ -124,7 +131,11 @@ func New(o Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Server{opts: o, gateway: gw, runner: runner}, nil
+	if o.DeliverEvery <= 0 {
+		o.DeliverEvery = 500 * time.Millisecond
+	}
+	hooks := &webhook.Deliverer{Store: o.Store, Client: webhook.NewClient(o.Config.Egress), Now: o.Now, Logger: o.Logger}
+	return &Server{opts: o, gateway: gw, runner: runner, hooks: hooks}, nil
 }
 
 // Handler is the HTTP face of the server.
@@ -140,6 +151,12 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		return err
 	}
 	go s.sweep(workCtx)
+	hooksDone := make(chan struct{})
+	go func() {
+		defer close(hooksDone)
+		s.hooks.Run(workCtx, s.opts.Store, s.opts.DeliverEvery)
+	}()
+	defer func() { stopWork(); <-hooksDone }()
 	srv := &http.Server{
 		Handler:           s.gateway,
 		ReadHeaderTimeout: 10 * time.Second,
