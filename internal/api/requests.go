@@ -205,11 +205,11 @@ func (h *Handler) storeBatch(ctx context.Context, p Principal, in parsedBatch) (
 		id = h.d.NewID()
 	}
 	b := evs.Batch{
-		ID:        id,
-		AccountID: p.AccountID,
-		Mode:      in.mode,
-		State:     evs.StateQueued,
-		CreatedAt: now,
+		ID:          id,
+		AccountID:   p.AccountID,
+		Mode:        in.mode,
+		State:       evs.StateQueued,
+		CreatedAt:   now,
 		ExpiresAt:   now.Add(h.d.Retention),
 		CallbackURL: in.callbackURL,
 		Counters: evs.Counters{
