@@ -21,6 +21,7 @@ import (
 	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/gateway"
 	"github.com/evs-dev/evs/internal/idempotency"
+	"github.com/evs-dev/evs/internal/metrics"
 	"github.com/evs-dev/evs/internal/store"
 	"github.com/evs-dev/evs/internal/verify"
 	"github.com/evs-dev/evs/internal/webhook"
@@ -57,6 +58,9 @@ type Options struct {
 	// DeliverEvery is how often due webhook deliveries are looked for
 	// (default 500 ms).
 	DeliverEvery time.Duration
+	// Metrics, when set, is told about replies, verdicts, DNS lookups and
+	// webhook attempts (EVS_METRICS_ADDR).
+	Metrics metrics.Observer
 }
 
 // Server is the one-machine service.
@@ -81,14 +85,21 @@ func New(o Options) (*Server, error) {
 	if o.SweepEvery <= 0 {
 		o.SweepEvery = time.Hour
 	}
+	var lookups func(time.Duration)
+	if o.Metrics != nil {
+		lookups = o.Metrics.DNSLookup
+	}
 	if o.Engine == nil {
-		e, _, err := verify.Build(o.Config)
+		e, _, err := verify.BuildTimed(o.Config, lookups)
 		if err != nil {
 			return nil, err
 		}
 		o.Engine = e
 	}
-	sandbox := verify.NewSandbox(o.Now)
+	var sandbox Engine = verify.NewSandbox(o.Now)
+	if o.Metrics != nil {
+		o.Engine, sandbox = metrics.Count(o.Engine, o.Metrics), metrics.Count(sandbox, o.Metrics)
+	}
 	rc := o.Batch
 	rc.Store = o.Store
 	rc.Accounts = o.Store
@@ -135,11 +146,39 @@ func New(o Options) (*Server, error) {
 		o.DeliverEvery = 500 * time.Millisecond
 	}
 	hooks := &webhook.Deliverer{Store: o.Store, Client: webhook.NewClient(o.Config.Egress), Now: o.Now, Logger: o.Logger}
+	if o.Metrics != nil {
+		hooks.Observe = o.Metrics.WebhookDelivery
+	}
 	return &Server{opts: o, gateway: gw, runner: runner, hooks: hooks}, nil
 }
 
 // Handler is the HTTP face of the server.
-func (s *Server) Handler() http.Handler { return s.gateway }
+func (s *Server) Handler() http.Handler { return s.handler() }
+
+// handler is the gateway, counted by route template when metrics are on.
+func (s *Server) handler() http.Handler {
+	if s.opts.Metrics == nil {
+		return s.gateway
+	}
+	var routes []string
+	for _, r := range api.Routes() {
+		routes = append(routes, r.Path)
+	}
+	return metrics.Instrument(s.gateway, routes, s.opts.Metrics)
+}
+
+// PendingAddresses counts the addresses of queued and running batches
+// without a result yet (evs_batch_addresses_pending).
+func PendingAddresses(ctx context.Context, st interface {
+	UnfinishedBatches(ctx context.Context) ([]evs.Batch, error)
+}) (int, error) {
+	bs, err := st.UnfinishedBatches(ctx)
+	n := 0
+	for _, b := range bs {
+		n += b.Counters.Total - b.Counters.Duplicates - b.Counters.Processed
+	}
+	return n, err
+}
 
 // Serve serves on ln until ctx is done, then stops taking calls, lets the
 // ones in flight finish (up to 20 s) and stops the batch worker, whose
@@ -158,7 +197,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	}()
 	defer func() { stopWork(); <-hooksDone }()
 	srv := &http.Server{
-		Handler:           s.gateway,
+		Handler:           s.handler(),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       120 * time.Second,
 		ErrorLog:          slog.NewLogLogger(s.opts.Logger.Handler(), slog.LevelWarn),
