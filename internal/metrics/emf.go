@@ -84,7 +84,9 @@ func (e *EMF) SMTPReply(class string) { e.write(SMTPReplies, "Count", 1, "class"
 func (e *EMF) DNSLookup(d time.Duration) { e.write(DNSLookupDuration, "Seconds", d.Seconds()) }
 
 // WebhookDelivery implements Observer.
-func (e *EMF) WebhookDelivery(result string) { e.write(WebhookDeliveries, "Count", 1, "result", result) }
+func (e *EMF) WebhookDelivery(result string) {
+	e.write(WebhookDeliveries, "Count", 1, "result", result)
+}
 
 // ProxyHandler is an API Gateway proxy Lambda handler.
 type ProxyHandler func(ctx context.Context, req events.APIGatewayProxyRequest) (events.APIGatewayProxyResponse, error)
