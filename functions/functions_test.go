@@ -217,42 +217,8 @@ func TestLambdaBinaries(t *testing.T) {
 		}
 		_ = json.Unmarshal([]byte(resp.Body), &env)
 
-		// Feed the queue's messages to the worker as the SQS event source
-		// mapping does, until the queue is drained. Deliver the first batch
-		// twice: redelivery must not count twice.
-		ctx := context.Background()
-		delivered := 0
-		for round := 0; round < 20; round++ {
-			msgs, err := w.sqs.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: aws.String(w.queueURL), MaxNumberOfMessages: 10, WaitTimeSeconds: 1})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(msgs.Messages) == 0 {
-				break
-			}
-			ev := events.SQSEvent{}
-			for _, m := range msgs.Messages {
-				ev.Records = append(ev.Records, events.SQSMessage{MessageId: aws.ToString(m.MessageId), Body: aws.ToString(m.Body), EventSource: "aws:sqs"})
-			}
-			times := 1
-			if delivered == 1 {
-				times = 2
-			}
-			for i := 0; i < times; i++ {
-				out, err := worker.Invoke(ev, 30*time.Second)
-				if err != nil {
-					t.Fatal(err)
-				}
-				var r events.SQSEventResponse
-				if err := json.Unmarshal(out.Response, &r); err != nil || len(r.BatchItemFailures) > 0 {
-					t.Fatalf("worker: %s %s", out.Response, out.Error)
-				}
-			}
-			delivered++
-			for _, m := range msgs.Messages {
-				_, _ = w.sqs.DeleteMessage(ctx, &sqs.DeleteMessageInput{QueueUrl: aws.String(w.queueURL), ReceiptHandle: m.ReceiptHandle})
-			}
-		}
+		// Deliver the first messages twice: redelivery must not count twice.
+		feedWorker(t, w, worker, acct.ID, env.Request.ID, true)
 		out, err = requests.Invoke(proxyEvent("GET", "/v1/requests/{id}", "/v1/requests/"+env.Request.ID, map[string]string{"id": env.Request.ID}, acct, ""), 20*time.Second)
 		if err != nil {
 			t.Fatal(err)

@@ -15,7 +15,9 @@ import (
 	"github.com/evs-dev/evs/internal/api"
 	"github.com/evs-dev/evs/internal/config"
 	"github.com/evs-dev/evs/internal/dynamostore"
+	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/idempotency"
+	"github.com/evs-dev/evs/internal/metrics"
 	"github.com/evs-dev/evs/internal/sqsqueue"
 )
 
@@ -32,14 +34,26 @@ func main() {
 		logger.Error("requests: init failed", "error", err.Error())
 		os.Exit(1)
 	}
+	q := sqsqueue.New(sqs.NewFromConfig(awsCfg), cfg.QueueURL)
 	h := api.New(api.Deps{
 		Idempotency: idempotency.New(st, time.Now),
 		Batches:     st,
-		Queue:       sqsqueue.New(sqs.NewFromConfig(awsCfg), cfg.QueueURL),
+		Queue:       q,
 		Retention:   cfg.Retention,
 		Logger:      logger,
 		// Exact on DynamoDB: see dynamostore.CreateBatchWithin.
 		MaxActiveBatches: cfg.MaxActiveBatches,
+		Callbacks: api.Callbacks{
+			Egress:     cfg.Egress,
+			Deliveries: st,
+			// A cancel makes a batch final here, not in the worker: hand
+			// its webhook to the worker through the queue.
+			Finalized: func(ctx context.Context, b evs.Batch) {
+				if err := q.Finalized(ctx, b); err != nil {
+					logger.ErrorContext(ctx, "webhook: could not queue the delivery of a cancelled batch", "batchId", b.ID, "error", err.Error())
+				}
+			},
+		},
 	})
-	lambda.Start(h.Requests)
+	lambda.Start(metrics.Proxy(h.Requests, &metrics.EMF{W: os.Stdout}))
 }

@@ -13,11 +13,13 @@ import (
 	"github.com/evs-dev/evs/internal/config"
 	"github.com/evs-dev/evs/internal/dynamostore"
 	"github.com/evs-dev/evs/internal/idempotency"
+	"github.com/evs-dev/evs/internal/metrics"
 	"github.com/evs-dev/evs/internal/verify"
 )
 
 func main() {
 	cfg, logger, err := config.Load(os.Stdout, true)
+	emf := &metrics.EMF{W: os.Stdout}
 	var (
 		st     *dynamostore.Store
 		engine *verify.Engine
@@ -26,17 +28,17 @@ func main() {
 		st, _, err = dynamostore.Open(context.Background(), dynamostore.Tables(cfg.Tables))
 	}
 	if err == nil {
-		engine, _, err = verify.Build(cfg)
+		engine, _, err = verify.BuildTimed(cfg, emf.DNSLookup)
 	}
 	if err != nil {
 		logger.Error("verify: init failed", "error", err.Error())
 		os.Exit(1)
 	}
 	h := api.New(api.Deps{
-		Engine:      engine,
-		Sandbox:     verify.NewSandbox(time.Now),
+		Engine:      metrics.Count(engine, emf),
+		Sandbox:     metrics.Count(verify.NewSandbox(time.Now), emf),
 		Idempotency: idempotency.New(st, time.Now),
 		Logger:      logger,
 	})
-	lambda.Start(h.Verify)
+	lambda.Start(metrics.Proxy(h.Verify, emf))
 }

@@ -15,12 +15,15 @@ import (
 	"github.com/evs-dev/evs/internal/batch"
 	"github.com/evs-dev/evs/internal/config"
 	"github.com/evs-dev/evs/internal/dynamostore"
+	"github.com/evs-dev/evs/internal/metrics"
 	"github.com/evs-dev/evs/internal/sqsqueue"
 	"github.com/evs-dev/evs/internal/verify"
+	"github.com/evs-dev/evs/internal/webhook"
 )
 
 func main() {
 	cfg, logger, err := config.Load(os.Stdout, true)
+	emf := &metrics.EMF{W: os.Stdout}
 	var (
 		st     *dynamostore.Store
 		awsCfg aws.Config
@@ -30,7 +33,7 @@ func main() {
 		st, awsCfg, err = dynamostore.Open(context.Background(), dynamostore.Tables(cfg.Tables))
 	}
 	if err == nil {
-		engine, _, err = verify.Build(cfg)
+		engine, _, err = verify.BuildTimed(cfg, emf.DNSLookup)
 	}
 	if err != nil {
 		logger.Error("worker: init failed", "error", err.Error())
@@ -43,9 +46,16 @@ func main() {
 		// Four sessions of a 200-address message fit in the function's
 		// 300 s timeout, so a silent server ends as unknown/timeout
 		// instead of a message redelivered until it dead-letters.
-		Processor: &batch.Processor{Engine: engine, Sandbox: verify.NewSandbox(time.Now), SessionLimit: time.Minute},
-		Logger:    logger,
-		Deadline:  cfg.BatchDeadline,
+		Processor: &batch.Processor{
+			Engine:       metrics.Count(engine, emf),
+			Sandbox:      metrics.Count(verify.NewSandbox(time.Now), emf),
+			SessionLimit: time.Minute,
+		},
+		Logger:   logger,
+		Deadline: cfg.BatchDeadline,
+		Webhooks: &webhook.Deliverer{
+			Store: st, Client: webhook.NewClient(cfg.Egress), Logger: logger, Observe: emf.WebhookDelivery,
+		},
 	}
 	if cfg.SMTP != config.SMTPOff {
 		// Per-host politeness across every concurrent invocation.

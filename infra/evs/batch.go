@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -27,6 +28,8 @@ type batchClient struct {
 	http   *http.Client
 	stderr io.Writer
 	poll   time.Duration
+	// callback is the batch's callbackUrl ("" for none).
+	callback string
 }
 
 type apiError struct {
@@ -114,6 +117,7 @@ func batchCmd(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 	modeText := fs.String("mode", "full", "quick or full")
 	out := fs.String("out", "", "results file (default: FILE.results.csv next to the input)")
 	pollEvery := fs.Duration("poll", time.Second, "how often to poll progress")
+	callbackURL := fs.String("callback", "", "URL that receives the signed event when the batch ends (https, or http inside EVS_EGRESS_ALLOW)")
 	// Flags may follow the file name: `evs batch FILE.csv --url URL`.
 	var file string
 	rest := args
@@ -126,10 +130,10 @@ func batchCmd(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 	if file == "" && fs.NArg() == 1 {
 		file = fs.Arg(0)
 	} else if fs.NArg() > 0 {
-		return fmt.Errorf("%w: batch FILE.csv --url URL [--mode quick|full] [--out FILE]", errUsage)
+		return fmt.Errorf("%w: batch FILE.csv --url URL [--mode quick|full] [--out FILE] [--callback URL]", errUsage)
 	}
 	if file == "" || *base == "" {
-		return fmt.Errorf("%w: batch FILE.csv --url URL [--mode quick|full] [--out FILE]", errUsage)
+		return fmt.Errorf("%w: batch FILE.csv --url URL [--mode quick|full] [--out FILE] [--callback URL]", errUsage)
 	}
 	if *modeText != "quick" && *modeText != "full" {
 		return fmt.Errorf("%w: --mode must be quick or full", errUsage)
@@ -145,16 +149,20 @@ func batchCmd(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 	if *out == "" {
 		*out = strings.TrimSuffix(file, filepath.Ext(file)) + ".results.csv"
 	}
-	c := &batchClient{base: strings.TrimRight(*base, "/"), key: key, http: &http.Client{Timeout: 2 * time.Minute}, stderr: stderr, poll: *pollEvery}
+	c := &batchClient{base: strings.TrimRight(*base, "/"), key: key, http: &http.Client{Timeout: 2 * time.Minute}, stderr: stderr, poll: *pollEvery, callback: *callbackURL}
 	return c.run(ctx, data, *modeText, *out, stdout)
 }
 
 func (c *batchClient) run(ctx context.Context, data []byte, mode, out string, stdout io.Writer) error {
 	// The same file and mode always carry the same key: re-running after a
 	// lost reply finds the batch already made instead of making another.
-	sum := sha256.Sum256(append([]byte(mode+"\n"), data...))
+	prefix := mode + "\n"
+	if c.callback != "" {
+		prefix += c.callback + "\n" // another callback is another batch
+	}
+	sum := sha256.Sum256(append([]byte(prefix), data...))
 	idem := "evs-batch-" + hex.EncodeToString(sum[:16])
-	_, b, err := c.call(ctx, http.MethodPost, "/v1/requests?mode="+mode, map[string]string{"Content-Type": "text/csv", "Idempotency-Key": idem}, data)
+	_, b, err := c.call(ctx, http.MethodPost, "/v1/requests?"+createQuery(mode, c.callback), map[string]string{"Content-Type": "text/csv", "Idempotency-Key": idem}, data)
 	if err != nil {
 		return fmt.Errorf("create the batch: %w", err)
 	}
@@ -212,4 +220,13 @@ func progress(w io.Writer, v batchView) {
 		fill = done * width / distinct
 	}
 	fmt.Fprintf(w, "\r[%s%s] %d/%d %-9s", strings.Repeat("#", fill), strings.Repeat(".", width-fill), done, distinct, v.Request.State)
+}
+
+// createQuery is the query of a CSV batch creation.
+func createQuery(mode, callbackURL string) string {
+	q := url.Values{"mode": {mode}}
+	if callbackURL != "" {
+		q.Set("callbackUrl", callbackURL)
+	}
+	return q.Encode()
 }

@@ -7,6 +7,8 @@
 //	evs verify [--mode quick|full] ADDRESS...
 //	                                   the engine alone: one JSON decision per line
 //	evs batch FILE.csv --url URL       verify a CSV through the API (key in EVS_API_KEY)
+//	evs webhooks secret --account NAME [--rotate]
+//	                                   print (or rotate) the webhook signing secret
 //	evs version
 //
 // Configuration comes from the environment (EVS_*), the same variables the
@@ -36,10 +38,13 @@ commands:
   keys revoke KEY|ID                      revoke a key
   keys list                               list keys
   verify [--mode quick|full] ADDRESS...   verify addresses with the engine alone
-  batch FILE.csv --url URL                verify a CSV file through the API (key from EVS_API_KEY)
+  batch FILE.csv --url URL [--callback URL]
+                                          verify a CSV file through the API (key from EVS_API_KEY)
+  webhooks secret --account NAME [--rotate]
+                                          print (or rotate) the account's webhook signing secret
   version                                 print the version
 
-keys commands use the embedded store in EVS_DATA_DIR, or DynamoDB with
+keys and webhooks commands use the embedded store in EVS_DATA_DIR, or DynamoDB with
 --dynamodb-table TABLE and, for create, --usage-plan PLAN_ID (or
 EVS_USAGE_PLAN_ID; the stack's UsagePlanId output), with the usual AWS
 configuration.
@@ -71,6 +76,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		err = verifyCmd(ctx, args[1:], stdout, stderr, getenv)
 	case "batch":
 		err = batchCmd(ctx, args[1:], stdout, stderr, getenv)
+	case "webhooks":
+		err = webhooksCmd(ctx, args[1:], stdout, stderr, getenv)
 	case "version", "--version", "-v":
 		fmt.Fprintln(stdout, "evs", version)
 	case "help", "-h", "--help":

@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"time"
 
 	"github.com/evs-dev/evs/internal/config"
+	"github.com/evs-dev/evs/internal/metrics/prom"
 	"github.com/evs-dev/evs/internal/server"
 	"github.com/evs-dev/evs/internal/sqlitestore"
 )
@@ -46,7 +48,20 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, getenv 
 		// tenant's domain can make us connect to.
 		logger.Info("SMTP probes may reach these non-public ranges (EVS_EGRESS_ALLOW)", "allow", fmt.Sprint(allow))
 	}
-	srv, err := server.New(server.Options{Config: cfg, Store: st, Logger: logger})
+	opts := server.Options{Config: cfg, Store: st, Logger: logger}
+	if cfg.MetricsAddr != "" {
+		m := prom.New(func(ctx context.Context) (int, error) { return server.PendingAddresses(ctx, st) })
+		mln, err := net.Listen("tcp", cfg.MetricsAddr)
+		if err != nil {
+			return fmt.Errorf("listen on %s (EVS_METRICS_ADDR): %w", cfg.MetricsAddr, err)
+		}
+		msrv := &http.Server{Handler: m.Handler(), ReadHeaderTimeout: 10 * time.Second}
+		go func() { _ = msrv.Serve(mln) }()
+		defer msrv.Close()
+		fmt.Fprintf(stdout, "metrics on http://%s/metrics\n", mln.Addr())
+		opts.Metrics = m
+	}
+	srv, err := server.New(opts)
 	if err != nil {
 		return err
 	}

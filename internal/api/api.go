@@ -108,6 +108,9 @@ type Deps struct {
 	Now           func() time.Time
 	NewID         func() string
 	Logger        *slog.Logger
+	// Callbacks are the webhook parts (contract, section 10); see
+	// callback.go.
+	Callbacks
 }
 
 // Handler serves the API's routes.

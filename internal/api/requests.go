@@ -92,6 +92,8 @@ type batchRequest struct {
 	Error       string    `json:"error,omitempty"`
 	CreatedAt   Time      `json:"createdAt"`
 	CompletedAt *Time     `json:"completedAt,omitempty"`
+	CallbackURL string    `json:"callbackUrl,omitempty"`
+	Callback    *callback `json:"callback,omitempty"`
 }
 
 func envelopeOf(b evs.Batch, replayed bool) batchEnvelope {
@@ -123,14 +125,16 @@ func batchID(req events.APIGatewayProxyRequest) (string, error) {
 }
 
 type createRequest struct {
-	Emails *[]json.RawMessage `json:"emails"`
-	Mode   *string            `json:"mode"`
+	Emails      *[]json.RawMessage `json:"emails"`
+	Mode        *string            `json:"mode"`
+	CallbackURL *string            `json:"callbackUrl"`
 }
 
 // parsedBatch is a validated creation request.
 type parsedBatch struct {
-	mode   evs.Mode
-	emails []string
+	mode        evs.Mode
+	emails      []string
+	callbackURL string
 }
 
 func (h *Handler) createBatch(ctx context.Context, req events.APIGatewayProxyRequest, p Principal) (events.APIGatewayProxyResponse, error) {
@@ -144,6 +148,9 @@ func (h *Handler) createBatch(ctx context.Context, req events.APIGatewayProxyReq
 	}
 	in, err := parseBatch(req, raw)
 	if err != nil {
+		return events.APIGatewayProxyResponse{}, err
+	}
+	if err := h.checkCallback(in.callbackURL); err != nil {
 		return events.APIGatewayProxyResponse{}, err
 	}
 	resp, stored, replayed, err := h.idempotent(ctx, req, p, raw, func(ctx context.Context) idempotency.Reply {
@@ -169,7 +176,7 @@ func (h *Handler) createBatch(ctx context.Context, req events.APIGatewayProxyReq
 	if err != nil {
 		return events.APIGatewayProxyResponse{}, err
 	}
-	out := jsonReply(http.StatusOK, envelopeOf(b, true))
+	out := jsonReply(http.StatusOK, h.withCallback(ctx, p.AccountID, envelopeOf(b, true)))
 	out.Headers = map[string]string{"Location": batchPath(b.ID), idempotency.ReplayedHeader: "true"}
 	return render(out, rid), nil
 }
@@ -194,12 +201,13 @@ func (h *Handler) storeBatch(ctx context.Context, p Principal, in parsedBatch) (
 		id = h.d.NewID()
 	}
 	b := evs.Batch{
-		ID:        id,
-		AccountID: p.AccountID,
-		Mode:      in.mode,
-		State:     evs.StateQueued,
-		CreatedAt: now,
-		ExpiresAt: now.Add(h.d.Retention),
+		ID:          id,
+		AccountID:   p.AccountID,
+		Mode:        in.mode,
+		State:       evs.StateQueued,
+		CreatedAt:   now,
+		ExpiresAt:   now.Add(h.d.Retention),
+		CallbackURL: in.callbackURL,
 		Counters: evs.Counters{
 			Total:      len(in.emails),
 			Duplicates: len(in.emails) - len(items),
@@ -254,8 +262,10 @@ func parseMode(s string, present bool) (evs.Mode, error) {
 }
 
 func parseBatchJSON(req events.APIGatewayProxyRequest, raw []byte) (parsedBatch, error) {
-	if _, ok := req.QueryStringParameters["mode"]; ok {
-		return parsedBatch{}, evs.Errorf(evs.CodeInvalidRequest, "With a JSON body the mode goes in the body, not the query.")
+	for _, q := range []string{"mode", "callbackUrl"} {
+		if _, ok := req.QueryStringParameters[q]; ok {
+			return parsedBatch{}, evs.Errorf(evs.CodeInvalidRequest, "With a JSON body the %s goes in the body, not the query.", q)
+		}
 	}
 	var in createRequest
 	if err := decodeStrict(raw, &in); err != nil {
@@ -277,6 +287,11 @@ func parseBatchJSON(req events.APIGatewayProxyRequest, raw []byte) (parsedBatch,
 		return parsedBatch{}, err
 	}
 	out := parsedBatch{mode: mode, emails: make([]string, len(list))}
+	if in.CallbackURL != nil {
+		if out.callbackURL = *in.CallbackURL; out.callbackURL == "" {
+			return parsedBatch{}, evs.Errorf(evs.CodeInvalidRequest, "The callbackUrl is empty.")
+		}
+	}
 	for i, m := range list {
 		var s string
 		if err := json.Unmarshal(m, &s); err != nil {
@@ -324,6 +339,11 @@ func parseBatchCSV(req events.APIGatewayProxyRequest, raw []byte) (parsedBatch, 
 	r.FieldsPerRecord = -1
 	r.ReuseRecord = true
 	out := parsedBatch{mode: mode}
+	if u, ok := req.QueryStringParameters["callbackUrl"]; ok {
+		if out.callbackURL = u; u == "" {
+			return parsedBatch{}, evs.Errorf(evs.CodeInvalidRequest, "The callbackUrl is empty.")
+		}
+	}
 	for row := 0; ; row++ {
 		rec, err := r.Read()
 		if err == io.EOF {
@@ -366,7 +386,7 @@ func (h *Handler) getBatch(ctx context.Context, req events.APIGatewayProxyReques
 	if err != nil {
 		return events.APIGatewayProxyResponse{}, err
 	}
-	return render(jsonReply(http.StatusOK, envelopeOf(b, false)), req.RequestContext.RequestID), nil
+	return render(jsonReply(http.StatusOK, h.withCallback(ctx, p.AccountID, envelopeOf(b, false))), req.RequestContext.RequestID), nil
 }
 
 func (h *Handler) cancel(ctx context.Context, req events.APIGatewayProxyRequest, p Principal) (events.APIGatewayProxyResponse, error) {
@@ -393,7 +413,10 @@ func (h *Handler) cancel(ctx context.Context, req events.APIGatewayProxyRequest,
 			}
 			return errReply(err)
 		}
-		return jsonReply(http.StatusOK, envelopeOf(b, false))
+		if h.d.Finalized != nil {
+			h.d.Finalized(ctx, b)
+		}
+		return jsonReply(http.StatusOK, h.withCallback(ctx, p.AccountID, envelopeOf(b, false)))
 	})
 	return resp, err
 }

@@ -191,6 +191,7 @@ func (s *Store) createBatch(ctx context.Context, b evs.Batch, items []evs.Item, 
 	if !b.CompletedAt.IsZero() {
 		rec[attrCompletedAt] = avTime(b.CompletedAt)
 	}
+	addDelivery(rec, b)
 	// The SDK retries a write whose reply was lost; the retry of a
 	// conditional write then fails against the write itself. The token
 	// tells this call's own record from somebody else's.

@@ -57,6 +57,10 @@ type Batch struct {
 	CompletedAt time.Time // zero until final
 	ExpiresAt   time.Time
 	Counters    Counters
+	// CallbackURL, when set at creation, receives the signed event of the
+	// batch's final state. Stores write it into the batch's Delivery record;
+	// Batch readers leave it empty (read it back with Delivery).
+	CallbackURL string
 }
 
 // Item is one distinct (normalized) address of a batch. Seq numbers the

@@ -156,7 +156,8 @@ func start(t *testing.T, o options) *harness {
 		authTTL = 300 * time.Second
 	}
 	cfg := config.Config{RateLimit: o.rateLimit, AuthTTL: authTTL, Retention: 30 * 24 * time.Hour, SMTP: config.SMTPDirect,
-		MaxActiveBatches: o.maxActive, BatchDeadline: o.deadline}
+		MaxActiveBatches: o.maxActive, BatchDeadline: o.deadline,
+		Egress: loopback} // loopback webhook receivers too
 	var srvStore server.Store = st
 	if o.wrapStore != nil {
 		srvStore = o.wrapStore(st)

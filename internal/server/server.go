@@ -22,8 +22,10 @@ import (
 	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/gateway"
 	"github.com/evs-dev/evs/internal/idempotency"
+	"github.com/evs-dev/evs/internal/metrics"
 	"github.com/evs-dev/evs/internal/store"
 	"github.com/evs-dev/evs/internal/verify"
+	"github.com/evs-dev/evs/internal/webhook"
 	"github.com/google/uuid"
 	"golang.org/x/net/netutil"
 )
@@ -32,6 +34,7 @@ import (
 // that plays DynamoDB TTL's part.
 type Store interface {
 	store.Store
+	store.DueDeliveries
 	Sweep(ctx context.Context) (int, error)
 }
 
@@ -58,6 +61,12 @@ type Options struct {
 	// headers are in (default 30 s; contract, section 9); then the
 	// connection is closed.
 	BodyTimeout time.Duration
+	// DeliverEvery is how often due webhook deliveries are looked for
+	// (default 500 ms).
+	DeliverEvery time.Duration
+	// Metrics, when set, is told about replies, verdicts, DNS lookups and
+	// webhook attempts (EVS_METRICS_ADDR).
+	Metrics metrics.Observer
 }
 
 // HTTP limits of `evs serve` (contract, section 9).
@@ -77,6 +86,7 @@ type Server struct {
 	opts    Options
 	gateway *gateway.Gateway
 	runner  *batch.Runner
+	hooks   *webhook.Deliverer
 }
 
 // New assembles a server.
@@ -93,14 +103,21 @@ func New(o Options) (*Server, error) {
 	if o.SweepEvery <= 0 {
 		o.SweepEvery = time.Hour
 	}
+	var lookups func(time.Duration)
+	if o.Metrics != nil {
+		lookups = o.Metrics.DNSLookup
+	}
 	if o.Engine == nil {
-		e, _, err := verify.Build(o.Config)
+		e, _, err := verify.BuildTimed(o.Config, lookups)
 		if err != nil {
 			return nil, err
 		}
 		o.Engine = e
 	}
-	sandbox := verify.NewSandbox(o.Now)
+	var sandbox Engine = verify.NewSandbox(o.Now)
+	if o.Metrics != nil {
+		o.Engine, sandbox = metrics.Count(o.Engine, o.Metrics), metrics.Count(sandbox, o.Metrics)
+	}
 	rc := o.Batch
 	rc.Store = o.Store
 	rc.Accounts = o.Store
@@ -135,6 +152,7 @@ func New(o Options) (*Server, error) {
 		MaxActiveBatches: o.Config.MaxActiveBatches,
 		Now:              o.Now,
 		Logger:           o.Logger,
+		Callbacks:        api.Callbacks{Egress: o.Config.Egress, Deliveries: o.Store},
 	})
 	az := authorizer.New(o.Store)
 	gw, err := gateway.New(gateway.Config{
@@ -153,11 +171,43 @@ func New(o Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Server{opts: o, gateway: gw, runner: runner}, nil
+	if o.DeliverEvery <= 0 {
+		o.DeliverEvery = 500 * time.Millisecond
+	}
+	hooks := &webhook.Deliverer{Store: o.Store, Client: webhook.NewClient(o.Config.Egress), Now: o.Now, Logger: o.Logger}
+	if o.Metrics != nil {
+		hooks.Observe = o.Metrics.WebhookDelivery
+	}
+	return &Server{opts: o, gateway: gw, runner: runner, hooks: hooks}, nil
 }
 
 // Handler is the HTTP face of the server.
-func (s *Server) Handler() http.Handler { return s.gateway }
+func (s *Server) Handler() http.Handler { return s.handler() }
+
+// handler is the gateway, counted by route template when metrics are on.
+func (s *Server) handler() http.Handler {
+	if s.opts.Metrics == nil {
+		return s.gateway
+	}
+	var routes []string
+	for _, r := range api.Routes() {
+		routes = append(routes, r.Path)
+	}
+	return metrics.Instrument(s.gateway, routes, s.opts.Metrics)
+}
+
+// PendingAddresses counts the addresses of queued and running batches
+// without a result yet (evs_batch_addresses_pending).
+func PendingAddresses(ctx context.Context, st interface {
+	UnfinishedBatches(ctx context.Context) ([]evs.Batch, error)
+}) (int, error) {
+	bs, err := st.UnfinishedBatches(ctx)
+	n := 0
+	for _, b := range bs {
+		n += b.Counters.Total - b.Counters.Duplicates - b.Counters.Processed
+	}
+	return n, err
+}
 
 // Serve serves on ln until ctx is done, then stops taking calls, lets the
 // ones in flight finish (up to 20 s) and stops the batch worker, whose
@@ -169,8 +219,14 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		return err
 	}
 	go s.sweep(workCtx)
+	hooksDone := make(chan struct{})
+	go func() {
+		defer close(hooksDone)
+		s.hooks.Run(workCtx, s.opts.Store, s.opts.DeliverEvery)
+	}()
+	defer func() { stopWork(); <-hooksDone }()
 	srv := &http.Server{
-		Handler:           s.gateway,
+		Handler:           s.handler(),
 		ReadHeaderTimeout: headerTimeout,
 		IdleTimeout:       idleTimeout,
 		// net/http reads up to MaxHeaderBytes+4096 bytes of request line

@@ -147,6 +147,9 @@ func (s *Store) CreateBatchWithin(ctx context.Context, b evs.Batch, items []evs.
 		if err != nil {
 			return dbErr("create batch", err)
 		}
+		if err := createDelivery(ctx, tx, b); err != nil {
+			return err
+		}
 		full, err := s.wstmt(ctx, tx, insertItems(itemsPerInsert))
 		if err != nil {
 			return dbErr("create batch items", err)

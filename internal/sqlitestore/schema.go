@@ -154,6 +154,28 @@ CREATE INDEX batches_unfinished ON batches (state) WHERE state IN ('queued', 'ru
 CREATE INDEX batches_expires ON batches (expires_at);
 CREATE INDEX results_status ON results (batch, status, seq);
 `,
+	// Webhooks (contract, section 10). A delivery row is written with its
+	// batch; it takes effect when the batch is final, which makes the final
+	// state and the pending delivery one write.
+	`
+CREATE TABLE deliveries (
+	batch_id    TEXT PRIMARY KEY REFERENCES batches (id) ON DELETE CASCADE,
+	account_id  TEXT NOT NULL,
+	url         TEXT NOT NULL,
+	state       TEXT NOT NULL,
+	attempts    INTEGER NOT NULL DEFAULT 0,
+	last_status INTEGER NOT NULL DEFAULT 0,
+	next_at     INTEGER NOT NULL DEFAULT 0
+) WITHOUT ROWID;
+CREATE INDEX deliveries_due ON deliveries (next_at) WHERE state = 'pending';
+
+CREATE TABLE webhook_secrets (
+	account_id TEXT PRIMARY KEY,
+	current    TEXT NOT NULL,
+	previous   TEXT NOT NULL DEFAULT '',
+	rotated_at INTEGER
+) WITHOUT ROWID;
+`,
 }
 
 // migrate brings the schema to len(migrations). It runs in one immediate

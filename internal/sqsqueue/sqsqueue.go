@@ -24,6 +24,7 @@ import (
 	"github.com/evs-dev/evs/internal/batch"
 	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/verify"
+	"github.com/evs-dev/evs/internal/webhook"
 )
 
 // Client is the part of the SQS API the queue uses.
@@ -128,6 +129,8 @@ type Worker struct {
 	HostSlots int
 	LeaseTTL  time.Duration
 	BusyDelay time.Duration
+	// Webhooks delivers batch events (KindWebhook messages); nil drops them.
+	Webhooks *webhook.Deliverer
 }
 
 // Handle processes an SQS event and reports the messages that failed, so
@@ -151,6 +154,8 @@ func (w *Worker) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEven
 			err = w.plan(ctx, m)
 		case KindWork:
 			err = w.work(ctx, m)
+		case KindWebhook:
+			err = w.deliver(ctx, m)
 		default:
 			err = fmt.Errorf("sqsqueue: unknown message kind %q", m.Kind)
 		}
@@ -363,9 +368,11 @@ func (w *Worker) work(ctx context.Context, m Message) error {
 	if len(results) == 0 {
 		return nil
 	}
-	if _, err := w.Store.PutResults(ctx, m.AccountID, m.BatchID, results, w.now()); err != nil {
+	final, err := w.Store.PutResults(ctx, m.AccountID, m.BatchID, results, w.now())
+	if err != nil {
 		return err
 	}
+	w.finalized(ctx, final)
 	return nil
 }
 

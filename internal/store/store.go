@@ -85,10 +85,41 @@ type Batches interface {
 // CreateBatchWithin; %d is the account's active batches.
 const ActiveBatchesFull = "The account has %d batch requests queued or running, the most allowed; retry once one has finished."
 
+// Webhooks stores the accounts' signing secrets and the delivery of each
+// batch's final event (contract, section 10).
+type Webhooks interface {
+	// WebhookSecret returns the account's secret, or CodeNotFound.
+	WebhookSecret(ctx context.Context, accountID string) (evs.WebhookSecret, error)
+	// PutWebhookSecret stores s if the account's current secret is still
+	// ifCurrent ("" when it has none), else CodeInvalidState: two
+	// concurrent rotations cannot both win.
+	PutWebhookSecret(ctx context.Context, s evs.WebhookSecret, ifCurrent string) error
+	// Delivery returns the delivery of the batch's final event, or
+	// CodeNotFound when the batch has none (no callback URL) or is not
+	// final yet: a delivery exists from the moment its batch is final.
+	Delivery(ctx context.Context, accountID, batchID string) (evs.Delivery, error)
+	// ClaimDelivery starts attempt number attempts+1 of a pending, due
+	// (NextAt <= now) delivery whose attempt count is still attempts:
+	// Attempts becomes attempts+1 and NextAt leaseUntil. Anything else is
+	// CodeInvalidState, so two workers never make the same attempt.
+	ClaimDelivery(ctx context.Context, accountID, batchID string, attempts int, now, leaseUntil time.Time) (evs.Delivery, error)
+	// RecordDelivery stores the outcome of attempt d.Attempts (State,
+	// LastStatus, NextAt) if that is still the latest attempt, else
+	// CodeInvalidState.
+	RecordDelivery(ctx context.Context, d evs.Delivery) error
+}
+
+// DueDeliveries lists pending deliveries due at now, for a store that runs
+// its own delivery loop (`evs serve`); on AWS SQS delays carry the timing.
+type DueDeliveries interface {
+	DueDeliveries(ctx context.Context, now time.Time, limit int) ([]evs.Delivery, error)
+}
+
 // Store is everything the service keeps.
 type Store interface {
 	Keys
 	idempotency.Store
 	Batches
+	Webhooks
 	Close() error
 }

@@ -1,7 +1,9 @@
 package verify
 
 import (
+	"context"
 	"net"
+	"time"
 
 	"github.com/evs-dev/evs/internal/config"
 	"github.com/evs-dev/evs/internal/verify/dnscheck"
@@ -11,11 +13,20 @@ import (
 // Build returns the verification engine the configuration describes, and
 // its resolver (evs serve also uses it to check the EHLO name).
 func Build(c config.Config) (*Engine, *dnscheck.Resolver, error) {
+	return BuildTimed(c, nil)
+}
+
+// BuildTimed is Build with every mail-domain lookup of the engine timed by
+// lookup (metrics), when lookup is not nil.
+func BuildTimed(c config.Config, lookup func(time.Duration)) (*Engine, *dnscheck.Resolver, error) {
 	res, err := dnscheck.New(dnscheck.Config{Servers: c.DNSServers})
 	if err != nil {
 		return nil, nil, err
 	}
 	ec := Config{Resolver: res}
+	if lookup != nil {
+		ec.Resolver = timedResolver{res, lookup}
+	}
 	switch c.SMTP {
 	case config.SMTPOff:
 		ec.SMTPOffDetail = "SMTP probing is off here (EVS_SMTP=off)"
@@ -46,4 +57,17 @@ func Build(c config.Config) (*Engine, *dnscheck.Resolver, error) {
 		return nil, nil, err
 	}
 	return e, res, nil
+}
+
+// timedResolver times each lookup of the resolver it wraps.
+type timedResolver struct {
+	r      Resolver
+	lookup func(time.Duration)
+}
+
+func (t timedResolver) LookupMail(ctx context.Context, domain string) dnscheck.MailResult {
+	start := time.Now()
+	res := t.r.LookupMail(ctx, domain)
+	t.lookup(time.Since(start))
+	return res
 }

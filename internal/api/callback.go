@@ -1,0 +1,61 @@
+package api
+
+import (
+	"context"
+	"log/slog"
+
+	"github.com/evs-dev/evs/internal/egress"
+	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/webhook"
+)
+
+// Callbacks are the handlers' webhook dependencies (contract, section 10).
+type Callbacks struct {
+	// Egress decides which http:// callback URLs are allowed (hosts
+	// inside EVS_EGRESS_ALLOW); nil allows https only.
+	Egress *egress.Policy
+	// Deliveries shows a final batch's delivery in its envelope; nil
+	// shows none.
+	Deliveries interface {
+		Delivery(ctx context.Context, accountID, batchID string) (evs.Delivery, error)
+	}
+	// Finalized is told when a handler makes a batch final (cancel), so a
+	// deliverer without its own polling (the SQS worker) starts at once.
+	Finalized func(ctx context.Context, b evs.Batch)
+}
+
+// callback is request.callback of the batch envelope.
+type callback struct {
+	State      evs.CallbackState `json:"state"`
+	Attempts   int               `json:"attempts"`
+	LastStatus *int              `json:"lastStatus"`
+}
+
+func (h *Handler) checkCallback(url string) error {
+	if url == "" {
+		return nil
+	}
+	return webhook.CheckURL(url, h.d.Egress)
+}
+
+// withCallback adds callbackUrl and callback to the envelope of a final
+// batch that has a delivery. A store fault leaves them out rather than
+// failing a read that has everything else.
+func (h *Handler) withCallback(ctx context.Context, accountID string, e batchEnvelope) batchEnvelope {
+	if h.d.Deliveries == nil || !e.Request.State.Final() {
+		return e
+	}
+	d, err := h.d.Deliveries.Delivery(ctx, accountID, e.Request.ID)
+	if err != nil {
+		if evs.ErrorCode(err) != evs.CodeNotFound {
+			h.d.Logger.WarnContext(ctx, "could not read a webhook delivery", slog.String("batchId", e.Request.ID), slog.String("error", err.Error()))
+		}
+		return e
+	}
+	e.Request.CallbackURL = d.URL
+	e.Request.Callback = &callback{State: d.State, Attempts: d.Attempts}
+	if d.LastStatus != 0 {
+		e.Request.Callback.LastStatus = &d.LastStatus
+	}
+	return e
+}

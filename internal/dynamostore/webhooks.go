@@ -1,0 +1,173 @@
+package dynamostore
+
+import (
+	"context"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/evs-dev/evs/internal/evs"
+)
+
+// A batch's webhook delivery lives on the batch record itself: the record
+// that turns final is the record that holds the pending delivery, so the
+// two are one write without touching the batch transitions. A delivery's
+// attributes are written with the batch and take effect once it is final.
+const (
+	attrCBURL      = "cbUrl"
+	attrCBState    = "cbState"
+	attrCBAttempts = "cbAttempts"
+	attrCBStatus   = "cbStatus"
+	attrCBNext     = "cbNextMs"
+)
+
+// Webhook secrets live in the Keys table under "whsec#<accountId>".
+const (
+	prefixSecret   = "whsec#"
+	attrCurrent    = "current"
+	attrPrevious   = "previous"
+	attrRotatedAt  = "rotatedAt"
+	finalCondition = "#st IN (:completed, :cancelled, :failed)"
+)
+
+// addDelivery adds the delivery attributes of b to its new batch record.
+func addDelivery(rec item, b evs.Batch) {
+	if b.CallbackURL == "" {
+		return
+	}
+	rec[attrCBURL] = avS(b.CallbackURL)
+	rec[attrCBState] = avS(evs.CallbackPending)
+	rec[attrCBAttempts] = avN(0)
+	rec[attrCBStatus] = avN(0)
+	rec[attrCBNext] = avN(0)
+}
+
+func deliveryFrom(it item) evs.Delivery {
+	return evs.Delivery{
+		AccountID:  getS(it, attrAccountID),
+		BatchID:    getS(it, attrID),
+		URL:        getS(it, attrCBURL),
+		State:      evs.CallbackState(getS(it, attrCBState)),
+		Attempts:   int(getN(it, attrCBAttempts)),
+		LastStatus: int(getN(it, attrCBStatus)),
+		NextAt:     getTime(it, attrCBNext),
+	}
+}
+
+func noDelivery() error { return evs.Errorf(evs.CodeNotFound, "The request has no webhook delivery.") }
+
+func finalValues(it item) item {
+	it[":completed"] = avS(evs.StateCompleted)
+	it[":cancelled"] = avS(evs.StateCancelled)
+	it[":failed"] = avS(evs.StateFailed)
+	return it
+}
+
+// Delivery returns the delivery of a live, final batch of account.
+func (s *Store) Delivery(ctx context.Context, accountID, batchID string) (evs.Delivery, error) {
+	it, err := s.batchItem(ctx, accountID, batchID)
+	if err != nil {
+		if evs.ErrorCode(err) == evs.CodeNotFound {
+			return evs.Delivery{}, noDelivery()
+		}
+		return evs.Delivery{}, err
+	}
+	if getS(it, attrCBURL) == "" || !evs.State(getS(it, attrState)).Final() {
+		return evs.Delivery{}, noDelivery()
+	}
+	return deliveryFrom(it), nil
+}
+
+// ClaimDelivery starts the next attempt of a due delivery; see store.Webhooks.
+func (s *Store) ClaimDelivery(ctx context.Context, accountID, batchID string, attempts int, now, leaseUntil time.Time) (evs.Delivery, error) {
+	if accountID == "" || batchID == "" {
+		return evs.Delivery{}, noDelivery()
+	}
+	out, err := s.c.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:        aws.String(s.t.Batches),
+		Key:              batchKey(accountID, batchID),
+		UpdateExpression: aws.String("SET #n = :n, #next = :lease"),
+		ConditionExpression: aws.String("attribute_exists(#url) AND #cs = :pending AND #n = :seen AND #next <= :now AND #exp > :now AND " +
+			finalCondition),
+		ExpressionAttributeNames: map[string]string{
+			"#n": attrCBAttempts, "#next": attrCBNext, "#url": attrCBURL, "#cs": attrCBState,
+			"#exp": attrExpiresAtMs, "#st": attrState,
+		},
+		ExpressionAttributeValues: finalValues(item{
+			":n": avN(int64(attempts + 1)), ":seen": avN(int64(attempts)), ":lease": avTime(leaseUntil),
+			":now": avTime(now), ":pending": avS(evs.CallbackPending),
+		}),
+		ReturnValues: "ALL_NEW",
+	})
+	if isConditionFailed(err) {
+		return evs.Delivery{}, evs.Errorf(evs.CodeInvalidState, "The delivery is not due or was claimed by another worker.")
+	}
+	if err != nil {
+		return evs.Delivery{}, wrapErr("claim delivery", err)
+	}
+	return deliveryFrom(out.Attributes), nil
+}
+
+// RecordDelivery stores an attempt's outcome if it is still the latest.
+func (s *Store) RecordDelivery(ctx context.Context, d evs.Delivery) error {
+	if d.AccountID == "" || d.BatchID == "" {
+		return noDelivery()
+	}
+	_, err := s.c.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:           aws.String(s.t.Batches),
+		Key:                 batchKey(d.AccountID, d.BatchID),
+		UpdateExpression:    aws.String("SET #cs = :state, #code = :code, #next = :next"),
+		ConditionExpression: aws.String("#cs = :pending AND #n = :n"),
+		ExpressionAttributeNames: map[string]string{
+			"#cs": attrCBState, "#code": attrCBStatus, "#next": attrCBNext, "#n": attrCBAttempts,
+		},
+		ExpressionAttributeValues: item{
+			":state": avS(d.State), ":code": avN(int64(d.LastStatus)), ":next": avTime(d.NextAt),
+			":pending": avS(evs.CallbackPending), ":n": avN(int64(d.Attempts)),
+		},
+	})
+	if isConditionFailed(err) {
+		return evs.Errorf(evs.CodeInvalidState, "The delivery moved on since this attempt.")
+	}
+	return wrapErr("record delivery", err)
+}
+
+// WebhookSecret returns the account's signing secret.
+func (s *Store) WebhookSecret(ctx context.Context, accountID string) (evs.WebhookSecret, error) {
+	it, err := s.get(ctx, s.t.Keys, item{attrPK: avS(prefixSecret + accountID)}, "read webhook secret")
+	if err != nil {
+		return evs.WebhookSecret{}, err
+	}
+	if it == nil {
+		return evs.WebhookSecret{}, evs.Errorf(evs.CodeNotFound, "The account has no webhook secret.")
+	}
+	return evs.WebhookSecret{
+		AccountID: accountID,
+		Current:   getS(it, attrCurrent),
+		Previous:  getS(it, attrPrevious),
+		RotatedAt: getTime(it, attrRotatedAt),
+	}, nil
+}
+
+// PutWebhookSecret stores w if the current secret is still ifCurrent.
+func (s *Store) PutWebhookSecret(ctx context.Context, w evs.WebhookSecret, ifCurrent string) error {
+	rec := item{attrPK: avS(prefixSecret + w.AccountID), attrAccountID: avS(w.AccountID), attrCurrent: avS(w.Current)}
+	if w.Previous != "" {
+		rec[attrPrevious] = avS(w.Previous)
+	}
+	if !w.RotatedAt.IsZero() {
+		rec[attrRotatedAt] = avTime(w.RotatedAt)
+	}
+	in := &dynamodb.PutItemInput{TableName: aws.String(s.t.Keys), Item: rec, ConditionExpression: notExists()}
+	if ifCurrent != "" {
+		in.ConditionExpression = aws.String("#cur = :cur")
+		in.ExpressionAttributeNames = map[string]string{"#cur": attrCurrent}
+		in.ExpressionAttributeValues = item{":cur": avS(ifCurrent)}
+	}
+	_, err := s.c.PutItem(ctx, in)
+	if isConditionFailed(err) {
+		return evs.Errorf(evs.CodeInvalidState, "The webhook secret changed meanwhile.")
+	}
+	return wrapErr("write webhook secret", err)
+}

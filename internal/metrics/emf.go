@@ -1,0 +1,111 @@
+package metrics
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/evs-dev/evs/internal/evs"
+)
+
+// Namespace is the CloudWatch namespace of the EMF metrics.
+const Namespace = "evs"
+
+// EMF writes each observation as one CloudWatch Embedded Metric Format line
+// (a JSON log line CloudWatch Logs turns into metrics): the Lambda
+// functions count without any extra API call.
+type EMF struct {
+	W   io.Writer
+	Now func() time.Time
+
+	mu sync.Mutex
+}
+
+type emfMetric struct {
+	Name string `json:"Name"`
+	Unit string `json:"Unit"`
+}
+
+type emfDirective struct {
+	Namespace  string      `json:"Namespace"`
+	Dimensions [][]string  `json:"Dimensions"`
+	Metrics    []emfMetric `json:"Metrics"`
+}
+
+// write emits one line: value of metric name with the given dimensions.
+func (e *EMF) write(name, unit string, value float64, dims ...string) {
+	now := time.Now
+	if e.Now != nil {
+		now = e.Now
+	}
+	rec := map[string]any{}
+	keys := []string{}
+	for i := 0; i+1 < len(dims); i += 2 {
+		rec[dims[i]] = dims[i+1]
+		keys = append(keys, dims[i])
+	}
+	rec[name] = value
+	rec["_aws"] = map[string]any{
+		"Timestamp": now().UnixMilli(),
+		"CloudWatchMetrics": []emfDirective{{
+			Namespace: Namespace, Dimensions: [][]string{keys}, Metrics: []emfMetric{{Name: name, Unit: unit}},
+		}},
+	}
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return
+	}
+	b = append(b, '\n')
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	_, _ = e.W.Write(b)
+}
+
+// HTTPRequest implements Observer.
+func (e *EMF) HTTPRequest(route string, code int, d time.Duration) {
+	e.write(HTTPRequests, "Count", 1, "route", route, "code", strconv.Itoa(code))
+	e.write(HTTPRequestDuration, "Seconds", d.Seconds(), "route", route)
+}
+
+// Verification implements Observer.
+func (e *EMF) Verification(mode evs.Mode, status evs.Status, reason evs.Reason) {
+	e.write(Verifications, "Count", 1, "mode", string(mode), "status", string(status), "reason", string(reason))
+}
+
+// SMTPReply implements Observer.
+func (e *EMF) SMTPReply(class string) { e.write(SMTPReplies, "Count", 1, "class", class) }
+
+// DNSLookup implements Observer.
+func (e *EMF) DNSLookup(d time.Duration) { e.write(DNSLookupDuration, "Seconds", d.Seconds()) }
+
+// WebhookDelivery implements Observer.
+func (e *EMF) WebhookDelivery(result string) {
+	e.write(WebhookDeliveries, "Count", 1, "result", result)
+}
+
+// ProxyHandler is an API Gateway proxy Lambda handler.
+type ProxyHandler func(ctx context.Context, req events.APIGatewayProxyRequest) (events.APIGatewayProxyResponse, error)
+
+// Proxy counts every reply of h under its resource (the route template API
+// Gateway matched, never the raw path).
+func Proxy(h ProxyHandler, o Observer) ProxyHandler {
+	return func(ctx context.Context, req events.APIGatewayProxyRequest) (events.APIGatewayProxyResponse, error) {
+		start := time.Now()
+		resp, err := h(ctx, req)
+		code := resp.StatusCode
+		if err != nil {
+			code = 500
+		}
+		route := req.Resource
+		if route == "" {
+			route = "unmatched"
+		}
+		o.HTTPRequest(route, code, time.Since(start))
+		return resp, err
+	}
+}

@@ -1,0 +1,111 @@
+// Package metrics is what the service counts (API contract, section 11),
+// behind a small Observer interface so the handlers, the batch worker and
+// the webhook deliverer never import a metrics library: `evs serve` plugs
+// in Prometheus (package metrics/prom), the Lambda functions CloudWatch
+// Embedded Metric Format lines (EMF, here), which cost no API call and
+// keep the binaries small.
+//
+// No label ever holds an address, a key or a domain: labels are route
+// templates, status codes, modes, statuses, reasons and reply classes.
+package metrics
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/verify"
+)
+
+// Metric names, shared by Prometheus and EMF.
+const (
+	HTTPRequests          = "evs_http_requests_total"
+	HTTPRequestDuration   = "evs_http_request_duration_seconds"
+	Verifications         = "evs_verifications_total"
+	SMTPReplies           = "evs_smtp_replies_total"
+	DNSLookupDuration     = "evs_dns_lookup_duration_seconds"
+	BatchAddressesPending = "evs_batch_addresses_pending"
+	WebhookDeliveries     = "evs_webhook_deliveries_total"
+)
+
+// Observer is told what the service does.
+type Observer interface {
+	// HTTPRequest counts one reply; route is the route template
+	// (/v1/requests/{id}), never the raw path.
+	HTTPRequest(route string, code int, d time.Duration)
+	// Verification counts one verdict.
+	Verification(mode evs.Mode, status evs.Status, reason evs.Reason)
+	// SMTPReply counts the RCPT reply of one verification by class (2xx,
+	// 4xx, 5xx).
+	SMTPReply(class string)
+	// DNSLookup times one mail-domain lookup.
+	DNSLookup(d time.Duration)
+	// WebhookDelivery counts one delivery attempt's result.
+	WebhookDelivery(result string)
+}
+
+// Nop observes nothing.
+type Nop struct{}
+
+// HTTPRequest implements Observer.
+func (Nop) HTTPRequest(string, int, time.Duration) {}
+
+// Verification implements Observer.
+func (Nop) Verification(evs.Mode, evs.Status, evs.Reason) {}
+
+// SMTPReply implements Observer.
+func (Nop) SMTPReply(string) {}
+
+// DNSLookup implements Observer.
+func (Nop) DNSLookup(time.Duration) {}
+
+// WebhookDelivery implements Observer.
+func (Nop) WebhookDelivery(string) {}
+
+// ReplyClass is the class label of an SMTP reply code ("" for none).
+func ReplyClass(code int) string {
+	if code < 200 || code > 599 {
+		return ""
+	}
+	return strconv.Itoa(code/100) + "xx"
+}
+
+// observeDecision counts one decision.
+func observeDecision(o Observer, d evs.Decision) {
+	o.Verification(d.Mode, d.Status(), d.Reason)
+	if c := ReplyClass(d.Checks.SMTP.Code); c != "" {
+		o.SMTPReply(c)
+	}
+}
+
+// Engine is a verifier of single addresses and of domain groups: the live
+// engine and the sandbox are both.
+type Engine interface {
+	Verify(ctx context.Context, email string, mode evs.Mode) evs.Decision
+	VerifyDomain(ctx context.Context, emails []string, mode evs.Mode, memo *verify.CatchAllMemo) []evs.Decision
+}
+
+// Count returns e with every decision it makes counted by o.
+func Count(e Engine, o Observer) Engine { return counting{e, o} }
+
+type counting struct {
+	e Engine
+	o Observer
+}
+
+func (c counting) Verify(ctx context.Context, email string, mode evs.Mode) evs.Decision {
+	d := c.e.Verify(ctx, email, mode)
+	observeDecision(c.o, d)
+	return d
+}
+
+func (c counting) VerifyDomain(ctx context.Context, emails []string, mode evs.Mode, memo *verify.CatchAllMemo) []evs.Decision {
+	ds := c.e.VerifyDomain(ctx, emails, mode, memo)
+	if ctx.Err() == nil { // cut-short verdicts are redone, not kept
+		for _, d := range ds {
+			observeDecision(c.o, d)
+		}
+	}
+	return ds
+}

@@ -1,0 +1,139 @@
+package server_test
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
+
+	"github.com/evs-dev/evs/internal/webhook"
+)
+
+func TestCallbackURLValidated(t *testing.T) {
+	h := start(t, options{realClock: true})
+	long := "https://hooks.example.com/" + strings.Repeat("a", 2048)
+	for _, c := range []struct {
+		name string
+		r    req
+		want int
+	}{
+		{"http outside the allow-list", req{method: "POST", path: "/v1/requests", body: `{"emails":["a@x.example"],"callbackUrl":"http://hooks.example.com/x"}`}, 400},
+		{"userinfo", req{method: "POST", path: "/v1/requests", body: `{"emails":["a@x.example"],"callbackUrl":"https://u:p@hooks.example.com/x"}`}, 400},
+		{"too long", req{method: "POST", path: "/v1/requests", body: `{"emails":["a@x.example"],"callbackUrl":"` + long + `"}`}, 400},
+		{"metadata address", req{method: "POST", path: "/v1/requests", body: `{"emails":["a@x.example"],"callbackUrl":"https://169.254.169.254/"}`}, 400},
+		{"not a URL", req{method: "POST", path: "/v1/requests", body: `{"emails":["a@x.example"],"callbackUrl":"hooks"}`}, 400},
+		{"empty", req{method: "POST", path: "/v1/requests", body: `{"emails":["a@x.example"],"callbackUrl":""}`}, 400},
+		{"not a string", req{method: "POST", path: "/v1/requests", body: `{"emails":["a@x.example"],"callbackUrl":5}`}, 400},
+		{"JSON body with query", req{method: "POST", path: "/v1/requests?callbackUrl=https%3A%2F%2Fh.example%2F", body: `{"emails":["a@x.example"]}`}, 400},
+		{"CSV bad query", req{method: "POST", path: "/v1/requests?callbackUrl=ftp%3A%2F%2Fh.example%2F", body: "a@x.example\n", headers: map[string]string{"Content-Type": "text/csv"}}, 400},
+		{"https", req{method: "POST", path: "/v1/requests", body: `{"emails":["a@x.example"],"callbackUrl":"https://hooks.example.com/evs"}`}, 201},
+		{"http to loopback inside the allow-list", req{method: "POST", path: "/v1/requests", body: `{"emails":["a@x.example"],"callbackUrl":"http://127.0.0.1:9/evs"}`}, 201},
+		{"CSV with query", req{method: "POST", path: "/v1/requests?callbackUrl=" + url.QueryEscape("https://hooks.example.com/evs?a=1"), body: "a@x.example\n", headers: map[string]string{"Content-Type": "text/csv"}}, 201},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			c.r.key = h.testKey
+			r := h.do(c.r)
+			if r.status != c.want {
+				t.Fatalf("status %d, want %d: %s", r.status, c.want, r.body)
+			}
+			if c.want == 400 && r.errorCode(t) != "invalid_request" {
+				t.Fatalf("code %s", r.errorCode(t))
+			}
+		})
+	}
+}
+
+// TestCallbackDelivered: a completed and a cancelled test-mode batch each
+// get one signed event; the envelope shows the delivery once final.
+func TestCallbackDelivered(t *testing.T) {
+	h := start(t, options{realClock: true})
+	var (
+		mu     sync.Mutex
+		events = map[string][]byte{} // batch id → body
+		hdrs   = map[string]http.Header{}
+	)
+	rc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		var ev struct {
+			Data struct {
+				Request struct{ ID string } `json:"request"`
+			} `json:"data"`
+		}
+		_ = json.Unmarshal(b, &ev)
+		mu.Lock()
+		events[ev.Data.Request.ID], hdrs[ev.Data.Request.ID] = b, r.Header.Clone()
+		mu.Unlock()
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer rc.Close()
+	sec, err := webhook.Secret(t.Context(), h.st, h.testAcct)
+	if err != nil {
+		t.Fatal(err)
+	}
+	create := func(emails string) string {
+		r := h.do(req{method: "POST", path: "/v1/requests", key: h.testKey, body: `{"emails":` + emails + `,"callbackUrl":"` + rc.URL + `/in"}`})
+		if r.status != 201 {
+			t.Fatalf("create: %d %s", r.status, r.body)
+		}
+		if strings.Contains(string(r.body), "callback") {
+			t.Fatalf("a queued batch shows its callback: %s", r.body)
+		}
+		return decodeEnvelope(t, r).Request.ID
+	}
+	done := create(`["accepted_email@x.example","mailbox_full@x.example"]`)
+	// Greylisted addresses of test accounts are retried after 1 s, so
+	// there is time to cancel this one.
+	cancelled := create(`["greylisted@x.example"]`)
+	if r := h.do(req{method: "POST", path: "/v1/requests/" + cancelled + "/cancel", key: h.testKey}); r.status != 200 {
+		t.Fatalf("cancel: %d %s", r.status, r.body)
+	}
+	for id, typ := range map[string]string{done: "batch.completed", cancelled: "batch.cancelled"} {
+		deadline := time.Now().Add(20 * time.Second)
+		var e struct {
+			Request struct {
+				CallbackURL string `json:"callbackUrl"`
+				Callback    *struct {
+					State      string `json:"state"`
+					Attempts   int    `json:"attempts"`
+					LastStatus *int   `json:"lastStatus"`
+				} `json:"callback"`
+			} `json:"request"`
+		}
+		for {
+			r := h.do(req{path: "/v1/requests/" + id, key: h.testKey})
+			if err := json.Unmarshal(r.body, &e); err != nil {
+				t.Fatal(err)
+			}
+			if e.Request.Callback != nil && e.Request.Callback.State == "delivered" {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not delivered: %s", typ, r.body)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if e.Request.Callback.Attempts != 1 || e.Request.Callback.LastStatus == nil || *e.Request.Callback.LastStatus != 204 || e.Request.CallbackURL != rc.URL+"/in" {
+			t.Errorf("%s: envelope %+v %+v", typ, e.Request, *e.Request.Callback)
+		}
+		mu.Lock()
+		body, hd := events[id], hdrs[id]
+		mu.Unlock()
+		if !strings.Contains(string(body), `"type":"`+typ+`"`) {
+			t.Errorf("event %s, want type %s", body, typ)
+		}
+		wh, _ := standardwebhooks.NewWebhook(sec.Current)
+		if err := wh.Verify(body, hd); err != nil {
+			t.Errorf("%s: signature: %v", typ, err)
+		}
+		if hd.Get("webhook-id") != webhook.EventID(id) {
+			t.Errorf("webhook-id %q", hd.Get("webhook-id"))
+		}
+	}
+}

@@ -1,0 +1,146 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"time"
+
+	"github.com/evs-dev/evs/internal/evs"
+)
+
+// finalStates is the SQL list of final batch states.
+const finalStates = `('completed', 'cancelled', 'failed')`
+
+// createDelivery writes the delivery row of a batch with a callback URL, in
+// the transaction that creates the batch.
+func createDelivery(ctx context.Context, tx *sql.Tx, b evs.Batch) error {
+	if b.CallbackURL == "" {
+		return nil
+	}
+	_, err := tx.ExecContext(ctx, `INSERT INTO deliveries (batch_id, account_id, url, state) VALUES (?, ?, ?, ?)`,
+		b.ID, b.AccountID, b.CallbackURL, evs.CallbackPending)
+	return dbErr("create delivery", err)
+}
+
+const deliveryCols = `d.account_id, d.batch_id, d.url, d.state, d.attempts, d.last_status, d.next_at`
+
+func scanDelivery(row scanner) (evs.Delivery, error) {
+	var (
+		d    evs.Delivery
+		next int64
+	)
+	if err := row.Scan(&d.AccountID, &d.BatchID, &d.URL, &d.State, &d.Attempts, &d.LastStatus, &next); err != nil {
+		return evs.Delivery{}, err
+	}
+	d.NextAt = fromMillis(next)
+	return d, nil
+}
+
+func noDelivery() error { return evs.Errorf(evs.CodeNotFound, "The request has no webhook delivery.") }
+
+// Delivery returns the delivery of a live, final batch of account.
+func (s *Store) Delivery(ctx context.Context, accountID, batchID string) (evs.Delivery, error) {
+	d, err := scanDelivery(s.rdb.QueryRowContext(ctx, `SELECT `+deliveryCols+`
+		FROM deliveries d JOIN batches b ON b.id = d.batch_id
+		WHERE d.batch_id = ? AND d.account_id = ? AND b.state IN `+finalStates+` AND b.expires_at > ?`,
+		batchID, accountID, millis(s.now())))
+	if errors.Is(err, sql.ErrNoRows) {
+		return evs.Delivery{}, noDelivery()
+	}
+	if err != nil {
+		return evs.Delivery{}, dbErr("read delivery", err)
+	}
+	return d, nil
+}
+
+// ClaimDelivery starts the next attempt of a due delivery; see store.Webhooks.
+func (s *Store) ClaimDelivery(ctx context.Context, accountID, batchID string, attempts int, now, leaseUntil time.Time) (evs.Delivery, error) {
+	var out evs.Delivery
+	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		d, err := scanDelivery(tx.QueryRowContext(ctx, `UPDATE deliveries AS d SET attempts = attempts + 1, next_at = ?
+			WHERE d.batch_id = ? AND d.account_id = ? AND d.state = ? AND d.attempts = ? AND d.next_at <= ?
+			AND EXISTS (SELECT 1 FROM batches b WHERE b.id = d.batch_id AND b.state IN `+finalStates+`)
+			RETURNING account_id, batch_id, url, state, attempts, last_status, next_at`,
+			millis(leaseUntil), batchID, accountID, evs.CallbackPending, attempts, millis(now)))
+		if errors.Is(err, sql.ErrNoRows) {
+			return evs.Errorf(evs.CodeInvalidState, "The delivery is not due or was claimed by another worker.")
+		}
+		out = d
+		return dbErr("claim delivery", err)
+	})
+	return out, err
+}
+
+// RecordDelivery stores an attempt's outcome if it is still the latest.
+func (s *Store) RecordDelivery(ctx context.Context, d evs.Delivery) error {
+	return s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `UPDATE deliveries SET state = ?, last_status = ?, next_at = ?
+			WHERE batch_id = ? AND account_id = ? AND attempts = ? AND state = ?`,
+			d.State, d.LastStatus, millis(d.NextAt), d.BatchID, d.AccountID, d.Attempts, evs.CallbackPending)
+		if err != nil {
+			return dbErr("record delivery", err)
+		}
+		if n, err := res.RowsAffected(); err != nil || n != 1 {
+			return evs.Errorf(evs.CodeInvalidState, "The delivery moved on since this attempt.")
+		}
+		return nil
+	})
+}
+
+// DueDeliveries lists pending deliveries of final, live batches due at now,
+// earliest first.
+func (s *Store) DueDeliveries(ctx context.Context, now time.Time, limit int) ([]evs.Delivery, error) {
+	rows, err := s.rdb.QueryContext(ctx, `SELECT `+deliveryCols+`
+		FROM deliveries d JOIN batches b ON b.id = d.batch_id
+		WHERE d.state = ? AND d.next_at <= ? AND b.state IN `+finalStates+` AND b.expires_at > ?
+		ORDER BY d.next_at LIMIT ?`,
+		evs.CallbackPending, millis(now), millis(s.now()), max(limit, 0))
+	if err != nil {
+		return nil, dbErr("list due deliveries", err)
+	}
+	defer rows.Close()
+	var out []evs.Delivery
+	for rows.Next() {
+		d, err := scanDelivery(rows)
+		if err != nil {
+			return nil, dbErr("list due deliveries", err)
+		}
+		out = append(out, d)
+	}
+	return out, dbErr("list due deliveries", rows.Err())
+}
+
+// WebhookSecret returns the account's signing secret.
+func (s *Store) WebhookSecret(ctx context.Context, accountID string) (evs.WebhookSecret, error) {
+	w := evs.WebhookSecret{AccountID: accountID}
+	var rotated sql.NullInt64
+	err := s.rdb.QueryRowContext(ctx, `SELECT current, previous, rotated_at FROM webhook_secrets WHERE account_id = ?`, accountID).
+		Scan(&w.Current, &w.Previous, &rotated)
+	if errors.Is(err, sql.ErrNoRows) {
+		return evs.WebhookSecret{}, evs.Errorf(evs.CodeNotFound, "The account has no webhook secret.")
+	}
+	if err != nil {
+		return evs.WebhookSecret{}, dbErr("read webhook secret", err)
+	}
+	w.RotatedAt = fromNullMillis(rotated)
+	return w, nil
+}
+
+// PutWebhookSecret stores w if the current secret is still ifCurrent.
+func (s *Store) PutWebhookSecret(ctx context.Context, w evs.WebhookSecret, ifCurrent string) error {
+	return s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		var cur string
+		err := tx.QueryRowContext(ctx, `SELECT current FROM webhook_secrets WHERE account_id = ?`, w.AccountID).Scan(&cur)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return dbErr("read webhook secret", err)
+		}
+		if cur != ifCurrent {
+			return evs.Errorf(evs.CodeInvalidState, "The webhook secret changed meanwhile.")
+		}
+		_, err = tx.ExecContext(ctx, `INSERT INTO webhook_secrets (account_id, current, previous, rotated_at) VALUES (?, ?, ?, ?)
+			ON CONFLICT (account_id) DO UPDATE SET current = excluded.current, previous = excluded.previous, rotated_at = excluded.rotated_at`,
+			w.AccountID, w.Current, w.Previous, nullMillis(w.RotatedAt))
+		return dbErr("write webhook secret", err)
+	})
+}

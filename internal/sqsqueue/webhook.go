@@ -1,0 +1,66 @@
+package sqsqueue
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/evs-dev/evs/internal/evs"
+)
+
+// KindWebhook is a message that makes the next due attempt of a batch's
+// webhook delivery (contract, section 10).
+const KindWebhook = "webhook"
+
+// maxDelay is SQS's longest message delay; longer back-offs are chained.
+const maxDelay = 15 * time.Minute
+
+// Finalized queues the first delivery attempt of a batch that just became
+// final. The delivery record itself was written with the final state, so a
+// message lost here delays the event, it does not lose the record; the
+// message is cheap and a batch without a callback drops it at once.
+func (q *Queue) Finalized(ctx context.Context, b evs.Batch) error {
+	return q.send(ctx, []Message{{Kind: KindWebhook, AccountID: b.AccountID, BatchID: b.ID}}, 0)
+}
+
+// deliver makes the due attempt of a delivery and queues the next look at
+// it. A message that arrives early (a chained delay, or an attempt in
+// flight elsewhere) is sent again for the remaining time; one whose attempt
+// another worker claimed is dropped. Every attempt goes through the store's
+// claim, so duplicate messages never make an attempt twice, and the
+// attempt count bounds them all.
+func (w *Worker) deliver(ctx context.Context, m Message) error {
+	if w.Webhooks == nil {
+		return nil
+	}
+	d, attempted, err := w.Webhooks.Attempt(ctx, m.AccountID, m.BatchID)
+	if err != nil {
+		return err // redelivered by SQS; the lease keeps attempts apart
+	}
+	if d.BatchID == "" || d.State != evs.CallbackPending {
+		return nil
+	}
+	wait := d.NextAt.Sub(w.now())
+	if !attempted && wait <= 0 {
+		return nil // claimed by another worker, which queues what follows
+	}
+	delay := min(max(wait, 0), maxDelay)
+	secs := int32((delay + time.Second - 1) / time.Second)
+	if err := w.Queue.send(ctx, []Message{{Kind: KindWebhook, AccountID: m.AccountID, BatchID: m.BatchID}}, secs); err != nil {
+		return err
+	}
+	w.logger().Debug("webhook: next look queued", slog.String("batchId", m.BatchID), slog.Int("delaySeconds", int(secs)))
+	return nil
+}
+
+// finalized tells the queue that b became final, if it did; a failure to
+// queue is logged, not returned: the results are written and must not be
+// redone for it.
+func (w *Worker) finalized(ctx context.Context, b evs.Batch) {
+	if w.Webhooks == nil || !b.State.Final() {
+		return
+	}
+	if err := w.Queue.Finalized(ctx, b); err != nil {
+		w.logger().Error("webhook: could not queue the delivery of a final batch", slog.String("batchId", b.ID), slog.String("error", err.Error()))
+	}
+}

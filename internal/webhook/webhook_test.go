@@ -1,0 +1,307 @@
+package webhook_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
+
+	"github.com/evs-dev/evs/internal/egress"
+	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/sqlitestore"
+	"github.com/evs-dev/evs/internal/testkit"
+	"github.com/evs-dev/evs/internal/webhook"
+)
+
+// The published Standard Webhooks test vector (the scheme's reference
+// libraries all check it).
+func TestSignVector(t *testing.T) {
+	got, err := webhook.Sign([]string{"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}, "msg_p5jXN8AQM9LWM0D4loKWxJek",
+		time.Unix(1614265330, 0), []byte(`{"test": 2432232314}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="; got != want {
+		t.Fatalf("signature %q, want %q", got, want)
+	}
+}
+
+func TestRotationSignsWithBoth(t *testing.T) {
+	now := time.Now()
+	old, cur := webhook.NewSecret(), webhook.NewSecret()
+	s := evs.WebhookSecret{Current: cur, Previous: old, RotatedAt: now.Add(-time.Hour)}
+	body := []byte(`{"a":1}`)
+	sig, err := webhook.Sign(webhook.Signers(s, now), "msg_x", now, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(strings.Fields(sig)); n != 2 {
+		t.Fatalf("%d signatures within the overlap, want 2", n)
+	}
+	for _, sec := range []string{old, cur} {
+		wh, _ := standardwebhooks.NewWebhook(sec)
+		h := http.Header{}
+		h.Set("webhook-id", "msg_x")
+		h.Set("webhook-timestamp", strconvUnix(now))
+		h.Set("webhook-signature", sig)
+		if err := wh.Verify(body, h); err != nil {
+			t.Errorf("a receiver with one of the two secrets cannot verify: %v", err)
+		}
+	}
+	if n := len(webhook.Signers(s, now.Add(24*time.Hour))); n != 1 {
+		t.Errorf("%d signers a day after the rotation, want 1", n)
+	}
+	if !strings.HasPrefix(cur, "whsec_") || len(cur) != len("whsec_")+44 {
+		t.Errorf("secret %q is not whsec_ and 32 bytes of base64", cur[:8])
+	}
+}
+
+func strconvUnix(t time.Time) string { return itoa(t.Unix()) }
+
+func itoa(n int64) string {
+	var b [20]byte
+	i := len(b)
+	for n > 0 {
+		i--
+		b[i] = byte('0' + n%10)
+		n /= 10
+	}
+	return string(b[i:])
+}
+
+func TestCheckURL(t *testing.T) {
+	loop, err := egress.Parse("127.0.0.0/8")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		url string
+		pol *egress.Policy
+		ok  bool
+	}{
+		{"https://hooks.example.com/evs", nil, true},
+		{"https://hooks.example.com:8443/evs?x=1", nil, true},
+		{"http://hooks.example.com/evs", nil, false},
+		{"http://127.0.0.1:9000/hook", nil, false},
+		{"http://127.0.0.1:9000/hook", loop, true},
+		{"http://localhost:9000/hook", loop, true},
+		{"http://10.0.0.1/hook", loop, false},
+		{"https://169.254.169.254/latest", nil, false},
+		{"https://[::1]/x", nil, false},
+		{"https://user:pw@hooks.example.com/", nil, false},
+		{"https://user@hooks.example.com/", nil, false},
+		{"ftp://hooks.example.com/", nil, false},
+		{"/relative", nil, false},
+		{"https://", nil, false},
+		{"mailto:a@b.example", nil, false},
+		{"https://hooks.example.com/" + strings.Repeat("a", 2048), nil, false},
+		{"https://hooks.example.com/" + strings.Repeat("a", 2048-len("https://hooks.example.com/")), nil, true},
+	} {
+		err := webhook.CheckURL(c.url, c.pol)
+		if (err == nil) != c.ok {
+			t.Errorf("CheckURL(%.60q) = %v, want ok=%v", c.url, err, c.ok)
+		}
+		if err != nil && evs.ErrorCode(err) != evs.CodeInvalidRequest {
+			t.Errorf("CheckURL(%.60q) code %s, want invalid_request", c.url, evs.ErrorCode(err))
+		}
+	}
+}
+
+func TestRetryDelay(t *testing.T) {
+	want := []time.Duration{5 * time.Second, 30 * time.Second, 2 * time.Minute, 10 * time.Minute, 30 * time.Minute,
+		time.Hour, 2 * time.Hour, 4 * time.Hour, 8 * time.Hour}
+	for i, w := range want {
+		if d, ok := webhook.RetryDelay(i+1, false); !ok || d != w {
+			t.Errorf("after attempt %d: %v %v, want %v", i+1, d, ok, w)
+		}
+		if d, ok := webhook.RetryDelay(i+1, true); !ok || d != time.Second {
+			t.Errorf("test mode after attempt %d: %v %v, want 1s", i+1, d, ok)
+		}
+	}
+	if _, ok := webhook.RetryDelay(10, false); ok {
+		t.Error("a retry after the tenth attempt")
+	}
+}
+
+// receiver answers the statuses in order (then 200) and records requests.
+type receiver struct {
+	mu       sync.Mutex
+	statuses []int
+	got      []*http.Request
+	bodies   [][]byte
+}
+
+func (r *receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	b := make([]byte, req.ContentLength)
+	_, _ = req.Body.Read(b)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.got = append(r.got, req)
+	r.bodies = append(r.bodies, b)
+	code := http.StatusOK
+	if len(r.statuses) > 0 {
+		code, r.statuses = r.statuses[0], r.statuses[1:]
+	}
+	w.WriteHeader(code)
+}
+
+type env struct {
+	st    *sqlitestore.Store
+	clock *testkit.Clock
+	d     *webhook.Deliverer
+}
+
+func newEnv(t *testing.T, test bool, url string) (*env, evs.Batch) {
+	t.Helper()
+	clock := testkit.NewClock(time.Now().UTC().Truncate(time.Millisecond))
+	st, err := sqlitestore.Open(context.Background(), t.TempDir(), clock.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	ctx := context.Background()
+	acct := evs.Account{ID: "acct1", Name: "a", Test: test, CreatedAt: clock.Now()}
+	if err := st.CreateAccount(ctx, acct); err != nil {
+		t.Fatal(err)
+	}
+	b := evs.Batch{ID: "b1", AccountID: "acct1", Mode: evs.ModeQuick, State: evs.StateQueued, CreatedAt: clock.Now(),
+		ExpiresAt: clock.Now().Add(time.Hour), Counters: evs.Counters{Total: 1}, CallbackURL: url}
+	if err := st.CreateBatch(ctx, b, []evs.Item{{Seq: 0, Email: "a@x.example", Domain: "x.example"}}); err != nil {
+		t.Fatal(err)
+	}
+	pol, _ := egress.Parse("127.0.0.0/8")
+	return &env{st: st, clock: clock, d: &webhook.Deliverer{Store: st, Client: webhook.NewClient(pol), Now: clock.Now}}, b
+}
+
+func TestAttemptRetriesThenDelivers(t *testing.T) {
+	rc := &receiver{statuses: []int{500, 503}}
+	srv := httptest.NewServer(rc)
+	defer srv.Close()
+	e, b := newEnv(t, false, srv.URL+"/hook")
+	ctx := context.Background()
+	if _, did, err := e.d.Attempt(ctx, b.AccountID, b.ID); err != nil || did {
+		t.Fatalf("attempt before the batch is final: %v %v", did, err)
+	}
+	if _, err := e.st.TransitionBatch(ctx, b.AccountID, b.ID, []evs.State{evs.StateQueued}, evs.StateCancelled, "", e.clock.Now()); err != nil {
+		t.Fatal(err)
+	}
+	del, did, err := e.d.Attempt(ctx, b.AccountID, b.ID)
+	if err != nil || !did || del.State != evs.CallbackPending || del.Attempts != 1 || del.LastStatus != 500 {
+		t.Fatalf("first attempt: %+v %v %v", del, did, err)
+	}
+	if !del.NextAt.Equal(e.clock.Now().Add(5 * time.Second)) {
+		t.Errorf("next attempt at %v, want 5 s later", del.NextAt)
+	}
+	if _, did, _ := e.d.Attempt(ctx, b.AccountID, b.ID); did {
+		t.Fatal("an attempt before the retry is due")
+	}
+	e.clock.Advance(5 * time.Second)
+	if del, _, _ = e.d.Attempt(ctx, b.AccountID, b.ID); del.Attempts != 2 || del.LastStatus != 503 {
+		t.Fatalf("second attempt: %+v", del)
+	}
+	e.clock.Advance(30 * time.Second)
+	if del, _, _ = e.d.Attempt(ctx, b.AccountID, b.ID); del.State != evs.CallbackDelivered || del.Attempts != 3 || del.LastStatus != 200 {
+		t.Fatalf("third attempt: %+v", del)
+	}
+	stored, err := e.st.Delivery(ctx, b.AccountID, b.ID)
+	if err != nil || stored.State != evs.CallbackDelivered || stored.Attempts != 3 {
+		t.Fatalf("stored delivery %+v %v", stored, err)
+	}
+	sec, err := e.st.WebhookSecret(ctx, b.AccountID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wh, _ := standardwebhooks.NewWebhook(sec.Current)
+	ids := map[string]bool{}
+	for i, r := range rc.got {
+		ids[r.Header.Get("webhook-id")] = true
+		if err := wh.VerifyIgnoringTimestamp(rc.bodies[i], r.Header); err != nil {
+			t.Errorf("attempt %d: %v", i+1, err)
+		}
+		if !strings.Contains(string(rc.bodies[i]), `"type":"batch.cancelled"`) {
+			t.Errorf("attempt %d body %s", i+1, rc.bodies[i])
+		}
+	}
+	if len(ids) != 1 || len(rc.got) != 3 {
+		t.Errorf("%d attempts with %d webhook-ids, want 3 with 1", len(rc.got), len(ids))
+	}
+}
+
+func TestGoneStopsAndRedirectsAreNotFollowed(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		status int
+		state  evs.CallbackState
+	}{
+		{"gone", http.StatusGone, evs.CallbackFailed},
+		{"redirect", http.StatusFound, evs.CallbackPending},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			hit := 0
+			other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hit++ }))
+			defer other.Close()
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Location", other.URL)
+				w.WriteHeader(c.status)
+			}))
+			defer srv.Close()
+			e, b := newEnv(t, true, srv.URL)
+			ctx := context.Background()
+			if _, err := e.st.TransitionBatch(ctx, b.AccountID, b.ID, []evs.State{evs.StateQueued}, evs.StateFailed, "x", e.clock.Now()); err != nil {
+				t.Fatal(err)
+			}
+			del, _, err := e.d.Attempt(ctx, b.AccountID, b.ID)
+			if err != nil || del.State != c.state || del.LastStatus != c.status {
+				t.Fatalf("%+v %v", del, err)
+			}
+			if hit != 0 {
+				t.Error("the redirect was followed")
+			}
+			if c.state == evs.CallbackPending && !del.NextAt.Equal(e.clock.Now().Add(time.Second)) {
+				t.Errorf("test-mode retry at %v, want 1 s later", del.NextAt)
+			}
+		})
+	}
+}
+
+func TestEgressRefusedIsRetriedNotDialled(t *testing.T) {
+	hit := false
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { hit = true }))
+	defer srv.Close()
+	e, b := newEnv(t, false, srv.URL)
+	e.d.Client = webhook.NewClient(nil) // loopback not allowed
+	ctx := context.Background()
+	if _, err := e.st.TransitionBatch(ctx, b.AccountID, b.ID, []evs.State{evs.StateQueued}, evs.StateCancelled, "", e.clock.Now()); err != nil {
+		t.Fatal(err)
+	}
+	del, did, err := e.d.Attempt(ctx, b.AccountID, b.ID)
+	if err != nil || !did || del.LastStatus != 0 || del.State != evs.CallbackPending {
+		t.Fatalf("%+v %v %v", del, did, err)
+	}
+	if hit {
+		t.Error("a refused address was dialled")
+	}
+}
+
+func TestLastAttemptFails(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(500) }))
+	defer srv.Close()
+	e, b := newEnv(t, true, srv.URL)
+	ctx := context.Background()
+	if _, err := e.st.TransitionBatch(ctx, b.AccountID, b.ID, []evs.State{evs.StateQueued}, evs.StateCancelled, "", e.clock.Now()); err != nil {
+		t.Fatal(err)
+	}
+	var del evs.Delivery
+	for i := 0; i < 12; i++ {
+		del, _, _ = e.d.Attempt(ctx, b.AccountID, b.ID)
+		e.clock.Advance(time.Second)
+	}
+	if del.State != evs.CallbackFailed || del.Attempts != webhook.MaxAttempts {
+		t.Fatalf("after the schedule: %+v", del)
+	}
+}
