@@ -45,7 +45,7 @@ fmt-check: check-go
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
 $(STATICCHECK):
-	$(GO) install honnef.co/go/tools/cmd/staticcheck@2026.2.2 || { echo "make: could not install staticcheck (needs the Go module proxy)" >&2; exit 1; }
+	$(GO) install honnef.co/go/tools/cmd/staticcheck@v0.8.2 || { echo "make: could not install staticcheck (needs the Go module proxy)" >&2; exit 1; }
 
 staticcheck: $(STATICCHECK)
 	$(STATICCHECK) $(PKGS)

@@ -13,8 +13,7 @@ import (
 // the number of tasks each batch has queued.
 func TestLaneFairOrder(t *testing.T) {
 	var order []string
-	var l *lane
-	l = newLane(1, 1, 1, func(tk task) { order = append(order, tk.run.b.ID) })
+	l := newLane(1, 1, 1, func(tk task) { order = append(order, tk.run.b.ID) })
 	mk := func(acct, id string, n int) *batchRun {
 		br := &batchRun{b: evs.Batch{AccountID: acct, ID: id}}
 		l.add(br)
