@@ -12,7 +12,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -79,9 +78,9 @@ func TestServeKilledMidBatch(t *testing.T) {
 	// the first 100 and holds the rest until the test releases them after
 	// the kill. 1,620 addresses are on those domains, so the first process
 	// cannot finish the batch, however fast this machine is.
-	gate := newRcptGate(100)
+	gate := testkit.NewRcptGate(100)
 	smtp := testkit.StartSMTP(t, testkit.SMTPOptions{IP: "127.0.0.1", Rcpt: func(addr string) string {
-		gate.wait(strings.HasSuffix(strings.ToLower(addr), "@d0.example"))
+		gate.Wait(strings.HasSuffix(strings.ToLower(addr), "@d0.example"))
 		local := strings.ToLower(addr[:max(strings.LastIndexByte(addr, '@'), 0)])
 		// The engine's accept-all probe uses a random "evs-" local part;
 		// rejecting it keeps the domains ordinary so 250 means deliverable.
@@ -92,7 +91,7 @@ func TestServeKilledMidBatch(t *testing.T) {
 	}})
 	// Cleanups run last first: the held sessions are let go before the
 	// server's own cleanup waits for them to end.
-	t.Cleanup(gate.release)
+	t.Cleanup(gate.Release)
 
 	// 1,800 distinct addresses, every tenth one unknown to the server,
 	// then 200 repeats of earlier ones.
@@ -167,15 +166,15 @@ func TestServeKilledMidBatch(t *testing.T) {
 		checkBatch(t, e, prev, distinct)
 		prev = &e
 		if e.Request.State != "queued" && e.Request.State != "running" {
-			t.Fatalf("the batch ended (%s, %d processed) while the SMTP server held %d RCPTs", e.Request.State, e.Counters.Processed, gate.held())
+			t.Fatalf("the batch ended (%s, %d processed) while the SMTP server held %d RCPTs", e.Request.State, e.Counters.Processed, gate.Held())
 		}
-		if e.Counters.Processed > 0 && gate.held() > 0 {
+		if e.Counters.Processed > 0 && gate.Held() > 0 {
 			if before, cursor = readResults(t, key, p1.base, id, "", false); len(before) > 0 {
 				break
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("not ready to kill 15s after the batch was created (%d RCPTs held): %+v\nserve stderr:\n%s", gate.held(), e, p1.err.String())
+			t.Fatalf("not ready to kill 15s after the batch was created (%d RCPTs held): %+v\nserve stderr:\n%s", gate.Held(), e, p1.err.String())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -189,11 +188,11 @@ func TestServeKilledMidBatch(t *testing.T) {
 		t.Fatalf("kill: %v", err)
 	}
 	<-p1.done
-	held := gate.held()
+	held := gate.Held()
 	if d := time.Since(created); held == 0 || d >= smtpprobe.DefaultReplyTimeout {
 		t.Fatalf("at the kill %d RCPTs were held and %v had passed since the batch was created; want some held, and less than the %v reply timeout", held, d, smtpprobe.DefaultReplyTimeout)
 	}
-	gate.release()
+	gate.Release()
 	if ws, ok := p1.cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
 		t.Fatalf("serve was not killed by SIGKILL: %v", p1.cmd.ProcessState)
 	}
@@ -422,51 +421,3 @@ func checkResults(t *testing.T, what string, rows []resultRow, want map[string]s
 		t.Fatalf("%s: statuses in the results %v differ from the counters %+v", what, byStatus, c)
 	}
 }
-
-// rcptGate decides when the scripted SMTP server answers a RCPT: some are
-// answered at once, the rest are held until release, which is what lets a
-// test prove that work is unfinished rather than hope it is.
-type rcptGate struct {
-	mu       sync.Mutex
-	budget   int // RCPTs not exempt that are still answered at once
-	holding  int
-	released chan struct{}
-	once     sync.Once
-}
-
-func newRcptGate(budget int) *rcptGate {
-	return &rcptGate{budget: budget, released: make(chan struct{})}
-}
-
-// wait returns at once for an exempt RCPT, for one within the budget and
-// after release; otherwise it counts the RCPT as held and blocks.
-func (g *rcptGate) wait(exempt bool) {
-	g.mu.Lock()
-	select {
-	case <-g.released:
-		g.mu.Unlock()
-		return
-	default:
-	}
-	if exempt || g.budget > 0 {
-		if !exempt {
-			g.budget--
-		}
-		g.mu.Unlock()
-		return
-	}
-	g.holding++
-	g.mu.Unlock()
-	<-g.released
-}
-
-// held returns how many RCPTs were held before the release; it never goes
-// down, as nothing but release lets a held RCPT be answered.
-func (g *rcptGate) held() int {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.holding
-}
-
-// release answers every held RCPT and every later one.
-func (g *rcptGate) release() { g.once.Do(func() { close(g.released) }) }

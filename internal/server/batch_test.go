@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/evs-dev/evs/internal/batch"
+	"github.com/evs-dev/evs/internal/testkit"
 )
 
 type envelope struct {
@@ -247,9 +248,9 @@ func TestBatchResume(t *testing.T) {
 	// One domain, so connections run one after another: the peer answers
 	// two connections' worth of RCPTs (plus the accept-all probe) and part
 	// of the third, then holds every RCPT until released.
-	gate := newRcptGate(2*per + per/2)
+	gate := testkit.NewRcptGate(2*per + per/2)
 	rcpt := func(addr string) string {
-		gate.wait(false)
+		gate.Wait(false)
 		if strings.HasPrefix(addr, "alice") {
 			return "250 2.1.5 OK"
 		}
@@ -262,7 +263,7 @@ func TestBatchResume(t *testing.T) {
 	h := start(t, o)
 	// Cleanups run last first: held sessions are let go before the peer's
 	// own cleanup waits for them.
-	t.Cleanup(gate.release)
+	t.Cleanup(gate.Release)
 	var emails []string
 	for i := 0; i < distinct+100; i++ {
 		emails = append(emails, fmt.Sprintf("alice%d@good.example", i%distinct)) // 100 duplicates
@@ -274,7 +275,7 @@ func TestBatchResume(t *testing.T) {
 	}
 	id := decodeEnvelope(t, r).Request.ID
 
-	for gate.held() == 0 {
+	for gate.Held() == 0 {
 		if time.Since(created) > 15*time.Second {
 			t.Fatal("the SMTP peer held no RCPT 15s after the batch was created")
 		}
@@ -298,7 +299,7 @@ func TestBatchResume(t *testing.T) {
 		t.Fatalf("after the stop: %s with %+v; want running with %d processed", b.State, b.Counters, 2*per)
 	}
 	h.st.Close()
-	gate.release()
+	gate.Release()
 
 	h2 := start(t, o)
 	final := h2.poll(h.liveKey, id, 60*time.Second)

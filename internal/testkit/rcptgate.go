@@ -1,11 +1,11 @@
-package server_test
+package testkit
 
 import "sync"
 
-// rcptGate decides when the scripted SMTP server answers a RCPT: a budget
+// RcptGate decides when the scripted SMTP server answers a RCPT: a budget
 // of them is answered at once, the rest are held until release, which is
 // what lets a test prove that work is unfinished rather than hope it is.
-type rcptGate struct {
+type RcptGate struct {
 	mu       sync.Mutex
 	budget   int // RCPTs not exempt that are still answered at once
 	holding  int
@@ -13,13 +13,14 @@ type rcptGate struct {
 	once     sync.Once
 }
 
-func newRcptGate(budget int) *rcptGate {
-	return &rcptGate{budget: budget, released: make(chan struct{})}
+// NewRcptGate answers budget RCPTs at once and holds the rest.
+func NewRcptGate(budget int) *RcptGate {
+	return &RcptGate{budget: budget, released: make(chan struct{})}
 }
 
-// wait returns at once for an exempt RCPT, for one within the budget and
+// Wait returns at once for an exempt RCPT, for one within the budget and
 // after release; otherwise it counts the RCPT as held and blocks.
-func (g *rcptGate) wait(exempt bool) {
+func (g *RcptGate) Wait(exempt bool) {
 	g.mu.Lock()
 	select {
 	case <-g.released:
@@ -39,13 +40,13 @@ func (g *rcptGate) wait(exempt bool) {
 	<-g.released
 }
 
-// held returns how many RCPTs were held before the release; it never goes
+// Held returns how many RCPTs were held before the release; it never goes
 // down, as nothing but release lets a held RCPT be answered.
-func (g *rcptGate) held() int {
+func (g *RcptGate) Held() int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.holding
 }
 
-// release answers every held RCPT and every later one.
-func (g *rcptGate) release() { g.once.Do(func() { close(g.released) }) }
+// Release answers every held RCPT and every later one.
+func (g *RcptGate) Release() { g.once.Do(func() { close(g.released) }) }
