@@ -322,3 +322,36 @@ func TestSweepQueuesOverdueDelivery(t *testing.T) {
 		})
 	}
 }
+
+// TestSweepDeadlineQueuesWebhook: a batch the sweep finishes at its
+// deadline gets its webhook message at once, as one completed by work does.
+func TestSweepDeadlineQueuesWebhook(t *testing.T) {
+	got := make(chan string, 4)
+	rc := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		got <- string(body)
+	}))
+	defer rc.Close()
+	w, c := sweepWorld(t, 200)
+	loop, err := egress.Parse("127.0.0.0/8")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.w.Webhooks = &webhook.Deliverer{Store: w.st, Client: webhook.NewClient(loop)}
+	w.w.Deadline = time.Hour
+	b, _ := newCallbackBatch(w, rc.URL+"/hook")
+	c.add(2 * time.Hour)
+	sent := w.sweep()
+	if len(sent) != 1 || sent[0].msg.Kind != sqsqueue.KindWebhook || sent[0].msg.BatchID != b.ID {
+		t.Fatalf("sweep past the deadline queued %v, want the webhook", kinds(sent))
+	}
+	w.drain()
+	select {
+	case body := <-got:
+		if !strings.Contains(body, `"type":"batch.completed"`) || !strings.Contains(body, `"unknown":1`) {
+			t.Errorf("event %s", body)
+		}
+	default:
+		t.Fatal("the receiver got no event")
+	}
+}
