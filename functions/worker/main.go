@@ -53,6 +53,9 @@ func main() {
 		},
 		Logger:   logger,
 		Deadline: cfg.BatchDeadline,
+		// The scheduled sweep (template.yaml, SweepSchedule) re-starts
+		// what no message carries any more.
+		Sweeper: st,
 		Webhooks: &webhook.Deliverer{
 			Store: st, Client: webhook.NewClient(cfg.Egress), Logger: logger, Observe: emf.WebhookDelivery,
 		},

@@ -12,11 +12,13 @@ import (
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"gopkg.in/yaml.v3"
 
 	"github.com/evs-dev/evs/internal/api"
 	"github.com/evs-dev/evs/internal/config"
 	"github.com/evs-dev/evs/internal/dynamostore"
 	"github.com/evs-dev/evs/internal/gateway"
+	"github.com/evs-dev/evs/internal/sqsqueue"
 	"github.com/evs-dev/evs/internal/testkit"
 )
 
@@ -211,5 +213,90 @@ func TestFunctionsBuild(t *testing.T) {
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=arm64")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("building %v for linux/arm64: %v\n%s", pkgs, err, out)
+	}
+}
+
+// node returns the value under the keys path of a YAML mapping, or nil.
+func node(n *yaml.Node, path ...string) *yaml.Node {
+	for _, k := range path {
+		if n == nil || n.Kind != yaml.MappingNode {
+			return nil
+		}
+		var next *yaml.Node
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if n.Content[i].Value == k {
+				next = n.Content[i+1]
+			}
+		}
+		n = next
+	}
+	return n
+}
+
+// The sweep schedule puts the message the worker handles as a sweep on the
+// work queue the worker reads, and the queue lets EventBridge send it for
+// that rule only.
+func TestSweepScheduleTargetsWorkQueue(t *testing.T) {
+	b, err := os.ReadFile("../../template.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	res := node(doc.Content[0], "Resources")
+	var rules []string
+	for i := 0; i+1 < len(res.Content); i += 2 {
+		if node(res.Content[i+1], "Type").Value == "AWS::Events::Rule" {
+			rules = append(rules, res.Content[i].Value)
+		}
+	}
+	if !reflect.DeepEqual(rules, []string{"SweepSchedule"}) {
+		t.Fatalf("event rules %v, want [SweepSchedule]", rules)
+	}
+	rule := node(res, "SweepSchedule", "Properties")
+	if e := node(rule, "ScheduleExpression"); e == nil || e.Value != "rate(5 minutes)" {
+		t.Errorf("schedule %v, want rate(5 minutes)", e)
+	}
+	targets := node(rule, "Targets")
+	if targets == nil || len(targets.Content) != 1 {
+		t.Fatalf("targets %v, want one", targets)
+	}
+	tg := targets.Content[0]
+	if arn := node(tg, "Arn"); arn == nil || arn.Tag != "!GetAtt" || arn.Value != "WorkQueue.Arn" {
+		t.Errorf("target %v, want !GetAtt WorkQueue.Arn", arn)
+	}
+	var m sqsqueue.Message
+	if in := node(tg, "Input"); in == nil || json.Unmarshal([]byte(in.Value), &m) != nil || m.Kind != sqsqueue.KindSweep {
+		t.Errorf("target input %v is not a sweep message", in)
+	}
+	// The worker reads the queue the rule sends to.
+	if q := node(res, "WorkerFunction", "Properties", "Events", "Work", "Properties", "Queue"); q == nil || q.Value != "WorkQueue.Arn" {
+		t.Errorf("the worker reads %v, not the work queue", q)
+	}
+	pol := node(res, "WorkQueuePolicy", "Properties")
+	if qs := node(pol, "Queues"); qs == nil || len(qs.Content) != 1 || qs.Content[0].Tag != "!Ref" || qs.Content[0].Value != "WorkQueue" {
+		t.Fatalf("queue policy applies to %v, want [!Ref WorkQueue]", qs)
+	}
+	stmts := node(pol, "PolicyDocument", "Statement")
+	if stmts == nil || len(stmts.Content) != 1 {
+		t.Fatalf("statements %v, want one", stmts)
+	}
+	st := stmts.Content[0]
+	checks := []struct {
+		path       []string
+		tag, value string
+	}{
+		{[]string{"Effect"}, "!!str", "Allow"},
+		{[]string{"Principal", "Service"}, "!!str", "events.amazonaws.com"},
+		{[]string{"Action"}, "!!str", "sqs:SendMessage"},
+		{[]string{"Resource"}, "!GetAtt", "WorkQueue.Arn"},
+		{[]string{"Condition", "ArnEquals", "aws:SourceArn"}, "!GetAtt", "SweepSchedule.Arn"},
+	}
+	for _, c := range checks {
+		if n := node(st, c.path...); n == nil || n.Tag != c.tag || n.Value != c.value {
+			t.Errorf("policy %v = %v, want %s %s", c.path, n, c.tag, c.value)
+		}
 	}
 }

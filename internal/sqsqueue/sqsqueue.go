@@ -131,6 +131,14 @@ type Worker struct {
 	BusyDelay time.Duration
 	// Webhooks delivers batch events (KindWebhook messages); nil drops them.
 	Webhooks *webhook.Deliverer
+	// Sweeper lists what the scheduled sweep (KindSweep messages) looks
+	// at; nil drops sweep messages. StallAfter is how long a batch may
+	// make no progress before the sweep plans it again (default 35 min);
+	// DeliveryGrace how overdue a webhook delivery must be before the
+	// sweep queues its message (default 10 min).
+	Sweeper       SweepStore
+	StallAfter    time.Duration
+	DeliveryGrace time.Duration
 }
 
 // Handle processes an SQS event and reports the messages that failed, so
@@ -156,6 +164,8 @@ func (w *Worker) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEven
 			err = w.work(ctx, m)
 		case KindWebhook:
 			err = w.deliver(ctx, m)
+		case KindSweep:
+			err = w.sweep(ctx)
 		default:
 			err = fmt.Errorf("sqsqueue: unknown message kind %q", m.Kind)
 		}
@@ -221,6 +231,17 @@ func (w *Worker) plan(ctx context.Context, m Message) error {
 	items, err := w.Store.PendingItems(ctx, b.AccountID, b.ID, m.From-1, window)
 	if err != nil {
 		return err
+	}
+	if len(items) == 0 {
+		// Nothing left to plan: a batch whose last results were written
+		// but which a crash left uncompleted is completed by this call
+		// (a plan the sweep sends finds such batches).
+		final, err := w.Store.PutResults(ctx, b.AccountID, b.ID, nil, w.now())
+		if err != nil {
+			return err
+		}
+		w.finalized(ctx, final)
+		return nil
 	}
 	msgs := Pack(m.AccountID, m.BatchID, items, w.packSize())
 	if len(items) == window {

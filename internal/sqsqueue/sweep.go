@@ -1,0 +1,151 @@
+package sqsqueue
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/evs-dev/evs/internal/batch"
+	"github.com/evs-dev/evs/internal/evs"
+)
+
+// KindSweep is the message an EventBridge schedule puts on the work queue
+// (template.yaml, SweepSchedule): the worker then looks for work no message
+// carries any more (contract, sections 9 and 10). Every message kind else
+// is started by the service itself, so without the sweep a batch whose
+// messages all dead-lettered (a long store outage) would stay running, and
+// a delivery whose first message was never sent (the queue down when a
+// batch failed at creation, or when it was cancelled) would stay pending.
+const KindSweep = "sweep"
+
+// SweepStore is what the sweep needs from the store (dynamostore
+// implements it).
+type SweepStore interface {
+	// Sweep lists the unfinished batches and the pending deliveries whose
+	// next attempt and whose batch's final state are both at dueBy or
+	// earlier.
+	Sweep(ctx context.Context, dueBy time.Time) (unfinished []evs.Batch, overdue []evs.Delivery, err error)
+	// ClaimStall records what a sweep at now sees of a batch and reports
+	// true, to one caller only, when its processed count has not changed
+	// for at least after; a claim starts a new window.
+	ClaimStall(ctx context.Context, accountID, id string, now time.Time, after time.Duration) (bool, error)
+	// ClaimOverdue reports true, to one caller per grace, when the
+	// overdue delivery d has not moved since it was listed.
+	ClaimOverdue(ctx context.Context, d evs.Delivery, now time.Time, grace time.Duration) (bool, error)
+}
+
+// Defaults of the sweep's windows.
+const (
+	// defaultStallAfter is how long a batch may make no progress before
+	// the sweep plans its pending items again. It is longer than anything
+	// a live batch waits on: a greylist retry's SQS delay (15 min at
+	// most) plus the function's timeout (5 min), and the queue's
+	// visibility timeout (30 min), after which a failed message comes
+	// back by itself.
+	defaultStallAfter = 35 * time.Minute
+	// defaultDeliveryGrace is how overdue a delivery must be before the
+	// sweep queues its message, and how often at most it queues one for
+	// the same delivery: past the function's timeout, so a message on its
+	// way is seldom overtaken. One queued anyway is harmless: every
+	// attempt is claimed in the store first, so none is made twice.
+	defaultDeliveryGrace = 10 * time.Minute
+)
+
+// sweep re-starts the work nobody carries: batches past their deadline are
+// finished, stalled batches are planned again (one plan per stall window),
+// overdue deliveries get a message. A sweep that fails part-way logs and
+// returns nil: the next scheduled one, minutes later, does it again, and a
+// redelivered sweep message would only come later still.
+func (w *Worker) sweep(ctx context.Context) error {
+	if w.Sweeper == nil {
+		w.logger().Warn("sweep: no sweep store configured; message dropped")
+		return nil
+	}
+	now := w.now()
+	unfinished, overdue, err := w.Sweeper.Sweep(ctx, now.Add(-w.deliveryGrace()))
+	if err != nil {
+		w.logger().Error("sweep: could not list batches", slog.String("error", err.Error()))
+		return nil
+	}
+	var expired, replanned, queued, failed int
+	for _, b := range unfinished {
+		did, err := w.sweepBatch(ctx, b, now)
+		switch {
+		case err != nil:
+			failed++
+			w.logger().Error("sweep: batch not handled", slog.String("batchId", b.ID), slog.String("error", err.Error()))
+		case did == sweptExpired:
+			expired++
+		case did == sweptReplanned:
+			replanned++
+		}
+	}
+	for _, d := range overdue {
+		mine, err := w.Sweeper.ClaimOverdue(ctx, d, now, w.deliveryGrace())
+		if err != nil {
+			failed++
+			w.logger().Error("sweep: delivery not claimed", slog.String("batchId", d.BatchID), slog.String("error", err.Error()))
+			continue
+		}
+		if !mine {
+			continue // moved on meanwhile, or another sweep queued it
+		}
+		if err := w.Queue.send(ctx, []Message{{Kind: KindWebhook, AccountID: d.AccountID, BatchID: d.BatchID}}, 0); err != nil {
+			failed++
+			w.logger().Error("sweep: delivery not queued", slog.String("batchId", d.BatchID), slog.String("error", err.Error()))
+			continue
+		}
+		queued++
+	}
+	w.logger().Info("sweep", slog.Int("unfinished", len(unfinished)), slog.Int("expired", expired),
+		slog.Int("replanned", replanned), slog.Int("deliveriesQueued", queued), slog.Int("failed", failed))
+	return nil
+}
+
+// sweepOutcome is what the sweep did to a batch.
+type sweepOutcome int
+
+const (
+	sweptNothing sweepOutcome = iota
+	sweptExpired
+	sweptReplanned
+)
+
+// sweepBatch finishes b if it is past its deadline, else plans it again if
+// it stalled.
+func (w *Worker) sweepBatch(ctx context.Context, b evs.Batch, now time.Time) (sweepOutcome, error) {
+	if batch.PastDeadline(b, w.Deadline, now) {
+		// As a plan message would: queued becomes running, then every
+		// pending item ends as unknown/timeout.
+		if b.State == evs.StateQueued {
+			if _, err := w.Store.TransitionBatch(ctx, b.AccountID, b.ID, []evs.State{evs.StateQueued}, evs.StateRunning, "", now); err != nil && evs.ErrorCode(err) != evs.CodeInvalidState {
+				return sweptNothing, err
+			}
+		}
+		return sweptExpired, w.expire(ctx, b)
+	}
+	stalled, err := w.Sweeper.ClaimStall(ctx, b.AccountID, b.ID, now, w.stallAfter())
+	if err != nil || !stalled {
+		return sweptNothing, err
+	}
+	// The plan starts from the first pending item; results already
+	// written are never counted again (PutResults is exactly-once), and
+	// the claim above lets one sweep per window get here.
+	w.logger().Warn("sweep: batch made no progress; planned again", slog.String("batchId", b.ID),
+		slog.Int("processed", b.Counters.Processed))
+	return sweptReplanned, w.Queue.send(ctx, []Message{{Kind: KindPlan, AccountID: b.AccountID, BatchID: b.ID}}, 0)
+}
+
+func (w *Worker) stallAfter() time.Duration {
+	if w.StallAfter <= 0 {
+		return defaultStallAfter
+	}
+	return w.StallAfter
+}
+
+func (w *Worker) deliveryGrace() time.Duration {
+	if w.DeliveryGrace <= 0 {
+		return defaultDeliveryGrace
+	}
+	return w.DeliveryGrace
+}
