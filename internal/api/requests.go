@@ -382,11 +382,30 @@ func (h *Handler) getBatch(ctx context.Context, req events.APIGatewayProxyReques
 	if err != nil {
 		return events.APIGatewayProxyResponse{}, err
 	}
+	if v, ok := h.d.Batches.(batchViewer); ok && h.d.Deliveries != nil {
+		b, d, found, err := v.BatchView(ctx, p.AccountID, id)
+		if err != nil {
+			return events.APIGatewayProxyResponse{}, err
+		}
+		e := envelopeOf(b, false)
+		if found {
+			e = withDelivery(e, d)
+		}
+		return render(jsonReply(http.StatusOK, e), req.RequestContext.RequestID), nil
+	}
 	b, err := h.d.Batches.Batch(ctx, p.AccountID, id)
 	if err != nil {
 		return events.APIGatewayProxyResponse{}, err
 	}
 	return render(jsonReply(http.StatusOK, h.withCallback(ctx, p.AccountID, envelopeOf(b, false))), req.RequestContext.RequestID), nil
+}
+
+// batchViewer is a batch store that reads a batch and its delivery in one
+// go (the SQLite store): GET then costs one read instead of two.
+type batchViewer interface {
+	// BatchView returns the batch as Batch does and, when the batch is
+	// final and has one, its delivery as Delivery does (found true).
+	BatchView(ctx context.Context, accountID, id string) (b evs.Batch, d evs.Delivery, found bool, err error)
 }
 
 func (h *Handler) cancel(ctx context.Context, req events.APIGatewayProxyRequest, p Principal) (events.APIGatewayProxyResponse, error) {

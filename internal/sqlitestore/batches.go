@@ -76,7 +76,7 @@ var (
 	}
 	readerQueries = []string{
 		qAccount, qAccountByName, qCountAccounts, qKeyByHash, qListKeys,
-		qBatch, qResults, qResultsByStatus, qPending, qUnfinished,
+		qBatch, qResults, qResultsByStatus, qPending, qUnfinished, qDelivery, qBatchView,
 	}
 )
 
