@@ -216,7 +216,11 @@ func (h *Handler) storeBatch(ctx context.Context, p Principal, in parsedBatch) (
 	if err := h.d.Batches.CreateBatchWithin(ctx, b, items, h.d.MaxActiveBatches); err != nil {
 		return evs.Batch{}, err
 	}
-	if err := h.d.Queue.Enqueue(ctx, b); err != nil {
+	enqueue := h.d.Queue.Enqueue
+	if q, ok := h.d.Queue.(ItemsQueue); ok {
+		enqueue = func(ctx context.Context, b evs.Batch) error { return q.EnqueueItems(ctx, b, items) }
+	}
+	if err := enqueue(ctx, b); err != nil {
 		if _, terr := h.d.Batches.TransitionBatch(ctx, p.AccountID, b.ID, []evs.State{evs.StateQueued}, evs.StateFailed, "the batch could not be queued", h.d.Now()); terr != nil {
 			h.d.Logger.ErrorContext(ctx, "could not mark an unqueued batch failed", slog.String("batchId", b.ID), slog.String("error", terr.Error()))
 		}
