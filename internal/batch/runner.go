@@ -415,11 +415,16 @@ func (r *Runner) expire(ctx context.Context, b evs.Batch, test bool) error {
 // that fails keeps its results for the next one, after a back-off: verdicts
 // cost network work and are not dropped while the store is down.
 type writer struct {
-	r      *Runner
-	b      evs.Batch
-	stop   context.CancelFunc
-	mu     sync.Mutex
-	buf    []evs.Result
+	r    *Runner
+	b    evs.Batch
+	stop context.CancelFunc
+	mu   sync.Mutex
+	// buf holds the results not written yet as the tasks handed them
+	// over, n of them in all: gathering them into one slice only at the
+	// write copies each result once, where appending to a growing slice
+	// copied it several times.
+	buf    [][]evs.Result
+	n      int
 	kick   chan struct{}
 	done   chan struct{}
 	closed chan struct{}
@@ -436,8 +441,9 @@ func (w *writer) add(rs []evs.Result) {
 		return
 	}
 	w.mu.Lock()
-	w.buf = append(w.buf, rs...)
-	full := len(w.buf) >= w.r.cfg.FlushSize
+	w.buf = append(w.buf, rs)
+	w.n += len(rs)
+	full := w.n >= w.r.cfg.FlushSize
 	w.mu.Unlock()
 	if full {
 		select {
@@ -481,9 +487,13 @@ func (w *writer) flush(force bool) (bool, error) {
 		w.mu.Unlock()
 		return false, nil
 	}
-	rs := w.buf
-	w.buf = nil
+	chunks, n := w.buf, w.n
+	w.buf, w.n = nil, 0
 	w.mu.Unlock()
+	rs := make([]evs.Result, 0, n)
+	for _, c := range chunks {
+		rs = append(rs, c...)
+	}
 	if len(rs) == 0 {
 		return false, nil
 	}
@@ -496,7 +506,8 @@ func (w *writer) flush(force bool) (bool, error) {
 	defer w.mu.Unlock()
 	if err != nil {
 		// Keep them, in front of what came meanwhile, for the next try.
-		w.buf = append(rs, w.buf...)
+		w.buf = append([][]evs.Result{rs}, w.buf...)
+		w.n += len(rs)
 		w.after = time.Now().Add(RetryDelay(w.r.cfg.RetryBase, w.r.cfg.RetryMax, w.fails))
 		w.fails++
 		if w.fails == 1 || w.fails%10 == 0 {
@@ -521,7 +532,7 @@ func (w *writer) close(ctx context.Context) error {
 		_, err := w.flush(true)
 		if err == nil {
 			w.mu.Lock()
-			left := len(w.buf)
+			left := w.n
 			w.mu.Unlock()
 			if left == 0 {
 				return nil
