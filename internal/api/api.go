@@ -78,6 +78,13 @@ type Queue interface {
 	Enqueue(ctx context.Context, b evs.Batch) error
 }
 
+// ItemsQueue is a Queue in this process (the runner of `evs serve`) that
+// can take the items just stored with the batch, so its workers need not
+// read them back from the store. The items must not be changed after.
+type ItemsQueue interface {
+	EnqueueItems(ctx context.Context, b evs.Batch, items []evs.Item) error
+}
+
 // BatchStore is the part of the store the batch handlers use.
 type BatchStore interface {
 	CreateBatchWithin(ctx context.Context, b evs.Batch, items []evs.Item, maxActive int) error

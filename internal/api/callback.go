@@ -52,6 +52,11 @@ func (h *Handler) withCallback(ctx context.Context, accountID string, e batchEnv
 		}
 		return e
 	}
+	return withDelivery(e, d)
+}
+
+// withDelivery adds callbackUrl and callback from d to the envelope.
+func withDelivery(e batchEnvelope, d evs.Delivery) batchEnvelope {
 	e.Request.CallbackURL = d.URL
 	e.Request.Callback = &callback{State: d.State, Attempts: d.Attempts}
 	if d.LastStatus != 0 {

@@ -96,8 +96,14 @@ func (h *Handler) verify(ctx context.Context, req events.APIGatewayProxyRequest,
 	// inspected for the log alone.
 	domain, decided := "", false
 	resp, _, _, err := h.idempotent(ctx, req, p, raw, func(ctx context.Context) idempotency.Reply {
-		vctx, cancel := context.WithTimeout(ctx, h.d.VerifyTimeout)
-		defer cancel()
+		vctx := ctx
+		if !p.Test {
+			// The sandbox answers from the address alone and never waits
+			// on the network: its calls need no timer of their own.
+			var cancel context.CancelFunc
+			vctx, cancel = context.WithTimeout(ctx, h.d.VerifyTimeout)
+			defer cancel()
+		}
 		d := engine.Verify(vctx, *in.Email, mode)
 		domain, decided = decisionDomain(d), true
 		return jsonReply(http.StatusOK, verifyResponse{Status: d.Status(), Decision: NewDecision(d)})

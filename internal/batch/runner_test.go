@@ -351,3 +351,34 @@ func TestRunnerResume(t *testing.T) {
 		}
 	}
 }
+
+// TestEnqueueItemsVerifiesTheGivenItems: a batch handed over with its items
+// is verified from them, each once, and completes with every result, as one
+// read back from the store would.
+func TestEnqueueItemsVerifiesTheGivenItems(t *testing.T) {
+	e := newEnv(t)
+	eng := &fakeEngine{}
+	r := e.runner(e.st, eng, batch.RunnerConfig{})
+	list := emails("given", 30)
+	b := e.batch(e.account(false), time.Now(), list...)
+	items := make([]evs.Item, len(list))
+	for i, m := range list {
+		items[i] = evs.Item{Seq: i, Email: m, Domain: m[strings.IndexByte(m, '@')+1:]}
+	}
+	if err := r.EnqueueItems(e.ctx, b, items); err != nil {
+		t.Fatal(err)
+	}
+	got := e.wait(b, 10*time.Second)
+	if got.State != evs.StateCompleted || got.Counters.Processed != len(list) {
+		t.Fatalf("batch = %s %+v; want completed with %d processed", got.State, got.Counters, len(list))
+	}
+	rs := e.results(b)
+	if len(rs) != len(list) {
+		t.Fatalf("%d results; want %d", len(rs), len(list))
+	}
+	for i, res := range rs {
+		if res.Seq != i || res.Email != list[i] || eng.count(list[i]) != 1 {
+			t.Errorf("result %d = seq %d %s, verified %d times", i, res.Seq, res.Email, eng.count(list[i]))
+		}
+	}
+}

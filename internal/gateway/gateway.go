@@ -21,7 +21,6 @@
 package gateway
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
@@ -235,9 +234,16 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, rid string) (acc
 	}
 	resource = rt.Path
 	key := r.Header.Get("X-Api-Key")
-	methodArn := fmt.Sprintf("arn:aws:execute-api:local:000000000000:evs/%s/%s%s", g.cfg.Stage, r.Method, r.URL.Path)
-	client := clientOf(r)
-	if g.fails != nil && !g.knownGood(key, methodArn) {
+	methodArn := "arn:aws:execute-api:local:000000000000:evs/" + g.cfg.Stage + "/" + r.Method + r.URL.Path
+	// The cache is looked up once per call: the failure limiter and the
+	// authorizer both use the answer.
+	var hit cacheHit
+	if key != "" {
+		hit = g.lookup(key, methodArn)
+	}
+	client := ""
+	if g.fails != nil && !hit.allows {
+		client = clientOf(r)
 		// A client that keeps failing is refused before its key is even
 		// looked at, so guessing keys is slow; a key already seen to
 		// work (cached) still passes, so neighbours behind the same NAT
@@ -252,10 +258,13 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, rid string) (acc
 	typ := Unauthorized
 	var authResp events.APIGatewayCustomAuthorizerResponse
 	if key != "" {
-		authResp, typ = g.authorize(r.Context(), r, rid, key, rt, params, methodArn)
+		authResp, typ = g.authorize(r.Context(), r, rid, hit, rt, params, methodArn)
 	}
 	if typ != "" {
 		if g.fails != nil && (typ == Unauthorized || typ == AccessDenied) {
+			if client == "" {
+				client = clientOf(r)
+			}
 			g.fails.fail(client, g.cfg.Now())
 		}
 		refuseEarly(w, r)
@@ -329,17 +338,28 @@ func refuseEarly(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// knownGood tells whether key has a cached authorizer answer that allows
-// methodArn: a key shown to work, which a guesser cannot have.
-func (g *Gateway) knownGood(key, methodArn string) bool {
-	if key == "" || g.cfg.AuthTTL <= 0 {
-		return false
+// cacheHit is what the authorizer cache holds for a call's key.
+type cacheHit struct {
+	ck     [32]byte // the key's hash: the cache never holds a key itself
+	resp   events.APIGatewayCustomAuthorizerResponse
+	found  bool // a live cached answer
+	allows bool // and it allows the call: a key shown to work, which a guesser cannot have
+}
+
+// lookup reads the cache entry of key and tells whether it allows methodArn.
+func (g *Gateway) lookup(key, methodArn string) cacheHit {
+	h := cacheHit{ck: sha256.Sum256([]byte(key))}
+	if g.cfg.AuthTTL <= 0 {
+		return h
 	}
-	ck := sha256.Sum256([]byte(key))
 	g.mu.Lock()
-	e, ok := g.cache[ck]
+	e, ok := g.cache[h.ck]
 	g.mu.Unlock()
-	return ok && g.cfg.Now().Before(e.expires) && allowed(e.resp.PolicyDocument, methodArn)
+	if ok && g.cfg.Now().Before(e.expires) {
+		h.resp, h.found = e.resp, true
+		h.allows = allowed(e.resp.PolicyDocument, methodArn)
+	}
+	return h
 }
 
 // retryAfter renders a wait as whole seconds, at least 1.
@@ -364,53 +384,45 @@ func (g *Gateway) invoke(ctx context.Context, fn Function, ev events.APIGatewayP
 
 // authorize returns the authorizer's allow response, or the gateway
 // response type to answer with.
-func (g *Gateway) authorize(ctx context.Context, r *http.Request, rid, key string, rt route, params map[string]string, methodArn string) (events.APIGatewayCustomAuthorizerResponse, string) {
-	ck := sha256.Sum256([]byte(key)) // the cache never holds a key itself
+func (g *Gateway) authorize(ctx context.Context, r *http.Request, rid string, hit cacheHit, rt route, params map[string]string, methodArn string) (events.APIGatewayCustomAuthorizerResponse, string) {
+	if hit.found {
+		if !hit.allows {
+			return hit.resp, AccessDenied
+		}
+		return hit.resp, ""
+	}
 	now := g.cfg.Now()
-	var resp events.APIGatewayCustomAuthorizerResponse
-	cached := false
+	hs, mhs := headers(r)
+	qs, mqs := query(r)
+	resp, err := g.cfg.Authorizer(ctx, events.APIGatewayCustomAuthorizerRequestTypeRequest{
+		Type:                            "REQUEST",
+		MethodArn:                       methodArn,
+		Resource:                        rt.Path,
+		Path:                            r.URL.Path,
+		HTTPMethod:                      r.Method,
+		Headers:                         hs,
+		MultiValueHeaders:               mhs,
+		QueryStringParameters:           qs,
+		MultiValueQueryStringParameters: mqs,
+		PathParameters:                  params,
+		RequestContext: events.APIGatewayCustomAuthorizerRequestTypeRequestContext{
+			Path: "/" + g.cfg.Stage + r.URL.Path, AccountID: "000000000000", ResourcePath: rt.Path,
+			Stage: g.cfg.Stage, RequestID: rid, APIID: "evs", HTTPMethod: r.Method,
+		},
+	})
+	if err != nil {
+		// "Unauthorized" is the authorizer's documented way to ask for
+		// a 401; any other failure is a 500, and neither is cached.
+		if err.Error() == "Unauthorized" {
+			return resp, Unauthorized
+		}
+		g.cfg.Logger.ErrorContext(ctx, "authorizer failed", slog.String("requestId", rid), slog.String("error", err.Error()))
+		return resp, Default5XX
+	}
 	if g.cfg.AuthTTL > 0 {
 		g.mu.Lock()
-		e, ok := g.cache[ck]
+		g.cache[hit.ck] = authEntry{resp: resp, expires: now.Add(g.cfg.AuthTTL)}
 		g.mu.Unlock()
-		if ok && now.Before(e.expires) {
-			resp, cached = e.resp, true
-		}
-	}
-	if !cached {
-		hs, mhs := headers(r)
-		qs, mqs := query(r)
-		var err error
-		resp, err = g.cfg.Authorizer(ctx, events.APIGatewayCustomAuthorizerRequestTypeRequest{
-			Type:                            "REQUEST",
-			MethodArn:                       methodArn,
-			Resource:                        rt.Path,
-			Path:                            r.URL.Path,
-			HTTPMethod:                      r.Method,
-			Headers:                         hs,
-			MultiValueHeaders:               mhs,
-			QueryStringParameters:           qs,
-			MultiValueQueryStringParameters: mqs,
-			PathParameters:                  params,
-			RequestContext: events.APIGatewayCustomAuthorizerRequestTypeRequestContext{
-				Path: "/" + g.cfg.Stage + r.URL.Path, AccountID: "000000000000", ResourcePath: rt.Path,
-				Stage: g.cfg.Stage, RequestID: rid, APIID: "evs", HTTPMethod: r.Method,
-			},
-		})
-		if err != nil {
-			// "Unauthorized" is the authorizer's documented way to ask for
-			// a 401; any other failure is a 500, and neither is cached.
-			if err.Error() == "Unauthorized" {
-				return resp, Unauthorized
-			}
-			g.cfg.Logger.ErrorContext(ctx, "authorizer failed", slog.String("requestId", rid), slog.String("error", err.Error()))
-			return resp, Default5XX
-		}
-		if g.cfg.AuthTTL > 0 {
-			g.mu.Lock()
-			g.cache[ck] = authEntry{resp: resp, expires: now.Add(g.cfg.AuthTTL)}
-			g.mu.Unlock()
-		}
 	}
 	if !allowed(resp.PolicyDocument, methodArn) {
 		return resp, AccessDenied
@@ -501,7 +513,11 @@ func (g *Gateway) event(r *http.Request, rid string, rt route, params map[string
 	authCtx := map[string]any{"principalId": auth.PrincipalID}
 	for k, v := range auth.Context {
 		// API Gateway hands context values to the integration as strings.
-		authCtx[k] = fmt.Sprint(v)
+		if str, ok := v.(string); ok {
+			authCtx[k] = str
+		} else {
+			authCtx[k] = fmt.Sprint(v)
+		}
 	}
 	if len(params) == 0 {
 		params = nil
@@ -558,14 +574,14 @@ func writeProxy(w http.ResponseWriter, resp events.APIGatewayProxyResponse, rid 
 		h.Set(k, v)
 	}
 	h.Set("X-Request-Id", rid)
-	body := []byte(resp.Body)
+	body := resp.Body // written as is: no copy into a []byte
 	if resp.IsBase64Encoded {
 		b, err := base64.StdEncoding.DecodeString(resp.Body)
 		if err != nil {
 			writeResponse(w, Default5XX, rid, nil)
 			return
 		}
-		body = b
+		body = string(b)
 	}
 	status := resp.StatusCode
 	if status == 0 {
@@ -573,5 +589,5 @@ func writeProxy(w http.ResponseWriter, resp events.APIGatewayProxyResponse, rid 
 	}
 	h.Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(status)
-	_, _ = io.Copy(w, bytes.NewReader(body))
+	_, _ = io.WriteString(w, body)
 }

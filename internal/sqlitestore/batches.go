@@ -76,7 +76,7 @@ var (
 	}
 	readerQueries = []string{
 		qAccount, qAccountByName, qCountAccounts, qKeyByHash, qListKeys,
-		qBatch, qResults, qResultsByStatus, qPending, qUnfinished,
+		qBatch, qResults, qResultsByStatus, qPending, qUnfinished, qDelivery, qBatchView,
 	}
 )
 
@@ -245,6 +245,16 @@ func (s *Store) TransitionBatch(ctx context.Context, accountID, id string, from 
 // the counters, all in one transaction: a crash leaves either all or none of
 // them, never results without their count.
 func (s *Store) PutResults(ctx context.Context, accountID, id string, results []evs.Result, now time.Time) (evs.Batch, error) {
+	// Written in seq order whatever order they came in (a batch's results
+	// arrive domain by domain): the inserts then walk the results b-tree,
+	// its status index and the items they refer to from left to right
+	// instead of jumping about.
+	// The order is sorted, not the results: they are large to move.
+	order := make([]int, len(results))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int { return results[a].Seq - results[b].Seq })
 	encoded := make([][]byte, len(results))
 	for i, r := range results {
 		if !r.Decision.Reason.Valid() {
@@ -282,8 +292,9 @@ func (s *Store) PutResults(ctx context.Context, accountID, id string, results []
 				defer stmt.Close()
 			}
 			args = args[:0]
-			for i, r := range results[done : done+k] {
-				args = append(args, key, r.Seq, statusCode(r.Status()), encoded[done+i])
+			for _, i := range order[done : done+k] {
+				r := &results[i]
+				args = append(args, key, r.Seq, statusCode(r.Status()), encoded[i])
 			}
 			if err := countInserted(ctx, stmt, args, &added); err != nil {
 				return err

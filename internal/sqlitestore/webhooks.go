@@ -39,12 +39,16 @@ func scanDelivery(row scanner) (evs.Delivery, error) {
 
 func noDelivery() error { return evs.Errorf(evs.CodeNotFound, "The request has no webhook delivery.") }
 
+// qDelivery reads a delivery for GET /v1/requests/{id} of every final
+// batch, with or without a callback: prepared at Open, since parsing it
+// per call cost more than running it.
+const qDelivery = `SELECT ` + deliveryCols + `
+		FROM deliveries d JOIN batches b ON b.id = d.batch_id
+		WHERE d.batch_id = ? AND d.account_id = ? AND b.state IN ` + finalStates + ` AND b.expires_at > ?`
+
 // Delivery returns the delivery of a live, final batch of account.
 func (s *Store) Delivery(ctx context.Context, accountID, batchID string) (evs.Delivery, error) {
-	d, err := scanDelivery(s.rdb.QueryRowContext(ctx, `SELECT `+deliveryCols+`
-		FROM deliveries d JOIN batches b ON b.id = d.batch_id
-		WHERE d.batch_id = ? AND d.account_id = ? AND b.state IN `+finalStates+` AND b.expires_at > ?`,
-		batchID, accountID, millis(s.now())))
+	d, err := scanDelivery(s.rstmt(qDelivery).QueryRowContext(ctx, batchID, accountID, millis(s.now())))
 	if errors.Is(err, sql.ErrNoRows) {
 		return evs.Delivery{}, noDelivery()
 	}

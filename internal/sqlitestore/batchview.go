@@ -1,0 +1,52 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"strings"
+
+	"github.com/evs-dev/evs/internal/evs"
+)
+
+// qBatchView reads a live batch and, when it is final, its delivery, in one
+// statement: GET /v1/requests/{id} otherwise paid for two reads (the batch,
+// then a delivery lookup that finds nothing for most batches).
+var qBatchView = `SELECT d.url, d.state, d.attempts, d.last_status, d.next_at, ` + qualified("b.", batchCols) + `
+	FROM batches b LEFT JOIN deliveries d ON d.batch_id = b.id AND d.account_id = b.account_id AND b.state IN ` + finalStates + `
+	WHERE b.id = ? AND b.account_id = ? AND b.expires_at > ?`
+
+// qualified prefixes each column of the list cols with table.
+func qualified(table, cols string) string {
+	fields := strings.Split(cols, ",")
+	for i, f := range fields {
+		fields[i] = table + strings.TrimSpace(f)
+	}
+	return strings.Join(fields, ", ")
+}
+
+// BatchView returns what Batch and Delivery return together: the batch id
+// of account (CodeNotFound also once expired) and, if the batch is final
+// and has a webhook delivery, that delivery (ok true).
+func (s *Store) BatchView(ctx context.Context, accountID, id string) (evs.Batch, evs.Delivery, bool, error) {
+	var (
+		url, state       sql.NullString
+		attempts, status sql.NullInt64
+		next             sql.NullInt64
+	)
+	b, err := scanBatchWith(s.rstmt(qBatchView).QueryRowContext(ctx, id, accountID, millis(s.now())),
+		&url, &state, &attempts, &status, &next)
+	if errors.Is(err, sql.ErrNoRows) {
+		return evs.Batch{}, evs.Delivery{}, false, batchNotFound()
+	}
+	if err != nil {
+		return evs.Batch{}, evs.Delivery{}, false, dbErr("read batch", err)
+	}
+	if !url.Valid {
+		return b, evs.Delivery{}, false, nil
+	}
+	return b, evs.Delivery{
+		AccountID: b.AccountID, BatchID: b.ID, URL: url.String, State: evs.CallbackState(state.String),
+		Attempts: int(attempts.Int64), LastStatus: int(status.Int64), NextAt: fromMillis(next.Int64),
+	}, true, nil
+}
