@@ -5,9 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
-	"runtime"
 	"sync"
 	"sync/atomic"
 )
@@ -28,11 +25,6 @@ type op struct {
 	// fails there is nothing to undo (SQLite undoes a failed statement
 	// itself) and it needs no savepoint of its own.
 	oneStatement bool
-	// early, if set and true once fn has run without error, says the
-	// caller may be answered as soon as the group is committed, ahead of
-	// the syncs in flight: a write that needs no sync and whose answer
-	// tells nothing of other writes (a new idempotency claim).
-	early func() bool
 	// state moves from queued to taken (by the committer) or abandoned (by
 	// a caller whose ctx ended first), never both.
 	state atomic.Int32
@@ -50,40 +42,22 @@ const (
 // makes an idempotent call cheap under concurrency: the claims and
 // completions of all calls in flight share a commit instead of queueing for
 // one each.
-//
-// Syncing is pipelined: the writer connection commits without syncing
-// (synchronous=NORMAL: the commit is in the WAL, safe from kill -9), and a
-// second goroutine syncs the WAL file for the groups that need it while the
-// committer already runs the next group. Callers are answered group by
-// group in commit order, each only after every sync-needing group up to
-// and including its own is synced: no caller, synced or not, can hear of a
-// write (say, read a completed idempotency record) before that write is on
-// disk. One sync covers every group committed before it.
 type committer struct {
 	db    *sql.DB
 	stmts *stmtCache // for the savepoint statements
-	wal   string     // the WAL file's path
 	queue chan *op
-	done  chan committed // committed groups, in order, to sync and answer
 	quit  chan struct{}
 	wg    sync.WaitGroup
 	mu    sync.RWMutex // held for reading while enqueueing; Close takes it to stop intake
 	shut  bool
+	// synced is the writer connection's current synchronous setting.
+	synced bool
 }
 
-// committed is a committed group waiting for its answers.
-type committed struct {
-	ops  []*op
-	errs []error
-	sync bool // some write of the group needs a sync
-}
-
-func startCommitter(db *sql.DB, stmts *stmtCache, wal string) *committer {
-	c := &committer{db: db, stmts: stmts, wal: wal, queue: make(chan *op, maxGroup),
-		done: make(chan committed, maxGroup), quit: make(chan struct{})}
-	c.wg.Add(2)
+func startCommitter(db *sql.DB, stmts *stmtCache) *committer {
+	c := &committer{db: db, stmts: stmts, queue: make(chan *op, maxGroup), quit: make(chan struct{}), synced: true}
+	c.wg.Add(1)
 	go c.loop()
-	go c.syncLoop()
 	return c
 }
 
@@ -130,7 +104,6 @@ func (c *committer) stop() {
 
 func (c *committer) loop() {
 	defer c.wg.Done()
-	defer close(c.done)
 	group := make([]*op, 0, maxGroup)
 	for {
 		var first *op
@@ -147,11 +120,6 @@ func (c *committer) loop() {
 				}
 			}
 		}
-		// Let the goroutines that are ready to write queue first: under
-		// load, a group grows from a couple of writes to dozens, and the
-		// commit's fixed cost (its WAL writes) is shared by all of them.
-		// Idle, this costs a scheduler pass.
-		runtime.Gosched()
 		group = append(group[:0], first)
 	fill:
 		for len(group) < maxGroup {
@@ -171,7 +139,7 @@ func (c *committer) loop() {
 // savepoint, so one that fails is undone alone and the others commit; each
 // caller is answered only after the commit.
 func (c *committer) commit(group []*op) {
-	ops := make([]*op, 0, len(group)) // kept past the loop's reuse of group
+	ops := group[:0:len(group)]
 	for _, o := range group {
 		if o.state.CompareAndSwap(opQueued, opTaken) {
 			ops = append(ops, o)
@@ -190,6 +158,18 @@ func (c *committer) commit(group []*op) {
 		for _, o := range ops {
 			o.done <- err
 		}
+	}
+	if wantSync != c.synced {
+		// Per connection and outside a transaction; kept until changed.
+		mode := "NORMAL"
+		if wantSync {
+			mode = "FULL"
+		}
+		if _, err := c.db.ExecContext(ctx, "PRAGMA synchronous = "+mode); err != nil {
+			fail(dbErr("set synchronous", err))
+			return
+		}
+		c.synced = wantSync
 	}
 	tx, err := c.db.BeginTx(ctx, nil)
 	if err != nil {
@@ -231,90 +211,9 @@ func (c *committer) commit(group []*op) {
 		fail(dbErr("commit", err))
 		return
 	}
-	// Early answers first; the rest wait for the syncs before them.
-	rest, restErrs := ops[:0], errs[:0]
 	for i, o := range ops {
-		if errs[i] == nil && !o.sync && o.early != nil && o.early() {
-			o.done <- nil
-			continue
-		}
-		rest, restErrs = append(rest, o), append(restErrs, errs[i])
+		o.done <- errs[i]
 	}
-	if len(rest) > 0 {
-		c.done <- committed{ops: rest, errs: restErrs, sync: wantSync}
-	}
-}
-
-// syncLoop answers committed groups in order, syncing the WAL first when
-// any of the groups at hand needs it.
-func (c *committer) syncLoop() {
-	defer c.wg.Done()
-	var (
-		f     *os.File
-		batch []committed
-		dirty bool // the last sync failed
-	)
-	defer func() {
-		if f != nil {
-			f.Close()
-		}
-	}()
-	for g := range c.done {
-		batch = append(batch[:0], g)
-	more:
-		for {
-			select {
-			case g, ok := <-c.done:
-				if !ok {
-					break more
-				}
-				batch = append(batch, g)
-			default:
-				break more
-			}
-		}
-		need := dirty
-		for _, g := range batch {
-			need = need || g.sync
-		}
-		var serr error
-		if need {
-			f, serr = c.syncWAL(f)
-			// After a failed sync nothing written since the last good
-			// one is known to be on disk: every answer waits for a sync
-			// that works.
-			dirty = serr != nil
-		}
-		for _, g := range batch {
-			for i, o := range g.ops {
-				err := g.errs[i]
-				if err == nil && serr != nil {
-					// Committed, but not known to be on disk: the caller
-					// must not act as if it were.
-					err = dbErr("sync", serr)
-				}
-				o.done <- err
-			}
-		}
-		clear(batch)
-	}
-}
-
-// syncWAL syncs the WAL file, opening it on first use. Syncing any
-// descriptor of the file writes out what the writer connection wrote to
-// it; the directory is synced once too, for the file's own entry.
-func (c *committer) syncWAL(f *os.File) (*os.File, error) {
-	if f == nil {
-		var err error
-		if f, err = os.OpenFile(c.wal, os.O_RDWR, 0); err != nil {
-			return nil, err
-		}
-		if d, err := os.Open(filepath.Dir(c.wal)); err == nil {
-			_ = d.Sync() // best effort: not every file system syncs directories
-			d.Close()
-		}
-	}
-	return f, f.Sync()
 }
 
 // ownError marks an error of one write, undone by its savepoint, as

@@ -2,15 +2,12 @@ package sqlitestore
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/evs-dev/evs/internal/evs"
-	"github.com/evs-dev/evs/internal/idempotency"
 )
 
 // TestConcurrentWritesFailAlone runs many writes at once, so they share
@@ -95,41 +92,5 @@ func TestClosedStoreRefusesWrites(t *testing.T) {
 	}
 	if err := s.CreateAccount(context.Background(), evs.Account{ID: "a", Name: "a", CreatedAt: t0}); err == nil {
 		t.Fatal("CreateAccount on a closed store succeeded")
-	}
-}
-
-// TestSyncFailureIsReported: a write that needs a sync is not acknowledged
-// when the WAL cannot be synced, while a write that needs none is; so the
-// sync is really made before the answer, not assumed.
-func TestSyncFailureIsReported(t *testing.T) {
-	ctx := context.Background()
-	s := openStore(t, t.TempDir(), time.Now)
-	// A committer of its own on the store's writer, whose WAL path leads
-	// nowhere: its first sync fails.
-	s.c.stop()
-	s.c = startCommitter(s.db, &s.wstmts, filepath.Join(t.TempDir(), "missing", "evs.db-wal"))
-	noop := func(ctx context.Context, tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `SELECT 1`)
-		return err
-	}
-	if err := s.writeOne(ctx, false, noop); err != nil {
-		t.Fatalf("unsynced write: %v", err)
-	}
-	if err := s.write(ctx, noop); err == nil {
-		t.Fatal("synced write acknowledged although the WAL could not be synced")
-	}
-	// A new claim tells nothing of other writes: answered once committed.
-	now := time.Now()
-	rec := idempotency.Record{Scope: "s1", Fingerprint: "f", LockedUntil: now.Add(time.Minute), ExpiresAt: now.Add(time.Hour)}
-	if _, claimed, err := s.ClaimIdempotency(ctx, rec, now); err != nil || !claimed {
-		t.Fatalf("new claim = %v, %v; want claimed", claimed, err)
-	}
-	// A completion needs its sync; a claim that finds the record waits for
-	// the syncs before it, so it is not answered either.
-	if err := s.CompleteIdempotency(ctx, "s1", 200, nil, []byte("{}")); err == nil {
-		t.Fatal("completion acknowledged although the WAL could not be synced")
-	}
-	if _, _, err := s.ClaimIdempotency(ctx, rec, now); err == nil {
-		t.Fatal("a claim that found a record was answered although the sync before it failed")
 	}
 }

@@ -64,8 +64,7 @@ func TestHelperProcess(t *testing.T) {
 // every write it acknowledged is in the database afterwards, and that no
 // transaction is half there (results without their counts). Power loss,
 // which also drops the operating system's cache, cannot be staged here; it
-// is covered by the committer's fsync of the WAL before it answers a write
-// that needs one (TestSyncFailureIsReported shows that sync is made).
+// is covered by synchronous=FULL, which TestOpenSettings checks.
 func TestCrashDurability(t *testing.T) {
 	dir := t.TempDir()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperProcess$", "-test.count=1")

@@ -38,17 +38,12 @@ const (
 // rests on CompleteIdempotency, which is synced, and whose sync also makes
 // every earlier claim in the log durable. A claim lost to power failure
 // belonged to a call whose reply was never stored, so never sent.
-//
-// A new claim is answered as soon as it is committed, without waiting for
-// the syncs of earlier writes: it tells the caller nothing of them. A claim
-// that finds a record waits like any write, so a reply is never replayed
-// before the write that stored it is on disk.
 func (s *Store) ClaimIdempotency(ctx context.Context, rec idempotency.Record, now time.Time) (idempotency.Record, bool, error) {
 	var (
 		existing idempotency.Record
 		claimed  bool
 	)
-	err := s.c.do(ctx, &op{sync: false, oneStatement: true, early: func() bool { return claimed }, fn: func(ctx context.Context, tx *sql.Tx) error {
+	err := s.writeOne(ctx, false, func(ctx context.Context, tx *sql.Tx) error {
 		claim, err := s.wstmt(ctx, tx, qClaim)
 		if err != nil {
 			return dbErr("write idempotency record", err)
@@ -83,7 +78,7 @@ func (s *Store) ClaimIdempotency(ctx context.Context, rec idempotency.Record, no
 			}
 		}
 		return nil
-	}})
+	})
 	if err != nil {
 		return idempotency.Record{}, false, err
 	}

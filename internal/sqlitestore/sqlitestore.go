@@ -6,8 +6,8 @@
 // while `evs serve` runs): the database runs in WAL mode, every write is an
 // immediate transaction, and a busy database is waited for rather than
 // failed. Every acknowledged write survives kill -9; every acknowledged write
-// except an idempotency claim or release is also synced to disk (the WAL
-// file, fsync) before it is acknowledged, so it survives power loss.
+// except an idempotency claim or release is also synced to disk
+// (synchronous=FULL) before it is acknowledged, so it survives power loss.
 // (A claim needs no sync of its own: see ClaimIdempotency.)
 //
 // Inside one process, writes go through a single writer connection and are
@@ -89,10 +89,7 @@ func open(ctx context.Context, dir string, now func() time.Time, busy time.Durat
 	q := url.Values{}
 	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", busy.Milliseconds()))
 	q.Add("_pragma", "journal_mode(WAL)")
-	// Commits are written to the WAL unsynced; the committer syncs the
-	// WAL itself, beside the next group, before acknowledging a write
-	// that needs it (see committer).
-	q.Add("_pragma", "synchronous(NORMAL)")
+	q.Add("_pragma", "synchronous(FULL)")
 	q.Add("_pragma", "foreign_keys(ON)")
 	q.Add("_pragma", fmt.Sprintf("cache_size(%d)", writerCacheKiB))
 	q.Add("_pragma", "temp_store(MEMORY)")
@@ -128,7 +125,7 @@ func open(ctx context.Context, dir string, now func() time.Time, busy time.Durat
 
 	s := &Store{db: db, rdb: rdb, now: now}
 	s.wstmts.db, s.rstmts.db = db, rdb
-	s.c = startCommitter(db, &s.wstmts, path+"-wal")
+	s.c = startCommitter(db, &s.wstmts)
 	// The savepoint statements first: migrate may share a group.
 	if err := s.wstmts.prepare(ctx, []string{qSavepoint, qRollbackTo, qReleaseSavepoint}); err != nil {
 		s.Close()

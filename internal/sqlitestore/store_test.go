@@ -55,7 +55,7 @@ func TestOpenSettings(t *testing.T) {
 	}
 	defer w.Close()
 	conns = append(conns, pooled{"writer", w, map[string]string{
-		"synchronous":  "1", // NORMAL: the committer syncs the WAL itself
+		"synchronous":  "2", // FULL
 		"foreign_keys": "1",
 		"query_only":   "0",
 	}})
