@@ -620,6 +620,44 @@ func TestCreateBatchSurvivesLostReplies(t *testing.T) {
 	}
 }
 
+// TestKeysSurviveLostReplies: CreateAccount and CreateKey are transactions;
+// when the reply to one is lost after DynamoDB applied it, the SDK resends it
+// (moto does not honour ClientRequestToken) and it fails its conditions
+// against its own items. Both must recognise their own write and succeed,
+// not report "already exists"; a real duplicate is still refused.
+func TestKeysSurviveLostReplies(t *testing.T) {
+	ctx := context.Background()
+	l := loseReply("TransactWriteItems", true)
+	st := newStore(t, clock, l.option)
+	a := evs.Account{ID: "acct-lost", Name: "lost-" + t.Name(), CreatedAt: clock()}
+	if err := st.CreateAccount(ctx, a); err != nil {
+		t.Fatalf("CreateAccount after a lost reply: %v", err)
+	}
+	l.retried(t)
+	if err := st.CreateAccount(ctx, a); evs.ErrorCode(err) != evs.CodeInvalidState {
+		t.Fatalf("a second CreateAccount: %v, want invalid_state", err)
+	}
+	l = loseReply("TransactWriteItems", true)
+	st = newStore(t, clock, l.option)
+	a2 := evs.Account{ID: "acct-lost-2", Name: "lost2-" + t.Name(), CreatedAt: clock()}
+	l.armed.Store(false)
+	if err := st.CreateAccount(ctx, a2); err != nil {
+		t.Fatal(err)
+	}
+	l.armed.Store(true)
+	k := evs.Key{ID: "0123456789ab", Hash: "0123456789ab" + strings.Repeat("c", 52), AccountID: a2.ID, CreatedAt: clock()}
+	if err := st.CreateKey(ctx, k); err != nil {
+		t.Fatalf("CreateKey after a lost reply: %v", err)
+	}
+	l.retried(t)
+	if got, err := st.KeyByHash(ctx, k.Hash); err != nil || got.AccountID != a2.ID {
+		t.Fatalf("key after a lost reply: %+v %v", got, err)
+	}
+	if err := st.CreateKey(ctx, k); evs.ErrorCode(err) != evs.CodeInvalidState {
+		t.Fatalf("a second CreateKey: %v, want invalid_state", err)
+	}
+}
+
 // replyLoser drops the reply to the first call of op made while it is
 // armed, after DynamoDB has applied the call and inside the SDK's retry
 // loop (end of Finalize), so the SDK resends it; calls counts the armed

@@ -161,6 +161,9 @@ func (s *Store) CountAccounts(ctx context.Context) (int, error) {
 // taken hash or ID is CodeInvalidState.
 func (s *Store) CreateKey(ctx context.Context, k evs.Key) error {
 	key := keyItem(k)
+	// A resent transaction whose first reply was lost fails its condition
+	// against its own write; the token tells it so.
+	key[attrCreateToken] = avS(newToken())
 	_, err := s.c.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
 		{ConditionCheck: &types.ConditionCheck{
 			TableName:           aws.String(s.t.Keys),
@@ -177,6 +180,10 @@ func (s *Store) CreateKey(ctx context.Context, k evs.Key) error {
 	if failed, ok := conditionFailures(err); ok {
 		if failed[0] {
 			return noAccount()
+		}
+		cur, gerr := s.get(ctx, s.t.Keys, item{attrPK: key[attrPK]}, "create key")
+		if gerr == nil && cur != nil && getS(cur, attrCreateToken) == getS(key, attrCreateToken) {
+			return nil // our own earlier attempt wrote all three items
 		}
 		return evs.Errorf(evs.CodeInvalidState, "The key already exists.")
 	}
