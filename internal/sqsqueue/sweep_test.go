@@ -58,7 +58,7 @@ func (w *world) sweep() []sentEntry {
 		w.t.Fatalf("send sweep: %v", err)
 	}
 	var ms []types.Message
-	for deadline := time.Now().Add(10 * time.Second); len(ms) == 0 && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(lostReceiveWait); len(ms) == 0 && time.Now().Before(deadline); {
 		ms = w.receive(10, 1)
 	}
 	if len(ms) == 0 {

@@ -103,15 +103,7 @@ func newWorld(t *testing.T, packSize int, greyBackoff time.Duration, maxGrey int
 	}
 	st := dynamostore.New(dynamostore.Config{Client: ddb, Tables: tables, Now: time.Now})
 	sc := testkit.SQS(t)
-	// Tests delete what they receive at once; a short visibility timeout
-	// only matters when a receive's reply is lost on a loaded machine
-	// (moto marked the message in flight, the client never saw it): the
-	// message is back in 2 s instead of the default 30 s, within the
-	// tests' waits.
-	q, err := sc.CreateQueue(ctx, &sqs.CreateQueueInput{
-		QueueName:  aws.String(testkit.UniqueName(t, "work")),
-		Attributes: map[string]string{"VisibilityTimeout": "2"},
-	})
+	q, err := sc.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(testkit.UniqueName(t, "work"))})
 	if err != nil {
 		t.Fatalf("create queue: %v", err)
 	}
@@ -179,11 +171,18 @@ func (w *world) receive(max int32, wait int32) []types.Message {
 	return out.Messages
 }
 
-// receiveN receives until n messages arrived or the deadline passes.
+// lostReceiveWait outlasts the queue's 30 s visibility timeout: on a loaded
+// machine a receive whose reply is lost (moto marked the message in flight,
+// the SDK retried) hides its message until the timeout, and a wait shorter
+// than that would call the message lost.
+const lostReceiveWait = 40 * time.Second
+
+// receiveN receives until n messages arrived or the deadline passes (never
+// sooner than lostReceiveWait).
 func (w *world) receiveN(n int, limit time.Duration) []types.Message {
 	w.t.Helper()
 	var got []types.Message
-	deadline := time.Now().Add(limit)
+	deadline := time.Now().Add(max(limit, lostReceiveWait))
 	for len(got) < n && time.Now().Before(deadline) {
 		got = append(got, w.receive(10, 1)...)
 	}
