@@ -161,10 +161,21 @@ func (u *usagePlan) create(ctx context.Context, accountID string) (usageKey, err
 		Enabled:     true,
 		Value:       aws.String(value),
 	})
+	var id string
+	if err == nil {
+		id = aws.ToString(out.Id)
+	} else if _, conflict := errors.AsType[*types.ConflictException](err); conflict {
+		// The SDK resends a create whose reply was lost; API Gateway
+		// (or moto) then reports our own key as a conflict. Its random
+		// value tells it from a key someone else made.
+		if own, ferr := u.find(ctx, accountID, value); ferr == nil && own != "" {
+			id, err = own, nil
+		}
+	}
 	if err != nil {
 		return usageKey{}, fmt.Errorf("create API Gateway key %s: %w", usageKeyName(accountID), err)
 	}
-	k := usageKey{id: aws.ToString(out.Id), value: value, created: true}
+	k := usageKey{id: id, value: value, created: true}
 	if err := u.addToPlan(ctx, k.id); err != nil {
 		return usageKey{}, errors.Join(err, u.remove(ctx, k.id))
 	}

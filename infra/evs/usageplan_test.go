@@ -15,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/apigateway"
 	"github.com/aws/aws-sdk-go-v2/service/apigateway/types"
+	agtypes "github.com/aws/aws-sdk-go-v2/service/apigateway/types"
 
 	"github.com/evs-dev/evs/internal/authorizer"
 	"github.com/evs-dev/evs/internal/dynamostore"
@@ -350,4 +351,54 @@ func TestNewUsageValue(t *testing.T) {
 	if _, err := newUsageValue(bytes.NewReader(make([]byte, usageValueBytes-1))); err == nil {
 		t.Error("a short read made a value")
 	}
+}
+
+// resentCreate makes the key, then answers as API Gateway answers the SDK's
+// resend of a create whose reply was lost: 409, the key already exists.
+type resentCreate struct{ usagePlanAPI }
+
+func (r resentCreate) CreateApiKey(ctx context.Context, in *apigateway.CreateApiKeyInput, opts ...func(*apigateway.Options)) (*apigateway.CreateApiKeyOutput, error) {
+	if _, err := r.usagePlanAPI.CreateApiKey(ctx, in, opts...); err != nil {
+		return nil, err
+	}
+	return nil, &agtypes.ConflictException{Message: aws.String("API Key already exists")}
+}
+
+// TestUsageKeyLostCreateReply: a create whose reply was lost is recognised
+// by its random value and the key is used, not reported as a conflict; a
+// key of the same name made by someone else is still a conflict.
+func TestUsageKeyLostCreateReply(t *testing.T) {
+	ctx := context.Background()
+	gw := apiGateway(t)
+	plan := newPlan(t, gw)
+	sq, err := sqlitestore.Open(ctx, t.TempDir(), time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sq.Close()
+	up := &usagePlan{api: resentCreate{gw}, planID: plan, rand: rand.Reader}
+	var out, errOut bytes.Buffer
+	if err := createKey(ctx, sq, up, "resent", false, &out, &errOut); err != nil {
+		t.Fatalf("create after a lost reply: %v (%s)", err, errOut.String())
+	}
+	a, err := sq.AccountByName(ctx, "resent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ks := accountKeys(t, gw, a.ID); len(ks) != 1 {
+		t.Fatalf("%d API Gateway keys for the account, want 1", len(ks))
+	}
+	// Someone else's key of the same name: the value differs, so the
+	// conflict stands.
+	other := &usagePlan{api: conflictOnly{gw}, planID: plan, rand: rand.Reader}
+	if _, err := other.create(ctx, a.ID); err == nil {
+		t.Fatal("a conflict with a key we did not make was taken as ours")
+	}
+}
+
+// conflictOnly answers every create with 409 without making anything.
+type conflictOnly struct{ usagePlanAPI }
+
+func (conflictOnly) CreateApiKey(context.Context, *apigateway.CreateApiKeyInput, ...func(*apigateway.Options)) (*apigateway.CreateApiKeyOutput, error) {
+	return nil, &agtypes.ConflictException{Message: aws.String("API Key already exists")}
 }
