@@ -39,33 +39,6 @@ func clientFrom(local string) *http.Client {
 	return &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{DialContext: d.DialContext, DisableKeepAlives: true}}
 }
 
-// doFrom is h.do through client: the reply is checked against the contract.
-func (h *harness) doFrom(client *http.Client, r req) reply {
-	h.t.Helper()
-	hr, err := http.NewRequest(r.method, h.base+r.path, strings.NewReader(r.body))
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	if r.key != "" {
-		hr.Header.Set("X-Api-Key", r.key)
-	}
-	if r.body != "" {
-		hr.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := client.Do(hr)
-	if err != nil {
-		h.t.Fatalf("%s %s: %v", r.method, r.path, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	out := reply{status: resp.StatusCode, header: resp.Header, body: b}
-	h.contract.check(h.t, hr, r.body, out)
-	return out
-}
-
 // slowBody sends the headers of a POST that promises a body and never sends
 // it.
 func slowBody(t *testing.T, c net.Conn, key string) {

@@ -275,6 +275,13 @@ type req struct {
 // do sends a request and validates the reply against api/openapi.yaml.
 func (h *harness) do(r req) reply {
 	h.t.Helper()
+	return h.doFrom(http.DefaultClient, r)
+}
+
+// doFrom is do through client (for instance one whose connections come
+// from another loopback address).
+func (h *harness) doFrom(client *http.Client, r req) reply {
+	h.t.Helper()
 	if r.method == "" {
 		r.method = http.MethodGet
 	}
@@ -295,7 +302,7 @@ func (h *harness) do(r req) reply {
 		}
 		hr.Header.Set(k, v)
 	}
-	resp, err := http.DefaultClient.Do(hr)
+	resp, err := client.Do(hr)
 	if err != nil {
 		h.t.Fatalf("%s %s: %v", r.method, r.path, err)
 	}
