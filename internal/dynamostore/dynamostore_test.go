@@ -658,6 +658,55 @@ func TestKeysSurviveLostReplies(t *testing.T) {
 	}
 }
 
+// TestDeliverySurvivesLostReplies: ClaimDelivery and RecordDelivery are
+// conditional updates; when the reply to one is lost after DynamoDB applied
+// it, the SDK's resend fails the condition against the call's own write.
+// Both must recognise it and succeed, not report the delivery as taken.
+func TestDeliverySurvivesLostReplies(t *testing.T) {
+	ctx := context.Background()
+	l := loseReply("UpdateItem", false)
+	st := newStore(t, clock, l.option)
+	b := evs.Batch{ID: "hooked", AccountID: "acct", Mode: evs.ModeQuick, State: evs.StateQueued, CallbackURL: "https://hooks.example.com/evs",
+		CreatedAt: t0, ExpiresAt: t0.Add(time.Hour), Counters: evs.Counters{Total: 1}}
+	if err := st.CreateBatch(ctx, b, itemsOf(1)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.TransitionBatch(ctx, b.AccountID, b.ID, []evs.State{evs.StateQueued}, evs.StateCancelled, "", t0); err != nil {
+		t.Fatal(err)
+	}
+	l.armed.Store(true)
+	d, err := st.ClaimDelivery(ctx, b.AccountID, b.ID, 0, t0, t0.Add(15*time.Second))
+	if err != nil || d.Attempts != 1 {
+		t.Fatalf("claim after a lost reply: %+v %v", d, err)
+	}
+	l.retried(t)
+	l.calls.Store(0) // drop the next UpdateItem's reply too
+	d.State, d.LastStatus = evs.CallbackDelivered, 204
+	if err := st.RecordDelivery(ctx, d); err != nil {
+		t.Fatalf("record after a lost reply: %v", err)
+	}
+	l.retried(t)
+	got, err := st.Delivery(ctx, b.AccountID, b.ID)
+	if err != nil || got.State != evs.CallbackDelivered || got.Attempts != 1 || got.LastStatus != 204 {
+		t.Fatalf("delivery %+v %v", got, err)
+	}
+	// A new webhook secret whose put reply is lost is still stored, once.
+	pl := loseReply("PutItem", true)
+	st2 := newStore(t, clock, pl.option)
+	sec := evs.WebhookSecret{AccountID: "acct", Current: "whsec_" + strings.Repeat("A", 43)}
+	if err := st2.PutWebhookSecret(ctx, sec, ""); err != nil {
+		t.Fatalf("secret after a lost reply: %v", err)
+	}
+	pl.retried(t)
+	if err := st2.PutWebhookSecret(ctx, evs.WebhookSecret{AccountID: "acct", Current: "whsec_other"}, ""); evs.ErrorCode(err) != evs.CodeInvalidState {
+		t.Fatalf("a second first secret: %v, want invalid_state", err)
+	}
+	// Another worker's stale claim of the same attempt is still refused.
+	if _, err := st.ClaimDelivery(ctx, b.AccountID, b.ID, 0, t0, t0.Add(time.Minute)); evs.ErrorCode(err) != evs.CodeInvalidState {
+		t.Fatalf("a stale claim: %v, want invalid_state", err)
+	}
+}
+
 // replyLoser drops the reply to the first call of op made while it is
 // armed, after DynamoDB has applied the call and inside the SDK's retry
 // loop (end of Finalize), so the SDK resends it; calls counts the armed

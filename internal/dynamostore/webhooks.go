@@ -20,6 +20,10 @@ const (
 	attrCBAttempts = "cbAttempts"
 	attrCBStatus   = "cbStatus"
 	attrCBNext     = "cbNextMs"
+	// attrCBToken names the ClaimDelivery or RecordDelivery call that last
+	// wrote the delivery: a write the SDK resends after a lost reply fails
+	// its condition against itself, and the token tells it so.
+	attrCBToken = "cbToken"
 )
 
 // Webhook secrets live in the Keys table under "whsec#<accountId>".
@@ -84,23 +88,27 @@ func (s *Store) ClaimDelivery(ctx context.Context, accountID, batchID string, at
 	if accountID == "" || batchID == "" {
 		return evs.Delivery{}, noDelivery()
 	}
+	token := newToken()
 	out, err := s.c.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:        aws.String(s.t.Batches),
 		Key:              batchKey(accountID, batchID),
-		UpdateExpression: aws.String("SET #n = :n, #next = :lease"),
+		UpdateExpression: aws.String("SET #n = :n, #next = :lease, #tok = :tok"),
 		ConditionExpression: aws.String("attribute_exists(#url) AND #cs = :pending AND #n = :seen AND #next <= :now AND #exp > :now AND " +
 			finalCondition),
 		ExpressionAttributeNames: map[string]string{
 			"#n": attrCBAttempts, "#next": attrCBNext, "#url": attrCBURL, "#cs": attrCBState,
-			"#exp": attrExpiresAtMs, "#st": attrState,
+			"#exp": attrExpiresAtMs, "#st": attrState, "#tok": attrCBToken,
 		},
 		ExpressionAttributeValues: finalValues(item{
 			":n": avN(int64(attempts + 1)), ":seen": avN(int64(attempts)), ":lease": avTime(leaseUntil),
-			":now": avTime(now), ":pending": avS(evs.CallbackPending),
+			":now": avTime(now), ":pending": avS(evs.CallbackPending), ":tok": avS(token),
 		}),
 		ReturnValues: "ALL_NEW",
 	})
 	if isConditionFailed(err) {
+		if cur, ok := s.ownDeliveryWrite(ctx, accountID, batchID, token); ok {
+			return deliveryFrom(cur), nil
+		}
 		return evs.Delivery{}, evs.Errorf(evs.CodeInvalidState, "The delivery is not due or was claimed by another worker.")
 	}
 	if err != nil {
@@ -109,25 +117,40 @@ func (s *Store) ClaimDelivery(ctx context.Context, accountID, batchID string, at
 	return deliveryFrom(out.Attributes), nil
 }
 
+// ownDeliveryWrite reads the batch record after a failed condition and tells
+// whether the write that failed was already applied by an earlier attempt
+// of the same call (its token is there), returning the record.
+func (s *Store) ownDeliveryWrite(ctx context.Context, accountID, batchID, token string) (item, bool) {
+	cur, err := s.get(ctx, s.t.Batches, batchKey(accountID, batchID), "read delivery")
+	if err != nil || cur == nil || getS(cur, attrCBToken) != token {
+		return nil, false
+	}
+	return cur, true
+}
+
 // RecordDelivery stores an attempt's outcome if it is still the latest.
 func (s *Store) RecordDelivery(ctx context.Context, d evs.Delivery) error {
 	if d.AccountID == "" || d.BatchID == "" {
 		return noDelivery()
 	}
+	token := newToken()
 	_, err := s.c.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:           aws.String(s.t.Batches),
 		Key:                 batchKey(d.AccountID, d.BatchID),
-		UpdateExpression:    aws.String("SET #cs = :state, #code = :code, #next = :next"),
+		UpdateExpression:    aws.String("SET #cs = :state, #code = :code, #next = :next, #tok = :tok"),
 		ConditionExpression: aws.String("#cs = :pending AND #n = :n"),
 		ExpressionAttributeNames: map[string]string{
-			"#cs": attrCBState, "#code": attrCBStatus, "#next": attrCBNext, "#n": attrCBAttempts,
+			"#cs": attrCBState, "#code": attrCBStatus, "#next": attrCBNext, "#n": attrCBAttempts, "#tok": attrCBToken,
 		},
 		ExpressionAttributeValues: item{
 			":state": avS(d.State), ":code": avN(int64(d.LastStatus)), ":next": avTime(d.NextAt),
-			":pending": avS(evs.CallbackPending), ":n": avN(int64(d.Attempts)),
+			":pending": avS(evs.CallbackPending), ":n": avN(int64(d.Attempts)), ":tok": avS(token),
 		},
 	})
 	if isConditionFailed(err) {
+		if _, ok := s.ownDeliveryWrite(ctx, d.AccountID, d.BatchID, token); ok {
+			return nil
+		}
 		return evs.Errorf(evs.CodeInvalidState, "The delivery moved on since this attempt.")
 	}
 	return wrapErr("record delivery", err)
@@ -167,6 +190,12 @@ func (s *Store) PutWebhookSecret(ctx context.Context, w evs.WebhookSecret, ifCur
 	}
 	_, err := s.c.PutItem(ctx, in)
 	if isConditionFailed(err) {
+		// A put the SDK resent after a lost reply fails against itself; the
+		// new secret is random, so finding it stored means it was ours.
+		cur, gerr := s.get(ctx, s.t.Keys, item{attrPK: rec[attrPK]}, "read webhook secret")
+		if gerr == nil && cur != nil && getS(cur, attrCurrent) == w.Current {
+			return nil
+		}
 		return evs.Errorf(evs.CodeInvalidState, "The webhook secret changed meanwhile.")
 	}
 	return wrapErr("write webhook secret", err)
