@@ -1,0 +1,160 @@
+package server_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/evs-dev/evs/internal/config"
+	"github.com/evs-dev/evs/internal/server"
+	"github.com/evs-dev/evs/internal/sqlitestore"
+)
+
+// The handler benchmarks measure the CPU and allocations one call costs in
+// `evs serve`'s HTTP handler (gateway, authorizer cache, handler, reply),
+// without the sockets, beside a bare handler that decodes the same JSON and
+// writes a reply of the same size: the floor of infra/loadtest. The ratio
+// of the two is what the load harness's verify/floor ratio is made of once
+// the kernel's share is taken out.
+
+// discardWriter is a ResponseWriter that keeps nothing but its header map,
+// reset per call as net/http would hand a fresh one.
+type discardWriter struct {
+	h      http.Header
+	status int
+	n      int
+}
+
+func (w *discardWriter) Header() http.Header         { return w.h }
+func (w *discardWriter) WriteHeader(code int)        { w.status = code }
+func (w *discardWriter) Write(b []byte) (int, error) { w.n += len(b); return len(b), nil }
+
+type benchStack struct {
+	h   http.Handler
+	key string
+}
+
+func newBenchStack(b *testing.B) benchStack {
+	b.Helper()
+	dir := b.TempDir()
+	env := map[string]string{"EVS_DATA_DIR": dir, "EVS_RATE_LIMIT": "off", "EVS_SMTP": "off"}
+	cfg, err := config.FromEnv(func(k string) string { return env[k] }, false)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	st, err := sqlitestore.Open(ctx, cfg.DataDir, time.Now)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { st.Close() })
+	key, err := server.Bootstrap(ctx, st, true, time.Now())
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv, err := server.New(server.Options{Config: cfg, Store: st, Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return benchStack{h: srv.Handler(), key: key}
+}
+
+const benchVerifyBody = `{"email":"alice@example.com","mode":"quick"}`
+
+func serveOnce(b *testing.B, h http.Handler, r *http.Request, body string, w *discardWriter) {
+	r.Body = io.NopCloser(strings.NewReader(body))
+	clear(w.h)
+	w.status, w.n = 0, 0
+	h.ServeHTTP(w, r)
+	if w.status != 0 && w.status != http.StatusOK {
+		b.Fatalf("status %d", w.status)
+	}
+}
+
+func benchRequest(method, path, key, body string) *http.Request {
+	r, _ := http.NewRequest(method, "http://127.0.0.1:8080"+path, nil)
+	r.Header.Set("X-Api-Key", key)
+	r.Header.Set("User-Agent", "bench")
+	if body != "" {
+		r.Header.Set("Content-Type", "application/json")
+		r.ContentLength = int64(len(body))
+	}
+	r.RemoteAddr = "127.0.0.1:50000"
+	return r
+}
+
+// BenchmarkServeVerifyQuick is POST /v1/verify (quick, test-mode key).
+func BenchmarkServeVerifyQuick(b *testing.B) {
+	s := newBenchStack(b)
+	r := benchRequest(http.MethodPost, "/v1/verify", s.key, benchVerifyBody)
+	w := &discardWriter{h: http.Header{}}
+	serveOnce(b, s.h, r, benchVerifyBody, w) // warms the authorizer cache
+	b.ReportAllocs()
+	for b.Loop() {
+		serveOnce(b, s.h, r, benchVerifyBody, w)
+	}
+}
+
+// BenchmarkServeFloor is the load harness's floor handler: decode the same
+// JSON strictly, answer with a body of the real reply's size.
+func BenchmarkServeFloor(b *testing.B) {
+	s := newBenchStack(b)
+	r := benchRequest(http.MethodPost, "/v1/verify", s.key, benchVerifyBody)
+	w := &discardWriter{h: http.Header{}}
+	serveOnce(b, s.h, r, benchVerifyBody, w)
+	floor := floorHandler(w.n)
+	b.ReportAllocs()
+	for b.Loop() {
+		serveOnce(b, floor, r, benchVerifyBody, w)
+	}
+}
+
+// BenchmarkServeGetBatch is GET /v1/requests/{id} of a finished 2-address
+// batch.
+func BenchmarkServeGetBatch(b *testing.B) {
+	s := newBenchStack(b)
+	w := &discardWriter{h: http.Header{}}
+	cr := benchRequest(http.MethodPost, "/v1/requests", s.key, `{"emails":["a@example.com","b@example.com"],"mode":"quick"}`)
+	serveOnce(b, s.h, cr, `{"emails":["a@example.com","b@example.com"],"mode":"quick"}`, w)
+	loc := w.h.Get("Location")
+	if loc == "" {
+		b.Fatalf("no Location (status %d)", w.status)
+	}
+	r := benchRequest(http.MethodGet, loc, s.key, "")
+	serveOnce(b, s.h, r, "", w)
+	b.ReportAllocs()
+	for b.Loop() {
+		serveOnce(b, s.h, r, "", w)
+	}
+}
+
+// floorHandler is infra/loadtest's floor: kept in step with it.
+func floorHandler(n int) http.Handler {
+	pad := strings.Repeat("x", n)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var in struct {
+			Email *string `json:"email"`
+			Mode  *string `json:"mode"`
+		}
+		dec := json.NewDecoder(io.LimitReader(r.Body, 8<<10))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&in); err != nil || in.Email == nil {
+			http.Error(w, "bad request", http.StatusBadRequest)
+			return
+		}
+		out := struct {
+			Status string `json:"status"`
+			Email  string `json:"email"`
+			Pad    string `json:"pad"`
+		}{Status: "deliverable", Email: *in.Email, Pad: pad[:max(0, n-60-len(*in.Email))]}
+		b, _ := json.Marshal(out)
+		w.Header().Set("Content-Type", "application/json; charset=utf-8")
+		w.Header().Set("X-Request-Id", "00000000-0000-0000-0000-000000000000")
+		w.Write(b)
+	})
+}
