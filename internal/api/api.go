@@ -277,6 +277,9 @@ const contentTypeJSON = "application/json; charset=utf-8"
 
 // jsonReply is a success whose body is v, a JSON object without requestId.
 func jsonReply(status int, v any) idempotency.Reply {
+	if a, ok := v.(jsonAppender); ok {
+		return idempotency.Reply{StatusCode: status, Body: a.appendJSON(make([]byte, 0, 1024))}
+	}
 	b, err := json.Marshal(v)
 	if err != nil {
 		// Our own types always marshal; if not, it is a bug to surface.
@@ -333,14 +336,18 @@ func render(r idempotency.Reply, requestID string) events.APIGatewayProxyRespons
 		}
 		body = ErrorBody(e.Code, e.Message, requestID)
 	default:
-		id, _ := json.Marshal(requestID) // a string always encodes
-		out := make([]byte, 0, len(r.Body)+len(id)+16)
-		out = append(out, `{"requestId":`...)
-		out = append(out, id...)
+		// Built straight into the string the response carries: one copy
+		// of the body, not three.
+		var out strings.Builder
+		out.Grow(len(r.Body) + len(requestID) + 24)
+		var idBuf [64]byte
+		out.WriteString(`{"requestId":`)
+		out.Write(appendJSONString(idBuf[:0], requestID))
 		if rest := bytes.TrimSpace(r.Body[1:]); len(rest) > 0 && rest[0] != '}' {
-			out = append(out, ',')
+			out.WriteByte(',')
 		}
-		body = append(out, r.Body[1:]...)
+		out.Write(r.Body[1:])
+		return events.APIGatewayProxyResponse{StatusCode: r.StatusCode, Headers: h, Body: out.String()}
 	}
 	return events.APIGatewayProxyResponse{StatusCode: r.StatusCode, Headers: h, Body: string(body)}
 }
@@ -417,17 +424,28 @@ func (h *Handler) idempotent(ctx context.Context, req events.APIGatewayProxyRequ
 // logCall writes the one structured line per call: never an address or a key.
 func (h *Handler) logCall(ctx context.Context, req events.APIGatewayProxyRequest, p Principal, status int, start time.Time, err error, attrs ...slog.Attr) {
 	level := slog.LevelInfo
-	base := []slog.Attr{
+	if err != nil && status >= 500 {
+		level = slog.LevelError
+	}
+	// The record goes to the handler directly: Logger.LogAttrs would also
+	// walk the stack for a source position no one logs, on every call.
+	lh := h.d.Logger.Handler()
+	if !lh.Enabled(ctx, level) {
+		return
+	}
+	end := h.d.Now()
+	rec := slog.NewRecord(end, level, "call", 0)
+	rec.AddAttrs(
 		slog.String("requestId", req.RequestContext.RequestID),
 		slog.String("route", req.HTTPMethod+" "+req.Resource),
 		slog.Int("status", status),
-		slog.Int64("latencyMs", h.d.Now().Sub(start).Milliseconds()),
+		slog.Int64("latencyMs", end.Sub(start).Milliseconds()),
 		slog.String("accountId", p.AccountID),
-	}
-	if err != nil && status >= 500 {
-		level = slog.LevelError
+	)
+	if level == slog.LevelError {
 		// The cause is for us; the client saw only the envelope.
-		base = append(base, slog.String("error", err.Error()))
+		rec.AddAttrs(slog.String("error", err.Error()))
 	}
-	h.d.Logger.LogAttrs(ctx, level, "call", append(base, attrs...)...)
+	rec.AddAttrs(attrs...)
+	_ = lh.Handle(ctx, rec)
 }

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/aws/aws-lambda-go/events"
 
@@ -27,6 +28,31 @@ type verifyRequest struct {
 type verifyResponse struct {
 	Status   evs.Status `json:"status"`
 	Decision Decision   `json:"decision"`
+}
+
+// scan reads the common request, {"email":"…","mode":"…"} without escapes,
+// without reflection; false leaves it to decodeStrict, which also words the
+// errors.
+func (in *verifyRequest) scan(raw []byte) bool {
+	if !utf8.Valid(raw) {
+		return false
+	}
+	var out verifyRequest
+	ok := scanFlatObject(strings.TrimSpace(string(raw)), func(name string, value *string) bool {
+		switch name {
+		case "email":
+			out.Email = value
+		case "mode":
+			out.Mode = value
+		default:
+			return false // unknown, or a name encoding/json would match case-insensitively
+		}
+		return true
+	})
+	if ok {
+		*in = out
+	}
+	return ok
 }
 
 // Verify serves POST /v1/verify: one address, verified synchronously.
@@ -62,8 +88,10 @@ func (h *Handler) verify(ctx context.Context, req events.APIGatewayProxyRequest,
 		return events.APIGatewayProxyResponse{}, "", evs.Errorf(evs.CodeInvalidRequest, "Content-Type must be application/json.")
 	}
 	var in verifyRequest
-	if err := decodeStrict(raw, &in); err != nil {
-		return events.APIGatewayProxyResponse{}, "", err
+	if !in.scan(raw) {
+		if err := decodeStrict(raw, &in); err != nil {
+			return events.APIGatewayProxyResponse{}, "", err
+		}
 	}
 	if in.Email == nil {
 		return events.APIGatewayProxyResponse{}, "", evs.Errorf(evs.CodeInvalidRequest, "Field \"email\" is required.")

@@ -103,7 +103,10 @@ type route struct {
 }
 
 type authEntry struct {
-	resp    events.APIGatewayCustomAuthorizerResponse
+	resp events.APIGatewayCustomAuthorizerResponse
+	// authCtx is resp's context as the integration sees it, built once per
+	// entry rather than per call; functions only read it.
+	authCtx map[string]any
 	expires time.Time
 }
 
@@ -163,32 +166,43 @@ func (g *Gateway) match(path string) (route, map[string]string, bool) {
 	if !strings.HasPrefix(path, "/") {
 		return route{}, nil, false
 	}
-	parts := strings.Split(path[1:], "/")
+	// The segments are walked in place: splitting the path would cost an
+	// allocation per call for nothing.
+	rest := path[1:]
 	for _, r := range g.routes {
-		if len(r.parts) != len(parts) {
-			continue
-		}
-		params := map[string]string{}
-		ok := true
-		for i, p := range r.parts {
-			if strings.HasPrefix(p, "{") && strings.HasSuffix(p, "}") {
-				if parts[i] == "" {
-					ok = false
-					break
-				}
-				params[p[1:len(p)-1]] = parts[i]
-				continue
+		var params map[string]string
+		if matchParts(r.parts, rest, func(name, value string) {
+			if params == nil {
+				params = make(map[string]string, 1)
 			}
-			if p != parts[i] {
-				ok = false
-				break
-			}
-		}
-		if ok {
+			params[name] = value
+		}) {
 			return r, params, true
 		}
 	}
 	return route{}, nil, false
+}
+
+// matchParts tells whether the "/"-separated segments of path match parts,
+// a route's segments ("{name}" matching any non-empty segment), handing
+// each parameter to param as it goes.
+func matchParts(parts []string, path string, param func(name, value string)) bool {
+	for i, p := range parts {
+		seg, next, more := strings.Cut(path, "/")
+		if more != (i < len(parts)-1) {
+			return false // fewer or more segments than the route
+		}
+		if strings.HasPrefix(p, "{") && strings.HasSuffix(p, "}") {
+			if seg == "" {
+				return false
+			}
+			param(p[1:len(p)-1], seg)
+		} else if p != seg {
+			return false
+		}
+		path = next
+	}
+	return true
 }
 
 // statusWriter remembers the status for the access log.
@@ -200,6 +214,12 @@ type statusWriter struct {
 func (w *statusWriter) WriteHeader(code int) {
 	w.status = code
 	w.ResponseWriter.WriteHeader(code)
+}
+
+// WriteString passes a string body on without copying it into a []byte,
+// as net/http's own writer allows.
+func (w *statusWriter) WriteString(s string) (int, error) {
+	return io.WriteString(w.ResponseWriter, s)
 }
 
 // Unwrap lets http.ResponseController reach the connection's deadlines.
@@ -215,18 +235,27 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rc := http.NewResponseController(w)
 	_ = rc.SetReadDeadline(time.Now().Add(g.cfg.BodyTimeout)) // unsupported only in tests' fakes
 	sw := &statusWriter{ResponseWriter: w}
-	account, resource := g.serve(sw, r, rid)
-	g.cfg.Logger.LogAttrs(r.Context(), slog.LevelInfo, "access",
-		slog.String("requestId", rid),
-		slog.String("method", r.Method),
-		slog.String("route", resource),
-		slog.Int("status", sw.status),
-		slog.Int64("latencyMs", g.cfg.Now().Sub(start).Milliseconds()),
-		slog.String("accountId", account),
-	)
+	account, resource := g.serve(sw, r, rid, start)
+	// The record goes to the handler directly: Logger.LogAttrs would also
+	// walk the stack for a source position no one logs, on every call.
+	if h := g.cfg.Logger.Handler(); h.Enabled(r.Context(), slog.LevelInfo) {
+		end := g.cfg.Now()
+		rec := slog.NewRecord(end, slog.LevelInfo, "access", 0)
+		rec.AddAttrs(
+			slog.String("requestId", rid),
+			slog.String("method", r.Method),
+			slog.String("route", resource),
+			slog.Int("status", sw.status),
+			slog.Int64("latencyMs", end.Sub(start).Milliseconds()),
+			slog.String("accountId", account),
+		)
+		_ = h.Handle(r.Context(), rec)
+	}
 }
 
-func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, rid string) (account, resource string) {
+// serve answers the call; start is when it arrived, the one reading of the
+// clock its checks share.
+func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, rid string, start time.Time) (account, resource string) {
 	rt, params, ok := g.match(r.URL.Path)
 	if !ok {
 		writeResponse(w, MissingAuthToken, rid, nil)
@@ -239,7 +268,7 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, rid string) (acc
 	// authorizer both use the answer.
 	var hit cacheHit
 	if key != "" {
-		hit = g.lookup(key, methodArn)
+		hit = g.lookup(key, methodArn, start)
 	}
 	client := ""
 	if g.fails != nil && !hit.allows {
@@ -288,7 +317,7 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, rid string) (acc
 		writeResponse(w, typ, rid, nil)
 		return account, resource
 	}
-	ev := g.event(r, rid, rt, params, body, authResp)
+	ev := g.event(r, rid, rt, params, body, authResp, hit.authCtx, start)
 	resp, err := g.invoke(r.Context(), g.cfg.Functions[rt.Function], ev)
 	if err != nil {
 		g.cfg.Logger.ErrorContext(r.Context(), "function failed", slog.String("requestId", rid), slog.String("function", rt.Function), slog.String("error", err.Error()))
@@ -316,7 +345,13 @@ func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request, rt route) ([]
 	if sw, ok := w.(*statusWriter); ok {
 		raw = sw.ResponseWriter // MaxBytesReader tells the server through it
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(raw, r.Body, limit))
+	// A body of a stated length is read into one buffer of that size (and
+	// one byte more, to see its end), not grown from 512 bytes.
+	size := 512
+	if r.ContentLength >= 0 {
+		size = int(r.ContentLength) + 1
+	}
+	body, err := readAll(http.MaxBytesReader(raw, r.Body, limit), size)
 	var tooBig *http.MaxBytesError
 	switch {
 	case errors.As(err, &tooBig):
@@ -326,6 +361,24 @@ func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request, rt route) ([]
 	}
 	_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
 	return body, ""
+}
+
+// readAll is io.ReadAll starting with a buffer of size bytes.
+func readAll(r io.Reader, size int) ([]byte, error) {
+	b := make([]byte, 0, size)
+	for {
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err == io.EOF {
+			return b, nil
+		}
+		if err != nil {
+			return b, err
+		}
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)] // grow, as io.ReadAll does
+		}
+	}
 }
 
 // refuseEarly marks the connection to be closed after a reply given before
@@ -340,14 +393,16 @@ func refuseEarly(w http.ResponseWriter, r *http.Request) {
 
 // cacheHit is what the authorizer cache holds for a call's key.
 type cacheHit struct {
-	ck     [32]byte // the key's hash: the cache never holds a key itself
-	resp   events.APIGatewayCustomAuthorizerResponse
-	found  bool // a live cached answer
-	allows bool // and it allows the call: a key shown to work, which a guesser cannot have
+	ck   [32]byte // the key's hash: the cache never holds a key itself
+	resp events.APIGatewayCustomAuthorizerResponse
+	// authCtx is the cached entry's integration context.
+	authCtx map[string]any
+	found   bool // a live cached answer
+	allows  bool // and it allows the call: a key shown to work, which a guesser cannot have
 }
 
 // lookup reads the cache entry of key and tells whether it allows methodArn.
-func (g *Gateway) lookup(key, methodArn string) cacheHit {
+func (g *Gateway) lookup(key, methodArn string, now time.Time) cacheHit {
 	h := cacheHit{ck: sha256.Sum256([]byte(key))}
 	if g.cfg.AuthTTL <= 0 {
 		return h
@@ -355,8 +410,8 @@ func (g *Gateway) lookup(key, methodArn string) cacheHit {
 	g.mu.Lock()
 	e, ok := g.cache[h.ck]
 	g.mu.Unlock()
-	if ok && g.cfg.Now().Before(e.expires) {
-		h.resp, h.found = e.resp, true
+	if ok && now.Before(e.expires) {
+		h.resp, h.authCtx, h.found = e.resp, e.authCtx, true
 		h.allows = allowed(e.resp.PolicyDocument, methodArn)
 	}
 	return h
@@ -421,7 +476,7 @@ func (g *Gateway) authorize(ctx context.Context, r *http.Request, rid string, hi
 	}
 	if g.cfg.AuthTTL > 0 {
 		g.mu.Lock()
-		g.cache[hit.ck] = authEntry{resp: resp, expires: now.Add(g.cfg.AuthTTL)}
+		g.cache[hit.ck] = authEntry{resp: resp, authCtx: integrationContext(resp), expires: now.Add(g.cfg.AuthTTL)}
 		g.mu.Unlock()
 	}
 	if !allowed(resp.PolicyDocument, methodArn) {
@@ -479,17 +534,19 @@ func (g *Gateway) throttle(account string) (time.Duration, bool) {
 	return 0, false
 }
 
+// headers is the single- and multi-value header maps of an event. The
+// multi-value map is the request's own header map: net/http hands each
+// request a fresh one, which nothing writes to once the handler runs, so
+// copying it would only cost.
 func headers(r *http.Request) (map[string]string, map[string][]string) {
 	hs := make(map[string]string, len(r.Header))
-	mhs := make(map[string][]string, len(r.Header))
 	for k, v := range r.Header {
 		if len(v) == 0 {
 			continue
 		}
 		hs[k] = v[len(v)-1]
-		mhs[k] = append([]string(nil), v...)
 	}
-	return hs, mhs
+	return hs, r.Header
 }
 
 func query(r *http.Request) (map[string]string, map[string][]string) {
@@ -507,17 +564,13 @@ func query(r *http.Request) (map[string]string, map[string][]string) {
 }
 
 // event builds the proxy event API Gateway hands a Lambda function.
-func (g *Gateway) event(r *http.Request, rid string, rt route, params map[string]string, body []byte, auth events.APIGatewayCustomAuthorizerResponse) events.APIGatewayProxyRequest {
+// authCtx is auth's integration context when the cache already holds it
+// (nil: built here); now is when the call arrived.
+func (g *Gateway) event(r *http.Request, rid string, rt route, params map[string]string, body []byte, auth events.APIGatewayCustomAuthorizerResponse, authCtx map[string]any, now time.Time) events.APIGatewayProxyRequest {
 	hs, mhs := headers(r)
 	qs, mqs := query(r)
-	authCtx := map[string]any{"principalId": auth.PrincipalID}
-	for k, v := range auth.Context {
-		// API Gateway hands context values to the integration as strings.
-		if str, ok := v.(string); ok {
-			authCtx[k] = str
-		} else {
-			authCtx[k] = fmt.Sprint(v)
-		}
+	if authCtx == nil {
+		authCtx = integrationContext(auth)
 	}
 	if len(params) == 0 {
 		params = nil
@@ -542,7 +595,7 @@ func (g *Gateway) event(r *http.Request, rid string, rt route, params map[string
 			Path:             "/" + g.cfg.Stage + r.URL.Path,
 			APIID:            "evs",
 			Protocol:         r.Proto,
-			RequestTimeEpoch: g.cfg.Now().UnixMilli(),
+			RequestTimeEpoch: now.UnixMilli(),
 		},
 	}
 	if utf8.Valid(body) {
@@ -552,6 +605,21 @@ func (g *Gateway) event(r *http.Request, rid string, rt route, params map[string
 		ev.IsBase64Encoded = true
 	}
 	return ev
+}
+
+// integrationContext is the authorizer context as API Gateway hands it to
+// the integration: the principal and every value as a string.
+func integrationContext(auth events.APIGatewayCustomAuthorizerResponse) map[string]any {
+	c := make(map[string]any, len(auth.Context)+1)
+	c["principalId"] = auth.PrincipalID
+	for k, v := range auth.Context {
+		if str, ok := v.(string); ok {
+			c[k] = str
+		} else {
+			c[k] = fmt.Sprint(v)
+		}
+	}
+	return c
 }
 
 func sourceIP(r *http.Request) string {

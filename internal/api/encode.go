@@ -1,0 +1,248 @@
+package api
+
+import (
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
+
+// The hot replies (a verification, a page of results) are encoded by hand:
+// encoding/json walks the same nested structs by reflection on every call,
+// and on POST /v1/verify that was a fifth of the handler's time. The output
+// is byte for byte what json.Marshal writes for the same value — the tests
+// and a fuzz target hold the two side by side — so the wire form is still
+// defined by the struct tags in wire.go.
+
+// jsonAppender is a reply body that encodes itself.
+type jsonAppender interface {
+	appendJSON(b []byte) []byte
+}
+
+func (r verifyResponse) appendJSON(b []byte) []byte {
+	b = append(b, `{"status":`...)
+	b = appendJSONString(b, string(r.Status))
+	b = append(b, `,"decision":`...)
+	b = r.Decision.AppendJSON(b)
+	return append(b, '}')
+}
+
+// AppendJSON appends the decision's JSON, exactly as json.Marshal would
+// write it, to b.
+func (d Decision) AppendJSON(b []byte) []byte {
+	b = append(b, `{"email":`...)
+	b = appendJSONString(b, d.Email)
+	b = append(b, `,"normalized":`...)
+	b = appendJSONString(b, d.Normalized)
+	b = append(b, `,"reason":`...)
+	b = appendJSONString(b, string(d.Reason))
+	b = append(b, `,"mode":`...)
+	b = appendJSONString(b, string(d.Mode))
+	b = append(b, `,"suggestion":`...)
+	if d.Suggestion == nil {
+		b = append(b, "null"...)
+	} else {
+		b = appendJSONString(b, *d.Suggestion)
+	}
+	f := d.Flags
+	b = append(b, `,"flags":{"disposable":`...)
+	b = strconv.AppendBool(b, f.Disposable)
+	b = append(b, `,"role":`...)
+	b = strconv.AppendBool(b, f.Role)
+	b = append(b, `,"free":`...)
+	b = strconv.AppendBool(b, f.Free)
+	b = append(b, `,"acceptAll":`...)
+	b = strconv.AppendBool(b, f.AcceptAll)
+	b = append(b, `,"smtputf8":`...)
+	b = strconv.AppendBool(b, f.SMTPUTF8)
+
+	c := d.Checks
+	b = append(b, `},"checks":{"syntax":{"valid":`...)
+	b = strconv.AppendBool(b, c.Syntax.Valid)
+	b = appendOptString(b, `,"error":`, c.Syntax.Error)
+	b = append(b, `},"dns":{"result":`...)
+	b = appendJSONString(b, c.DNS.Result)
+	b = append(b, `,"mx":`...)
+	if c.DNS.MX == nil {
+		b = append(b, "null"...)
+	} else {
+		b = append(b, '[')
+		for i, h := range c.DNS.MX {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendJSONString(b, h)
+		}
+		b = append(b, ']')
+	}
+	b = append(b, `,"implicitMx":`...)
+	b = strconv.AppendBool(b, c.DNS.ImplicitMX)
+	b = appendOptString(b, `,"rcode":`, c.DNS.Rcode)
+	b = appendOptString(b, `,"error":`, c.DNS.Error)
+	s := c.SMTP
+	b = append(b, `},"smtp":{"result":`...)
+	b = appendJSONString(b, s.Result)
+	b = appendOptString(b, `,"host":`, s.Host)
+	if s.Code != 0 {
+		b = append(b, `,"code":`...)
+		b = strconv.AppendInt(b, int64(s.Code), 10)
+	}
+	b = appendOptString(b, `,"enhancedCode":`, s.EnhancedCode)
+	b = appendOptString(b, `,"message":`, s.Message)
+	b = append(b, `,"tls":`...)
+	b = strconv.AppendBool(b, s.TLS)
+	b = appendOptString(b, `,"detail":`, s.Detail)
+	b = append(b, `}},"checkedAt":"`...)
+	b = d.CheckedAt.UTC().AppendFormat(b, TimeLayout)
+	b = append(b, `","durationMs":`...)
+	b = strconv.AppendInt(b, d.DurationMs, 10)
+	if d.TestMode {
+		b = append(b, `,"testMode":true`...)
+	}
+	return append(b, '}')
+}
+
+// appendOptString is an omitempty string member: name (with its leading
+// comma and colon) and value, or nothing when value is empty.
+func appendOptString(b []byte, name, value string) []byte {
+	if value == "" {
+		return b
+	}
+	return appendJSONString(append(b, name...), value)
+}
+
+const hexDigits = "0123456789abcdef"
+
+// appendJSONString appends s as a JSON string the way json.Marshal does:
+// '"' and '\\' escaped, control characters as \b \f \n \r \t or \u00XX,
+// '<', '>' and '&' as \u003c \u003e \u0026 (safe inside HTML), U+2028 and
+// U+2029 escaped (safe inside JavaScript), and each byte of invalid UTF-8
+// as \ufffd.
+func appendJSONString(b []byte, s string) []byte {
+	b = append(b, '"')
+	done := 0 // s[:done] is in b
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
+				i++
+				continue
+			}
+			b = append(b, s[done:i]...)
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\b':
+				b = append(b, '\\', 'b')
+			case '\f':
+				b = append(b, '\\', 'f')
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+			}
+			i++
+			done = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			b = append(b, s[done:i]...)
+			b = append(b, `\ufffd`...)
+		case r == '\u2028' || r == '\u2029':
+			b = append(b, s[done:i]...)
+			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xf])
+		default:
+			i += size
+			continue
+		}
+		i += size
+		done = i
+	}
+	b = append(b, s[done:]...)
+	return append(b, '"')
+}
+
+// scanFlatObject reads s as a JSON object whose members are all strings
+// without escapes, or null, handing each to member in order (value nil for
+// null). It reports false — and the caller decodes s with encoding/json
+// instead — for anything else: escapes, numbers, nesting, malformed JSON,
+// or a member the caller refuses. So it never accepts what the strict
+// decoder would refuse, and never reads a value differently; the common
+// request costs no reflection. s is already known to be valid UTF-8.
+func scanFlatObject(s string, member func(name string, value *string) bool) bool {
+	i := skipSpace(s, 0)
+	if i >= len(s) || s[i] != '{' {
+		return false
+	}
+	i = skipSpace(s, i+1)
+	if i < len(s) && s[i] == '}' {
+		return skipSpace(s, i+1) == len(s)
+	}
+	for {
+		name, next, ok := scanPlainString(s, i)
+		if !ok {
+			return false
+		}
+		i = skipSpace(s, next)
+		if i >= len(s) || s[i] != ':' {
+			return false
+		}
+		i = skipSpace(s, i+1)
+		var value *string
+		if strings.HasPrefix(s[i:], "null") {
+			i += len("null")
+		} else {
+			v, next, ok := scanPlainString(s, i)
+			if !ok {
+				return false
+			}
+			value, i = &v, next
+		}
+		if !member(name, value) {
+			return false
+		}
+		i = skipSpace(s, i)
+		if i >= len(s) {
+			return false
+		}
+		switch s[i] {
+		case ',':
+			i = skipSpace(s, i+1)
+		case '}':
+			return skipSpace(s, i+1) == len(s)
+		default:
+			return false
+		}
+	}
+}
+
+// scanPlainString reads the JSON string starting at s[i] when it has no
+// escapes and no control characters, returning its content and the index
+// after its closing quote.
+func scanPlainString(s string, i int) (string, int, bool) {
+	if i >= len(s) || s[i] != '"' {
+		return "", 0, false
+	}
+	for j := i + 1; j < len(s); j++ {
+		switch c := s[j]; {
+		case c == '"':
+			return s[i+1 : j], j + 1, true
+		case c == '\\' || c < 0x20:
+			return "", 0, false
+		}
+	}
+	return "", 0, false
+}
+
+// skipSpace skips JSON whitespace from s[i].
+func skipSpace(s string, i int) int {
+	for i < len(s) && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r') {
+		i++
+	}
+	return i
+}
