@@ -26,6 +26,62 @@ func (r verifyResponse) appendJSON(b []byte) []byte {
 	return append(b, '}')
 }
 
+func (e batchEnvelope) appendJSON(b []byte) []byte {
+	r := e.Request
+	b = append(b, `{"request":{"id":`...)
+	b = appendJSONString(b, r.ID)
+	b = append(b, `,"mode":`...)
+	b = appendJSONString(b, string(r.Mode))
+	b = append(b, `,"state":`...)
+	b = appendJSONString(b, string(r.State))
+	b = appendOptString(b, `,"error":`, r.Error)
+	b = append(b, `,"createdAt":`...)
+	b = appendTime(b, r.CreatedAt)
+	if r.CompletedAt != nil {
+		b = append(b, `,"completedAt":`...)
+		b = appendTime(b, *r.CompletedAt)
+	}
+	b = appendOptString(b, `,"callbackUrl":`, r.CallbackURL)
+	if c := r.Callback; c != nil {
+		b = append(b, `,"callback":{"state":`...)
+		b = appendJSONString(b, string(c.State))
+		b = append(b, `,"attempts":`...)
+		b = strconv.AppendInt(b, int64(c.Attempts), 10)
+		b = append(b, `,"lastStatus":`...)
+		if c.LastStatus == nil {
+			b = append(b, "null"...)
+		} else {
+			b = strconv.AppendInt(b, int64(*c.LastStatus), 10)
+		}
+		b = append(b, '}')
+	}
+	n := e.Counters
+	b = append(b, `},"counters":{"total":`...)
+	b = strconv.AppendInt(b, int64(n.Total), 10)
+	b = append(b, `,"duplicates":`...)
+	b = strconv.AppendInt(b, int64(n.Duplicates), 10)
+	b = append(b, `,"processed":`...)
+	b = strconv.AppendInt(b, int64(n.Processed), 10)
+	b = append(b, `,"deliverable":`...)
+	b = strconv.AppendInt(b, int64(n.Deliverable), 10)
+	b = append(b, `,"undeliverable":`...)
+	b = strconv.AppendInt(b, int64(n.Undeliverable), 10)
+	b = append(b, `,"risky":`...)
+	b = strconv.AppendInt(b, int64(n.Risky), 10)
+	b = append(b, `,"unknown":`...)
+	b = strconv.AppendInt(b, int64(n.Unknown), 10)
+	b = append(b, `},"replayed":`...)
+	b = strconv.AppendBool(b, e.Replayed)
+	return append(b, '}')
+}
+
+// appendTime appends t as Time.MarshalJSON writes it.
+func appendTime(b []byte, t Time) []byte {
+	b = append(b, '"')
+	b = t.UTC().AppendFormat(b, TimeLayout)
+	return append(b, '"')
+}
+
 // AppendJSON appends the decision's JSON, exactly as json.Marshal would
 // write it, to b.
 func (d Decision) AppendJSON(b []byte) []byte {
@@ -91,9 +147,9 @@ func (d Decision) AppendJSON(b []byte) []byte {
 	b = append(b, `,"tls":`...)
 	b = strconv.AppendBool(b, s.TLS)
 	b = appendOptString(b, `,"detail":`, s.Detail)
-	b = append(b, `}},"checkedAt":"`...)
-	b = d.CheckedAt.UTC().AppendFormat(b, TimeLayout)
-	b = append(b, `","durationMs":`...)
+	b = append(b, `}},"checkedAt":`...)
+	b = appendTime(b, d.CheckedAt)
+	b = append(b, `,"durationMs":`...)
 	b = strconv.AppendInt(b, d.DurationMs, 10)
 	if d.TestMode {
 		b = append(b, `,"testMode":true`...)
