@@ -49,7 +49,15 @@ const (
 		WHERE i.batch = ? AND i.seq > ?
 		AND NOT EXISTS (SELECT 1 FROM results r WHERE r.batch = i.batch AND r.seq = i.seq)
 		ORDER BY i.seq LIMIT ?`
-	qUnfinished = `SELECT ` + batchCols + ` FROM batches WHERE state IN (?, ?) AND expires_at > ? ORDER BY created_at, id`
+	// qRecount and qStatusCounts set the counters from the results
+	// themselves, for a write in which some results were there already.
+	qRecount = `UPDATE batches SET
+			processed = ?, deliverable = ?, undeliverable = ?, risky = ?, unknown = ?,
+			state = CASE WHEN ? >= items THEN ? ELSE state END,
+			completed_at = CASE WHEN ? >= items THEN ? ELSE completed_at END
+			WHERE key = ? RETURNING ` + batchCols
+	qStatusCounts = `SELECT status, COUNT(*) FROM results WHERE batch = ? GROUP BY status`
+	qUnfinished   = `SELECT ` + batchCols + ` FROM batches WHERE state IN (?, ?) AND expires_at > ? ORDER BY created_at, id`
 )
 
 // insertItems is the INSERT of n items.
@@ -59,11 +67,12 @@ func insertItems(n int) string {
 }
 
 // insertResults is the INSERT of n results. ON CONFLICT DO NOTHING skips
-// results written before; RETURNING names exactly the rows that were new,
-// to count.
+// results written before. It returns no rows: when every row is new (the
+// rows-affected count says so) the caller counts them from what it wrote;
+// RETURNING cost a row read back per result for that rare case.
 func insertResults(n int) string {
 	return `INSERT INTO results (batch, seq, status, decision) VALUES ` +
-		strings.Repeat(`(?, ?, ?, ?), `, n-1) + `(?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING status`
+		strings.Repeat(`(?, ?, ?, ?), `, n-1) + `(?, ?, ?, ?) ON CONFLICT DO NOTHING`
 }
 
 // writerQueries and readerQueries are prepared when the store opens.
@@ -280,7 +289,12 @@ func (s *Store) PutResults(ctx context.Context, accountID, id string, results []
 		if err != nil {
 			return dbErr("write results", err)
 		}
-		var added counts
+		var (
+			added counts
+			// recount: some results were there already, and which is
+			// not known; the counters are then taken from the table.
+			recount bool
+		)
 		args := make([]any, 0, 5*resultsPerInsert)
 		for done := 0; done < len(results); {
 			k := min(len(results)-done, resultsPerInsert)
@@ -296,13 +310,21 @@ func (s *Store) PutResults(ctx context.Context, accountID, id string, results []
 				r := &results[i]
 				args = append(args, key, r.Seq, statusCode(r.Status()), encoded[i])
 			}
-			if err := countInserted(ctx, stmt, args, &added); err != nil {
+			all, err := insertAll(ctx, stmt, args, k)
+			if err != nil {
 				return err
+			}
+			if !all {
+				recount = true
+			}
+			for _, i := range order[done : done+k] {
+				added.n++
+				added.by[statusCode(results[i].Status())]++
 			}
 			done += k
 		}
-		if added.n == 0 {
-			return nil
+		if recount {
+			return s.recount(ctx, tx, key, b, now, &out)
 		}
 		count, err := s.wstmt(ctx, tx, qCount)
 		if err != nil {
@@ -334,22 +356,51 @@ type counts struct {
 	by [len(statusCodes)]int
 }
 
-// countInserted runs the results INSERT and counts the rows it wrote.
-func countInserted(ctx context.Context, stmt *sql.Stmt, args []any, added *counts) error {
-	rows, err := stmt.QueryContext(ctx, args...)
+// insertAll runs a results INSERT of k rows and tells whether it wrote
+// all of them.
+func insertAll(ctx context.Context, stmt *sql.Stmt, args []any, k int) (bool, error) {
+	res, err := stmt.ExecContext(ctx, args...)
 	if err != nil {
-		return resultsErr(err)
+		return false, resultsErr(err)
 	}
-	defer rows.Close()
-	var code int
+	n, err := res.RowsAffected()
+	if err != nil {
+		return false, dbErr("write results", err)
+	}
+	return n == int64(k), nil
+}
+
+// recount sets the counters of the batch (b, of row key) from its results
+// and completes it if they are all there; out is the batch after.
+func (s *Store) recount(ctx context.Context, tx *sql.Tx, key int64, b evs.Batch, now time.Time, out *evs.Batch) error {
+	rows, err := tx.QueryContext(ctx, qStatusCounts, key)
+	if err != nil {
+		return dbErr("count results", err)
+	}
+	var c counts
 	for rows.Next() {
-		if err := rows.Scan(&code); err != nil {
-			return dbErr("write results", err)
+		var code, n int
+		if err := rows.Scan(&code, &n); err != nil {
+			rows.Close()
+			return dbErr("count results", err)
 		}
-		added.n++
-		added.by[min(max(code, 0), len(statusCodes)-1)]++
+		c.n += n
+		c.by[min(max(code, 0), len(statusCodes)-1)] += n
 	}
-	return resultsErr(rows.Err())
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+		return dbErr("count results", err)
+	}
+	if c.n == b.Counters.Processed {
+		return nil // every result was there already
+	}
+	got, err := scanBatch(tx.QueryRowContext(ctx, qRecount,
+		c.n, c.by[0], c.by[1], c.by[2], c.by[3],
+		c.n, evs.StateCompleted, c.n, millis(now), key))
+	if err != nil {
+		return dbErr("count results", err)
+	}
+	*out = got
+	return nil
 }
 
 func resultsErr(err error) error {
