@@ -639,9 +639,12 @@ func writeProxy(w http.ResponseWriter, resp events.APIGatewayProxyResponse, rid 
 		}
 	}
 	for k, v := range resp.Headers {
+		if k == "X-Request-Id" {
+			continue // set below, to this call's id
+		}
 		h.Set(k, v)
 	}
-	h.Set("X-Request-Id", rid)
+	h["X-Request-Id"] = []string{rid}
 	body := resp.Body // written as is: no copy into a []byte
 	if resp.IsBase64Encoded {
 		b, err := base64.StdEncoding.DecodeString(resp.Body)
@@ -655,7 +658,7 @@ func writeProxy(w http.ResponseWriter, resp events.APIGatewayProxyResponse, rid 
 	if status == 0 {
 		status = http.StatusOK
 	}
-	h.Set("Content-Length", strconv.Itoa(len(body)))
+	h["Content-Length"] = []string{strconv.Itoa(len(body))}
 	w.WriteHeader(status)
 	_, _ = io.WriteString(w, body)
 }
