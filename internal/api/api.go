@@ -281,7 +281,8 @@ const contentTypeJSON = "application/json; charset=utf-8"
 // jsonReply is a success whose body is v, a JSON object without requestId.
 func jsonReply(status int, v any) idempotency.Reply {
 	if a, ok := v.(jsonAppender); ok {
-		return idempotency.Reply{StatusCode: status, Body: a.appendJSON(make([]byte, 0, 1024))}
+		// 768 bytes hold a verification without a long SMTP reply.
+		return idempotency.Reply{StatusCode: status, Body: a.appendJSON(make([]byte, 0, 768))}
 	}
 	b, err := json.Marshal(v)
 	if err != nil {

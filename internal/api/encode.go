@@ -75,11 +75,43 @@ func (e batchEnvelope) appendJSON(b []byte) []byte {
 	return append(b, '}')
 }
 
-// appendTime appends t as Time.MarshalJSON writes it.
+// appendTime appends t as Time.MarshalJSON writes it. The contract's one
+// layout is written digit by digit: AppendFormat parses its layout string
+// on every call.
 func appendTime(b []byte, t Time) []byte {
+	u := t.UTC()
+	year, month, day := u.Date()
+	if year < 0 || year > 9999 {
+		b = append(b, '"')
+		b = u.AppendFormat(b, TimeLayout)
+		return append(b, '"')
+	}
+	hour, minute, sec := u.Clock()
 	b = append(b, '"')
-	b = t.UTC().AppendFormat(b, TimeLayout)
-	return append(b, '"')
+	b = appendDigits(b, year, 4)
+	b = append(b, '-')
+	b = appendDigits(b, int(month), 2)
+	b = append(b, '-')
+	b = appendDigits(b, day, 2)
+	b = append(b, 'T')
+	b = appendDigits(b, hour, 2)
+	b = append(b, ':')
+	b = appendDigits(b, minute, 2)
+	b = append(b, ':')
+	b = appendDigits(b, sec, 2)
+	b = append(b, '.')
+	b = appendDigits(b, u.Nanosecond()/1e6, 3)
+	return append(b, 'Z', '"')
+}
+
+// appendDigits appends v (0 ≤ v < 10^width) as exactly width digits.
+func appendDigits(b []byte, v, width int) []byte {
+	var d [4]byte
+	for i := width - 1; i >= 0; i-- {
+		d[i] = byte('0' + v%10)
+		v /= 10
+	}
+	return append(b, d[:width]...)
 }
 
 // AppendJSON appends the decision's JSON, exactly as json.Marshal would
