@@ -29,7 +29,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -117,7 +116,7 @@ func start(ctx context.Context) (*stack, error) {
 	}
 	// The access and call logs are formatted as in production but not
 	// written: a terminal would measure itself.
-	logger := slog.New(slog.NewJSONHandler(io.Discard, nil))
+	logger := cfg.Logger(io.Discard)
 	srv, err := server.New(server.Options{Config: cfg, Store: st, Logger: logger})
 	if err != nil {
 		return nil, err

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/evs-dev/evs/internal/egress"
+	"github.com/evs-dev/evs/internal/jsonlog"
 )
 
 // SMTP modes of EVS_SMTP.
@@ -94,9 +95,10 @@ type Tables struct {
 // OSEnv reads the process environment; pass it to FromEnv outside tests.
 func OSEnv(name string) string { return os.Getenv(name) }
 
-// Logger returns the JSON logger at the configured level, writing to w.
+// Logger returns the JSON logger at the configured level, writing to w:
+// slog.JSONHandler's lines, written by jsonlog's faster path.
 func (c Config) Logger(w io.Writer) *slog.Logger {
-	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: c.LogLevel}))
+	return slog.New(jsonlog.New(w, &slog.HandlerOptions{Level: c.LogLevel}))
 }
 
 // FromEnv reads the configuration with getenv (os.Getenv in production).

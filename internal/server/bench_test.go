@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"strings"
@@ -67,7 +66,7 @@ func newBenchStack(b *testing.B) benchStack {
 	if err != nil {
 		b.Fatal(err)
 	}
-	srv, err := server.New(server.Options{Config: cfg, Store: st, Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))})
+	srv, err := server.New(server.Options{Config: cfg, Store: st, Logger: cfg.Logger(io.Discard)})
 	if err != nil {
 		b.Fatal(err)
 	}
