@@ -65,11 +65,15 @@ bench: check-go
 bench-http: check-go
 	$(GO) run ./infra/loadtest $(BENCH_HTTP_FLAGS)
 
-## fuzz: run each fuzz target for FUZZTIME (default 1m)
+## fuzz: run every fuzz target in the tree for FUZZTIME each (default 1m)
 FUZZTIME ?= 1m
 fuzz: check-go
-	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./internal/verify/address/
-	$(GO) test -run '^$$' -fuzz '^FuzzDomain$$' -fuzztime $(FUZZTIME) ./internal/verify/suggest/
+	@for d in $$(grep -rl --include='*_test.go' '^func Fuzz' internal infra functions | xargs -n1 dirname | sort -u); do \
+		for t in $$(grep -ho '^func Fuzz[A-Za-z0-9_]*' $$d/*_test.go | sed 's/^func //'); do \
+			echo "fuzz $$t ./$$d ($(FUZZTIME))"; \
+			$(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) ./$$d/ || exit 1; \
+		done; \
+	done
 
 ## build: every Lambda's bootstrap zip for arm64, with sizes
 build: check-go
