@@ -42,6 +42,8 @@ const (
 		RETURNING 1`
 )
 
+var _ idempotency.LocalStore = (*Store)(nil)
+
 // ErrLiveRecord is PutIdempotency's answer when the scope already has a
 // live record. Under the serve lock it cannot happen: only the one local
 // Keeper writes, and it puts a scope only after finding no live record while
