@@ -212,6 +212,12 @@ func TestServeAndBatch(t *testing.T) {
 	if code, kout, kerr := runEVS(context.Background(), map[string]string{"EVS_DATA_DIR": dir}, "keys", "create", "--account", "second"); code != 0 || !keyRE.MatchString(strings.TrimSpace(kout)) {
 		t.Fatalf("keys while serving: %d %q %q", code, kout, kerr)
 	}
+	// A second server on the same directory is refused at once, in one
+	// line: two would each keep their own Idempotency-Key claims.
+	env2 := map[string]string{"EVS_DATA_DIR": dir, "EVS_ADDR": "127.0.0.1:0", "EVS_SMTP": "off", "EVS_DNS_SERVERS": "127.0.0.1:9"}
+	if code, sout, serr := runEVS(context.Background(), env2, "serve"); code != 1 || serr != "evs: data directory "+dir+" is in use by another evs serve\n" || sout != "" {
+		t.Fatalf("second serve on the same directory: exit %d, stdout %q, stderr %q", code, sout, serr)
+	}
 	cancel()
 	select {
 	case code := <-done:

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -30,7 +31,12 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, getenv 
 		return err
 	}
 	logger := cfg.Logger(stderr)
-	st, err := sqlitestore.Open(ctx, cfg.DataDir, time.Now)
+	// The serve lock makes this process the directory's only server, which
+	// lets idempotent calls keep their claims in memory.
+	st, err := sqlitestore.OpenServing(ctx, cfg.DataDir, time.Now)
+	if errors.Is(err, sqlitestore.ErrInUse) {
+		return err // one line that names the directory already
+	}
 	if err != nil {
 		return fmt.Errorf("open the store in %s: %w", cfg.DataDir, err)
 	}

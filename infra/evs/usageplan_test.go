@@ -15,7 +15,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/apigateway"
 	"github.com/aws/aws-sdk-go-v2/service/apigateway/types"
-	agtypes "github.com/aws/aws-sdk-go-v2/service/apigateway/types"
 
 	"github.com/evs-dev/evs/internal/authorizer"
 	"github.com/evs-dev/evs/internal/dynamostore"
@@ -361,7 +360,7 @@ func (r resentCreate) CreateApiKey(ctx context.Context, in *apigateway.CreateApi
 	if _, err := r.usagePlanAPI.CreateApiKey(ctx, in, opts...); err != nil {
 		return nil, err
 	}
-	return nil, &agtypes.ConflictException{Message: aws.String("API Key already exists")}
+	return nil, &types.ConflictException{Message: aws.String("API Key already exists")}
 }
 
 // TestUsageKeyLostCreateReply: a create whose reply was lost is recognised
@@ -400,5 +399,5 @@ func TestUsageKeyLostCreateReply(t *testing.T) {
 type conflictOnly struct{ usagePlanAPI }
 
 func (conflictOnly) CreateApiKey(context.Context, *apigateway.CreateApiKeyInput, ...func(*apigateway.Options)) (*apigateway.CreateApiKeyOutput, error) {
-	return nil, &agtypes.ConflictException{Message: aws.String("API Key already exists")}
+	return nil, &types.ConflictException{Message: aws.String("API Key already exists")}
 }

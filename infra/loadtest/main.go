@@ -105,7 +105,7 @@ func start(ctx context.Context) (*stack, error) {
 	if err != nil {
 		return nil, err
 	}
-	st, err := sqlitestore.Open(ctx, cfg.DataDir, time.Now)
+	st, err := sqlitestore.OpenServing(ctx, cfg.DataDir, time.Now)
 	if err != nil {
 		return nil, err
 	}

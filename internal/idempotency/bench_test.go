@@ -16,32 +16,41 @@ func benchFn(context.Context) (idempotency.Reply, error) {
 	}, nil
 }
 
-// BenchmarkDoFirst measures a first call: claim, run, complete (two
-// synced SQLite write transactions).
+// BenchmarkDoFirst measures a first call, one at a time: in shared mode
+// claim, run, complete (two SQLite write transactions, one synced); in
+// local mode lookup, run, put (one read, one synced write).
 func BenchmarkDoFirst(b *testing.B) {
-	e := newEnv(b)
-	ctx := context.Background()
-	i := 0
-	for b.Loop() {
-		i++
-		if _, _, err := e.k.Do(ctx, verifyReq("k"+strconv.Itoa(i), `{"email":"a@x.example","mode":"full"}`, "r"), benchFn); err != nil {
-			b.Fatal(err)
-		}
+	for _, m := range modes {
+		b.Run(m.name, func(b *testing.B) {
+			e := newEnv(b, m)
+			ctx := context.Background()
+			i := 0
+			for b.Loop() {
+				i++
+				if _, _, err := e.k.Do(ctx, verifyReq("k"+strconv.Itoa(i), `{"email":"a@x.example","mode":"full"}`, "r"), benchFn); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
 
 // BenchmarkDoReplay measures a repeat answered from the stored reply.
 func BenchmarkDoReplay(b *testing.B) {
-	e := newEnv(b)
-	ctx := context.Background()
-	req := verifyReq("k", `{"email":"a@x.example","mode":"full"}`, "r")
-	if _, _, err := e.k.Do(ctx, req, benchFn); err != nil {
-		b.Fatal(err)
-	}
-	for b.Loop() {
-		if _, replayed, err := e.k.Do(ctx, req, benchFn); err != nil || !replayed {
-			b.Fatal(replayed, err)
-		}
+	for _, m := range modes {
+		b.Run(m.name, func(b *testing.B) {
+			e := newEnv(b, m)
+			ctx := context.Background()
+			req := verifyReq("k", `{"email":"a@x.example","mode":"full"}`, "r")
+			if _, _, err := e.k.Do(ctx, req, benchFn); err != nil {
+				b.Fatal(err)
+			}
+			for b.Loop() {
+				if _, replayed, err := e.k.Do(ctx, req, benchFn); err != nil || !replayed {
+					b.Fatal(replayed, err)
+				}
+			}
+		})
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"sync"
 	"time"
 
 	"github.com/evs-dev/evs/internal/evs"
@@ -64,6 +65,24 @@ type Store interface {
 	ReleaseIdempotency(ctx context.Context, scope string) error
 }
 
+// LocalStore keeps Idempotency-Key records for a Keeper in local mode
+// (NewLocal): a store that exactly one serving process uses, so that
+// process can arbitrate between calls in memory and the store needs only
+// one write per call. The embedded store implements it.
+type LocalStore interface {
+	// LookupIdempotency returns the live record of scope: one that is not
+	// expired (ExpiresAt > now) and, if in progress, not stale
+	// (LockedUntil > now; a local Keeper never writes such records, but a
+	// data directory written by a shared Keeper may hold them). It reads
+	// without waiting for writes in progress elsewhere in the store.
+	LookupIdempotency(ctx context.Context, scope string, now time.Time) (rec Record, found bool, err error)
+	// PutIdempotency stores rec, a finished record (State Done, with its
+	// reply), in one write that is durable when it returns. It replaces an
+	// expired or stale record of the scope; if a live record exists it
+	// fails and changes nothing.
+	PutIdempotency(ctx context.Context, rec Record, now time.Time) error
+}
+
 // Reply is an answer as its meaning, the form it is stored in: the status,
 // the headers the handler chose, and the body without any request id (the
 // edge renders each call's id into it). So a replay is rendered exactly like
@@ -95,15 +114,42 @@ func Scope(accountID, method, path, key string) string {
 }
 
 // Keeper runs handlers at most once per Idempotency-Key. It is safe for
-// concurrent use; the store arbitrates between calls, also across processes.
+// concurrent use. A shared Keeper (New) lets the store arbitrate between
+// calls, also across processes; a local Keeper (NewLocal) arbitrates in
+// memory and so must be the only Keeper of its store.
 type Keeper struct {
+	// store is set in shared mode, local in local mode.
 	store Store
+	local LocalStore
 	now   func() time.Time
+
+	// mu guards claims: in local mode, the scopes of the calls running now,
+	// each with its request's fingerprint. It holds what an in-progress
+	// record holds in shared mode, without writing it.
+	mu     sync.Mutex
+	claims map[string]string
 }
 
-// New returns a Keeper keeping its records in s, with now as its clock.
+// New returns a Keeper in shared mode, keeping its records in s, with now as
+// its clock. Each call writes twice (claim, then reply or release), and the
+// store's conditional claim is what excludes a concurrent repeat, so any
+// number of processes may share s: the mode of the Lambda functions over
+// DynamoDB.
 func New(s Store, now func() time.Time) *Keeper {
 	return &Keeper{store: s, now: now}
+}
+
+// NewLocal returns a Keeper in local mode, keeping its records in s, with
+// now as its clock. The running calls are claimed in memory and only a
+// finished reply is written, once: half the writes of shared mode. That is
+// correct only while no other Keeper, in this process or another, uses s;
+// the caller guarantees it (evs serve holds a lock on its data directory).
+//
+// A crash loses nothing a client saw: a reply is durable before Do returns
+// it, and a call cut off mid-way wrote nothing, so its retry runs it, at
+// once rather than after LockTimeout.
+func NewLocal(s LocalStore, now func() time.Time) *Keeper {
+	return &Keeper{local: s, now: now, claims: make(map[string]string)}
 }
 
 // Do runs fn at most once per (AccountID, Method+Path, Key) scope within
@@ -120,12 +166,18 @@ func New(s Store, now func() time.Time) *Keeper {
 // The writes after fn (complete or release) ignore ctx's cancellation: a
 // client that hangs up after fn finished must not leave its key blocked for
 // LockTimeout, or stored without its reply.
+//
+// Both modes answer alike; they differ in what the store holds while fn
+// runs (see New and NewLocal).
 func (k *Keeper) Do(ctx context.Context, req Request, fn func(ctx context.Context) (Reply, error)) (Reply, bool, error) {
 	if err := ValidKey(req.Key); err != nil {
 		return Reply{}, false, err
 	}
 	scope := Scope(req.AccountID, req.Method, req.Path, req.Key)
 	fp := Fingerprint(req.Method, req.Path, req.ContentType, req.Body)
+	if k.local != nil {
+		return k.doLocal(ctx, scope, fp, fn)
+	}
 	now := k.now()
 	existing, claimed, err := k.store.ClaimIdempotency(ctx, Record{
 		Scope:       scope,
@@ -165,6 +217,58 @@ func (k *Keeper) run(ctx context.Context, scope string, fn func(ctx context.Cont
 	}
 	if cerr := k.store.CompleteIdempotency(settle, scope, reply.StatusCode, reply.Headers, reply.Body); cerr != nil {
 		return reply, false, fmt.Errorf("idempotency: store reply: %w", cerr)
+	}
+	return reply, false, nil
+}
+
+// doLocal is Do in local mode.
+func (k *Keeper) doLocal(ctx context.Context, scope, fp string, fn func(ctx context.Context) (Reply, error)) (Reply, bool, error) {
+	k.mu.Lock()
+	if running, ok := k.claims[scope]; ok {
+		k.mu.Unlock()
+		// Answered as a live in-progress record is in shared mode.
+		_, err := replay(Record{Scope: scope, Fingerprint: running, State: InProgress}, fp)
+		return Reply{}, false, err
+	}
+	k.claims[scope] = fp
+	k.mu.Unlock()
+	// Released on every return and on a panic in fn, and only after the
+	// reply is stored: a repeat that takes the claim next is sure to find
+	// the record, since it looks up only once it holds the claim.
+	defer func() {
+		k.mu.Lock()
+		delete(k.claims, scope)
+		k.mu.Unlock()
+	}()
+
+	now := k.now()
+	rec, found, err := k.local.LookupIdempotency(ctx, scope, now)
+	if err != nil {
+		return Reply{}, false, fmt.Errorf("idempotency: look up key: %w", err)
+	}
+	if found {
+		r, err := replay(rec, fp)
+		return r, err == nil, err
+	}
+	reply, err := fn(ctx)
+	if err != nil || reply.StatusCode >= 500 {
+		return reply, false, err // nothing was written, so nothing to undo
+	}
+	// The same now as the lookup: a record it found dead is dead to the
+	// put too, whatever the clock did meanwhile. Like the rest of the
+	// settling, the put outlives a client that hung up.
+	err = k.local.PutIdempotency(context.WithoutCancel(ctx), Record{
+		Scope:       scope,
+		Fingerprint: fp,
+		State:       Done,
+		LockedUntil: now,
+		ExpiresAt:   now.Add(Retention),
+		StatusCode:  reply.StatusCode,
+		Headers:     reply.Headers,
+		Body:        reply.Body,
+	}, now)
+	if err != nil {
+		return reply, false, fmt.Errorf("idempotency: store reply: %w", err)
 	}
 	return reply, false, nil
 }

@@ -10,6 +10,8 @@ import (
 
 	"github.com/evs-dev/evs/internal/authorizer"
 	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/idempotency"
+	"github.com/evs-dev/evs/internal/server"
 )
 
 // TestBadInput: every kind of bad input gets a clear error, in the
@@ -245,6 +247,71 @@ func TestIdempotencyConcurrent(t *testing.T) {
 		t.Fatalf("%d fresh replies and %d RCPTs for alice, want exactly 1 (replayed %d, in progress %d)", fresh, calls, replayed, inProgress)
 	}
 	t.Logf("50 concurrent calls: 1 executed, %d replayed, %d in progress", replayed, inProgress)
+}
+
+// TestIdempotencyMode: on the store of the serving process (OpenServing, as
+// evs serve opens it) an idempotent call is claimed in memory and writes
+// only its finished reply, so a crash mid-call leaves nothing that blocks
+// the key; on a store that cannot vouch for exclusivity (here wrapped, so
+// it hides Exclusive) the claim is written to the store, safe for several
+// processes. Either way a repeat while the call runs gets 409.
+func TestIdempotencyMode(t *testing.T) {
+	tests := []struct {
+		name string
+		wrap func(server.Store) server.Store
+		// wantHeld is the state of the key's record while the call runs
+		// ("" for none).
+		wantHeld string
+	}{
+		{"serving store: claim in memory", nil, ""},
+		{"other store: claim in the store", func(s server.Store) server.Store { return struct{ server.Store }{s} }, idempotency.InProgress},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			held, release := make(chan struct{}), make(chan struct{})
+			var heldOnce, releaseOnce sync.Once
+			free := func() { releaseOnce.Do(func() { close(release) }) }
+			h := start(t, options{wrapStore: tt.wrap, rcpt: func(addr string) string {
+				if strings.HasPrefix(addr, "alice@") {
+					heldOnce.Do(func() { close(held) })
+					<-release
+					return "250 2.1.5 OK"
+				}
+				return "550 5.1.1 user unknown"
+			}})
+			t.Cleanup(free) // before the server's own cleanup waits for the call
+			call := func() reply {
+				return h.do(req{method: "POST", path: "/v1/verify", key: h.liveKey, body: `{"email":"alice@good.example","mode":"full"}`,
+					headers: map[string]string{"Idempotency-Key": "k-held"}})
+			}
+			first := make(chan reply, 1)
+			go func() { first <- call() }()
+			select {
+			case <-held:
+			case <-time.After(15 * time.Second):
+				t.Fatal("the call never reached the SMTP server")
+			}
+			scope := idempotency.Scope(h.liveAcct, "POST", "/v1/verify", "k-held")
+			rec, found, err := h.st.LookupIdempotency(context.Background(), scope, h.clock.Now())
+			if err != nil || found != (tt.wantHeld != "") || rec.State != tt.wantHeld {
+				t.Fatalf("while the call runs the store holds %+v (found=%v, err=%v); want state %q", rec, found, err, tt.wantHeld)
+			}
+			if r := call(); r.status != 409 || r.errorCode(t) != "idempotency_in_progress" {
+				t.Fatalf("repeat while the call runs: %d %s", r.status, r.body)
+			}
+			free()
+			if r := <-first; r.status != 200 {
+				t.Fatalf("first call: %d %s", r.status, r.body)
+			}
+			rec, found, err = h.st.LookupIdempotency(context.Background(), scope, h.clock.Now())
+			if err != nil || !found || rec.State != idempotency.Done || rec.StatusCode != 200 {
+				t.Fatalf("after the call the store holds %+v (found=%v, err=%v); want its reply", rec, found, err)
+			}
+			if r := call(); r.status != 200 || r.header.Get("Idempotent-Replayed") != "true" {
+				t.Fatalf("repeat after the call: %d replayed=%q", r.status, r.header.Get("Idempotent-Replayed"))
+			}
+		})
+	}
 }
 
 // TestAuthCache: a revoked key keeps working until the gateway's authorizer

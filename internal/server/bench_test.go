@@ -57,7 +57,7 @@ func newBenchStack(b *testing.B) benchStack {
 		b.Fatal(err)
 	}
 	ctx := context.Background()
-	st, err := sqlitestore.Open(ctx, cfg.DataDir, time.Now)
+	st, err := sqlitestore.OpenServing(ctx, cfg.DataDir, time.Now)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -104,7 +104,7 @@ func start(t *testing.T, o options) *harness {
 		h.dir = t.TempDir()
 	}
 	ctx := context.Background()
-	st, err := sqlitestore.Open(ctx, h.dir, now)
+	st, err := sqlitestore.OpenServing(ctx, h.dir, now)
 	if err != nil {
 		t.Fatalf("open store: %v", err)
 	}

@@ -145,7 +145,7 @@ func New(o Options) (*Server, error) {
 	h := api.New(api.Deps{
 		Engine:           o.Engine,
 		Sandbox:          sandbox,
-		Idempotency:      idempotency.New(o.Store, o.Now),
+		Idempotency:      keeper(o.Store, o.Now),
 		Batches:          o.Store,
 		Queue:            runner,
 		Retention:        o.Config.Retention,
@@ -179,6 +179,18 @@ func New(o Options) (*Server, error) {
 		hooks.Observe = o.Metrics.WebhookDelivery
 	}
 	return &Server{opts: o, gateway: gw, runner: runner, hooks: hooks}, nil
+}
+
+// keeper is the Idempotency-Key keeper over st: the local mode (claims in
+// memory, one write per call) when st can say it is the only server of its
+// data (sqlitestore.OpenServing holds the directory's lock), else the
+// shared mode, correct for any number of processes.
+func keeper(st Store, now func() time.Time) *idempotency.Keeper {
+	ex, ok := st.(interface{ Exclusive() bool })
+	if ls, local := st.(idempotency.LocalStore); local && ok && ex.Exclusive() {
+		return idempotency.NewLocal(ls, now)
+	}
+	return idempotency.New(st, now)
 }
 
 // Handler is the HTTP face of the server.

@@ -79,13 +79,14 @@ func insertResults(n int) string {
 var (
 	writerQueries = []string{
 		qCreateAccount, qCreateKey, qRevokeKey,
-		qClaim, qReadClaim, qComplete, qRelease,
+		qClaim, qReadClaim, qComplete, qRelease, qPut,
 		qCreateBatch, qBatch, qTransition, qCount,
 		insertItems(itemsPerInsert), insertResults(resultsPerInsert),
 	}
 	readerQueries = []string{
 		qAccount, qAccountByName, qCountAccounts, qKeyByHash, qListKeys,
 		qBatch, qResults, qResultsByStatus, qPending, qUnfinished, qDelivery, qBatchView,
+		qLookup,
 	}
 )
 

@@ -25,7 +25,30 @@ const (
 	qReadClaim = `SELECT scope, fingerprint, state, locked_until, expires_at, status_code, headers, body FROM idempotency WHERE scope = ?`
 	qComplete  = `UPDATE idempotency SET state = ?, status_code = ?, headers = ?, body = ? WHERE scope = ? AND state = ?`
 	qRelease   = `DELETE FROM idempotency WHERE scope = ?`
+
+	// qLookup reads the live record of a scope (?1) at ?2: not expired,
+	// and not a stale claim (state ?3, in progress).
+	qLookup = `SELECT scope, fingerprint, state, locked_until, expires_at, status_code, headers, body FROM idempotency
+		WHERE scope = ?1 AND expires_at > ?2 AND (state <> ?3 OR locked_until > ?2)`
+	// qPut writes a finished record, or replaces one that is expired or a
+	// stale claim at ?9 (the same test as qClaim's); RETURNING names the
+	// row only when it did, so no row means a live record was left alone.
+	qPut = `INSERT INTO idempotency (scope, fingerprint, state, locked_until, expires_at, status_code, headers, body)
+		VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+		ON CONFLICT (scope) DO UPDATE SET fingerprint = excluded.fingerprint, state = excluded.state,
+			locked_until = excluded.locked_until, expires_at = excluded.expires_at,
+			status_code = excluded.status_code, headers = excluded.headers, body = excluded.body
+		WHERE idempotency.expires_at <= ?9 OR (idempotency.state = ?10 AND idempotency.locked_until <= ?9)
+		RETURNING 1`
 )
+
+var _ idempotency.LocalStore = (*Store)(nil)
+
+// ErrLiveRecord is PutIdempotency's answer when the scope already has a
+// live record. Under the serve lock it cannot happen: only the one local
+// Keeper writes, and it puts a scope only after finding no live record while
+// holding the scope's claim.
+var ErrLiveRecord = errors.New("sqlitestore: a live idempotency record of this scope exists")
 
 // ClaimIdempotency writes rec as an in-progress record unless a live record
 // of its scope exists, which it returns instead. Read and write share one
@@ -62,22 +85,8 @@ func (s *Store) ClaimIdempotency(ctx context.Context, rec idempotency.Record, no
 		if err != nil {
 			return dbErr("read idempotency record", err)
 		}
-		var (
-			lockedUntil, expiresAt int64
-			headers                sql.NullString
-		)
-		err = read.QueryRowContext(ctx, rec.Scope).Scan(&existing.Scope, &existing.Fingerprint, &existing.State,
-			&lockedUntil, &expiresAt, &existing.StatusCode, &headers, &existing.Body)
-		if err != nil {
-			return dbErr("read idempotency record", err)
-		}
-		existing.LockedUntil, existing.ExpiresAt = fromMillis(lockedUntil), fromMillis(expiresAt)
-		if headers.Valid {
-			if err := json.Unmarshal([]byte(headers.String), &existing.Headers); err != nil {
-				return fmt.Errorf("sqlitestore: decode stored reply headers: %w", err)
-			}
-		}
-		return nil
+		existing, err = scanRecord(read.QueryRowContext(ctx, rec.Scope))
+		return dbErr("read idempotency record", err)
 	})
 	if err != nil {
 		return idempotency.Record{}, false, err
@@ -85,20 +94,94 @@ func (s *Store) ClaimIdempotency(ctx context.Context, rec idempotency.Record, no
 	return existing, claimed, nil
 }
 
-// CompleteIdempotency stores the reply on the in-progress record of scope
-// and marks it done; without such a record it is CodeNotFound. It returns
-// once the reply is synced to disk: the caller sends it only then.
-func (s *Store) CompleteIdempotency(ctx context.Context, scope string, statusCode int, headers map[string]string, body []byte) error {
+// scanRecord scans the columns of qReadClaim and qLookup.
+func scanRecord(row scanner) (idempotency.Record, error) {
+	var (
+		rec                    idempotency.Record
+		lockedUntil, expiresAt int64
+		headers                sql.NullString
+	)
+	err := row.Scan(&rec.Scope, &rec.Fingerprint, &rec.State, &lockedUntil, &expiresAt, &rec.StatusCode, &headers, &rec.Body)
+	if err != nil {
+		return idempotency.Record{}, err
+	}
+	rec.LockedUntil, rec.ExpiresAt = fromMillis(lockedUntil), fromMillis(expiresAt)
+	if headers.Valid {
+		if err := json.Unmarshal([]byte(headers.String), &rec.Headers); err != nil {
+			return idempotency.Record{}, fmt.Errorf("decode stored reply headers: %w", err)
+		}
+	}
+	return rec, nil
+}
+
+// encodeReply is the stored form of a reply's headers and body: headers as
+// a JSON object (NULL for none), body never NULL.
+func encodeReply(headers map[string]string, body []byte) (sql.NullString, []byte, error) {
 	var h sql.NullString
 	if headers != nil {
 		b, err := json.Marshal(headers)
 		if err != nil {
-			return fmt.Errorf("sqlitestore: encode reply headers: %w", err)
+			return h, nil, fmt.Errorf("sqlitestore: encode reply headers: %w", err)
 		}
 		h = sql.NullString{String: string(b), Valid: true}
 	}
 	if body == nil {
 		body = []byte{}
+	}
+	return h, body, nil
+}
+
+// LookupIdempotency returns the live record of scope at now (see
+// idempotency.LocalStore). It reads on the reader pool, so it never queues
+// behind the committer; a write that has returned is visible to it.
+func (s *Store) LookupIdempotency(ctx context.Context, scope string, now time.Time) (idempotency.Record, bool, error) {
+	rec, err := scanRecord(s.rstmt(qLookup).QueryRowContext(ctx, scope, millis(now), idempotency.InProgress))
+	if errors.Is(err, sql.ErrNoRows) {
+		return idempotency.Record{}, false, nil
+	}
+	if err != nil {
+		return idempotency.Record{}, false, dbErr("look up idempotency record", err)
+	}
+	return rec, true, nil
+}
+
+// PutIdempotency stores rec, a finished record, replacing an expired or
+// stale one of its scope, in one statement; a live record makes it fail
+// with ErrLiveRecord. It returns once the record is synced to disk: the
+// caller sends the reply only then, so a reply a client received survives
+// kill -9 and power loss alike.
+func (s *Store) PutIdempotency(ctx context.Context, rec idempotency.Record, now time.Time) error {
+	if rec.State != idempotency.Done {
+		// An in-progress record written alone would block its key until
+		// LockTimeout after a crash: the local mode never writes one.
+		return fmt.Errorf("sqlitestore: put idempotency record in state %q, want %q", rec.State, idempotency.Done)
+	}
+	h, body, err := encodeReply(rec.Headers, rec.Body)
+	if err != nil {
+		return err
+	}
+	return s.writeOne(ctx, true, func(ctx context.Context, tx *sql.Tx) error {
+		st, err := s.wstmt(ctx, tx, qPut)
+		if err != nil {
+			return dbErr("put idempotency record", err)
+		}
+		var one int
+		err = st.QueryRowContext(ctx, rec.Scope, rec.Fingerprint, rec.State, millis(rec.LockedUntil), millis(rec.ExpiresAt),
+			rec.StatusCode, h, body, millis(now), idempotency.InProgress).Scan(&one)
+		if errors.Is(err, sql.ErrNoRows) {
+			return ErrLiveRecord
+		}
+		return dbErr("put idempotency record", err)
+	})
+}
+
+// CompleteIdempotency stores the reply on the in-progress record of scope
+// and marks it done; without such a record it is CodeNotFound. It returns
+// once the reply is synced to disk: the caller sends it only then.
+func (s *Store) CompleteIdempotency(ctx context.Context, scope string, statusCode int, headers map[string]string, body []byte) error {
+	h, body, err := encodeReply(headers, body)
+	if err != nil {
+		return err
 	}
 	return s.writeOne(ctx, true, func(ctx context.Context, tx *sql.Tx) error {
 		st, err := s.wstmt(ctx, tx, qComplete)

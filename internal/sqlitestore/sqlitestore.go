@@ -57,21 +57,56 @@ type Store struct {
 
 	wstmts, rstmts stmtCache
 	c              *committer
-	closeOnce      sync.Once
-	closeErr       error
+	// lock is the open serve lock file (OpenServing), nil without one.
+	lock      *os.File
+	closeOnce sync.Once
+	closeErr  error
 }
 
 var _ store.Store = (*Store)(nil)
 
-// Open opens (creating them if needed) dir and the database dir/evs.db,
-// migrates its schema to the current version and returns the store. now is
-// the store's clock, used for batch expiry.
-func Open(ctx context.Context, dir string, now func() time.Time) (*Store, error) {
-	return open(ctx, dir, now, busyTimeout)
+// LockName is the file in the data directory that OpenServing locks.
+const LockName = "serve.lock"
+
+// ErrInUse is what OpenServing's error matches (errors.Is) when another
+// process serves the data directory.
+var ErrInUse = errors.New("the data directory is in use by another evs serve")
+
+// inUseError names the directory another process serves.
+type inUseError struct{ dir string }
+
+func (e inUseError) Error() string {
+	return fmt.Sprintf("data directory %s is in use by another evs serve", e.dir)
 }
 
-// open is Open with the time a write waits for another process's lock.
-func open(ctx context.Context, dir string, now func() time.Time, busy time.Duration) (*Store, error) {
+func (e inUseError) Unwrap() error { return ErrInUse }
+
+// Open opens (creating them if needed) dir and the database dir/evs.db,
+// migrates its schema to the current version and returns the store. now is
+// the store's clock, used for batch expiry. Any number of processes may
+// hold a store of the same directory open this way.
+func Open(ctx context.Context, dir string, now func() time.Time) (*Store, error) {
+	return open(ctx, dir, now, busyTimeout, false)
+}
+
+// OpenServing is Open for the one serving process of dir: it also takes an
+// exclusive lock on dir/serve.lock, held until Close (or the process's
+// death), and fails with ErrInUse at once if another process holds it. The
+// lock makes the store Exclusive, which lets the server keep Idempotency-Key
+// claims in memory (idempotency.NewLocal) and write once per call instead of
+// twice. Processes using Open (`evs keys create` and the like) neither take
+// nor heed the lock: they do not run idempotent calls.
+func OpenServing(ctx context.Context, dir string, now func() time.Time) (*Store, error) {
+	return open(ctx, dir, now, busyTimeout, true)
+}
+
+// Exclusive tells whether s was opened with OpenServing and holds the serve
+// lock, so no other process serves its directory while s is open.
+func (s *Store) Exclusive() bool { return s.lock != nil }
+
+// open is Open with the time a write waits for another process's lock, and
+// with the serve lock when serving.
+func open(ctx context.Context, dir string, now func() time.Time, busy time.Duration, serving bool) (_ *Store, err error) {
 	if now == nil {
 		return nil, errors.New("sqlitestore: Open needs a clock")
 	}
@@ -84,6 +119,19 @@ func open(ctx context.Context, dir string, now func() time.Time, busy time.Durat
 	}
 	if err := checkWritable(dir); err != nil {
 		return nil, err
+	}
+	var lock *os.File
+	if serving {
+		// Before the database is touched: a second server must not even
+		// migrate under the first one's feet.
+		if lock, err = lockDir(dir); err != nil {
+			return nil, err
+		}
+		defer func() {
+			if err != nil && lock != nil {
+				lock.Close()
+			}
+		}()
 	}
 	path := filepath.Join(dir, FileName)
 	q := url.Values{}
@@ -139,6 +187,7 @@ func open(ctx context.Context, dir string, now func() time.Time, busy time.Durat
 		s.Close()
 		return nil, err
 	}
+	s.lock = lock
 	return s, nil
 }
 
@@ -201,13 +250,18 @@ const (
 // while others wait on the network, few enough to keep memory low.
 func readers() int { return max(4, 2*runtime.GOMAXPROCS(0)) }
 
-// Close waits for queued writes, then closes the database.
+// Close waits for queued writes, then closes the database, then releases
+// the serve lock if s holds it: the next server starts only once this one
+// has stopped writing.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.c.stop()
 		s.wstmts.close()
 		s.rstmts.close()
 		err := errors.Join(s.db.Close(), s.rdb.Close())
+		if s.lock != nil {
+			err = errors.Join(err, s.lock.Close())
+		}
 		if err != nil {
 			s.closeErr = fmt.Errorf("sqlitestore: close: %w", err)
 		}

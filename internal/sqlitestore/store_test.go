@@ -306,7 +306,7 @@ func TestBusyIsUnavailable(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	holder := openStore(t, dir, time.Now)
-	s, err := open(ctx, dir, time.Now, 50*time.Millisecond)
+	s, err := open(ctx, dir, time.Now, 50*time.Millisecond, false)
 	if err != nil {
 		t.Fatal(err)
 	}

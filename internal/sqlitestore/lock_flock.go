@@ -1,0 +1,32 @@
+//go:build unix && !aix
+
+package sqlitestore
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"golang.org/x/sys/unix"
+)
+
+// lockDir takes the exclusive serve lock of dir without waiting. The lock
+// is a flock on the open file, so the kernel drops it when the file is
+// closed or the process dies, kill -9 included: no stale lock is left to
+// clean up. It is advisory: only OpenServing asks for it.
+func lockDir(dir string) (*os.File, error) {
+	path := filepath.Join(dir, LockName)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("sqlitestore: open the serve lock: %w", err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, inUseError{dir: dir}
+		}
+		return nil, fmt.Errorf("sqlitestore: lock %s: %w", path, err)
+	}
+	return f, nil
+}
