@@ -131,6 +131,7 @@ func (s *Store) ActiveBatches(ctx context.Context, accountID string) (int, error
 // maxActive active batches. Writes are serialised (one writer at a time),
 // so the count taken inside the write transaction is exact.
 func (s *Store) CreateBatchWithin(ctx context.Context, b evs.Batch, items []evs.Item, maxActive int) error {
+	defer s.touched(b.AccountID, b.ID)
 	return s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		if maxActive > 0 {
 			var n int
@@ -223,6 +224,7 @@ func (s *Store) batch(ctx context.Context, st *sql.Stmt, accountID, id string) (
 // TransitionBatch moves the batch to `to` if its state is in from. A final
 // state is never left, whatever from says.
 func (s *Store) TransitionBatch(ctx context.Context, accountID, id string, from []evs.State, to evs.State, errMsg string, now time.Time) (evs.Batch, error) {
+	defer s.touched(accountID, id)
 	var out evs.Batch
 	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		b, _, err := s.batchTx(ctx, tx, accountID, id)
@@ -277,6 +279,7 @@ func (s *Store) PutResults(ctx context.Context, accountID, id string, results []
 		encoded[i] = b
 	}
 	var out evs.Batch
+	defer s.touched(accountID, id)
 	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		b, key, err := s.batchTx(ctx, tx, accountID, id)
 		if err != nil {
@@ -505,6 +508,9 @@ func (s *Store) UnfinishedBatches(ctx context.Context) ([]evs.Batch, error) {
 // TTL, which `evs serve` runs periodically. It returns how many batches and
 // records it deleted.
 func (s *Store) Sweep(ctx context.Context) (int, error) {
+	if s.views != nil {
+		defer s.views.wroteAll()
+	}
 	var n int64
 	now := millis(s.now())
 	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"strings"
+	"time"
 
 	"github.com/evs-dev/evs/internal/evs"
 )
@@ -29,12 +30,33 @@ func qualified(table, cols string) string {
 // of account (CodeNotFound also once expired) and, if the batch is final
 // and has a webhook delivery, that delivery (ok true).
 func (s *Store) BatchView(ctx context.Context, accountID, id string) (evs.Batch, evs.Delivery, bool, error) {
+	now := s.now()
+	var (
+		k    viewKey
+		read uint64
+	)
+	if s.views != nil {
+		k = viewKey{accountID, id}
+		if v, ok := s.views.get(k, now); ok {
+			return v.b, v.d, v.found, nil
+		}
+		read = s.views.begin()
+	}
+	b, d, found, err := s.batchView(ctx, accountID, id, now)
+	if err == nil && s.views != nil {
+		s.views.put(k, batchView{b, d, found}, read)
+	}
+	return b, d, found, err
+}
+
+// batchView is BatchView's read.
+func (s *Store) batchView(ctx context.Context, accountID, id string, now time.Time) (evs.Batch, evs.Delivery, bool, error) {
 	var (
 		url, state       sql.NullString
 		attempts, status sql.NullInt64
 		next             sql.NullInt64
 	)
-	b, err := scanBatchWith(s.rstmt(qBatchView).QueryRowContext(ctx, id, accountID, millis(s.now())),
+	b, err := scanBatchWith(s.rstmt(qBatchView).QueryRowContext(ctx, id, accountID, millis(now)),
 		&url, &state, &attempts, &status, &next)
 	if errors.Is(err, sql.ErrNoRows) {
 		return evs.Batch{}, evs.Delivery{}, false, batchNotFound()

@@ -58,7 +58,10 @@ type Store struct {
 	wstmts, rstmts stmtCache
 	c              *committer
 	// lock is the open serve lock file (OpenServing), nil without one.
-	lock      *os.File
+	lock *os.File
+	// views is the cache of final batches' views; nil unless this process
+	// is the only writer of batches (OpenServing).
+	views     *viewCache
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -188,6 +191,11 @@ func open(ctx context.Context, dir string, now func() time.Time, busy time.Durat
 		return nil, err
 	}
 	s.lock = lock
+	if lock != nil {
+		// Only the serving process writes batches and deliveries, and this
+		// store is it: views of final batches can be kept in memory.
+		s.views = newViewCache()
+	}
 	return s, nil
 }
 
@@ -288,6 +296,14 @@ func (s *Store) write(ctx context.Context, fn func(ctx context.Context, tx *sql.
 // same group needs it; the next synced commit syncs it too.
 func (s *Store) writeOne(ctx context.Context, sync bool, fn func(ctx context.Context, tx *sql.Tx) error) error {
 	return s.c.do(ctx, &op{fn: fn, sync: sync, oneStatement: true})
+}
+
+// touched tells the view cache that a write to the batch has returned,
+// committed or not.
+func (s *Store) touched(accountID, id string) {
+	if s.views != nil {
+		s.views.wrote(accountID, id)
+	}
 }
 
 // dbErr classifies a database error: a database that is busy or cannot be

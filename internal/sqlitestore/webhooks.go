@@ -60,6 +60,7 @@ func (s *Store) Delivery(ctx context.Context, accountID, batchID string) (evs.De
 
 // ClaimDelivery starts the next attempt of a due delivery; see store.Webhooks.
 func (s *Store) ClaimDelivery(ctx context.Context, accountID, batchID string, attempts int, now, leaseUntil time.Time) (evs.Delivery, error) {
+	defer s.touched(accountID, batchID)
 	var out evs.Delivery
 	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		d, err := scanDelivery(tx.QueryRowContext(ctx, `UPDATE deliveries AS d SET attempts = attempts + 1, next_at = ?
@@ -78,6 +79,7 @@ func (s *Store) ClaimDelivery(ctx context.Context, accountID, batchID string, at
 
 // RecordDelivery stores an attempt's outcome if it is still the latest.
 func (s *Store) RecordDelivery(ctx context.Context, d evs.Delivery) error {
+	defer s.touched(d.AccountID, d.BatchID)
 	return s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, `UPDATE deliveries SET state = ?, last_status = ?, next_at = ?
 			WHERE batch_id = ? AND account_id = ? AND attempts = ? AND state = ?`,
