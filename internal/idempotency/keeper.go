@@ -15,10 +15,12 @@ import (
 const (
 	// Retention is how long a key's record, and so its stored reply, is kept.
 	Retention = 24 * time.Hour
-	// LockTimeout is how long an unfinished first call blocks its key. A
-	// process that crashed mid-call never completes or releases its record;
-	// after this the key can be claimed again. It is well above the longest
-	// synchronous call (API Gateway stops waiting after 29 s).
+	// LockTimeout is how long an unfinished first call blocks its key in
+	// shared mode. A process that crashed mid-call never completes or
+	// releases its record; after this the key can be claimed again. It is
+	// well above the longest synchronous call (API Gateway stops waiting
+	// after 29 s). A local Keeper writes no such records, but honours those
+	// a shared one left in the store.
 	LockTimeout = 5 * time.Minute
 )
 

@@ -3,6 +3,20 @@
 // and its reply is stored for 24 h; a later call with the same key and the
 // same request gets the stored reply again, one with another request gets
 // 422, and one that arrives while the first still runs gets 409.
+//
+// A Keeper runs in one of two modes, which answer every call alike:
+//
+//   - Shared (New), for a store many processes use at once (DynamoDB under
+//     the Lambda functions): the store arbitrates. A call writes an
+//     in-progress claim, runs, then stores its reply on it (or deletes it
+//     after a 5xx). A process that dies mid-call leaves its claim, which
+//     blocks the key for LockTimeout.
+//   - Local (NewLocal), for a store exactly one process serves (`evs serve`,
+//     which holds its data directory's serve lock): claims live in the
+//     Keeper's memory, and the store sees one lookup and one durable write
+//     of the finished reply per call. A crash leaves nothing in progress:
+//     a reply the client received was stored before it was sent, and a call
+//     cut off mid-way stored nothing, so its retry runs at once.
 package idempotency
 
 import (

@@ -81,26 +81,49 @@ func BenchmarkCreateBatch50k(b *testing.B) {
 	}
 }
 
-// BenchmarkIdempotentCalls runs claim + complete for unique keys from 64
-// goroutines, as concurrent API calls with Idempotency-Key do: the
-// figure group commit is for.
+// BenchmarkIdempotentCalls runs the store's side of idempotent calls for
+// unique keys from 64 goroutines, as concurrent API calls with
+// Idempotency-Key do: the figure group commit is for. shared is claim +
+// complete (two writes through the committer, the Lambda's pattern), local
+// is lookup + put (a read on the reader pool and one write: evs serve's).
 func BenchmarkIdempotentCalls(b *testing.B) {
-	ctx := context.Background()
-	s := openStore(b, b.TempDir(), time.Now)
-	var n atomic.Int64
-	b.SetParallelism(32) // × GOMAXPROCS goroutines
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
-			scope := fmt.Sprint("a\x00POST /v1/verify\x00k-", n.Add(1))
-			now := time.Now()
-			_, claimed, err := s.ClaimIdempotency(ctx, idempotency.Record{Scope: scope, Fingerprint: "f", LockedUntil: now.Add(time.Minute), ExpiresAt: now.Add(time.Hour)}, now)
+	headers := map[string]string{"Content-Type": "application/json"}
+	body := []byte(`{"status":"deliverable"}`)
+	calls := []struct {
+		name string
+		call func(ctx context.Context, s *Store, scope string, now time.Time) error
+	}{
+		{"shared", func(ctx context.Context, s *Store, scope string, now time.Time) error {
+			_, claimed, err := s.ClaimIdempotency(ctx, idempotency.Record{Scope: scope, Fingerprint: "f", State: idempotency.InProgress,
+				LockedUntil: now.Add(time.Minute), ExpiresAt: now.Add(time.Hour)}, now)
 			if err != nil || !claimed {
-				b.Fatalf("claim: %v %v", claimed, err)
+				return fmt.Errorf("claim: %v %w", claimed, err)
 			}
-			if err := s.CompleteIdempotency(ctx, scope, 200, map[string]string{"Content-Type": "application/json"}, []byte(`{"status":"deliverable"}`)); err != nil {
-				b.Fatal(err)
+			return s.CompleteIdempotency(ctx, scope, 200, headers, body)
+		}},
+		{"local", func(ctx context.Context, s *Store, scope string, now time.Time) error {
+			if _, found, err := s.LookupIdempotency(ctx, scope, now); err != nil || found {
+				return fmt.Errorf("lookup: %v %w", found, err)
 			}
-		}
-	})
-	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "calls/s")
+			return s.PutIdempotency(ctx, idempotency.Record{Scope: scope, Fingerprint: "f", State: idempotency.Done,
+				LockedUntil: now, ExpiresAt: now.Add(time.Hour), StatusCode: 200, Headers: headers, Body: body}, now)
+		}},
+	}
+	for _, c := range calls {
+		b.Run(c.name, func(b *testing.B) {
+			ctx := context.Background()
+			s := openStore(b, b.TempDir(), time.Now)
+			var n atomic.Int64
+			b.SetParallelism(32) // × GOMAXPROCS goroutines
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					scope := fmt.Sprint("a\x00POST /v1/verify\x00k-", n.Add(1))
+					if err := c.call(ctx, s, scope, time.Now()); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "calls/s")
+		})
+	}
 }

@@ -149,8 +149,33 @@ func TestCrashDurability(t *testing.T) {
 }
 
 // keeperDirEnv tells a re-executed test binary to be the server whose
-// idempotent calls TestKilledAfterReplyNeverReexecutes kills.
-const keeperDirEnv = "EVS_SQLITESTORE_KEEPER_DIR"
+// idempotent calls TestKilledAfterReplyNeverReexecutes kills, and
+// keeperModeEnv which Keeper it runs.
+const (
+	keeperDirEnv  = "EVS_SQLITESTORE_KEEPER_DIR"
+	keeperModeEnv = "EVS_SQLITESTORE_KEEPER_MODE"
+)
+
+// keeperIn opens dir and a Keeper on it: "shared" (claim, then complete,
+// on a plain Open) or "local" (claims in memory on OpenServing, as evs serve
+// runs).
+func keeperIn(ctx context.Context, mode, dir string) (*Store, *idempotency.Keeper, error) {
+	switch mode {
+	case "shared":
+		s, err := Open(ctx, dir, time.Now)
+		if err != nil {
+			return nil, nil, err
+		}
+		return s, idempotency.New(s, time.Now), nil
+	case "local":
+		s, err := OpenServing(ctx, dir, time.Now)
+		if err != nil {
+			return nil, nil, err
+		}
+		return s, idempotency.NewLocal(s, time.Now), nil
+	}
+	return nil, nil, fmt.Errorf("unknown keeper mode %q", mode)
+}
 
 const (
 	keeperWorkers = 16  // concurrent calls, so claims and completions share commits
@@ -171,11 +196,11 @@ func TestKeeperHelperProcess(t *testing.T) {
 		t.Skip("the server process of TestKilledAfterReplyNeverReexecutes; runs only when re-executed by it")
 	}
 	ctx := context.Background()
-	s, err := Open(ctx, dir, time.Now)
+	s, k, err := keeperIn(ctx, os.Getenv(keeperModeEnv), dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	k := idempotency.New(s, time.Now)
+	defer s.Close()
 	var (
 		mu   sync.Mutex
 		next int
@@ -209,11 +234,19 @@ func TestKeeperHelperProcess(t *testing.T) {
 // TestKilledAfterReplyNeverReexecutes SIGKILLs a process while it answers
 // idempotent calls concurrently (their writes committed in shared groups)
 // and checks that every call whose reply left the process is replayed
-// afterwards, never run again.
+// afterwards, never run again. In local mode it also checks that the calls
+// cut off by the kill left no in-progress record: their retries run at
+// once, not after LockTimeout.
 func TestKilledAfterReplyNeverReexecutes(t *testing.T) {
+	for _, mode := range []string{"shared", "local"} {
+		t.Run(mode, func(t *testing.T) { killedAfterReply(t, mode) })
+	}
+}
+
+func killedAfterReply(t *testing.T, mode string) {
 	dir := t.TempDir()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestKeeperHelperProcess$", "-test.count=1")
-	cmd.Env = append(os.Environ(), keeperDirEnv+"="+dir)
+	cmd.Env = append(os.Environ(), keeperDirEnv+"="+dir, keeperModeEnv+"="+mode)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -250,8 +283,11 @@ func TestKilledAfterReplyNeverReexecutes(t *testing.T) {
 		t.Fatalf("server was not killed mid-way but ended with %v", cmd.ProcessState)
 	}
 
-	s := openStore(t, dir, time.Now)
-	k := idempotency.New(s, time.Now)
+	s, k, err := keeperIn(context.Background(), mode, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
 	for i, body := range replies {
 		r, replayed, err := k.Do(context.Background(), keeperRequest(i), func(context.Context) (idempotency.Reply, error) {
 			t.Errorf("call %d, whose reply %q was received before the kill, ran again", i, body)
@@ -259,6 +295,18 @@ func TestKilledAfterReplyNeverReexecutes(t *testing.T) {
 		})
 		if err != nil || !replayed || string(r.Body) != body {
 			t.Fatalf("call %d after the kill: replayed=%v body=%q err=%v; want the reply %q replayed", i, replayed, r.Body, err, body)
+		}
+	}
+	if mode == "local" {
+		// The calls in flight at the kill: each left its finished record
+		// (killed between the put and the reply) or nothing; none is
+		// left in progress.
+		var inProgress int
+		if err := s.rdb.QueryRow(`SELECT count(*) FROM idempotency WHERE state = ?`, idempotency.InProgress).Scan(&inProgress); err != nil {
+			t.Fatal(err)
+		}
+		if inProgress != 0 {
+			t.Fatalf("%d in-progress records after the kill, want none", inProgress)
 		}
 	}
 	t.Logf("%d replies received before SIGKILL, all replayed after", len(replies))

@@ -10,6 +10,17 @@
 // (synchronous=FULL) before it is acknowledged, so it survives power loss.
 // (A claim needs no sync of its own: see ClaimIdempotency.)
 //
+// Only one of them serves the API: `evs serve` opens the directory with
+// OpenServing, which holds an exclusive flock on serve.lock until Close or
+// the process's death, and a second server on the directory is refused.
+// Being the only server lets it keep Idempotency-Key claims in memory
+// (idempotency.NewLocal): an idempotent call then costs one read
+// (LookupIdempotency, on the reader pool) and one synced write of the
+// finished reply (PutIdempotency), instead of a claim and a completion. A
+// reply is durable before it is sent, so after kill -9 or power loss it is
+// replayed, never run again; a call cut off mid-way wrote nothing, and its
+// retry runs at once.
+//
 // Inside one process, writes go through a single writer connection and are
 // committed in groups: concurrent writes share one transaction and one sync,
 // each in its own savepoint, and each caller returns only once the group is
