@@ -259,10 +259,12 @@ func appendJSONString(b []byte, s string) []byte {
 // without escapes, or null, handing each to member in order (value nil for
 // null). It reports false — and the caller decodes s with encoding/json
 // instead — for anything else: escapes, numbers, nesting, malformed JSON,
-// or a member the caller refuses. So it never accepts what the strict
+// or a member the caller refuses. value points to a variable reused for
+// the next member: member copies what it keeps. So it never accepts what the strict
 // decoder would refuse, and never reads a value differently; the common
 // request costs no reflection. s is already known to be valid UTF-8.
 func scanFlatObject(s string, member func(name string, value *string) bool) bool {
+	var v string // one variable for every value: member copies what it keeps
 	i := skipSpace(s, 0)
 	if i >= len(s) || s[i] != '{' {
 		return false
@@ -285,8 +287,9 @@ func scanFlatObject(s string, member func(name string, value *string) bool) bool
 		if strings.HasPrefix(s[i:], "null") {
 			i += len("null")
 		} else {
-			v, next, ok := scanPlainString(s, i)
-			if !ok {
+			var next int
+			var ok bool
+			if v, next, ok = scanPlainString(s, i); !ok {
 				return false
 			}
 			value, i = &v, next

@@ -23,6 +23,9 @@ const (
 type verifyRequest struct {
 	Email *string `json:"email"`
 	Mode  *string `json:"mode"`
+	// email and mode hold what scan read, for Email and Mode to point at
+	// without an allocation each.
+	email, mode string
 }
 
 type verifyResponse struct {
@@ -37,22 +40,38 @@ func (in *verifyRequest) scan(raw []byte) bool {
 	if !utf8.Valid(raw) {
 		return false
 	}
-	var out verifyRequest
+	var (
+		out               verifyRequest
+		hasEmail, hasMode bool
+	)
+	// Each value is copied out of the scanner's reused variable; a null
+	// leaves its field unset, as encoding/json does for a pointer.
 	ok := scanFlatObject(strings.TrimSpace(string(raw)), func(name string, value *string) bool {
 		switch name {
 		case "email":
-			out.Email = value
+			if hasEmail = value != nil; hasEmail {
+				out.email = *value
+			}
 		case "mode":
-			out.Mode = value
+			if hasMode = value != nil; hasMode {
+				out.mode = *value
+			}
 		default:
 			return false // unknown, or a name encoding/json would match case-insensitively
 		}
 		return true
 	})
-	if ok {
-		*in = out
+	if !ok {
+		return false
 	}
-	return ok
+	*in = verifyRequest{email: out.email, mode: out.mode}
+	if hasEmail {
+		in.Email = &in.email
+	}
+	if hasMode {
+		in.Mode = &in.mode
+	}
+	return true
 }
 
 // Verify serves POST /v1/verify: one address, verified synchronously.

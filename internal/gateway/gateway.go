@@ -550,6 +550,9 @@ func headers(r *http.Request) (map[string]string, map[string][]string) {
 }
 
 func query(r *http.Request) (map[string]string, map[string][]string) {
+	if r.URL.RawQuery == "" {
+		return nil, nil // most calls: nothing to parse, no empty map to make
+	}
 	q := r.URL.Query()
 	if len(q) == 0 {
 		return nil, nil
