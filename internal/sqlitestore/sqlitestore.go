@@ -19,7 +19,9 @@
 // finished reply (PutIdempotency), instead of a claim and a completion. A
 // reply is durable before it is sent, so after kill -9 or power loss it is
 // replayed, never run again; a call cut off mid-way wrote nothing, and its
-// retry runs at once.
+// retry runs at once. Being the only writer of batches also lets it keep
+// the views of final batches in memory (viewcache.go): a poll of a
+// finished batch reads no database.
 //
 // Inside one process, writes go through a single writer connection and are
 // committed in groups: concurrent writes share one transaction and one sync,
