@@ -3,7 +3,8 @@ package api
 import (
 	"strconv"
 	"strings"
-	"unicode/utf8"
+
+	"github.com/evs-dev/evs/internal/jsontext"
 )
 
 // The hot replies (a verification, a page of results) are encoded by hand:
@@ -75,43 +76,20 @@ func (e batchEnvelope) appendJSON(b []byte) []byte {
 	return append(b, '}')
 }
 
-// appendTime appends t as Time.MarshalJSON writes it. The contract's one
-// layout is written digit by digit: AppendFormat parses its layout string
-// on every call.
+// appendTime appends t as Time.MarshalJSON writes it, digit by digit:
+// AppendFormat parses its layout on every call.
 func appendTime(b []byte, t Time) []byte {
 	u := t.UTC()
-	year, month, day := u.Date()
-	if year < 0 || year > 9999 {
+	if y := u.Year(); y < 0 || y > 9999 {
 		b = append(b, '"')
 		b = u.AppendFormat(b, TimeLayout)
 		return append(b, '"')
 	}
-	hour, minute, sec := u.Clock()
 	b = append(b, '"')
-	b = appendDigits(b, year, 4)
-	b = append(b, '-')
-	b = appendDigits(b, int(month), 2)
-	b = append(b, '-')
-	b = appendDigits(b, day, 2)
-	b = append(b, 'T')
-	b = appendDigits(b, hour, 2)
-	b = append(b, ':')
-	b = appendDigits(b, minute, 2)
-	b = append(b, ':')
-	b = appendDigits(b, sec, 2)
+	b = jsontext.AppendDateTime(b, u)
 	b = append(b, '.')
-	b = appendDigits(b, u.Nanosecond()/1e6, 3)
+	b = jsontext.AppendDigits(b, u.Nanosecond()/1e6, 3)
 	return append(b, 'Z', '"')
-}
-
-// appendDigits appends v (0 ≤ v < 10^width) as exactly width digits.
-func appendDigits(b []byte, v, width int) []byte {
-	var d [4]byte
-	for i := width - 1; i >= 0; i-- {
-		d[i] = byte('0' + v%10)
-		v /= 10
-	}
-	return append(b, d[:width]...)
 }
 
 // AppendJSON appends the decision's JSON, exactly as json.Marshal would
@@ -198,61 +176,9 @@ func appendOptString(b []byte, name, value string) []byte {
 	return appendJSONString(append(b, name...), value)
 }
 
-const hexDigits = "0123456789abcdef"
-
-// appendJSONString appends s as a JSON string the way json.Marshal does:
-// '"' and '\\' escaped, control characters as \b \f \n \r \t or \u00XX,
-// '<', '>' and '&' as \u003c \u003e \u0026 (safe inside HTML), U+2028 and
-// U+2029 escaped (safe inside JavaScript), and each byte of invalid UTF-8
-// as \ufffd.
+// appendJSONString appends s as a JSON string the way json.Marshal does.
 func appendJSONString(b []byte, s string) []byte {
-	b = append(b, '"')
-	done := 0 // s[:done] is in b
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
-				i++
-				continue
-			}
-			b = append(b, s[done:i]...)
-			switch c {
-			case '"', '\\':
-				b = append(b, '\\', c)
-			case '\b':
-				b = append(b, '\\', 'b')
-			case '\f':
-				b = append(b, '\\', 'f')
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			default:
-				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
-			}
-			i++
-			done = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case r == utf8.RuneError && size == 1:
-			b = append(b, s[done:i]...)
-			b = append(b, `\ufffd`...)
-		case r == '\u2028' || r == '\u2029':
-			b = append(b, s[done:i]...)
-			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xf])
-		default:
-			i += size
-			continue
-		}
-		i += size
-		done = i
-	}
-	b = append(b, s[done:]...)
-	return append(b, '"')
+	return jsontext.AppendString(b, s, jsontext.Marshal)
 }
 
 // scanFlatObject reads s as a JSON object whose members are all strings

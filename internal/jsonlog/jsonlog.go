@@ -16,7 +16,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
-	"unicode/utf8"
+
+	"github.com/evs-dev/evs/internal/jsontext"
 )
 
 // Handler is a slog.Handler writing JSON lines to one writer.
@@ -142,38 +143,21 @@ func (h *Handler) Handle(ctx context.Context, r slog.Record) error {
 }
 
 // appendRFC3339Nano appends t as t.AppendFormat(b, time.RFC3339Nano) does
-// (years 0–9999), writing the digits itself: AppendFormat parses its
-// layout on every call.
+// (years 0–9999), digit by digit: AppendFormat parses its layout on every
+// call.
 func appendRFC3339Nano(b []byte, t time.Time) []byte {
 	_, offset := t.Zone()
 	if offset%60 != 0 {
 		return t.AppendFormat(b, time.RFC3339Nano) // a zone offset with seconds: rare, and RFC 3339 has no place for them
 	}
-	year, month, day := t.Date()
-	hour, minute, sec := t.Clock()
-	b = appendDigits(b, year, 4)
-	b = append(b, '-')
-	b = appendDigits(b, int(month), 2)
-	b = append(b, '-')
-	b = appendDigits(b, day, 2)
-	b = append(b, 'T')
-	b = appendDigits(b, hour, 2)
-	b = append(b, ':')
-	b = appendDigits(b, minute, 2)
-	b = append(b, ':')
-	b = appendDigits(b, sec, 2)
+	b = jsontext.AppendDateTime(b, t)
 	if ns := t.Nanosecond(); ns != 0 {
-		var d [10]byte
-		d[0] = '.'
-		for i := 9; i >= 1; i-- {
-			d[i] = byte('0' + ns%10)
-			ns /= 10
+		// Nine digits, trailing zeros dropped, as RFC3339Nano does.
+		n := len(b)
+		b = jsontext.AppendDigits(append(b, '.'), ns, 9)
+		for b[len(b)-1] == '0' && len(b) > n+2 {
+			b = b[:len(b)-1]
 		}
-		n := 10
-		for d[n-1] == '0' {
-			n--
-		}
-		b = append(b, d[:n]...)
 	}
 	if offset == 0 {
 		return append(b, 'Z')
@@ -183,19 +167,9 @@ func appendRFC3339Nano(b []byte, t time.Time) []byte {
 		sign, offset = '-', -offset
 	}
 	b = append(b, sign)
-	b = appendDigits(b, offset/3600, 2)
+	b = jsontext.AppendDigits(b, offset/3600, 2)
 	b = append(b, ':')
-	return appendDigits(b, offset/60%60, 2)
-}
-
-// appendDigits appends v (0 ≤ v < 10^width) as exactly width digits.
-func appendDigits(b []byte, v, width int) []byte {
-	var d [4]byte
-	for i := width - 1; i >= 0; i-- {
-		d[i] = byte('0' + v%10)
-		v /= 10
-	}
-	return append(b, d[:width]...)
+	return jsontext.AppendDigits(b, offset/60%60, 2)
 }
 
 func appendAttrs(b []byte, attrs []slog.Attr) ([]byte, bool) {
@@ -235,54 +209,7 @@ func appendAttr(b []byte, a slog.Attr) ([]byte, bool) {
 	return b, true
 }
 
-const hexDigits = "0123456789abcdef"
-
-// appendString appends s quoted as slog.JSONHandler quotes it: '"', '\\'
-// and control characters escaped (\n, \r and \t by name, the rest as
-// \u00XX), U+2028 and U+2029 escaped, invalid UTF-8 as \ufffd; unlike
-// encoding/json it leaves '<', '>' and '&' alone.
+// appendString appends s quoted as slog.JSONHandler quotes it.
 func appendString(b []byte, s string) []byte {
-	b = append(b, '"')
-	done := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' {
-				i++
-				continue
-			}
-			b = append(b, s[done:i]...)
-			switch c {
-			case '"', '\\':
-				b = append(b, '\\', c)
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			default:
-				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
-			}
-			i++
-			done = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case r == utf8.RuneError && size == 1:
-			b = append(b, s[done:i]...)
-			b = append(b, `\ufffd`...)
-		case r == '\u2028' || r == '\u2029':
-			b = append(b, s[done:i]...)
-			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xf])
-		default:
-			i += size
-			continue
-		}
-		i += size
-		done = i
-	}
-	b = append(b, s[done:]...)
-	return append(b, '"')
+	return jsontext.AppendString(b, s, jsontext.Slog)
 }
