@@ -65,10 +65,13 @@ func TestHelperProcess(t *testing.T) {
 // transaction is half there (results without their counts). Power loss,
 // which also drops the operating system's cache, cannot be staged here; it
 // is covered by synchronous=FULL, which TestOpenSettings checks.
-func TestCrashDurability(t *testing.T) {
-	dir := t.TempDir()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperProcess$", "-test.count=1")
-	cmd.Env = append(os.Environ(), crashDirEnv+"="+dir)
+// startHelper runs this test binary's test run as another process, with
+// the environment variable env set to dir, and returns it with a scanner
+// over what it prints.
+func startHelper(t *testing.T, run, env, dir string) (*exec.Cmd, *bufio.Scanner) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^"+run+"$", "-test.count=1")
+	cmd.Env = append(os.Environ(), env+"="+dir)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -77,8 +80,13 @@ func TestCrashDurability(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	return cmd, bufio.NewScanner(out)
+}
+
+func TestCrashDurability(t *testing.T) {
+	dir := t.TempDir()
+	cmd, sc := startHelper(t, "TestHelperProcess", crashDirEnv, dir)
 	acked, ready := -1, false
-	sc := bufio.NewScanner(out)
 	for acked < crashAcks-1 && sc.Scan() {
 		line := sc.Text()
 		switch {
@@ -103,7 +111,7 @@ func TestCrashDurability(t *testing.T) {
 			acked = n
 		}
 	}
-	err = cmd.Wait()
+	err := cmd.Wait()
 	if !ready || acked < crashAcks-1 {
 		t.Fatalf("writer stopped after %d acks (ready %v): %v", acked+1, ready, err)
 	}

@@ -1,11 +1,9 @@
 package sqlitestore_test
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"os"
-	"os/exec"
 	"runtime"
 	"syscall"
 	"testing"
@@ -98,18 +96,8 @@ func TestServeLockDiesWithProcess(t *testing.T) {
 		t.Skip("no flock: OpenServing cannot be exclusive here")
 	}
 	dir := t.TempDir()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestLockHolderProcess$", "-test.count=1")
-	cmd.Env = append(os.Environ(), lockHolderEnv+"="+dir)
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	cmd, sc := sqlitestore.StartHelper(t, "TestLockHolderProcess", lockHolderEnv, dir)
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	sc := bufio.NewScanner(out)
 	if !sc.Scan() || sc.Text() != "serving" {
 		t.Fatalf("the lock holder did not start serving: %q %v", sc.Text(), sc.Err())
 	}
