@@ -14,6 +14,7 @@ import (
 	"github.com/evs-dev/evs/internal/batch"
 	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/sqlitestore"
+	"github.com/evs-dev/evs/internal/testkit"
 	"github.com/evs-dev/evs/internal/verify"
 )
 
@@ -258,40 +259,16 @@ func TestRunnerDeadline(t *testing.T) {
 	}
 }
 
-// faultyStore fails PutResults and PendingItems with CodeUnavailable while
-// down is set, like a full disk.
-type faultyStore struct {
-	*sqlitestore.Store
-	down  atomic.Bool
-	fails atomic.Int64
-}
-
-func (f *faultyStore) PutResults(ctx context.Context, accountID, id string, rs []evs.Result, now time.Time) (evs.Batch, error) {
-	if f.down.Load() {
-		f.fails.Add(1)
-		return evs.Batch{}, evs.Errorf(evs.CodeUnavailable, "disk full")
-	}
-	return f.Store.PutResults(ctx, accountID, id, rs, now)
-}
-
-func (f *faultyStore) PendingItems(ctx context.Context, accountID, id string, after, limit int) ([]evs.Item, error) {
-	if f.down.Load() {
-		f.fails.Add(1)
-		return nil, evs.Errorf(evs.CodeUnavailable, "disk full")
-	}
-	return f.Store.PendingItems(ctx, accountID, id, after, limit)
-}
-
 // TestRunnerStoreFault: the store fails in the middle of a batch and for
 // a while after; the batch completes once it is back, without a restart,
 // with every address counted once.
 func TestRunnerStoreFault(t *testing.T) {
 	e := newEnv(t)
-	fs := &faultyStore{Store: e.st}
+	fs := &testkit.FaultyStore{EmbeddedStore: e.st}
 	var calls atomic.Int64
 	eng := &fakeEngine{hold: func(ctx context.Context, emails []string) {
 		if calls.Add(1) == 5 {
-			fs.down.Store(true) // the disk fills up mid-batch
+			fs.Down.Store(true) // the disk fills up mid-batch
 		}
 	}}
 	r := e.runner(fs, eng, batch.RunnerConfig{Workers: 2, PerBatch: 2, FlushSize: 3, RetryBase: 10 * time.Millisecond, RetryMax: 100 * time.Millisecond})
@@ -299,14 +276,14 @@ func TestRunnerStoreFault(t *testing.T) {
 	if err := r.Enqueue(e.ctx, b); err != nil {
 		t.Fatal(err)
 	}
-	for fs.fails.Load() < 5 {
+	for fs.Fails.Load() < 5 {
 		time.Sleep(10 * time.Millisecond)
 	}
 	time.Sleep(300 * time.Millisecond)
 	if got, _ := e.st.Batch(e.ctx, b.AccountID, b.ID); got.State.Final() {
 		t.Fatalf("batch final while the store was down: %s", got.State)
 	}
-	fs.down.Store(false)
+	fs.Down.Store(false)
 	got := e.wait(b, 10*time.Second)
 	if got.State != evs.StateCompleted || got.Counters.Processed != 40 || got.Counters.Deliverable != 40 {
 		t.Fatalf("%s %+v", got.State, got.Counters)

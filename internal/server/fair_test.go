@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/evs-dev/evs/internal/batch"
-	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/server"
 	"github.com/evs-dev/evs/internal/testkit"
 )
@@ -167,45 +166,21 @@ func TestBatchDeadline(t *testing.T) {
 	}
 }
 
-// faultyStore fails PutResults and PendingItems as unavailable while down
-// is set, as a full disk does.
-type faultyStore struct {
-	server.Store
-	down  atomic.Bool
-	fails atomic.Int64
-}
-
-func (f *faultyStore) PutResults(ctx context.Context, accountID, id string, rs []evs.Result, now time.Time) (evs.Batch, error) {
-	if f.down.Load() {
-		f.fails.Add(1)
-		return evs.Batch{}, evs.Errorf(evs.CodeUnavailable, "disk full")
-	}
-	return f.Store.PutResults(ctx, accountID, id, rs, now)
-}
-
-func (f *faultyStore) PendingItems(ctx context.Context, accountID, id string, after, limit int) ([]evs.Item, error) {
-	if f.down.Load() {
-		f.fails.Add(1)
-		return nil, evs.Errorf(evs.CodeUnavailable, "disk full")
-	}
-	return f.Store.PendingItems(ctx, accountID, id, after, limit)
-}
-
 // TestStoreFaultRecovery: the store fails in the middle of a batch; once it
 // answers again the batch completes with exact counters, without a restart.
 func TestStoreFaultRecovery(t *testing.T) {
-	fs := &faultyStore{}
+	fs := &testkit.FaultyStore{}
 	var held atomic.Int64
 	rcpt := func(addr string) string {
 		if held.Add(1) == 20 {
-			fs.down.Store(true) // the disk fills up mid-batch
+			fs.Down.Store(true) // the disk fills up mid-batch
 		}
 		if strings.HasPrefix(addr, "alice") {
 			return "250 2.1.5 OK"
 		}
 		return "550 5.1.1 user unknown"
 	}
-	h := start(t, options{realClock: true, rcpt: rcpt, wrapStore: func(s server.Store) server.Store { fs.Store = s; return fs },
+	h := start(t, options{realClock: true, rcpt: rcpt, wrapStore: func(s server.Store) server.Store { fs.EmbeddedStore = s; return fs },
 		batch: batch.RunnerConfig{PerConnection: 5, FlushSize: 5, RetryBase: 20 * time.Millisecond, RetryMax: 200 * time.Millisecond}})
 	var emails []string
 	for i := range 60 {
@@ -216,7 +191,7 @@ func TestStoreFaultRecovery(t *testing.T) {
 		t.Fatalf("create: %d %s", r.status, r.body)
 	}
 	id := decodeEnvelope(t, r).Request.ID
-	for end := time.Now().Add(10 * time.Second); fs.fails.Load() < 3; {
+	for end := time.Now().Add(10 * time.Second); fs.Fails.Load() < 3; {
 		if time.Now().After(end) {
 			t.Fatal("the store never failed")
 		}
@@ -226,7 +201,7 @@ func TestStoreFaultRecovery(t *testing.T) {
 	if e := decodeEnvelope(t, h.do(req{path: "/v1/requests/" + id, key: h.liveKey})); e.Request.State != "running" {
 		t.Fatalf("while the store is down: %s", e.Request.State)
 	}
-	fs.down.Store(false)
+	fs.Down.Store(false)
 	e := h.poll(h.liveKey, id, 10*time.Second)
 	if e.Request.State != "completed" || e.Counters.Processed != 60 || e.Counters.Deliverable != 60 {
 		t.Fatalf("after recovery: %s %+v", e.Request.State, e.Counters)

@@ -1,0 +1,46 @@
+package testkit
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+
+	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/store"
+)
+
+// EmbeddedStore is the method set of the embedded store as `evs serve`
+// uses it (server.Store): the store, due webhook deliveries and the sweep.
+type EmbeddedStore interface {
+	store.Store
+	store.DueDeliveries
+	Sweep(ctx context.Context) (int, error)
+}
+
+// FaultyStore wraps a store and fails PutResults and PendingItems with
+// CodeUnavailable while Down is set, as a full disk does; Fails counts the
+// calls it refused. The batch runner's and the server's fault tests share
+// it.
+type FaultyStore struct {
+	EmbeddedStore
+	Down  atomic.Bool
+	Fails atomic.Int64
+}
+
+// PutResults fails while the store is down.
+func (f *FaultyStore) PutResults(ctx context.Context, accountID, id string, rs []evs.Result, now time.Time) (evs.Batch, error) {
+	if f.Down.Load() {
+		f.Fails.Add(1)
+		return evs.Batch{}, evs.Errorf(evs.CodeUnavailable, "disk full")
+	}
+	return f.EmbeddedStore.PutResults(ctx, accountID, id, rs, now)
+}
+
+// PendingItems fails while the store is down.
+func (f *FaultyStore) PendingItems(ctx context.Context, accountID, id string, after, limit int) ([]evs.Item, error) {
+	if f.Down.Load() {
+		f.Fails.Add(1)
+		return nil, evs.Errorf(evs.CodeUnavailable, "disk full")
+	}
+	return f.EmbeddedStore.PendingItems(ctx, accountID, id, after, limit)
+}
