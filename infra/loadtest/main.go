@@ -44,6 +44,7 @@ import (
 
 	_ "modernc.org/sqlite" // the harness reads the data directory's sizes itself
 
+	"github.com/evs-dev/evs/infra/loadtest/floor"
 	"github.com/evs-dev/evs/internal/config"
 	"github.com/evs-dev/evs/internal/server"
 	"github.com/evs-dev/evs/internal/sqlitestore"
@@ -145,7 +146,7 @@ func start(ctx context.Context) (*stack, error) {
 		cancel()
 		return nil, err
 	}
-	fsrv := &http.Server{Handler: floorHandler(s.replyLen), ReadHeaderTimeout: 10 * time.Second}
+	fsrv := &http.Server{Handler: floor.Handler(s.replyLen), ReadHeaderTimeout: 10 * time.Second}
 	go fsrv.Serve(fln)
 	s.floor = fln.Addr().String()
 	s.stop = func() {
@@ -158,43 +159,6 @@ func start(ctx context.Context) (*stack, error) {
 }
 
 const verifyBody = `{"email":"alice@example.com","mode":"quick"}`
-
-// floorHandler decodes the verify request as strictly as the API does and
-// answers with a JSON body of n bytes and the same headers.
-func floorHandler(n int) http.Handler {
-	pad := strings.Repeat("x", n)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var in struct {
-			Email *string `json:"email"`
-			Mode  *string `json:"mode"`
-		}
-		dec := json.NewDecoder(io.LimitReader(r.Body, 8<<10))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&in); err != nil || in.Email == nil {
-			http.Error(w, "bad request", http.StatusBadRequest)
-			return
-		}
-		// The reply is built per call, as a handler would, padded to the
-		// real reply's size.
-		out := floorReply{Status: "deliverable", Email: *in.Email, Pad: pad[:max(0, n-floorOverhead-len(*in.Email))]}
-		b, _ := json.Marshal(out)
-		w.Header().Set("Content-Type", "application/json; charset=utf-8")
-		w.Header().Set("X-Request-Id", "00000000-0000-0000-0000-000000000000")
-		w.Write(b)
-	})
-}
-
-type floorReply struct {
-	Status string `json:"status"`
-	Email  string `json:"email"`
-	Pad    string `json:"pad"`
-}
-
-// floorOverhead is the size of a floorReply with an empty address and pad.
-var floorOverhead = func() int {
-	b, _ := json.Marshal(floorReply{Status: "deliverable"})
-	return len(b)
-}()
 
 type result struct {
 	status int

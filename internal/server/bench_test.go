@@ -2,7 +2,6 @@ package server_test
 
 import (
 	"context"
-	"encoding/json"
 	"io"
 	"net"
 	"net/http"
@@ -10,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/evs-dev/evs/infra/loadtest/floor"
 	"github.com/evs-dev/evs/internal/config"
 	"github.com/evs-dev/evs/internal/server"
 	"github.com/evs-dev/evs/internal/sqlitestore"
@@ -135,10 +135,10 @@ func BenchmarkServeFloor(b *testing.B) {
 	r := benchRequest(http.MethodPost, "/v1/verify", s.key, benchVerifyBody)
 	w := &discardWriter{h: http.Header{}}
 	serveOnce(b, s.h, r, benchVerifyBody, w)
-	floor := floorHandler(w.n)
+	fh := floor.Handler(w.n)
 	b.ReportAllocs()
 	for b.Loop() {
-		serveOnce(b, floor, r, benchVerifyBody, w)
+		serveOnce(b, fh, r, benchVerifyBody, w)
 	}
 }
 
@@ -169,30 +169,4 @@ func benchGetBatch(b *testing.B, s benchStack) {
 	for b.Loop() {
 		serveOnce(b, s.h, r, "", w)
 	}
-}
-
-// floorHandler is infra/loadtest's floor: kept in step with it.
-func floorHandler(n int) http.Handler {
-	pad := strings.Repeat("x", n)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var in struct {
-			Email *string `json:"email"`
-			Mode  *string `json:"mode"`
-		}
-		dec := json.NewDecoder(io.LimitReader(r.Body, 8<<10))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&in); err != nil || in.Email == nil {
-			http.Error(w, "bad request", http.StatusBadRequest)
-			return
-		}
-		out := struct {
-			Status string `json:"status"`
-			Email  string `json:"email"`
-			Pad    string `json:"pad"`
-		}{Status: "deliverable", Email: *in.Email, Pad: pad[:max(0, n-60-len(*in.Email))]}
-		b, _ := json.Marshal(out)
-		w.Header().Set("Content-Type", "application/json; charset=utf-8")
-		w.Header().Set("X-Request-Id", "00000000-0000-0000-0000-000000000000")
-		w.Write(b)
-	})
 }
