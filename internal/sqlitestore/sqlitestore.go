@@ -20,8 +20,8 @@
 // reply is durable before it is sent, so after kill -9 or power loss it is
 // replayed, never run again; a call cut off mid-way wrote nothing, and its
 // retry runs at once. Being the only writer of batches also lets it keep
-// the views of final batches in memory (viewcache.go): a poll of a
-// finished batch reads no database.
+// the views of batches in memory (viewcache.go): a poll reads no database
+// unless the batch was written since the last one.
 //
 // Inside one process, writes go through a single writer connection and are
 // committed in groups: concurrent writes share one transaction and one sync,
@@ -72,7 +72,7 @@ type Store struct {
 	c              *committer
 	// lock is the open serve lock file (OpenServing), nil without one.
 	lock *os.File
-	// views is the cache of final batches' views; nil unless this process
+	// views is the cache of batch views; nil unless this process
 	// is the only writer of batches (OpenServing).
 	views     *viewCache
 	closeOnce sync.Once
@@ -206,7 +206,7 @@ func open(ctx context.Context, dir string, now func() time.Time, busy time.Durat
 	s.lock = lock
 	if lock != nil {
 		// Only the serving process writes batches and deliveries, and this
-		// store is it: views of final batches can be kept in memory.
+		// store is it: batch views can be kept in memory.
 		s.views = newViewCache()
 	}
 	return s, nil

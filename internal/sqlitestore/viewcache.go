@@ -7,12 +7,13 @@ import (
 	"github.com/evs-dev/evs/internal/evs"
 )
 
-// viewCache keeps the views of final batches in memory, so polling a
-// finished batch (GET /v1/requests/{id}, the most frequent call of a batch
-// client) costs no read transaction. A final batch no longer changes, but
-// its webhook delivery does, so every write that touches a batch or its
-// delivery marks the batch written, and a view read before that write is
-// never kept or served again.
+// viewCache keeps the views of batches (the batch and its webhook
+// delivery) in memory, so polling (GET /v1/requests/{id}, the most frequent
+// call of a batch client) costs no read transaction until the batch is
+// written again. Every write that touches a batch or its delivery marks the
+// batch written when it returns, and a view read before that write is never
+// kept or served again: a finished batch is read once, a running one once
+// per flush of its results.
 //
 // It is only correct when every write to batches and deliveries goes
 // through this Store, which is why only a store opened with OpenServing,
@@ -67,12 +68,9 @@ func (c *viewCache) get(k viewKey, now time.Time) (batchView, bool) {
 	return e.view, true
 }
 
-// put keeps v, read from a read that began at gen read, if the batch is
-// final and no write to it committed since the read began.
+// put keeps v, read from a read that began at gen read, if no write to
+// the batch returned since the read began.
 func (c *viewCache) put(k viewKey, v batchView, read uint64) {
-	if !v.b.State.Final() {
-		return // it changes with every result written
-	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if read < c.floor {

@@ -10,8 +10,8 @@ import (
 	"github.com/evs-dev/evs/internal/evs"
 )
 
-// TestBatchViewCacheFollowsWrites: on a serving store, whose final batches'
-// views are kept in memory, every write to a batch or its delivery shows in
+// TestBatchViewCacheFollowsWrites: on a serving store, whose batch views
+// are kept in memory, every write to a batch or its delivery shows in
 // the next BatchView, and an expired batch is gone although its view was
 // kept.
 func TestBatchViewCacheFollowsWrites(t *testing.T) {
@@ -97,30 +97,34 @@ func TestViewCacheRefusesViewsReadBeforeAWrite(t *testing.T) {
 	final := batchView{b: evs.Batch{State: evs.StateCompleted, ExpiresAt: t0.Add(time.Hour)}}
 	tests := []struct {
 		name string
-		run  func(c *viewCache)
+		run  func(t *testing.T, c *viewCache)
 		kept bool
 	}{
-		{"read then put", func(c *viewCache) { c.put(k, final, c.begin()) }, true},
-		{"write during the read", func(c *viewCache) { r := c.begin(); c.wrote("a", "b"); c.put(k, final, r) }, false},
-		{"write before the read", func(c *viewCache) { c.wrote("a", "b"); c.put(k, final, c.begin()) }, true},
-		{"kept, then written", func(c *viewCache) { c.put(k, final, c.begin()); c.wrote("a", "b") }, false},
-		{"write to another batch", func(c *viewCache) { r := c.begin(); c.wrote("a", "other"); c.put(k, final, r) }, true},
-		{"emptied during the read", func(c *viewCache) { r := c.begin(); c.wroteAll(); c.put(k, final, r) }, false},
-		{"filled up during the read", func(c *viewCache) {
+		{"read then put", func(_ *testing.T, c *viewCache) { c.put(k, final, c.begin()) }, true},
+		{"write during the read", func(_ *testing.T, c *viewCache) { r := c.begin(); c.wrote("a", "b"); c.put(k, final, r) }, false},
+		{"write before the read", func(_ *testing.T, c *viewCache) { c.wrote("a", "b"); c.put(k, final, c.begin()) }, true},
+		{"kept, then written", func(_ *testing.T, c *viewCache) { c.put(k, final, c.begin()); c.wrote("a", "b") }, false},
+		{"write to another batch", func(_ *testing.T, c *viewCache) { r := c.begin(); c.wrote("a", "other"); c.put(k, final, r) }, true},
+		{"emptied during the read", func(_ *testing.T, c *viewCache) { r := c.begin(); c.wroteAll(); c.put(k, final, r) }, false},
+		{"filled up during the read", func(_ *testing.T, c *viewCache) {
 			r := c.begin()
 			for i := range maxViews + 1 {
 				c.wrote("a", fmt.Sprint(i))
 			}
 			c.put(k, final, r)
 		}, false},
-		{"running batches are not kept", func(c *viewCache) {
+		{"a running batch is kept until written", func(t *testing.T, c *viewCache) {
 			c.put(k, batchView{b: evs.Batch{State: evs.StateRunning, ExpiresAt: t0.Add(time.Hour)}}, c.begin())
+			if _, ok := c.get(k, t0); !ok {
+				t.Fatal("a running batch's view was not kept")
+			}
+			c.wrote("a", "b")
 		}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c := newViewCache()
-			tt.run(c)
+			tt.run(t, c)
 			if _, ok := c.get(k, t0); ok != tt.kept {
 				t.Fatalf("kept = %v, want %v", ok, tt.kept)
 			}
