@@ -143,9 +143,9 @@ func BenchmarkServeFloor(b *testing.B) {
 }
 
 // BenchmarkServeGetBatch is GET /v1/requests/{id} of a finished 2-address
-// batch: "serving" as `evs serve` runs (the final batch's view kept in
-// memory), "read" on a store that reads SQLite every call, as for a batch
-// still running.
+// batch: "serving" as `evs serve` runs (the batch's view kept in memory),
+// "read" on a store that reads SQLite every call, as the first poll after a
+// write to the batch does.
 func BenchmarkServeGetBatch(b *testing.B) {
 	for _, o := range []struct {
 		name string
