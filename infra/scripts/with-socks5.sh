@@ -15,8 +15,9 @@ danted=$(command -v danted || true)
   exit 1
 }
 
+. "$(dirname "$0")/daemon.sh"
 external=127.0.0.3
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()')
+port=$(free_port)
 dir=$(mktemp -d -t evs-danted.XXXXXX)
 cat >"$dir/danted.conf" <<CONF
 logoutput: stderr
@@ -31,24 +32,9 @@ CONF
 
 # Without user.* settings danted runs as the current user; -p keeps its pid
 # file out of /run, which only root may write.
-setsid "$danted" -f "$dir/danted.conf" -p "$dir/danted.pid" -N 1 >"$dir/danted.log" 2>&1 &
-danted_pid=$!
-cleanup() {
-  kill -- -"$danted_pid" 2>/dev/null || kill "$danted_pid" 2>/dev/null || true
-  wait "$danted_pid" 2>/dev/null || true
-  rm -rf "$dir"
-}
-trap cleanup EXIT INT TERM
-
-for _ in $(seq 1 150); do
-  if python3 -c "import socket; socket.create_connection(('127.0.0.1', $port), timeout=1).close()" 2>/dev/null; then
-    break
-  fi
-  if ! kill -0 "$danted_pid" 2>/dev/null; then
-    echo "with-socks5: danted exited at start:" >&2; cat "$dir/danted.log" >&2; exit 1
-  fi
-  sleep 0.1
-done
+start_daemon "$dir/danted.log" "$dir" "$danted" -f "$dir/danted.conf" -p "$dir/danted.pid" -N 1
+wait_ready with-socks5:\ danted "$dir/danted.log" 0.1 \
+  python3 -c "import socket; socket.create_connection(('127.0.0.1', $port), timeout=1).close()"
 
 export EVS_TEST_SOCKS5="socks5://127.0.0.1:$port"
 export EVS_TEST_SOCKS5_EXTERNAL="$external"
