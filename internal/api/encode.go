@@ -2,7 +2,6 @@ package api
 
 import (
 	"strconv"
-	"strings"
 
 	"github.com/evs-dev/evs/internal/jsontext"
 )
@@ -179,87 +178,4 @@ func appendOptString(b []byte, name, value string) []byte {
 // appendJSONString appends s as a JSON string the way json.Marshal does.
 func appendJSONString(b []byte, s string) []byte {
 	return jsontext.AppendString(b, s, jsontext.Marshal)
-}
-
-// scanFlatObject reads s as a JSON object whose members are all strings
-// without escapes, or null, handing each to member in order (value nil for
-// null). It reports false — and the caller decodes s with encoding/json
-// instead — for anything else: escapes, numbers, nesting, malformed JSON,
-// or a member the caller refuses. value points to a variable reused for
-// the next member: member copies what it keeps. So it never accepts what the strict
-// decoder would refuse, and never reads a value differently; the common
-// request costs no reflection. s is already known to be valid UTF-8.
-func scanFlatObject(s string, member func(name string, value *string) bool) bool {
-	var v string // one variable for every value: member copies what it keeps
-	i := skipSpace(s, 0)
-	if i >= len(s) || s[i] != '{' {
-		return false
-	}
-	i = skipSpace(s, i+1)
-	if i < len(s) && s[i] == '}' {
-		return skipSpace(s, i+1) == len(s)
-	}
-	for {
-		name, next, ok := scanPlainString(s, i)
-		if !ok {
-			return false
-		}
-		i = skipSpace(s, next)
-		if i >= len(s) || s[i] != ':' {
-			return false
-		}
-		i = skipSpace(s, i+1)
-		var value *string
-		if strings.HasPrefix(s[i:], "null") {
-			i += len("null")
-		} else {
-			var next int
-			var ok bool
-			if v, next, ok = scanPlainString(s, i); !ok {
-				return false
-			}
-			value, i = &v, next
-		}
-		if !member(name, value) {
-			return false
-		}
-		i = skipSpace(s, i)
-		if i >= len(s) {
-			return false
-		}
-		switch s[i] {
-		case ',':
-			i = skipSpace(s, i+1)
-		case '}':
-			return skipSpace(s, i+1) == len(s)
-		default:
-			return false
-		}
-	}
-}
-
-// scanPlainString reads the JSON string starting at s[i] when it has no
-// escapes and no control characters, returning its content and the index
-// after its closing quote.
-func scanPlainString(s string, i int) (string, int, bool) {
-	if i >= len(s) || s[i] != '"' {
-		return "", 0, false
-	}
-	for j := i + 1; j < len(s); j++ {
-		switch c := s[j]; {
-		case c == '"':
-			return s[i+1 : j], j + 1, true
-		case c == '\\' || c < 0x20:
-			return "", 0, false
-		}
-	}
-	return "", 0, false
-}
-
-// skipSpace skips JSON whitespace from s[i].
-func skipSpace(s string, i int) int {
-	for i < len(s) && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r') {
-		i++
-	}
-	return i
 }

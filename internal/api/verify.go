@@ -11,6 +11,7 @@ import (
 
 	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/idempotency"
+	"github.com/evs-dev/evs/internal/jsontext"
 	"github.com/evs-dev/evs/internal/verify"
 )
 
@@ -46,7 +47,7 @@ func (in *verifyRequest) scan(raw []byte) bool {
 	)
 	// Each value is copied out of the scanner's reused variable; a null
 	// leaves its field unset, as encoding/json does for a pointer.
-	ok := scanFlatObject(strings.TrimSpace(string(raw)), func(name string, value *string) bool {
+	ok := jsontext.ScanFlatObject(strings.TrimSpace(string(raw)), func(name string, value *string) bool {
 		switch name {
 		case "email":
 			if hasEmail = value != nil; hasEmail {
