@@ -1,0 +1,5 @@
+//go:build !linux
+
+package replylog_test
+
+var syncKinds = []string{"fsync"}
