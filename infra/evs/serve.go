@@ -46,6 +46,13 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, getenv 
 	if err != nil {
 		return fmt.Errorf("create the first account: %w", err)
 	}
+	switch sync := st.ReplySync(); sync {
+	case "": // no reply log: claims in the store (no flock here)
+	case "fdatasync":
+		logger.Warn("Idempotency-Key replies are synced with fdatasync(2): the kernel refused io_uring and AIO; idempotent calls are slower under load")
+	default:
+		logger.Info("Idempotency-Key replies are synced with " + sync)
+	}
 	if warn := cfg.CheckHELO(ctx, net.DefaultResolver.LookupHost); warn != "" {
 		logger.Warn(warn)
 	}

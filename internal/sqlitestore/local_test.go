@@ -25,6 +25,31 @@ func open(t *testing.T, dir string) *sqlitestore.Store {
 	return s
 }
 
+// openServingAtBase is openServing with the clock stopped at base.
+func openServingAtBase(t *testing.T, dir string) *sqlitestore.Store {
+	t.Helper()
+	s, err := sqlitestore.OpenServing(context.Background(), dir, func() time.Time { return base })
+	if err != nil {
+		t.Fatalf("OpenServing: %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// kinds are the two ways a store holds local-mode records: in the SQLite
+// table (Open) and in the reply log (OpenServing).
+var kinds = []struct {
+	name string
+	open func(t *testing.T, dir string) *sqlitestore.Store
+}{{"table", open}, {"reply log", openServingAtBase}}
+
+// eachKind runs f once per kind of store.
+func eachKind(t *testing.T, f func(t *testing.T, open func(t *testing.T, dir string) *sqlitestore.Store)) {
+	for _, k := range kinds {
+		t.Run(k.name, func(t *testing.T) { f(t, k.open) })
+	}
+}
+
 // done is a finished record of scope, created at created.
 func done(fp string, created time.Time, status int, body string) idempotency.Record {
 	return idempotency.Record{
@@ -38,6 +63,10 @@ func done(fp string, created time.Time, status int, body string) idempotency.Rec
 // each record a scope can have at the moment they run, including the
 // in-progress records a shared Keeper leaves in an old data directory.
 func TestLookupPutIdempotency(t *testing.T) {
+	eachKind(t, testLookupPut)
+}
+
+func testLookupPut(t *testing.T, open func(t *testing.T, dir string) *sqlitestore.Store) {
 	ctx := context.Background()
 	// claim writes the in-progress record of a shared Keeper (or of an
 	// older evs serve) that crashed mid-call at base.
@@ -116,6 +145,10 @@ func TestLookupPutIdempotency(t *testing.T) {
 }
 
 func TestPutIdempotencyRecord(t *testing.T) {
+	eachKind(t, testPutRecord)
+}
+
+func testPutRecord(t *testing.T, open func(t *testing.T, dir string) *sqlitestore.Store) {
 	ctx := context.Background()
 	t.Run("reply without headers or body", func(t *testing.T) {
 		s := open(t, t.TempDir())
@@ -165,4 +198,60 @@ func TestPutIdempotencyRecord(t *testing.T) {
 			t.Fatal("LookupIdempotency on a closed store: no error")
 		}
 	})
+}
+
+// TestServingAdoptsTableRecords: the live records of the idempotency table
+// (from a shared-mode Keeper, or an evs serve from before the reply log) are
+// moved into the reply log when the directory is opened for serving, so a
+// replay survives the move, and the table is emptied. A move cut off after
+// the log was written and before the table was emptied is simply done again.
+func TestServingAdoptsTableRecords(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	inProgress := idempotency.Record{Scope: "claimed", Fingerprint: "fp", State: idempotency.InProgress,
+		LockedUntil: base.Add(idempotency.LockTimeout), ExpiresAt: base.Add(idempotency.Retention)}
+	stale := idempotency.Record{Scope: "stale", Fingerprint: "fp", State: idempotency.InProgress,
+		LockedUntil: base.Add(-time.Second), ExpiresAt: base.Add(time.Hour)}
+	finished := done("fp", base, 200, `{"a":1}`)
+	expired := done("fp", base.Add(-idempotency.Retention), 200, "old")
+	expired.Scope = "expired"
+	write := func() {
+		s := open(t, dir)
+		for _, rec := range []idempotency.Record{inProgress, stale, finished, expired} {
+			if err := s.PutIdempotency(ctx, rec, rec.LockedUntil.Add(-time.Hour)); err != nil && rec.State == idempotency.Done {
+				t.Fatalf("PutIdempotency %s: %v", rec.Scope, err)
+			}
+			if rec.State == idempotency.InProgress {
+				if _, claimed, err := s.ClaimIdempotency(ctx, rec, base.Add(-time.Hour)); err != nil || !claimed {
+					t.Fatalf("ClaimIdempotency %s: %v %v", rec.Scope, claimed, err)
+				}
+			}
+		}
+		s.Close()
+	}
+	check := func() {
+		s := openServingAtBase(t, dir)
+		for _, tt := range []struct {
+			rec  idempotency.Record
+			live bool
+		}{{inProgress, true}, {finished, true}, {stale, false}, {expired, false}} {
+			got, found, err := s.LookupIdempotency(ctx, tt.rec.Scope, base)
+			if err != nil || found != tt.live || tt.live && !reflect.DeepEqual(got, tt.rec) {
+				t.Fatalf("served %s: %+v found=%v err=%v, want live=%v %+v", tt.rec.Scope, got, found, err, tt.live, tt.rec)
+			}
+		}
+		s.Close()
+		// The table is empty: a store that reads only it finds nothing.
+		table := open(t, dir)
+		for _, scope := range []string{"claimed", scope} {
+			if _, found, err := table.LookupIdempotency(ctx, scope, base); err != nil || found {
+				t.Fatalf("the table still holds %s: found=%v err=%v", scope, found, err)
+			}
+		}
+		table.Close()
+	}
+	write()
+	check()
+	write() // as if the table had not been emptied after the move
+	check()
 }
