@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"maps"
 	"sync"
 	"time"
@@ -125,11 +126,10 @@ type Keeper struct {
 	local LocalStore
 	now   func() time.Time
 
-	// mu guards claims: in local mode, the scopes of the calls running now,
-	// each with its request's fingerprint. It holds what an in-progress
-	// record holds in shared mode, without writing it.
-	mu     sync.Mutex
-	claims map[string]string
+	// claims holds, in local mode, the scopes of the calls running now,
+	// each with its request's fingerprint: what an in-progress record
+	// holds in shared mode, without writing it.
+	claims *claimSet
 }
 
 // New returns a Keeper in shared mode, keeping its records in s, with now as
@@ -151,7 +151,7 @@ func New(s Store, now func() time.Time) *Keeper {
 // it, and a call cut off mid-way wrote nothing, so its retry runs it, at
 // once rather than after LockTimeout.
 func NewLocal(s LocalStore, now func() time.Time) *Keeper {
-	return &Keeper{local: s, now: now, claims: make(map[string]string)}
+	return &Keeper{local: s, now: now, claims: newClaimSet()}
 }
 
 // Do runs fn at most once per (AccountID, Method+Path, Key) scope within
@@ -225,23 +225,15 @@ func (k *Keeper) run(ctx context.Context, scope string, fn func(ctx context.Cont
 
 // doLocal is Do in local mode.
 func (k *Keeper) doLocal(ctx context.Context, scope, fp string, fn func(ctx context.Context) (Reply, error)) (Reply, bool, error) {
-	k.mu.Lock()
-	if running, ok := k.claims[scope]; ok {
-		k.mu.Unlock()
+	if running, ok := k.claims.claim(scope, fp); !ok {
 		// Answered as a live in-progress record is in shared mode.
 		_, err := replay(Record{Scope: scope, Fingerprint: running, State: InProgress}, fp)
 		return Reply{}, false, err
 	}
-	k.claims[scope] = fp
-	k.mu.Unlock()
 	// Released on every return and on a panic in fn, and only after the
 	// reply is stored: a repeat that takes the claim next is sure to find
 	// the record, since it looks up only once it holds the claim.
-	defer func() {
-		k.mu.Lock()
-		delete(k.claims, scope)
-		k.mu.Unlock()
-	}()
+	defer k.claims.release(scope)
 
 	now := k.now()
 	rec, found, err := k.local.LookupIdempotency(ctx, scope, now)
@@ -287,4 +279,48 @@ func replay(rec Record, fp string) (Reply, error) {
 	maps.Copy(h, rec.Headers)
 	h[ReplayedHeader] = "true"
 	return Reply{StatusCode: rec.StatusCode, Headers: h, Body: rec.Body}, nil
+}
+
+// claimShards is how many locks the claims are spread over. The calls of
+// one synced group return together, and each then releases its claim: under
+// one lock they queued behind each other, which measurably capped the rate
+// of idempotent calls.
+const claimShards = 64
+
+// claimSet is the set of running scopes, each with its fingerprint.
+type claimSet struct {
+	seed   maphash.Seed
+	shards [claimShards]struct {
+		mu sync.Mutex
+		m  map[string]string
+	}
+}
+
+func newClaimSet() *claimSet {
+	c := &claimSet{seed: maphash.MakeSeed()}
+	for i := range c.shards {
+		c.shards[i].m = make(map[string]string)
+	}
+	return c
+}
+
+// claim takes scope for a call with fingerprint fp, or reports false and
+// the fingerprint of the call that holds it.
+func (c *claimSet) claim(scope, fp string) (running string, ok bool) {
+	sh := &c.shards[maphash.String(c.seed, scope)%claimShards]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if running, held := sh.m[scope]; held {
+		return running, false
+	}
+	sh.m[scope] = fp
+	return "", true
+}
+
+// release frees scope.
+func (c *claimSet) release(scope string) {
+	sh := &c.shards[maphash.String(c.seed, scope)%claimShards]
+	sh.mu.Lock()
+	delete(sh.m, scope)
+	sh.mu.Unlock()
 }
