@@ -4,8 +4,10 @@
 // newest record. It implements idempotency.LocalStore.
 //
 // It exists because that store's two operations are the whole cost of an
-// idempotent call. A lookup is a map probe (and, only for a key seen before,
-// one read of its record). A put appends the record to the log; concurrent
+// idempotent call. A lookup is a map probe and a binary search per sealed
+// segment (and, only for a key seen before, one read of its record): the
+// segment taking appends is indexed by a map, each sealed one by sorted
+// arrays of 12 bytes a record. A put appends the record to the log; concurrent
 // puts are written together, with one fdatasync per group, and each returns
 // only once its group is synced. So a reply a client received survives
 // kill -9 and power loss alike, and is replayed, never run again.
@@ -24,6 +26,7 @@ package replylog
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -79,11 +82,16 @@ type Log struct {
 
 	// mu guards what follows; lookups share it.
 	mu sync.RWMutex
-	// index maps a scope's hash to its newest record; overflow holds the
-	// newest record of a scope whose hash the index already gives to
-	// another scope (a 64-bit collision: in practice never, but exact).
+	// index maps a scope's hash to its newest record in a segment not yet
+	// compacted; overflow holds the newest record of a scope whose hash
+	// the index already gives to another scope (a 64-bit collision: in
+	// practice never, but exact). A scope found in neither is looked for
+	// in the compacted segments, newest first.
 	index    map[uint64]loc
 	overflow map[string]loc
+	// compacted lists the segments whose index moved out of the map, by
+	// id ascending.
+	compacted []*segment
 	// pending holds the scopes of records queued or being written: a
 	// second put of one of them is refused as a live record would be.
 	pending map[string]struct{}
@@ -130,6 +138,11 @@ type segment struct {
 	// it has passed, the whole segment can go.
 	newest  int64
 	records int
+	// keys and offs are the index of a sealed segment, compacted (see
+	// compactLocked): its records' scope hashes, sorted, and where each
+	// record starts. 12 bytes a record, against about 38 in the map.
+	keys []uint64
+	offs []uint32
 }
 
 // group is the records queued for one write and sync.
@@ -169,7 +182,7 @@ func Open(dir string, o Options) (*Log, error) {
 	if o.SegmentAge <= 0 {
 		o.SegmentAge = defaultSegmentAge
 	}
-	if o.SegmentBytes >= 1<<offsetBits {
+	if o.SegmentBytes >= 1<<32 { // a compacted index keeps 32-bit offsets
 		return nil, errors.New("replylog: SegmentBytes too large")
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -218,6 +231,9 @@ func (l *Log) recover() error {
 		if err := l.load(id); err != nil {
 			return err
 		}
+		// Every segment read is sealed (appends go to a new one): its
+		// index is compacted at once, so the map never holds them all.
+		l.compactLocked(l.segs[id])
 		last = id
 	}
 	return l.rotate(last + 1)
@@ -309,20 +325,65 @@ func (l *Log) Lookup(_ context.Context, scope string, now time.Time) (idempotenc
 // findLocked returns the newest record of scope, live or not. The caller
 // holds mu, for reading at least.
 func (l *Log) findLocked(scope string, h uint64) (idempotency.Record, bool, error) {
-	at, ok := l.overflow[scope]
-	if !ok {
-		if at, ok = l.index[h]; !ok {
-			return idempotency.Record{}, false, nil
+	if at, ok := l.overflow[scope]; ok {
+		rec, err := l.readLocked(at)
+		return rec, err == nil, err
+	}
+	if at, ok := l.index[h]; ok {
+		rec, err := l.readLocked(at)
+		if err != nil || rec.Scope == scope {
+			return rec, err == nil, err
+		}
+		// The map's entry is another scope's: ours, if any, is older.
+	}
+	for i := len(l.compacted) - 1; i >= 0; i-- {
+		seg := l.compacted[i]
+		j, _ := slices.BinarySearch(seg.keys, h)
+		// Equal hashes sit side by side, by offset: the newest is last.
+		k := j
+		for k < len(seg.keys) && seg.keys[k] == h {
+			k++
+		}
+		for k--; k >= j; k-- {
+			rec, err := l.readLocked(makeLoc(seg.id, int64(seg.offs[k])))
+			if err != nil || rec.Scope == scope {
+				return rec, err == nil, err
+			}
 		}
 	}
-	rec, err := l.readLocked(at)
-	if err != nil {
-		return idempotency.Record{}, false, err
+	return idempotency.Record{}, false, nil
+}
+
+// compactLocked moves the map's entries for seg, a segment that takes no
+// more appends and whose records are all published, into seg's sorted
+// arrays. The caller holds mu (or is recovering, alone).
+func (l *Log) compactLocked(seg *segment) {
+	if seg.keys != nil || l.segs[seg.id] != seg {
+		return
 	}
-	if rec.Scope != scope {
-		return idempotency.Record{}, false, nil // the index's entry is another scope's
+	type entry struct {
+		h   uint64
+		off uint32
 	}
-	return rec, true, nil
+	var es []entry
+	for h, at := range l.index {
+		if at.seg() == seg.id {
+			es = append(es, entry{h, uint32(at.off())})
+			delete(l.index, h)
+		}
+	}
+	slices.SortFunc(es, func(a, b entry) int {
+		if a.h != b.h {
+			return cmp.Compare(a.h, b.h)
+		}
+		return cmp.Compare(a.off, b.off)
+	})
+	seg.keys, seg.offs = make([]uint64, len(es)), make([]uint32, len(es))
+	for i, e := range es {
+		seg.keys[i], seg.offs[i] = e.h, e.off
+	}
+	i, _ := slices.BinarySearchFunc(l.compacted, seg.id, func(s *segment, id uint32) int { return cmp.Compare(s.id, id) })
+	l.compacted = slices.Insert(l.compacted, i, seg)
 }
 
 // readLocked reads the record at at.
@@ -485,8 +546,14 @@ func (l *Log) write() (f flight, ok bool) {
 	n := int64(len(g.buf))
 	if err == nil && seg.written > 0 &&
 		(seg.written+n > l.opts.SegmentBytes || g.now.Sub(seg.started) >= l.opts.SegmentAge) {
+		old := seg
 		if err = l.rotate(seg.id + 1); err == nil {
 			seg = l.active
+			// The flusher answers one group at a time, so every record
+			// of the old segment is published by now.
+			l.mu.Lock()
+			l.compactLocked(old)
+			l.mu.Unlock()
 		}
 	}
 	f = flight{g: g, seg: seg, base: seg.written}
@@ -612,6 +679,10 @@ func (l *Log) Sweep(now time.Time) (int, error) {
 		if err := l.rotate(act.id + 1); err != nil {
 			return 0, err
 		}
+		// All its records expired, so none is in flight.
+		l.mu.Lock()
+		l.compactLocked(act)
+		l.mu.Unlock()
 	}
 
 	l.mu.Lock()
@@ -637,6 +708,7 @@ func (l *Log) Sweep(now time.Time) (int, error) {
 		for id := range doomed {
 			delete(l.segs, id)
 		}
+		l.compacted = slices.DeleteFunc(l.compacted, func(s *segment) bool { return doomed[s.id] != nil })
 	}
 	l.mu.Unlock()
 	var errs []error
@@ -684,7 +756,9 @@ func (l *Log) closeFiles() error {
 
 // Stats describe a log, for tests and operators.
 type Stats struct {
-	Segments, Indexed, Overflow int
+	// Indexed counts the scopes in the map, Compacted those in the sealed
+	// segments' arrays, Overflow those whose hash collided.
+	Segments, Indexed, Compacted, Overflow int
 	// Sync names how writes are synced: "io_uring", "aio" or "fdatasync"
 	// on Linux (see syncer), "fsync" elsewhere.
 	Sync string
@@ -694,5 +768,9 @@ type Stats struct {
 func (l *Log) Stats() Stats {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
-	return Stats{Segments: len(l.segs), Indexed: len(l.index), Overflow: len(l.overflow), Sync: l.syncer.name()}
+	st := Stats{Segments: len(l.segs), Indexed: len(l.index), Overflow: len(l.overflow), Sync: l.syncer.name()}
+	for _, seg := range l.compacted {
+		st.Compacted += len(seg.keys)
+	}
+	return st
 }

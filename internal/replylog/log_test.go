@@ -468,3 +468,65 @@ func TestOpenErrors(t *testing.T) {
 		t.Fatal("Open with segments beyond the offset range: no error")
 	}
 }
+
+// TestCompactedIndex: once a segment is sealed its index leaves the map for
+// sorted arrays; lookups still find each scope's newest record, across
+// segments and through hash collisions, before and after a reopen and a
+// sweep.
+func TestCompactedIndex(t *testing.T) {
+	for _, collide := range []bool{false, true} {
+		t.Run(fmt.Sprint("collide=", collide), func(t *testing.T) {
+			if collide {
+				replylog.ForceHash(t, func(s string) uint64 { return uint64(len(s)) % 3 })
+			}
+			dir := t.TempDir()
+			o := replylog.Options{SegmentBytes: 512} // a few records each
+			l := open(t, dir, o)
+			day := idempotency.Retention
+			// Day 0: 40 scopes; day 1: every other one again (the first
+			// expired), in later segments.
+			for i := range 40 {
+				s := fmt.Sprint("scope-", i)
+				put(t, l, done(s, base, "day0-"+s), base)
+			}
+			for i := 0; i < 40; i += 2 {
+				s := fmt.Sprint("scope-", i)
+				put(t, l, done(s, base.Add(day), "day1-"+s), base.Add(day))
+			}
+			check := func(l *replylog.Log) {
+				t.Helper()
+				for i := range 40 {
+					s := fmt.Sprint("scope-", i)
+					if i%2 == 0 {
+						want(t, l, s, base.Add(day), done(s, base.Add(day), "day1-"+s))
+					} else {
+						want(t, l, s, base, done(s, base, "day0-"+s))
+						want(t, l, s, base.Add(day), idempotency.Record{})
+					}
+				}
+				want(t, l, "scope-x", base, idempotency.Record{})
+			}
+			check(l)
+			if s := l.Stats(); s.Compacted == 0 || s.Segments < 10 || !collide && s.Indexed > s.Compacted {
+				t.Fatalf("stats %+v: want many segments, most of their scopes compacted", s)
+			}
+			if err := l.Put(context.Background(), done("scope-3", base, "again"), base); !errors.Is(err, replylog.ErrLive) {
+				t.Fatalf("Put over a live record in a compacted segment: %v", err)
+			}
+			l.Close()
+			l = open(t, dir, o)
+			check(l)
+			if s := l.Stats(); s.Indexed != 0 {
+				t.Fatalf("stats %+v after reopen: every record read is compacted", s)
+			}
+			// The day-0 segments go; the day-1 records stay found.
+			if _, err := l.Sweep(base.Add(day + time.Minute)); err != nil {
+				t.Fatal(err)
+			}
+			for i := 0; i < 40; i += 2 {
+				s := fmt.Sprint("scope-", i)
+				want(t, l, s, base.Add(day), done(s, base.Add(day), "day1-"+s))
+			}
+		})
+	}
+}
