@@ -147,6 +147,12 @@ func (d Decision) AppendJSON(b []byte) []byte {
 	b = append(b, `},"smtp":{"result":`...)
 	b = appendJSONString(b, s.Result)
 	b = appendOptString(b, `,"host":`, s.Host)
+	b = append(b, `,"provider":`...)
+	if s.Provider == nil {
+		b = append(b, "null"...)
+	} else {
+		b = appendJSONString(b, *s.Provider)
+	}
 	if s.Code != 0 {
 		b = append(b, `,"code":`...)
 		b = strconv.AppendInt(b, int64(s.Code), 10)

@@ -589,7 +589,9 @@ func wantsCSV(accept string) bool {
 }
 
 // csvHeader is the contract's CSV header row.
-var csvHeader = []string{"email", "status", "reason", "suggestion", "disposable", "role", "free", "acceptAll"}
+// provider, after the contract's columns, names the mail service behind
+// the MX (empty when none was found).
+var csvHeader = []string{"email", "status", "reason", "suggestion", "disposable", "role", "free", "acceptAll", "provider"}
 
 // resultsCSV renders every written result, in submission order. On Lambda
 // the reply is one payload (under the 6 MB limit for 50,000 rows); locally
@@ -614,6 +616,7 @@ func (h *Handler) resultsCSV(ctx context.Context, req events.APIGatewayProxyRequ
 				csvSafe(r.Email), string(r.Status()), string(d.Reason), csvSafe(sugg),
 				strconv.FormatBool(d.Flags.Disposable), strconv.FormatBool(d.Flags.Role),
 				strconv.FormatBool(d.Flags.Free), strconv.FormatBool(d.Flags.AcceptAll),
+				d.Checks.SMTP.Provider,
 			})
 			after = r.Seq
 		}

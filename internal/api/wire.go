@@ -58,13 +58,15 @@ type DNSCheck struct {
 
 // SMTPCheck is the SMTP stage's evidence: the reply that decided the result.
 type SMTPCheck struct {
-	Result       string `json:"result"`
-	Host         string `json:"host,omitempty"`
-	Code         int    `json:"code,omitempty"`
-	EnhancedCode string `json:"enhancedCode,omitempty"`
-	Message      string `json:"message,omitempty"`
-	TLS          bool   `json:"tls"`
-	Detail       string `json:"detail,omitempty"`
+	Result string `json:"result"`
+	Host   string `json:"host,omitempty"`
+	// Provider is null when no MX host was found.
+	Provider     *string `json:"provider"`
+	Code         int     `json:"code,omitempty"`
+	EnhancedCode string  `json:"enhancedCode,omitempty"`
+	Message      string  `json:"message,omitempty"`
+	TLS          bool    `json:"tls"`
+	Detail       string  `json:"detail,omitempty"`
 }
 
 // NewDecision renders a domain decision in its wire form.
@@ -82,12 +84,21 @@ func NewDecision(d evs.Decision) Decision {
 		Checks: Checks{
 			Syntax: SyntaxCheck(c.Syntax),
 			DNS:    DNSCheck{Result: c.DNS.Result, MX: mx, ImplicitMX: c.DNS.ImplicitMX, Rcode: c.DNS.Rcode, Error: c.DNS.Error},
-			SMTP:   SMTPCheck(c.SMTP),
+			SMTP: SMTPCheck{Result: c.SMTP.Result, Host: c.SMTP.Host, Provider: optString(c.SMTP.Provider),
+				Code: c.SMTP.Code, EnhancedCode: c.SMTP.EnhancedCode, Message: c.SMTP.Message, TLS: c.SMTP.TLS, Detail: c.SMTP.Detail},
 		},
 		CheckedAt:  Time{d.CheckedAt},
 		DurationMs: d.DurationMs,
 		TestMode:   d.TestMode,
 	}
+}
+
+// optString is nil for "", else a pointer to s.
+func optString(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
 }
 
 // Time is a time.Time that marshals as RFC 3339 UTC with milliseconds and a

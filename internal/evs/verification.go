@@ -174,8 +174,12 @@ const (
 
 // SMTPCheck is the SMTP stage's evidence: the reply that decided the result.
 type SMTPCheck struct {
-	Result       string
-	Host         string
+	Result string
+	Host   string
+	// Provider names the mail service behind the MX (smtpprobe.Provider:
+	// "google", "microsoft365", ... or "other"), or "" when no MX was
+	// found.
+	Provider     string
 	Code         int
 	EnhancedCode string
 	// Message is the remote server's reply text, trimmed to 200 characters.

@@ -175,8 +175,19 @@ func TestBatchLifecycle(t *testing.T) {
 	if err != nil || cr.status != 200 {
 		t.Fatalf("csv: %d %v", cr.status, err)
 	}
-	if strings.Join(rows[0], ",") != "email,status,reason,suggestion,disposable,role,free,acceptAll" || len(rows) != distinct+1 {
+	if strings.Join(rows[0], ",") != "email,status,reason,suggestion,disposable,role,free,acceptAll,provider" || len(rows) != distinct+1 {
 		t.Fatalf("csv: header %v, %d rows", rows[0], len(rows))
+	}
+	// The provider column is checks.smtp.provider: the sandbox's MX is
+	// nobody's ("other"), and an address with no MX has none.
+	for _, row := range rows[1:] {
+		want := "other"
+		if row[2] == "invalid_syntax" || row[2] == "invalid_domain" || row[2] == "no_mail_server" || row[2] == "dns_error" {
+			want = ""
+		}
+		if row[8] != want {
+			t.Fatalf("csv row %v: provider %q, want %q", row, row[8], want)
+		}
 	}
 
 	// A final batch cannot be cancelled.

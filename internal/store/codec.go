@@ -67,6 +67,9 @@ const (
 	hasNormalized = 1 << 0
 	hasSuggestion = 1 << 1
 	hostIsFirstMX = 1 << 2
+	// hasProvider: the provider follows the duration, last, so that
+	// decisions stored before it existed read as they were.
+	hasProvider = 1 << 3
 )
 
 // AppendDecision appends the storage form of d to b: EncodeDecision without
@@ -90,6 +93,9 @@ func AppendDecision(b []byte, d evs.Decision) []byte {
 		has |= hasSuggestion
 	}
 	host := c.SMTP.Host
+	if c.SMTP.Provider != "" {
+		has |= hasProvider
+	}
 	if host != "" && len(c.DNS.MX) > 0 && host == c.DNS.MX[0] {
 		has |= hostIsFirstMX
 		host = ""
@@ -125,6 +131,9 @@ func AppendDecision(b []byte, d evs.Decision) []byte {
 	}
 	b = binary.AppendVarint(b, at)
 	b = binary.AppendVarint(b, d.DurationMs)
+	if has&hasProvider != 0 {
+		b = appendStr(b, c.SMTP.Provider)
+	}
 	return b
 }
 
@@ -166,6 +175,9 @@ var knownStrings = []string{
 	"test mode: no mail host answered in time", "test mode: mailbox not checked",
 	"test mode: simulated probe result (quick mode never probes)", "skipped: invalid syntax",
 	"OK",
+	// providers (smtpprobe.Provider)
+	"other", "google", "microsoft365", "outlook", "yahoo", "icloud", "zoho", "yandex", "mailru", "gmx",
+	"proton", "fastmail", "proofpoint", "mimecast", "barracuda", "cisco", "trendmicro", "amazonses", "qq", "netease",
 }
 
 var knownIndex = func() map[string]int {
@@ -282,6 +294,9 @@ func decodeBinary(email string, b []byte) (evs.Decision, error) {
 		d.CheckedAt = time.UnixMilli(at).UTC()
 	}
 	d.DurationMs = r.varint()
+	if has&hasProvider != 0 {
+		c.SMTP.Provider = r.str()
+	}
 	if r.err != nil {
 		return evs.Decision{}, r.err
 	}

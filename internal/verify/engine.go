@@ -43,7 +43,9 @@ type Prober interface {
 type Session interface {
 	Host() string
 	TLS() bool
-	Rcpt(ctx context.Context, address string) (smtpprobe.Reply, smtpprobe.Class, error)
+	// Check asks about one recipient and reads the reply with the rules of
+	// the host's provider.
+	Check(ctx context.Context, address string) (smtpprobe.Reply, smtpprobe.Reading, error)
 	Close() error
 }
 
@@ -182,6 +184,7 @@ func (e *Engine) Verify(ctx context.Context, email string, mode evs.Mode) evs.De
 	if in.Valid {
 		mail := e.cfg.Resolver.LookupMail(ctx, in.Address.Domain)
 		d.Checks.DNS = dnsEvidence(mail)
+		d.Checks.SMTP.Provider = providerOf(mail)
 		if mode == evs.ModeFull && mail.Outcome == dnscheck.OutcomeOK {
 			e.probe(ctx, in.Address.Domain, mail, []*evs.Decision{&d}, nil)
 		} else {
@@ -245,6 +248,7 @@ func (e *Engine) VerifyDomain(ctx context.Context, emails []string, mode evs.Mod
 	mail := e.cfg.Resolver.LookupMail(ctx, domain)
 	for _, d := range group {
 		d.Checks.DNS = dnsEvidence(mail)
+		d.Checks.SMTP.Provider = providerOf(mail)
 	}
 	if mode == evs.ModeFull && mail.Outcome == dnscheck.OutcomeOK {
 		e.probe(ctx, domain, mail, group, memo)
@@ -285,6 +289,15 @@ func (e *Engine) finish(d evs.Decision, start time.Time) evs.Decision {
 	return d
 }
 
+// providerOf names the provider of a domain's preferred MX host, or ""
+// when DNS found none.
+func providerOf(m dnscheck.MailResult) string {
+	if m.Outcome != dnscheck.OutcomeOK || len(m.MX) == 0 {
+		return ""
+	}
+	return string(smtpprobe.ProviderOf(m.MX[0].Host))
+}
+
 func dnsEvidence(m dnscheck.MailResult) evs.DNSCheck {
 	c := evs.DNSCheck{Result: string(m.Outcome), ImplicitMX: m.Implicit, Rcode: m.Rcode, Error: m.Err}
 	c.MX = make([]string, len(m.MX))
@@ -298,9 +311,10 @@ func dnsEvidence(m dnscheck.MailResult) evs.DNSCheck {
 // one connection, with a single accept-all probe, and writes each result
 // into its decision. The caller has checked that DNS found mail hosts.
 func (e *Engine) probe(ctx context.Context, domain string, mail dnscheck.MailResult, ds []*evs.Decision, memo *CatchAllMemo) {
+	provider := providerOf(mail)
 	if e.cfg.Prober == nil {
 		for _, d := range ds {
-			d.Checks.SMTP = evs.SMTPCheck{Result: evs.SMTPSkipped, Detail: "skipped: " + e.cfg.SMTPOffDetail}
+			d.Checks.SMTP = evs.SMTPCheck{Result: evs.SMTPSkipped, Provider: provider, Detail: "skipped: " + e.cfg.SMTPOffDetail}
 		}
 		return
 	}
@@ -315,12 +329,15 @@ func (e *Engine) probe(ctx context.Context, domain string, mail dnscheck.MailRes
 		// failure to connect.
 		for _, d := range ds {
 			d.Checks.DNS.Result = evs.DNSMXNotPublic
-			d.Checks.SMTP = evs.SMTPCheck{Result: evs.SMTPSkipped, Detail: "skipped: every address of the mail hosts is private or reserved (egress policy, EVS_EGRESS_ALLOW)"}
+			d.Checks.SMTP = evs.SMTPCheck{Result: evs.SMTPSkipped, Provider: provider, Detail: "skipped: every address of the mail hosts is private or reserved (egress policy, EVS_EGRESS_ALLOW)"}
 		}
 		return
 	}
 	if err != nil {
 		c := openFailure(ctx, err)
+		if c.Provider == "" {
+			c.Provider = provider
+		}
 		for _, d := range ds {
 			d.Checks.SMTP = c
 		}
@@ -367,6 +384,9 @@ func openFailure(ctx context.Context, err error) evs.SMTPCheck {
 	var pe *smtpprobe.ProbeError
 	if errors.As(err, &pe) {
 		c := evs.SMTPCheck{Host: pe.Host, Code: pe.Reply.Code, EnhancedCode: pe.Reply.Enhanced, Message: trimText(pe.Reply.Text)}
+		if pe.Host != "" {
+			c.Provider = string(smtpprobe.ProviderOfReply(pe.Host, pe.Reply))
+		}
 		switch {
 		case pe.Timeout:
 			c.Result, c.Detail = evs.SMTPTimeout, "no mail host answered in time"
@@ -385,12 +405,14 @@ func openFailure(ctx context.Context, err error) evs.SMTPCheck {
 	return evs.SMTPCheck{Result: evs.SMTPUnreachable, Detail: "no mail host accepted a connection"}
 }
 
-// rcptCheck asks the server about one recipient and maps its class to an
-// SMTP result. Anything that is about us, or temporary, never becomes a
-// verdict on the mailbox.
+// rcptCheck asks the server about one recipient and maps its reading to
+// an SMTP result. Anything that is about us, or temporary, never becomes a
+// verdict on the mailbox. The detail names the rule of REPLIES.md that
+// decided, and what it read.
 func rcptCheck(ctx context.Context, s Session, rcpt string) evs.SMTPCheck {
-	r, class, err := s.Rcpt(ctx, rcpt)
-	c := evs.SMTPCheck{Host: s.Host(), TLS: s.TLS(), Code: r.Code, EnhancedCode: r.Enhanced, Message: trimText(r.Text)}
+	r, rd, err := s.Check(ctx, rcpt)
+	c := evs.SMTPCheck{Host: s.Host(), Provider: string(smtpprobe.ProviderOfReply(s.Host(), r)), TLS: s.TLS(),
+		Code: r.Code, EnhancedCode: r.Enhanced, Message: trimText(r.Text)}
 	if err != nil {
 		if ctx.Err() != nil || isTimeout(err) {
 			c.Result, c.Detail = evs.SMTPTimeout, "the server did not answer RCPT in time"
@@ -399,7 +421,7 @@ func rcptCheck(ctx context.Context, s Session, rcpt string) evs.SMTPCheck {
 		}
 		return c
 	}
-	switch class {
+	switch rd.Class {
 	case smtpprobe.Accepted:
 		c.Result = evs.SMTPAccepted
 	case smtpprobe.Rejected:
@@ -415,7 +437,30 @@ func rcptCheck(ctx context.Context, s Session, rcpt string) evs.SMTPCheck {
 	default:
 		c.Result, c.Detail = evs.SMTPUnreachable, "the reply says nothing certain about the mailbox"
 	}
+	if rd.Class != smtpprobe.Accepted {
+		c.Detail += " " + explain(rd)
+	}
 	return c
+}
+
+// explain renders what decided a reading, for the evidence: "(rule
+// mailbox: text mailbox_unknown, wrapper postfix_recipient)".
+func explain(rd smtpprobe.Reading) string {
+	var b strings.Builder
+	b.WriteString("(rule ")
+	b.WriteString(rd.Rule)
+	sep := ": "
+	add := func(k, v string) {
+		if v != "" {
+			b.WriteString(sep + k + " " + v)
+			sep = ", "
+		}
+	}
+	add("text", rd.Family)
+	add("wrapper", rd.Wrapper)
+	add("provider", string(rd.Provider))
+	b.WriteByte(')')
+	return b.String()
 }
 
 func isTimeout(err error) bool {

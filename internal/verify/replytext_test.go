@@ -2,6 +2,7 @@ package verify_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,8 +12,8 @@ import (
 
 // TestReplyTextDecidesReason: the text of a RCPT reply, not a
 // mailbox-looking code, decides the reason: a refusal of our prober is
-// never rejected_email, and text about the recipient's account is, whatever
-// the code.
+// never rejected_email, and text about the recipient's account is, unless
+// the code speaks of us and no rule of the answering provider settles it.
 func TestReplyTextDecidesReason(t *testing.T) {
 	replies := rcptTable(map[string]string{
 		"spf":     "550 5.1.0 192.0.2.222 is not allowed to send from <probe.evs.test> per it's SPF Record",
@@ -22,23 +23,39 @@ func TestReplyTextDecidesReason(t *testing.T) {
 		"frozen":  "554 Le compte du destinataire est bloque. The recipient account is blocked.",
 		"unknown": "550 Пользователь не найден",
 	}, "250 2.1.5 Ok")
-	w := newWorld(t, []mta{{ip: "127.0.5.1", opts: testkit.SMTPOptions{Rcpt: replies}}}, []string{
+	w := newWorld(t, []mta{
+		{ip: "127.0.5.1", opts: testkit.SMTPOptions{Rcpt: replies}},
+		{ip: "127.0.5.2", opts: testkit.SMTPOptions{Rcpt: replies}},
+	}, []string{
 		"corp.example. 300 IN MX 10 mx.corp.example.",
 		"mx.corp.example. 300 IN A 127.0.5.1",
+		"yandex.example. 300 IN MX 10 mx.yandex.net.",
+		"mx.yandex.net. 300 IN A 127.0.5.2",
 	}, time.Second)
-	cases := map[string]evs.Reason{
-		"spf":     evs.ReasonSMTPUnreachable,
-		"dnsbl":   evs.ReasonSMTPUnreachable,
-		"dbeb":    evs.ReasonRejectedEmail,
-		"yandex":  evs.ReasonRejectedEmail,
-		"frozen":  evs.ReasonRejectedEmail,
-		"unknown": evs.ReasonRejectedEmail,
+	cases := []struct {
+		email, provider string
+		want            evs.Reason
+	}{
+		{"spf@corp.example", "other", evs.ReasonSMTPUnreachable},
+		{"dnsbl@corp.example", "other", evs.ReasonSMTPUnreachable},
+		// The reply's own fingerprint names Microsoft 365.
+		{"dbeb@corp.example", "microsoft365", evs.ReasonRejectedEmail},
+		// Yandex's 5.7.1 "No such user!" is Yandex's unknown user; from
+		// any other host the code and the text disagree.
+		{"yandex@yandex.example", "yandex", evs.ReasonRejectedEmail},
+		{"yandex@corp.example", "other", evs.ReasonSMTPUnreachable},
+		{"frozen@corp.example", "other", evs.ReasonRejectedEmail},
+		{"unknown@corp.example", "other", evs.ReasonRejectedEmail},
 	}
-	for local, want := range cases {
-		t.Run(local, func(t *testing.T) {
-			d := w.engine.Verify(context.Background(), local+"@corp.example", evs.ModeFull)
-			if d.Reason != want {
-				t.Fatalf("%s: got %s (%s: %d %s %q), want %s", local, d.Reason, d.Checks.SMTP.Result, d.Checks.SMTP.Code, d.Checks.SMTP.EnhancedCode, d.Checks.SMTP.Message, want)
+	for _, c := range cases {
+		t.Run(c.email, func(t *testing.T) {
+			d := w.engine.Verify(context.Background(), c.email, evs.ModeFull)
+			if d.Reason != c.want || d.Checks.SMTP.Provider != c.provider {
+				t.Fatalf("got %s from %q (%s: %d %s %q, %s), want %s from %q", d.Reason, d.Checks.SMTP.Provider, d.Checks.SMTP.Result,
+					d.Checks.SMTP.Code, d.Checks.SMTP.EnhancedCode, d.Checks.SMTP.Message, d.Checks.SMTP.Detail, c.want, c.provider)
+			}
+			if !strings.Contains(d.Checks.SMTP.Detail, "(rule ") {
+				t.Fatalf("detail %q does not name the rule that decided", d.Checks.SMTP.Detail)
 			}
 		})
 	}

@@ -60,7 +60,10 @@ func (s *Sandbox) Verify(_ context.Context, email string, mode evs.Mode) evs.Dec
 	}
 	mx := "mx.sandbox.invalid"
 	d.Checks.DNS = evs.DNSCheck{Result: evs.DNSOK, MX: []string{mx}, Rcode: "NOERROR"}
-	smtp := evs.SMTPCheck{Host: mx, TLS: true, Detail: "test mode: no network was used"}
+	// The sandbox's MX is no provider's: "other", as a live check of
+	// an unknown MX host says.
+	const provider = "other"
+	smtp := evs.SMTPCheck{Host: mx, Provider: provider, TLS: true, Detail: "test mode: no network was used"}
 	switch reason {
 	case evs.ReasonInvalidSyntax:
 		d.Checks.Syntax = evs.SyntaxCheck{Valid: false, Error: "test_mode"}
@@ -87,11 +90,11 @@ func (s *Sandbox) Verify(_ context.Context, email string, mode evs.Mode) evs.Dec
 	case evs.ReasonGreylisted:
 		smtp.Result, smtp.Code, smtp.EnhancedCode, smtp.Message = evs.SMTPGreylisted, 451, "4.7.1", "Greylisted, try again later (test mode)"
 	case evs.ReasonSMTPUnreachable:
-		smtp = evs.SMTPCheck{Result: evs.SMTPUnreachable, Host: mx, Detail: "test mode: no mail host accepted a connection"}
+		smtp = evs.SMTPCheck{Result: evs.SMTPUnreachable, Host: mx, Provider: provider, Detail: "test mode: no mail host accepted a connection"}
 	case evs.ReasonTimeout:
-		smtp = evs.SMTPCheck{Result: evs.SMTPTimeout, Host: mx, Detail: "test mode: no mail host answered in time"}
+		smtp = evs.SMTPCheck{Result: evs.SMTPTimeout, Host: mx, Provider: provider, Detail: "test mode: no mail host answered in time"}
 	case evs.ReasonMailboxNotChecked, evs.ReasonDisposable:
-		smtp = evs.SMTPCheck{Result: evs.SMTPSkipped, Detail: "test mode: mailbox not checked"}
+		smtp = evs.SMTPCheck{Result: evs.SMTPSkipped, Provider: provider, Detail: "test mode: mailbox not checked"}
 		if reason == evs.ReasonDisposable {
 			d.Flags.Disposable = true
 		}

@@ -1,6 +1,8 @@
 package smtpprobe
 
 import (
+	"regexp"
+	"strconv"
 	"strings"
 )
 
@@ -49,118 +51,389 @@ type Reply struct {
 	Text string
 }
 
-// Reading is what Read makes of a reply: its class and what decided it.
+// Reading is what Read makes of a reply: its class and the evidence that
+// decided it.
 type Reading struct {
 	// Class is the verdict on the reply.
 	Class Class
+	// Rule names the row of the decision table (REPLIES.md) that decided.
+	Rule string
 	// Family names the phrase family of the text that decided Class (see
 	// Families), or "" when the codes alone decided it.
 	Family string
+	// Wrapper names the MTA wrapper set aside before reading the text
+	// ("postfix_recipient", "postfix_sender", ...), or "".
+	Wrapper string
+	// Provider is the provider whose own rule decided, or "".
+	Provider Provider
 }
 
 // Classify decides what a reply at a stage (StageBanner, StageEHLO,
 // StageMail or StageRcpt) says; it is Read without the explanation.
 func Classify(stage string, r Reply) Class { return Read(stage, r).Class }
 
-// Read decides what a reply at a stage says, reading its code, its RFC
-// 3463 enhanced status code and its whole text (every line).
+// Read decides what a reply at a stage says when the provider of the host
+// that sent it is not known: only the reply's own fingerprint (Gmail's
+// "gsmtp", Microsoft's "AS(...)") can name one. See ReadFrom.
+func Read(stage string, r Reply) Reading { return ReadFrom(stage, "", r) }
+
+// ReadFrom decides what a reply at a stage says, coming from an MX host of
+// provider p ("" or ProviderOther when unknown).
 //
-// At stages other than rcpt a 5xx is Blocked (nothing is known about the
-// mailbox yet, so a refusal is about us) and a 4xx is Greylisted or
-// RateLimited. At rcpt the precedence is, first match wins:
+// Each part of the reply is evidence about the mailbox, about us (our
+// client, sender, rate or a policy we hit), about the server's own
+// system, or about nothing: the reply code, the RFC 3463 enhanced code,
+// the MTA's wrapper (Postfix's "Recipient address rejected:" says
+// nothing, its "Client host rejected:" speaks of us) and the text's
+// phrases (Families). At stages before RCPT nothing is known of the
+// mailbox yet: a 5xx is Blocked, a 4xx Greylisted or RateLimited. At RCPT
+// the first row that applies decides (REPLIES.md renders the table):
 //
-//  1. 2xx: Accepted. Any code outside 4xx/5xx: Unknown.
-//  2. Text about our rate: RateLimited; other text about us (the client,
-//     the sender, policy): Blocked, or Greylisted on a 4xx. This always
-//     beats any code: a refusal of our prober is never evidence against
-//     the mailbox.
-//  3. X.5.3 (too many recipients): RateLimited.
-//  4. X.2.2 or text about a full mailbox: Full.
-//  5. Any other 4xx: Greylisted.
-//  6. Text about the recipient's account (its state, or the address being
-//     unknown): Rejected, whatever the code says.
-//  7. Codes alone: X.7.x, X.1.7, X.1.8 Blocked; X.1.x (but X.1.0) and
-//     X.2.1 Rejected; 552 without a size complaint Full.
-//  8. Anything else: Unknown.
-func Read(stage string, r Reply) Reading {
+//  1. 2xx: Accepted. A code outside 4xx/5xx: Unknown.
+//  2. A rule of the provider that wrote the reply (Microsoft 365's
+//     5.4.1 directory-based edge blocking, Yandex's 5.7.1 "No such user!",
+//     Outlook.com's 5.5.0 "mailbox unavailable", QQ's frequency limit).
+//  3. Rate: text about our rate or X.5.3: RateLimited.
+//  4. Us: explicit text about us or a wrapper about us: Blocked
+//     (Greylisted on a 4xx). This beats every statement about the
+//     mailbox: a refusal of our prober is never evidence against it.
+//  5. The server's own trouble in the text: Unknown (Greylisted on a 4xx).
+//  6. Full: X.2.2 or text about a full mailbox: Full.
+//  7. Any other 4xx: Greylisted.
+//  8. Explicit text about the mailbox (unknown, disabled): Rejected,
+//     unless the enhanced code speaks of us or the system (X.3-X.7, X.1.7,
+//     X.1.8): then the parts disagree and the answer is Unknown.
+//  9. A code about the mailbox (X.1.1-X.1.6, X.2.1): Rejected, unless a
+//     refusal in the text leaves it open whom it refuses: Unknown.
+//  10. 552 without a complaint about size: Full (RFC 5321).
+//  11. A refusal (code or words) about us: Blocked. Anything else:
+//     Unknown.
+func ReadFrom(stage string, p Provider, r Reply) Reading {
 	switch {
 	case r.Code >= 200 && r.Code < 300:
-		return Reading{Class: Accepted}
+		return Reading{Class: Accepted, Rule: "accepted"}
 	case r.Code >= 400 && r.Code < 600:
 	default:
-		return Reading{Class: Unknown}
+		return Reading{Class: Unknown, Rule: "odd_code"}
 	}
+	ev := gather(r)
+	if ev.author != "" && (p == "" || p == ProviderOther || ev.nested) {
+		p = ev.author
+	}
+	temporary := r.Code < 500
+
+	if stage != StageRcpt {
+		rd := Reading{Rule: "before_rcpt", Wrapper: ev.wrapper, Family: ev.first(AboutRate, false).name()}
+		switch {
+		case rd.Family != "" || (temporary && ev.code == AboutRate):
+			rd.Class = RateLimited
+		case temporary:
+			rd.Class = Greylisted
+		default:
+			rd.Class = Blocked
+		}
+		return rd
+	}
+
+	rd := Reading{Wrapper: ev.wrapper}
+	decide := func(c Class, rule string, f *Family) Reading {
+		rd.Class, rd.Rule, rd.Family = c, rule, f.name()
+		return rd
+	}
+	if c, rule, ok := providerRule(p, r.Code, ev); ok {
+		rd.Provider = p
+		return decide(c, rule, nil)
+	}
+	usOrTemp := func(rule string, f *Family) Reading {
+		if temporary {
+			return decide(Greylisted, rule, f)
+		}
+		return decide(Blocked, rule, f)
+	}
+	mailbox := ev.first(AboutMailbox, false)
+	switch {
+	case ev.first(AboutRate, false) != nil:
+		return decide(RateLimited, "rate", ev.first(AboutRate, false))
+	case ev.code == AboutRate:
+		return decide(RateLimited, "rate_code", nil)
+	case ev.first(AboutUs, false) != nil:
+		return usOrTemp("about_us", ev.first(AboutUs, false))
+	case ev.wrapperAbout == AboutUs:
+		return usOrTemp("wrapper_about_us", nil)
+	case ev.first(AboutSystem, false) != nil:
+		if temporary {
+			return decide(Greylisted, "system", ev.first(AboutSystem, false))
+		}
+		return decide(Unknown, "system", ev.first(AboutSystem, false))
+	case ev.first(AboutFull, false) != nil:
+		return decide(Full, "full", ev.first(AboutFull, false))
+	case ev.code == AboutFull:
+		return decide(Full, "full_code", nil)
+	case temporary:
+		return decide(Greylisted, "temporary", nil)
+	case mailbox != nil:
+		if ev.code == AboutUs || ev.code == AboutSystem {
+			return decide(Unknown, "conflict", mailbox)
+		}
+		return decide(Rejected, "mailbox", mailbox)
+	case ev.code == AboutMailbox:
+		if f := ev.first(AboutUs, true); f != nil {
+			return decide(Unknown, "conflict", f)
+		}
+		return decide(Rejected, "mailbox_code", ev.first(AboutMailbox, true))
+	case r.Code == 552 && !sizeComplaint(ev.text) && (ev.code == "" || ev.code == AboutFull):
+		return decide(Full, "full_552", nil)
+	case ev.first(AboutUs, true) != nil:
+		return decide(Blocked, "refusal", ev.first(AboutUs, true))
+	case ev.code == AboutUs:
+		return decide(Blocked, "about_us_code", nil)
+	}
+	return decide(Unknown, "no_evidence", ev.first(AboutMailbox, true))
+}
+
+// evidence is what each part of one reply says.
+type evidence struct {
+	// code is what the enhanced code is about ("" for nothing).
+	code string
+	// subject is the enhanced code's "subject.detail" ("1.1"), or "".
+	subject string
+	// wrapper names the MTA wrapper set aside, wrapperAbout what it says.
+	wrapper, wrapperAbout string
+	// text is the normalized text without the wrapper.
+	text string
+	// families are the phrase families found in text.
+	families []*Family
+	// author is the provider whose fingerprint the text carries.
+	author Provider
+	// nested is true when the text quotes another server's reply (a
+	// Postfix front's "host X said: ..."): its author is then the one
+	// whose rules apply, whatever the MX host is.
+	nested bool
+}
+
+// first returns the first family about a subject, strong or weak.
+func (ev *evidence) first(about string, weak bool) *Family {
+	for _, f := range ev.families {
+		if f.About == about && f.Weak == weak {
+			return f
+		}
+	}
+	return nil
+}
+
+// gather reads each part of a reply.
+func gather(r Reply) evidence {
 	text := normalize(r.Text)
+	var ev evidence
+	ev.author = authorOf(text)
 	e := r.Enhanced
-	// The enhanced code's class digit must agree with the reply code;
-	// a server that says "550 4.1.1" is confused and its detail is not
+	// qmail writes its enhanced code last ("no mailbox here by that
+	// name. (#5.1.1)"), Exchange 2003 and Cisco first behind a "#"
+	// ("#5.1.0 Address rejected").
+	qmail := false
+	if e == "" {
+		if m := trailingEnhancedRe.FindStringSubmatch(text); m != nil {
+			e, qmail = m[1], true
+			text = strings.TrimSpace(text[:len(text)-len(m[0])])
+		} else if m := hashEnhancedRe.FindStringSubmatch(text); m != nil {
+			e = m[1]
+			text = text[len(m[0]):]
+		}
+	}
+	// The enhanced code's class digit must agree with the reply code; a
+	// server that says "550 4.1.1" is confused and its detail is not
 	// trusted.
 	if e != "" && e[0] != byte('0'+r.Code/100) {
 		e = ""
 	}
-	subject := enhancedSubject(e) // "1.1" for "5.1.1"
-	temporary := r.Code < 500
-	fam := matchFamily(text)
-
-	if stage != StageRcpt {
-		switch {
-		case fam != nil && fam.Class == RateLimited, temporary && subject == "5.3":
-			return Reading{Class: RateLimited, Family: fam.name()}
-		case temporary:
-			return Reading{Class: Greylisted, Family: fam.name()}
+	text, ev.wrapper, ev.wrapperAbout = unwrap(text)
+	// A front that verified the address with the real store quotes the
+	// store's reply: read that one, keeping the front's code for whether
+	// the refusal is permanent.
+	if inner, ok := nestedReply(text); ok {
+		ev.nested = true
+		text = inner.text
+		if inner.enhanced != "" && inner.enhanced[0] == byte('0'+r.Code/100) {
+			e = inner.enhanced
 		}
-		return Reading{Class: Blocked, Family: fam.name()}
-	}
-
-	if fam != nil && fam.aboutUs() {
-		if fam.Class == Blocked && temporary {
-			return Reading{Class: Greylisted, Family: fam.Name}
+		var w string
+		text, w, ev.wrapperAbout = unwrap(text)
+		if w != "" {
+			ev.wrapper += "+" + w
 		}
-		return Reading{Class: fam.Class, Family: fam.Name}
 	}
-	switch {
-	case subject == "5.3":
-		return Reading{Class: RateLimited}
-	case fam != nil && fam.Class == Full:
-		return Reading{Class: Full, Family: fam.Name}
-	case subject == "2.2":
-		return Reading{Class: Full}
-	case temporary:
-		return Reading{Class: Greylisted}
-	case fam != nil && fam.Class == Rejected:
-		return Reading{Class: Rejected, Family: fam.Name}
-	case strings.HasPrefix(subject, "7."):
-		// X.7.x is security or policy: about our IP, name or message.
-		return Reading{Class: Blocked}
-	case subject == "1.7" || subject == "1.8":
-		// Bad sender mailbox or sender domain: about our MAIL FROM.
-		return Reading{Class: Blocked}
-	case subject == "1.0":
-		// "Other address status": Exchange uses it for "sender denied",
-		// others for SPF failures. Without text about the recipient it
-		// says nothing certain.
-		return Reading{Class: Unknown}
-	case strings.HasPrefix(subject, "1.") || subject == "2.1":
-		// X.1.x is about the destination address, X.2.1 a disabled
-		// mailbox; both are explicit about the mailbox.
-		return Reading{Class: Rejected}
-	case r.Code == 552 && !sizeComplaint(text):
-		// 552 at RCPT is "exceeded storage allocation" (RFC 5321); at
-		// this point no message size is known.
-		return Reading{Class: Full}
+	ev.text = text
+	if len(e) >= 5 {
+		ev.subject = e[2:]
 	}
-	return Reading{Class: Unknown}
+	ev.code = codeAbout(ev.subject)
+	// Postfix gives an access-map or policy refusal that names no code of
+	// its own X.7.1 (4.7.1 on a 4xx): under its "Recipient address
+	// rejected:" wrapper, X.7.1 is the wrapper's default and says nothing.
+	// qmail and its recipient-check patches (chkuser, badrcptto,
+	// validrcptto) put "(#5.7.1)" on refusals of every kind alike.
+	if ev.subject == "7.1" && (strings.HasPrefix(ev.wrapper, "postfix_recipient") || qmail) {
+		ev.code = ""
+	}
+	if qmail && ev.wrapper == "" {
+		ev.wrapper = "qmail"
+	}
+	ev.families = matchFamilies(text)
+	return ev
+}
+
+// codeAbout says what an enhanced code's subject.detail is about (RFC
+// 3463): "" for the codes that say nothing ("other or undefined" status:
+// X.0.0, X.1.0, X.2.0, and X.5.0, which servers put on any refusal).
+func codeAbout(sd string) string {
+	switch sd {
+	case "", "0.0", "1.0", "2.0", "5.0", "1.5":
+		return ""
+	case "1.1", "1.2", "1.3", "1.4", "1.6", "2.1":
+		return AboutMailbox
+	case "2.2":
+		return AboutFull
+	case "5.3":
+		return AboutRate
+	case "1.7", "1.8", "2.3":
+		// Bad sender mailbox or domain; message longer than allowed.
+		return AboutUs
+	}
+	switch sd[0] {
+	case '6', '7':
+		// Content and security or policy: our message, IP or name.
+		return AboutUs
+	case '3', '4', '5':
+		// The mail system, the network and routing, the protocol.
+		return AboutSystem
+	case '2':
+		// X.2.4 mailing list expansion problem.
+		return AboutSystem
+	}
+	return ""
+}
+
+// trailingEnhancedRe finds qmail's enhanced code at the end of the text,
+// hashEnhancedRe a "#5.1.0" at its start.
+var (
+	trailingEnhancedRe = regexp.MustCompile(`\s*\(#([245]\.\d{1,3}\.\d{1,3})\)\s*$`)
+	hashEnhancedRe     = regexp.MustCompile(`^#([245]\.\d{1,3}\.\d{1,3})\s*`)
+)
+
+// wrapperRe finds an MTA's own prefix before the text of a refusal:
+// Postfix's "<addr>: Recipient address rejected:" (also written without
+// the address by Microsoft, or with it in brackets), Sendmail's
+// "<addr>...", or a bare "<addr>:" or "RCPT TO:<addr>".
+var wrapperRe = regexp.MustCompile(`^(?:rcpt to:\s*)?(?:<[^>]{0,320}>|\[[^\]]{0,320}\]|[^\s<>:@]{1,64}@[^\s<>:]{1,255})?\s*(?:(\.\.\.)|:)?\s*(?:(recipient address|sender address|client host|helo command|data command|etrn command|end-of-data|unknown command|message content) rejected:)?\s*`)
+
+// unwrap sets an MTA's wrapper aside and says what the wrapper itself is
+// about: "Recipient address rejected:" is Postfix's frame for any refusal
+// by a recipient restriction (a policy service, an access map, greylisting,
+// a missing mailbox alike), so it says nothing; "Sender address",
+// "Client host", "Helo command" rejected speak of us.
+func unwrap(text string) (rest, wrapper, about string) {
+	m := wrapperRe.FindStringSubmatchIndex(text)
+	if m == nil || m[1] == 0 {
+		return text, "", ""
+	}
+	rest = text[m[1]:]
+	if rest == "" {
+		// Nothing but an address: keep the text for the phrases.
+		return text, "", ""
+	}
+	kind := ""
+	if m[4] >= 0 {
+		kind = text[m[4]:m[5]]
+	}
+	switch kind {
+	case "recipient address":
+		return rest, "postfix_recipient", ""
+	case "sender address":
+		return rest, "postfix_sender", AboutUs
+	case "client host":
+		return rest, "postfix_client", AboutUs
+	case "helo command":
+		return rest, "postfix_helo", AboutUs
+	case "data command", "etrn command", "end-of-data", "unknown command", "message content":
+		return rest, "postfix_" + strings.ReplaceAll(kind, " ", "_"), AboutUs
+	}
+	if m[2] >= 0 {
+		return rest, "sendmail_address", ""
+	}
+	return rest, "address", ""
+}
+
+// nestedRe finds the reply of another server quoted by a front: Postfix's
+// reject_unverified_recipient says "undeliverable address: host
+// mx.example[192.0.2.1] said: 550 5.1.1 ... (in reply to RCPT TO command)".
+var nestedRe = regexp.MustCompile(`^(?:undeliverable address|unverified address|address verification failed)?:?\s*(?:host \S+ said|said):\s*([245]\d\d)[ -](?:([245]\.\d{1,3}\.\d{1,3})\s+)?(.*?)\s*(?:\(in reply to [a-z ]+ command\))?\s*$`)
+
+type innerReply struct {
+	code     int
+	enhanced string
+	text     string
+}
+
+func nestedReply(text string) (innerReply, bool) {
+	m := nestedRe.FindStringSubmatch(text)
+	if m == nil {
+		if rest, ok := strings.CutPrefix(text, "undeliverable address: "); ok {
+			// A local delivery agent's reason ("unknown user: ...")
+			// rather than a quoted reply.
+			return innerReply{text: rest}, true
+		}
+		return innerReply{}, false
+	}
+	code, _ := strconv.Atoi(m[1])
+	return innerReply{code: code, enhanced: m[2], text: m[3]}, true
+}
+
+// providerRule applies the rules that hold for one provider only: they
+// read replies whose parts disagree, in the way that provider documents.
+func providerRule(p Provider, code int, ev evidence) (Class, string, bool) {
+	switch p {
+	case ProviderMicrosoft365:
+		// Directory-based edge blocking: the address is not in the
+		// tenant's directory ("550 5.4.1 Recipient address rejected:
+		// Access denied. AS(201806281)").
+		if code >= 500 && ev.subject == "4.1" && strings.HasPrefix(ev.text, "access denied") {
+			return Rejected, "microsoft365_dbeb", true
+		}
+		// "550 5.7.504 Recipient address rejected: Access denied" and
+		// "550 5.7.505 Access denied, banned recipient": Exchange
+		// Online's codes for a recipient it refuses as such.
+		if code >= 500 && (ev.subject == "7.504" || ev.subject == "7.505") && strings.Contains(ev.text, "access denied") {
+			return Rejected, "microsoft365_recipient_refused", true
+		}
+	case ProviderOutlook:
+		// Outlook.com answers an address it does not have with "550
+		// 5.5.0 Requested action not taken: mailbox unavailable
+		// (S2017062302)".
+		if code >= 500 && ev.subject == "5.0" && strings.Contains(ev.text, "mailbox unavailable") && ev.first(AboutUs, false) == nil {
+			return Rejected, "outlook_mailbox_unavailable", true
+		}
+	case ProviderYandex:
+		// "550 5.7.1 No such user!" is Yandex's unknown user.
+		if code >= 500 && ev.subject == "7.1" && strings.Contains(ev.text, "no such user") {
+			return Rejected, "yandex_no_such_user", true
+		}
+	case ProviderCisco:
+		// Cisco Secure Email's LDAP accept query refuses an address
+		// missing from the directory with "550 #5.1.0 Address
+		// rejected".
+		if code >= 500 && ev.subject == "1.0" && strings.HasPrefix(ev.text, "address rejected") {
+			return Rejected, "cisco_ldap_accept", true
+		}
+	case ProviderQQ:
+		// QQ Mail says "mailbox unavailable or access denied" when one
+		// sender writes to a mailbox too often, not for unknown users.
+		if strings.Contains(ev.text, "mailbox unavailable or access denied") {
+			return RateLimited, "qq_frequency_limit", true
+		}
+	}
+	return "", "", false
 }
 
 func sizeComplaint(text string) bool {
 	return strings.Contains(text, "size") || strings.Contains(text, "too big") || strings.Contains(text, "too large")
-}
-
-// enhancedSubject returns "subject.detail" of an enhanced status code
-// ("1.1" for "5.1.1"), or "" when there is none.
-func enhancedSubject(e string) string {
-	if len(e) < 5 {
-		return ""
-	}
-	return e[2:]
 }

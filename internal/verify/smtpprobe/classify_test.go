@@ -34,7 +34,7 @@ func TestClassify(t *testing.T) {
 		// Rejected: the mailbox does not exist or is disabled.
 		{"gmail no such user", StageRcpt, "550-5.1.1 The email account that you tried to reach does not exist. Please try\n550-5.1.1 double-checking the recipient's email address for typos or\n550-5.1.1 unnecessary spaces. For more information, go to\n550 5.1.1  https://support.google.com/mail/?p=NoSuchUser a1si123 - gsmtp", Rejected},
 		{"gmail disabled", StageRcpt, "550-5.2.1 The email account that you tried to reach is disabled. Learn more at\n550 5.2.1  https://support.google.com/mail/?p=DisabledUser z1si - gsmtp", Rejected},
-		{"outlook mailbox unavailable", StageRcpt, "550 5.5.0 Requested action not taken: mailbox unavailable", Rejected},
+		{"outlook mailbox unavailable", StageRcpt, "550 5.5.0 Requested action not taken: mailbox unavailable (S2017062302). [AM4PEPF00027A6C.eurprd04.prod.outlook.com]", Rejected},
 		{"outlook recipient not found", StageRcpt, "550 5.1.10 RESOLVER.ADR.RecipientNotFound; Recipient not found by SMTP address lookup", Rejected},
 		{"exchange online dbeb", StageRcpt, "550 5.4.1 Recipient address rejected: Access denied. AS(201806281) [DB5EUR03FT012.eop-EUR03.prod.protection.outlook.com]", Rejected},
 		{"yahoo no account", StageRcpt, "554 delivery error: dd This user doesn't have a yahoo.com account (x@yahoo.com) [0] - mta1234.mail.gq1.yahoo.com", Rejected},
@@ -84,7 +84,8 @@ func TestClassify(t *testing.T) {
 		{"4.7.0 rate", StageRcpt, "451 4.7.0 Temporary rate limit, try again later", RateLimited},
 		{"gmail receiving rate", StageRcpt, "450-4.2.1 The user you are trying to contact is receiving mail at a rate that\n450 4.2.1 prevents additional messages from being delivered.", RateLimited},
 
-		// Unknown: no clue.
+		// Unknown: no clue, or parts that disagree.
+		{"rfc 5321 mailbox unavailable is ambiguous", StageRcpt, "550 5.5.0 Requested action not taken: mailbox unavailable", Unknown},
 		{"bare 550", StageRcpt, "550 Requested action not taken", Unknown},
 		{"bare 554", StageRcpt, "554 Transaction failed", Unknown},
 		{"552 message size", StageRcpt, "552 Message size exceeds fixed maximum message size", Unknown},
@@ -111,6 +112,121 @@ func TestClassify(t *testing.T) {
 				t.Errorf("Classify(%s, %+v) = %s, want %s", tc.stage, r, got, tc.want)
 			}
 		})
+	}
+}
+
+// TestReadEvidence holds the decision table of REPLIES.md row by row:
+// each reply is read with the provider of the host that sent it, and the
+// rule that decided is part of the answer.
+func TestReadEvidence(t *testing.T) {
+	const rcpt = "<jane.doe@example.com>: Recipient address rejected: "
+	tests := []struct {
+		name     string
+		provider Provider
+		wire     string
+		want     Class
+		rule     string
+	}{
+		// Explicit mailbox state with an explicit mailbox code is never
+		// unknown, whatever generic words stand beside it.
+		{"disabled, not accepting messages", "", "550 5.2.1 Mailbox disabled, not accepting messages", Rejected, "mailbox"},
+		{"system not accepting network messages", "", "550 5.3.2 " + rcpt + "System not accepting network messages", Unknown, "system"},
+		{"insufficient disk space is the server", "", "452 4.4.5 Insufficient disk space; try again later", Greylisted, "system"},
+		{"internal system error from a policy service", "", "451 4.3.0 " + rcpt + "Internal system error", Greylisted, "system"},
+		{"5xx internal error", "", "550 5.3.0 " + rcpt + "internal error", Unknown, "system"},
+		// Postfix's wrapper is not evidence; its default X.7.1 is not
+		// either.
+		{"postfix access map REJECT", "", "554 5.7.1 " + rcpt + "Access denied", Blocked, "refusal"},
+		{"postfix access map, mailbox text, default dsn", "", "550 5.7.1 " + rcpt + "Sorry, no mailbox here by that name", Rejected, "mailbox"},
+		{"postfix access map, explicit dsn", "", "550 5.1.1 " + rcpt + "Mailbox does not exist", Rejected, "mailbox"},
+		{"postfix virtual table", "", "550 5.1.1 " + rcpt + "User unknown in virtual mailbox table", Rejected, "mailbox"},
+		{"postfix relay in recipient class", "", "554 5.7.1 " + rcpt + "Relay access denied", Blocked, "about_us"},
+		{"postfix relay", "", "554 5.7.1 <jane.doe@example.com>: Relay access denied", Blocked, "about_us"},
+		{"postfix policy spf", "", "550 5.7.1 " + rcpt + "Message rejected due to: SPF fail - not authorized", Blocked, "about_us"},
+		{"postfix sender wrapper", "", "550 5.1.1 <verify@probe.test>: Sender address rejected: User unknown in local recipient table", Blocked, "wrapper_about_us"},
+		{"postfix client wrapper", "", "554 5.7.1 <unknown[192.0.2.1]>: Client host rejected: Access denied", Blocked, "wrapper_about_us"},
+		{"postgrey", "", "450 4.2.0 " + rcpt + "Greylisted, see http://postgrey.schweikert.ch/help/example.com.html", Greylisted, "temporary"},
+		{"postfix verify front, store says unknown", "", "550 5.1.1 " + rcpt + "undeliverable address: host mail.example.com[192.0.2.1] said: 550 5.1.1 <jane.doe@example.com>... User unknown (in reply to RCPT TO command)", Rejected, "mailbox"},
+		{"postfix verify front, store blocks us", "", "550 5.7.1 " + rcpt + "undeliverable address: host mail.example.com[192.0.2.1] said: 554 5.7.1 Service unavailable; client host blocked using zen.spamhaus.org (in reply to RCPT TO command)", Blocked, "about_us"},
+		{"postfix verify front, deferred", "", "450 4.1.1 " + rcpt + "unverified address: host mail.example.com[192.0.2.1] said: 550 5.1.1 User unknown (in reply to RCPT TO command)", Greylisted, "temporary"},
+		{"postfix verify front, local agent", "", "550 5.1.1 " + rcpt + "undeliverable address: unknown user: \"jane.doe\"", Rejected, "mailbox"},
+		// Parts that disagree with no rule to settle them: unknown.
+		{"5.7.1 no such user from a stranger", "", "550 5.7.1 No such user!", Unknown, "conflict"},
+		{"mailbox code, refusal words", "", "550 5.1.1 Access denied", Unknown, "conflict"},
+		{"weak words alone", "", "550 Address rejected", Unknown, "no_evidence"},
+		{"weak words and a mailbox code", "", "550 5.1.1 Requested action not taken: mailbox unavailable", Rejected, "mailbox_code"},
+		// Codes written where servers write them.
+		{"qmail validrcptto", "", "553 sorry, this recipient is not in my validrcptto list (#5.7.1)", Rejected, "mailbox"},
+		{"qmail rcpthosts", "", "553 sorry, that domain isn't in my list of allowed rcpthosts (#5.7.1)", Blocked, "about_us"},
+		{"qmail chkuser", "", "550 sorry, no mailbox here by that name. (#5.1.1)", Rejected, "mailbox"},
+		{"exchange 2003 hash code", "", "550 #5.7.1 Your access to submit messages to this e-mail system has been rejected.", Blocked, "about_us_code"},
+		// Provider rules apply only where the provider answers.
+		{"yandex no such user", ProviderYandex, "550 5.7.1 No such user!", Rejected, "yandex_no_such_user"},
+		{"dbeb by fingerprint", "", "550 5.4.1 Recipient address rejected: Access denied. AS(201806281) [DB5EUR03FT012.eop-EUR03.prod.protection.outlook.com]", Rejected, "microsoft365_dbeb"},
+		{"dbeb by mx", ProviderMicrosoft365, "550 5.4.1 Recipient address rejected: Access denied", Rejected, "microsoft365_dbeb"},
+		{"5.4.1 access denied elsewhere", ProviderOther, "550 5.4.1 Recipient address rejected: Access denied", Blocked, "refusal"},
+		{"5.4.1 relay from microsoft", ProviderMicrosoft365, "550 5.4.1 Relay Access Denied", Blocked, "about_us"},
+		{"outlook.com by fingerprint", "", "550 5.5.0 Requested action not taken: mailbox unavailable (S2017062302).", Rejected, "outlook_mailbox_unavailable"},
+		{"qq frequency", ProviderQQ, "550 Mailbox unavailable or access denied [MJWn5tMNF8Kf5ytZAA==.16384S2]", RateLimited, "qq_frequency_limit"},
+		{"qq words elsewhere", ProviderOther, "550 Mailbox unavailable or access denied", Blocked, "refusal"},
+		{"cisco ldap accept", ProviderCisco, "550 #5.1.0 Address rejected jane.doe@example.com", Rejected, "cisco_ldap_accept"},
+		{"cisco words elsewhere", ProviderOther, "550 #5.1.0 Address rejected jane.doe@example.com", Unknown, "no_evidence"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := parse(t, tc.wire)
+			got := ReadFrom(StageRcpt, tc.provider, r)
+			if got.Class != tc.want || got.Rule != tc.rule {
+				t.Errorf("ReadFrom(%q, %+v) = %s by %s (family %q, wrapper %q), want %s by %s", tc.provider, r, got.Class, got.Rule, got.Family, got.Wrapper, tc.want, tc.rule)
+			}
+		})
+	}
+}
+
+func TestProviderOf(t *testing.T) {
+	tests := []struct {
+		host string
+		want Provider
+	}{
+		{"aspmx.l.google.com.", ProviderGoogle},
+		{"ALT1.ASPMX.L.GOOGLE.COM", ProviderGoogle},
+		{"smtp.google.com", ProviderGoogle},
+		{"contoso-com.mail.protection.outlook.com", ProviderMicrosoft365},
+		{"contoso-com.o-v1.mx.microsoft", ProviderMicrosoft365},
+		{"hotmail-com.olc.protection.outlook.com", ProviderOutlook},
+		{"mta5.am0.yahoodns.net", ProviderYahoo},
+		{"mx01.mail.icloud.com", ProviderICloud},
+		{"mx.zoho.eu", ProviderZoho},
+		{"mx.yandex.net", ProviderYandex},
+		{"emx.mail.ru", ProviderMailRu},
+		{"mx00.gmx.net", ProviderGMX},
+		{"mx-ha02.web.de", ProviderGMX},
+		{"mail.protonmail.ch", ProviderProton},
+		{"in1-smtp.messagingengine.com", ProviderFastmail},
+		{"mx0a-00123401.pphosted.com", ProviderProofpoint},
+		{"eu-smtp-inbound-1.mimecast.com", ProviderMimecast},
+		{"d123456a.ess.barracudanetworks.com", ProviderBarracuda},
+		{"mx1.hc1234-56.iphmx.com", ProviderCisco},
+		{"example-com.in.tmes.trendmicro.com", ProviderTrendMicro},
+		{"inbound-smtp.eu-west-1.amazonaws.com", ProviderAmazonSES},
+		{"ec2-192-0-2-1.compute-1.amazonaws.com", ProviderOther},
+		{"mx1.qq.com", ProviderQQ},
+		{"notgoogle.com", ProviderOther},
+		{"google.com.evil.example", ProviderOther},
+		{"mx.example.com", ProviderOther},
+	}
+	for _, tc := range tests {
+		if got := ProviderOf(tc.host); got != tc.want {
+			t.Errorf("ProviderOf(%q) = %q, want %q", tc.host, got, tc.want)
+		}
+	}
+	// A reply's fingerprint names its author when the host does not.
+	gm := Reply{Code: 550, Enhanced: "5.1.1", Text: "The email account that you tried to reach does not exist. - gsmtp"}
+	if got := ProviderOfReply("mx.front.example", gm); got != ProviderGoogle {
+		t.Errorf("ProviderOfReply(gsmtp) = %q, want google", got)
+	}
+	if got := ProviderOfReply("mx01.mail.icloud.com", gm); got != ProviderICloud {
+		t.Errorf("the MX host's provider comes first, got %q", got)
 	}
 }
 

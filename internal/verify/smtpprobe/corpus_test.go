@@ -22,6 +22,9 @@ type corpusRow struct {
 	text     string
 	want     smtpprobe.Class
 	source   string
+	// provider is the provider whose rule the row needs, or "": such a
+	// reply means what it does only from that provider's hosts.
+	provider smtpprobe.Provider
 }
 
 var knownClasses = map[smtpprobe.Class]bool{
@@ -45,20 +48,23 @@ func loadCorpus(t *testing.T) []corpusRow {
 	for sc.Scan() {
 		n++
 		if n == 1 {
-			if sc.Text() != "code\tenhanced\ttext\texpected\tsource" {
+			if sc.Text() != "code\tenhanced\ttext\texpected\tsource\tprovider" {
 				t.Fatalf("header %q", sc.Text())
 			}
 			continue
 		}
 		cols := strings.Split(sc.Text(), "\t")
-		if len(cols) != 5 {
-			t.Fatalf("line %d: %d columns, want 5", n, len(cols))
+		if len(cols) != 6 {
+			t.Fatalf("line %d: %d columns, want 6", n, len(cols))
 		}
 		code, err := strconv.Atoi(cols[0])
 		if err != nil || code < 200 || code > 599 {
 			t.Fatalf("line %d: bad code %q", n, cols[0])
 		}
-		r := corpusRow{line: n, code: code, enhanced: cols[1], text: cols[2], want: smtpprobe.Class(cols[3]), source: cols[4]}
+		r := corpusRow{line: n, code: code, enhanced: cols[1], text: cols[2], want: smtpprobe.Class(cols[3]), source: cols[4], provider: smtpprobe.Provider(cols[5])}
+		if r.provider != "" && r.provider.Info() == nil {
+			t.Fatalf("line %d: unknown provider %q", n, r.provider)
+		}
 		if !knownClasses[r.want] {
 			t.Fatalf("line %d: unknown class %q", n, r.want)
 		}
@@ -87,10 +93,10 @@ func TestCorpus(t *testing.T) {
 	rows := loadCorpus(t)
 	wrong := 0
 	for _, r := range rows {
-		got := smtpprobe.Read(smtpprobe.StageRcpt, smtpprobe.Reply{Code: r.code, Enhanced: r.enhanced, Text: r.text})
+		got := smtpprobe.ReadFrom(smtpprobe.StageRcpt, r.provider, smtpprobe.Reply{Code: r.code, Enhanced: r.enhanced, Text: r.text})
 		if got.Class != r.want {
 			wrong++
-			t.Errorf("line %d: %d %s %q = %s (family %q), want %s [%s]", r.line, r.code, r.enhanced, r.text, got.Class, got.Family, r.want, r.source)
+			t.Errorf("line %d: %d %s %q = %s (rule %s, family %q), want %s [%s]", r.line, r.code, r.enhanced, r.text, got.Class, got.Rule, got.Family, r.want, r.source)
 		}
 	}
 	t.Logf("%d rows, %d wrong", len(rows), wrong)
@@ -135,6 +141,10 @@ func TestCorpusReplay(t *testing.T) {
 	rows := loadCorpus(t)
 	var sample []corpusRow
 	for i, r := range rows {
+		if r.provider != "" {
+			// The loopback peer is no provider's host.
+			continue
+		}
 		if i%4 == 0 || strings.Count(wire(r.code, r.enhanced, r.text), "\n") > 2 && i%2 == 0 {
 			sample = append(sample, r)
 		}
@@ -221,7 +231,7 @@ func TestClassifyReadsWholeReply(t *testing.T) {
 }
 
 // TestFamiliesDocumented keeps REPLIES.md in step with the table in code:
-// every family appears there with its class, in precedence order.
+// every family appears there with its subject and strength, in table order.
 func TestFamiliesDocumented(t *testing.T) {
 	doc, err := os.ReadFile("REPLIES.md")
 	if err != nil {
@@ -229,18 +239,40 @@ func TestFamiliesDocumented(t *testing.T) {
 	}
 	last := -1
 	for _, f := range smtpprobe.Families() {
-		row := fmt.Sprintf("| `%s` | %s | `%s` |", f.Name, f.About, f.Class)
+		strength := "explicit"
+		if f.Weak {
+			strength = "weak"
+		}
+		row := fmt.Sprintf("| `%s` | %s | %s |", f.Name, f.About, strength)
 		i := strings.Index(string(doc), row)
 		if i < 0 {
 			t.Errorf("REPLIES.md lacks the row %q", row)
 			continue
 		}
 		if i < last {
-			t.Errorf("REPLIES.md lists %s out of precedence order", f.Name)
+			t.Errorf("REPLIES.md lists %s out of table order", f.Name)
 		}
 		last = i
 		if len(f.Phrases) == 0 {
 			t.Errorf("family %s has no phrases", f.Name)
+		}
+	}
+}
+
+// TestProvidersDocumented: every provider of the table has its row in
+// REPLIES.md, with its MX suffixes.
+func TestProvidersDocumented(t *testing.T) {
+	doc, err := os.ReadFile("REPLIES.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range smtpprobe.Providers() {
+		row := fmt.Sprintf("| `%s` | %s | %s |", p.ID, p.Name, strings.Join(p.MX, ", "))
+		if !strings.Contains(string(doc), row) {
+			t.Errorf("REPLIES.md lacks the row %q", row)
+		}
+		if p.Source == "" {
+			t.Errorf("provider %s has no source", p.ID)
 		}
 	}
 }

@@ -10,19 +10,33 @@ import (
 type Family struct {
 	// Name identifies the family in evidence ("client_blocklist").
 	Name string
-	// About says whom the text is about: "us" (our rate, client, sender
-	// or a policy we hit) or "mailbox" (the recipient's mailbox).
+	// About says whom the text is about: AboutUs (our client, sender or a
+	// policy we hit), AboutRate (we asked too much too fast), AboutSystem
+	// (the server's own trouble), AboutMailbox (the recipient's mailbox is
+	// unknown or disabled) or AboutFull (it is over quota).
 	About string
-	// Class is what a reply whose text matches leads to.
-	Class Class
+	// Weak marks phrases that do not name their subject ("access denied",
+	// "mailbox unavailable", "not accepting messages"): they count only
+	// when nothing more explicit in the reply says whom it is about.
+	Weak bool
 	// Phrases are the regular expressions matched against the normalized
-	// text (lower case, accents and case folded, see normalize). Each is
-	// matched as whole words; a phrase starting with "~" is matched
-	// anywhere, for scripts written without spaces (Japanese, Chinese).
+	// text (lower case, accents and case folded, see normalize), after
+	// the MTA's own wrapper is set aside (see unwrap). Each is matched as
+	// whole words; a phrase starting with "~" is matched anywhere, for
+	// scripts written without spaces (Japanese, Chinese).
 	Phrases []string
 
 	re *regexp.Regexp
 }
+
+// What a family's text is about.
+const (
+	AboutUs      = "us"
+	AboutRate    = "rate"
+	AboutSystem  = "system"
+	AboutMailbox = "mailbox"
+	AboutFull    = "full"
+)
 
 func (f *Family) name() string {
 	if f == nil {
@@ -31,16 +45,13 @@ func (f *Family) name() string {
 	return f.Name
 }
 
-func (f *Family) aboutUs() bool { return f.About == "us" }
-
-// families is the table, in precedence order: the first family whose
-// phrases match decides. Every family about us comes before every family
-// about the mailbox, so that a refusal of our prober (an SPF failure, a
-// DNSBL listing, a policy) is never read as a verdict on the mailbox,
-// whatever the codes say.
+// families is the table. Every family whose phrases occur in a reply is
+// evidence; Read weighs them together with the codes, the wrapper and the
+// provider (see classify.go), so the order here only decides which name
+// an explanation gives when two families of the same subject match.
 var families = []*Family{
 	{
-		Name: "rate_limit", About: "us", Class: RateLimited,
+		Name: "rate_limit", About: AboutRate,
 		Phrases: []string{
 			`too many (recipients|rcpts?|connections|concurrent|simultaneous|sessions|messages|mails|smtp|invalid recipients|bad commands|errors)`,
 			`rate[ -]?limit\w*`, `rate that prevents`, `receiving (e?mail|messages) (too quickly|at a rate)`,
@@ -50,27 +61,24 @@ var families = []*Family{
 			`frequency (is )?limit\w*`, `frequency of receiving messages is limited`,
 			`due to excessive volume`, `unexpected volume`, `unusual rate`, `message threshold exceeded`,
 			`submission quota exceeded`, `per hour message receive limit`, `exceeded their limit for`,
-			// QQ Mail answers this when a sender writes to a mailbox too often
-			// (service.mail.qq.com/detail/122/166), not for unknown users.
-			`mailbox unavailable or access denied`,
 			`zu viele (verbindungen|empfanger|nachrichten)`, `trop de (connexions|destinataires|messages)`,
 			`demasiadas (conexiones|solicitudes)`, `troppe connessioni`, `слишком много`, `превышен\w* (лимит|частот)`,
 		},
 	},
 	{
-		Name: "sender_auth", About: "us", Class: Blocked,
+		Name: "sender_auth", About: AboutUs,
 		Phrases: []string{
 			`spf`, `dkim`, `dmarc`, `sender policy framework`, `domainkeys`,
 			`sender (address|domain|ip address|verify|verification)`, `sender (was )?(rejected|denied|not \w+|is \w+|invalid|unknown|blocked)`,
 			`(invalid|unknown|bogus|unverified|unroutable) sender`, `emetteur invalide`, `absender\w*`,
 			`mail from`, `envelope from`, `from address`, `return[ -]path`, `null sender`, `empty envelope sender\w*`,
 			`not allowed to send`, `not permitted to send`, `is not allowed to send mail`, `unauthenticated (e-?mail|mail|message)`,
-			`(must|does not|doesn't) pass (either )?(spf|dkim|dmarc)`, `authentication (check\w*|failure|failed|required|results)`,
+			`(must|does not|doesn't) pass (either )?(spf|dkim|dmarc)`, `authentication (check\w*|failure|failed|results)`,
 			`domain of sender`, `sender domain`, `outbound sender`, `envelope (sender|blocked|rejected)`, `batv`, `backscatter`, `bounce attack\w*`,
 		},
 	},
 	{
-		Name: "client_blocklist", About: "us", Class: Blocked,
+		Name: "client_blocklist", About: AboutUs,
 		Phrases: []string{
 			`spamhaus`, `spamcop`, `barracuda\w*`, `sorbs`, `uceprotect`, `cloudmark`, `senderscore`, `invaluement`,
 			`mailspike`, `abuseat`, `surbl`, `spamrats`, `psbl`, `dnsbl\w*`, `rbls?`, `blocked using`, `blocked by (rbl|dnsbl)`,
@@ -85,7 +93,7 @@ var families = []*Family{
 		},
 	},
 	{
-		Name: "client_identity", About: "us", Class: Blocked,
+		Name: "client_identity", About: AboutUs,
 		Phrases: []string{
 			`reverse (dns|hostname|lookup|name|record)`, `ptr( record)?`, `rdns`, `fcrdns`, `full circle dns`,
 			`helo`, `ehlo`, `client host`, `your (ip|server|host|network|domain|mail server|connection|mta|isp|provider)`,
@@ -96,26 +104,70 @@ var families = []*Family{
 		},
 	},
 	{
-		Name: "policy", About: "us", Class: Blocked,
+		// A server that will not relay for the domain is not its mail
+		// store: it says nothing of the mailbox (Postfix's "Relay access
+		// denied", Sendmail's "Relaying denied", Exim's "relay not
+		// permitted", qmail's "not in my list of allowed rcpthosts").
+		Name: "relay", About: AboutUs,
 		Phrases: []string{
-			`relay(ing)? (access )?(denied|not permitted|prohibited|not allowed|refused)`, `unable to relay`, `smtp relay`, `polic(y|ies)`, `aup`, `aup#\w+`, `acceptable use`, `not authori[sz]ed`, `unauthori[sz]ed`,
-			`administrative(ly)? prohibit\w*`, `prohibited`, `not (currently )?accepting (mail|e-?mail|messages|connections)`,
-			`tls (is )?required`, `requires? (encryption|tls|starttls)`, `must issue a starttls`, `starttls`,
-			`service refused`, `service refuse`, `refused by`, `rejected by (recipient|the recipient|header|destination)`,
-			`client was not authenticated`, `was not authenticated`, `not authenticated`,
-			`content (filter|examination)`, `anti-?spoofing`, `geographic\w*`, `country`, `whitelist`, `allow ?list`,
-			`allowed-senders`, `list of (allowed|senders)`, `not on the (allowed|recipient)`, `delivery not authori[sz]ed`,
-			`open (relay|proxy)`, `not allowed to (connect|relay|post)`, `please use the smtp server`,
-			`verweigert`, `(connection|service|mail) refused`, `rechazad\w* por`, `отклонен\w* (политик|правил)`,
+			`relay(ing)? (access )?(denied|not permitted|prohibited|not allowed|refused)`, `unable to relay`, `smtp relay`,
+			`not allowed to relay`, `we do not relay`, `open (relay|proxy)`, `allowed rcpthosts`, `rcpthosts`,
+			`not (a )?(gateway|relay) for`, `relay(ing)? (is )?not (permitted|allowed)`, `please use the smtp server`,
 		},
 	},
 	{
-		Name: "mailbox_full", About: "mailbox", Class: Full,
+		Name: "policy", About: AboutUs,
+		Phrases: []string{
+			`aup`, `aup#\w+`, `acceptable use`, `tls (is )?required`, `requires? (encryption|tls|starttls)`, `must issue a starttls`, `starttls`,
+			`client was not authenticated`, `was not authenticated`, `not authenticated`, `authentication required`,
+			`content (filter|examination)`, `anti-?spoofing`, `geographic\w*`, `country`, `whitelist`, `allow ?list`,
+			`allowed-senders`, `list of (allowed|senders)`, `not on the (allowed|recipient)`, `not allowed to (connect|post)`,
+			`(message|attachment|content) (was )?(rejected|refused|blocked|contains)`, `virus`, `malware`, `phish\w*`,
+		},
+	},
+	{
+		// Words of refusal that do not say whom they refuse: Postfix's
+		// default "Access denied", "prohibited", "not accepting
+		// messages". Alone they are a refusal of our probe; beside an
+		// explicit statement about the mailbox ("Mailbox disabled, not
+		// accepting messages") they yield to it.
+		Name: "refusal", About: AboutUs, Weak: true,
+		Phrases: []string{
+			`polic(y|ies)`, `not authori[sz]ed`, `unauthori[sz]ed`, `administrative(ly)? prohibit\w*`, `prohibited`,
+			`not (currently )?accepting (mail|e-?mail|messages|connections)`, `access (is )?denied`, `denied`,
+			`service refused`, `service refuse`, `refused by`, `rejected by (recipient|the recipient|header|destination)`,
+			`delivery not authori[sz]ed`, `not allowed`, `verweigert`, `(connection|service|mail) refused`, `rechazad\w* por`,
+			`отклонен\w* (политик|правил)`,
+		},
+	},
+	{
+		// The server's own trouble: storage, lookups, configuration, an
+		// internal error. Never evidence about the mailbox, and the
+		// reason "insufficient disk space" (X.4.5) is not a full mailbox.
+		Name: "system", About: AboutSystem,
+		Phrases: []string{
+			`(mail )?system (is )?(not accepting|unavailable|busy|overloaded|error|failure|problem|full)`, `system not accepting`,
+			`not accepting network messages`, `internal (server |system |software )?(error|failure|problem)`,
+			`(temporary|local) (lookup )?(failure|error|problem)`, `local error in processing`, `lookup (failure|failed|error)`,
+			`(server )?configuration (error|problem)`, `misconfigur\w*`, `insufficient (system )?(storage|resources)`,
+			`insufficient disk space`, `(disk|file ?system) (is )?full`, `no space left`, `out of (disk|memory)`,
+			`resources? (temporarily )?unavailable`, `service (is )?(temporarily )?(unavailable|not available)`,
+			`(server|host|service) (is )?(too )?(busy|overloaded|unavailable|not available|down)`,
+			`database (error|unavailable|failure)`, `ldap (error|failure|unavailable|lookup)`,
+			`message (size|too (big|large))`, `exceeds (the )?(maximum|fixed) (message )?size`, `message size exceeds`,
+			`transaction failed`, `queue (is )?full`, `loops? back to myself`, `mail loop`, `too many hops`,
+			`unable to (verify|process|connect|contact)`,
+			`(recipient|address) verification (failed|unavailable|in progress)`, `verification in progress`,
+			`system storage`, `mailbox (database|server) (is )?(unavailable|offline)`,
+		},
+	},
+	{
+		Name: "mailbox_full", About: AboutFull,
 		Phrases: []string{
 			`mailbox (is )?full`, `inbox (is )?full`, `full mailbox`, `mailfolder is full`, `over ?quota`, `overquota`,
 			`quota (exceeded|full|violation)`, `exceeded (the |their |its |his |her )?(storage|quota|mailbox)`,
 			`mailbox size limit`, `mailbox exceeds allowed size`, `out of storage( space)?`, `storage (space )?(full|exceeded)`,
-			`exceeded storage allocation`, `too much mail data`, `insufficient disk space`, `disk quota`,
+			`exceeded storage allocation`, `disk quota`,
 			`user'?s space has been used up`, `too many messages on the server`,
 			`postfach (ist )?voll`, `speicherplatz`, `quota uberschritten`, `boite (du destinataire |aux lettres )?pleine`,
 			`quota (depasse|atteint)`, `buzon (esta )?lleno`, `cuota (excedida|superada)`, `casella (di posta )?piena`,
@@ -126,7 +178,7 @@ var families = []*Family{
 		},
 	},
 	{
-		Name: "mailbox_state", About: "mailbox", Class: Rejected,
+		Name: "mailbox_state", About: AboutMailbox,
 		Phrases: []string{
 			`(account|mailbox|user|recipient|address|e-?mail address|mail address|inbox)( \S+){0,6} (is |has been |was )?(currently |temporarily |permanently )?(disabled|deactivated|suspended|frozen|inactive|closed|locked|terminated|archived|expired|discontinued|deleted|cancell?ed|blocked|dormant)`,
 			`(disabled|deactivated|suspended|inactive|frozen|locked|closed|blocked|archived|banned) (user|account|mailbox|recipient|e-?mail address|address)`,
@@ -146,22 +198,18 @@ var families = []*Family{
 		},
 	},
 	{
-		Name: "mailbox_unknown", About: "mailbox", Class: Rejected,
+		Name: "mailbox_unknown", About: AboutMailbox,
 		Phrases: []string{
 			`user unknown`, `unknown user`, `unknown (recipient|mailbox|address|local[- ]?part|e-?mail address|account|alias)`,
 			`no such (user|mailbox|recipient|address|account|person|local user)`,
 			`(user|recipient|address|account|mailbox|e-?mail address|email account|addressee)( \S+){0,4} (does not|doesn't|doesnt|did not|does ?n't) exist`,
 			`(user|recipient|mailbox|address|account)( \S+){0,3} not (found|known|exist|present|listed|valid|in directory)`,
 			`(recipient|mailbox|address|user|e-?mail address)( \S+){0,2} (unknown|invalid|is invalid|inexistent|nonexistent|non-existent)`,
-			`(invalid|bad|unknown|nonexistent|non-existent|unverifiable) (recipient|mailbox|destination|address|user|addressee)`,
+			`(invalid|bad|unknown|nonexistent|non-existent|unverifiable)[ -](recipient|mailbox|destination|address|user|addressee)`,
 			`not a (valid|known) (mailbox|recipient|user|address)`, `is not a known user`, `not a local (address|user)`,
-			`mailbox (is )?unavailable`, `mailbox not (found|present|available)`, `no mailbox`, `no mail ?box`,
-			`mailbox unavailable`, `unrout(e)?able address`, `address (rejected|invalid|unknown|not found|does not exist)`,
-			`recipient address rejected: (access denied|user unknown|unknown user|invalid user|user not found|undeliverable address|userunknown)`,
-			`(doesn't|does not|don't) have an? ([a-z0-9.-]+ ){0,3}account`, `not (our|a) customer`, `not a valid user`,
-			`marked as invalid`, `no one at this address`, `there is no one`, `recipient (rejected|refused)`,
-			`resolver\.adr\.\w*notfound`, `recipnotfound`, `recipientnotfound`, `undeliverable address`,
-			`bad destination`, `unknown or illegal alias`, `not listed in`, `no account by that name`,
+			`no mailbox`, `no mail ?box`,
+			`unrout(e)?able address`, `address (invalid|unknown|not found|does not exist)`, `mailbox not (found|present)`, `(doesn't|does not|don't) have an? ([a-z0-9.-]+ ){0,3}account`, `not (our|a) customer`, `not a valid user`,
+			`marked as invalid`, `no one at this address`, `there is no one`, `resolver\.adr\.\w*notfound`, `recipnotfound`, `recipientnotfound`, `bad destination`, `unknown or illegal alias`, `no account by that name`,
 			`is not an active address`, `invalid rcpt`, `badrcptto`, `validrcptto`,
 			`(benutzer|empfanger|adresse|postfach|mailbox|nutzer)( \S+){0,2} (ist )?(unbekannt|existiert nicht|nicht (gefunden|vorhanden|bekannt))`,
 			`unbekannte\w* (empfanger|benutzer|adresse|nutzer)`, `kein\w* (solche\w* )?(benutzer|postfach|empfanger)`,
@@ -179,6 +227,17 @@ var families = []*Family{
 			`nieznany (uzytkownik|odbiorca|adres)`, `brak (takiego )?(uzytkownika|skrzynki|adresu|odbiorcy)`,
 			`~存在しない`, `~(存在しません|見つかりません)`, `~宛先不明`, `~(ユーザー|ユーザ|アドレス|宛先)(は|が)?(不明|無効)`,
 			`~(用户|收件人|收信人|邮箱|帐号|账号|账户|帐户|地址)(不存在|无效|未找到)`, `~无此用户`, `~没有这个用户`, `~找不到(该)?用户`, `~查无此人`,
+		},
+	},
+	{
+		// Phrases that name the mailbox but not what is wrong with it:
+		// RFC 5321's own "mailbox unavailable" covers "not found, no
+		// access, or command rejected for policy reasons". They condemn
+		// a mailbox only beside a code that does (X.1.1, X.2.1).
+		Name: "mailbox_weak", About: AboutMailbox, Weak: true,
+		Phrases: []string{
+			`mailbox (is )?(unavailable|not available)`, `recipient (address )?(rejected|refused|not accepted)`,
+			`address rejected`, `undeliverable( address)?`, `not listed in`, `invalid mailbox`,
 		},
 	},
 }
@@ -208,7 +267,7 @@ func init() {
 	}
 }
 
-// Families returns the phrase families in precedence order, for
+// Families returns the phrase families in table order, for
 // documentation and tests. The caller must not modify them.
 func Families() []Family {
 	out := make([]Family, len(families))
@@ -219,17 +278,24 @@ func Families() []Family {
 	return out
 }
 
-// MatchFamily returns the name of the first family whose phrases occur in
-// text, or "".
-func MatchFamily(text string) string { return matchFamily(normalize(text)).name() }
+// MatchFamily returns the names of the families whose phrases occur in
+// text, in table order.
+func MatchFamily(text string) []string {
+	var names []string
+	for _, f := range matchFamilies(normalize(text)) {
+		names = append(names, f.Name)
+	}
+	return names
+}
 
-func matchFamily(normalized string) *Family {
+func matchFamilies(normalized string) []*Family {
+	var out []*Family
 	for _, f := range families {
 		if f.re.MatchString(normalized) {
-			return f
+			out = append(out, f)
 		}
 	}
-	return nil
+	return out
 }
 
 // maxReadText bounds the text a classification reads: far more than any

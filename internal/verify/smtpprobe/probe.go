@@ -502,7 +502,8 @@ func (s *Session) ioFail(stage string, err error) *ProbeError {
 
 // replyFail records a failure the server explained with a reply.
 func (s *Session) replyFail(stage string, rr rawReply) *ProbeError {
-	r, c := rr.classify(stage)
+	r, rd := rr.read(stage, s.provider)
+	c := rd.Class
 	if rr.code == 421 {
 		// 421 means the server is closing the channel: no QUIT.
 		s.broken = true

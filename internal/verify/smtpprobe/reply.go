@@ -112,15 +112,16 @@ func (rr rawReply) reply() Reply {
 	return r
 }
 
-// classify reads the whole reply, every line of it, at stage and returns
-// the Reply with its text trimmed for evidence, and the class. The text
-// that decides can sit past the first 200 characters (a DNSBL named on
-// the fourth line), so the class is never taken from the trimmed text.
-func (rr rawReply) classify(stage string) (Reply, Class) {
+// read reads the whole reply, every line of it, at stage from a host of
+// provider p, and returns the Reply with its text trimmed for evidence,
+// and the reading. The text that decides can sit past the first 200
+// characters (a DNSBL named on the fourth line), so the reading is never
+// taken from the trimmed text.
+func (rr rawReply) read(stage string, p Provider) (Reply, Reading) {
 	r := rr.whole()
-	c := Classify(stage, r)
+	rd := ReadFrom(stage, p, r)
 	r.Text = cleanText(r.Text, maxText)
-	return r, c
+	return r, rd
 }
 
 // whole joins the reply's lines into one Reply whose Text is cleaned and

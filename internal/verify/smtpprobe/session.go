@@ -24,12 +24,13 @@ var (
 // probes. Its methods may be called from several goroutines; RCPTs are
 // sent one at a time.
 type Session struct {
-	p    *Prober
-	host string
-	raw  net.Conn // the TCP (or proxied) connection, closed to abort reads
-	nc   net.Conn // raw, or the TLS connection over it
-	r    *bufio.Reader
-	w    *textproto.Writer
+	p        *Prober
+	host     string
+	provider Provider
+	raw      net.Conn // the TCP (or proxied) connection, closed to abort reads
+	nc       net.Conn // raw, or the TLS connection over it
+	r        *bufio.Reader
+	w        *textproto.Writer
 
 	tls      bool
 	smtputf8 bool
@@ -42,7 +43,7 @@ type Session struct {
 }
 
 func newSession(p *Prober, host string, nc net.Conn) *Session {
-	s := &Session{p: p, host: host, raw: nc}
+	s := &Session{p: p, host: host, provider: ProviderOf(host), raw: nc}
 	s.setConn(nc)
 	return s
 }
@@ -56,26 +57,37 @@ func (s *Session) setConn(nc net.Conn) {
 // Host returns the MX host the session talks to, as given to Open.
 func (s *Session) Host() string { return s.host }
 
+// Provider names the provider of the MX host, from its name alone.
+func (s *Session) Provider() Provider { return s.provider }
+
 // TLS reports whether the session was upgraded with STARTTLS.
 func (s *Session) TLS() bool { return s.tls }
 
-// Rcpt sends RCPT TO:<address> and classifies the reply. The error is set
-// only for I/O failures and timeouts (then the session is broken); a
-// refusal is a reply with its Class. A non-ASCII address on a server that
-// does not offer SMTPUTF8 is not sent (RFC 6531 forbids it): Rcpt returns a
-// zero Reply and Unknown.
+// Rcpt sends RCPT TO:<address> and classifies the reply; it is Check
+// without the explanation.
 func (s *Session) Rcpt(ctx context.Context, address string) (Reply, Class, error) {
+	r, rd, err := s.Check(ctx, address)
+	return r, rd.Class, err
+}
+
+// Check sends RCPT TO:<address> and reads the reply with the rules of the
+// MX host's provider. The error is set only for I/O failures and timeouts
+// (then the session is broken); a refusal is a reply with its Reading. A
+// non-ASCII address on a server that does not offer SMTPUTF8 is not sent
+// (RFC 6531 forbids it): Check returns a zero Reply and Unknown.
+func (s *Session) Check(ctx context.Context, address string) (Reply, Reading, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	unknown := Reading{Class: Unknown, Rule: "not_asked"}
 	switch {
 	case s.closed:
-		return Reply{}, Unknown, ErrClosed
+		return Reply{}, unknown, ErrClosed
 	case s.broken:
-		return Reply{}, Unknown, ErrBroken
+		return Reply{}, unknown, ErrBroken
 	case !safeToken(address) || strings.ContainsAny(address, "<>"):
-		return Reply{}, Unknown, fmt.Errorf("smtpprobe: address cannot be sent in RCPT TO")
+		return Reply{}, unknown, fmt.Errorf("smtpprobe: address cannot be sent in RCPT TO")
 	case !s.smtputf8 && !isASCII(address):
-		return Reply{}, Unknown, nil
+		return Reply{}, Reading{Class: Unknown, Rule: "no_smtputf8"}, nil
 	}
 	stop := context.AfterFunc(ctx, func() { s.raw.Close() })
 	rr, err := s.cmd(ctx, "RCPT TO:<%s>", address)
@@ -84,13 +96,13 @@ func (s *Session) Rcpt(ctx context.Context, address string) (Reply, Class, error
 	}
 	if err != nil {
 		s.broken = true
-		return Reply{}, Unknown, fmt.Errorf("smtpprobe: %s rcpt: %w", s.host, err)
+		return Reply{}, unknown, fmt.Errorf("smtpprobe: %s rcpt: %w", s.host, err)
 	}
 	if rr.code == 421 {
 		s.broken = true
 	}
-	r, c := rr.classify(StageRcpt)
-	return r, c, nil
+	r, rd := rr.read(StageRcpt, s.provider)
+	return r, rd, nil
 }
 
 func isASCII(s string) bool {
