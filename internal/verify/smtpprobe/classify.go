@@ -93,20 +93,24 @@ func Read(stage string, r Reply) Reading { return ReadFrom(stage, "", r) }
 //  2. A rule of the provider that wrote the reply (Microsoft 365's
 //     5.4.1 directory-based edge blocking, Yandex's 5.7.1 "No such user!",
 //     Outlook.com's 5.5.0 "mailbox unavailable", QQ's frequency limit).
-//  3. Rate: text about our rate or X.5.3: RateLimited.
-//  4. Us: explicit text about us or a wrapper about us: Blocked
-//     (Greylisted on a 4xx). This beats every statement about the
-//     mailbox: a refusal of our prober is never evidence against it.
-//  5. The server's own trouble in the text: Unknown (Greylisted on a 4xx).
-//  6. Full: X.2.2 or text about a full mailbox: Full.
-//  7. Any other 4xx: Greylisted.
-//  8. Explicit text about the mailbox (unknown, disabled): Rejected,
+//  3. Text naming a full mailbox, nothing about us: Full.
+//  4. A 5xx whose text names our IP or host: Blocked, even when it gives
+//     our rate as the cause.
+//  5. Rate: text about our rate or X.5.3: RateLimited.
+//  6. Us: other explicit text about us, or a wrapper or code of a front
+//     about us: Blocked (Greylisted on a 4xx). This beats every
+//     statement about the mailbox: a refusal of our prober is never
+//     evidence against it.
+//  7. The server's own trouble in the text: Unknown (Greylisted on a 4xx).
+//  8. Quota words, or X.2.2: Full.
+//  9. Any other 4xx: Greylisted.
+//  10. Explicit text about the mailbox (unknown, disabled): Rejected,
 //     unless the enhanced code speaks of us or the system (X.3-X.7, X.1.7,
 //     X.1.8): then the parts disagree and the answer is Unknown.
-//  9. A code about the mailbox (X.1.1-X.1.6, X.2.1): Rejected, unless a
-//     refusal in the text leaves it open whom it refuses: Unknown.
-//  10. 552 without a complaint about size: Full (RFC 5321).
-//  11. A refusal (code or words) about us: Blocked. Anything else:
+//  11. A code about the mailbox (X.1.1-X.1.6, X.1.10, X.2.1): Rejected,
+//     unless a refusal in the text leaves it open whom it refuses: Unknown.
+//  12. 552 without a complaint about size: Full (RFC 5321).
+//  13. A refusal (code or words) about us: Blocked. Anything else:
 //     Unknown.
 func ReadFrom(stage string, p Provider, r Reply) Reading {
 	switch {
@@ -151,13 +155,21 @@ func ReadFrom(stage string, p Provider, r Reply) Reading {
 		return decide(Blocked, rule, f)
 	}
 	mailbox := ev.first(AboutMailbox, false)
+	rate, us := ev.first(AboutRate, false), ev.first(AboutUs, false)
 	switch {
-	case ev.first(AboutRate, false) != nil:
-		return decide(RateLimited, "rate", ev.first(AboutRate, false))
+	case ev.first(AboutFull, false) != nil && us == nil:
+		return decide(Full, "full", ev.first(AboutFull, false))
+	case us != nil && !temporary && (us.Name == "client_blocklist" || us.Name == "client_identity"):
+		// A permanent refusal that names our IP or host ("this IP has
+		// been blocked for sending too many messages") is a block,
+		// even when it gives our rate as the cause.
+		return decide(Blocked, "about_us", us)
+	case rate != nil:
+		return decide(RateLimited, "rate", rate)
 	case ev.code == AboutRate:
 		return decide(RateLimited, "rate_code", nil)
-	case ev.first(AboutUs, false) != nil:
-		return usOrTemp("about_us", ev.first(AboutUs, false))
+	case us != nil:
+		return usOrTemp("about_us", us)
 	case ev.wrapperAbout == AboutUs:
 		return usOrTemp("wrapper_about_us", nil)
 	case ev.first(AboutSystem, false) != nil:
@@ -165,8 +177,8 @@ func ReadFrom(stage string, p Provider, r Reply) Reading {
 			return decide(Greylisted, "system", ev.first(AboutSystem, false))
 		}
 		return decide(Unknown, "system", ev.first(AboutSystem, false))
-	case ev.first(AboutFull, false) != nil:
-		return decide(Full, "full", ev.first(AboutFull, false))
+	case ev.first(AboutFull, true) != nil:
+		return decide(Full, "full", ev.first(AboutFull, true))
 	case ev.code == AboutFull:
 		return decide(Full, "full_code", nil)
 	case temporary:
@@ -246,7 +258,14 @@ func gather(r Reply) evidence {
 	if e != "" && e[0] != byte('0'+r.Code/100) {
 		e = ""
 	}
-	text, ev.wrapper, ev.wrapperAbout = unwrap(text)
+	text, ev.wrapper, ev.wrapperAbout = unwrapAll(text)
+	outer := codeAbout(subjectOf(e))
+	if m := hashEnhancedRe.FindStringSubmatch(text); m != nil && m[1][0] == byte('0'+r.Code/100) {
+		// A code the wrapped text names itself is more specific than
+		// the wrapper's default.
+		e = m[1]
+		text = text[len(m[0]):]
+	}
 	// A front that verified the address with the real store quotes the
 	// store's reply: read that one, keeping the front's code for whether
 	// the refusal is permanent.
@@ -256,23 +275,38 @@ func gather(r Reply) evidence {
 		if inner.enhanced != "" && inner.enhanced[0] == byte('0'+r.Code/100) {
 			e = inner.enhanced
 		}
-		var w string
-		text, w, ev.wrapperAbout = unwrap(text)
+		var w, about string
+		text, w, about = unwrapAll(text)
 		if w != "" {
 			ev.wrapper += "+" + w
 		}
+		// The front's own wrapper or code may say the check was of our
+		// sender (reject_unverified_sender: "550 5.1.7 ... said: 550
+		// 5.1.1 <verify@...> User unknown"): then the quoted mailbox is
+		// ours.
+		if about != "" {
+			ev.wrapperAbout = about
+		}
+		if outer == AboutUs && !strings.HasPrefix(ev.wrapper, "postfix_recipient") {
+			ev.wrapperAbout = AboutUs
+		}
 	}
 	ev.text = text
-	if len(e) >= 5 {
-		ev.subject = e[2:]
-	}
+	ev.subject = subjectOf(e)
 	ev.code = codeAbout(ev.subject)
+	// Postfix maps a recipient DSN to a sender one when a sender check
+	// fails (smtpd_dsn_fix): "User unknown in local recipient table"
+	// with X.1.0 rather than X.1.1 is our sender's lookup.
+	if ev.subject == "1.0" && postfixTableRe.MatchString(text) {
+		ev.wrapperAbout = AboutUs
+	}
 	// Postfix gives an access-map or policy refusal that names no code of
 	// its own X.7.1 (4.7.1 on a 4xx): under its "Recipient address
 	// rejected:" wrapper, X.7.1 is the wrapper's default and says nothing.
 	// qmail and its recipient-check patches (chkuser, badrcptto,
-	// validrcptto) put "(#5.7.1)" on refusals of every kind alike.
-	if ev.subject == "7.1" && (strings.HasPrefix(ev.wrapper, "postfix_recipient") || qmail) {
+	// validrcptto) put "(#5.7.1)" on refusals of every kind alike, in
+	// words that all begin "sorry,".
+	if ev.subject == "7.1" && (strings.HasPrefix(ev.wrapper, "postfix_recipient") || qmail || strings.HasPrefix(text, "sorry, ")) {
 		ev.code = ""
 	}
 	if qmail && ev.wrapper == "" {
@@ -282,6 +316,18 @@ func gather(r Reply) evidence {
 	return ev
 }
 
+// subjectOf returns "subject.detail" of an enhanced code ("1.1" for
+// "5.1.1"), or "".
+func subjectOf(e string) string {
+	if len(e) < 5 {
+		return ""
+	}
+	return e[2:]
+}
+
+// postfixTableRe finds the names of Postfix's recipient tables.
+var postfixTableRe = regexp.MustCompile(`in (local|virtual|relay) (recipient|mailbox|alias) table`)
+
 // codeAbout says what an enhanced code's subject.detail is about (RFC
 // 3463): "" for the codes that say nothing ("other or undefined" status:
 // X.0.0, X.1.0, X.2.0, and X.5.0, which servers put on any refusal).
@@ -289,7 +335,8 @@ func codeAbout(sd string) string {
 	switch sd {
 	case "", "0.0", "1.0", "2.0", "5.0", "1.5":
 		return ""
-	case "1.1", "1.2", "1.3", "1.4", "1.6", "2.1":
+	case "1.1", "1.2", "1.3", "1.4", "1.6", "1.10", "2.1":
+		// X.1.10: the recipient's domain has a null MX (RFC 7505).
 		return AboutMailbox
 	case "2.2":
 		return AboutFull
@@ -363,6 +410,27 @@ func unwrap(text string) (rest, wrapper, about string) {
 	return rest, "address", ""
 }
 
+// unwrapAll sets aside wrappers in front of wrappers (a Postfix front
+// relaying Microsoft's "[addr]: Recipient address rejected: ..."); the
+// innermost wrapper about us, if any, speaks for them all.
+func unwrapAll(text string) (rest, wrapper, about string) {
+	rest = text
+	for range 3 {
+		r, w, a := unwrap(rest)
+		if w == "" {
+			break
+		}
+		rest = r
+		if wrapper == "" {
+			wrapper = w
+		}
+		if a != "" {
+			about = a
+		}
+	}
+	return rest, wrapper, about
+}
+
 // nestedRe finds the reply of another server quoted by a front: Postfix's
 // reject_unverified_recipient says "undeliverable address: host
 // mx.example[192.0.2.1] said: 550 5.1.1 ... (in reply to RCPT TO command)".
@@ -405,10 +473,12 @@ func providerRule(p Provider, code int, ev evidence) (Class, string, bool) {
 		if code >= 500 && (ev.subject == "7.504" || ev.subject == "7.505") && strings.Contains(ev.text, "access denied") {
 			return Rejected, "microsoft365_recipient_refused", true
 		}
-	case ProviderOutlook:
-		// Outlook.com answers an address it does not have with "550
-		// 5.5.0 Requested action not taken: mailbox unavailable
-		// (S2017062302)".
+	}
+	switch p {
+	case ProviderOutlook, ProviderMicrosoft365:
+		// Outlook.com (and Exchange Online's shared front) answers an
+		// address it does not have with "550 5.5.0 Requested action
+		// not taken: mailbox unavailable (S2017062302)".
 		if code >= 500 && ev.subject == "5.0" && strings.Contains(ev.text, "mailbox unavailable") && ev.first(AboutUs, false) == nil {
 			return Rejected, "outlook_mailbox_unavailable", true
 		}

@@ -170,7 +170,7 @@ func TestReadEvidence(t *testing.T) {
 		{"qq frequency", ProviderQQ, "550 Mailbox unavailable or access denied [MJWn5tMNF8Kf5ytZAA==.16384S2]", RateLimited, "qq_frequency_limit"},
 		{"qq words elsewhere", ProviderOther, "550 Mailbox unavailable or access denied", Blocked, "refusal"},
 		{"cisco ldap accept", ProviderCisco, "550 #5.1.0 Address rejected jane.doe@example.com", Rejected, "cisco_ldap_accept"},
-		{"cisco words elsewhere", ProviderOther, "550 #5.1.0 Address rejected jane.doe@example.com", Unknown, "no_evidence"},
+		{"cisco words from another provider", ProviderGoogle, "550 #5.1.0 Address rejected jane.doe@example.com", Unknown, "no_evidence"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
