@@ -261,8 +261,10 @@ func startPostfix(master string, opts PostfixOptions, port int, ids postfixUsers
 			err = fmt.Errorf("%s greeted %q, want %q: is something else listening there?", a, banner, want)
 		}
 		if err != nil {
+			time.Sleep(300 * time.Millisecond) // postlogd writes a moment later
+			err = fmt.Errorf("%w\nmaster output: %s\nlog:\n%s", err, pf.out.String(), lastLines(pf.Log(), 40))
 			pf.stop()
-			return nil, fmt.Errorf("%w\nmaster output: %s\nlog:\n%s", err, pf.out.String(), lastLines(pf.Log(), 40))
+			return nil, err
 		}
 		if i == 0 {
 			pf.Banner = banner
@@ -378,7 +380,11 @@ func (pf *Postfix) layout(opts PostfixOptions, ids postfixUsers) error {
 		"smtpd_peername_lookup": "no",
 		// No mail to postmaster about our refusals: there is no one to
 		// deliver it, and no qmgr.
-		"notify_classes":               "",
+		"notify_classes": "",
+		// cleanup takes a flow-control token from qmgr for each new
+		// message (at the first accepted RCPT) and, with no qmgr to hand
+		// them out, waits in_flow_delay for one: a second per session.
+		"in_flow_delay":                "0s",
 		"virtual_mailbox_domains":      strings.Join(opts.Domains, " "),
 		"virtual_mailbox_maps":         vmaps,
 		"smtpd_relay_restrictions":     "reject_unauth_destination",
