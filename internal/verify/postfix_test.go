@@ -24,6 +24,7 @@ const (
 	pfSenderBlock = "127.0.0.52"
 	pfClientBlock = "127.0.0.53"
 	pfLookupFail  = "127.0.0.54"
+	pfHeloBlock   = "127.0.0.55"
 )
 
 // postfixWorld is a small internet on loopback whose mail server is a real
@@ -60,9 +61,9 @@ func newPostfixWorld(t *testing.T) *postfixWorld {
 
 	pf := testkit.StartPostfix(t, testkit.PostfixOptions{
 		IP:      pfMain,
-		Domains: []string{"corp.example", "grey.example", "policy.example", "senderblock.example", "clientblock.example", "lookupfail.example"},
+		Domains: []string{"corp.example", "grey.example", "policy.example", "senderblock.example", "clientblock.example", "lookupfail.example", "heloblock.example"},
 		Mailboxes: []string{
-			"alice@corp.example", "alice@grey.example", "alice@senderblock.example", "alice@clientblock.example",
+			"alice@corp.example", "alice@grey.example", "alice@senderblock.example", "alice@clientblock.example", "alice@heloblock.example",
 			"spf@policy.example", "dnsbl@policy.example", "spfreject@policy.example",
 		},
 		RecipientAccess: map[string]string{
@@ -88,6 +89,8 @@ func newPostfixWorld(t *testing.T) *postfixWorld {
 			// Every lookup in the mailbox table fails, as when its
 			// database is down: Postfix's own "Temporary lookup failure".
 			{IP: pfLookupFail, Params: map[string]string{"virtual_mailbox_maps": "fail:mailboxes"}},
+			// Our HELO name is refused (an inline table, Postfix 3.0+).
+			{IP: pfHeloBlock, Params: map[string]string{"smtpd_helo_restrictions": "check_helo_access inline:{ probe.evs.test=REJECT }"}},
 		},
 		Params: map[string]string{
 			// A dead policy service costs one try, not two with a pause.
@@ -100,7 +103,7 @@ func newPostfixWorld(t *testing.T) *postfixWorld {
 	for domain, ip := range map[string]string{
 		"corp.example": pfMain, "grey.example": pfMain, "policy.example": pfMain,
 		"elsewhere.example":   pfMain, // Postfix does not host it: relaying
-		"senderblock.example": pfSenderBlock, "clientblock.example": pfClientBlock, "lookupfail.example": pfLookupFail,
+		"senderblock.example": pfSenderBlock, "clientblock.example": pfClientBlock, "lookupfail.example": pfLookupFail, "heloblock.example": pfHeloBlock,
 	} {
 		dns.AddRecord(fmt.Sprintf("%s. 300 IN MX 10 mx.%s.", domain, domain))
 		dns.AddRecord(fmt.Sprintf("mx.%s. 300 IN A %s", domain, ip))
@@ -196,6 +199,8 @@ var postfixCases = []postfixCase{
 		unknownPerm, "our MAIL FROM is refused, shown at RCPT (smtpd_delay_reject)"},
 	{"alice@clientblock.example", 554, "5.7.1", "<unknown[127.0.0.1]>: Client host rejected: Access denied",
 		unknownPerm, "our IP is refused, shown at RCPT (smtpd_delay_reject)"},
+	{"alice@heloblock.example", 554, "5.7.1", "<probe.evs.test>: Helo command rejected: Access denied",
+		unknownPerm, "our HELO name is refused, shown at RCPT (smtpd_delay_reject)"},
 }
 
 // TestEngineThroughPostfix verifies addresses through the engine against
