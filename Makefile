@@ -6,7 +6,7 @@ STATICCHECK := $(GOBIN)/staticcheck
 FUNCTIONS := verify requests authorizer worker
 PKGS := ./...
 
-.PHONY: run test unit lint vet fmt-check staticcheck cfn-lint bench bench-http fuzz build deploy sam-local clean check-go dante
+.PHONY: run test unit lint vet fmt-check staticcheck cfn-lint bench bench-http fuzz build deploy sam-local clean check-go dante mta
 
 check-go:
 	@command -v $(GO) >/dev/null 2>&1 || { echo "make: Go is required (1.26 or newer): see https://go.dev/doc/install" >&2; exit 1; }
@@ -19,12 +19,13 @@ run: check-go
 	./bin/evs serve --test-account
 
 ## test: vet, lint the SAM template, and run every test (DynamoDB/SQS tests
-## against moto_server, SMTP-through-SOCKS5 tests through danted)
-test: check-go fmt-check vet cfn-lint dante
+## against moto_server, SMTP-through-SOCKS5 tests through danted, the
+## verdicts through a real Postfix and postgrey)
+test: check-go fmt-check vet cfn-lint dante mta
 	./infra/scripts/with-moto.sh ./infra/scripts/with-socks5.sh $(GO) test -race -count=1 -timeout 30m $(PKGS)
 
 ## unit: the tests alone, without the template lint
-unit: check-go dante
+unit: check-go dante mta
 	./infra/scripts/with-moto.sh ./infra/scripts/with-socks5.sh $(GO) test -race -count=1 -timeout 30m $(PKGS)
 
 # dante: the SOCKS5 server of the tests (Debian package dante-server), installed
@@ -37,6 +38,26 @@ dante:
 	  export DEBIAN_FRONTEND=noninteractive; \
 	  apt-get install -y -qq dante-server >/dev/null 2>&1 || { apt-get update -qq >/dev/null && apt-get install -y -qq dante-server >/dev/null; } || { echo "make: apt-get could not install dante-server" >&2; exit 1; }; \
 	}
+
+# mta: a real Postfix and postgrey as loopback peers of the tests (Debian
+# packages postfix and postgrey; internal/testkit/postfix.go starts private
+# instances of them). Installed when missing, without configuring or
+# starting a system-wide Postfix on port 25 or a postgrey: debconf is told
+# "No configuration", and a policy-rc.d that exits 101 keeps the packages'
+# services from starting during the install; it is removed afterwards.
+# apt-get update only when the plain install fails.
+mta:
+	@if [ -x /usr/lib/postfix/sbin/master ] && [ -x /usr/sbin/postgrey ]; then exit 0; fi; \
+	  command -v apt-get >/dev/null 2>&1 || { echo "make: the tests need Postfix and postgrey and apt-get is not here to install them: install the postfix and postgrey packages yourself" >&2; exit 1; }; \
+	  [ "$$(id -u)" = 0 ] || { echo "make: the tests need Postfix and postgrey: run as root, or first: sudo apt-get install -y postfix postgrey" >&2; exit 1; }; \
+	  echo "make: installing postfix and postgrey (the real MTA peers of the tests; no system-wide service is configured or started)"; \
+	  export DEBIAN_FRONTEND=noninteractive; \
+	  echo "postfix postfix/main_mailer_type select No configuration" | debconf-set-selections || { echo "make: debconf-set-selections failed: cannot keep the postfix package from configuring itself" >&2; exit 1; }; \
+	  rcd=/usr/sbin/policy-rc.d; had=; [ -e $$rcd ] && { had=1; cp -p $$rcd $$rcd.evs-saved; }; \
+	  printf '#!/bin/sh\nexit 101\n' >$$rcd && chmod 755 $$rcd; \
+	  ok=1; apt-get install -y -qq postfix postgrey >/dev/null 2>&1 || { apt-get update -qq >/dev/null && apt-get install -y -qq postfix postgrey >/dev/null; } || ok=; \
+	  if [ -n "$$had" ]; then mv -f $$rcd.evs-saved $$rcd; else rm -f $$rcd; fi; \
+	  [ -n "$$ok" ] || { echo "make: apt-get could not install postfix and postgrey" >&2; exit 1; }
 
 vet: check-go
 	$(GO) vet $(PKGS)
