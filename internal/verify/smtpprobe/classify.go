@@ -309,6 +309,12 @@ func gather(r Reply) evidence {
 	if ev.subject == "7.1" && (strings.HasPrefix(ev.wrapper, "postfix_recipient") || qmail || strings.HasPrefix(text, "sorry, ")) {
 		ev.code = ""
 	}
+	// Under its recipient wrapper Postfix rewrites a sender DSN into a
+	// recipient one (smtpd_dsn_fix: X.1.7 becomes X.1.3, X.1.8 X.1.2),
+	// so those two say nothing there without words about the mailbox.
+	if (ev.subject == "1.2" || ev.subject == "1.3") && strings.HasPrefix(ev.wrapper, "postfix_recipient") {
+		ev.code = ""
+	}
 	if qmail && ev.wrapper == "" {
 		ev.wrapper = "qmail"
 	}

@@ -228,6 +228,7 @@ var families = []*Family{
 			`is not an active address`, `invalid rcpt`, `badrcptto`, `validrcptto`, `cuda_nsu`,
 			`(need|requires?) (a )?fully[- ]qualified address`, `restricted characters in address`,
 			`mailbox syntax not allowed`, `must specify a domain`, `(can't|cannot) find a valid mx`,
+			`find the recipient domain`, `domain not found`, `recipient domain (not found|does not exist|is unknown)`, `recipient address( \S+){0,2} is not a valid`,
 			`(benutzer|empfanger|adresse|postfach|mailbox|nutzer)( \S+){0,2} (ist )?(unbekannt|existiert nicht|nicht (gefunden|vorhanden|bekannt))`,
 			`unbekannte\w* (empfanger|benutzer|adresse|nutzer)`, `kein\w* (solche\w* )?(benutzer|postfach|empfanger)`,
 			`gibt es nicht`, `adresse nicht gefunden`,

@@ -87,6 +87,12 @@ func TestCorpusThroughPostfix(t *testing.T) {
 	var replay []corpusRow
 	skipped := map[string]int{}
 	for _, r := range rows {
+		if r.provider != "" {
+			// A provider's rule holds only where that provider answers;
+			// behind a Postfix front it is Postfix that answers.
+			skipped["a provider's own rule"]++
+			continue
+		}
 		if why := postfixSkip(r); why != "" {
 			skipped[why]++
 			continue
@@ -159,8 +165,12 @@ func TestCorpusThroughPostfix(t *testing.T) {
 			t.Errorf("line %d: Postfix sent %d %s %q for %d %s %q, want %d %s %q", r.line, reply.Code, reply.Enhanced, reply.Text,
 				r.code, r.enhanced, r.text, r.code, wantEnh, prefix+wantText)
 		}
-		if class != r.want {
+		// Graded by verdict, as the MTA corpus is: blocked and unknown
+		// both end unknown.
+		if verdict(class) != verdict(r.want) {
 			mismatches = append(mismatches, postfixMismatch{r, reply, class})
+		} else if class != r.want {
+			t.Logf("line %d through Postfix reads %s, the row %s: the same verdict", r.line, class, r.want)
 		}
 	}
 
@@ -194,6 +204,6 @@ func TestCorpusThroughPostfix(t *testing.T) {
 		t.Errorf("line %d: %d %s %q through Postfix = %s, want %s [row: %d %s %q; %s]",
 			m.row.line, m.reply.Code, m.reply.Enhanced, m.reply.Text, m.got, m.row.want, m.row.code, m.row.enhanced, m.row.text, m.row.source)
 	}
-	t.Logf("replayed %d of %d rows through Postfix (%s) in %d sessions; %d skipped; %d classed differently from the row",
+	t.Logf("replayed %d of %d rows through Postfix (%s) in %d sessions; %d skipped; %d with another verdict than the row's",
 		len(replay), len(rows), pf.Banner, sessions, n, len(mismatches))
 }
