@@ -1,7 +1,6 @@
 package smtpprobe_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"os"
@@ -32,35 +31,59 @@ var knownClasses = map[smtpprobe.Class]bool{
 	smtpprobe.Blocked: true, smtpprobe.RateLimited: true, smtpprobe.Unknown: true,
 }
 
-// loadCorpus reads the corpus and checks its shape: five columns, a known
-// class, a source, and no reply twice.
-func loadCorpus(t *testing.T) []corpusRow {
+// tsvRecord is one data line of a corpus file: its line number and cells.
+type tsvRecord struct {
+	line int
+	cols []string
+}
+
+// readTSV reads a corpus file whose first line must be header, checks that
+// every line has as many cells as the header, that the reply code in cell
+// codeCol is one, and that no line repeats the cells keyCols of an earlier
+// one, and returns the data lines.
+func readTSV(t *testing.T, path, header string, codeCol int, keyCols []int) []tsvRecord {
 	t.Helper()
-	f, err := os.Open("testdata/rcpt_replies.tsv")
+	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	var rows []corpusRow
+	lines := strings.Split(strings.TrimSuffix(string(data), "\n"), "\n")
+	if lines[0] != header {
+		t.Fatalf("%s: header %q, want %q", path, lines[0], header)
+	}
+	width := strings.Count(header, "\t") + 1
 	seen := map[string]int{}
-	n := 0
-	for sc.Scan() {
-		n++
-		if n == 1 {
-			if sc.Text() != "code\tenhanced\ttext\texpected\tsource\tprovider" {
-				t.Fatalf("header %q", sc.Text())
-			}
-			continue
+	var out []tsvRecord
+	for i, l := range lines[1:] {
+		n := i + 2
+		cols := strings.Split(l, "\t")
+		if len(cols) != width {
+			t.Fatalf("%s line %d: %d columns, want %d", path, n, len(cols), width)
 		}
-		cols := strings.Split(sc.Text(), "\t")
-		if len(cols) != 6 {
-			t.Fatalf("line %d: %d columns, want 6", n, len(cols))
+		if code, err := strconv.Atoi(cols[codeCol]); err != nil || code < 200 || code > 599 {
+			t.Fatalf("%s line %d: bad code %q", path, n, cols[codeCol])
 		}
-		code, err := strconv.Atoi(cols[0])
-		if err != nil || code < 200 || code > 599 {
-			t.Fatalf("line %d: bad code %q", n, cols[0])
+		var key []string
+		for _, k := range keyCols {
+			key = append(key, cols[k])
 		}
+		if prev, ok := seen[strings.Join(key, "\t")]; ok {
+			t.Fatalf("%s line %d repeats line %d", path, n, prev)
+		}
+		seen[strings.Join(key, "\t")] = n
+		out = append(out, tsvRecord{n, cols})
+	}
+	return out
+}
+
+// loadCorpus reads the corpus and checks its shape: six columns, a known
+// class and provider, a source, and no reply twice.
+func loadCorpus(t *testing.T) []corpusRow {
+	t.Helper()
+	var rows []corpusRow
+	for _, rec := range readTSV(t, "testdata/rcpt_replies.tsv", "code\tenhanced\ttext\texpected\tsource\tprovider", 0, []int{0, 1, 2}) {
+		n, cols := rec.line, rec.cols
+		code, _ := strconv.Atoi(cols[0])
 		r := corpusRow{line: n, code: code, enhanced: cols[1], text: cols[2], want: smtpprobe.Class(cols[3]), source: cols[4], provider: smtpprobe.Provider(cols[5])}
 		if r.provider != "" && r.provider.Info() == nil {
 			t.Fatalf("line %d: unknown provider %q", n, r.provider)
@@ -71,15 +94,7 @@ func loadCorpus(t *testing.T) []corpusRow {
 		if r.text == "" || r.source == "" {
 			t.Fatalf("line %d: empty text or source", n)
 		}
-		key := cols[0] + " " + cols[1] + " " + cols[2]
-		if prev, ok := seen[key]; ok {
-			t.Fatalf("line %d repeats line %d", n, prev)
-		}
-		seen[key] = n
 		rows = append(rows, r)
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
 	}
 	if len(rows) < 200 {
 		t.Fatalf("corpus has %d rows, want at least 200", len(rows))

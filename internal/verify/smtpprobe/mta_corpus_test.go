@@ -1,7 +1,6 @@
 package smtpprobe_test
 
 import (
-	"bufio"
 	"fmt"
 	"os"
 	"sort"
@@ -58,32 +57,10 @@ func (r mtaRow) wireEnhanced() string {
 // every row, and no template twice.
 func loadMTACorpus(t *testing.T) []mtaRow {
 	t.Helper()
-	f, err := os.Open(mtaCorpusFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 0, 64*1024), 1024*1024)
 	var rows []mtaRow
-	seen := map[string]int{}
-	n := 0
-	for sc.Scan() {
-		n++
-		if n == 1 {
-			if sc.Text() != mtaCorpusHeader {
-				t.Fatalf("header %q, want %q", sc.Text(), mtaCorpusHeader)
-			}
-			continue
-		}
-		cols := strings.Split(sc.Text(), "\t")
-		if len(cols) != 7 {
-			t.Fatalf("line %d: %d columns, want 7", n, len(cols))
-		}
-		code, err := strconv.Atoi(cols[1])
-		if err != nil || code < 200 || code > 599 {
-			t.Fatalf("line %d: bad code %q", n, cols[1])
-		}
+	for _, rec := range readTSV(t, mtaCorpusFile, mtaCorpusHeader, 1, []int{0, 1, 2, 3, 4}) {
+		n, cols := rec.line, rec.cols
+		code, _ := strconv.Atoi(cols[1])
 		r := mtaRow{line: n, mta: cols[0], code: code, enhanced: cols[2], text: cols[3],
 			wrapped: cols[4], want: smtpprobe.Class(cols[5]), source: cols[6]}
 		if !knownMTAs[r.mta] {
@@ -104,15 +81,7 @@ func loadMTACorpus(t *testing.T) []mtaRow {
 		if r.code/100 == 4 && (r.want == smtpprobe.Rejected || r.want == smtpprobe.Blocked) {
 			t.Fatalf("line %d: a %d is never %s", n, r.code, r.want)
 		}
-		key := strings.Join(cols[:5], "\t")
-		if prev, ok := seen[key]; ok {
-			t.Fatalf("line %d repeats line %d", n, prev)
-		}
-		seen[key] = n
 		rows = append(rows, r)
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
 	}
 	if len(rows) < 120 {
 		t.Fatalf("MTA corpus has %d rows, want at least 120", len(rows))
