@@ -107,7 +107,7 @@ func Read(stage string, r Reply) Reading { return ReadFrom(stage, "", r) }
 //  10. Explicit text about the mailbox (unknown, disabled): Rejected,
 //     unless the enhanced code speaks of us or the system (X.3-X.7, X.1.7,
 //     X.1.8): then the parts disagree and the answer is Unknown.
-//  11. A code about the mailbox (X.1.1-X.1.6, X.1.10, X.2.1): Rejected,
+//  11. A code about the mailbox (X.1.1, X.1.3-X.1.6, X.1.10, X.2.1): Rejected,
 //     unless a refusal in the text leaves it open whom it refuses: Unknown.
 //  12. 552 without a complaint about size: Full (RFC 5321).
 //  13. A refusal (code or words) about us: Blocked. Anything else:
@@ -339,10 +339,14 @@ var postfixTableRe = regexp.MustCompile(`in (local|virtual|relay) (recipient|mai
 // X.0.0, X.1.0, X.2.0, and X.5.0, which servers put on any refusal).
 func codeAbout(sd string) string {
 	switch sd {
-	case "", "0.0", "1.0", "2.0", "5.0", "1.5":
+	case "", "0.0", "1.0", "1.2", "2.0", "5.0", "1.5":
 		return ""
-	case "1.1", "1.2", "1.3", "1.4", "1.6", "1.10", "2.1":
+	case "1.1", "1.3", "1.4", "1.6", "1.10", "2.1":
 		// X.1.10: the recipient's domain has a null MX (RFC 7505).
+		// X.1.2, "bad destination system address", speaks of the
+		// domain, which the DNS stage has already found to take mail:
+		// alone it condemns nothing ("550 5.1.2 User reject"), beside
+		// words about the mailbox or domain it agrees with them.
 		return AboutMailbox
 	case "2.2":
 		return AboutFull
