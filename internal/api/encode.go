@@ -183,5 +183,5 @@ func appendOptString(b []byte, name, value string) []byte {
 
 // appendJSONString appends s as a JSON string the way json.Marshal does.
 func appendJSONString(b []byte, s string) []byte {
-	return jsontext.AppendString(b, s, jsontext.Marshal)
+	return jsontext.AppendString(b, s)
 }

@@ -23,7 +23,6 @@ import (
 	"time"
 
 	"github.com/evs-dev/evs/internal/egress"
-	"github.com/evs-dev/evs/internal/jsonlog"
 )
 
 // SMTP modes of EVS_SMTP.
@@ -96,9 +95,9 @@ type Tables struct {
 func OSEnv(name string) string { return os.Getenv(name) }
 
 // Logger returns the JSON logger at the configured level, writing to w:
-// slog.JSONHandler's lines, written by jsonlog's faster path.
+// the standard library's slog.JSONHandler.
 func (c Config) Logger(w io.Writer) *slog.Logger {
-	return slog.New(jsonlog.New(w, &slog.HandlerOptions{Level: c.LogLevel}))
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: c.LogLevel}))
 }
 
 // FromEnv reads the configuration with getenv (os.Getenv in production).

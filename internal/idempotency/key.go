@@ -157,12 +157,12 @@ func canonicalFlat(body []byte) ([]byte, bool) {
 		if i > 0 {
 			out = append(out, ',')
 		}
-		out = jsontext.AppendString(out, m.name, jsontext.Marshal)
+		out = jsontext.AppendString(out, m.name)
 		out = append(out, ':')
 		if m.null {
 			out = append(out, "null"...)
 		} else {
-			out = jsontext.AppendString(out, m.value, jsontext.Marshal)
+			out = jsontext.AppendString(out, m.value)
 		}
 	}
 	return append(out, '}'), true

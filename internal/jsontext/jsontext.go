@@ -1,8 +1,8 @@
 // Package jsontext appends JSON text to byte slices without reflection:
-// strings escaped exactly as encoding/json or log/slog escape them, and the
-// digits of timestamps. The hand-written encoders of the hot replies
-// (package api) and the log handler (package jsonlog) share it, and their
-// tests hold each against the standard library's output byte for byte. It
+// strings escaped exactly as encoding/json escapes them, and the digits of
+// timestamps. The hand-written encoders of the hot replies (package api)
+// and the Idempotency-Key fingerprint use it, and their tests hold each
+// against encoding/json's output byte for byte. It
 // also reads the one shape of JSON hot requests have, a flat object of
 // plain strings (ScanFlatObject), for the verify handler and the
 // Idempotency-Key fingerprint; fuzz targets hold both readers to
@@ -15,31 +15,19 @@ import (
 	"unicode/utf8"
 )
 
-// Style is whose escaping rules AppendString follows.
-type Style int
-
-const (
-	// Marshal escapes as json.Marshal does: also '<', '>' and '&' (as
-	// \u003c, \u003e, \u0026, safe inside HTML), and \b and \f by name.
-	Marshal Style = iota
-	// Slog escapes as slog.JSONHandler does: '<', '>' and '&' as they are,
-	// \b and \f as \u0008 and \u000c.
-	Slog
-)
-
 const hexDigits = "0123456789abcdef"
 
-// AppendString appends s as a quoted JSON string in the given style. Both
-// styles escape '"', '\\', control characters (\n, \r and \t by name, the
-// rest as \u00XX), U+2028 and U+2029 (unsafe inside JavaScript), and write
-// each byte of invalid UTF-8 as \ufffd.
-func AppendString(b []byte, s string, style Style) []byte {
+// AppendString appends s as a quoted JSON string, as json.Marshal writes
+// it: '"', '\\', '<', '>', '&' and control characters escaped (\b, \f,
+// \n, \r and \t by name, the rest as \u00XX), U+2028 and U+2029 too
+// (unsafe inside JavaScript), and each byte of invalid UTF-8 as \ufffd.
+func AppendString(b []byte, s string) []byte {
 	b = append(b, '"')
 	done := 0 // s[:done] is in b
 	for i := 0; i < len(s); {
 		c := s[i]
 		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' && (style != Marshal || c != '<' && c != '>' && c != '&') {
+			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
 				i++
 				continue
 			}
@@ -53,9 +41,9 @@ func AppendString(b []byte, s string, style Style) []byte {
 				b = append(b, '\\', 'r')
 			case c == '\t':
 				b = append(b, '\\', 't')
-			case c == '\b' && style == Marshal:
+			case c == '\b':
 				b = append(b, '\\', 'b')
-			case c == '\f' && style == Marshal:
+			case c == '\f':
 				b = append(b, '\\', 'f')
 			default:
 				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])

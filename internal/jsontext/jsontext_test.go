@@ -1,37 +1,18 @@
 package jsontext_test
 
 import (
-	"bytes"
 	"encoding/json"
-	"log/slog"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/evs-dev/evs/internal/jsontext"
 )
 
-// slogQuoted is how slog.JSONHandler writes s as a value.
-func slogQuoted(s string) string {
-	var buf bytes.Buffer
-	slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
-		if a.Key != "v" {
-			return slog.Attr{}
-		}
-		return a
-	}})).Info("", "v", s)
-	out := strings.TrimSuffix(buf.String(), "\n")
-	return strings.TrimSuffix(strings.TrimPrefix(out, `{"v":`), "}")
-}
-
 func checkString(t *testing.T, s string) {
 	t.Helper()
 	want, _ := json.Marshal(s)
-	if got := jsontext.AppendString([]byte("x"), s, jsontext.Marshal); string(got) != "x"+string(want) {
-		t.Errorf("Marshal style: %q → %s, json.Marshal %s", s, got[1:], want)
-	}
-	if got, want := string(jsontext.AppendString(nil, s, jsontext.Slog)), slogQuoted(s); got != want {
-		t.Errorf("Slog style: %q → %s, slog.JSONHandler %s", s, got, want)
+	if got := jsontext.AppendString([]byte("x"), s); string(got) != "x"+string(want) {
+		t.Errorf("%q → %s, json.Marshal %s", s, got[1:], want)
 	}
 }
 
