@@ -411,7 +411,7 @@ func openFailure(ctx context.Context, err error) evs.SMTPCheck {
 // decided, and what it read.
 func rcptCheck(ctx context.Context, s Session, rcpt string) evs.SMTPCheck {
 	r, rd, err := s.Check(ctx, rcpt)
-	c := evs.SMTPCheck{Host: s.Host(), Provider: string(smtpprobe.ProviderOfReply(s.Host(), r)), TLS: s.TLS(),
+	c := evs.SMTPCheck{Host: s.Host(), Provider: string(rd.ProviderAt(s.Host())), TLS: s.TLS(),
 		Code: r.Code, EnhancedCode: r.Enhanced, Message: trimText(r.Text)}
 	if err != nil {
 		if ctx.Err() != nil || isTimeout(err) {

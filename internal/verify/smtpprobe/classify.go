@@ -66,6 +66,9 @@ type Reading struct {
 	Wrapper string
 	// Provider is the provider whose own rule decided, or "".
 	Provider Provider
+	// Author is the provider whose fingerprint the whole reply carries
+	// (Gmail's "gsmtp", Microsoft's "AS(...)"), or "".
+	Author Provider
 }
 
 // Classify decides what a reply at a stage (StageBanner, StageEHLO,
@@ -121,13 +124,14 @@ func ReadFrom(stage string, p Provider, r Reply) Reading {
 		return Reading{Class: Unknown, Rule: "odd_code"}
 	}
 	ev := gather(r)
+	author := ev.author
 	if ev.author != "" && (p == "" || p == ProviderOther || ev.nested) {
 		p = ev.author
 	}
 	temporary := r.Code < 500
 
 	if stage != StageRcpt {
-		rd := Reading{Rule: "before_rcpt", Wrapper: ev.wrapper, Family: ev.first(AboutRate, false).name()}
+		rd := Reading{Rule: "before_rcpt", Wrapper: ev.wrapper, Family: ev.first(AboutRate, false).name(), Author: author}
 		switch {
 		case rd.Family != "" || (temporary && ev.code == AboutRate):
 			rd.Class = RateLimited
@@ -139,7 +143,7 @@ func ReadFrom(stage string, p Provider, r Reply) Reading {
 		return rd
 	}
 
-	rd := Reading{Wrapper: ev.wrapper}
+	rd := Reading{Wrapper: ev.wrapper, Author: author}
 	decide := func(c Class, rule string, f *Family) Reading {
 		rd.Class, rd.Rule, rd.Family = c, rule, f.name()
 		return rd

@@ -212,11 +212,18 @@ func authorOf(normalized string) Provider {
 // it and the reply's own text: the host's provider when it is known, else
 // the provider whose fingerprint the text carries, else ProviderOther.
 func ProviderOfReply(host string, r Reply) Provider {
+	return Reading{Author: authorOf(normalize(r.Text))}.ProviderAt(host)
+}
+
+// ProviderAt names the provider of a reply read as rd from an MX host: the
+// host's provider when it is known, else the author its fingerprint names,
+// else ProviderOther. It spares reading the reply's text again.
+func (rd Reading) ProviderAt(host string) Provider {
 	if p := ProviderOf(host); p != ProviderOther {
 		return p
 	}
-	if p := authorOf(normalize(r.Text)); p != "" {
-		return p
+	if rd.Author != "" {
+		return rd.Author
 	}
 	return ProviderOther
 }
