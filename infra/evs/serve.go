@@ -8,6 +8,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/evs-dev/evs/internal/config"
@@ -46,12 +48,10 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, getenv 
 	if err != nil {
 		return fmt.Errorf("create the first account: %w", err)
 	}
-	switch sync := st.ReplySync(); sync {
-	case "": // no reply log: claims in the store (no flock here)
-	case "fdatasync":
-		logger.Warn("Idempotency-Key replies are synced with fdatasync(2): the kernel refused io_uring and AIO; idempotent calls are slower under load")
-	default:
-		logger.Info("Idempotency-Key replies are synced with " + sync)
+	if _, err := os.Stat(filepath.Join(cfg.DataDir, "replies")); err == nil {
+		// Left by a build that kept Idempotency-Key replies in a log of its
+		// own; they now live in the database, and the old log is not read.
+		logger.Warn("the replies directory in the data directory is no longer read: Idempotency-Key replies stored there (at most 24 h old) are not replayed; remove it")
 	}
 	if warn := cfg.CheckHELO(ctx, net.DefaultResolver.LookupHost); warn != "" {
 		logger.Warn(warn)

@@ -282,7 +282,7 @@ func replay(rec Record, fp string) (Reply, error) {
 }
 
 // claimShards is how many locks the claims are spread over. The calls of
-// one synced group return together, and each then releases its claim: under
+// one committed group return together, and each then releases its claim: under
 // one lock they queued behind each other, which measurably capped the rate
 // of idempotent calls.
 const claimShards = 64

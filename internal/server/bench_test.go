@@ -176,8 +176,8 @@ func benchGetBatch(b *testing.B, s benchStack) {
 // BenchmarkServeVerifyConcurrent is POST /v1/verify (quick) from 64
 // goroutines on 2 CPUs, as the load harness drives it, without a key and
 // with a unique Idempotency-Key per call: the handler's side of the
-// harness's idempotent / plain ratio (each keyed reply is synced to the
-// reply log before it is answered, in groups).
+// harness's idempotent / plain ratio (each keyed reply is committed and
+// synced to the database before it is answered, in groups).
 func BenchmarkServeVerifyConcurrent(b *testing.B) {
 	for _, keyed := range []bool{false, true} {
 		name := "plain"

@@ -505,9 +505,8 @@ func (s *Store) UnfinishedBatches(ctx context.Context) ([]evs.Batch, error) {
 
 // Sweep deletes the batches (with their items and results) and idempotency
 // records whose expiry has passed by the store's clock: the embedded store's
-// TTL, which `evs serve` runs periodically. Serving, it also deletes the
-// reply log's segments whose records have all expired. It returns how many
-// batches and records it deleted.
+// TTL, which `evs serve` runs periodically. It returns how many batches and
+// records it deleted.
 func (s *Store) Sweep(ctx context.Context) (int, error) {
 	if s.views != nil {
 		defer s.views.wroteAll()
@@ -531,9 +530,5 @@ func (s *Store) Sweep(ctx context.Context) (int, error) {
 		}
 		return nil
 	})
-	if err != nil || s.replies == nil {
-		return int(n), err
-	}
-	k, err := s.replies.Sweep(s.now())
-	return int(n) + k, err
+	return int(n), err
 }

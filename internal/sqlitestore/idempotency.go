@@ -6,12 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/idempotency"
-	"github.com/evs-dev/evs/internal/replylog"
 )
 
 const (
@@ -51,7 +49,7 @@ var _ idempotency.LocalStore = (*Store)(nil)
 // live record. Under the serve lock it cannot happen: only the one local
 // Keeper writes, and it puts a scope only after finding no live record while
 // holding the scope's claim.
-var ErrLiveRecord = replylog.ErrLive
+var ErrLiveRecord = errors.New("sqlitestore: a live idempotency record exists")
 
 // ClaimIdempotency writes rec as an in-progress record unless a live record
 // of its scope exists, which it returns instead. Read and write share one
@@ -64,22 +62,13 @@ var ErrLiveRecord = replylog.ErrLive
 // rests on CompleteIdempotency, which is synced, and whose sync also makes
 // every earlier claim in the log durable. A claim lost to power failure
 // belonged to a call whose reply was never stored, so never sent.
-//
-// On a serving store, whose local-mode records are in the reply log, a live
-// record there counts too (see Store.tableInUse).
+// (This claim-and-complete mode is the fallback where the serve lock is
+// unavailable; evs serve uses LookupIdempotency and PutIdempotency.)
 func (s *Store) ClaimIdempotency(ctx context.Context, rec idempotency.Record, now time.Time) (idempotency.Record, bool, error) {
 	var (
 		existing idempotency.Record
 		claimed  bool
 	)
-	if s.replies != nil {
-		if old, found, err := s.replies.Lookup(ctx, rec.Scope, now); err != nil {
-			return idempotency.Record{}, false, dbErr("read idempotency record", err)
-		} else if found {
-			return old, false, nil
-		}
-		s.tableInUse.Store(true)
-	}
 	err := s.writeOne(ctx, false, func(ctx context.Context, tx *sql.Tx) error {
 		claim, err := s.wstmt(ctx, tx, qClaim)
 		if err != nil {
@@ -148,16 +137,7 @@ func encodeReply(headers map[string]string, body []byte) (sql.NullString, []byte
 // LookupIdempotency returns the live record of scope at now (see
 // idempotency.LocalStore). It reads on the reader pool, so it never queues
 // behind the committer; a write that has returned is visible to it.
-//
-// A store opened with OpenServing keeps these records in its reply log
-// instead (see adoptIdempotency), where a lookup is a map probe.
 func (s *Store) LookupIdempotency(ctx context.Context, scope string, now time.Time) (idempotency.Record, bool, error) {
-	if s.replies != nil {
-		rec, found, err := s.replies.Lookup(ctx, scope, now)
-		if err != nil || found || !s.tableInUse.Load() {
-			return rec, found, dbErr("look up idempotency record", err)
-		}
-	}
 	rec, err := scanRecord(s.rstmt(qLookup).QueryRowContext(ctx, scope, millis(now), idempotency.InProgress))
 	if errors.Is(err, sql.ErrNoRows) {
 		return idempotency.Record{}, false, nil
@@ -169,37 +149,29 @@ func (s *Store) LookupIdempotency(ctx context.Context, scope string, now time.Ti
 }
 
 // PutIdempotency stores rec, a finished record, replacing an expired or
-// stale one of its scope, in one statement (an append to the reply log when
-// serving); a live record makes it fail with ErrLiveRecord. It returns once
-// the record is synced to disk: the caller sends the reply only then, so a
-// reply a client received survives kill -9 and power loss alike.
+// stale one of its scope, in one statement; a live record makes it fail with
+// ErrLiveRecord. It returns once its group (the writes beside it) is
+// committed: the caller sends the reply only then, so a reply a client
+// received survives kill -9 and is replayed, never run again.
+//
+// The commit is not synced on its own account (synchronous=NORMAL in WAL
+// mode): a power loss or kernel crash can lose the records written since
+// the last synced write or checkpoint, and a retry with one of those keys
+// then runs again. The next synced write of any kind (a batch, an account,
+// a checkpoint) makes every earlier record durable with it. Not syncing is
+// what lets keyed calls keep up with plain ones; the work itself (batches)
+// is still synced.
 func (s *Store) PutIdempotency(ctx context.Context, rec idempotency.Record, now time.Time) error {
 	if rec.State != idempotency.Done {
 		// An in-progress record written alone would block its key until
 		// LockTimeout after a crash: the local mode never writes one.
 		return fmt.Errorf("sqlitestore: put idempotency record in state %q, want %q", rec.State, idempotency.Done)
 	}
-	if s.replies != nil {
-		if s.tableInUse.Load() {
-			if _, found, err := s.LookupIdempotency(ctx, rec.Scope, now); err != nil {
-				return err
-			} else if found {
-				return ErrLiveRecord
-			}
-		}
-		// Not wrapped as unavailable: a reply log that failed a write
-		// stays broken (see replylog), so a retry cannot help.
-		err := s.replies.Put(ctx, rec, now)
-		if err != nil && !errors.Is(err, ErrLiveRecord) {
-			err = fmt.Errorf("sqlitestore: put idempotency record: %w", err)
-		}
-		return err
-	}
 	h, body, err := encodeReply(rec.Headers, rec.Body)
 	if err != nil {
 		return err
 	}
-	return s.writeOne(ctx, true, func(ctx context.Context, tx *sql.Tx) error {
+	return s.writeOne(ctx, false, func(ctx context.Context, tx *sql.Tx) error {
 		st, err := s.wstmt(ctx, tx, qPut)
 		if err != nil {
 			return dbErr("put idempotency record", err)
@@ -257,68 +229,4 @@ func (s *Store) ReleaseIdempotency(ctx context.Context, scope string) error {
 		_, err = st.ExecContext(ctx, scope)
 		return dbErr("release idempotency record", err)
 	})
-}
-
-// qAdopt reads the live records of the table (as qLookup judges them).
-const qAdopt = `SELECT scope, fingerprint, state, locked_until, expires_at, status_code, headers, body FROM idempotency
-	WHERE expires_at > ?1 AND (state <> ?2 OR locked_until > ?1)`
-
-// adoptIdempotency moves the live records of the idempotency table, left by
-// a shared-mode Keeper or an evs serve from before the reply log, into the
-// log, then empties the table: from then on a lookup needs no database
-// read. Each record is synced in the log before the table is emptied, and
-// a record adopted twice (a crash between the two) is refused as live the
-// second time, so a crash at any point loses nothing.
-func (s *Store) adoptIdempotency(ctx context.Context) error {
-	now := s.now()
-	rows, err := s.rdb.QueryContext(ctx, qAdopt, millis(now), idempotency.InProgress)
-	if err != nil {
-		return dbErr("read idempotency records", err)
-	}
-	defer rows.Close()
-	// Puts from several goroutines share the log's syncs.
-	var (
-		wg   sync.WaitGroup
-		mu   sync.Mutex
-		errs []error
-		sem  = make(chan struct{}, 64)
-	)
-	for rows.Next() {
-		rec, err := scanRecord(rows)
-		if err != nil {
-			mu.Lock()
-			errs = append(errs, dbErr("read idempotency records", err))
-			mu.Unlock()
-			break
-		}
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			if err := s.replies.Put(ctx, rec, now); err != nil && !errors.Is(err, replylog.ErrLive) {
-				mu.Lock()
-				errs = append(errs, err)
-				mu.Unlock()
-			}
-		})
-	}
-	wg.Wait()
-	if err := errors.Join(append(errs, rows.Err())...); err != nil {
-		return fmt.Errorf("sqlitestore: move idempotency records to the reply log: %w", err)
-	}
-	rows.Close()
-	return s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `DELETE FROM idempotency`)
-		return dbErr("empty the idempotency table", err)
-	})
-}
-
-// ReplySync names how the reply log syncs its writes ("io_uring", "aio" or
-// "fdatasync" on Linux; see replylog), or "" for a store that is not
-// serving and keeps no reply log. evs serve logs it at start: the last is
-// correct but slower under load.
-func (s *Store) ReplySync() string {
-	if s.replies == nil {
-		return ""
-	}
-	return s.replies.Stats().Sync
 }

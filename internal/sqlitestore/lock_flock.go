@@ -7,8 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-
-	"golang.org/x/sys/unix"
+	"syscall"
 )
 
 // lockDir takes the exclusive serve lock of dir without waiting. The lock
@@ -21,9 +20,9 @@ func lockDir(dir string) (*os.File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sqlitestore: open the serve lock: %w", err)
 	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		f.Close()
-		if errors.Is(err, unix.EWOULDBLOCK) {
+		if errors.Is(err, syscall.EWOULDBLOCK) {
 			return nil, inUseError{dir: dir}
 		}
 		return nil, fmt.Errorf("sqlitestore: lock %s: %w", path, err)

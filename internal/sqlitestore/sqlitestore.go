@@ -6,24 +6,23 @@
 // while `evs serve` runs): the database runs in WAL mode, every write is an
 // immediate transaction, and a busy database is waited for rather than
 // failed. Every acknowledged write survives kill -9; every acknowledged write
-// except an idempotency claim or release is also synced to disk
-// (synchronous=FULL) before it is acknowledged, so it survives power loss.
-// (A claim needs no sync of its own: see ClaimIdempotency.)
+// except an Idempotency-Key record (a claim, a release, a local-mode reply)
+// is also synced to disk (synchronous=FULL) before it is acknowledged, so it
+// survives power loss. (What a power loss costs those records: see
+// ClaimIdempotency and PutIdempotency.)
 //
 // Only one of them serves the API: `evs serve` opens the directory with
 // OpenServing, which holds an exclusive flock on serve.lock until Close or
 // the process's death, and a second server on the directory is refused.
 // Being the only server lets it keep Idempotency-Key claims in memory
-// (idempotency.NewLocal) and its records out of SQLite, in the reply log
-// (package replylog, in dir/replies): an idempotent call then costs a map
-// probe (LookupIdempotency) and one append, synced with those of the calls
-// beside it (PutIdempotency), instead of a claim and a completion. A reply
-// is durable before it is sent, so after kill -9 or power loss it is
-// replayed, never run again; a call cut off mid-way wrote nothing, and its
-// retry runs at once. Records in the SQLite table (from a shared-mode Keeper
-// or an older evs serve) are moved into the log when OpenServing opens it. Being the only writer of batches also lets it keep
-// the views of batches in memory (viewcache.go): a poll reads no database
-// unless the batch was written since the last one.
+// (idempotency.NewLocal): an idempotent call then costs one indexed read
+// (LookupIdempotency) and one insert of the reply, committed in a group
+// with the writes beside it (PutIdempotency), instead of a claim and a
+// completion. A reply is committed before it is sent, so after kill -9 it
+// is replayed, never run again; a call cut off mid-way wrote nothing, and
+// its retry runs at once. Being the only writer of
+// batches also lets it keep the views of batches in memory (viewcache.go):
+// a poll reads no database unless the batch was written since the last one.
 //
 // Inside one process, writes go through a single writer connection and are
 // committed in groups: concurrent writes share one transaction and one sync,
@@ -44,14 +43,12 @@ import (
 	"runtime"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/evs-dev/evs/internal/evs"
-	"github.com/evs-dev/evs/internal/replylog"
 	"github.com/evs-dev/evs/internal/store"
 )
 
@@ -78,28 +75,15 @@ type Store struct {
 	lock *os.File
 	// views is the cache of batch views; nil unless this process
 	// is the only writer of batches (OpenServing).
-	views *viewCache
-	// replies keeps the Idempotency-Key records of the local mode; nil
-	// unless this process is the directory's only server (OpenServing).
-	replies *replylog.Log
-	// tableInUse is set once a serving store has written a claim to the
-	// idempotency table (a shared-mode Keeper on it: tests, or a mistake),
-	// after adoptIdempotency emptied it: from then on the local mode's
-	// calls consult the table after the log, so the two modes never miss
-	// each other's records. It is never set in `evs serve`.
-	tableInUse atomic.Bool
-	closeOnce  sync.Once
-	closeErr   error
+	views     *viewCache
+	closeOnce sync.Once
+	closeErr  error
 }
 
 var _ store.Store = (*Store)(nil)
 
 // LockName is the file in the data directory that OpenServing locks.
 const LockName = "serve.lock"
-
-// RepliesDir is the directory, inside the data directory, of the serving
-// process's reply log (package replylog).
-const RepliesDir = "replies"
 
 // ErrInUse is what OpenServing's error matches (errors.Is) when another
 // process serves the data directory.
@@ -225,14 +209,6 @@ func open(ctx context.Context, dir string, now func() time.Time, busy time.Durat
 		// Only the serving process writes batches and deliveries, and this
 		// store is it: batch views can be kept in memory.
 		s.views = newViewCache()
-		if s.replies, err = replylog.Open(filepath.Join(dir, RepliesDir), replylog.Options{}); err != nil {
-			s.Close()
-			return nil, fmt.Errorf("sqlitestore: open the reply log: %w", err)
-		}
-		if err := s.adoptIdempotency(ctx); err != nil {
-			s.Close()
-			return nil, err
-		}
 	}
 	return s, nil
 }
@@ -302,13 +278,9 @@ func readers() int { return max(4, 2*runtime.GOMAXPROCS(0)) }
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.c.stop()
-		var err error
-		if s.replies != nil {
-			err = s.replies.Close()
-		}
 		s.wstmts.close()
 		s.rstmts.close()
-		err = errors.Join(err, s.db.Close(), s.rdb.Close())
+		err := errors.Join(s.db.Close(), s.rdb.Close())
 		if s.lock != nil {
 			err = errors.Join(err, s.lock.Close())
 		}

@@ -1,5 +1,0 @@
-//go:build !linux
-
-package replylog_test
-
-var syncKinds = []string{"fsync"}
