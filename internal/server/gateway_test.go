@@ -1,10 +1,11 @@
-package gateway_test
+package server
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -15,8 +16,11 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/evs-dev/evs/internal/api"
-	"github.com/evs-dev/evs/internal/gateway"
+	"github.com/evs-dev/evs/internal/config"
 )
+
+// The gateway's emulation of API Gateway, with fake functions and a fake
+// authorizer: what only they can do (fail, panic, echo the event they got).
 
 type fixture struct {
 	srv       *httptest.Server
@@ -82,20 +86,15 @@ func newFixture(t *testing.T, rate float64) *fixture {
 		}
 		return events.APIGatewayProxyResponse{StatusCode: 200, Headers: map[string]string{"Content-Type": "text/plain"}, Body: "ok " + ev.Resource}, nil
 	}
-	g, err := gateway.New(gateway.Config{
-		Routes:     api.Routes(),
-		Functions:  map[string]gateway.Function{api.VerifyFunction: echo, api.RequestsFunction: echo},
-		Authorizer: f.authorize,
-		RateLimit:  rate,
-		Now:        f.clock,
-		MaxBody:    1024,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	g := newGateway(gatewayOptions(rate, f.clock), map[string]function{api.VerifyFunction: echo, api.RequestsFunction: echo}, f.authorize)
 	f.srv = httptest.NewServer(g)
 	t.Cleanup(f.srv.Close)
 	return f
+}
+
+// gatewayOptions are the server options the gateway reads.
+func gatewayOptions(rate float64, now func() time.Time) Options {
+	return Options{Config: config.Config{RateLimit: rate}, Now: now, Logger: slog.New(slog.DiscardHandler)}
 }
 
 type result struct {
@@ -157,7 +156,7 @@ func TestGatewayResponses(t *testing.T) {
 		{"authorizer failure", "POST", "/v1/verify", "boom", nil, "", 500, "internal_error"},
 		{"handler panic", "POST", "/v1/verify", "good", map[string]string{"X-Mode": "panic"}, "", 500, "internal_error"},
 		{"handler error", "POST", "/v1/verify", "good", map[string]string{"X-Mode": "error"}, "", 500, "internal_error"},
-		{"body too large", "POST", "/v1/verify", "good", nil, strings.Repeat("x", 2000), 400, "invalid_request"},
+		{"body too large", "POST", "/v1/verify", "good", nil, strings.Repeat("x", api.MaxVerifyBody+1), 400, "invalid_request"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -266,20 +265,13 @@ func (c *countingReader) Read(p []byte) (int, error) {
 }
 
 // TestBodyReadToRouteLimit: an endless body is refused after exactly the
-// route's limit plus one byte, never the gateway-wide cap.
+// route's limit plus one byte.
 func TestBodyReadToRouteLimit(t *testing.T) {
 	f := newFixture(t, 0)
 	echo := func(_ context.Context, ev events.APIGatewayProxyRequest) (events.APIGatewayProxyResponse, error) {
 		return events.APIGatewayProxyResponse{StatusCode: 200, Body: ev.Body}, nil
 	}
-	g, err := gateway.New(gateway.Config{
-		Routes:     api.Routes(),
-		Functions:  map[string]gateway.Function{api.VerifyFunction: echo, api.RequestsFunction: echo},
-		Authorizer: f.authorize,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	g := newGateway(gatewayOptions(0, time.Now), map[string]function{api.VerifyFunction: echo, api.RequestsFunction: echo}, f.authorize)
 	for _, c := range []struct {
 		method, path string
 		limit        int64

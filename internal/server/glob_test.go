@@ -1,4 +1,4 @@
-package gateway
+package server
 
 import (
 	"fmt"
@@ -40,7 +40,7 @@ func latin1(s string) string {
 	return string(r)
 }
 
-const stage = "arn:aws:execute-api:local:000000000000:evs/local/"
+const stageARN = "arn:aws:execute-api:local:000000000000:evs/local/"
 
 func TestGlob(t *testing.T) {
 	long := strings.Repeat("ab?", 50) // a '?' segment over two words
@@ -59,11 +59,11 @@ func TestGlob(t *testing.T) {
 		{"?", "é"[:1], true},
 		{"a?c", "abc", true},
 		{"a?c", "ac", false},
-		{stage + "*/*", stage + "POST/v1/verify", true},
-		{stage + "*/*", stage + "POST", false},
-		{stage + "*/*", "arn:aws:execute-api:local:000000000000:evs/other/POST/v1/verify", false},
-		{stage + "POST/v1/verify", stage + "POST/v1/verify", true},
-		{stage + "POST/v1/verify", stage + "POST/v1/verify/", false},
+		{stageARN + "*/*", stageARN + "POST/v1/verify", true},
+		{stageARN + "*/*", stageARN + "POST", false},
+		{stageARN + "*/*", "arn:aws:execute-api:local:000000000000:evs/other/POST/v1/verify", false},
+		{stageARN + "POST/v1/verify", stageARN + "POST/v1/verify", true},
+		{stageARN + "POST/v1/verify", stageARN + "POST/v1/verify/", false},
 		{"*a*b*c*", "xxaxxbxxcxx", true},
 		{"*a*b*c*", "xxaxxcxxbxx", false},
 		{"a*a", "a", false},
@@ -75,8 +75,8 @@ func TestGlob(t *testing.T) {
 		{"x*" + long + "*y", "x" + strings.Repeat("ab-", 50) + "y", true},
 		// The attack: a Deny on the method ARN of a path full of stars,
 		// matched against that same ARN, and against a near miss.
-		{stage + "GET/v1/requests/" + strings.Repeat("*", 50) + "/results", stage + "GET/v1/requests/" + strings.Repeat("*", 50) + "/results", true},
-		{stage + "GET/" + strings.Repeat("*a", 50) + "b", stage + "GET/" + strings.Repeat("a", 200), false},
+		{stageARN + "GET/v1/requests/" + strings.Repeat("*", 50) + "/results", stageARN + "GET/v1/requests/" + strings.Repeat("*", 50) + "/results", true},
+		{stageARN + "GET/" + strings.Repeat("*a", 50) + "b", stageARN + "GET/" + strings.Repeat("a", 200), false},
 	}
 	for _, tt := range tests {
 		if got := glob(tt.p, tt.s); got != tt.want {
@@ -96,11 +96,11 @@ func TestGlob(t *testing.T) {
 func TestGlobLinear(t *testing.T) {
 	shapes := map[string]func(n int) (p, s string){
 		"deny on its own starred path": func(n int) (string, string) {
-			arn := stage + "GET/v1/requests/" + strings.Repeat("*", n) + "/results"
+			arn := stageARN + "GET/v1/requests/" + strings.Repeat("*", n) + "/results"
 			return arn, arn
 		},
 		"near miss": func(n int) (string, string) {
-			return stage + "GET/" + strings.Repeat("*a", n) + "b", stage + "GET/" + strings.Repeat("a", 4*n)
+			return stageARN + "GET/" + strings.Repeat("*a", n) + "b", stageARN + "GET/" + strings.Repeat("a", 4*n)
 		},
 		"question marks": func(n int) (string, string) {
 			return "*" + strings.Repeat("a?b*", n), strings.Repeat("axb", 4*n)
@@ -108,8 +108,8 @@ func TestGlobLinear(t *testing.T) {
 		"long segment with a question mark, growing path": func(n int) (string, string) {
 			return "*" + strings.Repeat("ab?", 70) + "*", strings.Repeat("abz", 10*n)
 		},
-		"stage policy, starred path": func(n int) (string, string) {
-			return stage + "*/*", stage + "GET/v1/requests/" + strings.Repeat("*", n) + "/results"
+		"stageARN policy, starred path": func(n int) (string, string) {
+			return stageARN + "*/*", stageARN + "GET/v1/requests/" + strings.Repeat("*", n) + "/results"
 		},
 	}
 	for name, shape := range shapes {
@@ -145,7 +145,7 @@ func shiftAndWords(p string) int {
 // shows as ns/op growing with the input size, not exponentially with stars.
 func BenchmarkGlob(b *testing.B) {
 	for _, n := range []int{10, 50, 500} {
-		arn := stage + "GET/v1/requests/" + strings.Repeat("*", n) + "/results"
+		arn := stageARN + "GET/v1/requests/" + strings.Repeat("*", n) + "/results"
 		b.Run(fmt.Sprintf("own-path/stars=%d", n), func(b *testing.B) {
 			for b.Loop() {
 				if !glob(arn, arn) {
@@ -155,7 +155,7 @@ func BenchmarkGlob(b *testing.B) {
 		})
 		// Every segment but the last is found at once; "b" is searched for
 		// through the rest of the path.
-		p, s := stage+"GET/"+strings.Repeat("*a", n)+"*b*", stage+"GET/"+strings.Repeat("a", 4*n)
+		p, s := stageARN+"GET/"+strings.Repeat("*a", n)+"*b*", stageARN+"GET/"+strings.Repeat("a", 4*n)
 		b.Run(fmt.Sprintf("near-miss/stars=%d", n), func(b *testing.B) {
 			for b.Loop() {
 				if glob(p, s) {
@@ -170,7 +170,7 @@ func BenchmarkGlob(b *testing.B) {
 // patterns and texts over a small alphabet, where matches are frequent.
 func FuzzGlob(f *testing.F) {
 	f.Add("*a*b?", "xaxbz")
-	f.Add(stage+"*/*", stage+"GET/v1/verify")
+	f.Add(stageARN+"*/*", stageARN+"GET/v1/verify")
 	f.Add("a**?b*", "ab")
 	f.Add("?*?", "\xff")
 	f.Fuzz(func(t *testing.T, p, s string) {
