@@ -11,6 +11,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -90,6 +91,7 @@ type authEntry struct {
 	// authCtx is resp's context as the integration sees it, built once per
 	// entry rather than per call; functions only read it.
 	authCtx map[string]any
+	policy  policy
 	expires time.Time
 }
 
@@ -363,7 +365,7 @@ func (g *gateway) lookup(key, methodArn string, now time.Time) cacheHit {
 	g.mu.Unlock()
 	if ok && now.Before(e.expires) {
 		h.resp, h.authCtx, h.found = e.resp, e.authCtx, true
-		h.allows = allowed(e.resp.PolicyDocument, methodArn)
+		h.allows = e.policy.allows(methodArn)
 	}
 	return h
 }
@@ -425,43 +427,82 @@ func (g *gateway) authorize(ctx context.Context, r *http.Request, rid string, hi
 		g.o.Logger.ErrorContext(ctx, "authorizer failed", slog.String("requestId", rid), slog.String("error", err.Error()))
 		return resp, default5XX
 	}
+	pol := compilePolicy(resp.PolicyDocument)
 	if g.o.Config.AuthTTL > 0 {
 		g.mu.Lock()
-		g.cache[hit.ck] = authEntry{resp: resp, authCtx: integrationContext(resp), expires: now.Add(g.o.Config.AuthTTL)}
+		g.cache[hit.ck] = authEntry{resp: resp, authCtx: integrationContext(resp), policy: pol, expires: now.Add(g.o.Config.AuthTTL)}
 		g.mu.Unlock()
 	}
-	if !allowed(resp.PolicyDocument, methodArn) {
+	if !pol.allows(methodArn) {
 		return resp, accessDenied
 	}
 	return resp, ""
 }
 
-// allowed evaluates an IAM policy for execute-api:Invoke on arn the way IAM
-// does: an explicit Deny wins, then any Allow.
-func allowed(doc events.APIGatewayCustomAuthorizerPolicy, arn string) bool {
-	allow := false
+// policy is an authorizer's IAM policy as it bears on execute-api:Invoke,
+// compiled once per answer: the resources its Allow and its Deny
+// statements name.
+type policy struct{ allow, deny *regexp.Regexp }
+
+// compilePolicy compiles doc. A policy it cannot read allows nothing.
+func compilePolicy(doc events.APIGatewayCustomAuthorizerPolicy) policy {
+	var allow, deny []string
 	for _, s := range doc.Statement {
-		if !matchesAny(s.Action, "execute-api:Invoke") || !matchesAny(s.Resource, arn) {
+		action, err := wildcards(s.Action)
+		if err != nil {
+			return policy{}
+		}
+		if action == nil || !action.MatchString("execute-api:Invoke") {
 			continue
 		}
 		switch s.Effect {
-		case "Deny":
-			return false
 		case "Allow":
-			allow = true
+			allow = append(allow, s.Resource...)
+		case "Deny":
+			deny = append(deny, s.Resource...)
 		}
 	}
-	return allow
+	a, errA := wildcards(allow)
+	d, errD := wildcards(deny)
+	if errA != nil || errD != nil {
+		return policy{}
+	}
+	return policy{allow: a, deny: d}
 }
 
-func matchesAny(patterns []string, s string) bool {
-	for _, p := range patterns {
-		if glob(p, s) {
-			return true
-		}
-	}
-	return false
+// allows evaluates the policy for arn the way IAM does: an explicit Deny
+// wins, then any Allow.
+func (p policy) allows(arn string) bool {
+	return p.allow != nil && p.allow.MatchString(arn) && (p.deny == nil || !p.deny.MatchString(arn))
 }
+
+// wildcards compiles IAM patterns into one expression that matches what any
+// of them matches (nil for none). In IAM '*' stands for any run of
+// characters, '/' included, and '?' for one; nothing else is special and
+// nothing escapes. path.Match is not that (its '*' stops at '/', and '['
+// and '\' mean something there); a regular expression is, and Go matches
+// one in time proportional to the ARN (it holds the client's path) times
+// the pattern (it comes from the authorizer), never exponentially.
+func wildcards(patterns []string) (*regexp.Regexp, error) {
+	if len(patterns) == 0 {
+		return nil, nil
+	}
+	var b strings.Builder
+	b.WriteString(`(?s)\A(?:`)
+	for i, p := range patterns {
+		if i > 0 {
+			b.WriteByte('|')
+		}
+		b.WriteString(iamWildcards.Replace(regexp.QuoteMeta(p)))
+	}
+	b.WriteString(`)\z`)
+	return regexp.Compile(b.String())
+}
+
+// iamWildcards turns the '*' and '?' that QuoteMeta escaped back into
+// wildcards. An escaped backslash is taken whole, so the backslash of a
+// pattern stays a literal one and does not escape what follows it.
+var iamWildcards = strings.NewReplacer(`\\`, `\\`, `\*`, `.*`, `\?`, `.`)
 
 // throttle takes a token from the account's bucket.
 func (g *gateway) throttle(account string) (time.Duration, bool) {
