@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"math"
 	"net"
 	"net/http"
@@ -44,7 +43,9 @@ import (
 //     that) in place of the usage plan;
 //   - gateway responses (401, 403, 404, 429, 500) in the contract's
 //     envelope, the same bodies template.yaml declares;
-//   - a structured access log line per call.
+//   - one log line per call (api.Call), also for the calls no function
+//     sees; a function's part of it (the domain or batch, a 5xx's cause)
+//     comes back through the context.
 //
 // Beyond API Gateway, it refuses a client that keeps failing to
 // authenticate (failLimiter) and bounds how long a body may take to arrive.
@@ -160,14 +161,14 @@ func matchParts(parts []string, path string, param func(name, value string)) boo
 	return true
 }
 
-// statusWriter remembers the status for the access log.
+// statusWriter holds the call's log line and writes the status into it.
 type statusWriter struct {
 	http.ResponseWriter
-	status int
+	call api.Call
 }
 
 func (w *statusWriter) WriteHeader(code int) {
-	w.status = code
+	w.call.Status = code
 	w.ResponseWriter.WriteHeader(code)
 }
 
@@ -180,50 +181,36 @@ func (w *statusWriter) WriteString(s string) (int, error) {
 // Unwrap lets http.ResponseController reach the connection's deadlines.
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// ServeHTTP serves one call.
+// ServeHTTP serves one call and writes its one log line, whether or not a
+// function saw it.
 func (g *gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	start := g.o.Now()
-	rid := uuid.NewString()
+	sw := &statusWriter{ResponseWriter: w, call: api.Call{RequestID: uuid.NewString(), Method: r.Method, Start: g.o.Now()}}
 	// The body's deadline runs from here (the headers are in). It is real
 	// time, whatever clock the gateway is given. The server also waits on
 	// it when it drains a body the handler did not read.
 	rc := http.NewResponseController(w)
 	_ = rc.SetReadDeadline(time.Now().Add(g.o.BodyTimeout)) // unsupported only in tests' fakes
-	sw := &statusWriter{ResponseWriter: w}
-	account, resource := g.serve(sw, r, rid, start)
-	// The record goes to the handler directly: Logger.LogAttrs would also
-	// walk the stack for a source position no one logs, on every call.
-	if h := g.o.Logger.Handler(); h.Enabled(r.Context(), slog.LevelInfo) {
-		end := g.o.Now()
-		rec := slog.NewRecord(end, slog.LevelInfo, "access", 0)
-		rec.AddAttrs(
-			slog.String("requestId", rid),
-			slog.String("method", r.Method),
-			slog.String("route", resource),
-			slog.Int("status", sw.status),
-			slog.Int64("latencyMs", end.Sub(start).Milliseconds()),
-			slog.String("accountId", account),
-		)
-		_ = h.Handle(r.Context(), rec)
-	}
+	g.serve(sw, r, &sw.call)
+	sw.call.Log(r.Context(), g.o.Logger, g.o.Now())
 }
 
-// serve answers the call; start is when it arrived, the one reading of the
-// clock its checks share.
-func (g *gateway) serve(w http.ResponseWriter, r *http.Request, rid string, start time.Time) (account, resource string) {
+// serve answers the call c, filling in its log line; c.Start is when it
+// arrived, the one reading of the clock its checks share.
+func (g *gateway) serve(w http.ResponseWriter, r *http.Request, c *api.Call) {
+	rid := c.RequestID
 	rt, params, ok := g.match(r.URL.Path)
 	if !ok {
 		writeResponse(w, missingAuthToken, rid, nil)
-		return "", ""
+		return
 	}
-	resource = rt.Path
+	c.Route = rt.Path
 	key := r.Header.Get("X-Api-Key")
 	methodArn := "arn:aws:execute-api:local:000000000000:evs/" + stage + "/" + r.Method + r.URL.Path
 	// The cache is looked up once per call: the failure limiter and the
 	// authorizer both use the answer.
 	var hit cacheHit
 	if key != "" {
-		hit = g.lookup(key, methodArn, start)
+		hit = g.lookup(key, methodArn, c.Start)
 	}
 	client := ""
 	if !hit.allows {
@@ -235,14 +222,14 @@ func (g *gateway) serve(w http.ResponseWriter, r *http.Request, rid string, star
 		if wait, blocked := g.fails.blocked(client, g.o.Now()); blocked {
 			refuseEarly(w, r)
 			writeResponse(w, throttled, rid, map[string]string{"Retry-After": retryAfter(wait)})
-			return "", resource
+			return
 		}
 	}
 	// API Gateway answers 401 itself when the identity source is missing.
 	typ := unauthorized
 	var authResp events.APIGatewayCustomAuthorizerResponse
 	if key != "" {
-		authResp, typ = g.authorize(r.Context(), r, rid, hit, rt, params, methodArn)
+		authResp, typ = g.authorize(r.Context(), r, c, hit, rt, params, methodArn)
 	}
 	if typ != "" {
 		if typ == unauthorized || typ == accessDenied {
@@ -253,34 +240,33 @@ func (g *gateway) serve(w http.ResponseWriter, r *http.Request, rid string, star
 		}
 		refuseEarly(w, r)
 		writeResponse(w, typ, rid, nil)
-		return "", resource
+		return
 	}
 	// Limits and logs are per account: an account's keys share its budget.
-	account, _ = authResp.Context["accountId"].(string)
-	if account == "" {
-		account = authResp.PrincipalID
+	c.AccountID, _ = authResp.Context["accountId"].(string)
+	if c.AccountID == "" {
+		c.AccountID = authResp.PrincipalID
 	}
-	if wait, limited := g.throttle(account); limited {
+	if wait, limited := g.throttle(c.AccountID); limited {
 		refuseEarly(w, r)
 		writeResponse(w, throttled, rid, map[string]string{"Retry-After": retryAfter(wait)})
-		return account, resource
+		return
 	}
 	body, typ := g.readBody(w, r, rt)
 	if typ != "" {
 		// The rest of the body is never read: close instead.
 		w.Header().Set("Connection", "close")
 		writeResponse(w, typ, rid, nil)
-		return account, resource
+		return
 	}
-	ev := g.event(r, rid, rt, params, body, authResp, hit.authCtx, start)
-	resp, err := g.invoke(r.Context(), g.functions[rt.Function], ev)
+	ev := g.event(r, rid, rt, params, body, authResp, hit.authCtx, c.Start)
+	resp, err := g.invoke(api.WithCall(r.Context(), c), g.functions[rt.Function], ev)
 	if err != nil {
-		g.o.Logger.ErrorContext(r.Context(), "function failed", slog.String("requestId", rid), slog.String("function", rt.Function), slog.String("error", err.Error()))
+		c.Err = err
 		writeResponse(w, default5XX, rid, nil)
-		return account, resource
+		return
 	}
 	writeProxy(w, resp, rid)
-	return account, resource
 }
 
 // readBody reads the body up to the route's limit, which is under API
@@ -391,8 +377,8 @@ func (g *gateway) invoke(ctx context.Context, fn function, ev events.APIGatewayP
 }
 
 // authorize returns the authorizer's allow response, or the gateway
-// response type to answer with.
-func (g *gateway) authorize(ctx context.Context, r *http.Request, rid string, hit cacheHit, rt route, params map[string]string, methodArn string) (events.APIGatewayCustomAuthorizerResponse, string) {
+// response type to answer with (and the cause of a 500 in c.Err).
+func (g *gateway) authorize(ctx context.Context, r *http.Request, c *api.Call, hit cacheHit, rt route, params map[string]string, methodArn string) (events.APIGatewayCustomAuthorizerResponse, string) {
 	if hit.found {
 		if !hit.allows {
 			return hit.resp, accessDenied
@@ -415,7 +401,7 @@ func (g *gateway) authorize(ctx context.Context, r *http.Request, rid string, hi
 		PathParameters:                  params,
 		RequestContext: events.APIGatewayCustomAuthorizerRequestTypeRequestContext{
 			Path: "/" + stage + r.URL.Path, AccountID: "000000000000", ResourcePath: rt.Path,
-			Stage: stage, RequestID: rid, APIID: "evs", HTTPMethod: r.Method,
+			Stage: stage, RequestID: c.RequestID, APIID: "evs", HTTPMethod: r.Method,
 		},
 	})
 	if err != nil {
@@ -424,7 +410,7 @@ func (g *gateway) authorize(ctx context.Context, r *http.Request, rid string, hi
 		if err.Error() == "Unauthorized" {
 			return resp, unauthorized
 		}
-		g.o.Logger.ErrorContext(ctx, "authorizer failed", slog.String("requestId", rid), slog.String("error", err.Error()))
+		c.Err = fmt.Errorf("authorizer: %w", err)
 		return resp, default5XX
 	}
 	pol := compilePolicy(resp.PolicyDocument)
