@@ -50,7 +50,8 @@ import (
 // Beyond API Gateway, it refuses a client that keeps failing to
 // authenticate (failLimiter) and bounds how long a body may take to arrive.
 type gateway struct {
-	// o gives Config.AuthTTL, Config.RateLimit, BodyTimeout, Now, Logger.
+	// o gives Config.AuthTTL, Config.RateLimit, BodyTimeout, Now, Logger
+	// and Metrics.
 	o          Options
 	routes     []route
 	functions  map[string]function
@@ -182,7 +183,8 @@ func (w *statusWriter) WriteString(s string) (int, error) {
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // ServeHTTP serves one call and writes its one log line, whether or not a
-// function saw it.
+// function saw it, and counts it under its route template when metrics are
+// on.
 func (g *gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	sw := &statusWriter{ResponseWriter: w, call: api.Call{RequestID: uuid.NewString(), Method: r.Method, Start: g.o.Now()}}
 	// The body's deadline runs from here (the headers are in). It is real
@@ -191,7 +193,15 @@ func (g *gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rc := http.NewResponseController(w)
 	_ = rc.SetReadDeadline(time.Now().Add(g.o.BodyTimeout)) // unsupported only in tests' fakes
 	g.serve(sw, r, &sw.call)
-	sw.call.Log(r.Context(), g.o.Logger, g.o.Now())
+	end := g.o.Now()
+	sw.call.Log(r.Context(), g.o.Logger, end)
+	if g.o.Metrics != nil {
+		route := sw.call.Route
+		if route == "" {
+			route = "unmatched" // a client's path never becomes a label
+		}
+		g.o.Metrics.HTTPRequest(route, sw.call.Status, end.Sub(sw.call.Start))
+	}
 }
 
 // serve answers the call c, filling in its log line; c.Start is when it

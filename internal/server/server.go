@@ -180,19 +180,7 @@ func keeper(st Store, now func() time.Time) *idempotency.Keeper {
 }
 
 // Handler is the HTTP face of the server.
-func (s *Server) Handler() http.Handler { return s.handler() }
-
-// handler is the gateway, counted by route template when metrics are on.
-func (s *Server) handler() http.Handler {
-	if s.opts.Metrics == nil {
-		return s.gateway
-	}
-	var routes []string
-	for _, r := range api.Routes() {
-		routes = append(routes, r.Path)
-	}
-	return metrics.Instrument(s.gateway, routes, s.opts.Metrics)
-}
+func (s *Server) Handler() http.Handler { return s.gateway }
 
 // PendingAddresses counts the addresses of queued and running batches
 // without a result yet (evs_batch_addresses_pending).
@@ -224,7 +212,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	}()
 	defer func() { stopWork(); <-hooksDone }()
 	srv := &http.Server{
-		Handler:           s.handler(),
+		Handler:           s.gateway,
 		ReadHeaderTimeout: headerTimeout,
 		IdleTimeout:       idleTimeout,
 		// net/http reads up to MaxHeaderBytes+4096 bytes of request line
