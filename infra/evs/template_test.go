@@ -17,7 +17,7 @@ import (
 	"github.com/evs-dev/evs/internal/api"
 	"github.com/evs-dev/evs/internal/config"
 	"github.com/evs-dev/evs/internal/dynamostore"
-	"github.com/evs-dev/evs/internal/gateway"
+	"github.com/evs-dev/evs/internal/server"
 	"github.com/evs-dev/evs/internal/sqsqueue"
 	"github.com/evs-dev/evs/internal/testkit"
 )
@@ -57,7 +57,7 @@ func TestRoutesMatchTemplate(t *testing.T) {
 // with the same status, envelope and headers, and the other way round.
 func TestGatewayResponsesMatchTemplate(t *testing.T) {
 	tpl := load(t)
-	local := gateway.Responses()
+	local := server.GatewayResponses()
 	for typ := range tpl.GatewayResponses {
 		if _, ok := local[typ]; !ok {
 			t.Errorf("template declares gateway response %s that the local gateway does not know", typ)
@@ -70,7 +70,7 @@ func TestGatewayResponsesMatchTemplate(t *testing.T) {
 				t.Fatalf("not declared in template.yaml")
 			}
 			switch {
-			case g.Status == 0 && typ == gateway.Default4XX:
+			case g.Status == 0 && typ == "DEFAULT_4XX":
 				// API Gateway keeps the original 4xx; locally the only
 				// such replies are 400s.
 				if r.Status != http.StatusBadRequest {

@@ -425,31 +425,70 @@ func (h *Handler) idempotent(ctx context.Context, req events.APIGatewayProxyRequ
 	return render(r, rid), r, replayed, nil
 }
 
-// logCall writes the one structured line per call: never an address or a key.
-func (h *Handler) logCall(ctx context.Context, req events.APIGatewayProxyRequest, p Principal, status int, start time.Time, err error, attrs ...slog.Attr) {
+// Call is a call's one log line. Its fields are ids, the route template and
+// a domain: never an address or a key. On Lambda the handler is the whole
+// call and writes the line itself; `evs serve`'s gateway, which also
+// answers calls no handler sees (no route, no key, throttled, body too
+// large), writes it instead and lends the handler its Call through the
+// context (WithCall) for what only the handler knows.
+type Call struct {
+	RequestID string
+	Method    string
+	// Route is the route's template, "" when no route matched.
+	Route     string
+	AccountID string
+	Status    int
+	Start     time.Time
+	// Err is the cause of a 5xx, logged at ERROR level; the client saw only
+	// the envelope.
+	Err error
+	// Attr is the handler's own field: the address's domain or the batch id.
+	Attr slog.Attr
+}
+
+type callKey struct{}
+
+// WithCall returns ctx carrying c: a handler called with it puts its part of
+// the line in c and leaves the writing to the caller.
+func WithCall(ctx context.Context, c *Call) context.Context {
+	return context.WithValue(ctx, callKey{}, c)
+}
+
+// Log writes the line of a call that ended at end.
+func (c *Call) Log(ctx context.Context, l *slog.Logger, end time.Time) {
 	level := slog.LevelInfo
-	if err != nil && status >= 500 {
+	if c.Err != nil && c.Status >= 500 {
 		level = slog.LevelError
 	}
 	// The record goes to the handler directly: Logger.LogAttrs would also
 	// walk the stack for a source position no one logs, on every call.
-	lh := h.d.Logger.Handler()
-	if !lh.Enabled(ctx, level) {
+	h := l.Handler()
+	if !h.Enabled(ctx, level) {
 		return
 	}
-	end := h.d.Now()
 	rec := slog.NewRecord(end, level, "call", 0)
 	rec.AddAttrs(
-		slog.String("requestId", req.RequestContext.RequestID),
-		slog.String("route", req.HTTPMethod+" "+req.Resource),
-		slog.Int("status", status),
-		slog.Int64("latencyMs", end.Sub(start).Milliseconds()),
-		slog.String("accountId", p.AccountID),
+		slog.String("requestId", c.RequestID),
+		slog.String("method", c.Method),
+		slog.String("route", c.Route),
+		slog.Int("status", c.Status),
+		slog.Int64("latencyMs", end.Sub(c.Start).Milliseconds()),
+		slog.String("accountId", c.AccountID),
 	)
 	if level == slog.LevelError {
-		// The cause is for us; the client saw only the envelope.
-		rec.AddAttrs(slog.String("error", err.Error()))
+		rec.AddAttrs(slog.String("error", c.Err.Error()))
 	}
-	rec.AddAttrs(attrs...)
-	_ = lh.Handle(ctx, rec)
+	rec.AddAttrs(c.Attr)
+	_ = h.Handle(ctx, rec)
+}
+
+// logCall gives the call's line its handler's part: to the caller's Call,
+// or written now.
+func (h *Handler) logCall(ctx context.Context, req events.APIGatewayProxyRequest, p Principal, status int, start time.Time, err error, attr slog.Attr) {
+	if c, ok := ctx.Value(callKey{}).(*Call); ok {
+		c.Err, c.Attr = err, attr
+		return
+	}
+	c := Call{RequestID: req.RequestContext.RequestID, Method: req.HTTPMethod, Route: req.Resource, AccountID: p.AccountID, Status: status, Start: start, Err: err, Attr: attr}
+	c.Log(ctx, h.d.Logger, h.d.Now())
 }

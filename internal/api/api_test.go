@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strings"
 	"sync"
@@ -50,6 +51,8 @@ type fixture struct {
 	q     *queue
 	clock *testkit.Clock
 	seq   int
+	// logs holds what the handlers logged, as JSON lines.
+	logs *testkit.LogBuffer
 }
 
 func newFixture(t *testing.T) *fixture {
@@ -62,14 +65,16 @@ func newFixture(t *testing.T) *fixture {
 	t.Cleanup(func() { _ = st.Close() })
 	q := &queue{}
 	sandbox := verify.NewSandbox(clock.Now)
+	logs := &testkit.LogBuffer{}
 	return &fixture{
 		h: api.New(api.Deps{
 			Engine: sandbox, Sandbox: sandbox,
 			Idempotency: idempotency.New(st, clock.Now),
 			Batches:     st, Queue: q,
-			Now: clock.Now,
+			Now:    clock.Now,
+			Logger: slog.New(slog.NewJSONHandler(logs, nil)),
 		}),
-		q: q, clock: clock,
+		q: q, clock: clock, logs: logs,
 	}
 }
 

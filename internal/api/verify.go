@@ -82,7 +82,7 @@ func (h *Handler) Verify(ctx context.Context, req events.APIGatewayProxyRequest)
 	p, err := principal(req)
 	if err != nil {
 		resp := errorReply(rid, err)
-		h.logCall(ctx, req, p, resp.StatusCode, start, err)
+		h.logCall(ctx, req, p, resp.StatusCode, start, err, slog.Attr{})
 		return resp, nil
 	}
 	resp, domain, err := h.verify(ctx, req, p)

@@ -7,64 +7,81 @@ import (
 	"time"
 )
 
-// TestLogs: one structured line per call with the request id, route,
-// status, latency and account — and never an address or an API key, not
-// even in failures or in the batch worker's lines.
+// TestLogs: exactly one structured line per call — also for the calls no
+// handler sees (no route, no key, an unknown key) — with the request id,
+// method, route, status, latency and account, and never an address or an
+// API key, not even in failures or in the batch worker's lines.
 func TestLogs(t *testing.T) {
 	h := start(t, options{})
 	secretAddrs := []string{"alice@good.example", "nobody@good.example", "team+rejected-email@x.example", "carol@missing.example"}
-	var ids []string
-	for _, a := range secretAddrs[:2] {
-		r := h.do(req{method: "POST", path: "/v1/verify", key: h.liveKey, body: `{"email":"` + a + `"}`})
-		ids = append(ids, r.header.Get("X-Request-Id"))
+	unknownKey := "evs." + strings.Repeat("Q", 43)
+	type call struct {
+		r                   reply
+		method, route, acct string
+		status              int
 	}
-	r := h.do(req{method: "POST", path: "/v1/verify", key: h.testKey, body: `{"email":"` + secretAddrs[2] + `"}`})
-	ids = append(ids, r.header.Get("X-Request-Id"))
-	// A bad request that quotes nothing back, an unknown key, a batch.
-	h.do(req{method: "POST", path: "/v1/verify", key: h.liveKey, body: `{"email":"` + secretAddrs[3] + `","x":1}`})
-	h.do(req{method: "POST", path: "/v1/verify", key: "evs." + strings.Repeat("Q", 43), body: `{"email":"a@b.example"}`})
-	b := h.do(req{method: "POST", path: "/v1/requests", key: h.liveKey, body: `{"emails":["` + secretAddrs[0] + `","` + secretAddrs[3] + `"]}`})
+	var calls []call
+	do := func(r req, route, acct string, status int) reply {
+		rep := h.do(r)
+		calls = append(calls, call{rep, r.method, route, acct, status})
+		return rep
+	}
+	for _, a := range secretAddrs[:2] {
+		do(req{method: "POST", path: "/v1/verify", key: h.liveKey, body: `{"email":"` + a + `"}`}, "/v1/verify", h.liveAcct, 200)
+	}
+	do(req{method: "POST", path: "/v1/verify", key: h.testKey, body: `{"email":"` + secretAddrs[2] + `"}`}, "/v1/verify", h.testAcct, 200)
+	// A bad request that quotes nothing back, an unknown key, no key, no
+	// route, a batch.
+	do(req{method: "POST", path: "/v1/verify", key: h.liveKey, body: `{"email":"` + secretAddrs[3] + `","x":1}`}, "/v1/verify", h.liveAcct, 400)
+	do(req{method: "POST", path: "/v1/verify", key: unknownKey, body: `{"email":"a@b.example"}`}, "/v1/verify", "", 401)
+	do(req{method: "POST", path: "/v1/verify", body: `{"email":"a@b.example"}`}, "/v1/verify", "", 401)
+	do(req{method: "GET", path: "/v1/nowhere", key: h.liveKey}, "", "", 404)
+	b := do(req{method: "POST", path: "/v1/requests", key: h.liveKey, body: `{"emails":["` + secretAddrs[0] + `","` + secretAddrs[3] + `"]}`}, "/v1/requests", h.liveAcct, 201)
 	id := decodeEnvelope(t, b).Request.ID
 	h.poll(h.liveKey, id, 10*time.Second)
 	h.stop()
 
 	logs := h.logs.String()
-	for _, secret := range append(secretAddrs, h.liveKey, h.testKey) {
+	for _, secret := range append(secretAddrs, h.liveKey, h.testKey, unknownKey) {
 		if strings.Contains(logs, secret) {
 			t.Errorf("logs contain %q", secret)
 		}
 	}
-	calls, access := map[string]map[string]any{}, map[string]map[string]any{}
+	lines := requestLines(t, logs)
+	for i, c := range calls {
+		rid := c.r.header.Get("X-Request-Id")
+		if c.r.status != c.status {
+			t.Fatalf("call %d: status %d, want %d: %s", i, c.r.status, c.status, c.r.body)
+		}
+		if len(lines[rid]) != 1 {
+			t.Fatalf("call %d (%s) has %d log lines, want 1: %v", i, rid, len(lines[rid]), lines[rid])
+		}
+		m := lines[rid][0]
+		if m["msg"] != "call" || m["method"] != c.method || m["route"] != c.route || m["status"] != float64(c.status) || m["accountId"] != c.acct {
+			t.Errorf("call %d: line %v, want %s %q %d account %q", i, m, c.method, c.route, c.status, c.acct)
+		}
+		if _, ok := m["latencyMs"]; !ok {
+			t.Errorf("call %d: line %v lacks latencyMs", i, m)
+		}
+	}
+	if m := lines[b.header.Get("X-Request-Id")][0]; m["batchId"] != id {
+		t.Errorf("batch create line %v does not name batch %s", m, id)
+	}
+}
+
+// requestLines parses logs, which must all be JSON, into the lines of each
+// request id.
+func requestLines(t *testing.T, logs string) map[string][]map[string]any {
+	t.Helper()
+	lines := map[string][]map[string]any{}
 	for _, line := range strings.Split(strings.TrimSpace(logs), "\n") {
 		var m map[string]any
 		if err := json.Unmarshal([]byte(line), &m); err != nil {
 			t.Fatalf("log line is not JSON: %q", line)
 		}
-		switch m["msg"] {
-		case "call":
-			calls[m["requestId"].(string)] = m
-		case "access":
-			access[m["requestId"].(string)] = m
+		if rid, ok := m["requestId"].(string); ok {
+			lines[rid] = append(lines[rid], m)
 		}
 	}
-	for i, rid := range ids {
-		m, ok := calls[rid]
-		if !ok {
-			t.Fatalf("no call line for request %d (%s)\n%s", i, rid, logs)
-		}
-		for _, f := range []string{"route", "status", "latencyMs", "accountId"} {
-			if _, ok := m[f]; !ok {
-				t.Errorf("call line %v lacks %s", m, f)
-			}
-		}
-		if m["route"] != "POST /v1/verify" || m["status"] != float64(200) {
-			t.Errorf("call line %v: want route POST /v1/verify, status 200", m)
-		}
-		if a := access[rid]; a == nil || a["accountId"] != m["accountId"] {
-			t.Errorf("gateway access line %v does not name the account of call line %v", a, m)
-		}
-	}
-	if c := calls[b.header.Get("X-Request-Id")]; c == nil || c["batchId"] != id {
-		t.Errorf("batch create call line %v does not name batch %s", c, id)
-	}
+	return lines
 }

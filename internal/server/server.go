@@ -1,7 +1,9 @@
-// Package server assembles the whole API on one machine — what `evs serve`
-// runs: the local API Gateway stand-in in front of the same handlers the
-// Lambda functions run, the embedded durable store, and an in-process batch
-// worker. Tests start it on loopback and talk to it over HTTP.
+// Package server is `evs serve`: the whole API on one machine. Its HTTP edge
+// stands in for Amazon API Gateway (routes, authorizer and its cache,
+// throttling, gateway responses) in front of the same handlers the Lambda
+// functions run; behind them are the embedded durable store, an in-process
+// batch worker and the webhook deliverer. Tests start it on loopback and
+// talk to it over HTTP.
 package server
 
 import (
@@ -20,7 +22,6 @@ import (
 	"github.com/evs-dev/evs/internal/batch"
 	"github.com/evs-dev/evs/internal/config"
 	"github.com/evs-dev/evs/internal/evs"
-	"github.com/evs-dev/evs/internal/gateway"
 	"github.com/evs-dev/evs/internal/idempotency"
 	"github.com/evs-dev/evs/internal/metrics"
 	"github.com/evs-dev/evs/internal/store"
@@ -84,7 +85,7 @@ const (
 // Server is the one-machine service.
 type Server struct {
 	opts    Options
-	gateway *gateway.Gateway
+	gateway *gateway
 	runner  *batch.Runner
 	hooks   *webhook.Deliverer
 }
@@ -155,22 +156,7 @@ func New(o Options) (*Server, error) {
 		Callbacks:        api.Callbacks{Egress: o.Config.Egress, Deliveries: o.Store},
 	})
 	az := authorizer.New(o.Store)
-	gw, err := gateway.New(gateway.Config{
-		Routes: api.Routes(),
-		Functions: map[string]gateway.Function{
-			api.VerifyFunction:   h.Verify,
-			api.RequestsFunction: h.Requests,
-		},
-		Authorizer:  az.Handle,
-		AuthTTL:     o.Config.AuthTTL,
-		RateLimit:   o.Config.RateLimit,
-		BodyTimeout: o.BodyTimeout,
-		Now:         o.Now,
-		Logger:      o.Logger,
-	})
-	if err != nil {
-		return nil, err
-	}
+	gw := newGateway(o, map[string]function{api.VerifyFunction: h.Verify, api.RequestsFunction: h.Requests}, az.Handle)
 	if o.DeliverEvery <= 0 {
 		o.DeliverEvery = 500 * time.Millisecond
 	}
@@ -194,19 +180,7 @@ func keeper(st Store, now func() time.Time) *idempotency.Keeper {
 }
 
 // Handler is the HTTP face of the server.
-func (s *Server) Handler() http.Handler { return s.handler() }
-
-// handler is the gateway, counted by route template when metrics are on.
-func (s *Server) handler() http.Handler {
-	if s.opts.Metrics == nil {
-		return s.gateway
-	}
-	var routes []string
-	for _, r := range api.Routes() {
-		routes = append(routes, r.Path)
-	}
-	return metrics.Instrument(s.gateway, routes, s.opts.Metrics)
-}
+func (s *Server) Handler() http.Handler { return s.gateway }
 
 // PendingAddresses counts the addresses of queued and running batches
 // without a result yet (evs_batch_addresses_pending).
@@ -238,7 +212,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	}()
 	defer func() { stopWork(); <-hooksDone }()
 	srv := &http.Server{
-		Handler:           s.handler(),
+		Handler:           s.gateway,
 		ReadHeaderTimeout: headerTimeout,
 		IdleTimeout:       idleTimeout,
 		// net/http reads up to MaxHeaderBytes+4096 bytes of request line

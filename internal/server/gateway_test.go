@@ -1,10 +1,12 @@
-package gateway_test
+package server
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -15,11 +17,16 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/evs-dev/evs/internal/api"
-	"github.com/evs-dev/evs/internal/gateway"
+	"github.com/evs-dev/evs/internal/config"
+	"github.com/evs-dev/evs/internal/testkit"
 )
+
+// The gateway's emulation of API Gateway, with fake functions and a fake
+// authorizer: what only they can do (fail, panic, echo the event they got).
 
 type fixture struct {
 	srv       *httptest.Server
+	logs      *testkit.LogBuffer
 	mu        sync.Mutex
 	authCalls int
 	now       time.Time
@@ -69,7 +76,7 @@ func (f *fixture) authorize(_ context.Context, ev events.APIGatewayCustomAuthori
 }
 
 func newFixture(t *testing.T, rate float64) *fixture {
-	f := &fixture{now: time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC), deny: map[string]bool{}}
+	f := &fixture{now: time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC), deny: map[string]bool{}, logs: &testkit.LogBuffer{}}
 	echo := func(_ context.Context, ev events.APIGatewayProxyRequest) (events.APIGatewayProxyResponse, error) {
 		f.mu.Lock()
 		f.lastEvent = ev
@@ -82,20 +89,17 @@ func newFixture(t *testing.T, rate float64) *fixture {
 		}
 		return events.APIGatewayProxyResponse{StatusCode: 200, Headers: map[string]string{"Content-Type": "text/plain"}, Body: "ok " + ev.Resource}, nil
 	}
-	g, err := gateway.New(gateway.Config{
-		Routes:     api.Routes(),
-		Functions:  map[string]gateway.Function{api.VerifyFunction: echo, api.RequestsFunction: echo},
-		Authorizer: f.authorize,
-		RateLimit:  rate,
-		Now:        f.clock,
-		MaxBody:    1024,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	o := gatewayOptions(rate, f.clock)
+	o.Logger = slog.New(slog.NewJSONHandler(f.logs, nil))
+	g := newGateway(o, map[string]function{api.VerifyFunction: echo, api.RequestsFunction: echo}, f.authorize)
 	f.srv = httptest.NewServer(g)
 	t.Cleanup(f.srv.Close)
 	return f
+}
+
+// gatewayOptions are the server options the gateway reads.
+func gatewayOptions(rate float64, now func() time.Time) Options {
+	return Options{Config: config.Config{RateLimit: rate}, Now: now, Logger: slog.New(slog.DiscardHandler)}
 }
 
 type result struct {
@@ -136,6 +140,8 @@ func envelopeCode(t *testing.T, r result) string {
 	return e.Error.Code
 }
 
+// TestGatewayResponses: the gateway's own replies, each with one log line,
+// at ERROR with the cause when the 500 has one.
 func TestGatewayResponses(t *testing.T) {
 	f := newFixture(t, 0)
 	f.deny["good-denied"] = true
@@ -145,30 +151,54 @@ func TestGatewayResponses(t *testing.T) {
 		body                    string
 		status                  int
 		code                    string
+		cause                   string
 	}{
-		{"unknown route", "GET", "/v1/unknown", "good", nil, "", 404, "not_found"},
-		{"unknown route, no key", "GET", "/nope", "", nil, "", 404, "not_found"},
-		{"trailing slash", "POST", "/v1/requests/", "good", nil, "", 404, "not_found"},
-		{"doubled slash", "POST", "//v1/verify", "good", nil, "", 404, "not_found"},
-		{"empty id", "GET", "/v1/requests//results", "good", nil, "", 404, "not_found"},
-		{"missing key", "POST", "/v1/verify", "", nil, "", 401, "unauthorized"},
-		{"unknown key", "POST", "/v1/verify", "bad", nil, "", 401, "unauthorized"},
-		{"denied key", "POST", "/v1/verify", "good-denied", nil, "", 403, "forbidden"},
-		{"authorizer failure", "POST", "/v1/verify", "boom", nil, "", 500, "internal_error"},
-		{"handler panic", "POST", "/v1/verify", "good", map[string]string{"X-Mode": "panic"}, "", 500, "internal_error"},
-		{"handler error", "POST", "/v1/verify", "good", map[string]string{"X-Mode": "error"}, "", 500, "internal_error"},
-		{"body too large", "POST", "/v1/verify", "good", nil, strings.Repeat("x", 2000), 400, "invalid_request"},
+		{"unknown route", "GET", "/v1/unknown", "good", nil, "", 404, "not_found", ""},
+		{"unknown route, no key", "GET", "/nope", "", nil, "", 404, "not_found", ""},
+		{"trailing slash", "POST", "/v1/requests/", "good", nil, "", 404, "not_found", ""},
+		{"doubled slash", "POST", "//v1/verify", "good", nil, "", 404, "not_found", ""},
+		{"empty id", "GET", "/v1/requests//results", "good", nil, "", 404, "not_found", ""},
+		{"missing key", "POST", "/v1/verify", "", nil, "", 401, "unauthorized", ""},
+		{"unknown key", "POST", "/v1/verify", "bad", nil, "", 401, "unauthorized", ""},
+		{"denied key", "POST", "/v1/verify", "good-denied", nil, "", 403, "forbidden", ""},
+		{"authorizer failure", "POST", "/v1/verify", "boom", nil, "", 500, "internal_error", "store down"},
+		{"handler panic", "POST", "/v1/verify", "good", map[string]string{"X-Mode": "panic"}, "", 500, "internal_error", "handler bug"},
+		{"handler error", "POST", "/v1/verify", "good", map[string]string{"X-Mode": "error"}, "", 500, "internal_error", "crash"},
+		{"body too large", "POST", "/v1/verify", "good", nil, strings.Repeat("x", api.MaxVerifyBody+1), 400, "invalid_request", ""},
 	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			r := f.call(t, c.method, c.path, c.key, c.hdr, c.body)
-			if r.status != c.status {
-				t.Fatalf("status %d, want %d: %s", r.status, c.status, r.body)
-			}
-			if code := envelopeCode(t, r); code != c.code {
-				t.Fatalf("code %q, want %q", code, c.code)
-			}
-		})
+	ids := make([]string, len(cases))
+	for i, c := range cases {
+		r := f.call(t, c.method, c.path, c.key, c.hdr, c.body)
+		if r.status != c.status {
+			t.Fatalf("%s: status %d, want %d: %s", c.name, r.status, c.status, r.body)
+		}
+		if code := envelopeCode(t, r); code != c.code {
+			t.Fatalf("%s: code %q, want %q", c.name, code, c.code)
+		}
+		ids[i] = r.header.Get("X-Request-Id")
+	}
+	f.srv.Close() // every line is written
+	lines := map[string][]map[string]any{}
+	for _, line := range strings.Split(strings.TrimSpace(f.logs.String()), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("log line is not JSON: %q", line)
+		}
+		rid, _ := m["requestId"].(string)
+		lines[rid] = append(lines[rid], m)
+	}
+	for i, c := range cases {
+		if len(lines[ids[i]]) != 1 {
+			t.Fatalf("%s: %d log lines, want 1: %v", c.name, len(lines[ids[i]]), lines[ids[i]])
+		}
+		m := lines[ids[i]][0]
+		wantLevel := "INFO"
+		if c.cause != "" {
+			wantLevel = "ERROR"
+		}
+		if m["status"] != float64(c.status) || m["method"] != c.method || m["level"] != wantLevel || !strings.Contains(fmt.Sprint(m["error"]), c.cause) {
+			t.Errorf("%s: line %v, want status %d, %s, cause %q", c.name, m, c.status, wantLevel, c.cause)
+		}
 	}
 }
 
@@ -266,20 +296,13 @@ func (c *countingReader) Read(p []byte) (int, error) {
 }
 
 // TestBodyReadToRouteLimit: an endless body is refused after exactly the
-// route's limit plus one byte, never the gateway-wide cap.
+// route's limit plus one byte.
 func TestBodyReadToRouteLimit(t *testing.T) {
 	f := newFixture(t, 0)
 	echo := func(_ context.Context, ev events.APIGatewayProxyRequest) (events.APIGatewayProxyResponse, error) {
 		return events.APIGatewayProxyResponse{StatusCode: 200, Body: ev.Body}, nil
 	}
-	g, err := gateway.New(gateway.Config{
-		Routes:     api.Routes(),
-		Functions:  map[string]gateway.Function{api.VerifyFunction: echo, api.RequestsFunction: echo},
-		Authorizer: f.authorize,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	g := newGateway(gatewayOptions(0, time.Now), map[string]function{api.VerifyFunction: echo, api.RequestsFunction: echo}, f.authorize)
 	for _, c := range []struct {
 		method, path string
 		limit        int64

@@ -1,24 +1,4 @@
-// Package gateway is the local stand-in for Amazon API Gateway (REST API)
-// that `evs serve` puts in front of the same handler code the Lambda
-// functions run. It reproduces the parts of API Gateway the service relies
-// on, so a local run exercises the production code paths:
-//
-//   - one route table (api.Routes, the same as template.yaml); an unknown
-//     path gets the MISSING_AUTHENTICATION_TOKEN response (404) before any
-//     authorizer runs, as on AWS;
-//   - the REQUEST authorizer, called with the event API Gateway builds, its
-//     result cached per key for a TTL (300 s by default, like
-//     ReauthorizeEvery), so a revoked key keeps working until the entry
-//     expires, exactly as on AWS;
-//   - the proxy event as API Gateway builds it: requestContext.requestId,
-//     the authorizer context, path parameters, multi-value headers and
-//     query strings, base64 for bodies that are not UTF-8;
-//   - per-account throttling (token bucket: rate, burst twice that) in
-//     place of the usage plan;
-//   - gateway responses (401, 403, 404, 429, 500) in the contract's
-//     envelope, the same bodies template.yaml declares;
-//   - a structured access log line per call.
-package gateway
+package server
 
 import (
 	"context"
@@ -27,10 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"math"
 	"net"
 	"net/http"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -44,58 +24,64 @@ import (
 	"github.com/evs-dev/evs/internal/api"
 )
 
-// Function is a Lambda proxy handler.
-type Function func(ctx context.Context, req events.APIGatewayProxyRequest) (events.APIGatewayProxyResponse, error)
-
-// Authorizer is a Lambda REQUEST authorizer.
-type Authorizer func(ctx context.Context, req events.APIGatewayCustomAuthorizerRequestTypeRequest) (events.APIGatewayCustomAuthorizerResponse, error)
-
-// Config holds the gateway's routes, functions and settings.
-type Config struct {
-	Routes []api.Route
-	// Functions maps a route's Function name to its handler.
-	Functions  map[string]Function
-	Authorizer Authorizer
-	// AuthTTL is how long an authorizer result is cached per key (default
-	// 300 s, API Gateway's default; negative disables the cache).
-	AuthTTL time.Duration
-	// RateLimit is the per-account request rate per second, with a burst of
-	// twice that; 0 disables throttling.
-	RateLimit float64
-	// MaxBody caps request bodies, as API Gateway's 10 MB payload limit does;
-	// a route's own api.Route.MaxBody, when smaller, wins. Either way no
-	// more than the limit plus one byte is read before the body is refused.
-	MaxBody int64
-	// BodyTimeout is how long a request's body may take to arrive, counted
-	// from the end of its headers (default 30 s); after it the connection
-	// is closed. Unauthenticated requests get no longer: their unread body
-	// is never waited for.
-	BodyTimeout time.Duration
-	// AuthFailRate is how many failed authentications (401 and 403) one
-	// client address may have per second, with a burst of as many, before
-	// its calls are answered 429 without being authorized (default 20;
-	// negative disables).
-	AuthFailRate float64
-	// AuthFailClients bounds how many client addresses the failure count
-	// remembers (default 10,000); beyond it the least recent is forgotten.
-	AuthFailClients int
-	Stage           string
-	Now             func() time.Time
-	// NewRequestID makes request ids (default: random UUIDs).
-	NewRequestID func() string
-	Logger       *slog.Logger
-}
-
-// Gateway is an http.Handler that serves the API like API Gateway does.
-type Gateway struct {
-	cfg    Config
-	routes []route
+// gateway is the local stand-in for Amazon API Gateway (REST API) in front
+// of the same handlers the Lambda functions run. It reproduces the parts of
+// API Gateway the service relies on, so a local run exercises the
+// production code paths:
+//
+//   - one route table (api.Routes, the same as template.yaml); an unknown
+//     path gets the MISSING_AUTHENTICATION_TOKEN response (404) before any
+//     authorizer runs, as on AWS;
+//   - the REQUEST authorizer, called with the event API Gateway builds, its
+//     result cached per key for a TTL (Config.AuthTTL, 300 s by default
+//     like ReauthorizeEvery), so a revoked key keeps working until the
+//     entry expires, exactly as on AWS;
+//   - the proxy event as API Gateway builds it: requestContext.requestId,
+//     the authorizer context, path parameters, multi-value headers and
+//     query strings, base64 for bodies that are not UTF-8;
+//   - per-account throttling (token bucket: Config.RateLimit, burst twice
+//     that) in place of the usage plan;
+//   - gateway responses (401, 403, 404, 429, 500) in the contract's
+//     envelope, the same bodies template.yaml declares;
+//   - one log line per call (api.Call), also for the calls no function
+//     sees; a function's part of it (the domain or batch, a 5xx's cause)
+//     comes back through the context.
+//
+// Beyond API Gateway, it refuses a client that keeps failing to
+// authenticate (failLimiter) and bounds how long a body may take to arrive.
+type gateway struct {
+	// o gives Config.AuthTTL, Config.RateLimit, BodyTimeout, Now, Logger
+	// and Metrics.
+	o          Options
+	routes     []route
+	functions  map[string]function
+	authorizer authorizerFunc
 
 	mu       sync.Mutex
 	cache    map[[32]byte]authEntry
 	limiters map[string]*rate.Limiter
-	fails    *failLimiter // nil when disabled
+	fails    *failLimiter
 }
+
+// function is a Lambda proxy handler; authorizerFunc a Lambda REQUEST
+// authorizer. Tests put fakes in their place.
+type (
+	function       func(ctx context.Context, req events.APIGatewayProxyRequest) (events.APIGatewayProxyResponse, error)
+	authorizerFunc func(ctx context.Context, req events.APIGatewayCustomAuthorizerRequestTypeRequest) (events.APIGatewayCustomAuthorizerResponse, error)
+)
+
+// Local settings API Gateway has no counterpart of.
+const (
+	// stage is the stage name in method ARNs and events.
+	stage = "local"
+	// authFailRate is how many failed authentications (401 and 403) one
+	// client address may have per second, with a burst of as many, before
+	// its calls are answered 429 without being authorized.
+	authFailRate = 20
+	// authFailClients bounds how many client addresses the failure count
+	// remembers; beyond it the least recent is forgotten.
+	authFailClients = 10000
+)
 
 type route struct {
 	api.Route
@@ -107,62 +93,33 @@ type authEntry struct {
 	// authCtx is resp's context as the integration sees it, built once per
 	// entry rather than per call; functions only read it.
 	authCtx map[string]any
+	policy  policy
 	expires time.Time
 }
 
-// New returns a gateway.
-func New(cfg Config) (*Gateway, error) {
-	if cfg.Authorizer == nil {
-		return nil, errors.New("gateway: an authorizer is required")
+// newGateway serves api.Routes with functions, keyed by api.Route.Function,
+// behind az. From o it takes Config.AuthTTL (0: 300 s, negative: no cache),
+// Config.RateLimit (0: off), BodyTimeout (0: 30 s), Now and Logger.
+func newGateway(o Options, functions map[string]function, az authorizerFunc) *gateway {
+	if o.Config.AuthTTL == 0 {
+		o.Config.AuthTTL = 300 * time.Second
 	}
-	if cfg.AuthTTL == 0 {
-		cfg.AuthTTL = 300 * time.Second
+	if o.BodyTimeout <= 0 {
+		o.BodyTimeout = 30 * time.Second
 	}
-	if cfg.MaxBody <= 0 {
-		cfg.MaxBody = 10 << 20
-	}
-	if cfg.Stage == "" {
-		cfg.Stage = "local"
-	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
-	if cfg.NewRequestID == nil {
-		cfg.NewRequestID = uuid.NewString
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.NewJSONHandler(io.Discard, nil))
-	}
-	if cfg.BodyTimeout <= 0 {
-		cfg.BodyTimeout = 30 * time.Second
-	}
-	if cfg.AuthFailRate == 0 {
-		cfg.AuthFailRate = 20
-	}
-	if cfg.AuthFailClients <= 0 {
-		cfg.AuthFailClients = 10000
-	}
-	g := &Gateway{cfg: cfg, cache: map[[32]byte]authEntry{}, limiters: map[string]*rate.Limiter{}}
-	if cfg.AuthFailRate > 0 {
-		g.fails = newFailLimiter(cfg.AuthFailRate, cfg.AuthFailClients)
-	}
-	for _, r := range cfg.Routes {
-		if cfg.Functions[r.Function] == nil {
-			return nil, fmt.Errorf("gateway: route %s has no function %q", r.Path, r.Function)
-		}
-		if !strings.HasPrefix(r.Path, "/") {
-			return nil, fmt.Errorf("gateway: route %s does not start with /", r.Path)
-		}
+	g := &gateway{o: o, functions: functions, authorizer: az, cache: map[[32]byte]authEntry{},
+		limiters: map[string]*rate.Limiter{}, fails: newFailLimiter(authFailRate, authFailClients)}
+	for _, r := range api.Routes() {
 		g.routes = append(g.routes, route{Route: r, parts: strings.Split(r.Path[1:], "/")})
 	}
-	return g, nil
+	return g
 }
 
 // match finds the route of path and its path parameters. Paths match
 // exactly: a trailing or doubled slash is another path, with no route
 // (contract, section 1), so "/v1/requests/" cannot pass for "/v1/requests"
 // and slip out of its idempotency scope.
-func (g *Gateway) match(path string) (route, map[string]string, bool) {
+func (g *gateway) match(path string) (route, map[string]string, bool) {
 	if !strings.HasPrefix(path, "/") {
 		return route{}, nil, false
 	}
@@ -205,14 +162,14 @@ func matchParts(parts []string, path string, param func(name, value string)) boo
 	return true
 }
 
-// statusWriter remembers the status for the access log.
+// statusWriter holds the call's log line and writes the status into it.
 type statusWriter struct {
 	http.ResponseWriter
-	status int
+	call api.Call
 }
 
 func (w *statusWriter) WriteHeader(code int) {
-	w.status = code
+	w.call.Status = code
 	w.ResponseWriter.WriteHeader(code)
 }
 
@@ -225,121 +182,113 @@ func (w *statusWriter) WriteString(s string) (int, error) {
 // Unwrap lets http.ResponseController reach the connection's deadlines.
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// ServeHTTP serves one call.
-func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	start := g.cfg.Now()
-	rid := g.cfg.NewRequestID()
+// ServeHTTP serves one call and writes its one log line, whether or not a
+// function saw it, and counts it under its route template when metrics are
+// on.
+func (g *gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	sw := &statusWriter{ResponseWriter: w, call: api.Call{RequestID: uuid.NewString(), Method: r.Method, Start: g.o.Now()}}
 	// The body's deadline runs from here (the headers are in). It is real
 	// time, whatever clock the gateway is given. The server also waits on
 	// it when it drains a body the handler did not read.
 	rc := http.NewResponseController(w)
-	_ = rc.SetReadDeadline(time.Now().Add(g.cfg.BodyTimeout)) // unsupported only in tests' fakes
-	sw := &statusWriter{ResponseWriter: w}
-	account, resource := g.serve(sw, r, rid, start)
-	// The record goes to the handler directly: Logger.LogAttrs would also
-	// walk the stack for a source position no one logs, on every call.
-	if h := g.cfg.Logger.Handler(); h.Enabled(r.Context(), slog.LevelInfo) {
-		end := g.cfg.Now()
-		rec := slog.NewRecord(end, slog.LevelInfo, "access", 0)
-		rec.AddAttrs(
-			slog.String("requestId", rid),
-			slog.String("method", r.Method),
-			slog.String("route", resource),
-			slog.Int("status", sw.status),
-			slog.Int64("latencyMs", end.Sub(start).Milliseconds()),
-			slog.String("accountId", account),
-		)
-		_ = h.Handle(r.Context(), rec)
+	_ = rc.SetReadDeadline(time.Now().Add(g.o.BodyTimeout)) // unsupported only in tests' fakes
+	g.serve(sw, r, &sw.call)
+	end := g.o.Now()
+	sw.call.Log(r.Context(), g.o.Logger, end)
+	if g.o.Metrics != nil {
+		route := sw.call.Route
+		if route == "" {
+			route = "unmatched" // a client's path never becomes a label
+		}
+		g.o.Metrics.HTTPRequest(route, sw.call.Status, end.Sub(sw.call.Start))
 	}
 }
 
-// serve answers the call; start is when it arrived, the one reading of the
-// clock its checks share.
-func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, rid string, start time.Time) (account, resource string) {
+// serve answers the call c, filling in its log line; c.Start is when it
+// arrived, the one reading of the clock its checks share.
+func (g *gateway) serve(w http.ResponseWriter, r *http.Request, c *api.Call) {
+	rid := c.RequestID
 	rt, params, ok := g.match(r.URL.Path)
 	if !ok {
-		writeResponse(w, MissingAuthToken, rid, nil)
-		return "", ""
+		writeResponse(w, missingAuthToken, rid, nil)
+		return
 	}
-	resource = rt.Path
+	c.Route = rt.Path
 	key := r.Header.Get("X-Api-Key")
-	methodArn := "arn:aws:execute-api:local:000000000000:evs/" + g.cfg.Stage + "/" + r.Method + r.URL.Path
+	methodArn := "arn:aws:execute-api:local:000000000000:evs/" + stage + "/" + r.Method + r.URL.Path
 	// The cache is looked up once per call: the failure limiter and the
 	// authorizer both use the answer.
 	var hit cacheHit
 	if key != "" {
-		hit = g.lookup(key, methodArn, start)
+		hit = g.lookup(key, methodArn, c.Start)
 	}
 	client := ""
-	if g.fails != nil && !hit.allows {
+	if !hit.allows {
 		client = clientOf(r)
 		// A client that keeps failing is refused before its key is even
 		// looked at, so guessing keys is slow; a key already seen to
 		// work (cached) still passes, so neighbours behind the same NAT
 		// keep working.
-		if wait, blocked := g.fails.blocked(client, g.cfg.Now()); blocked {
+		if wait, blocked := g.fails.blocked(client, g.o.Now()); blocked {
 			refuseEarly(w, r)
-			writeResponse(w, Throttled, rid, map[string]string{"Retry-After": retryAfter(wait)})
-			return "", resource
+			writeResponse(w, throttled, rid, map[string]string{"Retry-After": retryAfter(wait)})
+			return
 		}
 	}
 	// API Gateway answers 401 itself when the identity source is missing.
-	typ := Unauthorized
+	typ := unauthorized
 	var authResp events.APIGatewayCustomAuthorizerResponse
 	if key != "" {
-		authResp, typ = g.authorize(r.Context(), r, rid, hit, rt, params, methodArn)
+		authResp, typ = g.authorize(r.Context(), r, c, hit, rt, params, methodArn)
 	}
 	if typ != "" {
-		if g.fails != nil && (typ == Unauthorized || typ == AccessDenied) {
+		if typ == unauthorized || typ == accessDenied {
 			if client == "" {
 				client = clientOf(r)
 			}
-			g.fails.fail(client, g.cfg.Now())
+			g.fails.fail(client, g.o.Now())
 		}
 		refuseEarly(w, r)
 		writeResponse(w, typ, rid, nil)
-		return "", resource
+		return
 	}
 	// Limits and logs are per account: an account's keys share its budget.
-	account, _ = authResp.Context["accountId"].(string)
-	if account == "" {
-		account = authResp.PrincipalID
+	c.AccountID, _ = authResp.Context["accountId"].(string)
+	if c.AccountID == "" {
+		c.AccountID = authResp.PrincipalID
 	}
-	if wait, limited := g.throttle(account); limited {
+	if wait, limited := g.throttle(c.AccountID); limited {
 		refuseEarly(w, r)
-		writeResponse(w, Throttled, rid, map[string]string{"Retry-After": retryAfter(wait)})
-		return account, resource
+		writeResponse(w, throttled, rid, map[string]string{"Retry-After": retryAfter(wait)})
+		return
 	}
 	body, typ := g.readBody(w, r, rt)
 	if typ != "" {
 		// The rest of the body is never read: close instead.
 		w.Header().Set("Connection", "close")
 		writeResponse(w, typ, rid, nil)
-		return account, resource
+		return
 	}
-	ev := g.event(r, rid, rt, params, body, authResp, hit.authCtx, start)
-	resp, err := g.invoke(r.Context(), g.cfg.Functions[rt.Function], ev)
+	ev := g.event(r, rid, rt, params, body, authResp, hit.authCtx, c.Start)
+	resp, err := g.invoke(api.WithCall(r.Context(), c), g.functions[rt.Function], ev)
 	if err != nil {
-		g.cfg.Logger.ErrorContext(r.Context(), "function failed", slog.String("requestId", rid), slog.String("function", rt.Function), slog.String("error", err.Error()))
-		writeResponse(w, Default5XX, rid, nil)
-		return account, resource
+		c.Err = err
+		writeResponse(w, default5XX, rid, nil)
+		return
 	}
 	writeProxy(w, resp, rid)
-	return account, resource
 }
 
-// readBody reads the body up to the route's limit: a body longer than that
-// is refused after limit+1 bytes, however long it claims or turns out to
-// be; one that does not arrive by the deadline set in ServeHTTP fails the
-// read. Once read, the deadline is lifted: a deadline left on the idle
-// connection would cancel the request's context mid-call when it expires.
-func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request, rt route) ([]byte, string) {
-	limit := g.cfg.MaxBody
-	if rt.MaxBody > 0 && rt.MaxBody < limit {
-		limit = rt.MaxBody
-	}
+// readBody reads the body up to the route's limit, which is under API
+// Gateway's 10 MB payload limit: a body longer than that is refused after
+// limit+1 bytes, however long it claims or turns out to be; one that does
+// not arrive by the deadline set in ServeHTTP fails the read. Once read,
+// the deadline is lifted: a deadline left on the idle connection would
+// cancel the request's context mid-call when it expires.
+func (g *gateway) readBody(w http.ResponseWriter, r *http.Request, rt route) ([]byte, string) {
+	limit := rt.MaxBody
 	if r.ContentLength > limit {
-		return nil, RequestTooLarge // said so up front: read nothing
+		return nil, requestTooLarge // said so up front: read nothing
 	}
 	raw := w
 	if sw, ok := w.(*statusWriter); ok {
@@ -355,9 +304,9 @@ func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request, rt route) ([]
 	var tooBig *http.MaxBytesError
 	switch {
 	case errors.As(err, &tooBig):
-		return nil, RequestTooLarge
+		return nil, requestTooLarge
 	case err != nil:
-		return nil, BadRequestBody
+		return nil, badRequestBody
 	}
 	_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
 	return body, ""
@@ -402,9 +351,9 @@ type cacheHit struct {
 }
 
 // lookup reads the cache entry of key and tells whether it allows methodArn.
-func (g *Gateway) lookup(key, methodArn string, now time.Time) cacheHit {
+func (g *gateway) lookup(key, methodArn string, now time.Time) cacheHit {
 	h := cacheHit{ck: sha256.Sum256([]byte(key))}
-	if g.cfg.AuthTTL <= 0 {
+	if g.o.Config.AuthTTL <= 0 {
 		return h
 	}
 	g.mu.Lock()
@@ -412,7 +361,7 @@ func (g *Gateway) lookup(key, methodArn string, now time.Time) cacheHit {
 	g.mu.Unlock()
 	if ok && now.Before(e.expires) {
 		h.resp, h.authCtx, h.found = e.resp, e.authCtx, true
-		h.allows = allowed(e.resp.PolicyDocument, methodArn)
+		h.allows = e.policy.allows(methodArn)
 	}
 	return h
 }
@@ -428,7 +377,7 @@ func retryAfter(wait time.Duration) string {
 
 // invoke runs a function, turning a panic into an error as the Lambda
 // runtime turns a crash into a failed invocation.
-func (g *Gateway) invoke(ctx context.Context, fn Function, ev events.APIGatewayProxyRequest) (resp events.APIGatewayProxyResponse, err error) {
+func (g *gateway) invoke(ctx context.Context, fn function, ev events.APIGatewayProxyRequest) (resp events.APIGatewayProxyResponse, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("gateway: function panicked: %v", p)
@@ -438,18 +387,18 @@ func (g *Gateway) invoke(ctx context.Context, fn Function, ev events.APIGatewayP
 }
 
 // authorize returns the authorizer's allow response, or the gateway
-// response type to answer with.
-func (g *Gateway) authorize(ctx context.Context, r *http.Request, rid string, hit cacheHit, rt route, params map[string]string, methodArn string) (events.APIGatewayCustomAuthorizerResponse, string) {
+// response type to answer with (and the cause of a 500 in c.Err).
+func (g *gateway) authorize(ctx context.Context, r *http.Request, c *api.Call, hit cacheHit, rt route, params map[string]string, methodArn string) (events.APIGatewayCustomAuthorizerResponse, string) {
 	if hit.found {
 		if !hit.allows {
-			return hit.resp, AccessDenied
+			return hit.resp, accessDenied
 		}
 		return hit.resp, ""
 	}
-	now := g.cfg.Now()
+	now := g.o.Now()
 	hs, mhs := headers(r)
 	qs, mqs := query(r)
-	resp, err := g.cfg.Authorizer(ctx, events.APIGatewayCustomAuthorizerRequestTypeRequest{
+	resp, err := g.authorizer(ctx, events.APIGatewayCustomAuthorizerRequestTypeRequest{
 		Type:                            "REQUEST",
 		MethodArn:                       methodArn,
 		Resource:                        rt.Path,
@@ -461,71 +410,110 @@ func (g *Gateway) authorize(ctx context.Context, r *http.Request, rid string, hi
 		MultiValueQueryStringParameters: mqs,
 		PathParameters:                  params,
 		RequestContext: events.APIGatewayCustomAuthorizerRequestTypeRequestContext{
-			Path: "/" + g.cfg.Stage + r.URL.Path, AccountID: "000000000000", ResourcePath: rt.Path,
-			Stage: g.cfg.Stage, RequestID: rid, APIID: "evs", HTTPMethod: r.Method,
+			Path: "/" + stage + r.URL.Path, AccountID: "000000000000", ResourcePath: rt.Path,
+			Stage: stage, RequestID: c.RequestID, APIID: "evs", HTTPMethod: r.Method,
 		},
 	})
 	if err != nil {
 		// "Unauthorized" is the authorizer's documented way to ask for
 		// a 401; any other failure is a 500, and neither is cached.
 		if err.Error() == "Unauthorized" {
-			return resp, Unauthorized
+			return resp, unauthorized
 		}
-		g.cfg.Logger.ErrorContext(ctx, "authorizer failed", slog.String("requestId", rid), slog.String("error", err.Error()))
-		return resp, Default5XX
+		c.Err = fmt.Errorf("authorizer: %w", err)
+		return resp, default5XX
 	}
-	if g.cfg.AuthTTL > 0 {
+	pol := compilePolicy(resp.PolicyDocument)
+	if g.o.Config.AuthTTL > 0 {
 		g.mu.Lock()
-		g.cache[hit.ck] = authEntry{resp: resp, authCtx: integrationContext(resp), expires: now.Add(g.cfg.AuthTTL)}
+		g.cache[hit.ck] = authEntry{resp: resp, authCtx: integrationContext(resp), policy: pol, expires: now.Add(g.o.Config.AuthTTL)}
 		g.mu.Unlock()
 	}
-	if !allowed(resp.PolicyDocument, methodArn) {
-		return resp, AccessDenied
+	if !pol.allows(methodArn) {
+		return resp, accessDenied
 	}
 	return resp, ""
 }
 
-// allowed evaluates an IAM policy for execute-api:Invoke on arn the way IAM
-// does: an explicit Deny wins, then any Allow.
-func allowed(doc events.APIGatewayCustomAuthorizerPolicy, arn string) bool {
-	allow := false
+// policy is an authorizer's IAM policy as it bears on execute-api:Invoke,
+// compiled once per answer: the resources its Allow and its Deny
+// statements name.
+type policy struct{ allow, deny *regexp.Regexp }
+
+// compilePolicy compiles doc. A policy it cannot read allows nothing.
+func compilePolicy(doc events.APIGatewayCustomAuthorizerPolicy) policy {
+	var allow, deny []string
 	for _, s := range doc.Statement {
-		if !matchesAny(s.Action, "execute-api:Invoke") || !matchesAny(s.Resource, arn) {
+		action, err := wildcards(s.Action)
+		if err != nil {
+			return policy{}
+		}
+		if action == nil || !action.MatchString("execute-api:Invoke") {
 			continue
 		}
 		switch s.Effect {
-		case "Deny":
-			return false
 		case "Allow":
-			allow = true
+			allow = append(allow, s.Resource...)
+		case "Deny":
+			deny = append(deny, s.Resource...)
 		}
 	}
-	return allow
+	a, errA := wildcards(allow)
+	d, errD := wildcards(deny)
+	if errA != nil || errD != nil {
+		return policy{}
+	}
+	return policy{allow: a, deny: d}
 }
 
-func matchesAny(patterns []string, s string) bool {
-	for _, p := range patterns {
-		if glob(p, s) {
-			return true
-		}
-	}
-	return false
+// allows evaluates the policy for arn the way IAM does: an explicit Deny
+// wins, then any Allow.
+func (p policy) allows(arn string) bool {
+	return p.allow != nil && p.allow.MatchString(arn) && (p.deny == nil || !p.deny.MatchString(arn))
 }
+
+// wildcards compiles IAM patterns into one expression that matches what any
+// of them matches (nil for none). In IAM '*' stands for any run of
+// characters, '/' included, and '?' for one; nothing else is special and
+// nothing escapes. path.Match is not that (its '*' stops at '/', and '['
+// and '\' mean something there); a regular expression is, and Go matches
+// one in time proportional to the ARN (it holds the client's path) times
+// the pattern (it comes from the authorizer), never exponentially.
+func wildcards(patterns []string) (*regexp.Regexp, error) {
+	if len(patterns) == 0 {
+		return nil, nil
+	}
+	var b strings.Builder
+	b.WriteString(`(?s)\A(?:`)
+	for i, p := range patterns {
+		if i > 0 {
+			b.WriteByte('|')
+		}
+		b.WriteString(iamWildcards.Replace(regexp.QuoteMeta(p)))
+	}
+	b.WriteString(`)\z`)
+	return regexp.Compile(b.String())
+}
+
+// iamWildcards turns the '*' and '?' that QuoteMeta escaped back into
+// wildcards. An escaped backslash is taken whole, so the backslash of a
+// pattern stays a literal one and does not escape what follows it.
+var iamWildcards = strings.NewReplacer(`\\`, `\\`, `\*`, `.*`, `\?`, `.`)
 
 // throttle takes a token from the account's bucket.
-func (g *Gateway) throttle(account string) (time.Duration, bool) {
-	if g.cfg.RateLimit <= 0 {
+func (g *gateway) throttle(account string) (time.Duration, bool) {
+	if g.o.Config.RateLimit <= 0 {
 		return 0, false
 	}
 	g.mu.Lock()
 	lim, ok := g.limiters[account]
 	if !ok {
-		burst := int(math.Ceil(2 * g.cfg.RateLimit))
-		lim = rate.NewLimiter(rate.Limit(g.cfg.RateLimit), burst)
+		burst := int(math.Ceil(2 * g.o.Config.RateLimit))
+		lim = rate.NewLimiter(rate.Limit(g.o.Config.RateLimit), burst)
 		g.limiters[account] = lim
 	}
 	g.mu.Unlock()
-	now := g.cfg.Now()
+	now := g.o.Now()
 	res := lim.ReserveN(now, 1)
 	if d := res.DelayFrom(now); d > 0 {
 		res.CancelAt(now)
@@ -569,7 +557,7 @@ func query(r *http.Request) (map[string]string, map[string][]string) {
 // event builds the proxy event API Gateway hands a Lambda function.
 // authCtx is auth's integration context when the cache already holds it
 // (nil: built here); now is when the call arrived.
-func (g *Gateway) event(r *http.Request, rid string, rt route, params map[string]string, body []byte, auth events.APIGatewayCustomAuthorizerResponse, authCtx map[string]any, now time.Time) events.APIGatewayProxyRequest {
+func (g *gateway) event(r *http.Request, rid string, rt route, params map[string]string, body []byte, auth events.APIGatewayCustomAuthorizerResponse, authCtx map[string]any, now time.Time) events.APIGatewayProxyRequest {
 	hs, mhs := headers(r)
 	qs, mqs := query(r)
 	if authCtx == nil {
@@ -590,12 +578,12 @@ func (g *Gateway) event(r *http.Request, rid string, rt route, params map[string
 		RequestContext: events.APIGatewayProxyRequestContext{
 			AccountID:        "000000000000",
 			ResourcePath:     rt.Path,
-			Stage:            g.cfg.Stage,
+			Stage:            stage,
 			RequestID:        rid,
 			Identity:         events.APIGatewayRequestIdentity{SourceIP: sourceIP(r), UserAgent: r.UserAgent()},
 			Authorizer:       authCtx,
 			HTTPMethod:       r.Method,
-			Path:             "/" + g.cfg.Stage + r.URL.Path,
+			Path:             "/" + stage + r.URL.Path,
 			APIID:            "evs",
 			Protocol:         r.Proto,
 			RequestTimeEpoch: now.UnixMilli(),
@@ -652,7 +640,7 @@ func writeProxy(w http.ResponseWriter, resp events.APIGatewayProxyResponse, rid 
 	if resp.IsBase64Encoded {
 		b, err := base64.StdEncoding.DecodeString(resp.Body)
 		if err != nil {
-			writeResponse(w, Default5XX, rid, nil)
+			writeResponse(w, default5XX, rid, nil)
 			return
 		}
 		body = string(b)

@@ -1,0 +1,15 @@
+package metrics_test
+
+import (
+	"testing"
+
+	"github.com/evs-dev/evs/internal/metrics"
+)
+
+func TestReplyClass(t *testing.T) {
+	for code, want := range map[int]string{250: "2xx", 450: "4xx", 550: "5xx", 0: "", 199: "", 600: ""} {
+		if got := metrics.ReplyClass(code); got != want {
+			t.Errorf("ReplyClass(%d) = %q, want %q", code, got, want)
+		}
+	}
+}

@@ -1,0 +1,75 @@
+package server
+
+import (
+	"net/http"
+
+	"github.com/evs-dev/evs/internal/api"
+	"github.com/evs-dev/evs/internal/evs"
+)
+
+// GatewayResponse is a reply the gateway itself gives, before or instead of
+// a function: API Gateway's "gateway responses". template.yaml declares the
+// same ones with the same bodies (a test compares them).
+type GatewayResponse struct {
+	// Type is API Gateway's response type, e.g. "UNAUTHORIZED".
+	Type    string
+	Status  int
+	Code    string
+	Message string
+	// Headers are extra headers besides Content-Type and X-Request-Id.
+	Headers map[string]string
+}
+
+// The gateway response types the local gateway renders.
+const (
+	unauthorized      = "UNAUTHORIZED"
+	accessDenied      = "ACCESS_DENIED"
+	throttled         = "THROTTLED"
+	quotaExceeded     = "QUOTA_EXCEEDED"
+	badRequestBody    = "BAD_REQUEST_BODY"
+	missingAuthToken  = "MISSING_AUTHENTICATION_TOKEN"
+	requestTooLarge   = "REQUEST_TOO_LARGE"
+	default4XX        = "DEFAULT_4XX"
+	default5XX        = "DEFAULT_5XX"
+	retryAfterDefault = "1"
+)
+
+// GatewayResponses returns every gateway response, keyed by type. MISSING_
+// AUTHENTICATION_TOKEN is what API Gateway answers for a path it has no
+// route for, so it is the contract's 404 not_found.
+func GatewayResponses() map[string]GatewayResponse {
+	rs := []GatewayResponse{
+		{Type: unauthorized, Status: http.StatusUnauthorized, Code: evs.CodeUnauthorized, Message: "Missing, malformed or unknown API key."},
+		{Type: accessDenied, Status: http.StatusForbidden, Code: evs.CodeForbidden, Message: "The API key is revoked or its account is suspended."},
+		{Type: throttled, Status: http.StatusTooManyRequests, Code: evs.CodeRateLimited, Message: "Too many requests; retry after the time in Retry-After.", Headers: map[string]string{"Retry-After": retryAfterDefault}},
+		{Type: quotaExceeded, Status: http.StatusTooManyRequests, Code: evs.CodeRateLimited, Message: "The account's request quota is used up.", Headers: map[string]string{"Retry-After": "3600"}},
+		{Type: badRequestBody, Status: http.StatusBadRequest, Code: evs.CodeInvalidRequest, Message: "The request body is invalid."},
+		{Type: missingAuthToken, Status: http.StatusNotFound, Code: evs.CodeNotFound, Message: "No such route."},
+		{Type: requestTooLarge, Status: http.StatusBadRequest, Code: evs.CodeInvalidRequest, Message: "The request body is too large."},
+		{Type: default4XX, Status: http.StatusBadRequest, Code: evs.CodeInvalidRequest, Message: "The request is invalid."},
+		{Type: default5XX, Status: http.StatusInternalServerError, Code: evs.CodeInternal, Message: "An internal error occurred."},
+	}
+	m := make(map[string]GatewayResponse, len(rs))
+	for _, r := range rs {
+		m[r.Type] = r
+	}
+	return m
+}
+
+// writeResponse renders gateway response typ; extra headers override the
+// defaults (the local throttle knows the real Retry-After).
+func writeResponse(w http.ResponseWriter, typ, requestID string, extra map[string]string) int {
+	r := GatewayResponses()[typ]
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("X-Request-Id", requestID)
+	for k, v := range r.Headers {
+		h.Set(k, v)
+	}
+	for k, v := range extra {
+		h.Set(k, v)
+	}
+	w.WriteHeader(r.Status)
+	_, _ = w.Write(api.ErrorBody(r.Code, r.Message, requestID))
+	return r.Status
+}
