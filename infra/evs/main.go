@@ -11,6 +11,11 @@
 //	                                   print (or rotate) the webhook signing secret
 //	evs version
 //
+// and, for developers:
+//
+//	evs sam-local-init [--env-vars FILE] [--endpoint URL]
+//	                                   ready moto_server for make sam-local
+//
 // Configuration comes from the environment (EVS_*), the same variables the
 // Lambda functions read; see the README.
 package main
@@ -48,6 +53,11 @@ keys and webhooks commands use the embedded store in EVS_DATA_DIR, or DynamoDB w
 --dynamodb-table TABLE and, for create, --usage-plan PLAN_ID (or
 EVS_USAGE_PLAN_ID; the stack's UsagePlanId output), with the usual AWS
 configuration.
+
+development (make sam-local):
+  sam-local-init [--env-vars FILE] [--endpoint URL]
+                                          create the tables, queue and usage plan of
+                                          infra/sam/env.json on moto_server (--help)
 `
 
 func main() {
@@ -78,6 +88,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		err = batchCmd(ctx, args[1:], stdout, stderr, getenv)
 	case "webhooks":
 		err = webhooksCmd(ctx, args[1:], stdout, stderr, getenv)
+	case "sam-local-init":
+		err = samLocalInit(ctx, args[1:], stdout)
 	case "version", "--version", "-v":
 		fmt.Fprintln(stdout, "evs", version)
 	case "help", "-h", "--help":

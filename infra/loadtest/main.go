@@ -44,10 +44,10 @@ import (
 
 	_ "modernc.org/sqlite" // the harness reads the data directory's sizes itself
 
-	"github.com/evs-dev/evs/infra/loadtest/floor"
 	"github.com/evs-dev/evs/internal/config"
 	"github.com/evs-dev/evs/internal/server"
 	"github.com/evs-dev/evs/internal/sqlitestore"
+	"github.com/evs-dev/evs/internal/testkit"
 )
 
 func main() {
@@ -146,7 +146,7 @@ func start(ctx context.Context) (*stack, error) {
 		cancel()
 		return nil, err
 	}
-	fsrv := &http.Server{Handler: floor.Handler(s.replyLen), ReadHeaderTimeout: 10 * time.Second}
+	fsrv := &http.Server{Handler: testkit.FloorHandler(s.replyLen), ReadHeaderTimeout: 10 * time.Second}
 	go fsrv.Serve(fln)
 	s.floor = fln.Addr().String()
 	s.stop = func() {

@@ -6,7 +6,7 @@
 # 1. moto_server on port 5000 (infra/sam/env.json points the functions at
 #    http://host.docker.internal:5000), bound to Docker's bridge gateway
 #    when this host has that address (Linux), else to all interfaces;
-# 2. go run ./infra/samlocal: the tables, the queue and a usage plan;
+# 2. evs sam-local-init: the tables, the queue and a usage plan;
 # 3. a live API key for account "local" (evs keys create);
 # 4. sam build, then sam local start-api on http://127.0.0.1:3000.
 #
@@ -59,7 +59,9 @@ for _ in $(seq 1 150); do
   sleep 0.2
 done
 
-eval "$("$go" run ./infra/samlocal --env-vars "$env_file" --endpoint "$endpoint")"
+# Assigned first: set -e sees a failure of the command, not of eval.
+vars=$("$go" run ./infra/evs sam-local-init --env-vars "$env_file" --endpoint "$endpoint")
+eval "$vars"
 key=$(AWS_ENDPOINT_URL=$endpoint AWS_REGION=us-east-1 AWS_ACCESS_KEY_ID=local AWS_SECRET_ACCESS_KEY=local \
   "$go" run ./infra/evs keys create --account local --dynamodb-table "$EVS_KEYS_TABLE" --usage-plan "$EVS_USAGE_PLAN_ID")
 cat <<MSG

@@ -13,8 +13,8 @@ import (
 	"github.com/evs-dev/evs/internal/evs"
 )
 
-// Namespace is the CloudWatch namespace of the EMF metrics.
-const Namespace = "evs"
+// namespace is the CloudWatch namespace of the EMF metrics.
+const namespace = "evs"
 
 // EMF writes each observation as one CloudWatch Embedded Metric Format line
 // (a JSON log line CloudWatch Logs turns into metrics): the Lambda
@@ -53,7 +53,7 @@ func (e *EMF) write(name, unit string, value float64, dims ...string) {
 	rec["_aws"] = map[string]any{
 		"Timestamp": now().UnixMilli(),
 		"CloudWatchMetrics": []emfDirective{{
-			Namespace: Namespace, Dimensions: [][]string{keys}, Metrics: []emfMetric{{Name: name, Unit: unit}},
+			Namespace: namespace, Dimensions: [][]string{keys}, Metrics: []emfMetric{{Name: name, Unit: unit}},
 		}},
 	}
 	b, err := json.Marshal(rec)
@@ -68,24 +68,24 @@ func (e *EMF) write(name, unit string, value float64, dims ...string) {
 
 // HTTPRequest implements Observer.
 func (e *EMF) HTTPRequest(route string, code int, d time.Duration) {
-	e.write(HTTPRequests, "Count", 1, "route", route, "code", strconv.Itoa(code))
-	e.write(HTTPRequestDuration, "Seconds", d.Seconds(), "route", route)
+	e.write(httpRequests, "Count", 1, "route", route, "code", strconv.Itoa(code))
+	e.write(httpRequestDuration, "Seconds", d.Seconds(), "route", route)
 }
 
 // Verification implements Observer.
 func (e *EMF) Verification(mode evs.Mode, status evs.Status, reason evs.Reason) {
-	e.write(Verifications, "Count", 1, "mode", string(mode), "status", string(status), "reason", string(reason))
+	e.write(verifications, "Count", 1, "mode", string(mode), "status", string(status), "reason", string(reason))
 }
 
 // SMTPReply implements Observer.
-func (e *EMF) SMTPReply(class string) { e.write(SMTPReplies, "Count", 1, "class", class) }
+func (e *EMF) SMTPReply(class string) { e.write(smtpReplies, "Count", 1, "class", class) }
 
 // DNSLookup implements Observer.
-func (e *EMF) DNSLookup(d time.Duration) { e.write(DNSLookupDuration, "Seconds", d.Seconds()) }
+func (e *EMF) DNSLookup(d time.Duration) { e.write(dnsLookupDuration, "Seconds", d.Seconds()) }
 
 // WebhookDelivery implements Observer.
 func (e *EMF) WebhookDelivery(result string) {
-	e.write(WebhookDeliveries, "Count", 1, "result", result)
+	e.write(webhookDeliveries, "Count", 1, "result", result)
 }
 
 // ProxyHandler is an API Gateway proxy Lambda handler.

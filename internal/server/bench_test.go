@@ -11,10 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/evs-dev/evs/infra/loadtest/floor"
 	"github.com/evs-dev/evs/internal/config"
 	"github.com/evs-dev/evs/internal/server"
 	"github.com/evs-dev/evs/internal/sqlitestore"
+	"github.com/evs-dev/evs/internal/testkit"
 )
 
 // The handler benchmarks measure the CPU and allocations one call costs in
@@ -137,7 +137,7 @@ func BenchmarkServeFloor(b *testing.B) {
 	r := benchRequest(http.MethodPost, "/v1/verify", s.key, benchVerifyBody)
 	w := &discardWriter{h: http.Header{}}
 	serveOnce(b, s.h, r, benchVerifyBody, w)
-	fh := floor.Handler(w.n)
+	fh := testkit.FloorHandler(w.n)
 	b.ReportAllocs()
 	for b.Loop() {
 		serveOnce(b, fh, r, benchVerifyBody, w)

@@ -1,6 +1,7 @@
+package testkit
+
 // DNSServer is a small authoritative-style DNS server on loopback, so tests
 // of the DNS stage exercise real UDP and TCP exchanges instead of fakes.
-package testkit
 
 import (
 	"context"

@@ -1,8 +1,9 @@
+package testkit
+
 // Runtime serves the AWS Lambda Runtime API on loopback, so tests can run the
 // real function binaries (built with lambda.norpc, started with
 // AWS_LAMBDA_RUNTIME_API pointing here) and hand them events, as the Lambda
 // service does.
-package testkit
 
 import (
 	"encoding/json"

@@ -1,8 +1,11 @@
-// Package testkit holds the test helpers shared by several packages' tests:
-// a moto_server (DynamoDB and SQS APIs) on loopback with AWS clients for it,
-// a loopback AWS Lambda Runtime API to drive the real function binaries, a
-// goroutine-safe log buffer, and a reader of template.yaml to check the code
-// against the deployment. Only tests import it.
+// Package testkit holds the real peers and helpers that several packages'
+// tests and benchmarks share. They are a moto_server (DynamoDB and SQS
+// APIs) on loopback with AWS clients for it, a loopback AWS Lambda Runtime
+// API to drive the real function binaries, loopback DNS, SMTP, SOCKS5 and
+// Postfix peers, the store contract suite, the bare net/http floor the HTTP
+// path is measured against, a goroutine-safe log buffer, and a reader of
+// template.yaml to check the code against the deployment. Only tests and
+// the load harness (infra/loadtest) import it.
 //
 // Moto: the server is the one named by EVS_MOTO_ENDPOINT when that is set
 // (the Makefile's infra/scripts/with-moto.sh exports it); otherwise the first

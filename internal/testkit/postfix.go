@@ -1,3 +1,5 @@
+package testkit
+
 // A real Postfix (Debian package postfix, 3.7) as a loopback SMTP peer of
 // the tests. Our reply classifier was graded on replies we wrote; a real
 // Postfix wraps every access-map or policy refusal in words of its own
@@ -36,7 +38,6 @@
 //     the services smtpd needs up to RCPT (cleanup, which smtpd opens at
 //     MAIL FROM, trivial-rewrite, anvil, proxymap, bounce, postlog), and
 //     no qmgr, pickup or delivery agents.
-package testkit
 
 import (
 	"bufio"

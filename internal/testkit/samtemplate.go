@@ -1,10 +1,11 @@
+package testkit
+
 // The SAM template reader: the parts of template.yaml that Go code must agree
 // with (API routes and the functions behind them, gateway responses, DynamoDB
 // key schemas, the functions' environment). The template is the deployment's
 // source of truth and the Go code the local stand-in's; they are written
 // separately, so a test compares them rather than trusting that both were
 // edited together.
-package testkit
 
 import (
 	"fmt"

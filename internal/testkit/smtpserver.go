@@ -1,7 +1,8 @@
+package testkit
+
 // SMTPServer is a scripted SMTP server on loopback: it answers the banner,
 // EHLO/HELO, STARTTLS, MAIL and RCPT as its SMTPOptions say, and records what
 // it was sent.
-package testkit
 
 import (
 	"crypto/ecdsa"

@@ -1,3 +1,5 @@
+package testkit
+
 // The SOCKS5 exit of the tests: a real Dante server (danted, Debian package
 // dante-server) on loopback, configured so that the connections it makes
 // leave from a loopback address of their own. A loopback SMTP peer then
@@ -8,7 +10,6 @@
 // Makefile's infra/scripts/with-socks5.sh exports it); otherwise, outside
 // CI, the first test that asks starts danted itself and every test of the
 // binary shares it.
-package testkit
 
 import (
 	"context"

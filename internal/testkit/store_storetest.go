@@ -1,7 +1,8 @@
+package testkit
+
 // The store contract suite: every store.Store implementation (the embedded
 // SQLite store and the DynamoDB adapter) calls RunStoreContract from its own
 // tests, so both behave the same way behind the service.
-package testkit
 
 import (
 	"context"

@@ -2,12 +2,12 @@
 // domain a disposable (throwaway) service, is it a free mailbox provider, and
 // is its local part a role mailbox rather than a person.
 //
-// The lists are embedded text files (see data/SOURCES.md) parsed into maps on
-// first use, so programs that never ask pay nothing and the lookups on the
-// verification hot path do not allocate.
+// The lists are embedded text files parsed into maps on first use, so
+// programs that never ask pay nothing and the lookups on the verification
+// hot path do not allocate. TestRefresh (refresh_test.go) rewrites the
+// disposable and free lists from npm package tarballs; data/SOURCES.md says
+// how and from which versions.
 package lists
-
-//go:generate go run ./gen -disposable $DISPOSABLE_TGZ -free $FREE_TGZ -data data
 
 import (
 	_ "embed"

@@ -1,15 +1,11 @@
-// Command samlocal prepares a local AWS-API server (moto_server) for
-// `sam local start-api` (make sam-local): it creates the DynamoDB tables and
-// the SQS work queue that infra/sam/env.json names, with the key schemas of
-// template.yaml (dynamostore.CreateTables; a test holds them equal), and an
-// API Gateway usage plan for `evs keys create --usage-plan`. It is
-// idempotent: what exists is kept.
-//
-//	samlocal --env-vars infra/sam/env.json --endpoint http://127.0.0.1:5000
-//
-// It prints, for the shell to eval, EVS_KEYS_TABLE=... and
-// EVS_USAGE_PLAN_ID=...
 package main
+
+// `evs sam-local-init` is the step of make sam-local (infra/scripts/
+// sam-local.sh) that readies moto_server for `sam local start-api`: the
+// tables get the key schemas of template.yaml because they are made by
+// dynamostore.CreateTables (a test holds the two equal), and the usage plan
+// is the one `evs keys create --usage-plan` then puts the local key in. It
+// is a developer's command, so the main usage lists it apart.
 
 import (
 	"context"
@@ -20,11 +16,9 @@ import (
 	"io"
 	"net/url"
 	"os"
-	"os/signal"
 	"path"
 	"slices"
 	"strings"
-	"syscall"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
@@ -35,23 +29,22 @@ import (
 	"github.com/evs-dev/evs/internal/dynamostore"
 )
 
-// usagePlanName names the local usage plan; it is looked up by this name,
-// so running samlocal again finds it.
-const usagePlanName = "evs-local"
+// localUsagePlanName names the local usage plan; it is looked up by this
+// name, so running sam-local-init again finds it.
+const localUsagePlanName = "evs-local"
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout); err != nil {
-		fmt.Fprintln(os.Stderr, "samlocal:", err)
-		stop()
-		os.Exit(1)
-	}
-}
+const samLocalUsage = `usage: evs sam-local-init [--env-vars FILE] [--endpoint URL]
 
-// resources are what the functions of env.json are pointed at; every
+Creates on a local moto_server the DynamoDB tables and the SQS queue that the
+sam local env-vars file names, and an API Gateway usage plan; keeps what
+exists. Prints EVS_KEYS_TABLE=... and EVS_USAGE_PLAN_ID=... for the shell to
+eval. make sam-local runs it.
+
+`
+
+// samResources are what the functions of env.json are pointed at; every
 // function must name the same ones.
-type resources struct {
+type samResources struct {
 	Tables   dynamostore.Tables
 	QueueURL string
 }
@@ -72,9 +65,9 @@ func readEnvVars(file string) (map[string]map[string]string, error) {
 
 // resourcesOf returns the tables and queue the functions of vars use, or an
 // error when functions disagree or a name is missing.
-func resourcesOf(vars map[string]map[string]string) (resources, error) {
+func resourcesOf(vars map[string]map[string]string) (samResources, error) {
 	var (
-		r     resources
+		r     samResources
 		first string
 	)
 	fns := make([]string, 0, len(vars))
@@ -84,7 +77,7 @@ func resourcesOf(vars map[string]map[string]string) (resources, error) {
 	slices.Sort(fns)
 	for _, fn := range fns {
 		v := vars[fn]
-		got := resources{
+		got := samResources{
 			Tables: dynamostore.Tables{
 				Keys: v["EVS_KEYS_TABLE"], Batches: v["EVS_BATCHES_TABLE"],
 				Results: v["EVS_RESULTS_TABLE"], Idempotency: v["EVS_IDEMPOTENCY_TABLE"],
@@ -96,25 +89,35 @@ func resourcesOf(vars map[string]map[string]string) (resources, error) {
 			continue
 		}
 		if got != r {
-			return resources{}, fmt.Errorf("%s and %s name different tables or queues", first, fn)
+			return samResources{}, fmt.Errorf("%s and %s name different tables or queues", first, fn)
 		}
 	}
 	t := r.Tables
 	if t.Keys == "" || t.Batches == "" || t.Results == "" || t.Idempotency == "" || r.QueueURL == "" {
-		return resources{}, errors.New("every function needs EVS_KEYS_TABLE, EVS_BATCHES_TABLE, EVS_RESULTS_TABLE, EVS_IDEMPOTENCY_TABLE and EVS_QUEUE_URL")
+		return samResources{}, errors.New("every function needs EVS_KEYS_TABLE, EVS_BATCHES_TABLE, EVS_RESULTS_TABLE, EVS_IDEMPOTENCY_TABLE and EVS_QUEUE_URL")
 	}
 	return r, nil
 }
 
-func run(ctx context.Context, args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("samlocal", flag.ContinueOnError)
-	envFile := fs.String("env-vars", "infra/sam/env.json", "the `sam local --env-vars` file")
-	endpoint := fs.String("endpoint", "http://127.0.0.1:5000", "the local AWS-API server, as this host reaches it")
-	if err := fs.Parse(args); err != nil {
-		return err
+// samLocalInit is `evs sam-local-init`.
+func samLocalInit(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("sam-local-init", flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // usage is printed below, on stdout for --help
+	envFile := fs.String("env-vars", "infra/sam/env.json", "the `FILE` given to sam local --env-vars")
+	endpoint := fs.String("endpoint", "http://127.0.0.1:5000", "the `URL` of the local AWS-API server, as this host reaches it")
+	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
+		fmt.Fprint(stdout, samLocalUsage)
+		fs.SetOutput(stdout)
+		fs.PrintDefaults()
+		return nil
+	} else if err != nil {
+		return fmt.Errorf("%w: %v (see evs sam-local-init --help)", errUsage, err)
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: sam-local-init takes no arguments, got %q", errUsage, fs.Args())
 	}
 	if u, err := url.Parse(*endpoint); err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
-		return fmt.Errorf("--endpoint %q is not an http:// URL", *endpoint)
+		return fmt.Errorf("%w: --endpoint %q is not an http:// URL", errUsage, *endpoint)
 	}
 	vars, err := readEnvVars(*envFile)
 	if err != nil {
@@ -132,7 +135,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		Credentials:  credentials.NewStaticCredentialsProvider("local", "local", ""),
 		BaseEndpoint: aws.String(strings.TrimRight(*endpoint, "/")),
 	}
-	plan, err := setup(ctx, cfg, res)
+	plan, err := samLocalSetup(ctx, cfg, res)
 	if err != nil {
 		return err
 	}
@@ -140,9 +143,9 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	return nil
 }
 
-// setup creates the tables, the queue and the usage plan on the server of
-// cfg and returns the usage plan's id.
-func setup(ctx context.Context, cfg aws.Config, res resources) (string, error) {
+// samLocalSetup creates the tables, the queue and the usage plan on the
+// server of cfg and returns the usage plan's id.
+func samLocalSetup(ctx context.Context, cfg aws.Config, res samResources) (string, error) {
 	if err := dynamostore.CreateTables(ctx, dynamodb.NewFromConfig(cfg), res.Tables); err != nil {
 		return "", err
 	}
@@ -166,12 +169,12 @@ func setup(ctx context.Context, cfg aws.Config, res resources) (string, error) {
 		return "", fmt.Errorf("list usage plans: %w", err)
 	}
 	for _, p := range plans.Items {
-		if aws.ToString(p.Name) == usagePlanName {
+		if aws.ToString(p.Name) == localUsagePlanName {
 			return aws.ToString(p.Id), nil
 		}
 	}
 	p, err := gw.CreateUsagePlan(ctx, &apigateway.CreateUsagePlanInput{
-		Name:        aws.String(usagePlanName),
+		Name:        aws.String(localUsagePlanName),
 		Description: aws.String("make sam-local: keys made with evs keys create --usage-plan"),
 	})
 	if err != nil {

@@ -20,18 +20,11 @@ import (
 	"github.com/evs-dev/evs/internal/testkit"
 )
 
+// TestMain stops the moto_server a test of this binary started, if any.
 func TestMain(m *testing.M) { os.Exit(testkit.MotoMain(m)) }
 
-const envFile = "../sam/env.json"
-
-func loadTemplate(t *testing.T) *testkit.SAMTemplate {
-	t.Helper()
-	tpl, err := testkit.LoadSAMTemplate("../../template.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tpl
-}
+// samEnvFile is the env-vars file of make sam-local.
+const samEnvFile = "../sam/env.json"
 
 // The env-vars file of make sam-local sets, for every function of the
 // template and no other, every variable the template's Globals declare
@@ -39,8 +32,8 @@ func loadTemplate(t *testing.T) *testkit.SAMTemplate {
 // keep the template's value), AWS_ENDPOINT_URL among them; and the
 // configuration accepts each function's set as it would on Lambda.
 func TestEnvVarsCoverTemplate(t *testing.T) {
-	tpl := loadTemplate(t)
-	vars, err := readEnvVars(envFile)
+	tpl := load(t)
+	vars, err := readEnvVars(samEnvFile)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,13 +75,13 @@ func TestEnvVarsCoverTemplate(t *testing.T) {
 	}
 }
 
-// samlocal creates, on moto, the tables env.json names with the key schemas
-// and TTL attributes template.yaml declares for the tables the same
+// sam-local-init creates, on moto, the tables env.json names with the key
+// schemas and TTL attributes template.yaml declares for the tables the same
 // variables reference, the queue at EVS_QUEUE_URL's path and a usage plan;
 // a second run keeps them and finds the same plan.
-func TestSetupCreatesTemplateTables(t *testing.T) {
-	tpl := loadTemplate(t)
-	vars, err := readEnvVars(envFile)
+func TestSamLocalInitCreatesTemplateTables(t *testing.T) {
+	tpl := load(t)
+	vars, err := readEnvVars(samEnvFile)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,17 +110,18 @@ func TestSetupCreatesTemplateTables(t *testing.T) {
 
 	ctx := context.Background()
 	moto := testkit.MotoEndpoint(t)
-	var out1, out2 bytes.Buffer
-	if err := run(ctx, []string{"--env-vars", file, "--endpoint", moto}, &out1); err != nil {
-		t.Fatal(err)
+	code, out1, stderr := runEVS(ctx, nil, "sam-local-init", "--env-vars", file, "--endpoint", moto)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
 	}
-	if err := run(ctx, []string{"--env-vars", file, "--endpoint", moto + "/"}, &out2); err != nil {
-		t.Fatalf("second run: %v", err)
+	code, out2, stderr := runEVS(ctx, nil, "sam-local-init", "--env-vars", file, "--endpoint", moto+"/")
+	if code != 0 {
+		t.Fatalf("second run: exit %d: %s", code, stderr)
 	}
-	if out1.String() != out2.String() || !strings.Contains(out1.String(), "EVS_KEYS_TABLE="+unique["EVS_KEYS_TABLE"]+"\n") {
-		t.Fatalf("runs printed %q then %q", out1.String(), out2.String())
+	if out1 != out2 || !strings.Contains(out1, "EVS_KEYS_TABLE="+unique["EVS_KEYS_TABLE"]+"\n") {
+		t.Fatalf("runs printed %q then %q", out1, out2)
 	}
-	planID := strings.TrimPrefix(strings.Split(strings.TrimSpace(out1.String()), "\n")[1], "EVS_USAGE_PLAN_ID=")
+	planID := strings.TrimPrefix(strings.Split(strings.TrimSpace(out1), "\n")[1], "EVS_USAGE_PLAN_ID=")
 
 	ddb := testkit.DynamoDB(t)
 	for _, name := range tableVars {
@@ -170,7 +164,7 @@ func TestSetupCreatesTemplateTables(t *testing.T) {
 		t.Errorf("EVS_QUEUE_URL %s is not on AWS_ENDPOINT_URL %s", queue, endpoint)
 	}
 	plan, err := apigateway.NewFromConfig(testkit.AWSConfig(t)).GetUsagePlan(ctx, &apigateway.GetUsagePlanInput{UsagePlanId: aws.String(planID)})
-	if err != nil || aws.ToString(plan.Name) != usagePlanName {
+	if err != nil || aws.ToString(plan.Name) != localUsagePlanName {
 		t.Errorf("usage plan %s: %v %v", planID, plan, err)
 	}
 }
@@ -222,5 +216,26 @@ func TestSamLocalNeedsSamAndDocker(t *testing.T) {
 		if err == nil || len(lines) != 1 || !strings.Contains(lines[0], c.want) {
 			t.Errorf("with %v on PATH: error %v, stderr %q; want one line naming %s", c.fakes, err, stderr.String(), c.want)
 		}
+	}
+}
+
+// --help is an answer, not a mistake: usage on stdout, exit 0; a wrong flag
+// or an argument is a usage error (exit 2) that touches no server.
+func TestSamLocalInitUsage(t *testing.T) {
+	ctx := context.Background()
+	for _, h := range []string{"--help", "-h"} {
+		code, out, stderr := runEVS(ctx, nil, "sam-local-init", h)
+		if code != 0 || !strings.HasPrefix(out, "usage: evs sam-local-init") || !strings.Contains(out, "-endpoint URL") || stderr != "" {
+			t.Errorf("%s: exit %d, stdout %q, stderr %q", h, code, out, stderr)
+		}
+	}
+	for _, args := range [][]string{{"--bogus"}, {"extra"}, {"--endpoint", "127.0.0.1:5000"}} {
+		code, out, stderr := runEVS(ctx, nil, append([]string{"sam-local-init"}, args...)...)
+		if code != 2 || out != "" || stderr == "" {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want 2 and a message", args, code, out, stderr)
+		}
+	}
+	if _, out, _ := runEVS(ctx, nil, "help"); !strings.Contains(out, "development (make sam-local):\n  sam-local-init") {
+		t.Errorf("the main usage does not list sam-local-init under its development heading:\n%s", out)
 	}
 }
