@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/evs-dev/evs/internal/config"
-	"github.com/evs-dev/evs/internal/metrics"
 	"github.com/evs-dev/evs/internal/server"
 	"github.com/evs-dev/evs/internal/sqlitestore"
 )
@@ -63,7 +62,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, getenv 
 	}
 	opts := server.Options{Config: cfg, Store: st, Logger: logger}
 	if cfg.MetricsAddr != "" {
-		m := metrics.NewPrometheus(func(ctx context.Context) (int, error) { return server.PendingAddresses(ctx, st) })
+		m := server.NewPrometheus(func(ctx context.Context) (int, error) { return server.PendingAddresses(ctx, st) })
 		mln, err := net.Listen("tcp", cfg.MetricsAddr)
 		if err != nil {
 			return fmt.Errorf("listen on %s (EVS_METRICS_ADDR): %w", cfg.MetricsAddr, err)

@@ -68,24 +68,24 @@ func (e *EMF) write(name, unit string, value float64, dims ...string) {
 
 // HTTPRequest implements Observer.
 func (e *EMF) HTTPRequest(route string, code int, d time.Duration) {
-	e.write(httpRequests, "Count", 1, "route", route, "code", strconv.Itoa(code))
-	e.write(httpRequestDuration, "Seconds", d.Seconds(), "route", route)
+	e.write(HttpRequests, "Count", 1, "route", route, "code", strconv.Itoa(code))
+	e.write(HttpRequestDuration, "Seconds", d.Seconds(), "route", route)
 }
 
 // Verification implements Observer.
 func (e *EMF) Verification(mode evs.Mode, status evs.Status, reason evs.Reason) {
-	e.write(verifications, "Count", 1, "mode", string(mode), "status", string(status), "reason", string(reason))
+	e.write(Verifications, "Count", 1, "mode", string(mode), "status", string(status), "reason", string(reason))
 }
 
 // SMTPReply implements Observer.
-func (e *EMF) SMTPReply(class string) { e.write(smtpReplies, "Count", 1, "class", class) }
+func (e *EMF) SMTPReply(class string) { e.write(SmtpReplies, "Count", 1, "class", class) }
 
 // DNSLookup implements Observer.
-func (e *EMF) DNSLookup(d time.Duration) { e.write(dnsLookupDuration, "Seconds", d.Seconds()) }
+func (e *EMF) DNSLookup(d time.Duration) { e.write(DnsLookupDuration, "Seconds", d.Seconds()) }
 
 // WebhookDelivery implements Observer.
 func (e *EMF) WebhookDelivery(result string) {
-	e.write(webhookDeliveries, "Count", 1, "result", result)
+	e.write(WebhookDeliveries, "Count", 1, "result", result)
 }
 
 // ProxyHandler is an API Gateway proxy Lambda handler.

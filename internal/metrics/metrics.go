@@ -22,15 +22,15 @@ import (
 	"github.com/evs-dev/evs/internal/verify"
 )
 
-// Metric names, shared by Prometheus and EMF.
+// Metric names, shared by EMF and server.Prometheus.
 const (
-	httpRequests          = "evs_http_requests_total"
-	httpRequestDuration   = "evs_http_request_duration_seconds"
-	verifications         = "evs_verifications_total"
-	smtpReplies           = "evs_smtp_replies_total"
-	dnsLookupDuration     = "evs_dns_lookup_duration_seconds"
-	batchAddressesPending = "evs_batch_addresses_pending"
-	webhookDeliveries     = "evs_webhook_deliveries_total"
+	HttpRequests          = "evs_http_requests_total"
+	HttpRequestDuration   = "evs_http_request_duration_seconds"
+	Verifications         = "evs_verifications_total"
+	SmtpReplies           = "evs_smtp_replies_total"
+	DnsLookupDuration     = "evs_dns_lookup_duration_seconds"
+	BatchAddressesPending = "evs_batch_addresses_pending"
+	WebhookDeliveries     = "evs_webhook_deliveries_total"
 )
 
 // Observer is told what the service does.

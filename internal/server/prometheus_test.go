@@ -1,6 +1,4 @@
-//go:build !lambda.norpc
-
-package metrics_test
+package server_test
 
 import (
 	"context"
@@ -12,14 +10,14 @@ import (
 	"time"
 
 	"github.com/evs-dev/evs/internal/evs"
-	"github.com/evs-dev/evs/internal/metrics"
+	"github.com/evs-dev/evs/internal/server"
 )
 
 // TestPrometheusExposition scrapes /metrics after one observation of each
 // kind: every contract metric is there under its name and labels, and the
 // pending gauge is read at the scrape.
 func TestPrometheusExposition(t *testing.T) {
-	m := metrics.NewPrometheus(func(context.Context) (int, error) { return 7, nil })
+	m := server.NewPrometheus(func(context.Context) (int, error) { return 7, nil })
 	m.HTTPRequest("/v1/verify", 200, 3*time.Millisecond)
 	m.Verification(evs.ModeQuick, evs.Deliverable, evs.ReasonAcceptedEmail)
 	m.SMTPReply("5xx")
@@ -44,9 +42,9 @@ func TestPrometheusExposition(t *testing.T) {
 	}
 }
 
-// TestLambdasLeavePrometheusOut keeps the promise of the package comment:
-// built as `make build` builds them, the Lambda functions link no
-// client_golang though they import this package.
+// TestLambdasLeavePrometheusOut keeps the promise of package metrics'
+// comment: the Lambda functions, built as `make build` builds them, link no
+// client_golang.
 func TestLambdasLeavePrometheusOut(t *testing.T) {
 	out, err := exec.Command("go", "list", "-tags", "lambda.norpc", "-deps", "github.com/evs-dev/evs/functions/...").Output()
 	if err != nil {

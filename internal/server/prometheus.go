@@ -1,6 +1,4 @@
-//go:build !lambda.norpc
-
-package metrics
+package server
 
 import (
 	"context"
@@ -13,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/metrics"
 )
 
 // Prometheus is the Observer of `evs serve`: the contract's metrics plus
@@ -34,31 +33,31 @@ func NewPrometheus(pending func(ctx context.Context) (int, error)) *Prometheus {
 	m := &Prometheus{
 		reg: prometheus.NewRegistry(),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: httpRequests, Help: "HTTP replies by route template and status code.",
+			Name: metrics.HttpRequests, Help: "HTTP replies by route template and status code.",
 		}, []string{"route", "code"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: httpRequestDuration, Help: "Time to answer, by route template.",
+			Name: metrics.HttpRequestDuration, Help: "Time to answer, by route template.",
 			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 20},
 		}, []string{"route"}),
 		verdicts: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: verifications, Help: "Verdicts by mode, status and reason.",
+			Name: metrics.Verifications, Help: "Verdicts by mode, status and reason.",
 		}, []string{"mode", "status", "reason"}),
 		replies: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: smtpReplies, Help: "RCPT replies by class (2xx, 4xx, 5xx).",
+			Name: metrics.SmtpReplies, Help: "RCPT replies by class (2xx, 4xx, 5xx).",
 		}, []string{"class"}),
 		dns: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: dnsLookupDuration, Help: "Time of mail-domain DNS lookups (MX, then A/AAAA).",
+			Name: metrics.DnsLookupDuration, Help: "Time of mail-domain DNS lookups (MX, then A/AAAA).",
 			Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2, 5},
 		}),
 		hooks: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: webhookDeliveries, Help: "Webhook delivery attempts by result (delivered, retry, failed).",
+			Name: metrics.WebhookDeliveries, Help: "Webhook delivery attempts by result (delivered, retry, failed).",
 		}, []string{"result"}),
 	}
 	m.reg.MustRegister(m.requests, m.duration, m.verdicts, m.replies, m.dns, m.hooks,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if pending != nil {
 		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: batchAddressesPending, Help: "Addresses of queued and running batches without a result yet.",
+			Name: metrics.BatchAddressesPending, Help: "Addresses of queued and running batches without a result yet.",
 		}, func() float64 {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
