@@ -1,13 +1,10 @@
-// Package metrics counts what the service does (API contract, section 11)
-// and exposes it: to Prometheus for `evs serve`, as CloudWatch Embedded
-// Metric Format lines (EMF) for the Lambda functions, which costs them no
-// API call. The handlers, the batch worker and the webhook deliverer see
-// only the small Observer interface.
-//
-// The Lambda builds (-tags lambda.norpc: `make build`, `sam build`) leave
-// prometheus.go out, so client_golang is never linked into a Lambda: it
-// would add 0.6 MB to each zip and its registrations to every cold start,
-// for an endpoint only `evs serve` serves.
+// Package metrics counts what the service does (API contract, section 11):
+// the metric names, the small Observer interface the handlers, the batch
+// worker and the webhook deliverer see, and its Lambda form, CloudWatch
+// Embedded Metric Format lines (EMF), which cost the functions no API call.
+// The Prometheus form is `evs serve`'s (server.Prometheus): kept there, the
+// Prometheus client is never linked into a Lambda, where it would add
+// 0.6 MB to each zip and its registrations to every cold start.
 //
 // No label ever holds an address, a key or a domain: labels are route
 // templates, status codes, modes, statuses, reasons and reply classes.
