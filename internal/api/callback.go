@@ -2,11 +2,11 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
 
 	"github.com/evs-dev/evs/internal/egress"
 	"github.com/evs-dev/evs/internal/evs"
-	"github.com/evs-dev/evs/internal/webhook"
 )
 
 // Callbacks are the handlers' webhook dependencies (contract, section 10).
@@ -35,7 +35,10 @@ func (h *Handler) checkCallback(url string) error {
 	if url == "" {
 		return nil
 	}
-	return webhook.CheckURL(url, h.d.Egress)
+	if err := h.d.Egress.CheckURL(url); err != nil {
+		return evs.Errorf(evs.CodeInvalidRequest, "The callbackUrl %v.", err)
+	}
+	return nil
 }
 
 // withCallback adds callbackUrl and callback to the envelope of a final
@@ -63,4 +66,32 @@ func withDelivery(e batchEnvelope, d evs.Delivery) batchEnvelope {
 		e.Request.Callback.LastStatus = &d.LastStatus
 	}
 	return e
+}
+
+// webhookEvent is the body of a batch's webhook event (contract, section
+// 10). Its request is the batch envelope's, so the two cannot drift apart.
+type webhookEvent struct {
+	Type      string `json:"type"`
+	Timestamp Time   `json:"timestamp"`
+	Data      struct {
+		Request  batchRequest `json:"request"`
+		Counters Counters     `json:"counters"`
+	} `json:"data"`
+}
+
+// EventBody is the body of the webhook event of final batch b. Its
+// timestamp is the moment b became final, so every retry sends the same
+// bytes (only the webhook-timestamp header changes).
+func EventBody(b evs.Batch) []byte {
+	e := webhookEvent{Type: "batch.completed", Timestamp: Time{b.CompletedAt}}
+	switch b.State {
+	case evs.StateCancelled:
+		e.Type = "batch.cancelled"
+	case evs.StateFailed:
+		e.Type = "batch.failed"
+	}
+	env := envelopeOf(b, false)
+	e.Data.Request, e.Data.Counters = env.Request, env.Counters
+	out, _ := json.Marshal(e) // our own types: cannot fail
+	return out
 }

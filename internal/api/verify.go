@@ -5,13 +5,11 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/idempotency"
-	"github.com/evs-dev/evs/internal/jsontext"
 	"github.com/evs-dev/evs/internal/verify"
 )
 
@@ -24,55 +22,11 @@ const (
 type verifyRequest struct {
 	Email *string `json:"email"`
 	Mode  *string `json:"mode"`
-	// email and mode hold what scan read, for Email and Mode to point at
-	// without an allocation each.
-	email, mode string
 }
 
 type verifyResponse struct {
 	Status   evs.Status `json:"status"`
 	Decision Decision   `json:"decision"`
-}
-
-// scan reads the common request, {"email":"…","mode":"…"} without escapes,
-// without reflection; false leaves it to decodeStrict, which also words the
-// errors.
-func (in *verifyRequest) scan(raw []byte) bool {
-	if !utf8.Valid(raw) {
-		return false
-	}
-	var (
-		out               verifyRequest
-		hasEmail, hasMode bool
-	)
-	// Each value is copied out of the scanner's reused variable; a null
-	// leaves its field unset, as encoding/json does for a pointer.
-	ok := jsontext.ScanFlatObject(strings.TrimSpace(string(raw)), func(name string, value *string) bool {
-		switch name {
-		case "email":
-			if hasEmail = value != nil; hasEmail {
-				out.email = *value
-			}
-		case "mode":
-			if hasMode = value != nil; hasMode {
-				out.mode = *value
-			}
-		default:
-			return false // unknown, or a name encoding/json would match case-insensitively
-		}
-		return true
-	})
-	if !ok {
-		return false
-	}
-	*in = verifyRequest{email: out.email, mode: out.mode}
-	if hasEmail {
-		in.Email = &in.email
-	}
-	if hasMode {
-		in.Mode = &in.mode
-	}
-	return true
 }
 
 // Verify serves POST /v1/verify: one address, verified synchronously.
@@ -108,10 +62,8 @@ func (h *Handler) verify(ctx context.Context, req events.APIGatewayProxyRequest,
 		return events.APIGatewayProxyResponse{}, "", evs.Errorf(evs.CodeInvalidRequest, "Content-Type must be application/json.")
 	}
 	var in verifyRequest
-	if !in.scan(raw) {
-		if err := decodeStrict(raw, &in); err != nil {
-			return events.APIGatewayProxyResponse{}, "", err
-		}
+	if err := decodeStrict(raw, &in); err != nil {
+		return events.APIGatewayProxyResponse{}, "", err
 	}
 	if in.Email == nil {
 		return events.APIGatewayProxyResponse{}, "", evs.Errorf(evs.CodeInvalidRequest, "Field \"email\" is required.")

@@ -1,6 +1,6 @@
 // Package egress decides which addresses the service may connect to on
-// behalf of what a tenant's input names: SMTP probes now, webhook
-// deliveries later (API contract, section 9). Anyone can publish a domain
+// behalf of what a tenant's input names: SMTP probes and webhook deliveries
+// (API contract, section 9). Anyone can publish a domain
 // whose MX, or a webhook URL whose host, points at loopback, a private
 // network or the cloud metadata service, so only globally reachable
 // unicast addresses are allowed unless the operator lists more.
@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"net/url"
 	"strings"
 	"syscall"
 )
@@ -140,6 +141,62 @@ func (p *Policy) allowed(a netip.Addr) bool {
 		}
 	}
 	return false
+}
+
+// MaxURLLength bounds a URL a tenant asks the service to call.
+const MaxURLLength = 2048
+
+// CheckURL judges a URL a tenant asks the service to call later (a
+// webhook's callbackUrl), when it is given, so a bad one is refused at once
+// rather than failing every attempt: https, or http to a host inside the
+// allow-list (an IP literal or localhost, since a name's addresses are only
+// known when dialling, where Control judges them); no userinfo; at most
+// MaxURLLength bytes. An IP literal the policy refuses is refused here
+// already. The error's text completes "The URL …", for the caller to name
+// its field.
+func (p *Policy) CheckURL(raw string) error {
+	if len(raw) > MaxURLLength {
+		return fmt.Errorf("is longer than %d characters", MaxURLLength)
+	}
+	u, err := url.Parse(raw)
+	if err != nil || !u.IsAbs() || u.Opaque != "" {
+		return errors.New("is not an absolute URL")
+	}
+	if u.User != nil {
+		return errors.New("must not carry a user name or password")
+	}
+	host := u.Hostname()
+	if host == "" {
+		return errors.New("has no host")
+	}
+	addr, literal := hostAddr(host)
+	switch strings.ToLower(u.Scheme) {
+	case "https":
+		if literal && !p.Allowed(addr) {
+			return errors.New("names an address the service may not connect to")
+		}
+		return nil
+	case "http":
+		if literal && p.allowed(addr) {
+			return nil
+		}
+		return errors.New("must use https (http only to a host inside EVS_EGRESS_ALLOW)")
+	default:
+		return errors.New("must use https")
+	}
+}
+
+// hostAddr returns the address a host names literally: an IP literal, or
+// loopback for localhost names.
+func hostAddr(host string) (netip.Addr, bool) {
+	if a, err := netip.ParseAddr(host); err == nil {
+		return a.Unmap(), true
+	}
+	h := strings.TrimSuffix(strings.ToLower(host), ".")
+	if h == "localhost" || strings.HasSuffix(h, ".localhost") {
+		return netip.AddrFrom4([4]byte{127, 0, 0, 1}), true
+	}
+	return netip.Addr{}, false
 }
 
 // Control checks the address a net.Dialer is about to connect to; use it

@@ -285,3 +285,37 @@ func mustParse(t *testing.T, s string) *egress.Policy {
 	}
 	return p
 }
+
+func TestCheckURL(t *testing.T) {
+	loop, err := egress.Parse("127.0.0.0/8")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		url string
+		pol *egress.Policy
+		ok  bool
+	}{
+		{"https://hooks.example.com/evs", nil, true},
+		{"https://hooks.example.com:8443/evs?x=1", nil, true},
+		{"http://hooks.example.com/evs", nil, false},
+		{"http://127.0.0.1:9000/hook", nil, false},
+		{"http://127.0.0.1:9000/hook", loop, true},
+		{"http://localhost:9000/hook", loop, true},
+		{"http://10.0.0.1/hook", loop, false},
+		{"https://169.254.169.254/latest", nil, false},
+		{"https://[::1]/x", nil, false},
+		{"https://user:pw@hooks.example.com/", nil, false},
+		{"https://user@hooks.example.com/", nil, false},
+		{"ftp://hooks.example.com/", nil, false},
+		{"/relative", nil, false},
+		{"https://", nil, false},
+		{"mailto:a@b.example", nil, false},
+		{"https://hooks.example.com/" + strings.Repeat("a", 2048), nil, false},
+		{"https://hooks.example.com/" + strings.Repeat("a", 2048-len("https://hooks.example.com/")), nil, true},
+	} {
+		if err := c.pol.CheckURL(c.url); (err == nil) != c.ok {
+			t.Errorf("CheckURL(%.60q) = %v, want ok=%v", c.url, err, c.ok)
+		}
+	}
+}

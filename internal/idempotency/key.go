@@ -28,12 +28,10 @@ import (
 	"errors"
 	"io"
 	"mime"
-	"slices"
 	"strings"
 	"unicode/utf8"
 
 	"github.com/evs-dev/evs/internal/evs"
-	"github.com/evs-dev/evs/internal/jsontext"
 )
 
 // MaxKeyLen is the longest Idempotency-Key the contract accepts.
@@ -101,76 +99,13 @@ func isJSON(contentType string) bool {
 	return mt == "application/json" || strings.HasPrefix(mt, "application/") && strings.HasSuffix(mt, "+json")
 }
 
-// canonicalJSON re-encodes body with sorted keys. Invalid UTF-8 is refused
-// because the decoder would replace it with U+FFFD, making different bodies
-// equal.
+// canonicalJSON re-encodes body: decoded, then encoded with json.Marshal,
+// which sorts object keys. Invalid UTF-8 is refused because the decoder
+// would replace it with U+FFFD, making different bodies equal.
 func canonicalJSON(body []byte) ([]byte, bool) {
 	if !utf8.Valid(body) {
 		return nil, false
 	}
-	if c, ok := canonicalFlat(body); ok {
-		return c, true
-	}
-	return canonicalDecoded(body)
-}
-
-// maxFlatMembers bounds the members canonicalFlat sorts on the stack.
-const maxFlatMembers = 8
-
-// canonicalFlat is canonicalDecoded for the common body, without
-// reflection: an object of at most maxFlatMembers distinct names whose
-// values are strings without escapes, or null. It writes what json.Marshal
-// writes for the decoded map (names sorted bytewise, both escaped alike),
-// and reports false for any other body, left to canonicalDecoded; a fuzz
-// test holds the two to the same bytes.
-func canonicalFlat(body []byte) ([]byte, bool) {
-	type member struct {
-		name, value string
-		null        bool
-	}
-	var ms [maxFlatMembers]member
-	n := 0
-	ok := jsontext.ScanFlatObject(string(body), func(name string, value *string) bool {
-		if n == len(ms) {
-			return false
-		}
-		for _, m := range ms[:n] {
-			if m.name == name {
-				return false // the decoder keeps the last: its call
-			}
-		}
-		ms[n] = member{name: name, null: value == nil}
-		if value != nil {
-			ms[n].value = *value
-		}
-		n++
-		return true
-	})
-	if !ok {
-		return nil, false
-	}
-	sorted := ms[:n]
-	slices.SortFunc(sorted, func(a, b member) int { return strings.Compare(a.name, b.name) })
-	out := make([]byte, 0, len(body)+8)
-	out = append(out, '{')
-	for i, m := range sorted {
-		if i > 0 {
-			out = append(out, ',')
-		}
-		out = jsontext.AppendString(out, m.name)
-		out = append(out, ':')
-		if m.null {
-			out = append(out, "null"...)
-		} else {
-			out = jsontext.AppendString(out, m.value)
-		}
-	}
-	return append(out, '}'), true
-}
-
-// canonicalDecoded is canonicalJSON for any body: decoded, then encoded
-// with json.Marshal, which sorts object keys.
-func canonicalDecoded(body []byte) ([]byte, bool) {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
 	var v any

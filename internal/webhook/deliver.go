@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/evs-dev/evs/internal/api"
 	"github.com/evs-dev/evs/internal/egress"
 	"github.com/evs-dev/evs/internal/evs"
 )
@@ -189,7 +190,7 @@ func (d *Deliverer) Attempt(ctx context.Context, accountID, batchID string) (del
 	if err != nil {
 		return del, false, err
 	}
-	status, sendErr := d.post(ctx, del.URL, EventID(batchID), Signers(sec, now), Body(b))
+	status, sendErr := d.post(ctx, del.URL, EventID(batchID), Signers(sec, now), api.EventBody(b))
 	result := ResultRetry
 	del.LastStatus = status
 	switch {

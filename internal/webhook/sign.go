@@ -1,9 +1,13 @@
 // Package webhook delivers the signed event of a batch's final state to the
 // batch's callbackUrl (API contract, section 10): the Standard Webhooks
-// signature with each account's whsec_ secrets, the URL rules checked at
-// creation, the retry schedule, and one delivery attempt at a time through
-// the store's claim, so that `evs serve` (a polling loop) and the SQS worker
-// (delayed messages) share every rule.
+// signature with each account's whsec_ secrets, the retry schedule, and one
+// delivery attempt at a time through the store's claim, so that `evs serve`
+// (a polling loop) and the SQS worker (delayed messages) share every rule.
+//
+// The event's body is the API's (api.EventBody), rendered from the wire
+// types of the batch envelope, and the callbackUrl rules are the egress
+// policy's (egress.Policy.CheckURL): webhook depends on api, not the other
+// way round, so the contract's JSON has one home.
 package webhook
 
 import (
