@@ -505,7 +505,8 @@ func (s *Store) UnfinishedBatches(ctx context.Context) ([]evs.Batch, error) {
 
 // Sweep deletes the batches (with their items and results) and idempotency
 // records whose expiry has passed by the store's clock: the embedded store's
-// TTL, which `evs serve` runs periodically. It returns how many batches and
+// TTL, which `evs serve` runs periodically; serving, it then rebuilds the
+// key filter without the deleted records. It returns how many batches and
 // records it deleted.
 func (s *Store) Sweep(ctx context.Context) (int, error) {
 	if s.views != nil {
@@ -530,5 +531,9 @@ func (s *Store) Sweep(ctx context.Context) (int, error) {
 		}
 		return nil
 	})
+	if err == nil && s.keys != nil {
+		// Sweeps run one at a time, so rebuilds never overlap.
+		err = s.keys.rebuild(ctx, s.rdb)
+	}
 	return int(n), err
 }

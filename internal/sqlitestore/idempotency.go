@@ -94,6 +94,9 @@ func (s *Store) ClaimIdempotency(ctx context.Context, rec idempotency.Record, no
 	if err != nil {
 		return idempotency.Record{}, false, err
 	}
+	if claimed {
+		s.markKey(rec.Scope)
+	}
 	return existing, claimed, nil
 }
 
@@ -136,8 +139,15 @@ func encodeReply(headers map[string]string, body []byte) (sql.NullString, []byte
 
 // LookupIdempotency returns the live record of scope at now (see
 // idempotency.LocalStore). It reads on the reader pool, so it never queues
-// behind the committer; a write that has returned is visible to it.
+// behind the committer; a write that has returned is visible to it. On a
+// serving store most lookups of a new key read nothing (see keyFilter).
 func (s *Store) LookupIdempotency(ctx context.Context, scope string, now time.Time) (idempotency.Record, bool, error) {
+	if s.keys != nil && !s.keys.mayHave(scope) {
+		if s.closed.Load() {
+			return idempotency.Record{}, false, errClosed
+		}
+		return idempotency.Record{}, false, nil
+	}
 	rec, err := scanRecord(s.rstmt(qLookup).QueryRowContext(ctx, scope, millis(now), idempotency.InProgress))
 	if errors.Is(err, sql.ErrNoRows) {
 		return idempotency.Record{}, false, nil
@@ -171,7 +181,7 @@ func (s *Store) PutIdempotency(ctx context.Context, rec idempotency.Record, now 
 	if err != nil {
 		return err
 	}
-	return s.writeOne(ctx, false, func(ctx context.Context, tx *sql.Tx) error {
+	err = s.writeOne(ctx, false, func(ctx context.Context, tx *sql.Tx) error {
 		st, err := s.wstmt(ctx, tx, qPut)
 		if err != nil {
 			return dbErr("put idempotency record", err)
@@ -188,6 +198,18 @@ func (s *Store) PutIdempotency(ctx context.Context, rec idempotency.Record, now 
 		}
 		return nil
 	})
+	if err == nil {
+		s.markKey(rec.Scope)
+	}
+	return err
+}
+
+// markKey records in the key filter, if any, that scope has a committed
+// record.
+func (s *Store) markKey(scope string) {
+	if s.keys != nil {
+		s.keys.add(scope)
+	}
 }
 
 // CompleteIdempotency stores the reply on the in-progress record of scope

@@ -3,7 +3,9 @@ package sqlitestore_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"reflect"
+	"sync"
 	"testing"
 	"time"
 
@@ -234,6 +236,45 @@ func TestServingReadsTableRecords(t *testing.T) {
 		got, found, err := served.LookupIdempotency(ctx, tt.rec.Scope, base)
 		if err != nil || found != tt.live || tt.live && !reflect.DeepEqual(got, tt.rec) {
 			t.Fatalf("served %s: %+v found=%v err=%v, want live=%v %+v", tt.rec.Scope, got, found, err, tt.live, tt.rec)
+		}
+	}
+}
+
+// TestSweepKeepsLiveKeys: a serving store answers most lookups of new keys
+// without reading (its key filter, rebuilt by Sweep); records put before,
+// during and after a sweep are all found, and swept ones are not.
+func TestSweepKeepsLiveKeys(t *testing.T) {
+	ctx := context.Background()
+	s := openServingAtBase(t, t.TempDir())
+	put := func(name string, expires time.Time) {
+		rec := done("fp", base.Add(-time.Hour), 200, name)
+		rec.Scope, rec.ExpiresAt = name, expires
+		if err := s.PutIdempotency(ctx, rec, rec.LockedUntil); err != nil {
+			t.Errorf("PutIdempotency %s: %v", name, err)
+		}
+	}
+	for i := range 500 {
+		put(fmt.Sprint("old-", i), base.Add(-time.Minute))
+		put(fmt.Sprint("live-", i), base.Add(time.Hour))
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for i := range 500 {
+			put(fmt.Sprint("during-", i), base.Add(time.Hour))
+		}
+	})
+	if n, err := s.Sweep(ctx); err != nil || n != 500 {
+		t.Fatalf("Sweep: %d, %v; want 500 records deleted", n, err)
+	}
+	wg.Wait()
+	for i := range 500 {
+		for _, name := range []string{fmt.Sprint("live-", i), fmt.Sprint("during-", i)} {
+			if rec, found, err := s.LookupIdempotency(ctx, name, base); err != nil || !found || string(rec.Body) != name {
+				t.Fatalf("LookupIdempotency %s after the sweep: found=%v err=%v", name, found, err)
+			}
+		}
+		if _, found, err := s.LookupIdempotency(ctx, fmt.Sprint("old-", i), base); err != nil || found {
+			t.Fatalf("swept record old-%d: found=%v err=%v", i, found, err)
 		}
 	}
 }

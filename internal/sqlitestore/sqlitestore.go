@@ -43,6 +43,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"modernc.org/sqlite"
@@ -75,7 +76,13 @@ type Store struct {
 	lock *os.File
 	// views is the cache of batch views; nil unless this process
 	// is the only writer of batches (OpenServing).
-	views     *viewCache
+	views *viewCache
+	// keys tells lookups which scopes surely have no idempotency record;
+	// nil unless this process is the directory's only server.
+	keys *keyFilter
+	// closed is set by Close: a lookup the key filter answers must still
+	// fail on a closed store, as one that reads does.
+	closed    atomic.Bool
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -209,6 +216,10 @@ func open(ctx context.Context, dir string, now func() time.Time, busy time.Durat
 		// Only the serving process writes batches and deliveries, and this
 		// store is it: batch views can be kept in memory.
 		s.views = newViewCache()
+		if s.keys, err = newKeyFilter(ctx, s.rdb); err != nil {
+			s.Close()
+			return nil, err
+		}
 	}
 	return s, nil
 }
@@ -277,6 +288,7 @@ func readers() int { return max(4, 2*runtime.GOMAXPROCS(0)) }
 // has stopped writing.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
+		s.closed.Store(true)
 		s.c.stop()
 		s.wstmts.close()
 		s.rstmts.close()

@@ -1,0 +1,88 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"hash/maphash"
+	"sync/atomic"
+)
+
+// filterWords is the size of a keyFilter's bitmap in 64-bit words: 2^24
+// bits, 2 MiB, whatever the number of keys. With n live keys a lookup of a
+// new key still reads the database with probability 1-e^(-n/2^24): 6% at
+// a million keys kept (24 h), so the filter fades into a database read as
+// it fills rather than growing.
+const filterWords = 1 << 18
+
+// keyFilter tells a serving store's LookupIdempotency that a scope has no
+// record without reading the database: one bit per hashed scope, set once
+// a record of that scope is committed, never a false "no". It exists
+// because the lookup was a quarter of a keyed call: with it, `make
+// bench-http` measured a unique Idempotency-Key at 0.37× a plain call,
+// against 0.27× reading the database every time (goal 0.3×). It is only
+// sound where this process writes every record, so only OpenServing's
+// store, under the serve lock, has one.
+type keyFilter struct {
+	seed maphash.Seed
+	cur  atomic.Pointer[[filterWords]atomic.Uint64]
+	// next is the bitmap a rebuild is filling, nil otherwise: records
+	// committed during the rebuild's scan mark it too.
+	next atomic.Pointer[[filterWords]atomic.Uint64]
+}
+
+func (f *keyFilter) slot(scope string) (int, uint64) {
+	h := maphash.String(f.seed, scope)
+	return int(h>>6) & (filterWords - 1), 1 << (h & 63)
+}
+
+// add marks scope. It runs after the record's commit, and reads next
+// before cur: if next is set, the bitmap being built gets the mark; if it
+// is nil, either no rebuild has begun its scan (which will then read the
+// committed record) or the last one has already made its bitmap cur.
+func (f *keyFilter) add(scope string) {
+	w, m := f.slot(scope)
+	if n := f.next.Load(); n != nil {
+		n[w].Or(m)
+	}
+	f.cur.Load()[w].Or(m)
+}
+
+// mayHave is false only when scope has no committed record.
+func (f *keyFilter) mayHave(scope string) bool {
+	w, m := f.slot(scope)
+	return f.cur.Load()[w].Load()&m != 0
+}
+
+// rebuild replaces the bitmap with one of the scopes db holds now, so that
+// the marks of swept records stop costing reads. Rebuilds must not overlap
+// (Open runs the first, Sweep the later ones, one at a time).
+func (f *keyFilter) rebuild(ctx context.Context, db *sql.DB) error {
+	fresh := new([filterWords]atomic.Uint64)
+	f.next.Store(fresh)
+	defer f.next.Store(nil)
+	rows, err := db.QueryContext(ctx, `SELECT scope FROM idempotency`)
+	if err != nil {
+		return dbErr("read idempotency keys", err)
+	}
+	defer rows.Close()
+	var scope string
+	for rows.Next() {
+		if err := rows.Scan(&scope); err != nil {
+			return dbErr("read idempotency keys", err)
+		}
+		w, m := f.slot(scope)
+		fresh[w].Or(m)
+	}
+	if err := rows.Err(); err != nil {
+		return dbErr("read idempotency keys", err)
+	}
+	f.cur.Store(fresh)
+	return nil
+}
+
+// newKeyFilter returns the filter of the records db holds.
+func newKeyFilter(ctx context.Context, db *sql.DB) (*keyFilter, error) {
+	f := &keyFilter{seed: maphash.MakeSeed()}
+	f.cur.Store(new([filterWords]atomic.Uint64))
+	return f, f.rebuild(ctx, db)
+}
