@@ -202,6 +202,13 @@ func readFile(t *testing.T, name string) []string {
 	return out
 }
 
+// ValidHost is validHost for the external tests (refresh_test.go), which
+// hold a refresh to the same rule.
+var ValidHost = validHost
+
+// validHost reports whether h is a lower-case LDH host name with at least
+// two labels and a top-level label that is not all digits (so not an IPv4
+// address).
 func validHost(h string) bool {
 	if len(h) > 253 || !strings.Contains(h, ".") {
 		return false

@@ -33,6 +33,7 @@ import (
 	"golang.org/x/net/idna"
 	"golang.org/x/net/publicsuffix"
 
+	"github.com/evs-dev/evs/internal/verify/lists"
 	"github.com/evs-dev/evs/internal/verify/suggest"
 )
 
@@ -136,37 +137,13 @@ func readPackage(path string) (pkg, error) {
 func normalize(d string) (string, bool) {
 	d = strings.TrimSuffix(strings.ToLower(strings.TrimSpace(d)), ".")
 	a, err := idna.Lookup.ToASCII(d)
-	if err != nil || !validHost(a) {
+	if err != nil || !lists.ValidHost(a) {
 		return "", false
 	}
 	if ps, icann := publicsuffix.PublicSuffix(a); icann && ps == a {
 		return "", false
 	}
 	return a, true
-}
-
-// validHost reports whether h is a lower-case LDH host name with at least
-// two labels and a top-level label that is not all digits (so not an IPv4
-// address).
-func validHost(h string) bool {
-	if len(h) > 253 || !strings.Contains(h, ".") {
-		return false
-	}
-	if strings.Trim(h[strings.LastIndexByte(h, '.')+1:], "0123456789") == "" {
-		return false
-	}
-	for _, l := range strings.Split(h, ".") {
-		if l == "" || len(l) > 63 || l[0] == '-' || l[len(l)-1] == '-' {
-			return false
-		}
-		for i := 0; i < len(l); i++ {
-			c := l[i]
-			if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
-				return false
-			}
-		}
-	}
-	return true
 }
 
 // normalizeAll normalises, dedupes and sorts ds, returning what it dropped.
@@ -387,7 +364,7 @@ func FuzzNormalize(f *testing.F) {
 		if !ok {
 			return
 		}
-		if !validHost(n) {
+		if !lists.ValidHost(n) {
 			t.Fatalf("normalize(%q) = %q, not a valid host", s, n)
 		}
 		if again, ok := normalize(n); !ok || again != n {
