@@ -7,6 +7,15 @@
 // template.yaml to check the code against the deployment. Only tests and
 // the load harness (infra/loadtest) import it.
 //
+// Why peers of our own, and which are not: where a real server's behaviour
+// is the subject, the tests run the real one (moto_server for the AWS APIs,
+// Postfix and postgrey as MTAs, dante as the SOCKS5 exit; DNS answers are
+// served with miekg/dns). The scripted SMTP server and the Lambda Runtime
+// API are ours because no maintained library offers them: a test needs an
+// SMTP server that answers a chosen reply at a chosen stage, stalls or
+// drops the connection, and the Lambda service's runtime endpoint is not
+// shipped as a library or a Debian package. Neither runs outside tests.
+//
 // Moto: the server is the one named by EVS_MOTO_ENDPOINT when that is set
 // (the Makefile's infra/scripts/with-moto.sh exports it); otherwise the first
 // test that asks starts `moto_server` on a free loopback port and every test
