@@ -196,7 +196,7 @@ func TestIdempotency(t *testing.T) {
 	}
 	// A stored 4xx... is not possible on verify (validation runs first),
 	// so errors are never stored; after 24 h the key is free again.
-	h.clock.Add(24*time.Hour + time.Second)
+	h.clock.Advance(24*time.Hour + time.Second)
 	fresh := h.do(req{method: "POST", path: "/v1/verify", key: h.liveKey, body: `{"email":"bob@good.example"}`, headers: map[string]string{"Idempotency-Key": "k-1"}})
 	if fresh.status != 200 || fresh.header.Get("Idempotent-Replayed") != "" {
 		t.Fatalf("after 24 h: %d replayed=%q: %s", fresh.status, fresh.header.Get("Idempotent-Replayed"), fresh.body)
@@ -331,7 +331,7 @@ func TestAuthCache(t *testing.T) {
 	if s := call(); s != 200 {
 		t.Fatalf("revoked key within the cache TTL: %d, want 200 (cached)", s)
 	}
-	h.clock.Add(301 * time.Second)
+	h.clock.Advance(301 * time.Second)
 	if s := call(); s != 403 {
 		t.Fatalf("revoked key after the TTL: %d, want 403", s)
 	}
@@ -365,7 +365,7 @@ func TestRateLimit(t *testing.T) {
 	if r := h.do(req{method: "POST", path: "/v1/verify", key: h.otherKey, body: `{"email":"a@x.example","mode":"quick"}`}); r.status != 200 {
 		t.Fatalf("other account throttled: %d", r.status)
 	}
-	h.clock.Add(time.Second)
+	h.clock.Advance(time.Second)
 	if r := h.do(req{method: "POST", path: "/v1/verify", key: h.testKey, body: `{"email":"a@x.example","mode":"quick"}`}); r.status != 200 {
 		t.Fatalf("after a second: %d", r.status)
 	}

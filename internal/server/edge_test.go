@@ -297,7 +297,7 @@ func TestFailedAuthThrottle(t *testing.T) {
 	if r := verify(bystander, h.testKey); r.status != 200 {
 		t.Fatalf("another address with a good key: %d", r.status)
 	}
-	h.clock.Add(time.Second)
+	h.clock.Advance(time.Second)
 	if r := verify(attacker, bad); r.status != 401 {
 		t.Fatalf("a second later: %d, want 401", r.status)
 	}

@@ -31,31 +31,13 @@ import (
 	"github.com/evs-dev/evs/internal/verify/smtpprobe"
 )
 
-// clock is a settable clock shared by the server and the test.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
 // harness is a real `evs serve` on loopback: SQLite store in a temp dir, the
 // live engine against a loopback DNS server and a loopback SMTP server.
 type harness struct {
 	t        *testing.T
 	base     string
 	dir      string
-	clock    *clock
+	clock    *testkit.Clock
 	st       *sqlitestore.Store
 	contract *contract
 	dns      *testkit.DNSServer
@@ -94,7 +76,7 @@ type options struct {
 
 func start(t *testing.T, o options) *harness {
 	t.Helper()
-	h := &harness{t: t, clock: &clock{t: time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)}, contract: loadContract(t), logs: &testkit.LogBuffer{}}
+	h := &harness{t: t, clock: testkit.NewClock(time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)), contract: loadContract(t), logs: &testkit.LogBuffer{}}
 	now := h.clock.Now
 	if o.realClock {
 		now = time.Now
