@@ -110,12 +110,21 @@ func GroupByDomain(items []evs.Item) []Group {
 // Verify runs one group and returns the results to write and the items to
 // retry later: greylisted answers before the last attempt give no result.
 func (p *Processor) Verify(ctx context.Context, test bool, mode evs.Mode, g Group, attempt int, memo *verify.CatchAllMemo) (results []evs.Result, retry []evs.Item, err error) {
+	results, retry, _, err = p.VerifyBefore(ctx, time.Time{}, test, mode, g, attempt, memo)
+	return results, retry, err
+}
+
+// VerifyBefore is Verify that starts no SMTP session at or after startBy
+// (the zero time: no limit), so that a worker with a deadline can write
+// what it finished before it is stopped: the items it did not start come
+// back in left, unasked, for another invocation.
+func (p *Processor) VerifyBefore(ctx context.Context, startBy time.Time, test bool, mode evs.Mode, g Group, attempt int, memo *verify.CatchAllMemo) (results []evs.Result, retry, left []evs.Item, err error) {
 	v := p.Engine
 	if test {
 		v = p.Sandbox
 	}
 	if v == nil {
-		return nil, nil, errors.New("batch: no verifier")
+		return nil, nil, nil, errors.New("batch: no verifier")
 	}
 	maxGrey := p.MaxGreyAttempts
 	if maxGrey <= 0 {
@@ -126,6 +135,10 @@ func (p *Processor) Verify(ctx context.Context, test bool, mode evs.Mode, g Grou
 		per = 50
 	}
 	for start := 0; start < len(g.Items); start += per {
+		if !startBy.IsZero() && !time.Now().Before(startBy) {
+			left = g.Items[start:]
+			break
+		}
 		end := min(start+per, len(g.Items))
 		chunk := g.Items[start:end]
 		emails := make([]string, len(chunk))
@@ -143,7 +156,7 @@ func (p *Processor) Verify(ctx context.Context, test bool, mode evs.Mode, g Grou
 			// Cut short (cancel, shutdown): these verdicts are artefacts of
 			// our deadline, not facts about the mailboxes. Leave them for
 			// the next run.
-			return results, nil, ctx.Err()
+			return results, nil, nil, ctx.Err()
 		}
 		if timedOut {
 			now := time.Now
@@ -162,7 +175,7 @@ func (p *Processor) Verify(ctx context.Context, test bool, mode evs.Mode, g Grou
 		}
 	}
 	sort.Slice(results, func(i, j int) bool { return results[i].Seq < results[j].Seq })
-	return results, retry, nil
+	return results, retry, left, nil
 }
 
 // Backoff returns the delay before retry attempt n (1-based) of greylisted

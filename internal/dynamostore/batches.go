@@ -737,3 +737,56 @@ func (s *Store) UnfinishedBatches(ctx context.Context) ([]evs.Batch, error) {
 	})
 	return out, nil
 }
+
+// keysPerGet is BatchGetItem's limit.
+const keysPerGet = 100
+
+// WithoutResults returns the items of the batch that have no result yet,
+// in the order given: a redelivered work message probes only those, so an
+// address is never asked of its mail server twice. Strongly consistent
+// reads of the keys alone, 100 to a call.
+func (s *Store) WithoutResults(ctx context.Context, accountID, id string, items []evs.Item) ([]evs.Item, error) {
+	rk := avS(rowKey(accountID, id))
+	done := make(map[int]bool, len(items))
+	for rest := items; len(rest) > 0; {
+		chunk := rest[:min(keysPerGet, len(rest))]
+		rest = rest[len(chunk):]
+		keys := make([]map[string]types.AttributeValue, len(chunk))
+		for i, it := range chunk {
+			keys[i] = item{attrBatchID: rk, attrSeq: avN(int64(it.Seq))}
+		}
+		req := map[string]types.KeysAndAttributes{s.t.Results: {
+			Keys: keys, ConsistentRead: aws.Bool(true),
+			ProjectionExpression:     aws.String("#q, #s"),
+			ExpressionAttributeNames: map[string]string{"#q": attrSeq, "#s": attrStatus},
+		}}
+		for attempt := 0; len(req) > 0; attempt++ {
+			if attempt == writeAttempts {
+				return nil, evs.Wrap(fmt.Errorf("dynamostore: batch items still unprocessed after %d reads", attempt),
+					evs.CodeUnavailable, msgUnavailable)
+			}
+			if attempt > 0 {
+				if err := s.backoff(ctx, attempt-1); err != nil {
+					return nil, wrapErr("read batch items", err)
+				}
+			}
+			out, err := s.c.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: req})
+			if err != nil {
+				return nil, wrapErr("read batch items", err)
+			}
+			for _, it := range out.Responses[s.t.Results] {
+				if _, ok := it[attrStatus]; ok {
+					done[int(getN(it, attrSeq))] = true
+				}
+			}
+			req = out.UnprocessedKeys
+		}
+	}
+	out := make([]evs.Item, 0, len(items))
+	for _, it := range items {
+		if !done[it.Seq] {
+			out = append(out, it)
+		}
+	}
+	return out, nil
+}

@@ -226,3 +226,101 @@ func TestWorkerDeadline(t *testing.T) {
 		})
 	}
 }
+
+// TestWorkerBudgetProbesOnce: an invocation whose deadline comes mid-message
+// starts no session in its last Reserve, writes what it finished and puts
+// the rest back on the queue; another invocation takes the rest; then SQS
+// redelivers the first message (as it does when an invocation's end is
+// lost) while the batch's other message is still pending. Across all of
+// it, the loopback MTA is asked about every address exactly once.
+func TestWorkerBudgetProbesOnce(t *testing.T) {
+	const domains, users = 9, 2
+	w := newWorld(t, 16, time.Second, 3) // work messages: d0-d7, then d8
+	peer := testkit.StartSMTP(t, testkit.SMTPOptions{Delay: 200 * time.Millisecond, Rcpt: func(a string) string {
+		if strings.HasPrefix(a, "user") {
+			return "250 2.1.5 OK"
+		}
+		return "550 5.1.1 no such user" // the accept-all probe
+	}})
+	dns := testkit.StartDNS(t)
+	dns.AddRecord("mx.shared.example. 300 IN A 127.0.0.1")
+	var emails []string
+	for d := range domains {
+		dns.AddRecord(fmt.Sprintf("d%d.example. 300 IN MX 10 mx.shared.example.", d))
+		for i := range users {
+			emails = append(emails, fmt.Sprintf("user%d@d%d.example", i, d))
+		}
+	}
+	res, err := dnscheck.New(dnscheck.Config{Servers: []string{dns.Addr}, Timeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	loopback, err := egress.Parse("127.0.0.0/8")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := smtpprobe.New(smtpprobe.Config{HELO: "probe.evs.test", Port: peer.Port, Resolver: res, Egress: loopback, ReplyTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, err := verify.New(verify.Config{Resolver: res, Prober: verify.SMTP(p)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	live := evs.Account{ID: "acct-" + uuid.NewString(), Name: testkit.UniqueName(t, "live"), CreatedAt: time.Now().UTC()}
+	if err := w.st.CreateAccount(w.ctx, live); err != nil {
+		t.Fatal(err)
+	}
+	w.acct = live
+	b := w.createBatch(evs.ModeFull, emails...)
+	w.w.Processor = &batch.Processor{Engine: eng, Sandbox: verify.NewSandbox(nil)}
+	w.w.Concurrency = 2
+	if err := w.q.Enqueue(w.ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	w.handle(w.receiveN(1, 10*time.Second)...) // the plan
+	work := w.receiveN(2, 10*time.Second)
+	first, second := work[:1], work[1:]
+	half := len(decode(t, first[0]).Items)
+
+	// A 6 s invocation that stops starting sessions after 3 s: a session
+	// here takes about 1.4 s and two run at once, so the first domains are
+	// done and the last are not, and those under way have 3 s to finish.
+	w.w.Reserve = 3 * time.Second
+	ctx, cancel := context.WithTimeout(w.ctx, 6*time.Second)
+	resp, err := w.w.Handle(ctx, event(first...))
+	cancel()
+	if err != nil || len(resp.BatchItemFailures) > 0 {
+		t.Fatalf("first invocation: %v %+v\n%s", err, resp.BatchItemFailures, w.logs.String())
+	}
+	done := w.current().Counters.Processed
+	if done == 0 || done == half {
+		t.Fatalf("the first invocation finished %d of its %d addresses: the test cannot tell", done, half)
+	}
+	w.w.Reserve = 0
+	for w.current().Counters.Processed < half {
+		w.handle(w.receive(10, 2)...) // what it put back
+	}
+	// The first message again, as a redelivery, while the second waits.
+	redo := event(first...)
+	redo.Records[0].Attributes = map[string]string{"ApproximateReceiveCount": "2"}
+	if resp, err := w.w.Handle(w.ctx, redo); err != nil || len(resp.BatchItemFailures) > 0 {
+		t.Fatalf("redelivery: %v %+v", err, resp.BatchItemFailures)
+	}
+	w.handle(second...)
+	asked := map[string]int{}
+	for _, c := range peer.Commands() {
+		if a, ok := strings.CutPrefix(c, "RCPT TO:<user"); ok {
+			asked[strings.TrimSuffix(a, ">")]++
+		}
+	}
+	for _, e := range emails {
+		if n := asked[strings.TrimPrefix(e, "user")]; n != 1 {
+			t.Errorf("%s asked %d times, want once", e, n)
+		}
+	}
+	if cur := w.current(); cur.State != evs.StateCompleted || cur.Counters.Deliverable != len(emails) {
+		t.Fatalf("batch %s %+v", cur.State, cur.Counters)
+	}
+	t.Logf("first invocation: %d of %d addresses; every address asked once", done, half)
+}

@@ -93,10 +93,17 @@ func (q *Queue) send(ctx context.Context, ms []Message, delay int32) error {
 	return nil
 }
 
+// Store is what the worker keeps batches in: batch processing's part, and
+// which of a redelivered message's items already have results.
+type Store interface {
+	batch.Store
+	WithoutResults(ctx context.Context, accountID, id string, items []evs.Item) ([]evs.Item, error)
+}
+
 // Worker handles the queue's messages in the worker Lambda.
 type Worker struct {
 	Queue     *Queue
-	Store     batch.Store
+	Store     Store
 	Accounts  batch.Accounts
 	Processor *batch.Processor
 	Now       func() time.Time
@@ -139,12 +146,38 @@ type Worker struct {
 	Sweeper       SweepStore
 	StallAfter    time.Duration
 	DeliveryGrace time.Duration
+	// Reserve is how long before the invocation's deadline the worker
+	// stops starting SMTP sessions, to finish those under way and write
+	// their results (default Processor.SessionLimit + 30 s): the Lambda
+	// service never cuts off finished work, whose addresses would be
+	// probed again on redelivery.
+	Reserve time.Duration
+}
+
+// startBy is when the worker stops starting sessions in an invocation
+// whose context ends at its deadline (the zero time without one): Reserve
+// before it, but never more than half of what is left, so an invocation
+// shorter than the reserve still gets work done.
+func (w *Worker) startBy(ctx context.Context) time.Time {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return time.Time{}
+	}
+	r := w.Reserve
+	if r <= 0 {
+		r = 30 * time.Second
+		if w.Processor != nil {
+			r += w.Processor.SessionLimit
+		}
+	}
+	return dl.Add(-min(r, time.Until(dl)/2))
 }
 
 // Handle processes an SQS event and reports the messages that failed, so
 // only those are redelivered (ReportBatchItemFailures).
 func (w *Worker) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
 	var resp events.SQSEventResponse
+	startBy := w.startBy(ctx)
 	for _, rec := range ev.Records {
 		var m Message
 		if err := json.Unmarshal([]byte(rec.Body), &m); err != nil {
@@ -161,7 +194,7 @@ func (w *Worker) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEven
 		case KindPlan:
 			err = w.plan(ctx, m)
 		case KindWork:
-			err = w.work(ctx, m)
+			err = w.work(ctx, m, redelivered(rec), startBy)
 		case KindWebhook:
 			err = w.deliver(ctx, m)
 		case KindSweep:
@@ -294,8 +327,18 @@ func Pack(accountID, batchID string, items []evs.Item, size int) []Message {
 	return out
 }
 
+// redelivered tells whether SQS may have handed rec to a worker before; a
+// message without the attribute counts as one.
+func redelivered(rec events.SQSMessage) bool {
+	n, err := strconv.Atoi(rec.Attributes["ApproximateReceiveCount"])
+	return err != nil || n > 1
+}
+
 // work verifies one message's addresses and writes their results at once.
-func (w *Worker) work(ctx context.Context, m Message) error {
+// A redelivered message skips the addresses that already have results.
+// Past the invocation's startBy no new session starts: the results so far
+// are written and the rest goes back on the queue, as a new message.
+func (w *Worker) work(ctx context.Context, m Message, again bool, startBy time.Time) error {
 	b, err := w.Store.Batch(ctx, m.AccountID, m.BatchID)
 	if err != nil {
 		if evs.ErrorCode(err) == evs.CodeNotFound {
@@ -315,6 +358,14 @@ func (w *Worker) work(ctx context.Context, m Message) error {
 		_, err := w.Store.PutResults(ctx, m.AccountID, m.BatchID, rs, w.now())
 		return err
 	}
+	if again {
+		if m.Items, err = w.Store.WithoutResults(ctx, m.AccountID, m.BatchID, m.Items); err != nil {
+			return err
+		}
+		if len(m.Items) == 0 {
+			return nil
+		}
+	}
 	conc := w.Concurrency
 	if conc <= 0 {
 		conc = 8
@@ -324,6 +375,7 @@ func (w *Worker) work(ctx context.Context, m Message) error {
 		results []evs.Result
 		retry   []evs.Item
 		busy    []evs.Item
+		left    []evs.Item
 		firstEr error
 		wg      sync.WaitGroup
 		sem     = make(chan struct{}, conc)
@@ -335,6 +387,12 @@ func (w *Worker) work(ctx context.Context, m Message) error {
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
+			if !startBy.IsZero() && !time.Now().Before(startBy) {
+				mu.Lock()
+				left = append(left, g.Items...)
+				mu.Unlock()
+				return
+			}
 			release, ok, err := w.lease(ctx, acct.Test, b.Mode, g)
 			if err != nil || !ok {
 				mu.Lock()
@@ -348,52 +406,53 @@ func (w *Worker) work(ctx context.Context, m Message) error {
 				return
 			}
 			defer release()
-			rs, again, err := w.Processor.Verify(ctx, acct.Test, b.Mode, g, m.Attempt, memo)
+			rs, grey, rest, err := w.Processor.VerifyBefore(ctx, startBy, acct.Test, b.Mode, g, m.Attempt, memo)
 			mu.Lock()
 			defer mu.Unlock()
 			results = append(results, rs...)
-			retry = append(retry, again...)
+			retry = append(retry, grey...)
+			left = append(left, rest...)
 			if err != nil && firstEr == nil {
 				firstEr = err
 			}
 		}()
 	}
 	wg.Wait()
+	// Results first: once written, a redelivery of this message (a failed
+	// send below, a lost invocation) asks no server about them again.
+	var final evs.Batch
+	if len(results) > 0 && (firstEr == nil || ctx.Err() == nil) {
+		var err error
+		if final, err = w.Store.PutResults(ctx, m.AccountID, m.BatchID, results, w.now()); err != nil {
+			return errors.Join(firstEr, err)
+		}
+	}
 	if firstEr != nil {
 		return firstEr
 	}
-	if len(retry) > 0 {
-		delay := batch.Backoff(w.GreyBackoff, m.Attempt+1)
-		if delay > 15*time.Minute {
-			delay = 15 * time.Minute
+	// Out of time in this invocation: nothing was asked about left yet.
+	// Another invocation holds every lease on busy's host: later, at the
+	// same attempt. Greylisted addresses: after the back-off, next attempt.
+	grey := min(batch.Backoff(w.GreyBackoff, m.Attempt+1), 15*time.Minute)
+	for _, q := range []struct {
+		items   []evs.Item
+		attempt int
+		delay   int32
+	}{{left, m.Attempt, 0}, {busy, m.Attempt, w.busyDelay()}, {retry, m.Attempt + 1, int32(grey / time.Second)}} {
+		if len(q.items) == 0 {
+			continue
 		}
-		again := Pack(m.AccountID, m.BatchID, retry, w.packSize())
-		for i := range again {
-			again[i].Attempt = m.Attempt + 1
+		ms := Pack(m.AccountID, m.BatchID, q.items, w.packSize())
+		for i := range ms {
+			ms[i].Attempt = q.attempt
 		}
-		if err := w.Queue.send(ctx, again, int32(delay/time.Second)); err != nil {
+		if err := w.Queue.send(ctx, ms, q.delay); err != nil {
 			return err
 		}
 	}
-	if len(busy) > 0 {
-		// Another invocation holds every lease on the host: try later, at
-		// the same attempt (nothing was asked of the host).
-		again := Pack(m.AccountID, m.BatchID, busy, w.packSize())
-		for i := range again {
-			again[i].Attempt = m.Attempt
-		}
-		if err := w.Queue.send(ctx, again, w.busyDelay()); err != nil {
-			return err
-		}
+	if len(results) > 0 {
+		w.finalized(ctx, final)
 	}
-	if len(results) == 0 {
-		return nil
-	}
-	final, err := w.Store.PutResults(ctx, m.AccountID, m.BatchID, results, w.now())
-	if err != nil {
-		return err
-	}
-	w.finalized(ctx, final)
 	return nil
 }
 
