@@ -24,6 +24,61 @@ import (
 	"github.com/evs-dev/evs/internal/verify/smtpprobe"
 )
 
+// sharedHost is a live account's world whose domains d0…d(domains-1) all
+// send their mail to one loopback MTA, which accepts user* recipients
+// (and refuses the accept-all probe) after delay per reply.
+type sharedHost struct {
+	peer     *testkit.SMTPServer
+	res      *dnscheck.Resolver
+	loopback *egress.Policy
+	emails   []string
+}
+
+func newSharedHost(t *testing.T, w *world, delay time.Duration, domains, users int) sharedHost {
+	t.Helper()
+	h := sharedHost{peer: testkit.StartSMTP(t, testkit.SMTPOptions{Delay: delay, Rcpt: func(a string) string {
+		if strings.HasPrefix(a, "user") {
+			return "250 2.1.5 OK"
+		}
+		return "550 5.1.1 no such user" // the accept-all probe
+	}})}
+	dns := testkit.StartDNS(t)
+	dns.AddRecord("mx.shared.example. 300 IN A 127.0.0.1")
+	for d := range domains {
+		dns.AddRecord(fmt.Sprintf("d%d.example. 300 IN MX 10 mx.shared.example.", d))
+		for i := range users {
+			h.emails = append(h.emails, fmt.Sprintf("user%d@d%d.example", i, d))
+		}
+	}
+	var err error
+	if h.res, err = dnscheck.New(dnscheck.Config{Servers: []string{dns.Addr}, Timeout: 2 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	if h.loopback, err = egress.Parse("127.0.0.0/8"); err != nil { // the shared host
+		t.Fatal(err)
+	}
+	live := evs.Account{ID: "acct-" + uuid.NewString(), Name: testkit.UniqueName(t, "live"), CreatedAt: time.Now().UTC()}
+	if err := w.st.CreateAccount(w.ctx, live); err != nil {
+		t.Fatal(err)
+	}
+	w.acct = live
+	return h
+}
+
+// engine is a live engine, with its own prober, on the shared host.
+func (h sharedHost) engine(t *testing.T, perHost int) *verify.Engine {
+	t.Helper()
+	p, err := smtpprobe.New(smtpprobe.Config{HELO: "probe.evs.test", Port: h.peer.Port, Resolver: h.res, Egress: h.loopback, PerHostLimit: perHost, ReplyTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, err := verify.New(verify.Config{Resolver: h.res, Prober: verify.SMTP(p)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return eng
+}
+
 // TestWorkerHostLeasesAcrossInvocations: several worker invocations run at
 // once, each its own process as far as SMTP goes (its own prober, with its
 // own in-process per-host limit of 4), on the same queue and store. Every
@@ -38,34 +93,8 @@ func TestWorkerHostLeasesAcrossInvocations(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			const slots, invocations, domains = 2, 4, 8
 			w := newWorld(t, 3, time.Second, 3)
-			peer := testkit.StartSMTP(t, testkit.SMTPOptions{Delay: 60 * time.Millisecond, Rcpt: func(a string) string {
-				if strings.HasPrefix(a, "user") {
-					return "250 2.1.5 OK"
-				}
-				return "550 5.1.1 no such user" // the accept-all probe
-			}})
-			dns := testkit.StartDNS(t)
-			dns.AddRecord("mx.shared.example. 300 IN A 127.0.0.1")
-			var emails []string
-			for d := range domains {
-				dns.AddRecord(fmt.Sprintf("d%d.example. 300 IN MX 10 mx.shared.example.", d))
-				for i := range 3 {
-					emails = append(emails, fmt.Sprintf("user%d@d%d.example", i, d))
-				}
-			}
-			res, err := dnscheck.New(dnscheck.Config{Servers: []string{dns.Addr}, Timeout: 2 * time.Second})
-			if err != nil {
-				t.Fatal(err)
-			}
-			loopback, err := egress.Parse("127.0.0.0/8") // the shared host
-			if err != nil {
-				t.Fatal(err)
-			}
-			live := evs.Account{ID: "acct-" + uuid.NewString(), Name: testkit.UniqueName(t, "live"), CreatedAt: time.Now().UTC()}
-			if err := w.st.CreateAccount(w.ctx, live); err != nil {
-				t.Fatal(err)
-			}
-			w.acct = live
+			h := newSharedHost(t, w, 60*time.Millisecond, domains, 3)
+			peer, emails := h.peer, h.emails
 			b := w.createBatch(evs.ModeFull, emails...)
 			if err := w.q.Enqueue(w.ctx, b); err != nil {
 				t.Fatal(err)
@@ -74,14 +103,7 @@ func TestWorkerHostLeasesAcrossInvocations(t *testing.T) {
 			// Each invocation: its own engine and prober, the shared store.
 			workers := make([]*sqsqueue.Worker, invocations)
 			for i := range workers {
-				p, err := smtpprobe.New(smtpprobe.Config{HELO: "probe.evs.test", Port: peer.Port, Resolver: res, Egress: loopback, PerHostLimit: 4, ReplyTimeout: 5 * time.Second})
-				if err != nil {
-					t.Fatal(err)
-				}
-				eng, err := verify.New(verify.Config{Resolver: res, Prober: verify.SMTP(p)})
-				if err != nil {
-					t.Fatal(err)
-				}
+				eng := h.engine(t, 4)
 				workers[i] = &sqsqueue.Worker{
 					Queue: w.q, Store: w.st, Accounts: w.st,
 					Processor: &batch.Processor{Engine: eng, Sandbox: verify.NewSandbox(nil)},
@@ -236,42 +258,8 @@ func TestWorkerDeadline(t *testing.T) {
 func TestWorkerBudgetProbesOnce(t *testing.T) {
 	const domains, users = 9, 2
 	w := newWorld(t, 16, time.Second, 3) // work messages: d0-d7, then d8
-	peer := testkit.StartSMTP(t, testkit.SMTPOptions{Delay: 200 * time.Millisecond, Rcpt: func(a string) string {
-		if strings.HasPrefix(a, "user") {
-			return "250 2.1.5 OK"
-		}
-		return "550 5.1.1 no such user" // the accept-all probe
-	}})
-	dns := testkit.StartDNS(t)
-	dns.AddRecord("mx.shared.example. 300 IN A 127.0.0.1")
-	var emails []string
-	for d := range domains {
-		dns.AddRecord(fmt.Sprintf("d%d.example. 300 IN MX 10 mx.shared.example.", d))
-		for i := range users {
-			emails = append(emails, fmt.Sprintf("user%d@d%d.example", i, d))
-		}
-	}
-	res, err := dnscheck.New(dnscheck.Config{Servers: []string{dns.Addr}, Timeout: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	loopback, err := egress.Parse("127.0.0.0/8")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := smtpprobe.New(smtpprobe.Config{HELO: "probe.evs.test", Port: peer.Port, Resolver: res, Egress: loopback, ReplyTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	eng, err := verify.New(verify.Config{Resolver: res, Prober: verify.SMTP(p)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	live := evs.Account{ID: "acct-" + uuid.NewString(), Name: testkit.UniqueName(t, "live"), CreatedAt: time.Now().UTC()}
-	if err := w.st.CreateAccount(w.ctx, live); err != nil {
-		t.Fatal(err)
-	}
-	w.acct = live
+	h := newSharedHost(t, w, 200*time.Millisecond, domains, users)
+	peer, emails, eng := h.peer, h.emails, h.engine(t, 0)
 	b := w.createBatch(evs.ModeFull, emails...)
 	w.w.Processor = &batch.Processor{Engine: eng, Sandbox: verify.NewSandbox(nil)}
 	w.w.Concurrency = 2
