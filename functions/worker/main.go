@@ -61,8 +61,12 @@ func main() {
 		},
 	}
 	if cfg.SMTP != config.SMTPOff {
-		// Per-host politeness across every concurrent invocation.
-		w.Leases, w.MX = st, engine
+		// Politeness per provider and egress address across every
+		// concurrent invocation.
+		w.Polite = &sqsqueue.Polite{
+			Store: st, MX: engine, Egress: cfg.EgressName(),
+			Limits: batch.Limits{Sessions: cfg.ProviderSessions, RcptPerMin: cfg.ProviderRcptPerMin},
+		}
 	}
 	lambda.Start(w.Handle)
 }

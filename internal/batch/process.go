@@ -119,24 +119,43 @@ func (p *Processor) Verify(ctx context.Context, test bool, mode evs.Mode, g Grou
 // what it finished before it is stopped: the items it did not start come
 // back in left, unasked, for another invocation.
 func (p *Processor) VerifyBefore(ctx context.Context, startBy time.Time, test bool, mode evs.Mode, g Group, attempt int, memo *verify.CatchAllMemo) (results []evs.Result, retry, left []evs.Item, err error) {
+	o, err := p.VerifyGroup(ctx, startBy, test, mode, g, attempt, memo)
+	return o.Results, o.Retry, o.Left, err
+}
+
+// Outcome is what VerifyGroup did with a group.
+type Outcome struct {
+	// Results are the verdicts to write.
+	Results []evs.Result
+	// Retry is the greylisted items, for a later attempt.
+	Retry []evs.Item
+	// Left is the items no server was asked about: out of time, or the
+	// provider asked us to slow down.
+	Left []evs.Item
+	// Throttled is true when a session met a 421 or a reply about our
+	// rate (verify.Throttled): no further session of the group started,
+	// and the items a refused session never asked about are in Left.
+	Throttled bool
+}
+
+// VerifyGroup is VerifyBefore that also reports whether the provider
+// throttled us, so that a caller can pause it for every worker.
+func (p *Processor) VerifyGroup(ctx context.Context, startBy time.Time, test bool, mode evs.Mode, g Group, attempt int, memo *verify.CatchAllMemo) (o Outcome, err error) {
 	v := p.Engine
 	if test {
 		v = p.Sandbox
 	}
 	if v == nil {
-		return nil, nil, nil, errors.New("batch: no verifier")
+		return o, errors.New("batch: no verifier")
 	}
 	maxGrey := p.MaxGreyAttempts
 	if maxGrey <= 0 {
 		maxGrey = 3
 	}
-	per := p.PerConnection
-	if per <= 0 {
-		per = 50
-	}
+	per := p.perConnection()
 	for start := 0; start < len(g.Items); start += per {
 		if !startBy.IsZero() && !time.Now().Before(startBy) {
-			left = g.Items[start:]
+			o.Left = g.Items[start:]
 			break
 		}
 		end := min(start+per, len(g.Items))
@@ -156,26 +175,54 @@ func (p *Processor) VerifyBefore(ctx context.Context, startBy time.Time, test bo
 			// Cut short (cancel, shutdown): these verdicts are artefacts of
 			// our deadline, not facts about the mailboxes. Leave them for
 			// the next run.
-			return results, nil, nil, ctx.Err()
+			return Outcome{Results: o.Results}, ctx.Err()
 		}
 		if timedOut {
 			now := time.Now
 			if p.Now != nil {
 				now = p.Now
 			}
-			results = append(results, TimeoutResults(g.Items[start:], mode, test, DetailSession, now())...)
+			o.Results = append(o.Results, TimeoutResults(g.Items[start:], mode, test, DetailSession, now())...)
+			break
+		}
+		throttled, refused := throttledSession(test, ds)
+		if refused {
+			// The session was refused before any RCPT: nothing was asked,
+			// so the chunk is run again once the provider's pause is over,
+			// at the same attempt.
+			o.Left, o.Throttled = g.Items[start:], true
 			break
 		}
 		for i, d := range ds {
 			if d.Reason == evs.ReasonGreylisted && attempt+1 < maxGrey {
-				retry = append(retry, chunk[i])
+				o.Retry = append(o.Retry, chunk[i])
 				continue
 			}
-			results = append(results, evs.Result{Seq: chunk[i].Seq, Email: chunk[i].Email, Decision: d})
+			o.Results = append(o.Results, evs.Result{Seq: chunk[i].Seq, Email: chunk[i].Email, Decision: d})
+		}
+		if throttled {
+			o.Left, o.Throttled = g.Items[end:], true
+			break
 		}
 	}
-	sort.Slice(results, func(i, j int) bool { return results[i].Seq < results[j].Seq })
-	return results, retry, left, nil
+	sort.Slice(o.Results, func(i, j int) bool { return o.Results[i].Seq < o.Results[j].Seq })
+	return o, nil
+}
+
+// throttledSession tells whether a live session's decisions show a
+// throttling reply, and whether the session was refused at its start (every
+// decision then carries the refusal).
+func throttledSession(test bool, ds []evs.Decision) (throttled, refused bool) {
+	if test || len(ds) == 0 {
+		return false, false
+	}
+	refused = true
+	for _, d := range ds {
+		t, atOpen := verify.Throttled(d.Checks.SMTP)
+		throttled = throttled || t
+		refused = refused && t && atOpen
+	}
+	return throttled, refused
 }
 
 // Backoff returns the delay before retry attempt n (1-based) of greylisted

@@ -68,6 +68,12 @@ type Config struct {
 	// MetricsAddr is the listen address of the Prometheus endpoint; empty
 	// means off (EVS_METRICS_ADDR).
 	MetricsAddr string
+	// ProviderSessions and ProviderRcptPerMin are the politeness limits
+	// per mail provider and egress address (EVS_PROVIDER_SESSIONS,
+	// EVS_PROVIDER_RCPT_PER_MIN): keys are provider names, class names
+	// (large, gateway, other) or "*"; nil means the class defaults.
+	ProviderSessions   map[string]int
+	ProviderRcptPerMin map[string]int
 	// Tables names the DynamoDB tables (AWS only; from template.yaml).
 	Tables Tables
 	// QueueURL is the SQS work queue (AWS only; EVS_QUEUE_URL).
@@ -226,6 +232,8 @@ func FromEnv(getenv func(string) string, onLambda bool) (Config, error) {
 	if _, _, err := net.SplitHostPort(c.Addr); err != nil {
 		errs = append(errs, fmt.Errorf("EVS_ADDR: %q is not host:port like 127.0.0.1:8080", c.Addr))
 	}
+	c.ProviderSessions = providerLimits(getenv, "EVS_PROVIDER_SESSIONS", &errs)
+	c.ProviderRcptPerMin = providerLimits(getenv, "EVS_PROVIDER_RCPT_PER_MIN", &errs)
 	c.Tables = Tables{
 		Keys:        getenv("EVS_KEYS_TABLE"),
 		Batches:     getenv("EVS_BATCHES_TABLE"),

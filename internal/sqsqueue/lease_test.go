@@ -82,9 +82,10 @@ func (h sharedHost) engine(t *testing.T, perHost int) *verify.Engine {
 // TestWorkerHostLeasesAcrossInvocations: several worker invocations run at
 // once, each its own process as far as SMTP goes (its own prober, with its
 // own in-process per-host limit of 4), on the same queue and store. Every
-// domain's mail goes to one host. With DynamoDB leases (2 per host) the
-// host never sees more than 2 sessions at once; without them it sees more,
-// which shows the test can tell.
+// domain's mail goes to one host, of one provider (shared.example). With
+// DynamoDB session slots (2 per provider) the host never sees more than 2
+// sessions at once; without them it sees more, which shows the test can
+// tell. Groups that find no slot are parked and started as sessions end.
 func TestWorkerHostLeasesAcrossInvocations(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
@@ -108,10 +109,11 @@ func TestWorkerHostLeasesAcrossInvocations(t *testing.T) {
 					Queue: w.q, Store: w.st, Accounts: w.st,
 					Processor: &batch.Processor{Engine: eng, Sandbox: verify.NewSandbox(nil)},
 					Logger:    slog.New(slog.NewJSONHandler(io.Discard, nil)),
-					PackSize:  3, Concurrency: 4, BusyDelay: time.Second,
+					PackSize:  3, Concurrency: 4,
 				}
 				if tc.leases {
-					workers[i].Leases, workers[i].MX, workers[i].HostSlots = w.st, eng, slots
+					workers[i].Polite = &sqsqueue.Polite{Store: w.st, MX: eng,
+						Limits: batch.Limits{Sessions: map[string]int{"*": slots}, RcptPerMin: map[string]int{"*": 1000}}}
 				}
 			}
 			ctx, cancel := context.WithTimeout(w.ctx, 60*time.Second)

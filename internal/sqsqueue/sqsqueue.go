@@ -125,17 +125,11 @@ type Worker struct {
 	// Deadline is a batch's time limit from its start (EVS_BATCH_DEADLINE;
 	// 0 means none): past it, what is left ends as unknown/timeout.
 	Deadline time.Duration
-	// Leases and MX keep SMTP polite across every concurrent invocation:
-	// a group's SMTP session to its domain's preferred MX host needs one
-	// of HostSlots leases on that host (default 2), held at most LeaseTTL
-	// (default 6 min, past the function's timeout). A group that gets no
-	// lease goes back to the queue after BusyDelay (default 20 s, with
-	// jitter). Nil leases: no limit across invocations.
-	Leases    HostLeases
-	MX        PreferredMX
-	HostSlots int
-	LeaseTTL  time.Duration
-	BusyDelay time.Duration
+	// Polite keeps SMTP polite across every concurrent invocation: limits
+	// per provider and egress address, pauses after throttling, and work
+	// that waits parked in the store (polite.go). Nil: no limit across
+	// invocations.
+	Polite *Polite
 	// Webhooks delivers batch events (KindWebhook messages); nil drops them.
 	Webhooks *webhook.Deliverer
 	// Sweeper lists what the scheduled sweep (KindSweep messages) looks
@@ -195,6 +189,12 @@ func (w *Worker) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEven
 			err = w.plan(ctx, m)
 		case KindWork:
 			err = w.work(ctx, m, redelivered(rec), startBy)
+		case KindUnparked:
+			// Parked once: a copy may have run before a failure, so the
+			// addresses with results are skipped, as on a redelivery.
+			err = w.work(ctx, m, true, startBy)
+		case KindWake:
+			err = w.wake(ctx, rec.Body)
 		case KindWebhook:
 			err = w.deliver(ctx, m)
 		case KindSweep:
@@ -374,8 +374,8 @@ func (w *Worker) work(ctx context.Context, m Message, again bool, startBy time.T
 		mu      sync.Mutex
 		results []evs.Result
 		retry   []evs.Item
-		busy    []evs.Item
 		left    []evs.Item
+		parked  []parking
 		firstEr error
 		wg      sync.WaitGroup
 		sem     = make(chan struct{}, conc)
@@ -393,25 +393,36 @@ func (w *Worker) work(ctx context.Context, m Message, again bool, startBy time.T
 				mu.Unlock()
 				return
 			}
-			release, ok, err := w.lease(ctx, acct.Test, b.Mode, g)
-			if err != nil || !ok {
+			a, err := w.admit(ctx, acct.Test, b.Mode, g)
+			if err != nil {
 				mu.Lock()
 				defer mu.Unlock()
-				if err != nil && firstEr == nil {
+				if firstEr == nil {
 					firstEr = err
-				}
-				if err == nil {
-					busy = append(busy, g.Items...)
 				}
 				return
 			}
-			defer release()
-			rs, grey, rest, err := w.Processor.VerifyBefore(ctx, startBy, acct.Test, b.Mode, g, m.Attempt, memo)
+			if len(a.wait) > 0 {
+				mu.Lock()
+				parked = addParking(parked, a.key, a.notBefore, a.forSlot, a.wait)
+				mu.Unlock()
+			}
+			if len(a.run) == 0 {
+				return
+			}
+			g.Items = a.run
+			o, err := w.Processor.VerifyGroup(ctx, startBy, acct.Test, b.Mode, g, m.Attempt, memo)
+			pausedUntil := a.done(ctx, o)
 			mu.Lock()
 			defer mu.Unlock()
-			results = append(results, rs...)
-			retry = append(retry, grey...)
-			left = append(left, rest...)
+			results = append(results, o.Results...)
+			retry = append(retry, o.Retry...)
+			if o.Throttled && a.key != "" {
+				// Not asked: they wait for the provider's pause to end.
+				parked = addParking(parked, a.key, pausedUntil, false, o.Left)
+			} else {
+				left = append(left, o.Left...)
+			}
 			if err != nil && firstEr == nil {
 				firstEr = err
 			}
@@ -430,15 +441,21 @@ func (w *Worker) work(ctx context.Context, m Message, again bool, startBy time.T
 	if firstEr != nil {
 		return firstEr
 	}
+	// Work that waits for its provider is parked in the store before the
+	// message is acknowledged.
+	if len(parked) > 0 {
+		if err := w.park(ctx, m, parked); err != nil {
+			return err
+		}
+	}
 	// Out of time in this invocation: nothing was asked about left yet.
-	// Another invocation holds every lease on busy's host: later, at the
-	// same attempt. Greylisted addresses: after the back-off, next attempt.
+	// Greylisted addresses: after the back-off, next attempt.
 	grey := min(batch.Backoff(w.GreyBackoff, m.Attempt+1), 15*time.Minute)
 	for _, q := range []struct {
 		items   []evs.Item
 		attempt int
 		delay   int32
-	}{{left, m.Attempt, 0}, {busy, m.Attempt, w.busyDelay()}, {retry, m.Attempt + 1, int32(grey / time.Second)}} {
+	}{{left, m.Attempt, 0}, {retry, m.Attempt + 1, int32(grey / time.Second)}} {
 		if len(q.items) == 0 {
 			continue
 		}

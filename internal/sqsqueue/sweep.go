@@ -97,6 +97,9 @@ func (w *Worker) sweep(ctx context.Context) error {
 		}
 		queued++
 	}
+	// Parked work whose wait is over starts even if no wake or session
+	// end starts it (a worker that died between a park and its wake).
+	failed += w.sweepParked(ctx)
 	w.logger().Info("sweep", slog.Int("unfinished", len(unfinished)), slog.Int("expired", expired),
 		slog.Int("replanned", replanned), slog.Int("deliveriesQueued", queued), slog.Int("failed", failed))
 	return nil

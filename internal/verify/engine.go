@@ -393,7 +393,7 @@ func openFailure(ctx context.Context, err error) evs.SMTPCheck {
 		case pe.Class == smtpprobe.Blocked:
 			c.Result, c.Detail = evs.SMTPUnreachable, "blocked: the mail hosts refused our probe (about us, not the mailbox)"
 		case pe.Class == smtpprobe.Greylisted || pe.Class == smtpprobe.RateLimited:
-			c.Result, c.Detail = evs.SMTPGreylisted, "the mail hosts asked us to try again later"
+			c.Result, c.Detail = evs.SMTPGreylisted, detailOpenTryLater
 		default:
 			c.Result, c.Detail = evs.SMTPUnreachable, "no mail host accepted a connection"
 		}

@@ -1,0 +1,280 @@
+package dynamostore
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+)
+
+// Politeness records (sqsqueue.PoliteStore), all in the Batches table in
+// partitions of their own whose names start with "~" (never an account
+// ID), keyed by "<provider>|<egress>":
+//
+//   - "~rate#<key>", sort key the window's start (epoch ms): the RCPT
+//     commands reserved in that window, a counter raised with a
+//     conditional ADD so that it never passes the limit.
+//   - "~pause#<key>", sort key "pause": until when the provider is paused
+//     after it throttled us, and how many pauses in a row (the back-off).
+//   - "~park#<key>", sort key "<not-before, 13-digit epoch ms>#<random>":
+//     work that waits for the provider, in the order it may run.
+//   - "~parked", sort key the key: the keys that have parked work, for
+//     the sweep, and when a wake message for the key is due.
+//
+// Every record carries a TTL, so nothing outlives its use.
+const (
+	ratePartitionPrefix  = "~rate#"
+	pausePartitionPrefix = "~pause#"
+	parkPartitionPrefix  = "~park#"
+	parkedKeysPartition  = "~parked"
+
+	attrRcpts       = "rcpts"
+	attrPausedUntil = "pausedUntil"
+	attrPauseLevel  = "pauseLevel"
+	attrParkBody    = "body"
+	attrWakeAt      = "wakeAt"
+
+	pauseSortKey = "pause"
+	// parkTTL is how long parked work is kept: past any batch deadline
+	// that still lets it run (the sweep plans a stalled batch again anyway).
+	parkTTL = 72 * time.Hour
+)
+
+// ReserveRcpts reserves n RCPT commands of key in the window of length
+// window that holds now, if that keeps the window's count at limit or
+// below. When it does not, ok is false and next is when the next window
+// starts.
+func (s *Store) ReserveRcpts(ctx context.Context, key string, n, limit int, window time.Duration, now time.Time) (ok bool, next time.Time, err error) {
+	start := now.Truncate(window)
+	next = start.Add(window)
+	if n > limit {
+		return false, next, nil
+	}
+	_, err = s.c.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName: aws.String(s.t.Batches),
+		Key: item{
+			attrAccountID: avS(ratePartitionPrefix + key),
+			attrID:        avS(strconv.FormatInt(start.UnixMilli(), 10)),
+		},
+		UpdateExpression:          aws.String("ADD #n :n SET #exp = :exp"),
+		ConditionExpression:       aws.String("attribute_not_exists(#n) OR #n <= :room"),
+		ExpressionAttributeNames:  map[string]string{"#n": attrRcpts, "#exp": attrExpiresAt},
+		ExpressionAttributeValues: item{":n": avN(int64(n)), ":room": avN(int64(limit - n)), ":exp": ttlSeconds(next.Add(time.Hour))},
+	})
+	if isConditionFailed(err) {
+		return false, next, nil
+	}
+	if err != nil {
+		return false, next, wrapErr("reserve RCPT commands", err)
+	}
+	return true, next, nil
+}
+
+func pauseKey(key string) item {
+	return item{attrAccountID: avS(pausePartitionPrefix + key), attrID: avS(pauseSortKey)}
+}
+
+// PauseState returns until when key is paused (the zero time: never
+// paused, or the record is gone) and how many pauses in a row it had.
+func (s *Store) PauseState(ctx context.Context, key string) (until time.Time, level int, err error) {
+	out, err := s.c.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(s.t.Batches), Key: pauseKey(key), ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		return time.Time{}, 0, wrapErr("read a provider pause", err)
+	}
+	return getTime(out.Item, attrPausedUntil), int(getN(out.Item, attrPauseLevel)), nil
+}
+
+// Pause pauses key after it throttled us at now: for base, doubling with
+// each pause in a row up to most. A pause in force is not extended: the
+// sessions that were under way when it began see the same throttling, and
+// must not stack their back-offs. until is the pause in force afterwards.
+func (s *Store) Pause(ctx context.Context, key string, now time.Time, base, most time.Duration) (until time.Time, err error) {
+	for range 5 {
+		cur, level, err := s.PauseState(ctx, key)
+		if err != nil {
+			return time.Time{}, err
+		}
+		if cur.After(now) {
+			return cur, nil
+		}
+		d := base
+		for i := 0; i < level && d < most; i++ {
+			d *= 2
+		}
+		d = min(d, most)
+		until = now.Add(d)
+		cond, vals := "attribute_not_exists(#lvl) OR #lvl = :old", item{":old": avN(int64(level))}
+		_, err = s.c.PutItem(ctx, &dynamodb.PutItemInput{
+			TableName: aws.String(s.t.Batches),
+			Item: item{
+				attrAccountID: avS(pausePartitionPrefix + key), attrID: avS(pauseSortKey),
+				attrPausedUntil: avTime(until), attrPauseLevel: avN(int64(level + 1)),
+				attrExpiresAt: ttlSeconds(until.Add(2 * most)),
+			},
+			ConditionExpression:       aws.String(cond),
+			ExpressionAttributeNames:  map[string]string{"#lvl": attrPauseLevel},
+			ExpressionAttributeValues: vals,
+		})
+		if isConditionFailed(err) {
+			continue // another worker paused it meanwhile: read again
+		}
+		if err != nil {
+			return time.Time{}, wrapErr("pause a provider", err)
+		}
+		return until, nil
+	}
+	return until, nil
+}
+
+// ClearPause ends key's run of pauses after a clean session, unless a
+// pause is in force at now.
+func (s *Store) ClearPause(ctx context.Context, key string, now time.Time) error {
+	_, err := s.c.DeleteItem(ctx, &dynamodb.DeleteItemInput{
+		TableName:                 aws.String(s.t.Batches),
+		Key:                       pauseKey(key),
+		ConditionExpression:       aws.String("#pu <= :now"),
+		ExpressionAttributeNames:  map[string]string{"#pu": attrPausedUntil},
+		ExpressionAttributeValues: item{":now": avTime(now)},
+	})
+	if err != nil && !isConditionFailed(err) {
+		return wrapErr("clear a provider pause", err)
+	}
+	return nil
+}
+
+// parkID is the sort key of parked work: by not-before, then at random.
+func parkID(notBefore time.Time) string {
+	return fmt.Sprintf("%013d#%s", max(notBefore.UnixMilli(), 0), newToken())
+}
+
+// Park keeps body (a work message) for key until a worker takes it, at
+// notBefore or later.
+func (s *Store) Park(ctx context.Context, key string, notBefore time.Time, body string) error {
+	exp := ttlSeconds(notBefore.Add(parkTTL))
+	_, err := s.c.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
+		{Put: &types.Put{TableName: aws.String(s.t.Batches), Item: item{
+			attrAccountID: avS(parkPartitionPrefix + key), attrID: avS(parkID(notBefore)),
+			attrParkBody: avS(body), attrExpiresAt: exp,
+		}}},
+		{Update: &types.Update{
+			TableName:                 aws.String(s.t.Batches),
+			Key:                       item{attrAccountID: avS(parkedKeysPartition), attrID: avS(key)},
+			UpdateExpression:          aws.String("SET #exp = :exp"),
+			ExpressionAttributeNames:  map[string]string{"#exp": attrExpiresAt},
+			ExpressionAttributeValues: item{":exp": exp},
+		}},
+	}})
+	return wrapErr("park work", err)
+}
+
+// TakeParked removes and returns the oldest parked work of key that is
+// due at now. The delete is conditional, so of workers racing for one
+// entry exactly one gets it.
+func (s *Store) TakeParked(ctx context.Context, key string, now time.Time) (body string, ok bool, err error) {
+	due := fmt.Sprintf("%013d~", now.UnixMilli()) // "~" sorts after "#"
+	for range 3 {
+		out, err := s.c.Query(ctx, &dynamodb.QueryInput{
+			TableName:                 aws.String(s.t.Batches),
+			KeyConditionExpression:    aws.String("#a = :pk AND #id <= :due"),
+			ExpressionAttributeNames:  map[string]string{"#a": attrAccountID, "#id": attrID},
+			ExpressionAttributeValues: item{":pk": avS(parkPartitionPrefix + key), ":due": avS(due)},
+			ConsistentRead:            aws.Bool(true),
+			Limit:                     aws.Int32(4),
+		})
+		if err != nil {
+			return "", false, wrapErr("list parked work", err)
+		}
+		if len(out.Items) == 0 {
+			return "", false, nil
+		}
+		for _, it := range out.Items {
+			del, err := s.c.DeleteItem(ctx, &dynamodb.DeleteItemInput{
+				TableName:                aws.String(s.t.Batches),
+				Key:                      item{attrAccountID: it[attrAccountID], attrID: it[attrID]},
+				ConditionExpression:      aws.String("attribute_exists(#id)"),
+				ExpressionAttributeNames: map[string]string{"#id": attrID},
+				ReturnValues:             types.ReturnValueAllOld,
+			})
+			if isConditionFailed(err) {
+				continue // another worker took it
+			}
+			if err != nil {
+				return "", false, wrapErr("take parked work", err)
+			}
+			return getS(del.Attributes, attrParkBody), true, nil
+		}
+	}
+	return "", false, nil
+}
+
+// NextParked returns the not-before of key's oldest parked work; ok is
+// false when none is parked.
+func (s *Store) NextParked(ctx context.Context, key string) (notBefore time.Time, ok bool, err error) {
+	out, err := s.c.Query(ctx, &dynamodb.QueryInput{
+		TableName:                 aws.String(s.t.Batches),
+		KeyConditionExpression:    aws.String("#a = :pk"),
+		ExpressionAttributeNames:  map[string]string{"#a": attrAccountID},
+		ExpressionAttributeValues: item{":pk": avS(parkPartitionPrefix + key)},
+		ConsistentRead:            aws.Bool(true),
+		Limit:                     aws.Int32(1),
+	})
+	if err != nil {
+		return time.Time{}, false, wrapErr("list parked work", err)
+	}
+	if len(out.Items) == 0 {
+		return time.Time{}, false, nil
+	}
+	ms, _, _ := strings.Cut(getS(out.Items[0], attrID), "#")
+	n, err := strconv.ParseInt(ms, 10, 64)
+	if err != nil {
+		return time.Time{}, false, fmt.Errorf("dynamostore: parked work with a bad sort key %q", getS(out.Items[0], attrID))
+	}
+	return time.UnixMilli(n), true, nil
+}
+
+// ClaimWake records that a wake message for key is due at at, and reports
+// true, to one caller, unless a wake at or before at is pending at now:
+// so one wake per key and due time is sent, however many groups park.
+func (s *Store) ClaimWake(ctx context.Context, key string, at, now time.Time) (bool, error) {
+	_, err := s.c.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 aws.String(s.t.Batches),
+		Key:                       item{attrAccountID: avS(parkedKeysPartition), attrID: avS(key)},
+		UpdateExpression:          aws.String("SET #w = :at, #exp = if_not_exists(#exp, :exp)"),
+		ConditionExpression:       aws.String("attribute_not_exists(#w) OR #w <= :now OR #w > :at"),
+		ExpressionAttributeNames:  map[string]string{"#w": attrWakeAt, "#exp": attrExpiresAt},
+		ExpressionAttributeValues: item{":at": avTime(at), ":now": avTime(now), ":exp": ttlSeconds(at.Add(parkTTL))},
+	})
+	if isConditionFailed(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, wrapErr("schedule a wake", err)
+	}
+	return true, nil
+}
+
+// ParkedKeys lists the keys that had work parked in the last parkTTL.
+func (s *Store) ParkedKeys(ctx context.Context) ([]string, error) {
+	var keys []string
+	p := dynamodb.NewQueryPaginator(s.c, &dynamodb.QueryInput{
+		TableName:                 aws.String(s.t.Batches),
+		KeyConditionExpression:    aws.String("#a = :pk"),
+		ExpressionAttributeNames:  map[string]string{"#a": attrAccountID},
+		ExpressionAttributeValues: item{":pk": avS(parkedKeysPartition)},
+	})
+	for p.HasMorePages() {
+		out, err := p.NextPage(ctx)
+		if err != nil {
+			return nil, wrapErr("list parked keys", err)
+		}
+		for _, it := range out.Items {
+			keys = append(keys, getS(it, attrID))
+		}
+	}
+	return keys, nil
+}

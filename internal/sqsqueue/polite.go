@@ -1,0 +1,433 @@
+package sqsqueue
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+
+	"github.com/evs-dev/evs/internal/batch"
+	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/verify"
+)
+
+// Politeness across every worker invocation (contract, section 14): limits
+// per mail provider and egress address, a pause for every worker after a
+// provider throttled us, and work that must wait parked in the store
+// instead of circling through the queue.
+//
+// A group (one domain's addresses of a work message) that will open an
+// SMTP session is admitted in three steps, all against the store: the
+// provider is not paused; a session slot is free (at most Sessions at
+// once); the RCPT commands the group can send fit in the current window's
+// budget (RcptPerMin). A group that cannot start is parked and its message
+// acknowledged. Parked work runs again when:
+//
+//   - a session of the provider ends: its worker takes the oldest due
+//     parked entry and queues it, with no delay (a chain: each session
+//     that ends starts the next that waited);
+//   - its wait is over (a pause, the next RCPT window): one "wake" message
+//     per key and due time, sent with the SQS delay, releases up to
+//     Sessions entries;
+//   - the scheduled sweep finds it due, so that nothing is stranded if a
+//     worker died between a park and a release.
+//
+// Released work goes out as KindUnparked: processed as work, but first
+// cleared of the addresses that have results, like a redelivery.
+
+// Message kinds of politeness.
+const (
+	// KindUnparked is a work message released from the store: processed
+	// as KindWork, skipping the addresses that already have results.
+	KindUnparked = "unparked"
+	// KindWake releases the due parked work of one key; its body is a
+	// wakeBody.
+	KindWake = "wake"
+)
+
+// wakeBody is the body of a KindWake message.
+type wakeBody struct {
+	Kind string `json:"kind"`
+	Key  string `json:"key"`
+}
+
+// PreferredMX names the mail host a domain's SMTP session goes to first
+// (*verify.Engine implements it).
+type PreferredMX interface {
+	PreferredMX(ctx context.Context, domain string) (host string, ok bool)
+}
+
+// PoliteStore keeps the politeness state shared by every invocation
+// (dynamostore implements it). Keys are "<provider>|<egress>".
+type PoliteStore interface {
+	// AcquireSlot takes one of key's slots session leases if one is free:
+	// ok false means all are held. A lease not released expires after ttl.
+	AcquireSlot(ctx context.Context, key string, slots int, ttl time.Duration) (release func(), ok bool, err error)
+	// ReserveRcpts reserves n RCPT commands in the window holding now, if
+	// the window stays within limit; else ok is false and next is when
+	// the next window starts.
+	ReserveRcpts(ctx context.Context, key string, n, limit int, window time.Duration, now time.Time) (ok bool, next time.Time, err error)
+	// PauseState, Pause and ClearPause keep the back-off of a provider
+	// that throttled us.
+	PauseState(ctx context.Context, key string) (until time.Time, level int, err error)
+	Pause(ctx context.Context, key string, now time.Time, base, most time.Duration) (until time.Time, err error)
+	ClearPause(ctx context.Context, key string, now time.Time) error
+	// Park, TakeParked and NextParked keep the work that waits, oldest
+	// not-before first; TakeParked hands each entry to one caller.
+	Park(ctx context.Context, key string, notBefore time.Time, body string) error
+	TakeParked(ctx context.Context, key string, now time.Time) (body string, ok bool, err error)
+	NextParked(ctx context.Context, key string) (notBefore time.Time, ok bool, err error)
+	// ClaimWake reports true, to one caller, when no wake of key at or
+	// before at is pending.
+	ClaimWake(ctx context.Context, key string, at, now time.Time) (bool, error)
+	// ParkedKeys lists the keys that may have parked work.
+	ParkedKeys(ctx context.Context) ([]string, error)
+}
+
+// Polite configures politeness across invocations; a nil *Polite on the
+// Worker means no limit across invocations (each prober still keeps its
+// own per-host limit).
+type Polite struct {
+	Store PoliteStore
+	MX    PreferredMX
+	// Limits are the sessions and RCPT commands a minute per provider
+	// (EVS_PROVIDER_SESSIONS, EVS_PROVIDER_RCPT_PER_MIN).
+	Limits batch.Limits
+	// Egress names this worker's egress address: the SOCKS exit's host,
+	// or "direct" (the default).
+	Egress string
+	// Window is the length of the RCPT budget's window (default 1 min;
+	// tests shorten it): RcptPerMin applies per Window.
+	Window time.Duration
+	// SlotTTL bounds how long a crashed invocation holds a session slot
+	// (default 6 min, past the function's timeout).
+	SlotTTL time.Duration
+	// PauseBase and PauseMax shape the back-off after a throttling reply:
+	// PauseBase (default 1 min), doubling with each pause in a row, at
+	// most PauseMax (default 15 min, the longest SQS delay).
+	PauseBase, PauseMax time.Duration
+}
+
+func (p *Polite) window() time.Duration  { return orDuration(p.Window, time.Minute) }
+func (p *Polite) slotTTL() time.Duration { return orDuration(p.SlotTTL, 6*time.Minute) }
+func (p *Polite) pauseMax() time.Duration {
+	return min(orDuration(p.PauseMax, 15*time.Minute), maxDelay)
+}
+func (p *Polite) pauseBase() time.Duration {
+	return min(orDuration(p.PauseBase, time.Minute), p.pauseMax())
+}
+
+func orDuration(d, def time.Duration) time.Duration {
+	if d <= 0 {
+		return def
+	}
+	return d
+}
+
+// key is the politeness key of an MX host.
+func (p *Polite) key(host string) string {
+	egress := p.Egress
+	if egress == "" {
+		egress = "direct"
+	}
+	return verify.ProviderKey(host) + "|" + egress
+}
+
+// limits returns the session and RCPT limits of a key.
+func (p *Polite) limits(key string) (sessions, rcpt int) {
+	provider := key
+	if i := strings.LastIndex(key, "|"); i >= 0 {
+		provider = key[:i]
+	}
+	return p.Limits.For(provider)
+}
+
+// admission is what may happen to a group now.
+type admission struct {
+	key string
+	// run may start now; wait must wait until notBefore.
+	run, wait []evs.Item
+	notBefore time.Time
+	// forSlot marks a wait for a session slot: due at once, started by the
+	// next session of the key that ends.
+	forSlot bool
+	// done ends the group's session: it gives the slot back, pauses the
+	// provider if it throttled us (returning until when), and starts the
+	// oldest due parked entry otherwise.
+	done func(ctx context.Context, o batch.Outcome) (pausedUntil time.Time)
+}
+
+func noAdmissionNeeded(g batch.Group) admission {
+	return admission{run: g.Items, done: func(context.Context, batch.Outcome) time.Time { return time.Time{} }}
+}
+
+// admit decides whether g may open its SMTP session now. Groups that open
+// none (test accounts, quick and standard modes, no domain or no MX) need
+// no admission.
+func (w *Worker) admit(ctx context.Context, test bool, mode evs.Mode, g batch.Group) (admission, error) {
+	p := w.Polite
+	if p == nil || p.Store == nil || p.MX == nil || test || mode != evs.ModeFull || g.Domain == "" {
+		return noAdmissionNeeded(g), nil
+	}
+	// The session goes to the most preferred host unless it fails; its
+	// provider is the one the limits are about.
+	host, ok := p.MX.PreferredMX(ctx, g.Domain)
+	if !ok {
+		return noAdmissionNeeded(g), nil
+	}
+	key := p.key(host)
+	a := admission{key: key}
+	sessions, rcpt := p.limits(key)
+	now := w.now()
+	until, level, err := p.Store.PauseState(ctx, key)
+	if err != nil {
+		return a, err
+	}
+	if until.After(now) {
+		a.wait, a.notBefore = g.Items, until
+		return a, nil
+	}
+	release, ok, err := p.Store.AcquireSlot(ctx, key, sessions, p.slotTTL())
+	if err != nil {
+		return a, err
+	}
+	if !ok {
+		a.wait, a.notBefore, a.forSlot = g.Items, now, true
+		return a, nil
+	}
+	// A group larger than a whole window's budget runs in parts, one per
+	// window: the part that fits now, the rest parked for the next.
+	run := g.Items
+	if w.Processor.RcptBound(len(run)) > rcpt {
+		run = run[:max(w.Processor.ItemsWithin(rcpt), 1)]
+	}
+	ok, next, err := p.Store.ReserveRcpts(ctx, key, w.Processor.RcptBound(len(run)), rcpt, p.window(), now)
+	if err != nil || !ok {
+		// The slot goes back through the usual path, which also starts a
+		// group that waited for it, so none is stranded.
+		w.sessionDone(ctx, key, sessions, release, false, false, level)
+		if err != nil {
+			return a, err
+		}
+		a.wait, a.notBefore = g.Items, next
+		return a, nil
+	}
+	a.run, a.wait, a.notBefore = run, g.Items[len(run):], next
+	a.done = func(ctx context.Context, o batch.Outcome) time.Time {
+		var until time.Time
+		if o.Throttled {
+			var err error
+			if until, err = p.Store.Pause(ctx, key, w.now(), p.pauseBase(), p.pauseMax()); err != nil {
+				w.logger().Error("polite: could not pause a provider", slog.String("key", key), slog.String("error", err.Error()))
+				until = w.now().Add(p.pauseBase()) // this message's groups wait all the same
+			} else {
+				w.logger().Warn("polite: the provider throttled us; paused for every worker", slog.String("key", key), slog.Time("until", until))
+			}
+		}
+		w.sessionDone(ctx, key, sessions, release, true, o.Throttled, level)
+		return until
+	}
+	return a, nil
+}
+
+// sessionDone gives a session slot back and, unless the provider just
+// throttled us, starts the oldest due work parked for the key; after a
+// clean session it ends the key's run of pauses (level > 0).
+func (w *Worker) sessionDone(ctx context.Context, key string, sessions int, release func(), ran, throttled bool, level int) {
+	ctx = context.WithoutCancel(ctx)
+	release()
+	if throttled {
+		return
+	}
+	if ran && level > 0 {
+		if err := w.Polite.Store.ClearPause(ctx, key, w.now()); err != nil {
+			w.logger().Error("polite: could not clear a pause", slog.String("key", key), slog.String("error", err.Error()))
+		}
+	}
+	w.unpark(ctx, key, 1)
+}
+
+// unpark queues up to n due parked entries of key; a failure is logged,
+// not returned: the entry stays parked (or is parked again) for the next
+// release, wake or sweep.
+func (w *Worker) unpark(ctx context.Context, key string, n int) (sent int) {
+	for range n {
+		body, ok, err := w.Polite.Store.TakeParked(ctx, key, w.now())
+		if err != nil {
+			w.logger().Error("polite: could not take parked work", slog.String("key", key), slog.String("error", err.Error()))
+			return sent
+		}
+		if !ok {
+			return sent
+		}
+		var m Message
+		if err := json.Unmarshal([]byte(body), &m); err != nil {
+			w.logger().Error("polite: parked work is unreadable; dropped (the sweep plans its batch again)", slog.String("key", key))
+			continue
+		}
+		m.Kind = KindUnparked
+		if err := w.Queue.send(ctx, []Message{m}, 0); err != nil {
+			w.logger().Error("polite: could not queue parked work; parked again", slog.String("key", key), slog.String("error", err.Error()))
+			if perr := w.Polite.Store.Park(ctx, key, w.now(), body); perr != nil {
+				w.logger().Error("polite: parked work lost until the sweep plans its batch again", slog.String("key", key), slog.String("batchId", m.BatchID))
+			}
+			return sent
+		}
+		sent++
+	}
+	return sent
+}
+
+// parking is the items of a message that wait for one key until one time.
+type parking struct {
+	key       string
+	notBefore time.Time
+	forSlot   bool
+	items     []evs.Item
+}
+
+// addParking merges items into ps by key and not-before.
+func addParking(ps []parking, key string, notBefore time.Time, forSlot bool, items []evs.Item) []parking {
+	if len(items) == 0 {
+		return ps
+	}
+	for i := range ps {
+		if ps[i].key == key && ps[i].notBefore.Equal(notBefore) {
+			ps[i].items = append(ps[i].items, items...)
+			ps[i].forSlot = ps[i].forSlot || forSlot
+			return ps
+		}
+	}
+	return append(ps, parking{key: key, notBefore: notBefore, forSlot: forSlot, items: items})
+}
+
+// park stores the waiting items of message m and makes sure something
+// starts them: a wake at their not-before, and for a wait on a slot a
+// second look at the slots (a session that ended between our failed try
+// and our park found nothing parked to start).
+func (w *Worker) park(ctx context.Context, m Message, ps []parking) error {
+	for _, p := range ps {
+		ms := Pack(m.AccountID, m.BatchID, p.items, w.packSize())
+		for i := range ms {
+			ms[i].Attempt = m.Attempt
+			body, err := json.Marshal(ms[i])
+			if err != nil {
+				return err
+			}
+			if err := w.Polite.Store.Park(ctx, p.key, p.notBefore, string(body)); err != nil {
+				return err
+			}
+		}
+		now := w.now()
+		if p.notBefore.After(now) {
+			if err := w.scheduleWake(ctx, p.key, p.notBefore); err != nil {
+				return err
+			}
+		}
+		if p.forSlot {
+			sessions, _ := w.Polite.limits(p.key)
+			release, ok, err := w.Polite.Store.AcquireSlot(ctx, p.key, sessions, w.Polite.slotTTL())
+			if err != nil {
+				return err
+			}
+			if ok {
+				release()
+				w.unpark(ctx, p.key, 1)
+			}
+			// A crashed holder frees its slot only when its lease expires:
+			// a wake then.
+			if err := w.scheduleWake(ctx, p.key, now.Add(w.Polite.slotTTL())); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// scheduleWake sends one wake message for key at at, unless one at or
+// before at is pending.
+func (w *Worker) scheduleWake(ctx context.Context, key string, at time.Time) error {
+	now := w.now()
+	if limit := now.Add(maxDelay); at.After(limit) {
+		at = limit // the wake that comes looks again
+	}
+	mine, err := w.Polite.Store.ClaimWake(ctx, key, at, now)
+	if err != nil || !mine {
+		return err
+	}
+	body, err := json.Marshal(wakeBody{Kind: KindWake, Key: key})
+	if err != nil {
+		return err
+	}
+	delay := int32((at.Sub(now) + time.Second - 1) / time.Second)
+	_, err = w.Queue.client.SendMessage(ctx, &sqs.SendMessageInput{
+		QueueUrl: aws.String(w.Queue.url), MessageBody: aws.String(string(body)), DelaySeconds: min(max(delay, 0), int32(maxDelay/time.Second)),
+	})
+	if err != nil {
+		return evs.Wrap(err, evs.CodeUnavailable, "The work queue is unavailable; retry.")
+	}
+	return nil
+}
+
+// wake handles a KindWake message: it releases up to Sessions due entries
+// of its key (those that find a slot start the rest as they end), and
+// schedules the next wake for what is still parked.
+func (w *Worker) wake(ctx context.Context, body string) error {
+	var m wakeBody
+	if err := json.Unmarshal([]byte(body), &m); err != nil || m.Key == "" {
+		w.logger().Error("polite: unreadable wake message; dropped")
+		return nil
+	}
+	if w.Polite == nil || w.Polite.Store == nil {
+		w.logger().Warn("polite: no politeness store configured; wake dropped")
+		return nil
+	}
+	return w.release(ctx, m.Key)
+}
+
+// release starts the due parked work of key, up to its session limit,
+// unless it is paused, and schedules a wake for the rest.
+func (w *Worker) release(ctx context.Context, key string) error {
+	until, _, err := w.Polite.Store.PauseState(ctx, key)
+	if err != nil {
+		return err
+	}
+	if until.After(w.now()) {
+		return w.scheduleWake(ctx, key, until)
+	}
+	sessions, _ := w.Polite.limits(key)
+	w.unpark(ctx, key, sessions)
+	next, ok, err := w.Polite.Store.NextParked(ctx, key)
+	if err != nil || !ok {
+		return err
+	}
+	if next.After(w.now()) {
+		return w.scheduleWake(ctx, key, next)
+	}
+	return nil
+}
+
+// sweepParked is the sweep's part: every key with parked work is released
+// as a wake would, so that no entry waits on a wake or a session that
+// never comes. It returns how many keys failed.
+func (w *Worker) sweepParked(ctx context.Context) (failed int) {
+	if w.Polite == nil || w.Polite.Store == nil {
+		return 0
+	}
+	keys, err := w.Polite.Store.ParkedKeys(ctx)
+	if err != nil {
+		w.logger().Error("sweep: could not list parked work", slog.String("error", err.Error()))
+		return 1
+	}
+	for _, k := range keys {
+		if err := w.release(ctx, k); err != nil {
+			failed++
+			w.logger().Error("sweep: parked work not released", slog.String("key", k), slog.String("error", err.Error()))
+		}
+	}
+	return failed
+}

@@ -1,0 +1,86 @@
+package verify
+
+import (
+	"strings"
+
+	"golang.org/x/net/publicsuffix"
+
+	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/verify/smtpprobe"
+)
+
+// detailOpenTryLater is the SMTP detail of a session the mail hosts
+// refused at its start with a temporary reply: Throttled tells it from a
+// refusal at RCPT by it.
+const detailOpenTryLater = "the mail hosts asked us to try again later"
+
+// Throttled tells whether an SMTP check records a reply that asks us to
+// slow down: a 421 (the server closes the channel on us), or a temporary
+// reply the classifier reads as about our rate (a 4.7.x "too many
+// connections", "rate limited", ...). A plain greylisting reply is not one:
+// it asks for a retry of that address, not for less traffic.
+//
+// atOpen is true when the reply refused the session itself (banner, EHLO
+// or MAIL), so that no address of the session was asked: the caller may
+// run them again later without asking any server twice.
+func Throttled(c evs.SMTPCheck) (throttled, atOpen bool) {
+	if c.Code < 400 || c.Code >= 500 {
+		return false, false
+	}
+	atOpen = c.Detail == detailOpenTryLater
+	if c.Code == 421 {
+		return true, atOpen
+	}
+	stage := smtpprobe.StageRcpt
+	if atOpen {
+		stage = smtpprobe.StageMail
+	}
+	rd := smtpprobe.ReadFrom(stage, smtpprobe.Provider(c.Provider), smtpprobe.Reply{Code: c.Code, Enhanced: c.EnhancedCode, Text: c.Message})
+	return rd.Class == smtpprobe.RateLimited, atOpen
+}
+
+// Politeness is counted per mail provider, not per MX host: Microsoft 365
+// gives every tenant its own *.mail.protection.outlook.com host and Google
+// answers on several names, yet each is one service that sees all of our
+// sessions together (contract, section 14).
+
+// ProviderKey names the provider an MX host belongs to, for politeness: the
+// provider of section 2 where it is known (google, microsoft365, ...),
+// else the host's registrable domain (mx1.example.co.uk → example.co.uk),
+// else the host itself.
+func ProviderKey(host string) string {
+	h := strings.TrimSuffix(strings.ToLower(strings.TrimSpace(host)), ".")
+	if p := smtpprobe.ProviderOf(h); p != smtpprobe.ProviderOther && p != "" {
+		return string(p)
+	}
+	if d, err := publicsuffix.EffectiveTLDPlusOne(h); err == nil {
+		return d
+	}
+	return h
+}
+
+// Provider classes: the defaults of the limits differ by class.
+const (
+	// ClassLarge is the mailbox providers that run large pools of MX
+	// front ends for millions of mailboxes.
+	ClassLarge = "large"
+	// ClassGateway is the filtering gateways many companies put in front
+	// of their mail: shared by many tenants, but each tenant's mail is
+	// passed on to a server of its own.
+	ClassGateway = "gateway"
+	// ClassOther is everything else: often one server of one company.
+	ClassOther = "other"
+)
+
+// ProviderClass returns the class of a provider key.
+func ProviderClass(provider string) string {
+	switch smtpprobe.Provider(provider) {
+	case smtpprobe.ProviderGoogle, smtpprobe.ProviderMicrosoft365, smtpprobe.ProviderOutlook,
+		smtpprobe.ProviderYahoo, smtpprobe.ProviderICloud:
+		return ClassLarge
+	case smtpprobe.ProviderProofpoint, smtpprobe.ProviderMimecast, smtpprobe.ProviderBarracuda,
+		smtpprobe.ProviderCisco, smtpprobe.ProviderTrendMicro:
+		return ClassGateway
+	}
+	return ClassOther
+}
