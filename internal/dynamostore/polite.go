@@ -172,45 +172,65 @@ func (s *Store) Park(ctx context.Context, key string, notBefore time.Time, body 
 	return wrapErr("park work", err)
 }
 
-// TakeParked removes and returns the oldest parked work of key that is
-// due at now. The delete is conditional, so of workers racing for one
-// entry exactly one gets it.
-func (s *Store) TakeParked(ctx context.Context, key string, now time.Time) (body string, ok bool, err error) {
+// TakeParked claims the oldest parked work of key that is due at now and
+// returns it, with remove to call once it is queued. The claim is a
+// conditional write with the taker's token, so of workers racing for one
+// entry exactly one gets it, and a retried write (a lost reply) still
+// finds it its own. An entry claimed but never removed (its taker died, or
+// could not queue it) may be claimed again after claimFor.
+func (s *Store) TakeParked(ctx context.Context, key string, now time.Time) (body string, remove func(), ok bool, err error) {
 	due := fmt.Sprintf("%013d~", now.UnixMilli()) // "~" sorts after "#"
-	for range 3 {
-		out, err := s.c.Query(ctx, &dynamodb.QueryInput{
-			TableName:                 aws.String(s.t.Batches),
-			KeyConditionExpression:    aws.String("#a = :pk AND #id <= :due"),
-			ExpressionAttributeNames:  map[string]string{"#a": attrAccountID, "#id": attrID},
-			ExpressionAttributeValues: item{":pk": avS(parkPartitionPrefix + key), ":due": avS(due)},
-			ConsistentRead:            aws.Bool(true),
-			Limit:                     aws.Int32(4),
-		})
-		if err != nil {
-			return "", false, wrapErr("list parked work", err)
-		}
-		if len(out.Items) == 0 {
-			return "", false, nil
-		}
-		for _, it := range out.Items {
-			del, err := s.c.DeleteItem(ctx, &dynamodb.DeleteItemInput{
-				TableName:                aws.String(s.t.Batches),
-				Key:                      item{attrAccountID: it[attrAccountID], attrID: it[attrID]},
-				ConditionExpression:      aws.String("attribute_exists(#id)"),
-				ExpressionAttributeNames: map[string]string{"#id": attrID},
-				ReturnValues:             types.ReturnValueAllOld,
-			})
-			if isConditionFailed(err) {
-				continue // another worker took it
-			}
-			if err != nil {
-				return "", false, wrapErr("take parked work", err)
-			}
-			return getS(del.Attributes, attrParkBody), true, nil
-		}
+	token := newToken()
+	out, err := s.c.Query(ctx, &dynamodb.QueryInput{
+		TableName:                 aws.String(s.t.Batches),
+		KeyConditionExpression:    aws.String("#a = :pk AND #id <= :due"),
+		ExpressionAttributeNames:  map[string]string{"#a": attrAccountID, "#id": attrID},
+		ExpressionAttributeValues: item{":pk": avS(parkPartitionPrefix + key), ":due": avS(due)},
+		ConsistentRead:            aws.Bool(true),
+		Limit:                     aws.Int32(16),
+	})
+	if err != nil {
+		return "", nil, false, wrapErr("list parked work", err)
 	}
-	return "", false, nil
+	for _, it := range out.Items {
+		if getS(it, attrLeaseToken) != "" && getTime(it, attrLeaseUntil).After(now) {
+			continue // claimed by a live taker
+		}
+		k := item{attrAccountID: it[attrAccountID], attrID: it[attrID]}
+		upd, err := s.c.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+			TableName:                 aws.String(s.t.Batches),
+			Key:                       k,
+			UpdateExpression:          aws.String("SET #tk = :tk, #lu = :until"),
+			ConditionExpression:       aws.String("attribute_exists(#id) AND (attribute_not_exists(#tk) OR #lu < :now OR #tk = :tk)"),
+			ExpressionAttributeNames:  map[string]string{"#id": attrID, "#tk": attrLeaseToken, "#lu": attrLeaseUntil},
+			ExpressionAttributeValues: item{":tk": avS(token), ":now": avTime(now), ":until": avTime(now.Add(claimFor))},
+			ReturnValues:              types.ReturnValueAllNew,
+		})
+		if isConditionFailed(err) {
+			continue // another worker took it
+		}
+		if err != nil {
+			return "", nil, false, wrapErr("take parked work", err)
+		}
+		return getS(upd.Attributes, attrParkBody), func() {
+			// Best effort: an entry not removed is claimed again after
+			// claimFor and queued a second time, which the worker's check
+			// for existing results makes harmless.
+			_, _ = s.c.DeleteItem(context.WithoutCancel(ctx), &dynamodb.DeleteItemInput{
+				TableName:                 aws.String(s.t.Batches),
+				Key:                       k,
+				ConditionExpression:       aws.String("#tk = :tk"),
+				ExpressionAttributeNames:  map[string]string{"#tk": attrLeaseToken},
+				ExpressionAttributeValues: item{":tk": avS(token)},
+			})
+		}, true, nil
+	}
+	return "", nil, false, nil
 }
+
+// claimFor is how long a claim on parked work keeps other takers off: far
+// longer than queueing one message takes.
+const claimFor = 5 * time.Minute
 
 // NextParked returns the not-before of key's oldest parked work; ok is
 // false when none is parked.
@@ -239,15 +259,17 @@ func (s *Store) NextParked(ctx context.Context, key string) (notBefore time.Time
 
 // ClaimWake records that a wake message for key is due at at, and reports
 // true, to one caller, unless a wake at or before at is pending at now:
-// so one wake per key and due time is sent, however many groups park.
+// so one wake per key and due time is sent, however many groups park. The
+// claim carries the caller's token, so an SDK retry of a write whose reply
+// was lost still reports the claim as the caller's.
 func (s *Store) ClaimWake(ctx context.Context, key string, at, now time.Time) (bool, error) {
 	_, err := s.c.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                 aws.String(s.t.Batches),
 		Key:                       item{attrAccountID: avS(parkedKeysPartition), attrID: avS(key)},
-		UpdateExpression:          aws.String("SET #w = :at, #exp = if_not_exists(#exp, :exp)"),
-		ConditionExpression:       aws.String("attribute_not_exists(#w) OR #w <= :now OR #w > :at"),
-		ExpressionAttributeNames:  map[string]string{"#w": attrWakeAt, "#exp": attrExpiresAt},
-		ExpressionAttributeValues: item{":at": avTime(at), ":now": avTime(now), ":exp": ttlSeconds(at.Add(parkTTL))},
+		UpdateExpression:          aws.String("SET #w = :at, #tk = :tk, #exp = if_not_exists(#exp, :exp)"),
+		ConditionExpression:       aws.String("attribute_not_exists(#w) OR #w <= :now OR #w > :at OR #tk = :tk"),
+		ExpressionAttributeNames:  map[string]string{"#w": attrWakeAt, "#tk": attrLeaseToken, "#exp": attrExpiresAt},
+		ExpressionAttributeValues: item{":at": avTime(at), ":now": avTime(now), ":tk": avS(newToken()), ":exp": ttlSeconds(at.Add(parkTTL))},
 	})
 	if isConditionFailed(err) {
 		return false, nil

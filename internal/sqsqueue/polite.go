@@ -77,9 +77,10 @@ type PoliteStore interface {
 	Pause(ctx context.Context, key string, now time.Time, base, most time.Duration) (until time.Time, err error)
 	ClearPause(ctx context.Context, key string, now time.Time) error
 	// Park, TakeParked and NextParked keep the work that waits, oldest
-	// not-before first; TakeParked hands each entry to one caller.
+	// not-before first; TakeParked hands each entry to one caller, and
+	// again to another only if remove was not called for minutes.
 	Park(ctx context.Context, key string, notBefore time.Time, body string) error
-	TakeParked(ctx context.Context, key string, now time.Time) (body string, ok bool, err error)
+	TakeParked(ctx context.Context, key string, now time.Time) (body string, remove func(), ok bool, err error)
 	NextParked(ctx context.Context, key string) (notBefore time.Time, ok bool, err error)
 	// ClaimWake reports true, to one caller, when no wake of key at or
 	// before at is pending.
@@ -256,7 +257,7 @@ func (w *Worker) sessionDone(ctx context.Context, key string, sessions int, rele
 // release, wake or sweep.
 func (w *Worker) unpark(ctx context.Context, key string, n int) (sent int) {
 	for range n {
-		body, ok, err := w.Polite.Store.TakeParked(ctx, key, w.now())
+		body, remove, ok, err := w.Polite.Store.TakeParked(ctx, key, w.now())
 		if err != nil {
 			w.logger().Error("polite: could not take parked work", slog.String("key", key), slog.String("error", err.Error()))
 			return sent
@@ -267,16 +268,17 @@ func (w *Worker) unpark(ctx context.Context, key string, n int) (sent int) {
 		var m Message
 		if err := json.Unmarshal([]byte(body), &m); err != nil {
 			w.logger().Error("polite: parked work is unreadable; dropped (the sweep plans its batch again)", slog.String("key", key))
+			remove()
 			continue
 		}
 		m.Kind = KindUnparked
 		if err := w.Queue.send(ctx, []Message{m}, 0); err != nil {
-			w.logger().Error("polite: could not queue parked work; parked again", slog.String("key", key), slog.String("error", err.Error()))
-			if perr := w.Polite.Store.Park(ctx, key, w.now(), body); perr != nil {
-				w.logger().Error("polite: parked work lost until the sweep plans its batch again", slog.String("key", key), slog.String("batchId", m.BatchID))
-			}
+			// Still parked: claimed by us for a while, then by the next
+			// wake, sweep or session end.
+			w.logger().Error("polite: could not queue parked work; it stays parked", slog.String("key", key), slog.String("error", err.Error()))
 			return sent
 		}
+		remove()
 		sent++
 	}
 	return sent

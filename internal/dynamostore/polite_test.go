@@ -1,0 +1,174 @@
+package dynamostore_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestRcptBudget: reservations add up to the limit of a window and no
+// further; the next window starts afresh; keys are separate.
+func TestRcptBudget(t *testing.T) {
+	st, ctx := newStore(t, time.Now), context.Background()
+	const window = time.Minute
+	t0 := time.Date(2030, 1, 1, 10, 0, 5, 0, time.UTC)
+	for i, tc := range []struct {
+		key  string
+		n    int
+		at   time.Time
+		want bool
+	}{
+		{"google|direct", 6, t0, true},
+		{"google|direct", 4, t0.Add(10 * time.Second), true}, // 10 of 10
+		{"google|direct", 1, t0.Add(20 * time.Second), false},
+		{"google|10.0.0.1", 10, t0, true},                 // another egress address
+		{"google|direct", 11, t0.Add(time.Minute), false}, // more than a window
+		{"google|direct", 10, t0.Add(time.Minute), true},  // the next window
+	} {
+		ok, next, err := st.ReserveRcpts(ctx, tc.key, tc.n, 10, window, tc.at)
+		if err != nil || ok != tc.want || !next.Equal(tc.at.Truncate(window).Add(window)) {
+			t.Fatalf("%d: ReserveRcpts(%s, %d) = %v, next %s, %v", i, tc.key, tc.n, ok, next, err)
+		}
+	}
+	// Racing reservations never pass the limit together.
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	granted := 0
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ok, _, err := st.ReserveRcpts(ctx, "race|direct", 3, 10, window, t0)
+			if err != nil {
+				t.Error(err)
+			}
+			if ok {
+				mu.Lock()
+				granted++
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if granted != 3 {
+		t.Fatalf("%d reservations of 3 granted under a limit of 10, want 3", granted)
+	}
+}
+
+// TestPauseBackoff: pauses double while they follow each other, a pause
+// in force is not extended, and a clean session ends the run.
+func TestPauseBackoff(t *testing.T) {
+	st, ctx := newStore(t, time.Now), context.Background()
+	const key, base, most = "microsoft365|direct", time.Minute, 4 * time.Minute
+	now := time.Now().Truncate(time.Millisecond)
+	if until, level, err := st.PauseState(ctx, key); err != nil || !until.IsZero() || level != 0 {
+		t.Fatalf("before any pause: %s %d %v", until, level, err)
+	}
+	want := []time.Duration{base, 2 * base, 4 * base, most}
+	for i, d := range want {
+		until, err := st.Pause(ctx, key, now, base, most)
+		if err != nil || !until.Equal(now.Add(d)) {
+			t.Fatalf("pause %d: until %s, want %s (%v)", i+1, until.Sub(now), d, err)
+		}
+		// A second throttled session during the pause changes nothing.
+		if again, err := st.Pause(ctx, key, now.Add(time.Second), base, most); err != nil || !again.Equal(until) {
+			t.Fatalf("pause %d again: %s, want %s (%v)", i+1, again.Sub(now), d, err)
+		}
+		// A clean session during the pause does not end it.
+		if err := st.ClearPause(ctx, key, now.Add(time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		now = until.Add(time.Second)
+	}
+	if err := st.ClearPause(ctx, key, now); err != nil {
+		t.Fatal(err)
+	}
+	if until, err := st.Pause(ctx, key, now, base, most); err != nil || !until.Equal(now.Add(base)) {
+		t.Fatalf("after a clean session: %s, want %s (%v)", until.Sub(now), base, err)
+	}
+}
+
+// TestParking: parked work comes out oldest first, only when due, each
+// entry to one taker; an entry taken but not removed comes back after the
+// claim; wakes are claimed once per due time.
+func TestParking(t *testing.T) {
+	st, ctx := newStore(t, time.Now), context.Background()
+	const key = "example.com|direct"
+	now := time.Now().Truncate(time.Millisecond)
+	for i, nb := range []time.Duration{2 * time.Second, 0, time.Minute} {
+		if err := st.Park(ctx, key, now.Add(nb), fmt.Sprintf("body%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if next, ok, err := st.NextParked(ctx, key); err != nil || !ok || !next.Equal(now) {
+		t.Fatalf("NextParked: %s %v %v", next, ok, err)
+	}
+	if keys, err := st.ParkedKeys(ctx); err != nil || len(keys) != 1 || keys[0] != key {
+		t.Fatalf("ParkedKeys: %v %v", keys, err)
+	}
+	at := now.Add(3 * time.Second)
+	var bodies []string
+	for {
+		b, remove, ok, err := st.TakeParked(ctx, key, at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			break
+		}
+		bodies = append(bodies, b)
+		if b == "body1" {
+			remove()
+		}
+	}
+	if fmt.Sprint(bodies) != "[body1 body0]" {
+		t.Fatalf("taken %v, want [body1 body0] (oldest due first, once each)", bodies)
+	}
+	// body0 was claimed and not removed: back after the claim.
+	if b, remove, ok, err := st.TakeParked(ctx, key, at.Add(6*time.Minute)); err != nil || !ok || b != "body0" {
+		t.Fatalf("after the claim: %q %v %v", b, ok, err)
+	} else {
+		remove()
+	}
+	// Racing takers: one gets the entry.
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	got := 0
+	for range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, _, ok, err := st.TakeParked(ctx, key, now.Add(2*time.Minute))
+			if err != nil {
+				t.Error(err)
+			}
+			if ok {
+				mu.Lock()
+				got++
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if got != 1 {
+		t.Fatalf("%d racing takers got the last entry, want 1", got)
+	}
+
+	wake := now.Add(10 * time.Second)
+	for i, tc := range []struct {
+		at, now time.Time
+		want    bool
+	}{
+		{wake, now, true},
+		{wake, now, false},                                   // pending at the same time
+		{wake.Add(time.Second), now, false},                  // a sooner one is pending
+		{wake.Add(-time.Second), now, true},                  // sooner than the pending one
+		{wake.Add(time.Minute), wake.Add(time.Second), true}, // the pending one is past
+	} {
+		if ok, err := st.ClaimWake(ctx, key, tc.at, tc.now); err != nil || ok != tc.want {
+			t.Fatalf("wake %d: %v %v, want %v", i, ok, err, tc.want)
+		}
+	}
+}
