@@ -81,14 +81,15 @@ type Config struct {
 	APIKey string
 }
 
-// Tables are the DynamoDB table names the SAM template passes to the
-// functions. Its fields match dynamostore.Tables, so one converts to the
-// other.
+// Tables are the DynamoDB table names and the S3 input bucket the SAM
+// template passes to the functions. Its fields match dynamostore.Tables,
+// so one converts to the other.
 type Tables struct {
 	Keys        string
 	Batches     string
 	Results     string
 	Idempotency string
+	Inputs      string
 }
 
 // OSEnv reads the process environment; pass it to FromEnv outside tests.
@@ -231,6 +232,7 @@ func FromEnv(getenv func(string) string, onLambda bool) (Config, error) {
 		Batches:     getenv("EVS_BATCHES_TABLE"),
 		Results:     getenv("EVS_RESULTS_TABLE"),
 		Idempotency: getenv("EVS_IDEMPOTENCY_TABLE"),
+		Inputs:      getenv("EVS_INPUT_BUCKET"),
 	}
 	c.QueueURL = getenv("EVS_QUEUE_URL")
 	c.UsagePlanID = getenv("EVS_USAGE_PLAN_ID")

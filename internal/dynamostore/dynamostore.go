@@ -97,6 +97,7 @@ import (
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/smithy-go"
 
 	"github.com/evs-dev/evs/internal/evs"
@@ -109,6 +110,8 @@ type Tables struct {
 	Batches     string
 	Results     string
 	Idempotency string
+	// Inputs is the S3 bucket of batch inputs (and uploads).
+	Inputs string
 }
 
 // Attribute names shared by several tables.
@@ -199,8 +202,12 @@ func CreateTables(ctx context.Context, c *dynamodb.Client, t Tables) error {
 type Config struct {
 	// Client is the DynamoDB client; its retryer handles throttling first.
 	Client *dynamodb.Client
-	// Tables names the tables; operations on an unnamed table fail.
+	// Tables names the tables and the input bucket; operations on an
+	// unnamed table fail.
 	Tables Tables
+	// Objects is the S3 client of the input bucket; creating a batch
+	// with items needs it.
+	Objects Objects
 	// Now is the store's clock, used to hide expired records; nil means
 	// time.Now.
 	Now func() time.Time
@@ -212,7 +219,7 @@ type Store struct {
 	t      Tables
 	now    func() time.Time
 	sleep  func(context.Context, time.Duration) error
-	writer int // concurrent BatchWriteItem calls of CreateBatch
+	in     inputs
 
 	// putLocks serialize this process's PutResults calls per batch (striped
 	// by a hash of the batch key; a channel so a waiter's deadline holds).
@@ -228,7 +235,7 @@ func New(cfg Config) *Store {
 	if now == nil {
 		now = time.Now
 	}
-	s := &Store{c: cfg.Client, t: cfg.Tables, now: now, sleep: sleepCtx, writer: 8}
+	s := &Store{c: cfg.Client, t: cfg.Tables, now: now, sleep: sleepCtx, in: inputs{o: cfg.Objects, bucket: cfg.Tables.Inputs}}
 	for i := range s.putLocks {
 		s.putLocks[i] = make(chan struct{}, 1)
 	}
@@ -373,5 +380,12 @@ func Open(ctx context.Context, t Tables) (*Store, aws.Config, error) {
 	if err != nil {
 		return nil, aws.Config{}, fmt.Errorf("dynamostore: AWS configuration: %w", err)
 	}
-	return New(Config{Client: dynamodb.NewFromConfig(awsCfg), Tables: t, Now: time.Now}), awsCfg, nil
+	return New(Config{Client: dynamodb.NewFromConfig(awsCfg), Objects: S3(awsCfg), Tables: t, Now: time.Now}), awsCfg, nil
+}
+
+// S3 returns an S3 client of cfg. An endpoint of its own (a local AWS-API
+// server, as in the tests) is addressed path-style: such a server has no
+// per-bucket host names.
+func S3(cfg aws.Config) *s3.Client {
+	return s3.NewFromConfig(cfg, func(o *s3.Options) { o.UsePathStyle = cfg.BaseEndpoint != nil })
 }
