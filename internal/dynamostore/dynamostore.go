@@ -215,11 +215,11 @@ type Config struct {
 
 // Store is the DynamoDB store. It is safe for concurrent use.
 type Store struct {
-	c      *dynamodb.Client
-	t      Tables
-	now    func() time.Time
-	sleep  func(context.Context, time.Duration) error
-	in     inputs
+	c     *dynamodb.Client
+	t     Tables
+	now   func() time.Time
+	sleep func(context.Context, time.Duration) error
+	in    inputs
 
 	// putLocks serialize this process's PutResults calls per batch (striped
 	// by a hash of the batch key; a channel so a waiter's deadline holds).
