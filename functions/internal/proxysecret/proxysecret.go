@@ -28,9 +28,10 @@ const timeout = 10 * time.Second
 
 // Resolve sets cfg.SMTPProxy to the value of the secret cfg.SMTPProxySecret
 // names, read with awsCfg. It does nothing, and makes no call, when no
-// secret is configured. Errors name the secret's ARN, never its value.
+// secret is configured or SMTP probing is off (EVS_SMTP=off wins over a
+// proxy). Errors name the secret's ARN, never its value.
 func Resolve(ctx context.Context, awsCfg aws.Config, cfg *config.Config) error {
-	if cfg.SMTPProxySecret == "" {
+	if cfg.SMTPProxySecret == "" || cfg.SMTP == config.SMTPOff {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)

@@ -31,15 +31,15 @@ func secret(t *testing.T, value string) string {
 }
 
 // lambdaConfig is the configuration a function reads on Lambda with
-// EVS_SMTP_PROXY_SECRET set to arn.
-func lambdaConfig(t *testing.T, arn string) config.Config {
+// EVS_SMTP_PROXY_SECRET set to arn, and the other variables in vars
+// ("NAME", "value", ...).
+func lambdaConfig(t *testing.T, arn string, vars ...string) config.Config {
 	t.Helper()
-	cfg, err := config.FromEnv(func(k string) string {
-		if k == "EVS_SMTP_PROXY_SECRET" {
-			return arn
-		}
-		return ""
-	}, true)
+	env := map[string]string{"EVS_SMTP_PROXY_SECRET": arn}
+	for i := 0; i+1 < len(vars); i += 2 {
+		env[vars[i]] = vars[i+1]
+	}
+	cfg, err := config.FromEnv(func(k string) string { return env[k] }, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,17 +59,22 @@ func TestResolveReadsTheSecret(t *testing.T) {
 	}
 }
 
-// Without a secret nothing is fetched: the AWS configuration here points at
-// a port nothing listens on, so any call would fail.
+// Without a secret, or with SMTP probing off, nothing is fetched: the AWS
+// configuration here points at a port nothing listens on, so any call
+// would fail.
 func TestResolveWithoutSecretCallsNothing(t *testing.T) {
-	cfg := lambdaConfig(t, "")
 	awsCfg := testkit.AWSConfig(t)
 	awsCfg.BaseEndpoint = aws.String("http://127.0.0.1:9")
-	if err := proxysecret.Resolve(context.Background(), awsCfg, &cfg); err != nil {
-		t.Fatal(err)
-	}
-	if cfg.SMTPProxy != "" || cfg.SMTP != config.SMTPOff {
-		t.Fatalf("SMTPProxy %q, SMTP %q; want none, off", cfg.SMTPProxy, cfg.SMTP)
+	for name, cfg := range map[string]config.Config{
+		"no secret": lambdaConfig(t, ""),
+		"smtp off":  lambdaConfig(t, "arn:aws:secretsmanager:us-east-1:123456789012:secret:evs-proxy-AbCdEf", "EVS_SMTP", "off"),
+	} {
+		if err := proxysecret.Resolve(context.Background(), awsCfg, &cfg); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+		if cfg.SMTPProxy != "" || cfg.SMTP != config.SMTPOff {
+			t.Errorf("%s: SMTPProxy %q, SMTP %q; want none, off", name, cfg.SMTPProxy, cfg.SMTP)
+		}
 	}
 }
 
