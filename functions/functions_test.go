@@ -172,6 +172,34 @@ func TestLambdaBinaries(t *testing.T) {
 		if !strings.Contains(string(out.Error), "Unauthorized") {
 			t.Fatalf("unknown key: response %s error %s", out.Response, out.Error)
 		}
+
+		// The warm function keeps no cache of its own: a key revoked
+		// between two invocations is denied by the second. On AWS a
+		// revocation then waits only for API Gateway's authorizer cache
+		// (template.yaml, ReauthorizeEvery; see TestRevocationWithin60s).
+		revoked, _ := w.seedKey(t, true)
+		ev.Headers["x-api-key"] = revoked
+		effect := func() string {
+			t.Helper()
+			out, err := rt.Invoke(ev, 20*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var resp events.APIGatewayCustomAuthorizerResponse
+			if err := json.Unmarshal(out.Response, &resp); err != nil || out.Error != nil || len(resp.PolicyDocument.Statement) != 1 {
+				t.Fatalf("authorizer reply %s / error %s", out.Response, out.Error)
+			}
+			return resp.PolicyDocument.Statement[0].Effect
+		}
+		if e := effect(); e != "Allow" {
+			t.Fatalf("before revocation: %s", e)
+		}
+		if _, err := w.st.RevokeKey(context.Background(), authorizer.KeyID(authorizer.HashKey(revoked)), time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		if e := effect(); e != "Deny" {
+			t.Fatalf("right after revocation: %s, want Deny", e)
+		}
 	})
 
 	t.Run("verify", func(t *testing.T) {

@@ -38,10 +38,19 @@ type Config struct {
 	DataDir    string
 	DNSServers []string
 	SMTP       string
-	SMTPProxy  string
-	SMTPPort   int
-	HELO       string
-	MailFrom   string
+	// SMTPProxy is the SOCKS5 exit, socks5://[user:pass@]host:port
+	// (EVS_SMTP_PROXY, or on Lambda the value of the secret named by
+	// EVS_SMTP_PROXY_SECRET, set with SetSMTPProxy). It may hold a
+	// password: never log it.
+	SMTPProxy string
+	// SMTPProxySecret is the ARN of the Secrets Manager secret whose value
+	// is SMTPProxy (EVS_SMTP_PROXY_SECRET, Lambda only). The composition
+	// root fetches it and calls SetSMTPProxy: this package stays free of
+	// AWS, and the credentials never sit in an environment variable.
+	SMTPProxySecret string
+	SMTPPort        int
+	HELO            string
+	MailFrom        string
 	// RateLimit is requests per second per account; 0 means off.
 	RateLimit float64
 	// AuthTTL is the local gateway's authorizer cache TTL.
@@ -120,17 +129,27 @@ func FromEnv(getenv func(string) string, onLambda bool) (Config, error) {
 		c.DNSServers = servers
 	}
 	c.SMTPProxy = getenv("EVS_SMTP_PROXY")
-	if c.SMTPProxy != "" {
-		u, err := url.Parse(c.SMTPProxy)
-		if err != nil || u.Scheme != "socks5" || u.Host == "" {
-			errs = append(errs, errors.New("EVS_SMTP_PROXY: must be socks5://host:port"))
-		}
+	if c.SMTPProxy != "" && !validProxy(c.SMTPProxy) {
+		errs = append(errs, errors.New("EVS_SMTP_PROXY: must be socks5://host:port"))
 	}
+	c.SMTPProxySecret = getenv("EVS_SMTP_PROXY_SECRET")
+	switch {
+	case c.SMTPProxySecret == "":
+	case !onLambda:
+		// Only the Lambda functions fetch the secret; a machine that can
+		// keep a file private can keep the variable private too.
+		errs = append(errs, errors.New("EVS_SMTP_PROXY_SECRET: read on AWS Lambda only; set EVS_SMTP_PROXY instead"))
+	case c.SMTPProxy != "":
+		errs = append(errs, errors.New("EVS_SMTP_PROXY_SECRET: set it or EVS_SMTP_PROXY, not both"))
+	case !strings.HasPrefix(c.SMTPProxySecret, "arn:"):
+		errs = append(errs, fmt.Errorf("EVS_SMTP_PROXY_SECRET: %q is not a Secrets Manager secret ARN", c.SMTPProxySecret))
+	}
+	proxied := c.SMTPProxy != "" || c.SMTPProxySecret != ""
 	c.SMTP = strings.ToLower(getenv("EVS_SMTP"))
 	switch c.SMTP {
 	case "":
 		switch {
-		case c.SMTPProxy != "":
+		case proxied:
 			c.SMTP = SMTPProxy
 		case onLambda:
 			c.SMTP = SMTPOff
@@ -139,8 +158,8 @@ func FromEnv(getenv func(string) string, onLambda bool) (Config, error) {
 		}
 	case SMTPDirect, SMTPOff:
 	case SMTPProxy:
-		if c.SMTPProxy == "" {
-			errs = append(errs, errors.New("EVS_SMTP=proxy needs EVS_SMTP_PROXY=socks5://host:port"))
+		if !proxied {
+			errs = append(errs, errors.New("EVS_SMTP=proxy needs EVS_SMTP_PROXY=socks5://host:port (on Lambda: EVS_SMTP_PROXY_SECRET)"))
 		}
 	default:
 		errs = append(errs, fmt.Errorf("EVS_SMTP: %q is not direct, proxy or off", c.SMTP))
@@ -239,6 +258,23 @@ func FromEnv(getenv func(string) string, onLambda bool) (Config, error) {
 	c.APIURL = getenv("EVS_URL")
 	c.APIKey = getenv("EVS_API_KEY")
 	return c, errors.Join(errs...)
+}
+
+// validProxy reports whether s is socks5://[user:pass@]host:port.
+func validProxy(s string) bool {
+	u, err := url.Parse(s)
+	return err == nil && u.Scheme == "socks5" && u.Host != ""
+}
+
+// SetSMTPProxy sets the SOCKS5 exit fetched from the secret that
+// EVS_SMTP_PROXY_SECRET names. The error never quotes the value, which may
+// hold a password.
+func (c *Config) SetSMTPProxy(proxyURL string) error {
+	if !validProxy(proxyURL) {
+		return errors.New("EVS_SMTP_PROXY_SECRET: the secret's value must be socks5://[user:pass@]host:port")
+	}
+	c.SMTPProxy = proxyURL
+	return nil
 }
 
 // positiveInt reads a positive whole number, def when unset.

@@ -1,8 +1,8 @@
 // Package testkit holds the real peers and helpers that several packages'
-// tests and benchmarks share. They are a moto_server (DynamoDB and SQS
-// APIs) on loopback with AWS clients for it, a loopback AWS Lambda Runtime
-// API to drive the real function binaries, loopback DNS, SMTP, SOCKS5 and
-// Postfix peers, the store contract suite, the bare net/http floor the HTTP
+// tests and benchmarks share. They are a moto_server (DynamoDB, SQS and
+// Secrets Manager APIs) on loopback with AWS clients for it, a loopback AWS
+// Lambda Runtime API to drive the real function binaries, loopback DNS,
+// SMTP, SOCKS5 and Postfix peers, the store contract suite, the bare net/http floor the HTTP
 // path is measured against, a goroutine-safe log buffer, and a reader of
 // template.yaml to check the code against the deployment. Only tests and
 // the load harness (infra/loadtest) import it.
@@ -42,6 +42,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 )
 
@@ -232,6 +233,12 @@ func Bucket(t testing.TB, c *s3.Client) string {
 func SQS(t testing.TB, opts ...func(*sqs.Options)) *sqs.Client {
 	t.Helper()
 	return sqs.NewFromConfig(AWSConfig(t), opts...)
+}
+
+// SecretsManager returns a Secrets Manager client of the shared moto server.
+func SecretsManager(t testing.TB) *secretsmanager.Client {
+	t.Helper()
+	return secretsmanager.NewFromConfig(AWSConfig(t))
 }
 
 var (
