@@ -54,8 +54,19 @@ type Route struct {
 // client's stray newline is tolerated, a payload is not read.
 const MaxOtherBody = 1 << 10
 
+// TooLarge is the error of a body over the route's limit of limit bytes:
+// 413 payload_too_large. Batch creation's names POST /v1/uploads, the way
+// to send a list of any size (contract, section 14).
+func TooLarge(path string, limit int64) error {
+	if path == "/v1/requests" {
+		return evs.Errorf(evs.CodePayloadTooLarge, "The request body is larger than %d bytes; send large lists with POST /v1/uploads.", limit)
+	}
+	return evs.Errorf(evs.CodePayloadTooLarge, "The request body is larger than %d bytes.", limit)
+}
+
 // Routes is the one route table of the API, shared by `evs serve` and checked
-// against template.yaml by a test.
+// against template.yaml by a test. Its limits are `evs serve`'s; on Lambda
+// batch creation takes less (Deps.MaxBatchBody, LambdaMaxBatchBody).
 func Routes() []Route {
 	return []Route{
 		{Path: "/v1/verify", Methods: []string{http.MethodPost}, Function: VerifyFunction, MaxBody: MaxVerifyBody},
@@ -104,6 +115,10 @@ type Deps struct {
 	// Batches and Queue serve the batch endpoints (RequestsFunction only).
 	Batches BatchStore
 	Queue   Queue
+	// MaxBatchBody is the largest body batch creation accepts, in bytes;
+	// 0 means the contract's MaxBatchBody. The Lambda function sets
+	// LambdaMaxBatchBody, the most the platform can always deliver.
+	MaxBatchBody int64
 	// MaxActiveBatches is how many batches an account may have queued or
 	// running (EVS_MAX_ACTIVE_BATCHES); one more is 429. 0 means no limit.
 	MaxActiveBatches int
@@ -138,6 +153,9 @@ func New(d Deps) *Handler {
 	}
 	if d.Logger == nil {
 		d.Logger = slog.New(slog.NewJSONHandler(io.Discard, nil))
+	}
+	if d.MaxBatchBody <= 0 {
+		d.MaxBatchBody = MaxBatchBody
 	}
 	return &Handler{d: d}
 }

@@ -56,7 +56,7 @@ func (h *Handler) verify(ctx context.Context, req events.APIGatewayProxyRequest,
 		return events.APIGatewayProxyResponse{}, "", err
 	}
 	if len(raw) > MaxVerifyBody {
-		return events.APIGatewayProxyResponse{}, "", evs.Errorf(evs.CodeInvalidRequest, "The request body is larger than %d bytes.", MaxVerifyBody)
+		return events.APIGatewayProxyResponse{}, "", TooLarge(req.Resource, MaxVerifyBody)
 	}
 	if mt := mediaType(req); mt != "application/json" {
 		return events.APIGatewayProxyResponse{}, "", evs.Errorf(evs.CodeInvalidRequest, "Content-Type must be application/json.")
