@@ -122,6 +122,8 @@ type Deps struct {
 	// MaxActiveBatches is how many batches an account may have queued or
 	// running (EVS_MAX_ACTIVE_BATCHES); one more is 429. 0 means no limit.
 	MaxActiveBatches int
+	// Quota is the address quota (EVS_QUOTA_ADDRESSES); see quota.go.
+	Quota Quota
 	// Retention is how long batches and results are kept (default 30 days).
 	Retention time.Duration
 	// VerifyTimeout bounds one synchronous verification (default 20 s, under
@@ -315,9 +317,14 @@ func errReply(err error) idempotency.Reply {
 	var me *methodError
 	switch {
 	case r.StatusCode == http.StatusTooManyRequests:
-		// The only 429 a handler gives is the active-batch limit: a batch
-		// of a few thousand addresses finishes in about this time.
-		r.Headers = map[string]string{"Retry-After": RetryAfterActiveBatches}
+		// The address quota knows when its period ends; the other 429 a
+		// handler gives is the active-batch limit: a batch of a few
+		// thousand addresses finishes in about this time.
+		after, ok := quotaRetryAfter(err)
+		if !ok {
+			after = RetryAfterActiveBatches
+		}
+		r.Headers = map[string]string{"Retry-After": after}
 	case r.StatusCode == http.StatusMethodNotAllowed && errors.As(err, &me):
 		r.Headers = map[string]string{"Allow": strings.Join(me.allowed, ", ")}
 	}

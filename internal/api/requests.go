@@ -236,7 +236,13 @@ func (h *Handler) storeBatch(ctx context.Context, p Principal, in parsedBatch) (
 			Duplicates: len(in.emails) - len(items),
 		},
 	}
+	// The quota counts what will be verified: the distinct addresses.
+	refund, err := h.chargeQuota(ctx, p, len(items))
+	if err != nil {
+		return evs.Batch{}, err
+	}
 	if err := h.d.Batches.CreateBatchWithin(ctx, b, items, h.d.MaxActiveBatches); err != nil {
+		refund()
 		return evs.Batch{}, err
 	}
 	enqueue := h.d.Queue.Enqueue
@@ -244,6 +250,7 @@ func (h *Handler) storeBatch(ctx context.Context, p Principal, in parsedBatch) (
 		enqueue = func(ctx context.Context, b evs.Batch) error { return q.EnqueueItems(ctx, b, items) }
 	}
 	if err := enqueue(ctx, b); err != nil {
+		refund() // the batch fails unverified
 		if _, terr := h.d.Batches.TransitionBatch(ctx, p.AccountID, b.ID, []evs.State{evs.StateQueued}, evs.StateFailed, "the batch could not be queued", h.d.Now()); terr != nil {
 			h.d.Logger.ErrorContext(ctx, "could not mark an unqueued batch failed", slog.String("batchId", b.ID), slog.String("error", terr.Error()))
 		}
