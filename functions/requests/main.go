@@ -41,6 +41,11 @@ func main() {
 		Queue:       q,
 		Retention:   cfg.Retention,
 		Logger:      logger,
+		// What Lambda can always take once API Gateway has base64-encoded
+		// the body, not the contract's 6 MiB (api.LambdaMaxBatchBody).
+		MaxBatchBody: api.LambdaMaxBatchBody,
+		// Counted in the Batches table (dynamostore/quota.go).
+		Quota: api.Quota{Store: st, Limit: cfg.QuotaAddresses, Period: cfg.QuotaPeriod},
 		// Exact on DynamoDB: see dynamostore.CreateBatchWithin.
 		MaxActiveBatches: cfg.MaxActiveBatches,
 		Callbacks: api.Callbacks{

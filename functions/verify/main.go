@@ -47,6 +47,8 @@ func main() {
 		Sandbox:     metrics.Count(verify.NewSandbox(time.Now), emf),
 		Idempotency: idempotency.New(st, time.Now),
 		Logger:      logger,
+		// Counted in the Batches table (dynamostore/quota.go).
+		Quota: api.Quota{Store: st, Limit: cfg.QuotaAddresses, Period: cfg.QuotaPeriod},
 	})
 	lambda.Start(metrics.Proxy(h.Verify, emf))
 }

@@ -32,6 +32,12 @@ const (
 	SMTPOff    = "off"
 )
 
+// Periods of EVS_QUOTA_PERIOD.
+const (
+	QuotaDay   = "day"
+	QuotaMonth = "month"
+)
+
 // Config is the service's configuration.
 type Config struct {
 	Addr       string
@@ -69,6 +75,12 @@ type Config struct {
 	// MaxActiveBatches is how many batches an account may have queued or
 	// running at once (EVS_MAX_ACTIVE_BATCHES).
 	MaxActiveBatches int
+	// QuotaAddresses is how many addresses an account may have verified per
+	// QuotaPeriod (EVS_QUOTA_ADDRESSES); 0 means no quota.
+	QuotaAddresses int
+	// QuotaPeriod is the quota's calendar period in UTC, QuotaDay or
+	// QuotaMonth (EVS_QUOTA_PERIOD, default month).
+	QuotaPeriod string
 	// BatchDeadline is a batch's time limit from its start
 	// (EVS_BATCH_DEADLINE).
 	BatchDeadline time.Duration
@@ -230,6 +242,18 @@ func FromEnv(getenv func(string) string, onLambda bool) (Config, error) {
 	}
 	c.MaxActiveBatches = positiveInt(getenv, "EVS_MAX_ACTIVE_BATCHES", 10, &errs)
 	c.MaxConns = positiveInt(getenv, "EVS_MAX_CONNS", 1024, &errs)
+	if s := getenv("EVS_QUOTA_ADDRESSES"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 0 {
+			errs = append(errs, fmt.Errorf("EVS_QUOTA_ADDRESSES: %q is not a whole number (0 for no quota)", s))
+		}
+		c.QuotaAddresses = n
+	}
+	switch c.QuotaPeriod = strings.ToLower(or(getenv("EVS_QUOTA_PERIOD"), QuotaMonth)); c.QuotaPeriod {
+	case QuotaDay, QuotaMonth:
+	default:
+		errs = append(errs, fmt.Errorf("EVS_QUOTA_PERIOD: %q is not day or month", c.QuotaPeriod))
+	}
 	c.BatchDeadline = 24 * time.Hour
 	if s := getenv("EVS_BATCH_DEADLINE"); s != "" {
 		d, err := time.ParseDuration(s)

@@ -65,6 +65,18 @@ func TestFromEnv(t *testing.T) {
 				t.Fatalf("SMTP %q", c.SMTP)
 			}
 		}},
+		{name: "no address quota by default", vars: map[string]string{}, check: func(t *testing.T, c config.Config) {
+			if c.QuotaAddresses != 0 || c.QuotaPeriod != config.QuotaMonth {
+				t.Fatalf("quota %d per %q", c.QuotaAddresses, c.QuotaPeriod)
+			}
+		}},
+		{name: "address quota", vars: map[string]string{"EVS_QUOTA_ADDRESSES": "5000", "EVS_QUOTA_PERIOD": "Day"}, check: func(t *testing.T, c config.Config) {
+			if c.QuotaAddresses != 5000 || c.QuotaPeriod != config.QuotaDay {
+				t.Fatalf("quota %d per %q", c.QuotaAddresses, c.QuotaPeriod)
+			}
+		}},
+		{name: "bad quota", vars: map[string]string{"EVS_QUOTA_ADDRESSES": "-1"}, errMatch: "EVS_QUOTA_ADDRESSES"},
+		{name: "bad quota period", vars: map[string]string{"EVS_QUOTA_PERIOD": "week"}, errMatch: "EVS_QUOTA_PERIOD"},
 		{name: "bad smtp mode", vars: map[string]string{"EVS_SMTP": "smoke"}, errMatch: "EVS_SMTP"},
 		{name: "proxy mode without proxy", vars: map[string]string{"EVS_SMTP": "proxy"}, errMatch: "EVS_SMTP_PROXY"},
 		{name: "bad proxy scheme", vars: map[string]string{"EVS_SMTP_PROXY": "http://p:1"}, errMatch: "socks5"},

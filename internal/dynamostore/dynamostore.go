@@ -15,9 +15,10 @@
 //     admin operations (first start, `evs keys list`) on a small table, not
 //     worth a secondary index.
 //   - Batches (accountId, id): one record per batch with its counters; also
-//     each account's create lock (active.go) and the MX host leases, in
-//     partitions "~mx#<host>" (lease.go). Neither has a state, so no reader
-//     of batches sees them.
+//     each account's create lock (active.go), the MX host leases, in
+//     partitions "~mx#<host>" (lease.go), and the address quota's counters,
+//     in partitions "~quota#<accountId>" (quota.go). None has a state, so
+//     no reader of batches sees them.
 //   - Results (batchId, seq): one row per distinct item of a batch. The row is
 //     written with the item when the batch is created and gets the result's
 //     attributes (status, decision) when its result is written, so "pending"

@@ -66,6 +66,12 @@ func TestContract(t *testing.T) {
 	})
 }
 
+func TestQuotaContract(t *testing.T) {
+	testkit.RunQuotaContract(t, func(t *testing.T) testkit.AddressQuota {
+		return newStore(t, time.Now)
+	})
+}
+
 // hook lets a test fail or alter calls of the client: before runs ahead of
 // every call with its input and may fail it; after sees each call's error and
 // returns the one the store gets.
