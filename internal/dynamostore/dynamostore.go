@@ -19,11 +19,12 @@
 //     partitions "~mx#<host>" (lease.go), and the address quota's counters,
 //     in partitions "~quota#<accountId>" (quota.go). None has a state, so
 //     no reader of batches sees them.
-//   - Results (batchId, seq): one row per distinct item of a batch. The row is
-//     written with the item when the batch is created and gets the result's
-//     attributes (status, decision) when its result is written, so "pending"
-//     is simply a row without a status. batchId is "<accountId>#<id>", so two
-//     accounts' batches can never share rows.
+//   - Results (batchId, seq): one row per result of a batch, written with
+//     the result. batchId is "<accountId>#<id>#<seq/250>": two accounts'
+//     batches never share rows, and no key takes more than 250 writes.
+//
+// And one S3 bucket (Tables.Inputs): each batch's distinct items as one
+// object, written before its record (input.go).
 //   - Idempotency (scope): one record per Idempotency-Key scope.
 //
 // Every record that expires carries expiresAt in epoch seconds, the TTL
@@ -35,21 +36,18 @@
 //
 // # Creating a batch
 //
-// A batch of up to 50,000 items cannot be written in one transaction (100
-// items at most). CreateBatch therefore claims the batch ID first by putting
-// the batch record in the internal state "creating" (attribute_not_exists, so
-// two creators cannot share an ID), then writes the item rows with
-// BatchWriteItem, and last moves the record from "creating" to its real state
-// with a conditional update. Every reader treats a "creating" batch as not
-// found and every transition requires a caller-named state, which "creating"
-// never is, so a crash part-way leaves nothing visible: only an invisible
-// record and item rows that TTL removes.
+// CreateBatch stores the items as one S3 object, then puts the batch record,
+// naming the object, with attribute_not_exists on its ID: a handful of calls
+// whatever the batch's size, and a crash at any step leaves no batch a
+// reader can see (only an object the bucket's lifecycle rule removes).
+// "Pending" is an item of the input without a result row; PendingItems reads
+// the input a chunk at a time and the results keys covering it.
 //
 // # Writing results exactly once
 //
-// PutResults writes results in TransactWriteItems of up to 99 result updates
-// plus one update of the batch record. Each result update is conditional on
-// its row existing without a status; the batch update adds the transaction's
+// PutResults writes results in TransactWriteItems of up to 99 result puts
+// plus one update of the batch record. Each result put is conditional on
+// its row not existing yet; the batch update adds the transaction's
 // results to the counters and is conditional on the batch being queued or
 // running. So a result and its count are written together or not at all, and
 // results for a final batch are never written. When a transaction is

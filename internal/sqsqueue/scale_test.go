@@ -151,6 +151,20 @@ func (l *callLog) since(t time.Time) []call {
 // ops summarises calls as "Service.Op×n", sorted.
 func ops(cs []call) string {
 	n := map[string]int{}
+	for _, c := range cs {
+		n[c.service+"."+c.op]++
+	}
+	var out []string
+	for k, v := range n {
+		out = append(out, fmt.Sprintf("%s×%d", k, v))
+	}
+	sort.Strings(out)
+	return strings.Join(out, " ")
+}
+
+// timed is ops with the time spent in each kind of call.
+func timed(cs []call) string {
+	n := map[string]int{}
 	took := map[string]time.Duration{}
 	for _, c := range cs {
 		n[c.service+"."+c.op]++
@@ -397,7 +411,7 @@ func TestBatchRunSpreadsWritesAndReadsLinearly(t *testing.T) {
 		}
 		reads = append(reads, calls)
 		t.Logf("%d addresses: planner %d store calls reading %d items (%.2f per address); batch partition writes %d; busiest key-second %d (%s); all calls: %s",
-			n, calls, read, float64(read)/float64(n), batchWrites, busiest, key, ops(run))
+			n, calls, read, float64(read)/float64(n), batchWrites, busiest, key, timed(run))
 	}
 	// Linear: four times the addresses, at most about four times the
 	// store calls (a planner that re-reads finished rows makes about
