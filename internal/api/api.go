@@ -119,6 +119,11 @@ type Deps struct {
 	// 0 means the contract's MaxBatchBody. The Lambda function sets
 	// LambdaMaxBatchBody, the most the platform can always deliver.
 	MaxBatchBody int64
+	// Exports, when set, takes CSV result lists longer than MaxCSVReply
+	// (default 4 MiB) and the handler answers 303 to the export's URL:
+	// Lambda cannot return a reply over 6 MB. Nil streams every list.
+	Exports     Exports
+	MaxCSVReply int
 	// MaxActiveBatches is how many batches an account may have queued or
 	// running (EVS_MAX_ACTIVE_BATCHES); one more is 429. 0 means no limit.
 	MaxActiveBatches int
@@ -155,6 +160,9 @@ func New(d Deps) *Handler {
 	}
 	if d.Logger == nil {
 		d.Logger = slog.New(slog.NewJSONHandler(io.Discard, nil))
+	}
+	if d.MaxCSVReply <= 0 {
+		d.MaxCSVReply = 4 << 20
 	}
 	if d.MaxBatchBody <= 0 {
 		d.MaxBatchBody = MaxBatchBody

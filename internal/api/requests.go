@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 	"unicode"
 	"unicode/utf8"
 
@@ -655,8 +656,29 @@ func (h *Handler) resultsCSV(ctx context.Context, req events.APIGatewayProxyRequ
 		}
 	}
 	w.Flush()
+	if h.d.Exports != nil && buf.Len() > h.d.MaxCSVReply {
+		url, expires, err := h.d.Exports.Export(ctx, p.AccountID, b.ID, buf.Bytes())
+		if err != nil {
+			return events.APIGatewayProxyResponse{}, err
+		}
+		r := jsonReply(http.StatusSeeOther, exportReply{URL: url, ExpiresAt: Time{Time: expires}})
+		r.Headers = map[string]string{"Location": url}
+		return render(r, req.RequestContext.RequestID), nil
+	}
 	r := idempotency.Reply{StatusCode: http.StatusOK, Headers: map[string]string{"Content-Type": "text/csv; charset=utf-8"}, Body: buf.Bytes()}
 	return render(r, req.RequestContext.RequestID), nil
+}
+
+// Exports stores a CSV result list too long for one reply and returns a
+// URL it can be downloaded from until expires (an S3 pre-signed GET).
+type Exports interface {
+	Export(ctx context.Context, accountID, batchID string, csv []byte) (url string, expires time.Time, err error)
+}
+
+// exportReply is the body of a 303 to an export.
+type exportReply struct {
+	URL       string `json:"url"`
+	ExpiresAt Time   `json:"expiresAt"`
 }
 
 // csvSafe keeps a spreadsheet from reading a cell as a formula (CSV

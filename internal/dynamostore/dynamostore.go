@@ -205,8 +205,9 @@ type Config struct {
 	// unnamed table fail.
 	Tables Tables
 	// Objects is the S3 client of the input bucket; creating a batch
-	// with items needs it.
+	// with items needs it. Presign signs export URLs (Export).
 	Objects Objects
+	Presign Presigner
 	// Now is the store's clock, used to hide expired records; nil means
 	// time.Now.
 	Now func() time.Time
@@ -219,6 +220,8 @@ type Store struct {
 	now   func() time.Time
 	sleep func(context.Context, time.Duration) error
 	in    inputs
+	// presign signs export download URLs.
+	presign Presigner
 
 	// putLocks serialize this process's PutResults calls per batch (striped
 	// by a hash of the batch key; a channel so a waiter's deadline holds).
@@ -234,7 +237,7 @@ func New(cfg Config) *Store {
 	if now == nil {
 		now = time.Now
 	}
-	s := &Store{c: cfg.Client, t: cfg.Tables, now: now, sleep: sleepCtx, in: inputs{o: cfg.Objects, bucket: cfg.Tables.Inputs}}
+	s := &Store{c: cfg.Client, t: cfg.Tables, now: now, sleep: sleepCtx, in: inputs{o: cfg.Objects, bucket: cfg.Tables.Inputs}, presign: cfg.Presign}
 	for i := range s.putLocks {
 		s.putLocks[i] = make(chan struct{}, 1)
 	}
@@ -379,7 +382,9 @@ func Open(ctx context.Context, t Tables) (*Store, aws.Config, error) {
 	if err != nil {
 		return nil, aws.Config{}, fmt.Errorf("dynamostore: AWS configuration: %w", err)
 	}
-	return New(Config{Client: dynamodb.NewFromConfig(awsCfg), Objects: S3(awsCfg), Tables: t, Now: time.Now}), awsCfg, nil
+	objects := S3(awsCfg)
+	return New(Config{Client: dynamodb.NewFromConfig(awsCfg), Objects: objects, Presign: s3.NewPresignClient(objects),
+		Tables: t, Now: time.Now}), awsCfg, nil
 }
 
 // S3 returns an S3 client of cfg. An endpoint of its own (a local AWS-API

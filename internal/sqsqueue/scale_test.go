@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"sort"
@@ -232,7 +233,7 @@ func newScaleWorld(t *testing.T) *scaleWorld {
 	ddb := testkit.DynamoDB(t, func(o *dynamodb.Options) { o.APIOptions = append(o.APIOptions, log.option) })
 	objects := testkit.S3(t, func(o *s3.Options) { o.APIOptions = append(o.APIOptions, log.option) })
 	sc := testkit.SQS(t, func(o *sqs.Options) { o.APIOptions = append(o.APIOptions, log.option) })
-	st := dynamostore.New(dynamostore.Config{Client: ddb, Objects: objects, Tables: tables, Now: time.Now})
+	st := dynamostore.New(dynamostore.Config{Client: ddb, Objects: objects, Presign: s3.NewPresignClient(objects), Tables: tables, Now: time.Now})
 	q, err := sc.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(testkit.UniqueName(t, "work"))})
 	if err != nil {
 		t.Fatalf("create queue: %v", err)
@@ -245,7 +246,9 @@ func newScaleWorld(t *testing.T) *scaleWorld {
 	logger := slog.New(slog.DiscardHandler)
 	return &scaleWorld{
 		t: t, log: log, st: st, sqs: sc, url: aws.ToString(q.QueueUrl), acct: acct.ID, tables: tables,
-		h: api.New(api.Deps{Idempotency: idempotency.New(st, time.Now), Batches: st, Queue: queue, Logger: logger, MaxActiveBatches: 10}),
+		h: api.New(api.Deps{Idempotency: idempotency.New(st, time.Now), Batches: st, Queue: queue, Logger: logger, MaxActiveBatches: 10,
+			// Small, so a small batch's CSV takes the export path.
+			Exports: st, MaxCSVReply: 4 << 10}),
 		w: &sqsqueue.Worker{
 			Queue: queue, Store: st, Accounts: st, Logger: logger,
 			Processor: &batch.Processor{Engine: noNetwork{t}, Sandbox: verify.NewSandbox(nil)},
@@ -418,5 +421,60 @@ func TestBatchRunSpreadsWritesAndReadsLinearly(t *testing.T) {
 	// sixteen times as many).
 	if reads[1] > 6*max(reads[0], 1) {
 		t.Errorf("planner store calls: %d for %d addresses, %d for %d: not linear", reads[0], sizes[0], reads[1], sizes[1])
+	}
+}
+
+// TestLargeCSVExportRedirects: a CSV result list longer than the reply
+// limit is answered 303 to a pre-signed download of the same CSV, which
+// works without a key.
+func TestLargeCSVExportRedirects(t *testing.T) {
+	w := newScaleWorld(t)
+	id, _ := w.create(250)
+	w.drain(id)
+	get := func(accept string) events.APIGatewayProxyResponse {
+		req := events.APIGatewayProxyRequest{
+			Resource: "/v1/requests/{id}/results", Path: "/v1/requests/" + id + "/results", HTTPMethod: http.MethodGet,
+			PathParameters: map[string]string{"id": id}, Headers: map[string]string{"Accept": accept},
+			RequestContext: events.APIGatewayProxyRequestContext{
+				RequestID: uuid.NewString(), ResourcePath: "/v1/requests/{id}/results", HTTPMethod: http.MethodGet,
+				Authorizer: map[string]any{"principalId": w.acct, "accountId": w.acct, "keyId": "k1", "testMode": "true"},
+			},
+		}
+		resp, err := w.h.Requests(context.Background(), req)
+		if err != nil {
+			t.Fatalf("GET results: %v", err)
+		}
+		return resp
+	}
+	resp := get("text/csv")
+	if resp.StatusCode != http.StatusSeeOther || resp.Headers["Location"] == "" {
+		t.Fatalf("CSV of 250 results over a 4 KiB limit: %d %v %s", resp.StatusCode, resp.Headers, resp.Body)
+	}
+	var body struct {
+		URL       string `json:"url"`
+		ExpiresAt string `json:"expiresAt"`
+		RequestID string `json:"requestId"`
+	}
+	if err := json.Unmarshal([]byte(resp.Body), &body); err != nil || body.URL != resp.Headers["Location"] || body.ExpiresAt == "" || body.RequestID == "" {
+		t.Fatalf("303 body %s: %v", resp.Body, err)
+	}
+	dl, err := http.Get(body.URL)
+	if err != nil {
+		t.Fatalf("download: %v", err)
+	}
+	defer dl.Body.Close()
+	csv, _ := io.ReadAll(dl.Body)
+	lines := strings.Split(strings.TrimSpace(string(csv)), "\n")
+	if dl.StatusCode != http.StatusOK || len(lines) != 251 || !strings.HasPrefix(lines[0], "email,status,reason") {
+		t.Fatalf("download: %d, %d lines, first %q", dl.StatusCode, len(lines), lines[0])
+	}
+	for _, l := range lines[1:] {
+		if !strings.Contains(l, ",deliverable,accepted_email,") {
+			t.Fatalf("row %q", l)
+		}
+	}
+	// JSON pages are not affected.
+	if r := get("application/json"); r.StatusCode != http.StatusOK {
+		t.Fatalf("JSON results: %d %s", r.StatusCode, r.Body)
 	}
 }
