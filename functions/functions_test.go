@@ -56,7 +56,8 @@ func newAWSWorld(t *testing.T) *awsWorld {
 	if err := dynamostore.CreateTables(ctx, ddb, w.tables); err != nil {
 		t.Fatalf("create tables: %v", err)
 	}
-	w.st = dynamostore.New(dynamostore.Config{Client: ddb, Tables: w.tables, Now: time.Now})
+	w.tables.Inputs = testkit.Bucket(t, testkit.S3(t))
+	w.st = dynamostore.New(dynamostore.Config{Client: ddb, Objects: testkit.S3(t), Tables: w.tables, Now: time.Now})
 	w.sqs = testkit.SQS(t)
 	q, err := w.sqs.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(testkit.UniqueName(t, "work"))})
 	if err != nil {
@@ -80,7 +81,7 @@ func (w *awsWorld) start(t *testing.T, bin string, env ...string) *testkit.Runti
 		"AWS_ACCESS_KEY_ID=test", "AWS_SECRET_ACCESS_KEY=test",
 		"AWS_ENDPOINT_URL=" + w.endpoint,
 		"EVS_KEYS_TABLE=" + w.tables.Keys, "EVS_BATCHES_TABLE=" + w.tables.Batches,
-		"EVS_RESULTS_TABLE=" + w.tables.Results, "EVS_IDEMPOTENCY_TABLE=" + w.tables.Idempotency,
+		"EVS_RESULTS_TABLE=" + w.tables.Results, "EVS_IDEMPOTENCY_TABLE=" + w.tables.Idempotency, "EVS_INPUT_BUCKET=" + w.tables.Inputs,
 		"EVS_QUEUE_URL=" + w.queueURL,
 		"EVS_SMTP_HELO=probe.evs.test",
 		"EVS_DNS_SERVERS=127.0.0.1:9", // nothing answers: test mode never asks
@@ -170,6 +171,34 @@ func TestLambdaBinaries(t *testing.T) {
 		}
 		if !strings.Contains(string(out.Error), "Unauthorized") {
 			t.Fatalf("unknown key: response %s error %s", out.Response, out.Error)
+		}
+
+		// The warm function keeps no cache of its own: a key revoked
+		// between two invocations is denied by the second. On AWS a
+		// revocation then waits only for API Gateway's authorizer cache
+		// (template.yaml, ReauthorizeEvery; see TestRevocationWithin60s).
+		revoked, _ := w.seedKey(t, true)
+		ev.Headers["x-api-key"] = revoked
+		effect := func() string {
+			t.Helper()
+			out, err := rt.Invoke(ev, 20*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var resp events.APIGatewayCustomAuthorizerResponse
+			if err := json.Unmarshal(out.Response, &resp); err != nil || out.Error != nil || len(resp.PolicyDocument.Statement) != 1 {
+				t.Fatalf("authorizer reply %s / error %s", out.Response, out.Error)
+			}
+			return resp.PolicyDocument.Statement[0].Effect
+		}
+		if e := effect(); e != "Allow" {
+			t.Fatalf("before revocation: %s", e)
+		}
+		if _, err := w.st.RevokeKey(context.Background(), authorizer.KeyID(authorizer.HashKey(revoked)), time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		if e := effect(); e != "Deny" {
+			t.Fatalf("right after revocation: %s, want Deny", e)
 		}
 	})
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/evs-dev/evs/internal/testkit"
@@ -17,9 +18,12 @@ import (
 
 // TestLambdaSMTPThroughSOCKS5 runs the real verify, requests and worker
 // binaries for a live (non-test) account with the SOCKS5 exit configured as
-// on AWS (EVS_SMTP_PROXY, so SMTP mode is proxy): the verdicts come from a
-// loopback mail server reached through a real SOCKS5 server (danted), and
-// every connection that server saw came from the proxy's external address.
+// on AWS (EVS_SMTP_PROXY_SECRET naming a Secrets Manager secret, on moto,
+// whose value is the proxy's URL with a user name and password as in
+// production, so SMTP mode is proxy; the test proxy does not ask for them):
+// the verdicts come from a loopback mail server reached through a real
+// SOCKS5 server (danted), and every connection that server saw came from
+// the proxy's external address.
 // A probe that bypassed the proxy would come from 127.0.0.1 and fail it.
 func TestLambdaSMTPThroughSOCKS5(t *testing.T) {
 	proxy := testkit.SOCKS5(t)
@@ -32,13 +36,19 @@ func TestLambdaSMTPThroughSOCKS5(t *testing.T) {
 	dns := testkit.StartDNS(t)
 	dns.AddRecord("corp.example. 300 IN MX 10 mx.corp.example.")
 	dns.AddRecord("mx.corp.example. 300 IN A 127.0.0.2")
+	w := newAWSWorld(t)
+	sec, err := testkit.SecretsManager(t).CreateSecret(context.Background(), &secretsmanager.CreateSecretInput{
+		Name: aws.String(testkit.UniqueName(t, "proxy")), SecretString: aws.String(strings.Replace(proxy.URL, "socks5://", "socks5://evs:pa55word@", 1)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	env := []string{
-		"EVS_SMTP_PROXY=" + proxy.URL,
+		"EVS_SMTP_PROXY_SECRET=" + aws.ToString(sec.ARN),
 		"EVS_DNS_SERVERS=" + dns.Addr,
 		"EVS_SMTP_PORT=" + fmt.Sprint(mx.Port),
 		"EVS_EGRESS_ALLOW=127.0.0.0/8",
 	}
-	w := newAWSWorld(t)
 	_, acct := w.seedKey(t, false)
 
 	t.Run("verify", func(t *testing.T) {

@@ -41,6 +41,14 @@ func main() {
 		Queue:       q,
 		Retention:   cfg.Retention,
 		Logger:      logger,
+		// What Lambda can always take once API Gateway has base64-encoded
+		// the body, not the contract's 6 MiB (api.LambdaMaxBatchBody).
+		MaxBatchBody: api.LambdaMaxBatchBody,
+		// A CSV result list over 4 MiB would not fit Lambda's 6 MB reply:
+		// it is answered 303 to a pre-signed S3 download.
+		Exports: st,
+		// Counted in the Batches table (dynamostore/quota.go).
+		Quota: api.Quota{Store: st, Limit: cfg.QuotaAddresses, Period: cfg.QuotaPeriod},
 		// Exact on DynamoDB: see dynamostore.CreateBatchWithin.
 		MaxActiveBatches: cfg.MaxActiveBatches,
 		Callbacks: api.Callbacks{

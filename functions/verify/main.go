@@ -8,7 +8,9 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/lambda"
+	"github.com/aws/aws-sdk-go-v2/aws"
 
+	"github.com/evs-dev/evs/functions/internal/proxysecret"
 	"github.com/evs-dev/evs/internal/api"
 	"github.com/evs-dev/evs/internal/config"
 	"github.com/evs-dev/evs/internal/dynamostore"
@@ -22,10 +24,16 @@ func main() {
 	emf := &metrics.EMF{W: os.Stdout}
 	var (
 		st     *dynamostore.Store
+		awsCfg aws.Config
 		engine *verify.Engine
 	)
 	if err == nil {
-		st, _, err = dynamostore.Open(context.Background(), dynamostore.Tables(cfg.Tables))
+		st, awsCfg, err = dynamostore.Open(context.Background(), dynamostore.Tables(cfg.Tables))
+	}
+	if err == nil {
+		// The SOCKS5 exit (credentials and all) comes from Secrets
+		// Manager, once per cold start, before the engine dials anything.
+		err = proxysecret.Resolve(context.Background(), awsCfg, &cfg)
 	}
 	if err == nil {
 		engine, _, err = verify.BuildTimed(cfg, emf.DNSLookup)
@@ -39,6 +47,8 @@ func main() {
 		Sandbox:     metrics.Count(verify.NewSandbox(time.Now), emf),
 		Idempotency: idempotency.New(st, time.Now),
 		Logger:      logger,
+		// Counted in the Batches table (dynamostore/quota.go).
+		Quota: api.Quota{Store: st, Limit: cfg.QuotaAddresses, Period: cfg.QuotaPeriod},
 	})
 	lambda.Start(metrics.Proxy(h.Verify, emf))
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
+	"github.com/evs-dev/evs/functions/internal/proxysecret"
 	"github.com/evs-dev/evs/internal/batch"
 	"github.com/evs-dev/evs/internal/config"
 	"github.com/evs-dev/evs/internal/dynamostore"
@@ -31,6 +32,11 @@ func main() {
 	)
 	if err == nil {
 		st, awsCfg, err = dynamostore.Open(context.Background(), dynamostore.Tables(cfg.Tables))
+	}
+	if err == nil {
+		// The SOCKS5 exit (credentials and all) comes from Secrets
+		// Manager, once per cold start, before the engine dials anything.
+		err = proxysecret.Resolve(context.Background(), awsCfg, &cfg)
 	}
 	if err == nil {
 		engine, _, err = verify.BuildTimed(cfg, emf.DNSLookup)

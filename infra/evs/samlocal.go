@@ -24,6 +24,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/apigateway"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	s3types "github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/evs-dev/evs/internal/dynamostore"
@@ -81,6 +83,7 @@ func resourcesOf(vars map[string]map[string]string) (samResources, error) {
 			Tables: dynamostore.Tables{
 				Keys: v["EVS_KEYS_TABLE"], Batches: v["EVS_BATCHES_TABLE"],
 				Results: v["EVS_RESULTS_TABLE"], Idempotency: v["EVS_IDEMPOTENCY_TABLE"],
+				Inputs: v["EVS_INPUT_BUCKET"],
 			},
 			QueueURL: v["EVS_QUEUE_URL"],
 		}
@@ -93,8 +96,8 @@ func resourcesOf(vars map[string]map[string]string) (samResources, error) {
 		}
 	}
 	t := r.Tables
-	if t.Keys == "" || t.Batches == "" || t.Results == "" || t.Idempotency == "" || r.QueueURL == "" {
-		return samResources{}, errors.New("every function needs EVS_KEYS_TABLE, EVS_BATCHES_TABLE, EVS_RESULTS_TABLE, EVS_IDEMPOTENCY_TABLE and EVS_QUEUE_URL")
+	if t.Keys == "" || t.Batches == "" || t.Results == "" || t.Idempotency == "" || t.Inputs == "" || r.QueueURL == "" {
+		return samResources{}, errors.New("every function needs EVS_KEYS_TABLE, EVS_BATCHES_TABLE, EVS_RESULTS_TABLE, EVS_IDEMPOTENCY_TABLE, EVS_INPUT_BUCKET and EVS_QUEUE_URL")
 	}
 	return r, nil
 }
@@ -148,6 +151,11 @@ func samLocalInit(ctx context.Context, args []string, stdout io.Writer) error {
 func samLocalSetup(ctx context.Context, cfg aws.Config, res samResources) (string, error) {
 	if err := dynamostore.CreateTables(ctx, dynamodb.NewFromConfig(cfg), res.Tables); err != nil {
 		return "", err
+	}
+	_, err := dynamostore.S3(cfg).CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String(res.Tables.Inputs)})
+	var owned *s3types.BucketAlreadyOwnedByYou
+	if err != nil && !errors.As(err, &owned) {
+		return "", fmt.Errorf("create bucket: %w", err)
 	}
 	u, err := url.Parse(res.QueueURL)
 	if err != nil || path.Base(u.Path) == "" {

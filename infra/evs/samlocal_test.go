@@ -173,7 +173,7 @@ func TestSamLocalInitCreatesTemplateTables(t *testing.T) {
 // them against different data.
 func TestResourcesMustAgree(t *testing.T) {
 	v := func(keys string) map[string]string {
-		return map[string]string{"EVS_KEYS_TABLE": keys, "EVS_BATCHES_TABLE": "b", "EVS_RESULTS_TABLE": "r", "EVS_IDEMPOTENCY_TABLE": "i", "EVS_QUEUE_URL": "http://h:5000/1/q"}
+		return map[string]string{"EVS_KEYS_TABLE": keys, "EVS_BATCHES_TABLE": "b", "EVS_RESULTS_TABLE": "r", "EVS_IDEMPOTENCY_TABLE": "i", "EVS_INPUT_BUCKET": "in", "EVS_QUEUE_URL": "http://h:5000/1/q"}
 	}
 	if _, err := resourcesOf(map[string]map[string]string{"A": v("k"), "B": v("k2")}); err == nil {
 		t.Error("different keys tables accepted")

@@ -149,7 +149,7 @@ func TestEnvironmentNamesTables(t *testing.T) {
 	// configuration reads; the tables and the queue also by value.
 	cfg, _ := config.FromEnv(func(k string) string {
 		read[k] = true
-		if strings.HasSuffix(k, "_TABLE") || k == "EVS_QUEUE_URL" {
+		if strings.HasSuffix(k, "_TABLE") || k == "EVS_QUEUE_URL" || k == "EVS_INPUT_BUCKET" {
 			return tpl.Env[k]
 		}
 		return ""
@@ -161,7 +161,7 @@ func TestEnvironmentNamesTables(t *testing.T) {
 		}
 	}
 	got := dynamostore.Tables(cfg.Tables)
-	want := dynamostore.Tables{Keys: "KeysTable", Batches: "BatchesTable", Results: "ResultsTable", Idempotency: "IdempotencyTable"}
+	want := dynamostore.Tables{Keys: "KeysTable", Batches: "BatchesTable", Results: "ResultsTable", Idempotency: "IdempotencyTable", Inputs: "InputBucket"}
 	if got != want {
 		t.Errorf("tables with the template's environment = %+v, want %+v", got, want)
 	}

@@ -54,8 +54,19 @@ type Route struct {
 // client's stray newline is tolerated, a payload is not read.
 const MaxOtherBody = 1 << 10
 
+// TooLarge is the error of a body over the route's limit of limit bytes:
+// 413 payload_too_large. Batch creation's names POST /v1/uploads, the way
+// to send a list of any size (contract, section 14).
+func TooLarge(path string, limit int64) error {
+	if path == "/v1/requests" {
+		return evs.Errorf(evs.CodePayloadTooLarge, "The request body is larger than %d bytes; send large lists with POST /v1/uploads.", limit)
+	}
+	return evs.Errorf(evs.CodePayloadTooLarge, "The request body is larger than %d bytes.", limit)
+}
+
 // Routes is the one route table of the API, shared by `evs serve` and checked
-// against template.yaml by a test.
+// against template.yaml by a test. Its limits are `evs serve`'s; on Lambda
+// batch creation takes less (Deps.MaxBatchBody, LambdaMaxBatchBody).
 func Routes() []Route {
 	return []Route{
 		{Path: "/v1/verify", Methods: []string{http.MethodPost}, Function: VerifyFunction, MaxBody: MaxVerifyBody},
@@ -104,9 +115,20 @@ type Deps struct {
 	// Batches and Queue serve the batch endpoints (RequestsFunction only).
 	Batches BatchStore
 	Queue   Queue
+	// MaxBatchBody is the largest body batch creation accepts, in bytes;
+	// 0 means the contract's MaxBatchBody. The Lambda function sets
+	// LambdaMaxBatchBody, the most the platform can always deliver.
+	MaxBatchBody int64
+	// Exports, when set, takes CSV result lists longer than MaxCSVReply
+	// (default 4 MiB) and the handler answers 303 to the export's URL:
+	// Lambda cannot return a reply over 6 MB. Nil streams every list.
+	Exports     Exports
+	MaxCSVReply int
 	// MaxActiveBatches is how many batches an account may have queued or
 	// running (EVS_MAX_ACTIVE_BATCHES); one more is 429. 0 means no limit.
 	MaxActiveBatches int
+	// Quota is the address quota (EVS_QUOTA_ADDRESSES); see quota.go.
+	Quota Quota
 	// Retention is how long batches and results are kept (default 30 days).
 	Retention time.Duration
 	// VerifyTimeout bounds one synchronous verification (default 20 s, under
@@ -138,6 +160,12 @@ func New(d Deps) *Handler {
 	}
 	if d.Logger == nil {
 		d.Logger = slog.New(slog.NewJSONHandler(io.Discard, nil))
+	}
+	if d.MaxCSVReply <= 0 {
+		d.MaxCSVReply = 4 << 20
+	}
+	if d.MaxBatchBody <= 0 {
+		d.MaxBatchBody = MaxBatchBody
 	}
 	return &Handler{d: d}
 }
@@ -297,9 +325,14 @@ func errReply(err error) idempotency.Reply {
 	var me *methodError
 	switch {
 	case r.StatusCode == http.StatusTooManyRequests:
-		// The only 429 a handler gives is the active-batch limit: a batch
-		// of a few thousand addresses finishes in about this time.
-		r.Headers = map[string]string{"Retry-After": RetryAfterActiveBatches}
+		// The address quota knows when its period ends; the other 429 a
+		// handler gives is the active-batch limit: a batch of a few
+		// thousand addresses finishes in about this time.
+		after, ok := quotaRetryAfter(err)
+		if !ok {
+			after = RetryAfterActiveBatches
+		}
+		r.Headers = map[string]string{"Retry-After": after}
 	case r.StatusCode == http.StatusMethodNotAllowed && errors.As(err, &me):
 		r.Headers = map[string]string{"Allow": strings.Join(me.allowed, ", ")}
 	}

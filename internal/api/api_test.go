@@ -57,6 +57,13 @@ type fixture struct {
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
+	return newFixtureWith(t, nil)
+}
+
+// newFixtureWith is newFixture with deps adjusted by with before the
+// handlers are built.
+func newFixtureWith(t *testing.T, with func(*api.Deps)) *fixture {
+	t.Helper()
 	clock := testkit.NewClock(epoch)
 	st, err := sqlitestore.Open(context.Background(), t.TempDir(), clock.Now)
 	if err != nil {
@@ -66,16 +73,17 @@ func newFixture(t *testing.T) *fixture {
 	q := &queue{}
 	sandbox := verify.NewSandbox(clock.Now)
 	logs := &testkit.LogBuffer{}
-	return &fixture{
-		h: api.New(api.Deps{
-			Engine: sandbox, Sandbox: sandbox,
-			Idempotency: idempotency.New(st, clock.Now),
-			Batches:     st, Queue: q,
-			Now:    clock.Now,
-			Logger: slog.New(slog.NewJSONHandler(logs, nil)),
-		}),
-		q: q, clock: clock, logs: logs,
+	d := api.Deps{
+		Engine: sandbox, Sandbox: sandbox,
+		Idempotency: idempotency.New(st, clock.Now),
+		Batches:     st, Queue: q,
+		Now:    clock.Now,
+		Logger: slog.New(slog.NewJSONHandler(logs, nil)),
 	}
+	if with != nil {
+		with(&d)
+	}
+	return &fixture{h: api.New(d), q: q, clock: clock, logs: logs}
 }
 
 // event builds the proxy event of one call by account acct.
@@ -174,7 +182,7 @@ func TestVerifyRejects(t *testing.T) {
 		{"email too long", http.MethodPost, `{"email":"` + long + `"}`, "application/json", false, 400, evs.CodeInvalidRequest, "longer than 512"},
 		{"bad mode", http.MethodPost, `{"email":"a@x.example","mode":"deep"}`, "application/json", false, 400, evs.CodeInvalidRequest, `"full" or "quick"`},
 		{"wrong content type", http.MethodPost, `{"email":"a@x.example"}`, "text/plain", false, 400, evs.CodeInvalidRequest, "Content-Type"},
-		{"body too large", http.MethodPost, `{"email":"a@x.example","pad":"` + strings.Repeat("x", api.MaxVerifyBody) + `"}`, "application/json", false, 400, evs.CodeInvalidRequest, "larger than"},
+		{"body too large", http.MethodPost, `{"email":"a@x.example","pad":"` + strings.Repeat("x", api.MaxVerifyBody) + `"}`, "application/json", false, 413, evs.CodePayloadTooLarge, "larger than 8192 bytes."},
 		{"bad base64", http.MethodPost, `%%%`, "application/json", true, 400, evs.CodeInvalidRequest, "base64"},
 		{"trailing data", http.MethodPost, `{"email":"a@x.example"} {}`, "application/json", false, 400, evs.CodeInvalidRequest, "after the JSON object"},
 	}
@@ -324,6 +332,8 @@ func TestBatchRejects(t *testing.T) {
 		{"unknown batch", http.MethodGet, "/v1/requests/{id}", map[string]string{"id": "6ebae115-8db7-4321-ac14-1390d48efb10"}, ``, "application/json", 404, evs.CodeNotFound},
 		{"unknown route", http.MethodGet, "/v1/requests/{id}/export", map[string]string{"id": "6ebae115-8db7-4321-ac14-1390d48efb10"}, ``, "application/json", 404, evs.CodeNotFound},
 		{"cancel with a body", http.MethodPost, "/v1/requests/{id}/cancel", map[string]string{"id": "6ebae115-8db7-4321-ac14-1390d48efb10"}, `{"why":"x"}`, "application/json", 400, evs.CodeInvalidRequest},
+		{"cancel with a large body", http.MethodPost, "/v1/requests/{id}/cancel", map[string]string{"id": "6ebae115-8db7-4321-ac14-1390d48efb10"}, strings.Repeat(" ", api.MaxOtherBody+1), "application/json", 413, evs.CodePayloadTooLarge},
+		{"get with a large body", http.MethodGet, "/v1/requests/{id}", map[string]string{"id": "6ebae115-8db7-4321-ac14-1390d48efb10"}, strings.Repeat("x", api.MaxOtherBody+1), "application/json", 413, evs.CodePayloadTooLarge},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -12,6 +12,7 @@ import (
 
 var statusByCode = map[string]int{
 	evs.CodeInvalidRequest:        400,
+	evs.CodePayloadTooLarge:       413,
 	evs.CodeUnauthorized:          401,
 	evs.CodeForbidden:             403,
 	evs.CodeNotFound:              404,

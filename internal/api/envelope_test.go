@@ -16,6 +16,7 @@ func TestFromError(t *testing.T) {
 		code   string
 	}{
 		{evs.Errorf(evs.CodeInvalidRequest, "bad"), 400, "invalid_request"},
+		{evs.Errorf(evs.CodePayloadTooLarge, "big"), 413, "payload_too_large"},
 		{evs.Errorf(evs.CodeUnauthorized, "no"), 401, "unauthorized"},
 		{evs.Errorf(evs.CodeForbidden, "no"), 403, "forbidden"},
 		{evs.Errorf(evs.CodeNotFound, "no"), 404, "not_found"},
@@ -43,7 +44,7 @@ func TestFromError(t *testing.T) {
 			t.Errorf("internal detail leaked: %q", r.Error.Message)
 		}
 	}
-	if len(api.ErrorCodes()) != 11 {
-		t.Errorf("Codes() = %d codes, want the contract's 11", len(api.ErrorCodes()))
+	if len(api.ErrorCodes()) != 12 {
+		t.Errorf("Codes() = %d codes, want the contract's 12", len(api.ErrorCodes()))
 	}
 }

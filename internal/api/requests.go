@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 	"unicode"
 	"unicode/utf8"
 
@@ -25,7 +26,19 @@ import (
 
 // Limits of batch creation (contract, section 1).
 const (
-	MaxBatchBody      = 6 << 20
+	// MaxBatchBody is the contract's body limit, `evs serve`'s.
+	MaxBatchBody = 6 << 20
+	// LambdaMaxBatchBody is the body limit on AWS. Lambda takes at most
+	// 6 MiB (6,291,456 bytes) per synchronous invocation, and that counts
+	// the whole event, not the body. API Gateway base64-encodes every body
+	// (BinaryMediaTypes */* in template.yaml), so a body of n bytes is
+	// 4*ceil(n/3) in the event whatever it holds; 4 MiB becomes 5,592,408
+	// bytes, which leaves 699,048 for the envelope, whose variable part is
+	// bounded by API Gateway's 10 KiB limit on the request line and headers
+	// (see docs/aws.md for the sum). Without the encoding a JSON-escaped
+	// body could grow six-fold and no limit would be safe.
+	LambdaMaxBatchBody = 4 << 20
+
 	MaxBatchAddresses = 50000
 	DefaultPageLimit  = 100
 	MaxPageLimit      = 1000
@@ -53,6 +66,17 @@ func (h *Handler) Requests(ctx context.Context, req events.APIGatewayProxyReques
 }
 
 func (h *Handler) requests(ctx context.Context, req events.APIGatewayProxyRequest, p Principal) (events.APIGatewayProxyResponse, error) {
+	if req.Resource != "/v1/requests" {
+		// The routes that take no body refuse a large one as `evs serve`'s
+		// gateway does, whatever the method.
+		raw, err := body(req)
+		if err != nil {
+			return events.APIGatewayProxyResponse{}, err
+		}
+		if len(raw) > MaxOtherBody {
+			return events.APIGatewayProxyResponse{}, TooLarge(req.Resource, MaxOtherBody)
+		}
+	}
 	switch req.Resource {
 	case "/v1/requests":
 		if req.HTTPMethod != http.MethodPost {
@@ -143,8 +167,8 @@ func (h *Handler) createBatch(ctx context.Context, req events.APIGatewayProxyReq
 	if err != nil {
 		return events.APIGatewayProxyResponse{}, err
 	}
-	if len(raw) > MaxBatchBody {
-		return events.APIGatewayProxyResponse{}, evs.Errorf(evs.CodeInvalidRequest, "The request body is larger than %d bytes.", MaxBatchBody)
+	if int64(len(raw)) > h.d.MaxBatchBody {
+		return events.APIGatewayProxyResponse{}, TooLarge(req.Resource, h.d.MaxBatchBody)
 	}
 	in, err := parseBatch(req, raw)
 	if err != nil {
@@ -213,7 +237,13 @@ func (h *Handler) storeBatch(ctx context.Context, p Principal, in parsedBatch) (
 			Duplicates: len(in.emails) - len(items),
 		},
 	}
+	// The quota counts what will be verified: the distinct addresses.
+	refund, err := h.chargeQuota(ctx, p, len(items))
+	if err != nil {
+		return evs.Batch{}, err
+	}
 	if err := h.d.Batches.CreateBatchWithin(ctx, b, items, h.d.MaxActiveBatches); err != nil {
+		refund()
 		return evs.Batch{}, err
 	}
 	enqueue := h.d.Queue.Enqueue
@@ -221,6 +251,7 @@ func (h *Handler) storeBatch(ctx context.Context, p Principal, in parsedBatch) (
 		enqueue = func(ctx context.Context, b evs.Batch) error { return q.EnqueueItems(ctx, b, items) }
 	}
 	if err := enqueue(ctx, b); err != nil {
+		refund() // the batch fails unverified
 		if _, terr := h.d.Batches.TransitionBatch(ctx, p.AccountID, b.ID, []evs.State{evs.StateQueued}, evs.StateFailed, "the batch could not be queued", h.d.Now()); terr != nil {
 			h.d.Logger.ErrorContext(ctx, "could not mark an unqueued batch failed", slog.String("batchId", b.ID), slog.String("error", terr.Error()))
 		}
@@ -625,8 +656,29 @@ func (h *Handler) resultsCSV(ctx context.Context, req events.APIGatewayProxyRequ
 		}
 	}
 	w.Flush()
+	if h.d.Exports != nil && buf.Len() > h.d.MaxCSVReply {
+		url, expires, err := h.d.Exports.Export(ctx, p.AccountID, b.ID, buf.Bytes())
+		if err != nil {
+			return events.APIGatewayProxyResponse{}, err
+		}
+		r := jsonReply(http.StatusSeeOther, exportReply{URL: url, ExpiresAt: Time{Time: expires}})
+		r.Headers = map[string]string{"Location": url}
+		return render(r, req.RequestContext.RequestID), nil
+	}
 	r := idempotency.Reply{StatusCode: http.StatusOK, Headers: map[string]string{"Content-Type": "text/csv; charset=utf-8"}, Body: buf.Bytes()}
 	return render(r, req.RequestContext.RequestID), nil
+}
+
+// Exports stores a CSV result list too long for one reply and returns a
+// URL it can be downloaded from until expires (an S3 pre-signed GET).
+type Exports interface {
+	Export(ctx context.Context, accountID, batchID string, csv []byte) (url string, expires time.Time, err error)
+}
+
+// exportReply is the body of a 303 to an export.
+type exportReply struct {
+	URL       string `json:"url"`
+	ExpiresAt Time   `json:"expiresAt"`
 }
 
 // csvSafe keeps a spreadsheet from reading a cell as a formula (CSV

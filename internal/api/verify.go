@@ -56,7 +56,7 @@ func (h *Handler) verify(ctx context.Context, req events.APIGatewayProxyRequest,
 		return events.APIGatewayProxyResponse{}, "", err
 	}
 	if len(raw) > MaxVerifyBody {
-		return events.APIGatewayProxyResponse{}, "", evs.Errorf(evs.CodeInvalidRequest, "The request body is larger than %d bytes.", MaxVerifyBody)
+		return events.APIGatewayProxyResponse{}, "", TooLarge(req.Resource, MaxVerifyBody)
 	}
 	if mt := mediaType(req); mt != "application/json" {
 		return events.APIGatewayProxyResponse{}, "", evs.Errorf(evs.CodeInvalidRequest, "Content-Type must be application/json.")
@@ -96,6 +96,12 @@ func (h *Handler) verify(ctx context.Context, req events.APIGatewayProxyRequest,
 	// inspected for the log alone.
 	domain, decided := "", false
 	resp, _, _, err := h.idempotent(ctx, req, p, raw, func(ctx context.Context) idempotency.Reply {
+		// Charged once the call is valid and its key claimed: a replay
+		// never gets here, and every call that does is answered with a
+		// decision, so nothing is refunded.
+		if _, err := h.chargeQuota(ctx, p, 1); err != nil {
+			return errReply(err)
+		}
 		vctx := ctx
 		if !p.Test {
 			// The sandbox answers from the address alone and never waits

@@ -32,16 +32,31 @@ const (
 	SMTPOff    = "off"
 )
 
+// Periods of EVS_QUOTA_PERIOD.
+const (
+	QuotaDay   = "day"
+	QuotaMonth = "month"
+)
+
 // Config is the service's configuration.
 type Config struct {
 	Addr       string
 	DataDir    string
 	DNSServers []string
 	SMTP       string
-	SMTPProxy  string
-	SMTPPort   int
-	HELO       string
-	MailFrom   string
+	// SMTPProxy is the SOCKS5 exit, socks5://[user:pass@]host:port
+	// (EVS_SMTP_PROXY, or on Lambda the value of the secret named by
+	// EVS_SMTP_PROXY_SECRET, set with SetSMTPProxy). It may hold a
+	// password: never log it.
+	SMTPProxy string
+	// SMTPProxySecret is the ARN of the Secrets Manager secret whose value
+	// is SMTPProxy (EVS_SMTP_PROXY_SECRET, Lambda only). The composition
+	// root fetches it and calls SetSMTPProxy: this package stays free of
+	// AWS, and the credentials never sit in an environment variable.
+	SMTPProxySecret string
+	SMTPPort        int
+	HELO            string
+	MailFrom        string
 	// RateLimit is requests per second per account; 0 means off.
 	RateLimit float64
 	// AuthTTL is the local gateway's authorizer cache TTL.
@@ -60,6 +75,12 @@ type Config struct {
 	// MaxActiveBatches is how many batches an account may have queued or
 	// running at once (EVS_MAX_ACTIVE_BATCHES).
 	MaxActiveBatches int
+	// QuotaAddresses is how many addresses an account may have verified per
+	// QuotaPeriod (EVS_QUOTA_ADDRESSES); 0 means no quota.
+	QuotaAddresses int
+	// QuotaPeriod is the quota's calendar period in UTC, QuotaDay or
+	// QuotaMonth (EVS_QUOTA_PERIOD, default month).
+	QuotaPeriod string
 	// BatchDeadline is a batch's time limit from its start
 	// (EVS_BATCH_DEADLINE).
 	BatchDeadline time.Duration
@@ -87,14 +108,15 @@ type Config struct {
 	APIKey string
 }
 
-// Tables are the DynamoDB table names the SAM template passes to the
-// functions. Its fields match dynamostore.Tables, so one converts to the
-// other.
+// Tables are the DynamoDB table names and the S3 input bucket the SAM
+// template passes to the functions. Its fields match dynamostore.Tables,
+// so one converts to the other.
 type Tables struct {
 	Keys        string
 	Batches     string
 	Results     string
 	Idempotency string
+	Inputs      string
 }
 
 // OSEnv reads the process environment; pass it to FromEnv outside tests.
@@ -125,17 +147,27 @@ func FromEnv(getenv func(string) string, onLambda bool) (Config, error) {
 		c.DNSServers = servers
 	}
 	c.SMTPProxy = getenv("EVS_SMTP_PROXY")
-	if c.SMTPProxy != "" {
-		u, err := url.Parse(c.SMTPProxy)
-		if err != nil || u.Scheme != "socks5" || u.Host == "" {
-			errs = append(errs, errors.New("EVS_SMTP_PROXY: must be socks5://host:port"))
-		}
+	if c.SMTPProxy != "" && !validProxy(c.SMTPProxy) {
+		errs = append(errs, errors.New("EVS_SMTP_PROXY: must be socks5://host:port"))
 	}
+	c.SMTPProxySecret = getenv("EVS_SMTP_PROXY_SECRET")
+	switch {
+	case c.SMTPProxySecret == "":
+	case !onLambda:
+		// Only the Lambda functions fetch the secret; a machine that can
+		// keep a file private can keep the variable private too.
+		errs = append(errs, errors.New("EVS_SMTP_PROXY_SECRET: read on AWS Lambda only; set EVS_SMTP_PROXY instead"))
+	case c.SMTPProxy != "":
+		errs = append(errs, errors.New("EVS_SMTP_PROXY_SECRET: set it or EVS_SMTP_PROXY, not both"))
+	case !strings.HasPrefix(c.SMTPProxySecret, "arn:"):
+		errs = append(errs, fmt.Errorf("EVS_SMTP_PROXY_SECRET: %q is not a Secrets Manager secret ARN", c.SMTPProxySecret))
+	}
+	proxied := c.SMTPProxy != "" || c.SMTPProxySecret != ""
 	c.SMTP = strings.ToLower(getenv("EVS_SMTP"))
 	switch c.SMTP {
 	case "":
 		switch {
-		case c.SMTPProxy != "":
+		case proxied:
 			c.SMTP = SMTPProxy
 		case onLambda:
 			c.SMTP = SMTPOff
@@ -144,8 +176,8 @@ func FromEnv(getenv func(string) string, onLambda bool) (Config, error) {
 		}
 	case SMTPDirect, SMTPOff:
 	case SMTPProxy:
-		if c.SMTPProxy == "" {
-			errs = append(errs, errors.New("EVS_SMTP=proxy needs EVS_SMTP_PROXY=socks5://host:port"))
+		if !proxied {
+			errs = append(errs, errors.New("EVS_SMTP=proxy needs EVS_SMTP_PROXY=socks5://host:port (on Lambda: EVS_SMTP_PROXY_SECRET)"))
 		}
 	default:
 		errs = append(errs, fmt.Errorf("EVS_SMTP: %q is not direct, proxy or off", c.SMTP))
@@ -216,6 +248,18 @@ func FromEnv(getenv func(string) string, onLambda bool) (Config, error) {
 	}
 	c.MaxActiveBatches = positiveInt(getenv, "EVS_MAX_ACTIVE_BATCHES", 10, &errs)
 	c.MaxConns = positiveInt(getenv, "EVS_MAX_CONNS", 1024, &errs)
+	if s := getenv("EVS_QUOTA_ADDRESSES"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 0 {
+			errs = append(errs, fmt.Errorf("EVS_QUOTA_ADDRESSES: %q is not a whole number (0 for no quota)", s))
+		}
+		c.QuotaAddresses = n
+	}
+	switch c.QuotaPeriod = strings.ToLower(or(getenv("EVS_QUOTA_PERIOD"), QuotaMonth)); c.QuotaPeriod {
+	case QuotaDay, QuotaMonth:
+	default:
+		errs = append(errs, fmt.Errorf("EVS_QUOTA_PERIOD: %q is not day or month", c.QuotaPeriod))
+	}
 	c.BatchDeadline = 24 * time.Hour
 	if s := getenv("EVS_BATCH_DEADLINE"); s != "" {
 		d, err := time.ParseDuration(s)
@@ -239,12 +283,30 @@ func FromEnv(getenv func(string) string, onLambda bool) (Config, error) {
 		Batches:     getenv("EVS_BATCHES_TABLE"),
 		Results:     getenv("EVS_RESULTS_TABLE"),
 		Idempotency: getenv("EVS_IDEMPOTENCY_TABLE"),
+		Inputs:      getenv("EVS_INPUT_BUCKET"),
 	}
 	c.QueueURL = getenv("EVS_QUEUE_URL")
 	c.UsagePlanID = getenv("EVS_USAGE_PLAN_ID")
 	c.APIURL = getenv("EVS_URL")
 	c.APIKey = getenv("EVS_API_KEY")
 	return c, errors.Join(errs...)
+}
+
+// validProxy reports whether s is socks5://[user:pass@]host:port.
+func validProxy(s string) bool {
+	u, err := url.Parse(s)
+	return err == nil && u.Scheme == "socks5" && u.Host != ""
+}
+
+// SetSMTPProxy sets the SOCKS5 exit fetched from the secret that
+// EVS_SMTP_PROXY_SECRET names. The error never quotes the value, which may
+// hold a password.
+func (c *Config) SetSMTPProxy(proxyURL string) error {
+	if !validProxy(proxyURL) {
+		return errors.New("EVS_SMTP_PROXY_SECRET: the secret's value must be socks5://[user:pass@]host:port")
+	}
+	c.SMTPProxy = proxyURL
+	return nil
 }
 
 // positiveInt reads a positive whole number, def when unset.

@@ -50,6 +50,33 @@ func TestFromEnv(t *testing.T) {
 				t.Fatalf("%+v", c)
 			}
 		}},
+		{name: "lambda with proxy secret", lambda: true, vars: map[string]string{"EVS_SMTP_PROXY_SECRET": "arn:aws:secretsmanager:us-east-1:123456789012:secret:evs-proxy-AbCdEf"}, check: func(t *testing.T, c config.Config) {
+			// Proxy mode, but no proxy until the composition root fetched
+			// the secret: verify.Build then refuses to build a dialer.
+			if c.SMTP != "proxy" || c.SMTPProxy != "" || c.SMTPProxySecret != "arn:aws:secretsmanager:us-east-1:123456789012:secret:evs-proxy-AbCdEf" {
+				t.Fatalf("%+v", c)
+			}
+		}},
+		{name: "proxy secret off Lambda", vars: map[string]string{"EVS_SMTP_PROXY_SECRET": "arn:aws:secretsmanager:us-east-1:123456789012:secret:p-AbCdEf"}, errMatch: "EVS_SMTP_PROXY_SECRET: read on AWS Lambda only"},
+		{name: "proxy and proxy secret", lambda: true, vars: map[string]string{"EVS_SMTP_PROXY": "socks5://10.0.0.1:1080", "EVS_SMTP_PROXY_SECRET": "arn:aws:secretsmanager:us-east-1:123456789012:secret:p-AbCdEf"}, errMatch: "not both"},
+		{name: "proxy secret not an ARN", lambda: true, vars: map[string]string{"EVS_SMTP_PROXY_SECRET": "socks5://u:p@10.0.0.1:1080"}, errMatch: "EVS_SMTP_PROXY_SECRET"},
+		{name: "proxy mode with proxy secret", lambda: true, vars: map[string]string{"EVS_SMTP": "proxy", "EVS_SMTP_PROXY_SECRET": "arn:aws:secretsmanager:us-east-1:123456789012:secret:p-AbCdEf"}, check: func(t *testing.T, c config.Config) {
+			if c.SMTP != "proxy" {
+				t.Fatalf("SMTP %q", c.SMTP)
+			}
+		}},
+		{name: "no address quota by default", vars: map[string]string{}, check: func(t *testing.T, c config.Config) {
+			if c.QuotaAddresses != 0 || c.QuotaPeriod != config.QuotaMonth {
+				t.Fatalf("quota %d per %q", c.QuotaAddresses, c.QuotaPeriod)
+			}
+		}},
+		{name: "address quota", vars: map[string]string{"EVS_QUOTA_ADDRESSES": "5000", "EVS_QUOTA_PERIOD": "Day"}, check: func(t *testing.T, c config.Config) {
+			if c.QuotaAddresses != 5000 || c.QuotaPeriod != config.QuotaDay {
+				t.Fatalf("quota %d per %q", c.QuotaAddresses, c.QuotaPeriod)
+			}
+		}},
+		{name: "bad quota", vars: map[string]string{"EVS_QUOTA_ADDRESSES": "-1"}, errMatch: "EVS_QUOTA_ADDRESSES"},
+		{name: "bad quota period", vars: map[string]string{"EVS_QUOTA_PERIOD": "week"}, errMatch: "EVS_QUOTA_PERIOD"},
 		{name: "bad smtp mode", vars: map[string]string{"EVS_SMTP": "smoke"}, errMatch: "EVS_SMTP"},
 		{name: "proxy mode without proxy", vars: map[string]string{"EVS_SMTP": "proxy"}, errMatch: "EVS_SMTP_PROXY"},
 		{name: "bad proxy scheme", vars: map[string]string{"EVS_SMTP_PROXY": "http://p:1"}, errMatch: "socks5"},
@@ -83,6 +110,26 @@ func TestFromEnv(t *testing.T) {
 			}
 			c.check(t, cfg)
 		})
+	}
+}
+
+// The proxy fetched from the secret is checked as EVS_SMTP_PROXY is, and a
+// refused value is never echoed: it may carry the proxy's password.
+func TestSetSMTPProxy(t *testing.T) {
+	var c config.Config
+	if err := c.SetSMTPProxy("socks5://evs:s3cret@10.0.0.1:1080"); err != nil || c.SMTPProxy != "socks5://evs:s3cret@10.0.0.1:1080" {
+		t.Fatalf("valid proxy: %v, SMTPProxy %q", err, c.SMTPProxy)
+	}
+	for _, bad := range []string{"", "http://evs:s3cret@10.0.0.1:3128", "socks5://", "evs:s3cret"} {
+		c := config.Config{}
+		err := c.SetSMTPProxy(bad)
+		if err == nil || c.SMTPProxy != "" {
+			t.Errorf("%q accepted (SMTPProxy %q)", bad, c.SMTPProxy)
+			continue
+		}
+		if strings.Contains(err.Error(), "s3cret") || !strings.Contains(err.Error(), "EVS_SMTP_PROXY_SECRET") {
+			t.Errorf("%q: error %q must name the variable and not echo the value", bad, err)
+		}
 	}
 }
 

@@ -21,15 +21,10 @@ import (
 // then creating is not one step, though: two creations could both count 9
 // and both pass. So creations of one account take turns: each holds the
 // account's create lock, an item in the same partition put with
-// attribute_not_exists (or an expired lease), while it counts and claims its
-// batch ID with the "creating" record, which the count includes. The lock
-// is released once the ID is claimed, before the item rows are written, so
-// the turn lasts two or three round trips whatever the batch's size. A
-// crash while holding it costs that account createLockTTL at most.
-//
-// A "creating" record left by a crash before its batch became visible
-// counts until it is createOrphanAge old, then no more.
-
+// attribute_not_exists (or an expired lease), while it counts and puts its
+// batch record. The input object is stored before the lock is taken, so
+// the turn lasts a few round trips whatever the batch's size. A crash
+// while holding it costs that account createLockTTL at most.
 const (
 	// createLockID is the sort key of an account's create lock; batch IDs
 	// are UUIDs, so it never names a batch.
@@ -37,7 +32,6 @@ const (
 	attrLockToken     = "lockToken"
 	createLockTTL     = 10 * time.Second
 	createLockWait    = 5 * time.Second
-	createOrphanAge   = 15 * time.Minute
 	createLockBackoff = 10 * time.Millisecond
 )
 
@@ -51,13 +45,12 @@ func (s *Store) ActiveBatches(ctx context.Context, accountID string) (int, error
 	in := &dynamodb.QueryInput{
 		TableName:              aws.String(s.t.Batches),
 		KeyConditionExpression: aws.String("#a = :a"),
-		FilterExpression:       aws.String("#exp > :now AND (#st IN (:q, :r) OR (#st = :c AND #ca > :orphan))"),
+		FilterExpression:       aws.String("#exp > :now AND #st IN (:q, :r)"),
 		ExpressionAttributeNames: map[string]string{
-			"#a": attrAccountID, "#exp": attrExpiresAtMs, "#st": attrState, "#ca": attrCreatedAt,
+			"#a": attrAccountID, "#exp": attrExpiresAtMs, "#st": attrState,
 		},
 		ExpressionAttributeValues: item{
 			":a": avS(accountID), ":now": avTime(now), ":q": avS(evs.StateQueued), ":r": avS(evs.StateRunning),
-			":c": avS(stateCreating), ":orphan": avTime(now.Add(-createOrphanAge)),
 		},
 		ConsistentRead: aws.Bool(true),
 		Select:         types.SelectCount,
@@ -82,23 +75,24 @@ func (s *Store) CreateBatchWithin(ctx context.Context, b evs.Batch, items []evs.
 	if maxActive <= 0 {
 		return s.CreateBatch(ctx, b, items)
 	}
-	if b.ID == "" || b.AccountID == "" {
-		return evs.Errorf(evs.CodeInvalidRequest, "A request needs an ID and an account.")
+	key, err := s.storeInput(ctx, b, items)
+	if err != nil {
+		return err
 	}
 	unlock, err := s.lockCreates(ctx, b.AccountID)
 	if err != nil {
 		return err
 	}
+	defer unlock()
 	n, err := s.ActiveBatches(ctx, b.AccountID)
 	if err != nil {
-		unlock()
 		return err
 	}
 	if n >= maxActive {
-		unlock()
+		// The input object stays behind for the bucket's lifecycle rule.
 		return evs.Errorf(evs.CodeRateLimited, store.ActiveBatchesFull, n)
 	}
-	return s.createBatch(ctx, b, items, unlock)
+	return s.putBatch(ctx, b, items, key)
 }
 
 // lockCreates takes the account's create lock, waiting a little while

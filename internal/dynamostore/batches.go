@@ -12,36 +12,29 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/store"
 )
-
-// stateCreating is the internal state of a batch whose items are still
-// being written; no reader ever sees it.
-const stateCreating = "creating"
 
 // Batches and Results table attributes.
 const (
 	attrMode          = "mode"
 	attrError         = "error"
 	attrCompletedAt   = "completedAt"
-	attrTarget        = "targetState" // the state a creating batch takes when its items are in
 	attrCreateToken   = "createToken" // names the CreateBatch call that wrote the record
 	attrMoveToken     = "moveToken"   // names the TransitionBatch call that last moved the batch
 	attrItemCount     = "itemCount"   // distinct items; the batch completes when processed reaches it
+	attrMaxSeq        = "maxSeq"      // the largest item seq: the results keys run up to its
+	attrInput         = "input"       // the S3 key of the batch's input object
 	attrTotal         = "total"
 	attrDuplicates    = "duplicates"
 	attrProcessed     = "processed"
-	attrEmail         = "email"
-	attrDomain        = "domain"
 	attrStatus        = "status"
 	attrResultEmail   = "resultEmail"
 	attrDecision      = "decision"
@@ -61,8 +54,6 @@ var counterAttr = map[string]string{
 }
 
 const (
-	// rowsPerWrite is BatchWriteItem's limit.
-	rowsPerWrite = 25
 	// resultsPerTx leaves room for the batch update in TransactWriteItems'
 	// 100 items.
 	resultsPerTx = 99
@@ -70,14 +61,21 @@ const (
 	// transactions and conflicts before the store reports itself
 	// unavailable.
 	writeAttempts = 10
-	// pageLimit bounds how many rows one Query of Results or PendingItems
-	// evaluates; the filter runs after it, so pages are refilled.
-	pageLimit = 1000
+	// rowsPerKey is how many seqs share one Results partition key: a
+	// key never takes more than that many writes, whatever the batch's
+	// size or the workers' speed, far below a partition's 1,000 a second.
+	rowsPerKey = 250
 )
 
-// rowKey is the Results table's partition key of a batch: the account is
-// part of it, so batches of two accounts never share rows.
+// rowKey names a batch: the account is part of it, so batches of two
+// accounts never share rows.
 func rowKey(accountID, id string) string { return accountID + "#" + id }
+
+// resultKey is the Results partition key of the result of seq: results are
+// spread over keys of rowsPerKey consecutive seqs.
+func resultKey(accountID, id string, seq int) string {
+	return rowKey(accountID, id) + "#" + strconv.Itoa(seq/rowsPerKey)
+}
 
 func batchKey(accountID, id string) item {
 	return item{attrAccountID: avS(accountID), attrID: avS(id)}
@@ -108,9 +106,9 @@ func batchFrom(it item) evs.Batch {
 }
 
 // visible tells whether a stored batch record is one a reader may see: not
-// being created and not expired by the store's clock.
+// expired by the store's clock (nor a lock, which has no expiry of its own).
 func (s *Store) visible(it item) bool {
-	return it != nil && evs.State(getS(it, attrState)) != stateCreating && getN(it, attrExpiresAtMs) > s.now().UnixMilli()
+	return it != nil && getN(it, attrExpiresAtMs) > s.now().UnixMilli()
 }
 
 // batchItem reads the batch record of (accountID, id) if it is visible.
@@ -139,44 +137,57 @@ func (s *Store) Batch(ctx context.Context, accountID, id string) (evs.Batch, err
 	return batchFrom(it), nil
 }
 
-// CreateBatch stores b and its items: it claims the ID with a "creating"
-// record, writes the item rows, then makes the batch visible. See the
-// package comment for why a crash part-way leaves nothing visible.
+// CreateBatch stores b's input, then its record: see the package comment.
 func (s *Store) CreateBatch(ctx context.Context, b evs.Batch, items []evs.Item) error {
-	return s.createBatch(ctx, b, items, nil)
+	key, err := s.storeInput(ctx, b, items)
+	if err != nil {
+		return err
+	}
+	return s.putBatch(ctx, b, items, key)
 }
 
-// createBatch is CreateBatch; claimed, when not nil, runs once the batch
-// ID is claimed (or the claim failed), before the items are written.
-func (s *Store) createBatch(ctx context.Context, b evs.Batch, items []evs.Item, claimed func()) error {
-	if claimed != nil {
-		// Also on every early return below.
-		var once sync.Once
-		defer once.Do(claimed)
-		c := claimed
-		claimed = func() { once.Do(c) }
-	}
+// storeInput checks b and its items and stores the items as the batch's
+// input object, returning its key ("" for no items). The key holds a
+// random token, so two creations of one ID never share an object.
+func (s *Store) storeInput(ctx context.Context, b evs.Batch, items []evs.Item) (string, error) {
 	if b.ID == "" || b.AccountID == "" {
-		return evs.Errorf(evs.CodeInvalidRequest, "A request needs an ID and an account.")
+		return "", evs.Errorf(evs.CodeInvalidRequest, "A request needs an ID and an account.")
 	}
 	seen := make(map[int]struct{}, len(items))
 	for _, it := range items {
-		if _, dup := seen[it.Seq]; dup {
-			return evs.Errorf(evs.CodeInvalidRequest, "Two items of the request have the same sequence number.")
+		if _, dup := seen[it.Seq]; dup || it.Seq < 0 {
+			return "", evs.Errorf(evs.CodeInvalidRequest, "Two items of the request have the same sequence number.")
 		}
 		seen[it.Seq] = struct{}{}
 	}
+	if len(items) == 0 {
+		return "", nil
+	}
+	key := "inputs/" + b.AccountID + "/" + b.ID + "/" + newToken()
+	if err := s.in.put(ctx, key, items); err != nil {
+		return "", err
+	}
+	return key, nil
+}
+
+// putBatch writes b's record, naming its input object: one conditional
+// put, so the batch is visible whole or not at all.
+func (s *Store) putBatch(ctx context.Context, b evs.Batch, items []evs.Item, inputKey string) error {
 	c := b.Counters
+	maxSeq := -1
+	for _, it := range items {
+		maxSeq = max(maxSeq, it.Seq)
+	}
 	rec := item{
 		attrAccountID:     avS(b.AccountID),
 		attrID:            avS(b.ID),
 		attrMode:          avS(string(b.Mode)),
-		attrState:         avS(stateCreating),
-		attrTarget:        avS(string(b.State)),
+		attrState:         avS(string(b.State)),
 		attrCreatedAt:     avTime(b.CreatedAt),
 		attrExpiresAtMs:   avTime(b.ExpiresAt),
 		attrExpiresAt:     ttlSeconds(b.ExpiresAt),
 		attrItemCount:     avN(int64(len(items))),
+		attrMaxSeq:        avN(int64(maxSeq)),
 		attrTotal:         avN(int64(c.Total)),
 		attrDuplicates:    avN(int64(c.Duplicates)),
 		attrProcessed:     avN(int64(c.Processed)),
@@ -184,6 +195,9 @@ func (s *Store) createBatch(ctx context.Context, b evs.Batch, items []evs.Item, 
 		attrUndeliverable: avN(int64(c.Undeliverable)),
 		attrRisky:         avN(int64(c.Risky)),
 		attrUnknown:       avN(int64(c.Unknown)),
+	}
+	if inputKey != "" {
+		rec[attrInput] = avS(inputKey)
 	}
 	if b.Error != "" {
 		rec[attrError] = avS(b.Error)
@@ -208,42 +222,12 @@ func (s *Store) createBatch(ctx context.Context, b evs.Batch, items []evs.Item, 
 		if gerr != nil {
 			return gerr
 		}
-		if getS(cur, attrCreateToken) != token || getS(cur, attrState) != stateCreating {
+		if getS(cur, attrCreateToken) != token {
 			return evs.Errorf(evs.CodeInvalidState, "The request already exists.")
 		}
-		err = nil // our own first attempt
+		return nil // our own first attempt
 	}
-	if claimed != nil {
-		claimed()
-	}
-	if err != nil {
-		return wrapErr("create batch", err)
-	}
-	if err := s.writeItems(ctx, b, items); err != nil {
-		return err
-	}
-	_, err = s.c.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                 aws.String(s.t.Batches),
-		Key:                       batchKey(b.AccountID, b.ID),
-		UpdateExpression:          aws.String("SET #st = #tg REMOVE #tg"),
-		ConditionExpression:       aws.String("#st = :creating"),
-		ExpressionAttributeNames:  map[string]string{"#st": attrState, "#tg": attrTarget},
-		ExpressionAttributeValues: item{":creating": avS(stateCreating)},
-	})
-	if isConditionFailed(err) {
-		// Only this call moves its own creating record: either a retried
-		// attempt of this update already did, or someone removed it.
-		cur, gerr := s.get(ctx, s.t.Batches, batchKey(b.AccountID, b.ID), "read batch")
-		if gerr != nil {
-			return gerr
-		}
-		if getS(cur, attrCreateToken) == token && getS(cur, attrState) != stateCreating {
-			return nil
-		}
-		return evs.Wrap(errors.New("dynamostore: batch record vanished while its items were written"),
-			evs.CodeUnavailable, msgUnavailable)
-	}
-	return wrapErr("publish batch", err)
+	return wrapErr("create batch", err)
 }
 
 // newToken returns 128 random bits, hex-encoded.
@@ -251,53 +235,6 @@ func newToken() string {
 	var b [16]byte
 	_, _ = crand.Read(b[:])
 	return hex.EncodeToString(b[:])
-}
-
-// writeItems writes the item rows of b with BatchWriteItem, a few requests
-// at a time.
-func (s *Store) writeItems(ctx context.Context, b evs.Batch, items []evs.Item) error {
-	key := avS(rowKey(b.AccountID, b.ID))
-	ttl := ttlSeconds(b.ExpiresAt)
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(s.writer)
-	for rest := items; len(rest) > 0; {
-		chunk := rest[:min(rowsPerWrite, len(rest))]
-		rest = rest[len(chunk):]
-		reqs := make([]types.WriteRequest, len(chunk))
-		for i, it := range chunk {
-			reqs[i] = types.WriteRequest{PutRequest: &types.PutRequest{Item: item{
-				attrBatchID:   key,
-				attrSeq:       avN(int64(it.Seq)),
-				attrEmail:     avS(it.Email),
-				attrDomain:    avS(it.Domain),
-				attrExpiresAt: ttl,
-			}}}
-		}
-		g.Go(func() error { return s.batchWrite(gctx, reqs) })
-	}
-	return g.Wait()
-}
-
-// batchWrite writes reqs, resending the rows DynamoDB left unprocessed
-// (it does so under load) with backoff.
-func (s *Store) batchWrite(ctx context.Context, reqs []types.WriteRequest) error {
-	for attempt := range writeAttempts {
-		out, err := s.c.BatchWriteItem(ctx, &dynamodb.BatchWriteItemInput{
-			RequestItems: map[string][]types.WriteRequest{s.t.Results: reqs},
-		})
-		if err != nil {
-			return wrapErr("write batch items", err)
-		}
-		reqs = out.UnprocessedItems[s.t.Results]
-		if len(reqs) == 0 {
-			return nil
-		}
-		if err := s.backoff(ctx, attempt); err != nil {
-			return wrapErr("write batch items", err)
-		}
-	}
-	return evs.Wrap(fmt.Errorf("dynamostore: %d batch items still unprocessed after %d attempts", len(reqs), writeAttempts),
-		evs.CodeUnavailable, msgUnavailable)
 }
 
 // backoff waits before retry attempt+1: exponential from 20 ms, capped at
@@ -319,7 +256,7 @@ func (s *Store) TransitionBatch(ctx context.Context, accountID, id string, from 
 	values := item{":to": avS(string(to)), ":now": avTime(s.now())}
 	var allowed []string
 	for i, f := range from {
-		if f.Final() || f == stateCreating || slices.Contains(from[:i], f) {
+		if f.Final() || slices.Contains(from[:i], f) {
 			continue
 		}
 		k := ":f" + strconv.Itoa(len(allowed))
@@ -441,6 +378,13 @@ func (s *Store) PutResults(ctx context.Context, accountID, id string, results []
 	if evs.State(getS(it, attrState)).Final() {
 		return batchFrom(it), nil
 	}
+	maxSeq := int(getN(it, attrMaxSeq))
+	for _, r := range results {
+		if r.Seq < 0 || r.Seq > maxSeq {
+			return evs.Batch{}, evs.Errorf(evs.CodeInvalidRequest, "A result is for an item the request does not have.")
+		}
+	}
+	ttl := ttlSeconds(getTime(it, attrExpiresAtMs))
 	// One transaction cannot touch a row twice; the first result of a seq
 	// is the one written, as it would be if they came in two calls.
 	seen := make(map[int]struct{}, len(results))
@@ -454,7 +398,7 @@ func (s *Store) PutResults(ctx context.Context, accountID, id string, results []
 	for len(pending) > 0 {
 		chunk := pending[:min(resultsPerTx, len(pending))]
 		pending = pending[len(chunk):]
-		final, err := s.putChunk(ctx, accountID, id, chunk, encoded)
+		final, err := s.putChunk(ctx, accountID, id, chunk, encoded, ttl)
 		if err != nil {
 			return evs.Batch{}, err
 		}
@@ -468,8 +412,7 @@ func (s *Store) PutResults(ctx context.Context, accountID, id string, results []
 // putChunk writes one transaction's worth of results, dropping those
 // already written and retrying. final reports that the batch was final (or
 // gone), so nothing was written and nothing more should be.
-func (s *Store) putChunk(ctx context.Context, accountID, id string, chunk []evs.Result, encoded map[int][]byte) (final bool, err error) {
-	rk := avS(rowKey(accountID, id))
+func (s *Store) putChunk(ctx context.Context, accountID, id string, chunk []evs.Result, encoded map[int][]byte, ttl types.AttributeValue) (final bool, err error) {
 	// attempt counts only the retries that made no progress (conflicts,
 	// throttling); dropping written results always shrinks the chunk.
 	attempt := 0
@@ -483,17 +426,15 @@ func (s *Store) putChunk(ctx context.Context, accountID, id string, chunk []evs.
 		for _, r := range chunk {
 			status := string(r.Status())
 			added[counterAttr[status]]++
-			set := "SET #s = :s, #re = :re, #d = :d"
-			values := item{":s": avS(status), ":re": avS(r.Email), ":d": &types.AttributeValueMemberB{Value: encoded[r.Seq]}}
-			names := map[string]string{"#s": attrStatus, "#re": attrResultEmail, "#em": attrEmail, "#d": attrDecision}
-			tx = append(tx, types.TransactWriteItem{Update: &types.Update{
-				TableName:                           aws.String(s.t.Results),
-				Key:                                 item{attrBatchID: rk, attrSeq: avN(int64(r.Seq))},
-				UpdateExpression:                    aws.String(set),
-				ConditionExpression:                 aws.String("attribute_exists(#em) AND attribute_not_exists(#s)"),
-				ExpressionAttributeNames:            names,
-				ExpressionAttributeValues:           values,
-				ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+			tx = append(tx, types.TransactWriteItem{Put: &types.Put{
+				TableName: aws.String(s.t.Results),
+				Item: item{
+					attrBatchID: avS(resultKey(accountID, id, r.Seq)), attrSeq: avN(int64(r.Seq)),
+					attrStatus: avS(status), attrResultEmail: avS(r.Email),
+					attrDecision: &types.AttributeValueMemberB{Value: encoded[r.Seq]}, attrExpiresAt: ttl,
+				},
+				ConditionExpression:      aws.String("attribute_not_exists(#q)"),
+				ExpressionAttributeNames: map[string]string{"#q": attrSeq},
 			}})
 		}
 		tx = append(tx, s.countUpdate(accountID, id, int64(len(chunk)), added))
@@ -518,13 +459,8 @@ func (s *Store) putChunk(ctx context.Context, accountID, id string, chunk []evs.
 			case "", "None":
 				keep = append(keep, r)
 			case "ConditionalCheckFailed":
-				written, err := s.alreadyWritten(ctx, rk, r.Seq, reasons[i].Item)
-				if err != nil {
-					return false, err
-				}
-				if !written {
-					return false, evs.Errorf(evs.CodeInvalidRequest, "A result is for an item the request does not have.")
-				}
+				// Written before: a redelivered message, or two workers
+				// overlapping. Dropped, so it is not counted twice.
 			default:
 				// TransactionConflict, throttling: the whole transaction
 				// is retried after a pause.
@@ -572,24 +508,6 @@ func (s *Store) countUpdate(accountID, id string, n int64, added map[string]int6
 	}}
 }
 
-// alreadyWritten tells whether the result row of seq has a result (true) or
-// does not exist (false), from the old item a failed condition returned or,
-// when the service returned none, a read.
-func (s *Store) alreadyWritten(ctx context.Context, rk types.AttributeValue, seq int, old item) (bool, error) {
-	if old == nil {
-		var err error
-		old, err = s.get(ctx, s.t.Results, item{attrBatchID: rk, attrSeq: avN(int64(seq))}, "read result")
-		if err != nil {
-			return false, err
-		}
-	}
-	if old == nil {
-		return false, nil
-	}
-	_, has := old[attrStatus]
-	return has, nil
-}
-
 // completeIfDone returns the batch as it is now, completing it first if it
 // takes results and every item has its result.
 func (s *Store) completeIfDone(ctx context.Context, accountID, id string, now time.Time) (evs.Batch, error) {
@@ -628,75 +546,66 @@ func (s *Store) completeIfDone(ctx context.Context, accountID, id string, now ti
 }
 
 // Results returns up to limit results with Seq > afterSeq in Seq order,
-// only those of status when status is not empty.
+// only those of status when status is not empty: a Query of each results
+// key in turn, from the one holding afterSeq+1.
 func (s *Store) Results(ctx context.Context, accountID, id string, afterSeq, limit int, status evs.Status) ([]evs.Result, error) {
-	filter := "attribute_exists(#s)"
+	it, err := s.batchItem(ctx, accountID, id)
+	if err != nil || limit <= 0 {
+		return nil, err
+	}
+	var filter *string
 	values := item{}
 	if status != "" {
-		filter = "#s = :s"
+		filter = aws.String("#s = :s")
 		values[":s"] = avS(string(status))
 	}
-	var (
-		out    []evs.Result
-		badErr error
-	)
-	err := s.queryRows(ctx, accountID, id, afterSeq, limit, filter, values, func(it item) {
-		email := getS(it, attrResultEmail)
-		d, err := store.DecodeDecision(email, getB(it, attrDecision))
-		if err != nil {
-			badErr = cmp.Or(badErr, err)
-			return
-		}
-		out = append(out, evs.Result{Seq: int(getN(it, attrSeq)), Email: email, Decision: d})
-	})
-	return out, cmp.Or(err, badErr)
-}
-
-// PendingItems returns up to limit items with Seq > afterSeq that have no
-// result yet, in Seq order.
-func (s *Store) PendingItems(ctx context.Context, accountID, id string, afterSeq, limit int) ([]evs.Item, error) {
-	var out []evs.Item
-	err := s.queryRows(ctx, accountID, id, afterSeq, limit, "attribute_not_exists(#s)", item{}, func(it item) {
-		out = append(out, evs.Item{
-			Seq:    int(getN(it, attrSeq)),
-			Email:  getS(it, attrEmail),
-			Domain: getS(it, attrDomain),
+	var out []evs.Result
+	maxSeq := int(getN(it, attrMaxSeq))
+	for seq := max(afterSeq+1, 0); seq <= maxSeq && len(out) < limit; seq = (seq/rowsPerKey + 1) * rowsPerKey {
+		err := s.queryKey(ctx, resultKey(accountID, id, seq), afterSeq, maxSeq, filter, nil, values, func(it item) bool {
+			email := getS(it, attrResultEmail)
+			d, derr := store.DecodeDecision(email, getB(it, attrDecision))
+			if derr != nil {
+				err = cmp.Or(err, derr)
+				return false
+			}
+			out = append(out, evs.Result{Seq: int(getN(it, attrSeq)), Email: email, Decision: d})
+			return len(out) < limit
 		})
-	})
-	return out, err
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
-// queryRows checks that the batch is visible, then queries its rows with
-// Seq > afterSeq matching filter in Seq order, passing up to limit of them
-// to each. The filter applies after Query's own limit, so it keeps paging
-// until it has limit rows or the rows run out.
-func (s *Store) queryRows(ctx context.Context, accountID, id string, afterSeq, limit int, filter string, values item, each func(item)) error {
-	if _, err := s.batchItem(ctx, accountID, id); err != nil {
-		return err
+// queryKey passes the rows of one results key with seq in (after, upTo],
+// in seq order, to each until it returns false.
+func (s *Store) queryKey(ctx context.Context, key string, after, upTo int, filter, projection *string, values item, each func(item) bool) error {
+	names := map[string]string{"#b": attrBatchID, "#q": attrSeq}
+	if filter != nil {
+		names["#s"] = attrStatus
 	}
-	if limit <= 0 {
-		return nil
+	vals := item{":b": avS(key), ":lo": avN(int64(after + 1)), ":hi": avN(int64(upTo))}
+	for k, v := range values {
+		vals[k] = v
 	}
-	values[":b"] = avS(rowKey(accountID, id))
-	values[":after"] = avN(int64(afterSeq))
 	in := &dynamodb.QueryInput{
 		TableName:                 aws.String(s.t.Results),
-		KeyConditionExpression:    aws.String("#b = :b AND #q > :after"),
-		FilterExpression:          aws.String(filter),
-		ExpressionAttributeNames:  map[string]string{"#b": attrBatchID, "#q": attrSeq, "#s": attrStatus},
-		ExpressionAttributeValues: values,
+		KeyConditionExpression:    aws.String("#b = :b AND #q BETWEEN :lo AND :hi"),
+		FilterExpression:          filter,
+		ProjectionExpression:      projection,
+		ExpressionAttributeNames:  names,
+		ExpressionAttributeValues: vals,
 		ConsistentRead:            aws.Bool(true),
-		Limit:                     aws.Int32(int32(min(max(limit, 100), pageLimit))),
 	}
-	n := 0
 	for {
 		page, err := s.c.Query(ctx, in)
 		if err != nil {
-			return wrapErr("read batch rows", err)
+			return wrapErr("read results", err)
 		}
 		for _, it := range page.Items {
-			each(it)
-			if n++; n == limit {
+			if !each(it) {
 				return nil
 			}
 		}
@@ -705,6 +614,67 @@ func (s *Store) queryRows(ctx context.Context, accountID, id string, afterSeq, l
 		}
 		in.ExclusiveStartKey = page.LastEvaluatedKey
 	}
+}
+
+// written returns which seqs in [lo, hi] have a result, reading their
+// keys alone.
+func (s *Store) written(ctx context.Context, accountID, id string, lo, hi int) (map[int]bool, error) {
+	done := map[int]bool{}
+	for seq := lo; seq <= hi; seq = (seq/rowsPerKey + 1) * rowsPerKey {
+		err := s.queryKey(ctx, resultKey(accountID, id, seq), seq-1, hi, nil, aws.String("#q"), nil, func(it item) bool {
+			done[int(getN(it, attrSeq))] = true
+			return true
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return done, nil
+}
+
+// PendingItems returns up to limit items with Seq > afterSeq that have no
+// result yet, in Seq order: the batch's input, read a few chunks at a
+// time from the one holding afterSeq+1, less the seqs whose results keys
+// hold a result.
+func (s *Store) PendingItems(ctx context.Context, accountID, id string, afterSeq, limit int) ([]evs.Item, error) {
+	it, err := s.batchItem(ctx, accountID, id)
+	if err != nil || limit <= 0 {
+		return nil, err
+	}
+	key := getS(it, attrInput)
+	if key == "" {
+		return nil, nil
+	}
+	r, err := s.in.open(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	var out []evs.Item
+	for c, n := r.index.chunkAfter(afterSeq), len(r.index.first); c < n && len(out) < limit; {
+		to := min(c+(limit-len(out)+inputChunk-1)/inputChunk, n)
+		items, err := r.chunks(ctx, c, to)
+		if err != nil {
+			return nil, err
+		}
+		c = to
+		items = slices.DeleteFunc(items, func(it evs.Item) bool { return it.Seq <= afterSeq })
+		if len(items) == 0 {
+			continue
+		}
+		done, err := s.written(ctx, accountID, id, items[0].Seq, items[len(items)-1].Seq)
+		if err != nil {
+			return nil, err
+		}
+		for _, it := range items {
+			if !done[it.Seq] {
+				out = append(out, it)
+				if len(out) == limit {
+					break
+				}
+			}
+		}
+	}
+	return out, nil
 }
 
 // UnfinishedBatches lists the visible batches in state queued or running,
@@ -746,14 +716,13 @@ const keysPerGet = 100
 // address is never asked of its mail server twice. Strongly consistent
 // reads of the keys alone, 100 to a call.
 func (s *Store) WithoutResults(ctx context.Context, accountID, id string, items []evs.Item) ([]evs.Item, error) {
-	rk := avS(rowKey(accountID, id))
 	done := make(map[int]bool, len(items))
 	for rest := items; len(rest) > 0; {
 		chunk := rest[:min(keysPerGet, len(rest))]
 		rest = rest[len(chunk):]
 		keys := make([]map[string]types.AttributeValue, len(chunk))
 		for i, it := range chunk {
-			keys[i] = item{attrBatchID: rk, attrSeq: avN(int64(it.Seq))}
+			keys[i] = item{attrBatchID: avS(resultKey(accountID, id, it.Seq)), attrSeq: avN(int64(it.Seq))}
 		}
 		req := map[string]types.KeysAndAttributes{s.t.Results: {
 			Keys: keys, ConsistentRead: aws.Bool(true),

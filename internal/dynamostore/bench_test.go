@@ -23,7 +23,7 @@ func BenchmarkPutResults(b *testing.B) {
 	for b.Loop() {
 		b.StopTimer()
 		tables := newTables(b, c)
-		st := dynamostore.New(dynamostore.Config{Client: c, Tables: tables, Now: clock})
+		st := dynamostore.New(dynamostore.Config{Client: c, Objects: testkit.S3(b), Tables: tables, Now: clock})
 		newBatch(b, st, "b1", n, 0)
 		b.StartTimer()
 		got, err := st.PutResults(ctx, "acct", "b1", rs, t0)
@@ -75,7 +75,7 @@ func BenchmarkCreateBatch(b *testing.B) {
 	for b.Loop() {
 		b.StopTimer()
 		tables := newTables(b, c)
-		st := dynamostore.New(dynamostore.Config{Client: c, Tables: tables, Now: clock})
+		st := dynamostore.New(dynamostore.Config{Client: c, Objects: testkit.S3(b), Tables: tables, Now: clock})
 		batch := evs.Batch{ID: "b1", AccountID: "acct", Mode: "quick", State: evs.StateQueued,
 			CreatedAt: t0, ExpiresAt: t0.Add(time.Hour), Counters: evs.Counters{Total: n}}
 		b.StartTimer()

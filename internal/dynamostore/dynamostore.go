@@ -15,14 +15,16 @@
 //     admin operations (first start, `evs keys list`) on a small table, not
 //     worth a secondary index.
 //   - Batches (accountId, id): one record per batch with its counters; also
-//     each account's create lock (active.go) and the MX host leases, in
-//     partitions "~mx#<host>" (lease.go). Neither has a state, so no reader
-//     of batches sees them.
-//   - Results (batchId, seq): one row per distinct item of a batch. The row is
-//     written with the item when the batch is created and gets the result's
-//     attributes (status, decision) when its result is written, so "pending"
-//     is simply a row without a status. batchId is "<accountId>#<id>", so two
-//     accounts' batches can never share rows.
+//     each account's create lock (active.go), the MX host leases, in
+//     partitions "~mx#<host>" (lease.go), and the address quota's counters,
+//     in partitions "~quota#<accountId>" (quota.go). None has a state, so
+//     no reader of batches sees them.
+//   - Results (batchId, seq): one row per result of a batch, written with
+//     the result. batchId is "<accountId>#<id>#<seq/250>": two accounts'
+//     batches never share rows, and no key takes more than 250 writes.
+//
+// And one S3 bucket (Tables.Inputs): each batch's distinct items as one
+// object, written before its record (input.go).
 //   - Idempotency (scope): one record per Idempotency-Key scope.
 //
 // Every record that expires carries expiresAt in epoch seconds, the TTL
@@ -34,21 +36,18 @@
 //
 // # Creating a batch
 //
-// A batch of up to 50,000 items cannot be written in one transaction (100
-// items at most). CreateBatch therefore claims the batch ID first by putting
-// the batch record in the internal state "creating" (attribute_not_exists, so
-// two creators cannot share an ID), then writes the item rows with
-// BatchWriteItem, and last moves the record from "creating" to its real state
-// with a conditional update. Every reader treats a "creating" batch as not
-// found and every transition requires a caller-named state, which "creating"
-// never is, so a crash part-way leaves nothing visible: only an invisible
-// record and item rows that TTL removes.
+// CreateBatch stores the items as one S3 object, then puts the batch record,
+// naming the object, with attribute_not_exists on its ID: a handful of calls
+// whatever the batch's size, and a crash at any step leaves no batch a
+// reader can see (only an object the bucket's lifecycle rule removes).
+// "Pending" is an item of the input without a result row; PendingItems reads
+// the input a chunk at a time and the results keys covering it.
 //
 // # Writing results exactly once
 //
-// PutResults writes results in TransactWriteItems of up to 99 result updates
-// plus one update of the batch record. Each result update is conditional on
-// its row existing without a status; the batch update adds the transaction's
+// PutResults writes results in TransactWriteItems of up to 99 result puts
+// plus one update of the batch record. Each result put is conditional on
+// its row not existing yet; the batch update adds the transaction's
 // results to the counters and is conditional on the batch being queued or
 // running. So a result and its count are written together or not at all, and
 // results for a final batch are never written. When a transaction is
@@ -97,6 +96,7 @@ import (
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/smithy-go"
 
 	"github.com/evs-dev/evs/internal/evs"
@@ -109,6 +109,8 @@ type Tables struct {
 	Batches     string
 	Results     string
 	Idempotency string
+	// Inputs is the S3 bucket of batch inputs (and uploads).
+	Inputs string
 }
 
 // Attribute names shared by several tables.
@@ -199,8 +201,13 @@ func CreateTables(ctx context.Context, c *dynamodb.Client, t Tables) error {
 type Config struct {
 	// Client is the DynamoDB client; its retryer handles throttling first.
 	Client *dynamodb.Client
-	// Tables names the tables; operations on an unnamed table fail.
+	// Tables names the tables and the input bucket; operations on an
+	// unnamed table fail.
 	Tables Tables
+	// Objects is the S3 client of the input bucket; creating a batch
+	// with items needs it. Presign signs export URLs (Export).
+	Objects Objects
+	Presign Presigner
 	// Now is the store's clock, used to hide expired records; nil means
 	// time.Now.
 	Now func() time.Time
@@ -208,11 +215,13 @@ type Config struct {
 
 // Store is the DynamoDB store. It is safe for concurrent use.
 type Store struct {
-	c      *dynamodb.Client
-	t      Tables
-	now    func() time.Time
-	sleep  func(context.Context, time.Duration) error
-	writer int // concurrent BatchWriteItem calls of CreateBatch
+	c     *dynamodb.Client
+	t     Tables
+	now   func() time.Time
+	sleep func(context.Context, time.Duration) error
+	in    inputs
+	// presign signs export download URLs.
+	presign Presigner
 
 	// putLocks serialize this process's PutResults calls per batch (striped
 	// by a hash of the batch key; a channel so a waiter's deadline holds).
@@ -228,7 +237,7 @@ func New(cfg Config) *Store {
 	if now == nil {
 		now = time.Now
 	}
-	s := &Store{c: cfg.Client, t: cfg.Tables, now: now, sleep: sleepCtx, writer: 8}
+	s := &Store{c: cfg.Client, t: cfg.Tables, now: now, sleep: sleepCtx, in: inputs{o: cfg.Objects, bucket: cfg.Tables.Inputs}, presign: cfg.Presign}
 	for i := range s.putLocks {
 		s.putLocks[i] = make(chan struct{}, 1)
 	}
@@ -373,5 +382,14 @@ func Open(ctx context.Context, t Tables) (*Store, aws.Config, error) {
 	if err != nil {
 		return nil, aws.Config{}, fmt.Errorf("dynamostore: AWS configuration: %w", err)
 	}
-	return New(Config{Client: dynamodb.NewFromConfig(awsCfg), Tables: t, Now: time.Now}), awsCfg, nil
+	objects := S3(awsCfg)
+	return New(Config{Client: dynamodb.NewFromConfig(awsCfg), Objects: objects, Presign: s3.NewPresignClient(objects),
+		Tables: t, Now: time.Now}), awsCfg, nil
+}
+
+// S3 returns an S3 client of cfg. An endpoint of its own (a local AWS-API
+// server, as in the tests) is addressed path-style: such a server has no
+// per-bucket host names.
+func S3(cfg aws.Config) *s3.Client {
+	return s3.NewFromConfig(cfg, func(o *s3.Options) { o.UsePathStyle = cfg.BaseEndpoint != nil })
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/smithy-go/middleware"
 
 	"github.com/evs-dev/evs/internal/dynamostore"
@@ -26,7 +27,8 @@ import (
 
 func TestMain(m *testing.M) { os.Exit(testkit.MotoMain(m)) }
 
-// newTables creates a fresh set of the four tables on moto.
+// newTables creates a fresh set of the four tables and an input bucket on
+// moto.
 func newTables(t testing.TB, c *dynamodb.Client) dynamostore.Tables {
 	t.Helper()
 	tables := dynamostore.Tables{
@@ -39,6 +41,7 @@ func newTables(t testing.TB, c *dynamodb.Client) dynamostore.Tables {
 		t.Fatalf("CreateTables: %v", err)
 	}
 	t.Cleanup(func() { dropTables(c, tables) })
+	tables.Inputs = testkit.Bucket(t, testkit.S3(t))
 	return tables
 }
 
@@ -54,12 +57,18 @@ func dropTables(c *dynamodb.Client, tables dynamostore.Tables) {
 func newStore(t testing.TB, now func() time.Time, opts ...func(*dynamodb.Options)) *dynamostore.Store {
 	t.Helper()
 	c := testkit.DynamoDB(t, opts...)
-	return dynamostore.New(dynamostore.Config{Client: c, Tables: newTables(t, c), Now: now})
+	return dynamostore.New(dynamostore.Config{Client: c, Objects: testkit.S3(t), Tables: newTables(t, c), Now: now})
 }
 
 func TestContract(t *testing.T) {
 	testkit.RunStoreContract(t, func(t *testing.T, now func() time.Time) store.Store {
 		return newStore(t, now)
+	})
+}
+
+func TestQuotaContract(t *testing.T) {
+	testkit.RunQuotaContract(t, func(t *testing.T) testkit.AddressQuota {
+		return newStore(t, time.Now)
 	})
 }
 
@@ -291,33 +300,39 @@ func TestTransactionConflictRetried(t *testing.T) {
 	}
 }
 
-// CreateBatch writes the items before it makes the batch visible: a crash
-// (here an injected fault) at any step leaves no batch a reader can see,
-// not even a half-written one, and nothing to resume.
+// CreateBatch stores the input before it puts the batch record: a crash
+// (here an injected fault) at either step leaves no batch a reader can
+// see, not even a half-written one, and nothing to resume.
 func TestCreateBatchCrashLeavesNothingVisible(t *testing.T) {
 	for _, c := range []struct {
-		name string
-		fail func(in any, n int32) bool // n counts the calls of in's kind
+		name       string
+		failInput  bool
+		failRecord bool
 	}{
-		{"claiming the ID", func(in any, n int32) bool { _, ok := in.(*dynamodb.PutItemInput); return ok }},
-		{"writing items", func(in any, n int32) bool { _, ok := in.(*dynamodb.BatchWriteItemInput); return ok && n > 5 }},
-		{"publishing", func(in any, n int32) bool { _, ok := in.(*dynamodb.UpdateItemInput); return ok }},
+		{"storing the input", true, false},
+		{"putting the record", false, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			ctx := context.Background()
-			var writes atomic.Int32
 			c1 := testkit.DynamoDB(t, inject(hook{before: func(in any) error {
-				n := int32(0)
-				if _, ok := in.(*dynamodb.BatchWriteItemInput); ok {
-					n = writes.Add(1)
-				}
-				if c.fail(in, n) {
+				if _, ok := in.(*dynamodb.PutItemInput); ok && c.failRecord {
 					return errFault
 				}
 				return nil
 			}}))
+			objects := testkit.S3(t, func(o *s3.Options) {
+				o.APIOptions = append(o.APIOptions, func(st *middleware.Stack) error {
+					return st.Initialize.Add(middleware.InitializeMiddlewareFunc("evs-test-fault",
+						func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
+							if _, ok := in.Parameters.(*s3.PutObjectInput); ok && c.failInput {
+								return middleware.InitializeOutput{}, middleware.Metadata{}, errFault
+							}
+							return next.HandleInitialize(ctx, in)
+						}), middleware.Before)
+				})
+			})
 			tables := newTables(t, c1)
-			crashing := dynamostore.New(dynamostore.Config{Client: c1, Tables: tables, Now: clock})
+			crashing := dynamostore.New(dynamostore.Config{Client: c1, Objects: objects, Tables: tables, Now: clock})
 			b := evs.Batch{ID: "b1", AccountID: "acct", Mode: "quick", State: evs.StateQueued,
 				CreatedAt: t0, ExpiresAt: t0.Add(time.Hour), Counters: evs.Counters{Total: 1000}}
 			err := crashing.CreateBatch(ctx, b, itemsOf(1000))
@@ -326,7 +341,7 @@ func TestCreateBatchCrashLeavesNothingVisible(t *testing.T) {
 			}
 
 			// Another process's view of the same tables.
-			st := dynamostore.New(dynamostore.Config{Client: testkit.DynamoDB(t), Tables: tables, Now: clock})
+			st := dynamostore.New(dynamostore.Config{Client: testkit.DynamoDB(t), Objects: testkit.S3(t), Tables: tables, Now: clock})
 			_, err = st.Batch(ctx, "acct", "b1")
 			wantCode(t, err, evs.CodeNotFound, "Batch")
 			_, err = st.PendingItems(ctx, "acct", "b1", -1, 10)
@@ -352,7 +367,7 @@ func TestExpiredRecordsStayInTablesButReadAsMissing(t *testing.T) {
 	clk := testkit.NewClock(t0)
 	c := testkit.DynamoDB(t)
 	tables := newTables(t, c)
-	st := dynamostore.New(dynamostore.Config{Client: c, Tables: tables, Now: clk.Now})
+	st := dynamostore.New(dynamostore.Config{Client: c, Objects: testkit.S3(t), Tables: tables, Now: clk.Now})
 	newBatch(t, st, "b1", 3, 0)
 	rec := idempotency.Record{Scope: "s", Fingerprint: "f", State: idempotency.InProgress, LockedUntil: t0.Add(2 * time.Hour), ExpiresAt: t0.Add(time.Hour)}
 	if _, _, err := st.ClaimIdempotency(ctx, rec, t0); err != nil {
@@ -468,7 +483,7 @@ func TestFaultsAreUnavailable(t *testing.T) {
 	throttled := hook{before: func(any) error {
 		return &types.ProvisionedThroughputExceededException{Message: aws.String("slow down")}
 	}}
-	tables := dynamostore.Tables{Keys: "k", Batches: "b", Results: "r", Idempotency: "i"}
+	tables := dynamostore.Tables{Keys: "k", Batches: "b", Results: "r", Idempotency: "i", Inputs: "no-such-bucket"}
 	cancelled, cancel := context.WithCancel(context.Background())
 	cancel()
 	stores := []struct {
@@ -476,12 +491,12 @@ func TestFaultsAreUnavailable(t *testing.T) {
 		ctx  context.Context
 		st   *dynamostore.Store
 	}{
-		{"closed port", context.Background(), dynamostore.New(dynamostore.Config{Client: dynamodb.NewFromConfig(closed), Tables: tables, Now: clock})},
-		{"missing tables", context.Background(), dynamostore.New(dynamostore.Config{Client: dynamodb.NewFromConfig(cfg),
+		{"closed port", context.Background(), dynamostore.New(dynamostore.Config{Client: dynamodb.NewFromConfig(closed), Objects: dynamostore.S3(closed), Tables: tables, Now: clock})},
+		{"missing tables", context.Background(), dynamostore.New(dynamostore.Config{Client: dynamodb.NewFromConfig(cfg), Objects: dynamostore.S3(cfg),
 			Tables: dynamostore.Tables{Keys: testkit.UniqueName(t, "none"), Batches: testkit.UniqueName(t, "none"),
-				Results: testkit.UniqueName(t, "none"), Idempotency: testkit.UniqueName(t, "none")}, Now: clock})},
-		{"throttled", context.Background(), dynamostore.New(dynamostore.Config{Client: dynamodb.NewFromConfig(cfg, inject(throttled)), Tables: tables, Now: clock})},
-		{"cancelled context", cancelled, dynamostore.New(dynamostore.Config{Client: dynamodb.NewFromConfig(cfg), Tables: tables, Now: clock})},
+				Results: testkit.UniqueName(t, "none"), Idempotency: testkit.UniqueName(t, "none"), Inputs: "no-such-bucket"}, Now: clock})},
+		{"throttled", context.Background(), dynamostore.New(dynamostore.Config{Client: dynamodb.NewFromConfig(cfg, inject(throttled)), Objects: dynamostore.S3(cfg), Tables: tables, Now: clock})},
+		{"cancelled context", cancelled, dynamostore.New(dynamostore.Config{Client: dynamodb.NewFromConfig(cfg), Objects: dynamostore.S3(cfg), Tables: tables, Now: clock})},
 	}
 	rec := idempotency.Record{Scope: "s", Fingerprint: "f", LockedUntil: t0.Add(time.Minute), ExpiresAt: t0.Add(time.Hour)}
 	batch := evs.Batch{ID: "b1", AccountID: "acct", State: evs.StateQueued, ExpiresAt: t0.Add(time.Hour), Counters: evs.Counters{Total: 3}}
@@ -601,12 +616,12 @@ func (lostReply) Error() string        { return "injected: the reply was lost" }
 func (lostReply) RetryableError() bool { return true }
 
 // TestCreateBatchSurvivesLostReplies: when the reply to CreateBatch's
-// conditional create or publish is lost after DynamoDB applied it, the
+// conditional put of the batch record is lost after DynamoDB applied it, the
 // SDK's retry fails its condition against our own write. CreateBatch must
 // recognise its own record and succeed, not report a conflict or a
 // vanished batch.
 func TestCreateBatchSurvivesLostReplies(t *testing.T) {
-	for _, op := range []string{"PutItem", "UpdateItem"} {
+	for _, op := range []string{"PutItem"} {
 		t.Run(op, func(t *testing.T) {
 			l := loseReply(op, true)
 			st := newStore(t, clock, l.option)

@@ -13,6 +13,7 @@ import (
 // Error codes: the closed set of the API contract, section 6.
 const (
 	CodeInvalidRequest        = "invalid_request"
+	CodePayloadTooLarge       = "payload_too_large"
 	CodeUnauthorized          = "unauthorized"
 	CodeForbidden             = "forbidden"
 	CodeNotFound              = "not_found"

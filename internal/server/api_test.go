@@ -38,7 +38,7 @@ func TestBadInput(t *testing.T) {
 		{"email empty", req{method: "POST", path: "/v1/verify", key: h.testKey, body: `{"email":""}`}, 400, "invalid_request"},
 		{"email 513 bytes", req{method: "POST", path: "/v1/verify", key: h.testKey, body: `{"email":"` + strings.Repeat("a", 500) + "@x.example.com" + `"}`}, 400, "invalid_request"},
 		{"trailing data", req{method: "POST", path: "/v1/verify", key: h.testKey, body: `{"email":"a@b.example"} {}`}, 400, "invalid_request"},
-		{"body over 8 KiB", req{method: "POST", path: "/v1/verify", key: h.testKey, body: `{"email":"a@b.example","mode":"quick"` + strings.Repeat(" ", 8200) + `}`}, 400, "invalid_request"},
+		{"body over 8 KiB", req{method: "POST", path: "/v1/verify", key: h.testKey, body: `{"email":"a@b.example","mode":"quick"` + strings.Repeat(" ", 8200) + `}`}, 413, "payload_too_large"},
 		{"no Content-Type", req{method: "POST", path: "/v1/verify", key: h.testKey, body: `{"email":"a@b.example"}`, headers: map[string]string{"Content-Type": "-"}}, 400, "invalid_request"},
 		{"other Content-Type", req{method: "POST", path: "/v1/verify", key: h.testKey, body: `{"email":"a@b.example"}`, headers: map[string]string{"Content-Type": "text/plain"}}, 400, "invalid_request"},
 		{"empty Idempotency-Key", req{method: "POST", path: "/v1/verify", key: h.testKey, body: `{"email":"a@b.example"}`, headers: map[string]string{"Idempotency-Key": ""}}, 400, "invalid_request"},

@@ -195,7 +195,7 @@ func TestBodyReadOnlyToLimit(t *testing.T) {
 	mu.Lock()
 	sentAtReply := sent
 	mu.Unlock()
-	if resp.StatusCode != 400 || !strings.Contains(string(b), `"invalid_request"`) || resp.Header.Get("X-Request-Id") == "" {
+	if resp.StatusCode != 413 || !strings.Contains(string(b), `"payload_too_large"`) || resp.Header.Get("X-Request-Id") == "" {
 		t.Fatalf("endless body: %d %s", resp.StatusCode, b)
 	}
 	// The old gateway read 10 MiB before looking at the route's 8 KiB.
@@ -210,7 +210,7 @@ func TestBodyReadOnlyToLimit(t *testing.T) {
 	fmt.Fprintf(c2, "POST /v1/requests HTTP/1.1\r\nHost: evs\r\nX-Api-Key: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", h.testKey, 7<<20)
 	_ = c2.SetReadDeadline(time.Now().Add(10 * time.Second))
 	resp, err = http.ReadResponse(bufio.NewReader(c2), nil)
-	if err != nil || resp.StatusCode != 400 {
+	if err != nil || resp.StatusCode != 413 || !resp.Close {
 		t.Fatalf("7 MiB declared on batch creation, none sent: %v %v", err, resp)
 	}
 }

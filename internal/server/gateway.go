@@ -266,6 +266,10 @@ func (g *gateway) serve(w http.ResponseWriter, r *http.Request, c *api.Call) {
 	if typ != "" {
 		// The rest of the body is never read: close instead.
 		w.Header().Set("Connection", "close")
+		if typ == requestTooLarge {
+			writeTooLarge(w, rt, rid)
+			return
+		}
 		writeResponse(w, typ, rid, nil)
 		return
 	}

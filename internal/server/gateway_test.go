@@ -164,7 +164,7 @@ func TestGatewayResponses(t *testing.T) {
 		{"authorizer failure", "POST", "/v1/verify", "boom", nil, "", 500, "internal_error", "store down"},
 		{"handler panic", "POST", "/v1/verify", "good", map[string]string{"X-Mode": "panic"}, "", 500, "internal_error", "handler bug"},
 		{"handler error", "POST", "/v1/verify", "good", map[string]string{"X-Mode": "error"}, "", 500, "internal_error", "crash"},
-		{"body too large", "POST", "/v1/verify", "good", nil, strings.Repeat("x", api.MaxVerifyBody+1), 400, "invalid_request", ""},
+		{"body too large", "POST", "/v1/verify", "good", nil, strings.Repeat("x", api.MaxVerifyBody+1), 413, "payload_too_large", ""},
 	}
 	ids := make([]string, len(cases))
 	for i, c := range cases {
@@ -317,7 +317,11 @@ func TestBodyReadToRouteLimit(t *testing.T) {
 		r.Header.Set("X-Api-Key", "good")
 		w := httptest.NewRecorder()
 		g.ServeHTTP(w, r)
-		if w.Code != 400 || !strings.Contains(w.Body.String(), "too large") {
+		// The handler's own answer: 413 naming the route's limit, and
+		// for batch creation the way to send more.
+		want := fmt.Sprintf("larger than %d bytes", c.limit)
+		if w.Code != 413 || !strings.Contains(w.Body.String(), `"code":"payload_too_large"`) || !strings.Contains(w.Body.String(), want) ||
+			strings.Contains(w.Body.String(), "/v1/uploads") != (c.path == "/v1/requests") {
 			t.Fatalf("%s: %d %s", c.path, w.Code, w.Body)
 		}
 		if body.n > c.limit+1 {

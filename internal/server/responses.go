@@ -45,7 +45,11 @@ func GatewayResponses() map[string]GatewayResponse {
 		{Type: quotaExceeded, Status: http.StatusTooManyRequests, Code: evs.CodeRateLimited, Message: "The account's request quota is used up.", Headers: map[string]string{"Retry-After": "3600"}},
 		{Type: badRequestBody, Status: http.StatusBadRequest, Code: evs.CodeInvalidRequest, Message: "The request body is invalid."},
 		{Type: missingAuthToken, Status: http.StatusNotFound, Code: evs.CodeNotFound, Message: "No such route."},
-		{Type: requestTooLarge, Status: http.StatusBadRequest, Code: evs.CodeInvalidRequest, Message: "The request body is too large."},
+		// On AWS this is what a body the platform will not deliver gets
+		// (the handlers answer the smaller ones themselves, naming the
+		// route's limit); locally the gateway answers with the handler's
+		// own message instead (writeTooLarge).
+		{Type: requestTooLarge, Status: http.StatusRequestEntityTooLarge, Code: evs.CodePayloadTooLarge, Message: "The request body is too large; send large lists with POST /v1/uploads."},
 		{Type: default4XX, Status: http.StatusBadRequest, Code: evs.CodeInvalidRequest, Message: "The request is invalid."},
 		{Type: default5XX, Status: http.StatusInternalServerError, Code: evs.CodeInternal, Message: "An internal error occurred."},
 	}
@@ -72,4 +76,17 @@ func writeResponse(w http.ResponseWriter, typ, requestID string, extra map[strin
 	w.WriteHeader(r.Status)
 	_, _ = w.Write(api.ErrorBody(r.Code, r.Message, requestID))
 	return r.Status
+}
+
+// writeTooLarge answers a body over the route's limit as the route's
+// handler would (api.TooLarge: 413, the limit and, for batch creation,
+// POST /v1/uploads), so `evs serve` and the Lambda functions say the same.
+func writeTooLarge(w http.ResponseWriter, rt route, requestID string) int {
+	status, body := api.FromError(api.TooLarge(rt.Path, rt.MaxBody), requestID)
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("X-Request-Id", requestID)
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+	return status
 }

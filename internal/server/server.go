@@ -143,6 +143,9 @@ func New(o Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	if q := quota(o.Store, o.Config); q.Limit > 0 && q.Store == nil {
+		return nil, errors.New("server: EVS_QUOTA_ADDRESSES is set but the store keeps no quota counters")
+	}
 	h := api.New(api.Deps{
 		Engine:           o.Engine,
 		Sandbox:          sandbox,
@@ -151,6 +154,7 @@ func New(o Options) (*Server, error) {
 		Queue:            runner,
 		Retention:        o.Config.Retention,
 		MaxActiveBatches: o.Config.MaxActiveBatches,
+		Quota:            quota(o.Store, o.Config),
 		Now:              o.Now,
 		Logger:           o.Logger,
 		Callbacks:        api.Callbacks{Egress: o.Config.Egress, Deliveries: o.Store},
@@ -165,6 +169,14 @@ func New(o Options) (*Server, error) {
 		hooks.Observe = o.Metrics.WebhookDelivery
 	}
 	return &Server{opts: o, gateway: gw, runner: runner, hooks: hooks}, nil
+}
+
+// quota is the address quota of cfg on st's counters. A store without
+// them (a test's fake) can serve only without a quota.
+func quota(st Store, cfg config.Config) api.Quota {
+	q := api.Quota{Limit: cfg.QuotaAddresses, Period: cfg.QuotaPeriod}
+	q.Store, _ = st.(api.AddressQuota)
+	return q
 }
 
 // keeper is the Idempotency-Key keeper over st: the local mode (claims in

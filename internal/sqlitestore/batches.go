@@ -82,6 +82,7 @@ var (
 		qClaim, qReadClaim, qComplete, qRelease, qPut,
 		qCreateBatch, qBatch, qTransition, qCount,
 		insertItems(itemsPerInsert), insertResults(resultsPerInsert),
+		qChargeQuota, qRefundQuota,
 	}
 	readerQueries = []string{
 		qAccount, qAccountByName, qCountAccounts, qKeyByHash, qListKeys,
@@ -518,6 +519,7 @@ func (s *Store) Sweep(ctx context.Context) (int, error) {
 		for _, q := range []string{
 			`DELETE FROM batches WHERE expires_at <= ?`,
 			`DELETE FROM idempotency WHERE expires_at <= ?`,
+			`DELETE FROM address_quota WHERE expires_at <= ?`,
 		} {
 			res, err := tx.ExecContext(ctx, q, now)
 			if err != nil {

@@ -176,6 +176,17 @@ CREATE TABLE webhook_secrets (
 	rotated_at INTEGER
 ) WITHOUT ROWID;
 `,
+	// The address quota's counters (quota.go): one row per account and
+	// period, swept after expires_at.
+	`
+CREATE TABLE address_quota (
+	account_id TEXT NOT NULL,
+	period     TEXT NOT NULL,
+	used       INTEGER NOT NULL,
+	expires_at INTEGER NOT NULL,
+	PRIMARY KEY (account_id, period)
+) WITHOUT ROWID;
+`,
 }
 
 // migrate brings the schema to len(migrations). It runs in one immediate

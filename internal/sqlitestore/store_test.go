@@ -34,6 +34,12 @@ func TestContract(t *testing.T) {
 	})
 }
 
+func TestQuotaContract(t *testing.T) {
+	testkit.RunQuotaContract(t, func(t *testing.T) testkit.AddressQuota {
+		return openStore(t, t.TempDir(), time.Now)
+	})
+}
+
 func TestOpenSettings(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "data", "nested")
 	s := openStore(t, dir, time.Now)

@@ -47,8 +47,10 @@ type Message struct {
 	Items     []evs.Item `json:"items,omitempty"`
 	Attempt   int        `json:"attempt,omitempty"`
 	// From is, on a plan message, the first seq not planned yet: a batch
-	// is planned a window at a time (see plan).
-	From int `json:"from,omitempty"`
+	// is planned a window at a time (see plan). Planned is how many
+	// addresses earlier windows sent.
+	From    int `json:"from,omitempty"`
+	Planned int `json:"planned,omitempty"`
 }
 
 // Queue sends batch work to SQS.
@@ -230,7 +232,9 @@ func (w *Worker) now() time.Time {
 // is planned only once at least half of this one is done: so a batch has
 // at most PlanWindow addresses in the queue at a time, and the messages of
 // every other batch interleave with its own instead of waiting behind all
-// of them.
+// of them. "Done" is read from the batch's counters, not from its rows,
+// and each window's items are read once: the planner's reads grow with
+// the batch's size, not with its square.
 func (w *Worker) plan(ctx context.Context, m Message) error {
 	b, err := w.Store.Batch(ctx, m.AccountID, m.BatchID)
 	if err != nil {
@@ -251,15 +255,9 @@ func (w *Worker) plan(ctx context.Context, m Message) error {
 		return w.expire(ctx, b)
 	}
 	window := w.planWindow()
-	if m.From > 0 {
-		head, err := w.Store.PendingItems(ctx, b.AccountID, b.ID, -1, window/2)
-		if err != nil {
-			return err
-		}
-		if len(head) == window/2 && head[len(head)-1].Seq < m.From {
-			// Half the last window is still in the queue: look again later.
-			return w.Queue.send(ctx, []Message{m}, planPollSeconds)
-		}
+	if m.From > 0 && b.Counters.Processed < m.Planned-window/2 {
+		// Half the last window is still in the queue: look again later.
+		return w.Queue.send(ctx, []Message{m}, planPollSeconds)
 	}
 	items, err := w.Store.PendingItems(ctx, b.AccountID, b.ID, m.From-1, window)
 	if err != nil {
@@ -278,7 +276,8 @@ func (w *Worker) plan(ctx context.Context, m Message) error {
 	}
 	msgs := Pack(m.AccountID, m.BatchID, items, w.packSize())
 	if len(items) == window {
-		msgs = append(msgs, Message{Kind: KindPlan, AccountID: m.AccountID, BatchID: m.BatchID, From: items[len(items)-1].Seq + 1})
+		msgs = append(msgs, Message{Kind: KindPlan, AccountID: m.AccountID, BatchID: m.BatchID,
+			From: items[len(items)-1].Seq + 1, Planned: b.Counters.Processed + len(items)})
 	}
 	return w.Queue.send(ctx, msgs, 0)
 }

@@ -119,7 +119,8 @@ func newWorld(t *testing.T, packSize int, greyBackoff time.Duration, maxGrey int
 	if err := dynamostore.CreateTables(ctx, ddb, tables); err != nil {
 		t.Fatalf("create tables: %v", err)
 	}
-	st := dynamostore.New(dynamostore.Config{Client: ddb, Tables: tables, Now: time.Now})
+	tables.Inputs = testkit.Bucket(t, testkit.S3(t))
+	st := dynamostore.New(dynamostore.Config{Client: ddb, Objects: testkit.S3(t), Tables: tables, Now: time.Now})
 	sc := testkit.SQS(t)
 	q, err := sc.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(testkit.UniqueName(t, "work"))})
 	if err != nil {

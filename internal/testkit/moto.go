@@ -1,8 +1,8 @@
 // Package testkit holds the real peers and helpers that several packages'
-// tests and benchmarks share. They are a moto_server (DynamoDB and SQS
-// APIs) on loopback with AWS clients for it, a loopback AWS Lambda Runtime
-// API to drive the real function binaries, loopback DNS, SMTP, SOCKS5 and
-// Postfix peers, the store contract suite, the bare net/http floor the HTTP
+// tests and benchmarks share. They are a moto_server (DynamoDB, SQS and
+// Secrets Manager APIs) on loopback with AWS clients for it, a loopback AWS
+// Lambda Runtime API to drive the real function binaries, loopback DNS,
+// SMTP, SOCKS5 and Postfix peers, the store contract suite, the bare net/http floor the HTTP
 // path is measured against, a goroutine-safe log buffer, and a reader of
 // template.yaml to check the code against the deployment. Only tests and
 // the load harness (infra/loadtest) import it.
@@ -24,6 +24,7 @@
 package testkit
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"net/http"
@@ -40,6 +41,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 )
 
@@ -189,10 +192,53 @@ func DynamoDB(t testing.TB, opts ...func(*dynamodb.Options)) *dynamodb.Client {
 	return dynamodb.NewFromConfig(AWSConfig(t), opts...)
 }
 
+// S3 returns an S3 client of the shared moto server, path-style (moto has
+// no per-bucket host names).
+func S3(t testing.TB, opts ...func(*s3.Options)) *s3.Client {
+	t.Helper()
+	return s3.NewFromConfig(AWSConfig(t), append([]func(*s3.Options){func(o *s3.Options) { o.UsePathStyle = true }}, opts...)...)
+}
+
+// Bucket creates a bucket of its own for the test on the shared moto
+// server and deletes it, with its objects, when the test ends.
+func Bucket(t testing.TB, c *s3.Client) string {
+	t.Helper()
+	name := strings.ToLower(invalid.ReplaceAllString(UniqueName(t, "in"), "-"))
+	name = strings.ReplaceAll(name, "_", "-")
+	if len(name) > 63 {
+		name = name[len(name)-63:]
+	}
+	name = strings.Trim(name, "-")
+	ctx := context.Background()
+	if _, err := c.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String(name)}); err != nil {
+		t.Fatalf("create bucket %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		p := s3.NewListObjectsV2Paginator(c, &s3.ListObjectsV2Input{Bucket: aws.String(name)})
+		for p.HasMorePages() {
+			page, err := p.NextPage(ctx)
+			if err != nil {
+				break
+			}
+			for _, o := range page.Contents {
+				_, _ = c.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: aws.String(name), Key: o.Key})
+			}
+		}
+		_, _ = c.DeleteBucket(ctx, &s3.DeleteBucketInput{Bucket: aws.String(name)})
+	})
+	return name
+}
+
 // SQS returns an SQS client of the shared moto server.
 func SQS(t testing.TB, opts ...func(*sqs.Options)) *sqs.Client {
 	t.Helper()
 	return sqs.NewFromConfig(AWSConfig(t), opts...)
+}
+
+// SecretsManager returns a Secrets Manager client of the shared moto server.
+func SecretsManager(t testing.TB) *secretsmanager.Client {
+	t.Helper()
+	return secretsmanager.NewFromConfig(AWSConfig(t))
 }
 
 var (

@@ -1,0 +1,69 @@
+package dynamostore
+
+import (
+	"context"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+)
+
+// The address quota's counters (api.AddressQuota): one item per account
+// and period in the Batches table, partition "~quota#<accountId>", sort
+// key the period ("2026-11"), like the MX leases (lease.go): no account ID
+// starts with "~" and the item has no state, so no reader of batches sees
+// it. It carries the TTL attribute, so old periods go away by themselves.
+//
+// A charge is one UpdateItem that adds n on the condition that the counter
+// is at most limit-n: DynamoDB evaluates the condition and the update
+// atomically, so concurrent charges on any number of functions never take
+// the counter past the limit, and a refused charge changes nothing.
+
+const (
+	quotaPartitionPrefix = "~quota#"
+	attrQuotaUsed        = "used"
+)
+
+func quotaKey(accountID, period string) item {
+	return item{attrAccountID: avS(quotaPartitionPrefix + accountID), attrID: avS(period)}
+}
+
+// ChargeAddresses adds n to the account's counter for period if it stays
+// within limit; see api.AddressQuota.
+func (s *Store) ChargeAddresses(ctx context.Context, accountID, period string, n, limit int, expires time.Time) (bool, error) {
+	if n > limit {
+		return false, nil // even an unused quota cannot take it
+	}
+	_, err := s.c.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 aws.String(s.t.Batches),
+		Key:                       quotaKey(accountID, period),
+		UpdateExpression:          aws.String("ADD #used :n SET #exp = :exp"),
+		ConditionExpression:       aws.String("attribute_not_exists(#used) OR #used <= :max"),
+		ExpressionAttributeNames:  map[string]string{"#used": attrQuotaUsed, "#exp": attrExpiresAt},
+		ExpressionAttributeValues: item{":n": avN(int64(n)), ":max": avN(int64(limit - n)), ":exp": ttlSeconds(expires)},
+	})
+	if isConditionFailed(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, wrapErr("charge the address quota", err)
+	}
+	return true, nil
+}
+
+// RefundAddresses takes n back off the account's counter for period; a
+// counter that is gone (expired) is left gone.
+func (s *Store) RefundAddresses(ctx context.Context, accountID, period string, n int) error {
+	_, err := s.c.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 aws.String(s.t.Batches),
+		Key:                       quotaKey(accountID, period),
+		UpdateExpression:          aws.String("ADD #used :n"),
+		ConditionExpression:       aws.String("attribute_exists(#used)"),
+		ExpressionAttributeNames:  map[string]string{"#used": attrQuotaUsed},
+		ExpressionAttributeValues: item{":n": avN(int64(-n))},
+	})
+	if isConditionFailed(err) {
+		return nil
+	}
+	return wrapErr("refund the address quota", err)
+}

@@ -1,0 +1,61 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"time"
+)
+
+// The address quota's counters (api.AddressQuota), in address_quota. A
+// charge is one upsert whose update only happens while the sum stays
+// within the limit; RETURNING yields no row when it does not, and the
+// counter is unchanged. One statement, so it shares the group commit
+// without a savepoint; it is not synced on its own, since a charge lost to
+// a power failure only gives an account back a few addresses.
+
+const (
+	qChargeQuota = `INSERT INTO address_quota (account_id, period, used, expires_at) VALUES (?, ?, ?, ?)
+		ON CONFLICT (account_id, period) DO UPDATE SET used = used + excluded.used, expires_at = excluded.expires_at
+		WHERE used + excluded.used <= ?
+		RETURNING used`
+	qRefundQuota = `UPDATE address_quota SET used = max(used - ?, 0) WHERE account_id = ? AND period = ?`
+)
+
+// ChargeAddresses adds n to the account's counter for period if it stays
+// within limit; see api.AddressQuota.
+func (s *Store) ChargeAddresses(ctx context.Context, accountID, period string, n, limit int, expires time.Time) (bool, error) {
+	if n > limit {
+		return false, nil // even an unused quota cannot take it
+	}
+	charged := false
+	err := s.writeOne(ctx, false, func(ctx context.Context, tx *sql.Tx) error {
+		st, err := s.wstmt(ctx, tx, qChargeQuota)
+		if err != nil {
+			return dbErr("charge the address quota", err)
+		}
+		var used int
+		err = st.QueryRowContext(ctx, accountID, period, n, millis(expires), limit).Scan(&used)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			return nil
+		case err != nil:
+			return dbErr("charge the address quota", err)
+		}
+		charged = true
+		return nil
+	})
+	return charged, err
+}
+
+// RefundAddresses takes n back off the account's counter for period.
+func (s *Store) RefundAddresses(ctx context.Context, accountID, period string, n int) error {
+	return s.writeOne(ctx, false, func(ctx context.Context, tx *sql.Tx) error {
+		st, err := s.wstmt(ctx, tx, qRefundQuota)
+		if err != nil {
+			return dbErr("refund the address quota", err)
+		}
+		_, err = st.ExecContext(ctx, n, accountID, period)
+		return dbErr("refund the address quota", err)
+	})
+}

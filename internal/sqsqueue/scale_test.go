@@ -1,0 +1,480 @@
+package sqsqueue_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awsmw "github.com/aws/aws-sdk-go-v2/aws/middleware"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/smithy-go/middleware"
+	"github.com/google/uuid"
+
+	"github.com/evs-dev/evs/internal/api"
+	"github.com/evs-dev/evs/internal/batch"
+	"github.com/evs-dev/evs/internal/dynamostore"
+	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/idempotency"
+	"github.com/evs-dev/evs/internal/sqsqueue"
+	"github.com/evs-dev/evs/internal/testkit"
+	"github.com/evs-dev/evs/internal/verify"
+)
+
+// call is one AWS API call the recorder saw: its service and operation,
+// when, the partition key of every item it writes (table/key), and how
+// many items it read.
+type call struct {
+	service, op string
+	at          time.Time
+	took        time.Duration
+	writes      []string
+	read        int
+}
+
+// callLog records every DynamoDB, SQS and S3 call of the clients it is
+// attached to, with an SDK middleware: the numbers below are counted from
+// what the code really sends, not computed from the design.
+type callLog struct {
+	mu    sync.Mutex
+	calls []call
+	hash  map[string]string // table → its partition key attribute
+}
+
+func newCallLog(t dynamostore.Tables) *callLog {
+	return &callLog{hash: map[string]string{t.Keys: "pk", t.Batches: "accountId", t.Results: "batchId", t.Idempotency: "scope"}}
+}
+
+// option adds the recorder to a client of any service.
+func (l *callLog) option(stack *middleware.Stack) error {
+	return stack.Initialize.Add(middleware.InitializeMiddlewareFunc("evs-call-log",
+		func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
+			c := call{service: awsmw.GetServiceID(ctx), op: awsmw.GetOperationName(ctx), at: time.Now()}
+			c.writes = l.writes(in.Parameters)
+			out, md, err := next.HandleInitialize(ctx, in)
+			c.took = time.Since(c.at)
+			if err == nil {
+				c.read = itemsRead(out.Result)
+			}
+			l.mu.Lock()
+			l.calls = append(l.calls, c)
+			l.mu.Unlock()
+			return out, md, err
+		}), middleware.Before)
+}
+
+// writes names the partition of every item a DynamoDB write touches.
+func (l *callLog) writes(in any) []string {
+	key := func(table string, it map[string]ddbtypes.AttributeValue) string {
+		v, _ := it[l.hash[table]].(*ddbtypes.AttributeValueMemberS)
+		if v == nil {
+			return table + "/?"
+		}
+		return table + "/" + v.Value
+	}
+	var out []string
+	switch in := in.(type) {
+	case *dynamodb.PutItemInput:
+		out = append(out, key(*in.TableName, in.Item))
+	case *dynamodb.UpdateItemInput:
+		out = append(out, key(*in.TableName, in.Key))
+	case *dynamodb.DeleteItemInput:
+		out = append(out, key(*in.TableName, in.Key))
+	case *dynamodb.BatchWriteItemInput:
+		for table, reqs := range in.RequestItems {
+			for _, r := range reqs {
+				if r.PutRequest != nil {
+					out = append(out, key(table, r.PutRequest.Item))
+				} else if r.DeleteRequest != nil {
+					out = append(out, key(table, r.DeleteRequest.Key))
+				}
+			}
+		}
+	case *dynamodb.TransactWriteItemsInput:
+		for _, ti := range in.TransactItems {
+			switch {
+			case ti.Put != nil:
+				out = append(out, key(*ti.Put.TableName, ti.Put.Item))
+			case ti.Update != nil:
+				out = append(out, key(*ti.Update.TableName, ti.Update.Key))
+			case ti.Delete != nil:
+				out = append(out, key(*ti.Delete.TableName, ti.Delete.Key))
+			}
+		}
+	}
+	return out
+}
+
+// itemsRead counts the items a DynamoDB read returned (evaluated, for a
+// Query: what it is billed for).
+func itemsRead(out any) int {
+	switch o := out.(type) {
+	case *dynamodb.GetItemOutput:
+		if o.Item != nil {
+			return 1
+		}
+	case *dynamodb.QueryOutput:
+		return int(o.ScannedCount)
+	case *dynamodb.BatchGetItemOutput:
+		n := 0
+		for _, rs := range o.Responses {
+			n += len(rs)
+		}
+		return n
+	}
+	return 0
+}
+
+func (l *callLog) since(t time.Time) []call {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []call
+	for _, c := range l.calls {
+		if !c.at.Before(t) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// ops summarises calls as "Service.Op×n", sorted.
+func ops(cs []call) string {
+	n := map[string]int{}
+	for _, c := range cs {
+		n[c.service+"."+c.op]++
+	}
+	var out []string
+	for k, v := range n {
+		out = append(out, fmt.Sprintf("%s×%d", k, v))
+	}
+	sort.Strings(out)
+	return strings.Join(out, " ")
+}
+
+// timed is ops with the time spent in each kind of call.
+func timed(cs []call) string {
+	n := map[string]int{}
+	took := map[string]time.Duration{}
+	for _, c := range cs {
+		n[c.service+"."+c.op]++
+		took[c.service+"."+c.op] += c.took
+	}
+	var out []string
+	for k, v := range n {
+		out = append(out, fmt.Sprintf("%s×%d(%v)", k, v, took[k].Round(time.Millisecond)))
+	}
+	sort.Strings(out)
+	return strings.Join(out, " ")
+}
+
+// busiestSecond returns the most writes one partition key received in
+// any one-second window, and that key.
+func busiestSecond(cs []call) (int, string) {
+	at := map[string][]time.Time{}
+	for _, c := range cs {
+		for _, k := range c.writes {
+			at[k] = append(at[k], c.at)
+		}
+	}
+	best, bestKey := 0, ""
+	for k, ts := range at {
+		sort.Slice(ts, func(i, j int) bool { return ts[i].Before(ts[j]) })
+		lo := 0
+		for hi := range ts {
+			for ts[hi].Sub(ts[lo]) >= time.Second {
+				lo++
+			}
+			if n := hi - lo + 1; n > best {
+				best, bestKey = n, k
+			}
+		}
+	}
+	return best, bestKey
+}
+
+// scaleWorld is the requests function's handler and a worker on moto,
+// every client recorded.
+type scaleWorld struct {
+	t      *testing.T
+	log    *callLog
+	st     *dynamostore.Store
+	h      *api.Handler
+	w      *sqsqueue.Worker
+	sqs    *sqs.Client
+	url    string
+	acct   string
+	tables dynamostore.Tables
+}
+
+func newScaleWorld(t *testing.T) *scaleWorld {
+	t.Helper()
+	ctx := context.Background()
+	tables := dynamostore.Tables{
+		Keys: testkit.UniqueName(t, "keys"), Batches: testkit.UniqueName(t, "batches"),
+		Results: testkit.UniqueName(t, "results"), Idempotency: testkit.UniqueName(t, "idem"),
+	}
+	if err := dynamostore.CreateTables(ctx, testkit.DynamoDB(t), tables); err != nil {
+		t.Fatalf("create tables: %v", err)
+	}
+	tables.Inputs = testkit.Bucket(t, testkit.S3(t))
+	log := newCallLog(tables)
+	ddb := testkit.DynamoDB(t, func(o *dynamodb.Options) { o.APIOptions = append(o.APIOptions, log.option) })
+	objects := testkit.S3(t, func(o *s3.Options) { o.APIOptions = append(o.APIOptions, log.option) })
+	sc := testkit.SQS(t, func(o *sqs.Options) { o.APIOptions = append(o.APIOptions, log.option) })
+	st := dynamostore.New(dynamostore.Config{Client: ddb, Objects: objects, Presign: s3.NewPresignClient(objects), Tables: tables, Now: time.Now})
+	q, err := sc.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(testkit.UniqueName(t, "work"))})
+	if err != nil {
+		t.Fatalf("create queue: %v", err)
+	}
+	acct := evs.Account{ID: "acct-" + uuid.NewString(), Name: testkit.UniqueName(t, "acct"), Test: true, CreatedAt: time.Now().UTC()}
+	if err := st.CreateAccount(ctx, acct); err != nil {
+		t.Fatalf("create account: %v", err)
+	}
+	queue := sqsqueue.New(sc, aws.ToString(q.QueueUrl))
+	logger := slog.New(slog.DiscardHandler)
+	return &scaleWorld{
+		t: t, log: log, st: st, sqs: sc, url: aws.ToString(q.QueueUrl), acct: acct.ID, tables: tables,
+		h: api.New(api.Deps{Idempotency: idempotency.New(st, time.Now), Batches: st, Queue: queue, Logger: logger, MaxActiveBatches: 10,
+			// Small, so a small batch's CSV takes the export path.
+			Exports: st, MaxCSVReply: 4 << 10}),
+		w: &sqsqueue.Worker{
+			Queue: queue, Store: st, Accounts: st, Logger: logger,
+			Processor: &batch.Processor{Engine: noNetwork{t}, Sandbox: verify.NewSandbox(nil)},
+			// Small windows, so small batches (moto's transactions slow
+			// down as a table grows) are planned in many steps.
+			PlanWindow: 100,
+		},
+	}
+}
+
+// create posts a batch of n distinct test-mode addresses over 50 domains
+// to the requests handler, as API Gateway would, and returns its ID and
+// the calls the create made.
+func (w *scaleWorld) create(n int) (string, []call) {
+	w.t.Helper()
+	emails := make([]string, n)
+	for i := range emails {
+		emails[i] = fmt.Sprintf("accepted_email+%d@d%d.example", i, i%50)
+	}
+	body, _ := json.Marshal(map[string]any{"emails": emails, "mode": "quick"})
+	req := events.APIGatewayProxyRequest{
+		Resource: "/v1/requests", Path: "/v1/requests", HTTPMethod: http.MethodPost, Body: string(body),
+		Headers: map[string]string{"Content-Type": "application/json", "Idempotency-Key": uuid.NewString()},
+		RequestContext: events.APIGatewayProxyRequestContext{
+			RequestID: uuid.NewString(), ResourcePath: "/v1/requests", HTTPMethod: http.MethodPost,
+			Authorizer: map[string]any{"principalId": w.acct, "accountId": w.acct, "keyId": "k1", "testMode": "true"},
+		},
+	}
+	start := time.Now()
+	resp, err := w.h.Requests(context.Background(), req)
+	if err != nil || resp.StatusCode != http.StatusCreated {
+		w.t.Fatalf("create %d addresses: %d %v %s", n, resp.StatusCode, err, resp.Body)
+	}
+	var env struct {
+		Request struct {
+			ID    string    `json:"id"`
+			State evs.State `json:"state"`
+		} `json:"request"`
+		Counters struct {
+			Total int `json:"total"`
+		} `json:"counters"`
+	}
+	if err := json.Unmarshal([]byte(resp.Body), &env); err != nil || env.Counters.Total != n || env.Request.State != evs.StateQueued {
+		w.t.Fatalf("create reply %s %v", resp.Body, err)
+	}
+	return env.Request.ID, w.log.since(start)
+}
+
+// drain runs the worker on the queue's messages until the batch completes,
+// one receive (up to ten messages, as the event source mapping hands them)
+// per invocation, and returns the calls made while handling plan messages.
+func (w *scaleWorld) drain(id string) (planCalls []call) {
+	w.t.Helper()
+	ctx := context.Background()
+	deadline := time.Now().Add(5 * time.Minute)
+	for time.Now().Before(deadline) {
+		out, err := w.sqs.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: aws.String(w.url), MaxNumberOfMessages: 10, WaitTimeSeconds: 1})
+		if err != nil {
+			w.t.Fatalf("receive: %v", err)
+		}
+		// Work before plans, as a busy queue would run them: a plan then
+		// finds its window's work done and plans the next one at once.
+		sort.SliceStable(out.Messages, func(i, j int) bool {
+			return !strings.Contains(aws.ToString(out.Messages[i].Body), `"kind":"plan"`) &&
+				strings.Contains(aws.ToString(out.Messages[j].Body), `"kind":"plan"`)
+		})
+		for _, m := range out.Messages {
+			var msg sqsqueue.Message
+			_ = json.Unmarshal([]byte(aws.ToString(m.Body)), &msg)
+			start := time.Now()
+			ev := events.SQSEvent{Records: []events.SQSMessage{{MessageId: aws.ToString(m.MessageId), Body: aws.ToString(m.Body),
+				Attributes: map[string]string{"ApproximateReceiveCount": "1"}}}}
+			resp, err := w.w.Handle(ctx, ev)
+			if err != nil || len(resp.BatchItemFailures) > 0 {
+				w.t.Fatalf("Handle %s: %v %+v", msg.Kind, err, resp.BatchItemFailures)
+			}
+			if msg.Kind == sqsqueue.KindPlan {
+				planCalls = append(planCalls, w.log.since(start)...)
+			}
+			if _, err := w.sqs.DeleteMessage(ctx, &sqs.DeleteMessageInput{QueueUrl: aws.String(w.url), ReceiptHandle: m.ReceiptHandle}); err != nil {
+				w.t.Fatalf("delete: %v", err)
+			}
+		}
+		b, err := w.st.Batch(ctx, w.acct, id)
+		if err != nil {
+			w.t.Fatalf("batch: %v", err)
+		}
+		if b.State == evs.StateCompleted {
+			if b.Counters.Processed != b.Counters.Total {
+				w.t.Fatalf("completed with counters %+v", b.Counters)
+			}
+			return planCalls
+		}
+	}
+	w.t.Fatalf("batch %s did not complete", id)
+	return nil
+}
+
+// TestCreateCallsDoNotGrowWithSize: creating a batch through the requests
+// function makes the same few AWS calls for 10 addresses as for 50,000 —
+// the input is one S3 object, the batch one record, the plan one message —
+// so its time on AWS does not grow with the batch (API Gateway cuts a call
+// off at 29 s).
+func TestCreateCallsDoNotGrowWithSize(t *testing.T) {
+	w := newScaleWorld(t)
+	_, small := w.create(10)
+	_, large := w.create(50_000)
+	if ops(small) != ops(large) {
+		t.Errorf("calls of a 10-address create: %s\ncalls of a 50,000-address create: %s", ops(small), ops(large))
+	}
+	if len(large) > 10 {
+		t.Errorf("a create made %d calls: %s", len(large), ops(large))
+	}
+	for _, c := range large {
+		if len(c.writes) > 1 {
+			t.Errorf("%s.%s wrote %d items during a create", c.service, c.op, len(c.writes))
+		}
+	}
+	t.Logf("one create, any size: %s", ops(large))
+}
+
+// TestBatchRunSpreadsWritesAndReadsLinearly runs two test-mode batches,
+// one four times the other's size, through the worker and counts what the
+// store does: no partition key takes more than rowsPerKey (250) result
+// writes in the whole run — so never more than 1,000 a second, however
+// fast the workers — and the planner reads grow with the batch's size,
+// not with its square.
+func TestBatchRunSpreadsWritesAndReadsLinearly(t *testing.T) {
+	w := newScaleWorld(t)
+	sizes := []int{250, 1000}
+	var reads []int // planner store calls per batch
+	for _, n := range sizes {
+		start := time.Now()
+		id, _ := w.create(n)
+		plan := w.drain(id)
+		run := w.log.since(start)
+
+		perKey := map[string]int{}
+		for _, c := range run {
+			for _, k := range c.writes {
+				perKey[k]++
+			}
+		}
+		for k, v := range perKey {
+			if strings.HasPrefix(k, w.tables.Results+"/") && v > 250 {
+				t.Errorf("%d addresses: results key %s took %d writes", n, k, v)
+			}
+		}
+		batchWrites := perKey[w.tables.Batches+"/"+w.acct]
+		if batchWrites > n/50+50 {
+			t.Errorf("%d addresses: the account's batch partition took %d writes", n, batchWrites)
+		}
+		busiest, key := busiestSecond(run)
+		if busiest > 1000 {
+			t.Errorf("%d addresses: key %s took %d writes in one second", n, key, busiest)
+		}
+		read, calls := 0, 0
+		for _, c := range plan {
+			read += c.read
+			if c.service == "DynamoDB" || c.service == "S3" {
+				calls++
+			}
+		}
+		reads = append(reads, calls)
+		t.Logf("%d addresses: planner %d store calls reading %d items (%.2f per address); batch partition writes %d; busiest key-second %d (%s); all calls: %s",
+			n, calls, read, float64(read)/float64(n), batchWrites, busiest, key, timed(run))
+	}
+	// Linear: four times the addresses, at most about four times the
+	// store calls (a planner that re-reads finished rows makes about
+	// sixteen times as many).
+	if reads[1] > 6*max(reads[0], 1) {
+		t.Errorf("planner store calls: %d for %d addresses, %d for %d: not linear", reads[0], sizes[0], reads[1], sizes[1])
+	}
+}
+
+// TestLargeCSVExportRedirects: a CSV result list longer than the reply
+// limit is answered 303 to a pre-signed download of the same CSV, which
+// works without a key.
+func TestLargeCSVExportRedirects(t *testing.T) {
+	w := newScaleWorld(t)
+	id, _ := w.create(250)
+	w.drain(id)
+	get := func(accept string) events.APIGatewayProxyResponse {
+		req := events.APIGatewayProxyRequest{
+			Resource: "/v1/requests/{id}/results", Path: "/v1/requests/" + id + "/results", HTTPMethod: http.MethodGet,
+			PathParameters: map[string]string{"id": id}, Headers: map[string]string{"Accept": accept},
+			RequestContext: events.APIGatewayProxyRequestContext{
+				RequestID: uuid.NewString(), ResourcePath: "/v1/requests/{id}/results", HTTPMethod: http.MethodGet,
+				Authorizer: map[string]any{"principalId": w.acct, "accountId": w.acct, "keyId": "k1", "testMode": "true"},
+			},
+		}
+		resp, err := w.h.Requests(context.Background(), req)
+		if err != nil {
+			t.Fatalf("GET results: %v", err)
+		}
+		return resp
+	}
+	resp := get("text/csv")
+	if resp.StatusCode != http.StatusSeeOther || resp.Headers["Location"] == "" {
+		t.Fatalf("CSV of 250 results over a 4 KiB limit: %d %v %s", resp.StatusCode, resp.Headers, resp.Body)
+	}
+	var body struct {
+		URL       string `json:"url"`
+		ExpiresAt string `json:"expiresAt"`
+		RequestID string `json:"requestId"`
+	}
+	if err := json.Unmarshal([]byte(resp.Body), &body); err != nil || body.URL != resp.Headers["Location"] || body.ExpiresAt == "" || body.RequestID == "" {
+		t.Fatalf("303 body %s: %v", resp.Body, err)
+	}
+	dl, err := http.Get(body.URL)
+	if err != nil {
+		t.Fatalf("download: %v", err)
+	}
+	defer dl.Body.Close()
+	csv, _ := io.ReadAll(dl.Body)
+	lines := strings.Split(strings.TrimSpace(string(csv)), "\n")
+	if dl.StatusCode != http.StatusOK || len(lines) != 251 || !strings.HasPrefix(lines[0], "email,status,reason") {
+		t.Fatalf("download: %d, %d lines, first %q", dl.StatusCode, len(lines), lines[0])
+	}
+	for _, l := range lines[1:] {
+		if !strings.Contains(l, ",deliverable,accepted_email,") {
+			t.Fatalf("row %q", l)
+		}
+	}
+	// JSON pages are not affected.
+	if r := get("application/json"); r.StatusCode != http.StatusOK {
+		t.Fatalf("JSON results: %d %s", r.StatusCode, r.Body)
+	}
+}

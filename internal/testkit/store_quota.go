@@ -1,0 +1,95 @@
+package testkit
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// AddressQuota is api.AddressQuota, restated so testkit need not import
+// the API (see api.AddressQuota for the contract).
+type AddressQuota interface {
+	ChargeAddresses(ctx context.Context, accountID, period string, n, limit int, expires time.Time) (bool, error)
+	RefundAddresses(ctx context.Context, accountID, period string, n int) error
+}
+
+// RunQuotaContract runs the address quota's contract against a fresh store
+// from newQuota: charges stay within the limit, a refused charge changes
+// nothing, counters are per account and period, refunds give back, and
+// concurrent charges never overshoot.
+func RunQuotaContract(t *testing.T, newQuota func(t *testing.T) AddressQuota) {
+	ctx := context.Background()
+	exp := base.Add(60 * 24 * time.Hour)
+	charge := func(t *testing.T, q AddressQuota, acct, period string, n, limit int) bool {
+		t.Helper()
+		ok, err := q.ChargeAddresses(ctx, acct, period, n, limit, exp)
+		if err != nil {
+			t.Fatalf("ChargeAddresses(%s, %s, %d, %d): %v", acct, period, n, limit, err)
+		}
+		return ok
+	}
+	t.Run("WithinLimit", func(t *testing.T) {
+		q := newQuota(t)
+		steps := []struct {
+			n    int
+			want bool
+		}{{3, true}, {3, false}, {2, true}, {1, false}, {6, false}}
+		for i, s := range steps {
+			if got := charge(t, q, "acct-1", "2026-11", s.n, 5); got != s.want {
+				t.Fatalf("step %d: charge %d of 5 = %v, want %v", i, s.n, got, s.want)
+			}
+		}
+		// Another account, another period: counters of their own.
+		if !charge(t, q, "acct-2", "2026-11", 5, 5) || !charge(t, q, "acct-1", "2026-12", 5, 5) {
+			t.Fatal("a fresh counter refused a charge of the whole limit")
+		}
+		if charge(t, q, "acct-3", "2026-11", 6, 5) {
+			t.Fatal("a fresh counter took more than the limit")
+		}
+		// A refused charge changed nothing: acct-3 still has all 5.
+		if !charge(t, q, "acct-3", "2026-11", 5, 5) {
+			t.Fatal("a refused charge was counted")
+		}
+	})
+	t.Run("Refund", func(t *testing.T) {
+		q := newQuota(t)
+		if !charge(t, q, "acct-1", "2026-11", 4, 5) || charge(t, q, "acct-1", "2026-11", 2, 5) {
+			t.Fatal("setup")
+		}
+		if err := q.RefundAddresses(ctx, "acct-1", "2026-11", 3); err != nil {
+			t.Fatal(err)
+		}
+		if !charge(t, q, "acct-1", "2026-11", 4, 5) || charge(t, q, "acct-1", "2026-11", 1, 5) {
+			t.Fatal("after a refund of 3 of 4, a charge of 4 must pass and then nothing more")
+		}
+		// A counter that does not exist takes a refund without error.
+		if err := q.RefundAddresses(ctx, "acct-9", "2026-11", 3); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("Concurrent", func(t *testing.T) {
+		q := newQuota(t)
+		const limit, callers = 10, 25
+		var ok atomic.Int32
+		var wg sync.WaitGroup
+		for range callers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				got, err := q.ChargeAddresses(ctx, "acct-1", "2026-11", 1, limit, exp)
+				if err != nil {
+					t.Error(err)
+				}
+				if got {
+					ok.Add(1)
+				}
+			}()
+		}
+		wg.Wait()
+		if ok.Load() != limit {
+			t.Fatalf("%d of %d concurrent charges of 1 passed, limit %d", ok.Load(), callers, limit)
+		}
+	})
+}
