@@ -115,16 +115,8 @@ func (s *Store) lockCreates(ctx context.Context, accountID string) (func(), erro
 			ExpressionAttributeValues: item{":now": avTime(now), ":tk": avS(token)},
 		})
 		if err == nil {
-			return func() {
-				// Best effort: a lock not deleted expires after createLockTTL.
-				_, _ = s.c.DeleteItem(context.WithoutCancel(ctx), &dynamodb.DeleteItemInput{
-					TableName:                 aws.String(s.t.Batches),
-					Key:                       key,
-					ConditionExpression:       aws.String("#tk = :tk"),
-					ExpressionAttributeNames:  map[string]string{"#tk": attrLockToken},
-					ExpressionAttributeValues: item{":tk": avS(token)},
-				})
-			}, nil
+			// Best effort: a lock not deleted expires after createLockTTL.
+			return s.deleteIfToken(ctx, key, attrLockToken, token), nil
 		}
 		if !isConditionFailed(err) {
 			return nil, wrapErr("lock batch creation", err)

@@ -57,16 +57,25 @@ func (s *Store) AcquireSlot(ctx context.Context, key string, slots int, ttl time
 		if err != nil {
 			return nil, false, wrapErr("take a session slot", err)
 		}
-		return func() {
-			// Best effort: a lease not deleted expires after ttl.
-			_, _ = s.c.DeleteItem(context.WithoutCancel(ctx), &dynamodb.DeleteItemInput{
-				TableName:                 aws.String(s.t.Batches),
-				Key:                       k,
-				ConditionExpression:       aws.String("#tk = :tk"),
-				ExpressionAttributeNames:  map[string]string{"#tk": attrLeaseToken},
-				ExpressionAttributeValues: item{":tk": avS(token)},
-			})
-		}, true, nil
+		// Best effort: a lease not deleted expires after ttl.
+		return s.deleteIfToken(ctx, k, attrLeaseToken, token), true, nil
 	}
 	return nil, false, nil
+}
+
+// deleteIfToken returns a function that deletes the Batches item key if
+// its tokenAttr still holds token: the release of a lease, lock or claim
+// this caller took, which never removes one somebody else took over since.
+// It runs even after ctx ends and ignores errors; every such item also
+// expires on its own.
+func (s *Store) deleteIfToken(ctx context.Context, key item, tokenAttr, token string) func() {
+	return func() {
+		_, _ = s.c.DeleteItem(context.WithoutCancel(ctx), &dynamodb.DeleteItemInput{
+			TableName:                 aws.String(s.t.Batches),
+			Key:                       key,
+			ConditionExpression:       aws.String("#tk = :tk"),
+			ExpressionAttributeNames:  map[string]string{"#tk": tokenAttr},
+			ExpressionAttributeValues: item{":tk": avS(token)},
+		})
+	}
 }

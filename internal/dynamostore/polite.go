@@ -212,18 +212,10 @@ func (s *Store) TakeParked(ctx context.Context, key string, now time.Time) (body
 		if err != nil {
 			return "", nil, false, wrapErr("take parked work", err)
 		}
-		return getS(upd.Attributes, attrParkBody), func() {
-			// Best effort: an entry not removed is claimed again after
-			// claimFor and queued a second time, which the worker's check
-			// for existing results makes harmless.
-			_, _ = s.c.DeleteItem(context.WithoutCancel(ctx), &dynamodb.DeleteItemInput{
-				TableName:                 aws.String(s.t.Batches),
-				Key:                       k,
-				ConditionExpression:       aws.String("#tk = :tk"),
-				ExpressionAttributeNames:  map[string]string{"#tk": attrLeaseToken},
-				ExpressionAttributeValues: item{":tk": avS(token)},
-			})
-		}, true, nil
+		// Best effort: an entry not removed is claimed again after claimFor
+		// and queued a second time, which the worker's check for existing
+		// results makes harmless.
+		return getS(upd.Attributes, attrParkBody), s.deleteIfToken(ctx, k, attrLeaseToken, token), true, nil
 	}
 	return "", nil, false, nil
 }
