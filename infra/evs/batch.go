@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -17,6 +16,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/spf13/cobra"
 
 	"github.com/evs-dev/evs/internal/config"
 )
@@ -106,37 +107,52 @@ type batchView struct {
 	} `json:"counters"`
 }
 
-func batchCmd(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
-	cfg, err := config.FromEnv(getenv, false)
+// batchOptions are the flags of `evs batch`.
+type batchOptions struct {
+	url, mode, out, callback string
+	poll                     time.Duration
+}
+
+// newBatchCmd is `evs batch`.
+func newBatchCmd(c *cli) *cobra.Command {
+	var o batchOptions
+	cmd := &cobra.Command{
+		Use:   "batch FILE.csv --url URL",
+		Short: "verify a CSV file through the API (key from EVS_API_KEY)",
+		Long: `Uploads FILE.csv (one address per row in the first column) as a batch, shows
+a progress bar while it runs and writes FILE.results.csv next to it. The
+upload carries an Idempotency-Key derived from the file, the mode and the
+callback, so running the command again finds the same batch.`,
+		Example: `  EVS_API_KEY=evs.... evs batch list.csv --url http://127.0.0.1:8080 --mode quick`,
+		Args:    exactArgs(1, "one FILE.csv"),
+		ValidArgsFunction: func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+			return []string{"csv"}, cobra.ShellCompDirectiveFilterFileExt
+		},
+		RunE: func(_ *cobra.Command, args []string) error {
+			return batchRun(c, args[0], o)
+		},
+	}
+	cmd.Flags().StringVar(&o.url, "url", "", "base `URL` of the API, for example http://127.0.0.1:8080 (default $EVS_URL)")
+	modeFlag(cmd, &o.mode, "`MODE` of the batch: quick or full")
+	cmd.Flags().StringVar(&o.out, "out", "", "results `FILE` (default: FILE.results.csv next to the input)")
+	cmd.Flags().DurationVar(&o.poll, "poll", time.Second, "how often to poll progress")
+	cmd.Flags().StringVar(&o.callback, "callback", "", "`URL` that receives the signed event when the batch ends (https, or http inside EVS_EGRESS_ALLOW)")
+	return withEnv(cmd, "EVS_API_KEY", "EVS_URL")
+}
+
+func batchRun(c *cli, file string, o batchOptions) error {
+	cfg, err := config.FromEnv(c.getenv, false)
 	if err != nil {
 		return err
 	}
-	fs := flag.NewFlagSet("batch", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	base := fs.String("url", cfg.APIURL, "base URL of the API (for example http://127.0.0.1:8080)")
-	modeText := fs.String("mode", "full", "quick or full")
-	out := fs.String("out", "", "results file (default: FILE.results.csv next to the input)")
-	pollEvery := fs.Duration("poll", time.Second, "how often to poll progress")
-	callbackURL := fs.String("callback", "", "URL that receives the signed event when the batch ends (https, or http inside EVS_EGRESS_ALLOW)")
-	// Flags may follow the file name: `evs batch FILE.csv --url URL`.
-	var file string
-	rest := args
-	if len(rest) > 0 && !strings.HasPrefix(rest[0], "-") {
-		file, rest = rest[0], rest[1:]
+	if o.url == "" {
+		o.url = cfg.APIURL
 	}
-	if err := fs.Parse(rest); err != nil {
-		return fmt.Errorf("%w: %v", errUsage, err)
+	if o.url == "" {
+		return usageErrorf("batch needs --url URL (or $EVS_URL)")
 	}
-	if file == "" && fs.NArg() == 1 {
-		file = fs.Arg(0)
-	} else if fs.NArg() > 0 {
-		return fmt.Errorf("%w: batch FILE.csv --url URL [--mode quick|full] [--out FILE] [--callback URL]", errUsage)
-	}
-	if file == "" || *base == "" {
-		return fmt.Errorf("%w: batch FILE.csv --url URL [--mode quick|full] [--out FILE] [--callback URL]", errUsage)
-	}
-	if *modeText != "quick" && *modeText != "full" {
-		return fmt.Errorf("%w: --mode must be quick or full", errUsage)
+	if o.mode != "quick" && o.mode != "full" {
+		return usageErrorf("--mode must be quick or full, not %q", o.mode)
 	}
 	key := cfg.APIKey
 	if key == "" {
@@ -146,11 +162,11 @@ func batchCmd(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 	if err != nil {
 		return err
 	}
-	if *out == "" {
-		*out = strings.TrimSuffix(file, filepath.Ext(file)) + ".results.csv"
+	if o.out == "" {
+		o.out = strings.TrimSuffix(file, filepath.Ext(file)) + ".results.csv"
 	}
-	c := &batchClient{base: strings.TrimRight(*base, "/"), key: key, http: &http.Client{Timeout: 2 * time.Minute}, stderr: stderr, poll: *pollEvery, callback: *callbackURL}
-	return c.run(ctx, data, *modeText, *out, stdout)
+	bc := &batchClient{base: strings.TrimRight(o.url, "/"), key: key, http: &http.Client{Timeout: 2 * time.Minute}, stderr: c.stderr, poll: o.poll, callback: o.callback}
+	return bc.run(c.ctx, data, o.mode, o.out, c.stdout)
 }
 
 func (c *batchClient) run(ctx context.Context, data []byte, mode, out string, stdout io.Writer) error {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"text/tabwriter"
@@ -15,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/apigateway"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/google/uuid"
+	"github.com/spf13/cobra"
 
 	"github.com/evs-dev/evs/internal/authorizer"
 	"github.com/evs-dev/evs/internal/config"
@@ -66,116 +66,173 @@ func dynamoKeys(awsCfg aws.Config, table string) *dynamostore.Store {
 	})
 }
 
-func keys(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
-	if len(args) == 0 {
-		return fmt.Errorf("%w: keys needs create, revoke or list", errUsage)
+// newKeysCmd is `evs keys create|revoke|list`.
+func newKeysCmd(c *cli) *cobra.Command {
+	cmd := group(&cobra.Command{
+		Use:   "keys",
+		Short: "create, revoke and list API keys",
+		Long: `Manages API keys in the embedded store (EVS_DATA_DIR; works while evs serve
+runs), or in a deployed stack's DynamoDB keys table with --dynamodb-table.`,
+	})
+	cmd.AddCommand(newKeysCreateCmd(c), newKeysRevokeCmd(c), newKeysListCmd(c))
+	return cmd
+}
+
+// tableFlag adds --dynamodb-table to cmd.
+func tableFlag(cmd *cobra.Command, table *string) {
+	cmd.Flags().StringVar(table, "dynamodb-table", "", "use this DynamoDB keys `TABLE` (the stack's KeysTable output) instead of the embedded store")
+}
+
+func newKeysCreateCmd(c *cli) *cobra.Command {
+	var (
+		table, account, plan string
+		test                 bool
+	)
+	cmd := &cobra.Command{
+		Use:   "create --account NAME",
+		Short: "create an API key (printed once, alone on stdout)",
+		Long: `Creates an API key for the account NAME, creating the account if needed, and
+prints the key alone on stdout; it is stored hashed and cannot be shown
+again. A test-mode account (--test) gets sandbox verdicts and touches no
+network; an account's keys all share its mode.
+
+With --dynamodb-table the key goes to a deployed stack, and into its API
+Gateway usage plan (--usage-plan, or EVS_USAGE_PLAN_ID).`,
+		Example: `  evs keys create --account acme
+  evs keys create --account sandbox --test
+  evs keys create --account acme --dynamodb-table evs-KeysTable-XYZ --usage-plan abc123`,
+		Args: noArgs,
+		RunE: func(*cobra.Command, []string) error {
+			return keysCreate(c, table, account, plan, test)
+		},
 	}
-	fs := flag.NewFlagSet("keys "+args[0], flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	table := fs.String("dynamodb-table", "", "manage keys in this DynamoDB keys table instead of the embedded store")
-	switch args[0] {
-	case "create":
-		account := fs.String("account", "", "account name (created if it does not exist)")
-		test := fs.Bool("test", false, "create the account in test mode (sandbox verdicts, no network)")
-		planFlag := fs.String("usage-plan", "", "with --dynamodb-table: the stack's usage plan ID (output UsagePlanId; default $"+envUsagePlan+")")
-		if err := fs.Parse(args[1:]); err != nil {
-			return fmt.Errorf("%w: %v", errUsage, err)
+	cmd.Flags().StringVar(&account, "account", "", "the account's `NAME` (created if it does not exist)")
+	cmd.Flags().BoolVar(&test, "test", false, "create the account in test mode (sandbox verdicts, no network)")
+	cmd.Flags().StringVar(&plan, "usage-plan", "", "with --dynamodb-table: the stack's usage plan `ID` (output UsagePlanId; default $"+envUsagePlan+")")
+	tableFlag(cmd, &table)
+	_ = cmd.MarkFlagRequired("account")
+	return withEnv(cmd, append(storeEnv, envUsagePlan)...)
+}
+
+func keysCreate(c *cli, table, account, planFlag string, test bool) error {
+	ctx, stdout, stderr := c.ctx, c.stdout, c.stderr
+	if account == "" {
+		return usageErrorf("--account must name an account")
+	}
+	if table == "" {
+		if planFlag != "" {
+			return usageErrorf("--usage-plan goes with --dynamodb-table (the embedded store has no API Gateway)")
 		}
-		if *account == "" || fs.NArg() > 0 {
-			return fmt.Errorf("%w: keys create --account NAME [--test] [--dynamodb-table TABLE --usage-plan PLAN_ID]", errUsage)
-		}
-		if *table == "" {
-			if *planFlag != "" {
-				return fmt.Errorf("%w: --usage-plan goes with --dynamodb-table (the embedded store has no API Gateway)", errUsage)
-			}
-			st, closeFn, err := keyStore(ctx, "", getenv)
-			if err != nil {
-				return err
-			}
-			defer closeFn()
-			return createKey(ctx, st, nil, *account, *test, stdout, stderr)
-		}
-		planID := *planFlag
-		if planID == "" {
-			cfg, err := config.FromEnv(getenv, false)
-			if err != nil {
-				return err
-			}
-			planID = cfg.UsagePlanID
-		}
-		if planID == "" {
-			// Keys outside the plan would be refused by API Gateway (403):
-			// every method requires an API key.
-			return fmt.Errorf("%w: keys create --dynamodb-table needs --usage-plan PLAN_ID or $%s (the stack's UsagePlanId output)", errUsage, envUsagePlan)
-		}
-		awsCfg, err := loadAWS(ctx)
-		if err != nil {
-			return err
-		}
-		st := dynamoKeys(awsCfg, *table)
-		defer st.Close()
-		up := &usagePlan{api: apigateway.NewFromConfig(awsCfg), planID: planID, rand: rand.Reader}
-		return createKey(ctx, st, up, *account, *test, stdout, stderr)
-	case "revoke":
-		if err := fs.Parse(args[1:]); err != nil {
-			return fmt.Errorf("%w: %v", errUsage, err)
-		}
-		if fs.NArg() != 1 {
-			return fmt.Errorf("%w: keys revoke KEY|ID [--dynamodb-table TABLE]", errUsage)
-		}
-		arg := fs.Arg(0)
-		if authorizer.WellFormed(arg) {
-			arg = authorizer.HashKey(arg)
-		}
-		st, closeFn, err := keyStore(ctx, *table, getenv)
+		st, closeFn, err := keyStore(ctx, "", c.getenv)
 		if err != nil {
 			return err
 		}
 		defer closeFn()
-		k, err := st.RevokeKey(ctx, arg, time.Now())
-		if err != nil {
-			if evs.ErrorCode(err) == evs.CodeNotFound {
-				return fmt.Errorf("no such key")
-			}
-			return err
-		}
-		fmt.Fprintf(stdout, "revoked key %s\n", k.ID)
-		return nil
-	case "list":
-		if err := fs.Parse(args[1:]); err != nil {
-			return fmt.Errorf("%w: %v", errUsage, err)
-		}
-		st, closeFn, err := keyStore(ctx, *table, getenv)
-		if err != nil {
-			return err
-		}
-		defer closeFn()
-		ks, err := st.ListKeys(ctx)
-		if err != nil {
-			return err
-		}
-		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "ID\tACCOUNT\tMODE\tSTATUS\tCREATED")
-		names := map[string]evs.Account{}
-		for _, k := range ks {
-			a, ok := names[k.AccountID]
-			if !ok {
-				a, _ = st.Account(ctx, k.AccountID)
-				names[k.AccountID] = a
-			}
-			mode, status := "live", "active"
-			if a.Test {
-				mode = "test"
-			}
-			if k.Revoked {
-				status = "revoked"
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", k.ID, a.Name, mode, status, k.CreatedAt.UTC().Format(time.RFC3339))
-		}
-		return tw.Flush()
-	default:
-		return fmt.Errorf("%w: unknown keys command %q (create, revoke, list)", errUsage, args[0])
+		return createKey(ctx, st, nil, account, test, stdout, stderr)
 	}
+	planID := planFlag
+	if planID == "" {
+		cfg, err := config.FromEnv(c.getenv, false)
+		if err != nil {
+			return err
+		}
+		planID = cfg.UsagePlanID
+	}
+	if planID == "" {
+		// Keys outside the plan would be refused by API Gateway (403):
+		// every method requires an API key.
+		return usageErrorf("keys create --dynamodb-table needs --usage-plan PLAN_ID or $%s (the stack's UsagePlanId output)", envUsagePlan)
+	}
+	awsCfg, err := loadAWS(ctx)
+	if err != nil {
+		return err
+	}
+	st := dynamoKeys(awsCfg, table)
+	defer st.Close()
+	up := &usagePlan{api: apigateway.NewFromConfig(awsCfg), planID: planID, rand: rand.Reader}
+	return createKey(ctx, st, up, account, test, stdout, stderr)
+}
+
+func newKeysRevokeCmd(c *cli) *cobra.Command {
+	var table string
+	cmd := &cobra.Command{
+		Use:   "revoke KEY|ID",
+		Short: "revoke a key, named by the key itself or its id (evs keys list)",
+		Long: `Revokes a key, named by the key itself or by its id (as evs keys list shows
+it). A running evs serve refuses the key from its next call.`,
+		Args: exactArgs(1, "one key or key id"),
+		RunE: func(_ *cobra.Command, args []string) error {
+			return keysRevoke(c, table, args[0])
+		},
+	}
+	tableFlag(cmd, &table)
+	return withEnv(cmd, storeEnv...)
+}
+
+func keysRevoke(c *cli, table, arg string) error {
+	if authorizer.WellFormed(arg) {
+		arg = authorizer.HashKey(arg)
+	}
+	st, closeFn, err := keyStore(c.ctx, table, c.getenv)
+	if err != nil {
+		return err
+	}
+	defer closeFn()
+	k, err := st.RevokeKey(c.ctx, arg, time.Now())
+	if err != nil {
+		if evs.ErrorCode(err) == evs.CodeNotFound {
+			return fmt.Errorf("no such key")
+		}
+		return err
+	}
+	fmt.Fprintf(c.stdout, "revoked key %s\n", k.ID)
+	return nil
+}
+
+func newKeysListCmd(c *cli) *cobra.Command {
+	var table string
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "list keys: ids, accounts, modes, states (never the keys)",
+		Args:  noArgs,
+		RunE: func(*cobra.Command, []string) error {
+			return keysList(c, table)
+		},
+	}
+	tableFlag(cmd, &table)
+	return withEnv(cmd, storeEnv...)
+}
+
+func keysList(c *cli, table string) error {
+	ctx := c.ctx
+	st, closeFn, err := keyStore(ctx, table, c.getenv)
+	if err != nil {
+		return err
+	}
+	defer closeFn()
+	ks, err := st.ListKeys(ctx)
+	if err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tACCOUNT\tMODE\tSTATUS\tCREATED")
+	names := map[string]evs.Account{}
+	for _, k := range ks {
+		a, ok := names[k.AccountID]
+		if !ok {
+			a, _ = st.Account(ctx, k.AccountID)
+			names[k.AccountID] = a
+		}
+		mode, status := "live", "active"
+		if a.Test {
+			mode = "test"
+		}
+		if k.Revoked {
+			status = "revoked"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", k.ID, a.Name, mode, status, k.CreatedAt.UTC().Format(time.RFC3339))
+	}
+	return tw.Flush()
 }
 
 // createKey makes a key for the account called name, creating the account

@@ -11,7 +11,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/url"
@@ -28,21 +27,14 @@ import (
 	s3types "github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
+	"github.com/spf13/cobra"
+
 	"github.com/evs-dev/evs/internal/dynamostore"
 )
 
 // localUsagePlanName names the local usage plan; it is looked up by this
 // name, so running sam-local-init again finds it.
 const localUsagePlanName = "evs-local"
-
-const samLocalUsage = `usage: evs sam-local-init [--env-vars FILE] [--endpoint URL]
-
-Creates on a local moto_server the DynamoDB tables and the SQS queue that the
-sam local env-vars file names, and an API Gateway usage plan; keeps what
-exists. Prints EVS_KEYS_TABLE=... and EVS_USAGE_PLAN_ID=... for the shell to
-eval. make sam-local runs it.
-
-`
 
 // samResources are what the functions of env.json are pointed at; every
 // function must name the same ones.
@@ -102,33 +94,38 @@ func resourcesOf(vars map[string]map[string]string) (samResources, error) {
 	return r, nil
 }
 
+// newSamLocalInitCmd is `evs sam-local-init`.
+func newSamLocalInitCmd(c *cli) *cobra.Command {
+	var envFile, endpoint string
+	cmd := &cobra.Command{
+		Use:   "sam-local-init",
+		Short: "create the tables, queue and usage plan of infra/sam/env.json on moto_server",
+		Long: `Creates on a local moto_server the DynamoDB tables and the SQS queue that the
+sam local env-vars file names, and an API Gateway usage plan; keeps what
+exists. Prints EVS_KEYS_TABLE=... and EVS_USAGE_PLAN_ID=... for the shell to
+eval. make sam-local runs it.`,
+		Args: noArgs,
+		RunE: func(*cobra.Command, []string) error {
+			return samLocalInit(c.ctx, envFile, endpoint, c.stdout)
+		},
+	}
+	cmd.Flags().StringVar(&envFile, "env-vars", "infra/sam/env.json", "the `FILE` given to sam local --env-vars")
+	cmd.Flags().StringVar(&endpoint, "endpoint", "http://127.0.0.1:5000", "the `URL` of the local AWS-API server, as this host reaches it")
+	return cmd
+}
+
 // samLocalInit is `evs sam-local-init`.
-func samLocalInit(ctx context.Context, args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("sam-local-init", flag.ContinueOnError)
-	fs.SetOutput(io.Discard) // usage is printed below, on stdout for --help
-	envFile := fs.String("env-vars", "infra/sam/env.json", "the `FILE` given to sam local --env-vars")
-	endpoint := fs.String("endpoint", "http://127.0.0.1:5000", "the `URL` of the local AWS-API server, as this host reaches it")
-	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
-		fmt.Fprint(stdout, samLocalUsage)
-		fs.SetOutput(stdout)
-		fs.PrintDefaults()
-		return nil
-	} else if err != nil {
-		return fmt.Errorf("%w: %v (see evs sam-local-init --help)", errUsage, err)
+func samLocalInit(ctx context.Context, envFile, endpoint string, stdout io.Writer) error {
+	if u, err := url.Parse(endpoint); err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+		return usageErrorf("--endpoint %q is not an http:// URL", endpoint)
 	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: sam-local-init takes no arguments, got %q", errUsage, fs.Args())
-	}
-	if u, err := url.Parse(*endpoint); err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
-		return fmt.Errorf("%w: --endpoint %q is not an http:// URL", errUsage, *endpoint)
-	}
-	vars, err := readEnvVars(*envFile)
+	vars, err := readEnvVars(envFile)
 	if err != nil {
 		return err
 	}
 	res, err := resourcesOf(vars)
 	if err != nil {
-		return fmt.Errorf("%s: %w", *envFile, err)
+		return fmt.Errorf("%s: %w", envFile, err)
 	}
 	// A local server accepts any credentials; fixed ones keep the tool
 	// from reaching for a real AWS profile. The region is the one
@@ -136,7 +133,7 @@ func samLocalInit(ctx context.Context, args []string, stdout io.Writer) error {
 	cfg := aws.Config{
 		Region:       "us-east-1",
 		Credentials:  credentials.NewStaticCredentialsProvider("local", "local", ""),
-		BaseEndpoint: aws.String(strings.TrimRight(*endpoint, "/")),
+		BaseEndpoint: aws.String(strings.TrimRight(endpoint, "/")),
 	}
 	plan, err := samLocalSetup(ctx, cfg, res)
 	if err != nil {

@@ -225,7 +225,7 @@ func TestSamLocalInitUsage(t *testing.T) {
 	ctx := context.Background()
 	for _, h := range []string{"--help", "-h"} {
 		code, out, stderr := runEVS(ctx, nil, "sam-local-init", h)
-		if code != 0 || !strings.HasPrefix(out, "usage: evs sam-local-init") || !strings.Contains(out, "-endpoint URL") || stderr != "" {
+		if code != 0 || !strings.Contains(out, "Usage:\n  evs sam-local-init") || !strings.Contains(out, "--endpoint URL") || stderr != "" {
 			t.Errorf("%s: exit %d, stdout %q, stderr %q", h, code, out, stderr)
 		}
 	}
@@ -235,7 +235,7 @@ func TestSamLocalInitUsage(t *testing.T) {
 			t.Errorf("%v: exit %d, stdout %q, stderr %q; want 2 and a message", args, code, out, stderr)
 		}
 	}
-	if _, out, _ := runEVS(ctx, nil, "help"); !strings.Contains(out, "development (make sam-local):\n  sam-local-init") {
+	if _, out, _ := runEVS(ctx, nil, "help"); !strings.Contains(out, "Development (make sam-local):\n  sam-local-init") {
 		t.Errorf("the main usage does not list sam-local-init under its development heading:\n%s", out)
 	}
 }

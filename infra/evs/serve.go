@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -12,21 +11,37 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/evs-dev/evs/internal/config"
 	"github.com/evs-dev/evs/internal/server"
 	"github.com/evs-dev/evs/internal/sqlitestore"
 )
 
-func serve(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	testAccount := fs.Bool("test-account", false, "on first start, make the first account a test-mode (sandbox) account")
-	if err := fs.Parse(args); err != nil {
-		return fmt.Errorf("%w: %v", errUsage, err)
+// newServeCmd is `evs serve`.
+func newServeCmd(c *cli) *cobra.Command {
+	var testAccount bool
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "run the whole API on this machine",
+		Long: `Runs the whole API on this machine: the API Gateway stand-in (authorizer,
+routes, limits) in front of the same handlers the Lambda functions run, the
+embedded store in EVS_DATA_DIR and an in-process batch worker.
+
+On first start with an empty store it creates an account and one key, and
+prints the key once.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return serve(c.ctx, testAccount, c.stdout, c.stderr, c.getenv)
+		},
 	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: serve takes no arguments", errUsage)
-	}
+	cmd.Flags().BoolVar(&testAccount, "test-account", false, "on first start, make the first account a test-mode (sandbox) account")
+	return withEnv(cmd, append([]string{"EVS_ADDR", "EVS_DATA_DIR", "EVS_RATE_LIMIT", "EVS_AUTH_TTL", "EVS_RETENTION_DAYS",
+		"EVS_LOG_LEVEL", "EVS_MAX_ACTIVE_BATCHES", "EVS_BATCH_DEADLINE", "EVS_QUOTA_ADDRESSES", "EVS_QUOTA_PERIOD",
+		"EVS_MAX_CONNS", "EVS_METRICS_ADDR"}, engineEnv...)...)
+}
+
+func serve(ctx context.Context, testAccount bool, stdout, stderr io.Writer, getenv func(string) string) error {
 	cfg, err := config.FromEnv(getenv, false)
 	if err != nil {
 		return err
@@ -43,7 +58,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, getenv 
 	}
 	defer st.Close()
 
-	key, err := server.Bootstrap(ctx, st, *testAccount, time.Now())
+	key, err := server.Bootstrap(ctx, st, testAccount, time.Now())
 	if err != nil {
 		return fmt.Errorf("create the first account: %w", err)
 	}
@@ -85,7 +100,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, getenv 
 	if key != "" {
 		kind := "live"
 		example := "alice@example.com"
-		if *testAccount {
+		if testAccount {
 			kind = "test-mode (sandbox: no network; the local part picks the outcome)"
 			example = "alice+rejected_email@example.com"
 		}

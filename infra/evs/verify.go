@@ -3,10 +3,10 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
-	"fmt"
 	"io"
 	"time"
+
+	"github.com/spf13/cobra"
 
 	"github.com/evs-dev/evs/internal/api"
 	"github.com/evs-dev/evs/internal/config"
@@ -21,21 +21,41 @@ type verifyOutput struct {
 	Decision api.Decision `json:"decision"`
 }
 
-func verifyCmd(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
-	fs := flag.NewFlagSet("verify", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	modeText := fs.String("mode", "full", "quick (syntax, DNS, lists, suggestion) or full (plus the SMTP mailbox probe)")
-	timeout := fs.Duration("timeout", 30*time.Second, "time limit per address")
-	if err := fs.Parse(args); err != nil {
-		return fmt.Errorf("%w: %v", errUsage, err)
+// newVerifyCmd is `evs verify`.
+func newVerifyCmd(c *cli) *cobra.Command {
+	var (
+		modeText string
+		timeout  time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "verify ADDRESS...",
+		Short: "verify addresses with the engine alone (no server): one JSON decision per line",
+		Long: `Verifies each ADDRESS with the verification engine alone (no server, no key,
+no store) and prints one JSON decision per line, the API's reply shape
+without a request id. Live checks: real DNS and, in full mode, SMTP.`,
+		Example: `  evs verify alice@example.com bob@example.org
+  evs verify alice@example.com --mode quick`,
+		Args: minArgs(1, "at least one ADDRESS"),
+		RunE: func(_ *cobra.Command, args []string) error {
+			mode, ok := evs.ParseMode(modeText)
+			if !ok {
+				return usageErrorf("--mode must be quick or full, not %q", modeText)
+			}
+			return verifyAddresses(c.ctx, args, mode, timeout, c.stdout, c.getenv)
+		},
 	}
-	mode, ok := evs.ParseMode(*modeText)
-	if !ok {
-		return fmt.Errorf("%w: --mode must be quick or full", errUsage)
-	}
-	if fs.NArg() == 0 {
-		return fmt.Errorf("%w: verify [--mode quick|full] ADDRESS [ADDRESS ...]", errUsage)
-	}
+	modeFlag(cmd, &modeText, "`MODE`: quick (syntax, DNS, lists, suggestion) or full (plus the SMTP mailbox probe)")
+	cmd.Flags().DurationVar(&timeout, "timeout", 30*time.Second, "time limit per address")
+	return withEnv(cmd, engineEnv...)
+}
+
+// modeFlag adds --mode (default full), completed with its two values.
+func modeFlag(cmd *cobra.Command, mode *string, usage string) {
+	cmd.Flags().StringVar(mode, "mode", "full", usage)
+	_ = cmd.RegisterFlagCompletionFunc("mode", cobra.FixedCompletions([]string{"quick", "full"}, cobra.ShellCompDirectiveNoFileComp))
+}
+
+func verifyAddresses(ctx context.Context, addrs []string, mode evs.Mode, timeout time.Duration, stdout io.Writer, getenv func(string) string) error {
 	cfg, err := config.FromEnv(getenv, false)
 	if err != nil {
 		return err
@@ -46,8 +66,8 @@ func verifyCmd(ctx context.Context, args []string, stdout, stderr io.Writer, get
 	}
 	enc := json.NewEncoder(stdout)
 	enc.SetEscapeHTML(false)
-	for _, addr := range fs.Args() {
-		vctx, cancel := context.WithTimeout(ctx, *timeout)
+	for _, addr := range addrs {
+		vctx, cancel := context.WithTimeout(ctx, timeout)
 		d := engine.Verify(vctx, addr, mode)
 		cancel()
 		if err := enc.Encode(verifyOutput{Status: d.Status(), Decision: api.NewDecision(d)}); err != nil {

@@ -2,35 +2,54 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"time"
+
+	"github.com/spf13/cobra"
 
 	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/store"
 	"github.com/evs-dev/evs/internal/webhook"
 )
 
-// webhooksCmd is `evs webhooks secret --account NAME [--rotate]`: it prints
-// the account's signing secret alone on stdout, creating it on first use;
-// --rotate replaces it, and the old one keeps signing beside it for 24 h.
-func webhooksCmd(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
-	if len(args) == 0 || args[0] != "secret" {
-		return fmt.Errorf("%w: webhooks secret --account NAME [--rotate] [--dynamodb-table TABLE]", errUsage)
+// newWebhooksCmd is `evs webhooks secret`.
+func newWebhooksCmd(c *cli) *cobra.Command {
+	cmd := group(&cobra.Command{
+		Use:   "webhooks",
+		Short: "print or rotate an account's webhook signing secret",
+	})
+	var (
+		table, account string
+		rotate         bool
+	)
+	secret := &cobra.Command{
+		Use:   "secret --account NAME",
+		Short: "print (or rotate) the account's webhook signing secret",
+		Long: `Prints the account's webhook signing secret (whsec_...) alone on stdout,
+creating it on first use. --rotate replaces it; for 24 hours events are
+signed with both the new and the old secret.`,
+		Args: noArgs,
+		RunE: func(*cobra.Command, []string) error {
+			if account == "" {
+				return usageErrorf("--account must name an account")
+			}
+			return webhookSecret(c.ctx, table, account, rotate, c.stdout, c.stderr, c.getenv)
+		},
 	}
-	fs := flag.NewFlagSet("webhooks secret", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	table := fs.String("dynamodb-table", "", "use this DynamoDB keys table instead of the embedded store")
-	account := fs.String("account", "", "account name")
-	rotate := fs.Bool("rotate", false, "replace the secret (the old one still signs for 24 hours)")
-	if err := fs.Parse(args[1:]); err != nil {
-		return fmt.Errorf("%w: %v", errUsage, err)
-	}
-	if *account == "" || fs.NArg() > 0 {
-		return fmt.Errorf("%w: webhooks secret --account NAME [--rotate] [--dynamodb-table TABLE]", errUsage)
-	}
-	ks, closeFn, err := keyStore(ctx, *table, getenv)
+	secret.Flags().StringVar(&account, "account", "", "the account's `NAME`")
+	secret.Flags().BoolVar(&rotate, "rotate", false, "replace the secret (the old one still signs for 24 hours)")
+	tableFlag(secret, &table)
+	_ = secret.MarkFlagRequired("account")
+	cmd.AddCommand(withEnv(secret, storeEnv...))
+	return cmd
+}
+
+// webhookSecret prints the account's signing secret alone on stdout,
+// creating it on first use; rotate replaces it, and the old one keeps
+// signing beside it for 24 h.
+func webhookSecret(ctx context.Context, table, account string, rotate bool, stdout, stderr io.Writer, getenv func(string) string) error {
+	ks, closeFn, err := keyStore(ctx, table, getenv)
 	if err != nil {
 		return err
 	}
@@ -43,12 +62,12 @@ func webhooksCmd(ctx context.Context, args []string, stdout, stderr io.Writer, g
 	if !ok {
 		return fmt.Errorf("this store keeps no webhook secrets")
 	}
-	acct, err := st.AccountByName(ctx, *account)
+	acct, err := st.AccountByName(ctx, account)
 	if err != nil {
-		return fmt.Errorf("account %q: %w", *account, err)
+		return fmt.Errorf("account %q: %w", account, err)
 	}
 	var s evs.WebhookSecret
-	if *rotate {
+	if rotate {
 		s, err = webhook.Rotate(ctx, st, acct.ID, time.Now())
 	} else {
 		s, err = webhook.Secret(ctx, st, acct.ID)
@@ -56,7 +75,7 @@ func webhooksCmd(ctx context.Context, args []string, stdout, stderr io.Writer, g
 	if err != nil {
 		return err
 	}
-	if *rotate {
+	if rotate {
 		fmt.Fprintln(stderr, "evs: rotated; events are signed with the old secret too for 24 hours")
 	}
 	fmt.Fprintln(stdout, s.Current)

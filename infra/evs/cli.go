@@ -1,0 +1,286 @@
+package main
+
+// The command line is built on github.com/spf13/cobra (with its flag
+// parser, spf13/pflag): GNU-style flags before or after the arguments,
+// --help on every command, unknown flags refused, and shell completion
+// scripts (`evs completion bash|zsh|fish`) generated from the same command
+// tree, so they never drift from the flags.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+
+	"github.com/spf13/cobra"
+)
+
+// errUsage marks a command-line mistake: the error, the command's usage line
+// and where to find more go to stderr, and the exit code is 2.
+var errUsage = errors.New("usage")
+
+// usageErrorf is a command-line mistake.
+func usageErrorf(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{errUsage}, args...)...)
+}
+
+// cli is what every command runs with: the streams and the environment
+// (config.OSEnv, or a test's map).
+type cli struct {
+	ctx            context.Context
+	stdout, stderr io.Writer
+	getenv         func(string) string
+}
+
+// Command groups of the top-level help.
+const (
+	groupMain = "main"
+	groupDev  = "dev"
+)
+
+// newRoot builds the command tree.
+func newRoot(c *cli) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "evs",
+		Short: "the operator tool of the email verification service",
+		Long: `evs is the operator tool of the email verification service: the whole API on
+one machine (serve), API keys and webhook secrets (keys, webhooks), the
+verification engine alone (verify) and a CSV client of the API (batch).
+
+Configuration comes from the environment (EVS_*), the same variables the
+Lambda functions read; each command's --help lists the ones it reads.`,
+		Version: version,
+		// A bare `evs` is a mistake (exit 2), not a request for help.
+		Args: cobra.ArbitraryArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return usageErrorf("a command is needed")
+			}
+			if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+				return usageErrorf("unknown command %q; did you mean %s?", args[0], strings.Join(s, " or "))
+			}
+			return usageErrorf("unknown command %q", args[0])
+		},
+		SilenceErrors:              true,
+		SuggestionsMinimumDistance: 2,
+		SilenceUsage:               true,
+	}
+	root.SetOut(c.stdout)
+	root.SetErr(c.stderr)
+	root.SetContext(c.ctx)
+	root.SetVersionTemplate("evs {{.Version}}\n")
+	root.SetUsageTemplate(usageTemplate)
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return fmt.Errorf("%w: %v", errUsage, err) })
+	root.AddGroup(&cobra.Group{ID: groupMain, Title: "Commands:"}, &cobra.Group{ID: groupDev, Title: "Development (make sam-local):"})
+	for _, cmd := range []*cobra.Command{newServeCmd(c), newKeysCmd(c), newVerifyCmd(c), newBatchCmd(c), newWebhooksCmd(c), newVersionCmd(c)} {
+		cmd.GroupID = groupMain
+		root.AddCommand(cmd)
+	}
+	dev := newSamLocalInitCmd(c)
+	dev.GroupID = groupDev
+	root.AddCommand(dev)
+	root.SetHelpCommandGroupID(groupMain)
+	root.SetCompletionCommandGroupID(groupMain)
+	return root
+}
+
+// execute runs root on args and turns the outcome into an exit code: 0,
+// 1 for a failure, 2 for a command-line mistake.
+func execute(root *cobra.Command, args []string, stderr io.Writer) int {
+	root.SetArgs(args)
+	// Errors from outside a command's own run (unknown command or flag,
+	// wrong arguments, a required flag missing) are all command-line
+	// mistakes, whatever their type.
+	ran := false
+	var mark func(*cobra.Command)
+	mark = func(cmd *cobra.Command) {
+		if run := cmd.RunE; run != nil {
+			cmd.RunE = func(cmd *cobra.Command, args []string) error {
+				ran = true
+				return run(cmd, args)
+			}
+		}
+		for _, sub := range cmd.Commands() {
+			mark(sub)
+		}
+	}
+	mark(root)
+	cmd, err := root.ExecuteC()
+	switch {
+	case err == nil:
+		return 0
+	case !ran || errors.Is(err, errUsage):
+		msg := strings.TrimPrefix(err.Error(), errUsage.Error()+": ")
+		use := cmd.UseLine()
+		if cmd.HasAvailableSubCommands() {
+			use = cmd.CommandPath() + " [command]"
+		}
+		fmt.Fprintf(stderr, "evs: %s\nusage: %s\nRun '%s --help' for every flag and the environment it reads.\n", msg, use, cmd.CommandPath())
+		return 2
+	default:
+		fmt.Fprintf(stderr, "evs: %v\n", err)
+		return 1
+	}
+}
+
+// noArgs, exactArgs and minArgs check the positional arguments, as usage
+// errors that name what was expected.
+func noArgs(cmd *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		return usageErrorf("%s takes no arguments, got %q", cmd.CommandPath(), args[0])
+	}
+	return nil
+}
+
+func exactArgs(n int, what string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) != n {
+			return usageErrorf("%s needs %s", cmd.CommandPath(), what)
+		}
+		return nil
+	}
+}
+
+func minArgs(n int, what string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) < n {
+			return usageErrorf("%s needs %s", cmd.CommandPath(), what)
+		}
+		return nil
+	}
+}
+
+// group makes a command that only holds subcommands: run alone, or with a
+// name it does not have, it is a usage error naming the ones it has.
+func group(cmd *cobra.Command) *cobra.Command {
+	cmd.Args = cobra.ArbitraryArgs
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		var names []string
+		for _, sub := range cmd.Commands() {
+			if sub.IsAvailableCommand() {
+				names = append(names, sub.Name())
+			}
+		}
+		if len(args) > 0 {
+			return usageErrorf("unknown %s command %q (%s)", cmd.Name(), args[0], strings.Join(names, ", "))
+		}
+		return usageErrorf("%s needs a command: %s", cmd.Name(), strings.Join(names, ", "))
+	}
+	return cmd
+}
+
+// envAnnotation is the annotation that lists the variables a command reads.
+const envAnnotation = "env"
+
+// withEnv records the environment variables cmd reads, for its help.
+func withEnv(cmd *cobra.Command, names ...string) *cobra.Command {
+	if cmd.Annotations == nil {
+		cmd.Annotations = map[string]string{}
+	}
+	width := 0
+	for _, n := range names {
+		width = max(width, len(n))
+	}
+	var b strings.Builder
+	for _, n := range names {
+		doc, ok := envDocs[n]
+		if !ok {
+			panic("evs: no description of " + n) // caught by every test that builds the tree
+		}
+		fmt.Fprintf(&b, "  %-*s  %s\n", width, n, doc)
+	}
+	cmd.Annotations[envAnnotation] = strings.TrimRight(b.String(), "\n")
+	return cmd
+}
+
+// envNames lists the variables a command's help names.
+func envNames(cmd *cobra.Command) []string {
+	var names []string
+	for _, line := range strings.Split(cmd.Annotations[envAnnotation], "\n") {
+		if f := strings.Fields(line); len(f) > 0 {
+			names = append(names, f[0])
+		}
+	}
+	sort.Strings(names)
+	return names
+}
+
+// envDocs describes each variable in a command's help; the README's
+// configuration table is the longer form.
+var envDocs = map[string]string{
+	"EVS_ADDR":               "listen address (default 127.0.0.1:8080)",
+	"EVS_DATA_DIR":           "embedded store directory (default ./.data)",
+	"EVS_DNS_SERVERS":        "comma-separated host:port resolvers (default: the system's)",
+	"EVS_SMTP":               "direct, proxy or off (default direct)",
+	"EVS_SMTP_PROXY":         "socks5://[user:pass@]host:port for SMTP probes",
+	"EVS_SMTP_PORT":          "port dialled on MX hosts (default 25)",
+	"EVS_SMTP_HELO":          "EHLO name (default: the host name, with a warning)",
+	"EVS_SMTP_FROM":          "MAIL FROM address (default verify@<helo>)",
+	"EVS_EGRESS_ALLOW":       "CIDRs probes and webhooks may reach although not public",
+	"EVS_RATE_LIMIT":         "per-account requests per second, or off (default 50)",
+	"EVS_AUTH_TTL":           "longest an authorizer answer is cached (default 300s; 0 off)",
+	"EVS_RETENTION_DAYS":     "days batches and results are kept (default 30)",
+	"EVS_LOG_LEVEL":          "debug, info, warn or error (default info)",
+	"EVS_MAX_ACTIVE_BATCHES": "batches queued or running per account (default 10)",
+	"EVS_BATCH_DEADLINE":     "a batch's time limit from its start (default 24h)",
+	"EVS_QUOTA_ADDRESSES":    "addresses per account and period; 0 = no quota (default 0)",
+	"EVS_QUOTA_PERIOD":       "the quota's period: day or month (default month)",
+	"EVS_MAX_CONNS":          "open HTTP connections (default 1024)",
+	"EVS_METRICS_ADDR":       "listen address of Prometheus /metrics (default: off)",
+	"EVS_USAGE_PLAN_ID":      "default of --usage-plan (the stack's UsagePlanId output)",
+	"EVS_API_KEY":            "the API key (required)",
+	"EVS_URL":                "default of --url",
+	"AWS_REGION":             "with --dynamodb-table: the stack's region",
+	"AWS_PROFILE":            "with --dynamodb-table: the credentials profile (or AWS_ACCESS_KEY_ID...)",
+	"AWS_ENDPOINT_URL":       "with --dynamodb-table: another AWS API endpoint (a local one)",
+}
+
+// Variable lists shared by several commands.
+var (
+	// engineEnv configures the verification engine.
+	engineEnv = []string{"EVS_DNS_SERVERS", "EVS_SMTP", "EVS_SMTP_PROXY", "EVS_SMTP_PORT", "EVS_SMTP_HELO", "EVS_SMTP_FROM", "EVS_EGRESS_ALLOW"}
+	// storeEnv chooses the store of the keys and webhooks commands.
+	storeEnv = []string{"EVS_DATA_DIR", "AWS_REGION", "AWS_PROFILE", "AWS_ENDPOINT_URL"}
+)
+
+// usageTemplate is cobra's, with the environment a command reads after its
+// flags.
+const usageTemplate = `Usage:{{if and .Runnable (not .HasAvailableSubCommands)}}
+  {{.UseLine}}{{end}}{{if .HasAvailableSubCommands}}
+  {{.CommandPath}} [command]{{end}}{{if .HasExample}}
+
+Examples:
+{{.Example}}{{end}}{{if .HasAvailableSubCommands}}{{$cmds := .Commands}}{{if eq (len .Groups) 0}}
+
+Commands:{{range $cmds}}{{if (or .IsAvailableCommand (eq .Name "help"))}}
+  {{rpad .Name .NamePadding }} {{.Short}}{{end}}{{end}}{{else}}{{range $group := .Groups}}
+
+{{.Title}}{{range $cmds}}{{if (and (eq .GroupID $group.ID) (or .IsAvailableCommand (eq .Name "help")))}}
+  {{rpad .Name .NamePadding }} {{.Short}}{{end}}{{end}}{{end}}{{end}}{{end}}{{if .HasAvailableLocalFlags}}
+
+Flags:
+{{.LocalFlags.FlagUsages | trimTrailingWhitespaces}}{{end}}{{if .HasAvailableInheritedFlags}}
+
+Global Flags:
+{{.InheritedFlags.FlagUsages | trimTrailingWhitespaces}}{{end}}{{with index .Annotations "env"}}
+
+Environment:
+{{.}}{{end}}{{if .HasAvailableSubCommands}}
+
+Use "{{.CommandPath}} [command] --help" for more information about a command.{{end}}
+`
+
+// newVersionCmd is `evs version` (also `evs --version`).
+func newVersionCmd(c *cli) *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "print the version",
+		Args:  noArgs,
+		RunE: func(*cobra.Command, []string) error {
+			fmt.Fprintln(c.stdout, "evs", version)
+			return nil
+		},
+	}
+}
