@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -47,6 +49,21 @@ func serve(ctx context.Context, testAccount bool, stdout, stderr io.Writer, gete
 		return err
 	}
 	logger := cfg.Logger(stderr)
+	// The listeners come first: a port in use must stop the start before
+	// anything is made, above all the first account, whose key is shown
+	// only once.
+	ln, err := listen(cfg.Addr, "EVS_ADDR")
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
+	var mln net.Listener
+	if cfg.MetricsAddr != "" {
+		if mln, err = listen(cfg.MetricsAddr, "EVS_METRICS_ADDR"); err != nil {
+			return err
+		}
+		defer mln.Close()
+	}
 	// The serve lock makes this process the directory's only server, which
 	// lets idempotent calls keep their claims in memory.
 	st, err := sqlitestore.OpenServing(ctx, cfg.DataDir, time.Now)
@@ -58,10 +75,6 @@ func serve(ctx context.Context, testAccount bool, stdout, stderr io.Writer, gete
 	}
 	defer st.Close()
 
-	key, err := server.Bootstrap(ctx, st, testAccount, time.Now())
-	if err != nil {
-		return fmt.Errorf("create the first account: %w", err)
-	}
 	if _, err := os.Stat(filepath.Join(cfg.DataDir, "replies")); err == nil {
 		// Left by a build that kept Idempotency-Key replies in a log of its
 		// own; they now live in the database, and the old log is not read.
@@ -76,12 +89,8 @@ func serve(ctx context.Context, testAccount bool, stdout, stderr io.Writer, gete
 		logger.Info("SMTP probes may reach these non-public ranges (EVS_EGRESS_ALLOW)", "allow", fmt.Sprint(allow))
 	}
 	opts := server.Options{Config: cfg, Store: st, Logger: logger}
-	if cfg.MetricsAddr != "" {
+	if mln != nil {
 		m := server.NewPrometheus(func(ctx context.Context) (int, error) { return server.PendingAddresses(ctx, st) })
-		mln, err := net.Listen("tcp", cfg.MetricsAddr)
-		if err != nil {
-			return fmt.Errorf("listen on %s (EVS_METRICS_ADDR): %w", cfg.MetricsAddr, err)
-		}
 		msrv := &http.Server{Handler: m.Handler(), ReadHeaderTimeout: 10 * time.Second}
 		go func() { _ = msrv.Serve(mln) }()
 		defer msrv.Close()
@@ -92,9 +101,11 @@ func serve(ctx context.Context, testAccount bool, stdout, stderr io.Writer, gete
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", cfg.Addr)
+	// Last before serving: nothing that can still fail stands between
+	// making the key and printing it.
+	key, err := server.Bootstrap(ctx, st, testAccount, time.Now())
 	if err != nil {
-		return fmt.Errorf("listen on %s (EVS_ADDR): %w", cfg.Addr, err)
+		return fmt.Errorf("create the first account: %w", err)
 	}
 	base := "http://" + ln.Addr().String()
 	if key != "" {
@@ -114,7 +125,37 @@ Try it:
   curl -s %s/v1/verify -H "X-Api-Key: $EVS_API_KEY" -H 'Content-Type: application/json' -d '{"email":"%s"}'
 
 `, kind, key, base, example)
+	} else {
+		// Keys are shown only when made: say how to make one, for whoever
+		// lost the first one or never saw it.
+		logger.Info("no API key printed: the data directory already has accounts; make a key with: " + keysCreateHint(getenv))
 	}
 	fmt.Fprintf(stdout, "evs %s listening on %s (data in %s, SMTP %s)\n", version, base, cfg.DataDir, cfg.SMTP)
 	return srv.Serve(ctx, ln)
+}
+
+// listen listens on addr, the value of variable; an address in use is one
+// line that says what to do.
+func listen(addr, variable string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return nil, fmt.Errorf("cannot listen on %s (%s): another program is using it; stop that program, or set %s to a free address", addr, variable, variable)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s (%s): %w", addr, variable, err)
+	}
+	return ln, nil
+}
+
+// keysCreateHint is the command that makes a test key for the data
+// directory this server uses.
+func keysCreateHint(getenv func(string) string) string {
+	hint := "evs keys create --account sandbox --test"
+	if dir := getenv("EVS_DATA_DIR"); dir != "" {
+		if strings.ContainsAny(dir, " \t\n'\"\\$`!*?[]{}()<>|&;#~") {
+			dir = "'" + strings.ReplaceAll(dir, "'", `'\''`) + "'"
+		}
+		hint = "EVS_DATA_DIR=" + dir + " " + hint
+	}
+	return hint
 }
