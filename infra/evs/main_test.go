@@ -195,7 +195,7 @@ func TestServeAndBatch(t *testing.T) {
 	}
 	benv := map[string]string{"EVS_API_KEY": key}
 	code, bout, berr := runEVS(context.Background(), benv, "batch", csvPath, "--url", "http://"+addr, "--mode", "quick", "--poll", "50ms")
-	if code != 0 || !strings.Contains(bout, "completed: 200 deliverable, 1 undeliverable") {
+	if code != 0 || !strings.Contains(bout, "completed: 0 deliverable, 1 undeliverable, 0 risky, 200 unknown") {
 		t.Fatalf("batch: %d %q %q", code, bout, berr)
 	}
 	res, err := os.ReadFile(filepath.Join(filepath.Dir(csvPath), "list.results.csv"))

@@ -225,6 +225,21 @@ func throttledSession(test bool, ds []evs.Decision) (throttled, refused bool) {
 	return throttled, refused
 }
 
+// TestBackoff is every retry delay of a test-mode batch (contract, section
+// 8): the retries still happen, and show, but an integration test that asks
+// for greylisted@… finishes in seconds instead of waiting out minutes.
+const TestBackoff = time.Second
+
+// GreyDelay returns the delay before retry attempt n (1-based) of a batch's
+// greylisted addresses: Backoff(base, n) for a live account, TestBackoff for
+// a test-mode one.
+func GreyDelay(base time.Duration, n int, test bool) time.Duration {
+	if test {
+		return TestBackoff
+	}
+	return Backoff(base, n)
+}
+
 // Backoff returns the delay before retry attempt n (1-based) of greylisted
 // addresses: greylisting servers accept a retry after minutes, not seconds.
 func Backoff(base time.Duration, n int) time.Duration {

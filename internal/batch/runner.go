@@ -368,7 +368,7 @@ func (r *Runner) startTask(t task) {
 		br.tasks.Add(1)
 		go func() {
 			defer br.tasks.Done()
-			if sleep(br.ctx, Backoff(r.cfg.GreyBackoff, t.attempt+1)) {
+			if sleep(br.ctx, GreyDelay(r.cfg.GreyBackoff, t.attempt+1, br.test)) {
 				r.submit(task{run: br, group: Group{Domain: t.group.Domain, Items: retry}, attempt: t.attempt + 1})
 			}
 		}()

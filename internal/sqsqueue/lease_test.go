@@ -168,7 +168,7 @@ func TestWorkerPlanWindow(t *testing.T) {
 	w.w.PlanWindow = 6
 	var emails []string
 	for i := range 20 {
-		emails = append(emails, fmt.Sprintf("accepted_email+%d@d%d.example", i, i))
+		emails = append(emails, fmt.Sprintf("u%d+accepted_email@d%d.example", i, i))
 	}
 	b := w.createBatch(evs.ModeQuick, emails...)
 	if err := w.q.Enqueue(w.ctx, b); err != nil {

@@ -266,7 +266,7 @@ func (w *scaleWorld) create(n int) (string, []call) {
 	w.t.Helper()
 	emails := make([]string, n)
 	for i := range emails {
-		emails[i] = fmt.Sprintf("accepted_email+%d@d%d.example", i, i%50)
+		emails[i] = fmt.Sprintf("u%d+accepted_email@d%d.example", i, i%50)
 	}
 	body, _ := json.Marshal(map[string]any{"emails": emails, "mode": "quick"})
 	req := events.APIGatewayProxyRequest{

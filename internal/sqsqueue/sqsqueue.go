@@ -449,7 +449,7 @@ func (w *Worker) work(ctx context.Context, m Message, again bool, startBy time.T
 	}
 	// Out of time in this invocation: nothing was asked about left yet.
 	// Greylisted addresses: after the back-off, next attempt.
-	grey := min(batch.Backoff(w.GreyBackoff, m.Attempt+1), 15*time.Minute)
+	grey := min(batch.GreyDelay(w.GreyBackoff, m.Attempt+1, acct.Test), 15*time.Minute)
 	for _, q := range []struct {
 		items   []evs.Item
 		attempt int

@@ -143,6 +143,19 @@ func newWorld(t *testing.T, packSize int, greyBackoff time.Duration, maxGrey int
 	return w
 }
 
+// liveAccount makes the world's account a live one, whose engine answers
+// as the sandbox does (the local part picks the outcome): what differs for
+// live accounts (the greylisting back-off) is then tested without a network.
+func (w *world) liveAccount() {
+	w.t.Helper()
+	a := evs.Account{ID: "acct-" + uuid.NewString(), Name: testkit.UniqueName(w.t, "live"), CreatedAt: time.Now().UTC()}
+	if err := w.st.CreateAccount(w.ctx, a); err != nil {
+		w.t.Fatalf("create account: %v", err)
+	}
+	w.acct = a
+	w.w.Processor.Engine = verify.NewSandbox(nil)
+}
+
 // createBatch stores a batch of emails the way the requests API does:
 // duplicates (by normalized address) are counted, not stored.
 func (w *world) createBatch(mode evs.Mode, emails ...string) evs.Batch {
@@ -470,8 +483,8 @@ func TestWorkerRedeliveryCountsOnce(t *testing.T) {
 
 // TestWorkerGreylistResend: a greylisted answer before the last attempt
 // writes no result; the address goes back on the queue with an SQS delay of
-// Backoff(GreyBackoff, attempt), capped at the 15 minutes SQS allows, and
-// the last attempt writes unknown/greylisted.
+// GreyDelay (1 s for this test-mode account), and the last attempt writes
+// unknown/greylisted.
 func TestWorkerGreylistResend(t *testing.T) {
 	const maxGrey = 3
 	w := newWorld(t, 200, time.Second, maxGrey)
@@ -501,7 +514,7 @@ func TestWorkerGreylistResend(t *testing.T) {
 		if cur.State != evs.StateRunning || cur.Counters.Processed != 1 || cur.Counters.Deliverable != 1 {
 			t.Fatalf("after attempt %d: state %s counters %+v", attempt, cur.State, cur.Counters)
 		}
-		wantDelay := int32(batch.Backoff(time.Second, attempt+1) / time.Second)
+		wantDelay := int32(batch.GreyDelay(time.Second, attempt+1, true) / time.Second)
 		if len(sent) != 1 || sent[0].msg.Kind != sqsqueue.KindWork || sent[0].msg.Attempt != attempt+1 || sent[0].delay != wantDelay || len(sent[0].msg.Items) != 2 {
 			t.Fatalf("after attempt %d sent %+v, want one work message of attempt %d with both greylisted items, delay %d", attempt, sent, attempt+1, wantDelay)
 		}
@@ -529,21 +542,28 @@ func TestWorkerGreylistResend(t *testing.T) {
 	w.assertEmpty()
 }
 
-// TestWorkerGreylistDelayCap: the back-off doubles, but SQS refuses delays
-// over 900 s, so the worker caps them. The resent messages are taken from
-// the recorder rather than waited for.
+// TestWorkerGreylistDelayCap: for a live account the back-off doubles, but
+// SQS refuses delays over 900 s, so the worker caps them; for a test-mode
+// account every back-off is 1 s (contract, section 8). The resent messages
+// are taken from the recorder rather than waited for.
 func TestWorkerGreylistDelayCap(t *testing.T) {
 	cases := []struct {
+		name    string
+		test    bool
 		backoff time.Duration
 		want    []int32 // delays of the resends after attempts 0, 1, ...
 	}{
-		{5 * time.Minute, []int32{300, 600, 900, 900}},
-		{10 * time.Minute, []int32{600, 900, 900, 900}},
-		{0, []int32{300, 600, 900, 900}}, // the default, 5 min
+		{"live 5m", false, 5 * time.Minute, []int32{300, 600, 900, 900}},
+		{"live 10m", false, 10 * time.Minute, []int32{600, 900, 900, 900}},
+		{"live default", false, 0, []int32{300, 600, 900, 900}}, // 5 min
+		{"test mode", true, 5 * time.Minute, []int32{1, 1, 1, 1}},
 	}
 	for _, tc := range cases {
-		t.Run(tc.backoff.String(), func(t *testing.T) {
+		t.Run(tc.name, func(t *testing.T) {
 			w := newWorld(t, 200, tc.backoff, len(tc.want)+1)
+			if !tc.test {
+				w.liveAccount()
+			}
 			b := w.createBatch("quick", "greylisted@x.example")
 			m := sqsqueue.Message{Kind: sqsqueue.KindWork, AccountID: b.AccountID, BatchID: b.ID,
 				Items: []evs.Item{{Seq: 0, Email: "greylisted@x.example", Domain: "x.example"}}}

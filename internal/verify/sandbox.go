@@ -11,9 +11,12 @@ import (
 // Sandbox is the engine of test-mode accounts (contract, section 8): it runs
 // the real syntax, list and suggestion checks but touches no network. The
 // local part, or the part after a "+" tag, names the reason to return, with
-// "_" or "-" between words ("rejected_email@x", "team+mailbox-full@x").
-// Any other address is deliverable/accepted_email unless the real checks
-// say otherwise (invalid syntax, disposable domain).
+// "_" or "-" between words ("rejected_email@x", "team+mailbox-full@x"), in
+// both modes. Any other address gets what a live check would give in its
+// mode, unless the real checks say otherwise (invalid syntax, disposable
+// domain): deliverable/accepted_email in full mode, unknown/
+// mailbox_not_checked in quick mode, which never opens an SMTP session, so
+// an integration built on a test key expects what a live key will answer.
 type Sandbox struct {
 	now func() time.Time
 }
@@ -51,12 +54,14 @@ func (s *Sandbox) Verify(_ context.Context, email string, mode evs.Mode) evs.Dec
 		return s.finish(d, start, Verdict(Evidence{}))
 	}
 	reason, ok := SandboxReason(in.Address.Local)
-	if !ok {
-		if in.Flags.Disposable {
-			reason = evs.ReasonDisposable
-		} else {
-			reason = evs.ReasonAcceptedEmail
-		}
+	switch {
+	case ok:
+	case in.Flags.Disposable:
+		reason = evs.ReasonDisposable
+	case mode == evs.ModeQuick:
+		reason = evs.ReasonMailboxNotChecked
+	default:
+		reason = evs.ReasonAcceptedEmail
 	}
 	mx := "mx.sandbox.invalid"
 	d.Checks.DNS = evs.DNSCheck{Result: evs.DNSOK, MX: []string{mx}, Rcode: "NOERROR"}
@@ -97,6 +102,9 @@ func (s *Sandbox) Verify(_ context.Context, email string, mode evs.Mode) evs.Dec
 		smtp = evs.SMTPCheck{Result: evs.SMTPSkipped, Provider: provider, Detail: "test mode: mailbox not checked"}
 		if reason == evs.ReasonDisposable {
 			d.Flags.Disposable = true
+		}
+		if !ok && mode == evs.ModeQuick {
+			smtp.Detail = "skipped: quick mode" // what a live quick check says
 		}
 	}
 	if mode == evs.ModeQuick && smtp.Result != evs.SMTPSkipped {
