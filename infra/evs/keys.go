@@ -159,7 +159,9 @@ func newKeysRevokeCmd(c *cli) *cobra.Command {
 		Use:   "revoke KEY|ID",
 		Short: "revoke a key, named by the key itself or its id (evs keys list)",
 		Long: `Revokes a key, named by the key itself or by its id (as evs keys list shows
-it). A running evs serve refuses the key from its next call.`,
+it). A running evs serve refuses the key from its next call. On AWS
+(--dynamodb-table), API Gateway may accept it for up to 30 s more: it caches
+the authorizer's answer per key.`,
 		Args: exactArgs(1, "one key or key id"),
 		RunE: func(_ *cobra.Command, args []string) error {
 			return keysRevoke(c, table, args[0])
@@ -186,8 +188,18 @@ func keysRevoke(c *cli, table, arg string) error {
 		return err
 	}
 	fmt.Fprintf(c.stdout, "revoked key %s\n", k.ID)
+	if table != "" {
+		// evs serve refuses the key from its next call; API Gateway keeps
+		// each key's authorizer answer for ReauthorizeEvery.
+		fmt.Fprintf(c.stderr, "evs: API Gateway may still accept this key for up to %d s: it caches the authorizer's answer per key (ReauthorizeEvery in template.yaml)\n", awsAuthorizerCacheSeconds)
+	}
 	return nil
 }
+
+// awsAuthorizerCacheSeconds is how long API Gateway caches the authorizer's
+// answer for a key (ReauthorizeEvery in template.yaml; a test holds the two
+// equal), so how long a key revoked there may still work.
+const awsAuthorizerCacheSeconds = 30
 
 func newKeysListCmd(c *cli) *cobra.Command {
 	var table string

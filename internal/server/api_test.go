@@ -12,6 +12,7 @@ import (
 	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/idempotency"
 	"github.com/evs-dev/evs/internal/server"
+	"github.com/evs-dev/evs/internal/sqlitestore"
 )
 
 // TestBadInput: every kind of bad input gets a clear error, in the
@@ -314,26 +315,41 @@ func TestIdempotencyMode(t *testing.T) {
 	}
 }
 
-// TestAuthCache: a revoked key keeps working until the gateway's authorizer
-// cache entry expires (300 s), as on API Gateway, then gets 403.
-func TestAuthCache(t *testing.T) {
+// TestRevocationAtOnce: a key revoked while the server runs is refused at
+// its next call, although the gateway caches the authorizer's answers for
+// 300 s: whether revoked by another process (a second store handle, as
+// `evs keys revoke` opens) or through the server's own store.
+func TestRevocationAtOnce(t *testing.T) {
 	h := start(t, options{})
-	_, key := h.account("cache", true)
-	call := func() int {
+	call := func(key string) int {
 		return h.do(req{method: "POST", path: "/v1/verify", key: key, body: `{"email":"a@x.example","mode":"quick"}`}).status
 	}
-	if s := call(); s != 200 {
-		t.Fatalf("fresh key: %d", s)
+	_, elsewhere := h.account("elsewhere", true)
+	_, here := h.account("here", true)
+	for _, key := range []string{elsewhere, here, elsewhere, here} { // the second round from the cache
+		if s := call(key); s != 200 {
+			t.Fatalf("fresh key: %d", s)
+		}
 	}
-	if _, err := h.st.RevokeKey(context.Background(), authorizer.HashKey(key), h.clock.Now()); err != nil {
+	other, err := sqlitestore.Open(context.Background(), h.dir, time.Now)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if s := call(); s != 200 {
-		t.Fatalf("revoked key within the cache TTL: %d, want 200 (cached)", s)
+	defer other.Close()
+	if _, err := other.RevokeKey(context.Background(), authorizer.HashKey(elsewhere), time.Now()); err != nil {
+		t.Fatal(err)
 	}
-	h.clock.Advance(301 * time.Second)
-	if s := call(); s != 403 {
-		t.Fatalf("revoked key after the TTL: %d, want 403", s)
+	if s := call(elsewhere); s != 403 {
+		t.Fatalf("key revoked by another process: %d, want 403 at once", s)
+	}
+	if s := call(here); s != 200 {
+		t.Fatalf("a key not revoked: %d", s)
+	}
+	if _, err := h.st.RevokeKey(context.Background(), authorizer.HashKey(here), h.clock.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if s := call(here); s != 403 {
+		t.Fatalf("key revoked through the server's store: %d, want 403 at once", s)
 	}
 }
 

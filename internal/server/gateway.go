@@ -33,9 +33,11 @@ import (
 //     path gets the MISSING_AUTHENTICATION_TOKEN response (404) before any
 //     authorizer runs, as on AWS;
 //   - the REQUEST authorizer, called with the event API Gateway builds, its
-//     result cached per key for a TTL (Config.AuthTTL, 300 s by default
-//     like ReauthorizeEvery), so a revoked key keeps working until the
-//     entry expires, exactly as on AWS;
+//     result cached per key for a TTL (Config.AuthTTL, 300 s by default).
+//     Unlike API Gateway, an entry is trusted only while the store says no
+//     key or account changed since it was made (KeysVersioned), so a key
+//     revoked by `evs keys revoke` in another process is refused at its
+//     next call, not when the entry expires;
 //   - the proxy event as API Gateway builds it: requestContext.requestId,
 //     the authorizer context, path parameters, multi-value headers and
 //     query strings, base64 for bodies that are not UTF-8;
@@ -56,6 +58,15 @@ type gateway struct {
 	routes     []route
 	functions  map[string]function
 	authorizer authorizerFunc
+
+	// version, when the store has one, tells whether keys or accounts
+	// changed since an entry of the cache was made (KeysVersioned).
+	version func(ctx context.Context) (int64, error)
+
+	// policies holds the policies compiled so far: the authorizer answers
+	// every key of a stage with the same one, and compiling it is most of
+	// the cost of an answer not found in the cache.
+	policies policyMemo
 
 	mu       sync.Mutex
 	cache    map[[32]byte]authEntry
@@ -95,6 +106,15 @@ type authEntry struct {
 	authCtx map[string]any
 	policy  policy
 	expires time.Time
+	// version is the store's keys version read before the authorizer ran.
+	version int64
+}
+
+// KeysVersioned is a store that can tell cheaply, on every call, whether
+// keys or accounts changed between two calls: KeysVersion returns the same
+// number only if none did (sqlitestore.Store is one).
+type KeysVersioned interface {
+	KeysVersion(ctx context.Context) (int64, error)
 }
 
 // newGateway serves api.Routes with functions, keyed by api.Route.Function,
@@ -109,6 +129,9 @@ func newGateway(o Options, functions map[string]function, az authorizerFunc) *ga
 	}
 	g := &gateway{o: o, functions: functions, authorizer: az, cache: map[[32]byte]authEntry{},
 		limiters: map[string]*rate.Limiter{}, fails: newFailLimiter(authFailRate, authFailClients)}
+	if v, ok := o.Store.(KeysVersioned); ok {
+		g.version = v.KeysVersion
+	}
 	for _, r := range api.Routes() {
 		g.routes = append(g.routes, route{Route: r, parts: strings.Split(r.Path[1:], "/")})
 	}
@@ -220,7 +243,7 @@ func (g *gateway) serve(w http.ResponseWriter, r *http.Request, c *api.Call) {
 	// authorizer both use the answer.
 	var hit cacheHit
 	if key != "" {
-		hit = g.lookup(key, methodArn, c.Start)
+		hit = g.lookup(r.Context(), key, methodArn, c.Start)
 	}
 	client := ""
 	if !hit.allows {
@@ -352,18 +375,34 @@ type cacheHit struct {
 	authCtx map[string]any
 	found   bool // a live cached answer
 	allows  bool // and it allows the call: a key shown to work, which a guesser cannot have
+	// version is the store's keys version now; the answer of the
+	// authorizer is cached only when it could be read (noCache otherwise).
+	version int64
+	noCache bool
 }
 
 // lookup reads the cache entry of key and tells whether it allows methodArn.
-func (g *gateway) lookup(key, methodArn string, now time.Time) cacheHit {
+// An entry made before keys or accounts last changed is not used: the
+// change may be the key's revocation.
+func (g *gateway) lookup(ctx context.Context, key, methodArn string, now time.Time) cacheHit {
 	h := cacheHit{ck: sha256.Sum256([]byte(key))}
 	if g.o.Config.AuthTTL <= 0 {
 		return h
 	}
+	if g.version != nil {
+		v, err := g.version(ctx)
+		if err != nil {
+			// Whether the key changed cannot be told: ask the authorizer,
+			// which reads the store and answers for itself.
+			h.noCache = true
+			return h
+		}
+		h.version = v
+	}
 	g.mu.Lock()
 	e, ok := g.cache[h.ck]
 	g.mu.Unlock()
-	if ok && now.Before(e.expires) {
+	if ok && now.Before(e.expires) && e.version == h.version {
 		h.resp, h.authCtx, h.found = e.resp, e.authCtx, true
 		h.allows = e.policy.allows(methodArn)
 	}
@@ -427,10 +466,10 @@ func (g *gateway) authorize(ctx context.Context, r *http.Request, c *api.Call, h
 		c.Err = fmt.Errorf("authorizer: %w", err)
 		return resp, default5XX
 	}
-	pol := compilePolicy(resp.PolicyDocument)
-	if g.o.Config.AuthTTL > 0 {
+	pol := g.policies.compile(resp.PolicyDocument)
+	if g.o.Config.AuthTTL > 0 && !hit.noCache {
 		g.mu.Lock()
-		g.cache[hit.ck] = authEntry{resp: resp, authCtx: integrationContext(resp), policy: pol, expires: now.Add(g.o.Config.AuthTTL)}
+		g.cache[hit.ck] = authEntry{resp: resp, authCtx: integrationContext(resp), policy: pol, expires: now.Add(g.o.Config.AuthTTL), version: hit.version}
 		g.mu.Unlock()
 	}
 	if !pol.allows(methodArn) {
@@ -443,6 +482,46 @@ func (g *gateway) authorize(ctx context.Context, r *http.Request, c *api.Call, h
 // compiled once per answer: the resources its Allow and its Deny
 // statements name.
 type policy struct{ allow, deny *regexp.Regexp }
+
+// policyMemo remembers compiled policies by their statements, up to
+// maxPolicies of them (then it starts over: a policy per key is not what
+// our authorizer gives, and memory must stay bounded whatever one does).
+type policyMemo struct {
+	mu sync.Mutex
+	m  map[string]policy
+}
+
+const maxPolicies = 256
+
+// compile is compilePolicy(doc), remembered.
+func (pm *policyMemo) compile(doc events.APIGatewayCustomAuthorizerPolicy) policy {
+	var b strings.Builder
+	for _, s := range doc.Statement {
+		// The parts are joined with characters no ARN, action or effect
+		// holds, so two documents never share a key.
+		b.WriteString(s.Effect)
+		b.WriteByte(0)
+		b.WriteString(strings.Join(s.Action, "\x01"))
+		b.WriteByte(0)
+		b.WriteString(strings.Join(s.Resource, "\x01"))
+		b.WriteByte(0x02)
+	}
+	k := b.String()
+	pm.mu.Lock()
+	p, ok := pm.m[k]
+	pm.mu.Unlock()
+	if ok {
+		return p
+	}
+	p = compilePolicy(doc)
+	pm.mu.Lock()
+	if pm.m == nil || len(pm.m) >= maxPolicies {
+		pm.m = map[string]policy{}
+	}
+	pm.m[k] = p
+	pm.mu.Unlock()
+	return p
+}
 
 // compilePolicy compiles doc. A policy it cannot read allows nothing.
 func compilePolicy(doc events.APIGatewayCustomAuthorizerPolicy) policy {

@@ -25,6 +25,7 @@ import (
 // authorizer: what only they can do (fail, panic, echo the event they got).
 
 type fixture struct {
+	g         *gateway
 	srv       *httptest.Server
 	logs      *testkit.LogBuffer
 	mu        sync.Mutex
@@ -92,6 +93,7 @@ func newFixture(t *testing.T, rate float64) *fixture {
 	o := gatewayOptions(rate, f.clock)
 	o.Logger = slog.New(slog.NewJSONHandler(f.logs, nil))
 	g := newGateway(o, map[string]function{api.VerifyFunction: echo, api.RequestsFunction: echo}, f.authorize)
+	f.g = g
 	f.srv = httptest.NewServer(g)
 	t.Cleanup(f.srv.Close)
 	return f
@@ -228,6 +230,60 @@ func TestGatewayEvent(t *testing.T) {
 	f.call(t, "POST", "/v1/verify", "good", nil, "\xff\xfe")
 	if !f.lastEvent.IsBase64Encoded || f.lastEvent.Body != "//4=" {
 		t.Fatalf("binary body: %v %q", f.lastEvent.IsBase64Encoded, f.lastEvent.Body)
+	}
+}
+
+// fakeVersion is a KeysVersioned store's version, moved by the test.
+type fakeVersion struct {
+	mu  sync.Mutex
+	v   int64
+	err error
+}
+
+func (f *fakeVersion) KeysVersion(context.Context) (int64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.v, f.err
+}
+
+func (f *fakeVersion) set(v int64, err error) {
+	f.mu.Lock()
+	f.v, f.err = v, err
+	f.mu.Unlock()
+}
+
+// TestAuthorizerCacheFollowsStoreVersion: with a KeysVersioned store, a
+// cached answer holds only while the store's keys version is the one read
+// when it was made: a change (a revocation in another process) makes the
+// next call ask the authorizer again, and a version that cannot be read
+// caches nothing.
+func TestAuthorizerCacheFollowsStoreVersion(t *testing.T) {
+	f := newFixture(t, 0)
+	ver := &fakeVersion{v: 7}
+	f.g.version = ver.KeysVersion
+	for i := 0; i < 3; i++ {
+		if r := f.call(t, "POST", "/v1/verify", "good", nil, ""); r.status != 200 {
+			t.Fatalf("call %d: %d", i, r.status)
+		}
+	}
+	if f.authCalls != 1 {
+		t.Fatalf("authorizer ran %d times with the store unchanged, want 1", f.authCalls)
+	}
+	f.mu.Lock()
+	f.deny["good"] = true // revoked by another process...
+	f.mu.Unlock()
+	ver.set(8, nil) // ...which committed
+	if r := f.call(t, "POST", "/v1/verify", "good", nil, ""); r.status != 403 || f.authCalls != 2 {
+		t.Fatalf("after a store change: %d with %d authorizer calls, want 403 from a second call", r.status, f.authCalls)
+	}
+	if r := f.call(t, "POST", "/v1/verify", "good", nil, ""); r.status != 403 || f.authCalls != 2 {
+		t.Fatalf("the new answer is not cached: %d, %d authorizer calls", r.status, f.authCalls)
+	}
+	ver.set(8, errors.New("store closed"))
+	f.call(t, "POST", "/v1/verify", "good", nil, "")
+	f.call(t, "POST", "/v1/verify", "good", nil, "")
+	if f.authCalls != 4 {
+		t.Fatalf("without a version: %d authorizer calls, want every call asked", f.authCalls)
 	}
 }
 

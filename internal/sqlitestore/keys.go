@@ -26,7 +26,7 @@ const (
 
 // CreateAccount stores a new account; an existing ID is CodeInvalidState.
 func (s *Store) CreateAccount(ctx context.Context, a evs.Account) error {
-	return s.writeOne(ctx, true, func(ctx context.Context, tx *sql.Tx) error {
+	err := s.writeOne(ctx, true, func(ctx context.Context, tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, qCreateAccount,
 			a.ID, a.Name, a.Test, a.Suspended, millis(a.CreatedAt))
 		if constraint(err, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY) {
@@ -34,6 +34,10 @@ func (s *Store) CreateAccount(ctx context.Context, a evs.Account) error {
 		}
 		return dbErr("create account", err)
 	})
+	if err != nil {
+		return err
+	}
+	return s.keysChanged()
 }
 
 const accountCols = `id, name, test, suspended, created_at`
@@ -79,7 +83,7 @@ func (s *Store) CountAccounts(ctx context.Context) (int, error) {
 // CreateKey stores a key. An unknown account is CodeNotFound; a key whose
 // hash or ID is taken is CodeInvalidState.
 func (s *Store) CreateKey(ctx context.Context, k evs.Key) error {
-	return s.writeOne(ctx, true, func(ctx context.Context, tx *sql.Tx) error {
+	err := s.writeOne(ctx, true, func(ctx context.Context, tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, qCreateKey,
 			k.Hash, k.ID, k.AccountID, k.Revoked, millis(k.CreatedAt), nullMillis(k.RevokedAt), k.UsageKeyID)
 		switch {
@@ -90,6 +94,10 @@ func (s *Store) CreateKey(ctx context.Context, k evs.Key) error {
 		}
 		return dbErr("create key", err)
 	})
+	if err != nil {
+		return err
+	}
+	return s.keysChanged()
 }
 
 const keyCols = `hash, id, account_id, revoked, created_at, revoked_at, usage_key_id`
@@ -119,7 +127,8 @@ func (s *Store) KeyByHash(ctx context.Context, hash string) (evs.Key, error) {
 }
 
 // RevokeKey marks the key whose ID or hash is idOrHash revoked at now. A key
-// revoked before keeps its first revocation time.
+// revoked before keeps its first revocation time. A server running on the
+// same directory refuses the key from its next call (KeysVersion).
 func (s *Store) RevokeKey(ctx context.Context, idOrHash string, now time.Time) (evs.Key, error) {
 	var k evs.Key
 	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
@@ -130,7 +139,10 @@ func (s *Store) RevokeKey(ctx context.Context, idOrHash string, now time.Time) (
 		}
 		return dbErr("revoke key", err)
 	})
-	return k, err
+	if err != nil {
+		return k, err
+	}
+	return k, s.keysChanged()
 }
 
 // ListKeys returns every key, oldest first.

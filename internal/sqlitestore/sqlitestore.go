@@ -80,6 +80,13 @@ type Store struct {
 	// keys tells lookups which scopes surely have no idempotency record;
 	// nil unless this process is the directory's only server.
 	keys *keyFilter
+	// dir is the data directory; keysGen counts this store's writes to
+	// keys and accounts (KeysVersion).
+	dir     string
+	keysGen atomic.Int64
+	// keysWatch is KeysChangedName, open once KeysVersion was asked.
+	keysWatch atomic.Pointer[os.File]
+	keysMu    sync.Mutex
 	// closed is set by Close: a lookup the key filter answers must still
 	// fail on a closed store, as one that reads does.
 	closed    atomic.Bool
@@ -196,6 +203,7 @@ func open(ctx context.Context, dir string, now func() time.Time, busy time.Durat
 	rdb.SetConnMaxIdleTime(0)
 
 	s := &Store{db: db, rdb: rdb, now: now}
+	s.dir = dir
 	s.wstmts.db, s.rstmts.db = db, rdb
 	s.c = startCommitter(db, &s.wstmts)
 	// The savepoint statements first: migrate may share a group.
@@ -292,7 +300,7 @@ func (s *Store) Close() error {
 		s.c.stop()
 		s.wstmts.close()
 		s.rstmts.close()
-		err := errors.Join(s.db.Close(), s.rdb.Close())
+		err := errors.Join(s.closeKeysFile(), s.db.Close(), s.rdb.Close())
 		if s.lock != nil {
 			err = errors.Join(err, s.lock.Close())
 		}
