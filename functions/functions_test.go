@@ -268,3 +268,71 @@ func TestLambdaBinaries(t *testing.T) {
 		}
 	})
 }
+
+// initOutput runs a function binary as w.start does, with env added last,
+// expecting its init to fail: it returns the exit code and what it logged.
+func (w *awsWorld) initOutput(t *testing.T, bin string, env ...string) (int, string) {
+	t.Helper()
+	rt := testkit.StartRuntime(t)
+	cmd := exec.Command(bin)
+	cmd.Env = append([]string{
+		"PATH=" + os.Getenv("PATH"),
+		"AWS_LAMBDA_RUNTIME_API=" + rt.Addr,
+		"AWS_LAMBDA_FUNCTION_NAME=evs-test",
+		"AWS_REGION=us-east-1",
+		"AWS_ACCESS_KEY_ID=test", "AWS_SECRET_ACCESS_KEY=test",
+		"AWS_ENDPOINT_URL=" + w.endpoint,
+		"EVS_KEYS_TABLE=" + w.tables.Keys, "EVS_BATCHES_TABLE=" + w.tables.Batches,
+		"EVS_RESULTS_TABLE=" + w.tables.Results, "EVS_IDEMPOTENCY_TABLE=" + w.tables.Idempotency, "EVS_INPUT_BUCKET=" + w.tables.Inputs,
+		"EVS_QUEUE_URL=" + w.queueURL,
+		"EVS_SMTP_HELO=probe.evs.test",
+		"EVS_DNS_SERVERS=127.0.0.1:9",
+	}, env...)
+	var logs strings.Builder
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+		t.Fatalf("%s kept running with a missing resource:\n%s", filepath.Base(bin), logs.String())
+	}
+	return cmd.ProcessState.ExitCode(), logs.String()
+}
+
+// TestColdStartNamesMissingResources: a function whose table or queue does
+// not exist fails its cold start with one log line that names the
+// resource, its variable and the fix, rather than answering "unavailable"
+// on every call.
+func TestColdStartNamesMissingResources(t *testing.T) {
+	w := newAWSWorld(t)
+	cases := []struct {
+		fn   string
+		env  string
+		want string
+	}{
+		{"authorizer", "EVS_KEYS_TABLE=nope", `DynamoDB table \"nope\" (EVS_KEYS_TABLE) does not exist in region us-east-1`},
+		{"verify", "EVS_IDEMPOTENCY_TABLE=nope", `DynamoDB table \"nope\" (EVS_IDEMPOTENCY_TABLE) does not exist`},
+		{"requests", "EVS_QUEUE_URL=" + w.queueURL + "-nope", "SQS queue " + w.queueURL + "-nope (EVS_QUEUE_URL) does not exist"},
+		{"worker", "EVS_RESULTS_TABLE=nope", `DynamoDB table \"nope\" (EVS_RESULTS_TABLE) does not exist`},
+	}
+	for _, c := range cases {
+		t.Run(c.fn, func(t *testing.T) {
+			code, logs := w.initOutput(t, build(t, c.fn), c.env)
+			var lines []string
+			for _, l := range strings.Split(logs, "\n") {
+				if strings.Contains(l, "init failed") {
+					lines = append(lines, l)
+				}
+			}
+			if code != 1 || len(lines) != 1 || !strings.Contains(lines[0], c.want) || !strings.Contains(lines[0], "sam deploy") {
+				t.Fatalf("exit %d; want 1 and one init line with %q:\n%s", code, c.want, logs)
+			}
+		})
+	}
+}

@@ -8,8 +8,10 @@ import (
 	"os"
 
 	"github.com/aws/aws-lambda-go/lambda"
+	"github.com/aws/aws-sdk-go-v2/aws"
 
 	"github.com/evs-dev/evs/internal/authorizer"
+	"github.com/evs-dev/evs/internal/awscheck"
 	"github.com/evs-dev/evs/internal/config"
 	"github.com/evs-dev/evs/internal/dynamostore"
 )
@@ -18,7 +20,13 @@ func main() {
 	cfg, logger, err := config.Load(os.Stdout, true)
 	var st *dynamostore.Store
 	if err == nil {
-		st, _, err = dynamostore.Open(context.Background(), dynamostore.Tables(cfg.Tables))
+		var awsCfg aws.Config
+		st, awsCfg, err = dynamostore.Open(context.Background(), dynamostore.Tables(cfg.Tables))
+		if err == nil {
+			// A table that is not there is one line here, at cold start,
+			// not "unavailable" on every call.
+			err = awscheck.Check(context.Background(), awsCfg, awscheck.Resources{Tables: []awscheck.Resource{{Name: cfg.Tables.Keys, Source: "EVS_KEYS_TABLE"}}})
+		}
 	}
 	if err != nil {
 		// A bad setting fails the function's init with one line, never a

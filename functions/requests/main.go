@@ -13,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/evs-dev/evs/internal/api"
+	"github.com/evs-dev/evs/internal/awscheck"
 	"github.com/evs-dev/evs/internal/config"
 	"github.com/evs-dev/evs/internal/dynamostore"
 	"github.com/evs-dev/evs/internal/evs"
@@ -29,6 +30,17 @@ func main() {
 	)
 	if err == nil {
 		st, awsCfg, err = dynamostore.Open(context.Background(), dynamostore.Tables(cfg.Tables))
+	}
+	if err == nil {
+		// Missing tables or queue are one line here, at cold start, not
+		// "unavailable" on every call.
+		err = awscheck.Check(context.Background(), awsCfg, awscheck.Resources{
+			Tables: []awscheck.Resource{
+				{Name: cfg.Tables.Batches, Source: "EVS_BATCHES_TABLE"}, {Name: cfg.Tables.Results, Source: "EVS_RESULTS_TABLE"},
+				{Name: cfg.Tables.Idempotency, Source: "EVS_IDEMPOTENCY_TABLE"},
+			},
+			Queue: awscheck.Resource{Name: cfg.QueueURL, Source: "EVS_QUEUE_URL"},
+		})
 	}
 	if err != nil {
 		logger.Error("requests: init failed", "error", err.Error())

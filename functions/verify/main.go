@@ -12,6 +12,7 @@ import (
 
 	"github.com/evs-dev/evs/functions/internal/proxysecret"
 	"github.com/evs-dev/evs/internal/api"
+	"github.com/evs-dev/evs/internal/awscheck"
 	"github.com/evs-dev/evs/internal/config"
 	"github.com/evs-dev/evs/internal/dynamostore"
 	"github.com/evs-dev/evs/internal/idempotency"
@@ -29,6 +30,14 @@ func main() {
 	)
 	if err == nil {
 		st, awsCfg, err = dynamostore.Open(context.Background(), dynamostore.Tables(cfg.Tables))
+	}
+	if err == nil {
+		// Missing tables are one line here, at cold start, not
+		// "unavailable" on every call. (Batches, where the quota counts,
+		// may only be updated by this function, not described.)
+		err = awscheck.Check(context.Background(), awsCfg, awscheck.Resources{Tables: []awscheck.Resource{
+			{Name: cfg.Tables.Keys, Source: "EVS_KEYS_TABLE"}, {Name: cfg.Tables.Idempotency, Source: "EVS_IDEMPOTENCY_TABLE"},
+		}})
 	}
 	if err == nil {
 		// The SOCKS5 exit (credentials and all) comes from Secrets

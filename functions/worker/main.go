@@ -13,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/evs-dev/evs/functions/internal/proxysecret"
+	"github.com/evs-dev/evs/internal/awscheck"
 	"github.com/evs-dev/evs/internal/batch"
 	"github.com/evs-dev/evs/internal/config"
 	"github.com/evs-dev/evs/internal/dynamostore"
@@ -32,6 +33,17 @@ func main() {
 	)
 	if err == nil {
 		st, awsCfg, err = dynamostore.Open(context.Background(), dynamostore.Tables(cfg.Tables))
+	}
+	if err == nil {
+		// Missing tables or queue are one line here, at cold start, not
+		// "unavailable" on every message.
+		err = awscheck.Check(context.Background(), awsCfg, awscheck.Resources{
+			Tables: []awscheck.Resource{
+				{Name: cfg.Tables.Keys, Source: "EVS_KEYS_TABLE"}, {Name: cfg.Tables.Batches, Source: "EVS_BATCHES_TABLE"},
+				{Name: cfg.Tables.Results, Source: "EVS_RESULTS_TABLE"},
+			},
+			Queue: awscheck.Resource{Name: cfg.QueueURL, Source: "EVS_QUEUE_URL"},
+		})
 	}
 	if err == nil {
 		// The SOCKS5 exit (credentials and all) comes from Secrets

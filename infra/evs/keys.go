@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/evs-dev/evs/internal/authorizer"
+	"github.com/evs-dev/evs/internal/awscheck"
 	"github.com/evs-dev/evs/internal/config"
 	"github.com/evs-dev/evs/internal/dynamostore"
 	"github.com/evs-dev/evs/internal/evs"
@@ -32,11 +33,10 @@ const envUsagePlan = "EVS_USAGE_PLAN_ID"
 // same time: SQLite in WAL mode allows it).
 func keyStore(ctx context.Context, table string, getenv func(string) string) (store.Keys, func() error, error) {
 	if table != "" {
-		awsCfg, err := loadAWS(ctx)
+		_, ds, err := openDynamoKeys(ctx, table)
 		if err != nil {
 			return nil, nil, err
 		}
-		ds := dynamoKeys(awsCfg, table)
 		return ds, ds.Close, nil
 	}
 	cfg, err := config.FromEnv(getenv, false)
@@ -56,6 +56,24 @@ func loadAWS(ctx context.Context) (aws.Config, error) {
 		return aws.Config{}, fmt.Errorf("AWS configuration: %w", err)
 	}
 	return awsCfg, nil
+}
+
+// openDynamoKeys loads the AWS configuration and checks, once, that the
+// region and the keys table are there: a wrong name is then one line
+// that says what to do, not "unavailable; retry" from the first call.
+func openDynamoKeys(ctx context.Context, table string) (aws.Config, *dynamostore.Store, error) {
+	awsCfg, err := loadAWS(ctx)
+	if err != nil {
+		return aws.Config{}, nil, err
+	}
+	err = awscheck.Check(ctx, awsCfg, awscheck.Resources{
+		Tables: []awscheck.Resource{{Name: table, Source: "--dynamodb-table"}},
+		Fix:    "pass the stack's KeysTable output (sam list stack-outputs), or deploy the stack (sam deploy)",
+	})
+	if err != nil {
+		return aws.Config{}, nil, err
+	}
+	return awsCfg, dynamoKeys(awsCfg, table), nil
 }
 
 func dynamoKeys(awsCfg aws.Config, table string) *dynamostore.Store {
@@ -143,11 +161,10 @@ func keysCreate(c *cli, table, account, planFlag string, test bool) error {
 		// every method requires an API key.
 		return usageErrorf("keys create --dynamodb-table needs --usage-plan PLAN_ID or $%s (the stack's UsagePlanId output)", envUsagePlan)
 	}
-	awsCfg, err := loadAWS(ctx)
+	awsCfg, st, err := openDynamoKeys(ctx, table)
 	if err != nil {
 		return err
 	}
-	st := dynamoKeys(awsCfg, table)
 	defer st.Close()
 	up := &usagePlan{api: apigateway.NewFromConfig(awsCfg), planID: planID, rand: rand.Reader}
 	return createKey(ctx, st, up, account, test, stdout, stderr)

@@ -1,0 +1,153 @@
+// Package awscheck checks, once, at the start of a command or at a Lambda
+// function's cold start, that the AWS region and resources it was given
+// exist. Without it, a table that was never created or a region name typed
+// wrong surfaces on every call as "The store is unavailable; retry.", which
+// no retry fixes; with it, it is one line naming the resource, where its
+// name came from and what to do.
+//
+// Only definite answers stop the start: a table or queue the service says
+// does not exist, a region that cannot be one, an endpoint whose name does
+// not resolve. Anything else (no permission to describe, throttling, a slow
+// network) is left to the calls themselves.
+package awscheck
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/aws/smithy-go"
+)
+
+// Resource is a table or queue and where its name came from (a flag or a
+// variable), which the message names so the reader knows what to change.
+type Resource struct {
+	Name   string // a table name, or a queue URL
+	Source string // "--dynamodb-table", "EVS_KEYS_TABLE", ...
+}
+
+// Resources are what one command or function uses.
+type Resources struct {
+	Tables []Resource
+	Queue  Resource // Name "" for none
+	// Fix is what to do about a missing resource, for this reader.
+	Fix string
+}
+
+// FixDeploy is the usual fix: the resources come with the stack.
+const FixDeploy = "deploy the stack (sam deploy), or fix the name"
+
+// Timeout bounds the whole check: at a cold start it must not hold the
+// function for long, and a check that cannot finish is left to the calls.
+const Timeout = 3 * time.Second
+
+// ErrMissing is what Check's errors match (errors.Is) when a resource
+// does not exist or the region cannot be used.
+var ErrMissing = errors.New("awscheck: missing")
+
+type missing struct{ msg string }
+
+func (e missing) Error() string { return e.msg }
+func (e missing) Unwrap() error { return ErrMissing }
+
+// regionName is the shape of every AWS region name: us-east-1,
+// eu-central-2, us-gov-west-1, cn-north-1, ap-southeast-5.
+var regionName = regexp.MustCompile(`^[a-z]{2}(-[a-z]+)+-[0-9]{1,2}$`)
+
+// Region checks cfg's region: set, and shaped like a region name unless
+// an endpoint of its own is set (a local AWS-API server takes any).
+func Region(cfg aws.Config) error {
+	switch {
+	case cfg.Region == "":
+		return missing{"no AWS region is set: set AWS_REGION to the stack's region (for example us-east-1), or use a profile (AWS_PROFILE) that has one"}
+	case cfg.BaseEndpoint == nil && !regionName.MatchString(cfg.Region):
+		return missing{fmt.Sprintf("AWS region %q is not a region name like us-east-1: fix AWS_REGION (or the profile's region)", cfg.Region)}
+	}
+	return nil
+}
+
+// Check checks cfg's region, then that every table and the queue of r
+// exist, all at once, and returns the first definite problem found, in
+// the order of r.
+func Check(ctx context.Context, cfg aws.Config, r Resources) error {
+	if err := Region(cfg); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, Timeout)
+	defer cancel()
+	ddb := dynamodb.NewFromConfig(cfg)
+	errs := make([]error, len(r.Tables)+1)
+	var wg sync.WaitGroup
+	for i, t := range r.Tables {
+		if t.Name == "" {
+			continue
+		}
+		wg.Go(func() {
+			_, err := ddb.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(t.Name)})
+			var nf *ddbtypes.ResourceNotFoundException
+			if errors.As(err, &nf) {
+				errs[i] = missing{fmt.Sprintf("DynamoDB table %q (%s) does not exist in region %s: %s", t.Name, t.Source, cfg.Region, r.fixOrRegion())}
+				return
+			}
+			errs[i] = unreachable(err, cfg.Region)
+		})
+	}
+	if q := r.Queue; q.Name != "" {
+		wg.Go(func() {
+			_, err := sqs.NewFromConfig(cfg).GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
+				QueueUrl: aws.String(q.Name), AttributeNames: []sqstypes.QueueAttributeName{sqstypes.QueueAttributeNameQueueArn},
+			})
+			var nq *sqstypes.QueueDoesNotExist
+			if errors.As(err, &nq) || apiCode(err) == "AWS.SimpleQueueService.NonExistentQueue" {
+				errs[len(r.Tables)] = missing{fmt.Sprintf("SQS queue %s (%s) does not exist in region %s: %s", q.Name, q.Source, cfg.Region, r.fixOrRegion())}
+				return
+			}
+			errs[len(r.Tables)] = unreachable(err, cfg.Region)
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (r Resources) fixOrRegion() string {
+	fix := r.Fix
+	if fix == "" {
+		fix = FixDeploy
+	}
+	return fix + "; or set AWS_REGION to the region the stack is in"
+}
+
+// unreachable is a definite problem when err says the service's host name
+// does not resolve: a region that does not exist. Other errors are not the
+// check's to judge.
+func unreachable(err error, region string) error {
+	var dns *net.DNSError
+	if errors.As(err, &dns) && dns.IsNotFound && strings.HasSuffix(strings.TrimSuffix(dns.Name, "."), ".amazonaws.com") {
+		return missing{fmt.Sprintf("cannot reach AWS in region %q (%s does not resolve): fix AWS_REGION", region, dns.Name)}
+	}
+	return nil
+}
+
+// apiCode returns the service's error code of err, or "".
+func apiCode(err error) string {
+	var ae smithy.APIError
+	if errors.As(err, &ae) {
+		return ae.ErrorCode()
+	}
+	return ""
+}
