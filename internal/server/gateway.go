@@ -59,6 +59,9 @@ type gateway struct {
 	functions  map[string]function
 	authorizer authorizerFunc
 
+	// ping checks the store for the health endpoint (HealthPath).
+	ping func(ctx context.Context) error
+
 	// version, when the store has one, tells whether keys or accounts
 	// changed since an entry of the cache was made (KeysVersioned).
 	version func(ctx context.Context) (int64, error)
@@ -129,6 +132,7 @@ func newGateway(o Options, functions map[string]function, az authorizerFunc) *ga
 	}
 	g := &gateway{o: o, functions: functions, authorizer: az, cache: map[[32]byte]authEntry{},
 		limiters: map[string]*rate.Limiter{}, fails: newFailLimiter(authFailRate, authFailClients)}
+	g.ping = healthCheck(o.Store)
 	if v, ok := o.Store.(KeysVersioned); ok {
 		g.version = v.KeysVersion
 	}
@@ -231,6 +235,11 @@ func (g *gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // arrived, the one reading of the clock its checks share.
 func (g *gateway) serve(w http.ResponseWriter, r *http.Request, c *api.Call) {
 	rid := c.RequestID
+	if r.URL.Path == HealthPath {
+		c.Route = HealthPath
+		g.health(w, r, c)
+		return
+	}
 	rt, params, ok := g.match(r.URL.Path)
 	if !ok {
 		writeResponse(w, missingAuthToken, rid, nil)

@@ -87,7 +87,7 @@ var (
 	readerQueries = []string{
 		qAccount, qAccountByName, qCountAccounts, qKeyByHash, qListKeys,
 		qBatch, qResults, qResultsByStatus, qPending, qUnfinished, qDelivery, qBatchView,
-		qLookup,
+		qLookup, qPing,
 	}
 )
 

@@ -22,7 +22,20 @@ const (
 	qKeyByHash     = `SELECT ` + keyCols + ` FROM keys WHERE hash = ?`
 	qRevokeKey     = `UPDATE keys SET revoked = 1, revoked_at = coalesce(revoked_at, ?) WHERE id = ? OR hash = ? RETURNING ` + keyCols
 	qListKeys      = `SELECT ` + keyCols + ` FROM keys ORDER BY created_at, hash`
+	// qPing reads one page of the database: it answers while the file can
+	// be read, whatever it holds.
+	qPing = `SELECT count(*) FROM (SELECT 1 FROM accounts LIMIT 1)`
 )
+
+// Ping tells whether the store answers: a closed store, or a database that
+// cannot be read, is an error (the health check of `evs serve`).
+func (s *Store) Ping(ctx context.Context) error {
+	if s.closed.Load() {
+		return dbErr("ping", errClosed)
+	}
+	var n int
+	return dbErr("ping", s.rstmt(qPing).QueryRowContext(ctx).Scan(&n))
+}
 
 // CreateAccount stores a new account; an existing ID is CodeInvalidState.
 func (s *Store) CreateAccount(ctx context.Context, a evs.Account) error {

@@ -44,3 +44,16 @@ func (f *FaultyStore) PendingItems(ctx context.Context, accountID, id string, af
 	}
 	return f.EmbeddedStore.PendingItems(ctx, accountID, id, after, limit)
 }
+
+// Ping fails while the store is down (the health check of `evs serve`),
+// else asks the wrapped store, when it can be asked.
+func (f *FaultyStore) Ping(ctx context.Context) error {
+	if f.Down.Load() {
+		return evs.Errorf(evs.CodeUnavailable, "disk full")
+	}
+	if p, ok := f.EmbeddedStore.(interface{ Ping(context.Context) error }); ok {
+		return p.Ping(ctx)
+	}
+	_, err := f.EmbeddedStore.CountAccounts(ctx)
+	return err
+}

@@ -1,0 +1,68 @@
+package server
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/evs-dev/evs/internal/api"
+	"github.com/evs-dev/evs/internal/evs"
+)
+
+// HealthPath is the health check of `evs serve`, for load balancers and
+// process supervisors: no key, no account data, 200 {"status":"ok"} while
+// the store answers and 503 {"status":"unavailable"} while it does not. It
+// is outside the API's routes, so no authorizer, throttle or failed-
+// authentication count applies to it. On AWS, API Gateway and Lambda are
+// health-checked by AWS itself: the stage has no such route.
+const HealthPath = "/healthz"
+
+// healthTimeout bounds the store check: a load balancer's own timeout is
+// typically a few seconds, and a store that takes longer is not healthy.
+const healthTimeout = 2 * time.Second
+
+// Pinger is a store that can say cheaply whether it answers
+// (sqlitestore.Store is one); other stores are asked to count accounts.
+type Pinger interface {
+	Ping(ctx context.Context) error
+}
+
+// healthCheck returns the store check of the health endpoint.
+func healthCheck(st Store) func(ctx context.Context) error {
+	if st == nil {
+		return func(context.Context) error { return nil }
+	}
+	if p, ok := st.(Pinger); ok {
+		return p.Ping
+	}
+	return func(ctx context.Context) error {
+		_, err := st.CountAccounts(ctx)
+		return err
+	}
+}
+
+// health answers HealthPath; the cause of a 503 goes to the call's log line.
+func (g *gateway) health(w http.ResponseWriter, r *http.Request, c *api.Call) {
+	h := w.Header()
+	h.Set("X-Request-Id", c.RequestID)
+	h.Set("Cache-Control", "no-store")
+	h.Set("Content-Type", "application/json")
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		h.Set("Allow", "GET, HEAD")
+		w.WriteHeader(http.StatusMethodNotAllowed)
+		_, _ = w.Write(api.ErrorBody(evs.CodeMethodNotAllowed, "Use GET.", c.RequestID))
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), healthTimeout)
+	defer cancel()
+	status, body := http.StatusOK, `{"status":"ok"}`
+	if err := g.ping(ctx); err != nil {
+		c.Err = err
+		status, body = http.StatusServiceUnavailable, `{"status":"unavailable"}`
+		h.Set("Retry-After", "5")
+	}
+	w.WriteHeader(status)
+	if r.Method == http.MethodGet {
+		_, _ = w.Write([]byte(body))
+	}
+}
