@@ -1,0 +1,60 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// TestReadmeQuickStart runs the README's quick start as a reader pastes
+// it, with curl and jq, against `evs serve --test-account` as `make run`
+// starts it (on a free port instead of 8080, and with the key it printed):
+// every line works, the batch id comes from request.id, and the batch
+// holding greylisted@… is completed by the time the results are read.
+func TestReadmeQuickStart(t *testing.T) {
+	for _, tool := range []string{"bash", "curl", "jq"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("the quick start needs %s", tool)
+		}
+	}
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile("(?s)```sh\n(export EVS_API_KEY=evs\\.… [^\n]*\n.*?)```").FindSubmatch(b)
+	if m == nil {
+		t.Fatal("no quick start block (```sh starting with export EVS_API_KEY=evs.…) in README.md")
+	}
+	block := string(m[1])
+	if !strings.Contains(block, "ID=$(curl") || !strings.Contains(block, "jq -r .request.id") {
+		t.Fatalf("the quick start does not take the batch id from request.id:\n%s", block)
+	}
+	env := map[string]string{"EVS_DATA_DIR": t.TempDir(), "EVS_ADDR": "127.0.0.1:0", "EVS_SMTP": "off", "EVS_DNS_SERVERS": "127.0.0.1:9"}
+	srv := serveInProcess(t, env, "--test-account")
+	host := regexp.MustCompile(`listening on http://([0-9.:]+)`).FindStringSubmatch(srv.out.String())[1]
+	key := printedKey.FindStringSubmatch(srv.out.String())[1]
+
+	lines := strings.SplitN(block, "\n", 2)
+	script := "export EVS_API_KEY=" + key + "\n" + strings.ReplaceAll(lines[1], "localhost:8080", host)
+	// Between creating the batch and reading its results a reader takes a
+	// few seconds; the test-mode back-off of greylisted@… is 1 s, twice.
+	script = strings.Replace(script, "\ncurl -s "+host+"/v1/requests/$ID/results", "\nsleep 3\ncurl -s "+host+"/v1/requests/$ID/results", 1)
+	script += "echo \"ID=$ID\"\n"
+	cmd := exec.Command("bash", "-euo", "pipefail", "-c", script)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("the quick start failed: %v\n%s", err, out)
+	}
+	got := string(out)
+	id := regexp.MustCompile(`(?m)^ID=([0-9a-f-]{36})$`).FindStringSubmatch(got)
+	for _, want := range []string{`"status":"undeliverable"`, `"reason":"rejected_email"`, "email,status,reason", "greylisted@example.com,unknown,greylisted"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("the quick start's output lacks %s:\n%s", want, got)
+		}
+	}
+	if id == nil || !strings.Contains(got, `"request":{"id":"`+id[1]+`"`) {
+		t.Errorf("the batch id is not request.id:\n%s", got)
+	}
+}
