@@ -39,7 +39,9 @@ func main() {
 				{Name: cfg.Tables.Batches, Source: "EVS_BATCHES_TABLE"}, {Name: cfg.Tables.Results, Source: "EVS_RESULTS_TABLE"},
 				{Name: cfg.Tables.Idempotency, Source: "EVS_IDEMPOTENCY_TABLE"},
 			},
-			Queue: awscheck.Resource{Name: cfg.QueueURL, Source: "EVS_QUEUE_URL"},
+			Also: []func(context.Context, string, string) error{
+				sqsqueue.CheckQueue(sqs.NewFromConfig(awsCfg), awscheck.Resource{Name: cfg.QueueURL, Source: "EVS_QUEUE_URL"}),
+			},
 		})
 	}
 	if err != nil {

@@ -42,7 +42,9 @@ func main() {
 				{Name: cfg.Tables.Keys, Source: "EVS_KEYS_TABLE"}, {Name: cfg.Tables.Batches, Source: "EVS_BATCHES_TABLE"},
 				{Name: cfg.Tables.Results, Source: "EVS_RESULTS_TABLE"},
 			},
-			Queue: awscheck.Resource{Name: cfg.QueueURL, Source: "EVS_QUEUE_URL"},
+			Also: []func(context.Context, string, string) error{
+				sqsqueue.CheckQueue(sqs.NewFromConfig(awsCfg), awscheck.Resource{Name: cfg.QueueURL, Source: "EVS_QUEUE_URL"}),
+			},
 		})
 	}
 	if err == nil {

@@ -24,9 +24,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
-	"github.com/aws/aws-sdk-go-v2/service/sqs"
-	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
-	"github.com/aws/smithy-go"
 )
 
 // Resource is a table or queue and where its name came from (a flag or a
@@ -39,7 +36,10 @@ type Resource struct {
 // Resources are what one command or function uses.
 type Resources struct {
 	Tables []Resource
-	Queue  Resource // Name "" for none
+	// Also are checks of other services' resources, run with the tables'
+	// (sqsqueue.CheckQueue): this package links DynamoDB alone, so the
+	// authorizer function, which has no queue, links no SQS client.
+	Also []func(ctx context.Context, region, fix string) error
 	// Fix is what to do about a missing resource, for this reader.
 	Fix string
 }
@@ -59,6 +59,16 @@ type missing struct{ msg string }
 
 func (e missing) Error() string { return e.msg }
 func (e missing) Unwrap() error { return ErrMissing }
+
+// NotFound is the error of a resource the service says does not exist:
+// what ("DynamoDB table \"keys\""), where its name came from, the region
+// and what to do.
+func NotFound(what, source, region, fix string) error {
+	if fix == "" {
+		fix = FixDeploy
+	}
+	return missing{fmt.Sprintf("%s (%s) does not exist in region %s: %s; or set AWS_REGION to the region the stack is in", what, source, region, fix)}
+}
 
 // regionName is the shape of every AWS region name: us-east-1,
 // eu-central-2, us-gov-west-1, cn-north-1, ap-southeast-5.
@@ -86,7 +96,7 @@ func Check(ctx context.Context, cfg aws.Config, r Resources) error {
 	ctx, cancel := context.WithTimeout(ctx, Timeout)
 	defer cancel()
 	ddb := dynamodb.NewFromConfig(cfg)
-	errs := make([]error, len(r.Tables)+1)
+	errs := make([]error, len(r.Tables)+len(r.Also))
 	var wg sync.WaitGroup
 	for i, t := range r.Tables {
 		if t.Name == "" {
@@ -96,24 +106,14 @@ func Check(ctx context.Context, cfg aws.Config, r Resources) error {
 			_, err := ddb.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(t.Name)})
 			var nf *ddbtypes.ResourceNotFoundException
 			if errors.As(err, &nf) {
-				errs[i] = missing{fmt.Sprintf("DynamoDB table %q (%s) does not exist in region %s: %s", t.Name, t.Source, cfg.Region, r.fixOrRegion())}
+				errs[i] = NotFound(fmt.Sprintf("DynamoDB table %q", t.Name), t.Source, cfg.Region, r.Fix)
 				return
 			}
-			errs[i] = unreachable(err, cfg.Region)
+			errs[i] = Unreachable(err, cfg.Region)
 		})
 	}
-	if q := r.Queue; q.Name != "" {
-		wg.Go(func() {
-			_, err := sqs.NewFromConfig(cfg).GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
-				QueueUrl: aws.String(q.Name), AttributeNames: []sqstypes.QueueAttributeName{sqstypes.QueueAttributeNameQueueArn},
-			})
-			var nq *sqstypes.QueueDoesNotExist
-			if errors.As(err, &nq) || apiCode(err) == "AWS.SimpleQueueService.NonExistentQueue" {
-				errs[len(r.Tables)] = missing{fmt.Sprintf("SQS queue %s (%s) does not exist in region %s: %s", q.Name, q.Source, cfg.Region, r.fixOrRegion())}
-				return
-			}
-			errs[len(r.Tables)] = unreachable(err, cfg.Region)
-		})
+	for i, check := range r.Also {
+		wg.Go(func() { errs[len(r.Tables)+i] = check(ctx, cfg.Region, r.Fix) })
 	}
 	wg.Wait()
 	for _, err := range errs {
@@ -124,30 +124,13 @@ func Check(ctx context.Context, cfg aws.Config, r Resources) error {
 	return nil
 }
 
-func (r Resources) fixOrRegion() string {
-	fix := r.Fix
-	if fix == "" {
-		fix = FixDeploy
-	}
-	return fix + "; or set AWS_REGION to the region the stack is in"
-}
-
-// unreachable is a definite problem when err says the service's host name
+// Unreachable is a definite problem when err says the service's host name
 // does not resolve: a region that does not exist. Other errors are not the
-// check's to judge.
-func unreachable(err error, region string) error {
+// check's to judge: it returns nil for them.
+func Unreachable(err error, region string) error {
 	var dns *net.DNSError
 	if errors.As(err, &dns) && dns.IsNotFound && strings.HasSuffix(strings.TrimSuffix(dns.Name, "."), ".amazonaws.com") {
 		return missing{fmt.Sprintf("cannot reach AWS in region %q (%s does not resolve): fix AWS_REGION", region, dns.Name)}
 	}
 	return nil
-}
-
-// apiCode returns the service's error code of err, or "".
-func apiCode(err error) string {
-	var ae smithy.APIError
-	if errors.As(err, &ae) {
-		return ae.ErrorCode()
-	}
-	return ""
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/evs-dev/evs/internal/awscheck"
 	"github.com/evs-dev/evs/internal/dynamostore"
+	"github.com/evs-dev/evs/internal/sqsqueue"
 	"github.com/evs-dev/evs/internal/testkit"
 )
 
@@ -86,7 +87,9 @@ func TestOtherFailuresAreNotJudged(t *testing.T) {
 	}
 	if err := awscheck.Check(context.Background(), cfg, awscheck.Resources{
 		Tables: []awscheck.Resource{{Name: "keys", Source: "EVS_KEYS_TABLE"}},
-		Queue:  awscheck.Resource{Name: endpoint + "/000000000000/work", Source: "EVS_QUEUE_URL"},
+		Also: []func(context.Context, string, string) error{
+			sqsqueue.CheckQueue(sqs.NewFromConfig(cfg), awscheck.Resource{Name: endpoint + "/000000000000/work", Source: "EVS_QUEUE_URL"}),
+		},
 	}); err != nil {
 		t.Fatalf("Check judged a refused connection: %v", err)
 	}
@@ -110,9 +113,14 @@ func TestMissingResources(t *testing.T) {
 		t.Fatal(err)
 	}
 	queue := aws.ToString(q.QueueUrl)
+	withQueue := func(url string) []func(context.Context, string, string) error {
+		return []func(context.Context, string, string) error{
+			sqsqueue.CheckQueue(testkit.SQS(t), awscheck.Resource{Name: url, Source: "EVS_QUEUE_URL"}),
+		}
+	}
 	good := awscheck.Resources{
 		Tables: []awscheck.Resource{{Name: tables.Keys, Source: "EVS_KEYS_TABLE"}},
-		Queue:  awscheck.Resource{Name: queue, Source: "EVS_QUEUE_URL"},
+		Also:   withQueue(queue),
 	}
 	if err := awscheck.Check(ctx, cfg, good); err != nil {
 		t.Fatalf("resources that exist: %v", err)
@@ -121,7 +129,7 @@ func TestMissingResources(t *testing.T) {
 	noTable.Tables = append([]awscheck.Resource{}, good.Tables...)
 	noTable.Tables = append(noTable.Tables, awscheck.Resource{Name: "nope", Source: "EVS_RESULTS_TABLE"})
 	noQueue := good
-	noQueue.Queue = awscheck.Resource{Name: queue + "-nope", Source: "EVS_QUEUE_URL"}
+	noQueue.Also = withQueue(queue + "-nope")
 	elsewhere := cfg.Copy()
 	elsewhere.Region = "eu-west-1"
 	for _, c := range []struct {

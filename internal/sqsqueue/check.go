@@ -1,0 +1,33 @@
+package sqsqueue
+
+import (
+	"context"
+	"errors"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/aws/smithy-go"
+
+	"github.com/evs-dev/evs/internal/awscheck"
+)
+
+// CheckQueue is the awscheck of the queue q (its URL and where it came
+// from), for awscheck.Resources.Also: a queue SQS says does not exist is
+// one line naming it; other failures are left to the calls.
+func CheckQueue(client *sqs.Client, q awscheck.Resource) func(ctx context.Context, region, fix string) error {
+	return func(ctx context.Context, region, fix string) error {
+		if q.Name == "" {
+			return nil
+		}
+		_, err := client.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
+			QueueUrl: aws.String(q.Name), AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameQueueArn},
+		})
+		var nq *types.QueueDoesNotExist
+		var ae smithy.APIError
+		if errors.As(err, &nq) || (errors.As(err, &ae) && ae.ErrorCode() == "AWS.SimpleQueueService.NonExistentQueue") {
+			return awscheck.NotFound("SQS queue "+q.Name, q.Source, region, fix)
+		}
+		return awscheck.Unreachable(err, region)
+	}
+}
