@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"math"
 	"time"
 
 	"github.com/evs-dev/evs/internal/evs"
@@ -94,14 +95,21 @@ func (s *Store) RecordDelivery(ctx context.Context, d evs.Delivery) error {
 	})
 }
 
-// DueDeliveries lists pending deliveries of final, live batches due at now,
-// earliest first.
-func (s *Store) DueDeliveries(ctx context.Context, now time.Time, limit int) ([]evs.Delivery, error) {
-	rows, err := s.rdb.QueryContext(ctx, `SELECT `+deliveryCols+`
-		FROM deliveries d JOIN batches b ON b.id = d.batch_id
-		WHERE d.state = ? AND d.next_at <= ? AND b.state IN `+finalStates+` AND b.expires_at > ?
-		ORDER BY d.next_at LIMIT ?`,
-		evs.CallbackPending, millis(now), millis(s.now()), max(limit, 0))
+// DueDeliveries lists pending deliveries of final, live batches due at now;
+// see store.DueDeliveries. perAccount <= 0 bounds nothing per account.
+func (s *Store) DueDeliveries(ctx context.Context, now time.Time, perAccount, limit int) ([]evs.Delivery, error) {
+	if perAccount <= 0 {
+		perAccount = math.MaxInt32
+	}
+	// rn numbers each account's due deliveries, earliest first; ordering
+	// by it makes the accounts take turns within the limit.
+	rows, err := s.rdb.QueryContext(ctx, `SELECT account_id, batch_id, url, state, attempts, last_status, next_at FROM (
+			SELECT `+deliveryCols+`,
+				ROW_NUMBER() OVER (PARTITION BY d.account_id ORDER BY d.next_at, d.batch_id) AS rn
+			FROM deliveries d JOIN batches b ON b.id = d.batch_id
+			WHERE d.state = ? AND d.next_at <= ? AND b.state IN `+finalStates+` AND b.expires_at > ?)
+		WHERE rn <= ? ORDER BY rn, next_at, batch_id LIMIT ?`,
+		evs.CallbackPending, millis(now), millis(s.now()), perAccount, max(limit, 0))
 	if err != nil {
 		return nil, dbErr("list due deliveries", err)
 	}

@@ -133,7 +133,16 @@ type Worker struct {
 	// invocations.
 	Polite *Polite
 	// Webhooks delivers batch events (KindWebhook messages); nil drops them.
+	// The webhook messages of one event are attempted at once, beside the
+	// other messages, so a receiver that never answers delays no other
+	// message by its 10 s timeout.
 	Webhooks *webhook.Deliverer
+	// WebhookSlots, when set, bounds the attempts of one account in
+	// flight across every invocation to WebhookPerAccount (default
+	// webhook.DefaultPerAccount); a message over the bound waits 2 s in
+	// the queue. Nil: no bound across invocations.
+	WebhookSlots      WebhookSlotStore
+	WebhookPerAccount int
 	// Sweeper lists what the scheduled sweep (KindSweep messages) looks
 	// at; nil drops sweep messages. StallAfter is how long a batch may
 	// make no progress before the sweep plans it again (default 35 min);
@@ -172,7 +181,18 @@ func (w *Worker) startBy(ctx context.Context) time.Time {
 // Handle processes an SQS event and reports the messages that failed, so
 // only those are redelivered (ReportBatchItemFailures).
 func (w *Worker) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
-	var resp events.SQSEventResponse
+	var (
+		resp  events.SQSEventResponse
+		mu    sync.Mutex
+		hooks sync.WaitGroup
+	)
+	failed := func(rec events.SQSMessage, m Message, err error) {
+		w.logger().Error("message failed; it will be redelivered", slog.String("messageId", rec.MessageId),
+			slog.String("batchId", m.BatchID), slog.String("error", err.Error()))
+		mu.Lock()
+		resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: rec.MessageId})
+		mu.Unlock()
+	}
 	startBy := w.startBy(ctx)
 	for _, rec := range ev.Records {
 		var m Message
@@ -182,7 +202,21 @@ func (w *Worker) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEven
 			// dead-letter queue after maxReceiveCount tries, where an alarm
 			// and a person can look at it.
 			w.logger().Error("unreadable message; it goes to the dead-letter queue", slog.String("messageId", rec.MessageId))
+			mu.Lock()
 			resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: rec.MessageId})
+			mu.Unlock()
+			continue
+		}
+		if m.Kind == KindWebhook {
+			// An attempt waits on the network for up to 10 s: run it
+			// beside the rest rather than before it.
+			hooks.Add(1)
+			go func() {
+				defer hooks.Done()
+				if err := w.deliver(ctx, m); err != nil {
+					failed(rec, m, err)
+				}
+			}()
 			continue
 		}
 		var err error
@@ -197,19 +231,16 @@ func (w *Worker) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEven
 			err = w.work(ctx, m, true, startBy)
 		case KindWake:
 			err = w.wake(ctx, rec.Body)
-		case KindWebhook:
-			err = w.deliver(ctx, m)
 		case KindSweep:
 			err = w.sweep(ctx)
 		default:
 			err = fmt.Errorf("sqsqueue: unknown message kind %q", m.Kind)
 		}
 		if err != nil {
-			w.logger().Error("message failed; it will be redelivered", slog.String("messageId", rec.MessageId),
-				slog.String("batchId", m.BatchID), slog.String("error", err.Error()))
-			resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: rec.MessageId})
+			failed(rec, m, err)
 		}
 	}
+	hooks.Wait()
 	return resp, nil
 }
 

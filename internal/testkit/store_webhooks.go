@@ -1,6 +1,8 @@
 package testkit
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -31,12 +33,16 @@ func runWebhooks(t *testing.T, newStore StoreFactory) {
 		wantCode(t, err, evs.CodeNotFound, "another account's secret")
 	})
 
-	withCallback := func(t *testing.T, e *env, id string, n int) evs.Batch {
+	withCallbackOf := func(t *testing.T, e *env, acct, id string, n int) evs.Batch {
 		t.Helper()
-		b, items := newBatch(id, "acct-1", n, 0)
+		b, items := newBatch(id, acct, n, 0)
 		b.CallbackURL = "https://hooks.example.com/evs?batch=" + id
 		must(t, e.st.CreateBatch(e.ctx, b, items), "CreateBatch with callback")
 		return b
+	}
+	withCallback := func(t *testing.T, e *env, id string, n int) evs.Batch {
+		t.Helper()
+		return withCallbackOf(t, e, "acct-1", id, n)
 	}
 
 	t.Run("DeliveryBecomesPendingWithTheFinalState", func(t *testing.T) {
@@ -72,7 +78,7 @@ func runWebhooks(t *testing.T, newStore StoreFactory) {
 					t.Errorf("Delivery after the final state = %+v", d)
 				}
 				if due, ok := e.st.(store.DueDeliveries); ok {
-					list, err := due.DueDeliveries(e.ctx, base, 10)
+					list, err := due.DueDeliveries(e.ctx, base, 0, 10)
 					must(t, err, "DueDeliveries")
 					if len(list) != 1 || list[0].BatchID != b.ID {
 						t.Errorf("DueDeliveries = %+v, want the one batch", list)
@@ -91,7 +97,7 @@ func runWebhooks(t *testing.T, newStore StoreFactory) {
 		_, err := e.st.Delivery(e.ctx, b.AccountID, b.ID)
 		wantCode(t, err, evs.CodeNotFound, "Delivery of a batch without callback")
 		if due, ok := e.st.(store.DueDeliveries); ok {
-			list, err := due.DueDeliveries(e.ctx, base.Add(time.Hour), 10)
+			list, err := due.DueDeliveries(e.ctx, base.Add(time.Hour), 0, 10)
 			must(t, err, "DueDeliveries")
 			if len(list) != 0 {
 				t.Errorf("DueDeliveries = %+v, want none", list)
@@ -132,7 +138,7 @@ func runWebhooks(t *testing.T, newStore StoreFactory) {
 		_, err = e.st.ClaimDelivery(e.ctx, b.AccountID, b.ID, 2, base.Add(time.Hour), base.Add(2*time.Hour))
 		wantCode(t, err, evs.CodeInvalidState, "claim after delivered")
 		if due, ok := e.st.(store.DueDeliveries); ok {
-			list, err := due.DueDeliveries(e.ctx, base.Add(time.Hour), 10)
+			list, err := due.DueDeliveries(e.ctx, base.Add(time.Hour), 0, 10)
 			must(t, err, "DueDeliveries")
 			if len(list) != 0 {
 				t.Errorf("DueDeliveries after delivery = %+v", list)
@@ -156,15 +162,54 @@ func runWebhooks(t *testing.T, newStore StoreFactory) {
 		must(t, err, "claim a")
 		d.NextAt = base.Add(time.Minute)
 		must(t, e.st.RecordDelivery(e.ctx, d), "record a")
-		list, err := due.DueDeliveries(e.ctx, base.Add(time.Second), 10)
+		list, err := due.DueDeliveries(e.ctx, base.Add(time.Second), 0, 10)
 		must(t, err, "DueDeliveries")
 		if len(list) != 1 || list[0].BatchID != "batch-b" {
 			t.Errorf("due now = %+v, want batch-b only", list)
 		}
-		list, err = due.DueDeliveries(e.ctx, base.Add(time.Minute), 10)
+		list, err = due.DueDeliveries(e.ctx, base.Add(time.Minute), 0, 10)
 		must(t, err, "DueDeliveries later")
 		if len(list) != 2 || list[0].BatchID != "batch-b" {
 			t.Errorf("due in a minute = %+v, want batch-b then batch-a", list)
+		}
+	})
+
+	// A hog account's many due deliveries do not hide another account's:
+	// the listing takes each account's earliest in turn.
+	t.Run("DueFairAcrossAccounts", func(t *testing.T) {
+		e := newEnv(t, newStore)
+		due, ok := e.st.(store.DueDeliveries)
+		if !ok {
+			t.Skip("the store has no delivery loop (AWS: SQS delays time the attempts)")
+		}
+		var all []evs.Batch
+		for i := range 5 {
+			all = append(all, withCallbackOf(t, e, "acct-hog", fmt.Sprintf("hog-%d", i), 1))
+		}
+		all = append(all, withCallbackOf(t, e, "acct-other", "other-0", 1))
+		for i, x := range all {
+			_, err := e.st.TransitionBatch(e.ctx, x.AccountID, x.ID, []evs.State{evs.StateQueued}, evs.StateCancelled, "", base)
+			must(t, err, "cancel")
+			// Make the hog's due earliest: other-0 comes last by time.
+			d, err := e.st.ClaimDelivery(e.ctx, x.AccountID, x.ID, 0, base, base.Add(time.Duration(i+1)*time.Second))
+			must(t, err, "claim")
+			d.NextAt = base.Add(time.Duration(i+1) * time.Second)
+			must(t, e.st.RecordDelivery(e.ctx, d), "record")
+		}
+		at := base.Add(time.Minute)
+		list, err := due.DueDeliveries(e.ctx, at, 2, 3)
+		must(t, err, "DueDeliveries")
+		var ids []string
+		for _, d := range list {
+			ids = append(ids, d.BatchID)
+		}
+		if got := strings.Join(ids, ","); got != "hog-0,other-0,hog-1" {
+			t.Errorf("DueDeliveries(perAccount 2, limit 3) = %s, want hog-0,other-0,hog-1", got)
+		}
+		list, err = due.DueDeliveries(e.ctx, at, 0, 10)
+		must(t, err, "DueDeliveries unbounded per account")
+		if len(list) != 6 {
+			t.Errorf("DueDeliveries(no bound per account) lists %d, want 6", len(list))
 		}
 	})
 }

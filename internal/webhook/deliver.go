@@ -96,6 +96,11 @@ type Deliverer struct {
 	Logger *slog.Logger
 	// Observe, when set, counts each attempt's result (metrics).
 	Observe func(result string)
+	// Slots bounds the attempts Run makes at once (default
+	// DefaultSlots); PerAccount bounds those of one account (default
+	// DefaultPerAccount), so an account whose receiver never answers
+	// cannot hold every slot.
+	Slots, PerAccount int
 }
 
 func (d *Deliverer) now() time.Time {
@@ -258,49 +263,44 @@ func (d *Deliverer) post(ctx context.Context, url, id string, secrets []string, 
 	return resp.StatusCode, nil
 }
 
+// DueLister lists due deliveries (store.DueDeliveries): at most
+// perAccount of any one account, limit in all.
+type DueLister interface {
+	DueDeliveries(ctx context.Context, now time.Time, perAccount, limit int) ([]evs.Delivery, error)
+}
+
 // Run delivers due events of a store with its own delivery loop (`evs
-// serve`): it polls every interval until ctx ends, at most 16 attempts at
-// once, and returns when the attempts in flight are done.
-func (d *Deliverer) Run(ctx context.Context, due interface {
-	DueDeliveries(ctx context.Context, now time.Time, limit int) ([]evs.Delivery, error)
-}, every time.Duration) {
-	var (
-		mu     sync.Mutex
-		active = map[string]bool{}
-		wg     sync.WaitGroup
-		sem    = make(chan struct{}, 16)
-	)
+// serve`): it polls every interval until ctx ends and returns when the
+// attempts in flight are done. At most Slots attempts run at once, shared
+// round-robin between accounts with at most PerAccount each (fair.go).
+func (d *Deliverer) Run(ctx context.Context, due DueLister, every time.Duration) {
+	var wg sync.WaitGroup
 	defer wg.Wait()
+	var q *fairQueue
+	q = newFairQueue(d.slots(), d.perAccount(), func(del evs.Delivery) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer q.done(del)
+			if ctx.Err() != nil {
+				return
+			}
+			if _, _, err := d.Attempt(ctx, del.AccountID, del.BatchID); err != nil && ctx.Err() == nil {
+				d.logger().Error("webhook: attempt failed", slog.String("batchId", del.BatchID), slog.String("error", err.Error()))
+			}
+		}()
+	})
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
-		list, err := due.DueDeliveries(ctx, d.now(), 64)
+		// Each account's earliest deliveries first, taking turns, so the
+		// listing's limit is shared fairly too.
+		list, err := due.DueDeliveries(ctx, d.now(), q.maxQueued, 4*d.slots())
 		if err != nil && ctx.Err() == nil {
 			d.logger().Error("webhook: could not list due deliveries", slog.String("error", err.Error()))
 		}
-		for _, del := range list {
-			key := del.AccountID + "/" + del.BatchID
-			mu.Lock()
-			busy := active[key]
-			active[key] = true
-			mu.Unlock()
-			if busy {
-				continue
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer func() { mu.Lock(); delete(active, key); mu.Unlock() }()
-				select {
-				case sem <- struct{}{}:
-				case <-ctx.Done():
-					return
-				}
-				defer func() { <-sem }()
-				if _, _, err := d.Attempt(ctx, del.AccountID, del.BatchID); err != nil && ctx.Err() == nil {
-					d.logger().Error("webhook: attempt failed", slog.String("batchId", del.BatchID), slog.String("error", err.Error()))
-				}
-			}()
+		if ctx.Err() == nil {
+			q.add(list)
 		}
 		select {
 		case <-ctx.Done():
@@ -308,4 +308,18 @@ func (d *Deliverer) Run(ctx context.Context, due interface {
 		case <-t.C:
 		}
 	}
+}
+
+func (d *Deliverer) slots() int {
+	if d.Slots <= 0 {
+		return DefaultSlots
+	}
+	return d.Slots
+}
+
+func (d *Deliverer) perAccount() int {
+	if d.PerAccount <= 0 {
+		return DefaultPerAccount
+	}
+	return d.PerAccount
 }
