@@ -3,6 +3,7 @@ package testkit
 import (
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -20,17 +21,61 @@ func runWebhooks(t *testing.T, newStore StoreFactory) {
 		must(t, e.st.PutWebhookSecret(e.ctx, first, ""), "PutWebhookSecret first")
 		wantCode(t, e.st.PutWebhookSecret(e.ctx, evs.WebhookSecret{AccountID: "acct-1", Current: "whsec_dup"}, ""),
 			evs.CodeInvalidState, "a second first secret")
-		rotated := evs.WebhookSecret{AccountID: "acct-1", Current: "whsec_two", Previous: "whsec_one", RotatedAt: base}
+		rotated := evs.WebhookSecret{AccountID: "acct-1", Current: "whsec_two",
+			Retired: []evs.RetiredSecret{{Secret: "whsec_one", RetiredAt: base}}}
 		wantCode(t, e.st.PutWebhookSecret(e.ctx, rotated, "whsec_wrong"), evs.CodeInvalidState, "rotation from a stale secret")
 		must(t, e.st.PutWebhookSecret(e.ctx, rotated, "whsec_one"), "rotation")
 		got, err := e.st.WebhookSecret(e.ctx, "acct-1")
 		must(t, err, "WebhookSecret")
-		if got.AccountID != "acct-1" || got.Current != "whsec_two" || got.Previous != "whsec_one" {
-			t.Errorf("WebhookSecret = %+v", got)
+		if got.AccountID != "acct-1" || got.Current != "whsec_two" || len(got.Retired) != 1 || got.Retired[0].Secret != "whsec_one" {
+			t.Fatalf("WebhookSecret = %+v", got)
 		}
-		sameTime(t, "RotatedAt", got.RotatedAt, base)
+		sameTime(t, "RetiredAt", got.Retired[0].RetiredAt, base)
 		_, err = e.st.WebhookSecret(e.ctx, "acct-2")
 		wantCode(t, err, evs.CodeNotFound, "another account's secret")
+	})
+
+	// Of concurrent writes from the same current secret exactly one is
+	// stored: what lets webhook.Rotate serialise rotations.
+	t.Run("ConcurrentPutsOneWins", func(t *testing.T) {
+		e := newEnv(t, newStore)
+		must(t, e.st.PutWebhookSecret(e.ctx, evs.WebhookSecret{AccountID: "acct-1", Current: "whsec_one"}, ""), "first secret")
+		const n = 6
+		var (
+			wg     sync.WaitGroup
+			mu     sync.Mutex
+			won    []string
+			others []error
+		)
+		for i := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				w := evs.WebhookSecret{AccountID: "acct-1", Current: fmt.Sprintf("whsec_new%d", i),
+					Retired: []evs.RetiredSecret{{Secret: "whsec_one", RetiredAt: base}, {Secret: "whsec_zero", RetiredAt: base.Add(-time.Hour)}}}
+				err := e.st.PutWebhookSecret(e.ctx, w, "whsec_one")
+				mu.Lock()
+				defer mu.Unlock()
+				if err == nil {
+					won = append(won, w.Current)
+				} else {
+					others = append(others, err)
+				}
+			}()
+		}
+		wg.Wait()
+		if len(won) != 1 {
+			t.Fatalf("%d of %d concurrent rotations from the same secret were stored, want 1", len(won), n)
+		}
+		for _, err := range others {
+			wantCode(t, err, evs.CodeInvalidState, "a rotation that lost the race")
+		}
+		got, err := e.st.WebhookSecret(e.ctx, "acct-1")
+		must(t, err, "WebhookSecret")
+		if got.Current != won[0] || len(got.Retired) != 2 || got.Retired[0].Secret != "whsec_one" || got.Retired[1].Secret != "whsec_zero" {
+			t.Fatalf("stored %+v, want the winner with both retired secrets in order", got)
+		}
+		sameTime(t, "Retired[1].RetiredAt", got.Retired[1].RetiredAt, base.Add(-time.Hour))
 	})
 
 	withCallbackOf := func(t *testing.T, e *env, acct, id string, n int) evs.Batch {

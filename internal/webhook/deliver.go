@@ -143,20 +143,49 @@ func Secret(ctx context.Context, st interface {
 	return evs.WebhookSecret{}, evs.Errorf(evs.CodeUnavailable, "The webhook secret keeps changing; retry.")
 }
 
-// Rotate replaces the account's secret; the old one still signs for 24 h.
+// MaxRetired bounds the retired secrets that still sign: every signature
+// goes into each event's webhook-signature header, so a rotation that
+// would make more is refused rather than silently dropping one that was
+// promised a day.
+const MaxRetired = 16
+
+// Rotate replaces the account's secret; the secrets it replaced in the
+// last 24 h (the one replaced now included) still sign beside the new one,
+// each for 24 h from its own rotation. Concurrent rotations are
+// serialised: a rotation that lost the race to another starts again from
+// the winner's secret, so both succeed and neither new secret is lost.
 func Rotate(ctx context.Context, st interface {
 	WebhookSecret(ctx context.Context, accountID string) (evs.WebhookSecret, error)
 	PutWebhookSecret(ctx context.Context, s evs.WebhookSecret, ifCurrent string) error
 }, accountID string, now time.Time) (evs.WebhookSecret, error) {
-	cur, err := Secret(ctx, st, accountID)
-	if err != nil {
-		return evs.WebhookSecret{}, err
+	now = now.UTC()
+	for range 20 {
+		cur, err := Secret(ctx, st, accountID)
+		if err != nil {
+			return evs.WebhookSecret{}, err
+		}
+		next := evs.WebhookSecret{AccountID: accountID, Current: NewSecret(),
+			Retired: []evs.RetiredSecret{{Secret: cur.Current, RetiredAt: now}}}
+		for _, r := range cur.Retired {
+			if now.Before(r.RetiredAt.Add(RotationOverlap)) {
+				next.Retired = append(next.Retired, r)
+			}
+		}
+		if len(next.Retired) > MaxRetired {
+			return evs.WebhookSecret{}, evs.Errorf(evs.CodeRateLimited,
+				"The secret was rotated %d times in the last 24 hours; another rotation would sign every event %d times. Retry once the oldest is a day old.",
+				len(next.Retired)-1, len(next.Retired)+1)
+		}
+		err = st.PutWebhookSecret(ctx, next, cur.Current)
+		if err == nil {
+			return next, nil
+		}
+		if evs.ErrorCode(err) != evs.CodeInvalidState {
+			return evs.WebhookSecret{}, err
+		}
+		// Another rotation won: rotate from its secret.
 	}
-	next := evs.WebhookSecret{AccountID: accountID, Current: NewSecret(), Previous: cur.Current, RotatedAt: now.UTC()}
-	if err := st.PutWebhookSecret(ctx, next, cur.Current); err != nil {
-		return evs.WebhookSecret{}, err
-	}
-	return next, nil
+	return evs.WebhookSecret{}, evs.Errorf(evs.CodeUnavailable, "The webhook secret keeps changing; retry.")
 }
 
 // Attempt makes the next attempt of a batch's delivery if one is due, and
