@@ -104,6 +104,13 @@ func New(o Options) (*Server, error) {
 	if o.SweepEvery <= 0 {
 		o.SweepEvery = time.Hour
 	}
+	if w, ok := o.Store.(interface{ Warnings() []string }); ok {
+		// Security-relevant, so said at start: a data directory other
+		// users can read (sqlitestore.Store.Warnings).
+		for _, msg := range w.Warnings() {
+			o.Logger.Warn(msg)
+		}
+	}
 	var lookups func(time.Duration)
 	if o.Metrics != nil {
 		lookups = o.Metrics.DNSLookup
