@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"time"
@@ -67,7 +66,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, getenv 
 		if err != nil {
 			return fmt.Errorf("listen on %s (EVS_METRICS_ADDR): %w", cfg.MetricsAddr, err)
 		}
-		msrv := &http.Server{Handler: m.Handler(), ReadHeaderTimeout: 10 * time.Second}
+		msrv := server.MetricsServer(m.Handler(), logger, server.MetricsLimits{})
 		go func() { _ = msrv.Serve(mln) }()
 		defer msrv.Close()
 		fmt.Fprintf(stdout, "metrics on http://%s/metrics\n", mln.Addr())

@@ -22,6 +22,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/evs-dev/evs/internal/api"
+	"github.com/evs-dev/evs/internal/evs"
 )
 
 // gateway is the local stand-in for Amazon API Gateway (REST API) in front
@@ -192,7 +193,15 @@ func (g *gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// it when it drains a body the handler did not read.
 	rc := http.NewResponseController(w)
 	_ = rc.SetReadDeadline(time.Now().Add(g.o.BodyTimeout)) // unsupported only in tests' fakes
-	g.serve(sw, r, &sw.call)
+	if smuggled(r.Context()) {
+		// RFC 9112, section 6.3: refused, and the connection closed, so
+		// no byte of its ambiguous body is read as another request.
+		w.Header().Set("Connection", "close")
+		writeError(sw, http.StatusBadRequest, evs.CodeInvalidRequest,
+			"A request must not carry both Content-Length and Transfer-Encoding.", sw.call.RequestID)
+	} else {
+		g.serve(sw, r, &sw.call)
+	}
 	end := g.o.Now()
 	sw.call.Log(r.Context(), g.o.Logger, end)
 	if g.o.Metrics != nil {

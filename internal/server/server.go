@@ -82,6 +82,46 @@ const (
 	defaultMaxConns = 1024
 )
 
+// MetricsLimits are the timeouts of the metrics listener; a zero value
+// takes its default.
+type MetricsLimits struct {
+	// ReadHeader bounds the arrival of a request's headers (default 10 s,
+	// as on the API listener); Read the whole request, which has no body
+	// (default 10 s).
+	ReadHeader, Read time.Duration
+	// Write bounds a reply's writing (default 30 s).
+	Write time.Duration
+	// Idle closes a kept-alive connection with no request (default 120 s,
+	// as on the API listener).
+	Idle time.Duration
+}
+
+// MetricsServer returns the HTTP server of the metrics listener
+// (EVS_METRICS_ADDR) serving h: the API listener's limits on headers and
+// idle connections, and bounds on reading a request and writing a reply,
+// so connections that never finish a request, or sit idle, are closed
+// there too.
+func MetricsServer(h http.Handler, logger *slog.Logger, l MetricsLimits) *http.Server {
+	if logger == nil {
+		logger = slog.Default()
+	}
+	def := func(d, v time.Duration) time.Duration {
+		if d <= 0 {
+			return v
+		}
+		return d
+	}
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: def(l.ReadHeader, headerTimeout),
+		ReadTimeout:       def(l.Read, headerTimeout),
+		WriteTimeout:      def(l.Write, 30*time.Second),
+		IdleTimeout:       def(l.Idle, idleTimeout),
+		MaxHeaderBytes:    MaxHeaderBytes - 4096,
+		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	}
+}
+
 // Server is the one-machine service.
 type Server struct {
 	opts    Options
@@ -239,6 +279,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		// so the limit is the contract's 16 KiB.
 		MaxHeaderBytes: MaxHeaderBytes - 4096,
 		ErrorLog:       slog.NewLogLogger(s.opts.Logger.Handler(), slog.LevelWarn),
+		// Each request learns whether its head carried both Content-Length
+		// and Transfer-Encoding (framing.go).
+		ConnContext: connContext,
 	}
 	maxConns := s.opts.Config.MaxConns
 	if maxConns <= 0 {
@@ -246,7 +289,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	// Past the cap, connections wait in the kernel's accept queue instead
 	// of each costing a descriptor and a goroutine here.
-	ln = netutil.LimitListener(ln, maxConns)
+	ln = framingListener{netutil.LimitListener(ln, maxConns)}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {
