@@ -74,6 +74,8 @@ type Store struct {
 	c              *committer
 	// lock is the open serve lock file (OpenServing), nil without one.
 	lock *os.File
+	// dir is the data directory.
+	dir string
 	// views is the cache of batch views; nil unless this process
 	// is the only writer of batches (OpenServing).
 	views *viewCache
@@ -168,6 +170,12 @@ func open(ctx context.Context, dir string, now func() time.Time, busy time.Durat
 			}
 		}()
 	}
+	// Before SQLite touches the files: opening would start afresh from
+	// evs.db alone.
+	handOver, err := checkWAL(dir, lock != nil)
+	if err != nil {
+		return nil, err
+	}
 	path := filepath.Join(dir, FileName)
 	q := url.Values{}
 	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", busy.Milliseconds()))
@@ -214,6 +222,10 @@ func open(ctx context.Context, dir string, now func() time.Time, busy time.Durat
 		s.Close()
 		return nil, err
 	}
+	if err := quickCheck(ctx, rdb, path); err != nil {
+		s.Close()
+		return nil, err
+	}
 	if err := s.migrate(ctx); err != nil {
 		s.Close()
 		return nil, err
@@ -222,7 +234,19 @@ func open(ctx context.Context, dir string, now func() time.Time, busy time.Durat
 		s.Close()
 		return nil, err
 	}
-	s.lock = lock
+	if lock != nil {
+		if err := markRunning(dir); err != nil {
+			s.Close()
+			return nil, err
+		}
+	}
+	if handOver {
+		// The log of the server that stopped uncleanly has been read: the
+		// database now holds its writes, and SQLite copies them into
+		// evs.db by the time this store closes.
+		_ = os.Remove(filepath.Join(dir, RunningName))
+	}
+	s.lock, s.dir = lock, dir
 	if lock != nil {
 		// Only the serving process writes batches and deliveries, and this
 		// store is it: batch views can be kept in memory.
@@ -346,6 +370,10 @@ func (s *Store) Close() error {
 		s.rstmts.close()
 		err := errors.Join(s.db.Close(), s.rdb.Close())
 		if s.lock != nil {
+			if err == nil {
+				// Closed cleanly: the write-ahead log is in evs.db.
+				err = os.Remove(filepath.Join(s.dir, RunningName))
+			}
 			err = errors.Join(err, s.lock.Close())
 		}
 		if err != nil {
