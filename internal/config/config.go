@@ -86,6 +86,10 @@ type Config struct {
 	BatchDeadline time.Duration
 	// MaxConns caps the open HTTP connections of `evs serve` (EVS_MAX_CONNS).
 	MaxConns int
+	// MinFreeBytes is the free space of the data directory's file system
+	// below which `evs serve` refuses new batches (EVS_MIN_FREE_BYTES,
+	// default DefaultMinFreeBytes; 0: no watermark).
+	MinFreeBytes int64
 	// MetricsAddr is the listen address of the Prometheus endpoint; empty
 	// means off (EVS_METRICS_ADDR).
 	MetricsAddr string
@@ -248,6 +252,15 @@ func FromEnv(getenv func(string) string, onLambda bool) (Config, error) {
 	}
 	c.MaxActiveBatches = positiveInt(getenv, "EVS_MAX_ACTIVE_BATCHES", 10, &errs)
 	c.MaxConns = positiveInt(getenv, "EVS_MAX_CONNS", 1024, &errs)
+	c.MinFreeBytes = DefaultMinFreeBytes
+	if s := getenv("EVS_MIN_FREE_BYTES"); s != "" {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || n < 0 {
+			errs = append(errs, fmt.Errorf("EVS_MIN_FREE_BYTES: %q is not a whole number of bytes (0 for no watermark)", s))
+		} else {
+			c.MinFreeBytes = n
+		}
+	}
 	if s := getenv("EVS_QUOTA_ADDRESSES"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 0 {
@@ -310,6 +323,11 @@ func (c *Config) SetSMTPProxy(proxyURL string) error {
 }
 
 // positiveInt reads a positive whole number, def when unset.
+// DefaultMinFreeBytes is EVS_MIN_FREE_BYTES's default, 1 GiB: room for
+// the batches and results already accepted to finish (a 50,000-address
+// batch with its results takes about 8 MiB) and for SQLite's checkpoints.
+const DefaultMinFreeBytes = 1 << 30
+
 func positiveInt(getenv func(string) string, name string, def int, errs *[]error) int {
 	s := getenv(name)
 	if s == "" {

@@ -271,6 +271,11 @@ func (g *gateway) serve(w http.ResponseWriter, r *http.Request, c *api.Call) {
 		writeResponse(w, throttled, rid, map[string]string{"Retry-After": retryAfter(wait)})
 		return
 	}
+	if storesWork(r.Method, rt) && g.lowOnSpace() {
+		refuseEarly(w, r)
+		writeLowSpace(w, rid)
+		return
+	}
 	body, typ := g.readBody(w, r, rt)
 	if typ != "" {
 		// The rest of the body is never read: close instead.

@@ -68,6 +68,10 @@ type Options struct {
 	// Metrics, when set, is told about replies, verdicts, DNS lookups and
 	// webhook attempts (EVS_METRICS_ADDR).
 	Metrics metrics.Observer
+	// FreeBytes reads the free space of the data directory's file system,
+	// compared with Config.MinFreeBytes before a call that stores new
+	// work (disk.go). Default: the file system of Config.DataDir, when set.
+	FreeBytes func() (uint64, error)
 }
 
 // HTTP limits of `evs serve` (contract, section 9).
@@ -143,6 +147,10 @@ func New(o Options) (*Server, error) {
 	}
 	if o.SweepEvery <= 0 {
 		o.SweepEvery = time.Hour
+	}
+	if o.FreeBytes == nil && o.Config.DataDir != "" {
+		dir := o.Config.DataDir
+		o.FreeBytes = func() (uint64, error) { return freeBytes(dir) }
 	}
 	if w, ok := o.Store.(interface{ Warnings() []string }); ok {
 		// Security-relevant, so said at start: a data directory other
