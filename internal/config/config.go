@@ -106,6 +106,10 @@ type Config struct {
 	// UsagePlanID is the API Gateway usage plan `evs keys create` adds keys
 	// to (EVS_USAGE_PLAN_ID).
 	UsagePlanID string
+	// PublicURL is the origin clients reach `evs serve` at, as
+	// https://host[:port] (EVS_PUBLIC_URL): upload URLs are made with it.
+	// Empty means the origin each call came to (its Host header).
+	PublicURL string
 	// APIURL and APIKey are where and as whom `evs batch` calls the API
 	// (EVS_URL, EVS_API_KEY).
 	APIURL string
@@ -227,6 +231,14 @@ func FromEnv(getenv func(string) string, onLambda bool) (Config, error) {
 		c.AuthTTL = d
 		if d == 0 {
 			c.AuthTTL = -1 // disabled
+		}
+	}
+	if s := getenv("EVS_PUBLIC_URL"); s != "" {
+		u, err := url.Parse(s)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.User != nil {
+			errs = append(errs, fmt.Errorf("EVS_PUBLIC_URL: %q is not an origin like https://evs.example.com", s))
+		} else {
+			c.PublicURL = u.Scheme + "://" + u.Host
 		}
 	}
 	days := 30

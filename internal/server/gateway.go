@@ -62,6 +62,9 @@ type gateway struct {
 	cache    map[[32]byte]authEntry
 	limiters map[string]*rate.Limiter
 	fails    *failLimiter
+	// uploads receives lists PUT to upload URLs; nil when the store
+	// keeps none.
+	uploads uploadStore
 }
 
 // function is a Lambda proxy handler; authorizerFunc a Lambda REQUEST
@@ -217,6 +220,10 @@ func (g *gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // arrived, the one reading of the clock its checks share.
 func (g *gateway) serve(w http.ResponseWriter, r *http.Request, c *api.Call) {
 	rid := c.RequestID
+	if id, ok := isUploadPath(r.URL.Path); ok && g.uploads != nil {
+		g.receiveUpload(w, r, c, id)
+		return
+	}
 	rt, params, ok := g.match(r.URL.Path)
 	if !ok {
 		writeResponse(w, missingAuthToken, rid, nil)
@@ -545,12 +552,16 @@ func (g *gateway) throttle(account string) (time.Duration, bool) {
 // request a fresh one, which nothing writes to once the handler runs, so
 // copying it would only cost.
 func headers(r *http.Request) (map[string]string, map[string][]string) {
-	hs := make(map[string]string, len(r.Header))
+	hs := make(map[string]string, len(r.Header)+1)
 	for k, v := range r.Header {
 		if len(v) == 0 {
 			continue
 		}
 		hs[k] = v[len(v)-1]
+	}
+	// net/http takes Host out of the headers; API Gateway's event has it.
+	if r.Host != "" {
+		hs["Host"] = r.Host
 	}
 	return hs, r.Header
 }

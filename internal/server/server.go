@@ -65,6 +65,9 @@ type Options struct {
 	// DeliverEvery is how often due webhook deliveries are looked for
 	// (default 500 ms).
 	DeliverEvery time.Duration
+	// MaxUploadAddresses is the most addresses an uploaded list may hold
+	// (0: the contract's 1,000,000); tests lower it.
+	MaxUploadAddresses int
 	// Metrics, when set, is told about replies, verdicts, DNS lookups and
 	// webhook attempts (EVS_METRICS_ADDR).
 	Metrics metrics.Observer
@@ -201,21 +204,30 @@ func New(o Options) (*Server, error) {
 	if q := quota(o.Store, o.Config); q.Limit > 0 && q.Store == nil {
 		return nil, errors.New("server: EVS_QUOTA_ADDRESSES is set but the store keeps no quota counters")
 	}
+	uploads, _ := o.Store.(uploadStore)
+	var deps api.Uploads
+	if uploads != nil {
+		deps = uploads
+	}
 	h := api.New(api.Deps{
-		Engine:           o.Engine,
-		Sandbox:          sandbox,
-		Idempotency:      keeper(o.Store, o.Now),
-		Batches:          o.Store,
-		Queue:            runner,
-		Retention:        o.Config.Retention,
-		MaxActiveBatches: o.Config.MaxActiveBatches,
-		Quota:            quota(o.Store, o.Config),
-		Now:              o.Now,
-		Logger:           o.Logger,
-		Callbacks:        api.Callbacks{Egress: o.Config.Egress, Deliveries: o.Store},
+		Uploads:            deps,
+		PublicURL:          o.Config.PublicURL,
+		MaxUploadAddresses: o.MaxUploadAddresses,
+		Engine:             o.Engine,
+		Sandbox:            sandbox,
+		Idempotency:        keeper(o.Store, o.Now),
+		Batches:            o.Store,
+		Queue:              runner,
+		Retention:          o.Config.Retention,
+		MaxActiveBatches:   o.Config.MaxActiveBatches,
+		Quota:              quota(o.Store, o.Config),
+		Now:                o.Now,
+		Logger:             o.Logger,
+		Callbacks:          api.Callbacks{Egress: o.Config.Egress, Deliveries: o.Store},
 	})
 	az := authorizer.New(o.Store)
 	gw := newGateway(o, map[string]function{api.VerifyFunction: h.Verify, api.RequestsFunction: h.Requests}, az.Handle)
+	gw.uploads = uploads
 	if o.DeliverEvery <= 0 {
 		o.DeliverEvery = 500 * time.Millisecond
 	}

@@ -403,6 +403,8 @@ func (w *Worker) work(ctx context.Context, m Message, again bool, startBy time.T
 	var (
 		mu      sync.Mutex
 		results []evs.Result
+		wrote   bool      // some results were written
+		final   evs.Batch // the batch as the last write left it
 		retry   []evs.Item
 		left    []evs.Item
 		parked  []parking
@@ -410,6 +412,27 @@ func (w *Worker) work(ctx context.Context, m Message, again bool, startBy time.T
 		wg      sync.WaitGroup
 		sem     = make(chan struct{}, conc)
 	)
+	// flush writes the results gathered so far, with mu held. Results are
+	// written as soon as a transaction's worth (flushAt) is done, not only
+	// at the end: a worker that dies mid-message (out of memory, a crash)
+	// loses at most that many, and the redelivery asks no server again
+	// about the rest. It costs no extra transaction.
+	flush := func() {
+		if len(results) == 0 || (firstEr != nil && ctx.Err() != nil) {
+			return
+		}
+		rs := results
+		results = nil
+		b, err := w.Store.PutResults(ctx, m.AccountID, m.BatchID, rs, w.now())
+		if err != nil {
+			if firstEr == nil {
+				firstEr = err
+			}
+			results = append(results, rs...) // not written: kept for the last try
+			return
+		}
+		wrote, final = true, b
+	}
 	memo := verify.NewCatchAllMemo()
 	for _, g := range batch.GroupByDomain(m.Items) {
 		wg.Add(1)
@@ -446,6 +469,9 @@ func (w *Worker) work(ctx context.Context, m Message, again bool, startBy time.T
 			mu.Lock()
 			defer mu.Unlock()
 			results = append(results, o.Results...)
+			if len(results) >= flushAt {
+				flush()
+			}
 			retry = append(retry, o.Retry...)
 			if o.Throttled && a.key != "" {
 				// Not asked: they wait for the provider's pause to end.
@@ -461,12 +487,12 @@ func (w *Worker) work(ctx context.Context, m Message, again bool, startBy time.T
 	wg.Wait()
 	// Results first: once written, a redelivery of this message (a failed
 	// send below, a lost invocation) asks no server about them again.
-	var final evs.Batch
 	if len(results) > 0 && (firstEr == nil || ctx.Err() == nil) {
-		var err error
-		if final, err = w.Store.PutResults(ctx, m.AccountID, m.BatchID, results, w.now()); err != nil {
+		b, err := w.Store.PutResults(ctx, m.AccountID, m.BatchID, results, w.now())
+		if err != nil {
 			return errors.Join(firstEr, err)
 		}
+		wrote, final = true, b
 	}
 	if firstEr != nil {
 		return firstEr
@@ -497,11 +523,16 @@ func (w *Worker) work(ctx context.Context, m Message, again bool, startBy time.T
 			return err
 		}
 	}
-	if len(results) > 0 {
+	if wrote {
 		w.finalized(ctx, final)
 	}
 	return nil
 }
+
+// flushAt is how many results a worker gathers before it writes them: one
+// DynamoDB transaction's worth (dynamostore writes 99 results and the
+// batch's counters per TransactWriteItems).
+const flushAt = 99
 
 // ErrNoQueue is returned when the queue URL is not configured.
 var ErrNoQueue = errors.New("sqsqueue: EVS_QUEUE_URL is not set")
