@@ -61,6 +61,9 @@ func main() {
 		// A CSV result list over 4 MiB would not fit Lambda's 6 MB reply:
 		// it is answered 303 to a pre-signed S3 download.
 		Exports: st,
+		// Lists of up to 1,000,000 addresses go to S3 with a pre-signed
+		// PUT; the batch is created from the object (dynamostore/uploads.go).
+		Uploads: st,
 		// Counted in the Batches table (dynamostore/quota.go).
 		Quota: api.Quota{Store: st, Limit: cfg.QuotaAddresses, Period: cfg.QuotaPeriod},
 		// Exact on DynamoDB: see dynamostore.CreateBatchWithin.

@@ -79,6 +79,9 @@ func main() {
 		Webhooks: &webhook.Deliverer{
 			Store: st, Client: webhook.NewClient(cfg.Egress), Logger: logger, Observe: emf.WebhookDelivery,
 		},
+		// One account's attempts in flight are bounded across every
+		// invocation, as `evs serve` bounds them in its process.
+		WebhookSlots: st,
 	}
 	if cfg.SMTP != config.SMTPOff {
 		// Politeness per provider and egress address across every

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -91,7 +90,7 @@ func serve(ctx context.Context, testAccount bool, stdout, stderr io.Writer, gete
 	opts := server.Options{Config: cfg, Store: st, Logger: logger}
 	if mln != nil {
 		m := server.NewPrometheus(func(ctx context.Context) (int, error) { return server.PendingAddresses(ctx, st) })
-		msrv := &http.Server{Handler: m.Handler(), ReadHeaderTimeout: 10 * time.Second}
+		msrv := server.MetricsServer(m.Handler(), logger, server.MetricsLimits{})
 		go func() { _ = msrv.Serve(mln) }()
 		defer msrv.Close()
 		fmt.Fprintf(stdout, "metrics on http://%s/metrics\n", mln.Addr())

@@ -74,6 +74,7 @@ func Routes() []Route {
 		{Path: "/v1/requests/{id}", Methods: []string{http.MethodGet}, Function: RequestsFunction, MaxBody: MaxOtherBody},
 		{Path: "/v1/requests/{id}/results", Methods: []string{http.MethodGet}, Function: RequestsFunction, MaxBody: MaxOtherBody},
 		{Path: "/v1/requests/{id}/cancel", Methods: []string{http.MethodPost}, Function: RequestsFunction, MaxBody: MaxOtherBody},
+		{Path: "/v1/uploads", Methods: []string{http.MethodPost}, Function: RequestsFunction, MaxBody: MaxOtherBody},
 	}
 }
 
@@ -124,6 +125,15 @@ type Deps struct {
 	// Lambda cannot return a reply over 6 MB. Nil streams every list.
 	Exports     Exports
 	MaxCSVReply int
+	// Uploads keeps lists sent with POST /v1/uploads; nil serves no
+	// uploads. PublicURL is the API's origin as clients reach it
+	// (EVS_PUBLIC_URL), for upload URLs served by `evs serve` itself;
+	// empty means the origin of each call (Host, X-Forwarded-Proto).
+	Uploads   Uploads
+	PublicURL string
+	// MaxUploadAddresses is the most addresses an uploaded list may hold;
+	// 0 means the contract's evs.UploadMaxAddresses. Tests lower it.
+	MaxUploadAddresses int
 	// MaxActiveBatches is how many batches an account may have queued or
 	// running (EVS_MAX_ACTIVE_BATCHES); one more is 429. 0 means no limit.
 	MaxActiveBatches int
@@ -163,6 +173,9 @@ func New(d Deps) *Handler {
 	}
 	if d.MaxCSVReply <= 0 {
 		d.MaxCSVReply = 4 << 20
+	}
+	if d.MaxUploadAddresses <= 0 {
+		d.MaxUploadAddresses = evs.UploadMaxAddresses
 	}
 	if d.MaxBatchBody <= 0 {
 		d.MaxBatchBody = MaxBatchBody
@@ -250,7 +263,10 @@ func decodeStrict(b []byte, v any) error {
 	if !utf8.Valid(b) {
 		return evs.Errorf(evs.CodeInvalidRequest, "The request body is not valid UTF-8.")
 	}
-	trimmed := strings.TrimSpace(string(b))
+	// Only JSON's own whitespace may surround the object: strings.TrimSpace
+	// would also accept \f, \v, U+00A0 or U+2028, which encoding/json
+	// refuses.
+	trimmed := strings.Trim(string(b), " \t\r\n")
 	if trimmed == "" {
 		return evs.Errorf(evs.CodeInvalidRequest, "The request body is empty; a JSON object is required.")
 	}

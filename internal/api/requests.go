@@ -7,7 +7,6 @@ import (
 	"encoding/csv"
 	"encoding/json"
 	"errors"
-	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -19,6 +18,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/google/uuid"
 
+	"github.com/evs-dev/evs/internal/addrlist"
 	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/idempotency"
 	"github.com/evs-dev/evs/internal/verify"
@@ -98,6 +98,11 @@ func (h *Handler) requests(ctx context.Context, req events.APIGatewayProxyReques
 			return events.APIGatewayProxyResponse{}, notAllowed(req.HTTPMethod, http.MethodPost)
 		}
 		return h.cancel(ctx, req, p)
+	case "/v1/uploads":
+		if req.HTTPMethod != http.MethodPost {
+			return events.APIGatewayProxyResponse{}, notAllowed(req.HTTPMethod, http.MethodPost)
+		}
+		return h.createUpload(ctx, req, p)
 	}
 	return events.APIGatewayProxyResponse{}, evs.Errorf(evs.CodeNotFound, "No such route.")
 }
@@ -148,17 +153,40 @@ func batchID(req events.APIGatewayProxyRequest) (string, error) {
 	return u.String(), nil
 }
 
-type createRequest struct {
-	Emails      *[]json.RawMessage `json:"emails"`
-	Mode        *string            `json:"mode"`
-	CallbackURL *string            `json:"callbackUrl"`
-}
-
-// parsedBatch is a validated creation request.
+// parsedBatch is a validated creation request: a list read from the body,
+// or the ID of an upload to read it from.
 type parsedBatch struct {
 	mode        evs.Mode
-	emails      []string
+	list        addressList
+	uploadID    string
 	callbackURL string
+}
+
+// addressList deduplicates a list as it is read, keeping only the distinct
+// items: a list of a million addresses is never held twice.
+type addressList struct {
+	total int
+	seen  map[string]struct{}
+	items []evs.Item
+}
+
+// add checks the next address of the list and keeps it unless it is a
+// duplicate.
+func (l *addressList) add(addr string) error {
+	if err := checkEmail(addr, l.total); err != nil {
+		return err
+	}
+	l.total++
+	key, domain := dedupKey(addr)
+	if l.seen == nil {
+		l.seen = make(map[string]struct{})
+	}
+	if _, dup := l.seen[key]; dup {
+		return nil
+	}
+	l.seen[key] = struct{}{}
+	l.items = append(l.items, evs.Item{Seq: len(l.items), Email: addr, Domain: domain})
+	return nil
 }
 
 func (h *Handler) createBatch(ctx context.Context, req events.APIGatewayProxyRequest, p Principal) (events.APIGatewayProxyResponse, error) {
@@ -178,7 +206,13 @@ func (h *Handler) createBatch(ctx context.Context, req events.APIGatewayProxyReq
 		return events.APIGatewayProxyResponse{}, err
 	}
 	resp, stored, replayed, err := h.idempotent(ctx, req, p, raw, func(ctx context.Context) idempotency.Reply {
-		b, err := h.storeBatch(ctx, p, in)
+		var b evs.Batch
+		var err error
+		if in.uploadID != "" {
+			b, err = h.storeUploadBatch(ctx, p, in)
+		} else {
+			b, err = h.storeBatch(ctx, p, in, "")
+		}
 		if err != nil {
 			return errReply(err)
 		}
@@ -205,24 +239,17 @@ func (h *Handler) createBatch(ctx context.Context, req events.APIGatewayProxyReq
 	return render(out, rid), nil
 }
 
-// storeBatch deduplicates the addresses, stores the batch with its items in
-// one step and queues it. A batch that cannot be queued is marked failed, so
-// it never sits in "queued" forever.
-func (h *Handler) storeBatch(ctx context.Context, p Principal, in parsedBatch) (evs.Batch, error) {
+// storeBatch stores the batch of a read list with its items in one step
+// and queues it. A batch that cannot be queued is marked failed, so it
+// never sits in "queued" forever. id is the batch's ID ("" for a new one).
+func (h *Handler) storeBatch(ctx context.Context, p Principal, in parsedBatch, id string) (evs.Batch, error) {
 	now := h.d.Now().UTC()
-	seen := make(map[string]struct{}, len(in.emails))
-	items := make([]evs.Item, 0, len(in.emails))
-	for _, e := range in.emails {
-		key, domain := dedupKey(e)
-		if _, dup := seen[key]; dup {
-			continue
+	items := in.list.items
+	if id == "" {
+		id = uuid.NewString()
+		if h.d.NewID != nil {
+			id = h.d.NewID()
 		}
-		seen[key] = struct{}{}
-		items = append(items, evs.Item{Seq: len(items), Email: e, Domain: domain})
-	}
-	id := uuid.NewString()
-	if h.d.NewID != nil {
-		id = h.d.NewID()
 	}
 	b := evs.Batch{
 		ID:          id,
@@ -233,8 +260,8 @@ func (h *Handler) storeBatch(ctx context.Context, p Principal, in parsedBatch) (
 		ExpiresAt:   now.Add(h.d.Retention),
 		CallbackURL: in.callbackURL,
 		Counters: evs.Counters{
-			Total:      len(in.emails),
-			Duplicates: len(in.emails) - len(items),
+			Total:      in.list.total,
+			Duplicates: in.list.total - len(items),
 		},
 	}
 	// The quota counts what will be verified: the distinct addresses.
@@ -302,42 +329,54 @@ func parseBatchJSON(req events.APIGatewayProxyRequest, raw []byte) (parsedBatch,
 			return parsedBatch{}, evs.Errorf(evs.CodeInvalidRequest, "With a JSON body the %s goes in the body, not the query.", q)
 		}
 	}
-	var in createRequest
-	if err := decodeStrict(raw, &in); err != nil {
-		return parsedBatch{}, err
-	}
-	modeText := ""
-	if in.Mode != nil {
-		modeText = *in.Mode
-	}
-	mode, err := parseMode(modeText, in.Mode != nil)
+	var out parsedBatch
+	obj, err := addrlist.JSON(bytes.NewReader(raw), bodyLimits, []string{"mode", "callbackUrl", "uploadId"}, out.list.add)
 	if err != nil {
+		return parsedBatch{}, listErr(err)
+	}
+	modeText, hasMode := obj.Strings["mode"]
+	if out.mode, err = parseMode(modeText, hasMode); err != nil {
 		return parsedBatch{}, err
 	}
-	if in.Emails == nil {
-		return parsedBatch{}, evs.Errorf(evs.CodeInvalidRequest, "Field \"emails\" is required.")
-	}
-	list := *in.Emails
-	if err := checkCount(len(list)); err != nil {
-		return parsedBatch{}, err
-	}
-	out := parsedBatch{mode: mode, emails: make([]string, len(list))}
-	if in.CallbackURL != nil {
-		if out.callbackURL = *in.CallbackURL; out.callbackURL == "" {
+	if u, ok := obj.Strings["callbackUrl"]; ok {
+		if out.callbackURL = u; u == "" {
 			return parsedBatch{}, evs.Errorf(evs.CodeInvalidRequest, "The callbackUrl is empty.")
 		}
 	}
-	for i, m := range list {
-		var s string
-		if err := json.Unmarshal(m, &s); err != nil {
-			return parsedBatch{}, evs.Errorf(evs.CodeInvalidRequest, "emails[%d] must be a string.", i)
+	if id, ok := obj.Strings["uploadId"]; ok {
+		if obj.HasEmails {
+			return parsedBatch{}, evs.Errorf(evs.CodeInvalidRequest, "Give either \"emails\" or \"uploadId\", not both.")
 		}
-		if err := checkEmail(s, i); err != nil {
-			return parsedBatch{}, err
+		u, err := uuid.Parse(id)
+		if err != nil || len(id) != 36 {
+			return parsedBatch{}, evs.Errorf(evs.CodeInvalidRequest, "The uploadId must be a UUID.")
 		}
-		out.emails[i] = s
+		out.uploadID = u.String()
+		return out, nil
+	}
+	if !obj.HasEmails {
+		return parsedBatch{}, evs.Errorf(evs.CodeInvalidRequest, "Field \"emails\" is required (or \"uploadId\", for a list sent with POST /v1/uploads).")
+	}
+	if err := checkCount(out.list.total); err != nil {
+		return parsedBatch{}, err
 	}
 	return out, nil
+}
+
+// bodyLimits are the limits of a list sent as the creation's body.
+var bodyLimits = addrlist.Limits{MaxAddresses: MaxBatchAddresses, MaxAddressBytes: MaxEmailLength}
+
+// listErr turns a problem of a list into the client's error: a list over
+// its limit names the way to send a larger one.
+func listErr(err error) error {
+	var e *addrlist.Error
+	switch {
+	case addrlist.IsTooMany(err):
+		return evs.Errorf(evs.CodeInvalidRequest, "A batch holds at most %d addresses; send larger lists with POST /v1/uploads.", MaxBatchAddresses)
+	case errors.As(err, &e):
+		return evs.Errorf(evs.CodeInvalidRequest, "%s", e.Error())
+	}
+	return err
 }
 
 func checkCount(n int) error {
@@ -350,6 +389,10 @@ func checkCount(n int) error {
 	return nil
 }
 
+// checkEmail refuses an entry that cannot be an address however it is
+// verified. U+FFFD is refused too: encoding/json writes it for an unpaired
+// surrogate escape, and no address holds one (contract, section 1: never a
+// silent replacement character).
 func checkEmail(s string, i int) error {
 	switch {
 	case strings.TrimSpace(s) == "":
@@ -358,55 +401,32 @@ func checkEmail(s string, i int) error {
 		return evs.Errorf(evs.CodeInvalidRequest, "Address %d is longer than %d bytes.", i+1, MaxEmailLength)
 	case !utf8.ValidString(s):
 		return evs.Errorf(evs.CodeInvalidRequest, "Address %d is not valid UTF-8.", i+1)
+	case strings.ContainsRune(s, 0):
+		return evs.Errorf(evs.CodeInvalidRequest, "Address %d holds a NUL character.", i+1)
+	case strings.ContainsRune(s, utf8.RuneError):
+		return evs.Errorf(evs.CodeInvalidRequest, "Address %d holds U+FFFD (a replacement character, or an unpaired surrogate escape such as \\ud800).", i+1)
 	}
 	return nil
 }
 
-// parseBatchCSV reads the first column of every row. A first row whose first
-// field has no "@" is a header and is skipped; blank rows are skipped.
+// parseBatchCSV reads the first column of every row (addrlist.CSV says
+// which rows count).
 func parseBatchCSV(req events.APIGatewayProxyRequest, raw []byte) (parsedBatch, error) {
 	modeText, present := req.QueryStringParameters["mode"]
 	mode, err := parseMode(modeText, present)
 	if err != nil {
 		return parsedBatch{}, err
 	}
-	r := csv.NewReader(bytes.NewReader(bytes.TrimPrefix(raw, []byte("\xef\xbb\xbf"))))
-	r.FieldsPerRecord = -1
-	r.ReuseRecord = true
 	out := parsedBatch{mode: mode}
 	if u, ok := req.QueryStringParameters["callbackUrl"]; ok {
 		if out.callbackURL = u; u == "" {
 			return parsedBatch{}, evs.Errorf(evs.CodeInvalidRequest, "The callbackUrl is empty.")
 		}
 	}
-	for row := 0; ; row++ {
-		rec, err := r.Read()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			var pe *csv.ParseError
-			if errors.As(err, &pe) {
-				return parsedBatch{}, evs.Errorf(evs.CodeInvalidRequest, "The CSV body is malformed at line %d.", pe.Line)
-			}
-			return parsedBatch{}, evs.Errorf(evs.CodeInvalidRequest, "The CSV body is malformed.")
-		}
-		first := strings.TrimSpace(rec[0])
-		if first == "" {
-			continue
-		}
-		if row == 0 && !strings.Contains(first, "@") {
-			continue // header row
-		}
-		if len(out.emails) == MaxBatchAddresses {
-			return parsedBatch{}, evs.Errorf(evs.CodeInvalidRequest, "A batch holds at most %d addresses.", MaxBatchAddresses)
-		}
-		if err := checkEmail(first, len(out.emails)); err != nil {
-			return parsedBatch{}, err
-		}
-		out.emails = append(out.emails, first)
+	if err := addrlist.CSV(bytes.NewReader(raw), bodyLimits, out.list.add); err != nil {
+		return parsedBatch{}, listErr(err)
 	}
-	if err := checkCount(len(out.emails)); err != nil {
+	if err := checkCount(out.list.total); err != nil {
 		return parsedBatch{}, err
 	}
 	return out, nil

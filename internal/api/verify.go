@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/aws/aws-lambda-go/events"
 
@@ -73,6 +74,11 @@ func (h *Handler) verify(ctx context.Context, req events.APIGatewayProxyRequest,
 	}
 	if len(*in.Email) > MaxEmailLength {
 		return events.APIGatewayProxyResponse{}, "", evs.Errorf(evs.CodeInvalidRequest, "Field \"email\" is longer than %d bytes.", MaxEmailLength)
+	}
+	if strings.ContainsRune(*in.Email, utf8.RuneError) || strings.ContainsRune(*in.Email, 0) {
+		// encoding/json writes U+FFFD for an unpaired surrogate escape; no
+		// address holds it, nor a NUL (contract, section 1).
+		return events.APIGatewayProxyResponse{}, "", evs.Errorf(evs.CodeInvalidRequest, "Field \"email\" holds U+FFFD (a replacement character, or an unpaired surrogate escape) or a NUL character.")
 	}
 	modeText := ""
 	if in.Mode != nil {

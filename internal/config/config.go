@@ -86,6 +86,10 @@ type Config struct {
 	BatchDeadline time.Duration
 	// MaxConns caps the open HTTP connections of `evs serve` (EVS_MAX_CONNS).
 	MaxConns int
+	// MinFreeBytes is the free space of the data directory's file system
+	// below which `evs serve` refuses new batches (EVS_MIN_FREE_BYTES,
+	// default DefaultMinFreeBytes; 0: no watermark).
+	MinFreeBytes int64
 	// MetricsAddr is the listen address of the Prometheus endpoint; empty
 	// means off (EVS_METRICS_ADDR).
 	MetricsAddr string
@@ -102,6 +106,10 @@ type Config struct {
 	// UsagePlanID is the API Gateway usage plan `evs keys create` adds keys
 	// to (EVS_USAGE_PLAN_ID).
 	UsagePlanID string
+	// PublicURL is the origin clients reach `evs serve` at, as
+	// https://host[:port] (EVS_PUBLIC_URL): upload URLs are made with it.
+	// Empty means the origin each call came to (its Host header).
+	PublicURL string
 	// APIURL and APIKey are where and as whom `evs batch` calls the API
 	// (EVS_URL, EVS_API_KEY).
 	APIURL string
@@ -225,6 +233,14 @@ func FromEnv(getenv func(string) string, onLambda bool) (Config, error) {
 			c.AuthTTL = -1 // disabled
 		}
 	}
+	if s := getenv("EVS_PUBLIC_URL"); s != "" {
+		u, err := url.Parse(s)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.User != nil {
+			errs = append(errs, fmt.Errorf("EVS_PUBLIC_URL: %q is not an origin like https://evs.example.com", s))
+		} else {
+			c.PublicURL = u.Scheme + "://" + u.Host
+		}
+	}
 	days := 30
 	if s := getenv("EVS_RETENTION_DAYS"); s != "" {
 		n, err := strconv.Atoi(s)
@@ -248,6 +264,15 @@ func FromEnv(getenv func(string) string, onLambda bool) (Config, error) {
 	}
 	c.MaxActiveBatches = positiveInt(getenv, "EVS_MAX_ACTIVE_BATCHES", 10, &errs)
 	c.MaxConns = positiveInt(getenv, "EVS_MAX_CONNS", 1024, &errs)
+	c.MinFreeBytes = DefaultMinFreeBytes
+	if s := getenv("EVS_MIN_FREE_BYTES"); s != "" {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || n < 0 {
+			errs = append(errs, fmt.Errorf("EVS_MIN_FREE_BYTES: %q is not a whole number of bytes (0 for no watermark)", s))
+		} else {
+			c.MinFreeBytes = n
+		}
+	}
 	if s := getenv("EVS_QUOTA_ADDRESSES"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 0 {
@@ -310,6 +335,11 @@ func (c *Config) SetSMTPProxy(proxyURL string) error {
 }
 
 // positiveInt reads a positive whole number, def when unset.
+// DefaultMinFreeBytes is EVS_MIN_FREE_BYTES's default, 1 GiB: room for
+// the batches and results already accepted to finish (a 50,000-address
+// batch with its results takes about 8 MiB) and for SQLite's checkpoints.
+const DefaultMinFreeBytes = 1 << 30
+
 func positiveInt(getenv func(string) string, name string, def int, errs *[]error) int {
 	s := getenv(name)
 	if s == "" {

@@ -76,6 +76,17 @@ func TestFromEnv(t *testing.T) {
 			}
 		}},
 		{name: "bad quota", vars: map[string]string{"EVS_QUOTA_ADDRESSES": "-1"}, errMatch: "EVS_QUOTA_ADDRESSES"},
+		{name: "free-space watermark", vars: map[string]string{"EVS_MIN_FREE_BYTES": "0"}, check: func(t *testing.T, c config.Config) {
+			if c.MinFreeBytes != 0 {
+				t.Fatalf("MinFreeBytes %d, want 0 (off)", c.MinFreeBytes)
+			}
+		}},
+		{name: "default free-space watermark", check: func(t *testing.T, c config.Config) {
+			if c.MinFreeBytes != 1<<30 {
+				t.Fatalf("MinFreeBytes %d, want 1 GiB", c.MinFreeBytes)
+			}
+		}},
+		{name: "bad free-space watermark", vars: map[string]string{"EVS_MIN_FREE_BYTES": "1GB"}, errMatch: "EVS_MIN_FREE_BYTES"},
 		{name: "bad quota period", vars: map[string]string{"EVS_QUOTA_PERIOD": "week"}, errMatch: "EVS_QUOTA_PERIOD"},
 		{name: "bad smtp mode", vars: map[string]string{"EVS_SMTP": "smoke"}, errMatch: "EVS_SMTP"},
 		{name: "proxy mode without proxy", vars: map[string]string{"EVS_SMTP": "proxy"}, errMatch: "EVS_SMTP_PROXY"},

@@ -14,6 +14,7 @@ import (
 // Presigner makes pre-signed S3 URLs (*s3.PresignClient).
 type Presigner interface {
 	PresignGetObject(ctx context.Context, in *s3.GetObjectInput, optFns ...func(*s3.PresignOptions)) (*v4.PresignedHTTPRequest, error)
+	PresignPutObject(ctx context.Context, in *s3.PutObjectInput, optFns ...func(*s3.PresignOptions)) (*v4.PresignedHTTPRequest, error)
 }
 
 var errNoPresigner = errors.New("dynamostore: no S3 pre-signer is configured")

@@ -30,10 +30,12 @@ import (
 // search of the index, and one ranged GET reads it: the planner reads each
 // chunk once per pass, however large the batch.
 
-// Objects is the part of the S3 API the store keeps batch inputs with.
+// Objects is the part of the S3 API the store keeps batch inputs (and
+// uploads, exports) with.
 type Objects interface {
 	PutObject(ctx context.Context, in *s3.PutObjectInput, optFns ...func(*s3.Options)) (*s3.PutObjectOutput, error)
 	GetObject(ctx context.Context, in *s3.GetObjectInput, optFns ...func(*s3.Options)) (*s3.GetObjectOutput, error)
+	DeleteObject(ctx context.Context, in *s3.DeleteObjectInput, optFns ...func(*s3.Options)) (*s3.DeleteObjectOutput, error)
 }
 
 const (

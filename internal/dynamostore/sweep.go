@@ -58,21 +58,51 @@ func (s *Store) Sweep(ctx context.Context, dueBy time.Time) (unfinished []evs.Ba
 	return unfinished, overdue, nil
 }
 
-// DueDeliveries lists up to limit pending deliveries of live, final batches
-// due at now (store.DueDeliveries), with a Scan: on AWS only the sweep
-// looks for them, and SQS delays carry the timing otherwise.
-func (s *Store) DueDeliveries(ctx context.Context, now time.Time, limit int) ([]evs.Delivery, error) {
-	var out []evs.Delivery
+// DueDeliveries lists pending deliveries of live, final batches due at now
+// (store.DueDeliveries), with a Scan: on AWS only the sweep looks for them,
+// and SQS delays carry the timing otherwise.
+func (s *Store) DueDeliveries(ctx context.Context, now time.Time, perAccount, limit int) ([]evs.Delivery, error) {
 	if limit <= 0 {
 		return nil, nil
 	}
+	var all []evs.Delivery
 	err := s.scanBatches(ctx, "#exp > :now AND attribute_exists(#url) AND #cs = :pending AND #next <= :due AND "+finalCondition,
 		now, func(it item) bool {
-			out = append(out, deliveryFrom(it))
-			return len(out) < limit
+			all = append(all, deliveryFrom(it))
+			return true
 		})
-	sort.Slice(out, func(i, j int) bool { return out[i].NextAt.Before(out[j].NextAt) })
-	return out, err
+	return fairDue(all, perAccount, limit), err
+}
+
+// fairDue orders due deliveries as store.DueDeliveries lists them: each
+// account's earliest first, the accounts taking turns, at most perAccount
+// of one account (<= 0: no bound) and limit in all.
+func fairDue(all []evs.Delivery, perAccount, limit int) []evs.Delivery {
+	sort.Slice(all, func(i, j int) bool {
+		if !all[i].NextAt.Equal(all[j].NextAt) {
+			return all[i].NextAt.Before(all[j].NextAt)
+		}
+		return all[i].BatchID < all[j].BatchID
+	})
+	rank := make([]int, len(all))
+	seen := map[string]int{}
+	for i, d := range all {
+		seen[d.AccountID]++
+		rank[i] = seen[d.AccountID]
+	}
+	idx := make([]int, 0, len(all))
+	for i := range all {
+		if perAccount <= 0 || rank[i] <= perAccount {
+			idx = append(idx, i)
+		}
+	}
+	// Stable: within a rank, the earlier delivery first.
+	sort.SliceStable(idx, func(a, b int) bool { return rank[idx[a]] < rank[idx[b]] })
+	out := make([]evs.Delivery, 0, min(len(idx), limit))
+	for _, i := range idx[:min(len(idx), limit)] {
+		out = append(out, all[i])
+	}
+	return out
 }
 
 // scanBatches scans the Batches table with filter, passing each match to

@@ -2,6 +2,8 @@ package dynamostore
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -26,10 +28,14 @@ const (
 	attrCBToken = "cbToken"
 )
 
-// Webhook secrets live in the Keys table under "whsec#<accountId>".
+// Webhook secrets live in the Keys table under "whsec#<accountId>": the
+// current secret and the retired ones as a JSON array of
+// evs.RetiredSecret, newest first. A record written before retired secrets
+// were kept as a list holds one in "previous", retired at "rotatedAt".
 const (
 	prefixSecret   = "whsec#"
 	attrCurrent    = "current"
+	attrRetired    = "retired"
 	attrPrevious   = "previous"
 	attrRotatedAt  = "rotatedAt"
 	finalCondition = "#st IN (:completed, :cancelled, :failed)"
@@ -165,22 +171,28 @@ func (s *Store) WebhookSecret(ctx context.Context, accountID string) (evs.Webhoo
 	if it == nil {
 		return evs.WebhookSecret{}, evs.Errorf(evs.CodeNotFound, "The account has no webhook secret.")
 	}
-	return evs.WebhookSecret{
-		AccountID: accountID,
-		Current:   getS(it, attrCurrent),
-		Previous:  getS(it, attrPrevious),
-		RotatedAt: getTime(it, attrRotatedAt),
-	}, nil
+	w := evs.WebhookSecret{AccountID: accountID, Current: getS(it, attrCurrent)}
+	if r := getS(it, attrRetired); r != "" {
+		if err := json.Unmarshal([]byte(r), &w.Retired); err != nil {
+			return evs.WebhookSecret{}, fmt.Errorf("dynamostore: read webhook secret: retired secrets: %w", err)
+		}
+	} else if p := getS(it, attrPrevious); p != "" {
+		w.Retired = []evs.RetiredSecret{{Secret: p, RetiredAt: getTime(it, attrRotatedAt)}}
+	}
+	return w, nil
 }
 
-// PutWebhookSecret stores w if the current secret is still ifCurrent.
+// PutWebhookSecret stores w if the current secret is still ifCurrent: one
+// conditional put, so of two concurrent rotations from the same secret
+// exactly one is stored.
 func (s *Store) PutWebhookSecret(ctx context.Context, w evs.WebhookSecret, ifCurrent string) error {
 	rec := item{attrPK: avS(prefixSecret + w.AccountID), attrAccountID: avS(w.AccountID), attrCurrent: avS(w.Current)}
-	if w.Previous != "" {
-		rec[attrPrevious] = avS(w.Previous)
-	}
-	if !w.RotatedAt.IsZero() {
-		rec[attrRotatedAt] = avTime(w.RotatedAt)
+	if len(w.Retired) > 0 {
+		b, err := json.Marshal(w.Retired)
+		if err != nil {
+			return fmt.Errorf("dynamostore: write webhook secret: %w", err)
+		}
+		rec[attrRetired] = avS(string(b))
 	}
 	in := &dynamodb.PutItemInput{TableName: aws.String(s.t.Keys), Item: rec, ConditionExpression: notExists()}
 	if ifCurrent != "" {

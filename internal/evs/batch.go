@@ -80,3 +80,24 @@ type Result struct {
 
 // Status returns the outcome label of the result.
 func (r Result) Status() Status { return r.Decision.Status() }
+
+// Upload is a list the client sends to a URL of its own rather than in a
+// request body (contract, section 14); a batch is then created from it.
+type Upload struct {
+	ID          string
+	AccountID   string
+	ContentType string // "text/csv" or "application/json"
+	CreatedAt   time.Time
+	// ExpiresAt ends both the URL and the ID: after it the list cannot be
+	// sent, nor a batch created from it.
+	ExpiresAt time.Time
+	// MaxBytes is the largest list the URL takes.
+	MaxBytes int64
+}
+
+// UploadMaxBytes is the largest uploaded list, and UploadMaxAddresses the
+// most addresses one may hold (contract, section 14).
+const (
+	UploadMaxBytes     = 100 << 20
+	UploadMaxAddresses = 1_000_000
+)

@@ -35,11 +35,18 @@ type Delivery struct {
 }
 
 // WebhookSecret is an account's webhook signing secret, "whsec_" and the
-// base64 of 32 random bytes. After a rotation the previous secret still
-// signs, beside the current one, until RotatedAt plus 24 hours.
+// base64 of 32 random bytes, with the secrets it replaced: each still
+// signs, beside the current one, until its RetiredAt plus 24 hours, so a
+// second rotation within the day does not cut off the first one's secret.
 type WebhookSecret struct {
 	AccountID string
 	Current   string
-	Previous  string
-	RotatedAt time.Time
+	// Retired holds the replaced secrets, the most recently retired first.
+	Retired []RetiredSecret
+}
+
+// RetiredSecret is a secret a rotation replaced, and when.
+type RetiredSecret struct {
+	Secret    string    `json:"secret"`
+	RetiredAt time.Time `json:"retiredAt"`
 }

@@ -21,6 +21,7 @@ type envelope struct {
 		State       string `json:"state"`
 		CreatedAt   string `json:"createdAt"`
 		CompletedAt string `json:"completedAt"`
+		Error       string `json:"error"`
 	} `json:"request"`
 	Counters struct {
 		Total, Duplicates, Processed, Deliverable, Undeliverable, Risky, Unknown int

@@ -22,6 +22,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/evs-dev/evs/internal/api"
+	"github.com/evs-dev/evs/internal/evs"
 )
 
 // gateway is the local stand-in for Amazon API Gateway (REST API) in front
@@ -75,6 +76,9 @@ type gateway struct {
 	cache    map[[32]byte]authEntry
 	limiters map[string]*rate.Limiter
 	fails    *failLimiter
+	// uploads receives lists PUT to upload URLs; nil when the store
+	// keeps none.
+	uploads uploadStore
 }
 
 // function is a Lambda proxy handler; authorizerFunc a Lambda REQUEST
@@ -219,7 +223,15 @@ func (g *gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// it when it drains a body the handler did not read.
 	rc := http.NewResponseController(w)
 	_ = rc.SetReadDeadline(time.Now().Add(g.o.BodyTimeout)) // unsupported only in tests' fakes
-	g.serve(sw, r, &sw.call)
+	if smuggled(r.Context()) {
+		// RFC 9112, section 6.3: refused, and the connection closed, so
+		// no byte of its ambiguous body is read as another request.
+		w.Header().Set("Connection", "close")
+		writeError(sw, http.StatusBadRequest, evs.CodeInvalidRequest,
+			"A request must not carry both Content-Length and Transfer-Encoding.", sw.call.RequestID)
+	} else {
+		g.serve(sw, r, &sw.call)
+	}
 	end := g.o.Now()
 	sw.call.Log(r.Context(), g.o.Logger, end)
 	if g.o.Metrics != nil {
@@ -238,6 +250,10 @@ func (g *gateway) serve(w http.ResponseWriter, r *http.Request, c *api.Call) {
 	if r.URL.Path == HealthPath {
 		c.Route = HealthPath
 		g.health(w, r, c)
+		return
+	}
+	if id, ok := isUploadPath(r.URL.Path); ok && g.uploads != nil {
+		g.receiveUpload(w, r, c, id)
 		return
 	}
 	rt, params, ok := g.match(r.URL.Path)
@@ -292,6 +308,11 @@ func (g *gateway) serve(w http.ResponseWriter, r *http.Request, c *api.Call) {
 	if wait, limited := g.throttle(c.AccountID); limited {
 		refuseEarly(w, r)
 		writeResponse(w, throttled, rid, map[string]string{"Retry-After": retryAfter(wait)})
+		return
+	}
+	if storesWork(r.Method, rt) && g.lowOnSpace() {
+		refuseEarly(w, r)
+		writeLowSpace(w, rid)
 		return
 	}
 	body, typ := g.readBody(w, r, rt)
@@ -619,12 +640,16 @@ func (g *gateway) throttle(account string) (time.Duration, bool) {
 // request a fresh one, which nothing writes to once the handler runs, so
 // copying it would only cost.
 func headers(r *http.Request) (map[string]string, map[string][]string) {
-	hs := make(map[string]string, len(r.Header))
+	hs := make(map[string]string, len(r.Header)+1)
 	for k, v := range r.Header {
 		if len(v) == 0 {
 			continue
 		}
 		hs[k] = v[len(v)-1]
+	}
+	// net/http takes Host out of the headers; API Gateway's event has it.
+	if r.Host != "" {
+		hs["Host"] = r.Host
 	}
 	return hs, r.Header
 }

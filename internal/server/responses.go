@@ -90,3 +90,14 @@ func writeTooLarge(w http.ResponseWriter, rt route, requestID string) int {
 	_, _ = w.Write(body)
 	return status
 }
+
+// writeError answers with the contract's error envelope of code and
+// message.
+func writeError(w http.ResponseWriter, status int, code, message, requestID string) int {
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("X-Request-Id", requestID)
+	w.WriteHeader(status)
+	_, _ = w.Write(api.ErrorBody(code, message, requestID))
+	return status
+}

@@ -65,9 +65,16 @@ type Options struct {
 	// DeliverEvery is how often due webhook deliveries are looked for
 	// (default 500 ms).
 	DeliverEvery time.Duration
+	// MaxUploadAddresses is the most addresses an uploaded list may hold
+	// (0: the contract's 1,000,000); tests lower it.
+	MaxUploadAddresses int
 	// Metrics, when set, is told about replies, verdicts, DNS lookups and
 	// webhook attempts (EVS_METRICS_ADDR).
 	Metrics metrics.Observer
+	// FreeBytes reads the free space of the data directory's file system,
+	// compared with Config.MinFreeBytes before a call that stores new
+	// work (disk.go). Default: the file system of Config.DataDir, when set.
+	FreeBytes func() (uint64, error)
 }
 
 // HTTP limits of `evs serve` (contract, section 9).
@@ -81,6 +88,46 @@ const (
 	// defaultMaxConns is EVS_MAX_CONNS's default.
 	defaultMaxConns = 1024
 )
+
+// MetricsLimits are the timeouts of the metrics listener; a zero value
+// takes its default.
+type MetricsLimits struct {
+	// ReadHeader bounds the arrival of a request's headers (default 10 s,
+	// as on the API listener); Read the whole request, which has no body
+	// (default 10 s).
+	ReadHeader, Read time.Duration
+	// Write bounds a reply's writing (default 30 s).
+	Write time.Duration
+	// Idle closes a kept-alive connection with no request (default 120 s,
+	// as on the API listener).
+	Idle time.Duration
+}
+
+// MetricsServer returns the HTTP server of the metrics listener
+// (EVS_METRICS_ADDR) serving h: the API listener's limits on headers and
+// idle connections, and bounds on reading a request and writing a reply,
+// so connections that never finish a request, or sit idle, are closed
+// there too.
+func MetricsServer(h http.Handler, logger *slog.Logger, l MetricsLimits) *http.Server {
+	if logger == nil {
+		logger = slog.Default()
+	}
+	def := func(d, v time.Duration) time.Duration {
+		if d <= 0 {
+			return v
+		}
+		return d
+	}
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: def(l.ReadHeader, headerTimeout),
+		ReadTimeout:       def(l.Read, headerTimeout),
+		WriteTimeout:      def(l.Write, 30*time.Second),
+		IdleTimeout:       def(l.Idle, idleTimeout),
+		MaxHeaderBytes:    MaxHeaderBytes - 4096,
+		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	}
+}
 
 // Server is the one-machine service.
 type Server struct {
@@ -103,6 +150,17 @@ func New(o Options) (*Server, error) {
 	}
 	if o.SweepEvery <= 0 {
 		o.SweepEvery = time.Hour
+	}
+	if o.FreeBytes == nil && o.Config.DataDir != "" {
+		dir := o.Config.DataDir
+		o.FreeBytes = func() (uint64, error) { return freeBytes(dir) }
+	}
+	if w, ok := o.Store.(interface{ Warnings() []string }); ok {
+		// Security-relevant, so said at start: a data directory other
+		// users can read (sqlitestore.Store.Warnings).
+		for _, msg := range w.Warnings() {
+			o.Logger.Warn(msg)
+		}
 	}
 	var lookups func(time.Duration)
 	if o.Metrics != nil {
@@ -146,21 +204,30 @@ func New(o Options) (*Server, error) {
 	if q := quota(o.Store, o.Config); q.Limit > 0 && q.Store == nil {
 		return nil, errors.New("server: EVS_QUOTA_ADDRESSES is set but the store keeps no quota counters")
 	}
+	uploads, _ := o.Store.(uploadStore)
+	var deps api.Uploads
+	if uploads != nil {
+		deps = uploads
+	}
 	h := api.New(api.Deps{
-		Engine:           o.Engine,
-		Sandbox:          sandbox,
-		Idempotency:      keeper(o.Store, o.Now),
-		Batches:          o.Store,
-		Queue:            runner,
-		Retention:        o.Config.Retention,
-		MaxActiveBatches: o.Config.MaxActiveBatches,
-		Quota:            quota(o.Store, o.Config),
-		Now:              o.Now,
-		Logger:           o.Logger,
-		Callbacks:        api.Callbacks{Egress: o.Config.Egress, Deliveries: o.Store},
+		Uploads:            deps,
+		PublicURL:          o.Config.PublicURL,
+		MaxUploadAddresses: o.MaxUploadAddresses,
+		Engine:             o.Engine,
+		Sandbox:            sandbox,
+		Idempotency:        keeper(o.Store, o.Now),
+		Batches:            o.Store,
+		Queue:              runner,
+		Retention:          o.Config.Retention,
+		MaxActiveBatches:   o.Config.MaxActiveBatches,
+		Quota:              quota(o.Store, o.Config),
+		Now:                o.Now,
+		Logger:             o.Logger,
+		Callbacks:          api.Callbacks{Egress: o.Config.Egress, Deliveries: o.Store},
 	})
 	az := authorizer.New(o.Store)
 	gw := newGateway(o, map[string]function{api.VerifyFunction: h.Verify, api.RequestsFunction: h.Requests}, az.Handle)
+	gw.uploads = uploads
 	if o.DeliverEvery <= 0 {
 		o.DeliverEvery = 500 * time.Millisecond
 	}
@@ -232,6 +299,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		// so the limit is the contract's 16 KiB.
 		MaxHeaderBytes: MaxHeaderBytes - 4096,
 		ErrorLog:       slog.NewLogLogger(s.opts.Logger.Handler(), slog.LevelWarn),
+		// Each request learns whether its head carried both Content-Length
+		// and Transfer-Encoding (framing.go).
+		ConnContext: connContext,
 	}
 	maxConns := s.opts.Config.MaxConns
 	if maxConns <= 0 {
@@ -239,7 +309,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	// Past the cap, connections wait in the kernel's accept queue instead
 	// of each costing a descriptor and a goroutine here.
-	ln = netutil.LimitListener(ln, maxConns)
+	ln = framingListener{netutil.LimitListener(ln, maxConns)}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {

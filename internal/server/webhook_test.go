@@ -2,12 +2,15 @@ package server_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -135,5 +138,100 @@ func TestCallbackDelivered(t *testing.T) {
 		if hd.Get("webhook-id") != webhook.EventID(id) {
 			t.Errorf("webhook-id %q", hd.Get("webhook-id"))
 		}
+	}
+}
+
+// blackHole is a loopback listener that accepts connections and never
+// answers; it counts the connections it accepted.
+func blackHole(t *testing.T) (url string, accepted *atomic.Int64) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	accepted = &atomic.Int64{}
+	var (
+		mu    sync.Mutex
+		conns []net.Conn
+	)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted.Add(1)
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return "http://" + ln.Addr().String() + "/hook", accepted
+}
+
+// TestWebhookFairness: an account with 150 finished batches whose callback
+// never answers (each attempt holds its slot for the whole 10 s timeout)
+// does not delay another account's event: its first attempt arrives within
+// 2 s of its batch's completion (issue 24; one pool taken in arrival order
+// made it wait about a minute).
+func TestWebhookFairness(t *testing.T) {
+	h := start(t, options{realClock: true})
+	hole, accepted := blackHole(t)
+	_, hogKey := h.account("hog", true)
+	var hogs []string
+	for i := range 150 {
+		r := h.do(req{method: "POST", path: "/v1/requests", key: hogKey,
+			body: fmt.Sprintf(`{"emails":["accepted_email%d@x.example"],"callbackUrl":%q}`, i, hole)})
+		if r.status != 201 {
+			t.Fatalf("hog batch %d: %d %s", i, r.status, r.body)
+		}
+		hogs = append(hogs, decodeEnvelope(t, r).Request.ID)
+	}
+	for _, id := range hogs {
+		h.poll(hogKey, id, 30*time.Second)
+	}
+	// The hog's attempts are under way: its receiver holds them.
+	for deadline := time.Now().Add(10 * time.Second); accepted.Load() == 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no attempt reached the black hole")
+		}
+	}
+
+	arrived := make(chan time.Time, 1)
+	rc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case arrived <- time.Now():
+		default:
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer rc.Close()
+	r := h.do(req{method: "POST", path: "/v1/requests", key: h.otherKey,
+		body: `{"emails":["accepted_email@x.example"],"callbackUrl":"` + rc.URL + `/in"}`})
+	if r.status != 201 {
+		t.Fatalf("create: %d %s", r.status, r.body)
+	}
+	e := h.poll(h.otherKey, decodeEnvelope(t, r).Request.ID, 10*time.Second)
+	completed, err := time.Parse(time.RFC3339Nano, e.Request.CompletedAt)
+	if err != nil {
+		t.Fatalf("completedAt %q: %v", e.Request.CompletedAt, err)
+	}
+	select {
+	case at := <-arrived:
+		wait := at.Sub(completed)
+		t.Logf("first attempt %v after completion beside the hog's %d black-holed attempts", wait, accepted.Load())
+		if wait > 2*time.Second {
+			t.Errorf("the other account's first attempt came %v after its batch completed, want ≤ 2 s", wait)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no attempt within 30 s beside the hog (%d black-holed attempts)", accepted.Load())
 	}
 }

@@ -520,6 +520,7 @@ func (s *Store) Sweep(ctx context.Context) (int, error) {
 			`DELETE FROM batches WHERE expires_at <= ?`,
 			`DELETE FROM idempotency WHERE expires_at <= ?`,
 			`DELETE FROM address_quota WHERE expires_at <= ?`,
+			`DELETE FROM uploads WHERE expires_at <= ?`,
 		} {
 			res, err := tx.ExecContext(ctx, q, now)
 			if err != nil {

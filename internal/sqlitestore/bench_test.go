@@ -3,6 +3,8 @@ package sqlitestore
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -137,4 +139,36 @@ func BenchmarkIdempotentCalls(b *testing.B) {
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "calls/s")
 		})
 	}
+}
+
+// BenchmarkQuickCheck50k is the start-up check of the database
+// (quickCheck, PRAGMA quick_check) on a store holding one batch of 50,000
+// addresses with every result, on a fresh reader connection each time (as
+// at start), the file in the operating system's cache.
+func BenchmarkQuickCheck50k(b *testing.B) {
+	const items = 50_000
+	ctx := context.Background()
+	dir := b.TempDir()
+	s := openStore(b, dir, func() time.Time { return t0 })
+	newBatch(b, s, "b1", items, t0.Add(time.Hour))
+	if _, err := s.PutResults(ctx, "a", "b1", resultsFor(0, items), t0); err != nil {
+		b.Fatal(err)
+	}
+	path := filepath.Join(dir, FileName)
+	s.Close()
+	s = openStore(b, dir, func() time.Time { return t0 })
+	fi, err := os.Stat(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		b.StopTimer()
+		s.rdb.SetMaxIdleConns(0) // the next query opens a new connection, cold page cache
+		s.rdb.SetMaxIdleConns(readers())
+		b.StartTimer()
+		if err := quickCheck(ctx, s.rdb, path); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(fi.Size())/(1<<20), "dbMiB")
 }

@@ -187,6 +187,8 @@ CREATE TABLE address_quota (
 	PRIMARY KEY (account_id, period)
 ) WITHOUT ROWID;
 `,
+	// Uploads (uploads.go).
+	uploadsSchema,
 }
 
 // migrate brings the schema to len(migrations). It runs in one immediate

@@ -92,7 +92,14 @@ type Store struct {
 	closed    atomic.Bool
 	closeOnce sync.Once
 	closeErr  error
+	// warnings are what Open found unsafe but could go on with.
+	warnings []string
 }
+
+// Warnings returns what Open found unsafe about the data directory but
+// could go on with (a directory other users can read), one sentence each,
+// for the caller to log at start.
+func (s *Store) Warnings() []string { return s.warnings }
 
 var _ store.Store = (*Store)(nil)
 
@@ -151,6 +158,10 @@ func open(ctx context.Context, dir string, now func() time.Time, busy time.Durat
 	if err := checkWritable(dir); err != nil {
 		return nil, err
 	}
+	warnings, err := privateFiles(dir)
+	if err != nil {
+		return nil, err
+	}
 	var lock *os.File
 	if serving {
 		// Before the database is touched: a second server must not even
@@ -163,6 +174,12 @@ func open(ctx context.Context, dir string, now func() time.Time, busy time.Durat
 				lock.Close()
 			}
 		}()
+	}
+	// Before SQLite touches the files: opening would start afresh from
+	// evs.db alone.
+	handOver, err := checkWAL(dir, lock != nil)
+	if err != nil {
+		return nil, err
 	}
 	path := filepath.Join(dir, FileName)
 	q := url.Values{}
@@ -202,12 +219,16 @@ func open(ctx context.Context, dir string, now func() time.Time, busy time.Durat
 	rdb.SetMaxIdleConns(n)
 	rdb.SetConnMaxIdleTime(0)
 
-	s := &Store{db: db, rdb: rdb, now: now}
+	s := &Store{db: db, rdb: rdb, now: now, warnings: warnings}
 	s.dir = dir
 	s.wstmts.db, s.rstmts.db = db, rdb
 	s.c = startCommitter(db, &s.wstmts)
 	// The savepoint statements first: migrate may share a group.
 	if err := s.wstmts.prepare(ctx, []string{qSavepoint, qRollbackTo, qReleaseSavepoint}); err != nil {
+		s.Close()
+		return nil, err
+	}
+	if err := quickCheck(ctx, rdb, path); err != nil {
 		s.Close()
 		return nil, err
 	}
@@ -219,7 +240,19 @@ func open(ctx context.Context, dir string, now func() time.Time, busy time.Durat
 		s.Close()
 		return nil, err
 	}
-	s.lock = lock
+	if lock != nil {
+		if err := markRunning(dir); err != nil {
+			s.Close()
+			return nil, err
+		}
+	}
+	if handOver {
+		// The log of the server that stopped uncleanly has been read: the
+		// database now holds its writes, and SQLite copies them into
+		// evs.db by the time this store closes.
+		_ = os.Remove(filepath.Join(dir, RunningName))
+	}
+	s.lock, s.dir = lock, dir
 	if lock != nil {
 		// Only the serving process writes batches and deliveries, and this
 		// store is it: batch views can be kept in memory.
@@ -256,6 +289,47 @@ func checkWritable(dir string) error {
 		f.Close()
 	}
 	return nil
+}
+
+// privateFiles makes the database files readable by their owner only:
+// they hold webhook secrets and every tenant's addresses. SQLite creates
+// the database with the process's umask (0644 under the usual 022) and
+// gives its -wal and -shm files the database file's mode, so the database
+// is created here first, 0600, and an existing one left group- or
+// world-accessible by an older build is tightened. A data directory others
+// can read or enter is only reported: it may be shared on purpose, and the
+// files in it are private either way.
+func privateFiles(dir string) (warnings []string, err error) {
+	path := filepath.Join(dir, FileName)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	switch {
+	case err == nil:
+		f.Close()
+	case !errors.Is(err, os.ErrExist):
+		return nil, fmt.Errorf("sqlitestore: create %s: %w", path, err)
+	}
+	for _, n := range []string{FileName, FileName + "-wal", FileName + "-shm"} {
+		p := filepath.Join(dir, n)
+		fi, err := os.Stat(p)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("sqlitestore: %w", err)
+		}
+		if fi.Mode().Perm()&0o077 == 0 {
+			continue
+		}
+		if err := os.Chmod(p, fi.Mode().Perm()&^0o077); err != nil {
+			return nil, fmt.Errorf("sqlitestore: %s is readable by other users (mode %04o) and could not be made private: %w", p, fi.Mode().Perm(), err)
+		}
+		warnings = append(warnings, fmt.Sprintf("%s was readable by other users (mode %04o); it is now %04o", p, fi.Mode().Perm(), fi.Mode().Perm()&^0o077))
+	}
+	if fi, err := os.Stat(dir); err == nil && fi.Mode().Perm()&0o077 != 0 {
+		warnings = append(warnings, fmt.Sprintf("the data directory %s is accessible to other users (mode %04o): its files are private, but run chmod 700 %s unless it is shared on purpose",
+			dir, fi.Mode().Perm(), dir))
+	}
+	return warnings, nil
 }
 
 // wstmt returns query as a statement of tx: the one prepared at Open when
@@ -302,6 +376,10 @@ func (s *Store) Close() error {
 		s.rstmts.close()
 		err := errors.Join(s.closeKeysFile(), s.db.Close(), s.rdb.Close())
 		if s.lock != nil {
+			if err == nil {
+				// Closed cleanly: the write-ahead log is in evs.db.
+				err = os.Remove(filepath.Join(s.dir, RunningName))
+			}
 			err = errors.Join(err, s.lock.Close())
 		}
 		if err != nil {

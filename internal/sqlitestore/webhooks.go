@@ -3,7 +3,11 @@ package sqlitestore
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"math"
+	"strings"
 	"time"
 
 	"github.com/evs-dev/evs/internal/evs"
@@ -94,14 +98,21 @@ func (s *Store) RecordDelivery(ctx context.Context, d evs.Delivery) error {
 	})
 }
 
-// DueDeliveries lists pending deliveries of final, live batches due at now,
-// earliest first.
-func (s *Store) DueDeliveries(ctx context.Context, now time.Time, limit int) ([]evs.Delivery, error) {
-	rows, err := s.rdb.QueryContext(ctx, `SELECT `+deliveryCols+`
-		FROM deliveries d JOIN batches b ON b.id = d.batch_id
-		WHERE d.state = ? AND d.next_at <= ? AND b.state IN `+finalStates+` AND b.expires_at > ?
-		ORDER BY d.next_at LIMIT ?`,
-		evs.CallbackPending, millis(now), millis(s.now()), max(limit, 0))
+// DueDeliveries lists pending deliveries of final, live batches due at now;
+// see store.DueDeliveries. perAccount <= 0 bounds nothing per account.
+func (s *Store) DueDeliveries(ctx context.Context, now time.Time, perAccount, limit int) ([]evs.Delivery, error) {
+	if perAccount <= 0 {
+		perAccount = math.MaxInt32
+	}
+	// rn numbers each account's due deliveries, earliest first; ordering
+	// by it makes the accounts take turns within the limit.
+	rows, err := s.rdb.QueryContext(ctx, `SELECT account_id, batch_id, url, state, attempts, last_status, next_at FROM (
+			SELECT `+deliveryCols+`,
+				ROW_NUMBER() OVER (PARTITION BY d.account_id ORDER BY d.next_at, d.batch_id) AS rn
+			FROM deliveries d JOIN batches b ON b.id = d.batch_id
+			WHERE d.state = ? AND d.next_at <= ? AND b.state IN `+finalStates+` AND b.expires_at > ?)
+		WHERE rn <= ? ORDER BY rn, next_at, batch_id LIMIT ?`,
+		evs.CallbackPending, millis(now), millis(s.now()), perAccount, max(limit, 0))
 	if err != nil {
 		return nil, dbErr("list due deliveries", err)
 	}
@@ -117,24 +128,49 @@ func (s *Store) DueDeliveries(ctx context.Context, now time.Time, limit int) ([]
 	return out, dbErr("list due deliveries", rows.Err())
 }
 
+// The webhook_secrets row keeps the retired secrets in its "previous"
+// column as a JSON array of evs.RetiredSecret (newest first), and the
+// latest rotation in rotated_at. A row written before retired secrets were
+// kept as a list holds one plain secret there, retired at rotated_at.
+
 // WebhookSecret returns the account's signing secret.
 func (s *Store) WebhookSecret(ctx context.Context, accountID string) (evs.WebhookSecret, error) {
 	w := evs.WebhookSecret{AccountID: accountID}
-	var rotated sql.NullInt64
+	var (
+		prev    string
+		rotated sql.NullInt64
+	)
 	err := s.rdb.QueryRowContext(ctx, `SELECT current, previous, rotated_at FROM webhook_secrets WHERE account_id = ?`, accountID).
-		Scan(&w.Current, &w.Previous, &rotated)
+		Scan(&w.Current, &prev, &rotated)
 	if errors.Is(err, sql.ErrNoRows) {
 		return evs.WebhookSecret{}, evs.Errorf(evs.CodeNotFound, "The account has no webhook secret.")
 	}
 	if err != nil {
 		return evs.WebhookSecret{}, dbErr("read webhook secret", err)
 	}
-	w.RotatedAt = fromNullMillis(rotated)
+	switch {
+	case strings.HasPrefix(prev, "["):
+		if err := json.Unmarshal([]byte(prev), &w.Retired); err != nil {
+			return evs.WebhookSecret{}, fmt.Errorf("sqlitestore: read webhook secret: retired secrets: %w", err)
+		}
+	case prev != "":
+		w.Retired = []evs.RetiredSecret{{Secret: prev, RetiredAt: fromNullMillis(rotated)}}
+	}
 	return w, nil
 }
 
-// PutWebhookSecret stores w if the current secret is still ifCurrent.
+// PutWebhookSecret stores w if the current secret is still ifCurrent. The
+// check and the write are one immediate transaction, so of two concurrent
+// rotations from the same secret exactly one is stored.
 func (s *Store) PutWebhookSecret(ctx context.Context, w evs.WebhookSecret, ifCurrent string) error {
+	prev, rotated := "", sql.NullInt64{}
+	if len(w.Retired) > 0 {
+		b, err := json.Marshal(w.Retired)
+		if err != nil {
+			return fmt.Errorf("sqlitestore: write webhook secret: %w", err)
+		}
+		prev, rotated = string(b), nullMillis(w.Retired[0].RetiredAt)
+	}
 	return s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		var cur string
 		err := tx.QueryRowContext(ctx, `SELECT current FROM webhook_secrets WHERE account_id = ?`, w.AccountID).Scan(&cur)
@@ -146,7 +182,7 @@ func (s *Store) PutWebhookSecret(ctx context.Context, w evs.WebhookSecret, ifCur
 		}
 		_, err = tx.ExecContext(ctx, `INSERT INTO webhook_secrets (account_id, current, previous, rotated_at) VALUES (?, ?, ?, ?)
 			ON CONFLICT (account_id) DO UPDATE SET current = excluded.current, previous = excluded.previous, rotated_at = excluded.rotated_at`,
-			w.AccountID, w.Current, w.Previous, nullMillis(w.RotatedAt))
+			w.AccountID, w.Current, prev, rotated)
 		return dbErr("write webhook secret", err)
 	})
 }

@@ -2,11 +2,13 @@ package sqsqueue_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -313,4 +315,107 @@ func TestWorkerBudgetProbesOnce(t *testing.T) {
 		t.Fatalf("batch %s %+v", cur.State, cur.Counters)
 	}
 	t.Logf("first invocation: %d of %d addresses; every address asked once", done, half)
+}
+
+// countingSandbox answers like the sandbox, counts the addresses it is
+// asked about, and does not answer for stuck.example until release is
+// closed (the worker verifies under a context of its own, which the test
+// cannot cancel).
+type countingSandbox struct {
+	mu      sync.Mutex
+	asked   map[string]int
+	inner   *verify.Sandbox
+	release chan struct{}
+}
+
+func (c *countingSandbox) VerifyDomain(ctx context.Context, emails []string, mode evs.Mode, memo *verify.CatchAllMemo) []evs.Decision {
+	c.mu.Lock()
+	for _, e := range emails {
+		c.asked[e]++
+	}
+	c.mu.Unlock()
+	if strings.HasSuffix(emails[0], "@stuck.example") {
+		<-c.release
+	}
+	return c.inner.VerifyDomain(ctx, emails, mode, memo)
+}
+
+// deadStore stands for a worker process that died: once dead, it writes
+// nothing more.
+type deadStore struct {
+	sqsqueue.Store
+	dead atomic.Bool
+}
+
+func (d *deadStore) PutResults(ctx context.Context, accountID, id string, rs []evs.Result, now time.Time) (evs.Batch, error) {
+	if d.dead.Load() {
+		return evs.Batch{}, errors.New("the process is gone")
+	}
+	return d.Store.PutResults(ctx, accountID, id, rs, now)
+}
+
+// TestWorkerCrashKeepsFinishedResults: a worker that dies mid-message (out
+// of memory, a crash: no deadline to see coming) has already written the
+// results of its first finished transaction's worth of addresses, so the
+// redelivered message asks about only the rest.
+func TestWorkerCrashKeepsFinishedResults(t *testing.T) {
+	w := newWorld(t, 500, time.Second, 3)
+	var emails []string
+	for i := range 150 {
+		emails = append(emails, fmt.Sprintf("accepted_email+%d@d%d.example", i, i))
+	}
+	emails = append(emails, "accepted_email@stuck.example")
+	b := w.createBatch(evs.ModeQuick, emails...)
+	counter := &countingSandbox{asked: map[string]int{}, inner: verify.NewSandbox(nil), release: make(chan struct{})}
+	dead := &deadStore{Store: w.st}
+	w.w.Processor = &batch.Processor{Engine: noNetwork{t}, Sandbox: counter}
+	w.w.Store = dead
+	if err := w.q.Enqueue(w.ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	w.handle(w.receiveN(1, 10*time.Second)...) // the plan
+	work := w.receiveN(1, 10*time.Second)
+
+	ctx, cancel := context.WithCancel(w.ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		w.w.Handle(ctx, event(work...))
+	}()
+	deadline := time.Now().Add(20 * time.Second)
+	for w.current().Counters.Processed < 99 {
+		if time.Now().After(deadline) {
+			cancel()
+			close(counter.release)
+			t.Fatalf("no results written while the message runs: processed %d", w.current().Counters.Processed)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	dead.dead.Store(true) // the process dies here
+	cancel()
+	close(counter.release)
+	<-done
+	written := w.current().Counters.Processed
+
+	// SQS redelivers the message to a live worker.
+	w.w.Store = w.st
+	redo := event(work...)
+	redo.Records[0].Attributes = map[string]string{"ApproximateReceiveCount": "2"}
+	counter.inner = verify.NewSandbox(nil)
+	if resp, err := w.w.Handle(w.ctx, redo); err != nil || len(resp.BatchItemFailures) > 0 {
+		t.Fatalf("redelivery: %v %+v", err, resp.BatchItemFailures)
+	}
+	twice := 0
+	for _, e := range emails {
+		if counter.asked[e] > 1 {
+			twice++
+		}
+	}
+	if cur := w.current(); cur.Counters.Processed != len(emails) || cur.State != evs.StateCompleted {
+		t.Fatalf("after the redelivery: %s %+v", cur.State, cur.Counters)
+	}
+	if want := len(emails) - written; twice != want {
+		t.Fatalf("%d addresses asked twice; %d were written before the crash, so want %d", twice, written, want)
+	}
+	t.Logf("crash after %d of %d results: %d addresses asked again", written, len(emails), twice)
 }

@@ -248,7 +248,7 @@ func newScaleWorld(t *testing.T) *scaleWorld {
 		t: t, log: log, st: st, sqs: sc, url: aws.ToString(q.QueueUrl), acct: acct.ID, tables: tables,
 		h: api.New(api.Deps{Idempotency: idempotency.New(st, time.Now), Batches: st, Queue: queue, Logger: logger, MaxActiveBatches: 10,
 			// Small, so a small batch's CSV takes the export path.
-			Exports: st, MaxCSVReply: 4 << 10}),
+			Exports: st, MaxCSVReply: 4 << 10, Uploads: st}),
 		w: &sqsqueue.Worker{
 			Queue: queue, Store: st, Accounts: st, Logger: logger,
 			Processor: &batch.Processor{Engine: noNetwork{t}, Sandbox: verify.NewSandbox(nil)},
@@ -368,6 +368,95 @@ func TestCreateCallsDoNotGrowWithSize(t *testing.T) {
 		}
 	}
 	t.Logf("one create, any size: %s", ops(large))
+}
+
+// TestUploadCreateCallsDoNotGrowWithSize: a batch created from an upload
+// of 1,000,000 addresses makes the same calls as one of 10 — the list
+// never passes through DynamoDB, only through S3, read once and written
+// once as the batch's input.
+func TestUploadCreateCallsDoNotGrowWithSize(t *testing.T) {
+	w := newScaleWorld(t)
+	_, small := w.createFromUpload(10)
+	start := time.Now()
+	id, large := w.createFromUpload(1_000_000)
+	took := time.Since(start)
+	if ops(small) != ops(large) {
+		t.Errorf("calls of a 10-address create: %s\ncalls of a 1,000,000-address create: %s", ops(small), ops(large))
+	}
+	if len(large) > 16 {
+		t.Errorf("a create made %d calls: %s", len(large), ops(large))
+	}
+	for _, c := range large {
+		if len(c.writes) > 1 {
+			t.Errorf("%s.%s wrote %d items during a create", c.service, c.op, len(c.writes))
+		}
+	}
+	// The batch's first addresses are there to work on, read from its input.
+	items, err := w.st.PendingItems(context.Background(), w.acct, id, -1, 3)
+	if err != nil || len(items) != 3 || items[2].Seq != 2 {
+		t.Fatalf("pending items of the upload's batch: %v %v", items, err)
+	}
+	t.Logf("create from an upload of 1,000,000 addresses: %v (with -race, moto); calls: %s", took.Round(time.Millisecond), timed(large))
+}
+
+// createFromUpload makes an upload of n distinct addresses as a CSV, PUTs
+// it to the pre-signed URL as a client would (no key), and creates the
+// batch from it; it returns the batch's ID and the calls of the create
+// alone.
+func (w *scaleWorld) createFromUpload(n int) (string, []call) {
+	w.t.Helper()
+	call := func(resource, body string) events.APIGatewayProxyResponse {
+		req := events.APIGatewayProxyRequest{
+			Resource: resource, Path: resource, HTTPMethod: http.MethodPost, Body: body,
+			Headers: map[string]string{"Content-Type": "application/json"},
+			RequestContext: events.APIGatewayProxyRequestContext{
+				RequestID: uuid.NewString(), ResourcePath: resource, HTTPMethod: http.MethodPost,
+				Authorizer: map[string]any{"principalId": w.acct, "accountId": w.acct, "keyId": "k1", "testMode": "true"},
+			},
+		}
+		resp, err := w.h.Requests(context.Background(), req)
+		if err != nil {
+			w.t.Fatal(err)
+		}
+		return resp
+	}
+	resp := call("/v1/uploads", `{"contentType":"text/csv"}`)
+	var up struct{ UploadID, URL string }
+	if err := json.Unmarshal([]byte(resp.Body), &up); err != nil || resp.StatusCode != http.StatusCreated {
+		w.t.Fatalf("create upload: %d %s", resp.StatusCode, resp.Body)
+	}
+	var csv strings.Builder
+	csv.Grow(n * 36)
+	csv.WriteString("email\n")
+	for i := range n {
+		fmt.Fprintf(&csv, "accepted_email+%d@d%d.example\n", i, i%50)
+	}
+	put, _ := http.NewRequest(http.MethodPut, up.URL, strings.NewReader(csv.String()))
+	put.Header.Set("Content-Type", "text/csv")
+	pr, err := http.DefaultClient.Do(put)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	io.Copy(io.Discard, pr.Body)
+	pr.Body.Close()
+	if pr.StatusCode != http.StatusOK {
+		w.t.Fatalf("PUT to the pre-signed URL: %d", pr.StatusCode)
+	}
+	start := time.Now()
+	resp = call("/v1/requests", `{"uploadId":"`+up.UploadID+`","mode":"quick"}`)
+	var env struct {
+		Request struct {
+			ID    string    `json:"id"`
+			State evs.State `json:"state"`
+		} `json:"request"`
+		Counters struct {
+			Total int `json:"total"`
+		} `json:"counters"`
+	}
+	if err := json.Unmarshal([]byte(resp.Body), &env); err != nil || resp.StatusCode != http.StatusCreated || env.Counters.Total != n || env.Request.State != evs.StateQueued {
+		w.t.Fatalf("create from upload: %d %s", resp.StatusCode, resp.Body)
+	}
+	return env.Request.ID, w.log.since(start)
 }
 
 // TestBatchRunSpreadsWritesAndReadsLinearly runs two test-mode batches,

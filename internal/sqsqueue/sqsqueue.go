@@ -133,7 +133,16 @@ type Worker struct {
 	// invocations.
 	Polite *Polite
 	// Webhooks delivers batch events (KindWebhook messages); nil drops them.
+	// The webhook messages of one event are attempted at once, beside the
+	// other messages, so a receiver that never answers delays no other
+	// message by its 10 s timeout.
 	Webhooks *webhook.Deliverer
+	// WebhookSlots, when set, bounds the attempts of one account in
+	// flight across every invocation to WebhookPerAccount (default
+	// webhook.DefaultPerAccount); a message over the bound waits 2 s in
+	// the queue. Nil: no bound across invocations.
+	WebhookSlots      WebhookSlotStore
+	WebhookPerAccount int
 	// Sweeper lists what the scheduled sweep (KindSweep messages) looks
 	// at; nil drops sweep messages. StallAfter is how long a batch may
 	// make no progress before the sweep plans it again (default 35 min);
@@ -172,7 +181,18 @@ func (w *Worker) startBy(ctx context.Context) time.Time {
 // Handle processes an SQS event and reports the messages that failed, so
 // only those are redelivered (ReportBatchItemFailures).
 func (w *Worker) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
-	var resp events.SQSEventResponse
+	var (
+		resp  events.SQSEventResponse
+		mu    sync.Mutex
+		hooks sync.WaitGroup
+	)
+	failed := func(rec events.SQSMessage, m Message, err error) {
+		w.logger().Error("message failed; it will be redelivered", slog.String("messageId", rec.MessageId),
+			slog.String("batchId", m.BatchID), slog.String("error", err.Error()))
+		mu.Lock()
+		resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: rec.MessageId})
+		mu.Unlock()
+	}
 	startBy := w.startBy(ctx)
 	for _, rec := range ev.Records {
 		var m Message
@@ -182,7 +202,21 @@ func (w *Worker) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEven
 			// dead-letter queue after maxReceiveCount tries, where an alarm
 			// and a person can look at it.
 			w.logger().Error("unreadable message; it goes to the dead-letter queue", slog.String("messageId", rec.MessageId))
+			mu.Lock()
 			resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: rec.MessageId})
+			mu.Unlock()
+			continue
+		}
+		if m.Kind == KindWebhook {
+			// An attempt waits on the network for up to 10 s: run it
+			// beside the rest rather than before it.
+			hooks.Add(1)
+			go func() {
+				defer hooks.Done()
+				if err := w.deliver(ctx, m); err != nil {
+					failed(rec, m, err)
+				}
+			}()
 			continue
 		}
 		var err error
@@ -197,19 +231,16 @@ func (w *Worker) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEven
 			err = w.work(ctx, m, true, startBy)
 		case KindWake:
 			err = w.wake(ctx, rec.Body)
-		case KindWebhook:
-			err = w.deliver(ctx, m)
 		case KindSweep:
 			err = w.sweep(ctx)
 		default:
 			err = fmt.Errorf("sqsqueue: unknown message kind %q", m.Kind)
 		}
 		if err != nil {
-			w.logger().Error("message failed; it will be redelivered", slog.String("messageId", rec.MessageId),
-				slog.String("batchId", m.BatchID), slog.String("error", err.Error()))
-			resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: rec.MessageId})
+			failed(rec, m, err)
 		}
 	}
+	hooks.Wait()
 	return resp, nil
 }
 
@@ -372,6 +403,8 @@ func (w *Worker) work(ctx context.Context, m Message, again bool, startBy time.T
 	var (
 		mu      sync.Mutex
 		results []evs.Result
+		wrote   bool      // some results were written
+		final   evs.Batch // the batch as the last write left it
 		retry   []evs.Item
 		left    []evs.Item
 		parked  []parking
@@ -379,6 +412,27 @@ func (w *Worker) work(ctx context.Context, m Message, again bool, startBy time.T
 		wg      sync.WaitGroup
 		sem     = make(chan struct{}, conc)
 	)
+	// flush writes the results gathered so far, with mu held. Results are
+	// written as soon as a transaction's worth (flushAt) is done, not only
+	// at the end: a worker that dies mid-message (out of memory, a crash)
+	// loses at most that many, and the redelivery asks no server again
+	// about the rest. It costs no extra transaction.
+	flush := func() {
+		if len(results) == 0 || (firstEr != nil && ctx.Err() != nil) {
+			return
+		}
+		rs := results
+		results = nil
+		b, err := w.Store.PutResults(ctx, m.AccountID, m.BatchID, rs, w.now())
+		if err != nil {
+			if firstEr == nil {
+				firstEr = err
+			}
+			results = append(results, rs...) // not written: kept for the last try
+			return
+		}
+		wrote, final = true, b
+	}
 	memo := verify.NewCatchAllMemo()
 	for _, g := range batch.GroupByDomain(m.Items) {
 		wg.Add(1)
@@ -415,6 +469,9 @@ func (w *Worker) work(ctx context.Context, m Message, again bool, startBy time.T
 			mu.Lock()
 			defer mu.Unlock()
 			results = append(results, o.Results...)
+			if len(results) >= flushAt {
+				flush()
+			}
 			retry = append(retry, o.Retry...)
 			if o.Throttled && a.key != "" {
 				// Not asked: they wait for the provider's pause to end.
@@ -430,12 +487,12 @@ func (w *Worker) work(ctx context.Context, m Message, again bool, startBy time.T
 	wg.Wait()
 	// Results first: once written, a redelivery of this message (a failed
 	// send below, a lost invocation) asks no server about them again.
-	var final evs.Batch
 	if len(results) > 0 && (firstEr == nil || ctx.Err() == nil) {
-		var err error
-		if final, err = w.Store.PutResults(ctx, m.AccountID, m.BatchID, results, w.now()); err != nil {
+		b, err := w.Store.PutResults(ctx, m.AccountID, m.BatchID, results, w.now())
+		if err != nil {
 			return errors.Join(firstEr, err)
 		}
+		wrote, final = true, b
 	}
 	if firstEr != nil {
 		return firstEr
@@ -466,11 +523,16 @@ func (w *Worker) work(ctx context.Context, m Message, again bool, startBy time.T
 			return err
 		}
 	}
-	if len(results) > 0 {
+	if wrote {
 		w.finalized(ctx, final)
 	}
 	return nil
 }
+
+// flushAt is how many results a worker gathers before it writes them: one
+// DynamoDB transaction's worth (dynamostore writes 99 results and the
+// batch's counters per TransactWriteItems).
+const flushAt = 99
 
 // ErrNoQueue is returned when the queue URL is not configured.
 var ErrNoQueue = errors.New("sqsqueue: EVS_QUEUE_URL is not set")

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/webhook"
 )
 
 // KindWebhook is a message that makes the next due attempt of a batch's
@@ -14,6 +15,24 @@ const KindWebhook = "webhook"
 
 // maxDelay is SQS's longest message delay; longer back-offs are chained.
 const maxDelay = 15 * time.Minute
+
+// webhookBusyDelaySeconds is how long a webhook message waits when its
+// account already has every attempt slot busy: well under the shortest
+// retry delay (5 s), so the event is late by little.
+const webhookBusyDelaySeconds = 2
+
+// WebhookSlotStore keeps attempt slots shared by every invocation
+// (dynamostore implements it; PoliteStore's slots are the same records).
+type WebhookSlotStore interface {
+	AcquireSlot(ctx context.Context, key string, slots int, ttl time.Duration) (release func(), ok bool, err error)
+}
+
+func (w *Worker) webhookPerAccount() int {
+	if w.WebhookPerAccount <= 0 {
+		return webhook.DefaultPerAccount
+	}
+	return w.WebhookPerAccount
+}
 
 // Finalized queues the first delivery attempt of a batch that just became
 // final. The delivery record itself was written with the final state, so a
@@ -32,6 +51,21 @@ func (q *Queue) Finalized(ctx context.Context, b evs.Batch) error {
 func (w *Worker) deliver(ctx context.Context, m Message) error {
 	if w.Webhooks == nil {
 		return nil
+	}
+	if w.WebhookSlots != nil {
+		// At most PerAccount attempts of one account at once across every
+		// invocation: an account whose receiver never answers holds its
+		// own slots for 10 s each, not the worker's.
+		release, ok, err := w.WebhookSlots.AcquireSlot(ctx, "webhook#"+m.AccountID, w.webhookPerAccount(), webhook.Lease)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			// Every slot of the account is busy: look again shortly,
+			// without holding this invocation.
+			return w.Queue.send(ctx, []Message{m}, webhookBusyDelaySeconds)
+		}
+		defer release()
 	}
 	d, attempted, err := w.Webhooks.Attempt(ctx, m.AccountID, m.BatchID)
 	if err != nil {

@@ -1,11 +1,16 @@
 package sqsqueue_test
 
 import (
+	"encoding/json"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/evs-dev/evs/internal/egress"
 	"github.com/evs-dev/evs/internal/evs"
@@ -93,4 +98,128 @@ func newCallbackBatch(w *world, url string) (evs.Batch, []evs.Item) {
 	}
 	w.batch = b
 	return b, items
+}
+
+// blackHole is a loopback listener that accepts connections and never
+// answers; it counts the connections it accepted.
+func blackHole(t *testing.T) (url string, accepted *atomic.Int64) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	accepted = &atomic.Int64{}
+	var (
+		mu    sync.Mutex
+		conns []net.Conn
+	)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted.Add(1)
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return "http://" + ln.Addr().String() + "/hook", accepted
+}
+
+// TestWorkerWebhookFairAcrossAccounts: one SQS event carries six webhook
+// messages of an account whose receiver never answers, then one of another
+// account. The other account's attempt is made at once, not after the
+// hog's 10 s timeouts; the hog makes only its per-account number of
+// attempts at once, and its other messages go back to the queue for a
+// short wait instead of holding the invocation.
+func TestWorkerWebhookFairAcrossAccounts(t *testing.T) {
+	hole, accepted := blackHole(t)
+	arrived := make(chan time.Time, 1)
+	rc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case arrived <- time.Now():
+		default:
+		}
+		w.WriteHeader(http.StatusOK)
+	}))
+	defer rc.Close()
+	w := newWorld(t, 200, time.Minute, 3)
+	loop, err := egress.Parse("127.0.0.0/8")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.w.Webhooks = &webhook.Deliverer{Store: w.st, Client: webhook.NewClient(loop)}
+	w.w.WebhookSlots, w.w.WebhookPerAccount = w.st, 2
+
+	final := func(b evs.Batch) {
+		t.Helper()
+		if _, err := w.st.TransitionBatch(w.ctx, b.AccountID, b.ID, []evs.State{evs.StateQueued}, evs.StateCancelled, "", time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var ev events.SQSEvent
+	add := func(b evs.Batch) {
+		body, _ := json.Marshal(sqsqueue.Message{Kind: sqsqueue.KindWebhook, AccountID: b.AccountID, BatchID: b.ID})
+		ev.Records = append(ev.Records, events.SQSMessage{MessageId: b.ID, Body: string(body), EventSource: "aws:sqs"})
+	}
+	for range 6 {
+		b, _ := newCallbackBatch(w, hole)
+		final(b)
+		add(b)
+	}
+	other := evs.Account{ID: "acct-other-" + w.acct.ID, Name: w.acct.Name + "-other", Test: true, CreatedAt: time.Now().UTC()}
+	if err := w.st.CreateAccount(w.ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC()
+	ob := evs.Batch{ID: "other-" + now.Format("150405.000000000"), AccountID: other.ID, Mode: evs.ModeQuick, State: evs.StateQueued,
+		CreatedAt: now, ExpiresAt: now.Add(time.Hour), Counters: evs.Counters{Total: 1}, CallbackURL: rc.URL + "/in"}
+	if err := w.st.CreateBatch(w.ctx, ob, []evs.Item{{Seq: 0, Email: "accepted_email@x.example", Domain: "x.example"}}); err != nil {
+		t.Fatal(err)
+	}
+	final(ob)
+	add(ob)
+
+	start := time.Now()
+	resp, err := w.w.Handle(w.ctx, ev)
+	if err != nil || len(resp.BatchItemFailures) > 0 {
+		t.Fatalf("Handle: %v, failures %+v\nlogs: %s", err, resp.BatchItemFailures, w.logs.String())
+	}
+	select {
+	case at := <-arrived:
+		if wait := at.Sub(start); wait > 2*time.Second {
+			t.Errorf("the other account's attempt came %v into the invocation, want ≤ 2 s", wait)
+		}
+	default:
+		t.Fatal("the other account's attempt was never made")
+	}
+	if n := accepted.Load(); n < 1 || n > 2 {
+		t.Errorf("the hog made %d attempts at once, want 1 or 2 (its per-account bound)", n)
+	}
+	busy, retries := 0, 0
+	for _, s := range w.rec.take() {
+		switch {
+		case s.msg.Kind != sqsqueue.KindWebhook || s.msg.AccountID != w.acct.ID:
+			t.Errorf("queued %+v", s)
+		case s.delay == 2:
+			busy++ // over the bound: looked at again shortly
+		case s.delay == 1:
+			retries++ // attempted: the test-mode retry delay
+		default:
+			t.Errorf("queued with delay %d: %+v", s.delay, s)
+		}
+	}
+	if int64(retries) != accepted.Load() || busy+retries != 6 {
+		t.Errorf("%d hog messages back for the bound and %d retries after %d attempts, want 6 in all", busy, retries, accepted.Load())
+	}
 }

@@ -121,8 +121,13 @@ type Webhooks interface {
 
 // DueDeliveries lists pending deliveries due at now, for a store that runs
 // its own delivery loop (`evs serve`); on AWS SQS delays carry the timing.
+// It lists at most perAccount deliveries of any one account (0: no bound)
+// and limit in all, each account's earliest first and the accounts taking
+// turns (every account's first, then every account's second…), so one
+// account with many due deliveries cannot hide another's from a loop that
+// shares its attempts fairly.
 type DueDeliveries interface {
-	DueDeliveries(ctx context.Context, now time.Time, limit int) ([]evs.Delivery, error)
+	DueDeliveries(ctx context.Context, now time.Time, perAccount, limit int) ([]evs.Delivery, error)
 }
 
 // Store is everything the service keeps.

@@ -96,6 +96,11 @@ type Deliverer struct {
 	Logger *slog.Logger
 	// Observe, when set, counts each attempt's result (metrics).
 	Observe func(result string)
+	// Slots bounds the attempts Run makes at once (default
+	// DefaultSlots); PerAccount bounds those of one account (default
+	// DefaultPerAccount), so an account whose receiver never answers
+	// cannot hold every slot.
+	Slots, PerAccount int
 }
 
 func (d *Deliverer) now() time.Time {
@@ -138,20 +143,49 @@ func Secret(ctx context.Context, st interface {
 	return evs.WebhookSecret{}, evs.Errorf(evs.CodeUnavailable, "The webhook secret keeps changing; retry.")
 }
 
-// Rotate replaces the account's secret; the old one still signs for 24 h.
+// MaxRetired bounds the retired secrets that still sign: every signature
+// goes into each event's webhook-signature header, so a rotation that
+// would make more is refused rather than silently dropping one that was
+// promised a day.
+const MaxRetired = 16
+
+// Rotate replaces the account's secret; the secrets it replaced in the
+// last 24 h (the one replaced now included) still sign beside the new one,
+// each for 24 h from its own rotation. Concurrent rotations are
+// serialised: a rotation that lost the race to another starts again from
+// the winner's secret, so both succeed and neither new secret is lost.
 func Rotate(ctx context.Context, st interface {
 	WebhookSecret(ctx context.Context, accountID string) (evs.WebhookSecret, error)
 	PutWebhookSecret(ctx context.Context, s evs.WebhookSecret, ifCurrent string) error
 }, accountID string, now time.Time) (evs.WebhookSecret, error) {
-	cur, err := Secret(ctx, st, accountID)
-	if err != nil {
-		return evs.WebhookSecret{}, err
+	now = now.UTC()
+	for range 20 {
+		cur, err := Secret(ctx, st, accountID)
+		if err != nil {
+			return evs.WebhookSecret{}, err
+		}
+		next := evs.WebhookSecret{AccountID: accountID, Current: NewSecret(),
+			Retired: []evs.RetiredSecret{{Secret: cur.Current, RetiredAt: now}}}
+		for _, r := range cur.Retired {
+			if now.Before(r.RetiredAt.Add(RotationOverlap)) {
+				next.Retired = append(next.Retired, r)
+			}
+		}
+		if len(next.Retired) > MaxRetired {
+			return evs.WebhookSecret{}, evs.Errorf(evs.CodeRateLimited,
+				"The secret was rotated %d times in the last 24 hours; another rotation would sign every event %d times. Retry once the oldest is a day old.",
+				len(next.Retired)-1, len(next.Retired)+1)
+		}
+		err = st.PutWebhookSecret(ctx, next, cur.Current)
+		if err == nil {
+			return next, nil
+		}
+		if evs.ErrorCode(err) != evs.CodeInvalidState {
+			return evs.WebhookSecret{}, err
+		}
+		// Another rotation won: rotate from its secret.
 	}
-	next := evs.WebhookSecret{AccountID: accountID, Current: NewSecret(), Previous: cur.Current, RotatedAt: now.UTC()}
-	if err := st.PutWebhookSecret(ctx, next, cur.Current); err != nil {
-		return evs.WebhookSecret{}, err
-	}
-	return next, nil
+	return evs.WebhookSecret{}, evs.Errorf(evs.CodeUnavailable, "The webhook secret keeps changing; retry.")
 }
 
 // Attempt makes the next attempt of a batch's delivery if one is due, and
@@ -258,49 +292,44 @@ func (d *Deliverer) post(ctx context.Context, url, id string, secrets []string, 
 	return resp.StatusCode, nil
 }
 
+// DueLister lists due deliveries (store.DueDeliveries): at most
+// perAccount of any one account, limit in all.
+type DueLister interface {
+	DueDeliveries(ctx context.Context, now time.Time, perAccount, limit int) ([]evs.Delivery, error)
+}
+
 // Run delivers due events of a store with its own delivery loop (`evs
-// serve`): it polls every interval until ctx ends, at most 16 attempts at
-// once, and returns when the attempts in flight are done.
-func (d *Deliverer) Run(ctx context.Context, due interface {
-	DueDeliveries(ctx context.Context, now time.Time, limit int) ([]evs.Delivery, error)
-}, every time.Duration) {
-	var (
-		mu     sync.Mutex
-		active = map[string]bool{}
-		wg     sync.WaitGroup
-		sem    = make(chan struct{}, 16)
-	)
+// serve`): it polls every interval until ctx ends and returns when the
+// attempts in flight are done. At most Slots attempts run at once, shared
+// round-robin between accounts with at most PerAccount each (fair.go).
+func (d *Deliverer) Run(ctx context.Context, due DueLister, every time.Duration) {
+	var wg sync.WaitGroup
 	defer wg.Wait()
+	var q *fairQueue
+	q = newFairQueue(d.slots(), d.perAccount(), func(del evs.Delivery) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer q.done(del)
+			if ctx.Err() != nil {
+				return
+			}
+			if _, _, err := d.Attempt(ctx, del.AccountID, del.BatchID); err != nil && ctx.Err() == nil {
+				d.logger().Error("webhook: attempt failed", slog.String("batchId", del.BatchID), slog.String("error", err.Error()))
+			}
+		}()
+	})
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
-		list, err := due.DueDeliveries(ctx, d.now(), 64)
+		// Each account's earliest deliveries first, taking turns, so the
+		// listing's limit is shared fairly too.
+		list, err := due.DueDeliveries(ctx, d.now(), q.maxQueued, 4*d.slots())
 		if err != nil && ctx.Err() == nil {
 			d.logger().Error("webhook: could not list due deliveries", slog.String("error", err.Error()))
 		}
-		for _, del := range list {
-			key := del.AccountID + "/" + del.BatchID
-			mu.Lock()
-			busy := active[key]
-			active[key] = true
-			mu.Unlock()
-			if busy {
-				continue
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer func() { mu.Lock(); delete(active, key); mu.Unlock() }()
-				select {
-				case sem <- struct{}{}:
-				case <-ctx.Done():
-					return
-				}
-				defer func() { <-sem }()
-				if _, _, err := d.Attempt(ctx, del.AccountID, del.BatchID); err != nil && ctx.Err() == nil {
-					d.logger().Error("webhook: attempt failed", slog.String("batchId", del.BatchID), slog.String("error", err.Error()))
-				}
-			}()
+		if ctx.Err() == nil {
+			q.add(list)
 		}
 		select {
 		case <-ctx.Done():
@@ -308,4 +337,18 @@ func (d *Deliverer) Run(ctx context.Context, due interface {
 		case <-t.C:
 		}
 	}
+}
+
+func (d *Deliverer) slots() int {
+	if d.Slots <= 0 {
+		return DefaultSlots
+	}
+	return d.Slots
+}
+
+func (d *Deliverer) perAccount() int {
+	if d.PerAccount <= 0 {
+		return DefaultPerAccount
+	}
+	return d.PerAccount
 }

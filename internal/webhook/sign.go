@@ -37,12 +37,14 @@ func NewSecret() string {
 	return SecretPrefix + base64.StdEncoding.EncodeToString(b[:])
 }
 
-// Signers returns the secrets that sign at now: the current one, and the
-// previous one during the day after a rotation.
+// Signers returns the secrets that sign at now: the current one, and each
+// retired one during the day after its rotation.
 func Signers(s evs.WebhookSecret, now time.Time) []string {
 	out := []string{s.Current}
-	if s.Previous != "" && now.Before(s.RotatedAt.Add(RotationOverlap)) {
-		out = append(out, s.Previous)
+	for _, r := range s.Retired {
+		if r.Secret != "" && now.Before(r.RetiredAt.Add(RotationOverlap)) {
+			out = append(out, r.Secret)
+		}
 	}
 	return out
 }

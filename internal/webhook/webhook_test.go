@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -11,6 +12,7 @@ import (
 
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
+	"github.com/evs-dev/evs/internal/dynamostore"
 	"github.com/evs-dev/evs/internal/egress"
 	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/sqlitestore"
@@ -34,7 +36,7 @@ func TestSignVector(t *testing.T) {
 func TestRotationSignsWithBoth(t *testing.T) {
 	now := time.Now()
 	old, cur := webhook.NewSecret(), webhook.NewSecret()
-	s := evs.WebhookSecret{Current: cur, Previous: old, RotatedAt: now.Add(-time.Hour)}
+	s := evs.WebhookSecret{Current: cur, Retired: []evs.RetiredSecret{{Secret: old, RetiredAt: now.Add(-time.Hour)}}}
 	body := []byte(`{"a":1}`)
 	sig, err := webhook.Sign(webhook.Signers(s, now), "msg_x", now, body)
 	if err != nil {
@@ -273,3 +275,176 @@ func TestLastAttemptFails(t *testing.T) {
 		t.Fatalf("after the schedule: %+v", del)
 	}
 }
+
+// secretStore is what Secret and Rotate need of a store.
+type secretStore interface {
+	WebhookSecret(ctx context.Context, accountID string) (evs.WebhookSecret, error)
+	PutWebhookSecret(ctx context.Context, s evs.WebhookSecret, ifCurrent string) error
+}
+
+// eachStore runs f on a fresh SQLite store and a fresh DynamoDB store
+// (moto).
+func eachStore(t *testing.T, f func(t *testing.T, st secretStore)) {
+	t.Run("sqlite", func(t *testing.T) {
+		st, err := sqlitestore.Open(t.Context(), t.TempDir(), time.Now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		f(t, st)
+	})
+	t.Run("dynamodb", func(t *testing.T) {
+		c := testkit.DynamoDB(t)
+		tables := dynamostore.Tables{
+			Keys: testkit.UniqueName(t, "keys"), Batches: testkit.UniqueName(t, "batches"),
+			Results: testkit.UniqueName(t, "results"), Idempotency: testkit.UniqueName(t, "idem"),
+		}
+		if err := dynamostore.CreateTables(t.Context(), c, tables); err != nil {
+			t.Fatalf("create tables: %v", err)
+		}
+		f(t, dynamostore.New(dynamostore.Config{Client: c, Tables: tables, Now: time.Now}))
+	})
+}
+
+// TestRotateTwiceKeepsTheDaysSecrets: rotating twice within a day keeps
+// both replaced secrets signing, each for a day from its own rotation (the
+// CLI promises 24 h; contract, section 10).
+func TestRotateTwiceKeepsTheDaysSecrets(t *testing.T) {
+	eachStore(t, func(t *testing.T, st secretStore) {
+		ctx := t.Context()
+		base := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
+		first, err := webhook.Secret(ctx, st, "acct-1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		second, err := webhook.Rotate(ctx, st, "acct-1", base)
+		if err != nil {
+			t.Fatal(err)
+		}
+		third, err := webhook.Rotate(ctx, st, "acct-1", base.Add(time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := st.WebhookSecret(ctx, "acct-1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Current != third.Current {
+			t.Fatal("the current secret is not the last rotation's")
+		}
+		body := []byte(`{"a":1}`)
+		verifies := func(at time.Time, secret string) bool {
+			sig, err := webhook.Sign(webhook.Signers(got, at), "msg_x", at, body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wh, _ := standardwebhooks.NewWebhook(secret)
+			h := http.Header{}
+			h.Set("webhook-id", "msg_x")
+			h.Set("webhook-timestamp", strconvUnix(at))
+			h.Set("webhook-signature", sig)
+			// Verify checks the timestamp against the real clock: verify
+			// as of the signing time instead.
+			return wh.VerifyIgnoringTimestamp(body, h) == nil
+		}
+		for _, c := range []struct {
+			at                   time.Time
+			first, second, third bool
+		}{
+			{base.Add(2 * time.Hour), true, true, true},
+			{base.Add(24*time.Hour + time.Minute), false, true, true},
+			{base.Add(25*time.Hour + time.Minute), false, false, true},
+		} {
+			if f, s, th := verifies(c.at, first.Current), verifies(c.at, second.Current), verifies(c.at, third.Current); f != c.first || s != c.second || th != c.third {
+				t.Errorf("%v after the first rotation a receiver verifies with the first %v, second %v, third %v; want %v %v %v",
+					c.at.Sub(base), f, s, th, c.first, c.second, c.third)
+			}
+		}
+		// A rotation a day later keeps only the secret it replaces.
+		fourth, err := webhook.Rotate(ctx, st, "acct-1", base.Add(25*time.Hour+time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(fourth.Retired) != 1 || fourth.Retired[0].Secret != third.Current {
+			t.Errorf("a rotation a day later keeps %d retired secrets, want the one it replaced", len(fourth.Retired))
+		}
+	})
+}
+
+// TestConcurrentRotationsLoseNoSecret: concurrent rotations are serialised:
+// each succeeds, and every secret any of them returned still signs.
+func TestConcurrentRotationsLoseNoSecret(t *testing.T) {
+	eachStore(t, func(t *testing.T, st secretStore) {
+		ctx := t.Context()
+		now := time.Now()
+		first, err := webhook.Secret(ctx, st, "acct-1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		const n = 6
+		var (
+			wg   sync.WaitGroup
+			mu   sync.Mutex
+			news []string
+			errs []error
+		)
+		for range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				s, err := webhook.Rotate(ctx, st, "acct-1", now)
+				mu.Lock()
+				defer mu.Unlock()
+				if err != nil {
+					errs = append(errs, err)
+					return
+				}
+				news = append(news, s.Current)
+			}()
+		}
+		wg.Wait()
+		if len(errs) > 0 {
+			t.Fatalf("%d of %d concurrent rotations failed, first: %v", len(errs), n, errs[0])
+		}
+		got, err := st.WebhookSecret(ctx, "acct-1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		signs := map[string]bool{}
+		for _, s := range webhook.Signers(got, now.Add(time.Minute)) {
+			signs[s] = true
+		}
+		for i, s := range append(news, first.Current) {
+			if !signs[s] {
+				t.Errorf("secret %d of %d (returned by a rotation, or the first) no longer signs", i+1, n+1)
+			}
+		}
+		if len(signs) != n+1 {
+			t.Errorf("%d secrets sign, want %d", len(signs), n+1)
+		}
+	})
+}
+
+// TestRotationBound: past MaxRetired rotations in a day a rotation is
+// refused rather than dropping a secret promised a day.
+func TestRotationBound(t *testing.T) {
+	st, err := sqlitestore.Open(t.Context(), t.TempDir(), time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	now := time.Now()
+	for i := range webhook.MaxRetired {
+		if _, err := webhook.Rotate(t.Context(), st, "acct-1", now); err != nil {
+			t.Fatalf("rotation %d: %v", i+1, err)
+		}
+	}
+	if _, err := webhook.Rotate(t.Context(), st, "acct-1", now); evs.ErrorCode(err) != evs.CodeRateLimited {
+		t.Fatalf("rotation %d within a day: %v, want rate_limited", webhook.MaxRetired+1, err)
+	}
+	if _, err := webhook.Rotate(t.Context(), st, "acct-1", now.Add(webhook.RotationOverlap)); err != nil {
+		t.Fatalf("a rotation a day later: %v", err)
+	}
+}
+
+func TestMain(m *testing.M) { os.Exit(testkit.MotoMain(m)) }

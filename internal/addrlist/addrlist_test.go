@@ -1,0 +1,264 @@
+package addrlist_test
+
+import (
+	"bytes"
+	"encoding/csv"
+	"errors"
+	"io"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/evs-dev/evs/internal/addrlist"
+)
+
+var lim = addrlist.Limits{MaxAddresses: 5, MaxAddressBytes: 40}
+
+func readCSV(in string, l addrlist.Limits) ([]string, error) {
+	var got []string
+	err := addrlist.CSV(strings.NewReader(in), l, func(a string) error { got = append(got, a); return nil })
+	return got, err
+}
+
+func TestCSV(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		in   string
+		want []string
+		err  string // part of the error message; "" for none
+	}{
+		{"plain lines", "a@x.example\nb@x.example\n", []string{"a@x.example", "b@x.example"}, ""},
+		{"no final newline", "a@x.example\nb@x.example", []string{"a@x.example", "b@x.example"}, ""},
+		{"header skipped", "email,name\na@x.example,Ann\n", []string{"a@x.example"}, ""},
+		{"header after a blank first cell", ",\nEmail\na@x.example\n", []string{"a@x.example"}, ""},
+		{"only the first header", "email\nname\na@x.example\n", []string{"name", "a@x.example"}, ""},
+		{"CRLF", "email\r\na@x.example\r\nb@x.example\r\n", []string{"a@x.example", "b@x.example"}, ""},
+		{"CR only", "email\ra@x.example\rb@x.example\r", []string{"a@x.example", "b@x.example"}, ""},
+		{"UTF-8 BOM", "\ufeffa@x.example\n", []string{"a@x.example"}, ""},
+		{"spaces trimmed", "  a@x.example  ,x\n", []string{"a@x.example"}, ""},
+		{"blank rows skipped", "\n\n,foo\na@x.example\n\n", []string{"a@x.example"}, ""},
+		{"quoted first field", "\"a@x.example\",\"Ann, Smith\"\n", []string{"a@x.example"}, ""},
+		{"quoted field with a line break later", "a@x.example,\"line\nbreak\"\nb@x.example\n", []string{"a@x.example", "b@x.example"}, ""},
+		{"doubled quote", "\"a\"\"b@x.example\"\n", []string{"a\"b@x.example"}, ""},
+		{"many columns", "a@x.example" + strings.Repeat(",", 100000) + "\n", []string{"a@x.example"}, ""},
+		{"UTF-16 LE", "\xff\xfea\x00@\x00", nil, "UTF-16"},
+		{"UTF-16 BE", "\xfe\xff\x00a\x00@", nil, "UTF-16"},
+		{"NUL byte", "a@x.example\nb\x00@x.example\n", nil, "NUL byte (line 2)"},
+		{"Latin-1", "a@x.example\nj\xe9r\xf4me@x.example\n", nil, "not UTF-8 text (line 2)"},
+		{"bare quote", "a\"b@x.example\n", nil, "malformed at line 1"},
+		{"text after a closing quote", "\"a@x.example\"x\n", nil, "malformed at line 1"},
+		{"unclosed quote", "a@x.example\n\"b@x.example\n", nil, "never closed"},
+		{"address too long", "a@x.example\n" + strings.Repeat("b", 41) + "@x\n", nil, "Address 2 (line 2) is longer than 40 bytes"},
+		{"huge first field", strings.Repeat("b", 1<<20) + "@x\n", nil, "longer than"},
+		{"too many", "1@x\n2@x\n3@x\n4@x\n5@x\n6@x\n", nil, "more than 5 addresses"},
+		{"record too long", "a@x.example," + strings.Repeat("y", 1<<20) + "\n", nil, "record at line 1 is longer than"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := readCSV(tc.in, lim)
+			if tc.err != "" {
+				var e *addrlist.Error
+				if !errors.As(err, &e) || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("error %v, want an *Error containing %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Fatalf("got %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestTooManyIsMarked(t *testing.T) {
+	_, err := readCSV("1@x\n2@x\n3@x\n4@x\n5@x\n6@x\n", lim)
+	if !addrlist.IsTooMany(err) {
+		t.Fatalf("IsTooMany(%v) = false", err)
+	}
+	_, err = readCSV("a\"b@x\n", lim)
+	if addrlist.IsTooMany(err) {
+		t.Fatalf("IsTooMany(%v) = true for a malformed file", err)
+	}
+}
+
+func TestStopsAtAddError(t *testing.T) {
+	stop := errors.New("stop")
+	n := 0
+	err := addrlist.CSV(strings.NewReader("a@x\nb@x\nc@x\n"), lim, func(string) error { n++; return stop })
+	if !errors.Is(err, stop) || n != 1 {
+		t.Fatalf("err %v after %d addresses, want stop after 1", err, n)
+	}
+}
+
+// oneByte hands out its input a byte at a time, so every state of the
+// scanners meets a chunk boundary.
+type oneByte struct{ r io.Reader }
+
+func (o oneByte) Read(p []byte) (int, error) { return o.r.Read(p[:1]) }
+
+func TestChunkBoundaries(t *testing.T) {
+	in := "\ufeffemail,\"note\r\n, here\"\r\n\"é\"\"x@x.example\",1\rb@x.example\n"
+	var got []string
+	err := addrlist.CSV(oneByte{strings.NewReader(in)}, lim, func(a string) error { got = append(got, a); return nil })
+	if want := []string{"é\"x@x.example", "b@x.example"}; err != nil || !slices.Equal(got, want) {
+		t.Fatalf("got %q, %v; want %q", got, err, want)
+	}
+	got = nil
+	obj, err := addrlist.JSON(oneByte{strings.NewReader(`{"mode":"quick","emails":["é@x.example","b@x.example"]}`)}, lim, []string{"mode"},
+		func(a string) error { got = append(got, a); return nil })
+	if want := []string{"é@x.example", "b@x.example"}; err != nil || !slices.Equal(got, want) || obj.Strings["mode"] != "quick" {
+		t.Fatalf("got %q, %v, %v; want %q", got, obj, err, want)
+	}
+}
+
+func TestJSON(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		in   string
+		want []string
+		err  string
+	}{
+		{"list and fields", `{"emails":["a@x.example","b@x.example"],"mode":"full"}`, []string{"a@x.example", "b@x.example"}, ""},
+		{"JSON whitespace around", " \t\r\n{\"emails\":[]}\n ", nil, ""},
+		{"escapes", `{"emails":["\u00e9@x.example"]}`, []string{"é@x.example"}, ""},
+		{"empty", "", nil, "empty"},
+		{"whitespace only", " \n", nil, "empty"},
+		{"form feed before", "\f{\"emails\":[]}", nil, "malformed at byte"},
+		{"no-break space after", "{\"emails\":[]}\u00a0", nil, "malformed"},
+		{"line separator after", "{\"emails\":[]}\u2028", nil, "malformed"},
+		{"array", `["a@x.example"]`, nil, "must be a JSON object"},
+		{"unknown field", `{"emails":[],"fast":true}`, nil, `Unknown field "fast"`},
+		{"field twice", `{"emails":[],"emails":["a@x"]}`, nil, `"emails" appears twice`},
+		{"mode not a string", `{"mode":1}`, nil, `"mode" must be a string`},
+		{"emails not a list", `{"emails":"a@x"}`, nil, "must be a list"},
+		{"number element", `{"emails":["a@x",1,1,1]}`, nil, "emails[1] must be a string"},
+		{"nested element", `{"emails":[["a@x"]]}`, nil, "emails[0] must be a string"},
+		{"too many", `{"emails":["1@x","2@x","3@x","4@x","5@x","6@x"]}`, nil, "more than 5"},
+		{"long element", `{"emails":["` + strings.Repeat("a", 50) + `"]}`, nil, "Address 1 is longer than 40"},
+		{"huge string", `{"emails":["` + strings.Repeat("a", 1<<20) + `"]}`, nil, "longer than 65536 bytes"},
+		{"huge number", `{"emails":[` + strings.Repeat("1", 1<<20) + `]}`, nil, "longer than 65536 bytes"},
+		{"not UTF-8", "{\"emails\":[\"\xff@x\"]}", nil, "not UTF-8"},
+		{"trailing data", `{"emails":[]}{}`, nil, "data after the JSON object"},
+		{"cut short", `{"emails":["a@x"`, nil, "ends too early"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var got []string
+			_, err := addrlist.JSON(strings.NewReader(tc.in), lim, []string{"mode"}, func(a string) error { got = append(got, a); return nil })
+			if tc.err != "" {
+				var e *addrlist.Error
+				if !errors.As(err, &e) || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("error %v, want an *Error containing %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Fatalf("got %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestMemoryBoundedByShape reads the hostile shapes of a 6 MiB body — one
+// row of six million commas, an array of three million numbers — and checks
+// that the bytes allocated stay a small multiple of the buffers, not of
+// the body: encoding/csv and a []json.RawMessage allocate hundreds of
+// megabytes for these.
+func TestMemoryBoundedByShape(t *testing.T) {
+	big := addrlist.Limits{MaxAddresses: 50000, MaxAddressBytes: 512, MaxRecordBytes: 8 << 20}
+	commas := "a@x.example" + strings.Repeat(",", 6<<20) + "\n"
+	numbers := `{"emails":["a@x",` + strings.Repeat("1,", 3<<20) + `1]}`
+	for name, read := range map[string]func() error{
+		"csv commas": func() error {
+			return addrlist.CSV(strings.NewReader(commas), big, func(string) error { return nil })
+		},
+		"json numbers": func() error {
+			_, err := addrlist.JSON(strings.NewReader(numbers), big, nil, func(string) error { return nil })
+			var e *addrlist.Error
+			if errors.As(err, &e) {
+				return nil // refused at the first number, as it should be
+			}
+			return err
+		},
+	} {
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		if err := read(); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		runtime.ReadMemStats(&after)
+		if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 2<<20 {
+			t.Errorf("%s: allocated %d bytes reading a 6 MiB body; want < 2 MiB", name, alloc)
+		}
+	}
+}
+
+// FuzzCSV checks the scanner against encoding/csv: on any input that
+// encoding/csv reads and that our stricter rules allow (UTF-8, no NUL, no
+// CR, records within the limit), the first fields are the same.
+func FuzzCSV(f *testing.F) {
+	for _, s := range []string{"a@x\nb@y\n", "email,x\n\"a@x\",\"b\nc\"\n", "\"a\"\"b\"\n", ",\n\nname\n", "a\"b\n", "\"a\"b\n"} {
+		f.Add(s)
+	}
+	l := addrlist.Limits{MaxAddresses: 1 << 20, MaxAddressBytes: 1 << 20}
+	f.Fuzz(func(t *testing.T, in string) {
+		got, err := readCSV(in, l)
+		if !utf8.ValidString(in) || strings.ContainsAny(in, "\x00\r") || strings.HasPrefix(in, "\ufeff") {
+			return
+		}
+		r := csv.NewReader(bytes.NewReader([]byte(in)))
+		r.FieldsPerRecord = -1
+		var want []string
+		header := true
+		for {
+			rec, cerr := r.Read()
+			if cerr == io.EOF {
+				break
+			}
+			if cerr != nil {
+				return // encoding/csv refuses it; ours may too, or be laxer about blank lines
+			}
+			first := strings.TrimSpace(rec[0])
+			if first == "" {
+				continue
+			}
+			if header {
+				header = false
+				if !strings.Contains(first, "@") {
+					continue
+				}
+			}
+			want = append(want, first)
+		}
+		if err != nil {
+			t.Fatalf("encoding/csv reads %q, we fail: %v", in, err)
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("%q: got %q, encoding/csv %q", in, got, want)
+		}
+	})
+}
+
+// FuzzJSON checks that JSON never panics and keeps only strings.
+func FuzzJSON(f *testing.F) {
+	for _, s := range []string{`{"emails":["a@x"]}`, `{"mode":"x","emails":[]}`, `[`, `{"emails":[1]}`, "{\"emails\":[\"\\ud800\"]}"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, in string) {
+		_, err := addrlist.JSON(strings.NewReader(in), lim, []string{"mode"}, func(a string) error {
+			if !utf8.ValidString(a) {
+				t.Fatalf("passed invalid UTF-8 %q", a)
+			}
+			return nil
+		})
+		if err != nil && !utf8.ValidString(err.Error()) {
+			t.Fatalf("error not UTF-8: %q", err)
+		}
+	})
+}

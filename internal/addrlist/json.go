@@ -1,0 +1,186 @@
+package addrlist
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"io"
+	"slices"
+	"strconv"
+)
+
+// MaxJSONScalar is the longest JSON string or number JSON accepts, in
+// bytes as written: longer than any address even fully \u-escaped, and it
+// keeps the decoder from buffering a 100 MiB string.
+const MaxJSONScalar = 64 << 10
+
+// Object is what JSON read besides the list.
+type Object struct {
+	// Strings holds the string fields that were present, by name.
+	Strings map[string]string
+	// HasEmails reports whether the "emails" field was present.
+	HasEmails bool
+}
+
+// JSON reads one JSON object from r. Its "emails" field, an array of
+// strings, is the list: each element is passed to add in order. The fields
+// named in fields must be strings and are returned in Object; any other
+// field, a field given twice, anything but JSON whitespace after the
+// object, and text that is not UTF-8 are *Error values. An error from add
+// stops the read and is returned.
+//
+// Memory is bounded by one element: the array is read token by token, and
+// no string or number longer than MaxJSONScalar is buffered.
+func JSON(r io.Reader, lim Limits, fields []string, add func(addr string) error) (Object, error) {
+	g := &scalarGuard{r: bufio.NewReaderSize(newUTF8Reader(r, "JSON"), 64<<10)}
+	dec := json.NewDecoder(g)
+	dec.UseNumber()
+	out := Object{Strings: map[string]string{}}
+	problem := func(err error) error {
+		var e *Error
+		switch {
+		case errors.As(err, &e):
+			return e
+		case g.err != nil:
+			return g.err
+		}
+		var se *json.SyntaxError
+		switch {
+		case errors.As(err, &se):
+			return errorf("The JSON is malformed at byte %d.", se.Offset)
+		case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
+			return errorf("The JSON ends too early.")
+		}
+		return err // the reader's own failure
+	}
+	tok, err := dec.Token()
+	if err == io.EOF {
+		return out, errorf("The body is empty; a JSON object is required.")
+	}
+	if err != nil {
+		return out, problem(err)
+	}
+	if tok != json.Delim('{') {
+		return out, errorf("The body must be a JSON object.")
+	}
+	seen := map[string]bool{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return out, problem(err)
+		}
+		name := tok.(string) // object keys are strings
+		if seen[name] {
+			return out, errorf("Field %q appears twice.", name)
+		}
+		seen[name] = true
+		switch {
+		case name == "emails":
+			out.HasEmails = true
+			if err := emails(dec, lim, add); err != nil {
+				return out, problem(err)
+			}
+		case slices.Contains(fields, name):
+			tok, err := dec.Token()
+			if err != nil {
+				return out, problem(err)
+			}
+			s, ok := tok.(string)
+			if !ok {
+				return out, errorf("Field %q must be a string.", name)
+			}
+			out.Strings[name] = s
+		default:
+			return out, errorf("Unknown field %q.", name)
+		}
+	}
+	if _, err := dec.Token(); err != nil { // the closing brace
+		return out, problem(err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		if err == nil {
+			return out, errorf("The body has data after the JSON object.")
+		}
+		return out, problem(err)
+	}
+	return out, nil
+}
+
+// emails reads the "emails" array.
+func emails(dec *json.Decoder, lim Limits, add func(string) error) error {
+	tok, err := dec.Token()
+	if err != nil {
+		return err
+	}
+	if tok != json.Delim('[') {
+		return errorf("Field \"emails\" must be a list of strings.")
+	}
+	n := 0
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return err
+		}
+		s, ok := tok.(string)
+		if !ok {
+			return errorf("emails[%d] must be a string.", n)
+		}
+		if len(s) > lim.MaxAddressBytes {
+			return errorf("Address %d is longer than %d bytes.", n+1, lim.MaxAddressBytes)
+		}
+		if n == lim.MaxAddresses {
+			return &Error{msg: "The list holds more than " + strconv.Itoa(lim.MaxAddresses) + " addresses.", TooMany: true}
+		}
+		n++
+		if err := add(s); err != nil {
+			return err
+		}
+	}
+	_, err = dec.Token() // the closing bracket
+	return err
+}
+
+// scalarGuard fails a read that would make the decoder buffer a string or
+// number longer than MaxJSONScalar: it tracks, byte by byte, whether it is
+// inside a string (and after a backslash) and how long the current scalar
+// is.
+type scalarGuard struct {
+	r        io.Reader
+	inString bool
+	escaped  bool
+	run      int
+	err      error
+}
+
+func (g *scalarGuard) Read(p []byte) (int, error) {
+	if g.err != nil {
+		return 0, g.err
+	}
+	n, err := g.r.Read(p)
+	for i, c := range p[:n] {
+		switch {
+		case g.inString:
+			g.run++
+			switch {
+			case g.escaped:
+				g.escaped = false
+			case c == '\\':
+				g.escaped = true
+			case c == '"':
+				g.inString, g.run = false, 0
+			}
+		case c == '"':
+			g.inString, g.run = true, 1
+		case c == ' ', c == '\t', c == '\n', c == '\r', c == ',', c == ':',
+			c == '[', c == ']', c == '{', c == '}':
+			g.run = 0
+		default:
+			g.run++
+		}
+		if g.run > MaxJSONScalar {
+			g.err = errorf("The JSON holds a string or number longer than %d bytes.", MaxJSONScalar)
+			return i, nil
+		}
+	}
+	return n, err
+}

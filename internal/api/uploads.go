@@ -1,0 +1,218 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/google/uuid"
+
+	"github.com/evs-dev/evs/internal/addrlist"
+	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/idempotency"
+)
+
+// UploadTTL is how long an upload's URL and ID work: time to send 100 MiB
+// on a slow line, short enough that a leaked URL soon stops working.
+const UploadTTL = time.Hour
+
+// Uploads keeps lists sent to a URL of their own (contract, section 14):
+// S3 with pre-signed URLs on AWS, the embedded store behind `evs serve`'s
+// own URL locally.
+type Uploads interface {
+	// CreateUpload records u and returns the URL the client PUTs the list
+	// to, valid until u.ExpiresAt. origin is the API's own origin
+	// ("https://host:port") for a store whose URL is the server's.
+	CreateUpload(ctx context.Context, u evs.Upload, origin string) (url string, err error)
+	// OpenUpload returns the upload id of account and its content, of
+	// size bytes: CodeNotFound when it is unknown, expired or another
+	// account's, CodeInvalidState when nothing was sent to it yet. The
+	// caller closes the content.
+	OpenUpload(ctx context.Context, accountID, id string) (u evs.Upload, content io.ReadCloser, size int64, err error)
+	// DropUpload deletes the upload's content once a batch holds it.
+	DropUpload(ctx context.Context, accountID, id string) error
+}
+
+// uploadNamespace derives a batch's ID from its upload's (uuid.NewSHA1):
+// an upload makes at most one batch, so a second creation from it finds
+// the first by ID, and two at once are told apart by the store's unique
+// batch ID, whatever happens between them.
+var uploadNamespace = uuid.MustParse("6f1c2a54-3d5e-4b8a-9c1e-7e0b5a3f2d19")
+
+// UploadBatchID is the ID of the batch created from upload id.
+func UploadBatchID(uploadID string) string {
+	return uuid.NewSHA1(uploadNamespace, []byte(uploadID)).String()
+}
+
+type uploadRequest struct {
+	ContentType *string `json:"contentType"`
+}
+
+type uploadReply struct {
+	UploadID  string `json:"uploadId"`
+	URL       string `json:"url"`
+	Method    string `json:"method"`
+	ExpiresAt Time   `json:"expiresAt"`
+	MaxBytes  int64  `json:"maxBytes"`
+}
+
+// createUpload serves POST /v1/uploads.
+func (h *Handler) createUpload(ctx context.Context, req events.APIGatewayProxyRequest, p Principal) (events.APIGatewayProxyResponse, error) {
+	if h.d.Uploads == nil {
+		return events.APIGatewayProxyResponse{}, evs.Errorf(evs.CodeNotFound, "No such route.")
+	}
+	raw, err := body(req)
+	if err != nil {
+		return events.APIGatewayProxyResponse{}, err
+	}
+	if mt := mediaType(req); mt != "application/json" {
+		return events.APIGatewayProxyResponse{}, evs.Errorf(evs.CodeInvalidRequest, "Content-Type must be application/json.")
+	}
+	var in uploadRequest
+	if err := decodeStrict(raw, &in); err != nil {
+		return events.APIGatewayProxyResponse{}, err
+	}
+	if in.ContentType == nil {
+		return events.APIGatewayProxyResponse{}, evs.Errorf(evs.CodeInvalidRequest, "Field \"contentType\" is required: \"text/csv\" or \"application/json\".")
+	}
+	ct := *in.ContentType
+	if ct != "text/csv" && ct != "application/json" {
+		return events.APIGatewayProxyResponse{}, evs.Errorf(evs.CodeInvalidRequest, "Field \"contentType\" must be \"text/csv\" or \"application/json\".")
+	}
+	origin := h.d.PublicURL
+	if origin == "" {
+		origin = requestOrigin(req)
+	}
+	resp, _, _, err := h.idempotent(ctx, req, p, raw, func(ctx context.Context) idempotency.Reply {
+		now := h.d.Now().UTC()
+		u := evs.Upload{
+			ID: uuid.NewString(), AccountID: p.AccountID, ContentType: ct,
+			CreatedAt: now, ExpiresAt: now.Add(UploadTTL), MaxBytes: evs.UploadMaxBytes,
+		}
+		url, err := h.d.Uploads.CreateUpload(ctx, u, origin)
+		if err != nil {
+			return errReply(err)
+		}
+		return jsonReply(http.StatusCreated, uploadReply{
+			UploadID: u.ID, URL: url, Method: http.MethodPut, ExpiresAt: Time{Time: u.ExpiresAt}, MaxBytes: u.MaxBytes,
+		})
+	})
+	return resp, err
+}
+
+// requestOrigin is the origin the client called, from the Host header:
+// `evs serve` puts it in the upload's URL unless EVS_PUBLIC_URL names one.
+// X-Forwarded-Proto from a TLS-terminating proxy makes it https.
+func requestOrigin(req events.APIGatewayProxyRequest) string {
+	host, _ := header(req, "Host")
+	scheme := "http"
+	if proto, _ := header(req, "X-Forwarded-Proto"); strings.EqualFold(proto, "https") {
+		scheme = "https"
+	}
+	return scheme + "://" + host
+}
+
+// storeUploadBatch creates the batch of an upload. The list is read as a
+// stream and deduplicated as it is read; a list over the limits makes a
+// batch created `failed` with the reason (contract, section 14), a list
+// that is not a valid CSV or JSON file is a 400.
+func (h *Handler) storeUploadBatch(ctx context.Context, p Principal, in parsedBatch) (evs.Batch, error) {
+	if h.d.Uploads == nil {
+		return evs.Batch{}, evs.Errorf(evs.CodeNotFound, "No such upload.")
+	}
+	id := UploadBatchID(in.uploadID)
+	if _, err := h.d.Batches.Batch(ctx, p.AccountID, id); err == nil {
+		return evs.Batch{}, usedUpload(id)
+	} else if evs.ErrorCode(err) != evs.CodeNotFound {
+		return evs.Batch{}, err
+	}
+	u, content, size, err := h.d.Uploads.OpenUpload(ctx, p.AccountID, in.uploadID)
+	if err != nil {
+		return evs.Batch{}, err
+	}
+	defer content.Close()
+	if size > u.MaxBytes {
+		return h.failedUploadBatch(ctx, p, in, id, "The upload is larger than "+formatBytes(u.MaxBytes)+".")
+	}
+	read := addrlist.CSV
+	if u.ContentType == "application/json" {
+		read = func(r io.Reader, lim addrlist.Limits, add func(string) error) error {
+			_, err := addrlist.JSON(r, lim, nil, add)
+			return err
+		}
+	}
+	// The stream may be longer than announced (a store that cannot tell);
+	// one byte past the limit is enough to know.
+	lr := &io.LimitedReader{R: content, N: u.MaxBytes + 1}
+	err = read(lr, addrlist.Limits{MaxAddresses: h.d.MaxUploadAddresses, MaxAddressBytes: MaxEmailLength}, in.list.add)
+	var bad *addrlist.Error
+	var refused *evs.Error
+	switch {
+	case lr.N == 0:
+		return h.failedUploadBatch(ctx, p, in, id, "The upload is larger than "+formatBytes(u.MaxBytes)+".")
+	case addrlist.IsTooMany(err):
+		return h.failedUploadBatch(ctx, p, in, id, "The upload holds more than "+strconv.Itoa(h.d.MaxUploadAddresses)+" addresses; split the list.")
+	case errors.As(err, &bad):
+		return evs.Batch{}, evs.Errorf(evs.CodeInvalidRequest, "The upload is not a valid list: %s", bad.Error())
+	case errors.As(err, &refused):
+		return evs.Batch{}, err // an address the contract refuses
+	case err != nil:
+		return evs.Batch{}, evs.Wrap(err, evs.CodeUnavailable, "The upload could not be read; retry.")
+	case in.list.total == 0:
+		return evs.Batch{}, evs.Errorf(evs.CodeInvalidRequest, "The upload holds no addresses.")
+	}
+	b, err := h.storeBatch(ctx, p, in, id)
+	if evs.ErrorCode(err) == evs.CodeInvalidState {
+		return evs.Batch{}, usedUpload(id) // a creation from the same upload won
+	}
+	if err != nil {
+		return evs.Batch{}, err
+	}
+	if err := h.d.Uploads.DropUpload(ctx, p.AccountID, in.uploadID); err != nil {
+		// The batch holds the list now; the content left behind expires
+		// with the upload.
+		h.d.Logger.WarnContext(ctx, "could not delete an upload's content", slog.String("batchId", id), slog.String("error", err.Error()))
+	}
+	return b, nil
+}
+
+func usedUpload(batchID string) error {
+	return evs.Errorf(evs.CodeInvalidState, "The upload was already used: it made request %s.", batchID)
+}
+
+// failedUploadBatch stores the batch of an upload over its limits, final
+// in state failed with reason, so the client sees why in the batch itself
+// and a callback, if any, is told.
+func (h *Handler) failedUploadBatch(ctx context.Context, p Principal, in parsedBatch, id, reason string) (evs.Batch, error) {
+	now := h.d.Now().UTC()
+	b := evs.Batch{
+		ID: id, AccountID: p.AccountID, Mode: in.mode, State: evs.StateFailed, Error: reason,
+		CreatedAt: now, CompletedAt: now, ExpiresAt: now.Add(h.d.Retention), CallbackURL: in.callbackURL,
+	}
+	if err := h.d.Batches.CreateBatchWithin(ctx, b, nil, 0); err != nil {
+		if evs.ErrorCode(err) == evs.CodeInvalidState {
+			return evs.Batch{}, usedUpload(id)
+		}
+		return evs.Batch{}, err
+	}
+	if err := h.d.Uploads.DropUpload(ctx, p.AccountID, in.uploadID); err != nil {
+		h.d.Logger.WarnContext(ctx, "could not delete an upload's content", slog.String("batchId", id), slog.String("error", err.Error()))
+	}
+	if h.d.Finalized != nil {
+		h.d.Finalized(ctx, b)
+	}
+	return b, nil
+}
+
+func formatBytes(n int64) string {
+	if n%(1<<20) == 0 {
+		return strconv.Itoa(int(n>>20)) + " MiB (" + strconv.Itoa(int(n)) + " bytes)"
+	}
+	return strconv.Itoa(int(n)) + " bytes"
+}

@@ -1,0 +1,102 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"mime"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/evs-dev/evs/internal/api"
+	"github.com/evs-dev/evs/internal/evs"
+)
+
+// uploadStore is a store that keeps uploads and receives their lists
+// itself (sqlitestore): `evs serve` then serves the URL POST /v1/uploads
+// hands out, as S3 serves its pre-signed URLs on AWS.
+type uploadStore interface {
+	api.Uploads
+	ReceiveUpload(ctx context.Context, id, token, contentType string, body io.Reader) (evs.Upload, int64, error)
+}
+
+// uploadRoute is the route template of an upload's URL, in logs and
+// metrics. It is no API Gateway route: on AWS the URL is S3's.
+const uploadRoute = "/v1/uploads/{id}"
+
+// uploadTimeout is how long an upload's body may take to arrive: 100 MiB
+// at a little over 170 KiB/s. Only the holder of the upload's token gets
+// this long; the URL's expiry still ends it.
+const uploadTimeout = 10 * time.Minute
+
+// isUploadPath tells whether path is an upload's URL.
+func isUploadPath(path string) (id string, ok bool) {
+	id, ok = strings.CutPrefix(path, "/v1/uploads/")
+	return id, ok && id != "" && !strings.Contains(id, "/")
+}
+
+// receiveUpload answers PUT on an upload's URL: the token in the URL is
+// the credential, as a pre-signed URL's signature is on S3. A wrong token
+// counts as a failed authentication for the client's address.
+func (g *gateway) receiveUpload(w http.ResponseWriter, r *http.Request, c *api.Call, id string) {
+	c.Route = uploadRoute
+	rid := c.RequestID
+	reply := func(status int, body []byte) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("X-Request-Id", rid)
+		w.WriteHeader(status)
+		_, _ = w.Write(body)
+	}
+	fail := func(err error) {
+		refuseEarly(w, r)
+		status, body := api.FromError(err, rid)
+		if status >= 500 {
+			c.Err = err
+		}
+		reply(status, body)
+	}
+	if r.Method != http.MethodPut {
+		w.Header().Set("Allow", http.MethodPut)
+		fail(evs.Errorf(evs.CodeMethodNotAllowed, "Method %s is not allowed here; use PUT.", r.Method))
+		return
+	}
+	client := clientOf(r)
+	if wait, blocked := g.fails.blocked(client, g.o.Now()); blocked {
+		refuseEarly(w, r)
+		writeResponse(w, throttled, rid, map[string]string{"Retry-After": retryAfter(wait)})
+		return
+	}
+	if r.ContentLength > evs.UploadMaxBytes {
+		w.Header().Set("Connection", "close")
+		fail(evs.Errorf(evs.CodePayloadTooLarge, "The upload is larger than %d bytes.", evs.UploadMaxBytes))
+		return
+	}
+	ct, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if err != nil {
+		ct = ""
+	}
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(uploadTimeout))
+	u, size, err := g.uploads.ReceiveUpload(r.Context(), id, r.URL.Query().Get("token"), ct, r.Body)
+	switch code := evs.ErrorCode(err); {
+	case err == nil:
+	case code == evs.CodeNotFound:
+		g.fails.fail(client, g.o.Now())
+		fail(err)
+		return
+	default:
+		// Whatever was not read is never read: close the connection
+		// rather than drain up to 100 MiB.
+		w.Header().Set("Connection", "close")
+		fail(err)
+		return
+	}
+	_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
+	c.AccountID = u.AccountID
+	b, _ := json.Marshal(struct {
+		RequestID string `json:"requestId"`
+		UploadID  string `json:"uploadId"`
+		Bytes     int64  `json:"bytes"`
+	}{rid, id, size})
+	reply(http.StatusOK, b)
+}

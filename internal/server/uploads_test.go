@@ -1,0 +1,232 @@
+package server_test
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/evs-dev/evs/internal/server"
+)
+
+// newUpload makes an upload for key and returns its id and URL.
+func (h *harness) newUpload(key, contentType string) (id, putURL string) {
+	h.t.Helper()
+	r := h.do(req{method: "POST", path: "/v1/uploads", key: key, body: `{"contentType":"` + contentType + `"}`})
+	if r.status != 201 {
+		h.t.Fatalf("create upload: %d %s", r.status, r.body)
+	}
+	m := r.json(h.t)
+	id, _ = m["uploadId"].(string)
+	putURL, _ = m["url"].(string)
+	if m["method"] != "PUT" || m["maxBytes"] != float64(100<<20) || id == "" {
+		h.t.Fatalf("upload reply: %s", r.body)
+	}
+	return id, putURL
+}
+
+// put sends body to an upload URL as a client would: no API key. The
+// reply is checked against the contract like every other.
+func (h *harness) put(putURL, contentType string, body io.Reader) reply {
+	h.t.Helper()
+	hr, err := http.NewRequest(http.MethodPut, putURL, body)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	hr.Header.Set("Content-Type", contentType)
+	resp, err := http.DefaultClient.Do(hr)
+	if err != nil {
+		h.t.Fatalf("PUT: %v", err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	out := reply{status: resp.StatusCode, header: resp.Header, body: b}
+	h.contract.check(h.t, hr, "", out)
+	return out
+}
+
+// TestUploadFlow walks the three steps of a large list on `evs serve`:
+// make an upload, PUT the list to its URL (no key: the URL's token is the
+// credential), create the batch from it; and every refusal on the way.
+func TestUploadFlow(t *testing.T) {
+	h := start(t, options{realClock: true})
+	id, putURL := h.newUpload(h.testKey, "text/csv")
+	if !strings.HasPrefix(putURL, h.base+"/v1/uploads/"+id+"?token=") {
+		t.Fatalf("url %q is not this server's upload URL", putURL)
+	}
+	create := func(key, uploadID string, hdr map[string]string) reply {
+		return h.do(req{method: "POST", path: "/v1/requests", key: key, headers: hdr,
+			body: `{"uploadId":"` + uploadID + `","mode":"quick"}`})
+	}
+	if r := create(h.testKey, id, nil); r.status != 409 || r.errorCode(t) != "invalid_state" || !strings.Contains(string(r.body), "Nothing was uploaded yet") {
+		t.Fatalf("create before PUT: %d %s", r.status, r.body)
+	}
+
+	csv := "email,name\n"
+	for i := range 300 {
+		csv += fmt.Sprintf("user%d@x%d.example,n\n", i, i%7)
+	}
+	csv += "rejected_email@x.example,r\nuser1@X1.EXAMPLE,dup\n"
+
+	u, _ := url.Parse(putURL)
+	wrong := *u
+	wrong.RawQuery = "token=" + strings.Repeat("A", 43)
+	for _, tc := range []struct {
+		name, url, ct string
+		status        int
+		code          string
+	}{
+		{"wrong token", wrong.String(), "text/csv", 404, "not_found"},
+		{"no token", h.base + u.Path, "text/csv", 404, "not_found"},
+		{"unknown upload", h.base + "/v1/uploads/6d1c0000-0000-4000-8000-000000000000?" + u.RawQuery, "text/csv", 404, "not_found"},
+		{"other content type", putURL, "application/json", 400, "invalid_request"},
+	} {
+		r := h.put(tc.url, tc.ct, strings.NewReader(csv))
+		if r.status != tc.status || r.errorCode(t) != tc.code {
+			t.Errorf("%s: %d %s, want %d %s", tc.name, r.status, r.body, tc.status, tc.code)
+		}
+	}
+	// A first PUT is replaced by the second, as on S3.
+	if r := h.put(putURL, "text/csv", strings.NewReader("someone@else.example\n")); r.status != 200 {
+		t.Fatalf("first PUT: %d %s", r.status, r.body)
+	}
+	r := h.put(putURL, "text/csv; charset=utf-8", strings.NewReader(csv))
+	if r.status != 200 || r.json(t)["bytes"] != float64(len(csv)) {
+		t.Fatalf("PUT: %d %s", r.status, r.body)
+	}
+
+	// Another account's upload is answered like one that does not exist.
+	if r := create(h.otherKey, id, nil); r.status != 404 || r.errorCode(t) != "not_found" {
+		t.Fatalf("other account: %d %s", r.status, r.body)
+	}
+	if r := create(h.testKey, "not-a-uuid", nil); r.status != 400 {
+		t.Fatalf("bad uploadId: %d %s", r.status, r.body)
+	}
+	if r := h.do(req{method: "POST", path: "/v1/requests", key: h.testKey, body: `{"uploadId":"` + id + `","emails":["a@x.example"]}`}); r.status != 400 {
+		t.Fatalf("emails and uploadId: %d %s", r.status, r.body)
+	}
+
+	r = create(h.testKey, id, map[string]string{"Idempotency-Key": "from-upload"})
+	if r.status != 201 {
+		t.Fatalf("create: %d %s", r.status, r.body)
+	}
+	e := decodeEnvelope(t, r)
+	if e.Counters.Total != 302 || e.Counters.Duplicates != 1 || e.Request.Mode != "quick" {
+		t.Fatalf("created: %s", r.body)
+	}
+	final := h.poll(h.testKey, e.Request.ID, 30*time.Second)
+	if final.Request.State != "completed" || final.Counters.Processed != 301 || final.Counters.Undeliverable != 1 {
+		t.Fatalf("final: %+v", final)
+	}
+
+	// The same key replays; another creation from the upload is refused
+	// and names the batch it made; so is another PUT.
+	if r := create(h.testKey, id, map[string]string{"Idempotency-Key": "from-upload"}); r.status != 200 || decodeEnvelope(t, r).Request.ID != e.Request.ID {
+		t.Fatalf("replay: %d %s", r.status, r.body)
+	}
+	if r := create(h.testKey, id, nil); r.status != 409 || r.errorCode(t) != "invalid_state" || !strings.Contains(string(r.body), e.Request.ID) {
+		t.Fatalf("second creation: %d %s", r.status, r.body)
+	}
+	if r := h.put(putURL, "text/csv", strings.NewReader(csv)); r.status != 409 {
+		t.Fatalf("PUT after use: %d %s", r.status, r.body)
+	}
+}
+
+// TestUploadLimits: a list over the address limit makes a batch created
+// failed with the reason; a body over 100 MiB is refused before it is
+// read when its length is announced, and once read past the limit when it
+// is not; a list that is not a list is 400.
+func TestUploadLimits(t *testing.T) {
+	h := start(t, options{realClock: true, server: func(o *server.Options) { o.MaxUploadAddresses = 100 }})
+	id, putURL := h.newUpload(h.testKey, "application/json")
+	var b strings.Builder
+	b.WriteString(`{"emails":[`)
+	for i := range 101 {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `"u%d@x.example"`, i)
+	}
+	b.WriteString(`]}`)
+	if r := h.put(putURL, "application/json", strings.NewReader(b.String())); r.status != 200 {
+		t.Fatalf("PUT: %d %s", r.status, r.body)
+	}
+	r := h.do(req{method: "POST", path: "/v1/requests", key: h.testKey, body: `{"uploadId":"` + id + `"}`})
+	e := decodeEnvelope(t, r)
+	if r.status != 201 || e.Request.State != "failed" || !strings.Contains(e.Request.Error, "more than 100 addresses") || e.Request.CompletedAt == "" {
+		t.Fatalf("over the address limit: %d %s", r.status, r.body)
+	}
+
+	// 100 addresses exactly is a list like any other.
+	id, putURL = h.newUpload(h.testKey, "text/csv")
+	var lines strings.Builder
+	for i := range 100 {
+		fmt.Fprintf(&lines, "u%d@x.example\n", i)
+	}
+	h.put(putURL, "text/csv", strings.NewReader(lines.String()))
+	r = h.do(req{method: "POST", path: "/v1/requests", key: h.testKey, body: `{"uploadId":"` + id + `"}`})
+	if e := decodeEnvelope(t, r); r.status != 201 || e.Request.State != "queued" || e.Counters.Total != 100 {
+		t.Fatalf("at the limit: %d %s", r.status, r.body)
+	}
+
+	// Not a list: 400, and the upload can be sent again and used.
+	id, putURL = h.newUpload(h.testKey, "text/csv")
+	h.put(putURL, "text/csv", strings.NewReader("\xff\xfea\x00@\x00"))
+	r = h.do(req{method: "POST", path: "/v1/requests", key: h.testKey, body: `{"uploadId":"` + id + `"}`})
+	if r.status != 400 || !strings.Contains(string(r.body), "UTF-16") {
+		t.Fatalf("UTF-16 upload: %d %s", r.status, r.body)
+	}
+
+	// Over 100 MiB, announced: refused before a byte is read.
+	_, putURL = h.newUpload(h.testKey, "text/csv")
+	hr, _ := http.NewRequest(http.MethodPut, putURL, io.LimitReader(zeros{}, 100<<20+1))
+	hr.ContentLength = 100<<20 + 1
+	hr.Header.Set("Content-Type", "text/csv")
+	resp, err := http.DefaultClient.Do(hr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 413 {
+		t.Fatalf("announced 100 MiB + 1: %d", resp.StatusCode)
+	}
+	// Not announced (chunked): read to the limit, then refused, nothing kept.
+	id, putURL = h.newUpload(h.testKey, "text/csv")
+	if r := h.put(putURL, "text/csv", io.MultiReader(strings.NewReader("a@x.example\n"), io.LimitReader(zeros{}, 100<<20))); r.status != 413 || r.errorCode(t) != "payload_too_large" {
+		t.Fatalf("chunked 100 MiB + 12: %d %s", r.status, r.body)
+	}
+	r = h.do(req{method: "POST", path: "/v1/requests", key: h.testKey, body: `{"uploadId":"` + id + `"}`})
+	if r.status != 409 {
+		t.Fatalf("create from a refused PUT: %d %s", r.status, r.body)
+	}
+}
+
+// zeros reads spaces: a body of any size without holding it.
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) {
+	for i := range p {
+		p[i] = ' '
+	}
+	return len(p), nil
+}
+
+// TestUploadExpires: after an hour neither the URL nor the ID works.
+func TestUploadExpires(t *testing.T) {
+	h := start(t, options{})
+	id, putURL := h.newUpload(h.testKey, "text/csv")
+	if r := h.put(putURL, "text/csv", strings.NewReader("a@x.example\n")); r.status != 200 {
+		t.Fatalf("PUT: %d %s", r.status, r.body)
+	}
+	h.clock.Advance(time.Hour + time.Second)
+	if r := h.put(putURL, "text/csv", strings.NewReader("a@x.example\n")); r.status != 404 {
+		t.Fatalf("PUT after expiry: %d %s", r.status, r.body)
+	}
+	r := h.do(req{method: "POST", path: "/v1/requests", key: h.testKey, body: `{"uploadId":"` + id + `"}`})
+	if r.status != 404 || r.errorCode(t) != "not_found" {
+		t.Fatalf("create after expiry: %d %s", r.status, r.body)
+	}
+}

@@ -1,0 +1,247 @@
+package sqlitestore
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"database/sql"
+	"encoding/base64"
+	"encoding/binary"
+	"errors"
+	"io"
+	"net/url"
+
+	"github.com/evs-dev/evs/internal/evs"
+)
+
+// Uploads (contract, section 14) are kept in the database like every other
+// state, so a backup holds them too. The list arrives as parts of
+// uploadPart bytes, each its own short write: a 100 MiB PUT from a slow
+// client never holds the writer for longer than one part. Parts are
+// written under a random attempt number and the upload names the attempt
+// that finished last, so a PUT cut off half-way, or two at once, never
+// mixes two lists.
+
+// uploadPart is the size of one stored part of an upload.
+const uploadPart = 1 << 20
+
+func noUpload() error {
+	return evs.Errorf(evs.CodeNotFound, "No such upload (unknown, expired, or of another account).")
+}
+
+// CreateUpload records u with a fresh token and returns the URL the
+// client sends the list to: origin + /v1/uploads/{id}?token=..., which
+// `evs serve` answers with ReceiveUpload. Only the token's hash is kept.
+func (s *Store) CreateUpload(ctx context.Context, u evs.Upload, origin string) (string, error) {
+	var tok [32]byte
+	if _, err := rand.Read(tok[:]); err != nil {
+		return "", err
+	}
+	token := base64.RawURLEncoding.EncodeToString(tok[:])
+	hash := sha256.Sum256([]byte(token))
+	err := s.writeOne(ctx, true, func(ctx context.Context, tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO uploads (id, account_id, content_type, token_hash, created_at, expires_at, max_bytes)
+			VALUES (?, ?, ?, ?, ?, ?, ?)`, u.ID, u.AccountID, u.ContentType, hash[:], millis(u.CreatedAt), millis(u.ExpiresAt), u.MaxBytes)
+		return dbErr("create upload", err)
+	})
+	if err != nil {
+		return "", err
+	}
+	return origin + "/v1/uploads/" + url.PathEscape(u.ID) + "?token=" + token, nil
+}
+
+// uploadRow is an upload as stored.
+type uploadRow struct {
+	u       evs.Upload
+	hash    []byte
+	size    sql.NullInt64
+	attempt int64
+	dropped bool
+}
+
+func (s *Store) upload(ctx context.Context, id string) (uploadRow, error) {
+	var (
+		r                uploadRow
+		created, expires int64
+	)
+	err := s.rdb.QueryRowContext(ctx, `SELECT account_id, content_type, token_hash, created_at, expires_at, max_bytes, size, attempt, dropped
+		FROM uploads WHERE id = ? AND expires_at > ?`, id, millis(s.now())).
+		Scan(&r.u.AccountID, &r.u.ContentType, &r.hash, &created, &expires, &r.u.MaxBytes, &r.size, &r.attempt, &r.dropped)
+	if errors.Is(err, sql.ErrNoRows) {
+		return uploadRow{}, noUpload()
+	}
+	if err != nil {
+		return uploadRow{}, dbErr("read upload", err)
+	}
+	r.u.ID, r.u.CreatedAt, r.u.ExpiresAt = id, fromMillis(created), fromMillis(expires)
+	return r, nil
+}
+
+// ReceiveUpload stores body as the list of upload id, if token is the
+// upload's and contentType the one it was made for. It answers
+// CodeNotFound for an unknown or expired upload or a wrong token (the two
+// are not told apart), CodeInvalidRequest for another content type,
+// CodePayloadTooLarge past the upload's MaxBytes (nothing is kept), and
+// CodeInvalidState once a batch was made from it. A second PUT replaces
+// the first, as on S3.
+func (s *Store) ReceiveUpload(ctx context.Context, id, token, contentType string, body io.Reader) (evs.Upload, int64, error) {
+	r, err := s.upload(ctx, id)
+	if err != nil {
+		return evs.Upload{}, 0, err
+	}
+	hash := sha256.Sum256([]byte(token))
+	if subtle.ConstantTimeCompare(hash[:], r.hash) != 1 {
+		return evs.Upload{}, 0, noUpload()
+	}
+	if r.dropped {
+		return evs.Upload{}, 0, evs.Errorf(evs.CodeInvalidState, "The upload was already used to create a request.")
+	}
+	if contentType != r.u.ContentType {
+		return evs.Upload{}, 0, evs.Errorf(evs.CodeInvalidRequest, "Content-Type must be %s, as the upload was made for.", r.u.ContentType)
+	}
+	var ab [8]byte
+	if _, err := rand.Read(ab[:]); err != nil {
+		return evs.Upload{}, 0, err
+	}
+	attempt := int64(binary.LittleEndian.Uint64(ab[:]) >> 1)
+	forget := func() {
+		// Best effort: what is left expires with the upload.
+		_ = s.writeOne(context.WithoutCancel(ctx), false, func(ctx context.Context, tx *sql.Tx) error {
+			_, err := tx.ExecContext(ctx, `DELETE FROM upload_parts WHERE upload = ? AND attempt = ?`, id, attempt)
+			return err
+		})
+	}
+	buf := make([]byte, uploadPart)
+	var size int64
+	for n := 0; ; n++ {
+		k, rerr := io.ReadFull(body, buf)
+		if k > 0 {
+			if size += int64(k); size > r.u.MaxBytes {
+				forget()
+				return evs.Upload{}, 0, evs.Errorf(evs.CodePayloadTooLarge, "The upload is larger than %d bytes.", r.u.MaxBytes)
+			}
+			part := buf[:k]
+			err := s.writeOne(ctx, false, func(ctx context.Context, tx *sql.Tx) error {
+				_, err := tx.ExecContext(ctx, `INSERT INTO upload_parts (upload, attempt, n, data) VALUES (?, ?, ?, ?)`, id, attempt, n, part)
+				return dbErr("store upload part", err)
+			})
+			if err != nil {
+				forget()
+				return evs.Upload{}, 0, err
+			}
+		}
+		if rerr == io.EOF || rerr == io.ErrUnexpectedEOF {
+			break
+		}
+		if rerr != nil {
+			forget()
+			return evs.Upload{}, 0, evs.Wrap(rerr, evs.CodeInvalidRequest, "The upload's body did not arrive whole; send it again.")
+		}
+	}
+	err = s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `UPDATE uploads SET size = ?, attempt = ? WHERE id = ? AND dropped = 0 AND expires_at > ?`,
+			size, attempt, id, millis(s.now()))
+		if err != nil {
+			return dbErr("finish upload", err)
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return evs.Errorf(evs.CodeInvalidState, "The upload expired or was used while it was being sent.")
+		}
+		_, err = tx.ExecContext(ctx, `DELETE FROM upload_parts WHERE upload = ? AND attempt != ?`, id, attempt)
+		return dbErr("finish upload", err)
+	})
+	if err != nil {
+		forget()
+		return evs.Upload{}, 0, err
+	}
+	return r.u, size, nil
+}
+
+// OpenUpload returns the upload and its list, read a part at a time.
+func (s *Store) OpenUpload(ctx context.Context, accountID, id string) (evs.Upload, io.ReadCloser, int64, error) {
+	r, err := s.upload(ctx, id)
+	if err != nil {
+		return evs.Upload{}, nil, 0, err
+	}
+	switch {
+	case r.u.AccountID != accountID:
+		return evs.Upload{}, nil, 0, noUpload()
+	case r.dropped:
+		return evs.Upload{}, nil, 0, evs.Errorf(evs.CodeInvalidState, "The upload was already used to create a request.")
+	case !r.size.Valid:
+		return evs.Upload{}, nil, 0, evs.Errorf(evs.CodeInvalidState, "Nothing was uploaded yet: PUT the list to the upload's URL first.")
+	}
+	return r.u, &partReader{s: s, ctx: ctx, id: id, attempt: r.attempt}, r.size.Int64, nil
+}
+
+// DropUpload deletes the upload's list and marks it used; the record stays
+// until it expires, so a later PUT is refused.
+func (s *Store) DropUpload(ctx context.Context, accountID, id string) error {
+	return s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, `UPDATE uploads SET dropped = 1 WHERE id = ? AND account_id = ?`, id, accountID); err != nil {
+			return dbErr("drop upload", err)
+		}
+		_, err := tx.ExecContext(ctx, `DELETE FROM upload_parts WHERE upload = ?`, id)
+		return dbErr("drop upload", err)
+	})
+}
+
+// partReader reads an upload's parts in order.
+type partReader struct {
+	s       *Store
+	ctx     context.Context
+	id      string
+	attempt int64
+	n       int
+	cur     []byte
+	done    bool
+}
+
+func (p *partReader) Read(b []byte) (int, error) {
+	for len(p.cur) == 0 {
+		if p.done {
+			return 0, io.EOF
+		}
+		err := p.s.rdb.QueryRowContext(p.ctx, `SELECT data FROM upload_parts WHERE upload = ? AND attempt = ? AND n = ?`,
+			p.id, p.attempt, p.n).Scan(&p.cur)
+		if errors.Is(err, sql.ErrNoRows) {
+			p.done = true
+			continue
+		}
+		if err != nil {
+			return 0, dbErr("read upload part", err)
+		}
+		p.n++
+	}
+	k := copy(b, p.cur)
+	p.cur = p.cur[k:]
+	return k, nil
+}
+
+func (p *partReader) Close() error { return nil }
+
+// uploadsSchema is the migration that adds uploads.
+const uploadsSchema = `
+CREATE TABLE uploads (
+	id           TEXT PRIMARY KEY,
+	account_id   TEXT NOT NULL,
+	content_type TEXT NOT NULL,
+	token_hash   BLOB NOT NULL,
+	created_at   INTEGER NOT NULL,
+	expires_at   INTEGER NOT NULL,
+	max_bytes    INTEGER NOT NULL,
+	size         INTEGER,
+	attempt      INTEGER NOT NULL DEFAULT 0,
+	dropped      INTEGER NOT NULL DEFAULT 0
+) WITHOUT ROWID;
+CREATE INDEX uploads_expires ON uploads (expires_at);
+
+CREATE TABLE upload_parts (
+	upload  TEXT NOT NULL REFERENCES uploads (id) ON DELETE CASCADE,
+	attempt INTEGER NOT NULL,
+	n       INTEGER NOT NULL,
+	data    BLOB NOT NULL,
+	PRIMARY KEY (upload, attempt, n)
+) WITHOUT ROWID;
+`
