@@ -618,3 +618,51 @@ func TestRevocationWithin60s(t *testing.T) {
 		}
 	}
 }
+
+// TestVPCModeIsOptional: the functions that open SMTP sessions (verify,
+// worker) can run in private subnets, for a fixed egress address through a
+// NAT gateway, and run outside any VPC when SmtpSubnetIds is empty; the
+// others never join a VPC (they open no SMTP session, and a VPC only adds
+// to their cold starts).
+func TestVPCModeIsOptional(t *testing.T) {
+	tpl := expand(t)
+	for _, p := range []string{"SmtpSubnetIds", "SmtpSecurityGroupIds"} {
+		if tpl.Parameters[p] == nil || tpl.Parameters[p]["Type"] != "CommaDelimitedList" || tpl.Parameters[p]["Default"] != "" {
+			t.Errorf("parameter %s = %v; want a CommaDelimitedList defaulting to empty", p, tpl.Parameters[p])
+		}
+	}
+	if tpl.Conditions["SmtpInVpc"] == nil {
+		t.Fatal("no SmtpInVpc condition")
+	}
+	for id, r := range tpl.Resources {
+		if r.Type != "AWS::Lambda::Function" {
+			continue
+		}
+		vc, set := r.Properties["VpcConfig"]
+		if id != "VerifyFunction" && id != "WorkerFunction" {
+			if set {
+				t.Errorf("%s has VpcConfig %v", id, vc)
+			}
+			continue
+		}
+		l, _ := vc.(map[string]any)["Fn::If"].([]any)
+		if len(l) != 3 || l[0] != "SmtpInVpc" {
+			t.Errorf("%s: VpcConfig %v; want Fn::If [SmtpInVpc, {...}, !Ref AWS::NoValue]", id, vc)
+			continue
+		}
+		in, _ := l[1].(map[string]any)
+		subnets, _ := ref(in["SubnetIds"])
+		groups, _ := ref(in["SecurityGroupIds"])
+		nv, _ := ref(l[2])
+		if subnets != "SmtpSubnetIds" || groups != "SmtpSecurityGroupIds" || nv != "AWS::NoValue" {
+			t.Errorf("%s: VpcConfig %v", id, vc)
+		}
+		// In a VPC the function must be allowed to make its network
+		// interfaces (SAM adds the managed policy for a VpcConfig).
+		role := tpl.Resources[id+"Role"]
+		arns, _ := json.Marshal(role.Properties["ManagedPolicyArns"])
+		if !strings.Contains(string(arns), "AWSLambdaVPCAccessExecutionRole") {
+			t.Errorf("%sRole has no VPC access policy: %s", id, arns)
+		}
+	}
+}

@@ -2,6 +2,8 @@ package server_test
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -11,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/evs-dev/evs/internal/addrlist"
 	"github.com/evs-dev/evs/internal/config"
 	"github.com/evs-dev/evs/internal/server"
 	"github.com/evs-dev/evs/internal/sqlitestore"
@@ -30,11 +33,20 @@ type discardWriter struct {
 	h      http.Header
 	status int
 	n      int
+	// keep makes it keep the body too, in body.
+	keep bool
+	body []byte
 }
 
-func (w *discardWriter) Header() http.Header         { return w.h }
-func (w *discardWriter) WriteHeader(code int)        { w.status = code }
-func (w *discardWriter) Write(b []byte) (int, error) { w.n += len(b); return len(b), nil }
+func (w *discardWriter) Header() http.Header  { return w.h }
+func (w *discardWriter) WriteHeader(code int) { w.status = code }
+func (w *discardWriter) Write(b []byte) (int, error) {
+	if w.keep {
+		w.body = append(w.body, b...)
+	}
+	w.n += len(b)
+	return len(b), nil
+}
 
 // SetReadDeadline is there because net/http's writer has it (through
 // http.ResponseController): without it the gateway's deadline calls would
@@ -43,7 +55,13 @@ func (w *discardWriter) SetReadDeadline(time.Time) error { return nil }
 
 // WriteString is there because net/http's writer has it: a string body is
 // written without a copy.
-func (w *discardWriter) WriteString(s string) (int, error) { w.n += len(s); return len(s), nil }
+func (w *discardWriter) WriteString(s string) (int, error) {
+	if w.keep {
+		w.body = append(w.body, s...)
+	}
+	w.n += len(s)
+	return len(s), nil
+}
 
 type benchStack struct {
 	h   http.Handler
@@ -99,7 +117,7 @@ func serveOnce(b *testing.B, h http.Handler, r *http.Request, body string, w *di
 func serveWant(b *testing.B, h http.Handler, r *http.Request, body string, w *discardWriter, want int) {
 	r.Body = io.NopCloser(strings.NewReader(body))
 	clear(w.h)
-	w.status, w.n = 0, 0
+	w.status, w.n, w.body = 0, 0, w.body[:0]
 	h.ServeHTTP(w, r)
 	if w.status != 0 && w.status != want {
 		b.Fatalf("status %d", w.status)
@@ -204,4 +222,91 @@ func BenchmarkServeVerifyConcurrent(b *testing.B) {
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "calls/s")
 		})
 	}
+}
+
+// BenchmarkCreateBatch measures batch creation through the whole handler
+// stack on `evs serve` at the contract's largest sizes: a 50,000-address
+// JSON body, and a 1,000,000-address upload (the PUT is outside the
+// timer; the create reads, deduplicates and stores the list). Its floor is
+// reading the same lists with addrlist alone, side by side, so the figure
+// to quote is the ratio. Each batch is cancelled after its creation so the
+// worker does not run beside the next one.
+func BenchmarkCreateBatch(b *testing.B) {
+	csv1M := benchList(1_000_000, "\n")
+	body50k := `{"emails":[` + strings.TrimSuffix(benchList(50_000, `",`), ",") + `]}`
+	b.Run("body-50k", func(b *testing.B) {
+		s := newBenchStack(b)
+		w := &discardWriter{h: http.Header{}, keep: true}
+		for b.Loop() {
+			r := benchRequest(http.MethodPost, "/v1/requests", s.key, body50k)
+			serveWant(b, s.h, r, body50k, w, http.StatusCreated)
+			b.StopTimer()
+			cancelCreated(b, s, w)
+			b.StartTimer()
+		}
+	})
+	b.Run("body-50k-floor", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := addrlist.JSON(strings.NewReader(body50k), addrlist.Limits{MaxAddresses: 50_000, MaxAddressBytes: 512}, nil, func(string) error { return nil }); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("upload-1M", func(b *testing.B) {
+		s := newBenchStack(b)
+		w := &discardWriter{h: http.Header{}, keep: true}
+		for b.Loop() {
+			b.StopTimer()
+			up := benchRequest(http.MethodPost, "/v1/uploads", s.key, `{"contentType":"text/csv"}`)
+			serveWant(b, s.h, up, `{"contentType":"text/csv"}`, w, http.StatusCreated)
+			var u struct{ UploadID, URL string }
+			if err := json.Unmarshal(w.body, &u); err != nil {
+				b.Fatalf("upload reply: %v %s", err, w.body)
+			}
+			put, _ := http.NewRequest(http.MethodPut, u.URL, nil)
+			put.Header.Set("Content-Type", "text/csv")
+			put.RemoteAddr = "127.0.0.1:50000"
+			serveWant(b, s.h, put, csv1M, w, http.StatusOK)
+			body := `{"uploadId":"` + u.UploadID + `","mode":"quick"}`
+			create := benchRequest(http.MethodPost, "/v1/requests", s.key, body)
+			b.StartTimer()
+			serveWant(b, s.h, create, body, w, http.StatusCreated)
+			b.StopTimer()
+			cancelCreated(b, s, w)
+			b.StartTimer()
+		}
+	})
+	b.Run("upload-1M-floor", func(b *testing.B) {
+		for b.Loop() {
+			if err := addrlist.CSV(strings.NewReader(csv1M), addrlist.Limits{MaxAddresses: 1_000_000, MaxAddressBytes: 512}, func(string) error { return nil }); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// benchList is n distinct addresses over 1,000 domains, each followed by
+// sep (quoted when sep starts with a quote).
+func benchList(n int, sep string) string {
+	var sb strings.Builder
+	quote := strings.HasPrefix(sep, `"`)
+	for i := range n {
+		if quote {
+			sb.WriteByte('"')
+		}
+		fmt.Fprintf(&sb, "user.%d@d%d.example%s", i, i%1000, sep)
+	}
+	return sb.String()
+}
+
+// cancelCreated cancels the batch whose creation w holds.
+func cancelCreated(b *testing.B, s benchStack, w *discardWriter) {
+	var e struct {
+		Request struct{ ID string } `json:"request"`
+	}
+	if err := json.Unmarshal(w.body, &e); err != nil || e.Request.ID == "" {
+		b.Fatalf("create reply: %v %s", err, w.body)
+	}
+	r := benchRequest(http.MethodPost, "/v1/requests/"+e.Request.ID+"/cancel", s.key, "")
+	serveWant(b, s.h, r, "", w, http.StatusOK)
 }
