@@ -174,12 +174,17 @@ func (h *Handler) storeUploadBatch(ctx context.Context, p Principal, in parsedBa
 	if err != nil {
 		return evs.Batch{}, err
 	}
-	if err := h.d.Uploads.DropUpload(ctx, p.AccountID, in.uploadID); err != nil {
-		// The batch holds the list now; the content left behind expires
-		// with the upload.
-		h.d.Logger.WarnContext(ctx, "could not delete an upload's content", slog.String("batchId", id), slog.String("error", err.Error()))
-	}
+	h.dropUpload(ctx, p, in.uploadID, id)
 	return b, nil
+}
+
+// dropUpload deletes the content of an upload its batch batchID now
+// holds. A failure is logged, not returned: what is left expires with the
+// upload.
+func (h *Handler) dropUpload(ctx context.Context, p Principal, uploadID, batchID string) {
+	if err := h.d.Uploads.DropUpload(ctx, p.AccountID, uploadID); err != nil {
+		h.d.Logger.WarnContext(ctx, "could not delete an upload's content", slog.String("batchId", batchID), slog.String("error", err.Error()))
+	}
 }
 
 func usedUpload(batchID string) error {
@@ -201,9 +206,7 @@ func (h *Handler) failedUploadBatch(ctx context.Context, p Principal, in parsedB
 		}
 		return evs.Batch{}, err
 	}
-	if err := h.d.Uploads.DropUpload(ctx, p.AccountID, in.uploadID); err != nil {
-		h.d.Logger.WarnContext(ctx, "could not delete an upload's content", slog.String("batchId", id), slog.String("error", err.Error()))
-	}
+	h.dropUpload(ctx, p, in.uploadID, id)
 	if h.d.Finalized != nil {
 		h.d.Finalized(ctx, b)
 	}

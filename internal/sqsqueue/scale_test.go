@@ -356,10 +356,18 @@ func TestCreateCallsDoNotGrowWithSize(t *testing.T) {
 	w := newScaleWorld(t)
 	_, small := w.create(10)
 	_, large := w.create(50_000)
+	sameCalls(t, "50,000", small, large, 10)
+	t.Logf("one create, any size: %s", ops(large))
+}
+
+// sameCalls checks that a create of 10 addresses and one of size made the
+// same calls, at most limit, none writing more than one item.
+func sameCalls(t *testing.T, size string, small, large []call, limit int) {
+	t.Helper()
 	if ops(small) != ops(large) {
-		t.Errorf("calls of a 10-address create: %s\ncalls of a 50,000-address create: %s", ops(small), ops(large))
+		t.Errorf("calls of a 10-address create: %s\ncalls of a %s-address create: %s", ops(small), size, ops(large))
 	}
-	if len(large) > 10 {
+	if len(large) > limit {
 		t.Errorf("a create made %d calls: %s", len(large), ops(large))
 	}
 	for _, c := range large {
@@ -367,7 +375,6 @@ func TestCreateCallsDoNotGrowWithSize(t *testing.T) {
 			t.Errorf("%s.%s wrote %d items during a create", c.service, c.op, len(c.writes))
 		}
 	}
-	t.Logf("one create, any size: %s", ops(large))
 }
 
 // TestUploadCreateCallsDoNotGrowWithSize: a batch created from an upload
@@ -380,17 +387,7 @@ func TestUploadCreateCallsDoNotGrowWithSize(t *testing.T) {
 	start := time.Now()
 	id, large := w.createFromUpload(1_000_000)
 	took := time.Since(start)
-	if ops(small) != ops(large) {
-		t.Errorf("calls of a 10-address create: %s\ncalls of a 1,000,000-address create: %s", ops(small), ops(large))
-	}
-	if len(large) > 16 {
-		t.Errorf("a create made %d calls: %s", len(large), ops(large))
-	}
-	for _, c := range large {
-		if len(c.writes) > 1 {
-			t.Errorf("%s.%s wrote %d items during a create", c.service, c.op, len(c.writes))
-		}
-	}
+	sameCalls(t, "1,000,000", small, large, 16)
 	// The batch's first addresses are there to work on, read from its input.
 	items, err := w.st.PendingItems(context.Background(), w.acct, id, -1, 3)
 	if err != nil || len(items) != 3 || items[2].Seq != 2 {
