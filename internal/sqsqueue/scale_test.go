@@ -279,9 +279,16 @@ func (w *scaleWorld) create(n int) (string, []call) {
 	}
 	start := time.Now()
 	resp, err := w.h.Requests(context.Background(), req)
-	if err != nil || resp.StatusCode != http.StatusCreated {
-		w.t.Fatalf("create %d addresses: %d %v %s", n, resp.StatusCode, err, resp.Body)
+	if err != nil {
+		w.t.Fatalf("create %d addresses: %v", n, err)
 	}
+	return w.created(resp, n), w.log.since(start)
+}
+
+// created checks that resp is the 201 of a queued batch of n addresses
+// and returns its ID.
+func (w *scaleWorld) created(resp events.APIGatewayProxyResponse, n int) string {
+	w.t.Helper()
 	var env struct {
 		Request struct {
 			ID    string    `json:"id"`
@@ -291,10 +298,10 @@ func (w *scaleWorld) create(n int) (string, []call) {
 			Total int `json:"total"`
 		} `json:"counters"`
 	}
-	if err := json.Unmarshal([]byte(resp.Body), &env); err != nil || env.Counters.Total != n || env.Request.State != evs.StateQueued {
-		w.t.Fatalf("create reply %s %v", resp.Body, err)
+	if err := json.Unmarshal([]byte(resp.Body), &env); err != nil || resp.StatusCode != http.StatusCreated || env.Counters.Total != n || env.Request.State != evs.StateQueued {
+		w.t.Fatalf("create %d addresses: %d %s", n, resp.StatusCode, resp.Body)
 	}
-	return env.Request.ID, w.log.since(start)
+	return env.Request.ID
 }
 
 // drain runs the worker on the queue's messages until the batch completes,
@@ -441,19 +448,7 @@ func (w *scaleWorld) createFromUpload(n int) (string, []call) {
 	}
 	start := time.Now()
 	resp = call("/v1/requests", `{"uploadId":"`+up.UploadID+`","mode":"quick"}`)
-	var env struct {
-		Request struct {
-			ID    string    `json:"id"`
-			State evs.State `json:"state"`
-		} `json:"request"`
-		Counters struct {
-			Total int `json:"total"`
-		} `json:"counters"`
-	}
-	if err := json.Unmarshal([]byte(resp.Body), &env); err != nil || resp.StatusCode != http.StatusCreated || env.Counters.Total != n || env.Request.State != evs.StateQueued {
-		w.t.Fatalf("create from upload: %d %s", resp.StatusCode, resp.Body)
-	}
-	return env.Request.ID, w.log.since(start)
+	return w.created(resp, n), w.log.since(start)
 }
 
 // TestBatchRunSpreadsWritesAndReadsLinearly runs two test-mode batches,
