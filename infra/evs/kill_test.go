@@ -129,6 +129,10 @@ func TestServeKilledMidBatch(t *testing.T) {
 		// sends no DNS query off the machine.
 		"EVS_SMTP_HELO=localhost",
 		"EVS_RATE_LIMIT=off",
+		// Every domain's mail host is the one loopback peer, one small
+		// "provider" that politeness would pace at 2 sessions and 60 RCPT
+		// a minute: this test is about the kill, not the pacing.
+		"EVS_PROVIDER_SESSIONS=64", "EVS_PROVIDER_RCPT_PER_MIN=1000000",
 		"PATH=" + os.Getenv("PATH"),
 		"HOME=" + os.Getenv("HOME"),
 	}

@@ -1,6 +1,10 @@
 package batch
 
-import "github.com/evs-dev/evs/internal/verify"
+import (
+	"strings"
+
+	"github.com/evs-dev/evs/internal/verify"
+)
 
 // Default limits per class, per (provider, egress address): see
 // docs/aws.md, Politeness, for why.
@@ -30,6 +34,16 @@ func (l Limits) For(provider string) (sessions, rcptPerMin int) {
 		return def[class]
 	}
 	return pick(l.Sessions, DefaultSessions), pick(l.RcptPerMin, DefaultRcptPerMin)
+}
+
+// ForKey returns the limits of a politeness key (PoliteKey): those of
+// its provider.
+func (l Limits) ForKey(key string) (sessions, rcptPerMin int) {
+	provider := key
+	if i := strings.LastIndex(key, "|"); i >= 0 {
+		provider = key[:i]
+	}
+	return l.For(provider)
 }
 
 // RcptBound is the most RCPT commands a group of n addresses sends: one

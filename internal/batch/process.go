@@ -129,8 +129,9 @@ type Outcome struct {
 	Results []evs.Result
 	// Retry is the greylisted items, for a later attempt.
 	Retry []evs.Item
-	// Left is the items no server was asked about: out of time, or the
-	// provider asked us to slow down.
+	// Left is the items no server answered about: out of time, or the
+	// provider asked us to slow down (on them, or before they were
+	// asked). They run again at the same attempt.
 	Left []evs.Item
 	// Throttled is true when a session met a 421 or a reply about our
 	// rate (verify.Throttled): no further session of the group started,
@@ -194,6 +195,13 @@ func (p *Processor) VerifyGroup(ctx context.Context, startBy time.Time, test boo
 			break
 		}
 		for i, d := range ds {
+			if throttled && throttledAddress(d) {
+				// Throttled on it or before it: no answer about the
+				// mailbox. It waits for the provider's pause, at the same
+				// attempt, instead of ending unknown.
+				o.Left = append(o.Left, chunk[i])
+				continue
+			}
 			if d.Reason == evs.ReasonGreylisted && attempt+1 < maxGrey {
 				o.Retry = append(o.Retry, chunk[i])
 				continue
@@ -201,12 +209,20 @@ func (p *Processor) VerifyGroup(ctx context.Context, startBy time.Time, test boo
 			o.Results = append(o.Results, evs.Result{Seq: chunk[i].Seq, Email: chunk[i].Email, Decision: d})
 		}
 		if throttled {
-			o.Left, o.Throttled = g.Items[end:], true
+			o.Left, o.Throttled = append(o.Left, g.Items[end:]...), true
 			break
 		}
 	}
 	sort.Slice(o.Results, func(i, j int) bool { return o.Results[i].Seq < o.Results[j].Seq })
 	return o, nil
+}
+
+// throttledAddress tells whether a decision carries no answer about its
+// mailbox because the server throttled the session: the throttling reply
+// itself, or an address asked after it never was.
+func throttledAddress(d evs.Decision) bool {
+	t, _ := verify.Throttled(d.Checks.SMTP)
+	return t || verify.NotAsked(d.Checks.SMTP)
 }
 
 // throttledSession tells whether a live session's decisions show a

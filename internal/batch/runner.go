@@ -64,6 +64,10 @@ type RunnerConfig struct {
 	// Idle, if set, is called whenever the last running batch has stopped:
 	// the moment to hand a large batch's memory back to the system.
 	Idle func()
+	// Gate paces live full-mode sessions per mail provider (nil: a Gate
+	// with the default limits, keyed by domain). Its clock is the
+	// runner's unless it has one.
+	Gate *Gate
 }
 
 // Runner runs batches in this process. Work is recorded in the store before
@@ -120,6 +124,9 @@ func NewRunner(cfg RunnerConfig) (*Runner, error) {
 	}
 	if cfg.RetryMax <= 0 {
 		cfg.RetryMax = 30 * time.Second
+	}
+	if cfg.Gate == nil {
+		cfg.Gate = &Gate{}
 	}
 	share := func(slots int) int {
 		if cfg.PerAccount > 0 {
@@ -357,8 +364,20 @@ func (r *Runner) startTask(t task) {
 	go func() {
 		br := t.run
 		defer br.tasks.Done()
-		retry := r.runTask(t)
+		retry, later, wait := r.runTask(t)
 		br.lane.done(t)
+		if len(later) > 0 {
+			// Not asked yet: the provider is paused, or the group was
+			// more than a minute's RCPT budget. Same attempt, after the
+			// wait; a shutdown leaves them pending for the restart.
+			br.tasks.Add(1)
+			go func() {
+				defer br.tasks.Done()
+				if sleep(br.ctx, wait) {
+					r.submit(task{run: br, group: Group{Domain: t.group.Domain, Items: later}, attempt: t.attempt})
+				}
+			}()
+		}
 		if len(retry) == 0 {
 			return
 		}
@@ -376,21 +395,49 @@ func (r *Runner) startTask(t task) {
 }
 
 // runTask verifies one group and hands its results to the writer; it
-// returns the items to retry later. Each SMTP session of the group is
-// bounded by SessionLimit (see Processor).
-func (r *Runner) runTask(t task) []evs.Item {
+// returns the greylisted items to retry later, and the items to run again
+// at the same attempt after wait (a provider's pause, a minute's RCPT
+// budget). Each SMTP session of the group is bounded by SessionLimit (see
+// Processor); a live full-mode group first passes the Gate, whose clock
+// (real time unless it has its own) paces it.
+func (r *Runner) runTask(t task) (retry, later []evs.Item, wait time.Duration) {
 	br := t.run
 	if br.ctx.Err() != nil {
-		return nil
+		return nil, nil, 0
 	}
-	results, retry, err := r.proc.Verify(br.ctx, br.test, br.mode, t.group, t.attempt, br.memo)
-	br.w.add(results)
+	gate := r.cfg.Gate
+	g := t.group
+	var at time.Time
+	done := func(bool) time.Time { return time.Time{} }
+	if !br.test && br.mode == evs.ModeFull && g.Domain != "" {
+		a, err := gate.Admit(br.ctx, gate.Key(br.ctx, g.Domain), g.Items, r.proc)
+		if err != nil {
+			return nil, nil, 0 // cancel or shutdown: still pending
+		}
+		later, at, done = a.Rest, a.Until, a.Done
+		if g.Items = a.Run; len(g.Items) == 0 {
+			return nil, later, gate.until(at)
+		}
+	}
+	o, err := r.proc.VerifyGroup(br.ctx, time.Time{}, br.test, br.mode, g, t.attempt, br.memo)
+	if until := done(o.Throttled); len(o.Left) > 0 {
+		// Throttled: what the server did not answer waits for the
+		// provider's pause (PauseBase, had the gate none).
+		later = append(later, o.Left...)
+		if until.IsZero() {
+			until = gate.now().Add(gate.pauseBase())
+		}
+		if until.After(at) {
+			at = until
+		}
+	}
+	br.w.add(o.Results)
 	if err != nil {
 		// Cancel, shutdown or the batch deadline cut it short: what is
 		// left stays pending for the next run or for expire.
-		return nil
+		return nil, nil, 0
 	}
-	return retry
+	return o.Retry, later, gate.until(at)
 }
 
 // expire completes a batch past its deadline: every item still pending

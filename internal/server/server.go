@@ -173,6 +173,17 @@ func New(o Options) (*Server, error) {
 		}
 		o.Engine = e
 	}
+	if o.Batch.Gate == nil {
+		// Politeness per provider and egress address, as the AWS worker
+		// keeps it (contract, section 14).
+		o.Batch.Gate = &batch.Gate{
+			Limits: batch.Limits{Sessions: o.Config.ProviderSessions, RcptPerMin: o.Config.ProviderRcptPerMin},
+			Egress: o.Config.EgressName(),
+		}
+	}
+	if mx, ok := o.Engine.(batch.PreferredMX); ok && o.Batch.Gate.MX == nil {
+		o.Batch.Gate.MX = mx
+	}
 	var sandbox Engine = verify.NewSandbox(o.Now)
 	if o.Metrics != nil {
 		o.Engine, sandbox = metrics.Count(o.Engine, o.Metrics), metrics.Count(sandbox, o.Metrics)

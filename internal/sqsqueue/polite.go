@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
-	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -12,7 +11,6 @@ import (
 
 	"github.com/evs-dev/evs/internal/batch"
 	"github.com/evs-dev/evs/internal/evs"
-	"github.com/evs-dev/evs/internal/verify"
 )
 
 // Politeness across every worker invocation (contract, section 14): limits
@@ -130,22 +128,10 @@ func orDuration(d, def time.Duration) time.Duration {
 }
 
 // key is the politeness key of an MX host.
-func (p *Polite) key(host string) string {
-	egress := p.Egress
-	if egress == "" {
-		egress = "direct"
-	}
-	return verify.ProviderKey(host) + "|" + egress
-}
+func (p *Polite) key(host string) string { return batch.PoliteKey(host, p.Egress) }
 
 // limits returns the session and RCPT limits of a key.
-func (p *Polite) limits(key string) (sessions, rcpt int) {
-	provider := key
-	if i := strings.LastIndex(key, "|"); i >= 0 {
-		provider = key[:i]
-	}
-	return p.Limits.For(provider)
-}
+func (p *Polite) limits(key string) (sessions, rcpt int) { return p.Limits.ForKey(key) }
 
 // admission is what may happen to a group now.
 type admission struct {

@@ -351,7 +351,7 @@ func (e *Engine) probe(ctx context.Context, domain string, mail dnscheck.MailRes
 	if memo != nil {
 		catchAll = memo.get(domain)
 	}
-	for _, d := range ds {
+	for i, d := range ds {
 		c := rcptCheck(ctx, sess, d.Normalized)
 		if c.Result == evs.SMTPAccepted {
 			if catchAll == nil {
@@ -376,6 +376,16 @@ func (e *Engine) probe(ctx context.Context, domain string, mail dnscheck.MailRes
 			}
 		}
 		d.Checks.SMTP = c
+		if t, _ := Throttled(c); t {
+			// A 421 closes the channel and a rate reply asks for less
+			// traffic: asking the rest now would only read a dead
+			// connection as "unknown" or press a server that asked us to
+			// wait. They are left unasked, for the caller to run later.
+			for _, rest := range ds[i+1:] {
+				rest.Checks.SMTP = evs.SMTPCheck{Result: evs.SMTPGreylisted, Host: c.Host, Provider: c.Provider, TLS: c.TLS, Detail: detailNotAsked}
+			}
+			return
+		}
 	}
 }
 

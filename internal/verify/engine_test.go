@@ -2,6 +2,7 @@ package verify_test
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -276,5 +277,54 @@ func TestVerifyDomainSharesConnection(t *testing.T) {
 	}
 	if probes != 1 {
 		t.Fatalf("accept-all probed %d times for one domain in one batch", probes)
+	}
+}
+
+// TestVerifyDomainStopsWhenThrottled: once a server answers a RCPT with a
+// 421 or a rate reply, the session asks nothing more. The addresses after
+// it are marked not asked (no verdict about them), so a batch runs them
+// again after the provider's pause instead of reading a closed channel as
+// "unknown", or pressing a server that asked us to wait.
+func TestVerifyDomainStopsWhenThrottled(t *testing.T) {
+	for _, reply := range []string{
+		"421 4.7.0 Too many connections, closing transmission channel",
+		"450 4.7.1 Rate limit exceeded, try again later",
+	} {
+		t.Run(reply[:3], func(t *testing.T) {
+			var mu sync.Mutex
+			var rcpts []string
+			w := newWorld(t, []mta{{ip: "127.0.0.2", opts: testkit.SMTPOptions{Rcpt: func(a string) string {
+				mu.Lock()
+				defer mu.Unlock()
+				rcpts = append(rcpts, a)
+				switch {
+				case strings.HasPrefix(a, "zz-random-probe"):
+					return "550 5.1.1 no such user"
+				case a == "b@corp.example":
+					return reply
+				}
+				return "250 OK"
+			}}}}, []string{
+				"corp.example. 300 IN MX 10 mx.corp.example.",
+				"mx.corp.example. 300 IN A 127.0.0.2",
+			}, time.Second)
+			ds := w.engine.VerifyDomain(context.Background(), []string{"a@corp.example", "b@corp.example", "c@corp.example", "d@corp.example"}, evs.ModeFull, verify.NewCatchAllMemo())
+			mu.Lock()
+			defer mu.Unlock()
+			if want := []string{"a@corp.example", "zz-random-probe@corp.example", "b@corp.example"}; strings.Join(rcpts, " ") != strings.Join(want, " ") {
+				t.Fatalf("asked %v, want %v and nothing after the throttling reply", rcpts, want)
+			}
+			if ds[0].Reason != evs.ReasonAcceptedEmail {
+				t.Errorf("a: %s", ds[0].Reason)
+			}
+			if th, atOpen := verify.Throttled(ds[1].Checks.SMTP); !th || atOpen || verify.NotAsked(ds[1].Checks.SMTP) || strconv.Itoa(ds[1].Checks.SMTP.Code) != reply[:3] {
+				t.Errorf("b: throttled %v at open %v, check %+v", th, atOpen, ds[1].Checks.SMTP)
+			}
+			for _, d := range ds[2:] {
+				if !verify.NotAsked(d.Checks.SMTP) || d.Status() != evs.Unknown || d.Checks.SMTP.Code != 0 {
+					t.Errorf("%s: %s %+v, want not asked", d.Email, d.Reason, d.Checks.SMTP)
+				}
+			}
+		})
 	}
 }

@@ -14,6 +14,17 @@ import (
 // refusal at RCPT by it.
 const detailOpenTryLater = "the mail hosts asked us to try again later"
 
+// detailNotAsked is the SMTP detail of an address a session never asked
+// about because the server throttled us on an earlier one: NotAsked tells
+// it apart from an answer.
+const detailNotAsked = "not asked: the server asked us to slow down before this address"
+
+// NotAsked tells whether an SMTP check records an address its session
+// never asked about, because the server throttled us on an earlier one
+// (see Throttled). Nothing is known about such a mailbox: a caller that can
+// wait runs it again once the provider's pause is over.
+func NotAsked(c evs.SMTPCheck) bool { return c.Detail == detailNotAsked }
+
 // Throttled tells whether an SMTP check records a reply that asks us to
 // slow down: a 421 (the server closes the channel on us), or a temporary
 // reply the classifier reads as about our rate (a 4.7.x "too many
