@@ -666,3 +666,39 @@ func TestVPCModeIsOptional(t *testing.T) {
 		}
 	}
 }
+
+// TestStageThrottleAboveOneKey: the stage's throttle is shared by every
+// account, so it comes from parameters of its own whose defaults sit well
+// above one key's usage-plan limit: one account at its limit must not
+// throttle the others.
+func TestStageThrottleAboveOneKey(t *testing.T) {
+	tpl := expand(t)
+	var stages int
+	for id, r := range tpl.Resources {
+		if r.Type != "AWS::ApiGateway::Stage" {
+			continue
+		}
+		stages++
+		ms, _ := r.Properties["MethodSettings"].([]any)
+		if len(ms) == 0 {
+			t.Fatalf("%s has no MethodSettings: no stage throttle", id)
+		}
+		for _, m := range ms {
+			m, _ := m.(map[string]any)
+			rate, okR := ref(m["ThrottlingRateLimit"])
+			burst, okB := ref(m["ThrottlingBurstLimit"])
+			if !okR || !okB || rate == "ThrottleRateLimit" || burst == "ThrottleBurstLimit" {
+				t.Fatalf("%s throttles the stage with %v/%v; want parameters of its own, not one key's", id, m["ThrottlingRateLimit"], m["ThrottlingBurstLimit"])
+			}
+			if r, k := num(tpl.Parameters[rate]["Default"]), num(tpl.Parameters["ThrottleRateLimit"]["Default"]); r < 10*k {
+				t.Errorf("stage rate %v by default, one key's %v: want at least ten keys' worth", r, k)
+			}
+			if b, k := num(tpl.Parameters[burst]["Default"]), num(tpl.Parameters["ThrottleBurstLimit"]["Default"]); b < 10*k {
+				t.Errorf("stage burst %v by default, one key's %v: want at least ten keys' worth", b, k)
+			}
+		}
+	}
+	if stages != 1 {
+		t.Fatalf("%d stages, want 1", stages)
+	}
+}
