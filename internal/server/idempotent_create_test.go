@@ -2,16 +2,10 @@ package server_test
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -165,148 +159,5 @@ func TestKeyedCreateLostReply(t *testing.T) {
 				t.Fatalf("%d batches, want 3", n)
 			}
 		})
-	}
-}
-
-// keyedBody is the list of creation i: one address, so batches are small
-// and many fit before the disk fills.
-func keyedBody(i int) string {
-	return fmt.Sprintf(`{"emails":["user%d@good.example"]}`, i)
-}
-
-// smallDisk mounts a tmpfs of size bytes on a new directory and returns
-// it with a function that resizes it; the mount goes at the test's end.
-func smallDisk(t *testing.T, size int) (string, func(size int)) {
-	t.Helper()
-	dir := t.TempDir()
-	mount := func(opts string) error {
-		out, err := exec.Command("mount", "-t", "tmpfs", "-o", opts, "evs-test", dir).CombinedOutput()
-		if err != nil {
-			return fmt.Errorf("mount %s: %v: %s", opts, err, out)
-		}
-		return nil
-	}
-	if err := mount(fmt.Sprintf("size=%d,mode=0700", size)); err != nil {
-		t.Fatalf("a full disk needs a small file system: %v", err)
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
-			t.Errorf("umount: %v: %s", err, out)
-		}
-	})
-	return dir, func(size int) {
-		if err := mount(fmt.Sprintf("remount,size=%d", size)); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
-// A real full disk under `evs serve`: keyed creations go on while the
-// data directory's file system is full, a few pages at a time made free
-// (as a log rotated elsewhere on the disk would), so the disk fills again
-// at every point of a call: before its batch, between the batch and its
-// reply, after both. Then space returns, the server restarts on the same
-// directory and every key is retried. Each key ends with exactly one batch,
-// the one its answers name: no key made two.
-func TestKeyedCreateDiskFull(t *testing.T) {
-	dir, resize := smallDisk(t, 8<<20)
-	const keys = 150
-	first := &effectStore{}
-	h := start(t, options{dir: dir, wrapStore: wrapEffects(first, true)})
-	filler := fillDisk(t, filepath.Join(dir, "filler"))
-	answered := make(map[int]string) // key → the batch a 201 named
-	failed := 0
-	for i := range keys {
-		r := h.createKeyed(h.testKey, fmt.Sprintf("disk-%d", i), keyedBody(i))
-		switch {
-		case r.status == http.StatusCreated:
-			answered[i] = createdID(t, r)
-		case r.status >= 500:
-			failed++
-			filler.free(t, int64(1+i%4)*4096)
-		default:
-			t.Fatalf("creation %d: %d %s", i, r.status, r.body)
-		}
-	}
-	lost := len(first.batches()) - len(answered)
-	if lost == 0 {
-		t.Fatalf("%d creations on a full disk, %d refused: none lost its reply after its batch, so the test shows nothing", keys, failed)
-	}
-	t.Logf("disk full: %d created and answered, %d refused, %d created with the reply lost", len(answered), failed, lost)
-
-	resize(64 << 20)
-	filler.remove(t)
-	h.stop()
-	if err := h.st.Close(); err != nil {
-		t.Fatal(err)
-	}
-	second := &effectStore{}
-	h = start(t, options{dir: dir, wrapStore: wrapEffects(second, true)})
-	final := make(map[string]int) // batch → key
-	for i := range keys {
-		r := h.createKeyed(h.testKey, fmt.Sprintf("disk-%d", i), keyedBody(i))
-		if r.status != http.StatusCreated && r.status != http.StatusOK {
-			t.Fatalf("retry of key %d: %d %s", i, r.status, r.body)
-		}
-		id := createdID(t, r)
-		if prev, ok := answered[i]; ok && id != prev {
-			t.Errorf("key %d: first answered %s, now %s", i, prev, id)
-		}
-		if other, dup := final[id]; dup {
-			t.Errorf("keys %d and %d answer the same batch %s", other, i, id)
-		}
-		final[id] = i
-	}
-	made := append(first.batches(), second.batches()...)
-	for _, id := range made {
-		if _, ok := final[id]; !ok {
-			t.Errorf("batch %s was created but no key answers it: a duplicate", id)
-		}
-	}
-	if len(made) != keys {
-		t.Fatalf("%d batches for %d keys, want exactly one each", len(made), keys)
-	}
-}
-
-// filler is a file that takes what a file system has left.
-type filler struct {
-	f    *os.File
-	size int64
-}
-
-// fillDisk writes path until the file system is full.
-func fillDisk(t *testing.T, path string) *filler {
-	t.Helper()
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	chunk := make([]byte, 4096)
-	fl := &filler{f: f}
-	for {
-		n, err := f.Write(chunk)
-		fl.size += int64(n)
-		if errors.Is(err, syscall.ENOSPC) {
-			return fl
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
-// free gives n bytes back to the file system.
-func (fl *filler) free(t *testing.T, n int64) {
-	t.Helper()
-	fl.size = max(0, fl.size-n)
-	if err := fl.f.Truncate(fl.size); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func (fl *filler) remove(t *testing.T) {
-	t.Helper()
-	if err := errors.Join(fl.f.Close(), os.Remove(fl.f.Name())); err != nil {
-		t.Fatal(err)
 	}
 }
