@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -29,24 +28,11 @@ type effects struct {
 	*dynamostore.Store
 	failComplete, hideBatch atomic.Bool
 
-	mu      sync.Mutex
-	created []string
+	testkit.BatchLog
 }
 
 func (e *effects) CreateBatchWithin(ctx context.Context, b evs.Batch, items []evs.Item, maxActive int) error {
-	err := e.Store.CreateBatchWithin(ctx, b, items, maxActive)
-	if err == nil {
-		e.mu.Lock()
-		e.created = append(e.created, b.ID)
-		e.mu.Unlock()
-	}
-	return err
-}
-
-func (e *effects) batches() []string {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return append([]string(nil), e.created...)
+	return e.Created(b.ID, e.Store.CreateBatchWithin(ctx, b, items, maxActive))
 }
 
 func (e *effects) CompleteIdempotency(ctx context.Context, scope string, status int, h map[string]string, body []byte) error {
@@ -148,8 +134,8 @@ func TestKeyedCreateExactlyOnce(t *testing.T) {
 
 				tt.fault(e, q)
 				r, _ := keyedCreate(t, h, acct, "k", body)
-				if r.StatusCode != tt.first || len(e.batches()) != tt.made {
-					t.Fatalf("first call: %d %s, %d batches; want %d, %d", r.StatusCode, r.Body, len(e.batches()), tt.first, tt.made)
+				if r.StatusCode != tt.first || len(e.IDs()) != tt.made {
+					t.Fatalf("first call: %d %s, %d batches; want %d, %d", r.StatusCode, r.Body, len(e.IDs()), tt.first, tt.made)
 				}
 				if tt.name == "existing batch unseen" {
 					e.hideBatch.Store(true)
@@ -158,8 +144,8 @@ func TestKeyedCreateExactlyOnce(t *testing.T) {
 				if r.StatusCode != tt.retry {
 					t.Fatalf("retry: %d %s, want %d", r.StatusCode, r.Body, tt.retry)
 				}
-				if tt.retry == http.StatusOK && id != e.batches()[0] {
-					t.Fatalf("retry answers %s, the first call made %s", id, e.batches()[0])
+				if tt.retry == http.StatusOK && id != e.IDs()[0] {
+					t.Fatalf("retry answers %s, the first call made %s", id, e.IDs()[0])
 				}
 				// Again: the key's record now answers, with the same batch.
 				if again, id2 := keyedCreate(t, h, acct, "k", body); again.StatusCode != http.StatusOK || id2 != id {

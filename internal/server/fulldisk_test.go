@@ -83,7 +83,7 @@ func keyedCreatesOnFullDisk(t *testing.T, d fullDisk) {
 			t.Fatalf("creation %d: %d %s", i, r.status, r.body)
 		}
 	}
-	lost := len(first.batches()) - len(answered)
+	lost := len(first.IDs()) - len(answered)
 	if lost == 0 {
 		t.Fatalf("%d creations on a full disk, %d refused: none lost its reply after its batch, so the test shows nothing", keys, failed)
 	}
@@ -111,7 +111,7 @@ func keyedCreatesOnFullDisk(t *testing.T, d fullDisk) {
 		}
 		final[id] = i
 	}
-	made := append(first.batches(), second.batches()...)
+	made := append(first.IDs(), second.IDs()...)
 	for _, id := range made {
 		if _, ok := final[id]; !ok {
 			t.Errorf("batch %s was created but no key answers it: a duplicate", id)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/http"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,6 +12,7 @@ import (
 	"github.com/evs-dev/evs/internal/idempotency"
 	"github.com/evs-dev/evs/internal/server"
 	"github.com/evs-dev/evs/internal/sqlitestore"
+	"github.com/evs-dev/evs/internal/testkit"
 )
 
 // effectStore records the batches the store really created (a
@@ -25,24 +25,11 @@ type effectStore struct {
 	// failReplies is how many reply writes still fail.
 	failReplies atomic.Int32
 
-	mu      sync.Mutex
-	created []string // batch ids, in creation order
+	testkit.BatchLog
 }
 
 func (e *effectStore) CreateBatchWithin(ctx context.Context, b evs.Batch, items []evs.Item, maxActive int) error {
-	err := e.Store.CreateBatchWithin(ctx, b, items, maxActive)
-	if err == nil {
-		e.mu.Lock()
-		e.created = append(e.created, b.ID)
-		e.mu.Unlock()
-	}
-	return err
-}
-
-func (e *effectStore) batches() []string {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return append([]string(nil), e.created...)
+	return e.Created(b.ID, e.Store.CreateBatchWithin(ctx, b, items, maxActive))
 }
 
 // replyFault fails one reply write while failReplies is above zero.
@@ -125,7 +112,7 @@ func TestKeyedCreateLostReply(t *testing.T) {
 			if lost.status < 500 || lost.errorCode(t) != "unavailable" {
 				t.Fatalf("reply write failed: %d %s, want 503", lost.status, lost.body)
 			}
-			made := es.batches()
+			made := es.IDs()
 			if len(made) != 1 {
 				t.Fatalf("the first call made %d batches, want 1 (its reply is what was lost)", len(made))
 			}
@@ -138,7 +125,7 @@ func TestKeyedCreateLostReply(t *testing.T) {
 					t.Fatalf("retry %d answers batch %s, the first call made %s", i+1, id, made[0])
 				}
 			}
-			if n := len(es.batches()); n != 1 {
+			if n := len(es.IDs()); n != 1 {
 				t.Fatalf("%d batches after the retries, want 1", n)
 			}
 			// The rebuilt reply is now the key's record.
@@ -155,7 +142,7 @@ func TestKeyedCreateLostReply(t *testing.T) {
 			if r.status != http.StatusCreated || createdID(t, r) == made[0] {
 				t.Fatalf("the key after %v: %d %s, want a new batch", idempotency.Retention, r.status, r.body)
 			}
-			if n := len(es.batches()); n != 3 {
+			if n := len(es.IDs()); n != 3 {
 				t.Fatalf("%d batches, want 3", n)
 			}
 		})
