@@ -205,22 +205,33 @@ func (h *Handler) createBatch(ctx context.Context, req events.APIGatewayProxyReq
 	if err := h.checkCallback(in.callbackURL); err != nil {
 		return events.APIGatewayProxyResponse{}, err
 	}
+	key, keyed := header(req, "Idempotency-Key")
+	ct, _ := header(req, "Content-Type")
+	// found: the batch this call would create already exists, made by an
+	// earlier call with the same key and request whose reply was lost.
+	found := false
 	resp, stored, replayed, err := h.idempotent(ctx, req, p, raw, func(ctx context.Context) idempotency.Reply {
 		var b evs.Batch
 		var err error
-		if in.uploadID != "" {
+		switch {
+		case in.uploadID != "":
 			b, err = h.storeUploadBatch(ctx, p, in)
-		} else {
+		case keyed:
+			scope := idempotency.Scope(p.AccountID, req.HTTPMethod, req.Path, key)
+			b, found, err = h.storeKeyedBatch(ctx, p, in, scope, idempotency.Fingerprint(req.HTTPMethod, req.Path, ct, raw))
+		default:
 			b, err = h.storeBatch(ctx, p, in, "")
 		}
 		if err != nil {
 			return errReply(err)
 		}
+		// A found batch is stored under the key as the first call's reply
+		// would have been, and answered below as a replay.
 		r := jsonReply(http.StatusCreated, envelopeOf(b, false))
 		r.Headers = map[string]string{"Location": batchPath(b.ID)}
 		return r
 	})
-	if err != nil || !replayed {
+	if err != nil || !replayed && !found {
 		return resp, err
 	}
 	// A replayed creation answers with the batch as it is now (contract,
@@ -237,6 +248,65 @@ func (h *Handler) createBatch(ctx context.Context, req events.APIGatewayProxyReq
 	out := jsonReply(http.StatusOK, h.withCallback(ctx, p.AccountID, envelopeOf(b, true)))
 	out.Headers = map[string]string{"Location": batchPath(b.ID), idempotency.ReplayedHeader: "true"}
 	return render(out, rid), nil
+}
+
+// keyedNamespace derives the ID of a batch created under an
+// Idempotency-Key (uuid.NewSHA1) from the key's scope, the request's
+// fingerprint and a generation: the batch is the effect of the call, and
+// its ID is known before it is created, so a retry finds it whatever
+// became of the first call's reply.
+var keyedNamespace = uuid.MustParse("b3a6f0de-52c1-4c0e-9d7a-1f8e2c6b4a90")
+
+// keyedBatchID is the ID of generation gen of the batch of a keyed
+// creation. A key may be used again once its record expires
+// (idempotency.Retention): that use is a new request, so it takes the next
+// generation.
+func keyedBatchID(scope, fingerprint string, gen int) string {
+	return uuid.NewSHA1(keyedNamespace, []byte(scope+"\x00"+fingerprint+"\x00"+strconv.Itoa(gen))).String()
+}
+
+// maxGenerations bounds the walk of storeKeyedBatch: about one generation
+// a day while batches are kept, plus one per retry refused because the
+// queue was down.
+const maxGenerations = 100
+
+// unqueuedReason is the error of a batch that was stored but could not be
+// queued: it failed before any work, so it is no call's effect.
+const unqueuedReason = "the batch could not be queued"
+
+// storeKeyedBatch stores the batch of a creation carrying an
+// Idempotency-Key under its derived ID, unless an earlier call with the
+// same key and request made it within idempotency.Retention: then it
+// returns that batch and found true, and charges nothing. So a call that
+// created its batch but failed to store its reply (a full disk) answered
+// 5xx without a record, and its retry answers with the batch it made
+// rather than make a second one.
+func (h *Handler) storeKeyedBatch(ctx context.Context, p Principal, in parsedBatch, scope, fingerprint string) (evs.Batch, bool, error) {
+	now := h.d.Now()
+	for gen := range maxGenerations {
+		id := keyedBatchID(scope, fingerprint, gen)
+		b, err := h.d.Batches.Batch(ctx, p.AccountID, id)
+		switch {
+		case evs.ErrorCode(err) == evs.CodeNotFound:
+			b, err = h.storeBatch(ctx, p, in, id)
+			if evs.ErrorCode(err) == evs.CodeInvalidState {
+				// The ID exists after all: a call whose claim on the key
+				// had gone stale created it meanwhile. It is the effect.
+				b, err = h.d.Batches.Batch(ctx, p.AccountID, id)
+				return b, err == nil, err
+			}
+			return b, false, err
+		case err != nil:
+			return evs.Batch{}, false, err
+		case b.State == evs.StateFailed && b.Error == unqueuedReason, now.Sub(b.CreatedAt) >= idempotency.Retention:
+			// Not this request's: a batch whose failure the client was
+			// told (503), or one of an earlier use of the key.
+			continue
+		default:
+			return b, true, nil
+		}
+	}
+	return evs.Batch{}, false, evs.Errorf(evs.CodeUnavailable, "The request could not be created under this Idempotency-Key; retry with a new key.")
 }
 
 // storeBatch stores the batch of a read list with its items in one step
@@ -279,7 +349,7 @@ func (h *Handler) storeBatch(ctx context.Context, p Principal, in parsedBatch, i
 	}
 	if err := enqueue(ctx, b); err != nil {
 		refund() // the batch fails unverified
-		if _, terr := h.d.Batches.TransitionBatch(ctx, p.AccountID, b.ID, []evs.State{evs.StateQueued}, evs.StateFailed, "the batch could not be queued", h.d.Now()); terr != nil {
+		if _, terr := h.d.Batches.TransitionBatch(ctx, p.AccountID, b.ID, []evs.State{evs.StateQueued}, evs.StateFailed, unqueuedReason, h.d.Now()); terr != nil {
 			h.d.Logger.ErrorContext(ctx, "could not mark an unqueued batch failed", slog.String("batchId", b.ID), slog.String("error", terr.Error()))
 		}
 		return evs.Batch{}, evs.Wrap(err, evs.CodeUnavailable, "The work queue is unavailable; retry.")

@@ -163,7 +163,10 @@ func NewLocal(s LocalStore, now func() time.Time) *Keeper {
 // invalid key with evs.CodeInvalidRequest. When fn fails, or answers 5xx, the
 // record is deleted so the client may retry, and fn's reply and error are
 // returned. Store faults are returned wrapped; if storing the finished reply
-// fails, the reply is returned along with the error, since the work is done.
+// fails, the reply is returned along with the error, since the work is done,
+// and the key is left free like after a 5xx: the caller answers 5xx, and fn
+// must find its own earlier effect on the retry if it has one that must
+// not happen twice.
 //
 // The writes after fn (complete or release) ignore ctx's cancellation: a
 // client that hangs up after fn finished must not leave its key blocked for
@@ -218,7 +221,16 @@ func (k *Keeper) run(ctx context.Context, scope string, fn func(ctx context.Cont
 		return reply, false, err
 	}
 	if cerr := k.store.CompleteIdempotency(settle, scope, reply.StatusCode, reply.Headers, reply.Body); cerr != nil {
-		return reply, false, fmt.Errorf("idempotency: store reply: %w", cerr)
+		// The caller answers 5xx, which leaves no record (contract,
+		// section 1): free the key now, so the client's retry runs at once
+		// instead of being told "in progress" until LockTimeout. The work
+		// is done; a handler whose effect must not happen twice finds it
+		// again on the retry (api: batches created under a key).
+		err = fmt.Errorf("idempotency: store reply: %w", cerr)
+		if rerr := k.store.ReleaseIdempotency(settle, scope); rerr != nil {
+			err = errors.Join(err, fmt.Errorf("idempotency: release key after a failed reply: %w", rerr))
+		}
+		return reply, false, err
 	}
 	return reply, false, nil
 }

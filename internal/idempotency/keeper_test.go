@@ -404,13 +404,13 @@ func TestDoStoreFailures(t *testing.T) {
 		retry bool
 	}{
 		{name: "shared/claim", mode: shared, keeper: func(e *env) *idempotency.Keeper {
-			return idempotency.New(failingStore{Store: e.st, claim: down}, e.clock.Now)
+			return idempotency.New(&failingStore{Store: e.st, claim: down}, e.clock.Now)
 		}, wantErrs: []error{down}},
 		{name: "shared/complete", mode: shared, keeper: func(e *env) *idempotency.Keeper {
-			return idempotency.New(failingStore{Store: e.st, complete: down}, e.clock.Now)
-		}, wantErrs: []error{down}, wantReply: true, wantRuns: 1},
+			return idempotency.New(&failingStore{Store: e.st, complete: down, once: true}, e.clock.Now)
+		}, wantErrs: []error{down}, wantReply: true, wantRuns: 1, retry: true},
 		{name: "shared/release", mode: shared, keeper: func(e *env) *idempotency.Keeper {
-			return idempotency.New(failingStore{Store: e.st, release: down}, e.clock.Now)
+			return idempotency.New(&failingStore{Store: e.st, release: down}, e.clock.Now)
 		}, fnErr: boom, wantErrs: []error{boom, down}, wantReply: true, wantRuns: 1},
 		{name: "local/lookup", mode: local, keeper: func(e *env) *idempotency.Keeper {
 			return idempotency.NewLocal(&failingLocal{LocalStore: e.st, lookup: down}, e.clock.Now)
@@ -678,23 +678,29 @@ func (s spyStore) ClaimIdempotency(ctx context.Context, rec idempotency.Record, 
 type failingStore struct {
 	idempotency.Store
 	claim, complete, release error
+	// once: complete fails only the first time (a store down for a
+	// moment); the store must then be used through a pointer.
+	once bool
 }
 
-func (f failingStore) ClaimIdempotency(ctx context.Context, rec idempotency.Record, now time.Time) (idempotency.Record, bool, error) {
+func (f *failingStore) ClaimIdempotency(ctx context.Context, rec idempotency.Record, now time.Time) (idempotency.Record, bool, error) {
 	if f.claim != nil {
 		return idempotency.Record{}, false, f.claim
 	}
 	return f.Store.ClaimIdempotency(ctx, rec, now)
 }
 
-func (f failingStore) CompleteIdempotency(ctx context.Context, scope string, status int, h map[string]string, body []byte) error {
-	if f.complete != nil {
-		return f.complete
+func (f *failingStore) CompleteIdempotency(ctx context.Context, scope string, status int, h map[string]string, body []byte) error {
+	if err := f.complete; err != nil {
+		if f.once {
+			f.complete = nil
+		}
+		return err
 	}
 	return f.Store.CompleteIdempotency(ctx, scope, status, h, body)
 }
 
-func (f failingStore) ReleaseIdempotency(ctx context.Context, scope string) error {
+func (f *failingStore) ReleaseIdempotency(ctx context.Context, scope string) error {
 	if f.release != nil {
 		return f.release
 	}

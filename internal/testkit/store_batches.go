@@ -164,6 +164,20 @@ func runBatches(t *testing.T, newStore StoreFactory) {
 		}
 	})
 
+	// A second creation of an ID fails cleanly, however it is made, and
+	// leaves the first batch as it was: a keyed creation (api) reads the
+	// failure as its own earlier call's batch.
+	t.Run("CreateExistingIDRefused", func(t *testing.T) {
+		e := newEnv(t, newStore)
+		b, _ := e.create(t, "batch-1", "acct-1", 3, 0)
+		again, items := newBatch("batch-1", "acct-1", 5, 1)
+		for _, maxActive := range []int{0, 10} {
+			err := e.st.CreateBatchWithin(e.ctx, again, items, maxActive)
+			wantCode(t, err, evs.CodeInvalidState, fmt.Sprintf("CreateBatchWithin(maxActive=%d) of an existing ID", maxActive))
+		}
+		e.stored(t, "after a second creation", b)
+	})
+
 	t.Run("NotFound", func(t *testing.T) {
 		e := newEnv(t, newStore)
 		e.create(t, "batch-1", "acct-1", 3, 0)
