@@ -232,7 +232,14 @@ func open(ctx context.Context, dir string, now func() time.Time, busy time.Durat
 		s.Close()
 		return nil, err
 	}
-	if err := s.migrate(ctx); err != nil {
+	release, err := s.prepareMigration(ctx, serving)
+	if err != nil {
+		s.Close()
+		return nil, err
+	}
+	err = s.migrate(ctx)
+	release()
+	if err != nil {
 		s.Close()
 		return nil, err
 	}
