@@ -74,7 +74,7 @@ Lambda functions read; each command's --help lists the ones it reads.`,
 	root.SetUsageTemplate(usageTemplate)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return fmt.Errorf("%w: %v", errUsage, err) })
 	root.AddGroup(&cobra.Group{ID: groupMain, Title: "Commands:"}, &cobra.Group{ID: groupDev, Title: "Development (make sam-local):"})
-	for _, cmd := range []*cobra.Command{newServeCmd(c), newKeysCmd(c), newVerifyCmd(c), newBatchCmd(c), newWebhooksCmd(c), newVersionCmd(c)} {
+	for _, cmd := range []*cobra.Command{newServeCmd(c), newBackupCmd(c), newKeysCmd(c), newVerifyCmd(c), newBatchCmd(c), newWebhooksCmd(c), newVersionCmd(c)} {
 		cmd.GroupID = groupMain
 		root.AddCommand(cmd)
 	}

@@ -1,6 +1,7 @@
 // Command evs is the operator tool of the email verification service:
 //
 //	evs serve                          the whole API on one machine
+//	evs backup DEST                    copy the embedded store while serve runs
 //	evs keys create --account NAME     make an API key (printed alone on stdout)
 //	evs keys revoke KEY|ID             revoke a key
 //	evs keys list                      list keys (ids, never secrets)
