@@ -15,6 +15,8 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+
+	"github.com/evs-dev/evs/internal/buildinfo"
 )
 
 // errUsage marks a command-line mistake: the error, the command's usage line
@@ -51,7 +53,7 @@ verification engine alone (verify) and a CSV client of the API (batch).
 
 Configuration comes from the environment (EVS_*), the same variables the
 Lambda functions read; each command's --help lists the ones it reads.`,
-		Version: version,
+		Version: buildinfo.Read(version).Version,
 		// A bare `evs` is a mistake (exit 2), not a request for help.
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -272,14 +274,23 @@ Environment:
 Use "{{.CommandPath}} [command] --help" for more information about a command.{{end}}
 `
 
-// newVersionCmd is `evs version` (also `evs --version`).
+// newVersionCmd is `evs version` (`evs --version` prints the first line).
 func newVersionCmd(c *cli) *cobra.Command {
 	return &cobra.Command{
 		Use:   "version",
-		Short: "print the version",
-		Args:  noArgs,
+		Short: "print the version and the source revision it was built from",
+		Long: `Prints the version, the source revision the binary was built from (with
+"(modified)" when the checkout had uncommitted changes; "unknown" when the
+build recorded none) and the Go version that built it. /metrics exports the
+same as evs_build_info.`,
+		Args: noArgs,
 		RunE: func(*cobra.Command, []string) error {
-			fmt.Fprintln(c.stdout, "evs", version)
+			in := buildinfo.Read(version)
+			rev := in.Revision
+			if in.Modified {
+				rev += " (modified)"
+			}
+			fmt.Fprintf(c.stdout, "evs %s\nrevision %s\n%s\n", in.Version, rev, in.GoVersion)
 			return nil
 		},
 	}

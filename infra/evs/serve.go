@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/evs-dev/evs/internal/buildinfo"
 	"github.com/evs-dev/evs/internal/config"
 	"github.com/evs-dev/evs/internal/server"
 	"github.com/evs-dev/evs/internal/sqlitestore"
@@ -90,6 +91,7 @@ func serve(ctx context.Context, testAccount bool, stdout, stderr io.Writer, gete
 	opts := server.Options{Config: cfg, Store: st, Logger: logger}
 	if mln != nil {
 		m := server.NewPrometheus(func(ctx context.Context) (int, error) { return server.PendingAddresses(ctx, st) })
+		m.BuildInfo(buildinfo.Read(version))
 		msrv := server.MetricsServer(m.Handler(), logger, server.MetricsLimits{})
 		go func() { _ = msrv.Serve(mln) }()
 		defer msrv.Close()
@@ -129,7 +131,7 @@ Try it:
 		// lost the first one or never saw it.
 		logger.Info("no API key printed: the data directory already has accounts; make a key with: " + keysCreateHint(getenv))
 	}
-	fmt.Fprintf(stdout, "evs %s listening on %s (data in %s, SMTP %s)\n", version, base, cfg.DataDir, cfg.SMTP)
+	fmt.Fprintf(stdout, "evs %s listening on %s (data in %s, SMTP %s)\n", buildinfo.Read(version).Version, base, cfg.DataDir, cfg.SMTP)
 	return srv.Serve(ctx, ln)
 }
 
