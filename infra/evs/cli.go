@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/evs-dev/evs/internal/buildinfo"
+	"github.com/evs-dev/evs/internal/config"
 )
 
 // errUsage marks a command-line mistake: the error, the command's usage line
@@ -34,6 +35,19 @@ type cli struct {
 	ctx            context.Context
 	stdout, stderr io.Writer
 	getenv         func(string) string
+	// environ lists the whole environment (os.Environ), for naming the
+	// EVS_* variables evs does not read; nil in-process, where getenv is
+	// a test's map.
+	environ func() []string
+}
+
+// unknownEnv is a warning for each EVS_* variable in the environment that
+// evs does not read.
+func (c *cli) unknownEnv() []string {
+	if c.environ == nil {
+		return nil
+	}
+	return config.Unknown(c.environ())
 }
 
 // Command groups of the top-level help.
@@ -231,6 +245,8 @@ var envDocs = map[string]string{
 	"EVS_QUOTA_PERIOD":       "the quota's period: day or month (default month)",
 	"EVS_MAX_CONNS":          "open HTTP connections (default 1024)",
 	"EVS_METRICS_ADDR":       "listen address of Prometheus /metrics (default: off)",
+	"EVS_PUBLIC_URL":         "https://host[:port] clients reach this server at, for upload URLs (default: the call's Host)",
+	"EVS_MIN_FREE_BYTES":     "free bytes in the data directory below which new batches are refused (default 1 GiB; 0 off)",
 	"EVS_USAGE_PLAN_ID":      "default of --usage-plan (the stack's UsagePlanId output)",
 	"EVS_API_KEY":            "the API key (required)",
 	"EVS_URL":                "default of --url",

@@ -38,7 +38,8 @@ var version = "dev"
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr, config.OSEnv)
+	c := &cli{ctx: ctx, stdout: os.Stdout, stderr: os.Stderr, getenv: config.OSEnv, environ: os.Environ}
+	code := execute(newRoot(c), os.Args[1:], os.Stderr)
 	stop()
 	os.Exit(code)
 }

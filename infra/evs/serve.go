@@ -34,21 +34,24 @@ On first start with an empty store it creates an account and one key, and
 prints the key once.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return serve(c.ctx, testAccount, c.stdout, c.stderr, c.getenv)
+			return serve(c.ctx, testAccount, c.stdout, c.stderr, c.getenv, c.unknownEnv())
 		},
 	}
 	cmd.Flags().BoolVar(&testAccount, "test-account", false, "on first start, make the first account a test-mode (sandbox) account")
 	return withEnv(cmd, append([]string{"EVS_ADDR", "EVS_DATA_DIR", "EVS_RATE_LIMIT", "EVS_AUTH_TTL", "EVS_RETENTION_DAYS",
 		"EVS_LOG_LEVEL", "EVS_MAX_ACTIVE_BATCHES", "EVS_BATCH_DEADLINE", "EVS_QUOTA_ADDRESSES", "EVS_QUOTA_PERIOD",
-		"EVS_MAX_CONNS", "EVS_METRICS_ADDR"}, engineEnv...)...)
+		"EVS_MAX_CONNS", "EVS_METRICS_ADDR", "EVS_PUBLIC_URL", "EVS_MIN_FREE_BYTES"}, engineEnv...)...)
 }
 
-func serve(ctx context.Context, testAccount bool, stdout, stderr io.Writer, getenv func(string) string) error {
+func serve(ctx context.Context, testAccount bool, stdout, stderr io.Writer, getenv func(string) string, unknownEnv []string) error {
 	cfg, err := config.FromEnv(getenv, false)
 	if err != nil {
 		return err
 	}
 	logger := cfg.Logger(stderr)
+	for _, w := range unknownEnv {
+		logger.Warn(w)
+	}
 	// The listeners come first: a port in use must stop the start before
 	// anything is made, above all the first account, whose key is shown
 	// only once.

@@ -11,10 +11,12 @@ import (
 	"testing"
 )
 
-// TestVersionNamesTheBuild: `evs version` of a built binary names the
+// TestBuiltBinarySaysWhatItIs: `evs version` of a built binary names the
 // revision and modified flag the toolchain recorded in it (as `go version
-// -m` reads them), and its /metrics exports the same in evs_build_info.
-func TestVersionNamesTheBuild(t *testing.T) {
+// -m` reads them), its /metrics exports the same in evs_build_info, and
+// its serve names, at start, the EVS_* variable it does not know with the
+// nearest one it does (one build for the three: building is slow).
+func TestBuiltBinarySaysWhatItIs(t *testing.T) {
 	bin := buildEVS(t)
 	m, err := exec.Command("go", "version", "-m", bin).Output()
 	if err != nil {
@@ -51,8 +53,14 @@ func TestVersionNamesTheBuild(t *testing.T) {
 	}
 	maddr := ln.Addr().String()
 	ln.Close()
-	startServe(t, bin, []string{"EVS_DATA_DIR=" + t.TempDir(), "EVS_SMTP=off", "EVS_DNS_SERVERS=127.0.0.1:9",
-		"EVS_METRICS_ADDR=" + maddr, "PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()})
+	p := startServe(t, bin, []string{"EVS_DATA_DIR=" + t.TempDir(), "EVS_SMTP=off", "EVS_DNS_SERVERS=127.0.0.1:9",
+		"EVS_METRICS_ADDR=" + maddr, "PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), "EVS_RATELIMIT=5"})
+	if w := "EVS_RATELIMIT is not a variable evs reads, and is ignored; did you mean EVS_RATE_LIMIT?"; strings.Count(p.err.String(), w) != 1 {
+		t.Errorf("serve's start does not warn once %q:\n%s", w, p.err.String())
+	}
+	if strings.Contains(p.err.String(), "EVS_SMTP ") || strings.Contains(p.err.String(), "EVS_DATA_DIR ") {
+		t.Errorf("serve warns about a variable it reads:\n%s", p.err.String())
+	}
 	resp, err := http.Get("http://" + maddr + "/metrics")
 	if err != nil {
 		t.Fatal(err)
