@@ -113,22 +113,9 @@ func serve(ctx context.Context, testAccount bool, stdout, stderr io.Writer, gete
 	}
 	base := "http://" + ln.Addr().String()
 	if key != "" {
-		kind := "live"
-		example := "alice@example.com"
-		if testAccount {
-			kind = "test-mode (sandbox: no network; the local part picks the outcome)"
-			example = "alice+rejected_email@example.com"
+		if err := showFirstKey(stdout, logger, cfg.DataDir, key, testAccount, base); err != nil {
+			return err
 		}
-		fmt.Fprintf(stdout, `
-First start: created a %s account and its API key. It is shown only now:
-
-  export EVS_API_KEY=%s
-
-Try it:
-
-  curl -s %s/v1/verify -H "X-Api-Key: $EVS_API_KEY" -H 'Content-Type: application/json' -d '{"email":"%s"}'
-
-`, kind, key, base, example)
 	} else {
 		// Keys are shown only when made: say how to make one, for whoever
 		// lost the first one or never saw it.
