@@ -15,6 +15,9 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+
+	"github.com/evs-dev/evs/internal/buildinfo"
+	"github.com/evs-dev/evs/internal/config"
 )
 
 // errUsage marks a command-line mistake: the error, the command's usage line
@@ -32,6 +35,19 @@ type cli struct {
 	ctx            context.Context
 	stdout, stderr io.Writer
 	getenv         func(string) string
+	// environ lists the whole environment (os.Environ), for naming the
+	// EVS_* variables evs does not read; nil in-process, where getenv is
+	// a test's map.
+	environ func() []string
+}
+
+// unknownEnv is a warning for each EVS_* variable in the environment that
+// evs does not read.
+func (c *cli) unknownEnv() []string {
+	if c.environ == nil {
+		return nil
+	}
+	return config.Unknown(c.environ())
 }
 
 // Command groups of the top-level help.
@@ -51,7 +67,7 @@ verification engine alone (verify) and a CSV client of the API (batch).
 
 Configuration comes from the environment (EVS_*), the same variables the
 Lambda functions read; each command's --help lists the ones it reads.`,
-		Version: version,
+		Version: buildinfo.Read(version).Version,
 		// A bare `evs` is a mistake (exit 2), not a request for help.
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -74,7 +90,7 @@ Lambda functions read; each command's --help lists the ones it reads.`,
 	root.SetUsageTemplate(usageTemplate)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return fmt.Errorf("%w: %v", errUsage, err) })
 	root.AddGroup(&cobra.Group{ID: groupMain, Title: "Commands:"}, &cobra.Group{ID: groupDev, Title: "Development (make sam-local):"})
-	for _, cmd := range []*cobra.Command{newServeCmd(c), newKeysCmd(c), newVerifyCmd(c), newBatchCmd(c), newWebhooksCmd(c), newVersionCmd(c)} {
+	for _, cmd := range []*cobra.Command{newServeCmd(c), newBackupCmd(c), newKeysCmd(c), newVerifyCmd(c), newBatchCmd(c), newWebhooksCmd(c), newVersionCmd(c)} {
 		cmd.GroupID = groupMain
 		root.AddCommand(cmd)
 	}
@@ -231,6 +247,8 @@ var envDocs = map[string]string{
 	"EVS_METRICS_ADDR":          "listen address of Prometheus /metrics (default: off)",
 	"EVS_PROVIDER_SESSIONS":     "SMTP sessions at once per mail provider: N or class=N,provider=N",
 	"EVS_PROVIDER_RCPT_PER_MIN": "RCPT commands a minute per mail provider, same form",
+	"EVS_PUBLIC_URL":            "https://host[:port] clients reach this server at, for upload URLs (default: the call's Host)",
+	"EVS_MIN_FREE_BYTES":        "free bytes in the data directory below which new batches are refused (default 1 GiB; 0 off)",
 	"EVS_USAGE_PLAN_ID":         "default of --usage-plan (the stack's UsagePlanId output)",
 	"EVS_API_KEY":               "the API key (required)",
 	"EVS_URL":                   "default of --url",
@@ -274,14 +292,23 @@ Environment:
 Use "{{.CommandPath}} [command] --help" for more information about a command.{{end}}
 `
 
-// newVersionCmd is `evs version` (also `evs --version`).
+// newVersionCmd is `evs version` (`evs --version` prints the first line).
 func newVersionCmd(c *cli) *cobra.Command {
 	return &cobra.Command{
 		Use:   "version",
-		Short: "print the version",
-		Args:  noArgs,
+		Short: "print the version and the source revision it was built from",
+		Long: `Prints the version, the source revision the binary was built from (with
+"(modified)" when the checkout had uncommitted changes; "unknown" when the
+build recorded none) and the Go version that built it. /metrics exports the
+same as evs_build_info.`,
+		Args: noArgs,
 		RunE: func(*cobra.Command, []string) error {
-			fmt.Fprintln(c.stdout, "evs", version)
+			in := buildinfo.Read(version)
+			rev := in.Revision
+			if in.Modified {
+				rev += " (modified)"
+			}
+			fmt.Fprintf(c.stdout, "evs %s\nrevision %s\n%s\n", in.Version, rev, in.GoVersion)
 			return nil
 		},
 	}

@@ -7,11 +7,15 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"reflect"
+	"sort"
 	"strings"
 	"testing"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"github.com/evs-dev/evs/internal/config"
 )
 
 var updateCLIDoc = flag.Bool("update-cli-doc", false, "rewrite docs/cli.md from the command tree")
@@ -232,5 +236,28 @@ func TestCLIReference(t *testing.T) {
 	}
 	if string(got) != want {
 		t.Fatalf("docs/cli.md differs from the commands' help; rewrite it with: go test ./infra/evs -run TestCLIReference -update-cli-doc")
+	}
+}
+
+// TestServeHelpListsEveryVariable: evs serve --help lists every EVS_*
+// variable evs knows, except those only the AWS stack or the API's
+// clients read, and the test harness's.
+func TestServeHelpListsEveryVariable(t *testing.T) {
+	notServe := map[string]bool{
+		"EVS_API_KEY": true, "EVS_URL": true, "EVS_USAGE_PLAN_ID": true, // clients and evs keys on AWS
+		"EVS_BATCHES_TABLE": true, "EVS_IDEMPOTENCY_TABLE": true, "EVS_INPUT_BUCKET": true, "EVS_KEYS_TABLE": true,
+		"EVS_RESULTS_TABLE": true, "EVS_QUEUE_URL": true, "EVS_SMTP_PROXY_SECRET": true,
+		"EVS_MOTO_ENDPOINT": true, "EVS_TEST_SOCKS5": true, "EVS_TEST_SOCKS5_EXTERNAL": true,
+	}
+	var want []string
+	for _, k := range config.Known {
+		if !notServe[k] {
+			want = append(want, k)
+		}
+	}
+	sort.Strings(want)
+	_, cmds := commandPaths(t)
+	if got := envNames(cmds["serve"]); !reflect.DeepEqual(got, want) {
+		t.Fatalf("evs serve --help lists %v,\nwant %v", got, want)
 	}
 }

@@ -30,7 +30,8 @@ const envUsagePlan = "EVS_USAGE_PLAN_ID"
 
 // keyStore opens the store the keys commands work on: DynamoDB when a table
 // is named, else the embedded store (which `evs serve` may have open at the
-// same time: SQLite in WAL mode allows it).
+// same time: SQLite in WAL mode allows it; a database older than this
+// program is migrated only when no server holds it).
 func keyStore(ctx context.Context, table string, getenv func(string) string) (store.Keys, func() error, error) {
 	if table != "" {
 		_, ds, err := openDynamoKeys(ctx, table)
@@ -44,6 +45,9 @@ func keyStore(ctx context.Context, table string, getenv func(string) string) (st
 		return nil, nil, err
 	}
 	st, err := sqlitestore.Open(ctx, cfg.DataDir, time.Now)
+	if errors.Is(err, sqlitestore.ErrInUse) {
+		return nil, nil, err // one line that names the directory and what to do
+	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("open the store in %s: %w", cfg.DataDir, err)
 	}
@@ -90,7 +94,9 @@ func newKeysCmd(c *cli) *cobra.Command {
 		Use:   "keys",
 		Short: "create, revoke and list API keys",
 		Long: `Manages API keys in the embedded store (EVS_DATA_DIR; works while evs serve
-runs), or in a deployed stack's DynamoDB keys table with --dynamodb-table.`,
+runs), or in a deployed stack's DynamoDB keys table with --dynamodb-table.
+A store older than this evs is migrated first, but never while an evs
+serve holds it: that is refused, in one line.`,
 	})
 	cmd.AddCommand(newKeysCreateCmd(c), newKeysRevokeCmd(c), newKeysListCmd(c))
 	return cmd

@@ -246,9 +246,9 @@ func buildEVS(t *testing.T) string {
 	return bin
 }
 
-// startServe starts `evs serve` on a free loopback port and waits until it
-// says it is listening. The process is killed when the test ends.
-func startServe(t *testing.T, bin string, env []string) *evsProc {
+// startServe starts `evs serve args...` on a free loopback port and waits
+// until it says it is listening. The process is killed when the test ends.
+func startServe(t *testing.T, bin string, env []string, args ...string) *evsProc {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -257,7 +257,7 @@ func startServe(t *testing.T, bin string, env []string) *evsProc {
 	addr := ln.Addr().String()
 	ln.Close()
 	p := &evsProc{
-		cmd:  exec.Command(bin, "serve"),
+		cmd:  exec.Command(bin, append([]string{"serve"}, args...)...),
 		base: "http://" + addr,
 		out:  &testkit.LogBuffer{},
 		err:  &testkit.LogBuffer{},

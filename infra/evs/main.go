@@ -1,6 +1,7 @@
 // Command evs is the operator tool of the email verification service:
 //
 //	evs serve                          the whole API on one machine
+//	evs backup DEST                    copy the embedded store while serve runs
 //	evs keys create --account NAME     make an API key (printed alone on stdout)
 //	evs keys revoke KEY|ID             revoke a key
 //	evs keys list                      list keys (ids, never secrets)
@@ -37,7 +38,8 @@ var version = "dev"
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr, config.OSEnv)
+	c := &cli{ctx: ctx, stdout: os.Stdout, stderr: os.Stderr, getenv: config.OSEnv, environ: os.Environ}
+	code := execute(newRoot(c), os.Args[1:], os.Stderr)
 	stop()
 	os.Exit(code)
 }

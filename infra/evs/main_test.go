@@ -28,7 +28,7 @@ func runEVS(ctx context.Context, env map[string]string, args ...string) (int, st
 }
 
 func TestUsage(t *testing.T) {
-	cases := [][]string{{}, {"nope"}, {"keys"}, {"keys", "create"}, {"keys", "revoke"}, {"verify"}, {"verify", "--mode", "deep", "a@b.example"}, {"batch"}}
+	cases := [][]string{{}, {"nope"}, {"keys"}, {"keys", "create"}, {"keys", "revoke"}, {"verify"}, {"verify", "--mode", "deep", "a@b.example"}, {"batch"}, {"backup"}, {"backup", "a", "b"}}
 	for _, args := range cases {
 		if code, _, stderr := runEVS(context.Background(), nil, args...); code != 2 || stderr == "" {
 			t.Errorf("%v: exit %d, stderr %q; want 2 and a usage message", args, code, stderr)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/evs-dev/evs/internal/buildinfo"
 	"github.com/evs-dev/evs/internal/config"
 	"github.com/evs-dev/evs/internal/server"
 	"github.com/evs-dev/evs/internal/sqlitestore"
@@ -33,21 +34,24 @@ On first start with an empty store it creates an account and one key, and
 prints the key once.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return serve(c.ctx, testAccount, c.stdout, c.stderr, c.getenv)
+			return serve(c.ctx, testAccount, c.stdout, c.stderr, c.getenv, c.unknownEnv())
 		},
 	}
 	cmd.Flags().BoolVar(&testAccount, "test-account", false, "on first start, make the first account a test-mode (sandbox) account")
 	return withEnv(cmd, append([]string{"EVS_ADDR", "EVS_DATA_DIR", "EVS_RATE_LIMIT", "EVS_AUTH_TTL", "EVS_RETENTION_DAYS",
 		"EVS_LOG_LEVEL", "EVS_MAX_ACTIVE_BATCHES", "EVS_BATCH_DEADLINE", "EVS_QUOTA_ADDRESSES", "EVS_QUOTA_PERIOD",
-		"EVS_MAX_CONNS", "EVS_METRICS_ADDR", "EVS_PROVIDER_SESSIONS", "EVS_PROVIDER_RCPT_PER_MIN"}, engineEnv...)...)
+		"EVS_MAX_CONNS", "EVS_METRICS_ADDR", "EVS_PUBLIC_URL", "EVS_MIN_FREE_BYTES", "EVS_PROVIDER_SESSIONS", "EVS_PROVIDER_RCPT_PER_MIN"}, engineEnv...)...)
 }
 
-func serve(ctx context.Context, testAccount bool, stdout, stderr io.Writer, getenv func(string) string) error {
+func serve(ctx context.Context, testAccount bool, stdout, stderr io.Writer, getenv func(string) string, unknownEnv []string) error {
 	cfg, err := config.FromEnv(getenv, false)
 	if err != nil {
 		return err
 	}
 	logger := cfg.Logger(stderr)
+	for _, w := range unknownEnv {
+		logger.Warn(w)
+	}
 	// The listeners come first: a port in use must stop the start before
 	// anything is made, above all the first account, whose key is shown
 	// only once.
@@ -90,6 +94,7 @@ func serve(ctx context.Context, testAccount bool, stdout, stderr io.Writer, gete
 	opts := server.Options{Config: cfg, Store: st, Logger: logger}
 	if mln != nil {
 		m := server.NewPrometheus(func(ctx context.Context) (int, error) { return server.PendingAddresses(ctx, st) })
+		m.BuildInfo(buildinfo.Read(version))
 		msrv := server.MetricsServer(m.Handler(), logger, server.MetricsLimits{})
 		go func() { _ = msrv.Serve(mln) }()
 		defer msrv.Close()
@@ -108,28 +113,15 @@ func serve(ctx context.Context, testAccount bool, stdout, stderr io.Writer, gete
 	}
 	base := "http://" + ln.Addr().String()
 	if key != "" {
-		kind := "live"
-		example := "alice@example.com"
-		if testAccount {
-			kind = "test-mode (sandbox: no network; the local part picks the outcome)"
-			example = "alice+rejected_email@example.com"
+		if err := showFirstKey(stdout, logger, cfg.DataDir, key, testAccount, base); err != nil {
+			return err
 		}
-		fmt.Fprintf(stdout, `
-First start: created a %s account and its API key. It is shown only now:
-
-  export EVS_API_KEY=%s
-
-Try it:
-
-  curl -s %s/v1/verify -H "X-Api-Key: $EVS_API_KEY" -H 'Content-Type: application/json' -d '{"email":"%s"}'
-
-`, kind, key, base, example)
 	} else {
 		// Keys are shown only when made: say how to make one, for whoever
 		// lost the first one or never saw it.
 		logger.Info("no API key printed: the data directory already has accounts; make a key with: " + keysCreateHint(getenv))
 	}
-	fmt.Fprintf(stdout, "evs %s listening on %s (data in %s, SMTP %s)\n", version, base, cfg.DataDir, cfg.SMTP)
+	fmt.Fprintf(stdout, "evs %s listening on %s (data in %s, SMTP %s)\n", buildinfo.Read(version).Version, base, cfg.DataDir, cfg.SMTP)
 	return srv.Serve(ctx, ln)
 }
 

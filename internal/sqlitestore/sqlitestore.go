@@ -120,7 +120,8 @@ func (e inUseError) Error() string {
 func (e inUseError) Unwrap() error { return ErrInUse }
 
 // Open opens (creating them if needed) dir and the database dir/evs.db,
-// migrates its schema to the current version and returns the store. now is
+// migrates its schema to the current version (keeping a copy of an older
+// database beside it, PreMigrationName) and returns the store. now is
 // the store's clock, used for batch expiry. Any number of processes may
 // hold a store of the same directory open this way.
 func Open(ctx context.Context, dir string, now func() time.Time) (*Store, error) {
@@ -132,8 +133,10 @@ func Open(ctx context.Context, dir string, now func() time.Time) (*Store, error)
 // death), and fails with ErrInUse at once if another process holds it. The
 // lock makes the store Exclusive, which lets the server keep Idempotency-Key
 // claims in memory (idempotency.NewLocal) and write once per call instead of
-// twice. Processes using Open (`evs keys create` and the like) neither take
-// nor heed the lock: they do not run idempotent calls.
+// twice. Processes using Open (`evs keys create` and the like) work beside
+// the lock's holder, since they do not run idempotent calls; they take the
+// lock only to migrate an older database, and refuse to while a server
+// holds it (prepareMigration).
 func OpenServing(ctx context.Context, dir string, now func() time.Time) (*Store, error) {
 	return open(ctx, dir, now, busyTimeout, true)
 }
@@ -232,7 +235,14 @@ func open(ctx context.Context, dir string, now func() time.Time, busy time.Durat
 		s.Close()
 		return nil, err
 	}
-	if err := s.migrate(ctx); err != nil {
+	release, err := s.prepareMigration(ctx, serving)
+	if err != nil {
+		s.Close()
+		return nil, err
+	}
+	err = s.migrate(ctx)
+	release()
+	if err != nil {
 		s.Close()
 		return nil, err
 	}

@@ -1,0 +1,192 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/url"
+	"os"
+	"path/filepath"
+)
+
+// Backup writes a consistent copy of the database in the data directory
+// dir to dest/evs.db, while any number of processes (a running evs serve
+// among them) go on reading and writing dir: the copy is SQLite's VACUUM
+// INTO, which reads one snapshot of the database, so it holds every write
+// committed before it started and none after. dest must not exist or be
+// an empty directory; it is created 0700 and the copy 0600, and dest is
+// then a data directory `evs serve` can start on: everything the store
+// keeps (accounts, keys, batches, results, webhook secrets, idempotency
+// records, uploads) is in evs.db, and the other files of a data directory
+// (serve.lock, serve.running, keys.changed) are made when needed.
+//
+// The copy is not migrated: it has the schema version of dir, whatever this
+// program's is, so an older running server is never touched. Until it is
+// complete and synced, the copy has a temporary name: a backup cut off
+// half-way leaves no evs.db in dest.
+func Backup(ctx context.Context, dir, dest string) error {
+	src := filepath.Join(dir, FileName)
+	if _, err := os.Stat(src); err != nil {
+		return fmt.Errorf("sqlitestore: no database to back up in %s: %w", dir, err)
+	}
+	if err := emptyDir(dest); err != nil {
+		return err
+	}
+	// A server that stopped uncleanly left writes in its log that only a
+	// connection that may write can read back; one without that log is
+	// damaged, and a copy of it would be too.
+	handOver, err := checkWAL(dir, false)
+	if err != nil {
+		return err
+	}
+	q := url.Values{}
+	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", busyTimeout.Milliseconds()))
+	db, err := sql.Open("sqlite", src+"?"+q.Encode())
+	if err != nil {
+		return fmt.Errorf("sqlitestore: open %s: %w", src, err)
+	}
+	db.SetMaxOpenConns(1)
+	err = vacuumInto(ctx, db, filepath.Join(dest, FileName))
+	if cerr := db.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("sqlitestore: close %s: %w", src, cerr)
+	}
+	if err == nil && handOver {
+		// As open does: the log was read, and the database closed with it
+		// copied in.
+		_ = os.Remove(filepath.Join(dir, RunningName))
+	}
+	return err
+}
+
+// emptyDir makes dest a new private directory, or accepts an existing
+// empty one: a backup never mixes with, or overwrites, other files.
+func emptyDir(dest string) error {
+	entries, err := os.ReadDir(dest)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		if err := os.MkdirAll(dest, 0o700); err != nil {
+			return fmt.Errorf("sqlitestore: create %s: %w", dest, err)
+		}
+		return nil
+	case err != nil:
+		return fmt.Errorf("sqlitestore: the backup destination %s: %w", dest, err)
+	case len(entries) > 0:
+		return fmt.Errorf("sqlitestore: the backup destination %s is not empty: name a new directory", dest)
+	}
+	return nil
+}
+
+// vacuumInto writes a consistent copy of db's database to path: first to a
+// temporary file beside it, made 0600 before SQLite writes a byte (the
+// copy holds webhook secrets and every tenant's addresses), then synced
+// (VACUUM INTO does not sync) and renamed, so path is either absent or a
+// whole copy, and a copy made again replaces the old one at once.
+func vacuumInto(ctx context.Context, db *sql.DB, path string) (err error) {
+	dir := filepath.Dir(path)
+	tmp, err := os.CreateTemp(dir, filepath.Base(path)+".partial-*")
+	if err != nil {
+		return fmt.Errorf("sqlitestore: copy the database: %w", err)
+	}
+	name := tmp.Name()
+	tmp.Close()
+	defer func() {
+		if err != nil {
+			os.Remove(name)
+		}
+	}()
+	// VACUUM INTO accepts an empty file; the name is a bound parameter, so
+	// any path is taken as it is.
+	if _, err := db.ExecContext(ctx, `VACUUM INTO ?`, name); err != nil {
+		return dbErr("copy the database to "+path, err)
+	}
+	f, err := os.OpenFile(name, os.O_RDWR, 0)
+	if err != nil {
+		return fmt.Errorf("sqlitestore: copy the database: %w", err)
+	}
+	err = f.Sync()
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(name, path)
+	}
+	if err == nil {
+		err = syncDir(dir)
+	}
+	if err != nil {
+		return fmt.Errorf("sqlitestore: copy the database to %s: %w", path, err)
+	}
+	return nil
+}
+
+// PreMigrationName is the copy of the database that Open keeps in the data
+// directory before it migrates a database of schema version v.
+func PreMigrationName(v int) string { return fmt.Sprintf("%s.v%d.bak", FileName, v) }
+
+// migrateInUseError refuses to migrate a database an evs serve holds.
+type migrateInUseError struct {
+	dir       string
+	have, can int
+}
+
+func (e migrateInUseError) Error() string {
+	return fmt.Sprintf("the database in %s has schema version %d and this evs needs version %d, but an evs serve is running on it, "+
+		"and migrating it under that server could break it: use the evs that server runs, or stop it and start this evs's serve, "+
+		"which migrates the database (keeping a copy of the old one)", e.dir, e.have, e.can)
+}
+
+func (e migrateInUseError) Unwrap() error { return ErrInUse }
+
+// prepareMigration readies a database whose schema is older than this
+// program's for migrate; it does nothing to a current one. A process that
+// does not serve (evs keys) migrates only under the serve lock, so never
+// beneath a running, perhaps older, server: with the lock held elsewhere
+// it refuses with migrateInUseError, and otherwise holds the lock until
+// release, so no server starts mid-migration. A database that holds data
+// is first copied beside itself (PreMigrationName): a migration cannot be
+// undone, and an older program cannot read the migrated database.
+func (s *Store) prepareMigration(ctx context.Context, serving bool) (release func(), err error) {
+	release = func() {}
+	v, err := s.schemaVersion(ctx)
+	if err != nil || v >= len(migrations) {
+		// Newer than this program: migrate refuses it.
+		return release, err
+	}
+	if !serving && v > 0 {
+		// A new database (v 0) is left to migrate's transaction: a server
+		// holding the lock is then creating the same tables.
+		lock, err := lockDir(s.dir)
+		if errors.Is(err, ErrInUse) {
+			return release, migrateInUseError{dir: s.dir, have: v, can: len(migrations)}
+		}
+		if err != nil {
+			return release, err
+		}
+		if lock != nil {
+			release = func() { lock.Close() }
+		}
+		// Read again under the lock: a server may have migrated it since.
+		if v, err = s.schemaVersion(ctx); err != nil {
+			release()
+			return func() {}, err
+		}
+	}
+	if v > 0 && v < len(migrations) {
+		if err := vacuumInto(ctx, s.db, filepath.Join(s.dir, PreMigrationName(v))); err != nil {
+			release()
+			return func() {}, fmt.Errorf("sqlitestore: keep a copy of the database before migrating it from schema version %d: %w", v, err)
+		}
+	}
+	return release, nil
+}
+
+// schemaVersion reads the database's schema version.
+func (s *Store) schemaVersion(ctx context.Context) (int, error) {
+	var v int
+	if err := s.rdb.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&v); err != nil {
+		return 0, dbErr("read schema version", err)
+	}
+	return v, nil
+}
