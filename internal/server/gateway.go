@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 	"unicode/utf8"
+	"unsafe"
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/google/uuid"
@@ -79,6 +80,8 @@ type gateway struct {
 	// uploads receives lists PUT to upload URLs; nil when the store
 	// keeps none.
 	uploads uploadStore
+	// bodies bounds the bytes of large bodies read and handled at once.
+	bodies *bodyGate
 }
 
 // function is a Lambda proxy handler; authorizerFunc a Lambda REQUEST
@@ -135,7 +138,8 @@ func newGateway(o Options, functions map[string]function, az authorizerFunc) *ga
 		o.BodyTimeout = 30 * time.Second
 	}
 	g := &gateway{o: o, functions: functions, authorizer: az, cache: map[[32]byte]authEntry{},
-		limiters: map[string]*rate.Limiter{}, fails: newFailLimiter(authFailRate, authFailClients)}
+		limiters: map[string]*rate.Limiter{}, fails: newFailLimiter(authFailRate, authFailClients),
+		bodies: newBodyGate(o.BodyBudget, o.BodyWait)}
 	g.ping = healthCheck(o.Store)
 	if v, ok := o.Store.(KeysVersioned); ok {
 		g.version = v.KeysVersion
@@ -315,6 +319,14 @@ func (g *gateway) serve(w http.ResponseWriter, r *http.Request, c *api.Call) {
 		writeLowSpace(w, rid)
 		return
 	}
+	// A large body waits for its share of the budget before a byte of it
+	// is read, and keeps it until the function has answered.
+	release, err := g.bodies.admit(r.Context(), g.bodies.weight(r, rt.MaxBody))
+	if err != nil {
+		writeBodyBusy(w, rid)
+		return
+	}
+	defer release()
 	body, typ := g.readBody(w, r, rt)
 	if typ != "" {
 		// The rest of the body is never read: close instead.
@@ -347,6 +359,9 @@ func (g *gateway) readBody(w http.ResponseWriter, r *http.Request, rt route) ([]
 	if r.ContentLength > limit {
 		return nil, requestTooLarge // said so up front: read nothing
 	}
+	// The deadline runs from now: time spent waiting for the budget of
+	// large bodies is not the client's.
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(g.o.BodyTimeout))
 	raw := w
 	if sw, ok := w.(*statusWriter); ok {
 		raw = sw.ResponseWriter // MaxBytesReader tells the server through it
@@ -707,7 +722,9 @@ func (g *gateway) event(r *http.Request, rid string, rt route, params map[string
 		},
 	}
 	if utf8.Valid(body) {
-		ev.Body = string(body)
+		// The body is not touched again: the event shares its bytes
+		// rather than holding a second copy of up to 6 MiB.
+		ev.Body = unsafe.String(unsafe.SliceData(body), len(body))
 	} else {
 		ev.Body = base64.StdEncoding.EncodeToString(body)
 		ev.IsBase64Encoded = true

@@ -62,6 +62,12 @@ type Options struct {
 	// headers are in (default 30 s; contract, section 9); then the
 	// connection is closed.
 	BodyTimeout time.Duration
+	// BodyBudget is how many bytes of large request bodies (over
+	// SmallBody) are read and handled at once (default DefaultBodyBudget);
+	// BodyWait how long a call waits for its share before it is answered
+	// 503 with Retry-After (default DefaultBodyWait). See bodygate.go.
+	BodyBudget int64
+	BodyWait   time.Duration
 	// DeliverEvery is how often due webhook deliveries are looked for
 	// (default 500 ms).
 	DeliverEvery time.Duration
