@@ -26,6 +26,10 @@ import (
 // few hundred kilobytes still go through together, while 6 MiB bodies go
 // a couple at a time. Waiters are served first come, first served.
 //
+// A batch created from an upload takes the upload's size (up to the whole
+// budget) the same way while its list is read and stored (api.Deps.
+// AdmitList): a list of a million addresses costs far more than a body.
+//
 // A call that cannot get its share within BodyWait (or before its client
 // gives up) is answered 503 unavailable with Retry-After, and its body is
 // never read. Small bodies (/v1/verify takes at most 8 KiB, the other
@@ -90,6 +94,21 @@ func (bg *bodyGate) admit(ctx context.Context, n int64) (release func(), err err
 		return nil, errBodyBusy
 	}
 	return func() { bg.sem.Release(n) }, nil
+}
+
+// admitList is api.Deps.AdmitList: a list of size bytes read from an
+// upload takes its size, up to the whole budget, as a body would.
+func (bg *bodyGate) admitList(ctx context.Context, size int64) (func(), error) {
+	n := int64(0)
+	if size > SmallBody {
+		n = min(size, bg.budget)
+	}
+	release, err := bg.admit(ctx, n)
+	if err != nil {
+		return nil, &api.BusyError{RetryAfter: strconv.Itoa(bodyRetryAfter),
+			Err: evs.Errorf(evs.CodeUnavailable, "The server is reading as many large lists as it can hold; retry after Retry-After seconds.")}
+	}
+	return release, nil
 }
 
 // writeBodyBusy answers a call whose large body was not admitted. The

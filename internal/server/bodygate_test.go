@@ -16,7 +16,8 @@ import (
 // TestLargeBodiesShareABudget: with a budget of one 6 MiB body, a client
 // that is sending one holds the budget; another large batch body is then
 // answered 503 unavailable with Retry-After once its wait runs out,
-// without being read, while /v1/verify and a small batch body never wait.
+// without being read, and so is a batch from a large upload, while
+// /v1/verify and a small batch body never wait.
 // Once the first body has arrived and been answered, large bodies are
 // admitted again.
 func TestLargeBodiesShareABudget(t *testing.T) {
@@ -55,6 +56,17 @@ func TestLargeBodiesShareABudget(t *testing.T) {
 	if r := h.do(req{method: http.MethodPost, path: "/v1/requests", key: h.testKey, body: padded(server.SmallBody)}); r.status != http.StatusCreated {
 		t.Fatalf("small batch body while the budget is held: %d %s", r.status, r.body)
 	}
+	// A list read from an upload takes from the same budget: its PUT is
+	// streamed and goes through, the batch's creation is turned away.
+	id, putURL := h.newUpload(h.testKey, "text/csv")
+	list := strings.Repeat("alice@x.example\n", server.SmallBody/16+1)
+	if r := h.put(putURL, "text/csv", strings.NewReader(list)); r.status != http.StatusOK {
+		t.Fatalf("upload PUT while the budget is held: %d %s", r.status, r.body)
+	}
+	fromUpload := req{method: http.MethodPost, path: "/v1/requests", key: h.testKey, body: `{"uploadId":"` + id + `"}`}
+	if r := h.do(fromUpload); r.status != http.StatusServiceUnavailable || r.errorCode(t) != "unavailable" || r.header.Get("Retry-After") != "5" {
+		t.Fatalf("batch from a large upload while the budget is held: %d %v %s", r.status, r.header, r.body)
+	}
 
 	// The rest of the held body: it is served, and gives the budget back.
 	if _, err := io.WriteString(c, full[1024:]); err != nil {
@@ -71,5 +83,8 @@ func TestLargeBodiesShareABudget(t *testing.T) {
 	}
 	if r := h.do(req{method: http.MethodPost, path: "/v1/requests", key: h.testKey, body: large}); r.status != http.StatusCreated {
 		t.Fatalf("large body after the budget was given back: %d %s", r.status, strings.TrimSpace(string(r.body)))
+	}
+	if r := h.do(fromUpload); r.status != http.StatusCreated {
+		t.Fatalf("batch from the upload after the budget was given back: %d %s", r.status, r.body)
 	}
 }

@@ -215,7 +215,10 @@ func New(o Options) (*Server, error) {
 	if uploads != nil {
 		deps = uploads
 	}
+	// Large bodies and lists read from uploads share one budget.
+	bodies := newBodyGate(o.BodyBudget, o.BodyWait)
 	h := api.New(api.Deps{
+		AdmitList:          bodies.admitList,
 		Uploads:            deps,
 		PublicURL:          o.Config.PublicURL,
 		MaxUploadAddresses: o.MaxUploadAddresses,
@@ -234,6 +237,7 @@ func New(o Options) (*Server, error) {
 	az := authorizer.New(o.Store)
 	gw := newGateway(o, map[string]function{api.VerifyFunction: h.Verify, api.RequestsFunction: h.Requests}, az.Handle)
 	gw.uploads = uploads
+	gw.bodies = bodies
 	if o.DeliverEvery <= 0 {
 		o.DeliverEvery = 500 * time.Millisecond
 	}
