@@ -36,7 +36,7 @@ func CSV(r io.Reader, lim Limits, add func(addr string) error) error {
 	br = bufio.NewReaderSize(newUTF8Reader(br, "CSV file"), 64<<10)
 
 	s := csvScanner{lim: lim, maxRecord: maxRecord, add: add, line: 1, fieldStart: true}
-	s.first.Grow(64)
+	s.first = make([]byte, 0, 64)
 	for {
 		chunk, err := br.ReadSlice('\n')
 		if len(chunk) > 0 {
@@ -65,19 +65,19 @@ type csvScanner struct {
 	maxRecord int
 	add       func(string) error
 
-	line        int  // line of the byte being scanned, from 1
-	recordLine  int  // line the current record started on
-	recordBytes int  // bytes of the current record so far
-	field       int  // index of the current field in its record
-	fieldStart  bool // nothing of the current field read yet
-	quoted      bool // the current field started with a quote
-	inQuotes    bool // inside the quotes of a quoted field
-	quoteSeen   bool // inQuotes, and the last byte was a quote: closing or doubled
-	closed      bool // the quoted field's closing quote was read
-	pendingCR   bool // the last byte was a CR outside quotes
-	first       strings.Builder
-	firstLong   bool // the first field is longer than MaxAddressBytes
-	sawRecord   bool // a record with a non-blank first field was seen
+	line        int    // line of the byte being scanned, from 1
+	recordLine  int    // line the current record started on
+	recordBytes int    // bytes of the current record so far
+	field       int    // index of the current field in its record
+	fieldStart  bool   // nothing of the current field read yet
+	quoted      bool   // the current field started with a quote
+	inQuotes    bool   // inside the quotes of a quoted field
+	quoteSeen   bool   // inQuotes, and the last byte was a quote: closing or doubled
+	closed      bool   // the quoted field's closing quote was read
+	pendingCR   bool   // the last byte was a CR outside quotes
+	first       []byte // the first field so far, reused from record to record
+	firstLong   bool   // the first field is longer than MaxAddressBytes
+	sawRecord   bool   // a record with a non-blank first field was seen
 	addresses   int
 	hasContents bool // the current record has any byte
 }
@@ -171,13 +171,13 @@ func (s *csvScanner) keep(c byte) {
 	if s.field != 0 || s.firstLong {
 		return
 	}
-	if s.first.Len() >= s.lim.MaxAddressBytes+trimMargin {
+	if len(s.first) >= s.lim.MaxAddressBytes+trimMargin {
 		// Spaces around the address are trimmed later; beyond this margin
 		// the field is too long for any plausible trimming.
 		s.firstLong = true
 		return
 	}
-	s.first.WriteByte(c)
+	s.first = append(s.first, c)
 }
 
 // endRecord hands the finished record's first field on.
@@ -186,7 +186,10 @@ func (s *csvScanner) endRecord() error {
 	if s.firstLong {
 		return errorf("Address %d (line %d) is longer than %d bytes.", s.addresses+1, s.recordLine, s.lim.MaxAddressBytes)
 	}
-	addr := strings.TrimSpace(s.first.String())
+	// One allocation of the address's own length: a strings.Builder
+	// started over for every record grew through several buffers for
+	// each, which a million-address upload paid for hundreds of MB.
+	addr := string(bytes.TrimSpace(s.first))
 	if addr == "" {
 		return nil
 	}
@@ -207,7 +210,7 @@ func (s *csvScanner) endRecord() error {
 }
 
 func (s *csvScanner) reset() {
-	s.first.Reset()
+	s.first = s.first[:0]
 	s.field, s.recordBytes = 0, 0
 	s.fieldStart, s.quoted, s.inQuotes, s.quoteSeen, s.closed = true, false, false, false, false
 	s.firstLong, s.hasContents = false, false

@@ -131,6 +131,13 @@ type Deps struct {
 	// empty means the origin of each call (Host, X-Forwarded-Proto).
 	Uploads   Uploads
 	PublicURL string
+	// AdmitList, when set, is asked before a batch's list is read from an
+	// upload, with the upload's size; it returns once the list may be read
+	// and the function to call once it is stored, or a *BusyError. `evs
+	// serve` gives it the budget its large bodies share: a list of a
+	// million addresses costs hundreds of MB while it is read and stored,
+	// and eight creations at once must not all hold theirs. Nil: no bound.
+	AdmitList func(ctx context.Context, size int64) (release func(), err error)
 	// MaxUploadAddresses is the most addresses an uploaded list may hold;
 	// 0 means the contract's evs.UploadMaxAddresses. Tests lower it.
 	MaxUploadAddresses int
@@ -339,6 +346,7 @@ func errReply(err error) idempotency.Reply {
 	b, _ := json.Marshal(errorMeaning{Code: code, Message: evs.ErrorMessage(err)})
 	r := idempotency.Reply{StatusCode: HTTPStatus(code), Body: b}
 	var me *methodError
+	var busy *BusyError
 	switch {
 	case r.StatusCode == http.StatusTooManyRequests:
 		// The address quota knows when its period ends; the other 429 a
@@ -349,6 +357,8 @@ func errReply(err error) idempotency.Reply {
 			after = RetryAfterActiveBatches
 		}
 		r.Headers = map[string]string{"Retry-After": after}
+	case r.StatusCode == http.StatusServiceUnavailable && errors.As(err, &busy):
+		r.Headers = map[string]string{"Retry-After": busy.RetryAfter}
 	case r.StatusCode == http.StatusMethodNotAllowed && errors.As(err, &me):
 		r.Headers = map[string]string{"Allow": strings.Join(me.allowed, ", ")}
 	}

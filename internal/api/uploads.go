@@ -140,6 +140,13 @@ func (h *Handler) storeUploadBatch(ctx context.Context, p Principal, in parsedBa
 	if size > u.MaxBytes {
 		return h.failedUploadBatch(ctx, p, in, id, "The upload is larger than "+formatBytes(u.MaxBytes)+".")
 	}
+	if h.d.AdmitList != nil {
+		release, err := h.d.AdmitList(ctx, size)
+		if err != nil {
+			return evs.Batch{}, err
+		}
+		defer release()
+	}
 	read := addrlist.CSV
 	if u.ContentType == "application/json" {
 		read = func(r io.Reader, lim addrlist.Limits, add func(string) error) error {

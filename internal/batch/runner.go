@@ -431,7 +431,7 @@ func (r *Runner) runTask(t task) (retry, later []evs.Item, wait time.Duration) {
 			at = until
 		}
 	}
-	br.w.add(o.Results)
+	br.w.add(br.ctx, o.Results)
 	if err != nil {
 		// Cancel, shutdown or the batch deadline cut it short: what is
 		// left stays pending for the next run or for expire.
@@ -470,33 +470,64 @@ type writer struct {
 	// over, n of them in all: gathering them into one slice only at the
 	// write copies each result once, where appending to a growing slice
 	// copied it several times.
-	buf    [][]evs.Result
-	n      int
-	kick   chan struct{}
-	done   chan struct{}
-	closed chan struct{}
-	fails  int       // consecutive failed writes
-	after  time.Time // no write before this, after a failure
+	buf  [][]evs.Result
+	n    int
+	kick chan struct{}
+	// written is closed, and replaced, after each successful write: a
+	// task waiting for room in buf waits on it.
+	written chan struct{}
+	done    chan struct{}
+	closed  chan struct{}
+	fails   int       // consecutive failed writes
+	after   time.Time // no write before this, after a failure
 }
 
 func newWriter(r *Runner, b evs.Batch, stop context.CancelFunc) *writer {
-	return &writer{r: r, b: b, stop: stop, kick: make(chan struct{}, 1), done: make(chan struct{}), closed: make(chan struct{})}
+	return &writer{r: r, b: b, stop: stop, kick: make(chan struct{}, 1), written: make(chan struct{}),
+		done: make(chan struct{}), closed: make(chan struct{})}
 }
 
-func (w *writer) add(rs []evs.Result) {
+// bufferedFlushes is how many writes' worth of results a batch may have
+// waiting: a task with more to hand over waits for a write. Verdicts come
+// faster than one writer stores them (test mode makes them instantly),
+// and without the wait a few 50,000-address batches held hundreds of
+// megabytes of results waiting for the store.
+const bufferedFlushes = 2
+
+// add hands results over to be written, first waiting, while the buffer
+// is full, for a write to make room (or for ctx to end: then close writes
+// them).
+func (w *writer) add(ctx context.Context, rs []evs.Result) {
 	if len(rs) == 0 {
 		return
 	}
-	w.mu.Lock()
-	w.buf = append(w.buf, rs)
-	w.n += len(rs)
-	full := w.n >= w.r.cfg.FlushSize
-	w.mu.Unlock()
-	if full {
-		select {
-		case w.kick <- struct{}{}:
-		default:
+	for {
+		w.mu.Lock()
+		if w.n < bufferedFlushes*w.r.cfg.FlushSize || ctx.Err() != nil {
+			w.buf = append(w.buf, rs)
+			w.n += len(rs)
+			full := w.n >= w.r.cfg.FlushSize
+			w.mu.Unlock()
+			if full {
+				w.wake()
+			}
+			return
 		}
+		written := w.written
+		w.mu.Unlock()
+		w.wake()
+		select {
+		case <-written:
+		case <-ctx.Done():
+		}
+	}
+}
+
+// wake asks the loop for a write now.
+func (w *writer) wake() {
+	select {
+	case w.kick <- struct{}{}:
+	default:
 	}
 }
 
@@ -563,6 +594,8 @@ func (w *writer) flush(force bool) (bool, error) {
 		return false, err
 	}
 	w.fails = 0
+	close(w.written)
+	w.written = make(chan struct{})
 	if b.State.Final() && b.State != evs.StateCompleted {
 		w.stop() // cancelled or failed: stop new work promptly
 	}

@@ -359,3 +359,48 @@ func TestEnqueueItemsVerifiesTheGivenItems(t *testing.T) {
 		}
 	}
 }
+
+// TestRunnerWaitsForTheWriter: while the store takes no results, a batch
+// verifies only what its writer may hold (two writes' worth, and a result
+// per running task) instead of every address, so verdicts waiting for the
+// store do not pile up in memory; once the store is back, the batch
+// completes with every address verified once.
+func TestRunnerWaitsForTheWriter(t *testing.T) {
+	e := newEnv(t)
+	fs := &testkit.FaultyStore{EmbeddedStore: e.st}
+	var recovered atomic.Bool
+	eng := &fakeEngine{hold: func(ctx context.Context, emails []string) {
+		if !recovered.Load() {
+			fs.Down.Store(true) // from the first verdict on, nothing is written
+		}
+	}}
+	const flush, perBatch, n = 3, 2, 200
+	r := e.runner(fs, eng, batch.RunnerConfig{Workers: perBatch, PerBatch: perBatch, FlushSize: flush, RetryBase: 10 * time.Millisecond, RetryMax: 50 * time.Millisecond})
+	list := emails("w", n) // one domain each: a task per address
+	b := e.batch(e.account(false), time.Now(), list...)
+	if err := r.Enqueue(e.ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	for fs.Fails.Load() < 3 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond) // room for tasks that do not wait to run on
+	verified := 0
+	for _, m := range list {
+		verified += eng.count(m)
+	}
+	if most := 2*flush + perBatch + 1; verified > most {
+		t.Fatalf("%d addresses verified while the store took no results, want at most %d", verified, most)
+	}
+	recovered.Store(true)
+	fs.Down.Store(false)
+	got := e.wait(b, 10*time.Second)
+	if got.State != evs.StateCompleted || got.Counters.Processed != n {
+		t.Fatalf("%s %+v", got.State, got.Counters)
+	}
+	for _, m := range list {
+		if c := eng.count(m); c != 1 {
+			t.Fatalf("%s verified %d times", m, c)
+		}
+	}
+}

@@ -79,6 +79,8 @@ type gateway struct {
 	// uploads receives lists PUT to upload URLs; nil when the store
 	// keeps none.
 	uploads uploadStore
+	// bodies bounds the bytes of large bodies read and handled at once.
+	bodies *bodyGate
 }
 
 // function is a Lambda proxy handler; authorizerFunc a Lambda REQUEST
@@ -135,7 +137,8 @@ func newGateway(o Options, functions map[string]function, az authorizerFunc) *ga
 		o.BodyTimeout = 30 * time.Second
 	}
 	g := &gateway{o: o, functions: functions, authorizer: az, cache: map[[32]byte]authEntry{},
-		limiters: map[string]*rate.Limiter{}, fails: newFailLimiter(authFailRate, authFailClients)}
+		limiters: map[string]*rate.Limiter{}, fails: newFailLimiter(authFailRate, authFailClients),
+		bodies: newBodyGate(o.BodyBudget, o.BodyWait)}
 	g.ping = healthCheck(o.Store)
 	if v, ok := o.Store.(KeysVersioned); ok {
 		g.version = v.KeysVersion
@@ -315,6 +318,14 @@ func (g *gateway) serve(w http.ResponseWriter, r *http.Request, c *api.Call) {
 		writeLowSpace(w, rid)
 		return
 	}
+	// A large body waits for its share of the budget before a byte of it
+	// is read, and keeps it until the function has answered.
+	release, err := g.bodies.admit(r.Context(), g.bodies.weight(r, rt.MaxBody))
+	if err != nil {
+		writeBodyBusy(w, rid)
+		return
+	}
+	defer release()
 	body, typ := g.readBody(w, r, rt)
 	if typ != "" {
 		// The rest of the body is never read: close instead.
@@ -342,49 +353,37 @@ func (g *gateway) serve(w http.ResponseWriter, r *http.Request, c *api.Call) {
 // not arrive by the deadline set in ServeHTTP fails the read. Once read,
 // the deadline is lifted: a deadline left on the idle connection would
 // cancel the request's context mid-call when it expires.
-func (g *gateway) readBody(w http.ResponseWriter, r *http.Request, rt route) ([]byte, string) {
+func (g *gateway) readBody(w http.ResponseWriter, r *http.Request, rt route) (string, string) {
 	limit := rt.MaxBody
 	if r.ContentLength > limit {
-		return nil, requestTooLarge // said so up front: read nothing
+		return "", requestTooLarge // said so up front: read nothing
 	}
+	// The deadline runs from now: time spent waiting for the budget of
+	// large bodies is not the client's.
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(g.o.BodyTimeout))
 	raw := w
 	if sw, ok := w.(*statusWriter); ok {
 		raw = sw.ResponseWriter // MaxBytesReader tells the server through it
 	}
-	// A body of a stated length is read into one buffer of that size (and
-	// one byte more, to see its end), not grown from 512 bytes.
-	size := 512
+	// The body is read straight into the string the Lambda event carries
+	// (a strings.Builder hands its buffer over without a copy): a 6 MiB
+	// batch is held once here, not as bytes and again as a string. A body
+	// of a stated length gets one buffer of that size (and one byte more,
+	// to see its end), not one grown from 512 bytes.
+	var body strings.Builder
 	if r.ContentLength >= 0 {
-		size = int(r.ContentLength) + 1
+		body.Grow(int(r.ContentLength) + 1)
 	}
-	body, err := readAll(http.MaxBytesReader(raw, r.Body, limit), size)
+	_, err := io.Copy(&body, http.MaxBytesReader(raw, r.Body, limit))
 	var tooBig *http.MaxBytesError
 	switch {
 	case errors.As(err, &tooBig):
-		return nil, requestTooLarge
+		return "", requestTooLarge
 	case err != nil:
-		return nil, badRequestBody
+		return "", badRequestBody
 	}
 	_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
-	return body, ""
-}
-
-// readAll is io.ReadAll starting with a buffer of size bytes.
-func readAll(r io.Reader, size int) ([]byte, error) {
-	b := make([]byte, 0, size)
-	for {
-		n, err := r.Read(b[len(b):cap(b)])
-		b = b[:len(b)+n]
-		if err == io.EOF {
-			return b, nil
-		}
-		if err != nil {
-			return b, err
-		}
-		if len(b) == cap(b) {
-			b = append(b, 0)[:len(b)] // grow, as io.ReadAll does
-		}
-	}
+	return body.String(), ""
 }
 
 // refuseEarly marks the connection to be closed after a reply given before
@@ -674,7 +673,7 @@ func query(r *http.Request) (map[string]string, map[string][]string) {
 // event builds the proxy event API Gateway hands a Lambda function.
 // authCtx is auth's integration context when the cache already holds it
 // (nil: built here); now is when the call arrived.
-func (g *gateway) event(r *http.Request, rid string, rt route, params map[string]string, body []byte, auth events.APIGatewayCustomAuthorizerResponse, authCtx map[string]any, now time.Time) events.APIGatewayProxyRequest {
+func (g *gateway) event(r *http.Request, rid string, rt route, params map[string]string, body string, auth events.APIGatewayCustomAuthorizerResponse, authCtx map[string]any, now time.Time) events.APIGatewayProxyRequest {
 	hs, mhs := headers(r)
 	qs, mqs := query(r)
 	if authCtx == nil {
@@ -706,10 +705,10 @@ func (g *gateway) event(r *http.Request, rid string, rt route, params map[string
 			RequestTimeEpoch: now.UnixMilli(),
 		},
 	}
-	if utf8.Valid(body) {
-		ev.Body = string(body)
+	if utf8.ValidString(body) {
+		ev.Body = body
 	} else {
-		ev.Body = base64.StdEncoding.EncodeToString(body)
+		ev.Body = base64.StdEncoding.EncodeToString([]byte(body))
 		ev.IsBase64Encoded = true
 	}
 	return ev

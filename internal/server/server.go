@@ -62,6 +62,12 @@ type Options struct {
 	// headers are in (default 30 s; contract, section 9); then the
 	// connection is closed.
 	BodyTimeout time.Duration
+	// BodyBudget is how many bytes of large request bodies (over
+	// SmallBody) are read and handled at once (default DefaultBodyBudget);
+	// BodyWait how long a call waits for its share before it is answered
+	// 503 with Retry-After (default DefaultBodyWait). See bodygate.go.
+	BodyBudget int64
+	BodyWait   time.Duration
 	// DeliverEvery is how often due webhook deliveries are looked for
 	// (default 500 ms).
 	DeliverEvery time.Duration
@@ -220,7 +226,10 @@ func New(o Options) (*Server, error) {
 	if uploads != nil {
 		deps = uploads
 	}
+	// Large bodies and lists read from uploads share one budget.
+	bodies := newBodyGate(o.BodyBudget, o.BodyWait)
 	h := api.New(api.Deps{
+		AdmitList:          bodies.admitList,
 		Uploads:            deps,
 		PublicURL:          o.Config.PublicURL,
 		MaxUploadAddresses: o.MaxUploadAddresses,
@@ -239,6 +248,7 @@ func New(o Options) (*Server, error) {
 	az := authorizer.New(o.Store)
 	gw := newGateway(o, map[string]function{api.VerifyFunction: h.Verify, api.RequestsFunction: h.Requests}, az.Handle)
 	gw.uploads = uploads
+	gw.bodies = bodies
 	if o.DeliverEvery <= 0 {
 		o.DeliverEvery = 500 * time.Millisecond
 	}

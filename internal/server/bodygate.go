@@ -1,0 +1,122 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"golang.org/x/sync/semaphore"
+
+	"github.com/evs-dev/evs/internal/api"
+	"github.com/evs-dev/evs/internal/evs"
+)
+
+// Large bodies are admitted by a budget of bytes, so memory does not grow
+// with how many clients send one at once.
+//
+// A call whose body may be large (a route that accepts more than
+// SmallBody bytes, with a Content-Length over SmallBody or none) takes its
+// body's size (the route's limit when no length is given) out of the
+// budget before a byte of it is read, and gives it back once its function
+// has answered: the body, and what the function builds from it (the list
+// of a batch, its items, the store's transaction), are alive until then.
+// The budget is in bytes rather than in calls so that many bodies of a
+// few hundred kilobytes still go through together, while 6 MiB bodies go
+// a couple at a time. Waiters are served first come, first served.
+//
+// A batch created from an upload takes the upload's size (up to the whole
+// budget) the same way while its list is read and stored (api.Deps.
+// AdmitList): a list of a million addresses costs far more than a body.
+//
+// A call that cannot get its share within BodyWait (or before its client
+// gives up) is answered 503 unavailable with Retry-After, and its body is
+// never read. Small bodies (/v1/verify takes at most 8 KiB, the other
+// routes 1 KiB) never wait on the budget.
+const (
+	// SmallBody is the largest body read without the budget.
+	SmallBody = 64 << 10
+	// DefaultBodyBudget is the default of Options.BodyBudget: two batch
+	// bodies of the contract's largest size at once.
+	DefaultBodyBudget = 2 * api.MaxBatchBody
+	// DefaultBodyWait is the default of Options.BodyWait.
+	DefaultBodyWait = 20 * time.Second
+	// bodyRetryAfter is the Retry-After of a call turned away.
+	bodyRetryAfter = 5
+)
+
+// bodyGate is the budget of bytes of large bodies in flight.
+type bodyGate struct {
+	sem    *semaphore.Weighted
+	budget int64
+	wait   time.Duration
+}
+
+func newBodyGate(budget int64, wait time.Duration) *bodyGate {
+	if budget <= 0 {
+		budget = DefaultBodyBudget
+	}
+	if wait <= 0 {
+		wait = DefaultBodyWait
+	}
+	return &bodyGate{sem: semaphore.NewWeighted(budget), budget: budget, wait: wait}
+}
+
+// weight is the share of the budget r's body needs on a route accepting
+// limit bytes: 0 for a body that is small or cannot be large.
+func (bg *bodyGate) weight(r *http.Request, limit int64) int64 {
+	if limit <= SmallBody || (r.ContentLength >= 0 && r.ContentLength <= SmallBody) {
+		return 0
+	}
+	n := limit // no length given: it may be as long as the route allows
+	if r.ContentLength >= 0 {
+		n = min(r.ContentLength, limit)
+	}
+	return min(n, bg.budget)
+}
+
+// errBodyBusy is a large body that could not be admitted in time.
+var errBodyBusy = errors.New("server: the budget of large bodies is spent")
+
+// admit takes n bytes of the budget, waiting up to the gate's wait or
+// until ctx ends, and returns the function that gives them back.
+func (bg *bodyGate) admit(ctx context.Context, n int64) (release func(), err error) {
+	if n == 0 {
+		return func() {}, nil
+	}
+	if bg.sem.TryAcquire(n) {
+		return func() { bg.sem.Release(n) }, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, bg.wait)
+	defer cancel()
+	if err := bg.sem.Acquire(ctx, n); err != nil {
+		return nil, errBodyBusy
+	}
+	return func() { bg.sem.Release(n) }, nil
+}
+
+// admitList is api.Deps.AdmitList: a list of size bytes read from an
+// upload takes its size, up to the whole budget, as a body would.
+func (bg *bodyGate) admitList(ctx context.Context, size int64) (func(), error) {
+	n := int64(0)
+	if size > SmallBody {
+		n = min(size, bg.budget)
+	}
+	release, err := bg.admit(ctx, n)
+	if err != nil {
+		return nil, &api.BusyError{RetryAfter: strconv.Itoa(bodyRetryAfter),
+			Err: evs.Errorf(evs.CodeUnavailable, "The server is reading as many large lists as it can hold; retry after Retry-After seconds.")}
+	}
+	return release, nil
+}
+
+// writeBodyBusy answers a call whose large body was not admitted. The
+// body is never read, so the connection is closed.
+func writeBodyBusy(w http.ResponseWriter, rid string) {
+	h := w.Header()
+	h.Set("Connection", "close")
+	h.Set("Retry-After", strconv.Itoa(bodyRetryAfter))
+	writeError(w, http.StatusServiceUnavailable, evs.CodeUnavailable,
+		"The server is reading as many large request bodies as it can hold; retry after Retry-After seconds.", rid)
+}

@@ -1,0 +1,90 @@
+package server_test
+
+import (
+	"bufio"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/evs-dev/evs/internal/api"
+	"github.com/evs-dev/evs/internal/server"
+)
+
+// TestLargeBodiesShareABudget: with a budget of one 6 MiB body, a client
+// that is sending one holds the budget; another large batch body is then
+// answered 503 unavailable with Retry-After once its wait runs out,
+// without being read, and so is a batch from a large upload, while
+// /v1/verify and a small batch body never wait.
+// Once the first body has arrived and been answered, large bodies are
+// admitted again.
+func TestLargeBodiesShareABudget(t *testing.T) {
+	h := start(t, options{server: func(o *server.Options) {
+		o.BodyBudget = api.MaxBatchBody
+		o.BodyWait = 300 * time.Millisecond
+		o.BodyTimeout = 20 * time.Second
+	}})
+	full := padded(api.MaxBatchBody)
+	large := padded(server.SmallBody + 1)
+
+	// The headers and the first kilobyte of a 6 MiB body; the rest waits.
+	c := h.dialFrom(t, "")
+	defer c.Close()
+	head := "POST /v1/requests HTTP/1.1\r\nHost: evs\r\nContent-Type: application/json\r\nX-Api-Key: " + h.testKey +
+		"\r\nContent-Length: " + strconv.Itoa(len(full)) + "\r\n\r\n"
+	if _, err := io.WriteString(c, head+full[:1024]); err != nil {
+		t.Fatal(err)
+	}
+	// The held body is admitted as soon as the server has read its
+	// headers; until then a large body may still go through.
+	var busy reply
+	for i := 0; ; i++ {
+		busy = h.do(req{method: http.MethodPost, path: "/v1/requests", key: h.testKey, body: large})
+		if busy.status != http.StatusCreated || i == 50 {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if busy.status != http.StatusServiceUnavailable || busy.errorCode(t) != "unavailable" || busy.header.Get("Retry-After") != "5" {
+		t.Fatalf("large body while the budget is held: %d %v %s", busy.status, busy.header, busy.body)
+	}
+	if r := h.do(req{method: http.MethodPost, path: "/v1/verify", key: h.testKey, body: `{"email":"alice@x.example","mode":"quick"}`}); r.status != http.StatusOK {
+		t.Fatalf("verify while the budget is held: %d %s", r.status, r.body)
+	}
+	if r := h.do(req{method: http.MethodPost, path: "/v1/requests", key: h.testKey, body: padded(server.SmallBody)}); r.status != http.StatusCreated {
+		t.Fatalf("small batch body while the budget is held: %d %s", r.status, r.body)
+	}
+	// A list read from an upload takes from the same budget: its PUT is
+	// streamed and goes through, the batch's creation is turned away.
+	id, putURL := h.newUpload(h.testKey, "text/csv")
+	list := strings.Repeat("alice@x.example\n", server.SmallBody/16+1)
+	if r := h.put(putURL, "text/csv", strings.NewReader(list)); r.status != http.StatusOK {
+		t.Fatalf("upload PUT while the budget is held: %d %s", r.status, r.body)
+	}
+	fromUpload := req{method: http.MethodPost, path: "/v1/requests", key: h.testKey, body: `{"uploadId":"` + id + `"}`}
+	if r := h.do(fromUpload); r.status != http.StatusServiceUnavailable || r.errorCode(t) != "unavailable" || r.header.Get("Retry-After") != "5" {
+		t.Fatalf("batch from a large upload while the budget is held: %d %v %s", r.status, r.header, r.body)
+	}
+
+	// The rest of the held body: it is served, and gives the budget back.
+	if _, err := io.WriteString(c, full[1024:]); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(20 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("the held body: %d", resp.StatusCode)
+	}
+	if r := h.do(req{method: http.MethodPost, path: "/v1/requests", key: h.testKey, body: large}); r.status != http.StatusCreated {
+		t.Fatalf("large body after the budget was given back: %d %s", r.status, strings.TrimSpace(string(r.body)))
+	}
+	if r := h.do(fromUpload); r.status != http.StatusCreated {
+		t.Fatalf("batch from the upload after the budget was given back: %d %s", r.status, r.body)
+	}
+}
