@@ -217,7 +217,8 @@ func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 // function saw it, and counts it under its route template when metrics are
 // on.
 func (g *gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	sw := &statusWriter{ResponseWriter: w, call: api.Call{RequestID: uuid.NewString(), Method: r.Method, Start: g.o.Now()}}
+	sw := &statusWriter{ResponseWriter: w, call: api.Call{RequestID: uuid.NewString(), Method: r.Method, Start: g.o.Now(),
+		ClientAddr: clientAddr(r, g.o.Config.TrustedProxies)}}
 	// The body's deadline runs from here (the headers are in). It is real
 	// time, whatever clock the gateway is given. The server also waits on
 	// it when it drains a body the handler did not read.
@@ -272,7 +273,7 @@ func (g *gateway) serve(w http.ResponseWriter, r *http.Request, c *api.Call) {
 	}
 	client := ""
 	if !hit.allows {
-		client = clientOf(r)
+		client = clientKey(c.ClientAddr)
 		// A client that keeps failing is refused before its key is even
 		// looked at, so guessing keys is slow; a key already seen to
 		// work (cached) still passes, so neighbours behind the same NAT
@@ -292,7 +293,7 @@ func (g *gateway) serve(w http.ResponseWriter, r *http.Request, c *api.Call) {
 	if typ != "" {
 		if typ == unauthorized || typ == accessDenied {
 			if client == "" {
-				client = clientOf(r)
+				client = clientKey(c.ClientAddr)
 			}
 			g.fails.fail(client, g.o.Now())
 		}
@@ -326,7 +327,7 @@ func (g *gateway) serve(w http.ResponseWriter, r *http.Request, c *api.Call) {
 		writeResponse(w, typ, rid, nil)
 		return
 	}
-	ev := g.event(r, rid, rt, params, body, authResp, hit.authCtx, c.Start)
+	ev := g.event(r, c, rt, params, body, authResp, hit.authCtx, c.Start)
 	resp, err := g.invoke(api.WithCall(r.Context(), c), g.functions[rt.Function], ev)
 	if err != nil {
 		c.Err = err
@@ -674,7 +675,7 @@ func query(r *http.Request) (map[string]string, map[string][]string) {
 // event builds the proxy event API Gateway hands a Lambda function.
 // authCtx is auth's integration context when the cache already holds it
 // (nil: built here); now is when the call arrived.
-func (g *gateway) event(r *http.Request, rid string, rt route, params map[string]string, body []byte, auth events.APIGatewayCustomAuthorizerResponse, authCtx map[string]any, now time.Time) events.APIGatewayProxyRequest {
+func (g *gateway) event(r *http.Request, c *api.Call, rt route, params map[string]string, body []byte, auth events.APIGatewayCustomAuthorizerResponse, authCtx map[string]any, now time.Time) events.APIGatewayProxyRequest {
 	hs, mhs := headers(r)
 	qs, mqs := query(r)
 	if authCtx == nil {
@@ -696,8 +697,8 @@ func (g *gateway) event(r *http.Request, rid string, rt route, params map[string
 			AccountID:        "000000000000",
 			ResourcePath:     rt.Path,
 			Stage:            stage,
-			RequestID:        rid,
-			Identity:         events.APIGatewayRequestIdentity{SourceIP: sourceIP(r), UserAgent: r.UserAgent()},
+			RequestID:        c.RequestID,
+			Identity:         events.APIGatewayRequestIdentity{SourceIP: sourceIP(r, c), UserAgent: r.UserAgent()},
 			Authorizer:       authCtx,
 			HTTPMethod:       r.Method,
 			Path:             "/" + stage + r.URL.Path,
@@ -730,7 +731,12 @@ func integrationContext(auth events.APIGatewayCustomAuthorizerResponse) map[stri
 	return c
 }
 
-func sourceIP(r *http.Request) string {
+// sourceIP is the event's identity.sourceIp: the client address, as API
+// Gateway gives the address its callers come from.
+func sourceIP(r *http.Request, c *api.Call) string {
+	if c.ClientAddr.IsValid() {
+		return c.ClientAddr.String()
+	}
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {
 		return r.RemoteAddr
