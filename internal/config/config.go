@@ -98,7 +98,8 @@ type Config struct {
 	// believes (EVS_TRUSTED_PROXIES); empty: none, the peer is the client.
 	TrustedProxies []netip.Prefix
 	// DrainTimeout bounds how long `evs serve` lets calls in flight finish
-	// once told to stop (EVS_DRAIN_TIMEOUT, default 20 s).
+	// once told to stop (EVS_DRAIN_TIMEOUT, default 20 s); negative: no
+	// wait (EVS_DRAIN_TIMEOUT=0), zero: the default.
 	DrainTimeout time.Duration
 	// TLSCert and TLSKey are the PEM files `evs serve` answers HTTPS with
 	// (EVS_TLS_CERT, EVS_TLS_KEY): both or neither.

@@ -24,9 +24,12 @@ func serveOps(getenv func(string) string, c *Config, errs *[]error) {
 	c.DrainTimeout = DefaultDrainTimeout
 	if s := getenv("EVS_DRAIN_TIMEOUT"); s != "" {
 		d, err := time.ParseDuration(s)
-		if err != nil || d < 0 {
+		switch {
+		case err != nil || d < 0:
 			*errs = append(*errs, fmt.Errorf("EVS_DRAIN_TIMEOUT: %q is not a duration like 20s (0s: do not wait)", s))
-		} else {
+		case d == 0:
+			c.DrainTimeout = -1 // no wait; the zero value means the default
+		default:
 			c.DrainTimeout = d
 		}
 	}

@@ -22,7 +22,7 @@ func TestServeOpsEnv(t *testing.T) {
 		{name: "set", vars: map[string]string{"EVS_TRUSTED_PROXIES": "127.0.0.2/32, 10.1.2.3/8,fd00::/8", "EVS_DRAIN_TIMEOUT": "45s",
 			"EVS_TLS_CERT": "/etc/evs/cert.pem", "EVS_TLS_KEY": "/etc/evs/key.pem"},
 			want: "[127.0.0.2/32 10.0.0.0/8 fd00::/8] 45s /etc/evs/cert.pem /etc/evs/key.pem"},
-		{name: "no drain", vars: map[string]string{"EVS_DRAIN_TIMEOUT": "0s"}, want: "[] 0s  "},
+		{name: "no drain", vars: map[string]string{"EVS_DRAIN_TIMEOUT": "0s"}, want: "[] -1ns  "},
 		{name: "bad proxy entry", vars: map[string]string{"EVS_TRUSTED_PROXIES": "10.0.0.1"}, errMatch: `EVS_TRUSTED_PROXIES: entry "10.0.0.1" is not a CIDR`},
 		{name: "empty proxy entry", vars: map[string]string{"EVS_TRUSTED_PROXIES": "10.0.0.0/8,"}, errMatch: "EVS_TRUSTED_PROXIES: entry 2 is empty"},
 		{name: "negative drain", vars: map[string]string{"EVS_DRAIN_TIMEOUT": "-1s"}, errMatch: "EVS_DRAIN_TIMEOUT"},

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -62,6 +63,12 @@ type gateway struct {
 
 	// ping checks the store for the health endpoint (HealthPath).
 	ping func(ctx context.Context) error
+	// writable probes the store for the readiness endpoint (ReadyPath);
+	// draining turns it 503 once the server is told to stop, and drain
+	// waits for inflight, the calls being served, to reach zero.
+	writable *writable
+	draining atomic.Bool
+	inflight atomic.Int64
 
 	// version, when the store has one, tells whether keys or accounts
 	// changed since an entry of the cache was made (KeysVersioned).
@@ -137,6 +144,7 @@ func newGateway(o Options, functions map[string]function, az authorizerFunc) *ga
 	g := &gateway{o: o, functions: functions, authorizer: az, cache: map[[32]byte]authEntry{},
 		limiters: map[string]*rate.Limiter{}, fails: newFailLimiter(authFailRate, authFailClients)}
 	g.ping = healthCheck(o.Store)
+	g.writable = newWritable(o.Store, o.Now)
 	if v, ok := o.Store.(KeysVersioned); ok {
 		g.version = v.KeysVersion
 	}
@@ -217,6 +225,8 @@ func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 // function saw it, and counts it under its route template when metrics are
 // on.
 func (g *gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	g.inflight.Add(1)
+	defer g.inflight.Add(-1)
 	sw := &statusWriter{ResponseWriter: w, call: api.Call{RequestID: uuid.NewString(), Method: r.Method, Start: g.o.Now(),
 		ClientAddr: clientAddr(r, g.o.Config.TrustedProxies)}}
 	// The body's deadline runs from here (the headers are in). It is real
@@ -251,6 +261,11 @@ func (g *gateway) serve(w http.ResponseWriter, r *http.Request, c *api.Call) {
 	if r.URL.Path == HealthPath {
 		c.Route = HealthPath
 		g.health(w, r, c)
+		return
+	}
+	if r.URL.Path == ReadyPath {
+		c.Route = ReadyPath
+		g.ready(w, r, c)
 		return
 	}
 	if id, ok := isUploadPath(r.URL.Path); ok && g.uploads != nil {

@@ -9,7 +9,6 @@ package server
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -274,9 +273,10 @@ func PendingAddresses(ctx context.Context, st interface {
 	return n, err
 }
 
-// Serve serves on ln until ctx is done, then stops taking calls, lets the
-// ones in flight finish (up to 20 s) and stops the batch worker, whose
-// unfinished work resumes at the next start.
+// Serve serves on ln until ctx is done, then drains (drain.go): /readyz
+// turns 503 at once, the calls in flight finish (up to
+// Config.DrainTimeout), and the batch worker stops, its unfinished work
+// resuming at the next start.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	workCtx, stopWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopWork()
@@ -319,16 +319,10 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		return err
 	case <-ctx.Done():
 	}
-	s.opts.Logger.Info("shutting down: draining calls in flight")
-	shutCtx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	err := srv.Shutdown(shutCtx)
+	err := s.drain(srv)
 	stopWork()
 	s.runner.Wait()
-	if err != nil {
-		return fmt.Errorf("server: shutdown: %w", err)
-	}
-	return nil
+	return err
 }
 
 func (s *Server) sweep(ctx context.Context) {

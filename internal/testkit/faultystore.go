@@ -57,3 +57,15 @@ func (f *FaultyStore) Ping(ctx context.Context) error {
 	_, err := f.EmbeddedStore.CountAccounts(ctx)
 	return err
 }
+
+// ProbeWrite fails while the store is down (the readiness check of `evs
+// serve`), else asks the wrapped store, when it can be asked.
+func (f *FaultyStore) ProbeWrite(ctx context.Context) error {
+	if f.Down.Load() {
+		return evs.Errorf(evs.CodeUnavailable, "disk full")
+	}
+	if p, ok := f.EmbeddedStore.(interface{ ProbeWrite(context.Context) error }); ok {
+		return p.ProbeWrite(ctx)
+	}
+	return nil
+}
