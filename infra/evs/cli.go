@@ -230,6 +230,8 @@ var envDocs = map[string]string{
 	"EVS_MAX_CONNS":          "open HTTP connections (default 1024)",
 	"EVS_METRICS_ADDR":       "listen address of Prometheus /metrics (default: off)",
 	"EVS_TRUSTED_PROXIES":    "CIDRs of proxies whose X-Forwarded-For is believed (default: none)",
+	"EVS_TLS_CERT":           "PEM certificate chain file: serve HTTPS (re-read on SIGHUP)",
+	"EVS_TLS_KEY":            "PEM private key file of EVS_TLS_CERT",
 	"EVS_DRAIN_TIMEOUT":      "how long calls in flight may finish after SIGTERM (default 20s; 0 none)",
 	"EVS_USAGE_PLAN_ID":      "default of --usage-plan (the stack's UsagePlanId output)",
 	"EVS_API_KEY":            "the API key (required)",

@@ -39,7 +39,7 @@ prints the key once.`,
 	cmd.Flags().BoolVar(&testAccount, "test-account", false, "on first start, make the first account a test-mode (sandbox) account")
 	return withEnv(cmd, append([]string{"EVS_ADDR", "EVS_DATA_DIR", "EVS_RATE_LIMIT", "EVS_AUTH_TTL", "EVS_RETENTION_DAYS",
 		"EVS_LOG_LEVEL", "EVS_MAX_ACTIVE_BATCHES", "EVS_BATCH_DEADLINE", "EVS_QUOTA_ADDRESSES", "EVS_QUOTA_PERIOD",
-		"EVS_MAX_CONNS", "EVS_METRICS_ADDR", "EVS_TRUSTED_PROXIES", "EVS_DRAIN_TIMEOUT"}, engineEnv...)...)
+		"EVS_MAX_CONNS", "EVS_METRICS_ADDR", "EVS_TRUSTED_PROXIES", "EVS_DRAIN_TIMEOUT", "EVS_TLS_CERT", "EVS_TLS_KEY"}, engineEnv...)...)
 }
 
 func serve(ctx context.Context, testAccount bool, stdout, stderr io.Writer, getenv func(string) string) error {
@@ -48,6 +48,11 @@ func serve(ctx context.Context, testAccount bool, stdout, stderr io.Writer, gete
 		return err
 	}
 	logger := cfg.Logger(stderr)
+	cert, stopTLS, err := serveTLS(ctx, cfg, logger)
+	if err != nil {
+		return err
+	}
+	defer stopTLS()
 	// The listeners come first: a port in use must stop the start before
 	// anything is made, above all the first account, whose key is shown
 	// only once.
@@ -87,7 +92,7 @@ func serve(ctx context.Context, testAccount bool, stdout, stderr io.Writer, gete
 		// tenant's domain can make us connect to.
 		logger.Info("SMTP probes may reach these non-public ranges (EVS_EGRESS_ALLOW)", "allow", fmt.Sprint(allow))
 	}
-	opts := server.Options{Config: cfg, Store: st, Logger: logger}
+	opts := server.Options{Config: cfg, Store: st, Logger: logger, TLS: cert}
 	if mln != nil {
 		m := server.NewPrometheus(func(ctx context.Context) (int, error) { return server.PendingAddresses(ctx, st) })
 		msrv := server.MetricsServer(m.Handler(), logger, server.MetricsLimits{})
@@ -107,6 +112,9 @@ func serve(ctx context.Context, testAccount bool, stdout, stderr io.Writer, gete
 		return fmt.Errorf("create the first account: %w", err)
 	}
 	base := "http://" + ln.Addr().String()
+	if cert != nil {
+		base = "https://" + ln.Addr().String()
+	}
 	if key != "" {
 		kind := "live"
 		example := "alice@example.com"

@@ -227,6 +227,11 @@ func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 func (g *gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	g.inflight.Add(1)
 	defer g.inflight.Add(-1)
+	if g.o.TLS != nil {
+		// As API Gateway's events say: the client called over HTTPS
+		// (upload URLs are made with it).
+		r.Header.Set("X-Forwarded-Proto", "https")
+	}
 	sw := &statusWriter{ResponseWriter: w, call: api.Call{RequestID: uuid.NewString(), Method: r.Method, Start: g.o.Now(),
 		ClientAddr: clientAddr(r, g.o.Config.TrustedProxies)}}
 	// The body's deadline runs from here (the headers are in). It is real

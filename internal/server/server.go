@@ -8,6 +8,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"log/slog"
 	"net"
@@ -70,6 +71,9 @@ type Options struct {
 	// Metrics, when set, is told about replies, verdicts, DNS lookups and
 	// webhook attempts (EVS_METRICS_ADDR).
 	Metrics metrics.Observer
+	// TLS, when set, makes the API listener answer HTTPS with its
+	// certificate (EVS_TLS_CERT, EVS_TLS_KEY).
+	TLS *Certificate
 	// FreeBytes reads the free space of the data directory's file system,
 	// compared with Config.MinFreeBytes before a call that stores new
 	// work (disk.go). Default: the file system of Config.DataDir, when set.
@@ -309,7 +313,13 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	// Past the cap, connections wait in the kernel's accept queue instead
 	// of each costing a descriptor and a goroutine here.
-	ln = framingListener{netutil.LimitListener(ln, maxConns)}
+	ln = netutil.LimitListener(ln, maxConns)
+	if s.opts.TLS != nil {
+		// Under the framing watch, which must see the requests' bytes,
+		// not the records that carry them.
+		ln = tls.NewListener(ln, s.opts.TLS.TLSConfig())
+	}
+	ln = framingListener{ln}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {
