@@ -144,7 +144,11 @@ func newGateway(o Options, functions map[string]function, az authorizerFunc) *ga
 	g := &gateway{o: o, functions: functions, authorizer: az, cache: map[[32]byte]authEntry{},
 		limiters: map[string]*rate.Limiter{}, fails: newFailLimiter(authFailRate, authFailClients)}
 	g.ping = healthCheck(o.Store)
-	g.writable = newWritable(o.Store, o.Now)
+	var probeFailed func()
+	if o.Metrics != nil {
+		probeFailed = func() { o.Metrics.StoreError("readyz") }
+	}
+	g.writable = newWritable(o.Store, o.Now, probeFailed)
 	if v, ok := o.Store.(KeysVersioned); ok {
 		g.version = v.KeysVersion
 	}
@@ -256,7 +260,19 @@ func (g *gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			route = "unmatched" // a client's path never becomes a label
 		}
 		g.o.Metrics.HTTPRequest(route, sw.call.Status, end.Sub(sw.call.Start))
+		if storeFault(&sw.call) {
+			g.o.Metrics.StoreError("api")
+		}
 	}
+}
+
+// storeFault tells whether an API call was answered 503 unavailable
+// because the store failed it: in `evs serve` the queue is in-process, so
+// the store is the one dependency that can be down. The check endpoints
+// count their own (the readiness probe, once per probe).
+func storeFault(c *api.Call) bool {
+	return c.Status == http.StatusServiceUnavailable && c.Route != HealthPath && c.Route != ReadyPath &&
+		c.Err != nil && evs.ErrorCode(c.Err) == evs.CodeUnavailable
 }
 
 // serve answers the call c, filling in its log line; c.Start is when it

@@ -44,6 +44,8 @@ type WriteProber interface {
 type writable struct {
 	probe func(ctx context.Context) error
 	now   func() time.Time
+	// failed, if set, is told of each probe that failed (metrics).
+	failed func()
 
 	mu      sync.Mutex
 	running chan struct{} // closed when the probe in flight ends; nil when none is
@@ -51,11 +53,11 @@ type writable struct {
 	at      time.Time     // when it ended
 }
 
-func newWritable(st Store, now func() time.Time) *writable {
+func newWritable(st Store, now func() time.Time, failed func()) *writable {
 	if now == nil {
 		now = time.Now
 	}
-	w := &writable{probe: healthCheck(st), now: now}
+	w := &writable{probe: healthCheck(st), now: now, failed: failed}
 	if p, ok := st.(WriteProber); ok {
 		w.probe = p.ProbeWrite
 	}
@@ -79,6 +81,9 @@ func (w *writable) check(ctx context.Context) error {
 			pctx, cancel := context.WithTimeout(context.Background(), probeLimit)
 			err := w.probe(pctx)
 			cancel()
+			if err != nil && w.failed != nil {
+				w.failed()
+			}
 			w.mu.Lock()
 			w.err, w.at, w.running = err, w.now(), nil
 			w.mu.Unlock()

@@ -200,6 +200,9 @@ func New(o Options) (*Server, error) {
 		// look like it holds them.
 		rc.Idle = debug.FreeOSMemory
 	}
+	if rc.Fault == nil && o.Metrics != nil {
+		rc.Fault = func(error) { o.Metrics.StoreError("batch") }
+	}
 	runner, err := batch.NewRunner(rc)
 	if err != nil {
 		return nil, err

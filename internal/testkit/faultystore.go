@@ -25,6 +25,17 @@ type FaultyStore struct {
 	EmbeddedStore
 	Down  atomic.Bool
 	Fails atomic.Int64
+	// ReadsDown, while set, fails Batch too: an API call the store fails.
+	ReadsDown atomic.Bool
+}
+
+// Batch fails while ReadsDown is set.
+func (f *FaultyStore) Batch(ctx context.Context, accountID, id string) (evs.Batch, error) {
+	if f.ReadsDown.Load() {
+		f.Fails.Add(1)
+		return evs.Batch{}, evs.Errorf(evs.CodeUnavailable, "the disk failed a read")
+	}
+	return f.EmbeddedStore.Batch(ctx, accountID, id)
 }
 
 // PutResults fails while the store is down.
