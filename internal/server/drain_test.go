@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -68,5 +69,36 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		if time.Now().After(deadline) {
 			t.Fatalf("gave up waiting for %s", what)
 		}
+	}
+}
+
+// TestDrainTimeout: a call still running when EVS_DRAIN_TIMEOUT is over is
+// cut off (its connection closed), and Serve says so, naming the variable,
+// rather than waiting on.
+func TestDrainTimeout(t *testing.T) {
+	gate := testkit.NewRcptGate(0)
+	h := start(t, options{replyTimeout: 30 * time.Second, rcpt: func(string) string { gate.Wait(false); return "250 2.1.5 OK" },
+		server: func(o *server.Options) { o.Config.DrainTimeout = 300 * time.Millisecond }})
+	t.Cleanup(gate.Release)
+	inFlight := make(chan error, 1)
+	go func() {
+		hr, _ := http.NewRequest("POST", h.base+"/v1/verify", strings.NewReader(`{"email":"alice@good.example","mode":"full"}`))
+		hr.Header.Set("X-Api-Key", h.liveKey)
+		hr.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(hr)
+		if err == nil {
+			resp.Body.Close()
+		}
+		inFlight <- err
+	}()
+	waitFor(t, "the call's RCPT to be held", func() bool { return gate.Held() > 0 })
+	h.cancel()
+	h.cancel = nil // stopped here, not by the harness
+	err := <-h.done
+	if err == nil || !strings.Contains(err.Error(), "EVS_DRAIN_TIMEOUT") {
+		t.Fatalf("Serve after the drain timeout with a call in flight: %v", err)
+	}
+	if err := <-inFlight; err == nil {
+		t.Fatal("the call in flight got an answer after it was cut off")
 	}
 }
