@@ -1,10 +1,7 @@
 package main
 
 import (
-	"context"
-	"fmt"
 	"net/http"
-	"os"
 	"strings"
 	"syscall"
 	"testing"
@@ -33,22 +30,8 @@ func TestServeSIGTERMDrains(t *testing.T) {
 	t.Cleanup(gate.Release)
 
 	dir := t.TempDir()
-	code, out, stderr := runEVS(context.Background(), map[string]string{"EVS_DATA_DIR": dir}, "keys", "create", "--account", "live")
-	key := strings.TrimSpace(out)
-	if code != 0 || !keyRE.MatchString(key) {
-		t.Fatalf("keys create: exit %d %q %q", code, out, stderr)
-	}
-	p := startServe(t, bin, []string{
-		"EVS_DATA_DIR=" + dir,
-		"EVS_DNS_SERVERS=" + dns.Addr,
-		"EVS_SMTP=direct",
-		fmt.Sprintf("EVS_SMTP_PORT=%d", smtp.Port),
-		"EVS_EGRESS_ALLOW=127.0.0.0/8",
-		"EVS_SMTP_HELO=localhost",
-		"EVS_DRAIN_TIMEOUT=60s",
-		"PATH=" + os.Getenv("PATH"),
-		"HOME=" + os.Getenv("HOME"),
-	})
+	key := createLiveKey(t, dir)
+	p := startServe(t, bin, liveEnv(dir, dns.Addr, smtp.Port, "EVS_DRAIN_TIMEOUT=60s"))
 	ready := func() int {
 		t.Helper()
 		resp, err := http.Get(p.base + "/readyz")

@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	"github.com/evs-dev/evs/internal/server"
-	"github.com/evs-dev/evs/internal/testkit"
 )
 
 // TestHonestMetrics scrapes /metrics of a real server: test-mode verdicts
@@ -20,11 +19,9 @@ import (
 // readiness probe, the batch worker and an API call.
 func TestHonestMetrics(t *testing.T) {
 	m := server.NewPrometheus(nil)
-	fs := &testkit.FaultyStore{}
-	h := start(t, options{
-		wrapStore: func(s server.Store) server.Store { fs.EmbeddedStore = s; return fs },
-		server:    func(o *server.Options) { o.Metrics = m },
-	})
+	o := options{server: func(o *server.Options) { o.Metrics = m }}
+	fs := faulty(&o)
+	h := start(t, o)
 	ms := httptest.NewServer(m.Handler())
 	t.Cleanup(ms.Close)
 	scrape := func() string {

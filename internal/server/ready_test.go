@@ -14,8 +14,9 @@ import (
 // verdict answers the checks of the next second, so checks sent as fast as
 // anyone likes are not writes as fast.
 func TestReadyz(t *testing.T) {
-	fs := &testkit.FaultyStore{}
-	h := start(t, options{wrapStore: func(s server.Store) server.Store { fs.EmbeddedStore = s; return fs }})
+	var o options
+	fs := faulty(&o)
+	h := start(t, o)
 	ready := func() reply { t.Helper(); return h.do(req{path: server.ReadyPath}) }
 	if r := ready(); r.status != 200 || string(r.body) != `{"status":"ok"}` || r.header.Get("Cache-Control") != "no-store" {
 		t.Fatalf("ready: %d %v %s", r.status, r.header, r.body)
@@ -41,4 +42,12 @@ func TestReadyz(t *testing.T) {
 	if r := h.do(req{method: "POST", path: server.ReadyPath}); r.status != 405 || r.errorCode(t) != "method_not_allowed" {
 		t.Fatalf("POST: %d %s", r.status, r.body)
 	}
+}
+
+// faulty makes the server of o run on a FaultyStore over the harness's
+// store, and returns it.
+func faulty(o *options) *testkit.FaultyStore {
+	fs := &testkit.FaultyStore{}
+	o.wrapStore = func(s server.Store) server.Store { fs.EmbeddedStore = s; return fs }
+	return fs
 }
