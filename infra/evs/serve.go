@@ -30,7 +30,11 @@ routes, limits) in front of the same handlers the Lambda functions run, the
 embedded store in EVS_DATA_DIR and an in-process batch worker.
 
 On first start with an empty store it creates an account and one key, and
-prints the key once.`,
+prints the key once.
+
+GET /healthz says it is alive, GET /readyz that it takes work. SIGTERM
+drains: /readyz answers 503 at once and calls in flight finish (up to
+EVS_DRAIN_TIMEOUT). SIGHUP re-reads EVS_TLS_CERT and EVS_TLS_KEY.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return serve(c.ctx, testAccount, c.stdout, c.stderr, c.getenv)
