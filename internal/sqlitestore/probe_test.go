@@ -53,3 +53,19 @@ func TestProbeWrite(t *testing.T) {
 		t.Fatal("probe of a closed store succeeded")
 	}
 }
+
+// BenchmarkProbeWrite is the cost of one readiness probe (/readyz makes at
+// most one a second).
+func BenchmarkProbeWrite(b *testing.B) {
+	ctx := context.Background()
+	s, err := sqlitestore.OpenServing(ctx, b.TempDir(), time.Now)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	for b.Loop() {
+		if err := s.ProbeWrite(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
