@@ -59,7 +59,6 @@ type evsProc struct {
 // go down, and a results cursor taken before the crash still reads the rest
 // without skipping or repeating.
 func TestServeKilledMidBatch(t *testing.T) {
-	ctx := context.Background()
 	bin := buildEVS(t)
 
 	const domains = 10
@@ -113,29 +112,8 @@ func TestServeKilledMidBatch(t *testing.T) {
 	distinct := len(want)
 
 	dir := t.TempDir()
-	code, out, stderr := runEVS(ctx, map[string]string{"EVS_DATA_DIR": dir}, "keys", "create", "--account", "live")
-	key := strings.TrimSpace(out)
-	if code != 0 || !keyRE.MatchString(key) {
-		t.Fatalf("keys create: exit %d %q %q", code, out, stderr)
-	}
-	env := []string{
-		"EVS_DATA_DIR=" + dir,
-		"EVS_DNS_SERVERS=" + dns.Addr,
-		"EVS_SMTP=direct",
-		fmt.Sprintf("EVS_SMTP_PORT=%d", smtp.Port),
-		"EVS_EGRESS_ALLOW=127.0.0.0/8", // the SMTP peer is on loopback
-		// serve checks that the HELO name resolves through the system
-		// resolver; "localhost" is answered from /etc/hosts, so the test
-		// sends no DNS query off the machine.
-		"EVS_SMTP_HELO=localhost",
-		"EVS_RATE_LIMIT=off",
-		// Every domain's mail host is the one loopback peer, one small
-		// "provider" that politeness would pace at 2 sessions and 60 RCPT
-		// a minute: this test is about the kill, not the pacing.
-		"EVS_PROVIDER_SESSIONS=64", "EVS_PROVIDER_RCPT_PER_MIN=1000000",
-		"PATH=" + os.Getenv("PATH"),
-		"HOME=" + os.Getenv("HOME"),
-	}
+	key := createLiveKey(t, dir)
+	env := liveEnv(dir, dns.Addr, smtp.Port)
 
 	p1 := startServe(t, bin, env)
 	body, _ := json.Marshal(map[string]any{"emails": emails, "mode": "full"})
@@ -232,6 +210,42 @@ func TestServeKilledMidBatch(t *testing.T) {
 	checkResults(t, "all pages after the restart", all, want, final)
 	rest, _ := readResults(t, key, p2.base, id, cursor, true)
 	checkResults(t, "pages before the kill plus the cursor's rest", append(before, rest...), want, final)
+}
+
+// createLiveKey makes a live account and its key in the data directory dir
+// with `evs keys create`, and returns the key.
+func createLiveKey(t *testing.T, dir string) string {
+	t.Helper()
+	code, out, stderr := runEVS(context.Background(), map[string]string{"EVS_DATA_DIR": dir}, "keys", "create", "--account", "live")
+	key := strings.TrimSpace(out)
+	if code != 0 || !keyRE.MatchString(key) {
+		t.Fatalf("keys create: exit %d %q %q", code, out, stderr)
+	}
+	return key
+}
+
+// liveEnv is the environment of an `evs serve` on the data directory dir
+// that probes live over loopback: DNS from dnsAddr, SMTP on smtpPort; extra
+// variables are added.
+func liveEnv(dir, dnsAddr string, smtpPort int, extra ...string) []string {
+	return append([]string{
+		"EVS_DATA_DIR=" + dir,
+		"EVS_DNS_SERVERS=" + dnsAddr,
+		"EVS_SMTP=direct",
+		fmt.Sprintf("EVS_SMTP_PORT=%d", smtpPort),
+		"EVS_EGRESS_ALLOW=127.0.0.0/8", // the SMTP peer is on loopback
+		// serve checks that the HELO name resolves through the system
+		// resolver; "localhost" is answered from /etc/hosts, so the test
+		// sends no DNS query off the machine.
+		"EVS_SMTP_HELO=localhost",
+		"EVS_RATE_LIMIT=off",
+		// Every domain's mail host is the one loopback peer, one small
+		// "provider" that politeness would pace at 2 sessions and 60 RCPT
+		// a minute: these tests are about other things than the pacing.
+		"EVS_PROVIDER_SESSIONS=64", "EVS_PROVIDER_RCPT_PER_MIN=1000000",
+		"PATH=" + os.Getenv("PATH"),
+		"HOME=" + os.Getenv("HOME"),
+	}, extra...)
 }
 
 // buildEVS builds this command once for the test: the test must kill a

@@ -2,12 +2,9 @@ package main
 
 import (
 	"bufio"
-	"context"
-	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -21,7 +18,6 @@ import (
 // with a webhook) and checks that /metrics moved accordingly, with no
 // address, domain, key or batch id in any label.
 func TestMetricsAfterRealCalls(t *testing.T) {
-	ctx := context.Background()
 	bin := buildEVS(t)
 	dns := testkit.StartDNS(t)
 	dns.AddRecord("good.example. 300 IN MX 10 mx.good.example.")
@@ -36,29 +32,14 @@ func TestMetricsAfterRealCalls(t *testing.T) {
 	defer hook.Close()
 
 	dir := t.TempDir()
-	code, out, stderr := runEVS(ctx, map[string]string{"EVS_DATA_DIR": dir}, "keys", "create", "--account", "live")
-	key := strings.TrimSpace(out)
-	if code != 0 || !keyRE.MatchString(key) {
-		t.Fatalf("keys create: exit %d %q %q", code, out, stderr)
-	}
+	key := createLiveKey(t, dir)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	maddr := ln.Addr().String()
 	ln.Close()
-	p := startServe(t, bin, []string{
-		"EVS_DATA_DIR=" + dir,
-		"EVS_DNS_SERVERS=" + dns.Addr,
-		"EVS_SMTP=direct",
-		fmt.Sprintf("EVS_SMTP_PORT=%d", smtp.Port),
-		"EVS_EGRESS_ALLOW=127.0.0.0/8",
-		"EVS_SMTP_HELO=localhost",
-		"EVS_RATE_LIMIT=off",
-		"EVS_METRICS_ADDR=" + maddr,
-		"PATH=" + os.Getenv("PATH"),
-		"HOME=" + os.Getenv("HOME"),
-	})
+	p := startServe(t, bin, liveEnv(dir, dns.Addr, smtp.Port, "EVS_METRICS_ADDR="+maddr))
 
 	for _, e := range []string{"alice@good.example", "bob@good.example"} {
 		if s, b := call(t, key, "POST", p.base+"/v1/verify", `{"email":"`+e+`"}`); s != 200 {

@@ -31,7 +31,11 @@ routes, limits) in front of the same handlers the Lambda functions run, the
 embedded store in EVS_DATA_DIR and an in-process batch worker.
 
 On first start with an empty store it creates an account and one key, and
-prints the key once.`,
+prints the key once.
+
+GET /healthz says it is alive, GET /readyz that it takes work. SIGTERM
+drains: /readyz answers 503 at once and calls in flight finish (up to
+EVS_DRAIN_TIMEOUT). SIGHUP re-reads EVS_TLS_CERT and EVS_TLS_KEY.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return serve(c.ctx, testAccount, c.stdout, c.stderr, c.getenv, c.unknownEnv())
@@ -40,7 +44,8 @@ prints the key once.`,
 	cmd.Flags().BoolVar(&testAccount, "test-account", false, "on first start, make the first account a test-mode (sandbox) account")
 	return withEnv(cmd, append([]string{"EVS_ADDR", "EVS_DATA_DIR", "EVS_RATE_LIMIT", "EVS_AUTH_TTL", "EVS_RETENTION_DAYS",
 		"EVS_LOG_LEVEL", "EVS_MAX_ACTIVE_BATCHES", "EVS_BATCH_DEADLINE", "EVS_QUOTA_ADDRESSES", "EVS_QUOTA_PERIOD",
-		"EVS_MAX_CONNS", "EVS_METRICS_ADDR", "EVS_PUBLIC_URL", "EVS_MIN_FREE_BYTES", "EVS_PROVIDER_SESSIONS", "EVS_PROVIDER_RCPT_PER_MIN"}, engineEnv...)...)
+		"EVS_MAX_CONNS", "EVS_METRICS_ADDR", "EVS_PUBLIC_URL", "EVS_MIN_FREE_BYTES", "EVS_PROVIDER_SESSIONS", "EVS_PROVIDER_RCPT_PER_MIN",
+		"EVS_TRUSTED_PROXIES", "EVS_DRAIN_TIMEOUT", "EVS_TLS_CERT", "EVS_TLS_KEY"}, engineEnv...)...)
 }
 
 func serve(ctx context.Context, testAccount bool, stdout, stderr io.Writer, getenv func(string) string, unknownEnv []string) error {
@@ -52,6 +57,11 @@ func serve(ctx context.Context, testAccount bool, stdout, stderr io.Writer, gete
 	for _, w := range unknownEnv {
 		logger.Warn(w)
 	}
+	cert, stopTLS, err := serveTLS(ctx, cfg, logger)
+	if err != nil {
+		return err
+	}
+	defer stopTLS()
 	// The listeners come first: a port in use must stop the start before
 	// anything is made, above all the first account, whose key is shown
 	// only once.
@@ -91,7 +101,7 @@ func serve(ctx context.Context, testAccount bool, stdout, stderr io.Writer, gete
 		// tenant's domain can make us connect to.
 		logger.Info("SMTP probes may reach these non-public ranges (EVS_EGRESS_ALLOW)", "allow", fmt.Sprint(allow))
 	}
-	opts := server.Options{Config: cfg, Store: st, Logger: logger}
+	opts := server.Options{Config: cfg, Store: st, Logger: logger, TLS: cert}
 	if mln != nil {
 		m := server.NewPrometheus(func(ctx context.Context) (int, error) { return server.PendingAddresses(ctx, st) })
 		m.BuildInfo(buildinfo.Read(version))
@@ -112,6 +122,9 @@ func serve(ctx context.Context, testAccount bool, stdout, stderr io.Writer, gete
 		return fmt.Errorf("create the first account: %w", err)
 	}
 	base := "http://" + ln.Addr().String()
+	if cert != nil {
+		base = "https://" + ln.Addr().String()
+	}
 	if key != "" {
 		if err := showFirstKey(stdout, logger, cfg.DataDir, key, testAccount, base); err != nil {
 			return err

@@ -20,6 +20,7 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
+	"net/netip"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -492,8 +493,12 @@ type Call struct {
 	// Route is the route's template, "" when no route matched.
 	Route     string
 	AccountID string
-	Status    int
-	Start     time.Time
+	// ClientAddr is the address of the client (`evs serve`: the peer, or
+	// behind a trusted proxy the address it forwarded for; Lambda: API
+	// Gateway's sourceIp); logged as "client" when known.
+	ClientAddr netip.Addr
+	Status     int
+	Start      time.Time
 	// Err is the cause of a 5xx, logged at ERROR level; the client saw only
 	// the envelope.
 	Err error
@@ -530,6 +535,9 @@ func (c *Call) Log(ctx context.Context, l *slog.Logger, end time.Time) {
 		slog.Int64("latencyMs", end.Sub(c.Start).Milliseconds()),
 		slog.String("accountId", c.AccountID),
 	)
+	if c.ClientAddr.IsValid() {
+		rec.AddAttrs(slog.String("client", c.ClientAddr.String()))
+	}
 	if level == slog.LevelError {
 		rec.AddAttrs(slog.String("error", c.Err.Error()))
 	}
@@ -544,6 +552,7 @@ func (h *Handler) logCall(ctx context.Context, req events.APIGatewayProxyRequest
 		c.Err, c.Attr = err, attr
 		return
 	}
-	c := Call{RequestID: req.RequestContext.RequestID, Method: req.HTTPMethod, Route: req.Resource, AccountID: p.AccountID, Status: status, Start: start, Err: err, Attr: attr}
+	client, _ := netip.ParseAddr(req.RequestContext.Identity.SourceIP)
+	c := Call{RequestID: req.RequestContext.RequestID, Method: req.HTTPMethod, Route: req.Resource, AccountID: p.AccountID, ClientAddr: client, Status: status, Start: start, Err: err, Attr: attr}
 	c.Log(ctx, h.d.Logger, h.d.Now())
 }

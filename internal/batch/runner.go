@@ -68,6 +68,10 @@ type RunnerConfig struct {
 	// with the default limits, keyed by domain). Its clock is the
 	// runner's unless it has one.
 	Gate *Gate
+	// Fault, if set, is told of each store fault the worker meets: a
+	// write of results that failed (kept for the next one) or a run that
+	// was interrupted (started again); both are retried after a back-off.
+	Fault func(err error)
 }
 
 // Runner runs batches in this process. Work is recorded in the store before
@@ -254,6 +258,9 @@ func (r *Runner) supervise(ctx context.Context, b evs.Batch, items []evs.Item) {
 		}
 		if evs.ErrorCode(err) == evs.CodeNotFound {
 			return // expired or deleted: nothing left to do
+		}
+		if r.cfg.Fault != nil {
+			r.cfg.Fault(err)
 		}
 		d := RetryDelay(r.cfg.RetryBase, r.cfg.RetryMax, attempt)
 		r.cfg.Logger.Warn("batch run interrupted; retrying", slog.String("batchId", b.ID),
@@ -588,6 +595,9 @@ func (w *writer) flush(force bool) (bool, error) {
 		w.n += len(rs)
 		w.after = time.Now().Add(RetryDelay(w.r.cfg.RetryBase, w.r.cfg.RetryMax, w.fails))
 		w.fails++
+		if w.r.cfg.Fault != nil {
+			w.r.cfg.Fault(err)
+		}
 		if w.fails == 1 || w.fails%10 == 0 {
 			logErr(w.r.cfg.Logger, "could not write results; retrying with back-off", w.b, err)
 		}

@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"math"
 	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"strconv"
@@ -93,6 +94,16 @@ type Config struct {
 	// MetricsAddr is the listen address of the Prometheus endpoint; empty
 	// means off (EVS_METRICS_ADDR).
 	MetricsAddr string
+	// TrustedProxies are the peers whose X-Forwarded-For `evs serve`
+	// believes (EVS_TRUSTED_PROXIES); empty: none, the peer is the client.
+	TrustedProxies []netip.Prefix
+	// DrainTimeout bounds how long `evs serve` lets calls in flight finish
+	// once told to stop (EVS_DRAIN_TIMEOUT, default 20 s); negative: no
+	// wait (EVS_DRAIN_TIMEOUT=0), zero: the default.
+	DrainTimeout time.Duration
+	// TLSCert and TLSKey are the PEM files `evs serve` answers HTTPS with
+	// (EVS_TLS_CERT, EVS_TLS_KEY): both or neither.
+	TLSCert, TLSKey string
 	// ProviderSessions and ProviderRcptPerMin are the politeness limits
 	// per mail provider and egress address (EVS_PROVIDER_SESSIONS,
 	// EVS_PROVIDER_RCPT_PER_MIN): keys are provider names, class names
@@ -301,6 +312,7 @@ func FromEnv(getenv func(string) string, onLambda bool) (Config, error) {
 	if _, _, err := net.SplitHostPort(c.Addr); err != nil {
 		errs = append(errs, fmt.Errorf("EVS_ADDR: %q is not host:port like 127.0.0.1:8080", c.Addr))
 	}
+	serveOps(getenv, &c, &errs)
 	c.ProviderSessions = providerLimits(getenv, "EVS_PROVIDER_SESSIONS", &errs)
 	c.ProviderRcptPerMin = providerLimits(getenv, "EVS_PROVIDER_RCPT_PER_MIN", &errs)
 	c.Tables = Tables{

@@ -57,24 +57,33 @@ type Policy struct {
 // ignored and "" is the empty list. A malformed entry is an error that
 // names it.
 func Parse(allowCSV string) (*Policy, error) {
-	p := &Policy{}
-	if strings.TrimSpace(allowCSV) == "" {
-		return p, nil
+	allow, err := ParseCIDRs(allowCSV)
+	if err != nil {
+		return nil, fmt.Errorf("egress: allow-list %w", err)
 	}
-	for i, s := range strings.Split(allowCSV, ",") {
+	return &Policy{allow: allow}, nil
+}
+
+// ParseCIDRs reads a comma-separated list of CIDRs (blank: none), each
+// kept as its network: "10.1.2.3/8" means 10.0.0.0/8, as route tables read
+// it. EVS_EGRESS_ALLOW and EVS_TRUSTED_PROXIES share it.
+func ParseCIDRs(csv string) ([]netip.Prefix, error) {
+	if strings.TrimSpace(csv) == "" {
+		return nil, nil
+	}
+	var out []netip.Prefix
+	for i, s := range strings.Split(csv, ",") {
 		s = strings.TrimSpace(s)
 		if s == "" {
-			return nil, fmt.Errorf("egress: allow-list entry %d is empty; %s", i+1, wantForm)
+			return nil, fmt.Errorf("entry %d is empty; %s", i+1, wantForm)
 		}
 		pfx, err := netip.ParsePrefix(s)
 		if err != nil {
-			return nil, fmt.Errorf("egress: allow-list entry %q is not a CIDR; %s", s, wantForm)
+			return nil, fmt.Errorf("entry %q is not a CIDR; %s", s, wantForm)
 		}
-		// Keep only the network: "10.1.2.3/8" means 10.0.0.0/8, as
-		// route tables read it.
-		p.allow = append(p.allow, pfx.Masked())
+		out = append(out, pfx.Masked())
 	}
-	return p, nil
+	return out, nil
 }
 
 const wantForm = "want comma-separated CIDRs like 127.0.0.0/8,fd00::/8"

@@ -88,6 +88,14 @@ func (e *EMF) WebhookDelivery(result string) {
 	e.write(WebhookDeliveries, "Count", 1, "result", result)
 }
 
+// SMTPConnectionFailure implements Observer.
+func (e *EMF) SMTPConnectionFailure(result string) {
+	e.write(SmtpConnectionFailures, "Count", 1, "result", result)
+}
+
+// StoreError implements Observer.
+func (e *EMF) StoreError(source string) { e.write(StoreErrors, "Count", 1, "source", source) }
+
 // ProxyHandler is an API Gateway proxy Lambda handler.
 type ProxyHandler func(ctx context.Context, req events.APIGatewayProxyRequest) (events.APIGatewayProxyResponse, error)
 

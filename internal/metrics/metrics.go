@@ -28,7 +28,18 @@ const (
 	DnsLookupDuration     = "evs_dns_lookup_duration_seconds"
 	BatchAddressesPending = "evs_batch_addresses_pending"
 	WebhookDeliveries     = "evs_webhook_deliveries_total"
+	// SmtpConnectionFailures counts verifications whose SMTP stage got no
+	// reply at all: no mail host took the connection, or it failed or
+	// timed out before a reply (label result: unreachable or timeout).
+	SmtpConnectionFailures = "evs_smtp_connection_failures_total"
+	// StoreErrors counts store operations that failed (label source: api,
+	// batch or readyz).
+	StoreErrors = "evs_store_errors_total"
 )
+
+// ModeTest is the mode label of test-mode verdicts: they are no DNS or
+// SMTP work, and counted with it they would make the live figures lie.
+const ModeTest evs.Mode = "test"
 
 // Observer is told what the service does.
 type Observer interface {
@@ -44,6 +55,12 @@ type Observer interface {
 	DNSLookup(d time.Duration)
 	// WebhookDelivery counts one delivery attempt's result.
 	WebhookDelivery(result string)
+	// SMTPConnectionFailure counts one verification whose SMTP stage got
+	// no reply (result: unreachable or timeout).
+	SMTPConnectionFailure(result string)
+	// StoreError counts one failed store operation seen by source (api,
+	// batch, readyz).
+	StoreError(source string)
 }
 
 // Nop observes nothing.
@@ -64,6 +81,12 @@ func (Nop) DNSLookup(time.Duration) {}
 // WebhookDelivery implements Observer.
 func (Nop) WebhookDelivery(string) {}
 
+// SMTPConnectionFailure implements Observer.
+func (Nop) SMTPConnectionFailure(string) {}
+
+// StoreError implements Observer.
+func (Nop) StoreError(string) {}
+
 // ReplyClass is the class label of an SMTP reply code ("" for none).
 func ReplyClass(code int) string {
 	if code < 200 || code > 599 {
@@ -72,11 +95,19 @@ func ReplyClass(code int) string {
 	return strconv.Itoa(code/100) + "xx"
 }
 
-// observeDecision counts one decision.
+// observeDecision counts one decision. A test-mode decision is counted
+// under ModeTest and nowhere else: its SMTP evidence is made up.
 func observeDecision(o Observer, d evs.Decision) {
+	if d.TestMode {
+		o.Verification(ModeTest, d.Status(), d.Reason)
+		return
+	}
 	o.Verification(d.Mode, d.Status(), d.Reason)
-	if c := ReplyClass(d.Checks.SMTP.Code); c != "" {
+	smtp := d.Checks.SMTP
+	if c := ReplyClass(smtp.Code); c != "" {
 		o.SMTPReply(c)
+	} else if smtp.Result == evs.SMTPUnreachable || smtp.Result == evs.SMTPTimeout {
+		o.SMTPConnectionFailure(smtp.Result)
 	}
 }
 

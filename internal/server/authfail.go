@@ -2,9 +2,6 @@ package server
 
 import (
 	"container/list"
-	"net"
-	"net/http"
-	"net/netip"
 	"sync"
 	"time"
 
@@ -81,25 +78,4 @@ func (f *failLimiter) size() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.order.Len()
-}
-
-// clientOf is the address failures are counted against: the peer's IPv4
-// address, or the /64 of its IPv6 address, since one IPv6 host usually holds
-// a whole /64 and could otherwise take a fresh address for every attempt.
-// Headers such as X-Forwarded-For are not trusted: anyone can send them.
-func clientOf(r *http.Request) string {
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		host = r.RemoteAddr
-	}
-	ip, err := netip.ParseAddr(host)
-	if err != nil {
-		return host
-	}
-	ip = ip.Unmap()
-	if ip.Is4() {
-		return ip.String()
-	}
-	p, _ := ip.Prefix(64)
-	return p.String()
 }

@@ -39,16 +39,18 @@ func TestFailLimiterBounded(t *testing.T) {
 	}
 }
 
-func TestClientOf(t *testing.T) {
+// TestClientKey: failures are counted per IPv4 address and per IPv6 /64,
+// whatever port or IPv4-mapped form the peer comes with.
+func TestClientKey(t *testing.T) {
 	for remote, want := range map[string]string{
 		"192.0.2.7:5555":                    "192.0.2.7",
 		"[::ffff:192.0.2.7]:5555":           "192.0.2.7",
 		"[2001:db8:1:2:3:4:5:6]:5555":       "2001:db8:1:2::/64",
 		"[2001:db8:1:2:ffff:ffff:ffff:1]:1": "2001:db8:1:2::/64",
-		"not an address":                    "not an address",
+		"not an address":                    "invalid IP",
 	} {
-		if got := clientOf(&http.Request{RemoteAddr: remote}); got != want {
-			t.Errorf("clientOf(%q) = %q, want %q", remote, got, want)
+		if got := clientKey(clientAddr(&http.Request{RemoteAddr: remote}, nil)); got != want {
+			t.Errorf("clientKey of %q = %q, want %q", remote, got, want)
 		}
 	}
 }

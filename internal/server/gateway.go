@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -62,6 +63,12 @@ type gateway struct {
 
 	// ping checks the store for the health endpoint (HealthPath).
 	ping func(ctx context.Context) error
+	// writable probes the store for the readiness endpoint (ReadyPath);
+	// draining turns it 503 once the server is told to stop, and drain
+	// waits for inflight, the calls being served, to reach zero.
+	writable *writable
+	draining atomic.Bool
+	inflight atomic.Int64
 
 	// version, when the store has one, tells whether keys or accounts
 	// changed since an entry of the cache was made (KeysVersioned).
@@ -140,6 +147,11 @@ func newGateway(o Options, functions map[string]function, az authorizerFunc) *ga
 		limiters: map[string]*rate.Limiter{}, fails: newFailLimiter(authFailRate, authFailClients),
 		bodies: newBodyGate(o.BodyBudget, o.BodyWait)}
 	g.ping = healthCheck(o.Store)
+	var probeFailed func()
+	if o.Metrics != nil {
+		probeFailed = func() { o.Metrics.StoreError("readyz") }
+	}
+	g.writable = newWritable(o.Store, o.Now, probeFailed)
 	if v, ok := o.Store.(KeysVersioned); ok {
 		g.version = v.KeysVersion
 	}
@@ -220,7 +232,15 @@ func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 // function saw it, and counts it under its route template when metrics are
 // on.
 func (g *gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	sw := &statusWriter{ResponseWriter: w, call: api.Call{RequestID: uuid.NewString(), Method: r.Method, Start: g.o.Now()}}
+	g.inflight.Add(1)
+	defer g.inflight.Add(-1)
+	if g.o.TLS != nil {
+		// As API Gateway's events say: the client called over HTTPS
+		// (upload URLs are made with it).
+		r.Header.Set("X-Forwarded-Proto", "https")
+	}
+	sw := &statusWriter{ResponseWriter: w, call: api.Call{RequestID: uuid.NewString(), Method: r.Method, Start: g.o.Now(),
+		ClientAddr: clientAddr(r, g.o.Config.TrustedProxies)}}
 	// The body's deadline runs from here (the headers are in). It is real
 	// time, whatever clock the gateway is given. The server also waits on
 	// it when it drains a body the handler did not read.
@@ -243,7 +263,19 @@ func (g *gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			route = "unmatched" // a client's path never becomes a label
 		}
 		g.o.Metrics.HTTPRequest(route, sw.call.Status, end.Sub(sw.call.Start))
+		if storeFault(&sw.call) {
+			g.o.Metrics.StoreError("api")
+		}
 	}
+}
+
+// storeFault tells whether an API call was answered 503 unavailable
+// because the store failed it: in `evs serve` the queue is in-process, so
+// the store is the one dependency that can be down. The check endpoints
+// count their own (the readiness probe, once per probe).
+func storeFault(c *api.Call) bool {
+	return c.Status == http.StatusServiceUnavailable && c.Route != HealthPath && c.Route != ReadyPath &&
+		c.Err != nil && evs.ErrorCode(c.Err) == evs.CodeUnavailable
 }
 
 // serve answers the call c, filling in its log line; c.Start is when it
@@ -253,6 +285,11 @@ func (g *gateway) serve(w http.ResponseWriter, r *http.Request, c *api.Call) {
 	if r.URL.Path == HealthPath {
 		c.Route = HealthPath
 		g.health(w, r, c)
+		return
+	}
+	if r.URL.Path == ReadyPath {
+		c.Route = ReadyPath
+		g.ready(w, r, c)
 		return
 	}
 	if id, ok := isUploadPath(r.URL.Path); ok && g.uploads != nil {
@@ -275,7 +312,7 @@ func (g *gateway) serve(w http.ResponseWriter, r *http.Request, c *api.Call) {
 	}
 	client := ""
 	if !hit.allows {
-		client = clientOf(r)
+		client = clientKey(c.ClientAddr)
 		// A client that keeps failing is refused before its key is even
 		// looked at, so guessing keys is slow; a key already seen to
 		// work (cached) still passes, so neighbours behind the same NAT
@@ -295,7 +332,7 @@ func (g *gateway) serve(w http.ResponseWriter, r *http.Request, c *api.Call) {
 	if typ != "" {
 		if typ == unauthorized || typ == accessDenied {
 			if client == "" {
-				client = clientOf(r)
+				client = clientKey(c.ClientAddr)
 			}
 			g.fails.fail(client, g.o.Now())
 		}
@@ -337,7 +374,7 @@ func (g *gateway) serve(w http.ResponseWriter, r *http.Request, c *api.Call) {
 		writeResponse(w, typ, rid, nil)
 		return
 	}
-	ev := g.event(r, rid, rt, params, body, authResp, hit.authCtx, c.Start)
+	ev := g.event(r, c, rt, params, body, authResp, hit.authCtx, c.Start)
 	resp, err := g.invoke(api.WithCall(r.Context(), c), g.functions[rt.Function], ev)
 	if err != nil {
 		c.Err = err
@@ -673,7 +710,7 @@ func query(r *http.Request) (map[string]string, map[string][]string) {
 // event builds the proxy event API Gateway hands a Lambda function.
 // authCtx is auth's integration context when the cache already holds it
 // (nil: built here); now is when the call arrived.
-func (g *gateway) event(r *http.Request, rid string, rt route, params map[string]string, body string, auth events.APIGatewayCustomAuthorizerResponse, authCtx map[string]any, now time.Time) events.APIGatewayProxyRequest {
+func (g *gateway) event(r *http.Request, c *api.Call, rt route, params map[string]string, body string, auth events.APIGatewayCustomAuthorizerResponse, authCtx map[string]any, now time.Time) events.APIGatewayProxyRequest {
 	hs, mhs := headers(r)
 	qs, mqs := query(r)
 	if authCtx == nil {
@@ -695,8 +732,8 @@ func (g *gateway) event(r *http.Request, rid string, rt route, params map[string
 			AccountID:        "000000000000",
 			ResourcePath:     rt.Path,
 			Stage:            stage,
-			RequestID:        rid,
-			Identity:         events.APIGatewayRequestIdentity{SourceIP: sourceIP(r), UserAgent: r.UserAgent()},
+			RequestID:        c.RequestID,
+			Identity:         events.APIGatewayRequestIdentity{SourceIP: sourceIP(r, c), UserAgent: r.UserAgent()},
 			Authorizer:       authCtx,
 			HTTPMethod:       r.Method,
 			Path:             "/" + stage + r.URL.Path,
@@ -729,7 +766,12 @@ func integrationContext(auth events.APIGatewayCustomAuthorizerResponse) map[stri
 	return c
 }
 
-func sourceIP(r *http.Request) string {
+// sourceIP is the event's identity.sourceIp: the client address, as API
+// Gateway gives the address its callers come from.
+func sourceIP(r *http.Request, c *api.Call) string {
+	if c.ClientAddr.IsValid() {
+		return c.ClientAddr.String()
+	}
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {
 		return r.RemoteAddr

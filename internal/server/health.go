@@ -41,8 +41,15 @@ func healthCheck(st Store) func(ctx context.Context) error {
 	}
 }
 
-// health answers HealthPath; the cause of a 503 goes to the call's log line.
+// health answers HealthPath.
 func (g *gateway) health(w http.ResponseWriter, r *http.Request, c *api.Call) {
+	g.checkReply(w, r, c, g.ping)
+}
+
+// checkReply answers a check endpoint with check's verdict, bounded by
+// healthTimeout: 200 {"status":"ok"}, or 503 with the status its error
+// names (statusOf) and Retry-After; the cause goes to the call's log line.
+func (g *gateway) checkReply(w http.ResponseWriter, r *http.Request, c *api.Call, check func(ctx context.Context) error) {
 	h := w.Header()
 	h.Set("X-Request-Id", c.RequestID)
 	h.Set("Cache-Control", "no-store")
@@ -56,9 +63,9 @@ func (g *gateway) health(w http.ResponseWriter, r *http.Request, c *api.Call) {
 	ctx, cancel := context.WithTimeout(r.Context(), healthTimeout)
 	defer cancel()
 	status, body := http.StatusOK, `{"status":"ok"}`
-	if err := g.ping(ctx); err != nil {
+	if err := check(ctx); err != nil {
 		c.Err = err
-		status, body = http.StatusServiceUnavailable, `{"status":"unavailable"}`
+		status, body = http.StatusServiceUnavailable, `{"status":"`+statusOf(err)+`"}`
 		h.Set("Retry-After", "5")
 	}
 	w.WriteHeader(status)

@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/evs-dev/evs/internal/server"
-	"github.com/evs-dev/evs/internal/testkit"
 )
 
 // TestHealthz: GET /healthz needs no key and shows no account data: 200
@@ -15,8 +14,9 @@ import (
 // ignored, and no number of calls with one is throttled as failed
 // authentications); other methods get 405.
 func TestHealthz(t *testing.T) {
-	fs := &testkit.FaultyStore{}
-	h := start(t, options{wrapStore: func(s server.Store) server.Store { fs.EmbeddedStore = s; return fs }})
+	var o options
+	fs := faulty(&o)
+	h := start(t, o)
 	health := func(key string) reply {
 		t.Helper()
 		return h.do(req{path: server.HealthPath, key: key})

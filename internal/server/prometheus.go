@@ -25,6 +25,8 @@ type Prometheus struct {
 	replies  *prometheus.CounterVec
 	dns      prometheus.Histogram
 	hooks    *prometheus.CounterVec
+	connFail *prometheus.CounterVec
+	storeErr *prometheus.CounterVec
 }
 
 // NewPrometheus returns the metrics; pending, when not nil, is read at each
@@ -40,7 +42,7 @@ func NewPrometheus(pending func(ctx context.Context) (int, error)) *Prometheus {
 			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 20},
 		}, []string{"route"}),
 		verdicts: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: metrics.Verifications, Help: "Verdicts by mode, status and reason.",
+			Name: metrics.Verifications, Help: "Verdicts by mode (full, quick; test for test-mode accounts), status and reason.",
 		}, []string{"mode", "status", "reason"}),
 		replies: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: metrics.SmtpReplies, Help: "RCPT replies by class (2xx, 4xx, 5xx).",
@@ -53,7 +55,13 @@ func NewPrometheus(pending func(ctx context.Context) (int, error)) *Prometheus {
 			Name: metrics.WebhookDeliveries, Help: "Webhook delivery attempts by result (delivered, retry, failed).",
 		}, []string{"result"}),
 	}
-	m.reg.MustRegister(m.requests, m.duration, m.verdicts, m.replies, m.dns, m.hooks,
+	m.connFail = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: metrics.SmtpConnectionFailures, Help: "Live verifications whose SMTP stage got no reply: no host took the connection, or it failed or timed out first.",
+	}, []string{"result"})
+	m.storeErr = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: metrics.StoreErrors, Help: "Store operations that failed, by who saw it (api, batch, readyz).",
+	}, []string{"source"})
+	m.reg.MustRegister(m.requests, m.duration, m.verdicts, m.replies, m.dns, m.hooks, m.connFail, m.storeErr,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if pending != nil {
 		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -97,3 +105,9 @@ func (m *Prometheus) DNSLookup(d time.Duration) { m.dns.Observe(d.Seconds()) }
 
 // WebhookDelivery implements Observer.
 func (m *Prometheus) WebhookDelivery(result string) { m.hooks.WithLabelValues(result).Inc() }
+
+// SMTPConnectionFailure implements Observer.
+func (m *Prometheus) SMTPConnectionFailure(result string) { m.connFail.WithLabelValues(result).Inc() }
+
+// StoreError implements Observer.
+func (m *Prometheus) StoreError(source string) { m.storeErr.WithLabelValues(source).Inc() }

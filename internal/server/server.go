@@ -8,8 +8,8 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -77,6 +77,9 @@ type Options struct {
 	// Metrics, when set, is told about replies, verdicts, DNS lookups and
 	// webhook attempts (EVS_METRICS_ADDR).
 	Metrics metrics.Observer
+	// TLS, when set, makes the API listener answer HTTPS with its
+	// certificate (EVS_TLS_CERT, EVS_TLS_KEY).
+	TLS *Certificate
 	// FreeBytes reads the free space of the data directory's file system,
 	// compared with Config.MinFreeBytes before a call that stores new
 	// work (disk.go). Default: the file system of Config.DataDir, when set.
@@ -214,6 +217,9 @@ func New(o Options) (*Server, error) {
 		// look like it holds them.
 		rc.Idle = debug.FreeOSMemory
 	}
+	if rc.Fault == nil && o.Metrics != nil {
+		rc.Fault = func(error) { o.Metrics.StoreError("batch") }
+	}
 	runner, err := batch.NewRunner(rc)
 	if err != nil {
 		return nil, err
@@ -295,9 +301,10 @@ func PendingAddresses(ctx context.Context, st interface {
 	return n, err
 }
 
-// Serve serves on ln until ctx is done, then stops taking calls, lets the
-// ones in flight finish (up to 20 s) and stops the batch worker, whose
-// unfinished work resumes at the next start.
+// Serve serves on ln until ctx is done, then drains (drain.go): /readyz
+// turns 503 at once, the calls in flight finish (up to
+// Config.DrainTimeout), and the batch worker stops, its unfinished work
+// resuming at the next start.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	workCtx, stopWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopWork()
@@ -330,7 +337,13 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	// Past the cap, connections wait in the kernel's accept queue instead
 	// of each costing a descriptor and a goroutine here.
-	ln = framingListener{netutil.LimitListener(ln, maxConns)}
+	ln = netutil.LimitListener(ln, maxConns)
+	if s.opts.TLS != nil {
+		// Under the framing watch, which must see the requests' bytes,
+		// not the records that carry them.
+		ln = tls.NewListener(ln, s.opts.TLS.TLSConfig())
+	}
+	ln = framingListener{ln}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {
@@ -340,16 +353,10 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		return err
 	case <-ctx.Done():
 	}
-	s.opts.Logger.Info("shutting down: draining calls in flight")
-	shutCtx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	err := srv.Shutdown(shutCtx)
+	err := s.drain(srv)
 	stopWork()
 	s.runner.Wait()
-	if err != nil {
-		return fmt.Errorf("server: shutdown: %w", err)
-	}
-	return nil
+	return err
 }
 
 func (s *Server) sweep(ctx context.Context) {

@@ -61,7 +61,7 @@ func (g *gateway) receiveUpload(w http.ResponseWriter, r *http.Request, c *api.C
 		fail(evs.Errorf(evs.CodeMethodNotAllowed, "Method %s is not allowed here; use PUT.", r.Method))
 		return
 	}
-	client := clientOf(r)
+	client := clientKey(c.ClientAddr)
 	if wait, blocked := g.fails.blocked(client, g.o.Now()); blocked {
 		refuseEarly(w, r)
 		writeResponse(w, throttled, rid, map[string]string{"Retry-After": retryAfter(wait)})

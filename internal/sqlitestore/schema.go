@@ -189,6 +189,13 @@ CREATE TABLE address_quota (
 `,
 	// Uploads (uploads.go).
 	uploadsSchema,
+	// The readiness probe's one row (probe.go).
+	`
+CREATE TABLE write_probe (
+	id INTEGER PRIMARY KEY CHECK (id = 1),
+	at INTEGER NOT NULL
+);
+`,
 }
 
 // migrate brings the schema to len(migrations). It runs in one immediate

@@ -25,6 +25,17 @@ type FaultyStore struct {
 	EmbeddedStore
 	Down  atomic.Bool
 	Fails atomic.Int64
+	// ReadsDown, while set, fails Batch too: an API call the store fails.
+	ReadsDown atomic.Bool
+}
+
+// Batch fails while ReadsDown is set.
+func (f *FaultyStore) Batch(ctx context.Context, accountID, id string) (evs.Batch, error) {
+	if f.ReadsDown.Load() {
+		f.Fails.Add(1)
+		return evs.Batch{}, evs.Errorf(evs.CodeUnavailable, "the disk failed a read")
+	}
+	return f.EmbeddedStore.Batch(ctx, accountID, id)
 }
 
 // PutResults fails while the store is down.
@@ -56,4 +67,16 @@ func (f *FaultyStore) Ping(ctx context.Context) error {
 	}
 	_, err := f.EmbeddedStore.CountAccounts(ctx)
 	return err
+}
+
+// ProbeWrite fails while the store is down (the readiness check of `evs
+// serve`), else asks the wrapped store, when it can be asked.
+func (f *FaultyStore) ProbeWrite(ctx context.Context) error {
+	if f.Down.Load() {
+		return evs.Errorf(evs.CodeUnavailable, "disk full")
+	}
+	if p, ok := f.EmbeddedStore.(interface{ ProbeWrite(context.Context) error }); ok {
+		return p.ProbeWrite(ctx)
+	}
+	return nil
 }

@@ -1,0 +1,40 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/evs-dev/evs/internal/egress"
+)
+
+// DefaultDrainTimeout is EVS_DRAIN_TIMEOUT's default: under the 30 s a
+// process supervisor typically waits after SIGTERM before it kills.
+const DefaultDrainTimeout = 20 * time.Second
+
+// serveOps reads the variables of operating `evs serve` behind a proxy and
+// on its own (contract, section 15): EVS_TRUSTED_PROXIES,
+// EVS_DRAIN_TIMEOUT, EVS_TLS_CERT and EVS_TLS_KEY.
+func serveOps(getenv func(string) string, c *Config, errs *[]error) {
+	trusted, err := egress.ParseCIDRs(getenv("EVS_TRUSTED_PROXIES"))
+	if err != nil {
+		*errs = append(*errs, fmt.Errorf("EVS_TRUSTED_PROXIES: %w", err))
+	}
+	c.TrustedProxies = trusted
+	c.DrainTimeout = DefaultDrainTimeout
+	if s := getenv("EVS_DRAIN_TIMEOUT"); s != "" {
+		d, err := time.ParseDuration(s)
+		switch {
+		case err != nil || d < 0:
+			*errs = append(*errs, fmt.Errorf("EVS_DRAIN_TIMEOUT: %q is not a duration like 20s (0s: do not wait)", s))
+		case d == 0:
+			c.DrainTimeout = -1 // no wait; the zero value means the default
+		default:
+			c.DrainTimeout = d
+		}
+	}
+	c.TLSCert, c.TLSKey = getenv("EVS_TLS_CERT"), getenv("EVS_TLS_KEY")
+	if (c.TLSCert == "") != (c.TLSKey == "") {
+		*errs = append(*errs, errors.New("EVS_TLS_CERT and EVS_TLS_KEY: set both (PEM certificate chain and private key files) or neither"))
+	}
+}

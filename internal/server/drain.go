@@ -1,0 +1,39 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/evs-dev/evs/internal/config"
+)
+
+// drain stops srv once the server is told to stop: /readyz answers 503 at
+// once; the listener stays open while calls are in flight, so a balancer
+// that has not yet seen /readyz fail is served rather than refused; then
+// the listener closes and the calls still running get what is left of
+// Config.DrainTimeout (0: its default; negative: no wait) before their
+// connections are closed.
+func (s *Server) drain(srv *http.Server) error {
+	timeout := s.opts.Config.DrainTimeout
+	if timeout == 0 {
+		timeout = config.DefaultDrainTimeout
+	}
+	if timeout < 0 {
+		s.gateway.draining.Store(true)
+		s.opts.Logger.Info("shutting down without draining (EVS_DRAIN_TIMEOUT=0)")
+		return srv.Close()
+	}
+	s.opts.Logger.Info("shutting down: /readyz answers 503; draining calls in flight", slog.Duration("timeout", timeout))
+	deadline := time.Now().Add(timeout)
+	s.gateway.drain(deadline)
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	if err := srv.Shutdown(ctx); err != nil {
+		_ = srv.Close()
+		return fmt.Errorf("server: calls still in flight after EVS_DRAIN_TIMEOUT (%v) were cut off: %w", timeout, err)
+	}
+	return nil
+}

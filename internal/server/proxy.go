@@ -1,0 +1,79 @@
+package server
+
+import (
+	"net"
+	"net/http"
+	"net/netip"
+	"strings"
+)
+
+// clientAddr is the address of the client a call comes from. It is the
+// TCP peer unless the peer is one of trusted (EVS_TRUSTED_PROXIES): then
+// it is the right-most X-Forwarded-For entry that is not itself a trusted
+// proxy. The walk goes from the right because each proxy appends the peer
+// it saw, so only the entries trusted proxies appended can be believed;
+// whatever stands left of the first untrusted one the client wrote itself.
+// An entry that is not an address stops the walk at the last proxy
+// reached: that proxy is the client as far as anyone can tell.
+func clientAddr(r *http.Request, trusted []netip.Prefix) netip.Addr {
+	peer := parseHost(r.RemoteAddr)
+	if !peer.IsValid() || !isTrusted(peer, trusted) {
+		return peer
+	}
+	client := peer
+	hops := r.Header.Values("X-Forwarded-For")
+	for i := len(hops) - 1; i >= 0; i-- {
+		entries := strings.Split(hops[i], ",")
+		for j := len(entries) - 1; j >= 0; j-- {
+			a := parseHost(strings.TrimSpace(entries[j]))
+			if !a.IsValid() {
+				return client
+			}
+			client = a
+			if !isTrusted(a, trusted) {
+				return client
+			}
+		}
+	}
+	return client // every hop a trusted proxy: the left-most one
+}
+
+// parseHost reads an address with or without a port ("192.0.2.7",
+// "192.0.2.7:5555", "[2001:db8::1]:443", "2001:db8::1"), IPv4-mapped
+// forms as IPv4; the zero Addr when it is none.
+func parseHost(s string) netip.Addr {
+	if a, err := netip.ParseAddr(s); err == nil {
+		return a.Unmap().WithZone("")
+	}
+	host, _, err := net.SplitHostPort(s)
+	if err != nil {
+		return netip.Addr{}
+	}
+	a, err := netip.ParseAddr(host)
+	if err != nil {
+		return netip.Addr{}
+	}
+	return a.Unmap().WithZone("")
+}
+
+func isTrusted(a netip.Addr, trusted []netip.Prefix) bool {
+	for _, p := range trusted {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// clientKey is the key failures are counted against for a client
+// address: the IPv4 address, or the /64 of an IPv6 address, since one IPv6
+// host usually holds a whole /64 and could otherwise take a fresh address
+// for every attempt. An invalid address (a test's fake peer) counts as
+// one client.
+func clientKey(a netip.Addr) string {
+	if !a.IsValid() || a.Is4() {
+		return a.String()
+	}
+	p, _ := a.Prefix(64)
+	return p.String()
+}
