@@ -189,6 +189,8 @@ CREATE TABLE address_quota (
 `,
 	// Uploads (uploads.go).
 	uploadsSchema,
+	// The stored-address limit (stored.go).
+	storedSchema,
 }
 
 // migrate brings the schema to len(migrations). It runs in one immediate
