@@ -39,7 +39,7 @@ prints the key once.`,
 	cmd.Flags().BoolVar(&testAccount, "test-account", false, "on first start, make the first account a test-mode (sandbox) account")
 	return withEnv(cmd, append([]string{"EVS_ADDR", "EVS_DATA_DIR", "EVS_RATE_LIMIT", "EVS_AUTH_TTL", "EVS_RETENTION_DAYS",
 		"EVS_LOG_LEVEL", "EVS_MAX_ACTIVE_BATCHES", "EVS_BATCH_DEADLINE", "EVS_QUOTA_ADDRESSES", "EVS_QUOTA_PERIOD",
-		"EVS_MAX_CONNS", "EVS_METRICS_ADDR"}, engineEnv...)...)
+		"EVS_MAX_STORED_ADDRESSES", "EVS_MAX_IDEMPOTENCY_KEYS", "EVS_MAX_CONNS", "EVS_METRICS_ADDR"}, engineEnv...)...)
 }
 
 func serve(ctx context.Context, testAccount bool, stdout, stderr io.Writer, getenv func(string) string) error {
