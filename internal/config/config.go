@@ -353,17 +353,17 @@ const DefaultMinFreeBytes = 1 << 30
 
 // DefaultMaxStoredAddresses is EVS_MAX_STORED_ADDRESSES's default: five
 // uploads of the largest size, or 100 full body batches, kept at once. At
-// about 170 bytes per address with its result in `evs serve`'s store (a
-// 50,000-address batch takes about 8 MiB), one account can hold at most
-// about 800 MiB.
+// 152.5 bytes per address with its result in `evs serve`'s store
+// (sqlitestore's BenchmarkStorageBytes), one account holds at most about
+// 760 MB.
 const DefaultMaxStoredAddresses = 5_000_000
 
 // DefaultMaxIdempotencyKeys is EVS_MAX_IDEMPOTENCY_KEYS's default: new
 // Idempotency-Keys per account per UTC day. A record is kept 24 h and
-// takes a few hundred bytes (its reply included; see docs/security.md), so
-// one account's records stay under a few hundred MiB, while a client with
-// a key on every call still makes over 11 calls a second all day.
-const DefaultMaxIdempotencyKeys = 1_000_000
+// takes about 1,160 bytes with a /v1/verify reply (BenchmarkStorageBytes),
+// so one account's records stay under about 290 MB, while a client with a
+// new key on every call still makes about 3 calls a second all day.
+const DefaultMaxIdempotencyKeys = 250_000
 
 func positiveInt(getenv func(string) string, name string, def int, errs *[]error) int {
 	s := getenv(name)

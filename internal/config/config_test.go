@@ -88,7 +88,7 @@ func TestFromEnv(t *testing.T) {
 		}},
 		{name: "bad free-space watermark", vars: map[string]string{"EVS_MIN_FREE_BYTES": "1GB"}, errMatch: "EVS_MIN_FREE_BYTES"},
 		{name: "default per-account storage limits", check: func(t *testing.T, c config.Config) {
-			if c.MaxStoredAddresses != 5_000_000 || c.MaxIdempotencyKeys != 1_000_000 {
+			if c.MaxStoredAddresses != 5_000_000 || c.MaxIdempotencyKeys != 250_000 {
 				t.Fatalf("stored addresses %d, idempotency keys %d", c.MaxStoredAddresses, c.MaxIdempotencyKeys)
 			}
 		}},
