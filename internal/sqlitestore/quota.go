@@ -7,7 +7,9 @@ import (
 	"time"
 )
 
-// The address quota's counters (api.AddressQuota), in address_quota. A
+// The address quota's counters (api.AddressQuota), in address_quota; the
+// Idempotency-Key limit keeps its own there too, under periods named
+// "idempotency-keys/<day>". A
 // charge is one upsert whose update only happens while the sum stays
 // within the limit; RETURNING yields no row when it does not, and the
 // counter is unchanged. One statement, so it shares the group commit

@@ -75,14 +75,14 @@ func (s *Store) checkStored(ctx context.Context, tx *sql.Tx, accountID string, n
 	if stored+n <= limit {
 		return nil
 	}
-	retry := maxStoredRetry
-	if n <= limit {
-		at, err := freedBy(ctx, tx, accountID, stored+n-limit, now)
-		if err != nil {
-			return err
-		}
-		retry = min(max(at.Sub(now), time.Second), maxStoredRetry)
+	if n > limit {
+		return &store.LimitError{Err: evs.Errorf(evs.CodeRateLimited, store.StoredAddressesTooMany, n, limit), Retry: maxStoredRetry}
 	}
+	at, err := freedBy(ctx, tx, accountID, stored+n-limit, now)
+	if err != nil {
+		return err
+	}
+	retry := min(max(at.Sub(now), time.Second), maxStoredRetry)
 	return &store.LimitError{
 		Err:   evs.Errorf(evs.CodeRateLimited, store.StoredAddressesFull, limit, stored, n, now.Add(retry).UTC().Format(time.RFC3339)),
 		Retry: retry,

@@ -82,7 +82,7 @@ func TestCreateBatchBoundedStored(t *testing.T) {
 		}
 		var le *store.LimitError
 		if !errors.As(err, &le) || evs.ErrorCode(err) != evs.CodeRateLimited || le.RetryAfter() != st.retry ||
-			!strings.Contains(evs.ErrorMessage(err), fmt.Sprintf("stored-address limit (%d addresses", limit)) {
+			!strings.Contains(evs.ErrorMessage(err), fmt.Sprintf("stored-address limit (%d addresses in batches still kept)", limit)) {
 			t.Fatalf("%s: %v (retry %v), want rate_limited naming the limit, retry %v", st.name, err, le, st.retry)
 		}
 		if after != before {

@@ -100,6 +100,10 @@ const ActiveBatchesFull = "The account has %d batch requests queued or running, 
 // stores, the batch's addresses, and when enough will have expired.
 const StoredAddressesFull = "The account's stored-address limit (%d addresses in batches still kept) would be exceeded: %d are stored and this request has %d; retry when older requests expire, at %s."
 
+// StoredAddressesTooMany is the message of a creation refused because its
+// batch alone has more addresses than the stored-address limit.
+const StoredAddressesTooMany = "This request has %d addresses, more than the account's stored-address limit (%d addresses in batches still kept) allows at all; split the list."
+
 // LimitError is a CodeRateLimited refusal that knows when a retry can pass:
 // the api turns RetryAfter into the reply's Retry-After.
 type LimitError struct {
