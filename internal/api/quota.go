@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/store"
 )
 
 // The address quota (contract, section 14: "Quotas count addresses, not
@@ -68,27 +69,15 @@ func quotaPeriod(period string, now time.Time) (string, time.Time) {
 	return fmt.Sprintf("%04d-%02d", y, int(m)), time.Date(y, m+1, 1, 0, 0, 0, 0, time.UTC)
 }
 
-// quotaError is a call refused by a per-account limit: a 429 that knows
-// when a retry can pass (errReply makes it the Retry-After).
-type quotaError struct {
-	err   *evs.Error
-	retry time.Duration
-}
-
-func (e *quotaError) Error() string { return e.err.Error() }
-func (e *quotaError) Unwrap() error { return e.err }
-
-// RetryAfter is the time until the limit's period ends.
-func (e *quotaError) RetryAfter() time.Duration { return e.retry }
-
-// retryAfter is the Retry-After of err, a 429, when err knows it: the
-// seconds, rounded up, until a retry can pass.
+// retryAfter is the Retry-After of err, a 429, when err knows it (a
+// *store.LimitError: the address quota, the Idempotency-Key limit, the
+// stored-address limit): the seconds, rounded up, until a retry can pass.
 func retryAfter(err error) (string, bool) {
-	var ra interface{ RetryAfter() time.Duration }
-	if !errors.As(err, &ra) {
+	var le *store.LimitError
+	if !errors.As(err, &le) {
 		return "", false
 	}
-	return strconv.Itoa(max(int(math.Ceil(ra.RetryAfter().Seconds())), 1)), true
+	return strconv.Itoa(max(int(math.Ceil(le.RetryAfter().Seconds())), 1)), true
 }
 
 // counterGrace keeps a counter past its period's end, so a clock a little
@@ -145,7 +134,7 @@ func (h *Handler) charge(ctx context.Context, accountID, what, period string, n,
 		return nil, fmt.Errorf("api: charge the %s: %w", what, err)
 	}
 	if !ok {
-		return nil, &quotaError{err: evs.Errorf(evs.CodeRateLimited, "%s", refused()), retry: end.Sub(now)}
+		return nil, &store.LimitError{Err: evs.Errorf(evs.CodeRateLimited, "%s", refused()), Retry: end.Sub(now)}
 	}
 	return func() {
 		if err := st.RefundAddresses(context.WithoutCancel(ctx), accountID, period, n); err != nil {

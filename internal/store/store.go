@@ -104,8 +104,9 @@ const StoredAddressesFull = "The account's stored-address limit (%d addresses in
 // batch alone has more addresses than the stored-address limit.
 const StoredAddressesTooMany = "This request has %d addresses, more than the account's stored-address limit (%d addresses in batches still kept) allows at all; split the list."
 
-// LimitError is a CodeRateLimited refusal that knows when a retry can pass:
-// the api turns RetryAfter into the reply's Retry-After.
+// LimitError is a CodeRateLimited refusal by a per-account limit that
+// knows when a retry can pass: the api turns RetryAfter into the reply's
+// Retry-After.
 type LimitError struct {
 	Err   *evs.Error
 	Retry time.Duration
