@@ -82,7 +82,7 @@ var (
 		qClaim, qReadClaim, qComplete, qRelease, qPut,
 		qCreateBatch, qBatch, qTransition, qCount,
 		insertItems(itemsPerInsert), insertResults(resultsPerInsert),
-		qChargeQuota, qRefundQuota, qStored, qAddStored,
+		qChargeQuota, qRefundQuota, qAddQuota, qStored, qAddStored,
 	}
 	readerQueries = []string{
 		qAccount, qAccountByName, qCountAccounts, qKeyByHash, qListKeys,
@@ -557,6 +557,9 @@ func (s *Store) Sweep(ctx context.Context) (int, error) {
 		}
 		return nil
 	})
+	if err == nil && s.quota != nil {
+		s.quota.sweep(time.UnixMilli(now))
+	}
 	if err == nil && s.keys != nil {
 		// Sweeps run one at a time, so rebuilds never overlap.
 		err = s.keys.rebuild(ctx, s.rdb)

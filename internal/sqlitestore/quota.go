@@ -30,6 +30,9 @@ func (s *Store) ChargeAddresses(ctx context.Context, accountID, period string, n
 	if n > limit {
 		return false, nil // even an unused quota cannot take it
 	}
+	if s.quota != nil {
+		return s.quota.charge(ctx, s, accountID, period, n, limit, expires)
+	}
 	charged := false
 	err := s.writeOne(ctx, false, func(ctx context.Context, tx *sql.Tx) error {
 		st, err := s.wstmt(ctx, tx, qChargeQuota)
@@ -52,6 +55,10 @@ func (s *Store) ChargeAddresses(ctx context.Context, accountID, period string, n
 
 // RefundAddresses takes n back off the account's counter for period.
 func (s *Store) RefundAddresses(ctx context.Context, accountID, period string, n int) error {
+	if s.quota != nil {
+		s.quota.refund(s, accountID, period, n)
+		return nil
+	}
 	return s.writeOne(ctx, false, func(ctx context.Context, tx *sql.Tx) error {
 		st, err := s.wstmt(ctx, tx, qRefundQuota)
 		if err != nil {
