@@ -346,10 +346,10 @@ func errReply(err error) idempotency.Reply {
 	var me *methodError
 	switch {
 	case r.StatusCode == http.StatusTooManyRequests:
-		// The address quota knows when its period ends, the stored-address
-		// limit when enough batches expire; the other 429 a handler gives
-		// is the active-batch limit: a batch of a few thousand addresses
-		// finishes in about this time.
+		// The address quota and the Idempotency-Key limit know when their
+		// period ends, the stored-address limit when enough batches
+		// expire; the other 429 a handler gives is the active-batch limit:
+		// a batch of a few thousand addresses finishes in about this time.
 		after, ok := retryAfter(err)
 		if !ok {
 			after = RetryAfterActiveBatches

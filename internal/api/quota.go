@@ -149,7 +149,7 @@ func (h *Handler) charge(ctx context.Context, accountID, what, period string, n,
 // account stores: the sum of counters.total over its batches not yet
 // expired, counted in the same step as the creation, so concurrent
 // creations never pass it together. `evs serve`'s store is one; a refusal
-// is CodeRateLimited with its Retry-After (see RetryAfter errors).
+// is a *store.LimitError, which carries its Retry-After.
 type BoundedBatchStore interface {
 	CreateBatchBounded(ctx context.Context, b evs.Batch, items []evs.Item, maxActive, maxStored int) error
 }
