@@ -35,8 +35,9 @@ func emails(n int, distinct bool) string {
 
 // The stored-address limit through HTTP (EVS_MAX_STORED_ADDRESSES=5), for
 // a test-mode account (the cheap way to fill a disk) and a live one: a
-// batch that would take the account past 5 stored addresses (counted with
-// duplicates: counters.total) is 429 rate_limited naming the limit, with
+// batch, from a body or an upload, that would take the account past 5
+// stored addresses (counted with duplicates: counters.total) is 429
+// rate_limited naming the limit, with
 // Retry-After until the oldest batch expires (at most a day); nothing is
 // created or charged to the address quota, and the refusal is not kept
 // under its Idempotency-Key; other accounts are not concerned; once the
@@ -46,7 +47,7 @@ func TestStoredAddressLimit(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			h := start(t, options{server: func(o *server.Options) {
 				o.Config.MaxStoredAddresses = 5
-				o.Config.QuotaAddresses, o.Config.QuotaPeriod = 6, "month"
+				o.Config.QuotaAddresses, o.Config.QuotaPeriod = 8, "month"
 			}})
 			key, acct := h.testKey, h.testAcct
 			if mode == "live" {
@@ -87,12 +88,29 @@ func TestStoredAddressLimit(t *testing.T) {
 			if n := stored(); n != 3 {
 				t.Fatalf("stored %d after a refusal, want 3", n)
 			}
+			// The same from an upload: 3 are refused, 2 fit.
+			for _, c := range []struct{ n, status int }{{3, http.StatusTooManyRequests}, {2, http.StatusCreated}} {
+				id, putURL := h.newUpload(key, "text/csv")
+				csv := "email\n" + strings.ReplaceAll(strings.ReplaceAll(emails(c.n, true), `"`, ""), ",", "\n") + "\n"
+				if r := h.put(putURL, "text/csv", strings.NewReader(csv)); r.status != http.StatusOK && r.status != http.StatusNoContent {
+					t.Fatalf("PUT: %d %s", r.status, r.body)
+				}
+				r := h.do(req{method: http.MethodPost, path: "/v1/requests", key: key, body: `{"uploadId":"` + id + `","mode":"quick"}`})
+				if c.status == http.StatusTooManyRequests {
+					refused(r, 24*time.Hour)
+				} else if r.status != c.status {
+					t.Fatalf("upload of %d: %d %s", c.n, r.status, r.body)
+				}
+			}
+			if n := stored(); n != 5 {
+				t.Fatalf("stored %d, want 5", n)
+			}
 			// Another account stores its own 5.
 			if r := batch(h.otherKey, "", emails(5, false)); r.status != http.StatusCreated {
 				t.Fatalf("another account: %d %s", r.status, r.body)
 			}
-			// Nothing was charged for the refused batch: of the quota's 6,
-			// 4 are left.
+			// Nothing was charged for the refused batches: of the quota's
+			// 8, 2 + 2 were charged and 4 are left.
 			for i := range 5 {
 				r := h.do(req{method: http.MethodPost, path: "/v1/verify", key: key, body: `{"email":"accepted_email@x.example","mode":"quick"}`})
 				if want := map[bool]int{true: http.StatusOK, false: http.StatusTooManyRequests}[i < 4]; r.status != want {
