@@ -65,7 +65,7 @@ func main() {
 		// PUT; the batch is created from the object (dynamostore/uploads.go).
 		Uploads: st,
 		// Counted in the Batches table (dynamostore/quota.go).
-		Quota: api.Quota{Store: st, Limit: cfg.QuotaAddresses, Period: cfg.QuotaPeriod},
+		Quota: api.Quota{Store: st, Limit: cfg.QuotaAddresses, Period: cfg.QuotaPeriod, IdempotencyKeys: cfg.MaxIdempotencyKeys},
 		// Exact on DynamoDB: see dynamostore.CreateBatchWithin.
 		MaxActiveBatches: cfg.MaxActiveBatches,
 		Callbacks: api.Callbacks{

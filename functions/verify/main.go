@@ -57,7 +57,7 @@ func main() {
 		Idempotency: idempotency.New(st, time.Now),
 		Logger:      logger,
 		// Counted in the Batches table (dynamostore/quota.go).
-		Quota: api.Quota{Store: st, Limit: cfg.QuotaAddresses, Period: cfg.QuotaPeriod},
+		Quota: api.Quota{Store: st, Limit: cfg.QuotaAddresses, Period: cfg.QuotaPeriod, IdempotencyKeys: cfg.MaxIdempotencyKeys},
 	})
 	lambda.Start(metrics.Proxy(h.Verify, emf))
 }

@@ -243,6 +243,8 @@ var envDocs = map[string]string{
 	"EVS_BATCH_DEADLINE":        "a batch's time limit from its start (default 24h)",
 	"EVS_QUOTA_ADDRESSES":       "addresses per account and period; 0 = no quota (default 0)",
 	"EVS_QUOTA_PERIOD":          "the quota's period: day or month (default month)",
+	"EVS_MAX_STORED_ADDRESSES":  "addresses kept per account in unexpired batches; 0 or off = none (default 5000000)",
+	"EVS_MAX_IDEMPOTENCY_KEYS":  "new Idempotency-Keys per account per UTC day; 0 or off = none (default 250000)",
 	"EVS_MAX_CONNS":             "open HTTP connections (default 1024)",
 	"EVS_METRICS_ADDR":          "listen address of Prometheus /metrics (default: off)",
 	"EVS_PROVIDER_SESSIONS":     "SMTP sessions at once per mail provider: N or class=N,provider=N",

@@ -45,7 +45,8 @@ EVS_DRAIN_TIMEOUT). SIGHUP re-reads EVS_TLS_CERT and EVS_TLS_KEY.`,
 	return withEnv(cmd, append([]string{"EVS_ADDR", "EVS_DATA_DIR", "EVS_RATE_LIMIT", "EVS_AUTH_TTL", "EVS_RETENTION_DAYS",
 		"EVS_LOG_LEVEL", "EVS_MAX_ACTIVE_BATCHES", "EVS_BATCH_DEADLINE", "EVS_QUOTA_ADDRESSES", "EVS_QUOTA_PERIOD",
 		"EVS_MAX_CONNS", "EVS_METRICS_ADDR", "EVS_PUBLIC_URL", "EVS_MIN_FREE_BYTES", "EVS_PROVIDER_SESSIONS", "EVS_PROVIDER_RCPT_PER_MIN",
-		"EVS_TRUSTED_PROXIES", "EVS_DRAIN_TIMEOUT", "EVS_TLS_CERT", "EVS_TLS_KEY"}, engineEnv...)...)
+		"EVS_TRUSTED_PROXIES", "EVS_DRAIN_TIMEOUT", "EVS_TLS_CERT", "EVS_TLS_KEY",
+		"EVS_MAX_STORED_ADDRESSES", "EVS_MAX_IDEMPOTENCY_KEYS"}, engineEnv...)...)
 }
 
 func serve(ctx context.Context, testAccount bool, stdout, stderr io.Writer, getenv func(string) string, unknownEnv []string) error {

@@ -145,7 +145,12 @@ type Deps struct {
 	// MaxActiveBatches is how many batches an account may have queued or
 	// running (EVS_MAX_ACTIVE_BATCHES); one more is 429. 0 means no limit.
 	MaxActiveBatches int
-	// Quota is the address quota (EVS_QUOTA_ADDRESSES); see quota.go.
+	// MaxStoredAddresses bounds the addresses an account stores
+	// (EVS_MAX_STORED_ADDRESSES) when Batches is a BoundedBatchStore; 0
+	// means no limit.
+	MaxStoredAddresses int
+	// Quota is the address quota (EVS_QUOTA_ADDRESSES) and the
+	// Idempotency-Key limit (EVS_MAX_IDEMPOTENCY_KEYS); see quota.go.
 	Quota Quota
 	// Retention is how long batches and results are kept (default 30 days).
 	Retention time.Duration
@@ -350,10 +355,11 @@ func errReply(err error) idempotency.Reply {
 	var busy *BusyError
 	switch {
 	case r.StatusCode == http.StatusTooManyRequests:
-		// The address quota knows when its period ends; the other 429 a
-		// handler gives is the active-batch limit: a batch of a few
-		// thousand addresses finishes in about this time.
-		after, ok := quotaRetryAfter(err)
+		// The address quota and the Idempotency-Key limit know when their
+		// period ends, the stored-address limit when enough batches
+		// expire; the other 429 a handler gives is the active-batch limit:
+		// a batch of a few thousand addresses finishes in about this time.
+		after, ok := retryAfter(err)
 		if !ok {
 			after = RetryAfterActiveBatches
 		}
@@ -463,7 +469,15 @@ func (h *Handler) idempotent(ctx context.Context, req events.APIGatewayProxyRequ
 		ContentType: ct,
 		Body:        raw,
 	}, func(ctx context.Context) (idempotency.Reply, error) {
+		// Only a new key gets here: a replay is answered before.
+		refund, err := h.chargeKey(ctx, p)
+		if err != nil {
+			return errReply(err), errNotKept
+		}
 		r := fn(ctx)
+		if r.StatusCode == http.StatusTooManyRequests || r.StatusCode >= 500 {
+			refund() // no record is kept
+		}
 		if r.StatusCode == http.StatusTooManyRequests {
 			// Like a 5xx, a 429 is about now, not about the request: kept,
 			// it would answer the client's retry after Retry-After with the

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/store"
 )
 
 // The address quota (contract, section 14: "Quotas count addresses, not
@@ -50,6 +51,11 @@ type Quota struct {
 	Limit int
 	// Period is QuotaDay or QuotaMonth (default).
 	Period string
+	// IdempotencyKeys is the new Idempotency-Keys an account may use per
+	// UTC day (EVS_MAX_IDEMPOTENCY_KEYS), counted on Store's counters; 0,
+	// or no Store, means no limit. Each key's record is kept 24 h: this
+	// bounds the records one account makes the store keep.
+	IdempotencyKeys int
 }
 
 // quotaPeriod returns the name of the period that holds now ("2026-11" or
@@ -63,15 +69,16 @@ func quotaPeriod(period string, now time.Time) (string, time.Time) {
 	return fmt.Sprintf("%04d-%02d", y, int(m)), time.Date(y, m+1, 1, 0, 0, 0, 0, time.UTC)
 }
 
-// quotaError is a call refused by the address quota: a 429 whose
-// Retry-After is the time left in the period.
-type quotaError struct {
-	err        *evs.Error
-	retryAfter string
+// retryAfter is the Retry-After of err, a 429, when err knows it (a
+// *store.LimitError: the address quota, the Idempotency-Key limit, the
+// stored-address limit): the seconds, rounded up, until a retry can pass.
+func retryAfter(err error) (string, bool) {
+	var le *store.LimitError
+	if !errors.As(err, &le) {
+		return "", false
+	}
+	return strconv.Itoa(max(int(math.Ceil(le.RetryAfter().Seconds())), 1)), true
 }
-
-func (e *quotaError) Error() string { return e.err.Error() }
-func (e *quotaError) Unwrap() error { return e.err }
 
 // counterGrace keeps a counter past its period's end, so a clock a little
 // behind never sees a period's counter gone while the period still runs.
@@ -86,36 +93,74 @@ func (h *Handler) chargeQuota(ctx context.Context, p Principal, n int) (refund f
 	}
 	now := h.d.Now()
 	period, end := quotaPeriod(q.Period, now)
-	ok, err := q.Store.ChargeAddresses(ctx, p.AccountID, period, n, q.Limit, end.Add(counterGrace))
-	if err != nil {
-		return nil, fmt.Errorf("api: charge the address quota: %w", err)
-	}
-	if !ok {
+	return h.charge(ctx, p.AccountID, "address quota", period, n, q.Limit, now, end, func() string {
 		unit := "month"
 		if q.Period == QuotaDay {
 			unit = "day"
 		}
-		secs := int(math.Ceil(end.Sub(now).Seconds()))
-		msg := fmt.Sprintf("The account's address quota (%d addresses a %s) is used up; it resets at %s.", q.Limit, unit, end.Format(time.RFC3339))
 		if n > 1 {
-			msg = fmt.Sprintf("The account's address quota (%d addresses a %s) is used up: fewer than this batch's %d distinct addresses are left; it resets at %s.", q.Limit, unit, n, end.Format(time.RFC3339))
+			return fmt.Sprintf("The account's address quota (%d addresses a %s) is used up: fewer than this batch's %d distinct addresses are left; it resets at %s.", q.Limit, unit, n, end.Format(time.RFC3339))
 		}
-		return nil, &quotaError{err: evs.Errorf(evs.CodeRateLimited, "%s", msg), retryAfter: strconv.Itoa(max(secs, 1))}
+		return fmt.Sprintf("The account's address quota (%d addresses a %s) is used up; it resets at %s.", q.Limit, unit, end.Format(time.RFC3339))
+	})
+}
+
+// keysPeriod prefixes the day of an Idempotency-Key counter, so it never
+// meets an address quota counter of the same day.
+const keysPeriod = "idempotency-keys/"
+
+// chargeKey charges one new Idempotency-Key to the account's day, UTC
+// (Quota.IdempotencyKeys). refund gives it back when the call's record is
+// not kept after all (a 429 or a 5xx), since only kept records take space.
+func (h *Handler) chargeKey(ctx context.Context, p Principal) (refund func(), err error) {
+	q := h.d.Quota
+	if q.IdempotencyKeys <= 0 || q.Store == nil {
+		return func() {}, nil
+	}
+	now := h.d.Now()
+	day, end := quotaPeriod(QuotaDay, now)
+	return h.charge(ctx, p.AccountID, "Idempotency-Key limit", keysPeriod+day, 1, q.IdempotencyKeys, now, end, func() string {
+		return fmt.Sprintf("The account's Idempotency-Key limit (%d new keys a day, UTC) is used up; it resets at %s. Calls without a key, and repeats of a key already used, still work.", q.IdempotencyKeys, end.Format(time.RFC3339))
+	})
+}
+
+// charge adds n to the account's counter of limit named what for period,
+// which ends at end; over the limit it is refused with refused's message
+// and a Retry-After to the period's end.
+func (h *Handler) charge(ctx context.Context, accountID, what, period string, n, limit int, now, end time.Time, refused func() string) (refund func(), err error) {
+	st := h.d.Quota.Store
+	ok, err := st.ChargeAddresses(ctx, accountID, period, n, limit, end.Add(counterGrace))
+	if err != nil {
+		return nil, fmt.Errorf("api: charge the %s: %w", what, err)
+	}
+	if !ok {
+		return nil, &store.LimitError{Err: evs.Errorf(evs.CodeRateLimited, "%s", refused()), Retry: end.Sub(now)}
 	}
 	return func() {
-		if err := q.Store.RefundAddresses(context.WithoutCancel(ctx), p.AccountID, period, n); err != nil {
+		if err := st.RefundAddresses(context.WithoutCancel(ctx), accountID, period, n); err != nil {
 			// The account was charged for work not done; it costs it
 			// quota, not money, so the call's own answer is unchanged.
-			h.d.Logger.ErrorContext(ctx, "could not refund an address quota charge", slog.String("accountId", p.AccountID), slog.Int("addresses", n), slog.String("error", err.Error()))
+			h.d.Logger.ErrorContext(ctx, "could not refund a charge of the "+what, slog.String("accountId", accountID), slog.Int("charged", n), slog.String("error", err.Error()))
 		}
 	}, nil
 }
 
-// quotaRetryAfter is the Retry-After of an address quota refusal in err.
-func quotaRetryAfter(err error) (string, bool) {
-	var qe *quotaError
-	if errors.As(err, &qe) {
-		return qe.retryAfter, true
+// BoundedBatchStore is a BatchStore that can also bound the addresses an
+// account stores: the sum of counters.total over its batches not yet
+// expired, counted in the same step as the creation, so concurrent
+// creations never pass it together. `evs serve`'s store is one; a refusal
+// is a *store.LimitError, which carries its Retry-After.
+type BoundedBatchStore interface {
+	CreateBatchBounded(ctx context.Context, b evs.Batch, items []evs.Item, maxActive, maxStored int) error
+}
+
+// createWithin creates b within the account's limits: its active batches
+// (MaxActiveBatches) and, when the store can bound them, its stored
+// addresses (MaxStoredAddresses). A store that cannot (DynamoDB; see
+// docs/aws.md) is bounded by the address quota and the retention instead.
+func (h *Handler) createWithin(ctx context.Context, b evs.Batch, items []evs.Item) error {
+	if bs, ok := h.d.Batches.(BoundedBatchStore); ok && h.d.MaxStoredAddresses > 0 {
+		return bs.CreateBatchBounded(ctx, b, items, h.d.MaxActiveBatches, h.d.MaxStoredAddresses)
 	}
-	return "", false
+	return h.d.Batches.CreateBatchWithin(ctx, b, items, h.d.MaxActiveBatches)
 }

@@ -339,7 +339,7 @@ func (h *Handler) storeBatch(ctx context.Context, p Principal, in parsedBatch, i
 	if err != nil {
 		return evs.Batch{}, err
 	}
-	if err := h.d.Batches.CreateBatchWithin(ctx, b, items, h.d.MaxActiveBatches); err != nil {
+	if err := h.createWithin(ctx, b, items); err != nil {
 		refund()
 		return evs.Batch{}, err
 	}

@@ -82,6 +82,15 @@ type Config struct {
 	// QuotaPeriod is the quota's calendar period in UTC, QuotaDay or
 	// QuotaMonth (EVS_QUOTA_PERIOD, default month).
 	QuotaPeriod string
+	// MaxStoredAddresses bounds the addresses an account keeps: the sum of
+	// counters.total over its batches not yet expired
+	// (EVS_MAX_STORED_ADDRESSES, default DefaultMaxStoredAddresses; 0: no
+	// bound). `evs serve` enforces it; see docs/aws.md for AWS.
+	MaxStoredAddresses int
+	// MaxIdempotencyKeys bounds the new Idempotency-Keys an account may use
+	// per UTC day (EVS_MAX_IDEMPOTENCY_KEYS, default
+	// DefaultMaxIdempotencyKeys; 0: no bound).
+	MaxIdempotencyKeys int
 	// BatchDeadline is a batch's time limit from its start
 	// (EVS_BATCH_DEADLINE).
 	BatchDeadline time.Duration
@@ -296,6 +305,8 @@ func FromEnv(getenv func(string) string, onLambda bool) (Config, error) {
 	default:
 		errs = append(errs, fmt.Errorf("EVS_QUOTA_PERIOD: %q is not day or month", c.QuotaPeriod))
 	}
+	c.MaxStoredAddresses = limitOrOff(getenv, "EVS_MAX_STORED_ADDRESSES", DefaultMaxStoredAddresses, &errs)
+	c.MaxIdempotencyKeys = limitOrOff(getenv, "EVS_MAX_IDEMPOTENCY_KEYS", DefaultMaxIdempotencyKeys, &errs)
 	c.BatchDeadline = 24 * time.Hour
 	if s := getenv("EVS_BATCH_DEADLINE"); s != "" {
 		d, err := time.ParseDuration(s)
@@ -352,6 +363,20 @@ func (c *Config) SetSMTPProxy(proxyURL string) error {
 // batch with its results takes about 8 MiB) and for SQLite's checkpoints.
 const DefaultMinFreeBytes = 1 << 30
 
+// DefaultMaxStoredAddresses is EVS_MAX_STORED_ADDRESSES's default: five
+// uploads of the largest size, or 100 full body batches, kept at once. At
+// 152.5 bytes per address with its result in `evs serve`'s store
+// (sqlitestore's BenchmarkStorageBytes), one account holds at most about
+// 760 MB.
+const DefaultMaxStoredAddresses = 5_000_000
+
+// DefaultMaxIdempotencyKeys is EVS_MAX_IDEMPOTENCY_KEYS's default: new
+// Idempotency-Keys per account per UTC day. A record is kept 24 h and
+// takes about 1,160 bytes with a /v1/verify reply (BenchmarkStorageBytes),
+// so one account's records stay under about 290 MB, while a client with a
+// new key on every call still makes about 3 calls a second all day.
+const DefaultMaxIdempotencyKeys = 250_000
+
 func positiveInt(getenv func(string) string, name string, def int, errs *[]error) int {
 	s := getenv(name)
 	if s == "" {
@@ -360,6 +385,24 @@ func positiveInt(getenv func(string) string, name string, def int, errs *[]error
 	n, err := strconv.Atoi(s)
 	if err != nil || n < 1 {
 		*errs = append(*errs, fmt.Errorf("%s: %q is not a positive whole number", name, s))
+		return def
+	}
+	return n
+}
+
+// limitOrOff reads a per-account limit: a whole number, with 0 or "off"
+// for no limit.
+func limitOrOff(getenv func(string) string, name string, def int, errs *[]error) int {
+	s := strings.ToLower(getenv(name))
+	switch s {
+	case "":
+		return def
+	case "off":
+		return 0
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 {
+		*errs = append(*errs, fmt.Errorf("%s: %q is not a whole number, or 0/off for no limit", name, s))
 		return def
 	}
 	return n

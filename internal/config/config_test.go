@@ -87,6 +87,23 @@ func TestFromEnv(t *testing.T) {
 			}
 		}},
 		{name: "bad free-space watermark", vars: map[string]string{"EVS_MIN_FREE_BYTES": "1GB"}, errMatch: "EVS_MIN_FREE_BYTES"},
+		{name: "default per-account storage limits", check: func(t *testing.T, c config.Config) {
+			if c.MaxStoredAddresses != 5_000_000 || c.MaxIdempotencyKeys != 250_000 {
+				t.Fatalf("stored addresses %d, idempotency keys %d", c.MaxStoredAddresses, c.MaxIdempotencyKeys)
+			}
+		}},
+		{name: "per-account storage limits", vars: map[string]string{"EVS_MAX_STORED_ADDRESSES": "1000", "EVS_MAX_IDEMPOTENCY_KEYS": "Off"}, check: func(t *testing.T, c config.Config) {
+			if c.MaxStoredAddresses != 1000 || c.MaxIdempotencyKeys != 0 {
+				t.Fatalf("stored addresses %d, idempotency keys %d", c.MaxStoredAddresses, c.MaxIdempotencyKeys)
+			}
+		}},
+		{name: "stored addresses off", vars: map[string]string{"EVS_MAX_STORED_ADDRESSES": "0"}, check: func(t *testing.T, c config.Config) {
+			if c.MaxStoredAddresses != 0 {
+				t.Fatalf("stored addresses %d, want 0 (off)", c.MaxStoredAddresses)
+			}
+		}},
+		{name: "bad stored addresses", vars: map[string]string{"EVS_MAX_STORED_ADDRESSES": "5M"}, errMatch: "EVS_MAX_STORED_ADDRESSES"},
+		{name: "bad idempotency keys", vars: map[string]string{"EVS_MAX_IDEMPOTENCY_KEYS": "-1"}, errMatch: "EVS_MAX_IDEMPOTENCY_KEYS"},
 		{name: "bad quota period", vars: map[string]string{"EVS_QUOTA_PERIOD": "week"}, errMatch: "EVS_QUOTA_PERIOD"},
 		{name: "bad smtp mode", vars: map[string]string{"EVS_SMTP": "smoke"}, errMatch: "EVS_SMTP"},
 		{name: "proxy mode without proxy", vars: map[string]string{"EVS_SMTP": "proxy"}, errMatch: "EVS_SMTP_PROXY"},

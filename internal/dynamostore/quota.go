@@ -8,11 +8,12 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 )
 
-// The address quota's counters (api.AddressQuota): one item per account
-// and period in the Batches table, partition "~quota#<accountId>", sort
-// key the period ("2026-11"), like the MX leases (lease.go): no account ID
-// starts with "~" and the item has no state, so no reader of batches sees
-// it. It carries the TTL attribute, so old periods go away by themselves.
+// The address quota's counters (api.AddressQuota), and the
+// Idempotency-Key limit's, whose periods are named "idempotency-keys/<day>":
+// one item per account and period in the Batches table, partition
+// "~quota#<accountId>", sort key the period ("2026-11"), like the MX
+// leases (lease.go): no account ID starts with "~" and the item has no
+// state, so no reader of batches sees it. It carries the TTL attribute, so old periods go away by themselves.
 //
 // A charge is one UpdateItem that adds n on the condition that the counter
 // is at most limit-n: DynamoDB evaluates the condition and the update

@@ -36,6 +36,7 @@ import (
 type Store interface {
 	store.Store
 	store.DueDeliveries
+	api.BoundedBatchStore
 	Sweep(ctx context.Context) (int, error)
 }
 
@@ -246,6 +247,7 @@ func New(o Options) (*Server, error) {
 		Queue:              runner,
 		Retention:          o.Config.Retention,
 		MaxActiveBatches:   o.Config.MaxActiveBatches,
+		MaxStoredAddresses: o.Config.MaxStoredAddresses,
 		Quota:              quota(o.Store, o.Config),
 		Now:                o.Now,
 		Logger:             o.Logger,
@@ -268,7 +270,7 @@ func New(o Options) (*Server, error) {
 // quota is the address quota of cfg on st's counters. A store without
 // them (a test's fake) can serve only without a quota.
 func quota(st Store, cfg config.Config) api.Quota {
-	q := api.Quota{Limit: cfg.QuotaAddresses, Period: cfg.QuotaPeriod}
+	q := api.Quota{Limit: cfg.QuotaAddresses, Period: cfg.QuotaPeriod, IdempotencyKeys: cfg.MaxIdempotencyKeys}
 	q.Store, _ = st.(api.AddressQuota)
 	return q
 }

@@ -82,7 +82,7 @@ var (
 		qClaim, qReadClaim, qComplete, qRelease, qPut,
 		qCreateBatch, qBatch, qTransition, qCount,
 		insertItems(itemsPerInsert), insertResults(resultsPerInsert),
-		qChargeQuota, qRefundQuota,
+		qChargeQuota, qRefundQuota, qAddQuota, qStored, qAddStored,
 	}
 	readerQueries = []string{
 		qAccount, qAccountByName, qCountAccounts, qKeyByHash, qListKeys,
@@ -132,17 +132,35 @@ func (s *Store) ActiveBatches(ctx context.Context, accountID string) (int, error
 // maxActive active batches. Writes are serialised (one writer at a time),
 // so the count taken inside the write transaction is exact.
 func (s *Store) CreateBatchWithin(ctx context.Context, b evs.Batch, items []evs.Item, maxActive int) error {
+	return s.CreateBatchBounded(ctx, b, items, maxActive, 0)
+}
+
+// CreateBatchBounded is CreateBatchWithin that also refuses, with a
+// *store.LimitError, a batch that would take the account's stored
+// addresses (see StoredAddresses) past maxStored; maxStored <= 0 means no
+// limit. Both counts are taken inside the write transaction, so they are
+// exact however many creations run at once.
+func (s *Store) CreateBatchBounded(ctx context.Context, b evs.Batch, items []evs.Item, maxActive, maxStored int) error {
 	defer s.touched(b.AccountID, b.ID)
 	return s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		now := s.now()
 		if maxActive > 0 {
 			var n int
-			err := tx.QueryRowContext(ctx, activeQuery, evs.StateQueued, evs.StateRunning, b.AccountID, millis(s.now())).Scan(&n)
+			err := tx.QueryRowContext(ctx, activeQuery, evs.StateQueued, evs.StateRunning, b.AccountID, millis(now)).Scan(&n)
 			if err != nil {
 				return dbErr("count active batches", err)
 			}
 			if n >= maxActive {
 				return evs.Errorf(evs.CodeRateLimited, store.ActiveBatchesFull, n)
 			}
+		}
+		if maxStored > 0 {
+			if err := s.checkStored(ctx, tx, b.AccountID, b.Counters.Total, maxStored, now); err != nil {
+				return err
+			}
+		}
+		if err := s.addStored(ctx, tx, b.AccountID, b.Counters.Total); err != nil {
+			return err
 		}
 		c := b.Counters
 		create, err := s.wstmt(ctx, tx, qCreateBatch)
@@ -516,6 +534,11 @@ func (s *Store) Sweep(ctx context.Context) (int, error) {
 	var n int64
 	now := millis(s.now())
 	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		// The stored-address counters first, while the batches they lose
+		// are still there to be summed.
+		if err := sweepStored(ctx, tx, now); err != nil {
+			return err
+		}
 		for _, q := range []string{
 			`DELETE FROM batches WHERE expires_at <= ?`,
 			`DELETE FROM idempotency WHERE expires_at <= ?`,
@@ -534,6 +557,9 @@ func (s *Store) Sweep(ctx context.Context) (int, error) {
 		}
 		return nil
 	})
+	if err == nil && s.quota != nil {
+		s.quota.sweep(time.UnixMilli(now))
+	}
 	if err == nil && s.keys != nil {
 		// Sweeps run one at a time, so rebuilds never overlap.
 		err = s.keys.rebuild(ctx, s.rdb)

@@ -172,3 +172,63 @@ func BenchmarkQuickCheck50k(b *testing.B) {
 	}
 	b.ReportMetric(float64(fi.Size())/(1<<20), "dbMiB")
 }
+
+// BenchmarkStorageBytes measures what the per-account storage limits
+// bound (docs/security.md): the bytes a batch takes per address with its
+// result (50,000 addresses, full-mode decisions), and the bytes one
+// Idempotency-Key's record takes with a /v1/verify reply (670 bytes, a
+// real test-mode reply without its request id) under a UUID key. Each is
+// the growth of the database file, write-ahead log folded in.
+func BenchmarkStorageBytes(b *testing.B) {
+	const addresses, records = 50_000, 20_000
+	ctx := context.Background()
+	body := []byte(`{"status":"deliverable","decision":{"email":"accepted_email@x.example","normalized":"accepted_email@x.example","reason":"accepted_email","mode":"quick","suggestion":null,"flags":{"disposable":false,"role":false,"free":false,"acceptAll":false,"smtputf8":false},"checks":{"syntax":{"valid":true},"dns":{"result":"ok","mx":["mx.sandbox.invalid"],"implicitMx":false,"rcode":"NOERROR"},"smtp":{"result":"accepted","host":"mx.sandbox.invalid","provider":"other","code":250,"enhancedCode":"2.1.5","message":"OK (test mode)","tls":true,"detail":"test mode: simulated probe result (quick mode never probes)"}},"checkedAt":"2026-11-22T10:00:00.000Z","durationMs":0,"testMode":true}}`)
+	size := func(dir string) int64 {
+		fi, err := os.Stat(filepath.Join(dir, FileName))
+		if err != nil {
+			b.Fatal(err)
+		}
+		return fi.Size()
+	}
+	// grow opens a fresh store, runs fill, closes it (folding the log
+	// in) and returns the file's growth.
+	grow := func(fill func(s *Store)) int64 {
+		dir := b.TempDir()
+		s, err := Open(ctx, dir, func() time.Time { return t0 })
+		if err != nil {
+			b.Fatal(err)
+		}
+		s.Close()
+		before := size(dir)
+		s, err = Open(ctx, dir, func() time.Time { return t0 })
+		if err != nil {
+			b.Fatal(err)
+		}
+		fill(s)
+		if err := s.Close(); err != nil {
+			b.Fatal(err)
+		}
+		return size(dir) - before
+	}
+	var perAddress, perRecord float64
+	for b.Loop() {
+		perAddress = float64(grow(func(s *Store) {
+			newBatch(b, s, "b1", addresses, t0.Add(time.Hour))
+			if _, err := s.PutResults(ctx, "a", "b1", resultsFor(0, addresses), t0); err != nil {
+				b.Fatal(err)
+			}
+		})) / addresses
+		perRecord = float64(grow(func(s *Store) {
+			for i := range records {
+				rec := idempotency.Record{Scope: idempotency.Scope("9f0c1c9e-3f4d-4c55-8f1a-6f2d1f0b7a11", "POST", "/v1/verify", fmt.Sprintf("3b241101-e2bb-4255-8caf-%012d", i)),
+					Fingerprint: "f9a3c2e1d0b7a6958473625140f9e8d7c6b5a4938271605f4e3d2c1b0a99887", State: idempotency.Done,
+					LockedUntil: t0, ExpiresAt: t0.Add(idempotency.Retention), StatusCode: 200, Headers: map[string]string{"Content-Type": "application/json"}, Body: body}
+				if err := s.PutIdempotency(ctx, rec, t0); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})) / records
+	}
+	b.ReportMetric(perAddress, "B/address")
+	b.ReportMetric(perRecord, "B/record")
+}

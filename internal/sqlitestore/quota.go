@@ -7,12 +7,15 @@ import (
 	"time"
 )
 
-// The address quota's counters (api.AddressQuota), in address_quota. A
-// charge is one upsert whose update only happens while the sum stays
-// within the limit; RETURNING yields no row when it does not, and the
-// counter is unchanged. One statement, so it shares the group commit
-// without a savepoint; it is not synced on its own, since a charge lost to
-// a power failure only gives an account back a few addresses.
+// The address quota's counters (api.AddressQuota), in address_quota; the
+// Idempotency-Key limit keeps its own there too, under periods named
+// "idempotency-keys/<day>". A charge is one upsert whose update only
+// happens while the sum stays within the limit; RETURNING yields no row
+// when it does not, and the counter is unchanged. One statement, so it
+// shares the group commit without a savepoint; it is not synced on its
+// own, since a charge lost to a power failure only gives an account back a
+// few addresses. The serving store decides from memory instead
+// (quotamirror.go).
 
 const (
 	qChargeQuota = `INSERT INTO address_quota (account_id, period, used, expires_at) VALUES (?, ?, ?, ?)
@@ -27,6 +30,9 @@ const (
 func (s *Store) ChargeAddresses(ctx context.Context, accountID, period string, n, limit int, expires time.Time) (bool, error) {
 	if n > limit {
 		return false, nil // even an unused quota cannot take it
+	}
+	if s.quota != nil {
+		return s.quota.charge(ctx, s, accountID, period, n, limit, expires)
 	}
 	charged := false
 	err := s.writeOne(ctx, false, func(ctx context.Context, tx *sql.Tx) error {
@@ -50,6 +56,10 @@ func (s *Store) ChargeAddresses(ctx context.Context, accountID, period string, n
 
 // RefundAddresses takes n back off the account's counter for period.
 func (s *Store) RefundAddresses(ctx context.Context, accountID, period string, n int) error {
+	if s.quota != nil {
+		s.quota.refund(s, accountID, period, n)
+		return nil
+	}
 	return s.writeOne(ctx, false, func(ctx context.Context, tx *sql.Tx) error {
 		st, err := s.wstmt(ctx, tx, qRefundQuota)
 		if err != nil {

@@ -196,6 +196,8 @@ CREATE TABLE write_probe (
 	at INTEGER NOT NULL
 );
 `,
+	// The stored-address limit (stored.go).
+	storedSchema,
 }
 
 // migrate brings the schema to len(migrations). It runs in one immediate

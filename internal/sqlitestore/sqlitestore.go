@@ -80,6 +80,9 @@ type Store struct {
 	// keys tells lookups which scopes surely have no idempotency record;
 	// nil unless this process is the directory's only server.
 	keys *keyFilter
+	// quota mirrors the address quota's counters; nil unless this process
+	// is the directory's only server.
+	quota *quotaMirror
 	// dir is the data directory; keysGen counts this store's writes to
 	// keys and accounts (KeysVersion).
 	dir     string
@@ -267,6 +270,7 @@ func open(ctx context.Context, dir string, now func() time.Time, busy time.Durat
 		// Only the serving process writes batches and deliveries, and this
 		// store is it: batch views can be kept in memory.
 		s.views = newViewCache()
+		s.quota = newQuotaMirror()
 		if s.keys, err = newKeyFilter(ctx, s.rdb); err != nil {
 			s.Close()
 			return nil, err
@@ -381,6 +385,9 @@ func readers() int { return max(4, 2*runtime.GOMAXPROCS(0)) }
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.closed.Store(true)
+		if s.quota != nil {
+			s.quota.close()
+		}
 		s.c.stop()
 		s.wstmts.close()
 		s.rstmts.close()

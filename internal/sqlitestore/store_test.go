@@ -38,6 +38,17 @@ func TestQuotaContract(t *testing.T) {
 	testkit.RunQuotaContract(t, func(t *testing.T) testkit.AddressQuota {
 		return openStore(t, t.TempDir(), time.Now)
 	})
+	// The serving store keeps the counters in memory (quotaMirror).
+	t.Run("Serving", func(t *testing.T) {
+		testkit.RunQuotaContract(t, func(t *testing.T) testkit.AddressQuota {
+			s, err := OpenServing(context.Background(), t.TempDir(), time.Now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { s.Close() })
+			return s
+		})
+	})
 }
 
 func TestOpenSettings(t *testing.T) {

@@ -95,6 +95,29 @@ type Batches interface {
 // CreateBatchWithin; %d is the account's active batches.
 const ActiveBatchesFull = "The account has %d batch requests queued or running, the most allowed; retry once one has finished."
 
+// StoredAddressesFull is the message of a creation refused by
+// CreateBatchBounded's stored-address limit: the limit, what the account
+// stores, the batch's addresses, and when enough will have expired.
+const StoredAddressesFull = "The account's stored-address limit (%d addresses in batches still kept) would be exceeded: %d are stored and this request has %d; retry when older requests expire, at %s."
+
+// StoredAddressesTooMany is the message of a creation refused because its
+// batch alone has more addresses than the stored-address limit.
+const StoredAddressesTooMany = "This request has %d addresses, more than the account's stored-address limit (%d addresses in batches still kept) allows at all; split the list."
+
+// LimitError is a CodeRateLimited refusal by a per-account limit that
+// knows when a retry can pass: the api turns RetryAfter into the reply's
+// Retry-After.
+type LimitError struct {
+	Err   *evs.Error
+	Retry time.Duration
+}
+
+func (e *LimitError) Error() string { return e.Err.Error() }
+func (e *LimitError) Unwrap() error { return e.Err }
+
+// RetryAfter is how long until a retry can pass.
+func (e *LimitError) RetryAfter() time.Duration { return e.Retry }
+
 // Webhooks stores the accounts' signing secrets and the delivery of each
 // batch's final event (contract, section 10).
 type Webhooks interface {

@@ -69,6 +69,17 @@ func RunQuotaContract(t *testing.T, newQuota func(t *testing.T) AddressQuota) {
 			t.Fatal(err)
 		}
 	})
+	t.Run("PeriodsAreNames", func(t *testing.T) {
+		// The Idempotency-Key limit keeps its counters beside the quota's,
+		// under periods of its own name: they never share a count.
+		q := newQuota(t)
+		if !charge(t, q, "acct-1", "2026-11-25", 5, 5) || !charge(t, q, "acct-1", "idempotency-keys/2026-11-25", 5, 5) {
+			t.Fatal("a counter of another name shared the first one's count")
+		}
+		if charge(t, q, "acct-1", "idempotency-keys/2026-11-25", 1, 5) {
+			t.Fatal("a full counter took one more")
+		}
+	})
 	t.Run("Concurrent", func(t *testing.T) {
 		q := newQuota(t)
 		const limit, callers = 10, 25
