@@ -40,6 +40,12 @@ type Store interface {
 	Sweep(ctx context.Context) (int, error)
 }
 
+// stateChanges is a store that tells of each batch state it writes
+// (sqlitestore.Store.OnStateChange).
+type stateChanges interface {
+	OnStateChange(fn func(b evs.Batch, from evs.State))
+}
+
 // Engine verifies single addresses (the API) and groups of addresses of
 // one domain (the batch worker); *verify.Engine is one.
 type Engine interface {
@@ -164,6 +170,20 @@ func New(o Options) (*Server, error) {
 	if o.FreeBytes == nil && o.Config.DataDir != "" {
 		dir := o.Config.DataDir
 		o.FreeBytes = func() (uint64, error) { return freeBytes(dir) }
+	}
+	if sc, ok := o.Store.(stateChanges); ok {
+		// One line per batch state change, for the operator (contract,
+		// section 15): ids, states and counts, never an address.
+		logger := o.Logger
+		sc.OnStateChange(func(b evs.Batch, from evs.State) {
+			attrs := []any{slog.String("batchId", b.ID), slog.String("accountId", b.AccountID),
+				slog.String("from", string(from)), slog.String("to", string(b.State)),
+				slog.Int("total", b.Counters.Total), slog.Int("processed", b.Counters.Processed)}
+			if b.Error != "" {
+				attrs = append(attrs, slog.String("error", b.Error))
+			}
+			logger.Info("batch", attrs...)
+		})
 	}
 	if w, ok := o.Store.(interface{ Warnings() []string }); ok {
 		// Security-relevant, so said at start: a data directory other

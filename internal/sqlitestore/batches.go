@@ -140,8 +140,13 @@ func (s *Store) CreateBatchWithin(ctx context.Context, b evs.Batch, items []evs.
 // addresses (see StoredAddresses) past maxStored; maxStored <= 0 means no
 // limit. Both counts are taken inside the write transaction, so they are
 // exact however many creations run at once.
-func (s *Store) CreateBatchBounded(ctx context.Context, b evs.Batch, items []evs.Item, maxActive, maxStored int) error {
+func (s *Store) CreateBatchBounded(ctx context.Context, b evs.Batch, items []evs.Item, maxActive, maxStored int) (err error) {
 	defer s.touched(b.AccountID, b.ID)
+	defer func() {
+		if err == nil {
+			s.stateChanged(b, "")
+		}
+	}()
 	return s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		now := s.now()
 		if maxActive > 0 {
@@ -245,11 +250,13 @@ func (s *Store) batch(ctx context.Context, st *sql.Stmt, accountID, id string) (
 func (s *Store) TransitionBatch(ctx context.Context, accountID, id string, from []evs.State, to evs.State, errMsg string, now time.Time) (evs.Batch, error) {
 	defer s.touched(accountID, id)
 	var out evs.Batch
+	var before evs.State
 	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		b, _, err := s.batchTx(ctx, tx, accountID, id)
 		if err != nil {
 			return err
 		}
+		before = b.State
 		if b.State.Final() || !slices.Contains(from, b.State) {
 			return evs.Errorf(evs.CodeInvalidState, "The request is %s.", b.State)
 		}
@@ -269,6 +276,9 @@ func (s *Store) TransitionBatch(ctx context.Context, accountID, id string, from 
 		out, err = scanBatch(st.QueryRowContext(ctx, to, errMsg, completed, id))
 		return dbErr("transition batch", err)
 	})
+	if err == nil {
+		s.stateChanged(out, before)
+	}
 	return out, err
 }
 
@@ -298,13 +308,14 @@ func (s *Store) PutResults(ctx context.Context, accountID, id string, results []
 		encoded[i] = b
 	}
 	var out evs.Batch
+	var before evs.State
 	defer s.touched(accountID, id)
 	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		b, key, err := s.batchTx(ctx, tx, accountID, id)
 		if err != nil {
 			return err
 		}
-		out = b
+		out, before = b, b.State
 		if b.State.Final() || len(results) == 0 {
 			return nil
 		}
@@ -358,6 +369,9 @@ func (s *Store) PutResults(ctx context.Context, accountID, id string, results []
 			added.n, evs.StateCompleted, added.n, millis(now), key))
 		return dbErr("count results", err)
 	})
+	if err == nil {
+		s.stateChanged(out, before) // the last result completes the batch
+	}
 	return out, err
 }
 

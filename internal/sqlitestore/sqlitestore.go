@@ -77,6 +77,9 @@ type Store struct {
 	// views is the cache of batch views; nil unless this process
 	// is the only writer of batches (OpenServing).
 	views *viewCache
+	// stateHook, when set (OnStateChange), hears of each batch state a
+	// committed write made.
+	stateHook func(b evs.Batch, from evs.State)
 	// keys tells lookups which scopes surely have no idempotency record;
 	// nil unless this process is the directory's only server.
 	keys *keyFilter
@@ -429,6 +432,23 @@ func (s *Store) writeOne(ctx context.Context, sync bool, fn func(ctx context.Con
 
 // touched tells the view cache that a write to the batch has returned,
 // committed or not.
+// OnStateChange sets fn to be called after each committed write that gives
+// a batch a new state, with the batch as written and the state it left
+// ("" for a batch just created): queued, running, completed, cancelled,
+// failed. This store is the one place every transition passes through,
+// whoever makes it (the API, the batch worker, the deadline), so an
+// operator's log of state changes hangs here. fn runs after the write,
+// outside it; it must not call back into the store's writes. Set it before
+// the store is used.
+func (s *Store) OnStateChange(fn func(b evs.Batch, from evs.State)) { s.stateHook = fn }
+
+// stateChanged tells the hook of a state the batch did not have before.
+func (s *Store) stateChanged(b evs.Batch, from evs.State) {
+	if s.stateHook != nil && b.ID != "" && b.State != from {
+		s.stateHook(b, from)
+	}
+}
+
 func (s *Store) touched(accountID, id string) {
 	if s.views != nil {
 		s.views.wrote(accountID, id)

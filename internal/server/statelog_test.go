@@ -1,0 +1,73 @@
+package server_test
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/evs-dev/evs/internal/batch"
+)
+
+// TestBatchStateLog: every state a batch takes is one log line (contract,
+// section 15), whoever made the change: the API (created, cancelled), the
+// batch worker (running, completed). The lines carry ids, states and
+// counts, never an address.
+func TestBatchStateLog(t *testing.T) {
+	h := start(t, options{realClock: true,
+		// held@ is greylisted, and its retry an hour away: its batch stays
+		// running until it is cancelled.
+		rcpt: func(addr string) string {
+			if addr == "held@good.example" {
+				return greylistReply
+			}
+			return "550 5.1.1 <" + addr + ">: Recipient address rejected: User unknown"
+		},
+		batch: batch.RunnerConfig{GreyBackoff: time.Hour}})
+	done := h.do(req{method: "POST", path: "/v1/requests", key: h.testKey, body: `{"emails":["secret-alice@good.example","team+rejected_email@good.example"],"mode":"full"}`})
+	if done.status != 201 {
+		t.Fatalf("create: %d %s", done.status, done.body)
+	}
+	doneID := decodeEnvelope(t, done).Request.ID
+	h.poll(h.testKey, doneID, 10*time.Second)
+
+	held := h.do(req{method: "POST", path: "/v1/requests", key: h.liveKey, body: `{"emails":["held@good.example"],"mode":"full"}`})
+	if held.status != 201 {
+		t.Fatalf("create: %d %s", held.status, held.body)
+	}
+	heldID := decodeEnvelope(t, held).Request.ID
+	for deadline := time.Now().Add(10 * time.Second); decodeEnvelope(t, h.do(req{path: "/v1/requests/" + heldID, key: h.liveKey})).Request.State != "running"; {
+		if time.Now().After(deadline) {
+			t.Fatal("the held batch never started")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if r := h.do(req{method: "POST", path: "/v1/requests/" + heldID + "/cancel", key: h.liveKey}); r.status != 200 {
+		t.Fatalf("cancel: %d %s", r.status, r.body)
+	}
+	h.stop()
+
+	got := map[string][]string{}
+	for _, line := range strings.Split(h.logs.String(), "\n") {
+		var m map[string]any
+		if json.Unmarshal([]byte(line), &m) != nil || m["msg"] != "batch" {
+			continue
+		}
+		if strings.Contains(line, "@") {
+			t.Errorf("a batch line holds an address: %s", line)
+		}
+		id, _ := m["batchId"].(string)
+		from, _ := m["from"].(string)
+		to, _ := m["to"].(string)
+		got[id] = append(got[id], from+">"+to)
+		if m["accountId"] == "" || m["total"] == nil {
+			t.Errorf("batch line without account or counts: %s", line)
+		}
+	}
+	if want := ">queued queued>running running>completed"; strings.Join(got[doneID], " ") != want {
+		t.Errorf("finished batch: %v, want %s", got[doneID], want)
+	}
+	if want := ">queued queued>running running>cancelled"; strings.Join(got[heldID], " ") != want {
+		t.Errorf("cancelled batch: %v, want %s", got[heldID], want)
+	}
+}
