@@ -137,3 +137,17 @@ func TestOfRespectsStatus(t *testing.T) {
 	}
 	t.Logf("observed ranges: low %v, high %v", lo, hi)
 }
+
+// BenchmarkOf: the score is recomputed for every result a page or CSV
+// renders, so it must cost next to nothing beside the decision's decoding.
+func BenchmarkOf(b *testing.B) {
+	ds := []evs.Decision{
+		decision(evs.ReasonAcceptedEmail, evs.SMTPAccepted, evs.SMTPRejected, "google"),
+		decision(evs.ReasonAcceptAll, evs.SMTPAcceptAll, evs.SMTPGreylisted, "mimecast"),
+		decision(evs.ReasonMailboxNotChecked, evs.SMTPSkipped, "", "other"),
+	}
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		_ = score.Of(ds[i%len(ds)])
+	}
+}
