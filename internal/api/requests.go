@@ -713,9 +713,14 @@ func (h *Handler) page(ctx context.Context, b evs.Batch, c cursor, f filter, lim
 	}
 	page := make([]resultItem, 0, limit)
 	next := c
+	// Unfiltered, one read of limit results fills the page; a score
+	// filter reads whole pages' worth, so that few pass costs few reads.
+	fetch := limit
+	if f.minScore > 0 {
+		fetch = MaxPageLimit
+	}
 	for scanned := 0; ; {
-		want := limit - len(page)
-		rs, err := h.d.Batches.Results(ctx, b.AccountID, b.ID, next.After, want, evs.Status(c.Status))
+		rs, err := h.d.Batches.Results(ctx, b.AccountID, b.ID, next.After, fetch, evs.Status(c.Status))
 		if err != nil {
 			return nil, nil, err
 		}
@@ -727,18 +732,22 @@ func (h *Handler) page(ctx context.Context, b evs.Batch, c cursor, f filter, lim
 				return page, &next, nil
 			}
 			next.After = r.Seq
-			if f.keeps(r.Decision) {
-				page = append(page, resultItem{Email: r.Email, Status: r.Status(), Decision: NewDecision(r.Decision)})
+			if !f.keeps(r.Decision) {
+				continue
+			}
+			page = append(page, resultItem{Email: r.Email, Status: r.Status(), Decision: NewDecision(r.Decision)})
+			if len(page) == limit {
+				return page, &next, nil
 			}
 		}
 		scanned += len(rs)
 		switch {
-		case len(rs) < want && gap >= 0:
+		case len(rs) < fetch && gap >= 0:
 			next.After = gap - 1
 			return page, &next, nil
-		case len(rs) < want:
+		case len(rs) < fetch:
 			return page, nil, nil
-		case len(page) == limit || scanned >= pageScan:
+		case scanned >= pageScan:
 			return page, &next, nil
 		}
 	}

@@ -271,3 +271,27 @@ func TestScoreMinScoreFilter(t *testing.T) {
 		}
 	}
 }
+
+// TestScoreMinScoreEmptyPages: when few results pass, one call reads a
+// bounded number (5,000) and answers a page that may be empty, with a
+// cursor past what it read; following it reaches the results further on.
+func TestScoreMinScoreEmptyPages(t *testing.T) {
+	h := start(t, options{realClock: true})
+	var emails []string
+	for i := 0; i < 5200; i++ {
+		emails = append(emails, "u"+strconv.Itoa(i)+"+rejected-email@x.example") // 2
+	}
+	emails = append(emails, "alice@x.example") // quick: 55
+	r := h.do(req{method: "POST", path: "/v1/requests", key: h.testKey, body: `{"emails":` + emailsJSON(emails) + `,"mode":"quick"}`})
+	if r.status != 201 {
+		t.Fatalf("create: %d %.300s", r.status, r.body)
+	}
+	id := decodeEnvelope(t, r).Request.ID
+	if final := h.poll(h.testKey, id, 60*time.Second); final.Request.State != "completed" {
+		t.Fatalf("batch ended %s", final.Request.State)
+	}
+	got, pages := resultPages(t, h, id, url.Values{"minScore": {"50"}, "limit": {"10"}})
+	if len(got) != 1 || got[0].Email != "alice@x.example" || pages != 2 {
+		t.Fatalf("%d pages, results %+v; want an empty page, then alice@ alone", pages, got)
+	}
+}
