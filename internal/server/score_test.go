@@ -70,15 +70,21 @@ func scoreBatch(t *testing.T, h *harness) (string, []string, map[string]int) {
 		emails = append(emails, e)
 		want[e] = s
 	}
-	r := h.do(req{method: "POST", path: "/v1/requests", key: h.testKey, body: `{"emails":` + emailsJSON(emails) + `,"mode":"full"}`})
+	return completedBatch(t, h, emails, "full"), emails, want
+}
+
+// completedBatch creates a test-mode batch and waits for it to complete.
+func completedBatch(t *testing.T, h *harness, emails []string, mode string) string {
+	t.Helper()
+	r := h.do(req{method: "POST", path: "/v1/requests", key: h.testKey, body: `{"emails":` + emailsJSON(emails) + `,"mode":"` + mode + `"}`})
 	if r.status != 201 {
-		t.Fatalf("create: %d %s", r.status, r.body)
+		t.Fatalf("create: %d %.300s", r.status, r.body)
 	}
 	id := decodeEnvelope(t, r).Request.ID
-	if final := h.poll(h.testKey, id, 20*time.Second); final.Request.State != "completed" {
+	if final := h.poll(h.testKey, id, 60*time.Second); final.Request.State != "completed" {
 		t.Fatalf("batch ended %s", final.Request.State)
 	}
-	return id, emails, want
+	return id
 }
 
 // resultPages reads every page of a batch's results with the given query
@@ -282,14 +288,7 @@ func TestScoreMinScoreEmptyPages(t *testing.T) {
 		emails = append(emails, "u"+strconv.Itoa(i)+"+rejected-email@x.example") // 2
 	}
 	emails = append(emails, "alice@x.example") // quick: 55
-	r := h.do(req{method: "POST", path: "/v1/requests", key: h.testKey, body: `{"emails":` + emailsJSON(emails) + `,"mode":"quick"}`})
-	if r.status != 201 {
-		t.Fatalf("create: %d %.300s", r.status, r.body)
-	}
-	id := decodeEnvelope(t, r).Request.ID
-	if final := h.poll(h.testKey, id, 60*time.Second); final.Request.State != "completed" {
-		t.Fatalf("batch ended %s", final.Request.State)
-	}
+	id := completedBatch(t, h, emails, "quick")
 	got, pages := resultPages(t, h, id, url.Values{"minScore": {"50"}, "limit": {"10"}})
 	if len(got) != 1 || got[0].Email != "alice@x.example" || pages != 2 {
 		t.Fatalf("%d pages, results %+v; want an empty page, then alice@ alone", pages, got)
