@@ -378,7 +378,7 @@ func TestResultsCSV(t *testing.T) {
 	get := f.event("acct-1", http.MethodGet, "/v1/requests/{id}/results", map[string]string{"id": env.Request.ID}, "", map[string]string{"Accept": "text/csv"})
 	r, _ = f.h.Requests(ctx, get)
 	if r.StatusCode != 200 || r.Headers["Content-Type"] != "text/csv; charset=utf-8" || r.Headers["X-Request-Id"] != get.RequestContext.RequestID ||
-		r.Body != "email,status,reason,suggestion,disposable,role,free,acceptAll,provider\n" {
+		r.Body != "email,status,reason,suggestion,disposable,role,free,acceptAll,provider,score\n" {
 		t.Fatalf("csv results: %d %v %q", r.StatusCode, r.Headers, r.Body)
 	}
 }

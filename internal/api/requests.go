@@ -578,11 +578,12 @@ type resultsPage struct {
 }
 
 // cursor is the opaque position of a results page: the last sequence number
-// the client has seen, and the status filter it was made for (a cursor is
-// only valid with the same filter).
+// the service has looked at for the client, and the filters it was made for
+// (a cursor is only valid with the same filters).
 type cursor struct {
-	After  int    `json:"a"`
-	Status string `json:"s,omitempty"`
+	After    int    `json:"a"`
+	Status   string `json:"s,omitempty"`
+	MinScore int    `json:"m,omitempty"`
 }
 
 func encodeCursor(c cursor) string {
@@ -590,7 +591,7 @@ func encodeCursor(c cursor) string {
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
-func decodeCursor(s, status string) (cursor, error) {
+func decodeCursor(s string, f filter) (cursor, error) {
 	bad := evs.Errorf(evs.CodeInvalidRequest, "The cursor is not valid for this request.")
 	b, err := base64.RawURLEncoding.DecodeString(s)
 	if err != nil {
@@ -599,7 +600,7 @@ func decodeCursor(s, status string) (cursor, error) {
 	var c cursor
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&c); err != nil || c.After < -1 || c.Status != status {
+	if err := dec.Decode(&c); err != nil || c.After < -1 || c.Status != f.status || c.MinScore != f.minScore {
 		return cursor{}, bad
 	}
 	return c, nil
@@ -610,19 +611,47 @@ var statuses = map[string]bool{
 	string(evs.Risky): true, string(evs.Unknown): true,
 }
 
+// filter is what a results request keeps: the status (the store filters
+// on it) and the least score (this layer filters on it: the score is not
+// stored, it is recomputed from the evidence on read).
+type filter struct {
+	status   string
+	minScore int
+}
+
+func (f filter) keeps(d evs.Decision) bool {
+	return f.minScore == 0 || verify.Score(d) >= f.minScore
+}
+
+// parseFilter reads status= and minScore= from the query.
+func parseFilter(q map[string]string) (filter, error) {
+	f := filter{status: q["status"]}
+	if _, ok := q["status"]; ok && !statuses[f.status] {
+		return f, evs.Errorf(evs.CodeInvalidRequest, "The status filter must be deliverable, undeliverable, risky or unknown.")
+	}
+	if s, ok := q["minScore"]; ok {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 0 || n > 100 || strings.TrimLeft(s, "0123456789") != "" {
+			return f, evs.Errorf(evs.CodeInvalidRequest, "minScore must be a whole number from 0 to 100.")
+		}
+		f.minScore = n
+	}
+	return f, nil
+}
+
 func (h *Handler) results(ctx context.Context, req events.APIGatewayProxyRequest, p Principal) (events.APIGatewayProxyResponse, error) {
 	id, err := batchID(req)
 	if err != nil {
 		return events.APIGatewayProxyResponse{}, err
 	}
 	q := req.QueryStringParameters
-	status := q["status"]
-	if _, ok := q["status"]; ok && !statuses[status] {
-		return events.APIGatewayProxyResponse{}, evs.Errorf(evs.CodeInvalidRequest, "The status filter must be deliverable, undeliverable, risky or unknown.")
+	f, err := parseFilter(q)
+	if err != nil {
+		return events.APIGatewayProxyResponse{}, err
 	}
 	for k := range q {
 		switch k {
-		case "status", "limit", "cursor":
+		case "status", "minScore", "limit", "cursor":
 		default:
 			return events.APIGatewayProxyResponse{}, evs.Errorf(evs.CodeInvalidRequest, "Unknown query parameter %q.", k)
 		}
@@ -632,7 +661,7 @@ func (h *Handler) results(ctx context.Context, req events.APIGatewayProxyRequest
 		return events.APIGatewayProxyResponse{}, err
 	}
 	if accept, _ := header(req, "Accept"); wantsCSV(accept) {
-		return h.resultsCSV(ctx, req, p, b, status)
+		return h.resultsCSV(ctx, req, p, b, f)
 	}
 	limit := DefaultPageLimit
 	if s, ok := q["limit"]; ok {
@@ -642,13 +671,13 @@ func (h *Handler) results(ctx context.Context, req events.APIGatewayProxyRequest
 		}
 		limit = n
 	}
-	c := cursor{After: -1, Status: status}
+	c := cursor{After: -1, Status: f.status, MinScore: f.minScore}
 	if s, ok := q["cursor"]; ok {
-		if c, err = decodeCursor(s, status); err != nil {
+		if c, err = decodeCursor(s, f); err != nil {
 			return events.APIGatewayProxyResponse{}, err
 		}
 	}
-	page, next, err := h.page(ctx, b, c, limit)
+	page, next, err := h.page(ctx, b, c, f, limit)
 	if err != nil {
 		return events.APIGatewayProxyResponse{}, err
 	}
@@ -666,7 +695,12 @@ func (h *Handler) results(ctx context.Context, req events.APIGatewayProxyRequest
 // result yet, so the cursor it returns never skips a result that is written
 // later and never repeats one. The cursor is null only when nothing more can
 // ever come.
-func (h *Handler) page(ctx context.Context, b evs.Batch, c cursor, limit int) ([]resultItem, *cursor, error) {
+//
+// Results below f.minScore are read and passed over: the page may then
+// hold fewer than limit results, and the cursor still moves past what was
+// read. Reading stops after pageScan results so that one call stays
+// bounded however few pass.
+func (h *Handler) page(ctx context.Context, b evs.Batch, c cursor, f filter, limit int) ([]resultItem, *cursor, error) {
 	gap := -1 // first unwritten seq after c.After, -1 when none can appear
 	if !b.State.Final() {
 		pending, err := h.d.Batches.PendingItems(ctx, b.AccountID, b.ID, c.After, 1)
@@ -677,27 +711,51 @@ func (h *Handler) page(ctx context.Context, b evs.Batch, c cursor, limit int) ([
 			gap = pending[0].Seq
 		}
 	}
-	rs, err := h.d.Batches.Results(ctx, b.AccountID, b.ID, c.After, limit, evs.Status(c.Status))
-	if err != nil {
-		return nil, nil, err
+	page := make([]resultItem, 0, limit)
+	next := c
+	// Unfiltered, one read of limit results fills the page; a score
+	// filter reads whole pages' worth, so that few pass costs few reads.
+	fetch := limit
+	if f.minScore > 0 {
+		fetch = MaxPageLimit
 	}
-	page := make([]resultItem, 0, len(rs))
-	for _, r := range rs {
-		if gap >= 0 && r.Seq >= gap {
-			break
+	for scanned := 0; ; {
+		rs, err := h.d.Batches.Results(ctx, b.AccountID, b.ID, next.After, fetch, evs.Status(c.Status))
+		if err != nil {
+			return nil, nil, err
 		}
-		page = append(page, resultItem{Email: r.Email, Status: r.Status(), Decision: NewDecision(r.Decision)})
-	}
-	switch {
-	case len(page) == limit:
-		return page, &cursor{After: rs[len(page)-1].Seq, Status: c.Status}, nil
-	case gap >= 0:
-		// Everything before the gap has been read; come back from there.
-		return page, &cursor{After: gap - 1, Status: c.Status}, nil
-	default:
-		return page, nil, nil
+		for _, r := range rs {
+			if gap >= 0 && r.Seq >= gap {
+				// Everything before the gap has been read; come back
+				// from there.
+				next.After = gap - 1
+				return page, &next, nil
+			}
+			next.After = r.Seq
+			if !f.keeps(r.Decision) {
+				continue
+			}
+			page = append(page, resultItem{Email: r.Email, Status: r.Status(), Decision: NewDecision(r.Decision)})
+			if len(page) == limit {
+				return page, &next, nil
+			}
+		}
+		scanned += len(rs)
+		switch {
+		case len(rs) < fetch && gap >= 0:
+			next.After = gap - 1
+			return page, &next, nil
+		case len(rs) < fetch:
+			return page, nil, nil
+		case scanned >= pageScan:
+			return page, &next, nil
+		}
 	}
 }
+
+// pageScan bounds the results one page reads when a score filter passes
+// over some: five full pages' worth.
+const pageScan = 5 * MaxPageLimit
 
 func wantsCSV(accept string) bool {
 	for _, part := range strings.Split(accept, ",") {
@@ -710,25 +768,29 @@ func wantsCSV(accept string) bool {
 }
 
 // csvHeader is the contract's CSV header row.
-// provider, after the contract's columns, names the mail service behind
-// the MX (empty when none was found).
-var csvHeader = []string{"email", "status", "reason", "suggestion", "disposable", "role", "free", "acceptAll", "provider"}
+// After the contract's columns, provider names the mail service behind
+// the MX (empty when none was found), and score is decision.score.
+var csvHeader = []string{"email", "status", "reason", "suggestion", "disposable", "role", "free", "acceptAll", "provider", "score"}
 
 // resultsCSV renders every written result, in submission order. On Lambda
 // the reply is one payload (under the 6 MB limit for 50,000 rows); locally
 // the gateway writes it as it is.
-func (h *Handler) resultsCSV(ctx context.Context, req events.APIGatewayProxyRequest, p Principal, b evs.Batch, status string) (events.APIGatewayProxyResponse, error) {
+func (h *Handler) resultsCSV(ctx context.Context, req events.APIGatewayProxyRequest, p Principal, b evs.Batch, f filter) (events.APIGatewayProxyResponse, error) {
 	var buf bytes.Buffer
 	w := csv.NewWriter(&buf)
 	_ = w.Write(csvHeader)
 	after := -1
 	for {
-		rs, err := h.d.Batches.Results(ctx, p.AccountID, b.ID, after, MaxPageLimit, evs.Status(status))
+		rs, err := h.d.Batches.Results(ctx, p.AccountID, b.ID, after, MaxPageLimit, evs.Status(f.status))
 		if err != nil {
 			return events.APIGatewayProxyResponse{}, err
 		}
 		for _, r := range rs {
+			after = r.Seq
 			d := r.Decision
+			if !f.keeps(d) {
+				continue
+			}
 			sugg := ""
 			if d.Suggestion != nil {
 				sugg = *d.Suggestion
@@ -737,9 +799,8 @@ func (h *Handler) resultsCSV(ctx context.Context, req events.APIGatewayProxyRequ
 				csvSafe(r.Email), string(r.Status()), string(d.Reason), csvSafe(sugg),
 				strconv.FormatBool(d.Flags.Disposable), strconv.FormatBool(d.Flags.Role),
 				strconv.FormatBool(d.Flags.Free), strconv.FormatBool(d.Flags.AcceptAll),
-				d.Checks.SMTP.Provider,
+				d.Checks.SMTP.Provider, strconv.Itoa(verify.Score(d)),
 			})
-			after = r.Seq
 		}
 		if len(rs) < MaxPageLimit {
 			break

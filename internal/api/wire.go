@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/verify"
 )
 
 // The wire forms of the domain types: the JSON the contract shows. The domain
@@ -15,13 +16,16 @@ type Decision struct {
 	Email      string     `json:"email"`
 	Normalized string     `json:"normalized"`
 	Reason     evs.Reason `json:"reason"`
-	Mode       evs.Mode   `json:"mode"`
-	Suggestion *string    `json:"suggestion"`
-	Flags      Flags      `json:"flags"`
-	Checks     Checks     `json:"checks"`
-	CheckedAt  Time       `json:"checkedAt"`
-	DurationMs int64      `json:"durationMs"`
-	TestMode   bool       `json:"testMode,omitempty"`
+	// Score (0–100) is how likely mail to the address is delivered and
+	// not bounced (docs/score.md).
+	Score      int      `json:"score"`
+	Mode       evs.Mode `json:"mode"`
+	Suggestion *string  `json:"suggestion"`
+	Flags      Flags    `json:"flags"`
+	Checks     Checks   `json:"checks"`
+	CheckedAt  Time     `json:"checkedAt"`
+	DurationMs int64    `json:"durationMs"`
+	TestMode   bool     `json:"testMode,omitempty"`
 }
 
 // Flags is the "flags" object of a decision.
@@ -66,10 +70,13 @@ type SMTPCheck struct {
 	EnhancedCode string  `json:"enhancedCode,omitempty"`
 	Message      string  `json:"message,omitempty"`
 	TLS          bool    `json:"tls"`
-	Detail       string  `json:"detail,omitempty"`
+	// CatchAll is the random-address probe's result, when one decided.
+	CatchAll string `json:"catchAll,omitempty"`
+	Detail   string `json:"detail,omitempty"`
 }
 
-// NewDecision renders a domain decision in its wire form.
+// NewDecision renders a domain decision in its wire form. The score is
+// recomputed from the evidence: stored decisions do not keep it.
 func NewDecision(d evs.Decision) Decision {
 	c := d.Checks
 	mx := c.DNS.MX
@@ -78,14 +85,14 @@ func NewDecision(d evs.Decision) Decision {
 		mx = []string{}
 	}
 	return Decision{
-		Email: d.Email, Normalized: d.Normalized, Reason: d.Reason, Mode: d.Mode,
+		Email: d.Email, Normalized: d.Normalized, Reason: d.Reason, Score: verify.Score(d), Mode: d.Mode,
 		Suggestion: d.Suggestion,
 		Flags:      Flags(d.Flags),
 		Checks: Checks{
 			Syntax: SyntaxCheck(c.Syntax),
 			DNS:    DNSCheck{Result: c.DNS.Result, MX: mx, ImplicitMX: c.DNS.ImplicitMX, Rcode: c.DNS.Rcode, Error: c.DNS.Error},
 			SMTP: SMTPCheck{Result: c.SMTP.Result, Host: c.SMTP.Host, Provider: optString(c.SMTP.Provider),
-				Code: c.SMTP.Code, EnhancedCode: c.SMTP.EnhancedCode, Message: c.SMTP.Message, TLS: c.SMTP.TLS, Detail: c.SMTP.Detail},
+				Code: c.SMTP.Code, EnhancedCode: c.SMTP.EnhancedCode, Message: c.SMTP.Message, TLS: c.SMTP.TLS, CatchAll: c.SMTP.CatchAll, Detail: c.SMTP.Detail},
 		},
 		CheckedAt:  Time{d.CheckedAt},
 		DurationMs: d.DurationMs,

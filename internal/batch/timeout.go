@@ -44,6 +44,7 @@ func TimeoutResults(items []evs.Item, mode evs.Mode, test bool, detail string, n
 				d.Suggestion = &s
 			}
 		}
+		d.Score = verify.Score(d)
 		out[i] = evs.Result{Seq: it.Seq, Email: it.Email, Decision: d}
 	}
 	return out

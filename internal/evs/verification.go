@@ -95,6 +95,11 @@ type Decision struct {
 	DurationMs int64
 	// TestMode is set only on decisions made for test-mode accounts.
 	TestMode bool
+	// Score (0–100) is how likely mail to the address is delivered and not
+	// bounced: verify.Score of the fields above. The engine sets it; the
+	// stores do not keep it, so the API recomputes it from the stored
+	// evidence when it renders or filters a decision.
+	Score int
 }
 
 // Status returns the outcome label the decision's reason leads to.
@@ -185,6 +190,11 @@ type SMTPCheck struct {
 	// Message is the remote server's reply text, trimmed to 200 characters.
 	Message string
 	TLS     bool
+	// CatchAll is the result of the random-address (accept-all) probe on
+	// the domain when one decided this check (accepted, rejected,
+	// greylisted...), else "". A rejected probe is what makes an accepted
+	// mailbox proof rather than a hint.
+	CatchAll string
 	// Detail says, in our words, why the result is what it is (for example
 	// "skipped: quick mode" or "blocked: the server refused our IP").
 	Detail string

@@ -176,7 +176,7 @@ func TestBatchLifecycle(t *testing.T) {
 	if err != nil || cr.status != 200 {
 		t.Fatalf("csv: %d %v", cr.status, err)
 	}
-	if strings.Join(rows[0], ",") != "email,status,reason,suggestion,disposable,role,free,acceptAll,provider" || len(rows) != distinct+1 {
+	if strings.Join(rows[0], ",") != "email,status,reason,suggestion,disposable,role,free,acceptAll,provider,score" || len(rows) != distinct+1 {
 		t.Fatalf("csv: header %v, %d rows", rows[0], len(rows))
 	}
 	// The provider column is checks.smtp.provider: the sandbox's MX is

@@ -70,6 +70,9 @@ const (
 	// hasProvider: the provider follows the duration, last, so that
 	// decisions stored before it existed read as they were.
 	hasProvider = 1 << 3
+	// hasCatchAll: the accept-all probe's result follows the provider,
+	// last, for the same reason.
+	hasCatchAll = 1 << 4
 )
 
 // AppendDecision appends the storage form of d to b: EncodeDecision without
@@ -95,6 +98,9 @@ func AppendDecision(b []byte, d evs.Decision) []byte {
 	host := c.SMTP.Host
 	if c.SMTP.Provider != "" {
 		has |= hasProvider
+	}
+	if c.SMTP.CatchAll != "" {
+		has |= hasCatchAll
 	}
 	if host != "" && len(c.DNS.MX) > 0 && host == c.DNS.MX[0] {
 		has |= hostIsFirstMX
@@ -133,6 +139,9 @@ func AppendDecision(b []byte, d evs.Decision) []byte {
 	b = binary.AppendVarint(b, d.DurationMs)
 	if has&hasProvider != 0 {
 		b = appendStr(b, c.SMTP.Provider)
+	}
+	if has&hasCatchAll != 0 {
+		b = appendStr(b, c.SMTP.CatchAll)
 	}
 	return b
 }
@@ -296,6 +305,9 @@ func decodeBinary(email string, b []byte) (evs.Decision, error) {
 	d.DurationMs = r.varint()
 	if has&hasProvider != 0 {
 		c.SMTP.Provider = r.str()
+	}
+	if has&hasCatchAll != 0 {
+		c.SMTP.CatchAll = r.str()
 	}
 	if r.err != nil {
 		return evs.Decision{}, r.err

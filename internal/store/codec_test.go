@@ -27,6 +27,16 @@ func TestDecisionRoundTrip(t *testing.T) {
 			},
 			CheckedAt: at, TestMode: true,
 		}},
+		{"accepted, random address rejected, provider", evs.Decision{
+			Email: "carol@corp.example", Normalized: "carol@corp.example", Reason: evs.ReasonAcceptedEmail, Mode: evs.ModeFull,
+			Checks: evs.Checks{
+				Syntax: evs.SyntaxCheck{Valid: true},
+				DNS:    evs.DNSCheck{Result: evs.DNSOK, MX: []string{"corp-example.mail.protection.outlook.com"}, Rcode: "NOERROR"},
+				SMTP: evs.SMTPCheck{Result: evs.SMTPAccepted, Host: "corp-example.mail.protection.outlook.com", Provider: "microsoft365",
+					Code: 250, EnhancedCode: "2.1.5", TLS: true, CatchAll: evs.SMTPRejected, Detail: "the server rejects unknown addresses"},
+			},
+			CheckedAt: at, DurationMs: 300,
+		}},
 		{"live, every field", evs.Decision{
 			Email: "Bob@Gmial.com", Normalized: "bob@gmial.com", Reason: evs.ReasonRejectedEmail, Mode: evs.ModeFull,
 			Suggestion: &sugg,

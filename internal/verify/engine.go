@@ -24,6 +24,7 @@ import (
 	"github.com/evs-dev/evs/internal/verify/address"
 	"github.com/evs-dev/evs/internal/verify/dnscheck"
 	"github.com/evs-dev/evs/internal/verify/lists"
+	"github.com/evs-dev/evs/internal/verify/score"
 	"github.com/evs-dev/evs/internal/verify/smtpprobe"
 	"github.com/evs-dev/evs/internal/verify/suggest"
 )
@@ -283,11 +284,18 @@ func (e *Engine) finish(d evs.Decision, start time.Time) evs.Decision {
 		SMTP:        d.Checks.SMTP.Result,
 	})
 	d.Flags.AcceptAll = d.Checks.SMTP.Result == evs.SMTPAcceptAll
+	d.Score = score.Of(d)
 	now := e.cfg.Now()
 	d.CheckedAt = now.UTC()
 	d.DurationMs = now.Sub(start).Milliseconds()
 	return d
 }
+
+// Score returns decision.score for d (0–100), from its evidence alone, by
+// the table of docs/score.md (package score): the same evidence always
+// gives the same score, so it is recomputed for stored decisions rather
+// than stored.
+func Score(d evs.Decision) int { return score.Of(d) }
 
 // providerOf names the provider of a domain's preferred MX host, or ""
 // when DNS found none.
@@ -361,6 +369,7 @@ func (e *Engine) probe(ctx context.Context, domain string, mail dnscheck.MailRes
 					memo.put(domain, cc)
 				}
 			}
+			c.CatchAll = catchAll.Result
 			switch catchAll.Result {
 			case evs.SMTPAccepted:
 				c.Result = evs.SMTPAcceptAll

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/verify/score"
 )
 
 // Sandbox is the engine of test-mode accounts (contract, section 8): it runs
@@ -85,11 +86,16 @@ func (s *Sandbox) Verify(_ context.Context, email string, mode evs.Mode) evs.Dec
 		d.Checks.DNS = evs.DNSCheck{Result: evs.DNSError, MX: []string{}, Rcode: "SERVFAIL", Error: "servfail"}
 		smtp = evs.SMTPCheck{Result: evs.SMTPSkipped, Detail: "test mode: skipped: no mail server to probe"}
 	case evs.ReasonAcceptedEmail:
+		// The simulated server rejects unknown addresses: the accepted
+		// mailbox is proof, as a live check's is when the random-address
+		// probe is rejected.
 		smtp.Result, smtp.Code, smtp.EnhancedCode, smtp.Message = evs.SMTPAccepted, 250, "2.1.5", "OK (test mode)"
+		smtp.CatchAll = evs.SMTPRejected
 	case evs.ReasonRejectedEmail:
 		smtp.Result, smtp.Code, smtp.EnhancedCode, smtp.Message = evs.SMTPRejected, 550, "5.1.1", "No such user (test mode)"
 	case evs.ReasonAcceptAll:
 		smtp.Result, smtp.Code, smtp.EnhancedCode, smtp.Message = evs.SMTPAcceptAll, 250, "2.1.5", "OK (test mode)"
+		smtp.CatchAll = evs.SMTPAccepted
 	case evs.ReasonMailboxFull:
 		smtp.Result, smtp.Code, smtp.EnhancedCode, smtp.Message = evs.SMTPFull, 552, "5.2.2", "Mailbox full (test mode)"
 	case evs.ReasonGreylisted:
@@ -119,6 +125,7 @@ func (s *Sandbox) Verify(_ context.Context, email string, mode evs.Mode) evs.Dec
 
 func (s *Sandbox) finish(d evs.Decision, start time.Time, reason evs.Reason) evs.Decision {
 	d.Reason = reason
+	d.Score = score.Of(d)
 	now := s.now()
 	d.CheckedAt = now.UTC()
 	d.DurationMs = now.Sub(start).Milliseconds()
