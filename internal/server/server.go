@@ -172,18 +172,7 @@ func New(o Options) (*Server, error) {
 		o.FreeBytes = func() (uint64, error) { return freeBytes(dir) }
 	}
 	if sc, ok := o.Store.(stateChanges); ok {
-		// One line per batch state change, for the operator (contract,
-		// section 15): ids, states and counts, never an address.
-		logger := o.Logger
-		sc.OnStateChange(func(b evs.Batch, from evs.State) {
-			attrs := []any{slog.String("batchId", b.ID), slog.String("accountId", b.AccountID),
-				slog.String("from", string(from)), slog.String("to", string(b.State)),
-				slog.Int("total", b.Counters.Total), slog.Int("processed", b.Counters.Processed)}
-			if b.Error != "" {
-				attrs = append(attrs, slog.String("error", b.Error))
-			}
-			logger.Info("batch", attrs...)
-		})
+		sc.OnStateChange(newBatchLog(o.Logger).written)
 	}
 	if w, ok := o.Store.(interface{ Warnings() []string }); ok {
 		// Security-relevant, so said at start: a data directory other

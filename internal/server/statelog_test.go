@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -69,5 +70,63 @@ func TestBatchStateLog(t *testing.T) {
 	}
 	if want := ">queued queued>running running>cancelled"; strings.Join(got[heldID], " ") != want {
 		t.Errorf("cancelled batch: %v, want %s", got[heldID], want)
+	}
+}
+
+// TestBatchProgressLog: a running batch logs its progress once for each
+// tenth of its addresses it passes (at most nine lines, whatever its
+// size), between its running and completed lines.
+func TestBatchProgressLog(t *testing.T) {
+	// Ten domains on the loopback mail host, four sessions at a time, each
+	// RCPT a few ms: the batch's results are written over several rounds.
+	h := start(t, options{realClock: true, rcpt: func(addr string) string {
+		time.Sleep(5 * time.Millisecond)
+		if strings.HasPrefix(addr, "u") {
+			return "250 2.1.5 OK"
+		}
+		return "550 5.1.1 <" + addr + ">: Recipient address rejected: User unknown"
+	}})
+	var emails []string
+	for d := range 10 {
+		h.dns.AddRecord(fmt.Sprintf("d%d.example. 300 IN MX 10 mx1.good.example.", d))
+		for i := range 10 {
+			emails = append(emails, fmt.Sprintf("u%d@d%d.example", i, d))
+		}
+	}
+	r := h.do(req{method: "POST", path: "/v1/requests", key: h.liveKey, body: `{"emails":` + emailsJSON(emails) + `,"mode":"full"}`})
+	if r.status != 201 {
+		t.Fatalf("create: %d %s", r.status, r.body)
+	}
+	id := decodeEnvelope(t, r).Request.ID
+	if e := h.poll(h.liveKey, id, 20*time.Second); e.Counters.Processed != 100 {
+		t.Fatalf("final: %+v", e.Counters)
+	}
+	h.stop()
+
+	var seq []string
+	last := 0
+	for _, line := range strings.Split(h.logs.String(), "\n") {
+		var m map[string]any
+		if json.Unmarshal([]byte(line), &m) != nil || m["batchId"] != id {
+			continue
+		}
+		if strings.Contains(line, "@") {
+			t.Errorf("a batch line holds an address: %s", line)
+		}
+		switch m["msg"] {
+		case "batch":
+			seq = append(seq, m["to"].(string))
+		case "batch progress":
+			p := int(m["processed"].(float64))
+			if p <= last || p/10 <= last/10 || p >= 100 {
+				t.Errorf("progress %d after %d: not a new tenth", p, last)
+			}
+			last = p
+			seq = append(seq, "progress")
+		}
+	}
+	joined := strings.Join(seq, " ")
+	if !strings.HasPrefix(joined, "queued running progress") || !strings.HasSuffix(joined, "progress completed") || strings.Count(joined, "progress") > 9 {
+		t.Fatalf("lines: %s; want queued, running, 1-9 progress lines, completed", joined)
 	}
 }

@@ -435,16 +435,24 @@ func (s *Store) writeOne(ctx context.Context, sync bool, fn func(ctx context.Con
 // OnStateChange sets fn to be called after each committed write that gives
 // a batch a new state, with the batch as written and the state it left
 // ("" for a batch just created): queued, running, completed, cancelled,
-// failed. This store is the one place every transition passes through,
-// whoever makes it (the API, the batch worker, the deadline), so an
-// operator's log of state changes hangs here. fn runs after the write,
-// outside it; it must not call back into the store's writes. Set it before
-// the store is used.
+// failed; and after each write of results that leaves its state as it was
+// (from == b.State), with the new counters: its progress. This store is
+// the one place every change passes through, whoever makes it (the API,
+// the batch worker, the deadline), so an operator's log hangs here. fn
+// runs after the write, outside it; it must not call back into the
+// store's writes. Set it before the store is used.
 func (s *Store) OnStateChange(fn func(b evs.Batch, from evs.State)) { s.stateHook = fn }
 
 // stateChanged tells the hook of a state the batch did not have before.
 func (s *Store) stateChanged(b evs.Batch, from evs.State) {
-	if s.stateHook != nil && b.ID != "" && b.State != from {
+	if b.State != from {
+		s.batchWritten(b, from)
+	}
+}
+
+// batchWritten tells the hook of a batch a write changed.
+func (s *Store) batchWritten(b evs.Batch, from evs.State) {
+	if s.stateHook != nil && b.ID != "" {
 		s.stateHook(b, from)
 	}
 }

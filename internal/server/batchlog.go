@@ -1,0 +1,68 @@
+package server
+
+import (
+	"log/slog"
+	"sync"
+
+	"github.com/evs-dev/evs/internal/evs"
+)
+
+// batchLog writes the operator's lines about batches (contract, section
+// 15): one per state change, and one each time a running batch passes
+// another tenth of its addresses, so a long batch shows its progress in at
+// most nine lines whatever its size. Ids, states and counts; never an
+// address.
+type batchLog struct {
+	logger *slog.Logger
+
+	mu sync.Mutex
+	// tenths is the last tenth logged of each running batch; an entry
+	// goes when its batch ends, so the map holds the batches running now.
+	tenths map[string]int
+}
+
+func newBatchLog(l *slog.Logger) *batchLog {
+	return &batchLog{logger: l, tenths: make(map[string]int)}
+}
+
+// written is the store's OnStateChange hook.
+func (l *batchLog) written(b evs.Batch, from evs.State) {
+	attrs := []any{slog.String("batchId", b.ID), slog.String("accountId", b.AccountID),
+		slog.Int("total", b.Counters.Total), slog.Int("processed", b.Counters.Processed)}
+	if b.State == from {
+		if l.passedTenth(b) {
+			l.logger.Info("batch progress", attrs...)
+		}
+		return
+	}
+	if b.State.Final() {
+		l.mu.Lock()
+		delete(l.tenths, b.ID)
+		l.mu.Unlock()
+	}
+	attrs = append(attrs, slog.String("from", string(from)), slog.String("to", string(b.State)))
+	if b.Error != "" {
+		attrs = append(attrs, slog.String("error", b.Error))
+	}
+	l.logger.Info("batch", attrs...)
+}
+
+// passedTenth tells whether b's counters reached a tenth of its addresses
+// not logged yet (the last tenth is the completion's line).
+func (l *batchLog) passedTenth(b evs.Batch) bool {
+	n := b.Counters.Total - b.Counters.Duplicates
+	if n <= 0 || b.State.Final() {
+		return false
+	}
+	t := b.Counters.Processed * 10 / n
+	if t <= 0 || t >= 10 {
+		return false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if t <= l.tenths[b.ID] {
+		return false
+	}
+	l.tenths[b.ID] = t
+	return true
+}
