@@ -23,6 +23,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/evs-dev/evs/internal/api"
+	"github.com/evs-dev/evs/internal/console"
 	"github.com/evs-dev/evs/internal/evs"
 )
 
@@ -61,6 +62,8 @@ type gateway struct {
 	functions  map[string]function
 	authorizer authorizerFunc
 
+	// console serves the web console's static files (console.Path).
+	console http.Handler
 	// ping checks the store for the health endpoint (HealthPath).
 	ping func(ctx context.Context) error
 	// writable probes the store for the readiness endpoint (ReadyPath);
@@ -147,6 +150,7 @@ func newGateway(o Options, functions map[string]function, az authorizerFunc) *ga
 		limiters: map[string]*rate.Limiter{}, fails: newFailLimiter(authFailRate, authFailClients),
 		bodies: newBodyGate(o.BodyBudget, o.BodyWait)}
 	g.ping = healthCheck(o.Store)
+	g.console = console.Handler()
 	var probeFailed func()
 	if o.Metrics != nil {
 		probeFailed = func() { o.Metrics.StoreError("readyz") }
@@ -290,6 +294,13 @@ func (g *gateway) serve(w http.ResponseWriter, r *http.Request, c *api.Call) {
 	if r.URL.Path == ReadyPath {
 		c.Route = ReadyPath
 		g.ready(w, r, c)
+		return
+	}
+	if console.Serves(r.URL.Path) {
+		// The console's static files: no key (the page asks for one and
+		// sends it on its own API calls), like the check endpoints.
+		c.Route = console.Path
+		g.console.ServeHTTP(w, r)
 		return
 	}
 	if id, ok := isUploadPath(r.URL.Path); ok && g.uploads != nil {

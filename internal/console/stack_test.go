@@ -1,0 +1,72 @@
+package console_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/evs-dev/evs/internal/authorizer"
+	"github.com/evs-dev/evs/internal/config"
+	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/server"
+	"github.com/evs-dev/evs/internal/sqlitestore"
+)
+
+// stack is a real `evs serve` on loopback (SQLite store in a temp dir)
+// with one test-mode account, whose key it hands out: test mode touches no
+// network, so the console can be driven through every outcome offline.
+type stack struct {
+	base, key string
+}
+
+func startStack(t *testing.T) stack {
+	t.Helper()
+	ctx := context.Background()
+	dir := t.TempDir()
+	st, err := sqlitestore.OpenServing(ctx, dir, time.Now)
+	if err != nil {
+		t.Fatalf("open store: %v", err)
+	}
+	t.Cleanup(func() { st.Close() })
+	cfg, err := config.FromEnv(func(name string) string {
+		return map[string]string{"EVS_DATA_DIR": dir, "EVS_SMTP": "off", "EVS_DNS_SERVERS": "127.0.0.1:9"}[name]
+	}, false)
+	if err != nil {
+		t.Fatalf("config: %v", err)
+	}
+	srv, err := server.New(server.Options{Config: cfg, Store: st, Now: time.Now,
+		Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatalf("server: %v", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(sctx, ln) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("serve: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Error("server did not stop within 30 s")
+		}
+	})
+	a := evs.Account{ID: "acct-console", Name: "console", Test: true, CreatedAt: time.Now()}
+	if err := st.CreateAccount(ctx, a); err != nil {
+		t.Fatalf("create account: %v", err)
+	}
+	key, err := authorizer.IssueKey(ctx, st, a.ID, "", time.Now())
+	if err != nil {
+		t.Fatalf("create key: %v", err)
+	}
+	return stack{base: "http://" + ln.Addr().String(), key: key}
+}
