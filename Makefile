@@ -6,7 +6,7 @@ STATICCHECK := $(GOBIN)/staticcheck
 FUNCTIONS := verify requests authorizer worker
 PKGS := ./...
 
-.PHONY: run test unit lint vet fmt-check staticcheck cfn-lint bench bench-http fuzz build deploy sam-local clean check-go dante mta
+.PHONY: run test unit lint vet fmt-check staticcheck cfn-lint bench bench-http fuzz build deploy sam-local clean check-go dante mta chromium
 
 check-go:
 	@command -v $(GO) >/dev/null 2>&1 || { echo "make: Go is required (1.26 or newer): see https://go.dev/doc/install" >&2; exit 1; }
@@ -20,12 +20,13 @@ run: check-go
 
 ## test: vet, lint the SAM template, and run every test (DynamoDB/SQS tests
 ## against moto_server, SMTP-through-SOCKS5 tests through danted, the
-## verdicts through a real Postfix and postgrey)
-test: check-go fmt-check vet cfn-lint dante mta
+## verdicts through a real Postfix and postgrey, the console in a headless
+## Chromium)
+test: check-go fmt-check vet cfn-lint dante mta chromium
 	./infra/scripts/with-moto.sh ./infra/scripts/with-socks5.sh $(GO) test -race -count=1 -timeout 30m $(PKGS)
 
 ## unit: the tests alone, without the template lint
-unit: check-go dante mta
+unit: check-go dante mta chromium
 	./infra/scripts/with-moto.sh ./infra/scripts/with-socks5.sh $(GO) test -race -count=1 -timeout 30m $(PKGS)
 
 # dante: the SOCKS5 server of the tests (Debian package dante-server), installed
@@ -37,6 +38,18 @@ dante:
 	  echo "make: installing dante-server (the SOCKS5 server of the tests)"; \
 	  export DEBIAN_FRONTEND=noninteractive; \
 	  apt-get install -y -qq dante-server >/dev/null 2>&1 || { apt-get update -qq >/dev/null && apt-get install -y -qq dante-server >/dev/null; } || { echo "make: apt-get could not install dante-server" >&2; exit 1; }; \
+	}
+
+# chromium: the headless browser that drives the web console's test
+# (internal/console, docs/console.md; Debian package chromium), installed
+# when missing; apt-get update only when the plain install fails.
+chromium:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || { \
+	  command -v apt-get >/dev/null 2>&1 || { echo "make: the tests need Chromium (the console's browser test) and apt-get is not here to install it: install chromium yourself" >&2; exit 1; }; \
+	  [ "$$(id -u)" = 0 ] || { echo "make: the tests need Chromium: run as root, or first: sudo apt-get install -y chromium" >&2; exit 1; }; \
+	  echo "make: installing chromium (the headless browser of the console's test)"; \
+	  export DEBIAN_FRONTEND=noninteractive; \
+	  apt-get install -y -qq chromium >/dev/null 2>&1 || { apt-get update -qq >/dev/null && apt-get install -y -qq chromium >/dev/null; } || { echo "make: apt-get could not install chromium" >&2; exit 1; }; \
 	}
 
 # mta: a real Postfix and postgrey as loopback peers of the tests (Debian

@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+
+	"github.com/evs-dev/evs/internal/console"
 )
 
 // firstKeyName is the file in the data directory that holds the first
@@ -44,7 +46,11 @@ Try it:
 
   curl -s %s/v1/verify -H "X-Api-Key: $EVS_API_KEY" -H 'Content-Type: application/json' -d '{"email":"%s"}'
 
-`, kind, key, base, example)
+or open the web console in a browser and paste the key there:
+
+  %s%s
+
+`, kind, key, base, example, base, console.Path)
 	return nil
 }
 

@@ -166,6 +166,14 @@ func TestServeAndBatch(t *testing.T) {
 	if !strings.Contains(out.String(), "curl -s http://"+addr+"/v1/verify") {
 		t.Fatalf("no curl example: %s", out.String())
 	}
+	// Beside the key, the console's address, which serves the page.
+	if m := regexp.MustCompile(`(?m)^  (http://\S+/console/)$`).FindStringSubmatch(out.String()); m == nil || m[1] != "http://"+addr+"/console/" {
+		t.Fatalf("no console address beside the key: %s", out.String())
+	} else if res, err := http.Get(m[1]); err != nil || res.StatusCode != http.StatusOK || res.Header.Get("Content-Security-Policy") == "" {
+		t.Fatalf("GET %s: %v %v", m[1], res, err)
+	} else {
+		res.Body.Close()
+	}
 	// The printed example, as curl would send it.
 	req, _ := http.NewRequest("POST", "http://"+addr+"/v1/verify", strings.NewReader(`{"email":"alice+rejected_email@example.com"}`))
 	req.Header.Set("X-Api-Key", key)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/evs-dev/evs/internal/buildinfo"
 	"github.com/evs-dev/evs/internal/config"
+	"github.com/evs-dev/evs/internal/console"
 	"github.com/evs-dev/evs/internal/server"
 	"github.com/evs-dev/evs/internal/sqlitestore"
 )
@@ -136,6 +137,7 @@ func serve(ctx context.Context, testAccount bool, stdout, stderr io.Writer, gete
 		logger.Info("no API key printed: the data directory already has accounts; make a key with: " + keysCreateHint(getenv))
 	}
 	fmt.Fprintf(stdout, "evs %s listening on %s (data in %s, SMTP %s)\n", buildinfo.Read(version).Version, base, cfg.DataDir, cfg.SMTP)
+	fmt.Fprintf(stdout, "web console: %s%s\n", base, console.Path)
 	return srv.Serve(ctx, ln)
 }
 

@@ -18,7 +18,7 @@ var noRedirect = &http.Client{CheckRedirect: func(*http.Request, []*http.Request
 // a real server, without a key, with the security headers and its type.
 func TestConsoleFilesServed(t *testing.T) {
 	s := startStack(t)
-	types := map[string]string{".html": "text/html", ".css": "text/css", ".js": "text/javascript"}
+	types := map[string]string{".html": "text/html", ".css": "text/css", ".js": "text/javascript", ".svg": "image/svg+xml"}
 	n := 0
 	err := fs.WalkDir(console.Files(), ".", func(path string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
