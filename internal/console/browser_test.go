@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -176,6 +177,36 @@ func TestConsoleInBrowser(t *testing.T) {
 		return chromedp.Evaluate[chromedp.Void](fmt.Sprintf(`(function(f){f.value=%q;f.dispatchEvent(new Event("change"));})(document.getElementById(%q))`, v, id))
 	}
 	step("open the console", chromedp.Navigate(s.base+console.Path), chromedp.WaitVisible(chromedp.ID("key")))
+	// Every control has a name a screen reader reads, and can be reached
+	// by the keyboard (no negative tabindex).
+	unnamed, err := chromedp.Run(bctx, chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll("input, select, textarea, button"))
+		.filter(function(c){ return c.tabIndex < 0 || !((c.labels && c.labels.length) || c.getAttribute("aria-label") || (c.tagName === "BUTTON" && c.textContent.trim())); })
+		.map(function(c){ return c.id || c.name || c.tagName; })`))
+	if err != nil || len(unnamed) != 0 {
+		t.Errorf("controls without a label or out of the tab order: %v (%v)", unnamed, err)
+	}
+
+	// A key the server does not know: the API's refusal in words, with
+	// its request id. The two reports of the expected 401 (the reply, and
+	// the browser's log line about it) are not page problems.
+	step("enter an unknown key", chromedp.SendKeys(chromedp.ID("key"), "evs."+strings.Repeat("A", 43)), chromedp.Click(chromedp.ID("key-use")),
+		chromedp.SendKeys(chromedp.ID("verify-email"), "accepted_email@x.example"), chromedp.Click(chromedp.ID("verify-go")),
+		chromedp.WaitVisible(chromedp.ID("error")))
+	msg := text("error")
+	if !regexp.MustCompile(`unauthorized, HTTP 401, request id [0-9a-f-]{36}`).MatchString(msg) {
+		t.Errorf("error shown as %q; want the code, the HTTP status and the request id", msg)
+	}
+	bad.mu.Lock()
+	kept := bad.list[:0]
+	for _, p := range bad.list {
+		if !strings.Contains(p, "401") || !strings.Contains(p, "/v1/verify") {
+			kept = append(kept, p)
+		}
+	}
+	bad.list = kept
+	bad.mu.Unlock()
+	step("forget it", chromedp.Click(chromedp.ID("key-forget")), setField("verify-email", ""))
+
 	step("enter the key", chromedp.SendKeys(chromedp.ID("key"), s.key), chromedp.Click(chromedp.ID("key-use")))
 	waitFor("the key in use", `document.getElementById("key-state").textContent.includes("in use")`)
 	if v, err := chromedp.Run(bctx, chromedp.Value(chromedp.ID("key"))); err != nil || v != "" {
