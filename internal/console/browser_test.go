@@ -265,6 +265,21 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Errorf("deliverable download:\n%s\nwant the header and the one deliverable row", csv)
 	}
 
+	// A pasted list, in quick mode: no SMTP, so a plain address is not
+	// checked, and a named outcome keeps its reason.
+	step("paste a list", setField("list-file", ""), setField("list-paste", "someone@x.example,\n  mailbox_full@x.example\n"),
+		chromedp.Click(chromedp.CSS(`input[name=list-mode][value=quick]`)), chromedp.Click(chromedp.ID("list-go")))
+	waitFor("the pasted list done", `(function(){var p=document.getElementById("batch-progress");
+		return !document.getElementById("batch-final").hidden && p.value === p.max && document.getElementById("count-total").textContent === "2";})()`)
+	if got := text("batch-done"); !strings.Contains(got, "2 of 2") {
+		t.Errorf("pasted list: progress says %q, want 2 of 2", got)
+	}
+	if u, r := text("count-unknown"), text("count-risky"); u != "1" || r != "1" {
+		t.Errorf("pasted list in quick mode: unknown %s, risky %s; want 1 and 1", u, r)
+	}
+	// A new list shows all its rows, whatever the last list's filter was.
+	waitFor("the pasted list's table", `document.querySelectorAll("#results tbody tr").length === 2`)
+
 	for _, w := range []int64{1280, 375} {
 		step(fmt.Sprintf("resize to %d", w), chromedp.EmulateViewport(w, 800))
 		png, err := chromedp.Run(bctx, chromedp.FullScreenshot(100)) // quality 100: PNG

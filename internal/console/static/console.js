@@ -158,6 +158,7 @@
     batch = { id: env.request.id, cursor: null, timer: null };
     $("batch-id").textContent = batch.id;
     $("batch-final").hidden = true;
+    $("results-filter").value = ""; // a new list starts with every row shown
     $("batch").hidden = false;
     showBatch(env);
   }
