@@ -18,8 +18,9 @@ var Known = []string{
 	"EVS_SMTP", "EVS_SMTP_FROM", "EVS_SMTP_HELO", "EVS_SMTP_PORT", "EVS_SMTP_PROXY", "EVS_SMTP_PROXY_SECRET",
 	"EVS_URL", "EVS_USAGE_PLAN_ID", "EVS_TRUSTED_PROXIES", "EVS_DRAIN_TIMEOUT", "EVS_TLS_CERT", "EVS_TLS_KEY",
 	"EVS_MAX_STORED_ADDRESSES", "EVS_MAX_IDEMPOTENCY_KEYS",
-	// The test harness (internal/testkit, infra/scripts/with-moto.sh).
-	"EVS_MOTO_ENDPOINT", "EVS_TEST_SOCKS5", "EVS_TEST_SOCKS5_EXTERNAL",
+	// The test harness (internal/testkit, infra/scripts/with-moto.sh, the
+	// console's browser test).
+	"EVS_MOTO_ENDPOINT", "EVS_TEST_SOCKS5", "EVS_TEST_SOCKS5_EXTERNAL", "EVS_SCREENSHOTS",
 }
 
 // Unknown returns one warning for each EVS_* variable in environ (NAME=value
