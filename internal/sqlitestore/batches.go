@@ -82,12 +82,12 @@ var (
 		qClaim, qReadClaim, qComplete, qRelease, qPut,
 		qCreateBatch, qBatch, qTransition, qCount,
 		insertItems(itemsPerInsert), insertResults(resultsPerInsert),
-		qChargeQuota, qRefundQuota, qAddQuota, qStored, qAddStored,
+		qChargeQuota, qRefundQuota, qAddQuota, qStored, qAddStored, qKeepDecision,
 	}
 	readerQueries = []string{
 		qAccount, qAccountByName, qCountAccounts, qKeyByHash, qListKeys,
 		qBatch, qResults, qResultsByStatus, qPending, qUnfinished, qDelivery, qBatchView,
-		qLookup, qPing,
+		qLookup, qPing, qCachedDecision,
 	}
 )
 
@@ -560,6 +560,7 @@ func (s *Store) Sweep(ctx context.Context) (int, error) {
 			`DELETE FROM idempotency WHERE expires_at <= ?`,
 			`DELETE FROM address_quota WHERE expires_at <= ?`,
 			`DELETE FROM uploads WHERE expires_at <= ?`,
+			`DELETE FROM result_cache WHERE expires_at <= ?`,
 		} {
 			res, err := tx.ExecContext(ctx, q, now)
 			if err != nil {
