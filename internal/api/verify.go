@@ -170,23 +170,26 @@ func (h *Handler) verifyCached(ctx context.Context, engine Verifier, p Principal
 	return d
 }
 
-// NoMaxAge is parseMaxAge's result when the request gives no maxAge: any
-// verdict still within the cache's TTL is reused.
-const NoMaxAge = time.Duration(-1)
+// errMaxAge is the reply to a maxAge that is not an integer of 0 or more.
+var errMaxAge = evs.Errorf(evs.CodeInvalidRequest, "Field \"maxAge\" must be an integer number of seconds, 0 or more.")
 
 // parseMaxAge reads a request's maxAge: an integer number of seconds, 0 or
-// more; 0 never answers from the cache. Absent (or null) is NoMaxAge.
+// more, where 0 never answers from the cache. It returns the bound as
+// ResultCache takes it: 0 when absent (or null), evs.NoReuse for 0.
 func parseMaxAge(raw json.RawMessage) (time.Duration, error) {
 	if len(raw) == 0 || string(raw) == "null" {
-		return NoMaxAge, nil
+		return 0, nil
 	}
 	n, err := strconv.ParseUint(string(raw), 10, 64)
 	if err != nil {
-		return 0, evs.Errorf(evs.CodeInvalidRequest, "Field \"maxAge\" must be an integer number of seconds, 0 or more.")
+		return 0, errMaxAge
 	}
 	if n > uint64(math.MaxInt64/int64(time.Second)) {
 		// Older than any verdict can be: the same as no bound.
-		return NoMaxAge, nil
+		return 0, nil
+	}
+	if n == 0 {
+		return evs.NoReuse, nil
 	}
 	return time.Duration(n) * time.Second, nil
 }

@@ -78,8 +78,8 @@ type RunnerConfig struct {
 }
 
 // ResultCache reuses an account's live verdicts; *resultcache.Cache is
-// one. maxAge bounds the age of a reused verdict, -1 for none; 0 never
-// reuses one.
+// one. maxAge bounds the age of a reused verdict:
+// 0 for no bound, evs.NoReuse to reuse none.
 type ResultCache interface {
 	Lookup(ctx context.Context, accountID string, mode evs.Mode, normalized, email string, maxAge time.Duration) (evs.Decision, bool)
 	Keep(ctx context.Context, accountID string, ds ...evs.Decision) error
@@ -474,7 +474,7 @@ func (r *Runner) fromCache(br *batchRun, items []evs.Item) []evs.Item {
 	rest := items[:0:0]
 	for _, it := range items {
 		if key, _, ok := verify.NormalizedKey(it.Email); ok {
-			if d, hit := r.cfg.Cache.Lookup(br.ctx, br.b.AccountID, br.mode, key, it.Email, -1); hit {
+			if d, hit := r.cfg.Cache.Lookup(br.ctx, br.b.AccountID, br.mode, key, it.Email, br.b.MaxAge); hit {
 				hits = append(hits, evs.Result{Seq: it.Seq, Email: it.Email, Decision: d})
 				continue
 			}

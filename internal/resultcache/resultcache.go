@@ -48,12 +48,13 @@ type Cache struct {
 }
 
 // Lookup returns the account's verdict for the normalised address in mode
-// when one is kept and fresh: younger than maxAge when maxAge >= 0 (the
-// request's maxAge; -1 when it gave none), and not expired. The decision
+// when one is kept and fresh: not expired, and no older than maxAge when
+// maxAge > 0. maxAge 0 is no bound; evs.NoReuse (a request's maxAge 0)
+// reuses nothing. The decision
 // comes back with Email set to email and Cached set. A store fault is a
 // miss: the address is verified again, which is always right.
 func (c *Cache) Lookup(ctx context.Context, accountID string, mode evs.Mode, normalized, email string, maxAge time.Duration) (evs.Decision, bool) {
-	if c == nil || c.TTL <= 0 || normalized == "" || maxAge == 0 {
+	if c == nil || c.TTL <= 0 || normalized == "" || maxAge < 0 {
 		c.count(Miss)
 		return evs.Decision{}, false
 	}

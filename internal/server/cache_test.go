@@ -204,10 +204,20 @@ func TestCacheFreshness(t *testing.T) {
 // TestCacheMaxAgeInvalid: maxAge is an integer of seconds, 0 or more.
 func TestCacheMaxAgeInvalid(t *testing.T) {
 	h, _ := startCached(t, 24*time.Hour)
-	for _, v := range []string{`-1`, `1.5`, `"60"`, `1e3`, `true`, `[]`} {
-		r := h.do(req{method: "POST", path: "/v1/verify", key: h.liveKey, body: `{"email":"ok1@good.example","maxAge":` + v + `}`})
+	for _, v := range []string{`-1`, `1.5`, `"60"`, `1e3`, `true`, `[]`, `{}`} {
+		for _, r := range []reply{
+			h.do(req{method: "POST", path: "/v1/verify", key: h.liveKey, body: `{"email":"ok1@good.example","maxAge":` + v + `}`}),
+			h.do(req{method: "POST", path: "/v1/requests", key: h.liveKey, body: `{"emails":["ok1@good.example"],"maxAge":` + v + `}`}),
+		} {
+			if r.status != 400 || r.errorCode(t) != "invalid_request" {
+				t.Fatalf("maxAge %s: %d %s", v, r.status, r.body)
+			}
+		}
+	}
+	for _, v := range []string{"-1", "1.5", "", "x"} {
+		r := h.do(req{method: "POST", path: "/v1/requests?maxAge=" + v, key: h.liveKey, body: "ok1@good.example\n", headers: map[string]string{"Content-Type": "text/csv"}})
 		if r.status != 400 || r.errorCode(t) != "invalid_request" {
-			t.Fatalf("maxAge %s: %d %s", v, r.status, r.body)
+			t.Fatalf("CSV maxAge %q: %d %s", v, r.status, r.body)
 		}
 	}
 }
@@ -260,8 +270,8 @@ func TestCacheBatchReusesVerdicts(t *testing.T) {
 	for i := 0; i < 200; i++ {
 		emails = append(emails, fmt.Sprintf("ok%d@good.example", i), fmt.Sprintf("no%d@other.example", i))
 	}
-	run := func() map[string]map[string]any {
-		r := h.do(req{method: "POST", path: "/v1/requests", key: h.liveKey, body: `{"emails":` + emailsJSON(emails) + `,"mode":"full"}`})
+	run := func(extra string) map[string]map[string]any {
+		r := h.do(req{method: "POST", path: "/v1/requests", key: h.liveKey, body: `{"emails":` + emailsJSON(emails) + `,"mode":"full"` + extra + `}`})
 		if r.status != 201 {
 			t.Fatalf("create: %d %s", r.status, r.body)
 		}
@@ -292,9 +302,9 @@ func TestCacheBatchReusesVerdicts(t *testing.T) {
 			cursor = "&cursor=" + *page.NextCursor
 		}
 	}
-	first := run()
+	first := run("")
 	conns := h.smtp.Connections()
-	second := run()
+	second := run("")
 	if got := h.smtp.Connections(); got != conns {
 		t.Fatalf("the second batch opened %d SMTP connections, want 0", got-conns)
 	}
@@ -320,5 +330,30 @@ func TestCacheBatchReusesVerdicts(t *testing.T) {
 	}
 	if h.smtp.Connections() != conns {
 		t.Fatal("/v1/verify probed an address the batch verified")
+	}
+
+	// maxAge asks a batch for fresher evidence: 0 reuses nothing, and a
+	// bound younger than the verdicts reuses none of them either.
+	for _, extra := range []string{`,"maxAge":3600`, `,"maxAge":0`} {
+		h.clock.Advance(2 * time.Hour) // older than 3600 s, within the TTL
+		before := h.smtp.Connections()
+		for e, d := range run(extra) {
+			if d["cached"] != false {
+				t.Fatalf("%s: %s reused %v", extra, e, d)
+			}
+		}
+		if h.smtp.Connections() == before {
+			t.Fatalf("%s: the batch opened no SMTP connection", extra)
+		}
+	}
+	// A bound older than the verdicts (refreshed just now) reuses them.
+	before := h.smtp.Connections()
+	for e, d := range run(`,"maxAge":86400`) {
+		if d["cached"] != true {
+			t.Fatalf("maxAge 86400: %s not reused: %v", e, d)
+		}
+	}
+	if h.smtp.Connections() != before {
+		t.Fatal("maxAge 86400: the batch probed again")
 	}
 }

@@ -13,10 +13,13 @@ import (
 // The result cache (contract, section 12): one row per account, normalised
 // address and mode, holding the decision in the stores' codec and when it
 // stops being reused. The sweep deletes rows past expires_at; a read
-// ignores them before that. The account is the key's first column, so
+// ignores them before that. A batch keeps its request's maxAge in
+// batches.max_age (milliseconds; 0 none given, -1 reuse nothing). The
+// account is the key's first column, so
 // nothing of one account's rows is reachable from another's.
 
 const resultCacheSchema = `
+ALTER TABLE batches ADD COLUMN max_age INTEGER NOT NULL DEFAULT 0;
 CREATE TABLE result_cache (
 	account_id TEXT NOT NULL,
 	address    TEXT NOT NULL,
