@@ -154,12 +154,8 @@ func (h *Handler) verifyCached(ctx context.Context, engine Verifier, p Principal
 	if p.Test || h.d.Cache == nil {
 		return engine.Verify(ctx, email, mode)
 	}
-	start := h.d.Now()
 	if key, _, ok := verify.NormalizedKey(email); ok {
 		if d, hit := h.d.Cache.Lookup(ctx, p.AccountID, mode, key, email, maxAge); hit {
-			// durationMs is this call's time: the verdict's own
-			// checkedAt says when the evidence was gathered.
-			d.DurationMs = h.d.Now().Sub(start).Milliseconds()
 			return d
 		}
 	}

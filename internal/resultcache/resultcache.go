@@ -51,13 +51,16 @@ type Cache struct {
 // when one is kept and fresh: not expired, and no older than maxAge when
 // maxAge > 0. maxAge 0 is no bound; evs.NoReuse (a request's maxAge 0)
 // reuses nothing. The decision
-// comes back with Email set to email and Cached set. A store fault is a
-// miss: the address is verified again, which is always right.
+// comes back with Email set to email, Cached set, and DurationMs the
+// lookup's own time (its CheckedAt still says when the evidence was
+// gathered). A store fault is a miss: the address is verified again, which
+// is always right.
 func (c *Cache) Lookup(ctx context.Context, accountID string, mode evs.Mode, normalized, email string, maxAge time.Duration) (evs.Decision, bool) {
 	if c == nil || c.TTL <= 0 || normalized == "" || maxAge < 0 {
 		c.count(Miss)
 		return evs.Decision{}, false
 	}
+	start := c.Now()
 	d, expires, found, err := c.Store.CachedDecision(ctx, accountID, mode, normalized)
 	if err != nil || !found {
 		c.count(Miss)
@@ -69,7 +72,7 @@ func (c *Cache) Lookup(ctx context.Context, accountID string, mode evs.Mode, nor
 		return evs.Decision{}, false
 	}
 	c.count(Hit)
-	d.Email, d.Cached = email, true
+	d.Email, d.Cached, d.DurationMs = email, true, now.Sub(start).Milliseconds()
 	return d, true
 }
 
