@@ -71,14 +71,17 @@ func TestMetricsAfterRealCalls(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	for series, min := range map[string]float64{
-		`evs_http_requests_total{code="200",route="/v1/verify"}`:                              2,
-		`evs_http_requests_total{code="404",route="/v1/requests/{id}"}`:                       1,
-		`evs_http_requests_total{code="401",route="/v1/verify"}`:                              1,
-		`evs_http_requests_total{code="201",route="/v1/requests"}`:                            1,
-		`evs_http_request_duration_seconds_count{route="/v1/verify"}`:                         3,
-		`evs_verifications_total{mode="full",reason="accepted_email",status="deliverable"}`:   2,
+		`evs_http_requests_total{code="200",route="/v1/verify"}`:        2,
+		`evs_http_requests_total{code="404",route="/v1/requests/{id}"}`: 1,
+		`evs_http_requests_total{code="401",route="/v1/verify"}`:        1,
+		`evs_http_requests_total{code="201",route="/v1/requests"}`:      1,
+		`evs_http_request_duration_seconds_count{route="/v1/verify"}`:   3,
+		// alice's second verdict, in the batch, comes from the cache.
+		`evs_verifications_total{mode="full",reason="accepted_email",status="deliverable"}`:   1,
+		`evs_cache_requests_total{result="hit"}`:                                              1,
+		`evs_cache_requests_total{result="miss"}`:                                             3,
 		`evs_verifications_total{mode="full",reason="rejected_email",status="undeliverable"}`: 2,
-		`evs_smtp_replies_total{class="2xx"}`:                                                 2,
+		`evs_smtp_replies_total{class="2xx"}`:                                                 1,
 		`evs_smtp_replies_total{class="5xx"}`:                                                 2,
 		`evs_dns_lookup_duration_seconds_count`:                                               1,
 		`evs_batch_addresses_pending`:                                                         0,

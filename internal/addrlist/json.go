@@ -18,6 +18,9 @@ const MaxJSONScalar = 64 << 10
 type Object struct {
 	// Strings holds the string fields that were present, by name.
 	Strings map[string]string
+	// Numbers holds the number fields that were present, by name, as
+	// written (JSONFields.Numbers).
+	Numbers map[string]json.Number
 	// HasEmails reports whether the "emails" field was present.
 	HasEmails bool
 }
@@ -32,10 +35,22 @@ type Object struct {
 // Memory is bounded by one element: the array is read token by token, and
 // no string or number longer than MaxJSONScalar is buffered.
 func JSON(r io.Reader, lim Limits, fields []string, add func(addr string) error) (Object, error) {
+	return JSONWith(r, lim, JSONFields{Strings: fields}, add)
+}
+
+// JSONFields names the fields JSONWith accepts besides "emails".
+type JSONFields struct {
+	Strings []string // must be strings
+	Numbers []string // must be numbers
+}
+
+// JSONWith is JSON with number fields too: each field named in
+// fields.Numbers must be a JSON number and is returned in Object.Numbers.
+func JSONWith(r io.Reader, lim Limits, fields JSONFields, add func(addr string) error) (Object, error) {
 	g := &scalarGuard{r: bufio.NewReaderSize(newUTF8Reader(r, "JSON"), 64<<10)}
 	dec := json.NewDecoder(g)
 	dec.UseNumber()
-	out := Object{Strings: map[string]string{}}
+	out := Object{Strings: map[string]string{}, Numbers: map[string]json.Number{}}
 	problem := func(err error) error {
 		var e *Error
 		switch {
@@ -80,7 +95,17 @@ func JSON(r io.Reader, lim Limits, fields []string, add func(addr string) error)
 			if err := emails(dec, lim, add); err != nil {
 				return out, problem(err)
 			}
-		case slices.Contains(fields, name):
+		case slices.Contains(fields.Numbers, name):
+			tok, err := dec.Token()
+			if err != nil {
+				return out, problem(err)
+			}
+			n, ok := tok.(json.Number)
+			if !ok {
+				return out, errorf("Field %q must be a number.", name)
+			}
+			out.Numbers[name] = n
+		case slices.Contains(fields.Strings, name):
 			tok, err := dec.Token()
 			if err != nil {
 				return out, problem(err)

@@ -107,11 +107,21 @@ type BatchStore interface {
 	PendingItems(ctx context.Context, accountID, id string, afterSeq, limit int) ([]evs.Item, error)
 }
 
+// ResultCache reuses an account's live verdicts (contract, section 12);
+// *resultcache.Cache is one. maxAge bounds the age of a reused verdict:
+// 0 for no bound, evs.NoReuse to reuse none.
+type ResultCache interface {
+	Lookup(ctx context.Context, accountID string, mode evs.Mode, normalized, email string, maxAge time.Duration) (evs.Decision, bool)
+	Keep(ctx context.Context, accountID string, ds ...evs.Decision) error
+}
+
 // Deps are the handlers' dependencies.
 type Deps struct {
 	// Engine verifies for live accounts; Sandbox for test-mode accounts.
 	Engine  Verifier
 	Sandbox Verifier
+	// Cache, when set, reuses live verdicts of /v1/verify.
+	Cache ResultCache
 	// Idempotency wraps every POST.
 	Idempotency *idempotency.Keeper
 	// Batches and Queue serve the batch endpoints (RequestsFunction only).

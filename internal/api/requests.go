@@ -160,6 +160,7 @@ type parsedBatch struct {
 	list        addressList
 	uploadID    string
 	callbackURL string
+	maxAge      time.Duration // as evs.Batch.MaxAge
 }
 
 // addressList deduplicates a list as it is read, keeping only the distinct
@@ -329,6 +330,7 @@ func (h *Handler) storeBatch(ctx context.Context, p Principal, in parsedBatch, i
 		CreatedAt:   now,
 		ExpiresAt:   now.Add(h.d.Retention),
 		CallbackURL: in.callbackURL,
+		MaxAge:      in.maxAge,
 		Counters: evs.Counters{
 			Total:      in.list.total,
 			Duplicates: in.list.total - len(items),
@@ -394,19 +396,25 @@ func parseMode(s string, present bool) (evs.Mode, error) {
 }
 
 func parseBatchJSON(req events.APIGatewayProxyRequest, raw []byte) (parsedBatch, error) {
-	for _, q := range []string{"mode", "callbackUrl"} {
+	for _, q := range []string{"mode", "callbackUrl", "maxAge"} {
 		if _, ok := req.QueryStringParameters[q]; ok {
 			return parsedBatch{}, evs.Errorf(evs.CodeInvalidRequest, "With a JSON body the %s goes in the body, not the query.", q)
 		}
 	}
 	var out parsedBatch
-	obj, err := addrlist.JSON(bytes.NewReader(raw), bodyLimits, []string{"mode", "callbackUrl", "uploadId"}, out.list.add)
+	obj, err := addrlist.JSONWith(bytes.NewReader(raw), bodyLimits,
+		addrlist.JSONFields{Strings: []string{"mode", "callbackUrl", "uploadId"}, Numbers: []string{"maxAge"}}, out.list.add)
 	if err != nil {
 		return parsedBatch{}, listErr(err)
 	}
 	modeText, hasMode := obj.Strings["mode"]
 	if out.mode, err = parseMode(modeText, hasMode); err != nil {
 		return parsedBatch{}, err
+	}
+	if n, ok := obj.Numbers["maxAge"]; ok {
+		if out.maxAge, err = parseMaxAge(json.RawMessage(n)); err != nil {
+			return parsedBatch{}, err
+		}
 	}
 	if u, ok := obj.Strings["callbackUrl"]; ok {
 		if out.callbackURL = u; u == "" {
@@ -488,6 +496,11 @@ func parseBatchCSV(req events.APIGatewayProxyRequest, raw []byte) (parsedBatch, 
 		return parsedBatch{}, err
 	}
 	out := parsedBatch{mode: mode}
+	if q, ok := req.QueryStringParameters["maxAge"]; ok {
+		if out.maxAge, err = parseMaxAge(json.RawMessage(q)); err != nil || q == "" {
+			return parsedBatch{}, errMaxAge
+		}
+	}
 	if u, ok := req.QueryStringParameters["callbackUrl"]; ok {
 		if out.callbackURL = u; u == "" {
 			return parsedBatch{}, evs.Errorf(evs.CodeInvalidRequest, "The callbackUrl is empty.")

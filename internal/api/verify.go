@@ -2,9 +2,13 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
+	"math"
 	"net/http"
+	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/aws/aws-lambda-go/events"
@@ -21,8 +25,9 @@ const (
 )
 
 type verifyRequest struct {
-	Email *string `json:"email"`
-	Mode  *string `json:"mode"`
+	Email  *string         `json:"email"`
+	Mode   *string         `json:"mode"`
+	MaxAge json.RawMessage `json:"maxAge"`
 }
 
 type verifyResponse struct {
@@ -91,6 +96,10 @@ func (h *Handler) verify(ctx context.Context, req events.APIGatewayProxyRequest,
 	if !ok {
 		return events.APIGatewayProxyResponse{}, "", evs.Errorf(evs.CodeInvalidRequest, "Field \"mode\" must be \"full\" or \"quick\".")
 	}
+	maxAge, err := parseMaxAge(in.MaxAge)
+	if err != nil {
+		return events.APIGatewayProxyResponse{}, "", err
+	}
 	engine := h.d.Engine
 	if p.Test {
 		engine = h.d.Sandbox
@@ -116,7 +125,7 @@ func (h *Handler) verify(ctx context.Context, req events.APIGatewayProxyRequest,
 			vctx, cancel = context.WithTimeout(ctx, h.d.VerifyTimeout)
 			defer cancel()
 		}
-		d := engine.Verify(vctx, *in.Email, mode)
+		d := h.verifyCached(vctx, engine, p, *in.Email, mode, maxAge)
 		domain, decided = decisionDomain(d), true
 		return jsonReply(http.StatusOK, verifyResponse{Status: d.Status(), Decision: NewDecision(d)})
 	})
@@ -135,4 +144,48 @@ func decisionDomain(d evs.Decision) string {
 		return ""
 	}
 	return d.Normalized[strings.LastIndexByte(d.Normalized, '@')+1:]
+}
+
+// verifyCached verifies email for p, reusing the account's cached verdict
+// when one is fresh enough for maxAge (contract, section 12), and keeps a
+// new live verdict for later calls. Test mode neither reads nor writes the
+// cache.
+func (h *Handler) verifyCached(ctx context.Context, engine Verifier, p Principal, email string, mode evs.Mode, maxAge time.Duration) evs.Decision {
+	if p.Test || h.d.Cache == nil {
+		return engine.Verify(ctx, email, mode)
+	}
+	if key, _, ok := verify.NormalizedKey(email); ok {
+		if d, hit := h.d.Cache.Lookup(ctx, p.AccountID, mode, key, email, maxAge); hit {
+			return d
+		}
+	}
+	d := engine.Verify(ctx, email, mode)
+	if err := h.d.Cache.Keep(ctx, p.AccountID, d); err != nil {
+		h.d.Logger.Warn("could not keep a verdict in the result cache", slog.String("accountId", p.AccountID), slog.String("error", err.Error()))
+	}
+	return d
+}
+
+// errMaxAge is the reply to a maxAge that is not an integer of 0 or more.
+var errMaxAge = evs.Errorf(evs.CodeInvalidRequest, "Field \"maxAge\" must be an integer number of seconds, 0 or more.")
+
+// parseMaxAge reads a request's maxAge: an integer number of seconds, 0 or
+// more, where 0 never answers from the cache. It returns the bound as
+// ResultCache takes it: 0 when absent (or null), evs.NoReuse for 0.
+func parseMaxAge(raw json.RawMessage) (time.Duration, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return 0, nil
+	}
+	n, err := strconv.ParseUint(string(raw), 10, 64)
+	if err != nil {
+		return 0, errMaxAge
+	}
+	if n > uint64(math.MaxInt64/int64(time.Second)) {
+		// Older than any verdict can be: the same as no bound.
+		return 0, nil
+	}
+	if n == 0 {
+		return evs.NoReuse, nil
+	}
+	return time.Duration(n) * time.Second, nil
 }

@@ -26,6 +26,9 @@ type Decision struct {
 	CheckedAt  Time     `json:"checkedAt"`
 	DurationMs int64    `json:"durationMs"`
 	TestMode   bool     `json:"testMode,omitempty"`
+	// Cached is true when the verdict was reused from the account's
+	// cache; CheckedAt is then the original check's (contract, section 12).
+	Cached bool `json:"cached"`
 }
 
 // Flags is the "flags" object of a decision.
@@ -97,6 +100,7 @@ func NewDecision(d evs.Decision) Decision {
 		CheckedAt:  Time{d.CheckedAt},
 		DurationMs: d.DurationMs,
 		TestMode:   d.TestMode,
+		Cached:     d.Cached,
 	}
 }
 

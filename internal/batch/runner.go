@@ -68,10 +68,21 @@ type RunnerConfig struct {
 	// with the default limits, keyed by domain). Its clock is the
 	// runner's unless it has one.
 	Gate *Gate
+	// Cache, when set, reuses the account's live full-mode verdicts
+	// instead of probing again, and keeps new ones (contract, section 12).
+	Cache ResultCache
 	// Fault, if set, is told of each store fault the worker meets: a
 	// write of results that failed (kept for the next one) or a run that
 	// was interrupted (started again); both are retried after a back-off.
 	Fault func(err error)
+}
+
+// ResultCache reuses an account's live verdicts; *resultcache.Cache is
+// one. maxAge bounds the age of a reused verdict:
+// 0 for no bound, evs.NoReuse to reuse none.
+type ResultCache interface {
+	Lookup(ctx context.Context, accountID string, mode evs.Mode, normalized, email string, maxAge time.Duration) (evs.Decision, bool)
+	Keep(ctx context.Context, accountID string, ds ...evs.Decision) error
 }
 
 // Runner runs batches in this process. Work is recorded in the store before
@@ -381,7 +392,7 @@ func (r *Runner) startTask(t task) {
 			go func() {
 				defer br.tasks.Done()
 				if sleep(br.ctx, wait) {
-					r.submit(task{run: br, group: Group{Domain: t.group.Domain, Items: later}, attempt: t.attempt})
+					r.submit(task{run: br, group: Group{Domain: t.group.Domain, Items: later}, attempt: t.attempt, cacheDone: true})
 				}
 			}()
 		}
@@ -395,7 +406,7 @@ func (r *Runner) startTask(t task) {
 		go func() {
 			defer br.tasks.Done()
 			if sleep(br.ctx, GreyDelay(r.cfg.GreyBackoff, t.attempt+1, br.test)) {
-				r.submit(task{run: br, group: Group{Domain: t.group.Domain, Items: retry}, attempt: t.attempt + 1})
+				r.submit(task{run: br, group: Group{Domain: t.group.Domain, Items: retry}, attempt: t.attempt + 1, cacheDone: true})
 			}
 		}()
 	}()
@@ -416,6 +427,12 @@ func (r *Runner) runTask(t task) (retry, later []evs.Item, wait time.Duration) {
 	g := t.group
 	var at time.Time
 	done := func(bool) time.Time { return time.Time{} }
+	cached := r.cfg.Cache != nil && !br.test && br.mode == evs.ModeFull && g.Domain != ""
+	if cached && !t.cacheDone {
+		if g.Items = r.fromCache(br, g.Items); len(g.Items) == 0 {
+			return nil, nil, 0
+		}
+	}
 	if !br.test && br.mode == evs.ModeFull && g.Domain != "" {
 		a, err := gate.Admit(br.ctx, gate.Key(br.ctx, g.Domain), g.Items, r.proc)
 		if err != nil {
@@ -439,12 +456,45 @@ func (r *Runner) runTask(t task) (retry, later []evs.Item, wait time.Duration) {
 		}
 	}
 	br.w.add(br.ctx, o.Results)
+	if cached {
+		r.keep(br, o.Results)
+	}
 	if err != nil {
 		// Cancel, shutdown or the batch deadline cut it short: what is
 		// left stays pending for the next run or for expire.
 		return nil, nil, 0
 	}
 	return o.Retry, later, gate.until(at)
+}
+
+// fromCache hands the writer the items whose verdict the account's cache
+// holds and returns the others, to be probed.
+func (r *Runner) fromCache(br *batchRun, items []evs.Item) []evs.Item {
+	var hits []evs.Result
+	rest := items[:0:0]
+	for _, it := range items {
+		if key, _, ok := verify.NormalizedKey(it.Email); ok {
+			if d, hit := r.cfg.Cache.Lookup(br.ctx, br.b.AccountID, br.mode, key, it.Email, br.b.MaxAge); hit {
+				hits = append(hits, evs.Result{Seq: it.Seq, Email: it.Email, Decision: d})
+				continue
+			}
+		}
+		rest = append(rest, it)
+	}
+	br.w.add(br.ctx, hits)
+	return rest
+}
+
+// keep writes the new verdicts of rs to the account's cache; a fault is
+// logged, the verdicts stand.
+func (r *Runner) keep(br *batchRun, rs []evs.Result) {
+	ds := make([]evs.Decision, len(rs))
+	for i := range rs {
+		ds[i] = rs[i].Decision
+	}
+	if err := r.cfg.Cache.Keep(br.ctx, br.b.AccountID, ds...); err != nil {
+		logErr(r.cfg.Logger, "could not keep verdicts in the result cache", br.b, err)
+	}
 }
 
 // expire completes a batch past its deadline: every item still pending

@@ -27,6 +27,9 @@ type task struct {
 	run     *batchRun
 	group   Group
 	attempt int
+	// cacheDone: the group's items were looked up in the result cache
+	// already (a group run again after a pause or a greylisting).
+	cacheDone bool
 }
 
 // lane is one pool of worker slots and the queues that feed it.

@@ -94,6 +94,10 @@ type Config struct {
 	// BatchDeadline is a batch's time limit from its start
 	// (EVS_BATCH_DEADLINE).
 	BatchDeadline time.Duration
+	// CacheTTL is how long a live verdict is reused for the same account
+	// and address (EVS_CACHE_TTL, default 24h; 0 keeps none; contract,
+	// section 12).
+	CacheTTL time.Duration
 	// MaxConns caps the open HTTP connections of `evs serve` (EVS_MAX_CONNS).
 	MaxConns int
 	// MinFreeBytes is the free space of the data directory's file system
@@ -314,6 +318,14 @@ func FromEnv(getenv func(string) string, onLambda bool) (Config, error) {
 			errs = append(errs, fmt.Errorf("EVS_BATCH_DEADLINE: %q is not a positive duration like 24h", s))
 		}
 		c.BatchDeadline = d
+	}
+	c.CacheTTL = 24 * time.Hour
+	if s := getenv("EVS_CACHE_TTL"); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil || d < 0 {
+			errs = append(errs, fmt.Errorf("EVS_CACHE_TTL: %q is not a duration like 24h (0 turns the cache off)", s))
+		}
+		c.CacheTTL = d
 	}
 	if c.MetricsAddr = getenv("EVS_METRICS_ADDR"); c.MetricsAddr != "" {
 		if _, _, err := net.SplitHostPort(c.MetricsAddr); err != nil {

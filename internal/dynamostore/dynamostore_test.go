@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -826,5 +827,36 @@ func TestTransitionSurvivesALostReply(t *testing.T) {
 	l.retried(t)
 	if _, err := st.TransitionBatch(ctx, b.AccountID, b.ID, []evs.State{evs.StateQueued, evs.StateRunning}, evs.StateCancelled, "", t0); evs.ErrorCode(err) != evs.CodeInvalidState {
 		t.Fatalf("second cancel: %v, want %s", err, evs.CodeInvalidState)
+	}
+}
+
+func TestResultCacheContract(t *testing.T) {
+	testkit.RunResultCacheContract(t, func(t *testing.T) testkit.ResultCacheStore {
+		return newStore(t, time.Now)
+	})
+}
+
+// A cache entry carries the TTL attribute (epoch seconds, rounded up), so
+// DynamoDB deletes it once it has expired.
+func TestResultCacheTTL(t *testing.T) {
+	ctx := context.Background()
+	c := testkit.DynamoDB(t)
+	tables := newTables(t, c)
+	s := dynamostore.New(dynamostore.Config{Client: c, Objects: testkit.S3(t), Tables: tables})
+	exp := time.Date(2026, 11, 22, 10, 0, 0, 1_000_000, time.UTC)
+	d := evs.Decision{Email: "bob@example.com", Normalized: "bob@example.com", Reason: evs.ReasonAcceptedEmail, Mode: evs.ModeFull}
+	if err := s.KeepDecisions(ctx, "acct", []store.CacheEntry{{Decision: d, ExpiresAt: exp}}); err != nil {
+		t.Fatal(err)
+	}
+	out, err := c.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(tables.Results), Key: map[string]types.AttributeValue{
+		"batchId": &types.AttributeValueMemberS{Value: "~cache#acct#full#bob@example.com"},
+		"seq":     &types.AttributeValueMemberN{Value: "0"},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ttl, ok := out.Item["expiresAt"].(*types.AttributeValueMemberN)
+	if want := strconv.FormatInt(exp.Unix()+1, 10); !ok || ttl.Value != want {
+		t.Fatalf("TTL attribute %#v, want %s", out.Item["expiresAt"], want)
 	}
 }

@@ -61,7 +61,14 @@ type Batch struct {
 	// batch's final state. Stores write it into the batch's Delivery record;
 	// Batch readers leave it empty (read it back with Delivery).
 	CallbackURL string
+	// MaxAge bounds the age of the cached verdicts the batch reuses (the
+	// request's maxAge; contract, section 12): 0 when the request gave
+	// none (any verdict within the cache's TTL), NoReuse for maxAge 0.
+	MaxAge time.Duration
 }
+
+// NoReuse is a MaxAge that reuses no cached verdict: a request's maxAge 0.
+const NoReuse time.Duration = -1
 
 // Item is one distinct (normalized) address of a batch. Seq numbers the
 // distinct addresses from 0 in submission order.

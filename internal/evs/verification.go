@@ -95,6 +95,9 @@ type Decision struct {
 	DurationMs int64
 	// TestMode is set only on decisions made for test-mode accounts.
 	TestMode bool
+	// Cached is set when the verdict was reused from the account's cache
+	// (contract, section 12); CheckedAt is then the original check's.
+	Cached bool
 	// Score (0–100) is how likely mail to the address is delivered and not
 	// bounced: verify.Score of the fields above. The engine sets it; the
 	// stores do not keep it, so the API recomputes it from the stored

@@ -96,6 +96,9 @@ func (e *EMF) SMTPConnectionFailure(result string) {
 // StoreError implements Observer.
 func (e *EMF) StoreError(source string) { e.write(StoreErrors, "Count", 1, "source", source) }
 
+// CacheRequest counts one result-cache lookup (resultcache.Cache.Count).
+func (e *EMF) CacheRequest(result string) { e.write(CacheRequests, "Count", 1, "result", result) }
+
 // ProxyHandler is an API Gateway proxy Lambda handler.
 type ProxyHandler func(ctx context.Context, req events.APIGatewayProxyRequest) (events.APIGatewayProxyResponse, error)
 

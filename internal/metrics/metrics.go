@@ -35,6 +35,9 @@ const (
 	// StoreErrors counts store operations that failed (label source: api,
 	// batch or readyz).
 	StoreErrors = "evs_store_errors_total"
+	// CacheRequests counts result-cache lookups (label result: hit, miss
+	// or stale; contract, section 12).
+	CacheRequests = "evs_cache_requests_total"
 )
 
 // ModeTest is the mode label of test-mode verdicts: they are no DNS or

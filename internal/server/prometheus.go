@@ -27,6 +27,7 @@ type Prometheus struct {
 	hooks    *prometheus.CounterVec
 	connFail *prometheus.CounterVec
 	storeErr *prometheus.CounterVec
+	cache    *prometheus.CounterVec
 }
 
 // NewPrometheus returns the metrics; pending, when not nil, is read at each
@@ -61,7 +62,10 @@ func NewPrometheus(pending func(ctx context.Context) (int, error)) *Prometheus {
 	m.storeErr = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: metrics.StoreErrors, Help: "Store operations that failed, by who saw it (api, batch, readyz).",
 	}, []string{"source"})
-	m.reg.MustRegister(m.requests, m.duration, m.verdicts, m.replies, m.dns, m.hooks, m.connFail, m.storeErr,
+	m.cache = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: metrics.CacheRequests, Help: "Result-cache lookups of live verdicts by result (hit, miss, stale).",
+	}, []string{"result"})
+	m.reg.MustRegister(m.requests, m.duration, m.verdicts, m.replies, m.dns, m.hooks, m.connFail, m.storeErr, m.cache,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if pending != nil {
 		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -111,3 +115,6 @@ func (m *Prometheus) SMTPConnectionFailure(result string) { m.connFail.WithLabel
 
 // StoreError implements Observer.
 func (m *Prometheus) StoreError(source string) { m.storeErr.WithLabelValues(source).Inc() }
+
+// CacheRequest counts one result-cache lookup (resultcache.Cache.Count).
+func (m *Prometheus) CacheRequest(result string) { m.cache.WithLabelValues(result).Inc() }

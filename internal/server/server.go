@@ -24,6 +24,7 @@ import (
 	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/idempotency"
 	"github.com/evs-dev/evs/internal/metrics"
+	"github.com/evs-dev/evs/internal/resultcache"
 	"github.com/evs-dev/evs/internal/store"
 	"github.com/evs-dev/evs/internal/verify"
 	"github.com/evs-dev/evs/internal/webhook"
@@ -207,8 +208,12 @@ func New(o Options) (*Server, error) {
 	if o.Metrics != nil {
 		o.Engine, sandbox = metrics.Count(o.Engine, o.Metrics), metrics.Count(sandbox, o.Metrics)
 	}
+	cache := resultCache(o)
 	rc := o.Batch
 	rc.Store = o.Store
+	if cache != nil {
+		rc.Cache = cache
+	}
 	rc.Accounts = o.Store
 	rc.Engine = o.Engine
 	rc.Sandbox = sandbox
@@ -251,6 +256,7 @@ func New(o Options) (*Server, error) {
 		MaxUploadAddresses: o.MaxUploadAddresses,
 		Engine:             o.Engine,
 		Sandbox:            sandbox,
+		Cache:              apiCache(cache),
 		Idempotency:        keeper(o.Store, o.Now),
 		Batches:            o.Store,
 		Queue:              runner,
@@ -404,4 +410,26 @@ func Bootstrap(ctx context.Context, st store.Keys, test bool, now time.Time) (st
 		return "", err
 	}
 	return authorizer.IssueKey(ctx, st, a.ID, "", now)
+}
+
+// resultCache is the account result cache (contract, section 12) when
+// EVS_CACHE_TTL is not 0 and the store keeps one; nil otherwise.
+func resultCache(o Options) *resultcache.Cache {
+	st, ok := o.Store.(resultcache.Store)
+	if !ok || o.Config.CacheTTL <= 0 {
+		return nil
+	}
+	c := &resultcache.Cache{Store: st, TTL: o.Config.CacheTTL, Now: o.Now}
+	if m, ok := o.Metrics.(interface{ CacheRequest(string) }); ok {
+		c.Count = m.CacheRequest
+	}
+	return c
+}
+
+// apiCache is c as the API's dependency: nil, not a nil *Cache, when off.
+func apiCache(c *resultcache.Cache) api.ResultCache {
+	if c == nil {
+		return nil
+	}
+	return c
 }

@@ -23,13 +23,13 @@ const itemsPerInsert = 500
 const resultsPerInsert = 200
 
 const batchCols = `id, account_id, mode, state, error, created_at, completed_at, expires_at,
-	total, duplicates, processed, deliverable, undeliverable, risky, unknown`
+	total, duplicates, processed, deliverable, undeliverable, risky, unknown, max_age`
 
 // Queries of this file; the ones of every call are prepared at Open.
 const (
 	qCreateBatch = `INSERT INTO batches (id, account_id, mode, state, error, created_at, completed_at, expires_at,
-			items, total, duplicates, processed, deliverable, undeliverable, risky, unknown)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING key`
+			items, total, duplicates, processed, deliverable, undeliverable, risky, unknown, max_age)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING key`
 	qBatch      = `SELECT key, ` + batchCols + ` FROM batches WHERE id = ? AND account_id = ? AND expires_at > ?`
 	qTransition = `UPDATE batches SET state = ?, error = ?, completed_at = ? WHERE id = ? RETURNING ` + batchCols
 	// The batch completes in the same statement that counts its last
@@ -82,12 +82,12 @@ var (
 		qClaim, qReadClaim, qComplete, qRelease, qPut,
 		qCreateBatch, qBatch, qTransition, qCount,
 		insertItems(itemsPerInsert), insertResults(resultsPerInsert),
-		qChargeQuota, qRefundQuota, qAddQuota, qStored, qAddStored,
+		qChargeQuota, qRefundQuota, qAddQuota, qStored, qAddStored, qKeepDecision,
 	}
 	readerQueries = []string{
 		qAccount, qAccountByName, qCountAccounts, qKeyByHash, qListKeys,
 		qBatch, qResults, qResultsByStatus, qPending, qUnfinished, qDelivery, qBatchView,
-		qLookup, qPing,
+		qLookup, qPing, qCachedDecision,
 	}
 )
 
@@ -99,13 +99,15 @@ func scanBatchWith(row scanner, first ...any) (evs.Batch, error) {
 		b                evs.Batch
 		created, expires int64
 		completed        sql.NullInt64
+		maxAge           int64
 	)
 	c := &b.Counters
 	err := row.Scan(append(first, &b.ID, &b.AccountID, &b.Mode, &b.State, &b.Error, &created, &completed, &expires,
-		&c.Total, &c.Duplicates, &c.Processed, &c.Deliverable, &c.Undeliverable, &c.Risky, &c.Unknown)...)
+		&c.Total, &c.Duplicates, &c.Processed, &c.Deliverable, &c.Undeliverable, &c.Risky, &c.Unknown, &maxAge)...)
 	if err != nil {
 		return evs.Batch{}, err
 	}
+	b.MaxAge = time.Duration(maxAge) * time.Millisecond
 	b.CreatedAt, b.CompletedAt, b.ExpiresAt = fromMillis(created), fromNullMillis(completed), fromMillis(expires)
 	return b, nil
 }
@@ -175,7 +177,7 @@ func (s *Store) CreateBatchBounded(ctx context.Context, b evs.Batch, items []evs
 		var key int64
 		err = create.QueryRowContext(ctx,
 			b.ID, b.AccountID, b.Mode, b.State, b.Error, millis(b.CreatedAt), nullMillis(b.CompletedAt), millis(b.ExpiresAt),
-			len(items), c.Total, c.Duplicates, c.Processed, c.Deliverable, c.Undeliverable, c.Risky, c.Unknown).Scan(&key)
+			len(items), c.Total, c.Duplicates, c.Processed, c.Deliverable, c.Undeliverable, c.Risky, c.Unknown, maxAgeMillis(b.MaxAge)).Scan(&key)
 		if constraint(err, sqlite3.SQLITE_CONSTRAINT_UNIQUE) {
 			return evs.Errorf(evs.CodeInvalidState, "The request already exists.")
 		}
@@ -560,6 +562,7 @@ func (s *Store) Sweep(ctx context.Context) (int, error) {
 			`DELETE FROM idempotency WHERE expires_at <= ?`,
 			`DELETE FROM address_quota WHERE expires_at <= ?`,
 			`DELETE FROM uploads WHERE expires_at <= ?`,
+			`DELETE FROM result_cache WHERE expires_at <= ?`,
 		} {
 			res, err := tx.ExecContext(ctx, q, now)
 			if err != nil {
@@ -581,4 +584,13 @@ func (s *Store) Sweep(ctx context.Context) (int, error) {
 		err = s.keys.rebuild(ctx, s.rdb)
 	}
 	return int(n), err
+}
+
+// maxAgeMillis is the max_age column of a batch's MaxAge: milliseconds,
+// with evs.NoReuse kept as -1.
+func maxAgeMillis(d time.Duration) int64 {
+	if d < 0 {
+		return -1
+	}
+	return d.Milliseconds()
 }

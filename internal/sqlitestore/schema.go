@@ -198,6 +198,8 @@ CREATE TABLE write_probe (
 `,
 	// The stored-address limit (stored.go).
 	storedSchema,
+	// The result cache (resultcache.go).
+	resultCacheSchema,
 }
 
 // migrate brings the schema to len(migrations). It runs in one immediate

@@ -82,7 +82,7 @@ func AppendDecision(b []byte, d evs.Decision) []byte {
 	var bits uint64
 	for i, on := range []bool{
 		d.Flags.Disposable, d.Flags.Role, d.Flags.Free, d.Flags.AcceptAll, d.Flags.SMTPUTF8,
-		c.Syntax.Valid, c.DNS.ImplicitMX, c.SMTP.TLS, d.TestMode,
+		c.Syntax.Valid, c.DNS.ImplicitMX, c.SMTP.TLS, d.TestMode, d.Cached,
 	} {
 		if on {
 			bits |= 1 << i
@@ -261,7 +261,7 @@ func decodeBinary(email string, b []byte) (evs.Decision, error) {
 	r := binReader{b: b}
 	bits, has := r.uvarint(), r.uvarint()
 	bit := func(i int) bool { return bits&(1<<i) != 0 }
-	d := evs.Decision{Email: email, Normalized: email, TestMode: bit(8)}
+	d := evs.Decision{Email: email, Normalized: email, TestMode: bit(8), Cached: bit(9)}
 	d.Flags = evs.Flags{Disposable: bit(0), Role: bit(1), Free: bit(2), AcceptAll: bit(3), SMTPUTF8: bit(4)}
 	d.Reason = evs.Reason(r.str())
 	d.Mode = evs.Mode(r.str())

@@ -37,6 +37,15 @@ func TestDecisionRoundTrip(t *testing.T) {
 			},
 			CheckedAt: at, DurationMs: 300,
 		}},
+		{"reused from the result cache", evs.Decision{
+			Email: "dave@corp.example", Normalized: "dave@corp.example", Reason: evs.ReasonAcceptedEmail, Mode: evs.ModeFull,
+			Checks: evs.Checks{
+				Syntax: evs.SyntaxCheck{Valid: true},
+				DNS:    evs.DNSCheck{Result: evs.DNSOK, MX: []string{"mx.corp.example"}, Rcode: "NOERROR"},
+				SMTP:   evs.SMTPCheck{Result: evs.SMTPAccepted, Host: "mx.corp.example", Code: 250},
+			},
+			CheckedAt: at, DurationMs: 1, Cached: true,
+		}},
 		{"live, every field", evs.Decision{
 			Email: "Bob@Gmial.com", Normalized: "bob@gmial.com", Reason: evs.ReasonRejectedEmail, Mode: evs.ModeFull,
 			Suggestion: &sugg,

@@ -161,3 +161,11 @@ type Store interface {
 	Webhooks
 	Close() error
 }
+
+// CacheEntry is one verdict kept in an account's result cache (contract,
+// section 12): the account, Decision.Mode and Decision.Normalized are its
+// key; it is not read after ExpiresAt.
+type CacheEntry struct {
+	Decision  evs.Decision
+	ExpiresAt time.Time
+}

@@ -1,0 +1,86 @@
+package dynamostore
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/store"
+)
+
+// The result cache (contract, section 12): one item per account,
+// normalised address and mode in the Results table, batchId
+// "~cache#<accountId>#<mode>#<address>", seq 0, holding the decision in the
+// stores' codec, expiresAtMs and the TTL attribute. No batch ID starts with
+// "~", and account IDs and modes hold no "#", so no result row and no
+// other account's entry shares a key. Each entry is a partition of its
+// own: a batch's writes spread over the table, and the sweep, which scans
+// only the Batches table, never reads them. TTL deletes them; until it
+// does, a read returns them with their expiry for the caller to judge.
+
+const cachePartitionPrefix = "~cache#"
+
+func cacheKey(accountID string, mode evs.Mode, address string) item {
+	return item{attrBatchID: avS(cachePartitionPrefix + accountID + "#" + string(mode) + "#" + address), attrSeq: avN(0)}
+}
+
+// CachedDecision returns the account's cached decision for the normalised
+// address in mode and when it expires; found is false when there is none.
+// The decision's Email is address.
+func (s *Store) CachedDecision(ctx context.Context, accountID string, mode evs.Mode, address string) (evs.Decision, time.Time, bool, error) {
+	out, err := s.c.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(s.t.Results), Key: cacheKey(accountID, mode, address)})
+	if err != nil {
+		return evs.Decision{}, time.Time{}, false, wrapErr("read the result cache", err)
+	}
+	if out.Item == nil {
+		return evs.Decision{}, time.Time{}, false, nil
+	}
+	d, err := store.DecodeDecision(address, getB(out.Item, attrDecision))
+	if err != nil {
+		return evs.Decision{}, time.Time{}, false, err
+	}
+	return d, time.UnixMilli(getN(out.Item, attrExpiresAtMs)), true, nil
+}
+
+// cacheWriteBatch is BatchWriteItem's limit of puts per call.
+const cacheWriteBatch = 25
+
+// KeepDecisions writes entries to the account's cache, replacing what it
+// held for the same address and mode, 25 to a BatchWriteItem; puts the
+// service leaves unprocessed are sent again after a back-off.
+func (s *Store) KeepDecisions(ctx context.Context, accountID string, entries []store.CacheEntry) error {
+	for start := 0; start < len(entries); start += cacheWriteBatch {
+		var reqs []types.WriteRequest
+		for _, e := range entries[start:min(start+cacheWriteBatch, len(entries))] {
+			d := e.Decision
+			// The key holds the normalised address: stored as the
+			// decision's own address, it costs no second copy.
+			d.Email, d.Cached = d.Normalized, false
+			it := cacheKey(accountID, d.Mode, d.Normalized)
+			it[attrDecision] = &types.AttributeValueMemberB{Value: store.AppendDecision(nil, d)}
+			it[attrExpiresAtMs], it[attrExpiresAt] = avTime(e.ExpiresAt), ttlSeconds(e.ExpiresAt)
+			reqs = append(reqs, types.WriteRequest{PutRequest: &types.PutRequest{Item: it}})
+		}
+		for attempt := 0; len(reqs) > 0; attempt++ {
+			if attempt > 8 {
+				return wrapErr("write the result cache", fmt.Errorf("%d puts left unprocessed", len(reqs)))
+			}
+			if attempt > 0 {
+				if err := s.sleep(ctx, time.Duration(50<<attempt)*time.Millisecond); err != nil {
+					return err
+				}
+			}
+			out, err := s.c.BatchWriteItem(ctx, &dynamodb.BatchWriteItemInput{RequestItems: map[string][]types.WriteRequest{s.t.Results: reqs}})
+			if err != nil {
+				return wrapErr("write the result cache", err)
+			}
+			reqs = out.UnprocessedItems[s.t.Results]
+		}
+	}
+	return nil
+}
