@@ -12,13 +12,7 @@ command -v moto_server >/dev/null 2>&1 || {
 . "$(dirname "$0")/daemon.sh"
 port=$(free_port)
 log=$(mktemp -t moto.XXXXXX.log)
-# moto_serial.py is moto_server with DynamoDB calls serialised, so that
-# conditional writes are atomic as on DynamoDB (see the script).
-python3 -c 'import moto.server, werkzeug' 2>/dev/null || {
-  echo "with-moto: python3 cannot import moto.server (moto_server's Python): install it with: pip install 'moto[server]'" >&2
-  exit 1
-}
-start_daemon "$log" "$log" python3 "$(dirname "$0")/moto_serial.py" -H 127.0.0.1 -p "$port"
+start_daemon "$log" "$log" moto_server -H 127.0.0.1 -p "$port"
 wait_ready with-moto:\ moto_server "$log" 0.2 \
   python3 -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:$port/moto-api/', timeout=1)"
 
