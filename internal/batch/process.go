@@ -107,22 +107,6 @@ func GroupByDomain(items []evs.Item) []Group {
 	return gs
 }
 
-// Verify runs one group and returns the results to write and the items to
-// retry later: greylisted answers before the last attempt give no result.
-func (p *Processor) Verify(ctx context.Context, test bool, mode evs.Mode, g Group, attempt int, memo *verify.CatchAllMemo) (results []evs.Result, retry []evs.Item, err error) {
-	results, retry, _, err = p.VerifyBefore(ctx, time.Time{}, test, mode, g, attempt, memo)
-	return results, retry, err
-}
-
-// VerifyBefore is Verify that starts no SMTP session at or after startBy
-// (the zero time: no limit), so that a worker with a deadline can write
-// what it finished before it is stopped: the items it did not start come
-// back in left, unasked, for another invocation.
-func (p *Processor) VerifyBefore(ctx context.Context, startBy time.Time, test bool, mode evs.Mode, g Group, attempt int, memo *verify.CatchAllMemo) (results []evs.Result, retry, left []evs.Item, err error) {
-	o, err := p.VerifyGroup(ctx, startBy, test, mode, g, attempt, memo)
-	return o.Results, o.Retry, o.Left, err
-}
-
 // Outcome is what VerifyGroup did with a group.
 type Outcome struct {
 	// Results are the verdicts to write.
@@ -139,8 +123,13 @@ type Outcome struct {
 	Throttled bool
 }
 
-// VerifyGroup is VerifyBefore that also reports whether the provider
-// throttled us, so that a caller can pause it for every worker.
+// VerifyGroup runs one group's SMTP sessions and sorts what came back
+// (Outcome): verdicts to write, greylisted items to retry at the next
+// attempt (before the last one they give no result), and items left
+// unanswered, which the caller must run again. It starts no session at or
+// after startBy (the zero time: no limit), so that a worker with a deadline
+// can write what it finished before it is stopped. Throttled tells the
+// caller to pause the provider for every worker.
 func (p *Processor) VerifyGroup(ctx context.Context, startBy time.Time, test bool, mode evs.Mode, g Group, attempt int, memo *verify.CatchAllMemo) (o Outcome, err error) {
 	v := p.Engine
 	if test {
