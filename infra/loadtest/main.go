@@ -14,6 +14,10 @@
 //   - POST /v1/verify quick vs the floor: requests/s and p99;
 //   - the same call with a unique Idempotency-Key vs plain /v1/verify;
 //   - GET /v1/requests/{id} vs plain /v1/verify;
+//   - a result-cache hit (a live account's full-mode /v1/verify of an
+//     address verified once through loopback DNS and SMTP peers) vs plain
+//     /v1/verify, the quick check with no network at all (issue 22's goal:
+//     at most 1.2× its cost);
 //   - a 50,000-address test-mode batch, create → completed: addresses/s,
 //     bytes stored per result, and this process's RSS after it.
 //
@@ -29,6 +33,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"os"
@@ -40,11 +45,16 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"testing"
 	"time"
+
+	"github.com/google/uuid"
 
 	_ "modernc.org/sqlite" // the harness reads the data directory's sizes itself
 
+	"github.com/evs-dev/evs/internal/authorizer"
 	"github.com/evs-dev/evs/internal/config"
+	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/server"
 	"github.com/evs-dev/evs/internal/sqlitestore"
 	"github.com/evs-dev/evs/internal/testkit"
@@ -56,11 +66,12 @@ func main() {
 		rounds   = flag.Int("rounds", 3, "rounds of the request scenarios, interleaved so a noisy neighbour hits all alike; figures are medians")
 		conns    = flag.Int("conns", 64, "concurrent keep-alive connections (closed loop)")
 		batchN   = flag.Int("batch", 50_000, "addresses in the batch scenario (0 skips it)")
-		only     = flag.String("only", "", "comma-separated scenarios to run (floor,verify,idem,get,batch); default all")
+		only     = flag.String("only", "", "comma-separated scenarios to run (floor,verify,idem,get,hit,batch); default all")
 		profile  = flag.String("cpuprofile", "", "write a CPU profile of each scenario to PREFIX.<scenario>.<round>.pprof")
 		keepDir  = flag.Bool("keep", false, "keep the data directory (its path is printed)")
 	)
 	flag.Parse()
+	log.SetFlags(0)
 	if err := run(context.Background(), opts{duration: *duration, rounds: max(1, *rounds), conns: *conns, batch: *batchN, only: *only, profile: *profile, keep: *keepDir}); err != nil {
 		fmt.Fprintln(os.Stderr, "loadtest:", err)
 		os.Exit(1)
@@ -88,19 +99,66 @@ type stack struct {
 	evs      string // host:port
 	floor    string
 	key      string
+	liveKey  string // a live account's, for the result-cache scenario
+	smtp     *testkit.SMTPServer
 	stop     func()
 	replyLen int
 }
+
+// programTB lets the program start testkit's loopback peers, which take a
+// testing.TB: a failure ends the program, cleanups run at stop. The methods
+// the peers do not call stay nil and would panic.
+type programTB struct {
+	testing.TB
+	cleanups []func()
+}
+
+func (*programTB) Helper()                           {}
+func (*programTB) Fatal(args ...any)                 { log.Fatal(append([]any{"loadtest: "}, args...)...) }
+func (*programTB) Fatalf(format string, args ...any) { log.Fatalf("loadtest: "+format, args...) }
+func (*programTB) Logf(format string, args ...any)   {}
+func (t *programTB) Cleanup(f func())                { t.cleanups = append(t.cleanups, f) }
+func (t *programTB) cleanup() {
+	for _, f := range slices.Backward(t.cleanups) {
+		f()
+	}
+}
+
+// hitDomain is served by the loopback DNS peer; its MX, the loopback SMTP
+// peer, accepts hitEmail and rejects every other address, so hitEmail is
+// deliverable and kept in the account's result cache.
+const (
+	hitDomain = "hit.example"
+	hitEmail  = "ok@" + hitDomain
+	hitBody   = `{"email":"` + hitEmail + `","mode":"full"}`
+)
 
 func start(ctx context.Context) (*stack, error) {
 	dir, err := os.MkdirTemp("", "evs-loadtest-")
 	if err != nil {
 		return nil, err
 	}
+	// Loopback DNS and SMTP peers give the live account a real verdict to
+	// cache; test mode never reaches them.
+	tb := &programTB{}
+	dnsPeer := testkit.StartDNS(tb)
+	dnsPeer.AddRecord(hitDomain + ". 300 IN MX 10 mx." + hitDomain + ".")
+	dnsPeer.AddRecord("mx." + hitDomain + ". 300 IN A 127.0.0.1")
+	smtpPeer := testkit.StartSMTP(tb, testkit.SMTPOptions{Rcpt: func(addr string) string {
+		if addr == hitEmail {
+			return "250 2.1.5 OK"
+		}
+		return "550 5.1.1 <" + addr + ">: User unknown"
+	}})
 	env := map[string]string{
-		"EVS_DATA_DIR":   dir,
-		"EVS_RATE_LIMIT": "off",
-		"EVS_SMTP":       "off", // test mode never probes; no stray traffic either way
+		"EVS_DATA_DIR":     dir,
+		"EVS_RATE_LIMIT":   "off",
+		"EVS_SMTP":         "direct",
+		"EVS_SMTP_PORT":    strconv.Itoa(smtpPeer.Port),
+		"EVS_SMTP_HELO":    "probe.evs.test",
+		"EVS_DNS_SERVERS":  dnsPeer.Addr,
+		"EVS_EGRESS_ALLOW": "127.0.0.0/8",
+		"EVS_CACHE_TTL":    "24h",
 	}
 	cfg, err := config.FromEnv(func(k string) string { return env[k] }, false)
 	if err != nil {
@@ -112,6 +170,14 @@ func start(ctx context.Context) (*stack, error) {
 	}
 	// The key path `evs serve --test-account` takes on first start.
 	key, err := server.Bootstrap(ctx, st, true, time.Now())
+	if err != nil {
+		return nil, err
+	}
+	live := evs.Account{ID: uuid.NewString(), Name: "live", CreatedAt: time.Now().UTC()}
+	if err := st.CreateAccount(ctx, live); err != nil {
+		return nil, err
+	}
+	liveKey, err := authorizer.IssueKey(ctx, st, live.ID, "", time.Now())
 	if err != nil {
 		return nil, err
 	}
@@ -129,7 +195,7 @@ func start(ctx context.Context) (*stack, error) {
 	sctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(sctx, ln) }()
-	s := &stack{dir: dir, st: st, evs: ln.Addr().String(), key: key}
+	s := &stack{dir: dir, st: st, evs: ln.Addr().String(), key: key, liveKey: liveKey, smtp: smtpPeer}
 
 	// Size the floor's reply after the real one.
 	r, err := s.call(http.MethodPost, "/v1/verify", verifyBody, nil)
@@ -154,6 +220,7 @@ func start(ctx context.Context) (*stack, error) {
 		cancel()
 		<-done
 		st.Close()
+		tb.cleanup()
 	}
 	return s, nil
 }
@@ -165,13 +232,18 @@ type result struct {
 	body   []byte
 }
 
-// call makes one request to the evs server with a fresh connection.
+// call makes one request to the evs server with the test-mode key.
 func (s *stack) call(method, path, body string, hdr map[string]string) (result, error) {
+	return s.callAs(s.key, method, path, body, hdr)
+}
+
+// callAs makes one request to the evs server with key.
+func (s *stack) callAs(key, method, path, body string, hdr map[string]string) (result, error) {
 	req, err := http.NewRequest(method, "http://"+s.evs+path, strings.NewReader(body))
 	if err != nil {
 		return result{}, err
 	}
-	req.Header.Set("X-Api-Key", s.key)
+	req.Header.Set("X-Api-Key", key)
 	if body != "" {
 		req.Header.Set("Content-Type", "application/json")
 	}
@@ -337,6 +409,21 @@ func run(ctx context.Context, o opts) error {
 		}
 		getReq = rawRequest(http.MethodGet, s.evs, "/v1/requests/"+id, s.key, nil, "")
 	}
+	var hitReq []byte
+	var conns0 int
+	if o.wants("hit") {
+		// One real verification through the peers puts the verdict in the
+		// live account's cache; every call after it is a hit.
+		r, err := s.callAs(s.liveKey, http.MethodPost, "/v1/verify", hitBody, nil)
+		if err != nil {
+			return err
+		}
+		if r.status != http.StatusOK || !bytes.Contains(r.body, []byte(`"status":"deliverable"`)) {
+			return fmt.Errorf("warming the cache: %d %s", r.status, r.body)
+		}
+		hitReq = rawRequest(http.MethodPost, s.evs, "/v1/verify", s.liveKey, nil, hitBody)
+		conns0 = s.smtp.Connections()
+	}
 	for round := range o.rounds {
 		fmt.Printf("round %d\n", round+1)
 		if err := scenario("floor", s.floor, http.StatusOK, func(int, int) []byte { return floorReq }); err != nil {
@@ -355,6 +442,17 @@ func run(ctx context.Context, o opts) error {
 			if err := scenario("get", s.evs, http.StatusOK, func(int, int) []byte { return getReq }); err != nil {
 				return err
 			}
+		}
+		if hitReq != nil {
+			if err := scenario("hit", s.evs, http.StatusOK, func(int, int) []byte { return hitReq }); err != nil {
+				return err
+			}
+		}
+	}
+	if hitReq != nil {
+		// A hit that quietly probed again would measure the wrong thing.
+		if n := s.smtp.Connections() - conns0; n != 0 {
+			return fmt.Errorf("hit: %d SMTP connections during the cache-hit scenario, want 0", n)
 		}
 	}
 	var bf batchFigures
@@ -393,6 +491,7 @@ func run(ctx context.Context, o opts) error {
 	ratio("verify quick / floor", "verify", "floor")
 	ratio("verify + unique Idempotency-Key / verify", "idem", "verify")
 	ratio("GET /v1/requests/{id} / verify", "get", "verify")
+	ratio("verify cache hit (full) / verify quick", "hit", "verify")
 	if bf.elapsed > 0 {
 		fmt.Printf("%-40s %7.0f addresses/s, %.0f B/result, RSS after %.1f MB\n", "50k test-mode batch", bf.rate(), bf.perResult, bf.afterMB)
 	}

@@ -419,7 +419,9 @@ func resultCache(o Options) *resultcache.Cache {
 	if !ok || o.Config.CacheTTL <= 0 {
 		return nil
 	}
-	c := &resultcache.Cache{Store: st, TTL: o.Config.CacheTTL, Now: o.Now}
+	// This process is the store's only writer (the data directory's
+	// lock), so recent entries can be answered from memory.
+	c := &resultcache.Cache{Store: resultcache.NewMemory(st, 0), TTL: o.Config.CacheTTL, Now: o.Now}
 	if m, ok := o.Metrics.(interface{ CacheRequest(string) }); ok {
 		c.Count = m.CacheRequest
 	}
