@@ -16,6 +16,7 @@ import (
 
 	"github.com/evs-dev/evs/internal/api"
 	"github.com/evs-dev/evs/internal/config"
+	"github.com/evs-dev/evs/internal/console"
 	"github.com/evs-dev/evs/internal/dynamostore"
 	"github.com/evs-dev/evs/internal/server"
 	"github.com/evs-dev/evs/internal/sqsqueue"
@@ -38,6 +39,12 @@ func TestRoutesMatchTemplate(t *testing.T) {
 	tpl := load(t)
 	var got, want []string
 	for _, r := range tpl.Routes {
+		if isConsole(r) {
+			continue // TestConsoleRoutesOpen
+		}
+		if r.Authorizer != "" || r.APIKeyRequired != "" {
+			t.Errorf("template route %s %s: Auth %q/%q of its own; an API route keeps the API's authorizer and key", r.Function, r.Path, r.Authorizer, r.APIKeyRequired)
+		}
 		if r.Method != "ANY" {
 			t.Errorf("template route %s %s: method %q, want ANY (the function answers 405 itself)", r.Function, r.Path, r.Method)
 		}
@@ -50,6 +57,44 @@ func TestRoutesMatchTemplate(t *testing.T) {
 	sort.Strings(want)
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("routes differ\ntemplate: %q\napi.Routes: %q", got, want)
+	}
+}
+
+func isConsole(r testkit.SAMRoute) bool {
+	return r.Path == console.RootResource || strings.HasPrefix(r.Path, console.RootResource+"/")
+}
+
+// The console's routes are on the requests function (whose handler serves
+// console.RootResource and console.FilesResource), GET only, with no
+// authorizer and no usage-plan key, and the stack says where the console
+// is.
+func TestConsoleRoutesOpen(t *testing.T) {
+	tpl := load(t)
+	var got []testkit.SAMRoute
+	for _, r := range tpl.Routes {
+		if isConsole(r) {
+			got = append(got, r)
+		}
+	}
+	var want []testkit.SAMRoute
+	for _, p := range []string{console.RootResource, console.FilesResource} {
+		want = append(want, testkit.SAMRoute{Function: api.RequestsFunction, Path: p, Method: "GET", Authorizer: "NONE", APIKeyRequired: "false"})
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("console routes\ntemplate: %+v\nwant:     %+v", got, want)
+	}
+	b, err := os.ReadFile("../../template.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	base := node(doc.Content[0], "Outputs", "ApiUrl", "Value")
+	out := node(doc.Content[0], "Outputs", "ConsoleUrl", "Value")
+	if base == nil || out == nil || out.Tag != "!Sub" || !strings.HasSuffix(base.Value, "/${Stage}") || out.Value != base.Value+console.Path {
+		t.Errorf("Outputs.ConsoleUrl = %v, want the ApiUrl followed by %s", out, console.Path)
 	}
 }
 

@@ -8,8 +8,11 @@ package console
 
 import (
 	"embed"
+	"fmt"
 	"io/fs"
 	"net/http"
+	"net/url"
+	"path"
 	"strings"
 )
 
@@ -17,10 +20,19 @@ import (
 // redirects to it.
 const Path = "/console/"
 
-// CSP is the Content-Security-Policy of every console reply: scripts,
-// styles, images and API calls from this origin only, no inline script
-// or style, no framing, no form posted elsewhere.
+// CSP is the Content-Security-Policy of every console reply on `evs
+// serve`: scripts, styles, images and API calls from this origin only, no
+// inline script or style, no framing, no form posted elsewhere.
 const CSP = "default-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'; object-src 'none'"
+
+// Options is what differs between the places the console is served.
+type Options struct {
+	// UploadOrigin is the one other origin the page may call: the S3
+	// bucket that pre-signed upload URLs point to on AWS (scheme, host and
+	// port, such as "https://bucket.s3.us-east-1.amazonaws.com"). Empty on
+	// `evs serve`, whose upload URLs are its own.
+	UploadOrigin string
+}
 
 //go:embed static
 var static embed.FS
@@ -35,13 +47,28 @@ func Files() fs.FS {
 	return sub
 }
 
-// Handler serves the console under Path with its security headers; only
-// GET and HEAD are answered.
+// Handler serves the console under Path with its security headers, for
+// `evs serve` (no other origin allowed); only GET and HEAD are answered.
 func Handler() http.Handler {
+	h, _ := New(Options{}) // no origin to refuse
+	return h
+}
+
+// New is Handler with o: on AWS, the CSP's connect-src also allows the
+// upload bucket. An origin that is not scheme://host[:port] is an error.
+func New(o Options) (http.Handler, error) {
+	csp := CSP
+	if o.UploadOrigin != "" {
+		origin, err := parseOrigin(o.UploadOrigin)
+		if err != nil {
+			return nil, err
+		}
+		csp += "; connect-src 'self' " + origin
+	}
 	files := http.StripPrefix(strings.TrimSuffix(Path, "/"), http.FileServerFS(Files()))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := w.Header()
-		h.Set("Content-Security-Policy", CSP)
+		h.Set("Content-Security-Policy", csp)
 		h.Set("X-Content-Type-Options", "nosniff")
 		h.Set("X-Frame-Options", "DENY")
 		h.Set("Referrer-Policy", "no-referrer")
@@ -55,11 +82,26 @@ func Handler() http.Handler {
 			return
 		}
 		if r.URL.Path == strings.TrimSuffix(Path, "/") {
-			http.Redirect(w, r, Path, http.StatusMovedPermanently)
+			// Relative, so that it holds under any prefix: API Gateway's
+			// /{stage}/console goes to /{stage}/console/. (http.Redirect
+			// would make it absolute, from a path without the stage.)
+			h.Set("Location", path.Base(Path)+"/")
+			w.WriteHeader(http.StatusMovedPermanently)
 			return
 		}
 		files.ServeHTTP(w, r)
-	})
+	}), nil
+}
+
+// parseOrigin checks that s is an origin, as a CSP source takes it, and
+// returns it in lower case.
+func parseOrigin(s string) (string, error) {
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.User != nil ||
+		(u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" || strings.ContainsAny(u.Host, " ;,'*") {
+		return "", fmt.Errorf("console: upload origin %q is not scheme://host[:port]", s)
+	}
+	return strings.ToLower(u.Scheme + "://" + u.Host), nil
 }
 
 // Serves tells whether path belongs to the console.
