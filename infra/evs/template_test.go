@@ -83,16 +83,9 @@ func TestConsoleRoutesOpen(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("console routes\ntemplate: %+v\nwant:     %+v", got, want)
 	}
-	b, err := os.ReadFile("../../template.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var doc yaml.Node
-	if err := yaml.Unmarshal(b, &doc); err != nil {
-		t.Fatal(err)
-	}
-	base := node(doc.Content[0], "Outputs", "ApiUrl", "Value")
-	out := node(doc.Content[0], "Outputs", "ConsoleUrl", "Value")
+	root := loadYAML(t)
+	base := node(root, "Outputs", "ApiUrl", "Value")
+	out := node(root, "Outputs", "ConsoleUrl", "Value")
 	if base == nil || out == nil || out.Tag != "!Sub" || !strings.HasSuffix(base.Value, "/${Stage}") || out.Value != base.Value+console.Path {
 		t.Errorf("Outputs.ConsoleUrl = %v, want the ApiUrl followed by %s", out, console.Path)
 	}
@@ -261,6 +254,21 @@ func TestFunctionsBuild(t *testing.T) {
 	}
 }
 
+// loadYAML is template.yaml's root node, for what testkit.SAMTemplate
+// does not extract.
+func loadYAML(t *testing.T) *yaml.Node {
+	t.Helper()
+	b, err := os.ReadFile("../../template.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	return doc.Content[0]
+}
+
 // node returns the value under the keys path of a YAML mapping, or nil.
 func node(n *yaml.Node, path ...string) *yaml.Node {
 	for _, k := range path {
@@ -282,15 +290,7 @@ func node(n *yaml.Node, path ...string) *yaml.Node {
 // work queue the worker reads, and the queue lets EventBridge send it for
 // that rule only.
 func TestSweepScheduleTargetsWorkQueue(t *testing.T) {
-	b, err := os.ReadFile("../../template.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var doc yaml.Node
-	if err := yaml.Unmarshal(b, &doc); err != nil {
-		t.Fatal(err)
-	}
-	res := node(doc.Content[0], "Resources")
+	res := node(loadYAML(t), "Resources")
 	var rules []string
 	for i := 0; i+1 < len(res.Content); i += 2 {
 		if node(res.Content[i+1], "Type").Value == "AWS::Events::Rule" {
