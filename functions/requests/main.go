@@ -94,5 +94,5 @@ func main() {
 			},
 		},
 	})
-	lambda.Start(metrics.Proxy(console.Lambda(web, h.Requests), &metrics.EMF{W: os.Stdout}))
+	lambda.Start(metrics.Proxy(console.Lambda(web, h.Requests, logger), &metrics.EMF{W: os.Stdout}))
 }

@@ -4,12 +4,17 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"log/slog"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/evs-dev/evs/internal/api"
 )
 
 // The API Gateway resources of the console on the AWS stack (template.yaml,
@@ -29,9 +34,11 @@ type ProxyHandler = func(ctx context.Context, req events.APIGatewayProxyRequest)
 // Lambda serves h, a console handler (New), to the proxy events of the
 // console's resources and hands every other event to next: the console
 // rides on a function of the API, with the same files and headers as on
-// `evs serve`.
-func Lambda(h http.Handler, next ProxyHandler) ProxyHandler {
+// `evs serve`. Each console call gets the API's one log line on logger
+// (route Path, as on `evs serve`; no account, since no key is asked).
+func Lambda(h http.Handler, next ProxyHandler, logger *slog.Logger) ProxyHandler {
 	return func(ctx context.Context, req events.APIGatewayProxyRequest) (events.APIGatewayProxyResponse, error) {
+		start := time.Now()
 		var p string
 		switch req.Resource {
 		case RootResource:
@@ -46,7 +53,12 @@ func Lambda(h http.Handler, next ProxyHandler) ProxyHandler {
 		default:
 			return next(ctx, req)
 		}
-		return serveEvent(ctx, h, req, p), nil
+		resp := serveEvent(ctx, h, req, p)
+		client, _ := netip.ParseAddr(req.RequestContext.Identity.SourceIP)
+		c := api.Call{RequestID: req.RequestContext.RequestID, Method: req.HTTPMethod, Route: Path, ClientAddr: client,
+			Status: resp.StatusCode, Start: start}
+		c.Log(ctx, logger, time.Now())
+		return resp, nil
 	}
 }
 

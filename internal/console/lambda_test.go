@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"encoding/json"
+	"io"
 	"io/fs"
+	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
@@ -22,9 +25,12 @@ func event(resource, path string, params map[string]string) events.APIGatewayPro
 		Headers: map[string]string{"Accept": "*/*", "Host": "abc123.execute-api.us-east-1.amazonaws.com"},
 		RequestContext: events.APIGatewayProxyRequestContext{
 			Stage: "Prod", Path: "/Prod" + path, ResourcePath: resource, HTTPMethod: http.MethodGet, RequestID: "rid-1",
+			Identity: events.APIGatewayRequestIdentity{SourceIP: "203.0.113.9"},
 		},
 	}
 }
+
+var discard = slog.New(slog.NewJSONHandler(io.Discard, nil))
 
 // body is a proxy response's body as API Gateway sends it on.
 func body(t *testing.T, r events.APIGatewayProxyResponse) []byte {
@@ -53,7 +59,8 @@ func TestLambdaServesConsole(t *testing.T) {
 		passed = append(passed, req.Resource)
 		return events.APIGatewayProxyResponse{StatusCode: http.StatusTeapot}, nil
 	}
-	fn := console.Lambda(h, api)
+	var logs bytes.Buffer
+	fn := console.Lambda(h, api, slog.New(slog.NewJSONHandler(&logs, nil)))
 	index, err := fs.ReadFile(console.Files(), "index.html")
 	if err != nil {
 		t.Fatal(err)
@@ -109,13 +116,30 @@ func TestLambdaServesConsole(t *testing.T) {
 	if len(passed) != 0 {
 		t.Errorf("console events reached the API: %v", passed)
 	}
+	// One line per console call, as `evs serve` writes it: route
+	// /console/, no account.
+	lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
+	if len(lines) != 6 {
+		t.Fatalf("%d log lines for 6 console calls:\n%s", len(lines), logs.String())
+	}
+	for _, l := range lines {
+		var c struct {
+			Msg, RequestID, Method, Route, AccountID, Client string
+			Status                                           int
+		}
+		if err := json.Unmarshal([]byte(l), &c); err != nil || c.Msg != "call" || c.RequestID != "rid-1" || c.Method != "GET" ||
+			c.Route != console.Path || c.AccountID != "" || c.Client != "203.0.113.9" || c.Status == 0 {
+			t.Errorf("log line %s (%v)", l, err)
+		}
+	}
+	logs.Reset()
 	for _, res := range []string{"/v1/requests", "/v1/requests/{id}", "/v1/uploads"} {
 		if resp, err := fn(context.Background(), event(res, strings.ReplaceAll(res, "{id}", "x"), nil)); err != nil || resp.StatusCode != http.StatusTeapot {
 			t.Errorf("%s: %d %v, want the API's answer", res, resp.StatusCode, err)
 		}
 	}
-	if len(passed) != 3 {
-		t.Errorf("the API saw %v, want its three events", passed)
+	if len(passed) != 3 || logs.Len() != 0 {
+		t.Errorf("the API saw %v, want its three events, and the console logged %q for them", passed, logs.String())
 	}
 }
 
@@ -130,7 +154,7 @@ func TestLambdaBinaryBody(t *testing.T) {
 			w.Header().Add("Vary", "B")
 			w.WriteHeader(http.StatusAccepted)
 			_, _ = w.Write(b)
-		}), nil)
+		}), nil, discard)
 		resp, err := fn(context.Background(), event(console.FilesResource, "/console/x", map[string]string{"proxy": "x"}))
 		if err != nil {
 			t.Fatal(err)
@@ -158,12 +182,12 @@ func TestUploadOriginChecked(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%q: %v", in, err)
 		}
-		resp, _ := console.Lambda(h, nil)(context.Background(), event(console.RootResource, "/console/", nil))
+		resp, _ := console.Lambda(h, nil, discard)(context.Background(), event(console.RootResource, "/console/", nil))
 		if got := resp.Headers["Content-Security-Policy"]; !strings.HasSuffix(got, "; connect-src 'self' "+want) {
 			t.Errorf("%q: CSP %q, want connect-src 'self' %s", in, got, want)
 		}
 	}
-	resp, _ := console.Lambda(console.Handler(), nil)(context.Background(), event(console.RootResource, "/console/", nil))
+	resp, _ := console.Lambda(console.Handler(), nil, discard)(context.Background(), event(console.RootResource, "/console/", nil))
 	if got := resp.Headers["Content-Security-Policy"]; got != console.CSP || strings.Contains(got, "connect-src") {
 		t.Errorf("evs serve's CSP %q, want %q", got, console.CSP)
 	}
