@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
-	"io"
 	"io/fs"
 	"net"
 	"net/http"
@@ -135,7 +134,7 @@ func (s *stage) match(method, p string) (testkit.SAMRoute, map[string]string, bo
 // TestConsoleOnStack: the console served by the real requests binary
 // behind the template's routes under a stage prefix, with no key: /Prod/console
 // lands on /Prod/console/, and every embedded file comes byte for byte
-// with its type and the console's headers; its CSP allows the origin of
+// with its type and the console's headers (and 304 for its ETag); its CSP allows the origin of
 // the upload URLs the same function hands out, and the API next to it
 // still wants a key.
 func TestConsoleOnStack(t *testing.T) {
@@ -173,18 +172,14 @@ func TestConsoleOnStack(t *testing.T) {
 	}
 	wantCSP := console.CSP + "; connect-src 'self' " + u.Scheme + "://" + u.Host
 
-	get := func(path string) (*http.Response, []byte) {
+	// get GETs path under the stage, with If-None-Match: inm if given.
+	get := func(path string, inm ...string) (*http.Response, []byte) {
 		t.Helper()
-		res, err := http.Get(base + path)
-		if err != nil {
-			t.Fatal(err)
+		h := http.Header{}
+		for _, tag := range inm {
+			h.Set("If-None-Match", tag)
 		}
-		defer res.Body.Close()
-		b, err := io.ReadAll(res.Body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return res, b
+		return testkit.Get(t, base+path, h)
 	}
 	check := func(what string, res *http.Response) {
 		t.Helper()
@@ -228,6 +223,10 @@ func TestConsoleOnStack(t *testing.T) {
 			t.Errorf("%s: %d %q, %d bytes; want 200, its type and the embedded %d bytes", p, res.StatusCode, ct, len(got), len(want))
 		}
 		check(p, res)
+		// Unchanged since: 304, nothing carried.
+		if res, got := get(console.Path+p, res.Header.Get("ETag")); res.StatusCode != http.StatusNotModified || len(got) != 0 {
+			t.Errorf("%s with its ETag: %d, %d bytes; want 304 and none", p, res.StatusCode, len(got))
+		}
 		return nil
 	})
 	if err != nil {

@@ -7,7 +7,9 @@
 package console
 
 import (
+	"crypto/sha256"
 	"embed"
+	"encoding/hex"
 	"fmt"
 	"io/fs"
 	"net/http"
@@ -50,7 +52,10 @@ func Files() fs.FS {
 // Handler serves the console under Path with its security headers, for
 // `evs serve` (no other origin allowed); only GET and HEAD are answered.
 func Handler() http.Handler {
-	h, _ := New(Options{}) // no origin to refuse
+	h, err := New(Options{})
+	if err != nil {
+		panic(err) // no origin to refuse; the embedded files always read
+	}
 	return h
 }
 
@@ -66,20 +71,27 @@ func New(o Options) (http.Handler, error) {
 		csp += "; connect-src 'self' " + origin
 	}
 	files := http.StripPrefix(strings.TrimSuffix(Path, "/"), http.FileServerFS(Files()))
+	tags, err := etags()
+	if err != nil {
+		return nil, err
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := w.Header()
 		h.Set("Content-Security-Policy", csp)
 		h.Set("X-Content-Type-Options", "nosniff")
 		h.Set("X-Frame-Options", "DENY")
 		h.Set("Referrer-Policy", "no-referrer")
-		// The files change only with the binary, and embedded files carry
-		// no date to revalidate against: fetched afresh, so an upgrade is
-		// seen at once (they are small).
+		// The files change only with the binary: revalidated on every use,
+		// so an upgrade is seen at once, against an ETag of their content
+		// (embedded files carry no date), so an unchanged file costs a 304.
 		h.Set("Cache-Control", "no-cache")
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			h.Set("Allow", "GET, HEAD")
 			http.Error(w, "Use GET.", http.StatusMethodNotAllowed)
 			return
+		}
+		if tag, ok := tags[r.URL.Path]; ok {
+			h.Set("ETag", tag)
 		}
 		if r.URL.Path == strings.TrimSuffix(Path, "/") {
 			// Relative, so that it holds under any prefix: API Gateway's
@@ -91,6 +103,31 @@ func New(o Options) (http.Handler, error) {
 		}
 		files.ServeHTTP(w, r)
 	}), nil
+}
+
+// etags maps each file's path under Path (index.html's: Path itself) to a
+// strong ETag of its content.
+func etags() (map[string]string, error) {
+	tags := map[string]string{}
+	err := fs.WalkDir(Files(), ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := fs.ReadFile(Files(), p)
+		if err != nil {
+			return err
+		}
+		sum := sha256.Sum256(b)
+		tags[Path+p] = `"` + hex.EncodeToString(sum[:12]) + `"`
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("console: hashing the files: %w", err)
+	}
+	// The page is served at Path; index.html only redirects there.
+	tags[Path] = tags[Path+"index.html"]
+	delete(tags, Path+"index.html")
+	return tags, nil
 }
 
 // parseOrigin checks that s is an origin, as a CSP source takes it, and
