@@ -1,10 +1,13 @@
 // Command requests is the Lambda function behind every /v1/requests route
 // (batch verification): the batch handlers on DynamoDB, with the SQS queue
-// that hands new batches to the worker. It verifies nothing itself.
+// that hands new batches to the worker. It verifies nothing itself. It also
+// serves the web console's static files (/console/, no key), the same
+// embedded files and handler as `evs serve`.
 package main
 
 import (
 	"context"
+	"net/http"
 	"os"
 	"time"
 
@@ -15,6 +18,7 @@ import (
 	"github.com/evs-dev/evs/internal/api"
 	"github.com/evs-dev/evs/internal/awscheck"
 	"github.com/evs-dev/evs/internal/config"
+	"github.com/evs-dev/evs/internal/console"
 	"github.com/evs-dev/evs/internal/dynamostore"
 	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/idempotency"
@@ -43,6 +47,16 @@ func main() {
 				sqsqueue.CheckQueue(sqs.NewFromConfig(awsCfg), awscheck.Resource{Name: cfg.QueueURL, Source: "EVS_QUEUE_URL"}),
 			},
 		})
+	}
+	var web http.Handler
+	if err == nil {
+		// The console's page PUTs large lists straight to the bucket of
+		// the upload URLs: its CSP allows that origin, and no other.
+		var origin string
+		origin, err = st.UploadOrigin(context.Background())
+		if err == nil {
+			web, err = console.New(console.Options{UploadOrigin: origin})
+		}
 	}
 	if err != nil {
 		logger.Error("requests: init failed", "error", err.Error())
@@ -80,5 +94,5 @@ func main() {
 			},
 		},
 	})
-	lambda.Start(metrics.Proxy(h.Requests, &metrics.EMF{W: os.Stdout}))
+	lambda.Start(metrics.Proxy(console.Lambda(web, h.Requests, logger), &metrics.EMF{W: os.Stdout}))
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/evs-dev/evs/internal/api"
 	"github.com/evs-dev/evs/internal/config"
+	"github.com/evs-dev/evs/internal/console"
 	"github.com/evs-dev/evs/internal/dynamostore"
 	"github.com/evs-dev/evs/internal/server"
 	"github.com/evs-dev/evs/internal/sqsqueue"
@@ -38,6 +39,12 @@ func TestRoutesMatchTemplate(t *testing.T) {
 	tpl := load(t)
 	var got, want []string
 	for _, r := range tpl.Routes {
+		if isConsole(r) {
+			continue // TestConsoleRoutesOpen
+		}
+		if r.Authorizer != "" || r.APIKeyRequired != "" {
+			t.Errorf("template route %s %s: Auth %q/%q of its own; an API route keeps the API's authorizer and key", r.Function, r.Path, r.Authorizer, r.APIKeyRequired)
+		}
 		if r.Method != "ANY" {
 			t.Errorf("template route %s %s: method %q, want ANY (the function answers 405 itself)", r.Function, r.Path, r.Method)
 		}
@@ -50,6 +57,37 @@ func TestRoutesMatchTemplate(t *testing.T) {
 	sort.Strings(want)
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("routes differ\ntemplate: %q\napi.Routes: %q", got, want)
+	}
+}
+
+func isConsole(r testkit.SAMRoute) bool {
+	return r.Path == console.RootResource || strings.HasPrefix(r.Path, console.RootResource+"/")
+}
+
+// The console's routes are on the requests function (whose handler serves
+// console.RootResource and console.FilesResource), GET only, with no
+// authorizer and no usage-plan key, and the stack says where the console
+// is.
+func TestConsoleRoutesOpen(t *testing.T) {
+	tpl := load(t)
+	var got []testkit.SAMRoute
+	for _, r := range tpl.Routes {
+		if isConsole(r) {
+			got = append(got, r)
+		}
+	}
+	var want []testkit.SAMRoute
+	for _, p := range []string{console.RootResource, console.FilesResource} {
+		want = append(want, testkit.SAMRoute{Function: api.RequestsFunction, Path: p, Method: "GET", Authorizer: "NONE", APIKeyRequired: "false"})
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("console routes\ntemplate: %+v\nwant:     %+v", got, want)
+	}
+	root := loadYAML(t)
+	base := node(root, "Outputs", "ApiUrl", "Value")
+	out := node(root, "Outputs", "ConsoleUrl", "Value")
+	if base == nil || out == nil || out.Tag != "!Sub" || !strings.HasSuffix(base.Value, "/${Stage}") || out.Value != base.Value+console.Path {
+		t.Errorf("Outputs.ConsoleUrl = %v, want the ApiUrl followed by %s", out, console.Path)
 	}
 }
 
@@ -216,6 +254,21 @@ func TestFunctionsBuild(t *testing.T) {
 	}
 }
 
+// loadYAML is template.yaml's root node, for what testkit.SAMTemplate
+// does not extract.
+func loadYAML(t *testing.T) *yaml.Node {
+	t.Helper()
+	b, err := os.ReadFile("../../template.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	return doc.Content[0]
+}
+
 // node returns the value under the keys path of a YAML mapping, or nil.
 func node(n *yaml.Node, path ...string) *yaml.Node {
 	for _, k := range path {
@@ -237,15 +290,7 @@ func node(n *yaml.Node, path ...string) *yaml.Node {
 // work queue the worker reads, and the queue lets EventBridge send it for
 // that rule only.
 func TestSweepScheduleTargetsWorkQueue(t *testing.T) {
-	b, err := os.ReadFile("../../template.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var doc yaml.Node
-	if err := yaml.Unmarshal(b, &doc); err != nil {
-		t.Fatal(err)
-	}
-	res := node(doc.Content[0], "Resources")
+	res := node(loadYAML(t), "Resources")
 	var rules []string
 	for i := 0; i+1 < len(res.Content); i += 2 {
 		if node(res.Content[i+1], "Type").Value == "AWS::Events::Rule" {

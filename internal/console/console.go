@@ -7,9 +7,14 @@
 package console
 
 import (
+	"crypto/sha256"
 	"embed"
+	"encoding/hex"
+	"fmt"
 	"io/fs"
 	"net/http"
+	"net/url"
+	"path"
 	"strings"
 )
 
@@ -17,10 +22,19 @@ import (
 // redirects to it.
 const Path = "/console/"
 
-// CSP is the Content-Security-Policy of every console reply: scripts,
-// styles, images and API calls from this origin only, no inline script
-// or style, no framing, no form posted elsewhere.
+// CSP is the Content-Security-Policy of every console reply on `evs
+// serve`: scripts, styles, images and API calls from this origin only, no
+// inline script or style, no framing, no form posted elsewhere.
 const CSP = "default-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'; object-src 'none'"
+
+// Options is what differs between the places the console is served.
+type Options struct {
+	// UploadOrigin is the one other origin the page may call: the S3
+	// bucket that pre-signed upload URLs point to on AWS (scheme, host and
+	// port, such as "https://bucket.s3.us-east-1.amazonaws.com"). Empty on
+	// `evs serve`, whose upload URLs are its own.
+	UploadOrigin string
+}
 
 //go:embed static
 var static embed.FS
@@ -35,31 +49,96 @@ func Files() fs.FS {
 	return sub
 }
 
-// Handler serves the console under Path with its security headers; only
-// GET and HEAD are answered.
+// Handler serves the console under Path with its security headers, for
+// `evs serve` (no other origin allowed); only GET and HEAD are answered.
 func Handler() http.Handler {
+	h, err := New(Options{})
+	if err != nil {
+		panic(err) // no origin to refuse; the embedded files always read
+	}
+	return h
+}
+
+// New is Handler with o: on AWS, the CSP's connect-src also allows the
+// upload bucket. An origin that is not scheme://host[:port] is an error.
+func New(o Options) (http.Handler, error) {
+	csp := CSP
+	if o.UploadOrigin != "" {
+		origin, err := parseOrigin(o.UploadOrigin)
+		if err != nil {
+			return nil, err
+		}
+		csp += "; connect-src 'self' " + origin
+	}
 	files := http.StripPrefix(strings.TrimSuffix(Path, "/"), http.FileServerFS(Files()))
+	tags, err := etags()
+	if err != nil {
+		return nil, err
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := w.Header()
-		h.Set("Content-Security-Policy", CSP)
+		h.Set("Content-Security-Policy", csp)
 		h.Set("X-Content-Type-Options", "nosniff")
 		h.Set("X-Frame-Options", "DENY")
 		h.Set("Referrer-Policy", "no-referrer")
-		// The files change only with the binary, and embedded files carry
-		// no date to revalidate against: fetched afresh, so an upgrade is
-		// seen at once (they are small).
+		// The files change only with the binary: revalidated on every use,
+		// so an upgrade is seen at once, against an ETag of their content
+		// (embedded files carry no date), so an unchanged file costs a 304.
 		h.Set("Cache-Control", "no-cache")
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			h.Set("Allow", "GET, HEAD")
 			http.Error(w, "Use GET.", http.StatusMethodNotAllowed)
 			return
 		}
+		if tag, ok := tags[r.URL.Path]; ok {
+			h.Set("ETag", tag)
+		}
 		if r.URL.Path == strings.TrimSuffix(Path, "/") {
-			http.Redirect(w, r, Path, http.StatusMovedPermanently)
+			// Relative, so that it holds under any prefix: API Gateway's
+			// /{stage}/console goes to /{stage}/console/. (http.Redirect
+			// would make it absolute, from a path without the stage.)
+			h.Set("Location", path.Base(Path)+"/")
+			w.WriteHeader(http.StatusMovedPermanently)
 			return
 		}
 		files.ServeHTTP(w, r)
+	}), nil
+}
+
+// etags maps each file's path under Path (index.html's: Path itself) to a
+// strong ETag of its content.
+func etags() (map[string]string, error) {
+	tags := map[string]string{}
+	err := fs.WalkDir(Files(), ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := fs.ReadFile(Files(), p)
+		if err != nil {
+			return err
+		}
+		sum := sha256.Sum256(b)
+		tags[Path+p] = `"` + hex.EncodeToString(sum[:12]) + `"`
+		return nil
 	})
+	if err != nil {
+		return nil, fmt.Errorf("console: hashing the files: %w", err)
+	}
+	// The page is served at Path; index.html only redirects there.
+	tags[Path] = tags[Path+"index.html"]
+	delete(tags, Path+"index.html")
+	return tags, nil
+}
+
+// parseOrigin checks that s is an origin, as a CSP source takes it, and
+// returns it in lower case.
+func parseOrigin(s string) (string, error) {
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.User != nil ||
+		(u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" || strings.ContainsAny(u.Host, " ;,'*") {
+		return "", fmt.Errorf("console: upload origin %q is not scheme://host[:port]", s)
+	}
+	return strings.ToLower(u.Scheme + "://" + u.Host), nil
 }
 
 // Serves tells whether path belongs to the console.

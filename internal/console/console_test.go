@@ -80,7 +80,7 @@ func TestConsoleEntryPoints(t *testing.T) {
 		status       int
 		location     string
 	}{
-		{"GET", "/console", http.StatusMovedPermanently, "/console/"},
+		{"GET", "/console", http.StatusMovedPermanently, "console/"}, // relative: holds under a stage prefix
 		{"GET", "/console/", http.StatusOK, ""},
 		{"HEAD", "/console/", http.StatusOK, ""},
 		{"GET", "/console/index.html", http.StatusMovedPermanently, "./"},

@@ -3,7 +3,9 @@ package dynamostore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"net/url"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -75,6 +77,31 @@ func (s *Store) CreateUpload(ctx context.Context, u evs.Upload, _ string) (strin
 		return "", wrapErr("sign upload URL", err)
 	}
 	return req.URL, nil
+}
+
+// UploadOrigin is the origin ("https://bucket.s3.region.amazonaws.com")
+// of the URLs CreateUpload makes, for a browser page that PUTs lists to
+// them (its Content-Security-Policy must allow it). It signs a URL as
+// CreateUpload does, so it agrees with the SDK on virtual-hosted or
+// path-style addressing and on the endpoint; nothing is sent.
+func (s *Store) UploadOrigin(ctx context.Context) (string, error) {
+	if err := s.in.ready(); err != nil {
+		return "", err
+	}
+	if s.presign == nil {
+		return "", errNoPresigner
+	}
+	req, err := s.presign.PresignPutObject(ctx, &s3.PutObjectInput{
+		Bucket: aws.String(s.in.bucket), Key: aws.String(uploadObject("origin", "probe")),
+	})
+	if err != nil {
+		return "", wrapErr("sign upload URL", err)
+	}
+	u, err := url.Parse(req.URL)
+	if err != nil {
+		return "", fmt.Errorf("dynamostore: upload URL: %w", err)
+	}
+	return u.Scheme + "://" + u.Host, nil
 }
 
 func noUpload() error {

@@ -22,6 +22,11 @@ type SAMRoute struct {
 	Function string // logical id of the function, e.g. "VerifyFunction"
 	Path     string
 	Method   string // as written: "ANY", "POST", ...
+	// Authorizer and APIKeyRequired are the event's own Auth, as written
+	// ("" when it has none: the API's defaults apply), e.g. "NONE" and
+	// "false" for a route open to anyone.
+	Authorizer     string
+	APIKeyRequired string
 }
 
 // SAMGatewayResponse is one entry of the API's GatewayResponses.
@@ -122,7 +127,9 @@ func ParseSAMTemplate(b []byte) (*SAMTemplate, error) {
 					continue
 				}
 				p := get(e, "Properties")
-				t.Routes = append(t.Routes, SAMRoute{Function: id, Path: scalar(get(p, "Path")), Method: scalar(get(p, "Method"))})
+				auth := get(p, "Auth")
+				t.Routes = append(t.Routes, SAMRoute{Function: id, Path: scalar(get(p, "Path")), Method: scalar(get(p, "Method")),
+					Authorizer: scalar(get(auth, "Authorizer")), APIKeyRequired: scalar(get(auth, "ApiKeyRequired"))})
 			}
 		case "AWS::Serverless::Api":
 			grs := get(props, "GatewayResponses")

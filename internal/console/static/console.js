@@ -32,7 +32,10 @@
     if (!key()) { return Promise.reject({ text: "Paste an API key first." }); }
     var headers = { "X-Api-Key": key(), "Accept": accept || "application/json" };
     if (body !== undefined) { headers["Content-Type"] = contentType || "application/json"; }
-    return fetch(path, { method: method, headers: headers, body: body, cache: "no-store", credentials: "omit" })
+    // API paths ("/v1/...") are resolved from the console's own address,
+    // one level up: /console/ on `evs serve`, /{stage}/console/ on AWS.
+    var url = path.charAt(0) === "/" ? ".." + path : path;
+    return fetch(url, { method: method, headers: headers, body: body, cache: "no-store", credentials: "omit" })
       .catch(function () { throw { text: "Could not reach the server: check that it is running." }; })
       .then(function (res) {
         var rid = res.headers.get("X-Request-Id") || "";
