@@ -18,6 +18,7 @@ import (
 	"github.com/evs-dev/evs/internal/config"
 	"github.com/evs-dev/evs/internal/dynamostore"
 	"github.com/evs-dev/evs/internal/metrics"
+	"github.com/evs-dev/evs/internal/resultcache"
 	"github.com/evs-dev/evs/internal/sqsqueue"
 	"github.com/evs-dev/evs/internal/verify"
 	"github.com/evs-dev/evs/internal/webhook"
@@ -82,6 +83,11 @@ func main() {
 		// One account's attempts in flight are bounded across every
 		// invocation, as `evs serve` bounds them in its process.
 		WebhookSlots: st,
+	}
+	if cfg.CacheTTL > 0 {
+		// The account result cache, in the Results table, as verify uses
+		// it: a batch reuses recent verdicts and keeps its own.
+		w.Cache = &resultcache.Cache{Store: st, TTL: cfg.CacheTTL, Now: time.Now, Count: emf.CacheRequest}
 	}
 	if cfg.SMTP != config.SMTPOff {
 		// Politeness per provider and egress address across every

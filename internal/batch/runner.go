@@ -427,9 +427,12 @@ func (r *Runner) runTask(t task) (retry, later []evs.Item, wait time.Duration) {
 	g := t.group
 	var at time.Time
 	done := func(bool) time.Time { return time.Time{} }
-	cached := r.cfg.Cache != nil && !br.test && br.mode == evs.ModeFull && g.Domain != ""
+	cached := UsesCache(r.cfg.Cache, br.test, br.mode, g.Domain)
 	if cached && !t.cacheDone {
-		if g.Items = r.fromCache(br, g.Items); len(g.Items) == 0 {
+		var hits []evs.Result
+		hits, g.Items = FromCache(br.ctx, r.cfg.Cache, br.b, g.Items)
+		br.w.add(br.ctx, hits)
+		if len(g.Items) == 0 {
 			return nil, nil, 0
 		}
 	}
@@ -457,7 +460,9 @@ func (r *Runner) runTask(t task) (retry, later []evs.Item, wait time.Duration) {
 	}
 	br.w.add(br.ctx, o.Results)
 	if cached {
-		r.keep(br, o.Results)
+		if err := KeepResults(br.ctx, r.cfg.Cache, br.b.AccountID, o.Results); err != nil {
+			logErr(r.cfg.Logger, "could not keep verdicts in the result cache", br.b, err)
+		}
 	}
 	if err != nil {
 		// Cancel, shutdown or the batch deadline cut it short: what is
@@ -465,36 +470,6 @@ func (r *Runner) runTask(t task) (retry, later []evs.Item, wait time.Duration) {
 		return nil, nil, 0
 	}
 	return o.Retry, later, gate.until(at)
-}
-
-// fromCache hands the writer the items whose verdict the account's cache
-// holds and returns the others, to be probed.
-func (r *Runner) fromCache(br *batchRun, items []evs.Item) []evs.Item {
-	var hits []evs.Result
-	rest := items[:0:0]
-	for _, it := range items {
-		if key, _, ok := verify.NormalizedKey(it.Email); ok {
-			if d, hit := r.cfg.Cache.Lookup(br.ctx, br.b.AccountID, br.mode, key, it.Email, br.b.MaxAge); hit {
-				hits = append(hits, evs.Result{Seq: it.Seq, Email: it.Email, Decision: d})
-				continue
-			}
-		}
-		rest = append(rest, it)
-	}
-	br.w.add(br.ctx, hits)
-	return rest
-}
-
-// keep writes the new verdicts of rs to the account's cache; a fault is
-// logged, the verdicts stand.
-func (r *Runner) keep(br *batchRun, rs []evs.Result) {
-	ds := make([]evs.Decision, len(rs))
-	for i := range rs {
-		ds[i] = rs[i].Decision
-	}
-	if err := r.cfg.Cache.Keep(br.ctx, br.b.AccountID, ds...); err != nil {
-		logErr(r.cfg.Logger, "could not keep verdicts in the result cache", br.b, err)
-	}
 }
 
 // expire completes a batch past its deadline: every item still pending

@@ -42,6 +42,9 @@ const (
 	attrUndeliverable = "undeliverable"
 	attrRisky         = "risky"
 	attrUnknown       = "unknown"
+	// attrMaxAgeMs is the batch's maxAge (evs.Batch.MaxAge) in
+	// milliseconds, -1 for evs.NoReuse; absent for no bound.
+	attrMaxAgeMs = "maxAgeMs"
 )
 
 // counterAttr names the counter of each outcome label; a result of another
@@ -102,7 +105,17 @@ func batchFrom(it item) evs.Batch {
 			Risky:         int(getN(it, attrRisky)),
 			Unknown:       int(getN(it, attrUnknown)),
 		},
+		MaxAge: maxAgeFrom(it),
 	}
+}
+
+// maxAgeFrom reads attrMaxAgeMs: a negative value is evs.NoReuse.
+func maxAgeFrom(it item) time.Duration {
+	ms := getN(it, attrMaxAgeMs)
+	if ms < 0 {
+		return evs.NoReuse
+	}
+	return time.Duration(ms) * time.Millisecond
 }
 
 // visible tells whether a stored batch record is one a reader may see: not
@@ -201,6 +214,12 @@ func (s *Store) putBatch(ctx context.Context, b evs.Batch, items []evs.Item, inp
 	}
 	if b.Error != "" {
 		rec[attrError] = avS(b.Error)
+	}
+	switch {
+	case b.MaxAge < 0:
+		rec[attrMaxAgeMs] = avN(-1)
+	case b.MaxAge > 0:
+		rec[attrMaxAgeMs] = avN(max(b.MaxAge.Milliseconds(), 1))
 	}
 	if !b.CompletedAt.IsZero() {
 		rec[attrCompletedAt] = avTime(b.CompletedAt)

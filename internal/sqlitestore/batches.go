@@ -108,6 +108,9 @@ func scanBatchWith(row scanner, first ...any) (evs.Batch, error) {
 		return evs.Batch{}, err
 	}
 	b.MaxAge = time.Duration(maxAge) * time.Millisecond
+	if maxAge < 0 {
+		b.MaxAge = evs.NoReuse
+	}
 	b.CreatedAt, b.CompletedAt, b.ExpiresAt = fromMillis(created), fromNullMillis(completed), fromMillis(expires)
 	return b, nil
 }

@@ -2,7 +2,6 @@ package sqlitestore
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
@@ -35,31 +34,6 @@ func TestResultCacheSweep(t *testing.T) {
 	for addr, want := range map[string]bool{"ann@example.com": false, "bob@example.com": true} {
 		if _, _, found, err := s.CachedDecision(ctx, "a", evs.ModeFull, addr); err != nil || found != want {
 			t.Fatalf("%s after the sweep: found %v (%v), want %v", addr, found, err, want)
-		}
-	}
-}
-
-// A batch keeps its request's maxAge: a restart resumes it with the same
-// bound, "reuse nothing" included.
-func TestBatchKeepsMaxAge(t *testing.T) {
-	ctx := context.Background()
-	s := openStore(t, t.TempDir(), testkit.NewClock(t0).Now)
-	for i, maxAge := range []time.Duration{0, evs.NoReuse, 90 * time.Second} {
-		b := evs.Batch{ID: fmt.Sprintf("b%d", i), AccountID: "a", Mode: evs.ModeFull, State: evs.StateQueued,
-			CreatedAt: t0, ExpiresAt: t0.Add(time.Hour), Counters: evs.Counters{Total: 1}, MaxAge: maxAge}
-		if err := s.CreateBatch(ctx, b, []evs.Item{{Seq: 0, Email: "x@example.com", Domain: "example.com"}}); err != nil {
-			t.Fatal(err)
-		}
-		got, err := s.Batch(ctx, "a", b.ID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if (maxAge < 0) != (got.MaxAge < 0) || (maxAge >= 0 && got.MaxAge != maxAge) {
-			t.Fatalf("maxAge %v read back as %v", maxAge, got.MaxAge)
-		}
-		un, err := s.UnfinishedBatches(ctx)
-		if err != nil || len(un) != i+1 || un[i].MaxAge != got.MaxAge {
-			t.Fatalf("unfinished batches: %+v, %v", un, err)
 		}
 	}
 }

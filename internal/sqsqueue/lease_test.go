@@ -19,6 +19,7 @@ import (
 	"github.com/evs-dev/evs/internal/batch"
 	"github.com/evs-dev/evs/internal/egress"
 	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/resultcache"
 	"github.com/evs-dev/evs/internal/sqsqueue"
 	"github.com/evs-dev/evs/internal/testkit"
 	"github.com/evs-dev/evs/internal/verify"
@@ -38,12 +39,19 @@ type sharedHost struct {
 
 func newSharedHost(t *testing.T, w *world, delay time.Duration, domains, users int) sharedHost {
 	t.Helper()
-	h := sharedHost{peer: testkit.StartSMTP(t, testkit.SMTPOptions{Delay: delay, Rcpt: func(a string) string {
+	return newSharedHostRcpt(t, w, delay, domains, users, func(a string) string {
 		if strings.HasPrefix(a, "user") {
 			return "250 2.1.5 OK"
 		}
 		return "550 5.1.1 no such user" // the accept-all probe
-	}})}
+	})
+}
+
+// newSharedHostRcpt is newSharedHost whose MTA answers RCPT TO:<a> with
+// rcpt(a).
+func newSharedHostRcpt(t *testing.T, w *world, delay time.Duration, domains, users int, rcpt func(a string) string) sharedHost {
+	t.Helper()
+	h := sharedHost{peer: testkit.StartSMTP(t, testkit.SMTPOptions{Delay: delay, Rcpt: rcpt})}
 	dns := testkit.StartDNS(t)
 	dns.AddRecord("mx.shared.example. 300 IN A 127.0.0.1")
 	for d := range domains {
@@ -258,8 +266,15 @@ func TestWorkerDeadline(t *testing.T) {
 // the rest back on the queue; another invocation takes the rest; then SQS
 // redelivers the first message (as it does when an invocation's end is
 // lost) while the batch's other message is still pending. Across all of
-// it, the loopback MTA is asked about every address exactly once.
+// it, the loopback MTA is asked about every address exactly once, with
+// the account result cache as without it (the redelivery reads it again).
 func TestWorkerBudgetProbesOnce(t *testing.T) {
+	for _, cached := range []bool{false, true} {
+		t.Run(fmt.Sprintf("cache=%v", cached), func(t *testing.T) { budgetProbesOnce(t, cached) })
+	}
+}
+
+func budgetProbesOnce(t *testing.T, cached bool) {
 	const domains, users = 9, 2
 	w := newWorld(t, 16, time.Second, 3) // work messages: d0-d7, then d8
 	h := newSharedHost(t, w, 200*time.Millisecond, domains, users)
@@ -267,6 +282,9 @@ func TestWorkerBudgetProbesOnce(t *testing.T) {
 	b := w.createBatch(evs.ModeFull, emails...)
 	w.w.Processor = &batch.Processor{Engine: eng, Sandbox: verify.NewSandbox(nil)}
 	w.w.Concurrency = 2
+	if cached {
+		w.w.Cache = &resultcache.Cache{Store: w.st, TTL: time.Hour, Now: time.Now}
+	}
 	if err := w.q.Enqueue(w.ctx, b); err != nil {
 		t.Fatal(err)
 	}

@@ -51,6 +51,12 @@ type Message struct {
 	// addresses earlier windows sent.
 	From    int `json:"from,omitempty"`
 	Planned int `json:"planned,omitempty"`
+	// CacheRead is set on work the worker sends on (the rest of a
+	// message out of time, greylisted retries, parked groups): their
+	// items were looked up in the account's result cache already, so no
+	// read is paid twice. A redelivery of the message itself, which may
+	// have kept verdicts before it failed, looks its items up again.
+	CacheRead bool `json:"cacheRead,omitempty"`
 }
 
 // Queue sends batch work to SQS.
@@ -119,6 +125,11 @@ type Worker struct {
 	GreyBackoff time.Duration
 	// Concurrency is how many domain groups of a message run at once.
 	Concurrency int
+	// Cache, when set, is the account result cache (contract, section
+	// 12): a live full-mode group's items whose verdict it holds fresh,
+	// within the batch's maxAge, become results without SMTP, and new
+	// verdicts are kept, as `evs serve`'s runner does (batch.FromCache).
+	Cache batch.ResultCache
 
 	// PlanWindow is the most addresses of one batch planned into work
 	// messages at a time (default 2000, ten messages of 200): a batch of
@@ -440,6 +451,25 @@ func (w *Worker) work(ctx context.Context, m Message, again bool, startBy time.T
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
+			// The cache first, even past startBy: a read is no SMTP
+			// session, and what goes back on the queue is then marked
+			// as looked up.
+			cached := batch.UsesCache(w.Cache, acct.Test, b.Mode, g.Domain)
+			if cached && !m.CacheRead {
+				var hits []evs.Result
+				hits, g.Items = batch.FromCache(ctx, w.Cache, b, g.Items)
+				if len(hits) > 0 {
+					mu.Lock()
+					results = append(results, hits...)
+					if len(results) >= flushAt {
+						flush()
+					}
+					mu.Unlock()
+				}
+				if len(g.Items) == 0 {
+					return
+				}
+			}
 			if !startBy.IsZero() && !time.Now().Before(startBy) {
 				mu.Lock()
 				left = append(left, g.Items...)
@@ -466,6 +496,11 @@ func (w *Worker) work(ctx context.Context, m Message, again bool, startBy time.T
 			g.Items = a.run
 			o, err := w.Processor.VerifyGroup(ctx, startBy, acct.Test, b.Mode, g, m.Attempt, memo)
 			pausedUntil := a.done(ctx, o)
+			if cached {
+				if err := batch.KeepResults(ctx, w.Cache, m.AccountID, o.Results); err != nil {
+					w.logger().Warn("could not keep verdicts in the result cache", slog.String("batchId", m.BatchID), slog.String("error", err.Error()))
+				}
+			}
 			mu.Lock()
 			defer mu.Unlock()
 			results = append(results, o.Results...)
@@ -517,7 +552,7 @@ func (w *Worker) work(ctx context.Context, m Message, again bool, startBy time.T
 		}
 		ms := Pack(m.AccountID, m.BatchID, q.items, w.packSize())
 		for i := range ms {
-			ms[i].Attempt = q.attempt
+			ms[i].Attempt, ms[i].CacheRead = q.attempt, true
 		}
 		if err := w.Queue.send(ctx, ms, q.delay); err != nil {
 			return err

@@ -106,6 +106,8 @@ type world struct {
 	// the worker's idempotence is tested on purpose elsewhere, so receive
 	// drops such resends rather than let them change a test's counts.
 	stamps map[string]bool
+	// maxAge is the maxAge of the batches createBatch makes.
+	maxAge time.Duration
 }
 
 func newWorld(t *testing.T, packSize int, greyBackoff time.Duration, maxGrey int) *world {
@@ -178,6 +180,7 @@ func (w *world) createBatch(mode evs.Mode, emails ...string) evs.Batch {
 		ID: uuid.NewString(), AccountID: w.acct.ID, Mode: mode, State: evs.StateQueued,
 		CreatedAt: now, ExpiresAt: now.Add(24 * time.Hour),
 		Counters: evs.Counters{Total: len(emails), Duplicates: len(emails) - len(items)},
+		MaxAge:   w.maxAge,
 	}
 	if err := w.st.CreateBatch(w.ctx, b, items); err != nil {
 		w.t.Fatalf("create batch: %v", err)

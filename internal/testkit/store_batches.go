@@ -524,6 +524,45 @@ func runBatches(t *testing.T, newStore StoreFactory) {
 		}
 	})
 
+	// A batch keeps its request's maxAge (the bound on the cached verdicts
+	// it reuses) through every read: a restart, or a worker reading it
+	// per message, applies the same bound, "reuse nothing" included.
+	t.Run("KeepsMaxAge", func(t *testing.T) {
+		e := newEnv(t, newStore)
+		for i, maxAge := range []time.Duration{0, evs.NoReuse, 90 * time.Second} {
+			b, items := newBatch(fmt.Sprintf("batch-%d", i), "acct-1", 2, 0)
+			b.MaxAge = maxAge
+			must(t, e.st.CreateBatch(e.ctx, b, items), "CreateBatch")
+			for _, r := range []struct {
+				how  string
+				read func() (evs.Batch, error)
+			}{
+				{"Batch", func() (evs.Batch, error) { return e.st.Batch(e.ctx, b.AccountID, b.ID) }},
+				{"TransitionBatch", func() (evs.Batch, error) {
+					return e.st.TransitionBatch(e.ctx, b.AccountID, b.ID, []evs.State{evs.StateQueued}, evs.StateRunning, "", base)
+				}},
+				{"PutResults", func() (evs.Batch, error) {
+					return e.st.PutResults(e.ctx, b.AccountID, b.ID, results(statusOf, 0), base)
+				}},
+				{"UnfinishedBatches", func() (evs.Batch, error) {
+					un, err := e.st.UnfinishedBatches(e.ctx)
+					for _, u := range un {
+						if u.ID == b.ID {
+							return u, err
+						}
+					}
+					return evs.Batch{}, fmt.Errorf("%s not listed (%v)", b.ID, err)
+				}},
+			} {
+				got, err := r.read()
+				must(t, err, r.how)
+				if got.MaxAge != maxAge {
+					t.Errorf("maxAge %v read back by %s as %v", maxAge, r.how, got.MaxAge)
+				}
+			}
+		}
+	})
+
 	t.Run("ActiveBatchesLimit", func(t *testing.T) {
 		e := newEnv(t, newStore)
 		const max = 3
