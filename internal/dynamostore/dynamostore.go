@@ -152,6 +152,20 @@ func Definitions(t Tables) []dynamodb.CreateTableInput {
 	}
 	add(t.Keys, attrPK, "S", "", "")
 	add(t.Batches, attrAccountID, "S", attrID, "S")
+	if t.Batches != "" {
+		// The sparse index of the batch list (listing.go).
+		b := &defs[len(defs)-1]
+		b.AttributeDefinitions = append(b.AttributeDefinitions,
+			types.AttributeDefinition{AttributeName: aws.String(attrListKey), AttributeType: types.ScalarAttributeTypeS})
+		b.GlobalSecondaryIndexes = []types.GlobalSecondaryIndex{{
+			IndexName: aws.String(listIndex),
+			KeySchema: []types.KeySchemaElement{
+				{AttributeName: aws.String(attrAccountID), KeyType: types.KeyTypeHash},
+				{AttributeName: aws.String(attrListKey), KeyType: types.KeyTypeRange},
+			},
+			Projection: &types.Projection{ProjectionType: types.ProjectionTypeKeysOnly},
+		}}
+	}
 	add(t.Results, attrBatchID, "S", attrSeq, "N")
 	add(t.Idempotency, attrScope, "S", "", "")
 	return defs
