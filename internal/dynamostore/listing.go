@@ -2,7 +2,9 @@ package dynamostore
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -28,6 +30,12 @@ const (
 	listIndex   = "byCreated"
 	attrListKey = "listKey"
 )
+
+// Batch records written before the index existed have no listKey. The
+// sweep (Sweep) gives them one, with the same Scan filter shape it uses
+// for its own work, until a backfill finds none left; from then on this
+// process skips it (s.listKeysDone), so it costs one extra Scan per worker
+// after an upgrade, not one per sweep forever.
 
 // listKey orders an account's batches: the creation time, padded so that
 // strings sort as numbers (16 digits reach the year 318857), then the ID to
@@ -130,4 +138,96 @@ func (s *Store) getAll(ctx context.Context, table string, keys []item, proj *pro
 type projection struct {
 	expr  string
 	names map[string]string
+}
+
+// backfillListKeys gives every visible batch record without a listKey
+// one, and returns how many it wrote. The write is conditional on the
+// record still existing without a listKey, so it never resurrects a
+// deleted record nor races CreateBatch.
+func (s *Store) backfillListKeys(ctx context.Context) (int, error) {
+	var keys []item
+	err := s.scanBatches(ctx, "#exp > :now AND attribute_exists(#st) AND attribute_not_exists(#lk)", time.Time{}, func(it item) bool {
+		keys = append(keys, item{
+			attrAccountID: it[attrAccountID], attrID: it[attrID],
+			attrListKey: avS(listKey(evs.BatchPos{CreatedAt: getTime(it, attrCreatedAt), ID: getS(it, attrID)})),
+		})
+		return true
+	})
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, k := range keys {
+		_, err := s.c.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+			TableName:                 aws.String(s.t.Batches),
+			Key:                       batchKey(getS(k, attrAccountID), getS(k, attrID)),
+			UpdateExpression:          aws.String("SET #lk = :lk"),
+			ConditionExpression:       aws.String("attribute_exists(#st) AND attribute_not_exists(#lk)"),
+			ExpressionAttributeNames:  map[string]string{"#lk": attrListKey, "#st": attrState},
+			ExpressionAttributeValues: item{":lk": k[attrListKey]},
+		})
+		switch {
+		case isConditionFailed(err):
+		case err != nil:
+			return n, wrapErr("backfill batch list keys", err)
+		default:
+			n++
+		}
+	}
+	return n, nil
+}
+
+// ensureIndexes adds to the existing table of def the global secondary
+// indexes it lacks (a table created before the index existed), and waits
+// until every index of the table is active: a Query on an index still
+// being built fails.
+func ensureIndexes(ctx context.Context, c *dynamodb.Client, def dynamodb.CreateTableInput) error {
+	if len(def.GlobalSecondaryIndexes) == 0 {
+		return nil
+	}
+	deadline := time.Now().Add(tableWaitTimeout)
+	for {
+		out, err := c.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: def.TableName})
+		if err != nil {
+			return wrapErr("describe table "+*def.TableName, err)
+		}
+		have := map[string]types.IndexStatus{}
+		for _, g := range out.Table.GlobalSecondaryIndexes {
+			have[aws.ToString(g.IndexName)] = g.IndexStatus
+		}
+		var missing []types.GlobalSecondaryIndexUpdate
+		busy := false
+		for _, g := range def.GlobalSecondaryIndexes {
+			st, ok := have[*g.IndexName]
+			switch {
+			case !ok:
+				missing = append(missing, types.GlobalSecondaryIndexUpdate{Create: &types.CreateGlobalSecondaryIndexAction{
+					IndexName: g.IndexName, KeySchema: g.KeySchema, Projection: g.Projection,
+				}})
+			case st != "" && st != types.IndexStatusActive:
+				busy = true
+			}
+		}
+		if len(missing) == 0 && !busy {
+			return nil
+		}
+		if len(missing) > 0 {
+			// One index per UpdateTable call is what DynamoDB allows.
+			_, err := c.UpdateTable(ctx, &dynamodb.UpdateTableInput{
+				TableName: def.TableName, AttributeDefinitions: def.AttributeDefinitions,
+				GlobalSecondaryIndexUpdates: missing[:1],
+			})
+			if err != nil && apiCode(err) != "ResourceInUseException" {
+				return wrapErr("add an index to "+*def.TableName, err)
+			}
+		}
+		if time.Now().After(deadline) {
+			return wrapErr("wait for the indexes of "+*def.TableName, errors.New("still not active"))
+		}
+		select {
+		case <-ctx.Done():
+			return wrapErr("wait for the indexes of "+*def.TableName, ctx.Err())
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
 }
