@@ -45,6 +45,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -268,6 +269,15 @@ type figures struct {
 	// The latency percentiles reported, not every latency: what the
 	// harness keeps must not count in the server's RSS after the batch.
 	p50, p99, max time.Duration
+	// cpu is the process's CPU time (user and system, server and client
+	// alike) over the scenario: per request, it is what a call costs end
+	// to end, and unlike requests/s a neighbour's burst barely moves it.
+	cpu time.Duration
+}
+
+// cpuPerRequest is the scenario's CPU time per request, in microseconds.
+func (f figures) cpuPerRequest() float64 {
+	return float64(f.cpu) / float64(time.Microsecond) / float64(max(f.requests, 1))
 }
 
 func (f figures) rps() float64 { return float64(f.requests) / f.elapsed.Seconds() }
@@ -292,6 +302,7 @@ func load(addr string, conns int, d time.Duration, want int, build func(c, i int
 		firstErr error
 	)
 	deadline := time.Now().Add(d)
+	cpu0 := processCPU()
 	begin := time.Now()
 	for c := range conns {
 		wg.Add(1)
@@ -334,7 +345,7 @@ func load(addr string, conns int, d time.Duration, want int, build func(c, i int
 		}()
 	}
 	wg.Wait()
-	f := figures{requests: len(all), errors: int(errs.Load()), elapsed: time.Since(begin)}
+	f := figures{requests: len(all), errors: int(errs.Load()), elapsed: time.Since(begin), cpu: processCPU() - cpu0}
 	slices.Sort(all)
 	f.p50, f.p99, f.max = percentile(all, 0.50), percentile(all, 0.99), percentile(all, 1)
 	return f, firstErr
@@ -389,9 +400,9 @@ func run(ctx context.Context, o opts) error {
 		}
 		f.name = name
 		res[name] = append(res[name], f)
-		fmt.Printf("%-7s %9.0f req/s  p50 %7s  p99 %7s  max %7s  errors %d\n",
+		fmt.Printf("%-7s %9.0f req/s  p50 %7s  p99 %7s  max %7s  CPU %5.1f µs/req  errors %d\n",
 			name, f.rps(), f.p50.Round(time.Microsecond), f.p99.Round(time.Microsecond),
-			f.max.Round(time.Microsecond), f.errors)
+			f.max.Round(time.Microsecond), f.cpuPerRequest(), f.errors)
 		return nil
 	}
 
@@ -480,12 +491,13 @@ func run(ctx context.Context, o opts) error {
 		if len(fa) == 0 || len(fa) != len(fb) {
 			return
 		}
-		var rr, pr []float64
+		var rr, pr, cr []float64
 		for i := range fa {
 			rr = append(rr, fa[i].rps()/fb[i].rps())
 			pr = append(pr, p99(fa[i])/p99(fb[i]))
+			cr = append(cr, fa[i].cpuPerRequest()/fb[i].cpuPerRequest())
 		}
-		fmt.Printf("%-40s %5.2f× rps   p99 %5.2f×   (%s rps, %s)\n", label, medianOf(rr), medianOf(pr),
+		fmt.Printf("%-40s %5.2f× rps   p99 %5.2f×   CPU/req %5.2f×   (%s rps, %s)\n", label, medianOf(rr), medianOf(pr), medianOf(cr),
 			strings.Join(each(fa, figures.rps, "%.0f"), "/"), strings.Join(each(fb, figures.rps, "%.0f"), "/"))
 	}
 	ratio("verify quick / floor", "verify", "floor")
@@ -649,6 +661,15 @@ func dataSize(dir string) (int64, error) {
 
 // rss reads this process's peak and current resident set from
 // /proc/self/status, in MB.
+// processCPU is the CPU time this process has used, user and system.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
 func rss() (peak, cur float64) {
 	b, err := os.ReadFile("/proc/self/status")
 	if err != nil {
