@@ -289,7 +289,6 @@ type batchRun struct {
 	test  bool
 	mode  evs.Mode
 	ctx   context.Context
-	memo  *verify.CatchAllMemo
 	w     *writer
 	lane  *lane
 	tasks sync.WaitGroup // queued, running or waiting out a back-off
@@ -335,7 +334,7 @@ func (r *Runner) run(parent context.Context, b evs.Batch, items []evs.Item) erro
 	w := newWriter(r, b, cancel)
 	go w.loop(ctx)
 
-	br := &batchRun{b: b, test: acct.Test, mode: b.Mode, ctx: ctx, memo: verify.NewCatchAllMemo(), w: w, lane: r.live}
+	br := &batchRun{b: b, test: acct.Test, mode: b.Mode, ctx: ctx, w: w, lane: r.live}
 	if acct.Test {
 		br.lane = r.test
 	}
@@ -443,7 +442,7 @@ func (r *Runner) runTask(t task) (retry, later []evs.Item, wait time.Duration) {
 			return nil, later, gate.until(at)
 		}
 	}
-	o, err := r.proc.VerifyGroup(br.ctx, time.Time{}, br.test, br.mode, g, t.attempt, br.memo)
+	o, err := r.proc.VerifyGroup(br.ctx, time.Time{}, br.test, br.mode, g, t.attempt)
 	if until := done(o.Throttled); len(o.Left) > 0 {
 		// Throttled: what the server did not answer waits for the
 		// provider's pause (PauseBase, had the gate none).

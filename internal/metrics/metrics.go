@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/evs-dev/evs/internal/evs"
-	"github.com/evs-dev/evs/internal/verify"
 )
 
 // Metric names, shared by EMF and server.Prometheus.
@@ -118,7 +117,7 @@ func observeDecision(o Observer, d evs.Decision) {
 // engine and the sandbox are both.
 type Engine interface {
 	Verify(ctx context.Context, email string, mode evs.Mode) evs.Decision
-	VerifyDomain(ctx context.Context, emails []string, mode evs.Mode, memo *verify.CatchAllMemo) []evs.Decision
+	VerifyDomain(ctx context.Context, emails []string, mode evs.Mode) []evs.Decision
 }
 
 // Count returns e with every decision it makes counted by o.
@@ -135,8 +134,8 @@ func (c counting) Verify(ctx context.Context, email string, mode evs.Mode) evs.D
 	return d
 }
 
-func (c counting) VerifyDomain(ctx context.Context, emails []string, mode evs.Mode, memo *verify.CatchAllMemo) []evs.Decision {
-	ds := c.e.VerifyDomain(ctx, emails, mode, memo)
+func (c counting) VerifyDomain(ctx context.Context, emails []string, mode evs.Mode) []evs.Decision {
+	ds := c.e.VerifyDomain(ctx, emails, mode)
 	if ctx.Err() == nil { // cut-short verdicts are redone, not kept
 		for _, d := range ds {
 			observeDecision(c.o, d)
