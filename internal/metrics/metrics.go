@@ -37,6 +37,9 @@ const (
 	// CacheRequests counts result-cache lookups (label result: hit, miss
 	// or stale; contract, section 12).
 	CacheRequests = "evs_cache_requests_total"
+	// DomainFacts counts lookups of a domain's accept-all answer in the
+	// shared domain facts (label result: hit or miss; docs/cache.md).
+	DomainFacts = "evs_domain_facts_total"
 )
 
 // ModeTest is the mode label of test-mode verdicts: they are no DNS or

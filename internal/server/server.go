@@ -27,6 +27,7 @@ import (
 	"github.com/evs-dev/evs/internal/resultcache"
 	"github.com/evs-dev/evs/internal/store"
 	"github.com/evs-dev/evs/internal/verify"
+	"github.com/evs-dev/evs/internal/verify/domainfacts"
 	"github.com/evs-dev/evs/internal/webhook"
 	"github.com/google/uuid"
 	"golang.org/x/net/netutil"
@@ -187,7 +188,13 @@ func New(o Options) (*Server, error) {
 		lookups = o.Metrics.DNSLookup
 	}
 	if o.Engine == nil {
-		e, _, err := verify.BuildTimed(o.Config, lookups)
+		// The domain facts live as long as the server: every request and
+		// batch of every account shares them (contract, section 12).
+		fc := domainfacts.Config{Now: o.Now}
+		if m, ok := o.Metrics.(interface{ DomainFact(string) }); ok {
+			fc.Count = m.DomainFact
+		}
+		e, _, err := verify.BuildWith(o.Config, verify.BuildOptions{Lookup: lookups, Facts: domainfacts.NewMemory(fc)})
 		if err != nil {
 			return nil, err
 		}
