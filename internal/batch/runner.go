@@ -40,6 +40,9 @@ type RunnerConfig struct {
 	// (default 5 min, doubling); MaxGreyAttempts the tries in all (3).
 	GreyBackoff     time.Duration
 	MaxGreyAttempts int
+	// Grey, when set, learns per domain the wait that let a greylisted
+	// address through, and schedules a later batch's first retry there.
+	Grey GreyFacts
 	// PerConnection caps recipients per SMTP connection (default 50).
 	PerConnection int
 
@@ -391,7 +394,7 @@ func (r *Runner) startTask(t task) {
 			go func() {
 				defer br.tasks.Done()
 				if sleep(br.ctx, wait) {
-					r.submit(task{run: br, group: Group{Domain: t.group.Domain, Items: later}, attempt: t.attempt, cacheDone: true})
+					r.submit(task{run: br, group: Group{Domain: t.group.Domain, Items: later}, attempt: t.attempt, cacheDone: true, waited: t.waited})
 				}
 			}()
 		}
@@ -402,10 +405,11 @@ func (r *Runner) startTask(t task) {
 		// addresses stay pending in the store and a restart picks them
 		// up, so a SIGTERM never waits minutes for a greylist timer.
 		br.tasks.Add(1)
+		delay := r.greyDelay(br, t)
 		go func() {
 			defer br.tasks.Done()
-			if sleep(br.ctx, GreyDelay(r.cfg.GreyBackoff, t.attempt+1, br.test)) {
-				r.submit(task{run: br, group: Group{Domain: t.group.Domain, Items: retry}, attempt: t.attempt + 1, cacheDone: true})
+			if sleep(br.ctx, delay) {
+				r.submit(task{run: br, group: Group{Domain: t.group.Domain, Items: retry}, attempt: t.attempt + 1, cacheDone: true, waited: t.waited + delay})
 			}
 		}()
 	}()
@@ -455,6 +459,7 @@ func (r *Runner) runTask(t task) (retry, later []evs.Item, wait time.Duration) {
 		}
 	}
 	br.w.add(br.ctx, o.Results)
+	r.learnGrey(br, t, o.Results)
 	if cached {
 		r.keep(br, o.Results)
 	}

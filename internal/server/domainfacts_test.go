@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/evs-dev/evs/internal/batch"
 	"github.com/evs-dev/evs/internal/verify/domainfacts"
 )
 
@@ -137,5 +138,62 @@ func TestDomainFactsAcrossCalls(t *testing.T) {
 	}
 	if total, most := pc.counts(); total != 2 || most != 1 {
 		t.Fatalf("%d accept-all probes, at most %d for one domain; want one per domain", total, most)
+	}
+}
+
+// timedGreylist defers each address until delay has passed since it was
+// first asked about, as a greylisting server does, and counts the RCPTs
+// per address; the accept-all probe is rejected.
+type timedGreylist struct {
+	delay time.Duration
+	mu    sync.Mutex
+	first map[string]time.Time
+	calls map[string]int
+}
+
+func (g *timedGreylist) rcpt(addr string) string {
+	addr = strings.ToLower(strings.Trim(addr, "<>"))
+	if strings.HasPrefix(addr, "evs-") {
+		return "550 5.1.1 <" + addr + ">: User unknown"
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.calls[addr]++
+	first, seen := g.first[addr]
+	if !seen {
+		g.first[addr] = time.Now()
+	}
+	if !seen || time.Since(first) < g.delay {
+		return greylistReply
+	}
+	return "250 2.1.5 OK"
+}
+
+// TestGreyDelayLearned: a batch learns how long a domain's server defers
+// a new address before letting it through; the next batch's first retry
+// there waits that long, so no session is spent on a retry the server
+// would defer again. The server defers for 1 s and the back-off is
+// 400 ms, then 800 ms: the first batch asks each address three times
+// (0, 0.4 s, 1.2 s), the second twice (0, 1.2 s).
+func TestGreyDelayLearned(t *testing.T) {
+	g := &timedGreylist{delay: time.Second, first: map[string]time.Time{}, calls: map[string]int{}}
+	h := start(t, options{rcpt: g.rcpt, realClock: true,
+		batch: batch.RunnerConfig{GreyBackoff: 400 * time.Millisecond, MaxGreyAttempts: 3}})
+	for _, tc := range []struct {
+		tag  string
+		rcpt int
+	}{{"first", 3}, {"second", 2}} {
+		var emails []string
+		for i := range 10 {
+			emails = append(emails, fmt.Sprintf("%s%d@good.example", tc.tag, i))
+		}
+		for email, d := range h.fullBatch(h.liveKey, emails, "", time.Minute) {
+			g.mu.Lock()
+			n := g.calls[email]
+			g.mu.Unlock()
+			if d["reason"] != "accepted_email" || n != tc.rcpt {
+				t.Fatalf("%s batch: %s %v after %d RCPTs, want accepted_email after %d", tc.tag, email, d["reason"], n, tc.rcpt)
+			}
+		}
 	}
 }

@@ -187,14 +187,15 @@ func New(o Options) (*Server, error) {
 	if o.Metrics != nil {
 		lookups = o.Metrics.DNSLookup
 	}
+	// The domain facts live as long as the server: every request and batch
+	// of every account shares them (contract, section 12).
+	fc := domainfacts.Config{Now: o.Now}
+	if m, ok := o.Metrics.(interface{ DomainFact(string) }); ok {
+		fc.Count = m.DomainFact
+	}
+	facts := domainfacts.NewMemory(fc)
 	if o.Engine == nil {
-		// The domain facts live as long as the server: every request and
-		// batch of every account shares them (contract, section 12).
-		fc := domainfacts.Config{Now: o.Now}
-		if m, ok := o.Metrics.(interface{ DomainFact(string) }); ok {
-			fc.Count = m.DomainFact
-		}
-		e, _, err := verify.BuildWith(o.Config, verify.BuildOptions{Lookup: lookups, Facts: domainfacts.NewMemory(fc)})
+		e, _, err := verify.BuildWith(o.Config, verify.BuildOptions{Lookup: lookups, Facts: facts})
 		if err != nil {
 			return nil, err
 		}
@@ -222,6 +223,9 @@ func New(o Options) (*Server, error) {
 		rc.Cache = cache
 	}
 	rc.Accounts = o.Store
+	if rc.Grey == nil {
+		rc.Grey = facts
+	}
 	rc.Engine = o.Engine
 	rc.Sandbox = sandbox
 	if rc.Now == nil {

@@ -1,12 +1,13 @@
 // Package domainfacts keeps public facts about mail domains in memory,
 // shared by every request, batch and account of a process (contract,
-// section 12): today the answer of a domain's accept-all probe. It is the
+// section 12): the answer of a domain's accept-all probe, and how long
+// after greylisting us its server let a retry through. It is the
 // engine's verify.DomainFacts; the AWS functions put a DynamoDB item behind
 // it (dynamostore.DomainFacts), so that their instances share it too.
 //
-// Only what the receiving server says about the domain as a whole is kept
-// (does it accept any address, or reject unknown ones), never anything
-// about an address.
+// Only what the receiving server does for the domain as a whole is kept
+// (does it accept any address, or reject unknown ones; how long does it
+// defer a new sender), never anything about an address.
 package domainfacts
 
 import (
@@ -36,7 +37,8 @@ type Config struct {
 	// MaxDomains bounds the domains kept, the least recently used
 	// forgotten first (default DefaultMaxDomains).
 	MaxDomains int
-	// TTL is how long an answer is kept (default DefaultTTL).
+	// TTL is how long an answer or a greylisting delay is kept (default
+	// DefaultTTL).
 	TTL time.Duration
 	// Now is the clock (default time.Now).
 	Now func() time.Time
@@ -49,6 +51,7 @@ type Config struct {
 // safe for concurrent use.
 type Memory struct {
 	c     *ttlcache.Cache[string]
+	grey  *ttlcache.Cache[time.Duration]
 	ttl   time.Duration
 	now   func() time.Time
 	count func(string)
@@ -68,7 +71,8 @@ func NewMemory(cfg Config) *Memory {
 	if cfg.Count == nil {
 		cfg.Count = func(string) {}
 	}
-	return &Memory{c: ttlcache.New[string](cfg.MaxDomains), ttl: cfg.TTL, now: cfg.Now, count: cfg.Count}
+	return &Memory{c: ttlcache.New[string](cfg.MaxDomains), grey: ttlcache.New[time.Duration](cfg.MaxDomains),
+		ttl: cfg.TTL, now: cfg.Now, count: cfg.Count}
 }
 
 // Conclusive tells whether result is an accept-all answer worth keeping:
@@ -103,6 +107,20 @@ func (m *Memory) Remember(domain, result string, expires time.Time) {
 	}
 	now := m.now()
 	m.c.Put(domain, result, now, expires.Sub(now))
+}
+
+// GreyDelay returns how long after greylisting us the domain's server let
+// a retry through, when a batch learned it (batch.GreyFacts).
+func (m *Memory) GreyDelay(_ context.Context, domain string) (time.Duration, bool) {
+	return m.grey.Get(domain, m.now())
+}
+
+// KeepGreyDelay remembers that a retry d after the domain's server
+// greylisted us got through.
+func (m *Memory) KeepGreyDelay(_ context.Context, domain string, d time.Duration) {
+	if d > 0 {
+		m.grey.Put(domain, d, m.now(), m.ttl)
+	}
 }
 
 // TTL is how long a new answer is kept.

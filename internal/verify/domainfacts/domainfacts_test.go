@@ -7,14 +7,19 @@ import (
 	"testing"
 	"time"
 
+	"github.com/evs-dev/evs/internal/batch"
 	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/testkit"
 	"github.com/evs-dev/evs/internal/verify"
 	"github.com/evs-dev/evs/internal/verify/domainfacts"
 )
 
-// The engine takes it as its domain facts.
-var _ verify.DomainFacts = (*domainfacts.Memory)(nil)
+// The engine takes it as its domain facts, and the batch runner as its
+// greylisting delays.
+var (
+	_ verify.DomainFacts = (*domainfacts.Memory)(nil)
+	_ batch.GreyFacts    = (*domainfacts.Memory)(nil)
+)
 
 // TestMemory: what is kept (conclusive answers only), for how long, and
 // what is counted.
@@ -108,5 +113,33 @@ func BenchmarkAcceptAll(b *testing.B) {
 	b.ResetTimer()
 	for i := range b.N {
 		m.AcceptAll(ctx, fmt.Sprintf("mail-%06d.example.com", i%domainfacts.DefaultMaxDomains))
+	}
+}
+
+// TestMemoryGreyDelay: a learned greylisting delay is kept for the TTL;
+// a later one replaces it.
+func TestMemoryGreyDelay(t *testing.T) {
+	ctx := context.Background()
+	clock := testkit.NewClock(time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC))
+	m := domainfacts.NewMemory(domainfacts.Config{TTL: time.Hour, Now: clock.Now})
+	m.KeepGreyDelay(ctx, "grey.example", 15*time.Minute)
+	m.KeepGreyDelay(ctx, "zero.example", 0) // nothing learned
+	clock.Advance(30 * time.Minute)
+	m.KeepGreyDelay(ctx, "grey.example", 5*time.Minute)
+	for _, tc := range []struct {
+		domain  string
+		advance time.Duration
+		want    time.Duration
+		ok      bool
+	}{
+		{"grey.example", 0, 5 * time.Minute, true},
+		{"zero.example", 0, 0, false},
+		{"grey.example", 59 * time.Minute, 5 * time.Minute, true},
+		{"grey.example", time.Minute, 0, false},
+	} {
+		clock.Advance(tc.advance)
+		if got, ok := m.GreyDelay(ctx, tc.domain); got != tc.want || ok != tc.ok {
+			t.Errorf("GreyDelay(%s) = %v, %v; want %v, %v", tc.domain, got, ok, tc.want, tc.ok)
+		}
 	}
 }
