@@ -7,7 +7,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
-	"github.com/evs-dev/evs/internal/verify/domainfacts"
+	"github.com/evs-dev/evs/internal/domainfacts"
 )
 
 // Domain facts (contract, section 12; docs/cache.md) on AWS: what a

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/evs-dev/evs/internal/batch"
-	"github.com/evs-dev/evs/internal/verify/domainfacts"
+	"github.com/evs-dev/evs/internal/domainfacts"
 )
 
 // probeCounter answers RCPTs for domains d000.example… of which the even

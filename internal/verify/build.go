@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/evs-dev/evs/internal/config"
+	"github.com/evs-dev/evs/internal/domainfacts"
 	"github.com/evs-dev/evs/internal/verify/dnscheck"
-	"github.com/evs-dev/evs/internal/verify/domainfacts"
 	"github.com/evs-dev/evs/internal/verify/smtpprobe"
 )
 

@@ -10,12 +10,12 @@ import (
 
 	"github.com/miekg/dns"
 
+	"github.com/evs-dev/evs/internal/domainfacts"
 	"github.com/evs-dev/evs/internal/egress"
 	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/testkit"
 	"github.com/evs-dev/evs/internal/verify"
 	"github.com/evs-dev/evs/internal/verify/dnscheck"
-	"github.com/evs-dev/evs/internal/verify/domainfacts"
 	"github.com/evs-dev/evs/internal/verify/smtpprobe"
 )
 

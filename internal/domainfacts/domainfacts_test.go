@@ -8,10 +8,10 @@ import (
 	"time"
 
 	"github.com/evs-dev/evs/internal/batch"
+	"github.com/evs-dev/evs/internal/domainfacts"
 	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/testkit"
 	"github.com/evs-dev/evs/internal/verify"
-	"github.com/evs-dev/evs/internal/verify/domainfacts"
 )
 
 // The engine takes it as its domain facts, and the batch runner as its
