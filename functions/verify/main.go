@@ -46,7 +46,14 @@ func main() {
 		err = proxysecret.Resolve(context.Background(), awsCfg, &cfg)
 	}
 	if err == nil {
-		engine, _, err = verify.BuildTimed(cfg, emf.DNSLookup)
+		// What a domain's accept-all probe said is shared with every
+		// instance and the batch worker, through an item per domain in
+		// the Results table.
+		facts := st.DomainFacts(dynamostore.DomainFactsConfig{Count: emf.DomainFact, Fault: func(err error) {
+			emf.StoreError("api")
+			logger.Warn("domain facts", "error", err.Error())
+		}})
+		engine, _, err = verify.BuildWith(cfg, verify.BuildOptions{Lookup: emf.DNSLookup, Facts: facts})
 	}
 	if err != nil {
 		logger.Error("verify: init failed", "error", err.Error())

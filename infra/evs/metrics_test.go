@@ -77,9 +77,11 @@ func TestMetricsAfterRealCalls(t *testing.T) {
 		`evs_http_requests_total{code="201",route="/v1/requests"}`:      1,
 		`evs_http_request_duration_seconds_count{route="/v1/verify"}`:   3,
 		// alice's second verdict, in the batch, comes from the cache.
-		`evs_verifications_total{mode="full",reason="accepted_email",status="deliverable"}`:   1,
-		`evs_cache_requests_total{result="hit"}`:                                              1,
-		`evs_cache_requests_total{result="miss"}`:                                             3,
+		`evs_verifications_total{mode="full",reason="accepted_email",status="deliverable"}`: 1,
+		`evs_cache_requests_total{result="hit"}`:                                            1,
+		`evs_cache_requests_total{result="miss"}`:                                           3,
+		// alice's accept-all probe, in /v1/verify: the domain was not known.
+		`evs_domain_facts_total{result="miss"}`:                                               1,
 		`evs_verifications_total{mode="full",reason="rejected_email",status="undeliverable"}`: 2,
 		`evs_smtp_replies_total{class="2xx"}`:                                                 1,
 		`evs_smtp_replies_total{class="5xx"}`:                                                 2,

@@ -49,7 +49,7 @@ func (l Limits) ForKey(key string) (sessions, rcptPerMin int) {
 // RcptBound is the most RCPT commands a group of n addresses sends: one
 // per address, and at most one accept-all probe per session (the engine
 // sends it only when an address was accepted and the domain's answer is
-// not in the memo yet), with a session per PerConnection addresses.
+// not known to the engine's domain facts), with a session per PerConnection addresses.
 func (p *Processor) RcptBound(n int) int {
 	if n <= 0 {
 		return 0

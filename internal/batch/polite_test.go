@@ -8,7 +8,6 @@ import (
 
 	"github.com/evs-dev/evs/internal/batch"
 	"github.com/evs-dev/evs/internal/evs"
-	"github.com/evs-dev/evs/internal/verify"
 )
 
 func TestLimitsFor(t *testing.T) {
@@ -49,7 +48,7 @@ type throttler struct {
 	sessions int
 }
 
-func (v *throttler) VerifyDomain(_ context.Context, emails []string, _ evs.Mode, _ *verify.CatchAllMemo) []evs.Decision {
+func (v *throttler) VerifyDomain(_ context.Context, emails []string, _ evs.Mode) []evs.Decision {
 	v.sessions++
 	ds := make([]evs.Decision, len(emails))
 	for i := range ds {
@@ -71,7 +70,7 @@ func TestVerifyGroupThrottled(t *testing.T) {
 	// Refused at the banner: nothing asked, everything left, no result.
 	v := &throttler{first: evs.SMTPCheck{Result: evs.SMTPGreylisted, Code: 421, EnhancedCode: "4.7.0", Detail: "the mail hosts asked us to try again later"}}
 	p := &batch.Processor{Engine: v, PerConnection: 2}
-	o, err := p.VerifyGroup(context.Background(), time.Time{}, false, evs.ModeFull, g, 0, nil)
+	o, err := p.VerifyGroup(context.Background(), time.Time{}, false, evs.ModeFull, g, 0)
 	if err != nil || !o.Throttled || len(o.Left) != 5 || len(o.Results)+len(o.Retry) != 0 || v.sessions != 1 {
 		t.Fatalf("refused at open: %+v %v, %d sessions", o, err, v.sessions)
 	}
@@ -81,7 +80,7 @@ func TestVerifyGroupThrottled(t *testing.T) {
 	// (a rate reply is not greylisting), and no further session starts.
 	v = &throttler{first: evs.SMTPCheck{Result: evs.SMTPGreylisted, Code: 421, EnhancedCode: "4.7.0", Message: "closing connection"}}
 	p = &batch.Processor{Engine: v, PerConnection: 2}
-	o, err = p.VerifyGroup(context.Background(), time.Time{}, false, evs.ModeFull, g, 0, nil)
+	o, err = p.VerifyGroup(context.Background(), time.Time{}, false, evs.ModeFull, g, 0)
 	if err != nil || !o.Throttled || len(o.Results) != 1 || len(o.Retry) != 0 || len(o.Left) != 4 || o.Left[0].Seq != 1 || v.sessions != 1 {
 		t.Fatalf("421 at RCPT: %+v %v, %d sessions", o, err, v.sessions)
 	}
@@ -89,7 +88,7 @@ func TestVerifyGroupThrottled(t *testing.T) {
 	// Test mode never counts as throttling.
 	v = &throttler{first: evs.SMTPCheck{Result: evs.SMTPGreylisted, Code: 421, Detail: "the mail hosts asked us to try again later"}}
 	p = &batch.Processor{Sandbox: v, PerConnection: 2}
-	if o, _ = p.VerifyGroup(context.Background(), time.Time{}, true, evs.ModeFull, g, 0, nil); o.Throttled || len(o.Left) != 0 {
+	if o, _ = p.VerifyGroup(context.Background(), time.Time{}, true, evs.ModeFull, g, 0); o.Throttled || len(o.Left) != 0 {
 		t.Fatalf("test mode: %+v", o)
 	}
 }

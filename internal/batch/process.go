@@ -57,7 +57,7 @@ type Accounts interface {
 // Verifier verifies addresses of one domain together. The engine and the
 // sandbox implement it.
 type Verifier interface {
-	VerifyDomain(ctx context.Context, emails []string, mode evs.Mode, memo *verify.CatchAllMemo) []evs.Decision
+	VerifyDomain(ctx context.Context, emails []string, mode evs.Mode) []evs.Decision
 }
 
 // Processor verifies groups of items and turns decisions into results.
@@ -130,7 +130,7 @@ type Outcome struct {
 // after startBy (the zero time: no limit), so that a worker with a deadline
 // can write what it finished before it is stopped. Throttled tells the
 // caller to pause the provider for every worker.
-func (p *Processor) VerifyGroup(ctx context.Context, startBy time.Time, test bool, mode evs.Mode, g Group, attempt int, memo *verify.CatchAllMemo) (o Outcome, err error) {
+func (p *Processor) VerifyGroup(ctx context.Context, startBy time.Time, test bool, mode evs.Mode, g Group, attempt int) (o Outcome, err error) {
 	v := p.Engine
 	if test {
 		v = p.Sandbox
@@ -158,7 +158,7 @@ func (p *Processor) VerifyGroup(ctx context.Context, startBy time.Time, test boo
 		if p.SessionLimit > 0 {
 			sctx, cancel = context.WithTimeout(ctx, p.SessionLimit)
 		}
-		ds := v.VerifyDomain(sctx, emails, mode, memo)
+		ds := v.VerifyDomain(sctx, emails, mode)
 		timedOut := sctx.Err() != nil
 		cancel()
 		if ctx.Err() != nil {

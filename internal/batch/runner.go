@@ -40,6 +40,9 @@ type RunnerConfig struct {
 	// (default 5 min, doubling); MaxGreyAttempts the tries in all (3).
 	GreyBackoff     time.Duration
 	MaxGreyAttempts int
+	// Grey, when set, learns per domain the wait that let a greylisted
+	// address through, and schedules a later batch's first retry there.
+	Grey GreyFacts
 	// PerConnection caps recipients per SMTP connection (default 50).
 	PerConnection int
 
@@ -289,7 +292,6 @@ type batchRun struct {
 	test  bool
 	mode  evs.Mode
 	ctx   context.Context
-	memo  *verify.CatchAllMemo
 	w     *writer
 	lane  *lane
 	tasks sync.WaitGroup // queued, running or waiting out a back-off
@@ -335,7 +337,7 @@ func (r *Runner) run(parent context.Context, b evs.Batch, items []evs.Item) erro
 	w := newWriter(r, b, cancel)
 	go w.loop(ctx)
 
-	br := &batchRun{b: b, test: acct.Test, mode: b.Mode, ctx: ctx, memo: verify.NewCatchAllMemo(), w: w, lane: r.live}
+	br := &batchRun{b: b, test: acct.Test, mode: b.Mode, ctx: ctx, w: w, lane: r.live}
 	if acct.Test {
 		br.lane = r.test
 	}
@@ -392,7 +394,7 @@ func (r *Runner) startTask(t task) {
 			go func() {
 				defer br.tasks.Done()
 				if sleep(br.ctx, wait) {
-					r.submit(task{run: br, group: Group{Domain: t.group.Domain, Items: later}, attempt: t.attempt, cacheDone: true})
+					r.submit(task{run: br, group: Group{Domain: t.group.Domain, Items: later}, attempt: t.attempt, cacheDone: true, waited: t.waited})
 				}
 			}()
 		}
@@ -403,10 +405,11 @@ func (r *Runner) startTask(t task) {
 		// addresses stay pending in the store and a restart picks them
 		// up, so a SIGTERM never waits minutes for a greylist timer.
 		br.tasks.Add(1)
+		delay := r.greyDelay(br, t)
 		go func() {
 			defer br.tasks.Done()
-			if sleep(br.ctx, GreyDelay(r.cfg.GreyBackoff, t.attempt+1, br.test)) {
-				r.submit(task{run: br, group: Group{Domain: t.group.Domain, Items: retry}, attempt: t.attempt + 1, cacheDone: true})
+			if sleep(br.ctx, delay) {
+				r.submit(task{run: br, group: Group{Domain: t.group.Domain, Items: retry}, attempt: t.attempt + 1, cacheDone: true, waited: t.waited + delay})
 			}
 		}()
 	}()
@@ -446,7 +449,7 @@ func (r *Runner) runTask(t task) (retry, later []evs.Item, wait time.Duration) {
 			return nil, later, gate.until(at)
 		}
 	}
-	o, err := r.proc.VerifyGroup(br.ctx, time.Time{}, br.test, br.mode, g, t.attempt, br.memo)
+	o, err := r.proc.VerifyGroup(br.ctx, time.Time{}, br.test, br.mode, g, t.attempt)
 	if until := done(o.Throttled); len(o.Left) > 0 {
 		// Throttled: what the server did not answer waits for the
 		// provider's pause (PauseBase, had the gate none).
@@ -459,6 +462,7 @@ func (r *Runner) runTask(t task) (retry, later []evs.Item, wait time.Duration) {
 		}
 	}
 	br.w.add(br.ctx, o.Results)
+	r.learnGrey(br, t, o.Results)
 	if cached {
 		if err := KeepResults(br.ctx, r.cfg.Cache, br.b.AccountID, o.Results); err != nil {
 			logErr(r.cfg.Logger, "could not keep verdicts in the result cache", br.b, err)

@@ -26,7 +26,7 @@ type fakeEngine struct {
 	seen map[string]int
 }
 
-func (f *fakeEngine) VerifyDomain(ctx context.Context, emails []string, mode evs.Mode, _ *verify.CatchAllMemo) []evs.Decision {
+func (f *fakeEngine) VerifyDomain(ctx context.Context, emails []string, mode evs.Mode) []evs.Decision {
 	if f.hold != nil {
 		f.hold(ctx, emails)
 	}
@@ -304,7 +304,7 @@ func TestRunnerResume(t *testing.T) {
 	if _, err := e.st.TransitionBatch(e.ctx, acct, b.ID, []evs.State{evs.StateQueued}, evs.StateRunning, "", time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	done := (&fakeEngine{}).VerifyDomain(e.ctx, list[:4], evs.ModeFull, nil)
+	done := (&fakeEngine{}).VerifyDomain(e.ctx, list[:4], evs.ModeFull)
 	var rs []evs.Result
 	for i, d := range done {
 		rs = append(rs, evs.Result{Seq: i, Email: list[i], Decision: d})

@@ -2,6 +2,7 @@ package batch
 
 import (
 	"sync"
+	"time"
 )
 
 // The in-process runner shares its worker slots between tenants. Work is a
@@ -30,6 +31,8 @@ type task struct {
 	// cacheDone: the group's items were looked up in the result cache
 	// already (a group run again after a pause or a greylisting).
 	cacheDone bool
+	// waited is the back-off waited since the group's first greylisting.
+	waited time.Duration
 }
 
 // lane is one pool of worker slots and the queues that feed it.

@@ -22,6 +22,9 @@
 //   - Results (batchId, seq): one row per result of a batch, written with
 //     the result. batchId is "<accountId>#<id>#<seq/250>": two accounts'
 //     batches never share rows, and no key takes more than 250 writes.
+//     Also the account result cache, in partitions "~cache#…"
+//     (resultcache.go), and the domain facts, in partitions
+//     "~domain#<domain>" (domainfacts.go).
 //
 // And one S3 bucket (Tables.Inputs): each batch's distinct items as one
 // object, written before its record (input.go).

@@ -99,6 +99,9 @@ func (e *EMF) StoreError(source string) { e.write(StoreErrors, "Count", 1, "sour
 // CacheRequest counts one result-cache lookup (resultcache.Cache.Count).
 func (e *EMF) CacheRequest(result string) { e.write(CacheRequests, "Count", 1, "result", result) }
 
+// DomainFact counts one lookup of the domain facts (domainfacts.Config.Count).
+func (e *EMF) DomainFact(result string) { e.write(DomainFacts, "Count", 1, "result", result) }
+
 // ProxyHandler is an API Gateway proxy Lambda handler.
 type ProxyHandler func(ctx context.Context, req events.APIGatewayProxyRequest) (events.APIGatewayProxyResponse, error)
 

@@ -9,7 +9,6 @@ import (
 
 	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/metrics"
-	"github.com/evs-dev/evs/internal/verify"
 )
 
 // recorder remembers every observation as a line.
@@ -31,7 +30,7 @@ func (r *recorder) StoreError(source string)            { r.got = append(r.got, 
 type fixed struct{ d evs.Decision }
 
 func (f fixed) Verify(context.Context, string, evs.Mode) evs.Decision { return f.d }
-func (f fixed) VerifyDomain(_ context.Context, emails []string, _ evs.Mode, _ *verify.CatchAllMemo) []evs.Decision {
+func (f fixed) VerifyDomain(_ context.Context, emails []string, _ evs.Mode) []evs.Decision {
 	return []evs.Decision{f.d}
 }
 
@@ -69,7 +68,7 @@ func TestCountIsHonest(t *testing.T) {
 				r := &recorder{}
 				e := metrics.Count(fixed{c.d}, r)
 				if batch {
-					e.VerifyDomain(context.Background(), []string{"a@x.example"}, c.d.Mode, nil)
+					e.VerifyDomain(context.Background(), []string{"a@x.example"}, c.d.Mode)
 				} else {
 					e.Verify(context.Background(), "a@x.example", c.d.Mode)
 				}

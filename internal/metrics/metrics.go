@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/evs-dev/evs/internal/evs"
-	"github.com/evs-dev/evs/internal/verify"
 )
 
 // Metric names, shared by EMF and server.Prometheus.
@@ -38,6 +37,9 @@ const (
 	// CacheRequests counts result-cache lookups (label result: hit, miss
 	// or stale; contract, section 12).
 	CacheRequests = "evs_cache_requests_total"
+	// DomainFacts counts lookups of a domain's accept-all answer in the
+	// shared domain facts (label result: hit or miss; docs/cache.md).
+	DomainFacts = "evs_domain_facts_total"
 )
 
 // ModeTest is the mode label of test-mode verdicts: they are no DNS or
@@ -118,7 +120,7 @@ func observeDecision(o Observer, d evs.Decision) {
 // engine and the sandbox are both.
 type Engine interface {
 	Verify(ctx context.Context, email string, mode evs.Mode) evs.Decision
-	VerifyDomain(ctx context.Context, emails []string, mode evs.Mode, memo *verify.CatchAllMemo) []evs.Decision
+	VerifyDomain(ctx context.Context, emails []string, mode evs.Mode) []evs.Decision
 }
 
 // Count returns e with every decision it makes counted by o.
@@ -135,8 +137,8 @@ func (c counting) Verify(ctx context.Context, email string, mode evs.Mode) evs.D
 	return d
 }
 
-func (c counting) VerifyDomain(ctx context.Context, emails []string, mode evs.Mode, memo *verify.CatchAllMemo) []evs.Decision {
-	ds := c.e.VerifyDomain(ctx, emails, mode, memo)
+func (c counting) VerifyDomain(ctx context.Context, emails []string, mode evs.Mode) []evs.Decision {
+	ds := c.e.VerifyDomain(ctx, emails, mode)
 	if ctx.Err() == nil { // cut-short verdicts are redone, not kept
 		for _, d := range ds {
 			observeDecision(c.o, d)

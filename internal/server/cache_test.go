@@ -271,36 +271,7 @@ func TestCacheBatchReusesVerdicts(t *testing.T) {
 		emails = append(emails, fmt.Sprintf("ok%d@good.example", i), fmt.Sprintf("no%d@other.example", i))
 	}
 	run := func(extra string) map[string]map[string]any {
-		r := h.do(req{method: "POST", path: "/v1/requests", key: h.liveKey, body: `{"emails":` + emailsJSON(emails) + `,"mode":"full"` + extra + `}`})
-		if r.status != 201 {
-			t.Fatalf("create: %d %s", r.status, r.body)
-		}
-		id := decodeEnvelope(t, r).Request.ID
-		if e := h.poll(h.liveKey, id, time.Minute); e.Request.State != "completed" {
-			t.Fatalf("batch: %+v", e)
-		}
-		got := map[string]map[string]any{}
-		cursor := ""
-		for {
-			p := h.do(req{path: "/v1/requests/" + id + "/results?limit=1000" + cursor, key: h.liveKey})
-			var page struct {
-				Results []struct {
-					Email    string         `json:"email"`
-					Decision map[string]any `json:"decision"`
-				} `json:"results"`
-				NextCursor *string `json:"nextCursor"`
-			}
-			if err := json.Unmarshal(p.body, &page); err != nil || p.status != 200 {
-				t.Fatalf("results: %d %s", p.status, p.body)
-			}
-			for _, res := range page.Results {
-				got[res.Email] = res.Decision
-			}
-			if page.NextCursor == nil {
-				return got
-			}
-			cursor = "&cursor=" + *page.NextCursor
-		}
+		return h.fullBatch(h.liveKey, emails, extra, time.Minute)
 	}
 	first := run("")
 	conns := h.smtp.Connections()
@@ -355,5 +326,43 @@ func TestCacheBatchReusesVerdicts(t *testing.T) {
 	}
 	if h.smtp.Connections() != before {
 		t.Fatal("maxAge 86400: the batch probed again")
+	}
+}
+
+// fullBatch runs a full-mode batch of emails (extra: more fields of the
+// request) to completion within limit and returns its decisions by
+// address.
+func (h *harness) fullBatch(key string, emails []string, extra string, limit time.Duration) map[string]map[string]any {
+	t := h.t
+	t.Helper()
+	r := h.do(req{method: "POST", path: "/v1/requests", key: key, body: `{"emails":` + emailsJSON(emails) + `,"mode":"full"` + extra + `}`})
+	if r.status != 201 {
+		t.Fatalf("create: %d %s", r.status, r.body)
+	}
+	id := decodeEnvelope(t, r).Request.ID
+	if e := h.poll(key, id, limit); e.Request.State != "completed" {
+		t.Fatalf("batch: %+v", e)
+	}
+	got := map[string]map[string]any{}
+	cursor := ""
+	for {
+		p := h.do(req{path: "/v1/requests/" + id + "/results?limit=1000" + cursor, key: key})
+		var page struct {
+			Results []struct {
+				Email    string         `json:"email"`
+				Decision map[string]any `json:"decision"`
+			} `json:"results"`
+			NextCursor *string `json:"nextCursor"`
+		}
+		if err := json.Unmarshal(p.body, &page); err != nil || p.status != 200 {
+			t.Fatalf("results: %d %s", p.status, p.body)
+		}
+		for _, res := range page.Results {
+			got[res.Email] = res.Decision
+		}
+		if page.NextCursor == nil {
+			return got
+		}
+		cursor = "&cursor=" + *page.NextCursor
 	}
 }

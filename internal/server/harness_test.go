@@ -72,6 +72,9 @@ type options struct {
 	// wrapStore, when set, wraps the store the server uses (fault
 	// injection); the harness keeps reading the store itself.
 	wrapStore func(server.Store) server.Store
+	// facts, when set, is the engine's domain facts (default: none, so
+	// that each test sees every accept-all probe it causes).
+	facts verify.DomainFacts
 }
 
 func start(t *testing.T, o options) *harness {
@@ -128,7 +131,7 @@ func start(t *testing.T, o options) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	engine, err := verify.New(verify.Config{Resolver: res, Prober: verify.SMTP(prober), Now: now})
+	engine, err := verify.New(verify.Config{Resolver: res, Prober: verify.SMTP(prober), Now: now, Facts: o.facts})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,6 +28,7 @@ type Prometheus struct {
 	connFail *prometheus.CounterVec
 	storeErr *prometheus.CounterVec
 	cache    *prometheus.CounterVec
+	facts    *prometheus.CounterVec
 }
 
 // NewPrometheus returns the metrics; pending, when not nil, is read at each
@@ -65,7 +66,10 @@ func NewPrometheus(pending func(ctx context.Context) (int, error)) *Prometheus {
 	m.cache = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: metrics.CacheRequests, Help: "Result-cache lookups of live verdicts by result (hit, miss, stale).",
 	}, []string{"result"})
-	m.reg.MustRegister(m.requests, m.duration, m.verdicts, m.replies, m.dns, m.hooks, m.connFail, m.storeErr, m.cache,
+	m.facts = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: metrics.DomainFacts, Help: "Lookups of a domain's accept-all answer in the shared domain facts, by result (hit, miss).",
+	}, []string{"result"})
+	m.reg.MustRegister(m.requests, m.duration, m.verdicts, m.replies, m.dns, m.hooks, m.connFail, m.storeErr, m.cache, m.facts,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if pending != nil {
 		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -118,3 +122,6 @@ func (m *Prometheus) StoreError(source string) { m.storeErr.WithLabelValues(sour
 
 // CacheRequest counts one result-cache lookup (resultcache.Cache.Count).
 func (m *Prometheus) CacheRequest(result string) { m.cache.WithLabelValues(result).Inc() }
+
+// DomainFact counts one lookup of the domain facts (domainfacts.Config.Count).
+func (m *Prometheus) DomainFact(result string) { m.facts.WithLabelValues(result).Inc() }

@@ -21,6 +21,7 @@ import (
 	"github.com/evs-dev/evs/internal/authorizer"
 	"github.com/evs-dev/evs/internal/batch"
 	"github.com/evs-dev/evs/internal/config"
+	"github.com/evs-dev/evs/internal/domainfacts"
 	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/idempotency"
 	"github.com/evs-dev/evs/internal/metrics"
@@ -186,8 +187,15 @@ func New(o Options) (*Server, error) {
 	if o.Metrics != nil {
 		lookups = o.Metrics.DNSLookup
 	}
+	// The domain facts live as long as the server: every request and batch
+	// of every account shares them (contract, section 12).
+	fc := domainfacts.Config{Now: o.Now}
+	if m, ok := o.Metrics.(interface{ DomainFact(string) }); ok {
+		fc.Count = m.DomainFact
+	}
+	facts := domainfacts.NewMemory(fc)
 	if o.Engine == nil {
-		e, _, err := verify.BuildTimed(o.Config, lookups)
+		e, _, err := verify.BuildWith(o.Config, verify.BuildOptions{Lookup: lookups, Facts: facts})
 		if err != nil {
 			return nil, err
 		}
@@ -215,6 +223,9 @@ func New(o Options) (*Server, error) {
 		rc.Cache = cache
 	}
 	rc.Accounts = o.Store
+	if rc.Grey == nil {
+		rc.Grey = facts
+	}
 	rc.Engine = o.Engine
 	rc.Sandbox = sandbox
 	if rc.Now == nil {

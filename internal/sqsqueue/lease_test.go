@@ -346,7 +346,7 @@ type countingSandbox struct {
 	release chan struct{}
 }
 
-func (c *countingSandbox) VerifyDomain(ctx context.Context, emails []string, mode evs.Mode, memo *verify.CatchAllMemo) []evs.Decision {
+func (c *countingSandbox) VerifyDomain(ctx context.Context, emails []string, mode evs.Mode) []evs.Decision {
 	c.mu.Lock()
 	for _, e := range emails {
 		c.asked[e]++
@@ -355,7 +355,7 @@ func (c *countingSandbox) VerifyDomain(ctx context.Context, emails []string, mod
 	if strings.HasSuffix(emails[0], "@stuck.example") {
 		<-c.release
 	}
-	return c.inner.VerifyDomain(ctx, emails, mode, memo)
+	return c.inner.VerifyDomain(ctx, emails, mode)
 }
 
 // deadStore stands for a worker process that died: once dead, it writes

@@ -23,7 +23,6 @@ import (
 
 	"github.com/evs-dev/evs/internal/batch"
 	"github.com/evs-dev/evs/internal/evs"
-	"github.com/evs-dev/evs/internal/verify"
 	"github.com/evs-dev/evs/internal/webhook"
 )
 
@@ -444,7 +443,6 @@ func (w *Worker) work(ctx context.Context, m Message, again bool, startBy time.T
 		}
 		wrote, final = true, b
 	}
-	memo := verify.NewCatchAllMemo()
 	for _, g := range batch.GroupByDomain(m.Items) {
 		wg.Add(1)
 		sem <- struct{}{}
@@ -494,7 +492,7 @@ func (w *Worker) work(ctx context.Context, m Message, again bool, startBy time.T
 				return
 			}
 			g.Items = a.run
-			o, err := w.Processor.VerifyGroup(ctx, startBy, acct.Test, b.Mode, g, m.Attempt, memo)
+			o, err := w.Processor.VerifyGroup(ctx, startBy, acct.Test, b.Mode, g, m.Attempt)
 			pausedUntil := a.done(ctx, o)
 			if cached {
 				if err := batch.KeepResults(ctx, w.Cache, m.AccountID, o.Results); err != nil {

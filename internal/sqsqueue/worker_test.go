@@ -31,7 +31,7 @@ func TestMain(m *testing.M) { os.Exit(testkit.MotoMain(m)) }
 // mode, so the worker must never call it.
 type noNetwork struct{ t *testing.T }
 
-func (n noNetwork) VerifyDomain(context.Context, []string, evs.Mode, *verify.CatchAllMemo) []evs.Decision {
+func (n noNetwork) VerifyDomain(context.Context, []string, evs.Mode) []evs.Decision {
 	n.t.Error("the live engine was called for a test-mode account")
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/evs-dev/evs/internal/config"
+	"github.com/evs-dev/evs/internal/domainfacts"
 	"github.com/evs-dev/evs/internal/verify/dnscheck"
 	"github.com/evs-dev/evs/internal/verify/smtpprobe"
 )
@@ -19,13 +20,32 @@ func Build(c config.Config) (*Engine, *dnscheck.Resolver, error) {
 // BuildTimed is Build with every mail-domain lookup of the engine timed by
 // lookup (metrics), when lookup is not nil.
 func BuildTimed(c config.Config, lookup func(time.Duration)) (*Engine, *dnscheck.Resolver, error) {
+	return BuildWith(c, BuildOptions{Lookup: lookup})
+}
+
+// BuildOptions are the dependencies of the engine that the configuration
+// does not describe.
+type BuildOptions struct {
+	// Lookup, when set, times every mail-domain lookup (metrics).
+	Lookup func(time.Duration)
+	// Facts keeps what the accept-all probe learns about each domain
+	// (default: this process's memory, domainfacts.NewMemory with its
+	// defaults); the AWS functions put a DynamoDB item behind it.
+	Facts DomainFacts
+}
+
+// BuildWith is Build with the dependencies of o.
+func BuildWith(c config.Config, o BuildOptions) (*Engine, *dnscheck.Resolver, error) {
 	res, err := dnscheck.New(dnscheck.Config{Servers: c.DNSServers})
 	if err != nil {
 		return nil, nil, err
 	}
-	ec := Config{Resolver: res}
-	if lookup != nil {
-		ec.Resolver = timedResolver{res, lookup}
+	ec := Config{Resolver: res, Facts: o.Facts}
+	if ec.Facts == nil {
+		ec.Facts = domainfacts.NewMemory(domainfacts.Config{})
+	}
+	if o.Lookup != nil {
+		ec.Resolver = timedResolver{res, o.Lookup}
 	}
 	switch c.SMTP {
 	case config.SMTPOff:

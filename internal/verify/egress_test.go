@@ -78,7 +78,7 @@ func TestEgressMXNotPublic(t *testing.T) {
 			t.Errorf("%s quick: %s dns %s", email, q.Reason, q.Checks.DNS.Result)
 		}
 	}
-	for _, d := range def.VerifyDomain(ctx, []string{"a@corp.example", "b@corp.example"}, evs.ModeFull, verify.NewCatchAllMemo()) {
+	for _, d := range def.VerifyDomain(ctx, []string{"a@corp.example", "b@corp.example"}, evs.ModeFull) {
 		if d.Reason != evs.ReasonNoMailServer || d.Checks.DNS.Result != evs.DNSMXNotPublic {
 			t.Errorf("VerifyDomain %s: %s dns %s", d.Email, d.Reason, d.Checks.DNS.Result)
 		}

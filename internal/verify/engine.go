@@ -17,7 +17,6 @@ import (
 	"encoding/base32"
 	"errors"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/evs-dev/evs/internal/evs"
@@ -78,6 +77,27 @@ type Config struct {
 	// RandomLocal returns the local part of the accept-all probe address
 	// (default: 20 random base32 characters, which no real mailbox has).
 	RandomLocal func() string
+	// Facts remembers what the accept-all probe learned about a domain,
+	// for every later request, batch and account (nil: nothing is
+	// remembered past one call, which still probes at most once).
+	Facts DomainFacts
+}
+
+// DomainFacts keeps public facts about mail domains, shared by every
+// request, batch and account of the service (contract, section 12): today
+// the answer of the accept-all probe. They are facts about the domain,
+// never about an address. Implementations bound their memory and forget
+// after a TTL; one that cannot answer (a store fault) answers "not known",
+// and the engine probes as it would have.
+type DomainFacts interface {
+	// AcceptAll returns the remembered answer of domain's accept-all
+	// probe: evs.SMTPAccepted (any address is accepted) or
+	// evs.SMTPRejected (unknown addresses are rejected); ok is false when
+	// none is known.
+	AcceptAll(ctx context.Context, domain string) (result string, ok bool)
+	// KeepAcceptAll remembers a conclusive answer (evs.SMTPAccepted or
+	// evs.SMTPRejected) of domain's accept-all probe.
+	KeepAcceptAll(ctx context.Context, domain, result string)
 }
 
 // Engine verifies addresses. It is safe for concurrent use.
@@ -187,7 +207,7 @@ func (e *Engine) Verify(ctx context.Context, email string, mode evs.Mode) evs.De
 		d.Checks.DNS = dnsEvidence(mail)
 		d.Checks.SMTP.Provider = providerOf(mail)
 		if mode == evs.ModeFull && mail.Outcome == dnscheck.OutcomeOK {
-			e.probe(ctx, in.Address.Domain, mail, []*evs.Decision{&d}, nil)
+			e.probe(ctx, in.Address.Domain, mail, []*evs.Decision{&d})
 		} else {
 			d.Checks.SMTP.Detail = e.skipDetail(mode, mail)
 		}
@@ -197,38 +217,12 @@ func (e *Engine) Verify(ctx context.Context, email string, mode evs.Mode) evs.De
 	return e.finish(d, start)
 }
 
-// CatchAllMemo remembers, per domain, the answer to the accept-all probe so
-// that a batch probes each domain at most once. Only conclusive answers
-// (accepted or rejected) are kept. It is safe for concurrent use.
-type CatchAllMemo struct {
-	mu sync.Mutex
-	m  map[string]evs.SMTPCheck
-}
-
-// NewCatchAllMemo returns an empty memo, typically one per batch.
-func NewCatchAllMemo() *CatchAllMemo { return &CatchAllMemo{m: map[string]evs.SMTPCheck{}} }
-
-func (m *CatchAllMemo) get(domain string) *evs.SMTPCheck {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if c, ok := m.m[domain]; ok {
-		return &c
-	}
-	return nil
-}
-
-func (m *CatchAllMemo) put(domain string, c evs.SMTPCheck) {
-	m.mu.Lock()
-	m.m[domain] = c
-	m.mu.Unlock()
-}
-
 // VerifyDomain verifies several addresses that share one domain: one DNS
 // lookup, one SMTP connection with a RCPT per address, and at most one
-// accept-all probe (none when memo already knows the domain). Decisions
+// accept-all probe (none when Config.Facts already knows the domain). Decisions
 // come back in the order of emails. Addresses whose syntax is invalid, or
 // whose domain differs from the first valid one's, are verified alone.
-func (e *Engine) VerifyDomain(ctx context.Context, emails []string, mode evs.Mode, memo *CatchAllMemo) []evs.Decision {
+func (e *Engine) VerifyDomain(ctx context.Context, emails []string, mode evs.Mode) []evs.Decision {
 	start := e.cfg.Now()
 	out := make([]evs.Decision, len(emails))
 	var group []*evs.Decision
@@ -252,7 +246,7 @@ func (e *Engine) VerifyDomain(ctx context.Context, emails []string, mode evs.Mod
 		d.Checks.SMTP.Provider = providerOf(mail)
 	}
 	if mode == evs.ModeFull && mail.Outcome == dnscheck.OutcomeOK {
-		e.probe(ctx, domain, mail, group, memo)
+		e.probe(ctx, domain, mail, group)
 	} else {
 		detail := e.skipDetail(mode, mail)
 		for _, d := range group {
@@ -318,7 +312,7 @@ func dnsEvidence(m dnscheck.MailResult) evs.DNSCheck {
 // probe runs the SMTP stage for one or more addresses of the same domain on
 // one connection, with a single accept-all probe, and writes each result
 // into its decision. The caller has checked that DNS found mail hosts.
-func (e *Engine) probe(ctx context.Context, domain string, mail dnscheck.MailResult, ds []*evs.Decision, memo *CatchAllMemo) {
+func (e *Engine) probe(ctx context.Context, domain string, mail dnscheck.MailResult, ds []*evs.Decision) {
 	provider := providerOf(mail)
 	if e.cfg.Prober == nil {
 		for _, d := range ds {
@@ -354,34 +348,29 @@ func (e *Engine) probe(ctx context.Context, domain string, mail dnscheck.MailRes
 	defer sess.Close()
 
 	// The catch-all probe runs only when some address is accepted: it is
-	// the only case where its answer changes a verdict.
-	var catchAll *evs.SMTPCheck
-	if memo != nil {
-		catchAll = memo.get(domain)
-	}
+	// the only case where its answer changes a verdict. What the domain's
+	// facts know is asked then too, so a group with no accepted address
+	// costs no lookup.
+	catchAll := ""
 	for i, d := range ds {
 		c := rcptCheck(ctx, sess, d.Normalized)
 		if c.Result == evs.SMTPAccepted {
-			if catchAll == nil {
-				cc := rcptCheck(ctx, sess, e.cfg.RandomLocal()+"@"+domain)
-				catchAll = &cc
-				if memo != nil && (cc.Result == evs.SMTPAccepted || cc.Result == evs.SMTPRejected) {
-					memo.put(domain, cc)
-				}
+			if catchAll == "" {
+				catchAll = e.acceptAll(ctx, sess, domain)
 			}
-			c.CatchAll = catchAll.Result
-			switch catchAll.Result {
+			c.CatchAll = catchAll
+			switch catchAll {
 			case evs.SMTPAccepted:
 				c.Result = evs.SMTPAcceptAll
 				c.Detail = "the server also accepted a random address on the domain"
 			case evs.SMTPRejected:
 				c.Detail = "the server rejects unknown addresses"
 			default:
-				c.Detail = "accept-all probe inconclusive: " + catchAll.Result
+				c.Detail = "accept-all probe inconclusive: " + catchAll
 			}
 			// Some receivers accept at RCPT what they bounce later.
 			if c.Result == evs.SMTPAccepted {
-				untrustedAccept(&c, catchAll.Result)
+				untrustedAccept(&c, catchAll)
 			}
 		}
 		d.Checks.SMTP = c
@@ -396,6 +385,22 @@ func (e *Engine) probe(ctx context.Context, domain string, mail dnscheck.MailRes
 			return
 		}
 	}
+}
+
+// acceptAll returns the result of domain's accept-all probe: what the
+// domain's facts remember, or else the answer to a RCPT of a random address
+// on sess, which is remembered when conclusive.
+func (e *Engine) acceptAll(ctx context.Context, sess Session, domain string) string {
+	if e.cfg.Facts != nil {
+		if r, ok := e.cfg.Facts.AcceptAll(ctx, domain); ok {
+			return r
+		}
+	}
+	r := rcptCheck(ctx, sess, e.cfg.RandomLocal()+"@"+domain).Result
+	if e.cfg.Facts != nil && (r == evs.SMTPAccepted || r == evs.SMTPRejected) {
+		e.cfg.Facts.KeepAcceptAll(ctx, domain, r)
+	}
+	return r
 }
 
 // openFailure turns a failed connection attempt into evidence.

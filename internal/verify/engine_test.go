@@ -10,6 +10,7 @@ import (
 
 	"github.com/miekg/dns"
 
+	"github.com/evs-dev/evs/internal/domainfacts"
 	"github.com/evs-dev/evs/internal/egress"
 	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/testkit"
@@ -26,6 +27,8 @@ type world struct {
 	port   int
 	smtp   []*testkit.SMTPServer
 	engine *verify.Engine
+	// facts is the engine's domain facts, fresh for each world.
+	facts *domainfacts.Memory
 }
 
 // mta describes one loopback mail server.
@@ -45,7 +48,8 @@ func newWorld(t *testing.T, mtas []mta, records []string, timeout time.Duration)
 	if err != nil {
 		t.Fatal(err)
 	}
-	w.engine, err = verify.New(verify.Config{Resolver: res, Prober: verify.SMTP(p), RandomLocal: func() string { return "zz-random-probe" }})
+	w.facts = domainfacts.NewMemory(domainfacts.Config{})
+	w.engine, err = verify.New(verify.Config{Resolver: res, Prober: verify.SMTP(p), RandomLocal: func() string { return "zz-random-probe" }, Facts: w.facts})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -250,8 +254,7 @@ func TestVerifyDomainSharesConnection(t *testing.T) {
 		"mx.corp.example. 300 IN A 127.0.0.2",
 	}, time.Second)
 	emails := []string{"a@corp.example", "b@corp.example", "nobody@corp.example", "c@corp.example"}
-	memo := verify.NewCatchAllMemo()
-	ds := w.engine.VerifyDomain(context.Background(), emails, evs.ModeFull, memo)
+	ds := w.engine.VerifyDomain(context.Background(), emails, evs.ModeFull)
 	want := []evs.Reason{evs.ReasonAcceptedEmail, evs.ReasonAcceptedEmail, evs.ReasonRejectedEmail, evs.ReasonAcceptedEmail}
 	for i, d := range ds {
 		if d.Reason != want[i] || d.Email != emails[i] {
@@ -267,8 +270,10 @@ func TestVerifyDomainSharesConnection(t *testing.T) {
 	if probes != 1 || len(rcpts) != 5 {
 		t.Fatalf("rcpts %v: want 4 addresses and 1 accept-all probe", rcpts)
 	}
-	// The memo remembers the domain: a second group probes no more.
-	w.engine.VerifyDomain(context.Background(), []string{"d@corp.example"}, evs.ModeFull, memo)
+	// The domain's facts remember it: a second group, or a single
+	// verification, probes no more.
+	w.engine.VerifyDomain(context.Background(), []string{"d@corp.example"}, evs.ModeFull)
+	w.engine.Verify(context.Background(), "e@corp.example", evs.ModeFull)
 	probes = 0
 	for _, r := range rcpts {
 		if strings.HasPrefix(r, "zz-random-probe") {
@@ -276,7 +281,7 @@ func TestVerifyDomainSharesConnection(t *testing.T) {
 		}
 	}
 	if probes != 1 {
-		t.Fatalf("accept-all probed %d times for one domain in one batch", probes)
+		t.Fatalf("accept-all probed %d times for one domain", probes)
 	}
 }
 
@@ -308,7 +313,7 @@ func TestVerifyDomainStopsWhenThrottled(t *testing.T) {
 				"corp.example. 300 IN MX 10 mx.corp.example.",
 				"mx.corp.example. 300 IN A 127.0.0.2",
 			}, time.Second)
-			ds := w.engine.VerifyDomain(context.Background(), []string{"a@corp.example", "b@corp.example", "c@corp.example", "d@corp.example"}, evs.ModeFull, verify.NewCatchAllMemo())
+			ds := w.engine.VerifyDomain(context.Background(), []string{"a@corp.example", "b@corp.example", "c@corp.example", "d@corp.example"}, evs.ModeFull)
 			mu.Lock()
 			defer mu.Unlock()
 			if want := []string{"a@corp.example", "zz-random-probe@corp.example", "b@corp.example"}; strings.Join(rcpts, " ") != strings.Join(want, " ") {

@@ -134,7 +134,7 @@ func (s *Sandbox) finish(d evs.Decision, start time.Time, reason evs.Reason) evs
 
 // VerifyDomain verifies several addresses, like Engine.VerifyDomain, so
 // batches of test-mode accounts run the same code path.
-func (s *Sandbox) VerifyDomain(ctx context.Context, emails []string, mode evs.Mode, _ *CatchAllMemo) []evs.Decision {
+func (s *Sandbox) VerifyDomain(ctx context.Context, emails []string, mode evs.Mode) []evs.Decision {
 	out := make([]evs.Decision, len(emails))
 	for i, e := range emails {
 		out[i] = s.Verify(ctx, e, mode)

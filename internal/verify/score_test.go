@@ -53,7 +53,7 @@ func TestEngineScores(t *testing.T) {
 		})
 	}
 	t.Run("VerifyDomain", func(t *testing.T) {
-		ds := w.engine.VerifyDomain(context.Background(), []string{"alice@corp.example", "nobody@corp.example", "grey@corp.example"}, evs.ModeFull, verify.NewCatchAllMemo())
+		ds := w.engine.VerifyDomain(context.Background(), []string{"alice@corp.example", "nobody@corp.example", "grey@corp.example"}, evs.ModeFull)
 		for i, want := range []int{97, 2, 45} {
 			if ds[i].Score != want {
 				t.Errorf("%s: score %d, want %d", ds[i].Email, ds[i].Score, want)

@@ -18,6 +18,8 @@ import (
 
 	"github.com/miekg/dns"
 	"golang.org/x/sync/singleflight"
+
+	"github.com/evs-dev/evs/internal/ttlcache"
 )
 
 // Outcome classifies what DNS says about a domain's mail hosts.
@@ -111,8 +113,8 @@ type Resolver struct {
 	dialer   Dialer
 	budget   time.Duration // upper bound for one shared lookup
 
-	mail    *ttlCache[MailResult]
-	hosts   *ttlCache[hostResult]
+	mail    *ttlcache.Cache[MailResult]
+	hosts   *ttlcache.Cache[hostResult]
 	flights singleflight.Group
 }
 
@@ -156,8 +158,8 @@ func New(cfg Config) (*Resolver, error) {
 		size = 10000
 		fallthrough
 	case size > 0:
-		r.mail = newTTLCache[MailResult](size)
-		r.hosts = newTTLCache[hostResult](size)
+		r.mail = ttlcache.New[MailResult](size)
+		r.hosts = ttlcache.New[hostResult](size)
 	}
 	// A mail lookup is at most an MX query then A and AAAA in parallel;
 	// each tries every server in every attempt with up to three exchanges
@@ -206,7 +208,7 @@ func (r *Resolver) LookupMail(ctx context.Context, domain string) MailResult {
 	if !ok {
 		return MailResult{Domain: name, Outcome: OutcomeError, Err: errInvalid}
 	}
-	if res, ok := r.mail.get(name, r.now()); ok {
+	if res, ok := r.mail.Get(name, r.now()); ok {
 		return res.clone()
 	}
 	if ctx.Err() != nil {
@@ -218,7 +220,7 @@ func (r *Resolver) LookupMail(ctx context.Context, domain string) MailResult {
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.budget)
 		defer cancel()
 		res, ttl := r.resolveMail(fctx, name)
-		r.mail.put(name, res, r.now(), ttl)
+		r.mail.Put(name, res, r.now(), ttl)
 		return res, nil
 	})
 	select {
@@ -396,7 +398,7 @@ func (r *Resolver) LookupHost(ctx context.Context, host string) ([]netip.Addr, e
 	if !ok {
 		return nil, ErrBadName
 	}
-	if hr, ok := r.hosts.get(name, r.now()); ok {
+	if hr, ok := r.hosts.Get(name, r.now()); ok {
 		return hr.result(name)
 	}
 	if ctx.Err() != nil {
@@ -410,7 +412,7 @@ func (r *Resolver) LookupHost(ctx context.Context, host string) ([]netip.Addr, e
 			return nil, fmt.Errorf("%w: %s: %s", ErrLookupFailed, name, f.kind)
 		}
 		hr := hostResult{addrs: ar.addrs, nx: ar.nx && len(ar.addrs) == 0}
-		r.hosts.put(name, hr, r.now(), ar.ttl)
+		r.hosts.Put(name, hr, r.now(), ar.ttl)
 		return hr, nil
 	})
 	select {

@@ -372,7 +372,7 @@ func TestCacheDisabledAndBounded(t *testing.T) {
 	for _, d := range []string{"a.example", "b.example", "a.example", "c.example"} {
 		small.LookupMail(ctx, d)
 	}
-	if n := small.mail.len(); n != 2 {
+	if n := small.mail.Len(); n != 2 {
 		t.Fatalf("cache holds %d names, want 2", n)
 	}
 	// b was least recently used when c came in.
@@ -505,8 +505,8 @@ func TestNew(t *testing.T) {
 	if got, want := r.Servers(), []string{"10.0.0.2:53", "[::1]:5353"}; !reflect.DeepEqual(got, want) {
 		t.Errorf("Servers() = %v, want %v", got, want)
 	}
-	if r.timeout != 2*time.Second || r.attempts != 2 || r.mail.max != 10000 {
-		t.Errorf("defaults: timeout %v attempts %d cache %d", r.timeout, r.attempts, r.mail.max)
+	if r.timeout != 2*time.Second || r.attempts != 2 || r.mail.Cap() != 10000 {
+		t.Errorf("defaults: timeout %v attempts %d cache %d", r.timeout, r.attempts, r.mail.Cap())
 	}
 	if def, err := New(Config{}); err != nil || len(def.Servers()) == 0 {
 		t.Errorf("system servers: %v %v", def.Servers(), err)

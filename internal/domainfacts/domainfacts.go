@@ -1,0 +1,133 @@
+// Package domainfacts keeps public facts about mail domains in memory,
+// shared by every request, batch and account of a process (contract,
+// section 12): the answer of a domain's accept-all probe, and how long
+// after greylisting us its server let a retry through. It is the
+// engine's verify.DomainFacts; the AWS functions put a DynamoDB item behind
+// it (dynamostore.DomainFacts), so that their instances share it too.
+//
+// Only what the receiving server does for the domain as a whole is kept
+// (does it accept any address, or reject unknown ones; how long does it
+// defer a new sender), never anything about an address.
+package domainfacts
+
+import (
+	"context"
+	"time"
+
+	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/ttlcache"
+)
+
+// Defaults of Config.
+const (
+	// DefaultMaxDomains bounds the domains kept: 16 MB when full (170
+	// bytes a domain, BenchmarkMemoryFull; docs/cache.md), and more
+	// domains than a day of sign-ups and batches of a busy service reach.
+	DefaultMaxDomains = 100_000
+	// DefaultTTL is how long an answer is trusted. Whether a domain
+	// accepts any address is a setting of its mail server, changed
+	// rarely (a migration, a new provider): six hours reuses an answer
+	// across a working day's batches and sign-ups, and a change shows in
+	// verdicts the same day.
+	DefaultTTL = 6 * time.Hour
+)
+
+// Config configures a Memory.
+type Config struct {
+	// MaxDomains bounds the domains kept, the least recently used
+	// forgotten first (default DefaultMaxDomains).
+	MaxDomains int
+	// TTL is how long an answer or a greylisting delay is kept (default
+	// DefaultTTL).
+	TTL time.Duration
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+	// Count, when set, is told of each lookup: "hit" or "miss"
+	// (evs_domain_facts_total).
+	Count func(result string)
+}
+
+// Memory keeps domain facts in this process, bounded and with a TTL. It is
+// safe for concurrent use.
+type Memory struct {
+	c     *ttlcache.Cache[string]
+	grey  *ttlcache.Cache[time.Duration]
+	ttl   time.Duration
+	now   func() time.Time
+	count func(string)
+}
+
+// NewMemory returns an empty Memory.
+func NewMemory(cfg Config) *Memory {
+	if cfg.MaxDomains <= 0 {
+		cfg.MaxDomains = DefaultMaxDomains
+	}
+	if cfg.TTL <= 0 {
+		cfg.TTL = DefaultTTL
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Count == nil {
+		cfg.Count = func(string) {}
+	}
+	return &Memory{c: ttlcache.New[string](cfg.MaxDomains), grey: ttlcache.New[time.Duration](cfg.MaxDomains),
+		ttl: cfg.TTL, now: cfg.Now, count: cfg.Count}
+}
+
+// Conclusive tells whether result is an accept-all answer worth keeping:
+// accepted (any address is) or rejected (unknown ones are). A timeout or a
+// greylisting says nothing about the domain.
+func Conclusive(result string) bool {
+	return result == evs.SMTPAccepted || result == evs.SMTPRejected
+}
+
+// AcceptAll returns the remembered accept-all answer of domain.
+func (m *Memory) AcceptAll(_ context.Context, domain string) (string, bool) {
+	r, ok := m.c.Get(domain, m.now())
+	if ok {
+		m.count("hit")
+	} else {
+		m.count("miss")
+	}
+	return r, ok
+}
+
+// KeepAcceptAll remembers a conclusive answer for TTL; others are ignored.
+func (m *Memory) KeepAcceptAll(_ context.Context, domain, result string) {
+	m.Remember(domain, result, m.now().Add(m.ttl))
+}
+
+// Remember keeps a conclusive answer until expires: a tier behind the
+// memory (DynamoDB) hands back what it read, with its own expiry, so an
+// answer is never trusted longer than when it was first learned.
+func (m *Memory) Remember(domain, result string, expires time.Time) {
+	if !Conclusive(result) {
+		return
+	}
+	now := m.now()
+	m.c.Put(domain, result, now, expires.Sub(now))
+}
+
+// GreyDelay returns how long after greylisting us the domain's server let
+// a retry through, when a batch learned it (batch.GreyFacts).
+func (m *Memory) GreyDelay(_ context.Context, domain string) (time.Duration, bool) {
+	return m.grey.Get(domain, m.now())
+}
+
+// KeepGreyDelay remembers that a retry d after the domain's server
+// greylisted us got through.
+func (m *Memory) KeepGreyDelay(_ context.Context, domain string, d time.Duration) {
+	if d > 0 {
+		m.grey.Put(domain, d, m.now(), m.ttl)
+	}
+}
+
+// TTL is how long a new answer is kept.
+func (m *Memory) TTL() time.Duration { return m.ttl }
+
+// Now is the memory's clock.
+func (m *Memory) Now() time.Time { return m.now() }
+
+// Len reports the domains held, expired ones not yet evicted included.
+func (m *Memory) Len() int { return m.c.Len() }
