@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/evs-dev/evs/internal/evs"
-	"github.com/evs-dev/evs/internal/verify"
 )
 
 // RunnerStore is what the local runner needs from the store: batch
