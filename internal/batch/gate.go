@@ -7,6 +7,7 @@ import (
 
 	"golang.org/x/time/rate"
 
+	"github.com/evs-dev/evs/internal/backoff"
 	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/verify"
 )
@@ -193,11 +194,7 @@ func (g *Gate) done(key string, k *gateKey, throttled bool) time.Time {
 		// one pause, not one doubling each.
 		if !k.pausedUntil.After(now) {
 			k.level++
-			d := g.pauseBase()
-			for i := 1; i < k.level && d < g.pauseMax(); i++ {
-				d *= 2
-			}
-			k.pausedUntil = now.Add(min(d, g.pauseMax()))
+			k.pausedUntil = now.Add(backoff.Double(g.pauseBase(), g.pauseMax(), k.level-1))
 		}
 		return k.pausedUntil
 	case !k.pausedUntil.After(now):

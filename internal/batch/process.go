@@ -15,6 +15,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/evs-dev/evs/internal/backoff"
 	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/verify"
 )
@@ -251,11 +252,7 @@ func Backoff(base time.Duration, n int) time.Duration {
 	if base <= 0 {
 		base = 5 * time.Minute
 	}
-	d := base
-	for i := 1; i < n; i++ {
-		d *= 2
-	}
-	return d
+	return backoff.Double(base, 0, n-1)
 }
 
 func logErr(l *slog.Logger, msg string, b evs.Batch, err error) {

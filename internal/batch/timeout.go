@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/evs-dev/evs/internal/backoff"
 	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/verify"
 )
@@ -61,11 +62,7 @@ func PastDeadline(b evs.Batch, deadline time.Duration, now time.Time) bool {
 // to between half and all of that, so that many batches waiting on the same
 // dependency do not come back at the same instant.
 func RetryDelay(base, max time.Duration, n int) time.Duration {
-	d := base
-	for i := 0; i < n && d < max; i++ {
-		d *= 2
-	}
-	d = min(d, max)
+	d := backoff.Double(base, max, n)
 	return d/2 + rand.N(d/2+1)
 }
 

@@ -10,6 +10,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/evs-dev/evs/internal/backoff"
 )
 
 // Politeness records (sqsqueue.PoliteStore), all in the Batches table in
@@ -102,12 +104,7 @@ func (s *Store) Pause(ctx context.Context, key string, now time.Time, base, most
 		if cur.After(now) {
 			return cur, nil
 		}
-		d := base
-		for i := 0; i < level && d < most; i++ {
-			d *= 2
-		}
-		d = min(d, most)
-		until = now.Add(d)
+		until = now.Add(backoff.Double(base, most, level))
 		cond, vals := "attribute_not_exists(#lvl) OR #lvl = :old", item{":old": avN(int64(level))}
 		_, err = s.c.PutItem(ctx, &dynamodb.PutItemInput{
 			TableName: aws.String(s.t.Batches),
