@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"testing"
 	"time"
 
@@ -22,7 +23,9 @@ type stack struct {
 	base, key string
 }
 
-func startStack(t *testing.T) stack {
+// startStack starts the stack; tune, when given, adjusts the server's
+// options first (the batch worker's, for the cancel test).
+func startStack(t *testing.T, tune ...func(*server.Options)) stack {
 	t.Helper()
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -37,8 +40,12 @@ func startStack(t *testing.T) stack {
 	if err != nil {
 		t.Fatalf("config: %v", err)
 	}
-	srv, err := server.New(server.Options{Config: cfg, Store: st, Now: time.Now,
-		Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))})
+	opts := server.Options{Config: cfg, Store: st, Now: time.Now,
+		Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))}
+	for _, f := range tune {
+		f(&opts)
+	}
+	srv, err := server.New(opts)
 	if err != nil {
 		t.Fatalf("server: %v", err)
 	}
@@ -69,4 +76,26 @@ func startStack(t *testing.T) stack {
 		t.Fatalf("create key: %v", err)
 	}
 	return stack{base: "http://" + ln.Addr().String(), key: key}
+}
+
+// get calls the API as any client does, with the stack's key, and
+// returns the body of its 200 reply.
+func (s stack) get(t *testing.T, path, accept string) []byte {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, s.base+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("X-Api-Key", s.key)
+	req.Header.Set("Accept", accept)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	if err != nil || res.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %d %v\n%s", path, res.StatusCode, err, b)
+	}
+	return b
 }

@@ -5,8 +5,14 @@
   var KEY = "evs.apiKey";
   var STATUSES = ["deliverable", "undeliverable", "risky", "unknown"];
   var POLL_MS = 1000;
+  // Lists above DIRECT_MAX_BYTES go through /v1/uploads (contract,
+  // section 14) instead of the body of POST /v1/requests: a body is
+  // limited to 50,000 addresses and 6 MiB (4 MiB on AWS), and 256 KiB
+  // cannot hold 50,000 addresses (the shortest line, "a@b.cd", is 7 bytes),
+  // so a list sent directly never meets either limit.
+  var DIRECT_MAX_BYTES = 256 * 1024;
   var $ = function (id) { return document.getElementById(id); };
-  var batch = null; // {id, cursor, timer}
+  var batch = null; // {id, cursor, timer, t0, p0}
 
   function key() { return sessionStorage.getItem(KEY) || ""; }
 
@@ -26,25 +32,36 @@
     this.text = message + " (" + code + ", HTTP " + status + (requestId ? ", request id " + requestId : "") + ")";
   }
 
-  // api calls path with the key; it resolves with the parsed JSON (or a
-  // Blob when asked for CSV) and rejects with an APIError in words.
-  function api(method, path, body, contentType, accept) {
+  // refusal turns a non-2xx reply into an APIError from its envelope.
+  function refusal(status, statusText, rid, retryAfter, j) {
+    var e = j && j.error ? j.error : {};
+    var words = e.message || statusText || "The server answered with an error.";
+    if (status === 401) { words += " Check the key."; }
+    if (status === 429) { words += " Retry in " + (retryAfter || "a few") + " s."; }
+    return new APIError(status, e.code || "error", words, e.requestId || rid);
+  }
+
+  // call sends method path with the key and resolves with the Response
+  // when it is a 2xx; it rejects with an APIError in words.
+  function call(method, path, body, contentType, accept) {
     if (!key()) { return Promise.reject({ text: "Paste an API key first." }); }
     var headers = { "X-Api-Key": key(), "Accept": accept || "application/json" };
     if (body !== undefined) { headers["Content-Type"] = contentType || "application/json"; }
     return fetch(path, { method: method, headers: headers, body: body, cache: "no-store", credentials: "omit" })
       .catch(function () { throw { text: "Could not reach the server: check that it is running." }; })
       .then(function (res) {
-        var rid = res.headers.get("X-Request-Id") || "";
-        if (res.ok) { return accept === "text/csv" ? res.blob() : res.json(); }
+        if (res.ok) { return res; }
         return res.json().catch(function () { return {}; }).then(function (j) {
-          var e = j && j.error ? j.error : {};
-          var words = e.message || res.statusText || "The server answered with an error.";
-          if (res.status === 401) { words += " Check the key."; }
-          if (res.status === 429) { words += " Retry in " + (res.headers.get("Retry-After") || "a few") + " s."; }
-          throw new APIError(res.status, e.code || "error", words, e.requestId || rid);
+          throw refusal(res.status, res.statusText, res.headers.get("X-Request-Id") || "", res.headers.get("Retry-After"), j);
         });
       });
+  }
+
+  // api is call for JSON replies (or a Blob when asked for CSV).
+  function api(method, path, body, contentType, accept) {
+    return call(method, path, body, contentType, accept).then(function (res) {
+      return accept === "text/csv" ? res.blob() : res.json();
+    });
   }
 
   function fail(err) { showError(err && err.text ? err.text : String(err)); }
@@ -68,6 +85,16 @@
     return Object.keys(v).map(function (k) { return k + ": " + describe(v[k]); }).join("; ");
   }
 
+  function megabytes(n) { return n < 1048576 ? Math.ceil(n / 1024) + " KB" : (n / 1048576).toFixed(1) + " MB"; }
+
+  // duration says a number of seconds the way a person reads it.
+  function duration(s) {
+    s = Math.max(1, Math.round(s));
+    if (s < 90) { return s + " s"; }
+    if (s < 5400) { return Math.round(s / 60) + " min"; }
+    return Math.floor(s / 3600) + " h " + Math.round((s % 3600) / 60) + " min";
+  }
+
   // --- key ---
   $("key-form").addEventListener("submit", function (ev) {
     ev.preventDefault();
@@ -78,7 +105,10 @@
     showError("");
     showKeyState();
   });
-  $("key-forget").addEventListener("click", function () { sessionStorage.removeItem(KEY); showKeyState(); });
+  $("key-forget").addEventListener("click", function () {
+    sessionStorage.removeItem(KEY);
+    showKeyState();
+  });
 
   // --- verify one address ---
   function verify(email) {
@@ -131,31 +161,111 @@
 
   function listMode() { return document.querySelector("input[name=list-mode]:checked").value; }
 
+  function listStatus(text) { $("list-status").textContent = text; }
+
+  function showFileName() {
+    var f = $("list-file").files[0];
+    $("list-file-name").textContent = f ? f.name + " (" + megabytes(f.size) + ")" : "No file chosen.";
+  }
+  $("list-file").addEventListener("change", showFileName);
+
+  // A file dropped anywhere on the list form is the file picked.
+  var drop = $("list-form");
+  drop.addEventListener("dragover", function (ev) { ev.preventDefault(); drop.classList.add("dragging"); });
+  drop.addEventListener("dragleave", function () { drop.classList.remove("dragging"); });
+  drop.addEventListener("drop", function (ev) {
+    ev.preventDefault();
+    drop.classList.remove("dragging");
+    if (ev.dataTransfer && ev.dataTransfer.files.length) {
+      $("list-file").files = ev.dataTransfer.files;
+      showFileName();
+    }
+  });
+
+  // send PUTs body to an upload's URL, showing how much has left; it
+  // uses XMLHttpRequest because fetch reports no upload progress. The
+  // URL carries its own credential: the key is not sent with it.
+  function send(up, body, contentType) {
+    return new Promise(function (resolve, reject) {
+      var x = new XMLHttpRequest();
+      var bar = $("upload-progress");
+      bar.max = Math.max(body.size, 1);
+      bar.value = 0;
+      bar.hidden = false;
+      x.upload.onprogress = function (e) {
+        bar.value = e.loaded;
+        listStatus("Sending the list: " + megabytes(e.loaded) + " of " + megabytes(body.size) + ".");
+      };
+      x.onload = function () {
+        bar.hidden = true;
+        if (x.status >= 200 && x.status < 300) { resolve(); return; }
+        var j = {};
+        try { j = JSON.parse(x.responseText); } catch (e) { j = {}; }
+        reject(refusal(x.status, x.statusText, x.getResponseHeader("X-Request-Id") || "", x.getResponseHeader("Retry-After"), j));
+      };
+      x.onerror = function () { bar.hidden = true; reject({ text: "The list could not be sent: the connection failed." }); };
+      x.open(up.method || "PUT", up.url);
+      x.setRequestHeader("Content-Type", contentType);
+      x.send(body);
+    });
+  }
+
+  // viaUpload makes a batch of a large list: POST /v1/uploads, PUT the
+  // list to the URL it returns, then POST /v1/requests with the uploadId.
+  function viaUpload(body, contentType, mode) {
+    listStatus("Preparing the upload…");
+    return api("POST", "/v1/uploads", JSON.stringify({ contentType: contentType })).then(function (up) {
+      if (body.size > up.maxBytes) {
+        throw { text: "The list is " + megabytes(body.size) + "; the most one upload takes is " + megabytes(up.maxBytes) + ". Split it." };
+      }
+      if (new URL(up.url, location.href).origin !== location.origin) {
+        // The page's Content-Security-Policy lets it talk to its own
+        // origin only; EVS_PUBLIC_URL names another one.
+        throw { text: "The server hands out upload URLs at " + new URL(up.url).origin + ": open the console there." };
+      }
+      return send(up, body, contentType).then(function () {
+        listStatus("Sent; creating the batch…");
+        return api("POST", "/v1/requests", JSON.stringify({ uploadId: up.uploadId, mode: mode }));
+      });
+    });
+  }
+
+  // startList creates the batch of the picked file or the pasted text,
+  // directly when small, through an upload when large.
+  function startList(file, mode) {
+    if (file) {
+      var txt = /\.txt$/i.test(file.name) || file.type === "text/plain";
+      if (file.size > DIRECT_MAX_BYTES) {
+        // One address a line is a CSV file of one column; the page
+        // never reads a large file, the browser streams it.
+        return viaUpload(file, "text/csv", mode);
+      }
+      return file.text().then(function (text) {
+        if (txt) { return api("POST", "/v1/requests", JSON.stringify({ emails: splitAddresses(text), mode: mode })); }
+        return api("POST", "/v1/requests?mode=" + encodeURIComponent(mode), text, "text/csv");
+      });
+    }
+    var emails = splitAddresses($("list-paste").value);
+    if (!emails.length) { return Promise.reject({ text: "Pick a file or paste at least one address." }); }
+    var json = JSON.stringify({ emails: emails, mode: mode });
+    if (json.length > DIRECT_MAX_BYTES) {
+      return viaUpload(new Blob([JSON.stringify({ emails: emails })], { type: "application/json" }), "application/json", mode);
+    }
+    return api("POST", "/v1/requests", json);
+  }
+
   $("list-form").addEventListener("submit", function (ev) {
     ev.preventDefault();
     showError("");
-    var file = $("list-file").files[0];
-    var mode = listMode();
-    var start;
-    if (file) {
-      start = file.text().then(function (text) {
-        if (/\.txt$/i.test(file.name) || file.type === "text/plain") {
-          return api("POST", "/v1/requests", JSON.stringify({ emails: splitAddresses(text), mode: mode }));
-        }
-        return api("POST", "/v1/requests?mode=" + encodeURIComponent(mode), text, "text/csv");
-      });
-    } else {
-      var emails = splitAddresses($("list-paste").value);
-      if (!emails.length) { showError("Pick a file or paste at least one address."); return; }
-      start = api("POST", "/v1/requests", JSON.stringify({ emails: emails, mode: mode }));
-    }
     $("list-go").disabled = true;
-    start.then(function (env) { follow(env); }, fail).then(function () { $("list-go").disabled = false; });
+    startList($("list-file").files[0], listMode())
+      .then(function (env) { listStatus(""); follow(env); }, function (err) { listStatus(""); fail(err); })
+      .then(function () { $("list-go").disabled = false; });
   });
 
   function follow(env) {
     if (batch && batch.timer) { clearTimeout(batch.timer); }
-    batch = { id: env.request.id, cursor: null, timer: null };
+    batch = { id: env.request.id, cursor: null, timer: null, t0: Date.now(), p0: env.counters.processed };
     $("batch-id").textContent = batch.id;
     $("batch-final").hidden = true;
     $("results-filter").value = ""; // a new list starts with every row shown
@@ -165,12 +275,23 @@
 
   function isFinal(state) { return state === "completed" || state === "cancelled" || state === "failed"; }
 
+  // estimate says how long the rest takes at the rate seen since the
+  // page began to watch this batch.
+  function estimate(done, todo, final) {
+    if (final) { return ""; }
+    var secs = (Date.now() - batch.t0) / 1000;
+    var rate = (done - batch.p0) / secs;
+    if (!(rate > 0)) { return "estimating the time left…"; }
+    return "about " + duration((todo - done) / rate) + " left (" + Math.round(rate) + " addresses/s)";
+  }
+
   function showBatch(env) {
     var r = env.request, c = env.counters;
     var todo = c.total - c.duplicates;
     var pct = todo > 0 ? Math.floor(100 * c.processed / todo) : 100;
     $("batch-state").textContent = r.state + (r.error ? ": " + r.error : "");
     $("batch-done").textContent = c.processed + " of " + todo + " addresses verified (" + pct + "%)";
+    $("batch-eta").textContent = estimate(c.processed, todo, isFinal(r.state));
     var p = $("batch-progress");
     p.max = Math.max(todo, 1);
     p.value = todo > 0 ? c.processed : 1;
@@ -184,9 +305,10 @@
     });
     $("batch-cancel").disabled = isFinal(r.state);
     if (isFinal(r.state)) {
-      drawBreakdown(c);
+      drawChart($("breakdown"), "Addresses by status", "status", STATUSES.map(function (s) { return { label: s, status: s, count: c[s] }; }));
       $("batch-final").hidden = false;
       loadResults(true);
+      loadReasons(batch.id);
       return;
     }
     batch.timer = setTimeout(poll, POLL_MS);
@@ -205,41 +327,131 @@
   $("batch-cancel").addEventListener("click", function () {
     if (!batch) { return; }
     if (batch.timer) { clearTimeout(batch.timer); }
-    api("POST", "/v1/requests/" + batch.id + "/cancel").then(showBatch, function (err) { fail(err); poll(); });
+    api("POST", "/v1/requests/" + batch.id + "/cancel").then(showBatch,
+      function (err) { fail(err); poll(); });
   });
 
-  // drawBreakdown draws the counters by status as a horizontal bar chart.
-  function drawBreakdown(c) {
+  // drawChart draws rows ({label, status, count}) as a horizontal bar
+  // chart in box, with the same figures in a table beside it for those
+  // who do not see the chart.
+  function drawChart(box, title, kind, rows) {
     var NS = "http://www.w3.org/2000/svg";
-    var box = $("breakdown");
     clear(box);
-    var max = Math.max.apply(null, STATUSES.map(function (s) { return c[s]; }).concat([1]));
-    var rowH = 28, labelW = 120, barW = 220, width = labelW + barW + 60;
+    var total = rows.reduce(function (a, r) { return a + r.count; }, 0);
+    var max = Math.max.apply(null, rows.map(function (r) { return r.count; }).concat([1]));
+    var rowH = 28, labelW = 170, barW = 200, width = labelW + barW + 70;
     var svg = document.createElementNS(NS, "svg");
-    svg.setAttribute("viewBox", "0 0 " + width + " " + (rowH * STATUSES.length));
+    svg.setAttribute("viewBox", "0 0 " + width + " " + (rowH * Math.max(rows.length, 1)));
     svg.setAttribute("width", String(width));
     svg.setAttribute("role", "img");
-    svg.setAttribute("aria-label", STATUSES.map(function (s) { return s + " " + c[s]; }).join(", "));
-    STATUSES.forEach(function (s, i) {
-      var y = i * rowH;
+    var summary = title + ": " + rows.map(function (r) { return r.label + " " + r.count; }).join(", ");
+    svg.setAttribute("aria-label", summary);
+    var t = document.createElementNS(NS, "title");
+    t.textContent = summary;
+    svg.appendChild(t);
+    rows.forEach(function (r, i) {
+      var y = i * rowH, w = Math.round(barW * r.count / max);
       var g = document.createElementNS(NS, "g");
-      g.setAttribute("data-status", s);
-      g.setAttribute("data-count", String(c[s]));
+      g.setAttribute("data-label", r.label);
+      g.setAttribute("data-count", String(r.count));
       var label = document.createElementNS(NS, "text");
       label.setAttribute("x", "0"); label.setAttribute("y", String(y + 19));
-      label.textContent = s;
+      label.textContent = r.label;
       var bar = document.createElementNS(NS, "rect");
       bar.setAttribute("x", String(labelW)); bar.setAttribute("y", String(y + 5));
       bar.setAttribute("height", "18");
-      bar.setAttribute("width", String(Math.round(barW * c[s] / max)));
-      bar.setAttribute("class", "s-" + s);
+      bar.setAttribute("width", String(w));
+      bar.setAttribute("class", "s-" + r.status);
       var n = document.createElementNS(NS, "text");
-      n.setAttribute("x", String(labelW + Math.round(barW * c[s] / max) + 6)); n.setAttribute("y", String(y + 19));
-      n.textContent = String(c[s]);
+      n.setAttribute("x", String(labelW + w + 6)); n.setAttribute("y", String(y + 19));
+      n.textContent = String(r.count);
       g.appendChild(label); g.appendChild(bar); g.appendChild(n);
       svg.appendChild(g);
     });
     box.appendChild(svg);
+    var table = el("table", null, "figures");
+    table.appendChild(el("caption", title));
+    var head = el("tr");
+    [kind, "addresses", "share"].forEach(function (h) { var th = el("th", h); th.scope = "col"; head.appendChild(th); });
+    table.appendChild(el("thead")).appendChild(head);
+    var body = el("tbody");
+    rows.forEach(function (r) {
+      var tr = el("tr");
+      var th = el("th", r.label); th.scope = "row"; tr.appendChild(th);
+      tr.appendChild(el("td", r.count));
+      tr.appendChild(el("td", total ? (100 * r.count / total).toFixed(1) + "%" : "—"));
+      body.appendChild(tr);
+    });
+    table.appendChild(body);
+    box.appendChild(table);
+  }
+
+  // csvCounter counts the records of a CSV stream by (status, reason),
+  // the second and third fields of the results' CSV, fed chunk by chunk
+  // (quoted fields may hold commas, quotes and line breaks).
+  function csvCounter() {
+    var counts = {}, field = 0, buf = "", quoted = false, closed = false, header = true, rows = 0;
+    var status = "";
+    function endField() {
+      if (field === 1) { status = buf; }
+      if (field === 2 && !header) {
+        var k = status + " " + buf;
+        counts[k] = (counts[k] || 0) + 1;
+        rows++;
+      }
+      field++; buf = "";
+    }
+    return {
+      feed: function (s) {
+        for (var i = 0; i < s.length; i++) {
+          var ch = s[i];
+          if (quoted) {
+            if (ch === "\"") { quoted = false; closed = true; } else if (field <= 2) { buf += ch; }
+            continue;
+          }
+          if (ch === "\"") { if (closed && field <= 2) { buf += ch; } quoted = true; closed = false; continue; }
+          closed = false;
+          if (ch === ",") { endField(); } else if (ch === "\n") {
+            endField(); header = false; field = 0;
+          } else if (ch !== "\r" && field <= 2) { buf += ch; }
+        }
+      },
+      rows: function () { return rows; },
+      counts: function () { return counts; }
+    };
+  }
+
+  // loadReasons reads the batch's results as CSV, a stream the page does
+  // not keep, and draws the count of each reason.
+  function loadReasons(id) {
+    var box = $("breakdown-reasons");
+    clear(box);
+    $("reasons-state").textContent = "Counting the reasons…";
+    var counter = csvCounter();
+    call("GET", resultsPath(""), undefined, undefined, "text/csv").then(function (res) {
+      var reader = res.body.getReader(), dec = new TextDecoder();
+      function next() {
+        return reader.read().then(function (part) {
+          if (batch === null || batch.id !== id) { return reader.cancel(); }
+          if (part.done) { counter.feed(dec.decode()); return show(); }
+          counter.feed(dec.decode(part.value, { stream: true }));
+          $("reasons-state").textContent = "Counting the reasons: " + counter.rows() + " results read…";
+          return next();
+        });
+      }
+      function show() {
+        var c = counter.counts();
+        var rows = Object.keys(c).map(function (k) {
+          var sr = k.split(" ");
+          return { label: sr[1], status: sr[0], count: c[k] };
+        }).sort(function (a, b) {
+          return STATUSES.indexOf(a.status) - STATUSES.indexOf(b.status) || b.count - a.count || (a.label < b.label ? -1 : 1);
+        });
+        $("reasons-state").textContent = counter.rows() + " results by reason.";
+        drawChart(box, "Addresses by reason", "reason", rows);
+      }
+      return next();
+    }).catch(function (err) { $("reasons-state").textContent = ""; fail(err); });
   }
 
   function resultsPath(status, extra) {
@@ -293,4 +505,5 @@
   $("download-deliverable").addEventListener("click", function () { download("deliverable", "evs-" + batch.id + "-deliverable.csv"); });
 
   showKeyState();
+  showFileName();
 })();
