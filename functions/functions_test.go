@@ -266,6 +266,52 @@ func TestLambdaBinaries(t *testing.T) {
 		if got.Request.State != "completed" || c.Total != 5 || c.Duplicates != 1 || c.Processed != 4 || c.Deliverable != 1 || c.Undeliverable != 1 || c.Risky != 1 || c.Unknown != 1 {
 			t.Fatalf("after the worker: %s", resp.Body)
 		}
+
+		// GET /v1/requests reads the batch index: a second batch comes
+		// first, and pages of one end with a null cursor.
+		out, err = requests.Invoke(proxyEvent("POST", "/v1/requests", "/v1/requests", nil, acct, `{"emails":["b@x.example"],"mode":"quick"}`), 20*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = json.Unmarshal(out.Response, &resp)
+		var second struct {
+			Request struct{ ID string } `json:"request"`
+		}
+		if err := json.Unmarshal([]byte(resp.Body), &second); err != nil || resp.StatusCode != 201 {
+			t.Fatalf("second create: %s %s", out.Response, out.Error)
+		}
+		var listed []string
+		cursor := ""
+		for page := 0; page < 3; page++ {
+			ev := proxyEvent("GET", "/v1/requests", "/v1/requests", nil, acct, "")
+			ev.QueryStringParameters = map[string]string{"limit": "1"}
+			if cursor != "" {
+				ev.QueryStringParameters["cursor"] = cursor
+			}
+			out, err = requests.Invoke(ev, 20*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = json.Unmarshal(out.Response, &resp)
+			var list struct {
+				Requests []struct {
+					Request struct{ ID, State string } `json:"request"`
+				} `json:"requests"`
+				NextCursor *string `json:"nextCursor"`
+			}
+			if err := json.Unmarshal([]byte(resp.Body), &list); err != nil || resp.StatusCode != 200 || len(list.Requests) != 1 {
+				t.Fatalf("list page %d: %d %s %s", page, resp.StatusCode, resp.Body, out.Error)
+			}
+			listed = append(listed, list.Requests[0].Request.ID+" "+list.Requests[0].Request.State)
+			if list.NextCursor == nil {
+				break
+			}
+			cursor = *list.NextCursor
+		}
+		want := []string{second.Request.ID + " queued", env.Request.ID + " completed"}
+		if strings.Join(listed, ",") != strings.Join(want, ",") {
+			t.Fatalf("GET /v1/requests listed %q, want %q", listed, want)
+		}
 	})
 }
 

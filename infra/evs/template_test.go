@@ -124,13 +124,26 @@ func TestTablesMatchStore(t *testing.T) {
 		for _, a := range d.AttributeDefinitions {
 			attrType[*a.AttributeName] = string(a.AttributeType)
 		}
-		var key []testkit.SAMKeyAttr
-		for _, k := range d.KeySchema {
-			key = append(key, testkit.SAMKeyAttr{Name: *k.AttributeName, Type: attrType[*k.AttributeName], KeyType: string(k.KeyType)})
+		keySchema := func(ks []types.KeySchemaElement) []testkit.SAMKeyAttr {
+			var key []testkit.SAMKeyAttr
+			for _, k := range ks {
+				key = append(key, testkit.SAMKeyAttr{Name: *k.AttributeName, Type: attrType[*k.AttributeName], KeyType: string(k.KeyType)})
+			}
+			sort.SliceStable(key, func(i, j int) bool { return key[i].KeyType == "HASH" && key[j].KeyType != "HASH" })
+			return key
 		}
-		sort.SliceStable(key, func(i, j int) bool { return key[i].KeyType == "HASH" && key[j].KeyType != "HASH" })
-		if !reflect.DeepEqual(key, tt.Key) {
+		if key := keySchema(d.KeySchema); !reflect.DeepEqual(key, tt.Key) {
 			t.Errorf("%s key: store %v, template %v", id, key, tt.Key)
+		}
+		var indexes map[string]testkit.SAMIndex
+		for _, g := range d.GlobalSecondaryIndexes {
+			if indexes == nil {
+				indexes = map[string]testkit.SAMIndex{}
+			}
+			indexes[*g.IndexName] = testkit.SAMIndex{Key: keySchema(g.KeySchema), Projection: string(g.Projection.ProjectionType)}
+		}
+		if !reflect.DeepEqual(indexes, tt.Indexes) {
+			t.Errorf("%s indexes: store %+v, template %+v", id, indexes, tt.Indexes)
 		}
 		if d.BillingMode != types.BillingModePayPerRequest {
 			t.Errorf("%s: store billing mode %q, template PAY_PER_REQUEST", id, d.BillingMode)

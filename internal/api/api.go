@@ -71,7 +71,7 @@ func TooLarge(path string, limit int64) error {
 func Routes() []Route {
 	return []Route{
 		{Path: "/v1/verify", Methods: []string{http.MethodPost}, Function: VerifyFunction, MaxBody: MaxVerifyBody},
-		{Path: "/v1/requests", Methods: []string{http.MethodPost}, Function: RequestsFunction, MaxBody: MaxBatchBody},
+		{Path: "/v1/requests", Methods: []string{http.MethodGet, http.MethodPost}, Function: RequestsFunction, MaxBody: MaxBatchBody},
 		{Path: "/v1/requests/{id}", Methods: []string{http.MethodGet}, Function: RequestsFunction, MaxBody: MaxOtherBody},
 		{Path: "/v1/requests/{id}/results", Methods: []string{http.MethodGet}, Function: RequestsFunction, MaxBody: MaxOtherBody},
 		{Path: "/v1/requests/{id}/cancel", Methods: []string{http.MethodPost}, Function: RequestsFunction, MaxBody: MaxOtherBody},
@@ -104,6 +104,7 @@ type BatchStore interface {
 	Batch(ctx context.Context, accountID, id string) (evs.Batch, error)
 	TransitionBatch(ctx context.Context, accountID, id string, from []evs.State, to evs.State, errMsg string, now time.Time) (evs.Batch, error)
 	Results(ctx context.Context, accountID, id string, afterSeq, limit int, status evs.Status) ([]evs.Result, error)
+	ListBatches(ctx context.Context, accountID string, after evs.BatchPos, limit int) ([]evs.Batch, error)
 	PendingItems(ctx context.Context, accountID, id string, afterSeq, limit int) ([]evs.Item, error)
 }
 

@@ -66,9 +66,9 @@ func (h *Handler) Requests(ctx context.Context, req events.APIGatewayProxyReques
 }
 
 func (h *Handler) requests(ctx context.Context, req events.APIGatewayProxyRequest, p Principal) (events.APIGatewayProxyResponse, error) {
-	if req.Resource != "/v1/requests" {
+	if req.Resource != "/v1/requests" || req.HTTPMethod != http.MethodPost {
 		// The routes that take no body refuse a large one as `evs serve`'s
-		// gateway does, whatever the method.
+		// gateway does, whatever the method; only batch creation takes one.
 		raw, err := body(req)
 		if err != nil {
 			return events.APIGatewayProxyResponse{}, err
@@ -79,10 +79,13 @@ func (h *Handler) requests(ctx context.Context, req events.APIGatewayProxyReques
 	}
 	switch req.Resource {
 	case "/v1/requests":
-		if req.HTTPMethod != http.MethodPost {
-			return events.APIGatewayProxyResponse{}, notAllowed(req.HTTPMethod, http.MethodPost)
+		switch req.HTTPMethod {
+		case http.MethodPost:
+			return h.createBatch(ctx, req, p)
+		case http.MethodGet:
+			return h.listBatches(ctx, req, p)
 		}
-		return h.createBatch(ctx, req, p)
+		return events.APIGatewayProxyResponse{}, notAllowed(req.HTTPMethod, http.MethodGet, http.MethodPost)
 	case "/v1/requests/{id}":
 		if req.HTTPMethod != http.MethodGet {
 			return events.APIGatewayProxyResponse{}, notAllowed(req.HTTPMethod, http.MethodGet)
@@ -599,22 +602,36 @@ type cursor struct {
 	MinScore int    `json:"m,omitempty"`
 }
 
-func encodeCursor(c cursor) string {
-	b, _ := json.Marshal(c)
+// encodeCursor is the one cursor codec of the API (results and the batch
+// list): the cursor's JSON, base64url without padding, so it needs no
+// escaping in a query and says nothing a client should rely on.
+func encodeCursor(c any) string {
+	b, _ := json.Marshal(c) // our own cursor types: cannot fail
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
-func decodeCursor(s string, f filter) (cursor, error) {
-	bad := evs.Errorf(evs.CodeInvalidRequest, "The cursor is not valid for this request.")
+// decodeToken reads a cursor written by encodeCursor into c; fields it
+// does not know (another endpoint's cursor) make it invalid.
+func decodeToken(s string, c any) bool {
 	b, err := base64.RawURLEncoding.DecodeString(s)
 	if err != nil {
-		return cursor{}, bad
+		return false
 	}
-	var c cursor
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&c); err != nil || c.After < -1 || c.Status != f.status || c.MinScore != f.minScore {
-		return cursor{}, bad
+	return dec.Decode(c) == nil && !dec.More()
+}
+
+// errBadCursor is the reply to a cursor that is not one of ours, or not
+// this request's.
+func errBadCursor() error {
+	return evs.Errorf(evs.CodeInvalidRequest, "The cursor is not valid for this request.")
+}
+
+func decodeCursor(s string, f filter) (cursor, error) {
+	var c cursor
+	if !decodeToken(s, &c) || c.After < -1 || c.Status != f.status || c.MinScore != f.minScore {
+		return cursor{}, errBadCursor()
 	}
 	return c, nil
 }
@@ -652,6 +669,20 @@ func parseFilter(q map[string]string) (filter, error) {
 	return f, nil
 }
 
+// parseLimit reads a page's limit= (1–MaxPageLimit, default
+// DefaultPageLimit).
+func parseLimit(q map[string]string) (int, error) {
+	s, ok := q["limit"]
+	if !ok {
+		return DefaultPageLimit, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 || n > MaxPageLimit {
+		return 0, evs.Errorf(evs.CodeInvalidRequest, "The limit must be a whole number from 1 to %d.", MaxPageLimit)
+	}
+	return n, nil
+}
+
 func (h *Handler) results(ctx context.Context, req events.APIGatewayProxyRequest, p Principal) (events.APIGatewayProxyResponse, error) {
 	id, err := batchID(req)
 	if err != nil {
@@ -676,13 +707,9 @@ func (h *Handler) results(ctx context.Context, req events.APIGatewayProxyRequest
 	if accept, _ := header(req, "Accept"); wantsCSV(accept) {
 		return h.resultsCSV(ctx, req, p, b, f)
 	}
-	limit := DefaultPageLimit
-	if s, ok := q["limit"]; ok {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 || n > MaxPageLimit {
-			return events.APIGatewayProxyResponse{}, evs.Errorf(evs.CodeInvalidRequest, "The limit must be a whole number from 1 to %d.", MaxPageLimit)
-		}
-		limit = n
+	limit, err := parseLimit(q)
+	if err != nil {
+		return events.APIGatewayProxyResponse{}, err
 	}
 	c := cursor{After: -1, Status: f.status, MinScore: f.minScore}
 	if s, ok := q["cursor"]; ok {

@@ -184,6 +184,7 @@ func (s *Store) putBatch(ctx context.Context, b evs.Batch, items []evs.Item, inp
 		attrMode:          avS(string(b.Mode)),
 		attrState:         avS(string(b.State)),
 		attrCreatedAt:     avTime(b.CreatedAt),
+		attrListKey:       avS(listKey(evs.PosOf(b))),
 		attrExpiresAtMs:   avTime(b.ExpiresAt),
 		attrExpiresAt:     ttlSeconds(b.ExpiresAt),
 		attrItemCount:     avN(int64(len(items))),
@@ -716,39 +717,19 @@ const keysPerGet = 100
 // address is never asked of its mail server twice. Strongly consistent
 // reads of the keys alone, 100 to a call.
 func (s *Store) WithoutResults(ctx context.Context, accountID, id string, items []evs.Item) ([]evs.Item, error) {
-	done := make(map[int]bool, len(items))
-	for rest := items; len(rest) > 0; {
-		chunk := rest[:min(keysPerGet, len(rest))]
-		rest = rest[len(chunk):]
-		keys := make([]map[string]types.AttributeValue, len(chunk))
-		for i, it := range chunk {
-			keys[i] = item{attrBatchID: avS(resultKey(accountID, id, it.Seq)), attrSeq: avN(int64(it.Seq))}
-		}
-		req := map[string]types.KeysAndAttributes{s.t.Results: {
-			Keys: keys, ConsistentRead: aws.Bool(true),
-			ProjectionExpression:     aws.String("#q, #s"),
-			ExpressionAttributeNames: map[string]string{"#q": attrSeq, "#s": attrStatus},
-		}}
-		for attempt := 0; len(req) > 0; attempt++ {
-			if attempt == writeAttempts {
-				return nil, evs.Wrap(fmt.Errorf("dynamostore: batch items still unprocessed after %d reads", attempt),
-					evs.CodeUnavailable, msgUnavailable)
-			}
-			if attempt > 0 {
-				if err := s.backoff(ctx, attempt-1); err != nil {
-					return nil, wrapErr("read batch items", err)
-				}
-			}
-			out, err := s.c.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: req})
-			if err != nil {
-				return nil, wrapErr("read batch items", err)
-			}
-			for _, it := range out.Responses[s.t.Results] {
-				if _, ok := it[attrStatus]; ok {
-					done[int(getN(it, attrSeq))] = true
-				}
-			}
-			req = out.UnprocessedKeys
+	keys := make([]item, len(items))
+	for i, it := range items {
+		keys[i] = item{attrBatchID: avS(resultKey(accountID, id, it.Seq)), attrSeq: avN(int64(it.Seq))}
+	}
+	recs, err := s.getAll(ctx, s.t.Results, keys,
+		&projection{expr: "#q, #s", names: map[string]string{"#q": attrSeq, "#s": attrStatus}}, "read batch items")
+	if err != nil {
+		return nil, err
+	}
+	done := make(map[int]bool, len(recs))
+	for _, r := range recs {
+		if _, ok := r[attrStatus]; ok {
+			done[int(getN(r, attrSeq))] = true
 		}
 	}
 	out := make([]evs.Item, 0, len(items))

@@ -90,6 +90,7 @@ import (
 	"hash/fnv"
 	"math"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -152,6 +153,20 @@ func Definitions(t Tables) []dynamodb.CreateTableInput {
 	}
 	add(t.Keys, attrPK, "S", "", "")
 	add(t.Batches, attrAccountID, "S", attrID, "S")
+	if t.Batches != "" {
+		// The sparse index of the batch list (listing.go).
+		b := &defs[len(defs)-1]
+		b.AttributeDefinitions = append(b.AttributeDefinitions,
+			types.AttributeDefinition{AttributeName: aws.String(attrListKey), AttributeType: types.ScalarAttributeTypeS})
+		b.GlobalSecondaryIndexes = []types.GlobalSecondaryIndex{{
+			IndexName: aws.String(listIndex),
+			KeySchema: []types.KeySchemaElement{
+				{AttributeName: aws.String(attrAccountID), KeyType: types.KeyTypeHash},
+				{AttributeName: aws.String(attrListKey), KeyType: types.KeyTypeRange},
+			},
+			Projection: &types.Projection{ProjectionType: types.ProjectionTypeKeysOnly},
+		}}
+	}
 	add(t.Results, attrBatchID, "S", attrSeq, "N")
 	add(t.Idempotency, attrScope, "S", "", "")
 	return defs
@@ -162,15 +177,19 @@ func Definitions(t Tables) []dynamodb.CreateTableInput {
 const tableWaitTimeout = 5 * time.Minute
 
 // CreateTables creates the tables t names (skipping empty names and tables
-// that already exist), waits until they are active and turns on
-// time-to-live on expiresAt, as template.yaml does. Tests and `evs` use it;
+// that already exist, to which it adds the indexes they lack), waits until
+// they are active and turns on time-to-live on expiresAt, as template.yaml
+// does. Tests and `evs` use it;
 // deployments get their tables from the template.
 func CreateTables(ctx context.Context, c *dynamodb.Client, t Tables) error {
 	defs := Definitions(t)
+	existing := map[string]bool{}
 	for i := range defs {
 		_, err := c.CreateTable(ctx, &defs[i])
 		var inUse *types.ResourceInUseException
-		if err != nil && !errors.As(err, &inUse) {
+		if errors.As(err, &inUse) {
+			existing[*defs[i].TableName] = true
+		} else if err != nil {
 			return wrapErr("create table "+*defs[i].TableName, err)
 		}
 	}
@@ -180,6 +199,11 @@ func CreateTables(ctx context.Context, c *dynamodb.Client, t Tables) error {
 	for _, d := range defs {
 		if err := waiter.Wait(ctx, &dynamodb.DescribeTableInput{TableName: d.TableName}, tableWaitTimeout); err != nil {
 			return wrapErr("wait for table "+*d.TableName, err)
+		}
+		if existing[*d.TableName] {
+			if err := ensureIndexes(ctx, c, d); err != nil {
+				return err
+			}
 		}
 		_, err := c.UpdateTimeToLive(ctx, &dynamodb.UpdateTimeToLiveInput{
 			TableName: d.TableName,
@@ -222,6 +246,9 @@ type Store struct {
 	in    inputs
 	// presign signs export download URLs.
 	presign Presigner
+	// listKeysDone is set once a backfill of listKey found nothing to do
+	// (listing.go).
+	listKeysDone atomic.Bool
 
 	// putLocks serialize this process's PutResults calls per batch (striped
 	// by a hash of the batch key; a channel so a waiter's deadline holds).

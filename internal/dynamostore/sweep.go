@@ -37,6 +37,13 @@ const (
 // at dueBy or earlier: those are overdue enough that no live message is
 // expected to carry them any more.
 func (s *Store) Sweep(ctx context.Context, dueBy time.Time) (unfinished []evs.Batch, overdue []evs.Delivery, err error) {
+	if !s.listKeysDone.Load() {
+		// Best effort: a failed backfill leaves the old batches unlisted
+		// until the next sweep tries again; the sweep's own work goes on.
+		if n, err := s.backfillListKeys(ctx); err == nil && n == 0 {
+			s.listKeysDone.Store(true)
+		}
+	}
 	err = s.scanBatches(ctx, "#exp > :now AND (#st IN (:q, :r) OR (attribute_exists(#url) AND #cs = :pending AND #next <= :due AND #ca <= :due AND "+finalCondition+"))",
 		dueBy, func(it item) bool {
 			if st := evs.State(getS(it, attrState)); st.Final() {
@@ -111,7 +118,7 @@ func fairDue(all []evs.Delivery, perAccount, limit int) []evs.Delivery {
 func (s *Store) scanBatches(ctx context.Context, filter string, due time.Time, each func(item) bool) error {
 	names := map[string]string{
 		"#st": attrState, "#exp": attrExpiresAtMs, "#url": attrCBURL, "#cs": attrCBState,
-		"#next": attrCBNext, "#ca": attrCompletedAt,
+		"#next": attrCBNext, "#ca": attrCompletedAt, "#lk": attrListKey,
 	}
 	values := finalValues(item{
 		":now": avTime(s.now()), ":due": avTime(due), ":pending": avS(evs.CallbackPending),

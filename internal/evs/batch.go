@@ -67,6 +67,21 @@ type Batch struct {
 	MaxAge time.Duration
 }
 
+// BatchPos is a place in an account's list of batches, which runs newest
+// first: CreatedAt descending, then ID descending, so that batches created
+// in the same millisecond still have one order and a page can end between
+// them. It names the batch listed last; the zero BatchPos is the start.
+type BatchPos struct {
+	CreatedAt time.Time
+	ID        string
+}
+
+// IsZero tells whether p is the start of the list.
+func (p BatchPos) IsZero() bool { return p.CreatedAt.IsZero() && p.ID == "" }
+
+// PosOf is the place of b in its account's list.
+func PosOf(b Batch) BatchPos { return BatchPos{CreatedAt: b.CreatedAt, ID: b.ID} }
+
 // NoReuse is a MaxAge that reuses no cached verdict: a request's maxAge 0.
 const NoReuse time.Duration = -1
 

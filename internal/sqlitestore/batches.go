@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -58,6 +59,11 @@ const (
 			WHERE key = ? RETURNING ` + batchCols
 	qStatusCounts = `SELECT status, COUNT(*) FROM results WHERE batch = ? GROUP BY status`
 	qUnfinished   = `SELECT ` + batchCols + ` FROM batches WHERE state IN (?, ?) AND expires_at > ? ORDER BY created_at, id`
+	// The row value comparison walks batches_account_created from the
+	// position on; the first page starts after (MaxInt64, "").
+	qList = `SELECT ` + batchCols + ` FROM batches
+		WHERE account_id = ? AND (created_at, id) < (?, ?) AND expires_at > ?
+		ORDER BY created_at DESC, id DESC LIMIT ?`
 )
 
 // insertItems is the INSERT of n items.
@@ -86,7 +92,7 @@ var (
 	}
 	readerQueries = []string{
 		qAccount, qAccountByName, qCountAccounts, qKeyByHash, qListKeys,
-		qBatch, qResults, qResultsByStatus, qPending, qUnfinished, qDelivery, qBatchView,
+		qBatch, qResults, qResultsByStatus, qPending, qUnfinished, qList, qDelivery, qBatchView,
 		qLookup, qPing, qCachedDecision,
 	}
 )
@@ -524,20 +530,25 @@ func (s *Store) read(ctx context.Context, accountID, id, query string, args func
 // UnfinishedBatches lists the live batches in state queued or running, of
 // every account, oldest first.
 func (s *Store) UnfinishedBatches(ctx context.Context) ([]evs.Batch, error) {
-	rows, err := s.rstmt(qUnfinished).QueryContext(ctx, evs.StateQueued, evs.StateRunning, millis(s.now()))
+	return s.queryBatches(ctx, "list unfinished batches", qUnfinished, evs.StateQueued, evs.StateRunning, millis(s.now()))
+}
+
+// queryBatches runs the reader query q, whose rows are batchCols.
+func (s *Store) queryBatches(ctx context.Context, what, q string, args ...any) ([]evs.Batch, error) {
+	rows, err := s.rstmt(q).QueryContext(ctx, args...)
 	if err != nil {
-		return nil, dbErr("list unfinished batches", err)
+		return nil, dbErr(what, err)
 	}
 	defer rows.Close()
 	var out []evs.Batch
 	for rows.Next() {
 		b, err := scanBatch(rows)
 		if err != nil {
-			return nil, dbErr("list unfinished batches", err)
+			return nil, dbErr(what, err)
 		}
 		out = append(out, b)
 	}
-	return out, dbErr("list unfinished batches", rows.Err())
+	return out, dbErr(what, rows.Err())
 }
 
 // Sweep deletes the batches (with their items and results) and idempotency
@@ -593,4 +604,13 @@ func maxAgeMillis(d time.Duration) int64 {
 		return -1
 	}
 	return d.Milliseconds()
+}
+
+// ListBatches returns a page of the account's live batches, newest first.
+func (s *Store) ListBatches(ctx context.Context, accountID string, after evs.BatchPos, limit int) ([]evs.Batch, error) {
+	created, id := int64(math.MaxInt64), ""
+	if !after.IsZero() {
+		created, id = millis(after.CreatedAt), after.ID
+	}
+	return s.queryBatches(ctx, "list batches", qList, accountID, created, id, millis(s.now()), limit)
 }

@@ -232,3 +232,63 @@ func BenchmarkStorageBytes(b *testing.B) {
 	b.ReportMetric(perAddress, "B/address")
 	b.ReportMetric(perRecord, "B/record")
 }
+
+// BenchmarkListBatches reads pages of 100 of one account's 5,000 batches
+// (among 10,000 of two accounts, 1% expired), from the start and from a
+// cursor deep in the list; BenchmarkBatchByID, in the same run, reads one
+// batch by its ID, the floor a page's per-batch cost is measured against.
+func BenchmarkListBatches(b *testing.B) {
+	s := listingStore(b)
+	ctx := context.Background()
+	deep := evs.BatchPos{CreatedAt: t0.Add(1000 * time.Second), ID: fmt.Sprintf("b-%05d", 1000)}
+	for _, c := range []struct {
+		name  string
+		after evs.BatchPos
+	}{{"first", evs.BatchPos{}}, {"deep", deep}} {
+		b.Run(c.name, func(b *testing.B) {
+			for b.Loop() {
+				page, err := s.ListBatches(ctx, "a", c.after, 100)
+				if err != nil || len(page) != 100 {
+					b.Fatalf("ListBatches: %d, %v", len(page), err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*100), "ns/batch")
+		})
+	}
+	b.Run("BatchByID", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := s.Batch(ctx, "a", "b-02500"); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/batch")
+	})
+}
+
+// listingStore holds 5,000 batches of account a and 5,000 of account z,
+// one second apart, every hundredth expired.
+func listingStore(b *testing.B) *Store {
+	b.Helper()
+	s := openStore(b, b.TempDir(), func() time.Time { return t0.Add(3 * time.Hour) })
+	item := []evs.Item{{Seq: 0, Email: "u@d.example", Domain: "d.example"}}
+	for i := range 10_000 {
+		acct, n := "a", i/2
+		if i%2 == 1 {
+			acct = "z"
+		}
+		exp := t0.Add(24 * time.Hour)
+		if n%100 == 7 {
+			exp = t0.Add(time.Hour)
+		}
+		bt := evs.Batch{ID: fmt.Sprintf("b-%05d", n), AccountID: acct, Mode: "quick", State: evs.StateCompleted,
+			CreatedAt: t0.Add(time.Duration(n) * time.Second), CompletedAt: t0.Add(time.Duration(n) * time.Second), ExpiresAt: exp,
+			Counters: evs.Counters{Total: 1, Processed: 1, Deliverable: 1}}
+		if acct == "z" {
+			bt.ID = fmt.Sprintf("z-%05d", n)
+		}
+		if err := s.CreateBatch(context.Background(), bt, item); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return s
+}

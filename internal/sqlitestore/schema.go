@@ -200,6 +200,11 @@ CREATE TABLE write_probe (
 	storedSchema,
 	// The result cache (resultcache.go).
 	resultCacheSchema,
+	// Listing an account's batches newest first (GET /v1/requests) reads
+	// this index in order and stops after one page.
+	`
+CREATE INDEX batches_account_created ON batches (account_id, created_at DESC, id DESC);
+`,
 }
 
 // migrate brings the schema to len(migrations). It runs in one immediate

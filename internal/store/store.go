@@ -78,6 +78,13 @@ type Batches interface {
 	// PendingItems returns up to limit items with Seq > afterSeq that have
 	// no result yet, in Seq order.
 	PendingItems(ctx context.Context, accountID, id string, afterSeq, limit int) ([]evs.Item, error)
+	// ListBatches returns up to limit of the account's unexpired batches
+	// that come after `after` in the order of evs.BatchPos (newest first),
+	// from the newest when after is zero. A batch created while a client
+	// pages comes before the positions it holds (the clock moves forward),
+	// so the pages it reads next neither repeat nor skip a batch. On DynamoDB the list is read
+	// from an index and may miss a batch created a moment ago.
+	ListBatches(ctx context.Context, accountID string, after evs.BatchPos, limit int) ([]evs.Batch, error)
 	// UnfinishedBatches lists batches in state queued or running, of every
 	// account, so a restarted worker resumes them.
 	UnfinishedBatches(ctx context.Context) ([]evs.Batch, error)

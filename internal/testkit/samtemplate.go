@@ -43,10 +43,19 @@ type SAMKeyAttr struct {
 	KeyType string // HASH or RANGE
 }
 
-// SAMTable is a DynamoDB table's key schema and TTL attribute.
+// SAMTable is a DynamoDB table's key schema, TTL attribute and global
+// secondary indexes.
 type SAMTable struct {
 	Key []SAMKeyAttr // HASH first
 	TTL string       // the TTL attribute name, "" when none
+	// Indexes are the global secondary indexes by name.
+	Indexes map[string]SAMIndex
+}
+
+// SAMIndex is a global secondary index: its key schema and projection.
+type SAMIndex struct {
+	Key        []SAMKeyAttr // HASH first
+	Projection string       // ALL, KEYS_ONLY or INCLUDE
 }
 
 // SAMFunction is one AWS::Serverless::Function, with the Globals applied.
@@ -148,12 +157,25 @@ func ParseSAMTemplate(b []byte) (*SAMTemplate, error) {
 			for _, a := range items(get(props, "AttributeDefinitions")) {
 				types[scalar(get(a, "AttributeName"))] = scalar(get(a, "AttributeType"))
 			}
-			var tb SAMTable
-			for _, k := range items(get(props, "KeySchema")) {
-				n := scalar(get(k, "AttributeName"))
-				tb.Key = append(tb.Key, SAMKeyAttr{Name: n, Type: types[n], KeyType: scalar(get(k, "KeyType"))})
+			keySchema := func(n *yaml.Node) []SAMKeyAttr {
+				var key []SAMKeyAttr
+				for _, k := range items(n) {
+					name := scalar(get(k, "AttributeName"))
+					key = append(key, SAMKeyAttr{Name: name, Type: types[name], KeyType: scalar(get(k, "KeyType"))})
+				}
+				sort.SliceStable(key, func(i, j int) bool { return key[i].KeyType == "HASH" && key[j].KeyType != "HASH" })
+				return key
 			}
-			sort.SliceStable(tb.Key, func(i, j int) bool { return tb.Key[i].KeyType == "HASH" && tb.Key[j].KeyType != "HASH" })
+			tb := SAMTable{Key: keySchema(get(props, "KeySchema"))}
+			for _, gsi := range items(get(props, "GlobalSecondaryIndexes")) {
+				if tb.Indexes == nil {
+					tb.Indexes = map[string]SAMIndex{}
+				}
+				tb.Indexes[scalar(get(gsi, "IndexName"))] = SAMIndex{
+					Key:        keySchema(get(gsi, "KeySchema")),
+					Projection: scalar(get(get(gsi, "Projection"), "ProjectionType")),
+				}
+			}
 			if ttl := get(props, "TimeToLiveSpecification"); ttl != nil && scalar(get(ttl, "Enabled")) == "true" {
 				tb.TTL = scalar(get(ttl, "AttributeName"))
 			}

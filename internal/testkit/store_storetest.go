@@ -25,6 +25,7 @@ func RunStoreContract(t *testing.T, newStore func(t *testing.T, now func() time.
 	t.Run("Keys", func(t *testing.T) { runKeys(t, newStore) })
 	t.Run("Idempotency", func(t *testing.T) { runIdempotency(t, newStore) })
 	t.Run("Batches", func(t *testing.T) { runBatches(t, newStore) })
+	t.Run("ListBatches", func(t *testing.T) { runListing(t, newStore) })
 	t.Run("Webhooks", func(t *testing.T) { runWebhooks(t, newStore) })
 }
 
