@@ -1,7 +1,9 @@
 package console_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"net"
@@ -98,4 +100,38 @@ func (s stack) get(t *testing.T, path, accept string) []byte {
 		t.Fatalf("GET %s: %d %v\n%s", path, res.StatusCode, err, b)
 	}
 	return b
+}
+
+// batchDone creates a test-mode batch of the addresses in quick mode as
+// any client does and waits for it to complete (test mode takes
+// milliseconds); it returns the batch's id.
+func (s stack) batchDone(t *testing.T, emails ...string) string {
+	t.Helper()
+	body, _ := json.Marshal(map[string]any{"emails": emails, "mode": "quick"})
+	req, err := http.NewRequest(http.MethodPost, s.base+"/v1/requests", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("X-Api-Key", s.key)
+	req.Header.Set("Content-Type", "application/json")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var env struct {
+		Request struct{ ID, State string } `json:"request"`
+	}
+	if err := json.NewDecoder(res.Body).Decode(&env); err != nil || res.StatusCode != http.StatusCreated {
+		t.Fatalf("create a batch: %d %v", res.StatusCode, err)
+	}
+	for deadline := time.Now().Add(20 * time.Second); env.Request.State != "completed"; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("batch %s still %s", env.Request.ID, env.Request.State)
+		}
+		if err := json.Unmarshal(s.get(t, "/v1/requests/"+env.Request.ID, "application/json"), &env); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return env.Request.ID
 }

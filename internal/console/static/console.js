@@ -12,7 +12,11 @@
   // so a list sent directly never meets either limit.
   var DIRECT_MAX_BYTES = 256 * 1024;
   var $ = function (id) { return document.getElementById(id); };
-  var batch = null; // {id, cursor, timer, t0, p0}
+  var PAST_PAGE = 10; // past batches a page
+  var ETA_WINDOW_MS = 30000;
+  var batch = null; // {id, cursor, timer, seen, live}
+  var past = { gen: 0, cursor: null };
+  var NO_KEY_PAST = "Use a key to see its account's batches.";
 
   function key() { return sessionStorage.getItem(KEY) || ""; }
 
@@ -104,10 +108,16 @@
     $("key").value = "";
     showError("");
     showKeyState();
+    loadPast(true);
   });
   $("key-forget").addEventListener("click", function () {
     sessionStorage.removeItem(KEY);
     showKeyState();
+    past.gen++;
+    clear($("past").tBodies[0]);
+    $("past-more").hidden = true;
+    $("past-empty").textContent = NO_KEY_PAST;
+    $("past-empty").hidden = false;
   });
 
   // --- verify one address ---
@@ -165,7 +175,7 @@
 
   function showFileName() {
     var f = $("list-file").files[0];
-    $("list-file-name").textContent = f ? f.name + " (" + megabytes(f.size) + ")" : "No file chosen.";
+    $("list-file-name").textContent = f ? f.name + " (" + megabytes(f.size) + ")" : "";
   }
   $("list-file").addEventListener("change", showFileName);
 
@@ -259,13 +269,13 @@
     showError("");
     $("list-go").disabled = true;
     startList($("list-file").files[0], listMode())
-      .then(function (env) { listStatus(""); follow(env); }, function (err) { listStatus(""); fail(err); })
+      .then(function (env) { listStatus(""); follow(env); loadPast(true); }, function (err) { listStatus(""); fail(err); })
       .then(function () { $("list-go").disabled = false; });
   });
 
   function follow(env) {
     if (batch && batch.timer) { clearTimeout(batch.timer); }
-    batch = { id: env.request.id, cursor: null, timer: null, t0: Date.now(), p0: env.counters.processed };
+    batch = { id: env.request.id, cursor: null, timer: null, seen: [], live: !isFinal(env.request.state) };
     $("batch-id").textContent = batch.id;
     $("batch-final").hidden = true;
     $("results-filter").value = ""; // a new list starts with every row shown
@@ -275,12 +285,15 @@
 
   function isFinal(state) { return state === "completed" || state === "cancelled" || state === "failed"; }
 
-  // estimate says how long the rest takes at the rate seen since the
-  // page began to watch this batch.
+  // estimate says how long the rest takes at the rate of the last
+  // ETA_WINDOW_MS (the rate changes: a queued start, a worker warming up,
+  // a slow domain), from the counts the page has seen.
   function estimate(done, todo, final) {
     if (final) { return ""; }
-    var secs = (Date.now() - batch.t0) / 1000;
-    var rate = (done - batch.p0) / secs;
+    var now = Date.now(), seen = batch.seen;
+    seen.push({ t: now, p: done });
+    while (seen.length > 2 && now - seen[1].t >= ETA_WINDOW_MS) { seen.shift(); }
+    var rate = (done - seen[0].p) / ((now - seen[0].t) / 1000);
     if (!(rate > 0)) { return "estimating the time left…"; }
     return "about " + duration((todo - done) / rate) + " left (" + Math.round(rate) + " addresses/s)";
   }
@@ -305,6 +318,7 @@
     });
     $("batch-cancel").disabled = isFinal(r.state);
     if (isFinal(r.state)) {
+      if (batch.live) { batch.live = false; loadPast(true); } // its row's state changed
       drawChart($("breakdown"), "Addresses by status", "status", STATUSES.map(function (s) { return { label: s, status: s, count: c[s] }; }));
       $("batch-final").hidden = false;
       loadResults(true);
@@ -504,6 +518,52 @@
   $("download-all").addEventListener("click", function () { download("", "evs-" + batch.id + ".csv"); });
   $("download-deliverable").addEventListener("click", function () { download("deliverable", "evs-" + batch.id + "-deliverable.csv"); });
 
+  // --- past batches ---
+  // loadPast shows the account's batches, newest first (GET /v1/requests);
+  // fresh starts over at the newest, else the next page is added. A reply
+  // to an older fresh start is dropped, so rows never appear twice.
+  function loadPast(fresh) {
+    if (!key()) { return; }
+    if (fresh) { past.gen++; past.cursor = null; }
+    var gen = past.gen;
+    var q = "/v1/requests?limit=" + PAST_PAGE + (past.cursor ? "&cursor=" + encodeURIComponent(past.cursor) : "");
+    api("GET", q).then(function (page) {
+      if (gen !== past.gen) { return; }
+      var tbody = $("past").tBodies[0];
+      if (fresh) { clear(tbody); }
+      page.requests.forEach(function (env) { tbody.appendChild(pastRow(env.request, env.counters)); });
+      past.cursor = page.nextCursor;
+      $("past-more").hidden = !page.nextCursor;
+      $("past-empty").textContent = "No batches yet.";
+      $("past-empty").hidden = tbody.rows.length > 0;
+    }, fail);
+  }
+
+  function pastRow(r, c) {
+    var tr = el("tr");
+    tr.appendChild(el("td", (r.createdAt || "").replace("T", " ").replace(/\.\d+Z$/, "")));
+    tr.appendChild(el("td", r.state));
+    tr.appendChild(el("td", r.mode));
+    tr.appendChild(el("td", c.processed + " of " + (c.total - c.duplicates)));
+    var open = el("td");
+    var b = el("button", "Open", "link");
+    b.type = "button";
+    b.setAttribute("data-id", r.id);
+    b.setAttribute("aria-label", "Open the batch of " + r.createdAt + " (" + r.state + ", " + c.total + " addresses)");
+    b.addEventListener("click", function () {
+      showError("");
+      api("GET", "/v1/requests/" + r.id).then(function (env) {
+        follow(env);
+        $("batch-title").focus(); // keyboard and screen-reader users land on what opened
+      }, fail);
+    });
+    open.appendChild(b);
+    tr.appendChild(open);
+    return tr;
+  }
+  $("past-more").addEventListener("click", function () { loadPast(false); });
+
   showKeyState();
   showFileName();
+  loadPast(true);
 })();
