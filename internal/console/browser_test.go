@@ -457,6 +457,31 @@ func TestConsoleInBrowser(t *testing.T) {
 	p.step("filter deliverable", setField("results-filter", "deliverable"))
 	p.waitFor("the filtered table", `(function(){var r=document.querySelectorAll("#results tbody tr");
 		return r.length === 1 && r[0].cells[1].textContent === "deliverable";})()`)
+	// Reason and flag filters, against the API's results.
+	p.step("filter greylisted", setField("results-filter", ""), setField("results-reason", "greylisted"))
+	p.waitFor("the greylisted row", `(function(){var r=document.querySelectorAll("#results tbody tr");
+		return r.length === 1 && r[0].cells[2].textContent === "greylisted";})()`)
+	var all struct {
+		Results []struct {
+			Email    string
+			Decision struct{ Flags map[string]bool }
+		}
+	}
+	if err := json.Unmarshal(s.get(t, "/v1/requests/"+id+"/results?limit=1000", "application/json"), &all); err != nil {
+		t.Fatal(err)
+	}
+	var disposable []string
+	for _, r := range all.Results {
+		if r.Decision.Flags["disposable"] {
+			disposable = append(disposable, r.Email)
+		}
+	}
+	p.step("filter disposable", setField("results-reason", ""), setField("results-flag", "disposable"))
+	p.waitFor("the disposable rows", fmt.Sprintf(`(function(){var r=document.querySelectorAll("#results tbody tr");
+		return r.length === %d && Array.from(r).every(function(tr){ return tr.cells[4].textContent.includes("disposable"); });})()`, len(disposable)))
+	if got := eval[[]string](p, `Array.from(document.querySelectorAll("#results tbody tr")).map(function(tr){ return tr.cells[0].textContent; })`); len(disposable) == 0 || fmt.Sprint(got) != fmt.Sprint(disposable) {
+		t.Errorf("disposable filter shows %v, the API's disposable results are %v", got, disposable)
+	}
 	p.shoot("console-list")
 
 	// A list over the batch body's limits (more than 50,000 addresses),

@@ -275,10 +275,13 @@
 
   function follow(env) {
     if (batch && batch.timer) { clearTimeout(batch.timer); }
-    batch = { id: env.request.id, cursor: null, timer: null, seen: [], live: !isFinal(env.request.state) };
+    batch = { id: env.request.id, cursor: null, timer: null, seen: [], reasonStatus: {}, gen: 0, live: !isFinal(env.request.state) };
     $("batch-id").textContent = batch.id;
     $("batch-final").hidden = true;
-    $("results-filter").value = ""; // a new list starts with every row shown
+    // A new list starts with every row shown.
+    $("results-filter").value = "";
+    $("results-flag").value = "";
+    reasonChoices([]);
     $("batch").hidden = false;
     showBatch(env);
   }
@@ -463,6 +466,7 @@
         });
         $("reasons-state").textContent = counter.rows() + " results by reason.";
         drawChart(box, "Addresses by reason", "reason", rows);
+        reasonChoices(rows);
       }
       return next();
     }).catch(function (err) { $("reasons-state").textContent = ""; fail(err); });
@@ -475,30 +479,62 @@
     return "/v1/requests/" + batch.id + "/results" + (q.length ? "?" + q.join("&") : "");
   }
 
+  // loadResults shows the results that pass the filters, 100 rows a
+  // page. The API filters by status; reason and flag are filtered here,
+  // over pages of 1000, until a page's worth has matched or none are
+  // left (a reason implies its status, which the API then filters by).
+  // A reply to an older start is dropped, so rows never mix.
   function loadResults(fresh) {
     var tbody = $("results").tBodies[0];
-    if (fresh) { clear(tbody); batch.cursor = null; }
-    var extra = "limit=100" + (batch.cursor ? "&cursor=" + encodeURIComponent(batch.cursor) : "");
-    var id = batch.id;
-    api("GET", resultsPath($("results-filter").value, extra)).then(function (page) {
-      if (!batch || batch.id !== id) { return; }
-      page.results.forEach(function (r) {
-        var d = r.decision || {};
-        var tr = el("tr");
-        tr.appendChild(el("td", r.email));
-        var st = el("td"); st.appendChild(el("span", r.status, "badge s-" + r.status)); tr.appendChild(st);
-        tr.appendChild(el("td", d.reason));
-        tr.appendChild(el("td", d.score === undefined ? "—" : d.score));
-        tr.appendChild(el("td", d.suggestion || ""));
-        tbody.appendChild(tr);
+    if (fresh) { clear(tbody); batch.cursor = null; batch.gen = (batch.gen || 0) + 1; }
+    var status = $("results-filter").value, reason = $("results-reason").value, flag = $("results-flag").value;
+    var local = reason !== "" || flag !== "";
+    if (reason) {
+      var implied = batch.reasonStatus[reason];
+      if (status && status !== implied) { $("results-more").hidden = true; return; }
+      status = implied;
+    }
+    var id = batch.id, gen = batch.gen, shown = 0;
+    function page() {
+      var extra = "limit=" + (local ? 1000 : 100) + (batch.cursor ? "&cursor=" + encodeURIComponent(batch.cursor) : "");
+      return api("GET", resultsPath(status, extra)).then(function (pg) {
+        if (!batch || batch.id !== id || batch.gen !== gen) { return; }
+        pg.results.forEach(function (r) {
+          var d = r.decision || {}, flags = d.flags || {};
+          if ((reason && d.reason !== reason) || (flag && !flags[flag])) { return; }
+          var tr = el("tr");
+          tr.appendChild(el("td", r.email));
+          var st = el("td"); st.appendChild(el("span", r.status, "badge s-" + r.status)); tr.appendChild(st);
+          tr.appendChild(el("td", d.reason));
+          tr.appendChild(el("td", d.score === undefined ? "—" : d.score));
+          tr.appendChild(el("td", Object.keys(flags).filter(function (f) { return flags[f]; }).join(", ")));
+          tr.appendChild(el("td", d.suggestion || ""));
+          tbody.appendChild(tr);
+          shown++;
+        });
+        batch.cursor = pg.nextCursor;
+        $("results-more").hidden = !pg.nextCursor;
+        if (local && shown < 100 && pg.nextCursor) { return page(); }
       });
-      batch.cursor = page.nextCursor;
-      $("results-more").hidden = !page.nextCursor;
-    }, fail);
+    }
+    page().catch(fail);
   }
 
-  $("results-filter").addEventListener("change", function () { loadResults(true); });
+  ["results-filter", "results-reason", "results-flag"].forEach(function (f) {
+    $(f).addEventListener("change", function () { loadResults(true); });
+  });
   $("results-more").addEventListener("click", function () { loadResults(false); });
+
+  // reasonChoices offers the batch's reasons (from its breakdown) to the
+  // reason filter.
+  function reasonChoices(rows) {
+    var sel = $("results-reason");
+    while (sel.options.length > 1) { sel.remove(1); }
+    rows.forEach(function (r) {
+      batch.reasonStatus[r.label] = r.status;
+      sel.add(new Option(r.label + " (" + r.count + ")", r.label));
+    });
+  }
 
   // download fetches the CSV with the key (a plain link could not send
   // it) and hands it to the browser as a file.
