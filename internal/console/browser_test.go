@@ -546,6 +546,51 @@ func TestConsoleInBrowser(t *testing.T) {
 	}
 	// A new list shows all its rows, whatever the last list's filter was.
 	p.waitFor("the pasted list's table", `document.querySelectorAll("#results tbody tr").length === 2`)
+
+	// A pasted list over 256 KiB goes through an upload too, as JSON.
+	const pasted = 15_000
+	mark = len(p.log.sent(0))
+	p.step("paste a long list", setField("list-paste", longList(pasted)), chromedp.Click(chromedp.ID("list-go")))
+	p.waitFor("the long list's batch", fmt.Sprintf(`document.getElementById("count-total").textContent === "%d"`, pasted))
+	p.finished("the long list")
+	sent = strings.Join(p.log.sent(mark), "\n")
+	if !regexp.MustCompile(`(?m)^PUT ` + regexp.QuoteMeta(s.base) + `/v1/uploads/[0-9a-f-]{36}\?token=\S+$`).MatchString(sent) {
+		t.Errorf("the long pasted list was not uploaded:\n%s", sent)
+	}
+	p.done()
+}
+
+// longList is n addresses one a line: over 256 KiB from about 11,000, so
+// that the page sends them through an upload.
+func longList(n int) string {
+	var b strings.Builder
+	for i := range n {
+		fmt.Fprintf(&b, "pasted-user%d@x.example\n", i)
+	}
+	return b.String()
+}
+
+// TestConsoleUploadElsewhereInBrowser: when the server hands out upload
+// URLs of another origin (EVS_PUBLIC_URL names an address other than the
+// one the console was opened at), the page says where to open the console
+// instead of trying a request its Content-Security-Policy forbids.
+func TestConsoleUploadElsewhereInBrowser(t *testing.T) {
+	s := startStack(t, func(o *server.Options) { o.Config.PublicURL = "https://evs.example" })
+	p := openPage(t, s)
+	p.useKey(s.key)
+	mark := len(p.log.sent(0))
+	p.step("paste a long list", setField("list-paste", longList(15_000)), chromedp.Click(chromedp.ID("list-go")),
+		chromedp.WaitVisible(chromedp.ID("error")))
+	if got := p.text("error"); !strings.Contains(got, "https://evs.example: open the console there") {
+		t.Errorf("error %q, want where to open the console", got)
+	}
+	sent := strings.Join(p.log.sent(mark), "\n")
+	if strings.Contains(sent, "evs.example") || strings.Contains(sent, "PUT ") || !strings.Contains(sent, "POST "+s.base+"/v1/uploads") {
+		t.Errorf("requests after the paste:\n%s\nwant the upload made and nothing sent to its URL", sent)
+	}
+	if got := eval[bool](p, `document.getElementById("batch").hidden && !document.getElementById("list-go").disabled`); !got {
+		t.Error("the page shows a batch, or its button stays disabled, after a refused upload")
+	}
 	p.done()
 }
 
