@@ -305,7 +305,10 @@
     var r = env.request, c = env.counters;
     var todo = c.total - c.duplicates;
     var pct = todo > 0 ? Math.floor(100 * c.processed / todo) : 100;
-    $("batch-state").textContent = r.state + (r.error ? ": " + r.error : "");
+    // Announced to screen readers (aria-live) when it changes, not at
+    // every poll.
+    var state = r.state + (r.error ? ": " + r.error : "");
+    if ($("batch-state").textContent !== state) { $("batch-state").textContent = state; }
     $("batch-done").textContent = c.processed + " of " + todo + " addresses verified (" + pct + "%)";
     $("batch-eta").textContent = estimate(c.processed, todo, isFinal(r.state));
     var p = $("batch-progress");
@@ -444,7 +447,7 @@
     var box = $("breakdown-reasons");
     clear(box);
     $("reasons-state").textContent = "Counting the reasons…";
-    var counter = csvCounter();
+    var counter = csvCounter(), said = Date.now();
     call("GET", resultsPath(""), undefined, undefined, "text/csv").then(function (res) {
       var reader = res.body.getReader(), dec = new TextDecoder();
       function next() {
@@ -452,7 +455,10 @@
           if (batch === null || batch.id !== id) { return reader.cancel(); }
           if (part.done) { counter.feed(dec.decode()); return show(); }
           counter.feed(dec.decode(part.value, { stream: true }));
-          $("reasons-state").textContent = "Counting the reasons: " + counter.rows() + " results read…";
+          if (Date.now() - said >= 1000) { // a live region, read aloud: once a second at most
+            said = Date.now();
+            $("reasons-state").textContent = "Counting the reasons: " + counter.rows() + " results read…";
+          }
           return next();
         });
       }
