@@ -428,6 +428,10 @@ func TestConsoleInBrowser(t *testing.T) {
 		fmt.Fprintf(&list, "team+%s@x.example\n", r)
 	}
 	list.WriteString("team+accepted_email@X.Example\n") // the same address: domains are case-blind
+	// Three that are no addresses, which the results' CSV quotes: a
+	// comma, quotes and a line break inside a field, for the page's count.
+	tricky := []string{"\"weird,name@x.example\"", "\"say \"\"hi\"\"@x.example\"", "\"line\nbreak@x.example\""}
+	list.WriteString(strings.Join(tricky, "\n") + "\n")
 	p.step("drop a list", chromedp.Evaluate[chromedp.Void](fmt.Sprintf(`(function(){
 		var dt = new DataTransfer();
 		dt.items.add(new File([%q], "outcomes.csv", {type: "text/csv"}));
@@ -441,7 +445,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	p.step("start it", chromedp.Click(chromedp.CSS(`input[name=list-mode][value=full]`)), chromedp.Click(chromedp.ID("list-go")),
 		chromedp.WaitVisible(chromedp.ID("batch")))
 	p.finished("the dropped list")
-	n := len(evs.Reasons())
+	n := len(evs.Reasons()) + len(tricky)
 	if got := p.text("batch-done"); !strings.Contains(got, fmt.Sprintf("%d of %d", n, n)) || !strings.Contains(got, "(100%)") {
 		t.Errorf("progress says %q, want %d of %d (100%%)", got, n, n)
 	}
@@ -451,8 +455,8 @@ func TestConsoleInBrowser(t *testing.T) {
 	id := p.text("batch-id")
 	reasons := checkBreakdowns(t, p, s, id)
 	for _, r := range evs.Reasons() {
-		if reasons[string(r)] != 1 {
-			t.Errorf("reason %s: %d results, want 1 (the list has each outcome once)", r, reasons[string(r)])
+		if want := map[bool]int{true: 1 + len(tricky), false: 1}[r == evs.ReasonInvalidSyntax]; reasons[string(r)] != want {
+			t.Errorf("reason %s: %d results, want %d (the list has each outcome once, and %d invalid lines)", r, reasons[string(r)], want, len(tricky))
 		}
 	}
 	p.waitFor("the results table", fmt.Sprintf(`document.querySelectorAll("#results tbody tr").length === %d`, n))
