@@ -1,11 +1,13 @@
 package main
 
 import (
+	"net/http"
 	"os"
 	"os/exec"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestReadmeQuickStart runs the README's quick start as a reader pastes
@@ -35,6 +37,7 @@ func TestReadmeQuickStart(t *testing.T) {
 	srv := serveInProcess(t, env, "--test-account")
 	host := regexp.MustCompile(`listening on http://([0-9.:]+)`).FindStringSubmatch(srv.out.String())[1]
 	key := printedKey.FindStringSubmatch(srv.out.String())[1]
+	checkConsoleLines(t, srv, host)
 
 	lines := strings.SplitN(block, "\n", 2)
 	script := "export EVS_API_KEY=" + key + "\n" + strings.ReplaceAll(lines[1], "localhost:8080", host)
@@ -56,5 +59,30 @@ func TestReadmeQuickStart(t *testing.T) {
 	}
 	if id == nil || !strings.Contains(got, `"request":{"id":"`+id[1]+`"`) {
 		t.Errorf("the batch id is not request.id:\n%s", got)
+	}
+}
+
+// checkConsoleLines: the start `make run` makes prints the console's
+// address twice, beside the key (for the reader who has no terminal
+// skills) and on the line every start prints, and it serves the page.
+func checkConsoleLines(t *testing.T, srv servingEVS, host string) {
+	t.Helper()
+	want := "http://" + host + "/console/"
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(srv.out.String(), "web console: "); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no \"web console:\" line: %s", srv.out.String())
+		}
+	}
+	out := srv.out.String()
+	if !strings.Contains(out, "\n  "+want+"\n") || !strings.Contains(out, "\nweb console: "+want+"\n") {
+		t.Errorf("the console's address %s is not printed beside the key and on its own line:\n%s", want, out)
+	}
+	res, err := http.Get(want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK || !strings.HasPrefix(res.Header.Get("Content-Type"), "text/html") {
+		t.Errorf("GET %s: %d %s, want the page", want, res.StatusCode, res.Header.Get("Content-Type"))
 	}
 }

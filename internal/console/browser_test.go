@@ -1,7 +1,10 @@
 package console_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/csv"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -18,16 +21,25 @@ import (
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 
+	"github.com/evs-dev/evs/internal/batch"
 	"github.com/evs-dev/evs/internal/console"
+	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/server"
 )
 
-// browserTimeout bounds the whole browser test, so that CI never hangs on
-// a browser that does not answer.
-const browserTimeout = 60 * time.Second
+// browserTimeout bounds a whole browser test, so that CI never hangs on
+// a browser that does not answer. Generous: under -race, beside every
+// other package's tests on two cores, the 60,000-address list alone takes
+// tens of seconds.
+const browserTimeout = 3 * time.Minute
 
-// stepTimeout bounds one step (a greylisted address's retries are the
-// slowest, seconds in test mode).
-const stepTimeout = 20 * time.Second
+// stepTimeout bounds one step (the 60,000-address list's upload and
+// verification are the slowest).
+const stepTimeout = time.Minute
+
+// widths are the screen widths every screen is shot and checked at: a
+// phone's and a desktop's.
+var widths = []int64{375, 1280}
 
 // chromiumPath finds the browser `make chromium` installs (Debian's
 // chromium); the test fails without it rather than skip, as `make test`
@@ -55,21 +67,22 @@ func screenshotDir(t *testing.T) string {
 	return t.TempDir()
 }
 
-// problems gathers what the page must never do: console errors, uncaught
+// pageLog gathers what the page must never do — console errors, uncaught
 // exceptions, CSP violations (logged as errors), failed loads and HTTP
-// error replies.
-type problems struct {
-	mu   sync.Mutex
-	list []string
+// error replies — and every request it sends.
+type pageLog struct {
+	mu       sync.Mutex
+	problems []string
+	requests []string // "METHOD URL"
 }
 
-func (p *problems) add(format string, args ...any) {
+func (p *pageLog) add(format string, args ...any) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.list = append(p.list, fmt.Sprintf(format, args...))
+	p.problems = append(p.problems, fmt.Sprintf(format, args...))
 }
 
-func (p *problems) listen(ev any) {
+func (p *pageLog) listen(ev any) {
 	switch e := ev.(type) {
 	case *runtime.EventExceptionThrown:
 		d := e.ExceptionDetails
@@ -92,35 +105,50 @@ func (p *problems) listen(ev any) {
 		if e.Response.Status >= 400 {
 			p.add("HTTP %d for %s", e.Response.Status, e.Response.URL)
 		}
+	case *network.EventRequestWillBeSent:
+		p.mu.Lock()
+		p.requests = append(p.requests, e.Request.Method+" "+e.Request.URL)
+		p.mu.Unlock()
 	}
 }
 
-// TestConsoleInBrowser drives the console in a real headless Chromium
-// against a real server: key, one verification and its suggestion, a CSV
-// list through to 100%, the breakdown, the filter, a download, and the
-// page at a phone's and a desktop's width.
-func TestConsoleInBrowser(t *testing.T) {
-	exe := chromiumPath(t)
-	s := startStack(t)
-	shots := screenshotDir(t)
-	downloads := t.TempDir()
-	csvPath := filepath.Join(t.TempDir(), "list.csv")
-	list := "email\naccepted_email@x.example\nteam+rejected_email@x.example\nmailbox_full@x.example\ngreylisted@x.example\naccepted_email@X.Example\n"
-	if err := os.WriteFile(csvPath, []byte(list), 0o600); err != nil {
-		t.Fatal(err)
-	}
+// sent returns the requests sent since the first from of them.
+func (p *pageLog) sent(from int) []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.requests[min(from, len(p.requests)):]...)
+}
 
+// page is a headless Chromium on the console of one stack.
+type page struct {
+	t                *testing.T
+	ctx, bctx        context.Context
+	log              *pageLog
+	shots, downloads string
+}
+
+// openPage starts Chromium with downloads going to a temporary directory
+// and opens the console of s.
+func openPage(t *testing.T, s stack) *page {
+	t.Helper()
+	return openPageAt(t, s.base+console.Path)
+}
+
+// openPageAt is openPage for the console at url: under a stage's prefix,
+// or served by another handler.
+func openPageAt(t *testing.T, url string) *page {
+	t.Helper()
+	exe := chromiumPath(t)
 	ctx, cancel := context.WithTimeout(context.Background(), browserTimeout)
-	defer cancel()
+	t.Cleanup(cancel)
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(exe), chromedp.NoSandbox, chromedp.Headless,
 		chromedp.DisableGPU, chromedp.WindowSize(1280, 900))
 	actx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
-	defer cancelAlloc()
+	t.Cleanup(cancelAlloc)
 	bctx, cancelBrowser := chromedp.NewContext(actx)
-	defer cancelBrowser()
-
-	var bad problems
-	if err := chromedp.Listen(bctx, bad.listen); err != nil {
+	t.Cleanup(cancelBrowser)
+	p := &page{t: t, ctx: ctx, bctx: bctx, log: &pageLog{}, shots: screenshotDir(t), downloads: t.TempDir()}
+	if err := chromedp.Listen(bctx, p.log.listen); err != nil {
 		t.Fatalf("start chromium (%s): %v", exe, err)
 	}
 	if _, err := chromedp.Call(bctx, network.Enable, network.EnableParams{}); err != nil {
@@ -130,198 +158,548 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := chromedp.CallBrowser(bctx, browser.SetDownloadBehavior, browser.SetDownloadBehaviorParams{
-		Behavior: browser.SetDownloadBehaviorBehaviorAllow, DownloadPath: downloads}); err != nil {
+		Behavior: browser.SetDownloadBehaviorBehaviorAllow, DownloadPath: p.downloads}); err != nil {
 		t.Fatal(err)
 	}
+	p.step("open the console", chromedp.Navigate(url), chromedp.WaitVisible(chromedp.ID("key")))
+	return p
+}
 
-	// Each step has its share of the time, so that a stuck one leaves
-	// time to say what the page showed.
-	stuck := func(what string, err error) {
-		t.Helper()
-		page, perr := chromedp.Run(bctx, chromedp.Evaluate[string](`document.body.innerText`))
-		if perr != nil {
-			page = perr.Error()
-		}
-		bad.mu.Lock()
-		defer bad.mu.Unlock()
-		t.Fatalf("%s: %v\npage problems so far: %v\npage:\n%s", what, err, bad.list, page)
+// stuck ends the test with what the page showed, when a step did not
+// finish in its share of the time.
+func (p *page) stuck(what string, err error) {
+	p.t.Helper()
+	shown, perr := chromedp.Run(p.bctx, chromedp.Evaluate[string](`document.body.innerText`))
+	if perr != nil {
+		shown = perr.Error()
 	}
-	step := func(what string, actions ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		sctx, cancel := context.WithTimeout(bctx, stepTimeout)
-		defer cancel()
-		if err := chromedp.Do(sctx, actions...); err != nil {
-			stuck(what, err)
-		}
+	p.log.mu.Lock()
+	defer p.log.mu.Unlock()
+	p.t.Fatalf("%s: %v\npage problems so far: %v\npage:\n%s", what, err, p.log.problems, shown)
+}
+
+func (p *page) step(what string, actions ...chromedp.Action[chromedp.Void]) {
+	p.t.Helper()
+	sctx, cancel := context.WithTimeout(p.bctx, stepTimeout)
+	defer cancel()
+	if err := chromedp.Do(sctx, actions...); err != nil {
+		p.stuck(what, err)
 	}
-	text := func(sel string) string {
-		t.Helper()
-		v, err := chromedp.Run(bctx, chromedp.Text(chromedp.ID(sel)))
+}
+
+func (p *page) text(id string) string {
+	p.t.Helper()
+	v, err := chromedp.Run(p.bctx, chromedp.Text(chromedp.ID(id)))
+	if err != nil {
+		p.t.Fatalf("text of #%s: %v", id, err)
+	}
+	return strings.TrimSpace(v)
+}
+
+func (p *page) waitFor(what, js string) {
+	p.t.Helper()
+	sctx, cancel := context.WithTimeout(p.bctx, stepTimeout)
+	defer cancel()
+	if _, err := chromedp.Run(sctx, chromedp.Poll[bool](js, chromedp.WithPollingInterval(100*time.Millisecond))); err != nil {
+		p.stuck("waiting for "+what, err)
+	}
+}
+
+func eval[T any](p *page, js string) T {
+	p.t.Helper()
+	v, err := chromedp.Run(p.bctx, chromedp.Evaluate[T](js))
+	if err != nil {
+		p.t.Fatalf("evaluate %s: %v", js, err)
+	}
+	return v
+}
+
+// setField sets a field's value as a user's choice does, change event
+// included.
+func setField(id, v string) chromedp.Action[chromedp.Void] {
+	return chromedp.Evaluate[chromedp.Void](fmt.Sprintf(`(function(f){f.value=%q;f.dispatchEvent(new Event("change"));})(document.getElementById(%q))`, v, id))
+}
+
+// shoot writes the screen as it is at each width (name-375.png,
+// name-1280.png) and checks that nothing is wider than the screen: no
+// sideways scrolling on a phone. It leaves the page at the widest.
+func (p *page) shoot(name string) {
+	p.t.Helper()
+	for _, w := range widths {
+		p.step(fmt.Sprintf("resize to %d", w), chromedp.EmulateViewport(w, 800))
+		png, err := chromedp.Run(p.bctx, chromedp.FullScreenshot(100)) // quality 100: PNG
 		if err != nil {
-			t.Fatalf("text of #%s: %v", sel, err)
+			p.t.Fatal(err)
 		}
-		return strings.TrimSpace(v)
-	}
-	waitFor := func(what, js string) {
-		t.Helper()
-		sctx, cancel := context.WithTimeout(bctx, stepTimeout)
-		defer cancel()
-		if _, err := chromedp.Run(sctx, chromedp.Poll[bool](js, chromedp.WithPollingInterval(100*time.Millisecond))); err != nil {
-			stuck("waiting for "+what, err)
+		if err := os.WriteFile(filepath.Join(p.shots, fmt.Sprintf("%s-%d.png", name, w)), png, 0o644); err != nil {
+			p.t.Fatal(err)
+		}
+		if sw := eval[int64](p, `document.documentElement.scrollWidth`); sw > w {
+			p.t.Errorf("%s at %d px: the page is %d px wide", name, w, sw)
 		}
 	}
+}
 
-	// setField sets a field's value as a user's choice does, change
-	// event included.
-	setField := func(id, v string) chromedp.Action[chromedp.Void] {
-		return chromedp.Evaluate[chromedp.Void](fmt.Sprintf(`(function(f){f.value=%q;f.dispatchEvent(new Event("change"));})(document.getElementById(%q))`, v, id))
+// done reports every page problem seen.
+func (p *page) done() {
+	p.t.Helper()
+	p.t.Logf("screenshots in %s", p.shots)
+	p.log.mu.Lock()
+	defer p.log.mu.Unlock()
+	for _, pr := range p.log.problems {
+		p.t.Errorf("page problem: %s", pr)
 	}
-	step("open the console", chromedp.Navigate(s.base+console.Path), chromedp.WaitVisible(chromedp.ID("key")))
+}
+
+// useKey enters the key as a person pastes it.
+func (p *page) useKey(key string) {
+	p.t.Helper()
+	p.step("enter the key", chromedp.SendKeys(chromedp.ID("key"), key), chromedp.Click(chromedp.ID("key-use")))
+	p.waitFor("the key in use", `document.getElementById("key-state").textContent.includes("in use")`)
+}
+
+// finished waits for the batch on the page to be final with its bar full
+// and its reasons counted.
+func (p *page) finished(what string) {
+	p.t.Helper()
+	p.waitFor(what+" at 100%", `(function(){var p=document.getElementById("batch-progress");
+		return !document.getElementById("batch-final").hidden && p.value === p.max;})()`)
+	p.waitFor(what+": reasons counted", `document.getElementById("reasons-state").textContent.includes("by reason")`)
+}
+
+// chart reads a breakdown as the page shows it, label → count, from the
+// SVG and from the table beside it, and fails when they differ or the
+// chart has no accessible name.
+func (p *page) chart(id string) map[string]string {
+	p.t.Helper()
+	got := eval[map[string][]string](p, fmt.Sprintf(`(function(box){
+		var svg = box.querySelector("svg");
+		return {
+			svg: Array.from(svg.querySelectorAll("g")).map(function(g){ return g.dataset.label + "=" + g.dataset.count; }),
+			table: Array.from(box.querySelectorAll("table tbody tr")).map(function(r){ return r.cells[0].textContent + "=" + r.cells[1].textContent; }),
+			name: [svg.getAttribute("role") + "|" + svg.getAttribute("aria-label") + "|" + (svg.querySelector("title") || {}).textContent]
+		};})(document.getElementById(%q))`, id))
+	if fmt.Sprint(got["svg"]) != fmt.Sprint(got["table"]) {
+		p.t.Errorf("#%s: chart %v, table %v: the table must say what the chart shows", id, got["svg"], got["table"])
+	}
+	if name := got["name"][0]; !strings.HasPrefix(name, "img|Addresses by") || strings.Count(name, "Addresses by") != 2 {
+		p.t.Errorf("#%s: chart role|aria-label|title = %q; want an image named by a label and a title", id, name)
+	}
+	m := map[string]string{}
+	for _, kv := range got["svg"] {
+		k, v, _ := strings.Cut(kv, "=")
+		m[k] = v
+	}
+	return m
+}
+
+// checkBreakdowns compares the page's two breakdowns of batch id with the
+// API's: by status with the batch's counters, by reason with its CSV
+// results. It returns the reason counts.
+func checkBreakdowns(t *testing.T, p *page, s stack, id string) map[string]int {
+	t.Helper()
+	var env struct {
+		Counters map[string]int `json:"counters"`
+	}
+	if err := json.Unmarshal(s.get(t, "/v1/requests/"+id, "application/json"), &env); err != nil {
+		t.Fatal(err)
+	}
+	wantStatus := map[string]string{}
+	for _, st := range []string{"deliverable", "undeliverable", "risky", "unknown"} {
+		wantStatus[st] = fmt.Sprint(env.Counters[st])
+	}
+	if got := p.chart("breakdown"); fmt.Sprint(got) != fmt.Sprint(wantStatus) {
+		t.Errorf("breakdown by status %v, the API's counters %v", got, wantStatus)
+	}
+	rows, err := csv.NewReader(bytes.NewReader(s.get(t, "/v1/requests/"+id+"/results", "text/csv"))).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	reasons := map[string]int{}
+	for _, r := range rows[1:] {
+		reasons[r[2]]++
+	}
+	want := map[string]string{}
+	for r, n := range reasons {
+		want[r] = fmt.Sprint(n)
+	}
+	if got := p.chart("breakdown-reasons"); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("breakdown by reason %v, the API's results %v", got, want)
+	}
+	return reasons
+}
+
+// download clicks button and returns the file the browser saved as name.
+func (p *page) download(button, name string) []byte {
+	p.t.Helper()
+	p.step("download "+name, chromedp.Click(chromedp.ID(button)))
+	path := filepath.Join(p.downloads, name)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if b, err := os.ReadFile(path); err == nil {
+			return b
+		}
+		select {
+		case <-p.ctx.Done():
+			p.t.Fatalf("no download %s in %s: %v", name, p.downloads, p.ctx.Err())
+		case <-tick.C:
+		}
+	}
+}
+
+// TestConsoleInBrowser drives the console in a real headless Chromium
+// against a real server: labels and the keyboard's order, the key, one
+// verification and its suggestion, a dropped CSV of every test-mode
+// outcome through to 100% with both breakdowns checked against the API, a
+// list over the batch body's limits sent through /v1/uploads, both
+// downloads compared byte for byte with the API's CSV, a pasted list, and
+// each screen at a phone's and a desktop's width.
+func TestConsoleInBrowser(t *testing.T) {
+	s := startStack(t)
+	p := openPage(t, s)
+
 	// Every control has a name a screen reader reads, and can be reached
 	// by the keyboard (no negative tabindex).
-	unnamed, err := chromedp.Run(bctx, chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll("input, select, textarea, button"))
+	unnamed := eval[[]string](p, `Array.from(document.querySelectorAll("input, select, textarea, button"))
 		.filter(function(c){ return c.tabIndex < 0 || !((c.labels && c.labels.length) || c.getAttribute("aria-label") || (c.tagName === "BUTTON" && c.textContent.trim())); })
-		.map(function(c){ return c.id || c.name || c.tagName; })`))
-	if err != nil || len(unnamed) != 0 {
-		t.Errorf("controls without a label or out of the tab order: %v (%v)", unnamed, err)
+		.map(function(c){ return c.id || c.name || c.tagName; })`)
+	if len(unnamed) != 0 {
+		t.Errorf("controls without a label or out of the tab order: %v", unnamed)
+	}
+	// The tab key walks the controls in the page's order.
+	p.step("focus the key field", chromedp.Focus(chromedp.ID("key")))
+	var order []string
+	for range 12 {
+		p.step("press tab", chromedp.KeyEvent("\t"))
+		order = append(order, eval[string](p, `document.activeElement.id || document.activeElement.name || document.activeElement.tagName`))
+	}
+	want := []string{"key-use", "key-forget", "verify-email", "verify-mode", "verify-go", "list-file", "list-paste", "list-mode", "list-go"}
+	if got := strings.Join(order, " "); !strings.Contains(got, strings.Join(want, " ")) {
+		t.Errorf("tab order from the key field: %s; want %s in that order", got, strings.Join(want, " "))
 	}
 
 	// A key the server does not know: the API's refusal in words, with
-	// its request id. The two reports of the expected 401 (the reply, and
-	// the browser's log line about it) are not page problems.
-	step("enter an unknown key", chromedp.SendKeys(chromedp.ID("key"), "evs."+strings.Repeat("A", 43)), chromedp.Click(chromedp.ID("key-use")),
+	// its request id. The reports of the expected 401s (the replies to the
+	// list of past batches the key brings and to the verification, and
+	// the browser's log lines about them) are not page problems.
+	p.step("enter an unknown key", chromedp.SendKeys(chromedp.ID("key"), "evs."+strings.Repeat("A", 43)), chromedp.Click(chromedp.ID("key-use")),
 		chromedp.SendKeys(chromedp.ID("verify-email"), "accepted_email@x.example"), chromedp.Click(chromedp.ID("verify-go")),
 		chromedp.WaitVisible(chromedp.ID("error")))
-	msg := text("error")
+	msg := p.text("error")
 	if !regexp.MustCompile(`unauthorized, HTTP 401, request id [0-9a-f-]{36}`).MatchString(msg) {
 		t.Errorf("error shown as %q; want the code, the HTTP status and the request id", msg)
 	}
-	bad.mu.Lock()
-	kept := bad.list[:0]
-	for _, p := range bad.list {
-		if !strings.Contains(p, "401") || !strings.Contains(p, "/v1/verify") {
-			kept = append(kept, p)
+	p.log.mu.Lock()
+	kept := p.log.problems[:0]
+	for _, pr := range p.log.problems {
+		if !strings.Contains(pr, "401") || !strings.Contains(pr, "/v1/verify") && !strings.Contains(pr, "/v1/requests?limit=") {
+			kept = append(kept, pr)
 		}
 	}
-	bad.list = kept
-	bad.mu.Unlock()
-	step("forget it", chromedp.Click(chromedp.ID("key-forget")), setField("verify-email", ""))
+	p.log.problems = kept
+	p.log.mu.Unlock()
+	p.step("forget it", chromedp.Click(chromedp.ID("key-forget")), setField("verify-email", ""))
 
-	step("enter the key", chromedp.SendKeys(chromedp.ID("key"), s.key), chromedp.Click(chromedp.ID("key-use")))
-	waitFor("the key in use", `document.getElementById("key-state").textContent.includes("in use")`)
-	if v, err := chromedp.Run(bctx, chromedp.Value(chromedp.ID("key"))); err != nil || v != "" {
+	p.useKey(s.key)
+	if v, err := chromedp.Run(p.bctx, chromedp.Value(chromedp.ID("key"))); err != nil || v != "" {
 		t.Errorf("the key field still holds %d characters (%v): the key should leave it once stored", len(v), err)
 	}
 
-	step("verify one address", chromedp.SendKeys(chromedp.ID("verify-email"), "team+rejected_email@x.example"),
+	p.step("verify one address", chromedp.SendKeys(chromedp.ID("verify-email"), "team+rejected_email@x.example"),
 		chromedp.Click(chromedp.ID("verify-go")))
-	waitFor("the verdict", `!document.getElementById("verify-result").hidden && document.getElementById("verify-status").textContent !== ""`)
-	if got, reason := text("verify-status"), text("verify-reason"); got != "undeliverable" || !strings.HasPrefix(reason, "rejected_email") {
+	p.waitFor("the verdict", `!document.getElementById("verify-result").hidden && document.getElementById("verify-status").textContent !== ""`)
+	if got, reason := p.text("verify-status"), p.text("verify-reason"); got != "undeliverable" || !strings.HasPrefix(reason, "rejected_email") {
 		t.Errorf("verdict %q, reason %q; want undeliverable, rejected_email", got, reason)
 	}
-	if ev := text("verify-evidence"); !strings.Contains(ev, "smtp") {
+	if ev := p.text("verify-evidence"); !strings.Contains(ev, "smtp") {
 		t.Errorf("evidence %q does not show the SMTP check", ev)
 	}
 
 	// A typo of a well-known domain: the suggestion is a button that
 	// verifies the corrected address.
-	step("verify a typo", setField("verify-email", ""), chromedp.SendKeys(chromedp.ID("verify-email"), "someone@gmial.com"),
+	p.step("verify a typo", setField("verify-email", ""), chromedp.SendKeys(chromedp.ID("verify-email"), "someone@gmial.com"),
 		chromedp.Click(chromedp.ID("verify-go")), chromedp.WaitVisible(chromedp.ID("verify-suggestion-use")))
-	if got := text("verify-suggestion-use"); got != "someone@gmail.com" {
+	if got := p.text("verify-suggestion-use"); got != "someone@gmail.com" {
 		t.Errorf("suggestion %q, want someone@gmail.com", got)
 	}
-	step("follow the suggestion", chromedp.Click(chromedp.ID("verify-suggestion-use")))
-	waitFor("the suggestion's verdict", `document.getElementById("verify-normalized").textContent === "someone@gmail.com"`)
+	p.step("follow the suggestion", chromedp.Click(chromedp.ID("verify-suggestion-use")))
+	p.waitFor("the suggestion's verdict", `document.getElementById("verify-normalized").textContent === "someone@gmail.com"`)
+	p.shoot("console-verify")
 
-	step("upload a list", chromedp.SetUploadFiles(chromedp.ID("list-file"), []string{csvPath}),
-		chromedp.Click(chromedp.CSS(`input[name=list-mode][value=full]`)), chromedp.Click(chromedp.ID("list-go")),
-		chromedp.WaitVisible(chromedp.ID("batch")))
-	waitFor("the bar at 100%", `(function(){var p=document.getElementById("batch-progress");
-		return !document.getElementById("batch-final").hidden && p.value === p.max;})()`)
-	if got := text("batch-done"); !strings.Contains(got, "4 of 4") || !strings.Contains(got, "(100%)") {
-		t.Errorf("progress says %q, want 4 of 4 (100%%)", got)
+	// A CSV of every test-mode outcome and a duplicate, dropped on the
+	// form as a file dragged from the desktop.
+	var list strings.Builder
+	list.WriteString("email\n")
+	for _, r := range evs.Reasons() {
+		fmt.Fprintf(&list, "team+%s@x.example\n", r)
 	}
-	if got := text("count-duplicates"); got != "1" {
+	list.WriteString("team+accepted_email@X.Example\n") // the same address: domains are case-blind
+	// Three that are no addresses, which the results' CSV quotes: a
+	// comma, quotes and a line break inside a field, for the page's count.
+	tricky := []string{"\"weird,name@x.example\"", "\"say \"\"hi\"\"@x.example\"", "\"line\nbreak@x.example\""}
+	list.WriteString(strings.Join(tricky, "\n") + "\n")
+	p.step("drop a list", chromedp.Evaluate[chromedp.Void](fmt.Sprintf(`(function(){
+		var dt = new DataTransfer();
+		dt.items.add(new File([%q], "outcomes.csv", {type: "text/csv"}));
+		var f = document.getElementById("list-form");
+		f.dispatchEvent(new DragEvent("dragover", {dataTransfer: dt, bubbles: true, cancelable: true}));
+		f.dispatchEvent(new DragEvent("drop", {dataTransfer: dt, bubbles: true, cancelable: true}));
+	})()`, list.String())))
+	if got := p.text("list-file-name"); !strings.HasPrefix(got, "outcomes.csv") {
+		t.Errorf("after the drop the page names the file %q, want outcomes.csv", got)
+	}
+	p.step("start it", chromedp.Click(chromedp.CSS(`input[name=list-mode][value=full]`)), chromedp.Click(chromedp.ID("list-go")),
+		chromedp.WaitVisible(chromedp.ID("batch")))
+	p.finished("the dropped list")
+	n := len(evs.Reasons()) + len(tricky)
+	if got := p.text("batch-done"); !strings.Contains(got, fmt.Sprintf("%d of %d", n, n)) || !strings.Contains(got, "(100%)") {
+		t.Errorf("progress says %q, want %d of %d (100%%)", got, n, n)
+	}
+	if got := p.text("count-duplicates"); got != "1" {
 		t.Errorf("duplicates %q, want 1", got)
 	}
-	breakdown, err := chromedp.Run(bctx, chromedp.Evaluate[map[string]string](`Object.fromEntries(Array.from(
-		document.querySelectorAll("#breakdown svg g")).map(function(g){return [g.dataset.status, g.dataset.count];}))`))
-	if err != nil {
+	id := p.text("batch-id")
+	reasons := checkBreakdowns(t, p, s, id)
+	for _, r := range evs.Reasons() {
+		if want := map[bool]int{true: 1 + len(tricky), false: 1}[r == evs.ReasonInvalidSyntax]; reasons[string(r)] != want {
+			t.Errorf("reason %s: %d results, want %d (the list has each outcome once, and %d invalid lines)", r, reasons[string(r)], want, len(tricky))
+		}
+	}
+	p.waitFor("the results table", fmt.Sprintf(`document.querySelectorAll("#results tbody tr").length === %d`, n))
+	p.step("filter deliverable", setField("results-filter", "deliverable"))
+	p.waitFor("the filtered table", `(function(){var r=document.querySelectorAll("#results tbody tr");
+		return r.length === 1 && r[0].cells[1].textContent === "deliverable";})()`)
+	// Reason and flag filters, against the API's results.
+	p.step("filter greylisted", setField("results-filter", ""), setField("results-reason", "greylisted"))
+	p.waitFor("the greylisted row", `(function(){var r=document.querySelectorAll("#results tbody tr");
+		return r.length === 1 && r[0].cells[2].textContent === "greylisted";})()`)
+	var all struct {
+		Results []struct {
+			Email    string
+			Decision struct{ Flags map[string]bool }
+		}
+	}
+	if err := json.Unmarshal(s.get(t, "/v1/requests/"+id+"/results?limit=1000", "application/json"), &all); err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]string{"deliverable": "1", "undeliverable": "1", "risky": "1", "unknown": "1"}
-	if fmt.Sprint(breakdown) != fmt.Sprint(want) {
-		t.Errorf("breakdown %v, want %v", breakdown, want)
+	var disposable []string
+	for _, r := range all.Results {
+		if r.Decision.Flags["disposable"] {
+			disposable = append(disposable, r.Email)
+		}
 	}
-	waitFor("the results table", `document.querySelectorAll("#results tbody tr").length === 4`)
-	step("filter deliverable", setField("results-filter", "deliverable"))
-	waitFor("the filtered table", `(function(){var r=document.querySelectorAll("#results tbody tr");
-		return r.length === 1 && r[0].cells[1].textContent === "deliverable";})()`)
+	p.step("filter disposable", setField("results-reason", ""), setField("results-flag", "disposable"))
+	p.waitFor("the disposable rows", fmt.Sprintf(`(function(){var r=document.querySelectorAll("#results tbody tr");
+		return r.length === %d && Array.from(r).every(function(tr){ return tr.cells[4].textContent.includes("disposable"); });})()`, len(disposable)))
+	if got := eval[[]string](p, `Array.from(document.querySelectorAll("#results tbody tr")).map(function(tr){ return tr.cells[0].textContent; })`); len(disposable) == 0 || fmt.Sprint(got) != fmt.Sprint(disposable) {
+		t.Errorf("disposable filter shows %v, the API's disposable results are %v", got, disposable)
+	}
+	p.shoot("console-list")
 
-	step("download the deliverable", chromedp.Click(chromedp.ID("download-deliverable")))
-	csv := waitDownload(ctx, t, downloads)
-	lines := strings.Split(strings.TrimSpace(csv), "\n")
-	if len(lines) != 2 || !strings.HasPrefix(lines[0], "email,status") || !strings.HasPrefix(lines[1], "accepted_email@x.example,deliverable") {
-		t.Errorf("deliverable download:\n%s\nwant the header and the one deliverable row", csv)
+	// A list over the batch body's limits (more than 50,000 addresses),
+	// picked from disk: only /v1/uploads takes it.
+	const big = 60_000
+	var b strings.Builder
+	b.WriteString("email\n")
+	for i := range big {
+		fmt.Fprintf(&b, "user%d@x%d.example\n", i, i%50)
+	}
+	b.WriteString("accepted_email@big.example\nteam+accepted_email@big.example\nrejected_email@big.example\nuser7@x7.example\n")
+	bigPath := filepath.Join(t.TempDir(), "big.csv")
+	if err := os.WriteFile(bigPath, []byte(b.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	mark := len(p.log.sent(0))
+	p.step("pick a big list", chromedp.SetUploadFiles(chromedp.ID("list-file"), []string{bigPath}),
+		chromedp.Click(chromedp.CSS(`input[name=list-mode][value=quick]`)), chromedp.Click(chromedp.ID("list-go")))
+	p.waitFor("the big list's batch", fmt.Sprintf(`document.getElementById("count-total").textContent === "%d"`, big+4))
+	p.finished("the big list")
+	sent := strings.Join(p.log.sent(mark), "\n")
+	for _, re := range []string{`(?m)^POST \S+/v1/uploads$`, `(?m)^PUT ` + regexp.QuoteMeta(s.base) + `/v1/uploads/[0-9a-f-]{36}\?token=\S+$`, `(?m)^POST \S+/v1/requests$`} {
+		if !regexp.MustCompile(re).MatchString(sent) {
+			t.Errorf("the big list's requests lack %s:\n%s", re, sent)
+		}
+	}
+	if got := p.text("batch-done"); !strings.Contains(got, fmt.Sprintf("%d of %d", big+3, big+3)) {
+		t.Errorf("big list: progress says %q, want %d of %d", got, big+3, big+3)
+	}
+	id = p.text("batch-id")
+	checkBreakdowns(t, p, s, id)
+	p.shoot("console-upload")
+
+	// The downloads are the API's CSV, byte for byte.
+	for _, d := range []struct{ button, name, query string }{
+		{"download-all", "evs-" + id + ".csv", ""},
+		{"download-deliverable", "evs-" + id + "-deliverable.csv", "?status=deliverable"},
+	} {
+		got := p.download(d.button, d.name)
+		want := s.get(t, "/v1/requests/"+id+"/results"+d.query, "text/csv")
+		if !bytes.Equal(got, want) {
+			t.Errorf("%s: %d bytes downloaded, the API's CSV has %d, and they differ", d.name, len(got), len(want))
+		}
+		if lines := bytes.Count(got, []byte("\n")); d.query != "" && lines != 3 || d.query == "" && lines != big+4 {
+			t.Errorf("%s: %d lines", d.name, lines)
+		}
 	}
 
 	// A pasted list, in quick mode: no SMTP, so a plain address is not
 	// checked, and a named outcome keeps its reason.
-	step("paste a list", setField("list-file", ""), setField("list-paste", "someone@x.example,\n  mailbox_full@x.example\n"),
+	p.step("paste a list", setField("list-file", ""), setField("list-paste", "someone@x.example,\n  mailbox_full@x.example\n"),
 		chromedp.Click(chromedp.CSS(`input[name=list-mode][value=quick]`)), chromedp.Click(chromedp.ID("list-go")))
-	waitFor("the pasted list done", `(function(){var p=document.getElementById("batch-progress");
+	p.waitFor("the pasted list done", `(function(){var p=document.getElementById("batch-progress");
 		return !document.getElementById("batch-final").hidden && p.value === p.max && document.getElementById("count-total").textContent === "2";})()`)
-	if got := text("batch-done"); !strings.Contains(got, "2 of 2") {
+	if got := p.text("batch-done"); !strings.Contains(got, "2 of 2") {
 		t.Errorf("pasted list: progress says %q, want 2 of 2", got)
 	}
-	if u, r := text("count-unknown"), text("count-risky"); u != "1" || r != "1" {
+	if u, r := p.text("count-unknown"), p.text("count-risky"); u != "1" || r != "1" {
 		t.Errorf("pasted list in quick mode: unknown %s, risky %s; want 1 and 1", u, r)
 	}
 	// A new list shows all its rows, whatever the last list's filter was.
-	waitFor("the pasted list's table", `document.querySelectorAll("#results tbody tr").length === 2`)
+	p.waitFor("the pasted list's table", `document.querySelectorAll("#results tbody tr").length === 2`)
 
-	for _, w := range []int64{1280, 375} {
-		step(fmt.Sprintf("resize to %d", w), chromedp.EmulateViewport(w, 800))
-		png, err := chromedp.Run(bctx, chromedp.FullScreenshot(100)) // quality 100: PNG
-		if err != nil {
-			t.Fatal(err)
-		}
-		name := filepath.Join(shots, fmt.Sprintf("console-%d.png", w))
-		if err := os.WriteFile(name, png, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		// Nothing wider than the screen: no sideways scrolling on a phone.
-		if sw, err := chromedp.Run(bctx, chromedp.Evaluate[int64](`document.documentElement.scrollWidth`)); err != nil || sw > w {
-			t.Errorf("at %d px the page is %d px wide (%v)", w, sw, err)
-		}
+	// A pasted list over 256 KiB goes through an upload too, as JSON.
+	const pasted = 15_000
+	mark = len(p.log.sent(0))
+	p.step("paste a long list", setField("list-paste", longList(pasted)), chromedp.Click(chromedp.ID("list-go")))
+	p.waitFor("the long list's batch", fmt.Sprintf(`document.getElementById("count-total").textContent === "%d"`, pasted))
+	p.finished("the long list")
+	sent = strings.Join(p.log.sent(mark), "\n")
+	if !regexp.MustCompile(`(?m)^PUT ` + regexp.QuoteMeta(s.base) + `/v1/uploads/[0-9a-f-]{36}\?token=\S+$`).MatchString(sent) {
+		t.Errorf("the long pasted list was not uploaded:\n%s", sent)
 	}
-	t.Logf("screenshots in %s", shots)
-
-	bad.mu.Lock()
-	defer bad.mu.Unlock()
-	for _, p := range bad.list {
-		t.Errorf("page problem: %s", p)
-	}
+	p.done()
 }
 
-// waitDownload waits for the one finished file in dir and returns it.
-func waitDownload(ctx context.Context, t *testing.T, dir string) string {
-	t.Helper()
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		ents, _ := os.ReadDir(dir)
-		if len(ents) == 1 && !strings.HasSuffix(ents[0].Name(), ".crdownload") {
-			b, err := os.ReadFile(filepath.Join(dir, ents[0].Name()))
-			if err != nil {
-				t.Fatal(err)
-			}
-			return string(b)
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("no finished download in %s: %v", dir, ctx.Err())
-		case <-tick.C:
-		}
+// longList is n addresses one a line: over 256 KiB from about 11,000, so
+// that the page sends them through an upload.
+func longList(n int) string {
+	var b strings.Builder
+	for i := range n {
+		fmt.Fprintf(&b, "pasted-user%d@x.example\n", i)
 	}
+	return b.String()
+}
+
+// TestConsoleUploadElsewhereInBrowser: when the server hands out upload
+// URLs of another origin (EVS_PUBLIC_URL names an address other than the
+// one the console was opened at), the page says where to open the console
+// instead of trying a request its Content-Security-Policy forbids.
+func TestConsoleUploadElsewhereInBrowser(t *testing.T) {
+	s := startStack(t, func(o *server.Options) { o.Config.PublicURL = "https://evs.example" })
+	p := openPage(t, s)
+	p.useKey(s.key)
+	mark := len(p.log.sent(0))
+	p.step("paste a long list", setField("list-paste", longList(15_000)), chromedp.Click(chromedp.ID("list-go")),
+		chromedp.WaitVisible(chromedp.ID("error")))
+	if got := p.text("error"); !strings.Contains(got, "https://evs.example: open the console there") {
+		t.Errorf("error %q, want where to open the console", got)
+	}
+	sent := strings.Join(p.log.sent(mark), "\n")
+	if strings.Contains(sent, "evs.example") || strings.Contains(sent, "PUT ") || !strings.Contains(sent, "POST "+s.base+"/v1/uploads") {
+		t.Errorf("requests after the paste:\n%s\nwant the upload made and nothing sent to its URL", sent)
+	}
+	if got := eval[bool](p, `document.getElementById("batch").hidden && !document.getElementById("list-go").disabled`); !got {
+		t.Error("the page shows a batch, or its button stays disabled, after a refused upload")
+	}
+	p.done()
+}
+
+// TestConsoleCancelAndPastInBrowser follows a batch that cannot finish by
+// itself while the test runs (a greylisted address retried for minutes):
+// the counters and an estimate of the time left while it runs, then
+// Cancel, and the state the API reports. Then the account's past batches,
+// newest first, a page and the next, and one of them opened.
+func TestConsoleCancelAndPastInBrowser(t *testing.T) {
+	s := startStack(t, func(o *server.Options) {
+		// Test mode retries every second; 600 tries keep the batch
+		// running for ten minutes, longer than the test may take.
+		o.Batch = batch.RunnerConfig{MaxGreyAttempts: 600}
+	})
+	// Eleven batches before the page opens: more than its page of ten.
+	var older []string // newest first
+	for i := range 11 {
+		older = append([]string{s.batchDone(t, fmt.Sprintf("user%d@x.example", i))}, older...)
+	}
+	p := openPage(t, s)
+	p.useKey(s.key)
+	pastIDs := func() []string {
+		return eval[[]string](p, `Array.from(document.querySelectorAll("#past tbody button")).map(function(b){ return b.dataset.id; })`)
+	}
+	p.waitFor("a page of past batches", `document.querySelectorAll("#past tbody tr").length === 10 && !document.getElementById("past-more").hidden`)
+	if got := pastIDs(); fmt.Sprint(got) != fmt.Sprint(older[:10]) {
+		t.Errorf("past batches %v, want the ten newest, newest first: %v", got, older[:10])
+	}
+
+	p.step("paste a list", setField("list-paste", "accepted_email@x.example\nrejected_email@x.example\ngreylisted@x.example"),
+		chromedp.Click(chromedp.CSS(`input[name=list-mode][value=full]`)), chromedp.Click(chromedp.ID("list-go")),
+		chromedp.WaitVisible(chromedp.ID("batch")))
+	p.waitFor("the estimate", `document.getElementById("batch-eta").textContent.includes(" left (")`)
+	if got := p.text("batch-done"); !strings.Contains(got, "2 of 3 addresses verified (66%)") {
+		t.Errorf("while running, progress says %q, want 2 of 3 (66%%)", got)
+	}
+	if got := p.text("batch-state"); got != "running" {
+		t.Errorf("state %q, want running", got)
+	}
+	p.shoot("console-running")
+
+	p.step("cancel", chromedp.Click(chromedp.ID("batch-cancel")))
+	p.waitFor("the cancelled state", `document.getElementById("batch-state").textContent === "cancelled"`)
+	p.waitFor("the partial breakdown", `document.getElementById("reasons-state").textContent.includes("by reason")`)
+	id := p.text("batch-id")
+	var env struct {
+		Request struct{ State string } `json:"request"`
+	}
+	if err := json.Unmarshal(s.get(t, "/v1/requests/"+id, "application/json"), &env); err != nil || env.Request.State != "cancelled" {
+		t.Errorf("the API says the batch is %q (%v), want cancelled", env.Request.State, err)
+	}
+	if got := eval[bool](p, `document.getElementById("batch-cancel").disabled`); !got {
+		t.Error("Cancel batch still enabled on a cancelled batch")
+	}
+	if got := p.text("batch-eta"); got != "" {
+		t.Errorf("a final batch still shows an estimate: %q", got)
+	}
+	if reasons := checkBreakdowns(t, p, s, id); reasons["greylisted"] != 0 || reasons["accepted_email"] != 1 {
+		t.Errorf("cancelled batch's reasons %v: want the two verified, not the greylisted one", reasons)
+	}
+	p.shoot("console-cancelled")
+
+	// The cancelled batch is the newest past batch, in its final state;
+	// the next page brings the oldest; the order is the API's.
+	p.waitFor("the cancelled batch listed", fmt.Sprintf(`(function(){var r=document.querySelector("#past tbody tr");
+		return r && r.cells[1].textContent === "cancelled" && r.querySelector("button").dataset.id === %q;})()`, id))
+	p.step("show older batches", chromedp.Click(chromedp.ID("past-more")))
+	p.waitFor("every past batch", `document.querySelectorAll("#past tbody tr").length === 12 && document.getElementById("past-more").hidden`)
+	want := append([]string{id}, older...)
+	var list struct {
+		Requests []struct {
+			Request struct{ ID string } `json:"request"`
+		} `json:"requests"`
+	}
+	if err := json.Unmarshal(s.get(t, "/v1/requests?limit=1000", "application/json"), &list); err != nil {
+		t.Fatal(err)
+	}
+	var api []string
+	for _, r := range list.Requests {
+		api = append(api, r.Request.ID)
+	}
+	if got := pastIDs(); fmt.Sprint(got) != fmt.Sprint(want) || fmt.Sprint(api) != fmt.Sprint(want) {
+		t.Errorf("past batches %v, the API's %v; want %v", got, api, want)
+	}
+	p.shoot("console-past")
+
+	// Opening the oldest shows it as a list just verified: its state,
+	// its breakdown and its one result; the focus moves to it.
+	p.step("open the oldest", chromedp.Click(chromedp.CSS(fmt.Sprintf(`#past button[data-id=%q]`, older[10]))))
+	p.waitFor("the oldest batch", fmt.Sprintf(`document.getElementById("batch-id").textContent === %q &&
+		document.querySelectorAll("#results tbody tr").length === 1`, older[10]))
+	p.waitFor("its reasons", `document.getElementById("reasons-state").textContent.includes("by reason")`)
+	if got, row := p.text("batch-state"), eval[string](p, `document.querySelector("#results tbody tr").cells[0].textContent`); got != "completed" || row != "user0@x.example" {
+		t.Errorf("opened batch: state %q, result %q; want completed, user0@x.example", got, row)
+	}
+	if got := eval[string](p, `document.activeElement.id`); got != "batch-title" {
+		t.Errorf("after Open the focus is on %q, want the batch's title", got)
+	}
+	checkBreakdowns(t, p, s, older[10])
+	p.done()
 }

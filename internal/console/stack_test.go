@@ -1,10 +1,13 @@
 package console_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"testing"
 	"time"
 
@@ -22,7 +25,9 @@ type stack struct {
 	base, key string
 }
 
-func startStack(t *testing.T) stack {
+// startStack starts the stack; tune, when given, adjusts the server's
+// options first (the batch worker's, for the cancel test).
+func startStack(t *testing.T, tune ...func(*server.Options)) stack {
 	t.Helper()
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -37,8 +42,12 @@ func startStack(t *testing.T) stack {
 	if err != nil {
 		t.Fatalf("config: %v", err)
 	}
-	srv, err := server.New(server.Options{Config: cfg, Store: st, Now: time.Now,
-		Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))})
+	opts := server.Options{Config: cfg, Store: st, Now: time.Now,
+		Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))}
+	for _, f := range tune {
+		f(&opts)
+	}
+	srv, err := server.New(opts)
 	if err != nil {
 		t.Fatalf("server: %v", err)
 	}
@@ -69,4 +78,60 @@ func startStack(t *testing.T) stack {
 		t.Fatalf("create key: %v", err)
 	}
 	return stack{base: "http://" + ln.Addr().String(), key: key}
+}
+
+// get calls the API as any client does, with the stack's key, and
+// returns the body of its 200 reply.
+func (s stack) get(t *testing.T, path, accept string) []byte {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, s.base+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("X-Api-Key", s.key)
+	req.Header.Set("Accept", accept)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	if err != nil || res.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %d %v\n%s", path, res.StatusCode, err, b)
+	}
+	return b
+}
+
+// batchDone creates a test-mode batch of the addresses in quick mode as
+// any client does and waits for it to complete (test mode takes
+// milliseconds); it returns the batch's id.
+func (s stack) batchDone(t *testing.T, emails ...string) string {
+	t.Helper()
+	body, _ := json.Marshal(map[string]any{"emails": emails, "mode": "quick"})
+	req, err := http.NewRequest(http.MethodPost, s.base+"/v1/requests", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("X-Api-Key", s.key)
+	req.Header.Set("Content-Type", "application/json")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var env struct {
+		Request struct{ ID, State string } `json:"request"`
+	}
+	if err := json.NewDecoder(res.Body).Decode(&env); err != nil || res.StatusCode != http.StatusCreated {
+		t.Fatalf("create a batch: %d %v", res.StatusCode, err)
+	}
+	for deadline := time.Now().Add(20 * time.Second); env.Request.State != "completed"; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("batch %s still %s", env.Request.ID, env.Request.State)
+		}
+		if err := json.Unmarshal(s.get(t, "/v1/requests/"+env.Request.ID, "application/json"), &env); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return env.Request.ID
 }

@@ -5,8 +5,18 @@
   var KEY = "evs.apiKey";
   var STATUSES = ["deliverable", "undeliverable", "risky", "unknown"];
   var POLL_MS = 1000;
+  // Lists above DIRECT_MAX_BYTES go through /v1/uploads (contract,
+  // section 14) instead of the body of POST /v1/requests: a body is
+  // limited to 50,000 addresses and 6 MiB (4 MiB on AWS), and 256 KiB
+  // cannot hold 50,000 addresses (the shortest line, "a@b.cd", is 7 bytes),
+  // so a list sent directly never meets either limit.
+  var DIRECT_MAX_BYTES = 256 * 1024;
   var $ = function (id) { return document.getElementById(id); };
-  var batch = null; // {id, cursor, timer}
+  var PAST_PAGE = 10; // past batches a page
+  var ETA_WINDOW_MS = 30000;
+  var batch = null; // {id, cursor, timer, seen, live}
+  var past = { gen: 0, cursor: null };
+  var NO_KEY_PAST = "Use a key to see its account's batches.";
 
   function key() { return sessionStorage.getItem(KEY) || ""; }
 
@@ -26,9 +36,18 @@
     this.text = message + " (" + code + ", HTTP " + status + (requestId ? ", request id " + requestId : "") + ")";
   }
 
-  // api calls path with the key; it resolves with the parsed JSON (or a
-  // Blob when asked for CSV) and rejects with an APIError in words.
-  function api(method, path, body, contentType, accept) {
+  // refusal turns a non-2xx reply into an APIError from its envelope.
+  function refusal(status, statusText, rid, retryAfter, j) {
+    var e = j && j.error ? j.error : {};
+    var words = e.message || statusText || "The server answered with an error.";
+    if (status === 401) { words += " Check the key."; }
+    if (status === 429) { words += " Retry in " + (retryAfter || "a few") + " s."; }
+    return new APIError(status, e.code || "error", words, e.requestId || rid);
+  }
+
+  // call sends method path with the key and resolves with the Response
+  // when it is a 2xx; it rejects with an APIError in words.
+  function call(method, path, body, contentType, accept) {
     if (!key()) { return Promise.reject({ text: "Paste an API key first." }); }
     var headers = { "X-Api-Key": key(), "Accept": accept || "application/json" };
     if (body !== undefined) { headers["Content-Type"] = contentType || "application/json"; }
@@ -38,16 +57,18 @@
     return fetch(url, { method: method, headers: headers, body: body, cache: "no-store", credentials: "omit" })
       .catch(function () { throw { text: "Could not reach the server: check that it is running." }; })
       .then(function (res) {
-        var rid = res.headers.get("X-Request-Id") || "";
-        if (res.ok) { return accept === "text/csv" ? res.blob() : res.json(); }
+        if (res.ok) { return res; }
         return res.json().catch(function () { return {}; }).then(function (j) {
-          var e = j && j.error ? j.error : {};
-          var words = e.message || res.statusText || "The server answered with an error.";
-          if (res.status === 401) { words += " Check the key."; }
-          if (res.status === 429) { words += " Retry in " + (res.headers.get("Retry-After") || "a few") + " s."; }
-          throw new APIError(res.status, e.code || "error", words, e.requestId || rid);
+          throw refusal(res.status, res.statusText, res.headers.get("X-Request-Id") || "", res.headers.get("Retry-After"), j);
         });
       });
+  }
+
+  // api is call for JSON replies (or a Blob when asked for CSV).
+  function api(method, path, body, contentType, accept) {
+    return call(method, path, body, contentType, accept).then(function (res) {
+      return accept === "text/csv" ? res.blob() : res.json();
+    });
   }
 
   function fail(err) { showError(err && err.text ? err.text : String(err)); }
@@ -71,6 +92,16 @@
     return Object.keys(v).map(function (k) { return k + ": " + describe(v[k]); }).join("; ");
   }
 
+  function megabytes(n) { return n < 1048576 ? Math.ceil(n / 1024) + " KB" : (n / 1048576).toFixed(1) + " MB"; }
+
+  // duration says a number of seconds the way a person reads it.
+  function duration(s) {
+    s = Math.max(1, Math.round(s));
+    if (s < 90) { return s + " s"; }
+    if (s < 5400) { return Math.round(s / 60) + " min"; }
+    return Math.floor(s / 3600) + " h " + Math.round((s % 3600) / 60) + " min";
+  }
+
   // --- key ---
   $("key-form").addEventListener("submit", function (ev) {
     ev.preventDefault();
@@ -80,8 +111,17 @@
     $("key").value = "";
     showError("");
     showKeyState();
+    loadPast(true);
   });
-  $("key-forget").addEventListener("click", function () { sessionStorage.removeItem(KEY); showKeyState(); });
+  $("key-forget").addEventListener("click", function () {
+    sessionStorage.removeItem(KEY);
+    showKeyState();
+    past.gen++;
+    clear($("past").tBodies[0]);
+    $("past-more").hidden = true;
+    $("past-empty").textContent = NO_KEY_PAST;
+    $("past-empty").hidden = false;
+  });
 
   // --- verify one address ---
   function verify(email) {
@@ -134,46 +174,162 @@
 
   function listMode() { return document.querySelector("input[name=list-mode]:checked").value; }
 
+  function listStatus(text) { $("list-status").textContent = text; }
+
+  function showFileName() {
+    var f = $("list-file").files[0];
+    $("list-file-name").textContent = f ? f.name + " (" + megabytes(f.size) + ")" : "";
+  }
+  $("list-file").addEventListener("change", showFileName);
+
+  // A file dropped anywhere on the list form is the file picked.
+  var drop = $("list-form");
+  drop.addEventListener("dragover", function (ev) { ev.preventDefault(); drop.classList.add("dragging"); });
+  drop.addEventListener("dragleave", function () { drop.classList.remove("dragging"); });
+  drop.addEventListener("drop", function (ev) {
+    ev.preventDefault();
+    drop.classList.remove("dragging");
+    if (ev.dataTransfer && ev.dataTransfer.files.length) {
+      $("list-file").files = ev.dataTransfer.files;
+      showFileName();
+    }
+  });
+
+  // send PUTs body to an upload's URL, showing how much has left; it
+  // uses XMLHttpRequest because fetch reports no upload progress. The
+  // URL carries its own credential: the key is not sent with it.
+  function send(up, body, contentType) {
+    return new Promise(function (resolve, reject) {
+      var x = new XMLHttpRequest();
+      var bar = $("upload-progress");
+      bar.max = Math.max(body.size, 1);
+      bar.value = 0;
+      bar.hidden = false;
+      x.upload.onprogress = function (e) {
+        bar.value = e.loaded;
+        listStatus("Sending the list: " + megabytes(e.loaded) + " of " + megabytes(body.size) + ".");
+      };
+      x.onload = function () {
+        bar.hidden = true;
+        if (x.status >= 200 && x.status < 300) { resolve(); return; }
+        var j = {};
+        try { j = JSON.parse(x.responseText); } catch (e) { j = {}; }
+        reject(refusal(x.status, x.statusText, x.getResponseHeader("X-Request-Id") || "", x.getResponseHeader("Retry-After"), j));
+      };
+      x.onerror = function () { bar.hidden = true; reject({ text: "The list could not be sent: the connection failed." }); };
+      x.open(up.method || "PUT", up.url);
+      x.setRequestHeader("Content-Type", contentType);
+      x.send(body);
+    });
+  }
+
+  // mayConnect tells whether the page's Content-Security-Policy lets it
+  // send to origin: its own, or one its connect-src names (on AWS, the
+  // upload bucket's). A page cannot read its own headers, so it asks for
+  // itself again (a 304 when unchanged) and reads the policy there, rather
+  // than let the browser refuse the PUT as a violation.
+  function mayConnect(origin) {
+    if (origin === location.origin) { return Promise.resolve(true); }
+    return fetch(location.href, { cache: "no-cache", credentials: "omit" }).then(function (res) {
+      var m = /(?:^|;)\s*connect-src([^;]*)/.exec(res.headers.get("Content-Security-Policy") || "");
+      return !!m && m[1].trim().split(/\s+/).indexOf(origin) >= 0;
+    }, function () { return false; });
+  }
+
+  // viaUpload makes a batch of a large list: POST /v1/uploads, PUT the
+  // list to the URL it returns, then POST /v1/requests with the uploadId.
+  function viaUpload(body, contentType, mode) {
+    listStatus("Preparing the upload…");
+    return api("POST", "/v1/uploads", JSON.stringify({ contentType: contentType })).then(function (up) {
+      if (body.size > up.maxBytes) {
+        throw { text: "The list is " + megabytes(body.size) + "; the most one upload takes is " + megabytes(up.maxBytes) + ". Split it." };
+      }
+      var origin = new URL(up.url, location.href).origin;
+      return mayConnect(origin).then(function (ok) {
+        if (!ok) {
+          // On evs serve the policy allows this origin only; there,
+          // EVS_PUBLIC_URL names another one.
+          throw { text: "The server hands out upload URLs at " + origin + ": open the console there." };
+        }
+        return send(up, body, contentType);
+      }).then(function () {
+        listStatus("Sent; creating the batch…");
+        return api("POST", "/v1/requests", JSON.stringify({ uploadId: up.uploadId, mode: mode }));
+      });
+    });
+  }
+
+  // startList creates the batch of the picked file or the pasted text,
+  // directly when small, through an upload when large.
+  function startList(file, mode) {
+    if (file) {
+      var txt = /\.txt$/i.test(file.name) || file.type === "text/plain";
+      if (file.size > DIRECT_MAX_BYTES) {
+        // One address a line is a CSV file of one column; the page
+        // never reads a large file, the browser streams it.
+        return viaUpload(file, "text/csv", mode);
+      }
+      return file.text().then(function (text) {
+        if (txt) { return api("POST", "/v1/requests", JSON.stringify({ emails: splitAddresses(text), mode: mode })); }
+        return api("POST", "/v1/requests?mode=" + encodeURIComponent(mode), text, "text/csv");
+      });
+    }
+    var emails = splitAddresses($("list-paste").value);
+    if (!emails.length) { return Promise.reject({ text: "Pick a file or paste at least one address." }); }
+    var json = JSON.stringify({ emails: emails, mode: mode });
+    if (json.length > DIRECT_MAX_BYTES) {
+      return viaUpload(new Blob([JSON.stringify({ emails: emails })], { type: "application/json" }), "application/json", mode);
+    }
+    return api("POST", "/v1/requests", json);
+  }
+
   $("list-form").addEventListener("submit", function (ev) {
     ev.preventDefault();
     showError("");
-    var file = $("list-file").files[0];
-    var mode = listMode();
-    var start;
-    if (file) {
-      start = file.text().then(function (text) {
-        if (/\.txt$/i.test(file.name) || file.type === "text/plain") {
-          return api("POST", "/v1/requests", JSON.stringify({ emails: splitAddresses(text), mode: mode }));
-        }
-        return api("POST", "/v1/requests?mode=" + encodeURIComponent(mode), text, "text/csv");
-      });
-    } else {
-      var emails = splitAddresses($("list-paste").value);
-      if (!emails.length) { showError("Pick a file or paste at least one address."); return; }
-      start = api("POST", "/v1/requests", JSON.stringify({ emails: emails, mode: mode }));
-    }
     $("list-go").disabled = true;
-    start.then(function (env) { follow(env); }, fail).then(function () { $("list-go").disabled = false; });
+    startList($("list-file").files[0], listMode())
+      .then(function (env) { listStatus(""); follow(env); loadPast(true); }, function (err) { listStatus(""); fail(err); })
+      .then(function () { $("list-go").disabled = false; });
   });
 
   function follow(env) {
     if (batch && batch.timer) { clearTimeout(batch.timer); }
-    batch = { id: env.request.id, cursor: null, timer: null };
+    batch = { id: env.request.id, cursor: null, timer: null, seen: [], reasonStatus: {}, gen: 0, live: !isFinal(env.request.state) };
     $("batch-id").textContent = batch.id;
     $("batch-final").hidden = true;
-    $("results-filter").value = ""; // a new list starts with every row shown
+    // A new list starts with every row shown.
+    $("results-filter").value = "";
+    $("results-flag").value = "";
+    reasonChoices([]);
     $("batch").hidden = false;
     showBatch(env);
   }
 
   function isFinal(state) { return state === "completed" || state === "cancelled" || state === "failed"; }
 
+  // estimate says how long the rest takes at the rate of the last
+  // ETA_WINDOW_MS (the rate changes: a queued start, a worker warming up,
+  // a slow domain), from the counts the page has seen.
+  function estimate(done, todo, final) {
+    if (final) { return ""; }
+    var now = Date.now(), seen = batch.seen;
+    seen.push({ t: now, p: done });
+    while (seen.length > 2 && now - seen[1].t >= ETA_WINDOW_MS) { seen.shift(); }
+    var rate = (done - seen[0].p) / ((now - seen[0].t) / 1000);
+    if (!(rate > 0)) { return "estimating the time left…"; }
+    return "about " + duration((todo - done) / rate) + " left (" + Math.round(rate) + " addresses/s)";
+  }
+
   function showBatch(env) {
     var r = env.request, c = env.counters;
     var todo = c.total - c.duplicates;
     var pct = todo > 0 ? Math.floor(100 * c.processed / todo) : 100;
-    $("batch-state").textContent = r.state + (r.error ? ": " + r.error : "");
+    // Announced to screen readers (aria-live) when it changes, not at
+    // every poll.
+    var state = r.state + (r.error ? ": " + r.error : "");
+    if ($("batch-state").textContent !== state) { $("batch-state").textContent = state; }
     $("batch-done").textContent = c.processed + " of " + todo + " addresses verified (" + pct + "%)";
+    $("batch-eta").textContent = estimate(c.processed, todo, isFinal(r.state));
     var p = $("batch-progress");
     p.max = Math.max(todo, 1);
     p.value = todo > 0 ? c.processed : 1;
@@ -187,9 +343,11 @@
     });
     $("batch-cancel").disabled = isFinal(r.state);
     if (isFinal(r.state)) {
-      drawBreakdown(c);
+      if (batch.live) { batch.live = false; loadPast(true); } // its row's state changed
+      drawChart($("breakdown"), "Addresses by status", "status", STATUSES.map(function (s) { return { label: s, status: s, count: c[s] }; }));
       $("batch-final").hidden = false;
       loadResults(true);
+      loadReasons(batch.id);
       return;
     }
     batch.timer = setTimeout(poll, POLL_MS);
@@ -208,41 +366,135 @@
   $("batch-cancel").addEventListener("click", function () {
     if (!batch) { return; }
     if (batch.timer) { clearTimeout(batch.timer); }
-    api("POST", "/v1/requests/" + batch.id + "/cancel").then(showBatch, function (err) { fail(err); poll(); });
+    api("POST", "/v1/requests/" + batch.id + "/cancel").then(showBatch,
+      function (err) { fail(err); poll(); });
   });
 
-  // drawBreakdown draws the counters by status as a horizontal bar chart.
-  function drawBreakdown(c) {
+  // drawChart draws rows ({label, status, count}) as a horizontal bar
+  // chart in box, with the same figures in a table beside it for those
+  // who do not see the chart.
+  function drawChart(box, title, kind, rows) {
     var NS = "http://www.w3.org/2000/svg";
-    var box = $("breakdown");
     clear(box);
-    var max = Math.max.apply(null, STATUSES.map(function (s) { return c[s]; }).concat([1]));
-    var rowH = 28, labelW = 120, barW = 220, width = labelW + barW + 60;
+    var total = rows.reduce(function (a, r) { return a + r.count; }, 0);
+    var max = Math.max.apply(null, rows.map(function (r) { return r.count; }).concat([1]));
+    var rowH = 28, labelW = 170, barW = 200, width = labelW + barW + 70;
     var svg = document.createElementNS(NS, "svg");
-    svg.setAttribute("viewBox", "0 0 " + width + " " + (rowH * STATUSES.length));
+    svg.setAttribute("viewBox", "0 0 " + width + " " + (rowH * Math.max(rows.length, 1)));
     svg.setAttribute("width", String(width));
     svg.setAttribute("role", "img");
-    svg.setAttribute("aria-label", STATUSES.map(function (s) { return s + " " + c[s]; }).join(", "));
-    STATUSES.forEach(function (s, i) {
-      var y = i * rowH;
+    var summary = title + ": " + rows.map(function (r) { return r.label + " " + r.count; }).join(", ");
+    svg.setAttribute("aria-label", summary);
+    var t = document.createElementNS(NS, "title");
+    t.textContent = summary;
+    svg.appendChild(t);
+    rows.forEach(function (r, i) {
+      var y = i * rowH, w = Math.round(barW * r.count / max);
       var g = document.createElementNS(NS, "g");
-      g.setAttribute("data-status", s);
-      g.setAttribute("data-count", String(c[s]));
+      g.setAttribute("data-label", r.label);
+      g.setAttribute("data-count", String(r.count));
       var label = document.createElementNS(NS, "text");
       label.setAttribute("x", "0"); label.setAttribute("y", String(y + 19));
-      label.textContent = s;
+      label.textContent = r.label;
       var bar = document.createElementNS(NS, "rect");
       bar.setAttribute("x", String(labelW)); bar.setAttribute("y", String(y + 5));
       bar.setAttribute("height", "18");
-      bar.setAttribute("width", String(Math.round(barW * c[s] / max)));
-      bar.setAttribute("class", "s-" + s);
+      bar.setAttribute("width", String(w));
+      bar.setAttribute("class", "s-" + r.status);
       var n = document.createElementNS(NS, "text");
-      n.setAttribute("x", String(labelW + Math.round(barW * c[s] / max) + 6)); n.setAttribute("y", String(y + 19));
-      n.textContent = String(c[s]);
+      n.setAttribute("x", String(labelW + w + 6)); n.setAttribute("y", String(y + 19));
+      n.textContent = String(r.count);
       g.appendChild(label); g.appendChild(bar); g.appendChild(n);
       svg.appendChild(g);
     });
     box.appendChild(svg);
+    var table = el("table", null, "figures");
+    table.appendChild(el("caption", title));
+    var head = el("tr");
+    [kind, "addresses", "share"].forEach(function (h) { var th = el("th", h); th.scope = "col"; head.appendChild(th); });
+    table.appendChild(el("thead")).appendChild(head);
+    var body = el("tbody");
+    rows.forEach(function (r) {
+      var tr = el("tr");
+      var th = el("th", r.label); th.scope = "row"; tr.appendChild(th);
+      tr.appendChild(el("td", r.count));
+      tr.appendChild(el("td", total ? (100 * r.count / total).toFixed(1) + "%" : "—"));
+      body.appendChild(tr);
+    });
+    table.appendChild(body);
+    box.appendChild(table);
+  }
+
+  // csvCounter counts the records of a CSV stream by (status, reason),
+  // the second and third fields of the results' CSV, fed chunk by chunk
+  // (quoted fields may hold commas, quotes and line breaks).
+  function csvCounter() {
+    var counts = {}, field = 0, buf = "", quoted = false, closed = false, header = true, rows = 0;
+    var status = "";
+    function endField() {
+      if (field === 1) { status = buf; }
+      if (field === 2 && !header) {
+        var k = status + " " + buf;
+        counts[k] = (counts[k] || 0) + 1;
+        rows++;
+      }
+      field++; buf = "";
+    }
+    return {
+      feed: function (s) {
+        for (var i = 0; i < s.length; i++) {
+          var ch = s[i];
+          if (quoted) {
+            if (ch === "\"") { quoted = false; closed = true; } else if (field <= 2) { buf += ch; }
+            continue;
+          }
+          if (ch === "\"") { if (closed && field <= 2) { buf += ch; } quoted = true; closed = false; continue; }
+          closed = false;
+          if (ch === ",") { endField(); } else if (ch === "\n") {
+            endField(); header = false; field = 0;
+          } else if (ch !== "\r" && field <= 2) { buf += ch; }
+        }
+      },
+      rows: function () { return rows; },
+      counts: function () { return counts; }
+    };
+  }
+
+  // loadReasons reads the batch's results as CSV, a stream the page does
+  // not keep, and draws the count of each reason.
+  function loadReasons(id) {
+    var box = $("breakdown-reasons");
+    clear(box);
+    $("reasons-state").textContent = "Counting the reasons…";
+    var counter = csvCounter(), said = Date.now();
+    call("GET", resultsPath(""), undefined, undefined, "text/csv").then(function (res) {
+      var reader = res.body.getReader(), dec = new TextDecoder();
+      function next() {
+        return reader.read().then(function (part) {
+          if (batch === null || batch.id !== id) { return reader.cancel(); }
+          if (part.done) { counter.feed(dec.decode()); return show(); }
+          counter.feed(dec.decode(part.value, { stream: true }));
+          if (Date.now() - said >= 1000) { // a live region, read aloud: once a second at most
+            said = Date.now();
+            $("reasons-state").textContent = "Counting the reasons: " + counter.rows() + " results read…";
+          }
+          return next();
+        });
+      }
+      function show() {
+        var c = counter.counts();
+        var rows = Object.keys(c).map(function (k) {
+          var sr = k.split(" ");
+          return { label: sr[1], status: sr[0], count: c[k] };
+        }).sort(function (a, b) {
+          return STATUSES.indexOf(a.status) - STATUSES.indexOf(b.status) || b.count - a.count || (a.label < b.label ? -1 : 1);
+        });
+        $("reasons-state").textContent = counter.rows() + " results by reason.";
+        drawChart(box, "Addresses by reason", "reason", rows);
+        reasonChoices(rows);
+      }
+      return next();
+    }).catch(function (err) { $("reasons-state").textContent = ""; fail(err); });
   }
 
   function resultsPath(status, extra) {
@@ -252,30 +504,62 @@
     return "/v1/requests/" + batch.id + "/results" + (q.length ? "?" + q.join("&") : "");
   }
 
+  // loadResults shows the results that pass the filters, 100 rows a
+  // page. The API filters by status; reason and flag are filtered here,
+  // over pages of 1000, until a page's worth has matched or none are
+  // left (a reason implies its status, which the API then filters by).
+  // A reply to an older start is dropped, so rows never mix.
   function loadResults(fresh) {
     var tbody = $("results").tBodies[0];
-    if (fresh) { clear(tbody); batch.cursor = null; }
-    var extra = "limit=100" + (batch.cursor ? "&cursor=" + encodeURIComponent(batch.cursor) : "");
-    var id = batch.id;
-    api("GET", resultsPath($("results-filter").value, extra)).then(function (page) {
-      if (!batch || batch.id !== id) { return; }
-      page.results.forEach(function (r) {
-        var d = r.decision || {};
-        var tr = el("tr");
-        tr.appendChild(el("td", r.email));
-        var st = el("td"); st.appendChild(el("span", r.status, "badge s-" + r.status)); tr.appendChild(st);
-        tr.appendChild(el("td", d.reason));
-        tr.appendChild(el("td", d.score === undefined ? "—" : d.score));
-        tr.appendChild(el("td", d.suggestion || ""));
-        tbody.appendChild(tr);
+    if (fresh) { clear(tbody); batch.cursor = null; batch.gen = (batch.gen || 0) + 1; }
+    var status = $("results-filter").value, reason = $("results-reason").value, flag = $("results-flag").value;
+    var local = reason !== "" || flag !== "";
+    if (reason) {
+      var implied = batch.reasonStatus[reason];
+      if (status && status !== implied) { $("results-more").hidden = true; return; }
+      status = implied;
+    }
+    var id = batch.id, gen = batch.gen, shown = 0;
+    function page() {
+      var extra = "limit=" + (local ? 1000 : 100) + (batch.cursor ? "&cursor=" + encodeURIComponent(batch.cursor) : "");
+      return api("GET", resultsPath(status, extra)).then(function (pg) {
+        if (!batch || batch.id !== id || batch.gen !== gen) { return; }
+        pg.results.forEach(function (r) {
+          var d = r.decision || {}, flags = d.flags || {};
+          if ((reason && d.reason !== reason) || (flag && !flags[flag])) { return; }
+          var tr = el("tr");
+          tr.appendChild(el("td", r.email));
+          var st = el("td"); st.appendChild(el("span", r.status, "badge s-" + r.status)); tr.appendChild(st);
+          tr.appendChild(el("td", d.reason));
+          tr.appendChild(el("td", d.score === undefined ? "—" : d.score));
+          tr.appendChild(el("td", Object.keys(flags).filter(function (f) { return flags[f]; }).join(", ")));
+          tr.appendChild(el("td", d.suggestion || ""));
+          tbody.appendChild(tr);
+          shown++;
+        });
+        batch.cursor = pg.nextCursor;
+        $("results-more").hidden = !pg.nextCursor;
+        if (local && shown < 100 && pg.nextCursor) { return page(); }
       });
-      batch.cursor = page.nextCursor;
-      $("results-more").hidden = !page.nextCursor;
-    }, fail);
+    }
+    page().catch(fail);
   }
 
-  $("results-filter").addEventListener("change", function () { loadResults(true); });
+  ["results-filter", "results-reason", "results-flag"].forEach(function (f) {
+    $(f).addEventListener("change", function () { loadResults(true); });
+  });
   $("results-more").addEventListener("click", function () { loadResults(false); });
+
+  // reasonChoices offers the batch's reasons (from its breakdown) to the
+  // reason filter.
+  function reasonChoices(rows) {
+    var sel = $("results-reason");
+    while (sel.options.length > 1) { sel.remove(1); }
+    rows.forEach(function (r) {
+      batch.reasonStatus[r.label] = r.status;
+      sel.add(new Option(r.label + " (" + r.count + ")", r.label));
+    });
+  }
 
   // download fetches the CSV with the key (a plain link could not send
   // it) and hands it to the browser as a file.
@@ -295,5 +579,52 @@
   $("download-all").addEventListener("click", function () { download("", "evs-" + batch.id + ".csv"); });
   $("download-deliverable").addEventListener("click", function () { download("deliverable", "evs-" + batch.id + "-deliverable.csv"); });
 
+  // --- past batches ---
+  // loadPast shows the account's batches, newest first (GET /v1/requests);
+  // fresh starts over at the newest, else the next page is added. A reply
+  // to an older fresh start is dropped, so rows never appear twice.
+  function loadPast(fresh) {
+    if (!key()) { return; }
+    if (fresh) { past.gen++; past.cursor = null; }
+    var gen = past.gen;
+    var q = "/v1/requests?limit=" + PAST_PAGE + (past.cursor ? "&cursor=" + encodeURIComponent(past.cursor) : "");
+    api("GET", q).then(function (page) {
+      if (gen !== past.gen) { return; }
+      var tbody = $("past").tBodies[0];
+      if (fresh) { clear(tbody); }
+      page.requests.forEach(function (env) { tbody.appendChild(pastRow(env.request, env.counters)); });
+      past.cursor = page.nextCursor;
+      $("past-more").hidden = !page.nextCursor;
+      $("past-empty").textContent = "No batches yet.";
+      $("past-empty").hidden = tbody.rows.length > 0;
+    }, fail);
+  }
+
+  function pastRow(r, c) {
+    var tr = el("tr");
+    tr.appendChild(el("td", (r.createdAt || "").replace("T", " ").replace(/\.\d+Z$/, "")));
+    tr.appendChild(el("td", r.state));
+    tr.appendChild(el("td", r.mode));
+    tr.appendChild(el("td", c.processed + " of " + (c.total - c.duplicates)));
+    var open = el("td");
+    var b = el("button", "Open", "link");
+    b.type = "button";
+    b.setAttribute("data-id", r.id);
+    b.setAttribute("aria-label", "Open the batch of " + r.createdAt + " (" + r.state + ", " + c.total + " addresses)");
+    b.addEventListener("click", function () {
+      showError("");
+      api("GET", "/v1/requests/" + r.id).then(function (env) {
+        follow(env);
+        $("batch-title").focus(); // keyboard and screen-reader users land on what opened
+      }, fail);
+    });
+    open.appendChild(b);
+    tr.appendChild(open);
+    return tr;
+  }
+  $("past-more").addEventListener("click", function () { loadPast(false); });
+
   showKeyState();
+  showFileName();
+  loadPast(true);
 })();
