@@ -143,21 +143,35 @@ func openPageAt(t *testing.T, url string) *page {
 	t.Cleanup(cancel)
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(exe), chromedp.NoSandbox, chromedp.Headless,
 		chromedp.DisableGPU, chromedp.WindowSize(1280, 900))
-	actx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
-	t.Cleanup(cancelAlloc)
-	bctx, cancelBrowser := chromedp.NewContext(actx)
-	t.Cleanup(cancelBrowser)
-	p := &page{t: t, ctx: ctx, bctx: bctx, log: &pageLog{}, shots: screenshotDir(t), downloads: t.TempDir()}
-	if err := chromedp.Listen(bctx, p.log.listen); err != nil {
-		t.Fatalf("start chromium (%s): %v", exe, err)
+	p := &page{t: t, ctx: ctx, log: &pageLog{}, shots: screenshotDir(t), downloads: t.TempDir()}
+	// On a loaded machine chromium now and then exits before it prints
+	// its DevTools address (once in some thirty starts while this test was
+	// written): that is
+	// the browser's start, not the console, so it is tried three times.
+	for attempt := 1; ; attempt++ {
+		actx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
+		bctx, cancelBrowser := chromedp.NewContext(actx)
+		err := chromedp.Listen(bctx, p.log.listen)
+		if err == nil {
+			t.Cleanup(cancelAlloc)
+			t.Cleanup(cancelBrowser)
+			p.bctx = bctx
+			break
+		}
+		cancelBrowser()
+		cancelAlloc()
+		if attempt == 3 {
+			t.Fatalf("start chromium (%s), three times: %v", exe, err)
+		}
+		t.Logf("chromium did not start (attempt %d): %v", attempt, err)
 	}
-	if _, err := chromedp.Call(bctx, network.Enable, network.EnableParams{}); err != nil {
+	if _, err := chromedp.Call(p.bctx, network.Enable, network.EnableParams{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := chromedp.Call(bctx, log.Enable, struct{}{}); err != nil {
+	if _, err := chromedp.Call(p.bctx, log.Enable, struct{}{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := chromedp.CallBrowser(bctx, browser.SetDownloadBehavior, browser.SetDownloadBehaviorParams{
+	if _, err := chromedp.CallBrowser(p.bctx, browser.SetDownloadBehavior, browser.SetDownloadBehaviorParams{
 		Behavior: browser.SetDownloadBehaviorBehaviorAllow, DownloadPath: p.downloads}); err != nil {
 		t.Fatal(err)
 	}
