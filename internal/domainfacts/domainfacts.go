@@ -118,9 +118,17 @@ func (m *Memory) GreyDelay(_ context.Context, domain string) (time.Duration, boo
 // KeepGreyDelay remembers that a retry d after the domain's server
 // greylisted us got through.
 func (m *Memory) KeepGreyDelay(_ context.Context, domain string, d time.Duration) {
-	if d > 0 {
-		m.grey.Put(domain, d, m.now(), m.ttl)
+	m.RememberGreyDelay(domain, d, m.now().Add(m.ttl))
+}
+
+// RememberGreyDelay keeps a greylisting delay until expires, as Remember
+// keeps an answer read from a tier behind the memory.
+func (m *Memory) RememberGreyDelay(domain string, d time.Duration, expires time.Time) {
+	if d <= 0 {
+		return
 	}
+	now := m.now()
+	m.grey.Put(domain, d, now, expires.Sub(now))
 }
 
 // TTL is how long a new answer is kept.

@@ -2,6 +2,10 @@ package dynamostore
 
 import (
 	"context"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -11,10 +15,15 @@ import (
 )
 
 // Domain facts (contract, section 12; docs/cache.md) on AWS: what a
-// domain's accept-all probe said, shared by every instance of the worker
-// and verify functions. One item per domain in the Results table, batchId
-// "~domain#<domain>", seq 0, with catchAll ("accepted" or "rejected"),
-// expiresAtMs and the TTL attribute. No batch ID starts with "~" and
+// domain's accept-all probe said, and how long after greylisting us its
+// server let a retry through, shared by every instance of the worker and
+// verify functions. One item per domain in the Results table, batchId
+// "~domain#<domain>", seq 0, with catchAll ("accepted" or "rejected") and
+// its expiresAtMs, greyDelayMs and its greyExpiresAtMs, and the TTL
+// attribute. Each fact is written with an UpdateItem that sets its own
+// attributes only, so learning one never erases the other; the TTL
+// attribute takes the latest write's expiry, the later of the two, as
+// every fact is kept for the same TTL. No batch ID starts with "~" and
 // domains hold no "#", so no result row or cache entry shares a key; the
 // verify function's IAM policy allows it these partitions and the result
 // cache's, no others. Nothing in it is about an address or an account.
@@ -22,6 +31,8 @@ import (
 const (
 	domainPartitionPrefix = "~domain#"
 	attrCatchAll          = "catchAll"
+	attrGreyDelayMs       = "greyDelayMs"
+	attrGreyExpiresAtMs   = "greyExpiresAtMs"
 )
 
 func domainKey(domain string) item {
@@ -73,21 +84,48 @@ func (f *DomainFacts) AcceptAll(ctx context.Context, domain string) (string, boo
 		f.count("hit")
 		return r, true
 	}
-	out, err := f.s.c.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(f.s.t.Results), Key: domainKey(domain)})
-	if err != nil {
-		f.fault(wrapErr("read the domain facts", err))
-		f.count("miss")
-		return "", false
-	}
-	r, expires := getS(out.Item, attrCatchAll), time.UnixMilli(getN(out.Item, attrExpiresAtMs))
-	if out.Item == nil || !domainfacts.Conclusive(r) || !f.mem.Now().Before(expires) {
+	it, ok := f.read(ctx, domain)
+	r := getS(it, attrCatchAll)
+	if !ok || !domainfacts.Conclusive(r) || !f.mem.Now().Before(time.UnixMilli(getN(it, attrExpiresAtMs))) {
 		// Absent, or expired and not yet deleted by TTL.
 		f.count("miss")
 		return "", false
 	}
-	f.mem.Remember(domain, r, expires)
 	f.count("hit")
 	return r, true
+}
+
+// GreyDelay returns how long after greylisting us the domain's server let
+// a retry through, when some instance learned it (batch.GreyFacts).
+func (f *DomainFacts) GreyDelay(ctx context.Context, domain string) (time.Duration, bool) {
+	if d, ok := f.mem.GreyDelay(ctx, domain); ok {
+		return d, true
+	}
+	if _, ok := f.read(ctx, domain); !ok {
+		return 0, false
+	}
+	return f.mem.GreyDelay(ctx, domain) // what read found still fresh
+}
+
+// read reads the domain's item and remembers in memory, until their own
+// expiries, the facts it holds still fresh: one read serves both.
+func (f *DomainFacts) read(ctx context.Context, domain string) (item, bool) {
+	out, err := f.s.c.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(f.s.t.Results), Key: domainKey(domain)})
+	if err != nil {
+		f.fault(wrapErr("read the domain facts", err))
+		return nil, false
+	}
+	if out.Item == nil {
+		return nil, false
+	}
+	now := f.mem.Now()
+	if exp := time.UnixMilli(getN(out.Item, attrExpiresAtMs)); now.Before(exp) {
+		f.mem.Remember(domain, getS(out.Item, attrCatchAll), exp)
+	}
+	if exp := time.UnixMilli(getN(out.Item, attrGreyExpiresAtMs)); now.Before(exp) {
+		f.mem.RememberGreyDelay(domain, time.Duration(getN(out.Item, attrGreyDelayMs))*time.Millisecond, exp)
+	}
+	return out.Item, true
 }
 
 // KeepAcceptAll remembers a conclusive answer in memory and in the
@@ -98,10 +136,37 @@ func (f *DomainFacts) KeepAcceptAll(ctx context.Context, domain, result string) 
 	}
 	expires := f.mem.Now().Add(f.mem.TTL())
 	f.mem.Remember(domain, result, expires)
-	it := domainKey(domain)
-	it[attrCatchAll] = avS(result)
-	it[attrExpiresAtMs], it[attrExpiresAt] = avTime(expires), ttlSeconds(expires)
-	if _, err := f.s.c.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(f.s.t.Results), Item: it}); err != nil {
+	f.write(ctx, domain, expires, item{attrCatchAll: avS(result), attrExpiresAtMs: avTime(expires)})
+}
+
+// KeepGreyDelay remembers in memory and in the domain's item, for the
+// memory's TTL, that a retry d after the domain's server greylisted us
+// got through.
+func (f *DomainFacts) KeepGreyDelay(ctx context.Context, domain string, d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	expires := f.mem.Now().Add(f.mem.TTL())
+	f.mem.RememberGreyDelay(domain, d, expires)
+	f.write(ctx, domain, expires, item{attrGreyDelayMs: avN(d.Milliseconds()), attrGreyExpiresAtMs: avTime(expires)})
+}
+
+// write sets one fact's attributes, and the TTL attribute to expires, on
+// the domain's item, leaving the other fact's as they are.
+func (f *DomainFacts) write(ctx context.Context, domain string, expires time.Time, set item) {
+	set[attrExpiresAt] = ttlSeconds(expires)
+	names, values := map[string]string{}, item{}
+	var exprs []string
+	for _, name := range slices.Sorted(maps.Keys(set)) {
+		k := strconv.Itoa(len(exprs))
+		names["#a"+k], values[":v"+k] = name, set[name]
+		exprs = append(exprs, "#a"+k+" = :v"+k)
+	}
+	if _, err := f.s.c.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName: aws.String(f.s.t.Results), Key: domainKey(domain),
+		UpdateExpression:         aws.String("SET " + strings.Join(exprs, ", ")),
+		ExpressionAttributeNames: names, ExpressionAttributeValues: values,
+	}); err != nil {
 		f.fault(wrapErr("write the domain facts", err))
 	}
 }

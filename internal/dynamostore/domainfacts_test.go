@@ -103,6 +103,82 @@ func TestDomainFactsSharedByInstances(t *testing.T) {
 	}
 }
 
+// TestDomainFactsBothFacts: the accept-all answer and the greylisting
+// delay of a domain share its item, and writing one, in either order and
+// from either instance, leaves the other as it was; a new instance reads
+// both, each until its own expiry.
+func TestDomainFactsBothFacts(t *testing.T) {
+	ctx := context.Background()
+	clock := testkit.NewClock(t0)
+	c := testkit.DynamoDB(t)
+	tables := newTables(t, c)
+	st := dynamostore.New(dynamostore.Config{Client: c, Objects: testkit.S3(t), Tables: tables, Now: clock.Now})
+	instance := func() *dynamostore.DomainFacts {
+		return st.DomainFacts(dynamostore.DomainFactsConfig{Memory: domainfacts.NewMemory(domainfacts.Config{TTL: time.Hour, Now: clock.Now})})
+	}
+	for _, tc := range []struct {
+		name      string
+		greyFirst bool
+	}{{"answer then delay", false}, {"delay then answer", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			domain := testkit.UniqueName(t, "d") + ".example"
+			a, b := instance(), instance()
+			keep := []func(){
+				func() { a.KeepAcceptAll(ctx, domain, evs.SMTPRejected) },
+				func() { b.KeepGreyDelay(ctx, domain, 7*time.Minute) },
+			}
+			if tc.greyFirst {
+				keep[0], keep[1] = keep[1], keep[0]
+			}
+			start := clock.Now()
+			keep[0]()
+			clock.Advance(20 * time.Minute)
+			keep[1]()
+			first, second := start.Add(time.Hour), start.Add(80*time.Minute) // each fact's expiry
+
+			fresh := instance()
+			if r, ok := fresh.AcceptAll(ctx, domain); !ok || r != evs.SMTPRejected {
+				t.Fatalf("AcceptAll = %q, %v; want rejected", r, ok)
+			}
+			if d, ok := fresh.GreyDelay(ctx, domain); !ok || d != 7*time.Minute {
+				t.Fatalf("GreyDelay = %v, %v; want 7m", d, ok)
+			}
+
+			// Each fact keeps its own expiry; the TTL attribute is the later.
+			out, err := c.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(tables.Results), Key: map[string]types.AttributeValue{
+				"batchId": &types.AttributeValueMemberS{Value: "~domain#" + domain}, "seq": &types.AttributeValueMemberN{Value: "0"},
+			}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			answerExp, greyExp := first, second
+			if tc.greyFirst {
+				answerExp, greyExp = second, first
+			}
+			for name, want := range map[string]types.AttributeValue{
+				"catchAll":        &types.AttributeValueMemberS{Value: "rejected"},
+				"expiresAtMs":     &types.AttributeValueMemberN{Value: itoa(answerExp.UnixMilli())},
+				"greyDelayMs":     &types.AttributeValueMemberN{Value: itoa((7 * time.Minute).Milliseconds())},
+				"greyExpiresAtMs": &types.AttributeValueMemberN{Value: itoa(greyExp.UnixMilli())},
+				"expiresAt":       &types.AttributeValueMemberN{Value: itoa(second.Unix())},
+			} {
+				if got := out.Item[name]; !sameAV(got, want) {
+					t.Errorf("item %s = %#v, want %#v", name, got, want)
+				}
+			}
+
+			// Past the first expiry only the later fact is read.
+			clock.Advance(time.Hour - 20*time.Minute)
+			late := instance()
+			_, answered := late.AcceptAll(ctx, domain)
+			_, delayed := late.GreyDelay(ctx, domain)
+			if answered != tc.greyFirst || delayed == tc.greyFirst {
+				t.Fatalf("past the first expiry: answer read %v, delay read %v; want only the later fact", answered, delayed)
+			}
+		})
+	}
+}
+
 // TestDomainFactsFault: a DynamoDB fault reads as "not known" and is
 // reported, never failing the caller.
 func TestDomainFactsFault(t *testing.T) {
