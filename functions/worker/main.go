@@ -31,6 +31,7 @@ func main() {
 		st     *dynamostore.Store
 		awsCfg aws.Config
 		engine *verify.Engine
+		facts  *dynamostore.DomainFacts
 	)
 	if err == nil {
 		st, awsCfg, err = dynamostore.Open(context.Background(), dynamostore.Tables(cfg.Tables))
@@ -54,9 +55,10 @@ func main() {
 		err = proxysecret.Resolve(context.Background(), awsCfg, &cfg)
 	}
 	if err == nil {
-		// What a domain's accept-all probe said is shared by every
-		// instance, through an item per domain in the Results table.
-		facts := st.DomainFacts(dynamostore.DomainFactsConfig{Count: emf.DomainFact, Fault: func(err error) {
+		// What a domain's accept-all probe said, and how long its server
+		// greylists, is shared by every instance, through an item per
+		// domain in the Results table.
+		facts = st.DomainFacts(dynamostore.DomainFactsConfig{Count: emf.DomainFact, Fault: func(err error) {
 			emf.StoreError("batch")
 			logger.Warn("domain facts", "error", err.Error())
 		}})
@@ -80,6 +82,9 @@ func main() {
 		},
 		Logger:   logger,
 		Deadline: cfg.BatchDeadline,
+		// A live batch's first retry at a domain known to greylist waits
+		// as long as its server deferred an earlier batch.
+		Grey: facts,
 		// The scheduled sweep (template.yaml, SweepSchedule) re-starts
 		// what no message carries any more.
 		Sweeper: st,

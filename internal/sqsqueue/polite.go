@@ -301,7 +301,7 @@ func (w *Worker) park(ctx context.Context, m Message, ps []parking) error {
 	for _, p := range ps {
 		ms := Pack(m.AccountID, m.BatchID, p.items, w.packSize())
 		for i := range ms {
-			ms[i].Attempt, ms[i].CacheRead = m.Attempt, true // looked up before it was parked
+			ms[i].Attempt, ms[i].Waited, ms[i].CacheRead = m.Attempt, m.Waited, true // looked up before it was parked
 			body, err := json.Marshal(ms[i])
 			if err != nil {
 				return err

@@ -56,6 +56,10 @@ type Message struct {
 	// read is paid twice. A redelivery of the message itself, which may
 	// have kept verdicts before it failed, looks its items up again.
 	CacheRead bool `json:"cacheRead,omitempty"`
+	// Waited is, on a greylisted retry, the SQS delay its items waited
+	// since their first deferral (nanoseconds in JSON): what a retry
+	// that gets through teaches about the domain (batch.LearnGrey).
+	Waited time.Duration `json:"waited,omitempty"`
 }
 
 // Queue sends batch work to SQS.
@@ -122,6 +126,12 @@ type Worker struct {
 	// GreyBackoff is the first delay before greylisted addresses are
 	// retried (default 5 min; SQS caps delays at 15 min).
 	GreyBackoff time.Duration
+	// Grey, when set, learns per domain how long its server deferred a
+	// greylisted address before a retry got through, and a live batch's
+	// first retry at such a domain waits that long instead of
+	// GreyBackoff, as `evs serve`'s runner does (batch.NextGreyDelay;
+	// dynamostore.DomainFacts shares it across invocations).
+	Grey batch.GreyFacts
 	// Concurrency is how many domain groups of a message run at once.
 	Concurrency int
 	// Cache, when set, is the account result cache (contract, section
@@ -415,7 +425,7 @@ func (w *Worker) work(ctx context.Context, m Message, again bool, startBy time.T
 		results []evs.Result
 		wrote   bool      // some results were written
 		final   evs.Batch // the batch as the last write left it
-		retry   []evs.Item
+		retry   []retrying
 		left    []evs.Item
 		parked  []parking
 		firstEr error
@@ -494,6 +504,11 @@ func (w *Worker) work(ctx context.Context, m Message, again bool, startBy time.T
 			g.Items = a.run
 			o, err := w.Processor.VerifyGroup(ctx, startBy, acct.Test, b.Mode, g, m.Attempt)
 			pausedUntil := a.done(ctx, o)
+			batch.LearnGrey(ctx, w.Grey, m.Attempt, acct.Test, g.Domain, m.Waited, o.Results)
+			var delay time.Duration
+			if len(o.Retry) > 0 { // read the learned delay only when needed
+				delay = w.greyDelay(ctx, m, acct.Test, g.Domain)
+			}
 			if cached {
 				if err := batch.KeepResults(ctx, w.Cache, m.AccountID, o.Results); err != nil {
 					w.logger().Warn("could not keep verdicts in the result cache", slog.String("batchId", m.BatchID), slog.String("error", err.Error()))
@@ -505,7 +520,7 @@ func (w *Worker) work(ctx context.Context, m Message, again bool, startBy time.T
 			if len(results) >= flushAt {
 				flush()
 			}
-			retry = append(retry, o.Retry...)
+			retry = addRetry(retry, delay, o.Retry)
 			if o.Throttled && a.key != "" {
 				// Not asked: they wait for the provider's pause to end.
 				parked = addParking(parked, a.key, pausedUntil, false, o.Left)
@@ -538,21 +553,19 @@ func (w *Worker) work(ctx context.Context, m Message, again bool, startBy time.T
 		}
 	}
 	// Out of time in this invocation: nothing was asked about left yet.
-	// Greylisted addresses: after the back-off, next attempt.
-	grey := min(batch.GreyDelay(w.GreyBackoff, m.Attempt+1, acct.Test), 15*time.Minute)
-	for _, q := range []struct {
-		items   []evs.Item
-		attempt int
-		delay   int32
-	}{{left, m.Attempt, 0}, {retry, m.Attempt + 1, int32(grey / time.Second)}} {
+	// Greylisted addresses: after their domain's delay, next attempt.
+	for _, q := range append([]retrying{{items: left}}, retry...) {
 		if len(q.items) == 0 {
 			continue
 		}
 		ms := Pack(m.AccountID, m.BatchID, q.items, w.packSize())
 		for i := range ms {
-			ms[i].Attempt, ms[i].CacheRead = q.attempt, true
+			ms[i].CacheRead, ms[i].Attempt, ms[i].Waited = true, m.Attempt, m.Waited
+			if q.next {
+				ms[i].Attempt, ms[i].Waited = m.Attempt+1, m.Waited+q.delay
+			}
 		}
-		if err := w.Queue.send(ctx, ms, q.delay); err != nil {
+		if err := w.Queue.send(ctx, ms, int32(q.delay/time.Second)); err != nil {
 			return err
 		}
 	}
@@ -560,6 +573,40 @@ func (w *Worker) work(ctx context.Context, m Message, again bool, startBy time.T
 		w.finalized(ctx, final)
 	}
 	return nil
+}
+
+// maxSQSDelay is the longest delay SQS takes on a message.
+const maxSQSDelay = 15 * time.Minute
+
+// greyDelay is the SQS delay before the next attempt of a group of m's
+// greylisted items at domain: batch.NextGreyDelay, capped at what SQS
+// takes. Whole seconds, as SQS counts them, so that Waited adds up what
+// the items really waited.
+func (w *Worker) greyDelay(ctx context.Context, m Message, test bool, domain string) time.Duration {
+	return min(batch.NextGreyDelay(ctx, w.Grey, w.GreyBackoff, m.Attempt, test, domain), maxSQSDelay).Truncate(time.Second)
+}
+
+// retrying is items sent back after one delay: greylisted ones, for their
+// next attempt, or (next false) ones left for lack of time.
+type retrying struct {
+	items []evs.Item
+	delay time.Duration
+	next  bool
+}
+
+// addRetry merges items into rs by delay: the groups of one delay are
+// packed into messages together, as they came.
+func addRetry(rs []retrying, delay time.Duration, items []evs.Item) []retrying {
+	if len(items) == 0 {
+		return rs
+	}
+	for i := range rs {
+		if rs[i].delay == delay {
+			rs[i].items = append(rs[i].items, items...)
+			return rs
+		}
+	}
+	return append(rs, retrying{items: items, delay: delay, next: true})
 }
 
 // flushAt is how many results a worker gathers before it writes them: one
