@@ -75,6 +75,9 @@ func main() {
 		// A CSV result list over 4 MiB would not fit Lambda's 6 MB reply:
 		// it is answered 303 to a pre-signed S3 download.
 		Exports: st,
+		// GET /v1/requests/{id}/export: a pre-signed S3 GET whatever the
+		// size, which the console fetches without the key.
+		ExportLinks: st,
 		// Lists of up to 1,000,000 addresses go to S3 with a pre-signed
 		// PUT; the batch is created from the object (dynamostore/uploads.go).
 		Uploads: st,

@@ -358,3 +358,39 @@ func TestSweepScheduleTargetsWorkQueue(t *testing.T) {
 		}
 	}
 }
+
+// The input bucket lets a browser on any origin GET exported results from
+// a pre-signed URL (the console's downloads) as a simple CORS request: the
+// rule for GET allows no request header, so the API key could not be sent
+// to S3 even by mistake, and PUT stays the only method with one.
+func TestInputBucketCORS(t *testing.T) {
+	rules := node(loadYAML(t), "Resources", "InputBucket", "Properties", "CorsConfiguration", "CorsRules")
+	if rules == nil || rules.Kind != yaml.SequenceNode {
+		t.Fatal("InputBucket has no CorsRules")
+	}
+	type rule struct {
+		AllowedMethods []string `yaml:"AllowedMethods"`
+		AllowedOrigins []string `yaml:"AllowedOrigins"`
+		AllowedHeaders []string `yaml:"AllowedHeaders"`
+	}
+	got := map[string]rule{}
+	for _, n := range rules.Content {
+		var r rule
+		if err := n.Decode(&r); err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range r.AllowedMethods {
+			if _, dup := got[m]; dup {
+				t.Errorf("method %s in two CORS rules", m)
+			}
+			got[m] = r
+		}
+	}
+	want := map[string]rule{
+		"PUT": {AllowedMethods: []string{"PUT"}, AllowedOrigins: []string{"*"}, AllowedHeaders: []string{"Content-Type"}},
+		"GET": {AllowedMethods: []string{"GET"}, AllowedOrigins: []string{"*"}},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("CORS rules by method %+v, want %+v", got, want)
+	}
+}

@@ -74,6 +74,7 @@ func Routes() []Route {
 		{Path: "/v1/requests", Methods: []string{http.MethodGet, http.MethodPost}, Function: RequestsFunction, MaxBody: MaxBatchBody},
 		{Path: "/v1/requests/{id}", Methods: []string{http.MethodGet}, Function: RequestsFunction, MaxBody: MaxOtherBody},
 		{Path: "/v1/requests/{id}/results", Methods: []string{http.MethodGet}, Function: RequestsFunction, MaxBody: MaxOtherBody},
+		{Path: "/v1/requests/{id}/export", Methods: []string{http.MethodGet}, Function: RequestsFunction, MaxBody: MaxOtherBody},
 		{Path: "/v1/requests/{id}/cancel", Methods: []string{http.MethodPost}, Function: RequestsFunction, MaxBody: MaxOtherBody},
 		{Path: "/v1/uploads", Methods: []string{http.MethodPost}, Function: RequestsFunction, MaxBody: MaxOtherBody},
 	}
@@ -137,6 +138,10 @@ type Deps struct {
 	// Lambda cannot return a reply over 6 MB. Nil streams every list.
 	Exports     Exports
 	MaxCSVReply int
+	// ExportLinks, when set, serves GET /v1/requests/{id}/export: every
+	// list, whatever its size, is stored for a URL that needs no key
+	// (Exports.Export). Nil answers that route 404.
+	ExportLinks Exports
 	// Uploads keeps lists sent with POST /v1/uploads; nil serves no
 	// uploads. PublicURL is the API's origin as clients reach it
 	// (EVS_PUBLIC_URL), for upload URLs served by `evs serve` itself;

@@ -96,6 +96,11 @@ func (h *Handler) requests(ctx context.Context, req events.APIGatewayProxyReques
 			return events.APIGatewayProxyResponse{}, notAllowed(req.HTTPMethod, http.MethodGet)
 		}
 		return h.results(ctx, req, p)
+	case "/v1/requests/{id}/export":
+		if req.HTTPMethod != http.MethodGet {
+			return events.APIGatewayProxyResponse{}, notAllowed(req.HTTPMethod, http.MethodGet)
+		}
+		return h.export(ctx, req, p)
 	case "/v1/requests/{id}/cancel":
 		if req.HTTPMethod != http.MethodPost {
 			return events.APIGatewayProxyResponse{}, notAllowed(req.HTTPMethod, http.MethodPost)
@@ -812,18 +817,38 @@ func wantsCSV(accept string) bool {
 // the MX (empty when none was found), and score is decision.score.
 var csvHeader = []string{"email", "status", "reason", "suggestion", "disposable", "role", "free", "acceptAll", "provider", "score"}
 
-// resultsCSV renders every written result, in submission order. On Lambda
-// the reply is one payload (under the 6 MB limit for 50,000 rows); locally
-// the gateway writes it as it is.
+// resultsCSV answers with every written result, in submission order. On
+// Lambda the reply is one payload (under the 6 MB limit for 50,000 rows);
+// locally the gateway writes it as it is.
 func (h *Handler) resultsCSV(ctx context.Context, req events.APIGatewayProxyRequest, p Principal, b evs.Batch, f filter) (events.APIGatewayProxyResponse, error) {
+	csvBody, err := h.csvList(ctx, p.AccountID, b.ID, f)
+	if err != nil {
+		return events.APIGatewayProxyResponse{}, err
+	}
+	if h.d.Exports != nil && len(csvBody) > h.d.MaxCSVReply {
+		url, expires, err := h.d.Exports.Export(ctx, p.AccountID, b.ID, h.origin(req), csvBody)
+		if err != nil {
+			return events.APIGatewayProxyResponse{}, err
+		}
+		r := jsonReply(http.StatusSeeOther, exportReply{URL: url, ExpiresAt: Time{Time: expires}})
+		r.Headers = map[string]string{"Location": url}
+		return render(r, req.RequestContext.RequestID), nil
+	}
+	r := idempotency.Reply{StatusCode: http.StatusOK, Headers: map[string]string{"Content-Type": "text/csv; charset=utf-8"}, Body: csvBody}
+	return render(r, req.RequestContext.RequestID), nil
+}
+
+// csvList renders the batch's written results that f keeps as the
+// contract's CSV, in submission order.
+func (h *Handler) csvList(ctx context.Context, accountID, batchID string, f filter) ([]byte, error) {
 	var buf bytes.Buffer
 	w := csv.NewWriter(&buf)
 	_ = w.Write(csvHeader)
 	after := -1
 	for {
-		rs, err := h.d.Batches.Results(ctx, p.AccountID, b.ID, after, MaxPageLimit, evs.Status(f.status))
+		rs, err := h.d.Batches.Results(ctx, accountID, batchID, after, MaxPageLimit, evs.Status(f.status))
 		if err != nil {
-			return events.APIGatewayProxyResponse{}, err
+			return nil, err
 		}
 		for _, r := range rs {
 			after = r.Seq
@@ -847,26 +872,65 @@ func (h *Handler) resultsCSV(ctx context.Context, req events.APIGatewayProxyRequ
 		}
 	}
 	w.Flush()
-	if h.d.Exports != nil && buf.Len() > h.d.MaxCSVReply {
-		url, expires, err := h.d.Exports.Export(ctx, p.AccountID, b.ID, buf.Bytes())
-		if err != nil {
-			return events.APIGatewayProxyResponse{}, err
-		}
-		r := jsonReply(http.StatusSeeOther, exportReply{URL: url, ExpiresAt: Time{Time: expires}})
-		r.Headers = map[string]string{"Location": url}
-		return render(r, req.RequestContext.RequestID), nil
+	return buf.Bytes(), nil
+}
+
+// export serves GET /v1/requests/{id}/export: the CSV that Accept:
+// text/csv would give now, with the same filters, stored for a URL that
+// needs no key until it expires. A browser can fetch that URL without
+// sending the key anywhere but the API (the console's downloads).
+func (h *Handler) export(ctx context.Context, req events.APIGatewayProxyRequest, p Principal) (events.APIGatewayProxyResponse, error) {
+	if h.d.ExportLinks == nil {
+		return events.APIGatewayProxyResponse{}, evs.Errorf(evs.CodeNotFound, "No such route.")
 	}
-	r := idempotency.Reply{StatusCode: http.StatusOK, Headers: map[string]string{"Content-Type": "text/csv; charset=utf-8"}, Body: buf.Bytes()}
-	return render(r, req.RequestContext.RequestID), nil
+	id, err := batchID(req)
+	if err != nil {
+		return events.APIGatewayProxyResponse{}, err
+	}
+	q := req.QueryStringParameters
+	f, err := parseFilter(q)
+	if err != nil {
+		return events.APIGatewayProxyResponse{}, err
+	}
+	for k := range q {
+		if k != "status" && k != "minScore" {
+			return events.APIGatewayProxyResponse{}, evs.Errorf(evs.CodeInvalidRequest, "Unknown query parameter %q.", k)
+		}
+	}
+	b, err := h.d.Batches.Batch(ctx, p.AccountID, id)
+	if err != nil {
+		return events.APIGatewayProxyResponse{}, err
+	}
+	csvBody, err := h.csvList(ctx, p.AccountID, b.ID, f)
+	if err != nil {
+		return events.APIGatewayProxyResponse{}, err
+	}
+	url, expires, err := h.d.ExportLinks.Export(ctx, p.AccountID, b.ID, h.origin(req), csvBody)
+	if err != nil {
+		return events.APIGatewayProxyResponse{}, err
+	}
+	return render(jsonReply(http.StatusOK, exportReply{URL: url, ExpiresAt: Time{Time: expires}}), req.RequestContext.RequestID), nil
 }
 
-// Exports stores a CSV result list too long for one reply and returns a
-// URL it can be downloaded from until expires (an S3 pre-signed GET).
+// origin is the API's origin as the client reaches it, for URLs that
+// `evs serve` itself answers: EVS_PUBLIC_URL, else the call's own.
+func (h *Handler) origin(req events.APIGatewayProxyRequest) string {
+	if h.d.PublicURL != "" {
+		return h.d.PublicURL
+	}
+	return requestOrigin(req)
+}
+
+// Exports stores a CSV result list and returns a URL it can be downloaded
+// from without a key until expires: an S3 pre-signed GET on AWS, `evs
+// serve`'s own /v1/exports/{id}?token=... locally. origin is the API's
+// own origin ("https://host:port") for a store whose URL is the server's.
 type Exports interface {
-	Export(ctx context.Context, accountID, batchID string, csv []byte) (url string, expires time.Time, err error)
+	Export(ctx context.Context, accountID, batchID, origin string, csv []byte) (url string, expires time.Time, err error)
 }
 
-// exportReply is the body of a 303 to an export.
+// exportReply is the body of a 303 to an export and of GET
+// /v1/requests/{id}/export.
 type exportReply struct {
 	URL       string `json:"url"`
 	ExpiresAt Time   `json:"expiresAt"`

@@ -85,10 +85,7 @@ func (h *Handler) createUpload(ctx context.Context, req events.APIGatewayProxyRe
 	if ct != "text/csv" && ct != "application/json" {
 		return events.APIGatewayProxyResponse{}, evs.Errorf(evs.CodeInvalidRequest, "Field \"contentType\" must be \"text/csv\" or \"application/json\".")
 	}
-	origin := h.d.PublicURL
-	if origin == "" {
-		origin = requestOrigin(req)
-	}
+	origin := h.origin(req)
 	resp, _, _, err := h.idempotent(ctx, req, p, raw, func(ctx context.Context) idempotency.Reply {
 		now := h.d.Now().UTC()
 		u := evs.Upload{

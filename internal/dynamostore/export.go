@@ -9,6 +9,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/evs-dev/evs/internal/evs"
 )
 
 // Presigner makes pre-signed S3 URLs (*s3.PresignClient).
@@ -19,14 +21,12 @@ type Presigner interface {
 
 var errNoPresigner = errors.New("dynamostore: no S3 pre-signer is configured")
 
-// exportTTL is how long an export's download URL works; the bucket's
-// lifecycle rule removes the file after a day.
-const exportTTL = 15 * time.Minute
-
 // Export stores a batch's CSV result list in the input bucket, under
 // exports/, and returns a pre-signed GET URL for it (api.Exports): Lambda
-// cannot return a reply over 6 MB, S3 can hand out any size.
-func (s *Store) Export(ctx context.Context, accountID, batchID string, csv []byte) (string, time.Time, error) {
+// cannot return a reply over 6 MB, S3 can hand out any size, and a browser
+// can fetch the URL without the API key. origin is not used: the URL is
+// S3's.
+func (s *Store) Export(ctx context.Context, accountID, batchID, _ string, csv []byte) (string, time.Time, error) {
 	if err := s.in.ready(); err != nil {
 		return "", time.Time{}, err
 	}
@@ -42,9 +42,10 @@ func (s *Store) Export(ctx context.Context, accountID, batchID string, csv []byt
 	if err != nil {
 		return "", time.Time{}, wrapErr("store export", err)
 	}
-	expires := time.Now().Add(exportTTL)
+	// The bucket's lifecycle rule removes the file after a day.
+	expires := time.Now().Add(evs.ExportTTL)
 	req, err := s.presign.PresignGetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(s.in.bucket), Key: aws.String(key)},
-		s3.WithPresignExpires(exportTTL))
+		s3.WithPresignExpires(evs.ExportTTL))
 	if err != nil {
 		return "", time.Time{}, wrapErr("sign export URL", err)
 	}

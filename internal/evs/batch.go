@@ -117,6 +117,11 @@ type Upload struct {
 	MaxBytes int64
 }
 
+// ExportTTL is how long an exported result list's URL works (GET
+// /v1/requests/{id}/export, and the 303 of a large CSV on AWS): long enough
+// to start a download, short enough that a leaked URL soon stops working.
+const ExportTTL = 15 * time.Minute
+
 // UploadMaxBytes is the largest uploaded list, and UploadMaxAddresses the
 // most addresses one may hold (contract, section 14).
 const (

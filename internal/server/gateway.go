@@ -89,6 +89,9 @@ type gateway struct {
 	// uploads receives lists PUT to upload URLs; nil when the store
 	// keeps none.
 	uploads uploadStore
+	// exports serves the lists of export URLs; nil when the store keeps
+	// none.
+	exports exportStore
 	// bodies bounds the bytes of large bodies read and handled at once.
 	bodies *bodyGate
 }
@@ -305,6 +308,10 @@ func (g *gateway) serve(w http.ResponseWriter, r *http.Request, c *api.Call) {
 	}
 	if id, ok := isUploadPath(r.URL.Path); ok && g.uploads != nil {
 		g.receiveUpload(w, r, c, id)
+		return
+	}
+	if id, ok := isExportPath(r.URL.Path); ok && g.exports != nil {
+		g.sendExport(w, r, c, id)
 		return
 	}
 	rt, params, ok := g.match(r.URL.Path)

@@ -258,11 +258,17 @@ func New(o Options) (*Server, error) {
 	if uploads != nil {
 		deps = uploads
 	}
+	exports, _ := o.Store.(exportStore)
+	var links api.Exports
+	if exports != nil {
+		links = exports
+	}
 	// Large bodies and lists read from uploads share one budget.
 	bodies := newBodyGate(o.BodyBudget, o.BodyWait)
 	h := api.New(api.Deps{
 		AdmitList:          bodies.admitList,
 		Uploads:            deps,
+		ExportLinks:        links,
 		PublicURL:          o.Config.PublicURL,
 		MaxUploadAddresses: o.MaxUploadAddresses,
 		Engine:             o.Engine,
@@ -282,6 +288,7 @@ func New(o Options) (*Server, error) {
 	az := authorizer.New(o.Store)
 	gw := newGateway(o, map[string]function{api.VerifyFunction: h.Verify, api.RequestsFunction: h.Requests}, az.Handle)
 	gw.uploads = uploads
+	gw.exports = exports
 	gw.bodies = bodies
 	if o.DeliverEvery <= 0 {
 		o.DeliverEvery = 500 * time.Millisecond

@@ -42,20 +42,7 @@ func isUploadPath(path string) (id string, ok bool) {
 func (g *gateway) receiveUpload(w http.ResponseWriter, r *http.Request, c *api.Call, id string) {
 	c.Route = uploadRoute
 	rid := c.RequestID
-	reply := func(status int, body []byte) {
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("X-Request-Id", rid)
-		w.WriteHeader(status)
-		_, _ = w.Write(body)
-	}
-	fail := func(err error) {
-		refuseEarly(w, r)
-		status, body := api.FromError(err, rid)
-		if status >= 500 {
-			c.Err = err
-		}
-		reply(status, body)
-	}
+	fail := func(err error) { writeCallError(w, r, c, err) }
 	if r.Method != http.MethodPut {
 		w.Header().Set("Allow", http.MethodPut)
 		fail(evs.Errorf(evs.CodeMethodNotAllowed, "Method %s is not allowed here; use PUT.", r.Method))
@@ -98,5 +85,8 @@ func (g *gateway) receiveUpload(w http.ResponseWriter, r *http.Request, c *api.C
 		UploadID  string `json:"uploadId"`
 		Bytes     int64  `json:"bytes"`
 	}{rid, id, size})
-	reply(http.StatusOK, b)
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Request-Id", rid)
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(b)
 }

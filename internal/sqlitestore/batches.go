@@ -554,11 +554,11 @@ func (s *Store) queryBatches(ctx context.Context, what, q string, args ...any) (
 	return out, dbErr(what, rows.Err())
 }
 
-// Sweep deletes the batches (with their items and results) and idempotency
-// records whose expiry has passed by the store's clock: the embedded store's
-// TTL, which `evs serve` runs periodically; serving, it then rebuilds the
-// key filter without the deleted records. It returns how many batches and
-// records it deleted.
+// Sweep deletes the batches (with their items and results), idempotency
+// records and exported lists whose expiry has passed by the store's
+// clock: the embedded store's TTL, which `evs serve` runs periodically;
+// serving, it then rebuilds the key filter without the deleted records.
+// It returns how many batches, records and exports it deleted.
 func (s *Store) Sweep(ctx context.Context) (int, error) {
 	if s.views != nil {
 		defer s.views.wroteAll()
@@ -592,6 +592,11 @@ func (s *Store) Sweep(ctx context.Context) (int, error) {
 	})
 	if err == nil && s.quota != nil {
 		s.quota.sweep(time.UnixMilli(now))
+	}
+	if err == nil {
+		var k int
+		k, err = s.sweepExports(now)
+		n += int64(k)
 	}
 	if err == nil && s.keys != nil {
 		// Sweeps run one at a time, so rebuilds never overlap.

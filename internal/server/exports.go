@@ -1,0 +1,83 @@
+package server
+
+import (
+	"context"
+	"net/http"
+	"os"
+	"strings"
+
+	"github.com/evs-dev/evs/internal/api"
+	"github.com/evs-dev/evs/internal/evs"
+)
+
+// exportStore is a store that keeps exported result lists itself
+// (sqlitestore): `evs serve` then serves the URL GET
+// /v1/requests/{id}/export hands out, as S3 serves its pre-signed URLs on
+// AWS.
+type exportStore interface {
+	api.Exports
+	OpenExport(ctx context.Context, id, token string) (batchID string, f *os.File, err error)
+}
+
+// exportRoute is the route template of an export's URL, in logs and
+// metrics. It is no API Gateway route: on AWS the URL is S3's.
+const exportRoute = "/v1/exports/{id}"
+
+// isExportPath tells whether path is an export's URL.
+func isExportPath(path string) (id string, ok bool) {
+	id, ok = strings.CutPrefix(path, "/v1/exports/")
+	return id, ok && id != "" && !strings.Contains(id, "/")
+}
+
+// sendExport answers GET on an export's URL with the list: the token in
+// the URL is the credential, as a pre-signed URL's signature is on S3, so
+// a browser fetches it without the API key. A wrong token counts as a
+// failed authentication for the client's address.
+func (g *gateway) sendExport(w http.ResponseWriter, r *http.Request, c *api.Call, id string) {
+	c.Route = exportRoute
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		writeCallError(w, r, c, evs.Errorf(evs.CodeMethodNotAllowed, "Method %s is not allowed here; use GET.", r.Method))
+		return
+	}
+	client := clientKey(c.ClientAddr)
+	if wait, blocked := g.fails.blocked(client, g.o.Now()); blocked {
+		refuseEarly(w, r)
+		writeResponse(w, throttled, c.RequestID, map[string]string{"Retry-After": retryAfter(wait)})
+		return
+	}
+	batchID, f, err := g.exports.OpenExport(r.Context(), id, r.URL.Query().Get("token"))
+	if err != nil {
+		if evs.ErrorCode(err) == evs.CodeNotFound {
+			g.fails.fail(client, g.o.Now())
+		}
+		writeCallError(w, r, c, err)
+		return
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		writeCallError(w, r, c, err)
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", "text/csv; charset=utf-8")
+	h.Set("Content-Disposition", `attachment; filename="`+batchID+`.csv"`)
+	h.Set("Cache-Control", "private, no-store")
+	h.Set("X-Request-Id", c.RequestID)
+	http.ServeContent(w, r, "", fi.ModTime(), f)
+}
+
+// writeCallError answers a call the gateway serves itself (an upload's or an
+// export's URL) with err in the error envelope.
+func writeCallError(w http.ResponseWriter, r *http.Request, c *api.Call, err error) {
+	refuseEarly(w, r)
+	status, body := api.FromError(err, c.RequestID)
+	if status >= 500 {
+		c.Err = err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Request-Id", c.RequestID)
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}
