@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"sort"
 	"strings"
 	"sync"
@@ -248,7 +249,7 @@ func newScaleWorld(t *testing.T) *scaleWorld {
 		t: t, log: log, st: st, sqs: sc, url: aws.ToString(q.QueueUrl), acct: acct.ID, tables: tables,
 		h: api.New(api.Deps{Idempotency: idempotency.New(st, time.Now), Batches: st, Queue: queue, Logger: logger, MaxActiveBatches: 10,
 			// Small, so a small batch's CSV takes the export path.
-			Exports: st, MaxCSVReply: 4 << 10, Uploads: st}),
+			Exports: st, MaxCSVReply: 4 << 10, Uploads: st, ExportLinks: st}),
 		w: &sqsqueue.Worker{
 			Queue: queue, Store: st, Accounts: st, Logger: logger,
 			Processor: &batch.Processor{Engine: noNetwork{t}, Sandbox: verify.NewSandbox(nil)},
@@ -513,19 +514,7 @@ func TestLargeCSVExportRedirects(t *testing.T) {
 	id, _ := w.create(250)
 	w.drain(id)
 	get := func(accept string) events.APIGatewayProxyResponse {
-		req := events.APIGatewayProxyRequest{
-			Resource: "/v1/requests/{id}/results", Path: "/v1/requests/" + id + "/results", HTTPMethod: http.MethodGet,
-			PathParameters: map[string]string{"id": id}, Headers: map[string]string{"Accept": accept},
-			RequestContext: events.APIGatewayProxyRequestContext{
-				RequestID: uuid.NewString(), ResourcePath: "/v1/requests/{id}/results", HTTPMethod: http.MethodGet,
-				Authorizer: map[string]any{"principalId": w.acct, "accountId": w.acct, "keyId": "k1", "testMode": "true"},
-			},
-		}
-		resp, err := w.h.Requests(context.Background(), req)
-		if err != nil {
-			t.Fatalf("GET results: %v", err)
-		}
-		return resp
+		return w.get(w.acct, "/v1/requests/{id}/results", id, nil, map[string]string{"Accept": accept})
 	}
 	resp := get("text/csv")
 	if resp.StatusCode != http.StatusSeeOther || resp.Headers["Location"] == "" {
@@ -557,5 +546,76 @@ func TestLargeCSVExportRedirects(t *testing.T) {
 	// JSON pages are not affected.
 	if r := get("application/json"); r.StatusCode != http.StatusOK {
 		t.Fatalf("JSON results: %d %s", r.StatusCode, r.Body)
+	}
+}
+
+// get calls GET path (a route of the requests function, as template) of
+// batch id with the query and headers, as API Gateway would for account.
+func (w *scaleWorld) get(account, resource, id string, query, headers map[string]string) events.APIGatewayProxyResponse {
+	w.t.Helper()
+	path := strings.ReplaceAll(resource, "{id}", id)
+	req := events.APIGatewayProxyRequest{
+		Resource: resource, Path: path, HTTPMethod: http.MethodGet,
+		PathParameters: map[string]string{"id": id}, QueryStringParameters: query, Headers: headers,
+		RequestContext: events.APIGatewayProxyRequestContext{
+			RequestID: uuid.NewString(), ResourcePath: resource, HTTPMethod: http.MethodGet,
+			Authorizer: map[string]any{"principalId": account, "accountId": account, "keyId": "k1", "testMode": "true"},
+		},
+	}
+	resp, err := w.h.Requests(context.Background(), req)
+	if err != nil {
+		w.t.Fatalf("GET %s: %v", path, err)
+	}
+	return resp
+}
+
+// TestExportLinkOnS3: GET /v1/requests/{id}/export answers, whatever the
+// CSV's size, a pre-signed S3 GET that serves with no key exactly the
+// bytes Accept: text/csv gives for the same filters; another account's
+// batch is not found.
+func TestExportLinkOnS3(t *testing.T) {
+	w := newScaleWorld(t)
+	id, _ := w.create(20)
+	w.drain(id)
+	for _, q := range []map[string]string{nil, {"status": "deliverable", "minScore": "90"}, {"status": "undeliverable"}} {
+		want := w.get(w.acct, "/v1/requests/{id}/results", id, q, map[string]string{"Accept": "text/csv"})
+		if want.StatusCode != http.StatusOK || !strings.HasPrefix(want.Body, "email,status,") {
+			t.Fatalf("CSV %v: %d %s", q, want.StatusCode, want.Body)
+		}
+		resp := w.get(w.acct, "/v1/requests/{id}/export", id, q, nil)
+		var link struct {
+			URL       string `json:"url"`
+			ExpiresAt string `json:"expiresAt"`
+			RequestID string `json:"requestId"`
+		}
+		if resp.StatusCode != http.StatusOK || json.Unmarshal([]byte(resp.Body), &link) != nil || link.ExpiresAt == "" || link.RequestID == "" {
+			t.Fatalf("export %v: %d %s", q, resp.StatusCode, resp.Body)
+		}
+		if u, err := url.Parse(link.URL); err != nil || u.Query().Get("X-Amz-Signature") == "" {
+			t.Fatalf("export URL %q is not pre-signed", link.URL)
+		}
+		dl, err := http.Get(link.URL) // no key, no header of ours
+		if err != nil {
+			t.Fatalf("download: %v", err)
+		}
+		got, _ := io.ReadAll(dl.Body)
+		dl.Body.Close()
+		if dl.StatusCode != http.StatusOK || string(got) != want.Body {
+			t.Fatalf("download %v: %d\n%s\nwant\n%s", q, dl.StatusCode, got, want.Body)
+		}
+	}
+	for _, tc := range []struct {
+		name, account, id string
+		query             map[string]string
+		status            int
+	}{
+		{"another account's batch", "acct-" + uuid.NewString(), id, nil, http.StatusNotFound},
+		{"unknown batch", w.acct, uuid.NewString(), nil, http.StatusNotFound},
+		{"bad minScore", w.acct, id, map[string]string{"minScore": "x"}, http.StatusBadRequest},
+		{"unknown parameter", w.acct, id, map[string]string{"cursor": "x"}, http.StatusBadRequest},
+	} {
+		if r := w.get(tc.account, "/v1/requests/{id}/export", tc.id, tc.query, nil); r.StatusCode != tc.status {
+			t.Errorf("%s: %d %s, want %d", tc.name, r.StatusCode, r.Body, tc.status)
+		}
 	}
 }
