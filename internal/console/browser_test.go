@@ -74,6 +74,8 @@ type pageLog struct {
 	mu       sync.Mutex
 	problems []string
 	requests []string // "METHOD URL"
+	// keyed are the requests among them that carried X-Api-Key.
+	keyed map[string]bool
 }
 
 func (p *pageLog) add(format string, args ...any) {
@@ -107,7 +109,16 @@ func (p *pageLog) listen(ev any) {
 		}
 	case *network.EventRequestWillBeSent:
 		p.mu.Lock()
-		p.requests = append(p.requests, e.Request.Method+" "+e.Request.URL)
+		r := e.Request.Method + " " + e.Request.URL
+		p.requests = append(p.requests, r)
+		for h := range e.Request.Headers {
+			if strings.EqualFold(h, "X-Api-Key") {
+				if p.keyed == nil {
+					p.keyed = map[string]bool{}
+				}
+				p.keyed[r] = true
+			}
+		}
 		p.mu.Unlock()
 	}
 }
@@ -117,6 +128,13 @@ func (p *pageLog) sent(from int) []string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return append([]string(nil), p.requests[min(from, len(p.requests)):]...)
+}
+
+// withKey tells whether the request r ("METHOD URL") carried X-Api-Key.
+func (p *pageLog) withKey(r string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.keyed[r]
 }
 
 // page is a headless Chromium on the console of one stack.
@@ -547,8 +565,24 @@ func TestConsoleInBrowser(t *testing.T) {
 		{"download-all", "evs-" + id + ".csv", ""},
 		{"download-deliverable", "evs-" + id + "-deliverable.csv", "?status=deliverable"},
 	} {
+		mark := len(p.log.sent(0))
 		got := p.download(d.button, d.name)
 		want := s.get(t, "/v1/requests/"+id+"/results"+d.query, "text/csv")
+		// Through an export link: asked for with the key, fetched
+		// without it.
+		var link, file string
+		for _, r := range p.log.sent(mark) {
+			switch {
+			case strings.HasSuffix(r, "/v1/requests/"+id+"/export"+d.query):
+				link = r
+			case regexp.MustCompile(`^GET ` + regexp.QuoteMeta(s.base) + `/v1/exports/[0-9a-f-]{36}\?token=\S+$`).MatchString(r):
+				file = r
+			}
+		}
+		if link == "" || file == "" || !p.log.withKey(link) || p.log.withKey(file) {
+			t.Errorf("%s: want GET .../export%s with the key, then GET /v1/exports/... without it; sent:\n%s",
+				d.name, d.query, strings.Join(p.log.sent(mark), "\n"))
+		}
 		if !bytes.Equal(got, want) {
 			t.Errorf("%s: %d bytes downloaded, the API's CSV has %d, and they differ", d.name, len(got), len(want))
 		}

@@ -497,11 +497,13 @@
     }).catch(function (err) { $("reasons-state").textContent = ""; fail(err); });
   }
 
-  function resultsPath(status, extra) {
+  // resultsPath is the batch's results route (or another of its routes,
+  // what) filtered by status, with the extra query.
+  function resultsPath(status, extra, what) {
     var q = [];
     if (status) { q.push("status=" + encodeURIComponent(status)); }
     if (extra) { q.push(extra); }
-    return "/v1/requests/" + batch.id + "/results" + (q.length ? "?" + q.join("&") : "");
+    return "/v1/requests/" + batch.id + "/" + (what || "results") + (q.length ? "?" + q.join("&") : "");
   }
 
   // loadResults shows the results that pass the filters, 100 rows a
@@ -561,11 +563,20 @@
     });
   }
 
-  // download fetches the CSV with the key (a plain link could not send
-  // it) and hands it to the browser as a file.
+  // download asks for an export link with the key, fetches the CSV from
+  // it without the key and hands it to the browser as a file. On AWS the
+  // link is S3's: the key must never go to another origin, and a GET with
+  // no header of ours needs no CORS preflight.
   function download(status, name) {
     showError("");
-    api("GET", resultsPath(status), undefined, undefined, "text/csv").then(function (blob) {
+    api("GET", resultsPath(status, "", "export")).then(function (link) {
+      return fetch(link.url, { cache: "no-store", credentials: "omit" })
+        .catch(function () { throw { text: "Could not download the results: check the connection and try again." }; })
+        .then(function (res) {
+          if (!res.ok) { throw { text: "The download link answered " + res.status + "; try again." }; }
+          return res.blob();
+        });
+    }).then(function (blob) {
       var url = URL.createObjectURL(blob);
       var a = el("a");
       a.href = url;
