@@ -1,0 +1,122 @@
+package sqlitestore_test
+
+import (
+	"context"
+	"io"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/sqlitestore"
+	"github.com/evs-dev/evs/internal/testkit"
+)
+
+// TestExports: an export is read back whole with its URL's token until
+// evs.ExportTTL has passed on the store's clock, and never with another
+// token or an ID that is not one; the sweep deletes expired exports and
+// the files a crash left behind once they are old, and nothing else.
+func TestExports(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	// A minute behind: files written now are younger than the clock.
+	clock := testkit.NewClock(time.Now().Add(-time.Minute))
+	st, err := sqlitestore.Open(ctx, dir, clock.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+
+	csv := []byte("email,status\r\n'=1+1@x.example,unknown\n")
+	link, expires, err := st.Export(ctx, "acct-a", "batch-1", "http://evs.test:8080", csv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !expires.Equal(clock.Now().Add(evs.ExportTTL)) {
+		t.Errorf("expires %v, want %v after %v", expires, evs.ExportTTL, clock.Now())
+	}
+	u, err := url.Parse(link)
+	if err != nil || u.Scheme+"://"+u.Host != "http://evs.test:8080" {
+		t.Fatalf("link %q", link)
+	}
+	id, ok := strings.CutPrefix(u.Path, "/v1/exports/")
+	token := u.Query().Get("token")
+	if !ok || token == "" {
+		t.Fatalf("link %q", link)
+	}
+	read := func(id, token string) ([]byte, error) {
+		batchID, f, err := st.OpenExport(ctx, id, token)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		if batchID != "batch-1" {
+			t.Errorf("batch %q", batchID)
+		}
+		return io.ReadAll(f)
+	}
+	if got, err := read(id, token); err != nil || string(got) != string(csv) {
+		t.Fatalf("read back: %q, %v", got, err)
+	}
+	for _, tc := range []struct{ name, id, token string }{
+		{"wrong token", id, strings.Repeat("A", len(token))},
+		{"no token", id, ""},
+		{"unknown export", "00000000-0000-4000-8000-000000000000", token},
+		{"a path", "../evs.db", token},
+		{"upper-case ID", strings.ToUpper(id), token},
+	} {
+		if _, err := read(tc.id, tc.token); evs.ErrorCode(err) != evs.CodeNotFound {
+			t.Errorf("%s: %v, want not_found", tc.name, err)
+		}
+	}
+
+	// Files a crash left: old ones go with the sweep, fresh ones stay (an
+	// export being written).
+	exports := filepath.Join(dir, "exports")
+	for _, name := range []string{"old.csv", ".tmp-old.json-1", "fresh.csv", ".tmp-fresh.csv-2"} {
+		if err := os.WriteFile(filepath.Join(exports, name), []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	long := time.Now().Add(-2 * evs.ExportTTL)
+	for _, name := range []string{"old.csv", ".tmp-old.json-1"} {
+		if err := os.Chtimes(filepath.Join(exports, name), long, long); err != nil {
+			t.Fatal(err)
+		}
+	}
+	files := func() []string {
+		es, err := os.ReadDir(exports)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, e := range es {
+			names = append(names, e.Name())
+		}
+		slices.Sort(names)
+		return names
+	}
+	if _, err := st.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{".tmp-fresh.csv-2", "fresh.csv", id + ".csv", id + ".json"}
+	slices.Sort(want)
+	if got := files(); !slices.Equal(got, want) {
+		t.Fatalf("after a sweep before the expiry: %v, want %v", got, want)
+	}
+
+	clock.Advance(evs.ExportTTL)
+	if _, err := read(id, token); evs.ErrorCode(err) != evs.CodeNotFound {
+		t.Fatalf("expired: %v, want not_found", err)
+	}
+	if _, err := st.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := files(); !slices.Equal(got, []string{".tmp-fresh.csv-2", "fresh.csv"}) {
+		t.Fatalf("after the expiry's sweep: %v", got)
+	}
+}
