@@ -9,6 +9,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -688,27 +689,33 @@ func parseLimit(q map[string]string) (int, error) {
 	return n, nil
 }
 
-func (h *Handler) results(ctx context.Context, req events.APIGatewayProxyRequest, p Principal) (events.APIGatewayProxyResponse, error) {
+// filteredBatch reads the batch of a results route and its filters,
+// refusing a query parameter other than the filters and more.
+func (h *Handler) filteredBatch(ctx context.Context, req events.APIGatewayProxyRequest, p Principal, more ...string) (evs.Batch, filter, error) {
 	id, err := batchID(req)
 	if err != nil {
-		return events.APIGatewayProxyResponse{}, err
+		return evs.Batch{}, filter{}, err
 	}
 	q := req.QueryStringParameters
 	f, err := parseFilter(q)
 	if err != nil {
-		return events.APIGatewayProxyResponse{}, err
+		return evs.Batch{}, filter{}, err
 	}
 	for k := range q {
-		switch k {
-		case "status", "minScore", "limit", "cursor":
-		default:
-			return events.APIGatewayProxyResponse{}, evs.Errorf(evs.CodeInvalidRequest, "Unknown query parameter %q.", k)
+		if k != "status" && k != "minScore" && !slices.Contains(more, k) {
+			return evs.Batch{}, filter{}, evs.Errorf(evs.CodeInvalidRequest, "Unknown query parameter %q.", k)
 		}
 	}
 	b, err := h.d.Batches.Batch(ctx, p.AccountID, id)
+	return b, f, err
+}
+
+func (h *Handler) results(ctx context.Context, req events.APIGatewayProxyRequest, p Principal) (events.APIGatewayProxyResponse, error) {
+	b, f, err := h.filteredBatch(ctx, req, p, "limit", "cursor")
 	if err != nil {
 		return events.APIGatewayProxyResponse{}, err
 	}
+	q := req.QueryStringParameters
 	if accept, _ := header(req, "Accept"); wantsCSV(accept) {
 		return h.resultsCSV(ctx, req, p, b, f)
 	}
@@ -883,21 +890,7 @@ func (h *Handler) export(ctx context.Context, req events.APIGatewayProxyRequest,
 	if h.d.ExportLinks == nil {
 		return events.APIGatewayProxyResponse{}, evs.Errorf(evs.CodeNotFound, "No such route.")
 	}
-	id, err := batchID(req)
-	if err != nil {
-		return events.APIGatewayProxyResponse{}, err
-	}
-	q := req.QueryStringParameters
-	f, err := parseFilter(q)
-	if err != nil {
-		return events.APIGatewayProxyResponse{}, err
-	}
-	for k := range q {
-		if k != "status" && k != "minScore" {
-			return events.APIGatewayProxyResponse{}, evs.Errorf(evs.CodeInvalidRequest, "Unknown query parameter %q.", k)
-		}
-	}
-	b, err := h.d.Batches.Batch(ctx, p.AccountID, id)
+	b, f, err := h.filteredBatch(ctx, req, p)
 	if err != nil {
 		return events.APIGatewayProxyResponse{}, err
 	}
