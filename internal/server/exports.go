@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"log/slog"
 	"net/http"
 	"os"
 	"strings"
@@ -55,6 +56,7 @@ func (g *gateway) sendExport(w http.ResponseWriter, r *http.Request, c *api.Call
 		return
 	}
 	defer f.Close()
+	c.Attr = slog.String("batchId", batchID)
 	fi, err := f.Stat()
 	if err != nil {
 		writeCallError(w, r, c, err)

@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -86,6 +87,30 @@ func TestExportLink(t *testing.T) {
 				t.Fatalf("%d %s, want %d %s", r.status, r.body, tc.status, tc.code)
 			}
 		})
+	}
+
+	// Downloads are logged under their route and batch, never with the
+	// token.
+	downloads := 0
+	for _, line := range strings.Split(h.logs.String(), "\n") {
+		for _, link := range links {
+			if token := link[strings.Index(link, "token=")+len("token="):]; strings.Contains(line, token) {
+				t.Fatalf("a log line holds an export's token: %s", line)
+			}
+		}
+		var l struct {
+			Msg, Route, BatchID string
+			Status              int
+		}
+		if json.Unmarshal([]byte(line), &l) == nil && l.Msg == "call" && l.Route == "/v1/exports/{id}" && l.Status == 200 {
+			if l.BatchID != id {
+				t.Errorf("download logged with batch %q: %s", l.BatchID, line)
+			}
+			downloads++
+		}
+	}
+	if downloads != len(links) {
+		t.Errorf("%d downloads logged, want %d", downloads, len(links))
 	}
 
 	// A sweep before the expiry keeps the exports.
