@@ -134,6 +134,12 @@ func TestDomainFactsAcrossCalls(t *testing.T) {
 			if smtp["catchAll"] != tc.catchAll || flags["acceptAll"] != tc.acceptAll {
 				t.Fatalf("%s@%s: catchAll %v acceptAll %v, want %s %v", local, tc.domain, smtp["catchAll"], flags["acceptAll"], tc.catchAll, tc.acceptAll)
 			}
+			// The second address's answer is the first one's probe, and
+			// its evidence says so.
+			detail, _ := smtp["detail"].(string)
+			if remembered := strings.Contains(detail, "remembered from an earlier session"); remembered != (local == "bob") {
+				t.Errorf("%s@%s: detail %q; want it to say the answer is remembered only for the second address", local, tc.domain, detail)
+			}
 		}
 	}
 	if total, most := pc.counts(); total != 2 || most != 1 {

@@ -351,12 +351,12 @@ func (e *Engine) probe(ctx context.Context, domain string, mail dnscheck.MailRes
 	// the only case where its answer changes a verdict. What the domain's
 	// facts know is asked then too, so a group with no accepted address
 	// costs no lookup.
-	catchAll := ""
+	catchAll, remembered := "", false
 	for i, d := range ds {
 		c := rcptCheck(ctx, sess, d.Normalized)
 		if c.Result == evs.SMTPAccepted {
 			if catchAll == "" {
-				catchAll = e.acceptAll(ctx, sess, domain)
+				catchAll, remembered = e.acceptAll(ctx, sess, domain)
 			}
 			c.CatchAll = catchAll
 			switch catchAll {
@@ -371,6 +371,11 @@ func (e *Engine) probe(ctx context.Context, domain string, mail dnscheck.MailRes
 			// Some receivers accept at RCPT what they bounce later.
 			if c.Result == evs.SMTPAccepted {
 				untrustedAccept(&c, catchAll)
+			}
+			if remembered {
+				// The evidence says where the answer came from: a probe
+				// of this domain in the last hours, not of this session.
+				c.Detail += " (" + detailRemembered + ")"
 			}
 		}
 		d.Checks.SMTP = c
@@ -388,20 +393,24 @@ func (e *Engine) probe(ctx context.Context, domain string, mail dnscheck.MailRes
 }
 
 // acceptAll returns the result of domain's accept-all probe: what the
-// domain's facts remember, or else the answer to a RCPT of a random address
-// on sess, which is remembered when conclusive.
-func (e *Engine) acceptAll(ctx context.Context, sess Session, domain string) string {
+// domain's facts remember (remembered true), or else the answer to a RCPT
+// of a random address on sess, which is remembered when conclusive.
+func (e *Engine) acceptAll(ctx context.Context, sess Session, domain string) (result string, remembered bool) {
 	if e.cfg.Facts != nil {
 		if r, ok := e.cfg.Facts.AcceptAll(ctx, domain); ok {
-			return r
+			return r, true
 		}
 	}
 	r := rcptCheck(ctx, sess, e.cfg.RandomLocal()+"@"+domain).Result
 	if e.cfg.Facts != nil && (r == evs.SMTPAccepted || r == evs.SMTPRejected) {
 		e.cfg.Facts.KeepAcceptAll(ctx, domain, r)
 	}
-	return r
+	return r, false
 }
+
+// detailRemembered ends the detail of a verdict whose accept-all answer
+// came from the domain's facts rather than a probe in its own session.
+const detailRemembered = "the random-address probe's answer is remembered from an earlier session with this domain"
 
 // openFailure turns a failed connection attempt into evidence.
 func openFailure(ctx context.Context, err error) evs.SMTPCheck {
