@@ -14,6 +14,7 @@ import (
 	"github.com/evs-dev/evs/internal/awscheck"
 	"github.com/evs-dev/evs/internal/config"
 	"github.com/evs-dev/evs/internal/dynamostore"
+	"github.com/evs-dev/evs/internal/gateway"
 )
 
 func main() {
@@ -34,5 +35,5 @@ func main() {
 		logger.Error("authorizer: init failed", "error", err.Error())
 		os.Exit(1)
 	}
-	lambda.Start(authorizer.New(st).Handle)
+	lambda.Start(gateway.Authorizer(authorizer.New(st)))
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/evs-dev/evs/internal/console"
 	"github.com/evs-dev/evs/internal/dynamostore"
 	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/gateway"
 	"github.com/evs-dev/evs/internal/idempotency"
 	"github.com/evs-dev/evs/internal/metrics"
 	"github.com/evs-dev/evs/internal/sqsqueue"
@@ -97,5 +98,8 @@ func main() {
 			},
 		},
 	})
-	lambda.Start(metrics.Proxy(console.Lambda(web, h.Requests, logger), &metrics.EMF{W: os.Stdout}))
+	// API Gateway has checked the key and the rate: the routes need no
+	// guard here. The console's routes have no authorizer.
+	o := api.ObserveOptions{Logger: logger, Done: metrics.Calls(&metrics.EMF{W: os.Stdout})}
+	lambda.Start(gateway.Proxy(api.Mux(o, h.MountBatches(nil), func(mux *http.ServeMux) { console.Mount(mux, web) })))
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/evs-dev/evs/internal/awscheck"
 	"github.com/evs-dev/evs/internal/config"
 	"github.com/evs-dev/evs/internal/dynamostore"
+	"github.com/evs-dev/evs/internal/gateway"
 	"github.com/evs-dev/evs/internal/idempotency"
 	"github.com/evs-dev/evs/internal/metrics"
 	"github.com/evs-dev/evs/internal/resultcache"
@@ -74,5 +75,7 @@ func main() {
 		// Counted in the Batches table (dynamostore/quota.go).
 		Quota: api.Quota{Store: st, Limit: cfg.QuotaAddresses, Period: cfg.QuotaPeriod, IdempotencyKeys: cfg.MaxIdempotencyKeys},
 	})
-	lambda.Start(metrics.Proxy(h.Verify, emf))
+	// API Gateway has checked the key and the rate: the routes need no
+	// guard here.
+	lambda.Start(gateway.Proxy(api.Mux(api.ObserveOptions{Logger: logger, Done: metrics.Calls(emf)}, h.MountVerify(nil))))
 }

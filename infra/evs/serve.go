@@ -27,8 +27,8 @@ func newServeCmd(c *cli) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "run the whole API on this machine",
-		Long: `Runs the whole API on this machine: the API Gateway stand-in (authorizer,
-routes, limits) in front of the same handlers the Lambda functions run, the
+		Long: `Runs the whole API on this machine: the key lookup, throttle and limits as
+middleware in front of the same handlers the Lambda functions run, the
 embedded store in EVS_DATA_DIR and an in-process batch worker.
 
 On first start with an empty store it creates an account and one key, and

@@ -1,18 +1,18 @@
-// Package api holds the HTTP handlers of the v1 API as API Gateway REST
-// proxy handlers: they take an events.APIGatewayProxyRequest and return an
-// events.APIGatewayProxyResponse. The Lambda functions start them directly;
-// `evs serve` puts them behind its local API Gateway stand-in. Either way the
-// same code answers.
+// Package api holds the HTTP handlers of the v1 API as net/http handlers on
+// the standard mux's method-and-path patterns (Register). `evs serve` puts
+// them behind its own middleware (key check, throttling, body budget); each
+// Lambda function reaches the same handlers through the API Gateway adapter
+// (internal/gateway). Either way the same code answers.
 //
 // Every reply carries this call's requestId (API Gateway's
-// requestContext.requestId) in the body and in X-Request-Id. Errors are
-// classified once, here at the edge, into the contract's envelope.
+// requestContext.requestId on AWS, a UUID on `evs serve`) in the body and in
+// X-Request-Id. Errors are classified once, here at the edge, into the
+// contract's envelope.
 package api
 
 import (
 	"bytes"
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,12 +20,9 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
-	"net/netip"
 	"strings"
 	"time"
 	"unicode/utf8"
-
-	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/idempotency"
@@ -212,65 +209,10 @@ func New(d Deps) *Handler {
 	return &Handler{d: d}
 }
 
-// Principal is the caller as the authorizer described it.
-type Principal struct {
-	AccountID string
-	KeyID     string
-	Test      bool
-}
-
-// principal reads the authorizer context API Gateway puts in the event.
-// A request without one never passed the authorizer: that is our fault
-// (a misconfigured route), not the client's.
-func principal(req events.APIGatewayProxyRequest) (Principal, error) {
-	a := req.RequestContext.Authorizer
-	id, _ := a["accountId"].(string)
-	if id == "" {
-		return Principal{}, errors.New("api: request without an authorizer context")
-	}
-	keyID, _ := a["keyId"].(string)
-	test := false
-	switch v := a["testMode"].(type) {
-	case string:
-		test = v == "true"
-	case bool:
-		test = v
-	}
-	return Principal{AccountID: id, KeyID: keyID, Test: test}, nil
-}
-
-// header returns a request header, case-insensitively, as API Gateway
-// passes them as sent.
-func header(req events.APIGatewayProxyRequest, name string) (string, bool) {
-	for k, v := range req.Headers {
-		if strings.EqualFold(k, name) {
-			return v, true
-		}
-	}
-	for k, v := range req.MultiValueHeaders {
-		if strings.EqualFold(k, name) && len(v) > 0 {
-			return v[len(v)-1], true
-		}
-	}
-	return "", false
-}
-
-// body returns the raw request body, decoding API Gateway's base64 form.
-func body(req events.APIGatewayProxyRequest) ([]byte, error) {
-	if !req.IsBase64Encoded {
-		return []byte(req.Body), nil
-	}
-	b, err := base64.StdEncoding.DecodeString(req.Body)
-	if err != nil {
-		return nil, evs.Errorf(evs.CodeInvalidRequest, "The request body is not valid base64.")
-	}
-	return b, nil
-}
-
 // mediaType returns the lower-case media type of the Content-Type header, or
 // "" when it is missing or unparsable.
-func mediaType(req events.APIGatewayProxyRequest) string {
-	ct, ok := header(req, "Content-Type")
+func mediaType(req *request) string {
+	ct, ok := req.header("Content-Type")
 	if !ok {
 		return ""
 	}
@@ -395,48 +337,20 @@ type errorMeaning struct {
 	Message string `json:"message"`
 }
 
-// render turns a reply's meaning into the response for the call requestID:
-// the id goes into X-Request-Id and into the body (first member of a JSON
-// success, error.requestId of an error).
-func render(r idempotency.Reply, requestID string) events.APIGatewayProxyResponse {
-	h := make(map[string]string, len(r.Headers)+2)
-	for k, v := range r.Headers {
-		h[k] = v
+// withRequestID returns a JSON object's body with "requestId" as its first
+// member, built in one buffer: one copy of the body, not three.
+func withRequestID(body []byte, requestID string) []byte {
+	id, _ := json.Marshal(requestID) // a string: cannot fail
+	out := make([]byte, 0, len(body)+len(id)+16)
+	out = append(out, `{"requestId":`...)
+	out = append(out, id...)
+	if len(body) < 2 {
+		return append(out, '}')
 	}
-	if _, ok := h["Content-Type"]; !ok {
-		h["Content-Type"] = contentTypeJSON
+	if rest := bytes.TrimSpace(body[1:]); len(rest) > 0 && rest[0] != '}' {
+		out = append(out, ',')
 	}
-	h["X-Request-Id"] = requestID
-	body := r.Body
-	switch {
-	case h["Content-Type"] != contentTypeJSON:
-		// CSV and other media carry no request id in the body.
-	case r.StatusCode >= 400:
-		var e errorMeaning
-		if json.Unmarshal(r.Body, &e) != nil || e.Code == "" {
-			e = errorMeaning{Code: evs.CodeInternal, Message: evs.ErrorMessage(errors.New("unreadable reply"))}
-		}
-		body = ErrorBody(e.Code, e.Message, requestID)
-	default:
-		// Built straight into the string the response carries: one copy
-		// of the body, not three.
-		var out strings.Builder
-		out.Grow(len(r.Body) + len(requestID) + 24)
-		id, _ := json.Marshal(requestID) // a string: cannot fail
-		out.WriteString(`{"requestId":`)
-		out.Write(id)
-		if rest := bytes.TrimSpace(r.Body[1:]); len(rest) > 0 && rest[0] != '}' {
-			out.WriteByte(',')
-		}
-		out.Write(r.Body[1:])
-		return events.APIGatewayProxyResponse{StatusCode: r.StatusCode, Headers: h, Body: out.String()}
-	}
-	return events.APIGatewayProxyResponse{StatusCode: r.StatusCode, Headers: h, Body: string(body)}
-}
-
-// errorReply renders err for the call requestID.
-func errorReply(requestID string, err error) events.APIGatewayProxyResponse {
-	return render(errReply(err), requestID)
+	return append(out, body[1:]...)
 }
 
 // RetryAfterActiveBatches is the Retry-After, in seconds, of a batch
@@ -463,24 +377,22 @@ func notAllowed(method string, allowed ...string) error {
 }
 
 // idempotent runs fn under the Idempotency-Key of req, if any, and renders
-// its reply (or the stored one) for this call. Classified errors from fn are
+// returns its reply (or the stored one). Classified errors from fn are
 // replies, so a 4xx is stored and replayed like any other answer while a 5xx
 // leaves no record.
-func (h *Handler) idempotent(ctx context.Context, req events.APIGatewayProxyRequest, p Principal, raw []byte, fn func(ctx context.Context) idempotency.Reply) (events.APIGatewayProxyResponse, idempotency.Reply, bool, error) {
-	rid := req.RequestContext.RequestID
-	key, present := header(req, "Idempotency-Key")
+func (h *Handler) idempotent(ctx context.Context, req *request, p evs.Principal, raw []byte, fn func(ctx context.Context) idempotency.Reply) (idempotency.Reply, bool, error) {
+	key, present := req.header("Idempotency-Key")
 	if !present {
-		r := fn(ctx)
-		return render(r, rid), r, false, nil
+		return fn(ctx), false, nil
 	}
 	if err := idempotency.ValidKey(key); err != nil {
-		return events.APIGatewayProxyResponse{}, idempotency.Reply{}, false, err
+		return idempotency.Reply{}, false, err
 	}
-	ct, _ := header(req, "Content-Type")
+	ct, _ := req.header("Content-Type")
 	r, replayed, err := h.d.Idempotency.Do(ctx, idempotency.Request{
 		AccountID:   p.AccountID,
-		Method:      req.HTTPMethod,
-		Path:        req.Path,
+		Method:      req.method,
+		Path:        req.path,
 		Key:         key,
 		ContentType: ct,
 		Body:        raw,
@@ -503,86 +415,10 @@ func (h *Handler) idempotent(ctx context.Context, req events.APIGatewayProxyRequ
 		return r, nil
 	})
 	if errors.Is(err, errNotKept) {
-		return render(r, rid), r, false, nil
+		return r, false, nil
 	}
 	if err != nil {
-		return events.APIGatewayProxyResponse{}, idempotency.Reply{}, false, err
+		return idempotency.Reply{}, false, err
 	}
-	return render(r, rid), r, replayed, nil
-}
-
-// Call is a call's one log line. Its fields are ids, the route template and
-// a domain: never an address or a key. On Lambda the handler is the whole
-// call and writes the line itself; `evs serve`'s gateway, which also
-// answers calls no handler sees (no route, no key, throttled, body too
-// large), writes it instead and lends the handler its Call through the
-// context (WithCall) for what only the handler knows.
-type Call struct {
-	RequestID string
-	Method    string
-	// Route is the route's template, "" when no route matched.
-	Route     string
-	AccountID string
-	// ClientAddr is the address of the client (`evs serve`: the peer, or
-	// behind a trusted proxy the address it forwarded for; Lambda: API
-	// Gateway's sourceIp); logged as "client" when known.
-	ClientAddr netip.Addr
-	Status     int
-	Start      time.Time
-	// Err is the cause of a 5xx, logged at ERROR level; the client saw only
-	// the envelope.
-	Err error
-	// Attr is the handler's own field: the address's domain or the batch id.
-	Attr slog.Attr
-}
-
-type callKey struct{}
-
-// WithCall returns ctx carrying c: a handler called with it puts its part of
-// the line in c and leaves the writing to the caller.
-func WithCall(ctx context.Context, c *Call) context.Context {
-	return context.WithValue(ctx, callKey{}, c)
-}
-
-// Log writes the line of a call that ended at end.
-func (c *Call) Log(ctx context.Context, l *slog.Logger, end time.Time) {
-	level := slog.LevelInfo
-	if c.Err != nil && c.Status >= 500 {
-		level = slog.LevelError
-	}
-	// The record goes to the handler directly: Logger.LogAttrs would also
-	// walk the stack for a source position no one logs, on every call.
-	h := l.Handler()
-	if !h.Enabled(ctx, level) {
-		return
-	}
-	rec := slog.NewRecord(end, level, "call", 0)
-	rec.AddAttrs(
-		slog.String("requestId", c.RequestID),
-		slog.String("method", c.Method),
-		slog.String("route", c.Route),
-		slog.Int("status", c.Status),
-		slog.Int64("latencyMs", end.Sub(c.Start).Milliseconds()),
-		slog.String("accountId", c.AccountID),
-	)
-	if c.ClientAddr.IsValid() {
-		rec.AddAttrs(slog.String("client", c.ClientAddr.String()))
-	}
-	if level == slog.LevelError {
-		rec.AddAttrs(slog.String("error", c.Err.Error()))
-	}
-	rec.AddAttrs(c.Attr)
-	_ = h.Handle(ctx, rec)
-}
-
-// logCall gives the call's line its handler's part: to the caller's Call,
-// or written now.
-func (h *Handler) logCall(ctx context.Context, req events.APIGatewayProxyRequest, p Principal, status int, start time.Time, err error, attr slog.Attr) {
-	if c, ok := ctx.Value(callKey{}).(*Call); ok {
-		c.Err, c.Attr = err, attr
-		return
-	}
-	client, _ := netip.ParseAddr(req.RequestContext.Identity.SourceIP)
-	c := Call{RequestID: req.RequestContext.RequestID, Method: req.HTTPMethod, Route: req.Resource, AccountID: p.AccountID, ClientAddr: client, Status: status, Start: start, Err: err, Attr: attr}
-	c.Log(ctx, h.d.Logger, h.d.Now())
+	return r, replayed, nil
 }

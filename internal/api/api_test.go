@@ -15,6 +15,7 @@ import (
 
 	"github.com/evs-dev/evs/internal/api"
 	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/gateway"
 	"github.com/evs-dev/evs/internal/idempotency"
 	"github.com/evs-dev/evs/internal/sqlitestore"
 	"github.com/evs-dev/evs/internal/testkit"
@@ -48,6 +49,7 @@ func (q *queue) Enqueue(_ context.Context, b evs.Batch) error {
 
 type fixture struct {
 	h     *api.Handler
+	fn    gateway.Handler
 	q     *queue
 	clock *testkit.Clock
 	seq   int
@@ -83,7 +85,8 @@ func newFixtureWith(t *testing.T, with func(*api.Deps)) *fixture {
 	if with != nil {
 		with(&d)
 	}
-	return &fixture{h: api.New(d), q: q, clock: clock, logs: logs}
+	h := api.New(d)
+	return &fixture{h: h, fn: gateway.Proxy(api.Mux(api.ObserveOptions{Logger: d.Logger}, h.MountAll(nil))), q: q, clock: clock, logs: logs}
 }
 
 // event builds the proxy event of one call by account acct.
@@ -147,7 +150,7 @@ type errorBody struct {
 func TestVerifyReplies(t *testing.T) {
 	f := newFixture(t)
 	ev := f.event("acct-1", http.MethodPost, "/v1/verify", nil, `{"email":"team+mailbox_full@x.example","mode":"quick"}`, nil)
-	r, err := f.h.Verify(context.Background(), ev)
+	r, err := f.fn(context.Background(), ev)
 	if err != nil || r.StatusCode != http.StatusOK {
 		t.Fatalf("verify: %d %v %s", r.StatusCode, err, r.Body)
 	}
@@ -191,7 +194,7 @@ func TestVerifyRejects(t *testing.T) {
 			f := newFixture(t)
 			ev := f.event("acct-1", tt.method, "/v1/verify", nil, tt.body, map[string]string{"Content-Type": tt.contentType})
 			ev.IsBase64Encoded = tt.base64
-			r, err := f.h.Verify(context.Background(), ev)
+			r, err := f.fn(context.Background(), ev)
 			if err != nil || r.StatusCode != tt.status {
 				t.Fatalf("status %d (%v), want %d: %s", r.StatusCode, err, tt.status, r.Body)
 			}
@@ -211,7 +214,7 @@ func TestNoAuthorizerContextIsOurFault(t *testing.T) {
 	f := newFixture(t)
 	ev := f.event("", http.MethodPost, "/v1/verify", nil, `{"email":"a@x.example"}`, nil)
 	ev.RequestContext.Authorizer = nil
-	r, _ := f.h.Verify(context.Background(), ev)
+	r, _ := f.fn(context.Background(), ev)
 	var e errorBody
 	decode(t, ev, r, &e)
 	if r.StatusCode != 500 || e.Error.Code != evs.CodeInternal || strings.Contains(e.Error.Message, "authorizer") {
@@ -225,10 +228,10 @@ func TestVerifyIdempotentReplay(t *testing.T) {
 	f := newFixture(t)
 	key := map[string]string{"Idempotency-Key": "order-17"}
 	first := f.event("acct-1", http.MethodPost, "/v1/verify", nil, `{"email":"accepted_email@x.example"}`, key)
-	r1, _ := f.h.Verify(context.Background(), first)
+	r1, _ := f.fn(context.Background(), first)
 	f.clock.Advance(time.Minute) // a re-run would stamp another checkedAt
 	again := f.event("acct-1", http.MethodPost, "/v1/verify", nil, ` {"email": "accepted_email@x.example"} `, key)
-	r2, _ := f.h.Verify(context.Background(), again)
+	r2, _ := f.fn(context.Background(), again)
 	decode(t, first, r1, nil)
 	decode(t, again, r2, nil)
 	if r1.StatusCode != 200 || r2.StatusCode != 200 || r2.Headers["Idempotent-Replayed"] != "true" || r1.Headers["Idempotent-Replayed"] != "" {
@@ -240,7 +243,7 @@ func TestVerifyIdempotentReplay(t *testing.T) {
 	// The same key for another request is refused, and an error reply is
 	// stored and replayed like a success.
 	other := f.event("acct-1", http.MethodPost, "/v1/verify", nil, `{"email":"someone@x.example"}`, key)
-	r3, _ := f.h.Verify(context.Background(), other)
+	r3, _ := f.fn(context.Background(), other)
 	var e errorBody
 	decode(t, other, r3, &e)
 	if r3.StatusCode != 422 || e.Error.Code != evs.CodeIdempotencyKeyReused {
@@ -249,8 +252,8 @@ func TestVerifyIdempotentReplay(t *testing.T) {
 	bad := map[string]string{"Idempotency-Key": "bad-1"}
 	b1 := f.event("acct-1", http.MethodPost, "/v1/verify", nil, `{"email":""}`, bad)
 	b2 := f.event("acct-1", http.MethodPost, "/v1/verify", nil, `{"email":""}`, bad)
-	r4, _ := f.h.Verify(context.Background(), b1)
-	r5, _ := f.h.Verify(context.Background(), b2)
+	r4, _ := f.fn(context.Background(), b1)
+	r5, _ := f.fn(context.Background(), b2)
 	decode(t, b1, r4, nil)
 	decode(t, b2, r5, nil)
 	if r4.StatusCode != 400 || r5.StatusCode != 400 || r5.Headers["Idempotent-Replayed"] != "" {
@@ -277,7 +280,7 @@ func TestBatchLifecycle(t *testing.T) {
 	key := map[string]string{"Idempotency-Key": "list-1"}
 	body := `{"emails":["accepted_email@x.example","accepted_email@X.Example","not an address","rejected_email@x.example"],"mode":"quick"}`
 	create := f.event("acct-1", http.MethodPost, "/v1/requests", nil, body, key)
-	r, _ := f.h.Requests(ctx, create)
+	r, _ := f.fn(ctx, create)
 	var env envelope
 	decode(t, create, r, &env)
 	if r.StatusCode != 201 || env.Request.State != "queued" || env.Counters.Total != 4 || env.Counters.Duplicates != 1 || env.Replayed {
@@ -290,25 +293,25 @@ func TestBatchLifecycle(t *testing.T) {
 
 	// Another account cannot see it.
 	get := f.event("acct-2", http.MethodGet, "/v1/requests/{id}", id, "", nil)
-	if r, _ := f.h.Requests(ctx, get); r.StatusCode != 404 {
+	if r, _ := f.fn(ctx, get); r.StatusCode != 404 {
 		t.Fatalf("other account: %d %s", r.StatusCode, r.Body)
 	}
 
 	// Cancel, then a replayed create answers with the batch as it is now.
 	cancel := f.event("acct-1", http.MethodPost, "/v1/requests/{id}/cancel", id, "", nil)
-	r, _ = f.h.Requests(ctx, cancel)
+	r, _ = f.fn(ctx, cancel)
 	decode(t, cancel, r, &env)
 	if r.StatusCode != 200 || env.Request.State != "cancelled" || env.Request.CompletedAt == "" {
 		t.Fatalf("cancel: %d %s", r.StatusCode, r.Body)
 	}
 	replay := f.event("acct-1", http.MethodPost, "/v1/requests", nil, body, key)
-	r, _ = f.h.Requests(ctx, replay)
+	r, _ = f.fn(ctx, replay)
 	decode(t, replay, r, &env)
 	if r.StatusCode != 200 || !env.Replayed || env.Request.State != "cancelled" || r.Headers["Idempotent-Replayed"] != "true" || len(f.q.batches) != 1 {
 		t.Fatalf("replayed create: %d %v %s", r.StatusCode, r.Headers, r.Body)
 	}
 	again := f.event("acct-1", http.MethodPost, "/v1/requests/{id}/cancel", id, "", nil)
-	r, _ = f.h.Requests(ctx, again)
+	r, _ = f.fn(ctx, again)
 	var e errorBody
 	decode(t, again, r, &e)
 	if r.StatusCode != 409 || e.Error.Code != evs.CodeInvalidState || !strings.Contains(e.Error.Message, "cancelled") {
@@ -340,7 +343,7 @@ func TestBatchRejects(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			f := newFixture(t)
 			ev := f.event("acct-1", tt.method, tt.resource, tt.params, tt.body, map[string]string{"Content-Type": tt.contentType})
-			r, err := f.h.Requests(context.Background(), ev)
+			r, err := f.fn(context.Background(), ev)
 			var e errorBody
 			decode(t, ev, r, &e)
 			if err != nil || r.StatusCode != tt.status || e.Error.Code != tt.code {
@@ -356,7 +359,7 @@ func TestBatchQueueDown(t *testing.T) {
 	f := newFixture(t)
 	f.q.fail = evs.Wrap(fmt.Errorf("queue down"), evs.CodeUnavailable, "The queue is unavailable.")
 	ev := f.event("acct-1", http.MethodPost, "/v1/requests", nil, `{"emails":["a@x.example"]}`, nil)
-	r, _ := f.h.Requests(context.Background(), ev)
+	r, _ := f.fn(context.Background(), ev)
 	var e errorBody
 	decode(t, ev, r, &e)
 	if r.StatusCode != 503 || e.Error.Code != evs.CodeUnavailable || strings.Contains(r.Body, "queue down") {
@@ -368,7 +371,7 @@ func TestResultsCSV(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
 	ev := f.event("acct-1", http.MethodPost, "/v1/requests", nil, "email\n=cmd@x.example\n", map[string]string{"Content-Type": "text/csv"})
-	r, _ := f.h.Requests(ctx, ev)
+	r, _ := f.fn(ctx, ev)
 	var env envelope
 	decode(t, ev, r, &env)
 	if r.StatusCode != 201 || env.Counters.Total != 1 {
@@ -377,7 +380,7 @@ func TestResultsCSV(t *testing.T) {
 	// Nothing processed yet: the CSV has its header row alone, and the reply
 	// carries its id in the header only.
 	get := f.event("acct-1", http.MethodGet, "/v1/requests/{id}/results", map[string]string{"id": env.Request.ID}, "", map[string]string{"Accept": "text/csv"})
-	r, _ = f.h.Requests(ctx, get)
+	r, _ = f.fn(ctx, get)
 	if r.StatusCode != 200 || r.Headers["Content-Type"] != "text/csv; charset=utf-8" || r.Headers["X-Request-Id"] != get.RequestContext.RequestID ||
 		r.Body != "email,status,reason,suggestion,disposable,role,free,acceptAll,provider,score\n" {
 		t.Fatalf("csv results: %d %v %q", r.StatusCode, r.Headers, r.Body)

@@ -41,7 +41,7 @@ func TestLambdaBatchBodyLimit(t *testing.T) {
 	ctx := context.Background()
 
 	ev := base64Event(f, paddedBatch(api.LambdaMaxBatchBody))
-	r, _ := f.h.Requests(ctx, ev)
+	r, _ := f.fn(ctx, ev)
 	var env envelope
 	decode(t, ev, r, &env)
 	if r.StatusCode != http.StatusCreated || env.Counters.Total != 1 {
@@ -49,7 +49,7 @@ func TestLambdaBatchBodyLimit(t *testing.T) {
 	}
 
 	ev = base64Event(f, paddedBatch(api.LambdaMaxBatchBody+1))
-	r, _ = f.h.Requests(ctx, ev)
+	r, _ = f.fn(ctx, ev)
 	var e errorBody
 	decode(t, ev, r, &e)
 	if r.StatusCode != http.StatusRequestEntityTooLarge || e.Error.Code != evs.CodePayloadTooLarge ||
@@ -66,11 +66,11 @@ func TestLambdaBatchBodyLimit(t *testing.T) {
 func TestDefaultBatchBodyLimit(t *testing.T) {
 	f := newFixture(t)
 	ev := f.event("acct-1", http.MethodPost, "/v1/requests", nil, paddedBatch(api.MaxBatchBody), nil)
-	if r, _ := f.h.Requests(context.Background(), ev); r.StatusCode != http.StatusCreated {
+	if r, _ := f.fn(context.Background(), ev); r.StatusCode != http.StatusCreated {
 		t.Fatalf("6 MiB: %d %.300s", r.StatusCode, r.Body)
 	}
 	ev = f.event("acct-1", http.MethodPost, "/v1/requests", nil, paddedBatch(api.MaxBatchBody+1), nil)
-	r, _ := f.h.Requests(context.Background(), ev)
+	r, _ := f.fn(context.Background(), ev)
 	var e errorBody
 	decode(t, ev, r, &e)
 	if r.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(e.Error.Message, strconv.Itoa(api.MaxBatchBody)+" bytes") {

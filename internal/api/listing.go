@@ -5,9 +5,8 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/aws/aws-lambda-go/events"
-
 	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/idempotency"
 )
 
 // listItem is one batch of GET /v1/requests: the batch envelope of GET
@@ -35,22 +34,22 @@ type listCursor struct {
 
 // listBatches answers GET /v1/requests: the account's batches, newest
 // first, a page at a time (contract, section 13).
-func (h *Handler) listBatches(ctx context.Context, req events.APIGatewayProxyRequest, p Principal) (events.APIGatewayProxyResponse, error) {
-	q := req.QueryStringParameters
+func (h *Handler) listBatches(ctx context.Context, req *request, p evs.Principal) (idempotency.Reply, error) {
+	q := req.query
 	for k := range q {
 		if k != "limit" && k != "cursor" {
-			return events.APIGatewayProxyResponse{}, evs.Errorf(evs.CodeInvalidRequest, "Unknown query parameter %q.", k)
+			return idempotency.Reply{}, evs.Errorf(evs.CodeInvalidRequest, "Unknown query parameter %q.", k)
 		}
 	}
 	limit, err := parseLimit(q)
 	if err != nil {
-		return events.APIGatewayProxyResponse{}, err
+		return idempotency.Reply{}, err
 	}
 	var after evs.BatchPos
 	if s, ok := q["cursor"]; ok {
 		var c listCursor
 		if !decodeToken(s, &c) || c.ID == "" {
-			return events.APIGatewayProxyResponse{}, errBadCursor()
+			return idempotency.Reply{}, errBadCursor()
 		}
 		after = evs.BatchPos{CreatedAt: time.Unix(0, c.Created).UTC(), ID: c.ID}
 	}
@@ -59,7 +58,7 @@ func (h *Handler) listBatches(ctx context.Context, req events.APIGatewayProxyReq
 	// an empty one.
 	bs, err := h.d.Batches.ListBatches(ctx, p.AccountID, after, limit+1)
 	if err != nil {
-		return events.APIGatewayProxyResponse{}, err
+		return idempotency.Reply{}, err
 	}
 	out := listPage{Requests: make([]listItem, 0, min(len(bs), limit))}
 	if len(bs) > limit {
@@ -72,5 +71,5 @@ func (h *Handler) listBatches(ctx context.Context, req events.APIGatewayProxyReq
 		e := envelopeOf(b, false)
 		out.Requests = append(out.Requests, listItem{Request: e.Request, Counters: e.Counters})
 	}
-	return render(jsonReply(http.StatusOK, out), req.RequestContext.RequestID), nil
+	return jsonReply(http.StatusOK, out), nil
 }

@@ -86,7 +86,7 @@ const counterGrace = 48 * time.Hour
 
 // chargeQuota charges n addresses to the account. refund gives the charge
 // back (best effort) when the work it paid for is not done after all.
-func (h *Handler) chargeQuota(ctx context.Context, p Principal, n int) (refund func(), err error) {
+func (h *Handler) chargeQuota(ctx context.Context, p evs.Principal, n int) (refund func(), err error) {
 	q := h.d.Quota
 	if q.Limit <= 0 || n <= 0 {
 		return func() {}, nil
@@ -112,7 +112,7 @@ const keysPeriod = "idempotency-keys/"
 // chargeKey charges one new Idempotency-Key to the account's day, UTC
 // (Quota.IdempotencyKeys). refund gives it back when the call's record is
 // not kept after all (a 429 or a 5xx), since only kept records take space.
-func (h *Handler) chargeKey(ctx context.Context, p Principal) (refund func(), err error) {
+func (h *Handler) chargeKey(ctx context.Context, p evs.Principal) (refund func(), err error) {
 	q := h.d.Quota
 	if q.IdempotencyKeys <= 0 || q.Store == nil {
 		return func() {}, nil

@@ -21,17 +21,17 @@ func TestDailyQuotaRefundsUnqueuedBatch(t *testing.T) {
 	ctx := context.Background()
 	f.q.fail = evs.Wrap(errors.New("queue down"), evs.CodeUnavailable, "The queue is unavailable.")
 	ev := f.event("acct-1", http.MethodPost, "/v1/requests", nil, `{"emails":["a@x.example","b@x.example"]}`, nil)
-	if r, _ := f.h.Requests(ctx, ev); r.StatusCode != http.StatusServiceUnavailable {
+	if r, _ := f.fn(ctx, ev); r.StatusCode != http.StatusServiceUnavailable {
 		t.Fatalf("unqueued batch: %d %s", r.StatusCode, r.Body)
 	}
 	for i := range 2 {
 		ev := f.event("acct-1", http.MethodPost, "/v1/verify", nil, `{"email":"accepted_email@x.example"}`, nil)
-		if r, _ := f.h.Verify(ctx, ev); r.StatusCode != http.StatusOK {
+		if r, _ := f.fn(ctx, ev); r.StatusCode != http.StatusOK {
 			t.Fatalf("verify %d after the refund: %d %s", i+1, r.StatusCode, r.Body)
 		}
 	}
 	ev = f.event("acct-1", http.MethodPost, "/v1/verify", nil, `{"email":"accepted_email@x.example"}`, nil)
-	r, _ := f.h.Verify(ctx, ev)
+	r, _ := f.fn(ctx, ev)
 	var e errorBody
 	decode(t, ev, r, &e)
 	// epoch is 10:00 UTC: 14 hours to the next day.

@@ -16,7 +16,6 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/aws/aws-lambda-go/events"
 	"github.com/google/uuid"
 
 	"github.com/evs-dev/evs/internal/addrlist"
@@ -44,77 +43,6 @@ const (
 	DefaultPageLimit  = 100
 	MaxPageLimit      = 1000
 )
-
-// Requests serves every /v1/requests route.
-func (h *Handler) Requests(ctx context.Context, req events.APIGatewayProxyRequest) (events.APIGatewayProxyResponse, error) {
-	start := h.d.Now()
-	rid := req.RequestContext.RequestID
-	p, err := principal(req)
-	var resp events.APIGatewayProxyResponse
-	if err == nil {
-		resp, err = h.requests(ctx, req, p)
-	}
-	if err != nil {
-		resp = errorReply(rid, err)
-	}
-	batchID := req.PathParameters["id"]
-	if batchID == "" {
-		// A create names its batch in Location.
-		batchID, _ = strings.CutPrefix(resp.Headers["Location"], batchPath(""))
-	}
-	h.logCall(ctx, req, p, resp.StatusCode, start, err, slog.String("batchId", batchID))
-	return resp, nil
-}
-
-func (h *Handler) requests(ctx context.Context, req events.APIGatewayProxyRequest, p Principal) (events.APIGatewayProxyResponse, error) {
-	if req.Resource != "/v1/requests" || req.HTTPMethod != http.MethodPost {
-		// The routes that take no body refuse a large one as `evs serve`'s
-		// gateway does, whatever the method; only batch creation takes one.
-		raw, err := body(req)
-		if err != nil {
-			return events.APIGatewayProxyResponse{}, err
-		}
-		if len(raw) > MaxOtherBody {
-			return events.APIGatewayProxyResponse{}, TooLarge(req.Resource, MaxOtherBody)
-		}
-	}
-	switch req.Resource {
-	case "/v1/requests":
-		switch req.HTTPMethod {
-		case http.MethodPost:
-			return h.createBatch(ctx, req, p)
-		case http.MethodGet:
-			return h.listBatches(ctx, req, p)
-		}
-		return events.APIGatewayProxyResponse{}, notAllowed(req.HTTPMethod, http.MethodGet, http.MethodPost)
-	case "/v1/requests/{id}":
-		if req.HTTPMethod != http.MethodGet {
-			return events.APIGatewayProxyResponse{}, notAllowed(req.HTTPMethod, http.MethodGet)
-		}
-		return h.getBatch(ctx, req, p)
-	case "/v1/requests/{id}/results":
-		if req.HTTPMethod != http.MethodGet {
-			return events.APIGatewayProxyResponse{}, notAllowed(req.HTTPMethod, http.MethodGet)
-		}
-		return h.results(ctx, req, p)
-	case "/v1/requests/{id}/export":
-		if req.HTTPMethod != http.MethodGet {
-			return events.APIGatewayProxyResponse{}, notAllowed(req.HTTPMethod, http.MethodGet)
-		}
-		return h.export(ctx, req, p)
-	case "/v1/requests/{id}/cancel":
-		if req.HTTPMethod != http.MethodPost {
-			return events.APIGatewayProxyResponse{}, notAllowed(req.HTTPMethod, http.MethodPost)
-		}
-		return h.cancel(ctx, req, p)
-	case "/v1/uploads":
-		if req.HTTPMethod != http.MethodPost {
-			return events.APIGatewayProxyResponse{}, notAllowed(req.HTTPMethod, http.MethodPost)
-		}
-		return h.createUpload(ctx, req, p)
-	}
-	return events.APIGatewayProxyResponse{}, evs.Errorf(evs.CodeNotFound, "No such route.")
-}
 
 // batchEnvelope is the batch object of the contract, section 3.
 type batchEnvelope struct {
@@ -153,8 +81,8 @@ func envelopeOf(b evs.Batch, replayed bool) batchEnvelope {
 func batchPath(id string) string { return "/v1/requests/" + id }
 
 // batchID validates the {id} path parameter.
-func batchID(req events.APIGatewayProxyRequest) (string, error) {
-	id := req.PathParameters["id"]
+func batchID(req *request) (string, error) {
+	id := req.r.PathValue("id")
 	u, err := uuid.Parse(id)
 	if err != nil || len(id) != 36 {
 		return "", evs.Errorf(evs.CodeInvalidRequest, "The request id must be a UUID.")
@@ -199,36 +127,32 @@ func (l *addressList) add(addr string) error {
 	return nil
 }
 
-func (h *Handler) createBatch(ctx context.Context, req events.APIGatewayProxyRequest, p Principal) (events.APIGatewayProxyResponse, error) {
-	rid := req.RequestContext.RequestID
-	raw, err := body(req)
-	if err != nil {
-		return events.APIGatewayProxyResponse{}, err
-	}
+func (h *Handler) createBatch(ctx context.Context, req *request, p evs.Principal) (idempotency.Reply, error) {
+	raw := req.body
 	if int64(len(raw)) > h.d.MaxBatchBody {
-		return events.APIGatewayProxyResponse{}, TooLarge(req.Resource, h.d.MaxBatchBody)
+		return idempotency.Reply{}, TooLarge(req.route, h.d.MaxBatchBody)
 	}
 	in, err := parseBatch(req, raw)
 	if err != nil {
-		return events.APIGatewayProxyResponse{}, err
+		return idempotency.Reply{}, err
 	}
 	if err := h.checkCallback(in.callbackURL); err != nil {
-		return events.APIGatewayProxyResponse{}, err
+		return idempotency.Reply{}, err
 	}
-	key, keyed := header(req, "Idempotency-Key")
-	ct, _ := header(req, "Content-Type")
+	key, keyed := req.header("Idempotency-Key")
+	ct, _ := req.header("Content-Type")
 	// found: the batch this call would create already exists, made by an
 	// earlier call with the same key and request whose reply was lost.
 	found := false
-	resp, stored, replayed, err := h.idempotent(ctx, req, p, raw, func(ctx context.Context) idempotency.Reply {
+	stored, replayed, err := h.idempotent(ctx, req, p, raw, func(ctx context.Context) idempotency.Reply {
 		var b evs.Batch
 		var err error
 		switch {
 		case in.uploadID != "":
 			b, err = h.storeUploadBatch(ctx, p, in)
 		case keyed:
-			scope := idempotency.Scope(p.AccountID, req.HTTPMethod, req.Path, key)
-			b, found, err = h.storeKeyedBatch(ctx, p, in, scope, idempotency.Fingerprint(req.HTTPMethod, req.Path, ct, raw))
+			scope := idempotency.Scope(p.AccountID, req.method, req.path, key)
+			b, found, err = h.storeKeyedBatch(ctx, p, in, scope, idempotency.Fingerprint(req.method, req.path, ct, raw))
 		default:
 			b, err = h.storeBatch(ctx, p, in, "")
 		}
@@ -242,22 +166,22 @@ func (h *Handler) createBatch(ctx context.Context, req events.APIGatewayProxyReq
 		return r
 	})
 	if err != nil || !replayed && !found {
-		return resp, err
+		return stored, err
 	}
 	// A replayed creation answers with the batch as it is now (contract,
 	// section 1), not the stored snapshot; the stored reply names it in
 	// Location. A stored error is replayed as is.
 	id, ok := strings.CutPrefix(stored.Headers["Location"], batchPath(""))
 	if stored.StatusCode != http.StatusCreated || !ok {
-		return resp, nil
+		return stored, nil
 	}
 	b, err := h.d.Batches.Batch(ctx, p.AccountID, id)
 	if err != nil {
-		return events.APIGatewayProxyResponse{}, err
+		return idempotency.Reply{}, err
 	}
 	out := jsonReply(http.StatusOK, h.withCallback(ctx, p.AccountID, envelopeOf(b, true)))
 	out.Headers = map[string]string{"Location": batchPath(b.ID), idempotency.ReplayedHeader: "true"}
-	return render(out, rid), nil
+	return out, nil
 }
 
 // keyedNamespace derives the ID of a batch created under an
@@ -291,7 +215,7 @@ const unqueuedReason = "the batch could not be queued"
 // created its batch but failed to store its reply (a full disk) answered
 // 5xx without a record, and its retry answers with the batch it made
 // rather than make a second one.
-func (h *Handler) storeKeyedBatch(ctx context.Context, p Principal, in parsedBatch, scope, fingerprint string) (evs.Batch, bool, error) {
+func (h *Handler) storeKeyedBatch(ctx context.Context, p evs.Principal, in parsedBatch, scope, fingerprint string) (evs.Batch, bool, error) {
 	now := h.d.Now()
 	for gen := range maxGenerations {
 		id := keyedBatchID(scope, fingerprint, gen)
@@ -322,7 +246,7 @@ func (h *Handler) storeKeyedBatch(ctx context.Context, p Principal, in parsedBat
 // storeBatch stores the batch of a read list with its items in one step
 // and queues it. A batch that cannot be queued is marked failed, so it
 // never sits in "queued" forever. id is the batch's ID ("" for a new one).
-func (h *Handler) storeBatch(ctx context.Context, p Principal, in parsedBatch, id string) (evs.Batch, error) {
+func (h *Handler) storeBatch(ctx context.Context, p evs.Principal, in parsedBatch, id string) (evs.Batch, error) {
 	now := h.d.Now().UTC()
 	items := in.list.items
 	if id == "" {
@@ -382,7 +306,7 @@ func dedupKey(email string) (key, domain string) {
 	return "valid:" + key, domain
 }
 
-func parseBatch(req events.APIGatewayProxyRequest, raw []byte) (parsedBatch, error) {
+func parseBatch(req *request, raw []byte) (parsedBatch, error) {
 	switch mediaType(req) {
 	case "application/json":
 		return parseBatchJSON(req, raw)
@@ -404,9 +328,9 @@ func parseMode(s string, present bool) (evs.Mode, error) {
 	return m, nil
 }
 
-func parseBatchJSON(req events.APIGatewayProxyRequest, raw []byte) (parsedBatch, error) {
+func parseBatchJSON(req *request, raw []byte) (parsedBatch, error) {
 	for _, q := range []string{"mode", "callbackUrl", "maxAge"} {
-		if _, ok := req.QueryStringParameters[q]; ok {
+		if _, ok := req.query[q]; ok {
 			return parsedBatch{}, evs.Errorf(evs.CodeInvalidRequest, "With a JSON body the %s goes in the body, not the query.", q)
 		}
 	}
@@ -498,19 +422,19 @@ func checkEmail(s string, i int) error {
 
 // parseBatchCSV reads the first column of every row (addrlist.CSV says
 // which rows count).
-func parseBatchCSV(req events.APIGatewayProxyRequest, raw []byte) (parsedBatch, error) {
-	modeText, present := req.QueryStringParameters["mode"]
+func parseBatchCSV(req *request, raw []byte) (parsedBatch, error) {
+	modeText, present := req.query["mode"]
 	mode, err := parseMode(modeText, present)
 	if err != nil {
 		return parsedBatch{}, err
 	}
 	out := parsedBatch{mode: mode}
-	if q, ok := req.QueryStringParameters["maxAge"]; ok {
+	if q, ok := req.query["maxAge"]; ok {
 		if out.maxAge, err = parseMaxAge(json.RawMessage(q)); err != nil || q == "" {
 			return parsedBatch{}, errMaxAge
 		}
 	}
-	if u, ok := req.QueryStringParameters["callbackUrl"]; ok {
+	if u, ok := req.query["callbackUrl"]; ok {
 		if out.callbackURL = u; u == "" {
 			return parsedBatch{}, evs.Errorf(evs.CodeInvalidRequest, "The callbackUrl is empty.")
 		}
@@ -524,27 +448,27 @@ func parseBatchCSV(req events.APIGatewayProxyRequest, raw []byte) (parsedBatch, 
 	return out, nil
 }
 
-func (h *Handler) getBatch(ctx context.Context, req events.APIGatewayProxyRequest, p Principal) (events.APIGatewayProxyResponse, error) {
+func (h *Handler) getBatch(ctx context.Context, req *request, p evs.Principal) (idempotency.Reply, error) {
 	id, err := batchID(req)
 	if err != nil {
-		return events.APIGatewayProxyResponse{}, err
+		return idempotency.Reply{}, err
 	}
 	if v, ok := h.d.Batches.(batchViewer); ok && h.d.Deliveries != nil {
 		b, d, found, err := v.BatchView(ctx, p.AccountID, id)
 		if err != nil {
-			return events.APIGatewayProxyResponse{}, err
+			return idempotency.Reply{}, err
 		}
 		e := envelopeOf(b, false)
 		if found {
 			e = withDelivery(e, d)
 		}
-		return render(jsonReply(http.StatusOK, e), req.RequestContext.RequestID), nil
+		return jsonReply(http.StatusOK, e), nil
 	}
 	b, err := h.d.Batches.Batch(ctx, p.AccountID, id)
 	if err != nil {
-		return events.APIGatewayProxyResponse{}, err
+		return idempotency.Reply{}, err
 	}
-	return render(jsonReply(http.StatusOK, h.withCallback(ctx, p.AccountID, envelopeOf(b, false))), req.RequestContext.RequestID), nil
+	return jsonReply(http.StatusOK, h.withCallback(ctx, p.AccountID, envelopeOf(b, false))), nil
 }
 
 // batchViewer is a batch store that reads a batch and its delivery in one
@@ -555,19 +479,16 @@ type batchViewer interface {
 	BatchView(ctx context.Context, accountID, id string) (b evs.Batch, d evs.Delivery, found bool, err error)
 }
 
-func (h *Handler) cancel(ctx context.Context, req events.APIGatewayProxyRequest, p Principal) (events.APIGatewayProxyResponse, error) {
+func (h *Handler) cancel(ctx context.Context, req *request, p evs.Principal) (idempotency.Reply, error) {
 	id, err := batchID(req)
 	if err != nil {
-		return events.APIGatewayProxyResponse{}, err
+		return idempotency.Reply{}, err
 	}
-	raw, err := body(req)
-	if err != nil {
-		return events.APIGatewayProxyResponse{}, err
-	}
+	raw := req.body
 	if strings.TrimSpace(string(raw)) != "" {
-		return events.APIGatewayProxyResponse{}, evs.Errorf(evs.CodeInvalidRequest, "Cancel takes no request body.")
+		return idempotency.Reply{}, evs.Errorf(evs.CodeInvalidRequest, "Cancel takes no request body.")
 	}
-	resp, _, _, err := h.idempotent(ctx, req, p, raw, func(ctx context.Context) idempotency.Reply {
+	resp, _, err := h.idempotent(ctx, req, p, raw, func(ctx context.Context) idempotency.Reply {
 		b, err := h.d.Batches.TransitionBatch(ctx, p.AccountID, id, []evs.State{evs.StateQueued, evs.StateRunning}, evs.StateCancelled, "", h.d.Now())
 		if err != nil {
 			if evs.ErrorCode(err) == evs.CodeInvalidState {
@@ -691,12 +612,12 @@ func parseLimit(q map[string]string) (int, error) {
 
 // filteredBatch reads the batch of a results route and its filters,
 // refusing a query parameter other than the filters and more.
-func (h *Handler) filteredBatch(ctx context.Context, req events.APIGatewayProxyRequest, p Principal, more ...string) (evs.Batch, filter, error) {
+func (h *Handler) filteredBatch(ctx context.Context, req *request, p evs.Principal, more ...string) (evs.Batch, filter, error) {
 	id, err := batchID(req)
 	if err != nil {
 		return evs.Batch{}, filter{}, err
 	}
-	q := req.QueryStringParameters
+	q := req.query
 	f, err := parseFilter(q)
 	if err != nil {
 		return evs.Batch{}, filter{}, err
@@ -710,36 +631,35 @@ func (h *Handler) filteredBatch(ctx context.Context, req events.APIGatewayProxyR
 	return b, f, err
 }
 
-func (h *Handler) results(ctx context.Context, req events.APIGatewayProxyRequest, p Principal) (events.APIGatewayProxyResponse, error) {
+func (h *Handler) results(ctx context.Context, req *request, p evs.Principal) (idempotency.Reply, error) {
 	b, f, err := h.filteredBatch(ctx, req, p, "limit", "cursor")
 	if err != nil {
-		return events.APIGatewayProxyResponse{}, err
+		return idempotency.Reply{}, err
 	}
-	q := req.QueryStringParameters
-	if accept, _ := header(req, "Accept"); wantsCSV(accept) {
+	q := req.query
+	if accept, _ := req.header("Accept"); wantsCSV(accept) {
 		return h.resultsCSV(ctx, req, p, b, f)
 	}
 	limit, err := parseLimit(q)
 	if err != nil {
-		return events.APIGatewayProxyResponse{}, err
+		return idempotency.Reply{}, err
 	}
 	c := cursor{After: -1, Status: f.status, MinScore: f.minScore}
 	if s, ok := q["cursor"]; ok {
 		if c, err = decodeCursor(s, f); err != nil {
-			return events.APIGatewayProxyResponse{}, err
+			return idempotency.Reply{}, err
 		}
 	}
 	page, next, err := h.page(ctx, b, c, f, limit)
 	if err != nil {
-		return events.APIGatewayProxyResponse{}, err
+		return idempotency.Reply{}, err
 	}
-	rid := req.RequestContext.RequestID
 	out := resultsPage{Results: page}
 	if next != nil {
 		s := encodeCursor(*next)
 		out.NextCursor = &s
 	}
-	return render(jsonReply(http.StatusOK, out), rid), nil
+	return jsonReply(http.StatusOK, out), nil
 }
 
 // page returns the next results after c. While a batch runs, results are
@@ -827,22 +747,22 @@ var csvHeader = []string{"email", "status", "reason", "suggestion", "disposable"
 // resultsCSV answers with every written result, in submission order. On
 // Lambda the reply is one payload (under the 6 MB limit for 50,000 rows);
 // locally the gateway writes it as it is.
-func (h *Handler) resultsCSV(ctx context.Context, req events.APIGatewayProxyRequest, p Principal, b evs.Batch, f filter) (events.APIGatewayProxyResponse, error) {
+func (h *Handler) resultsCSV(ctx context.Context, req *request, p evs.Principal, b evs.Batch, f filter) (idempotency.Reply, error) {
 	csvBody, err := h.csvList(ctx, p.AccountID, b.ID, f)
 	if err != nil {
-		return events.APIGatewayProxyResponse{}, err
+		return idempotency.Reply{}, err
 	}
 	if h.d.Exports != nil && len(csvBody) > h.d.MaxCSVReply {
 		url, expires, err := h.d.Exports.Export(ctx, p.AccountID, b.ID, h.origin(req), csvBody)
 		if err != nil {
-			return events.APIGatewayProxyResponse{}, err
+			return idempotency.Reply{}, err
 		}
 		r := jsonReply(http.StatusSeeOther, exportReply{URL: url, ExpiresAt: Time{Time: expires}})
 		r.Headers = map[string]string{"Location": url}
-		return render(r, req.RequestContext.RequestID), nil
+		return r, nil
 	}
 	r := idempotency.Reply{StatusCode: http.StatusOK, Headers: map[string]string{"Content-Type": "text/csv; charset=utf-8"}, Body: csvBody}
-	return render(r, req.RequestContext.RequestID), nil
+	return r, nil
 }
 
 // csvList renders the batch's written results that f keeps as the
@@ -886,28 +806,28 @@ func (h *Handler) csvList(ctx context.Context, accountID, batchID string, f filt
 // text/csv would give now, with the same filters, stored for a URL that
 // needs no key until it expires. A browser can fetch that URL without
 // sending the key anywhere but the API (the console's downloads).
-func (h *Handler) export(ctx context.Context, req events.APIGatewayProxyRequest, p Principal) (events.APIGatewayProxyResponse, error) {
+func (h *Handler) export(ctx context.Context, req *request, p evs.Principal) (idempotency.Reply, error) {
 	if h.d.ExportLinks == nil {
-		return events.APIGatewayProxyResponse{}, evs.Errorf(evs.CodeNotFound, "No such route.")
+		return idempotency.Reply{}, evs.Errorf(evs.CodeNotFound, "No such route.")
 	}
 	b, f, err := h.filteredBatch(ctx, req, p)
 	if err != nil {
-		return events.APIGatewayProxyResponse{}, err
+		return idempotency.Reply{}, err
 	}
 	csvBody, err := h.csvList(ctx, p.AccountID, b.ID, f)
 	if err != nil {
-		return events.APIGatewayProxyResponse{}, err
+		return idempotency.Reply{}, err
 	}
 	url, expires, err := h.d.ExportLinks.Export(ctx, p.AccountID, b.ID, h.origin(req), csvBody)
 	if err != nil {
-		return events.APIGatewayProxyResponse{}, err
+		return idempotency.Reply{}, err
 	}
-	return render(jsonReply(http.StatusOK, exportReply{URL: url, ExpiresAt: Time{Time: expires}}), req.RequestContext.RequestID), nil
+	return jsonReply(http.StatusOK, exportReply{URL: url, ExpiresAt: Time{Time: expires}}), nil
 }
 
 // origin is the API's origin as the client reaches it, for URLs that
 // `evs serve` itself answers: EVS_PUBLIC_URL, else the call's own.
-func (h *Handler) origin(req events.APIGatewayProxyRequest) string {
+func (h *Handler) origin(req *request) string {
 	if h.d.PublicURL != "" {
 		return h.d.PublicURL
 	}

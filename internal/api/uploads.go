@@ -10,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/aws/aws-lambda-go/events"
 	"github.com/google/uuid"
 
 	"github.com/evs-dev/evs/internal/addrlist"
@@ -63,30 +62,27 @@ type uploadReply struct {
 }
 
 // createUpload serves POST /v1/uploads.
-func (h *Handler) createUpload(ctx context.Context, req events.APIGatewayProxyRequest, p Principal) (events.APIGatewayProxyResponse, error) {
+func (h *Handler) createUpload(ctx context.Context, req *request, p evs.Principal) (idempotency.Reply, error) {
 	if h.d.Uploads == nil {
-		return events.APIGatewayProxyResponse{}, evs.Errorf(evs.CodeNotFound, "No such route.")
+		return idempotency.Reply{}, evs.Errorf(evs.CodeNotFound, "No such route.")
 	}
-	raw, err := body(req)
-	if err != nil {
-		return events.APIGatewayProxyResponse{}, err
-	}
+	raw := req.body
 	if mt := mediaType(req); mt != "application/json" {
-		return events.APIGatewayProxyResponse{}, evs.Errorf(evs.CodeInvalidRequest, "Content-Type must be application/json.")
+		return idempotency.Reply{}, evs.Errorf(evs.CodeInvalidRequest, "Content-Type must be application/json.")
 	}
 	var in uploadRequest
 	if err := decodeStrict(raw, &in); err != nil {
-		return events.APIGatewayProxyResponse{}, err
+		return idempotency.Reply{}, err
 	}
 	if in.ContentType == nil {
-		return events.APIGatewayProxyResponse{}, evs.Errorf(evs.CodeInvalidRequest, "Field \"contentType\" is required: \"text/csv\" or \"application/json\".")
+		return idempotency.Reply{}, evs.Errorf(evs.CodeInvalidRequest, "Field \"contentType\" is required: \"text/csv\" or \"application/json\".")
 	}
 	ct := *in.ContentType
 	if ct != "text/csv" && ct != "application/json" {
-		return events.APIGatewayProxyResponse{}, evs.Errorf(evs.CodeInvalidRequest, "Field \"contentType\" must be \"text/csv\" or \"application/json\".")
+		return idempotency.Reply{}, evs.Errorf(evs.CodeInvalidRequest, "Field \"contentType\" must be \"text/csv\" or \"application/json\".")
 	}
 	origin := h.origin(req)
-	resp, _, _, err := h.idempotent(ctx, req, p, raw, func(ctx context.Context) idempotency.Reply {
+	resp, _, err := h.idempotent(ctx, req, p, raw, func(ctx context.Context) idempotency.Reply {
 		now := h.d.Now().UTC()
 		u := evs.Upload{
 			ID: uuid.NewString(), AccountID: p.AccountID, ContentType: ct,
@@ -106,10 +102,10 @@ func (h *Handler) createUpload(ctx context.Context, req events.APIGatewayProxyRe
 // requestOrigin is the origin the client called, from the Host header:
 // `evs serve` puts it in the upload's URL unless EVS_PUBLIC_URL names one.
 // X-Forwarded-Proto from a TLS-terminating proxy makes it https.
-func requestOrigin(req events.APIGatewayProxyRequest) string {
-	host, _ := header(req, "Host")
+func requestOrigin(req *request) string {
+	host, _ := req.header("Host")
 	scheme := "http"
-	if proto, _ := header(req, "X-Forwarded-Proto"); strings.EqualFold(proto, "https") {
+	if proto, _ := req.header("X-Forwarded-Proto"); strings.EqualFold(proto, "https") {
 		scheme = "https"
 	}
 	return scheme + "://" + host
@@ -119,7 +115,7 @@ func requestOrigin(req events.APIGatewayProxyRequest) string {
 // stream and deduplicated as it is read; a list over the limits makes a
 // batch created `failed` with the reason (contract, section 14), a list
 // that is not a valid CSV or JSON file is a 400.
-func (h *Handler) storeUploadBatch(ctx context.Context, p Principal, in parsedBatch) (evs.Batch, error) {
+func (h *Handler) storeUploadBatch(ctx context.Context, p evs.Principal, in parsedBatch) (evs.Batch, error) {
 	if h.d.Uploads == nil {
 		return evs.Batch{}, evs.Errorf(evs.CodeNotFound, "No such upload.")
 	}
@@ -185,7 +181,7 @@ func (h *Handler) storeUploadBatch(ctx context.Context, p Principal, in parsedBa
 // dropUpload deletes the content of an upload its batch batchID now
 // holds. A failure is logged, not returned: what is left expires with the
 // upload.
-func (h *Handler) dropUpload(ctx context.Context, p Principal, uploadID, batchID string) {
+func (h *Handler) dropUpload(ctx context.Context, p evs.Principal, uploadID, batchID string) {
 	if err := h.d.Uploads.DropUpload(ctx, p.AccountID, uploadID); err != nil {
 		h.d.Logger.WarnContext(ctx, "could not delete an upload's content", slog.String("batchId", batchID), slog.String("error", err.Error()))
 	}
@@ -198,7 +194,7 @@ func usedUpload(batchID string) error {
 // failedUploadBatch stores the batch of an upload over its limits, final
 // in state failed with reason, so the client sees why in the batch itself
 // and a callback, if any, is told.
-func (h *Handler) failedUploadBatch(ctx context.Context, p Principal, in parsedBatch, id, reason string) (evs.Batch, error) {
+func (h *Handler) failedUploadBatch(ctx context.Context, p evs.Principal, in parsedBatch, id, reason string) (evs.Batch, error) {
 	now := h.d.Now().UTC()
 	b := evs.Batch{
 		ID: id, AccountID: p.AccountID, Mode: in.mode, State: evs.StateFailed, Error: reason,

@@ -11,8 +11,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/aws/aws-lambda-go/events"
-
 	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/idempotency"
 	"github.com/evs-dev/evs/internal/verify"
@@ -35,70 +33,54 @@ type verifyResponse struct {
 	Decision Decision   `json:"decision"`
 }
 
-// Verify serves POST /v1/verify: one address, verified synchronously.
-func (h *Handler) Verify(ctx context.Context, req events.APIGatewayProxyRequest) (events.APIGatewayProxyResponse, error) {
-	start := h.d.Now()
-	rid := req.RequestContext.RequestID
-	p, err := principal(req)
-	if err != nil {
-		resp := errorReply(rid, err)
-		h.logCall(ctx, req, p, resp.StatusCode, start, err, slog.Attr{})
-		return resp, nil
-	}
-	resp, domain, err := h.verify(ctx, req, p)
-	if err != nil {
-		resp = errorReply(rid, err)
-	}
-	h.logCall(ctx, req, p, resp.StatusCode, start, err, slog.String("domain", domain))
-	return resp, nil
+// verify serves POST /v1/verify: one address, verified synchronously. The
+// call's log line gets the address's domain.
+func (h *Handler) verify(ctx context.Context, req *request, p evs.Principal) (idempotency.Reply, error) {
+	reply, domain, err := h.verifyOne(ctx, req, p)
+	CallFromContext(ctx).Attr = slog.String("domain", domain)
+	return reply, err
 }
 
-func (h *Handler) verify(ctx context.Context, req events.APIGatewayProxyRequest, p Principal) (events.APIGatewayProxyResponse, string, error) {
-	if req.HTTPMethod != http.MethodPost {
-		return events.APIGatewayProxyResponse{}, "", notAllowed(req.HTTPMethod, http.MethodPost)
-	}
-	raw, err := body(req)
-	if err != nil {
-		return events.APIGatewayProxyResponse{}, "", err
-	}
+func (h *Handler) verifyOne(ctx context.Context, req *request, p evs.Principal) (idempotency.Reply, string, error) {
+	raw := req.body
 	if len(raw) > MaxVerifyBody {
-		return events.APIGatewayProxyResponse{}, "", TooLarge(req.Resource, MaxVerifyBody)
+		return idempotency.Reply{}, "", TooLarge(req.route, MaxVerifyBody)
 	}
 	if mt := mediaType(req); mt != "application/json" {
-		return events.APIGatewayProxyResponse{}, "", evs.Errorf(evs.CodeInvalidRequest, "Content-Type must be application/json.")
+		return idempotency.Reply{}, "", evs.Errorf(evs.CodeInvalidRequest, "Content-Type must be application/json.")
 	}
 	var in verifyRequest
 	if err := decodeStrict(raw, &in); err != nil {
-		return events.APIGatewayProxyResponse{}, "", err
+		return idempotency.Reply{}, "", err
 	}
 	if in.Email == nil {
-		return events.APIGatewayProxyResponse{}, "", evs.Errorf(evs.CodeInvalidRequest, "Field \"email\" is required.")
+		return idempotency.Reply{}, "", evs.Errorf(evs.CodeInvalidRequest, "Field \"email\" is required.")
 	}
 	if *in.Email == "" {
-		return events.APIGatewayProxyResponse{}, "", evs.Errorf(evs.CodeInvalidRequest, "Field \"email\" must not be empty.")
+		return idempotency.Reply{}, "", evs.Errorf(evs.CodeInvalidRequest, "Field \"email\" must not be empty.")
 	}
 	if len(*in.Email) > MaxEmailLength {
-		return events.APIGatewayProxyResponse{}, "", evs.Errorf(evs.CodeInvalidRequest, "Field \"email\" is longer than %d bytes.", MaxEmailLength)
+		return idempotency.Reply{}, "", evs.Errorf(evs.CodeInvalidRequest, "Field \"email\" is longer than %d bytes.", MaxEmailLength)
 	}
 	if strings.ContainsRune(*in.Email, utf8.RuneError) || strings.ContainsRune(*in.Email, 0) {
 		// encoding/json writes U+FFFD for an unpaired surrogate escape; no
 		// address holds it, nor a NUL (contract, section 1).
-		return events.APIGatewayProxyResponse{}, "", evs.Errorf(evs.CodeInvalidRequest, "Field \"email\" holds U+FFFD (a replacement character, or an unpaired surrogate escape) or a NUL character.")
+		return idempotency.Reply{}, "", evs.Errorf(evs.CodeInvalidRequest, "Field \"email\" holds U+FFFD (a replacement character, or an unpaired surrogate escape) or a NUL character.")
 	}
 	modeText := ""
 	if in.Mode != nil {
 		modeText = *in.Mode
 		if modeText == "" {
-			return events.APIGatewayProxyResponse{}, "", evs.Errorf(evs.CodeInvalidRequest, "Field \"mode\" must be \"full\" or \"quick\".")
+			return idempotency.Reply{}, "", evs.Errorf(evs.CodeInvalidRequest, "Field \"mode\" must be \"full\" or \"quick\".")
 		}
 	}
 	mode, ok := evs.ParseMode(modeText)
 	if !ok {
-		return events.APIGatewayProxyResponse{}, "", evs.Errorf(evs.CodeInvalidRequest, "Field \"mode\" must be \"full\" or \"quick\".")
+		return idempotency.Reply{}, "", evs.Errorf(evs.CodeInvalidRequest, "Field \"mode\" must be \"full\" or \"quick\".")
 	}
 	maxAge, err := parseMaxAge(in.MaxAge)
 	if err != nil {
-		return events.APIGatewayProxyResponse{}, "", err
+		return idempotency.Reply{}, "", err
 	}
 	engine := h.d.Engine
 	if p.Test {
@@ -110,7 +92,7 @@ func (h *Handler) verify(ctx context.Context, req events.APIGatewayProxyRequest,
 	// idempotent replay, or the idempotency store failing) is the address
 	// inspected for the log alone.
 	domain, decided := "", false
-	resp, _, _, err := h.idempotent(ctx, req, p, raw, func(ctx context.Context) idempotency.Reply {
+	resp, _, err := h.idempotent(ctx, req, p, raw, func(ctx context.Context) idempotency.Reply {
 		// Charged once the call is valid and its key claimed: a replay
 		// never gets here, and every call that does is answered with a
 		// decision, so nothing is refunded.
@@ -150,7 +132,7 @@ func decisionDomain(d evs.Decision) string {
 // when one is fresh enough for maxAge (contract, section 12), and keeps a
 // new live verdict for later calls. Test mode neither reads nor writes the
 // cache.
-func (h *Handler) verifyCached(ctx context.Context, engine Verifier, p Principal, email string, mode evs.Mode, maxAge time.Duration) evs.Decision {
+func (h *Handler) verifyCached(ctx context.Context, engine Verifier, p evs.Principal, email string, mode evs.Mode, maxAge time.Duration) evs.Decision {
 	if p.Test || h.d.Cache == nil {
 		return engine.Verify(ctx, email, mode)
 	}

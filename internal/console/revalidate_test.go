@@ -17,7 +17,7 @@ import (
 // adapter.
 func TestConsoleRevalidates(t *testing.T) {
 	s := startStack(t)
-	lambda := console.Lambda(console.Handler(), nil, discard)
+	lambda := lambdaOf(console.Handler(), nil, discard)
 	// get answers a GET of the console's path p with the If-None-Match
 	// header inm, by one deployment.
 	type get func(p, inm string) (status int, h http.Header, body string)

@@ -1,15 +1,13 @@
 package metrics
 
 import (
-	"context"
 	"encoding/json"
 	"io"
 	"strconv"
 	"sync"
 	"time"
 
-	"github.com/aws/aws-lambda-go/events"
-
+	"github.com/evs-dev/evs/internal/api"
 	"github.com/evs-dev/evs/internal/evs"
 )
 
@@ -102,24 +100,14 @@ func (e *EMF) CacheRequest(result string) { e.write(CacheRequests, "Count", 1, "
 // DomainFact counts one lookup of the domain facts (domainfacts.Config.Count).
 func (e *EMF) DomainFact(result string) { e.write(DomainFacts, "Count", 1, "result", result) }
 
-// ProxyHandler is an API Gateway proxy Lambda handler.
-type ProxyHandler func(ctx context.Context, req events.APIGatewayProxyRequest) (events.APIGatewayProxyResponse, error)
-
-// Proxy counts every reply of h under its resource (the route template API
-// Gateway matched, never the raw path).
-func Proxy(h ProxyHandler, o Observer) ProxyHandler {
-	return func(ctx context.Context, req events.APIGatewayProxyRequest) (events.APIGatewayProxyResponse, error) {
-		start := time.Now()
-		resp, err := h(ctx, req)
-		code := resp.StatusCode
-		if err != nil {
-			code = 500
-		}
-		route := req.Resource
+// Calls counts every call api.Observe saw under its route template (never
+// the raw path: a call no route matched is "unmatched").
+func Calls(o Observer) func(c *api.Call, end time.Time) {
+	return func(c *api.Call, end time.Time) {
+		route := c.Route
 		if route == "" {
 			route = "unmatched"
 		}
-		o.HTTPRequest(route, code, time.Since(start))
-		return resp, err
+		o.HTTPRequest(route, c.Status, end.Sub(c.Start))
 	}
 }

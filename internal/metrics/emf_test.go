@@ -2,26 +2,20 @@ package metrics_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/aws/aws-lambda-go/events"
-
+	"github.com/evs-dev/evs/internal/api"
 	"github.com/evs-dev/evs/internal/metrics"
 )
 
 func TestEMFLines(t *testing.T) {
 	var buf bytes.Buffer
 	e := &metrics.EMF{W: &buf, Now: func() time.Time { return time.UnixMilli(1700000000123) }}
-	h := metrics.Proxy(func(context.Context, events.APIGatewayProxyRequest) (events.APIGatewayProxyResponse, error) {
-		return events.APIGatewayProxyResponse{StatusCode: 404}, nil
-	}, e)
-	if _, err := h(context.Background(), events.APIGatewayProxyRequest{Resource: "/v1/requests/{id}", Path: "/v1/requests/abc"}); err != nil {
-		t.Fatal(err)
-	}
+	start := time.UnixMilli(1700000000000)
+	metrics.Calls(e)(&api.Call{Route: "/v1/requests/{id}", Status: 404, Start: start}, start.Add(5*time.Millisecond))
 	e.WebhookDelivery("failed")
 	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
 	if len(lines) != 3 {

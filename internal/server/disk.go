@@ -19,15 +19,16 @@ import (
 // lowSpaceRetry is the Retry-After of a refusal for lack of space.
 const lowSpaceRetry = 60 * time.Second
 
-// storesWork tells whether a call of rt with method would store new work.
-func storesWork(method string, rt route) bool {
-	return method == http.MethodPost && (rt.Path == "/v1/requests" || strings.HasPrefix(rt.Path, "/v1/uploads"))
+// storesWork tells whether a call of route with method would store new
+// work.
+func storesWork(method string, route string) bool {
+	return method == http.MethodPost && (route == "/v1/requests" || strings.HasPrefix(route, "/v1/uploads"))
 }
 
 // lowOnSpace tells whether the data directory's file system has less free
 // space than the watermark. A reading that fails lets the call through:
 // the store's own errors still report a full disk.
-func (g *gateway) lowOnSpace() bool {
+func (g *edge) lowOnSpace() bool {
 	if g.o.Config.MinFreeBytes <= 0 || g.o.FreeBytes == nil {
 		return false
 	}

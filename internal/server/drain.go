@@ -22,13 +22,13 @@ func (s *Server) drain(srv *http.Server) error {
 		timeout = config.DefaultDrainTimeout
 	}
 	if timeout < 0 {
-		s.gateway.draining.Store(true)
+		s.edge.draining.Store(true)
 		s.opts.Logger.Info("shutting down without draining (EVS_DRAIN_TIMEOUT=0)")
 		return srv.Close()
 	}
 	s.opts.Logger.Info("shutting down: /readyz answers 503; draining calls in flight", slog.Duration("timeout", timeout))
 	deadline := time.Now().Add(timeout)
-	s.gateway.drain(deadline)
+	s.edge.drain(deadline)
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
 	if err := srv.Shutdown(ctx); err != nil {

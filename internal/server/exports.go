@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
-	"strings"
 
 	"github.com/evs-dev/evs/internal/api"
 	"github.com/evs-dev/evs/internal/evs"
@@ -24,17 +23,11 @@ type exportStore interface {
 // metrics. It is no API Gateway route: on AWS the URL is S3's.
 const exportRoute = "/v1/exports/{id}"
 
-// isExportPath tells whether path is an export's URL.
-func isExportPath(path string) (id string, ok bool) {
-	id, ok = strings.CutPrefix(path, "/v1/exports/")
-	return id, ok && id != "" && !strings.Contains(id, "/")
-}
-
 // sendExport answers GET on an export's URL with the list: the token in
 // the URL is the credential, as a pre-signed URL's signature is on S3, so
 // a browser fetches it without the API key. A wrong token counts as a
 // failed authentication for the client's address.
-func (g *gateway) sendExport(w http.ResponseWriter, r *http.Request, c *api.Call, id string) {
+func (g *edge) sendExport(w http.ResponseWriter, r *http.Request, c *api.Call, id string) {
 	c.Route = exportRoute
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Allow", "GET, HEAD")

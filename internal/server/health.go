@@ -42,14 +42,14 @@ func healthCheck(st Store) func(ctx context.Context) error {
 }
 
 // health answers HealthPath.
-func (g *gateway) health(w http.ResponseWriter, r *http.Request, c *api.Call) {
+func (g *edge) health(w http.ResponseWriter, r *http.Request, c *api.Call) {
 	g.checkReply(w, r, c, g.ping)
 }
 
 // checkReply answers a check endpoint with check's verdict, bounded by
 // healthTimeout: 200 {"status":"ok"}, or 503 with the status its error
 // names (statusOf) and Retry-After; the cause goes to the call's log line.
-func (g *gateway) checkReply(w http.ResponseWriter, r *http.Request, c *api.Call, check func(ctx context.Context) error) {
+func (g *edge) checkReply(w http.ResponseWriter, r *http.Request, c *api.Call, check func(ctx context.Context) error) {
 	h := w.Header()
 	h.Set("X-Request-Id", c.RequestID)
 	h.Set("Cache-Control", "no-store")

@@ -103,7 +103,7 @@ func (w *writable) check(ctx context.Context) error {
 }
 
 // ready answers ReadyPath.
-func (g *gateway) ready(w http.ResponseWriter, r *http.Request, c *api.Call) {
+func (g *edge) ready(w http.ResponseWriter, r *http.Request, c *api.Call) {
 	g.checkReply(w, r, c, func(ctx context.Context) error {
 		if g.draining.Load() {
 			return errDraining
@@ -124,7 +124,7 @@ func statusOf(err error) string {
 // waits until no call is in flight or deadline passes. The listener stays
 // open meanwhile: a balancer that has not yet seen /readyz fail still gets
 // its calls served rather than refused.
-func (g *gateway) drain(deadline time.Time) {
+func (g *edge) drain(deadline time.Time) {
 	g.draining.Store(true)
 	t := time.NewTicker(20 * time.Millisecond)
 	defer t.Stop()

@@ -78,19 +78,6 @@ func writeResponse(w http.ResponseWriter, typ, requestID string, extra map[strin
 	return r.Status
 }
 
-// writeTooLarge answers a body over the route's limit as the route's
-// handler would (api.TooLarge: 413, the limit and, for batch creation,
-// POST /v1/uploads), so `evs serve` and the Lambda functions say the same.
-func writeTooLarge(w http.ResponseWriter, rt route, requestID string) int {
-	status, body := api.FromError(api.TooLarge(rt.Path, rt.MaxBody), requestID)
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("X-Request-Id", requestID)
-	w.WriteHeader(status)
-	_, _ = w.Write(body)
-	return status
-}
-
 // writeError answers with the contract's error envelope of code and
 // message.
 func writeError(w http.ResponseWriter, status int, code, message, requestID string) int {

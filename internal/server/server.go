@@ -1,8 +1,8 @@
 // Package server is `evs serve`: the whole API on one machine. Its HTTP edge
-// stands in for Amazon API Gateway (routes, authorizer and its cache,
-// throttling, gateway responses) in front of the same handlers the Lambda
-// functions run; behind them are the embedded durable store, an in-process
-// batch worker and the webhook deliverer. Tests start it on loopback and
+// (edge.go) runs as middleware what API Gateway does on AWS (key check and
+// its cache, throttling, the same refusals) in front of the same net/http
+// handlers the Lambda functions run; behind them are the embedded durable
+// store, an in-process batch worker and the webhook deliverer. Tests start it on loopback and
 // talk to it over HTTP.
 package server
 
@@ -149,10 +149,10 @@ func MetricsServer(h http.Handler, logger *slog.Logger, l MetricsLimits) *http.S
 
 // Server is the one-machine service.
 type Server struct {
-	opts    Options
-	gateway *gateway
-	runner  *batch.Runner
-	hooks   *webhook.Deliverer
+	opts   Options
+	edge   *edge
+	runner *batch.Runner
+	hooks  *webhook.Deliverer
 }
 
 // New assembles a server.
@@ -285,11 +285,7 @@ func New(o Options) (*Server, error) {
 		Logger:             o.Logger,
 		Callbacks:          api.Callbacks{Egress: o.Config.Egress, Deliveries: o.Store},
 	})
-	az := authorizer.New(o.Store)
-	gw := newGateway(o, map[string]function{api.VerifyFunction: h.Verify, api.RequestsFunction: h.Requests}, az.Handle)
-	gw.uploads = uploads
-	gw.exports = exports
-	gw.bodies = bodies
+	gw := newEdge(o, h.MountAll, authorizer.New(o.Store), bodies)
 	if o.DeliverEvery <= 0 {
 		o.DeliverEvery = 500 * time.Millisecond
 	}
@@ -297,7 +293,7 @@ func New(o Options) (*Server, error) {
 	if o.Metrics != nil {
 		hooks.Observe = o.Metrics.WebhookDelivery
 	}
-	return &Server{opts: o, gateway: gw, runner: runner, hooks: hooks}, nil
+	return &Server{opts: o, edge: gw, runner: runner, hooks: hooks}, nil
 }
 
 // quota is the address quota of cfg on st's counters. A store without
@@ -321,7 +317,7 @@ func keeper(st Store, now func() time.Time) *idempotency.Keeper {
 }
 
 // Handler is the HTTP face of the server.
-func (s *Server) Handler() http.Handler { return s.gateway }
+func (s *Server) Handler() http.Handler { return s.edge }
 
 // PendingAddresses counts the addresses of queued and running batches
 // without a result yet (evs_batch_addresses_pending).
@@ -354,7 +350,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	}()
 	defer func() { stopWork(); <-hooksDone }()
 	srv := &http.Server{
-		Handler:           s.gateway,
+		Handler:           s.edge,
 		ReadHeaderTimeout: headerTimeout,
 		IdleTimeout:       idleTimeout,
 		// net/http reads up to MaxHeaderBytes+4096 bytes of request line

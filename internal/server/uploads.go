@@ -6,7 +6,6 @@ import (
 	"io"
 	"mime"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/evs-dev/evs/internal/api"
@@ -30,16 +29,10 @@ const uploadRoute = "/v1/uploads/{id}"
 // this long; the URL's expiry still ends it.
 const uploadTimeout = 10 * time.Minute
 
-// isUploadPath tells whether path is an upload's URL.
-func isUploadPath(path string) (id string, ok bool) {
-	id, ok = strings.CutPrefix(path, "/v1/uploads/")
-	return id, ok && id != "" && !strings.Contains(id, "/")
-}
-
 // receiveUpload answers PUT on an upload's URL: the token in the URL is
 // the credential, as a pre-signed URL's signature is on S3. A wrong token
 // counts as a failed authentication for the client's address.
-func (g *gateway) receiveUpload(w http.ResponseWriter, r *http.Request, c *api.Call, id string) {
+func (g *edge) receiveUpload(w http.ResponseWriter, r *http.Request, c *api.Call, id string) {
 	c.Route = uploadRoute
 	rid := c.RequestID
 	fail := func(err error) { writeCallError(w, r, c, err) }

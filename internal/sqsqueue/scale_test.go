@@ -28,6 +28,7 @@ import (
 	"github.com/evs-dev/evs/internal/batch"
 	"github.com/evs-dev/evs/internal/dynamostore"
 	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/gateway"
 	"github.com/evs-dev/evs/internal/idempotency"
 	"github.com/evs-dev/evs/internal/sqsqueue"
 	"github.com/evs-dev/evs/internal/testkit"
@@ -279,7 +280,7 @@ func (w *scaleWorld) create(n int) (string, []call) {
 		},
 	}
 	start := time.Now()
-	resp, err := w.h.Requests(context.Background(), req)
+	resp, err := gateway.Proxy(api.Mux(api.ObserveOptions{}, w.h.MountAll(nil)))(context.Background(), req)
 	if err != nil {
 		w.t.Fatalf("create %d addresses: %v", n, err)
 	}
@@ -419,7 +420,7 @@ func (w *scaleWorld) createFromUpload(n int) (string, []call) {
 				Authorizer: map[string]any{"principalId": w.acct, "accountId": w.acct, "keyId": "k1", "testMode": "true"},
 			},
 		}
-		resp, err := w.h.Requests(context.Background(), req)
+		resp, err := gateway.Proxy(api.Mux(api.ObserveOptions{}, w.h.MountAll(nil)))(context.Background(), req)
 		if err != nil {
 			w.t.Fatal(err)
 		}
@@ -562,7 +563,7 @@ func (w *scaleWorld) get(account, resource, id string, query, headers map[string
 			Authorizer: map[string]any{"principalId": account, "accountId": account, "keyId": "k1", "testMode": "true"},
 		},
 	}
-	resp, err := w.h.Requests(context.Background(), req)
+	resp, err := gateway.Proxy(api.Mux(api.ObserveOptions{}, w.h.MountAll(nil)))(context.Background(), req)
 	if err != nil {
 		w.t.Fatalf("GET %s: %v", path, err)
 	}

@@ -14,24 +14,25 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-lambda-go/events"
-
 	"github.com/evs-dev/evs/internal/api"
+	"github.com/evs-dev/evs/internal/authorizer"
 	"github.com/evs-dev/evs/internal/config"
+	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/testkit"
 )
 
-// The gateway's emulation of API Gateway, with fake functions and a fake
-// authorizer: what only they can do (fail, panic, echo the event they got).
+// The edge in front of the handlers, with fake handlers and a fake key
+// lookup: what only they can do (fail, panic, echo what they got).
 
 type fixture struct {
-	g         *gateway
+	g         *edge
 	srv       *httptest.Server
 	logs      *testkit.LogBuffer
 	mu        sync.Mutex
 	authCalls int
 	now       time.Time
-	lastEvent events.APIGatewayProxyRequest
+	last      *http.Request
+	lastBody  []byte
 	deny      map[string]bool
 }
 
@@ -47,54 +48,65 @@ func (f *fixture) advance(d time.Duration) {
 	f.mu.Unlock()
 }
 
-// authorize mimics the real authorizer's answers: "good*" keys are allowed
-// for their account, "bad" keys are unauthorized, denied keys get a Deny
-// policy, "boom" fails.
-func (f *fixture) authorize(_ context.Context, ev events.APIGatewayCustomAuthorizerRequestTypeRequest) (events.APIGatewayCustomAuthorizerResponse, error) {
+// Authorize mimics the real key lookup's answers: "good*" keys resolve to
+// their account, denied ones are forbidden, "boom" fails, any other key is
+// unknown.
+func (f *fixture) Authorize(_ context.Context, key string) (authorizer.Principal, error) {
 	f.mu.Lock()
 	f.authCalls++
-	deny := f.deny[ev.Headers["X-Api-Key"]]
+	deny := f.deny[key]
 	f.mu.Unlock()
-	key := ev.Headers["X-Api-Key"]
 	switch {
 	case key == "boom":
-		return events.APIGatewayCustomAuthorizerResponse{}, errors.New("store down")
+		return authorizer.Principal{}, errors.New("store down")
 	case !strings.HasPrefix(key, "good"):
-		return events.APIGatewayCustomAuthorizerResponse{}, errors.New("Unauthorized")
+		return authorizer.Principal{}, authorizer.ErrUnauthorized
 	}
-	effect := "Allow"
+	p := authorizer.Principal{AccountID: "acct-" + key, KeyID: "k-" + key, Test: true}
 	if deny {
-		effect = "Deny"
+		return p, authorizer.ErrForbidden
 	}
-	arn := ev.MethodArn[:strings.Index(ev.MethodArn, "/")+1] + ev.RequestContext.Stage + "/*/*"
-	return events.APIGatewayCustomAuthorizerResponse{
-		PrincipalID: "acct-" + key,
-		PolicyDocument: events.APIGatewayCustomAuthorizerPolicy{Version: "2012-10-17", Statement: []events.IAMPolicyStatement{
-			{Action: []string{"execute-api:Invoke"}, Effect: effect, Resource: []string{arn}},
-		}},
-		Context: map[string]any{"accountId": "acct-" + key, "testMode": "true"},
-	}, nil
+	return p, nil
+}
+
+// echo registers a handler on every API route that tells what it got: its
+// route, or by X-Mode a panic or a failure with a cause.
+func (f *fixture) echo(guard api.Guard) func(*http.ServeMux) {
+	return func(mux *http.ServeMux) { f.echoOn(mux, guard) }
+}
+
+func (f *fixture) echoOn(mux *http.ServeMux, guard api.Guard) {
+	for _, rt := range api.Routes() {
+		mux.Handle(rt.Path, guard(rt, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			body, err := io.ReadAll(r.Body)
+			f.mu.Lock()
+			f.last, f.lastBody = r, body
+			f.mu.Unlock()
+			c := api.CallFromContext(r.Context())
+			var tooBig *http.MaxBytesError
+			switch {
+			case errors.As(err, &tooBig):
+				api.WriteError(w, api.TooLarge(rt.Path, rt.MaxBody), c.RequestID)
+				return
+			case r.Header.Get("X-Mode") == "panic":
+				panic("handler bug")
+			case r.Header.Get("X-Mode") == "error":
+				c.Err = errors.New("crash")
+				api.WriteError(w, c.Err, c.RequestID)
+				return
+			}
+			w.Header().Set("Content-Type", "text/plain")
+			_, _ = io.WriteString(w, "ok "+rt.Path)
+		})))
+	}
 }
 
 func newFixture(t *testing.T, rate float64) *fixture {
 	f := &fixture{now: time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC), deny: map[string]bool{}, logs: &testkit.LogBuffer{}}
-	echo := func(_ context.Context, ev events.APIGatewayProxyRequest) (events.APIGatewayProxyResponse, error) {
-		f.mu.Lock()
-		f.lastEvent = ev
-		f.mu.Unlock()
-		switch ev.Headers["X-Mode"] {
-		case "panic":
-			panic("handler bug")
-		case "error":
-			return events.APIGatewayProxyResponse{}, errors.New("crash")
-		}
-		return events.APIGatewayProxyResponse{StatusCode: 200, Headers: map[string]string{"Content-Type": "text/plain"}, Body: "ok " + ev.Resource}, nil
-	}
 	o := gatewayOptions(rate, f.clock)
 	o.Logger = slog.New(slog.NewJSONHandler(f.logs, nil))
-	g := newGateway(o, map[string]function{api.VerifyFunction: echo, api.RequestsFunction: echo}, f.authorize)
-	f.g = g
-	f.srv = httptest.NewServer(g)
+	f.g = newEdge(o, f.echo, f, nil)
+	f.srv = httptest.NewServer(f.g)
 	t.Cleanup(f.srv.Close)
 	return f
 }
@@ -144,6 +156,8 @@ func envelopeCode(t *testing.T, r result) string {
 
 // TestGatewayResponses: the gateway's own replies, each with one log line,
 // at ERROR with the cause when the 500 has one.
+// TestGatewayResponses: the edge's own refusals, and a handler's failures,
+// each with one log line, at ERROR with the cause when the 500 has one.
 func TestGatewayResponses(t *testing.T) {
 	f := newFixture(t, 0)
 	f.deny["good-denied"] = true
@@ -204,32 +218,28 @@ func TestGatewayResponses(t *testing.T) {
 	}
 }
 
-func TestGatewayEvent(t *testing.T) {
+// TestEdgeRequest: a handler behind the edge gets the principal, the path
+// values, one request id (its line's and the reply's) and the body as sent.
+func TestEdgeRequest(t *testing.T) {
 	f := newFixture(t, 0)
 	r := f.call(t, "GET", "/v1/requests/abc/results?limit=5&limit=7&status=risky", "good", map[string]string{"X-Multi": "a"}, "")
 	if r.status != 200 || r.body != "ok /v1/requests/{id}/results" {
 		t.Fatalf("%d %s", r.status, r.body)
 	}
-	ev := f.lastEvent
-	if ev.PathParameters["id"] != "abc" || ev.Resource != "/v1/requests/{id}/results" || ev.Path != "/v1/requests/abc/results" {
-		t.Fatalf("path: %+v %q %q", ev.PathParameters, ev.Resource, ev.Path)
+	got := f.last
+	if got.PathValue("id") != "abc" || got.URL.Path != "/v1/requests/abc/results" || got.URL.Query()["limit"][1] != "7" {
+		t.Fatalf("path: %q %q", got.PathValue("id"), got.URL)
 	}
-	if ev.QueryStringParameters["limit"] != "7" || len(ev.MultiValueQueryStringParameters["limit"]) != 2 {
-		t.Fatalf("query: %v %v", ev.QueryStringParameters, ev.MultiValueQueryStringParameters)
+	if rid := api.CallFromContext(got.Context()).RequestID; rid == "" || rid != r.header.Get("X-Request-Id") {
+		t.Fatalf("requestId %q vs %q", rid, r.header.Get("X-Request-Id"))
 	}
-	if ev.RequestContext.RequestID == "" || ev.RequestContext.RequestID != r.header.Get("X-Request-Id") {
-		t.Fatalf("requestId %q vs %q", ev.RequestContext.RequestID, r.header.Get("X-Request-Id"))
+	if p, ok := evs.PrincipalFromContext(got.Context()); !ok || p.AccountID != "acct-good" || p.KeyID != "k-good" || !p.Test {
+		t.Fatalf("principal: %+v", p)
 	}
-	if ev.RequestContext.Authorizer["accountId"] != "acct-good" || ev.RequestContext.Authorizer["principalId"] != "acct-good" {
-		t.Fatalf("authorizer context: %v", ev.RequestContext.Authorizer)
-	}
-	if ev.Headers["X-Multi"] != "a" || ev.MultiValueHeaders["X-Multi"][0] != "a" {
-		t.Fatalf("headers: %v", ev.Headers)
-	}
-	// Binary bodies arrive base64-encoded, as API Gateway sends them.
+	// Any bytes arrive as sent.
 	f.call(t, "POST", "/v1/verify", "good", nil, "\xff\xfe")
-	if !f.lastEvent.IsBase64Encoded || f.lastEvent.Body != "//4=" {
-		t.Fatalf("binary body: %v %q", f.lastEvent.IsBase64Encoded, f.lastEvent.Body)
+	if string(f.lastBody) != "\xff\xfe" {
+		t.Fatalf("binary body: %q", f.lastBody)
 	}
 }
 
@@ -255,7 +265,7 @@ func (f *fakeVersion) set(v int64, err error) {
 // TestAuthorizerCacheFollowsStoreVersion: with a KeysVersioned store, a
 // cached answer holds only while the store's keys version is the one read
 // when it was made: a change (a revocation in another process) makes the
-// next call ask the authorizer again, and a version that cannot be read
+// next call look the key up again, and a version that cannot be read
 // caches nothing.
 func TestAuthorizerCacheFollowsStoreVersion(t *testing.T) {
 	f := newFixture(t, 0)
@@ -355,10 +365,7 @@ func (c *countingReader) Read(p []byte) (int, error) {
 // route's limit plus one byte.
 func TestBodyReadToRouteLimit(t *testing.T) {
 	f := newFixture(t, 0)
-	echo := func(_ context.Context, ev events.APIGatewayProxyRequest) (events.APIGatewayProxyResponse, error) {
-		return events.APIGatewayProxyResponse{StatusCode: 200, Body: ev.Body}, nil
-	}
-	g := newGateway(gatewayOptions(0, time.Now), map[string]function{api.VerifyFunction: echo, api.RequestsFunction: echo}, f.authorize)
+	g := newEdge(gatewayOptions(0, time.Now), f.echo, f, nil)
 	for _, c := range []struct {
 		method, path string
 		limit        int64
@@ -392,7 +399,7 @@ func TestBodyReadToRouteLimit(t *testing.T) {
 	r.Header.Set("X-Api-Key", "good")
 	w := httptest.NewRecorder()
 	g.ServeHTTP(w, r)
-	if w.Code != 200 || w.Body.Len() != api.MaxVerifyBody {
-		t.Fatalf("a body at the limit: %d, %d bytes", w.Code, w.Body.Len())
+	if w.Code != 200 || len(f.lastBody) != api.MaxVerifyBody {
+		t.Fatalf("a body at the limit: %d, %d bytes", w.Code, len(f.lastBody))
 	}
 }

@@ -1,0 +1,469 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"path"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/idempotency"
+)
+
+// request is one call as a handler reads it: the route it matched, its
+// body (read once, within the route's limit) and its query, parsed once.
+type request struct {
+	r *http.Request
+	// rid is the call's request id; route the route's template.
+	rid, route string
+	method     string
+	path       string
+	query      map[string]string
+	body       []byte
+}
+
+// header returns the last value of a request header, as a client that
+// repeats a header means its last word.
+func (req *request) header(name string) (string, bool) {
+	vs := req.r.Header.Values(name)
+	if len(vs) == 0 {
+		if strings.EqualFold(name, "Host") && req.r.Host != "" {
+			return req.r.Host, true
+		}
+		return "", false
+	}
+	return vs[len(vs)-1], true
+}
+
+// lastValues flattens a query to the last value of each name.
+func lastValues(q url.Values) map[string]string {
+	if len(q) == 0 {
+		return nil
+	}
+	m := make(map[string]string, len(q))
+	for k, v := range q {
+		if len(v) > 0 {
+			m[k] = v[len(v)-1]
+		}
+	}
+	return m
+}
+
+// endpoint is a route's handler: it answers a reply's meaning, or an error
+// that is the reply instead. It may give the call's log line its field
+// (CallFromContext); a route of a batch gets the batch's id by default.
+type endpoint func(ctx context.Context, req *request, p evs.Principal) (idempotency.Reply, error)
+
+// Guard wraps a route's handler with what a deployment does before it:
+// `evs serve` checks the key, the account's rate and the body's budget;
+// on AWS, API Gateway has done all that and Guard is nil.
+type Guard func(rt Route, next http.Handler) http.Handler
+
+// A mount adds routes to a mux. Each Lambda function mounts only its own
+// routes, so the linker leaves out the handlers (and their dependencies)
+// of the others.
+type mount = func(mux *http.ServeMux)
+
+// MountAll mounts every route of the API behind guard (`evs serve`).
+func (h *Handler) MountAll(guard Guard) func(*http.ServeMux) {
+	v, b := h.MountVerify(guard), h.MountBatches(guard)
+	return func(mux *http.ServeMux) { v(mux); b(mux) }
+}
+
+// MountVerify mounts POST /v1/verify behind guard.
+func (h *Handler) MountVerify(guard Guard) func(*http.ServeMux) {
+	return h.mount(guard, map[string]endpoint{"POST /v1/verify": h.verify})
+}
+
+// MountBatches mounts the batch and upload routes behind guard.
+func (h *Handler) MountBatches(guard Guard) func(*http.ServeMux) {
+	return h.mount(guard, map[string]endpoint{
+		"POST /v1/requests":             h.createBatch,
+		"GET /v1/requests":              h.listBatches,
+		"GET /v1/requests/{id}":         h.getBatch,
+		"GET /v1/requests/{id}/results": h.results,
+		"GET /v1/requests/{id}/export":  h.export,
+		"POST /v1/requests/{id}/cancel": h.cancel,
+		"POST /v1/uploads":              h.createUpload,
+	})
+}
+
+// mount registers eps, keyed by their method-and-path patterns, behind
+// guard (nil: none, as on AWS, where API Gateway has checked the key and
+// the rate). Each route's path also answers its other methods with 405 and
+// Allow, after the guard, as API Gateway's ANY method hands every method
+// of a known path to the function.
+func (h *Handler) mount(guard Guard, eps map[string]endpoint) mount {
+	if guard == nil {
+		guard = func(_ Route, next http.Handler) http.Handler { return next }
+	}
+	return func(mux *http.ServeMux) {
+		for _, rt := range Routes() {
+			registered := false
+			for _, m := range rt.Methods {
+				if ep, ok := eps[m+" "+rt.Path]; ok {
+					registered = true
+					// A pattern with GET also takes HEAD: the handler
+					// refuses it.
+					mux.Handle(m+" "+rt.Path, guard(rt, h.serve(rt, ep)))
+				}
+			}
+			if registered {
+				mux.Handle(rt.Path, guard(rt, h.serve(rt, nil)))
+			}
+		}
+	}
+}
+
+// Mux is the API as a Lambda function serves it, behind API Gateway: what
+// the mounts add (its routes, the console), every other path NotFound, all
+// behind Observe.
+func Mux(o ObserveOptions, mounts ...func(*http.ServeMux)) http.Handler {
+	mux := http.NewServeMux()
+	for _, m := range mounts {
+		m(mux)
+	}
+	mux.HandleFunc("/", NotFound)
+	return Observe(o, mux)
+}
+
+// bodyLimit is the most bytes route rt's handler reads of a body.
+func (h *Handler) bodyLimit(rt Route, method string) int64 {
+	switch {
+	case rt.Path == "/v1/verify" && method == http.MethodPost:
+		return MaxVerifyBody
+	case rt.Path == "/v1/requests" && method == http.MethodPost:
+		return h.d.MaxBatchBody
+	}
+	// The routes that take no body refuse a large one whatever the method.
+	return MaxOtherBody
+}
+
+// serve is the http.Handler of route rt: it reads the principal the
+// deployment put in the context, reads the body within the route's limit,
+// runs ep (nil: a method the route does not allow) and renders its reply
+// with the call's request id.
+func (h *Handler) serve(rt Route, ep endpoint) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx := r.Context()
+		c := CallFromContext(ctx)
+		c.Route = rt.Path
+		p, authenticated := evs.PrincipalFromContext(ctx)
+		c.AccountID = p.AccountID
+		var reply idempotency.Reply
+		var err error
+		switch {
+		case !authenticated:
+			// Our fault (a route wired without its key check), not the
+			// client's.
+			err = errors.New("api: request without a principal")
+		case ep == nil || !slices.Contains(rt.Methods, r.Method):
+			err = notAllowed(r.Method, rt.Methods...)
+		default:
+			var req *request
+			req, err = h.read(r, rt, c.RequestID)
+			if err == nil {
+				reply, err = ep(ctx, req, p)
+			}
+		}
+		if err != nil {
+			reply = errReply(err)
+		}
+		c.Err = err
+		if c.Attr.Key == "" && rt.Path != "/v1/verify" {
+			id := r.PathValue("id")
+			if id == "" {
+				// A create names its batch in Location.
+				id, _ = strings.CutPrefix(reply.Headers["Location"], batchPath(""))
+			}
+			c.Attr = slog.String("batchId", id)
+		}
+		render(w, reply, c.RequestID)
+	})
+}
+
+// read takes the call's body, within the route's limit, and its query.
+func (h *Handler) read(r *http.Request, rt Route, rid string) (*request, error) {
+	limit := h.bodyLimit(rt, r.Method)
+	if r.ContentLength > limit {
+		return nil, TooLarge(rt.Path, limit)
+	}
+	raw, err := readBody(r.Body, r.ContentLength, limit)
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooBig) || int64(len(raw)) > limit:
+		return nil, TooLarge(rt.Path, limit)
+	case err != nil && evs.ErrorCode(err) == evs.CodeInvalidRequest:
+		return nil, err // an adapter's own word on the body (bad base64)
+	case err != nil:
+		return nil, &bodyError{err: err}
+	}
+	return &request{r: r, rid: rid, route: rt.Path, method: r.Method, path: r.URL.Path,
+		query: lastValues(queryOf(r)), body: raw}, nil
+}
+
+// readBody reads at most limit+1 bytes of body. A body of a stated length
+// gets one buffer of that size and a byte more, not one grown from 512
+// bytes: a 6 MiB batch is held once.
+func readBody(body io.Reader, length, limit int64) ([]byte, error) {
+	if body == nil || body == http.NoBody {
+		return nil, nil
+	}
+	if length < 0 || length > limit {
+		return io.ReadAll(io.LimitReader(body, limit+1))
+	}
+	buf := make([]byte, length+1)
+	n, err := io.ReadFull(body, buf)
+	if err == io.EOF || err == io.ErrUnexpectedEOF {
+		err = nil
+	}
+	return buf[:n], err
+}
+
+// queryOf parses the query only when there is one: most calls have none.
+func queryOf(r *http.Request) url.Values {
+	if r.URL.RawQuery == "" {
+		return nil
+	}
+	return r.URL.Query()
+}
+
+// bodyError is a body that could not be read: it stopped arriving in time
+// or the connection failed. 400, as API Gateway's BAD_REQUEST_BODY.
+type bodyError struct{ err error }
+
+func (e *bodyError) Error() string { return "api: reading the request body: " + e.err.Error() }
+func (e *bodyError) Unwrap() error {
+	return evs.Errorf(evs.CodeInvalidRequest, "The request body is invalid.")
+}
+
+// render writes a reply's meaning for the call requestID: the id goes into
+// X-Request-Id and into the body (first member of a JSON success,
+// error.requestId of an error).
+func render(w http.ResponseWriter, r idempotency.Reply, requestID string) {
+	h := w.Header()
+	for k, v := range r.Headers {
+		h[http.CanonicalHeaderKey(k)] = []string{v}
+	}
+	ct := r.Headers["Content-Type"]
+	if ct == "" {
+		ct = contentTypeJSON
+		h["Content-Type"] = []string{ct}
+	}
+	h["X-Request-Id"] = []string{requestID}
+	body := r.Body
+	switch {
+	case ct != contentTypeJSON:
+		// CSV and other media carry no request id in the body.
+	case r.StatusCode >= 400:
+		var e errorMeaning
+		if json.Unmarshal(r.Body, &e) != nil || e.Code == "" {
+			e = errorMeaning{Code: evs.CodeInternal, Message: evs.ErrorMessage(errors.New("unreadable reply"))}
+		}
+		body = ErrorBody(e.Code, e.Message, requestID)
+	default:
+		body = withRequestID(r.Body, requestID)
+	}
+	h["Content-Length"] = []string{fmt.Sprint(len(body))}
+	status := r.StatusCode
+	if status == 0 {
+		status = http.StatusOK
+	}
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}
+
+// Call is a call's one log line. Its fields are ids, the route template and
+// a domain: never an address or a key. Observe makes it and writes it; the
+// layers the call passes through fill in what only they know.
+type Call struct {
+	RequestID string
+	Method    string
+	// Route is the route's template, "" when no route matched.
+	Route     string
+	AccountID string
+	// ClientAddr is the address of the client (`evs serve`: the peer, or
+	// behind a trusted proxy the address it forwarded for; Lambda: API
+	// Gateway's sourceIp); logged as "client" when known.
+	ClientAddr netip.Addr
+	Status     int
+	Start      time.Time
+	// Err is the cause of a 5xx, logged at ERROR level; the client saw only
+	// the envelope.
+	Err error
+	// Attr is the handler's own field: the address's domain or the batch id.
+	Attr slog.Attr
+}
+
+type callKey struct{}
+
+// CallFromContext returns the log line of the call ctx belongs to; a
+// context that has none (a handler called without Observe) gets a fresh
+// one, written by no one.
+func CallFromContext(ctx context.Context) *Call {
+	if c, ok := ctx.Value(callKey{}).(*Call); ok {
+		return c
+	}
+	return &Call{RequestID: evs.RequestIDFromContext(ctx)}
+}
+
+// Log writes the line of a call that ended at end.
+func (c *Call) Log(ctx context.Context, l *slog.Logger, end time.Time) {
+	level := slog.LevelInfo
+	if c.Err != nil && c.Status >= 500 {
+		level = slog.LevelError
+	}
+	// The record goes to the handler directly: Logger.LogAttrs would also
+	// walk the stack for a source position no one logs, on every call.
+	h := l.Handler()
+	if !h.Enabled(ctx, level) {
+		return
+	}
+	rec := slog.NewRecord(end, level, "call", 0)
+	rec.AddAttrs(
+		slog.String("requestId", c.RequestID),
+		slog.String("method", c.Method),
+		slog.String("route", c.Route),
+		slog.Int("status", c.Status),
+		slog.Int64("latencyMs", end.Sub(c.Start).Milliseconds()),
+		slog.String("accountId", c.AccountID),
+	)
+	if c.ClientAddr.IsValid() {
+		rec.AddAttrs(slog.String("client", c.ClientAddr.String()))
+	}
+	if level == slog.LevelError {
+		rec.AddAttrs(slog.String("error", c.Err.Error()))
+	}
+	rec.AddAttrs(c.Attr)
+	_ = h.Handle(ctx, rec)
+}
+
+// ObserveOptions configure Observe.
+type ObserveOptions struct {
+	Logger *slog.Logger
+	// Now is the clock of the line's latency (default time.Now).
+	Now func() time.Time
+	// ClientAddr tells the client's address (default: the peer's).
+	ClientAddr func(r *http.Request) netip.Addr
+	// Done, when set, is told of every call once answered (metrics).
+	Done func(c *Call, end time.Time)
+}
+
+// Observe is the outermost layer of both deployments: it gives each call
+// its request id (the one the platform assigned, or a new UUID), writes
+// its one log line, including for calls no route answers, puts the id in
+// X-Request-Id of every reply, and turns a panic into the contract's 500.
+func Observe(o ObserveOptions, next http.Handler) http.Handler {
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.ClientAddr == nil {
+		o.ClientAddr = PeerAddr
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rid := evs.RequestIDFromContext(r.Context())
+		if rid == "" {
+			rid = uuid.NewString()
+		}
+		w.Header()["X-Request-Id"] = []string{rid}
+		sw := &statusWriter{ResponseWriter: w, call: Call{RequestID: rid, Method: r.Method, Start: o.Now(), ClientAddr: o.ClientAddr(r)}}
+		ctx := context.WithValue(r.Context(), callKey{}, &sw.call)
+		defer func() {
+			if p := recover(); p != nil {
+				if p == http.ErrAbortHandler {
+					panic(p)
+				}
+				sw.call.Err = fmt.Errorf("api: handler panicked: %v", p)
+				if !sw.wrote {
+					WriteError(sw, evs.Errorf(evs.CodeInternal, "An internal error occurred."), rid)
+				}
+			}
+			end := o.Now()
+			if sw.call.Status == 0 {
+				sw.call.Status = http.StatusOK
+			}
+			sw.call.Log(ctx, o.Logger, end)
+			if o.Done != nil {
+				o.Done(&sw.call, end)
+			}
+		}()
+		next.ServeHTTP(sw, r.WithContext(ctx))
+	})
+}
+
+// PeerAddr is the address of r's peer.
+func PeerAddr(r *http.Request) netip.Addr {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		host = r.RemoteAddr
+	}
+	a, _ := netip.ParseAddr(host)
+	return a.Unmap()
+}
+
+// statusWriter writes the status into the call's line.
+type statusWriter struct {
+	http.ResponseWriter
+	call  Call
+	wrote bool
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if !w.wrote {
+		w.call.Status, w.wrote = code, true
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if !w.wrote {
+		w.call.Status, w.wrote = http.StatusOK, true
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the connection's deadlines.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// WriteError answers err, classified into the contract's envelope, for the
+// call requestID.
+func WriteError(w http.ResponseWriter, err error, requestID string) {
+	render(w, errReply(err), requestID)
+}
+
+// NotFound answers every path no route has: 404 not_found, as API
+// Gateway's MISSING_AUTHENTICATION_TOKEN response does on AWS.
+func NotFound(w http.ResponseWriter, r *http.Request) {
+	WriteError(w, evs.Errorf(evs.CodeNotFound, "No such route."), CallFromContext(r.Context()).RequestID)
+}
+
+// Canonical refuses, with NotFound, a path that the standard mux would
+// redirect to a cleaned form: a trailing or doubled slash or a dot segment
+// is another path, with no route (contract, section 1), so
+// "/v1/requests/" cannot pass for "/v1/requests" and slip out of its
+// idempotency scope.
+func Canonical(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p := r.URL.Path
+		if p == "" || p[0] != '/' || (p != "/" && path.Clean(p) != p && !(strings.HasSuffix(p, "/") && path.Clean(p)+"/" == p)) || r.Method == http.MethodConnect {
+			NotFound(w, r)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}

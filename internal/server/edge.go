@@ -1,0 +1,462 @@
+package server
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"net/netip"
+
+	"golang.org/x/time/rate"
+
+	"github.com/evs-dev/evs/internal/api"
+	"github.com/evs-dev/evs/internal/authorizer"
+	"github.com/evs-dev/evs/internal/console"
+	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/metrics"
+)
+
+// edge is `evs serve`'s HTTP front: the API's handlers (api.Register) on
+// the standard mux, with what API Gateway does for them on AWS written as
+// middleware in front of each route:
+//
+//   - the key lookup (authorizer.Authorize), its answer cached per key for
+//     Config.AuthTTL (300 s by default) and trusted only while the store
+//     says no key or account changed since (KeysVersioned), so a key
+//     revoked by `evs keys revoke` in another process is refused at its
+//     next call;
+//   - per-account throttling (token bucket: Config.RateLimit, burst twice
+//     that) in place of the usage plan;
+//   - the same refusals in the contract's envelope as template.yaml's
+//     gateway responses (responses.go).
+//
+// Beyond API Gateway, it refuses a client that keeps failing to
+// authenticate (failLimiter), refuses new work when the disk is low,
+// shares a budget among large bodies (bodyGate) and bounds how long a body
+// may take to arrive.
+type edge struct {
+	// o gives Config.AuthTTL, Config.RateLimit, BodyTimeout, Now, Logger
+	// and Metrics.
+	o       Options
+	handler http.Handler
+	keys    keyLookup
+
+	// console serves the web console's static files (console.Path).
+	console http.Handler
+	// ping checks the store for the health endpoint (HealthPath).
+	ping func(ctx context.Context) error
+	// writable probes the store for the readiness endpoint (ReadyPath);
+	// draining turns it 503 once the server is told to stop, and drain
+	// waits for inflight, the calls being served, to reach zero.
+	writable *writable
+	draining atomic.Bool
+	inflight atomic.Int64
+
+	// version, when the store has one, tells whether keys or accounts
+	// changed since an entry of the cache was made (KeysVersioned).
+	version func(ctx context.Context) (int64, error)
+
+	mu       sync.Mutex
+	cache    map[[32]byte]authEntry
+	limiters map[string]*rate.Limiter
+	fails    *failLimiter
+	// uploads receives lists PUT to upload URLs; nil when the store
+	// keeps none.
+	uploads uploadStore
+	// exports serves the lists of export URLs; nil when the store keeps
+	// none.
+	exports exportStore
+	// bodies bounds the bytes of large bodies read and handled at once.
+	bodies *bodyGate
+}
+
+// Local settings API Gateway has no counterpart of.
+const (
+	// authFailRate is how many failed authentications (401 and 403) one
+	// client address may have per second, with a burst of as many, before
+	// its calls are answered 429 without being authorized.
+	authFailRate = 20
+	// authFailClients bounds how many client addresses the failure count
+	// remembers; beyond it the least recent is forgotten.
+	authFailClients = 10000
+)
+
+// authEntry is a key's cached answer: its principal, and whether the key
+// is revoked or its account suspended.
+type authEntry struct {
+	p         evs.Principal
+	forbidden bool
+	expires   time.Time
+	// version is the store's keys version read before the lookup ran.
+	version int64
+}
+
+// KeysVersioned is a store that can tell cheaply, on every call, whether
+// keys or accounts changed between two calls: KeysVersion returns the same
+// number only if none did (sqlitestore.Store is one).
+type KeysVersioned interface {
+	KeysVersion(ctx context.Context) (int64, error)
+}
+
+// keyLookup resolves an API key (*authorizer.Authorizer is one).
+type keyLookup interface {
+	Authorize(ctx context.Context, key string) (authorizer.Principal, error)
+}
+
+// newEdge serves the routes mount adds (api.Handler.MountAll) behind the
+// key lookup of keys. From o it takes
+// Config.AuthTTL (0: 300 s, negative: no cache), Config.RateLimit (0:
+// off), BodyTimeout (0: 30 s), Now and Logger.
+func newEdge(o Options, mount func(api.Guard) func(*http.ServeMux), keys keyLookup, bodies *bodyGate) *edge {
+	if o.Config.AuthTTL == 0 {
+		o.Config.AuthTTL = 300 * time.Second
+	}
+	if o.BodyTimeout <= 0 {
+		o.BodyTimeout = 30 * time.Second
+	}
+	if bodies == nil {
+		bodies = newBodyGate(o.BodyBudget, o.BodyWait)
+	}
+	e := &edge{o: o, keys: keys, cache: map[[32]byte]authEntry{},
+		limiters: map[string]*rate.Limiter{}, fails: newFailLimiter(authFailRate, authFailClients), bodies: bodies}
+	e.ping = healthCheck(o.Store)
+	e.console = console.Handler()
+	var probeFailed func()
+	if o.Metrics != nil {
+		probeFailed = func() { o.Metrics.StoreError("readyz") }
+	}
+	e.writable = newWritable(o.Store, o.Now, probeFailed)
+	if v, ok := o.Store.(KeysVersioned); ok {
+		e.version = v.KeysVersion
+	}
+	e.uploads, _ = o.Store.(uploadStore)
+	e.exports, _ = o.Store.(exportStore)
+
+	mux := http.NewServeMux()
+	mount(e.guard)(mux)
+	// The check endpoints and the console's files need no key (the page
+	// asks for one and sends it on its own API calls).
+	mux.HandleFunc(HealthPath, func(w http.ResponseWriter, r *http.Request) {
+		e.health(w, r, routed(r, HealthPath))
+	})
+	mux.HandleFunc(ReadyPath, func(w http.ResponseWriter, r *http.Request) {
+		e.ready(w, r, routed(r, ReadyPath))
+	})
+	console.Mount(mux, e.console)
+	if e.uploads != nil {
+		mux.HandleFunc(uploadRoute, func(w http.ResponseWriter, r *http.Request) {
+			e.receiveUpload(w, r, api.CallFromContext(r.Context()), r.PathValue("id"))
+		})
+	}
+	if e.exports != nil {
+		mux.HandleFunc(exportRoute, func(w http.ResponseWriter, r *http.Request) {
+			e.sendExport(w, r, api.CallFromContext(r.Context()), r.PathValue("id"))
+		})
+	}
+	mux.HandleFunc("/", api.NotFound)
+	e.handler = api.Observe(api.ObserveOptions{
+		Logger:     o.Logger,
+		Now:        o.Now,
+		ClientAddr: func(r *http.Request) netip.Addr { return clientAddr(r, o.Config.TrustedProxies) },
+		Done:       e.count,
+	}, framed(api.Canonical(mux)))
+	return e
+}
+
+// routed names the route of the call r belongs to and returns its line.
+func routed(r *http.Request, route string) *api.Call {
+	c := api.CallFromContext(r.Context())
+	c.Route = route
+	return c
+}
+
+// count tells the metrics of a call, under its route template.
+func (e *edge) count(c *api.Call, end time.Time) {
+	if e.o.Metrics == nil {
+		return
+	}
+	metrics.Calls(e.o.Metrics)(c, end)
+	if storeFault(c) {
+		e.o.Metrics.StoreError("api")
+	}
+}
+
+// storeFault tells whether an API call was answered 503 unavailable
+// because the store failed it: in `evs serve` the queue is in-process, so
+// the store is the one dependency that can be down. The check endpoints
+// count their own (the readiness probe, once per probe).
+func storeFault(c *api.Call) bool {
+	return c.Status == http.StatusServiceUnavailable && c.Route != HealthPath && c.Route != ReadyPath &&
+		c.Err != nil && evs.ErrorCode(c.Err) == evs.CodeUnavailable
+}
+
+// ServeHTTP serves one call.
+func (e *edge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	e.inflight.Add(1)
+	defer e.inflight.Add(-1)
+	if e.o.TLS != nil {
+		// The client called over HTTPS (upload URLs are made with it).
+		r.Header.Set("X-Forwarded-Proto", "https")
+	}
+	// The body's deadline runs from here (the headers are in). It is real
+	// time, whatever clock the server is given. The server also waits on
+	// it when it drains a body the handler did not read.
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(e.o.BodyTimeout)) // unsupported only in tests' fakes
+	e.handler.ServeHTTP(w, r)
+}
+
+// framed refuses a request whose head carried both Content-Length and
+// Transfer-Encoding (RFC 9112, section 6.3), and closes the connection, so
+// no byte of its ambiguous body is read as another request.
+func framed(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if smuggled(r.Context()) {
+			w.Header().Set("Connection", "close")
+			writeError(w, http.StatusBadRequest, evs.CodeInvalidRequest,
+				"A request must not carry both Content-Length and Transfer-Encoding.", api.CallFromContext(r.Context()).RequestID)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// guard runs before route rt's handler what API Gateway runs on AWS, and
+// what `evs serve` adds: the failure limiter, the key, the account's rate,
+// the disk's watermark and the budget of large bodies.
+func (e *edge) guard(rt api.Route, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c := routed(r, rt.Path)
+		rid := c.RequestID
+		p, typ, extra := e.authenticate(r, c)
+		if typ != "" {
+			refuseEarly(w, r)
+			writeResponse(w, typ, rid, extra)
+			return
+		}
+		// Limits and logs are per account: an account's keys share its
+		// budget.
+		c.AccountID = p.AccountID
+		if wait, limited := e.throttle(c.AccountID); limited {
+			refuseEarly(w, r)
+			writeResponse(w, throttled, rid, map[string]string{"Retry-After": retryAfter(wait)})
+			return
+		}
+		if storesWork(r.Method, rt.Path) && e.lowOnSpace() {
+			refuseEarly(w, r)
+			writeLowSpace(w, rid)
+			return
+		}
+		// A large body waits for its share of the budget before a byte of
+		// it is read, and keeps it until the handler has answered.
+		release, err := e.bodies.admit(r.Context(), e.bodies.weight(r, rt.MaxBody))
+		if err != nil {
+			writeBodyBusy(w, rid)
+			return
+		}
+		defer release()
+		rc := http.NewResponseController(w)
+		if r.ContentLength == 0 {
+			// No body to wait for. A deadline left on the idle connection
+			// would cancel the call's context mid-call when it expires.
+			_ = rc.SetReadDeadline(time.Time{})
+		} else {
+			// The deadline runs from now: time spent waiting for the
+			// budget is not the client's. It is lifted once the body is
+			// read. The body is never read past the route's limit, however
+			// long it claims or turns out to be.
+			_ = rc.SetReadDeadline(time.Now().Add(e.o.BodyTimeout))
+			r.Body = &deadlineBody{ReadCloser: http.MaxBytesReader(unwrap(w), r.Body, rt.MaxBody), rc: rc, h: w.Header()}
+		}
+		next.ServeHTTP(w, r.WithContext(evs.NewContextWithPrincipal(r.Context(), p)))
+	})
+}
+
+// unwrap is the server's own ResponseWriter under the middleware's, which
+// http.MaxBytesReader tells to close the connection.
+func unwrap(w http.ResponseWriter) http.ResponseWriter {
+	for {
+		u, ok := w.(interface{ Unwrap() http.ResponseWriter })
+		if !ok {
+			return w
+		}
+		w = u.Unwrap()
+	}
+}
+
+// deadlineBody lifts the connection's read deadline once the body is read,
+// and closes the connection after a body that could not be read whole.
+type deadlineBody struct {
+	io.ReadCloser
+	rc   *http.ResponseController
+	h    http.Header
+	done bool
+}
+
+func (b *deadlineBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && !b.done {
+		b.done = true
+		if err == io.EOF {
+			_ = b.rc.SetReadDeadline(time.Time{})
+		} else {
+			// Too long, too slow or broken: the rest is never read, and
+			// the deadline stays, so the server does not wait on it.
+			b.h.Set("Connection", "close")
+		}
+	}
+	return n, err
+}
+
+// authenticate resolves the call's key to its principal, or names the
+// refusal to answer with (and the cause of a 500 in c.Err).
+func (e *edge) authenticate(r *http.Request, c *api.Call) (evs.Principal, string, map[string]string) {
+	keys := r.Header.Values(authorizer.HeaderName)
+	key := ""
+	for i, k := range keys {
+		if i > 0 && k != key {
+			// Two different keys name no single caller.
+			key = ""
+			break
+		}
+		key = k
+	}
+	now := e.o.Now()
+	// The cache is looked up once per call: the failure limiter and the
+	// key check both use the answer.
+	var hit cacheHit
+	if key != "" {
+		hit = e.lookup(r.Context(), key, now)
+	}
+	client := ""
+	if !hit.found || hit.e.forbidden {
+		client = clientKey(c.ClientAddr)
+		// A client that keeps failing is refused before its key is even
+		// looked at, so guessing keys is slow; a key already seen to work
+		// (cached) still passes, so neighbours behind the same NAT keep
+		// working.
+		if wait, blocked := e.fails.blocked(client, now); blocked {
+			return evs.Principal{}, throttled, map[string]string{"Retry-After": retryAfter(wait)}
+		}
+	}
+	typ := unauthorized
+	var p evs.Principal
+	if key != "" {
+		p, typ = e.authorize(r.Context(), c, hit, key, now)
+	}
+	if typ == unauthorized || typ == accessDenied {
+		e.fails.fail(client, e.o.Now())
+	}
+	return p, typ, nil
+}
+
+// cacheHit is what the cache holds for a call's key.
+type cacheHit struct {
+	ck    [32]byte // the key's hash: the cache never holds a key itself
+	e     authEntry
+	found bool // a live cached answer
+	// version is the store's keys version now; the answer is cached only
+	// when it could be read (noCache otherwise).
+	version int64
+	noCache bool
+}
+
+// lookup reads the cache entry of key. An entry made before keys or
+// accounts last changed is not used: the change may be the key's
+// revocation.
+func (e *edge) lookup(ctx context.Context, key string, now time.Time) cacheHit {
+	h := cacheHit{ck: sha256.Sum256([]byte(key))}
+	if e.o.Config.AuthTTL <= 0 {
+		return h
+	}
+	if e.version != nil {
+		v, err := e.version(ctx)
+		if err != nil {
+			// Whether the key changed cannot be told: look it up.
+			h.noCache = true
+			return h
+		}
+		h.version = v
+	}
+	e.mu.Lock()
+	ent, ok := e.cache[h.ck]
+	e.mu.Unlock()
+	if ok && now.Before(ent.expires) && ent.version == h.version {
+		h.e, h.found = ent, true
+	}
+	return h
+}
+
+// authorize answers the key's principal, or the refusal to answer with.
+func (e *edge) authorize(ctx context.Context, c *api.Call, hit cacheHit, key string, now time.Time) (evs.Principal, string) {
+	ent := hit.e
+	if !hit.found {
+		p, err := e.keys.Authorize(ctx, key)
+		switch {
+		case errors.Is(err, authorizer.ErrUnauthorized):
+			return evs.Principal{}, unauthorized // not cached: the key may be issued later
+		case err != nil && !errors.Is(err, authorizer.ErrForbidden):
+			c.Err = fmt.Errorf("authorizer: %w", err)
+			return evs.Principal{}, default5XX
+		}
+		ent = authEntry{p: evs.Principal{AccountID: p.AccountID, KeyID: p.KeyID, Test: p.Test},
+			forbidden: err != nil, expires: now.Add(e.o.Config.AuthTTL), version: hit.version}
+		if e.o.Config.AuthTTL > 0 && !hit.noCache {
+			e.mu.Lock()
+			e.cache[hit.ck] = ent
+			e.mu.Unlock()
+		}
+	}
+	if ent.forbidden {
+		return evs.Principal{}, accessDenied
+	}
+	return ent.p, ""
+}
+
+// refuseEarly marks the connection to be closed after a reply given before
+// the request's body was read, so the server does not wait for a body no
+// one will use (a client that promises one and never sends it would hold
+// the connection until the deadline).
+func refuseEarly(w http.ResponseWriter, r *http.Request) {
+	if r.ContentLength != 0 {
+		w.Header().Set("Connection", "close")
+	}
+}
+
+// retryAfter renders a wait as whole seconds, at least 1.
+func retryAfter(wait time.Duration) string {
+	secs := int(math.Ceil(wait.Seconds()))
+	if secs < 1 {
+		secs = 1
+	}
+	return strconv.Itoa(secs)
+}
+
+// throttle takes a token from the account's bucket.
+func (e *edge) throttle(account string) (time.Duration, bool) {
+	if e.o.Config.RateLimit <= 0 {
+		return 0, false
+	}
+	e.mu.Lock()
+	lim, ok := e.limiters[account]
+	if !ok {
+		burst := int(math.Ceil(2 * e.o.Config.RateLimit))
+		lim = rate.NewLimiter(rate.Limit(e.o.Config.RateLimit), burst)
+		e.limiters[account] = lim
+	}
+	e.mu.Unlock()
+	now := e.o.Now()
+	res := lim.ReserveN(now, 1)
+	if d := res.DelayFrom(now); d > 0 {
+		res.CancelAt(now)
+		return d, true
+	}
+	return 0, false
+}
