@@ -203,46 +203,6 @@ func runBatches(t *testing.T, newStore StoreFactory) {
 		e.stored(t, "batch after calls by others", b)
 	})
 
-	t.Run("ExpiredBatchIsNotFound", func(t *testing.T) {
-		e := newEnv(t, newStore)
-		b, _ := e.create(t, "batch-1", "acct-1", 3, 0)
-		e.clock.Set(b.ExpiresAt.Add(-time.Millisecond))
-		e.stored(t, "just before expiry", b)
-		e.clock.Set(b.ExpiresAt.Add(time.Millisecond))
-		_, err := e.st.Batch(e.ctx, "acct-1", "batch-1")
-		wantCode(t, err, evs.CodeNotFound, "Batch after ExpiresAt")
-	})
-
-	t.Run("Transitions", func(t *testing.T) {
-		e := newEnv(t, newStore)
-		b, _ := e.create(t, "batch-1", "acct-1", 3, 1)
-		b = e.transition(t, b, evs.StateRunning, "", base.Add(time.Second))
-		if !b.CompletedAt.IsZero() {
-			t.Fatal("running batch has CompletedAt")
-		}
-		// Completion comes with the last result.
-		done := base.Add(time.Minute)
-		b, err := e.st.PutResults(e.ctx, "acct-1", "batch-1", results(statusOf, 0, 1, 2), done)
-		must(t, err, "PutResults")
-		if b.State != evs.StateCompleted || !b.CompletedAt.Equal(done) {
-			t.Fatalf("after the last result: state %s, CompletedAt %v; want completed at %v", b.State, b.CompletedAt, done)
-		}
-		e.stored(t, "completed batch", b)
-		refuseFinalChanges(t, e, b)
-	})
-
-	t.Run("CancelledAndFailedAreFinal", func(t *testing.T) {
-		for _, final := range []evs.State{evs.StateCancelled, evs.StateFailed} {
-			t.Run(string(final), func(t *testing.T) {
-				e := newEnv(t, newStore)
-				b, _ := e.create(t, "batch-1", "acct-1", 3, 0)
-				b = e.transition(t, b, evs.StateRunning, "", base)
-				b = e.transition(t, b, final, "stopped", base.Add(time.Minute))
-				refuseFinalChanges(t, e, b)
-			})
-		}
-	})
-
 	t.Run("TransitionChecksFrom", func(t *testing.T) {
 		e := newEnv(t, newStore)
 		b, _ := e.create(t, "batch-1", "acct-1", 3, 0)
@@ -258,13 +218,6 @@ func runBatches(t *testing.T, newStore StoreFactory) {
 		must(t, err, "TransitionBatch queued|running→cancelled")
 		b.State, b.CompletedAt = evs.StateCancelled, base.Add(time.Second)
 		sameBatch(t, "cancelled batch", got, b)
-	})
-
-	t.Run("FailedKeepsTheError", func(t *testing.T) {
-		e := newEnv(t, newStore)
-		b, _ := e.create(t, "batch-1", "acct-1", 3, 0)
-		b = e.transition(t, b, evs.StateRunning, "", base)
-		e.transition(t, b, evs.StateFailed, "the verifier gave up", base.Add(time.Minute))
 	})
 
 	t.Run("PutResultsCountsAndCompletes", func(t *testing.T) {
@@ -651,26 +604,6 @@ func runBatches(t *testing.T, newStore StoreFactory) {
 			t.Errorf("last PendingItems page = %v, want the last 9 items", page)
 		}
 	})
-}
-
-// refuseFinalChanges checks that no transition moves the final batch b,
-// whatever state the caller believes it is in.
-func refuseFinalChanges(t *testing.T, e *env, b evs.Batch) {
-	t.Helper()
-	for _, c := range []struct {
-		from []evs.State
-		to   evs.State
-	}{
-		{[]evs.State{evs.StateQueued, evs.StateRunning}, evs.StateCancelled},
-		{[]evs.State{evs.StateRunning}, evs.StateFailed},
-		{[]evs.State{b.State}, evs.StateFailed},
-		{[]evs.State{b.State}, evs.StateRunning},
-		{[]evs.State{b.State}, evs.StateCompleted},
-	} {
-		_, err := e.st.TransitionBatch(e.ctx, b.AccountID, b.ID, c.from, c.to, "late", b.CompletedAt.Add(time.Hour))
-		wantCode(t, err, evs.CodeInvalidState, fmt.Sprintf("TransitionBatch %v→%s of a %s batch", c.from, c.to, b.State))
-		e.stored(t, fmt.Sprintf("%s batch after a refused transition", b.State), b)
-	}
 }
 
 func seqsOf(rs []evs.Result) []int {
