@@ -427,8 +427,7 @@ func (s *Store) putChunk(ctx context.Context, accountID, id string, chunk []evs.
 	attempt := 0
 	for len(chunk) > 0 {
 		if attempt >= writeAttempts {
-			return false, evs.Wrap(fmt.Errorf("dynamostore: results transaction cancelled %d times", attempt),
-				evs.CodeUnavailable, msgUnavailable)
+			return false, store.Unavailable(fmt.Errorf("dynamostore: results transaction cancelled %d times", attempt))
 		}
 		tx := make([]types.TransactWriteItem, 0, len(chunk)+1)
 		added := map[string]int64{}

@@ -122,7 +122,7 @@ func (s *Store) OpenUpload(ctx context.Context, accountID, id string) (evs.Uploa
 	out, err := s.in.o.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(s.in.bucket), Key: aws.String(uploadObject(accountID, id))})
 	var missing *s3types.NoSuchKey
 	if errors.As(err, &missing) || apiCode(err) == "NoSuchKey" {
-		return evs.Upload{}, nil, 0, evs.Errorf(evs.CodeInvalidState, "Nothing was uploaded yet: PUT the list to the upload's URL first.")
+		return evs.Upload{}, nil, 0, store.NothingUploaded()
 	}
 	if err != nil {
 		return evs.Upload{}, nil, 0, wrapErr("read upload", err)

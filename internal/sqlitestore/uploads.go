@@ -167,7 +167,7 @@ func (s *Store) OpenUpload(ctx context.Context, accountID, id string) (evs.Uploa
 	case r.dropped:
 		return evs.Upload{}, nil, 0, evs.Errorf(evs.CodeInvalidState, "The upload was already used to create a request.")
 	case !r.size.Valid:
-		return evs.Upload{}, nil, 0, evs.Errorf(evs.CodeInvalidState, "Nothing was uploaded yet: PUT the list to the upload's URL first.")
+		return evs.Upload{}, nil, 0, store.NothingUploaded()
 	}
 	return r.u, &partReader{s: s, ctx: ctx, id: id, attempt: r.attempt}, r.size.Int64, nil
 }

@@ -1,45 +1,45 @@
 package store
 
-import "github.com/evs-dev/evs/internal/evs"
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
 
-// The errors both stores return for the same refusal, written once so a
-// client reads the same code and message whichever deployment answers.
-// Each call returns a new *evs.Error: callers may wrap or change it.
+	"github.com/evs-dev/evs/internal/evs"
+)
 
-// NoBatch is the error of a batch that does not exist, is another
-// account's, or has expired.
-func NoBatch() error { return evs.Errorf(evs.CodeNotFound, "No such request.") }
-
-// BatchExists is the error of a creation whose batch ID is taken.
-func BatchExists() error { return evs.Errorf(evs.CodeInvalidState, "The request already exists.") }
-
-// NoAccount is the error of an unknown account.
-func NoAccount() error { return evs.Errorf(evs.CodeNotFound, "No such account.") }
-
-// AccountExists is the error of a creation whose account ID is taken.
-func AccountExists() error { return evs.Errorf(evs.CodeInvalidState, "The account already exists.") }
-
-// AccountNameTaken is the error of a creation whose account name another
-// account has: a name picks one account (`evs keys create --account`).
-func AccountNameTaken() error {
-	return evs.Errorf(evs.CodeInvalidState, "The account name is taken.")
+// refusal makes a constructor of one refusal: each call returns a new
+// *evs.Error, which a caller may wrap or change.
+func refusal(code, msg string) func() error {
+	return func() error { return &evs.Error{Code: code, Message: msg} }
 }
 
-// NoKey is the error of an unknown API key.
-func NoKey() error { return evs.Errorf(evs.CodeNotFound, "No such key.") }
+// The refusals both stores give, written once so a client reads the same
+// code and message whichever deployment answers.
+var (
+	NoBatch          = refusal(evs.CodeNotFound, "No such request.") // unknown, another account's, or expired
+	BatchExists      = refusal(evs.CodeInvalidState, "The request already exists.")
+	NoSuchItem       = refusal(evs.CodeInvalidRequest, "A result is for an item the request does not have.")
+	NoAccount        = refusal(evs.CodeNotFound, "No such account.")
+	AccountExists    = refusal(evs.CodeInvalidState, "The account already exists.")
+	AccountNameTaken = refusal(evs.CodeInvalidState, "The account name is taken.") // a name picks one account
+	NoKey            = refusal(evs.CodeNotFound, "No such key.")
+	KeyExists        = refusal(evs.CodeInvalidState, "The key already exists.")
+	NoUpload         = refusal(evs.CodeNotFound, "No such upload (unknown, expired, or of another account).")
+	NothingUploaded  = refusal(evs.CodeInvalidState, "Nothing was uploaded yet: PUT the list to the upload's URL first.")
+	NoClaim          = refusal(evs.CodeNotFound, "No idempotency record in progress.")
+	NoDelivery       = refusal(evs.CodeNotFound, "The request has no webhook delivery.") // none asked for, or not final yet
+	DeliveryNotDue   = refusal(evs.CodeInvalidState, "The delivery is not due or was claimed by another worker.")
+	DeliveryMovedOn  = refusal(evs.CodeInvalidState, "The delivery moved on since this attempt.")
+	NoWebhookSecret  = refusal(evs.CodeNotFound, "The account has no webhook secret.")
+	SecretChanged    = refusal(evs.CodeInvalidState, "The webhook secret changed meanwhile.")
+)
 
-// KeyExists is the error of a creation whose key hash or ID is taken.
-func KeyExists() error { return evs.Errorf(evs.CodeInvalidState, "The key already exists.") }
-
-// NoUpload is the error of an upload that is unknown, expired or another
-// account's.
-func NoUpload() error {
-	return evs.Errorf(evs.CodeNotFound, "No such upload (unknown, expired, or of another account).")
-}
-
-// NoSuchItem is the error of a result whose Seq is none of its batch's items.
-func NoSuchItem() error {
-	return evs.Errorf(evs.CodeInvalidRequest, "A result is for an item the request does not have.")
+// Unavailable is the error of a dependency fault worth a retry; cause is
+// kept for the logs.
+func Unavailable(cause error) error {
+	return evs.Wrap(cause, evs.CodeUnavailable, "The store is unavailable; retry.")
 }
 
 // CheckNewBatch is what every store requires of a batch it creates: an ID
@@ -76,4 +76,34 @@ func EncodeResults(results []evs.Result) ([][]byte, error) {
 		out[i] = b
 	}
 	return out, nil
+}
+
+// EncodeRetired is the stored form of a webhook secret's retired secrets:
+// a JSON array, newest first; "" for none.
+func EncodeRetired(rs []evs.RetiredSecret) (string, error) {
+	if len(rs) == 0 {
+		return "", nil
+	}
+	b, err := json.Marshal(rs)
+	if err != nil {
+		return "", fmt.Errorf("store: encode retired webhook secrets: %w", err)
+	}
+	return string(b), nil
+}
+
+// DecodeRetired reads EncodeRetired's form. A record written before
+// retired secrets were kept as a list has none there but one plain secret,
+// legacy, retired at legacyAt.
+func DecodeRetired(stored, legacy string, legacyAt time.Time) ([]evs.RetiredSecret, error) {
+	if strings.HasPrefix(stored, "[") {
+		var rs []evs.RetiredSecret
+		if err := json.Unmarshal([]byte(stored), &rs); err != nil {
+			return nil, fmt.Errorf("store: decode retired webhook secrets: %w", err)
+		}
+		return rs, nil
+	}
+	if legacy != "" {
+		return []evs.RetiredSecret{{Secret: legacy, RetiredAt: legacyAt}}, nil
+	}
+	return nil, nil
 }
