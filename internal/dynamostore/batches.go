@@ -103,17 +103,8 @@ func batchFrom(it item) evs.Batch {
 			Risky:         int(getN(it, attrRisky)),
 			Unknown:       int(getN(it, attrUnknown)),
 		},
-		MaxAge: maxAgeFrom(it),
+		MaxAge: store.MaxAgeOf(getN(it, attrMaxAgeMs)),
 	}
-}
-
-// maxAgeFrom reads attrMaxAgeMs: a negative value is evs.NoReuse.
-func maxAgeFrom(it item) time.Duration {
-	ms := getN(it, attrMaxAgeMs)
-	if ms < 0 {
-		return evs.NoReuse
-	}
-	return time.Duration(ms) * time.Millisecond
 }
 
 // visible tells whether a stored batch record is one a reader may see: not
@@ -207,11 +198,8 @@ func (s *Store) putBatch(ctx context.Context, b evs.Batch, items []evs.Item, inp
 	if b.Error != "" {
 		rec[attrError] = avS(b.Error)
 	}
-	switch {
-	case b.MaxAge < 0:
-		rec[attrMaxAgeMs] = avN(-1)
-	case b.MaxAge > 0:
-		rec[attrMaxAgeMs] = avN(max(b.MaxAge.Milliseconds(), 1))
+	if b.MaxAge != 0 {
+		rec[attrMaxAgeMs] = avN(store.MaxAgeMillis(b.MaxAge))
 	}
 	if !b.CompletedAt.IsZero() {
 		rec[attrCompletedAt] = avTime(b.CompletedAt)

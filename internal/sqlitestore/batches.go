@@ -115,10 +115,7 @@ func scanBatchWith(row scanner, first ...any) (evs.Batch, error) {
 	if err != nil {
 		return evs.Batch{}, err
 	}
-	b.MaxAge = time.Duration(maxAge) * time.Millisecond
-	if maxAge < 0 {
-		b.MaxAge = evs.NoReuse
-	}
+	b.MaxAge = store.MaxAgeOf(maxAge)
 	b.CreatedAt, b.CompletedAt, b.ExpiresAt = fromMillis(created), fromNullMillis(completed), fromMillis(expires)
 	return b, nil
 }
@@ -189,7 +186,7 @@ func (s *Store) CreateBatchBounded(ctx context.Context, b evs.Batch, items []evs
 		var key int64
 		err = create.QueryRowContext(ctx,
 			b.ID, b.AccountID, b.Mode, b.State, b.Error, millis(b.CreatedAt), nullMillis(b.CompletedAt), millis(b.ExpiresAt),
-			len(items), c.Total, c.Duplicates, c.Processed, c.Deliverable, c.Undeliverable, c.Risky, c.Unknown, maxAgeMillis(b.MaxAge)).Scan(&key)
+			len(items), c.Total, c.Duplicates, c.Processed, c.Deliverable, c.Undeliverable, c.Risky, c.Unknown, store.MaxAgeMillis(b.MaxAge)).Scan(&key)
 		if constraint(err, sqlite3.SQLITE_CONSTRAINT_UNIQUE) {
 			return store.BatchExists()
 		}
@@ -601,15 +598,6 @@ func (s *Store) Sweep(ctx context.Context) (int, error) {
 		err = s.keys.rebuild(ctx, s.rdb)
 	}
 	return int(n), err
-}
-
-// maxAgeMillis is the max_age column of a batch's MaxAge: milliseconds,
-// with evs.NoReuse kept as -1.
-func maxAgeMillis(d time.Duration) int64 {
-	if d < 0 {
-		return -1
-	}
-	return d.Milliseconds()
 }
 
 // ListBatches returns a page of the account's live batches, newest first.

@@ -61,6 +61,24 @@ func CheckNewBatch(b evs.Batch, items []evs.Item) error {
 	return nil
 }
 
+// MaxAgeMillis is the stored form of a batch's MaxAge: whole milliseconds
+// (at least 1, so a bound never reads back as none), -1 for evs.NoReuse, 0
+// for no bound.
+func MaxAgeMillis(d time.Duration) int64 {
+	if d <= 0 {
+		return max(int64(d), -1)
+	}
+	return max(d.Milliseconds(), 1)
+}
+
+// MaxAgeOf reads MaxAgeMillis's form.
+func MaxAgeOf(ms int64) time.Duration {
+	if ms < 0 {
+		return evs.NoReuse
+	}
+	return time.Duration(ms) * time.Millisecond
+}
+
 // EncodeResults checks that every result has a known reason and encodes
 // each one's decision (EncodeDecision), in the order given.
 func EncodeResults(results []evs.Result) ([][]byte, error) {
