@@ -213,9 +213,17 @@ func runBatches(t *testing.T, newStore StoreFactory) {
 		wantCode(t, err, evs.CodeInvalidState, "TransitionBatch from no state")
 		e.stored(t, "queued batch after a refused transition", b)
 
+		// A from that names the current state allows only the moves from
+		// it, whatever another state named could do: queued → running is
+		// a move, running → running is not.
+		b = e.transition(t, b, evs.StateRunning, "", base)
+		_, err = e.st.TransitionBatch(e.ctx, "acct-1", "batch-1", []evs.State{evs.StateQueued, evs.StateRunning}, evs.StateRunning, "", base)
+		wantError(t, err, evs.CodeInvalidState, "The request is running.", "TransitionBatch queued|running→running of a running batch")
+		e.stored(t, "running batch after a refused transition", b)
+
 		// Several allowed states: the current one among them is enough.
 		got, err := e.st.TransitionBatch(e.ctx, "acct-1", "batch-1", []evs.State{evs.StateRunning, evs.StateQueued}, evs.StateCancelled, "", base.Add(time.Second))
-		must(t, err, "TransitionBatch queued|running→cancelled")
+		must(t, err, "TransitionBatch running|queued→cancelled")
 		b.State, b.CompletedAt = evs.StateCancelled, base.Add(time.Second)
 		sameBatch(t, "cancelled batch", got, b)
 	})
