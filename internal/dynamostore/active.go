@@ -122,7 +122,7 @@ func (s *Store) lockCreates(ctx context.Context, accountID string) (func(), erro
 			return nil, wrapErr("lock batch creation", err)
 		}
 		if time.Now().After(deadline) {
-			return nil, evs.Wrap(errors.New("dynamostore: the account's create lock stayed taken"), evs.CodeUnavailable, msgUnavailable)
+			return nil, store.Unavailable(errors.New("dynamostore: the account's create lock stayed taken"))
 		}
 		if err := s.sleep(ctx, min(createLockBackoff<<min(attempt, 6), 500*time.Millisecond)); err != nil {
 			return nil, wrapErr("lock batch creation", err)

@@ -84,8 +84,6 @@ func batchKey(accountID, id string) item {
 	return item{attrAccountID: avS(accountID), attrID: avS(id)}
 }
 
-func noBatch() error { return evs.Errorf(evs.CodeNotFound, "No such request.") }
-
 func batchFrom(it item) evs.Batch {
 	return evs.Batch{
 		ID:          getS(it, attrID),
@@ -105,37 +103,28 @@ func batchFrom(it item) evs.Batch {
 			Risky:         int(getN(it, attrRisky)),
 			Unknown:       int(getN(it, attrUnknown)),
 		},
-		MaxAge: maxAgeFrom(it),
+		MaxAge: store.MaxAgeOf(getN(it, attrMaxAgeMs)),
 	}
-}
-
-// maxAgeFrom reads attrMaxAgeMs: a negative value is evs.NoReuse.
-func maxAgeFrom(it item) time.Duration {
-	ms := getN(it, attrMaxAgeMs)
-	if ms < 0 {
-		return evs.NoReuse
-	}
-	return time.Duration(ms) * time.Millisecond
 }
 
 // visible tells whether a stored batch record is one a reader may see: not
 // expired by the store's clock (nor a lock, which has no expiry of its own).
 func (s *Store) visible(it item) bool {
-	return it != nil && getN(it, attrExpiresAtMs) > s.now().UnixMilli()
+	return it != nil && evs.Live(getTime(it, attrExpiresAtMs), s.now())
 }
 
 // batchItem reads the batch record of (accountID, id) if it is visible.
 func (s *Store) batchItem(ctx context.Context, accountID, id string) (item, error) {
 	if accountID == "" || id == "" {
 		// Empty key attributes are refused by DynamoDB; no batch has them.
-		return nil, noBatch()
+		return nil, store.NoBatch()
 	}
 	it, err := s.get(ctx, s.t.Batches, batchKey(accountID, id), "read batch")
 	if err != nil {
 		return nil, err
 	}
 	if !s.visible(it) {
-		return nil, noBatch()
+		return nil, store.NoBatch()
 	}
 	return it, nil
 }
@@ -163,15 +152,8 @@ func (s *Store) CreateBatch(ctx context.Context, b evs.Batch, items []evs.Item) 
 // input object, returning its key ("" for no items). The key holds a
 // random token, so two creations of one ID never share an object.
 func (s *Store) storeInput(ctx context.Context, b evs.Batch, items []evs.Item) (string, error) {
-	if b.ID == "" || b.AccountID == "" {
-		return "", evs.Errorf(evs.CodeInvalidRequest, "A request needs an ID and an account.")
-	}
-	seen := make(map[int]struct{}, len(items))
-	for _, it := range items {
-		if _, dup := seen[it.Seq]; dup || it.Seq < 0 {
-			return "", evs.Errorf(evs.CodeInvalidRequest, "Two items of the request have the same sequence number.")
-		}
-		seen[it.Seq] = struct{}{}
+	if err := store.CheckNewBatch(b, items); err != nil {
+		return "", err
 	}
 	if len(items) == 0 {
 		return "", nil
@@ -216,11 +198,8 @@ func (s *Store) putBatch(ctx context.Context, b evs.Batch, items []evs.Item, inp
 	if b.Error != "" {
 		rec[attrError] = avS(b.Error)
 	}
-	switch {
-	case b.MaxAge < 0:
-		rec[attrMaxAgeMs] = avN(-1)
-	case b.MaxAge > 0:
-		rec[attrMaxAgeMs] = avN(max(b.MaxAge.Milliseconds(), 1))
+	if b.MaxAge != 0 {
+		rec[attrMaxAgeMs] = avN(store.MaxAgeMillis(b.MaxAge))
 	}
 	if !b.CompletedAt.IsZero() {
 		rec[attrCompletedAt] = avTime(b.CompletedAt)
@@ -243,7 +222,7 @@ func (s *Store) putBatch(ctx context.Context, b evs.Batch, items []evs.Item, inp
 			return gerr
 		}
 		if getS(cur, attrCreateToken) != token {
-			return evs.Errorf(evs.CodeInvalidState, "The request already exists.")
+			return store.BatchExists()
 		}
 		return nil // our own first attempt
 	}
@@ -264,36 +243,41 @@ func (s *Store) backoff(ctx context.Context, attempt int) error {
 	return s.sleep(ctx, time.Duration(rand.Int64N(int64(d))+1))
 }
 
-// TransitionBatch moves the batch to `to` if its state is one of from, in
-// one conditional update. A final state is never left; completed also
-// needs every result. On a refused condition the batch is read again to
-// tell CodeNotFound from CodeInvalidState.
+// TransitionBatch moves the batch to `to` if evs.CheckTransition allows
+// it, in one conditional update: the condition is the rule's, and on a
+// refusal the batch is read again and the rule tells why (or CodeNotFound).
 func (s *Store) TransitionBatch(ctx context.Context, accountID, id string, from []evs.State, to evs.State, errMsg string, now time.Time) (evs.Batch, error) {
 	if accountID == "" || id == "" {
-		return evs.Batch{}, noBatch()
+		return evs.Batch{}, store.NoBatch()
 	}
 	names := map[string]string{"#st": attrState, "#exp": attrExpiresAtMs, "#e": attrError, "#ca": attrCompletedAt}
 	values := item{":to": avS(string(to)), ":now": avTime(s.now())}
 	var allowed []string
 	for i, f := range from {
-		if f.Final() || slices.Contains(from[:i], f) {
+		if !f.CanMove(to) || slices.Contains(from[:i], f) {
 			continue
 		}
 		k := ":f" + strconv.Itoa(len(allowed))
 		values[k] = avS(f)
 		allowed = append(allowed, k)
 	}
-	if len(allowed) == 0 {
-		// No state qualifies; only the error to report is left to find.
+	refused := func() (evs.Batch, error) {
 		b, err := s.Batch(ctx, accountID, id)
 		if err != nil {
 			return evs.Batch{}, err
 		}
+		if err := evs.CheckTransition(b, from, to); err != nil {
+			return evs.Batch{}, err
+		}
+		// The rule passes on the batch read now, so the condition failed
+		// on an earlier state of it: report that state.
 		return evs.Batch{}, evs.Errorf(evs.CodeInvalidState, "The request is %s.", b.State)
+	}
+	if len(allowed) == 0 {
+		return refused()
 	}
 	cond := "#st IN (" + strings.Join(allowed, ", ") + ") AND #exp > :now"
 	if to == evs.StateCompleted {
-		// A completed batch has every result (API contract, section 3).
 		cond += " AND #p >= #n"
 		names["#p"], names["#n"] = attrProcessed, attrItemCount
 	}
@@ -337,14 +321,10 @@ func (s *Store) TransitionBatch(ctx context.Context, accountID, id string, from 
 		if err != nil {
 			return evs.Batch{}, err
 		}
-		b := batchFrom(it)
 		if getS(it, attrMoveToken) == token {
-			return b, nil
+			return batchFrom(it), nil
 		}
-		if to == evs.StateCompleted && !b.State.Final() && slices.Contains(from, b.State) {
-			return evs.Batch{}, evs.Errorf(evs.CodeInvalidState, "The request still has items without a result.")
-		}
-		return evs.Batch{}, evs.Errorf(evs.CodeInvalidState, "The request is %s.", b.State)
+		return refused()
 	}
 	if err != nil {
 		return evs.Batch{}, wrapErr("transition batch", err)
@@ -373,17 +353,14 @@ func (s *Store) retryConflict(ctx context.Context, write func() error) error {
 // completes the batch if every item has its result. See the package
 // comment for the design.
 func (s *Store) PutResults(ctx context.Context, accountID, id string, results []evs.Result, now time.Time) (evs.Batch, error) {
+	all, err := store.EncodeResults(results)
+	if err != nil {
+		return evs.Batch{}, err
+	}
 	encoded := make(map[int][]byte, len(results))
-	for _, r := range results {
-		if !r.Decision.Reason.Valid() {
-			return evs.Batch{}, evs.Errorf(evs.CodeInvalidRequest, "Unknown result reason %q.", r.Decision.Reason)
-		}
-		b, err := store.EncodeDecision(r.Decision)
-		if err != nil {
-			return evs.Batch{}, err
-		}
+	for i, r := range results {
 		if _, dup := encoded[r.Seq]; !dup {
-			encoded[r.Seq] = b
+			encoded[r.Seq] = all[i]
 		}
 	}
 	unlock, err := s.lockBatch(ctx, rowKey(accountID, id))
@@ -401,7 +378,7 @@ func (s *Store) PutResults(ctx context.Context, accountID, id string, results []
 	maxSeq := int(getN(it, attrMaxSeq))
 	for _, r := range results {
 		if r.Seq < 0 || r.Seq > maxSeq {
-			return evs.Batch{}, evs.Errorf(evs.CodeInvalidRequest, "A result is for an item the request does not have.")
+			return evs.Batch{}, store.NoSuchItem()
 		}
 	}
 	ttl := ttlSeconds(getTime(it, attrExpiresAtMs))
@@ -438,8 +415,7 @@ func (s *Store) putChunk(ctx context.Context, accountID, id string, chunk []evs.
 	attempt := 0
 	for len(chunk) > 0 {
 		if attempt >= writeAttempts {
-			return false, evs.Wrap(fmt.Errorf("dynamostore: results transaction cancelled %d times", attempt),
-				evs.CodeUnavailable, msgUnavailable)
+			return false, store.Unavailable(fmt.Errorf("dynamostore: results transaction cancelled %d times", attempt))
 		}
 		tx := make([]types.TransactWriteItem, 0, len(chunk)+1)
 		added := map[string]int64{}

@@ -104,6 +104,7 @@ import (
 	"github.com/aws/smithy-go"
 
 	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/store"
 )
 
 // Tables names the four tables. An empty name means the table is not used
@@ -284,7 +285,7 @@ func (s *Store) lockBatch(ctx context.Context, rk string) (func(), error) {
 	case l <- struct{}{}:
 		return func() { <-l }, nil
 	case <-ctx.Done():
-		return nil, evs.Wrap(fmt.Errorf("dynamostore: wait for the batch's writer: %w", ctx.Err()), evs.CodeUnavailable, msgUnavailable)
+		return nil, store.Unavailable(fmt.Errorf("dynamostore: wait for the batch's writer: %w", ctx.Err()))
 	}
 }
 
@@ -301,9 +302,6 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 		return nil
 	}
 }
-
-// msgUnavailable is the client-facing message of a dependency fault.
-const msgUnavailable = "The store is unavailable; retry."
 
 // wrapErr turns an error of the DynamoDB client into a store error: coded
 // errors pass through, request mistakes (a bug here, not a fault of the
@@ -322,7 +320,7 @@ func wrapErr(op string, err error) error {
 	case "ValidationException", "SerializationException":
 		return wrapped
 	}
-	return evs.Wrap(wrapped, evs.CodeUnavailable, msgUnavailable)
+	return store.Unavailable(wrapped)
 }
 
 // apiCode returns the service's error code of err, or "".

@@ -9,8 +9,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/idempotency"
+	"github.com/evs-dev/evs/internal/store"
 )
 
 // Idempotency table attributes.
@@ -88,8 +88,7 @@ func (s *Store) ClaimIdempotency(ctx context.Context, rec idempotency.Record, no
 			}
 		}
 	}
-	return idempotency.Record{}, false, evs.Wrap(errors.New("dynamostore: idempotency record keeps changing"),
-		evs.CodeUnavailable, msgUnavailable)
+	return idempotency.Record{}, false, store.Unavailable(errors.New("dynamostore: idempotency record keeps changing"))
 }
 
 func idemFrom(it item) idempotency.Record {
@@ -154,7 +153,7 @@ func (s *Store) CompleteIdempotency(ctx context.Context, scope string, statusCod
 		if cur != nil && getS(cur, attrDoneToken) == token {
 			return nil
 		}
-		return evs.Errorf(evs.CodeNotFound, "No idempotency record in progress.")
+		return store.NoClaim()
 	}
 	return wrapErr("complete idempotency record", err)
 }

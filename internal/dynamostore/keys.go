@@ -11,6 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/store"
 )
 
 // Key prefixes of the Keys table's single-table layout.
@@ -66,9 +67,9 @@ func (s *Store) CreateAccount(ctx context.Context, a evs.Account) error {
 			if gerr == nil && cur != nil && getS(cur, attrCreateToken) == getS(acct, attrCreateToken) {
 				return nil // our own earlier attempt wrote both items
 			}
-			return evs.Errorf(evs.CodeInvalidState, "The account already exists.")
+			return store.AccountExists()
 		}
-		return evs.Errorf(evs.CodeInvalidState, "The account name is taken.")
+		return store.AccountNameTaken()
 	}
 	return wrapErr("create account", err)
 }
@@ -93,8 +94,6 @@ func accountFrom(it item) evs.Account {
 	}
 }
 
-func noAccount() error { return evs.Errorf(evs.CodeNotFound, "No such account.") }
-
 // Account returns the account with id, or CodeNotFound.
 func (s *Store) Account(ctx context.Context, id string) (evs.Account, error) {
 	it, err := s.get(ctx, s.t.Keys, item{attrPK: avS(prefixAccount + id)}, "read account")
@@ -102,7 +101,7 @@ func (s *Store) Account(ctx context.Context, id string) (evs.Account, error) {
 		return evs.Account{}, err
 	}
 	if it == nil {
-		return evs.Account{}, noAccount()
+		return evs.Account{}, store.NoAccount()
 	}
 	return accountFrom(it), nil
 }
@@ -115,7 +114,7 @@ func (s *Store) AccountByName(ctx context.Context, name string) (evs.Account, er
 		return evs.Account{}, err
 	}
 	if it == nil {
-		return evs.Account{}, noAccount()
+		return evs.Account{}, store.NoAccount()
 	}
 	return s.Account(ctx, getS(it, attrAccountID))
 }
@@ -179,13 +178,13 @@ func (s *Store) CreateKey(ctx context.Context, k evs.Key) error {
 	}})
 	if failed, ok := conditionFailures(err); ok {
 		if failed[0] {
-			return noAccount()
+			return store.NoAccount()
 		}
 		cur, gerr := s.get(ctx, s.t.Keys, item{attrPK: key[attrPK]}, "create key")
 		if gerr == nil && cur != nil && getS(cur, attrCreateToken) == getS(key, attrCreateToken) {
 			return nil // our own earlier attempt wrote all three items
 		}
-		return evs.Errorf(evs.CodeInvalidState, "The key already exists.")
+		return store.KeyExists()
 	}
 	return wrapErr("create key", err)
 }
@@ -219,8 +218,6 @@ func keyFrom(it item) evs.Key {
 	}
 }
 
-func noKey() error { return evs.Errorf(evs.CodeNotFound, "No such key.") }
-
 // KeyByHash returns the key with that hash, or CodeNotFound.
 func (s *Store) KeyByHash(ctx context.Context, hash string) (evs.Key, error) {
 	it, err := s.get(ctx, s.t.Keys, item{attrPK: avS(prefixKey + hash)}, "read key")
@@ -228,7 +225,7 @@ func (s *Store) KeyByHash(ctx context.Context, hash string) (evs.Key, error) {
 		return evs.Key{}, err
 	}
 	if it == nil {
-		return evs.Key{}, noKey()
+		return evs.Key{}, store.NoKey()
 	}
 	return keyFrom(it), nil
 }
@@ -238,7 +235,7 @@ func (s *Store) KeyByHash(ctx context.Context, hash string) (evs.Key, error) {
 // through its index entry (one GetItem, no Scan).
 func (s *Store) RevokeKey(ctx context.Context, idOrHash string, now time.Time) (evs.Key, error) {
 	if idOrHash == "" {
-		return evs.Key{}, noKey()
+		return evs.Key{}, store.NoKey()
 	}
 	hash := idOrHash
 	it, err := s.get(ctx, s.t.Keys, item{attrPK: avS(prefixKey + idOrHash)}, "read key")
@@ -251,7 +248,7 @@ func (s *Store) RevokeKey(ctx context.Context, idOrHash string, now time.Time) (
 			return evs.Key{}, err
 		}
 		if ix == nil {
-			return evs.Key{}, noKey()
+			return evs.Key{}, store.NoKey()
 		}
 		hash = getS(ix, attrHash)
 	}
@@ -265,7 +262,7 @@ func (s *Store) RevokeKey(ctx context.Context, idOrHash string, now time.Time) (
 		ReturnValues:              types.ReturnValueAllNew,
 	})
 	if isConditionFailed(err) {
-		return evs.Key{}, noKey()
+		return evs.Key{}, store.NoKey()
 	}
 	if err != nil {
 		return evs.Key{}, wrapErr("revoke key", err)

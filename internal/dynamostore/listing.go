@@ -11,6 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/store"
 )
 
 // Listing an account's batches newest first (GET /v1/requests).
@@ -115,8 +116,7 @@ func (s *Store) getAll(ctx context.Context, table string, keys []item, proj *pro
 		req := map[string]types.KeysAndAttributes{table: ka}
 		for attempt := 0; len(req) > 0; attempt++ {
 			if attempt == writeAttempts {
-				return nil, evs.Wrap(fmt.Errorf("dynamostore: %s: keys still unprocessed after %d reads", op, attempt),
-					evs.CodeUnavailable, msgUnavailable)
+				return nil, store.Unavailable(fmt.Errorf("dynamostore: %s: keys still unprocessed after %d reads", op, attempt))
 			}
 			if attempt > 0 {
 				if err := s.backoff(ctx, attempt-1); err != nil {

@@ -2,10 +2,12 @@ package dynamostore
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/evs-dev/evs/internal/store"
 )
 
 // The address quota's counters (api.AddressQuota), and the
@@ -52,19 +54,42 @@ func (s *Store) ChargeAddresses(ctx context.Context, accountID, period string, n
 	return true, nil
 }
 
-// RefundAddresses takes n back off the account's counter for period; a
-// counter that is gone (expired) is left gone.
+// RefundAddresses takes n back off the account's counter for period, never
+// below 0 (a counter cannot owe addresses, as on SQLite); a counter that is
+// gone (expired) is left gone. Taking n is conditional on the counter
+// holding n; when it holds less it is set to 0 on the condition that it
+// still does, and a charge in between makes the loop try again.
 func (s *Store) RefundAddresses(ctx context.Context, accountID, period string, n int) error {
-	_, err := s.c.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                 aws.String(s.t.Batches),
-		Key:                       quotaKey(accountID, period),
-		UpdateExpression:          aws.String("ADD #used :n"),
-		ConditionExpression:       aws.String("attribute_exists(#used)"),
-		ExpressionAttributeNames:  map[string]string{"#used": attrQuotaUsed},
-		ExpressionAttributeValues: item{":n": avN(int64(-n))},
-	})
-	if isConditionFailed(err) {
-		return nil
+	values := item{":n": avN(int64(n))}
+	for range writeAttempts {
+		_, err := s.c.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+			TableName:                 aws.String(s.t.Batches),
+			Key:                       quotaKey(accountID, period),
+			UpdateExpression:          aws.String("SET #used = #used - :n"),
+			ConditionExpression:       aws.String("#used >= :n"),
+			ExpressionAttributeNames:  map[string]string{"#used": attrQuotaUsed},
+			ExpressionAttributeValues: values,
+		})
+		if !isConditionFailed(err) {
+			return wrapErr("refund the address quota", err)
+		}
+		_, err = s.c.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+			TableName:                 aws.String(s.t.Batches),
+			Key:                       quotaKey(accountID, period),
+			UpdateExpression:          aws.String("SET #used = :zero"),
+			ConditionExpression:       aws.String("#used < :n"),
+			ExpressionAttributeNames:  map[string]string{"#used": attrQuotaUsed},
+			ExpressionAttributeValues: item{":n": avN(int64(n)), ":zero": avN(0)},
+		})
+		if !isConditionFailed(err) {
+			return wrapErr("refund the address quota", err)
+		}
+		// Neither: gone (a failed comparison with a missing attribute), or
+		// charged up to n meanwhile.
+		cur, err := s.get(ctx, s.t.Batches, quotaKey(accountID, period), "refund the address quota")
+		if err != nil || cur == nil || cur[attrQuotaUsed] == nil {
+			return err
+		}
 	}
-	return wrapErr("refund the address quota", err)
+	return store.Unavailable(errors.New("dynamostore: the address quota counter keeps changing"))
 }

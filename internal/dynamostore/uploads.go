@@ -13,6 +13,7 @@ import (
 	s3types "github.com/aws/aws-sdk-go-v2/service/s3/types"
 
 	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/store"
 )
 
 // Uploads (contract, section 14): the list goes straight to the input
@@ -104,10 +105,6 @@ func (s *Store) UploadOrigin(ctx context.Context) (string, error) {
 	return u.Scheme + "://" + u.Host, nil
 }
 
-func noUpload() error {
-	return evs.Errorf(evs.CodeNotFound, "No such upload (unknown, expired, or of another account).")
-}
-
 // OpenUpload reads the upload's record, then streams its object: one
 // GetItem and one GetObject whatever the list's size.
 func (s *Store) OpenUpload(ctx context.Context, accountID, id string) (evs.Upload, io.ReadCloser, int64, error) {
@@ -115,8 +112,8 @@ func (s *Store) OpenUpload(ctx context.Context, accountID, id string) (evs.Uploa
 	if err != nil {
 		return evs.Upload{}, nil, 0, err
 	}
-	if it == nil || !getTime(it, attrExpiresAtMs).After(s.now()) {
-		return evs.Upload{}, nil, 0, noUpload()
+	if it == nil || !evs.Live(getTime(it, attrExpiresAtMs), s.now()) {
+		return evs.Upload{}, nil, 0, store.NoUpload()
 	}
 	u := evs.Upload{
 		ID: id, AccountID: accountID, ContentType: getS(it, attrContentType),
@@ -125,7 +122,7 @@ func (s *Store) OpenUpload(ctx context.Context, accountID, id string) (evs.Uploa
 	out, err := s.in.o.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(s.in.bucket), Key: aws.String(uploadObject(accountID, id))})
 	var missing *s3types.NoSuchKey
 	if errors.As(err, &missing) || apiCode(err) == "NoSuchKey" {
-		return evs.Upload{}, nil, 0, evs.Errorf(evs.CodeInvalidState, "Nothing was uploaded yet: PUT the list to the upload's URL first.")
+		return evs.Upload{}, nil, 0, store.NothingUploaded()
 	}
 	if err != nil {
 		return evs.Upload{}, nil, 0, wrapErr("read upload", err)

@@ -2,14 +2,13 @@ package dynamostore
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/store"
 )
 
 // A batch's webhook delivery lives on the batch record itself: the record
@@ -65,8 +64,6 @@ func deliveryFrom(it item) evs.Delivery {
 	}
 }
 
-func noDelivery() error { return evs.Errorf(evs.CodeNotFound, "The request has no webhook delivery.") }
-
 func finalValues(it item) item {
 	it[":completed"] = avS(evs.StateCompleted)
 	it[":cancelled"] = avS(evs.StateCancelled)
@@ -79,12 +76,12 @@ func (s *Store) Delivery(ctx context.Context, accountID, batchID string) (evs.De
 	it, err := s.batchItem(ctx, accountID, batchID)
 	if err != nil {
 		if evs.ErrorCode(err) == evs.CodeNotFound {
-			return evs.Delivery{}, noDelivery()
+			return evs.Delivery{}, store.NoDelivery()
 		}
 		return evs.Delivery{}, err
 	}
 	if getS(it, attrCBURL) == "" || !evs.State(getS(it, attrState)).Final() {
-		return evs.Delivery{}, noDelivery()
+		return evs.Delivery{}, store.NoDelivery()
 	}
 	return deliveryFrom(it), nil
 }
@@ -92,7 +89,7 @@ func (s *Store) Delivery(ctx context.Context, accountID, batchID string) (evs.De
 // ClaimDelivery starts the next attempt of a due delivery; see store.Webhooks.
 func (s *Store) ClaimDelivery(ctx context.Context, accountID, batchID string, attempts int, now, leaseUntil time.Time) (evs.Delivery, error) {
 	if accountID == "" || batchID == "" {
-		return evs.Delivery{}, noDelivery()
+		return evs.Delivery{}, store.NoDelivery()
 	}
 	token := newToken()
 	out, err := s.c.UpdateItem(ctx, &dynamodb.UpdateItemInput{
@@ -115,7 +112,7 @@ func (s *Store) ClaimDelivery(ctx context.Context, accountID, batchID string, at
 		if cur, ok := s.ownDeliveryWrite(ctx, accountID, batchID, token); ok {
 			return deliveryFrom(cur), nil
 		}
-		return evs.Delivery{}, evs.Errorf(evs.CodeInvalidState, "The delivery is not due or was claimed by another worker.")
+		return evs.Delivery{}, store.DeliveryNotDue()
 	}
 	if err != nil {
 		return evs.Delivery{}, wrapErr("claim delivery", err)
@@ -137,7 +134,7 @@ func (s *Store) ownDeliveryWrite(ctx context.Context, accountID, batchID, token 
 // RecordDelivery stores an attempt's outcome if it is still the latest.
 func (s *Store) RecordDelivery(ctx context.Context, d evs.Delivery) error {
 	if d.AccountID == "" || d.BatchID == "" {
-		return noDelivery()
+		return store.NoDelivery()
 	}
 	token := newToken()
 	_, err := s.c.UpdateItem(ctx, &dynamodb.UpdateItemInput{
@@ -157,7 +154,7 @@ func (s *Store) RecordDelivery(ctx context.Context, d evs.Delivery) error {
 		if _, ok := s.ownDeliveryWrite(ctx, d.AccountID, d.BatchID, token); ok {
 			return nil
 		}
-		return evs.Errorf(evs.CodeInvalidState, "The delivery moved on since this attempt.")
+		return store.DeliveryMovedOn()
 	}
 	return wrapErr("record delivery", err)
 }
@@ -169,17 +166,11 @@ func (s *Store) WebhookSecret(ctx context.Context, accountID string) (evs.Webhoo
 		return evs.WebhookSecret{}, err
 	}
 	if it == nil {
-		return evs.WebhookSecret{}, evs.Errorf(evs.CodeNotFound, "The account has no webhook secret.")
+		return evs.WebhookSecret{}, store.NoWebhookSecret()
 	}
 	w := evs.WebhookSecret{AccountID: accountID, Current: getS(it, attrCurrent)}
-	if r := getS(it, attrRetired); r != "" {
-		if err := json.Unmarshal([]byte(r), &w.Retired); err != nil {
-			return evs.WebhookSecret{}, fmt.Errorf("dynamostore: read webhook secret: retired secrets: %w", err)
-		}
-	} else if p := getS(it, attrPrevious); p != "" {
-		w.Retired = []evs.RetiredSecret{{Secret: p, RetiredAt: getTime(it, attrRotatedAt)}}
-	}
-	return w, nil
+	w.Retired, err = store.DecodeRetired(getS(it, attrRetired), getS(it, attrPrevious), getTime(it, attrRotatedAt))
+	return w, err
 }
 
 // PutWebhookSecret stores w if the current secret is still ifCurrent: one
@@ -187,12 +178,12 @@ func (s *Store) WebhookSecret(ctx context.Context, accountID string) (evs.Webhoo
 // exactly one is stored.
 func (s *Store) PutWebhookSecret(ctx context.Context, w evs.WebhookSecret, ifCurrent string) error {
 	rec := item{attrPK: avS(prefixSecret + w.AccountID), attrAccountID: avS(w.AccountID), attrCurrent: avS(w.Current)}
-	if len(w.Retired) > 0 {
-		b, err := json.Marshal(w.Retired)
-		if err != nil {
-			return fmt.Errorf("dynamostore: write webhook secret: %w", err)
-		}
-		rec[attrRetired] = avS(string(b))
+	retired, err := store.EncodeRetired(w.Retired)
+	if err != nil {
+		return err
+	}
+	if retired != "" {
+		rec[attrRetired] = avS(retired)
 	}
 	in := &dynamodb.PutItemInput{TableName: aws.String(s.t.Keys), Item: rec, ConditionExpression: notExists()}
 	if ifCurrent != "" {
@@ -200,7 +191,7 @@ func (s *Store) PutWebhookSecret(ctx context.Context, w evs.WebhookSecret, ifCur
 		in.ExpressionAttributeNames = map[string]string{"#cur": attrCurrent}
 		in.ExpressionAttributeValues = item{":cur": avS(ifCurrent)}
 	}
-	_, err := s.c.PutItem(ctx, in)
+	_, err = s.c.PutItem(ctx, in)
 	if isConditionFailed(err) {
 		// A put the SDK resent after a lost reply fails against itself; the
 		// new secret is random, so finding it stored means it was ours.
@@ -208,7 +199,7 @@ func (s *Store) PutWebhookSecret(ctx context.Context, w evs.WebhookSecret, ifCur
 		if gerr == nil && cur != nil && getS(cur, attrCurrent) == w.Current {
 			return nil
 		}
-		return evs.Errorf(evs.CodeInvalidState, "The webhook secret changed meanwhile.")
+		return store.SecretChanged()
 	}
 	return wrapErr("write webhook secret", err)
 }

@@ -1,6 +1,9 @@
 package evs
 
-import "time"
+import (
+	"slices"
+	"time"
+)
 
 // State is where a batch is in its life (contract, section 3).
 type State string
@@ -19,6 +22,40 @@ func (s State) Final() bool {
 	return s == StateCompleted || s == StateCancelled || s == StateFailed
 }
 
+// moves are the transitions of the contract, section 3: queued → running →
+// completed; queued/running → cancelled (by the client); any non-final
+// state → failed (the service gave up). A final state has none.
+var moves = map[State][]State{
+	StateQueued:  {StateRunning, StateCancelled, StateFailed},
+	StateRunning: {StateCompleted, StateCancelled, StateFailed},
+}
+
+// CanMove tells whether a batch in state s may move to state to.
+func (s State) CanMove(to State) bool { return slices.Contains(moves[s], to) }
+
+// CheckTransition is the rule every store applies to a transition of b to
+// state to by a caller that believes b is in one of from: nil when it is
+// allowed, else a CodeInvalidState error that says why. Stores that cannot
+// run it before writing (a conditional write) run it on the batch they
+// read back after a refusal, so both give the same answer.
+func CheckTransition(b Batch, from []State, to State) error {
+	switch {
+	case !slices.Contains(from, b.State) || !b.State.CanMove(to):
+		return Errorf(CodeInvalidState, "The request is %s.", b.State)
+	case to == StateCompleted && !b.Counters.AllDone():
+		// A completed batch has every result; PutResults completes it
+		// when the last one is written.
+		return Errorf(CodeInvalidState, "The request still has items without a result.")
+	}
+	return nil
+}
+
+// Live tells whether a record expiring at expiresAt is still there at now:
+// expiry is exclusive, so at the instant itself the record is gone. Every
+// store reads with this rule whether or not its deletion has run yet
+// (DynamoDB's TTL deletes late).
+func Live(expiresAt, now time.Time) bool { return now.Before(expiresAt) }
+
 // Counters are a batch's counters. At every moment a client can observe:
 // Processed = Deliverable + Undeliverable + Risky + Unknown <= Total - Duplicates.
 type Counters struct {
@@ -30,6 +67,10 @@ type Counters struct {
 	Risky         int
 	Unknown       int
 }
+
+// AllDone tells whether every distinct address has its result: the
+// condition of state completed.
+func (c Counters) AllDone() bool { return c.Processed >= c.Total-c.Duplicates }
 
 // Add counts one processed address with the given status.
 func (c *Counters) Add(s Status) {

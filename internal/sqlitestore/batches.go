@@ -57,6 +57,8 @@ const (
 			state = CASE WHEN ? >= items THEN ? ELSE state END,
 			completed_at = CASE WHEN ? >= items THEN ? ELSE completed_at END
 			WHERE key = ? RETURNING ` + batchCols
+	// qFinish completes a batch that has every result.
+	qFinish       = `UPDATE batches SET state = ?, completed_at = ? WHERE key = ? AND processed >= items RETURNING ` + batchCols
 	qStatusCounts = `SELECT status, COUNT(*) FROM results WHERE batch = ? GROUP BY status`
 	qUnfinished   = `SELECT ` + batchCols + ` FROM batches WHERE state IN (?, ?) AND expires_at > ? ORDER BY created_at, id`
 	// The row value comparison walks batches_account_created from the
@@ -113,15 +115,10 @@ func scanBatchWith(row scanner, first ...any) (evs.Batch, error) {
 	if err != nil {
 		return evs.Batch{}, err
 	}
-	b.MaxAge = time.Duration(maxAge) * time.Millisecond
-	if maxAge < 0 {
-		b.MaxAge = evs.NoReuse
-	}
+	b.MaxAge = store.MaxAgeOf(maxAge)
 	b.CreatedAt, b.CompletedAt, b.ExpiresAt = fromMillis(created), fromNullMillis(completed), fromMillis(expires)
 	return b, nil
 }
-
-func batchNotFound() error { return evs.Errorf(evs.CodeNotFound, "No such request.") }
 
 // CreateBatch stores b and its items in one transaction.
 func (s *Store) CreateBatch(ctx context.Context, b evs.Batch, items []evs.Item) error {
@@ -152,6 +149,9 @@ func (s *Store) CreateBatchWithin(ctx context.Context, b evs.Batch, items []evs.
 // limit. Both counts are taken inside the write transaction, so they are
 // exact however many creations run at once.
 func (s *Store) CreateBatchBounded(ctx context.Context, b evs.Batch, items []evs.Item, maxActive, maxStored int) (err error) {
+	if err := store.CheckNewBatch(b, items); err != nil {
+		return err
+	}
 	defer s.touched(b.AccountID, b.ID)
 	defer func() {
 		if err == nil {
@@ -186,9 +186,9 @@ func (s *Store) CreateBatchBounded(ctx context.Context, b evs.Batch, items []evs
 		var key int64
 		err = create.QueryRowContext(ctx,
 			b.ID, b.AccountID, b.Mode, b.State, b.Error, millis(b.CreatedAt), nullMillis(b.CompletedAt), millis(b.ExpiresAt),
-			len(items), c.Total, c.Duplicates, c.Processed, c.Deliverable, c.Undeliverable, c.Risky, c.Unknown, maxAgeMillis(b.MaxAge)).Scan(&key)
+			len(items), c.Total, c.Duplicates, c.Processed, c.Deliverable, c.Undeliverable, c.Risky, c.Unknown, store.MaxAgeMillis(b.MaxAge)).Scan(&key)
 		if constraint(err, sqlite3.SQLITE_CONSTRAINT_UNIQUE) {
-			return evs.Errorf(evs.CodeInvalidState, "The request already exists.")
+			return store.BatchExists()
 		}
 		if err != nil {
 			return dbErr("create batch", err)
@@ -215,9 +215,6 @@ func (s *Store) CreateBatchBounded(ctx context.Context, b evs.Batch, items []evs
 				args = append(args, key, it.Seq, it.Email, it.Domain)
 			}
 			if _, err := stmt.ExecContext(ctx, args...); err != nil {
-				if constraint(err, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY) {
-					return evs.Errorf(evs.CodeInvalidRequest, "Two items of the request have the same sequence number.")
-				}
 				return dbErr("create batch items", err)
 			}
 			items = items[n:]
@@ -248,7 +245,7 @@ func (s *Store) batch(ctx context.Context, st *sql.Stmt, accountID, id string) (
 	var key int64
 	b, err := scanBatchWith(st.QueryRowContext(ctx, id, accountID, millis(s.now())), &key)
 	if errors.Is(err, sql.ErrNoRows) {
-		return evs.Batch{}, 0, batchNotFound()
+		return evs.Batch{}, 0, store.NoBatch()
 	}
 	if err != nil {
 		return evs.Batch{}, 0, dbErr("read batch", err)
@@ -268,13 +265,8 @@ func (s *Store) TransitionBatch(ctx context.Context, accountID, id string, from 
 			return err
 		}
 		before = b.State
-		if b.State.Final() || !slices.Contains(from, b.State) {
-			return evs.Errorf(evs.CodeInvalidState, "The request is %s.", b.State)
-		}
-		if to == evs.StateCompleted && b.Counters.Processed < b.Counters.Total-b.Counters.Duplicates {
-			// A completed batch has every result (API contract, section 3);
-			// PutResults completes it when the last one is written.
-			return evs.Errorf(evs.CodeInvalidState, "The request still has items without a result.")
+		if err := evs.CheckTransition(b, from, to); err != nil {
+			return err
 		}
 		var completed sql.NullInt64
 		if to.Final() {
@@ -307,28 +299,31 @@ func (s *Store) PutResults(ctx context.Context, accountID, id string, results []
 		order[i] = i
 	}
 	slices.SortFunc(order, func(a, b int) int { return results[a].Seq - results[b].Seq })
-	encoded := make([][]byte, len(results))
-	for i, r := range results {
-		if !r.Decision.Reason.Valid() {
-			return evs.Batch{}, evs.Errorf(evs.CodeInvalidRequest, "Unknown result reason %q.", r.Decision.Reason)
-		}
-		b, err := store.EncodeDecision(r.Decision)
-		if err != nil {
-			return evs.Batch{}, err
-		}
-		encoded[i] = b
+	encoded, err := store.EncodeResults(results)
+	if err != nil {
+		return evs.Batch{}, err
 	}
 	var out evs.Batch
 	var before evs.State
 	defer s.touched(accountID, id)
-	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+	err = s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		b, key, err := s.batchTx(ctx, tx, accountID, id)
 		if err != nil {
 			return err
 		}
 		out, before = b, b.State
-		if b.State.Final() || len(results) == 0 {
+		if b.State.Final() {
 			return nil
+		}
+		if len(results) == 0 {
+			// Nothing to write, but a batch that has all its results (a
+			// batch of no items) completes, as the store contract says.
+			got, err := scanBatch(tx.QueryRowContext(ctx, qFinish, evs.StateCompleted, millis(now), key))
+			if errors.Is(err, sql.ErrNoRows) {
+				return nil
+			}
+			out = got
+			return dbErr("complete batch", err)
 		}
 		full, err := s.wstmt(ctx, tx, insertResults(resultsPerInsert))
 		if err != nil {
@@ -455,7 +450,7 @@ func (s *Store) recount(ctx context.Context, tx *sql.Tx, key int64, b evs.Batch,
 
 func resultsErr(err error) error {
 	if constraint(err, sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY) {
-		return evs.Errorf(evs.CodeInvalidRequest, "A result is for an item the request does not have.")
+		return store.NoSuchItem()
 	}
 	return dbErr("write results", err)
 }
@@ -603,15 +598,6 @@ func (s *Store) Sweep(ctx context.Context) (int, error) {
 		err = s.keys.rebuild(ctx, s.rdb)
 	}
 	return int(n), err
-}
-
-// maxAgeMillis is the max_age column of a batch's MaxAge: milliseconds,
-// with evs.NoReuse kept as -1.
-func maxAgeMillis(d time.Duration) int64 {
-	if d < 0 {
-		return -1
-	}
-	return d.Milliseconds()
 }
 
 // ListBatches returns a page of the account's live batches, newest first.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/store"
 )
 
 // qBatchView reads a live batch and, when it is final, its delivery, in one
@@ -59,7 +60,7 @@ func (s *Store) batchView(ctx context.Context, accountID, id string, now time.Ti
 	b, err := scanBatchWith(s.rstmt(qBatchView).QueryRowContext(ctx, id, accountID, millis(now)),
 		&url, &state, &attempts, &status, &next)
 	if errors.Is(err, sql.ErrNoRows) {
-		return evs.Batch{}, evs.Delivery{}, false, batchNotFound()
+		return evs.Batch{}, evs.Delivery{}, false, store.NoBatch()
 	}
 	if err != nil {
 		return evs.Batch{}, evs.Delivery{}, false, dbErr("read batch", err)

@@ -46,7 +46,7 @@ func TestHelperProcess(t *testing.T) {
 	// Each line printed is an acknowledgement: the writes before it have
 	// returned, as an HTTP reply would be sent after them.
 	for i := range crashItems {
-		if err := s.CreateAccount(ctx, evs.Account{ID: fmt.Sprint("acct-", i), Name: "n", CreatedAt: t0}); err != nil {
+		if err := s.CreateAccount(ctx, evs.Account{ID: fmt.Sprint("acct-", i), Name: fmt.Sprint("n", i), CreatedAt: t0}); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := s.PutResults(ctx, "a", "b1", resultsFor(i, i+1), t0); err != nil {

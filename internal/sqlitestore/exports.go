@@ -18,6 +18,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/store"
 )
 
 // Exports (GET /v1/requests/{id}/export) are files under the data
@@ -99,7 +100,7 @@ func writeFileAtomic(dir, name string, data []byte) error {
 // fileErr classifies a failed file operation of the exports: a full or
 // failing disk is worth a retry, as SQLITE_FULL and SQLITE_IOERR are.
 func fileErr(op string, err error) error {
-	return evs.Wrap(fmt.Errorf("sqlitestore: %s: %w", op, err), evs.CodeUnavailable, "The store is unavailable; retry.")
+	return store.Unavailable(fmt.Errorf("sqlitestore: %s: %w", op, err))
 }
 
 // OpenExport returns export id's list, opened, and the ID of its batch, if

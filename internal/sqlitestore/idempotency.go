@@ -8,8 +8,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/idempotency"
+	"github.com/evs-dev/evs/internal/store"
 )
 
 const (
@@ -232,7 +232,7 @@ func (s *Store) CompleteIdempotency(ctx context.Context, scope string, statusCod
 		if n, err := res.RowsAffected(); err != nil {
 			return dbErr("complete idempotency record", err)
 		} else if n == 0 {
-			return evs.Errorf(evs.CodeNotFound, "No idempotency record in progress.")
+			return store.NoClaim()
 		}
 		return nil
 	})

@@ -9,6 +9,7 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/store"
 )
 
 // Queries of this file. The hot ones (KeyByHash, Account) are prepared at
@@ -17,6 +18,9 @@ const (
 	qCreateAccount = `INSERT INTO accounts (id, name, test, suspended, created_at) VALUES (?, ?, ?, ?, ?)`
 	qAccount       = `SELECT ` + accountCols + ` FROM accounts WHERE id = ?`
 	qAccountByName = `SELECT ` + accountCols + ` FROM accounts WHERE name = ? ORDER BY created_at, id LIMIT 1`
+	// qAccountTaken tells whether the ID, then the name, of a new account
+	// is taken, in that order: the error DynamoDB's transaction gives.
+	qAccountTaken  = `SELECT EXISTS (SELECT 1 FROM accounts WHERE id = ?), EXISTS (SELECT 1 FROM accounts WHERE name = ?)`
 	qCountAccounts = `SELECT count(*) FROM accounts`
 	qCreateKey     = `INSERT INTO keys (hash, id, account_id, revoked, created_at, revoked_at, usage_key_id) VALUES (?, ?, ?, ?, ?, ?, ?)`
 	qKeyByHash     = `SELECT ` + keyCols + ` FROM keys WHERE hash = ?`
@@ -37,14 +41,29 @@ func (s *Store) Ping(ctx context.Context) error {
 	return dbErr("ping", s.rstmt(qPing).QueryRowContext(ctx).Scan(&n))
 }
 
-// CreateAccount stores a new account; an existing ID is CodeInvalidState.
+// CreateAccount stores a new account; an existing ID or name is
+// CodeInvalidState.
+//
+// The name is checked by a lookup in the write transaction, not by a
+// UNIQUE index: a database written before names were unique may hold two
+// accounts of one name, and a migration creating the index would fail on
+// it and keep the store from opening. Writes are serialised, so the
+// lookup is exact; such old duplicates stay readable (AccountByName
+// returns the oldest) and no new one can be made.
 func (s *Store) CreateAccount(ctx context.Context, a evs.Account) error {
 	err := s.writeOne(ctx, true, func(ctx context.Context, tx *sql.Tx) error {
+		var idTaken, nameTaken bool
+		if err := tx.QueryRowContext(ctx, qAccountTaken, a.ID, a.Name).Scan(&idTaken, &nameTaken); err != nil {
+			return dbErr("create account", err)
+		}
+		switch {
+		case idTaken:
+			return store.AccountExists()
+		case nameTaken:
+			return store.AccountNameTaken()
+		}
 		_, err := tx.ExecContext(ctx, qCreateAccount,
 			a.ID, a.Name, a.Test, a.Suspended, millis(a.CreatedAt))
-		if constraint(err, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY) {
-			return evs.Errorf(evs.CodeInvalidState, "The account already exists.")
-		}
 		return dbErr("create account", err)
 	})
 	if err != nil {
@@ -71,7 +90,7 @@ func scanAccount(row *sql.Row) (evs.Account, error) {
 func (s *Store) Account(ctx context.Context, id string) (evs.Account, error) {
 	a, err := scanAccount(s.rstmt(qAccount).QueryRowContext(ctx, id))
 	if errors.Is(err, sql.ErrNoRows) {
-		return evs.Account{}, evs.Errorf(evs.CodeNotFound, "No such account.")
+		return evs.Account{}, store.NoAccount()
 	}
 	return a, dbErr("read account", err)
 }
@@ -81,7 +100,7 @@ func (s *Store) Account(ctx context.Context, id string) (evs.Account, error) {
 func (s *Store) AccountByName(ctx context.Context, name string) (evs.Account, error) {
 	a, err := scanAccount(s.rstmt(qAccountByName).QueryRowContext(ctx, name))
 	if errors.Is(err, sql.ErrNoRows) {
-		return evs.Account{}, evs.Errorf(evs.CodeNotFound, "No such account.")
+		return evs.Account{}, store.NoAccount()
 	}
 	return a, dbErr("read account", err)
 }
@@ -101,9 +120,9 @@ func (s *Store) CreateKey(ctx context.Context, k evs.Key) error {
 			k.Hash, k.ID, k.AccountID, k.Revoked, millis(k.CreatedAt), nullMillis(k.RevokedAt), k.UsageKeyID)
 		switch {
 		case constraint(err, sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY):
-			return evs.Errorf(evs.CodeNotFound, "No such account.")
+			return store.NoAccount()
 		case constraint(err, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY), constraint(err, sqlite3.SQLITE_CONSTRAINT_UNIQUE):
-			return evs.Errorf(evs.CodeInvalidState, "The key already exists.")
+			return store.KeyExists()
 		}
 		return dbErr("create key", err)
 	})
@@ -134,7 +153,7 @@ func scanKey(row scanner) (evs.Key, error) {
 func (s *Store) KeyByHash(ctx context.Context, hash string) (evs.Key, error) {
 	k, err := scanKey(s.rstmt(qKeyByHash).QueryRowContext(ctx, hash))
 	if errors.Is(err, sql.ErrNoRows) {
-		return evs.Key{}, evs.Errorf(evs.CodeNotFound, "No such key.")
+		return evs.Key{}, store.NoKey()
 	}
 	return k, dbErr("read key", err)
 }
@@ -148,7 +167,7 @@ func (s *Store) RevokeKey(ctx context.Context, idOrHash string, now time.Time) (
 		var err error
 		k, err = scanKey(tx.QueryRowContext(ctx, qRevokeKey, millis(now), idOrHash, idOrHash))
 		if errors.Is(err, sql.ErrNoRows) {
-			return evs.Errorf(evs.CodeNotFound, "No such key.")
+			return store.NoKey()
 		}
 		return dbErr("revoke key", err)
 	})

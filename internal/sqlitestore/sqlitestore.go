@@ -475,7 +475,7 @@ func dbErr(op string, err error) error {
 		return err
 	}
 	if errors.Is(err, context.DeadlineExceeded) || unavailable(err) {
-		return evs.Wrap(fmt.Errorf("sqlitestore: %s: %w", op, err), evs.CodeUnavailable, "The store is unavailable; retry.")
+		return store.Unavailable(fmt.Errorf("sqlitestore: %s: %w", op, err))
 	}
 	return fmt.Errorf("sqlitestore: %s: %w", op, err)
 }

@@ -13,6 +13,7 @@ import (
 	"net/url"
 
 	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/store"
 )
 
 // Uploads (contract, section 14) are kept in the database like every other
@@ -25,10 +26,6 @@ import (
 
 // uploadPart is the size of one stored part of an upload.
 const uploadPart = 1 << 20
-
-func noUpload() error {
-	return evs.Errorf(evs.CodeNotFound, "No such upload (unknown, expired, or of another account).")
-}
 
 // CreateUpload records u with a fresh token and returns the URL the
 // client sends the list to: origin + /v1/uploads/{id}?token=..., which
@@ -69,7 +66,7 @@ func (s *Store) upload(ctx context.Context, id string) (uploadRow, error) {
 		FROM uploads WHERE id = ? AND expires_at > ?`, id, millis(s.now())).
 		Scan(&r.u.AccountID, &r.u.ContentType, &r.hash, &created, &expires, &r.u.MaxBytes, &r.size, &r.attempt, &r.dropped)
 	if errors.Is(err, sql.ErrNoRows) {
-		return uploadRow{}, noUpload()
+		return uploadRow{}, store.NoUpload()
 	}
 	if err != nil {
 		return uploadRow{}, dbErr("read upload", err)
@@ -92,7 +89,7 @@ func (s *Store) ReceiveUpload(ctx context.Context, id, token, contentType string
 	}
 	hash := sha256.Sum256([]byte(token))
 	if subtle.ConstantTimeCompare(hash[:], r.hash) != 1 {
-		return evs.Upload{}, 0, noUpload()
+		return evs.Upload{}, 0, store.NoUpload()
 	}
 	if r.dropped {
 		return evs.Upload{}, 0, evs.Errorf(evs.CodeInvalidState, "The upload was already used to create a request.")
@@ -166,11 +163,11 @@ func (s *Store) OpenUpload(ctx context.Context, accountID, id string) (evs.Uploa
 	}
 	switch {
 	case r.u.AccountID != accountID:
-		return evs.Upload{}, nil, 0, noUpload()
+		return evs.Upload{}, nil, 0, store.NoUpload()
 	case r.dropped:
 		return evs.Upload{}, nil, 0, evs.Errorf(evs.CodeInvalidState, "The upload was already used to create a request.")
 	case !r.size.Valid:
-		return evs.Upload{}, nil, 0, evs.Errorf(evs.CodeInvalidState, "Nothing was uploaded yet: PUT the list to the upload's URL first.")
+		return evs.Upload{}, nil, 0, store.NothingUploaded()
 	}
 	return r.u, &partReader{s: s, ctx: ctx, id: id, attempt: r.attempt}, r.size.Int64, nil
 }

@@ -3,14 +3,12 @@ package sqlitestore
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"math"
-	"strings"
 	"time"
 
 	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/store"
 )
 
 // finalStates is the SQL list of final batch states.
@@ -41,8 +39,6 @@ func scanDelivery(row scanner) (evs.Delivery, error) {
 	return d, nil
 }
 
-func noDelivery() error { return evs.Errorf(evs.CodeNotFound, "The request has no webhook delivery.") }
-
 // qDelivery reads a delivery for GET /v1/requests/{id} of every final
 // batch, with or without a callback: prepared at Open, since parsing it
 // per call cost more than running it.
@@ -54,7 +50,7 @@ const qDelivery = `SELECT ` + deliveryCols + `
 func (s *Store) Delivery(ctx context.Context, accountID, batchID string) (evs.Delivery, error) {
 	d, err := scanDelivery(s.rstmt(qDelivery).QueryRowContext(ctx, batchID, accountID, millis(s.now())))
 	if errors.Is(err, sql.ErrNoRows) {
-		return evs.Delivery{}, noDelivery()
+		return evs.Delivery{}, store.NoDelivery()
 	}
 	if err != nil {
 		return evs.Delivery{}, dbErr("read delivery", err)
@@ -73,7 +69,7 @@ func (s *Store) ClaimDelivery(ctx context.Context, accountID, batchID string, at
 			RETURNING account_id, batch_id, url, state, attempts, last_status, next_at`,
 			millis(leaseUntil), batchID, accountID, evs.CallbackPending, attempts, millis(now)))
 		if errors.Is(err, sql.ErrNoRows) {
-			return evs.Errorf(evs.CodeInvalidState, "The delivery is not due or was claimed by another worker.")
+			return store.DeliveryNotDue()
 		}
 		out = d
 		return dbErr("claim delivery", err)
@@ -92,7 +88,7 @@ func (s *Store) RecordDelivery(ctx context.Context, d evs.Delivery) error {
 			return dbErr("record delivery", err)
 		}
 		if n, err := res.RowsAffected(); err != nil || n != 1 {
-			return evs.Errorf(evs.CodeInvalidState, "The delivery moved on since this attempt.")
+			return store.DeliveryMovedOn()
 		}
 		return nil
 	})
@@ -143,33 +139,26 @@ func (s *Store) WebhookSecret(ctx context.Context, accountID string) (evs.Webhoo
 	err := s.rdb.QueryRowContext(ctx, `SELECT current, previous, rotated_at FROM webhook_secrets WHERE account_id = ?`, accountID).
 		Scan(&w.Current, &prev, &rotated)
 	if errors.Is(err, sql.ErrNoRows) {
-		return evs.WebhookSecret{}, evs.Errorf(evs.CodeNotFound, "The account has no webhook secret.")
+		return evs.WebhookSecret{}, store.NoWebhookSecret()
 	}
 	if err != nil {
 		return evs.WebhookSecret{}, dbErr("read webhook secret", err)
 	}
-	switch {
-	case strings.HasPrefix(prev, "["):
-		if err := json.Unmarshal([]byte(prev), &w.Retired); err != nil {
-			return evs.WebhookSecret{}, fmt.Errorf("sqlitestore: read webhook secret: retired secrets: %w", err)
-		}
-	case prev != "":
-		w.Retired = []evs.RetiredSecret{{Secret: prev, RetiredAt: fromNullMillis(rotated)}}
-	}
-	return w, nil
+	w.Retired, err = store.DecodeRetired(prev, prev, fromNullMillis(rotated))
+	return w, err
 }
 
 // PutWebhookSecret stores w if the current secret is still ifCurrent. The
 // check and the write are one immediate transaction, so of two concurrent
 // rotations from the same secret exactly one is stored.
 func (s *Store) PutWebhookSecret(ctx context.Context, w evs.WebhookSecret, ifCurrent string) error {
-	prev, rotated := "", sql.NullInt64{}
+	prev, err := store.EncodeRetired(w.Retired)
+	if err != nil {
+		return err
+	}
+	rotated := sql.NullInt64{}
 	if len(w.Retired) > 0 {
-		b, err := json.Marshal(w.Retired)
-		if err != nil {
-			return fmt.Errorf("sqlitestore: write webhook secret: %w", err)
-		}
-		prev, rotated = string(b), nullMillis(w.Retired[0].RetiredAt)
+		rotated = nullMillis(w.Retired[0].RetiredAt)
 	}
 	return s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		var cur string
@@ -178,7 +167,7 @@ func (s *Store) PutWebhookSecret(ctx context.Context, w evs.WebhookSecret, ifCur
 			return dbErr("read webhook secret", err)
 		}
 		if cur != ifCurrent {
-			return evs.Errorf(evs.CodeInvalidState, "The webhook secret changed meanwhile.")
+			return store.SecretChanged()
 		}
 		_, err = tx.ExecContext(ctx, `INSERT INTO webhook_secrets (account_id, current, previous, rotated_at) VALUES (?, ?, ?, ?)
 			ON CONFLICT (account_id) DO UPDATE SET current = excluded.current, previous = excluded.previous, rotated_at = excluded.rotated_at`,

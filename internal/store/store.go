@@ -31,7 +31,8 @@ import (
 
 // Keys stores accounts and their API keys.
 type Keys interface {
-	// CreateAccount stores a new account; an existing ID is an error.
+	// CreateAccount stores a new account; an existing ID or name is
+	// CodeInvalidState (AccountExists, AccountNameTaken).
 	CreateAccount(ctx context.Context, a evs.Account) error
 	// Account returns the account with id, or CodeNotFound.
 	Account(ctx context.Context, id string) (evs.Account, error)
@@ -61,16 +62,18 @@ type Batches interface {
 	// code).
 	Batch(ctx context.Context, accountID, id string) (evs.Batch, error)
 	// TransitionBatch moves the batch to state `to` if its state is one of
-	// `from`, setting Error to errMsg and, for a final state, CompletedAt to
-	// now. A batch in another state gives CodeInvalidState with the batch
+	// `from` and evs.CheckTransition allows the move, setting Error to
+	// errMsg and, for a final state, CompletedAt to now. A refused move
+	// gives CheckTransition's CodeInvalidState error with the batch
 	// unchanged; a missing one CodeNotFound.
 	TransitionBatch(ctx context.Context, accountID, id string, from []evs.State, to evs.State, errMsg string, now time.Time) (evs.Batch, error)
 	// PutResults writes, in one atomic step, every result whose Seq has no
 	// result yet and adds them to the counters; results already written are
 	// skipped, so redelivered work is never counted twice. When the last
 	// missing result is written and the batch is not final it becomes
-	// completed. Results for a final batch are not written. It returns the
-	// batch as it is after the step.
+	// completed, as does a call with no results on a batch that has them
+	// all (one of no items). Results for a final batch are not written. It
+	// returns the batch as it is after the step.
 	PutResults(ctx context.Context, accountID, id string, results []evs.Result, now time.Time) (evs.Batch, error)
 	// Results returns up to limit results with Seq > afterSeq in Seq order,
 	// only those whose status is status when status is not empty.

@@ -27,24 +27,6 @@ func runKeys(t *testing.T, newStore StoreFactory) {
 		sameAccount(t, "AccountByName bob", got, other)
 	})
 
-	t.Run("DuplicateAccountIsAnError", func(t *testing.T) {
-		e := newEnv(t, newStore)
-		first := evs.Account{ID: "acct-1", Name: "alice", CreatedAt: base}
-		must(t, e.st.CreateAccount(e.ctx, first), "CreateAccount")
-		err := e.st.CreateAccount(e.ctx, evs.Account{ID: "acct-1", Name: "mallory", Test: true, CreatedAt: base.Add(time.Hour)})
-		if err == nil {
-			t.Fatal("second CreateAccount with the same ID: got no error")
-		}
-		got, err := e.st.Account(e.ctx, "acct-1")
-		must(t, err, "Account")
-		sameAccount(t, "Account after the failed duplicate", got, first)
-		n, err := e.st.CountAccounts(e.ctx)
-		must(t, err, "CountAccounts")
-		if n != 1 {
-			t.Errorf("CountAccounts = %d, want 1", n)
-		}
-	})
-
 	t.Run("AccountNotFound", func(t *testing.T) {
 		e := newEnv(t, newStore)
 		must(t, e.st.CreateAccount(e.ctx, evs.Account{ID: "acct-1", Name: "alice", CreatedAt: base}), "CreateAccount")

@@ -64,6 +64,14 @@ func RunQuotaContract(t *testing.T, newQuota func(t *testing.T) AddressQuota) {
 		if !charge(t, q, "acct-1", "2026-11", 4, 5) || charge(t, q, "acct-1", "2026-11", 1, 5) {
 			t.Fatal("after a refund of 3 of 4, a charge of 4 must pass and then nothing more")
 		}
+		// A refund of more than is charged leaves the counter at 0, never
+		// below: the account gets back what it used, not extra room.
+		if err := q.RefundAddresses(ctx, "acct-1", "2026-11", 8); err != nil {
+			t.Fatal(err)
+		}
+		if !charge(t, q, "acct-1", "2026-11", 5, 5) || charge(t, q, "acct-1", "2026-11", 1, 5) {
+			t.Fatal("after refunding more than was charged, the whole quota and no more must pass")
+		}
 		// A counter that does not exist takes a refund without error.
 		if err := q.RefundAddresses(ctx, "acct-9", "2026-11", 3); err != nil {
 			t.Fatal(err)

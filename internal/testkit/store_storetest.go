@@ -27,6 +27,7 @@ func RunStoreContract(t *testing.T, newStore func(t *testing.T, now func() time.
 	t.Run("Batches", func(t *testing.T) { runBatches(t, newStore) })
 	t.Run("ListBatches", func(t *testing.T) { runListing(t, newStore) })
 	t.Run("Webhooks", func(t *testing.T) { runWebhooks(t, newStore) })
+	t.Run("Rules", func(t *testing.T) { runRules(t, newStore) })
 }
 
 // base is the suite's starting time. It has whole milliseconds so that stores
