@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/evs-dev/evs/internal/politeness"
 )
 
 // TestRcptBudget: reservations add up to the limit of a window and no
@@ -66,14 +68,15 @@ func TestPauseBackoff(t *testing.T) {
 	if until, level, err := st.PauseState(ctx, key); err != nil || !until.IsZero() || level != 0 {
 		t.Fatalf("before any pause: %s %d %v", until, level, err)
 	}
+	length := func(level int) time.Duration { return politeness.Double(base, most, level) }
 	want := []time.Duration{base, 2 * base, 4 * base, most}
 	for i, d := range want {
-		until, err := st.Pause(ctx, key, now, base, most)
+		until, err := st.Pause(ctx, key, now, length)
 		if err != nil || !until.Equal(now.Add(d)) {
 			t.Fatalf("pause %d: until %s, want %s (%v)", i+1, until.Sub(now), d, err)
 		}
 		// A second throttled session during the pause changes nothing.
-		if again, err := st.Pause(ctx, key, now.Add(time.Second), base, most); err != nil || !again.Equal(until) {
+		if again, err := st.Pause(ctx, key, now.Add(time.Second), length); err != nil || !again.Equal(until) {
 			t.Fatalf("pause %d again: %s, want %s (%v)", i+1, again.Sub(now), d, err)
 		}
 		// A clean session during the pause does not end it.
@@ -85,7 +88,7 @@ func TestPauseBackoff(t *testing.T) {
 	if err := st.ClearPause(ctx, key, now); err != nil {
 		t.Fatal(err)
 	}
-	if until, err := st.Pause(ctx, key, now, base, most); err != nil || !until.Equal(now.Add(base)) {
+	if until, err := st.Pause(ctx, key, now, length); err != nil || !until.Equal(now.Add(base)) {
 		t.Fatalf("after a clean session: %s, want %s (%v)", until.Sub(now), base, err)
 	}
 }
