@@ -127,7 +127,7 @@ func (g *Gate) state() State {
 	if g.State != nil {
 		return g.State
 	}
-	g.once.Do(func() { g.mem = &memory{now: g.now} })
+	g.once.Do(func() { g.mem = &memory{now: g.now, keys: map[string]*memKey{}} })
 	return g.mem
 }
 

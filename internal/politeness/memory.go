@@ -8,17 +8,15 @@ import (
 	"golang.org/x/time/rate"
 )
 
-// memory is the State of one process (evs serve opens every session
-// itself, so nothing needs to be shared). RCPT commands are paced by a
-// token bucket per key, which refills the budget smoothly instead of
-// window by window: no window of the length sees more than the limit.
+// memory is the State of one process: evs serve opens every session
+// itself. RCPT commands are paced by a token bucket per key, which refills
+// smoothly, so that no sliding window sees more than the limit.
 type memory struct {
 	now  func() time.Time
 	mu   sync.Mutex
 	keys map[string]*memKey
 }
 
-// memKey is the state of one key.
 type memKey struct {
 	sessions    int
 	freed       chan struct{} // closed and replaced when a session ends
@@ -29,9 +27,6 @@ type memKey struct {
 
 // key returns key's entry, made on first use; m.mu is held.
 func (m *memory) key(key string) *memKey {
-	if m.keys == nil {
-		m.keys = make(map[string]*memKey)
-	}
 	k := m.keys[key]
 	if k == nil {
 		k = &memKey{freed: make(chan struct{})}
@@ -40,12 +35,11 @@ func (m *memory) key(key string) *memKey {
 	return k
 }
 
-// forget drops a key nobody uses that holds nothing worth keeping, so the
-// map stays as small as the set of providers being probed; m.mu is held.
+// forget drops an entry that holds nothing worth keeping, so the map
+// stays as small as the set of providers being probed; m.mu is held.
 func (m *memory) forget(key string, k *memKey) {
 	now := m.now()
-	if k.sessions == 0 && k.level == 0 && !k.pausedUntil.After(now) &&
-		(k.rcpt == nil || k.rcpt.TokensAt(now) >= float64(k.rcpt.Burst())) {
+	if k.sessions == 0 && k.level == 0 && (k.rcpt == nil || k.rcpt.TokensAt(now) >= float64(k.rcpt.Burst())) {
 		delete(m.keys, key)
 	}
 }
@@ -65,16 +59,13 @@ func (m *memory) AcquireSlot(_ context.Context, key string, slots int, _ time.Du
 		return nil, false, nil
 	}
 	k.sessions++
-	var once sync.Once
 	return func() {
-		once.Do(func() {
-			m.mu.Lock()
-			defer m.mu.Unlock()
-			k.sessions--
-			close(k.freed)
-			k.freed = make(chan struct{})
-			m.forget(key, k)
-		})
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		k.sessions--
+		close(k.freed)
+		k.freed = make(chan struct{})
+		m.forget(key, k)
 	}, true, nil
 }
 
@@ -86,7 +77,7 @@ func (m *memory) ReserveRcpts(_ context.Context, key string, n, limit int, windo
 		k.rcpt = rate.NewLimiter(rate.Limit(float64(limit)/window.Seconds()), limit)
 	}
 	r := k.rcpt.ReserveN(now, n)
-	if !r.OK() {
+	if !r.OK() { // more than a whole window's budget
 		return false, now.Add(window), nil
 	}
 	if d := r.DelayFrom(now); d > 0 {
@@ -99,10 +90,8 @@ func (m *memory) ReserveRcpts(_ context.Context, key string, n, limit int, windo
 func (m *memory) PauseState(_ context.Context, key string) (time.Time, int, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if k := m.keys[key]; k != nil {
-		return k.pausedUntil, k.level, nil
-	}
-	return time.Time{}, 0, nil
+	k := m.key(key)
+	return k.pausedUntil, k.level, nil
 }
 
 func (m *memory) Pause(_ context.Context, key string, now time.Time, length func(level int) time.Duration) (time.Time, error) {
@@ -110,8 +99,7 @@ func (m *memory) Pause(_ context.Context, key string, now time.Time, length func
 	defer m.mu.Unlock()
 	k := m.key(key)
 	if !k.pausedUntil.After(now) {
-		k.pausedUntil = now.Add(length(k.level))
-		k.level++
+		k.pausedUntil, k.level = now.Add(length(k.level)), k.level+1
 	}
 	return k.pausedUntil, nil
 }
@@ -119,8 +107,8 @@ func (m *memory) Pause(_ context.Context, key string, now time.Time, length func
 func (m *memory) ClearPause(_ context.Context, key string, now time.Time) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if k := m.keys[key]; k != nil && !k.pausedUntil.After(now) {
-		k.level, k.pausedUntil = 0, time.Time{}
+	if k := m.key(key); !k.pausedUntil.After(now) {
+		k.level = 0
 		m.forget(key, k)
 	}
 	return nil
