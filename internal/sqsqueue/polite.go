@@ -154,8 +154,16 @@ func (w *Worker) admit(ctx context.Context, test bool, mode evs.Mode, g batch.Gr
 
 // unpark queues up to n due parked entries of key; a failure is logged,
 // not returned: the entry stays parked (or is parked again) for the next
-// release, wake or sweep.
+// release, wake or sweep. While key is paused it queues nothing, which
+// would only be parked again, and makes sure a wake comes at the pause's
+// end: a session that ran beside the throttled one may end cleanly in it.
 func (w *Worker) unpark(ctx context.Context, key string, n int) (sent int) {
+	if until, _, err := w.Polite.Gate.State.PauseState(ctx, key); err == nil && until.After(w.now()) {
+		if err := w.scheduleWake(ctx, key, until); err != nil {
+			w.logger().Error("polite: could not schedule a wake", slog.String("key", key), slog.String("error", err.Error()))
+		}
+		return 0
+	}
 	for range n {
 		body, remove, ok, err := w.Polite.Parking.TakeParked(ctx, key, w.now())
 		if err != nil {
