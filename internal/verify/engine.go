@@ -574,7 +574,8 @@ func trimText(s string) string {
 
 // PreferredMX returns the mail host a full verification of domain would try
 // first, lower case without the trailing dot; ok is false when the domain
-// has no mail host to probe. Batch workers take their per-host lease on it.
+// has no mail host to probe. The politeness gate keys a batch group by its
+// provider (politeness.PreferredMX).
 func (e *Engine) PreferredMX(ctx context.Context, domain string) (host string, ok bool) {
 	mail := e.cfg.Resolver.LookupMail(ctx, domain)
 	if mail.Outcome != dnscheck.OutcomeOK || len(mail.MX) == 0 {
