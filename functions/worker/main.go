@@ -18,6 +18,7 @@ import (
 	"github.com/evs-dev/evs/internal/config"
 	"github.com/evs-dev/evs/internal/dynamostore"
 	"github.com/evs-dev/evs/internal/metrics"
+	"github.com/evs-dev/evs/internal/politeness"
 	"github.com/evs-dev/evs/internal/resultcache"
 	"github.com/evs-dev/evs/internal/sqsqueue"
 	"github.com/evs-dev/evs/internal/verify"
@@ -103,10 +104,10 @@ func main() {
 	if cfg.SMTP != config.SMTPOff {
 		// Politeness per provider and egress address across every
 		// concurrent invocation.
-		w.Polite = &sqsqueue.Polite{
-			Store: st, MX: engine, Egress: cfg.EgressName(),
-			Limits: batch.Limits{Sessions: cfg.ProviderSessions, RcptPerMin: cfg.ProviderRcptPerMin},
-		}
+		w.Polite = &sqsqueue.Polite{Parking: st, Gate: &politeness.Gate{
+			State: st, MX: engine, Egress: cfg.EgressName(),
+			Limits: politeness.Limits{Sessions: cfg.ProviderSessions, RcptPerMin: cfg.ProviderRcptPerMin},
+		}}
 	}
 	lambda.Start(w.Handle)
 }

@@ -1,50 +1,21 @@
 package batch
 
 import (
-	"strings"
-
-	"github.com/evs-dev/evs/internal/verify"
+	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/politeness"
 )
 
-// Default limits per class, per (provider, egress address): see
-// docs/aws.md, Politeness, for why.
-var (
-	DefaultSessions   = map[string]int{verify.ClassLarge: 10, verify.ClassGateway: 4, verify.ClassOther: 2}
-	DefaultRcptPerMin = map[string]int{verify.ClassLarge: 300, verify.ClassGateway: 120, verify.ClassOther: 60}
+// The runner's politeness is package politeness's; these names remain
+// while internal/server, being rewritten, still spells them batch.Gate,
+// batch.Limits and batch.PreferredMX.
+type (
+	// Gate is politeness.Gate.
+	Gate = politeness.Gate
+	// Limits is politeness.Limits.
+	Limits = politeness.Limits
+	// PreferredMX is politeness.PreferredMX.
+	PreferredMX = politeness.PreferredMX
 )
-
-// Limits are the politeness limits per provider: EVS_PROVIDER_SESSIONS
-// and EVS_PROVIDER_RCPT_PER_MIN as config parses them. A map's keys are
-// provider names, class names and "*" (every provider); the most specific
-// wins, and the class defaults fill in the rest.
-type Limits struct {
-	Sessions   map[string]int
-	RcptPerMin map[string]int
-}
-
-// For returns the session and RCPT-per-minute limits of a provider key.
-func (l Limits) For(provider string) (sessions, rcptPerMin int) {
-	class := verify.ProviderClass(provider)
-	pick := func(m, def map[string]int) int {
-		for _, k := range []string{provider, class, "*"} {
-			if n, ok := m[k]; ok && n > 0 {
-				return n
-			}
-		}
-		return def[class]
-	}
-	return pick(l.Sessions, DefaultSessions), pick(l.RcptPerMin, DefaultRcptPerMin)
-}
-
-// ForKey returns the limits of a politeness key (PoliteKey): those of
-// its provider.
-func (l Limits) ForKey(key string) (sessions, rcptPerMin int) {
-	provider := key
-	if i := strings.LastIndex(key, "|"); i >= 0 {
-		provider = key[:i]
-	}
-	return l.For(provider)
-}
 
 // RcptBound is the most RCPT commands a group of n addresses sends: one
 // per address, and at most one accept-all probe per session (the engine
@@ -68,6 +39,18 @@ func (p *Processor) ItemsWithin(budget int) int {
 		n--
 	}
 	return max(n, 0)
+}
+
+// Fit splits a group larger than a whole RCPT window's budget (limit
+// commands) into the part that may run now and the rest, which runs in a
+// later window: at least one address runs, so that a budget below one
+// address's RCPT commands still lets the group through, one by one.
+func (p *Processor) Fit(items []evs.Item, limit int) (run, rest []evs.Item) {
+	if p.RcptBound(len(items)) <= limit {
+		return items, nil
+	}
+	n := max(p.ItemsWithin(limit), 1)
+	return items[:n], items[n:]
 }
 
 func (p *Processor) perConnection() int {

@@ -10,22 +10,6 @@ import (
 	"github.com/evs-dev/evs/internal/evs"
 )
 
-func TestLimitsFor(t *testing.T) {
-	var none batch.Limits
-	if s, r := none.For("google"); s != 10 || r != 300 {
-		t.Errorf("google defaults %d, %d", s, r)
-	}
-	if s, r := none.For("example.com"); s != 2 || r != 60 {
-		t.Errorf("other defaults %d, %d", s, r)
-	}
-	l := batch.Limits{Sessions: map[string]int{"*": 3, "google": 20, "gateway": 5}, RcptPerMin: map[string]int{"large": 100}}
-	for p, want := range map[string][2]int{"google": {20, 100}, "yahoo": {3, 100}, "mimecast": {5, 120}, "example.com": {3, 60}} {
-		if s, r := l.For(p); s != want[0] || r != want[1] {
-			t.Errorf("%s: %d, %d; want %v", p, s, r, want)
-		}
-	}
-}
-
 func TestRcptBound(t *testing.T) {
 	p := &batch.Processor{PerConnection: 50}
 	for n, want := range map[int]int{0: 0, 1: 2, 50: 51, 51: 53, 200: 204} {

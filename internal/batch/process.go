@@ -15,8 +15,8 @@ import (
 	"sort"
 	"time"
 
-	"github.com/evs-dev/evs/internal/backoff"
 	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/politeness"
 	"github.com/evs-dev/evs/internal/verify"
 )
 
@@ -252,7 +252,7 @@ func Backoff(base time.Duration, n int) time.Duration {
 	if base <= 0 {
 		base = 5 * time.Minute
 	}
-	return backoff.Double(base, 0, n-1)
+	return politeness.Double(base, 0, n-1)
 }
 
 func logErr(l *slog.Logger, msg string, b evs.Batch, err error) {

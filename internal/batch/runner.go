@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/politeness"
 )
 
 // RunnerStore is what the local runner needs from the store: batch
@@ -66,10 +67,10 @@ type RunnerConfig struct {
 	// Idle, if set, is called whenever the last running batch has stopped:
 	// the moment to hand a large batch's memory back to the system.
 	Idle func()
-	// Gate paces live full-mode sessions per mail provider (nil: a Gate
-	// with the default limits, keyed by domain). Its clock is the
-	// runner's unless it has one.
-	Gate *Gate
+	// Gate paces live full-mode sessions per mail provider and egress
+	// address (nil: one in memory with the default limits, keyed by
+	// domain). evs serve shares it with the engine's /v1/verify sessions.
+	Gate *politeness.Gate
 	// Cache, when set, reuses the account's live full-mode verdicts
 	// instead of probing again, and keeps new ones (contract, section 12).
 	Cache ResultCache
@@ -143,7 +144,7 @@ func NewRunner(cfg RunnerConfig) (*Runner, error) {
 		cfg.RetryMax = 30 * time.Second
 	}
 	if cfg.Gate == nil {
-		cfg.Gate = &Gate{}
+		cfg.Gate = &politeness.Gate{}
 	}
 	share := func(slots int) int {
 		if cfg.PerAccount > 0 {
@@ -428,7 +429,7 @@ func (r *Runner) runTask(t task) (retry, later []evs.Item, wait time.Duration) {
 	gate := r.cfg.Gate
 	g := t.group
 	var at time.Time
-	done := func(bool) time.Time { return time.Time{} }
+	var ticket politeness.Ticket // admits nothing: Done does nothing
 	cached := UsesCache(r.cfg.Cache, br.test, br.mode, g.Domain)
 	if cached && !t.cacheDone {
 		var hits []evs.Result
@@ -439,22 +440,33 @@ func (r *Runner) runTask(t task) (retry, later []evs.Item, wait time.Duration) {
 		}
 	}
 	if !br.test && br.mode == evs.ModeFull && g.Domain != "" {
-		a, err := gate.Admit(br.ctx, gate.Key(br.ctx, g.Domain), g.Items, r.proc)
-		if err != nil {
+		// A slot is waited for here, as a session of the provider ends
+		// soon; a pause or a spent RCPT budget sends the group back to
+		// the queue until it is over, freeing the runner's slot.
+		key := gate.Key(br.ctx, g.Domain)
+		_, limit := gate.Limits.ForKey(key)
+		var run []evs.Item
+		run, later = r.proc.Fit(g.Items, limit)
+		a, err := gate.Wait(br.ctx, key, r.proc.RcptBound(len(run)), 0)
+		if err != nil || br.ctx.Err() != nil {
 			return nil, nil, 0 // cancel or shutdown: still pending
 		}
-		later, at, done = a.Rest, a.Until, a.Done
-		if g.Items = a.Run; len(g.Items) == 0 {
-			return nil, later, gate.until(at)
+		if !a.OK {
+			return nil, g.Items, gate.Until(a.Retry)
 		}
+		ticket, g.Items = a, run
 	}
 	o, err := r.proc.VerifyGroup(br.ctx, time.Time{}, br.test, br.mode, g, t.attempt)
-	if until := done(o.Throttled); len(o.Left) > 0 {
+	until, perr := ticket.Done(br.ctx, o.Throttled)
+	if perr != nil {
+		logErr(r.cfg.Logger, "politeness state", br.b, perr)
+	}
+	if len(o.Left) > 0 {
 		// Throttled: what the server did not answer waits for the
 		// provider's pause (PauseBase, had the gate none).
 		later = append(later, o.Left...)
 		if until.IsZero() {
-			until = gate.now().Add(gate.pauseBase())
+			until = time.Now().Add(gate.FirstPause())
 		}
 		if until.After(at) {
 			at = until
@@ -472,7 +484,7 @@ func (r *Runner) runTask(t task) (retry, later []evs.Item, wait time.Duration) {
 		// left stays pending for the next run or for expire.
 		return nil, nil, 0
 	}
-	return o.Retry, later, gate.until(at)
+	return o.Retry, later, gate.Until(at)
 }
 
 // expire completes a batch past its deadline: every item still pending

@@ -5,8 +5,8 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"github.com/evs-dev/evs/internal/backoff"
 	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/politeness"
 	"github.com/evs-dev/evs/internal/verify"
 )
 
@@ -62,7 +62,7 @@ func PastDeadline(b evs.Batch, deadline time.Duration, now time.Time) bool {
 // to between half and all of that, so that many batches waiting on the same
 // dependency do not come back at the same instant.
 func RetryDelay(base, max time.Duration, n int) time.Duration {
-	d := backoff.Double(base, max, n)
+	d := politeness.Double(base, max, n)
 	return d/2 + rand.N(d/2+1)
 }
 

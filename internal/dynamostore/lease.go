@@ -10,7 +10,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 )
 
-// Session slots (sqsqueue.PoliteStore): every worker invocation takes one
+// Session slots (politeness.State): every worker invocation takes one
 // before it opens an SMTP session to a provider from an egress address, so
 // the limit on concurrent sessions holds across all of them, not only
 // inside one process.

@@ -10,11 +10,10 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
-
-	"github.com/evs-dev/evs/internal/backoff"
 )
 
-// Politeness records (sqsqueue.PoliteStore), all in the Batches table in
+// Politeness records (politeness.State, and the parking of
+// sqsqueue.Parking), all in the Batches table in
 // partitions of their own whose names start with "~" (never an account
 // ID), keyed by "<provider>|<egress>":
 //
@@ -91,11 +90,12 @@ func (s *Store) PauseState(ctx context.Context, key string) (until time.Time, le
 	return getTime(out.Item, attrPausedUntil), int(getN(out.Item, attrPauseLevel)), nil
 }
 
-// Pause pauses key after it throttled us at now: for base, doubling with
-// each pause in a row up to most. A pause in force is not extended: the
-// sessions that were under way when it began see the same throttling, and
-// must not stack their back-offs. until is the pause in force afterwards.
-func (s *Store) Pause(ctx context.Context, key string, now time.Time, base, most time.Duration) (until time.Time, err error) {
+// Pause pauses key after it throttled us at now, for length(pauses in a
+// row so far) (politeness.Gate's rule). A pause in force is not extended:
+// the sessions that were under way when it began see the same throttling,
+// and must not stack their back-offs. until is the pause in force
+// afterwards.
+func (s *Store) Pause(ctx context.Context, key string, now time.Time, length func(level int) time.Duration) (until time.Time, err error) {
 	for range 5 {
 		cur, level, err := s.PauseState(ctx, key)
 		if err != nil {
@@ -104,14 +104,15 @@ func (s *Store) Pause(ctx context.Context, key string, now time.Time, base, most
 		if cur.After(now) {
 			return cur, nil
 		}
-		until = now.Add(backoff.Double(base, most, level))
+		d := length(level)
+		until = now.Add(d)
 		cond, vals := "attribute_not_exists(#lvl) OR #lvl = :old", item{":old": avN(int64(level))}
 		_, err = s.c.PutItem(ctx, &dynamodb.PutItemInput{
 			TableName: aws.String(s.t.Batches),
 			Item: item{
 				attrAccountID: avS(pausePartitionPrefix + key), attrID: avS(pauseSortKey),
 				attrPausedUntil: avTime(until), attrPauseLevel: avN(int64(level + 1)),
-				attrExpiresAt: ttlSeconds(until.Add(2 * most)),
+				attrExpiresAt: ttlSeconds(until.Add(2 * max(d, time.Hour))),
 			},
 			ConditionExpression:       aws.String(cond),
 			ExpressionAttributeNames:  map[string]string{"#lvl": attrPauseLevel},

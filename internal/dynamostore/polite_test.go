@@ -3,9 +3,12 @@ package dynamostore_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/evs-dev/evs/internal/politeness"
 )
 
 // TestRcptBudget: reservations add up to the limit of a window and no
@@ -66,14 +69,15 @@ func TestPauseBackoff(t *testing.T) {
 	if until, level, err := st.PauseState(ctx, key); err != nil || !until.IsZero() || level != 0 {
 		t.Fatalf("before any pause: %s %d %v", until, level, err)
 	}
+	length := func(level int) time.Duration { return politeness.Double(base, most, level) }
 	want := []time.Duration{base, 2 * base, 4 * base, most}
 	for i, d := range want {
-		until, err := st.Pause(ctx, key, now, base, most)
+		until, err := st.Pause(ctx, key, now, length)
 		if err != nil || !until.Equal(now.Add(d)) {
 			t.Fatalf("pause %d: until %s, want %s (%v)", i+1, until.Sub(now), d, err)
 		}
 		// A second throttled session during the pause changes nothing.
-		if again, err := st.Pause(ctx, key, now.Add(time.Second), base, most); err != nil || !again.Equal(until) {
+		if again, err := st.Pause(ctx, key, now.Add(time.Second), length); err != nil || !again.Equal(until) {
 			t.Fatalf("pause %d again: %s, want %s (%v)", i+1, again.Sub(now), d, err)
 		}
 		// A clean session during the pause does not end it.
@@ -85,7 +89,7 @@ func TestPauseBackoff(t *testing.T) {
 	if err := st.ClearPause(ctx, key, now); err != nil {
 		t.Fatal(err)
 	}
-	if until, err := st.Pause(ctx, key, now, base, most); err != nil || !until.Equal(now.Add(base)) {
+	if until, err := st.Pause(ctx, key, now, length); err != nil || !until.Equal(now.Add(base)) {
 		t.Fatalf("after a clean session: %s, want %s (%v)", until.Sub(now), base, err)
 	}
 }
@@ -170,5 +174,47 @@ func TestParking(t *testing.T) {
 		if ok, err := st.ClaimWake(ctx, key, tc.at, tc.now); err != nil || ok != tc.want {
 			t.Fatalf("wake %d: %v %v, want %v", i, ok, err, tc.want)
 		}
+	}
+}
+
+// TestGateSharedThroughDynamoDB: politeness.Gate over the store keeps its
+// rules across instances: two gates on one table (two Lambda instances,
+// the worker's and /v1/verify's) share the provider's session slots, a
+// pause one stores defers the other's synchronous session, and a clean
+// session after the pause ends the run of pauses.
+func TestGateSharedThroughDynamoDB(t *testing.T) {
+	st, ctx := newStore(t, time.Now), context.Background()
+	now := time.Now().Truncate(time.Millisecond)
+	clock := func() time.Time { return now }
+	limits := politeness.Limits{Sessions: map[string]int{"*": 1}}
+	worker := &politeness.Gate{State: st, Limits: limits, Now: clock}
+	api := &politeness.Gate{State: st, Limits: limits, Now: clock}
+	const host, wait = "mx1.example.net", 300 * time.Millisecond
+	key := worker.HostKey(host)
+	batch, err := worker.Admit(ctx, key, 2)
+	if err != nil || !batch.OK {
+		t.Fatalf("the worker's session: %+v %v", batch, err)
+	}
+	for i, want := range []string{
+		"every SMTP session we allow to example.net at once is in use",
+		"example.net asked us to slow down and is paused for every check; retry in 60 s",
+	} {
+		if end, why := api.Session(ctx, host, wait); end != nil || !strings.Contains(why, want) {
+			t.Fatalf("%d: the API's session admitted (%v) or deferred for %q, want %q", i, end != nil, why, want)
+		}
+		if i == 0 {
+			if until, err := batch.Done(ctx, true); err != nil || !until.Equal(now.Add(time.Minute)) {
+				t.Fatalf("throttled: paused until %v, %v", until, err)
+			}
+		}
+	}
+	now = now.Add(time.Minute)
+	end, why := api.Session(ctx, host, wait)
+	if end == nil {
+		t.Fatalf("after the pause: deferred: %s", why)
+	}
+	end(false)
+	if until, level, err := st.PauseState(ctx, key); err != nil || level != 0 || !until.IsZero() {
+		t.Fatalf("after a clean session: paused until %v, level %d, %v", until, level, err)
 	}
 }

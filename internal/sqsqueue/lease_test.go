@@ -19,6 +19,7 @@ import (
 	"github.com/evs-dev/evs/internal/batch"
 	"github.com/evs-dev/evs/internal/egress"
 	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/politeness"
 	"github.com/evs-dev/evs/internal/resultcache"
 	"github.com/evs-dev/evs/internal/sqsqueue"
 	"github.com/evs-dev/evs/internal/testkit"
@@ -122,8 +123,8 @@ func TestWorkerHostLeasesAcrossInvocations(t *testing.T) {
 					PackSize:  3, Concurrency: 4,
 				}
 				if tc.leases {
-					workers[i].Polite = &sqsqueue.Polite{Store: w.st, MX: eng,
-						Limits: batch.Limits{Sessions: map[string]int{"*": slots}, RcptPerMin: map[string]int{"*": 1000}}}
+					workers[i].Polite = &sqsqueue.Polite{Parking: w.st, Gate: &politeness.Gate{State: w.st, MX: eng,
+						Limits: politeness.Limits{Sessions: map[string]int{"*": slots}, RcptPerMin: map[string]int{"*": 1000}}}}
 				}
 			}
 			ctx, cancel := context.WithTimeout(w.ctx, 60*time.Second)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/evs-dev/evs/internal/batch"
 	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/politeness"
 )
 
 // Politeness across every worker invocation (contract, section 14): limits
@@ -53,27 +54,9 @@ type wakeBody struct {
 	Key  string `json:"key"`
 }
 
-// PreferredMX names the mail host a domain's SMTP session goes to first
-// (*verify.Engine implements it).
-type PreferredMX interface {
-	PreferredMX(ctx context.Context, domain string) (host string, ok bool)
-}
-
-// PoliteStore keeps the politeness state shared by every invocation
-// (dynamostore implements it). Keys are "<provider>|<egress>".
-type PoliteStore interface {
-	// AcquireSlot takes one of key's slots session leases if one is free:
-	// ok false means all are held. A lease not released expires after ttl.
-	AcquireSlot(ctx context.Context, key string, slots int, ttl time.Duration) (release func(), ok bool, err error)
-	// ReserveRcpts reserves n RCPT commands in the window holding now, if
-	// the window stays within limit; else ok is false and next is when
-	// the next window starts.
-	ReserveRcpts(ctx context.Context, key string, n, limit int, window time.Duration, now time.Time) (ok bool, next time.Time, err error)
-	// PauseState, Pause and ClearPause keep the back-off of a provider
-	// that throttled us.
-	PauseState(ctx context.Context, key string) (until time.Time, level int, err error)
-	Pause(ctx context.Context, key string, now time.Time, base, most time.Duration) (until time.Time, err error)
-	ClearPause(ctx context.Context, key string, now time.Time) error
+// Parking keeps the work that waits for a provider, per politeness key
+// ("<provider>|<egress>"); dynamostore implements it.
+type Parking interface {
 	// Park, TakeParked and NextParked keep the work that waits, oldest
 	// not-before first; TakeParked hands each entry to one caller, and
 	// again to another only if remove was not called for minutes.
@@ -91,47 +74,13 @@ type PoliteStore interface {
 // Worker means no limit across invocations (each prober still keeps its
 // own per-host limit).
 type Polite struct {
-	Store PoliteStore
-	MX    PreferredMX
-	// Limits are the sessions and RCPT commands a minute per provider
-	// (EVS_PROVIDER_SESSIONS, EVS_PROVIDER_RCPT_PER_MIN).
-	Limits batch.Limits
-	// Egress names this worker's egress address: the SOCKS exit's host,
-	// or "direct" (the default).
-	Egress string
-	// Window is the length of the RCPT budget's window (default 1 min;
-	// tests shorten it): RcptPerMin applies per Window.
-	Window time.Duration
-	// SlotTTL bounds how long a crashed invocation holds a session slot
-	// (default 6 min, past the function's timeout).
-	SlotTTL time.Duration
-	// PauseBase and PauseMax shape the back-off after a throttling reply:
-	// PauseBase (default 1 min), doubling with each pause in a row, at
-	// most PauseMax (default 15 min, the longest SQS delay).
-	PauseBase, PauseMax time.Duration
+	// Gate admits sessions by the limits of each provider and egress
+	// address; its State (dynamostore.Store; required) is shared by every
+	// invocation, and its MX finds a group's provider (no MX: no limit).
+	Gate *politeness.Gate
+	// Parking keeps the work that must wait.
+	Parking Parking
 }
-
-func (p *Polite) window() time.Duration  { return orDuration(p.Window, time.Minute) }
-func (p *Polite) slotTTL() time.Duration { return orDuration(p.SlotTTL, 6*time.Minute) }
-func (p *Polite) pauseMax() time.Duration {
-	return min(orDuration(p.PauseMax, 15*time.Minute), maxDelay)
-}
-func (p *Polite) pauseBase() time.Duration {
-	return min(orDuration(p.PauseBase, time.Minute), p.pauseMax())
-}
-
-func orDuration(d, def time.Duration) time.Duration {
-	if d <= 0 {
-		return def
-	}
-	return d
-}
-
-// key is the politeness key of an MX host.
-func (p *Polite) key(host string) string { return batch.PoliteKey(host, p.Egress) }
-
-// limits returns the session and RCPT limits of a key.
-func (p *Polite) limits(key string) (sessions, rcpt int) { return p.Limits.ForKey(key) }
 
 // admission is what may happen to a group now.
 type admission struct {
@@ -157,93 +106,66 @@ func noAdmissionNeeded(g batch.Group) admission {
 // no admission.
 func (w *Worker) admit(ctx context.Context, test bool, mode evs.Mode, g batch.Group) (admission, error) {
 	p := w.Polite
-	if p == nil || p.Store == nil || p.MX == nil || test || mode != evs.ModeFull || g.Domain == "" {
+	if p == nil || p.Gate == nil || p.Gate.State == nil || p.Gate.MX == nil || p.Parking == nil || test || mode != evs.ModeFull || g.Domain == "" {
 		return noAdmissionNeeded(g), nil
 	}
 	// The session goes to the most preferred host unless it fails; its
 	// provider is the one the limits are about.
-	host, ok := p.MX.PreferredMX(ctx, g.Domain)
+	host, ok := p.Gate.MX.PreferredMX(ctx, g.Domain)
 	if !ok {
 		return noAdmissionNeeded(g), nil
 	}
-	key := p.key(host)
+	key := p.Gate.HostKey(host)
 	a := admission{key: key}
-	sessions, rcpt := p.limits(key)
-	now := w.now()
-	until, level, err := p.Store.PauseState(ctx, key)
-	if err != nil {
-		return a, err
-	}
-	if until.After(now) {
-		a.wait, a.notBefore = g.Items, until
-		return a, nil
-	}
-	release, ok, err := p.Store.AcquireSlot(ctx, key, sessions, p.slotTTL())
-	if err != nil {
-		return a, err
-	}
-	if !ok {
-		a.wait, a.notBefore, a.forSlot = g.Items, now, true
-		return a, nil
-	}
 	// A group larger than a whole window's budget runs in parts, one per
 	// window: the part that fits now, the rest parked for the next.
-	run := g.Items
-	if w.Processor.RcptBound(len(run)) > rcpt {
-		run = run[:max(w.Processor.ItemsWithin(rcpt), 1)]
+	_, limit := p.Gate.Limits.ForKey(key)
+	run, rest := w.Processor.Fit(g.Items, limit)
+	t, err := p.Gate.Admit(ctx, key, w.Processor.RcptBound(len(run)))
+	if err != nil {
+		return a, err
 	}
-	ok, next, err := p.Store.ReserveRcpts(ctx, key, w.Processor.RcptBound(len(run)), rcpt, p.window(), now)
-	if err != nil || !ok {
-		// The slot goes back through the usual path, which also starts a
-		// group that waited for it, so none is stranded.
-		w.sessionDone(ctx, key, sessions, release, false, false, level)
-		if err != nil {
-			return a, err
+	if !t.OK {
+		if !t.ForSlot && !t.Paused {
+			// The RCPT budget is spent and the slot went back: it may be
+			// the one a parked group waits for, so none is stranded.
+			w.unpark(context.WithoutCancel(ctx), key, 1)
 		}
-		a.wait, a.notBefore = g.Items, next
+		a.wait, a.notBefore, a.forSlot = g.Items, t.Retry, t.ForSlot
 		return a, nil
 	}
-	a.run, a.wait, a.notBefore = run, g.Items[len(run):], next
+	a.run, a.wait, a.notBefore = run, rest, w.now().Add(p.Gate.RcptWindow())
 	a.done = func(ctx context.Context, o batch.Outcome) time.Time {
-		var until time.Time
-		if o.Throttled {
-			var err error
-			if until, err = p.Store.Pause(ctx, key, w.now(), p.pauseBase(), p.pauseMax()); err != nil {
-				w.logger().Error("polite: could not pause a provider", slog.String("key", key), slog.String("error", err.Error()))
-				until = w.now().Add(p.pauseBase()) // this message's groups wait all the same
-			} else {
-				w.logger().Warn("polite: the provider throttled us; paused for every worker", slog.String("key", key), slog.Time("until", until))
-			}
+		until, err := t.Done(ctx, o.Throttled)
+		switch {
+		case err != nil:
+			w.logger().Error("polite: could not keep a provider's pause", slog.String("key", key), slog.String("error", err.Error()))
+		case o.Throttled:
+			w.logger().Warn("polite: the provider throttled us; paused for every worker", slog.String("key", key), slog.Time("until", until))
 		}
-		w.sessionDone(ctx, key, sessions, release, true, o.Throttled, level)
+		if !o.Throttled {
+			// The slot that went back starts the oldest work waiting.
+			w.unpark(context.WithoutCancel(ctx), key, 1)
+		}
 		return until
 	}
 	return a, nil
 }
 
-// sessionDone gives a session slot back and, unless the provider just
-// throttled us, starts the oldest due work parked for the key; after a
-// clean session it ends the key's run of pauses (level > 0).
-func (w *Worker) sessionDone(ctx context.Context, key string, sessions int, release func(), ran, throttled bool, level int) {
-	ctx = context.WithoutCancel(ctx)
-	release()
-	if throttled {
-		return
-	}
-	if ran && level > 0 {
-		if err := w.Polite.Store.ClearPause(ctx, key, w.now()); err != nil {
-			w.logger().Error("polite: could not clear a pause", slog.String("key", key), slog.String("error", err.Error()))
-		}
-	}
-	w.unpark(ctx, key, 1)
-}
-
 // unpark queues up to n due parked entries of key; a failure is logged,
 // not returned: the entry stays parked (or is parked again) for the next
-// release, wake or sweep.
+// release, wake or sweep. While key is paused it queues nothing, which
+// would only be parked again, and makes sure a wake comes at the pause's
+// end: a session that ran beside the throttled one may end cleanly in it.
 func (w *Worker) unpark(ctx context.Context, key string, n int) (sent int) {
+	if until, _, err := w.Polite.Gate.State.PauseState(ctx, key); err == nil && until.After(w.now()) {
+		if err := w.scheduleWake(ctx, key, until); err != nil {
+			w.logger().Error("polite: could not schedule a wake", slog.String("key", key), slog.String("error", err.Error()))
+		}
+		return 0
+	}
 	for range n {
-		body, remove, ok, err := w.Polite.Store.TakeParked(ctx, key, w.now())
+		body, remove, ok, err := w.Polite.Parking.TakeParked(ctx, key, w.now())
 		if err != nil {
 			w.logger().Error("polite: could not take parked work", slog.String("key", key), slog.String("error", err.Error()))
 			return sent
@@ -306,7 +228,7 @@ func (w *Worker) park(ctx context.Context, m Message, ps []parking) error {
 			if err != nil {
 				return err
 			}
-			if err := w.Polite.Store.Park(ctx, p.key, p.notBefore, string(body)); err != nil {
+			if err := w.Polite.Parking.Park(ctx, p.key, p.notBefore, string(body)); err != nil {
 				return err
 			}
 		}
@@ -317,8 +239,8 @@ func (w *Worker) park(ctx context.Context, m Message, ps []parking) error {
 			}
 		}
 		if p.forSlot {
-			sessions, _ := w.Polite.limits(p.key)
-			release, ok, err := w.Polite.Store.AcquireSlot(ctx, p.key, sessions, w.Polite.slotTTL())
+			sessions, _ := w.Polite.Gate.Limits.ForKey(p.key)
+			release, ok, err := w.Polite.Gate.State.AcquireSlot(ctx, p.key, sessions, w.Polite.Gate.HoldFor())
 			if err != nil {
 				return err
 			}
@@ -328,7 +250,7 @@ func (w *Worker) park(ctx context.Context, m Message, ps []parking) error {
 			}
 			// A crashed holder frees its slot only when its lease expires:
 			// a wake then.
-			if err := w.scheduleWake(ctx, p.key, now.Add(w.Polite.slotTTL())); err != nil {
+			if err := w.scheduleWake(ctx, p.key, now.Add(w.Polite.Gate.HoldFor())); err != nil {
 				return err
 			}
 		}
@@ -343,7 +265,7 @@ func (w *Worker) scheduleWake(ctx context.Context, key string, at time.Time) err
 	if limit := now.Add(maxDelay); at.After(limit) {
 		at = limit // the wake that comes looks again
 	}
-	mine, err := w.Polite.Store.ClaimWake(ctx, key, at, now)
+	mine, err := w.Polite.Parking.ClaimWake(ctx, key, at, now)
 	if err != nil || !mine {
 		return err
 	}
@@ -370,7 +292,7 @@ func (w *Worker) wake(ctx context.Context, body string) error {
 		w.logger().Error("polite: unreadable wake message; dropped")
 		return nil
 	}
-	if w.Polite == nil || w.Polite.Store == nil {
+	if w.Polite == nil || w.Polite.Gate == nil || w.Polite.Gate.State == nil || w.Polite.Parking == nil {
 		w.logger().Warn("polite: no politeness store configured; wake dropped")
 		return nil
 	}
@@ -380,16 +302,16 @@ func (w *Worker) wake(ctx context.Context, body string) error {
 // release starts the due parked work of key, up to its session limit,
 // unless it is paused, and schedules a wake for the rest.
 func (w *Worker) release(ctx context.Context, key string) error {
-	until, _, err := w.Polite.Store.PauseState(ctx, key)
+	until, _, err := w.Polite.Gate.State.PauseState(ctx, key)
 	if err != nil {
 		return err
 	}
 	if until.After(w.now()) {
 		return w.scheduleWake(ctx, key, until)
 	}
-	sessions, _ := w.Polite.limits(key)
+	sessions, _ := w.Polite.Gate.Limits.ForKey(key)
 	w.unpark(ctx, key, sessions)
-	next, ok, err := w.Polite.Store.NextParked(ctx, key)
+	next, ok, err := w.Polite.Parking.NextParked(ctx, key)
 	if err != nil || !ok {
 		return err
 	}
@@ -403,10 +325,10 @@ func (w *Worker) release(ctx context.Context, key string) error {
 // as a wake would, so that no entry waits on a wake or a session that
 // never comes. It returns how many keys failed.
 func (w *Worker) sweepParked(ctx context.Context) (failed int) {
-	if w.Polite == nil || w.Polite.Store == nil {
+	if w.Polite == nil || w.Polite.Gate == nil || w.Polite.Gate.State == nil || w.Polite.Parking == nil {
 		return 0
 	}
-	keys, err := w.Polite.Store.ParkedKeys(ctx)
+	keys, err := w.Polite.Parking.ParkedKeys(ctx)
 	if err != nil {
 		w.logger().Error("sweep: could not list parked work", slog.String("error", err.Error()))
 		return 1

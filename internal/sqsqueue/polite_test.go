@@ -22,6 +22,7 @@ import (
 	"github.com/evs-dev/evs/internal/batch"
 	"github.com/evs-dev/evs/internal/egress"
 	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/politeness"
 	"github.com/evs-dev/evs/internal/sqsqueue"
 	"github.com/evs-dev/evs/internal/testkit"
 	"github.com/evs-dev/evs/internal/verify"
@@ -161,7 +162,7 @@ func (p *providerPeer) snapshot() (sessions, refused []time.Time, rcpts []rcptAt
 // recordingPolite passes politeness calls through to the store and records
 // the reservations, pauses and parks.
 type recordingPolite struct {
-	sqsqueue.PoliteStore
+	politeStore
 
 	mu       sync.Mutex
 	reserved map[int64]int // window start (ms) → RCPT commands reserved
@@ -169,10 +170,16 @@ type recordingPolite struct {
 	parks    int
 }
 
+// politeStore is what dynamostore.Store keeps for politeness.
+type politeStore interface {
+	politeness.State
+	sqsqueue.Parking
+}
+
 type pauseAt struct{ at, until time.Time }
 
 func (r *recordingPolite) ReserveRcpts(ctx context.Context, key string, n, limit int, window time.Duration, now time.Time) (bool, time.Time, error) {
-	ok, next, err := r.PoliteStore.ReserveRcpts(ctx, key, n, limit, window, now)
+	ok, next, err := r.politeStore.ReserveRcpts(ctx, key, n, limit, window, now)
 	if ok {
 		r.mu.Lock()
 		if r.reserved == nil {
@@ -184,8 +191,8 @@ func (r *recordingPolite) ReserveRcpts(ctx context.Context, key string, n, limit
 	return ok, next, err
 }
 
-func (r *recordingPolite) Pause(ctx context.Context, key string, now time.Time, base, most time.Duration) (time.Time, error) {
-	until, err := r.PoliteStore.Pause(ctx, key, now, base, most)
+func (r *recordingPolite) Pause(ctx context.Context, key string, now time.Time, length func(int) time.Duration) (time.Time, error) {
+	until, err := r.politeStore.Pause(ctx, key, now, length)
 	if err == nil {
 		r.mu.Lock()
 		r.pauses = append(r.pauses, pauseAt{at: time.Now(), until: until})
@@ -195,7 +202,7 @@ func (r *recordingPolite) Pause(ctx context.Context, key string, now time.Time, 
 }
 
 func (r *recordingPolite) Park(ctx context.Context, key string, notBefore time.Time, body string) error {
-	err := r.PoliteStore.Park(ctx, key, notBefore, body)
+	err := r.politeStore.Park(ctx, key, notBefore, body)
 	if err == nil {
 		r.mu.Lock()
 		r.parks++
@@ -259,10 +266,10 @@ type providerWorld struct {
 }
 
 // newProviderWorld: sizes[d] addresses on domain td.example.
-func newProviderWorld(t *testing.T, peer *providerPeer, sizes []int, workers, packSize int, window time.Duration, limits batch.Limits, pauseBase time.Duration) *providerWorld {
+func newProviderWorld(t *testing.T, peer *providerPeer, sizes []int, workers, packSize int, window time.Duration, limits politeness.Limits, pauseBase time.Duration) *providerWorld {
 	t.Helper()
 	w := newWorld(t, packSize, time.Second, 3)
-	pw := &providerWorld{world: w, peer: peer, polite: &recordingPolite{PoliteStore: w.st}}
+	pw := &providerWorld{world: w, peer: peer, polite: &recordingPolite{politeStore: w.st}}
 	dns := testkit.StartDNS(t)
 	for d, n := range sizes {
 		host := fmt.Sprintf("tenant%d.mail.protection.outlook.com", d)
@@ -305,8 +312,8 @@ func newProviderWorld(t *testing.T, peer *providerPeer, sizes []int, workers, pa
 			Processor: &batch.Processor{Engine: eng, Sandbox: verify.NewSandbox(nil)},
 			Logger:    slog.New(slog.NewJSONHandler(w.logs, nil)),
 			PackSize:  packSize, Concurrency: 4, GreyBackoff: time.Second,
-			Polite: &sqsqueue.Polite{Store: pw.polite, MX: eng, Limits: limits, Window: window,
-				PauseBase: pauseBase, PauseMax: 4 * pauseBase},
+			Polite: &sqsqueue.Polite{Parking: pw.polite, Gate: &politeness.Gate{State: pw.polite, MX: eng, Limits: limits,
+				Window: window, PauseBase: pauseBase, PauseMax: 4 * pauseBase}},
 		})
 	}
 	return pw
@@ -409,7 +416,7 @@ func TestPoliteLimitsAcrossWorkers(t *testing.T) {
 	)
 	sizes := []int{20, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3} // 50 addresses
 	peer := startProviderPeer(t, 15*time.Millisecond, nil)
-	limits := batch.Limits{Sessions: map[string]int{"microsoft365": sessions}, RcptPerMin: map[string]int{"microsoft365": rcptMax}}
+	limits := politeness.Limits{Sessions: map[string]int{"microsoft365": sessions}, RcptPerMin: map[string]int{"microsoft365": rcptMax}}
 	pw := newProviderWorld(t, peer, sizes, 4, 24, window, limits, time.Minute)
 	start := time.Now()
 	b := pw.run(t)
@@ -488,7 +495,7 @@ func TestPolitePauseAfter421(t *testing.T) {
 	const pause = 4 * time.Second
 	sizes := []int{3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3} // 36 addresses
 	peer := startProviderPeer(t, 15*time.Millisecond, func(n int) bool { return n == 2 })
-	limits := batch.Limits{Sessions: map[string]int{"*": 3}, RcptPerMin: map[string]int{"*": 10000}}
+	limits := politeness.Limits{Sessions: map[string]int{"*": 3}, RcptPerMin: map[string]int{"*": 10000}}
 	pw := newProviderWorld(t, peer, sizes, 4, 6, time.Minute, limits, pause)
 	b := pw.run(t)
 	pw.checkOnce(t, b)

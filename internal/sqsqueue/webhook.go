@@ -22,7 +22,8 @@ const maxDelay = 15 * time.Minute
 const webhookBusyDelaySeconds = 2
 
 // WebhookSlotStore keeps attempt slots shared by every invocation
-// (dynamostore implements it; PoliteStore's slots are the same records).
+// (dynamostore implements it; politeness.State's session slots are the
+// same records).
 type WebhookSlotStore interface {
 	AcquireSlot(ctx context.Context, key string, slots int, ttl time.Duration) (release func(), ok bool, err error)
 }

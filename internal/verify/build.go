@@ -32,6 +32,9 @@ type BuildOptions struct {
 	// (default: this process's memory, domainfacts.NewMemory with its
 	// defaults); the AWS functions put a DynamoDB item behind it.
 	Facts DomainFacts
+	// Gate, when set, admits Verify's SMTP sessions (Config.Gate): the
+	// gate the deployment's batches go through.
+	Gate Gate
 }
 
 // BuildWith is Build with the dependencies of o.
@@ -40,7 +43,7 @@ func BuildWith(c config.Config, o BuildOptions) (*Engine, *dnscheck.Resolver, er
 	if err != nil {
 		return nil, nil, err
 	}
-	ec := Config{Resolver: res, Facts: o.Facts}
+	ec := Config{Resolver: res, Facts: o.Facts, Gate: o.Gate}
 	if ec.Facts == nil {
 		ec.Facts = domainfacts.NewMemory(domainfacts.Config{})
 	}

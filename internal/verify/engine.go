@@ -81,6 +81,29 @@ type Config struct {
 	// for every later request, batch and account (nil: nothing is
 	// remembered past one call, which still probes at most once).
 	Facts DomainFacts
+	// Gate, when set, is asked before Verify (a synchronous verification)
+	// opens an SMTP session, so that /v1/verify keeps the limits and
+	// pauses per provider and egress address that every batch keeps
+	// (contract, section 14); evs serve's runner and the AWS worker share
+	// it. VerifyDomain, the batch path, does not ask: its callers admit
+	// whole groups through the gate themselves.
+	Gate Gate
+	// GateWait is the longest Verify waits for the gate (default 2 s,
+	// never past the context's deadline) before it answers unknown,
+	// deferred, rather than hold the caller for a provider's minutes.
+	GateWait time.Duration
+}
+
+// Gate keeps Verify's SMTP sessions within the limits per mail provider
+// and egress address that the deployment's batches keep
+// (politeness.Gate implements it, over the state they share).
+type Gate interface {
+	// Session asks for a session to MX host host that sends at most two
+	// RCPT commands (the address's and the accept-all probe's), waiting
+	// up to most. Admitted, it returns end, to call when the session is
+	// over with whether the server throttled us (Throttled); refused,
+	// end is nil and why is the evidence: why, and when to retry.
+	Session(ctx context.Context, host string, most time.Duration) (end func(throttled bool), why string)
 }
 
 // DomainFacts keeps public facts about mail domains, shared by every
@@ -118,6 +141,9 @@ func New(cfg Config) (*Engine, error) {
 	}
 	if cfg.SMTPOffDetail == "" {
 		cfg.SMTPOffDetail = "SMTP probing is not available here"
+	}
+	if cfg.GateWait <= 0 {
+		cfg.GateWait = 2 * time.Second
 	}
 	return &Engine{cfg: cfg}, nil
 }
@@ -197,8 +223,14 @@ func (in Inspection) decision(email string, mode evs.Mode) evs.Decision {
 
 // Verify verifies one address in the given mode. It never fails: whatever
 // could not be learned is an unknown outcome with its evidence. The
-// context's deadline bounds the whole verification.
+// context's deadline bounds the whole verification. Its SMTP session, if
+// any, first passes Config.Gate.
 func (e *Engine) Verify(ctx context.Context, email string, mode evs.Mode) evs.Decision {
+	return e.verify(ctx, email, mode, true)
+}
+
+// verify is Verify; gated says whether its session asks Config.Gate.
+func (e *Engine) verify(ctx context.Context, email string, mode evs.Mode, gated bool) evs.Decision {
 	start := e.cfg.Now()
 	in := Inspect(email)
 	d := in.decision(email, mode)
@@ -207,7 +239,7 @@ func (e *Engine) Verify(ctx context.Context, email string, mode evs.Mode) evs.De
 		d.Checks.DNS = dnsEvidence(mail)
 		d.Checks.SMTP.Provider = providerOf(mail)
 		if mode == evs.ModeFull && mail.Outcome == dnscheck.OutcomeOK {
-			e.probe(ctx, in.Address.Domain, mail, []*evs.Decision{&d})
+			e.probe(ctx, in.Address.Domain, mail, []*evs.Decision{&d}, gated)
 		} else {
 			d.Checks.SMTP.Detail = e.skipDetail(mode, mail)
 		}
@@ -230,7 +262,7 @@ func (e *Engine) VerifyDomain(ctx context.Context, emails []string, mode evs.Mod
 	for i, email := range emails {
 		in := Inspect(email)
 		if !in.Valid || (domain != "" && in.Address.Domain != domain) {
-			out[i] = e.Verify(ctx, email, mode)
+			out[i] = e.verify(ctx, email, mode, false)
 			continue
 		}
 		domain = in.Address.Domain
@@ -246,7 +278,7 @@ func (e *Engine) VerifyDomain(ctx context.Context, emails []string, mode evs.Mod
 		d.Checks.SMTP.Provider = providerOf(mail)
 	}
 	if mode == evs.ModeFull && mail.Outcome == dnscheck.OutcomeOK {
-		e.probe(ctx, domain, mail, group)
+		e.probe(ctx, domain, mail, group, false)
 	} else {
 		detail := e.skipDetail(mode, mail)
 		for _, d := range group {
@@ -311,8 +343,9 @@ func dnsEvidence(m dnscheck.MailResult) evs.DNSCheck {
 
 // probe runs the SMTP stage for one or more addresses of the same domain on
 // one connection, with a single accept-all probe, and writes each result
-// into its decision. The caller has checked that DNS found mail hosts.
-func (e *Engine) probe(ctx context.Context, domain string, mail dnscheck.MailResult, ds []*evs.Decision) {
+// into its decision; gated asks Config.Gate first. The caller has checked
+// that DNS found mail hosts.
+func (e *Engine) probe(ctx context.Context, domain string, mail dnscheck.MailResult, ds []*evs.Decision, gated bool) {
 	provider := providerOf(mail)
 	if e.cfg.Prober == nil {
 		for _, d := range ds {
@@ -323,6 +356,16 @@ func (e *Engine) probe(ctx context.Context, domain string, mail dnscheck.MailRes
 	hosts := make([]string, len(mail.MX))
 	for i, mx := range mail.MX {
 		hosts[i] = mx.Host
+	}
+	if gated && e.cfg.Gate != nil {
+		end, why := e.cfg.Gate.Session(ctx, hosts[0], e.cfg.GateWait)
+		if end == nil {
+			for _, d := range ds {
+				d.Checks.SMTP = evs.SMTPCheck{Result: evs.SMTPSkipped, Provider: provider, Detail: why}
+			}
+			return
+		}
+		defer func() { end(throttled(ds)) }()
 	}
 	sess, err := e.cfg.Prober.Open(ctx, domain, hosts)
 	if pe := (*smtpprobe.ProbeError)(nil); errors.As(err, &pe) && pe.NotPublic {
@@ -390,6 +433,17 @@ func (e *Engine) probe(ctx context.Context, domain string, mail dnscheck.MailRes
 			return
 		}
 	}
+}
+
+// throttled tells whether a session's results hold a reply that asks us
+// to slow down (Throttled).
+func throttled(ds []*evs.Decision) bool {
+	for _, d := range ds {
+		if t, _ := Throttled(d.Checks.SMTP); t {
+			return true
+		}
+	}
+	return false
 }
 
 // acceptAll returns the result of domain's accept-all probe: what the
@@ -520,7 +574,8 @@ func trimText(s string) string {
 
 // PreferredMX returns the mail host a full verification of domain would try
 // first, lower case without the trailing dot; ok is false when the domain
-// has no mail host to probe. Batch workers take their per-host lease on it.
+// has no mail host to probe. The politeness gate keys a batch group by its
+// provider (politeness.PreferredMX).
 func (e *Engine) PreferredMX(ctx context.Context, domain string) (host string, ok bool) {
 	mail := e.cfg.Resolver.LookupMail(ctx, domain)
 	if mail.Outcome != dnscheck.OutcomeOK || len(mail.MX) == 0 {

@@ -1,11 +1,11 @@
-package backoff_test
+package politeness_test
 
 import (
 	"math"
 	"testing"
 	"time"
 
-	"github.com/evs-dev/evs/internal/backoff"
+	"github.com/evs-dev/evs/internal/politeness"
 )
 
 func TestDouble(t *testing.T) {
@@ -25,7 +25,7 @@ func TestDouble(t *testing.T) {
 		{20 * time.Minute, 15 * time.Minute, 0, 15 * time.Minute},
 	}
 	for _, tt := range tests {
-		if got := backoff.Double(tt.base, tt.most, tt.n); got != tt.want {
+		if got := politeness.Double(tt.base, tt.most, tt.n); got != tt.want {
 			t.Errorf("Double(%v, %v, %d) = %v, want %v", tt.base, tt.most, tt.n, got, tt.want)
 		}
 	}

@@ -1,0 +1,265 @@
+package politeness
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/evs-dev/evs/internal/verify"
+)
+
+// State stores what the rules need per key ("<provider>|<egress>"): the
+// session slots in use, the RCPT commands spent, a provider's pause. The
+// rules are Gate's; a State only stores, atomically for its deployment:
+// in this process's memory (nil Gate.State, for evs serve), or in DynamoDB
+// (dynamostore.Store, shared by every AWS invocation).
+type State interface {
+	// AcquireSlot takes one of key's slots session slots if one is free;
+	// one never released expires after ttl (a holder that died).
+	AcquireSlot(ctx context.Context, key string, slots int, ttl time.Duration) (release func(), ok bool, err error)
+	// ReserveRcpts reserves n RCPT commands of key if no window of length
+	// window then holds more than limit; else ok is false and next is
+	// when enough will be free.
+	ReserveRcpts(ctx context.Context, key string, n, limit int, window time.Duration, now time.Time) (ok bool, next time.Time, err error)
+	// PauseState returns until when key is paused (the zero time: never)
+	// and how many pauses in a row it had.
+	PauseState(ctx context.Context, key string) (until time.Time, level int, err error)
+	// Pause pauses key at now for length(pauses in a row so far), unless a
+	// pause is in force at now, which it returns: sessions that ran side
+	// by side meet the same refusal and must not stack their back-offs.
+	Pause(ctx context.Context, key string, now time.Time, length func(level int) time.Duration) (until time.Time, err error)
+	// ClearPause ends key's run of pauses unless a pause is in force at now.
+	ClearPause(ctx context.Context, key string, now time.Time) error
+}
+
+// Gate admits SMTP sessions: one of a key opens only when its provider is
+// not paused, a session slot is free and its RCPT commands fit the budget.
+// It is safe for concurrent use; its fields must not change once in use.
+type Gate struct {
+	// State keeps the rules' state; nil is this process's memory.
+	State State
+	// MX finds a domain's provider for Key (nil: the domain is the host).
+	MX PreferredMX
+	// Limits are EVS_PROVIDER_SESSIONS and EVS_PROVIDER_RCPT_PER_MIN.
+	Limits Limits
+	// Egress names the address sessions leave from (the proxy's host, or
+	// "direct"): limits are per provider and egress address.
+	Egress string
+	// Window is the RCPT budget's window (default 1 min; tests shorten
+	// it): RcptPerMin applies per Window.
+	Window time.Duration
+	// SlotTTL bounds how long a crashed holder keeps a slot of a shared
+	// State (default 6 min, past the worker function's timeout).
+	SlotTTL time.Duration
+	// PauseBase and PauseMax shape the pause after a throttling reply:
+	// PauseBase (default 1 min), doubling with each pause in a row, at
+	// most PauseMax (default 15 min, the longest SQS delay).
+	PauseBase, PauseMax time.Duration
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+
+	once sync.Once
+	mem  *memory
+}
+
+// Ticket answers a request for a session.
+type Ticket struct {
+	// OK: the session may open now; Done must be called when it ends.
+	OK bool
+	// Else Retry is when asking again may pass: ForSlot marks a wait for
+	// a slot (Retry is now: a session of the key that ends frees one),
+	// Paused a provider that throttled us.
+	Retry           time.Time
+	ForSlot, Paused bool
+
+	done func(ctx context.Context, throttled bool) (time.Time, error)
+}
+
+// Done ends an admitted ticket's session (nothing for another). throttled
+// (verify.Throttled) pauses the provider for every session and returns
+// the pause's end; a clean session ends the run of pauses. The slot is
+// freed even on error, and a pause that could not be stored still returns
+// one of PauseBase, for the caller's own work to wait.
+func (t Ticket) Done(ctx context.Context, throttled bool) (pausedUntil time.Time, err error) {
+	if t.done == nil {
+		return time.Time{}, nil
+	}
+	return t.done(ctx, throttled)
+}
+
+func (g *Gate) now() time.Time {
+	if g.Now != nil {
+		return g.Now()
+	}
+	return time.Now()
+}
+
+// Until is the wait on the gate's clock from now to t (0 for the zero time
+// or the past), whatever clock its callers keep.
+func (g *Gate) Until(t time.Time) time.Duration {
+	if t.IsZero() {
+		return 0
+	}
+	return max(t.Sub(g.now()), 0)
+}
+
+func orDuration(d, def time.Duration) time.Duration {
+	if d <= 0 {
+		return def
+	}
+	return d
+}
+
+// RcptWindow is Window or its default.
+func (g *Gate) RcptWindow() time.Duration { return orDuration(g.Window, time.Minute) }
+
+// HoldFor is SlotTTL or its default.
+func (g *Gate) HoldFor() time.Duration { return orDuration(g.SlotTTL, 6*time.Minute) }
+
+// FirstPause is PauseBase or its default.
+func (g *Gate) FirstPause() time.Duration {
+	return min(orDuration(g.PauseBase, time.Minute), orDuration(g.PauseMax, 15*time.Minute))
+}
+
+// state returns the State, making the memory one on first use.
+func (g *Gate) state() State {
+	if g.State != nil {
+		return g.State
+	}
+	g.once.Do(func() { g.mem = &memory{now: g.now, keys: map[string]*memKey{}} })
+	return g.mem
+}
+
+// Key is the key of a domain's sessions: the provider of its preferred
+// MX host (of the domain when there is none) and Egress.
+func (g *Gate) Key(ctx context.Context, domain string) string {
+	host := domain
+	if g.MX != nil {
+		if h, ok := g.MX.PreferredMX(ctx, domain); ok {
+			host = h
+		}
+	}
+	return g.HostKey(host)
+}
+
+// HostKey is the key of sessions to MX host host.
+func (g *Gate) HostKey(host string) string { return Key(host, g.Egress) }
+
+// Admit asks, without waiting, for a session of key that sends at most
+// rcpts RCPT commands (at most a window's budget is counted: a larger
+// group runs in parts, see batch.Processor.Fit).
+func (g *Gate) Admit(ctx context.Context, key string, rcpts int) (Ticket, error) {
+	st := g.state()
+	sessions, limit := g.Limits.ForKey(key)
+	now := g.now()
+	until, level, err := st.PauseState(ctx, key)
+	if err != nil {
+		return Ticket{}, fmt.Errorf("politeness: read the pause of %s: %w", key, err)
+	}
+	if until.After(now) {
+		return Ticket{Retry: until, Paused: true}, nil
+	}
+	release, ok, err := st.AcquireSlot(ctx, key, sessions, g.HoldFor())
+	if err != nil || !ok {
+		return Ticket{Retry: now, ForSlot: true}, wrap(err, "take a session slot", key)
+	}
+	ok, next, err := st.ReserveRcpts(ctx, key, min(rcpts, limit), limit, g.RcptWindow(), now)
+	if err != nil || !ok {
+		release()
+		return Ticket{Retry: next}, wrap(err, "reserve RCPT commands", key)
+	}
+	return Ticket{OK: true, done: func(ctx context.Context, throttled bool) (time.Time, error) {
+		ctx = context.WithoutCancel(ctx) // the session is over anyway
+		now := g.now()
+		if throttled {
+			// Paused before the slot goes back: whoever waits for it
+			// sees the pause.
+			until, err := st.Pause(ctx, key, now, func(level int) time.Duration {
+				return Double(g.FirstPause(), orDuration(g.PauseMax, 15*time.Minute), level)
+			})
+			release()
+			if err != nil {
+				return now.Add(g.FirstPause()), wrap(err, "pause", key)
+			}
+			return until, nil
+		}
+		release()
+		if level > 0 {
+			return time.Time{}, wrap(st.ClearPause(ctx, key, now), "clear the pause of", key)
+		}
+		return time.Time{}, nil
+	}}, nil
+}
+
+func wrap(err error, what, key string) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("politeness: %s %s: %w", what, key, err)
+}
+
+// Session implements verify.Gate: a synchronous verification's session
+// to host, admitted by Wait within most (and the context); refused, why
+// says by which limit and in how many seconds a retry may pass.
+func (g *Gate) Session(ctx context.Context, host string, most time.Duration) (end func(throttled bool), why string) {
+	wctx, cancel := context.WithTimeout(ctx, most)
+	defer cancel()
+	t, err := g.Wait(wctx, g.HostKey(host), 2, most)
+	if err == nil && t.OK {
+		// A pause that could not be stored changes nothing for this
+		// verdict; the next session to the provider meets the same
+		// refusal and stores it again.
+		return func(throttled bool) { _, _ = t.Done(ctx, throttled) }, ""
+	}
+	wait, why := g.Until(t.Retry), "every SMTP session we allow to %s at once is in use"
+	switch {
+	case err != nil:
+		wait, why = most, "the state of our limits for %s could not be read"
+	case t.Paused:
+		why = "%s asked us to slow down and is paused for every check"
+	case !t.ForSlot:
+		why = "the RCPT commands we allow to %s this minute are spent"
+	}
+	return nil, fmt.Sprintf("skipped: deferred by our politeness limits: "+why+"; retry in %d s",
+		verify.ProviderKey(host), max((wait+time.Second-1)/time.Second, 1))
+}
+
+// slotPoll is how often Wait asks a shared State for a slot again: it
+// cannot tell when another process's session ends.
+const slotPoll = 200 * time.Millisecond
+
+// Wait is Admit that waits: for a session slot until ctx ends, and for a
+// pause or the RCPT budget only when that ends within most. When it gives
+// up it returns the last refusal, with no error: errors are the State's.
+func (g *Gate) Wait(ctx context.Context, key string, rcpts int, most time.Duration) (Ticket, error) {
+	last := g.now().Add(most)
+	for {
+		var freed <-chan struct{}
+		if g.State == nil {
+			// Taken before asking: a session that ends between the
+			// refusal and the wait still wakes us.
+			freed = g.state().(*memory).freed(key)
+		}
+		t, err := g.Admit(ctx, key, rcpts)
+		if err != nil || t.OK {
+			return t, err
+		}
+		d := slotPoll
+		if !t.ForSlot {
+			if t.Retry.After(last) {
+				return t, nil
+			}
+			d, freed = g.Until(t.Retry), nil
+		}
+		timer := time.NewTimer(d)
+		select {
+		case <-freed:
+		case <-timer.C:
+		case <-ctx.Done():
+			timer.Stop()
+			return t, nil
+		}
+		timer.Stop()
+	}
+}

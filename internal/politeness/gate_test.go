@@ -1,0 +1,178 @@
+package politeness_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/evs-dev/evs/internal/politeness"
+)
+
+// mxOf is a PreferredMX from a table.
+type mxOf map[string]string
+
+func (m mxOf) PreferredMX(_ context.Context, domain string) (string, bool) {
+	h, ok := m[domain]
+	return h, ok
+}
+
+// TestGateKeysByProvider: every Microsoft 365 tenant's host is one
+// provider; an unknown host is its registrable domain; the egress address
+// is part of the key.
+func TestGateKeysByProvider(t *testing.T) {
+	g := &politeness.Gate{MX: mxOf{
+		"a.example": "a-example.mail.protection.outlook.com", "b.example": "b-example.mail.protection.outlook.com",
+		"c.example": "mx1.hosting.co.uk", "d.example": "mx2.hosting.co.uk",
+	}, Egress: "proxy.example"}
+	ctx := context.Background()
+	if a, b := g.Key(ctx, "a.example"), g.Key(ctx, "b.example"); a != b || a != "microsoft365|proxy.example" {
+		t.Errorf("tenants: %q, %q", a, b)
+	}
+	if c, d := g.Key(ctx, "c.example"), g.Key(ctx, "d.example"); c != d || c != "hosting.co.uk|proxy.example" {
+		t.Errorf("hosting: %q, %q", c, d)
+	}
+	if k := (&politeness.Gate{}).Key(ctx, "e.example"); k != "e.example|direct" {
+		t.Errorf("no MX: %q", k)
+	}
+}
+
+func TestLimitsFor(t *testing.T) {
+	var none politeness.Limits
+	if s, r := none.For("google"); s != 10 || r != 300 {
+		t.Errorf("google defaults %d, %d", s, r)
+	}
+	if s, r := none.For("example.com"); s != 2 || r != 60 {
+		t.Errorf("other defaults %d, %d", s, r)
+	}
+	l := politeness.Limits{Sessions: map[string]int{"*": 3, "google": 20, "gateway": 5}, RcptPerMin: map[string]int{"large": 100}}
+	for p, want := range map[string][2]int{"google": {20, 100}, "yahoo": {3, 100}, "mimecast": {5, 120}, "example.com": {3, 60}} {
+		if s, r := l.For(p); s != want[0] || r != want[1] {
+			t.Errorf("%s: %d, %d; want %v", p, s, r, want)
+		}
+	}
+	if s, r := l.ForKey("google|proxy.example"); s != 20 || r != 100 {
+		t.Errorf("ForKey: %d, %d", s, r)
+	}
+}
+
+// admit is Admit that must not fail.
+func admit(t *testing.T, g *politeness.Gate, rcpts int) politeness.Ticket {
+	t.Helper()
+	a, err := g.Admit(context.Background(), "k|direct", rcpts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+func done(t *testing.T, a politeness.Ticket, throttled bool) time.Time {
+	t.Helper()
+	until, err := a.Done(context.Background(), throttled)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return until
+}
+
+// TestGateSessionsAndPause: at most the provider's sessions are open; a
+// throttled session pauses the provider for everyone, for PauseBase, then
+// twice that after another throttled session, and a clean session ends the
+// run of pauses.
+func TestGateSessionsAndPause(t *testing.T) {
+	now := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	g := &politeness.Gate{Now: func() time.Time { return now }, PauseBase: time.Minute, PauseMax: 3 * time.Minute,
+		Limits: politeness.Limits{Sessions: map[string]int{"*": 2}}}
+	a1, a2 := admit(t, g, 4), admit(t, g, 4)
+	if !a1.OK || !a2.OK {
+		t.Fatalf("two sessions of two: %+v %+v", a1, a2)
+	}
+	if a := admit(t, g, 2); a.OK || !a.ForSlot || a.Paused {
+		t.Fatalf("a third session beside two: %+v", a)
+	}
+	// A waiter is woken by the end of a session, and sees the pause it
+	// started.
+	got := make(chan politeness.Ticket)
+	go func() {
+		a, _ := g.Wait(context.Background(), "k|direct", 2, 0)
+		got <- a
+	}()
+	time.Sleep(20 * time.Millisecond) // let it wait
+	until := done(t, a1, true)
+	if want := now.Add(time.Minute); !until.Equal(want) {
+		t.Fatalf("pause until %v, want %v", until, want)
+	}
+	if a := <-got; a.OK || !a.Paused || !a.Retry.Equal(until) {
+		t.Fatalf("the waiter during the pause: %+v", a)
+	}
+	// The other session met the same refusal: one pause, not a doubled one.
+	if u := done(t, a2, true); !u.Equal(until) {
+		t.Fatalf("second throttled session moved the pause to %v", u)
+	}
+	for _, want := range []time.Duration{2 * time.Minute, 3 * time.Minute} { // doubling, to the cap
+		now = until
+		if u := done(t, admit(t, g, 2), true); !u.Equal(now.Add(want)) {
+			t.Fatalf("next pause in a row %v, want %v", u.Sub(now), want)
+		}
+		until = now.Add(want)
+	}
+	now = until
+	done(t, admit(t, g, 2), false)
+	if u := done(t, admit(t, g, 2), true); !u.Equal(now.Add(time.Minute)) {
+		t.Fatalf("after a clean session the pause is %v, want back to 1 min", u.Sub(now))
+	}
+}
+
+// TestGateRcptBudget: the RCPT commands of a window are the limit; what
+// is spent refills at the limit's rate, and a session that does not fit
+// is told when it will.
+func TestGateRcptBudget(t *testing.T) {
+	now := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	g := &politeness.Gate{Now: func() time.Time { return now }, Limits: politeness.Limits{RcptPerMin: map[string]int{"*": 600}}}
+	done(t, admit(t, g, 1000), false) // counted as a whole window's budget
+	a := admit(t, g, 100)
+	if a.OK || a.ForSlot || a.Paused || !a.Retry.Equal(now.Add(10*time.Second)) {
+		t.Fatalf("100 more RCPTs at once after spending the minute's budget: %+v", a)
+	}
+	// Its slot went back: a session that needs what refilled is admitted.
+	now = now.Add(10 * time.Second)
+	if a := admit(t, g, 100); !a.OK {
+		t.Fatalf("after 10 s at 10 a second: %+v", a)
+	}
+}
+
+// TestGateWaitBounds: Wait waits for a slot until its context ends, and
+// for a pause or the budget only when that ends within its bound.
+func TestGateWaitBounds(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		hold        func(g *politeness.Gate) // what keeps the session out
+		most        time.Duration
+		ok, forSlot bool
+	}{
+		{"slot held past the context", func(g *politeness.Gate) { admit(t, g, 1) }, time.Second, false, true},
+		{"slot freed during the wait", func(g *politeness.Gate) {
+			a := admit(t, g, 1)
+			time.AfterFunc(30*time.Millisecond, func() { _, _ = a.Done(context.Background(), false) })
+		}, time.Second, true, false},
+		{"pause longer than the bound", func(g *politeness.Gate) { done(t, admit(t, g, 1), true) }, time.Second, false, false},
+		{"budget back within the bound", func(g *politeness.Gate) { done(t, admit(t, g, 60), false) }, 2 * time.Second, true, false},
+		{"budget back past the bound", func(g *politeness.Gate) { done(t, admit(t, g, 60), false) }, 100 * time.Millisecond, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := &politeness.Gate{PauseBase: time.Minute,
+				Limits: politeness.Limits{Sessions: map[string]int{"*": 1}, RcptPerMin: map[string]int{"*": 60}}}
+			tc.hold(g)
+			ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+			defer cancel()
+			start := time.Now()
+			a, err := g.Wait(ctx, "k|direct", 1, tc.most)
+			if err != nil || a.OK != tc.ok || a.ForSlot != tc.forSlot {
+				t.Fatalf("Wait: %+v %v", a, err)
+			}
+			if !tc.ok && !tc.forSlot && time.Since(start) > 100*time.Millisecond {
+				t.Fatalf("waited %v for a refusal it could not outwait", time.Since(start))
+			}
+			_, _ = a.Done(ctx, false)
+		})
+	}
+}

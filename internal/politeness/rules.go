@@ -1,0 +1,96 @@
+// Package politeness keeps SMTP polite to the mail providers we probe
+// (contract, section 14), by one set of rules on both deployments: limits
+// per mail provider and egress address (at most Limits' sessions open at
+// once, RCPT commands paced to Limits' rate a minute), and a pause for
+// every session after a 421 or a rate reply, doubling while they follow
+// each other, ended by the next clean session.
+//
+// Gate applies the rules; its State keeps what they need: in this
+// process's memory for evs serve (one process opens every session), in
+// DynamoDB for the AWS functions (dynamostore.Store), where every
+// invocation shares it.
+package politeness
+
+import (
+	"context"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/evs-dev/evs/internal/verify"
+)
+
+// PreferredMX names the mail host a domain's SMTP session goes to first
+// (*verify.Engine answers it from its DNS cache): its provider is the one
+// the limits are about.
+type PreferredMX interface {
+	PreferredMX(ctx context.Context, domain string) (host string, ok bool)
+}
+
+// Key is the key limits are kept under: the provider of MX host host
+// (verify.ProviderKey) and the egress address sessions leave from ("" is
+// "direct"), as "<provider>|<egress>".
+func Key(host, egress string) string {
+	if egress == "" {
+		egress = "direct"
+	}
+	return verify.ProviderKey(host) + "|" + egress
+}
+
+// Default limits per class, per provider and egress address: see
+// docs/aws.md, Politeness, for why.
+var (
+	DefaultSessions   = map[string]int{verify.ClassLarge: 10, verify.ClassGateway: 4, verify.ClassOther: 2}
+	DefaultRcptPerMin = map[string]int{verify.ClassLarge: 300, verify.ClassGateway: 120, verify.ClassOther: 60}
+)
+
+// Limits are the limits per provider: EVS_PROVIDER_SESSIONS and
+// EVS_PROVIDER_RCPT_PER_MIN as config parses them. A map's keys are
+// provider names, class names and "*" (every provider); the most specific
+// wins, and the class defaults fill in the rest.
+type Limits struct {
+	Sessions   map[string]int
+	RcptPerMin map[string]int
+}
+
+// For returns the session and RCPT-per-minute limits of a provider.
+func (l Limits) For(provider string) (sessions, rcptPerMin int) {
+	class := verify.ProviderClass(provider)
+	pick := func(m, def map[string]int) int {
+		for _, k := range []string{provider, class, "*"} {
+			if n, ok := m[k]; ok && n > 0 {
+				return n
+			}
+		}
+		return def[class]
+	}
+	return pick(l.Sessions, DefaultSessions), pick(l.RcptPerMin, DefaultRcptPerMin)
+}
+
+// ForKey returns the limits of a key (Key): those of its provider.
+func (l Limits) ForKey(key string) (sessions, rcptPerMin int) {
+	provider := key
+	if i := strings.LastIndex(key, "|"); i >= 0 {
+		provider = key[:i]
+	}
+	return l.For(provider)
+}
+
+// Double returns base doubled n times, at most most (most <= 0: no bound
+// but the largest Duration); n <= 0 gives base. It is the one rule for
+// every wait that grows each time a server refuses us — a provider's
+// pause here, greylisting retries, retries after a store fault — so they
+// cannot drift apart.
+func Double(base, most time.Duration, n int) time.Duration {
+	if most <= 0 {
+		most = math.MaxInt64
+	}
+	d := base
+	for i := 0; i < n && d < most; i++ {
+		if d > math.MaxInt64/2 {
+			return most
+		}
+		d *= 2
+	}
+	return min(d, most)
+}
