@@ -18,6 +18,7 @@ import (
 	"github.com/evs-dev/evs/internal/gateway"
 	"github.com/evs-dev/evs/internal/idempotency"
 	"github.com/evs-dev/evs/internal/metrics"
+	"github.com/evs-dev/evs/internal/politeness"
 	"github.com/evs-dev/evs/internal/resultcache"
 	"github.com/evs-dev/evs/internal/verify"
 )
@@ -54,7 +55,11 @@ func main() {
 			emf.StoreError("api")
 			logger.Warn("domain facts", "error", err.Error())
 		}})
-		engine, _, err = verify.BuildWith(cfg, verify.BuildOptions{Lookup: emf.DNSLookup, Facts: facts})
+		// /v1/verify keeps the worker's politeness per provider and egress
+		// address: its session slots, RCPT budget and pauses, in DynamoDB.
+		gate := &politeness.Gate{State: st, Egress: cfg.EgressName(),
+			Limits: politeness.Limits{Sessions: cfg.ProviderSessions, RcptPerMin: cfg.ProviderRcptPerMin}}
+		engine, _, err = verify.BuildWith(cfg, verify.BuildOptions{Lookup: emf.DNSLookup, Facts: facts, Gate: gate})
 	}
 	if err != nil {
 		logger.Error("verify: init failed", "error", err.Error())

@@ -17,11 +17,8 @@ import (
 	"github.com/evs-dev/evs/internal/buildinfo"
 	"github.com/evs-dev/evs/internal/config"
 	"github.com/evs-dev/evs/internal/console"
-	"github.com/evs-dev/evs/internal/domainfacts"
-	"github.com/evs-dev/evs/internal/politeness"
 	"github.com/evs-dev/evs/internal/server"
 	"github.com/evs-dev/evs/internal/sqlitestore"
-	"github.com/evs-dev/evs/internal/verify"
 )
 
 // newServeCmd is `evs serve`.
@@ -116,9 +113,6 @@ func serve(ctx context.Context, testAccount bool, stdout, stderr io.Writer, gete
 		fmt.Fprintf(stdout, "metrics on http://%s/metrics\n", mln.Addr())
 		opts.Metrics = m
 	}
-	if err := politeEngine(&opts); err != nil {
-		return err
-	}
 	srv, err := server.New(opts)
 	if err != nil {
 		return err
@@ -145,31 +139,6 @@ func serve(ctx context.Context, testAccount bool, stdout, stderr io.Writer, gete
 	fmt.Fprintf(stdout, "evs %s listening on %s (data in %s, SMTP %s)\n", buildinfo.Read(version).Version, base, cfg.DataDir, cfg.SMTP)
 	fmt.Fprintf(stdout, "web console: %s%s\n", base, console.Path)
 	return srv.Serve(ctx, ln)
-}
-
-// politeEngine builds the engine with the politeness gate of the runner's
-// batches, so that /v1/verify's sessions keep the limits and pauses per
-// provider that every batch keeps (contract, section 14). server.New
-// would build an engine without one; it uses this one, the gate and the
-// domain facts as it would have made them.
-func politeEngine(o *server.Options) error {
-	gate := &politeness.Gate{
-		Limits: politeness.Limits{Sessions: o.Config.ProviderSessions, RcptPerMin: o.Config.ProviderRcptPerMin},
-		Egress: o.Config.EgressName(),
-	}
-	bo := verify.BuildOptions{Gate: gate}
-	fc := domainfacts.Config{Now: time.Now}
-	if m, ok := o.Metrics.(*server.Prometheus); ok {
-		bo.Lookup, fc.Count = m.DNSLookup, m.DomainFact
-	}
-	facts := domainfacts.NewMemory(fc)
-	bo.Facts = facts
-	engine, _, err := verify.BuildWith(o.Config, bo)
-	if err != nil {
-		return err
-	}
-	o.Engine, o.Batch.Gate, o.Batch.Grey = engine, gate, facts
-	return nil
 }
 
 // listen listens on addr, the value of variable; an address in use is one

@@ -2,19 +2,6 @@ package batch
 
 import (
 	"github.com/evs-dev/evs/internal/evs"
-	"github.com/evs-dev/evs/internal/politeness"
-)
-
-// The runner's politeness is package politeness's; these names remain
-// while internal/server, being rewritten, still spells them batch.Gate,
-// batch.Limits and batch.PreferredMX.
-type (
-	// Gate is politeness.Gate.
-	Gate = politeness.Gate
-	// Limits is politeness.Limits.
-	Limits = politeness.Limits
-	// PreferredMX is politeness.PreferredMX.
-	PreferredMX = politeness.PreferredMX
 )
 
 // RcptBound is the most RCPT commands a group of n addresses sends: one

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/evs-dev/evs/internal/api"
+	"github.com/evs-dev/evs/internal/politeness"
 
 	"github.com/evs-dev/evs/internal/authorizer"
 	"github.com/evs-dev/evs/internal/batch"
@@ -194,22 +195,23 @@ func New(o Options) (*Server, error) {
 		fc.Count = m.DomainFact
 	}
 	facts := domainfacts.NewMemory(fc)
+	if o.Batch.Gate == nil {
+		// Politeness per provider and egress address, as the AWS worker
+		// keeps it (contract, section 14): the batches and /v1/verify
+		// share it.
+		o.Batch.Gate = &politeness.Gate{
+			Limits: politeness.Limits{Sessions: o.Config.ProviderSessions, RcptPerMin: o.Config.ProviderRcptPerMin},
+			Egress: o.Config.EgressName(),
+		}
+	}
 	if o.Engine == nil {
-		e, _, err := verify.BuildWith(o.Config, verify.BuildOptions{Lookup: lookups, Facts: facts})
+		e, _, err := verify.BuildWith(o.Config, verify.BuildOptions{Lookup: lookups, Facts: facts, Gate: o.Batch.Gate})
 		if err != nil {
 			return nil, err
 		}
 		o.Engine = e
 	}
-	if o.Batch.Gate == nil {
-		// Politeness per provider and egress address, as the AWS worker
-		// keeps it (contract, section 14).
-		o.Batch.Gate = &batch.Gate{
-			Limits: batch.Limits{Sessions: o.Config.ProviderSessions, RcptPerMin: o.Config.ProviderRcptPerMin},
-			Egress: o.Config.EgressName(),
-		}
-	}
-	if mx, ok := o.Engine.(batch.PreferredMX); ok && o.Batch.Gate.MX == nil {
+	if mx, ok := o.Engine.(politeness.PreferredMX); ok && o.Batch.Gate.MX == nil {
 		o.Batch.Gate.MX = mx
 	}
 	var sandbox Engine = verify.NewSandbox(o.Now)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/evs-dev/evs/internal/batch"
+	"github.com/evs-dev/evs/internal/politeness"
 )
 
 // throttleScript answers RCPT for two domains on one mail host: the first
@@ -54,7 +55,7 @@ func TestBatchThrottledProviderPauses(t *testing.T) {
 		batch: batch.RunnerConfig{GreyBackoff: time.Hour, MaxGreyAttempts: 3,
 			// One session at a time, so the throttled session's pause is in
 			// place before any other session may open.
-			Gate: &batch.Gate{PauseBase: pause, Limits: batch.Limits{Sessions: map[string]int{"*": 1}}}},
+			Gate: &politeness.Gate{PauseBase: pause, Limits: politeness.Limits{Sessions: map[string]int{"*": 1}}}},
 	})
 	emails := []string{"a@good.example", "b@good.example", "c@good.example", "x@other.example", "y@other.example"}
 	r := h.do(req{method: "POST", path: "/v1/requests", key: h.liveKey, body: `{"emails":` + emailsJSON(emails) + `,"mode":"full"}`})
