@@ -25,7 +25,6 @@ import (
 	"github.com/evs-dev/evs/internal/verify/dnscheck"
 	"github.com/evs-dev/evs/internal/verify/lists"
 	"github.com/evs-dev/evs/internal/verify/smtpprobe"
-	"github.com/evs-dev/evs/internal/verify/suggest"
 )
 
 // Resolver is the DNS stage: the mail hosts of a domain, with the evidence.
@@ -161,11 +160,11 @@ func Inspect(email string) Inspection {
 	in.Flags.Free = lists.Free(a.Domain)
 	in.Flags.Role = lists.Role(a.Local)
 	in.Flags.SMTPUTF8 = a.UTF8Local
-	// suggest.Domain never corrects a free provider's domain; asking only
+	// lists.Suggest never corrects a free provider's domain; asking only
 	// for the others spares the most common domains a second free-list
 	// lookup and the call.
 	if !in.Flags.Free {
-		if d, ok := suggest.Domain(a.Domain); ok {
+		if d, ok := lists.Suggest(a.Domain); ok {
 			in.SuggestedDomain = d
 		}
 	}
