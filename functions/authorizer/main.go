@@ -11,7 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 
 	"github.com/evs-dev/evs/internal/authorizer"
-	"github.com/evs-dev/evs/internal/awscheck"
+	"github.com/evs-dev/evs/internal/awsinit"
 	"github.com/evs-dev/evs/internal/config"
 	"github.com/evs-dev/evs/internal/dynamostore"
 	"github.com/evs-dev/evs/internal/gateway"
@@ -26,7 +26,7 @@ func main() {
 		if err == nil {
 			// A table that is not there is one line here, at cold start,
 			// not "unavailable" on every call.
-			err = awscheck.Check(context.Background(), awsCfg, awscheck.Resources{Tables: []awscheck.Resource{{Name: cfg.Tables.Keys, Source: "EVS_KEYS_TABLE"}}})
+			err = awsinit.Check(context.Background(), awsCfg, awsinit.Resources{Tables: []awsinit.Resource{{Name: cfg.Tables.Keys, Source: "EVS_KEYS_TABLE"}}})
 		}
 	}
 	if err != nil {

@@ -16,7 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/evs-dev/evs/internal/api"
-	"github.com/evs-dev/evs/internal/awscheck"
+	"github.com/evs-dev/evs/internal/awsinit"
 	"github.com/evs-dev/evs/internal/config"
 	"github.com/evs-dev/evs/internal/console"
 	"github.com/evs-dev/evs/internal/dynamostore"
@@ -39,13 +39,13 @@ func main() {
 	if err == nil {
 		// Missing tables or queue are one line here, at cold start, not
 		// "unavailable" on every call.
-		err = awscheck.Check(context.Background(), awsCfg, awscheck.Resources{
-			Tables: []awscheck.Resource{
+		err = awsinit.Check(context.Background(), awsCfg, awsinit.Resources{
+			Tables: []awsinit.Resource{
 				{Name: cfg.Tables.Batches, Source: "EVS_BATCHES_TABLE"}, {Name: cfg.Tables.Results, Source: "EVS_RESULTS_TABLE"},
 				{Name: cfg.Tables.Idempotency, Source: "EVS_IDEMPOTENCY_TABLE"},
 			},
 			Also: []func(context.Context, string, string) error{
-				sqsqueue.CheckQueue(sqs.NewFromConfig(awsCfg), awscheck.Resource{Name: cfg.QueueURL, Source: "EVS_QUEUE_URL"}),
+				sqsqueue.CheckQueue(sqs.NewFromConfig(awsCfg), awsinit.Resource{Name: cfg.QueueURL, Source: "EVS_QUEUE_URL"}),
 			},
 		})
 	}

@@ -10,9 +10,8 @@ import (
 	"github.com/aws/aws-lambda-go/lambda"
 	"github.com/aws/aws-sdk-go-v2/aws"
 
-	"github.com/evs-dev/evs/functions/internal/proxysecret"
 	"github.com/evs-dev/evs/internal/api"
-	"github.com/evs-dev/evs/internal/awscheck"
+	"github.com/evs-dev/evs/internal/awsinit"
 	"github.com/evs-dev/evs/internal/config"
 	"github.com/evs-dev/evs/internal/dynamostore"
 	"github.com/evs-dev/evs/internal/gateway"
@@ -38,14 +37,14 @@ func main() {
 		// Missing tables are one line here, at cold start, not
 		// "unavailable" on every call. (Batches, where the quota counts,
 		// may only be updated by this function, not described.)
-		err = awscheck.Check(context.Background(), awsCfg, awscheck.Resources{Tables: []awscheck.Resource{
+		err = awsinit.Check(context.Background(), awsCfg, awsinit.Resources{Tables: []awsinit.Resource{
 			{Name: cfg.Tables.Keys, Source: "EVS_KEYS_TABLE"}, {Name: cfg.Tables.Idempotency, Source: "EVS_IDEMPOTENCY_TABLE"},
 		}})
 	}
 	if err == nil {
 		// The SOCKS5 exit (credentials and all) comes from Secrets
 		// Manager, once per cold start, before the engine dials anything.
-		err = proxysecret.Resolve(context.Background(), awsCfg, &cfg)
+		err = awsinit.ResolveSMTPProxy(context.Background(), awsCfg, &cfg)
 	}
 	if err == nil {
 		// What a domain's accept-all probe said is shared with every

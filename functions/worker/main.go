@@ -12,8 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
-	"github.com/evs-dev/evs/functions/internal/proxysecret"
-	"github.com/evs-dev/evs/internal/awscheck"
+	"github.com/evs-dev/evs/internal/awsinit"
 	"github.com/evs-dev/evs/internal/batch"
 	"github.com/evs-dev/evs/internal/config"
 	"github.com/evs-dev/evs/internal/dynamostore"
@@ -40,20 +39,20 @@ func main() {
 	if err == nil {
 		// Missing tables or queue are one line here, at cold start, not
 		// "unavailable" on every message.
-		err = awscheck.Check(context.Background(), awsCfg, awscheck.Resources{
-			Tables: []awscheck.Resource{
+		err = awsinit.Check(context.Background(), awsCfg, awsinit.Resources{
+			Tables: []awsinit.Resource{
 				{Name: cfg.Tables.Keys, Source: "EVS_KEYS_TABLE"}, {Name: cfg.Tables.Batches, Source: "EVS_BATCHES_TABLE"},
 				{Name: cfg.Tables.Results, Source: "EVS_RESULTS_TABLE"},
 			},
 			Also: []func(context.Context, string, string) error{
-				sqsqueue.CheckQueue(sqs.NewFromConfig(awsCfg), awscheck.Resource{Name: cfg.QueueURL, Source: "EVS_QUEUE_URL"}),
+				sqsqueue.CheckQueue(sqs.NewFromConfig(awsCfg), awsinit.Resource{Name: cfg.QueueURL, Source: "EVS_QUEUE_URL"}),
 			},
 		})
 	}
 	if err == nil {
 		// The SOCKS5 exit (credentials and all) comes from Secrets
 		// Manager, once per cold start, before the engine dials anything.
-		err = proxysecret.Resolve(context.Background(), awsCfg, &cfg)
+		err = awsinit.ResolveSMTPProxy(context.Background(), awsCfg, &cfg)
 	}
 	if err == nil {
 		// What a domain's accept-all probe said, and how long its server

@@ -16,7 +16,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/evs-dev/evs/internal/buildinfo"
 	"github.com/evs-dev/evs/internal/config"
 )
 
@@ -67,7 +66,7 @@ verification engine alone (verify) and a CSV client of the API (batch).
 
 Configuration comes from the environment (EVS_*), the same variables the
 Lambda functions read; each command's --help lists the ones it reads.`,
-		Version: buildinfo.Read(version).Version,
+		Version: config.ReadBuildInfo(version).Version,
 		// A bare `evs` is a mistake (exit 2), not a request for help.
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -310,7 +309,7 @@ build recorded none) and the Go version that built it. /metrics exports the
 same as evs_build_info.`,
 		Args: noArgs,
 		RunE: func(*cobra.Command, []string) error {
-			in := buildinfo.Read(version)
+			in := config.ReadBuildInfo(version)
 			rev := in.Revision
 			if in.Modified {
 				rev += " (modified)"

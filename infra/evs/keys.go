@@ -17,7 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/evs-dev/evs/internal/authorizer"
-	"github.com/evs-dev/evs/internal/awscheck"
+	"github.com/evs-dev/evs/internal/awsinit"
 	"github.com/evs-dev/evs/internal/config"
 	"github.com/evs-dev/evs/internal/dynamostore"
 	"github.com/evs-dev/evs/internal/evs"
@@ -70,8 +70,8 @@ func openDynamoKeys(ctx context.Context, table string) (aws.Config, *dynamostore
 	if err != nil {
 		return aws.Config{}, nil, err
 	}
-	err = awscheck.Check(ctx, awsCfg, awscheck.Resources{
-		Tables: []awscheck.Resource{{Name: table, Source: "--dynamodb-table"}},
+	err = awsinit.Check(ctx, awsCfg, awsinit.Resources{
+		Tables: []awsinit.Resource{{Name: table, Source: "--dynamodb-table"}},
 		Fix:    "pass the stack's KeysTable output (sam list stack-outputs), or deploy the stack (sam deploy)",
 	})
 	if err != nil {

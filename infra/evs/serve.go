@@ -14,7 +14,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/evs-dev/evs/internal/buildinfo"
 	"github.com/evs-dev/evs/internal/config"
 	"github.com/evs-dev/evs/internal/console"
 	"github.com/evs-dev/evs/internal/server"
@@ -106,7 +105,7 @@ func serve(ctx context.Context, testAccount bool, stdout, stderr io.Writer, gete
 	opts := server.Options{Config: cfg, Store: st, Logger: logger, TLS: cert}
 	if mln != nil {
 		m := server.NewPrometheus(func(ctx context.Context) (int, error) { return server.PendingAddresses(ctx, st) })
-		m.BuildInfo(buildinfo.Read(version))
+		m.BuildInfo(config.ReadBuildInfo(version))
 		msrv := server.MetricsServer(m.Handler(), logger, server.MetricsLimits{})
 		go func() { _ = msrv.Serve(mln) }()
 		defer msrv.Close()
@@ -136,7 +135,7 @@ func serve(ctx context.Context, testAccount bool, stdout, stderr io.Writer, gete
 		// lost the first one or never saw it.
 		logger.Info("no API key printed: the data directory already has accounts; make a key with: " + keysCreateHint(getenv))
 	}
-	fmt.Fprintf(stdout, "evs %s listening on %s (data in %s, SMTP %s)\n", buildinfo.Read(version).Version, base, cfg.DataDir, cfg.SMTP)
+	fmt.Fprintf(stdout, "evs %s listening on %s (data in %s, SMTP %s)\n", config.ReadBuildInfo(version).Version, base, cfg.DataDir, cfg.SMTP)
 	fmt.Fprintf(stdout, "web console: %s%s\n", base, console.Path)
 	return srv.Serve(ctx, ln)
 }

@@ -2,7 +2,9 @@
 // (contract, sections 7 and 9): the same variables for `evs` and the Lambda
 // functions. It is the only reader of the environment: every variable is
 // read and validated here, once, and a bad value is reported as one line
-// naming the variable and the form it accepts.
+// naming the variable and the form it accepts. It also says which build
+// is running (BuildInfo): like the environment, a fact of the process that
+// is read once at start and never changes.
 //
 // It imports nothing heavy (no engine, no AWS), so every function can link
 // it; verify.Build turns the engine part into an engine.

@@ -4,7 +4,8 @@
 // The engine runs the stages in order — syntax, lists and typo suggestion
 // (no network), DNS, then the SMTP mailbox probe in full mode — and hands
 // the evidence to Verdict, the one pure function that picks the reason.
-// Every decision carries the evidence that led to it.
+// Every decision carries the evidence that led to it, and Score, a pure
+// function of that evidence, gives its decision.score (docs/score.md).
 //
 // The engine imports nothing from AWS; its network dependencies (DNS
 // resolver, SMTP prober) are small interfaces injected by the caller, so
@@ -23,9 +24,7 @@ import (
 	"github.com/evs-dev/evs/internal/verify/address"
 	"github.com/evs-dev/evs/internal/verify/dnscheck"
 	"github.com/evs-dev/evs/internal/verify/lists"
-	"github.com/evs-dev/evs/internal/verify/score"
 	"github.com/evs-dev/evs/internal/verify/smtpprobe"
-	"github.com/evs-dev/evs/internal/verify/suggest"
 )
 
 // Resolver is the DNS stage: the mail hosts of a domain, with the evidence.
@@ -187,11 +186,11 @@ func Inspect(email string) Inspection {
 	in.Flags.Free = lists.Free(a.Domain)
 	in.Flags.Role = lists.Role(a.Local)
 	in.Flags.SMTPUTF8 = a.UTF8Local
-	// suggest.Domain never corrects a free provider's domain; asking only
+	// lists.Suggest never corrects a free provider's domain; asking only
 	// for the others spares the most common domains a second free-list
 	// lookup and the call.
 	if !in.Flags.Free {
-		if d, ok := suggest.Domain(a.Domain); ok {
+		if d, ok := lists.Suggest(a.Domain); ok {
 			in.SuggestedDomain = d
 		}
 	}
@@ -310,18 +309,12 @@ func (e *Engine) finish(d evs.Decision, start time.Time) evs.Decision {
 		SMTP:        d.Checks.SMTP.Result,
 	})
 	d.Flags.AcceptAll = d.Checks.SMTP.Result == evs.SMTPAcceptAll
-	d.Score = score.Of(d)
+	d.Score = Score(d)
 	now := e.cfg.Now()
 	d.CheckedAt = now.UTC()
 	d.DurationMs = now.Sub(start).Milliseconds()
 	return d
 }
-
-// Score returns decision.score for d (0–100), from its evidence alone, by
-// the table of docs/score.md (package score): the same evidence always
-// gives the same score, so it is recomputed for stored decisions rather
-// than stored.
-func Score(d evs.Decision) int { return score.Of(d) }
 
 // providerOf names the provider of a domain's preferred MX host, or ""
 // when DNS found none.

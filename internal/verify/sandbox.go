@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/evs-dev/evs/internal/evs"
-	"github.com/evs-dev/evs/internal/verify/score"
 )
 
 // Sandbox is the engine of test-mode accounts (contract, section 8): it runs
@@ -125,7 +124,7 @@ func (s *Sandbox) Verify(_ context.Context, email string, mode evs.Mode) evs.Dec
 
 func (s *Sandbox) finish(d evs.Decision, start time.Time, reason evs.Reason) evs.Decision {
 	d.Reason = reason
-	d.Score = score.Of(d)
+	d.Score = Score(d)
 	now := s.now()
 	d.CheckedAt = now.UTC()
 	d.DurationMs = now.Sub(start).Milliseconds()

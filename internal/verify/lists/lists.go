@@ -1,6 +1,8 @@
-// Package lists answers the list-based questions about an address: is its
-// domain a disposable (throwaway) service, is it a free mailbox provider, and
-// is its local part a role mailbox rather than a person.
+// Package lists holds the engine's reference lists and what is computed
+// from them: is an address's domain a disposable (throwaway) service, is it
+// a free mailbox provider, is its local part a role mailbox rather than a
+// person, and, when its domain looks like a typo of a well-known provider,
+// which domain was meant (Suggest).
 //
 // The lists are embedded text files parsed into maps on first use, so
 // programs that never ask pay nothing and the lookups on the verification

@@ -11,9 +11,7 @@ package lists_test
 // It reads the tarballs from disk rather than fetching them so that a
 // refresh is reviewable: whoever runs it chose the exact package versions,
 // and the diff of the data files is the whole change. -v shows what it
-// dropped; data/SOURCES.md says what to check. It lives in package
-// lists_test because package suggest, which it asks about typo-squats,
-// imports package lists.
+// dropped; data/SOURCES.md says what to check.
 
 import (
 	"archive/tar"
@@ -34,7 +32,6 @@ import (
 	"golang.org/x/net/publicsuffix"
 
 	"github.com/evs-dev/evs/internal/verify/lists"
-	"github.com/evs-dev/evs/internal/verify/suggest"
 )
 
 var (
@@ -317,11 +314,11 @@ func writeList(path string, src pkg, ds []string) error {
 	return os.WriteFile(path, []byte(b.String()), 0o644)
 }
 
-// isTypo reports whether package suggest would correct d with a single
+// isTypo reports whether SuggestTypo would correct d with a single
 // edit. Farther matches in the free list stay there: a real provider named
 // two edits from a famous one (prontomail.com) is likelier than a squat.
 func isTypo(d string) bool {
-	_, ok := suggest.Typo(d, 1)
+	_, ok := lists.SuggestTypo(d, 1)
 	return ok
 }
 

@@ -1,16 +1,15 @@
-// Package buildinfo says which build of evs is running: the version and
-// the source revision it was built from, read from what the Go toolchain
-// records in the binary (runtime/debug.ReadBuildInfo), so `evs version`
-// and evs_build_info need no build script to be right.
-package buildinfo
+package config
 
 import (
 	"runtime"
 	"runtime/debug"
 )
 
-// Info identifies a build.
-type Info struct {
+// BuildInfo says which build of evs is running: the version and the source
+// revision it was built from, read from what the Go toolchain records in
+// the binary (runtime/debug.ReadBuildInfo), so `evs version` and
+// evs_build_info need no build script to be right.
+type BuildInfo struct {
 	// Version is the release (-ldflags "-X main.version=v1.2.3", or the
 	// module version of `go install ...@v1.2.3`), else "dev".
 	Version string
@@ -24,20 +23,20 @@ type Info struct {
 	GoVersion string
 }
 
-// Read returns the running binary's Info; version is the one set at link
-// time, "" or "dev" when none was.
-func Read(version string) Info {
+// ReadBuildInfo returns the running binary's BuildInfo; version is the one
+// set at link time, "" or "dev" when none was.
+func ReadBuildInfo(version string) BuildInfo {
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
 		bi = nil
 	}
-	return From(bi, version)
+	return BuildInfoFrom(bi, version)
 }
 
-// From is Read for the build information bi (nil when the binary has
-// none).
-func From(bi *debug.BuildInfo, version string) Info {
-	in := Info{Version: version, Revision: "unknown", GoVersion: runtime.Version()}
+// BuildInfoFrom is ReadBuildInfo for the build information bi (nil when
+// the binary has none).
+func BuildInfoFrom(bi *debug.BuildInfo, version string) BuildInfo {
+	in := BuildInfo{Version: version, Revision: "unknown", GoVersion: runtime.Version()}
 	if bi == nil {
 		if in.Version == "" {
 			in.Version = "dev"
@@ -67,7 +66,7 @@ func From(bi *debug.BuildInfo, version string) Info {
 
 // RevisionLabel is the revision with "-modified" after it when the
 // checkout had uncommitted changes: one value for a metric label.
-func (in Info) RevisionLabel() string {
+func (in BuildInfo) RevisionLabel() string {
 	if in.Modified {
 		return in.Revision + "-modified"
 	}

@@ -1,12 +1,20 @@
-// Package suggest proposes a correction when an address's domain looks like
-// a typo of a well-known mail provider (gmial.com → gmail.com).
+package lists
+
+import (
+	"strings"
+
+	"golang.org/x/net/publicsuffix"
+)
+
+// Suggest proposes a correction when an address's domain looks like a typo
+// of a well-known mail provider (gmial.com → gmail.com).
 //
 // A wrong suggestion is worse than none: it nudges a person away from their
 // real address. So the matcher is deliberately conservative, more so than
 // plain edit distance:
 //
-//   - a domain that is itself well known, or listed as free or disposable by
-//     package lists, is never corrected;
+//   - a domain that is itself well known, or on the free list, is never
+//     corrected;
 //   - a misspelt provider label ("gmial") is corrected only for labels of
 //     five or more letters: short labels have too many real neighbours
 //     (ao.com, aal.com and gmz.com are real domains, not misspelt aol.com or
@@ -28,18 +36,9 @@
 //   - label and suffix misspelt together (gmial.con) only when the suffix
 //     cannot exist;
 //   - when two providers are equally close the input is left alone.
-package suggest
-
-import (
-	"strings"
-
-	"golang.org/x/net/publicsuffix"
-
-	"github.com/evs-dev/evs/internal/verify/lists"
-)
 
 // known holds the provider domains a suggestion may name: the ones people
-// most often mistype. Every one is in lists' free list (a test checks).
+// most often mistype. Every one is on the free list (a test checks).
 // Some big providers are left out on purpose because ordinary names sit
 // one edit from their label: naver.com (never.com), t-online.de
 // (tv-online.de).
@@ -112,7 +111,7 @@ func maxLabelEdits(label string) int {
 	}
 }
 
-// Domain returns a corrected domain when d looks like a typo of a well-known
+// Suggest returns a corrected domain when d looks like a typo of a well-known
 // mail domain (gmial.com → gmail.com, gmail.con → gmail.com), else
 // ("", false). d must be lower-case ASCII (A-labels), as package address
 // produces it.
@@ -122,20 +121,20 @@ func maxLabelEdits(label string) int {
 // providers (gmai.com, outllok.com), and the person who typed one most
 // likely meant the provider, so they get the correction as well as the
 // disposable verdict.
-func Domain(d string) (string, bool) {
-	if lists.Free(d) {
+func Suggest(d string) (string, bool) {
+	if Free(d) {
 		return "", false
 	}
-	return Typo(d, 3)
+	return SuggestTypo(d, 3)
 }
 
-// Typo is Domain without consulting the free and disposable lists, and
+// SuggestTypo is Suggest without consulting the free and disposable lists, and
 // without corrections of more than maxEdits edits in label and suffix
 // together. The list generator uses it to keep one-edit typo-squats
 // (gmial.com) out of the free list, where they would suppress their own
 // correction, while less certain matches keep the benefit of the doubt;
-// everyone else wants Domain.
-func Typo(d string, maxEdits int) (string, bool) {
+// everyone else wants Suggest.
+func SuggestTypo(d string, maxEdits int) (string, bool) {
 	label, rest, ok := strings.Cut(d, ".")
 	if !ok || label == "" || rest == "" {
 		return "", false

@@ -1,4 +1,4 @@
-package suggest
+package lists
 
 import (
 	"bufio"
@@ -7,11 +7,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
-
-	"github.com/evs-dev/evs/internal/verify/lists"
 )
 
-func TestDomain(t *testing.T) {
+func TestSuggest(t *testing.T) {
 	tests := []struct {
 		in, want string // want "" means no suggestion
 		why      string
@@ -80,14 +78,14 @@ func TestDomain(t *testing.T) {
 		{"xn--gmil-6na.com", "", "A-label"},
 	}
 	for _, tt := range tests {
-		got, ok := Domain(tt.in)
+		got, ok := Suggest(tt.in)
 		if ok != (tt.want != "") || got != tt.want {
-			t.Errorf("Domain(%q) = %q, %v; want %q (%s)", tt.in, got, ok, tt.want, tt.why)
+			t.Errorf("Suggest(%q) = %q, %v; want %q (%s)", tt.in, got, ok, tt.want, tt.why)
 		}
 	}
 }
 
-func TestTypoMaxEdits(t *testing.T) {
+func TestSuggestTypoMaxEdits(t *testing.T) {
 	tests := []struct {
 		in       string
 		maxEdits int
@@ -102,9 +100,9 @@ func TestTypoMaxEdits(t *testing.T) {
 		{"gmail.com", 3, ""}, // known domains are never corrected
 	}
 	for _, tt := range tests {
-		got, ok := Typo(tt.in, tt.maxEdits)
+		got, ok := SuggestTypo(tt.in, tt.maxEdits)
 		if ok != (tt.want != "") || got != tt.want {
-			t.Errorf("Typo(%q, %d) = %q, %v; want %q", tt.in, tt.maxEdits, got, ok, tt.want)
+			t.Errorf("SuggestTypo(%q, %d) = %q, %v; want %q", tt.in, tt.maxEdits, got, ok, tt.want)
 		}
 	}
 }
@@ -143,11 +141,11 @@ func TestDistance(t *testing.T) {
 // must name a real free provider, never a disposable one.
 func TestKnownAreFree(t *testing.T) {
 	for _, d := range known {
-		if !lists.Free(d) || lists.Disposable(d) {
-			t.Errorf("%s: Free=%v Disposable=%v; a suggestion target must be free and not disposable", d, lists.Free(d), lists.Disposable(d))
+		if !Free(d) || Disposable(d) {
+			t.Errorf("%s: Free=%v Disposable=%v; a suggestion target must be free and not disposable", d, Free(d), Disposable(d))
 		}
-		if _, ok := Typo(d, 3); ok {
-			t.Errorf("Typo(%q) corrects a known domain", d)
+		if _, ok := SuggestTypo(d, 3); ok {
+			t.Errorf("SuggestTypo(%q) corrects a known domain", d)
 		}
 	}
 	if !slices.IsSorted(known) {
@@ -159,7 +157,7 @@ func TestKnownAreFree(t *testing.T) {
 // lists being regenerated: a one-edit typo-squat left in the free list
 // would silently suppress its own correction.
 func TestFreeListHasNoOneEditTypos(t *testing.T) {
-	f, err := os.Open(filepath.Join("..", "lists", "data", "free.txt"))
+	f, err := os.Open(filepath.Join("data", "free.txt"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,8 +170,8 @@ func TestFreeListHasNoOneEditTypos(t *testing.T) {
 			continue
 		}
 		n++
-		if s, ok := Typo(d, 1); ok {
-			t.Errorf("free list holds %s, which Typo corrects to %s; regenerate the lists (internal/lists/data/SOURCES.md)", d, s)
+		if s, ok := SuggestTypo(d, 1); ok {
+			t.Errorf("free list holds %s, which SuggestTypo corrects to %s; regenerate the lists (internal/verify/lists/data/SOURCES.md)", d, s)
 		}
 	}
 	if err := sc.Err(); err != nil {
@@ -184,37 +182,37 @@ func TestFreeListHasNoOneEditTypos(t *testing.T) {
 	}
 }
 
-func FuzzDomain(f *testing.F) {
+func FuzzSuggest(f *testing.F) {
 	for _, s := range []string{"gmial.com", "gmail.con", "gmail.com", "ao.com", "hotmial.co.uk", "", ".", "a.b.c", "xn--gmil-6na.com", "gmail.co\x00"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, d string) {
-		got, ok := Domain(d)
+		got, ok := Suggest(d)
 		if !ok {
 			if got != "" {
-				t.Fatalf("Domain(%q) = %q with ok=false", d, got)
+				t.Fatalf("Suggest(%q) = %q with ok=false", d, got)
 			}
 			return
 		}
 		if got == d {
-			t.Fatalf("Domain(%q) suggests the input itself", d)
+			t.Fatalf("Suggest(%q) suggests the input itself", d)
 		}
 		if !slices.Contains(known, got) {
-			t.Fatalf("Domain(%q) = %q, not a known domain", d, got)
+			t.Fatalf("Suggest(%q) = %q, not a known domain", d, got)
 		}
-		if lists.Free(d) {
-			t.Fatalf("Domain(%q) corrects a free provider's domain", d)
+		if Free(d) {
+			t.Fatalf("Suggest(%q) corrects a free provider's domain", d)
 		}
 	})
 }
 
-func BenchmarkDomain(b *testing.B) {
-	lists.Load()
+func BenchmarkSuggest(b *testing.B) {
+	Load()
 	for _, d := range []string{"gmail.com", "gmial.com", "gmail.con", "corp.example.org", "subdomain.of.some.company.example"} {
 		b.Run(d, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				Domain(d)
+				Suggest(d)
 			}
 		})
 	}

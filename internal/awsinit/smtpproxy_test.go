@@ -1,9 +1,8 @@
-package proxysecret_test
+package awsinit_test
 
 import (
 	"context"
 	"errors"
-	"os"
 	"strings"
 	"testing"
 
@@ -11,12 +10,10 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager/types"
 
-	"github.com/evs-dev/evs/functions/internal/proxysecret"
+	"github.com/evs-dev/evs/internal/awsinit"
 	"github.com/evs-dev/evs/internal/config"
 	"github.com/evs-dev/evs/internal/testkit"
 )
-
-func TestMain(m *testing.M) { os.Exit(testkit.MotoMain(m)) }
 
 // secret stores value as a new secret on moto and returns its ARN.
 func secret(t *testing.T, value string) string {
@@ -48,10 +45,10 @@ func lambdaConfig(t *testing.T, arn string, vars ...string) config.Config {
 
 // The secret's value becomes the proxy, as if EVS_SMTP_PROXY held it,
 // credentials included and the console's trailing newline dropped.
-func TestResolveReadsTheSecret(t *testing.T) {
+func TestResolveSMTPProxyReadsTheSecret(t *testing.T) {
 	const proxy = "socks5://evs:pa55word@198.51.100.7:1080"
 	cfg := lambdaConfig(t, secret(t, proxy+"\n"))
-	if err := proxysecret.Resolve(context.Background(), testkit.AWSConfig(t), &cfg); err != nil {
+	if err := awsinit.ResolveSMTPProxy(context.Background(), testkit.AWSConfig(t), &cfg); err != nil {
 		t.Fatal(err)
 	}
 	if cfg.SMTPProxy != proxy || cfg.SMTP != config.SMTPProxy {
@@ -62,14 +59,14 @@ func TestResolveReadsTheSecret(t *testing.T) {
 // Without a secret, or with SMTP probing off, nothing is fetched: the AWS
 // configuration here points at a port nothing listens on, so any call
 // would fail.
-func TestResolveWithoutSecretCallsNothing(t *testing.T) {
+func TestResolveSMTPProxyWithoutSecretCallsNothing(t *testing.T) {
 	awsCfg := testkit.AWSConfig(t)
 	awsCfg.BaseEndpoint = aws.String("http://127.0.0.1:9")
 	for name, cfg := range map[string]config.Config{
 		"no secret": lambdaConfig(t, ""),
 		"smtp off":  lambdaConfig(t, "arn:aws:secretsmanager:us-east-1:123456789012:secret:evs-proxy-AbCdEf", "EVS_SMTP", "off"),
 	} {
-		if err := proxysecret.Resolve(context.Background(), awsCfg, &cfg); err != nil {
+		if err := awsinit.ResolveSMTPProxy(context.Background(), awsCfg, &cfg); err != nil {
 			t.Errorf("%s: %v", name, err)
 		}
 		if cfg.SMTPProxy != "" || cfg.SMTP != config.SMTPOff {
@@ -80,11 +77,11 @@ func TestResolveWithoutSecretCallsNothing(t *testing.T) {
 
 // A missing secret fails with Secrets Manager's error wrapped and the ARN
 // named; a value that is not a SOCKS5 URL fails without quoting it.
-func TestResolveFailures(t *testing.T) {
+func TestResolveSMTPProxyFailures(t *testing.T) {
 	ctx := context.Background()
 	missing := "arn:aws:secretsmanager:us-east-1:123456789012:secret:evs-missing-AbCdEf"
 	cfg := lambdaConfig(t, missing)
-	err := proxysecret.Resolve(ctx, testkit.AWSConfig(t), &cfg)
+	err := awsinit.ResolveSMTPProxy(ctx, testkit.AWSConfig(t), &cfg)
 	var nf *types.ResourceNotFoundException
 	if !errors.As(err, &nf) || !strings.Contains(err.Error(), missing) || cfg.SMTPProxy != "" {
 		t.Errorf("missing secret: error %v (want ResourceNotFoundException naming the ARN), SMTPProxy %q", err, cfg.SMTPProxy)
@@ -92,7 +89,7 @@ func TestResolveFailures(t *testing.T) {
 
 	arn := secret(t, "http://evs:pa55word@198.51.100.7:3128")
 	cfg = lambdaConfig(t, arn)
-	err = proxysecret.Resolve(ctx, testkit.AWSConfig(t), &cfg)
+	err = awsinit.ResolveSMTPProxy(ctx, testkit.AWSConfig(t), &cfg)
 	if err == nil || strings.Contains(err.Error(), "pa55word") || !strings.Contains(err.Error(), arn) || cfg.SMTPProxy != "" {
 		t.Errorf("bad value: error %v (want one naming the ARN, not the value), SMTPProxy %q", err, cfg.SMTPProxy)
 	}

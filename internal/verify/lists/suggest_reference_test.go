@@ -1,4 +1,4 @@
-package suggest
+package lists
 
 import (
 	"bufio"
@@ -170,7 +170,7 @@ func differentialDomains(tb testing.TB) []string {
 		}
 		add(d)
 	}
-	f, err := os.Open(filepath.Join("..", "lists", "data", "free.txt"))
+	f, err := os.Open(filepath.Join("data", "free.txt"))
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -187,18 +187,18 @@ func differentialDomains(tb testing.TB) []string {
 	return out
 }
 
-// TestTypoMatchesReference runs the fast matcher and the reference on
+// TestSuggestTypoMatchesReference runs the fast matcher and the reference on
 // tens of thousands of inputs at every edit budget: the speed-up must not
 // change a single suggestion.
-func TestTypoMatchesReference(t *testing.T) {
+func TestSuggestTypoMatchesReference(t *testing.T) {
 	domains := differentialDomains(t)
 	suggested := 0
 	for _, d := range domains {
 		for maxEdits := 0; maxEdits <= 3; maxEdits++ {
-			got, gotOK := Typo(d, maxEdits)
+			got, gotOK := SuggestTypo(d, maxEdits)
 			want, wantOK := typoReference(d, maxEdits)
 			if got != want || gotOK != wantOK {
-				t.Errorf("Typo(%q, %d) = %q, %v; the reference says %q, %v", d, maxEdits, got, gotOK, want, wantOK)
+				t.Errorf("SuggestTypo(%q, %d) = %q, %v; the reference says %q, %v", d, maxEdits, got, gotOK, want, wantOK)
 			}
 			if wantOK && maxEdits == 3 {
 				suggested++
@@ -228,15 +228,15 @@ func TestDistanceMatchesReference(t *testing.T) {
 	}
 }
 
-func FuzzTypoMatchesReference(f *testing.F) {
+func FuzzSuggestTypoMatchesReference(f *testing.F) {
 	for _, s := range []string{"gmial.com", "mgail.com", "gmail.con", "gmail.com", "ao.com", "hotmial.co.uk", "", ".", "a.b.c", "ggmail.com", "yhaoo.com", "gmail.co\x00"} {
 		f.Add(s, 3)
 	}
 	f.Fuzz(func(t *testing.T, d string, maxEdits int) {
-		got, gotOK := Typo(d, maxEdits)
+		got, gotOK := SuggestTypo(d, maxEdits)
 		want, wantOK := typoReference(d, maxEdits)
 		if got != want || gotOK != wantOK {
-			t.Fatalf("Typo(%q, %d) = %q, %v; the reference says %q, %v", d, maxEdits, got, gotOK, want, wantOK)
+			t.Fatalf("SuggestTypo(%q, %d) = %q, %v; the reference says %q, %v", d, maxEdits, got, gotOK, want, wantOK)
 		}
 	})
 }

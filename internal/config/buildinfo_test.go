@@ -1,4 +1,4 @@
-package buildinfo
+package config
 
 import (
 	"runtime"
@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-func TestFrom(t *testing.T) {
+func TestBuildInfoFrom(t *testing.T) {
 	rev := "0123456789abcdef0123456789abcdef01234567"
 	vcs := []debug.BuildSetting{{Key: "vcs", Value: "git"}, {Key: "vcs.revision", Value: rev}, {Key: "vcs.modified", Value: "false"}}
 	dirty := []debug.BuildSetting{{Key: "vcs.revision", Value: rev}, {Key: "vcs.modified", Value: "true"}}
@@ -14,21 +14,21 @@ func TestFrom(t *testing.T) {
 		name    string
 		bi      *debug.BuildInfo
 		linked  string
-		want    Info
+		want    BuildInfo
 		wantRev string
 	}{
-		{"no build info", nil, "", Info{Version: "dev", Revision: "unknown", GoVersion: runtime.Version()}, "unknown"},
+		{"no build info", nil, "", BuildInfo{Version: "dev", Revision: "unknown", GoVersion: runtime.Version()}, "unknown"},
 		{"checkout build", &debug.BuildInfo{GoVersion: "go1.26.1", Main: debug.Module{Version: "(devel)"}, Settings: vcs}, "dev",
-			Info{Version: "dev", Revision: rev, GoVersion: "go1.26.1"}, rev},
+			BuildInfo{Version: "dev", Revision: rev, GoVersion: "go1.26.1"}, rev},
 		{"uncommitted changes", &debug.BuildInfo{GoVersion: "go1.26.1", Main: debug.Module{Version: "(devel)"}, Settings: dirty}, "",
-			Info{Version: "dev", Revision: rev, Modified: true, GoVersion: "go1.26.1"}, rev + "-modified"},
+			BuildInfo{Version: "dev", Revision: rev, Modified: true, GoVersion: "go1.26.1"}, rev + "-modified"},
 		{"go install @version", &debug.BuildInfo{GoVersion: "go1.26.1", Main: debug.Module{Version: "v1.4.0"}}, "dev",
-			Info{Version: "v1.4.0", Revision: "unknown", GoVersion: "go1.26.1"}, "unknown"},
+			BuildInfo{Version: "v1.4.0", Revision: "unknown", GoVersion: "go1.26.1"}, "unknown"},
 		{"linked version wins", &debug.BuildInfo{GoVersion: "go1.26.1", Main: debug.Module{Version: "v1.4.0"}, Settings: vcs}, "v1.5.0-rc1",
-			Info{Version: "v1.5.0-rc1", Revision: rev, GoVersion: "go1.26.1"}, rev},
+			BuildInfo{Version: "v1.5.0-rc1", Revision: rev, GoVersion: "go1.26.1"}, rev},
 	}
 	for _, c := range cases {
-		got := From(c.bi, c.linked)
+		got := BuildInfoFrom(c.bi, c.linked)
 		if got != c.want || got.RevisionLabel() != c.wantRev {
 			t.Errorf("%s: %+v (%s), want %+v (%s)", c.name, got, got.RevisionLabel(), c.want, c.wantRev)
 		}

@@ -1,14 +1,4 @@
-// Package proxysecret gives the Lambda functions that dial SMTP their SOCKS5
-// exit from AWS Secrets Manager. The exit's URL may carry a user name and
-// password (socks5://user:pass@host:port), so on AWS it is neither a stack
-// parameter nor an environment variable: the template passes the secret's
-// ARN in EVS_SMTP_PROXY_SECRET and grants secretsmanager:GetSecretValue on
-// that ARN alone, and the function reads the value once, at cold start.
-//
-// It lives beside the composition roots, not in internal/config, so that
-// the configuration stays free of AWS and `evs serve` never links the SDK
-// client.
-package proxysecret
+package awsinit
 
 import (
 	"context"
@@ -22,19 +12,27 @@ import (
 	"github.com/evs-dev/evs/internal/config"
 )
 
-// timeout bounds the fetch: a cold start that cannot reach Secrets Manager
-// should fail its init with a reason, not hang until the init deadline.
-const timeout = 10 * time.Second
+// secretTimeout bounds the fetch: a cold start that cannot reach Secrets
+// Manager should fail its init with a reason, not hang until the init
+// deadline.
+const secretTimeout = 10 * time.Second
 
-// Resolve sets cfg.SMTPProxy to the value of the secret cfg.SMTPProxySecret
+// ResolveSMTPProxy gives the Lambda functions that dial SMTP their SOCKS5
+// exit from AWS Secrets Manager. The exit's URL may carry a user name and
+// password (socks5://user:pass@host:port), so on AWS it is neither a stack
+// parameter nor an environment variable: the template passes the secret's
+// ARN in EVS_SMTP_PROXY_SECRET and grants secretsmanager:GetSecretValue on
+// that ARN alone, and the function reads the value once, at cold start.
+//
+// It sets cfg.SMTPProxy to the value of the secret cfg.SMTPProxySecret
 // names, read with awsCfg. It does nothing, and makes no call, when no
 // secret is configured or SMTP probing is off (EVS_SMTP=off wins over a
 // proxy). Errors name the secret's ARN, never its value.
-func Resolve(ctx context.Context, awsCfg aws.Config, cfg *config.Config) error {
+func ResolveSMTPProxy(ctx context.Context, awsCfg aws.Config, cfg *config.Config) error {
 	if cfg.SMTPProxySecret == "" || cfg.SMTP == config.SMTPOff {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	ctx, cancel := context.WithTimeout(ctx, secretTimeout)
 	defer cancel()
 	sm := secretsmanager.NewFromConfig(awsCfg)
 	out, err := sm.GetSecretValue(ctx, &secretsmanager.GetSecretValueInput{SecretId: aws.String(cfg.SMTPProxySecret)})

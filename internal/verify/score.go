@@ -1,0 +1,135 @@
+package verify
+
+import (
+	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/verify/smtpprobe"
+)
+
+// decision.score (contract, section 2) is 0–100, how likely mail to the
+// address is delivered and not bounced. It is a pure function of fields
+// every stored decision keeps, so a store can recompute it on read and the
+// same evidence always gives the same score. docs/score.md is the table
+// with the reasoning for each factor; these constants are that table: the
+// base score of each reason, by the evidence that led to it.
+const (
+	// scoreAcceptedProven: the mailbox was accepted and a random address on
+	// the same domain was rejected, so the server checks recipients.
+	scoreAcceptedProven = 97
+	// scoreAcceptedUnproven: accepted, but the random-address probe was
+	// inconclusive (greylisted, timed out) or is not on record.
+	scoreAcceptedUnproven = 90
+
+	// scoreAcceptAllCatchAll: the server also accepted a random address.
+	scoreAcceptAllCatchAll = 60
+	// scoreAcceptAllGateway: a security gateway accepted, and its probe did not
+	// show recipient verification; the store behind it may bounce.
+	scoreAcceptAllGateway = 55
+	// scoreAcceptAllBounceLater: a provider that accepts at RCPT and bounces
+	// unknown users after the message (Yahoo/AOL).
+	scoreAcceptAllBounceLater = 45
+
+	scoreGreylisted      = 45
+	scoreTimeout         = 35
+	scoreSMTPUnreachable = 30
+	scoreMailboxFull     = 25
+	scoreDNSError        = 20
+	scoreDisposable      = 15
+
+	// scoreNotCheckedBase is a mailbox not asked (quick mode, SMTP off) whose
+	// domain only has an implicit MX (an A/AAAA record); scoreNotCheckedMX is
+	// added when the domain publishes MX records, scoreNotCheckedProvider when
+	// the MX belongs to a known mail service.
+	scoreNotCheckedBase     = 35
+	scoreNotCheckedMX       = 20
+	scoreNotCheckedProvider = 5
+
+	scoreRejectedEmail = 2
+	scoreNoMailServer  = 1
+	scoreInvalidDomain = 1
+	scoreInvalidSyntax = 0
+
+	// scoreRolePenalty is taken off every score but an undeliverable one for a
+	// role mailbox (info@, admin@...).
+	scoreRolePenalty = 10
+)
+
+// ScoreBands are the score ranges of each status: every deliverable address
+// scores above every risky or unknown one, which score above every
+// undeliverable one. Risky and unknown share a band: "risky" says what we
+// learned is doubtful, "unknown" that we learned nothing, and either may be
+// the likelier to arrive (a greylisting server is a better bet than a full
+// mailbox).
+var ScoreBands = map[evs.Status][2]int{
+	evs.Deliverable:   {80, 100},
+	evs.Risky:         {5, 70},
+	evs.Unknown:       {5, 70},
+	evs.Undeliverable: {0, 4},
+}
+
+// Score returns decision.score for d (0–100), from its reason, flags,
+// provider and SMTP and DNS evidence, by the table of docs/score.md.
+// Nothing else is read: not the time, not the mode, not whether it came
+// from test mode (the sandbox's evidence is scored like a live check's). The
+// same evidence always gives the same score, so it is recomputed for stored
+// decisions rather than stored.
+func Score(d evs.Decision) int {
+	s := scoreBase(d)
+	if evs.StatusOf(d.Reason) == evs.Undeliverable {
+		// Mail cannot arrive: no flag makes it likelier or less likely.
+		return s
+	}
+	if d.Flags.Role {
+		s = max(s-scoreRolePenalty, 0)
+	}
+	return s
+}
+
+func scoreBase(d evs.Decision) int {
+	smtp := d.Checks.SMTP
+	switch d.Reason {
+	case evs.ReasonAcceptedEmail:
+		if smtp.CatchAll == evs.SMTPRejected {
+			return scoreAcceptedProven
+		}
+		return scoreAcceptedUnproven
+	case evs.ReasonAcceptAll:
+		info := smtpprobe.Provider(smtp.Provider).Info()
+		switch {
+		case info != nil && info.AcceptThenBounce:
+			return scoreAcceptAllBounceLater
+		case info != nil && info.Gateway && smtp.CatchAll != evs.SMTPAccepted:
+			return scoreAcceptAllGateway
+		}
+		return scoreAcceptAllCatchAll
+	case evs.ReasonMailboxFull:
+		return scoreMailboxFull
+	case evs.ReasonDisposable:
+		return scoreDisposable
+	case evs.ReasonGreylisted:
+		return scoreGreylisted
+	case evs.ReasonTimeout:
+		return scoreTimeout
+	case evs.ReasonSMTPUnreachable:
+		return scoreSMTPUnreachable
+	case evs.ReasonDNSError:
+		return scoreDNSError
+	case evs.ReasonMailboxNotChecked:
+		s := scoreNotCheckedBase
+		dns := d.Checks.DNS
+		if dns.Result == evs.DNSOK && !dns.ImplicitMX && len(dns.MX) > 0 {
+			s += scoreNotCheckedMX
+		}
+		if p := smtpprobe.Provider(smtp.Provider); p != "" && p != smtpprobe.ProviderOther {
+			s += scoreNotCheckedProvider
+		}
+		return s
+	case evs.ReasonRejectedEmail:
+		return scoreRejectedEmail
+	case evs.ReasonNoMailServer:
+		return scoreNoMailServer
+	case evs.ReasonInvalidDomain:
+		return scoreInvalidDomain
+	default: // invalid_syntax, and any reason not of the contract
+		return scoreInvalidSyntax
+	}
+}
