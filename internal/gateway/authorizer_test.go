@@ -10,7 +10,6 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/evs-dev/evs/internal/authorizer"
-	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/gateway"
 	"github.com/evs-dev/evs/internal/sqlitestore"
 	"github.com/evs-dev/evs/internal/testkit"
@@ -18,52 +17,16 @@ import (
 
 const methodArn = "arn:aws:execute-api:eu-west-1:123456789012:abc123/prod/POST/v1/verify"
 
-// keys holds one key per situation, seeded into a real store.
-type keys struct {
-	live, test, revoked, suspended, usage string
-}
-
-func seed(t testing.TB) (*sqlitestore.Store, keys) {
+// seed opens a store holding testkit.SeedKeys's accounts and keys.
+func seed(t testing.TB) (*sqlitestore.Store, testkit.SeededKeys) {
 	t.Helper()
-	ctx := context.Background()
 	clock := testkit.NewClock(time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC))
-	st, err := sqlitestore.Open(ctx, t.TempDir(), clock.Now)
+	st, err := sqlitestore.Open(context.Background(), t.TempDir(), clock.Now)
 	if err != nil {
 		t.Fatalf("open store: %v", err)
 	}
 	t.Cleanup(func() { _ = st.Close() })
-	for _, a := range []evs.Account{
-		{ID: "acct-live", Name: "live"},
-		{ID: "acct-test", Name: "test", Test: true},
-		{ID: "acct-susp", Name: "suspended", Suspended: true},
-	} {
-		a.CreatedAt = clock.Now()
-		if err := st.CreateAccount(ctx, a); err != nil {
-			t.Fatalf("create account: %v", err)
-		}
-	}
-	newKey := func(account, usage string) string {
-		k, err := authorizer.NewKey()
-		if err != nil {
-			t.Fatal(err)
-		}
-		h := authorizer.HashKey(k)
-		if err := st.CreateKey(ctx, evs.Key{ID: authorizer.KeyID(h), Hash: h, AccountID: account, CreatedAt: clock.Now(), UsageKeyID: usage}); err != nil {
-			t.Fatalf("create key: %v", err)
-		}
-		return k
-	}
-	ks := keys{
-		live:      newKey("acct-live", ""),
-		test:      newKey("acct-test", ""),
-		revoked:   newKey("acct-live", ""),
-		suspended: newKey("acct-susp", ""),
-		usage:     newKey("acct-live", "usage-key-1"),
-	}
-	if _, err := st.RevokeKey(ctx, authorizer.HashKey(ks.revoked), clock.Now()); err != nil {
-		t.Fatalf("revoke: %v", err)
-	}
-	return st, ks
+	return st, testkit.SeedKeys(t, st, clock.Now())
 }
 
 func keyID(k string) string { return authorizer.KeyID(authorizer.HashKey(k)) }
@@ -92,29 +55,29 @@ func TestHandle(t *testing.T) {
 		{name: "missing", headers: map[string]string{"Content-Type": "application/json"}, want: "Unauthorized"},
 		{name: "no headers at all", want: "Unauthorized"},
 		{name: "empty", headers: map[string]string{"X-Api-Key": ""}, want: "Unauthorized"},
-		{name: "malformed prefix", headers: map[string]string{"X-Api-Key": "sk_" + ks.live[4:]}, want: "Unauthorized"},
-		{name: "malformed short", headers: map[string]string{"X-Api-Key": ks.live[:20]}, want: "Unauthorized"},
-		{name: "malformed padding bits", headers: map[string]string{"X-Api-Key": ks.live[:len(ks.live)-1] + "_"}, want: "Unauthorized"},
-		{name: "surrounding space", headers: map[string]string{"X-Api-Key": " " + ks.live}, want: "Unauthorized"},
+		{name: "malformed prefix", headers: map[string]string{"X-Api-Key": "sk_" + ks.Live[4:]}, want: "Unauthorized"},
+		{name: "malformed short", headers: map[string]string{"X-Api-Key": ks.Live[:20]}, want: "Unauthorized"},
+		{name: "malformed padding bits", headers: map[string]string{"X-Api-Key": ks.Live[:len(ks.Live)-1] + "_"}, want: "Unauthorized"},
+		{name: "surrounding space", headers: map[string]string{"X-Api-Key": " " + ks.Live}, want: "Unauthorized"},
 		{name: "unknown", headers: map[string]string{"X-Api-Key": unknown}, want: "Unauthorized"},
-		{name: "revoked", headers: map[string]string{"X-Api-Key": ks.revoked}, want: "Deny", principal: keyID(ks.revoked)},
-		{name: "suspended account", headers: map[string]string{"X-Api-Key": ks.suspended}, want: "Deny", principal: keyID(ks.suspended)},
-		{name: "ok", headers: map[string]string{"X-Api-Key": ks.live}, want: "Allow", principal: keyID(ks.live),
-			context: map[string]any{"accountId": "acct-live", "keyId": keyID(ks.live), "testMode": "false"}},
-		{name: "test account", headers: map[string]string{"X-Api-Key": ks.test}, want: "Allow", principal: keyID(ks.test),
-			context: map[string]any{"accountId": "acct-test", "keyId": keyID(ks.test), "testMode": "true"}},
-		{name: "usage plan key", headers: map[string]string{"X-Api-Key": ks.usage}, want: "Allow", principal: keyID(ks.usage),
-			context: map[string]any{"accountId": "acct-live", "keyId": keyID(ks.usage), "testMode": "false"}, usage: "usage-key-1"},
-		{name: "lower-case header", headers: map[string]string{"x-api-key": ks.live}, want: "Allow", principal: keyID(ks.live),
-			context: map[string]any{"accountId": "acct-live", "keyId": keyID(ks.live), "testMode": "false"}},
-		{name: "mixed-case header", headers: map[string]string{"X-API-KEY": ks.test}, want: "Allow", principal: keyID(ks.test),
-			context: map[string]any{"accountId": "acct-test", "keyId": keyID(ks.test), "testMode": "true"}},
-		{name: "multi-value only", multi: map[string][]string{"x-Api-key": {ks.live}}, want: "Allow", principal: keyID(ks.live),
-			context: map[string]any{"accountId": "acct-live", "keyId": keyID(ks.live), "testMode": "false"}},
-		{name: "both maps agree", headers: map[string]string{"X-Api-Key": ks.live}, multi: map[string][]string{"X-Api-Key": {ks.live}}, want: "Allow", principal: keyID(ks.live),
-			context: map[string]any{"accountId": "acct-live", "keyId": keyID(ks.live), "testMode": "false"}},
-		{name: "two different keys", headers: map[string]string{"X-Api-Key": ks.live}, multi: map[string][]string{"X-Api-Key": {ks.test, ks.live}}, want: "Unauthorized"},
-		{name: "two spellings disagree", headers: map[string]string{"X-Api-Key": ks.live, "x-api-key": ks.test}, want: "Unauthorized"},
+		{name: "revoked", headers: map[string]string{"X-Api-Key": ks.Revoked}, want: "Deny", principal: keyID(ks.Revoked)},
+		{name: "suspended account", headers: map[string]string{"X-Api-Key": ks.Suspended}, want: "Deny", principal: keyID(ks.Suspended)},
+		{name: "ok", headers: map[string]string{"X-Api-Key": ks.Live}, want: "Allow", principal: keyID(ks.Live),
+			context: map[string]any{"accountId": "acct-live", "keyId": keyID(ks.Live), "testMode": "false"}},
+		{name: "test account", headers: map[string]string{"X-Api-Key": ks.Test}, want: "Allow", principal: keyID(ks.Test),
+			context: map[string]any{"accountId": "acct-test", "keyId": keyID(ks.Test), "testMode": "true"}},
+		{name: "usage plan key", headers: map[string]string{"X-Api-Key": ks.Usage}, want: "Allow", principal: keyID(ks.Usage),
+			context: map[string]any{"accountId": "acct-live", "keyId": keyID(ks.Usage), "testMode": "false"}, usage: "usage-key-1"},
+		{name: "lower-case header", headers: map[string]string{"x-api-key": ks.Live}, want: "Allow", principal: keyID(ks.Live),
+			context: map[string]any{"accountId": "acct-live", "keyId": keyID(ks.Live), "testMode": "false"}},
+		{name: "mixed-case header", headers: map[string]string{"X-API-KEY": ks.Test}, want: "Allow", principal: keyID(ks.Test),
+			context: map[string]any{"accountId": "acct-test", "keyId": keyID(ks.Test), "testMode": "true"}},
+		{name: "multi-value only", multi: map[string][]string{"x-Api-key": {ks.Live}}, want: "Allow", principal: keyID(ks.Live),
+			context: map[string]any{"accountId": "acct-live", "keyId": keyID(ks.Live), "testMode": "false"}},
+		{name: "both maps agree", headers: map[string]string{"X-Api-Key": ks.Live}, multi: map[string][]string{"X-Api-Key": {ks.Live}}, want: "Allow", principal: keyID(ks.Live),
+			context: map[string]any{"accountId": "acct-live", "keyId": keyID(ks.Live), "testMode": "false"}},
+		{name: "two different keys", headers: map[string]string{"X-Api-Key": ks.Live}, multi: map[string][]string{"X-Api-Key": {ks.Test, ks.Live}}, want: "Unauthorized"},
+		{name: "two spellings disagree", headers: map[string]string{"X-Api-Key": ks.Live, "x-api-key": ks.Test}, want: "Unauthorized"},
 		{name: "empty multi-value list", multi: map[string][]string{"X-Api-Key": {}}, want: "Unauthorized"},
 	}
 	for _, tt := range tests {
@@ -165,7 +128,7 @@ func TestStoreFailure(t *testing.T) {
 	st, ks := seed(t)
 	az := authorizer.New(st)
 	_ = st.Close()
-	for _, key := range []string{ks.live, ks.revoked} {
+	for _, key := range []string{ks.Live, ks.Revoked} {
 		_, err := gateway.Authorizer(az)(context.Background(), request(map[string]string{"X-Api-Key": key}, nil))
 		if err == nil || err.Error() == "Unauthorized" {
 			t.Fatalf("closed store: err %v, want a failure that is not a 401", err)
@@ -218,7 +181,7 @@ func TestStageResource(t *testing.T) {
 func TestHandleMalformedMethodArn(t *testing.T) {
 	st, ks := seed(t)
 	az := authorizer.New(st)
-	req := request(map[string]string{"X-Api-Key": ks.live}, nil)
+	req := request(map[string]string{"X-Api-Key": ks.Live}, nil)
 	req.MethodArn = "garbage"
 	if _, err := gateway.Authorizer(az)(context.Background(), req); err == nil || err.Error() == "Unauthorized" {
 		t.Fatalf("allowed key with a malformed method ARN: %v, want a 500-type error", err)
@@ -230,10 +193,10 @@ func TestHandleMalformedMethodArn(t *testing.T) {
 func FuzzHandle(f *testing.F) {
 	st, ks := seed(f)
 	az := authorizer.New(st)
-	for _, s := range []string{"", ks.live, ks.revoked, "evs.", "evs." + strings.Repeat("A", 43), ks.live + "x", "\x00", "évs.ü"} {
+	for _, s := range []string{"", ks.Live, ks.Revoked, "evs.", "evs." + strings.Repeat("A", 43), ks.Live + "x", "\x00", "évs.ü"} {
 		f.Add("X-Api-Key", s)
 	}
-	f.Add("x-api-key", ks.test)
+	f.Add("x-api-key", ks.Test)
 	f.Fuzz(func(t *testing.T, name, value string) {
 		resp, err := gateway.Authorizer(az)(context.Background(), request(map[string]string{name: value}, map[string][]string{name: {value}}))
 		if err != nil {
@@ -243,11 +206,11 @@ func FuzzHandle(f *testing.F) {
 			return
 		}
 		switch value {
-		case ks.live, ks.test, ks.usage:
+		case ks.Live, ks.Test, ks.Usage:
 			if resp.PolicyDocument.Statement[0].Effect != "Allow" {
 				t.Fatalf("good key not allowed")
 			}
-		case ks.revoked, ks.suspended:
+		case ks.Revoked, ks.Suspended:
 			if resp.PolicyDocument.Statement[0].Effect != "Deny" {
 				t.Fatalf("bad key not denied")
 			}
@@ -266,7 +229,7 @@ func FuzzHandle(f *testing.F) {
 func TestDenyNeverNamesThePath(t *testing.T) {
 	st, ks := seed(t)
 	az := authorizer.New(st)
-	req := request(map[string]string{"X-Api-Key": ks.revoked}, nil)
+	req := request(map[string]string{"X-Api-Key": ks.Revoked}, nil)
 	req.MethodArn = "arn:aws:execute-api:eu-west-1:123456789012:abc123/prod/GET/v1/requests/" + strings.Repeat("*", 50) + "/results"
 	resp, err := gateway.Authorizer(az)(context.Background(), req)
 	if err != nil {
