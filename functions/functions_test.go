@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -25,9 +26,9 @@ import (
 
 // build compiles a function the way `make build` does (lambda.norpc), for
 // the host, so the test runs the real binary.
-func build(t *testing.T, name string) string {
+func build(t testing.TB, name string) string {
 	t.Helper()
-	out := filepath.Join(t.TempDir(), name)
+	out := filepath.Join(t.TempDir(), filepath.Base(name))
 	cmd := exec.Command("go", "build", "-tags", "lambda.norpc", "-trimpath", "-o", out, "./"+name)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {
@@ -44,7 +45,7 @@ type awsWorld struct {
 	sqs      *sqs.Client
 }
 
-func newAWSWorld(t *testing.T) *awsWorld {
+func newAWSWorld(t testing.TB) *awsWorld {
 	t.Helper()
 	ctx := context.Background()
 	w := &awsWorld{endpoint: testkit.MotoEndpoint(t)}
@@ -71,6 +72,14 @@ func newAWSWorld(t *testing.T) *awsWorld {
 // env entries ("NAME=value") are added last, so they win over the defaults.
 func (w *awsWorld) start(t *testing.T, bin string, env ...string) *testkit.Runtime {
 	t.Helper()
+	rt, _ := w.run(t, bin, env...)
+	return rt
+}
+
+// run is start, and also returns a function that ends the process (which
+// the test's end does anyway).
+func (w *awsWorld) run(t testing.TB, bin string, env ...string) (*testkit.Runtime, func()) {
+	t.Helper()
 	rt := testkit.StartRuntime(t)
 	cmd := exec.Command(bin)
 	cmd.Env = []string{
@@ -92,14 +101,20 @@ func (w *awsWorld) start(t *testing.T, bin string, env ...string) *testkit.Runti
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		})
+	}
 	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
+		stop()
 		if t.Failed() {
 			t.Logf("%s output:\n%s", filepath.Base(bin), logs.String())
 		}
 	})
-	return rt
+	return rt, stop
 }
 
 func (w *awsWorld) seedKey(t *testing.T, test bool) (string, evs.Account) {

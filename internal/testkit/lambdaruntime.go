@@ -29,6 +29,10 @@ type Runtime struct {
 	waiting map[string]chan Outcome
 	initErr chan string
 	seq     int
+	// ready is closed by the function's first GET of its next invocation:
+	// its init is over.
+	ready     chan struct{}
+	readyOnce sync.Once
 }
 
 type invocation struct {
@@ -56,6 +60,7 @@ func StartRuntime(t testing.TB) *Runtime {
 		events:  make(chan invocation, 16),
 		waiting: map[string]chan Outcome{},
 		initErr: make(chan string, 1),
+		ready:   make(chan struct{}),
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /2018-06-01/runtime/invocation/next", r.next)
@@ -76,6 +81,7 @@ func StartRuntime(t testing.TB) *Runtime {
 }
 
 func (r *Runtime) next(w http.ResponseWriter, req *http.Request) {
+	r.readyOnce.Do(func() { close(r.ready) })
 	select {
 	case inv := <-r.events:
 		h := w.Header()
@@ -109,6 +115,11 @@ func (r *Runtime) outcome(isErr bool) http.HandlerFunc {
 		w.WriteHeader(http.StatusAccepted)
 	}
 }
+
+// Ready is closed once the function has finished its init: its first ask
+// for an invocation, the moment Lambda counts as the end of a cold start's
+// init phase.
+func (r *Runtime) Ready() <-chan struct{} { return r.ready }
 
 // Invoke hands event (marshalled to JSON) to the function and waits for its
 // answer, or for timeout. A function that failed to start reports it too.
