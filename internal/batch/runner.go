@@ -490,19 +490,9 @@ func (r *Runner) runTask(t task) (retry, later []evs.Item, wait time.Duration) {
 // expire completes a batch past its deadline: every item still pending
 // ends as unknown/timeout.
 func (r *Runner) expire(ctx context.Context, b evs.Batch, test bool) error {
-	items, err := AllPending(ctx, r.cfg.Store, b.AccountID, b.ID)
-	if err != nil {
-		return err
-	}
 	r.cfg.Logger.Info("batch deadline passed; the pending addresses end as unknown/timeout",
-		slog.String("batchId", b.ID), slog.String("accountId", b.AccountID), slog.Int("pending", len(items)))
-	rs := TimeoutResults(items, evs.Mode(b.Mode), test, DetailDeadline, r.cfg.Now())
-	for start := 0; start < len(rs); start += r.cfg.FlushSize {
-		if _, err := r.cfg.Store.PutResults(ctx, b.AccountID, b.ID, rs[start:min(start+r.cfg.FlushSize, len(rs))], r.cfg.Now()); err != nil {
-			return err
-		}
-	}
-	return nil
+		slog.String("batchId", b.ID), slog.String("accountId", b.AccountID))
+	return Expire(ctx, r.cfg.Store, b, test, r.cfg.Now, r.cfg.FlushSize, nil)
 }
 
 // writer collects results and writes them in large transactions. A write

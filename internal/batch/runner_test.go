@@ -404,3 +404,51 @@ func TestRunnerWaitsForTheWriter(t *testing.T) {
 		}
 	}
 }
+
+// TestExpire: the one way both deployments end a batch past its deadline.
+// Every pending address gets unknown/timeout, the written callback sees
+// the batch final, and a batch with nothing left to end is no error.
+func TestExpire(t *testing.T) {
+	e := newEnv(t)
+	acct := e.account(false)
+	list := emails("x", 5)
+	b := e.batch(acct, time.Now().Add(-time.Hour), list...)
+	if _, err := e.st.TransitionBatch(e.ctx, acct, b.ID, []evs.State{evs.StateQueued}, evs.StateRunning, "", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	done := (&fakeEngine{}).VerifyDomain(e.ctx, list[:2], evs.ModeFull)
+	if _, err := e.st.PutResults(e.ctx, acct, b.ID, []evs.Result{{Seq: 0, Email: list[0], Decision: done[0]}, {Seq: 1, Email: list[1], Decision: done[1]}}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	var writes []evs.Batch
+	if err := batch.Expire(e.ctx, e.st, b, false, time.Now, 2, func(got evs.Batch) { writes = append(writes, got) }); err != nil {
+		t.Fatal(err)
+	}
+	// Three pending addresses in chunks of two: two writes, the last final.
+	if len(writes) != 2 || writes[0].State.Final() || writes[1].State != evs.StateCompleted || writes[1].Counters.Unknown != 3 || writes[1].Counters.Deliverable != 2 {
+		t.Fatalf("writes %+v", writes)
+	}
+	for _, res := range e.results(b)[2:] {
+		if res.Decision.Reason != evs.ReasonTimeout || res.Decision.Checks.SMTP.Detail != batch.DetailDeadline {
+			t.Fatalf("%s: %s %q", res.Email, res.Decision.Reason, res.Decision.Checks.SMTP.Detail)
+		}
+	}
+	// Again, with nothing pending: one empty write, which changes nothing.
+	writes = nil
+	err := batch.Expire(e.ctx, e.st, writesDone(e, b), false, time.Now, 2, func(got evs.Batch) { writes = append(writes, got) })
+	if err != nil || len(writes) != 1 || writes[0].State != evs.StateCompleted {
+		t.Fatalf("expire of a completed batch: %v, writes %+v", err, writes)
+	}
+	if got, _ := e.st.Batch(e.ctx, acct, b.ID); got.State != evs.StateCompleted || got.Counters.Processed != 5 {
+		t.Fatalf("%s %+v", got.State, got.Counters)
+	}
+}
+
+// writesDone reads b as the store has it now.
+func writesDone(e *env, b evs.Batch) evs.Batch {
+	got, err := e.st.Batch(e.ctx, b.AccountID, b.ID)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return got
+}

@@ -17,6 +17,34 @@ const (
 	DetailSession  = "the SMTP session of this domain group ran past its time limit"
 )
 
+// Expire ends batch b, past its deadline, the same way on both
+// deployments: every address still pending gets unknown/timeout
+// (DetailDeadline), written chunk results at a time. PutResults is called
+// at least once, also with nothing pending, so that a batch whose last
+// results were written but which was never completed (a crash in between)
+// completes too. written is handed the batch after each write (the AWS
+// worker queues the webhook of the write that made it final); nil for none.
+func Expire(ctx context.Context, st Store, b evs.Batch, test bool, now func() time.Time, chunk int, written func(evs.Batch)) error {
+	items, err := AllPending(ctx, st, b.AccountID, b.ID)
+	if err != nil {
+		return err
+	}
+	if chunk <= 0 {
+		chunk = 1000
+	}
+	rs := TimeoutResults(items, b.Mode, test, DetailDeadline, now())
+	for start := 0; start == 0 || start < len(rs); start += chunk {
+		got, err := st.PutResults(ctx, b.AccountID, b.ID, rs[start:min(start+chunk, len(rs))], now())
+		if err != nil {
+			return err
+		}
+		if written != nil {
+			written(got)
+		}
+	}
+	return nil
+}
+
 // TimeoutResults returns an unknown/timeout result for each item, with
 // the evidence that can be had without the network (syntax, lists,
 // suggestion) and detail in checks.smtp. Used when a time limit of ours ends

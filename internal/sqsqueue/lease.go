@@ -14,21 +14,6 @@ func (w *Worker) expire(ctx context.Context, b evs.Batch) error {
 	if err != nil {
 		return err
 	}
-	items, err := batch.AllPending(ctx, w.Store, b.AccountID, b.ID)
-	if err != nil {
-		return err
-	}
-	rs := batch.TimeoutResults(items, evs.Mode(b.Mode), acct.Test, batch.DetailDeadline, w.now())
-	// At least one call, also with nothing pending: PutResults then
-	// completes a batch whose last results were written but which was
-	// never completed (a crash in between).
-	for start := 0; start == 0 || start < len(rs); start += 1000 {
-		final, err := w.Store.PutResults(ctx, b.AccountID, b.ID, rs[start:min(start+1000, len(rs))], w.now())
-		if err != nil {
-			return err
-		}
-		// Queues the webhook once the last chunk made the batch final.
-		w.finalized(ctx, final)
-	}
-	return nil
+	// Queues the webhook once the last chunk made the batch final.
+	return batch.Expire(ctx, w.Store, b, acct.Test, w.now, 1000, func(final evs.Batch) { w.finalized(ctx, final) })
 }
