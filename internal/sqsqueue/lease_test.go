@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"strings"
 	"sync"
@@ -112,6 +111,12 @@ func TestWorkerHostLeasesAcrossInvocations(t *testing.T) {
 				t.Fatal(err)
 			}
 
+			var diag testkit.LogBuffer // shown if the test fails
+			defer func() {
+				if t.Failed() {
+					t.Logf("worker logs:\n%s", diag.String())
+				}
+			}()
 			// Each invocation: its own engine and prober, the shared store.
 			workers := make([]*sqsqueue.Worker, invocations)
 			for i := range workers {
@@ -119,7 +124,7 @@ func TestWorkerHostLeasesAcrossInvocations(t *testing.T) {
 				workers[i] = &sqsqueue.Worker{
 					Queue: w.q, Store: w.st, Accounts: w.st,
 					Processor: &batch.Processor{Engine: eng, Sandbox: verify.NewSandbox(nil)},
-					Logger:    slog.New(slog.NewJSONHandler(io.Discard, nil)),
+					Logger:    slog.New(slog.NewTextHandler(&diag, &slog.HandlerOptions{Level: slog.LevelDebug})),
 					PackSize:  3, Concurrency: 4,
 				}
 				if tc.leases {
