@@ -35,9 +35,10 @@ const (
 )
 
 // Route is one path of the API and the function that serves it. Methods are
-// the ones the handler accepts; the gateway sends every method of a known
-// path to the handler (the template declares ANY), which answers 405 for the
-// others, so a wrong method is told apart from an unknown path.
+// the ones the handler accepts; every other method of a known path reaches
+// the handler too (the template declares ANY; the mux has a pattern for the
+// bare path), which answers 405, so a wrong method is told apart from an
+// unknown path.
 type Route struct {
 	Path     string
 	Methods  []string

@@ -2,7 +2,7 @@ package api
 
 // The contract's error envelope and the map from error codes to HTTP status
 // codes: the single place where a classified error becomes a reply, so the
-// Lambda handlers and the local gateway answer identically.
+// Lambda functions and `evs serve` answer identically.
 
 import (
 	"encoding/json"

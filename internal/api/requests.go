@@ -746,7 +746,7 @@ var csvHeader = []string{"email", "status", "reason", "suggestion", "disposable"
 
 // resultsCSV answers with every written result, in submission order. On
 // Lambda the reply is one payload (under the 6 MB limit for 50,000 rows);
-// locally the gateway writes it as it is.
+// `evs serve` writes it as it is.
 func (h *Handler) resultsCSV(ctx context.Context, req *request, p evs.Principal, b evs.Batch, f filter) (idempotency.Reply, error) {
 	csvBody, err := h.csvList(ctx, p.AccountID, b.ID, f)
 	if err != nil {

@@ -63,7 +63,7 @@ func (g *edge) sendExport(w http.ResponseWriter, r *http.Request, c *api.Call, i
 	http.ServeContent(w, r, "", fi.ModTime(), f)
 }
 
-// writeCallError answers a call the gateway serves itself (an upload's or an
+// writeCallError answers a call the edge serves itself (an upload's or an
 // export's URL) with err in the error envelope.
 func writeCallError(w http.ResponseWriter, r *http.Request, c *api.Call, err error) {
 	refuseEarly(w, r)

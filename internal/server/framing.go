@@ -14,7 +14,7 @@ import (
 // where its body ends. RFC 9112, section 6.3: the server may reject it, and
 // must close the connection after answering. net/http lets
 // Transfer-Encoding win and deletes Content-Length from the request before
-// a handler sees it, so the gateway cannot tell from the request alone.
+// a handler sees it, so the edge cannot tell from the request alone.
 // framingConn therefore watches the bytes net/http reads from each
 // connection, follows HTTP/1.1 message framing (request heads, then bodies
 // by Content-Length or chunks), and records for every request head whether

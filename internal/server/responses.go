@@ -7,7 +7,7 @@ import (
 	"github.com/evs-dev/evs/internal/evs"
 )
 
-// GatewayResponse is a reply the gateway itself gives, before or instead of
+// GatewayResponse is a reply the edge itself gives, before or instead of
 // a function: API Gateway's "gateway responses". template.yaml declares the
 // same ones with the same bodies (a test compares them).
 type GatewayResponse struct {
@@ -20,7 +20,7 @@ type GatewayResponse struct {
 	Headers map[string]string
 }
 
-// The gateway response types the local gateway renders.
+// The gateway response types `evs serve`'s edge renders.
 const (
 	unauthorized      = "UNAUTHORIZED"
 	accessDenied      = "ACCESS_DENIED"
@@ -47,8 +47,8 @@ func GatewayResponses() map[string]GatewayResponse {
 		{Type: missingAuthToken, Status: http.StatusNotFound, Code: evs.CodeNotFound, Message: "No such route."},
 		// On AWS this is what a body the platform will not deliver gets
 		// (the handlers answer the smaller ones themselves, naming the
-		// route's limit); locally the gateway answers with the handler's
-		// own message instead (writeTooLarge).
+		// route's limit); on `evs serve` every such body reaches the
+		// handler, which names the route's limit.
 		{Type: requestTooLarge, Status: http.StatusRequestEntityTooLarge, Code: evs.CodePayloadTooLarge, Message: "The request body is too large; send large lists with POST /v1/uploads."},
 		{Type: default4XX, Status: http.StatusBadRequest, Code: evs.CodeInvalidRequest, Message: "The request is invalid."},
 		{Type: default5XX, Status: http.StatusInternalServerError, Code: evs.CodeInternal, Message: "An internal error occurred."},

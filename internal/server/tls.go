@@ -51,7 +51,7 @@ func (c *Certificate) Reload() error {
 func (c *Certificate) Leaf() *x509.Certificate { return c.cur.Load().Leaf }
 
 // TLSConfig is the server side of TLS with the current certificate:
-// TLS 1.2 or later, HTTP/1.1 only (the gateway follows HTTP/1.1 framing
+// TLS 1.2 or later, HTTP/1.1 only (the edge follows HTTP/1.1 framing
 // on the connection itself; framing.go).
 func (c *Certificate) TLSConfig() *tls.Config {
 	return &tls.Config{
