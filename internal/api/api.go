@@ -392,8 +392,8 @@ func (h *Handler) idempotent(ctx context.Context, req *request, p evs.Principal,
 	ct, _ := req.header("Content-Type")
 	r, replayed, err := h.d.Idempotency.Do(ctx, idempotency.Request{
 		AccountID:   p.AccountID,
-		Method:      req.method,
-		Path:        req.path,
+		Method:      req.r.Method,
+		Path:        req.r.URL.Path,
 		Key:         key,
 		ContentType: ct,
 		Body:        raw,

@@ -28,8 +28,6 @@ type request struct {
 	r *http.Request
 	// rid is the call's request id; route the route's template.
 	rid, route string
-	method     string
-	path       string
 	query      map[string]string
 	body       []byte
 }
@@ -71,10 +69,9 @@ type endpoint func(ctx context.Context, req *request, p evs.Principal) (idempote
 // on AWS, API Gateway has done all that and Guard is nil.
 type Guard func(rt Route, next http.Handler) http.Handler
 
-// A mount adds routes to a mux. Each Lambda function mounts only its own
-// routes, so the linker leaves out the handlers (and their dependencies)
-// of the others.
-type mount = func(mux *http.ServeMux)
+// The mounts add routes to a mux. Each Lambda function mounts only its
+// own routes, so the linker leaves out the handlers (and their
+// dependencies) of the others.
 
 // MountAll mounts every route of the API behind guard (`evs serve`).
 func (h *Handler) MountAll(guard Guard) func(*http.ServeMux) {
@@ -105,7 +102,7 @@ func (h *Handler) MountBatches(guard Guard) func(*http.ServeMux) {
 // the rate). Each route's path also answers its other methods with 405 and
 // Allow, after the guard, as API Gateway's ANY method hands every method
 // of a known path to the function.
-func (h *Handler) mount(guard Guard, eps map[string]endpoint) mount {
+func (h *Handler) mount(guard Guard, eps map[string]endpoint) func(*http.ServeMux) {
 	if guard == nil {
 		guard = func(_ Route, next http.Handler) http.Handler { return next }
 	}
@@ -210,8 +207,7 @@ func (h *Handler) read(r *http.Request, rt Route, rid string) (*request, error) 
 	case err != nil:
 		return nil, &bodyError{err: err}
 	}
-	return &request{r: r, rid: rid, route: rt.Path, method: r.Method, path: r.URL.Path,
-		query: lastValues(queryOf(r)), body: raw}, nil
+	return &request{r: r, rid: rid, route: rt.Path, query: lastValues(queryOf(r)), body: raw}, nil
 }
 
 // readBody reads at most limit+1 bytes of body. A body of a stated length

@@ -151,8 +151,8 @@ func (h *Handler) createBatch(ctx context.Context, req *request, p evs.Principal
 		case in.uploadID != "":
 			b, err = h.storeUploadBatch(ctx, p, in)
 		case keyed:
-			scope := idempotency.Scope(p.AccountID, req.method, req.path, key)
-			b, found, err = h.storeKeyedBatch(ctx, p, in, scope, idempotency.Fingerprint(req.method, req.path, ct, raw))
+			scope := idempotency.Scope(p.AccountID, req.r.Method, req.r.URL.Path, key)
+			b, found, err = h.storeKeyedBatch(ctx, p, in, scope, idempotency.Fingerprint(req.r.Method, req.r.URL.Path, ct, raw))
 		default:
 			b, err = h.storeBatch(ctx, p, in, "")
 		}

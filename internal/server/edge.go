@@ -48,6 +48,8 @@ type edge struct {
 	o       Options
 	handler http.Handler
 	keys    keyLookup
+	// calls counts each call in the metrics; nil without metrics.
+	calls func(c *api.Call, end time.Time)
 
 	// console serves the web console's static files (console.Path).
 	console http.Handler
@@ -137,6 +139,9 @@ func newEdge(o Options, mount func(api.Guard) func(*http.ServeMux), keys keyLook
 	if v, ok := o.Store.(KeysVersioned); ok {
 		e.version = v.KeysVersion
 	}
+	if o.Metrics != nil {
+		e.calls = metrics.Calls(o.Metrics)
+	}
 	e.uploads, _ = o.Store.(uploadStore)
 	e.exports, _ = o.Store.(exportStore)
 
@@ -180,10 +185,10 @@ func routed(r *http.Request, route string) *api.Call {
 
 // count tells the metrics of a call, under its route template.
 func (e *edge) count(c *api.Call, end time.Time) {
-	if e.o.Metrics == nil {
+	if e.calls == nil {
 		return
 	}
-	metrics.Calls(e.o.Metrics)(c, end)
+	e.calls(c, end)
 	if storeFault(c) {
 		e.o.Metrics.StoreError("api")
 	}
@@ -352,7 +357,7 @@ func (e *edge) authenticate(r *http.Request, c *api.Call) (evs.Principal, string
 		p, typ = e.authorize(r.Context(), c, hit, key, now)
 	}
 	if typ == unauthorized || typ == accessDenied {
-		e.fails.fail(client, e.o.Now())
+		e.fails.fail(client, now)
 	}
 	return p, typ, nil
 }
