@@ -140,8 +140,3 @@ func parseOrigin(s string) (string, error) {
 	}
 	return strings.ToLower(u.Scheme + "://" + u.Host), nil
 }
-
-// Serves tells whether path belongs to the console.
-func Serves(path string) bool {
-	return path == strings.TrimSuffix(Path, "/") || strings.HasPrefix(path, Path)
-}
