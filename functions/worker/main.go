@@ -68,7 +68,7 @@ func main() {
 		logger.Error("worker: init failed", "error", err.Error())
 		os.Exit(1)
 	}
-	w := &sqsqueue.Worker{
+	w := &batch.Worker{
 		Queue:    sqsqueue.New(sqs.NewFromConfig(awsCfg), cfg.QueueURL),
 		Store:    st,
 		Accounts: st,
@@ -103,10 +103,10 @@ func main() {
 	if cfg.SMTP != config.SMTPOff {
 		// Politeness per provider and egress address across every
 		// concurrent invocation.
-		w.Polite = &sqsqueue.Polite{Parking: st, Gate: &politeness.Gate{
+		w.Polite = &batch.Polite{Parking: st, Gate: &politeness.Gate{
 			State: st, MX: engine, Egress: cfg.EgressName(),
 			Limits: politeness.Limits{Sessions: cfg.ProviderSessions, RcptPerMin: cfg.ProviderRcptPerMin},
 		}}
 	}
-	lambda.Start(w.Handle)
+	lambda.Start(sqsqueue.Handler(w))
 }

@@ -15,11 +15,11 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/evs-dev/evs/internal/api"
+	"github.com/evs-dev/evs/internal/batch"
 	"github.com/evs-dev/evs/internal/config"
 	"github.com/evs-dev/evs/internal/console"
 	"github.com/evs-dev/evs/internal/dynamostore"
 	"github.com/evs-dev/evs/internal/server"
-	"github.com/evs-dev/evs/internal/sqsqueue"
 	"github.com/evs-dev/evs/internal/testkit"
 )
 
@@ -325,8 +325,8 @@ func TestSweepScheduleTargetsWorkQueue(t *testing.T) {
 	if arn := node(tg, "Arn"); arn == nil || arn.Tag != "!GetAtt" || arn.Value != "WorkQueue.Arn" {
 		t.Errorf("target %v, want !GetAtt WorkQueue.Arn", arn)
 	}
-	var m sqsqueue.Message
-	if in := node(tg, "Input"); in == nil || json.Unmarshal([]byte(in.Value), &m) != nil || m.Kind != sqsqueue.KindSweep {
+	var m batch.Message
+	if in := node(tg, "Input"); in == nil || json.Unmarshal([]byte(in.Value), &m) != nil || m.Kind != batch.KindSweep {
 		t.Errorf("target input %v is not a sweep message", in)
 	}
 	// The worker reads the queue the rule sends to.

@@ -94,7 +94,7 @@ type ResultCache interface {
 // mean nothing is counted twice.
 type Runner struct {
 	cfg  RunnerConfig
-	proc *Processor
+	step stepper
 	live *lane // SMTP work of live accounts
 	test *lane // sandbox work of test-mode accounts
 
@@ -154,8 +154,15 @@ func NewRunner(cfg RunnerConfig) (*Runner, error) {
 	}
 	r := &Runner{
 		cfg: cfg,
-		proc: &Processor{Engine: cfg.Engine, Sandbox: cfg.Sandbox, MaxGreyAttempts: cfg.MaxGreyAttempts,
-			PerConnection: cfg.PerConnection, SessionLimit: cfg.SessionLimit, Now: cfg.Now},
+		step: stepper{
+			proc: &Processor{Engine: cfg.Engine, Sandbox: cfg.Sandbox, MaxGreyAttempts: cfg.MaxGreyAttempts,
+				PerConnection: cfg.PerConnection, SessionLimit: cfg.SessionLimit, Now: cfg.Now},
+			// A slot is waited for in the step: a session of this
+			// process ends soon. A pause or a spent RCPT budget sends
+			// the group back to the lane until it is over, freeing the
+			// runner's slot.
+			gate: cfg.Gate, waitForSlot: true, cache: cfg.Cache, grey: cfg.Grey, greyBackoff: cfg.GreyBackoff, logger: cfg.Logger,
+		},
 		active: map[string]bool{},
 	}
 	r.live = newLane(cfg.Workers, share(cfg.Workers), cfg.PerBatch, r.startTask)
@@ -353,7 +360,7 @@ func (r *Runner) run(parent context.Context, b evs.Batch, items []evs.Item) erro
 	for _, g := range GroupByDomain(items) {
 		// A domain's sessions run one after another in one task: polite to
 		// its servers, and its accept-all probe is made once.
-		r.submit(task{run: br, group: g})
+		r.submit(task{run: br, b: b, test: acct.Test, group: g})
 	}
 	br.tasks.Wait()
 	br.lane.remove(br)
@@ -384,107 +391,47 @@ func (r *Runner) startTask(t task) {
 	go func() {
 		br := t.run
 		defer br.tasks.Done()
-		retry, later, wait := r.runTask(t)
-		br.lane.done(t)
-		if len(later) > 0 {
-			// Not asked yet: the provider is paused, or the group was
-			// more than a minute's RCPT budget. Same attempt, after the
-			// wait; a shutdown leaves them pending for the restart.
-			br.tasks.Add(1)
-			go func() {
-				defer br.tasks.Done()
-				if sleep(br.ctx, wait) {
-					r.submit(task{run: br, group: Group{Domain: t.group.Domain, Items: later}, attempt: t.attempt, cacheDone: true, waited: t.waited})
-				}
-			}()
+		var d stepDone
+		if br.ctx.Err() == nil {
+			d = r.step.run(br.ctx, t, time.Time{})
+			br.w.add(br.ctx, d.results)
 		}
-		if len(retry) == 0 {
+		br.lane.done(t)
+		if d.err != nil {
+			// Cancel, shutdown or the batch deadline cut it short: what
+			// is left stays pending for the next run or for expire.
 			return
 		}
-		// Wait out the back-off, but not past shutdown or cancel: the
-		// addresses stay pending in the store and a restart picks them
-		// up, so a SIGTERM never waits minutes for a greylist timer.
-		br.tasks.Add(1)
-		delay := r.greyDelay(br, t)
-		go func() {
-			defer br.tasks.Done()
-			if sleep(br.ctx, delay) {
-				r.submit(task{run: br, group: Group{Domain: t.group.Domain, Items: retry}, attempt: t.attempt + 1, cacheDone: true, waited: t.waited + delay})
-			}
-		}()
+		// Not asked yet (the provider is paused, or the group was more
+		// than a window's RCPT budget): the same attempt, after the wait.
+		// Greylisted: the next attempt, after the back-off. A shutdown or
+		// cancel ends the waits: the addresses stay pending in the store
+		// and a restart picks them up, so a SIGTERM never waits minutes
+		// for a greylist timer.
+		r.after(t, d.wait, r.step.gate.Until(d.until), false)
+		r.after(t, d.left, 0, false)
+		r.after(t, d.retry, d.retryIn, true)
 	}()
 }
 
-// runTask verifies one group and hands its results to the writer; it
-// returns the greylisted items to retry later, and the items to run again
-// at the same attempt after wait (a provider's pause, a minute's RCPT
-// budget). Each SMTP session of the group is bounded by SessionLimit (see
-// Processor); a live full-mode group first passes the Gate, whose clock
-// (real time unless it has its own) paces it.
-func (r *Runner) runTask(t task) (retry, later []evs.Item, wait time.Duration) {
+// after submits items of t's group again once delay has passed: at the
+// next attempt if next, else at the same one.
+func (r *Runner) after(t task, items []evs.Item, delay time.Duration, next bool) {
+	if len(items) == 0 {
+		return
+	}
 	br := t.run
-	if br.ctx.Err() != nil {
-		return nil, nil, 0
+	n := task{run: br, b: t.b, test: t.test, group: Group{Domain: t.group.Domain, Items: items}, attempt: t.attempt, cacheRead: true, waited: t.waited}
+	if next {
+		n.attempt, n.waited = t.attempt+1, t.waited+delay
 	}
-	gate := r.cfg.Gate
-	g := t.group
-	var at time.Time
-	var ticket politeness.Ticket // admits nothing: Done does nothing
-	cached := UsesCache(r.cfg.Cache, br.test, br.mode, g.Domain)
-	if cached && !t.cacheDone {
-		var hits []evs.Result
-		hits, g.Items = FromCache(br.ctx, r.cfg.Cache, br.b, g.Items)
-		br.w.add(br.ctx, hits)
-		if len(g.Items) == 0 {
-			return nil, nil, 0
+	br.tasks.Add(1)
+	go func() {
+		defer br.tasks.Done()
+		if sleep(br.ctx, delay) {
+			r.submit(n)
 		}
-	}
-	if !br.test && br.mode == evs.ModeFull && g.Domain != "" {
-		// A slot is waited for here, as a session of the provider ends
-		// soon; a pause or a spent RCPT budget sends the group back to
-		// the queue until it is over, freeing the runner's slot.
-		key := gate.Key(br.ctx, g.Domain)
-		_, limit := gate.Limits.ForKey(key)
-		var run []evs.Item
-		run, later = r.proc.Fit(g.Items, limit)
-		a, err := gate.Wait(br.ctx, key, r.proc.RcptBound(len(run)), 0)
-		if err != nil || br.ctx.Err() != nil {
-			return nil, nil, 0 // cancel or shutdown: still pending
-		}
-		if !a.OK {
-			return nil, g.Items, gate.Until(a.Retry)
-		}
-		ticket, g.Items = a, run
-	}
-	o, err := r.proc.VerifyGroup(br.ctx, time.Time{}, br.test, br.mode, g, t.attempt)
-	until, perr := ticket.Done(br.ctx, o.Throttled)
-	if perr != nil {
-		logErr(r.cfg.Logger, "politeness state", br.b, perr)
-	}
-	if len(o.Left) > 0 {
-		// Throttled: what the server did not answer waits for the
-		// provider's pause (PauseBase, had the gate none).
-		later = append(later, o.Left...)
-		if until.IsZero() {
-			until = time.Now().Add(gate.FirstPause())
-		}
-		if until.After(at) {
-			at = until
-		}
-	}
-	br.w.add(br.ctx, o.Results)
-	r.learnGrey(br, t, o.Results)
-	if cached {
-		if err := KeepResults(br.ctx, r.cfg.Cache, br.b.AccountID, o.Results); err != nil {
-			logErr(r.cfg.Logger, "could not keep verdicts in the result cache", br.b, err)
-		}
-	}
-	if err != nil {
-		// Cancel, shutdown or the batch deadline cut it short: what is
-		// left stays pending for the next run or for expire.
-		return nil, nil, 0
-	}
-	return o.Retry, later, gate.Until(at)
+	}()
 }
 
 // expire completes a batch past its deadline: every item still pending

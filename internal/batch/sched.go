@@ -2,7 +2,6 @@ package batch
 
 import (
 	"sync"
-	"time"
 )
 
 // The in-process runner shares its worker slots between tenants. Work is a
@@ -22,18 +21,6 @@ import (
 // to a server that never answers. An account therefore holds at most
 // perAccount slots of a lane (by default three quarters), and a batch at
 // most perBatch: the rest stay free for accounts that arrive later.
-
-// task is one unit of work: a domain group of one batch, at one attempt.
-type task struct {
-	run     *batchRun
-	group   Group
-	attempt int
-	// cacheDone: the group's items were looked up in the result cache
-	// already (a group run again after a pause or a greylisting).
-	cacheDone bool
-	// waited is the back-off waited since the group's first greylisting.
-	waited time.Duration
-}
 
 // lane is one pool of worker slots and the queues that feed it.
 type lane struct {

@@ -15,7 +15,6 @@ import (
 	"github.com/evs-dev/evs/internal/batch"
 	"github.com/evs-dev/evs/internal/dynamostore"
 	"github.com/evs-dev/evs/internal/evs"
-	"github.com/evs-dev/evs/internal/sqsqueue"
 	"github.com/evs-dev/evs/internal/testkit"
 	"github.com/evs-dev/evs/internal/verify"
 )
@@ -82,10 +81,10 @@ func TestWorkerLearnsGreyDelay(t *testing.T) {
 				}
 				type due struct {
 					at time.Time
-					m  sqsqueue.Message
+					m  batch.Message
 				}
 				var pending []due
-				for _, m := range sqsqueue.Pack(b.AccountID, b.ID, items, 200) {
+				for _, m := range batch.Pack(b.AccountID, b.ID, items, 200) {
 					pending = append(pending, due{clock.Now(), m})
 				}
 				var delays []int32

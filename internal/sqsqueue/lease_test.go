@@ -118,17 +118,17 @@ func TestWorkerHostLeasesAcrossInvocations(t *testing.T) {
 				}
 			}()
 			// Each invocation: its own engine and prober, the shared store.
-			workers := make([]*sqsqueue.Worker, invocations)
+			workers := make([]*batch.Worker, invocations)
 			for i := range workers {
 				eng := h.engine(t, 4)
-				workers[i] = &sqsqueue.Worker{
+				workers[i] = &batch.Worker{
 					Queue: w.q, Store: w.st, Accounts: w.st,
 					Processor: &batch.Processor{Engine: eng, Sandbox: verify.NewSandbox(nil)},
 					Logger:    slog.New(slog.NewTextHandler(&diag, &slog.HandlerOptions{Level: slog.LevelDebug})),
 					PackSize:  3, Concurrency: 4,
 				}
 				if tc.leases {
-					workers[i].Polite = &sqsqueue.Polite{Parking: w.st, Gate: &politeness.Gate{State: w.st, MX: eng,
+					workers[i].Polite = &batch.Polite{Parking: w.st, Gate: &politeness.Gate{State: w.st, MX: eng,
 						Limits: politeness.Limits{Sessions: map[string]int{"*": slots}, RcptPerMin: map[string]int{"*": 1000}}}}
 				}
 			}
@@ -148,7 +148,7 @@ func TestWorkerHostLeasesAcrossInvocations(t *testing.T) {
 						if err != nil || len(out.Messages) == 0 {
 							continue
 						}
-						resp, err := wk.Handle(ctx, event(out.Messages...))
+						resp, err := sqsqueue.Handler(wk)(ctx, event(out.Messages...))
 						if err != nil || len(resp.BatchItemFailures) > 0 {
 							t.Errorf("Handle: %v %+v", err, resp.BatchItemFailures)
 							return
@@ -195,10 +195,10 @@ func TestWorkerPlanWindow(t *testing.T) {
 	kinds := func(es []sentEntry) (work, items int, plan *sentEntry) {
 		for i, e := range es {
 			switch e.msg.Kind {
-			case sqsqueue.KindWork:
+			case batch.KindWork:
 				work++
 				items += len(e.msg.Items)
-			case sqsqueue.KindPlan:
+			case batch.KindPlan:
 				plan = &es[i]
 			}
 		}
@@ -211,7 +211,7 @@ func TestWorkerPlanWindow(t *testing.T) {
 	msgs := w.receiveN(3, 10*time.Second)
 	var works, plans = msgs[:0:0], msgs[:0:0]
 	for _, m := range msgs {
-		if decode(t, m).Kind == sqsqueue.KindPlan {
+		if decode(t, m).Kind == batch.KindPlan {
 			plans = append(plans, m)
 		} else {
 			works = append(works, m)
@@ -304,7 +304,7 @@ func budgetProbesOnce(t *testing.T, cached bool) {
 	// done and the last are not, and those under way have 3 s to finish.
 	w.w.Reserve = 3 * time.Second
 	ctx, cancel := context.WithTimeout(w.ctx, 6*time.Second)
-	resp, err := w.w.Handle(ctx, event(first...))
+	resp, err := sqsqueue.Handler(w.w)(ctx, event(first...))
 	cancel()
 	if err != nil || len(resp.BatchItemFailures) > 0 {
 		t.Fatalf("first invocation: %v %+v\n%s", err, resp.BatchItemFailures, w.logs.String())
@@ -320,7 +320,7 @@ func budgetProbesOnce(t *testing.T, cached bool) {
 	// The first message again, as a redelivery, while the second waits.
 	redo := event(first...)
 	redo.Records[0].Attributes = map[string]string{"ApproximateReceiveCount": "2"}
-	if resp, err := w.w.Handle(w.ctx, redo); err != nil || len(resp.BatchItemFailures) > 0 {
+	if resp, err := sqsqueue.Handler(w.w)(w.ctx, redo); err != nil || len(resp.BatchItemFailures) > 0 {
 		t.Fatalf("redelivery: %v %+v", err, resp.BatchItemFailures)
 	}
 	w.handle(second...)
@@ -367,7 +367,7 @@ func (c *countingSandbox) VerifyDomain(ctx context.Context, emails []string, mod
 // deadStore stands for a worker process that died: once dead, it writes
 // nothing more.
 type deadStore struct {
-	sqsqueue.Store
+	batch.WorkerStore
 	dead atomic.Bool
 }
 
@@ -375,7 +375,7 @@ func (d *deadStore) PutResults(ctx context.Context, accountID, id string, rs []e
 	if d.dead.Load() {
 		return evs.Batch{}, errors.New("the process is gone")
 	}
-	return d.Store.PutResults(ctx, accountID, id, rs, now)
+	return d.WorkerStore.PutResults(ctx, accountID, id, rs, now)
 }
 
 // TestWorkerCrashKeepsFinishedResults: a worker that dies mid-message (out
@@ -391,7 +391,7 @@ func TestWorkerCrashKeepsFinishedResults(t *testing.T) {
 	emails = append(emails, "accepted_email@stuck.example")
 	b := w.createBatch(evs.ModeQuick, emails...)
 	counter := &countingSandbox{asked: map[string]int{}, inner: verify.NewSandbox(nil), release: make(chan struct{})}
-	dead := &deadStore{Store: w.st}
+	dead := &deadStore{WorkerStore: w.st}
 	w.w.Processor = &batch.Processor{Engine: noNetwork{t}, Sandbox: counter}
 	w.w.Store = dead
 	if err := w.q.Enqueue(w.ctx, b); err != nil {
@@ -404,7 +404,7 @@ func TestWorkerCrashKeepsFinishedResults(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		w.w.Handle(ctx, event(work...))
+		sqsqueue.Handler(w.w)(ctx, event(work...))
 	}()
 	deadline := time.Now().Add(20 * time.Second)
 	for w.current().Counters.Processed < 99 {
@@ -426,7 +426,7 @@ func TestWorkerCrashKeepsFinishedResults(t *testing.T) {
 	redo := event(work...)
 	redo.Records[0].Attributes = map[string]string{"ApproximateReceiveCount": "2"}
 	counter.inner = verify.NewSandbox(nil)
-	if resp, err := w.w.Handle(w.ctx, redo); err != nil || len(resp.BatchItemFailures) > 0 {
+	if resp, err := sqsqueue.Handler(w.w)(w.ctx, redo); err != nil || len(resp.BatchItemFailures) > 0 {
 		t.Fatalf("redelivery: %v %+v", err, resp.BatchItemFailures)
 	}
 	twice := 0

@@ -173,7 +173,7 @@ type recordingPolite struct {
 // politeStore is what dynamostore.Store keeps for politeness.
 type politeStore interface {
 	politeness.State
-	sqsqueue.Parking
+	batch.Parking
 }
 
 type pauseAt struct{ at, until time.Time }
@@ -213,7 +213,7 @@ func (r *recordingPolite) Park(ctx context.Context, key string, notBefore time.T
 
 // timedSends passes sends through to SQS and records, for every entry of
 // SendMessageBatch, when it was sent, its kind and its delay; and counts
-// the single sends (wake messages).
+// the wake messages.
 type timedSends struct {
 	sqsqueue.Client
 	mu    sync.Mutex
@@ -232,18 +232,16 @@ func (s *timedSends) SendMessageBatch(ctx context.Context, in *sqs.SendMessageBa
 	if err == nil {
 		s.mu.Lock()
 		for _, e := range in.Entries {
-			var m sqsqueue.Message
+			var m batch.Message
 			_ = json.Unmarshal([]byte(aws.ToString(e.MessageBody)), &m)
 			s.sends = append(s.sends, timedSend{at: time.Now(), kind: m.Kind, delay: e.DelaySeconds})
+			if m.Kind == batch.KindWake {
+				s.wakes.Add(1)
+			}
 		}
 		s.mu.Unlock()
 	}
 	return out, err
-}
-
-func (s *timedSends) SendMessage(ctx context.Context, in *sqs.SendMessageInput, optFns ...func(*sqs.Options)) (*sqs.SendMessageOutput, error) {
-	s.wakes.Add(1)
-	return s.Client.SendMessage(ctx, in, optFns...)
 }
 
 func (s *timedSends) all() []timedSend {
@@ -261,7 +259,7 @@ type providerWorld struct {
 	peer    *providerPeer
 	polite  *recordingPolite
 	sends   *timedSends
-	workers []*sqsqueue.Worker
+	workers []*batch.Worker
 	emails  []string
 }
 
@@ -307,12 +305,12 @@ func newProviderWorld(t *testing.T, peer *providerPeer, sizes []int, workers, pa
 		if err != nil {
 			t.Fatal(err)
 		}
-		pw.workers = append(pw.workers, &sqsqueue.Worker{
+		pw.workers = append(pw.workers, &batch.Worker{
 			Queue: q, Store: w.st, Accounts: w.st,
 			Processor: &batch.Processor{Engine: eng, Sandbox: verify.NewSandbox(nil)},
 			Logger:    slog.New(slog.NewJSONHandler(w.logs, nil)),
 			PackSize:  packSize, Concurrency: 4, GreyBackoff: time.Second,
-			Polite: &sqsqueue.Polite{Parking: pw.polite, Gate: &politeness.Gate{State: pw.polite, MX: eng, Limits: limits,
+			Polite: &batch.Polite{Parking: pw.polite, Gate: &politeness.Gate{State: pw.polite, MX: eng, Limits: limits,
 				Window: window, PauseBase: pauseBase, PauseMax: 4 * pauseBase}},
 		})
 	}
@@ -343,7 +341,7 @@ func (pw *providerWorld) run(t *testing.T) evs.Batch {
 				if err != nil || len(out.Messages) == 0 {
 					continue
 				}
-				resp, err := wk.Handle(ctx, event(out.Messages...))
+				resp, err := sqsqueue.Handler(wk)(ctx, event(out.Messages...))
 				if err != nil || len(resp.BatchItemFailures) > 0 {
 					t.Errorf("Handle: %v %+v\n%s", err, resp.BatchItemFailures, pw.logs.String())
 					return
@@ -390,7 +388,7 @@ func (pw *providerWorld) checkOnce(t *testing.T, b evs.Batch) {
 // and those sent with a delay.
 func (pw *providerWorld) workSends() (n, delayed int) {
 	for _, s := range pw.sends.all() {
-		if s.kind == sqsqueue.KindWork || s.kind == sqsqueue.KindUnparked {
+		if s.kind == batch.KindWork || s.kind == batch.KindUnparked {
 			n++
 			if s.delay > 0 {
 				delayed++
@@ -463,7 +461,7 @@ func TestPoliteLimitsAcrossWorkers(t *testing.T) {
 	// Waiting work waited in the store: no work message went out with a
 	// delay, and every message beyond the planned ones released a park.
 	sent, delayed := pw.workSends()
-	planned := len(sqsqueue.Pack(b.AccountID, b.ID, itemsOf(pw.emails), 24))
+	planned := len(batch.Pack(b.AccountID, b.ID, itemsOf(pw.emails), 24))
 	if delayed > 0 {
 		t.Errorf("%d work messages re-queued with a delay (a busy loop)", delayed)
 	}
@@ -531,7 +529,7 @@ func TestPolitePauseAfter421(t *testing.T) {
 	}
 	// Parked, not circling: no work message during the pause.
 	for _, s := range pw.sends.all() {
-		if (s.kind == sqsqueue.KindWork || s.kind == sqsqueue.KindUnparked) && s.at.After(quiet) && s.at.Before(p.until) {
+		if (s.kind == batch.KindWork || s.kind == batch.KindUnparked) && s.at.After(quiet) && s.at.Before(p.until) {
 			t.Errorf("a %s message was sent during the pause, at %s", s.kind, s.at.Format(time.StampMilli))
 		}
 	}

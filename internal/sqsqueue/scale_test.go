@@ -213,7 +213,7 @@ type scaleWorld struct {
 	log    *callLog
 	st     *dynamostore.Store
 	h      *api.Handler
-	w      *sqsqueue.Worker
+	w      *batch.Worker
 	sqs    *sqs.Client
 	url    string
 	acct   string
@@ -251,7 +251,7 @@ func newScaleWorld(t *testing.T) *scaleWorld {
 		h: api.New(api.Deps{Idempotency: idempotency.New(st, time.Now), Batches: st, Queue: queue, Logger: logger, MaxActiveBatches: 10,
 			// Small, so a small batch's CSV takes the export path.
 			Exports: st, MaxCSVReply: 4 << 10, Uploads: st, ExportLinks: st}),
-		w: &sqsqueue.Worker{
+		w: &batch.Worker{
 			Queue: queue, Store: st, Accounts: st, Logger: logger,
 			Processor: &batch.Processor{Engine: noNetwork{t}, Sandbox: verify.NewSandbox(nil)},
 			// Small windows, so small batches (moto's transactions slow
@@ -325,16 +325,16 @@ func (w *scaleWorld) drain(id string) (planCalls []call) {
 				strings.Contains(aws.ToString(out.Messages[j].Body), `"kind":"plan"`)
 		})
 		for _, m := range out.Messages {
-			var msg sqsqueue.Message
+			var msg batch.Message
 			_ = json.Unmarshal([]byte(aws.ToString(m.Body)), &msg)
 			start := time.Now()
 			ev := events.SQSEvent{Records: []events.SQSMessage{{MessageId: aws.ToString(m.MessageId), Body: aws.ToString(m.Body),
 				Attributes: map[string]string{"ApproximateReceiveCount": "1"}}}}
-			resp, err := w.w.Handle(ctx, ev)
+			resp, err := sqsqueue.Handler(w.w)(ctx, ev)
 			if err != nil || len(resp.BatchItemFailures) > 0 {
 				w.t.Fatalf("Handle %s: %v %+v", msg.Kind, err, resp.BatchItemFailures)
 			}
-			if msg.Kind == sqsqueue.KindPlan {
+			if msg.Kind == batch.KindPlan {
 				planCalls = append(planCalls, w.log.since(start)...)
 			}
 			if _, err := w.sqs.DeleteMessage(ctx, &sqs.DeleteMessageInput{QueueUrl: aws.String(w.url), ReceiptHandle: m.ReceiptHandle}); err != nil {

@@ -16,9 +16,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
+	"github.com/evs-dev/evs/internal/batch"
 	"github.com/evs-dev/evs/internal/egress"
 	"github.com/evs-dev/evs/internal/evs"
-	"github.com/evs-dev/evs/internal/sqsqueue"
 	"github.com/evs-dev/evs/internal/webhook"
 )
 
@@ -68,7 +68,7 @@ func (w *world) sweep() []sentEntry {
 	// two sweeps, which must be harmless; anything else was left by the
 	// test.
 	for _, m := range ms {
-		if got := decode(w.t, m); got.Kind != sqsqueue.KindSweep {
+		if got := decode(w.t, m); got.Kind != batch.KindSweep {
 			w.t.Fatalf("the queue holds %+v besides the sweep", got)
 		}
 	}
@@ -118,7 +118,7 @@ func TestSweepReplansLostBatch(t *testing.T) {
 	}
 	c.add(2 * time.Minute)
 	sent := w.sweep()
-	if len(sent) != 1 || sent[0].msg.Kind != sqsqueue.KindPlan || sent[0].msg.BatchID != b.ID || sent[0].msg.From != 0 {
+	if len(sent) != 1 || sent[0].msg.Kind != batch.KindPlan || sent[0].msg.BatchID != b.ID || sent[0].msg.From != 0 {
 		t.Fatalf("stalled batch: sweep queued %v, want one plan", kinds(sent))
 	}
 	plan := w.receiveN(1, 10*time.Second)
@@ -172,7 +172,7 @@ func TestSweepLeavesProgressingBatch(t *testing.T) {
 	// messages are still to come.
 	c.add(31 * time.Minute)
 	sent := w.sweep()
-	if len(sent) != 1 || sent[0].msg.Kind != sqsqueue.KindPlan {
+	if len(sent) != 1 || sent[0].msg.Kind != batch.KindPlan {
 		t.Fatalf("stalled batch: sweep queued %v, want one plan", kinds(sent))
 	}
 	w.handle(w.receiveN(1, 10*time.Second)...) // the plan: four work messages
@@ -277,7 +277,7 @@ func TestSweepQueuesOverdueDelivery(t *testing.T) {
 			}
 			c.add(6 * time.Minute)
 			sent := w.sweep()
-			if len(sent) != 1 || sent[0].msg.Kind != sqsqueue.KindWebhook || sent[0].msg.BatchID != b.ID {
+			if len(sent) != 1 || sent[0].msg.Kind != batch.KindWebhook || sent[0].msg.BatchID != b.ID {
 				t.Fatalf("overdue delivery: sweep queued %v, want its webhook message", kinds(sent))
 			}
 			hook := w.receiveN(1, 10*time.Second)
@@ -342,7 +342,7 @@ func TestSweepDeadlineQueuesWebhook(t *testing.T) {
 	b, _ := newCallbackBatch(w, rc.URL+"/hook")
 	c.add(2 * time.Hour)
 	sent := w.sweep()
-	if len(sent) != 1 || sent[0].msg.Kind != sqsqueue.KindWebhook || sent[0].msg.BatchID != b.ID {
+	if len(sent) != 1 || sent[0].msg.Kind != batch.KindWebhook || sent[0].msg.BatchID != b.ID {
 		t.Fatalf("sweep past the deadline queued %v, want the webhook", kinds(sent))
 	}
 	w.drain()

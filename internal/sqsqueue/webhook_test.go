@@ -12,6 +12,7 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
+	"github.com/evs-dev/evs/internal/batch"
 	"github.com/evs-dev/evs/internal/egress"
 	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/sqsqueue"
@@ -59,7 +60,7 @@ func TestWorkerWebhook(t *testing.T) {
 	}
 	for attempt := 1; attempt <= 3; attempt++ {
 		sent := w.rec.take()
-		if len(sent) != 1 || sent[0].msg.Kind != sqsqueue.KindWebhook || sent[0].msg.BatchID != b.ID {
+		if len(sent) != 1 || sent[0].msg.Kind != batch.KindWebhook || sent[0].msg.BatchID != b.ID {
 			t.Fatalf("before attempt %d the queue got %+v, want one webhook message", attempt, sent)
 		}
 		if want := int32(0); attempt > 1 {
@@ -169,7 +170,7 @@ func TestWorkerWebhookFairAcrossAccounts(t *testing.T) {
 	}
 	var ev events.SQSEvent
 	add := func(b evs.Batch) {
-		body, _ := json.Marshal(sqsqueue.Message{Kind: sqsqueue.KindWebhook, AccountID: b.AccountID, BatchID: b.ID})
+		body, _ := json.Marshal(batch.Message{Kind: batch.KindWebhook, AccountID: b.AccountID, BatchID: b.ID})
 		ev.Records = append(ev.Records, events.SQSMessage{MessageId: b.ID, Body: string(body), EventSource: "aws:sqs"})
 	}
 	for range 6 {
@@ -191,7 +192,7 @@ func TestWorkerWebhookFairAcrossAccounts(t *testing.T) {
 	add(ob)
 
 	start := time.Now()
-	resp, err := w.w.Handle(w.ctx, ev)
+	resp, err := sqsqueue.Handler(w.w)(w.ctx, ev)
 	if err != nil || len(resp.BatchItemFailures) > 0 {
 		t.Fatalf("Handle: %v, failures %+v\nlogs: %s", err, resp.BatchItemFailures, w.logs.String())
 	}
@@ -209,7 +210,7 @@ func TestWorkerWebhookFairAcrossAccounts(t *testing.T) {
 	busy, retries := 0, 0
 	for _, s := range w.rec.take() {
 		switch {
-		case s.msg.Kind != sqsqueue.KindWebhook || s.msg.AccountID != w.acct.ID:
+		case s.msg.Kind != batch.KindWebhook || s.msg.AccountID != w.acct.ID:
 			t.Errorf("queued %+v", s)
 		case s.delay == 2:
 			busy++ // over the bound: looked at again shortly

@@ -48,7 +48,7 @@ type sendRecorder struct {
 const sendStamp = "evs-test-send"
 
 type sentEntry struct {
-	msg   sqsqueue.Message
+	msg   batch.Message
 	delay int32
 }
 
@@ -69,7 +69,7 @@ func (r *sendRecorder) SendMessageBatch(ctx context.Context, in *sqs.SendMessage
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, e := range in.Entries {
-		var m sqsqueue.Message
+		var m batch.Message
 		if jerr := json.Unmarshal([]byte(aws.ToString(e.MessageBody)), &m); jerr != nil {
 			return nil, fmt.Errorf("recorder: the queue sent a body that is not a Message: %w", jerr)
 		}
@@ -96,7 +96,7 @@ type world struct {
 	url   string
 	rec   *sendRecorder
 	q     *sqsqueue.Queue
-	w     *sqsqueue.Worker
+	w     *batch.Worker
 	acct  evs.Account
 	logs  *testkit.LogBuffer
 	batch evs.Batch
@@ -135,7 +135,7 @@ func newWorld(t *testing.T, packSize int, greyBackoff time.Duration, maxGrey int
 	w := &world{t: t, ctx: ctx, st: st, sqs: sc, url: aws.ToString(q.QueueUrl), acct: acct, logs: &testkit.LogBuffer{}}
 	w.rec = &sendRecorder{Client: sc}
 	w.q = sqsqueue.New(w.rec, w.url)
-	w.w = &sqsqueue.Worker{
+	w.w = &batch.Worker{
 		Queue: w.q, Store: st, Accounts: st,
 		Processor:   &batch.Processor{Engine: noNetwork{t}, Sandbox: verify.NewSandbox(nil), MaxGreyAttempts: maxGrey},
 		Logger:      slog.New(slog.NewJSONHandler(w.logs, nil)),
@@ -273,15 +273,15 @@ func event(ms ...types.Message) events.SQSEvent {
 // handle feeds ms to the worker and requires that none failed.
 func (w *world) handle(ms ...types.Message) {
 	w.t.Helper()
-	resp, err := w.w.Handle(w.ctx, event(ms...))
+	resp, err := sqsqueue.Handler(w.w)(w.ctx, event(ms...))
 	if err != nil || len(resp.BatchItemFailures) > 0 {
 		w.t.Fatalf("Handle: %v, failures %+v\nlogs: %s", err, resp.BatchItemFailures, w.logs.String())
 	}
 }
 
-func decode(t *testing.T, m types.Message) sqsqueue.Message {
+func decode(t *testing.T, m types.Message) batch.Message {
 	t.Helper()
-	var out sqsqueue.Message
+	var out batch.Message
 	if err := json.Unmarshal([]byte(aws.ToString(m.Body)), &out); err != nil {
 		t.Fatalf("message body: %v: %s", err, aws.ToString(m.Body))
 	}
@@ -364,7 +364,7 @@ func TestWorkerPlanAndWork(t *testing.T) {
 				t.Fatalf("enqueue: %v", err)
 			}
 			plan := w.receiveN(1, 10*time.Second)
-			if m := decode(t, plan[0]); m.Kind != sqsqueue.KindPlan || m.AccountID != b.AccountID || m.BatchID != b.ID || len(m.Items) != 0 {
+			if m := decode(t, plan[0]); m.Kind != batch.KindPlan || m.AccountID != b.AccountID || m.BatchID != b.ID || len(m.Items) != 0 {
 				t.Fatalf("plan message: %+v", m)
 			}
 			w.handle(plan...)
@@ -376,10 +376,10 @@ func TestWorkerPlanAndWork(t *testing.T) {
 			// SQS does not keep order; the recorder saw the send order.
 			var got [][]string
 			for _, e := range w.rec.take() {
-				if e.msg.Kind == sqsqueue.KindPlan {
+				if e.msg.Kind == batch.KindPlan {
 					continue
 				}
-				if e.msg.Kind != sqsqueue.KindWork || e.msg.BatchID != b.ID || e.msg.Attempt != 0 || e.delay != 0 {
+				if e.msg.Kind != batch.KindWork || e.msg.BatchID != b.ID || e.msg.Attempt != 0 || e.delay != 0 {
 					t.Fatalf("work message %+v delay %d", e.msg, e.delay)
 				}
 				var ds []string
@@ -518,7 +518,7 @@ func TestWorkerGreylistResend(t *testing.T) {
 			t.Fatalf("after attempt %d: state %s counters %+v", attempt, cur.State, cur.Counters)
 		}
 		wantDelay := int32(batch.GreyDelay(time.Second, attempt+1, true) / time.Second)
-		if len(sent) != 1 || sent[0].msg.Kind != sqsqueue.KindWork || sent[0].msg.Attempt != attempt+1 || sent[0].delay != wantDelay || len(sent[0].msg.Items) != 2 {
+		if len(sent) != 1 || sent[0].msg.Kind != batch.KindWork || sent[0].msg.Attempt != attempt+1 || sent[0].delay != wantDelay || len(sent[0].msg.Items) != 2 {
 			t.Fatalf("after attempt %d sent %+v, want one work message of attempt %d with both greylisted items, delay %d", attempt, sent, attempt+1, wantDelay)
 		}
 		// moto honours the delay: the message is not visible at once. Only
@@ -568,7 +568,7 @@ func TestWorkerGreylistDelayCap(t *testing.T) {
 				w.liveAccount()
 			}
 			b := w.createBatch("quick", "greylisted@x.example")
-			m := sqsqueue.Message{Kind: sqsqueue.KindWork, AccountID: b.AccountID, BatchID: b.ID,
+			m := batch.Message{Kind: batch.KindWork, AccountID: b.AccountID, BatchID: b.ID,
 				Items: []evs.Item{{Seq: 0, Email: "greylisted@x.example", Domain: "x.example"}}}
 			for attempt, want := range tc.want {
 				body, _ := json.Marshal(m)
@@ -590,7 +590,7 @@ func TestWorkerGreylistDelayCap(t *testing.T) {
 }
 
 // failingStore makes every batch read fail as a DynamoDB outage would.
-type failingStore struct{ sqsqueue.Store }
+type failingStore struct{ batch.WorkerStore }
 
 func (failingStore) Batch(context.Context, string, string) (evs.Batch, error) {
 	return evs.Batch{}, evs.Errorf(evs.CodeUnavailable, "injected outage")
@@ -628,13 +628,13 @@ func TestWorkerUnreadableMessage(t *testing.T) {
 			if tc.failing {
 				w.w.Store = failingStore{w.w.Store}
 			}
-			good, _ := json.Marshal(sqsqueue.Message{Kind: sqsqueue.KindWork, AccountID: b.AccountID, BatchID: b.ID,
+			good, _ := json.Marshal(batch.Message{Kind: batch.KindWork, AccountID: b.AccountID, BatchID: b.ID,
 				Items: []evs.Item{{Seq: 0, Email: "accepted_email@x.example", Domain: "x.example"}}})
 			ev := event(
 				types.Message{MessageId: aws.String("bad-1"), Body: aws.String(tc.body)},
 				types.Message{MessageId: aws.String("good-1"), Body: aws.String(string(good))},
 			)
-			resp, err := w.w.Handle(w.ctx, ev)
+			resp, err := sqsqueue.Handler(w.w)(w.ctx, ev)
 			if err != nil {
 				t.Fatalf("Handle returned an error for the whole event: %v", err)
 			}

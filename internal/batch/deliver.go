@@ -1,4 +1,4 @@
-package sqsqueue
+package batch
 
 import (
 	"context"
@@ -13,13 +13,10 @@ import (
 // webhook delivery (contract, section 10).
 const KindWebhook = "webhook"
 
-// maxDelay is SQS's longest message delay; longer back-offs are chained.
-const maxDelay = 15 * time.Minute
-
-// webhookBusyDelaySeconds is how long a webhook message waits when its
-// account already has every attempt slot busy: well under the shortest
-// retry delay (5 s), so the event is late by little.
-const webhookBusyDelaySeconds = 2
+// webhookBusyDelay is how long a webhook message waits when its account
+// already has every attempt slot busy: well under the shortest retry
+// delay (5 s), so the event is late by little.
+const webhookBusyDelay = 2 * time.Second
 
 // WebhookSlotStore keeps attempt slots shared by every invocation
 // (dynamostore implements it; politeness.State's session slots are the
@@ -33,14 +30,6 @@ func (w *Worker) webhookPerAccount() int {
 		return webhook.DefaultPerAccount
 	}
 	return w.WebhookPerAccount
-}
-
-// Finalized queues the first delivery attempt of a batch that just became
-// final. The delivery record itself was written with the final state, so a
-// message lost here delays the event, it does not lose the record; the
-// message is cheap and a batch without a callback drops it at once.
-func (q *Queue) Finalized(ctx context.Context, b evs.Batch) error {
-	return q.send(ctx, []Message{{Kind: KindWebhook, AccountID: b.AccountID, BatchID: b.ID}}, 0)
 }
 
 // deliver makes the due attempt of a delivery and queues the next look at
@@ -64,7 +53,7 @@ func (w *Worker) deliver(ctx context.Context, m Message) error {
 		if !ok {
 			// Every slot of the account is busy: look again shortly,
 			// without holding this invocation.
-			return w.Queue.send(ctx, []Message{m}, webhookBusyDelaySeconds)
+			return w.Queue.Send(ctx, []Message{m}, webhookBusyDelay)
 		}
 		defer release()
 	}
@@ -79,12 +68,11 @@ func (w *Worker) deliver(ctx context.Context, m Message) error {
 	if !attempted && wait <= 0 {
 		return nil // claimed by another worker, which queues what follows
 	}
-	delay := min(max(wait, 0), maxDelay)
-	secs := int32((delay + time.Second - 1) / time.Second)
-	if err := w.Queue.send(ctx, []Message{{Kind: KindWebhook, AccountID: m.AccountID, BatchID: m.BatchID}}, secs); err != nil {
+	delay := (min(max(wait, 0), MaxDelay) + time.Second - 1).Truncate(time.Second)
+	if err := w.Queue.Send(ctx, []Message{{Kind: KindWebhook, AccountID: m.AccountID, BatchID: m.BatchID}}, delay); err != nil {
 		return err
 	}
-	w.logger().Debug("webhook: next look queued", slog.String("batchId", m.BatchID), slog.Int("delaySeconds", int(secs)))
+	w.logger().Debug("webhook: next look queued", slog.String("batchId", m.BatchID), slog.Duration("delay", delay))
 	return nil
 }
 
@@ -95,7 +83,9 @@ func (w *Worker) finalized(ctx context.Context, b evs.Batch) {
 	if w.Webhooks == nil || !b.State.Final() {
 		return
 	}
-	if err := w.Queue.Finalized(ctx, b); err != nil {
+	// The delivery record itself was written with the final state, so a
+	// message lost here delays the event, it does not lose the record.
+	if err := w.Queue.Send(ctx, []Message{{Kind: KindWebhook, AccountID: b.AccountID, BatchID: b.ID}}, 0); err != nil {
 		w.logger().Error("webhook: could not queue the delivery of a final batch", slog.String("batchId", b.ID), slog.String("error", err.Error()))
 	}
 }

@@ -1,11 +1,11 @@
-package sqsqueue_test
+package batch_test
 
 import (
 	"fmt"
 	"testing"
 
+	"github.com/evs-dev/evs/internal/batch"
 	"github.com/evs-dev/evs/internal/evs"
-	"github.com/evs-dev/evs/internal/sqsqueue"
 )
 
 func items(spec ...string) []evs.Item {
@@ -36,11 +36,11 @@ func TestPack(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			ms := sqsqueue.Pack("acct", "batch", c.items, c.size)
+			ms := batch.Pack("acct", "batch", c.items, c.size)
 			var got []int
 			seen := map[int]bool{}
 			for _, m := range ms {
-				if m.Kind != sqsqueue.KindWork || m.AccountID != "acct" || m.BatchID != "batch" {
+				if m.Kind != batch.KindWork || m.AccountID != "acct" || m.BatchID != "batch" {
 					t.Fatalf("message header %+v", m)
 				}
 				got = append(got, len(m.Items))

@@ -1,4 +1,4 @@
-package sqsqueue
+package batch
 
 import (
 	"context"
@@ -6,10 +6,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/sqs"
-
-	"github.com/evs-dev/evs/internal/batch"
 	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/politeness"
 )
@@ -43,16 +39,9 @@ const (
 	// KindUnparked is a work message released from the store: processed
 	// as KindWork, skipping the addresses that already have results.
 	KindUnparked = "unparked"
-	// KindWake releases the due parked work of one key; its body is a
-	// wakeBody.
+	// KindWake releases the due parked work of one key (Message.Key).
 	KindWake = "wake"
 )
-
-// wakeBody is the body of a KindWake message.
-type wakeBody struct {
-	Kind string `json:"kind"`
-	Key  string `json:"key"`
-}
 
 // Parking keeps the work that waits for a provider, per politeness key
 // ("<provider>|<egress>"); dynamostore implements it.
@@ -80,76 +69,6 @@ type Polite struct {
 	Gate *politeness.Gate
 	// Parking keeps the work that must wait.
 	Parking Parking
-}
-
-// admission is what may happen to a group now.
-type admission struct {
-	key string
-	// run may start now; wait must wait until notBefore.
-	run, wait []evs.Item
-	notBefore time.Time
-	// forSlot marks a wait for a session slot: due at once, started by the
-	// next session of the key that ends.
-	forSlot bool
-	// done ends the group's session: it gives the slot back, pauses the
-	// provider if it throttled us (returning until when), and starts the
-	// oldest due parked entry otherwise.
-	done func(ctx context.Context, o batch.Outcome) (pausedUntil time.Time)
-}
-
-func noAdmissionNeeded(g batch.Group) admission {
-	return admission{run: g.Items, done: func(context.Context, batch.Outcome) time.Time { return time.Time{} }}
-}
-
-// admit decides whether g may open its SMTP session now. Groups that open
-// none (test accounts, quick and standard modes, no domain or no MX) need
-// no admission.
-func (w *Worker) admit(ctx context.Context, test bool, mode evs.Mode, g batch.Group) (admission, error) {
-	p := w.Polite
-	if p == nil || p.Gate == nil || p.Gate.State == nil || p.Gate.MX == nil || p.Parking == nil || test || mode != evs.ModeFull || g.Domain == "" {
-		return noAdmissionNeeded(g), nil
-	}
-	// The session goes to the most preferred host unless it fails; its
-	// provider is the one the limits are about.
-	host, ok := p.Gate.MX.PreferredMX(ctx, g.Domain)
-	if !ok {
-		return noAdmissionNeeded(g), nil
-	}
-	key := p.Gate.HostKey(host)
-	a := admission{key: key}
-	// A group larger than a whole window's budget runs in parts, one per
-	// window: the part that fits now, the rest parked for the next.
-	_, limit := p.Gate.Limits.ForKey(key)
-	run, rest := w.Processor.Fit(g.Items, limit)
-	t, err := p.Gate.Admit(ctx, key, w.Processor.RcptBound(len(run)))
-	if err != nil {
-		return a, err
-	}
-	if !t.OK {
-		if !t.ForSlot && !t.Paused {
-			// The RCPT budget is spent and the slot went back: it may be
-			// the one a parked group waits for, so none is stranded.
-			w.unpark(context.WithoutCancel(ctx), key, 1)
-		}
-		a.wait, a.notBefore, a.forSlot = g.Items, t.Retry, t.ForSlot
-		return a, nil
-	}
-	a.run, a.wait, a.notBefore = run, rest, w.now().Add(p.Gate.RcptWindow())
-	a.done = func(ctx context.Context, o batch.Outcome) time.Time {
-		until, err := t.Done(ctx, o.Throttled)
-		switch {
-		case err != nil:
-			w.logger().Error("polite: could not keep a provider's pause", slog.String("key", key), slog.String("error", err.Error()))
-		case o.Throttled:
-			w.logger().Warn("polite: the provider throttled us; paused for every worker", slog.String("key", key), slog.Time("until", until))
-		}
-		if !o.Throttled {
-			// The slot that went back starts the oldest work waiting.
-			w.unpark(context.WithoutCancel(ctx), key, 1)
-		}
-		return until
-	}
-	return a, nil
 }
 
 // unpark queues up to n due parked entries of key; a failure is logged,
@@ -180,7 +99,7 @@ func (w *Worker) unpark(ctx context.Context, key string, n int) (sent int) {
 			continue
 		}
 		m.Kind = KindUnparked
-		if err := w.Queue.send(ctx, []Message{m}, 0); err != nil {
+		if err := w.Queue.Send(ctx, []Message{m}, 0); err != nil {
 			// Still parked: claimed by us for a while, then by the next
 			// wake, sweep or session end.
 			w.logger().Error("polite: could not queue parked work; it stays parked", slog.String("key", key), slog.String("error", err.Error()))
@@ -262,33 +181,22 @@ func (w *Worker) park(ctx context.Context, m Message, ps []parking) error {
 // before at is pending.
 func (w *Worker) scheduleWake(ctx context.Context, key string, at time.Time) error {
 	now := w.now()
-	if limit := now.Add(maxDelay); at.After(limit) {
+	if limit := now.Add(MaxDelay); at.After(limit) {
 		at = limit // the wake that comes looks again
 	}
 	mine, err := w.Polite.Parking.ClaimWake(ctx, key, at, now)
 	if err != nil || !mine {
 		return err
 	}
-	body, err := json.Marshal(wakeBody{Kind: KindWake, Key: key})
-	if err != nil {
-		return err
-	}
-	delay := int32((at.Sub(now) + time.Second - 1) / time.Second)
-	_, err = w.Queue.client.SendMessage(ctx, &sqs.SendMessageInput{
-		QueueUrl: aws.String(w.Queue.url), MessageBody: aws.String(string(body)), DelaySeconds: min(max(delay, 0), int32(maxDelay/time.Second)),
-	})
-	if err != nil {
-		return evs.Wrap(err, evs.CodeUnavailable, "The work queue is unavailable; retry.")
-	}
-	return nil
+	delay := (max(at.Sub(now), 0) + time.Second - 1).Truncate(time.Second)
+	return w.Queue.Send(ctx, []Message{{Kind: KindWake, Key: key}}, min(delay, MaxDelay))
 }
 
 // wake handles a KindWake message: it releases up to Sessions due entries
 // of its key (those that find a slot start the rest as they end), and
 // schedules the next wake for what is still parked.
-func (w *Worker) wake(ctx context.Context, body string) error {
-	var m wakeBody
-	if err := json.Unmarshal([]byte(body), &m); err != nil || m.Key == "" {
+func (w *Worker) wake(ctx context.Context, m Message) error {
+	if m.Key == "" {
 		w.logger().Error("polite: unreadable wake message; dropped")
 		return nil
 	}

@@ -1,11 +1,10 @@
-package sqsqueue
+package batch
 
 import (
 	"context"
 	"log/slog"
 	"time"
 
-	"github.com/evs-dev/evs/internal/batch"
 	"github.com/evs-dev/evs/internal/evs"
 )
 
@@ -90,7 +89,7 @@ func (w *Worker) sweep(ctx context.Context) error {
 		if !mine {
 			continue // moved on meanwhile, or another sweep queued it
 		}
-		if err := w.Queue.send(ctx, []Message{{Kind: KindWebhook, AccountID: d.AccountID, BatchID: d.BatchID}}, 0); err != nil {
+		if err := w.Queue.Send(ctx, []Message{{Kind: KindWebhook, AccountID: d.AccountID, BatchID: d.BatchID}}, 0); err != nil {
 			failed++
 			w.logger().Error("sweep: delivery not queued", slog.String("batchId", d.BatchID), slog.String("error", err.Error()))
 			continue
@@ -117,7 +116,7 @@ const (
 // sweepBatch finishes b if it is past its deadline, else plans it again if
 // it stalled.
 func (w *Worker) sweepBatch(ctx context.Context, b evs.Batch, now time.Time) (sweepOutcome, error) {
-	if batch.PastDeadline(b, w.Deadline, now) {
+	if PastDeadline(b, w.Deadline, now) {
 		// As a plan message would: queued becomes running, then every
 		// pending item ends as unknown/timeout.
 		if b.State == evs.StateQueued {
@@ -136,7 +135,7 @@ func (w *Worker) sweepBatch(ctx context.Context, b evs.Batch, now time.Time) (sw
 	// the claim above lets one sweep per window get here.
 	w.logger().Warn("sweep: batch made no progress; planned again", slog.String("batchId", b.ID),
 		slog.Int("processed", b.Counters.Processed))
-	return sweptReplanned, w.Queue.send(ctx, []Message{{Kind: KindPlan, AccountID: b.AccountID, BatchID: b.ID}}, 0)
+	return sweptReplanned, w.Queue.Send(ctx, []Message{PlanMessage(b)}, 0)
 }
 
 func (w *Worker) stallAfter() time.Duration {
@@ -151,4 +150,15 @@ func (w *Worker) deliveryGrace() time.Duration {
 		return defaultDeliveryGrace
 	}
 	return w.DeliveryGrace
+}
+
+// expire completes a batch past its deadline: every pending item ends as
+// unknown/timeout.
+func (w *Worker) expire(ctx context.Context, b evs.Batch) error {
+	acct, err := w.Accounts.Account(ctx, b.AccountID)
+	if err != nil {
+		return err
+	}
+	// Queues the webhook once the last chunk made the batch final.
+	return Expire(ctx, w.Store, b, acct.Test, w.now, 1000, func(final evs.Batch) { w.finalized(ctx, final) })
 }

@@ -1,0 +1,265 @@
+package batch
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/politeness"
+	"github.com/evs-dev/evs/internal/verify"
+)
+
+// The one step of batch work, which both deployments schedule: one domain
+// group of one batch, at one attempt. It reads the account's result cache,
+// leases a session from the politeness gate, probes, learns the domain's
+// greylisting delay, keeps the new verdicts and sorts what is left into
+// what waits for the provider, what is retried later and what ran out of
+// time. The drivers only decide where that goes: `evs serve`'s Runner
+// into its lanes and timers, the message-driven Worker into queue
+// messages and parked work.
+
+// task is one unit of work: a domain group of one batch, at one attempt.
+type task struct {
+	b       evs.Batch
+	test    bool
+	group   Group
+	attempt int
+	// cacheRead: the group's items were looked up in the result cache
+	// already (a group run again after a pause or a greylisting).
+	cacheRead bool
+	// waited is the back-off waited since the group's first greylisting.
+	waited time.Duration
+	// run is the Runner's bookkeeping of the batch (nil for the Worker).
+	run *batchRun
+}
+
+// stepDone is what one step left for its driver.
+type stepDone struct {
+	// results are the verdicts to write.
+	results []evs.Result
+	// retry is the greylisted items, for the next attempt after retryIn.
+	retry   []evs.Item
+	retryIn time.Duration
+	// wait is the items that wait for the provider of key, at the same
+	// attempt: until until (a pause, the next RCPT window) or, forSlot,
+	// until a session of key ends.
+	wait    []evs.Item
+	until   time.Time
+	forSlot bool
+	key     string
+	// left is the items not started before startBy: the same attempt, at
+	// once, elsewhere.
+	left []evs.Item
+	// released: a session slot of key went back, which parked work may
+	// take (the Worker starts it; in memory the gate wakes its waiters).
+	released bool
+	// err: cut short (cancel, shutdown, a deadline) or the politeness
+	// state failed; what has no result stays pending.
+	err error
+}
+
+// stepper runs steps; both drivers build one from their configuration.
+type stepper struct {
+	proc *Processor
+	// gate admits live full-mode sessions (nil: no limit). waitForSlot
+	// waits for a slot in this call, as evs serve does (a session of its
+	// own process ends soon); else a refusal comes back as wait.
+	gate        *politeness.Gate
+	waitForSlot bool
+	cache       ResultCache
+	grey        GreyFacts
+	greyBackoff time.Duration
+	logger      *slog.Logger
+}
+
+// admissionKey is the politeness key of a group that opens an SMTP
+// session, or "" when it needs no admission: test accounts, quick and
+// standard modes, invalid addresses and domains without a mail host.
+func (s stepper) admissionKey(ctx context.Context, t task) string {
+	g := s.gate
+	if g == nil || t.test || t.b.Mode != evs.ModeFull || t.group.Domain == "" {
+		return ""
+	}
+	host := t.group.Domain
+	if g.MX != nil {
+		h, ok := g.MX.PreferredMX(ctx, host)
+		if !ok {
+			return ""
+		}
+		host = h
+	}
+	return g.HostKey(host)
+}
+
+// run runs one step of t, starting no SMTP session at or after startBy
+// (the zero time: no limit).
+func (s stepper) run(ctx context.Context, t task, startBy time.Time) (d stepDone) {
+	g := t.group
+	// The account's result cache (contract, section 12) serves live
+	// full-mode groups of a real domain only: test mode never reads or
+	// writes it, and a quick-mode group costs one DNS lookup, less than a
+	// cache read per address.
+	cached := s.cache != nil && !t.test && t.b.Mode == evs.ModeFull && g.Domain != ""
+	if cached && !t.cacheRead {
+		// The cache first, even past startBy: a read is no SMTP session,
+		// and what is left is then known to be looked up.
+		d.results, g.Items = s.fromCache(ctx, t.b, g.Items)
+		if len(g.Items) == 0 {
+			return d
+		}
+	}
+	if !startBy.IsZero() && !time.Now().Before(startBy) {
+		d.left = g.Items
+		return d
+	}
+	ticket := politeness.Ticket{} // admits nothing: Done does nothing
+	if d.key = s.admissionKey(ctx, t); d.key != "" {
+		// A group larger than a whole window's RCPT budget runs in parts,
+		// one per window: the part that fits now, the rest after it.
+		_, limit := s.gate.Limits.ForKey(d.key)
+		run, rest := s.proc.Fit(g.Items, limit)
+		var err error
+		if s.waitForSlot {
+			ticket, err = s.gate.Wait(ctx, d.key, s.proc.RcptBound(len(run)), 0)
+		} else {
+			ticket, err = s.gate.Admit(ctx, d.key, s.proc.RcptBound(len(run)))
+		}
+		if err != nil || ctx.Err() != nil {
+			d.err = err
+			if err == nil {
+				d.err = ctx.Err()
+			}
+			return d
+		}
+		if !ticket.OK {
+			// Budget spent: the slot went back and may be the one parked
+			// work waits for.
+			d.released = !ticket.ForSlot && !ticket.Paused
+			d.wait, d.until, d.forSlot = g.Items, ticket.Retry, ticket.ForSlot
+			return d
+		}
+		g.Items = run
+		if len(rest) > 0 {
+			d.wait, d.until = rest, s.gateNow().Add(s.gate.RcptWindow())
+		}
+	}
+	o, err := s.proc.VerifyGroup(ctx, startBy, t.test, t.b.Mode, g, t.attempt)
+	until, perr := ticket.Done(ctx, o.Throttled)
+	switch {
+	case perr != nil:
+		s.logger.Error("politeness: could not keep a provider's pause", slog.String("key", d.key), slog.String("error", perr.Error()))
+	case o.Throttled && d.key != "":
+		s.logger.Warn("politeness: the provider throttled us; paused for every session", slog.String("key", d.key), slog.Time("until", until))
+	}
+	d.released = ticket.OK && !o.Throttled
+	d.results = append(d.results, o.Results...)
+	s.learnGrey(ctx, t, o.Results)
+	if cached && len(o.Results) > 0 {
+		ds := make([]evs.Decision, len(o.Results))
+		for i := range o.Results {
+			ds[i] = o.Results[i].Decision
+		}
+		// The cache itself leaves out what may not be reused; a fault
+		// costs a later probe, the verdicts stand.
+		if err := s.cache.Keep(ctx, t.b.AccountID, ds...); err != nil {
+			logErr(s.logger, "could not keep verdicts in the result cache", t.b, err)
+		}
+	}
+	if o.Throttled {
+		// What the server did not answer waits for the provider's pause
+		// (the first pause, had the gate none to give).
+		if until.IsZero() {
+			until = s.gateNow().Add(s.firstPause())
+		}
+		d.wait = append(d.wait, o.Left...)
+		d.until = maxTime(d.until, until)
+	} else {
+		d.left = o.Left
+	}
+	if len(o.Retry) > 0 {
+		d.retry = o.Retry
+		d.retryIn = s.greyDelay(ctx, t)
+	}
+	d.err = err
+	return d
+}
+
+// fromCache looks each item up in b's account's cache, within b's maxAge,
+// and returns the hits as results (decision.cached set, the original
+// checkedAt kept) and the other items, to be probed.
+func (s stepper) fromCache(ctx context.Context, b evs.Batch, items []evs.Item) (hits []evs.Result, rest []evs.Item) {
+	rest = items[:0:0]
+	for _, it := range items {
+		if key, _, ok := verify.NormalizedKey(it.Email); ok {
+			if d, hit := s.cache.Lookup(ctx, b.AccountID, b.Mode, key, it.Email, b.MaxAge); hit {
+				hits = append(hits, evs.Result{Seq: it.Seq, Email: it.Email, Decision: d})
+				continue
+			}
+		}
+		rest = append(rest, it)
+	}
+	return hits, rest
+}
+
+// GreyFacts remembers, per domain, how long after greylisting us its
+// server let a retry through (domainfacts.Memory is one, and
+// dynamostore.DomainFacts on AWS). Greylisting is per sender and
+// recipient, so every new address of such a domain is deferred again;
+// what carries over is the server's delay. A first retry scheduled at that
+// delay, instead of the back-off's first step, spends no session on a
+// retry the server would defer again.
+type GreyFacts interface {
+	GreyDelay(ctx context.Context, domain string) (time.Duration, bool)
+	KeepGreyDelay(ctx context.Context, domain string, d time.Duration)
+}
+
+// greyDelay is the wait before t's next attempt: GreyDelay's back-off, or
+// for a live batch's first retry at a domain whose delay grey knows and is
+// longer, that delay.
+func (s stepper) greyDelay(ctx context.Context, t task) time.Duration {
+	d := GreyDelay(s.greyBackoff, t.attempt+1, t.test)
+	if t.attempt == 0 && !t.test && s.grey != nil && t.group.Domain != "" {
+		if learned, ok := s.grey.GreyDelay(ctx, t.group.Domain); ok && learned > d {
+			d = learned
+		}
+	}
+	return d
+}
+
+// learnGrey remembers the wait that let a live retry through: some item
+// of a retried group (attempt > 0) got an answer other than greylisted
+// after waiting t.waited since the group's first deferral.
+func (s stepper) learnGrey(ctx context.Context, t task, rs []evs.Result) {
+	if t.attempt == 0 || t.test || s.grey == nil || t.group.Domain == "" {
+		return
+	}
+	for _, res := range rs {
+		if !res.Decision.Cached && res.Decision.Checks.SMTP.Code != 0 && res.Decision.Checks.SMTP.Result != evs.SMTPGreylisted {
+			s.grey.KeepGreyDelay(ctx, t.group.Domain, t.waited)
+			return
+		}
+	}
+}
+
+func (s stepper) firstPause() time.Duration {
+	if s.gate == nil {
+		return (&politeness.Gate{}).FirstPause()
+	}
+	return s.gate.FirstPause()
+}
+
+// gateNow is the gate's clock, which its times (until) are on.
+func (s stepper) gateNow() time.Time {
+	if s.gate != nil && s.gate.Now != nil {
+		return s.gate.Now()
+	}
+	return time.Now()
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}

@@ -1,0 +1,486 @@
+package batch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/webhook"
+)
+
+// The message-driven driver of batch work, for AWS: the requests function
+// queues one "plan" message per new batch; the worker function turns a
+// plan into work messages (addresses packed by domain) and runs each work
+// message's groups through the same step as `evs serve`'s Runner, sending
+// greylisted addresses back with a delay and parking work that waits for
+// its provider. Results are written by the store's exactly-once
+// PutResults, so a redelivered message never counts an address twice.
+
+// Message kinds.
+const (
+	KindPlan = "plan"
+	KindWork = "work"
+)
+
+// Message is the body of every queue message.
+type Message struct {
+	Kind      string     `json:"kind"`
+	AccountID string     `json:"accountId"`
+	BatchID   string     `json:"batchId"`
+	Items     []evs.Item `json:"items,omitempty"`
+	Attempt   int        `json:"attempt,omitempty"`
+	// From is, on a plan message, the first seq not planned yet: a batch
+	// is planned a window at a time (see plan). Planned is how many
+	// addresses earlier windows sent.
+	From    int `json:"from,omitempty"`
+	Planned int `json:"planned,omitempty"`
+	// CacheRead is set on work the worker sends on (the rest of a
+	// message out of time, greylisted retries, parked groups): their
+	// items were looked up in the account's result cache already, so no
+	// read is paid twice. A redelivery of the message itself, which may
+	// have kept verdicts before it failed, looks its items up again.
+	CacheRead bool `json:"cacheRead,omitempty"`
+	// Waited is, on a greylisted retry, the SQS delay its items waited
+	// since their first deferral (nanoseconds in JSON): what a retry
+	// that gets through teaches about the domain (see learnGrey).
+	Waited time.Duration `json:"waited,omitempty"`
+	// Key is, on a KindWake message, the politeness key whose parked
+	// work is due.
+	Key string `json:"key,omitempty"`
+}
+
+// Queue carries the Worker's messages; sqsqueue.Queue is SQS.
+type Queue interface {
+	// Send queues ms, each delivered once delay (at most MaxDelay) has
+	// passed; an error means none or only some may have been queued.
+	Send(ctx context.Context, ms []Message, delay time.Duration) error
+}
+
+// MaxDelay is the longest delay a Queue takes (SQS's); longer waits are
+// chained.
+const MaxDelay = 15 * time.Minute
+
+// PlanMessage is the message that starts a new batch: one small message,
+// so creating a batch of 50,000 addresses stays one fast call.
+func PlanMessage(b evs.Batch) Message {
+	return Message{Kind: KindPlan, AccountID: b.AccountID, BatchID: b.ID}
+}
+
+// WorkerStore is what the Worker keeps batches in: batch processing's
+// part, and which of a redelivered message's items already have results.
+type WorkerStore interface {
+	Store
+	WithoutResults(ctx context.Context, accountID, id string, items []evs.Item) ([]evs.Item, error)
+}
+
+// Worker handles the queue's messages, in the worker Lambda on AWS.
+type Worker struct {
+	Queue     Queue
+	Store     WorkerStore
+	Accounts  Accounts
+	Processor *Processor
+	Now       func() time.Time
+	Logger    *slog.Logger
+	// PackSize is the most addresses one work message carries (default
+	// 200): whole domains where they fit, so each domain sees one SMTP
+	// connection and one accept-all probe.
+	PackSize int
+	// GreyBackoff is the first delay before greylisted addresses are
+	// retried (default 5 min; SQS caps delays at 15 min).
+	GreyBackoff time.Duration
+	// Grey, when set, learns per domain how long its server deferred a
+	// greylisted address before a retry got through, and a live batch's
+	// first retry at such a domain waits that long instead of
+	// GreyBackoff, as `evs serve`'s runner does (see greyDelay;
+	// dynamostore.DomainFacts shares it across invocations).
+	Grey GreyFacts
+	// Concurrency is how many domain groups of a message run at once.
+	Concurrency int
+	// Cache, when set, is the account result cache (contract, section
+	// 12): a live full-mode group's items whose verdict it holds fresh,
+	// within the batch's maxAge, become results without SMTP, and new
+	// verdicts are kept, as `evs serve`'s runner does (see fromCache).
+	Cache ResultCache
+
+	// PlanWindow is the most addresses of one batch planned into work
+	// messages at a time (default 2000, ten messages of 200): a batch of
+	// 50,000 never fills the queue ahead of everybody else's.
+	PlanWindow int
+	// Deadline is a batch's time limit from its start (EVS_BATCH_DEADLINE;
+	// 0 means none): past it, what is left ends as unknown/timeout.
+	Deadline time.Duration
+	// Polite keeps SMTP polite across every concurrent invocation: limits
+	// per provider and egress address, pauses after throttling, and work
+	// that waits parked in the store (polite.go). Nil: no limit across
+	// invocations.
+	Polite *Polite
+	// Webhooks delivers batch events (KindWebhook messages); nil drops them.
+	// The webhook messages of one event are attempted at once, beside the
+	// other messages, so a receiver that never answers delays no other
+	// message by its 10 s timeout.
+	Webhooks *webhook.Deliverer
+	// WebhookSlots, when set, bounds the attempts of one account in
+	// flight across every invocation to WebhookPerAccount (default
+	// webhook.DefaultPerAccount); a message over the bound waits 2 s in
+	// the queue. Nil: no bound across invocations.
+	WebhookSlots      WebhookSlotStore
+	WebhookPerAccount int
+	// Sweeper lists what the scheduled sweep (KindSweep messages) looks
+	// at; nil drops sweep messages. StallAfter is how long a batch may
+	// make no progress before the sweep plans it again (default 35 min);
+	// DeliveryGrace how overdue a webhook delivery must be before the
+	// sweep queues its message (default 10 min).
+	Sweeper       SweepStore
+	StallAfter    time.Duration
+	DeliveryGrace time.Duration
+	// Reserve is how long before the invocation's deadline the worker
+	// stops starting SMTP sessions, to finish those under way and write
+	// their results (default Processor.SessionLimit + 30 s): the Lambda
+	// service never cuts off finished work, whose addresses would be
+	// probed again on redelivery.
+	Reserve time.Duration
+}
+
+// StartBy is when the worker stops starting sessions in an invocation
+// whose context ends at its deadline (the zero time without one): Reserve
+// before it, but never more than half of what is left, so an invocation
+// shorter than the reserve still gets work done.
+func (w *Worker) StartBy(ctx context.Context) time.Time {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return time.Time{}
+	}
+	r := w.Reserve
+	if r <= 0 {
+		r = 30 * time.Second
+		if w.Processor != nil {
+			r += w.Processor.SessionLimit
+		}
+	}
+	return dl.Add(-min(r, time.Until(dl)/2))
+}
+
+// Handle processes one message; redelivered says the queue may have
+// handed it to a worker before, startBy is the invocation's StartBy. An
+// error leaves the message to be delivered again.
+func (w *Worker) Handle(ctx context.Context, m Message, redelivered bool, startBy time.Time) error {
+	switch m.Kind {
+	case KindPlan:
+		return w.plan(ctx, m)
+	case KindWork:
+		return w.work(ctx, m, redelivered, startBy)
+	case KindUnparked:
+		// Parked once: a copy may have run before a failure, so the
+		// addresses with results are skipped, as on a redelivery.
+		return w.work(ctx, m, true, startBy)
+	case KindWake:
+		return w.wake(ctx, m)
+	case KindSweep:
+		return w.sweep(ctx)
+	case KindWebhook:
+		return w.deliver(ctx, m)
+	}
+	return fmt.Errorf("batch: unknown message kind %q", m.Kind)
+}
+
+func (w *Worker) logger() *slog.Logger {
+	if w.Logger == nil {
+		return slog.Default()
+	}
+	return w.Logger
+}
+
+func (w *Worker) now() time.Time {
+	if w.Now == nil {
+		return time.Now()
+	}
+	return w.Now()
+}
+
+// plan turns a window of a batch's pending items into work messages and,
+// when more are left, queues a plan for the next window. The next window
+// is planned only once at least half of this one is done: so a batch has
+// at most PlanWindow addresses in the queue at a time, and the messages of
+// every other batch interleave with its own instead of waiting behind all
+// of them. "Done" is read from the batch's counters, not from its rows,
+// and each window's items are read once: the planner's reads grow with
+// the batch's size, not with its square.
+func (w *Worker) plan(ctx context.Context, m Message) error {
+	b, err := w.Store.Batch(ctx, m.AccountID, m.BatchID)
+	if err != nil {
+		if evs.ErrorCode(err) == evs.CodeNotFound {
+			return nil // expired or never stored: nothing to do
+		}
+		return err
+	}
+	if b.State.Final() {
+		return nil
+	}
+	if b.State == evs.StateQueued {
+		if _, err := w.Store.TransitionBatch(ctx, b.AccountID, b.ID, []evs.State{evs.StateQueued}, evs.StateRunning, "", w.now()); err != nil && evs.ErrorCode(err) != evs.CodeInvalidState {
+			return err
+		}
+	}
+	if PastDeadline(b, w.Deadline, w.now()) {
+		return w.expire(ctx, b)
+	}
+	window := w.planWindow()
+	if m.From > 0 && b.Counters.Processed < m.Planned-window/2 {
+		// Half the last window is still in the queue: look again later.
+		return w.Queue.Send(ctx, []Message{m}, planPoll)
+	}
+	items, err := w.Store.PendingItems(ctx, b.AccountID, b.ID, m.From-1, window)
+	if err != nil {
+		return err
+	}
+	if len(items) == 0 {
+		// Nothing left to plan: a batch whose last results were written
+		// but which a crash left uncompleted is completed by this call
+		// (a plan the sweep sends finds such batches).
+		final, err := w.Store.PutResults(ctx, b.AccountID, b.ID, nil, w.now())
+		if err != nil {
+			return err
+		}
+		w.finalized(ctx, final)
+		return nil
+	}
+	msgs := Pack(m.AccountID, m.BatchID, items, w.packSize())
+	if len(items) == window {
+		msgs = append(msgs, Message{Kind: KindPlan, AccountID: m.AccountID, BatchID: m.BatchID,
+			From: items[len(items)-1].Seq + 1, Planned: b.Counters.Processed + len(items)})
+	}
+	return w.Queue.Send(ctx, msgs, 0)
+}
+
+// planPoll is how often a plan waiting for its batch's window to drain
+// looks again.
+const planPoll = 5 * time.Second
+
+func (w *Worker) planWindow() int {
+	if w.PlanWindow <= 1 {
+		return 2000
+	}
+	return w.PlanWindow
+}
+
+func (w *Worker) packSize() int {
+	if w.PackSize <= 0 {
+		return 200
+	}
+	return w.PackSize
+}
+
+// Pack puts items into work messages of at most size addresses, keeping
+// each domain's addresses together where they fit.
+func Pack(accountID, batchID string, items []evs.Item, size int) []Message {
+	var out []Message
+	cur := Message{Kind: KindWork, AccountID: accountID, BatchID: batchID}
+	flush := func() {
+		if len(cur.Items) > 0 {
+			out = append(out, cur)
+			cur = Message{Kind: KindWork, AccountID: accountID, BatchID: batchID}
+		}
+	}
+	for _, g := range GroupByDomain(items) {
+		if len(cur.Items)+len(g.Items) > size {
+			flush()
+		}
+		for len(g.Items) > size {
+			cur.Items = g.Items[:size]
+			flush()
+			g.Items = g.Items[size:]
+		}
+		cur.Items = append(cur.Items, g.Items...)
+	}
+	flush()
+	return out
+}
+
+// work verifies one message's addresses and writes their results at once.
+// A redelivered message skips the addresses that already have results.
+// Past the invocation's startBy no new session starts: the results so far
+// are written and the rest goes back on the queue, as a new message.
+func (w *Worker) work(ctx context.Context, m Message, again bool, startBy time.Time) error {
+	b, err := w.Store.Batch(ctx, m.AccountID, m.BatchID)
+	if err != nil {
+		if evs.ErrorCode(err) == evs.CodeNotFound {
+			return nil
+		}
+		return err
+	}
+	if b.State.Final() {
+		return nil // cancelled: stop new work
+	}
+	acct, err := w.Accounts.Account(ctx, m.AccountID)
+	if err != nil {
+		return err
+	}
+	if PastDeadline(b, w.Deadline, w.now()) {
+		rs := TimeoutResults(m.Items, evs.Mode(b.Mode), acct.Test, DetailDeadline, w.now())
+		_, err := w.Store.PutResults(ctx, m.AccountID, m.BatchID, rs, w.now())
+		return err
+	}
+	if again {
+		if m.Items, err = w.Store.WithoutResults(ctx, m.AccountID, m.BatchID, m.Items); err != nil {
+			return err
+		}
+		if len(m.Items) == 0 {
+			return nil
+		}
+	}
+	conc := w.Concurrency
+	if conc <= 0 {
+		conc = 8
+	}
+	var (
+		mu      sync.Mutex
+		results []evs.Result
+		wrote   bool      // some results were written
+		final   evs.Batch // the batch as the last write left it
+		retry   []retrying
+		left    []evs.Item
+		parked  []parking
+		firstEr error
+		wg      sync.WaitGroup
+		sem     = make(chan struct{}, conc)
+	)
+	// flush writes the results gathered so far, with mu held. Results are
+	// written as soon as a transaction's worth (flushAt) is done, not only
+	// at the end: a worker that dies mid-message (out of memory, a crash)
+	// loses at most that many, and the redelivery asks no server again
+	// about the rest. It costs no extra transaction.
+	flush := func() {
+		if len(results) == 0 || (firstEr != nil && ctx.Err() != nil) {
+			return
+		}
+		rs := results
+		results = nil
+		b, err := w.Store.PutResults(ctx, m.AccountID, m.BatchID, rs, w.now())
+		if err != nil {
+			if firstEr == nil {
+				firstEr = err
+			}
+			results = append(results, rs...) // not written: kept for the last try
+			return
+		}
+		wrote, final = true, b
+	}
+	step := w.stepper()
+	for _, g := range GroupByDomain(m.Items) {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			d := step.run(ctx, task{b: b, test: acct.Test, group: g, attempt: m.Attempt, cacheRead: m.CacheRead, waited: m.Waited}, startBy)
+			if d.released {
+				// The slot that went back starts the oldest work waiting.
+				w.unpark(context.WithoutCancel(ctx), d.key, 1)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			results = append(results, d.results...)
+			if len(results) >= flushAt {
+				flush()
+			}
+			// Whole seconds, as SQS counts them, so that Waited adds up
+			// what the items really waited.
+			retry = addRetry(retry, min(d.retryIn, MaxDelay).Truncate(time.Second), d.retry)
+			if d.key != "" {
+				parked = addParking(parked, d.key, d.until, d.forSlot, d.wait)
+			} else if len(d.wait) > 0 {
+				// Throttled with no politeness store: back on the queue
+				// after the pause.
+				retry = append(retry, retrying{items: d.wait, delay: min(max(time.Until(d.until), 0), MaxDelay)})
+			}
+			left = append(left, d.left...)
+			if d.err != nil && firstEr == nil {
+				firstEr = d.err
+			}
+		}()
+	}
+	wg.Wait()
+	// Results first: once written, a redelivery of this message (a failed
+	// send below, a lost invocation) asks no server about them again.
+	if len(results) > 0 && (firstEr == nil || ctx.Err() == nil) {
+		b, err := w.Store.PutResults(ctx, m.AccountID, m.BatchID, results, w.now())
+		if err != nil {
+			return errors.Join(firstEr, err)
+		}
+		wrote, final = true, b
+	}
+	if firstEr != nil {
+		return firstEr
+	}
+	// Work that waits for its provider is parked in the store before the
+	// message is acknowledged.
+	if len(parked) > 0 {
+		if err := w.park(ctx, m, parked); err != nil {
+			return err
+		}
+	}
+	// Out of time in this invocation: nothing was asked about left yet.
+	// Greylisted addresses: after their domain's delay, next attempt.
+	for _, q := range append([]retrying{{items: left}}, retry...) {
+		if len(q.items) == 0 {
+			continue
+		}
+		ms := Pack(m.AccountID, m.BatchID, q.items, w.packSize())
+		for i := range ms {
+			ms[i].CacheRead, ms[i].Attempt, ms[i].Waited = true, m.Attempt, m.Waited
+			if q.next {
+				ms[i].Attempt, ms[i].Waited = m.Attempt+1, m.Waited+q.delay
+			}
+		}
+		if err := w.Queue.Send(ctx, ms, q.delay); err != nil {
+			return err
+		}
+	}
+	if wrote {
+		w.finalized(ctx, final)
+	}
+	return nil
+}
+
+// retrying is items sent back after one delay: greylisted ones, for their
+// next attempt, or (next false) ones left for lack of time.
+type retrying struct {
+	items []evs.Item
+	delay time.Duration
+	next  bool
+}
+
+// addRetry merges items into rs by delay: the groups of one delay are
+// packed into messages together, as they came.
+func addRetry(rs []retrying, delay time.Duration, items []evs.Item) []retrying {
+	if len(items) == 0 {
+		return rs
+	}
+	for i := range rs {
+		if rs[i].delay == delay {
+			rs[i].items = append(rs[i].items, items...)
+			return rs
+		}
+	}
+	return append(rs, retrying{items: items, delay: delay, next: true})
+}
+
+// flushAt is how many results a worker gathers before it writes them: one
+// DynamoDB transaction's worth (dynamostore writes 99 results and the
+// batch's counters per TransactWriteItems).
+const flushAt = 99
+
+// stepper is the step of the Worker's groups: sessions that cannot start
+// now are parked, not waited for, when politeness across invocations is
+// configured.
+func (w *Worker) stepper() stepper {
+	s := stepper{proc: w.Processor, cache: w.Cache, grey: w.Grey, greyBackoff: w.GreyBackoff, logger: w.logger()}
+	if p := w.Polite; p != nil && p.Gate != nil && p.Gate.State != nil && p.Gate.MX != nil && p.Parking != nil {
+		s.gate = p.Gate
+	}
+	return s
+}
