@@ -23,7 +23,6 @@ import (
 	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/verify/address"
 	"github.com/evs-dev/evs/internal/verify/dnscheck"
-	"github.com/evs-dev/evs/internal/verify/lists"
 	"github.com/evs-dev/evs/internal/verify/smtpprobe"
 )
 
@@ -182,15 +181,15 @@ func Inspect(email string) Inspection {
 		return Inspection{SyntaxRule: rule}
 	}
 	in := Inspection{Address: a, Valid: true}
-	in.Flags.Disposable = lists.Disposable(a.Domain)
-	in.Flags.Free = lists.Free(a.Domain)
-	in.Flags.Role = lists.Role(a.Local)
+	in.Flags.Disposable = address.Disposable(a.Domain)
+	in.Flags.Free = address.Free(a.Domain)
+	in.Flags.Role = address.Role(a.Local)
 	in.Flags.SMTPUTF8 = a.UTF8Local
-	// lists.Suggest never corrects a free provider's domain; asking only
+	// address.Suggest never corrects a free provider's domain; asking only
 	// for the others spares the most common domains a second free-list
 	// lookup and the call.
 	if !in.Flags.Free {
-		if d, ok := lists.Suggest(a.Domain); ok {
+		if d, ok := address.Suggest(a.Domain); ok {
 			in.SuggestedDomain = d
 		}
 	}

@@ -1,6 +1,9 @@
-// Package address parses e-mail addresses with the RFC 5321 mailbox grammar
-// (the one an SMTP server applies to RCPT TO), not the looser RFC 5322 header
-// grammar, and normalises them for the verification engine.
+// Package address is what the engine learns from an address alone, with no
+// network: it parses e-mail addresses with the RFC 5321 mailbox grammar (the
+// one an SMTP server applies to RCPT TO), not the looser RFC 5322 header
+// grammar, and normalises them; and it holds the reference lists
+// (disposable, free and role, lists.go) and the typo suggestions
+// (suggest.go).
 //
 // Parse is on the engine's hot path: for a plain ASCII address whose domain is
 // already lower case it slices its input and does not allocate, and every

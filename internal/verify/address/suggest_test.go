@@ -1,4 +1,4 @@
-package lists
+package address
 
 import (
 	"bufio"
@@ -171,7 +171,7 @@ func TestFreeListHasNoOneEditTypos(t *testing.T) {
 		}
 		n++
 		if s, ok := SuggestTypo(d, 1); ok {
-			t.Errorf("free list holds %s, which SuggestTypo corrects to %s; regenerate the lists (internal/verify/lists/data/SOURCES.md)", d, s)
+			t.Errorf("free list holds %s, which SuggestTypo corrects to %s; regenerate the lists (internal/verify/address/data/SOURCES.md)", d, s)
 		}
 	}
 	if err := sc.Err(); err != nil {

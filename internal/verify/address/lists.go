@@ -1,4 +1,4 @@
-// Package lists holds the engine's reference lists and what is computed
+// The engine's reference lists and what is computed
 // from them: is an address's domain a disposable (throwaway) service, is it
 // a free mailbox provider, is its local part a role mailbox rather than a
 // person, and, when its domain looks like a typo of a well-known provider,
@@ -9,7 +9,8 @@
 // hot path do not allocate. TestRefresh (refresh_test.go) rewrites the
 // disposable and free lists from npm package tarballs; data/SOURCES.md says
 // how and from which versions.
-package lists
+
+package address
 
 import (
 	_ "embed"
@@ -100,10 +101,6 @@ func Free(domain string) bool {
 	_, ok := free()[domain]
 	return ok
 }
-
-// maxLocal is the longest local part RFC 5321 allows; nothing longer can be
-// a role name, so Role can lower-case into a fixed buffer.
-const maxLocal = 64
 
 // Role reports whether local is a role mailbox (postmaster, info, noreply
 // ...) that reaches a function or a team rather than one person. It ignores
