@@ -7,7 +7,6 @@ package testkit
 import (
 	"context"
 	"errors"
-	"sync"
 	"testing"
 	"time"
 
@@ -33,36 +32,6 @@ func RunStoreContract(t *testing.T, newStore func(t *testing.T, now func() time.
 // base is the suite's starting time. It has whole milliseconds so that stores
 // keeping millisecond precision round-trip it exactly.
 var base = time.Date(2026, 11, 22, 10, 4, 5, 123_000_000, time.UTC)
-
-// Clock is a settable clock shared by a test and the store it drives.
-type Clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-// NewClock returns a clock reading t.
-func NewClock(t time.Time) *Clock { return &Clock{t: t} }
-
-// Now returns the clock's time.
-func (c *Clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-// Set moves the clock to t.
-func (c *Clock) Set(t time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = t
-}
-
-// Advance moves the clock forward by d.
-func (c *Clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
 
 // env is one subtest's fresh store and its clock.
 type env struct {
