@@ -1,6 +1,6 @@
 // Package dynamostore is the DynamoDB implementation of store.Store, used by
-// the Lambda functions. It passes the same contract suite (testkit.RunStoreContract) as the
-// embedded SQLite store.
+// the Lambda functions. It passes the same contract suite as the embedded
+// SQLite store: package store's tests run it against both.
 //
 // # Tables
 //

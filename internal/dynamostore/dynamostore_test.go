@@ -61,18 +61,6 @@ func newStore(t testing.TB, now func() time.Time, opts ...func(*dynamodb.Options
 	return dynamostore.New(dynamostore.Config{Client: c, Objects: testkit.S3(t), Tables: newTables(t, c), Now: now})
 }
 
-func TestContract(t *testing.T) {
-	testkit.RunStoreContract(t, func(t *testing.T, now func() time.Time) store.Store {
-		return newStore(t, now)
-	})
-}
-
-func TestQuotaContract(t *testing.T) {
-	testkit.RunQuotaContract(t, func(t *testing.T) testkit.AddressQuota {
-		return newStore(t, time.Now)
-	})
-}
-
 // hook lets a test fail or alter calls of the client: before runs ahead of
 // every call with its input and may fail it; after sees each call's error and
 // returns the one the store gets.
@@ -828,12 +816,6 @@ func TestTransitionSurvivesALostReply(t *testing.T) {
 	if _, err := st.TransitionBatch(ctx, b.AccountID, b.ID, []evs.State{evs.StateQueued, evs.StateRunning}, evs.StateCancelled, "", t0); evs.ErrorCode(err) != evs.CodeInvalidState {
 		t.Fatalf("second cancel: %v, want %s", err, evs.CodeInvalidState)
 	}
-}
-
-func TestResultCacheContract(t *testing.T) {
-	testkit.RunResultCacheContract(t, func(t *testing.T) testkit.ResultCacheStore {
-		return newStore(t, time.Now)
-	})
 }
 
 // A cache entry carries the TTL attribute (epoch seconds, rounded up), so

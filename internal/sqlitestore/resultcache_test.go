@@ -10,12 +10,6 @@ import (
 	"github.com/evs-dev/evs/internal/testkit"
 )
 
-func TestResultCacheContract(t *testing.T) {
-	testkit.RunResultCacheContract(t, func(t *testing.T) testkit.ResultCacheStore {
-		return openStore(t, t.TempDir(), time.Now)
-	})
-}
-
 // The sweep deletes expired entries, and only those.
 func TestResultCacheSweep(t *testing.T) {
 	ctx := context.Background()

@@ -12,7 +12,6 @@ import (
 
 	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/idempotency"
-	"github.com/evs-dev/evs/internal/store"
 	"github.com/evs-dev/evs/internal/testkit"
 )
 
@@ -26,29 +25,6 @@ func openStore(t testing.TB, dir string, now func() time.Time) *Store {
 	}
 	t.Cleanup(func() { s.Close() })
 	return s
-}
-
-func TestContract(t *testing.T) {
-	testkit.RunStoreContract(t, func(t *testing.T, now func() time.Time) store.Store {
-		return openStore(t, t.TempDir(), now)
-	})
-}
-
-func TestQuotaContract(t *testing.T) {
-	testkit.RunQuotaContract(t, func(t *testing.T) testkit.AddressQuota {
-		return openStore(t, t.TempDir(), time.Now)
-	})
-	// The serving store keeps the counters in memory (quotaMirror).
-	t.Run("Serving", func(t *testing.T) {
-		testkit.RunQuotaContract(t, func(t *testing.T) testkit.AddressQuota {
-			s, err := OpenServing(context.Background(), t.TempDir(), time.Now)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { s.Close() })
-			return s
-		})
-	})
 }
 
 func TestOpenSettings(t *testing.T) {

@@ -1,7 +1,8 @@
 // Package store defines what the service keeps and the interfaces every
 // storage implementation provides: the embedded store for `evs serve` and the
-// DynamoDB adapter for AWS. Both pass the same contract test suite
-// (package storetest).
+// DynamoDB adapter for AWS. Both pass the same contract test suite, which
+// lives beside these interfaces (this package's contract_*_test.go files)
+// and runs every contract against both stores.
 //
 // Implementations take their clock as a constructor argument so tests can
 // move time (record expiry) without waiting.

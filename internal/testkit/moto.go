@@ -2,8 +2,8 @@
 // tests and benchmarks share. They are a moto_server (DynamoDB, SQS and
 // Secrets Manager APIs) on loopback with AWS clients for it, a loopback AWS
 // Lambda Runtime API to drive the real function binaries, loopback DNS,
-// SMTP, SOCKS5 and Postfix peers, the store contract suite, the bare net/http floor the HTTP
-// path is measured against, a goroutine-safe log buffer, and a reader of
+// SMTP, SOCKS5 and Postfix peers, a settable clock, the bare net/http floor
+// the HTTP path is measured against, a goroutine-safe log buffer, and a reader of
 // template.yaml to check the code against the deployment. Only tests and
 // the load harness (infra/loadtest) import it.
 //

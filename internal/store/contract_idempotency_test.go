@@ -1,4 +1,4 @@
-package testkit
+package store_test
 
 import (
 	"bytes"
@@ -23,7 +23,7 @@ func idemRec(scope, fingerprint string, now time.Time) idempotency.Record {
 	}
 }
 
-func runIdempotency(t *testing.T, newStore StoreFactory) {
+func runIdempotency(t *testing.T, newStore storeFactory) {
 	const scope = "acct-1 POST /v1/requests key-1"
 
 	t.Run("ClaimOnEmpty", func(t *testing.T) {

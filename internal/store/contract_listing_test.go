@@ -1,4 +1,4 @@
-package testkit
+package store_test
 
 import (
 	"cmp"
@@ -80,7 +80,7 @@ func (e *env) listAll(t *testing.T, accountID string, after evs.BatchPos, limit 
 	}
 }
 
-func runListing(t *testing.T, newStore StoreFactory) {
+func runListing(t *testing.T, newStore storeFactory) {
 	t.Run("NewestFirstWholeBatches", func(t *testing.T) {
 		e := newEnv(t, newStore)
 		made := e.createListing(t)

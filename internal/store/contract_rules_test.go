@@ -1,4 +1,4 @@
-package testkit
+package store_test
 
 // The rules the two stores must share, one table each: which batch
 // transitions are allowed and with which error the others are refused,
@@ -15,7 +15,7 @@ import (
 	"github.com/evs-dev/evs/internal/evs"
 )
 
-func runRules(t *testing.T, newStore StoreFactory) {
+func runRules(t *testing.T, newStore storeFactory) {
 	t.Run("Transitions", func(t *testing.T) { runTransitionRules(t, newStore) })
 	t.Run("PutNothing", func(t *testing.T) { runPutNothing(t, newStore) })
 	t.Run("NewBatch", func(t *testing.T) { runNewBatchRules(t, newStore) })
@@ -65,7 +65,7 @@ func (e *env) reach(t *testing.T, id string, n int, st evs.State) evs.Batch {
 // The allowed ones are the contract's, section 3: queued → running →
 // completed (with every result); queued/running → cancelled; queued/running
 // → failed. Every other is invalid_state and leaves the batch as it was.
-func runTransitionRules(t *testing.T, newStore StoreFactory) {
+func runTransitionRules(t *testing.T, newStore storeFactory) {
 	allowed := map[[2]evs.State]bool{
 		{evs.StateQueued, evs.StateRunning}:    true,
 		{evs.StateQueued, evs.StateCancelled}:  true,
@@ -122,7 +122,7 @@ func runTransitionRules(t *testing.T, newStore StoreFactory) {
 // runPutNothing checks PutResults without results: it writes nothing, and
 // completes a batch that has every result already: one of no items, which
 // otherwise would never complete.
-func runPutNothing(t *testing.T, newStore StoreFactory) {
+func runPutNothing(t *testing.T, newStore storeFactory) {
 	for _, c := range []struct {
 		from  evs.State
 		items int
@@ -154,7 +154,7 @@ func runPutNothing(t *testing.T, newStore StoreFactory) {
 // runNewBatchRules checks what a store refuses to create: a batch with no
 // ID or account, or whose items' sequence numbers are not distinct
 // non-negative numbers. Nothing of a refused batch is stored.
-func runNewBatchRules(t *testing.T, newStore StoreFactory) {
+func runNewBatchRules(t *testing.T, newStore storeFactory) {
 	twoItems := func() []evs.Item { _, items := newBatch("x", "x", 2, 0); return items }
 	for _, c := range []struct {
 		name     string
@@ -197,7 +197,7 @@ func runNewBatchRules(t *testing.T, newStore StoreFactory) {
 // ExpiresAt, by the store's clock: one millisecond before it the batch is
 // there; at the instant itself and after, it is gone (not_found, and
 // neither listed nor counted), whether or not it has been deleted yet.
-func runExpiryRules(t *testing.T, newStore StoreFactory) {
+func runExpiryRules(t *testing.T, newStore storeFactory) {
 	now := base.Add(time.Hour)
 	errUnlisted := evs.Errorf(evs.CodeNotFound, "No such request.")
 	listed := func(bs []evs.Batch, err error, id string) error {
@@ -273,7 +273,7 @@ func runExpiryRules(t *testing.T, newStore StoreFactory) {
 // runAccountNameRules checks that an account's ID and its name each pick
 // one account: a creation reusing either is invalid_state and changes
 // nothing, the ID checked first.
-func runAccountNameRules(t *testing.T, newStore StoreFactory) {
+func runAccountNameRules(t *testing.T, newStore storeFactory) {
 	first := evs.Account{ID: "acct-1", Name: "alice", CreatedAt: base}
 	for _, c := range []struct {
 		name string

@@ -1,4 +1,4 @@
-package testkit
+package store_test
 
 import (
 	"context"
@@ -6,21 +6,15 @@ import (
 	"time"
 
 	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/resultcache"
 	"github.com/evs-dev/evs/internal/store"
 )
 
-// ResultCacheStore is the part of a store that keeps the account result
-// cache (resultcache.Store).
-type ResultCacheStore interface {
-	CachedDecision(ctx context.Context, accountID string, mode evs.Mode, address string) (d evs.Decision, expires time.Time, found bool, err error)
-	KeepDecisions(ctx context.Context, accountID string, entries []store.CacheEntry) error
-}
-
-// RunResultCacheContract checks a result-cache store: entries read back
+// runResultCacheContract checks a result-cache store: entries read back
 // whole under their own account, normalised address and mode only, with
 // the submitted form of the address left out, and a later write replaces
 // an entry.
-func RunResultCacheContract(t *testing.T, open func(t *testing.T) ResultCacheStore) {
+func runResultCacheContract(t *testing.T, open func(t *testing.T) resultcache.Store) {
 	ctx := context.Background()
 	s := open(t)
 	at := time.Date(2026, 11, 22, 10, 4, 5, 123_000_000, time.UTC)

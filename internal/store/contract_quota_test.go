@@ -1,4 +1,4 @@
-package testkit
+package store_test
 
 import (
 	"context"
@@ -6,23 +6,18 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/evs-dev/evs/internal/api"
 )
 
-// AddressQuota is api.AddressQuota, restated so testkit need not import
-// the API (see api.AddressQuota for the contract).
-type AddressQuota interface {
-	ChargeAddresses(ctx context.Context, accountID, period string, n, limit int, expires time.Time) (bool, error)
-	RefundAddresses(ctx context.Context, accountID, period string, n int) error
-}
-
-// RunQuotaContract runs the address quota's contract against a fresh store
+// runQuotaContract runs the address quota's contract against a fresh store
 // from newQuota: charges stay within the limit, a refused charge changes
 // nothing, counters are per account and period, refunds give back, and
 // concurrent charges never overshoot.
-func RunQuotaContract(t *testing.T, newQuota func(t *testing.T) AddressQuota) {
+func runQuotaContract(t *testing.T, newQuota func(t *testing.T) api.AddressQuota) {
 	ctx := context.Background()
 	exp := base.Add(60 * 24 * time.Hour)
-	charge := func(t *testing.T, q AddressQuota, acct, period string, n, limit int) bool {
+	charge := func(t *testing.T, q api.AddressQuota, acct, period string, n, limit int) bool {
 		t.Helper()
 		ok, err := q.ChargeAddresses(ctx, acct, period, n, limit, exp)
 		if err != nil {

@@ -1,4 +1,4 @@
-package testkit
+package store_test
 
 import (
 	"fmt"
@@ -8,7 +8,7 @@ import (
 	"github.com/evs-dev/evs/internal/evs"
 )
 
-func runKeys(t *testing.T, newStore StoreFactory) {
+func runKeys(t *testing.T, newStore storeFactory) {
 	t.Run("CreateAndReadAccount", func(t *testing.T) {
 		e := newEnv(t, newStore)
 		want := evs.Account{ID: "acct-1", Name: "alice", Test: true, Suspended: true, CreatedAt: base}

@@ -1,4 +1,4 @@
-package testkit
+package store_test
 
 import (
 	"fmt"
@@ -12,7 +12,7 @@ import (
 )
 
 // runWebhooks checks signing secrets and batch event deliveries.
-func runWebhooks(t *testing.T, newStore StoreFactory) {
+func runWebhooks(t *testing.T, newStore storeFactory) {
 	t.Run("Secrets", func(t *testing.T) {
 		e := newEnv(t, newStore)
 		_, err := e.st.WebhookSecret(e.ctx, "acct-1")

@@ -1,4 +1,4 @@
-package testkit
+package store_test
 
 import (
 	"fmt"
@@ -147,7 +147,7 @@ func (e *env) transition(t *testing.T, b evs.Batch, to evs.State, errMsg string,
 	return b
 }
 
-func runBatches(t *testing.T, newStore StoreFactory) {
+func runBatches(t *testing.T, newStore storeFactory) {
 	t.Run("CreateAndRead", func(t *testing.T) {
 		e := newEnv(t, newStore)
 		b, items := e.create(t, "batch-1", "acct-1", 5, 2)
