@@ -10,7 +10,7 @@ import (
 )
 
 // ResultCacheStore is the part of a store that keeps the account result
-// cache (resultcache.Store).
+// cache (cache.Store).
 type ResultCacheStore interface {
 	CachedDecision(ctx context.Context, accountID string, mode evs.Mode, address string) (d evs.Decision, expires time.Time, found bool, err error)
 	KeepDecisions(ctx context.Context, accountID string, entries []store.CacheEntry) error
