@@ -8,5 +8,6 @@
 // shared by every request, batch and account; on AWS a DynamoDB item
 // stands behind it (dynamostore.DomainFacts). Both expire: a verdict after
 // EVS_CACHE_TTL (a risky one within the hour), a domain's facts after six
-// hours.
+// hours. LRU, the bounded map with an expiry per entry that holds the
+// facts, also holds the DNS resolver's answers (internal/verify/dnscheck).
 package cache

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/evs-dev/evs/internal/evs"
-	"github.com/evs-dev/evs/internal/ttlcache"
 )
 
 // Defaults of FactsConfig.
@@ -49,8 +48,8 @@ type FactsConfig struct {
 // defer a new sender), never anything about an address. It is safe for
 // concurrent use.
 type Facts struct {
-	c     *ttlcache.Cache[string]
-	grey  *ttlcache.Cache[time.Duration]
+	c     *LRU[string]
+	grey  *LRU[time.Duration]
 	ttl   time.Duration
 	now   func() time.Time
 	count func(string)
@@ -70,7 +69,7 @@ func NewFacts(cfg FactsConfig) *Facts {
 	if cfg.Count == nil {
 		cfg.Count = func(string) {}
 	}
-	return &Facts{c: ttlcache.New[string](cfg.MaxDomains), grey: ttlcache.New[time.Duration](cfg.MaxDomains),
+	return &Facts{c: NewLRU[string](cfg.MaxDomains), grey: NewLRU[time.Duration](cfg.MaxDomains),
 		ttl: cfg.TTL, now: cfg.Now, count: cfg.Count}
 }
 
