@@ -12,13 +12,13 @@ import (
 
 	"github.com/evs-dev/evs/internal/api"
 	"github.com/evs-dev/evs/internal/awsinit"
+	"github.com/evs-dev/evs/internal/cache"
 	"github.com/evs-dev/evs/internal/config"
 	"github.com/evs-dev/evs/internal/dynamostore"
 	"github.com/evs-dev/evs/internal/gateway"
 	"github.com/evs-dev/evs/internal/idempotency"
 	"github.com/evs-dev/evs/internal/metrics"
 	"github.com/evs-dev/evs/internal/politeness"
-	"github.com/evs-dev/evs/internal/resultcache"
 	"github.com/evs-dev/evs/internal/verify"
 )
 
@@ -64,16 +64,16 @@ func main() {
 		logger.Error("verify: init failed", "error", err.Error())
 		os.Exit(1)
 	}
-	var cache api.ResultCache
+	var verdicts api.ResultCache
 	if cfg.CacheTTL > 0 {
 		// The account result cache, in the Results table
 		// (dynamostore/resultcache.go).
-		cache = &resultcache.Cache{Store: st, TTL: cfg.CacheTTL, Now: time.Now, Count: emf.CacheRequest}
+		verdicts = &cache.Cache{Store: st, TTL: cfg.CacheTTL, Now: time.Now, Count: emf.CacheRequest}
 	}
 	h := api.New(api.Deps{
 		Engine:      metrics.Count(engine, emf),
 		Sandbox:     metrics.Count(verify.NewSandbox(time.Now), emf),
-		Cache:       cache,
+		Cache:       verdicts,
 		Idempotency: idempotency.New(st, time.Now),
 		Logger:      logger,
 		// Counted in the Batches table (dynamostore/quota.go).

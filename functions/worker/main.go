@@ -14,11 +14,11 @@ import (
 
 	"github.com/evs-dev/evs/internal/awsinit"
 	"github.com/evs-dev/evs/internal/batch"
+	"github.com/evs-dev/evs/internal/cache"
 	"github.com/evs-dev/evs/internal/config"
 	"github.com/evs-dev/evs/internal/dynamostore"
 	"github.com/evs-dev/evs/internal/metrics"
 	"github.com/evs-dev/evs/internal/politeness"
-	"github.com/evs-dev/evs/internal/resultcache"
 	"github.com/evs-dev/evs/internal/sqsqueue"
 	"github.com/evs-dev/evs/internal/verify"
 	"github.com/evs-dev/evs/internal/webhook"
@@ -98,7 +98,7 @@ func main() {
 	if cfg.CacheTTL > 0 {
 		// The account result cache, in the Results table, as verify uses
 		// it: a batch reuses recent verdicts and keeps its own.
-		w.Cache = &resultcache.Cache{Store: st, TTL: cfg.CacheTTL, Now: time.Now, Count: emf.CacheRequest}
+		w.Cache = &cache.Cache{Store: st, TTL: cfg.CacheTTL, Now: time.Now, Count: emf.CacheRequest}
 	}
 	if cfg.SMTP != config.SMTPOff {
 		// Politeness per provider and egress address across every

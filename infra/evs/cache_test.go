@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/evs-dev/evs/internal/cache"
 	"github.com/evs-dev/evs/internal/config"
-	"github.com/evs-dev/evs/internal/resultcache"
 )
 
 // cacheFunctions are the functions that use the account result cache:
@@ -60,8 +60,8 @@ func TestCacheTTLParameter(t *testing.T) {
 		}
 		return ""
 	}, true)
-	if err != nil && strings.Contains(err.Error(), "EVS_CACHE_TTL") || cfg.CacheTTL != resultcache.DefaultTTL {
-		t.Errorf("parameter %s default %q gives %v (%v), want %v", param, def, cfg.CacheTTL, err, resultcache.DefaultTTL)
+	if err != nil && strings.Contains(err.Error(), "EVS_CACHE_TTL") || cfg.CacheTTL != cache.DefaultVerdictTTL {
+		t.Errorf("parameter %s default %q gives %v (%v), want %v", param, def, cfg.CacheTTL, err, cache.DefaultVerdictTTL)
 	}
 	pattern, _ := p["AllowedPattern"].(string)
 	re, err := regexp.Compile(pattern)

@@ -570,9 +570,9 @@ func sortedKeys(m map[string]bool) []string {
 
 // lambdaAuthorizerCache is how long the authorizer function itself may
 // answer from memory after a key is revoked: nothing, it reads the key with
-// a strongly consistent read on every call (functions/functions_test.go,
-// TestLambdaBinaries/authorizer, revokes a key between two calls of a warm
-// function and gets Deny).
+// a strongly consistent read on every call
+// (functions/verify/functions_test.go, TestLambdaBinaries/authorizer,
+// revokes a key between two calls of a warm function and gets Deny).
 const lambdaAuthorizerCache = 0
 
 // A revoked key stops working on AWS within 60 s: API Gateway caches the

@@ -108,7 +108,7 @@ type BatchStore interface {
 }
 
 // ResultCache reuses an account's live verdicts (contract, section 12);
-// *resultcache.Cache is one. maxAge bounds the age of a reused verdict:
+// *cache.Cache is one. maxAge bounds the age of a reused verdict:
 // 0 for no bound, evs.NoReuse to reuse none.
 type ResultCache interface {
 	Lookup(ctx context.Context, accountID string, mode evs.Mode, normalized, email string, maxAge time.Duration) (evs.Decision, bool)

@@ -18,7 +18,6 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/evs-dev/evs/internal/addrlist"
 	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/idempotency"
 	"github.com/evs-dev/evs/internal/verify"
@@ -335,8 +334,8 @@ func parseBatchJSON(req *request, raw []byte) (parsedBatch, error) {
 		}
 	}
 	var out parsedBatch
-	obj, err := addrlist.JSONWith(bytes.NewReader(raw), bodyLimits,
-		addrlist.JSONFields{Strings: []string{"mode", "callbackUrl", "uploadId"}, Numbers: []string{"maxAge"}}, out.list.add)
+	obj, err := readListJSONWith(bytes.NewReader(raw), bodyLimits,
+		listJSONFields{Strings: []string{"mode", "callbackUrl", "uploadId"}, Numbers: []string{"maxAge"}}, out.list.add)
 	if err != nil {
 		return parsedBatch{}, listErr(err)
 	}
@@ -375,14 +374,14 @@ func parseBatchJSON(req *request, raw []byte) (parsedBatch, error) {
 }
 
 // bodyLimits are the limits of a list sent as the creation's body.
-var bodyLimits = addrlist.Limits{MaxAddresses: MaxBatchAddresses, MaxAddressBytes: MaxEmailLength}
+var bodyLimits = ListLimits{MaxAddresses: MaxBatchAddresses, MaxAddressBytes: MaxEmailLength}
 
 // listErr turns a problem of a list into the client's error: a list over
 // its limit names the way to send a larger one.
 func listErr(err error) error {
-	var e *addrlist.Error
+	var e *listError
 	switch {
-	case addrlist.IsTooMany(err):
+	case isTooMany(err):
 		return evs.Errorf(evs.CodeInvalidRequest, "A batch holds at most %d addresses; send larger lists with POST /v1/uploads.", MaxBatchAddresses)
 	case errors.As(err, &e):
 		return evs.Errorf(evs.CodeInvalidRequest, "%s", e.Error())
@@ -420,7 +419,7 @@ func checkEmail(s string, i int) error {
 	return nil
 }
 
-// parseBatchCSV reads the first column of every row (addrlist.CSV says
+// parseBatchCSV reads the first column of every row (ReadListCSV says
 // which rows count).
 func parseBatchCSV(req *request, raw []byte) (parsedBatch, error) {
 	modeText, present := req.query["mode"]
@@ -439,7 +438,7 @@ func parseBatchCSV(req *request, raw []byte) (parsedBatch, error) {
 			return parsedBatch{}, evs.Errorf(evs.CodeInvalidRequest, "The callbackUrl is empty.")
 		}
 	}
-	if err := addrlist.CSV(bytes.NewReader(raw), bodyLimits, out.list.add); err != nil {
+	if err := ReadListCSV(bytes.NewReader(raw), bodyLimits, out.list.add); err != nil {
 		return parsedBatch{}, listErr(err)
 	}
 	if err := checkCount(out.list.total); err != nil {

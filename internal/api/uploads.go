@@ -12,7 +12,6 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/evs-dev/evs/internal/addrlist"
 	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/idempotency"
 )
@@ -140,23 +139,23 @@ func (h *Handler) storeUploadBatch(ctx context.Context, p evs.Principal, in pars
 		}
 		defer release()
 	}
-	read := addrlist.CSV
+	read := ReadListCSV
 	if u.ContentType == "application/json" {
-		read = func(r io.Reader, lim addrlist.Limits, add func(string) error) error {
-			_, err := addrlist.JSON(r, lim, nil, add)
+		read = func(r io.Reader, lim ListLimits, add func(string) error) error {
+			_, err := ReadListJSON(r, lim, nil, add)
 			return err
 		}
 	}
 	// The stream may be longer than announced (a store that cannot tell);
 	// one byte past the limit is enough to know.
 	lr := &io.LimitedReader{R: content, N: u.MaxBytes + 1}
-	err = read(lr, addrlist.Limits{MaxAddresses: h.d.MaxUploadAddresses, MaxAddressBytes: MaxEmailLength}, in.list.add)
-	var bad *addrlist.Error
+	err = read(lr, ListLimits{MaxAddresses: h.d.MaxUploadAddresses, MaxAddressBytes: MaxEmailLength}, in.list.add)
+	var bad *listError
 	var refused *evs.Error
 	switch {
 	case lr.N == 0:
 		return h.failedUploadBatch(ctx, p, in, id, "The upload is larger than "+formatBytes(u.MaxBytes)+".")
-	case addrlist.IsTooMany(err):
+	case isTooMany(err):
 		return h.failedUploadBatch(ctx, p, in, id, "The upload holds more than "+strconv.Itoa(h.d.MaxUploadAddresses)+" addresses; split the list.")
 	case errors.As(err, &bad):
 		return evs.Batch{}, evs.Errorf(evs.CodeInvalidRequest, "The upload is not a valid list: %s", bad.Error())

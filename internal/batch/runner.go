@@ -80,7 +80,7 @@ type RunnerConfig struct {
 	Fault func(err error)
 }
 
-// ResultCache reuses an account's live verdicts; *resultcache.Cache is
+// ResultCache reuses an account's live verdicts; *cache.Cache is
 // one. maxAge bounds the age of a reused verdict:
 // 0 for no bound, evs.NoReuse to reuse none.
 type ResultCache interface {

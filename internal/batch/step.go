@@ -203,7 +203,7 @@ func (s stepper) fromCache(ctx context.Context, b evs.Batch, items []evs.Item) (
 }
 
 // GreyFacts remembers, per domain, how long after greylisting us its
-// server let a retry through (domainfacts.Memory is one, and
+// server let a retry through (cache.Facts is one, and
 // dynamostore.DomainFacts on AWS). Greylisting is per sender and
 // recipient, so every new address of such a domain is deferred again;
 // what carries over is the server's delay. A first retry scheduled at that

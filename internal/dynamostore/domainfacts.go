@@ -11,7 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
-	"github.com/evs-dev/evs/internal/domainfacts"
+	"github.com/evs-dev/evs/internal/cache"
 )
 
 // Domain facts (contract, section 12; docs/cache.md) on AWS: what a
@@ -47,16 +47,16 @@ func domainKey(domain string) item {
 // they never fail a verification.
 type DomainFacts struct {
 	s     *Store
-	mem   *domainfacts.Memory
+	mem   *cache.Facts
 	count func(string)
 	fault func(error)
 }
 
 // DomainFactsConfig configures DomainFacts.
 type DomainFactsConfig struct {
-	// Memory is the instance's tier (default: domainfacts.NewMemory with
+	// Memory is the instance's tier (default: cache.NewFacts with
 	// its defaults and the store's clock). Its TTL is the items' too.
-	Memory *domainfacts.Memory
+	Memory *cache.Facts
 	// Count, when set, is told of each lookup: "hit" (memory or item) or
 	// "miss" (evs_domain_facts_total).
 	Count func(result string)
@@ -67,7 +67,7 @@ type DomainFactsConfig struct {
 // DomainFacts returns the domain facts of this store's Results table.
 func (s *Store) DomainFacts(cfg DomainFactsConfig) *DomainFacts {
 	if cfg.Memory == nil {
-		cfg.Memory = domainfacts.NewMemory(domainfacts.Config{Now: s.now})
+		cfg.Memory = cache.NewFacts(cache.FactsConfig{Now: s.now})
 	}
 	if cfg.Count == nil {
 		cfg.Count = func(string) {}
@@ -86,7 +86,7 @@ func (f *DomainFacts) AcceptAll(ctx context.Context, domain string) (string, boo
 	}
 	it, ok := f.read(ctx, domain)
 	r := getS(it, attrCatchAll)
-	if !ok || !domainfacts.Conclusive(r) || !f.mem.Now().Before(time.UnixMilli(getN(it, attrExpiresAtMs))) {
+	if !ok || !cache.Conclusive(r) || !f.mem.Now().Before(time.UnixMilli(getN(it, attrExpiresAtMs))) {
 		// Absent, or expired and not yet deleted by TTL.
 		f.count("miss")
 		return "", false
@@ -131,7 +131,7 @@ func (f *DomainFacts) read(ctx context.Context, domain string) (item, bool) {
 // KeepAcceptAll remembers a conclusive answer in memory and in the
 // domain's item, for the memory's TTL.
 func (f *DomainFacts) KeepAcceptAll(ctx context.Context, domain, result string) {
-	if !domainfacts.Conclusive(result) {
+	if !cache.Conclusive(result) {
 		return
 	}
 	expires := f.mem.Now().Add(f.mem.TTL())

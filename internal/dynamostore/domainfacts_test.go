@@ -12,7 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/evs-dev/evs/internal/domainfacts"
+	"github.com/evs-dev/evs/internal/cache"
 	"github.com/evs-dev/evs/internal/dynamostore"
 	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/testkit"
@@ -40,7 +40,7 @@ func TestDomainFactsSharedByInstances(t *testing.T) {
 	st := dynamostore.New(dynamostore.Config{Client: c, Objects: testkit.S3(t), Tables: tables, Now: clock.Now})
 	instance := func(counts map[string]int) *dynamostore.DomainFacts {
 		return st.DomainFacts(dynamostore.DomainFactsConfig{
-			Memory: domainfacts.NewMemory(domainfacts.Config{TTL: time.Hour, Now: clock.Now}),
+			Memory: cache.NewFacts(cache.FactsConfig{TTL: time.Hour, Now: clock.Now}),
 			Count:  func(r string) { counts[r]++ },
 		})
 	}
@@ -114,7 +114,7 @@ func TestDomainFactsBothFacts(t *testing.T) {
 	tables := newTables(t, c)
 	st := dynamostore.New(dynamostore.Config{Client: c, Objects: testkit.S3(t), Tables: tables, Now: clock.Now})
 	instance := func() *dynamostore.DomainFacts {
-		return st.DomainFacts(dynamostore.DomainFactsConfig{Memory: domainfacts.NewMemory(domainfacts.Config{TTL: time.Hour, Now: clock.Now})})
+		return st.DomainFacts(dynamostore.DomainFactsConfig{Memory: cache.NewFacts(cache.FactsConfig{TTL: time.Hour, Now: clock.Now})})
 	}
 	for _, tc := range []struct {
 		name      string

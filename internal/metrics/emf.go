@@ -94,10 +94,10 @@ func (e *EMF) SMTPConnectionFailure(result string) {
 // StoreError implements Observer.
 func (e *EMF) StoreError(source string) { e.write(StoreErrors, "Count", 1, "source", source) }
 
-// CacheRequest counts one result-cache lookup (resultcache.Cache.Count).
+// CacheRequest counts one result-cache lookup (cache.Cache.Count).
 func (e *EMF) CacheRequest(result string) { e.write(CacheRequests, "Count", 1, "result", result) }
 
-// DomainFact counts one lookup of the domain facts (domainfacts.Config.Count).
+// DomainFact counts one lookup of the domain facts (cache.FactsConfig.Count).
 func (e *EMF) DomainFact(result string) { e.write(DomainFacts, "Count", 1, "result", result) }
 
 // Calls counts every call api.Observe saw under its route template (never

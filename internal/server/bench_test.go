@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/evs-dev/evs/internal/addrlist"
+	"github.com/evs-dev/evs/internal/api"
 	"github.com/evs-dev/evs/internal/config"
 	"github.com/evs-dev/evs/internal/server"
 	"github.com/evs-dev/evs/internal/sqlitestore"
@@ -228,7 +228,7 @@ func BenchmarkServeVerifyConcurrent(b *testing.B) {
 // stack on `evs serve` at the contract's largest sizes: a 50,000-address
 // JSON body, and a 1,000,000-address upload (the PUT is outside the
 // timer; the create reads, deduplicates and stores the list). Its floor is
-// reading the same lists with addrlist alone, side by side, so the figure
+// reading the same lists with api.ReadListJSON and api.ReadListCSV alone, side by side, so the figure
 // to quote is the ratio. Each batch is cancelled after its creation so the
 // worker does not run beside the next one.
 func BenchmarkCreateBatch(b *testing.B) {
@@ -247,7 +247,7 @@ func BenchmarkCreateBatch(b *testing.B) {
 	})
 	b.Run("body-50k-floor", func(b *testing.B) {
 		for b.Loop() {
-			if _, err := addrlist.JSON(strings.NewReader(body50k), addrlist.Limits{MaxAddresses: 50_000, MaxAddressBytes: 512}, nil, func(string) error { return nil }); err != nil {
+			if _, err := api.ReadListJSON(strings.NewReader(body50k), api.ListLimits{MaxAddresses: 50_000, MaxAddressBytes: 512}, nil, func(string) error { return nil }); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -278,7 +278,7 @@ func BenchmarkCreateBatch(b *testing.B) {
 	})
 	b.Run("upload-1M-floor", func(b *testing.B) {
 		for b.Loop() {
-			if err := addrlist.CSV(strings.NewReader(csv1M), addrlist.Limits{MaxAddresses: 1_000_000, MaxAddressBytes: 512}, func(string) error { return nil }); err != nil {
+			if err := api.ReadListCSV(strings.NewReader(csv1M), api.ListLimits{MaxAddresses: 1_000_000, MaxAddressBytes: 512}, func(string) error { return nil }); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/evs-dev/evs/internal/batch"
-	"github.com/evs-dev/evs/internal/domainfacts"
+	"github.com/evs-dev/evs/internal/cache"
 )
 
 // probeCounter answers RCPTs for domains d000.example… of which the even
@@ -50,7 +50,7 @@ func acceptsAll(domain string) bool {
 	return err == nil && n%2 == 0
 }
 
-// startFacts starts a server whose engine shares one domainfacts.Memory
+// startFacts starts a server whose engine shares one cache.Facts
 // across requests and batches, with domains d000.example to d<n-1>.example
 // on the loopback SMTP peer.
 func startFacts(t *testing.T, domains int) (*harness, *probeCounter, map[string]int) {
@@ -58,7 +58,7 @@ func startFacts(t *testing.T, domains int) (*harness, *probeCounter, map[string]
 	pc := &probeCounter{probes: map[string]int{}}
 	var mu sync.Mutex
 	looked := map[string]int{}
-	facts := domainfacts.NewMemory(domainfacts.Config{Count: func(r string) {
+	facts := cache.NewFacts(cache.FactsConfig{Count: func(r string) {
 		mu.Lock()
 		looked[r]++
 		mu.Unlock()

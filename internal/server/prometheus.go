@@ -120,8 +120,8 @@ func (m *Prometheus) SMTPConnectionFailure(result string) { m.connFail.WithLabel
 // StoreError implements Observer.
 func (m *Prometheus) StoreError(source string) { m.storeErr.WithLabelValues(source).Inc() }
 
-// CacheRequest counts one result-cache lookup (resultcache.Cache.Count).
+// CacheRequest counts one result-cache lookup (cache.Cache.Count).
 func (m *Prometheus) CacheRequest(result string) { m.cache.WithLabelValues(result).Inc() }
 
-// DomainFact counts one lookup of the domain facts (domainfacts.Config.Count).
+// DomainFact counts one lookup of the domain facts (cache.FactsConfig.Count).
 func (m *Prometheus) DomainFact(result string) { m.facts.WithLabelValues(result).Inc() }

@@ -21,12 +21,11 @@ import (
 
 	"github.com/evs-dev/evs/internal/authorizer"
 	"github.com/evs-dev/evs/internal/batch"
+	"github.com/evs-dev/evs/internal/cache"
 	"github.com/evs-dev/evs/internal/config"
-	"github.com/evs-dev/evs/internal/domainfacts"
 	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/idempotency"
 	"github.com/evs-dev/evs/internal/metrics"
-	"github.com/evs-dev/evs/internal/resultcache"
 	"github.com/evs-dev/evs/internal/store"
 	"github.com/evs-dev/evs/internal/verify"
 	"github.com/evs-dev/evs/internal/webhook"
@@ -190,11 +189,11 @@ func New(o Options) (*Server, error) {
 	}
 	// The domain facts live as long as the server: every request and batch
 	// of every account shares them (contract, section 12).
-	fc := domainfacts.Config{Now: o.Now}
+	fc := cache.FactsConfig{Now: o.Now}
 	if m, ok := o.Metrics.(interface{ DomainFact(string) }); ok {
 		fc.Count = m.DomainFact
 	}
-	facts := domainfacts.NewMemory(fc)
+	facts := cache.NewFacts(fc)
 	if o.Batch.Gate == nil {
 		// Politeness per provider and egress address, as the AWS worker
 		// keeps it (contract, section 14): the batches and /v1/verify
@@ -218,11 +217,11 @@ func New(o Options) (*Server, error) {
 	if o.Metrics != nil {
 		o.Engine, sandbox = metrics.Count(o.Engine, o.Metrics), metrics.Count(sandbox, o.Metrics)
 	}
-	cache := resultCache(o)
+	verdicts := resultCache(o)
 	rc := o.Batch
 	rc.Store = o.Store
-	if cache != nil {
-		rc.Cache = cache
+	if verdicts != nil {
+		rc.Cache = verdicts
 	}
 	rc.Accounts = o.Store
 	if rc.Grey == nil {
@@ -275,7 +274,7 @@ func New(o Options) (*Server, error) {
 		MaxUploadAddresses: o.MaxUploadAddresses,
 		Engine:             o.Engine,
 		Sandbox:            sandbox,
-		Cache:              apiCache(cache),
+		Cache:              apiCache(verdicts),
 		Idempotency:        keeper(o.Store, o.Now),
 		Batches:            o.Store,
 		Queue:              runner,
@@ -430,14 +429,14 @@ func Bootstrap(ctx context.Context, st store.Keys, test bool, now time.Time) (st
 
 // resultCache is the account result cache (contract, section 12) when
 // EVS_CACHE_TTL is not 0 and the store keeps one; nil otherwise.
-func resultCache(o Options) *resultcache.Cache {
-	st, ok := o.Store.(resultcache.Store)
+func resultCache(o Options) *cache.Cache {
+	st, ok := o.Store.(cache.Store)
 	if !ok || o.Config.CacheTTL <= 0 {
 		return nil
 	}
 	// This process is the store's only writer (the data directory's
 	// lock), so recent entries can be answered from memory.
-	c := &resultcache.Cache{Store: resultcache.NewMemory(st, 0), TTL: o.Config.CacheTTL, Now: o.Now}
+	c := &cache.Cache{Store: cache.NewVerdictMemory(st, 0), TTL: o.Config.CacheTTL, Now: o.Now}
 	if m, ok := o.Metrics.(interface{ CacheRequest(string) }); ok {
 		c.Count = m.CacheRequest
 	}
@@ -445,7 +444,7 @@ func resultCache(o Options) *resultcache.Cache {
 }
 
 // apiCache is c as the API's dependency: nil, not a nil *Cache, when off.
-func apiCache(c *resultcache.Cache) api.ResultCache {
+func apiCache(c *cache.Cache) api.ResultCache {
 	if c == nil {
 		return nil
 	}

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/evs-dev/evs/internal/batch"
+	"github.com/evs-dev/evs/internal/cache"
 	"github.com/evs-dev/evs/internal/evs"
-	"github.com/evs-dev/evs/internal/resultcache"
 	"github.com/evs-dev/evs/internal/verify"
 )
 
@@ -42,7 +42,7 @@ func TestWorkerReusesCachedVerdicts(t *testing.T) {
 	})
 	n := len(h.emails)
 	w.w.Processor = &batch.Processor{Engine: h.engine(t, 0), Sandbox: verify.NewSandbox(nil), MaxGreyAttempts: 3}
-	w.w.Cache = &resultcache.Cache{Store: w.st, TTL: 24 * time.Hour, Now: time.Now, Count: func(r string) {
+	w.w.Cache = &cache.Cache{Store: w.st, TTL: 24 * time.Hour, Now: time.Now, Count: func(r string) {
 		mu.Lock()
 		lookups[r]++
 		mu.Unlock()
@@ -89,7 +89,7 @@ func TestWorkerReusesCachedVerdicts(t *testing.T) {
 	if firstConns == 0 || len(greyed) != domains {
 		t.Fatalf("first batch: %d connections, %d greylisted: the test cannot tell", firstConns, len(greyed))
 	}
-	if looked[resultcache.Miss] != n || looked[resultcache.Hit]+looked[resultcache.Stale] != 0 {
+	if looked[cache.Miss] != n || looked[cache.Hit]+looked[cache.Stale] != 0 {
 		t.Errorf("first batch: lookups %v, want %d misses (one per address, retries included)", looked, n)
 	}
 	for e, d := range first {
@@ -102,7 +102,7 @@ func TestWorkerReusesCachedVerdicts(t *testing.T) {
 	if conns != 0 {
 		t.Errorf("second batch: %d SMTP connections, want 0", conns)
 	}
-	if looked[resultcache.Hit] != n || len(looked) != 1 {
+	if looked[cache.Hit] != n || len(looked) != 1 {
 		t.Errorf("second batch: lookups %v, want %d hits", looked, n)
 	}
 	for e, d := range again {

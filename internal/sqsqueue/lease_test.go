@@ -16,10 +16,10 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/evs-dev/evs/internal/batch"
+	"github.com/evs-dev/evs/internal/cache"
 	"github.com/evs-dev/evs/internal/egress"
 	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/politeness"
-	"github.com/evs-dev/evs/internal/resultcache"
 	"github.com/evs-dev/evs/internal/sqsqueue"
 	"github.com/evs-dev/evs/internal/testkit"
 	"github.com/evs-dev/evs/internal/verify"
@@ -289,7 +289,7 @@ func budgetProbesOnce(t *testing.T, cached bool) {
 	w.w.Processor = &batch.Processor{Engine: eng, Sandbox: verify.NewSandbox(nil)}
 	w.w.Concurrency = 2
 	if cached {
-		w.w.Cache = &resultcache.Cache{Store: w.st, TTL: time.Hour, Now: time.Now}
+		w.w.Cache = &cache.Cache{Store: w.st, TTL: time.Hour, Now: time.Now}
 	}
 	if err := w.q.Enqueue(w.ctx, b); err != nil {
 		t.Fatal(err)

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/evs-dev/evs/internal/cache"
 	"github.com/evs-dev/evs/internal/evs"
-	"github.com/evs-dev/evs/internal/resultcache"
 	"github.com/evs-dev/evs/internal/store"
 )
 
@@ -14,7 +14,7 @@ import (
 // whole under their own account, normalised address and mode only, with
 // the submitted form of the address left out, and a later write replaces
 // an entry.
-func runResultCacheContract(t *testing.T, open func(t *testing.T) resultcache.Store) {
+func runResultCacheContract(t *testing.T, open func(t *testing.T) cache.Store) {
 	ctx := context.Background()
 	s := open(t)
 	at := time.Date(2026, 11, 22, 10, 4, 5, 123_000_000, time.UTC)

@@ -19,9 +19,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/evs-dev/evs/internal/api"
+	"github.com/evs-dev/evs/internal/cache"
 	"github.com/evs-dev/evs/internal/dynamostore"
 	"github.com/evs-dev/evs/internal/evs"
-	"github.com/evs-dev/evs/internal/resultcache"
 	"github.com/evs-dev/evs/internal/sqlitestore"
 	"github.com/evs-dev/evs/internal/store"
 	"github.com/evs-dev/evs/internal/testkit"
@@ -97,10 +97,10 @@ func TestQuotaContract(t *testing.T) {
 
 func TestResultCacheContract(t *testing.T) {
 	t.Run("SQLite", func(t *testing.T) {
-		runResultCacheContract(t, func(t *testing.T) resultcache.Store { return sqliteStore(t, time.Now) })
+		runResultCacheContract(t, func(t *testing.T) cache.Store { return sqliteStore(t, time.Now) })
 	})
 	t.Run("DynamoDB", func(t *testing.T) {
-		runResultCacheContract(t, func(t *testing.T) resultcache.Store { return dynamoStore(t, time.Now) })
+		runResultCacheContract(t, func(t *testing.T) cache.Store { return dynamoStore(t, time.Now) })
 	})
 }
 

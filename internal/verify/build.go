@@ -5,8 +5,8 @@ import (
 	"net"
 	"time"
 
+	"github.com/evs-dev/evs/internal/cache"
 	"github.com/evs-dev/evs/internal/config"
-	"github.com/evs-dev/evs/internal/domainfacts"
 	"github.com/evs-dev/evs/internal/verify/dnscheck"
 	"github.com/evs-dev/evs/internal/verify/smtpprobe"
 )
@@ -29,7 +29,7 @@ type BuildOptions struct {
 	// Lookup, when set, times every mail-domain lookup (metrics).
 	Lookup func(time.Duration)
 	// Facts keeps what the accept-all probe learns about each domain
-	// (default: this process's memory, domainfacts.NewMemory with its
+	// (default: this process's memory, cache.NewFacts with its
 	// defaults); the AWS functions put a DynamoDB item behind it.
 	Facts DomainFacts
 	// Gate, when set, admits Verify's SMTP sessions (Config.Gate): the
@@ -45,7 +45,7 @@ func BuildWith(c config.Config, o BuildOptions) (*Engine, *dnscheck.Resolver, er
 	}
 	ec := Config{Resolver: res, Facts: o.Facts, Gate: o.Gate}
 	if ec.Facts == nil {
-		ec.Facts = domainfacts.NewMemory(domainfacts.Config{})
+		ec.Facts = cache.NewFacts(cache.FactsConfig{})
 	}
 	if o.Lookup != nil {
 		ec.Resolver = timedResolver{res, o.Lookup}

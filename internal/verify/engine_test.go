@@ -10,7 +10,7 @@ import (
 
 	"github.com/miekg/dns"
 
-	"github.com/evs-dev/evs/internal/domainfacts"
+	"github.com/evs-dev/evs/internal/cache"
 	"github.com/evs-dev/evs/internal/egress"
 	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/testkit"
@@ -28,7 +28,7 @@ type world struct {
 	smtp   []*testkit.SMTPServer
 	engine *verify.Engine
 	// facts is the engine's domain facts, fresh for each world.
-	facts *domainfacts.Memory
+	facts *cache.Facts
 }
 
 // mta describes one loopback mail server.
@@ -48,7 +48,7 @@ func newWorld(t *testing.T, mtas []mta, records []string, timeout time.Duration)
 	if err != nil {
 		t.Fatal(err)
 	}
-	w.facts = domainfacts.NewMemory(domainfacts.Config{})
+	w.facts = cache.NewFacts(cache.FactsConfig{})
 	w.engine, err = verify.New(verify.Config{Resolver: res, Prober: verify.SMTP(p), RandomLocal: func() string { return "zz-random-probe" }, Facts: w.facts})
 	if err != nil {
 		t.Fatal(err)

@@ -19,7 +19,7 @@ import (
 	"github.com/miekg/dns"
 	"golang.org/x/sync/singleflight"
 
-	"github.com/evs-dev/evs/internal/ttlcache"
+	"github.com/evs-dev/evs/internal/cache"
 )
 
 // Outcome classifies what DNS says about a domain's mail hosts.
@@ -113,8 +113,8 @@ type Resolver struct {
 	dialer   Dialer
 	budget   time.Duration // upper bound for one shared lookup
 
-	mail    *ttlcache.Cache[MailResult]
-	hosts   *ttlcache.Cache[hostResult]
+	mail    *cache.LRU[MailResult]
+	hosts   *cache.LRU[hostResult]
 	flights singleflight.Group
 }
 
@@ -158,8 +158,8 @@ func New(cfg Config) (*Resolver, error) {
 		size = 10000
 		fallthrough
 	case size > 0:
-		r.mail = ttlcache.New[MailResult](size)
-		r.hosts = ttlcache.New[hostResult](size)
+		r.mail = cache.NewLRU[MailResult](size)
+		r.hosts = cache.NewLRU[hostResult](size)
 	}
 	// A mail lookup is at most an MX query then A and AAAA in parallel;
 	// each tries every server in every attempt with up to three exchanges

@@ -1,4 +1,4 @@
-package resultcache
+package cache
 
 import (
 	"context"
@@ -10,21 +10,21 @@ import (
 	"github.com/evs-dev/evs/internal/store"
 )
 
-// MemoryEntries is the default bound of a Memory front: at about 330 bytes
-// an entry (key, encoded decision, expiry; BenchmarkMemoryFront reports
-// it), some 11 MB.
-const MemoryEntries = 32_768
+// VerdictMemoryEntries is the default bound of a VerdictMemory front: at
+// about 330 bytes an entry (key, encoded decision, expiry;
+// BenchmarkVerdictMemory reports it), some 11 MB.
+const VerdictMemoryEntries = 32_768
 
-// Memory answers an account's recent cache reads from process memory, in
-// front of a Store that no other process writes: `evs serve`'s SQLite
-// store, which one process holds at a time. A hit then costs no database
+// VerdictMemory answers an account's recent cache reads from process
+// memory, in front of a Store that no other process writes: `evs serve`'s
+// SQLite store, which one process holds at a time. A hit then costs no database
 // read at all, which is what keeps a cached /v1/verify as cheap as a quick
 // check (issue 22: at most 1.2×). Writes go to the store first and to
 // memory only once stored, so memory never holds what the store lost. It
 // is bounded by an LRU of entries; keys carry the account, so no account
 // reads another's entries. On AWS, where many processes write one table,
 // it is not used: a process's memory would miss their newer verdicts.
-type Memory struct {
+type VerdictMemory struct {
 	store Store
 	lru   *lru.Cache[memoryKey, memoryEntry]
 }
@@ -41,19 +41,19 @@ type memoryEntry struct {
 	expires  time.Time
 }
 
-// NewMemory returns a front for st holding at most entries entries
-// (MemoryEntries when entries <= 0).
-func NewMemory(st Store, entries int) *Memory {
+// NewVerdictMemory returns a front for st holding at most entries entries
+// (VerdictMemoryEntries when entries <= 0).
+func NewVerdictMemory(st Store, entries int) *VerdictMemory {
 	if entries <= 0 {
-		entries = MemoryEntries
+		entries = VerdictMemoryEntries
 	}
 	c, _ := lru.New[memoryKey, memoryEntry](entries) // errs only for size <= 0
-	return &Memory{store: st, lru: c}
+	return &VerdictMemory{store: st, lru: c}
 }
 
 // CachedDecision answers from memory when it holds the entry, else from the
 // store, keeping what the store found for the next read.
-func (m *Memory) CachedDecision(ctx context.Context, accountID string, mode evs.Mode, address string) (evs.Decision, time.Time, bool, error) {
+func (m *VerdictMemory) CachedDecision(ctx context.Context, accountID string, mode evs.Mode, address string) (evs.Decision, time.Time, bool, error) {
 	k := memoryKey{account: accountID, address: address, mode: mode}
 	if e, ok := m.lru.Get(k); ok {
 		if d, err := store.DecodeDecision(address, e.decision); err == nil {
@@ -71,7 +71,7 @@ func (m *Memory) CachedDecision(ctx context.Context, accountID string, mode evs.
 // KeepDecisions writes entries to the store and, once they are stored, to
 // memory. When the store fails, memory forgets those keys: what the store
 // holds for them is then unknown, and the next read asks it.
-func (m *Memory) KeepDecisions(ctx context.Context, accountID string, entries []store.CacheEntry) error {
+func (m *VerdictMemory) KeepDecisions(ctx context.Context, accountID string, entries []store.CacheEntry) error {
 	if err := m.store.KeepDecisions(ctx, accountID, entries); err != nil {
 		for _, e := range entries {
 			m.lru.Remove(memoryKey{account: accountID, address: e.Decision.Normalized, mode: e.Decision.Mode})

@@ -1,4 +1,4 @@
-package domainfacts_test
+package cache_test
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/evs-dev/evs/internal/batch"
-	"github.com/evs-dev/evs/internal/domainfacts"
+	"github.com/evs-dev/evs/internal/cache"
 	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/testkit"
 	"github.com/evs-dev/evs/internal/verify"
@@ -17,17 +17,17 @@ import (
 // The engine takes it as its domain facts, and the batch runner as its
 // greylisting delays.
 var (
-	_ verify.DomainFacts = (*domainfacts.Memory)(nil)
-	_ batch.GreyFacts    = (*domainfacts.Memory)(nil)
+	_ verify.DomainFacts = (*cache.Facts)(nil)
+	_ batch.GreyFacts    = (*cache.Facts)(nil)
 )
 
-// TestMemory: what is kept (conclusive answers only), for how long, and
+// TestFacts: what is kept (conclusive answers only), for how long, and
 // what is counted.
-func TestMemory(t *testing.T) {
+func TestFacts(t *testing.T) {
 	ctx := context.Background()
 	clock := testkit.NewClock(time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC))
 	counts := map[string]int{}
-	m := domainfacts.NewMemory(domainfacts.Config{TTL: time.Hour, Now: clock.Now, Count: func(r string) { counts[r]++ }})
+	m := cache.NewFacts(cache.FactsConfig{TTL: time.Hour, Now: clock.Now, Count: func(r string) { counts[r]++ }})
 	for _, tc := range []struct{ domain, result string }{
 		{"all.example", evs.SMTPAccepted},
 		{"strict.example", evs.SMTPRejected},
@@ -61,11 +61,11 @@ func TestMemory(t *testing.T) {
 	check("all.example", "", false)
 }
 
-// TestMemoryBounded: past MaxDomains the least recently used domain is
+// TestFactsBounded: past MaxDomains the least recently used domain is
 // forgotten first.
-func TestMemoryBounded(t *testing.T) {
+func TestFactsBounded(t *testing.T) {
 	ctx := context.Background()
-	m := domainfacts.NewMemory(domainfacts.Config{MaxDomains: 3})
+	m := cache.NewFacts(cache.FactsConfig{MaxDomains: 3})
 	for i := range 4 {
 		m.KeepAcceptAll(ctx, fmt.Sprintf("d%d.example", i), evs.SMTPRejected)
 		if i == 2 {
@@ -82,16 +82,16 @@ func TestMemoryBounded(t *testing.T) {
 	}
 }
 
-// BenchmarkMemoryFull fills a Memory to its default bound and reports the
+// BenchmarkFactsFull fills a Facts to its default bound and reports the
 // heap it holds (docs/cache.md gives the figure).
-func BenchmarkMemoryFull(b *testing.B) {
+func BenchmarkFactsFull(b *testing.B) {
 	ctx := context.Background()
 	var before, after runtime.MemStats
 	for range b.N {
 		runtime.GC()
 		runtime.ReadMemStats(&before)
-		m := domainfacts.NewMemory(domainfacts.Config{})
-		for i := range domainfacts.DefaultMaxDomains {
+		m := cache.NewFacts(cache.FactsConfig{})
+		for i := range cache.DefaultMaxDomains {
 			m.KeepAcceptAll(ctx, fmt.Sprintf("mail-%06d.example.com", i), evs.SMTPRejected)
 		}
 		runtime.GC()
@@ -102,26 +102,26 @@ func BenchmarkMemoryFull(b *testing.B) {
 	}
 }
 
-// BenchmarkAcceptAll is one lookup in a full Memory.
+// BenchmarkAcceptAll is one lookup in a full Facts.
 func BenchmarkAcceptAll(b *testing.B) {
 	ctx := context.Background()
-	m := domainfacts.NewMemory(domainfacts.Config{})
-	for i := range domainfacts.DefaultMaxDomains {
+	m := cache.NewFacts(cache.FactsConfig{})
+	for i := range cache.DefaultMaxDomains {
 		m.KeepAcceptAll(ctx, fmt.Sprintf("mail-%06d.example.com", i), evs.SMTPRejected)
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := range b.N {
-		m.AcceptAll(ctx, fmt.Sprintf("mail-%06d.example.com", i%domainfacts.DefaultMaxDomains))
+		m.AcceptAll(ctx, fmt.Sprintf("mail-%06d.example.com", i%cache.DefaultMaxDomains))
 	}
 }
 
-// TestMemoryGreyDelay: a learned greylisting delay is kept for the TTL;
+// TestFactsGreyDelay: a learned greylisting delay is kept for the TTL;
 // a later one replaces it.
-func TestMemoryGreyDelay(t *testing.T) {
+func TestFactsGreyDelay(t *testing.T) {
 	ctx := context.Background()
 	clock := testkit.NewClock(time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC))
-	m := domainfacts.NewMemory(domainfacts.Config{TTL: time.Hour, Now: clock.Now})
+	m := cache.NewFacts(cache.FactsConfig{TTL: time.Hour, Now: clock.Now})
 	m.KeepGreyDelay(ctx, "grey.example", 15*time.Minute)
 	m.KeepGreyDelay(ctx, "zero.example", 0) // nothing learned
 	clock.Advance(30 * time.Minute)

@@ -1,4 +1,4 @@
-package resultcache_test
+package cache_test
 
 import (
 	"context"
@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/evs-dev/evs/internal/cache"
 	"github.com/evs-dev/evs/internal/evs"
-	"github.com/evs-dev/evs/internal/resultcache"
 	"github.com/evs-dev/evs/internal/sqlitestore"
 	"github.com/evs-dev/evs/internal/store"
 )
@@ -55,11 +55,11 @@ func entry(addr string) store.CacheEntry {
 	}
 }
 
-// TestMemoryFront: what the front answers itself and what it leaves to the
+// TestVerdictMemory: what the front answers itself and what it leaves to the
 // store, against a real SQLite store.
-func TestMemoryFront(t *testing.T) {
+func TestVerdictMemory(t *testing.T) {
 	ctx := context.Background()
-	read := func(t *testing.T, m *resultcache.Memory, account, addr string) (evs.Decision, bool) {
+	read := func(t *testing.T, m *cache.VerdictMemory, account, addr string) (evs.Decision, bool) {
 		t.Helper()
 		d, exp, found, err := m.CachedDecision(ctx, account, evs.ModeFull, addr)
 		if err != nil {
@@ -72,7 +72,7 @@ func TestMemoryFront(t *testing.T) {
 	}
 	t.Run("a kept entry is answered without reading the store, as the store holds it", func(t *testing.T) {
 		st := openCounting(t)
-		m := resultcache.NewMemory(st, 0)
+		m := cache.NewVerdictMemory(st, 0)
 		if err := m.KeepDecisions(ctx, "a", []store.CacheEntry{entry("x@corp.example")}); err != nil {
 			t.Fatal(err)
 		}
@@ -93,7 +93,7 @@ func TestMemoryFront(t *testing.T) {
 		if err := st.Store.KeepDecisions(ctx, "a", []store.CacheEntry{entry("x@corp.example")}); err != nil {
 			t.Fatal(err)
 		}
-		m := resultcache.NewMemory(st, 0)
+		m := cache.NewVerdictMemory(st, 0)
 		for range 3 {
 			if _, found := read(t, m, "a", "x@corp.example"); !found {
 				t.Fatal("not found")
@@ -105,7 +105,7 @@ func TestMemoryFront(t *testing.T) {
 	})
 	t.Run("another account never gets the entry", func(t *testing.T) {
 		st := openCounting(t)
-		m := resultcache.NewMemory(st, 0)
+		m := cache.NewVerdictMemory(st, 0)
 		if err := m.KeepDecisions(ctx, "a", []store.CacheEntry{entry("x@corp.example")}); err != nil {
 			t.Fatal(err)
 		}
@@ -115,7 +115,7 @@ func TestMemoryFront(t *testing.T) {
 	})
 	t.Run("a failed write leaves memory to the store", func(t *testing.T) {
 		st := openCounting(t)
-		m := resultcache.NewMemory(st, 0)
+		m := cache.NewVerdictMemory(st, 0)
 		if err := m.KeepDecisions(ctx, "a", []store.CacheEntry{entry("x@corp.example")}); err != nil {
 			t.Fatal(err)
 		}
@@ -132,7 +132,7 @@ func TestMemoryFront(t *testing.T) {
 	})
 	t.Run("bounded: the least recently used entry goes", func(t *testing.T) {
 		st := openCounting(t)
-		m := resultcache.NewMemory(st, 2)
+		m := cache.NewVerdictMemory(st, 2)
 		for _, a := range []string{"1@corp.example", "2@corp.example", "3@corp.example"} {
 			if err := m.KeepDecisions(ctx, "a", []store.CacheEntry{entry(a)}); err != nil {
 				t.Fatal(err)
@@ -149,9 +149,9 @@ func TestMemoryFront(t *testing.T) {
 	})
 }
 
-// BenchmarkMemoryFront: a hit from memory beside the same read from SQLite,
+// BenchmarkVerdictMemory: a hit from memory beside the same read from SQLite,
 // and the heap an entry costs.
-func BenchmarkMemoryFront(b *testing.B) {
+func BenchmarkVerdictMemory(b *testing.B) {
 	ctx := context.Background()
 	st := openCounting(b)
 	const n = 10_000
@@ -173,7 +173,7 @@ func BenchmarkMemoryFront(b *testing.B) {
 		var before, after runtime.MemStats
 		runtime.GC()
 		runtime.ReadMemStats(&before)
-		m := resultcache.NewMemory(st, n)
+		m := cache.NewVerdictMemory(st, n)
 		if err := m.KeepDecisions(ctx, "a", es); err != nil {
 			b.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package functions_test
+package main_test
 
 import (
 	"path/filepath"
@@ -14,7 +14,7 @@ import (
 // Read the ratio, or the difference in ms, not the absolute figures.
 func BenchmarkColdStart(b *testing.B) {
 	w := newAWSWorld(b)
-	for _, name := range []string{"testdata/hello", "verify", "requests", "authorizer", "worker"} {
+	for _, name := range []string{"verify/testdata/hello", "verify", "requests", "authorizer", "worker"} {
 		bin := build(b, name)
 		b.Run(filepath.Base(name), func(b *testing.B) {
 			for b.Loop() {

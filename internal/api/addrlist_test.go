@@ -1,4 +1,4 @@
-package addrlist_test
+package api
 
 import (
 	"bytes"
@@ -10,19 +10,17 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
-
-	"github.com/evs-dev/evs/internal/addrlist"
 )
 
-var lim = addrlist.Limits{MaxAddresses: 5, MaxAddressBytes: 40}
+var listLim = ListLimits{MaxAddresses: 5, MaxAddressBytes: 40}
 
-func readCSV(in string, l addrlist.Limits) ([]string, error) {
+func csvAddresses(in string, l ListLimits) ([]string, error) {
 	var got []string
-	err := addrlist.CSV(strings.NewReader(in), l, func(a string) error { got = append(got, a); return nil })
+	err := ReadListCSV(strings.NewReader(in), l, func(a string) error { got = append(got, a); return nil })
 	return got, err
 }
 
-func TestCSV(t *testing.T) {
+func TestListCSV(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		in   string
@@ -56,11 +54,11 @@ func TestCSV(t *testing.T) {
 		{"record too long", "a@x.example," + strings.Repeat("y", 1<<20) + "\n", nil, "record at line 1 is longer than"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := readCSV(tc.in, lim)
+			got, err := csvAddresses(tc.in, listLim)
 			if tc.err != "" {
-				var e *addrlist.Error
+				var e *listError
 				if !errors.As(err, &e) || !strings.Contains(err.Error(), tc.err) {
-					t.Fatalf("error %v, want an *Error containing %q", err, tc.err)
+					t.Fatalf("error %v, want a *listError containing %q", err, tc.err)
 				}
 				return
 			}
@@ -74,21 +72,21 @@ func TestCSV(t *testing.T) {
 	}
 }
 
-func TestTooManyIsMarked(t *testing.T) {
-	_, err := readCSV("1@x\n2@x\n3@x\n4@x\n5@x\n6@x\n", lim)
-	if !addrlist.IsTooMany(err) {
-		t.Fatalf("IsTooMany(%v) = false", err)
+func TestListTooManyIsMarked(t *testing.T) {
+	_, err := csvAddresses("1@x\n2@x\n3@x\n4@x\n5@x\n6@x\n", listLim)
+	if !isTooMany(err) {
+		t.Fatalf("isTooMany(%v) = false", err)
 	}
-	_, err = readCSV("a\"b@x\n", lim)
-	if addrlist.IsTooMany(err) {
-		t.Fatalf("IsTooMany(%v) = true for a malformed file", err)
+	_, err = csvAddresses("a\"b@x\n", listLim)
+	if isTooMany(err) {
+		t.Fatalf("isTooMany(%v) = true for a malformed file", err)
 	}
 }
 
-func TestStopsAtAddError(t *testing.T) {
+func TestListStopsAtAddError(t *testing.T) {
 	stop := errors.New("stop")
 	n := 0
-	err := addrlist.CSV(strings.NewReader("a@x\nb@x\nc@x\n"), lim, func(string) error { n++; return stop })
+	err := ReadListCSV(strings.NewReader("a@x\nb@x\nc@x\n"), listLim, func(string) error { n++; return stop })
 	if !errors.Is(err, stop) || n != 1 {
 		t.Fatalf("err %v after %d addresses, want stop after 1", err, n)
 	}
@@ -100,22 +98,22 @@ type oneByte struct{ r io.Reader }
 
 func (o oneByte) Read(p []byte) (int, error) { return o.r.Read(p[:1]) }
 
-func TestChunkBoundaries(t *testing.T) {
+func TestListChunkBoundaries(t *testing.T) {
 	in := "\ufeffemail,\"note\r\n, here\"\r\n\"é\"\"x@x.example\",1\rb@x.example\n"
 	var got []string
-	err := addrlist.CSV(oneByte{strings.NewReader(in)}, lim, func(a string) error { got = append(got, a); return nil })
+	err := ReadListCSV(oneByte{strings.NewReader(in)}, listLim, func(a string) error { got = append(got, a); return nil })
 	if want := []string{"é\"x@x.example", "b@x.example"}; err != nil || !slices.Equal(got, want) {
 		t.Fatalf("got %q, %v; want %q", got, err, want)
 	}
 	got = nil
-	obj, err := addrlist.JSON(oneByte{strings.NewReader(`{"mode":"quick","emails":["é@x.example","b@x.example"]}`)}, lim, []string{"mode"},
+	obj, err := ReadListJSON(oneByte{strings.NewReader(`{"mode":"quick","emails":["é@x.example","b@x.example"]}`)}, listLim, []string{"mode"},
 		func(a string) error { got = append(got, a); return nil })
 	if want := []string{"é@x.example", "b@x.example"}; err != nil || !slices.Equal(got, want) || obj.Strings["mode"] != "quick" {
 		t.Fatalf("got %q, %v, %v; want %q", got, obj, err, want)
 	}
 }
 
-func TestJSON(t *testing.T) {
+func TestListJSON(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		in   string
@@ -147,11 +145,11 @@ func TestJSON(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var got []string
-			_, err := addrlist.JSON(strings.NewReader(tc.in), lim, []string{"mode"}, func(a string) error { got = append(got, a); return nil })
+			_, err := ReadListJSON(strings.NewReader(tc.in), listLim, []string{"mode"}, func(a string) error { got = append(got, a); return nil })
 			if tc.err != "" {
-				var e *addrlist.Error
+				var e *listError
 				if !errors.As(err, &e) || !strings.Contains(err.Error(), tc.err) {
-					t.Fatalf("error %v, want an *Error containing %q", err, tc.err)
+					t.Fatalf("error %v, want a *listError containing %q", err, tc.err)
 				}
 				return
 			}
@@ -165,22 +163,22 @@ func TestJSON(t *testing.T) {
 	}
 }
 
-// TestMemoryBoundedByShape reads the hostile shapes of a 6 MiB body — one
+// TestListMemoryBoundedByShape reads the hostile shapes of a 6 MiB body — one
 // row of six million commas, an array of three million numbers — and checks
 // that the bytes allocated stay a small multiple of the buffers, not of
 // the body: encoding/csv and a []json.RawMessage allocate hundreds of
 // megabytes for these.
-func TestMemoryBoundedByShape(t *testing.T) {
-	big := addrlist.Limits{MaxAddresses: 50000, MaxAddressBytes: 512, MaxRecordBytes: 8 << 20}
+func TestListMemoryBoundedByShape(t *testing.T) {
+	big := ListLimits{MaxAddresses: 50000, MaxAddressBytes: 512, MaxRecordBytes: 8 << 20}
 	commas := "a@x.example" + strings.Repeat(",", 6<<20) + "\n"
 	numbers := `{"emails":["a@x",` + strings.Repeat("1,", 3<<20) + `1]}`
 	for name, read := range map[string]func() error{
 		"csv commas": func() error {
-			return addrlist.CSV(strings.NewReader(commas), big, func(string) error { return nil })
+			return ReadListCSV(strings.NewReader(commas), big, func(string) error { return nil })
 		},
 		"json numbers": func() error {
-			_, err := addrlist.JSON(strings.NewReader(numbers), big, nil, func(string) error { return nil })
-			var e *addrlist.Error
+			_, err := ReadListJSON(strings.NewReader(numbers), big, nil, func(string) error { return nil })
+			var e *listError
 			if errors.As(err, &e) {
 				return nil // refused at the first number, as it should be
 			}
@@ -199,16 +197,16 @@ func TestMemoryBoundedByShape(t *testing.T) {
 	}
 }
 
-// FuzzCSV checks the scanner against encoding/csv: on any input that
+// FuzzListCSV checks the scanner against encoding/csv: on any input that
 // encoding/csv reads and that our stricter rules allow (UTF-8, no NUL, no
 // CR, records within the limit), the first fields are the same.
-func FuzzCSV(f *testing.F) {
+func FuzzListCSV(f *testing.F) {
 	for _, s := range []string{"a@x\nb@y\n", "email,x\n\"a@x\",\"b\nc\"\n", "\"a\"\"b\"\n", ",\n\nname\n", "a\"b\n", "\"a\"b\n"} {
 		f.Add(s)
 	}
-	l := addrlist.Limits{MaxAddresses: 1 << 20, MaxAddressBytes: 1 << 20}
+	l := ListLimits{MaxAddresses: 1 << 20, MaxAddressBytes: 1 << 20}
 	f.Fuzz(func(t *testing.T, in string) {
-		got, err := readCSV(in, l)
+		got, err := csvAddresses(in, l)
 		if !utf8.ValidString(in) || strings.ContainsAny(in, "\x00\r") || strings.HasPrefix(in, "\ufeff") {
 			return
 		}
@@ -245,13 +243,13 @@ func FuzzCSV(f *testing.F) {
 	})
 }
 
-// FuzzJSON checks that JSON never panics and keeps only strings.
-func FuzzJSON(f *testing.F) {
+// FuzzListJSON checks that ReadListJSON never panics and keeps only strings.
+func FuzzListJSON(f *testing.F) {
 	for _, s := range []string{`{"emails":["a@x"]}`, `{"mode":"x","emails":[]}`, `[`, `{"emails":[1]}`, "{\"emails\":[\"\\ud800\"]}"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, in string) {
-		_, err := addrlist.JSON(strings.NewReader(in), lim, []string{"mode"}, func(a string) error {
+		_, err := ReadListJSON(strings.NewReader(in), listLim, []string{"mode"}, func(a string) error {
 			if !utf8.ValidString(a) {
 				t.Fatalf("passed invalid UTF-8 %q", a)
 			}

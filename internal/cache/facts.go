@@ -1,44 +1,33 @@
-// Package domainfacts keeps public facts about mail domains in memory,
-// shared by every request, batch and account of a process (contract,
-// section 12): the answer of a domain's accept-all probe, and how long
-// after greylisting us its server let a retry through. It is the
-// engine's verify.DomainFacts; the AWS functions put a DynamoDB item behind
-// it (dynamostore.DomainFacts), so that their instances share it too.
-//
-// Only what the receiving server does for the domain as a whole is kept
-// (does it accept any address, or reject unknown ones; how long does it
-// defer a new sender), never anything about an address.
-package domainfacts
+package cache
 
 import (
 	"context"
 	"time"
 
 	"github.com/evs-dev/evs/internal/evs"
-	"github.com/evs-dev/evs/internal/ttlcache"
 )
 
-// Defaults of Config.
+// Defaults of FactsConfig.
 const (
 	// DefaultMaxDomains bounds the domains kept: 16 MB when full (170
-	// bytes a domain, BenchmarkMemoryFull; docs/cache.md), and more
+	// bytes a domain, BenchmarkFactsFull; docs/cache.md), and more
 	// domains than a day of sign-ups and batches of a busy service reach.
 	DefaultMaxDomains = 100_000
-	// DefaultTTL is how long an answer is trusted. Whether a domain
+	// DefaultFactsTTL is how long an answer is trusted. Whether a domain
 	// accepts any address is a setting of its mail server, changed
 	// rarely (a migration, a new provider): six hours reuses an answer
 	// across a working day's batches and sign-ups, and a change shows in
 	// verdicts the same day.
-	DefaultTTL = 6 * time.Hour
+	DefaultFactsTTL = 6 * time.Hour
 )
 
-// Config configures a Memory.
-type Config struct {
+// FactsConfig configures a Facts.
+type FactsConfig struct {
 	// MaxDomains bounds the domains kept, the least recently used
 	// forgotten first (default DefaultMaxDomains).
 	MaxDomains int
 	// TTL is how long an answer or a greylisting delay is kept (default
-	// DefaultTTL).
+	// DefaultFactsTTL).
 	TTL time.Duration
 	// Now is the clock (default time.Now).
 	Now func() time.Time
@@ -47,23 +36,32 @@ type Config struct {
 	Count func(result string)
 }
 
-// Memory keeps domain facts in this process, bounded and with a TTL. It is
-// safe for concurrent use.
-type Memory struct {
-	c     *ttlcache.Cache[string]
-	grey  *ttlcache.Cache[time.Duration]
+// Facts keeps public facts about mail domains in this process, bounded and
+// with a TTL, shared by every request, batch and account (contract, section
+// 12): the answer of a domain's accept-all probe, and how long after
+// greylisting us its server let a retry through. It is the engine's
+// verify.DomainFacts; the AWS functions put a DynamoDB item behind it
+// (dynamostore.DomainFacts), so that their instances share it too.
+//
+// Only what the receiving server does for the domain as a whole is kept
+// (does it accept any address, or reject unknown ones; how long does it
+// defer a new sender), never anything about an address. It is safe for
+// concurrent use.
+type Facts struct {
+	c     *LRU[string]
+	grey  *LRU[time.Duration]
 	ttl   time.Duration
 	now   func() time.Time
 	count func(string)
 }
 
-// NewMemory returns an empty Memory.
-func NewMemory(cfg Config) *Memory {
+// NewFacts returns an empty Facts.
+func NewFacts(cfg FactsConfig) *Facts {
 	if cfg.MaxDomains <= 0 {
 		cfg.MaxDomains = DefaultMaxDomains
 	}
 	if cfg.TTL <= 0 {
-		cfg.TTL = DefaultTTL
+		cfg.TTL = DefaultFactsTTL
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -71,7 +69,7 @@ func NewMemory(cfg Config) *Memory {
 	if cfg.Count == nil {
 		cfg.Count = func(string) {}
 	}
-	return &Memory{c: ttlcache.New[string](cfg.MaxDomains), grey: ttlcache.New[time.Duration](cfg.MaxDomains),
+	return &Facts{c: NewLRU[string](cfg.MaxDomains), grey: NewLRU[time.Duration](cfg.MaxDomains),
 		ttl: cfg.TTL, now: cfg.Now, count: cfg.Count}
 }
 
@@ -83,7 +81,7 @@ func Conclusive(result string) bool {
 }
 
 // AcceptAll returns the remembered accept-all answer of domain.
-func (m *Memory) AcceptAll(_ context.Context, domain string) (string, bool) {
+func (m *Facts) AcceptAll(_ context.Context, domain string) (string, bool) {
 	r, ok := m.c.Get(domain, m.now())
 	if ok {
 		m.count("hit")
@@ -94,14 +92,14 @@ func (m *Memory) AcceptAll(_ context.Context, domain string) (string, bool) {
 }
 
 // KeepAcceptAll remembers a conclusive answer for TTL; others are ignored.
-func (m *Memory) KeepAcceptAll(_ context.Context, domain, result string) {
+func (m *Facts) KeepAcceptAll(_ context.Context, domain, result string) {
 	m.Remember(domain, result, m.now().Add(m.ttl))
 }
 
 // Remember keeps a conclusive answer until expires: a tier behind the
 // memory (DynamoDB) hands back what it read, with its own expiry, so an
 // answer is never trusted longer than when it was first learned.
-func (m *Memory) Remember(domain, result string, expires time.Time) {
+func (m *Facts) Remember(domain, result string, expires time.Time) {
 	if !Conclusive(result) {
 		return
 	}
@@ -111,19 +109,19 @@ func (m *Memory) Remember(domain, result string, expires time.Time) {
 
 // GreyDelay returns how long after greylisting us the domain's server let
 // a retry through, when a batch learned it (batch.GreyFacts).
-func (m *Memory) GreyDelay(_ context.Context, domain string) (time.Duration, bool) {
+func (m *Facts) GreyDelay(_ context.Context, domain string) (time.Duration, bool) {
 	return m.grey.Get(domain, m.now())
 }
 
 // KeepGreyDelay remembers that a retry d after the domain's server
 // greylisted us got through.
-func (m *Memory) KeepGreyDelay(_ context.Context, domain string, d time.Duration) {
+func (m *Facts) KeepGreyDelay(_ context.Context, domain string, d time.Duration) {
 	m.RememberGreyDelay(domain, d, m.now().Add(m.ttl))
 }
 
 // RememberGreyDelay keeps a greylisting delay until expires, as Remember
 // keeps an answer read from a tier behind the memory.
-func (m *Memory) RememberGreyDelay(domain string, d time.Duration, expires time.Time) {
+func (m *Facts) RememberGreyDelay(domain string, d time.Duration, expires time.Time) {
 	if d <= 0 {
 		return
 	}
@@ -132,10 +130,10 @@ func (m *Memory) RememberGreyDelay(domain string, d time.Duration, expires time.
 }
 
 // TTL is how long a new answer is kept.
-func (m *Memory) TTL() time.Duration { return m.ttl }
+func (m *Facts) TTL() time.Duration { return m.ttl }
 
 // Now is the memory's clock.
-func (m *Memory) Now() time.Time { return m.now() }
+func (m *Facts) Now() time.Time { return m.now() }
 
 // Len reports the domains held, expired ones not yet evicted included.
-func (m *Memory) Len() int { return m.c.Len() }
+func (m *Facts) Len() int { return m.c.Len() }

@@ -1,10 +1,4 @@
-// Package resultcache reuses an account's live verdicts (contract, section
-// 12): a verdict is kept per account, normalised address and mode for a
-// TTL (risky ones 1 h at most, unknown ones never) and given again, marked
-// cached with its original checkedAt, to the same account's later calls
-// and batches. Test-mode decisions are never kept; callers never look up
-// for test-mode accounts.
-package resultcache
+package cache
 
 import (
 	"context"
@@ -14,8 +8,8 @@ import (
 	"github.com/evs-dev/evs/internal/store"
 )
 
-// DefaultTTL is EVS_CACHE_TTL's default.
-const DefaultTTL = 24 * time.Hour
+// DefaultVerdictTTL is EVS_CACHE_TTL's default.
+const DefaultVerdictTTL = 24 * time.Hour
 
 // RiskyTTL bounds how long a risky verdict is kept: the state behind it
 // (a full mailbox, an accept-all domain) changes faster.
@@ -36,7 +30,12 @@ type Store interface {
 	KeepDecisions(ctx context.Context, accountID string, entries []store.CacheEntry) error
 }
 
-// Cache is the policy over a Store.
+// Cache is the account result cache's policy over a Store: it reuses an
+// account's live verdicts (contract, section 12). A verdict is kept per
+// account, normalised address and mode for a TTL (risky ones 1 h at most,
+// unknown ones never) and given again, marked cached with its original
+// checkedAt, to the same account's later calls and batches. Test-mode
+// decisions are never kept; callers never look up for test-mode accounts.
 type Cache struct {
 	Store Store
 	// TTL is how long a verdict is reused (EVS_CACHE_TTL); 0 keeps none.

@@ -1,4 +1,4 @@
-package addrlist
+package api
 
 import (
 	"bufio"
@@ -9,50 +9,50 @@ import (
 	"strconv"
 )
 
-// MaxJSONScalar is the longest JSON string or number JSON accepts, in
+// maxJSONScalar is the longest JSON string or number ReadListJSON accepts, in
 // bytes as written: longer than any address even fully \u-escaped, and it
 // keeps the decoder from buffering a 100 MiB string.
-const MaxJSONScalar = 64 << 10
+const maxJSONScalar = 64 << 10
 
-// Object is what JSON read besides the list.
-type Object struct {
+// ListObject is what ReadListJSON read besides the list.
+type ListObject struct {
 	// Strings holds the string fields that were present, by name.
 	Strings map[string]string
 	// Numbers holds the number fields that were present, by name, as
-	// written (JSONFields.Numbers).
+	// written (listJSONFields.Numbers).
 	Numbers map[string]json.Number
 	// HasEmails reports whether the "emails" field was present.
 	HasEmails bool
 }
 
-// JSON reads one JSON object from r. Its "emails" field, an array of
+// ReadListJSON reads one JSON object from r. Its "emails" field, an array of
 // strings, is the list: each element is passed to add in order. The fields
-// named in fields must be strings and are returned in Object; any other
+// named in fields must be strings and are returned in ListObject; any other
 // field, a field given twice, anything but JSON whitespace after the
-// object, and text that is not UTF-8 are *Error values. An error from add
+// object, and text that is not UTF-8 are *listError values. An error from add
 // stops the read and is returned.
 //
 // Memory is bounded by one element: the array is read token by token, and
-// no string or number longer than MaxJSONScalar is buffered.
-func JSON(r io.Reader, lim Limits, fields []string, add func(addr string) error) (Object, error) {
-	return JSONWith(r, lim, JSONFields{Strings: fields}, add)
+// no string or number longer than maxJSONScalar is buffered.
+func ReadListJSON(r io.Reader, lim ListLimits, fields []string, add func(addr string) error) (ListObject, error) {
+	return readListJSONWith(r, lim, listJSONFields{Strings: fields}, add)
 }
 
-// JSONFields names the fields JSONWith accepts besides "emails".
-type JSONFields struct {
+// listJSONFields names the fields readListJSONWith accepts besides "emails".
+type listJSONFields struct {
 	Strings []string // must be strings
 	Numbers []string // must be numbers
 }
 
-// JSONWith is JSON with number fields too: each field named in
-// fields.Numbers must be a JSON number and is returned in Object.Numbers.
-func JSONWith(r io.Reader, lim Limits, fields JSONFields, add func(addr string) error) (Object, error) {
+// readListJSONWith is ReadListJSON with number fields too: each field named in
+// fields.Numbers must be a JSON number and is returned in ListObject.Numbers.
+func readListJSONWith(r io.Reader, lim ListLimits, fields listJSONFields, add func(addr string) error) (ListObject, error) {
 	g := &scalarGuard{r: bufio.NewReaderSize(newUTF8Reader(r, "JSON"), 64<<10)}
 	dec := json.NewDecoder(g)
 	dec.UseNumber()
-	out := Object{Strings: map[string]string{}, Numbers: map[string]json.Number{}}
+	out := ListObject{Strings: map[string]string{}, Numbers: map[string]json.Number{}}
 	problem := func(err error) error {
-		var e *Error
+		var e *listError
 		switch {
 		case errors.As(err, &e):
 			return e
@@ -62,21 +62,21 @@ func JSONWith(r io.Reader, lim Limits, fields JSONFields, add func(addr string) 
 		var se *json.SyntaxError
 		switch {
 		case errors.As(err, &se):
-			return errorf("The JSON is malformed at byte %d.", se.Offset)
+			return listErrorf("The JSON is malformed at byte %d.", se.Offset)
 		case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
-			return errorf("The JSON ends too early.")
+			return listErrorf("The JSON ends too early.")
 		}
 		return err // the reader's own failure
 	}
 	tok, err := dec.Token()
 	if err == io.EOF {
-		return out, errorf("The body is empty; a JSON object is required.")
+		return out, listErrorf("The body is empty; a JSON object is required.")
 	}
 	if err != nil {
 		return out, problem(err)
 	}
 	if tok != json.Delim('{') {
-		return out, errorf("The body must be a JSON object.")
+		return out, listErrorf("The body must be a JSON object.")
 	}
 	seen := map[string]bool{}
 	for dec.More() {
@@ -86,13 +86,13 @@ func JSONWith(r io.Reader, lim Limits, fields JSONFields, add func(addr string) 
 		}
 		name := tok.(string) // object keys are strings
 		if seen[name] {
-			return out, errorf("Field %q appears twice.", name)
+			return out, listErrorf("Field %q appears twice.", name)
 		}
 		seen[name] = true
 		switch {
 		case name == "emails":
 			out.HasEmails = true
-			if err := emails(dec, lim, add); err != nil {
+			if err := readEmails(dec, lim, add); err != nil {
 				return out, problem(err)
 			}
 		case slices.Contains(fields.Numbers, name):
@@ -102,7 +102,7 @@ func JSONWith(r io.Reader, lim Limits, fields JSONFields, add func(addr string) 
 			}
 			n, ok := tok.(json.Number)
 			if !ok {
-				return out, errorf("Field %q must be a number.", name)
+				return out, listErrorf("Field %q must be a number.", name)
 			}
 			out.Numbers[name] = n
 		case slices.Contains(fields.Strings, name):
@@ -112,11 +112,11 @@ func JSONWith(r io.Reader, lim Limits, fields JSONFields, add func(addr string) 
 			}
 			s, ok := tok.(string)
 			if !ok {
-				return out, errorf("Field %q must be a string.", name)
+				return out, listErrorf("Field %q must be a string.", name)
 			}
 			out.Strings[name] = s
 		default:
-			return out, errorf("Unknown field %q.", name)
+			return out, listErrorf("Unknown field %q.", name)
 		}
 	}
 	if _, err := dec.Token(); err != nil { // the closing brace
@@ -124,21 +124,21 @@ func JSONWith(r io.Reader, lim Limits, fields JSONFields, add func(addr string) 
 	}
 	if _, err := dec.Token(); err != io.EOF {
 		if err == nil {
-			return out, errorf("The body has data after the JSON object.")
+			return out, listErrorf("The body has data after the JSON object.")
 		}
 		return out, problem(err)
 	}
 	return out, nil
 }
 
-// emails reads the "emails" array.
-func emails(dec *json.Decoder, lim Limits, add func(string) error) error {
+// readEmails reads the "emails" array.
+func readEmails(dec *json.Decoder, lim ListLimits, add func(string) error) error {
 	tok, err := dec.Token()
 	if err != nil {
 		return err
 	}
 	if tok != json.Delim('[') {
-		return errorf("Field \"emails\" must be a list of strings.")
+		return listErrorf("Field \"emails\" must be a list of strings.")
 	}
 	n := 0
 	for dec.More() {
@@ -148,13 +148,13 @@ func emails(dec *json.Decoder, lim Limits, add func(string) error) error {
 		}
 		s, ok := tok.(string)
 		if !ok {
-			return errorf("emails[%d] must be a string.", n)
+			return listErrorf("emails[%d] must be a string.", n)
 		}
 		if len(s) > lim.MaxAddressBytes {
-			return errorf("Address %d is longer than %d bytes.", n+1, lim.MaxAddressBytes)
+			return listErrorf("Address %d is longer than %d bytes.", n+1, lim.MaxAddressBytes)
 		}
 		if n == lim.MaxAddresses {
-			return &Error{msg: "The list holds more than " + strconv.Itoa(lim.MaxAddresses) + " addresses.", TooMany: true}
+			return &listError{msg: "The list holds more than " + strconv.Itoa(lim.MaxAddresses) + " addresses.", TooMany: true}
 		}
 		n++
 		if err := add(s); err != nil {
@@ -166,7 +166,7 @@ func emails(dec *json.Decoder, lim Limits, add func(string) error) error {
 }
 
 // scalarGuard fails a read that would make the decoder buffer a string or
-// number longer than MaxJSONScalar: it tracks, byte by byte, whether it is
+// number longer than maxJSONScalar: it tracks, byte by byte, whether it is
 // inside a string (and after a backslash) and how long the current scalar
 // is.
 type scalarGuard struct {
@@ -202,8 +202,8 @@ func (g *scalarGuard) Read(p []byte) (int, error) {
 		default:
 			g.run++
 		}
-		if g.run > MaxJSONScalar {
-			g.err = errorf("The JSON holds a string or number longer than %d bytes.", MaxJSONScalar)
+		if g.run > maxJSONScalar {
+			g.err = listErrorf("The JSON holds a string or number longer than %d bytes.", maxJSONScalar)
 			return i, nil
 		}
 	}

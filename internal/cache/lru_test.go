@@ -1,15 +1,15 @@
-package ttlcache_test
+package cache_test
 
 import (
 	"testing"
 	"time"
 
-	"github.com/evs-dev/evs/internal/ttlcache"
+	"github.com/evs-dev/evs/internal/cache"
 )
 
-func TestCache(t *testing.T) {
+func TestLRU(t *testing.T) {
 	t0 := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
-	c := ttlcache.New[int](2)
+	c := cache.NewLRU[int](2)
 	c.Put("a", 1, t0, time.Minute)
 	c.Put("b", 2, t0, time.Minute)
 	c.Get("a", t0)                 // a is now the most recently used
@@ -34,7 +34,7 @@ func TestCache(t *testing.T) {
 	if c.Len() != 1 || c.Cap() != 2 {
 		t.Errorf("Len %d Cap %d after the expired entry was read, want 1 and 2", c.Len(), c.Cap())
 	}
-	var none *ttlcache.Cache[int]
+	var none *cache.LRU[int]
 	none.Put("a", 1, t0, time.Minute)
 	if _, ok := none.Get("a", t0); ok || none.Len() != 0 {
 		t.Error("a nil cache kept something")

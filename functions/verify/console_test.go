@@ -1,4 +1,4 @@
-package functions_test
+package main_test
 
 import (
 	"bytes"
@@ -139,7 +139,7 @@ func (s *stage) match(method, p string) (testkit.SAMRoute, map[string]string, bo
 // still wants a key.
 func TestConsoleOnStack(t *testing.T) {
 	w := newAWSWorld(t)
-	tpl, err := testkit.LoadSAMTemplate("../template.yaml")
+	tpl, err := testkit.LoadSAMTemplate("../../template.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

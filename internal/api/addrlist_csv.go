@@ -1,4 +1,4 @@
-package addrlist
+package api
 
 import (
 	"bufio"
@@ -8,7 +8,7 @@ import (
 	"strings"
 )
 
-// CSV reads the first field of every record of an RFC 4180 file and calls
+// ReadListCSV reads the first field of every record of an RFC 4180 file and calls
 // add with it, trimmed of spaces, in order. Blank first fields are skipped,
 // and so is the first record with a non-blank first field when that field
 // has no "@": a header row. An error from add stops the read and is
@@ -18,12 +18,12 @@ import (
 // (a quoted field may hold commas and line breaks) and dropped. Records end
 // at LF, CRLF, or a lone CR (files saved with old Mac line endings). The
 // text must be UTF-8 (a UTF-8 byte-order mark is skipped); a UTF-16 file
-// (Excel's "Unicode text"), a NUL byte or an invalid byte is an *Error
+// (Excel's "Unicode text"), a NUL byte or an invalid byte is a *listError
 // saying so, as are quotes that RFC 4180 does not allow.
-func CSV(r io.Reader, lim Limits, add func(addr string) error) error {
+func ReadListCSV(r io.Reader, lim ListLimits, add func(addr string) error) error {
 	maxRecord := lim.MaxRecordBytes
 	if maxRecord <= 0 {
-		maxRecord = DefaultMaxRecordBytes
+		maxRecord = defaultMaxRecordBytes
 	}
 	br := bufio.NewReaderSize(r, 64<<10)
 	head, _ := br.Peek(3)
@@ -31,7 +31,7 @@ func CSV(r io.Reader, lim Limits, add func(addr string) error) error {
 	case bytes.HasPrefix(head, []byte("\xef\xbb\xbf")):
 		br.Discard(3)
 	case bytes.HasPrefix(head, []byte("\xff\xfe")), bytes.HasPrefix(head, []byte("\xfe\xff")):
-		return errorf("The CSV file is UTF-16 (Excel's \"Unicode text\"); save it as \"CSV UTF-8\".")
+		return listErrorf("The CSV file is UTF-16 (Excel's \"Unicode text\"); save it as \"CSV UTF-8\".")
 	}
 	br = bufio.NewReaderSize(newUTF8Reader(br, "CSV file"), 64<<10)
 
@@ -61,7 +61,7 @@ const trimMargin = 256
 
 // csvScanner is the state of a CSV read between chunks of input.
 type csvScanner struct {
-	lim       Limits
+	lim       ListLimits
 	maxRecord int
 	add       func(string) error
 
@@ -85,7 +85,7 @@ type csvScanner struct {
 func (s *csvScanner) scan(chunk []byte) error {
 	for _, c := range chunk {
 		if c == 0 {
-			return errorf("The CSV file holds a NUL byte (line %d): is it UTF-16? Save it as \"CSV UTF-8\".", s.line)
+			return listErrorf("The CSV file holds a NUL byte (line %d): is it UTF-16? Save it as \"CSV UTF-8\".", s.line)
 		}
 		if s.pendingCR {
 			s.pendingCR = false
@@ -111,7 +111,7 @@ func (s *csvScanner) byte(c byte) error {
 	}
 	s.recordBytes++
 	if s.recordBytes > s.maxRecord {
-		return errorf("The CSV record at line %d is longer than %d bytes.", s.recordLine, s.maxRecord)
+		return listErrorf("The CSV record at line %d is longer than %d bytes.", s.recordLine, s.maxRecord)
 	}
 	if s.inQuotes {
 		if s.quoteSeen {
@@ -152,11 +152,11 @@ func (s *csvScanner) unquoted(c byte) error {
 		return s.endRecord()
 	}
 	if s.closed {
-		return errorf("The CSV file is malformed at line %d: a quoted field is followed by text.", s.line)
+		return listErrorf("The CSV file is malformed at line %d: a quoted field is followed by text.", s.line)
 	}
 	if c == '"' {
 		if !s.fieldStart {
-			return errorf("The CSV file is malformed at line %d: a quote inside a field that does not start with one.", s.line)
+			return listErrorf("The CSV file is malformed at line %d: a quote inside a field that does not start with one.", s.line)
 		}
 		s.fieldStart, s.quoted, s.inQuotes = false, true, true
 		return nil
@@ -184,7 +184,7 @@ func (s *csvScanner) keep(c byte) {
 func (s *csvScanner) endRecord() error {
 	defer s.reset()
 	if s.firstLong {
-		return errorf("Address %d (line %d) is longer than %d bytes.", s.addresses+1, s.recordLine, s.lim.MaxAddressBytes)
+		return listErrorf("Address %d (line %d) is longer than %d bytes.", s.addresses+1, s.recordLine, s.lim.MaxAddressBytes)
 	}
 	// One allocation of the address's own length: a strings.Builder
 	// started over for every record grew through several buffers for
@@ -200,10 +200,10 @@ func (s *csvScanner) endRecord() error {
 		}
 	}
 	if len(addr) > s.lim.MaxAddressBytes {
-		return errorf("Address %d (line %d) is longer than %d bytes.", s.addresses+1, s.recordLine, s.lim.MaxAddressBytes)
+		return listErrorf("Address %d (line %d) is longer than %d bytes.", s.addresses+1, s.recordLine, s.lim.MaxAddressBytes)
 	}
 	if s.addresses == s.lim.MaxAddresses {
-		return &Error{msg: tooMany(s.lim.MaxAddresses), TooMany: true}
+		return &listError{msg: tooMany(s.lim.MaxAddresses), TooMany: true}
 	}
 	s.addresses++
 	return s.add(addr)
@@ -220,7 +220,7 @@ func (s *csvScanner) reset() {
 // open quote is an error.
 func (s *csvScanner) end() error {
 	if s.inQuotes && !s.quoteSeen {
-		return errorf("The CSV file is malformed at line %d: a quoted field is never closed.", s.recordLine)
+		return listErrorf("The CSV file is malformed at line %d: a quoted field is never closed.", s.recordLine)
 	}
 	if s.hasContents {
 		return s.endRecord()

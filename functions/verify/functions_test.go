@@ -1,7 +1,9 @@
-// Package functions_test runs the four Lambda binaries as Lambda would: built
+// Package main_test runs the four Lambda binaries as Lambda would: built
 // with lambda.norpc, fed events through a loopback Runtime API, on DynamoDB
-// and SQS served by moto.
-package functions_test
+// and SQS served by moto. They live beside the verify function, the one
+// most of them run, and build every function from functions/ (and the
+// cold starts' floor, testdata/hello).
+package main_test
 
 import (
 	"context"
@@ -24,12 +26,13 @@ import (
 	"github.com/evs-dev/evs/internal/testkit"
 )
 
-// build compiles a function the way `make build` does (lambda.norpc), for
-// the host, so the test runs the real binary.
+// build compiles functions/name the way `make build` does (lambda.norpc),
+// for the host, so the test runs the real binary.
 func build(t testing.TB, name string) string {
 	t.Helper()
 	out := filepath.Join(t.TempDir(), filepath.Base(name))
 	cmd := exec.Command("go", "build", "-tags", "lambda.norpc", "-trimpath", "-o", out, "./"+name)
+	cmd.Dir = ".." // functions/
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("build functions/%s: %v\n%s", name, err, b)

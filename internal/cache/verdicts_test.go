@@ -1,12 +1,12 @@
-package resultcache_test
+package cache_test
 
 import (
 	"context"
 	"testing"
 	"time"
 
+	"github.com/evs-dev/evs/internal/cache"
 	"github.com/evs-dev/evs/internal/evs"
-	"github.com/evs-dev/evs/internal/resultcache"
 	"github.com/evs-dev/evs/internal/store"
 )
 
@@ -50,7 +50,7 @@ func TestKeep(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			st := &memStore{}
-			c := &resultcache.Cache{Store: st, TTL: tt.ttl, Now: func() time.Time { return now }}
+			c := &cache.Cache{Store: st, TTL: tt.ttl, Now: func() time.Time { return now }}
 			if err := c.Keep(context.Background(), "acct", tt.d); err != nil {
 				t.Fatal(err)
 			}
