@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"log/slog"
 
-	"github.com/evs-dev/evs/internal/egress"
+	"github.com/evs-dev/evs/internal/config"
 	"github.com/evs-dev/evs/internal/evs"
 )
 
@@ -13,7 +13,7 @@ import (
 type Callbacks struct {
 	// Egress decides which http:// callback URLs are allowed (hosts
 	// inside EVS_EGRESS_ALLOW); nil allows https only.
-	Egress *egress.Policy
+	Egress *config.EgressPolicy
 	// Deliveries shows a final batch's delivery in its envelope; nil
 	// shows none.
 	Deliveries interface {

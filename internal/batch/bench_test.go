@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/evs-dev/evs/internal/batch"
-	"github.com/evs-dev/evs/internal/egress"
+	"github.com/evs-dev/evs/internal/config"
 	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/sqlitestore"
 	"github.com/evs-dev/evs/internal/testkit"
@@ -50,7 +50,7 @@ func newFarm(tb testing.TB, hosts, domains int, delay time.Duration) *farm {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	loopback, err := egress.Parse("127.0.0.0/8") // the farm's MTAs
+	loopback, err := config.ParseEgress("127.0.0.0/8") // the farm's MTAs
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -4,10 +4,13 @@
 // read and validated here, once, and a bad value is reported as one line
 // naming the variable and the form it accepts. It also says which build
 // is running (BuildInfo): like the environment, a fact of the process that
-// is read once at start and never changes.
+// is read once at start and never changes. And it holds the egress policy
+// (egress.go) that EVS_EGRESS_ALLOW sets, which every component that dials
+// for a tenant's input shares: SMTP, webhooks, callback URLs.
 //
-// It imports nothing heavy (no engine, no AWS), so every function can link
-// it; verify.Build turns the engine part into an engine.
+// It imports nothing heavy (no engine, no AWS) and nothing else of ours, so
+// every package can link it; verify.Build turns the engine part into an
+// engine.
 package config
 
 import (
@@ -24,8 +27,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/evs-dev/evs/internal/egress"
 )
 
 // SMTP modes of EVS_SMTP.
@@ -69,7 +70,7 @@ type Config struct {
 	// Egress is the policy for connections that tenants' input names
 	// (SMTP probes): EVS_EGRESS_ALLOW. nil, the zero value, refuses every
 	// special-purpose range.
-	Egress *egress.Policy
+	Egress *EgressPolicy
 	// HELOFromHost is true when HELO was not configured and the host name
 	// is used instead (evs serve warns about it).
 	HELOFromHost bool
@@ -232,7 +233,7 @@ func FromEnv(getenv func(string) string, onLambda bool) (Config, error) {
 		}
 	}
 	c.MailFrom = or(getenv("EVS_SMTP_FROM"), "verify@"+c.HELO)
-	pol, err := egress.Parse(getenv("EVS_EGRESS_ALLOW"))
+	pol, err := ParseEgress(getenv("EVS_EGRESS_ALLOW"))
 	if err != nil {
 		errs = append(errs, fmt.Errorf("EVS_EGRESS_ALLOW: %w", err))
 	}

@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"time"
-
-	"github.com/evs-dev/evs/internal/egress"
 )
 
 // DefaultDrainTimeout is EVS_DRAIN_TIMEOUT's default: under the 30 s a
@@ -16,7 +14,7 @@ const DefaultDrainTimeout = 20 * time.Second
 // on its own (contract, section 15): EVS_TRUSTED_PROXIES,
 // EVS_DRAIN_TIMEOUT, EVS_TLS_CERT and EVS_TLS_KEY.
 func serveOps(getenv func(string) string, c *Config, errs *[]error) {
-	trusted, err := egress.ParseCIDRs(getenv("EVS_TRUSTED_PROXIES"))
+	trusted, err := ParseCIDRs(getenv("EVS_TRUSTED_PROXIES"))
 	if err != nil {
 		*errs = append(*errs, fmt.Errorf("EVS_TRUSTED_PROXIES: %w", err))
 	}

@@ -21,7 +21,6 @@ import (
 	"github.com/evs-dev/evs/internal/authorizer"
 	"github.com/evs-dev/evs/internal/batch"
 	"github.com/evs-dev/evs/internal/config"
-	"github.com/evs-dev/evs/internal/egress"
 	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/server"
 	"github.com/evs-dev/evs/internal/sqlitestore"
@@ -119,7 +118,7 @@ func start(t *testing.T, o options) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	loopback, err := egress.Parse("127.0.0.0/8") // the SMTP peer
+	loopback, err := config.ParseEgress("127.0.0.0/8") // the SMTP peer
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,7 +17,7 @@ import (
 
 	"github.com/evs-dev/evs/internal/batch"
 	"github.com/evs-dev/evs/internal/cache"
-	"github.com/evs-dev/evs/internal/egress"
+	"github.com/evs-dev/evs/internal/config"
 	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/politeness"
 	"github.com/evs-dev/evs/internal/sqsqueue"
@@ -33,7 +33,7 @@ import (
 type sharedHost struct {
 	peer     *testkit.SMTPServer
 	res      *dnscheck.Resolver
-	loopback *egress.Policy
+	loopback *config.EgressPolicy
 	emails   []string
 }
 
@@ -64,7 +64,7 @@ func newSharedHostRcpt(t *testing.T, w *world, delay time.Duration, domains, use
 	if h.res, err = dnscheck.New(dnscheck.Config{Servers: []string{dns.Addr}, Timeout: 2 * time.Second}); err != nil {
 		t.Fatal(err)
 	}
-	if h.loopback, err = egress.Parse("127.0.0.0/8"); err != nil { // the shared host
+	if h.loopback, err = config.ParseEgress("127.0.0.0/8"); err != nil { // the shared host
 		t.Fatal(err)
 	}
 	live := evs.Account{ID: "acct-" + uuid.NewString(), Name: testkit.UniqueName(t, "live"), CreatedAt: time.Now().UTC()}

@@ -20,7 +20,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/evs-dev/evs/internal/batch"
-	"github.com/evs-dev/evs/internal/egress"
+	"github.com/evs-dev/evs/internal/config"
 	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/politeness"
 	"github.com/evs-dev/evs/internal/sqsqueue"
@@ -284,7 +284,7 @@ func newProviderWorld(t *testing.T, peer *providerPeer, sizes []int, workers, pa
 	if err != nil {
 		t.Fatal(err)
 	}
-	loopback, err := egress.Parse("127.0.0.0/8")
+	loopback, err := config.ParseEgress("127.0.0.0/8")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,7 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/evs-dev/evs/internal/batch"
-	"github.com/evs-dev/evs/internal/egress"
+	"github.com/evs-dev/evs/internal/config"
 	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/webhook"
 )
@@ -258,7 +258,7 @@ func TestSweepQueuesOverdueDelivery(t *testing.T) {
 			}))
 			defer rc.Close()
 			w, c := sweepWorld(t, 200)
-			loop, err := egress.Parse("127.0.0.0/8")
+			loop, err := config.ParseEgress("127.0.0.0/8")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -333,7 +333,7 @@ func TestSweepDeadlineQueuesWebhook(t *testing.T) {
 	}))
 	defer rc.Close()
 	w, c := sweepWorld(t, 200)
-	loop, err := egress.Parse("127.0.0.0/8")
+	loop, err := config.ParseEgress("127.0.0.0/8")
 	if err != nil {
 		t.Fatal(err)
 	}

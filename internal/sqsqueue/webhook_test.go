@@ -13,7 +13,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/evs-dev/evs/internal/batch"
-	"github.com/evs-dev/evs/internal/egress"
+	"github.com/evs-dev/evs/internal/config"
 	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/sqsqueue"
 	"github.com/evs-dev/evs/internal/webhook"
@@ -42,7 +42,7 @@ func TestWorkerWebhook(t *testing.T) {
 	}))
 	defer rc.Close()
 	w := newWorld(t, 200, time.Minute, 3)
-	loop, err := egress.Parse("127.0.0.0/8")
+	loop, err := config.ParseEgress("127.0.0.0/8")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +155,7 @@ func TestWorkerWebhookFairAcrossAccounts(t *testing.T) {
 	}))
 	defer rc.Close()
 	w := newWorld(t, 200, time.Minute, 3)
-	loop, err := egress.Parse("127.0.0.0/8")
+	loop, err := config.ParseEgress("127.0.0.0/8")
 	if err != nil {
 		t.Fatal(err)
 	}

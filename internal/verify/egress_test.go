@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/evs-dev/evs/internal/egress"
+	"github.com/evs-dev/evs/internal/config"
 	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/testkit"
 	"github.com/evs-dev/evs/internal/verify"
@@ -17,7 +17,7 @@ import (
 
 // egressEngine is an engine probing with the given egress policy, against
 // a loopback DNS server.
-func egressEngine(t *testing.T, dns *testkit.DNSServer, port int, policy *egress.Policy) *verify.Engine {
+func egressEngine(t *testing.T, dns *testkit.DNSServer, port int, policy *config.EgressPolicy) *verify.Engine {
 	t.Helper()
 	res, err := dnscheck.New(dnscheck.Config{Servers: []string{dns.Addr}, Timeout: 500 * time.Millisecond, Attempts: 1})
 	if err != nil {
@@ -87,7 +87,7 @@ func TestEgressMXNotPublic(t *testing.T) {
 		t.Fatalf("the loopback peers got %d connections under the default policy", n)
 	}
 
-	allowed, err := egress.Parse("127.0.0.0/8")
+	allowed, err := config.ParseEgress("127.0.0.0/8")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +123,7 @@ func TestEgressBoundedPerDomain(t *testing.T) {
 			dns.AddRecord(fmt.Sprintf("mx%d.many.example. 300 IN A %s", i, ip))
 		}
 	}
-	allowed, err := egress.Parse("127.0.0.0/8")
+	allowed, err := config.ParseEgress("127.0.0.0/8")
 	if err != nil {
 		t.Fatal(err)
 	}

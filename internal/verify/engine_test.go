@@ -11,7 +11,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/evs-dev/evs/internal/cache"
-	"github.com/evs-dev/evs/internal/egress"
+	"github.com/evs-dev/evs/internal/config"
 	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/testkit"
 	"github.com/evs-dev/evs/internal/verify"
@@ -79,9 +79,9 @@ func startPeers(t *testing.T, mtas []mta, records []string) *world {
 
 // loopbackAllowed is the egress policy of tests whose peers listen on
 // loopback, which the default policy refuses.
-func loopbackAllowed(tb testing.TB) *egress.Policy {
+func loopbackAllowed(tb testing.TB) *config.EgressPolicy {
 	tb.Helper()
-	p, err := egress.Parse("127.0.0.0/8")
+	p, err := config.ParseEgress("127.0.0.0/8")
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/evs-dev/evs/internal/api"
-	"github.com/evs-dev/evs/internal/egress"
+	"github.com/evs-dev/evs/internal/config"
 	"github.com/evs-dev/evs/internal/evs"
 )
 
@@ -73,7 +73,7 @@ type Store interface {
 // NewClient returns the HTTP client of deliveries: the egress policy on the
 // address actually dialled (after resolution, so DNS rebinding cannot slip
 // past it), no proxy from the environment, no redirects, 10 s per attempt.
-func NewClient(pol *egress.Policy) *http.Client {
+func NewClient(pol *config.EgressPolicy) *http.Client {
 	d := &net.Dialer{Timeout: Timeout, Control: pol.Control}
 	return &http.Client{
 		Timeout: Timeout,
@@ -282,7 +282,7 @@ func (d *Deliverer) post(ctx context.Context, url, id string, secrets []string, 
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		if errors.Is(err, egress.ErrRefused) {
+		if errors.Is(err, config.ErrEgressRefused) {
 			return 0, errors.New("the receiver's address is refused by the egress policy")
 		}
 		return 0, err

@@ -6,7 +6,7 @@
 //
 // The event's body is the API's (api.EventBody), rendered from the wire
 // types of the batch envelope, and the callbackUrl rules are the egress
-// policy's (egress.Policy.CheckURL): webhook depends on api, not the other
+// policy's (config.EgressPolicy.CheckURL): webhook depends on api, not the other
 // way round, so the contract's JSON has one home.
 package webhook
 

@@ -12,8 +12,8 @@ import (
 
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
+	"github.com/evs-dev/evs/internal/config"
 	"github.com/evs-dev/evs/internal/dynamostore"
-	"github.com/evs-dev/evs/internal/egress"
 	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/sqlitestore"
 	"github.com/evs-dev/evs/internal/testkit"
@@ -138,7 +138,7 @@ func newEnv(t *testing.T, test bool, url string) (*env, evs.Batch) {
 	if err := st.CreateBatch(ctx, b, []evs.Item{{Seq: 0, Email: "a@x.example", Domain: "x.example"}}); err != nil {
 		t.Fatal(err)
 	}
-	pol, _ := egress.Parse("127.0.0.0/8")
+	pol, _ := config.ParseEgress("127.0.0.0/8")
 	return &env{st: st, clock: clock, d: &webhook.Deliverer{Store: st, Client: webhook.NewClient(pol), Now: clock.Now}}, b
 }
 

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/evs-dev/evs/internal/egress"
+	"github.com/evs-dev/evs/internal/config"
 	"github.com/evs-dev/evs/internal/testkit"
 	"github.com/evs-dev/evs/internal/verify/smtpprobe"
 )
@@ -26,7 +26,7 @@ type dialLog struct {
 	addr []string
 }
 
-func newDialLog(policy *egress.Policy) *dialLog {
+func newDialLog(policy *config.EgressPolicy) *dialLog {
 	return &dialLog{next: &net.Dialer{Control: policy.Control}}
 }
 
@@ -43,9 +43,9 @@ func (d *dialLog) dialled() []string {
 	return slices.Clone(d.addr)
 }
 
-func mustPolicy(t *testing.T, allow string) *egress.Policy {
+func mustPolicy(t *testing.T, allow string) *config.EgressPolicy {
 	t.Helper()
-	p, err := egress.Parse(allow)
+	p, err := config.ParseEgress(allow)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +89,7 @@ func TestEgressRefusesBeforeDialling(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.host, func(t *testing.T) {
 			before := srvs[0].Connections() + srvs[1].Connections()
-			for _, policy := range []*egress.Policy{nil, mustPolicy(t, "")} {
+			for _, policy := range []*config.EgressPolicy{nil, mustPolicy(t, "")} {
 				dl := newDialLog(policy)
 				p := newProber(t, port, func(c *smtpprobe.Config) { c.Resolver, c.Dialer, c.Egress = res, dl, policy })
 				s, err := p.Open(context.Background(), "d.test", []string{tc.host})
@@ -98,7 +98,7 @@ func TestEgressRefusesBeforeDialling(t *testing.T) {
 					t.Fatalf("Open succeeded on %s with the default policy", s.Host())
 				}
 				var pe *smtpprobe.ProbeError
-				if !errors.As(err, &pe) || !pe.NotPublic || !errors.Is(err, egress.ErrRefused) {
+				if !errors.As(err, &pe) || !pe.NotPublic || !errors.Is(err, config.ErrEgressRefused) {
 					t.Errorf("error %v (%+v), want a NotPublic *ProbeError wrapping ErrRefused", err, pe)
 				}
 				if d := dl.dialled(); len(d) != 0 {
@@ -171,7 +171,7 @@ func TestEgressSkipsRefusedHosts(t *testing.T) {
 	dl := newDialLog(policy)
 	_, err := p(dl).Open(context.Background(), "d.test", []string{"private.test", "dead.test", "private.test"})
 	var pe *smtpprobe.ProbeError
-	if !errors.As(err, &pe) || pe.NotPublic || pe.Host != "dead.test" || errors.Is(err, egress.ErrRefused) {
+	if !errors.As(err, &pe) || pe.NotPublic || pe.Host != "dead.test" || errors.Is(err, config.ErrEgressRefused) {
 		t.Errorf("refused + unreachable: %v (%+v), want the unreachable host's failure", err, pe)
 	}
 	if d := dl.dialled(); len(d) != 1 {
@@ -367,7 +367,7 @@ func TestSOCKS5ConnectsByCheckedAddress(t *testing.T) {
 		before := srvs[0].Connections()
 		for _, tc := range []struct {
 			name                 string
-			prober, dialerPolicy *egress.Policy
+			prober, dialerPolicy *config.EgressPolicy
 		}{
 			{"default policy", nil, nil},
 			// The dialer checks on its own even when its caller did not.
@@ -406,7 +406,7 @@ func TestSOCKS5ConnectsByCheckedAddress(t *testing.T) {
 			}
 		}
 		_, err = d.DialContext(context.Background(), "tcp", "169.254.169.254:80")
-		if !errors.Is(err, egress.ErrRefused) {
+		if !errors.Is(err, config.ErrEgressRefused) {
 			t.Errorf("metadata address: %v, want ErrRefused", err)
 		}
 		if n, reqs := sp.seen(); n != 0 {

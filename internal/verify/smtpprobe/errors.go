@@ -21,7 +21,7 @@ type ProbeError struct {
 	Err error
 	// NotPublic is true when the egress policy refused every address of
 	// every host tried, so that no connection was attempted; Err then
-	// wraps the first *egress.RefusedError.
+	// wraps the first *config.EgressRefusedError.
 	NotPublic bool
 
 	// tlsFailed marks a failed TLS handshake: the address is worth a

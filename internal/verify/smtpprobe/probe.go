@@ -17,7 +17,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/evs-dev/evs/internal/egress"
+	"github.com/evs-dev/evs/internal/config"
 )
 
 // ContextDialer opens network connections; *net.Dialer and the SOCKS5
@@ -48,7 +48,7 @@ type Config struct {
 	// Egress says which addresses may be dialled; nil refuses every
 	// special-purpose range (loopback, private, link-local...) with no
 	// exception. Addresses it refuses are skipped before any dial.
-	Egress *egress.Policy
+	Egress *config.EgressPolicy
 	// DialTimeout bounds each connection attempt; default 10s.
 	DialTimeout time.Duration
 	// ReplyTimeout bounds the wait for each reply; default 30s.

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/evs-dev/evs/internal/egress"
+	"github.com/evs-dev/evs/internal/config"
 	"github.com/evs-dev/evs/internal/testkit"
 	"github.com/evs-dev/evs/internal/verify/smtpprobe"
 )
@@ -31,8 +31,8 @@ const helo = "probe.evs.test"
 
 // loopbackAllowed is the egress policy of tests whose peers listen on
 // loopback, which the default policy refuses.
-var loopbackAllowed = func() *egress.Policy {
-	p, err := egress.Parse("127.0.0.0/8")
+var loopbackAllowed = func() *config.EgressPolicy {
+	p, err := config.ParseEgress("127.0.0.0/8")
 	if err != nil {
 		panic(err)
 	}

@@ -8,9 +8,8 @@ import (
 	"net/netip"
 	"net/url"
 
+	"github.com/evs-dev/evs/internal/config"
 	"golang.org/x/net/proxy"
-
-	"github.com/evs-dev/evs/internal/egress"
 )
 
 // NewSOCKS5Dialer returns a dialer that connects through the SOCKS5 proxy
@@ -24,7 +23,7 @@ import (
 // address, never to a name. A refused address never reaches the proxy.
 // The proxy itself is the operator's choice and may be on a private
 // network: forward should not apply the policy.
-func NewSOCKS5Dialer(proxyURL string, forward ContextDialer, policy *egress.Policy) (ContextDialer, error) {
+func NewSOCKS5Dialer(proxyURL string, forward ContextDialer, policy *config.EgressPolicy) (ContextDialer, error) {
 	u, err := url.Parse(proxyURL)
 	if err != nil {
 		// The URL may hold a password: do not echo it.
@@ -61,7 +60,7 @@ func NewSOCKS5Dialer(proxyURL string, forward ContextDialer, policy *egress.Poli
 // socksDialer puts the egress check in front of the SOCKS5 CONNECT.
 type socksDialer struct {
 	proxy  proxy.ContextDialer
-	policy *egress.Policy
+	policy *config.EgressPolicy
 }
 
 func (s socksDialer) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {

@@ -1,13 +1,4 @@
-// Package egress decides which addresses the service may connect to on
-// behalf of what a tenant's input names: SMTP probes and webhook deliveries
-// (API contract, section 9). Anyone can publish a domain
-// whose MX, or a webhook URL whose host, points at loopback, a private
-// network or the cloud metadata service, so only globally reachable
-// unicast addresses are allowed unless the operator lists more.
-//
-// The package imports nothing from the rest of the service, so that every
-// component that dials out shares the one policy.
-package egress
+package config
 
 import (
 	"errors"
@@ -18,12 +9,19 @@ import (
 	"syscall"
 )
 
-// ErrRefused is matched by every refusal of the policy:
-// errors.Is(err, egress.ErrRefused).
-var ErrRefused = errors.New("egress: address is not globally reachable")
+// The egress policy decides which addresses the service may connect to on
+// behalf of what a tenant's input names: SMTP probes and webhook deliveries
+// (API contract, section 9). Anyone can publish a domain whose MX, or a
+// webhook URL whose host, points at loopback, a private network or the
+// cloud metadata service, so only globally reachable unicast addresses are
+// allowed unless the operator lists more (EVS_EGRESS_ALLOW).
 
-// RefusedError says which address was refused and why.
-type RefusedError struct {
+// ErrEgressRefused is matched by every refusal of the policy:
+// errors.Is(err, ErrEgressRefused).
+var ErrEgressRefused = errors.New("egress: address is not globally reachable")
+
+// EgressRefusedError says which address was refused and why.
+type EgressRefusedError struct {
 	// Addr is the refused address, as dialled.
 	Addr netip.Addr
 	// Range is the special-purpose range that holds it (for an IPv4
@@ -34,21 +32,21 @@ type RefusedError struct {
 }
 
 // Error implements error.
-func (e *RefusedError) Error() string {
+func (e *EgressRefusedError) Error() string {
 	if !e.Range.IsValid() {
 		return fmt.Sprintf("egress: refusing %s: %s", e.Addr, e.Name)
 	}
 	return fmt.Sprintf("egress: refusing %s: %s range %s is not globally reachable", e.Addr, e.Name, e.Range)
 }
 
-// Is makes errors.Is(err, ErrRefused) hold.
-func (e *RefusedError) Is(target error) bool { return target == ErrRefused }
+// Is makes errors.Is(err, ErrEgressRefused) hold.
+func (e *EgressRefusedError) Is(target error) bool { return target == ErrEgressRefused }
 
-// Policy is the egress policy: the IANA special-purpose ranges are refused
-// except where the allow-list says otherwise. A nil *Policy is the policy
-// with an empty allow-list. A Policy is immutable and safe for concurrent
+// EgressPolicy is the egress policy: the IANA special-purpose ranges are refused
+// except where the allow-list says otherwise. A nil *EgressPolicy is the policy
+// with an empty allow-list. A EgressPolicy is immutable and safe for concurrent
 // use.
-type Policy struct {
+type EgressPolicy struct {
 	allow []netip.Prefix
 }
 
@@ -56,12 +54,12 @@ type Policy struct {
 // list of CIDRs (the form of EVS_EGRESS_ALLOW); blanks around entries are
 // ignored and "" is the empty list. A malformed entry is an error that
 // names it.
-func Parse(allowCSV string) (*Policy, error) {
+func ParseEgress(allowCSV string) (*EgressPolicy, error) {
 	allow, err := ParseCIDRs(allowCSV)
 	if err != nil {
 		return nil, fmt.Errorf("egress: allow-list %w", err)
 	}
-	return &Policy{allow: allow}, nil
+	return &EgressPolicy{allow: allow}, nil
 }
 
 // ParseCIDRs reads a comma-separated list of CIDRs (blank: none), each
@@ -89,7 +87,7 @@ func ParseCIDRs(csv string) ([]netip.Prefix, error) {
 const wantForm = "want comma-separated CIDRs like 127.0.0.0/8,fd00::/8"
 
 // Allowlist returns the allowed CIDRs, in the order given.
-func (p *Policy) Allowlist() []netip.Prefix {
+func (p *EgressPolicy) Allowlist() []netip.Prefix {
 	if p == nil {
 		return nil
 	}
@@ -97,13 +95,13 @@ func (p *Policy) Allowlist() []netip.Prefix {
 }
 
 // Allowed reports whether a connection to a may be opened.
-func (p *Policy) Allowed(a netip.Addr) bool { return p.Check(a) == nil }
+func (p *EgressPolicy) Allowed(a netip.Addr) bool { return p.Check(a) == nil }
 
 // Check returns nil when a connection to a may be opened, else a
-// *RefusedError.
-func (p *Policy) Check(a netip.Addr) error {
+// *EgressRefusedError.
+func (p *EgressPolicy) Check(a netip.Addr) error {
 	if !a.IsValid() {
-		return &RefusedError{Addr: a, Name: "no address"}
+		return &EgressRefusedError{Addr: a, Name: "no address"}
 	}
 	// A zone only selects an interface; the address decides.
 	a = a.WithZone("")
@@ -112,7 +110,7 @@ func (p *Policy) Check(a netip.Addr) error {
 	}
 	if a.Is4() {
 		if r, ok := lookup(v4Ranges, a); ok {
-			return &RefusedError{Addr: a, Range: r.prefix, Name: r.name}
+			return &EgressRefusedError{Addr: a, Range: r.prefix, Name: r.name}
 		}
 		return nil
 	}
@@ -121,24 +119,24 @@ func (p *Policy) Check(a netip.Addr) error {
 	// as that address, allow-list included.
 	if v4, ok := embeddedV4(a); ok {
 		if err := p.Check(v4); err != nil {
-			re := err.(*RefusedError)
-			return &RefusedError{Addr: a, Range: re.Range, Name: re.Name + " (embedded IPv4)"}
+			re := err.(*EgressRefusedError)
+			return &EgressRefusedError{Addr: a, Range: re.Range, Name: re.Name + " (embedded IPv4)"}
 		}
 		return nil
 	}
 	if r, ok := lookup(v6Ranges, a); ok {
-		return &RefusedError{Addr: a, Range: r.prefix, Name: r.name}
+		return &EgressRefusedError{Addr: a, Range: r.prefix, Name: r.name}
 	}
 	if !globalUnicast6.Contains(a) {
 		// Outside 2000::/3 IANA has allocated nothing that is globally
 		// reachable unicast; refusing it all also covers ranges
 		// registered after this list was written.
-		return &RefusedError{Addr: a, Range: globalUnicast6, Name: "outside IPv6 global unicast"}
+		return &EgressRefusedError{Addr: a, Range: globalUnicast6, Name: "outside IPv6 global unicast"}
 	}
 	return nil
 }
 
-func (p *Policy) allowed(a netip.Addr) bool {
+func (p *EgressPolicy) allowed(a netip.Addr) bool {
 	if p == nil {
 		return false
 	}
@@ -163,7 +161,7 @@ const MaxURLLength = 2048
 // MaxURLLength bytes. An IP literal the policy refuses is refused here
 // already. The error's text completes "The URL …", for the caller to name
 // its field.
-func (p *Policy) CheckURL(raw string) error {
+func (p *EgressPolicy) CheckURL(raw string) error {
 	if len(raw) > MaxURLLength {
 		return fmt.Errorf("is longer than %d characters", MaxURLLength)
 	}
@@ -212,10 +210,10 @@ func hostAddr(host string) (netip.Addr, bool) {
 // as net.Dialer.Control. It sees the address after resolution, so a name
 // that resolves to a refused address (DNS rebinding included) is refused
 // however it was looked up. An address that does not parse is refused.
-func (p *Policy) Control(network, address string, _ syscall.RawConn) error {
+func (p *EgressPolicy) Control(network, address string, _ syscall.RawConn) error {
 	ap, err := netip.ParseAddrPort(address)
 	if err != nil {
-		return fmt.Errorf("egress: cannot check %s address %q: %w", network, address, ErrRefused)
+		return fmt.Errorf("egress: cannot check %s address %q: %w", network, address, ErrEgressRefused)
 	}
 	return p.Check(ap.Addr())
 }

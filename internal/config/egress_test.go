@@ -1,4 +1,4 @@
-package egress_test
+package config_test
 
 import (
 	"errors"
@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/evs-dev/evs/internal/egress"
+	"github.com/evs-dev/evs/internal/config"
 )
 
 // refusedByDefault holds an address inside every special-purpose range the
@@ -76,7 +76,7 @@ var allowedByDefault = []string{
 }
 
 func TestDefaultPolicy(t *testing.T) {
-	policies := map[string]*egress.Policy{"nil": nil, "empty": mustParse(t, "")}
+	policies := map[string]*config.EgressPolicy{"nil": nil, "empty": mustParse(t, "")}
 	for pname, p := range policies {
 		for _, s := range refusedByDefault {
 			a := netip.MustParseAddr(s)
@@ -84,8 +84,8 @@ func TestDefaultPolicy(t *testing.T) {
 				t.Errorf("%s policy allows %s", pname, s)
 			}
 			err := p.Check(a)
-			var re *egress.RefusedError
-			if !errors.Is(err, egress.ErrRefused) || !errors.As(err, &re) || re.Name == "" {
+			var re *config.EgressRefusedError
+			if !errors.Is(err, config.ErrEgressRefused) || !errors.As(err, &re) || re.Name == "" {
 				t.Errorf("%s policy: Check(%s) = %v, want a named *RefusedError", pname, s, err)
 			}
 		}
@@ -95,7 +95,7 @@ func TestDefaultPolicy(t *testing.T) {
 			}
 		}
 	}
-	if (*egress.Policy)(nil).Allowed(netip.Addr{}) {
+	if (*config.EgressPolicy)(nil).Allowed(netip.Addr{}) {
 		t.Error("the zero Addr is allowed")
 	}
 }
@@ -109,8 +109,8 @@ func TestRefusedErrorNamesTheRange(t *testing.T) {
 		{"fd12::1", "fc00::/7", "unique local"},
 	}
 	for _, tc := range tests {
-		var re *egress.RefusedError
-		if err := (*egress.Policy)(nil).Check(netip.MustParseAddr(tc.addr)); !errors.As(err, &re) {
+		var re *config.EgressRefusedError
+		if err := (*config.EgressPolicy)(nil).Check(netip.MustParseAddr(tc.addr)); !errors.As(err, &re) {
 			t.Fatalf("Check(%s) = %v", tc.addr, err)
 		}
 		if re.Range.String() != tc.rng || !strings.Contains(re.Name, tc.name) || !strings.Contains(re.Error(), tc.addr) {
@@ -165,7 +165,7 @@ func TestParseErrors(t *testing.T) {
 		{"*", "*"},
 	}
 	for _, tc := range tests {
-		p, err := egress.Parse(tc.in)
+		p, err := config.ParseEgress(tc.in)
 		if err == nil {
 			t.Errorf("Parse(%q) = %v, want an error", tc.in, p.Allowlist())
 			continue
@@ -175,7 +175,7 @@ func TestParseErrors(t *testing.T) {
 		}
 	}
 	for _, ok := range []string{"", "  ", " 127.0.0.0/8 , ::1/128 "} {
-		if _, err := egress.Parse(ok); err != nil {
+		if _, err := config.ParseEgress(ok); err != nil {
 			t.Errorf("Parse(%q): %v", ok, err)
 		}
 	}
@@ -198,7 +198,7 @@ func TestControl(t *testing.T) {
 	}
 	for _, tc := range tests {
 		err := p.Control("tcp", tc.address, nil)
-		if (err == nil) != tc.ok || (err != nil && !errors.Is(err, egress.ErrRefused)) {
+		if (err == nil) != tc.ok || (err != nil && !errors.Is(err, config.ErrEgressRefused)) {
 			t.Errorf("Control(%s) = %v, want ok=%v", tc.address, err, tc.ok)
 		}
 	}
@@ -228,7 +228,7 @@ func TestControlOnADialer(t *testing.T) {
 		c.Close()
 		t.Fatal("dialled localhost with the default policy")
 	}
-	if !errors.Is(err, egress.ErrRefused) {
+	if !errors.Is(err, config.ErrEgressRefused) {
 		t.Errorf("dial error %v is not ErrRefused", err)
 	}
 	select {
@@ -251,7 +251,7 @@ func FuzzParse(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		p, err := egress.Parse(s)
+		p, err := config.ParseEgress(s)
 		if err != nil {
 			if p != nil {
 				t.Fatalf("Parse(%q) returned a policy with error %v", s, err)
@@ -270,16 +270,16 @@ func FuzzParse(f *testing.F) {
 			}
 			parts = append(parts, pfx.String())
 		}
-		q, err := egress.Parse(strings.Join(parts, ","))
+		q, err := config.ParseEgress(strings.Join(parts, ","))
 		if err != nil || len(q.Allowlist()) != len(parts) {
 			t.Fatalf("re-parse of %q: %v", parts, err)
 		}
 	})
 }
 
-func mustParse(t *testing.T, s string) *egress.Policy {
+func mustParse(t *testing.T, s string) *config.EgressPolicy {
 	t.Helper()
-	p, err := egress.Parse(s)
+	p, err := config.ParseEgress(s)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -287,13 +287,13 @@ func mustParse(t *testing.T, s string) *egress.Policy {
 }
 
 func TestCheckURL(t *testing.T) {
-	loop, err := egress.Parse("127.0.0.0/8")
+	loop, err := config.ParseEgress("127.0.0.0/8")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range []struct {
 		url string
-		pol *egress.Policy
+		pol *config.EgressPolicy
 		ok  bool
 	}{
 		{"https://hooks.example.com/evs", nil, true},
