@@ -102,6 +102,13 @@ func (c *Cache) Keep(ctx context.Context, accountID string, ds ...evs.Decision) 
 
 // ttl is how long d may be reused.
 func (c *Cache) ttl(d evs.Decision) time.Duration {
+	if d.Checks.DNS.Result == evs.DNSMXNotPublic {
+		// The verdict rests on this deployment's egress policy, not on
+		// the address (contract, section 16): the operator may allow the
+		// range (EVS_EGRESS_ALLOW) at the next start, and the verdict
+		// must change with it.
+		return 0
+	}
 	switch d.Status() {
 	case evs.Unknown:
 		return 0

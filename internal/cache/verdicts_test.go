@@ -30,6 +30,8 @@ func TestKeep(t *testing.T) {
 	}
 	testMode, cached, invalid, old := live(evs.ReasonAcceptedEmail), live(evs.ReasonAcceptedEmail), live(evs.ReasonInvalidSyntax), live(evs.ReasonAcceptedEmail)
 	testMode.TestMode, cached.Cached, invalid.Normalized, old.CheckedAt = true, true, "", now.Add(-25*time.Hour)
+	policy := live(evs.ReasonNoMailServer)
+	policy.Checks.DNS.Result = evs.DNSMXNotPublic
 	tests := []struct {
 		name string
 		ttl  time.Duration
@@ -46,6 +48,8 @@ func TestKeep(t *testing.T) {
 		{"no normalised address", 24 * time.Hour, invalid, 0},
 		{"expired already", 24 * time.Hour, old, 0},
 		{"cache off", 0, live(evs.ReasonAcceptedEmail), 0},
+		{"no mail server we may reach: our egress policy, never", 24 * time.Hour, policy, 0},
+		{"no mail server by the DNS: kept", 24 * time.Hour, live(evs.ReasonNoMailServer), 24 * time.Hour},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
