@@ -72,9 +72,12 @@ type Processor struct {
 	// (default 50); receiving servers limit recipients per transaction.
 	PerConnection int
 	// SessionLimit bounds each SMTP session of a group (0: none). A session
-	// that runs past it ends, with the rest of the group, as
-	// unknown/timeout: trying the same silent server again would hold a
-	// worker as long again.
+	// that runs past it ends, and no further session of the group starts:
+	// the answers it received stand, and the addresses it got no answer
+	// about (the one in flight, those after it, the rest of the group) are
+	// our deadline's, not the mailboxes' (contract, section 16). They are
+	// retried at the next attempt, like greylisted ones, and end
+	// unknown/timeout only at the last.
 	SessionLimit time.Duration
 	// Now is the clock of the results the limit writes (default time.Now).
 	Now func() time.Time
@@ -160,21 +163,17 @@ func (p *Processor) VerifyGroup(ctx context.Context, startBy time.Time, test boo
 			sctx, cancel = context.WithTimeout(ctx, p.SessionLimit)
 		}
 		ds := v.VerifyDomain(sctx, emails, mode)
-		timedOut := sctx.Err() != nil
+		// The connection's deadline is the context's own, so the engine
+		// can return an instant before the context's timer marks it done:
+		// the clock says whether the limit was reached.
+		dl, limited := sctx.Deadline()
+		timedOut := sctx.Err() != nil || (limited && !time.Now().Before(dl))
 		cancel()
 		if ctx.Err() != nil {
 			// Cut short (cancel, shutdown): these verdicts are artefacts of
 			// our deadline, not facts about the mailboxes. Leave them for
 			// the next run.
 			return Outcome{Results: o.Results}, ctx.Err()
-		}
-		if timedOut {
-			now := time.Now
-			if p.Now != nil {
-				now = p.Now
-			}
-			o.Results = append(o.Results, TimeoutResults(g.Items[start:], mode, test, DetailSession, now())...)
-			break
 		}
 		throttled, refused := throttledSession(test, ds)
 		if refused {
@@ -184,19 +183,41 @@ func (p *Processor) VerifyGroup(ctx context.Context, startBy time.Time, test boo
 			o.Left, o.Throttled = g.Items[start:], true
 			break
 		}
+		var unanswered []evs.Item
 		for i, d := range ds {
-			if throttled && throttledAddress(d) {
+			switch {
+			case timedOut && d.Checks.SMTP.Code == 0:
+				// No reply before our time limit: the limit's, not a
+				// fact about the mailbox.
+				unanswered = append(unanswered, chunk[i])
+			case throttled && throttledAddress(d):
 				// Throttled on it or before it: no answer about the
 				// mailbox. It waits for the provider's pause, at the same
 				// attempt, instead of ending unknown.
 				o.Left = append(o.Left, chunk[i])
-				continue
-			}
-			if d.Reason == evs.ReasonGreylisted && attempt+1 < maxGrey {
+			case d.Reason == evs.ReasonGreylisted && attempt+1 < maxGrey:
 				o.Retry = append(o.Retry, chunk[i])
-				continue
+			default:
+				o.Results = append(o.Results, evs.Result{Seq: chunk[i].Seq, Email: chunk[i].Email, Decision: d})
 			}
-			o.Results = append(o.Results, evs.Result{Seq: chunk[i].Seq, Email: chunk[i].Email, Decision: d})
+		}
+		if timedOut {
+			// The answers received stand; the rest of the group is not
+			// asked on a server that ran past the limit once. It is tried
+			// again at the next attempt, and ends unknown/timeout only at
+			// the last.
+			unanswered = append(unanswered, g.Items[end:]...)
+			if attempt+1 < maxGrey {
+				o.Retry = append(o.Retry, unanswered...)
+			} else {
+				now := time.Now
+				if p.Now != nil {
+					now = p.Now
+				}
+				o.Results = append(o.Results, TimeoutResults(unanswered, mode, test, DetailSession, now())...)
+			}
+			o.Throttled = throttled
+			break
 		}
 		if throttled {
 			o.Left, o.Throttled = append(o.Left, g.Items[end:]...), true

@@ -193,8 +193,9 @@ func TestRunnerHogDoesNotStarve(t *testing.T) {
 	t.Logf("other accounts done %v after the hog filled its share", time.Since(start))
 }
 
-// TestRunnerSessionLimit: a group whose session outlives SessionLimit ends
-// its addresses as unknown/timeout with the session detail.
+// TestRunnerSessionLimit: a group whose session outlives SessionLimit is
+// tried again at the next attempt, not decided by our limit, and ends
+// unknown/timeout with the session detail only after the last.
 func TestRunnerSessionLimit(t *testing.T) {
 	e := newEnv(t)
 	eng := &fakeEngine{hold: func(ctx context.Context, emails []string) {
@@ -202,7 +203,7 @@ func TestRunnerSessionLimit(t *testing.T) {
 			<-ctx.Done()
 		}
 	}}
-	r := e.runner(e.st, eng, batch.RunnerConfig{SessionLimit: 200 * time.Millisecond})
+	r := e.runner(e.st, eng, batch.RunnerConfig{SessionLimit: 200 * time.Millisecond, GreyBackoff: 10 * time.Millisecond, MaxGreyAttempts: 2})
 	b := e.batch(e.account(false), time.Now(), "a@slow.example", "b@slow.example", "c@fast.example")
 	if err := r.Enqueue(e.ctx, b); err != nil {
 		t.Fatal(err)
@@ -215,6 +216,9 @@ func TestRunnerSessionLimit(t *testing.T) {
 		d := res.Decision
 		if strings.Contains(res.Email, "@slow") && (d.Reason != evs.ReasonTimeout || d.Checks.SMTP.Result != evs.SMTPTimeout || d.Checks.SMTP.Detail != batch.DetailSession) {
 			t.Fatalf("%s: %s %+v", res.Email, d.Reason, d.Checks.SMTP)
+		}
+		if n := eng.count(res.Email); strings.Contains(res.Email, "@slow") && n != 2 {
+			t.Errorf("%s asked %d times, want once per attempt (2)", res.Email, n)
 		}
 	}
 }

@@ -14,7 +14,7 @@ import (
 // server, ends an address's verification.
 const (
 	DetailDeadline = "the batch deadline passed before this address was verified (EVS_BATCH_DEADLINE)"
-	DetailSession  = "the SMTP session of this domain group ran past its time limit"
+	DetailSession  = "no reply within the SMTP session's time limit, at every attempt"
 )
 
 // Expire ends batch b, past its deadline, the same way on both
