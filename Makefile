@@ -41,7 +41,7 @@ dante:
 	}
 
 # chromium: the headless browser that drives the web console's test
-# (internal/console, docs/console.md; Debian package chromium), installed
+# (internal/api/console*.go, docs/console.md; Debian package chromium), installed
 # when missing; apt-get update only when the plain install fails.
 chromium:
 	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || { \

@@ -18,7 +18,6 @@ import (
 	"github.com/evs-dev/evs/internal/api"
 	"github.com/evs-dev/evs/internal/awsinit"
 	"github.com/evs-dev/evs/internal/config"
-	"github.com/evs-dev/evs/internal/console"
 	"github.com/evs-dev/evs/internal/dynamostore"
 	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/gateway"
@@ -56,7 +55,7 @@ func main() {
 		var origin string
 		origin, err = st.UploadOrigin(context.Background())
 		if err == nil {
-			web, err = console.New(console.Options{UploadOrigin: origin})
+			web, err = api.NewConsole(api.ConsoleOptions{UploadOrigin: origin})
 		}
 	}
 	if err != nil {
@@ -101,5 +100,5 @@ func main() {
 	// API Gateway has checked the key and the rate: the routes need no
 	// guard here. The console's routes have no authorizer.
 	o := api.ObserveOptions{Logger: logger, Done: metrics.Calls(&metrics.EMF{W: os.Stdout})}
-	lambda.Start(gateway.Proxy(api.Mux(o, h.MountBatches(nil), func(mux *http.ServeMux) { console.Mount(mux, web) })))
+	lambda.Start(gateway.Proxy(api.Mux(o, h.MountBatches(nil), func(mux *http.ServeMux) { api.MountConsole(mux, web) })))
 }

@@ -14,7 +14,7 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
-	"github.com/evs-dev/evs/internal/console"
+	"github.com/evs-dev/evs/internal/api"
 	"github.com/evs-dev/evs/internal/testkit"
 )
 
@@ -170,7 +170,7 @@ func TestConsoleOnStack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantCSP := console.CSP + "; connect-src 'self' " + u.Scheme + "://" + u.Host
+	wantCSP := api.ConsoleCSP + "; connect-src 'self' " + u.Scheme + "://" + u.Host
 
 	// get GETs path under the stage, with If-None-Match: inm if given.
 	get := func(path string, inm ...string) (*http.Response, []byte) {
@@ -197,7 +197,7 @@ func TestConsoleOnStack(t *testing.T) {
 	if res.Request.URL.Path != "/Prod/console/" || res.StatusCode != http.StatusOK {
 		t.Fatalf("GET /Prod/console ended at %s with %d, want /Prod/console/ and 200", res.Request.URL.Path, res.StatusCode)
 	}
-	index, err := fs.ReadFile(console.Files(), "index.html")
+	index, err := fs.ReadFile(api.ConsoleFiles(), "index.html")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,23 +208,23 @@ func TestConsoleOnStack(t *testing.T) {
 
 	types := map[string]string{".html": "text/html", ".css": "text/css", ".js": "text/javascript", ".svg": "image/svg+xml"}
 	n := 0
-	err = fs.WalkDir(console.Files(), ".", func(p string, d fs.DirEntry, err error) error {
+	err = fs.WalkDir(api.ConsoleFiles(), ".", func(p string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() || p == "index.html" { // index.html: its directory, above
 			return err
 		}
 		n++
-		want, err := fs.ReadFile(console.Files(), p)
+		want, err := fs.ReadFile(api.ConsoleFiles(), p)
 		if err != nil {
 			return err
 		}
-		res, got := get(console.Path + p)
+		res, got := get(api.ConsolePath + p)
 		ct := res.Header.Get("Content-Type")
 		if res.StatusCode != http.StatusOK || !bytes.Equal(got, want) || types[p[strings.LastIndex(p, "."):]] == "" || !strings.HasPrefix(ct, types[p[strings.LastIndex(p, "."):]]) {
 			t.Errorf("%s: %d %q, %d bytes; want 200, its type and the embedded %d bytes", p, res.StatusCode, ct, len(got), len(want))
 		}
 		check(p, res)
 		// Unchanged since: 304, nothing carried.
-		if res, got := get(console.Path+p, res.Header.Get("ETag")); res.StatusCode != http.StatusNotModified || len(got) != 0 {
+		if res, got := get(api.ConsolePath+p, res.Header.Get("ETag")); res.StatusCode != http.StatusNotModified || len(got) != 0 {
 			t.Errorf("%s with its ETag: %d, %d bytes; want 304 and none", p, res.StatusCode, len(got))
 		}
 		return nil

@@ -7,7 +7,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/evs-dev/evs/internal/console"
+	"github.com/evs-dev/evs/internal/api"
 )
 
 // firstKeyName is the file in the data directory that holds the first
@@ -50,7 +50,7 @@ or open the web console in a browser and paste the key there:
 
   %s%s
 
-`, kind, key, base, example, base, console.Path)
+`, kind, key, base, example, base, api.ConsolePath)
 	return nil
 }
 

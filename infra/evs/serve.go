@@ -14,8 +14,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/evs-dev/evs/internal/api"
 	"github.com/evs-dev/evs/internal/config"
-	"github.com/evs-dev/evs/internal/console"
 	"github.com/evs-dev/evs/internal/server"
 	"github.com/evs-dev/evs/internal/sqlitestore"
 )
@@ -136,7 +136,7 @@ func serve(ctx context.Context, testAccount bool, stdout, stderr io.Writer, gete
 		logger.Info("no API key printed: the data directory already has accounts; make a key with: " + keysCreateHint(getenv))
 	}
 	fmt.Fprintf(stdout, "evs %s listening on %s (data in %s, SMTP %s)\n", config.ReadBuildInfo(version).Version, base, cfg.DataDir, cfg.SMTP)
-	fmt.Fprintf(stdout, "web console: %s%s\n", base, console.Path)
+	fmt.Fprintf(stdout, "web console: %s%s\n", base, api.ConsolePath)
 	return srv.Serve(ctx, ln)
 }
 

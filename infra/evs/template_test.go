@@ -17,7 +17,6 @@ import (
 	"github.com/evs-dev/evs/internal/api"
 	"github.com/evs-dev/evs/internal/batch"
 	"github.com/evs-dev/evs/internal/config"
-	"github.com/evs-dev/evs/internal/console"
 	"github.com/evs-dev/evs/internal/dynamostore"
 	"github.com/evs-dev/evs/internal/server"
 	"github.com/evs-dev/evs/internal/testkit"
@@ -61,11 +60,11 @@ func TestRoutesMatchTemplate(t *testing.T) {
 }
 
 func isConsole(r testkit.SAMRoute) bool {
-	return r.Path == console.RootResource || strings.HasPrefix(r.Path, console.RootResource+"/")
+	return r.Path == api.ConsoleRootResource || strings.HasPrefix(r.Path, api.ConsoleRootResource+"/")
 }
 
 // The console's routes are on the requests function (whose handler serves
-// console.RootResource and console.FilesResource), GET only, with no
+// api.ConsoleRootResource and api.ConsoleFilesResource), GET only, with no
 // authorizer and no usage-plan key, and the stack says where the console
 // is.
 func TestConsoleRoutesOpen(t *testing.T) {
@@ -77,7 +76,7 @@ func TestConsoleRoutesOpen(t *testing.T) {
 		}
 	}
 	var want []testkit.SAMRoute
-	for _, p := range []string{console.RootResource, console.FilesResource} {
+	for _, p := range []string{api.ConsoleRootResource, api.ConsoleFilesResource} {
 		want = append(want, testkit.SAMRoute{Function: api.RequestsFunction, Path: p, Method: "GET", Authorizer: "NONE", APIKeyRequired: "false"})
 	}
 	if !reflect.DeepEqual(got, want) {
@@ -86,8 +85,8 @@ func TestConsoleRoutesOpen(t *testing.T) {
 	root := loadYAML(t)
 	base := node(root, "Outputs", "ApiUrl", "Value")
 	out := node(root, "Outputs", "ConsoleUrl", "Value")
-	if base == nil || out == nil || out.Tag != "!Sub" || !strings.HasSuffix(base.Value, "/${Stage}") || out.Value != base.Value+console.Path {
-		t.Errorf("Outputs.ConsoleUrl = %v, want the ApiUrl followed by %s", out, console.Path)
+	if base == nil || out == nil || out.Tag != "!Sub" || !strings.HasSuffix(base.Value, "/${Stage}") || out.Value != base.Value+api.ConsolePath {
+		t.Errorf("Outputs.ConsoleUrl = %v, want the ApiUrl followed by %s", out, api.ConsolePath)
 	}
 }
 

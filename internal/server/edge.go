@@ -19,7 +19,6 @@ import (
 
 	"github.com/evs-dev/evs/internal/api"
 	"github.com/evs-dev/evs/internal/authorizer"
-	"github.com/evs-dev/evs/internal/console"
 	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/metrics"
 )
@@ -51,7 +50,7 @@ type edge struct {
 	// calls counts each call in the metrics; nil without metrics.
 	calls func(c *api.Call, end time.Time)
 
-	// console serves the web console's static files (console.Path).
+	// console serves the web console's static files (api.ConsolePath).
 	console http.Handler
 	// ping checks the store for the health endpoint (HealthPath).
 	ping func(ctx context.Context) error
@@ -130,7 +129,7 @@ func newEdge(o Options, mount func(api.Guard) func(*http.ServeMux), keys keyLook
 	e := &edge{o: o, keys: keys, cache: map[[32]byte]authEntry{},
 		limiters: map[string]*rate.Limiter{}, fails: newFailLimiter(authFailRate, authFailClients), bodies: bodies}
 	e.ping = healthCheck(o.Store)
-	e.console = console.Handler()
+	e.console = api.ConsoleHandler()
 	var probeFailed func()
 	if o.Metrics != nil {
 		probeFailed = func() { o.Metrics.StoreError("readyz") }
@@ -155,7 +154,7 @@ func newEdge(o Options, mount func(api.Guard) func(*http.ServeMux), keys keyLook
 	mux.HandleFunc(ReadyPath, func(w http.ResponseWriter, r *http.Request) {
 		e.ready(w, r, routed(r, ReadyPath))
 	})
-	console.Mount(mux, e.console)
+	api.MountConsole(mux, e.console)
 	if e.uploads != nil {
 		mux.HandleFunc(uploadRoute, func(w http.ResponseWriter, r *http.Request) {
 			e.receiveUpload(w, r, api.CallFromContext(r.Context()), r.PathValue("id"))

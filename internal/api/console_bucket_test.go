@@ -1,4 +1,4 @@
-package console_test
+package api_test
 
 import (
 	"net"
@@ -12,7 +12,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/evs-dev/evs/internal/console"
+	"github.com/evs-dev/evs/internal/api"
 	"github.com/evs-dev/evs/internal/server"
 )
 
@@ -66,7 +66,7 @@ func TestConsoleUploadToBucketInBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	evsURL.Store(target)
-	page, err := console.New(console.Options{UploadOrigin: bucket})
+	page, err := api.NewConsole(api.ConsoleOptions{UploadOrigin: bucket})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package console_test
+package api_test
 
 import (
 	"io"
@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/evs-dev/evs/internal/console"
+	"github.com/evs-dev/evs/internal/api"
 )
 
 // noRedirect is a client that shows redirects instead of following them.
@@ -20,16 +20,16 @@ func TestConsoleFilesServed(t *testing.T) {
 	s := startStack(t)
 	types := map[string]string{".html": "text/html", ".css": "text/css", ".js": "text/javascript", ".svg": "image/svg+xml"}
 	n := 0
-	err := fs.WalkDir(console.Files(), ".", func(path string, d fs.DirEntry, err error) error {
+	err := fs.WalkDir(api.ConsoleFiles(), ".", func(path string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err
 		}
 		n++
-		want, err := fs.ReadFile(console.Files(), path)
+		want, err := fs.ReadFile(api.ConsoleFiles(), path)
 		if err != nil {
 			return err
 		}
-		res, err := http.Get(s.base + console.Path + path)
+		res, err := http.Get(s.base + api.ConsolePath + path)
 		if err != nil {
 			return err
 		}
@@ -112,11 +112,11 @@ func TestConsoleEntryPoints(t *testing.T) {
 func TestConsoleNoExternalOrInline(t *testing.T) {
 	url := regexp.MustCompile(`(?i)\b(https?:)?//[a-z0-9.-]+\.[a-z]{2,}`)
 	inline := regexp.MustCompile(`(?i)<script>|<script[^>]*>[^<]+</script>|<style|\sstyle=|\son[a-z]+=|javascript:`)
-	err := fs.WalkDir(console.Files(), ".", func(path string, d fs.DirEntry, err error) error {
+	err := fs.WalkDir(api.ConsoleFiles(), ".", func(path string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err
 		}
-		b, err := fs.ReadFile(console.Files(), path)
+		b, err := fs.ReadFile(api.ConsoleFiles(), path)
 		if err != nil {
 			return err
 		}

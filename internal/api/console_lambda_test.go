@@ -1,4 +1,4 @@
-package console_test
+package api_test
 
 import (
 	"bytes"
@@ -15,7 +15,6 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/evs-dev/evs/internal/api"
-	"github.com/evs-dev/evs/internal/console"
 	"github.com/evs-dev/evs/internal/gateway"
 )
 
@@ -39,7 +38,7 @@ var discard = slog.New(slog.NewJSONHandler(io.Discard, nil))
 // adapter.
 func lambdaOf(h, next http.Handler, logger *slog.Logger) gateway.Handler {
 	mux := http.NewServeMux()
-	console.Mount(mux, h)
+	api.MountConsole(mux, h)
 	if next == nil {
 		next = http.HandlerFunc(api.NotFound)
 	}
@@ -65,7 +64,7 @@ func body(t *testing.T, r events.APIGatewayProxyResponse) []byte {
 // origin besides the page's own; every other event goes to the API.
 func TestLambdaServesConsole(t *testing.T) {
 	const origin = "https://evs-inputs.s3.us-east-1.amazonaws.com"
-	h, err := console.New(console.Options{UploadOrigin: origin})
+	h, err := api.NewConsole(api.ConsoleOptions{UploadOrigin: origin})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,11 +75,11 @@ func TestLambdaServesConsole(t *testing.T) {
 	})
 	var logs bytes.Buffer
 	fn := lambdaOf(h, next, slog.New(slog.NewJSONHandler(&logs, nil)))
-	index, err := fs.ReadFile(console.Files(), "index.html")
+	index, err := fs.ReadFile(api.ConsoleFiles(), "index.html")
 	if err != nil {
 		t.Fatal(err)
 	}
-	css, err := fs.ReadFile(console.Files(), "console.css")
+	css, err := fs.ReadFile(api.ConsoleFiles(), "console.css")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,14 +91,14 @@ func TestLambdaServesConsole(t *testing.T) {
 		body     []byte
 		ctype    string
 	}{
-		{"the redirect", event(console.RootResource, "/console", nil), http.StatusMovedPermanently, "console/", nil, ""},
-		{"the page", event(console.RootResource, "/console/", nil), http.StatusOK, "", index, "text/html"},
-		{"a file", event(console.FilesResource, "/console/console.css", map[string]string{"proxy": "console.css"}), http.StatusOK, "", css, "text/css"},
+		{"the redirect", event(api.ConsoleRootResource, "/console", nil), http.StatusMovedPermanently, "console/", nil, ""},
+		{"the page", event(api.ConsoleRootResource, "/console/", nil), http.StatusOK, "", index, "text/html"},
+		{"a file", event(api.ConsoleFilesResource, "/console/console.css", map[string]string{"proxy": "console.css"}), http.StatusOK, "", css, "text/css"},
 		// Behind a custom domain's base path mapping the event's path has
 		// the base path too: the file comes from the path parameter.
-		{"under a base path", event(console.FilesResource, "/evs/console/console.css", map[string]string{"proxy": "console.css"}), http.StatusOK, "", css, "text/css"},
-		{"index.html", event(console.FilesResource, "/console/index.html", map[string]string{"proxy": "index.html"}), http.StatusMovedPermanently, "./", nil, ""},
-		{"a missing file", event(console.FilesResource, "/console/nothing.js", map[string]string{"proxy": "nothing.js"}), http.StatusNotFound, "", nil, ""},
+		{"under a base path", event(api.ConsoleFilesResource, "/evs/console/console.css", map[string]string{"proxy": "console.css"}), http.StatusOK, "", css, "text/css"},
+		{"index.html", event(api.ConsoleFilesResource, "/console/index.html", map[string]string{"proxy": "index.html"}), http.StatusMovedPermanently, "./", nil, ""},
+		{"a missing file", event(api.ConsoleFilesResource, "/console/nothing.js", map[string]string{"proxy": "nothing.js"}), http.StatusNotFound, "", nil, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			resp, err := fn(context.Background(), tc.ev)
@@ -120,7 +119,7 @@ func TestLambdaServesConsole(t *testing.T) {
 				h.Set(k, v)
 			}
 			checkHeaders(t, tc.name, h)
-			if got, want := h.Get("Content-Security-Policy"), console.CSP+"; connect-src 'self' "+origin; got != want {
+			if got, want := h.Get("Content-Security-Policy"), api.ConsoleCSP+"; connect-src 'self' "+origin; got != want {
 				t.Errorf("CSP %q, want %q", got, want)
 			}
 			if h.Get("Content-Length") != "" {
@@ -143,7 +142,7 @@ func TestLambdaServesConsole(t *testing.T) {
 			Status                                           int
 		}
 		if err := json.Unmarshal([]byte(l), &c); err != nil || c.Msg != "call" || c.RequestID != "rid-1" || c.Method != "GET" ||
-			c.Route != console.Path || c.AccountID != "" || c.Client != "203.0.113.9" || c.Status == 0 {
+			c.Route != api.ConsolePath || c.AccountID != "" || c.Client != "203.0.113.9" || c.Status == 0 {
 			t.Errorf("log line %s (%v)", l, err)
 		}
 	}
@@ -153,7 +152,7 @@ func TestLambdaServesConsole(t *testing.T) {
 			t.Errorf("%s: %d %v, want the API's answer", res, resp.StatusCode, err)
 		}
 	}
-	if len(passed) != 3 || strings.Contains(logs.String(), `"route":"`+console.Path+`"`) {
+	if len(passed) != 3 || strings.Contains(logs.String(), `"route":"`+api.ConsolePath+`"`) {
 		t.Errorf("the API saw %v, want its three events, and the console claimed them: %q", passed, logs.String())
 	}
 }
@@ -170,7 +169,7 @@ func TestLambdaBinaryBody(t *testing.T) {
 			w.WriteHeader(http.StatusAccepted)
 			_, _ = w.Write(b)
 		}), nil, discard)
-		resp, err := fn(context.Background(), event(console.FilesResource, "/console/x", map[string]string{"proxy": "x"}))
+		resp, err := fn(context.Background(), event(api.ConsoleFilesResource, "/console/x", map[string]string{"proxy": "x"}))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -188,22 +187,22 @@ func TestLambdaBinaryBody(t *testing.T) {
 // evs serve's handler allows its own origin only.
 func TestUploadOriginChecked(t *testing.T) {
 	for _, bad := range []string{"bucket.s3.amazonaws.com", "ftp://h", "https://h/path", "https://h; script-src *", "https://*.amazonaws.com", "https://u@h", "https://h?x"} {
-		if _, err := console.New(console.Options{UploadOrigin: bad}); err == nil {
+		if _, err := api.NewConsole(api.ConsoleOptions{UploadOrigin: bad}); err == nil {
 			t.Errorf("origin %q accepted", bad)
 		}
 	}
 	for in, want := range map[string]string{"https://B.s3.amazonaws.com": "https://b.s3.amazonaws.com", "http://127.0.0.1:4566/": "http://127.0.0.1:4566"} {
-		h, err := console.New(console.Options{UploadOrigin: in})
+		h, err := api.NewConsole(api.ConsoleOptions{UploadOrigin: in})
 		if err != nil {
 			t.Fatalf("%q: %v", in, err)
 		}
-		resp, _ := lambdaOf(h, nil, discard)(context.Background(), event(console.RootResource, "/console/", nil))
+		resp, _ := lambdaOf(h, nil, discard)(context.Background(), event(api.ConsoleRootResource, "/console/", nil))
 		if got := resp.Headers["Content-Security-Policy"]; !strings.HasSuffix(got, "; connect-src 'self' "+want) {
 			t.Errorf("%q: CSP %q, want connect-src 'self' %s", in, got, want)
 		}
 	}
-	resp, _ := lambdaOf(console.Handler(), nil, discard)(context.Background(), event(console.RootResource, "/console/", nil))
-	if got := resp.Headers["Content-Security-Policy"]; got != console.CSP || strings.Contains(got, "connect-src") {
-		t.Errorf("evs serve's CSP %q, want %q", got, console.CSP)
+	resp, _ := lambdaOf(api.ConsoleHandler(), nil, discard)(context.Background(), event(api.ConsoleRootResource, "/console/", nil))
+	if got := resp.Headers["Content-Security-Policy"]; got != api.ConsoleCSP || strings.Contains(got, "connect-src") {
+		t.Errorf("evs serve's CSP %q, want %q", got, api.ConsoleCSP)
 	}
 }

@@ -1,10 +1,11 @@
-// Package console serves the web console of `evs serve` at Path: plain
+// The web console, served at ConsolePath by `evs serve` and on AWS: plain
 // HTML, CSS and JavaScript embedded in the binary, no build step, nothing
 // fetched from anyone else. The page holds no server-side session: the
 // user pastes an API key, the tab keeps it in sessionStorage and sends it
 // as X-Api-Key to the same API every other client calls (contract,
 // section 13).
-package console
+
+package api
 
 import (
 	"crypto/sha256"
@@ -18,17 +19,17 @@ import (
 	"strings"
 )
 
-// Path is where the console is mounted; Path without its trailing slash
+// ConsolePath is where the console is mounted; ConsolePath without its trailing slash
 // redirects to it.
-const Path = "/console/"
+const ConsolePath = "/console/"
 
-// CSP is the Content-Security-Policy of every console reply on `evs
+// ConsoleCSP is the Content-Security-Policy of every console reply on `evs
 // serve`: scripts, styles, images and API calls from this origin only, no
 // inline script or style, no framing, no form posted elsewhere.
-const CSP = "default-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'; object-src 'none'"
+const ConsoleCSP = "default-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'; object-src 'none'"
 
-// Options is what differs between the places the console is served.
-type Options struct {
+// ConsoleOptions is what differs between the places the console is served.
+type ConsoleOptions struct {
 	// UploadOrigin is the one other origin the page may call: the S3
 	// bucket that pre-signed upload URLs point to on AWS (scheme, host and
 	// port, such as "https://bucket.s3.us-east-1.amazonaws.com"). Empty on
@@ -39,9 +40,9 @@ type Options struct {
 //go:embed static
 var static embed.FS
 
-// Files is the console's file tree (index.html at its root), for tests
+// ConsoleFiles is the console's file tree (index.html at its root), for tests
 // that read every file.
-func Files() fs.FS {
+func ConsoleFiles() fs.FS {
 	sub, err := fs.Sub(static, "static")
 	if err != nil {
 		panic(err) // the embed directive guarantees the directory
@@ -49,20 +50,20 @@ func Files() fs.FS {
 	return sub
 }
 
-// Handler serves the console under Path with its security headers, for
+// ConsoleHandler serves the console under ConsolePath with its security headers, for
 // `evs serve` (no other origin allowed); only GET and HEAD are answered.
-func Handler() http.Handler {
-	h, err := New(Options{})
+func ConsoleHandler() http.Handler {
+	h, err := NewConsole(ConsoleOptions{})
 	if err != nil {
 		panic(err) // no origin to refuse; the embedded files always read
 	}
 	return h
 }
 
-// New is Handler with o: on AWS, the CSP's connect-src also allows the
+// NewConsole is ConsoleHandler with o: on AWS, the ConsoleCSP's connect-src also allows the
 // upload bucket. An origin that is not scheme://host[:port] is an error.
-func New(o Options) (http.Handler, error) {
-	csp := CSP
+func NewConsole(o ConsoleOptions) (http.Handler, error) {
+	csp := ConsoleCSP
 	if o.UploadOrigin != "" {
 		origin, err := parseOrigin(o.UploadOrigin)
 		if err != nil {
@@ -70,7 +71,7 @@ func New(o Options) (http.Handler, error) {
 		}
 		csp += "; connect-src 'self' " + origin
 	}
-	files := http.StripPrefix(strings.TrimSuffix(Path, "/"), http.FileServerFS(Files()))
+	files := http.StripPrefix(strings.TrimSuffix(ConsolePath, "/"), http.FileServerFS(ConsoleFiles()))
 	tags, err := etags()
 	if err != nil {
 		return nil, err
@@ -93,11 +94,11 @@ func New(o Options) (http.Handler, error) {
 		if tag, ok := tags[r.URL.Path]; ok {
 			h.Set("ETag", tag)
 		}
-		if r.URL.Path == strings.TrimSuffix(Path, "/") {
+		if r.URL.Path == strings.TrimSuffix(ConsolePath, "/") {
 			// Relative, so that it holds under any prefix: API Gateway's
 			// /{stage}/console goes to /{stage}/console/. (http.Redirect
 			// would make it absolute, from a path without the stage.)
-			h.Set("Location", path.Base(Path)+"/")
+			h.Set("Location", path.Base(ConsolePath)+"/")
 			w.WriteHeader(http.StatusMovedPermanently)
 			return
 		}
@@ -105,32 +106,32 @@ func New(o Options) (http.Handler, error) {
 	}), nil
 }
 
-// etags maps each file's path under Path (index.html's: Path itself) to a
+// etags maps each file's path under ConsolePath (index.html's: ConsolePath itself) to a
 // strong ETag of its content.
 func etags() (map[string]string, error) {
 	tags := map[string]string{}
-	err := fs.WalkDir(Files(), ".", func(p string, d fs.DirEntry, err error) error {
+	err := fs.WalkDir(ConsoleFiles(), ".", func(p string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err
 		}
-		b, err := fs.ReadFile(Files(), p)
+		b, err := fs.ReadFile(ConsoleFiles(), p)
 		if err != nil {
 			return err
 		}
 		sum := sha256.Sum256(b)
-		tags[Path+p] = `"` + hex.EncodeToString(sum[:12]) + `"`
+		tags[ConsolePath+p] = `"` + hex.EncodeToString(sum[:12]) + `"`
 		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("console: hashing the files: %w", err)
 	}
-	// The page is served at Path; index.html only redirects there.
-	tags[Path] = tags[Path+"index.html"]
-	delete(tags, Path+"index.html")
+	// The page is served at ConsolePath; index.html only redirects there.
+	tags[ConsolePath] = tags[ConsolePath+"index.html"]
+	delete(tags, ConsolePath+"index.html")
 	return tags, nil
 }
 
-// parseOrigin checks that s is an origin, as a CSP source takes it, and
+// parseOrigin checks that s is an origin, as a ConsoleCSP source takes it, and
 // returns it in lower case.
 func parseOrigin(s string) (string, error) {
 	u, err := url.Parse(s)

@@ -1,4 +1,4 @@
-package console_test
+package api_test
 
 import (
 	"bytes"

@@ -1,4 +1,4 @@
-package console_test
+package api_test
 
 import (
 	"bytes"
@@ -21,8 +21,8 @@ import (
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 
+	"github.com/evs-dev/evs/internal/api"
 	"github.com/evs-dev/evs/internal/batch"
-	"github.com/evs-dev/evs/internal/console"
 	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/server"
 )
@@ -149,7 +149,7 @@ type page struct {
 // and opens the console of s.
 func openPage(t *testing.T, s stack) *page {
 	t.Helper()
-	return openPageAt(t, s.base+console.Path)
+	return openPageAt(t, s.base+api.ConsolePath)
 }
 
 // openPageAt is openPage for the console at url: under a stage's prefix,

@@ -1,4 +1,4 @@
-package console_test
+package api_test
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/evs-dev/evs/internal/console"
+	"github.com/evs-dev/evs/internal/api"
 	"github.com/evs-dev/evs/internal/testkit"
 )
 
@@ -17,7 +17,7 @@ import (
 // adapter.
 func TestConsoleRevalidates(t *testing.T) {
 	s := startStack(t)
-	lambda := lambdaOf(console.Handler(), nil, discard)
+	lambda := lambdaOf(api.ConsoleHandler(), nil, discard)
 	// get answers a GET of the console's path p with the If-None-Match
 	// header inm, by one deployment.
 	type get func(p, inm string) (status int, h http.Header, body string)
@@ -31,9 +31,9 @@ func TestConsoleRevalidates(t *testing.T) {
 			return res.StatusCode, res.Header, string(b)
 		},
 		"lambda": func(p, inm string) (int, http.Header, string) {
-			ev := event(console.RootResource, p, nil)
-			if rest := strings.TrimPrefix(p, console.Path); rest != "" {
-				ev = event(console.FilesResource, p, map[string]string{"proxy": rest})
+			ev := event(api.ConsoleRootResource, p, nil)
+			if rest := strings.TrimPrefix(p, api.ConsolePath); rest != "" {
+				ev = event(api.ConsoleFilesResource, p, map[string]string{"proxy": rest})
 			}
 			if inm != "" {
 				ev.Headers["If-None-Match"] = inm
@@ -50,10 +50,10 @@ func TestConsoleRevalidates(t *testing.T) {
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
-			paths := []string{console.Path}
-			err := fs.WalkDir(console.Files(), ".", func(p string, d fs.DirEntry, err error) error {
+			paths := []string{api.ConsolePath}
+			err := fs.WalkDir(api.ConsoleFiles(), ".", func(p string, d fs.DirEntry, err error) error {
 				if err == nil && !d.IsDir() && p != "index.html" {
-					paths = append(paths, console.Path+p)
+					paths = append(paths, api.ConsolePath+p)
 				}
 				return err
 			})
