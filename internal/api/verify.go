@@ -96,7 +96,8 @@ func (h *Handler) verifyOne(ctx context.Context, req *request, p evs.Principal) 
 		// Charged once the call is valid and its key claimed: a replay
 		// never gets here, and every call that does is answered with a
 		// decision, so nothing is refunded.
-		if _, err := h.chargeQuota(ctx, p, 1); err != nil {
+		refund, err := h.chargeQuota(ctx, p, 1)
+		if err != nil {
 			return errReply(err)
 		}
 		vctx := ctx
@@ -109,6 +110,13 @@ func (h *Handler) verifyOne(ctx context.Context, req *request, p evs.Principal) 
 		}
 		d := h.verifyCached(vctx, engine, p, *in.Email, mode, maxAge)
 		domain, decided = decisionDomain(d), true
+		if verify.ExitDown(d.Checks.SMTP) {
+			// Our SMTP exit failed: that is no verdict on the address
+			// (contract, section 16), and the address was not checked.
+			refund()
+			return errReply(&BusyError{Err: evs.Errorf(evs.CodeUnavailable, "Our SMTP exit could not be reached, so the address was not checked; retry later."),
+				RetryAfter: RetryAfterExitDown})
+		}
 		return jsonReply(http.StatusOK, verifyResponse{Status: d.Status(), Decision: NewDecision(d)})
 	})
 	if !decided {
@@ -118,6 +126,10 @@ func (h *Handler) verifyOne(ctx context.Context, req *request, p evs.Principal) 
 	}
 	return resp, domain, err
 }
+
+// RetryAfterExitDown is the Retry-After, in seconds, of a /v1/verify our
+// SMTP exit failed: as long as a batch waits before trying again.
+const RetryAfterExitDown = "30"
 
 // decisionDomain is the domain of a decision's normalised address, "" when
 // the syntax is invalid. The domain of a normalised address holds no "@".

@@ -81,6 +81,9 @@ type Processor struct {
 	SessionLimit time.Duration
 	// Now is the clock of the results the limit writes (default time.Now).
 	Now func() time.Time
+	// ExitRetry is how long a group waits after our SMTP exit failed
+	// before it tries again (default DefaultExitRetry).
+	ExitRetry time.Duration
 }
 
 // Group is items of one domain.
@@ -125,7 +128,16 @@ type Outcome struct {
 	// rate (verify.Throttled): no further session of the group started,
 	// and the items a refused session never asked about are in Left.
 	Throttled bool
+	// ExitDown is the items no session could ask about because our own
+	// SMTP exit failed (verify.ExitDown): no verdict (contract, section
+	// 16). They run again at the same attempt once Processor.ExitRetry has passed,
+	// until the batch's deadline; no further session of the group started.
+	ExitDown []evs.Item
 }
+
+// DefaultExitRetry is how long work waits, by default, after our SMTP
+// exit failed before it tries again (Processor.ExitRetry).
+const DefaultExitRetry = 30 * time.Second
 
 // VerifyGroup runs one group's SMTP sessions and sorts what came back
 // (Outcome): verdicts to write, greylisted items to retry at the next
@@ -184,8 +196,11 @@ func (p *Processor) VerifyGroup(ctx context.Context, startBy time.Time, test boo
 			break
 		}
 		var unanswered []evs.Item
+		exitDown := false
 		for i, d := range ds {
 			switch {
+			case verify.ExitDown(d.Checks.SMTP):
+				o.ExitDown, exitDown = append(o.ExitDown, chunk[i]), true
 			case timedOut && d.Checks.SMTP.Code == 0:
 				// No reply before our time limit: the limit's, not a
 				// fact about the mailbox.
@@ -200,6 +215,11 @@ func (p *Processor) VerifyGroup(ctx context.Context, startBy time.Time, test boo
 			default:
 				o.Results = append(o.Results, evs.Result{Seq: chunk[i].Seq, Email: chunk[i].Email, Decision: d})
 			}
+		}
+		if exitDown {
+			// The exit is down for the group's other sessions too.
+			o.ExitDown = append(o.ExitDown, g.Items[end:]...)
+			break
 		}
 		if timedOut {
 			// The answers received stand; the rest of the group is not

@@ -45,6 +45,9 @@ type RunnerConfig struct {
 	Grey GreyFacts
 	// PerConnection caps recipients per SMTP connection (default 50).
 	PerConnection int
+	// ExitRetry is the wait after our SMTP exit failed (default
+	// DefaultExitRetry).
+	ExitRetry time.Duration
 
 	// TestWorkers is the slots of the test-mode lane (default 16): sandbox
 	// work never waits behind SMTP work.
@@ -156,7 +159,7 @@ func NewRunner(cfg RunnerConfig) (*Runner, error) {
 		cfg: cfg,
 		step: stepper{
 			proc: &Processor{Engine: cfg.Engine, Sandbox: cfg.Sandbox, MaxGreyAttempts: cfg.MaxGreyAttempts,
-				PerConnection: cfg.PerConnection, SessionLimit: cfg.SessionLimit, Now: cfg.Now},
+				PerConnection: cfg.PerConnection, SessionLimit: cfg.SessionLimit, Now: cfg.Now, ExitRetry: cfg.ExitRetry},
 			// A slot is waited for in the step: a session of this
 			// process ends soon. A pause or a spent RCPT budget sends
 			// the group back to the lane until it is over, freeing the

@@ -1,6 +1,7 @@
 package batch
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	"time"
@@ -176,6 +177,12 @@ func (s stepper) run(ctx context.Context, t task, startBy time.Time) (d stepDone
 		d.until = maxTime(d.until, until)
 	} else {
 		d.left = o.Left
+	}
+	if len(o.ExitDown) > 0 {
+		// Our exit failed: no verdict, the same attempt later, bounded by
+		// the batch's deadline (contract, section 16).
+		d.wait = append(d.wait, o.ExitDown...)
+		d.until = maxTime(d.until, s.gateNow().Add(cmp.Or(s.proc.ExitRetry, DefaultExitRetry)))
 	}
 	if len(o.Retry) > 0 {
 		d.retry = o.Retry

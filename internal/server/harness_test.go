@@ -74,6 +74,9 @@ type options struct {
 	// facts, when set, is the engine's domain facts (default: none, so
 	// that each test sees every accept-all probe it causes).
 	facts verify.DomainFacts
+	// smtpProxy, when set, is the SOCKS5 exit the prober dials through
+	// (EVS_SMTP_PROXY's form).
+	smtpProxy string
 }
 
 func start(t *testing.T, o options) *harness {
@@ -126,7 +129,13 @@ func start(t *testing.T, o options) *harness {
 	if replyTimeout == 0 {
 		replyTimeout = 2 * time.Second
 	}
-	prober, err := smtpprobe.New(smtpprobe.Config{HELO: "probe.evs.test", Port: h.smtp.Port, Resolver: res, Egress: loopback, ReplyTimeout: replyTimeout, DialTimeout: time.Second})
+	pc := smtpprobe.Config{HELO: "probe.evs.test", Port: h.smtp.Port, Resolver: res, Egress: loopback, ReplyTimeout: replyTimeout, DialTimeout: time.Second}
+	if o.smtpProxy != "" {
+		if pc.Dialer, err = smtpprobe.NewSOCKS5Dialer(o.smtpProxy, nil, loopback); err != nil {
+			t.Fatal(err)
+		}
+	}
+	prober, err := smtpprobe.New(pc)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -370,6 +370,15 @@ func (e *Engine) probe(ctx context.Context, domain string, mail dnscheck.MailRes
 		}
 		return
 	}
+	if pe := (*smtpprobe.ProbeError)(nil); errors.As(err, &pe) && pe.Exit {
+		// Our exit failed, not their server: no evidence about the
+		// mailbox, and no verdict (contract, section 16). ExitDown tells
+		// the callers, who retry or answer 503.
+		for _, d := range ds {
+			d.Checks.SMTP = evs.SMTPCheck{Result: evs.SMTPUnreachable, Provider: provider, Detail: detailExitDown}
+		}
+		return
+	}
 	if err != nil {
 		c := openFailure(ctx, err)
 		if c.Provider == "" {

@@ -3,6 +3,8 @@ package verify_test
 import (
 	"context"
 	"fmt"
+	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -72,5 +74,76 @@ func TestEngineReasonsThroughSOCKS5(t *testing.T) {
 	}
 	if total == 0 {
 		t.Fatal("no mail server got a connection")
+	}
+}
+
+// TestEngineExitDown: when our SMTP exit cannot be reached, or refuses us
+// by its rules, the decision is no verdict (ExitDown: the callers retry or
+// answer 503, contract section 16); when the exit works and the receiving
+// server refuses the connection, that is evidence about the server.
+func TestEngineExitDown(t *testing.T) {
+	proxy := testkit.SOCKS5(t)
+	peer := testkit.StartSMTP(t, testkit.SMTPOptions{Rcpt: func(addr string) string {
+		if strings.HasPrefix(addr, "user@") {
+			return "250 2.1.5 OK"
+		}
+		return "550 5.1.1 no such user"
+	}})
+	dnsSrv := testkit.StartDNS(t)
+	for _, rr := range []string{
+		"up.example. 300 IN MX 10 mx.up.example.", "mx.up.example. 300 IN A 127.0.0.1",
+		// Public, so our egress policy lets it through to the exit, whose
+		// rules (loopback only) refuse it: nothing leaves the machine.
+		"ruleset.example. 300 IN MX 10 mx.ruleset.example.", "mx.ruleset.example. 300 IN A 8.8.8.8",
+		// Nothing listens there: the exit reports the server's refusal.
+		"refused.example. 300 IN MX 10 mx.refused.example.", "mx.refused.example. 300 IN A 127.0.0.9",
+	} {
+		dnsSrv.AddRecord(rr)
+	}
+	engine := func(proxyURL string) *verify.Engine {
+		vars := map[string]string{
+			"EVS_SMTP": "proxy", "EVS_SMTP_PROXY": proxyURL, "EVS_DNS_SERVERS": dnsSrv.Addr,
+			"EVS_SMTP_PORT": fmt.Sprint(peer.Port), "EVS_SMTP_HELO": "probe.evs.test", "EVS_EGRESS_ALLOW": "127.0.0.0/8",
+		}
+		cfg, err := config.FromEnv(func(k string) string { return vars[k] }, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, _, err := verify.Build(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e
+	}
+	// An exit that is not there: a loopback port nothing listens on.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := ln.Addr().String()
+	ln.Close()
+	dead := engine("socks5://" + closed)
+	live := engine(proxy.URL)
+	cases := []struct {
+		name     string
+		engine   *verify.Engine
+		email    string
+		exitDown bool
+		want     evs.Status
+	}{
+		{"the exit is not there", dead, "user@up.example", true, evs.Unknown},
+		{"the exit refuses us by its rules", live, "user@ruleset.example", true, evs.Unknown},
+		{"the server refuses the exit's connection", live, "user@refused.example", false, evs.Unknown},
+		{"the exit works", live, "user@up.example", false, evs.Deliverable},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			d := c.engine.Verify(ctx, c.email, evs.ModeFull)
+			if verify.ExitDown(d.Checks.SMTP) != c.exitDown || d.Status() != c.want {
+				t.Fatalf("%s: %s/%s smtp %+v; want exitDown %v, %s", c.email, d.Status(), d.Reason, d.Checks.SMTP, c.exitDown, c.want)
+			}
+		})
 	}
 }

@@ -23,6 +23,10 @@ type ProbeError struct {
 	// every host tried, so that no connection was attempted; Err then
 	// wraps the first *config.EgressRefusedError.
 	NotPublic bool
+	// Exit is true when every host failed because our SMTP exit (the
+	// SOCKS5 proxy) could not be reached or refused us (ErrExit): nothing
+	// is known about the domain's servers.
+	Exit bool
 
 	// tlsFailed marks a failed TLS handshake: the address is worth a
 	// second, plain attempt.

@@ -246,7 +246,12 @@ func (p *Prober) Open(ctx context.Context, domain string, hosts []string) (*Sess
 		return nil, &f
 	}
 	// A refused host tells nothing about the domain's reachable ones.
-	return nil, mostTelling(fails)
+	f := mostTelling(fails)
+	f.Exit = true
+	for _, x := range fails {
+		f.Exit = f.Exit && errors.Is(x.Err, ErrExit)
+	}
+	return nil, f
 }
 
 // tryHost attempts a session with one MX host, on each of its addresses

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"net/url"
+	"strings"
 
 	"github.com/evs-dev/evs/internal/config"
 	"golang.org/x/net/proxy"
@@ -74,7 +75,40 @@ func (s socksDialer) DialContext(ctx context.Context, network, addr string) (net
 	}
 	// A canonical literal makes the proxy library send an address
 	// (ATYP 1 or 4), never a domain name (ATYP 3).
-	return s.proxy.DialContext(ctx, network, netip.AddrPortFrom(a, ap.Port()).String())
+	c, err := s.proxy.DialContext(ctx, network, netip.AddrPortFrom(a, ap.Port()).String())
+	if err != nil && exitFault(err) {
+		return nil, fmt.Errorf("%w: %w", ErrExit, err)
+	}
+	return c, err
+}
+
+// ErrExit marks a connection our SMTP exit (the SOCKS5 proxy) could not
+// make for reasons of its own: unreachable, refusing our handshake or
+// credentials, or refusing us by its rules. Nothing is then known about
+// the receiving server (contract, section 16).
+var ErrExit = errors.New("smtpprobe: the SMTP exit (SOCKS5 proxy) could not be reached or refused us")
+
+// targetReplies are the SOCKS5 replies about the receiving server (RFC
+// 1928, section 6: network or host unreachable, connection refused, TTL
+// expired), in the text the proxy library gives them: the exit worked,
+// the server did not.
+var targetReplies = []string{"unknown error network unreachable", "unknown error host unreachable",
+	"unknown error connection refused", "unknown error TTL expired"}
+
+// exitFault tells whether a failed CONNECT through the proxy is the
+// proxy's own failure rather than the receiving server's. A timeout is not
+// counted: a silent server and a slow exit cannot be told apart.
+func exitFault(err error) bool {
+	if isTimeout(err) || errors.Is(err, context.Canceled) {
+		return false
+	}
+	msg := err.Error()
+	for _, r := range targetReplies {
+		if strings.HasSuffix(msg, r) {
+			return false
+		}
+	}
+	return true
 }
 
 // forwardDialer gives a ContextDialer the Dial method proxy.Dialer wants;
