@@ -60,7 +60,9 @@ func TestSlowBodies(t *testing.T) {
 	const n = 300
 	conns := make([]net.Conn, n)
 	for i := range conns {
-		conns[i] = h.dialFrom(t, "127.0.0.3")
+		// Three addresses: one address holds at most an eighth of
+		// EVS_MAX_CONNS (TestConnectionShare).
+		conns[i] = h.dialFrom(t, fmt.Sprintf("127.0.0.%d", 3+i%3))
 		key := ""
 		if i%2 == 0 {
 			key = h.testKey
@@ -113,8 +115,9 @@ func TestSlowBodies(t *testing.T) {
 	}
 }
 
-// TestConnectionCap: with EVS_MAX_CONNS=8, eight open connections keep a
-// ninth from being served until one of them closes.
+// TestConnectionCap: with EVS_MAX_CONNS=8, eight open connections (from
+// four client addresses, each within its share) keep a ninth from being
+// served until one of them closes.
 func TestConnectionCap(t *testing.T) {
 	const max = 8
 	h := start(t, options{server: func(o *server.Options) { o.Config.MaxConns = max }})
@@ -122,7 +125,7 @@ func TestConnectionCap(t *testing.T) {
 	for i := range held {
 		// One full call each proves the connection was accepted; it then
 		// stays open, idle, kept alive.
-		c := h.dialFrom(t, "127.0.0.1")
+		c := h.dialFrom(t, fmt.Sprintf("127.0.0.%d", 10+i/2))
 		body := `{"email":"alice@x.example","mode":"quick"}`
 		fmt.Fprintf(c, "POST /v1/verify HTTP/1.1\r\nHost: evs\r\nX-Api-Key: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", h.testKey, len(body), body)
 		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
@@ -134,7 +137,7 @@ func TestConnectionCap(t *testing.T) {
 	}
 	done := make(chan int, 1)
 	go func() {
-		resp, err := clientFrom("127.0.0.1").Post(h.base+"/v1/verify", "application/json", strings.NewReader(`{}`))
+		resp, err := clientFrom("127.0.0.20").Post(h.base+"/v1/verify", "application/json", strings.NewReader(`{}`))
 		if err != nil {
 			done <- -1
 			return
@@ -158,6 +161,61 @@ func TestConnectionCap(t *testing.T) {
 	}
 	for _, c := range held[1:] {
 		c.Close()
+	}
+}
+
+// TestConnectionShare: one client address holds at most its share of the
+// connections (an eighth of EVS_MAX_CONNS): past it, its connections are
+// closed before a byte is read, while another address is served; a
+// connection closed gives its address's place back.
+func TestConnectionShare(t *testing.T) {
+	h := start(t, options{server: func(o *server.Options) { o.Config.MaxConns = 16 }})
+	call := func(c net.Conn) error {
+		body := `{"email":"alice@x.example","mode":"quick"}`
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		fmt.Fprintf(c, "POST /v1/verify HTTP/1.1\r\nHost: evs\r\nX-Api-Key: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", h.testKey, len(body), body)
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			return fmt.Errorf("status %d", resp.StatusCode)
+		}
+		return nil
+	}
+	held := []net.Conn{h.dialFrom(t, "127.0.0.30"), h.dialFrom(t, "127.0.0.30")} // the share of 16: 2
+	for i, c := range held {
+		defer c.Close()
+		if err := call(c); err != nil {
+			t.Fatalf("connection %d within the share: %v", i, err)
+		}
+	}
+	over := h.dialFrom(t, "127.0.0.30")
+	defer over.Close()
+	if err := call(over); err == nil {
+		t.Fatal("a third connection from one address was served; its share is 2")
+	}
+	other := h.dialFrom(t, "127.0.0.31")
+	defer other.Close()
+	if err := call(other); err != nil {
+		t.Fatalf("another address while the first holds its share: %v", err)
+	}
+	held[0].Close()
+	// The server notices the close when it reads the connection again:
+	// at once, as it waits for the next request on it.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		c := h.dialFrom(t, "127.0.0.30")
+		err := call(c)
+		c.Close()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no place given back after a close: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 

@@ -71,6 +71,10 @@ type Options struct {
 	// headers are in (default 30 s; contract, section 9); then the
 	// connection is closed.
 	BodyTimeout time.Duration
+	// UploadWindow is the window of an upload PUT's minimum rate: each
+	// must bring UploadMinRate × UploadWindow bytes or the end of the
+	// body (default 10 s; contract, section 16).
+	UploadWindow time.Duration
 	// BodyBudget is how many bytes of large request bodies (over
 	// SmallBody) are read and handled at once (default DefaultBodyBudget);
 	// BodyWait how long a call waits for its share before it is answered
@@ -370,6 +374,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	// Past the cap, connections wait in the kernel's accept queue instead
 	// of each costing a descriptor and a goroutine here.
 	ln = netutil.LimitListener(ln, maxConns)
+	ln = newClientListener(ln, perClientShare(maxConns), s.opts.Config.TrustedProxies)
 	if s.opts.TLS != nil {
 		// Under the framing watch, which must see the requests' bytes,
 		// not the records that carry them.

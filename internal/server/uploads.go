@@ -1,10 +1,13 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"mime"
+	"net"
 	"net/http"
 	"time"
 
@@ -28,6 +31,57 @@ const uploadRoute = "/v1/uploads/{id}"
 // at a little over 170 KiB/s. Only the holder of the upload's token gets
 // this long; the URL's expiry still ends it.
 const uploadTimeout = 10 * time.Minute
+
+// UploadMinRate is the slowest an upload's body may arrive, in bytes a
+// second, measured over each window of Options.UploadWindow (contract,
+// section 16): a client that sends a little now and then holds its
+// connection, and its buffer, for one window, not for uploadTimeout.
+const UploadMinRate = 16 << 10
+
+// defaultUploadWindow is Options.UploadWindow's default.
+const defaultUploadWindow = 10 * time.Second
+
+// rateBody moves the connection's read deadline on by a window each time a
+// window's worth of bytes has arrived, never past the body's last
+// deadline: a body slower than UploadMinRate over a window times out.
+type rateBody struct {
+	io.Reader
+	rc     *http.ResponseController
+	window time.Duration
+	need   int       // bytes a window must bring
+	got    int       // bytes since the window began
+	last   time.Time // the body's last deadline
+	// slow: a read timed out, the body arrived too slowly.
+	slow bool
+}
+
+func newRateBody(r io.Reader, rc *http.ResponseController, window time.Duration, last time.Time) *rateBody {
+	b := &rateBody{Reader: r, rc: rc, window: window, need: int(UploadMinRate * window / time.Second), last: last}
+	b.next()
+	return b
+}
+
+// next starts a window.
+func (b *rateBody) next() {
+	b.got = 0
+	d := time.Now().Add(b.window)
+	if d.After(b.last) {
+		d = b.last
+	}
+	_ = b.rc.SetReadDeadline(d)
+}
+
+func (b *rateBody) Read(p []byte) (int, error) {
+	n, err := b.Reader.Read(p)
+	if b.got += n; b.got >= b.need {
+		b.next()
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		b.slow = true
+	}
+	return n, err
+}
 
 // receiveUpload answers PUT on an upload's URL: the token in the URL is
 // the credential, as a pre-signed URL's signature is on S3. A wrong token
@@ -56,10 +110,18 @@ func (g *edge) receiveUpload(w http.ResponseWriter, r *http.Request, c *api.Call
 	if err != nil {
 		ct = ""
 	}
-	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(uploadTimeout))
-	u, size, err := g.uploads.ReceiveUpload(r.Context(), id, r.URL.Query().Get("token"), ct, r.Body)
+	window := cmp.Or(g.o.UploadWindow, defaultUploadWindow)
+	body := newRateBody(r.Body, http.NewResponseController(w), window, time.Now().Add(uploadTimeout))
+	u, size, err := g.uploads.ReceiveUpload(r.Context(), id, r.URL.Query().Get("token"), ct, body)
 	switch code := evs.ErrorCode(err); {
 	case err == nil:
+	case body.slow:
+		// The request's context ends with its connection: what the store
+		// said after that is no news. The client's body was too slow.
+		w.Header().Set("Connection", "close")
+		fail(evs.Errorf(evs.CodeInvalidRequest, "The upload arrived slower than %d KiB/s over %v, or took longer than %v; send it again.",
+			UploadMinRate>>10, window, uploadTimeout))
+		return
 	case code == evs.CodeNotFound:
 		g.fails.fail(client, g.o.Now())
 		fail(err)

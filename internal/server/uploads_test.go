@@ -230,3 +230,73 @@ func TestUploadExpires(t *testing.T) {
 		t.Fatalf("create after expiry: %d %s", r.status, r.body)
 	}
 }
+
+// dripBody sends first at once, then one byte every every, until stop.
+type dripBody struct {
+	first []byte
+	every time.Duration
+	stop  <-chan struct{}
+}
+
+func (d *dripBody) Read(p []byte) (int, error) {
+	if len(d.first) > 0 {
+		n := copy(p, d.first)
+		d.first = d.first[n:]
+		return n, nil
+	}
+	select {
+	case <-time.After(d.every):
+		p[0] = 'a'
+		return 1, nil
+	case <-d.stop:
+		return 0, io.EOF
+	}
+}
+
+// TestUploadMinimumRate: an upload PUT that sends a lot at once and then a
+// byte now and then (the slow-PUT flood of contract section 16) is cut off
+// within a window of the minimum rate, not held for the upload's ten
+// minutes; one that keeps the rate completes.
+func TestUploadMinimumRate(t *testing.T) {
+	const window = 500 * time.Millisecond // UploadMinRate × window: 8 KiB
+	h := start(t, options{realClock: true, server: func(o *server.Options) { o.UploadWindow = window }})
+
+	_, putURL := h.newUpload(h.testKey, "text/csv")
+	stop := make(chan struct{})
+	defer close(stop)
+	began := time.Now()
+	hr, err := http.NewRequest(http.MethodPut, putURL, &dripBody{first: []byte("email\n" + strings.Repeat("a@x.example\n", 1000)), every: 100 * time.Millisecond, stop: stop})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hr.Header.Set("Content-Type", "text/csv")
+	resp, err := http.DefaultClient.Do(hr)
+	if err == nil {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		// The client may see the reply, or only the closed connection.
+		if resp.StatusCode != 400 || !strings.Contains(string(b), "invalid_request") {
+			t.Fatalf("a drip-fed upload: %d %s, want 400 invalid_request", resp.StatusCode, b)
+		}
+	}
+	if took := time.Since(began); took > 10*window {
+		t.Fatalf("a drip-fed upload held its connection %v; the window is %v", took, window)
+	}
+
+	// Steady: 16 KiB every 250 ms (four times the rate), past several
+	// windows.
+	_, putURL = h.newUpload(h.testKey, "text/csv")
+	pr, pw := io.Pipe()
+	go func() {
+		_, _ = io.WriteString(pw, "email\n")
+		line := strings.Repeat("b@x.example\n", 16<<10/12)
+		for range 6 {
+			_, _ = io.WriteString(pw, line)
+			time.Sleep(window / 2)
+		}
+		pw.Close()
+	}()
+	if r := h.put(putURL, "text/csv", pr); r.status != 200 {
+		t.Fatalf("a steady upload: %d %s\n%s", r.status, r.body, h.logs)
+	}
+}
