@@ -3,7 +3,6 @@ package server_test
 import (
 	"net"
 	"testing"
-
 )
 
 // TestVerifyExitDown: a /v1/verify whose session cannot open because our
