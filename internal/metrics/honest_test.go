@@ -9,6 +9,7 @@ import (
 
 	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/metrics"
+	"github.com/evs-dev/evs/internal/verify"
 )
 
 // recorder remembers every observation as a line.
@@ -59,6 +60,9 @@ func TestCountIsHonest(t *testing.T) {
 			[]string{"verdict full unknown timeout", "connfail timeout"}},
 		{"live, blocked with a reply", evs.Decision{Mode: evs.ModeFull, Reason: evs.ReasonSMTPUnreachable, Checks: smtp(evs.SMTPUnreachable, 554)},
 			[]string{"verdict full unknown smtp_unreachable", "reply 5xx"}},
+		{"live, our SMTP exit down: no verdict, our failure", evs.Decision{Mode: evs.ModeFull, Reason: evs.ReasonSMTPUnreachable,
+			Checks: evs.Checks{SMTP: evs.SMTPCheck{Result: evs.SMTPUnreachable, Detail: verify.DetailExitDown}}},
+			[]string{"connfail exit"}},
 		{"live quick", evs.Decision{Mode: evs.ModeQuick, Reason: evs.ReasonMailboxNotChecked, Checks: smtp(evs.SMTPSkipped, 0)},
 			[]string{"verdict quick unknown mailbox_not_checked"}},
 	}

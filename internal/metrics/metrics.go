@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/verify"
 )
 
 // Metric names, shared by EMF and server.Prometheus.
@@ -61,7 +62,8 @@ type Observer interface {
 	// WebhookDelivery counts one delivery attempt's result.
 	WebhookDelivery(result string)
 	// SMTPConnectionFailure counts one verification whose SMTP stage got
-	// no reply (result: unreachable or timeout).
+	// no reply (result: unreachable or timeout), or could not start
+	// because our own SMTP exit failed (ExitFailure).
 	SMTPConnectionFailure(result string)
 	// StoreError counts one failed store operation seen by source (api,
 	// batch, readyz).
@@ -92,6 +94,10 @@ func (Nop) SMTPConnectionFailure(string) {}
 // StoreError implements Observer.
 func (Nop) StoreError(string) {}
 
+// ExitFailure is the result label of a connection our SMTP exit (the
+// SOCKS5 proxy) could not make: the deployment's failure, not a server's.
+const ExitFailure = "exit"
+
 // ReplyClass is the class label of an SMTP reply code ("" for none).
 func ReplyClass(code int) string {
 	if code < 200 || code > 599 {
@@ -107,8 +113,14 @@ func observeDecision(o Observer, d evs.Decision) {
 		o.Verification(ModeTest, d.Status(), d.Reason)
 		return
 	}
-	o.Verification(d.Mode, d.Status(), d.Reason)
 	smtp := d.Checks.SMTP
+	if verify.ExitDown(smtp) {
+		// Our SMTP exit failed: no verdict to count, and the failure is
+		// ours, under its own result, which an alarm watches.
+		o.SMTPConnectionFailure(ExitFailure)
+		return
+	}
+	o.Verification(d.Mode, d.Status(), d.Reason)
 	if c := ReplyClass(smtp.Code); c != "" {
 		o.SMTPReply(c)
 	} else if smtp.Result == evs.SMTPUnreachable || smtp.Result == evs.SMTPTimeout {

@@ -375,7 +375,7 @@ func (e *Engine) probe(ctx context.Context, domain string, mail dnscheck.MailRes
 		// mailbox, and no verdict (contract, section 16). ExitDown tells
 		// the callers, who retry or answer 503.
 		for _, d := range ds {
-			d.Checks.SMTP = evs.SMTPCheck{Result: evs.SMTPUnreachable, Provider: provider, Detail: detailExitDown}
+			d.Checks.SMTP = evs.SMTPCheck{Result: evs.SMTPUnreachable, Provider: provider, Detail: DetailExitDown}
 		}
 		return
 	}

@@ -19,15 +19,15 @@ const detailOpenTryLater = "the mail hosts asked us to try again later"
 // it apart from an answer.
 const detailNotAsked = "not asked: the server asked us to slow down before this address"
 
-// detailExitDown is the SMTP detail of an address whose session could not
+// DetailExitDown is the SMTP detail of an address whose session could not
 // open because our own SMTP exit (EVS_SMTP_PROXY) failed: ExitDown tells
 // it apart from a fact about the receiving server.
-const detailExitDown = "not checked: our SMTP exit (EVS_SMTP_PROXY) could not be reached or refused us"
+const DetailExitDown = "not checked: our SMTP exit (EVS_SMTP_PROXY) could not be reached or refused us"
 
 // ExitDown tells whether an SMTP check records no verdict because our own
 // SMTP exit failed (contract, section 16): a batch tries the address
 // again later, and /v1/verify answers 503 unavailable.
-func ExitDown(c evs.SMTPCheck) bool { return c.Detail == detailExitDown }
+func ExitDown(c evs.SMTPCheck) bool { return c.Detail == DetailExitDown }
 
 // NotAsked tells whether an SMTP check records an address its session
 // never asked about, because the server throttled us on an earlier one
