@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"net/http"
 	"strings"
 	"time"
@@ -14,16 +15,23 @@ import (
 // an upload) is refused before it is read, while everything else, the
 // work already accepted included, goes on: polls, results, cancels and
 // single verifications write little or nothing. The reply is the
-// contract's 503 unavailable, safe to retry, with a Retry-After.
+// contract's 503 unavailable, safe to retry, with a Retry-After; /readyz
+// answers 503 meanwhile, so that a balancer sends work elsewhere, and the
+// gauge evs_disk_below_watermark says why (contract, section 16).
 
 // lowSpaceRetry is the Retry-After of a refusal for lack of space.
 const lowSpaceRetry = 60 * time.Second
 
 // storesWork tells whether a call of route with method would store new
-// work.
+// work: a batch, an upload (its PUT is refused the same way, in
+// receiveUpload), an export file.
 func storesWork(method string, route string) bool {
-	return method == http.MethodPost && (route == "/v1/requests" || strings.HasPrefix(route, "/v1/uploads"))
+	return method == http.MethodPost && (route == "/v1/requests" || strings.HasPrefix(route, "/v1/uploads")) ||
+		method == http.MethodGet && route == "/v1/requests/{id}/export"
 }
+
+// errLowSpace is the readiness verdict of a server below the watermark.
+var errLowSpace = errors.New("low on storage: less free space than EVS_MIN_FREE_BYTES")
 
 // lowOnSpace tells whether the data directory's file system has less free
 // space than the watermark. A reading that fails lets the call through:
@@ -40,5 +48,5 @@ func (g *edge) lowOnSpace() bool {
 func writeLowSpace(w http.ResponseWriter, requestID string) {
 	w.Header().Set("Retry-After", retryAfter(lowSpaceRetry))
 	writeError(w, http.StatusServiceUnavailable, evs.CodeUnavailable,
-		"The service is low on storage and takes no new batches until space is freed; retry later.", requestID)
+		"The service is low on storage and takes no new batches, uploads or exports until space is freed; retry later.", requestID)
 }

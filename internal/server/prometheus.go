@@ -87,6 +87,32 @@ func NewPrometheus(pending func(ctx context.Context) (int, error)) *Prometheus {
 	return m
 }
 
+// watchDisk adds the disk's gauges (contract, section 16): the data
+// directory's free bytes, and 1 while they are below the watermark (min,
+// EVS_MIN_FREE_BYTES), when /readyz answers 503 and new stored work is
+// refused. Each is read at scrape time.
+func (m *Prometheus) watchDisk(free func() (uint64, error), min int64) {
+	read := func() (float64, bool) {
+		n, err := free()
+		return float64(n), err == nil
+	}
+	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "evs_disk_free_bytes", Help: "Free bytes of the data directory's file system (-1 when unreadable).",
+	}, func() float64 {
+		if n, ok := read(); ok {
+			return n
+		}
+		return -1
+	}), prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "evs_disk_below_watermark", Help: "1 while the data directory has less free space than EVS_MIN_FREE_BYTES: /readyz answers 503 and new uploads, batches and exports are refused.",
+	}, func() float64 {
+		if n, ok := read(); ok && min > 0 && n < float64(min) {
+			return 1
+		}
+		return 0
+	}))
+}
+
 // Handler serves the registry at /metrics, in the text exposition format.
 func (m *Prometheus) Handler() http.Handler {
 	mux := http.NewServeMux()

@@ -108,6 +108,9 @@ func (g *edge) ready(w http.ResponseWriter, r *http.Request, c *api.Call) {
 		if g.draining.Load() {
 			return errDraining
 		}
+		if g.lowOnSpace() {
+			return errLowSpace
+		}
 		return g.writable.check(ctx)
 	})
 }

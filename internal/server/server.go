@@ -177,6 +177,9 @@ func New(o Options) (*Server, error) {
 		dir := o.Config.DataDir
 		o.FreeBytes = func() (uint64, error) { return freeBytes(dir) }
 	}
+	if p, ok := o.Metrics.(*Prometheus); ok && o.FreeBytes != nil {
+		p.watchDisk(o.FreeBytes, o.Config.MinFreeBytes)
+	}
 	if sc, ok := o.Store.(stateChanges); ok {
 		sc.OnStateChange(newBatchLog(o.Logger).written)
 	}

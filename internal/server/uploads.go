@@ -101,6 +101,11 @@ func (g *edge) receiveUpload(w http.ResponseWriter, r *http.Request, c *api.Call
 		writeResponse(w, throttled, rid, map[string]string{"Retry-After": retryAfter(wait)})
 		return
 	}
+	if g.lowOnSpace() {
+		refuseEarly(w, r)
+		writeLowSpace(w, rid)
+		return
+	}
 	if r.ContentLength > evs.UploadMaxBytes {
 		w.Header().Set("Connection", "close")
 		fail(evs.Errorf(evs.CodePayloadTooLarge, "The upload is larger than %d bytes.", evs.UploadMaxBytes))
