@@ -140,6 +140,10 @@ type Deps struct {
 	// list, whatever its size, is stored for a URL that needs no key
 	// (Exports.Export). Nil answers that route 404.
 	ExportLinks Exports
+	// CSVLists bounds the CSV lists (results as text/csv, exports) built
+	// at once, a quarter of them (at least one) per account; 0 bounds
+	// nothing (a Lambda instance serves one call at a time).
+	CSVLists int
 	// Uploads keeps lists sent with POST /v1/uploads; nil serves no
 	// uploads. PublicURL is the API's origin as clients reach it
 	// (EVS_PUBLIC_URL), for upload URLs served by `evs serve` itself;
@@ -181,7 +185,8 @@ type Deps struct {
 
 // Handler serves the API's routes.
 type Handler struct {
-	d Deps
+	d   Deps
+	csv *csvGate
 }
 
 // New returns the handlers.
@@ -207,7 +212,7 @@ func New(d Deps) *Handler {
 	if d.MaxBatchBody <= 0 {
 		d.MaxBatchBody = MaxBatchBody
 	}
-	return &Handler{d: d}
+	return &Handler{d: d, csv: newCSVGate(d.CSVLists)}
 }
 
 // mediaType returns the lower-case media type of the Content-Type header, or

@@ -767,6 +767,11 @@ func (h *Handler) resultsCSV(ctx context.Context, req *request, p evs.Principal,
 // csvList renders the batch's written results that f keeps as the
 // contract's CSV, in submission order.
 func (h *Handler) csvList(ctx context.Context, accountID, batchID string, f filter) ([]byte, error) {
+	release, err := h.csv.acquire(accountID)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	var buf bytes.Buffer
 	w := csv.NewWriter(&buf)
 	_ = w.Write(csvHeader)

@@ -7,6 +7,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -71,6 +72,10 @@ type Options struct {
 	// headers are in (default 30 s; contract, section 9); then the
 	// connection is closed.
 	BodyTimeout time.Duration
+	// CSVLists bounds the CSV lists (results as text/csv, exports) built
+	// at once, each held whole in memory: a quarter of them (at least
+	// one) per account (default 4).
+	CSVLists int
 	// UploadWindow is the window of an upload PUT's minimum rate: each
 	// must bring UploadMinRate × UploadWindow bytes or the end of the
 	// body (default 10 s; contract, section 16).
@@ -107,6 +112,9 @@ const (
 	headerTimeout = 10 * time.Second
 	// idleTimeout closes a kept-alive connection with no request.
 	idleTimeout = 120 * time.Second
+	// defaultCSVLists is Options.CSVLists's default: four lists of a
+	// million rows are about 400 MB.
+	defaultCSVLists = 4
 	// defaultMaxConns is EVS_MAX_CONNS's default.
 	defaultMaxConns = 1024
 )
@@ -277,6 +285,7 @@ func New(o Options) (*Server, error) {
 		AdmitList:          bodies.admitList,
 		Uploads:            deps,
 		ExportLinks:        links,
+		CSVLists:           cmp.Or(o.CSVLists, defaultCSVLists),
 		PublicURL:          o.Config.PublicURL,
 		MaxUploadAddresses: o.MaxUploadAddresses,
 		Engine:             o.Engine,
