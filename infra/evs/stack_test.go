@@ -50,14 +50,25 @@ json.dump(transform(t, {}, NoManagedPolicies()), sys.stdout)
 
 type cfnTemplate struct {
 	Parameters map[string]map[string]any `json:"Parameters"`
+	Rules      map[string]cfnRule        `json:"Rules"`
 	Conditions map[string]any            `json:"Conditions"`
 	Resources  map[string]cfnResource    `json:"Resources"`
 }
 
 type cfnResource struct {
-	Type       string         `json:"Type"`
-	Condition  string         `json:"Condition"`
-	Properties map[string]any `json:"Properties"`
+	Type                string         `json:"Type"`
+	Condition           string         `json:"Condition"`
+	DeletionPolicy      string         `json:"DeletionPolicy"`
+	UpdateReplacePolicy string         `json:"UpdateReplacePolicy"`
+	Properties          map[string]any `json:"Properties"`
+}
+
+type cfnRule struct {
+	RuleCondition any `json:"RuleCondition"`
+	Assertions    []struct {
+		Assert            any    `json:"Assert"`
+		AssertDescription string `json:"AssertDescription"`
+	} `json:"Assertions"`
 }
 
 var (

@@ -2,11 +2,14 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -391,5 +394,181 @@ func TestInputBucketCORS(t *testing.T) {
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("CORS rules by method %+v, want %+v", got, want)
+	}
+}
+
+// ruleParams are the values CloudFormation gives the template's parameters
+// on a deploy with overrides: each parameter's default, else the override.
+// An override the parameter's own constraints refuse fails the test, so a
+// case that is meant to reach the Rules does.
+func ruleParams(t *testing.T, tpl cfnTemplate, overrides map[string]string) map[string]string {
+	t.Helper()
+	params := map[string]string{}
+	for name, p := range tpl.Parameters {
+		if d, ok := p["Default"]; ok {
+			params[name] = fmt.Sprint(d)
+		}
+	}
+	for name, v := range overrides {
+		p, ok := tpl.Parameters[name]
+		if !ok {
+			t.Fatalf("override %s=%s: no such parameter", name, v)
+		}
+		if av, ok := p["AllowedValues"].([]any); ok && !slices.ContainsFunc(av, func(a any) bool { return fmt.Sprint(a) == v }) {
+			t.Fatalf("override %s=%s: not among the parameter's AllowedValues %v", name, v, av)
+		}
+		if ap, ok := p["AllowedPattern"].(string); ok && !regexp.MustCompile(ap).MatchString(v) {
+			t.Fatalf("override %s=%s: does not match the parameter's AllowedPattern", name, v)
+		}
+		params[name] = v
+	}
+	return params
+}
+
+// ruleEval evaluates the rule-specific intrinsic functions the template's
+// Rules may use (Ref to a parameter, Fn::Equals, Fn::Not, Fn::And, Fn::Or,
+// Fn::Contains) with params; any other function fails the test.
+func ruleEval(t *testing.T, v any, params map[string]string) any {
+	t.Helper()
+	switch v := v.(type) {
+	case string:
+		return v
+	case float64, bool:
+		return fmt.Sprint(v)
+	case []any:
+		l := make([]any, len(v))
+		for i, e := range v {
+			l[i] = ruleEval(t, e, params)
+		}
+		return l
+	case map[string]any:
+		if len(v) != 1 {
+			break
+		}
+		for fn, arg := range v {
+			args, _ := arg.([]any)
+			b := func(i int) bool {
+				r, ok := ruleEval(t, args[i], params).(bool)
+				if !ok {
+					t.Fatalf("%s: argument %v is not a condition", fn, args[i])
+				}
+				return r
+			}
+			switch fn {
+			case "Ref":
+				name, _ := arg.(string)
+				val, ok := params[name]
+				if !ok {
+					t.Fatalf("rule refers to %v, not a parameter with a value", arg)
+				}
+				return val
+			case "Fn::Equals":
+				if len(args) == 2 {
+					return fmt.Sprint(ruleEval(t, args[0], params)) == fmt.Sprint(ruleEval(t, args[1], params))
+				}
+			case "Fn::Not":
+				if len(args) == 1 {
+					return !b(0)
+				}
+			case "Fn::And", "Fn::Or":
+				and := fn == "Fn::And"
+				for i := range args {
+					if b(i) != and {
+						return !and
+					}
+				}
+				return and
+			case "Fn::Contains":
+				if len(args) == 2 {
+					l, _ := ruleEval(t, args[0], params).([]any)
+					return slices.Contains(l, ruleEval(t, args[1], params))
+				}
+			}
+		}
+	}
+	t.Fatalf("rule function %v is not one this test evaluates", v)
+	return nil
+}
+
+// refusals returns the AssertDescription of every assertion the template's
+// Rules fail with params: what CloudFormation answers the deploy with.
+func refusals(t *testing.T, tpl cfnTemplate, params map[string]string) []string {
+	t.Helper()
+	var out []string
+	for _, name := range sortedRuleNames(tpl) {
+		r := tpl.Rules[name]
+		if r.RuleCondition != nil && ruleEval(t, r.RuleCondition, params) != true {
+			continue
+		}
+		for _, a := range r.Assertions {
+			if a.AssertDescription == "" {
+				t.Errorf("rule %s: an assertion without AssertDescription", name)
+			}
+			if ruleEval(t, a.Assert, params) != true {
+				out = append(out, name+": "+a.AssertDescription)
+			}
+		}
+	}
+	return out
+}
+
+func sortedRuleNames(tpl cfnTemplate) []string {
+	var names []string
+	for n := range tpl.Rules {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// The stack refuses at deploy, in its Rules (kept by the SAM translator),
+// the SMTP settings that cannot work: proxy without the secret's ARN, which
+// the configuration check would refuse at the start of every function (the
+// authorizer's too: EVS_SMTP is in the global environment), and direct,
+// which Lambda's closed port 25 makes useless. What the configuration
+// refuses on Lambda, the rules refuse first.
+func TestRulesRefuseBadSMTPSettings(t *testing.T) {
+	tpl := expand(t)
+	env := load(t).Env
+	if env["EVS_SMTP"] != "SmtpMode" || env["EVS_SMTP_PROXY_SECRET"] != "SmtpProxySecretArn" {
+		t.Fatalf("EVS_SMTP = %q, EVS_SMTP_PROXY_SECRET = %q; want the parameters SmtpMode and SmtpProxySecretArn", env["EVS_SMTP"], env["EVS_SMTP_PROXY_SECRET"])
+	}
+	const arn = "arn:aws:secretsmanager:us-east-1:123456789012:secret:evs/smtp-exit-AbC123"
+	cases := []struct {
+		name      string
+		overrides map[string]string
+		refused   string // a word of the description; empty: deploys
+	}{
+		{"defaults", nil, ""},
+		{"off", map[string]string{"SmtpMode": "off"}, ""},
+		{"off with a secret", map[string]string{"SmtpMode": "off", "SmtpProxySecretArn": arn}, ""},
+		{"proxy with its secret", map[string]string{"SmtpMode": "proxy", "SmtpProxySecretArn": arn}, ""},
+		{"proxy without a secret", map[string]string{"SmtpMode": "proxy"}, "SmtpProxySecretArn"},
+		{"direct", map[string]string{"SmtpMode": "direct"}, "port 25"},
+		{"direct with a secret", map[string]string{"SmtpMode": "direct", "SmtpProxySecretArn": arn}, "port 25"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			params := ruleParams(t, tpl, c.overrides)
+			got := refusals(t, tpl, params)
+			switch {
+			case c.refused == "" && len(got) > 0:
+				t.Errorf("refused: %q", got)
+			case c.refused != "" && (len(got) != 1 || !strings.Contains(got[0], c.refused)):
+				t.Errorf("refusals %q; want one naming %q", got, c.refused)
+			}
+			_, err := config.FromEnv(func(k string) string {
+				switch k {
+				case "EVS_SMTP":
+					return params["SmtpMode"]
+				case "EVS_SMTP_PROXY_SECRET":
+					return params["SmtpProxySecretArn"]
+				}
+				return ""
+			}, true)
+			if err != nil && strings.Contains(err.Error(), "EVS_SMTP") && len(got) == 0 {
+				t.Errorf("deploys, but every function would fail at start: %v", err)
+			}
+		})
 	}
 }
