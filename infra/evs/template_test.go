@@ -427,8 +427,9 @@ func ruleParams(t *testing.T, tpl cfnTemplate, overrides map[string]string) map[
 
 // ruleEval evaluates the rule-specific intrinsic functions the template's
 // Rules may use (Ref to a parameter, Fn::Equals, Fn::Not, Fn::And, Fn::Or,
-// Fn::Contains) with params; any other function fails the test.
-func ruleEval(t *testing.T, v any, params map[string]string) any {
+// Fn::Contains) with params, and with conds (a template's Conditions, nil
+// in Rules) a {"Condition": name} too; any other function fails the test.
+func ruleEval(t *testing.T, conds map[string]any, v any, params map[string]string) any {
 	t.Helper()
 	switch v := v.(type) {
 	case string:
@@ -438,7 +439,7 @@ func ruleEval(t *testing.T, v any, params map[string]string) any {
 	case []any:
 		l := make([]any, len(v))
 		for i, e := range v {
-			l[i] = ruleEval(t, e, params)
+			l[i] = ruleEval(t, conds, e, params)
 		}
 		return l
 	case map[string]any:
@@ -448,13 +449,25 @@ func ruleEval(t *testing.T, v any, params map[string]string) any {
 		for fn, arg := range v {
 			args, _ := arg.([]any)
 			b := func(i int) bool {
-				r, ok := ruleEval(t, args[i], params).(bool)
+				r, ok := ruleEval(t, conds, args[i], params).(bool)
 				if !ok {
 					t.Fatalf("%s: argument %v is not a condition", fn, args[i])
 				}
 				return r
 			}
 			switch fn {
+			case "Condition":
+				name, _ := arg.(string)
+				if c, ok := conds[name]; ok {
+					return ruleEval(t, conds, c, params)
+				}
+			case "Fn::If":
+				if c, ok := conds[fmt.Sprint(args[0])]; ok && len(args) == 3 {
+					if ruleEval(t, conds, c, params) == true {
+						return ruleEval(t, conds, args[1], params)
+					}
+					return ruleEval(t, conds, args[2], params)
+				}
 			case "Ref":
 				name, _ := arg.(string)
 				val, ok := params[name]
@@ -464,7 +477,7 @@ func ruleEval(t *testing.T, v any, params map[string]string) any {
 				return val
 			case "Fn::Equals":
 				if len(args) == 2 {
-					return fmt.Sprint(ruleEval(t, args[0], params)) == fmt.Sprint(ruleEval(t, args[1], params))
+					return fmt.Sprint(ruleEval(t, conds, args[0], params)) == fmt.Sprint(ruleEval(t, conds, args[1], params))
 				}
 			case "Fn::Not":
 				if len(args) == 1 {
@@ -480,8 +493,8 @@ func ruleEval(t *testing.T, v any, params map[string]string) any {
 				return and
 			case "Fn::Contains":
 				if len(args) == 2 {
-					l, _ := ruleEval(t, args[0], params).([]any)
-					return slices.Contains(l, ruleEval(t, args[1], params))
+					l, _ := ruleEval(t, conds, args[0], params).([]any)
+					return slices.Contains(l, ruleEval(t, conds, args[1], params))
 				}
 			}
 		}
@@ -497,14 +510,14 @@ func refusals(t *testing.T, tpl cfnTemplate, params map[string]string) []string 
 	var out []string
 	for _, name := range sortedRuleNames(tpl) {
 		r := tpl.Rules[name]
-		if r.RuleCondition != nil && ruleEval(t, r.RuleCondition, params) != true {
+		if r.RuleCondition != nil && ruleEval(t, nil, r.RuleCondition, params) != true {
 			continue
 		}
 		for _, a := range r.Assertions {
 			if a.AssertDescription == "" {
 				t.Errorf("rule %s: an assertion without AssertDescription", name)
 			}
-			if ruleEval(t, a.Assert, params) != true {
+			if ruleEval(t, nil, a.Assert, params) != true {
 				out = append(out, name+": "+a.AssertDescription)
 			}
 		}
@@ -570,5 +583,51 @@ func TestRulesRefuseBadSMTPSettings(t *testing.T) {
 				t.Errorf("deploys, but every function would fail at start: %v", err)
 			}
 		})
+	}
+}
+
+// The data outlives the stack: every table and the bucket stay when the
+// stack is deleted or an update replaces them, and the tables refuse
+// deletion unless DeletionProtection=false says the stack is a throwaway.
+func TestStackKeepsItsData(t *testing.T) {
+	tpl := expand(t)
+	var tables, buckets []string
+	for id, r := range tpl.Resources {
+		switch r.Type {
+		case "AWS::DynamoDB::Table":
+			tables = append(tables, id)
+		case "AWS::S3::Bucket":
+			buckets = append(buckets, id)
+		default:
+			continue
+		}
+		if r.DeletionPolicy != "Retain" || r.UpdateReplacePolicy != "Retain" {
+			t.Errorf("%s: DeletionPolicy %q, UpdateReplacePolicy %q; want Retain for both", id, r.DeletionPolicy, r.UpdateReplacePolicy)
+		}
+	}
+	sort.Strings(tables)
+	if want := []string{"BatchesTable", "IdempotencyTable", "KeysTable", "ResultsTable"}; !reflect.DeepEqual(tables, want) || !reflect.DeepEqual(buckets, []string{"InputBucket"}) {
+		t.Fatalf("tables %v and buckets %v; want %v and [InputBucket]", tables, buckets, want)
+	}
+	cases := []struct {
+		overrides map[string]string
+		protected string
+	}{
+		{nil, "true"},
+		{map[string]string{"DeletionProtection": "true"}, "true"},
+		{map[string]string{"DeletionProtection": "false"}, "false"},
+	}
+	for _, c := range cases {
+		params := ruleParams(t, tpl, c.overrides)
+		for _, id := range tables {
+			v, ok := tpl.Resources[id].Properties["DeletionProtectionEnabled"]
+			if !ok {
+				t.Errorf("%s: no DeletionProtectionEnabled", id)
+				continue
+			}
+			if got := fmt.Sprint(ruleEval(t, tpl.Conditions, v, params)); got != c.protected {
+				t.Errorf("%s with %v: DeletionProtectionEnabled %s, want %s", id, c.overrides, got, c.protected)
+			}
+		}
 	}
 }
