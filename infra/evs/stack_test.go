@@ -53,6 +53,9 @@ type cfnTemplate struct {
 	Rules      map[string]cfnRule        `json:"Rules"`
 	Conditions map[string]any            `json:"Conditions"`
 	Resources  map[string]cfnResource    `json:"Resources"`
+	Outputs    map[string]struct {
+		Value any `json:"Value"`
+	} `json:"Outputs"`
 }
 
 type cfnResource struct {

@@ -428,7 +428,8 @@ func ruleParams(t *testing.T, tpl cfnTemplate, overrides map[string]string) map[
 // ruleEval evaluates the rule-specific intrinsic functions the template's
 // Rules may use (Ref to a parameter, Fn::Equals, Fn::Not, Fn::And, Fn::Or,
 // Fn::Contains) with params, and with conds (a template's Conditions, nil
-// in Rules) a {"Condition": name} too; any other function fails the test.
+// in Rules) a {"Condition": name}, Fn::If and a Fn::Sub of parameters too;
+// any other function fails the test.
 func ruleEval(t *testing.T, conds map[string]any, v any, params map[string]string) any {
 	t.Helper()
 	switch v := v.(type) {
@@ -460,6 +461,12 @@ func ruleEval(t *testing.T, conds map[string]any, v any, params map[string]strin
 				name, _ := arg.(string)
 				if c, ok := conds[name]; ok {
 					return ruleEval(t, conds, c, params)
+				}
+			case "Fn::Sub":
+				if str, ok := arg.(string); ok {
+					return regexp.MustCompile(`\$\{([A-Za-z0-9]+)\}`).ReplaceAllStringFunc(str, func(m string) string {
+						return fmt.Sprint(ruleEval(t, conds, map[string]any{"Ref": m[2 : len(m)-1]}, params))
+					})
 				}
 			case "Fn::If":
 				if c, ok := conds[fmt.Sprint(args[0])]; ok && len(args) == 3 {
@@ -629,5 +636,73 @@ func TestStackKeepsItsData(t *testing.T) {
 				t.Errorf("%s with %v: DeletionProtectionEnabled %s, want %s", id, c.overrides, got, c.protected)
 			}
 		}
+	}
+}
+
+// present says whether resource id is created with params.
+func present(t *testing.T, tpl cfnTemplate, id string, params map[string]string) bool {
+	t.Helper()
+	r, ok := tpl.Resources[id]
+	if !ok {
+		t.Fatalf("no resource %s", id)
+	}
+	return r.Condition == "" || ruleEval(t, tpl.Conditions, map[string]any{"Condition": r.Condition}, params) == true
+}
+
+// The alarms reach someone only if the deploy says who: AlarmEmail
+// subscribes an address to the topic the stack creates, AlarmTopicArn
+// names a topic with subscribers of its own, and both at once is refused
+// (the address would be subscribed to nothing). Without either the stack
+// deploys, and its AlarmRecipients output, which sam deploy prints, says
+// that nobody is told.
+func TestAlarmsReachSomeone(t *testing.T) {
+	tpl := expand(t)
+	const (
+		email = "ops@example.com"
+		topic = "arn:aws:sns:us-east-1:123456789012:ops-alarms"
+	)
+	cases := []struct {
+		name       string
+		overrides  map[string]string
+		refused    string // a word of the refusal; empty: deploys
+		topic      bool   // the stack creates the topic
+		subscribed bool   // and subscribes AlarmEmail to it
+		recipients string // a word of the AlarmRecipients output
+	}{
+		{"defaults", nil, "", true, false, "NOBODY"},
+		{"email", map[string]string{"AlarmEmail": email}, "", true, true, email},
+		{"own topic", map[string]string{"AlarmTopicArn": topic}, "", false, false, "AlarmTopicArn"},
+		{"both", map[string]string{"AlarmEmail": email, "AlarmTopicArn": topic}, "AlarmEmail", false, false, ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			params := ruleParams(t, tpl, c.overrides)
+			got := refusals(t, tpl, params)
+			if c.refused != "" {
+				if len(got) != 1 || !strings.Contains(got[0], c.refused) {
+					t.Errorf("refusals %q; want one naming %s", got, c.refused)
+				}
+				return
+			}
+			if len(got) > 0 {
+				t.Fatalf("refused: %q", got)
+			}
+			if p := present(t, tpl, "AlarmTopic", params); p != c.topic {
+				t.Errorf("AlarmTopic created: %v, want %v", p, c.topic)
+			}
+			if p := present(t, tpl, "AlarmEmailSubscription", params); p != c.subscribed {
+				t.Errorf("AlarmEmailSubscription created: %v, want %v", p, c.subscribed)
+			}
+			out := fmt.Sprint(ruleEval(t, tpl.Conditions, tpl.Outputs["AlarmRecipients"].Value, params))
+			if !strings.Contains(out, c.recipients) {
+				t.Errorf("AlarmRecipients output %q; want it to name %q", out, c.recipients)
+			}
+		})
+	}
+	sub := tpl.Resources["AlarmEmailSubscription"].Properties
+	topicRef, _ := ref(sub["TopicArn"])
+	endpoint, _ := ref(sub["Endpoint"])
+	if sub["Protocol"] != "email" || topicRef != "AlarmTopic" || endpoint != "AlarmEmail" {
+		t.Errorf("AlarmEmailSubscription %v; want Protocol email, TopicArn !Ref AlarmTopic, Endpoint !Ref AlarmEmail", sub)
 	}
 }
