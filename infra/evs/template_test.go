@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -21,6 +22,7 @@ import (
 	"github.com/evs-dev/evs/internal/batch"
 	"github.com/evs-dev/evs/internal/config"
 	"github.com/evs-dev/evs/internal/dynamostore"
+	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/server"
 	"github.com/evs-dev/evs/internal/testkit"
 )
@@ -406,7 +408,7 @@ func ruleParams(t *testing.T, tpl cfnTemplate, overrides map[string]string) map[
 	params := map[string]string{}
 	for name, p := range tpl.Parameters {
 		if d, ok := p["Default"]; ok {
-			params[name] = fmt.Sprint(d)
+			params[name] = paramString(d)
 		}
 	}
 	for name, v := range overrides {
@@ -414,7 +416,7 @@ func ruleParams(t *testing.T, tpl cfnTemplate, overrides map[string]string) map[
 		if !ok {
 			t.Fatalf("override %s=%s: no such parameter", name, v)
 		}
-		if av, ok := p["AllowedValues"].([]any); ok && !slices.ContainsFunc(av, func(a any) bool { return fmt.Sprint(a) == v }) {
+		if av, ok := p["AllowedValues"].([]any); ok && !slices.ContainsFunc(av, func(a any) bool { return paramString(a) == v }) {
 			t.Fatalf("override %s=%s: not among the parameter's AllowedValues %v", name, v, av)
 		}
 		if ap, ok := p["AllowedPattern"].(string); ok && !regexp.MustCompile(ap).MatchString(v) {
@@ -423,6 +425,15 @@ func ruleParams(t *testing.T, tpl cfnTemplate, overrides map[string]string) map[
 		params[name] = v
 	}
 	return params
+}
+
+// paramString is a parameter value of the expanded template as
+// CloudFormation passes it on: 1000000, not 1e+06.
+func paramString(v any) string {
+	if f, ok := v.(float64); ok {
+		return strconv.FormatFloat(f, 'f', -1, 64)
+	}
+	return fmt.Sprint(v)
 }
 
 // ruleEval evaluates the rule-specific intrinsic functions the template's
@@ -436,7 +447,7 @@ func ruleEval(t *testing.T, conds map[string]any, v any, params map[string]strin
 	case string:
 		return v
 	case float64, bool:
-		return fmt.Sprint(v)
+		return paramString(v)
 	case []any:
 		l := make([]any, len(v))
 		for i, e := range v {
@@ -704,5 +715,45 @@ func TestAlarmsReachSomeone(t *testing.T) {
 	endpoint, _ := ref(sub["Endpoint"])
 	if sub["Protocol"] != "email" || topicRef != "AlarmTopic" || endpoint != "AlarmEmail" {
 		t.Errorf("AlarmEmailSubscription %v; want Protocol email, TopicArn !Ref AlarmTopic, Endpoint !Ref AlarmEmail", sub)
+	}
+}
+
+// The address quota is finite by default on the stack (0, no quota, stays
+// possible when asked for): large enough for one list of the largest upload
+// size a period, reaching the functions that charge it as a value the
+// configuration accepts.
+func TestAddressQuotaByDefault(t *testing.T) {
+	tpl := expand(t)
+	p := tpl.Parameters["QuotaAddresses"]
+	if p == nil {
+		t.Fatal("no QuotaAddresses parameter")
+	}
+	def := num(p["Default"])
+	if def <= 0 || def < evs.UploadMaxAddresses {
+		t.Errorf("QuotaAddresses default %v; want a finite quota of at least one largest list (%d)", def, evs.UploadMaxAddresses)
+	}
+	if mv, ok := p["MinValue"]; !ok || num(mv) != 0 {
+		t.Errorf("QuotaAddresses MinValue %v; want 0, so that no quota stays possible", mv)
+	}
+	for _, v := range []string{paramString(p["Default"]), "0"} {
+		params := ruleParams(t, tpl, map[string]string{"QuotaAddresses": v})
+		cfg, err := config.FromEnv(func(k string) string {
+			if k == "EVS_QUOTA_ADDRESSES" {
+				return params["QuotaAddresses"]
+			}
+			return ""
+		}, true)
+		if err != nil && strings.Contains(err.Error(), "EVS_QUOTA_ADDRESSES") {
+			t.Errorf("QuotaAddresses=%s: %v", v, err)
+		} else if fmt.Sprint(cfg.QuotaAddresses) != v {
+			t.Errorf("QuotaAddresses=%s reads as EVS_QUOTA_ADDRESSES %d", v, cfg.QuotaAddresses)
+		}
+	}
+	for _, fn := range []string{"VerifyFunction", "RequestsFunction"} {
+		env, _ := tpl.Resources[fn].Properties["Environment"].(map[string]any)
+		vars, _ := env["Variables"].(map[string]any)
+		if r, _ := ref(vars["EVS_QUOTA_ADDRESSES"]); r != "QuotaAddresses" {
+			t.Errorf("%s: EVS_QUOTA_ADDRESSES = %v, want !Ref QuotaAddresses", fn, vars["EVS_QUOTA_ADDRESSES"])
+		}
 	}
 }
