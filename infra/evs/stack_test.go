@@ -699,6 +699,9 @@ func TestStageThrottleAboveOneKey(t *testing.T) {
 		}
 		for _, m := range ms {
 			m, _ := m.(map[string]any)
+			if m["ResourcePath"] != "/*" || m["HttpMethod"] != "*" {
+				continue // TestConsoleThrottledApart
+			}
 			rate, okR := ref(m["ThrottlingRateLimit"])
 			burst, okB := ref(m["ThrottlingBurstLimit"])
 			if !okR || !okB || rate == "ThrottleRateLimit" || burst == "ThrottleBurstLimit" {

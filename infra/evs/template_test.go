@@ -757,3 +757,109 @@ func TestAddressQuotaByDefault(t *testing.T) {
 		}
 	}
 }
+
+// Reserved concurrency by default for what every API call needs at once:
+// /v1/verify and the authorizer, so that a flood of batch or console
+// calls (the requests function, unreserved by default) or a busy worker
+// cannot take their executions. Each reservation is its function's own
+// parameter, 0 reserving none, and the defaults together leave Lambda's
+// required 100 unreserved in an account of the default 1,000.
+func TestAPIConcurrencyReserved(t *testing.T) {
+	tpl := expand(t)
+	cases := []struct {
+		fn, param string
+		reserved  bool // by default
+	}{
+		{"VerifyFunction", "VerifyReservedConcurrency", true},
+		{"AuthorizerFunction", "AuthorizerReservedConcurrency", true},
+		{"RequestsFunction", "RequestsReservedConcurrency", false},
+	}
+	const noValue = "(none)"
+	var total float64
+	for _, c := range cases {
+		t.Run(c.fn, func(t *testing.T) {
+			rc := tpl.Resources[c.fn].Properties["ReservedConcurrentExecutions"]
+			if l, _ := rc.(map[string]any)["Fn::If"].([]any); len(l) != 3 {
+				t.Fatalf("ReservedConcurrentExecutions %v; want Fn::If", rc)
+			} else if p, _ := ref(l[1]); p != c.param {
+				t.Fatalf("ReservedConcurrentExecutions %v; want it from %s", rc, c.param)
+			}
+			eval := func(overrides map[string]string) string {
+				params := ruleParams(t, tpl, overrides)
+				params["AWS::NoValue"] = noValue
+				return paramString(ruleEval(t, tpl.Conditions, rc, params))
+			}
+			def := eval(nil)
+			if want := paramString(tpl.Parameters[c.param]["Default"]); c.reserved && (def == noValue || def != want || def == "0") {
+				t.Errorf("reserves %s by default, want %s's default (> 0)", def, c.param)
+			} else if !c.reserved && def != noValue {
+				t.Errorf("reserves %s by default, want none", def)
+			}
+			if got := eval(map[string]string{c.param: "0"}); got != noValue {
+				t.Errorf("%s=0 reserves %s, want none", c.param, got)
+			}
+			if got := eval(map[string]string{c.param: "7"}); got != "7" {
+				t.Errorf("%s=7 reserves %s, want 7", c.param, got)
+			}
+			if def != noValue {
+				total += num(tpl.Parameters[c.param]["Default"])
+			}
+		})
+	}
+	if total > 900 {
+		t.Errorf("the defaults reserve %v executions; an account of 1,000 must keep 100 unreserved", total)
+	}
+}
+
+// The console's routes, which need no key and so meet no usage plan, are
+// throttled apart from the API, below the stage's per-method limit, so that
+// a flood of them stays a small share of the requests function's and the
+// account's capacity; the API's routes keep the stage's limit.
+func TestConsoleThrottledApart(t *testing.T) {
+	tpl := expand(t)
+	var settings []any
+	for _, r := range tpl.Resources {
+		if r.Type == "AWS::ApiGateway::Stage" {
+			settings, _ = r.Properties["MethodSettings"].([]any)
+		}
+	}
+	byPath := map[string]map[string]any{}
+	for _, m := range settings {
+		m, _ := m.(map[string]any)
+		byPath[fmt.Sprint(m["ResourcePath"])+" "+fmt.Sprint(m["HttpMethod"])] = m
+	}
+	stageRate := num(tpl.Parameters["StageThrottleRateLimit"]["Default"])
+	stageBurst := num(tpl.Parameters["StageThrottleBurstLimit"]["Default"])
+	var consoleRoutes int
+	for _, r := range load(t).Routes {
+		// A method setting names its resource with each "/" as "~1".
+		key := "/" + strings.ReplaceAll(r.Path, "/", "~1") + " " + r.Method
+		m, ok := byPath[key]
+		if !isConsole(r) {
+			if ok {
+				t.Errorf("API route %s %s has a throttle of its own; want the stage's", r.Method, r.Path)
+			}
+			continue
+		}
+		consoleRoutes++
+		if !ok {
+			t.Errorf("console route %s %s: no method setting %q", r.Method, r.Path, key)
+			continue
+		}
+		rate, _ := ref(m["ThrottlingRateLimit"])
+		burst, _ := ref(m["ThrottlingBurstLimit"])
+		if rate != "ConsoleThrottleRateLimit" || burst != "ConsoleThrottleBurstLimit" {
+			t.Errorf("%s: throttled with %v/%v; want ConsoleThrottleRateLimit/ConsoleThrottleBurstLimit", key, m["ThrottlingRateLimit"], m["ThrottlingBurstLimit"])
+			continue
+		}
+		if r := num(tpl.Parameters[rate]["Default"]); r <= 0 || r >= stageRate {
+			t.Errorf("%s: rate %v by default; want above 0 and below the stage's %v", key, r, stageRate)
+		}
+		if b := num(tpl.Parameters[burst]["Default"]); b <= 0 || b >= stageBurst {
+			t.Errorf("%s: burst %v by default; want above 0 and below the stage's %v", key, b, stageBurst)
+		}
+	}
+	if consoleRoutes != 2 || len(byPath) != 3 {
+		t.Errorf("%d console routes and method settings %v; want 2 and the stage's plus one per console route", consoleRoutes, settings)
+	}
+}
