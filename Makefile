@@ -127,6 +127,7 @@ sam-local: check-go
 ## deploy: build with SAM and deploy (needs the AWS SAM CLI and credentials)
 deploy:
 	@command -v sam >/dev/null 2>&1 || { echo "make: the AWS SAM CLI is required: see https://docs.aws.amazon.com/serverless-application-model/latest/developerguide/install-sam-cli.html" >&2; exit 1; }
+	@echo "make: alarms reach nobody unless you answer AlarmEmail (an address to subscribe) or AlarmTopicArn (a topic of yours); see docs/aws.md" >&2
 	sam build && sam deploy --guided
 
 # Used by `sam build` (BuildMethod: makefile): one target per function.

@@ -2,12 +2,16 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"regexp"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -18,6 +22,7 @@ import (
 	"github.com/evs-dev/evs/internal/batch"
 	"github.com/evs-dev/evs/internal/config"
 	"github.com/evs-dev/evs/internal/dynamostore"
+	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/server"
 	"github.com/evs-dev/evs/internal/testkit"
 )
@@ -391,5 +396,470 @@ func TestInputBucketCORS(t *testing.T) {
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("CORS rules by method %+v, want %+v", got, want)
+	}
+}
+
+// ruleParams are the values CloudFormation gives the template's parameters
+// on a deploy with overrides: each parameter's default, else the override.
+// An override the parameter's own constraints refuse fails the test, so a
+// case that is meant to reach the Rules does.
+func ruleParams(t *testing.T, tpl cfnTemplate, overrides map[string]string) map[string]string {
+	t.Helper()
+	params := map[string]string{}
+	for name, p := range tpl.Parameters {
+		if d, ok := p["Default"]; ok {
+			params[name] = paramString(d)
+		}
+	}
+	for name, v := range overrides {
+		p, ok := tpl.Parameters[name]
+		if !ok {
+			t.Fatalf("override %s=%s: no such parameter", name, v)
+		}
+		if av, ok := p["AllowedValues"].([]any); ok && !slices.ContainsFunc(av, func(a any) bool { return paramString(a) == v }) {
+			t.Fatalf("override %s=%s: not among the parameter's AllowedValues %v", name, v, av)
+		}
+		if ap, ok := p["AllowedPattern"].(string); ok && !regexp.MustCompile(ap).MatchString(v) {
+			t.Fatalf("override %s=%s: does not match the parameter's AllowedPattern", name, v)
+		}
+		params[name] = v
+	}
+	return params
+}
+
+// paramString is a parameter value of the expanded template as
+// CloudFormation passes it on: 1000000, not 1e+06.
+func paramString(v any) string {
+	if f, ok := v.(float64); ok {
+		return strconv.FormatFloat(f, 'f', -1, 64)
+	}
+	return fmt.Sprint(v)
+}
+
+// ruleEval evaluates the rule-specific intrinsic functions the template's
+// Rules may use (Ref to a parameter, Fn::Equals, Fn::Not, Fn::And, Fn::Or,
+// Fn::Contains) with params, and with conds (a template's Conditions, nil
+// in Rules) a {"Condition": name}, Fn::If and a Fn::Sub of parameters too;
+// any other function fails the test.
+func ruleEval(t *testing.T, conds map[string]any, v any, params map[string]string) any {
+	t.Helper()
+	switch v := v.(type) {
+	case string:
+		return v
+	case float64, bool:
+		return paramString(v)
+	case []any:
+		l := make([]any, len(v))
+		for i, e := range v {
+			l[i] = ruleEval(t, conds, e, params)
+		}
+		return l
+	case map[string]any:
+		if len(v) != 1 {
+			break
+		}
+		for fn, arg := range v {
+			args, _ := arg.([]any)
+			b := func(i int) bool {
+				r, ok := ruleEval(t, conds, args[i], params).(bool)
+				if !ok {
+					t.Fatalf("%s: argument %v is not a condition", fn, args[i])
+				}
+				return r
+			}
+			switch fn {
+			case "Condition":
+				name, _ := arg.(string)
+				if c, ok := conds[name]; ok {
+					return ruleEval(t, conds, c, params)
+				}
+			case "Fn::Sub":
+				if str, ok := arg.(string); ok {
+					return regexp.MustCompile(`\$\{([A-Za-z0-9]+)\}`).ReplaceAllStringFunc(str, func(m string) string {
+						return fmt.Sprint(ruleEval(t, conds, map[string]any{"Ref": m[2 : len(m)-1]}, params))
+					})
+				}
+			case "Fn::If":
+				if c, ok := conds[fmt.Sprint(args[0])]; ok && len(args) == 3 {
+					if ruleEval(t, conds, c, params) == true {
+						return ruleEval(t, conds, args[1], params)
+					}
+					return ruleEval(t, conds, args[2], params)
+				}
+			case "Ref":
+				name, _ := arg.(string)
+				val, ok := params[name]
+				if !ok {
+					t.Fatalf("rule refers to %v, not a parameter with a value", arg)
+				}
+				return val
+			case "Fn::Equals":
+				if len(args) == 2 {
+					return fmt.Sprint(ruleEval(t, conds, args[0], params)) == fmt.Sprint(ruleEval(t, conds, args[1], params))
+				}
+			case "Fn::Not":
+				if len(args) == 1 {
+					return !b(0)
+				}
+			case "Fn::And", "Fn::Or":
+				and := fn == "Fn::And"
+				for i := range args {
+					if b(i) != and {
+						return !and
+					}
+				}
+				return and
+			case "Fn::Contains":
+				if len(args) == 2 {
+					l, _ := ruleEval(t, conds, args[0], params).([]any)
+					return slices.Contains(l, ruleEval(t, conds, args[1], params))
+				}
+			}
+		}
+	}
+	t.Fatalf("rule function %v is not one this test evaluates", v)
+	return nil
+}
+
+// refusals returns the AssertDescription of every assertion the template's
+// Rules fail with params: what CloudFormation answers the deploy with.
+func refusals(t *testing.T, tpl cfnTemplate, params map[string]string) []string {
+	t.Helper()
+	var out []string
+	for _, name := range sortedRuleNames(tpl) {
+		r := tpl.Rules[name]
+		if r.RuleCondition != nil && ruleEval(t, nil, r.RuleCondition, params) != true {
+			continue
+		}
+		for _, a := range r.Assertions {
+			if a.AssertDescription == "" {
+				t.Errorf("rule %s: an assertion without AssertDescription", name)
+			}
+			if ruleEval(t, nil, a.Assert, params) != true {
+				out = append(out, name+": "+a.AssertDescription)
+			}
+		}
+	}
+	return out
+}
+
+func sortedRuleNames(tpl cfnTemplate) []string {
+	var names []string
+	for n := range tpl.Rules {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// The stack refuses at deploy, in its Rules (kept by the SAM translator),
+// the SMTP settings that cannot work: proxy without the secret's ARN, which
+// the configuration check would refuse at the start of every function (the
+// authorizer's too: EVS_SMTP is in the global environment), and direct,
+// which Lambda's closed port 25 makes useless. What the configuration
+// refuses on Lambda, the rules refuse first.
+func TestRulesRefuseBadSMTPSettings(t *testing.T) {
+	tpl := expand(t)
+	env := load(t).Env
+	if env["EVS_SMTP"] != "SmtpMode" || env["EVS_SMTP_PROXY_SECRET"] != "SmtpProxySecretArn" {
+		t.Fatalf("EVS_SMTP = %q, EVS_SMTP_PROXY_SECRET = %q; want the parameters SmtpMode and SmtpProxySecretArn", env["EVS_SMTP"], env["EVS_SMTP_PROXY_SECRET"])
+	}
+	const arn = "arn:aws:secretsmanager:us-east-1:123456789012:secret:evs/smtp-exit-AbC123"
+	cases := []struct {
+		name      string
+		overrides map[string]string
+		refused   string // a word of the description; empty: deploys
+	}{
+		{"defaults", nil, ""},
+		{"off", map[string]string{"SmtpMode": "off"}, ""},
+		{"off with a secret", map[string]string{"SmtpMode": "off", "SmtpProxySecretArn": arn}, ""},
+		{"proxy with its secret", map[string]string{"SmtpMode": "proxy", "SmtpProxySecretArn": arn}, ""},
+		{"proxy without a secret", map[string]string{"SmtpMode": "proxy"}, "SmtpProxySecretArn"},
+		{"direct", map[string]string{"SmtpMode": "direct"}, "port 25"},
+		{"direct with a secret", map[string]string{"SmtpMode": "direct", "SmtpProxySecretArn": arn}, "port 25"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			params := ruleParams(t, tpl, c.overrides)
+			got := refusals(t, tpl, params)
+			switch {
+			case c.refused == "" && len(got) > 0:
+				t.Errorf("refused: %q", got)
+			case c.refused != "" && (len(got) != 1 || !strings.Contains(got[0], c.refused)):
+				t.Errorf("refusals %q; want one naming %q", got, c.refused)
+			}
+			_, err := config.FromEnv(func(k string) string {
+				switch k {
+				case "EVS_SMTP":
+					return params["SmtpMode"]
+				case "EVS_SMTP_PROXY_SECRET":
+					return params["SmtpProxySecretArn"]
+				}
+				return ""
+			}, true)
+			if err != nil && strings.Contains(err.Error(), "EVS_SMTP") && len(got) == 0 {
+				t.Errorf("deploys, but every function would fail at start: %v", err)
+			}
+		})
+	}
+}
+
+// The data outlives the stack: every table and the bucket stay when the
+// stack is deleted or an update replaces them, and the tables refuse
+// deletion unless DeletionProtection=false says the stack is a throwaway.
+func TestStackKeepsItsData(t *testing.T) {
+	tpl := expand(t)
+	var tables, buckets []string
+	for id, r := range tpl.Resources {
+		switch r.Type {
+		case "AWS::DynamoDB::Table":
+			tables = append(tables, id)
+		case "AWS::S3::Bucket":
+			buckets = append(buckets, id)
+		default:
+			continue
+		}
+		if r.DeletionPolicy != "Retain" || r.UpdateReplacePolicy != "Retain" {
+			t.Errorf("%s: DeletionPolicy %q, UpdateReplacePolicy %q; want Retain for both", id, r.DeletionPolicy, r.UpdateReplacePolicy)
+		}
+	}
+	sort.Strings(tables)
+	if want := []string{"BatchesTable", "IdempotencyTable", "KeysTable", "ResultsTable"}; !reflect.DeepEqual(tables, want) || !reflect.DeepEqual(buckets, []string{"InputBucket"}) {
+		t.Fatalf("tables %v and buckets %v; want %v and [InputBucket]", tables, buckets, want)
+	}
+	cases := []struct {
+		overrides map[string]string
+		protected string
+	}{
+		{nil, "true"},
+		{map[string]string{"DeletionProtection": "true"}, "true"},
+		{map[string]string{"DeletionProtection": "false"}, "false"},
+	}
+	for _, c := range cases {
+		params := ruleParams(t, tpl, c.overrides)
+		for _, id := range tables {
+			v, ok := tpl.Resources[id].Properties["DeletionProtectionEnabled"]
+			if !ok {
+				t.Errorf("%s: no DeletionProtectionEnabled", id)
+				continue
+			}
+			if got := fmt.Sprint(ruleEval(t, tpl.Conditions, v, params)); got != c.protected {
+				t.Errorf("%s with %v: DeletionProtectionEnabled %s, want %s", id, c.overrides, got, c.protected)
+			}
+		}
+	}
+}
+
+// present says whether resource id is created with params.
+func present(t *testing.T, tpl cfnTemplate, id string, params map[string]string) bool {
+	t.Helper()
+	r, ok := tpl.Resources[id]
+	if !ok {
+		t.Fatalf("no resource %s", id)
+	}
+	return r.Condition == "" || ruleEval(t, tpl.Conditions, map[string]any{"Condition": r.Condition}, params) == true
+}
+
+// The alarms reach someone only if the deploy says who: AlarmEmail
+// subscribes an address to the topic the stack creates, AlarmTopicArn
+// names a topic with subscribers of its own, and both at once is refused
+// (the address would be subscribed to nothing). Without either the stack
+// deploys, and its AlarmRecipients output, which sam deploy prints, says
+// that nobody is told.
+func TestAlarmsReachSomeone(t *testing.T) {
+	tpl := expand(t)
+	const (
+		email = "ops@example.com"
+		topic = "arn:aws:sns:us-east-1:123456789012:ops-alarms"
+	)
+	cases := []struct {
+		name       string
+		overrides  map[string]string
+		refused    string // a word of the refusal; empty: deploys
+		topic      bool   // the stack creates the topic
+		subscribed bool   // and subscribes AlarmEmail to it
+		recipients string // a word of the AlarmRecipients output
+	}{
+		{"defaults", nil, "", true, false, "NOBODY"},
+		{"email", map[string]string{"AlarmEmail": email}, "", true, true, email},
+		{"own topic", map[string]string{"AlarmTopicArn": topic}, "", false, false, "AlarmTopicArn"},
+		{"both", map[string]string{"AlarmEmail": email, "AlarmTopicArn": topic}, "AlarmEmail", false, false, ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			params := ruleParams(t, tpl, c.overrides)
+			got := refusals(t, tpl, params)
+			if c.refused != "" {
+				if len(got) != 1 || !strings.Contains(got[0], c.refused) {
+					t.Errorf("refusals %q; want one naming %s", got, c.refused)
+				}
+				return
+			}
+			if len(got) > 0 {
+				t.Fatalf("refused: %q", got)
+			}
+			if p := present(t, tpl, "AlarmTopic", params); p != c.topic {
+				t.Errorf("AlarmTopic created: %v, want %v", p, c.topic)
+			}
+			if p := present(t, tpl, "AlarmEmailSubscription", params); p != c.subscribed {
+				t.Errorf("AlarmEmailSubscription created: %v, want %v", p, c.subscribed)
+			}
+			out := fmt.Sprint(ruleEval(t, tpl.Conditions, tpl.Outputs["AlarmRecipients"].Value, params))
+			if !strings.Contains(out, c.recipients) {
+				t.Errorf("AlarmRecipients output %q; want it to name %q", out, c.recipients)
+			}
+		})
+	}
+	sub := tpl.Resources["AlarmEmailSubscription"].Properties
+	topicRef, _ := ref(sub["TopicArn"])
+	endpoint, _ := ref(sub["Endpoint"])
+	if sub["Protocol"] != "email" || topicRef != "AlarmTopic" || endpoint != "AlarmEmail" {
+		t.Errorf("AlarmEmailSubscription %v; want Protocol email, TopicArn !Ref AlarmTopic, Endpoint !Ref AlarmEmail", sub)
+	}
+}
+
+// The address quota is finite by default on the stack (0, no quota, stays
+// possible when asked for): large enough for one list of the largest upload
+// size a period, reaching the functions that charge it as a value the
+// configuration accepts.
+func TestAddressQuotaByDefault(t *testing.T) {
+	tpl := expand(t)
+	p := tpl.Parameters["QuotaAddresses"]
+	if p == nil {
+		t.Fatal("no QuotaAddresses parameter")
+	}
+	def := num(p["Default"])
+	if def <= 0 || def < evs.UploadMaxAddresses {
+		t.Errorf("QuotaAddresses default %v; want a finite quota of at least one largest list (%d)", def, evs.UploadMaxAddresses)
+	}
+	if mv, ok := p["MinValue"]; !ok || num(mv) != 0 {
+		t.Errorf("QuotaAddresses MinValue %v; want 0, so that no quota stays possible", mv)
+	}
+	for _, v := range []string{paramString(p["Default"]), "0"} {
+		params := ruleParams(t, tpl, map[string]string{"QuotaAddresses": v})
+		cfg, err := config.FromEnv(func(k string) string {
+			if k == "EVS_QUOTA_ADDRESSES" {
+				return params["QuotaAddresses"]
+			}
+			return ""
+		}, true)
+		if err != nil && strings.Contains(err.Error(), "EVS_QUOTA_ADDRESSES") {
+			t.Errorf("QuotaAddresses=%s: %v", v, err)
+		} else if fmt.Sprint(cfg.QuotaAddresses) != v {
+			t.Errorf("QuotaAddresses=%s reads as EVS_QUOTA_ADDRESSES %d", v, cfg.QuotaAddresses)
+		}
+	}
+	for _, fn := range []string{"VerifyFunction", "RequestsFunction"} {
+		env, _ := tpl.Resources[fn].Properties["Environment"].(map[string]any)
+		vars, _ := env["Variables"].(map[string]any)
+		if r, _ := ref(vars["EVS_QUOTA_ADDRESSES"]); r != "QuotaAddresses" {
+			t.Errorf("%s: EVS_QUOTA_ADDRESSES = %v, want !Ref QuotaAddresses", fn, vars["EVS_QUOTA_ADDRESSES"])
+		}
+	}
+}
+
+// Reserved concurrency by default for what every API call needs at once:
+// /v1/verify and the authorizer, so that a flood of batch or console
+// calls (the requests function, unreserved by default) or a busy worker
+// cannot take their executions. Each reservation is its function's own
+// parameter, 0 reserving none, and the defaults together leave Lambda's
+// required 100 unreserved in an account of the default 1,000.
+func TestAPIConcurrencyReserved(t *testing.T) {
+	tpl := expand(t)
+	cases := []struct {
+		fn, param string
+		reserved  bool // by default
+	}{
+		{"VerifyFunction", "VerifyReservedConcurrency", true},
+		{"AuthorizerFunction", "AuthorizerReservedConcurrency", true},
+		{"RequestsFunction", "RequestsReservedConcurrency", false},
+	}
+	const noValue = "(none)"
+	var total float64
+	for _, c := range cases {
+		t.Run(c.fn, func(t *testing.T) {
+			rc := tpl.Resources[c.fn].Properties["ReservedConcurrentExecutions"]
+			if l, _ := rc.(map[string]any)["Fn::If"].([]any); len(l) != 3 {
+				t.Fatalf("ReservedConcurrentExecutions %v; want Fn::If", rc)
+			} else if p, _ := ref(l[1]); p != c.param {
+				t.Fatalf("ReservedConcurrentExecutions %v; want it from %s", rc, c.param)
+			}
+			eval := func(overrides map[string]string) string {
+				params := ruleParams(t, tpl, overrides)
+				params["AWS::NoValue"] = noValue
+				return paramString(ruleEval(t, tpl.Conditions, rc, params))
+			}
+			def := eval(nil)
+			if want := paramString(tpl.Parameters[c.param]["Default"]); c.reserved && (def == noValue || def != want || def == "0") {
+				t.Errorf("reserves %s by default, want %s's default (> 0)", def, c.param)
+			} else if !c.reserved && def != noValue {
+				t.Errorf("reserves %s by default, want none", def)
+			}
+			if got := eval(map[string]string{c.param: "0"}); got != noValue {
+				t.Errorf("%s=0 reserves %s, want none", c.param, got)
+			}
+			if got := eval(map[string]string{c.param: "7"}); got != "7" {
+				t.Errorf("%s=7 reserves %s, want 7", c.param, got)
+			}
+			if def != noValue {
+				total += num(tpl.Parameters[c.param]["Default"])
+			}
+		})
+	}
+	if total > 900 {
+		t.Errorf("the defaults reserve %v executions; an account of 1,000 must keep 100 unreserved", total)
+	}
+}
+
+// The console's routes, which need no key and so meet no usage plan, are
+// throttled apart from the API, below the stage's per-method limit, so that
+// a flood of them stays a small share of the requests function's and the
+// account's capacity; the API's routes keep the stage's limit.
+func TestConsoleThrottledApart(t *testing.T) {
+	tpl := expand(t)
+	var settings []any
+	for _, r := range tpl.Resources {
+		if r.Type == "AWS::ApiGateway::Stage" {
+			settings, _ = r.Properties["MethodSettings"].([]any)
+		}
+	}
+	byPath := map[string]map[string]any{}
+	for _, m := range settings {
+		m, _ := m.(map[string]any)
+		byPath[fmt.Sprint(m["ResourcePath"])+" "+fmt.Sprint(m["HttpMethod"])] = m
+	}
+	stageRate := num(tpl.Parameters["StageThrottleRateLimit"]["Default"])
+	stageBurst := num(tpl.Parameters["StageThrottleBurstLimit"]["Default"])
+	var consoleRoutes int
+	for _, r := range load(t).Routes {
+		// A method setting names its resource with each "/" as "~1".
+		key := "/" + strings.ReplaceAll(r.Path, "/", "~1") + " " + r.Method
+		m, ok := byPath[key]
+		if !isConsole(r) {
+			if ok {
+				t.Errorf("API route %s %s has a throttle of its own; want the stage's", r.Method, r.Path)
+			}
+			continue
+		}
+		consoleRoutes++
+		if !ok {
+			t.Errorf("console route %s %s: no method setting %q", r.Method, r.Path, key)
+			continue
+		}
+		rate, _ := ref(m["ThrottlingRateLimit"])
+		burst, _ := ref(m["ThrottlingBurstLimit"])
+		if rate != "ConsoleThrottleRateLimit" || burst != "ConsoleThrottleBurstLimit" {
+			t.Errorf("%s: throttled with %v/%v; want ConsoleThrottleRateLimit/ConsoleThrottleBurstLimit", key, m["ThrottlingRateLimit"], m["ThrottlingBurstLimit"])
+			continue
+		}
+		if r := num(tpl.Parameters[rate]["Default"]); r <= 0 || r >= stageRate {
+			t.Errorf("%s: rate %v by default; want above 0 and below the stage's %v", key, r, stageRate)
+		}
+		if b := num(tpl.Parameters[burst]["Default"]); b <= 0 || b >= stageBurst {
+			t.Errorf("%s: burst %v by default; want above 0 and below the stage's %v", key, b, stageBurst)
+		}
+	}
+	if consoleRoutes != 2 || len(byPath) != 3 {
+		t.Errorf("%d console routes and method settings %v; want 2 and the stage's plus one per console route", consoleRoutes, settings)
 	}
 }
