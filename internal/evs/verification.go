@@ -29,8 +29,14 @@ const (
 	ReasonMailboxFull Reason = "mailbox_full"
 	ReasonDisposable  Reason = "disposable"
 
-	ReasonGreylisted        Reason = "greylisted"
-	ReasonSMTPUnreachable   Reason = "smtp_unreachable"
+	ReasonGreylisted      Reason = "greylisted"
+	ReasonSMTPUnreachable Reason = "smtp_unreachable"
+	// ReasonBlocked: a server answered with a refusal about us (our
+	// address on a blocklist, our HELO name, our sender), not the mailbox.
+	ReasonBlocked Reason = "blocked"
+	// ReasonAmbiguousReply: a server answered, but nothing in the reply
+	// says whether the mailbox exists.
+	ReasonAmbiguousReply    Reason = "ambiguous_reply"
 	ReasonDNSError          Reason = "dns_error"
 	ReasonTimeout           Reason = "timeout"
 	ReasonMailboxNotChecked Reason = "mailbox_not_checked"
@@ -42,7 +48,7 @@ func Reasons() []Reason {
 		ReasonAcceptedEmail,
 		ReasonInvalidSyntax, ReasonInvalidDomain, ReasonNoMailServer, ReasonRejectedEmail,
 		ReasonAcceptAll, ReasonMailboxFull, ReasonDisposable,
-		ReasonGreylisted, ReasonSMTPUnreachable, ReasonDNSError, ReasonTimeout, ReasonMailboxNotChecked,
+		ReasonGreylisted, ReasonSMTPUnreachable, ReasonBlocked, ReasonAmbiguousReply, ReasonDNSError, ReasonTimeout, ReasonMailboxNotChecked,
 	}
 }
 

@@ -28,6 +28,8 @@ var docScores = map[evs.Reason]int{
 	evs.ReasonDisposable:        15,
 	evs.ReasonGreylisted:        45,
 	evs.ReasonSMTPUnreachable:   30,
+	evs.ReasonBlocked:           40,
+	evs.ReasonAmbiguousReply:    40,
 	evs.ReasonDNSError:          20,
 	evs.ReasonTimeout:           35,
 	evs.ReasonMailboxNotChecked: 55,

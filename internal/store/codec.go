@@ -187,6 +187,8 @@ var knownStrings = []string{
 	// providers (smtpprobe.Provider)
 	"other", "google", "microsoft365", "outlook", "yahoo", "icloud", "zoho", "yandex", "mailru", "gmx",
 	"proton", "fastmail", "proofpoint", "mimecast", "barracuda", "cisco", "trendmicro", "amazonses", "qq", "netease",
+	// reasons added later (contract, section 2)
+	"blocked", "ambiguous_reply",
 }
 
 var knownIndex = func() map[string]int {

@@ -13,6 +13,7 @@
 package verify
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/base32"
@@ -306,6 +307,8 @@ func (e *Engine) finish(d evs.Decision, start time.Time) evs.Decision {
 		Disposable:  d.Flags.Disposable,
 		DNS:         d.Checks.DNS.Result,
 		SMTP:        d.Checks.SMTP.Result,
+		SMTPReplied: Replied(d.Checks.SMTP),
+		SMTPBlocked: Blocked(d.Checks.SMTP),
 	})
 	d.Flags.AcceptAll = d.Checks.SMTP.Result == evs.SMTPAcceptAll
 	d.Score = Score(d)
@@ -479,9 +482,13 @@ func openFailure(ctx context.Context, err error) evs.SMTPCheck {
 		case pe.Timeout:
 			c.Result, c.Detail = evs.SMTPTimeout, "no mail host answered in time"
 		case pe.Class == smtpprobe.Blocked:
-			c.Result, c.Detail = evs.SMTPUnreachable, "blocked: the mail hosts refused our probe (about us, not the mailbox)"
+			// Before any recipient, a refusal is of us: at the banner our
+			// address, at EHLO our HELO name, at MAIL our sender.
+			c.Result, c.Detail = evs.SMTPUnreachable, detailBlocked+"the mail hosts refused our probe at "+cmp.Or(pe.Stage, "connect")+" (about us, not the mailbox)"
 		case pe.Class == smtpprobe.Greylisted || pe.Class == smtpprobe.RateLimited:
 			c.Result, c.Detail = evs.SMTPGreylisted, detailOpenTryLater
+		case c.Code != 0:
+			c.Result, c.Detail = evs.SMTPUnreachable, "the mail host refused the session; its reply says nothing about the mailbox"
 		default:
 			c.Result, c.Detail = evs.SMTPUnreachable, "no mail host accepted a connection"
 		}
@@ -505,7 +512,7 @@ func rcptCheck(ctx context.Context, s Session, rcpt string) evs.SMTPCheck {
 		if ctx.Err() != nil || isTimeout(err) {
 			c.Result, c.Detail = evs.SMTPTimeout, "the server did not answer RCPT in time"
 		} else {
-			c.Result, c.Detail = evs.SMTPUnreachable, "the connection failed during RCPT"
+			c.Result, c.Detail = evs.SMTPUnreachable, detailBrokeAtRCPT
 		}
 		return c
 	}
@@ -521,7 +528,13 @@ func rcptCheck(ctx context.Context, s Session, rcpt string) evs.SMTPCheck {
 	case smtpprobe.RateLimited:
 		c.Result, c.Detail = evs.SMTPGreylisted, "the server limited our rate: not evidence against the mailbox"
 	case smtpprobe.Blocked:
-		c.Result, c.Detail = evs.SMTPUnreachable, "blocked: the server refused our probe (about us, not the mailbox)"
+		c.Result, c.Detail = evs.SMTPUnreachable, detailBlocked+"the server refused our probe (about us, not the mailbox)"
+		if rd.Rule != "about_us" && rd.Rule != "wrapper_about_us" || rd.Family == "relay" {
+			// Only a refusal's words or its code lean towards us, or the
+			// server does not take the domain's mail from us (relay):
+			// whom it refuses is not said, so it is no block we can name.
+			c.Detail = "the server refused without saying whether the mailbox or we are the cause"
+		}
 	default:
 		c.Result, c.Detail = evs.SMTPUnreachable, "the reply says nothing certain about the mailbox"
 	}

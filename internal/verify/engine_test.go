@@ -179,7 +179,7 @@ var reasonCases = []reasonCase{
 	{"full4@corp.example", "full", evs.ReasonMailboxFull, "ok", "full", 452},
 	{"grey@corp.example", "full", evs.ReasonGreylisted, "ok", "greylisted", 451},
 	{"ratelimit@corp.example", "full", evs.ReasonGreylisted, "ok", "greylisted", 452},
-	{"blocked@corp.example", "full", evs.ReasonSMTPUnreachable, "ok", "unreachable", 554},
+	{"blocked@corp.example", "full", evs.ReasonBlocked, "ok", "unreachable", 554},
 	{"anyone@catchall.example", "full", evs.ReasonAcceptAll, "ok", "accept_all", 250},
 	{"x@mailinator.com", "full", evs.ReasonDisposable, "ok", "accept_all", 250},
 	{"a@nullmx.example", "full", evs.ReasonNoMailServer, "null_mx", "skipped", 0},

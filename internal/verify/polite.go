@@ -29,6 +29,23 @@ const DetailExitDown = "not checked: our SMTP exit (EVS_SMTP_PROXY) could not be
 // again later, and /v1/verify answers 503 unavailable.
 func ExitDown(c evs.SMTPCheck) bool { return c.Detail == DetailExitDown }
 
+// detailBlocked starts the SMTP detail of a refusal about us (our address,
+// HELO name or sender), not the mailbox: Blocked tells it.
+const detailBlocked = "blocked: "
+
+// Blocked tells whether an SMTP check records a refusal about us rather
+// than the mailbox: reason blocked (contract, section 2).
+func Blocked(c evs.SMTPCheck) bool { return strings.HasPrefix(c.Detail, detailBlocked) }
+
+// detailBrokeAtRCPT is the SMTP detail of a session the server had opened
+// and then dropped at RCPT: it answered, but said nothing of the mailbox.
+const detailBrokeAtRCPT = "the connection failed during RCPT"
+
+// Replied tells whether a mail server answered the probe behind an SMTP
+// check: a reply code, or a session it opened before the failure. Only an
+// unreachable check without one is smtp_unreachable (contract, section 2).
+func Replied(c evs.SMTPCheck) bool { return c.Code != 0 || c.Detail == detailBrokeAtRCPT }
+
 // NotAsked tells whether an SMTP check records an address its session
 // never asked about, because the server throttled us on an earlier one
 // (see Throttled). Nothing is known about such a mailbox: a caller that can

@@ -146,14 +146,18 @@ var smtpResultOf = map[evs.Reason]string{
 	evs.ReasonMailboxFull:     evs.SMTPFull,
 	evs.ReasonGreylisted:      evs.SMTPGreylisted,
 	evs.ReasonSMTPUnreachable: evs.SMTPUnreachable,
+	evs.ReasonBlocked:         evs.SMTPUnreachable,
+	evs.ReasonAmbiguousReply:  evs.SMTPUnreachable,
 }
 
-// unknownTemp and unknownPerm: a temporary failure may be reported as
-// greylisted (try later) or smtp_unreachable; a permanent refusal that is
-// not about the mailbox is smtp_unreachable. Both are status unknown.
+// A temporary failure is greylisted (try later); a permanent refusal that
+// is about us is blocked, and one that says nothing of the mailbox is
+// ambiguous_reply. All are status unknown, and none is smtp_unreachable:
+// the server answered (contract, section 2).
 var (
-	unknownTemp = []evs.Reason{evs.ReasonGreylisted, evs.ReasonSMTPUnreachable}
-	unknownPerm = []evs.Reason{evs.ReasonSMTPUnreachable}
+	unknownTemp = []evs.Reason{evs.ReasonGreylisted}
+	aboutUs     = []evs.Reason{evs.ReasonBlocked}
+	saysNothing = []evs.Reason{evs.ReasonAmbiguousReply}
 )
 
 var postfixCases = []postfixCase{
@@ -162,7 +166,7 @@ var postfixCases = []postfixCase{
 	{"nobody@corp.example", 550, "5.1.1", "<nobody@corp.example>: Recipient address rejected: User unknown in virtual mailbox table",
 		[]evs.Reason{evs.ReasonRejectedEmail}, "an unknown user of a hosted domain"},
 	{"plain@corp.example", 554, "5.7.1", "<plain@corp.example>: Recipient address rejected: Access denied",
-		unknownPerm, "a bare REJECT in an access map says nothing about whether the mailbox exists (sites use it against senders, clients, spam traps)"},
+		saysNothing, "a bare REJECT in an access map says nothing about whether the mailbox exists (sites use it against senders, clients, spam traps)"},
 	{"gone@corp.example", 550, "5.1.1", "<gone@corp.example>: Recipient address rejected: Mailbox does not exist",
 		[]evs.Reason{evs.ReasonRejectedEmail}, "a coded refusal about the mailbox (5.1.1, and it says so)"},
 	// With no enhanced code in the access map, Postfix adds 5.7.1
@@ -177,7 +181,7 @@ var postfixCases = []postfixCase{
 	{"storage@corp.example", 452, "4.3.1", "<storage@corp.example>: Recipient address rejected: Insufficient system storage",
 		unknownTemp, "the server's own disk is full, not the mailbox"},
 	{"nonet@corp.example", 550, "5.3.2", "<nonet@corp.example>: Recipient address rejected: System not accepting network messages",
-		unknownPerm, "the server takes no mail at all: about the system, not the mailbox"},
+		saysNothing, "the server takes no mail at all: about the system, not the mailbox"},
 	{"internal@corp.example", 451, "4.3.0", "<internal@corp.example>: Recipient address rejected: Internal system error",
 		unknownTemp, "the server's own trouble"},
 	{"x@lookupfail.example", 451, "4.3.0", "<x@lookupfail.example>: Temporary lookup failure",
@@ -185,22 +189,22 @@ var postfixCases = []postfixCase{
 	{"deadpolicy@corp.example", 451, "4.3.5", "<deadpolicy@corp.example>: Recipient address rejected: Server configuration problem",
 		unknownTemp, "the site's policy service is down"},
 	{"anyone@elsewhere.example", 554, "5.7.1", "<anyone@elsewhere.example>: Relay access denied",
-		unknownPerm, "the server does not host the domain: nothing about the mailbox"},
+		saysNothing, "the server does not host the domain: nothing about the mailbox"},
 	{"spf@policy.example", 550, "5.7.23", "<spf@policy.example>: Recipient address rejected: SPF validation failed for sender domain",
-		unknownPerm, "a policy service refused our sender's SPF: about us"},
+		aboutUs, "a policy service refused our sender's SPF: about us"},
 	{"dnsbl@policy.example", 554, "5.7.1", "<dnsbl@policy.example>: Recipient address rejected: Service unavailable; Client host [127.0.0.1] blocked using zen.spamhaus.org",
-		unknownPerm, "a policy service found our IP on a blocklist: about us"},
+		aboutUs, "a policy service found our IP on a blocklist: about us"},
 	// A bare REJECT from a policy service takes Postfix's reject_code, 554.
 	{"spfreject@policy.example", 554, "5.7.1", "<spfreject@policy.example>: Recipient address rejected: Message rejected due to: SPF fail",
-		unknownPerm, "a policy service refused our SPF: about us"},
+		aboutUs, "a policy service refused our SPF: about us"},
 	{"alice@grey.example", 450, "4.2.0", "<alice@grey.example>: Recipient address rejected: Greylisted, see http://postgrey.schweikert.ch/help/grey.example.html",
 		[]evs.Reason{evs.ReasonGreylisted}, "postgrey greylists the first attempt of a triplet"},
 	{"alice@senderblock.example", 554, "5.7.1", "<verify@probe.evs.test>: Sender address rejected: Access denied",
-		unknownPerm, "our MAIL FROM is refused, shown at RCPT (smtpd_delay_reject)"},
+		aboutUs, "our MAIL FROM is refused, shown at RCPT (smtpd_delay_reject)"},
 	{"alice@clientblock.example", 554, "5.7.1", "<unknown[127.0.0.1]>: Client host rejected: Access denied",
-		unknownPerm, "our IP is refused, shown at RCPT (smtpd_delay_reject)"},
+		aboutUs, "our IP is refused, shown at RCPT (smtpd_delay_reject)"},
 	{"alice@heloblock.example", 554, "5.7.1", "<probe.evs.test>: Helo command rejected: Access denied",
-		unknownPerm, "our HELO name is refused, shown at RCPT (smtpd_delay_reject)"},
+		aboutUs, "our HELO name is refused, shown at RCPT (smtpd_delay_reject)"},
 }
 
 // TestEngineThroughPostfix verifies addresses through the engine against

@@ -36,14 +36,14 @@ func TestReplyTextDecidesReason(t *testing.T) {
 		email, provider string
 		want            evs.Reason
 	}{
-		{"spf@corp.example", "other", evs.ReasonSMTPUnreachable},
-		{"dnsbl@corp.example", "other", evs.ReasonSMTPUnreachable},
+		{"spf@corp.example", "other", evs.ReasonBlocked},
+		{"dnsbl@corp.example", "other", evs.ReasonBlocked},
 		// The reply's own fingerprint names Microsoft 365.
 		{"dbeb@corp.example", "microsoft365", evs.ReasonRejectedEmail},
 		// Yandex's 5.7.1 "No such user!" is Yandex's unknown user; from
 		// any other host the code and the text disagree.
 		{"yandex@yandex.example", "yandex", evs.ReasonRejectedEmail},
-		{"yandex@corp.example", "other", evs.ReasonSMTPUnreachable},
+		{"yandex@corp.example", "other", evs.ReasonAmbiguousReply},
 		{"frozen@corp.example", "other", evs.ReasonRejectedEmail},
 		{"unknown@corp.example", "other", evs.ReasonRejectedEmail},
 	}

@@ -101,6 +101,12 @@ func (s *Sandbox) Verify(_ context.Context, email string, mode evs.Mode) evs.Dec
 		smtp.Result, smtp.Code, smtp.EnhancedCode, smtp.Message = evs.SMTPGreylisted, 451, "4.7.1", "Greylisted, try again later (test mode)"
 	case evs.ReasonSMTPUnreachable:
 		smtp = evs.SMTPCheck{Result: evs.SMTPUnreachable, Host: mx, Provider: provider, Detail: "test mode: no mail host accepted a connection"}
+	case evs.ReasonBlocked:
+		smtp.Result, smtp.Code, smtp.EnhancedCode, smtp.Message = evs.SMTPUnreachable, 554, "5.7.1", "Client host blocked using a blocklist (test mode)"
+		smtp.Detail = detailBlocked + "test mode: the server refused our probe (about us, not the mailbox)"
+	case evs.ReasonAmbiguousReply:
+		smtp.Result, smtp.Code, smtp.Message = evs.SMTPUnreachable, 550, "Requested action not taken (test mode)"
+		smtp.Detail = "test mode: the reply says nothing certain about the mailbox"
 	case evs.ReasonTimeout:
 		smtp = evs.SMTPCheck{Result: evs.SMTPTimeout, Host: mx, Provider: provider, Detail: "test mode: no mail host answered in time"}
 	case evs.ReasonMailboxNotChecked, evs.ReasonDisposable:

@@ -31,9 +31,13 @@ const (
 	scoreGreylisted      = 45
 	scoreTimeout         = 35
 	scoreSMTPUnreachable = 30
-	scoreMailboxFull     = 25
-	scoreDNSError        = 20
-	scoreDisposable      = 15
+	// A server answered: the domain receives mail. What it said was
+	// about us (blocked) or about nothing we can read (ambiguous).
+	scoreBlocked     = 40
+	scoreAmbiguous   = 40
+	scoreMailboxFull = 25
+	scoreDNSError    = 20
+	scoreDisposable  = 15
 
 	// scoreNotCheckedBase is a mailbox not asked (quick mode, SMTP off) whose
 	// domain only has an implicit MX (an A/AAAA record); scoreNotCheckedMX is
@@ -111,6 +115,10 @@ func scoreBase(d evs.Decision) int {
 		return scoreTimeout
 	case evs.ReasonSMTPUnreachable:
 		return scoreSMTPUnreachable
+	case evs.ReasonBlocked:
+		return scoreBlocked
+	case evs.ReasonAmbiguousReply:
+		return scoreAmbiguous
 	case evs.ReasonDNSError:
 		return scoreDNSError
 	case evs.ReasonMailboxNotChecked:

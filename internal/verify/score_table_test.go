@@ -64,6 +64,8 @@ func TestScoreTable(t *testing.T) {
 		{"not checked, DNS not run", dns(scoreDecision(evs.ReasonMailboxNotChecked, evs.SMTPSkipped, "", ""), evs.DNSCheck{Result: evs.DNSNotChecked}), 35},
 		{"not checked, role mailbox", role(notChecked), 45},
 
+		{"blocked: a live server refused us", scoreDecision(evs.ReasonBlocked, evs.SMTPUnreachable, "", "other"), 40},
+		{"ambiguous reply from a live server", scoreDecision(evs.ReasonAmbiguousReply, evs.SMTPUnreachable, "", "other"), 40},
 		{"rejected", scoreDecision(evs.ReasonRejectedEmail, evs.SMTPRejected, "", "other"), 2},
 		{"rejected, role mailbox", role(scoreDecision(evs.ReasonRejectedEmail, evs.SMTPRejected, "", "other")), 2},
 		{"no mail server", dns(scoreDecision(evs.ReasonNoMailServer, evs.SMTPSkipped, "", ""), evs.DNSCheck{Result: evs.DNSNullMX}), 1},

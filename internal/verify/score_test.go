@@ -29,7 +29,7 @@ func TestEngineScores(t *testing.T) {
 		{"full@corp.example", "full", 25, ""},
 		{"grey@corp.example", "full", 45, ""},
 		{"a@silent.example", "full", 35, ""},
-		{"blocked@corp.example", "full", 30, ""},
+		{"blocked@corp.example", "full", 40, ""},
 		{"a@servfail.example", "full", 20, ""},
 		{"nobody@corp.example", "full", 2, ""},
 		{"a@nullmx.example", "full", 1, ""},

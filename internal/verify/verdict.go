@@ -14,6 +14,10 @@ type Evidence struct {
 	// SMTP is one of the SMTP* result constants (evs.SMTPSkipped when no probe
 	// ran).
 	SMTP string
+	// SMTPReplied is true when a mail server answered the probe (a reply
+	// code, or a session that was open); SMTPBlocked when its refusal was
+	// about us, not the mailbox (Blocked).
+	SMTPReplied, SMTPBlocked bool
 }
 
 // Verdict is the one place that turns evidence into a reason; the status
@@ -33,14 +37,19 @@ type Evidence struct {
 //	9  | DNS error (SERVFAIL/REFUSED/t-o) | dns_error           | unknown
 //	10 | SMTP greylisted (4xx)            | greylisted          | unknown
 //	11 | SMTP timeout                     | timeout             | unknown
-//	12 | SMTP unreachable or blocked      | smtp_unreachable    | unknown
-//	13 | anything else (SMTP skipped)     | mailbox_not_checked | unknown
+//	12 | SMTP refused about us            | blocked             | unknown
+//	13 | SMTP reply that says nothing     | ambiguous_reply     | unknown
+//	   | about the mailbox                |                     |
+//	14 | SMTP unreachable (no reply)      | smtp_unreachable    | unknown
+//	15 | anything else (SMTP skipped)     | mailbox_not_checked | unknown
 //
 // Why this order: proof that mail cannot arrive (rows 1–4) outranks
 // everything, because the server or the DNS said so. A disposable domain is
 // risky whatever its server says about the mailbox, except an outright
 // rejection. Only then does a positive SMTP answer count. Every failure to
-// learn something (rows 9–13) is unknown: never a verdict on the mailbox.
+// learn something (rows 9–15) is unknown: never a verdict on the mailbox;
+// its reason says what happened, and smtp_unreachable only when no server
+// answered at all (contract, section 2).
 func Verdict(ev Evidence) evs.Reason {
 	switch {
 	case !ev.SyntaxValid:
@@ -65,6 +74,10 @@ func Verdict(ev Evidence) evs.Reason {
 		return evs.ReasonGreylisted
 	case ev.SMTP == evs.SMTPTimeout:
 		return evs.ReasonTimeout
+	case ev.SMTP == evs.SMTPUnreachable && ev.SMTPBlocked:
+		return evs.ReasonBlocked
+	case ev.SMTP == evs.SMTPUnreachable && ev.SMTPReplied:
+		return evs.ReasonAmbiguousReply
 	case ev.SMTP == evs.SMTPUnreachable:
 		return evs.ReasonSMTPUnreachable
 	default:

@@ -33,9 +33,11 @@ func TestVerdictPrecedence(t *testing.T) {
 		{"9 dns error", verify.Evidence{SyntaxValid: true, DNS: evs.DNSError, SMTP: evs.SMTPSkipped}, evs.ReasonDNSError},
 		{"10 greylisted", verify.Evidence{SyntaxValid: true, DNS: ok, SMTP: evs.SMTPGreylisted}, evs.ReasonGreylisted},
 		{"11 timeout", verify.Evidence{SyntaxValid: true, DNS: ok, SMTP: evs.SMTPTimeout}, evs.ReasonTimeout},
-		{"12 unreachable", verify.Evidence{SyntaxValid: true, DNS: ok, SMTP: evs.SMTPUnreachable}, evs.ReasonSMTPUnreachable},
-		{"13 skipped", verify.Evidence{SyntaxValid: true, DNS: ok, SMTP: evs.SMTPSkipped}, evs.ReasonMailboxNotChecked},
-		{"13 nothing known", verify.Evidence{SyntaxValid: true, DNS: evs.DNSNotChecked}, evs.ReasonMailboxNotChecked},
+		{"12 refused about us", verify.Evidence{SyntaxValid: true, DNS: ok, SMTP: evs.SMTPUnreachable, SMTPReplied: true, SMTPBlocked: true}, evs.ReasonBlocked},
+		{"13 a reply that says nothing", verify.Evidence{SyntaxValid: true, DNS: ok, SMTP: evs.SMTPUnreachable, SMTPReplied: true}, evs.ReasonAmbiguousReply},
+		{"14 unreachable: no reply", verify.Evidence{SyntaxValid: true, DNS: ok, SMTP: evs.SMTPUnreachable}, evs.ReasonSMTPUnreachable},
+		{"15 skipped", verify.Evidence{SyntaxValid: true, DNS: ok, SMTP: evs.SMTPSkipped}, evs.ReasonMailboxNotChecked},
+		{"15 nothing known", verify.Evidence{SyntaxValid: true, DNS: evs.DNSNotChecked}, evs.ReasonMailboxNotChecked},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -51,7 +53,8 @@ func TestEveryReasonHasOneStatus(t *testing.T) {
 		"accepted_email": "deliverable",
 		"invalid_syntax": "undeliverable", "invalid_domain": "undeliverable", "no_mail_server": "undeliverable", "rejected_email": "undeliverable",
 		"accept_all": "risky", "mailbox_full": "risky", "disposable": "risky",
-		"greylisted": "unknown", "smtp_unreachable": "unknown", "dns_error": "unknown", "timeout": "unknown", "mailbox_not_checked": "unknown",
+		"greylisted": "unknown", "smtp_unreachable": "unknown", "blocked": "unknown", "ambiguous_reply": "unknown",
+		"dns_error": "unknown", "timeout": "unknown", "mailbox_not_checked": "unknown",
 	}
 	if len(evs.Reasons()) != len(want) {
 		t.Fatalf("Reasons() has %d codes, the contract %d", len(evs.Reasons()), len(want))
