@@ -7,6 +7,9 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/google/uuid"
+
 	"github.com/evs-dev/evs/internal/store"
 )
 
@@ -17,7 +20,7 @@ import (
 // leases (lease.go): no account ID starts with "~" and the item has no
 // state, so no reader of batches sees it. It carries the TTL attribute, so old periods go away by themselves.
 //
-// A charge is one UpdateItem that adds n on the condition that the counter
+// A charge is one update that adds n on the condition that the counter
 // is at most limit-n: DynamoDB evaluates the condition and the update
 // atomically, so concurrent charges on any number of functions never take
 // the counter past the limit, and a refused charge changes nothing.
@@ -33,26 +36,48 @@ func quotaKey(accountID, period string) item {
 
 // ChargeAddresses adds n to the account's counter for period if it stays
 // within limit; see api.AddressQuota.
+//
+// A counter's ADD is not idempotent: a reply lost after DynamoDB applied
+// it, retried, charges twice (seen under load, where the SDK retried a
+// reset connection). So each charge writes, in the same transaction, a
+// marker item named by a token of its own; the SDK does not retry the
+// transaction, this loop does, with the same token, and a retry that finds
+// its marker knows the charge is already made.
 func (s *Store) ChargeAddresses(ctx context.Context, accountID, period string, n, limit int, expires time.Time) (bool, error) {
 	if n > limit {
 		return false, nil // even an unused quota cannot take it
 	}
-	_, err := s.c.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                 aws.String(s.t.Batches),
-		Key:                       quotaKey(accountID, period),
-		UpdateExpression:          aws.String("ADD #used :n SET #exp = :exp"),
-		ConditionExpression:       aws.String("attribute_not_exists(#used) OR #used <= :max"),
-		ExpressionAttributeNames:  map[string]string{"#used": attrQuotaUsed, "#exp": attrExpiresAt},
-		ExpressionAttributeValues: item{":n": avN(int64(n)), ":max": avN(int64(limit - n)), ":exp": ttlSeconds(expires)},
-	})
-	if isConditionFailed(err) {
-		return false, nil
+	key := quotaKey(accountID, period)
+	marker := item{attrAccountID: key[attrAccountID], attrID: avS(period + "#charge#" + uuid.NewString()), attrExpiresAt: ttlSeconds(expires)}
+	in := &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
+		{Put: &types.Put{TableName: aws.String(s.t.Batches), Item: marker,
+			ConditionExpression: aws.String("attribute_not_exists(#id)"), ExpressionAttributeNames: map[string]string{"#id": attrID}}},
+		{Update: &types.Update{TableName: aws.String(s.t.Batches), Key: key,
+			UpdateExpression:          aws.String("ADD #used :n SET #exp = :exp"),
+			ConditionExpression:       aws.String("attribute_not_exists(#used) OR #used <= :max"),
+			ExpressionAttributeNames:  map[string]string{"#used": attrQuotaUsed, "#exp": attrExpiresAt},
+			ExpressionAttributeValues: item{":n": avN(int64(n)), ":max": avN(int64(limit - n)), ":exp": ttlSeconds(expires)}}},
+	}}
+	var err error
+	for attempt := range chargeAttempts {
+		if attempt > 0 && sleepCtx(ctx, time.Duration(attempt)*50*time.Millisecond) != nil {
+			break
+		}
+		_, err = s.c.TransactWriteItems(ctx, in, func(o *dynamodb.Options) { o.RetryMaxAttempts = 1 })
+		if err == nil {
+			return true, nil
+		}
+		if failed, ok := conditionFailures(err); ok {
+			// The marker exists: an earlier attempt of this charge was
+			// applied. Otherwise the counter's condition refused it.
+			return failed[0], nil
+		}
 	}
-	if err != nil {
-		return false, wrapErr("charge the address quota", err)
-	}
-	return true, nil
+	return false, wrapErr("charge the address quota", err)
 }
+
+// chargeAttempts bounds the tries of one charge.
+const chargeAttempts = 4
 
 // RefundAddresses takes n back off the account's counter for period, never
 // below 0 (a counter cannot owe addresses, as on SQLite); a counter that is
