@@ -186,8 +186,11 @@ func open(ctx context.Context, dir string, now func() time.Time, busy time.Durat
 	}
 	// Before SQLite touches the files: opening would start afresh from
 	// evs.db alone.
-	handOver, err := checkWAL(dir, lock != nil)
-	if err != nil {
+	by := openCommand
+	if lock != nil {
+		by = openServer
+	}
+	if err := checkWAL(dir, by); err != nil {
 		return nil, err
 	}
 	path := filepath.Join(dir, FileName)
@@ -261,12 +264,6 @@ func open(ctx context.Context, dir string, now func() time.Time, busy time.Durat
 			s.Close()
 			return nil, err
 		}
-	}
-	if handOver {
-		// The log of the server that stopped uncleanly has been read: the
-		// database now holds its writes, and SQLite copies them into
-		// evs.db by the time this store closes.
-		_ = os.Remove(filepath.Join(dir, RunningName))
 	}
 	s.lock, s.dir = lock, dir
 	if lock != nil {
