@@ -12,6 +12,7 @@ import (
 	"io"
 	"maps"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -331,5 +332,66 @@ func TestBackupKilled(t *testing.T) {
 				})
 			}
 		}
+	}
+}
+
+// TestServerKilledWhileClosing kills a server (a child process) with
+// SIGKILL while it closes its store, at the instants its marker, then its
+// log, are gone: the next start serves its acknowledged write and claims no
+// loss.
+func TestServerKilledWhileClosing(t *testing.T) {
+	for _, at := range []string{RunningName, FileName + "-wal"} {
+		t.Run(at+" gone", func(t *testing.T) {
+			dir := t.TempDir()
+			cmd := exec.Command(os.Args[0], "-test.run=^TestServeChild$", "-test.count=1")
+			cmd.Env = append(os.Environ(), serveChildEnv+"="+dir)
+			cmd.Stderr = os.Stderr
+			in, err := cmd.StdinPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, err := cmd.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			sc := bufio.NewScanner(out)
+			if !sc.Scan() || sc.Text() != "ready" {
+				cmd.Process.Kill()
+				cmd.Wait()
+				t.Fatalf("the server child did not start: %q", sc.Text())
+			}
+			path := filepath.Join(dir, at)
+			if _, err := os.Stat(path); err != nil {
+				cmd.Process.Kill()
+				cmd.Wait()
+				t.Fatalf("the running server has no %s: %v", at, err)
+			}
+			fmt.Fprintln(in, "close")
+			deadline := time.Now().Add(30 * time.Second)
+			for {
+				if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+					break
+				}
+				if time.Now().After(deadline) {
+					cmd.Process.Kill()
+					cmd.Wait()
+					t.Fatalf("%s still there 30 s after the server was told to close", at)
+				}
+			}
+			cmd.Process.Signal(syscall.SIGKILL)
+			cmd.Wait()
+			checkMarkerTrue(t, dir)
+			st, err := OpenServing(context.Background(), dir, func() time.Time { return t0 })
+			if err != nil {
+				t.Fatalf("the next start: %v", err)
+			}
+			defer st.Close()
+			if _, err := st.Account(context.Background(), "a"); err != nil {
+				t.Fatalf("the acknowledged write: %v", err)
+			}
+		})
 	}
 }

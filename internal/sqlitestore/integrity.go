@@ -67,20 +67,20 @@ func damaged(path, what string) error {
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 
 // RunningName is the file in the data directory that says an evs serve
-// has the database open: created by OpenServing, removed by Close once
-// the database is closed (SQLite has then copied its write-ahead log into
-// evs.db and deleted it). Found at open with no server running (no process
+// has the database open: created by OpenServing, removed by Close just
+// before it closes the database (which copies the write-ahead log into
+// evs.db and deletes it). Found at open with no server running (no process
 // holds the serve lock, which the kernel drops when its holder dies), it
 // means the last server stopped uncleanly, and then evs.db-wal holds its
 // latest writes, which are in no other file.
 //
 // Only a server makes it, and every process that removes it does so while
 // evs.db-wal is there, so one killed at any point never leaves it without
-// the log unless the log really went missing (Close excepted, for now): a
-// command (Open) that finds it stale removes it under the serve lock
-// before SQLite opens the database (the command's close may copy the log
-// into evs.db and delete it); evs backup reads the database read-only and
-// touches neither.
+// the log unless the log really went missing: Close removes it before
+// closing the database; a command (Open) that finds it stale removes it
+// under the serve lock before SQLite opens the database (the command's
+// close may copy the log into evs.db and delete it); evs backup reads the
+// database read-only and touches neither.
 const RunningName = "serve.running"
 
 // opener is who checks a data directory before opening it.

@@ -391,12 +391,18 @@ func (s *Store) Close() error {
 		s.c.stop()
 		s.wstmts.close()
 		s.rstmts.close()
-		err := errors.Join(s.closeKeysFile(), s.db.Close(), s.rdb.Close())
+		var err error
 		if s.lock != nil {
-			if err == nil {
-				// Closed cleanly: the write-ahead log is in evs.db.
-				err = os.Remove(filepath.Join(s.dir, RunningName))
-			}
+			// No write of this server is to come. The marker goes first,
+			// while the write-ahead log is still there: closing the
+			// database copies the log into evs.db and deletes it, and a
+			// kill between that and removing the marker would leave the
+			// marker without its log, a false alarm at the next start.
+			// Killed here instead, the log is there for the next start.
+			err = removeSynced(filepath.Join(s.dir, RunningName))
+		}
+		err = errors.Join(err, s.closeKeysFile(), s.db.Close(), s.rdb.Close())
+		if s.lock != nil {
 			err = errors.Join(err, s.lock.Close())
 		}
 		if err != nil {
