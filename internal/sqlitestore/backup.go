@@ -22,6 +22,10 @@ import (
 // records, uploads) is in evs.db, and the other files of a data directory
 // (serve.lock, serve.running, keys.changed) are made when needed.
 //
+// The database is opened read-only: the backup writes nothing in dir (not
+// even a crashed server's log into evs.db), so killing it at any point
+// leaves dir as it was.
+//
 // The copy is not migrated: it has the schema version of dir, whatever this
 // program's is, so an older running server is never touched. Until it is
 // complete and synced, the copy has a temporary name: a backup cut off
@@ -34,16 +38,25 @@ func Backup(ctx context.Context, dir, dest string) error {
 	if err := emptyDir(dest); err != nil {
 		return err
 	}
-	// A server that stopped uncleanly left writes in its log that only a
-	// connection that may write can read back; one without that log is
-	// damaged, and a copy of it would be too.
-	handOver, err := checkWAL(dir, false)
-	if err != nil {
+	// A server that stopped uncleanly left writes in its log; one without
+	// that log lost them, and a copy of it would lack them too.
+	if err := checkWAL(dir, openBackup); err != nil {
 		return err
 	}
+	// Read-only: the backup never writes the data directory, so killed at
+	// any point it leaves it as it found it. A connection that may write
+	// would, as the last one to close, copy the log into evs.db and delete
+	// it, and a crashed server's marker (RunningName) would then either
+	// outlive its log (a false alarm at the next start) or have to be
+	// removed by the backup, even under a server started meanwhile.
+	abs, err := filepath.Abs(src)
+	if err != nil {
+		return fmt.Errorf("sqlitestore: open %s: %w", src, err)
+	}
 	q := url.Values{}
+	q.Set("mode", "ro")
 	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", busyTimeout.Milliseconds()))
-	db, err := sql.Open("sqlite", src+"?"+q.Encode())
+	db, err := sql.Open("sqlite", (&url.URL{Scheme: "file", Path: abs, RawQuery: q.Encode()}).String())
 	if err != nil {
 		return fmt.Errorf("sqlitestore: open %s: %w", src, err)
 	}
@@ -51,11 +64,6 @@ func Backup(ctx context.Context, dir, dest string) error {
 	err = vacuumInto(ctx, db, filepath.Join(dest, FileName))
 	if cerr := db.Close(); err == nil && cerr != nil {
 		err = fmt.Errorf("sqlitestore: close %s: %w", src, cerr)
-	}
-	if err == nil && handOver {
-		// As open does: the log was read, and the database closed with it
-		// copied in.
-		_ = os.Remove(filepath.Join(dir, RunningName))
 	}
 	return err
 }

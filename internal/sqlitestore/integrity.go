@@ -67,44 +67,69 @@ func damaged(path, what string) error {
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 
 // RunningName is the file in the data directory that says an evs serve
-// has the database open: created by OpenServing, removed by Close once the
-// database is closed (SQLite has then copied its write-ahead log into
-// evs.db and deleted it). Found at open with no server running, it means
-// the last server stopped uncleanly, and then evs.db-wal holds writes that
-// are in no other file.
+// has the database open: created by OpenServing, removed by Close just
+// before it closes the database (which copies the write-ahead log into
+// evs.db and deletes it). Found at open with no server running (no process
+// holds the serve lock, which the kernel drops when its holder dies), it
+// means the last server stopped uncleanly, and then evs.db-wal holds its
+// latest writes, which are in no other file.
+//
+// Only a server makes it, and every process that removes it does so while
+// evs.db-wal is there, so one killed at any point never leaves it without
+// the log unless the log really went missing: Close removes it before
+// closing the database; a command (Open) that finds it stale removes it
+// under the serve lock before SQLite opens the database (the command's
+// close may copy the log into evs.db and delete it); evs backup reads the
+// database read-only and touches neither.
 const RunningName = "serve.running"
 
+// opener is who checks a data directory before opening it.
+type opener int
+
+const (
+	openServer  opener = iota // OpenServing, holding the serve lock
+	openCommand               // Open: may write, beside a server or not
+	openBackup                // Backup: reads only
+)
+
 // checkWAL refuses a database whose write-ahead log is missing although
-// the last server stopped without closing it. serving tells whether the
-// caller holds the serve lock; another process looks at the lock itself,
-// since while a server runs its marker is no sign of a crash. handOver is
-// true when the marker is stale and the log is there: once this process
-// has opened the database (SQLite recovers the log on the first read),
-// the marker may go.
-func checkWAL(dir string, serving bool) (handOver bool, err error) {
+// the last server stopped without closing it. A process that does not
+// serve looks at the serve lock itself, since while a server runs its
+// marker is no sign of a crash. A command, finding the marker stale and
+// the log there, removes the marker while it holds the lock: no server
+// runs then, whose live marker it would remove, and the log it guards is
+// there until this process closes the database.
+func checkWAL(dir string, by opener) error {
 	marker := filepath.Join(dir, RunningName)
 	if _, err := os.Stat(marker); errors.Is(err, os.ErrNotExist) {
-		return false, nil
+		return nil
 	}
-	if !serving {
+	if by != openServer {
 		lock, err := lockDir(dir)
 		if errors.Is(err, ErrInUse) {
-			return false, nil // a server runs: its marker is live
+			return nil // a server runs: its marker is live
 		}
 		if err != nil {
-			return false, err
+			return err
 		}
 		defer lock.Close()
 	}
 	wal := filepath.Join(dir, FileName+"-wal")
 	if fi, err := os.Stat(wal); err == nil && fi.Size() > 0 {
-		return !serving, nil
+		if by == openCommand {
+			if err := removeSynced(marker); err != nil {
+				return fmt.Errorf("sqlitestore: remove %s: %w", marker, err)
+			}
+		}
+		return nil
 	}
-	return false, damagedError{fmt.Sprintf("sqlitestore: %s is missing, but the last evs serve on %s stopped without closing the database "+
-		"(killed, crashed or powered off), so the writes it had not yet copied into %s are lost; refusing to start rather than serve "+
-		"without them: put the -wal file back if it was moved, or restore the data directory from a backup; to accept the loss and "+
-		"start with what %s holds, delete %s",
-		wal, dir, FileName, FileName, marker)}
+	refusing := map[opener]string{openServer: "start", openCommand: "open it", openBackup: "back it up"}[by]
+	return damagedError{fmt.Sprintf("sqlitestore: %s is missing, but the last evs serve on %s stopped without closing the database "+
+		"(killed, crashed or powered off), and that file then held any writes it had not yet copied into %s; refusing to %s until you decide: "+
+		"if the file was moved, put it back; if another program (sqlite3) opened %s since, it copied them in and nothing is lost; "+
+		"otherwise those last writes are lost, but %s still holds everything before them (restoring a backup instead would also lose "+
+		"everything written since the backup): to go on with %s as it is, delete %s",
+		wal, dir, FileName, refusing, FileName, FileName, FileName, marker)}
 }
 
 // markRunning creates the running marker of a serving store, synced with
@@ -126,6 +151,14 @@ func markRunning(dir string) error {
 		return fmt.Errorf("sqlitestore: create %s: %w", path, err)
 	}
 	return nil
+}
+
+// removeSynced removes the file path, durably.
+func removeSynced(path string) error {
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return syncDir(filepath.Dir(path))
 }
 
 // syncDir makes the directory's entries durable.

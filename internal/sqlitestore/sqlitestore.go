@@ -186,8 +186,11 @@ func open(ctx context.Context, dir string, now func() time.Time, busy time.Durat
 	}
 	// Before SQLite touches the files: opening would start afresh from
 	// evs.db alone.
-	handOver, err := checkWAL(dir, lock != nil)
-	if err != nil {
+	by := openCommand
+	if lock != nil {
+		by = openServer
+	}
+	if err := checkWAL(dir, by); err != nil {
 		return nil, err
 	}
 	path := filepath.Join(dir, FileName)
@@ -261,12 +264,6 @@ func open(ctx context.Context, dir string, now func() time.Time, busy time.Durat
 			s.Close()
 			return nil, err
 		}
-	}
-	if handOver {
-		// The log of the server that stopped uncleanly has been read: the
-		// database now holds its writes, and SQLite copies them into
-		// evs.db by the time this store closes.
-		_ = os.Remove(filepath.Join(dir, RunningName))
 	}
 	s.lock, s.dir = lock, dir
 	if lock != nil {
@@ -394,12 +391,18 @@ func (s *Store) Close() error {
 		s.c.stop()
 		s.wstmts.close()
 		s.rstmts.close()
-		err := errors.Join(s.closeKeysFile(), s.db.Close(), s.rdb.Close())
+		var err error
 		if s.lock != nil {
-			if err == nil {
-				// Closed cleanly: the write-ahead log is in evs.db.
-				err = os.Remove(filepath.Join(s.dir, RunningName))
-			}
+			// No write of this server is to come. The marker goes first,
+			// while the write-ahead log is still there: closing the
+			// database copies the log into evs.db and deletes it, and a
+			// kill between that and removing the marker would leave the
+			// marker without its log, a false alarm at the next start.
+			// Killed here instead, the log is there for the next start.
+			err = removeSynced(filepath.Join(s.dir, RunningName))
+		}
+		err = errors.Join(err, s.closeKeysFile(), s.db.Close(), s.rdb.Close())
+		if s.lock != nil {
 			err = errors.Join(err, s.lock.Close())
 		}
 		if err != nil {
