@@ -117,6 +117,9 @@ func reasonMTAs() []mta {
 		{ip: "127.0.0.3", opts: testkit.SMTPOptions{Rcpt: func(string) string { return "250 2.1.5 OK" }}}, // accept-all
 		{ip: "127.0.0.5", opts: testkit.SMTPOptions{Silent: true}},
 		{ip: "127.0.0.6", opts: testkit.SMTPOptions{Rcpt: normal, StartTLS: true}},
+		// A greeting whose "220-" lines end in a refusal of our address.
+		{ip: "127.0.0.7", opts: testkit.SMTPOptions{Rcpt: normal,
+			Banner: "220-mx.banner.example ESMTP\r\n554 5.7.1 Client host [127.0.0.1] blocked using zen.spamhaus.org"}},
 	}
 }
 
@@ -138,6 +141,8 @@ var reasonRecords = []string{
 	"mx2.fallback.example. 300 IN A 127.0.0.2",
 	"tls.example. 300 IN MX 10 mx.tls.example.",
 	"mx.tls.example. 300 IN A 127.0.0.6",
+	"banner.example. 300 IN MX 10 mx.banner.example.",
+	"mx.banner.example. 300 IN A 127.0.0.7",
 	"mailinator.com. 300 IN MX 10 mx.catchall.example.",
 	"servfail.example. 300 IN MX 10 mx.corp.example.",
 }
@@ -186,6 +191,7 @@ var reasonCases = []reasonCase{
 	{"a@nomail.example", "full", evs.ReasonNoMailServer, "no_records", "skipped", 0},
 	{"a@missing.example", "full", evs.ReasonInvalidDomain, "nxdomain", "skipped", 0},
 	{"a@servfail.example", "full", evs.ReasonDNSError, "error", "skipped", 0},
+	{"alice@banner.example", "full", evs.ReasonBlocked, "ok", "unreachable", 554},
 	{"a@dead.example", "full", evs.ReasonSMTPUnreachable, "ok", "unreachable", 0},
 	{"a@silent.example", "full", evs.ReasonTimeout, "ok", "timeout", 0},
 	{"alice@corp.example", "quick", evs.ReasonMailboxNotChecked, "ok", "skipped", 0},

@@ -247,6 +247,8 @@ func TestReplyParsing(t *testing.T) {
 		{"550 bad\x01control\x7f", Reply{550, "", "bad control"}},
 		{"550 " + strings.Repeat("é", 300), Reply{550, "", strings.Repeat("é", maxText)}},
 		{"550 \xff\xfe", Reply{550, "", "??"}},
+		// A greeting that turns into a refusal: the refusal is the reply.
+		{"220-mx.example ESMTP\n220-welcome\n554 5.7.1 Client host blocked", Reply{554, "5.7.1", "Client host blocked"}},
 	}
 	for _, tc := range tests {
 		if got := parse(t, tc.wire); got != tc.want {

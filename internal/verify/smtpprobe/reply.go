@@ -51,9 +51,15 @@ func readReply(r *bufio.Reader) (rawReply, error) {
 		if err != nil {
 			return rawReply{}, err
 		}
-		if rr.code == 0 {
+		switch {
+		case rr.code == 0:
 			rr.code = code
-		} else if code != rr.code {
+		case rr.code == 220 && code >= 400:
+			// A greeting's "220-" lines that end in a refusal ("554 5.7.1
+			// ... blocked"): the refusal is the reply, its code and text
+			// the evidence; the greeting's lines only named the host.
+			rr.code, rr.lines = code, nil
+		case code != rr.code:
 			return rawReply{}, fmt.Errorf("%w: code changed from %d to %d within a reply", errMalformed, rr.code, code)
 		}
 		rr.lines = append(rr.lines, text)
