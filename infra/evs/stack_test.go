@@ -193,7 +193,10 @@ func alarmMetrics(t *testing.T, id string, p map[string]any) []alarmMetric {
 func emfDimensions(t *testing.T) (namespace string, dims map[string]map[string]any) {
 	t.Helper()
 	var buf bytes.Buffer
-	(&metrics.EMF{W: &buf}).WebhookDelivery("failed")
+	emf := &metrics.EMF{W: &buf}
+	// One line of each metric an alarm watches, as the worker writes it.
+	emf.WebhookDelivery("failed")
+	emf.SMTPConnectionFailure(metrics.ExitFailure)
 	dims = map[string]map[string]any{}
 	for _, line := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
 		var rec map[string]any

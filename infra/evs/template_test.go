@@ -23,7 +23,6 @@ import (
 	"github.com/evs-dev/evs/internal/config"
 	"github.com/evs-dev/evs/internal/dynamostore"
 	"github.com/evs-dev/evs/internal/evs"
-	"github.com/evs-dev/evs/internal/metrics"
 	"github.com/evs-dev/evs/internal/server"
 	"github.com/evs-dev/evs/internal/testkit"
 )
@@ -862,32 +861,5 @@ func TestConsoleThrottledApart(t *testing.T) {
 	}
 	if consoleRoutes != 2 || len(byPath) != 3 {
 		t.Errorf("%d console routes and method settings %v; want 2 and the stage's plus one per console route", consoleRoutes, settings)
-	}
-}
-
-// TestEMFAlarmsWatchEmittedMetrics: an alarm on a metric the functions
-// write as Embedded Metric Format lines watches a name and dimension the
-// code really emits, so a rename on either side fails here rather than
-// leaving an alarm that can never fire.
-func TestEMFAlarmsWatchEmittedMetrics(t *testing.T) {
-	res := node(loadYAML(t), "Resources")
-	for _, c := range []struct {
-		alarm, metric, dim, value string
-	}{
-		{"SmtpExitFailuresAlarm", metrics.SmtpConnectionFailures, "result", metrics.ExitFailure},
-		{"WebhookFailedAlarm", metrics.WebhookDeliveries, "result", "failed"},
-	} {
-		p := node(res, c.alarm, "Properties")
-		if p == nil {
-			t.Errorf("%s: no such alarm", c.alarm)
-			continue
-		}
-		if ns, m := node(p, "Namespace"), node(p, "MetricName"); ns == nil || ns.Value != "evs" || m == nil || m.Value != c.metric {
-			t.Errorf("%s watches %v/%v, want evs/%s", c.alarm, ns, m, c.metric)
-		}
-		d := node(p, "Dimensions")
-		if d == nil || len(d.Content) != 1 || node(d.Content[0], "Name").Value != c.dim || node(d.Content[0], "Value").Value != c.value {
-			t.Errorf("%s: dimensions %v, want %s=%s", c.alarm, d, c.dim, c.value)
-		}
 	}
 }
