@@ -3,6 +3,7 @@ package testkit_test
 import (
 	"net"
 	"net/textproto"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -111,5 +112,26 @@ func TestPostgreyHarness(t *testing.T) {
 	time.Sleep(2100 * time.Millisecond)
 	if got := session(t, pf.Addr, "alice@grey.test")[0]; got != "250 2.1.5 Ok" {
 		t.Fatalf("after the delay: %q", got)
+	}
+}
+
+// TestPostscreenHarness: postscreen in front of the Postfix answers a
+// client's first session, tests passed or not, with 450 4.3.2 at RCPT, and
+// lets the same client through to smtpd when it reconnects.
+func TestPostscreenHarness(t *testing.T) {
+	pf := testkit.StartPostfix(t, testkit.PostfixOptions{
+		IP:         "127.0.0.34",
+		Domains:    []string{"screen.test"},
+		Mailboxes:  []string{"alice@screen.test"},
+		Postscreen: true,
+	})
+	t.Logf("postfix with postscreen started in %v: %s", pf.Startup, pf.Banner)
+	if got := session(t, pf.Addr, "alice@screen.test", "bob@screen.test"); got[0] != "450 4.3.2 Service currently unavailable" || got[1] != got[0] {
+		t.Fatalf("first contact: %q", got)
+	}
+	got := session(t, pf.Addr, "alice@screen.test", "bob@screen.test")
+	want := []string{"250 2.1.5 Ok", "550 5.1.1 <bob@screen.test>: Recipient address rejected: User unknown in virtual mailbox table"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("after reconnecting: %q, want %q", got, want)
 	}
 }

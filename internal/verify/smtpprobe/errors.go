@@ -34,6 +34,9 @@ type ProbeError struct {
 	// refused marks a host none of whose addresses the egress policy
 	// allows.
 	refused bool
+	// firstContact marks a screening refusal (FirstContactRefusal): the
+	// address is worth one reconnect.
+	firstContact bool
 }
 
 // Error implements error.
@@ -84,5 +87,6 @@ func mostTelling(fails []*ProbeError) *ProbeError {
 	out := *best
 	out.Timeout = all
 	out.tlsFailed = false
+	out.firstContact = false
 	return &out
 }

@@ -59,6 +59,11 @@ type Config struct {
 	// TLSConfig is used for STARTTLS; nil means a config that names the
 	// MX host and does not verify its certificate (see New).
 	TLSConfig *tls.Config
+	// ScreenPause is how long to wait before the one reconnect that
+	// follows a screening refusal of a first contact (Postfix's
+	// postscreen: see FirstContactRefusal); default 1.5s, negative turns
+	// the reconnect off.
+	ScreenPause time.Duration
 }
 
 // Defaults applied by New.
@@ -67,7 +72,16 @@ const (
 	DefaultDialTimeout  = 10 * time.Second
 	DefaultReplyTimeout = 30 * time.Second
 	DefaultPerHostLimit = 4
+	DefaultScreenPause  = 1500 * time.Millisecond
 )
+
+// minScreenedSession is the time a reconnect must have left after its
+// pause for it to be worth making: dial, banner, EHLO, MAIL and RCPT are
+// five round trips, and a site behind postscreen hands the second session
+// to smtpd, which may look up our name and address first. A reconnect
+// that the caller's deadline would cut short only costs the server a
+// connection and tells nothing.
+const minScreenedSession = 2 * time.Second
 
 // maxAddrsPerHost bounds the addresses tried for one MX name: a host
 // that publishes many addresses and answers on none must not use up the
@@ -141,6 +155,9 @@ func New(cfg Config) (*Prober, error) {
 	if cfg.PerHostLimit < 0 {
 		return nil, fmt.Errorf("smtpprobe: per-host limit %d must be positive", cfg.PerHostLimit)
 	}
+	if cfg.ScreenPause == 0 {
+		cfg.ScreenPause = DefaultScreenPause
+	}
 	return &Prober{cfg: cfg, slots: make(map[string]*hostSlots)}, nil
 }
 
@@ -212,6 +229,11 @@ func (p *Prober) leave(host string, hs *hostSlots) {
 // the domain's other hosts share its policy about us. The domain names the
 // probe in errors.
 //
+// A screening front's refusal of a first contact (FirstContactRefusal,
+// Postfix's postscreen) gets one reconnect to the same address after
+// Config.ScreenPause, once per Open and only when ctx's deadline leaves
+// room for it; the Session's first RCPT gets it when Open did not use it.
+//
 // Addresses the egress policy refuses are skipped without dialling. When
 // every address of every host tried is refused, nothing is dialled and the
 // *ProbeError has NotPublic set.
@@ -224,8 +246,9 @@ func (p *Prober) Open(ctx context.Context, domain string, hosts []string) (*Sess
 	}
 	hosts = hosts[:min(len(hosts), maxHostsPerDomain)]
 	var fails, refused []*ProbeError
+	screened := false // the one reconnect of this Open is used
 	for _, h := range hosts {
-		s, f := p.tryHost(ctx, h)
+		s, f := p.tryHost(ctx, h, &screened)
 		if s != nil {
 			return s, nil
 		}
@@ -255,8 +278,10 @@ func (p *Prober) Open(ctx context.Context, domain string, hosts []string) (*Sess
 }
 
 // tryHost attempts a session with one MX host, on each of its addresses
-// until one answers.
-func (p *Prober) tryHost(ctx context.Context, host string) (*Session, *ProbeError) {
+// until one answers. A screening refusal of a first contact is answered
+// with one reconnect to the same address, unless *screened says this Open
+// has had its one already.
+func (p *Prober) tryHost(ctx context.Context, host string, screened *bool) (*Session, *ProbeError) {
 	name := strings.TrimSuffix(strings.ToLower(host), ".")
 	release, err := p.acquire(ctx, name)
 	if err != nil {
@@ -276,14 +301,17 @@ func (p *Prober) tryHost(ctx context.Context, host string) (*Session, *ProbeErro
 	}
 	var fail *ProbeError
 	for _, a := range addrs {
-		s, f := p.converse(ctx, host, a, true)
-		if f != nil && f.tlsFailed {
-			// Many MTAs offer STARTTLS with broken TLS stacks; senders
-			// then deliver in clear, and so do we.
-			s, f = p.converse(ctx, host, a, false)
+		s, f := p.dial(ctx, host, a)
+		if f != nil && f.firstContact && !*screened && p.roomToReconnect(ctx) {
+			*screened = true
+			if pause(ctx, p.cfg.ScreenPause) {
+				s, f = p.dial(ctx, host, a)
+			}
 		}
 		if s != nil {
 			s.release = release
+			// The session's first RCPT must not reconnect again.
+			s.screened = *screened
 			return s, nil
 		}
 		fail = f
@@ -295,6 +323,56 @@ func (p *Prober) tryHost(ctx context.Context, host string) (*Session, *ProbeErro
 	}
 	release()
 	return nil, fail
+}
+
+// dial opens a session with one address, with STARTTLS when offered, and
+// in clear when the TLS handshake fails: many MTAs offer STARTTLS with
+// broken TLS stacks; senders then deliver in clear, and so do we.
+func (p *Prober) dial(ctx context.Context, host string, a netip.Addr) (*Session, *ProbeError) {
+	s, f := p.converse(ctx, host, a, true)
+	if f != nil && f.tlsFailed {
+		s, f = p.converse(ctx, host, a, false)
+	}
+	return s, f
+}
+
+// FirstContactRefusal reports whether a reply is a screening front's
+// refusal of a client it has not seen before, which lets the client in
+// when it reconnects: Postfix's postscreen, whose deep protocol tests
+// (bare newline, non-SMTP command, pipelining) run in its own SMTP engine
+// after the 220 greeting. As it cannot hand that live session over to
+// smtpd, it answers every RCPT, passed or not, with "450 4.3.2 Service
+// currently unavailable" (421 when it also hangs up), and a client that
+// passed is let through to smtpd on its next connection. Real senders
+// retry from their queue; we retry once, a short pause later, within the
+// caller's time. The reply says nothing about the mailbox: it is
+// temporary whatever happens.
+func FirstContactRefusal(r Reply) bool {
+	return (r.Code == 450 || r.Code == 421) && r.Enhanced == "4.3.2" &&
+		strings.HasPrefix(strings.ToLower(r.Text), "service currently unavailable")
+}
+
+// roomToReconnect reports whether a reconnect after a screening refusal
+// is to be made: not when it is turned off, nor when ctx's deadline leaves
+// no room for the pause and a session after it.
+func (p *Prober) roomToReconnect(ctx context.Context) bool {
+	if p.cfg.ScreenPause < 0 || ctx.Err() != nil {
+		return false
+	}
+	dl, ok := ctx.Deadline()
+	return !ok || time.Until(dl) >= p.cfg.ScreenPause+minScreenedSession
+}
+
+// pause waits d, and reports false when ctx ends first.
+func pause(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // public returns the first maxAddrsPerHost of addrs that the egress
@@ -368,6 +446,7 @@ func (p *Prober) converse(ctx context.Context, host string, addr netip.Addr, wit
 		return nil, ioFailure(host, fmt.Errorf("dialling %s: %w", host, err))
 	}
 	s := newSession(p, host, nc)
+	s.addr, s.withTLS = addr, withTLS
 	// Cancelling ctx must abort a blocked read at once, not at the next
 	// deadline: closing the connection does that.
 	stop := context.AfterFunc(ctx, func() { nc.Close() })
@@ -513,7 +592,7 @@ func (s *Session) replyFail(stage string, rr rawReply) *ProbeError {
 		// 421 means the server is closing the channel: no QUIT.
 		s.broken = true
 	}
-	return &ProbeError{Host: s.host, Stage: stage, Reply: r, Class: c}
+	return &ProbeError{Host: s.host, Stage: stage, Reply: r, Class: c, firstContact: FirstContactRefusal(r)}
 }
 
 func ioFailure(host string, err error) *ProbeError {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"net/textproto"
 	"strings"
 	"sync"
@@ -35,6 +36,15 @@ type Session struct {
 	tls      bool
 	smtputf8 bool
 	last     rawReply
+
+	// addr and withTLS are how the session was opened, for the one
+	// reconnect after a screening refusal (FirstContactRefusal).
+	addr    netip.Addr
+	withTLS bool
+	// screened is true once that reconnect was made (or Open made it);
+	// asked once a RCPT had its reply: only the first may reconnect.
+	screened bool
+	asked    bool
 
 	mu      sync.Mutex
 	broken  bool // an I/O failure or 421: no further commands, no QUIT
@@ -89,11 +99,23 @@ func (s *Session) Check(ctx context.Context, address string) (Reply, Reading, er
 	case !s.smtputf8 && !isASCII(address):
 		return Reply{}, Reading{Class: Unknown, Rule: "no_smtputf8"}, nil
 	}
-	stop := context.AfterFunc(ctx, func() { s.raw.Close() })
-	rr, err := s.cmd(ctx, "RCPT TO:<%s>", address)
-	if !stop() && err == nil {
-		err = fmt.Errorf("%w: the connection was closed", ctx.Err())
+	rr, err := s.rcpt(ctx, address)
+	if err == nil && !s.asked && !s.screened && FirstContactRefusal(rr.reply()) {
+		// A screening front (postscreen) refuses a first contact at
+		// RCPT and lets the client in when it reconnects. Nothing was
+		// asked of the mailbox yet: say goodbye, pause, open a new
+		// session with the same address and ask again. Should that
+		// fail, the refusal stands: temporary, never a verdict.
+		s.screened = true
+		if s.reconnect(ctx, rr.code == 421) {
+			if !s.smtputf8 && !isASCII(address) {
+				s.asked = true
+				return Reply{}, Reading{Class: Unknown, Rule: "no_smtputf8"}, nil
+			}
+			rr, err = s.rcpt(ctx, address)
+		}
 	}
+	s.asked = true
 	if err != nil {
 		s.broken = true
 		return Reply{}, unknown, fmt.Errorf("smtpprobe: %s rcpt: %w", s.host, err)
@@ -103,6 +125,46 @@ func (s *Session) Check(ctx context.Context, address string) (Reply, Reading, er
 	}
 	r, rd := rr.read(StageRcpt, s.provider)
 	return r, rd, nil
+}
+
+// rcpt sends one RCPT and reads its reply; cancelling ctx closes the
+// connection so that the wait ends at once.
+func (s *Session) rcpt(ctx context.Context, address string) (rawReply, error) {
+	raw := s.raw
+	stop := context.AfterFunc(ctx, func() { raw.Close() })
+	rr, err := s.cmd(ctx, "RCPT TO:<%s>", address)
+	if !stop() && err == nil {
+		err = fmt.Errorf("%w: the connection was closed", ctx.Err())
+	}
+	return rr, err
+}
+
+// reconnect replaces the session's connection with a new one to the same
+// address, after QUIT (none after a 421, hungUp: the server has closed)
+// and ScreenPause, and reports whether the new one reached MAIL FROM. The
+// session keeps its per-host slot throughout. When ctx leaves no room for
+// a reconnect the old connection is kept as it is; when the new one
+// fails, the session is broken.
+func (s *Session) reconnect(ctx context.Context, hungUp bool) bool {
+	if !s.p.roomToReconnect(ctx) {
+		return false
+	}
+	if !hungUp {
+		s.quit()
+	}
+	s.nc.Close()
+	s.broken = true
+	if !pause(ctx, s.p.cfg.ScreenPause) {
+		return false
+	}
+	ns, f := s.p.dial(ctx, s.host, s.addr)
+	if f != nil {
+		return false
+	}
+	s.raw, s.nc, s.r, s.w = ns.raw, ns.nc, ns.r, ns.w
+	s.tls, s.smtputf8, s.withTLS = ns.tls, ns.smtputf8, ns.withTLS
+	s.broken = false
+	return true
 }
 
 func isASCII(s string) bool {
