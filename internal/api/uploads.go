@@ -20,20 +20,34 @@ import (
 // on a slow line, short enough that a leaked URL soon stops working.
 const UploadTTL = time.Hour
 
+// MaxOpenUploads is how many open uploads (created, not yet used to create
+// a batch, not expired) an account may have at once (contract, section
+// 16). Each may hold UploadTTL's worth of a list of up to 100 MiB until
+// it is used or expires, so without a cap one account could fill the
+// disk of `evs serve` with uploads it never uses. Ten lets a client send
+// lists in parallel; a constant rather than an EVS_* variable because the
+// contract names no setting for it.
+const MaxOpenUploads = 10
+
 // Uploads keeps lists sent to a URL of their own (contract, section 14):
 // S3 with pre-signed URLs on AWS, the embedded store behind `evs serve`'s
 // own URL locally.
 type Uploads interface {
 	// CreateUpload records u and returns the URL the client PUTs the list
 	// to, valid until u.ExpiresAt. origin is the API's own origin
-	// ("https://host:port") for a store whose URL is the server's.
-	CreateUpload(ctx context.Context, u evs.Upload, origin string) (url string, err error)
+	// ("https://host:port") for a store whose URL is the server's. When
+	// the account already has maxOpen open uploads (unexpired, not
+	// dropped) it records nothing and returns store.OpenUploadsLimit;
+	// maxOpen <= 0 means no limit. The count and the creation are one
+	// step: concurrent creations never take the account past maxOpen.
+	CreateUpload(ctx context.Context, u evs.Upload, origin string, maxOpen int) (url string, err error)
 	// OpenUpload returns the upload id of account and its content, of
 	// size bytes: CodeNotFound when it is unknown, expired or another
 	// account's, CodeInvalidState when nothing was sent to it yet. The
 	// caller closes the content.
 	OpenUpload(ctx context.Context, accountID, id string) (u evs.Upload, content io.ReadCloser, size int64, err error)
-	// DropUpload deletes the upload's content once a batch holds it.
+	// DropUpload deletes the upload's content once a batch holds it, and
+	// so frees the upload's place among the account's open uploads.
 	DropUpload(ctx context.Context, accountID, id string) error
 }
 
@@ -87,7 +101,7 @@ func (h *Handler) createUpload(ctx context.Context, req *request, p evs.Principa
 			ID: uuid.NewString(), AccountID: p.AccountID, ContentType: ct,
 			CreatedAt: now, ExpiresAt: now.Add(UploadTTL), MaxBytes: evs.UploadMaxBytes,
 		}
-		url, err := h.d.Uploads.CreateUpload(ctx, u, origin)
+		url, err := h.d.Uploads.CreateUpload(ctx, u, origin, MaxOpenUploads)
 		if err != nil {
 			return errReply(err)
 		}

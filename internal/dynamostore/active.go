@@ -95,18 +95,19 @@ func (s *Store) CreateBatchWithin(ctx context.Context, b evs.Batch, items []evs.
 	return s.putBatch(ctx, b, items, key)
 }
 
-// lockCreates takes the account's create lock, waiting a little while
-// another creation holds it, and returns its release.
-func (s *Store) lockCreates(ctx context.Context, accountID string) (func(), error) {
+// lockCreates takes the create lock of a partition of the Batches table
+// (an account's batches, or its uploads: uploadPartition), waiting a
+// little while another creation holds it, and returns its release.
+func (s *Store) lockCreates(ctx context.Context, partition string) (func(), error) {
 	token := newToken()
-	key := batchKey(accountID, createLockID)
+	key := batchKey(partition, createLockID)
 	deadline := time.Now().Add(createLockWait)
 	for attempt := 0; ; attempt++ {
 		now := s.now()
 		_, err := s.c.PutItem(ctx, &dynamodb.PutItemInput{
 			TableName: aws.String(s.t.Batches),
 			Item: item{
-				attrAccountID: avS(accountID), attrID: avS(createLockID),
+				attrAccountID: avS(partition), attrID: avS(createLockID),
 				attrLockedUntil: avTime(now.Add(createLockTTL)), attrLockToken: avS(token),
 				attrExpiresAt: ttlSeconds(now.Add(time.Hour)),
 			},

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -23,6 +24,15 @@ import (
 // reads as missing, and it has no state, so no batch reader sees it. The
 // bucket's lifecycle rule removes uploads/ objects after a day; the record
 // expires with the URL (TTL).
+//
+// The cap on open uploads (contract, section 16) counts the account's
+// upload records that are unexpired and not marked used (attrUsedAt,
+// set by DropUpload) with a strongly consistent Query of the account's
+// upload partition. Counting then putting is two steps, so creations of
+// one account's uploads take turns under a create lock in that partition,
+// as batch creations do in theirs (active.go): two concurrent creations
+// when one place is left never both pass. The lock item has no
+// attrExpiresAtMs, so the count never sees it.
 
 // uploadPartition is the Batches-table partition of an account's uploads.
 func uploadPartition(accountID string) string { return "~upload#" + accountID }
@@ -34,6 +44,9 @@ func uploadObject(accountID, id string) string { return "uploads/" + accountID +
 const (
 	attrContentType = "contentType"
 	attrMaxBytes    = "maxBytes"
+	// attrUsedAt marks an upload a batch was made from: it no longer
+	// counts among the account's open uploads.
+	attrUsedAt = "usedAt"
 )
 
 // CreateUpload records u and returns a pre-signed PUT URL of its object,
@@ -43,16 +56,56 @@ const (
 // A pre-signed URL stops working when the credentials that signed it
 // expire: the Lambda role's session outlasts UploadTTL, a short-lived
 // session of one's own may not.
-func (s *Store) CreateUpload(ctx context.Context, u evs.Upload, _ string) (string, error) {
+//
+// With maxOpen > 0 it refuses, with store.OpenUploadsLimit, an account
+// that already has maxOpen open uploads; see the comment above for how
+// the count stays exact.
+func (s *Store) CreateUpload(ctx context.Context, u evs.Upload, _ string, maxOpen int) (string, error) {
 	if err := s.in.ready(); err != nil {
 		return "", err
 	}
 	if s.presign == nil {
 		return "", errNoPresigner
 	}
+	if err := s.putUpload(ctx, u, maxOpen); err != nil {
+		return "", err
+	}
+	req, err := s.presign.PresignPutObject(ctx, &s3.PutObjectInput{
+		Bucket: aws.String(s.in.bucket), Key: aws.String(uploadObject(u.AccountID, u.ID)),
+		ContentType: aws.String(u.ContentType),
+	}, s3.WithPresignExpires(u.ExpiresAt.Sub(s.now())))
+	if err != nil {
+		return "", wrapErr("sign upload URL", err)
+	}
+	return req.URL, nil
+}
+
+// putUpload writes u's record, within maxOpen open uploads when maxOpen >
+// 0, holding the partition's create lock only while it counts and puts.
+func (s *Store) putUpload(ctx context.Context, u evs.Upload, maxOpen int) error {
+	if maxOpen > 0 {
+		unlock, err := s.lockCreates(ctx, uploadPartition(u.AccountID))
+		if err != nil {
+			return err
+		}
+		defer unlock()
+		now := s.now()
+		n, oldest, err := s.openUploads(ctx, u.AccountID, now)
+		if err != nil {
+			return err
+		}
+		if n >= maxOpen {
+			return store.OpenUploadsLimit(n, oldest, now)
+		}
+	}
+	// The SDK retries a put whose reply was lost; the token tells that
+	// retry's failed condition (our own record) from another upload's.
+	token := newToken()
+	key := item{attrAccountID: avS(uploadPartition(u.AccountID)), attrID: avS(u.ID)}
 	_, err := s.c.PutItem(ctx, &dynamodb.PutItemInput{
 		TableName: aws.String(s.t.Batches),
 		Item: item{
+			attrCreateToken: avS(token),
 			attrAccountID:   avS(uploadPartition(u.AccountID)),
 			attrID:          avS(u.ID),
 			attrContentType: avS(u.ContentType),
@@ -65,19 +118,53 @@ func (s *Store) CreateUpload(ctx context.Context, u evs.Upload, _ string) (strin
 		ExpressionAttributeNames: map[string]string{"#id": attrID},
 	})
 	if isConditionFailed(err) {
-		return "", evs.Errorf(evs.CodeInvalidState, "The upload already exists.")
+		cur, gerr := s.get(ctx, s.t.Batches, key, "read upload")
+		if gerr != nil {
+			return gerr
+		}
+		if getS(cur, attrCreateToken) != token {
+			return evs.Errorf(evs.CodeInvalidState, "The upload already exists.")
+		}
+		return nil // our own first attempt
 	}
-	if err != nil {
-		return "", wrapErr("create upload", err)
+	return wrapErr("create upload", err)
+}
+
+// openUploads counts the account's open uploads at now (unexpired, not
+// used) and returns when the oldest of them expires, with a consistent
+// Query of its upload partition.
+func (s *Store) openUploads(ctx context.Context, accountID string, now time.Time) (int, time.Time, error) {
+	in := &dynamodb.QueryInput{
+		TableName:              aws.String(s.t.Batches),
+		KeyConditionExpression: aws.String("#a = :a"),
+		FilterExpression:       aws.String("#exp > :now AND attribute_not_exists(#used)"),
+		ProjectionExpression:   aws.String("#exp"),
+		ExpressionAttributeNames: map[string]string{
+			"#a": attrAccountID, "#exp": attrExpiresAtMs, "#used": attrUsedAt,
+		},
+		ExpressionAttributeValues: item{":a": avS(uploadPartition(accountID)), ":now": avTime(now)},
+		ConsistentRead:            aws.Bool(true),
 	}
-	req, err := s.presign.PresignPutObject(ctx, &s3.PutObjectInput{
-		Bucket: aws.String(s.in.bucket), Key: aws.String(uploadObject(u.AccountID, u.ID)),
-		ContentType: aws.String(u.ContentType),
-	}, s3.WithPresignExpires(u.ExpiresAt.Sub(s.now())))
-	if err != nil {
-		return "", wrapErr("sign upload URL", err)
+	var (
+		n      int
+		oldest time.Time
+	)
+	for {
+		out, err := s.c.Query(ctx, in)
+		if err != nil {
+			return 0, time.Time{}, wrapErr("count open uploads", err)
+		}
+		for _, it := range out.Items {
+			n++
+			if exp := getTime(it, attrExpiresAtMs); oldest.IsZero() || exp.Before(oldest) {
+				oldest = exp
+			}
+		}
+		if len(out.LastEvaluatedKey) == 0 {
+			return n, oldest, nil
+		}
+		in.ExclusiveStartKey = out.LastEvaluatedKey
 	}
-	return req.URL, nil
 }
 
 // UploadOrigin is the origin ("https://bucket.s3.region.amazonaws.com")
@@ -131,9 +218,24 @@ func (s *Store) OpenUpload(ctx context.Context, accountID, id string) (evs.Uploa
 	return u, out.Body, size, nil
 }
 
-// DropUpload deletes the upload's object; the record stays until it
-// expires, so a second batch from it still finds the first.
+// DropUpload marks the upload's record used, which frees its place among
+// the account's open uploads, and deletes its object. The record stays
+// until it expires, so a second batch from it still finds the first. The
+// mark is conditional on the record existing, so a drop after the record
+// expired and was removed writes no stray item.
 func (s *Store) DropUpload(ctx context.Context, accountID, id string) error {
-	_, err := s.in.o.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: aws.String(s.in.bucket), Key: aws.String(uploadObject(accountID, id))})
-	return wrapErr("delete upload", err)
+	_, err := s.c.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 aws.String(s.t.Batches),
+		Key:                       item{attrAccountID: avS(uploadPartition(accountID)), attrID: avS(id)},
+		UpdateExpression:          aws.String("SET #used = :now"),
+		ConditionExpression:       aws.String("attribute_exists(#id)"),
+		ExpressionAttributeNames:  map[string]string{"#used": attrUsedAt, "#id": attrID},
+		ExpressionAttributeValues: item{":now": avTime(s.now())},
+	})
+	if isConditionFailed(err) {
+		err = nil
+	}
+	mark := wrapErr("mark upload used", err)
+	_, err = s.in.o.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: aws.String(s.in.bucket), Key: aws.String(uploadObject(accountID, id))})
+	return errors.Join(mark, wrapErr("delete upload", err))
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/evs-dev/evs/internal/api"
 	"github.com/evs-dev/evs/internal/server"
 )
 
@@ -299,4 +300,59 @@ func TestUploadMinimumRate(t *testing.T) {
 	if r := h.put(putURL, "text/csv", pr); r.status != 200 {
 		t.Fatalf("a steady upload: %d %s\n%s", r.status, r.body, h.logs)
 	}
+}
+
+// TestUploadOpenCap: an account holds at most api.MaxOpenUploads open
+// uploads (contract, section 16); one more is 429 rate_limited with the
+// seconds until the oldest expires and what to do, and nothing is made.
+// Creating a batch from an upload frees its place at once, and another
+// account is not affected.
+func TestUploadOpenCap(t *testing.T) {
+	h := start(t, options{})
+	var ids, urls []string
+	for range api.MaxOpenUploads {
+		id, putURL := h.newUpload(h.testKey, "text/csv")
+		ids, urls = append(ids, id), append(urls, putURL)
+		h.clock.Advance(time.Minute)
+	}
+	full := func(what string, retry int) {
+		t.Helper()
+		r := h.do(req{method: "POST", path: "/v1/uploads", key: h.testKey, body: `{"contentType":"text/csv"}`})
+		if r.status != 429 || r.errorCode(t) != "rate_limited" {
+			t.Fatalf("%s: %d %s, want 429 rate_limited", what, r.status, r.body)
+		}
+		if got := r.header.Get("Retry-After"); got != fmt.Sprint(retry) {
+			t.Errorf("%s: Retry-After %q, want %d (until the oldest open upload expires)", what, got, retry)
+		}
+		if msg := string(r.body); !strings.Contains(msg, "uploadId") || !strings.Contains(msg, fmt.Sprint(api.MaxOpenUploads)) {
+			t.Errorf("%s: the message says neither the cap nor what to do: %s", what, msg)
+		}
+	}
+	// Ten minutes have gone; the oldest expires an hour after it was made.
+	full("one upload too many", int((api.UploadTTL - time.Duration(api.MaxOpenUploads)*time.Minute).Seconds()))
+	// The refusal is not kept under an Idempotency-Key: it is about now.
+	r := h.do(req{method: "POST", path: "/v1/uploads", key: h.testKey, body: `{"contentType":"text/csv"}`, headers: map[string]string{"Idempotency-Key": "cap"}})
+	if r.status != 429 {
+		t.Fatalf("keyed creation at the cap: %d %s", r.status, r.body)
+	}
+	// Another account has places of its own.
+	h.newUpload(h.otherKey, "text/csv")
+
+	// Using an upload frees its place: one more, then full again.
+	if r := h.put(urls[3], "text/csv", strings.NewReader("a@x.example\n")); r.status != 200 {
+		t.Fatalf("PUT: %d %s", r.status, r.body)
+	}
+	r = h.do(req{method: "POST", path: "/v1/requests", key: h.testKey, body: `{"uploadId":"` + ids[3] + `","mode":"quick"}`})
+	if r.status != 201 {
+		t.Fatalf("create from an upload: %d %s", r.status, r.body)
+	}
+	if r := h.do(req{method: "POST", path: "/v1/uploads", key: h.testKey, body: `{"contentType":"text/csv"}`, headers: map[string]string{"Idempotency-Key": "cap"}}); r.status != 201 {
+		t.Fatalf("creation after one was used (same key as the refused call): %d %s", r.status, r.body)
+	}
+	full("at the cap again", int((api.UploadTTL - time.Duration(api.MaxOpenUploads)*time.Minute).Seconds()))
+
+	// So does an expiry: the oldest goes, the next oldest sets Retry-After.
+	h.clock.Advance(api.UploadTTL - time.Duration(api.MaxOpenUploads)*time.Minute)
+	h.newUpload(h.testKey, "text/csv")
+	full("full after an expiry", 60)
 }

@@ -205,6 +205,8 @@ CREATE TABLE write_probe (
 	`
 CREATE INDEX batches_account_created ON batches (account_id, created_at DESC, id DESC);
 `,
+	// The cap on an account's open uploads (uploads.go).
+	openUploadsSchema,
 }
 
 // migrate brings the schema to len(migrations). It runs in one immediate

@@ -27,10 +27,18 @@ import (
 // uploadPart is the size of one stored part of an upload.
 const uploadPart = 1 << 20
 
+// openUploadsQuery counts an account's open uploads (not dropped, not
+// expired) and finds when the oldest of them expires.
+const openUploadsQuery = `SELECT COUNT(*), COALESCE(MIN(expires_at), 0) FROM uploads
+	WHERE account_id = ? AND dropped = 0 AND expires_at > ?`
+
 // CreateUpload records u with a fresh token and returns the URL the
 // client sends the list to: origin + /v1/uploads/{id}?token=..., which
 // `evs serve` answers with ReceiveUpload. Only the token's hash is kept.
-func (s *Store) CreateUpload(ctx context.Context, u evs.Upload, origin string) (string, error) {
+// Writes are serialised (one writer at a time), so the count of open
+// uploads taken inside the write is exact however many creations run at
+// once: maxOpen is never exceeded.
+func (s *Store) CreateUpload(ctx context.Context, u evs.Upload, origin string, maxOpen int) (string, error) {
 	var tok [32]byte
 	if _, err := rand.Read(tok[:]); err != nil {
 		return "", err
@@ -38,6 +46,17 @@ func (s *Store) CreateUpload(ctx context.Context, u evs.Upload, origin string) (
 	token := base64.RawURLEncoding.EncodeToString(tok[:])
 	hash := sha256.Sum256([]byte(token))
 	err := s.writeOne(ctx, true, func(ctx context.Context, tx *sql.Tx) error {
+		if maxOpen > 0 {
+			now := s.now()
+			var n int
+			var oldest int64
+			if err := tx.QueryRowContext(ctx, openUploadsQuery, u.AccountID, millis(now)).Scan(&n, &oldest); err != nil {
+				return dbErr("count open uploads", err)
+			}
+			if n >= maxOpen {
+				return store.OpenUploadsLimit(n, fromMillis(oldest), now)
+			}
+		}
 		_, err := tx.ExecContext(ctx, `INSERT INTO uploads (id, account_id, content_type, token_hash, created_at, expires_at, max_bytes)
 			VALUES (?, ?, ?, ?, ?, ?, ?)`, u.ID, u.AccountID, u.ContentType, hash[:], millis(u.CreatedAt), millis(u.ExpiresAt), u.MaxBytes)
 		return dbErr("create upload", err)
@@ -241,4 +260,11 @@ CREATE TABLE upload_parts (
 	data    BLOB NOT NULL,
 	PRIMARY KEY (upload, attempt, n)
 ) WITHOUT ROWID;
+`
+
+// openUploadsSchema is the migration that indexes each account's open
+// uploads, so CreateUpload's count reads only that account's few rows
+// rather than every live upload of every account.
+const openUploadsSchema = `
+CREATE INDEX uploads_open ON uploads (account_id, expires_at) WHERE dropped = 0;
 `

@@ -17,6 +17,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/evs-dev/evs/internal/api"
 	"github.com/evs-dev/evs/internal/cache"
@@ -61,8 +62,10 @@ func dynamoStore(t *testing.T, now func() time.Time) *dynamostore.Store {
 			_, _ = c.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(n)})
 		}
 	})
-	tables.Inputs = testkit.Bucket(t, testkit.S3(t))
-	return dynamostore.New(dynamostore.Config{Client: c, Objects: testkit.S3(t), Tables: tables, Now: now})
+	objects := testkit.S3(t)
+	tables.Inputs = testkit.Bucket(t, objects)
+	// The presigner signs upload URLs, so the uploads contract runs too.
+	return dynamostore.New(dynamostore.Config{Client: c, Objects: objects, Presign: s3.NewPresignClient(objects), Tables: tables, Now: now})
 }
 
 func TestContract(t *testing.T) {

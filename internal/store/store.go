@@ -115,6 +115,23 @@ const StoredAddressesFull = "The account's stored-address limit (%d addresses in
 // batch alone has more addresses than the stored-address limit.
 const StoredAddressesTooMany = "This request has %d addresses, more than the account's stored-address limit (%d addresses in batches still kept) allows at all; split the list."
 
+// OpenUploadsFull is the message of an upload creation refused because
+// the account already has its most open uploads (contract, section 16);
+// %d is that number. It says what frees a place: an upload counts from its
+// creation until a batch is made from it or it expires.
+const OpenUploadsFull = "The account has %d open uploads, the most allowed; create a request from one (POST /v1/requests with its uploadId) or retry when the oldest expires."
+
+// OpenUploadsLimit is the refusal of an upload creation by the open-upload
+// cap: n are open and the oldest expires at oldest. Both stores give it, so
+// the message and the Retry-After (at least a second, since a Retry-After
+// of 0 invites a busy loop) are the same whichever deployment answers.
+func OpenUploadsLimit(n int, oldest, now time.Time) error {
+	return &LimitError{
+		Err:   evs.Errorf(evs.CodeRateLimited, OpenUploadsFull, n),
+		Retry: max(oldest.Sub(now), time.Second),
+	}
+}
+
 // LimitError is a CodeRateLimited refusal by a per-account limit that
 // knows when a retry can pass: the api turns RetryAfter into the reply's
 // Retry-After.
