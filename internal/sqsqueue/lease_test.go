@@ -443,3 +443,41 @@ func TestWorkerCrashKeepsFinishedResults(t *testing.T) {
 	}
 	t.Logf("crash after %d of %d results: %d addresses asked again", written, len(emails), twice)
 }
+
+// TestWorkerRunsAnEventsMessagesAtOnce: the messages of one SQS event run
+// side by side, not one after another: two work messages, one slow domain
+// each and one group at a time per message, keep two sessions open at the
+// receiving server at once. One after another, a slow receiver held every
+// message behind it.
+func TestWorkerRunsAnEventsMessagesAtOnce(t *testing.T) {
+	w := newWorld(t, 2, time.Second, 3) // a work message per domain of 2
+	var open, most atomic.Int32
+	h := newSharedHostRcpt(t, w, 0, 2, 2, func(a string) string {
+		n := open.Add(1)
+		defer open.Add(-1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		time.Sleep(300 * time.Millisecond)
+		if strings.HasPrefix(a, "user") {
+			return "250 2.1.5 OK"
+		}
+		return "550 5.1.1 no such user"
+	})
+	w.w.Processor = &batch.Processor{Engine: h.engine(t, 0), Sandbox: verify.NewSandbox(nil)}
+	w.w.Concurrency = 1
+	b := w.createBatch(evs.ModeFull, h.emails...)
+	if err := w.q.Enqueue(w.ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	w.handle(w.receiveN(1, 10*time.Second)...) // the plan
+	work := w.receiveN(2, 10*time.Second)
+	if resp, err := sqsqueue.Handler(w.w)(w.ctx, event(work...)); err != nil || len(resp.BatchItemFailures) > 0 {
+		t.Fatalf("invocation: %v %+v\n%s", err, resp.BatchItemFailures, w.logs.String())
+	}
+	if got := w.current(); got.Counters.Deliverable != len(h.emails) {
+		t.Fatalf("counters %+v, want %d deliverable", got.Counters, len(h.emails))
+	}
+	if most.Load() < 2 {
+		t.Fatalf("at most %d RCPT in flight at once: the event's two messages ran one after another", most.Load())
+	}
+}

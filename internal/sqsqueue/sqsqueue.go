@@ -82,8 +82,7 @@ func (q *Queue) Send(ctx context.Context, ms []batch.Message, delay time.Duratio
 }
 
 // Handler is the worker Lambda's handler: each message of the event goes
-// to w. Webhook attempts wait on the network for up to 10 s each, so they
-// run beside the other messages rather than before them.
+// to w, all of them at once.
 func Handler(w *batch.Worker) func(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
 	logger := w.Logger
 	if logger == nil {
@@ -91,9 +90,8 @@ func Handler(w *batch.Worker) func(ctx context.Context, ev events.SQSEvent) (eve
 	}
 	return func(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
 		var (
-			resp  events.SQSEventResponse
-			mu    sync.Mutex
-			hooks sync.WaitGroup
+			resp events.SQSEventResponse
+			mu   sync.Mutex
 		)
 		failed := func(rec events.SQSMessage, m batch.Message, err error) {
 			logger.Error("message failed; it will be redelivered", slog.String("messageId", rec.MessageId),
@@ -103,6 +101,12 @@ func Handler(w *batch.Worker) func(ctx context.Context, ev events.SQSEvent) (eve
 			mu.Unlock()
 		}
 		startBy := w.StartBy(ctx)
+		// The records run side by side: their sessions wait on the
+		// network, and one after another a slow receiver held every
+		// message behind it, billed by the second all the while. Each
+		// message's groups are bounded by the Worker's Concurrency, and
+		// every session by politeness, as before.
+		var work sync.WaitGroup
 		for _, rec := range ev.Records {
 			var m batch.Message
 			if err := json.Unmarshal([]byte(rec.Body), &m); err != nil {
@@ -116,21 +120,16 @@ func Handler(w *batch.Worker) func(ctx context.Context, ev events.SQSEvent) (eve
 				mu.Unlock()
 				continue
 			}
-			if m.Kind == batch.KindWebhook {
-				hooks.Add(1)
-				go func() {
-					defer hooks.Done()
-					if err := w.Handle(ctx, m, true, startBy); err != nil {
-						failed(rec, m, err)
-					}
-				}()
-				continue
-			}
-			if err := w.Handle(ctx, m, redelivered(rec), startBy); err != nil {
-				failed(rec, m, err)
-			}
+			again := redelivered(rec)
+			work.Add(1)
+			go func() {
+				defer work.Done()
+				if err := w.Handle(ctx, m, again, startBy); err != nil {
+					failed(rec, m, err)
+				}
+			}()
 		}
-		hooks.Wait()
+		work.Wait()
 		return resp, nil
 	}
 }
