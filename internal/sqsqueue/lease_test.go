@@ -134,7 +134,10 @@ func TestWorkerHostLeasesAcrossInvocations(t *testing.T) {
 			}
 			ctx, cancel := context.WithTimeout(w.ctx, 60*time.Second)
 			defer cancel()
-			var wg sync.WaitGroup
+			var (
+				wg     sync.WaitGroup
+				stamps stampSet
+			)
 			for _, wk := range workers {
 				wg.Add(1)
 				go func() {
@@ -144,11 +147,19 @@ func TestWorkerHostLeasesAcrossInvocations(t *testing.T) {
 						if err == nil && cur.State.Final() {
 							return
 						}
-						out, err := w.sqs.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: aws.String(w.url), MaxNumberOfMessages: 2, WaitTimeSeconds: 1})
+						out, err := w.sqs.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: aws.String(w.url), MaxNumberOfMessages: 2, WaitTimeSeconds: 1,
+							MessageAttributeNames: []string{sendStamp}})
 						if err != nil || len(out.Messages) == 0 {
 							continue
 						}
-						resp, err := sqsqueue.Handler(wk)(ctx, event(out.Messages...))
+						fresh := stamps.fresh(out.Messages)
+						if len(fresh) == 0 {
+							for _, m := range out.Messages {
+								_, _ = w.sqs.DeleteMessage(ctx, &sqs.DeleteMessageInput{QueueUrl: aws.String(w.url), ReceiptHandle: m.ReceiptHandle})
+							}
+							continue
+						}
+						resp, err := sqsqueue.Handler(wk)(ctx, event(fresh...))
 						if err != nil || len(resp.BatchItemFailures) > 0 {
 							t.Errorf("Handle: %v %+v", err, resp.BatchItemFailures)
 							return

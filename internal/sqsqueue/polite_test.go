@@ -228,6 +228,7 @@ type timedSend struct {
 }
 
 func (s *timedSends) SendMessageBatch(ctx context.Context, in *sqs.SendMessageBatchInput, optFns ...func(*sqs.Options)) (*sqs.SendMessageBatchOutput, error) {
+	stamp(in)
 	out, err := s.Client.SendMessageBatch(ctx, in, optFns...)
 	if err == nil {
 		s.mu.Lock()
@@ -327,7 +328,10 @@ func (pw *providerWorld) run(t *testing.T) evs.Batch {
 	}
 	ctx, cancel := context.WithTimeout(pw.ctx, 150*time.Second)
 	defer cancel()
-	var wg sync.WaitGroup
+	var (
+		wg     sync.WaitGroup
+		stamps stampSet
+	)
 	for _, wk := range pw.workers {
 		wg.Add(1)
 		go func() {
@@ -337,11 +341,19 @@ func (pw *providerWorld) run(t *testing.T) evs.Batch {
 				if err == nil && cur.State.Final() {
 					return
 				}
-				out, err := pw.sqs.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: aws.String(pw.url), MaxNumberOfMessages: 2, WaitTimeSeconds: 1})
+				out, err := pw.sqs.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: aws.String(pw.url), MaxNumberOfMessages: 2, WaitTimeSeconds: 1,
+					MessageAttributeNames: []string{sendStamp}})
 				if err != nil || len(out.Messages) == 0 {
 					continue
 				}
-				resp, err := sqsqueue.Handler(wk)(ctx, event(out.Messages...))
+				fresh := stamps.fresh(out.Messages)
+				if len(fresh) == 0 {
+					for _, m := range out.Messages {
+						_, _ = pw.sqs.DeleteMessage(ctx, &sqs.DeleteMessageInput{QueueUrl: aws.String(pw.url), ReceiptHandle: m.ReceiptHandle})
+					}
+					continue
+				}
+				resp, err := sqsqueue.Handler(wk)(ctx, event(fresh...))
 				if err != nil || len(resp.BatchItemFailures) > 0 {
 					t.Errorf("Handle: %v %+v\n%s", err, resp.BatchItemFailures, pw.logs.String())
 					return

@@ -89,17 +89,9 @@ func Handler(w *batch.Worker) func(ctx context.Context, ev events.SQSEvent) (eve
 		logger = slog.Default()
 	}
 	return func(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
-		var (
-			resp events.SQSEventResponse
-			mu   sync.Mutex
-		)
-		failed := func(rec events.SQSMessage, m batch.Message, err error) {
-			logger.Error("message failed; it will be redelivered", slog.String("messageId", rec.MessageId),
-				slog.String("batchId", m.BatchID), slog.String("error", err.Error()))
-			mu.Lock()
-			resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: rec.MessageId})
-			mu.Unlock()
-		}
+		// failed[i] is set by record i's own goroutine only; the reply
+		// lists them in the event's order.
+		failed := make([]bool, len(ev.Records))
 		startBy := w.StartBy(ctx)
 		// The records run side by side: their sessions wait on the
 		// network, and one after another a slow receiver held every
@@ -107,7 +99,7 @@ func Handler(w *batch.Worker) func(ctx context.Context, ev events.SQSEvent) (eve
 		// message's groups are bounded by the Worker's Concurrency, and
 		// every session by politeness, as before.
 		var work sync.WaitGroup
-		for _, rec := range ev.Records {
+		for i, rec := range ev.Records {
 			var m batch.Message
 			if err := json.Unmarshal([]byte(rec.Body), &m); err != nil {
 				// A message we cannot read will never succeed, but
@@ -115,9 +107,7 @@ func Handler(w *batch.Worker) func(ctx context.Context, ev events.SQSEvent) (eve
 				// it reaches the dead-letter queue after maxReceiveCount
 				// tries, where an alarm and a person can look at it.
 				logger.Error("unreadable message; it goes to the dead-letter queue", slog.String("messageId", rec.MessageId))
-				mu.Lock()
-				resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: rec.MessageId})
-				mu.Unlock()
+				failed[i] = true
 				continue
 			}
 			again := redelivered(rec)
@@ -125,11 +115,19 @@ func Handler(w *batch.Worker) func(ctx context.Context, ev events.SQSEvent) (eve
 			go func() {
 				defer work.Done()
 				if err := w.Handle(ctx, m, again, startBy); err != nil {
-					failed(rec, m, err)
+					logger.Error("message failed; it will be redelivered", slog.String("messageId", rec.MessageId),
+						slog.String("batchId", m.BatchID), slog.String("error", err.Error()))
+					failed[i] = true
 				}
 			}()
 		}
 		work.Wait()
+		var resp events.SQSEventResponse
+		for i, f := range failed {
+			if f {
+				resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: ev.Records[i].MessageId})
+			}
+		}
 		return resp, nil
 	}
 }
