@@ -232,7 +232,10 @@ func (p *page) waitFor(what, js string) {
 	p.t.Helper()
 	sctx, cancel := context.WithTimeout(p.bctx, stepTimeout)
 	defer cancel()
-	if _, err := chromedp.Run(sctx, chromedp.Poll[bool](js, chromedp.WithPollingInterval(100*time.Millisecond))); err != nil {
+	// The step's context bounds the wait: chromedp's own polling timeout
+	// (30 s unless told) gave up on the 60,000-address list before the
+	// step did.
+	if _, err := chromedp.Run(sctx, chromedp.Poll[bool](js, chromedp.WithPollingInterval(100*time.Millisecond), chromedp.WithPollingTimeout(0))); err != nil {
 		p.stuck("waiting for "+what, err)
 	}
 }
