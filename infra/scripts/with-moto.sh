@@ -12,7 +12,8 @@ command -v moto_server >/dev/null 2>&1 || {
 . "$(dirname "$0")/daemon.sh"
 port=$(free_port)
 log=$(mktemp -t moto.XXXXXX.log)
-start_daemon "$log" "$log" moto_server -H 127.0.0.1 -p "$port"
+# moto_serial.py is moto_server with each DynamoDB request atomic, as on AWS.
+start_daemon "$log" "$log" python3 "$(dirname "$0")/moto_serial.py" 127.0.0.1 "$port"
 wait_ready with-moto:\ moto_server "$log" 0.2 \
   python3 -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:$port/moto-api/', timeout=1)"
 
