@@ -299,8 +299,6 @@ func (r *Runner) supervise(ctx context.Context, b evs.Batch, items []evs.Item) {
 // bookkeeping in the lane.
 type batchRun struct {
 	b     evs.Batch
-	test  bool
-	mode  evs.Mode
 	ctx   context.Context
 	w     *writer
 	lane  *lane
@@ -347,7 +345,7 @@ func (r *Runner) run(parent context.Context, b evs.Batch, items []evs.Item) erro
 	w := newWriter(r, b, cancel)
 	go w.loop(ctx)
 
-	br := &batchRun{b: b, test: acct.Test, mode: b.Mode, ctx: ctx, w: w, lane: r.live}
+	br := &batchRun{b: b, ctx: ctx, w: w, lane: r.live}
 	if acct.Test {
 		br.lane = r.test
 	}
