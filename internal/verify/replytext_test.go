@@ -13,13 +13,15 @@ import (
 // TestReplyTextDecidesReason: the text of a RCPT reply, not a
 // mailbox-looking code, decides the reason: a refusal of our prober is
 // never rejected_email, and text about the recipient's account is, unless
-// the code speaks of us and no rule of the answering provider settles it.
+// the code speaks of our sender, or other words of the reply speak of us or
+// of a block.
 func TestReplyTextDecidesReason(t *testing.T) {
 	replies := rcptTable(map[string]string{
 		"spf":     "550 5.1.0 192.0.2.222 is not allowed to send from <probe.evs.test> per it's SPF Record",
 		"dnsbl":   "550-5.1.1 Service unavailable; client host [127.0.0.1]\n550 5.1.1 blocked using zen.spamhaus.org",
 		"dbeb":    "550 5.4.1 Recipient address rejected: Access denied. AS(201806281) [DB5EUR03FT012.eop-EUR03.prod.protection.outlook.com]",
 		"yandex":  "550 5.7.1 No such user!",
+		"blocked": "550 5.7.1 Recipient address blocked",
 		"frozen":  "554 Le compte du destinataire est bloque. The recipient account is blocked.",
 		"unknown": "550 Пользователь не найден",
 	}, "250 2.1.5 Ok")
@@ -41,9 +43,12 @@ func TestReplyTextDecidesReason(t *testing.T) {
 		// The reply's own fingerprint names Microsoft 365.
 		{"dbeb@corp.example", "microsoft365", evs.ReasonRejectedEmail},
 		// Yandex's 5.7.1 "No such user!" is Yandex's unknown user; from
-		// any other host the code and the text disagree.
+		// any other host the explicit words outrank the policy code that
+		// many servers put on every refusal.
 		{"yandex@yandex.example", "yandex", evs.ReasonRejectedEmail},
-		{"yandex@corp.example", "other", evs.ReasonAmbiguousReply},
+		{"yandex@corp.example", "other", evs.ReasonRejectedEmail},
+		// A mailbox "blocked" under a policy code may be blocked for us.
+		{"blocked@corp.example", "other", evs.ReasonAmbiguousReply},
 		{"frozen@corp.example", "other", evs.ReasonRejectedEmail},
 		{"unknown@corp.example", "other", evs.ReasonRejectedEmail},
 	}

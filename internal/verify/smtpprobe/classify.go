@@ -109,7 +109,9 @@ func Read(stage string, r Reply) Reading { return ReadFrom(stage, "", r) }
 //  9. Any other 4xx: Greylisted.
 //  10. Explicit text about the mailbox (unknown, disabled): Rejected,
 //     unless the enhanced code speaks of us or the system (X.3-X.7, X.1.7,
-//     X.1.8): then the parts disagree and the answer is Unknown.
+//     X.1.8): then the parts disagree and the answer is Unknown — except
+//     that under X.3 or X.7, which many servers put on every refusal, the
+//     words win when nothing else in the text speaks of us or the system.
 //  11. A code about the mailbox (X.1.1, X.1.3-X.1.6, X.1.10, X.2.1): Rejected,
 //     unless a refusal in the text leaves it open whom it refuses: Unknown.
 //  12. 552 without a complaint about size: Full (RFC 5321).
@@ -188,7 +190,7 @@ func ReadFrom(stage string, p Provider, r Reply) Reading {
 	case temporary:
 		return decide(Greylisted, "temporary", nil)
 	case mailbox != nil:
-		if ev.code == AboutUs || ev.code == AboutSystem {
+		if (ev.code == AboutUs || ev.code == AboutSystem) && !ev.wordsOutrankCode() {
 			return decide(Unknown, "conflict", mailbox)
 		}
 		return decide(Rejected, "mailbox", mailbox)
@@ -226,6 +228,31 @@ type evidence struct {
 	// whose rules apply, whatever the MX host is.
 	nested bool
 }
+
+// wordsOutrankCode tells whether the text's explicit words about the
+// mailbox ("no such user", "mailbox disabled") settle a reply whose
+// enhanced code is of class X.3 (mail system) or X.7 (security or policy):
+// many servers put one of those codes on every refusal, the unknown user's
+// too. They settle it only when nothing else in the text speaks of us, our
+// rate or the server's trouble, not even weakly ("policy", "denied"), and
+// never beside a code about our sender (X.7 subjects do not name one; X.1.7,
+// X.1.8 and X.2.3 do, and they stay a conflict).
+func (ev *evidence) wordsOutrankCode() bool {
+	if len(ev.subject) < 2 || (ev.subject[0] != '3' && ev.subject[0] != '7') {
+		return false
+	}
+	for _, f := range ev.families {
+		if f.About != AboutMailbox {
+			return false
+		}
+	}
+	// Under a policy code, a mailbox "blocked" or "banned" may be one
+	// blocked for us (a per-recipient sender block), not a disabled one.
+	return ev.subject[0] != '7' || !blockWordsRe.MatchString(ev.text)
+}
+
+// blockWordsRe finds the words of a block in normalized text.
+var blockWordsRe = regexp.MustCompile(`block|ban`)
 
 // first returns the first family about a subject, strong or weak.
 func (ev *evidence) first(about string, weak bool) *Family {
@@ -447,8 +474,10 @@ func unwrapAll(text string) (rest, wrapper, about string) {
 
 // nestedRe finds the reply of another server quoted by a front: Postfix's
 // reject_unverified_recipient says "undeliverable address: host
-// mx.example[192.0.2.1] said: 550 5.1.1 ... (in reply to RCPT TO command)".
-var nestedRe = regexp.MustCompile(`^(?:undeliverable address|unverified address|address verification failed)?:?\s*(?:host \S+ said|said):\s*([245]\d\d)[ -](?:([245]\.\d{1,3}\.\d{1,3})\s+)?(.*?)\s*(?:\(in reply to [a-z ]+ command\))?\s*$`)
+// mx.example[192.0.2.1] said: 550 5.1.1 ... (in reply to RCPT TO command)";
+// Exim's recipient callout puts the store's reply on a line of its own
+// after "Callout verification failed:".
+var nestedRe = regexp.MustCompile(`^(?:(?:undeliverable address|unverified address|address verification failed)?:?\s*(?:host \S+ said|said)|callout verification failed):\s*([245]\d\d)[ -](?:([245]\.\d{1,3}\.\d{1,3})\s+)?(.*?)\s*(?:\(in reply to [a-z ]+ command\))?\s*$`)
 
 type innerReply struct {
 	code     int

@@ -150,8 +150,20 @@ func TestReadEvidence(t *testing.T) {
 		{"postfix verify front, store blocks us", "", "550 5.7.1 " + rcpt + "undeliverable address: host mail.example.com[192.0.2.1] said: 554 5.7.1 Service unavailable; client host blocked using zen.spamhaus.org (in reply to RCPT TO command)", Blocked, "about_us"},
 		{"postfix verify front, deferred", "", "450 4.1.1 " + rcpt + "unverified address: host mail.example.com[192.0.2.1] said: 550 5.1.1 User unknown (in reply to RCPT TO command)", Greylisted, "temporary"},
 		{"postfix verify front, local agent", "", "550 5.1.1 " + rcpt + "undeliverable address: unknown user: \"jane.doe\"", Rejected, "mailbox"},
+		// Explicit mailbox words outrank a system or policy code that
+		// many servers put on every refusal, when nothing else in the
+		// text speaks of us or the system.
+		{"5.7.1 no such user from a stranger", "", "550 5.7.1 No such user!", Rejected, "mailbox"},
+		{"5.3.0 user unknown", "", "550 5.3.0 <jane.doe@example.com>... User unknown", Rejected, "mailbox"},
+		{"5.7.1 disabled recipient", "", "550 5.7.1 Disabled recipient", Rejected, "mailbox"},
+		{"not our user, no code", "", "550 not our user", Rejected, "mailbox"},
+		{"exim callout relays the store's unknown user", "", "550 Callout verification failed: 550 5.1.1 <jane.doe@example.com>: Recipient address rejected: User unknown in local recipient table", Rejected, "mailbox"},
+		{"exim callout relays the store's block", "", "550 Callout verification failed: 554 5.7.1 Service unavailable; Client host [192.0.2.1] blocked using zen.spamhaus.org", Blocked, "about_us"},
 		// Parts that disagree with no rule to settle them: unknown.
-		{"5.7.1 no such user from a stranger", "", "550 5.7.1 No such user!", Unknown, "conflict"},
+		{"5.7.1 mailbox blocked may be a block of us", "", "550 5.7.1 Recipient address blocked", Unknown, "conflict"},
+		{"5.7.1 mailbox words beside refusal words", "", "550 5.7.1 Unknown user; access denied by policy", Unknown, "conflict"},
+		{"sender code beside mailbox words", "", "550 5.1.8 User unknown", Unknown, "conflict"},
+		{"routing code beside unrouteable", "", "550 5.4.4 Unrouteable address", Unknown, "conflict"},
 		{"mailbox code, refusal words", "", "550 5.1.1 Access denied", Unknown, "conflict"},
 		{"weak words alone", "", "550 Address rejected", Unknown, "no_evidence"},
 		{"weak words and a mailbox code", "", "550 5.1.1 Requested action not taken: mailbox unavailable", Rejected, "mailbox_code"},

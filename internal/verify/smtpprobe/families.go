@@ -223,7 +223,7 @@ var families = []*Family{
 			`(invalid|bad|unknown|nonexistent|non-existent|unverifiable)[ -](recipient|mailbox|destination|address|user|addressee)`,
 			`not a (valid|known) (mailbox|recipient|user|address)`, `is not a known user`, `not a local (address|user)`,
 			`no mailbox`, `no mail ?box`,
-			`unrout(e)?able address`, `address (invalid|unknown|not found|does not exist)`, `mailbox not (found|present)`, `(doesn't|does not|don't) have an? ([a-z0-9.-]+ ){0,3}account`, `not (our|a) customer`, `not a valid user`,
+			`unrout(e)?able address`, `address (invalid|unknown|not found|does not exist)`, `mailbox not (found|present)`, `(doesn't|does not|don't) have an? ([a-z0-9.-]+ ){0,3}account`, `not (our|a) customer`, `not (one of )?our (users?|recipients?|mailbox(es)?)`, `not a valid user`,
 			`marked as invalid`, `no one at this address`, `there is no one`, `resolver\.adr\.\w*notfound`, `recipnotfound`, `recipientnotfound`, `bad destination`, `unknown or illegal alias`, `no account by that name`,
 			`is not an active address`, `invalid rcpt`, `badrcptto`, `validrcptto`, `cuda_nsu`,
 			`(need|requires?) (a )?fully[- ]qualified address`, `restricted characters in address`,
