@@ -234,6 +234,8 @@ var envDocs = map[string]string{
 	"EVS_SMTP_HELO":             "EHLO name (default: the host name, with a warning)",
 	"EVS_SMTP_FROM":             "MAIL FROM address (default verify@<helo>)",
 	"EVS_EGRESS_ALLOW":          "CIDRs probes and webhooks may reach although not public",
+	"EVS_SMTP_EGRESS_IP":        "public address probes leave from: checked hourly against EVS_BLOCKLISTS and the HELO name",
+	"EVS_BLOCKLISTS":            "DNS blocklist zones the self-check asks, or none (default zen.spamhaus.org,bl.spamcop.net,b.barracudacentral.org)",
 	"EVS_RATE_LIMIT":            "per-account requests per second, or off (default 50)",
 	"EVS_AUTH_TTL":              "longest an authorizer answer is cached (default 300s; 0 off)",
 	"EVS_RETENTION_DAYS":        "days batches and results are kept (default 30)",

@@ -24,6 +24,7 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -71,6 +72,14 @@ type Config struct {
 	// (SMTP probes): EVS_EGRESS_ALLOW. nil, the zero value, refuses every
 	// special-purpose range.
 	Egress *EgressPolicy
+	// EgressIP is the public address SMTP probes leave from, directly or
+	// through the SOCKS exit (EVS_SMTP_EGRESS_IP); the zero Addr when not
+	// known. The self-check looks it up in Blocklists and checks that it
+	// and HELO name each other in DNS.
+	EgressIP netip.Addr
+	// Blocklists are the DNS blocklist zones the self-check asks about
+	// EgressIP (EVS_BLOCKLISTS, default DefaultBlocklists; "none": none).
+	Blocklists []string
 	// HELOFromHost is true when HELO was not configured and the host name
 	// is used instead (evs serve warns about it).
 	HELOFromHost bool
@@ -233,6 +242,18 @@ func FromEnv(getenv func(string) string, onLambda bool) (Config, error) {
 		}
 	}
 	c.MailFrom = or(getenv("EVS_SMTP_FROM"), "verify@"+c.HELO)
+	if s := getenv("EVS_SMTP_EGRESS_IP"); s != "" {
+		ip, err := netip.ParseAddr(s)
+		if err != nil || ip.Zone() != "" {
+			errs = append(errs, fmt.Errorf("EVS_SMTP_EGRESS_IP: %q is not an IP address", s))
+		}
+		c.EgressIP = ip.Unmap()
+	}
+	bl, err := parseZones(or(getenv("EVS_BLOCKLISTS"), strings.Join(DefaultBlocklists, ",")))
+	if err != nil {
+		errs = append(errs, fmt.Errorf("EVS_BLOCKLISTS: %w", err))
+	}
+	c.Blocklists = bl
 	pol, err := ParseEgress(getenv("EVS_EGRESS_ALLOW"))
 	if err != nil {
 		errs = append(errs, fmt.Errorf("EVS_EGRESS_ALLOW: %w", err))
@@ -455,3 +476,28 @@ func Load(w io.Writer, onLambda bool) (Config, *slog.Logger, error) {
 	c, err := FromEnv(OSEnv, onLambda)
 	return c, c.Logger(w), err
 }
+
+// DefaultBlocklists are the DNS blocklists receivers consult most, which
+// the self-check asks about the egress address by default. Spamhaus
+// answers no query that comes through a large public resolver: the
+// self-check then says the list refused it, never that we are clean.
+var DefaultBlocklists = []string{"zen.spamhaus.org", "bl.spamcop.net", "b.barracudacentral.org"}
+
+// parseZones reads a comma-separated list of DNS zones; "none" is none.
+func parseZones(s string) ([]string, error) {
+	if strings.EqualFold(strings.TrimSpace(s), "none") {
+		return nil, nil
+	}
+	var zones []string
+	for _, z := range strings.Split(s, ",") {
+		z = strings.ToLower(strings.TrimSuffix(strings.TrimSpace(z), "."))
+		if z == "" || len(z) > 200 || !zoneRe.MatchString(z) {
+			return nil, fmt.Errorf("%q is not a DNS zone like zen.spamhaus.org (or none)", z)
+		}
+		zones = append(zones, z)
+	}
+	return zones, nil
+}
+
+// zoneRe matches a DNS name of two labels or more.
+var zoneRe = regexp.MustCompile(`^([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -65,6 +66,23 @@ func TestFromEnv(t *testing.T) {
 				t.Fatalf("SMTP %q", c.SMTP)
 			}
 		}},
+		{name: "self-check defaults", vars: map[string]string{}, check: func(t *testing.T, c config.Config) {
+			if c.EgressIP.IsValid() || !slices.Equal(c.Blocklists, config.DefaultBlocklists) {
+				t.Fatalf("egress %v, lists %v", c.EgressIP, c.Blocklists)
+			}
+		}},
+		{name: "self-check set", vars: map[string]string{"EVS_SMTP_EGRESS_IP": "::ffff:192.0.2.7", "EVS_BLOCKLISTS": " bl.example. ,Zen.Spamhaus.org"}, check: func(t *testing.T, c config.Config) {
+			if c.EgressIP != netip.MustParseAddr("192.0.2.7") || !slices.Equal(c.Blocklists, []string{"bl.example", "zen.spamhaus.org"}) {
+				t.Fatalf("egress %v, lists %v", c.EgressIP, c.Blocklists)
+			}
+		}},
+		{name: "no blocklists", vars: map[string]string{"EVS_BLOCKLISTS": "none"}, check: func(t *testing.T, c config.Config) {
+			if c.Blocklists != nil {
+				t.Fatalf("lists %v", c.Blocklists)
+			}
+		}},
+		{name: "egress ip not an address", vars: map[string]string{"EVS_SMTP_EGRESS_IP": "mail.example"}, errMatch: "EVS_SMTP_EGRESS_IP"},
+		{name: "blocklist not a zone", vars: map[string]string{"EVS_BLOCKLISTS": "zen.spamhaus.org,,x"}, errMatch: "EVS_BLOCKLISTS"},
 		{name: "no address quota by default", vars: map[string]string{}, check: func(t *testing.T, c config.Config) {
 			if c.QuotaAddresses != 0 || c.QuotaPeriod != config.QuotaMonth {
 				t.Fatalf("quota %d per %q", c.QuotaAddresses, c.QuotaPeriod)

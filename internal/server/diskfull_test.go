@@ -48,7 +48,7 @@ func TestDiskFullHeals(t *testing.T) {
 
 	fill(t, filepath.Join(mnt, "filler"))
 	h.clock.Advance(2 * time.Second) // past the last readiness verdict
-	if r := h.do(req{path: server.ReadyPath}); r.status != 503 || string(r.body) != `{"status":"unavailable"}` {
+	if r := h.do(req{path: server.ReadyPath}); r.status != 503 || readyStatus(t, r) != "unavailable" {
 		t.Fatalf("ready on a full disk: %d %s", r.status, r.body)
 	}
 	if r := verify("during"); r.status != 503 || r.errorCode(t) != "unavailable" {

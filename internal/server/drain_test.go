@@ -38,7 +38,7 @@ func TestDrain(t *testing.T) {
 	go func() { h.stop(); close(stopped) }()
 	waitFor(t, "/readyz to answer 503", func() bool { return h.do(req{path: server.ReadyPath}).status == 503 })
 	r := h.do(req{path: server.ReadyPath})
-	if r.status != 503 || string(r.body) != `{"status":"draining"}` {
+	if r.status != 503 || readyStatus(t, r) != "draining" {
 		t.Fatalf("draining: %d %s", r.status, r.body)
 	}
 	if r := h.do(req{path: server.HealthPath}); r.status != 200 {

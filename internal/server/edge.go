@@ -58,6 +58,8 @@ type edge struct {
 	// draining turns it 503 once the server is told to stop, and drain
 	// waits for inflight, the calls being served, to reach zero.
 	writable *writable
+	// egress is what /readyz says of how receivers see our egress.
+	egress   *egressWatch
 	draining atomic.Bool
 	inflight atomic.Int64
 

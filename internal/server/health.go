@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"time"
 
@@ -43,13 +44,15 @@ func healthCheck(st Store) func(ctx context.Context) error {
 
 // health answers HealthPath.
 func (g *edge) health(w http.ResponseWriter, r *http.Request, c *api.Call) {
-	g.checkReply(w, r, c, g.ping)
+	g.checkReply(w, r, c, g.ping, nil)
 }
 
 // checkReply answers a check endpoint with check's verdict, bounded by
 // healthTimeout: 200 {"status":"ok"}, or 503 with the status its error
 // names (statusOf) and Retry-After; the cause goes to the call's log line.
-func (g *edge) checkReply(w http.ResponseWriter, r *http.Request, c *api.Call, check func(ctx context.Context) error) {
+//
+// detail, when set, adds its object to the body as "egress".
+func (g *edge) checkReply(w http.ResponseWriter, r *http.Request, c *api.Call, check func(ctx context.Context) error, detail func() any) {
 	h := w.Header()
 	h.Set("X-Request-Id", c.RequestID)
 	h.Set("Cache-Control", "no-store")
@@ -62,14 +65,21 @@ func (g *edge) checkReply(w http.ResponseWriter, r *http.Request, c *api.Call, c
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), healthTimeout)
 	defer cancel()
-	status, body := http.StatusOK, `{"status":"ok"}`
+	status, word := http.StatusOK, "ok"
 	if err := check(ctx); err != nil {
 		c.Err = err
-		status, body = http.StatusServiceUnavailable, `{"status":"`+statusOf(err)+`"}`
+		status, word = http.StatusServiceUnavailable, statusOf(err)
 		h.Set("Retry-After", "5")
+	}
+	body := []byte(`{"status":"` + word + `"}`)
+	if detail != nil {
+		body, _ = json.Marshal(struct {
+			Status string `json:"status"`
+			Egress any    `json:"egress"`
+		}{word, detail()})
 	}
 	w.WriteHeader(status)
 	if r.Method == http.MethodGet {
-		_, _ = w.Write([]byte(body))
+		_, _ = w.Write(body)
 	}
 }

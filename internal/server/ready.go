@@ -112,7 +112,16 @@ func (g *edge) ready(w http.ResponseWriter, r *http.Request, c *api.Call) {
 			return errLowSpace
 		}
 		return g.writable.check(ctx)
-	})
+	}, g.egressDetail)
+}
+
+// egressDetail is the "egress" object of /readyz's body: what the server
+// knows of how receivers see its egress (egress.go); nil without a watch.
+func (g *edge) egressDetail() any {
+	if g.egress == nil {
+		return nil
+	}
+	return g.egress.report()
 }
 
 // statusOf is the status a check endpoint's 503 names for err.

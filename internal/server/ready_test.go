@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -18,7 +19,7 @@ func TestReadyz(t *testing.T) {
 	fs := faulty(&o)
 	h := start(t, o)
 	ready := func() reply { t.Helper(); return h.do(req{path: server.ReadyPath}) }
-	if r := ready(); r.status != 200 || string(r.body) != `{"status":"ok"}` || r.header.Get("Cache-Control") != "no-store" {
+	if r := ready(); r.status != 200 || readyStatus(t, r) != "ok" || r.header.Get("Cache-Control") != "no-store" {
 		t.Fatalf("ready: %d %v %s", r.status, r.header, r.body)
 	}
 	fs.Down.Store(true)
@@ -27,7 +28,7 @@ func TestReadyz(t *testing.T) {
 	}
 	h.clock.Advance(time.Second)
 	r := ready()
-	if r.status != 503 || string(r.body) != `{"status":"unavailable"}` || r.header.Get("Retry-After") == "" {
+	if r.status != 503 || readyStatus(t, r) != "unavailable" || r.header.Get("Retry-After") == "" {
 		t.Fatalf("store cannot write: %d %v %s", r.status, r.header, r.body)
 	}
 	fs.Down.Store(false)
@@ -42,6 +43,20 @@ func TestReadyz(t *testing.T) {
 	if r := h.do(req{method: "POST", path: server.ReadyPath}); r.status != 405 || r.errorCode(t) != "method_not_allowed" {
 		t.Fatalf("POST: %d %s", r.status, r.body)
 	}
+}
+
+// readyStatus is the status of a /readyz reply, whose body also carries
+// the egress object (egress_test.go).
+func readyStatus(t *testing.T, r reply) string {
+	t.Helper()
+	var b struct {
+		Status string          `json:"status"`
+		Egress json.RawMessage `json:"egress"`
+	}
+	if err := json.Unmarshal(r.body, &b); err != nil || len(b.Egress) == 0 || b.Egress[0] != '{' {
+		t.Fatalf("/readyz body %s: want a status and an egress object (%v)", r.body, err)
+	}
+	return b.Status
 }
 
 // faulty makes the server of o run on a FaultyStore over the harness's

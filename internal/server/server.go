@@ -98,6 +98,9 @@ type Options struct {
 	// TLS, when set, makes the API listener answer HTTPS with its
 	// certificate (EVS_TLS_CERT, EVS_TLS_KEY).
 	TLS *Certificate
+	// SelfCheckEvery is how often the egress self-check runs after the
+	// first, at start (default 1 h; egress.go).
+	SelfCheckEvery time.Duration
 	// FreeBytes reads the free space of the data directory's file system,
 	// compared with Config.MinFreeBytes before a call that stores new
 	// work (disk.go). Default: the file system of Config.DataDir, when set.
@@ -165,6 +168,10 @@ type Server struct {
 	edge   *edge
 	runner *batch.Runner
 	hooks  *webhook.Deliverer
+	watch  *egressWatch
+	// rep answers the self-check's DNS questions; nil when no resolver
+	// could be made.
+	rep reputation
 }
 
 // New assembles a server.
@@ -218,12 +225,15 @@ func New(o Options) (*Server, error) {
 			Egress: o.Config.EgressName(),
 		}
 	}
+	var rep reputation
 	if o.Engine == nil {
-		e, _, err := verify.BuildWith(o.Config, verify.BuildOptions{Lookup: lookups, Facts: facts, Gate: o.Batch.Gate})
+		e, res, err := verify.BuildWith(o.Config, verify.BuildOptions{Lookup: lookups, Facts: facts, Gate: o.Batch.Gate})
 		if err != nil {
 			return nil, err
 		}
-		o.Engine = e
+		o.Engine, rep = e, res
+	} else if res, err := verify.NewResolver(o.Config); err == nil {
+		rep = res
 	}
 	if mx, ok := o.Engine.(politeness.PreferredMX); ok && o.Batch.Gate.MX == nil {
 		o.Batch.Gate.MX = mx
@@ -231,6 +241,11 @@ func New(o Options) (*Server, error) {
 	var sandbox Engine = verify.NewSandbox(o.Now)
 	if o.Metrics != nil {
 		o.Engine, sandbox = metrics.Count(o.Engine, o.Metrics), metrics.Count(sandbox, o.Metrics)
+	}
+	watch := newEgressWatch(o.Config.EgressName(), o.Now)
+	o.Engine = watched{o.Engine, watch}
+	if p, ok := o.Metrics.(*Prometheus); ok {
+		p.reg.MustRegister(watch)
 	}
 	verdicts := resultCache(o)
 	rc := o.Batch
@@ -303,6 +318,7 @@ func New(o Options) (*Server, error) {
 		Callbacks:          api.Callbacks{Egress: o.Config.Egress, Deliveries: o.Store},
 	})
 	gw := newEdge(o, h.MountAll, authorizer.New(o.Store), bodies)
+	gw.egress = watch
 	if o.DeliverEvery <= 0 {
 		o.DeliverEvery = 500 * time.Millisecond
 	}
@@ -310,7 +326,7 @@ func New(o Options) (*Server, error) {
 	if o.Metrics != nil {
 		hooks.Observe = o.Metrics.WebhookDelivery
 	}
-	return &Server{opts: o, edge: gw, runner: runner, hooks: hooks}, nil
+	return &Server{opts: o, edge: gw, runner: runner, hooks: hooks, watch: watch, rep: rep}, nil
 }
 
 // quota is the address quota of cfg on st's counters. A store without
@@ -360,6 +376,12 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		return err
 	}
 	go s.sweep(workCtx)
+	if s.rep != nil && s.opts.Config.SMTP != config.SMTPOff {
+		c := s.opts.Config
+		go s.watch.run(workCtx, cmp.Or(s.opts.SelfCheckEvery, selfCheckEvery), func(ctx context.Context) {
+			s.watch.selfCheck(ctx, s.rep, c.EgressIP, c.Blocklists, c.HELO, s.opts.Logger)
+		})
+	}
 	hooksDone := make(chan struct{})
 	go func() {
 		defer close(hooksDone)

@@ -23,6 +23,20 @@ func BuildTimed(c config.Config, lookup func(time.Duration)) (*Engine, *dnscheck
 	return BuildWith(c, BuildOptions{Lookup: lookup})
 }
 
+// NewResolver returns the resolver the configuration describes, as Build
+// makes it: for a caller whose engine was made otherwise (tests) and who
+// still asks DNS what receivers ask of us (the egress self-check).
+func NewResolver(c config.Config) (*dnscheck.Resolver, error) {
+	return dnscheck.New(dnscheck.Config{Servers: c.DNSServers})
+}
+
+// Listing and HELOCheck are the self-check's findings (package dnscheck
+// asks the questions), named here for callers outside the engine.
+type (
+	Listing   = dnscheck.Listing
+	HELOCheck = dnscheck.HELOCheck
+)
+
 // BuildOptions are the dependencies of the engine that the configuration
 // does not describe.
 type BuildOptions struct {
