@@ -61,9 +61,11 @@ func TestAcceptThenBounceReceivers(t *testing.T) {
 		{"alice@yahoo.example", evs.ReasonAcceptAll, "accept_all", true, "Yahoo"},
 		// A rejection stays a rejection behind a gateway.
 		{"nobody@pp-open.example", evs.ReasonRejectedEmail, "rejected", false, "rejected"},
-		// Elsewhere an inconclusive random probe leaves the 250 standing.
-		{"alice@plain.example", evs.ReasonAcceptedEmail, "accepted", false, "inconclusive"},
-		{"alice@lookalike.example", evs.ReasonAcceptedEmail, "accepted", false, "inconclusive"},
+		// Elsewhere an inconclusive random probe leaves the 250 as the
+		// evidence, but it is not proof: risky, accept_all, and the flag
+		// does not claim a catch-all that was not seen.
+		{"alice@plain.example", evs.ReasonAcceptAll, "accepted", false, "inconclusive (greylisted)"},
+		{"alice@lookalike.example", evs.ReasonAcceptAll, "accepted", false, "inconclusive (greylisted)"},
 	}
 	for _, c := range cases {
 		t.Run(c.email, func(t *testing.T) {

@@ -309,6 +309,8 @@ func (e *Engine) finish(d evs.Decision, start time.Time) evs.Decision {
 		SMTP:        d.Checks.SMTP.Result,
 		SMTPReplied: Replied(d.Checks.SMTP),
 		SMTPBlocked: Blocked(d.Checks.SMTP),
+		// A session past the probe's answer, remembered or not.
+		AcceptAllUnknown: AcceptAllUnknown(d.Checks.SMTP),
 	})
 	d.Flags.AcceptAll = d.Checks.SMTP.Result == evs.SMTPAcceptAll
 	d.Score = Score(d)
@@ -413,7 +415,7 @@ func (e *Engine) probe(ctx context.Context, domain string, mail dnscheck.MailRes
 			case evs.SMTPRejected:
 				c.Detail = "the server rejects unknown addresses"
 			default:
-				c.Detail = "accept-all probe inconclusive: " + catchAll
+				c.Detail = "accept-all probe inconclusive (" + catchAll + "): the server accepted this mailbox but did not show that it rejects unknown ones"
 			}
 			// Some receivers accept at RCPT what they bounce later.
 			if c.Result == evs.SMTPAccepted {

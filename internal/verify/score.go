@@ -19,6 +19,10 @@ const (
 	// inconclusive (greylisted, timed out) or is not on record.
 	scoreAcceptedUnproven = 90
 
+	// scoreAcceptAllUnproven: the mailbox was accepted, and the
+	// random-address probe was inconclusive: nothing says the domain
+	// accepts all, nothing that it checks recipients.
+	scoreAcceptAllUnproven = 65
 	// scoreAcceptAllCatchAll: the server also accepted a random address.
 	scoreAcceptAllCatchAll = 60
 	// scoreAcceptAllGateway: a security gateway accepted, and its probe did not
@@ -99,6 +103,8 @@ func scoreBase(d evs.Decision) int {
 	case evs.ReasonAcceptAll:
 		info := smtpprobe.Provider(smtp.Provider).Info()
 		switch {
+		case smtp.Result == evs.SMTPAccepted:
+			return scoreAcceptAllUnproven
 		case info != nil && info.AcceptThenBounce:
 			return scoreAcceptAllBounceLater
 		case info != nil && info.Gateway && smtp.CatchAll != evs.SMTPAccepted:

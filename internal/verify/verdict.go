@@ -18,6 +18,17 @@ type Evidence struct {
 	// code, or a session that was open); SMTPBlocked when its refusal was
 	// about us, not the mailbox (Blocked).
 	SMTPReplied, SMTPBlocked bool
+	// AcceptAllUnknown is true when the mailbox was accepted but the
+	// random-address probe was inconclusive (AcceptAllUnknown).
+	AcceptAllUnknown bool
+}
+
+// AcceptAllUnknown tells whether c accepted the mailbox without showing,
+// by the random-address probe, that the server rejects unknown ones: the
+// probe got a 4xx, a refusal about us, or nothing usable. ("" is a check
+// stored before the probe's answer was, and is read as it was then.)
+func AcceptAllUnknown(c evs.SMTPCheck) bool {
+	return c.Result == evs.SMTPAccepted && c.CatchAll != "" && c.CatchAll != evs.SMTPRejected
 }
 
 // Verdict is the one place that turns evidence into a reason; the status
@@ -32,7 +43,9 @@ type Evidence struct {
 //	4  | SMTP rejected (5xx at RCPT)      | rejected_email      | undeliverable
 //	5  | disposable domain                | disposable          | risky
 //	6  | SMTP mailbox full                | mailbox_full        | risky
-//	7  | SMTP accept-all                  | accept_all          | risky
+//	7  | SMTP accept-all, or accepted     | accept_all          | risky
+//	   | with the accept-all probe        |                     |
+//	   | inconclusive                     |                     |
 //	8  | SMTP accepted                    | accepted_email      | deliverable
 //	9  | DNS error (SERVFAIL/REFUSED/t-o) | dns_error           | unknown
 //	10 | SMTP greylisted (4xx)            | greylisted          | unknown
@@ -46,7 +59,10 @@ type Evidence struct {
 // Why this order: proof that mail cannot arrive (rows 1–4) outranks
 // everything, because the server or the DNS said so. A disposable domain is
 // risky whatever its server says about the mailbox, except an outright
-// rejection. Only then does a positive SMTP answer count. Every failure to
+// rejection. Only then does a positive SMTP answer count, and it is
+// deliverable only when the server also showed that it rejects unknown
+// addresses (contract, section 2): with the probe inconclusive, mail may
+// arrive but the 250 is not proof, which is risky. Every failure to
 // learn something (rows 9–15) is unknown: never a verdict on the mailbox;
 // its reason says what happened, and smtp_unreachable only when no server
 // answered at all (contract, section 2).
@@ -64,7 +80,7 @@ func Verdict(ev Evidence) evs.Reason {
 		return evs.ReasonDisposable
 	case ev.SMTP == evs.SMTPFull:
 		return evs.ReasonMailboxFull
-	case ev.SMTP == evs.SMTPAcceptAll:
+	case ev.SMTP == evs.SMTPAcceptAll, ev.SMTP == evs.SMTPAccepted && ev.AcceptAllUnknown:
 		return evs.ReasonAcceptAll
 	case ev.SMTP == evs.SMTPAccepted:
 		return evs.ReasonAcceptedEmail
