@@ -343,26 +343,3 @@ func (ex *Exim) stop() {
 	}
 	os.RemoveAll(ex.Dir)
 }
-
-// awaitSMTP waits until addr greets, then holds a short session (EHLO,
-// QUIT) to prove it is an SMTP server that works, and returns the
-// greeting. exited closing means the server died first.
-func awaitSMTP(exited <-chan struct{}, addr string, deadline time.Time) (string, error) {
-	for {
-		select {
-		case <-exited:
-			return "", errors.New("the daemon exited at start (its output says why)")
-		default:
-		}
-		c, err := net.DialTimeout("tcp", addr, time.Second)
-		if err == nil {
-			banner, err := smtpCheck(c)
-			c.Close()
-			return banner, err
-		}
-		if time.Now().After(deadline) {
-			return "", fmt.Errorf("nothing listened on %s: %v", addr, err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}

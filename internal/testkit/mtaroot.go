@@ -3,9 +3,11 @@ package testkit
 import (
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 )
 
 // MTARoot is the private root into which make mta (infra/scripts/
@@ -49,4 +51,34 @@ func mtaLibraryPath() string {
 	}
 	dirs, _ := filepath.Glob(filepath.Join(root, "usr", "lib", "*-linux-gnu"))
 	return strings.Join(dirs, ":")
+}
+
+// HarnessSource is the local address the Exim and OpenSMTPD harnesses
+// connect from when they check that a listener answers, so that a filter
+// or ACL aimed at the tests' own client address, 127.0.0.1, does not
+// refuse the check.
+const HarnessSource = "127.0.0.254"
+
+// awaitSMTP waits until addr greets, then holds a short session (EHLO,
+// QUIT) from HarnessSource to prove it is an SMTP server that works, and
+// returns the greeting. exited closing means the server died first.
+func awaitSMTP(exited <-chan struct{}, addr string, deadline time.Time) (string, error) {
+	for {
+		select {
+		case <-exited:
+			return "", errors.New("the daemon exited at start (its output says why)")
+		default:
+		}
+		d := net.Dialer{Timeout: time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP(HarnessSource)}}
+		c, err := d.Dial("tcp", addr)
+		if err == nil {
+			banner, err := smtpCheck(c)
+			c.Close()
+			return banner, err
+		}
+		if time.Now().After(deadline) {
+			return "", fmt.Errorf("nothing listened on %s: %v", addr, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
