@@ -25,12 +25,21 @@ package testkit
 //     address in use fail at once, not after nine 30-second retries.
 //   - No TLS (tls_advertise_hosts empty; Debian's build would offer STARTTLS
 //     with a self-signed certificate), no reverse DNS or ident lookups of
-//     the client: nothing here should wait on the network.
+//     the client: nothing here should wait on the network. The daemon still
+//     loads TLS credentials at start, and without tls_certificate it makes
+//     an RSA key for a self-signed one, which delayed the first session by
+//     half a second: it is given the harness's ECDSA certificate instead.
+//   - exim_path is the unpacked binary and keep_environment keeps
+//     LD_LIBRARY_PATH: the daemon re-executes itself (with -oPX, to remove
+//     its pid file when it stops), and Exim empties the environment
+//     otherwise.
 //   - Nothing is ever delivered: local mailboxes are redirect routers to
 //     :blackhole:, enough for "verify = recipient", and the tests never
 //     send DATA.
 
 import (
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"net"
@@ -174,7 +183,10 @@ func startExim(bin string, opts EximOptions, port, uid, gid int) (*Exim, error) 
 	err = errors.Join(os.Chmod(dir, 0o755), os.Mkdir(spool, 0o750), os.Chown(spool, uid, gid),
 		os.Mkdir(logs, 0o750), os.Chown(logs, uid, gid))
 	if err == nil {
-		err = ex.writeConfig(opts)
+		err = writeCertificate(filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem"))
+	}
+	if err == nil {
+		err = ex.writeConfig(bin, opts)
 	}
 	if err != nil {
 		os.RemoveAll(dir)
@@ -216,7 +228,7 @@ func startExim(bin string, opts EximOptions, port, uid, gid int) (*Exim, error) 
 
 // writeConfig writes exim.conf: the main settings, acl_check_rcpt, a
 // router per kind of domain and the smtp transport of the callouts.
-func (ex *Exim) writeConfig(opts EximOptions) error {
+func (ex *Exim) writeConfig(bin string, opts EximOptions) error {
 	mailboxes := filepath.Join(ex.Dir, "mailboxes")
 	if err := os.WriteFile(mailboxes, []byte(strings.Join(opts.Mailboxes, "\n")+"\n"), 0o644); err != nil {
 		return err
@@ -268,7 +280,8 @@ catch_all:
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, `# Written by evs internal/testkit (StartExim) for one test.
-keep_environment =
+exim_path = %s
+keep_environment = LD_LIBRARY_PATH
 primary_hostname = %s
 spool_directory = %s
 log_file_path = %s
@@ -277,6 +290,8 @@ daemon_smtp_ports = %d
 local_interfaces = <; %s
 daemon_startup_retries = 0
 tls_advertise_hosts =
+tls_certificate = %s
+tls_privatekey = %s
 host_lookup =
 rfc1413_hosts =
 domainlist local_domains = %s
@@ -307,11 +322,27 @@ begin transports
 callout_smtp:
   driver = smtp
   port = %s
-`, opts.Hostname, filepath.Join(ex.Dir, "spool"), filepath.Join(ex.Dir, "log", "%slog"), filepath.Join(ex.Dir, "exim.pid"),
-		ex.Port, strings.Join(ifaces, " ; "), list(local), list(opts.CalloutDomains), opts.RcptACL,
+`, bin, opts.Hostname, filepath.Join(ex.Dir, "spool"), filepath.Join(ex.Dir, "log", "%slog"), filepath.Join(ex.Dir, "exim.pid"),
+		ex.Port, strings.Join(ifaces, " ; "), filepath.Join(ex.Dir, "cert.pem"), filepath.Join(ex.Dir, "key.pem"), list(local), list(opts.CalloutDomains), opts.RcptACL,
 		routers, mailboxes, backendPort)
 	// Exim refuses a -C file that anyone but root (or its user) may write.
 	return os.WriteFile(filepath.Join(ex.Dir, "exim.conf"), []byte(b.String()), 0o644)
+}
+
+// writeCertificate writes the harness's self-signed ECDSA certificate
+// (smtpserver.go) and its key as PEM files.
+func writeCertificate(certFile, keyFile string) error {
+	cert, err := certificate()
+	if err != nil {
+		return err
+	}
+	key, err := x509.MarshalPKCS8PrivateKey(cert.PrivateKey)
+	if err != nil {
+		return err
+	}
+	return errors.Join(
+		os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Certificate[0]}), 0o644),
+		os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: key}), 0o644))
 }
 
 // Log returns the instance's mainlog and paniclog so far.
