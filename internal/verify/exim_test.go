@@ -16,6 +16,7 @@ const (
 	eximMain      = "127.0.0.61"
 	eximBlocklist = "127.0.0.62"
 	eximHelo      = "127.0.0.63"
+	eximSender    = "127.0.0.64"
 )
 
 // eximCases: the replies recorded from Exim 4.96 (Debian
@@ -31,12 +32,16 @@ var eximCases = []mtaCase{
 		[]evs.Reason{evs.ReasonAcceptedEmail}, "the backend accepted the callout"},
 	{"nobody@callout.exim.example", 550, "", "Callout verification failed: 550 5.1.1 <nobody@callout.exim.example>: Recipient address rejected: User unknown in virtual mailbox table",
 		[]evs.Reason{evs.ReasonRejectedEmail}, "Exim relays the backend's refusal of an unknown user, quoted under its own 550"},
+	{"busy@callout.exim.example", 451, "", "Could not complete recipient verify callout",
+		[]evs.Reason{evs.ReasonGreylisted}, "the backend deferred the callout: try later"},
 	{"alice@grey.exim.example", 451, "", "127.0.0.1 is not yet authorized to deliver mail from <verify@probe.evs.test> to <alice@grey.exim.example>. Please try later.",
 		[]evs.Reason{evs.ReasonGreylisted}, "a defer ACL with greylistd's words: try later"},
 	{"alice@blocklist.exim.example", 550, "", "127.0.0.1 is listed at zen.spamhaus.org",
 		[]evs.Reason{evs.ReasonBlocked}, "a DNSBL deny ACL (Debian's example wording) names our address: about us"},
 	{"alice@helo.exim.example", 550, "", "HELO name probe.evs.test refused by local policy",
 		[]evs.Reason{evs.ReasonBlocked}, "an ACL refuses our HELO name: about us"},
+	{"alice@sender.exim.example", 550, "", "Verification failed for <verify@probe.evs.test> Unrouteable address Sender verify failed",
+		[]evs.Reason{evs.ReasonBlocked}, "sender verification (Debian's CHECK_RCPT_VERIFY_SENDER) finds our MAIL FROM domain unroutable: about us, though the words are those of an unknown user"},
 	{"anyone@elsewhere.exim.example", 550, "", "relay not permitted",
 		[]evs.Reason{evs.ReasonAmbiguousReply}, "Exim does not host the domain: nothing about the mailbox"},
 }
@@ -44,19 +49,23 @@ var eximCases = []mtaCase{
 // TestEngineThroughExim verifies addresses through the engine against a
 // real Exim: local mailboxes, a catch-all domain, a domain Exim checks by
 // callout to a backend (a scripted server that words its refusal as
-// Postfix does), a defer ACL, and deny ACLs about our address and HELO
-// name on listeners of their own.
+// Postfix does), a defer ACL, and deny ACLs about our address, our HELO
+// name and our sender (Exim's sender verification) on listeners of their
+// own.
 func TestEngineThroughExim(t *testing.T) {
 	backend := testkit.StartSMTP(t, testkit.SMTPOptions{Banner: "220 backend.exim.example ESMTP Postfix", Rcpt: func(addr string) string {
-		if strings.HasPrefix(addr, "alice@") {
+		switch {
+		case strings.HasPrefix(addr, "alice@"):
 			return "250 2.1.5 Ok"
+		case strings.HasPrefix(addr, "busy@"):
+			return "451 4.3.0 <" + addr + ">: Temporary lookup failure"
 		}
 		return "550 5.1.1 <" + addr + ">: Recipient address rejected: User unknown in virtual mailbox table"
 	}})
 	ex := testkit.StartExim(t, testkit.EximOptions{
 		IP:             eximMain,
-		Listeners:      []string{eximBlocklist, eximHelo},
-		Mailboxes:      []string{"alice@exim.example", "alice@grey.exim.example", "alice@blocklist.exim.example", "alice@helo.exim.example"},
+		Listeners:      []string{eximBlocklist, eximHelo, eximSender},
+		Mailboxes:      []string{"alice@exim.example", "alice@grey.exim.example", "alice@blocklist.exim.example", "alice@helo.exim.example", "alice@sender.exim.example"},
 		CatchAll:       []string{"catchall.exim.example"},
 		CalloutDomains: []string{"callout.exim.example"},
 		CalloutBackend: backend.Addr,
@@ -65,6 +74,8 @@ func TestEngineThroughExim(t *testing.T) {
   deny    condition = ${if eq{$received_ip_address}{` + eximHelo + `}}
           condition = ${if eq{$sender_helo_name}{probe.evs.test}}
           message = HELO name $sender_helo_name refused by local policy
+  deny    condition = ${if eq{$received_ip_address}{` + eximSender + `}}
+          !verify = sender
   defer   domains = grey.exim.example
           message = $sender_host_address is not yet authorized to deliver mail from <$sender_address> to <$local_part@$domain>. Please try later.`,
 	})
@@ -72,9 +83,18 @@ func TestEngineThroughExim(t *testing.T) {
 	engine := loopbackEngine(t, ex.Port, map[string]string{
 		"exim.example": eximMain, "catchall.exim.example": eximMain, "callout.exim.example": eximMain,
 		"grey.exim.example": eximMain, "elsewhere.exim.example": eximMain,
-		"blocklist.exim.example": eximBlocklist, "helo.exim.example": eximHelo,
+		"blocklist.exim.example": eximBlocklist, "helo.exim.example": eximHelo, "sender.exim.example": eximSender,
 	})
 	begin := time.Now()
 	checkMTACases(t, "Exim", engine, eximCases)
+	// Exim keeps a callout's answer (two hours for a refusal): verified
+	// again, the unknown user is refused from that cache, without the
+	// backend's words. A callout also fails when the backend refuses
+	// Exim's null sender, so the cached refusal alone says nothing
+	// certain about the mailbox.
+	checkMTACases(t, "Exim", engine, []mtaCase{
+		{"nobody@callout.exim.example", 550, "", "Previous (cached) callout verification failure",
+			[]evs.Reason{evs.ReasonAmbiguousReply}, "a callout refused before, from Exim's cache, for a reason it does not give"},
+	})
 	t.Logf("%d verifications in %v", len(eximCases), time.Since(begin))
 }
