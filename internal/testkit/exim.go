@@ -87,6 +87,9 @@ type EximOptions struct {
 	//	deny condition = ${if eq{$received_ip_address}{127.0.0.62}}
 	//	     message = $sender_host_address is listed at zen.spamhaus.org
 	RcptACL string
+	// HeloACL, if set, is acl_smtp_helo, the ACL of EHLO and HELO (which
+	// accepts what it does not deny), e.g. a deny of certain names.
+	HeloACL string
 }
 
 // Exim is a running private Exim instance.
@@ -278,6 +281,11 @@ catch_all:
   data = :blackhole:
 `, list(opts.CatchAll))
 	}
+	heloMain, heloACL := "", ""
+	if opts.HeloACL != "" {
+		heloMain = "acl_smtp_helo = acl_check_helo\n"
+		heloACL = "\nacl_check_helo:\n" + opts.HeloACL + "\n  accept\n"
+	}
 	var b strings.Builder
 	fmt.Fprintf(&b, `# Written by evs internal/testkit (StartExim) for one test.
 exim_path = %s
@@ -297,8 +305,9 @@ rfc1413_hosts =
 domainlist local_domains = %s
 domainlist relay_to_domains = %s
 acl_smtp_rcpt = acl_check_rcpt
-
+%s
 begin acl
+%s
 
 acl_check_rcpt:
 %s
@@ -323,7 +332,8 @@ callout_smtp:
   driver = smtp
   port = %s
 `, bin, opts.Hostname, filepath.Join(ex.Dir, "spool"), filepath.Join(ex.Dir, "log", "%slog"), filepath.Join(ex.Dir, "exim.pid"),
-		ex.Port, strings.Join(ifaces, " ; "), filepath.Join(ex.Dir, "cert.pem"), filepath.Join(ex.Dir, "key.pem"), list(local), list(opts.CalloutDomains), opts.RcptACL,
+		ex.Port, strings.Join(ifaces, " ; "), filepath.Join(ex.Dir, "cert.pem"), filepath.Join(ex.Dir, "key.pem"),
+		list(local), list(opts.CalloutDomains), heloMain, heloACL, opts.RcptACL,
 		routers, mailboxes, backendPort)
 	// Exim refuses a -C file that anyone but root (or its user) may write.
 	return os.WriteFile(filepath.Join(ex.Dir, "exim.conf"), []byte(b.String()), 0o644)

@@ -17,6 +17,7 @@ const (
 	eximBlocklist = "127.0.0.62"
 	eximHelo      = "127.0.0.63"
 	eximSender    = "127.0.0.64"
+	eximHeloACL   = "127.0.0.65"
 )
 
 // eximCases: the replies recorded from Exim 4.96 (Debian
@@ -42,6 +43,8 @@ var eximCases = []mtaCase{
 		[]evs.Reason{evs.ReasonBlocked}, "an ACL refuses our HELO name: about us"},
 	{"alice@sender.exim.example", 550, "", "Verification failed for <verify@probe.evs.test> Unrouteable address Sender verify failed",
 		[]evs.Reason{evs.ReasonBlocked}, "sender verification (Debian's CHECK_RCPT_VERIFY_SENDER) finds our MAIL FROM domain unroutable: about us, though the words are those of an unknown user"},
+	{"alice@heloacl.exim.example", 550, "", "Access denied - Invalid HELO name (See RFC2821 4.1.1.1)",
+		[]evs.Reason{evs.ReasonBlocked}, "Exim refuses our name at EHLO, and at HELO: about us"},
 	{"anyone@elsewhere.exim.example", 550, "", "relay not permitted",
 		[]evs.Reason{evs.ReasonAmbiguousReply}, "Exim does not host the domain: nothing about the mailbox"},
 }
@@ -64,8 +67,8 @@ func TestEngineThroughExim(t *testing.T) {
 	}})
 	ex := testkit.StartExim(t, testkit.EximOptions{
 		IP:             eximMain,
-		Listeners:      []string{eximBlocklist, eximHelo, eximSender},
-		Mailboxes:      []string{"alice@exim.example", "alice@grey.exim.example", "alice@blocklist.exim.example", "alice@helo.exim.example", "alice@sender.exim.example"},
+		Listeners:      []string{eximBlocklist, eximHelo, eximSender, eximHeloACL},
+		Mailboxes:      []string{"alice@exim.example", "alice@grey.exim.example", "alice@blocklist.exim.example", "alice@helo.exim.example", "alice@sender.exim.example", "alice@heloacl.exim.example"},
 		CatchAll:       []string{"catchall.exim.example"},
 		CalloutDomains: []string{"callout.exim.example"},
 		CalloutBackend: backend.Addr,
@@ -78,12 +81,18 @@ func TestEngineThroughExim(t *testing.T) {
           !verify = sender
   defer   domains = grey.exim.example
           message = $sender_host_address is not yet authorized to deliver mail from <$sender_address> to <$local_part@$domain>. Please try later.`,
+		// A check many Exim sites copied: at EHLO/HELO, here of our name
+		// on one listener.
+		HeloACL: `  deny    condition = ${if eq{$received_ip_address}{` + eximHeloACL + `}}
+          condition = ${if eq{$sender_helo_name}{probe.evs.test}}
+          message = Access denied - Invalid HELO name (See RFC2821 4.1.1.1)`,
 	})
 	t.Logf("exim started in %v (%s)", ex.Startup, ex.Banner)
 	engine := loopbackEngine(t, ex.Port, map[string]string{
 		"exim.example": eximMain, "catchall.exim.example": eximMain, "callout.exim.example": eximMain,
 		"grey.exim.example": eximMain, "elsewhere.exim.example": eximMain,
 		"blocklist.exim.example": eximBlocklist, "helo.exim.example": eximHelo, "sender.exim.example": eximSender,
+		"heloacl.exim.example": eximHeloACL,
 	})
 	begin := time.Now()
 	checkMTACases(t, "Exim", engine, eximCases)
