@@ -9,9 +9,9 @@ package testkit
 //
 //   - The binary comes from MTARoot, unpacked, not installed (installing it
 //     would remove Postfix); LD_LIBRARY_PATH finds the libidn12 unpacked
-//     beside it. It is started as "exim4 -C CONF -bdf": a daemon in the
-//     foreground, our child (Pdeathsig), with the configuration file of
-//     the instance. Root may name any -C file; Exim wants it owned by root
+//     beside it. It is started as "exim4 -C CONF -bdf -oX PORT": a daemon
+//     in the foreground, our child (Pdeathsig), with the configuration
+//     file of the instance. Root may name any -C file; Exim wants it owned by root
 //     and writable by no one else.
 //   - The binary looks up its compiled-in user, Debian-exim, before it
 //     reads any configuration: make mta makes that system user, as the
@@ -21,7 +21,7 @@ package testkit
 //     logs, so those directories are that user's.
 //   - Everything lives in the instance's directory: spool_directory,
 //     log_file_path (mainlog, rejectlog, paniclog: printed when the test
-//     fails), pid_file_path. daemon_startup_retries = 0 makes a listener
+//     fails). daemon_startup_retries = 0 makes a listener
 //     address in use fail at once, not after nine 30-second retries.
 //   - No TLS (tls_advertise_hosts empty; Debian's build would offer STARTTLS
 //     with a self-signed certificate), no reverse DNS or ident lookups of
@@ -29,10 +29,10 @@ package testkit
 //     loads TLS credentials at start, and without tls_certificate it makes
 //     an RSA key for a self-signed one, which delayed the first session by
 //     half a second: it is given the harness's ECDSA certificate instead.
-//   - exim_path is the unpacked binary and keep_environment keeps
-//     LD_LIBRARY_PATH: the daemon re-executes itself (with -oPX, to remove
-//     its pid file when it stops), and Exim empties the environment
-//     otherwise.
+//   - The port is given with -oX, so the daemon writes no pid file: with
+//     one it re-executes itself as it stops, to remove it (-oPX), by then
+//     as Debian-exim, which cannot reach the binary under root's cache
+//     directory, and each stop left a line in the paniclog.
 //   - Nothing is ever delivered: local mailboxes are redirect routers to
 //     :blackhole:, enough for "verify = recipient", and the tests never
 //     send DATA.
@@ -189,13 +189,13 @@ func startExim(bin string, opts EximOptions, port, uid, gid int) (*Exim, error) 
 		err = writeCertificate(filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem"))
 	}
 	if err == nil {
-		err = ex.writeConfig(bin, opts)
+		err = ex.writeConfig(opts)
 	}
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	cmd := exec.Command(bin, "-C", filepath.Join(dir, "exim.conf"), "-bdf")
+	cmd := exec.Command(bin, "-C", filepath.Join(dir, "exim.conf"), "-bdf", "-oX", strconv.Itoa(port))
 	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+mtaLibraryPath())
 	cmd.SysProcAttr = sysProcAttr()
 	cmd.Stdout, cmd.Stderr = ex.out, ex.out
@@ -231,7 +231,7 @@ func startExim(bin string, opts EximOptions, port, uid, gid int) (*Exim, error) 
 
 // writeConfig writes exim.conf: the main settings, acl_check_rcpt, a
 // router per kind of domain and the smtp transport of the callouts.
-func (ex *Exim) writeConfig(bin string, opts EximOptions) error {
+func (ex *Exim) writeConfig(opts EximOptions) error {
 	mailboxes := filepath.Join(ex.Dir, "mailboxes")
 	if err := os.WriteFile(mailboxes, []byte(strings.Join(opts.Mailboxes, "\n")+"\n"), 0o644); err != nil {
 		return err
@@ -288,13 +288,10 @@ catch_all:
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, `# Written by evs internal/testkit (StartExim) for one test.
-exim_path = %s
-keep_environment = LD_LIBRARY_PATH
+keep_environment =
 primary_hostname = %s
 spool_directory = %s
 log_file_path = %s
-pid_file_path = %s
-daemon_smtp_ports = %d
 local_interfaces = <; %s
 daemon_startup_retries = 0
 tls_advertise_hosts =
@@ -331,8 +328,8 @@ begin transports
 callout_smtp:
   driver = smtp
   port = %s
-`, bin, opts.Hostname, filepath.Join(ex.Dir, "spool"), filepath.Join(ex.Dir, "log", "%slog"), filepath.Join(ex.Dir, "exim.pid"),
-		ex.Port, strings.Join(ifaces, " ; "), filepath.Join(ex.Dir, "cert.pem"), filepath.Join(ex.Dir, "key.pem"),
+`, opts.Hostname, filepath.Join(ex.Dir, "spool"), filepath.Join(ex.Dir, "log", "%slog"),
+		strings.Join(ifaces, " ; "), filepath.Join(ex.Dir, "cert.pem"), filepath.Join(ex.Dir, "key.pem"),
 		list(local), list(opts.CalloutDomains), heloMain, heloACL, opts.RcptACL,
 		routers, mailboxes, backendPort)
 	// Exim refuses a -C file that anyone but root (or its user) may write.
