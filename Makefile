@@ -59,6 +59,12 @@ chromium:
 # "No configuration", and a policy-rc.d that exits 101 keeps the packages'
 # services from starting during the install; it is removed afterwards.
 # apt-get update only when the plain install fails.
+# Exim 4 and OpenSMTPD are peers too, but installing either would remove
+# Postfix (they all conflict on mail-transport-agent): infra/scripts/
+# fetch-mta.sh downloads their packages and unpacks them, without
+# installing, into EVS_MTA_ROOT, where internal/testkit looks for them (the
+# same default), and makes their system users as the packages would.
+export EVS_MTA_ROOT ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/evs/mta/root
 mta:
 	@if [ -x /usr/lib/postfix/sbin/master ] && [ -x /usr/sbin/postgrey ]; then exit 0; fi; \
 	  command -v apt-get >/dev/null 2>&1 || { echo "make: the tests need Postfix and postgrey and apt-get is not here to install them: install the postfix and postgrey packages yourself" >&2; exit 1; }; \
@@ -71,6 +77,7 @@ mta:
 	  ok=1; apt-get install -y -qq postfix postgrey >/dev/null 2>&1 || { apt-get update -qq >/dev/null && apt-get install -y -qq postfix postgrey >/dev/null; } || ok=; \
 	  if [ -n "$$had" ]; then mv -f $$rcd.evs-saved $$rcd; else rm -f $$rcd; fi; \
 	  [ -n "$$ok" ] || { echo "make: apt-get could not install postfix and postgrey" >&2; exit 1; }
+	@./infra/scripts/fetch-mta.sh "$(EVS_MTA_ROOT)"
 
 vet: check-go
 	$(GO) vet $(PKGS)

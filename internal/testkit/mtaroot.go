@@ -1,0 +1,84 @@
+package testkit
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// MTARoot is the private root into which make mta (infra/scripts/
+// fetch-mta.sh) unpacks the Debian packages of Exim and OpenSMTPD: they
+// cannot be installed beside Postfix, as all three conflict on
+// mail-transport-agent. EVS_MTA_ROOT names it; the default, the Makefile's
+// too, is evs/mta/root under the user cache directory
+// ($XDG_CACHE_HOME or ~/.cache).
+func MTARoot() (string, error) {
+	if r := os.Getenv("EVS_MTA_ROOT"); r != "" {
+		return r, nil
+	}
+	c, err := os.UserCacheDir()
+	if err != nil {
+		return "", fmt.Errorf("no EVS_MTA_ROOT and no user cache directory: %w", err)
+	}
+	return filepath.Join(c, "evs", "mta", "root"), nil
+}
+
+// mtaBinary returns the path of an unpacked binary (rel, e.g.
+// "usr/sbin/exim4") of MTARoot, or an error that says which make target
+// provides it.
+func mtaBinary(name, rel string) (string, error) {
+	root, err := MTARoot()
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", name, err)
+	}
+	p := filepath.Join(root, rel)
+	if fi, err := os.Stat(p); err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
+		return "", errors.New(name + " not unpacked at " + p + ": make test fetches it (make mta: infra/scripts/fetch-mta.sh)")
+	}
+	return p, nil
+}
+
+// mtaLibraryPath is the LD_LIBRARY_PATH that finds the libraries unpacked
+// beside the binaries (libidn12 for exim4), e.g. ROOT/usr/lib/x86_64-linux-gnu.
+func mtaLibraryPath() string {
+	root, err := MTARoot()
+	if err != nil {
+		return ""
+	}
+	dirs, _ := filepath.Glob(filepath.Join(root, "usr", "lib", "*-linux-gnu"))
+	return strings.Join(dirs, ":")
+}
+
+// HarnessSource is the local address the Exim and OpenSMTPD harnesses
+// connect from when they check that a listener answers, so that a filter
+// or ACL aimed at the tests' own client address, 127.0.0.1, does not
+// refuse the check.
+const HarnessSource = "127.0.0.254"
+
+// awaitSMTP waits until addr greets, then holds a short session (EHLO,
+// QUIT) from HarnessSource to prove it is an SMTP server that works, and
+// returns the greeting. exited closing means the server died first.
+func awaitSMTP(exited <-chan struct{}, addr string, deadline time.Time) (string, error) {
+	for {
+		select {
+		case <-exited:
+			return "", errors.New("the daemon exited at start (its output says why)")
+		default:
+		}
+		d := net.Dialer{Timeout: time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP(HarnessSource)}}
+		c, err := d.Dial("tcp", addr)
+		if err == nil {
+			banner, err := smtpCheck(c)
+			c.Close()
+			return banner, err
+		}
+		if time.Now().After(deadline) {
+			return "", fmt.Errorf("nothing listened on %s: %v", addr, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
