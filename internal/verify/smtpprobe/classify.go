@@ -95,7 +95,8 @@ func Read(stage string, r Reply) Reading { return ReadFrom(stage, "", r) }
 //  1. 2xx: Accepted. A code outside 4xx/5xx: Unknown.
 //  2. A rule of the provider that wrote the reply (Microsoft 365's
 //     5.4.1 directory-based edge blocking, Yandex's 5.7.1 "No such user!",
-//     Outlook.com's 5.5.0 "mailbox unavailable", QQ's frequency limit).
+//     Outlook.com's 5.5.0 "mailbox unavailable", QQ's frequency limit), or
+//     of the MTA whose own reply it is (OpenSMTPD's 524 5.2.4).
 //  3. Text naming a full mailbox, nothing about us: Full.
 //  4. A 5xx whose text names our IP or host: Blocked, even when it gives
 //     our rate as the cause.
@@ -152,6 +153,9 @@ func ReadFrom(stage string, p Provider, r Reply) Reading {
 	}
 	if c, rule, ok := providerRule(p, r.Code, ev); ok {
 		rd.Provider = p
+		return decide(c, rule, nil)
+	}
+	if c, rule, ok := mtaRule(r.Code, ev); ok {
 		return decide(c, rule, nil)
 	}
 	usOrTemp := func(rule string, f *Family) Reading {
@@ -543,6 +547,18 @@ func providerRule(p Provider, code int, ev evidence) (Class, string, bool) {
 		if strings.Contains(ev.text, "mailbox unavailable or access denied") {
 			return RateLimited, "qq_frequency_limit", true
 		}
+	}
+	return "", "", false
+}
+
+// mtaRule applies what one MTA's own reply means, known by a fingerprint
+// no other MTA sends: OpenSMTPD answers a recipient it cannot expand —
+// an unknown user of a virtual domain — with its own code 524 and "5.2.4
+// Mailing list expansion problem: <rcpt>". A permanent expansion failure
+// means mail to the address cannot arrive, whatever the cause.
+func mtaRule(code int, ev evidence) (Class, string, bool) {
+	if code == 524 && ev.subject == "2.4" && strings.HasPrefix(ev.text, "mailing list expansion problem") {
+		return Rejected, "opensmtpd_expansion", true
 	}
 	return "", "", false
 }

@@ -172,6 +172,9 @@ func TestReadEvidence(t *testing.T) {
 		{"qmail rcpthosts", "", "553 sorry, that domain isn't in my list of allowed rcpthosts (#5.7.1)", Blocked, "about_us"},
 		{"qmail chkuser", "", "550 sorry, no mailbox here by that name. (#5.1.1)", Rejected, "mailbox"},
 		{"exchange 2003 hash code", "", "550 #5.7.1 Your access to submit messages to this e-mail system has been rejected.", Blocked, "about_us_code"},
+		// MTA rules apply to the MTA's own fingerprint only.
+		{"opensmtpd unknown virtual user", "", "524 5.2.4 Mailing list expansion problem: <nobody@virt.example>", Rejected, "opensmtpd_expansion"},
+		{"5.2.4 from anyone else", "", "550 5.2.4 Mailing list expansion problem", Unknown, "no_evidence"},
 		// Provider rules apply only where the provider answers.
 		{"yandex no such user", ProviderYandex, "550 5.7.1 No such user!", Rejected, "yandex_no_such_user"},
 		{"dbeb by fingerprint", "", "550 5.4.1 Recipient address rejected: Access denied. AS(201806281) [DB5EUR03FT012.eop-EUR03.prod.protection.outlook.com]", Rejected, "microsoft365_dbeb"},
