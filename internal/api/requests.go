@@ -7,6 +7,7 @@ import (
 	"encoding/csv"
 	"encoding/json"
 	"errors"
+	"io"
 	"log/slog"
 	"net/http"
 	"slices"
@@ -744,66 +745,104 @@ func wantsCSV(accept string) bool {
 var csvHeader = []string{"email", "status", "reason", "suggestion", "disposable", "role", "free", "acceptAll", "provider", "score"}
 
 // resultsCSV answers with every written result, in submission order. On
-// Lambda the reply is one payload (under the 6 MB limit for 50,000 rows);
-// `evs serve` writes it as it is.
+// Lambda the reply is one payload: a list longer than MaxCSVReply is
+// written to an export instead, as it is read, and the answer is 303 to
+// it. `evs serve` writes the list as it is.
 func (h *Handler) resultsCSV(ctx context.Context, req *request, p evs.Principal, b evs.Batch, f filter) (idempotency.Reply, error) {
-	csvBody, err := h.csvList(ctx, p.AccountID, b.ID, f)
+	release, err := h.csv.acquire(p.AccountID)
 	if err != nil {
 		return idempotency.Reply{}, err
 	}
-	if h.d.Exports != nil && len(csvBody) > h.d.MaxCSVReply {
-		url, expires, err := h.d.Exports.Export(ctx, p.AccountID, b.ID, h.origin(req), csvBody)
-		if err != nil {
-			return idempotency.Reply{}, err
-		}
-		r := jsonReply(http.StatusSeeOther, exportReply{URL: url, ExpiresAt: Time{Time: expires}})
-		r.Headers = map[string]string{"Location": url}
-		return r, nil
+	defer release()
+	limit := -1
+	if h.d.Exports != nil {
+		limit = h.d.MaxCSVReply
 	}
-	r := idempotency.Reply{StatusCode: http.StatusOK, Headers: map[string]string{"Content-Type": "text/csv; charset=utf-8"}, Body: csvBody}
+	var buf bytes.Buffer
+	rows := newCSVRows(h.d.Batches, p.AccountID, b.ID, f)
+	full, err := rows.writeUpTo(ctx, &buf, limit)
+	if err != nil {
+		return idempotency.Reply{}, err
+	}
+	if !full {
+		return idempotency.Reply{StatusCode: http.StatusOK, Headers: map[string]string{"Content-Type": "text/csv; charset=utf-8"}, Body: buf.Bytes()}, nil
+	}
+	// Longer than a reply carries: what was read goes first, the rest
+	// follows as it is read, never held whole.
+	url, expires, err := h.d.Exports.Export(ctx, p.AccountID, b.ID, h.origin(req), func(w io.Writer) error {
+		if _, err := w.Write(buf.Bytes()); err != nil {
+			return err
+		}
+		buf = bytes.Buffer{}
+		_, err := rows.writeUpTo(ctx, w, -1)
+		return err
+	})
+	if err != nil {
+		return idempotency.Reply{}, err
+	}
+	r := jsonReply(http.StatusSeeOther, exportReply{URL: url, ExpiresAt: Time{Time: expires}})
+	r.Headers = map[string]string{"Location": url}
 	return r, nil
 }
 
-// csvList renders the batch's written results that f keeps as the
-// contract's CSV, in submission order.
-func (h *Handler) csvList(ctx context.Context, accountID, batchID string, f filter) ([]byte, error) {
-	release, err := h.csv.acquire(accountID)
-	if err != nil {
-		return nil, err
+// csvRows writes a batch's written results that a filter keeps as the
+// contract's CSV, in submission order, a page at a time.
+type csvRows struct {
+	batches         BatchStore
+	account, batch  string
+	f               filter
+	after           int
+	header, drained bool
+}
+
+func newCSVRows(b BatchStore, account, batch string, f filter) *csvRows {
+	return &csvRows{batches: b, account: account, batch: batch, f: f, after: -1}
+}
+
+// writeUpTo writes rows to w until all are written, or, with limit of 0 or
+// more, until w holds more than limit bytes after a page (w is then a
+// *bytes.Buffer): full tells which. A later call goes on from there.
+func (c *csvRows) writeUpTo(ctx context.Context, w io.Writer, limit int) (full bool, err error) {
+	cw := csv.NewWriter(w)
+	if !c.header {
+		c.header = true
+		_ = cw.Write(csvHeader)
 	}
-	defer release()
-	var buf bytes.Buffer
-	w := csv.NewWriter(&buf)
-	_ = w.Write(csvHeader)
-	after := -1
-	for {
-		rs, err := h.d.Batches.Results(ctx, accountID, batchID, after, MaxPageLimit, evs.Status(f.status))
+	for !c.drained {
+		rs, err := c.batches.Results(ctx, c.account, c.batch, c.after, MaxPageLimit, evs.Status(c.f.status))
 		if err != nil {
-			return nil, err
+			return false, err
 		}
 		for _, r := range rs {
-			after = r.Seq
+			c.after = r.Seq
 			d := r.Decision
-			if !f.keeps(d) {
+			if !c.f.keeps(d) {
 				continue
 			}
 			sugg := ""
 			if d.Suggestion != nil {
 				sugg = *d.Suggestion
 			}
-			_ = w.Write([]string{
+			_ = cw.Write([]string{
 				csvSafe(r.Email), string(r.Status()), string(d.Reason), csvSafe(sugg),
 				strconv.FormatBool(d.Flags.Disposable), strconv.FormatBool(d.Flags.Role),
 				strconv.FormatBool(d.Flags.Free), strconv.FormatBool(d.Flags.AcceptAll),
 				d.Checks.SMTP.Provider, strconv.Itoa(verify.Score(d)),
 			})
 		}
-		if len(rs) < MaxPageLimit {
-			break
+		c.drained = len(rs) < MaxPageLimit
+		cw.Flush()
+		if err := cw.Error(); err != nil {
+			return false, err
+		}
+		if b, ok := w.(*bytes.Buffer); ok && limit >= 0 && b.Len() > limit && !c.drained {
+			return true, nil
 		}
 	}
-	w.Flush()
-	return buf.Bytes(), nil
+	if b, ok := w.(*bytes.Buffer); ok && limit >= 0 && b.Len() > limit {
+		return true, nil
+	}
+	return false, nil
 }
 
 // export serves GET /v1/requests/{id}/export: the CSV that Accept:
@@ -818,11 +857,16 @@ func (h *Handler) export(ctx context.Context, req *request, p evs.Principal) (id
 	if err != nil {
 		return idempotency.Reply{}, err
 	}
-	csvBody, err := h.csvList(ctx, p.AccountID, b.ID, f)
+	release, err := h.csv.acquire(p.AccountID)
 	if err != nil {
 		return idempotency.Reply{}, err
 	}
-	url, expires, err := h.d.ExportLinks.Export(ctx, p.AccountID, b.ID, h.origin(req), csvBody)
+	defer release()
+	rows := newCSVRows(h.d.Batches, p.AccountID, b.ID, f)
+	url, expires, err := h.d.ExportLinks.Export(ctx, p.AccountID, b.ID, h.origin(req), func(w io.Writer) error {
+		_, err := rows.writeUpTo(ctx, w, -1)
+		return err
+	})
 	if err != nil {
 		return idempotency.Reply{}, err
 	}
@@ -838,12 +882,14 @@ func (h *Handler) origin(req *request) string {
 	return requestOrigin(req)
 }
 
-// Exports stores a CSV result list and returns a URL it can be downloaded
-// from without a key until expires: an S3 pre-signed GET on AWS, `evs
-// serve`'s own /v1/exports/{id}?token=... locally. origin is the API's
-// own origin ("https://host:port") for a store whose URL is the server's.
+// Exports stores a CSV result list, as write writes it (a page of results
+// at a time: never the whole list in memory), and returns a URL it can be
+// downloaded from without a key until expires: an S3 pre-signed GET on
+// AWS, `evs serve`'s own /v1/exports/{id}?token=... locally. origin is
+// the API's own origin ("https://host:port") for a store whose URL is the
+// server's. An error write returns is returned as it is.
 type Exports interface {
-	Export(ctx context.Context, accountID, batchID, origin string, csv []byte) (url string, expires time.Time, err error)
+	Export(ctx context.Context, accountID, batchID, origin string, write func(w io.Writer) error) (url string, expires time.Time, err error)
 }
 
 // exportReply is the body of a 303 to an export and of GET

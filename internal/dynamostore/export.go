@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 
 	"github.com/evs-dev/evs/internal/evs"
 )
@@ -21,12 +23,18 @@ type Presigner interface {
 
 var errNoPresigner = errors.New("dynamostore: no S3 pre-signer is configured")
 
-// Export stores a batch's CSV result list in the input bucket, under
-// exports/, and returns a pre-signed GET URL for it (api.Exports): Lambda
-// cannot return a reply over 6 MB, S3 can hand out any size, and a browser
-// can fetch the URL without the API key. origin is not used: the URL is
-// S3's.
-func (s *Store) Export(ctx context.Context, accountID, batchID, _ string, csv []byte) (string, time.Time, error) {
+// exportPart is the size of the parts of an export's multipart upload: S3
+// takes parts of 5 MiB or more (the last may be smaller), and one part is
+// all an export holds in memory, whatever the list's length.
+const exportPart = 8 << 20
+
+// Export stores a batch's CSV result list, as write writes it, in the
+// input bucket under exports/, and returns a pre-signed GET URL for it
+// (api.Exports): Lambda cannot return a reply over 6 MB, S3 can hand out
+// any size, and a browser can fetch the URL without the API key. A list
+// longer than one part goes up as a multipart upload, a part at a time.
+// origin is not used: the URL is S3's.
+func (s *Store) Export(ctx context.Context, accountID, batchID, _ string, write func(w io.Writer) error) (string, time.Time, error) {
 	if err := s.in.ready(); err != nil {
 		return "", time.Time{}, err
 	}
@@ -34,12 +42,16 @@ func (s *Store) Export(ctx context.Context, accountID, batchID, _ string, csv []
 		return "", time.Time{}, errNoPresigner
 	}
 	key := "exports/" + accountID + "/" + batchID + "/" + newToken() + ".csv"
-	_, err := s.in.o.PutObject(ctx, &s3.PutObjectInput{
-		Bucket: aws.String(s.in.bucket), Key: aws.String(key), Body: bytes.NewReader(csv),
-		ContentLength: aws.Int64(int64(len(csv))), ContentType: aws.String("text/csv; charset=utf-8"),
-		ContentDisposition: aws.String(`attachment; filename="` + batchID + `.csv"`),
-	})
-	if err != nil {
+	up := &partUpload{ctx: ctx, o: s.in.o, bucket: s.in.bucket, key: key, disposition: `attachment; filename="` + batchID + `.csv"`}
+	if werr := write(up); werr != nil {
+		up.abort()
+		if up.err == nil {
+			return "", time.Time{}, werr
+		}
+		return "", time.Time{}, wrapErr("store export", up.err)
+	}
+	if err := up.finish(); err != nil {
+		up.abort()
 		return "", time.Time{}, wrapErr("store export", err)
 	}
 	// The bucket's lifecycle rule removes the file after a day.
@@ -50,4 +62,100 @@ func (s *Store) Export(ctx context.Context, accountID, batchID, _ string, csv []
 		return "", time.Time{}, wrapErr("sign export URL", err)
 	}
 	return req.URL, expires.UTC(), nil
+}
+
+// partUpload is an io.Writer onto one S3 object: a single PutObject when
+// what is written fits in one part, else a multipart upload started with
+// the first full part.
+type partUpload struct {
+	ctx                      context.Context
+	o                        Objects
+	bucket, key, disposition string
+
+	buf   []byte
+	id    *string // the multipart upload's ID, once started
+	parts []types.CompletedPart
+	err   error // the first S3 error; later writes fail with it
+}
+
+// Write implements io.Writer.
+func (u *partUpload) Write(p []byte) (int, error) {
+	if u.err != nil {
+		return 0, u.err
+	}
+	n := len(p)
+	for len(p) > 0 {
+		if u.buf == nil {
+			u.buf = make([]byte, 0, exportPart)
+		}
+		k := min(len(p), exportPart-len(u.buf))
+		u.buf, p = append(u.buf, p[:k]...), p[k:]
+		if len(u.buf) == exportPart {
+			if err := u.flush(); err != nil {
+				return n - len(p), err
+			}
+		}
+	}
+	return n, nil
+}
+
+// flush uploads the buffer as the next part.
+func (u *partUpload) flush() error {
+	if u.id == nil {
+		out, err := u.o.CreateMultipartUpload(u.ctx, &s3.CreateMultipartUploadInput{
+			Bucket: aws.String(u.bucket), Key: aws.String(u.key),
+			ContentType: aws.String("text/csv; charset=utf-8"), ContentDisposition: aws.String(u.disposition),
+		})
+		if err != nil {
+			u.err = err
+			return err
+		}
+		u.id = out.UploadId
+	}
+	n := int32(len(u.parts) + 1)
+	out, err := u.o.UploadPart(u.ctx, &s3.UploadPartInput{
+		Bucket: aws.String(u.bucket), Key: aws.String(u.key), UploadId: u.id, PartNumber: aws.Int32(n),
+		Body: bytes.NewReader(u.buf), ContentLength: aws.Int64(int64(len(u.buf))),
+	})
+	if err != nil {
+		u.err = err
+		return err
+	}
+	u.parts = append(u.parts, types.CompletedPart{ETag: out.ETag, PartNumber: aws.Int32(n)})
+	u.buf = u.buf[:0]
+	return nil
+}
+
+// finish stores what is left: the whole object, or the last part and the
+// upload's completion.
+func (u *partUpload) finish() error {
+	if u.id == nil {
+		_, err := u.o.PutObject(u.ctx, &s3.PutObjectInput{
+			Bucket: aws.String(u.bucket), Key: aws.String(u.key), Body: bytes.NewReader(u.buf),
+			ContentLength: aws.Int64(int64(len(u.buf))), ContentType: aws.String("text/csv; charset=utf-8"),
+			ContentDisposition: aws.String(u.disposition),
+		})
+		return err
+	}
+	if len(u.buf) > 0 {
+		if err := u.flush(); err != nil {
+			return err
+		}
+	}
+	_, err := u.o.CompleteMultipartUpload(u.ctx, &s3.CompleteMultipartUploadInput{
+		Bucket: aws.String(u.bucket), Key: aws.String(u.key), UploadId: u.id,
+		MultipartUpload: &types.CompletedMultipartUpload{Parts: u.parts},
+	})
+	return err
+}
+
+// abort drops a multipart upload that will not complete, so its parts are
+// not kept (and billed) until the bucket's lifecycle rule would.
+func (u *partUpload) abort() {
+	if u.id == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(u.ctx), 10*time.Second)
+	defer cancel()
+	_, _ = u.o.AbortMultipartUpload(ctx, &s3.AbortMultipartUploadInput{Bucket: aws.String(u.bucket), Key: aws.String(u.key), UploadId: u.id})
 }

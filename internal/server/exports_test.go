@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -132,5 +133,25 @@ func TestExportLink(t *testing.T) {
 	left, err := os.ReadDir(filepath.Join(h.dir, "exports"))
 	if err != nil || len(left) != 0 {
 		t.Fatalf("after the sweep, the exports directory holds %d files (%v)", len(left), err)
+	}
+}
+
+// TestExportSpansPages: an export of a list longer than a page of results
+// (1,000) is written a page at a time and is the same CSV, row for row,
+// that Accept: text/csv gives.
+func TestExportSpansPages(t *testing.T) {
+	h := start(t, options{})
+	emails := make([]string, 2500)
+	for i := range emails {
+		emails[i] = fmt.Sprintf("u%d+accepted_email@d%d.example", i, i%40)
+	}
+	id := completedBatch(t, h, emails, "quick")
+	want := h.do(req{path: "/v1/requests/" + id + "/results", key: h.testKey, headers: map[string]string{"Accept": "text/csv"}})
+	got := h.do(req{path: h.exportLink(h.testKey, id, "")})
+	if got.status != 200 || string(got.body) != string(want.body) {
+		t.Fatalf("export: %d, %d bytes; want the CSV's %d bytes", got.status, len(got.body), len(want.body))
+	}
+	if n := strings.Count(string(got.body), "\n"); n != len(emails)+1 {
+		t.Fatalf("export of %d addresses: %d lines", len(emails), n)
 	}
 }

@@ -1,6 +1,8 @@
 package sqlitestore
 
 import (
+	"bufio"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -9,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -45,11 +48,12 @@ func noExport() error {
 	return evs.Errorf(evs.CodeNotFound, "No such export (unknown or expired).")
 }
 
-// Export stores csv, batchID's result list of accountID, and returns the
-// URL it is served at without a key until it expires (api.Exports):
-// origin + /v1/exports/{id}?token=..., which `evs serve` answers with
-// OpenExport.
-func (s *Store) Export(ctx context.Context, accountID, batchID, origin string, csv []byte) (string, time.Time, error) {
+// Export stores batchID's result list of accountID, as write writes it,
+// and returns the URL it is served at without a key until it expires
+// (api.Exports): origin + /v1/exports/{id}?token=..., which `evs serve`
+// answers with OpenExport. The list goes to its file as it is written, so
+// a list of any length costs the same memory.
+func (s *Store) Export(ctx context.Context, accountID, batchID, origin string, write func(w io.Writer) error) (string, time.Time, error) {
 	var tok [32]byte
 	if _, err := rand.Read(tok[:]); err != nil {
 		return "", time.Time{}, err
@@ -66,35 +70,57 @@ func (s *Store) Export(ctx context.Context, accountID, batchID, origin string, c
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", time.Time{}, fileErr("store export", err)
 	}
-	if err := writeFileAtomic(dir, id+".csv", csv); err != nil {
+	if err := writeFileAtomic(dir, id+".csv", write); err != nil {
 		return "", time.Time{}, err
 	}
-	if err := writeFileAtomic(dir, id+".json", rec); err != nil {
+	if err := writeFileAtomic(dir, id+".json", func(w io.Writer) error { _, err := w.Write(rec); return err }); err != nil {
 		_ = os.Remove(filepath.Join(dir, id+".csv"))
 		return "", time.Time{}, err
 	}
 	return origin + "/v1/exports/" + id + "?token=" + token, expires, nil
 }
 
-// writeFileAtomic writes dir/name whole or not at all: a reader never
-// sees half a list.
-func writeFileAtomic(dir, name string, data []byte) error {
+// writeFileAtomic writes dir/name, as write writes it, whole or not at
+// all: a reader never sees half a list. An error of write's own (the
+// results it reads) is returned as it is; one of the file, as a fault of
+// the store.
+func writeFileAtomic(dir, name string, write func(w io.Writer) error) error {
 	f, err := os.CreateTemp(dir, ".tmp-"+name+"-*")
 	if err != nil {
 		return fileErr("store export", err)
 	}
-	_, err = f.Write(data)
+	fw := &fileWriter{w: bufio.NewWriterSize(f, 64<<10)}
+	werr := write(fw)
+	err = fw.w.Flush()
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
-	if err == nil {
+	if werr == nil && err == nil {
 		err = os.Rename(f.Name(), filepath.Join(dir, name))
 	}
-	if err != nil {
-		_ = os.Remove(f.Name())
-		return fileErr("store export", err)
+	if werr == nil && err == nil {
+		return nil
 	}
-	return nil
+	_ = os.Remove(f.Name())
+	if werr != nil && fw.err == nil {
+		return werr
+	}
+	return fileErr("store export", cmp.Or(fw.err, err, werr))
+}
+
+// fileWriter remembers the first error of the file under it, so that a
+// failed write is classified as the disk's, not the caller's.
+type fileWriter struct {
+	w   *bufio.Writer
+	err error
+}
+
+func (fw *fileWriter) Write(p []byte) (int, error) {
+	n, err := fw.w.Write(p)
+	if err != nil && fw.err == nil {
+		fw.err = err
+	}
+	return n, err
 }
 
 // fileErr classifies a failed file operation of the exports: a full or

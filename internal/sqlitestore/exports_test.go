@@ -2,6 +2,7 @@ package sqlitestore_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/url"
 	"os"
@@ -32,7 +33,7 @@ func TestExports(t *testing.T) {
 	t.Cleanup(func() { st.Close() })
 
 	csv := []byte("email,status\r\n'=1+1@x.example,unknown\n")
-	link, expires, err := st.Export(ctx, "acct-a", "batch-1", "http://evs.test:8080", csv)
+	link, expires, err := st.Export(ctx, "acct-a", "batch-1", "http://evs.test:8080", func(w io.Writer) error { _, err := w.Write(csv); return err })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,5 +119,62 @@ func TestExports(t *testing.T) {
 	}
 	if got := files(); !slices.Equal(got, []string{".tmp-fresh.csv-2", "fresh.csv"}) {
 		t.Fatalf("after the expiry's sweep: %v", got)
+	}
+}
+
+// TestExportStreamed: an export is written as its writer writes it, in
+// pieces, and a writer that fails part-way leaves no export behind and
+// its own error to the caller.
+func TestExportStreamed(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	st, err := sqlitestore.Open(ctx, dir, time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+
+	row := []byte("someone@example.com,deliverable,accepted_email\r\n")
+	const rows = 100_000 // 4.8 MB, written 48 bytes at a time
+	link, _, err := st.Export(ctx, "acct-a", "batch-1", "http://evs.test", func(w io.Writer) error {
+		for range rows {
+			if _, err := w.Write(row); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, _ := url.Parse(link)
+	_, f, err := st.OpenExport(ctx, strings.TrimPrefix(u.Path, "/v1/exports/"), u.Query().Get("token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fi, err := f.Stat()
+	f.Close()
+	if err != nil || fi.Size() != int64(rows*len(row)) {
+		t.Fatalf("export of %d rows: %v bytes (%v), want %d", rows, fi.Size(), err, rows*len(row))
+	}
+
+	broken := errors.New("the results could not be read")
+	_, _, err = st.Export(ctx, "acct-a", "batch-2", "http://evs.test", func(w io.Writer) error {
+		_, _ = w.Write(row)
+		return broken
+	})
+	if !errors.Is(err, broken) {
+		t.Fatalf("a failing writer: %v, want its own error", err)
+	}
+	es, err := os.ReadDir(filepath.Join(dir, "exports"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(es) != 2 { // the first export's list and record only
+		var names []string
+		for _, e := range es {
+			names = append(names, e.Name())
+		}
+		t.Fatalf("files after a failed export: %v", names)
 	}
 }
