@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"regexp"
 	"sort"
 	"strings"
 
@@ -98,6 +99,14 @@ Lambda functions read; each command's --help lists the ones it reads.`,
 	root.AddCommand(dev)
 	root.SetHelpCommandGroupID(groupMain)
 	root.SetCompletionCommandGroupID(groupMain)
+	// cobra's completion command prints its help and succeeds when no
+	// shell is named; a script that pipes it would source nothing.
+	root.InitDefaultCompletionCmd()
+	for _, cmd := range root.Commands() {
+		if cmd.Name() == "completion" {
+			group(cmd)
+		}
+	}
 	return root
 }
 
@@ -135,10 +144,23 @@ func execute(root *cobra.Command, args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "evs: %s\nusage: %s\nRun '%s --help' for every flag and the environment it reads.\n", msg, use, cmd.CommandPath())
 		return 2
 	default:
-		fmt.Fprintf(stderr, "evs: %v\n", err)
+		fmt.Fprintf(stderr, "evs: %s\n", userWords(err))
 		return 1
 	}
 }
+
+// userWords is err's text without the package names and error codes the
+// service's errors carry for its logs and the API ("sqlitestore: ",
+// "invalid_request: "): an operator reads what failed and why, not where
+// in the code.
+func userWords(err error) string {
+	return packageTagRe.ReplaceAllString(err.Error(), "$1")
+}
+
+var packageTagRe = regexp.MustCompile(`(^|: )(?:sqlitestore|dynamostore|store|smtpprobe|dnscheck|verify|config|authorizer|batch|webhook|idempotency|server|api|politeness|sqsqueue|awsinit|cache|gateway|` +
+	// The error codes the API's envelope carries (evs.Error): the
+	// message after one is already in the user's words.
+	`invalid_request|not_found|invalid_state|unavailable|internal_error|forbidden|unauthorized|rate_limited): `)
 
 // noArgs, exactArgs and minArgs check the positional arguments, as usage
 // errors that name what was expected.

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"regexp"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -182,7 +184,8 @@ func newKeysRevokeCmd(c *cli) *cobra.Command {
 		Use:   "revoke KEY|ID",
 		Short: "revoke a key, named by the key itself or its id (evs keys list)",
 		Long: `Revokes a key, named by the key itself or by its id (as evs keys list shows
-it). A running evs serve refuses the key from its next call. On AWS
+it), or by the start of its id, four characters or more, that no other key's
+id starts with. A running evs serve refuses the key from its next call. On AWS
 (--dynamodb-table), API Gateway may accept it for up to 30 s more: it caches
 the authorizer's answer per key.`,
 		Args: exactArgs(1, "one key or key id"),
@@ -195,6 +198,8 @@ the authorizer's answer per key.`,
 }
 
 func keysRevoke(c *cli, table, arg string) error {
+	// Only a key ID, never anything that may be a key, is named back.
+	isID := idRe.MatchString(arg)
 	if authorizer.WellFormed(arg) {
 		arg = authorizer.HashKey(arg)
 	}
@@ -204,9 +209,18 @@ func keysRevoke(c *cli, table, arg string) error {
 	}
 	defer closeFn()
 	k, err := st.RevokeKey(c.ctx, arg, time.Now())
+	if evs.ErrorCode(err) == evs.CodeNotFound && isID && len(arg) >= minIDPrefix {
+		// Not a whole ID: its start, as a user copies it from evs keys
+		// list, if it names one key.
+		var id string
+		if id, err = keyByPrefix(c.ctx, st, arg); err != nil {
+			return err
+		}
+		k, err = st.RevokeKey(c.ctx, id, time.Now())
+	}
 	if err != nil {
 		if evs.ErrorCode(err) == evs.CodeNotFound {
-			return fmt.Errorf("no such key")
+			return errors.New("no such key")
 		}
 		return err
 	}
@@ -217,6 +231,35 @@ func keysRevoke(c *cli, table, arg string) error {
 		fmt.Fprintf(c.stderr, "evs: API Gateway may still accept this key for up to %d s: it caches the authorizer's answer per key (ReauthorizeEvery in template.yaml)\n", awsAuthorizerCacheSeconds)
 	}
 	return nil
+}
+
+// idRe matches a key ID or the start of one: hex, as evs keys list shows.
+var idRe = regexp.MustCompile(`^[0-9a-f]{1,12}$`)
+
+// minIDPrefix is the shortest start of a key ID that revoke takes: four
+// hex digits leave a collision to a large list of keys, and a collision
+// is refused, never guessed.
+const minIDPrefix = 4
+
+// keyByPrefix returns the ID of the one key whose ID starts with prefix.
+func keyByPrefix(ctx context.Context, st store.Keys, prefix string) (string, error) {
+	ks, err := st.ListKeys(ctx)
+	if err != nil {
+		return "", err
+	}
+	var ids []string
+	for _, k := range ks {
+		if strings.HasPrefix(k.ID, prefix) {
+			ids = append(ids, k.ID)
+		}
+	}
+	switch len(ids) {
+	case 0:
+		return "", fmt.Errorf("no such key, and no key id starts with %q (evs keys list shows them)", prefix)
+	case 1:
+		return ids[0], nil
+	}
+	return "", fmt.Errorf("%d key ids start with %q (%s): give more of the id", len(ids), prefix, strings.Join(ids, ", "))
 }
 
 // awsAuthorizerCacheSeconds is how long API Gateway caches the authorizer's

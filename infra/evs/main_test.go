@@ -16,6 +16,7 @@ import (
 
 	"github.com/evs-dev/evs/internal/authorizer"
 	"github.com/evs-dev/evs/internal/dynamostore"
+	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/sqlitestore"
 	"github.com/evs-dev/evs/internal/testkit"
 )
@@ -28,7 +29,7 @@ func runEVS(ctx context.Context, env map[string]string, args ...string) (int, st
 }
 
 func TestUsage(t *testing.T) {
-	cases := [][]string{{}, {"nope"}, {"keys"}, {"keys", "create"}, {"keys", "revoke"}, {"verify"}, {"verify", "--mode", "deep", "a@b.example"}, {"batch"}, {"backup"}, {"backup", "a", "b"}}
+	cases := [][]string{{}, {"nope"}, {"keys"}, {"keys", "create"}, {"keys", "revoke"}, {"verify"}, {"verify", "--mode", "deep", "a@b.example"}, {"batch"}, {"backup"}, {"backup", "a", "b"}, {"completion"}}
 	for _, args := range cases {
 		if code, _, stderr := runEVS(context.Background(), nil, args...); code != 2 || stderr == "" {
 			t.Errorf("%v: exit %d, stderr %q; want 2 and a usage message", args, code, stderr)
@@ -67,6 +68,64 @@ func TestKeysEmbedded(t *testing.T) {
 	}
 	if code, _, stderr = runEVS(ctx, env, "keys", "revoke", "evs."+strings.Repeat("Z", 43)); code != 1 || !strings.Contains(stderr, "no such key") || strings.Contains(stderr, strings.Repeat("Z", 43)) {
 		t.Fatalf("revoke unknown: %d %q", code, stderr)
+	}
+}
+
+// TestKeysRevokeByIDPrefix: revoke takes the start of a key ID, as a user
+// copies it from evs keys list, when it names exactly one key; a start
+// that several keys share names them and revokes none; a start shorter
+// than four characters is not taken.
+func TestKeysRevokeByIDPrefix(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	st, err := sqlitestore.Open(ctx, dir, time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.CreateAccount(ctx, evs.Account{ID: "acct-1", Name: "acme", CreatedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"abcd11110000", "abcd22220000", "beef00000000"} {
+		hash := id + strings.Repeat("0", 52)
+		if err := st.CreateKey(ctx, evs.Key{ID: id, Hash: hash, AccountID: "acct-1", CreatedAt: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st.Close()
+	env := map[string]string{"EVS_DATA_DIR": dir}
+	if code, _, stderr := runEVS(ctx, env, "keys", "revoke", "abcd"); code != 1 || !strings.Contains(stderr, "2 key ids start with") ||
+		!strings.Contains(stderr, "abcd11110000") || !strings.Contains(stderr, "abcd22220000") {
+		t.Fatalf("revoke a shared start: %d %q", code, stderr)
+	}
+	if code, _, stderr := runEVS(ctx, env, "keys", "revoke", "bee"); code != 1 || !strings.Contains(stderr, "no such key") {
+		t.Fatalf("revoke a 3-character start: %d %q", code, stderr)
+	}
+	if code, out, stderr := runEVS(ctx, env, "keys", "revoke", "abcd2"); code != 0 || !strings.Contains(out, "revoked key abcd22220000") {
+		t.Fatalf("revoke a unique start: %d %q %q", code, out, stderr)
+	}
+	_, list, _ := runEVS(ctx, env, "keys", "list")
+	if n := strings.Count(list, "revoked"); n != 1 || !regexp.MustCompile(`abcd22220000 +acme +live +revoked`).MatchString(list) {
+		t.Fatalf("%d keys revoked, want abcd22220000 alone:\n%s", n, list)
+	}
+}
+
+// TestCLIMessagesInUserWords: a failure names what failed and why, not
+// the package that said so, and account names are checked.
+func TestCLIMessagesInUserWords(t *testing.T) {
+	ctx := context.Background()
+	env := map[string]string{"EVS_DATA_DIR": t.TempDir()}
+	code, _, stderr := runEVS(ctx, env, "keys", "create", "--account", "my acct")
+	if code != 1 || !strings.Contains(stderr, "An account name is 1 to 64 letters") || strings.Contains(stderr, "invalid_request") {
+		t.Fatalf("an account name with a space: %d %q", code, stderr)
+	}
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env["EVS_DATA_DIR"] = filepath.Join(file, "data") // under a file: cannot be made
+	code, _, stderr = runEVS(ctx, env, "keys", "list")
+	if code != 1 || !strings.Contains(stderr, "data directory") || strings.Contains(stderr, "sqlitestore") {
+		t.Fatalf("a data directory that cannot be made: %d %q", code, stderr)
 	}
 }
 

@@ -44,6 +44,9 @@ func notExists() *string { return aws.String("attribute_not_exists(pk)") }
 // CreateAccount stores a new account and claims its name in one
 // transaction. A taken ID or name is CodeInvalidState.
 func (s *Store) CreateAccount(ctx context.Context, a evs.Account) error {
+	if err := store.CheckAccount(a); err != nil {
+		return err
+	}
 	acct := item{
 		attrPK:        avS(prefixAccount + a.ID),
 		attrKind:      avS(kindAccount),

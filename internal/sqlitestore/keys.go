@@ -51,6 +51,9 @@ func (s *Store) Ping(ctx context.Context) error {
 // lookup is exact; such old duplicates stay readable (AccountByName
 // returns the oldest) and no new one can be made.
 func (s *Store) CreateAccount(ctx context.Context, a evs.Account) error {
+	if err := store.CheckAccount(a); err != nil {
+		return err
+	}
 	err := s.writeOne(ctx, true, func(ctx context.Context, tx *sql.Tx) error {
 		var idTaken, nameTaken bool
 		if err := tx.QueryRowContext(ctx, qAccountTaken, a.ID, a.Name).Scan(&idTaken, &nameTaken); err != nil {

@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -25,6 +26,17 @@ func runKeys(t *testing.T, newStore storeFactory) {
 		got, err = e.st.AccountByName(e.ctx, "bob")
 		must(t, err, "AccountByName bob")
 		sameAccount(t, "AccountByName bob", got, other)
+	})
+
+	t.Run("AccountNameChecked", func(t *testing.T) {
+		e := newEnv(t, newStore)
+		for i, name := range []string{"", "my acct", "-lead", "tab\tname", "ümlaut", strings.Repeat("a", 65)} {
+			err := e.st.CreateAccount(e.ctx, evs.Account{ID: fmt.Sprintf("acct-%d", i), Name: name, CreatedAt: base})
+			wantCode(t, err, evs.CodeInvalidRequest, fmt.Sprintf("CreateAccount named %q", name))
+		}
+		for i, name := range []string{"a", "acme.io", "team_2-b", strings.Repeat("a", 64)} {
+			must(t, e.st.CreateAccount(e.ctx, evs.Account{ID: fmt.Sprintf("ok-%d", i), Name: name, CreatedAt: base}), "CreateAccount "+name)
+		}
 	})
 
 	t.Run("AccountNotFound", func(t *testing.T) {
