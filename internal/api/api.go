@@ -26,6 +26,7 @@ import (
 
 	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/idempotency"
+	"github.com/evs-dev/evs/internal/verify"
 )
 
 // Function names: the logical ids of the Lambda functions in template.yaml.
@@ -78,10 +79,10 @@ func Routes() []Route {
 	}
 }
 
-// Verifier decides on one address. The live engine and the test-mode sandbox
-// both implement it.
+// Verifier decides on one inspected address (verify.Inspect). The live
+// engine and the test-mode sandbox both implement it.
 type Verifier interface {
-	Verify(ctx context.Context, email string, mode evs.Mode) evs.Decision
+	Verify(ctx context.Context, in verify.Inspection, mode evs.Mode) evs.Decision
 }
 
 // Queue hands a newly created batch to the workers. The batch and its items
