@@ -236,10 +236,14 @@ type Provider string
 // MarshalJSON renders p as a JSON string, or null when it is empty.
 func (p Provider) MarshalJSON() ([]byte, error) {
 	if p == "" {
-		return []byte("null"), nil
+		return jsonNull, nil
 	}
 	return json.Marshal(string(p))
 }
+
+// jsonNull is what Provider.MarshalJSON returns for "": encoding/json
+// copies a marshaler's bytes, so one shared slice serves every call.
+var jsonNull = []byte("null")
 
 // Time is a time.Time that marshals as RFC 3339 UTC with milliseconds and a
 // Z, as the contract requires for every timestamp.
@@ -250,7 +254,9 @@ const TimeLayout = "2006-01-02T15:04:05.000Z"
 
 // MarshalJSON renders t in TimeLayout, in UTC.
 func (t Time) MarshalJSON() ([]byte, error) {
-	b := make([]byte, 0, len(TimeLayout)+2)
+	// AppendFormat writes all nine digits of the nanoseconds before it
+	// cuts them to three: room for six more spares it a second buffer.
+	b := make([]byte, 0, len(TimeLayout)+2+6)
 	b = append(b, '"')
 	b = t.UTC().AppendFormat(b, TimeLayout)
 	return append(b, '"'), nil
