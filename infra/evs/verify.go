@@ -18,7 +18,7 @@ import (
 // request id.
 type verifyOutput struct {
 	Status   evs.Status   `json:"status"`
-	Decision api.Decision `json:"decision"`
+	Decision evs.Decision `json:"decision"`
 }
 
 // newVerifyCmd is `evs verify`.
@@ -68,9 +68,9 @@ func verifyAddresses(ctx context.Context, addrs []string, mode evs.Mode, timeout
 	enc.SetEscapeHTML(false)
 	for _, addr := range addrs {
 		vctx, cancel := context.WithTimeout(ctx, timeout)
-		d := engine.Verify(vctx, addr, mode)
+		d := engine.Verify(vctx, verify.Inspect(addr), mode)
 		cancel()
-		if err := enc.Encode(verifyOutput{Status: d.Status(), Decision: api.NewDecision(d)}); err != nil {
+		if err := enc.Encode(verifyOutput{Status: d.Status(), Decision: api.Rendered(d)}); err != nil {
 			return err
 		}
 		if ctx.Err() != nil {

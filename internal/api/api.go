@@ -26,6 +26,7 @@ import (
 
 	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/idempotency"
+	"github.com/evs-dev/evs/internal/verify"
 )
 
 // Function names: the logical ids of the Lambda functions in template.yaml.
@@ -78,10 +79,10 @@ func Routes() []Route {
 	}
 }
 
-// Verifier decides on one address. The live engine and the test-mode sandbox
-// both implement it.
+// Verifier decides on one inspected address (verify.Inspect). The live
+// engine and the test-mode sandbox both implement it.
 type Verifier interface {
-	Verify(ctx context.Context, email string, mode evs.Mode) evs.Decision
+	Verify(ctx context.Context, in verify.Inspection, mode evs.Mode) evs.Decision
 }
 
 // Queue hands a newly created batch to the workers. The batch and its items
@@ -243,14 +244,14 @@ func decodeStrict(b []byte, v any) error {
 	// Only JSON's own whitespace may surround the object: strings.TrimSpace
 	// would also accept \f, \v, U+00A0 or U+2028, which encoding/json
 	// refuses.
-	trimmed := strings.Trim(string(b), " \t\r\n")
-	if trimmed == "" {
+	trimmed := bytes.Trim(b, " \t\r\n")
+	if len(trimmed) == 0 {
 		return evs.Errorf(evs.CodeInvalidRequest, "The request body is empty; a JSON object is required.")
 	}
 	if trimmed[0] != '{' {
 		return evs.Errorf(evs.CodeInvalidRequest, "The request body must be a JSON object.")
 	}
-	dec := json.NewDecoder(strings.NewReader(trimmed))
+	dec := json.NewDecoder(bytes.NewReader(trimmed))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		return evs.Errorf(evs.CodeInvalidRequest, "The request body is not valid: %s.", jsonProblem(err))
@@ -346,10 +347,9 @@ type errorMeaning struct {
 // withRequestID returns a JSON object's body with "requestId" as its first
 // member, built in one buffer: one copy of the body, not three.
 func withRequestID(body []byte, requestID string) []byte {
-	id, _ := json.Marshal(requestID) // a string: cannot fail
-	out := make([]byte, 0, len(body)+len(id)+16)
+	out := make([]byte, 0, len(body)+len(requestID)+18)
 	out = append(out, `{"requestId":`...)
-	out = append(out, id...)
+	out = appendIDString(out, requestID)
 	if len(body) < 2 {
 		return append(out, '}')
 	}
@@ -357,6 +357,21 @@ func withRequestID(body []byte, requestID string) []byte {
 		out = append(out, ',')
 	}
 	return append(out, body[1:]...)
+}
+
+// appendIDString appends id as a JSON string. A request id (a UUID, or API
+// Gateway's) needs no escaping, so it is copied between quotes; any other
+// goes through encoding/json.
+func appendIDString(b []byte, id string) []byte {
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(id) // a string: cannot fail
+			return append(b, q...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, id...)
+	return append(b, '"')
 }
 
 // RetryAfterActiveBatches is the Retry-After, in seconds, of a batch

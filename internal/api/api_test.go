@@ -156,7 +156,7 @@ func TestVerifyReplies(t *testing.T) {
 	}
 	var out struct {
 		Status   string       `json:"status"`
-		Decision api.Decision `json:"decision"`
+		Decision evs.Decision `json:"decision"`
 	}
 	decode(t, ev, r, &out)
 	if out.Status != "risky" || out.Decision.Reason != evs.ReasonMailboxFull || out.Decision.Mode != evs.ModeQuick || !out.Decision.TestMode {

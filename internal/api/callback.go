@@ -71,8 +71,8 @@ func withDelivery(e batchEnvelope, d evs.Delivery) batchEnvelope {
 // webhookEvent is the body of a batch's webhook event (contract, section
 // 10). Its request is the batch envelope's, so the two cannot drift apart.
 type webhookEvent struct {
-	Type      string `json:"type"`
-	Timestamp Time   `json:"timestamp"`
+	Type      string   `json:"type"`
+	Timestamp evs.Time `json:"timestamp"`
 	Data      struct {
 		Request  batchRequest `json:"request"`
 		Counters Counters     `json:"counters"`
@@ -83,7 +83,7 @@ type webhookEvent struct {
 // timestamp is the moment b became final, so every retry sends the same
 // bytes (only the webhook-timestamp header changes).
 func EventBody(b evs.Batch) []byte {
-	e := webhookEvent{Type: "batch.completed", Timestamp: Time{b.CompletedAt}}
+	e := webhookEvent{Type: "batch.completed", Timestamp: evs.Time{Time: b.CompletedAt}}
 	switch b.State {
 	case evs.StateCancelled:
 		e.Type = "batch.cancelled"

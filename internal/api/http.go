@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"path"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -157,7 +158,10 @@ func (h *Handler) serve(rt Route, ep endpoint) http.Handler {
 		ctx := r.Context()
 		c := CallFromContext(ctx)
 		c.Route = rt.Path
-		p, authenticated := evs.PrincipalFromContext(ctx)
+		p, authenticated := c.principal, c.principal.AccountID != ""
+		if !authenticated {
+			p, authenticated = evs.PrincipalFromContext(ctx)
+		}
 		c.AccountID = p.AccountID
 		var reply idempotency.Reply
 		var err error
@@ -258,7 +262,10 @@ func render(w http.ResponseWriter, r idempotency.Reply, requestID string) {
 		ct = contentTypeJSON
 		h["Content-Type"] = []string{ct}
 	}
-	h["X-Request-Id"] = []string{requestID}
+	if v := h["X-Request-Id"]; len(v) != 1 || v[0] != requestID {
+		// Observe has set it already, for every reply of the call.
+		h["X-Request-Id"] = []string{requestID}
+	}
 	body := r.Body
 	switch {
 	case ct != contentTypeJSON:
@@ -272,7 +279,7 @@ func render(w http.ResponseWriter, r idempotency.Reply, requestID string) {
 	default:
 		body = withRequestID(r.Body, requestID)
 	}
-	h["Content-Length"] = []string{fmt.Sprint(len(body))}
+	h["Content-Length"] = []string{strconv.Itoa(len(body))}
 	status := r.StatusCode
 	if status == 0 {
 		status = http.StatusOK
@@ -301,9 +308,18 @@ type Call struct {
 	Err error
 	// Attr is the handler's own field: the address's domain or the batch id.
 	Attr slog.Attr
+	// principal is the caller as `evs serve`'s key check found it
+	// (SetPrincipal); on AWS the context carries it instead
+	// (evs.PrincipalFromContext).
+	principal evs.Principal
 }
 
 type callKey struct{}
+
+// SetPrincipal hands the call's handler its caller. The call's line is in
+// the context already: a context of its own for the principal would cost
+// every call another copy of the request.
+func (c *Call) SetPrincipal(p evs.Principal) { c.principal = p }
 
 // CallFromContext returns the log line of the call ctx belongs to; a
 // context that has none (a handler called without Observe) gets a fresh
@@ -328,21 +344,27 @@ func (c *Call) Log(ctx context.Context, l *slog.Logger, end time.Time) {
 		return
 	}
 	rec := slog.NewRecord(end, level, "call", 0)
-	rec.AddAttrs(
+	// One AddAttrs call: each call past the record's five inline fields
+	// grows its slice again.
+	attrs := [9]slog.Attr{
 		slog.String("requestId", c.RequestID),
 		slog.String("method", c.Method),
 		slog.String("route", c.Route),
 		slog.Int("status", c.Status),
 		slog.Int64("latencyMs", end.Sub(c.Start).Milliseconds()),
 		slog.String("accountId", c.AccountID),
-	)
+	}
+	n := 6
 	if c.ClientAddr.IsValid() {
-		rec.AddAttrs(slog.String("client", c.ClientAddr.String()))
+		attrs[n] = slog.String("client", c.ClientAddr.String())
+		n++
 	}
 	if level == slog.LevelError {
-		rec.AddAttrs(slog.String("error", c.Err.Error()))
+		attrs[n] = slog.String("error", c.Err.Error())
+		n++
 	}
-	rec.AddAttrs(c.Attr)
+	attrs[n] = c.Attr
+	rec.AddAttrs(attrs[:n+1]...)
 	_ = h.Handle(ctx, rec)
 }
 

@@ -56,8 +56,8 @@ type batchRequest struct {
 	Mode        evs.Mode  `json:"mode"`
 	State       evs.State `json:"state"`
 	Error       string    `json:"error,omitempty"`
-	CreatedAt   Time      `json:"createdAt"`
-	CompletedAt *Time     `json:"completedAt,omitempty"`
+	CreatedAt   evs.Time  `json:"createdAt"`
+	CompletedAt *evs.Time `json:"completedAt,omitempty"`
 	CallbackURL string    `json:"callbackUrl,omitempty"`
 	Callback    *callback `json:"callback,omitempty"`
 }
@@ -66,13 +66,13 @@ func envelopeOf(b evs.Batch, replayed bool) batchEnvelope {
 	e := batchEnvelope{
 		Request: batchRequest{
 			ID: b.ID, Mode: b.Mode, State: b.State, Error: b.Error,
-			CreatedAt: Time{Time: b.CreatedAt},
+			CreatedAt: evs.Time{Time: b.CreatedAt},
 		},
 		Counters: Counters(b.Counters),
 		Replayed: replayed,
 	}
 	if b.State.Final() && !b.CompletedAt.IsZero() {
-		e.Request.CompletedAt = &Time{Time: b.CompletedAt}
+		e.Request.CompletedAt = &evs.Time{Time: b.CompletedAt}
 	}
 	return e
 }
@@ -510,9 +510,9 @@ func (h *Handler) cancel(ctx context.Context, req *request, p evs.Principal) (id
 
 // resultItem is one row of GET /v1/requests/{id}/results.
 type resultItem struct {
-	Email    string     `json:"email"`
-	Status   evs.Status `json:"status"`
-	Decision Decision   `json:"decision"`
+	Email    string       `json:"email"`
+	Status   evs.Status   `json:"status"`
+	Decision evs.Decision `json:"decision"`
 }
 
 type resultsPage struct {
@@ -707,7 +707,7 @@ func (h *Handler) page(ctx context.Context, b evs.Batch, c cursor, f filter, lim
 			if !f.keeps(r.Decision) {
 				continue
 			}
-			page = append(page, resultItem{Email: r.Email, Status: r.Status(), Decision: NewDecision(r.Decision)})
+			page = append(page, resultItem{Email: r.Email, Status: r.Status(), Decision: Rendered(r.Decision)})
 			if len(page) == limit {
 				return page, &next, nil
 			}
@@ -780,7 +780,7 @@ func (h *Handler) resultsCSV(ctx context.Context, req *request, p evs.Principal,
 	if err != nil {
 		return idempotency.Reply{}, err
 	}
-	r := jsonReply(http.StatusSeeOther, exportReply{URL: url, ExpiresAt: Time{Time: expires}})
+	r := jsonReply(http.StatusSeeOther, exportReply{URL: url, ExpiresAt: evs.Time{Time: expires}})
 	r.Headers = map[string]string{"Location": url}
 	return r, nil
 }
@@ -826,8 +826,8 @@ func (c *csvRows) writeUpTo(ctx context.Context, w io.Writer, limit int) (full b
 			_ = cw.Write([]string{
 				csvSafe(r.Email), string(r.Status()), string(d.Reason), csvSafe(sugg),
 				strconv.FormatBool(d.Flags.Disposable), strconv.FormatBool(d.Flags.Role),
-				strconv.FormatBool(d.Flags.Free), strconv.FormatBool(d.Flags.AcceptAll),
-				d.Checks.SMTP.Provider, strconv.Itoa(verify.Score(d)),
+				strconv.FormatBool(d.Flags.Free), csvMaybe(d.Flags.AcceptAll, d.Flags.AcceptAllUnknown),
+				string(d.Checks.SMTP.Provider), strconv.Itoa(verify.Score(d)),
 			})
 		}
 		c.drained = len(rs) < MaxPageLimit
@@ -870,7 +870,7 @@ func (h *Handler) export(ctx context.Context, req *request, p evs.Principal) (id
 	if err != nil {
 		return idempotency.Reply{}, err
 	}
-	return jsonReply(http.StatusOK, exportReply{URL: url, ExpiresAt: Time{Time: expires}}), nil
+	return jsonReply(http.StatusOK, exportReply{URL: url, ExpiresAt: evs.Time{Time: expires}}), nil
 }
 
 // origin is the API's origin as the client reaches it, for URLs that
@@ -895,8 +895,16 @@ type Exports interface {
 // exportReply is the body of a 303 to an export and of GET
 // /v1/requests/{id}/export.
 type exportReply struct {
-	URL       string `json:"url"`
-	ExpiresAt Time   `json:"expiresAt"`
+	URL       string   `json:"url"`
+	ExpiresAt evs.Time `json:"expiresAt"`
+}
+
+// csvMaybe is a flag's CSV cell: empty when it is not known.
+func csvMaybe(v, unknown bool) string {
+	if unknown {
+		return ""
+	}
+	return strconv.FormatBool(v)
 }
 
 // csvSafe keeps a spreadsheet from reading a cell as a formula (CSV

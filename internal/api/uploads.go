@@ -67,11 +67,11 @@ type uploadRequest struct {
 }
 
 type uploadReply struct {
-	UploadID  string `json:"uploadId"`
-	URL       string `json:"url"`
-	Method    string `json:"method"`
-	ExpiresAt Time   `json:"expiresAt"`
-	MaxBytes  int64  `json:"maxBytes"`
+	UploadID  string   `json:"uploadId"`
+	URL       string   `json:"url"`
+	Method    string   `json:"method"`
+	ExpiresAt evs.Time `json:"expiresAt"`
+	MaxBytes  int64    `json:"maxBytes"`
 }
 
 // createUpload serves POST /v1/uploads.
@@ -106,7 +106,7 @@ func (h *Handler) createUpload(ctx context.Context, req *request, p evs.Principa
 			return errReply(err)
 		}
 		return jsonReply(http.StatusCreated, uploadReply{
-			UploadID: u.ID, URL: url, Method: http.MethodPut, ExpiresAt: Time{Time: u.ExpiresAt}, MaxBytes: u.MaxBytes,
+			UploadID: u.ID, URL: url, Method: http.MethodPut, ExpiresAt: evs.Time{Time: u.ExpiresAt}, MaxBytes: u.MaxBytes,
 		})
 	})
 	return resp, err

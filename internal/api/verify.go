@@ -29,8 +29,8 @@ type verifyRequest struct {
 }
 
 type verifyResponse struct {
-	Status   evs.Status `json:"status"`
-	Decision Decision   `json:"decision"`
+	Status   evs.Status   `json:"status"`
+	Decision evs.Decision `json:"decision"`
 }
 
 // verify serves POST /v1/verify: one address, verified synchronously. The
@@ -86,12 +86,10 @@ func (h *Handler) verifyOne(ctx context.Context, req *request, p evs.Principal) 
 	if p.Test {
 		engine = h.d.Sandbox
 	}
-	// The log's domain comes from the decision: the engine has parsed the
-	// address already, and parsing it a second time just for the log line
-	// was a second quick check per call. Only when no decision is made (an
-	// idempotent replay, or the idempotency store failing) is the address
-	// inspected for the log alone.
-	domain, decided := "", false
+	// The one parse of the address: the cache is keyed by its normalized
+	// form, the engine verifies it, and the log line takes its domain,
+	// even when no decision is made (an idempotent replay).
+	addr := verify.Inspect(*in.Email)
 	resp, _, err := h.idempotent(ctx, req, p, raw, func(ctx context.Context) idempotency.Reply {
 		// Charged once the call is valid and its key claimed: a replay
 		// never gets here, and every call that does is answered with a
@@ -108,8 +106,7 @@ func (h *Handler) verifyOne(ctx context.Context, req *request, p evs.Principal) 
 			vctx, cancel = context.WithTimeout(ctx, h.d.VerifyTimeout)
 			defer cancel()
 		}
-		d := h.verifyCached(vctx, engine, p, *in.Email, mode, maxAge)
-		domain, decided = decisionDomain(d), true
+		d := h.verifyCached(vctx, engine, p, addr, mode, maxAge)
 		if verify.ExitDown(d.Checks.SMTP) {
 			// Our SMTP exit failed: that is no verdict on the address
 			// (contract, section 16), and the address was not checked.
@@ -117,43 +114,29 @@ func (h *Handler) verifyOne(ctx context.Context, req *request, p evs.Principal) 
 			return errReply(&BusyError{Err: evs.Errorf(evs.CodeUnavailable, "Our SMTP exit could not be reached, so the address was not checked; retry later."),
 				RetryAfter: RetryAfterExitDown})
 		}
-		return jsonReply(http.StatusOK, verifyResponse{Status: d.Status(), Decision: NewDecision(d)})
+		return jsonReply(http.StatusOK, verifyResponse{Status: d.Status(), Decision: Rendered(d)})
 	})
-	if !decided {
-		if in := verify.Inspect(*in.Email); in.Valid {
-			domain = in.Address.Domain
-		}
-	}
-	return resp, domain, err
+	return resp, addr.Address.Domain, err
 }
 
 // RetryAfterExitDown is the Retry-After, in seconds, of a /v1/verify our
 // SMTP exit failed: as long as a batch waits before trying again.
 const RetryAfterExitDown = "30"
 
-// decisionDomain is the domain of a decision's normalised address, "" when
-// the syntax is invalid. The domain of a normalised address holds no "@".
-func decisionDomain(d evs.Decision) string {
-	if d.Normalized == "" {
-		return ""
-	}
-	return d.Normalized[strings.LastIndexByte(d.Normalized, '@')+1:]
-}
-
-// verifyCached verifies email for p, reusing the account's cached verdict
-// when one is fresh enough for maxAge (contract, section 12), and keeps a
-// new live verdict for later calls. Test mode neither reads nor writes the
-// cache.
-func (h *Handler) verifyCached(ctx context.Context, engine Verifier, p evs.Principal, email string, mode evs.Mode, maxAge time.Duration) evs.Decision {
+// verifyCached verifies the inspected address for p, reusing the account's
+// cached verdict when one is fresh enough for maxAge (contract, section 12),
+// and keeps a new live verdict for later calls. Test mode neither reads nor
+// writes the cache.
+func (h *Handler) verifyCached(ctx context.Context, engine Verifier, p evs.Principal, addr verify.Inspection, mode evs.Mode, maxAge time.Duration) evs.Decision {
 	if p.Test || h.d.Cache == nil {
-		return engine.Verify(ctx, email, mode)
+		return engine.Verify(ctx, addr, mode)
 	}
-	if key, _, ok := verify.NormalizedKey(email); ok {
-		if d, hit := h.d.Cache.Lookup(ctx, p.AccountID, mode, key, email, maxAge); hit {
+	if addr.Valid {
+		if d, hit := h.d.Cache.Lookup(ctx, p.AccountID, mode, addr.Normalized, addr.Email, maxAge); hit {
 			return d
 		}
 	}
-	d := engine.Verify(ctx, email, mode)
+	d := engine.Verify(ctx, addr, mode)
 	if err := h.d.Cache.Keep(ctx, p.AccountID, d); err != nil {
 		h.d.Logger.Warn("could not keep a verdict in the result cache", slog.String("accountId", p.AccountID), slog.String("error", err.Error()))
 	}

@@ -198,7 +198,7 @@ func (s stepper) run(ctx context.Context, t task, startBy time.Time) (d stepDone
 func (s stepper) fromCache(ctx context.Context, b evs.Batch, items []evs.Item) (hits []evs.Result, rest []evs.Item) {
 	rest = items[:0:0]
 	for _, it := range items {
-		if key, _, ok := verify.NormalizedKey(it.Email); ok {
+		if key, ok := verify.ItemKey(it); ok {
 			if d, hit := s.cache.Lookup(ctx, b.AccountID, b.Mode, key, it.Email, b.MaxAge); hit {
 				hits = append(hits, evs.Result{Seq: it.Seq, Email: it.Email, Decision: d})
 				continue

@@ -63,7 +63,7 @@ func TimeoutResults(items []evs.Item, mode evs.Mode, test bool, detail string, n
 				DNS:    evs.DNSCheck{Result: evs.DNSNotChecked, MX: []string{}},
 				SMTP:   evs.SMTPCheck{Result: evs.SMTPTimeout, Detail: detail},
 			},
-			CheckedAt: now.UTC(),
+			CheckedAt: evs.Time{Time: now.UTC()},
 			TestMode:  test,
 		}
 		if in.Valid {

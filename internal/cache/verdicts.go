@@ -66,7 +66,7 @@ func (c *Cache) Lookup(ctx context.Context, accountID string, mode evs.Mode, nor
 		return evs.Decision{}, false
 	}
 	now := c.Now()
-	if !now.Before(expires) || (maxAge > 0 && now.Sub(d.CheckedAt) > maxAge) {
+	if !now.Before(expires) || (maxAge > 0 && now.Sub(d.CheckedAt.Time) > maxAge) {
 		c.count(Stale)
 		return evs.Decision{}, false
 	}
@@ -89,7 +89,7 @@ func (c *Cache) Keep(ctx context.Context, accountID string, ds ...evs.Decision) 
 		if ttl <= 0 || d.TestMode || d.Cached || d.Normalized == "" {
 			continue
 		}
-		at := d.CheckedAt
+		at := d.CheckedAt.Time
 		if at.IsZero() {
 			at = now
 		}

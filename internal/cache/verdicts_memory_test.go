@@ -49,7 +49,7 @@ var memNow = time.Now().UTC().Truncate(time.Millisecond)
 
 func entry(addr string) store.CacheEntry {
 	return store.CacheEntry{
-		Decision: evs.Decision{Email: addr, Normalized: addr, Mode: evs.ModeFull, Reason: evs.ReasonAcceptedEmail, CheckedAt: memNow,
+		Decision: evs.Decision{Email: addr, Normalized: addr, Mode: evs.ModeFull, Reason: evs.ReasonAcceptedEmail, CheckedAt: evs.Time{Time: memNow},
 			Checks: evs.Checks{SMTP: evs.SMTPCheck{Result: evs.SMTPAccepted, Code: 250, EnhancedCode: "2.1.5", Host: "mx.corp.example"}}},
 		ExpiresAt: memNow.Add(time.Hour),
 	}

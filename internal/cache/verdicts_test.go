@@ -26,10 +26,10 @@ func (m *memStore) KeepDecisions(_ context.Context, _ string, es []store.CacheEn
 func TestKeep(t *testing.T) {
 	now := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
 	live := func(r evs.Reason) evs.Decision {
-		return evs.Decision{Email: "a@b.example", Normalized: "a@b.example", Reason: r, Mode: evs.ModeFull, CheckedAt: now}
+		return evs.Decision{Email: "a@b.example", Normalized: "a@b.example", Reason: r, Mode: evs.ModeFull, CheckedAt: evs.Time{Time: now}}
 	}
 	testMode, cached, invalid, old := live(evs.ReasonAcceptedEmail), live(evs.ReasonAcceptedEmail), live(evs.ReasonInvalidSyntax), live(evs.ReasonAcceptedEmail)
-	testMode.TestMode, cached.Cached, invalid.Normalized, old.CheckedAt = true, true, "", now.Add(-25*time.Hour)
+	testMode.TestMode, cached.Cached, invalid.Normalized, old.CheckedAt = true, true, "", evs.Time{Time: now.Add(-25 * time.Hour)}
 	policy := live(evs.ReasonNoMailServer)
 	policy.Checks.DNS.Result = evs.DNSMXNotPublic
 	tests := []struct {

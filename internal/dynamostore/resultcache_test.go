@@ -76,7 +76,7 @@ func TestResultCacheItemCost(t *testing.T) {
 			SMTP: evs.SMTPCheck{Result: evs.SMTPAccepted, Host: google[0], Provider: "google", Code: 250, EnhancedCode: "2.1.5",
 				Message: "OK 5b1f17b1804b1-4349f2a3c1bsi1234567f8f.123 - gsmtp", TLS: true, CatchAll: evs.SMTPRejected},
 		},
-		CheckedAt: at, DurationMs: 1834,
+		CheckedAt: evs.Time{Time: at}, DurationMs: 1834,
 	}
 	large := typical
 	large.Normalized = strings.Repeat("x", 64) + "@" + strings.Repeat("d", 60) + ".example.com"

@@ -1,6 +1,11 @@
 package evs
 
-import "time"
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+)
 
 // Status is the outcome label of a verification (API contract, section 2).
 type Status string
@@ -88,27 +93,30 @@ func ParseMode(s string) (Mode, bool) {
 }
 
 // Decision is the whole, explained verdict on one address: the "decision"
-// object of the API.
+// object of the API. It is the one type the API renders: its JSON tags and
+// field order are the contract's (section 2), and the few rules the
+// encoding alone does not give (the timestamp layout, provider null when
+// unknown) live on the field types.
 type Decision struct {
-	Email      string
-	Normalized string
-	Reason     Reason
-	Mode       Mode
-	Suggestion *string
-	Flags      Flags
-	Checks     Checks
-	CheckedAt  time.Time
-	DurationMs int64
+	Email      string `json:"email"`
+	Normalized string `json:"normalized"`
+	Reason     Reason `json:"reason"`
+	// Score (0–100) is how likely mail to the address is delivered and not
+	// bounced: verify.Score of the fields below (docs/score.md). The
+	// engine sets it; the stores do not keep it, so the API recomputes it
+	// from the stored evidence when it renders or filters a decision.
+	Score      int     `json:"score"`
+	Mode       Mode    `json:"mode"`
+	Suggestion *string `json:"suggestion"`
+	Flags      Flags   `json:"flags"`
+	Checks     Checks  `json:"checks"`
+	CheckedAt  Time    `json:"checkedAt"`
+	DurationMs int64   `json:"durationMs"`
 	// TestMode is set only on decisions made for test-mode accounts.
-	TestMode bool
+	TestMode bool `json:"testMode,omitempty"`
 	// Cached is set when the verdict was reused from the account's cache
 	// (contract, section 12); CheckedAt is then the original check's.
-	Cached bool
-	// Score (0–100) is how likely mail to the address is delivered and not
-	// bounced: verify.Score of the fields above. The engine sets it; the
-	// stores do not keep it, so the API recomputes it from the stored
-	// evidence when it renders or filters a decision.
-	Score int
+	Cached bool `json:"cached"`
 }
 
 // Status returns the outcome label the decision's reason leads to.
@@ -117,30 +125,55 @@ func (d Decision) Status() Status { return StatusOf(d.Reason) }
 // Flags are facts about the address that do not change Status by themselves
 // (except disposable, which is also a reason).
 type Flags struct {
-	Disposable bool
-	Role       bool
-	Free       bool
-	AcceptAll  bool
+	Disposable bool `json:"disposable"`
+	Role       bool `json:"role"`
+	Free       bool `json:"free"`
+	AcceptAll  bool `json:"acceptAll"`
 	// SMTPUTF8 marks a UTF-8 local part (RFC 6531): the receiving server must
 	// support SMTPUTF8 to take it.
-	SMTPUTF8 bool
+	SMTPUTF8 bool `json:"smtputf8"`
+	// AcceptAllUnknown says that whether the domain accepts any address
+	// is not known (SMTPCheck.AcceptAllUnknown): acceptAll renders as
+	// null. Whoever makes or decodes a decision sets it from the checks.
+	AcceptAllUnknown bool `json:"-"`
+}
+
+// MarshalJSON renders the flags in the contract's order, acceptAll null
+// when it is not known.
+func (f Flags) MarshalJSON() ([]byte, error) {
+	b := make([]byte, 0, 96)
+	b = append(b, `{"disposable":`...)
+	b = strconv.AppendBool(b, f.Disposable)
+	b = append(b, `,"role":`...)
+	b = strconv.AppendBool(b, f.Role)
+	b = append(b, `,"free":`...)
+	b = strconv.AppendBool(b, f.Free)
+	b = append(b, `,"acceptAll":`...)
+	if f.AcceptAllUnknown {
+		b = append(b, "null"...)
+	} else {
+		b = strconv.AppendBool(b, f.AcceptAll)
+	}
+	b = append(b, `,"smtputf8":`...)
+	b = strconv.AppendBool(b, f.SMTPUTF8)
+	return append(b, '}'), nil
 }
 
 // Checks carries the evidence behind the decision, one object per stage.
 // Every stage is always present: a stage that did not run says so in its
 // result ("not_checked", "skipped") rather than by being absent.
 type Checks struct {
-	Syntax SyntaxCheck
-	DNS    DNSCheck
-	SMTP   SMTPCheck
+	Syntax SyntaxCheck `json:"syntax"`
+	DNS    DNSCheck    `json:"dns"`
+	SMTP   SMTPCheck   `json:"smtp"`
 }
 
 // SyntaxCheck is the syntax stage's evidence.
 type SyntaxCheck struct {
-	Valid bool
+	Valid bool `json:"valid"`
 	// Error names the rule an invalid address broke (for example
 	// "consecutive_dots"); empty when valid.
-	Error string
+	Error string `json:"error,omitempty"`
 }
 
 // DNS result values of DNSCheck.Result.
@@ -161,17 +194,19 @@ const (
 // DNSCheck is the DNS stage's evidence.
 type DNSCheck struct {
 	// Result is one of the DNS* constants.
-	Result string
+	Result string `json:"result"`
 	// MX lists the mail hosts in preference order (the domain itself when
-	// ImplicitMX is true).
-	MX         []string
-	ImplicitMX bool
+	// ImplicitMX is true). The contract shows an empty list, never null:
+	// every maker of a decision sets it non-nil, and the API's Rendered
+	// makes sure.
+	MX         []string `json:"mx"`
+	ImplicitMX bool     `json:"implicitMx"`
 	// Rcode is the DNS response code that decided the result (NOERROR,
 	// NXDOMAIN, SERVFAIL, REFUSED), or empty on a timeout.
-	Rcode string
+	Rcode string `json:"rcode,omitempty"`
 	// Error says what failed when Result is "error" (servfail, refused,
 	// timeout, network).
-	Error string
+	Error string `json:"error,omitempty"`
 }
 
 // SMTP result values of SMTPCheck.Result (contract, section 2).
@@ -188,25 +223,33 @@ const (
 
 // SMTPCheck is the SMTP stage's evidence: the reply that decided the result.
 type SMTPCheck struct {
-	Result string
-	Host   string
+	Result string `json:"result"`
+	Host   string `json:"host,omitempty"`
 	// Provider names the mail service behind the MX (smtpprobe.Provider:
 	// "google", "microsoft365", ... or "other"), or "" when no MX was
-	// found.
-	Provider     string
-	Code         int
-	EnhancedCode string
+	// found, which the contract shows as null.
+	Provider     Provider `json:"provider"`
+	Code         int      `json:"code,omitempty"`
+	EnhancedCode string   `json:"enhancedCode,omitempty"`
 	// Message is the remote server's reply text, trimmed to 200 characters.
-	Message string
-	TLS     bool
+	Message string `json:"message,omitempty"`
+	TLS     bool   `json:"tls"`
 	// CatchAll is the result of the random-address (accept-all) probe on
 	// the domain when one decided this check (accepted, rejected,
 	// greylisted...), else "". A rejected probe is what makes an accepted
 	// mailbox proof rather than a hint.
-	CatchAll string
+	CatchAll string `json:"catchAll,omitempty"`
 	// Detail says, in our words, why the result is what it is (for example
 	// "skipped: quick mode" or "blocked: the server refused our IP").
-	Detail string
+	Detail string `json:"detail,omitempty"`
+}
+
+// AcceptAllUnknown tells whether c accepted the mailbox without the
+// random-address probe showing that the server rejects unknown ones: the
+// probe got a 4xx, a refusal about us, or nothing usable. ("" is a check
+// stored before the probe's answer was, read as it was then.)
+func (c SMTPCheck) AcceptAllUnknown() bool {
+	return c.Result == SMTPAccepted && c.CatchAll != "" && c.CatchAll != SMTPRejected
 }
 
 // Valid tells whether r is one of the contract's reason codes.
@@ -217,4 +260,51 @@ func (r Reason) Valid() bool {
 		}
 	}
 	return false
+}
+
+// Provider names the mail service behind a domain's preferred MX host, or
+// is "" when none was found: the contract shows that as null, not as an
+// empty name.
+type Provider string
+
+// MarshalJSON renders p as a JSON string, or null when it is empty.
+func (p Provider) MarshalJSON() ([]byte, error) {
+	if p == "" {
+		return jsonNull, nil
+	}
+	return json.Marshal(string(p))
+}
+
+// jsonNull is what Provider.MarshalJSON returns for "": encoding/json
+// copies a marshaler's bytes, so one shared slice serves every call.
+var jsonNull = []byte("null")
+
+// Time is a time.Time that marshals as RFC 3339 UTC with milliseconds and a
+// Z, as the contract requires for every timestamp.
+type Time struct{ time.Time }
+
+// TimeLayout is the contract's timestamp layout.
+const TimeLayout = "2006-01-02T15:04:05.000Z"
+
+// MarshalJSON renders t in TimeLayout, in UTC.
+func (t Time) MarshalJSON() ([]byte, error) {
+	// AppendFormat writes all nine digits of the nanoseconds before it
+	// cuts them to three: room for six more spares it a second buffer.
+	b := make([]byte, 0, len(TimeLayout)+2+6)
+	b = append(b, '"')
+	b = t.UTC().AppendFormat(b, TimeLayout)
+	return append(b, '"'), nil
+}
+
+// UnmarshalJSON parses an RFC 3339 timestamp.
+func (t *Time) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		return nil
+	}
+	p, err := time.Parse(`"`+time.RFC3339Nano+`"`, string(b))
+	if err != nil {
+		return fmt.Errorf("evs: timestamp: %w", err)
+	}
+	t.Time = p.UTC()
+	return nil
 }

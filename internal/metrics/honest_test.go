@@ -30,7 +30,7 @@ func (r *recorder) StoreError(source string)            { r.got = append(r.got, 
 // fixed is an engine that gives one decision.
 type fixed struct{ d evs.Decision }
 
-func (f fixed) Verify(context.Context, string, evs.Mode) evs.Decision { return f.d }
+func (f fixed) Verify(context.Context, verify.Inspection, evs.Mode) evs.Decision { return f.d }
 func (f fixed) VerifyDomain(_ context.Context, emails []string, _ evs.Mode) []evs.Decision {
 	return []evs.Decision{f.d}
 }
@@ -74,7 +74,7 @@ func TestCountIsHonest(t *testing.T) {
 				if batch {
 					e.VerifyDomain(context.Background(), []string{"a@x.example"}, c.d.Mode)
 				} else {
-					e.Verify(context.Background(), "a@x.example", c.d.Mode)
+					e.Verify(context.Background(), verify.Inspect("a@x.example"), c.d.Mode)
 				}
 				if !reflect.DeepEqual(r.got, c.want) {
 					t.Fatalf("batch=%v: observed %q, want %q", batch, r.got, c.want)

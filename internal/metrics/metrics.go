@@ -131,7 +131,7 @@ func observeDecision(o Observer, d evs.Decision) {
 // Engine is a verifier of single addresses and of domain groups: the live
 // engine and the sandbox are both.
 type Engine interface {
-	Verify(ctx context.Context, email string, mode evs.Mode) evs.Decision
+	Verify(ctx context.Context, in verify.Inspection, mode evs.Mode) evs.Decision
 	VerifyDomain(ctx context.Context, emails []string, mode evs.Mode) []evs.Decision
 }
 
@@ -143,8 +143,8 @@ type counting struct {
 	o Observer
 }
 
-func (c counting) Verify(ctx context.Context, email string, mode evs.Mode) evs.Decision {
-	d := c.e.Verify(ctx, email, mode)
+func (c counting) Verify(ctx context.Context, in verify.Inspection, mode evs.Mode) evs.Decision {
+	d := c.e.Verify(ctx, in, mode)
 	observeDecision(c.o, d)
 	return d
 }

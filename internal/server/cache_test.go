@@ -249,7 +249,7 @@ func TestCacheTestModeUntouched(t *testing.T) {
 	if _, _, found, err := h.st.CachedDecision(ctx, h.testAcct, evs.ModeFull, "user@good.example"); err != nil || found {
 		t.Fatalf("test mode wrote the cache: found %v, %v", found, err)
 	}
-	planted := evs.Decision{Email: "user@example.com", Normalized: "user@example.com", Reason: evs.Reason("rejected_email"), Mode: evs.ModeFull, CheckedAt: h.clock.Now()}
+	planted := evs.Decision{Email: "user@example.com", Normalized: "user@example.com", Reason: evs.Reason("rejected_email"), Mode: evs.ModeFull, CheckedAt: evs.Time{Time: h.clock.Now()}}
 	if err := h.st.KeepDecisions(ctx, h.testAcct, []store.CacheEntry{{Decision: planted, ExpiresAt: h.clock.Now().Add(time.Hour)}}); err != nil {
 		t.Fatal(err)
 	}

@@ -250,6 +250,7 @@ func (e *edge) guard(rt api.Route, next http.Handler) http.Handler {
 		// Limits and logs are per account: an account's keys share its
 		// budget.
 		c.AccountID = p.AccountID
+		c.SetPrincipal(p)
 		if wait, limited := e.throttle(c.AccountID); limited {
 			refuseEarly(w, r)
 			writeResponse(w, throttled, rid, map[string]string{"Retry-After": retryAfter(wait)})
@@ -281,7 +282,7 @@ func (e *edge) guard(rt api.Route, next http.Handler) http.Handler {
 			_ = rc.SetReadDeadline(time.Now().Add(e.o.BodyTimeout))
 			r.Body = &deadlineBody{ReadCloser: http.MaxBytesReader(unwrap(w), r.Body, rt.MaxBody), rc: rc, h: w.Header()}
 		}
-		next.ServeHTTP(w, r.WithContext(evs.NewContextWithPrincipal(r.Context(), p)))
+		next.ServeHTTP(w, r)
 	})
 }
 

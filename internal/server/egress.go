@@ -11,7 +11,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/evs-dev/evs/internal/api"
 	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/verify"
 )
@@ -69,7 +68,7 @@ func (w *egressWatch) observe(ds ...evs.Decision) {
 		if d.TestMode || d.Checks.SMTP.Code == 0 {
 			continue
 		}
-		p := d.Checks.SMTP.Provider
+		p := string(d.Checks.SMTP.Provider)
 		if p == "" {
 			p = "other"
 		}
@@ -133,7 +132,7 @@ type egressCheck struct {
 // egressReport is the "egress" object of /readyz's body.
 type egressReport struct {
 	Name      string          `json:"name"`
-	CheckedAt *api.Time       `json:"checkedAt"`
+	CheckedAt *evs.Time       `json:"checkedAt"`
 	Blocked   []providerShare `json:"blocked"`
 	egressCheck
 }
@@ -145,7 +144,7 @@ func (w *egressWatch) report() egressReport {
 	r.egressCheck = w.check
 	w.mu.Unlock()
 	if !r.At.IsZero() {
-		r.CheckedAt = &api.Time{Time: r.At}
+		r.CheckedAt = &evs.Time{Time: r.At}
 	}
 	if r.Blocked == nil {
 		r.Blocked = []providerShare{}
@@ -263,8 +262,8 @@ type watched struct {
 }
 
 // Verify implements Engine.
-func (e watched) Verify(ctx context.Context, email string, mode evs.Mode) evs.Decision {
-	d := e.Engine.Verify(ctx, email, mode)
+func (e watched) Verify(ctx context.Context, in verify.Inspection, mode evs.Mode) evs.Decision {
+	d := e.Engine.Verify(ctx, in, mode)
 	e.w.observe(d)
 	return d
 }

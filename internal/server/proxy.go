@@ -16,7 +16,14 @@ import (
 // An entry that is not an address stops the walk at the last proxy
 // reached: that proxy is the client as far as anyone can tell.
 func clientAddr(r *http.Request, trusted []netip.Prefix) netip.Addr {
-	peer := parseHost(r.RemoteAddr)
+	// RemoteAddr is host:port; parseHost, which takes a bare address
+	// first, would make and drop an error for it on every call.
+	var peer netip.Addr
+	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
+		peer = ap.Addr().Unmap().WithZone("")
+	} else {
+		peer = parseHost(r.RemoteAddr)
+	}
 	if !peer.IsValid() || !isTrusted(peer, trusted) {
 		return peer
 	}

@@ -16,7 +16,7 @@ func TestResultCacheSweep(t *testing.T) {
 	clk := testkit.NewClock(t0)
 	s := openStore(t, t.TempDir(), clk.Now)
 	entry := func(addr string, ttl time.Duration) store.CacheEntry {
-		return store.CacheEntry{Decision: evs.Decision{Email: addr, Normalized: addr, Reason: evs.ReasonAcceptedEmail, Mode: evs.ModeFull, CheckedAt: t0}, ExpiresAt: t0.Add(ttl)}
+		return store.CacheEntry{Decision: evs.Decision{Email: addr, Normalized: addr, Reason: evs.ReasonAcceptedEmail, Mode: evs.ModeFull, CheckedAt: evs.Time{Time: t0}}, ExpiresAt: t0.Add(ttl)}
 	}
 	if err := s.KeepDecisions(ctx, "a", []store.CacheEntry{entry("ann@example.com", time.Hour), entry("bob@example.com", 2*time.Hour)}); err != nil {
 		t.Fatal(err)

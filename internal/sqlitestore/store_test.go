@@ -153,7 +153,7 @@ var decision = evs.Decision{
 		SMTP: evs.SMTPCheck{Result: evs.SMTPAccepted, Host: "mx1.d1.example", Code: 250, EnhancedCode: "2.1.5",
 			Message: "2.1.5 Recipient OK", TLS: true},
 	},
-	CheckedAt: time.Date(2026, 11, 22, 10, 4, 5, 123e6, time.UTC), DurationMs: 182,
+	CheckedAt: evs.Time{Time: time.Date(2026, 11, 22, 10, 4, 5, 123e6, time.UTC)}, DurationMs: 182,
 }
 
 func resultsFor(from, to int) []evs.Result {

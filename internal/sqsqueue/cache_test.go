@@ -106,7 +106,7 @@ func TestWorkerReusesCachedVerdicts(t *testing.T) {
 		t.Errorf("second batch: lookups %v, want %d hits", looked, n)
 	}
 	for e, d := range again {
-		if f := first[e]; !d.Cached || !d.CheckedAt.Equal(f.CheckedAt) || d.Reason != f.Reason {
+		if f := first[e]; !d.Cached || !d.CheckedAt.Equal(f.CheckedAt.Time) || d.Reason != f.Reason {
 			t.Errorf("second batch: %s cached=%v checkedAt %v reason %s, want cached, %v, %s", e, d.Cached, d.CheckedAt, d.Reason, f.CheckedAt, f.Reason)
 		}
 	}

@@ -138,7 +138,7 @@ func AppendDecision(b []byte, d evs.Decision) []byte {
 	b = binary.AppendVarint(b, at)
 	b = binary.AppendVarint(b, d.DurationMs)
 	if has&hasProvider != 0 {
-		b = appendStr(b, c.SMTP.Provider)
+		b = appendStr(b, string(c.SMTP.Provider))
 	}
 	if has&hasCatchAll != 0 {
 		b = appendStr(b, c.SMTP.CatchAll)
@@ -302,11 +302,11 @@ func decodeBinary(email string, b []byte) (evs.Decision, error) {
 	c.SMTP.Detail = r.str()
 	c.SMTP.TLS = bit(7)
 	if at := r.varint(); at != 0 {
-		d.CheckedAt = time.UnixMilli(at).UTC()
+		d.CheckedAt = evs.Time{Time: time.UnixMilli(at).UTC()}
 	}
 	d.DurationMs = r.varint()
 	if has&hasProvider != 0 {
-		c.SMTP.Provider = r.str()
+		c.SMTP.Provider = evs.Provider(r.str())
 	}
 	if has&hasCatchAll != 0 {
 		c.SMTP.CatchAll = r.str()
@@ -319,6 +319,13 @@ func decodeBinary(email string, b []byte) (evs.Decision, error) {
 
 // DecodeDecision returns the decision stored as b for the address email.
 func DecodeDecision(email string, b []byte) (evs.Decision, error) {
+	d, err := decodeDecision(email, b)
+	// Not stored: it follows from the SMTP evidence.
+	d.Flags.AcceptAllUnknown = d.Checks.SMTP.AcceptAllUnknown()
+	return d, err
+}
+
+func decodeDecision(email string, b []byte) (evs.Decision, error) {
 	if len(b) > 0 && b[0] == binaryV1 {
 		return decodeBinary(email, b[1:])
 	}
@@ -349,7 +356,7 @@ func DecodeDecision(email string, b []byte) (evs.Decision, error) {
 		d.Checks.DNS.MX = []string{}
 	}
 	if s.CheckedAt != 0 {
-		d.CheckedAt = time.UnixMilli(s.CheckedAt).UTC()
+		d.CheckedAt = evs.Time{Time: time.UnixMilli(s.CheckedAt).UTC()}
 	}
 	return d, nil
 }

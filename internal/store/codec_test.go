@@ -25,7 +25,7 @@ func TestDecisionRoundTrip(t *testing.T) {
 				SMTP: evs.SMTPCheck{Result: evs.SMTPAccepted, Host: "mx.sandbox.invalid", Code: 250, EnhancedCode: "2.1.5",
 					Message: "OK (test mode)", TLS: true, Detail: "test mode: simulated probe result (quick mode never probes)"},
 			},
-			CheckedAt: at, TestMode: true,
+			CheckedAt: evs.Time{Time: at}, TestMode: true,
 		}},
 		{"accepted, random address rejected, provider", evs.Decision{
 			Email: "carol@corp.example", Normalized: "carol@corp.example", Reason: evs.ReasonAcceptedEmail, Mode: evs.ModeFull,
@@ -35,7 +35,7 @@ func TestDecisionRoundTrip(t *testing.T) {
 				SMTP: evs.SMTPCheck{Result: evs.SMTPAccepted, Host: "corp-example.mail.protection.outlook.com", Provider: "microsoft365",
 					Code: 250, EnhancedCode: "2.1.5", TLS: true, CatchAll: evs.SMTPRejected, Detail: "the server rejects unknown addresses"},
 			},
-			CheckedAt: at, DurationMs: 300,
+			CheckedAt: evs.Time{Time: at}, DurationMs: 300,
 		}},
 		{"reused from the result cache", evs.Decision{
 			Email: "dave@corp.example", Normalized: "dave@corp.example", Reason: evs.ReasonAcceptedEmail, Mode: evs.ModeFull,
@@ -44,7 +44,7 @@ func TestDecisionRoundTrip(t *testing.T) {
 				DNS:    evs.DNSCheck{Result: evs.DNSOK, MX: []string{"mx.corp.example"}, Rcode: "NOERROR"},
 				SMTP:   evs.SMTPCheck{Result: evs.SMTPAccepted, Host: "mx.corp.example", Code: 250},
 			},
-			CheckedAt: at, DurationMs: 1, Cached: true,
+			CheckedAt: evs.Time{Time: at}, DurationMs: 1, Cached: true,
 		}},
 		{"live, every field", evs.Decision{
 			Email: "Bob@Gmial.com", Normalized: "bob@gmial.com", Reason: evs.ReasonRejectedEmail, Mode: evs.ModeFull,
@@ -56,7 +56,7 @@ func TestDecisionRoundTrip(t *testing.T) {
 				SMTP: evs.SMTPCheck{Result: evs.SMTPRejected, Host: "b.mx.example", Code: 550, EnhancedCode: "5.1.1",
 					Message: "5.1.1 <bob@gmial.com>: Recipient address rejected: User unknown — ünïcode", Detail: "rcpt refused"},
 			},
-			CheckedAt: at, DurationMs: 1234,
+			CheckedAt: evs.Time{Time: at}, DurationMs: 1234,
 		}},
 		{"invalid syntax, empty suggestion, no time", evs.Decision{
 			Email: "not an address", Normalized: "", Reason: evs.ReasonInvalidSyntax, Mode: evs.ModeFull, Suggestion: &empty,
@@ -72,7 +72,7 @@ func TestDecisionRoundTrip(t *testing.T) {
 				DNS:  evs.DNSCheck{Result: evs.DNSError, MX: []string{}, Rcode: "SERVFAIL", Error: "read udp: i/o timeout"},
 				SMTP: evs.SMTPCheck{Code: -1},
 			},
-			CheckedAt: at, DurationMs: 20_000,
+			CheckedAt: evs.Time{Time: at}, DurationMs: 20_000,
 		}},
 	}
 	for _, tt := range tests {
@@ -103,7 +103,7 @@ func TestDecisionTestModeIsSmall(t *testing.T) {
 			SMTP: evs.SMTPCheck{Result: evs.SMTPAccepted, Host: "mx.sandbox.invalid", Code: 250, EnhancedCode: "2.1.5",
 				Message: "OK (test mode)", TLS: true, Detail: "test mode: simulated probe result (quick mode never probes)"},
 		},
-		CheckedAt: time.Now(), TestMode: true,
+		CheckedAt: evs.Time{Time: time.Now()}, TestMode: true,
 	}
 	b, _ := EncodeDecision(d)
 	if len(b) > 32 {
@@ -135,7 +135,7 @@ func TestDecisionReadsJSONForm(t *testing.T) {
 			DNS:    evs.DNSCheck{Result: evs.DNSOK, MX: []string{"mx.example"}, Rcode: "NOERROR"},
 			SMTP:   evs.SMTPCheck{Result: evs.SMTPAcceptAll, Host: "mx.example", Code: 250},
 		},
-		CheckedAt: at, DurationMs: 7,
+		CheckedAt: evs.Time{Time: at}, DurationMs: 7,
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("JSON form\n got %+v\nwant %+v", got, want)
@@ -144,7 +144,7 @@ func TestDecisionReadsJSONForm(t *testing.T) {
 
 func TestDecisionRefusesDamage(t *testing.T) {
 	good, _ := EncodeDecision(evs.Decision{Email: "a@b.example", Normalized: "a@b.example", Reason: evs.ReasonTimeout, Mode: evs.ModeFull,
-		Checks: evs.Checks{SMTP: evs.SMTPCheck{Message: "a message the table does not know"}}, CheckedAt: time.Now()})
+		Checks: evs.Checks{SMTP: evs.SMTPCheck{Message: "a message the table does not know"}}, CheckedAt: evs.Time{Time: time.Now()}})
 	for n := 1; n < len(good); n++ {
 		if _, err := DecodeDecision("a@b.example", good[:n]); err == nil {
 			t.Errorf("decoding the first %d of %d bytes succeeded", n, len(good))

@@ -59,7 +59,7 @@ func result(seq int, status evs.Status) evs.Result {
 				SMTP: evs.SMTPCheck{Result: evs.SMTPAccepted, Host: "mx.example", Code: 250, EnhancedCode: "2.1.5",
 					Message: fmt.Sprintf("seq %d written as %s", seq, status), TLS: seq%2 == 1},
 			},
-			CheckedAt:  base.Add(time.Duration(seq) * time.Millisecond),
+			CheckedAt:  evs.Time{Time: base.Add(time.Duration(seq) * time.Millisecond)},
 			DurationMs: int64(seq),
 		},
 	}

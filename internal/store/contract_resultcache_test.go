@@ -25,7 +25,7 @@ func runResultCacheContract(t *testing.T, open func(t *testing.T) cache.Store) {
 			DNS:    evs.DNSCheck{Result: evs.DNSOK, MX: []string{"mx.example.com"}, Rcode: "NOERROR"},
 			SMTP:   evs.SMTPCheck{Result: evs.SMTPAccepted, Host: "mx.example.com", Code: 250, Provider: "other"},
 		},
-		CheckedAt: at, DurationMs: 321,
+		CheckedAt: evs.Time{Time: at}, DurationMs: 321,
 	}
 	other := d
 	other.Normalized, other.Email = "ann@example.com", "Ann@Example.com"

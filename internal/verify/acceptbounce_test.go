@@ -8,6 +8,7 @@ import (
 
 	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/testkit"
+	"github.com/evs-dev/evs/internal/verify"
 )
 
 // TestAcceptThenBounceReceivers: behind a security gateway or at Yahoo a
@@ -71,7 +72,7 @@ func TestAcceptThenBounceReceivers(t *testing.T) {
 		t.Run(c.email, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			d := w.engine.Verify(ctx, c.email, evs.ModeFull)
+			d := w.engine.Verify(ctx, verify.Inspect(c.email), evs.ModeFull)
 			if d.Reason != c.reason || d.Checks.SMTP.Result != c.smtp || d.Flags.AcceptAll != c.acceptAll {
 				t.Fatalf("got %s smtp=%s acceptAll=%v (%s), want %s smtp=%s acceptAll=%v",
 					d.Reason, d.Checks.SMTP.Result, d.Flags.AcceptAll, d.Checks.SMTP.Detail, c.reason, c.smtp, c.acceptAll)

@@ -55,10 +55,10 @@ func BenchmarkVerifyQuickCached(b *testing.B) {
 	}
 	e, _ := verify.New(verify.Config{Resolver: res})
 	ctx := context.Background()
-	e.Verify(ctx, "john.smith@corp.example", evs.ModeQuick)
+	e.Verify(ctx, verify.Inspect("john.smith@corp.example"), evs.ModeQuick)
 	b.ReportAllocs()
 	for b.Loop() {
-		e.Verify(ctx, "john.smith@corp.example", evs.ModeQuick)
+		e.Verify(ctx, verify.Inspect("john.smith@corp.example"), evs.ModeQuick)
 	}
 }
 
@@ -69,7 +69,7 @@ func BenchmarkVerifyFullLoopback(b *testing.B) {
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
-		d := w.Verify(ctx, "alice@corp.example", evs.ModeFull)
+		d := w.Verify(ctx, verify.Inspect("alice@corp.example"), evs.ModeFull)
 		if d.Reason != evs.ReasonAcceptedEmail {
 			b.Fatalf("reason %s: %s", d.Reason, d.Checks.SMTP.Detail)
 		}

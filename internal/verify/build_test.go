@@ -45,7 +45,7 @@ func TestEngineAppliesEgressAllow(t *testing.T) {
 			t.Fatal(err)
 		}
 		before := peer.Connections()
-		d := e.Verify(context.Background(), "a@corp.example", evs.ModeFull)
+		d := e.Verify(context.Background(), verify.Inspect("a@corp.example"), evs.ModeFull)
 		if d.Reason != tc.reason || d.Checks.DNS.Result != tc.dns {
 			t.Errorf("allow %q: %s, dns %s, smtp %+v; want %s, dns %s", tc.allow, d.Reason, d.Checks.DNS.Result, d.Checks.SMTP, tc.reason, tc.dns)
 		}

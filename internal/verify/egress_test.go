@@ -68,13 +68,13 @@ func TestEgressMXNotPublic(t *testing.T) {
 
 	def := egressEngine(t, dns, peer.Port, nil)
 	for _, email := range emails {
-		d := def.Verify(ctx, email, evs.ModeFull)
+		d := def.Verify(ctx, verify.Inspect(email), evs.ModeFull)
 		if d.Reason != evs.ReasonNoMailServer || d.Status() != evs.Undeliverable ||
 			d.Checks.DNS.Result != evs.DNSMXNotPublic || d.Checks.SMTP.Result != evs.SMTPSkipped || len(d.Checks.DNS.MX) == 0 {
 			t.Errorf("%s: %s/%s dns %+v smtp %+v, want undeliverable/no_mail_server with mx_not_public", email, d.Status(), d.Reason, d.Checks.DNS, d.Checks.SMTP)
 		}
 		// Quick mode never dials and is unchanged.
-		if q := def.Verify(ctx, email, evs.ModeQuick); q.Reason != evs.ReasonMailboxNotChecked || q.Checks.DNS.Result != evs.DNSOK {
+		if q := def.Verify(ctx, verify.Inspect(email), evs.ModeQuick); q.Reason != evs.ReasonMailboxNotChecked || q.Checks.DNS.Result != evs.DNSOK {
 			t.Errorf("%s quick: %s dns %s", email, q.Reason, q.Checks.DNS.Result)
 		}
 	}
@@ -94,7 +94,7 @@ func TestEgressMXNotPublic(t *testing.T) {
 	open := egressEngine(t, dns, peer.Port, allowed)
 	for _, email := range emails {
 		before := connections()
-		d := open.Verify(ctx, email, evs.ModeFull)
+		d := open.Verify(ctx, verify.Inspect(email), evs.ModeFull)
 		if d.Reason != evs.ReasonAcceptAll || d.Checks.DNS.Result != evs.DNSOK {
 			t.Errorf("%s allowed: %s dns %+v smtp %+v, want accept_all (the peer accepts anything)", email, d.Reason, d.Checks.DNS, d.Checks.SMTP)
 		}
@@ -128,7 +128,7 @@ func TestEgressBoundedPerDomain(t *testing.T) {
 		t.Fatal(err)
 	}
 	e := egressEngine(t, dns, port, allowed)
-	d := e.Verify(context.Background(), "a@many.example", evs.ModeFull)
+	d := e.Verify(context.Background(), verify.Inspect("a@many.example"), evs.ModeFull)
 	if d.Reason != evs.ReasonSMTPUnreachable || len(d.Checks.DNS.MX) != 30 {
 		t.Errorf("%s with %d MX hosts in the evidence, smtp %+v", d.Reason, len(d.Checks.DNS.MX), d.Checks.SMTP)
 	}

@@ -156,9 +156,16 @@ func randomLocal() string {
 }
 
 // Inspection is what can be known about an address without the network:
-// syntax, lists and the typo suggestion.
+// syntax, lists and the typo suggestion. It is the one parse of an address:
+// the engine verifies an Inspection, and callers key their caches by its
+// Normalized form rather than parse the address again.
 type Inspection struct {
-	Address    address.Address
+	// Email is the address as given.
+	Email   string
+	Address address.Address
+	// Normalized is Address.String(), the decision's normalized address
+	// and the result cache's key; "" when the syntax is invalid.
+	Normalized string
 	Valid      bool
 	SyntaxRule string
 	Flags      evs.Flags
@@ -179,9 +186,9 @@ func Inspect(email string) Inspection {
 		if se, ok := err.(*address.SyntaxError); ok {
 			rule = se.Rule
 		}
-		return Inspection{SyntaxRule: rule}
+		return Inspection{Email: email, SyntaxRule: rule}
 	}
-	in := Inspection{Address: a, Valid: true}
+	in := Inspection{Email: email, Address: a, Normalized: normalized(email, a.Local, a.Domain), Valid: true}
 	in.Flags.Disposable = address.Disposable(a.Domain)
 	in.Flags.Free = address.Free(a.Domain)
 	in.Flags.Role = address.Role(a.Local)
@@ -197,21 +204,31 @@ func Inspect(email string) Inspection {
 	return in
 }
 
+// normalized is local@domain, the normalized form of an address parsed
+// from email, without allocating when email, blanks trimmed as
+// address.Parse trims them, already reads so: most addresses (ASCII, the
+// domain in lower case) do.
+func normalized(email, local, domain string) string {
+	s := strings.Trim(email, " \t")
+	if len(s) == len(local)+1+len(domain) && s[len(local)] == '@' && s[:len(local)] == local && s[len(local)+1:] == domain {
+		return s
+	}
+	return local + "@" + domain
+}
+
 // decision starts a decision from an inspection; the DNS and SMTP stages
 // fill in the rest.
-func (in Inspection) decision(email string, mode evs.Mode) evs.Decision {
+func (in Inspection) decision(mode evs.Mode) evs.Decision {
 	d := evs.Decision{
-		Email: email,
-		Mode:  mode,
-		Flags: in.Flags,
+		Email:      in.Email,
+		Normalized: in.Normalized,
+		Mode:       mode,
+		Flags:      in.Flags,
 		Checks: evs.Checks{
 			Syntax: evs.SyntaxCheck{Valid: in.Valid, Error: in.SyntaxRule},
 			DNS:    evs.DNSCheck{Result: evs.DNSNotChecked, MX: []string{}},
 			SMTP:   evs.SMTPCheck{Result: evs.SMTPSkipped},
 		},
-	}
-	if in.Valid {
-		d.Normalized = in.Address.String()
 	}
 	if in.SuggestedDomain != "" {
 		s := in.Address.Local + "@" + in.SuggestedDomain
@@ -220,19 +237,18 @@ func (in Inspection) decision(email string, mode evs.Mode) evs.Decision {
 	return d
 }
 
-// Verify verifies one address in the given mode. It never fails: whatever
-// could not be learned is an unknown outcome with its evidence. The
-// context's deadline bounds the whole verification. Its SMTP session, if
-// any, first passes Config.Gate.
-func (e *Engine) Verify(ctx context.Context, email string, mode evs.Mode) evs.Decision {
-	return e.verify(ctx, email, mode, true)
+// Verify verifies one inspected address (Inspect) in the given mode. It
+// never fails: whatever could not be learned is an unknown outcome with its
+// evidence. The context's deadline bounds the whole verification. Its SMTP
+// session, if any, first passes Config.Gate.
+func (e *Engine) Verify(ctx context.Context, in Inspection, mode evs.Mode) evs.Decision {
+	return e.verify(ctx, in, mode, true)
 }
 
 // verify is Verify; gated says whether its session asks Config.Gate.
-func (e *Engine) verify(ctx context.Context, email string, mode evs.Mode, gated bool) evs.Decision {
+func (e *Engine) verify(ctx context.Context, in Inspection, mode evs.Mode, gated bool) evs.Decision {
 	start := e.cfg.Now()
-	in := Inspect(email)
-	d := in.decision(email, mode)
+	d := in.decision(mode)
 	if in.Valid {
 		mail := e.cfg.Resolver.LookupMail(ctx, in.Address.Domain)
 		d.Checks.DNS = dnsEvidence(mail)
@@ -261,11 +277,11 @@ func (e *Engine) VerifyDomain(ctx context.Context, emails []string, mode evs.Mod
 	for i, email := range emails {
 		in := Inspect(email)
 		if !in.Valid || (domain != "" && in.Address.Domain != domain) {
-			out[i] = e.verify(ctx, email, mode, false)
+			out[i] = e.verify(ctx, in, mode, false)
 			continue
 		}
 		domain = in.Address.Domain
-		out[i] = in.decision(email, mode)
+		out[i] = in.decision(mode)
 		group = append(group, &out[i])
 	}
 	if len(group) == 0 {
@@ -310,23 +326,24 @@ func (e *Engine) finish(d evs.Decision, start time.Time) evs.Decision {
 		SMTPReplied: Replied(d.Checks.SMTP),
 		SMTPBlocked: Blocked(d.Checks.SMTP),
 		// A session past the probe's answer, remembered or not.
-		AcceptAllUnknown: AcceptAllUnknown(d.Checks.SMTP),
+		AcceptAllUnknown: d.Checks.SMTP.AcceptAllUnknown(),
 	})
 	d.Flags.AcceptAll = d.Checks.SMTP.Result == evs.SMTPAcceptAll
+	d.Flags.AcceptAllUnknown = d.Checks.SMTP.AcceptAllUnknown()
 	d.Score = Score(d)
 	now := e.cfg.Now()
-	d.CheckedAt = now.UTC()
+	d.CheckedAt = evs.Time{Time: now.UTC()}
 	d.DurationMs = now.Sub(start).Milliseconds()
 	return d
 }
 
 // providerOf names the provider of a domain's preferred MX host, or ""
 // when DNS found none.
-func providerOf(m dnscheck.MailResult) string {
+func providerOf(m dnscheck.MailResult) evs.Provider {
 	if m.Outcome != dnscheck.OutcomeOK || len(m.MX) == 0 {
 		return ""
 	}
-	return string(smtpprobe.ProviderOf(m.MX[0].Host))
+	return evs.Provider(smtpprobe.ProviderOf(m.MX[0].Host))
 }
 
 func dnsEvidence(m dnscheck.MailResult) evs.DNSCheck {
@@ -478,7 +495,7 @@ func openFailure(ctx context.Context, err error) evs.SMTPCheck {
 	if errors.As(err, &pe) {
 		c := evs.SMTPCheck{Host: pe.Host, Code: pe.Reply.Code, EnhancedCode: pe.Reply.Enhanced, Message: trimText(pe.Reply.Text)}
 		if pe.Host != "" {
-			c.Provider = string(smtpprobe.ProviderOfReply(pe.Host, pe.Reply))
+			c.Provider = evs.Provider(smtpprobe.ProviderOfReply(pe.Host, pe.Reply))
 		}
 		switch {
 		case pe.Timeout:
@@ -508,7 +525,7 @@ func openFailure(ctx context.Context, err error) evs.SMTPCheck {
 // decided, and what it read.
 func rcptCheck(ctx context.Context, s Session, rcpt string) evs.SMTPCheck {
 	r, rd, err := s.Check(ctx, rcpt)
-	c := evs.SMTPCheck{Host: s.Host(), Provider: string(rd.ProviderAt(s.Host())), TLS: s.TLS(),
+	c := evs.SMTPCheck{Host: s.Host(), Provider: evs.Provider(rd.ProviderAt(s.Host())), TLS: s.TLS(),
 		Code: r.Code, EnhancedCode: r.Enhanced, Message: trimText(r.Text)}
 	if err != nil {
 		if ctx.Err() != nil || isTimeout(err) {
@@ -603,11 +620,30 @@ func (e *Engine) PreferredMX(ctx context.Context, domain string) (host string, o
 // NormalizedKey returns an address's normalized form (local part as given,
 // domain lower-cased A-labels) and its domain, checking syntax only: no
 // lists, no typo check. ok is false for an invalid address. Batch creation
-// deduplicates on it.
+// deduplicates on it and keeps the domain in the item (evs.Item.Domain),
+// from which ItemKey gives the same key again.
 func NormalizedKey(email string) (key, domain string, ok bool) {
 	a, err := address.Parse(email)
 	if err != nil {
 		return "", "", false
 	}
-	return a.String(), a.Domain, true
+	return normalized(email, a.Local, a.Domain), a.Domain, true
+}
+
+// ItemKey returns a batch item's normalized address, the result cache's
+// key, without parsing the address again: batch creation parsed it once
+// (NormalizedKey) and kept its domain in the item, and its local part is
+// the submitted text's up to the last "@" (a valid domain holds none),
+// surrounding blanks trimmed. ok is false for an item with no domain: an
+// invalid address.
+func ItemKey(it evs.Item) (key string, ok bool) {
+	if it.Domain == "" {
+		return "", false
+	}
+	s := strings.Trim(it.Email, " \t")
+	at := strings.LastIndexByte(s, '@')
+	if at <= 0 {
+		return "", false
+	}
+	return normalized(s, s[:at], it.Domain), true
 }

@@ -207,17 +207,17 @@ func TestEngineReasons(t *testing.T) {
 		t.Run(c.email+"/"+c.mode, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			c.check(t, w.engine.Verify(ctx, c.email, evs.Mode(c.mode)))
+			c.check(t, w.engine.Verify(ctx, verify.Inspect(c.email), evs.Mode(c.mode)))
 		})
 	}
 	t.Run("tls evidence", func(t *testing.T) {
-		d := w.engine.Verify(context.Background(), "alice@tls.example", evs.ModeFull)
+		d := w.engine.Verify(context.Background(), verify.Inspect("alice@tls.example"), evs.ModeFull)
 		if !d.Checks.SMTP.TLS || d.Checks.SMTP.Host != "mx.tls.example" || d.Checks.SMTP.EnhancedCode != "2.1.5" {
 			t.Fatalf("smtp evidence: %+v", d.Checks.SMTP)
 		}
 	})
 	t.Run("flags and suggestion", func(t *testing.T) {
-		d := w.engine.Verify(context.Background(), "Postmaster@gmial.com", evs.ModeQuick)
+		d := w.engine.Verify(context.Background(), verify.Inspect("Postmaster@gmial.com"), evs.ModeQuick)
 		if !d.Flags.Role || d.Suggestion == nil || *d.Suggestion != "Postmaster@gmail.com" {
 			t.Fatalf("flags %+v suggestion %v", d.Flags, d.Suggestion)
 		}
@@ -236,7 +236,7 @@ func TestEngineOffMode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := e.Verify(context.Background(), "alice@corp.example", evs.ModeFull)
+	d := e.Verify(context.Background(), verify.Inspect("alice@corp.example"), evs.ModeFull)
 	if d.Reason != evs.ReasonMailboxNotChecked || d.Checks.SMTP.Result != "skipped" || !strings.Contains(d.Checks.SMTP.Detail, "EVS_SMTP=off") {
 		t.Fatalf("%+v", d)
 	}
@@ -279,7 +279,7 @@ func TestVerifyDomainSharesConnection(t *testing.T) {
 	// The domain's facts remember it: a second group, or a single
 	// verification, probes no more.
 	w.engine.VerifyDomain(context.Background(), []string{"d@corp.example"}, evs.ModeFull)
-	w.engine.Verify(context.Background(), "e@corp.example", evs.ModeFull)
+	w.engine.Verify(context.Background(), verify.Inspect("e@corp.example"), evs.ModeFull)
 	probes = 0
 	for _, r := range rcpts {
 		if strings.HasPrefix(r, "zz-random-probe") {

@@ -82,7 +82,7 @@ func TestVerifyGoesThroughTheGate(t *testing.T) {
 			if tc.domain {
 				d = eng.VerifyDomain(ctx, []string{tc.email}, evs.ModeFull)[0]
 			} else {
-				d = eng.Verify(ctx, tc.email, evs.ModeFull)
+				d = eng.Verify(ctx, verify.Inspect(tc.email), evs.ModeFull)
 			}
 			took := time.Since(start)
 			if d.Reason != tc.reason || !strings.Contains(d.Checks.SMTP.Detail, tc.detail) {

@@ -67,7 +67,7 @@ func checkMTACases(t *testing.T, mta string, engine *verify.Engine, cases []mtaC
 		t.Run(c.email, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
-			d := engine.Verify(ctx, c.email, evs.ModeFull)
+			d := engine.Verify(ctx, verify.Inspect(c.email), evs.ModeFull)
 			s := d.Checks.SMTP
 			if s.Code != c.code || s.EnhancedCode != c.enhanced || s.Message != c.message {
 				t.Errorf("%s said %d %s %q, want %d %s %q", mta, s.Code, s.EnhancedCode, s.Message, c.code, c.enhanced, c.message)

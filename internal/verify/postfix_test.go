@@ -216,7 +216,7 @@ func TestEngineThroughPostfix(t *testing.T) {
 		t.Run(c.email, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
-			d := w.engine.Verify(ctx, c.email, evs.ModeFull)
+			d := w.engine.Verify(ctx, verify.Inspect(c.email), evs.ModeFull)
 			s := d.Checks.SMTP
 			if s.Code != c.code || s.EnhancedCode != c.enhanced || s.Message != c.message {
 				t.Errorf("Postfix said %d %s %q, want %d %s %q", s.Code, s.EnhancedCode, s.Message, c.code, c.enhanced, c.message)
@@ -233,7 +233,7 @@ func TestEngineThroughPostfix(t *testing.T) {
 	// The accepted mailbox is not mistaken for accept-all: the engine's
 	// probe of a random address got Postfix's refusal of unknown users.
 	t.Run("accept-all probe", func(t *testing.T) {
-		d := w.engine.Verify(context.Background(), "alice@corp.example", evs.ModeFull)
+		d := w.engine.Verify(context.Background(), verify.Inspect("alice@corp.example"), evs.ModeFull)
 		if d.Reason != evs.ReasonAcceptedEmail || d.Checks.SMTP.Detail != "the server rejects unknown addresses" {
 			t.Fatalf("%s: %s", d.Reason, d.Checks.SMTP.Detail)
 		}

@@ -68,7 +68,7 @@ func TestEngineThroughPostscreen(t *testing.T) {
 		t.Run(c.client+" "+c.email, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
-			d := engineFrom(c.client, c.pause).Verify(ctx, c.email, evs.ModeFull)
+			d := engineFrom(c.client, c.pause).Verify(ctx, verify.Inspect(c.email), evs.ModeFull)
 			s := d.Checks.SMTP
 			if d.Reason != c.reason || d.Status() != c.status || s.Code != c.code {
 				t.Fatalf("verdict %s/%s (smtp %s: %d %s %q, %s), want %s/%s with %d",

@@ -8,6 +8,7 @@ import (
 
 	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/testkit"
+	"github.com/evs-dev/evs/internal/verify"
 )
 
 // TestReplyTextDecidesReason: the text of a RCPT reply, not a
@@ -54,8 +55,8 @@ func TestReplyTextDecidesReason(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.email, func(t *testing.T) {
-			d := w.engine.Verify(context.Background(), c.email, evs.ModeFull)
-			if d.Reason != c.want || d.Checks.SMTP.Provider != c.provider {
+			d := w.engine.Verify(context.Background(), verify.Inspect(c.email), evs.ModeFull)
+			if d.Reason != c.want || string(d.Checks.SMTP.Provider) != c.provider {
 				t.Fatalf("got %s from %q (%s: %d %s %q, %s), want %s from %q", d.Reason, d.Checks.SMTP.Provider, d.Checks.SMTP.Result,
 					d.Checks.SMTP.Code, d.Checks.SMTP.EnhancedCode, d.Checks.SMTP.Message, d.Checks.SMTP.Detail, c.want, c.provider)
 			}

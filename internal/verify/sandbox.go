@@ -43,11 +43,11 @@ func SandboxReason(local string) (evs.Reason, bool) {
 	return "", false
 }
 
-// Verify returns the decision a test-mode account gets for email.
-func (s *Sandbox) Verify(_ context.Context, email string, mode evs.Mode) evs.Decision {
+// Verify returns the decision a test-mode account gets for an inspected
+// address (Inspect).
+func (s *Sandbox) Verify(_ context.Context, in Inspection, mode evs.Mode) evs.Decision {
 	start := s.now()
-	in := Inspect(email)
-	d := in.decision(email, mode)
+	d := in.decision(mode)
 	d.TestMode = true
 	if !in.Valid {
 		d.Checks.SMTP.Detail = "skipped: invalid syntax"
@@ -125,6 +125,7 @@ func (s *Sandbox) Verify(_ context.Context, email string, mode evs.Mode) evs.Dec
 	}
 	d.Checks.SMTP = smtp
 	d.Flags.AcceptAll = smtp.Result == evs.SMTPAcceptAll
+	d.Flags.AcceptAllUnknown = smtp.AcceptAllUnknown()
 	return s.finish(d, start, reason)
 }
 
@@ -132,7 +133,7 @@ func (s *Sandbox) finish(d evs.Decision, start time.Time, reason evs.Reason) evs
 	d.Reason = reason
 	d.Score = Score(d)
 	now := s.now()
-	d.CheckedAt = now.UTC()
+	d.CheckedAt = evs.Time{Time: now.UTC()}
 	d.DurationMs = now.Sub(start).Milliseconds()
 	return d
 }
@@ -142,7 +143,7 @@ func (s *Sandbox) finish(d evs.Decision, start time.Time, reason evs.Reason) evs
 func (s *Sandbox) VerifyDomain(ctx context.Context, emails []string, mode evs.Mode) []evs.Decision {
 	out := make([]evs.Decision, len(emails))
 	for i, e := range emails {
-		out[i] = s.Verify(ctx, e, mode)
+		out[i] = s.Verify(ctx, Inspect(e), mode)
 	}
 	return out
 }

@@ -16,7 +16,7 @@ func scoreDecision(reason evs.Reason, smtp, catchAll, provider string) evs.Decis
 		Checks: evs.Checks{
 			Syntax: evs.SyntaxCheck{Valid: reason != evs.ReasonInvalidSyntax},
 			DNS:    evs.DNSCheck{Result: evs.DNSOK, MX: []string{"mx.example"}},
-			SMTP:   evs.SMTPCheck{Result: smtp, CatchAll: catchAll, Provider: provider},
+			SMTP:   evs.SMTPCheck{Result: smtp, CatchAll: catchAll, Provider: evs.Provider(provider)},
 		},
 	}
 }
@@ -111,7 +111,7 @@ func TestScoreRespectsStatus(t *testing.T) {
 				AcceptAll: rng.IntN(2) == 0, SMTPUTF8: rng.IntN(2) == 0},
 			Checks: evs.Checks{
 				DNS:  evs.DNSCheck{Result: pick(dnss), MX: []string{"mx.example"}[:rng.IntN(2)], ImplicitMX: rng.IntN(2) == 0},
-				SMTP: evs.SMTPCheck{Result: pick(smtps), CatchAll: pick(smtps), Provider: pick(providers)},
+				SMTP: evs.SMTPCheck{Result: pick(smtps), CatchAll: pick(smtps), Provider: evs.Provider(pick(providers))},
 			},
 			TestMode: rng.IntN(2) == 0,
 		}

@@ -43,7 +43,7 @@ func TestEngineScores(t *testing.T) {
 		t.Run(tt.email+"/"+tt.mode, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			d := w.engine.Verify(ctx, tt.email, evs.Mode(tt.mode))
+			d := w.engine.Verify(ctx, verify.Inspect(tt.email), evs.Mode(tt.mode))
 			if d.Score != tt.score || d.Checks.SMTP.CatchAll != tt.catchAll {
 				t.Fatalf("%s (%s): score %d catchAll %q, want %d %q", d.Reason, d.Checks.SMTP.Detail, d.Score, d.Checks.SMTP.CatchAll, tt.score, tt.catchAll)
 			}
@@ -63,7 +63,7 @@ func TestEngineScores(t *testing.T) {
 	t.Run("sandbox", func(t *testing.T) {
 		sb := verify.NewSandbox(nil)
 		for email, want := range map[string]int{"accepted_email@x.example": 97, "accept_all@x.example": 60, "admin@x.example": 87, "greylisted@x.example": 45} {
-			if d := sb.Verify(context.Background(), email, evs.ModeFull); d.Score != want {
+			if d := sb.Verify(context.Background(), verify.Inspect(email), evs.ModeFull); d.Score != want {
 				t.Errorf("sandbox %s: score %d, want %d", email, d.Score, want)
 			}
 		}

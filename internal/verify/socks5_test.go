@@ -58,7 +58,7 @@ func TestEngineReasonsThroughSOCKS5(t *testing.T) {
 				t.Parallel()
 				ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 				defer cancel()
-				c.check(t, engine.Verify(ctx, c.email, evs.Mode(c.mode)))
+				c.check(t, engine.Verify(ctx, verify.Inspect(c.email), evs.Mode(c.mode)))
 			})
 		}
 	})
@@ -140,7 +140,7 @@ func TestEngineExitDown(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			d := c.engine.Verify(ctx, c.email, evs.ModeFull)
+			d := c.engine.Verify(ctx, verify.Inspect(c.email), evs.ModeFull)
 			if verify.ExitDown(d.Checks.SMTP) != c.exitDown || d.Status() != c.want {
 				t.Fatalf("%s: %s/%s smtp %+v; want exitDown %v, %s", c.email, d.Status(), d.Reason, d.Checks.SMTP, c.exitDown, c.want)
 			}

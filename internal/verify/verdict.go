@@ -19,17 +19,11 @@ type Evidence struct {
 	// about us, not the mailbox (Blocked).
 	SMTPReplied, SMTPBlocked bool
 	// AcceptAllUnknown is true when the mailbox was accepted but the
-	// random-address probe was inconclusive (AcceptAllUnknown).
+	// random-address probe was inconclusive (evs.SMTPCheck.AcceptAllUnknown).
 	AcceptAllUnknown bool
 }
 
-// AcceptAllUnknown tells whether c accepted the mailbox without showing,
-// by the random-address probe, that the server rejects unknown ones: the
-// probe got a 4xx, a refusal about us, or nothing usable. ("" is a check
-// stored before the probe's answer was, and is read as it was then.)
-func AcceptAllUnknown(c evs.SMTPCheck) bool {
-	return c.Result == evs.SMTPAccepted && c.CatchAll != "" && c.CatchAll != evs.SMTPRejected
-}
+
 
 // Verdict is the one place that turns evidence into a reason; the status
 // follows from the reason (evs.StatusOf). The first matching row wins:
