@@ -23,8 +23,6 @@ type Evidence struct {
 	AcceptAllUnknown bool
 }
 
-
-
 // Verdict is the one place that turns evidence into a reason; the status
 // follows from the reason (evs.StatusOf). The first matching row wins:
 //
