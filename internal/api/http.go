@@ -192,6 +192,14 @@ func (h *Handler) serve(rt Route, ep endpoint) http.Handler {
 			c.Attr = slog.String("batchId", id)
 		}
 		render(w, reply, c.RequestID)
+		if reply.Stream != nil {
+			if err := reply.Stream(w); err != nil {
+				// The status is sent: only a cut connection tells the
+				// client the list is not whole.
+				c.Err, c.Cut = err, true
+				panic(http.ErrAbortHandler)
+			}
+		}
 	})
 }
 
@@ -279,7 +287,9 @@ func render(w http.ResponseWriter, r idempotency.Reply, requestID string) {
 	default:
 		body = withRequestID(r.Body, requestID)
 	}
-	h["Content-Length"] = []string{strconv.Itoa(len(body))}
+	if r.Stream == nil {
+		h["Content-Length"] = []string{strconv.Itoa(len(body))}
+	}
 	status := r.StatusCode
 	if status == 0 {
 		status = http.StatusOK
@@ -306,6 +316,9 @@ type Call struct {
 	// Err is the cause of a 5xx, logged at ERROR level; the client saw only
 	// the envelope.
 	Err error
+	// Cut is set when the reply was cut after its status was sent (a
+	// streamed list whose reading failed): Err is then logged too.
+	Cut bool
 	// Attr is the handler's own field: the address's domain or the batch id.
 	Attr slog.Attr
 	// principal is the caller as `evs serve`'s key check found it
@@ -334,7 +347,7 @@ func CallFromContext(ctx context.Context) *Call {
 // Log writes the line of a call that ended at end.
 func (c *Call) Log(ctx context.Context, l *slog.Logger, end time.Time) {
 	level := slog.LevelInfo
-	if c.Err != nil && c.Status >= 500 {
+	if c.Err != nil && (c.Status >= 500 || c.Cut) {
 		level = slog.LevelError
 	}
 	// The record goes to the handler directly: Logger.LogAttrs would also
@@ -404,6 +417,9 @@ func Observe(o ObserveOptions, next http.Handler) http.Handler {
 		defer func() {
 			if p := recover(); p != nil {
 				if p == http.ErrAbortHandler {
+					// A reply cut on purpose (Reply.Stream): its line
+					// says why, then net/http closes the connection.
+					sw.call.Log(ctx, o.Logger, o.Now())
 					panic(p)
 				}
 				sw.call.Err = fmt.Errorf("api: handler panicked: %v", p)

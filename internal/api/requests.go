@@ -747,14 +747,23 @@ var csvHeader = []string{"email", "status", "reason", "suggestion", "disposable"
 // resultsCSV answers with every written result, in submission order. On
 // Lambda the reply is one payload: a list longer than MaxCSVReply is
 // written to an export instead, as it is read, and the answer is 303 to
-// it. `evs serve` writes the list as it is.
+// it. `evs serve` streams the list as it reads it, a page at a time.
 func (h *Handler) resultsCSV(ctx context.Context, req *request, p evs.Principal, b evs.Batch, f filter) (idempotency.Reply, error) {
 	release, err := h.csv.acquire(p.AccountID)
 	if err != nil {
 		return idempotency.Reply{}, err
 	}
-	defer release()
-	limit := -1
+	streaming := false
+	defer func() {
+		if !streaming {
+			release()
+		}
+	}()
+	// What a reply may carry whole: on Lambda its payload limit, beyond
+	// which the list goes to an export; on `evs serve` a first part, read
+	// before the status is sent so that a store fault is still an error
+	// reply, the rest then streamed.
+	limit := csvFirstPart
 	if h.d.Exports != nil {
 		limit = h.d.MaxCSVReply
 	}
@@ -764,8 +773,18 @@ func (h *Handler) resultsCSV(ctx context.Context, req *request, p evs.Principal,
 	if err != nil {
 		return idempotency.Reply{}, err
 	}
+	csvReply := idempotency.Reply{StatusCode: http.StatusOK, Headers: map[string]string{"Content-Type": "text/csv; charset=utf-8"}, Body: buf.Bytes()}
 	if !full {
-		return idempotency.Reply{StatusCode: http.StatusOK, Headers: map[string]string{"Content-Type": "text/csv; charset=utf-8"}, Body: buf.Bytes()}, nil
+		return csvReply, nil
+	}
+	if h.d.Exports == nil {
+		streaming = true
+		csvReply.Stream = func(w io.Writer) error {
+			defer release()
+			_, err := rows.writeUpTo(ctx, w, -1)
+			return err
+		}
+		return csvReply, nil
 	}
 	// Longer than a reply carries: what was read goes first, the rest
 	// follows as it is read, never held whole.
@@ -784,6 +803,10 @@ func (h *Handler) resultsCSV(ctx context.Context, req *request, p evs.Principal,
 	r.Headers = map[string]string{"Location": url}
 	return r, nil
 }
+
+// csvFirstPart is how much of a streamed CSV reply is read before its
+// status is sent.
+const csvFirstPart = 64 << 10
 
 // csvRows writes a batch's written results that a filter keeps as the
 // contract's CSV, in submission order, a page at a time.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"io"
 	"maps"
 	"sync"
 	"time"
@@ -94,6 +95,12 @@ type Reply struct {
 	StatusCode int
 	Headers    map[string]string
 	Body       []byte
+	// Stream, when set, writes the rest of the body after Body, as it is
+	// read (a CSV of any length in constant memory). It is never stored:
+	// only replies to GET, which take no Idempotency-Key, stream. An error
+	// it returns cuts the connection, so that a client never takes half a
+	// list for the whole of it.
+	Stream func(w io.Writer) error
 }
 
 // Request is what identifies a call for idempotency.

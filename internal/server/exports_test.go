@@ -4,11 +4,17 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/server"
 )
 
 // exportLink asks for an export of batch id with the query q and returns
@@ -154,4 +160,56 @@ func TestExportSpansPages(t *testing.T) {
 	if n := strings.Count(string(got.body), "\n"); n != len(emails)+1 {
 		t.Fatalf("export of %d addresses: %d lines", len(emails), n)
 	}
+}
+
+// resultsFailAfter fails reading results past the first page while fail
+// is set: a store fault in the middle of a streamed list.
+type resultsFailAfter struct {
+	server.Store
+	fail *atomic.Bool
+}
+
+func (s resultsFailAfter) Results(ctx context.Context, accountID, id string, after, limit int, status evs.Status) ([]evs.Result, error) {
+	if s.fail.Load() && after >= 999 {
+		return nil, evs.Errorf(evs.CodeUnavailable, "the disk failed a read")
+	}
+	return s.Store.Results(ctx, accountID, id, after, limit, status)
+}
+
+// TestCSVResultsStreamed: `evs serve` sends a long CSV list as it reads it
+// (no Content-Length; TestExportSpansPages holds it to the export's rows);
+// a store fault after the list has started cuts the connection, so the
+// client never takes part of the list for the whole of it, and the call's
+// log line says why.
+func TestCSVResultsStreamed(t *testing.T) {
+	var fail atomic.Bool
+	h := start(t, options{wrapStore: func(s server.Store) server.Store { return resultsFailAfter{s, &fail} }})
+	emails := make([]string, 2500)
+	for i := range emails {
+		emails[i] = fmt.Sprintf("u%d+accepted_email@d%d.example", i, i%40)
+	}
+	id := completedBatch(t, h, emails, "quick")
+	get := func() (*http.Response, []byte, error) {
+		rq, _ := http.NewRequest("GET", h.base+"/v1/requests/"+id+"/results", nil)
+		rq.Header.Set("X-Api-Key", h.testKey)
+		rq.Header.Set("Accept", "text/csv")
+		resp, err := http.DefaultClient.Do(rq)
+		if err != nil {
+			return nil, nil, err
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		return resp, b, err
+	}
+	resp, body, err := get()
+	if err != nil || resp.StatusCode != 200 || resp.ContentLength != -1 || strings.Count(string(body), "\n") != len(emails)+1 {
+		t.Fatalf("streamed CSV: %v, %d lines (%v)", resp, strings.Count(string(body), "\n"), err)
+	}
+
+	fail.Store(true)
+	resp, body, err = get()
+	if err == nil {
+		t.Fatalf("a list cut by a store fault read as whole: %d, %d bytes", resp.StatusCode, len(body))
+	}
+	waitFor(t, "the cut call's log line", func() bool { return strings.Contains(h.logs.String(), "the disk failed a read") })
 }
