@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/evs-dev/evs/internal/evs"
@@ -30,14 +31,34 @@ type listPage struct {
 type listCursor struct {
 	Created int64  `json:"t"`
 	ID      string `json:"i"`
+	// States is the state filter the cursor was made for.
+	States string `json:"s,omitempty"`
+}
+
+// batchStates are the states a list may be filtered on.
+var batchStates = map[evs.State]bool{evs.StateQueued: true, evs.StateRunning: true, evs.StateCompleted: true, evs.StateCancelled: true, evs.StateFailed: true}
+
+// parseStates reads state=, a comma-separated list of batch states.
+func parseStates(s string) (map[evs.State]bool, string, error) {
+	set := map[evs.State]bool{}
+	for _, v := range strings.Split(s, ",") {
+		if !batchStates[evs.State(v)] {
+			return nil, "", evs.Errorf(evs.CodeInvalidRequest, "The state filter must be queued, running, completed, cancelled or failed, or a comma-separated list of them.")
+		}
+		set[evs.State(v)] = true
+	}
+	return set, canonical(set), nil
 }
 
 // listBatches answers GET /v1/requests: the account's batches, newest
-// first, a page at a time (contract, section 13).
+// first, a page at a time (contract, section 13), those in the states of
+// state= when it is given. The store lists all of them: filtered, a page
+// reads whole store pages' worth, at most pageScan batches, so it may hold
+// fewer than limit while nextCursor still advances.
 func (h *Handler) listBatches(ctx context.Context, req *request, p evs.Principal) (idempotency.Reply, error) {
 	q := req.query
 	for k := range q {
-		if k != "limit" && k != "cursor" {
+		if k != "limit" && k != "cursor" && k != "state" {
 			return idempotency.Reply{}, evs.Errorf(evs.CodeInvalidRequest, "Unknown query parameter %q.", k)
 		}
 	}
@@ -45,10 +66,17 @@ func (h *Handler) listBatches(ctx context.Context, req *request, p evs.Principal
 	if err != nil {
 		return idempotency.Reply{}, err
 	}
+	var states map[evs.State]bool
+	var stateKey string
+	if s, ok := q["state"]; ok {
+		if states, stateKey, err = parseStates(s); err != nil {
+			return idempotency.Reply{}, err
+		}
+	}
 	var after evs.BatchPos
 	if s, ok := q["cursor"]; ok {
 		var c listCursor
-		if !decodeToken(s, &c) || c.ID == "" {
+		if !decodeToken(s, &c) || c.ID == "" || c.States != stateKey {
 			return idempotency.Reply{}, errBadCursor()
 		}
 		after = evs.BatchPos{CreatedAt: time.Unix(0, c.Created).UTC(), ID: c.ID}
@@ -56,18 +84,44 @@ func (h *Handler) listBatches(ctx context.Context, req *request, p evs.Principal
 	// One more than the page tells whether another page follows, so the
 	// last page says so (nextCursor null) instead of a client asking for
 	// an empty one.
-	bs, err := h.d.Batches.ListBatches(ctx, p.AccountID, after, limit+1)
-	if err != nil {
-		return idempotency.Reply{}, err
+	fetch := limit + 1
+	if states != nil {
+		fetch = MaxPageLimit
 	}
-	out := listPage{Requests: make([]listItem, 0, min(len(bs), limit))}
-	if len(bs) > limit {
-		bs = bs[:limit]
-		last := bs[limit-1]
-		next := encodeCursor(listCursor{Created: last.CreatedAt.UnixNano(), ID: last.ID})
-		out.NextCursor = &next
+	var kept []evs.Batch
+	var next *evs.Batch // where the next page starts, when one may follow
+	for scanned := 0; ; {
+		bs, err := h.d.Batches.ListBatches(ctx, p.AccountID, after, fetch)
+		if err != nil {
+			return idempotency.Reply{}, err
+		}
+		for i := range bs {
+			if states == nil || states[bs[i].State] {
+				kept = append(kept, bs[i])
+			}
+			if len(kept) > limit {
+				kept = kept[:limit]
+				next = &kept[limit-1]
+				break
+			}
+		}
+		scanned += len(bs)
+		if next != nil || len(bs) < fetch {
+			break
+		}
+		last := bs[len(bs)-1]
+		after = evs.BatchPos{CreatedAt: last.CreatedAt, ID: last.ID}
+		if scanned >= pageScan {
+			next = &last
+			break
+		}
 	}
-	for _, b := range bs {
+	out := listPage{Requests: make([]listItem, 0, len(kept))}
+	if next != nil {
+		c := encodeCursor(listCursor{Created: next.CreatedAt.UnixNano(), ID: next.ID, States: stateKey})
+		out.NextCursor = &c
+	}
+	for _, b := range kept {
 		e := envelopeOf(b, false)
 		out.Requests = append(out.Requests, listItem{Request: e.Request, Counters: e.Counters})
 	}

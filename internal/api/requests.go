@@ -526,6 +526,7 @@ type resultsPage struct {
 type cursor struct {
 	After    int    `json:"a"`
 	Status   string `json:"s,omitempty"`
+	Reason   string `json:"r,omitempty"`
 	MinScore int    `json:"m,omitempty"`
 }
 
@@ -557,7 +558,7 @@ func errBadCursor() error {
 
 func decodeCursor(s string, f filter) (cursor, error) {
 	var c cursor
-	if !decodeToken(s, &c) || c.After < -1 || c.Status != f.status || c.MinScore != f.minScore {
+	if !decodeToken(s, &c) || c.After < -1 || c.Status != f.status || c.Reason != f.reason || c.MinScore != f.minScore {
 		return cursor{}, errBadCursor()
 	}
 	return c, nil
@@ -568,23 +569,64 @@ var statuses = map[string]bool{
 	string(evs.Risky): true, string(evs.Unknown): true,
 }
 
-// filter is what a results request keeps: the status (the store filters
-// on it) and the least score (this layer filters on it: the score is not
-// stored, it is recomputed from the evidence on read).
+// filter is what a results request keeps: statuses and reasons (lists
+// of the contract's labels, comma-separated, kept in a canonical order for
+// the cursor) and the least score. The store filters on one status; more
+// than one, the reasons and the score (not stored: recomputed from the
+// evidence on read) this layer filters on.
 type filter struct {
-	status   string
-	minScore int
+	status, reason string
+	statuses       map[evs.Status]bool
+	reasons        map[evs.Reason]bool
+	minScore       int
+}
+
+// storeStatus is the one status the store can filter on, or "".
+func (f filter) storeStatus() evs.Status {
+	if len(f.statuses) == 1 {
+		return evs.Status(f.status)
+	}
+	return ""
+}
+
+// sparse tells whether results pass the filter that the store does not
+// apply, so that a page should read whole pages' worth.
+func (f filter) sparse() bool {
+	return f.minScore > 0 || len(f.statuses) > 1 || len(f.reasons) > 0
 }
 
 func (f filter) keeps(d evs.Decision) bool {
+	switch {
+	case len(f.statuses) > 1 && !f.statuses[d.Status()]:
+		return false
+	case len(f.reasons) > 0 && !f.reasons[d.Reason]:
+		return false
+	}
 	return f.minScore == 0 || verify.Score(d) >= f.minScore
 }
 
-// parseFilter reads status= and minScore= from the query.
+// parseFilter reads status=, reason= and minScore= from the query.
 func parseFilter(q map[string]string) (filter, error) {
-	f := filter{status: q["status"]}
-	if _, ok := q["status"]; ok && !statuses[f.status] {
-		return f, evs.Errorf(evs.CodeInvalidRequest, "The status filter must be deliverable, undeliverable, risky or unknown.")
+	var f filter
+	if s, ok := q["status"]; ok {
+		f.statuses = map[evs.Status]bool{}
+		for _, v := range strings.Split(s, ",") {
+			if !statuses[v] {
+				return f, evs.Errorf(evs.CodeInvalidRequest, "The status filter must be deliverable, undeliverable, risky or unknown, or a comma-separated list of them.")
+			}
+			f.statuses[evs.Status(v)] = true
+		}
+		f.status = canonical(f.statuses)
+	}
+	if s, ok := q["reason"]; ok {
+		f.reasons = map[evs.Reason]bool{}
+		for _, v := range strings.Split(s, ",") {
+			if !evs.Reason(v).Valid() {
+				return f, evs.Errorf(evs.CodeInvalidRequest, "The reason filter must be reason codes of the contract (accepted_email, rejected_email, ...), comma-separated.")
+			}
+			f.reasons[evs.Reason(v)] = true
+		}
+		f.reason = canonical(f.reasons)
 	}
 	if s, ok := q["minScore"]; ok {
 		n, err := strconv.Atoi(s)
@@ -594,6 +636,16 @@ func parseFilter(q map[string]string) (filter, error) {
 		f.minScore = n
 	}
 	return f, nil
+}
+
+// canonical is a set of labels as one sorted, comma-separated string.
+func canonical[T ~string](set map[T]bool) string {
+	out := make([]string, 0, len(set))
+	for v := range set {
+		out = append(out, string(v))
+	}
+	slices.Sort(out)
+	return strings.Join(out, ",")
 }
 
 // parseLimit reads a page's limit= (1–MaxPageLimit, default
@@ -623,7 +675,7 @@ func (h *Handler) filteredBatch(ctx context.Context, req *request, p evs.Princip
 		return evs.Batch{}, filter{}, err
 	}
 	for k := range q {
-		if k != "status" && k != "minScore" && !slices.Contains(more, k) {
+		if k != "status" && k != "reason" && k != "minScore" && !slices.Contains(more, k) {
 			return evs.Batch{}, filter{}, evs.Errorf(evs.CodeInvalidRequest, "Unknown query parameter %q.", k)
 		}
 	}
@@ -644,7 +696,7 @@ func (h *Handler) results(ctx context.Context, req *request, p evs.Principal) (i
 	if err != nil {
 		return idempotency.Reply{}, err
 	}
-	c := cursor{After: -1, Status: f.status, MinScore: f.minScore}
+	c := cursor{After: -1, Status: f.status, Reason: f.reason, MinScore: f.minScore}
 	if s, ok := q["cursor"]; ok {
 		if c, err = decodeCursor(s, f); err != nil {
 			return idempotency.Reply{}, err
@@ -688,11 +740,11 @@ func (h *Handler) page(ctx context.Context, b evs.Batch, c cursor, f filter, lim
 	// Unfiltered, one read of limit results fills the page; a score
 	// filter reads whole pages' worth, so that few pass costs few reads.
 	fetch := limit
-	if f.minScore > 0 {
+	if f.sparse() {
 		fetch = MaxPageLimit
 	}
 	for scanned := 0; ; {
-		rs, err := h.d.Batches.Results(ctx, b.AccountID, b.ID, next.After, fetch, evs.Status(c.Status))
+		rs, err := h.d.Batches.Results(ctx, b.AccountID, b.ID, next.After, fetch, f.storeStatus())
 		if err != nil {
 			return nil, nil, err
 		}
@@ -832,7 +884,7 @@ func (c *csvRows) writeUpTo(ctx context.Context, w io.Writer, limit int) (full b
 		_ = cw.Write(csvHeader)
 	}
 	for !c.drained {
-		rs, err := c.batches.Results(ctx, c.account, c.batch, c.after, MaxPageLimit, evs.Status(c.f.status))
+		rs, err := c.batches.Results(ctx, c.account, c.batch, c.after, MaxPageLimit, c.f.storeStatus())
 		if err != nil {
 			return false, err
 		}
