@@ -158,10 +158,7 @@ func (h *Handler) serve(rt Route, ep endpoint) http.Handler {
 		ctx := r.Context()
 		c := CallFromContext(ctx)
 		c.Route = rt.Path
-		p, authenticated := c.principal, c.principal.AccountID != ""
-		if !authenticated {
-			p, authenticated = evs.PrincipalFromContext(ctx)
-		}
+		p, authenticated := PrincipalOf(ctx)
 		c.AccountID = p.AccountID
 		var reply idempotency.Reply
 		var err error
@@ -210,16 +207,25 @@ func (h *Handler) read(r *http.Request, rt Route, rid string) (*request, error) 
 		return nil, TooLarge(rt.Path, limit)
 	}
 	raw, err := readBody(r.Body, r.ContentLength, limit)
-	var tooBig *http.MaxBytesError
-	switch {
-	case errors.As(err, &tooBig) || int64(len(raw)) > limit:
-		return nil, TooLarge(rt.Path, limit)
-	case err != nil && evs.ErrorCode(err) == evs.CodeInvalidRequest:
-		return nil, err // an adapter's own word on the body (bad base64)
-	case err != nil:
-		return nil, &bodyError{err: err}
+	if err != nil || int64(len(raw)) > limit {
+		return nil, bodyProblem(err, int64(len(raw)) > limit, rt.Path, limit)
 	}
 	return &request{r: r, rid: rid, route: rt.Path, query: lastValues(queryOf(r)), body: raw}, nil
+}
+
+// bodyProblem is the error of a body that could not be read (err) or is
+// longer than limit (tooLong). It is apart from read so that its
+// errors.As target is made only for a call that needs it.
+func bodyProblem(err error, tooLong bool, route string, limit int64) error {
+	var tooBig *http.MaxBytesError
+	switch {
+	case tooLong || errors.As(err, &tooBig):
+		return TooLarge(route, limit)
+	case evs.ErrorCode(err) == evs.CodeInvalidRequest:
+		return err // an adapter's own word on the body (bad base64)
+	default:
+		return &bodyError{err: err}
+	}
 }
 
 // readBody reads at most limit+1 bytes of body. A body of a stated length
@@ -257,6 +263,11 @@ func (e *bodyError) Unwrap() error {
 	return evs.Errorf(evs.CodeInvalidRequest, "The request body is invalid.")
 }
 
+// contentTypeJSONHeader is the Content-Type of most replies, one slice
+// for all: net/http only reads a header's values, and Set or Add give the
+// key a new slice (Add appends to this full one).
+var contentTypeJSONHeader = []string{contentTypeJSON}
+
 // render writes a reply's meaning for the call requestID: the id goes into
 // X-Request-Id and into the body (first member of a JSON success,
 // error.requestId of an error).
@@ -268,7 +279,7 @@ func render(w http.ResponseWriter, r idempotency.Reply, requestID string) {
 	ct := r.Headers["Content-Type"]
 	if ct == "" {
 		ct = contentTypeJSON
-		h["Content-Type"] = []string{ct}
+		h["Content-Type"] = contentTypeJSONHeader
 	}
 	if v := h["X-Request-Id"]; len(v) != 1 || v[0] != requestID {
 		// Observe has set it already, for every reply of the call.
@@ -329,10 +340,21 @@ type Call struct {
 
 type callKey struct{}
 
-// SetPrincipal hands the call's handler its caller. The call's line is in
-// the context already: a context of its own for the principal would cost
-// every call another copy of the request.
+// SetPrincipal hands the call's handler its caller (PrincipalOf). The
+// call's line is in the context already: a context of its own for the
+// principal would cost every call another copy of the request.
 func (c *Call) SetPrincipal(p evs.Principal) { c.principal = p }
+
+// PrincipalOf returns the caller of the call ctx belongs to: the one
+// `evs serve`'s key check set on the call's line, else the one the context
+// carries (evs.PrincipalFromContext: on AWS, the authorizer's answer). ok
+// is false when the call was never authenticated.
+func PrincipalOf(ctx context.Context) (p evs.Principal, ok bool) {
+	if c, isCall := ctx.Value(callKey{}).(*Call); isCall && c.principal.AccountID != "" {
+		return c.principal, true
+	}
+	return evs.PrincipalFromContext(ctx)
+}
 
 // CallFromContext returns the log line of the call ctx belongs to; a
 // context that has none (a handler called without Observe) gets a fresh

@@ -214,8 +214,13 @@ func (e *edge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	// The body's deadline runs from here (the headers are in). It is real
 	// time, whatever clock the server is given. The server also waits on
-	// it when it drains a body the handler did not read.
-	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(e.o.BodyTimeout)) // unsupported only in tests' fakes
+	// it when it drains a body the handler did not read. A call without a
+	// body gets none: net/http lifted the headers' deadline, and one left
+	// on the connection would cancel the call's context mid-call when it
+	// expires.
+	if r.ContentLength != 0 {
+		_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(e.o.BodyTimeout)) // unsupported only in tests' fakes
+	}
 	e.handler.ServeHTTP(w, r)
 }
 
@@ -263,24 +268,26 @@ func (e *edge) guard(rt api.Route, next http.Handler) http.Handler {
 		}
 		// A large body waits for its share of the budget before a byte of
 		// it is read, and keeps it until the handler has answered.
-		release, err := e.bodies.admit(r.Context(), e.bodies.weight(r, rt.MaxBody))
+		weight := e.bodies.weight(r, rt.MaxBody)
+		release, err := e.bodies.admit(r.Context(), weight)
 		if err != nil {
 			writeBodyBusy(w, rid)
 			return
 		}
 		defer release()
-		rc := http.NewResponseController(w)
-		if r.ContentLength == 0 {
-			// No body to wait for. A deadline left on the idle connection
-			// would cancel the call's context mid-call when it expires.
-			_ = rc.SetReadDeadline(time.Time{})
-		} else {
-			// The deadline runs from now: time spent waiting for the
-			// budget is not the client's. It is lifted once the body is
-			// read. The body is never read past the route's limit, however
-			// long it claims or turns out to be.
-			_ = rc.SetReadDeadline(time.Now().Add(e.o.BodyTimeout))
-			r.Body = &deadlineBody{ReadCloser: http.MaxBytesReader(unwrap(w), r.Body, rt.MaxBody), rc: rc, h: w.Header()}
+		if r.ContentLength != 0 {
+			// The deadline is lifted once the body is read. The body is
+			// never read past the route's limit, however long it claims
+			// or turns out to be. The controller lives in the body, one
+			// allocation for both.
+			b := &deadlineBody{ReadCloser: http.MaxBytesReader(unwrap(w), r.Body, rt.MaxBody), rc: *http.NewResponseController(w), h: w.Header()}
+			if weight > 0 {
+				// Time spent waiting for the budget is not the client's:
+				// the deadline runs again from now. A small body never
+				// waits, and keeps the one ServeHTTP set.
+				_ = b.rc.SetReadDeadline(time.Now().Add(e.o.BodyTimeout))
+			}
+			r.Body = b
 		}
 		next.ServeHTTP(w, r)
 	})
@@ -302,7 +309,7 @@ func unwrap(w http.ResponseWriter) http.ResponseWriter {
 // and closes the connection after a body that could not be read whole.
 type deadlineBody struct {
 	io.ReadCloser
-	rc   *http.ResponseController
+	rc   http.ResponseController
 	h    http.Header
 	done bool
 }

@@ -17,7 +17,6 @@ import (
 	"github.com/evs-dev/evs/internal/api"
 	"github.com/evs-dev/evs/internal/authorizer"
 	"github.com/evs-dev/evs/internal/config"
-	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/testkit"
 )
 
@@ -233,7 +232,7 @@ func TestEdgeRequest(t *testing.T) {
 	if rid := api.CallFromContext(got.Context()).RequestID; rid == "" || rid != r.header.Get("X-Request-Id") {
 		t.Fatalf("requestId %q vs %q", rid, r.header.Get("X-Request-Id"))
 	}
-	if p, ok := evs.PrincipalFromContext(got.Context()); !ok || p.AccountID != "acct-good" || p.KeyID != "k-good" || !p.Test {
+	if p, ok := api.PrincipalOf(got.Context()); !ok || p.AccountID != "acct-good" || p.KeyID != "k-good" || !p.Test {
 		t.Fatalf("principal: %+v", p)
 	}
 	// Any bytes arrive as sent.
