@@ -65,13 +65,13 @@ func TestRoutesMatchTemplate(t *testing.T) {
 }
 
 func isConsole(r testkit.SAMRoute) bool {
-	return r.Path == api.ConsoleRootResource || strings.HasPrefix(r.Path, api.ConsoleRootResource+"/")
+	return r.Path == api.HomeResource || r.Path == api.ConsoleRootResource || strings.HasPrefix(r.Path, api.ConsoleRootResource+"/")
 }
 
 // The console's routes are on the requests function (whose handler serves
-// api.ConsoleRootResource and api.ConsoleFilesResource), GET only, with no
-// authorizer and no usage-plan key, and the stack says where the console
-// is.
+// api.ConsoleRootResource and api.ConsoleFilesResource, and the stage's
+// root, which sends a browser there), GET only, with no authorizer and no
+// usage-plan key, and the stack says where the console is.
 func TestConsoleRoutesOpen(t *testing.T) {
 	tpl := load(t)
 	var got []testkit.SAMRoute
@@ -81,7 +81,7 @@ func TestConsoleRoutesOpen(t *testing.T) {
 		}
 	}
 	var want []testkit.SAMRoute
-	for _, p := range []string{api.ConsoleRootResource, api.ConsoleFilesResource} {
+	for _, p := range []string{api.ConsoleRootResource, api.ConsoleFilesResource, api.HomeResource} {
 		want = append(want, testkit.SAMRoute{Function: api.RequestsFunction, Path: p, Method: "GET", Authorizer: "NONE", APIKeyRequired: "false"})
 	}
 	if !reflect.DeepEqual(got, want) {
@@ -859,7 +859,7 @@ func TestConsoleThrottledApart(t *testing.T) {
 			t.Errorf("%s: burst %v by default; want above 0 and below the stage's %v", key, b, stageBurst)
 		}
 	}
-	if consoleRoutes != 2 || len(byPath) != 3 {
-		t.Errorf("%d console routes and method settings %v; want 2 and the stage's plus one per console route", consoleRoutes, settings)
+	if consoleRoutes != 3 || len(byPath) != 4 {
+		t.Errorf("%d console routes and method settings %v; want 3 and the stage's plus one per console route", consoleRoutes, settings)
 	}
 }

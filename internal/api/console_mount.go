@@ -17,6 +17,7 @@ const (
 // MountConsole serves h, a console handler (NewConsole), on mux at ConsolePath and at ConsolePath
 // without its slash, with no key: the page asks for one and sends it on
 // its own API calls. Each call's log line names the route ConsolePath.
+// GET / answers 302 to the console.
 func MountConsole(mux *http.ServeMux, h http.Handler) {
 	web := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		CallFromContext(r.Context()).Route = ConsolePath
@@ -24,4 +25,17 @@ func MountConsole(mux *http.ServeMux, h http.Handler) {
 	})
 	mux.Handle(ConsoleRootResource, web)
 	mux.Handle(ConsolePath, web)
+	// The service's root is where a person lands: send the browser on to
+	// the console. The Location is relative, so it keeps an API Gateway
+	// stage's prefix (/prod/ → /prod/console/).
+	mux.Handle("GET "+HomeResource+"{$}", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		CallFromContext(r.Context()).Route = HomeResource
+		w.Header().Set("Location", "console/")
+		w.Header().Set("Cache-Control", "no-store")
+		w.WriteHeader(http.StatusFound)
+	}))
 }
+
+// HomeResource is the root of the service, which sends a browser to the
+// console (the API Gateway resource "/" on the AWS stack).
+const HomeResource = "/"
