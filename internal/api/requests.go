@@ -60,13 +60,15 @@ type batchRequest struct {
 	CompletedAt *evs.Time `json:"completedAt,omitempty"`
 	CallbackURL string    `json:"callbackUrl,omitempty"`
 	Callback    *callback `json:"callback,omitempty"`
+	// Name is the batch's name, when it was given one.
+	Name string `json:"name,omitempty"`
 }
 
 func envelopeOf(b evs.Batch, replayed bool) batchEnvelope {
 	e := batchEnvelope{
 		Request: batchRequest{
 			ID: b.ID, Mode: b.Mode, State: b.State, Error: b.Error,
-			CreatedAt: evs.Time{Time: b.CreatedAt},
+			CreatedAt: evs.Time{Time: b.CreatedAt}, Name: b.Name,
 		},
 		Counters: Counters(b.Counters),
 		Replayed: replayed,
@@ -98,6 +100,22 @@ type parsedBatch struct {
 	uploadID    string
 	callbackURL string
 	maxAge      time.Duration // as evs.Batch.MaxAge
+	name        string
+}
+
+// checkName refuses a batch name a listing could not show on one line:
+// empty, longer than evs.MaxBatchName characters, or holding a control
+// character.
+func checkName(s string) error {
+	switch {
+	case strings.TrimSpace(s) == "":
+		return evs.Errorf(evs.CodeInvalidRequest, "The name is empty.")
+	case utf8.RuneCountInString(s) > evs.MaxBatchName:
+		return evs.Errorf(evs.CodeInvalidRequest, "The name is longer than %d characters.", evs.MaxBatchName)
+	case !utf8.ValidString(s) || strings.ContainsFunc(s, unicode.IsControl):
+		return evs.Errorf(evs.CodeInvalidRequest, "The name holds a control character or is not valid UTF-8.")
+	}
+	return nil
 }
 
 // addressList deduplicates a list as it is read, keeping only the distinct
@@ -264,6 +282,7 @@ func (h *Handler) storeBatch(ctx context.Context, p evs.Principal, in parsedBatc
 		ExpiresAt:   now.Add(h.d.Retention),
 		CallbackURL: in.callbackURL,
 		MaxAge:      in.maxAge,
+		Name:        in.name,
 		Counters: evs.Counters{
 			Total:      in.list.total,
 			Duplicates: in.list.total - len(items),
@@ -329,14 +348,14 @@ func parseMode(s string, present bool) (evs.Mode, error) {
 }
 
 func parseBatchJSON(req *request, raw []byte) (parsedBatch, error) {
-	for _, q := range []string{"mode", "callbackUrl", "maxAge"} {
+	for _, q := range []string{"mode", "callbackUrl", "maxAge", "name"} {
 		if _, ok := req.query[q]; ok {
 			return parsedBatch{}, evs.Errorf(evs.CodeInvalidRequest, "With a JSON body the %s goes in the body, not the query.", q)
 		}
 	}
 	var out parsedBatch
 	obj, err := readListJSONWith(bytes.NewReader(raw), bodyLimits,
-		listJSONFields{Strings: []string{"mode", "callbackUrl", "uploadId"}, Numbers: []string{"maxAge"}}, out.list.add)
+		listJSONFields{Strings: []string{"mode", "callbackUrl", "uploadId", "name"}, Numbers: []string{"maxAge"}}, out.list.add)
 	if err != nil {
 		return parsedBatch{}, listErr(err)
 	}
@@ -353,6 +372,12 @@ func parseBatchJSON(req *request, raw []byte) (parsedBatch, error) {
 		if out.callbackURL = u; u == "" {
 			return parsedBatch{}, evs.Errorf(evs.CodeInvalidRequest, "The callbackUrl is empty.")
 		}
+	}
+	if n, ok := obj.Strings["name"]; ok {
+		if err := checkName(n); err != nil {
+			return parsedBatch{}, err
+		}
+		out.name = n
 	}
 	if id, ok := obj.Strings["uploadId"]; ok {
 		if obj.HasEmails {
@@ -438,6 +463,12 @@ func parseBatchCSV(req *request, raw []byte) (parsedBatch, error) {
 		if out.callbackURL = u; u == "" {
 			return parsedBatch{}, evs.Errorf(evs.CodeInvalidRequest, "The callbackUrl is empty.")
 		}
+	}
+	if n, ok := req.query["name"]; ok {
+		if err := checkName(n); err != nil {
+			return parsedBatch{}, err
+		}
+		out.name = n
 	}
 	if err := ReadListCSV(bytes.NewReader(raw), bodyLimits, out.list.add); err != nil {
 		return parsedBatch{}, listErr(err)

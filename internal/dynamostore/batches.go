@@ -45,6 +45,8 @@ const (
 	// attrMaxAgeMs is the batch's maxAge (evs.Batch.MaxAge) in
 	// milliseconds, -1 for evs.NoReuse; absent for no bound.
 	attrMaxAgeMs = "maxAgeMs"
+	// attrBatchName is the batch's name (evs.Batch.Name), absent when none.
+	attrBatchName = "batchName"
 )
 
 // counterAttr names the counter of each outcome label; a result of another
@@ -104,6 +106,7 @@ func batchFrom(it item) evs.Batch {
 			Unknown:       int(getN(it, attrUnknown)),
 		},
 		MaxAge: store.MaxAgeOf(getN(it, attrMaxAgeMs)),
+		Name:   getS(it, attrBatchName),
 	}
 }
 
@@ -200,6 +203,9 @@ func (s *Store) putBatch(ctx context.Context, b evs.Batch, items []evs.Item, inp
 	}
 	if b.MaxAge != 0 {
 		rec[attrMaxAgeMs] = avN(store.MaxAgeMillis(b.MaxAge))
+	}
+	if b.Name != "" {
+		rec[attrBatchName] = avS(b.Name)
 	}
 	if !b.CompletedAt.IsZero() {
 		rec[attrCompletedAt] = avTime(b.CompletedAt)

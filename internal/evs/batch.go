@@ -106,7 +106,14 @@ type Batch struct {
 	// request's maxAge; contract, section 12): 0 when the request gave
 	// none (any verdict within the cache's TTL), NoReuse for maxAge 0.
 	MaxAge time.Duration
+	// Name is the label the user gave the batch at creation (at most
+	// MaxBatchName characters), or "".
+	Name string
 }
+
+// MaxBatchName is the longest batch name, in characters (contract,
+// section 3).
+const MaxBatchName = 200
 
 // BatchPos is a place in an account's list of batches, which runs newest
 // first: CreatedAt descending, then ID descending, so that batches created

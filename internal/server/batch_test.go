@@ -22,6 +22,7 @@ type envelope struct {
 		CreatedAt   string `json:"createdAt"`
 		CompletedAt string `json:"completedAt"`
 		Error       string `json:"error"`
+		Name        string `json:"name"`
 	} `json:"request"`
 	Counters struct {
 		Total, Duplicates, Processed, Deliverable, Undeliverable, Risky, Unknown int

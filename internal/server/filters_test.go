@@ -134,3 +134,48 @@ func TestListBatchesByState(t *testing.T) {
 		}
 	}
 }
+
+// TestBatchNames: a batch may be given a name at creation (a JSON field,
+// or ?name= with a CSV body), shown by GET and in the list (the webhook's
+// event carries the same request object); an empty, overlong or
+// multi-line name is 400, and a JSON body's name in the query too.
+func TestBatchNames(t *testing.T) {
+	h := start(t, options{})
+	name := "Newsletter — März 2026"
+	r := h.do(req{method: "POST", path: "/v1/requests", key: h.testKey, body: `{"emails":["accepted_email@x.example"],"mode":"quick","name":"` + name + `"}`})
+	if r.status != 201 || r.json(t)["request"].(map[string]any)["name"] != name {
+		t.Fatalf("create with a name: %d %s", r.status, r.body)
+	}
+	id := decodeEnvelope(t, r).Request.ID
+	if g := h.do(req{path: "/v1/requests/" + id, key: h.testKey}).json(t); g["request"].(map[string]any)["name"] != name {
+		t.Errorf("GET: %v", g["request"])
+	}
+	r = h.do(req{method: "POST", path: "/v1/requests?mode=quick&name=" + url.QueryEscape("from a CSV"), key: h.testKey,
+		headers: map[string]string{"Content-Type": "text/csv"}, body: "accepted_email@y.example\n"})
+	if r.status != 201 || r.json(t)["request"].(map[string]any)["name"] != "from a CSV" {
+		t.Fatalf("CSV with ?name=: %d %s", r.status, r.body)
+	}
+	unnamed := h.createQuick(h.testKey, 1)
+	if _, has := h.do(req{path: "/v1/requests/" + unnamed.Request.ID, key: h.testKey}).json(t)["request"].(map[string]any)["name"]; has {
+		t.Errorf("a batch without a name shows one")
+	}
+	names := map[string]any{}
+	for _, e := range h.list(h.testKey, nil).Requests {
+		names[e.Request.ID] = e.Request.Name
+	}
+	if names[id] != name || names[unnamed.Request.ID] != "" {
+		t.Errorf("listed names: %v", names)
+	}
+	for _, bad := range []string{`""`, `"   "`, `"two\nlines"`, `"` + strings.Repeat("é", 201) + `"`} {
+		r := h.do(req{method: "POST", path: "/v1/requests", key: h.testKey, body: `{"emails":["a@x.example"],"name":` + bad + `}`})
+		if r.status != 400 || r.errorCode(t) != "invalid_request" {
+			t.Errorf("name %s: %d %s", bad, r.status, r.body)
+		}
+	}
+	if r := h.do(req{method: "POST", path: "/v1/requests?name=x", key: h.testKey, body: `{"emails":["a@x.example"]}`}); r.status != 400 {
+		t.Errorf("a JSON body's name in the query: %d %s", r.status, r.body)
+	}
+	if r := h.do(req{method: "POST", path: "/v1/requests", key: h.testKey, body: `{"emails":["a@x.example"],"name":"` + strings.Repeat("é", 200) + `"}`}); r.status != 201 {
+		t.Errorf("a name of 200 characters: %d %s", r.status, r.body)
+	}
+}

@@ -24,13 +24,13 @@ const itemsPerInsert = 500
 const resultsPerInsert = 200
 
 const batchCols = `id, account_id, mode, state, error, created_at, completed_at, expires_at,
-	total, duplicates, processed, deliverable, undeliverable, risky, unknown, max_age`
+	total, duplicates, processed, deliverable, undeliverable, risky, unknown, max_age, name`
 
 // Queries of this file; the ones of every call are prepared at Open.
 const (
 	qCreateBatch = `INSERT INTO batches (id, account_id, mode, state, error, created_at, completed_at, expires_at,
-			items, total, duplicates, processed, deliverable, undeliverable, risky, unknown, max_age)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING key`
+			items, total, duplicates, processed, deliverable, undeliverable, risky, unknown, max_age, name)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING key`
 	qBatch      = `SELECT key, ` + batchCols + ` FROM batches WHERE id = ? AND account_id = ? AND expires_at > ?`
 	qTransition = `UPDATE batches SET state = ?, error = ?, completed_at = ? WHERE id = ? RETURNING ` + batchCols
 	// The batch completes in the same statement that counts its last
@@ -111,7 +111,7 @@ func scanBatchWith(row scanner, first ...any) (evs.Batch, error) {
 	)
 	c := &b.Counters
 	err := row.Scan(append(first, &b.ID, &b.AccountID, &b.Mode, &b.State, &b.Error, &created, &completed, &expires,
-		&c.Total, &c.Duplicates, &c.Processed, &c.Deliverable, &c.Undeliverable, &c.Risky, &c.Unknown, &maxAge)...)
+		&c.Total, &c.Duplicates, &c.Processed, &c.Deliverable, &c.Undeliverable, &c.Risky, &c.Unknown, &maxAge, &b.Name)...)
 	if err != nil {
 		return evs.Batch{}, err
 	}
@@ -186,7 +186,7 @@ func (s *Store) CreateBatchBounded(ctx context.Context, b evs.Batch, items []evs
 		var key int64
 		err = create.QueryRowContext(ctx,
 			b.ID, b.AccountID, b.Mode, b.State, b.Error, millis(b.CreatedAt), nullMillis(b.CompletedAt), millis(b.ExpiresAt),
-			len(items), c.Total, c.Duplicates, c.Processed, c.Deliverable, c.Undeliverable, c.Risky, c.Unknown, store.MaxAgeMillis(b.MaxAge)).Scan(&key)
+			len(items), c.Total, c.Duplicates, c.Processed, c.Deliverable, c.Undeliverable, c.Risky, c.Unknown, store.MaxAgeMillis(b.MaxAge), b.Name).Scan(&key)
 		if constraint(err, sqlite3.SQLITE_CONSTRAINT_UNIQUE) {
 			return store.BatchExists()
 		}

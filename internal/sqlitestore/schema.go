@@ -207,6 +207,8 @@ CREATE INDEX batches_account_created ON batches (account_id, created_at DESC, id
 `,
 	// The cap on an account's open uploads (uploads.go).
 	openUploadsSchema,
+	// Batch names (contract, section 3).
+	`ALTER TABLE batches ADD COLUMN name TEXT NOT NULL DEFAULT '';`,
 }
 
 // migrate brings the schema to len(migrations). It runs in one immediate

@@ -32,6 +32,8 @@ func newBatch(id, accountID string, n, dups int) (evs.Batch, []evs.Item) {
 		CreatedAt: base,
 		ExpiresAt: base.Add(24 * time.Hour),
 		Counters:  evs.Counters{Total: n + dups, Duplicates: dups},
+		// Every read path must give the name back, whatever its script.
+		Name: "März list " + id,
 	}
 	items := make([]evs.Item, n)
 	for i := range items {
@@ -102,7 +104,7 @@ func checkInvariants(t *testing.T, what string, b evs.Batch) {
 func sameBatch(t *testing.T, what string, got, want evs.Batch) {
 	t.Helper()
 	if got.ID != want.ID || got.AccountID != want.AccountID || got.Mode != want.Mode ||
-		got.State != want.State || got.Error != want.Error || got.Counters != want.Counters {
+		got.State != want.State || got.Error != want.Error || got.Counters != want.Counters || got.Name != want.Name {
 		t.Errorf("%s =\n  %+v\nwant\n  %+v", what, got, want)
 	}
 	sameTime(t, what+".CreatedAt", got.CreatedAt, want.CreatedAt)
