@@ -63,7 +63,7 @@ type Options struct {
 	// Engine verifies for live accounts (default: built from Config).
 	Engine Engine
 	// Batch tunes the batch worker; zero values take its defaults.
-	Batch  batch.RunnerConfig
+	Batch  batch.LocalConfig
 	Now    func() time.Time
 	Logger *slog.Logger
 	// SweepEvery is how often expired records are deleted (default 1 h).
@@ -163,7 +163,7 @@ func MetricsServer(h http.Handler, logger *slog.Logger, l MetricsLimits) *http.S
 type Server struct {
 	opts   Options
 	edge   *edge
-	runner *batch.Runner
+	runner *batch.LocalQueue
 	hooks  *webhook.Deliverer
 }
 
@@ -262,7 +262,7 @@ func New(o Options) (*Server, error) {
 	if rc.Fault == nil && o.Metrics != nil {
 		rc.Fault = func(error) { o.Metrics.StoreError("batch") }
 	}
-	runner, err := batch.NewRunner(rc)
+	runner, err := batch.NewLocalQueue(rc)
 	if err != nil {
 		return nil, err
 	}
