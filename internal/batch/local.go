@@ -156,11 +156,10 @@ func NewLocalQueue(cfg LocalConfig) (*LocalQueue, error) {
 		Processor: &Processor{Engine: cfg.Engine, Sandbox: cfg.Sandbox, MaxGreyAttempts: cfg.MaxGreyAttempts,
 			PerConnection: cfg.PerConnection, SessionLimit: cfg.SessionLimit, Now: cfg.Now, ExitRetry: cfg.ExitRetry},
 		GreyBackoff: cfg.GreyBackoff, Grey: cfg.Grey, Cache: cfg.Cache, Deadline: cfg.Deadline,
-		// A batch is planned whole, and each domain's addresses go out
-		// as one message (see Send): the lanes, not plan windows, keep
-		// one batch from filling the slots ahead of the others, and a
-		// domain's sessions run one after another, its accept-all probe
-		// made once.
+		// A batch is planned whole, in one message that Send divides:
+		// the lanes, not plan windows, keep one batch from filling the
+		// slots ahead of the others, and a domain's sessions run one
+		// after another, its accept-all probe made once.
 		PlanWindow: math.MaxInt32, PackSize: math.MaxInt32,
 		// A session waits for its slot in the step; a pause or a spent
 		// RCPT budget sends the group back with a delay.
@@ -213,28 +212,51 @@ func (q *LocalQueue) EnqueueItems(_ context.Context, b evs.Batch, items []evs.It
 	m := PlanMessage(b)
 	m.Items = items
 	if !q.deliver(delivery{m: m}, 0) {
-		return evs.Errorf(evs.CodeUnavailable, "The batch worker is not running.")
+		return errStopped
 	}
 	return nil
 }
 
-// Send queues ms for the Worker once delay has passed. A work message
-// goes out as one message per domain group: a slot is one group's
-// sessions, so the lanes' caps count groups.
+// Send queues ms for the Worker once delay has passed. A live work
+// message goes out as one message per domain group: a slot is one group's
+// SMTP sessions, so the lanes' caps count groups. A test-mode one goes out
+// in messages of up to testPack addresses, whole domains where they fit:
+// the sandbox answers at once, and each message is one write of results.
+// Once the queue has stopped nothing is queued: what was pending stays so
+// in the store, and the next start plans it again.
 func (q *LocalQueue) Send(_ context.Context, ms []Message, delay time.Duration) error {
+	ok := true
 	for _, m := range ms {
 		if m.Kind != KindWork || len(m.Items) == 0 {
-			q.deliver(delivery{m: m}, delay)
+			ok = q.deliver(delivery{m: m}, delay) && ok
 			continue
 		}
-		for _, g := range GroupByDomain(m.Items) {
-			one := m
-			one.Items = g.Items
-			q.deliver(delivery{m: one}, delay)
+		var parts [][]evs.Item
+		if q.lane(q.ctx, m.AccountID) == q.test {
+			for _, p := range Pack(m.AccountID, m.BatchID, m.Items, testPack) {
+				parts = append(parts, p.Items)
+			}
+		} else {
+			for _, g := range GroupByDomain(m.Items) {
+				parts = append(parts, g.Items)
+			}
 		}
+		for _, items := range parts {
+			one := m
+			one.Items = items
+			ok = q.deliver(delivery{m: one}, delay) && ok
+		}
+	}
+	if !ok {
+		return errStopped
 	}
 	return nil
 }
+
+// testPack is the most addresses of a test-mode work message.
+const testPack = 1000
+
+var errStopped = evs.Errorf(evs.CodeUnavailable, "The batch worker is not running.")
 
 // Wait blocks until every message handling and timer has stopped (after
 // ctx ended, or when all work is done).

@@ -378,7 +378,9 @@ func (w *Worker) work(ctx context.Context, m Message, again bool, startBy time.T
 	// written as soon as a transaction's worth (flushAt) is done, not only
 	// at the end: a worker that dies mid-message (out of memory, a crash)
 	// loses at most that many, and the redelivery asks no server again
-	// about the rest. It costs no extra transaction.
+	// about the rest. It costs no extra transaction on DynamoDB. In this
+	// process (Local) a crash loses the queue too, and each message is one
+	// SQLite transaction, written at its end.
 	flush := func() {
 		if len(results) == 0 || (firstEr != nil && ctx.Err() != nil && !w.Local) {
 			return
@@ -410,7 +412,7 @@ func (w *Worker) work(ctx context.Context, m Message, again bool, startBy time.T
 			mu.Lock()
 			defer mu.Unlock()
 			results = append(results, d.results...)
-			if len(results) >= flushAt {
+			if len(results) >= flushAt && !w.Local {
 				flush()
 			}
 			retry = addRetry(retry, w.greyDelay(d.retryIn), d.retry)
