@@ -114,9 +114,6 @@ func NewLocalQueue(cfg LocalConfig) (*LocalQueue, error) {
 	if cfg.Store == nil || cfg.Accounts == nil || cfg.Engine == nil || cfg.Sandbox == nil {
 		return nil, errors.New("batch: the local queue needs a store, accounts, an engine and a sandbox")
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -125,9 +122,6 @@ func NewLocalQueue(cfg LocalConfig) (*LocalQueue, error) {
 	}
 	if cfg.PerBatch <= 0 {
 		cfg.PerBatch = 16
-	}
-	if cfg.PerConnection <= 0 {
-		cfg.PerConnection = 50
 	}
 	if cfg.TestWorkers <= 0 {
 		cfg.TestWorkers = 16
