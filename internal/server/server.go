@@ -161,10 +161,10 @@ func MetricsServer(h http.Handler, logger *slog.Logger, l MetricsLimits) *http.S
 
 // Server is the one-machine service.
 type Server struct {
-	opts   Options
-	edge   *edge
-	runner *batch.LocalQueue
-	hooks  *webhook.Deliverer
+	opts    Options
+	edge    *edge
+	batches *batch.LocalQueue
+	hooks   *webhook.Deliverer
 }
 
 // New assembles a server.
@@ -262,7 +262,7 @@ func New(o Options) (*Server, error) {
 	if rc.Fault == nil && o.Metrics != nil {
 		rc.Fault = func(error) { o.Metrics.StoreError("batch") }
 	}
-	runner, err := batch.NewLocalQueue(rc)
+	batches, err := batch.NewLocalQueue(rc)
 	if err != nil {
 		return nil, err
 	}
@@ -293,7 +293,7 @@ func New(o Options) (*Server, error) {
 		Cache:              apiCache(verdicts),
 		Idempotency:        keeper(o.Store, o.Now),
 		Batches:            o.Store,
-		Queue:              runner,
+		Queue:              batches,
 		Retention:          o.Config.Retention,
 		MaxActiveBatches:   o.Config.MaxActiveBatches,
 		MaxStoredAddresses: o.Config.MaxStoredAddresses,
@@ -310,7 +310,7 @@ func New(o Options) (*Server, error) {
 	if o.Metrics != nil {
 		hooks.Observe = o.Metrics.WebhookDelivery
 	}
-	return &Server{opts: o, edge: gw, runner: runner, hooks: hooks}, nil
+	return &Server{opts: o, edge: gw, batches: batches, hooks: hooks}, nil
 }
 
 // quota is the address quota of cfg on st's counters. A store without
@@ -356,7 +356,7 @@ func PendingAddresses(ctx context.Context, st interface {
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	workCtx, stopWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopWork()
-	if err := s.runner.Start(workCtx); err != nil {
+	if err := s.batches.Start(workCtx); err != nil {
 		return err
 	}
 	go s.sweep(workCtx)
@@ -398,13 +398,13 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	select {
 	case err := <-errc:
 		stopWork()
-		s.runner.Wait()
+		s.batches.Wait()
 		return err
 	case <-ctx.Done():
 	}
 	err := s.drain(srv)
 	stopWork()
-	s.runner.Wait()
+	s.batches.Wait()
 	return err
 }
 
