@@ -295,6 +295,38 @@ func TestRunnerStoreFault(t *testing.T) {
 	}
 }
 
+// TestRunnerCancelStopsSessions: a batch cancelled while its sessions hang
+// stops them within seconds, not at their time limit, so its slots go
+// back; the cancelled batch stays cancelled.
+func TestRunnerCancelStopsSessions(t *testing.T) {
+	e := newEnv(t)
+	var hanging, stopped atomic.Int64
+	eng := &fakeEngine{hold: func(ctx context.Context, emails []string) {
+		hanging.Add(1)
+		<-ctx.Done()
+		stopped.Add(1)
+	}}
+	r := e.runner(e.st, eng, batch.LocalConfig{})
+	b := e.batch(e.account(false), time.Now(), emails("c", 4)...)
+	if err := r.Enqueue(e.ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	for hanging.Load() < 4 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if _, err := e.st.TransitionBatch(e.ctx, b.AccountID, b.ID, []evs.State{evs.StateRunning}, evs.StateCancelled, "", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	for end := time.Now().Add(5 * time.Second); stopped.Load() < 4; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("%d of 4 sessions stopped 5 s after the cancel", stopped.Load())
+		}
+	}
+	if got := e.wait(b, time.Second); got.State != evs.StateCancelled {
+		t.Fatalf("%s %+v", got.State, got.Counters)
+	}
+}
+
 // TestRunnerResume: a runner started on a store with a half-done batch
 // verifies only the addresses without a result and completes it with exact
 // counters.

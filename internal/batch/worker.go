@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/evs-dev/evs/internal/evs"
@@ -153,8 +154,9 @@ type Worker struct {
 	// MaxDelay, and a write of results the store refuses is retried, after
 	// RetryDelay(RetryBase, RetryMax), while the message keeps its slot,
 	// instead of failing the message: the verdicts cost network work, and
-	// the queue's slots then bound how many wait for the store. Fault, if
-	// set, is told of each refused write.
+	// the queue's slots then bound how many wait for the store. A batch
+	// cancelled meanwhile stops the message's sessions within a second.
+	// Fault, if set, is told of each refused write.
 	Local     bool
 	RetryBase time.Duration
 	RetryMax  time.Duration
@@ -352,12 +354,19 @@ func (w *Worker) work(ctx context.Context, m Message, again bool, startBy time.T
 		}
 	}
 	// The batch's deadline stops the sessions under way; what they
-	// answered is still written, with ctx, and the rest ends by expire.
-	stepCtx, stop := ctx, context.CancelFunc(func() {})
-	if w.Deadline > 0 {
-		stepCtx, stop = context.WithTimeout(ctx, b.CreatedAt.Add(w.Deadline).Sub(w.now()))
-	}
+	// answered is still written, with ctx, and the rest ends as timeouts.
+	stepCtx, stop := context.WithCancel(ctx)
 	defer stop()
+	if w.Deadline > 0 {
+		stepCtx, stop = context.WithTimeout(stepCtx, b.CreatedAt.Add(w.Deadline).Sub(w.now()))
+		defer stop()
+	}
+	var cancelled atomic.Bool
+	if w.Local {
+		// So does a cancel: in this process the sessions hold slots that
+		// other batches wait for.
+		go w.watch(stepCtx, m, stop, &cancelled)
+	}
 	conc := w.Concurrency
 	if conc <= 0 {
 		conc = 8
@@ -439,6 +448,9 @@ func (w *Worker) work(ctx context.Context, m Message, again bool, startBy time.T
 		}
 		wrote, final = true, b
 	}
+	if cancelled.Load() {
+		return nil
+	}
 	if firstEr != nil && stepCtx.Err() != nil && ctx.Err() == nil && PastDeadline(b, w.Deadline, w.now()) {
 		// Cut short by the batch's deadline: what is left ends now.
 		return w.timeout(ctx, b, m.Items, acct.Test)
@@ -480,6 +492,25 @@ func (w *Worker) work(ctx context.Context, m Message, again bool, startBy time.T
 		w.finalized(ctx, final)
 	}
 	return nil
+}
+
+// watch calls stop, and sets final, once m's batch is final, looking every
+// second until ctx ends.
+func (w *Worker) watch(ctx context.Context, m Message, stop func(), final *atomic.Bool) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if b, err := w.Store.Batch(ctx, m.AccountID, m.BatchID); err == nil && b.State.Final() {
+			final.Store(true)
+			stop()
+			return
+		}
+	}
 }
 
 // timeout ends items of b, past its deadline, as unknown/timeout; those
