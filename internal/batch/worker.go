@@ -362,9 +362,9 @@ func (w *Worker) work(ctx context.Context, m Message, again bool, startBy time.T
 		defer stop()
 	}
 	var cancelled atomic.Bool
-	if w.Local {
+	if w.Local && !acct.Test {
 		// So does a cancel: in this process the sessions hold slots that
-		// other batches wait for.
+		// other batches wait for (the sandbox answers at once).
 		go w.watch(stepCtx, m, stop, &cancelled)
 	}
 	conc := w.Concurrency
