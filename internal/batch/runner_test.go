@@ -434,7 +434,9 @@ func TestRunnerWaitsForTheWriter(t *testing.T) {
 	}
 	recovered.Store(true)
 	fs.Down.Store(false)
-	got := e.wait(b, 10*time.Second)
+	// 200 messages, two at a time, each one write: 2 s alone, longer on
+	// a loaded machine.
+	got := e.wait(b, 30*time.Second)
 	if got.State != evs.StateCompleted || got.Counters.Processed != n {
 		t.Fatalf("%s %+v", got.State, got.Counters)
 	}
