@@ -4,8 +4,9 @@
 // batch), retries greylisted addresses with back-off, and writes results in
 // large atomic steps that never count an address twice.
 //
-// The same Processor serves both runtimes: the in-process Runner of
-// `evs serve`, and the SQS worker Lambda (package sqsqueue).
+// One Worker runs batches in both deployments, on a Queue beneath it: the
+// LocalQueue in `evs serve`'s process, SQS in the worker Lambda (package
+// sqsqueue).
 package batch
 
 import (

@@ -97,15 +97,13 @@ func (e *env) batch(acct string, created time.Time, emails ...string) evs.Batch 
 	return b
 }
 
-// runner starts a runner on store st (the env's store unless a wrapper).
-func (e *env) runner(st batch.RunnerStore, engine batch.Verifier, rc batch.RunnerConfig) *batch.Runner {
+// runner starts a local queue on store st (the env's store unless a
+// wrapper).
+func (e *env) runner(st batch.LocalStore, engine batch.Verifier, rc batch.LocalConfig) *batch.LocalQueue {
 	e.t.Helper()
 	rc.Store, rc.Accounts, rc.Engine, rc.Sandbox = st, e.st, engine, verify.NewSandbox(nil)
 	rc.Logger = slog.New(slog.NewJSONHandler(io.Discard, nil))
-	if rc.FlushEvery == 0 {
-		rc.FlushEvery = 10 * time.Millisecond
-	}
-	r, err := batch.NewRunner(rc)
+	r, err := batch.NewLocalQueue(rc)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -167,7 +165,7 @@ func TestRunnerHogDoesNotStarve(t *testing.T) {
 			}
 		}
 	}}
-	r := e.runner(e.st, eng, batch.RunnerConfig{Workers: 8, PerBatch: 8})
+	r := e.runner(e.st, eng, batch.LocalConfig{Workers: 8, PerBatch: 8})
 	hog := e.account(false)
 	for range 4 {
 		if err := r.Enqueue(e.ctx, e.batch(hog, time.Now(), emails("hog", 40)...)); err != nil {
@@ -203,7 +201,7 @@ func TestRunnerSessionLimit(t *testing.T) {
 			<-ctx.Done()
 		}
 	}}
-	r := e.runner(e.st, eng, batch.RunnerConfig{SessionLimit: 200 * time.Millisecond, GreyBackoff: 10 * time.Millisecond, MaxGreyAttempts: 2})
+	r := e.runner(e.st, eng, batch.LocalConfig{SessionLimit: 200 * time.Millisecond, GreyBackoff: 10 * time.Millisecond, MaxGreyAttempts: 2})
 	b := e.batch(e.account(false), time.Now(), "a@slow.example", "b@slow.example", "c@fast.example")
 	if err := r.Enqueue(e.ctx, b); err != nil {
 		t.Fatal(err)
@@ -241,7 +239,7 @@ func TestRunnerDeadline(t *testing.T) {
 					<-ctx.Done()
 				}
 			}}
-			r := e.runner(e.st, eng, batch.RunnerConfig{Deadline: 500 * time.Millisecond})
+			r := e.runner(e.st, eng, batch.LocalConfig{Deadline: 500 * time.Millisecond})
 			b := e.batch(e.account(false), time.Now().Add(-tc.created), "a@hang.example", "b@hang.example", "c@quick.example")
 			start := time.Now()
 			if err := r.Enqueue(e.ctx, b); err != nil {
@@ -275,7 +273,7 @@ func TestRunnerStoreFault(t *testing.T) {
 			fs.Down.Store(true) // the disk fills up mid-batch
 		}
 	}}
-	r := e.runner(fs, eng, batch.RunnerConfig{Workers: 2, PerBatch: 2, FlushSize: 3, RetryBase: 10 * time.Millisecond, RetryMax: 100 * time.Millisecond})
+	r := e.runner(fs, eng, batch.LocalConfig{Workers: 2, PerBatch: 2, RetryBase: 10 * time.Millisecond, RetryMax: 100 * time.Millisecond})
 	b := e.batch(e.account(false), time.Now(), emails("d", 40)...)
 	if err := r.Enqueue(e.ctx, b); err != nil {
 		t.Fatal(err)
@@ -294,6 +292,38 @@ func TestRunnerStoreFault(t *testing.T) {
 	}
 	if n := len(e.results(b)); n != 40 {
 		t.Fatalf("%d results, want 40", n)
+	}
+}
+
+// TestRunnerCancelStopsSessions: a batch cancelled while its sessions hang
+// stops them within seconds, not at their time limit, so its slots go
+// back; the cancelled batch stays cancelled.
+func TestRunnerCancelStopsSessions(t *testing.T) {
+	e := newEnv(t)
+	var hanging, stopped atomic.Int64
+	eng := &fakeEngine{hold: func(ctx context.Context, emails []string) {
+		hanging.Add(1)
+		<-ctx.Done()
+		stopped.Add(1)
+	}}
+	r := e.runner(e.st, eng, batch.LocalConfig{})
+	b := e.batch(e.account(false), time.Now(), emails("c", 4)...)
+	if err := r.Enqueue(e.ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	for hanging.Load() < 4 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if _, err := e.st.TransitionBatch(e.ctx, b.AccountID, b.ID, []evs.State{evs.StateRunning}, evs.StateCancelled, "", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	for end := time.Now().Add(5 * time.Second); stopped.Load() < 4; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("%d of 4 sessions stopped 5 s after the cancel", stopped.Load())
+		}
+	}
+	if got := e.wait(b, time.Second); got.State != evs.StateCancelled {
+		t.Fatalf("%s %+v", got.State, got.Counters)
 	}
 }
 
@@ -317,7 +347,7 @@ func TestRunnerResume(t *testing.T) {
 		t.Fatal(err)
 	}
 	eng := &fakeEngine{}
-	e.runner(e.st, eng, batch.RunnerConfig{}) // Start resumes it
+	e.runner(e.st, eng, batch.LocalConfig{}) // Start resumes it
 	got := e.wait(b, 5*time.Second)
 	if got.State != evs.StateCompleted || got.Counters.Processed != 10 || got.Counters.Deliverable != 10 {
 		t.Fatalf("%s %+v", got.State, got.Counters)
@@ -339,7 +369,7 @@ func TestRunnerResume(t *testing.T) {
 func TestEnqueueItemsVerifiesTheGivenItems(t *testing.T) {
 	e := newEnv(t)
 	eng := &fakeEngine{}
-	r := e.runner(e.st, eng, batch.RunnerConfig{})
+	r := e.runner(e.st, eng, batch.LocalConfig{})
 	list := emails("given", 30)
 	b := e.batch(e.account(false), time.Now(), list...)
 	items := make([]evs.Item, len(list))
@@ -365,10 +395,11 @@ func TestEnqueueItemsVerifiesTheGivenItems(t *testing.T) {
 }
 
 // TestRunnerWaitsForTheWriter: while the store takes no results, a batch
-// verifies only what its writer may hold (two writes' worth, and a result
-// per running task) instead of every address, so verdicts waiting for the
-// store do not pile up in memory; once the store is back, the batch
-// completes with every address verified once.
+// verifies only what its slots hold (a message whose write is refused
+// keeps its slot and its verdicts, retrying the write) instead of every
+// address, so verdicts waiting for the store neither pile up in memory
+// nor are asked again; once the store is back, the batch completes with
+// every address verified once.
 func TestRunnerWaitsForTheWriter(t *testing.T) {
 	e := newEnv(t)
 	fs := &testkit.FaultyStore{EmbeddedStore: e.st}
@@ -378,9 +409,11 @@ func TestRunnerWaitsForTheWriter(t *testing.T) {
 			fs.Down.Store(true) // from the first verdict on, nothing is written
 		}
 	}}
-	const flush, perBatch, n = 3, 2, 200
-	r := e.runner(fs, eng, batch.RunnerConfig{Workers: perBatch, PerBatch: perBatch, FlushSize: flush, RetryBase: 10 * time.Millisecond, RetryMax: 50 * time.Millisecond})
-	list := emails("w", n) // one domain each: a task per address
+	const perBatch, n = 2, 200
+	var faults atomic.Int64
+	r := e.runner(fs, eng, batch.LocalConfig{Workers: perBatch, PerBatch: perBatch, RetryBase: 10 * time.Millisecond, RetryMax: 50 * time.Millisecond,
+		Fault: func(error) { faults.Add(1) }})
+	list := emails("w", n) // one domain each: a message per address
 	b := e.batch(e.account(false), time.Now(), list...)
 	if err := r.Enqueue(e.ctx, b); err != nil {
 		t.Fatal(err)
@@ -388,17 +421,22 @@ func TestRunnerWaitsForTheWriter(t *testing.T) {
 	for fs.Fails.Load() < 3 {
 		time.Sleep(10 * time.Millisecond)
 	}
-	time.Sleep(200 * time.Millisecond) // room for tasks that do not wait to run on
+	time.Sleep(200 * time.Millisecond) // room for messages that do not wait to run on
 	verified := 0
 	for _, m := range list {
 		verified += eng.count(m)
 	}
-	if most := 2*flush + perBatch + 1; verified > most {
+	if most := perBatch + 1; verified > most {
 		t.Fatalf("%d addresses verified while the store took no results, want at most %d", verified, most)
+	}
+	if faults.Load() == 0 {
+		t.Fatal("Fault was told of no refused write")
 	}
 	recovered.Store(true)
 	fs.Down.Store(false)
-	got := e.wait(b, 10*time.Second)
+	// 200 messages, two at a time, each one write: 2 s alone, longer on
+	// a loaded machine.
+	got := e.wait(b, 30*time.Second)
 	if got.State != evs.StateCompleted || got.Counters.Processed != n {
 		t.Fatalf("%s %+v", got.State, got.Counters)
 	}

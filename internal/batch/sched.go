@@ -4,10 +4,11 @@ import (
 	"sync"
 )
 
-// The in-process runner shares its worker slots between tenants. Work is a
-// task: one domain group of a batch, whose SMTP sessions (PerConnection
-// addresses each) run one after another. Tasks wait in their batch's queue; a free slot goes to the
-// next account in round-robin order that has a task ready, and inside that
+// The LocalQueue shares its slots between tenants. A slot runs one
+// delivery: one message, which for work is one domain group of a batch,
+// whose SMTP sessions (PerConnection addresses each) run one after
+// another. Deliveries wait in their batch's queue; a free slot goes to the
+// next account in round-robin order that has one ready, and inside that
 // account to its next batch in round-robin order. So an account with one
 // batch gets as many slots as an account with ten, and a batch of 50,000
 // addresses gets as many as a batch of three.
@@ -16,13 +17,22 @@ import (
 // needs no network and answers at once) never waits behind SMTP work, which
 // may sit for minutes on a slow receiving server.
 //
-// Slots cannot be taken back from a task that holds one, so round-robin
-// alone would let an account that came first fill every slot with sessions
-// to a server that never answers. An account therefore holds at most
-// perAccount slots of a lane (by default three quarters), and a batch at
-// most perBatch: the rest stay free for accounts that arrive later.
+// Slots cannot be taken back from a delivery that holds one, so
+// round-robin alone would let an account that came first fill every slot
+// with sessions to a server that never answers. An account therefore holds
+// at most perAccount slots of a lane (by default three quarters), and a
+// batch at most perBatch: the rest stay free for accounts that arrive
+// later.
 
-// lane is one pool of worker slots and the queues that feed it.
+// delivery is a message on its way to the Worker; fails counts the
+// handlings of it that failed, lane is the lane it was pushed to.
+type delivery struct {
+	m     Message
+	fails int
+	lane  *lane
+}
+
+// lane is one pool of slots and the queues that feed it.
 type lane struct {
 	mu         sync.Mutex
 	slots      int
@@ -31,47 +41,75 @@ type lane struct {
 	busy       int
 	accounts   []*accountQueue
 	next       int // index in accounts of the account served next
-	start      func(task)
+	start      func(delivery)
 }
 
-// accountQueue is one account's batches that have work in a lane.
+// accountQueue is one account's batches that have deliveries in a lane.
 type accountQueue struct {
 	id       string
-	batches  []*batchRun
+	batches  []*batchQueue
 	next     int
 	inflight int
 }
 
-func newLane(slots, perAccount, perBatch int, start func(task)) *lane {
+// batchQueue is one batch's deliveries in a lane.
+type batchQueue struct {
+	id       string
+	ready    []delivery
+	inflight int
+}
+
+func newLane(slots, perAccount, perBatch int, start func(delivery)) *lane {
 	return &lane{slots: slots, perAccount: max(1, perAccount), perBatch: max(1, perBatch), start: start}
 }
 
-// add registers a batch with the lane; its tasks are pushed with push.
-func (l *lane) add(br *batchRun) {
+// push queues d and starts what the free slots allow.
+func (l *lane) push(d delivery) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	for _, a := range l.accounts {
-		if a.id == br.b.AccountID {
-			a.batches = append(a.batches, br)
-			return
+	var a *accountQueue
+	for _, x := range l.accounts {
+		if x.id == d.m.AccountID {
+			a = x
 		}
 	}
-	l.accounts = append(l.accounts, &accountQueue{id: br.b.AccountID, batches: []*batchRun{br}})
+	if a == nil {
+		a = &accountQueue{id: d.m.AccountID}
+		l.accounts = append(l.accounts, a)
+	}
+	var bq *batchQueue
+	for _, x := range a.batches {
+		if x.id == d.m.BatchID {
+			bq = x
+		}
+	}
+	if bq == nil {
+		bq = &batchQueue{id: d.m.BatchID}
+		a.batches = append(a.batches, bq)
+	}
+	d.lane = l
+	bq.ready = append(bq.ready, d)
+	l.mu.Unlock()
+	l.dispatch()
 }
 
-// remove forgets a batch whose work is over.
-func (l *lane) remove(br *batchRun) {
+// done gives back the slot of a handled delivery, forgets the batch and
+// account it leaves with nothing, and starts the next ones.
+func (l *lane) done(d delivery) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
+	l.busy--
 	for i, a := range l.accounts {
-		if a.id != br.b.AccountID {
+		if a.id != d.m.AccountID {
 			continue
 		}
-		for j, x := range a.batches {
-			if x == br {
-				a.batches = append(a.batches[:j], a.batches[j+1:]...)
-				if a.next > j {
-					a.next--
+		a.inflight--
+		for j, bq := range a.batches {
+			if bq.id == d.m.BatchID {
+				bq.inflight--
+				if bq.inflight == 0 && len(bq.ready) == 0 {
+					a.batches = append(a.batches[:j], a.batches[j+1:]...)
+					if a.next > j {
+						a.next--
+					}
 				}
 				break
 			}
@@ -82,67 +120,30 @@ func (l *lane) remove(br *batchRun) {
 				l.next--
 			}
 		}
-		return
-	}
-}
-
-// push queues a task and starts what the free slots allow.
-func (l *lane) push(t task) {
-	l.mu.Lock()
-	t.run.ready = append(t.run.ready, t)
-	l.mu.Unlock()
-	l.dispatch()
-}
-
-// drop removes the ready tasks of a batch (cancelled, deadline, shutdown)
-// and returns how many there were.
-func (l *lane) drop(br *batchRun) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	n := len(br.ready)
-	br.ready = nil
-	return n
-}
-
-// done gives back the slot of a finished task and starts the next ones.
-func (l *lane) done(t task) {
-	l.mu.Lock()
-	l.busy--
-	t.run.inflight--
-	for i, a := range l.accounts {
-		if a.id == t.run.b.AccountID {
-			a.inflight--
-			if len(a.batches) == 0 && a.inflight == 0 {
-				l.accounts = append(l.accounts[:i], l.accounts[i+1:]...)
-				if l.next > i {
-					l.next--
-				}
-			}
-			break
-		}
+		break
 	}
 	l.mu.Unlock()
 	l.dispatch()
 }
 
-// dispatch starts ready tasks while slots are free.
+// dispatch starts ready deliveries while slots are free.
 func (l *lane) dispatch() {
 	for {
 		l.mu.Lock()
-		t, ok := l.pick()
+		d, ok := l.pick()
 		l.mu.Unlock()
 		if !ok {
 			return
 		}
-		l.start(t)
+		l.start(d)
 	}
 }
 
-// pick takes the next task in fair order and accounts for its slot; the
-// caller holds mu.
-func (l *lane) pick() (task, bool) {
+// pick takes the next delivery in fair order and accounts for its slot;
+// the caller holds mu.
+func (l *lane) pick() (delivery, bool) {
 	if l.busy >= l.slots || len(l.accounts) == 0 {
-		return task{}, false
+		return delivery{}, false
 	}
 	if l.next >= len(l.accounts) {
 		l.next = 0
@@ -155,19 +156,20 @@ func (l *lane) pick() (task, bool) {
 		}
 		for j := range a.batches {
 			bi := (a.next + j) % len(a.batches)
-			br := a.batches[bi]
-			if len(br.ready) == 0 || br.inflight >= l.perBatch {
+			bq := a.batches[bi]
+			if len(bq.ready) == 0 || bq.inflight >= l.perBatch {
 				continue
 			}
-			t := br.ready[0]
-			br.ready = br.ready[1:]
-			br.inflight++
+			d := bq.ready[0]
+			bq.ready[0] = delivery{} // the items go with the delivery
+			bq.ready = bq.ready[1:]
+			bq.inflight++
 			a.inflight++
 			l.busy++
 			a.next = bi + 1
 			l.next = ai + 1
-			return t, true
+			return d, true
 		}
 	}
-	return task{}, false
+	return delivery{}, false
 }

@@ -4,42 +4,35 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-
-	"github.com/evs-dev/evs/internal/evs"
 )
 
 // TestLaneFairOrder checks the order in which one slot is handed out:
 // round-robin across accounts, then across each account's batches, whatever
-// the number of tasks each batch has queued.
+// the number of messages each batch has queued.
 func TestLaneFairOrder(t *testing.T) {
-	var order []string
-	l := newLane(1, 1, 1, func(tk task) { order = append(order, tk.run.b.ID) })
-	mk := func(acct, id string, n int) *batchRun {
-		br := &batchRun{b: evs.Batch{AccountID: acct, ID: id}}
-		l.add(br)
-		for range n {
-			br.ready = append(br.ready, task{run: br})
+	var order []delivery
+	l := newLane(1, 1, 1, func(d delivery) { order = append(order, d) })
+	for _, b := range []struct {
+		acct, id string
+		n        int
+	}{{"A", "a1", 4}, {"A", "a2", 4}, {"A", "a3", 4}, {"B", "b1", 3}, {"C", "c1", 1}} {
+		for range b.n {
+			l.push(delivery{m: Message{AccountID: b.acct, BatchID: b.id}})
 		}
-		return br
 	}
-	runs := []*batchRun{mk("A", "a1", 4), mk("A", "a2", 4), mk("A", "a3", 4), mk("B", "b1", 3), mk("C", "c1", 1)}
-	// One slot: each finished task lets the next one start.
-	l.dispatch()
+	// One slot: each handled message lets the next one start.
 	for len(order) < 16 {
-		last := order[len(order)-1]
-		var br *batchRun
-		for _, r := range runs {
-			if r.b.ID == last {
-				br = r
-			}
-		}
 		n := len(order)
-		l.done(task{run: br})
+		l.done(order[n-1])
 		if len(order) == n {
 			break
 		}
 	}
-	got := strings.Join(order, " ")
+	var ids []string
+	for _, d := range order {
+		ids = append(ids, d.m.BatchID)
+	}
+	got := strings.Join(ids, " ")
 	want := "a1 b1 c1 a2 b1 a3 b1 a1 a2 a3 a1 a2 a3 a1 a2 a3"
 	if got != want {
 		t.Fatalf("order\n got %s\nwant %s", got, want)
@@ -51,19 +44,15 @@ func TestLaneFairOrder(t *testing.T) {
 // and that a lane's slots are all used when only one account has work.
 func TestLanePerAccountCap(t *testing.T) {
 	running := map[string]int{}
-	l := newLane(8, 6, 8, func(tk task) { running[tk.run.b.AccountID]++ })
-	hog := &batchRun{b: evs.Batch{AccountID: "hog", ID: "h"}}
-	l.add(hog)
+	l := newLane(8, 6, 8, func(d delivery) { running[d.m.AccountID]++ })
 	for range 100 {
-		l.push(task{run: hog})
+		l.push(delivery{m: Message{AccountID: "hog", BatchID: "h"}})
 	}
 	if running["hog"] != 6 {
 		t.Fatalf("hog holds %d slots, want its cap 6", running["hog"])
 	}
-	late := &batchRun{b: evs.Batch{AccountID: "late", ID: "l"}}
-	l.add(late)
 	for range 5 {
-		l.push(task{run: late})
+		l.push(delivery{m: Message{AccountID: "late", BatchID: "l"}})
 	}
 	if running["late"] != 2 {
 		t.Fatalf("late account got %d slots, want the 2 left free", running["late"])

@@ -11,14 +11,13 @@ import (
 	"github.com/evs-dev/evs/internal/verify"
 )
 
-// The one step of batch work, which both deployments schedule: one domain
-// group of one batch, at one attempt. It reads the account's result cache,
+// The one step of batch work, which the Worker runs for each domain group
+// of a message: one domain group of one batch, at one attempt. It reads the account's result cache,
 // leases a session from the politeness gate, probes, learns the domain's
 // greylisting delay, keeps the new verdicts and sorts what is left into
 // what waits for the provider, what is retried later and what ran out of
-// time. The drivers only decide where that goes: `evs serve`'s Runner
-// into its lanes and timers, the message-driven Worker into queue
-// messages and parked work.
+// time. The Worker decides where that goes: into queue messages, delayed,
+// and on AWS into parked work.
 
 // task is one unit of work: a domain group of one batch, at one attempt.
 type task struct {
@@ -31,8 +30,6 @@ type task struct {
 	cacheRead bool
 	// waited is the back-off waited since the group's first greylisting.
 	waited time.Duration
-	// run is the Runner's bookkeeping of the batch (nil for the Worker).
-	run *batchRun
 }
 
 // stepDone is what one step left for its driver.
@@ -60,12 +57,12 @@ type stepDone struct {
 	err error
 }
 
-// stepper runs steps; both drivers build one from their configuration.
+// stepper runs steps; the Worker builds one from its configuration.
 type stepper struct {
 	proc *Processor
 	// gate admits live full-mode sessions (nil: no limit). waitForSlot
-	// waits for a slot in this call, as evs serve does (a session of its
-	// own process ends soon); else a refusal comes back as wait.
+	// waits for a slot in this call, as on the LocalQueue (a session of
+	// its own process ends soon); else a refusal comes back as wait.
 	gate        *politeness.Gate
 	waitForSlot bool
 	cache       ResultCache
@@ -262,6 +259,14 @@ func (s stepper) gateNow() time.Time {
 		return s.gate.Now()
 	}
 	return time.Now()
+}
+
+// until is how long from now, on the gate's clock, t is.
+func (s stepper) until(t time.Time) time.Duration {
+	if s.gate != nil {
+		return s.gate.Until(t)
+	}
+	return max(time.Until(t), 0)
 }
 
 func maxTime(a, b time.Time) time.Time {

@@ -5,20 +5,24 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/webhook"
 )
 
-// The message-driven driver of batch work, for AWS: the requests function
-// queues one "plan" message per new batch; the worker function turns a
-// plan into work messages (addresses packed by domain) and runs each work
-// message's groups through the same step as `evs serve`'s Runner, sending
-// greylisted addresses back with a delay and parking work that waits for
-// its provider. Results are written by the store's exactly-once
-// PutResults, so a redelivered message never counts an address twice.
+// The one orchestration of batch work, message-driven: a new batch queues
+// one "plan" message; the Worker turns a plan into work messages
+// (addresses packed by domain) and runs each work message's groups through
+// the step (step.go), sending greylisted addresses back with a delay and
+// parking, or on the LocalQueue delaying, work that waits for its
+// provider. Results are written by the store's exactly-once PutResults,
+// so a redelivered message never counts an address twice. On AWS the
+// requests function queues the plans on SQS and the worker function
+// handles them; in `evs serve` the LocalQueue does both in process.
 
 // Message kinds.
 const (
@@ -95,15 +99,16 @@ type Worker struct {
 	// Grey, when set, learns per domain how long its server deferred a
 	// greylisted address before a retry got through, and a live batch's
 	// first retry at such a domain waits that long instead of
-	// GreyBackoff, as `evs serve`'s runner does (see greyDelay;
-	// dynamostore.DomainFacts shares it across invocations).
+	// GreyBackoff (see greyDelay; dynamostore.DomainFacts shares it
+	// across invocations).
 	Grey GreyFacts
-	// Concurrency is how many domain groups of a message run at once.
+	// Concurrency is how many domain groups of a message run at once
+	// (default 8).
 	Concurrency int
 	// Cache, when set, is the account result cache (contract, section
 	// 12): a live full-mode group's items whose verdict it holds fresh,
 	// within the batch's maxAge, become results without SMTP, and new
-	// verdicts are kept, as `evs serve`'s runner does (see fromCache).
+	// verdicts are kept (see fromCache).
 	Cache ResultCache
 
 	// PlanWindow is the most addresses of one batch planned into work
@@ -143,6 +148,19 @@ type Worker struct {
 	// service never cuts off finished work, whose addresses would be
 	// probed again on redelivery.
 	Reserve time.Duration
+
+	// Local says the Queue is a LocalQueue in this process (evs serve):
+	// its delays are exact and unbounded, not SQS's whole seconds up to
+	// MaxDelay, and a write of results the store refuses is retried, after
+	// RetryDelay(RetryBase, RetryMax), while the message keeps its slot,
+	// instead of failing the message: the verdicts cost network work, and
+	// the queue's slots then bound how many wait for the store. A batch
+	// cancelled meanwhile stops the message's sessions within a second.
+	// Fault, if set, is told of each refused write.
+	Local     bool
+	RetryBase time.Duration
+	RetryMax  time.Duration
+	Fault     func(err error)
 }
 
 // StartBy is when the worker stops starting sessions in an invocation
@@ -233,9 +251,14 @@ func (w *Worker) plan(ctx context.Context, m Message) error {
 		// Half the last window is still in the queue: look again later.
 		return w.Queue.Send(ctx, []Message{m}, planPoll)
 	}
-	items, err := w.Store.PendingItems(ctx, b.AccountID, b.ID, m.From-1, window)
-	if err != nil {
-		return err
+	// A plan may carry the batch's items (LocalQueue.EnqueueItems): they
+	// were just stored, none has a result, and reading them back would
+	// cost as much as verifying them in test mode.
+	items := m.Items
+	if items == nil {
+		if items, err = w.Store.PendingItems(ctx, b.AccountID, b.ID, m.From-1, window); err != nil {
+			return err
+		}
 	}
 	if len(items) == 0 {
 		// Nothing left to plan: a batch whose last results were written
@@ -249,7 +272,7 @@ func (w *Worker) plan(ctx context.Context, m Message) error {
 		return nil
 	}
 	msgs := Pack(m.AccountID, m.BatchID, items, w.packSize())
-	if len(items) == window {
+	if m.Items == nil && len(items) == window {
 		msgs = append(msgs, Message{Kind: KindPlan, AccountID: m.AccountID, BatchID: m.BatchID,
 			From: items[len(items)-1].Seq + 1, Planned: b.Counters.Processed + len(items)})
 	}
@@ -320,9 +343,7 @@ func (w *Worker) work(ctx context.Context, m Message, again bool, startBy time.T
 		return err
 	}
 	if PastDeadline(b, w.Deadline, w.now()) {
-		rs := TimeoutResults(m.Items, evs.Mode(b.Mode), acct.Test, DetailDeadline, w.now())
-		_, err := w.Store.PutResults(ctx, m.AccountID, m.BatchID, rs, w.now())
-		return err
+		return w.timeout(ctx, b, m.Items, acct.Test)
 	}
 	if again {
 		if m.Items, err = w.Store.WithoutResults(ctx, m.AccountID, m.BatchID, m.Items); err != nil {
@@ -331,6 +352,20 @@ func (w *Worker) work(ctx context.Context, m Message, again bool, startBy time.T
 		if len(m.Items) == 0 {
 			return nil
 		}
+	}
+	// The batch's deadline stops the sessions under way; what they
+	// answered is still written, with ctx, and the rest ends as timeouts.
+	stepCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	if w.Deadline > 0 {
+		stepCtx, stop = context.WithTimeout(stepCtx, b.CreatedAt.Add(w.Deadline).Sub(w.now()))
+		defer stop()
+	}
+	var cancelled atomic.Bool
+	if w.Local && !acct.Test {
+		// So does a cancel: in this process the sessions hold slots that
+		// other batches wait for (the sandbox answers at once).
+		go w.watch(stepCtx, m, stop, &cancelled)
 	}
 	conc := w.Concurrency
 	if conc <= 0 {
@@ -352,14 +387,16 @@ func (w *Worker) work(ctx context.Context, m Message, again bool, startBy time.T
 	// written as soon as a transaction's worth (flushAt) is done, not only
 	// at the end: a worker that dies mid-message (out of memory, a crash)
 	// loses at most that many, and the redelivery asks no server again
-	// about the rest. It costs no extra transaction.
+	// about the rest. It costs no extra transaction on DynamoDB. In this
+	// process (Local) a crash loses the queue too, and each message is one
+	// SQLite transaction, written at its end.
 	flush := func() {
-		if len(results) == 0 || (firstEr != nil && ctx.Err() != nil) {
+		if len(results) == 0 || (firstEr != nil && ctx.Err() != nil && !w.Local) {
 			return
 		}
 		rs := results
 		results = nil
-		b, err := w.Store.PutResults(ctx, m.AccountID, m.BatchID, rs, w.now())
+		b, err := w.write(ctx, m, rs)
 		if err != nil {
 			if firstEr == nil {
 				firstEr = err
@@ -376,26 +413,24 @@ func (w *Worker) work(ctx context.Context, m Message, again bool, startBy time.T
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			d := step.run(ctx, task{b: b, test: acct.Test, group: g, attempt: m.Attempt, cacheRead: m.CacheRead, waited: m.Waited}, startBy)
-			if d.released {
+			d := step.run(stepCtx, task{b: b, test: acct.Test, group: g, attempt: m.Attempt, cacheRead: m.CacheRead, waited: m.Waited}, startBy)
+			if d.released && w.parks() {
 				// The slot that went back starts the oldest work waiting.
 				w.unpark(context.WithoutCancel(ctx), d.key, 1)
 			}
 			mu.Lock()
 			defer mu.Unlock()
 			results = append(results, d.results...)
-			if len(results) >= flushAt {
+			if len(results) >= flushAt && !w.Local {
 				flush()
 			}
-			// Whole seconds, as SQS counts them, so that Waited adds up
-			// what the items really waited.
-			retry = addRetry(retry, min(d.retryIn, MaxDelay).Truncate(time.Second), d.retry)
-			if d.key != "" {
+			retry = addRetry(retry, w.greyDelay(d.retryIn), d.retry)
+			if d.key != "" && w.parks() {
 				parked = addParking(parked, d.key, d.until, d.forSlot, d.wait)
 			} else if len(d.wait) > 0 {
-				// Throttled with no politeness store: back on the queue
-				// after the pause.
-				retry = append(retry, retrying{items: d.wait, delay: min(max(time.Until(d.until), 0), MaxDelay)})
+				// Throttled, or (in this process) out of RCPT budget, with
+				// no parking: back on the queue after the wait.
+				retry = append(retry, retrying{items: d.wait, delay: min(step.until(d.until), w.maxDelay())})
 			}
 			left = append(left, d.left...)
 			if d.err != nil && firstEr == nil {
@@ -406,12 +441,19 @@ func (w *Worker) work(ctx context.Context, m Message, again bool, startBy time.T
 	wg.Wait()
 	// Results first: once written, a redelivery of this message (a failed
 	// send below, a lost invocation) asks no server about them again.
-	if len(results) > 0 && (firstEr == nil || ctx.Err() == nil) {
-		b, err := w.Store.PutResults(ctx, m.AccountID, m.BatchID, results, w.now())
+	if len(results) > 0 && (firstEr == nil || ctx.Err() == nil || w.Local) {
+		b, err := w.write(ctx, m, results)
 		if err != nil {
 			return errors.Join(firstEr, err)
 		}
 		wrote, final = true, b
+	}
+	if cancelled.Load() {
+		return nil
+	}
+	if firstEr != nil && stepCtx.Err() != nil && ctx.Err() == nil && PastDeadline(b, w.Deadline, w.now()) {
+		// Cut short by the batch's deadline: what is left ends now.
+		return w.timeout(ctx, b, m.Items, acct.Test)
 	}
 	if firstEr != nil {
 		return firstEr
@@ -436,7 +478,13 @@ func (w *Worker) work(ctx context.Context, m Message, again bool, startBy time.T
 				ms[i].Attempt, ms[i].Waited = m.Attempt+1, m.Waited+q.delay
 			}
 		}
-		if err := w.Queue.Send(ctx, ms, q.delay); err != nil {
+		delay := q.delay
+		if w.Deadline > 0 {
+			// No wait outlives the batch: at its deadline the message
+			// ends its items as unknown/timeout.
+			delay = min(delay, max(b.CreatedAt.Add(w.Deadline).Sub(w.now()), 0))
+		}
+		if err := w.Queue.Send(ctx, ms, delay); err != nil {
 			return err
 		}
 	}
@@ -444,6 +492,88 @@ func (w *Worker) work(ctx context.Context, m Message, again bool, startBy time.T
 		w.finalized(ctx, final)
 	}
 	return nil
+}
+
+// watch calls stop, and sets final, once m's batch is final, looking every
+// second until ctx ends.
+func (w *Worker) watch(ctx context.Context, m Message, stop func(), final *atomic.Bool) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if b, err := w.Store.Batch(ctx, m.AccountID, m.BatchID); err == nil && b.State.Final() {
+			final.Store(true)
+			stop()
+			return
+		}
+	}
+}
+
+// timeout ends items of b, past its deadline, as unknown/timeout; those
+// with a result keep it (PutResults is exactly-once).
+func (w *Worker) timeout(ctx context.Context, b evs.Batch, items []evs.Item, test bool) error {
+	rs := TimeoutResults(items, b.Mode, test, DetailDeadline, w.now())
+	final, err := w.Store.PutResults(ctx, b.AccountID, b.ID, rs, w.now())
+	if err == nil {
+		w.finalized(ctx, final)
+	}
+	return err
+}
+
+// write writes results of m. With Local set, the write lands even while
+// the service shuts down (these verdicts cost network work), and a
+// refusal is retried after a back-off until the store takes them or ctx
+// ends.
+func (w *Worker) write(ctx context.Context, m Message, rs []evs.Result) (evs.Batch, error) {
+	if !w.Local {
+		return w.Store.PutResults(ctx, m.AccountID, m.BatchID, rs, w.now())
+	}
+	for n := 0; ; n++ {
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		b, err := w.Store.PutResults(wctx, m.AccountID, m.BatchID, rs, w.now())
+		cancel()
+		if err == nil || evs.ErrorCode(err) == evs.CodeNotFound {
+			return b, err
+		}
+		if w.Fault != nil {
+			w.Fault(err)
+		}
+		if n == 0 || n%10 == 9 {
+			w.logger().Warn("could not write results; retrying with back-off", slog.String("batchId", m.BatchID),
+				slog.String("accountId", m.AccountID), slog.String("error", err.Error()))
+		}
+		if !sleep(ctx, RetryDelay(w.RetryBase, w.RetryMax, n)) {
+			return b, err
+		}
+	}
+}
+
+// parks tells whether waiting work is parked in a politeness store.
+func (w *Worker) parks() bool {
+	p := w.Polite
+	return p != nil && p.Gate != nil && p.Gate.State != nil && p.Gate.MX != nil && p.Parking != nil
+}
+
+// maxDelay is the longest delay the Queue takes.
+func (w *Worker) maxDelay() time.Duration {
+	if w.Local {
+		return math.MaxInt64
+	}
+	return MaxDelay
+}
+
+// greyDelay is the queue delay of a greylisted retry: on SQS in whole
+// seconds, as SQS counts them, so that Waited adds up what the items
+// really waited.
+func (w *Worker) greyDelay(d time.Duration) time.Duration {
+	if w.Local {
+		return d
+	}
+	return min(d, MaxDelay).Truncate(time.Second)
 }
 
 // retrying is items sent back after one delay: greylisted ones, for their
@@ -454,14 +584,15 @@ type retrying struct {
 	next  bool
 }
 
-// addRetry merges items into rs by delay: the groups of one delay are
-// packed into messages together, as they came.
+// addRetry merges greylisted items into rs by delay: the groups of one
+// delay are packed into messages together, as they came (never with
+// items waiting at the same attempt).
 func addRetry(rs []retrying, delay time.Duration, items []evs.Item) []retrying {
 	if len(items) == 0 {
 		return rs
 	}
 	for i := range rs {
-		if rs[i].delay == delay {
+		if rs[i].next && rs[i].delay == delay {
 			rs[i].items = append(rs[i].items, items...)
 			return rs
 		}
@@ -476,11 +607,15 @@ const flushAt = 99
 
 // stepper is the step of the Worker's groups: sessions that cannot start
 // now are parked, not waited for, when politeness across invocations is
-// configured.
+// configured; in this process (a Polite with no Parking) a session waits
+// for its slot in the step, as a session of this process ends soon.
 func (w *Worker) stepper() stepper {
 	s := stepper{proc: w.Processor, cache: w.Cache, grey: w.Grey, greyBackoff: w.GreyBackoff, logger: w.logger()}
-	if p := w.Polite; p != nil && p.Gate != nil && p.Gate.State != nil && p.Gate.MX != nil && p.Parking != nil {
+	switch p := w.Polite; {
+	case w.parks():
 		s.gate = p.Gate
+	case p != nil && p.Gate != nil && p.Parking == nil:
+		s.gate, s.waitForSlot = p.Gate, true
 	}
 	return s
 }

@@ -272,7 +272,7 @@ func TestBatchResume(t *testing.T) {
 	// The reply timeout outlasts the test, so a held RCPT stays unanswered
 	// rather than turning into an "unknown" verdict.
 	const replyTimeout = 5 * time.Minute
-	o := options{realClock: true, dir: dir, rcpt: rcpt, replyTimeout: replyTimeout, batch: batch.RunnerConfig{PerConnection: per}}
+	o := options{realClock: true, dir: dir, rcpt: rcpt, replyTimeout: replyTimeout, batch: batch.LocalConfig{PerConnection: per}}
 	h := start(t, o)
 	// Cleanups run last first: held sessions are let go before the peer's
 	// own cleanup waits for them.
@@ -337,7 +337,7 @@ func TestBatchResume(t *testing.T) {
 // has stopped (the server frees memory then), and not before.
 func TestIdleAfterLastBatch(t *testing.T) {
 	idle := make(chan struct{}, 10)
-	h := start(t, options{realClock: true, batch: batch.RunnerConfig{Idle: func() { idle <- struct{}{} }}})
+	h := start(t, options{realClock: true, batch: batch.LocalConfig{Idle: func() { idle <- struct{}{} }}})
 	r := h.do(req{method: "POST", path: "/v1/requests", key: h.testKey, body: `{"emails":["a@x.example","b@y.example"],"mode":"quick"}`})
 	if r.status != 201 {
 		t.Fatalf("create: %d %s", r.status, r.body)

@@ -25,10 +25,15 @@ func newBatchLog(l *slog.Logger) *batchLog {
 	return &batchLog{logger: l, tenths: make(map[string]int)}
 }
 
-// written is the store's OnStateChange hook.
+// written is the store's OnStateChange hook. The results of one batch are
+// written by several writers at once, whose hooks may run in any order:
+// under mu, a progress line is logged only for a tenth past the last one
+// logged, so the lines of a batch keep the order of its counts.
 func (l *batchLog) written(b evs.Batch, from evs.State) {
 	attrs := []any{slog.String("batchId", b.ID), slog.String("accountId", b.AccountID),
 		slog.Int("total", b.Counters.Total), slog.Int("processed", b.Counters.Processed)}
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	if b.State == from {
 		if l.passedTenth(b) {
 			l.logger.Info("batch progress", attrs...)
@@ -36,9 +41,7 @@ func (l *batchLog) written(b evs.Batch, from evs.State) {
 		return
 	}
 	if b.State.Final() {
-		l.mu.Lock()
 		delete(l.tenths, b.ID)
-		l.mu.Unlock()
 	}
 	attrs = append(attrs, slog.String("from", string(from)), slog.String("to", string(b.State)))
 	if b.Error != "" {
@@ -48,19 +51,15 @@ func (l *batchLog) written(b evs.Batch, from evs.State) {
 }
 
 // passedTenth tells whether b's counters reached a tenth of its addresses
-// not logged yet (the last tenth is the completion's line).
+// not logged yet (the last tenth is the completion's line); the caller
+// holds mu.
 func (l *batchLog) passedTenth(b evs.Batch) bool {
 	n := b.Counters.Total - b.Counters.Duplicates
 	if n <= 0 || b.State.Final() {
 		return false
 	}
 	t := b.Counters.Processed * 10 / n
-	if t <= 0 || t >= 10 {
-		return false
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if t <= l.tenths[b.ID] {
+	if t <= 0 || t >= 10 || t <= l.tenths[b.ID] {
 		return false
 	}
 	l.tenths[b.ID] = t

@@ -57,7 +57,7 @@ type options struct {
 	authTTL   time.Duration
 	realClock bool
 	dir       string
-	batch     batch.RunnerConfig
+	batch     batch.LocalConfig
 	rcpt      func(addr string) string
 	// replyTimeout is the prober's wait for each SMTP reply (default 2s);
 	// a test that holds replies on purpose sets it past its own length.
@@ -159,12 +159,8 @@ func start(t *testing.T, o options) *harness {
 	if o.wrapStore != nil {
 		srvStore = o.wrapStore(st)
 	}
-	bc := o.batch
-	if bc.FlushEvery == 0 {
-		bc.FlushEvery = 20 * time.Millisecond
-	}
 	so := server.Options{
-		Config: cfg, Store: srvStore, Engine: engine, Now: now, Batch: bc,
+		Config: cfg, Store: srvStore, Engine: engine, Now: now, Batch: o.batch,
 		Logger: slog.New(slog.NewJSONHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	}
 	if o.server != nil {

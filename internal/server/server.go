@@ -63,7 +63,7 @@ type Options struct {
 	// Engine verifies for live accounts (default: built from Config).
 	Engine Engine
 	// Batch tunes the batch worker; zero values take its defaults.
-	Batch  batch.RunnerConfig
+	Batch  batch.LocalConfig
 	Now    func() time.Time
 	Logger *slog.Logger
 	// SweepEvery is how often expired records are deleted (default 1 h).
@@ -164,11 +164,11 @@ func MetricsServer(h http.Handler, logger *slog.Logger, l MetricsLimits) *http.S
 
 // Server is the one-machine service.
 type Server struct {
-	opts   Options
-	edge   *edge
-	runner *batch.Runner
-	hooks  *webhook.Deliverer
-	watch  *egressWatch
+	opts    Options
+	edge    *edge
+	batches *batch.LocalQueue
+	hooks   *webhook.Deliverer
+	watch   *egressWatch
 	// rep answers the self-check's DNS questions; nil when no resolver
 	// could be made.
 	rep reputation
@@ -277,7 +277,7 @@ func New(o Options) (*Server, error) {
 	if rc.Fault == nil && o.Metrics != nil {
 		rc.Fault = func(error) { o.Metrics.StoreError("batch") }
 	}
-	runner, err := batch.NewRunner(rc)
+	batches, err := batch.NewLocalQueue(rc)
 	if err != nil {
 		return nil, err
 	}
@@ -308,7 +308,7 @@ func New(o Options) (*Server, error) {
 		Cache:              apiCache(verdicts),
 		Idempotency:        keeper(o.Store, o.Now),
 		Batches:            o.Store,
-		Queue:              runner,
+		Queue:              batches,
 		Retention:          o.Config.Retention,
 		MaxActiveBatches:   o.Config.MaxActiveBatches,
 		MaxStoredAddresses: o.Config.MaxStoredAddresses,
@@ -326,7 +326,7 @@ func New(o Options) (*Server, error) {
 	if o.Metrics != nil {
 		hooks.Observe = o.Metrics.WebhookDelivery
 	}
-	return &Server{opts: o, edge: gw, runner: runner, hooks: hooks, watch: watch, rep: rep}, nil
+	return &Server{opts: o, edge: gw, batches: batches, hooks: hooks, watch: watch, rep: rep}, nil
 }
 
 // quota is the address quota of cfg on st's counters. A store without
@@ -372,7 +372,7 @@ func PendingAddresses(ctx context.Context, st interface {
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	workCtx, stopWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopWork()
-	if err := s.runner.Start(workCtx); err != nil {
+	if err := s.batches.Start(workCtx); err != nil {
 		return err
 	}
 	go s.sweep(workCtx)
@@ -420,13 +420,13 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	select {
 	case err := <-errc:
 		stopWork()
-		s.runner.Wait()
+		s.batches.Wait()
 		return err
 	case <-ctx.Done():
 	}
 	err := s.drain(srv)
 	stopWork()
-	s.runner.Wait()
+	s.batches.Wait()
 	return err
 }
 

@@ -52,7 +52,7 @@ func TestBatchThrottledProviderPauses(t *testing.T) {
 	h := start(t, options{
 		realClock: true,
 		rcpt:      script.reply,
-		batch: batch.RunnerConfig{GreyBackoff: time.Hour, MaxGreyAttempts: 3,
+		batch: batch.LocalConfig{GreyBackoff: time.Hour, MaxGreyAttempts: 3,
 			// One session at a time, so the throttled session's pause is in
 			// place before any other session may open.
 			Gate: &politeness.Gate{PauseBase: pause, Limits: politeness.Limits{Sessions: map[string]int{"*": 1}}}},

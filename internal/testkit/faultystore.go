@@ -20,7 +20,7 @@ type EmbeddedStore interface {
 
 // FaultyStore wraps a store and fails PutResults and PendingItems with
 // CodeUnavailable while Down is set, as a full disk does; Fails counts the
-// calls it refused. The batch runner's and the server's fault tests share
+// calls it refused. The local batch queue's and the server's fault tests share
 // it.
 type FaultyStore struct {
 	EmbeddedStore

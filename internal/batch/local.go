@@ -1,0 +1,391 @@
+package batch
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/politeness"
+)
+
+// LocalStore is what `evs serve`'s batch work needs from the store: batch
+// processing plus the list of unfinished batches to resume after a
+// restart.
+type LocalStore interface {
+	Store
+	UnfinishedBatches(ctx context.Context) ([]evs.Batch, error)
+}
+
+// LocalConfig configures the batch work of `evs serve`: a Worker, the
+// same as on AWS, on a LocalQueue in this process.
+type LocalConfig struct {
+	Store    LocalStore
+	Accounts Accounts
+	Engine   Verifier
+	Sandbox  Verifier
+	Now      func() time.Time
+	Logger   *slog.Logger
+	// Workers caps the domain groups verified at once across all batches
+	// (default 64); PerBatch caps them per batch (default 16) so one large
+	// batch cannot starve the others.
+	Workers  int
+	PerBatch int
+	// GreyBackoff is the first retry delay of greylisted addresses
+	// (default 5 min, doubling); MaxGreyAttempts the tries in all (3).
+	GreyBackoff     time.Duration
+	MaxGreyAttempts int
+	// Grey, when set, learns per domain the wait that let a greylisted
+	// address through, and schedules a later batch's first retry there.
+	Grey GreyFacts
+	// PerConnection caps recipients per SMTP connection (default 50).
+	PerConnection int
+	// ExitRetry is the wait after our SMTP exit failed (default
+	// DefaultExitRetry).
+	ExitRetry time.Duration
+
+	// TestWorkers is the slots of the test-mode lane (default 16): sandbox
+	// work never waits behind SMTP work.
+	TestWorkers int
+	// PerAccount caps the slots of a lane one account holds (default three
+	// quarters of the lane), so that an account whose receiving servers
+	// never answer cannot hold every slot when another account arrives.
+	PerAccount int
+	// SessionLimit bounds each SMTP session of a domain group, the wait for
+	// a connection slot included (default 5 min); a session past it ends,
+	// with the rest of its group, as unknown/timeout.
+	SessionLimit time.Duration
+	// Deadline is a batch's time limit from its start (EVS_BATCH_DEADLINE;
+	// 0 means none): what is left then ends as unknown/timeout.
+	Deadline time.Duration
+	// RetryBase and RetryMax shape the back-off after a store fault
+	// (defaults 200 ms and 30 s): work is retried until the store answers.
+	RetryBase time.Duration
+	RetryMax  time.Duration
+	// Idle, if set, is called whenever the queue has run dry: the moment
+	// to hand a large batch's memory back to the system.
+	Idle func()
+	// Gate paces live full-mode sessions per mail provider and egress
+	// address (nil: one in memory with the default limits, keyed by
+	// domain). evs serve shares it with the engine's /v1/verify sessions.
+	Gate *politeness.Gate
+	// Cache, when set, reuses the account's live full-mode verdicts
+	// instead of probing again, and keeps new ones (contract, section 12).
+	Cache ResultCache
+	// Fault, if set, is told of each store fault the work meets: a write
+	// of results that failed (retried while its message waits) or a
+	// message whose handling failed (handled again); both after a
+	// back-off.
+	Fault func(err error)
+}
+
+// ResultCache reuses an account's live verdicts; *cache.Cache is
+// one. maxAge bounds the age of a reused verdict:
+// 0 for no bound, evs.NoReuse to reuse none.
+type ResultCache interface {
+	Lookup(ctx context.Context, accountID string, mode evs.Mode, normalized, email string, maxAge time.Duration) (evs.Decision, bool)
+	Keep(ctx context.Context, accountID string, ds ...evs.Decision) error
+}
+
+// LocalQueue is the Worker's Queue in `evs serve`'s process: messages wait
+// in memory, in fair lanes (sched.go), for a slot in which the Worker
+// handles them; delayed ones wait on timers. Work is recorded in the store
+// before a batch is acknowledged, so a restart, which plans every
+// unfinished batch again, resumes each from its pending items: nothing is
+// lost, and the store's exactly-once writes mean nothing is counted twice.
+type LocalQueue struct {
+	cfg    LocalConfig
+	worker *Worker
+	live   *lane // SMTP work of live accounts
+	test   *lane // sandbox work of test-mode accounts
+
+	mu      sync.Mutex
+	ctx     context.Context
+	tests   map[string]bool // account → test mode, as first read
+	pending int             // messages ready, handled or waiting out a delay
+	wg      sync.WaitGroup
+}
+
+// NewLocalQueue returns a LocalQueue with its Worker; Start makes it work.
+func NewLocalQueue(cfg LocalConfig) (*LocalQueue, error) {
+	if cfg.Store == nil || cfg.Accounts == nil || cfg.Engine == nil || cfg.Sandbox == nil {
+		return nil, errors.New("batch: the local queue needs a store, accounts, an engine and a sandbox")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Workers <= 0 {
+		cfg.Workers = 64
+	}
+	if cfg.PerBatch <= 0 {
+		cfg.PerBatch = 16
+	}
+	if cfg.TestWorkers <= 0 {
+		cfg.TestWorkers = 16
+	}
+	if cfg.SessionLimit <= 0 {
+		cfg.SessionLimit = 5 * time.Minute
+	}
+	if cfg.RetryBase <= 0 {
+		cfg.RetryBase = 200 * time.Millisecond
+	}
+	if cfg.RetryMax <= 0 {
+		cfg.RetryMax = 30 * time.Second
+	}
+	if cfg.Gate == nil {
+		cfg.Gate = &politeness.Gate{}
+	}
+	share := func(slots int) int {
+		if cfg.PerAccount > 0 {
+			return min(cfg.PerAccount, slots)
+		}
+		return max(1, slots*3/4)
+	}
+	q := &LocalQueue{cfg: cfg, tests: map[string]bool{}}
+	q.worker = &Worker{
+		Queue: q, Store: pendingFilter{cfg.Store}, Accounts: cfg.Accounts, Now: cfg.Now, Logger: cfg.Logger,
+		Processor: &Processor{Engine: cfg.Engine, Sandbox: cfg.Sandbox, MaxGreyAttempts: cfg.MaxGreyAttempts,
+			PerConnection: cfg.PerConnection, SessionLimit: cfg.SessionLimit, Now: cfg.Now, ExitRetry: cfg.ExitRetry},
+		GreyBackoff: cfg.GreyBackoff, Grey: cfg.Grey, Cache: cfg.Cache, Deadline: cfg.Deadline,
+		// A batch is planned whole, in one message that Send divides:
+		// the lanes, not plan windows, keep one batch from filling the
+		// slots ahead of the others, and a domain's sessions run one
+		// after another, its accept-all probe made once.
+		PlanWindow: math.MaxInt32, PackSize: math.MaxInt32,
+		// A session waits for its slot in the step; a pause or a spent
+		// RCPT budget sends the group back with a delay.
+		Polite: &Polite{Gate: cfg.Gate},
+		Local:  true, RetryBase: cfg.RetryBase, RetryMax: cfg.RetryMax, Fault: cfg.Fault,
+	}
+	q.live = newLane(cfg.Workers, share(cfg.Workers), cfg.PerBatch, q.handle)
+	q.test = newLane(cfg.TestWorkers, share(cfg.TestWorkers), cfg.PerBatch, q.handle)
+	return q, nil
+}
+
+// Start plans every unfinished batch again and accepts new ones until ctx
+// ends.
+func (q *LocalQueue) Start(ctx context.Context) error {
+	q.mu.Lock()
+	q.ctx = ctx
+	q.mu.Unlock()
+	var bs []evs.Batch
+	for attempt := 0; ; attempt++ {
+		var err error
+		if bs, err = q.cfg.Store.UnfinishedBatches(ctx); err == nil {
+			break
+		}
+		if evs.ErrorCode(err) != evs.CodeUnavailable || attempt >= 5 {
+			return err
+		}
+		// The store may be coming up with us: wait for it a little
+		// before refusing to start.
+		if !sleep(ctx, RetryDelay(q.cfg.RetryBase, q.cfg.RetryMax, attempt)) {
+			return ctx.Err()
+		}
+	}
+	for _, b := range bs {
+		q.cfg.Logger.Info("resuming batch", slog.String("batchId", b.ID), slog.String("state", string(b.State)))
+		q.deliver(delivery{m: PlanMessage(b)}, 0)
+	}
+	return nil
+}
+
+// Enqueue starts work on a batch that was just stored.
+func (q *LocalQueue) Enqueue(ctx context.Context, b evs.Batch) error {
+	return q.EnqueueItems(ctx, b, nil)
+}
+
+// EnqueueItems is Enqueue for a batch just stored with items, none of
+// which has a result yet: its plan packs them as given instead of reading
+// all of them back from the store (at 50,000 addresses, a read that cost
+// as much as verifying them in test mode).
+func (q *LocalQueue) EnqueueItems(_ context.Context, b evs.Batch, items []evs.Item) error {
+	m := PlanMessage(b)
+	m.Items = items
+	if !q.deliver(delivery{m: m}, 0) {
+		return errStopped
+	}
+	return nil
+}
+
+// Send queues ms for the Worker once delay has passed. A live work
+// message goes out as one message per domain group: a slot is one group's
+// SMTP sessions, so the lanes' caps count groups. A test-mode one goes out
+// in messages of up to testPack addresses, whole domains where they fit:
+// the sandbox answers at once, and each message is one write of results.
+// Once the queue has stopped nothing is queued: what was pending stays so
+// in the store, and the next start plans it again.
+func (q *LocalQueue) Send(_ context.Context, ms []Message, delay time.Duration) error {
+	ok := true
+	for _, m := range ms {
+		if m.Kind != KindWork || len(m.Items) == 0 {
+			ok = q.deliver(delivery{m: m}, delay) && ok
+			continue
+		}
+		var parts [][]evs.Item
+		if q.lane(q.ctx, m.AccountID) == q.test {
+			for _, p := range Pack(m.AccountID, m.BatchID, m.Items, testPack) {
+				parts = append(parts, p.Items)
+			}
+		} else {
+			for _, g := range GroupByDomain(m.Items) {
+				parts = append(parts, g.Items)
+			}
+		}
+		for _, items := range parts {
+			one := m
+			one.Items = items
+			ok = q.deliver(delivery{m: one}, delay) && ok
+		}
+	}
+	if !ok {
+		return errStopped
+	}
+	return nil
+}
+
+// testPack is the most addresses of a test-mode work message.
+const testPack = 1000
+
+var errStopped = evs.Errorf(evs.CodeUnavailable, "The batch worker is not running.")
+
+// Wait blocks until every message handling and timer has stopped (after
+// ctx ended, or when all work is done).
+func (q *LocalQueue) Wait() { q.wg.Wait() }
+
+// deliver puts d in its lane once delay has passed, and reports false
+// when the queue is not running.
+func (q *LocalQueue) deliver(d delivery, delay time.Duration) bool {
+	q.mu.Lock()
+	ctx := q.ctx
+	if ctx == nil || ctx.Err() != nil {
+		q.mu.Unlock()
+		return false
+	}
+	q.pending++
+	q.mu.Unlock()
+	if delay <= 0 {
+		q.dispatch(ctx, d)
+		return true
+	}
+	q.wg.Add(1)
+	go func() {
+		defer q.wg.Done()
+		if sleep(ctx, delay) {
+			q.dispatch(ctx, d)
+			return
+		}
+		// Shutdown: what waited stays pending in the store, and the next
+		// start plans it again, so a SIGTERM never waits for a timer.
+		q.finished()
+	}()
+	return true
+}
+
+// dispatch hands d to the Worker: work through its lane, plans (a few
+// store calls, which set a batch running) at once.
+func (q *LocalQueue) dispatch(ctx context.Context, d delivery) {
+	if d.m.Kind == KindWork {
+		q.lane(ctx, d.m.AccountID).push(d)
+		return
+	}
+	q.handle(d)
+}
+
+// lane is the lane of an account's messages.
+func (q *LocalQueue) lane(ctx context.Context, accountID string) *lane {
+	q.mu.Lock()
+	test, ok := q.tests[accountID]
+	q.mu.Unlock()
+	if !ok && accountID != "" {
+		a, err := q.cfg.Accounts.Account(ctx, accountID)
+		if err != nil {
+			return q.live // read again at the next message
+		}
+		test = a.Test
+		q.mu.Lock()
+		q.tests[accountID] = test
+		q.mu.Unlock()
+	}
+	if test {
+		return q.test
+	}
+	return q.live
+}
+
+// handle runs a delivery that its lane gave a slot. A failed handling is
+// told to Fault and delivered again after a back-off, for as long as the
+// service is up: no batch stays running with nothing happening.
+func (q *LocalQueue) handle(d delivery) {
+	q.wg.Add(1)
+	go func() {
+		defer q.wg.Done()
+		ctx := q.ctx
+		err := ctx.Err()
+		if err == nil {
+			// Handled again after a failure: the addresses with results
+			// are skipped, as on a redelivery.
+			err = q.worker.Handle(ctx, d.m, d.fails > 0, time.Time{})
+		}
+		if d.lane != nil {
+			d.lane.done(d)
+		}
+		if err != nil && ctx.Err() == nil && evs.ErrorCode(err) != evs.CodeNotFound {
+			if q.cfg.Fault != nil {
+				q.cfg.Fault(err)
+			}
+			wait := RetryDelay(q.cfg.RetryBase, q.cfg.RetryMax, d.fails)
+			q.cfg.Logger.Warn("batch work interrupted; retrying", slog.String("kind", d.m.Kind), slog.String("batchId", d.m.BatchID),
+				slog.String("accountId", d.m.AccountID), slog.Duration("retryIn", wait), slog.String("error", err.Error()))
+			d.fails++
+			q.deliver(d, wait)
+		}
+		q.finished()
+	}()
+}
+
+// finished counts a message out and tells Idle when none is left.
+func (q *LocalQueue) finished() {
+	q.mu.Lock()
+	q.pending--
+	idle := q.pending == 0
+	q.mu.Unlock()
+	if idle && q.cfg.Idle != nil {
+		q.cfg.Idle()
+	}
+}
+
+// pendingFilter gives the Worker the WithoutResults of a redelivered
+// message, read as the batch's pending items in the message's seq range.
+// A LocalQueue hands a message out again only after a failure, which
+// seldom leaves results behind (a refused write is retried in place), so
+// the read is rare.
+type pendingFilter struct{ LocalStore }
+
+func (p pendingFilter) WithoutResults(ctx context.Context, accountID, id string, items []evs.Item) ([]evs.Item, error) {
+	if len(items) == 0 {
+		return nil, nil
+	}
+	lo, hi := items[0].Seq, items[0].Seq
+	for _, it := range items {
+		lo, hi = min(lo, it.Seq), max(hi, it.Seq)
+	}
+	pending, err := p.PendingItems(ctx, accountID, id, lo-1, hi-lo+1)
+	if err != nil {
+		return nil, err
+	}
+	open := make(map[int]bool, len(pending))
+	for _, it := range pending {
+		open[it.Seq] = true
+	}
+	out := items[:0:0]
+	for _, it := range items {
+		if open[it.Seq] {
+			out = append(out, it)
+		}
+	}
+	return out, nil
+}
