@@ -115,7 +115,7 @@ func TestCLIMessagesInUserWords(t *testing.T) {
 	ctx := context.Background()
 	env := map[string]string{"EVS_DATA_DIR": t.TempDir()}
 	code, _, stderr := runEVS(ctx, env, "keys", "create", "--account", "my acct")
-	if code != 1 || !strings.Contains(stderr, "An account name is 1 to 64 letters") || strings.Contains(stderr, "invalid_request") {
+	if code != 1 || !strings.Contains(stderr, "An account name is 1 to 128 letters") || strings.Contains(stderr, "invalid_request") {
 		t.Fatalf("an account name with a space: %d %q", code, stderr)
 	}
 	file := filepath.Join(t.TempDir(), "file")

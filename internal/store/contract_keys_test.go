@@ -30,11 +30,11 @@ func runKeys(t *testing.T, newStore storeFactory) {
 
 	t.Run("AccountNameChecked", func(t *testing.T) {
 		e := newEnv(t, newStore)
-		for i, name := range []string{"", "my acct", "-lead", "tab\tname", "ümlaut", strings.Repeat("a", 65)} {
+		for i, name := range []string{"", "my acct", "-lead", "tab\tname", "ümlaut", strings.Repeat("a", 129)} {
 			err := e.st.CreateAccount(e.ctx, evs.Account{ID: fmt.Sprintf("acct-%d", i), Name: name, CreatedAt: base})
 			wantCode(t, err, evs.CodeInvalidRequest, fmt.Sprintf("CreateAccount named %q", name))
 		}
-		for i, name := range []string{"a", "acme.io", "team_2-b", strings.Repeat("a", 64)} {
+		for i, name := range []string{"a", "acme.io", "team_2-b", strings.Repeat("a", 128)} {
 			must(t, e.st.CreateAccount(e.ctx, evs.Account{ID: fmt.Sprintf("ok-%d", i), Name: name, CreatedAt: base}), "CreateAccount "+name)
 		}
 	})

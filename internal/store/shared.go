@@ -44,17 +44,17 @@ func Unavailable(cause error) error {
 }
 
 // CheckAccount is what every store requires of an account it creates: a
-// name an operator can type and read back in a log line or a shell, 1–64
+// name an operator can type and read back in a log line or a shell, 1–128
 // letters, digits, dots, underscores or hyphens, starting with a letter or
 // digit.
 func CheckAccount(a evs.Account) error {
 	if !accountNameRe.MatchString(a.Name) {
-		return evs.Errorf(evs.CodeInvalidRequest, "An account name is 1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit; %q is not one.", a.Name)
+		return evs.Errorf(evs.CodeInvalidRequest, "An account name is 1 to 128 letters, digits, '.', '_' or '-', starting with a letter or digit; %q is not one.", a.Name)
 	}
 	return nil
 }
 
-var accountNameRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+var accountNameRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 
 // CheckNewBatch is what every store requires of a batch it creates: an ID
 // and an account, and items numbered by distinct, non-negative Seqs.
