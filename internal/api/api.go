@@ -91,7 +91,7 @@ type Queue interface {
 	Enqueue(ctx context.Context, b evs.Batch) error
 }
 
-// ItemsQueue is a Queue in this process (the runner of `evs serve`) that
+// ItemsQueue is a Queue in this process (the local queue of `evs serve`) that
 // can take the items just stored with the batch, so its workers need not
 // read them back from the store. The items must not be changed after.
 type ItemsQueue interface {

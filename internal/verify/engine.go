@@ -83,7 +83,7 @@ type Config struct {
 	// Gate, when set, is asked before Verify (a synchronous verification)
 	// opens an SMTP session, so that /v1/verify keeps the limits and
 	// pauses per provider and egress address that every batch keeps
-	// (contract, section 14); evs serve's runner and the AWS worker share
+	// (contract, section 14); evs serve's batches and the AWS worker share
 	// it. VerifyDomain, the batch path, does not ask: its callers admit
 	// whole groups through the gate themselves.
 	Gate Gate
