@@ -422,7 +422,11 @@
       body.appendChild(tr);
     });
     table.appendChild(body);
-    box.appendChild(table);
+    // Beside the chart on a wide screen, below it on a narrow one; a
+    // long label scrolls the table in its box, never the page.
+    var wrap = el("div", null, "table-wrap");
+    wrap.appendChild(table);
+    box.appendChild(wrap);
   }
 
   // csvCounter counts the records of a CSV stream by (status, reason),
