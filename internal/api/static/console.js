@@ -23,6 +23,7 @@
   function showKeyState() {
     var k = key();
     $("key-state").textContent = k ? "A key is in use in this tab (…" + k.slice(-4) + ")." : "No key yet: paste one above.";
+    $("key-state").classList.remove("refused");
   }
 
   // dropKey forgets the key and what the page read with it (the past
@@ -30,7 +31,7 @@
   function dropKey(why) {
     sessionStorage.removeItem(KEY);
     showKeyState();
-    if (why) { $("key-state").textContent = why; }
+    if (why) { $("key-state").textContent = why; $("key-state").classList.add("refused"); }
     past.gen++;
     clear($("past").tBodies[0]);
     $("past-more").hidden = true;
