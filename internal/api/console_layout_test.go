@@ -60,7 +60,8 @@ const tableLayout = `(function(){
 // outcome, so every flag, and a typo with its suggestion) and the past
 // batches, and checks every table at a phone's and a desktop's width:
 // nothing clipped, no word split, every header reachable, and the page
-// itself never wider than the screen.
+// itself never wider than the screen; on the desktop the results fit
+// unscrolled.
 func TestConsoleTablesFitInBrowser(t *testing.T) {
 	s := startStack(t)
 	p := openPage(t, s)
@@ -82,6 +83,12 @@ func TestConsoleTablesFitInBrowser(t *testing.T) {
 		p.step(fmt.Sprintf("resize to %d", w), chromedp.EmulateViewport(w, 800))
 		if bad := eval[[]string](p, tableLayout); len(bad) != 0 {
 			t.Errorf("at %d px:\n%s", w, strings.Join(bad, "\n"))
+		}
+		// On a desktop's screen the results need no scrolling at all.
+		if w >= 1280 {
+			if got := eval[string](p, `(function(x){ return x.scrollWidth > x.clientWidth ? x.scrollWidth + " px in " + x.clientWidth : ""; })(document.getElementById("results").closest(".table-wrap"))`); got != "" {
+				t.Errorf("at %d px the results scroll sideways: %s", w, got)
+			}
 		}
 		// Each column of the results can be brought into view by
 		// scrolling its container, the page itself staying put.

@@ -563,7 +563,7 @@
           var st = el("td"); st.appendChild(el("span", r.status, "badge s-" + r.status)); tr.appendChild(st);
           tr.appendChild(el("td", d.reason));
           tr.appendChild(el("td", d.score === undefined ? "—" : d.score));
-          tr.appendChild(el("td", Object.keys(flags).filter(function (f) { return flags[f]; }).join(", ")));
+          tr.appendChild(el("td", Object.keys(flags).filter(function (f) { return flags[f]; }).join(", "), "words"));
           tr.appendChild(el("td", d.suggestion || ""));
           tbody.appendChild(tr);
           shown++;
