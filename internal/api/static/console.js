@@ -146,15 +146,18 @@
 
   // --- verify one address ---
   // verify shows the verdict of this submission, or its error: the last
-  // verdict leaves the screen as soon as another is asked for.
+  // verdict leaves the screen as soon as another is asked for, and the
+  // reply to an older submission is dropped.
+  var verifyGen = 0;
   function verify(email) {
+    var gen = ++verifyGen;
     showError("");
     $("verify-result").hidden = true;
-    if (!email) { showError("Type an address to verify."); return; }
+    if (!email) { showError("Type an address to verify."); $("verify-go").disabled = false; return; }
     $("verify-go").disabled = true;
     api("POST", "/v1/verify", JSON.stringify({ email: email, mode: $("verify-mode").value }))
-      .then(showDecision, fail)
-      .then(function () { $("verify-go").disabled = false; });
+      .then(function (r) { if (gen === verifyGen) { showDecision(r); } }, function (err) { if (gen === verifyGen) { fail(err); } })
+      .then(function () { if (gen === verifyGen) { $("verify-go").disabled = false; } });
   }
 
   function showDecision(r) {
