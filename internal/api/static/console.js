@@ -23,6 +23,29 @@
   function showKeyState() {
     var k = key();
     $("key-state").textContent = k ? "A key is in use in this tab (…" + k.slice(-4) + ")." : "No key yet: paste one above.";
+    $("key-state").classList.remove("refused");
+  }
+
+  // dropKey forgets the key and what the page read with it (the past
+  // batches); why, when given, replaces the words of the key's state.
+  function dropKey(why) {
+    sessionStorage.removeItem(KEY);
+    showKeyState();
+    if (why) { $("key-state").textContent = why; $("key-state").classList.add("refused"); }
+    past.gen++;
+    clear($("past").tBodies[0]);
+    $("past-more").hidden = true;
+    $("past-empty").textContent = NO_KEY_PAST;
+    $("past-empty").hidden = false;
+  }
+
+  // refused drops a key the server answered 401 to (unless another key
+  // has been used since it was sent), so that the page never says a key
+  // is in use when none works, and asks for one again.
+  function refused(k) {
+    if (!k || key() !== k) { return; }
+    $("key").setAttribute("aria-invalid", "true");
+    dropKey("The server refused the key …" + k.slice(-4) + ": no key is in use. Paste a valid key above.");
   }
 
   function showError(text) {
@@ -48,8 +71,9 @@
   // call sends method path with the key and resolves with the Response
   // when it is a 2xx; it rejects with an APIError in words.
   function call(method, path, body, contentType, accept) {
-    if (!key()) { return Promise.reject({ text: "Paste an API key first." }); }
-    var headers = { "X-Api-Key": key(), "Accept": accept || "application/json" };
+    var k = key();
+    if (!k) { return Promise.reject({ text: "Paste an API key first." }); }
+    var headers = { "X-Api-Key": k, "Accept": accept || "application/json" };
     if (body !== undefined) { headers["Content-Type"] = contentType || "application/json"; }
     // API paths ("/v1/...") are resolved from the console's own address,
     // one level up: /console/ on `evs serve`, /{stage}/console/ on AWS.
@@ -58,6 +82,7 @@
       .catch(function () { throw { text: "Could not reach the server: check that it is running." }; })
       .then(function (res) {
         if (res.ok) { return res; }
+        if (res.status === 401) { refused(k); }
         return res.json().catch(function () { return {}; }).then(function (j) {
           throw refusal(res.status, res.statusText, res.headers.get("X-Request-Id") || "", res.headers.get("Retry-After"), j);
         });
@@ -109,27 +134,30 @@
     if (!/^evs\.[A-Za-z0-9_-]{43}$/.test(k)) { showError("That is not an evs API key: it starts with evs. and has 43 more characters."); return; }
     sessionStorage.setItem(KEY, k);
     $("key").value = "";
+    $("key").removeAttribute("aria-invalid");
     showError("");
     showKeyState();
     loadPast(true);
   });
   $("key-forget").addEventListener("click", function () {
-    sessionStorage.removeItem(KEY);
-    showKeyState();
-    past.gen++;
-    clear($("past").tBodies[0]);
-    $("past-more").hidden = true;
-    $("past-empty").textContent = NO_KEY_PAST;
-    $("past-empty").hidden = false;
+    $("key").removeAttribute("aria-invalid");
+    dropKey();
   });
 
   // --- verify one address ---
+  // verify shows the verdict of this submission, or its error: the last
+  // verdict leaves the screen as soon as another is asked for, and the
+  // reply to an older submission is dropped.
+  var verifyGen = 0;
   function verify(email) {
+    var gen = ++verifyGen;
     showError("");
+    $("verify-result").hidden = true;
+    if (!email) { showError("Type an address to verify."); $("verify-go").disabled = false; return; }
     $("verify-go").disabled = true;
     api("POST", "/v1/verify", JSON.stringify({ email: email, mode: $("verify-mode").value }))
-      .then(showDecision, fail)
-      .then(function () { $("verify-go").disabled = false; });
+      .then(function (r) { if (gen === verifyGen) { showDecision(r); } }, function (err) { if (gen === verifyGen) { fail(err); } })
+      .then(function () { if (gen === verifyGen) { $("verify-go").disabled = false; } });
   }
 
   function showDecision(r) {
@@ -422,7 +450,11 @@
       body.appendChild(tr);
     });
     table.appendChild(body);
-    box.appendChild(table);
+    // Beside the chart on a wide screen, below it on a narrow one; a
+    // long label scrolls the table in its box, never the page.
+    var wrap = el("div", null, "table-wrap");
+    wrap.appendChild(table);
+    box.appendChild(wrap);
   }
 
   // csvCounter counts the records of a CSV stream by (status, reason),
@@ -534,7 +566,7 @@
           var st = el("td"); st.appendChild(el("span", r.status, "badge s-" + r.status)); tr.appendChild(st);
           tr.appendChild(el("td", d.reason));
           tr.appendChild(el("td", d.score === undefined ? "—" : d.score));
-          tr.appendChild(el("td", Object.keys(flags).filter(function (f) { return flags[f]; }).join(", ")));
+          tr.appendChild(el("td", Object.keys(flags).filter(function (f) { return flags[f]; }).join(", "), "words"));
           tr.appendChild(el("td", d.suggestion || ""));
           tbody.appendChild(tr);
           shown++;
