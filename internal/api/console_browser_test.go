@@ -409,7 +409,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		p.step("press tab", chromedp.KeyEvent("\t"))
 		order = append(order, eval[string](p, `document.activeElement.id || document.activeElement.name || document.activeElement.tagName`))
 	}
-	want := []string{"key-use", "key-forget", "verify-email", "verify-mode", "verify-go", "list-file", "list-paste", "list-mode", "list-go"}
+	want := []string{"key-use", "key-forget", "verify-email", "verify-mode", "verify-go", "list-file", "list-paste", "list-name", "list-mode", "list-go"}
 	if got := strings.Join(order, " "); !strings.Contains(got, strings.Join(want, " ")) {
 		t.Errorf("tab order from the key field: %s; want %s in that order", got, strings.Join(want, " "))
 	}
@@ -684,6 +684,7 @@ func TestConsoleCancelAndPastInBrowser(t *testing.T) {
 	}
 
 	p.step("paste a list", setField("list-paste", "accepted_email@x.example\nrejected_email@x.example\ngreylisted@x.example"),
+		setField("list-name", "Spring signups"),
 		chromedp.Click(chromedp.CSS(`input[name=list-mode][value=full]`)), chromedp.Click(chromedp.ID("list-go")),
 		chromedp.WaitVisible(chromedp.ID("batch")))
 	p.waitFor("the estimate", `document.getElementById("batch-eta").textContent.includes(" left (")`)
@@ -716,10 +717,12 @@ func TestConsoleCancelAndPastInBrowser(t *testing.T) {
 	}
 	p.shoot("console-cancelled")
 
-	// The cancelled batch is the newest past batch, in its final state;
-	// the next page brings the oldest; the order is the API's.
+	// The cancelled batch is the newest past batch, in its final state,
+	// under the name it was given (the others have none); the next page
+	// brings the oldest; the order is the API's.
 	p.waitFor("the cancelled batch listed", fmt.Sprintf(`(function(){var r=document.querySelector("#past tbody tr");
-		return r && r.cells[1].textContent === "cancelled" && r.querySelector("button").dataset.id === %q;})()`, id))
+		return r && r.cells[0].textContent === "Spring signups" && r.cells[2].textContent === "cancelled" &&
+			r.nextElementSibling.cells[0].textContent === "—" && r.querySelector("button").dataset.id === %q;})()`, id))
 	p.step("show older batches", chromedp.Click(chromedp.ID("past-more")))
 	p.waitFor("every past batch", `document.querySelectorAll("#past tbody tr").length === 12 && document.getElementById("past-more").hidden`)
 	want := append([]string{id}, older...)

@@ -282,9 +282,19 @@
         return send(up, body, contentType);
       }).then(function () {
         listStatus("Sent; creating the batch…");
-        return api("POST", "/v1/requests", JSON.stringify({ uploadId: up.uploadId, mode: mode }));
+        return api("POST", "/v1/requests", JSON.stringify(named({ uploadId: up.uploadId, mode: mode })));
       });
     });
+  }
+
+  // listName is the name typed for the next list, or "" for none.
+  function listName() { return $("list-name").value.trim(); }
+
+  // named adds the typed name, if any, to a creation's body.
+  function named(body) {
+    var name = listName();
+    if (name) { body.name = name; }
+    return body;
   }
 
   // startList creates the batch of the picked file or the pasted text,
@@ -298,13 +308,14 @@
         return viaUpload(file, "text/csv", mode);
       }
       return file.text().then(function (text) {
-        if (txt) { return api("POST", "/v1/requests", JSON.stringify({ emails: splitAddresses(text), mode: mode })); }
-        return api("POST", "/v1/requests?mode=" + encodeURIComponent(mode), text, "text/csv");
+        if (txt) { return api("POST", "/v1/requests", JSON.stringify(named({ emails: splitAddresses(text), mode: mode }))); }
+        var name = listName();
+        return api("POST", "/v1/requests?mode=" + encodeURIComponent(mode) + (name ? "&name=" + encodeURIComponent(name) : ""), text, "text/csv");
       });
     }
     var emails = splitAddresses($("list-paste").value);
     if (!emails.length) { return Promise.reject({ text: "Pick a file or paste at least one address." }); }
-    var json = JSON.stringify({ emails: emails, mode: mode });
+    var json = JSON.stringify(named({ emails: emails, mode: mode }));
     if (json.length > DIRECT_MAX_BYTES) {
       return viaUpload(new Blob([JSON.stringify({ emails: emails })], { type: "application/json" }), "application/json", mode);
     }
@@ -645,6 +656,7 @@
 
   function pastRow(r, c) {
     var tr = el("tr");
+    tr.appendChild(el("td", r.name || "—"));
     tr.appendChild(el("td", (r.createdAt || "").replace("T", " ").replace(/\.\d+Z$/, "")));
     tr.appendChild(el("td", r.state));
     tr.appendChild(el("td", r.mode));
@@ -653,7 +665,7 @@
     var b = el("button", "Open", "link");
     b.type = "button";
     b.setAttribute("data-id", r.id);
-    b.setAttribute("aria-label", "Open the batch of " + r.createdAt + " (" + r.state + ", " + c.total + " addresses)");
+    b.setAttribute("aria-label", "Open the batch " + (r.name ? "“" + r.name + "” " : "") + "of " + r.createdAt + " (" + r.state + ", " + c.total + " addresses)");
     b.addEventListener("click", function () {
       showError("");
       api("GET", "/v1/requests/" + r.id).then(function (env) {
