@@ -142,37 +142,15 @@ func StartExim(tb testing.TB, opts EximOptions) *Exim {
 	if opts.Hostname == "" {
 		opts.Hostname = "mx.exim.test"
 	}
-	begin := time.Now()
-	var lastErr error
-	// A port picked free on 127.0.0.1 can be taken by the time Exim binds
-	// it: try a few.
-	for attempt := 0; attempt < 3; attempt++ {
-		port := opts.Port
-		if port == 0 {
-			p, err := freePort()
-			if err != nil {
-				tb.Fatal(err)
-			}
-			port, _ = strconv.Atoi(p)
+	ex, took := startOnPort(tb, "exim", opts.Port, func(port int) (*Exim, error) { return startExim(bin, opts, port, uid, gid) })
+	ex.Startup = took
+	tb.Cleanup(func() {
+		if tb.Failed() {
+			tb.Logf("exim log (%s):\n%s", ex.Dir, lastLines(ex.Log(), 150))
 		}
-		ex, err := startExim(bin, opts, port, uid, gid)
-		if err == nil {
-			ex.Startup = time.Since(begin)
-			tb.Cleanup(func() {
-				if tb.Failed() {
-					tb.Logf("exim log (%s):\n%s", ex.Dir, lastLines(ex.Log(), 150))
-				}
-				ex.stop()
-			})
-			return ex
-		}
-		lastErr = err
-		if opts.Port != 0 || !strings.Contains(err.Error(), "in use") {
-			break
-		}
-	}
-	tb.Fatalf("exim: %v", lastErr)
-	return nil
+		ex.stop()
+	})
+	return ex
 }
 
 func startExim(bin string, opts EximOptions, port, uid, gid int) (*Exim, error) {

@@ -6,7 +6,9 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"testing"
 	"time"
 )
 
@@ -81,4 +83,35 @@ func awaitSMTP(exited <-chan struct{}, addr string, deadline time.Time) (string,
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// startOnPort runs start on port, or, when port is 0, on a free loopback
+// port: one picked free can be taken by the time the daemon binds it, so a
+// few are tried. It fails tb, naming the daemon, when none starts; how long
+// it took is returned for the instance's Startup.
+func startOnPort[T any](tb testing.TB, daemon string, port int, start func(port int) (T, error)) (T, time.Duration) {
+	tb.Helper()
+	begin := time.Now()
+	var lastErr error
+	for attempt := 0; attempt < 3; attempt++ {
+		p := port
+		if p == 0 {
+			free, err := freePort()
+			if err != nil {
+				tb.Fatal(err)
+			}
+			p, _ = strconv.Atoi(free)
+		}
+		d, err := start(p)
+		if err == nil {
+			return d, time.Since(begin)
+		}
+		lastErr = err
+		if port != 0 || !strings.Contains(err.Error(), "in use") {
+			break
+		}
+	}
+	tb.Fatalf("%s: %v", daemon, lastErr)
+	var zero T
+	return zero, 0
 }

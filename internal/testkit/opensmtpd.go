@@ -133,37 +133,15 @@ func StartOpenSMTPD(tb testing.TB, opts OpenSMTPDOptions) *OpenSMTPD {
 	if opts.Hostname == "" {
 		opts.Hostname = "mx.opensmtpd.test"
 	}
-	begin := time.Now()
-	var lastErr error
-	// A port picked free on 127.0.0.1 can be taken by the time smtpd
-	// binds it: try a few.
-	for attempt := 0; attempt < 3; attempt++ {
-		port := opts.Port
-		if port == 0 {
-			p, err := freePort()
-			if err != nil {
-				tb.Fatal(err)
-			}
-			port, _ = strconv.Atoi(p)
+	s, took := startOnPort(tb, "opensmtpd", opts.Port, func(port int) (*OpenSMTPD, error) { return startOpenSMTPD(unshare, bin, opts, port) })
+	s.Startup = took
+	tb.Cleanup(func() {
+		if tb.Failed() {
+			tb.Logf("opensmtpd log (%s):\n%s", s.Dir, lastLines(s.Log(), 150))
 		}
-		s, err := startOpenSMTPD(unshare, bin, opts, port)
-		if err == nil {
-			s.Startup = time.Since(begin)
-			tb.Cleanup(func() {
-				if tb.Failed() {
-					tb.Logf("opensmtpd log (%s):\n%s", s.Dir, lastLines(s.Log(), 150))
-				}
-				s.stop()
-			})
-			return s
-		}
-		lastErr = err
-		if opts.Port != 0 || !strings.Contains(err.Error(), "in use") {
-			break
-		}
-	}
-	tb.Fatalf("opensmtpd: %v", lastErr)
-	return nil
+		s.stop()
+	})
+	return s
 }
 
 func startOpenSMTPD(unshare, bin string, opts OpenSMTPDOptions, port int) (*OpenSMTPD, error) {

@@ -185,39 +185,17 @@ func StartPostfix(tb testing.TB, opts PostfixOptions) *Postfix {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	begin := time.Now()
-	// A port picked free on 127.0.0.1 can be taken by the time the master
-	// binds it, on that or another loopback address: try a few.
-	var lastErr error
-	for attempt := 0; attempt < 3; attempt++ {
-		port := opts.Port
-		if port == 0 {
-			p, err := freePort()
-			if err != nil {
-				tb.Fatal(err)
-			}
-			port, _ = strconv.Atoi(p)
+	pf, took := startOnPort(tb, "postfix", opts.Port, func(port int) (*Postfix, error) { return startPostfix(master, opts, port, ids) })
+	pf.Startup = took
+	tb.Cleanup(func() {
+		if tb.Failed() {
+			// postlogd writes a moment after the event.
+			time.Sleep(300 * time.Millisecond)
+			tb.Logf("postfix log (%s):\n%s", pf.logPath, lastLines(pf.Log(), 150))
 		}
-		pf, err := startPostfix(master, opts, port, ids)
-		if err == nil {
-			pf.Startup = time.Since(begin)
-			tb.Cleanup(func() {
-				if tb.Failed() {
-					// postlogd writes a moment after the event.
-					time.Sleep(300 * time.Millisecond)
-					tb.Logf("postfix log (%s):\n%s", pf.logPath, lastLines(pf.Log(), 150))
-				}
-				pf.stop()
-			})
-			return pf
-		}
-		lastErr = err
-		if opts.Port != 0 || !strings.Contains(err.Error(), "in use") {
-			break
-		}
-	}
-	tb.Fatalf("postfix: %v", lastErr)
-	return nil
+		pf.stop()
+	})
+	return pf
 }
 
 // postfixUsers are the accounts the Debian package makes: mail_owner
