@@ -50,7 +50,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -92,25 +91,12 @@ type EximOptions struct {
 	HeloACL string
 }
 
-// Exim is a running private Exim instance.
+// Exim is a running private Exim instance. Its Dir holds exim.conf,
+// spool/ and log/; its Banner is like "220 mx.exim.test ESMTP Exim 4.96
+// Fri, 27 Nov 2026 02:21:39 +0000".
 type Exim struct {
-	// IP and Port are the main listener's; Addr is "IP:PORT".
-	IP   string
-	Port int
-	Addr string
-	// Banner is the greeting line the harness read from the main
-	// listener, e.g. "220 mx.exim.test ESMTP Exim 4.96 Fri, 27 Nov 2026
-	// 02:21:39 +0000".
-	Banner string
-	// Dir holds exim.conf, spool/ and log/.
-	Dir string
-	// Startup is how long starting the instance took, until every
-	// listener had answered an SMTP session.
-	Startup time.Duration
-
-	cmd    *exec.Cmd
-	out    *tail
-	exited chan struct{}
+	mtaInstance
+	out *tail
 }
 
 // EximBinary returns the path of the unpacked exim4, or an error saying
@@ -158,8 +144,7 @@ func startExim(bin string, opts EximOptions, port, uid, gid int) (*Exim, error) 
 	if err != nil {
 		return nil, err
 	}
-	ex := &Exim{IP: opts.IP, Port: port, Addr: net.JoinHostPort(opts.IP, strconv.Itoa(port)), Dir: dir,
-		out: &tail{}, exited: make(chan struct{})}
+	ex := &Exim{mtaInstance: newMTAInstance(opts.IP, port, dir), out: &tail{}}
 	spool, logs := filepath.Join(dir, "spool"), filepath.Join(dir, "log")
 	err = errors.Join(os.Chmod(dir, 0o755), os.Mkdir(spool, 0o750), os.Chown(spool, uid, gid),
 		os.Mkdir(logs, 0o750), os.Chown(logs, uid, gid))
@@ -343,19 +328,4 @@ func (ex *Exim) Log() string {
 		return "(no log yet)"
 	}
 	return b.String()
-}
-
-// stop asks the daemon to stop (SIGTERM), kills its process group if it
-// lingers, and removes the instance's directory.
-func (ex *Exim) stop() {
-	if ex.cmd != nil && ex.cmd.Process != nil {
-		_ = ex.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-ex.exited:
-		case <-time.After(3 * time.Second):
-		}
-		kill(ex.cmd)
-		<-ex.exited
-	}
-	os.RemoveAll(ex.Dir)
 }

@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -114,4 +116,45 @@ func startOnPort[T any](tb testing.TB, daemon string, port int, start func(port 
 	tb.Fatalf("%s: %v", daemon, lastErr)
 	var zero T
 	return zero, 0
+}
+
+// mtaInstance is what each private MTA of the tests (Postfix, Exim,
+// OpenSMTPD) is: a main listener, the greeting read from it, a directory of
+// its own and a process in a group of its own.
+type mtaInstance struct {
+	// IP and Port are the main listener's; Addr is "IP:PORT".
+	IP   string
+	Port int
+	Addr string
+	// Banner is the greeting line the harness read from the main
+	// listener, e.g. "220 mx.postfix.test ESMTP Postfix".
+	Banner string
+	// Dir holds the instance's configuration, state and logs.
+	Dir string
+	// Startup is how long starting the instance took, until every
+	// listener had answered an SMTP session.
+	Startup time.Duration
+
+	cmd    *exec.Cmd
+	exited chan struct{}
+}
+
+func newMTAInstance(ip string, port int, dir string) mtaInstance {
+	return mtaInstance{IP: ip, Port: port, Addr: net.JoinHostPort(ip, strconv.Itoa(port)), Dir: dir, exited: make(chan struct{})}
+}
+
+// stop asks the daemon to stop (SIGTERM: each passes it on to its own
+// processes and exits), kills its process group if it lingers, and
+// removes the instance's directory.
+func (m *mtaInstance) stop() {
+	if m.cmd != nil && m.cmd.Process != nil {
+		_ = m.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-m.exited:
+		case <-time.After(3 * time.Second):
+		}
+		kill(m.cmd)
+		<-m.exited
+	}
+	os.RemoveAll(m.Dir)
 }

@@ -41,7 +41,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -81,24 +80,13 @@ type OpenSMTPDListener struct {
 	Filter string
 }
 
-// OpenSMTPD is a running private OpenSMTPD.
+// OpenSMTPD is a running private OpenSMTPD. Its Dir holds smtpd.conf,
+// the tables and var/ (the instance's /var); its Banner is like "220
+// mx.opensmtpd.test ESMTP OpenSMTPD". Stopping it ends its mount namespace,
+// and the bind mount in it, with its last process.
 type OpenSMTPD struct {
-	// IP and Port are the main listener's; Addr is "IP:PORT".
-	IP   string
-	Port int
-	Addr string
-	// Banner is the greeting line the harness read from the main
-	// listener, e.g. "220 mx.opensmtpd.test ESMTP OpenSMTPD".
-	Banner string
-	// Dir holds smtpd.conf, the tables and var/ (the instance's /var).
-	Dir string
-	// Startup is how long starting the instance took, until every
-	// listener had answered an SMTP session.
-	Startup time.Duration
-
-	cmd    *exec.Cmd
-	out    *LogBuffer
-	exited chan struct{}
+	mtaInstance
+	out *LogBuffer
 }
 
 // OpenSMTPDBinary returns the path of the unpacked smtpd, or an error
@@ -149,8 +137,7 @@ func startOpenSMTPD(unshare, bin string, opts OpenSMTPDOptions, port int) (*Open
 	if err != nil {
 		return nil, err
 	}
-	s := &OpenSMTPD{IP: opts.IP, Port: port, Addr: net.JoinHostPort(opts.IP, strconv.Itoa(port)), Dir: dir,
-		out: &LogBuffer{}, exited: make(chan struct{})}
+	s := &OpenSMTPD{mtaInstance: newMTAInstance(opts.IP, port, dir), out: &LogBuffer{}}
 	if err := s.layout(opts); err != nil {
 		os.RemoveAll(dir)
 		return nil, err
@@ -254,20 +241,3 @@ func (s *OpenSMTPD) layout(opts OpenSMTPDOptions) error {
 // `smtp failed-command command="RCPT TO:<x@y>" result="550 Invalid
 // recipient: <x@y>"`).
 func (s *OpenSMTPD) Log() string { return s.out.String() }
-
-// stop asks smtpd to stop (SIGTERM: it stops its processes and exits),
-// kills its process group if it lingers, and removes the instance's
-// directory (the mount namespace, and the bind mount in it, went with the
-// last process).
-func (s *OpenSMTPD) stop() {
-	if s.cmd != nil && s.cmd.Process != nil {
-		_ = s.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-s.exited:
-		case <-time.After(3 * time.Second):
-		}
-		kill(s.cmd)
-		<-s.exited
-	}
-	os.RemoveAll(s.Dir)
-}

@@ -53,7 +53,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -125,24 +124,11 @@ type PostfixListener struct {
 	Params map[string]string
 }
 
-// Postfix is a running private Postfix instance.
+// Postfix is a running private Postfix instance. Its Dir holds conf/,
+// queue/, data/ and maillog.
 type Postfix struct {
-	// IP and Port are the main listener's; Addr is "IP:PORT".
-	IP   string
-	Port int
-	Addr string
-	// Banner is the greeting line the harness read from the main
-	// listener, e.g. "220 mx.postfix.test ESMTP Postfix".
-	Banner string
-	// Dir holds conf/, queue/, data/ and maillog.
-	Dir string
-	// Startup is how long starting the instance took, until every
-	// listener had answered an SMTP session.
-	Startup time.Duration
-
-	cmd     *exec.Cmd
+	mtaInstance
 	out     *tail
-	exited  chan struct{}
 	logPath string
 }
 
@@ -223,8 +209,7 @@ func startPostfix(master string, opts PostfixOptions, port int, ids postfixUsers
 	if err != nil {
 		return nil, err
 	}
-	pf := &Postfix{IP: opts.IP, Port: port, Addr: net.JoinHostPort(opts.IP, strconv.Itoa(port)), Dir: dir,
-		logPath: filepath.Join(dir, "maillog"), out: &tail{}, exited: make(chan struct{})}
+	pf := &Postfix{mtaInstance: newMTAInstance(opts.IP, port, dir), logPath: filepath.Join(dir, "maillog"), out: &tail{}}
 	if err := pf.layout(opts, ids); err != nil {
 		os.RemoveAll(dir)
 		return nil, err
@@ -582,22 +567,6 @@ func (pf *Postfix) Log() string {
 		return "(no log: " + err.Error() + ")"
 	}
 	return string(b)
-}
-
-// stop asks the master to stop (SIGTERM: it passes the signal on to its
-// daemons and exits), kills the process group if it lingers, and removes
-// the instance's directory.
-func (pf *Postfix) stop() {
-	if pf.cmd != nil && pf.cmd.Process != nil {
-		_ = pf.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-pf.exited:
-		case <-time.After(3 * time.Second):
-		}
-		kill(pf.cmd)
-		<-pf.exited
-	}
-	os.RemoveAll(pf.Dir)
 }
 
 // lastLines returns the last n lines of s, saying how many it left out.
