@@ -61,11 +61,17 @@ func newEgressWatch(name string, now func() time.Time) *egressWatch {
 // verdict's evidence is made up, and a verdict with no reply says nothing
 // of how servers see us.
 func (w *egressWatch) observe(ds ...evs.Decision) {
+	counts := func(d evs.Decision) bool { return !d.TestMode && d.Checks.SMTP.Code != 0 }
+	if !slices.ContainsFunc(ds, counts) {
+		// Quick checks and unanswered probes, most of /v1/verify's
+		// calls, take neither the clock nor the lock.
+		return
+	}
 	m := w.now().Unix() / 60
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for _, d := range ds {
-		if d.TestMode || d.Checks.SMTP.Code == 0 {
+		if !counts(d) {
 			continue
 		}
 		p := string(d.Checks.SMTP.Provider)
