@@ -5,12 +5,14 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"golang.org/x/sync/semaphore"
 
 	"github.com/evs-dev/evs/internal/api"
 	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/store"
 )
 
 // Large bodies are admitted by a budget of bytes, so memory does not grow
@@ -30,9 +32,14 @@ import (
 // budget) the same way while its list is read and stored (api.Deps.
 // AdmitList): a list of a million addresses costs far more than a body.
 //
+// One account holds at most half the budget (and never less than one
+// body of the contract's largest size, nor more than the budget), so that
+// an account's slow or many bodies leave the other half to everyone else:
+// its further bodies wait for its own share, not the server's.
+//
 // A call that cannot get its share within BodyWait (or before its client
-// gives up) is answered 503 unavailable with Retry-After, and its body is
-// never read. Small bodies (/v1/verify takes at most 8 KiB, the other
+// gives up) is answered, its body never read: 429 rate_limited when it
+// waited for its account's share, 503 unavailable when for the server's. Small bodies (/v1/verify takes at most 8 KiB, the other
 // routes 1 KiB) never wait on the budget.
 const (
 	// SmallBody is the largest body read without the budget.
@@ -50,7 +57,19 @@ const (
 type bodyGate struct {
 	sem    *semaphore.Weighted
 	budget int64
-	wait   time.Duration
+	// share is what one account may hold of the budget.
+	share int64
+	wait  time.Duration
+
+	mu       sync.Mutex
+	accounts map[string]*accountShare
+}
+
+// accountShare is one account's part of the budget, kept while a call of
+// the account holds or waits for some of it.
+type accountShare struct {
+	sem   *semaphore.Weighted
+	users int
 }
 
 func newBodyGate(budget int64, wait time.Duration) *bodyGate {
@@ -60,7 +79,9 @@ func newBodyGate(budget int64, wait time.Duration) *bodyGate {
 	if wait <= 0 {
 		wait = DefaultBodyWait
 	}
-	return &bodyGate{sem: semaphore.NewWeighted(budget), budget: budget, wait: wait}
+	share := min(max(budget/2, api.MaxBatchBody), budget)
+	return &bodyGate{sem: semaphore.NewWeighted(budget), budget: budget, share: share, wait: wait,
+		accounts: map[string]*accountShare{}}
 }
 
 // weight is the share of the budget r's body needs on a route accepting
@@ -76,24 +97,67 @@ func (bg *bodyGate) weight(r *http.Request, limit int64) int64 {
 	return min(n, bg.budget)
 }
 
-// errBodyBusy is a large body that could not be admitted in time.
-var errBodyBusy = errors.New("server: the budget of large bodies is spent")
+// errBodyBusy is a large body that could not be admitted in time; its
+// account's share is errAccountBusy.
+var (
+	errBodyBusy    = errors.New("server: the budget of large bodies is spent")
+	errAccountBusy = errors.New("server: the account's share of the budget of large bodies is spent")
+)
 
-// admit takes n bytes of the budget, waiting up to the gate's wait or
-// until ctx ends, and returns the function that gives them back.
-func (bg *bodyGate) admit(ctx context.Context, n int64) (release func(), err error) {
+// admit takes n bytes of the budget for account, first from the
+// account's share then from the server's, waiting up to the gate's wait
+// in all or until ctx ends, and returns the function that gives them back.
+func (bg *bodyGate) admit(ctx context.Context, account string, n int64) (release func(), err error) {
 	if n == 0 {
 		return func() {}, nil
 	}
-	if bg.sem.TryAcquire(n) {
-		return func() { bg.sem.Release(n) }, nil
-	}
+	own := bg.join(account)
+	mine := min(n, bg.share)
 	ctx, cancel := context.WithTimeout(ctx, bg.wait)
 	defer cancel()
-	if err := bg.sem.Acquire(ctx, n); err != nil {
-		return nil, errBodyBusy
+	if !own.sem.TryAcquire(mine) {
+		if err := own.sem.Acquire(ctx, mine); err != nil {
+			bg.leave(account)
+			return nil, errAccountBusy
+		}
 	}
-	return func() { bg.sem.Release(n) }, nil
+	if !bg.sem.TryAcquire(n) {
+		if err := bg.sem.Acquire(ctx, n); err != nil {
+			own.sem.Release(mine)
+			bg.leave(account)
+			return nil, errBodyBusy
+		}
+	}
+	return func() {
+		bg.sem.Release(n)
+		own.sem.Release(mine)
+		bg.leave(account)
+	}, nil
+}
+
+// join is account's share, made when none of its calls holds one.
+func (bg *bodyGate) join(account string) *accountShare {
+	bg.mu.Lock()
+	defer bg.mu.Unlock()
+	a := bg.accounts[account]
+	if a == nil {
+		a = &accountShare{sem: semaphore.NewWeighted(bg.share)}
+		bg.accounts[account] = a
+	}
+	a.users++
+	return a
+}
+
+// leave forgets account's share once no call of it holds or waits for
+// any, so the map holds only the accounts sending large bodies now.
+func (bg *bodyGate) leave(account string) {
+	bg.mu.Lock()
+	defer bg.mu.Unlock()
+	if a := bg.accounts[account]; a != nil {
+		if a.users--; a.users == 0 {
+			delete(bg.accounts, account)
+		}
+	}
 }
 
 // admitList is api.Deps.AdmitList: a list of size bytes read from an
@@ -103,7 +167,11 @@ func (bg *bodyGate) admitList(ctx context.Context, size int64) (func(), error) {
 	if size > SmallBody {
 		n = min(size, bg.budget)
 	}
-	release, err := bg.admit(ctx, n)
+	release, err := bg.admit(ctx, api.CallFromContext(ctx).AccountID, n)
+	if errors.Is(err, errAccountBusy) {
+		return nil, &store.LimitError{Retry: bodyRetryAfter * time.Second,
+			Err: evs.Errorf(evs.CodeRateLimited, "This account is reading as many large lists at once as its share of the server allows; retry after Retry-After seconds.")}
+	}
 	if err != nil {
 		return nil, &api.BusyError{RetryAfter: strconv.Itoa(bodyRetryAfter),
 			Err: evs.Errorf(evs.CodeUnavailable, "The server is reading as many large lists as it can hold; retry after Retry-After seconds.")}
@@ -111,12 +179,17 @@ func (bg *bodyGate) admitList(ctx context.Context, size int64) (func(), error) {
 	return release, nil
 }
 
-// writeBodyBusy answers a call whose large body was not admitted. The
-// body is never read, so the connection is closed.
-func writeBodyBusy(w http.ResponseWriter, rid string) {
+// writeBodyBusy answers a call whose large body was not admitted (err
+// from admit). The body is never read, so the connection is closed.
+func writeBodyBusy(w http.ResponseWriter, err error, rid string) {
 	h := w.Header()
 	h.Set("Connection", "close")
 	h.Set("Retry-After", strconv.Itoa(bodyRetryAfter))
+	if errors.Is(err, errAccountBusy) {
+		writeError(w, http.StatusTooManyRequests, evs.CodeRateLimited,
+			"This account is sending as many large request bodies at once as its share of the server allows; retry after Retry-After seconds.", rid)
+		return
+	}
 	writeError(w, http.StatusServiceUnavailable, evs.CodeUnavailable,
 		"The server is reading as many large request bodies as it can hold; retry after Retry-After seconds.", rid)
 }

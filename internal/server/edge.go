@@ -269,9 +269,9 @@ func (e *edge) guard(rt api.Route, next http.Handler) http.Handler {
 		// A large body waits for its share of the budget before a byte of
 		// it is read, and keeps it until the handler has answered.
 		weight := e.bodies.weight(r, rt.MaxBody)
-		release, err := e.bodies.admit(r.Context(), weight)
+		release, err := e.bodies.admit(r.Context(), c.AccountID, weight)
 		if err != nil {
-			writeBodyBusy(w, rid)
+			writeBodyBusy(w, err, rid)
 			return
 		}
 		defer release()
