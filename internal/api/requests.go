@@ -96,7 +96,7 @@ func batchID(req *request) (string, error) {
 // or the ID of an upload to read it from.
 type parsedBatch struct {
 	mode        evs.Mode
-	list        addressList
+	list        *addressList
 	uploadID    string
 	callbackURL string
 	maxAge      time.Duration // as evs.Batch.MaxAge
@@ -267,6 +267,10 @@ func (h *Handler) storeKeyedBatch(ctx context.Context, p evs.Principal, in parse
 func (h *Handler) storeBatch(ctx context.Context, p evs.Principal, in parsedBatch, id string) (evs.Batch, error) {
 	now := h.d.Now().UTC()
 	items := in.list.items
+	// The list is read: what decided its duplicates (a key per distinct
+	// address, as much again as the items) is not held while they are
+	// stored, which for a million addresses takes seconds.
+	in.list.seen = nil
 	if id == "" {
 		id = uuid.NewString()
 		if h.d.NewID != nil {
@@ -353,7 +357,7 @@ func parseBatchJSON(req *request, raw []byte) (parsedBatch, error) {
 			return parsedBatch{}, evs.Errorf(evs.CodeInvalidRequest, "With a JSON body the %s goes in the body, not the query.", q)
 		}
 	}
-	var out parsedBatch
+	out := parsedBatch{list: &addressList{}}
 	obj, err := readListJSONWith(bytes.NewReader(raw), bodyLimits,
 		listJSONFields{Strings: []string{"mode", "callbackUrl", "uploadId", "name"}, Numbers: []string{"maxAge"}}, out.list.add)
 	if err != nil {
@@ -453,7 +457,7 @@ func parseBatchCSV(req *request, raw []byte) (parsedBatch, error) {
 	if err != nil {
 		return parsedBatch{}, err
 	}
-	out := parsedBatch{mode: mode}
+	out := parsedBatch{mode: mode, list: &addressList{}}
 	if q, ok := req.query["maxAge"]; ok {
 		if out.maxAge, err = parseMaxAge(json.RawMessage(q)); err != nil || q == "" {
 			return parsedBatch{}, errMaxAge
