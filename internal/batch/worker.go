@@ -253,14 +253,8 @@ func (w *Worker) plan(ctx context.Context, m Message) error {
 	}
 	// A plan may carry the batch's items (LocalQueue.EnqueueItems): they
 	// were just stored, none has a result, and reading them back would
-	// cost as much as verifying them in test mode. Only a window of them
-	// is planned, as from the store: the rest is read back a window at a
-	// time, so a million-address batch is not held in the queue whole
-	// while it runs.
+	// cost as much as verifying them in test mode.
 	items := m.Items
-	if len(items) > window {
-		items = items[:window:window]
-	}
 	if items == nil {
 		if items, err = w.Store.PendingItems(ctx, b.AccountID, b.ID, m.From-1, window); err != nil {
 			return err
@@ -278,7 +272,7 @@ func (w *Worker) plan(ctx context.Context, m Message) error {
 		return nil
 	}
 	msgs := Pack(m.AccountID, m.BatchID, items, w.packSize())
-	if len(items) == window {
+	if m.Items == nil && len(items) == window {
 		msgs = append(msgs, Message{Kind: KindPlan, AccountID: m.AccountID, BatchID: m.BatchID,
 			From: items[len(items)-1].Seq + 1, Planned: b.Counters.Processed + len(items)})
 	}
