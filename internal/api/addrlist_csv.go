@@ -4,23 +4,36 @@ import (
 	"bufio"
 	"bytes"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
+	"unicode"
 )
 
-// ReadListCSV reads the first field of every record of an RFC 4180 file and calls
-// add with it, trimmed of spaces, in order. Blank first fields are skipped,
-// and so is the first record with a non-blank first field when that field
-// has no "@": a header row. An error from add stops the read and is
-// returned.
+// ReadListCSV reads the address column of every record of an RFC 4180
+// file and calls add with it, trimmed of spaces, in order.
 //
-// Only the first field is kept: later fields are scanned for their quotes
-// (a quoted field may hold commas and line breaks) and dropped. Records end
-// at LF, CRLF, or a lone CR (files saved with old Mac line endings). The
-// text must be UTF-8 (a UTF-8 byte-order mark is skipped); a UTF-16 file
-// (Excel's "Unicode text"), a NUL byte or an invalid byte is a *listError
-// saying so, as are quotes that RFC 4180 does not allow.
-func ReadListCSV(r io.Reader, lim ListLimits, add func(addr string) error) error {
+// The layout is found unless lay says it. The delimiter is the one of
+// comma, semicolon, tab and pipe (outside quotes) that splits the first
+// records alike (sniffDelimiter); a comma when none does. The first
+// record with a non-blank field is a header when none of its fields holds
+// an "@"; the address column is then the header's column named like an
+// email address (emailHeaders, any case, several languages), else the
+// first column holding an "@" in the first record after it. A file
+// without a header takes the first column holding an "@" in its first
+// record. A column named in lay is found by name in the header (a file
+// without one is a *listError) or is its 1-based number. Records whose
+// address column is blank or missing are skipped. An error from add
+// stops the read and is returned.
+//
+// Only the address column is kept: other fields are scanned for their
+// quotes (a quoted field may hold delimiters and line breaks) and dropped.
+// Records end at LF, CRLF, or a lone CR (files saved with old Mac line
+// endings). The text must be UTF-8 (a UTF-8 byte-order mark is skipped); a
+// UTF-16 file (Excel's "Unicode text"), a NUL byte or an invalid byte is a
+// *listError saying so, as are quotes that RFC 4180 does not allow; the
+// line it names is where the problem starts.
+func ReadListCSV(r io.Reader, lim ListLimits, lay CSVLayout, add func(addr string) error) error {
 	maxRecord := lim.MaxRecordBytes
 	if maxRecord <= 0 {
 		maxRecord = defaultMaxRecordBytes
@@ -35,7 +48,18 @@ func ReadListCSV(r io.Reader, lim ListLimits, add func(addr string) error) error
 	}
 	br = bufio.NewReaderSize(newUTF8Reader(br, "CSV file"), 64<<10)
 
-	s := csvScanner{lim: lim, maxRecord: maxRecord, add: add, line: 1, fieldStart: true}
+	s := csvScanner{lim: lim, maxRecord: maxRecord, add: add, line: 1, fieldStart: true, delim: lay.Delimiter, col: -1}
+	if s.delim == 0 {
+		start, err := br.Peek(sniffBytes)
+		s.delim = sniffDelimiter(start, err != nil)
+	}
+	if lay.Column != "" {
+		if n, err := strconv.Atoi(lay.Column); err == nil && n >= 1 {
+			s.col = n - 1
+		} else {
+			s.named = lay.Column
+		}
+	}
 	s.first = make([]byte, 0, 64)
 	for {
 		chunk, err := br.ReadSlice('\n')
@@ -55,6 +79,164 @@ func ReadListCSV(r io.Reader, lim ListLimits, add func(addr string) error) error
 	}
 }
 
+// CSVLayout is what a client says of its CSV list's layout (the query's
+// column and delimiter); the zero value finds both (see ReadListCSV).
+type CSVLayout struct {
+	// Column is the address column: a header's name, in any case, or its
+	// 1-based number.
+	Column string
+	// Delimiter separates fields: ',', ';', '\t' or '|'.
+	Delimiter byte
+}
+
+// ParseDelimiter reads a delimiter as a client names it: the character
+// itself or its name ("comma", "semicolon", "tab", "pipe").
+func ParseDelimiter(s string) (byte, bool) {
+	switch strings.ToLower(s) {
+	case ",", "comma":
+		return ',', true
+	case ";", "semicolon":
+		return ';', true
+	case "\t", "tab":
+		return '\t', true
+	case "|", "pipe":
+		return '|', true
+	}
+	return 0, false
+}
+
+// sniffBytes is how much of a file's start the delimiter is sniffed from.
+const sniffBytes = 32 << 10
+
+// sniffDelimiter picks the delimiter of a file that starts with b (all of
+// it when whole): of comma, semicolon, tab and pipe outside quotes, the
+// one that splits the first records (up to ten, blank ones aside) into
+// the same number of fields, the most where several do; else the one the
+// first record holds most of; else a comma. Excel writes semicolons where
+// the decimal separator is a comma, and a CRM's export may hold commas in
+// its names ("Smith, Bob;bob@x.example"): counting alike over several
+// records tells the two apart.
+func sniffDelimiter(b []byte, whole bool) byte {
+	cands := [...]byte{',', ';', '\t', '|'}
+	var counts [][len(cands)]int
+	var cur [len(cands)]int
+	inQuotes, blank := false, true
+	for _, c := range b {
+		switch {
+		case c == '"':
+			inQuotes = !inQuotes
+			blank = false
+		case inQuotes:
+		case c == '\n' || c == '\r':
+			if !blank {
+				counts = append(counts, cur)
+			}
+			cur, blank = [len(cands)]int{}, true
+		default:
+			blank = false
+			for k, d := range cands {
+				if c == d {
+					cur[k]++
+				}
+			}
+		}
+		if len(counts) == 10 {
+			break
+		}
+	}
+	if whole && !blank && len(counts) < 10 {
+		counts = append(counts, cur) // the last record, without a line break
+	}
+	if len(counts) == 0 {
+		return ','
+	}
+	best, bestN := -1, 0
+	for k := range cands {
+		n := counts[0][k]
+		alike := n > 0
+		for _, rec := range counts[1:] {
+			alike = alike && rec[k] == n
+		}
+		if alike && n > bestN {
+			best, bestN = k, n
+		}
+	}
+	if best < 0 {
+		for k := range cands {
+			if counts[0][k] > bestN {
+				best, bestN = k, counts[0][k]
+			}
+		}
+	}
+	if best < 0 {
+		return ','
+	}
+	return cands[best]
+}
+
+// emailHeaders are header names of an address column, written without
+// case, spaces or punctuation, in English, French, Spanish, Portuguese,
+// German, Italian, Dutch and the Nordic languages. addressHeaders are
+// weaker: "address" is as often a postal address, so it counts only where
+// no column is named like an email.
+var (
+	emailHeaders = []string{"email", "emails", "emailaddress", "emailaddresses", "mail", "mailaddress",
+		"courriel", "adressecourriel", "adresseemail", "adressemail", "adresseelectronique",
+		"correo", "correoelectronico", "correoelectrónico", "direcciondecorreo", "direccióndecorreo",
+		"enderecodeemail", "endereçodeemail", "emailadresse", "mailadresse", "epost", "epostadresse",
+		"indirizzoemail", "postaelettronica", "emailadres", "sahkoposti", "sähköposti"}
+	addressHeaders = []string{"address", "adresse", "direccion", "dirección", "endereco", "endereço", "indirizzo", "adres"}
+)
+
+// headerKey is a header cell as emailHeaders list it.
+func headerKey(s string) string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(s) {
+		if unicode.IsLetter(r) || unicode.IsDigit(r) {
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+// headerColumn is the address column of a header row: the one named
+// named (in any case) when the client named one, else the first named
+// like an email, else the first named like an address; -1 when none is.
+func headerColumn(cells []csvCell, named string) (int, error) {
+	if named != "" {
+		for _, c := range cells {
+			if strings.EqualFold(strings.TrimSpace(string(c.b)), strings.TrimSpace(named)) {
+				return c.field, nil
+			}
+		}
+		names := make([]string, 0, min(len(cells), 10))
+		for _, c := range cells[:min(len(cells), 10)] {
+			names = append(names, strconv.Quote(strings.TrimSpace(string(c.b))))
+		}
+		return -1, listErrorf("The CSV header has no column %q; its columns are %s.", named, strings.Join(names, ", "))
+	}
+	for _, set := range [][]string{emailHeaders, addressHeaders} {
+		for _, c := range cells {
+			if slices.Contains(set, headerKey(string(c.b))) {
+				return c.field, nil
+			}
+		}
+	}
+	return -1, nil
+}
+
+// csvCell is a non-blank field of a record read before its address column
+// is known.
+type csvCell struct {
+	field int
+	b     []byte
+}
+
+// maxCells is how many non-blank fields of a record are kept before the
+// address column is known: a header wider than this is searched only in
+// its first maxCells named columns.
+const maxCells = 1000
+
 // trimMargin is how many bytes past MaxAddressBytes a first field is kept
 // before it is too long: room for spaces the trim removes.
 const trimMargin = 256
@@ -64,6 +246,14 @@ type csvScanner struct {
 	lim       ListLimits
 	maxRecord int
 	add       func(string) error
+	delim     byte
+	// col is the address column, -1 until it is known; named is the
+	// header name the client gave it by.
+	col   int
+	named string
+	// cells are the current record's non-blank fields while col is not
+	// known.
+	cells []csvCell
 
 	line        int    // line of the byte being scanned, from 1
 	recordLine  int    // line the current record started on
@@ -71,6 +261,7 @@ type csvScanner struct {
 	field       int    // index of the current field in its record
 	fieldStart  bool   // nothing of the current field read yet
 	quoted      bool   // the current field started with a quote
+	quoteLine   int    // line the current quoted field opened on
 	inQuotes    bool   // inside the quotes of a quoted field
 	quoteSeen   bool   // inQuotes, and the last byte was a quote: closing or doubled
 	closed      bool   // the quoted field's closing quote was read
@@ -140,7 +331,7 @@ func (s *csvScanner) byte(c byte) error {
 // unquoted handles a byte outside quotes.
 func (s *csvScanner) unquoted(c byte) error {
 	switch c {
-	case ',':
+	case s.delim:
 		s.field++
 		s.fieldStart, s.quoted, s.closed = true, false, false
 		return nil
@@ -152,13 +343,16 @@ func (s *csvScanner) unquoted(c byte) error {
 		return s.endRecord()
 	}
 	if s.closed {
+		if s.quoteLine != s.line {
+			return listErrorf("The CSV file is malformed at line %d: a quote opened there closes at line %d and is followed by text.", s.quoteLine, s.line)
+		}
 		return listErrorf("The CSV file is malformed at line %d: a quoted field is followed by text.", s.line)
 	}
 	if c == '"' {
 		if !s.fieldStart {
 			return listErrorf("The CSV file is malformed at line %d: a quote inside a field that does not start with one.", s.line)
 		}
-		s.fieldStart, s.quoted, s.inQuotes = false, true, true
+		s.fieldStart, s.quoted, s.inQuotes, s.quoteLine = false, true, true, s.line
 		return nil
 	}
 	s.fieldStart = false
@@ -166,9 +360,22 @@ func (s *csvScanner) unquoted(c byte) error {
 	return nil
 }
 
-// keep appends c to the first field, up to one byte past the limit.
+// keep appends c to the address field, up to one byte past the limit,
+// or, while the address column is not known, to the record's cells.
 func (s *csvScanner) keep(c byte) {
-	if s.field != 0 || s.firstLong {
+	if s.col < 0 {
+		n := len(s.cells)
+		switch {
+		case n > 0 && s.cells[n-1].field == s.field:
+			if len(s.cells[n-1].b) <= s.lim.MaxAddressBytes+trimMargin {
+				s.cells[n-1].b = append(s.cells[n-1].b, c)
+			}
+		case n < maxCells:
+			s.cells = append(s.cells, csvCell{field: s.field, b: []byte{c}})
+		}
+		return
+	}
+	if s.field != s.col || s.firstLong {
 		return
 	}
 	if len(s.first) >= s.lim.MaxAddressBytes+trimMargin {
@@ -180,9 +387,12 @@ func (s *csvScanner) keep(c byte) {
 	s.first = append(s.first, c)
 }
 
-// endRecord hands the finished record's first field on.
+// endRecord hands the finished record's address on.
 func (s *csvScanner) endRecord() error {
 	defer s.reset()
+	if s.col < 0 {
+		return s.findColumn()
+	}
 	if s.firstLong {
 		return listErrorf("Address %d (line %d) is longer than %d bytes.", s.addresses+1, s.recordLine, s.lim.MaxAddressBytes)
 	}
@@ -199,6 +409,57 @@ func (s *csvScanner) endRecord() error {
 			return nil // header row
 		}
 	}
+	return s.address(addr)
+}
+
+// findColumn reads a record while the address column is not known: a
+// header names it, or the record's first field holding an "@" is it.
+func (s *csvScanner) findColumn() error {
+	blank := true
+	for _, c := range s.cells {
+		blank = blank && len(bytes.TrimSpace(c.b)) == 0
+	}
+	if blank {
+		return nil
+	}
+	if !s.sawRecord {
+		s.sawRecord = true
+		header := true
+		for _, c := range s.cells {
+			header = header && !bytes.ContainsRune(c.b, '@')
+		}
+		if header {
+			col, err := headerColumn(s.cells, s.named)
+			s.col = col
+			return err
+		}
+		if s.named != "" {
+			return listErrorf("The CSV file has no header row (its first row holds an address), so there is no column %q; name the column by its number.", s.named)
+		}
+	}
+	s.col = 0
+	var cell []byte
+	for _, c := range s.cells {
+		if bytes.ContainsRune(c.b, '@') {
+			s.col, cell = c.field, c.b
+			break
+		}
+	}
+	if cell == nil && len(s.cells) > 0 && s.cells[0].field == 0 {
+		cell = s.cells[0].b
+	}
+	if len(cell) > s.lim.MaxAddressBytes+trimMargin {
+		return listErrorf("Address %d (line %d) is longer than %d bytes.", s.addresses+1, s.recordLine, s.lim.MaxAddressBytes)
+	}
+	addr := string(bytes.TrimSpace(cell))
+	if addr == "" {
+		return nil
+	}
+	return s.address(addr)
+}
+
+// address hands on the next address of the list.
+func (s *csvScanner) address(addr string) error {
 	if len(addr) > s.lim.MaxAddressBytes {
 		return listErrorf("Address %d (line %d) is longer than %d bytes.", s.addresses+1, s.recordLine, s.lim.MaxAddressBytes)
 	}
@@ -211,6 +472,7 @@ func (s *csvScanner) endRecord() error {
 
 func (s *csvScanner) reset() {
 	s.first = s.first[:0]
+	s.cells = s.cells[:0]
 	s.field, s.recordBytes = 0, 0
 	s.fieldStart, s.quoted, s.inQuotes, s.quoteSeen, s.closed = true, false, false, false, false
 	s.firstLong, s.hasContents = false, false
@@ -220,7 +482,7 @@ func (s *csvScanner) reset() {
 // open quote is an error.
 func (s *csvScanner) end() error {
 	if s.inQuotes && !s.quoteSeen {
-		return listErrorf("The CSV file is malformed at line %d: a quoted field is never closed.", s.recordLine)
+		return listErrorf("The CSV file is malformed at line %d: a quote opened there is never closed.", s.quoteLine)
 	}
 	if s.hasContents {
 		return s.endRecord()

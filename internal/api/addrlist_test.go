@@ -15,8 +15,12 @@ import (
 var listLim = ListLimits{MaxAddresses: 5, MaxAddressBytes: 40}
 
 func csvAddresses(in string, l ListLimits) ([]string, error) {
+	return csvLaidOut(in, l, CSVLayout{})
+}
+
+func csvLaidOut(in string, l ListLimits, lay CSVLayout) ([]string, error) {
 	var got []string
-	err := ReadListCSV(strings.NewReader(in), l, func(a string) error { got = append(got, a); return nil })
+	err := ReadListCSV(strings.NewReader(in), l, lay, func(a string) error { got = append(got, a); return nil })
 	return got, err
 }
 
@@ -47,7 +51,9 @@ func TestListCSV(t *testing.T) {
 		{"Latin-1", "a@x.example\nj\xe9r\xf4me@x.example\n", nil, "not UTF-8 text (line 2)"},
 		{"bare quote", "a\"b@x.example\n", nil, "malformed at line 1"},
 		{"text after a closing quote", "\"a@x.example\"x\n", nil, "malformed at line 1"},
-		{"unclosed quote", "a@x.example\n\"b@x.example\n", nil, "never closed"},
+		{"unclosed quote", "a@x.example\n\"b@x.example\n", nil, "line 2: a quote opened there is never closed"},
+		{"stray quote named where it opens", "a@x.example\nb@x.example,\"x\nc@x.example\nd@x.example\ne@x.example\"z\n", nil,
+			"line 2: a quote opened there closes at line 5"},
 		{"address too long", "a@x.example\n" + strings.Repeat("b", 41) + "@x\n", nil, "Address 2 (line 2) is longer than 40 bytes"},
 		{"huge first field", strings.Repeat("b", 1<<20) + "@x\n", nil, "longer than"},
 		{"too many", "1@x\n2@x\n3@x\n4@x\n5@x\n6@x\n", nil, "more than 5 addresses"},
@@ -55,6 +61,60 @@ func TestListCSV(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := csvAddresses(tc.in, listLim)
+			if tc.err != "" {
+				var e *listError
+				if !errors.As(err, &e) || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("error %v, want a *listError containing %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Fatalf("got %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestListCSVColumns: the address column is found by its header, by the
+// first "@" of a file without one, or as the client names it; the
+// delimiter is sniffed or named.
+func TestListCSVColumns(t *testing.T) {
+	lim := ListLimits{MaxAddresses: 10, MaxAddressBytes: 40}
+	for _, tc := range []struct {
+		name string
+		in   string
+		lay  CSVLayout
+		want []string
+		err  string
+	}{
+		{"name,email export", "name,email\nBob,bob@x.example\nAnn,ann@x.example\n", CSVLayout{}, []string{"bob@x.example", "ann@x.example"}, ""},
+		{"header in any case, spaces", "First Name,Last Name,E-Mail Address\nBob,Lee,bob@x.example\n", CSVLayout{}, []string{"bob@x.example"}, ""},
+		{"header in French", "nom;courriel\nBob;bob@x.example\n", CSVLayout{}, []string{"bob@x.example"}, ""},
+		{"header in Spanish", "Nombre,Correo electrónico\nBob,bob@x.example\n", CSVLayout{}, []string{"bob@x.example"}, ""},
+		{"email outranks address", "name,address,email\nBob,1 Main St,bob@x.example\n", CSVLayout{}, []string{"bob@x.example"}, ""},
+		{"address when nothing better", "name,address\nBob,bob@x.example\n", CSVLayout{}, []string{"bob@x.example"}, ""},
+		{"unknown header: the first row's @ column", "who,contact\nBob,bob@x.example\nAnn,ann@x.example\n", CSVLayout{}, []string{"bob@x.example", "ann@x.example"}, ""},
+		{"no header: the first @ column", "Bob,bob@x.example\nAnn,ann@x.example\n", CSVLayout{}, []string{"bob@x.example", "ann@x.example"}, ""},
+		{"no header, address first, as before", "bob@x.example,Bob\n", CSVLayout{}, []string{"bob@x.example"}, ""},
+		{"missing cell skipped", "name,email\nBob\nAnn,ann@x.example\n", CSVLayout{}, []string{"ann@x.example"}, ""},
+		{"an invalid cell is still the address", "name,email\nBob,not-an-address\n", CSVLayout{}, []string{"not-an-address"}, ""},
+		{"semicolons sniffed", "Bob;bob@x.example\nAnn;ann@x.example\n", CSVLayout{}, []string{"bob@x.example", "ann@x.example"}, ""},
+		{"semicolons with commas in names", "Smith, Bob;bob@x.example\nLee, Ann;ann@x.example\nKim;kim@x.example\n", CSVLayout{}, []string{"bob@x.example", "ann@x.example", "kim@x.example"}, ""},
+		{"tabs sniffed", "name\temail\nBob\tbob@x.example\n", CSVLayout{}, []string{"bob@x.example"}, ""},
+		{"pipes sniffed", "name|email\nBob|bob@x.example\n", CSVLayout{}, []string{"bob@x.example"}, ""},
+		{"quoted delimiter not counted", "\"a;b\",c@x.example\n\"d;e\",f@x.example\n", CSVLayout{}, []string{"c@x.example", "f@x.example"}, ""},
+		{"named delimiter", "a@x.example;b\n", CSVLayout{Delimiter: ','}, []string{"a@x.example;b"}, ""},
+		{"named column", "work,home\nbob@work.example,bob@home.example\n", CSVLayout{Column: "HOME"}, []string{"bob@home.example"}, ""},
+		{"numbered column", "bob@work.example,bob@home.example\n", CSVLayout{Column: "2"}, []string{"bob@home.example"}, ""},
+		{"numbered column, header skipped", "work,home\nbob@work.example,bob@home.example\n", CSVLayout{Column: "2"}, []string{"bob@home.example"}, ""},
+		{"named column not in the header", "name,email\nBob,bob@x.example\n", CSVLayout{Column: "mail"}, nil, `no column "mail"; its columns are "name", "email"`},
+		{"named column without a header", "bob@x.example\n", CSVLayout{Column: "email"}, nil, "no header row"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := csvLaidOut(tc.in, lim, tc.lay)
 			if tc.err != "" {
 				var e *listError
 				if !errors.As(err, &e) || !strings.Contains(err.Error(), tc.err) {
@@ -86,7 +146,7 @@ func TestListTooManyIsMarked(t *testing.T) {
 func TestListStopsAtAddError(t *testing.T) {
 	stop := errors.New("stop")
 	n := 0
-	err := ReadListCSV(strings.NewReader("a@x\nb@x\nc@x\n"), listLim, func(string) error { n++; return stop })
+	err := ReadListCSV(strings.NewReader("a@x\nb@x\nc@x\n"), listLim, CSVLayout{}, func(string) error { n++; return stop })
 	if !errors.Is(err, stop) || n != 1 {
 		t.Fatalf("err %v after %d addresses, want stop after 1", err, n)
 	}
@@ -101,7 +161,7 @@ func (o oneByte) Read(p []byte) (int, error) { return o.r.Read(p[:1]) }
 func TestListChunkBoundaries(t *testing.T) {
 	in := "\ufeffemail,\"note\r\n, here\"\r\n\"é\"\"x@x.example\",1\rb@x.example\n"
 	var got []string
-	err := ReadListCSV(oneByte{strings.NewReader(in)}, listLim, func(a string) error { got = append(got, a); return nil })
+	err := ReadListCSV(oneByte{strings.NewReader(in)}, listLim, CSVLayout{}, func(a string) error { got = append(got, a); return nil })
 	if want := []string{"é\"x@x.example", "b@x.example"}; err != nil || !slices.Equal(got, want) {
 		t.Fatalf("got %q, %v; want %q", got, err, want)
 	}
@@ -174,7 +234,7 @@ func TestListMemoryBoundedByShape(t *testing.T) {
 	numbers := `{"emails":["a@x",` + strings.Repeat("1,", 3<<20) + `1]}`
 	for name, read := range map[string]func() error{
 		"csv commas": func() error {
-			return ReadListCSV(strings.NewReader(commas), big, func(string) error { return nil })
+			return ReadListCSV(strings.NewReader(commas), big, CSVLayout{}, func(string) error { return nil })
 		},
 		"json numbers": func() error {
 			_, err := ReadListJSON(strings.NewReader(numbers), big, nil, func(string) error { return nil })
@@ -212,8 +272,9 @@ func FuzzListCSV(f *testing.F) {
 		}
 		r := csv.NewReader(bytes.NewReader([]byte(in)))
 		r.FieldsPerRecord = -1
+		r.Comma = rune(sniffDelimiter([]byte(in)[:min(len(in), sniffBytes)], len(in) <= sniffBytes))
 		var want []string
-		header := true
+		col, first := -1, true
 		for {
 			rec, cerr := r.Read()
 			if cerr == io.EOF {
@@ -222,17 +283,41 @@ func FuzzListCSV(f *testing.F) {
 			if cerr != nil {
 				return // encoding/csv refuses it; ours may too, or be laxer about blank lines
 			}
-			first := strings.TrimSpace(rec[0])
-			if first == "" {
-				continue
-			}
-			if header {
-				header = false
-				if !strings.Contains(first, "@") {
+			if col < 0 {
+				blank, header := true, true
+				for _, f := range rec {
+					blank = blank && strings.TrimSpace(f) == ""
+					header = header && !strings.Contains(f, "@")
+				}
+				if blank {
 					continue
 				}
+				if first {
+					first = false
+					if header {
+						for _, set := range [][]string{emailHeaders, addressHeaders} {
+							for i, f := range rec {
+								if col < 0 && slices.Contains(set, headerKey(f)) {
+									col = i
+								}
+							}
+						}
+						continue
+					}
+				}
+				col = 0
+				for i, f := range rec {
+					if strings.Contains(f, "@") {
+						col = i
+						break
+					}
+				}
 			}
-			want = append(want, first)
+			if col < len(rec) {
+				if f := strings.TrimSpace(rec[col]); f != "" {
+					want = append(want, f)
+				}
+			}
 		}
 		if err != nil {
 			t.Fatalf("encoding/csv reads %q, we fail: %v", in, err)

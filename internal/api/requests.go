@@ -101,6 +101,31 @@ type parsedBatch struct {
 	callbackURL string
 	maxAge      time.Duration // as evs.Batch.MaxAge
 	name        string
+	// layout is a CSV list's column and delimiter, as the client named them.
+	layout CSVLayout
+}
+
+// parseLayout reads the column and delimiter a client names for a CSV
+// list (the query's, or an upload's batch's JSON fields), each optional.
+func parseLayout(column, delimiter string, hasColumn, hasDelimiter bool) (CSVLayout, error) {
+	var l CSVLayout
+	if hasColumn {
+		if strings.TrimSpace(column) == "" || len(column) > 200 {
+			return l, evs.Errorf(evs.CodeInvalidRequest, "The column must be a header's name or a column's number (from 1), at most 200 bytes.")
+		}
+		if n, err := strconv.Atoi(column); err == nil && n < 1 {
+			return l, evs.Errorf(evs.CodeInvalidRequest, "Column numbers start at 1.")
+		}
+		l.Column = column
+	}
+	if hasDelimiter {
+		d, ok := ParseDelimiter(delimiter)
+		if !ok {
+			return l, evs.Errorf(evs.CodeInvalidRequest, "The delimiter must be comma, semicolon, tab or pipe (or the character itself).")
+		}
+		l.Delimiter = d
+	}
+	return l, nil
 }
 
 // checkName refuses a batch name a listing could not show on one line:
@@ -352,14 +377,14 @@ func parseMode(s string, present bool) (evs.Mode, error) {
 }
 
 func parseBatchJSON(req *request, raw []byte) (parsedBatch, error) {
-	for _, q := range []string{"mode", "callbackUrl", "maxAge", "name"} {
+	for _, q := range []string{"mode", "callbackUrl", "maxAge", "name", "column", "delimiter"} {
 		if _, ok := req.query[q]; ok {
 			return parsedBatch{}, evs.Errorf(evs.CodeInvalidRequest, "With a JSON body the %s goes in the body, not the query.", q)
 		}
 	}
 	out := parsedBatch{list: &addressList{}}
 	obj, err := readListJSONWith(bytes.NewReader(raw), bodyLimits,
-		listJSONFields{Strings: []string{"mode", "callbackUrl", "uploadId", "name"}, Numbers: []string{"maxAge"}}, out.list.add)
+		listJSONFields{Strings: []string{"mode", "callbackUrl", "uploadId", "name", "column", "delimiter"}, Numbers: []string{"maxAge"}}, out.list.add)
 	if err != nil {
 		return parsedBatch{}, listErr(err)
 	}
@@ -392,7 +417,17 @@ func parseBatchJSON(req *request, raw []byte) (parsedBatch, error) {
 			return parsedBatch{}, evs.Errorf(evs.CodeInvalidRequest, "The uploadId must be a UUID.")
 		}
 		out.uploadID = u.String()
+		col, hasCol := obj.Strings["column"]
+		delim, hasDelim := obj.Strings["delimiter"]
+		if out.layout, err = parseLayout(col, delim, hasCol, hasDelim); err != nil {
+			return parsedBatch{}, err
+		}
 		return out, nil
+	}
+	for _, f := range []string{"column", "delimiter"} {
+		if _, ok := obj.Strings[f]; ok {
+			return parsedBatch{}, evs.Errorf(evs.CodeInvalidRequest, "The %s is for a CSV list (a text/csv body or upload), not \"emails\".", f)
+		}
 	}
 	if !obj.HasEmails {
 		return parsedBatch{}, evs.Errorf(evs.CodeInvalidRequest, "Field \"emails\" is required (or \"uploadId\", for a list sent with POST /v1/uploads).")
@@ -449,8 +484,9 @@ func checkEmail(s string, i int) error {
 	return nil
 }
 
-// parseBatchCSV reads the first column of every row (ReadListCSV says
-// which rows count).
+// parseBatchCSV reads the address column of every row (ReadListCSV says
+// which column and which rows count); the query may name the column and
+// the delimiter.
 func parseBatchCSV(req *request, raw []byte) (parsedBatch, error) {
 	modeText, present := req.query["mode"]
 	mode, err := parseMode(modeText, present)
@@ -474,7 +510,12 @@ func parseBatchCSV(req *request, raw []byte) (parsedBatch, error) {
 		}
 		out.name = n
 	}
-	if err := ReadListCSV(bytes.NewReader(raw), bodyLimits, out.list.add); err != nil {
+	col, hasCol := req.query["column"]
+	delim, hasDelim := req.query["delimiter"]
+	if out.layout, err = parseLayout(col, delim, hasCol, hasDelim); err != nil {
+		return parsedBatch{}, err
+	}
+	if err := ReadListCSV(bytes.NewReader(raw), bodyLimits, out.layout, out.list.add); err != nil {
 		return parsedBatch{}, listErr(err)
 	}
 	if err := checkCount(out.list.total); err != nil {

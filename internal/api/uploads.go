@@ -153,8 +153,13 @@ func (h *Handler) storeUploadBatch(ctx context.Context, p evs.Principal, in pars
 		}
 		defer release()
 	}
-	read := ReadListCSV
+	read := func(r io.Reader, lim ListLimits, add func(string) error) error {
+		return ReadListCSV(r, lim, in.layout, add)
+	}
 	if u.ContentType == "application/json" {
+		if in.layout != (CSVLayout{}) {
+			return evs.Batch{}, evs.Errorf(evs.CodeInvalidRequest, "The column and delimiter are for a CSV list; this upload is JSON.")
+		}
 		read = func(r io.Reader, lim ListLimits, add func(string) error) error {
 			_, err := ReadListJSON(r, lim, nil, add)
 			return err

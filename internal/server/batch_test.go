@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -351,5 +352,79 @@ func TestIdleAfterLastBatch(t *testing.T) {
 	id := decodeEnvelope(t, r).Request.ID
 	if e := decodeEnvelope(t, h.do(req{path: "/v1/requests/" + id, key: h.testKey})); e.Request.State != "completed" {
 		t.Fatalf("batch %s when the runner went idle", e.Request.State)
+	}
+}
+
+// TestBatchCSVColumns: a CSV list's address column is found by its header
+// or named, its delimiter sniffed or named, on a body and on an upload;
+// a column or delimiter that cannot apply is a 400 naming why.
+func TestBatchCSVColumns(t *testing.T) {
+	h := start(t, options{realClock: true})
+	csvType := map[string]string{"Content-Type": "text/csv"}
+	emailsOf := func(r reply) []string {
+		t.Helper()
+		if r.status != 201 {
+			t.Fatalf("create: %d %s", r.status, r.body)
+		}
+		id := decodeEnvelope(t, r).Request.ID
+		h.poll(h.testKey, id, 30*time.Second)
+		p := h.do(req{path: "/v1/requests/" + id + "/results", key: h.testKey})
+		var page struct {
+			Results []struct {
+				Email string `json:"email"`
+			} `json:"results"`
+		}
+		if err := json.Unmarshal(p.body, &page); err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, res := range page.Results {
+			got = append(got, res.Email)
+		}
+		return got
+	}
+	for _, tc := range []struct {
+		name, query, body string
+		want              []string
+	}{
+		{"name,email export", "", "name,email\nBob,accepted_email@x.example\nAnn,rejected_email@x.example\n",
+			[]string{"accepted_email@x.example", "rejected_email@x.example"}},
+		{"Excel's semicolons", "", "Name;E-Mail\nSmith, Bob;accepted_email@x.example\n",
+			[]string{"accepted_email@x.example"}},
+		{"named column and delimiter", "?column=2&delimiter=tab", "work\thome\na@work.example\taccepted_email@home.example\n",
+			[]string{"accepted_email@home.example"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := emailsOf(h.do(req{method: "POST", path: "/v1/requests" + tc.query, key: h.testKey, body: tc.body, headers: csvType}))
+			if !slices.Equal(got, tc.want) {
+				t.Fatalf("verified %q, want %q", got, tc.want)
+			}
+		})
+	}
+
+	id, putURL := h.newUpload(h.testKey, "text/csv")
+	if r := h.put(putURL, "text/csv", strings.NewReader("home|work\naccepted_email@home.example|x@work.example\n")); r.status != 200 {
+		t.Fatalf("PUT: %d %s", r.status, r.body)
+	}
+	got := emailsOf(h.do(req{method: "POST", path: "/v1/requests", key: h.testKey, body: `{"uploadId":"` + id + `","column":"HOME"}`}))
+	if !slices.Equal(got, []string{"accepted_email@home.example"}) {
+		t.Fatalf("upload with a named column verified %q", got)
+	}
+
+	for _, tc := range []struct {
+		name, query, body, ctype, want string
+	}{
+		{"unknown delimiter", "?delimiter=%3A", "a@x.example\n", "text/csv", "delimiter must be"},
+		{"column zero", "?column=0", "a@x.example\n", "text/csv", "start at 1"},
+		{"column not in the header", "?column=mail", "name,email\nBob,a@x.example\n", "text/csv", "header has no column"},
+		{"column with emails", "", `{"emails":["a@x.example"],"column":"email"}`, "application/json", "for a CSV list"},
+		{"column in a JSON body's query", "?column=email", `{"emails":["a@x.example"]}`, "application/json", "goes in the body"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := h.do(req{method: "POST", path: "/v1/requests" + tc.query, key: h.testKey, body: tc.body, headers: map[string]string{"Content-Type": tc.ctype}})
+			if r.status != 400 || r.errorCode(t) != "invalid_request" || !strings.Contains(string(r.body), tc.want) {
+				t.Fatalf("%d %s; want 400 invalid_request saying %q", r.status, r.body, tc.want)
+			}
+		})
 	}
 }

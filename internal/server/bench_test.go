@@ -278,7 +278,7 @@ func BenchmarkCreateBatch(b *testing.B) {
 	})
 	b.Run("upload-1M-floor", func(b *testing.B) {
 		for b.Loop() {
-			if err := api.ReadListCSV(strings.NewReader(csv1M), api.ListLimits{MaxAddresses: 1_000_000, MaxAddressBytes: 512}, func(string) error { return nil }); err != nil {
+			if err := api.ReadListCSV(strings.NewReader(csv1M), api.ListLimits{MaxAddresses: 1_000_000, MaxAddressBytes: 512}, api.CSVLayout{}, func(string) error { return nil }); err != nil {
 				b.Fatal(err)
 			}
 		}
