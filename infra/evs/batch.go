@@ -1,111 +1,22 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/evs-dev/evs/client"
 	"github.com/evs-dev/evs/internal/config"
 )
-
-// batchClient talks to the API for `evs batch`.
-type batchClient struct {
-	base   string
-	key    string
-	http   *http.Client
-	stderr io.Writer
-	poll   time.Duration
-	// callback is the batch's callbackUrl ("" for none).
-	callback string
-}
-
-type apiError struct {
-	Status  int
-	Code    string
-	Message string
-}
-
-func (e *apiError) Error() string {
-	return fmt.Sprintf("%d %s: %s", e.Status, e.Code, e.Message)
-}
-
-// call sends one request, retrying 429 (after Retry-After) and 5xx/network
-// failures with back-off: every POST carries an Idempotency-Key, so a retry
-// never creates a second batch.
-func (c *batchClient) call(ctx context.Context, method, path string, header map[string]string, body []byte) (*http.Response, []byte, error) {
-	var lastErr error
-	for attempt := 0; attempt < 6; attempt++ {
-		req, err := http.NewRequestWithContext(ctx, method, c.base+path, bytes.NewReader(body))
-		if err != nil {
-			return nil, nil, err
-		}
-		req.Header.Set("X-Api-Key", c.key)
-		for k, v := range header {
-			req.Header.Set(k, v)
-		}
-		resp, err := c.http.Do(req)
-		var b []byte
-		if err == nil {
-			b, err = io.ReadAll(resp.Body)
-			resp.Body.Close()
-		}
-		wait := time.Duration(1<<attempt) * 500 * time.Millisecond
-		switch {
-		case err != nil:
-			lastErr = err
-		case resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500:
-			lastErr = decodeAPIError(resp.StatusCode, b)
-			if s, perr := strconv.Atoi(resp.Header.Get("Retry-After")); perr == nil && s > 0 {
-				wait = time.Duration(s) * time.Second
-			}
-		case resp.StatusCode >= 400:
-			return resp, b, decodeAPIError(resp.StatusCode, b)
-		default:
-			return resp, b, nil
-		}
-		select {
-		case <-ctx.Done():
-			return nil, nil, ctx.Err()
-		case <-time.After(wait):
-		}
-	}
-	return nil, nil, fmt.Errorf("giving up after retries: %w", lastErr)
-}
-
-func decodeAPIError(status int, b []byte) error {
-	var env struct {
-		Error struct{ Code, Message string } `json:"error"`
-	}
-	if json.Unmarshal(b, &env) == nil && env.Error.Code != "" {
-		return &apiError{Status: status, Code: env.Error.Code, Message: env.Error.Message}
-	}
-	return &apiError{Status: status, Code: "http_error", Message: http.StatusText(status)}
-}
-
-type batchView struct {
-	Request struct {
-		ID    string `json:"id"`
-		State string `json:"state"`
-		Error string `json:"error"`
-	} `json:"request"`
-	Counters struct {
-		Total, Duplicates, Processed, Deliverable, Undeliverable, Risky, Unknown int
-	} `json:"counters"`
-}
 
 // batchOptions are the flags of `evs batch`.
 type batchOptions struct {
@@ -166,69 +77,61 @@ func batchRun(c *cli, file string, o batchOptions) error {
 	if o.out == "" {
 		o.out = strings.TrimSuffix(file, filepath.Ext(file)) + ".results.csv"
 	}
-	bc := &batchClient{base: strings.TrimRight(o.url, "/"), key: key, http: &http.Client{Timeout: 2 * time.Minute}, stderr: c.stderr, poll: o.poll, callback: o.callback}
-	return bc.run(c.ctx, data, o.mode, o.out, c.stdout)
+	api := client.New(o.url, key)
+	api.Poll = o.poll
+	return batchThrough(c.ctx, api, data, o, c.stdout, c.stderr)
 }
 
-func (c *batchClient) run(ctx context.Context, data []byte, mode, out string, stdout io.Writer) error {
+// batchThrough makes the batch of data, shows its progress on stderr
+// and writes its results to o.out.
+func batchThrough(ctx context.Context, api *client.Client, data []byte, o batchOptions, stdout, stderr io.Writer) error {
 	// The same file and mode always carry the same key: re-running after a
 	// lost reply finds the batch already made instead of making another.
-	prefix := mode + "\n"
-	if c.callback != "" {
-		prefix += c.callback + "\n" // another callback is another batch
+	prefix := o.mode + "\n"
+	if o.callback != "" {
+		prefix += o.callback + "\n" // another callback is another batch
 	}
 	sum := sha256.Sum256(append([]byte(prefix), data...))
-	idem := "evs-batch-" + hex.EncodeToString(sum[:16])
-	_, b, err := c.call(ctx, http.MethodPost, "/v1/requests?"+createQuery(mode, c.callback), map[string]string{"Content-Type": "text/csv", "Idempotency-Key": idem}, data)
+	b, err := api.CreateBatchCSV(ctx, data, client.BatchOptions{Mode: o.mode, CallbackURL: o.callback,
+		IdempotencyKey: "evs-batch-" + hex.EncodeToString(sum[:16])})
 	if err != nil {
 		return fmt.Errorf("create the batch: %w", err)
 	}
-	var v batchView
-	if err := json.Unmarshal(b, &v); err != nil {
-		return fmt.Errorf("unexpected reply: %w", err)
-	}
-	fmt.Fprintf(c.stderr, "batch %s: %d addresses (%d duplicates)\n", v.Request.ID, v.Counters.Total, v.Counters.Duplicates)
-	for {
-		progress(c.stderr, v)
-		if v.Request.State == "completed" || v.Request.State == "cancelled" || v.Request.State == "failed" {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			fmt.Fprintln(c.stderr)
-			return fmt.Errorf("stopped; the batch keeps running: %s", v.Request.ID)
-		case <-time.After(c.poll):
-		}
-		_, b, err = c.call(ctx, http.MethodGet, "/v1/requests/"+v.Request.ID, nil, nil)
-		if err != nil {
-			return fmt.Errorf("poll: %w", err)
-		}
-		if err := json.Unmarshal(b, &v); err != nil {
-			return fmt.Errorf("unexpected reply: %w", err)
-		}
-	}
-	fmt.Fprintln(c.stderr)
-	if v.Request.State == "failed" {
-		return fmt.Errorf("the batch failed: %s", v.Request.Error)
-	}
-	_, b, err = c.call(ctx, http.MethodGet, "/v1/requests/"+v.Request.ID+"/results", map[string]string{"Accept": "text/csv"}, nil)
+	fmt.Fprintf(stderr, "batch %s: %d addresses (%d duplicates)\n", b.Request.ID, b.Counters.Total, b.Counters.Duplicates)
+	b, err = api.Wait(ctx, b.Request.ID, func(v client.Batch) { progress(stderr, v) })
+	fmt.Fprintln(stderr)
 	if err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("stopped; the batch keeps running")
+		}
+		return fmt.Errorf("poll: %w", err)
+	}
+	if b.Request.State == "failed" {
+		return fmt.Errorf("the batch failed: %s", b.Request.Error)
+	}
+	tmp := o.out + ".tmp"
+	f, err := os.Create(tmp)
+	if err != nil {
+		return err
+	}
+	err = api.DownloadCSV(ctx, b.Request.ID, client.Filter{}, f)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(tmp)
 		return fmt.Errorf("read results: %w", err)
 	}
-	tmp := out + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+	if err := os.Rename(tmp, o.out); err != nil {
 		return err
 	}
-	if err := os.Rename(tmp, out); err != nil {
-		return err
-	}
-	fmt.Fprintf(stdout, "%s: %d deliverable, %d undeliverable, %d risky, %d unknown → %s\n", v.Request.State,
-		v.Counters.Deliverable, v.Counters.Undeliverable, v.Counters.Risky, v.Counters.Unknown, out)
+	fmt.Fprintf(stdout, "%s: %d deliverable, %d undeliverable, %d risky, %d unknown → %s\n", b.Request.State,
+		b.Counters.Deliverable, b.Counters.Undeliverable, b.Counters.Risky, b.Counters.Unknown, o.out)
 	return nil
 }
 
 // progress draws a one-line progress bar, redrawn in place.
-func progress(w io.Writer, v batchView) {
+func progress(w io.Writer, v client.Batch) {
 	distinct := v.Counters.Total - v.Counters.Duplicates
 	done := v.Counters.Processed
 	const width = 30
@@ -237,13 +140,4 @@ func progress(w io.Writer, v batchView) {
 		fill = done * width / distinct
 	}
 	fmt.Fprintf(w, "\r[%s%s] %d/%d %-9s", strings.Repeat("#", fill), strings.Repeat(".", width-fill), done, distinct, v.Request.State)
-}
-
-// createQuery is the query of a CSV batch creation.
-func createQuery(mode, callbackURL string) string {
-	q := url.Values{"mode": {mode}}
-	if callbackURL != "" {
-		q.Set("callbackUrl", callbackURL)
-	}
-	return q.Encode()
 }

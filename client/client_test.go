@@ -1,0 +1,192 @@
+package client_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/csv"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/evs-dev/evs/client"
+	"github.com/evs-dev/evs/internal/config"
+	"github.com/evs-dev/evs/internal/server"
+	"github.com/evs-dev/evs/internal/sqlitestore"
+)
+
+// serve starts a real evs serve on loopback, on a store of its own with a
+// test-mode account, and returns a strict client with that account's key.
+func serve(t *testing.T, rateLimit float64) (*client.Client, string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	st, err := sqlitestore.Open(ctx, t.TempDir(), time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := server.Bootstrap(ctx, st, true, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := config.Config{RateLimit: rateLimit, AuthTTL: time.Minute, Retention: 24 * time.Hour, SMTP: config.SMTPOff}
+	srv, err := server.New(server.Options{Config: cfg, Store: st, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, ln) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+		st.Close()
+	})
+	base := "http://" + ln.Addr().String()
+	c := client.New(base, key)
+	c.Poll = 50 * time.Millisecond
+	client.Strict(c)
+	return c, base
+}
+
+func TestVerify(t *testing.T) {
+	c, _ := serve(t, 0)
+	ctx := context.Background()
+	for _, tc := range []struct{ email, status, reason string }{
+		{"accepted_email@x.example", "deliverable", "accepted_email"},
+		{"rejected_email@x.example", "undeliverable", "rejected_email"},
+		{"not an address", "undeliverable", "invalid_syntax"},
+	} {
+		v, err := c.Verify(ctx, tc.email, "quick")
+		if err != nil {
+			t.Fatalf("%s: %v", tc.email, err)
+		}
+		if v.Status != tc.status || v.Decision.Reason != tc.reason || v.Decision.Email != tc.email || v.RequestID == "" {
+			t.Errorf("%s: %s/%s %+v", tc.email, v.Status, v.Decision.Reason, v)
+		}
+	}
+}
+
+func TestErrorsCarryTheEnvelope(t *testing.T) {
+	c, base := serve(t, 0)
+	bad := client.New(base, "evs_nope")
+	_, err := bad.Verify(context.Background(), "a@x.example", "")
+	var e *client.Error
+	if !errors.As(err, &e) || e.Status != http.StatusUnauthorized || e.Code != "unauthorized" || e.RequestID == "" {
+		t.Fatalf("bad key: %v", err)
+	}
+	if strings.Contains(err.Error(), "evs_nope") {
+		t.Fatalf("the error echoes the key: %v", err)
+	}
+	if _, err := c.Batch(context.Background(), "00000000-0000-4000-8000-000000000000"); !errors.As(err, &e) || e.Code != "not_found" {
+		t.Fatalf("unknown batch: %v", err)
+	}
+}
+
+// TestRetriesWhatIsRefusedForNow: at one call a second (a burst of 2),
+// ten calls in a row all succeed: each 429 is waited out by its
+// Retry-After and sent again.
+func TestRetriesWhatIsRefusedForNow(t *testing.T) {
+	c, _ := serve(t, 1)
+	for i := range 10 {
+		if _, err := c.Verify(context.Background(), fmt.Sprintf("accepted_email@d%d.example", i), "quick"); err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+	}
+}
+
+// TestBatchJobs: a JSON list and a CSV list (a body, then through an
+// upload) are made, waited for with progress, read page by page and
+// downloaded as CSV, the same rows either way.
+func TestBatchJobs(t *testing.T) {
+	c, _ := serve(t, 0)
+	ctx := context.Background()
+	var emails []string
+	for i := range 1500 {
+		local := []string{"accepted_email", "rejected_email", "accept_all"}[i%3]
+		emails = append(emails, fmt.Sprintf("%s@d%d.example", local, i))
+	}
+
+	b, err := c.CreateBatch(ctx, emails, client.BatchOptions{Mode: "quick", Name: "json list"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkBatch(t, c, b, emails, "json list")
+
+	var sb strings.Builder
+	sb.WriteString("name;E-Mail\n")
+	for i, e := range emails {
+		fmt.Fprintf(&sb, "Person %d;%s\n", i, e)
+	}
+	list := []byte(sb.String())
+	b, err = c.CreateBatchCSV(ctx, list, client.BatchOptions{Mode: "quick", Name: "csv body"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkBatch(t, c, b, emails, "csv body")
+
+	c.MaxBody = 1 << 10 // the list goes through an upload
+	b, err = c.CreateBatchCSV(ctx, list, client.BatchOptions{Mode: "quick", Name: "upload", Column: "e-mail", Delimiter: "semicolon"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkBatch(t, c, b, emails, "upload")
+}
+
+func checkBatch(t *testing.T, c *client.Client, b *client.Batch, emails []string, name string) {
+	t.Helper()
+	ctx := context.Background()
+	if b.Request.Name != name || b.Counters.Total != len(emails) {
+		t.Fatalf("%s: created %+v", name, b)
+	}
+	seen := 0
+	final, err := c.Wait(ctx, b.Request.ID, func(p client.Batch) {
+		if p.Counters.Processed < seen {
+			t.Errorf("%s: progress went back: %d after %d", name, p.Counters.Processed, seen)
+		}
+		seen = p.Counters.Processed
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if final.Request.State != "completed" || seen != len(emails) {
+		t.Fatalf("%s: final %+v, progress saw %d", name, final, seen)
+	}
+	var got []string
+	for r, err := range c.Results(ctx, b.Request.ID, client.Filter{}) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, r.Email)
+	}
+	if strings.Join(got, ",") != strings.Join(emails, ",") {
+		t.Fatalf("%s: %d results, not the list in its order", name, len(got))
+	}
+	n := 0
+	for r, err := range c.Results(ctx, b.Request.ID, client.Filter{Status: "undeliverable"}) {
+		if err != nil || r.Status != "undeliverable" {
+			t.Fatalf("%s: filtered result %+v %v", name, r, err)
+		}
+		n++
+	}
+	if n != final.Counters.Undeliverable || n == 0 {
+		t.Fatalf("%s: %d undeliverable results, counters say %d", name, n, final.Counters.Undeliverable)
+	}
+	var buf bytes.Buffer
+	if err := c.DownloadCSV(ctx, b.Request.ID, client.Filter{}, &buf); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := csv.NewReader(&buf).ReadAll()
+	if err != nil || len(rows) != len(emails)+1 || rows[0][0] != "email" || rows[1][0] != emails[0] || rows[len(rows)-1][0] != emails[len(emails)-1] {
+		t.Fatalf("%s: CSV of %d rows (%v): %q", name, len(rows), err, rows[:min(len(rows), 2)])
+	}
+}
