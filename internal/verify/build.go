@@ -59,9 +59,8 @@ type BuildOptions struct {
 
 // NewExits returns the dialer over the configuration's SOCKS exits
 // (config.Config.SMTPExits): each provider (ProviderKey) sticks to one
-// exit in rotation, avoiding those avoid names for its MX host (nil:
-// none), and health tells each health verdict (nil: nobody).
-func NewExits(c config.Config, avoid func(exit int, host string) bool, health func(exit int, name string, up bool)) (*smtpprobe.Exits, error) {
+// exit in rotation, and health is told each health verdict (nil: nobody).
+func NewExits(c config.Config, health func(exit int, name string, up bool)) (*smtpprobe.Exits, error) {
 	// The proxies are the operator's, often on a private network:
 	// reaching them is not subject to the policy; what they are asked to
 	// CONNECT to is.
@@ -75,7 +74,7 @@ func NewExits(c config.Config, avoid func(exit int, host string) bool, health fu
 	}
 	return smtpprobe.NewExits(smtpprobe.ExitsConfig{
 		Exits: exits, Forward: &net.Dialer{}, Policy: c.Egress,
-		Key: ProviderKey, Avoid: avoid, Observe: health,
+		Key: ProviderKey, Observe: health,
 	})
 }
 
@@ -102,7 +101,7 @@ func BuildWith(c config.Config, o BuildOptions) (*Engine, *dnscheck.Resolver, er
 		if c.SMTP == config.SMTPProxy {
 			exits := o.Exits
 			if exits == nil {
-				if exits, err = NewExits(c, nil, o.ExitHealth); err != nil {
+				if exits, err = NewExits(c, o.ExitHealth); err != nil {
 					return nil, nil, err
 				}
 			}

@@ -65,7 +65,8 @@ type Exits struct {
 	cfg   ExitsConfig
 	exits []*exit
 
-	mu sync.Mutex
+	mu    sync.Mutex
+	avoid func(exit int, host string) bool
 }
 
 // exit is one exit and its health (guarded by Exits.mu).
@@ -123,7 +124,7 @@ func NewExits(cfg ExitsConfig) (*Exits, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	x := &Exits{cfg: cfg}
+	x := &Exits{cfg: cfg, avoid: cfg.Avoid}
 	for i, e := range cfg.Exits {
 		d, err := NewSOCKS5Dialer(e.URL, cfg.Forward, cfg.Policy)
 		if err != nil {
@@ -199,7 +200,7 @@ func (x *Exits) choose(host string) int {
 			continue
 		}
 		w := score(e.name, key)
-		if x.cfg.Avoid != nil && x.cfg.Avoid(i, host) {
+		if x.avoid != nil && x.avoid(i, host) {
 			if bestAvoided < 0 || w > sa {
 				bestAvoided, sa = i, w
 			}
@@ -215,6 +216,15 @@ func (x *Exits) choose(host string) int {
 		return bestAvoided
 	}
 	return best
+}
+
+// SetAvoid replaces ExitsConfig.Avoid: the egress watch of evs serve,
+// which is made after the dialer, steers it. avoid is called with the
+// Exits' lock held and must not call back.
+func (x *Exits) SetAvoid(avoid func(exit int, host string) bool) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.avoid = avoid
 }
 
 // For returns the index of the exit host's sessions go to now, or -1 when
