@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/evs-dev/evs/internal/batch"
 	"github.com/evs-dev/evs/internal/config"
 	"github.com/evs-dev/evs/internal/server"
 	"github.com/evs-dev/evs/internal/testkit"
@@ -221,5 +222,32 @@ func TestServeExitsBlockedShare(t *testing.T) {
 	e.clock.Advance(16 * time.Minute)
 	if st, reason, from := e.verify("alice@" + d); st != 200 || reason != "blocked" || from != exitA {
 		t.Fatalf("16 minutes later, %s: %d %s from %q, want A tried again", d, st, reason, from)
+	}
+}
+
+// TestServeExitsBatch: a live batch over two providers runs while one
+// exit is stopped. Nothing is decided on our failure: every verdict is
+// the mail server's, reached through the exit still in rotation.
+func TestServeExitsBatch(t *testing.T) {
+	e := startExits(t, options{realClock: true, batch: batch.LocalConfig{ExitRetry: 100 * time.Millisecond}})
+	e.dantes[0].Stop()
+	emails := []string{"alice@" + e.on[0], "nobody@" + e.on[0], "bob@" + e.on[0], "alice@" + e.on[1], "nobody@" + e.on[1]}
+	got := e.fullBatch(e.liveKey, emails, "", 30*time.Second)
+	want := map[string]string{"alice": "accepted_email", "bob": "accepted_email", "nobody": "rejected_email"}
+	for _, m := range emails {
+		d := got[m]
+		local, _, _ := strings.Cut(m, "@")
+		smtp, _ := d["checks"].(map[string]any)["smtp"].(map[string]any)
+		if d["reason"] != want[local] || smtp["code"] == nil {
+			t.Errorf("%s: %v %v, want %s from the server", m, d["reason"], smtp, want[local])
+		}
+	}
+	for _, c := range e.smtp.Clients() {
+		if c != exitB {
+			t.Fatalf("a session came from %s with exit A stopped: %v", c, e.smtp.Clients())
+		}
+	}
+	if ex := e.exits(); ex[0].Up || !ex[1].Up {
+		t.Fatalf("/readyz exits: %+v", ex)
 	}
 }
