@@ -16,7 +16,6 @@ import (
 	"github.com/evs-dev/evs/internal/config"
 	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/verify"
-	"github.com/evs-dev/evs/internal/verify/smtpprobe"
 )
 
 // Knowing when we are blocked (docs/operations.md). Receivers refuse a
@@ -352,19 +351,19 @@ func (e watched) VerifyDomain(ctx context.Context, emails []string, mode evs.Mod
 type egressWatches struct {
 	top *egressWatch
 	// x and exits are nil when SMTP goes direct (or is off).
-	x     *smtpprobe.Exits
+	x     *verify.Exits
 	exits []*egressWatch
 	ips   []netip.Addr // each exit's address for its self-check
 	ip    netip.Addr   // the direct egress's
 }
 
 // exitProbeEvery is how often evs serve probes every SOCKS exit's health
-// (smtpprobe.Exits.Run); a dial probes an exit out of rotation sooner.
+// (verify.Exits.Run); a dial probes an exit out of rotation sooner.
 const exitProbeEvery = 15 * time.Second
 
 // newEgressWatches returns the watches of c's egress: through x's exits
 // when x is not nil, whose names it takes, and which it steers.
-func newEgressWatches(c config.Config, x *smtpprobe.Exits, now func() time.Time) *egressWatches {
+func newEgressWatches(c config.Config, x *verify.Exits, now func() time.Time) *egressWatches {
 	ws := &egressWatches{ip: c.EgressIP}
 	if x == nil {
 		ws.top = newEgressWatch(c.EgressName(), now)
@@ -379,7 +378,7 @@ func newEgressWatches(c config.Config, x *smtpprobe.Exits, now func() time.Time)
 			if d.Checks.SMTP.Host == "" {
 				return string(d.Checks.SMTP.Provider)
 			}
-			return string(smtpprobe.ProviderOf(d.Checks.SMTP.Host))
+			return verify.HostProvider(d.Checks.SMTP.Host)
 		}
 		if len(x.Status()) > 1 {
 			w.noIP = "this exit has no #egress-ip in EVS_SMTP_PROXY"
@@ -409,7 +408,7 @@ func newEgressWatches(c config.Config, x *smtpprobe.Exits, now func() time.Time)
 // avoid is the exits' Avoid: exit i has refused too many of host's
 // provider's probes.
 func (ws *egressWatches) avoid(i int, host string) bool {
-	return ws.exits[i].high(string(smtpprobe.ProviderOf(host)))
+	return ws.exits[i].high(verify.HostProvider(host))
 }
 
 // observe counts verdicts: under the exit the provider goes to now (it

@@ -29,7 +29,6 @@ import (
 	"github.com/evs-dev/evs/internal/metrics"
 	"github.com/evs-dev/evs/internal/store"
 	"github.com/evs-dev/evs/internal/verify"
-	"github.com/evs-dev/evs/internal/verify/smtpprobe"
 	"github.com/evs-dev/evs/internal/webhook"
 	"github.com/google/uuid"
 	"golang.org/x/net/netutil"
@@ -102,7 +101,7 @@ type Options struct {
 	// Exits is the dialer over the SOCKS exits (EVS_SMTP=proxy): made
 	// from Config when nil and the server builds the engine; a test that
 	// gives Engine gives the Exits its prober dials through.
-	Exits *smtpprobe.Exits
+	Exits *verify.Exits
 	// SelfCheckEvery is how often the egress self-check runs after the
 	// first, at start (default 1 h; egress.go).
 	SelfCheckEvery time.Duration

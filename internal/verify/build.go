@@ -38,6 +38,15 @@ type (
 	HELOCheck = dnscheck.HELOCheck
 )
 
+// Exits is the dialer over the SOCKS exits (NewExits), named here for
+// callers outside the engine.
+type Exits = smtpprobe.Exits
+
+// HostProvider names the provider of MX host by its name alone ("other"
+// when no known provider's): the provider an exit is avoided for, since
+// the dialer sees no reply.
+func HostProvider(host string) string { return string(smtpprobe.ProviderOf(host)) }
+
 // BuildOptions are the dependencies of the engine that the configuration
 // does not describe.
 type BuildOptions struct {
