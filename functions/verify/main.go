@@ -58,7 +58,7 @@ func main() {
 		// address: its session slots, RCPT budget and pauses, in DynamoDB.
 		gate := &politeness.Gate{State: st, Egress: cfg.EgressName(),
 			Limits: politeness.Limits{Sessions: cfg.ProviderSessions, RcptPerMin: cfg.ProviderRcptPerMin}}
-		engine, _, err = verify.BuildWith(cfg, verify.BuildOptions{Lookup: emf.DNSLookup, Facts: facts, Gate: gate})
+		engine, _, err = verify.BuildWith(cfg, verify.BuildOptions{Lookup: emf.DNSLookup, Facts: facts, Gate: gate, ExitHealth: emf.SMTPExit})
 	}
 	if err != nil {
 		logger.Error("verify: init failed", "error", err.Error())

@@ -62,7 +62,7 @@ func main() {
 			emf.StoreError("batch")
 			logger.Warn("domain facts", "error", err.Error())
 		}})
-		engine, _, err = verify.BuildWith(cfg, verify.BuildOptions{Lookup: emf.DNSLookup, Facts: facts})
+		engine, _, err = verify.BuildWith(cfg, verify.BuildOptions{Lookup: emf.DNSLookup, Facts: facts, ExitHealth: emf.SMTPExit})
 	}
 	if err != nil {
 		logger.Error("worker: init failed", "error", err.Error())

@@ -197,6 +197,7 @@ func emfDimensions(t *testing.T) (namespace string, dims map[string]map[string]a
 	// One line of each metric an alarm watches, as the worker writes it.
 	emf.WebhookDelivery("failed")
 	emf.SMTPConnectionFailure(metrics.ExitFailure)
+	emf.SMTPExit(0, "exit-a.example", false)
 	dims = map[string]map[string]any{}
 	for _, line := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
 		var rec map[string]any
@@ -217,8 +218,10 @@ func emfDimensions(t *testing.T) (namespace string, dims map[string]map[string]a
 		for _, d := range aws.CloudWatchMetrics {
 			namespace = d.Namespace
 			for _, m := range d.Metrics {
+				// The last set: a metric also counted under no
+				// dimension (SMTPExit) is alarmed on as such.
 				set := map[string]any{}
-				for _, k := range d.Dimensions[0] {
+				for _, k := range d.Dimensions[len(d.Dimensions)-1] {
 					set[k] = rec[k]
 				}
 				dims[m.Name] = set

@@ -18,14 +18,16 @@ import (
 const secretTimeout = 10 * time.Second
 
 // ResolveSMTPProxy gives the Lambda functions that dial SMTP their SOCKS5
-// exit from AWS Secrets Manager. The exit's URL may carry a user name and
-// password (socks5://user:pass@host:port), so on AWS it is neither a stack
-// parameter nor an environment variable: the template passes the secret's
-// ARN in EVS_SMTP_PROXY_SECRET and grants secretsmanager:GetSecretValue on
-// that ARN alone, and the function reads the value once, at cold start.
+// exits from AWS Secrets Manager: one URL, or several comma-separated,
+// each with its optional #egress-ip (config.SMTPExit). An exit's URL may
+// carry a user name and password (socks5://user:pass@host:port), so on
+// AWS it is neither a stack parameter nor an environment variable: the
+// template passes the secret's ARN in EVS_SMTP_PROXY_SECRET and grants
+// secretsmanager:GetSecretValue on that ARN alone, and the function reads
+// the value once, at cold start.
 //
-// It sets cfg.SMTPProxy to the value of the secret cfg.SMTPProxySecret
-// names, read with awsCfg. It does nothing, and makes no call, when no
+// It sets cfg.SMTPProxy and cfg.SMTPExits from the value of the secret
+// cfg.SMTPProxySecret names, read with awsCfg. It does nothing, and makes no call, when no
 // secret is configured or SMTP probing is off (EVS_SMTP=off wins over a
 // proxy). Errors name the secret's ARN, never its value.
 func ResolveSMTPProxy(ctx context.Context, awsCfg aws.Config, cfg *config.Config) error {

@@ -56,6 +56,28 @@ func TestResolveSMTPProxyReadsTheSecret(t *testing.T) {
 	}
 }
 
+// The secret may hold several exits, each with its #egress-ip: the
+// functions read them as EVS_SMTP_PROXY would be read, and a wrong entry
+// is refused naming the exit, never quoting the value.
+func TestResolveSMTPProxyReadsSeveralExits(t *testing.T) {
+	const proxy = "socks5://evs:pa55word@198.51.100.7:1080#198.51.100.70,socks5://evs:pa55word@198.51.100.8:1080#198.51.100.80"
+	cfg := lambdaConfig(t, secret(t, proxy))
+	if err := awsinit.ResolveSMTPProxy(context.Background(), testkit.AWSConfig(t), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.SMTPExits) != 2 || cfg.SMTPExits[1].Name != "198.51.100.8" || cfg.SMTPExits[1].EgressIP.String() != "198.51.100.80" ||
+		cfg.SMTPExits[0].URL != "socks5://evs:pa55word@198.51.100.7:1080" || cfg.EgressName() != "198.51.100.7+198.51.100.8" {
+		t.Fatalf("exits %+v, egress %q", cfg.SMTPExits, cfg.EgressName())
+	}
+
+	arn := secret(t, "socks5://evs:pa55word@198.51.100.7:1080,socks5://evs:pa55word@198.51.100.8")
+	cfg = lambdaConfig(t, arn)
+	err := awsinit.ResolveSMTPProxy(context.Background(), testkit.AWSConfig(t), &cfg)
+	if err == nil || strings.Contains(err.Error(), "pa55word") || !strings.Contains(err.Error(), "exit 2 of 2") || cfg.SMTPExits != nil {
+		t.Errorf("bad second exit: error %v (want one naming exit 2, not the value), exits %v", err, cfg.SMTPExits)
+	}
+}
+
 // Without a secret, or with SMTP probing off, nothing is fetched: the AWS
 // configuration here points at a port nothing listens on, so any call
 // would fail.

@@ -49,11 +49,13 @@ type Config struct {
 	DataDir    string
 	DNSServers []string
 	SMTP       string
-	// SMTPProxy is the SOCKS5 exit, socks5://[user:pass@]host:port
-	// (EVS_SMTP_PROXY, or on Lambda the value of the secret named by
-	// EVS_SMTP_PROXY_SECRET, set with SetSMTPProxy). It may hold a
-	// password: never log it.
+	// SMTPProxy is the SOCKS5 exits, a comma-separated list of
+	// socks5://[user:pass@]host:port[#egress-ip] (EVS_SMTP_PROXY, or on
+	// Lambda the value of the secret named by EVS_SMTP_PROXY_SECRET, set
+	// with SetSMTPProxy). It may hold passwords: never log it.
 	SMTPProxy string
+	// SMTPExits is SMTPProxy read (SMTPExit): what the dialer uses.
+	SMTPExits []SMTPExit
 	// SMTPProxySecret is the ARN of the Secrets Manager secret whose value
 	// is SMTPProxy (EVS_SMTP_PROXY_SECRET, Lambda only). The composition
 	// root fetches it and calls SetSMTPProxy: this package stays free of
@@ -191,9 +193,6 @@ func FromEnv(getenv func(string) string, onLambda bool) (Config, error) {
 		c.DNSServers = servers
 	}
 	c.SMTPProxy = getenv("EVS_SMTP_PROXY")
-	if c.SMTPProxy != "" && !validProxy(c.SMTPProxy) {
-		errs = append(errs, errors.New("EVS_SMTP_PROXY: must be socks5://host:port"))
-	}
 	c.SMTPProxySecret = getenv("EVS_SMTP_PROXY_SECRET")
 	switch {
 	case c.SMTPProxySecret == "":
@@ -248,6 +247,13 @@ func FromEnv(getenv func(string) string, onLambda bool) (Config, error) {
 			errs = append(errs, fmt.Errorf("EVS_SMTP_EGRESS_IP: %q is not an IP address", s))
 		}
 		c.EgressIP = ip.Unmap()
+	}
+	if c.SMTPProxy != "" {
+		// After EVS_SMTP_EGRESS_IP, which a single exit may take as its
+		// address.
+		if err := c.setExits(c.SMTPProxy); err != nil {
+			errs = append(errs, fmt.Errorf("EVS_SMTP_PROXY: %w", err))
+		}
 	}
 	bl, err := parseZones(or(getenv("EVS_BLOCKLISTS"), strings.Join(DefaultBlocklists, ",")))
 	if err != nil {
@@ -376,18 +382,12 @@ func FromEnv(getenv func(string) string, onLambda bool) (Config, error) {
 	return c, errors.Join(errs...)
 }
 
-// validProxy reports whether s is socks5://[user:pass@]host:port.
-func validProxy(s string) bool {
-	u, err := url.Parse(s)
-	return err == nil && u.Scheme == "socks5" && u.Host != ""
-}
-
-// SetSMTPProxy sets the SOCKS5 exit fetched from the secret that
-// EVS_SMTP_PROXY_SECRET names. The error never quotes the value, which may
-// hold a password.
+// SetSMTPProxy sets the SOCKS5 exits fetched from the secret that
+// EVS_SMTP_PROXY_SECRET names: one URL, or a comma-separated list
+// (SMTPExit). The error never quotes the value, which may hold passwords.
 func (c *Config) SetSMTPProxy(proxyURL string) error {
-	if !validProxy(proxyURL) {
-		return errors.New("EVS_SMTP_PROXY_SECRET: the secret's value must be socks5://[user:pass@]host:port")
+	if err := c.setExits(proxyURL); err != nil {
+		return fmt.Errorf("EVS_SMTP_PROXY_SECRET: the secret's value: %w", err)
 	}
 	c.SMTPProxy = proxyURL
 	return nil

@@ -2,7 +2,6 @@ package config
 
 import (
 	"fmt"
-	"net/url"
 	"regexp"
 	"strconv"
 	"strings"
@@ -45,13 +44,20 @@ func providerLimits(getenv func(string) string, name string, errs *[]error) map[
 	return out
 }
 
-// EgressName names this process's egress address for politeness limits:
-// the SOCKS exit's host when SMTP goes through a proxy, else "direct".
+// EgressName names this process's egress for politeness limits: the SOCKS
+// exit's name when SMTP goes through one proxy, the names joined by "+"
+// when through several, else "direct". With several exits the limits
+// are per provider over the set; a provider's sessions all leave from the
+// one exit it sticks to (smtpprobe.Exits), so that is per provider and
+// egress address as long as the exit is in rotation, and stricter for
+// the moments a provider moves.
 func (c Config) EgressName() string {
-	if c.SMTP == SMTPProxy && c.SMTPProxy != "" {
-		if u, err := url.Parse(c.SMTPProxy); err == nil && u.Hostname() != "" {
-			return u.Hostname()
-		}
+	if c.SMTP != SMTPProxy || len(c.SMTPExits) == 0 {
+		return "direct"
 	}
-	return "direct"
+	names := make([]string, len(c.SMTPExits))
+	for i, e := range c.SMTPExits {
+		names[i] = e.Name
+	}
+	return strings.Join(names, "+")
 }

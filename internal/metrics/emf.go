@@ -37,6 +37,12 @@ type emfDirective struct {
 
 // write emits one line: value of metric name with the given dimensions.
 func (e *EMF) write(name, unit string, value float64, dims ...string) {
+	e.writeSets(name, unit, value, false, dims...)
+}
+
+// writeSets is write, the metric also counted under no dimension when
+// alsoTotal (one line, two dimension sets).
+func (e *EMF) writeSets(name, unit string, value float64, alsoTotal bool, dims ...string) {
 	now := time.Now
 	if e.Now != nil {
 		now = e.Now
@@ -48,10 +54,14 @@ func (e *EMF) write(name, unit string, value float64, dims ...string) {
 		keys = append(keys, dims[i])
 	}
 	rec[name] = value
+	sets := [][]string{keys}
+	if alsoTotal {
+		sets = append(sets, []string{})
+	}
 	rec["_aws"] = map[string]any{
 		"Timestamp": now().UnixMilli(),
 		"CloudWatchMetrics": []emfDirective{{
-			Namespace: namespace, Dimensions: [][]string{keys}, Metrics: []emfMetric{{Name: name, Unit: unit}},
+			Namespace: namespace, Dimensions: sets, Metrics: []emfMetric{{Name: name, Unit: unit}},
 		}},
 	}
 	b, err := json.Marshal(rec)
@@ -93,6 +103,17 @@ func (e *EMF) SMTPConnectionFailure(result string) {
 
 // StoreError implements Observer.
 func (e *EMF) StoreError(source string) { e.write(StoreErrors, "Count", 1, "source", source) }
+
+// SMTPExit is told each health verdict of a SOCKS exit
+// (verify.BuildOptions.ExitHealth). One that takes the exit out of
+// rotation, or keeps it out, is counted under the exit's name (never its
+// credentials) and under no dimension, which the alarm on any exit down
+// watches (template.yaml, SmtpExitDownAlarm).
+func (e *EMF) SMTPExit(_ int, name string, up bool) {
+	if !up {
+		e.writeSets(SmtpExitDown, "Count", 1, true, "exit", name)
+	}
+}
 
 // CacheRequest counts one result-cache lookup (cache.Cache.Count).
 func (e *EMF) CacheRequest(result string) { e.write(CacheRequests, "Count", 1, "result", result) }

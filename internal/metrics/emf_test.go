@@ -45,3 +45,33 @@ func TestEMFLines(t *testing.T) {
 		t.Errorf("request line %s", lines[0])
 	}
 }
+
+// An exit's health verdict that takes it out counts under its name and
+// under no dimension (the "any exit down" alarm); its return is no line.
+func TestEMFExitDown(t *testing.T) {
+	var buf bytes.Buffer
+	e := &metrics.EMF{W: &buf}
+	e.SMTPExit(1, "exit-b.example", true)
+	if buf.Len() != 0 {
+		t.Fatalf("an exit back in rotation wrote %s", buf.String())
+	}
+	e.SMTPExit(1, "exit-b.example", false)
+	var rec struct {
+		AWS struct {
+			CloudWatchMetrics []struct {
+				Dimensions [][]string
+				Metrics    []struct{ Name string }
+			}
+		} `json:"_aws"`
+		Exit  string  `json:"exit"`
+		Value float64 `json:"evs_smtp_exit_down_total"`
+	}
+	if err := json.Unmarshal(buf.Bytes(), &rec); err != nil {
+		t.Fatal(err)
+	}
+	d := rec.AWS.CloudWatchMetrics
+	if len(d) != 1 || len(d[0].Dimensions) != 2 || len(d[0].Dimensions[0]) != 1 || d[0].Dimensions[0][0] != "exit" ||
+		len(d[0].Dimensions[1]) != 0 || d[0].Metrics[0].Name != metrics.SmtpExitDown || rec.Exit != "exit-b.example" || rec.Value != 1 {
+		t.Errorf("EMF line %s", buf.String())
+	}
+}

@@ -32,6 +32,11 @@ const (
 	// reply at all: no mail host took the connection, or it failed or
 	// timed out before a reply (label result: unreachable or timeout).
 	SmtpConnectionFailures = "evs_smtp_connection_failures_total"
+	// SmtpExitDown counts the health verdicts that took a SOCKS exit out
+	// of rotation or kept it out (label exit: its name; on AWS also with
+	// no dimension, for "any exit down"). evs serve shows the state
+	// itself, as evs_smtp_exit_up.
+	SmtpExitDown = "evs_smtp_exit_down_total"
 	// StoreErrors counts store operations that failed (label source: api,
 	// batch or readyz).
 	StoreErrors = "evs_store_errors_total"

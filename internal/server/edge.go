@@ -59,7 +59,7 @@ type edge struct {
 	// waits for inflight, the calls being served, to reach zero.
 	writable *writable
 	// egress is what /readyz says of how receivers see our egress.
-	egress   *egressWatch
+	egress   *egressWatches
 	draining atomic.Bool
 	inflight atomic.Int64
 

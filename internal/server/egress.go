@@ -6,11 +6,14 @@ import (
 	"log/slog"
 	"net/netip"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/evs-dev/evs/internal/config"
 	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/verify"
 )
@@ -39,6 +42,12 @@ const selfCheckEvery = time.Hour
 type egressWatch struct {
 	name string
 	now  func() time.Time
+	// key names the provider a verdict is counted under (nil: the
+	// verdict's provider, "other" when none).
+	key func(evs.Decision) string
+	// noIP says why the self-check has no address (default: the
+	// variable that gives it is not set).
+	noIP string
 
 	mu      sync.Mutex
 	minutes map[string]*[blockedMinutes]minuteCount // by provider
@@ -75,6 +84,9 @@ func (w *egressWatch) observe(ds ...evs.Decision) {
 			continue
 		}
 		p := string(d.Checks.SMTP.Provider)
+		if w.key != nil {
+			p = w.key(d)
+		}
 		if p == "" {
 			p = "other"
 		}
@@ -126,6 +138,42 @@ func (w *egressWatch) shares() []providerShare {
 	return out
 }
 
+// share returns provider's answers and refusals over the window.
+func (w *egressWatch) share(provider string) (answered, blocked int) {
+	oldest := w.now().Unix()/60 - int64(blockedMinutes) + 1
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	ring := w.minutes[provider]
+	if ring == nil {
+		return 0, 0
+	}
+	for _, c := range ring {
+		if c.minute >= oldest {
+			answered += c.answered
+			blocked += c.blocked
+		}
+	}
+	return answered, blocked
+}
+
+// An exit stops taking a provider's new sessions while, over the window,
+// at least avoidAnswered of its verdicts for that provider got a reply
+// and at least avoidShare of those were refusals of us: the provider's
+// servers are likely refusing the exit's address (a blocklist). It takes
+// them again once the window has aged the refusals out, and then is
+// judged on new ones.
+const (
+	avoidShare    = 0.5
+	avoidAnswered = 5
+)
+
+// high tells whether provider's refusals of us are high enough to avoid
+// this egress for it.
+func (w *egressWatch) high(provider string) bool {
+	answered, blocked := w.share(provider)
+	return answered >= avoidAnswered && float64(blocked) >= avoidShare*float64(answered)
+}
+
 // egressCheck is one self-check's findings.
 type egressCheck struct {
 	At         time.Time         `json:"-"`
@@ -141,6 +189,21 @@ type egressReport struct {
 	CheckedAt *evs.Time       `json:"checkedAt"`
 	Blocked   []providerShare `json:"blocked"`
 	egressCheck
+	// Exits are the SOCKS exits' own reports (EVS_SMTP=proxy).
+	Exits []exitReport `json:"exits,omitempty"`
+}
+
+// exitReport is one SOCKS exit in /readyz's egress object.
+type exitReport struct {
+	Index int  `json:"index"`
+	Up    bool `json:"up"`
+	// Since is when Up last changed; absent when it never did.
+	Since  *evs.Time `json:"since,omitempty"`
+	Detail string    `json:"detail,omitempty"`
+	// Avoided are the providers this exit takes no new session of while
+	// another exit can (avoidShare).
+	Avoided []string `json:"avoided"`
+	egressReport
 }
 
 // report is what /readyz says of the egress.
@@ -184,7 +247,7 @@ func (w *egressWatch) selfCheck(ctx context.Context, dns reputation, ip netip.Ad
 			}
 		}
 	} else if len(zones) > 0 {
-		c.Note = "EVS_SMTP_EGRESS_IP is not set: the blocklists and the reverse DNS are not checked"
+		c.Note = cmp.Or(w.noIP, "EVS_SMTP_EGRESS_IP is not set") + ": the blocklists and the reverse DNS are not checked"
 	}
 	if helo != "" {
 		h := dns.ConfirmHELO(ctx, helo, ip)
@@ -261,10 +324,10 @@ func boolGauge(b bool) float64 {
 	return 0
 }
 
-// watched is an Engine whose live verdicts the egress watch counts.
+// watched is an Engine whose live verdicts the egress watches count.
 type watched struct {
 	Engine
-	w *egressWatch
+	w *egressWatches
 }
 
 // Verify implements Engine.
@@ -279,4 +342,145 @@ func (e watched) VerifyDomain(ctx context.Context, emails []string, mode evs.Mod
 	ds := e.Engine.VerifyDomain(ctx, emails, mode)
 	e.w.observe(ds...)
 	return ds
+}
+
+// egressWatches are the server's watches: one per SOCKS exit (Exits),
+// whose blocked shares steer the exits away from providers that refuse
+// them, and the one /readyz's egress object reports: the direct egress,
+// the one exit, or, with several, every verdict together.
+type egressWatches struct {
+	top *egressWatch
+	// x and exits are nil when SMTP goes direct (or is off).
+	x     *verify.Exits
+	exits []*egressWatch
+	ips   []netip.Addr // each exit's address for its self-check
+	ip    netip.Addr   // the direct egress's
+}
+
+// exitProbeEvery is how often evs serve probes every SOCKS exit's health
+// (verify.Exits.Run); a dial probes an exit out of rotation sooner.
+const exitProbeEvery = 15 * time.Second
+
+// newEgressWatches returns the watches of c's egress: through x's exits
+// when x is not nil, whose names it takes, and which it steers.
+func newEgressWatches(c config.Config, x *verify.Exits, now func() time.Time) *egressWatches {
+	ws := &egressWatches{ip: c.EgressIP}
+	if x == nil {
+		ws.top = newEgressWatch(c.EgressName(), now)
+		return ws
+	}
+	ws.x = x
+	for i, st := range x.Status() {
+		w := newEgressWatch(st.Name, now)
+		// The provider an exit is steered by is its MX host's (the exit
+		// knows no reply), so the exit's watch counts it so too.
+		w.key = func(d evs.Decision) string {
+			if d.Checks.SMTP.Host == "" {
+				return string(d.Checks.SMTP.Provider)
+			}
+			return verify.HostProvider(d.Checks.SMTP.Host)
+		}
+		if len(x.Status()) > 1 {
+			w.noIP = "this exit has no #egress-ip in EVS_SMTP_PROXY"
+		}
+		ws.exits = append(ws.exits, w)
+		var ip netip.Addr
+		if i < len(c.SMTPExits) {
+			ip = c.SMTPExits[i].EgressIP
+		}
+		ws.ips = append(ws.ips, ip)
+	}
+	if len(ws.exits) == 1 {
+		ws.top = ws.exits[0]
+	} else {
+		names := make([]string, len(ws.exits))
+		for i, w := range ws.exits {
+			names[i] = w.name
+		}
+		// As config.Config.EgressName names it.
+		ws.top = newEgressWatch(strings.Join(names, "+"), now)
+		ws.top.check.Note = "several SOCKS exits: each one's self-check is in exits"
+	}
+	x.SetAvoid(ws.avoid)
+	return ws
+}
+
+// avoid is the exits' Avoid: exit i has refused too many of host's
+// provider's probes.
+func (ws *egressWatches) avoid(i int, host string) bool {
+	return ws.exits[i].high(verify.HostProvider(host))
+}
+
+// observe counts verdicts: under the exit the provider goes to now (it
+// sticks to one), and together.
+func (ws *egressWatches) observe(ds ...evs.Decision) {
+	if ws.x == nil || len(ws.exits) > 1 {
+		ws.top.observe(ds...)
+	}
+	if ws.x == nil {
+		return
+	}
+	for _, d := range ds {
+		if i := ws.x.For(d.Checks.SMTP.Host); i >= 0 {
+			ws.exits[i].observe(d)
+		}
+	}
+}
+
+// selfCheck runs the self-check of the direct egress, or of each exit.
+func (ws *egressWatches) selfCheck(ctx context.Context, dns reputation, zones []string, helo string, log *slog.Logger) {
+	if ws.x == nil {
+		ws.top.selfCheck(ctx, dns, ws.ip, zones, helo, log)
+		return
+	}
+	for i, w := range ws.exits {
+		w.selfCheck(ctx, dns, ws.ips[i], zones, helo, log)
+	}
+}
+
+// report is /readyz's egress object.
+func (ws *egressWatches) report() egressReport {
+	r := ws.top.report()
+	if ws.x == nil {
+		return r
+	}
+	r.Exits = []exitReport{}
+	for i, st := range ws.x.Status() {
+		er := exitReport{Index: i, Up: st.Up, Detail: st.Detail, Avoided: []string{}, egressReport: ws.exits[i].report()}
+		if !st.Since.IsZero() {
+			er.Since = &evs.Time{Time: st.Since}
+		}
+		for _, s := range er.Blocked {
+			if ws.exits[i].high(s.Provider) {
+				er.Avoided = append(er.Avoided, s.Provider)
+			}
+		}
+		r.Exits = append(r.Exits, er)
+	}
+	return r
+}
+
+var exitUpDesc = prometheus.NewDesc("evs_smtp_exit_up",
+	"1 while the SOCKS exit is in rotation, 0 while it is out (its health failed).",
+	[]string{"exit", "index"}, nil)
+
+// Describe implements prometheus.Collector.
+func (ws *egressWatches) Describe(ch chan<- *prometheus.Desc) {
+	ws.top.Describe(ch)
+	if ws.x != nil {
+		ch <- exitUpDesc
+	}
+}
+
+// Collect implements prometheus.Collector: the direct egress's gauges, or
+// each exit's, labelled egress by its name (never its credentials).
+func (ws *egressWatches) Collect(ch chan<- prometheus.Metric) {
+	if ws.x == nil {
+		ws.top.Collect(ch)
+		return
+	}
+	for i, st := range ws.x.Status() {
+		ch <- prometheus.MustNewConstMetric(exitUpDesc, prometheus.GaugeValue, boolGauge(st.Up), st.Name, strconv.Itoa(i))
+		ws.exits[i].Collect(ch)
+	}
 }

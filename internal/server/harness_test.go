@@ -77,6 +77,12 @@ type options struct {
 	// smtpProxy, when set, is the SOCKS5 exit the prober dials through
 	// (EVS_SMTP_PROXY's form).
 	smtpProxy string
+	// exits, when set, are the SOCKS exits the prober dials through, and
+	// the server shows and steers (Options.Exits).
+	exits *smtpprobe.Exits
+	// rcptFrom, when set, replaces rcpt with a reply that depends on the
+	// client's address too.
+	rcptFrom func(client, addr string) string
 }
 
 func start(t *testing.T, o options) *harness {
@@ -108,7 +114,7 @@ func start(t *testing.T, o options) *harness {
 			return "550 5.1.1 <" + addr + ">: Recipient address rejected: User unknown in virtual mailbox table"
 		}
 	}
-	h.smtp = testkit.StartSMTP(t, testkit.SMTPOptions{Rcpt: rcpt})
+	h.smtp = testkit.StartSMTP(t, testkit.SMTPOptions{Rcpt: rcpt, RcptFrom: o.rcptFrom})
 	h.dns = testkit.StartDNS(t)
 	for _, rr := range []string{
 		"good.example. 300 IN MX 10 mx1.good.example.",
@@ -135,6 +141,9 @@ func start(t *testing.T, o options) *harness {
 			t.Fatal(err)
 		}
 	}
+	if o.exits != nil {
+		pc.Dialer = o.exits
+	}
 	prober, err := smtpprobe.New(pc)
 	if err != nil {
 		t.Fatal(err)
@@ -160,7 +169,7 @@ func start(t *testing.T, o options) *harness {
 		srvStore = o.wrapStore(st)
 	}
 	so := server.Options{
-		Config: cfg, Store: srvStore, Engine: engine, Now: now, Batch: o.batch,
+		Config: cfg, Store: srvStore, Engine: engine, Now: now, Batch: o.batch, Exits: o.exits,
 		Logger: slog.New(slog.NewJSONHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	}
 	if o.server != nil {

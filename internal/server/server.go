@@ -98,6 +98,10 @@ type Options struct {
 	// TLS, when set, makes the API listener answer HTTPS with its
 	// certificate (EVS_TLS_CERT, EVS_TLS_KEY).
 	TLS *Certificate
+	// Exits is the dialer over the SOCKS exits (EVS_SMTP=proxy): made
+	// from Config when nil and the server builds the engine; a test that
+	// gives Engine gives the Exits its prober dials through.
+	Exits *verify.Exits
 	// SelfCheckEvery is how often the egress self-check runs after the
 	// first, at start (default 1 h; egress.go).
 	SelfCheckEvery time.Duration
@@ -168,7 +172,7 @@ type Server struct {
 	edge    *edge
 	batches *batch.LocalQueue
 	hooks   *webhook.Deliverer
-	watch   *egressWatch
+	watch   *egressWatches
 	// rep answers the self-check's DNS questions; nil when no resolver
 	// could be made.
 	rep reputation
@@ -225,9 +229,18 @@ func New(o Options) (*Server, error) {
 			Egress: o.Config.EgressName(),
 		}
 	}
+	if o.Exits == nil && o.Engine == nil && o.Config.SMTP == config.SMTPProxy {
+		// The SOCKS exits, made here to show their health and to let the
+		// egress watch steer them.
+		x, err := verify.NewExits(o.Config, nil)
+		if err != nil {
+			return nil, err
+		}
+		o.Exits = x
+	}
 	var rep reputation
 	if o.Engine == nil {
-		e, res, err := verify.BuildWith(o.Config, verify.BuildOptions{Lookup: lookups, Facts: facts, Gate: o.Batch.Gate})
+		e, res, err := verify.BuildWith(o.Config, verify.BuildOptions{Lookup: lookups, Facts: facts, Gate: o.Batch.Gate, Exits: o.Exits})
 		if err != nil {
 			return nil, err
 		}
@@ -242,7 +255,7 @@ func New(o Options) (*Server, error) {
 	if o.Metrics != nil {
 		o.Engine, sandbox = metrics.Count(o.Engine, o.Metrics), metrics.Count(sandbox, o.Metrics)
 	}
-	watch := newEgressWatch(o.Config.EgressName(), o.Now)
+	watch := newEgressWatches(o.Config, o.Exits, o.Now)
 	o.Engine = watched{o.Engine, watch}
 	if p, ok := o.Metrics.(*Prometheus); ok {
 		p.reg.MustRegister(watch)
@@ -378,9 +391,12 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	go s.sweep(workCtx)
 	if s.rep != nil && s.opts.Config.SMTP != config.SMTPOff {
 		c := s.opts.Config
-		go s.watch.run(workCtx, cmp.Or(s.opts.SelfCheckEvery, selfCheckEvery), func(ctx context.Context) {
-			s.watch.selfCheck(ctx, s.rep, c.EgressIP, c.Blocklists, c.HELO, s.opts.Logger)
+		go s.watch.top.run(workCtx, cmp.Or(s.opts.SelfCheckEvery, selfCheckEvery), func(ctx context.Context) {
+			s.watch.selfCheck(ctx, s.rep, c.Blocklists, c.HELO, s.opts.Logger)
 		})
+	}
+	if s.opts.Exits != nil {
+		go s.opts.Exits.Run(workCtx, exitProbeEvery)
 	}
 	hooksDone := make(chan struct{})
 	go func() {

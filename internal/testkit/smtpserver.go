@@ -49,6 +49,10 @@ type SMTPOptions struct {
 	// Rcpt returns the reply to RCPT TO:<addr>; lines are separated by
 	// "\n" or "\r\n". Default "250 2.1.5 OK".
 	Rcpt func(addr string) string
+	// RcptFrom, when set, replaces Rcpt with a reply that may depend on
+	// the client's IP address too (a server that refuses one sender
+	// address, listed on its DNS blocklist, and not another).
+	RcptFrom func(client, addr string) string
 	// Silent accepts connections but never sends anything.
 	Silent bool
 }
@@ -304,6 +308,10 @@ func (c *session) command(verb, arg string) bool {
 	case "RCPT":
 		if !c.mail {
 			return c.reply("503 5.5.1 Error: need MAIL command")
+		}
+		if o.RcptFrom != nil {
+			client, _, _ := net.SplitHostPort(c.nc.RemoteAddr().String())
+			return c.reply(o.RcptFrom(client, rcptAddr(arg)))
 		}
 		if o.Rcpt == nil {
 			return c.reply("250 2.1.5 OK")

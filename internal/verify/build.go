@@ -2,6 +2,7 @@ package verify
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"time"
 
@@ -37,6 +38,15 @@ type (
 	HELOCheck = dnscheck.HELOCheck
 )
 
+// Exits is the dialer over the SOCKS exits (NewExits), named here for
+// callers outside the engine.
+type Exits = smtpprobe.Exits
+
+// HostProvider names the provider of MX host by its name alone ("other"
+// when no known provider's): the provider an exit is avoided for, since
+// the dialer sees no reply.
+func HostProvider(host string) string { return string(smtpprobe.ProviderOf(host)) }
+
 // BuildOptions are the dependencies of the engine that the configuration
 // does not describe.
 type BuildOptions struct {
@@ -49,6 +59,32 @@ type BuildOptions struct {
 	// Gate, when set, admits Verify's SMTP sessions (Config.Gate): the
 	// gate the deployment's batches go through.
 	Gate Gate
+	// Exits, when set, is the dialer over the SOCKS exits (EVS_SMTP=proxy):
+	// evs serve makes it (NewExits) to show and steer their health. Else
+	// Build makes one, telling ExitHealth (when set) each health verdict.
+	Exits      *smtpprobe.Exits
+	ExitHealth func(exit int, name string, up bool)
+}
+
+// NewExits returns the dialer over the configuration's SOCKS exits
+// (config.Config.SMTPExits): each provider (ProviderKey) sticks to one
+// exit in rotation, and health is told each health verdict (nil: nobody).
+func NewExits(c config.Config, health func(exit int, name string, up bool)) (*smtpprobe.Exits, error) {
+	// The proxies are the operator's, often on a private network:
+	// reaching them is not subject to the policy; what they are asked to
+	// CONNECT to is.
+	exits := c.SMTPExits
+	if len(exits) == 0 && c.SMTPProxy != "" {
+		// A Config made in code rather than read (FromEnv, SetSMTPProxy).
+		var err error
+		if exits, err = config.ParseSMTPExits(c.SMTPProxy); err != nil {
+			return nil, fmt.Errorf("EVS_SMTP_PROXY: %w", err)
+		}
+	}
+	return smtpprobe.NewExits(smtpprobe.ExitsConfig{
+		Exits: exits, Forward: &net.Dialer{}, Policy: c.Egress,
+		Key: ProviderKey, Observe: health,
+	})
 }
 
 // BuildWith is Build with the dependencies of o.
@@ -72,13 +108,13 @@ func BuildWith(c config.Config, o BuildOptions) (*Engine, *dnscheck.Resolver, er
 		// dials, on the address the socket connects to.
 		var dialer smtpprobe.ContextDialer = &net.Dialer{Control: c.Egress.Control}
 		if c.SMTP == config.SMTPProxy {
-			// The proxy is the operator's, often on a private network:
-			// reaching it is not subject to the policy; what it is asked
-			// to CONNECT to is.
-			dialer, err = smtpprobe.NewSOCKS5Dialer(c.SMTPProxy, &net.Dialer{}, c.Egress)
-			if err != nil {
-				return nil, nil, err
+			exits := o.Exits
+			if exits == nil {
+				if exits, err = NewExits(c, o.ExitHealth); err != nil {
+					return nil, nil, err
+				}
 			}
+			dialer = exits
 		}
 		p, err := smtpprobe.New(smtpprobe.Config{
 			HELO: c.HELO, MailFrom: c.MailFrom, Port: c.SMTPPort,

@@ -20,8 +20,8 @@ import (
 	"github.com/evs-dev/evs/internal/config"
 )
 
-// ContextDialer opens network connections; *net.Dialer and the SOCKS5
-// dialer of NewSOCKS5Dialer are ones.
+// ContextDialer opens network connections; *net.Dialer, the SOCKS5
+// dialer of NewSOCKS5Dialer and Exits are ones.
 type ContextDialer interface {
 	DialContext(ctx context.Context, network, addr string) (net.Conn, error)
 }
@@ -436,7 +436,9 @@ func (p *Prober) resolve(ctx context.Context, host string) ([]netip.Addr, error)
 // converse dials one address and walks the conversation up to MAIL FROM.
 // withTLS false skips STARTTLS even when offered.
 func (p *Prober) converse(ctx context.Context, host string, addr netip.Addr, withTLS bool) (*Session, *ProbeError) {
-	dctx, cancel := context.WithTimeout(ctx, p.cfg.DialTimeout)
+	// The MX host goes with the dial: a dialer over several SOCKS exits
+	// (Exits) picks the exit by the host's provider.
+	dctx, cancel := context.WithTimeout(WithMXHost(ctx, host), p.cfg.DialTimeout)
 	nc, err := p.cfg.Dialer.DialContext(dctx, "tcp", net.JoinHostPort(addr.String(), strconv.Itoa(p.cfg.Port)))
 	cancel()
 	if err != nil {

@@ -1,0 +1,451 @@
+package smtpprobe
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"net"
+	"net/url"
+	"sync"
+	"time"
+
+	"github.com/evs-dev/evs/internal/config"
+)
+
+// Several SOCKS exits (docs/aws.md, "SOCKS exits"). Each provider sticks
+// to one exit, so that its sessions, and the retries a greylisting server
+// waits for, come from one address: the exit is chosen by rendezvous
+// hashing of the provider over the exits in rotation, which moves only
+// the providers of an exit that leaves, and brings them back when it
+// returns. An exit leaves the rotation when it fails: DownAfter of its
+// own faults (ErrExit) within FaultWindow, or a failed health probe (a
+// SOCKS5 handshake, with its credentials). It returns when a probe
+// passes: Run probes every exit periodically (evs serve), and a dial
+// probes an exit that is out once Retry has passed since its last probe
+// (Lambda, where nothing runs between invocations). An exit can also be
+// avoided for one provider (Avoid: evs serve's egress watch, when that
+// provider refuses most of our probes through it) while another exit in
+// rotation is not. With no exit in rotation the dial fails with ErrExit:
+// our failure, no verdict (contract, section 16).
+
+// ExitsConfig configures an Exits.
+type ExitsConfig struct {
+	// Exits are the SOCKS5 exits (config.Config.SMTPExits); at least one.
+	Exits []config.SMTPExit
+	// Forward reaches the proxies (nil: a plain net.Dialer).
+	Forward ContextDialer
+	// Policy is the egress policy checked before each CONNECT.
+	Policy *config.EgressPolicy
+	// Key maps an MX host to the provider it sticks by (verify.ProviderKey;
+	// nil: the host itself).
+	Key func(host string) string
+	// Avoid, when set, tells whether exit (an index of Exits) should not
+	// take a new session to host while another exit in rotation can.
+	Avoid func(exit int, host string) bool
+	// Observe, when set, is told each health verdict that takes an exit
+	// out of rotation or keeps it out (up false), and each return (up true).
+	Observe func(exit int, name string, up bool)
+	// DownAfter faults within FaultWindow take an exit out (default 2, in
+	// 1 min): one failed handshake is often a blip.
+	DownAfter   int
+	FaultWindow time.Duration
+	// Retry is how long after its last probe an exit out of rotation is
+	// probed again by a dial (default 5 s).
+	Retry time.Duration
+	// ProbeTimeout bounds one health probe (default 5 s).
+	ProbeTimeout time.Duration
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+}
+
+// Exits is a dialer over several SOCKS5 exits; safe for concurrent use.
+type Exits struct {
+	cfg   ExitsConfig
+	exits []*exit
+
+	mu    sync.Mutex
+	avoid func(exit int, host string) bool
+}
+
+// exit is one exit and its health (guarded by Exits.mu).
+type exit struct {
+	name   string
+	addr   string // the proxy's host:port
+	user   *url.Userinfo
+	dialer ContextDialer
+
+	up         bool
+	since      time.Time // of the last change of up
+	faults     int
+	firstFault time.Time
+	lastProbe  time.Time
+	probing    bool
+	detail     string
+}
+
+// ExitStatus is what Status says of one exit.
+type ExitStatus struct {
+	Index int
+	// Name is the exit's name (config.SMTPExit.Name): never credentials.
+	Name string
+	// Up is whether the exit is in rotation.
+	Up bool
+	// Since is when Up last changed (the zero time: never since start).
+	Since time.Time
+	// Detail is the last failure, while out of rotation.
+	Detail string
+}
+
+// NewExits returns a dialer over cfg.Exits, every exit in rotation.
+func NewExits(cfg ExitsConfig) (*Exits, error) {
+	if len(cfg.Exits) == 0 {
+		return nil, errors.New("smtpprobe: no SOCKS5 exit")
+	}
+	if cfg.Forward == nil {
+		cfg.Forward = &net.Dialer{}
+	}
+	if cfg.Key == nil {
+		cfg.Key = func(h string) string { return h }
+	}
+	if cfg.DownAfter <= 0 {
+		cfg.DownAfter = 2
+	}
+	if cfg.FaultWindow <= 0 {
+		cfg.FaultWindow = time.Minute
+	}
+	if cfg.Retry <= 0 {
+		cfg.Retry = 5 * time.Second
+	}
+	if cfg.ProbeTimeout <= 0 {
+		cfg.ProbeTimeout = 5 * time.Second
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	x := &Exits{cfg: cfg, avoid: cfg.Avoid}
+	for i, e := range cfg.Exits {
+		d, err := NewSOCKS5Dialer(e.URL, cfg.Forward, cfg.Policy)
+		if err != nil {
+			return nil, fmt.Errorf("exit %d (%s): %w", i+1, e.Name, err)
+		}
+		u, _ := url.Parse(e.URL) // parsed by NewSOCKS5Dialer already
+		x.exits = append(x.exits, &exit{name: e.Name, addr: u.Host, user: u.User, dialer: d, up: true})
+	}
+	return x, nil
+}
+
+type mxHostKey struct{}
+
+// WithMXHost returns ctx carrying the MX host a dial is for: Exits picks
+// the exit by its provider. The prober sets it on every dial.
+func WithMXHost(ctx context.Context, host string) context.Context {
+	return context.WithValue(ctx, mxHostKey{}, host)
+}
+
+// MXHost returns the MX host WithMXHost put in ctx, or "".
+func MXHost(ctx context.Context) string {
+	h, _ := ctx.Value(mxHostKey{}).(string)
+	return h
+}
+
+// DialContext implements ContextDialer through the exit of the MX host in
+// ctx (WithMXHost). When that exit fails and so leaves the rotation, the
+// host's next exit is tried at once: the receiving server saw nothing.
+func (x *Exits) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	host := MXHost(ctx)
+	for attempt := 0; ; attempt++ {
+		i, err := x.pick(ctx, host)
+		if err != nil {
+			return nil, err
+		}
+		c, err := x.exits[i].dialer.DialContext(ctx, network, addr)
+		if err == nil {
+			x.passed(i)
+			return c, nil
+		}
+		if !errors.Is(err, ErrExit) {
+			return nil, err
+		}
+		if stillUp := x.fault(i, err); stillUp || attempt > 0 || ctx.Err() != nil {
+			return nil, err
+		}
+	}
+}
+
+// score is exit name's rendezvous weight for key: stable across
+// processes and restarts, so every instance of a deployment agrees.
+func score(name, key string) uint64 {
+	h := fnv.New64a()
+	io.WriteString(h, name)
+	h.Write([]byte{0})
+	io.WriteString(h, key)
+	// FNV's low bits mix poorly across similar inputs: finish with
+	// splitmix64's mixer.
+	z := h.Sum64()
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	return z ^ (z >> 31)
+}
+
+// choose returns the exit for host among those in rotation, preferring
+// ones not avoided for it, or -1 when none is in rotation. x.mu is held.
+func (x *Exits) choose(host string) int {
+	key := x.cfg.Key(host)
+	best, bestAvoided := -1, -1
+	var s, sa uint64
+	for i, e := range x.exits {
+		if !e.up {
+			continue
+		}
+		w := score(e.name, key)
+		if x.avoid != nil && x.avoid(i, host) {
+			if bestAvoided < 0 || w > sa {
+				bestAvoided, sa = i, w
+			}
+			continue
+		}
+		if best < 0 || w > s {
+			best, s = i, w
+		}
+	}
+	if best < 0 {
+		// Every exit in rotation is avoided for host: its refusals are
+		// then the truth about us wherever we go, and say so.
+		return bestAvoided
+	}
+	return best
+}
+
+// SetAvoid replaces ExitsConfig.Avoid: the egress watch of evs serve,
+// which is made after the dialer, steers it. avoid is called with the
+// Exits' lock held and must not call back.
+func (x *Exits) SetAvoid(avoid func(exit int, host string) bool) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.avoid = avoid
+}
+
+// For returns the index of the exit host's sessions go to now, or -1 when
+// every exit is out of rotation. It probes nothing.
+func (x *Exits) For(host string) int {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.choose(host)
+}
+
+// pick chooses the exit of a dial, first probing the exits out of
+// rotation that are due: at once when none is in rotation (the dial
+// waits for the answer), else in the background.
+func (x *Exits) pick(ctx context.Context, host string) (int, error) {
+	now := x.cfg.Now()
+	x.mu.Lock()
+	var due []int
+	anyUp := false
+	for i, e := range x.exits {
+		anyUp = anyUp || e.up
+		if !e.up && !e.probing && now.Sub(e.lastProbe) >= x.cfg.Retry {
+			e.probing, e.lastProbe = true, now
+			due = append(due, i)
+		}
+	}
+	x.mu.Unlock()
+	if len(due) > 0 {
+		if anyUp {
+			go func() {
+				for _, i := range due {
+					x.probeOne(context.Background(), i)
+				}
+			}()
+		} else {
+			for _, i := range due {
+				x.probeOne(ctx, i)
+			}
+		}
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if i := x.choose(host); i >= 0 {
+		return i, nil
+	}
+	return -1, fmt.Errorf("%w: every SMTP exit is out of rotation", ErrExit)
+}
+
+// fault counts one fault of exit i and reports whether it is still in
+// rotation.
+func (x *Exits) fault(i int, err error) (up bool) {
+	now := x.cfg.Now()
+	x.mu.Lock()
+	e := x.exits[i]
+	if e.faults == 0 || now.Sub(e.firstFault) > x.cfg.FaultWindow {
+		e.faults, e.firstFault = 0, now
+	}
+	e.faults++
+	e.detail = err.Error()
+	wasUp := e.up
+	if e.faults >= x.cfg.DownAfter {
+		e.up = false
+		if wasUp {
+			e.since, e.lastProbe = now, now
+		}
+	}
+	up = e.up
+	x.mu.Unlock()
+	if wasUp && !up {
+		x.observe(i, false)
+	}
+	return up
+}
+
+// passed records a proof of exit i's health (a dial or a probe that
+// worked), bringing it back into rotation.
+func (x *Exits) passed(i int) {
+	x.mu.Lock()
+	e := x.exits[i]
+	back := !e.up
+	e.faults, e.detail = 0, ""
+	if back {
+		e.up, e.since = true, x.cfg.Now()
+	}
+	x.mu.Unlock()
+	if back {
+		x.observe(i, true)
+	}
+}
+
+func (x *Exits) observe(i int, up bool) {
+	if x.cfg.Observe != nil {
+		x.cfg.Observe(i, x.exits[i].name, up)
+	}
+}
+
+// Probe runs one health probe of every exit, side by side, and returns
+// when all are done.
+func (x *Exits) Probe(ctx context.Context) {
+	var wg sync.WaitGroup
+	for i := range x.exits {
+		x.mu.Lock()
+		busy := x.exits[i].probing
+		x.exits[i].probing = true
+		x.exits[i].lastProbe = x.cfg.Now()
+		x.mu.Unlock()
+		if busy {
+			continue
+		}
+		wg.Add(1)
+		go func() { defer wg.Done(); x.probeOne(ctx, i) }()
+	}
+	wg.Wait()
+}
+
+// Run probes every exit every interval until ctx ends.
+func (x *Exits) Run(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			x.Probe(ctx)
+		}
+	}
+}
+
+// probeOne runs exit i's health probe, whose probing flag the caller set,
+// and records the verdict: a failure takes the exit out at once.
+func (x *Exits) probeOne(ctx context.Context, i int) {
+	e := x.exits[i]
+	pctx, cancel := context.WithTimeout(ctx, x.cfg.ProbeTimeout)
+	err := handshake(pctx, x.cfg.Forward, e.addr, e.user)
+	cancel()
+	x.mu.Lock()
+	e.probing = false
+	x.mu.Unlock()
+	if err == nil {
+		x.passed(i)
+		return
+	}
+	if ctx.Err() != nil {
+		return // ours ended, not the exit
+	}
+	now := x.cfg.Now()
+	x.mu.Lock()
+	wasUp := e.up
+	e.up, e.detail = false, "health probe: "+err.Error()
+	if wasUp {
+		e.since = now
+	}
+	x.mu.Unlock()
+	x.observe(i, false)
+}
+
+// Status returns every exit's state, in the configured order.
+func (x *Exits) Status() []ExitStatus {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	out := make([]ExitStatus, len(x.exits))
+	for i, e := range x.exits {
+		out[i] = ExitStatus{Index: i, Name: e.name, Up: e.up, Since: e.since}
+		if !e.up {
+			out[i].Detail = e.detail
+		}
+	}
+	return out
+}
+
+// handshake is the health probe: a SOCKS5 method negotiation with the
+// proxy at addr (RFC 1928, section 3) and, when it asks, the user name and
+// password (RFC 1929). It asks for no connection: a healthy exit is one
+// that takes our handshake and credentials. The errors name the proxy's
+// address, never the credentials.
+func handshake(ctx context.Context, forward ContextDialer, addr string, user *url.Userinfo) error {
+	c, err := forward.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return fmt.Errorf("dial the proxy %s: %w", addr, err)
+	}
+	defer c.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		c.SetDeadline(dl)
+	}
+	stop := context.AfterFunc(ctx, func() { c.Close() })
+	defer stop()
+	greeting := []byte{5, 1, 0} // version 5, one method: none
+	if user != nil {
+		greeting = []byte{5, 2, 0, 2} // none, or user name and password
+	}
+	if _, err := c.Write(greeting); err != nil {
+		return fmt.Errorf("proxy %s: %w", addr, err)
+	}
+	var r [2]byte
+	if _, err := io.ReadFull(c, r[:]); err != nil {
+		return fmt.Errorf("proxy %s: no method reply: %w", addr, err)
+	}
+	switch {
+	case r[0] != 5:
+		return fmt.Errorf("proxy %s: not a SOCKS5 server (version %d)", addr, r[0])
+	case r[1] == 0:
+		return nil
+	case r[1] == 2 && user != nil:
+		name := user.Username()
+		pass, _ := user.Password()
+		if len(name) > 255 || len(pass) > 255 {
+			return fmt.Errorf("proxy %s: the user name or password is too long for SOCKS5", addr)
+		}
+		msg := append([]byte{1, byte(len(name))}, name...)
+		msg = append(append(msg, byte(len(pass))), pass...)
+		if _, err := c.Write(msg); err != nil {
+			return fmt.Errorf("proxy %s: %w", addr, err)
+		}
+		if _, err := io.ReadFull(c, r[:]); err != nil {
+			return fmt.Errorf("proxy %s: no authentication reply: %w", addr, err)
+		}
+		if r[1] != 0 {
+			return fmt.Errorf("proxy %s: our user name and password were refused", addr)
+		}
+		return nil
+	default:
+		return fmt.Errorf("proxy %s: no acceptable authentication method (%d)", addr, r[1])
+	}
+}
