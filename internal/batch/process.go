@@ -69,11 +69,15 @@ type Processor struct {
 	// MaxGreyAttempts is how many times an address is tried before a
 	// greylisted answer is final (default 3).
 	MaxGreyAttempts int
-	// PerConnection caps the recipients checked on one SMTP connection
-	// (default 50); receiving servers limit recipients per transaction.
+	// PerConnection caps the recipients one SMTP session asks (default
+	// 100): receiving servers limit recipients per transaction, and RFC
+	// 5321 (4.5.3.1.8) has every server take at least 100. Below the cap,
+	// time sizes a session, not a count: see VerifyGroup.
 	PerConnection int
 	// SessionLimit bounds each SMTP session of a group (0: none). A session
-	// that runs past it ends, and no further session of the group starts:
+	// asks addresses while the slowest reply it saw still fits before its
+	// limit (or the context's deadline, if sooner); the rest start the
+	// next session. A session that runs past it anyway ends, and no further session of the group starts:
 	// the answers it received stand, and the addresses it got no answer
 	// about (the one in flight, those after it, the rest of the group) are
 	// our deadline's, not the mailboxes' (contract, section 16). They are
@@ -86,6 +90,10 @@ type Processor struct {
 	// before it tries again (default DefaultExitRetry).
 	ExitRetry time.Duration
 }
+
+// DefaultPerConnection is the default cap on the recipients one SMTP
+// session asks (Processor.PerConnection).
+const DefaultPerConnection = 100
 
 // Group is items of one domain.
 type Group struct {
@@ -159,14 +167,24 @@ func (p *Processor) VerifyGroup(ctx context.Context, startBy time.Time, test boo
 	if maxGrey <= 0 {
 		maxGrey = 3
 	}
+	// Sessions are sized by time: each takes up to PerConnection of the
+	// addresses not yet asked, and the engine asks them while the
+	// session's time (SessionLimit, and the context's deadline) holds
+	// another reply (verify.AskUntil); those it leaves unasked start the
+	// next session. The RCPT commands the caller reserved for the group
+	// (RcptBound) bound them too: each session costs its addresses and at
+	// most one accept-all probe, and what the reservation no longer
+	// covers is left, to be admitted again.
 	per := p.perConnection()
-	for start := 0; start < len(g.Items); start += per {
-		if !startBy.IsZero() && !time.Now().Before(startBy) {
-			o.Left = g.Items[start:]
+	budget := p.RcptBound(len(g.Items))
+	rest := g.Items
+	for len(rest) > 0 {
+		n := min(per, len(rest), budget-1)
+		if n < 1 || (!startBy.IsZero() && !time.Now().Before(startBy)) {
+			o.Left = append(o.Left, rest...)
 			break
 		}
-		end := min(start+per, len(g.Items))
-		chunk := g.Items[start:end]
+		chunk, after := rest[:n], rest[n:]
 		emails := make([]string, len(chunk))
 		for i, it := range chunk {
 			emails[i] = it.Email
@@ -175,11 +193,14 @@ func (p *Processor) VerifyGroup(ctx context.Context, startBy time.Time, test boo
 		if p.SessionLimit > 0 {
 			sctx, cancel = context.WithTimeout(ctx, p.SessionLimit)
 		}
+		dl, limited := sctx.Deadline()
+		if limited {
+			sctx = verify.AskUntil(sctx, dl)
+		}
 		ds := v.VerifyDomain(sctx, emails, mode)
 		// The connection's deadline is the context's own, so the engine
 		// can return an instant before the context's timer marks it done:
 		// the clock says whether the limit was reached.
-		dl, limited := sctx.Deadline()
 		timedOut := sctx.Err() != nil || (limited && !time.Now().Before(dl))
 		cancel()
 		if ctx.Err() != nil {
@@ -193,10 +214,10 @@ func (p *Processor) VerifyGroup(ctx context.Context, startBy time.Time, test boo
 			// The session was refused before any RCPT: nothing was asked,
 			// so the chunk is run again once the provider's pause is over,
 			// at the same attempt.
-			o.Left, o.Throttled = g.Items[start:], true
+			o.Left, o.Throttled = append(o.Left, rest...), true
 			break
 		}
-		var unanswered []evs.Item
+		var unanswered, unasked []evs.Item
 		exitDown := false
 		for i, d := range ds {
 			switch {
@@ -206,6 +227,10 @@ func (p *Processor) VerifyGroup(ctx context.Context, startBy time.Time, test boo
 				// No reply before our time limit: the limit's, not a
 				// fact about the mailbox.
 				unanswered = append(unanswered, chunk[i])
+			case verify.Unasked(d.Checks.SMTP):
+				// The session's time would not hold its reply: never
+				// asked, it goes to the next session.
+				unasked = append(unasked, chunk[i])
 			case throttled && throttledAddress(d):
 				// Throttled on it or before it: no answer about the
 				// mailbox. It waits for the provider's pause, at the same
@@ -217,9 +242,19 @@ func (p *Processor) VerifyGroup(ctx context.Context, startBy time.Time, test boo
 				o.Results = append(o.Results, evs.Result{Seq: chunk[i].Seq, Email: chunk[i].Email, Decision: d})
 			}
 		}
+		// What the session sent: its asked addresses, and the accept-all
+		// probe, which follows an accepted address only.
+		budget -= len(chunk) - len(unasked)
+		for _, d := range ds {
+			if d.Checks.SMTP.CatchAll != "" {
+				budget--
+				break
+			}
+		}
 		if exitDown {
 			// The exit is down for the group's other sessions too.
-			o.ExitDown = append(o.ExitDown, g.Items[end:]...)
+			o.ExitDown = append(o.ExitDown, unasked...)
+			o.ExitDown = append(o.ExitDown, after...)
 			break
 		}
 		if timedOut {
@@ -227,7 +262,7 @@ func (p *Processor) VerifyGroup(ctx context.Context, startBy time.Time, test boo
 			// asked on a server that ran past the limit once. It is tried
 			// again at the next attempt, and ends unknown/timeout only at
 			// the last.
-			unanswered = append(unanswered, g.Items[end:]...)
+			unanswered = append(append(unanswered, unasked...), after...)
 			if attempt+1 < maxGrey {
 				o.Retry = append(o.Retry, unanswered...)
 			} else {
@@ -241,9 +276,15 @@ func (p *Processor) VerifyGroup(ctx context.Context, startBy time.Time, test boo
 			break
 		}
 		if throttled {
-			o.Left, o.Throttled = append(o.Left, g.Items[end:]...), true
+			o.Left, o.Throttled = append(append(o.Left, unasked...), after...), true
 			break
 		}
+		if len(unasked) == len(chunk) {
+			// Not even one reply fitted: no session would do better now.
+			o.Left = append(o.Left, rest...)
+			break
+		}
+		rest = append(unasked, after...)
 	}
 	sort.Slice(o.Results, func(i, j int) bool { return o.Results[i].Seq < o.Results[j].Seq })
 	return o, nil
@@ -304,7 +345,9 @@ func logErr(l *slog.Logger, msg string, b evs.Batch, err error) {
 // RcptBound is the most RCPT commands a group of n addresses sends: one
 // per address, and at most one accept-all probe per session (the engine
 // sends it only when an address was accepted and the domain's answer is
-// not known to the engine's domain facts), with a session per PerConnection addresses.
+// not known to the engine's domain facts), with a session per PerConnection
+// addresses. Sessions cut short by time do not raise it: VerifyGroup spends
+// no more than it, and leaves what it does not cover for a new admission.
 func (p *Processor) RcptBound(n int) int {
 	if n <= 0 {
 		return 0
@@ -339,7 +382,7 @@ func (p *Processor) Fit(items []evs.Item, limit int) (run, rest []evs.Item) {
 
 func (p *Processor) perConnection() int {
 	if p.PerConnection <= 0 {
-		return 50
+		return DefaultPerConnection
 	}
 	return p.PerConnection
 }
