@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -184,6 +185,76 @@ func TestSessionsSizedByTime(t *testing.T) {
 				t.Fatalf("%d answered, %d left, %d to retry of %d", answered, len(o.Left), len(o.Retry), n)
 			}
 			t.Logf("%d sessions, %d RCPT, %d answered, %d left for a new admission", peer.Connections(), rcpts, answered, len(o.Left))
+		})
+	}
+}
+
+// TestGroupSessionsAtOnce: a group of 250 addresses, three sessions' worth,
+// with up to three sessions at once. The sessions beyond the first run
+// only on the slots the caller hands out, each slot goes back, every
+// address is asked once, and the RCPT commands stay within the group's
+// one reservation.
+func TestGroupSessionsAtOnce(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		slots    int // extra slots the caller has
+		wantOpen int // sessions open at once at the server
+	}{
+		{"two more slots: three sessions at once", 2, 3},
+		{"one more slot", 1, 2},
+		{"no slot free: one after another", 0, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			peer, eng := slowPeer(t, 5*time.Millisecond)
+			p := &batch.Processor{Engine: eng, GroupSessions: 3}
+			const n = 250
+			var items []evs.Item
+			for i := range n {
+				items = append(items, evs.Item{Seq: i, Email: fmt.Sprintf("yes%d@slow.example", i), Domain: "slow.example"})
+			}
+			var mu sync.Mutex
+			free, asked := tc.slots, 0
+			extra := func(context.Context) (func(), bool) {
+				mu.Lock()
+				defer mu.Unlock()
+				asked++
+				if free == 0 {
+					return nil, false
+				}
+				free--
+				return func() { mu.Lock(); free++; mu.Unlock() }, true
+			}
+			o, err := p.VerifyGroupWith(context.Background(), time.Time{}, false, evs.ModeFull, batch.Group{Domain: "slow.example", Items: items}, 0, extra)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(o.Results) != n || len(o.Left)+len(o.Retry) != 0 {
+				t.Fatalf("%d results, %d left, %d to retry of %d", len(o.Results), len(o.Left), len(o.Retry), n)
+			}
+			seen := map[string]bool{}
+			for _, r := range o.Results {
+				if seen[r.Email] || r.Decision.Checks.SMTP.Code != 250 {
+					t.Fatalf("%s: twice or unanswered: %+v", r.Email, r.Decision.Checks.SMTP)
+				}
+				seen[r.Email] = true
+			}
+			if got := peer.MaxConcurrent(); got != tc.wantOpen {
+				t.Errorf("%d sessions open at once, want %d", got, tc.wantOpen)
+			}
+			rcpts := 0
+			for _, c := range peer.Commands() {
+				if strings.HasPrefix(strings.ToUpper(c), "RCPT") {
+					rcpts++
+				}
+			}
+			if bound := p.RcptBound(n); rcpts > bound {
+				t.Errorf("%d RCPT commands sent, %d reserved", rcpts, bound)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if free != tc.slots || asked > 2 {
+				t.Errorf("%d of %d slots back, %d asked for (at most 2 beyond the first session)", free, tc.slots, asked)
+			}
 		})
 	}
 }
