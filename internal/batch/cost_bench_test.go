@@ -38,7 +38,8 @@ import (
 // state in memory instead of DynamoDB.
 //
 // Time is scaled: the reply delay, the session limit, the function's
-// timeout and reserve, and the politeness window are all multiplied by
+// timeout and reserve, the politeness window and the retry back-off are
+// all multiplied by
 // scale, and billed seconds are divided by it. The cost is linear in the
 // time spent waiting for replies; BenchmarkWorkerCostScale checks that
 // against a real-scale run.
@@ -143,6 +144,9 @@ func runCost(tb testing.TB, world *costWorld, m costMix, scale float64, tuning c
 		Processor: &batch.Processor{Engine: world.engine, Sandbox: verify.NewSandbox(nil), SessionLimit: sc(time.Minute)},
 		Logger:    slog.New(slog.NewJSONHandler(io.Discard, nil)),
 		Reserve:   sc(90 * time.Second),
+		// A session that runs past its limit sends the rest of its group
+		// to the next attempt, after the back-off, scaled like the rest.
+		GreyBackoff: sc(5 * time.Minute),
 		Polite: &batch.Polite{Parking: newMemParking(), Gate: &politeness.Gate{
 			State: politeness.NewMemoryState(nil), MX: world.engine, Egress: "bench",
 			Window: sc(time.Minute), SlotTTL: sc(6 * time.Minute),
@@ -223,10 +227,19 @@ func runCost(tb testing.TB, world *costWorld, m costMix, scale float64, tuning c
 			}
 		}()
 	}
+	last, lastAt := -1, time.Now()
 	for {
 		got, err := st.Batch(ctx, acct.ID, b.ID)
 		if err != nil {
 			tb.Fatal(err)
+		}
+		if got.Counters.Processed != last {
+			last, lastAt = got.Counters.Processed, time.Now()
+		}
+		if stall := sc(10 * time.Minute); time.Since(lastAt) > stall {
+			// No result for longer than any wait of the worker's: work
+			// was lost.
+			tb.Fatalf("no progress for %s: %+v; queued %s; parked %s", stall, got.Counters, q, w.Polite.Parking)
 		}
 		if got.State == evs.StateCompleted {
 			if got.Counters.Processed != len(items) || got.Counters.Deliverable != len(items) {
@@ -305,11 +318,11 @@ func BenchmarkWorkerCostScale(b *testing.B) {
 }
 
 // costTunings are the worker settings compared side by side: a group's
-// sessions one after another (before), and up to 4 at once, as the worker
+// sessions one after another (before), and two at once, as the worker
 // function runs them (functions/worker).
 var costTunings = []costTuning{
 	{name: "sessions=1", tune: func(w *batch.Worker) { w.Processor.GroupSessions = 1 }},
-	{name: "sessions=4", tune: func(w *batch.Worker) { w.Processor.GroupSessions = 4 }},
+	{name: "sessions=2", tune: func(w *batch.Worker) { w.Processor.GroupSessions = 2 }},
 }
 
 // memQueue is SQS in memory: messages delivered once their delay passed,
@@ -336,6 +349,16 @@ func (q *memQueue) Send(_ context.Context, ms []batch.Message, delay time.Durati
 		q.ready = append(q.ready, queued{m: m, at: at, id: q.next})
 	}
 	return nil
+}
+
+func (q *memQueue) String() string {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	out := fmt.Sprintf("%d:", len(q.ready))
+	for _, r := range q.ready {
+		out += fmt.Sprintf(" %s(%d items, key %q, in %s)", r.m.Kind, len(r.m.Items), r.m.Key, time.Until(r.at).Round(time.Millisecond))
+	}
+	return out
 }
 
 // again puts a message that failed back, visible after d.
@@ -401,6 +424,20 @@ type parked struct {
 
 func newMemParking() *memParking {
 	return &memParking{parked: map[string][]parked{}, wakes: map[string]time.Time{}}
+}
+
+func (p *memParking) String() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := ""
+	for k, es := range p.parked {
+		out += fmt.Sprintf(" %s: %d entries", k, len(es))
+		for _, e := range es {
+			out += fmt.Sprintf(" (due in %s, taken for %s)", time.Until(e.notBefore).Round(time.Millisecond), time.Until(e.takenTill).Round(time.Millisecond))
+		}
+		out += fmt.Sprintf("; wake in %s", time.Until(p.wakes[k]).Round(time.Millisecond))
+	}
+	return out
 }
 
 func (p *memParking) Park(_ context.Context, key string, notBefore time.Time, body string) error {
