@@ -73,17 +73,18 @@ type Processor struct {
 	// PerConnection caps the recipients one SMTP session asks (default
 	// 100): receiving servers limit recipients per transaction, and RFC
 	// 5321 (4.5.3.1.8) has every server take at least 100. Below the cap,
-	// time sizes a session, not a count: see VerifyGroup.
+	// time sizes a session, not a count: see VerifyGroupWith.
 	PerConnection int
-	// SessionLimit bounds each SMTP session of a group (0: none). A session
-	// asks addresses while the slowest reply it saw still fits before its
-	// limit (or the context's deadline, if sooner); the rest start the
-	// next session. A session that runs past it anyway ends, and no further session of the group starts:
-	// the answers it received stand, and the addresses it got no answer
-	// about (the one in flight, those after it, the rest of the group) are
-	// our deadline's, not the mailboxes' (contract, section 16). They are
-	// retried at the next attempt, like greylisted ones, and end
-	// unknown/timeout only at the last.
+	// SessionLimit bounds each SMTP session of a group (0: none). A
+	// session asks addresses while twice the slowest reply it saw still
+	// fits before its limit (or the context's deadline, if sooner); the
+	// ones it leaves unasked start the next session. A session that runs
+	// past it anyway (a server that stalls) ends, and no further session
+	// of the group starts: the answers it received stand, and the
+	// addresses it got no answer about (the one in flight, those after
+	// it, the rest of the group) are our deadline's, not the mailboxes'
+	// (contract, section 16). They are retried at the next attempt, like
+	// greylisted ones, and end unknown/timeout only at the last.
 	SessionLimit time.Duration
 	// GroupSessions is the most SMTP sessions one group runs at once
 	// (default 1) when its caller gives it more session slots
