@@ -72,13 +72,18 @@ func main() {
 		Queue:    sqsqueue.New(sqs.NewFromConfig(awsCfg), cfg.QueueURL),
 		Store:    st,
 		Accounts: st,
-		// Four sessions of a 200-address message fit in the function's
-		// 300 s timeout, so a silent server ends as unknown/timeout
-		// instead of a message redelivered until it dead-letters.
+		// Sessions of a minute fit the function's 300 s timeout, so a
+		// silent server ends as unknown/timeout instead of a message
+		// redelivered until it dead-letters. A group runs its sessions at
+		// once, on session slots of its provider: two for the 200
+		// addresses a work message holds at most, so a group at a slow
+		// server is billed for half the time (BenchmarkWorkerCost,
+		// docs/aws.md).
 		Processor: &batch.Processor{
-			Engine:       metrics.Count(engine, emf),
-			Sandbox:      metrics.Count(verify.NewSandbox(time.Now), emf),
-			SessionLimit: time.Minute,
+			Engine:        metrics.Count(engine, emf),
+			Sandbox:       metrics.Count(verify.NewSandbox(time.Now), emf),
+			SessionLimit:  time.Minute,
+			GroupSessions: 2,
 		},
 		Logger:   logger,
 		Deadline: cfg.BatchDeadline,

@@ -41,7 +41,8 @@ type LocalConfig struct {
 	// Grey, when set, learns per domain the wait that let a greylisted
 	// address through, and schedules a later batch's first retry there.
 	Grey GreyFacts
-	// PerConnection caps recipients per SMTP connection (default 50).
+	// PerConnection caps recipients per SMTP session (default
+	// DefaultPerConnection); time sizes a session below it.
 	PerConnection int
 	// ExitRetry is the wait after our SMTP exit failed (default
 	// DefaultExitRetry).

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"log/slog"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/evs-dev/evs/internal/evs"
@@ -69,23 +70,38 @@ type Processor struct {
 	// MaxGreyAttempts is how many times an address is tried before a
 	// greylisted answer is final (default 3).
 	MaxGreyAttempts int
-	// PerConnection caps the recipients checked on one SMTP connection
-	// (default 50); receiving servers limit recipients per transaction.
+	// PerConnection caps the recipients one SMTP session asks (default
+	// 100): receiving servers limit recipients per transaction, and RFC
+	// 5321 (4.5.3.1.8) has every server take at least 100. Below the cap,
+	// time sizes a session, not a count: see VerifyGroupWith.
 	PerConnection int
-	// SessionLimit bounds each SMTP session of a group (0: none). A session
-	// that runs past it ends, and no further session of the group starts:
-	// the answers it received stand, and the addresses it got no answer
-	// about (the one in flight, those after it, the rest of the group) are
-	// our deadline's, not the mailboxes' (contract, section 16). They are
-	// retried at the next attempt, like greylisted ones, and end
-	// unknown/timeout only at the last.
+	// SessionLimit bounds each SMTP session of a group (0: none). A
+	// session asks addresses while twice the slowest reply it saw still
+	// fits before its limit (or the context's deadline, if sooner); the
+	// ones it leaves unasked start the next session. A session that runs
+	// past it anyway (a server that stalls) ends, and no further session
+	// of the group starts: the answers it received stand, and the
+	// addresses it got no answer about (the one in flight, those after
+	// it, the rest of the group) are our deadline's, not the mailboxes'
+	// (contract, section 16). They are retried at the next attempt, like
+	// greylisted ones, and end unknown/timeout only at the last.
 	SessionLimit time.Duration
+	// GroupSessions is the most SMTP sessions one group runs at once
+	// (default 1) when its caller gives it more session slots
+	// (VerifyGroupWith): a group of 200 addresses at a slow server is
+	// then done, and billed, in a fraction of the time. The sessions
+	// share the group's RCPT reservation.
+	GroupSessions int
 	// Now is the clock of the results the limit writes (default time.Now).
 	Now func() time.Time
 	// ExitRetry is how long a group waits after our SMTP exit failed
 	// before it tries again (default DefaultExitRetry).
 	ExitRetry time.Duration
 }
+
+// DefaultPerConnection is the default cap on the recipients one SMTP
+// session asks (Processor.PerConnection).
+const DefaultPerConnection = 100
 
 // Group is items of one domain.
 type Group struct {
@@ -140,113 +156,260 @@ type Outcome struct {
 // exit failed before it tries again (Processor.ExitRetry).
 const DefaultExitRetry = 30 * time.Second
 
-// VerifyGroup runs one group's SMTP sessions and sorts what came back
+// VerifyGroup runs one group's SMTP sessions, one after another: see
+// VerifyGroupWith.
+func (p *Processor) VerifyGroup(ctx context.Context, startBy time.Time, test bool, mode evs.Mode, g Group, attempt int) (Outcome, error) {
+	return p.VerifyGroupWith(ctx, startBy, test, mode, g, attempt, nil)
+}
+
+// SlotFunc takes a session slot for one more session of a group at once
+// (politeness.Gate.ExtraSlot); ok is false when none is free now.
+type SlotFunc func(ctx context.Context) (release func(), ok bool)
+
+// VerifyGroupWith runs one group's SMTP sessions and sorts what came back
 // (Outcome): verdicts to write, greylisted items to retry at the next
 // attempt (before the last one they give no result), and items left
 // unanswered, which the caller must run again. It starts no session at or
 // after startBy (the zero time: no limit), so that a worker with a deadline
 // can write what it finished before it is stopped. Throttled tells the
 // caller to pause the provider for every worker.
-func (p *Processor) VerifyGroup(ctx context.Context, startBy time.Time, test bool, mode evs.Mode, g Group, attempt int) (o Outcome, err error) {
+//
+// Sessions are sized by time: each takes up to PerConnection of the
+// addresses not yet asked, and the engine asks them while the session's
+// time (SessionLimit, and the context's deadline) holds another reply
+// (verify.AskUntil); those it leaves unasked go to the next session. The
+// RCPT commands the caller reserved for the group (RcptBound) bound them
+// too: each session spends its asked addresses and at most one accept-all
+// probe, and what the reservation no longer covers is left, to be
+// admitted again. With extra set, up to GroupSessions sessions run at
+// once, each beyond the first on a slot extra gives; they share the
+// group's addresses and its reservation.
+func (p *Processor) VerifyGroupWith(ctx context.Context, startBy time.Time, test bool, mode evs.Mode, g Group, attempt int, extra SlotFunc) (Outcome, error) {
 	v := p.Engine
 	if test {
 		v = p.Sandbox
 	}
 	if v == nil {
-		return o, errors.New("batch: no verifier")
+		return Outcome{}, errors.New("batch: no verifier")
 	}
-	maxGrey := p.MaxGreyAttempts
-	if maxGrey <= 0 {
-		maxGrey = 3
+	r := &groupRun{p: p, v: v, test: test, mode: mode, attempt: attempt, startBy: startBy,
+		maxGrey: p.MaxGreyAttempts, per: p.perConnection(), queue: g.Items, budget: p.RcptBound(len(g.Items))}
+	if r.maxGrey <= 0 {
+		r.maxGrey = 3
 	}
-	per := p.perConnection()
-	for start := 0; start < len(g.Items); start += per {
-		if !startBy.IsZero() && !time.Now().Before(startBy) {
-			o.Left = g.Items[start:]
+	r.cond = sync.NewCond(&r.mu)
+	var wg sync.WaitGroup
+	runners := 1
+	if extra != nil {
+		runners = min(max(p.GroupSessions, 1), (len(g.Items)+r.per-1)/r.per)
+	}
+	for i := 1; i < runners; i++ {
+		release, ok := extra(ctx)
+		if !ok {
 			break
 		}
-		end := min(start+per, len(g.Items))
-		chunk := g.Items[start:end]
-		emails := make([]string, len(chunk))
-		for i, it := range chunk {
-			emails[i] = it.Email
-		}
-		sctx, cancel := ctx, context.CancelFunc(func() {})
-		if p.SessionLimit > 0 {
-			sctx, cancel = context.WithTimeout(ctx, p.SessionLimit)
-		}
-		ds := v.VerifyDomain(sctx, emails, mode)
-		// The connection's deadline is the context's own, so the engine
-		// can return an instant before the context's timer marks it done:
-		// the clock says whether the limit was reached.
-		dl, limited := sctx.Deadline()
-		timedOut := sctx.Err() != nil || (limited && !time.Now().Before(dl))
-		cancel()
-		if ctx.Err() != nil {
-			// Cut short (cancel, shutdown): these verdicts are artefacts of
-			// our deadline, not facts about the mailboxes. Leave them for
-			// the next run.
-			return Outcome{Results: o.Results}, ctx.Err()
-		}
-		throttled, refused := throttledSession(test, ds)
-		if refused {
-			// The session was refused before any RCPT: nothing was asked,
-			// so the chunk is run again once the provider's pause is over,
-			// at the same attempt.
-			o.Left, o.Throttled = g.Items[start:], true
-			break
-		}
-		var unanswered []evs.Item
-		exitDown := false
-		for i, d := range ds {
-			switch {
-			case verify.ExitDown(d.Checks.SMTP):
-				o.ExitDown, exitDown = append(o.ExitDown, chunk[i]), true
-			case timedOut && d.Checks.SMTP.Code == 0:
-				// No reply before our time limit: the limit's, not a
-				// fact about the mailbox.
-				unanswered = append(unanswered, chunk[i])
-			case throttled && throttledAddress(d):
-				// Throttled on it or before it: no answer about the
-				// mailbox. It waits for the provider's pause, at the same
-				// attempt, instead of ending unknown.
-				o.Left = append(o.Left, chunk[i])
-			case d.Reason == evs.ReasonGreylisted && attempt+1 < maxGrey:
-				o.Retry = append(o.Retry, chunk[i])
-			default:
-				o.Results = append(o.Results, evs.Result{Seq: chunk[i].Seq, Email: chunk[i].Email, Decision: d})
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer release()
+			r.run(ctx)
+		}()
+	}
+	r.run(ctx)
+	wg.Wait()
+	if ctx.Err() != nil {
+		// Cut short (cancel, shutdown): the verdicts of the sessions under
+		// way are artefacts of our deadline, not facts about the
+		// mailboxes. Leave them for the next run.
+		rs := r.o.Results
+		sort.Slice(rs, func(i, j int) bool { return rs[i].Seq < rs[j].Seq })
+		return Outcome{Results: rs}, ctx.Err()
+	}
+	o := r.o
+	unanswered := r.unanswered
+	switch r.stop {
+	case stopExitDown:
+		// The exit is down for the group's other sessions too.
+		o.ExitDown = append(o.ExitDown, r.queue...)
+	case stopTimedOut:
+		// The answers received stand; the rest of the group is not asked
+		// on a server that ran past the limit once.
+		unanswered = append(unanswered, r.queue...)
+	default:
+		o.Left = append(o.Left, r.queue...)
+	}
+	if len(unanswered) > 0 {
+		// Tried again at the next attempt; unknown/timeout only at the
+		// last.
+		if attempt+1 < r.maxGrey {
+			o.Retry = append(o.Retry, unanswered...)
+		} else {
+			now := time.Now
+			if p.Now != nil {
+				now = p.Now
 			}
-		}
-		if exitDown {
-			// The exit is down for the group's other sessions too.
-			o.ExitDown = append(o.ExitDown, g.Items[end:]...)
-			break
-		}
-		if timedOut {
-			// The answers received stand; the rest of the group is not
-			// asked on a server that ran past the limit once. It is tried
-			// again at the next attempt, and ends unknown/timeout only at
-			// the last.
-			unanswered = append(unanswered, g.Items[end:]...)
-			if attempt+1 < maxGrey {
-				o.Retry = append(o.Retry, unanswered...)
-			} else {
-				now := time.Now
-				if p.Now != nil {
-					now = p.Now
-				}
-				o.Results = append(o.Results, TimeoutResults(unanswered, mode, test, DetailSession, now())...)
-			}
-			o.Throttled = throttled
-			break
-		}
-		if throttled {
-			o.Left, o.Throttled = append(o.Left, g.Items[end:]...), true
-			break
+			o.Results = append(o.Results, TimeoutResults(unanswered, mode, test, DetailSession, now())...)
 		}
 	}
 	sort.Slice(o.Results, func(i, j int) bool { return o.Results[i].Seq < o.Results[j].Seq })
 	return o, nil
+}
+
+// Why a group's sessions stopped before its addresses were all asked, by
+// precedence: what is still unasked then goes where the strongest says.
+const (
+	goOn          = iota
+	stopLeft      // out of time to start, or of RCPT reservation: Left, same attempt
+	stopThrottled // the server asked us to slow down: Left, after the pause
+	stopTimedOut  // a session ran past its limit: the next attempt
+	stopExitDown  // our SMTP exit failed: ExitDown
+)
+
+// groupRun is one group's sessions, one runner per session at once.
+type groupRun struct {
+	p       *Processor
+	v       Verifier
+	test    bool
+	mode    evs.Mode
+	attempt int
+	maxGrey int
+	per     int
+	startBy time.Time
+
+	mu   sync.Mutex
+	cond *sync.Cond
+	// queue is the addresses no session asked yet, budget the RCPT
+	// commands of the reservation not spent (a session under way holds
+	// its worst case), inflight the sessions under way.
+	queue      []evs.Item
+	budget     int
+	inflight   int
+	stop       int
+	o          Outcome
+	unanswered []evs.Item
+}
+
+// run runs sessions until the group's addresses are asked or a stop.
+func (r *groupRun) run(ctx context.Context) {
+	for {
+		chunk, ok := r.take()
+		if !ok {
+			return
+		}
+		r.session(ctx, chunk)
+	}
+}
+
+// take hands out the next session's addresses; it waits while the queue is
+// empty and sessions under way may give some back.
+func (r *groupRun) take() ([]evs.Item, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for r.stop == goOn && len(r.queue) == 0 && r.inflight > 0 {
+		r.cond.Wait()
+	}
+	if r.stop != goOn || len(r.queue) == 0 {
+		return nil, false
+	}
+	n := min(r.per, len(r.queue), r.budget-1)
+	if n < 1 || (!r.startBy.IsZero() && !time.Now().Before(r.startBy)) {
+		r.stop = max(r.stop, stopLeft)
+		r.cond.Broadcast()
+		return nil, false
+	}
+	chunk := r.queue[:n:n]
+	r.queue = r.queue[n:]
+	r.budget -= n + 1 // its addresses and an accept-all probe, at most
+	r.inflight++
+	return chunk, true
+}
+
+// session runs one SMTP session on chunk and sorts its decisions.
+func (r *groupRun) session(ctx context.Context, chunk []evs.Item) {
+	emails := make([]string, len(chunk))
+	for i, it := range chunk {
+		emails[i] = it.Email
+	}
+	sctx, cancel := ctx, context.CancelFunc(func() {})
+	if r.p.SessionLimit > 0 {
+		sctx, cancel = context.WithTimeout(ctx, r.p.SessionLimit)
+	}
+	dl, limited := sctx.Deadline()
+	if limited {
+		sctx = verify.AskUntil(sctx, dl)
+	}
+	ds := r.v.VerifyDomain(sctx, emails, r.mode)
+	// The connection's deadline is the context's own, so the engine can
+	// return an instant before the context's timer marks it done: the
+	// clock says whether the limit was reached.
+	timedOut := sctx.Err() != nil || (limited && !time.Now().Before(dl))
+	cancel()
+
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	defer r.cond.Broadcast()
+	r.inflight--
+	if ctx.Err() != nil {
+		r.stop = max(r.stop, stopLeft) // the caller keeps only what came before
+		return
+	}
+	throttled, refused := throttledSession(r.test, ds)
+	if refused {
+		// Refused before any RCPT: nothing was asked, so the chunk runs
+		// again once the provider's pause is over, at the same attempt.
+		r.queue = append(chunk, r.queue...)
+		r.budget += len(chunk) + 1
+		r.o.Throttled, r.stop = true, max(r.stop, stopThrottled)
+		return
+	}
+	var unasked []evs.Item
+	reason := goOn
+	for i, d := range ds {
+		switch {
+		case verify.ExitDown(d.Checks.SMTP):
+			r.o.ExitDown, reason = append(r.o.ExitDown, chunk[i]), stopExitDown
+		case timedOut && d.Checks.SMTP.Code == 0:
+			// No reply before our time limit: the limit's, not a fact
+			// about the mailbox.
+			r.unanswered = append(r.unanswered, chunk[i])
+		case verify.Unasked(d.Checks.SMTP):
+			// The session's time would not hold its reply: never asked,
+			// it goes to the next session.
+			unasked = append(unasked, chunk[i])
+		case throttled && throttledAddress(d):
+			// Throttled on it or before it: no answer about the mailbox.
+			// It waits for the provider's pause, at the same attempt,
+			// instead of ending unknown.
+			r.o.Left = append(r.o.Left, chunk[i])
+		case d.Reason == evs.ReasonGreylisted && r.attempt+1 < r.maxGrey:
+			r.o.Retry = append(r.o.Retry, chunk[i])
+		default:
+			r.o.Results = append(r.o.Results, evs.Result{Seq: chunk[i].Seq, Email: chunk[i].Email, Decision: d})
+		}
+	}
+	// What the session did not send goes back to the reservation: the
+	// addresses it left unasked, and the accept-all probe unless an
+	// accepted address called for it.
+	r.budget += len(unasked) + 1
+	for _, d := range ds {
+		if d.Checks.SMTP.CatchAll != "" {
+			r.budget--
+			break
+		}
+	}
+	switch {
+	case reason == stopExitDown:
+	case timedOut:
+		reason = stopTimedOut
+	case throttled:
+		reason = stopThrottled
+	case len(unasked) == len(chunk):
+		// Not even one reply fitted: no session would do better now.
+		reason = stopLeft
+	}
+	r.o.Throttled = r.o.Throttled || throttled
+	r.queue = append(unasked, r.queue...)
+	r.stop = max(r.stop, reason)
 }
 
 // throttledAddress tells whether a decision carries no answer about its
@@ -304,7 +467,9 @@ func logErr(l *slog.Logger, msg string, b evs.Batch, err error) {
 // RcptBound is the most RCPT commands a group of n addresses sends: one
 // per address, and at most one accept-all probe per session (the engine
 // sends it only when an address was accepted and the domain's answer is
-// not known to the engine's domain facts), with a session per PerConnection addresses.
+// not known to the engine's domain facts), with a session per PerConnection
+// addresses. Sessions cut short by time do not raise it: VerifyGroup spends
+// no more than it, and leaves what it does not cover for a new admission.
 func (p *Processor) RcptBound(n int) int {
 	if n <= 0 {
 		return 0
@@ -339,7 +504,7 @@ func (p *Processor) Fit(items []evs.Item, limit int) (run, rest []evs.Item) {
 
 func (p *Processor) perConnection() int {
 	if p.PerConnection <= 0 {
-		return 50
+		return DefaultPerConnection
 	}
 	return p.PerConnection
 }

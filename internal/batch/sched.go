@@ -6,8 +6,8 @@ import (
 
 // The LocalQueue shares its slots between tenants. A slot runs one
 // delivery: one message, which for work is one domain group of a batch,
-// whose SMTP sessions (PerConnection addresses each) run one after
-// another. Deliveries wait in their batch's queue; a free slot goes to the
+// whose SMTP sessions (sized by time, at most PerConnection addresses
+// each) run one after another. Deliveries wait in their batch's queue; a free slot goes to the
 // next account in round-robin order that has one ready, and inside that
 // account to its next batch in round-robin order. So an account with one
 // batch gets as many slots as an account with ten, and a batch of 50,000

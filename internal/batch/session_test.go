@@ -2,7 +2,9 @@ package batch_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -90,5 +92,169 @@ func TestSessionLimitKeepsAnswers(t *testing.T) {
 				t.Errorf("last attempt: %s %s %+v, want timeout with the session detail", e, d.Reason, d.Checks.SMTP)
 			}
 		}
+	}
+}
+
+// slowPeer is a loopback MTA for domain slow.example that waits delay
+// before every reply, accepts addresses that start with "yes" and rejects
+// the rest, and the engine that probes it.
+func slowPeer(t *testing.T, delay time.Duration) (*testkit.SMTPServer, *verify.Engine) {
+	t.Helper()
+	peer := testkit.StartSMTP(t, testkit.SMTPOptions{Delay: delay, Rcpt: func(addr string) string {
+		if strings.HasPrefix(addr, "yes") {
+			return "250 2.1.5 OK"
+		}
+		return "550 5.1.1 no such user"
+	}})
+	dns := testkit.StartDNS(t)
+	dns.AddRecord("slow.example. 300 IN MX 10 mx.slow.example.")
+	dns.AddRecord("mx.slow.example. 300 IN A 127.0.0.1")
+	res, err := dnscheck.New(dnscheck.Config{Servers: []string{dns.Addr}, Timeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	loopback, err := config.ParseEgress("127.0.0.0/8")
+	if err != nil {
+		t.Fatal(err)
+	}
+	probe, err := smtpprobe.New(smtpprobe.Config{HELO: "probe.evs.test", Port: peer.Port, Resolver: res, Egress: loopback, ReplyTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, err := verify.New(verify.Config{Resolver: res, Prober: verify.SMTP(probe)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return peer, eng
+}
+
+// TestSessionsSizedByTime: a group below the per-session cap, at a server
+// that answers each command after 50 ms, with sessions of 1 s. Time, not
+// the count, sizes each session: the group takes several sessions, each
+// asks what its time holds and leaves the rest unasked for the next, and
+// no address ends on our clock. The RCPT commands sent stay within the
+// group's reservation (RcptBound), the accept-all probe of every session
+// counted; what the reservation no longer covers is left, never asked,
+// for a new admission.
+func TestSessionsSizedByTime(t *testing.T) {
+	cases := []struct {
+		name   string
+		prefix func(i int) string
+	}{
+		{"all rejected: no accept-all probe", func(int) string { return "no" }},
+		{"every third accepted: a probe per session", func(i int) string {
+			if i%3 == 0 {
+				return "yes"
+			}
+			return "no"
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			peer, eng := slowPeer(t, 50*time.Millisecond)
+			p := &batch.Processor{Engine: eng, SessionLimit: time.Second}
+			const n = 40
+			var items []evs.Item
+			for i := range n {
+				items = append(items, evs.Item{Seq: i, Email: fmt.Sprintf("%s%d@slow.example", tc.prefix(i), i), Domain: "slow.example"})
+			}
+			o, err := p.VerifyGroup(context.Background(), time.Time{}, false, evs.ModeFull, batch.Group{Domain: "slow.example", Items: items}, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if peer.Connections() < 2 {
+				t.Fatalf("%d session(s) for %d addresses at 50 ms a reply in 1 s sessions: the count sized them, not the time", peer.Connections(), n)
+			}
+			rcpts := 0
+			for _, c := range peer.Commands() {
+				if strings.HasPrefix(strings.ToUpper(c), "RCPT") {
+					rcpts++
+				}
+			}
+			if bound := p.RcptBound(n); rcpts > bound {
+				t.Fatalf("%d RCPT commands sent, %d reserved", rcpts, bound)
+			}
+			answered := 0
+			for _, r := range o.Results {
+				if r.Decision.Checks.SMTP.Code == 0 || r.Decision.Reason == evs.ReasonTimeout {
+					t.Errorf("%s ended on our clock: %s %+v", r.Email, r.Decision.Reason, r.Decision.Checks.SMTP)
+				}
+				answered++
+			}
+			if len(o.Retry) != 0 || answered+len(o.Left) != n || answered < n/2 {
+				t.Fatalf("%d answered, %d left, %d to retry of %d", answered, len(o.Left), len(o.Retry), n)
+			}
+			t.Logf("%d sessions, %d RCPT, %d answered, %d left for a new admission", peer.Connections(), rcpts, answered, len(o.Left))
+		})
+	}
+}
+
+// TestGroupSessionsAtOnce: a group of 250 addresses, three sessions' worth,
+// with up to three sessions at once. The sessions beyond the first run
+// only on the slots the caller hands out, each slot goes back, every
+// address is asked once, and the RCPT commands stay within the group's
+// one reservation.
+func TestGroupSessionsAtOnce(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		slots    int // extra slots the caller has
+		wantOpen int // sessions open at once at the server
+	}{
+		{"two more slots: three sessions at once", 2, 3},
+		{"one more slot", 1, 2},
+		{"no slot free: one after another", 0, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			peer, eng := slowPeer(t, 5*time.Millisecond)
+			p := &batch.Processor{Engine: eng, GroupSessions: 3}
+			const n = 250
+			var items []evs.Item
+			for i := range n {
+				items = append(items, evs.Item{Seq: i, Email: fmt.Sprintf("yes%d@slow.example", i), Domain: "slow.example"})
+			}
+			var mu sync.Mutex
+			free, asked := tc.slots, 0
+			extra := func(context.Context) (func(), bool) {
+				mu.Lock()
+				defer mu.Unlock()
+				asked++
+				if free == 0 {
+					return nil, false
+				}
+				free--
+				return func() { mu.Lock(); free++; mu.Unlock() }, true
+			}
+			o, err := p.VerifyGroupWith(context.Background(), time.Time{}, false, evs.ModeFull, batch.Group{Domain: "slow.example", Items: items}, 0, extra)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(o.Results) != n || len(o.Left)+len(o.Retry) != 0 {
+				t.Fatalf("%d results, %d left, %d to retry of %d", len(o.Results), len(o.Left), len(o.Retry), n)
+			}
+			seen := map[string]bool{}
+			for _, r := range o.Results {
+				if seen[r.Email] || r.Decision.Checks.SMTP.Code != 250 {
+					t.Fatalf("%s: twice or unanswered: %+v", r.Email, r.Decision.Checks.SMTP)
+				}
+				seen[r.Email] = true
+			}
+			if got := peer.MaxConcurrent(); got != tc.wantOpen {
+				t.Errorf("%d sessions open at once, want %d", got, tc.wantOpen)
+			}
+			rcpts := 0
+			for _, c := range peer.Commands() {
+				if strings.HasPrefix(strings.ToUpper(c), "RCPT") {
+					rcpts++
+				}
+			}
+			if bound := p.RcptBound(n); rcpts > bound {
+				t.Errorf("%d RCPT commands sent, %d reserved", rcpts, bound)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if free != tc.slots || asked > 2 {
+				t.Errorf("%d of %d slots back, %d asked for (at most 2 beyond the first session)", free, tc.slots, asked)
+			}
+		})
 	}
 }

@@ -142,7 +142,20 @@ func (s stepper) run(ctx context.Context, t task, startBy time.Time) (d stepDone
 			d.wait, d.until = rest, s.gateNow().Add(s.gate.RcptWindow())
 		}
 	}
-	o, err := s.proc.VerifyGroup(ctx, startBy, t.test, t.b.Mode, g, t.attempt)
+	var extra SlotFunc
+	if d.key != "" && ticket.OK && s.proc.GroupSessions > 1 {
+		// Further sessions of the group at once, each on a slot of its
+		// own; the ticket reserved the RCPT commands of them all.
+		key := d.key
+		extra = func(ctx context.Context) (func(), bool) {
+			release, ok, err := s.gate.ExtraSlot(ctx, key)
+			if err != nil {
+				s.logger.Warn("politeness: no further session slot", slog.String("key", key), slog.String("error", err.Error()))
+			}
+			return release, ok && err == nil
+		}
+	}
+	o, err := s.proc.VerifyGroupWith(ctx, startBy, t.test, t.b.Mode, g, t.attempt, extra)
 	until, perr := ticket.Done(ctx, o.Throttled)
 	switch {
 	case perr != nil:

@@ -192,6 +192,26 @@ func (g *Gate) Admit(ctx context.Context, key string, rcpts int) (Ticket, error)
 	}}, nil
 }
 
+// ExtraSlot takes one more session slot of key, without reserving RCPT
+// commands, for a further session at once of a group Admit let in: that
+// ticket reserved the RCPT commands of all the group's sessions
+// (batch.Processor.RcptBound), so the rate limit holds, and every session
+// still holds a slot, so the session limit does. ok is false when the
+// provider is paused or its slots are in use.
+func (g *Gate) ExtraSlot(ctx context.Context, key string) (release func(), ok bool, err error) {
+	st := g.state()
+	until, _, err := st.PauseState(ctx, key)
+	if err != nil {
+		return nil, false, fmt.Errorf("politeness: read the pause of %s: %w", key, err)
+	}
+	if until.After(g.now()) {
+		return nil, false, nil
+	}
+	sessions, _ := g.Limits.ForKey(key)
+	release, ok, err = st.AcquireSlot(ctx, key, sessions, g.HoldFor())
+	return release, ok, wrap(err, "take a session slot", key)
+}
+
 func wrap(err error, what, key string) error {
 	if err == nil {
 		return nil

@@ -176,3 +176,48 @@ func TestGateWaitBounds(t *testing.T) {
 		})
 	}
 }
+
+// TestExtraSlot: a group's further sessions take session slots like any
+// session, and no RCPT commands: with 3 slots and a budget spent by the
+// admitted group, two more sessions open and a third does not; one that
+// goes back lets another open; a pause refuses them, in memory and in a
+// State of its own alike.
+func TestExtraSlot(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		state politeness.State
+	}{{"memory", nil}, {"a State", politeness.NewMemoryState(nil)}} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			g := &politeness.Gate{State: tc.state, Limits: politeness.Limits{Sessions: map[string]int{"*": 3}, RcptPerMin: map[string]int{"*": 10}}}
+			const key = "k|direct"   // admit's
+			first := admit(t, g, 10) // the whole budget
+			var releases []func()
+			for i := range 3 {
+				release, ok, err := g.ExtraSlot(ctx, key)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if ok != (i < 2) {
+					t.Fatalf("extra slot %d: ok %v with 3 slots", i+1, ok)
+				}
+				if ok {
+					releases = append(releases, release)
+				}
+			}
+			releases[0]()
+			release, ok, err := g.ExtraSlot(ctx, key)
+			if err != nil || !ok {
+				t.Fatalf("a slot went back, yet: %v %v", ok, err)
+			}
+			release()
+			releases[1]()
+			if _, err := first.Done(ctx, true); err != nil { // throttled: paused
+				t.Fatal(err)
+			}
+			if _, ok, err := g.ExtraSlot(ctx, key); ok || err != nil {
+				t.Fatalf("paused provider: ok %v, %v", ok, err)
+			}
+		})
+	}
+}

@@ -113,3 +113,14 @@ func (m *memory) ClearPause(_ context.Context, key string, now time.Time) error 
 	}
 	return nil
 }
+
+// NewMemoryState returns a State in this process's memory, on clock now
+// (nil: time.Now): what a Gate with no State uses, for code that needs the
+// State itself, such as a benchmark that parks work as the AWS worker
+// does, without DynamoDB.
+func NewMemoryState(now func() time.Time) State {
+	if now == nil {
+		now = time.Now
+	}
+	return &memory{now: now, keys: map[string]*memKey{}}
+}

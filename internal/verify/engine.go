@@ -381,7 +381,11 @@ func (e *Engine) probe(ctx context.Context, domain string, mail dnscheck.MailRes
 		}
 		defer func() { end(throttled(ds)) }()
 	}
+	opened := time.Now()
 	sess, err := e.cfg.Prober.Open(ctx, domain, hosts)
+	// The slowest reply seen so far sizes the session by time (AskUntil):
+	// opening waited for at least three (banner, EHLO, MAIL).
+	reply := time.Since(opened) / 3
 	if pe := (*smtpprobe.ProbeError)(nil); errors.As(err, &pe) && pe.NotPublic {
 		// A domain that names only internal addresses has no mail
 		// server we may reach: that is what the DNS says, not a
@@ -418,11 +422,25 @@ func (e *Engine) probe(ctx context.Context, domain string, mail dnscheck.MailRes
 	// facts know is asked then too, so a group with no accepted address
 	// costs no lookup.
 	catchAll, remembered := "", false
+	until, budgeted := askUntil(ctx)
 	for i, d := range ds {
+		if budgeted && !fits(until, reply, catchAll == "") {
+			// The session's time would likely end during this address's
+			// reply: it and the rest are left unasked, for another
+			// session, instead of a reply cut off by the deadline.
+			for _, rest := range ds[i:] {
+				rest.Checks.SMTP = evs.SMTPCheck{Result: evs.SMTPTimeout, Host: sess.Host(), Provider: provider, TLS: sess.TLS(), Detail: detailOutOfTime}
+			}
+			return
+		}
+		asked := time.Now()
 		c := rcptCheck(ctx, sess, d.Normalized)
+		reply = max(reply, time.Since(asked))
 		if c.Result == evs.SMTPAccepted {
 			if catchAll == "" {
+				asked = time.Now()
 				catchAll, remembered = e.acceptAll(ctx, sess, domain)
+				reply = max(reply, time.Since(asked))
 			}
 			c.CatchAll = catchAll
 			switch catchAll {

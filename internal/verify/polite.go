@@ -19,6 +19,11 @@ const detailOpenTryLater = "the mail hosts asked us to try again later"
 // it apart from an answer.
 const detailNotAsked = "not asked: the server asked us to slow down before this address"
 
+// detailOutOfTime is the SMTP detail of an address a session left
+// unasked because its time budget (AskUntil) would not have held the
+// reply: Unasked tells it apart from an answer.
+const detailOutOfTime = "not asked: the session's time budget ran out before this address"
+
 // DetailExitDown is the SMTP detail of an address whose session could not
 // open because our own SMTP exit (EVS_SMTP_PROXY) failed: ExitDown tells
 // it apart from a fact about the receiving server.

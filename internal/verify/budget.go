@@ -1,0 +1,50 @@
+package verify
+
+import (
+	"context"
+	"time"
+
+	"github.com/evs-dev/evs/internal/evs"
+)
+
+// A batch sizes an SMTP session by time, not by a count of addresses: it
+// gives the session an instant to be done by (its SMTP session limit, the
+// invocation's and the batch's deadlines), and the engine asks one more
+// address only while the slowest reply the session has seen would still
+// fit, twice over. What it does not ask it leaves unasked (Unasked), for
+// the batch to ask on another session; no reply is cut off half way and
+// no answer is lost to the clock.
+
+type askUntilKey struct{}
+
+// AskUntil returns a context under which the engine's SMTP sessions ask
+// no address whose reply would likely arrive after t. Without it a
+// session asks every address it is given.
+func AskUntil(ctx context.Context, t time.Time) context.Context {
+	if cur, ok := askUntil(ctx); ok && cur.Before(t) {
+		return ctx
+	}
+	return context.WithValue(ctx, askUntilKey{}, t)
+}
+
+func askUntil(ctx context.Context) (time.Time, bool) {
+	t, ok := ctx.Value(askUntilKey{}).(time.Time)
+	return t, ok
+}
+
+// Unasked tells whether an SMTP check records an address a session left
+// unasked because its time budget (AskUntil) would not hold the reply:
+// nothing is known about the mailbox, and it was sent no RCPT.
+func Unasked(c evs.SMTPCheck) bool { return c.Detail == detailOutOfTime }
+
+// fits tells whether one more RCPT fits before until when replies take up
+// to reply each: twice the slowest reply, as a reply may be slower than
+// any so far, and twice that again when an accepted answer would be
+// followed by the accept-all probe.
+func fits(until time.Time, reply time.Duration, probe bool) bool {
+	need := 2 * reply
+	if probe {
+		need *= 2
+	}
+	return time.Until(until) >= need
+}
