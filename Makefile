@@ -6,7 +6,7 @@ STATICCHECK := $(GOBIN)/staticcheck
 FUNCTIONS := verify requests authorizer worker
 PKGS := ./...
 
-.PHONY: run test unit lint vet fmt-check staticcheck cfn-lint bench bench-http fuzz build deploy sam-local clean check-go dante mta chromium
+.PHONY: run test unit ts-check ts-types lint vet fmt-check staticcheck cfn-lint bench bench-http fuzz build deploy sam-local clean check-go dante mta chromium
 
 check-go:
 	@command -v $(GO) >/dev/null 2>&1 || { echo "make: Go is required (1.26 or newer): see https://go.dev/doc/install" >&2; exit 1; }
@@ -22,12 +22,29 @@ run: check-go
 ## against moto_server, SMTP-through-SOCKS5 tests through danted, the
 ## verdicts through a real Postfix and postgrey, the console in a headless
 ## Chromium)
-test: check-go fmt-check vet cfn-lint dante mta chromium
+test: check-go fmt-check vet cfn-lint ts-check dante mta chromium
 	./infra/scripts/with-moto.sh ./infra/scripts/with-socks5.sh $(GO) test -race -count=1 -timeout 30m $(PKGS)
 
 ## unit: the tests alone, without the template lint
 unit: check-go dante mta chromium
 	./infra/scripts/with-moto.sh ./infra/scripts/with-socks5.sh $(GO) test -race -count=1 -timeout 30m $(PKGS)
+
+## ts-check: the TypeScript types of the API (api/typescript/evs.d.ts,
+## generated from api/openapi.yaml by openapi-typescript) are current and,
+## with a typed example of their use, pass tsc --strict
+ts-check: ts-deps
+	@cd api/typescript && npx --no-install openapi-typescript ../openapi.yaml -o .evs.d.ts.new >/dev/null 2>&1 \
+	  && { cmp -s evs.d.ts .evs.d.ts.new || { rm -f .evs.d.ts.new; echo "make: api/typescript/evs.d.ts is stale: run make ts-types" >&2; exit 1; }; } \
+	  && rm -f .evs.d.ts.new && npx --no-install tsc -p tsconfig.json
+
+## ts-types: regenerate api/typescript/evs.d.ts from api/openapi.yaml
+ts-types: ts-deps
+	cd api/typescript && npx --no-install openapi-typescript ../openapi.yaml -o evs.d.ts
+
+# ts-deps: openapi-typescript and tsc, at the versions of package-lock.json.
+ts-deps:
+	@command -v npm >/dev/null 2>&1 || { echo "make: the TypeScript check needs Node.js and npm: apt-get install -y nodejs npm" >&2; exit 1; }
+	@[ -x api/typescript/node_modules/.bin/tsc ] || (cd api/typescript && npm ci --no-audit --no-fund >/dev/null) || { echo "make: npm ci failed in api/typescript" >&2; exit 1; }
 
 # dante: the SOCKS5 server of the tests (Debian package dante-server), installed
 # when missing; apt-get update only when the plain install fails.
