@@ -466,7 +466,7 @@ export interface components {
             requestId: string;
             /** Format: uuid */
             uploadId: string;
-            /** @description Where to send the list, with `method` and the declared Content-Type, no API key. On AWS an S3 pre-signed URL; on evs serve a URL of the server itself (`/v1/uploads/{id}?token=...`, the token being the credential), which takes the body at 16 KiB/s at least over every 10 s and in 10 min at most (else 400 `invalid_request` and the connection is closed). It works until `expiresAt`; a second PUT before the batch is created replaces the list. */
+            /** @description Where to send the list, with `method` and the declared Content-Type, no API key. On AWS an S3 pre-signed URL; on evs serve a URL of the server itself (`/v1/uploads/{id}?token=...`, the token being the credential), which takes the body at 16 KiB/s at least over every 10 s and in 10 min at most (else 400 `invalid_request` and the connection is closed). It works until `expiresAt`; a second PUT before the batch is created replaces the list; one sent while another is still arriving is 409 `invalid_state` (one PUT at a time per upload). */
             url: string;
             /** @enum {string} */
             method: "PUT";

@@ -79,6 +79,10 @@ type edge struct {
 	exports exportStore
 	// bodies bounds the bytes of large bodies read and handled at once.
 	bodies *bodyGate
+	// receiving holds the ids of the uploads whose list is arriving: one
+	// PUT at a time per upload, so an account's PUTs at once are at most
+	// its open uploads (contract, section 16).
+	receiving sync.Map
 }
 
 // Local settings API Gateway has no counterpart of.

@@ -111,6 +111,12 @@ func (g *edge) receiveUpload(w http.ResponseWriter, r *http.Request, c *api.Call
 		fail(evs.Errorf(evs.CodePayloadTooLarge, "The upload is larger than %d bytes.", evs.UploadMaxBytes))
 		return
 	}
+	if _, busy := g.receiving.LoadOrStore(id, struct{}{}); busy {
+		w.Header().Set("Connection", "close")
+		fail(evs.Errorf(evs.CodeInvalidState, "This upload's list is being sent by another request; wait for it to end, then send again if needed."))
+		return
+	}
+	defer g.receiving.Delete(id)
 	ct, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if err != nil {
 		ct = ""
