@@ -31,8 +31,11 @@ import (
 // Records end at LF, CRLF, or a lone CR (files saved with old Mac line
 // endings). The text must be UTF-8 (a UTF-8 byte-order mark is skipped); a
 // UTF-16 file (Excel's "Unicode text"), a NUL byte or an invalid byte is a
-// *listError saying so, as are quotes that RFC 4180 does not allow; the
-// line it names is where the problem starts.
+// *listError saying so, as is a quote never closed or one whose field ran
+// over line breaks into text; the line it names is where the quote opened.
+// Other quotes RFC 4180 does not allow are read as spreadsheets do: a
+// quote inside a field is kept, text after a closing quote is appended,
+// and the row is verified as written.
 func ReadListCSV(r io.Reader, lim ListLimits, lay CSVLayout, add func(addr string) error) error {
 	maxRecord := lim.MaxRecordBytes
 	if maxRecord <= 0 {
@@ -342,16 +345,19 @@ func (s *csvScanner) unquoted(c byte) error {
 		s.pendingCR = true
 		return s.endRecord()
 	}
-	if s.closed {
-		if s.quoteLine != s.line {
-			return listErrorf("The CSV file is malformed at line %d: a quote opened there closes at line %d and is followed by text.", s.quoteLine, s.line)
-		}
-		return listErrorf("The CSV file is malformed at line %d: a quoted field is followed by text.", s.line)
+	// Quotes RFC 4180 does not allow within one line are read as
+	// spreadsheets read them: the row is kept, and an address cell they
+	// touch is verified as written (invalid_syntax, not a 400 for the
+	// whole file). A quoted field that ran over line breaks before its
+	// text is refused: it has swallowed rows.
+	if s.closed && s.quoteLine != s.line {
+		return listErrorf("The CSV file is malformed at line %d: a quote opened there closes at line %d and is followed by text.", s.quoteLine, s.line)
+	}
+	if c == '"' && !s.fieldStart {
+		s.keep(c) // a quote inside a field that does not start with one
+		return nil
 	}
 	if c == '"' {
-		if !s.fieldStart {
-			return listErrorf("The CSV file is malformed at line %d: a quote inside a field that does not start with one.", s.line)
-		}
 		s.fieldStart, s.quoted, s.inQuotes, s.quoteLine = false, true, true, s.line
 		return nil
 	}

@@ -391,6 +391,8 @@ func TestBatchCSVColumns(t *testing.T) {
 			[]string{"accepted_email@x.example", "rejected_email@x.example"}},
 		{"Excel's semicolons", "", "Name;E-Mail\nSmith, Bob;accepted_email@x.example\n",
 			[]string{"accepted_email@x.example"}},
+		{"a stray quote is one bad row, not a bad file", "", "email\naccepted_email@x.example\nbad\"row@x.example\nrejected_email@x.example\n",
+			[]string{"accepted_email@x.example", "bad\"row@x.example", "rejected_email@x.example"}},
 		{"named column and delimiter", "?column=2&delimiter=tab", "work\thome\na@work.example\taccepted_email@home.example\n",
 			[]string{"accepted_email@home.example"}},
 	} {
