@@ -573,6 +573,7 @@ func (w *scaleWorld) get(account, resource, id string, query, headers map[string
 	if err != nil {
 		w.t.Fatalf("GET %s: %v", path, err)
 	}
+	checkContract(w.t, path, query, resp)
 	return resp
 }
 
