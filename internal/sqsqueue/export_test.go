@@ -158,15 +158,23 @@ func TestExportJob(t *testing.T) {
 		return w.get(w.acct, "/v1/requests/{id}/results", id, q, map[string]string{"Accept": "text/csv"})
 	}
 	q := map[string]string{"status": "deliverable,risky", "minScore": "1"}
+	mark := time.Now()
 	first := csvGet(q)
 	checkRunning(t, first)
+	t.Logf("the ask that starts a job: %s", ops(w.log.since(mark)))
 	// The same filters, written another way, on the unchanged batch.
+	mark = time.Now()
 	checkRunning(t, csvGet(map[string]string{"minScore": "01", "status": "risky,deliverable"}))
+	t.Logf("a poll while it runs: %s", ops(w.log.since(mark)))
+	mark = time.Now()
 	bodies := w.work()
+	t.Logf("the worker's run: %s", ops(w.log.since(mark)))
 	if len(bodies) != 1 || !strings.Contains(bodies[0], `"kind":"export"`) {
 		t.Fatalf("messages after two asks: %q, want one export", bodies)
 	}
+	mark = time.Now()
 	done := csvGet(q)
+	t.Logf("the poll that finds it done: %s", ops(w.log.since(mark)))
 	if done.StatusCode != http.StatusSeeOther || done.Headers["Location"] == "" {
 		t.Fatalf("after the worker: %d %v %s", done.StatusCode, done.Headers, done.Body)
 	}
