@@ -995,9 +995,9 @@ func (h *Handler) origin(req *request) string {
 // Exports stores a CSV result list, as write writes it (a page of results
 // at a time: never the whole list in memory), and returns a URL it can be
 // downloaded from without a key until expires: `evs serve`'s own
-// /v1/exports/{id}?token=... (on AWS an export is a job: ExportJobs). origin is
-// the API's own origin ("https://host:port") for a store whose URL is the
-// server's. An error write returns is returned as it is.
+// /v1/exports/{id}?token=... (on AWS an export is a job: ExportJobs).
+// origin is the API's own origin ("https://host:port") for a store whose
+// URL is the server's. An error write returns is returned as it is.
 type Exports interface {
 	Export(ctx context.Context, accountID, batchID, origin string, write func(w io.Writer) error) (url string, expires time.Time, err error)
 }
