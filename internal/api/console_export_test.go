@@ -15,9 +15,11 @@ import (
 // TestConsoleWaitsForExportJobsInBrowser: on AWS a large CSV is an export
 // job, answered 202 with Retry-After until the worker has written it. In
 // front of a real server, a stand-in answers the first ask of each CSV
-// route so; the console must wait and ask again — for the reasons'
-// breakdown (results as text/csv) and for a download (the export link) —
-// and end with the API's CSV, not the 202's body.
+// route so. For the reasons' breakdown the console must turn from the
+// results route's 202 to the export route (the same job, whose link it
+// fetches without the key), wait through that route's 202, and count the
+// API's CSV; for a download it asks the export link again until it is
+// ready, and saves the API's CSV, not the 202's body.
 func TestConsoleWaitsForExportJobsInBrowser(t *testing.T) {
 	s := startStack(t)
 	target, err := url.Parse(s.base)
@@ -66,8 +68,22 @@ func TestConsoleWaitsForExportJobsInBrowser(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if asked["export"] != 2 || asked["csv"] < 2 {
-		t.Errorf("asks: %v, want the export link asked twice (202, then 200) and the CSV at least twice", asked)
+	// The CSV once (202), then the export link: 202, 200 for the
+	// breakdown; 200 for the download.
+	if asked["export"] != 3 || asked["csv"] != 1 {
+		t.Errorf("asks: %v, want the results CSV asked once and the export link three times", asked)
+	}
+	var links int
+	for _, r := range p.log.sent(0) {
+		if strings.Contains(r, "/v1/exports/") {
+			links++
+			if p.log.withKey(r) {
+				t.Errorf("the key went with %s", r)
+			}
+		}
+	}
+	if links != 2 {
+		t.Errorf("%d export files fetched, want 2 (the breakdown, the download)", links)
 	}
 	p.done()
 }

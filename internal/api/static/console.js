@@ -515,6 +515,25 @@
     };
   }
 
+  // resultsCSV resolves with a Response streaming the batch's results as
+  // CSV. On AWS a list too long for a reply is an export job (202): the
+  // export route shares the job and answers its link, fetched without
+  // the key, whereas following the results route's 303 would send the
+  // key to S3 (and fail its CORS preflight).
+  function resultsCSV() {
+    return call("GET", resultsPath(""), undefined, undefined, "text/csv").then(function (res) {
+      if (res.status !== 202) { return res; }
+      return ready(resultsPath("", "", "export")).then(function (r) { return r.json(); }).then(function (link) {
+        return fetch(link.url, { cache: "no-store", credentials: "omit" })
+          .catch(function () { throw { text: "Could not read the results: check the connection and try again." }; })
+          .then(function (r) {
+            if (!r.ok) { throw { text: "The results link answered " + r.status + "; try again." }; }
+            return r;
+          });
+      });
+    });
+  }
+
   // loadReasons reads the batch's results as CSV, a stream the page does
   // not keep, and draws the count of each reason.
   function loadReasons(id) {
@@ -522,7 +541,7 @@
     clear(box);
     $("reasons-state").textContent = "Counting the reasons…";
     var counter = csvCounter(), said = Date.now();
-    ready(resultsPath(""), "text/csv").then(function (res) {
+    resultsCSV().then(function (res) {
       var reader = res.body.getReader(), dec = new TextDecoder();
       function next() {
         return reader.read().then(function (part) {
