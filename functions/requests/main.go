@@ -17,6 +17,7 @@ import (
 
 	"github.com/evs-dev/evs/internal/api"
 	"github.com/evs-dev/evs/internal/awsinit"
+	"github.com/evs-dev/evs/internal/batch"
 	"github.com/evs-dev/evs/internal/config"
 	"github.com/evs-dev/evs/internal/dynamostore"
 	"github.com/evs-dev/evs/internal/evs"
@@ -24,6 +25,7 @@ import (
 	"github.com/evs-dev/evs/internal/idempotency"
 	"github.com/evs-dev/evs/internal/metrics"
 	"github.com/evs-dev/evs/internal/sqsqueue"
+	"github.com/evs-dev/evs/internal/store"
 )
 
 func main() {
@@ -72,12 +74,17 @@ func main() {
 		// What Lambda can always take once API Gateway has base64-encoded
 		// the body, not the contract's 6 MiB (api.LambdaMaxBatchBody).
 		MaxBatchBody: api.LambdaMaxBatchBody,
-		// A CSV result list over 4 MiB would not fit Lambda's 6 MB reply:
-		// it is answered 303 to a pre-signed S3 download.
-		Exports: st,
-		// GET /v1/requests/{id}/export: a pre-signed S3 GET whatever the
-		// size, which the console fetches without the key.
-		ExportLinks: st,
+		// A CSV result list over 4 MiB would not fit Lambda's 6 MB reply,
+		// and GET /v1/requests/{id}/export hands out a pre-signed S3 GET
+		// whatever the size (the console fetches it without the key):
+		// both are jobs the worker writes to S3 while the client polls,
+		// since a million rows take longer than API Gateway's 29 s.
+		ExportJobs: &api.ExportJobs{
+			Store: st,
+			Queue: func(ctx context.Context, j store.ExportJob) error {
+				return q.Send(ctx, []batch.Message{batch.ExportMessage(j)}, 0)
+			},
+		},
 		// Lists of up to 1,000,000 addresses go to S3 with a pre-signed
 		// PUT; the batch is created from the object (dynamostore/uploads.go).
 		Uploads: st,

@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
+	"github.com/evs-dev/evs/internal/api"
 	"github.com/evs-dev/evs/internal/awsinit"
 	"github.com/evs-dev/evs/internal/batch"
 	"github.com/evs-dev/evs/internal/cache"
@@ -99,6 +100,10 @@ func main() {
 		// One account's attempts in flight are bounded across every
 		// invocation, as `evs serve` bounds them in its process.
 		WebhookSlots: st,
+		// Export jobs the requests function queued: the CSV rendered by
+		// the same function as Accept: text/csv, written to S3 in parts.
+		Exports:   st,
+		ExportCSV: api.ExportCSV(st),
 	}
 	if cfg.CacheTTL > 0 {
 		// The account result cache, in the Results table, as verify uses

@@ -132,14 +132,17 @@ type Deps struct {
 	// 0 means the contract's MaxBatchBody. The Lambda function sets
 	// LambdaMaxBatchBody, the most the platform can always deliver.
 	MaxBatchBody int64
-	// Exports, when set, takes CSV result lists longer than MaxCSVReply
-	// (default 4 MiB) and the handler answers 303 to the export's URL:
-	// Lambda cannot return a reply over 6 MB. Nil streams every list.
-	Exports     Exports
+	// ExportJobs, when set (AWS), makes a CSV result list longer than
+	// MaxCSVReply (default 4 MiB), and every GET
+	// /v1/requests/{id}/export, a job the worker writes to S3, polled by
+	// the client (exportjobs.go): Lambda cannot return a reply over 6 MB,
+	// nor API Gateway wait past 29 s. Nil streams every list.
+	ExportJobs  *ExportJobs
 	MaxCSVReply int
-	// ExportLinks, when set, serves GET /v1/requests/{id}/export: every
-	// list, whatever its size, is stored for a URL that needs no key
-	// (Exports.Export). Nil answers that route 404.
+	// ExportLinks, when set (`evs serve`), serves GET
+	// /v1/requests/{id}/export in the call: every list, whatever its
+	// size, is stored for a URL that needs no key (Exports.Export). Nil,
+	// without ExportJobs, answers that route 404.
 	ExportLinks Exports
 	// CSVLists bounds the CSV lists (results as text/csv, exports) built
 	// at once, a quarter of them (at least one) per account; 0 bounds

@@ -21,6 +21,7 @@ import (
 
 	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/idempotency"
+	"github.com/evs-dev/evs/internal/store"
 	"github.com/evs-dev/evs/internal/verify"
 )
 
@@ -766,7 +767,7 @@ func (h *Handler) results(ctx context.Context, req *request, p evs.Principal) (i
 	}
 	q := req.query
 	if accept, _ := req.header("Accept"); wantsCSV(accept) {
-		return h.resultsCSV(ctx, req, p, b, f)
+		return h.resultsCSV(ctx, p, b, f)
 	}
 	limit, err := parseLimit(q)
 	if err != nil {
@@ -873,10 +874,11 @@ func wantsCSV(accept string) bool {
 var csvHeader = []string{"email", "status", "reason", "suggestion", "disposable", "role", "free", "acceptAll", "provider", "score"}
 
 // resultsCSV answers with every written result, in submission order. On
-// Lambda the reply is one payload: a list longer than MaxCSVReply is
-// written to an export instead, as it is read, and the answer is 303 to
-// it. `evs serve` streams the list as it reads it, a page at a time.
-func (h *Handler) resultsCSV(ctx context.Context, req *request, p evs.Principal, b evs.Batch, f filter) (idempotency.Reply, error) {
+// AWS (ExportJobs) the reply is one payload: a list longer than
+// MaxCSVReply is an export job, answered 202 until it is written, then
+// 303 to its download (exportJob). `evs serve` streams the list as it
+// reads it, a page at a time.
+func (h *Handler) resultsCSV(ctx context.Context, p evs.Principal, b evs.Batch, f filter) (idempotency.Reply, error) {
 	release, err := h.csv.acquire(p.AccountID)
 	if err != nil {
 		return idempotency.Reply{}, err
@@ -887,49 +889,44 @@ func (h *Handler) resultsCSV(ctx context.Context, req *request, p evs.Principal,
 			release()
 		}
 	}()
-	// What a reply may carry whole: on Lambda its payload limit, beyond
-	// which the list goes to an export; on `evs serve` a first part, read
-	// before the status is sent so that a store fault is still an error
-	// reply, the rest then streamed.
-	limit := csvFirstPart
-	if h.d.Exports != nil {
-		limit = h.d.MaxCSVReply
-	}
-	var buf bytes.Buffer
 	rows := newCSVRows(h.d.Batches, p.AccountID, b.ID, f)
-	full, err := rows.writeUpTo(ctx, &buf, limit)
+	if h.d.ExportJobs != nil {
+		return h.exportJob(ctx, p, b, f, seeOther, func() (idempotency.Reply, bool, error) {
+			var buf bytes.Buffer
+			full, err := rows.writeUpTo(ctx, &buf, h.d.MaxCSVReply)
+			return csvReply(buf.Bytes()), !full, err
+		})
+	}
+	// A first part is read before the status is sent, so that a store
+	// fault is still an error reply; the rest is then streamed.
+	var buf bytes.Buffer
+	full, err := rows.writeUpTo(ctx, &buf, csvFirstPart)
 	if err != nil {
 		return idempotency.Reply{}, err
 	}
-	csvReply := idempotency.Reply{StatusCode: http.StatusOK, Headers: map[string]string{"Content-Type": "text/csv; charset=utf-8"}, Body: buf.Bytes()}
-	if !full {
-		return csvReply, nil
-	}
-	if h.d.Exports == nil {
+	r := csvReply(buf.Bytes())
+	if full {
 		streaming = true
-		csvReply.Stream = func(w io.Writer) error {
+		r.Stream = func(w io.Writer) error {
 			defer release()
 			_, err := rows.writeUpTo(ctx, w, -1)
 			return err
 		}
-		return csvReply, nil
 	}
-	// Longer than a reply carries: what was read goes first, the rest
-	// follows as it is read, never held whole.
-	url, expires, err := h.d.Exports.Export(ctx, p.AccountID, b.ID, h.origin(req), func(w io.Writer) error {
-		if _, err := w.Write(buf.Bytes()); err != nil {
-			return err
-		}
-		buf = bytes.Buffer{}
-		_, err := rows.writeUpTo(ctx, w, -1)
-		return err
-	})
-	if err != nil {
-		return idempotency.Reply{}, err
-	}
-	r := jsonReply(http.StatusSeeOther, exportReply{URL: url, ExpiresAt: evs.Time{Time: expires}})
-	r.Headers = map[string]string{"Location": url}
 	return r, nil
+}
+
+// csvReply is a 200 whose body is CSV.
+func csvReply(body []byte) idempotency.Reply {
+	return idempotency.Reply{StatusCode: http.StatusOK, Headers: map[string]string{"Content-Type": "text/csv; charset=utf-8"}, Body: body}
+}
+
+// seeOther is the reply of the results route to a finished export: 303
+// to its download.
+func seeOther(j store.ExportJob) idempotency.Reply {
+	r := jsonReply(http.StatusSeeOther, exportReply{URL: j.URL, ExpiresAt: evs.Time{Time: j.ExpiresAt}})
+	r.Headers = map[string]string{"Location": j.URL}
+	return r
 }
 
 // csvFirstPart is how much of a streamed CSV reply is read before its
@@ -939,14 +936,14 @@ const csvFirstPart = 64 << 10
 // csvRows writes a batch's written results that a filter keeps as the
 // contract's CSV, in submission order, a page at a time.
 type csvRows struct {
-	batches         BatchStore
+	batches         ResultReader
 	account, batch  string
 	f               filter
 	after           int
 	header, drained bool
 }
 
-func newCSVRows(b BatchStore, account, batch string, f filter) *csvRows {
+func newCSVRows(b ResultReader, account, batch string, f filter) *csvRows {
 	return &csvRows{batches: b, account: account, batch: batch, f: f, after: -1}
 }
 
@@ -999,14 +996,21 @@ func (c *csvRows) writeUpTo(ctx context.Context, w io.Writer, limit int) (full b
 // export serves GET /v1/requests/{id}/export: the CSV that Accept:
 // text/csv would give now, with the same filters, stored for a URL that
 // needs no key until it expires. A browser can fetch that URL without
-// sending the key anywhere but the API (the console's downloads).
+// sending the key anywhere but the API (the console's downloads). On AWS
+// (ExportJobs) the export is a job, answered 202 until it is written;
+// `evs serve` writes it in the call (ExportLinks).
 func (h *Handler) export(ctx context.Context, req *request, p evs.Principal) (idempotency.Reply, error) {
-	if h.d.ExportLinks == nil {
+	if h.d.ExportLinks == nil && h.d.ExportJobs == nil {
 		return idempotency.Reply{}, evs.Errorf(evs.CodeNotFound, "No such route.")
 	}
 	b, f, err := h.filteredBatch(ctx, req, p)
 	if err != nil {
 		return idempotency.Reply{}, err
+	}
+	if h.d.ExportJobs != nil {
+		return h.exportJob(ctx, p, b, f, func(j store.ExportJob) idempotency.Reply {
+			return jsonReply(http.StatusOK, exportReply{URL: j.URL, ExpiresAt: evs.Time{Time: j.ExpiresAt}})
+		}, nil)
 	}
 	release, err := h.csv.acquire(p.AccountID)
 	if err != nil {
@@ -1035,16 +1039,16 @@ func (h *Handler) origin(req *request) string {
 
 // Exports stores a CSV result list, as write writes it (a page of results
 // at a time: never the whole list in memory), and returns a URL it can be
-// downloaded from without a key until expires: an S3 pre-signed GET on
-// AWS, `evs serve`'s own /v1/exports/{id}?token=... locally. origin is
-// the API's own origin ("https://host:port") for a store whose URL is the
-// server's. An error write returns is returned as it is.
+// downloaded from without a key until expires: `evs serve`'s own
+// /v1/exports/{id}?token=... (on AWS an export is a job: ExportJobs).
+// origin is the API's own origin ("https://host:port") for a store whose
+// URL is the server's. An error write returns is returned as it is.
 type Exports interface {
 	Export(ctx context.Context, accountID, batchID, origin string, write func(w io.Writer) error) (url string, expires time.Time, err error)
 }
 
 // exportReply is the body of a 303 to an export and of GET
-// /v1/requests/{id}/export.
+// /v1/requests/{id}/export, once written.
 type exportReply struct {
 	URL       string   `json:"url"`
 	ExpiresAt evs.Time `json:"expiresAt"`

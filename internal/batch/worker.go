@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math"
 	"sync"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/store"
 	"github.com/evs-dev/evs/internal/webhook"
 )
 
@@ -55,6 +57,9 @@ type Message struct {
 	// Key is, on a KindWake message, the politeness key whose parked
 	// work is due.
 	Key string `json:"key,omitempty"`
+	// Export is, on a KindExport message, the run of the export job to
+	// write (export.go).
+	Export *store.ExportJob `json:"export,omitempty"`
 }
 
 // Queue carries the Worker's messages; sqsqueue.Queue is SQS.
@@ -161,6 +166,13 @@ type Worker struct {
 	RetryBase time.Duration
 	RetryMax  time.Duration
 	Fault     func(err error)
+
+	// Exports and ExportCSV write export jobs (KindExport messages,
+	// export.go): ExportCSV writes the CSV of a job's batch and filters
+	// (api.ExportCSV, wired by the composition root, so the rows are
+	// rendered by one function on every route). Nil drops the messages.
+	Exports   ExportStore
+	ExportCSV func(ctx context.Context, j store.ExportJob, w io.Writer) error
 }
 
 // StartBy is when the worker stops starting sessions in an invocation
@@ -201,6 +213,8 @@ func (w *Worker) Handle(ctx context.Context, m Message, redelivered bool, startB
 		return w.sweep(ctx)
 	case KindWebhook:
 		return w.deliver(ctx, m)
+	case KindExport:
+		return w.export(ctx, m)
 	}
 	return fmt.Errorf("batch: unknown message kind %q", m.Kind)
 }

@@ -4,15 +4,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"io"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
-
-	"github.com/evs-dev/evs/internal/evs"
 )
 
 // Presigner makes pre-signed S3 URLs (*s3.PresignClient).
@@ -23,46 +20,11 @@ type Presigner interface {
 
 var errNoPresigner = errors.New("dynamostore: no S3 pre-signer is configured")
 
-// exportPart is the size of the parts of an export's multipart upload: S3
-// takes parts of 5 MiB or more (the last may be smaller), and one part is
-// all an export holds in memory, whatever the list's length.
+// exportPart is the size of the parts of an export's multipart upload
+// (WriteExport): S3 takes parts of 5 MiB or more (the last may be
+// smaller), and one part is all an export holds in memory, whatever the
+// list's length.
 const exportPart = 8 << 20
-
-// Export stores a batch's CSV result list, as write writes it, in the
-// input bucket under exports/, and returns a pre-signed GET URL for it
-// (api.Exports): Lambda cannot return a reply over 6 MB, S3 can hand out
-// any size, and a browser can fetch the URL without the API key. A list
-// longer than one part goes up as a multipart upload, a part at a time.
-// origin is not used: the URL is S3's.
-func (s *Store) Export(ctx context.Context, accountID, batchID, _ string, write func(w io.Writer) error) (string, time.Time, error) {
-	if err := s.in.ready(); err != nil {
-		return "", time.Time{}, err
-	}
-	if s.presign == nil {
-		return "", time.Time{}, errNoPresigner
-	}
-	key := "exports/" + accountID + "/" + batchID + "/" + newToken() + ".csv"
-	up := &partUpload{ctx: ctx, o: s.in.o, bucket: s.in.bucket, key: key, disposition: `attachment; filename="` + batchID + `.csv"`}
-	if werr := write(up); werr != nil {
-		up.abort()
-		if up.err == nil {
-			return "", time.Time{}, werr
-		}
-		return "", time.Time{}, wrapErr("store export", up.err)
-	}
-	if err := up.finish(); err != nil {
-		up.abort()
-		return "", time.Time{}, wrapErr("store export", err)
-	}
-	// The bucket's lifecycle rule removes the file after a day.
-	expires := time.Now().Add(evs.ExportTTL)
-	req, err := s.presign.PresignGetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(s.in.bucket), Key: aws.String(key)},
-		s3.WithPresignExpires(evs.ExportTTL))
-	if err != nil {
-		return "", time.Time{}, wrapErr("sign export URL", err)
-	}
-	return req.URL, expires.UTC(), nil
-}
 
 // partUpload is an io.Writer onto one S3 object: a single PutObject when
 // what is written fits in one part, else a multipart upload started with

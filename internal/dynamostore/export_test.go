@@ -14,25 +14,36 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/evs-dev/evs/internal/dynamostore"
+	"github.com/evs-dev/evs/internal/store"
 	"github.com/evs-dev/evs/internal/testkit"
 )
 
-// TestExportStreamed: an export is written to S3 as its writer writes it —
-// one object when it fits in one part, a multipart upload a part at a time
-// when it does not — and read back whole through its pre-signed URL; a
-// writer that fails part-way leaves no object and no upload behind, and
-// its own error to the caller.
-func TestExportStreamed(t *testing.T) {
+// TestExportWrittenInParts: an export job's object is written to S3 as its
+// writer writes it — one object when it fits in one part, a multipart
+// upload a part at a time when it does not — and, once the job is done,
+// read back whole through its pre-signed URL; a writer that fails
+// part-way leaves no object and no upload behind, and its own error to
+// the caller.
+func TestExportWrittenInParts(t *testing.T) {
 	ctx := context.Background()
 	c := testkit.DynamoDB(t)
 	objects := testkit.S3(t)
 	tables := newTables(t, c)
 	st := dynamostore.New(dynamostore.Config{Client: c, Objects: objects, Presign: s3.NewPresignClient(objects), Tables: tables, Now: time.Now})
+	start := func(account, batch string) store.ExportJob {
+		t.Helper()
+		j, started, err := st.StartExport(ctx, store.ExportJob{AccountID: account, BatchID: batch}, "", time.Now().Add(time.Minute), 4)
+		if err != nil || !started {
+			t.Fatalf("start export: %v %v", started, err)
+		}
+		return j
+	}
 
 	row := []byte("someone@example.com,deliverable,accepted_email,,false,false,false,false,other,97\r\n")
-	for _, rows := range []int{10, 250_000} { // about 1 KB; 21 MB, three parts
+	for i, rows := range []int{10, 250_000} { // about 1 KB; 21 MB, three parts
+		j := start("acct-a", []string{"batch-1", "batch-2"}[i])
 		var want bytes.Buffer
-		url, _, err := st.Export(ctx, "acct-a", "batch-1", "", func(w io.Writer) error {
+		err := st.WriteExport(ctx, j, func(w io.Writer) error {
 			for range rows {
 				want.Write(row)
 				if _, err := w.Write(row); err != nil {
@@ -44,7 +55,14 @@ func TestExportStreamed(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%d rows: %v", rows, err)
 		}
-		resp, err := http.Get(url)
+		if err := st.FinishExport(ctx, j, false); err != nil {
+			t.Fatal(err)
+		}
+		done, found, err := st.ExportJob(ctx, j.AccountID, j.BatchID, "")
+		if err != nil || !found || done.State != store.ExportDone || done.URL == "" {
+			t.Fatalf("%d rows: job %+v %v %v", rows, done, found, err)
+		}
+		resp, err := http.Get(done.URL)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -59,7 +77,7 @@ func TestExportStreamed(t *testing.T) {
 	}
 
 	broken := errors.New("the results could not be read")
-	_, _, err := st.Export(ctx, "acct-b", "batch-2", "", func(w io.Writer) error {
+	err := st.WriteExport(ctx, start("acct-b", "batch-3"), func(w io.Writer) error {
 		for range 200_000 { // past the first part: an upload was started
 			if _, err := w.Write(row); err != nil {
 				return err

@@ -89,6 +89,18 @@
       });
   }
 
+  // ready is call for GET path on a route that may answer 202 while the
+  // server prepares the reply (on AWS a large CSV export is a job the
+  // worker writes): it asks again after each Retry-After (1 to 30 s)
+  // until the reply is something else.
+  function ready(path, accept) {
+    return call("GET", path, undefined, undefined, accept).then(function (res) {
+      if (res.status !== 202) { return res; }
+      var wait = Math.min(Math.max(parseInt(res.headers.get("Retry-After"), 10) || 2, 1), 30);
+      return new Promise(function (done) { setTimeout(done, wait * 1000); }).then(function () { return ready(path, accept); });
+    });
+  }
+
   // api is call for JSON replies (or a Blob when asked for CSV).
   function api(method, path, body, contentType, accept) {
     return call(method, path, body, contentType, accept).then(function (res) {
@@ -503,6 +515,25 @@
     };
   }
 
+  // resultsCSV resolves with a Response streaming the batch's results as
+  // CSV. On AWS a list too long for a reply is an export job (202): the
+  // export route shares the job and answers its link, fetched without
+  // the key, whereas following the results route's 303 would send the
+  // key to S3 (and fail its CORS preflight).
+  function resultsCSV() {
+    return call("GET", resultsPath(""), undefined, undefined, "text/csv").then(function (res) {
+      if (res.status !== 202) { return res; }
+      return ready(resultsPath("", "", "export")).then(function (r) { return r.json(); }).then(function (link) {
+        return fetch(link.url, { cache: "no-store", credentials: "omit" })
+          .catch(function () { throw { text: "Could not read the results: check the connection and try again." }; })
+          .then(function (r) {
+            if (!r.ok) { throw { text: "The results link answered " + r.status + "; try again." }; }
+            return r;
+          });
+      });
+    });
+  }
+
   // loadReasons reads the batch's results as CSV, a stream the page does
   // not keep, and draws the count of each reason.
   function loadReasons(id) {
@@ -510,7 +541,7 @@
     clear(box);
     $("reasons-state").textContent = "Counting the reasons…";
     var counter = csvCounter(), said = Date.now();
-    call("GET", resultsPath(""), undefined, undefined, "text/csv").then(function (res) {
+    resultsCSV().then(function (res) {
       var reader = res.body.getReader(), dec = new TextDecoder();
       function next() {
         return reader.read().then(function (part) {
@@ -606,13 +637,14 @@
     });
   }
 
-  // download asks for an export link with the key, fetches the CSV from
-  // it without the key and hands it to the browser as a file. On AWS the
-  // link is S3's: the key must never go to another origin, and a GET with
-  // no header of ours needs no CORS preflight.
+  // download asks for an export link with the key (waiting while the
+  // server writes it: 202), fetches the CSV from it without the key and
+  // hands it to the browser as a file. On AWS the link is S3's: the key
+  // must never go to another origin, and a GET with no header of ours
+  // needs no CORS preflight.
   function download(status, name) {
     showError("");
-    api("GET", resultsPath(status, "", "export")).then(function (link) {
+    ready(resultsPath(status, "", "export")).then(function (res) { return res.json(); }).then(function (link) {
       return fetch(link.url, { cache: "no-store", credentials: "omit" })
         .catch(function () { throw { text: "Could not download the results: check the connection and try again." }; })
         .then(function (res) {

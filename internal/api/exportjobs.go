@@ -1,0 +1,196 @@
+package api
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/idempotency"
+	"github.com/evs-dev/evs/internal/store"
+)
+
+// On AWS a CSV list that does not fit a reply, and every export link, is a
+// job (contract, sections 14 and 16): reading and writing a million rows
+// takes longer than API Gateway's 29 s. The call records the job and
+// queues it; the worker writes the CSV to S3 a page at a time; the client
+// asks the same URL again, answered 202 with Retry-After until the job is
+// done, then as a finished export is: 303 to the download from the
+// results route, 200 {url, expiresAt} from the export route. `evs serve`
+// has no ExportJobs: it streams the CSV and writes its export files in
+// the call, as before.
+
+// ExportJobStore keeps export jobs (dynamostore.Store).
+type ExportJobStore interface {
+	// ExportJob returns the job of an account's export of a batch under
+	// filters (with its URL when done), or found false.
+	ExportJob(ctx context.Context, accountID, batchID, filters string) (j store.ExportJob, found bool, err error)
+	// StartExport records a new run of j until deadline, replacing the
+	// run whose token is replace ("" for none), within max running runs
+	// of the account (a *store.LimitError beyond). started is false when
+	// another call started one first; that run is returned.
+	StartExport(ctx context.Context, j store.ExportJob, replace string, deadline time.Time, max int) (out store.ExportJob, started bool, err error)
+	// DropExport removes a run's record, so that the next ask starts anew.
+	DropExport(ctx context.Context, j store.ExportJob) error
+}
+
+// ExportJobs makes CSV exports jobs the worker runs (AWS).
+type ExportJobs struct {
+	Store ExportJobStore
+	// Queue sends the message that runs a job (batch.ExportMessage on the
+	// work queue).
+	Queue func(ctx context.Context, j store.ExportJob) error
+	// MaxRunning is how many jobs of one account may run at once
+	// (default DefaultExportJobs); one more is 429 rate_limited.
+	MaxRunning int
+	// Deadline is how long a run may take before asking again starts it
+	// anew (default 15 min): a run whose worker crashed is never
+	// "running" for ever.
+	Deadline time.Duration
+}
+
+// DefaultExportJobs is the default of ExportJobs.MaxRunning.
+const DefaultExportJobs = 4
+
+// Timing of export jobs.
+const (
+	// exportDeadline is ExportJobs.Deadline's default: three times the
+	// worker's timeout, for a message queued behind batch work.
+	exportDeadline = 15 * time.Minute
+	// exportFresh is how long a done job of a batch that changed since
+	// (a running batch) is still the answer: long enough for the poll
+	// that waited for it, short enough that a later ask sees new results.
+	exportFresh = time.Minute
+	// exportPoll is the Retry-After of a running job, in seconds: a
+	// million rows take about a minute to write.
+	exportPoll = "2"
+	// exportFailedRetry is the Retry-After of a failed job.
+	exportFailedRetry = "1"
+)
+
+// exportPending is the body of a 202 to a running export job.
+type exportPending struct {
+	State store.ExportState `json:"state"`
+}
+
+// exportJob answers a CSV export of batch b under f as a job. done makes
+// the reply of a finished job. inline, when set, is asked before a job is
+// started whether the list fits a reply; if it does, that is the answer.
+func (h *Handler) exportJob(ctx context.Context, p evs.Principal, b evs.Batch, f filter,
+	done func(j store.ExportJob) idempotency.Reply, inline func() (idempotency.Reply, bool, error)) (idempotency.Reply, error) {
+	jobs := h.d.ExportJobs
+	filters, version, now := f.query(), batchVersion(b), h.d.Now()
+	j, found, err := jobs.Store.ExportJob(ctx, p.AccountID, b.ID, filters)
+	if err != nil {
+		return idempotency.Reply{}, err
+	}
+	if found {
+		switch {
+		case j.State == store.ExportRunning && now.Before(j.Deadline):
+			return exportRunning(), nil
+		case j.State == store.ExportDone && (j.Version == version || now.Sub(j.DoneAt) < exportFresh):
+			return done(j), nil
+		case j.State == store.ExportFailed:
+			// Said once: the next ask starts the job again.
+			if err := jobs.Store.DropExport(ctx, j); err != nil {
+				return idempotency.Reply{}, err
+			}
+			return idempotency.Reply{}, &BusyError{Err: evs.Errorf(evs.CodeUnavailable,
+				"The export could not be written; ask again to start it again."), RetryAfter: exportFailedRetry}
+		}
+	}
+	if inline != nil {
+		if r, ok, err := inline(); err != nil || ok {
+			return r, err
+		}
+	}
+	replace := ""
+	if found {
+		replace = j.Token // a run past its deadline, or an export of an older batch
+	}
+	deadline := jobs.Deadline
+	if deadline <= 0 {
+		deadline = exportDeadline
+	}
+	maxRunning := jobs.MaxRunning
+	if maxRunning <= 0 {
+		maxRunning = DefaultExportJobs
+	}
+	j, started, err := jobs.Store.StartExport(ctx, store.ExportJob{AccountID: p.AccountID, BatchID: b.ID, Filters: filters, Version: version},
+		replace, now.Add(deadline), maxRunning)
+	if err != nil {
+		return idempotency.Reply{}, err
+	}
+	if started {
+		if err := jobs.Queue(ctx, j); err != nil {
+			if derr := jobs.Store.DropExport(context.WithoutCancel(ctx), j); derr != nil {
+				h.d.Logger.ErrorContext(ctx, "could not drop an unqueued export", "batchId", b.ID, "error", derr.Error())
+			}
+			return idempotency.Reply{}, evs.Wrap(err, evs.CodeUnavailable, "The work queue is unavailable; retry.")
+		}
+	}
+	if j.State == store.ExportDone {
+		return done(j), nil
+	}
+	return exportRunning(), nil
+}
+
+// exportRunning is the reply to an export job under way.
+func exportRunning() idempotency.Reply {
+	r := jsonReply(http.StatusAccepted, exportPending{State: store.ExportRunning})
+	r.Headers = map[string]string{"Retry-After": exportPoll}
+	return r
+}
+
+// batchVersion is what tells an unchanged batch: its state and progress.
+func batchVersion(b evs.Batch) string {
+	return string(b.State) + "/" + strconv.Itoa(b.Counters.Processed)
+}
+
+// query is the filter as a canonical query string: the same filters,
+// however the client wrote them, give the same string, which names the
+// export job and which ExportCSV reads back.
+func (f filter) query() string {
+	q := url.Values{}
+	if f.statuses != nil {
+		q.Set("status", f.status)
+	}
+	if f.reasons != nil {
+		q.Set("reason", f.reason)
+	}
+	if f.minScore > 0 {
+		q.Set("minScore", strconv.Itoa(f.minScore))
+	}
+	return q.Encode() // sorted by key
+}
+
+// ResultReader reads a batch's written results, a page at a time
+// (BatchStore.Results).
+type ResultReader interface {
+	Results(ctx context.Context, accountID, id string, afterSeq, limit int, status evs.Status) ([]evs.Result, error)
+}
+
+// ExportCSV returns what writes an export job's CSV for the worker
+// (batch.Worker.ExportCSV): the rows Accept: text/csv gives for the job's
+// batch and filters, a page of results at a time.
+func ExportCSV(results ResultReader) func(ctx context.Context, j store.ExportJob, w io.Writer) error {
+	return func(ctx context.Context, j store.ExportJob, w io.Writer) error {
+		q, err := url.ParseQuery(j.Filters)
+		if err != nil {
+			return err
+		}
+		m := make(map[string]string, len(q))
+		for k, v := range q {
+			m[k] = v[0]
+		}
+		f, err := parseFilter(m)
+		if err != nil {
+			return err
+		}
+		_, err = newCSVRows(results, j.AccountID, j.BatchID, f).writeUpTo(ctx, w, -1)
+		return err
+	}
+}
