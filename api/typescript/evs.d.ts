@@ -102,6 +102,7 @@ export interface paths {
         /**
          * Make a link to download a batch's results as CSV, without the API key
          * @description Stores the CSV that `GET /v1/requests/{id}/results` with `Accept: text/csv` gives at this moment for the same `status` and `minScore` filters (same validation; any other query parameter is 400) and returns a URL that serves exactly those bytes with no API key until `expiresAt` (15 minutes), whatever their size. The URL is a capability, like a pre-signed one: whoever holds it can download the list. On AWS it is an S3 pre-signed GET (any origin may fetch it: a simple CORS request); on `evs serve` it is the server's own `/v1/exports/{exportId}?token=...`. The web console downloads through it so that the key is never sent to another origin. Results written after the call are not in the file: call again for a fresh one.
+         *     On AWS the file is written by the worker, not in the call (an export job: a million rows take longer than API Gateway's 29 s): the call answers 202 with Retry-After while the job runs, and the client asks the same URL again until it answers 200. The same filters on an unchanged batch find the same job; on a batch still running, a finished job is the answer for a minute, then a new ask writes a fresh file. A job the worker could not write is answered once 503 `unavailable`; the next ask starts it again. An account runs at most 4 export jobs at once; one more is 429 `rate_limited` with Retry-After. `evs serve` writes the file in the call and answers 200 at once.
          */
         get: operations["exportResults"];
         put?: never;
@@ -484,6 +485,12 @@ export interface components {
             url: string;
             /** @description When the URL stops working (15 minutes). */
             expiresAt: components["schemas"]["Timestamp"];
+        };
+        /** @description An export job under way (AWS); ask the same URL again after Retry-After. */
+        ExportRunning: {
+            requestId: string;
+            /** @enum {string} */
+            state: "running";
         };
         UploadReceived: {
             requestId: string;
@@ -942,7 +949,18 @@ export interface operations {
                     "text/csv": string;
                 };
             };
-            /** @description AWS only, for `Accept: text/csv`: the CSV is longer than a Lambda reply can carry (over 4 MiB), so it was written to an export file; `Location` (and `url`) is a pre-signed download, valid until `expiresAt` (15 minutes), that needs no API key. `evs serve` always streams the CSV. */
+            /** @description AWS only, for `Accept: text/csv`: the CSV is longer than a Lambda reply can carry (over 4 MiB), so it is being written to an export file by the worker (an export job). Ask the same URL again after `Retry-After` seconds: 202 while it runs, then 303. Asking again with the same filters while the batch is unchanged finds the same job, never a second one. A job the worker could not write is answered once 503 `unavailable` (with Retry-After); the next ask starts it again. An account runs at most 4 export jobs at once (this route's and `/export`'s together); one more is 429 `rate_limited` with Retry-After. */
+            202: {
+                headers: {
+                    "X-Request-Id": components["headers"]["XRequestId"];
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ExportRunning"];
+                };
+            };
+            /** @description AWS only, for `Accept: text/csv`: the CSV is longer than a Lambda reply can carry (over 4 MiB), and its export job (202) is done; `Location` (and `url`) is a pre-signed download, valid until `expiresAt` (15 minutes), that needs no API key. `evs serve` always streams the CSV. */
             303: {
                 headers: {
                     "X-Request-Id": components["headers"]["XRequestId"];
@@ -991,6 +1009,17 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Export"];
+                };
+            };
+            /** @description AWS only; the export job is being written. Ask again after Retry-After seconds. */
+            202: {
+                headers: {
+                    "X-Request-Id": components["headers"]["XRequestId"];
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ExportRunning"];
                 };
             };
             400: components["responses"]["InvalidRequest"];
