@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/store"
 )
 
 // Reported outcomes (contract, section 18; store.Outcomes): one row per
@@ -43,6 +44,7 @@ const (
 	qAccountOutcomes = `SELECT ` + outcomeColumns + ` FROM outcomes WHERE account_id = ? AND expires_at > ?`
 	qDeleteOutcomes  = `DELETE FROM outcomes WHERE account_id = ? AND address = ?`
 	qSweepOutcomes   = `DELETE FROM outcomes WHERE expires_at <= ?`
+	qLastVerdicts    = `SELECT decision FROM result_cache WHERE account_id = ? AND address = ?`
 	outcomeNoScore   = -1
 )
 
@@ -165,4 +167,49 @@ func scanOutcomes(rows *sql.Rows, fn func(evs.Outcome) error) error {
 		}
 	}
 	return dbErr("read outcomes", rows.Err())
+}
+
+// LastVerdicts returns the latest cached decision of each address, in
+// either mode (store.Outcomes).
+func (s *Store) LastVerdicts(ctx context.Context, accountID string, addresses []string) (map[string]evs.Decision, error) {
+	out := map[string]evs.Decision{}
+	if len(addresses) == 0 {
+		return out, nil
+	}
+	tx, err := s.rdb.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return nil, dbErr("begin read", err)
+	}
+	defer tx.Rollback()
+	st, err := tx.PrepareContext(ctx, qLastVerdicts)
+	if err != nil {
+		return nil, dbErr("read the result cache", err)
+	}
+	defer st.Close()
+	for _, a := range addresses {
+		rows, err := st.QueryContext(ctx, accountID, a)
+		if err != nil {
+			return nil, dbErr("read the result cache", err)
+		}
+		for rows.Next() {
+			var blob []byte
+			if err := rows.Scan(&blob); err != nil {
+				rows.Close()
+				return nil, dbErr("read the result cache", err)
+			}
+			d, err := store.DecodeDecision(a, blob)
+			if err != nil {
+				rows.Close()
+				return nil, err
+			}
+			if prev, ok := out[a]; !ok || d.CheckedAt.After(prev.CheckedAt.Time) {
+				out[a] = d
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, dbErr("read the result cache", err)
+		}
+	}
+	return out, nil
 }

@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"fmt"
 	"sort"
 	"testing"
 	"time"
@@ -130,5 +131,56 @@ func runOutcomesContract(t *testing.T, open func(t *testing.T, now func() time.T
 	}
 	if n, err = s.PutOutcomes(ctx, "c", []evs.Outcome{hard}, base.Add(48*time.Hour)); err != nil || n != 1 {
 		t.Fatalf("reporting an expired outcome again added %d, %v; want 1", n, err)
+	}
+}
+
+func TestLastVerdictsContract(t *testing.T) {
+	t.Run("SQLite", func(t *testing.T) {
+		runLastVerdictsContract(t, func(t *testing.T) lastVerdictStore { return sqliteStore(t, time.Now) })
+	})
+	t.Run("DynamoDB", func(t *testing.T) {
+		runLastVerdictsContract(t, func(t *testing.T) lastVerdictStore { return dynamoStore(t, time.Now) })
+	})
+}
+
+// lastVerdictStore is a store with a result cache and outcomes.
+type lastVerdictStore interface {
+	store.Outcomes
+	KeepDecisions(ctx context.Context, accountID string, entries []store.CacheEntry) error
+}
+
+// runLastVerdictsContract: the latest of an address's cached decisions,
+// whichever mode, expired or not, of the account's own cache only, for
+// more addresses than one BatchGetItem takes.
+func runLastVerdictsContract(t *testing.T, open func(t *testing.T) lastVerdictStore) {
+	ctx := context.Background()
+	s := open(t)
+	dec := func(addr string, mode evs.Mode, r evs.Reason, at time.Time) evs.Decision {
+		return evs.Decision{Email: addr, Normalized: addr, Reason: r, Mode: mode,
+			Checks:    evs.Checks{Syntax: evs.SyntaxCheck{Valid: true}, DNS: evs.DNSCheck{Result: evs.DNSOK, MX: []string{}}, SMTP: evs.SMTPCheck{Result: evs.SMTPAcceptAll}},
+			CheckedAt: evs.Time{Time: at}}
+	}
+	var entries []store.CacheEntry
+	var addrs []string
+	for i := range 60 {
+		a := fmt.Sprintf("user%d@example.com", i)
+		addrs = append(addrs, a)
+		entries = append(entries, store.CacheEntry{Decision: dec(a, evs.ModeFull, evs.ReasonAcceptAll, base), ExpiresAt: base.Add(-time.Minute)})
+	}
+	// user0's quick check is later than its full one: it is the last.
+	entries = append(entries, store.CacheEntry{Decision: dec("user0@example.com", evs.ModeQuick, evs.ReasonMailboxNotChecked, base.Add(time.Hour)), ExpiresAt: base.Add(2 * time.Hour)})
+	must(t, s.KeepDecisions(ctx, "a", entries), "KeepDecisions")
+	must(t, s.KeepDecisions(ctx, "b", []store.CacheEntry{{Decision: dec("other@example.com", evs.ModeFull, evs.ReasonAcceptedEmail, base), ExpiresAt: base.Add(time.Hour)}}), "KeepDecisions b")
+
+	got, err := s.LastVerdicts(ctx, "a", append(addrs, "other@example.com", "user1@example.com"))
+	must(t, err, "LastVerdicts")
+	if len(got) != 60 {
+		t.Fatalf("LastVerdicts found %d addresses, want 60 (not account b's)", len(got))
+	}
+	if d := got["user0@example.com"]; d.Reason != evs.ReasonMailboxNotChecked || d.Mode != evs.ModeQuick {
+		t.Errorf("user0's last verdict = %s (%s), want the later quick check", d.Reason, d.Mode)
+	}
+	if d := got["user59@example.com"]; d.Reason != evs.ReasonAcceptAll || !d.CheckedAt.Equal(base) {
+		t.Errorf("user59's last verdict = %+v", d)
 	}
 }

@@ -28,4 +28,9 @@ type Outcomes interface {
 	// EachOutcome calls fn with each of the account's outcomes, in no
 	// particular order, until fn returns an error, which it returns.
 	EachOutcome(ctx context.Context, accountID string, fn func(evs.Outcome) error) error
+	// LastVerdicts returns, for each normalised address of which the
+	// account's result cache (section 12) still holds a decision, in
+	// either mode and expired or not, the one checked last: the verdict
+	// the account was given, for the outcome report.
+	LastVerdicts(ctx context.Context, accountID string, addresses []string) (map[string]evs.Decision, error)
 }
