@@ -3,6 +3,8 @@ package sqlitestore
 import (
 	"context"
 	"database/sql"
+	"errors"
+	"strings"
 	"time"
 
 	"github.com/evs-dev/evs/internal/evs"
@@ -40,7 +42,11 @@ const (
 			smtp_reply = excluded.smtp_reply, verdict = excluded.verdict, score = excluded.score, expires_at = excluded.expires_at
 		WHERE outcomes.expires_at <= ?`
 	outcomeColumns   = `address, at, kind, bounce_type, smtp_reply, verdict, score`
-	qAddressOutcomes = `SELECT ` + outcomeColumns + ` FROM outcomes WHERE account_id = ? AND address = ? AND expires_at > ?`
+	qAnyOutcome      = `SELECT 1 FROM outcomes WHERE account_id = ? LIMIT 1`
+	qAddressOutcomes = `SELECT ` + outcomeColumns + ` FROM outcomes WHERE account_id = ? AND expires_at > ? AND address IN `
+	// outcomeChunk is how many addresses one query of AddressOutcomes
+	// names, well under SQLite's limit of bound parameters.
+	outcomeChunk     = 500
 	qAccountOutcomes = `SELECT ` + outcomeColumns + ` FROM outcomes WHERE account_id = ? AND expires_at > ?`
 	qDeleteOutcomes  = `DELETE FROM outcomes WHERE account_id = ? AND address = ?`
 	qSweepOutcomes   = `DELETE FROM outcomes WHERE expires_at <= ?`
@@ -88,7 +94,9 @@ func (s *Store) PutOutcomes(ctx context.Context, accountID string, os []evs.Outc
 }
 
 // AddressOutcomes returns the account's unexpired outcomes of each address
-// (store.Outcomes).
+// (store.Outcomes). A batch asks for every group of addresses it
+// verifies, so an account that never reported outcomes costs one probe of
+// the primary key, and one that did a query per outcomeChunk addresses.
 func (s *Store) AddressOutcomes(ctx context.Context, accountID string, addresses []string) (map[string][]evs.Outcome, error) {
 	out := map[string][]evs.Outcome{}
 	if len(addresses) == 0 {
@@ -99,21 +107,28 @@ func (s *Store) AddressOutcomes(ctx context.Context, accountID string, addresses
 		return nil, dbErr("begin read", err)
 	}
 	defer tx.Rollback()
-	st, err := tx.PrepareContext(ctx, qAddressOutcomes)
+	var one int
+	err = tx.QueryRowContext(ctx, qAnyOutcome, accountID).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return out, nil
+	}
 	if err != nil {
 		return nil, dbErr("read outcomes", err)
 	}
-	defer st.Close()
 	now := millis(s.now())
-	for _, a := range addresses {
-		if _, done := out[a]; done {
-			continue
+	for start := 0; start < len(addresses); start += outcomeChunk {
+		chunk := addresses[start:min(start+outcomeChunk, len(addresses))]
+		args := make([]any, 0, len(chunk)+2)
+		args = append(args, accountID, now)
+		for _, a := range chunk {
+			args = append(args, a)
 		}
-		rows, err := st.QueryContext(ctx, accountID, a, now)
+		q := qAddressOutcomes + `(?` + strings.Repeat(`, ?`, len(chunk)-1) + `)`
+		rows, err := tx.QueryContext(ctx, q, args...)
 		if err != nil {
 			return nil, dbErr("read outcomes", err)
 		}
-		if err := scanOutcomes(rows, func(o evs.Outcome) error { out[a] = append(out[a], o); return nil }); err != nil {
+		if err := scanOutcomes(rows, func(o evs.Outcome) error { out[o.Address] = append(out[o.Address], o); return nil }); err != nil {
 			return nil, err
 		}
 	}
