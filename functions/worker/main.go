@@ -95,6 +95,8 @@ func main() {
 		// invocation, as `evs serve` bounds them in its process.
 		WebhookSlots: st,
 	}
+	// Reported outcomes change verdicts, as on /v1/verify.
+	w.History = st
 	if cfg.CacheTTL > 0 {
 		// The account result cache, in the Results table, as verify uses
 		// it: a batch reuses recent verdicts and keeps its own.
