@@ -3,6 +3,7 @@ package batch
 import (
 	"context"
 	"log/slog"
+	"time"
 
 	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/verify"
@@ -13,6 +14,9 @@ import (
 type OutcomeHistory interface {
 	AddressOutcomes(ctx context.Context, accountID string, addresses []string) (map[string][]evs.Outcome, error)
 }
+
+// historyTimeout bounds one lookup of a group's outcomes.
+const historyTimeout = 30 * time.Second
 
 // withHistory applies the account's reported outcomes to a step's results
 // (verify.ApplyHistory, the rule /v1/verify applies too), after the cache,
@@ -31,7 +35,12 @@ func (w *Worker) withHistory(ctx context.Context, b evs.Batch, rs []evs.Result) 
 	if len(addrs) == 0 {
 		return rs
 	}
-	got, err := w.History.AddressOutcomes(ctx, b.AccountID, addrs)
+	// The results are written even when the step was cut short (a
+	// shutdown keeps what cost network work): the lookup must not fail
+	// for that reason and leave them without their history.
+	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), historyTimeout)
+	defer cancel()
+	got, err := w.History.AddressOutcomes(lctx, b.AccountID, addrs)
 	if err != nil {
 		w.logger().Warn("outcomes: could not read the addresses' outcomes; verdicts given without them",
 			slog.String("batchId", b.ID), slog.String("accountId", b.AccountID), slog.String("error", err.Error()))
