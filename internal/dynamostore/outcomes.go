@@ -10,6 +10,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/store"
@@ -42,6 +43,10 @@ const (
 	attrVerdict    = "verdict"
 	attrScore      = "score"
 
+	// outcomeQueryWorkers bounds the Queries of one AddressOutcomes in
+	// flight: a batch group of an account with outcomes asks one per
+	// address.
+	outcomeQueryWorkers = 8
 	// outcomePutWorkers bounds the conditional puts of one PutOutcomes in
 	// flight: a list of 50,000 must fit in API Gateway's 29 s.
 	outcomePutWorkers = 16
@@ -152,7 +157,7 @@ func (s *Store) putOutcome(ctx context.Context, accountID string, o evs.Outcome,
 
 // AddressOutcomes returns the account's unexpired outcomes of each address
 // (store.Outcomes): nothing, after one GetItem, for an account that never
-// reported any; else one Query per address.
+// reported any; else one Query per address, eight in flight.
 func (s *Store) AddressOutcomes(ctx context.Context, accountID string, addresses []string) (map[string][]evs.Outcome, error) {
 	out := map[string][]evs.Outcome{}
 	if len(addresses) == 0 {
@@ -169,19 +174,33 @@ func (s *Store) AddressOutcomes(ctx context.Context, accountID string, addresses
 	if m.Item == nil || getN(m.Item, attrExpiresAtMs) <= now.UnixMilli() {
 		return out, nil
 	}
+	var mu sync.Mutex
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(outcomeQueryWorkers)
+	seen := make(map[string]bool, len(addresses))
 	for _, a := range addresses {
-		if _, done := out[a]; done {
+		if seen[a] {
 			continue
 		}
-		err := s.queryOutcomes(ctx, accountID, a+"#", false, func(it item) error {
-			if o, ok := outcomeFrom(it, now); ok {
-				out[a] = append(out[a], o)
+		seen[a] = true
+		g.Go(func() error {
+			var os []evs.Outcome
+			err := s.queryOutcomes(gctx, accountID, a+"#", false, func(it item) error {
+				if o, ok := outcomeFrom(it, now); ok {
+					os = append(os, o)
+				}
+				return nil
+			})
+			if err == nil && len(os) > 0 {
+				mu.Lock()
+				out[a] = os
+				mu.Unlock()
 			}
-			return nil
+			return err
 		})
-		if err != nil {
-			return nil, err
-		}
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
 	}
 	return out, nil
 }
