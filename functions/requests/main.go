@@ -92,6 +92,10 @@ func main() {
 		Quota: api.Quota{Store: st, Limit: cfg.QuotaAddresses, Period: cfg.QuotaPeriod, IdempotencyKeys: cfg.MaxIdempotencyKeys},
 		// Exact on DynamoDB: see dynamostore.CreateBatchWithin.
 		MaxActiveBatches: cfg.MaxActiveBatches,
+		// POST/DELETE /v1/outcomes and the report (contract, section 18),
+		// in the Batches table (dynamostore/outcomes.go).
+		Outcomes:   st,
+		OutcomeTTL: cfg.OutcomeTTL,
 		Callbacks: api.Callbacks{
 			Egress:     cfg.Egress,
 			Deliveries: st,
@@ -107,5 +111,5 @@ func main() {
 	// API Gateway has checked the key and the rate: the routes need no
 	// guard here. The console's routes have no authorizer.
 	o := api.ObserveOptions{Logger: logger, Done: metrics.Calls(&metrics.EMF{W: os.Stdout})}
-	lambda.Start(gateway.Proxy(api.Mux(o, h.MountBatches(nil), func(mux *http.ServeMux) { api.MountConsole(mux, web) })))
+	lambda.Start(gateway.Proxy(api.Mux(o, h.MountBatches(nil), h.MountOutcomes(nil), func(mux *http.ServeMux) { api.MountConsole(mux, web) })))
 }

@@ -78,6 +78,9 @@ func main() {
 		Logger:      logger,
 		// Counted in the Batches table (dynamostore/quota.go).
 		Quota: api.Quota{Store: st, Limit: cfg.QuotaAddresses, Period: cfg.QuotaPeriod, IdempotencyKeys: cfg.MaxIdempotencyKeys},
+		// Reported outcomes (Batches table, dynamostore/outcomes.go)
+		// change verdicts: read only here, POSTed to the requests function.
+		Outcomes: st,
 	})
 	// API Gateway has checked the key and the rate: the routes need no
 	// guard here.

@@ -105,6 +105,8 @@ func main() {
 		Exports:   st,
 		ExportCSV: api.ExportCSV(st),
 	}
+	// Reported outcomes change verdicts, as on /v1/verify.
+	w.History = st
 	if cfg.CacheTTL > 0 {
 		// The account result cache, in the Results table, as verify uses
 		// it: a batch reuses recent verdicts and keeps its own.

@@ -265,6 +265,7 @@ var envDocs = map[string]string{
 	"EVS_MAX_ACTIVE_BATCHES":    "batches queued or running per account (default 10)",
 	"EVS_BATCH_DEADLINE":        "a batch's time limit from its start (default 24h)",
 	"EVS_CACHE_TTL":             "how long a live verdict is reused for the same account and address (default 24h; 0 = off)",
+	"EVS_OUTCOME_TTL":           "how long a reported outcome (POST /v1/outcomes) is kept: days like 365d or a duration (default 365d)",
 	"EVS_QUOTA_ADDRESSES":       "addresses per account and period; 0 = no quota (default 0)",
 	"EVS_QUOTA_PERIOD":          "the quota's period: day or month (default month)",
 	"EVS_MAX_STORED_ADDRESSES":  "addresses kept per account in unexpired batches; 0 or off = none (default 5000000)",

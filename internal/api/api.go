@@ -76,6 +76,8 @@ func Routes() []Route {
 		{Path: "/v1/requests/{id}/export", Methods: []string{http.MethodGet}, Function: RequestsFunction, MaxBody: MaxOtherBody},
 		{Path: "/v1/requests/{id}/cancel", Methods: []string{http.MethodPost}, Function: RequestsFunction, MaxBody: MaxOtherBody},
 		{Path: "/v1/uploads", Methods: []string{http.MethodPost}, Function: RequestsFunction, MaxBody: MaxOtherBody},
+		{Path: "/v1/outcomes", Methods: []string{http.MethodPost, http.MethodDelete}, Function: RequestsFunction, MaxBody: MaxBatchBody},
+		{Path: "/v1/outcomes/report", Methods: []string{http.MethodGet}, Function: RequestsFunction, MaxBody: MaxOtherBody},
 	}
 }
 
@@ -185,6 +187,12 @@ type Deps struct {
 	// Callbacks are the webhook parts (contract, section 10); see
 	// callback.go.
 	Callbacks
+	// Outcomes, when set, keeps the accounts' reported outcomes (contract,
+	// section 18; outcomes.go), which /v1/verify's verdicts then use; nil
+	// answers the outcome routes 404. OutcomeTTL is how long one is kept
+	// (EVS_OUTCOME_TTL; 0 means DefaultOutcomeTTL).
+	Outcomes   Outcomes
+	OutcomeTTL time.Duration
 }
 
 // Handler serves the API's routes.
@@ -215,6 +223,9 @@ func New(d Deps) *Handler {
 	}
 	if d.MaxBatchBody <= 0 {
 		d.MaxBatchBody = MaxBatchBody
+	}
+	if d.OutcomeTTL <= 0 {
+		d.OutcomeTTL = DefaultOutcomeTTL
 	}
 	return &Handler{d: d, csv: newCSVGate(d.CSVLists)}
 }

@@ -76,8 +76,18 @@ type Guard func(rt Route, next http.Handler) http.Handler
 
 // MountAll mounts every route of the API behind guard (`evs serve`).
 func (h *Handler) MountAll(guard Guard) func(*http.ServeMux) {
-	v, b := h.MountVerify(guard), h.MountBatches(guard)
-	return func(mux *http.ServeMux) { v(mux); b(mux) }
+	v, b, o := h.MountVerify(guard), h.MountBatches(guard), h.MountOutcomes(guard)
+	return func(mux *http.ServeMux) { v(mux); b(mux); o(mux) }
+}
+
+// MountOutcomes mounts the outcome routes (contract, section 18) behind
+// guard.
+func (h *Handler) MountOutcomes(guard Guard) func(*http.ServeMux) {
+	return h.mount(guard, map[string]endpoint{
+		"POST /v1/outcomes":       h.postOutcomes,
+		"DELETE /v1/outcomes":     h.deleteOutcomes,
+		"GET /v1/outcomes/report": h.outcomesReport,
+	})
 }
 
 // MountVerify mounts POST /v1/verify behind guard.
@@ -143,6 +153,8 @@ func (h *Handler) bodyLimit(rt Route, method string) int64 {
 	case rt.Path == "/v1/verify" && method == http.MethodPost:
 		return MaxVerifyBody
 	case rt.Path == "/v1/requests" && method == http.MethodPost:
+		return h.d.MaxBatchBody
+	case rt.Path == "/v1/outcomes" && method == http.MethodPost:
 		return h.d.MaxBatchBody
 	}
 	// The routes that take no body refuse a large one whatever the method.

@@ -107,6 +107,7 @@ func (h *Handler) verifyOne(ctx context.Context, req *request, p evs.Principal) 
 			defer cancel()
 		}
 		d := h.verifyCached(vctx, engine, p, addr, mode, maxAge)
+		d = h.withHistory(ctx, p, d)
 		if verify.ExitDown(d.Checks.SMTP) {
 			// Our SMTP exit failed: that is no verdict on the address
 			// (contract, section 16), and the address was not checked.

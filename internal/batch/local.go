@@ -76,6 +76,8 @@ type LocalConfig struct {
 	// Cache, when set, reuses the account's live full-mode verdicts
 	// instead of probing again, and keeps new ones (contract, section 12).
 	Cache ResultCache
+	// History, when set, holds the accounts' reported outcomes (Worker's).
+	History OutcomeHistory
 	// Fault, if set, is told of each store fault the work meets: a write
 	// of results that failed (retried while its message waits) or a
 	// message whose handling failed (handled again); both after a
@@ -150,7 +152,7 @@ func NewLocalQueue(cfg LocalConfig) (*LocalQueue, error) {
 		Queue: q, Store: pendingFilter{cfg.Store}, Accounts: cfg.Accounts, Now: cfg.Now, Logger: cfg.Logger,
 		Processor: &Processor{Engine: cfg.Engine, Sandbox: cfg.Sandbox, MaxGreyAttempts: cfg.MaxGreyAttempts,
 			PerConnection: cfg.PerConnection, SessionLimit: cfg.SessionLimit, Now: cfg.Now, ExitRetry: cfg.ExitRetry},
-		GreyBackoff: cfg.GreyBackoff, Grey: cfg.Grey, Cache: cfg.Cache, Deadline: cfg.Deadline,
+		GreyBackoff: cfg.GreyBackoff, Grey: cfg.Grey, Cache: cfg.Cache, Deadline: cfg.Deadline, History: cfg.History,
 		// A batch is planned whole, in one message that Send divides:
 		// the lanes, not plan windows, keep one batch from filling the
 		// slots ahead of the others, and a domain's sessions run one

@@ -115,6 +115,9 @@ type Worker struct {
 	// within the batch's maxAge, become results without SMTP, and new
 	// verdicts are kept (see fromCache).
 	Cache ResultCache
+	// History, when set, holds the accounts' reported outcomes, which
+	// change verdicts by verify.ApplyHistory (history.go).
+	History OutcomeHistory
 
 	// PlanWindow is the most addresses of one batch planned into work
 	// messages at a time (default 2000, ten messages of 200): a batch of
@@ -428,6 +431,7 @@ func (w *Worker) work(ctx context.Context, m Message, again bool, startBy time.T
 			defer wg.Done()
 			defer func() { <-sem }()
 			d := step.run(stepCtx, task{b: b, test: acct.Test, group: g, attempt: m.Attempt, cacheRead: m.CacheRead, waited: m.Waited}, startBy)
+			d.results = w.withHistory(stepCtx, b, d.results)
 			if d.released && w.parks() {
 				// The slot that went back starts the oldest work waiting.
 				w.unpark(context.WithoutCancel(ctx), d.key, 1)

@@ -112,6 +112,9 @@ type Config struct {
 	// and address (EVS_CACHE_TTL, default 24h; 0 keeps none; contract,
 	// section 12).
 	CacheTTL time.Duration
+	// OutcomeTTL is how long a reported outcome is kept after it was
+	// received (EVS_OUTCOME_TTL, default 365 days; contract, section 18).
+	OutcomeTTL time.Duration
 	// MaxConns caps the open HTTP connections of `evs serve` (EVS_MAX_CONNS).
 	MaxConns int
 	// MinFreeBytes is the free space of the data directory's file system
@@ -357,6 +360,7 @@ func FromEnv(getenv func(string) string, onLambda bool) (Config, error) {
 		}
 		c.CacheTTL = d
 	}
+	c.OutcomeTTL = outcomeTTL(getenv, &errs)
 	if c.MetricsAddr = getenv("EVS_METRICS_ADDR"); c.MetricsAddr != "" {
 		if _, _, err := net.SplitHostPort(c.MetricsAddr); err != nil {
 			errs = append(errs, fmt.Errorf("EVS_METRICS_ADDR: %q is not host:port like 127.0.0.1:9090", c.MetricsAddr))

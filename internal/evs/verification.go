@@ -29,6 +29,9 @@ const (
 	ReasonInvalidDomain Reason = "invalid_domain"
 	ReasonNoMailServer  Reason = "no_mail_server"
 	ReasonRejectedEmail Reason = "rejected_email"
+	// ReasonKnownBounce: the account reported a hard bounce for the
+	// address, later than any delivery (contract, section 18).
+	ReasonKnownBounce Reason = "known_bounce"
 
 	ReasonAcceptAll   Reason = "accept_all"
 	ReasonMailboxFull Reason = "mailbox_full"
@@ -51,7 +54,7 @@ const (
 func Reasons() []Reason {
 	return []Reason{
 		ReasonAcceptedEmail,
-		ReasonInvalidSyntax, ReasonInvalidDomain, ReasonNoMailServer, ReasonRejectedEmail,
+		ReasonInvalidSyntax, ReasonInvalidDomain, ReasonNoMailServer, ReasonRejectedEmail, ReasonKnownBounce,
 		ReasonAcceptAll, ReasonMailboxFull, ReasonDisposable,
 		ReasonGreylisted, ReasonSMTPUnreachable, ReasonBlocked, ReasonAmbiguousReply, ReasonDNSError, ReasonTimeout, ReasonMailboxNotChecked,
 	}
@@ -62,7 +65,7 @@ func StatusOf(r Reason) Status {
 	switch r {
 	case ReasonAcceptedEmail:
 		return Deliverable
-	case ReasonInvalidSyntax, ReasonInvalidDomain, ReasonNoMailServer, ReasonRejectedEmail:
+	case ReasonInvalidSyntax, ReasonInvalidDomain, ReasonNoMailServer, ReasonRejectedEmail, ReasonKnownBounce:
 		return Undeliverable
 	case ReasonAcceptAll, ReasonMailboxFull, ReasonDisposable:
 		return Risky
@@ -166,6 +169,10 @@ type Checks struct {
 	Syntax SyntaxCheck `json:"syntax"`
 	DNS    DNSCheck    `json:"dns"`
 	SMTP   SMTPCheck   `json:"smtp"`
+	// History is the evidence of the account's reported outcomes for the
+	// address (verify.ApplyHistory); nil, and absent from the JSON, when
+	// there are none, so a decision without them renders as before.
+	History *HistoryCheck `json:"history,omitempty"`
 }
 
 // SyntaxCheck is the syntax stage's evidence.

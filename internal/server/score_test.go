@@ -23,6 +23,7 @@ var docScores = map[evs.Reason]int{
 	evs.ReasonInvalidDomain:     1,
 	evs.ReasonNoMailServer:      1,
 	evs.ReasonRejectedEmail:     2,
+	evs.ReasonKnownBounce:       1,
 	evs.ReasonAcceptAll:         60,
 	evs.ReasonMailboxFull:       25,
 	evs.ReasonDisposable:        15,

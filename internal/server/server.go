@@ -261,12 +261,18 @@ func New(o Options) (*Server, error) {
 		p.reg.MustRegister(watch)
 	}
 	verdicts := resultCache(o)
+	// Reported outcomes (contract, section 18) need a store that keeps
+	// them; a test's fake store may not.
+	outcomes, _ := o.Store.(api.Outcomes)
 	rc := o.Batch
 	rc.Store = o.Store
 	if verdicts != nil {
 		rc.Cache = verdicts
 	}
 	rc.Accounts = o.Store
+	if outcomes != nil {
+		rc.History = outcomes
+	}
 	if rc.Grey == nil {
 		rc.Grey = facts
 	}
@@ -329,6 +335,8 @@ func New(o Options) (*Server, error) {
 		Now:                o.Now,
 		Logger:             o.Logger,
 		Callbacks:          api.Callbacks{Egress: o.Config.Egress, Deliveries: o.Store},
+		Outcomes:           outcomes,
+		OutcomeTTL:         o.Config.OutcomeTTL,
 	})
 	gw := newEdge(o, h.MountAll, authorizer.New(o.Store), bodies)
 	gw.egress = watch

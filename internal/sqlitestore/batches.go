@@ -572,6 +572,7 @@ func (s *Store) Sweep(ctx context.Context) (int, error) {
 			`DELETE FROM address_quota WHERE expires_at <= ?`,
 			`DELETE FROM uploads WHERE expires_at <= ?`,
 			`DELETE FROM result_cache WHERE expires_at <= ?`,
+			qSweepOutcomes,
 		} {
 			res, err := tx.ExecContext(ctx, q, now)
 			if err != nil {

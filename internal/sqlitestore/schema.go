@@ -209,6 +209,8 @@ CREATE INDEX batches_account_created ON batches (account_id, created_at DESC, id
 	openUploadsSchema,
 	// Batch names (contract, section 3).
 	`ALTER TABLE batches ADD COLUMN name TEXT NOT NULL DEFAULT '';`,
+	// Reported outcomes (outcomes.go; contract, section 18).
+	outcomesSchema,
 }
 
 // migrate brings the schema to len(migrations). It runs in one immediate

@@ -73,6 +73,10 @@ const (
 	// hasCatchAll: the accept-all probe's result follows the provider,
 	// last, for the same reason.
 	hasCatchAll = 1 << 4
+	// hasHistory: the checks.history evidence follows the accept-all
+	// probe's result, last (result, outcome, at, bounce type, reply,
+	// detail).
+	hasHistory = 1 << 5
 )
 
 // AppendDecision appends the storage form of d to b: EncodeDecision without
@@ -101,6 +105,9 @@ func AppendDecision(b []byte, d evs.Decision) []byte {
 	}
 	if c.SMTP.CatchAll != "" {
 		has |= hasCatchAll
+	}
+	if c.History != nil {
+		has |= hasHistory
 	}
 	if host != "" && len(c.DNS.MX) > 0 && host == c.DNS.MX[0] {
 		has |= hostIsFirstMX
@@ -142,6 +149,18 @@ func AppendDecision(b []byte, d evs.Decision) []byte {
 	}
 	if has&hasCatchAll != 0 {
 		b = appendStr(b, c.SMTP.CatchAll)
+	}
+	if h := c.History; h != nil {
+		b = appendStr(b, h.Result)
+		b = appendStr(b, string(h.Outcome))
+		var hat int64
+		if !h.At.IsZero() {
+			hat = h.At.UnixMilli()
+		}
+		b = binary.AppendVarint(b, hat)
+		b = appendStr(b, h.BounceType)
+		b = appendStr(b, h.SMTPReply)
+		b = appendStr(b, h.Detail)
 	}
 	return b
 }
@@ -189,6 +208,10 @@ var knownStrings = []string{
 	"proton", "fastmail", "proofpoint", "mimecast", "barracuda", "cisco", "trendmicro", "amazonses", "qq", "netease",
 	// reasons added later (contract, section 2)
 	"blocked", "ambiguous_reply",
+	// reported outcomes (contract, section 18): the reason, history
+	// results, outcome kinds and bounce types
+	"known_bounce", "noted", "delivered", "bounced", "complained", "deferred", "hard", "soft",
+	"test mode: a simulated hard bounce", "550 5.1.1 No such user (test mode)",
 }
 
 var knownIndex = func() map[string]int {
@@ -310,6 +333,14 @@ func decodeBinary(email string, b []byte) (evs.Decision, error) {
 	}
 	if has&hasCatchAll != 0 {
 		c.SMTP.CatchAll = r.str()
+	}
+	if has&hasHistory != 0 {
+		h := &evs.HistoryCheck{Result: r.str(), Outcome: evs.OutcomeKind(r.str())}
+		if hat := r.varint(); hat != 0 {
+			h.At = evs.Time{Time: time.UnixMilli(hat).UTC()}
+		}
+		h.BounceType, h.SMTPReply, h.Detail = r.str(), r.str(), r.str()
+		c.History = h
 	}
 	if r.err != nil {
 		return evs.Decision{}, r.err

@@ -37,6 +37,28 @@ func TestDecisionRoundTrip(t *testing.T) {
 			},
 			CheckedAt: evs.Time{Time: at}, DurationMs: 300,
 		}},
+		{"known bounce, with history", evs.Decision{
+			Email: "erin@catchall.example", Normalized: "erin@catchall.example", Reason: evs.ReasonKnownBounce, Mode: evs.ModeFull,
+			Flags: evs.Flags{AcceptAll: true},
+			Checks: evs.Checks{
+				Syntax: evs.SyntaxCheck{Valid: true},
+				DNS:    evs.DNSCheck{Result: evs.DNSOK, MX: []string{"mx.catchall.example"}, Rcode: "NOERROR"},
+				SMTP:   evs.SMTPCheck{Result: evs.SMTPAcceptAll, Host: "mx.catchall.example", Code: 250, CatchAll: evs.SMTPAccepted, Provider: "other"},
+				History: &evs.HistoryCheck{Result: evs.HistoryKnownBounce, Outcome: evs.OutcomeBounced, BounceType: evs.BounceHard,
+					At: evs.Time{Time: at.Add(-time.Hour)}, SMTPReply: "550 5.1.1 user unknown — ünïcode", Detail: "hard bounce on 2026-11-22"},
+			},
+			CheckedAt: evs.Time{Time: at}, DurationMs: 12,
+		}},
+		{"delivered, history without reply", evs.Decision{
+			Email: "fay@catchall.example", Normalized: "fay@catchall.example", Reason: evs.ReasonAcceptedEmail, Mode: evs.ModeQuick,
+			Checks: evs.Checks{
+				Syntax:  evs.SyntaxCheck{Valid: true},
+				DNS:     evs.DNSCheck{Result: evs.DNSOK, MX: []string{}},
+				SMTP:    evs.SMTPCheck{Result: evs.SMTPAcceptAll},
+				History: &evs.HistoryCheck{Result: evs.HistoryDelivered, Outcome: evs.OutcomeDelivered, At: evs.Time{Time: at}, Detail: "delivered on 2026-11-22"},
+			},
+			CheckedAt: evs.Time{Time: at},
+		}},
 		{"reused from the result cache", evs.Decision{
 			Email: "dave@corp.example", Normalized: "dave@corp.example", Reason: evs.ReasonAcceptedEmail, Mode: evs.ModeFull,
 			Checks: evs.Checks{

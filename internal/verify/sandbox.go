@@ -92,6 +92,16 @@ func (s *Sandbox) Verify(_ context.Context, in Inspection, mode evs.Mode) evs.De
 		smtp.CatchAll = evs.SMTPRejected
 	case evs.ReasonRejectedEmail:
 		smtp.Result, smtp.Code, smtp.EnhancedCode, smtp.Message = evs.SMTPRejected, 550, "5.1.1", "No such user (test mode)"
+	case evs.ReasonKnownBounce:
+		// An accept-all server, and a hard bounce reported a day before
+		// the check: what ApplyHistory makes of a real one.
+		smtp.Result, smtp.Code, smtp.EnhancedCode, smtp.Message = evs.SMTPAcceptAll, 250, "2.1.5", "OK (test mode)"
+		smtp.CatchAll = evs.SMTPAccepted
+		d.Checks.History = &evs.HistoryCheck{
+			Result: evs.HistoryKnownBounce, Outcome: evs.OutcomeBounced, BounceType: evs.BounceHard,
+			At: evs.Time{Time: start.Add(-24 * time.Hour).UTC().Truncate(time.Millisecond)}, SMTPReply: "550 5.1.1 No such user (test mode)",
+			Detail: "test mode: a simulated hard bounce",
+		}
 	case evs.ReasonAcceptAll:
 		smtp.Result, smtp.Code, smtp.EnhancedCode, smtp.Message = evs.SMTPAcceptAll, 250, "2.1.5", "OK (test mode)"
 		smtp.CatchAll = evs.SMTPAccepted

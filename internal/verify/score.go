@@ -18,6 +18,10 @@ const (
 	// scoreAcceptedUnproven: accepted, but the random-address probe was
 	// inconclusive (greylisted, timed out) or is not on record.
 	scoreAcceptedUnproven = 90
+	// scoreDeliveredOnRecord: an accept-all domain's address the account
+	// reported a delivery to, with no hard bounce since (ApplyHistory):
+	// mail arrived, but an accept-all server may still bounce later.
+	scoreDeliveredOnRecord = 95
 
 	// scoreAcceptAllUnproven: the mailbox was accepted, and the
 	// random-address probe was inconclusive: nothing says the domain
@@ -52,6 +56,9 @@ const (
 	scoreNotCheckedProvider = 5
 
 	scoreRejectedEmail = 2
+	// scoreKnownBounce: the account's own mail to it bounced hard, with no
+	// delivery since (ApplyHistory).
+	scoreKnownBounce   = 1
 	scoreNoMailServer  = 1
 	scoreInvalidDomain = 1
 	scoreInvalidSyntax = 0
@@ -96,6 +103,9 @@ func scoreBase(d evs.Decision) int {
 	smtp := d.Checks.SMTP
 	switch d.Reason {
 	case evs.ReasonAcceptedEmail:
+		if h := d.Checks.History; h != nil && h.Result == evs.HistoryDelivered {
+			return scoreDeliveredOnRecord
+		}
 		if smtp.CatchAll == evs.SMTPRejected {
 			return scoreAcceptedProven
 		}
@@ -139,6 +149,8 @@ func scoreBase(d evs.Decision) int {
 		return s
 	case evs.ReasonRejectedEmail:
 		return scoreRejectedEmail
+	case evs.ReasonKnownBounce:
+		return scoreKnownBounce
 	case evs.ReasonNoMailServer:
 		return scoreNoMailServer
 	case evs.ReasonInvalidDomain:

@@ -27,6 +27,10 @@ func TestScoreTable(t *testing.T) {
 	role := func(d evs.Decision) evs.Decision { d.Flags.Role = true; return d }
 	free := func(d evs.Decision) evs.Decision { d.Flags.Free = true; return d }
 	dns := func(d evs.Decision, c evs.DNSCheck) evs.Decision { d.Checks.DNS = c; return d }
+	delivered := func(d evs.Decision) evs.Decision {
+		d.Checks.History = &evs.HistoryCheck{Result: evs.HistoryDelivered, Outcome: evs.OutcomeDelivered}
+		return d
+	}
 	notChecked := scoreDecision(evs.ReasonMailboxNotChecked, evs.SMTPSkipped, "", "other")
 	tests := []struct {
 		name string
@@ -67,6 +71,10 @@ func TestScoreTable(t *testing.T) {
 		{"blocked: a live server refused us", scoreDecision(evs.ReasonBlocked, evs.SMTPUnreachable, "", "other"), 40},
 		{"ambiguous reply from a live server", scoreDecision(evs.ReasonAmbiguousReply, evs.SMTPUnreachable, "", "other"), 40},
 		{"rejected", scoreDecision(evs.ReasonRejectedEmail, evs.SMTPRejected, "", "other"), 2},
+		{"known bounce", scoreDecision(evs.ReasonKnownBounce, evs.SMTPAcceptAll, evs.SMTPAccepted, "other"), 1},
+		{"known bounce, role mailbox", role(scoreDecision(evs.ReasonKnownBounce, evs.SMTPAccepted, evs.SMTPRejected, "other")), 1},
+		{"accept-all address delivered on record", delivered(scoreDecision(evs.ReasonAcceptedEmail, evs.SMTPAcceptAll, evs.SMTPAccepted, "yahoo")), 95},
+		{"delivered on record, role mailbox", role(delivered(scoreDecision(evs.ReasonAcceptedEmail, evs.SMTPAcceptAll, evs.SMTPAccepted, "other"))), 85},
 		{"rejected, role mailbox", role(scoreDecision(evs.ReasonRejectedEmail, evs.SMTPRejected, "", "other")), 2},
 		{"no mail server", dns(scoreDecision(evs.ReasonNoMailServer, evs.SMTPSkipped, "", ""), evs.DNSCheck{Result: evs.DNSNullMX}), 1},
 		{"mx not public", dns(scoreDecision(evs.ReasonNoMailServer, evs.SMTPSkipped, "", "other"), evs.DNSCheck{Result: evs.DNSMXNotPublic}), 1},

@@ -48,6 +48,10 @@ type Evidence struct {
 //	14 | SMTP unreachable (no reply)      | smtp_unreachable    | unknown
 //	15 | anything else (SMTP skipped)     | mailbox_not_checked | unknown
 //
+// known_bounce is not in this table: it comes from what the account
+// reported about its mail, not from the checks, and ApplyHistory
+// (history.go) sets it on the decision this table made.
+//
 // Why this order: proof that mail cannot arrive (rows 1–4) outranks
 // everything, because the server or the DNS said so. A disposable domain is
 // risky whatever its server says about the mailbox, except an outright

@@ -52,7 +52,8 @@ func TestEveryReasonHasOneStatus(t *testing.T) {
 	want := map[evs.Reason]evs.Status{
 		"accepted_email": "deliverable",
 		"invalid_syntax": "undeliverable", "invalid_domain": "undeliverable", "no_mail_server": "undeliverable", "rejected_email": "undeliverable",
-		"accept_all": "risky", "mailbox_full": "risky", "disposable": "risky",
+		"known_bounce": "undeliverable",
+		"accept_all":   "risky", "mailbox_full": "risky", "disposable": "risky",
 		"greylisted": "unknown", "smtp_unreachable": "unknown", "blocked": "unknown", "ambiguous_reply": "unknown",
 		"dns_error": "unknown", "timeout": "unknown", "mailbox_not_checked": "unknown",
 	}

@@ -1,0 +1,517 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/csv"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/idempotency"
+	"github.com/evs-dev/evs/internal/verify"
+)
+
+// Reported outcomes (contract, section 18): POST /v1/outcomes takes what
+// happened when the account's mail was sent, DELETE /v1/outcomes?email=
+// forgets an address's, and GET /v1/outcomes/report grades the verdicts
+// the account was given against them. Verdicts use them through
+// verify.ApplyHistory (history.go in this package looks them up).
+
+// Limits of POST /v1/outcomes: those of batch creation (contract, section
+// 1), the body's being Deps.MaxBatchBody.
+const (
+	MaxOutcomes = MaxBatchAddresses
+	// MaxSMTPReplyBytes bounds a reported smtpReply; it is kept trimmed to
+	// 200 characters, as every SMTP text (contract, section 2).
+	MaxSMTPReplyBytes = 2048
+	smtpReplyChars    = 200
+	// outcomeFutureSkew is how far in the future an outcome's time may be:
+	// clocks differ, but a time an hour ahead is a mistake, and would
+	// outrank every real report until then.
+	outcomeFutureSkew = time.Hour
+	// DefaultOutcomeTTL is EVS_OUTCOME_TTL's default: how long an outcome
+	// is kept after it was received.
+	DefaultOutcomeTTL = 365 * 24 * time.Hour
+)
+
+// Outcomes is the store of reported outcomes (store.Outcomes; both stores
+// implement it).
+type Outcomes interface {
+	PutOutcomes(ctx context.Context, accountID string, os []evs.Outcome, expiresAt time.Time) (added int, err error)
+	AddressOutcomes(ctx context.Context, accountID string, addresses []string) (map[string][]evs.Outcome, error)
+	DeleteOutcomes(ctx context.Context, accountID, address string) (int, error)
+	EachOutcome(ctx context.Context, accountID string, fn func(evs.Outcome) error) error
+	LastVerdicts(ctx context.Context, accountID string, addresses []string) (map[string]evs.Decision, error)
+}
+
+// outcomeJSON is one outcome as the JSON body has it; pointers tell a
+// missing field from an empty one.
+type outcomeJSON struct {
+	Email      *string `json:"email"`
+	Outcome    *string `json:"outcome"`
+	At         *string `json:"at"`
+	BounceType *string `json:"bounceType"`
+	SMTPReply  *string `json:"smtpReply"`
+}
+
+type outcomesRequest struct {
+	Outcomes *[]outcomeJSON `json:"outcomes"`
+}
+
+type outcomesResponse struct {
+	// Received is how many outcomes the request held; Accepted how many
+	// were new, Duplicates how many were already stored (or repeated in
+	// the request). Received = Accepted + Duplicates.
+	Received   int `json:"received"`
+	Accepted   int `json:"accepted"`
+	Duplicates int `json:"duplicates"`
+}
+
+// outcomeFields are the CSV columns, as the header names them.
+var outcomeFields = []string{"email", "outcome", "at", "bounceType", "smtpReply"}
+
+// ParseOutcomes reads a POST /v1/outcomes body of media type mt
+// (application/json or text/csv) into outcomes with normalised addresses
+// and millisecond times, in the body's order. The whole request is refused
+// at its first bad outcome, with an invalid_request error naming it
+// ("outcomes[3]" in JSON, "row 4" in CSV, the header being row 1) and the
+// field: nothing is stored, so a corrected list can simply be sent again
+// (the natural key keeps what was stored before once). now bounds how
+// late an outcome's time may be.
+func ParseOutcomes(mt string, body []byte, now time.Time) ([]evs.Outcome, error) {
+	switch mt {
+	case "application/json":
+		return parseOutcomesJSON(body, now)
+	case "text/csv":
+		return parseOutcomesCSV(body, now)
+	default:
+		return nil, evs.Errorf(evs.CodeInvalidRequest, "Content-Type must be application/json or text/csv.")
+	}
+}
+
+func parseOutcomesJSON(body []byte, now time.Time) ([]evs.Outcome, error) {
+	var in outcomesRequest
+	if err := decodeStrict(body, &in); err != nil {
+		return nil, err
+	}
+	if in.Outcomes == nil {
+		return nil, evs.Errorf(evs.CodeInvalidRequest, "Field \"outcomes\" is required.")
+	}
+	list := *in.Outcomes
+	if err := outcomeCount(len(list)); err != nil {
+		return nil, err
+	}
+	out := make([]evs.Outcome, 0, len(list))
+	for i, o := range list {
+		v, err := outcomeOf(o, now)
+		if err != nil {
+			return nil, evs.Errorf(evs.CodeInvalidRequest, "outcomes[%d]: %s", i, err.Error())
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+func outcomeCount(n int) error {
+	switch {
+	case n == 0:
+		return evs.Errorf(evs.CodeInvalidRequest, "The request holds no outcomes.")
+	case n > MaxOutcomes:
+		return evs.Errorf(evs.CodeInvalidRequest, "A request holds at most %d outcomes; this one has %d.", MaxOutcomes, n)
+	}
+	return nil
+}
+
+// fieldError is a problem with one field of one outcome: its text is for
+// the client, behind the outcome's position.
+type fieldError string
+
+func (e fieldError) Error() string { return string(e) }
+
+func fieldErrorf(format string, args ...any) error { return fieldError(fmt.Sprintf(format, args...)) }
+
+// outcomeOf checks one outcome's fields and returns it as stored.
+func outcomeOf(in outcomeJSON, now time.Time) (evs.Outcome, error) {
+	str := func(p *string) string {
+		if p == nil {
+			return ""
+		}
+		return *p
+	}
+	if in.Email == nil || *in.Email == "" {
+		return evs.Outcome{}, fieldErrorf("field \"email\" is required.")
+	}
+	email := *in.Email
+	if len(email) > MaxEmailLength {
+		return evs.Outcome{}, fieldErrorf("field \"email\" is longer than %d bytes.", MaxEmailLength)
+	}
+	if strings.ContainsRune(email, utf8.RuneError) || strings.ContainsRune(email, 0) {
+		return evs.Outcome{}, fieldErrorf("field \"email\" holds U+FFFD or a NUL character.")
+	}
+	addr, _, ok := verify.NormalizedKey(email)
+	if !ok {
+		return evs.Outcome{}, fieldErrorf("field \"email\" is not a valid address.")
+	}
+	o := evs.Outcome{Address: addr}
+	switch k := evs.OutcomeKind(str(in.Outcome)); k {
+	case evs.OutcomeDelivered, evs.OutcomeBounced, evs.OutcomeComplained, evs.OutcomeDeferred:
+		o.Kind = k
+	case "":
+		return evs.Outcome{}, fieldErrorf("field \"outcome\" is required.")
+	default:
+		return evs.Outcome{}, fieldErrorf("field \"outcome\" must be delivered, bounced, complained or deferred.")
+	}
+	at := str(in.At)
+	if at == "" {
+		return evs.Outcome{}, fieldErrorf("field \"at\" is required.")
+	}
+	t, err := time.Parse(time.RFC3339Nano, at)
+	if err != nil {
+		return evs.Outcome{}, fieldErrorf("field \"at\" must be an RFC 3339 timestamp such as 2026-11-22T10:04:05Z.")
+	}
+	if t.After(now.Add(outcomeFutureSkew)) {
+		return evs.Outcome{}, fieldErrorf("field \"at\" is more than an hour in the future.")
+	}
+	// The stores keep milliseconds: the natural key must not tell apart
+	// what they cannot.
+	o.At = t.UTC().Truncate(time.Millisecond)
+	switch bt := str(in.BounceType); {
+	case bt == "":
+	case o.Kind != evs.OutcomeBounced:
+		return evs.Outcome{}, fieldErrorf("field \"bounceType\" is only for outcome \"bounced\".")
+	case bt == evs.BounceHard || bt == evs.BounceSoft:
+		o.BounceType = bt
+	default:
+		return evs.Outcome{}, fieldErrorf("field \"bounceType\" must be hard or soft.")
+	}
+	reply := str(in.SMTPReply)
+	switch {
+	case len(reply) > MaxSMTPReplyBytes:
+		return evs.Outcome{}, fieldErrorf("field \"smtpReply\" is longer than %d bytes.", MaxSMTPReplyBytes)
+	case strings.ContainsRune(reply, utf8.RuneError) || strings.ContainsRune(reply, 0):
+		return evs.Outcome{}, fieldErrorf("field \"smtpReply\" holds U+FFFD or a NUL character.")
+	}
+	o.SMTPReply = trimChars(strings.TrimSpace(reply), smtpReplyChars)
+	return o, nil
+}
+
+// trimChars cuts s to at most n characters.
+func trimChars(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	i := 0
+	for j := range s {
+		if i == n {
+			return strings.TrimSpace(s[:j])
+		}
+		i++
+	}
+	return s
+}
+
+func parseOutcomesCSV(body []byte, now time.Time) ([]evs.Outcome, error) {
+	switch {
+	case bytes.HasPrefix(body, []byte("\xff\xfe")), bytes.HasPrefix(body, []byte("\xfe\xff")):
+		return nil, evs.Errorf(evs.CodeInvalidRequest, "The CSV file is UTF-16 (Excel's \"Unicode text\"); save it as \"CSV UTF-8\".")
+	}
+	body = bytes.TrimPrefix(body, []byte("\xef\xbb\xbf"))
+	if !utf8.Valid(body) {
+		return nil, evs.Errorf(evs.CodeInvalidRequest, "The CSV file is not valid UTF-8.")
+	}
+	r := csv.NewReader(bytes.NewReader(body))
+	r.FieldsPerRecord = -1 // checked here, with a message of ours
+	r.ReuseRecord = true
+	header, err := r.Read()
+	if err == io.EOF {
+		return nil, evs.Errorf(evs.CodeInvalidRequest, "The request holds no outcomes.")
+	}
+	if err != nil {
+		return nil, csvProblem(err)
+	}
+	col := map[string]int{}
+	for i, h := range header {
+		name := strings.TrimSpace(h)
+		known := false
+		for _, f := range outcomeFields {
+			if strings.EqualFold(name, f) {
+				name, known = f, true
+			}
+		}
+		if !known {
+			return nil, evs.Errorf(evs.CodeInvalidRequest, "row 1: unknown column %q; the columns are email, outcome, at, bounceType and smtpReply.", trimChars(name, 40))
+		}
+		if _, dup := col[name]; dup {
+			return nil, evs.Errorf(evs.CodeInvalidRequest, "row 1: column %q appears twice.", name)
+		}
+		col[name] = i
+	}
+	for _, f := range outcomeFields[:3] {
+		if _, ok := col[f]; !ok {
+			return nil, evs.Errorf(evs.CodeInvalidRequest, "row 1: the header has no column %q; it must name email, outcome and at (bounceType and smtpReply are optional).", f)
+		}
+	}
+	var out []evs.Outcome
+	for row := 2; ; row++ {
+		rec, err := r.Read()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, csvProblem(err)
+		}
+		if len(rec) == 1 && strings.TrimSpace(rec[0]) == "" {
+			continue // a blank line
+		}
+		if len(rec) != len(header) {
+			return nil, evs.Errorf(evs.CodeInvalidRequest, "row %d: %d fields, but the header has %d.", row, len(rec), len(header))
+		}
+		if len(out) == MaxOutcomes {
+			return nil, evs.Errorf(evs.CodeInvalidRequest, "A request holds at most %d outcomes.", MaxOutcomes)
+		}
+		field := func(name string) *string {
+			i, ok := col[name]
+			if !ok {
+				return nil
+			}
+			v := strings.TrimSpace(rec[i])
+			return &v
+		}
+		o, err := outcomeOf(outcomeJSON{Email: field("email"), Outcome: field("outcome"), At: field("at"),
+			BounceType: field("bounceType"), SMTPReply: field("smtpReply")}, now)
+		if err != nil {
+			return nil, evs.Errorf(evs.CodeInvalidRequest, "row %d: %s", row, err.Error())
+		}
+		out = append(out, o)
+	}
+	if err := outcomeCount(len(out)); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// csvProblem describes a CSV syntax error without echoing the body.
+func csvProblem(err error) error {
+	var pe *csv.ParseError
+	if errors.As(err, &pe) {
+		return evs.Errorf(evs.CodeInvalidRequest, "The CSV file is not valid at line %d: %s.", pe.StartLine, pe.Err.Error())
+	}
+	return evs.Errorf(evs.CodeInvalidRequest, "The CSV file is not valid.")
+}
+
+// postOutcomes serves POST /v1/outcomes.
+func (h *Handler) postOutcomes(ctx context.Context, req *request, p evs.Principal) (idempotency.Reply, error) {
+	if h.d.Outcomes == nil {
+		return idempotency.Reply{}, evs.Errorf(evs.CodeNotFound, "Unknown route.")
+	}
+	raw := req.body
+	if int64(len(raw)) > h.d.MaxBatchBody {
+		return idempotency.Reply{}, TooLarge(req.route, h.d.MaxBatchBody)
+	}
+	now := h.d.Now()
+	os, err := ParseOutcomes(mediaType(req), raw, now)
+	if err != nil {
+		return idempotency.Reply{}, err
+	}
+	CallFromContext(ctx).Attr = slog.Int("outcomes", len(os))
+	resp, _, err := h.idempotent(ctx, req, p, raw, func(ctx context.Context) idempotency.Reply {
+		r, err := h.storeOutcomes(ctx, p, os, now)
+		if err != nil {
+			return errReply(err)
+		}
+		return jsonReply(http.StatusOK, r)
+	})
+	return resp, err
+}
+
+// storeOutcomes keeps the new ones of os, each with the verdict the
+// account had been given on its address before it (for the report).
+func (h *Handler) storeOutcomes(ctx context.Context, p evs.Principal, os []evs.Outcome, now time.Time) (outcomesResponse, error) {
+	type natural struct {
+		addr string
+		kind evs.OutcomeKind
+		at   int64
+	}
+	seen := make(map[natural]bool, len(os))
+	uniq := os[:0:0]
+	var addrs []string
+	byAddr := map[string]bool{}
+	for _, o := range os {
+		k := natural{o.Address, o.Kind, o.At.UnixMilli()}
+		if seen[k] {
+			continue
+		}
+		seen[k] = true
+		uniq = append(uniq, o)
+		if !byAddr[o.Address] {
+			byAddr[o.Address] = true
+			addrs = append(addrs, o.Address)
+		}
+	}
+	last, err := h.d.Outcomes.LastVerdicts(ctx, p.AccountID, addrs)
+	if err != nil {
+		return outcomesResponse{}, fmt.Errorf("api: read the verdicts before the outcomes: %w", err)
+	}
+	for i := range uniq {
+		if d, ok := last[uniq[i].Address]; ok && !d.CheckedAt.After(uniq[i].At) {
+			uniq[i].Verdict, uniq[i].Score = d.Status(), verify.Score(d)
+		}
+	}
+	added, err := h.d.Outcomes.PutOutcomes(ctx, p.AccountID, uniq, now.Add(h.d.OutcomeTTL))
+	if err != nil {
+		return outcomesResponse{}, fmt.Errorf("api: store outcomes: %w", err)
+	}
+	return outcomesResponse{Received: len(os), Accepted: added, Duplicates: len(os) - added}, nil
+}
+
+// deleteOutcomes serves DELETE /v1/outcomes?email=: the account's
+// outcomes of that address are forgotten. The call's log line gets the
+// address's domain, never the address.
+func (h *Handler) deleteOutcomes(ctx context.Context, req *request, p evs.Principal) (idempotency.Reply, error) {
+	if h.d.Outcomes == nil {
+		return idempotency.Reply{}, evs.Errorf(evs.CodeNotFound, "Unknown route.")
+	}
+	if len(req.body) > 0 && len(bytes.TrimSpace(req.body)) > 0 {
+		return idempotency.Reply{}, evs.Errorf(evs.CodeInvalidRequest, "DELETE /v1/outcomes takes no body; name the address with ?email=.")
+	}
+	for k := range req.query {
+		if k != "email" {
+			return idempotency.Reply{}, evs.Errorf(evs.CodeInvalidRequest, "Unknown query parameter %q; DELETE /v1/outcomes takes email.", trimChars(k, 40))
+		}
+	}
+	email := req.query["email"]
+	if email == "" {
+		return idempotency.Reply{}, evs.Errorf(evs.CodeInvalidRequest, "Query parameter \"email\" is required.")
+	}
+	if len(email) > MaxEmailLength || !utf8.ValidString(email) {
+		return idempotency.Reply{}, evs.Errorf(evs.CodeInvalidRequest, "Query parameter \"email\" is not a valid address.")
+	}
+	addr, domain, ok := verify.NormalizedKey(email)
+	if !ok {
+		return idempotency.Reply{}, evs.Errorf(evs.CodeInvalidRequest, "Query parameter \"email\" is not a valid address.")
+	}
+	CallFromContext(ctx).Attr = slog.String("domain", domain)
+	n, err := h.d.Outcomes.DeleteOutcomes(ctx, p.AccountID, addr)
+	if err != nil {
+		return idempotency.Reply{}, fmt.Errorf("api: delete outcomes: %w", err)
+	}
+	return jsonReply(http.StatusOK, struct {
+		Deleted int `json:"deleted"`
+	}{n}), nil
+}
+
+// Score buckets of the report: the score ranges a calibration table
+// reads well at, and "not_verified" for an outcome the account had no
+// verdict on.
+var scoreBuckets = [...]struct {
+	name   string
+	lo, hi int
+}{{"0-19", 0, 19}, {"20-39", 20, 39}, {"40-59", 40, 59}, {"60-79", 60, 79}, {"80-100", 80, 100}}
+
+// notVerified is the report's status of outcomes the account had no
+// verdict on before them.
+const notVerified = "not_verified"
+
+type reportRow struct {
+	Status string `json:"status"`
+	// ScoreBucket is null for not_verified.
+	ScoreBucket *string `json:"scoreBucket"`
+	Sent        int     `json:"sent"`
+	Delivered   int     `json:"delivered"`
+	HardBounces int     `json:"hardBounces"`
+	SoftBounces int     `json:"softBounces"`
+	Complaints  int     `json:"complaints"`
+	Deferrals   int     `json:"deferrals"`
+	// BounceRate is HardBounces / Sent, null when nothing was sent.
+	BounceRate *float64 `json:"bounceRate"`
+}
+
+type outcomesReport struct {
+	Outcomes int         `json:"outcomes"`
+	Rows     []reportRow `json:"rows"`
+}
+
+// outcomesReport serves GET /v1/outcomes/report: the account's outcomes
+// counted by the verdict (status) and score bucket it was given on each
+// address before the outcome. "Sent" are the deliveries and bounces (any
+// type); the bounce rate is hard bounces over sent, the share of mail that
+// a verdict let through and that could never arrive.
+func (h *Handler) outcomesReport(ctx context.Context, req *request, p evs.Principal) (idempotency.Reply, error) {
+	if h.d.Outcomes == nil {
+		return idempotency.Reply{}, evs.Errorf(evs.CodeNotFound, "Unknown route.")
+	}
+	if len(req.query) > 0 {
+		for k := range req.query {
+			return idempotency.Reply{}, evs.Errorf(evs.CodeInvalidRequest, "Unknown query parameter %q; the report takes none.", trimChars(k, 40))
+		}
+	}
+	statuses := []string{string(evs.Deliverable), string(evs.Risky), string(evs.Unknown), string(evs.Undeliverable), notVerified}
+	type cell struct{ status, bucket int }
+	counts := map[cell]*reportRow{}
+	total := 0
+	err := h.d.Outcomes.EachOutcome(ctx, p.AccountID, func(o evs.Outcome) error {
+		total++
+		c := cell{status: len(statuses) - 1, bucket: -1}
+		if o.Verdict != "" {
+			for i, s := range statuses {
+				if s == string(o.Verdict) {
+					c.status = i
+				}
+			}
+			for i, b := range scoreBuckets {
+				if o.Score >= b.lo && o.Score <= b.hi {
+					c.bucket = i
+				}
+			}
+		}
+		r := counts[c]
+		if r == nil {
+			r = &reportRow{Status: statuses[c.status]}
+			if c.bucket >= 0 {
+				r.ScoreBucket = &scoreBuckets[c.bucket].name
+			}
+			counts[c] = r
+		}
+		switch {
+		case o.Kind == evs.OutcomeDelivered:
+			r.Sent++
+			r.Delivered++
+		case o.HardBounce():
+			r.Sent++
+			r.HardBounces++
+		case o.Kind == evs.OutcomeBounced:
+			r.Sent++
+			r.SoftBounces++
+		case o.Kind == evs.OutcomeComplained:
+			r.Complaints++
+		case o.Kind == evs.OutcomeDeferred:
+			r.Deferrals++
+		}
+		return nil
+	})
+	if err != nil {
+		return idempotency.Reply{}, fmt.Errorf("api: read outcomes: %w", err)
+	}
+	rep := outcomesReport{Outcomes: total, Rows: []reportRow{}}
+	for s := range statuses {
+		for b := len(scoreBuckets) - 1; b >= -1; b-- {
+			r := counts[cell{s, b}]
+			if r == nil {
+				continue
+			}
+			if r.Sent > 0 {
+				rate := float64(r.HardBounces) / float64(r.Sent)
+				r.BounceRate = &rate
+			}
+			rep.Rows = append(rep.Rows, *r)
+		}
+	}
+	return jsonReply(http.StatusOK, rep), nil
+}

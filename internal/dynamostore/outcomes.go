@@ -1,0 +1,363 @@
+package dynamostore
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/store"
+)
+
+// Reported outcomes (contract, section 18; store.Outcomes) live in the
+// Batches table, in a partition of their own per account,
+// "~out#<accountId>" (no account ID starts with "~"), so an account's
+// batch queries never read them. The sort key is
+// "<address>#<13-digit epoch ms>#<kind>": the natural key, so a
+// conditional put keeps an outcome reported twice once, and the
+// address's outcomes are one Query on the prefix "<address>#" (a domain
+// holds no "#", so no other address shares the prefix). Each item carries
+// the TTL attribute (EVS_OUTCOME_TTL after it was received), and the sweep's
+// filters never match it (no state, no callback).
+//
+// The item "~any" of the partition says the account has reported
+// something: a batch of an account that never did looks its addresses up
+// with one GetItem, not one Query each. It expires with the latest
+// outcome.
+const (
+	outcomePartitionPrefix = "~out#"
+	outcomeMarkerID        = "~any"
+
+	attrOutcome    = "outcome"
+	attrOutAddress = "address"
+	attrOutAtMs    = "atMs"
+	attrBounceType = "bounceType"
+	attrSMTPReply  = "smtpReply"
+	attrVerdict    = "verdict"
+	attrScore      = "score"
+
+	// outcomeQueryWorkers bounds the Queries of one AddressOutcomes in
+	// flight: a batch group of an account with outcomes asks one per
+	// address.
+	outcomeQueryWorkers = 8
+	// outcomePutWorkers bounds the conditional puts of one PutOutcomes in
+	// flight: a list of 50,000 must fit in API Gateway's 29 s.
+	outcomePutWorkers = 16
+)
+
+func outcomePartition(accountID string) types.AttributeValue {
+	return avS(outcomePartitionPrefix + accountID)
+}
+
+func outcomeID(o evs.Outcome) string {
+	return fmt.Sprintf("%s#%013d#%s", o.Address, o.At.UnixMilli(), o.Kind)
+}
+
+// PutOutcomes stores the outcomes the account has not stored yet
+// (store.Outcomes), each with a put conditioned on its key being new, a
+// few in flight at once. It is not one transaction: after a fault, the
+// ones already written count as duplicates when the client retries.
+func (s *Store) PutOutcomes(ctx context.Context, accountID string, os []evs.Outcome, expiresAt time.Time) (int, error) {
+	if len(os) == 0 {
+		return 0, nil
+	}
+	// The marker first: an outcome is never stored unseen by
+	// AddressOutcomes.
+	if _, err := s.c.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(s.t.Batches), Item: item{
+		attrAccountID: outcomePartition(accountID), attrID: avS(outcomeMarkerID),
+		attrExpiresAtMs: avTime(expiresAt), attrExpiresAt: ttlSeconds(expiresAt),
+	}}); err != nil {
+		return 0, wrapErr("store outcomes", err)
+	}
+	var (
+		mu       sync.Mutex
+		added    int
+		firstErr error
+		wg       sync.WaitGroup
+	)
+	next := make(chan evs.Outcome)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	for range min(outcomePutWorkers, len(os)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for o := range next {
+				ok, err := s.putOutcome(ctx, accountID, o, expiresAt)
+				mu.Lock()
+				if err != nil && firstErr == nil {
+					firstErr = err
+					cancel()
+				}
+				if ok {
+					added++
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+feed:
+	for _, o := range os {
+		select {
+		case next <- o:
+		case <-ctx.Done():
+			break feed
+		}
+	}
+	close(next)
+	wg.Wait()
+	if firstErr != nil {
+		return 0, firstErr
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, wrapErr("store outcomes", err)
+	}
+	return added, nil
+}
+
+// putOutcome writes o unless its key is stored; added is false for a
+// duplicate.
+func (s *Store) putOutcome(ctx context.Context, accountID string, o evs.Outcome, expiresAt time.Time) (added bool, err error) {
+	it := item{
+		attrAccountID: outcomePartition(accountID), attrID: avS(outcomeID(o)),
+		attrOutAddress: avS(o.Address), attrOutAtMs: avTime(o.At), attrOutcome: avS(o.Kind),
+		attrExpiresAtMs: avTime(expiresAt), attrExpiresAt: ttlSeconds(expiresAt),
+	}
+	if o.BounceType != "" {
+		it[attrBounceType] = avS(o.BounceType)
+	}
+	if o.SMTPReply != "" {
+		it[attrSMTPReply] = avS(o.SMTPReply)
+	}
+	if o.Verdict != "" {
+		it[attrVerdict], it[attrScore] = avS(o.Verdict), avN(int64(o.Score))
+	}
+	_, err = s.c.PutItem(ctx, &dynamodb.PutItemInput{
+		TableName: aws.String(s.t.Batches), Item: it,
+		// An expired item TTL has not deleted yet is replaced.
+		ConditionExpression:       aws.String("attribute_not_exists(#id) OR #exp <= :now"),
+		ExpressionAttributeNames:  map[string]string{"#id": attrID, "#exp": attrExpiresAtMs},
+		ExpressionAttributeValues: item{":now": avTime(s.now())},
+	})
+	if isConditionFailed(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, wrapErr("store outcomes", err)
+	}
+	return true, nil
+}
+
+// AddressOutcomes returns the account's unexpired outcomes of each address
+// (store.Outcomes): nothing, after one GetItem, for an account that never
+// reported any; else one Query per address, eight in flight.
+func (s *Store) AddressOutcomes(ctx context.Context, accountID string, addresses []string) (map[string][]evs.Outcome, error) {
+	out := map[string][]evs.Outcome{}
+	if len(addresses) == 0 {
+		return out, nil
+	}
+	m, err := s.c.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName: aws.String(s.t.Batches),
+		Key:       item{attrAccountID: outcomePartition(accountID), attrID: avS(outcomeMarkerID)},
+	})
+	if err != nil {
+		return nil, wrapErr("read outcomes", err)
+	}
+	now := s.now()
+	if m.Item == nil || getN(m.Item, attrExpiresAtMs) <= now.UnixMilli() {
+		return out, nil
+	}
+	var mu sync.Mutex
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(outcomeQueryWorkers)
+	seen := make(map[string]bool, len(addresses))
+	for _, a := range addresses {
+		if seen[a] {
+			continue
+		}
+		seen[a] = true
+		g.Go(func() error {
+			var os []evs.Outcome
+			err := s.queryOutcomes(gctx, accountID, a+"#", false, func(it item) error {
+				if o, ok := outcomeFrom(it, now); ok {
+					os = append(os, o)
+				}
+				return nil
+			})
+			if err == nil && len(os) > 0 {
+				mu.Lock()
+				out[a] = os
+				mu.Unlock()
+			}
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// DeleteOutcomes deletes the account's outcomes of address
+// (store.Outcomes), expired or not.
+func (s *Store) DeleteOutcomes(ctx context.Context, accountID, address string) (int, error) {
+	var keys []types.WriteRequest
+	err := s.queryOutcomes(ctx, accountID, address+"#", true, func(it item) error {
+		keys = append(keys, types.WriteRequest{DeleteRequest: &types.DeleteRequest{
+			Key: item{attrAccountID: outcomePartition(accountID), attrID: it[attrID]},
+		}})
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for start := 0; start < len(keys); start += cacheWriteBatch {
+		reqs := keys[start:min(start+cacheWriteBatch, len(keys))]
+		for attempt := 0; len(reqs) > 0; attempt++ {
+			if attempt > 8 {
+				return n, wrapErr("delete outcomes", fmt.Errorf("%d deletes left unprocessed", len(reqs)))
+			}
+			if attempt > 0 {
+				if err := s.sleep(ctx, time.Duration(50<<attempt)*time.Millisecond); err != nil {
+					return n, err
+				}
+			}
+			out, err := s.c.BatchWriteItem(ctx, &dynamodb.BatchWriteItemInput{RequestItems: map[string][]types.WriteRequest{s.t.Batches: reqs}})
+			if err != nil {
+				return n, wrapErr("delete outcomes", err)
+			}
+			n += len(reqs) - len(out.UnprocessedItems[s.t.Batches])
+			reqs = out.UnprocessedItems[s.t.Batches]
+		}
+	}
+	return n, nil
+}
+
+// EachOutcome calls fn with each of the account's unexpired outcomes
+// (store.Outcomes), a Query of its partition page by page.
+func (s *Store) EachOutcome(ctx context.Context, accountID string, fn func(evs.Outcome) error) error {
+	now := s.now()
+	return s.queryOutcomes(ctx, accountID, "", false, func(it item) error {
+		if o, ok := outcomeFrom(it, now); ok {
+			return fn(o)
+		}
+		return nil
+	})
+}
+
+// queryOutcomes passes each item of the account's outcome partition whose
+// id starts with prefix ("" for all but the marker) to each; keysOnly
+// reads the keys alone.
+func (s *Store) queryOutcomes(ctx context.Context, accountID, prefix string, keysOnly bool, each func(item) error) error {
+	in := &dynamodb.QueryInput{
+		TableName:                 aws.String(s.t.Batches),
+		KeyConditionExpression:    aws.String("#a = :a"),
+		ExpressionAttributeNames:  map[string]string{"#a": attrAccountID},
+		ExpressionAttributeValues: item{":a": outcomePartition(accountID)},
+	}
+	if prefix != "" {
+		in.KeyConditionExpression = aws.String("#a = :a AND begins_with(#id, :p)")
+		in.ExpressionAttributeNames["#id"] = attrID
+		in.ExpressionAttributeValues[":p"] = avS(prefix)
+	}
+	if keysOnly {
+		in.ProjectionExpression = aws.String("#a, #id")
+		in.ExpressionAttributeNames["#id"] = attrID
+	}
+	p := dynamodb.NewQueryPaginator(s.c, in)
+	for p.HasMorePages() {
+		page, err := p.NextPage(ctx)
+		if err != nil {
+			return wrapErr("read outcomes", err)
+		}
+		for _, it := range page.Items {
+			if getS(it, attrID) == outcomeMarkerID {
+				continue
+			}
+			if err := each(it); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// outcomeFrom reads an outcome item; ok is false when it has expired by
+// now (TTL deletes items late).
+func outcomeFrom(it item, now time.Time) (evs.Outcome, bool) {
+	if getN(it, attrExpiresAtMs) <= now.UnixMilli() {
+		return evs.Outcome{}, false
+	}
+	o := evs.Outcome{
+		Address: getS(it, attrOutAddress), Kind: evs.OutcomeKind(getS(it, attrOutcome)),
+		At:         time.UnixMilli(getN(it, attrOutAtMs)).UTC(),
+		BounceType: getS(it, attrBounceType), SMTPReply: getS(it, attrSMTPReply),
+		Verdict: evs.Status(getS(it, attrVerdict)),
+	}
+	if o.Verdict != "" {
+		o.Score = int(getN(it, attrScore))
+	}
+	return o, true
+}
+
+// batchGetKeys is BatchGetItem's limit of keys per call.
+const batchGetKeys = 100
+
+// LastVerdicts returns the latest cached decision of each address, in
+// either mode (store.Outcomes): BatchGetItem on the result cache's items,
+// 100 keys (50 addresses) a call; keys the service leaves unprocessed are
+// asked again after a back-off.
+func (s *Store) LastVerdicts(ctx context.Context, accountID string, addresses []string) (map[string]evs.Decision, error) {
+	out := map[string]evs.Decision{}
+	var keys []item
+	seen := map[string]bool{}
+	for _, a := range addresses {
+		if seen[a] {
+			continue
+		}
+		seen[a] = true
+		keys = append(keys, cacheKey(accountID, evs.ModeFull, a), cacheKey(accountID, evs.ModeQuick, a))
+	}
+	prefix := cachePartitionPrefix + accountID + "#"
+	for start := 0; start < len(keys); start += batchGetKeys {
+		req := map[string]types.KeysAndAttributes{s.t.Results: {Keys: keys[start:min(start+batchGetKeys, len(keys))]}}
+		for attempt := 0; len(req) > 0 && len(req[s.t.Results].Keys) > 0; attempt++ {
+			if attempt > 8 {
+				return nil, wrapErr("read the result cache", fmt.Errorf("%d keys left unprocessed", len(req[s.t.Results].Keys)))
+			}
+			if attempt > 0 {
+				if err := s.sleep(ctx, time.Duration(50<<attempt)*time.Millisecond); err != nil {
+					return nil, err
+				}
+			}
+			res, err := s.c.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: req})
+			if err != nil {
+				return nil, wrapErr("read the result cache", err)
+			}
+			for _, it := range res.Responses[s.t.Results] {
+				// "<prefix><mode>#<address>"
+				_, a, ok := strings.Cut(strings.TrimPrefix(getS(it, attrBatchID), prefix), "#")
+				if !ok {
+					continue
+				}
+				d, err := store.DecodeDecision(a, getB(it, attrDecision))
+				if err != nil {
+					return nil, err
+				}
+				if prev, ok := out[a]; !ok || d.CheckedAt.After(prev.CheckedAt.Time) {
+					out[a] = d
+				}
+			}
+			req = res.UnprocessedKeys
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,78 @@
+package evs
+
+import "time"
+
+// OutcomeKind is what happened when mail was sent to an address (contract,
+// section 18).
+type OutcomeKind string
+
+// The four outcome kinds a client reports.
+const (
+	OutcomeDelivered  OutcomeKind = "delivered"
+	OutcomeBounced    OutcomeKind = "bounced"
+	OutcomeComplained OutcomeKind = "complained"
+	OutcomeDeferred   OutcomeKind = "deferred"
+)
+
+// Bounce types of a bounced outcome.
+const (
+	BounceHard = "hard"
+	BounceSoft = "soft"
+)
+
+// Outcome is one reported event for one of an account's addresses. The
+// account, Address (normalised), Kind and At are its natural key: the same
+// event reported twice is kept once.
+type Outcome struct {
+	// Address is the normalised address (verify.NormalizedKey).
+	Address string
+	Kind    OutcomeKind
+	// At is when it happened, by the client's (its ESP's) clock,
+	// millisecond precision.
+	At time.Time
+	// BounceType is BounceHard or BounceSoft for a bounce, else "".
+	BounceType string
+	// SMTPReply is the receiving server's reply as the client reported
+	// it, trimmed to 200 characters; may be empty.
+	SMTPReply string
+	// Verdict and Score are the account's last verdict on the address
+	// before At, as kept when the outcome was received; Verdict is ""
+	// when the account had none (GET /v1/outcomes/report's "not
+	// verified").
+	Verdict Status
+	Score   int
+}
+
+// HardBounce tells whether o is a hard bounce: the one kind that makes a
+// verdict undeliverable.
+func (o Outcome) HardBounce() bool {
+	return o.Kind == OutcomeBounced && o.BounceType == BounceHard
+}
+
+// History results of HistoryCheck.Result.
+const (
+	// HistoryKnownBounce: a hard bounce, later than any delivery, made
+	// the verdict undeliverable/known_bounce.
+	HistoryKnownBounce = "known_bounce"
+	// HistoryDelivered: a delivery, later than any hard bounce, made an
+	// accept-all verdict deliverable/accepted_email.
+	HistoryDelivered = "delivered"
+	// HistoryNoted: the account reported outcomes for the address, but
+	// none changed the verdict (a soft bounce, a complaint, a deferral,
+	// or the checks already said as much).
+	HistoryNoted = "noted"
+)
+
+// HistoryCheck is the evidence from the account's reported outcomes
+// (decision.checks.history, contract section 18): the outcome that decided
+// the verdict, or the latest one when none did.
+type HistoryCheck struct {
+	Result     string      `json:"result"`
+	Outcome    OutcomeKind `json:"outcome"`
+	At         Time        `json:"at"`
+	BounceType string      `json:"bounceType,omitempty"`
+	SMTPReply  string      `json:"smtpReply,omitempty"`
+	// Detail says in words what the outcome did, e.g. "hard bounce on
+	// 2026-11-20".
+	Detail string `json:"detail"`
+}

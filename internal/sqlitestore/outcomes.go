@@ -1,0 +1,230 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/store"
+)
+
+// Reported outcomes (contract, section 18; store.Outcomes): one row per
+// account, normalised address, time and kind, the natural key, so a
+// report sent twice is kept once (an expired row the sweep has not
+// deleted yet is replaced, as if it were gone). verdict and score are the account's
+// last verdict on the address when the outcome was received ("" and -1
+// for none), for GET /v1/outcomes/report. The sweep deletes rows past
+// expires_at; reads ignore them before that. They live in the same
+// database file as everything else, so `evs backup` copies them.
+const outcomesSchema = `
+CREATE TABLE outcomes (
+	account_id  TEXT NOT NULL,
+	address     TEXT NOT NULL,
+	at          INTEGER NOT NULL,
+	kind        TEXT NOT NULL,
+	bounce_type TEXT NOT NULL DEFAULT '',
+	smtp_reply  TEXT NOT NULL DEFAULT '',
+	verdict     TEXT NOT NULL DEFAULT '',
+	score       INTEGER NOT NULL DEFAULT -1,
+	expires_at  INTEGER NOT NULL,
+	PRIMARY KEY (account_id, address, at, kind)
+) WITHOUT ROWID;
+CREATE INDEX outcomes_expires ON outcomes (expires_at);
+`
+
+const (
+	qPutOutcome = `INSERT INTO outcomes (account_id, address, at, kind, bounce_type, smtp_reply, verdict, score, expires_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (account_id, address, at, kind) DO UPDATE SET bounce_type = excluded.bounce_type,
+			smtp_reply = excluded.smtp_reply, verdict = excluded.verdict, score = excluded.score, expires_at = excluded.expires_at
+		WHERE outcomes.expires_at <= ?`
+	outcomeColumns   = `address, at, kind, bounce_type, smtp_reply, verdict, score`
+	qAnyOutcome      = `SELECT 1 FROM outcomes WHERE account_id = ? LIMIT 1`
+	qAddressOutcomes = `SELECT ` + outcomeColumns + ` FROM outcomes WHERE account_id = ? AND expires_at > ? AND address IN `
+	// outcomeChunk is how many addresses one query of AddressOutcomes
+	// names, well under SQLite's limit of bound parameters.
+	outcomeChunk     = 500
+	qAccountOutcomes = `SELECT ` + outcomeColumns + ` FROM outcomes WHERE account_id = ? AND expires_at > ?`
+	qDeleteOutcomes  = `DELETE FROM outcomes WHERE account_id = ? AND address = ?`
+	qSweepOutcomes   = `DELETE FROM outcomes WHERE expires_at <= ?`
+	qLastVerdicts    = `SELECT decision FROM result_cache WHERE account_id = ? AND address = ?`
+	outcomeNoScore   = -1
+)
+
+// PutOutcomes stores the outcomes the account has not stored yet, in one
+// transaction (store.Outcomes).
+func (s *Store) PutOutcomes(ctx context.Context, accountID string, os []evs.Outcome, expiresAt time.Time) (int, error) {
+	if len(os) == 0 {
+		return 0, nil
+	}
+	added := 0
+	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		added = 0 // a retried transaction counts again
+		st, err := tx.PrepareContext(ctx, qPutOutcome)
+		if err != nil {
+			return dbErr("store outcomes", err)
+		}
+		defer st.Close()
+		now := millis(s.now())
+		for _, o := range os {
+			score := outcomeNoScore
+			if o.Verdict != "" {
+				score = o.Score
+			}
+			res, err := st.ExecContext(ctx, accountID, o.Address, millis(o.At), string(o.Kind), o.BounceType,
+				o.SMTPReply, string(o.Verdict), score, millis(expiresAt), now)
+			if err != nil {
+				return dbErr("store outcomes", err)
+			}
+			n, err := res.RowsAffected()
+			if err != nil {
+				return dbErr("store outcomes", err)
+			}
+			added += int(n)
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	return added, nil
+}
+
+// AddressOutcomes returns the account's unexpired outcomes of each address
+// (store.Outcomes). A batch asks for every group of addresses it
+// verifies, so an account that never reported outcomes costs one probe of
+// the primary key, and one that did a query per outcomeChunk addresses.
+func (s *Store) AddressOutcomes(ctx context.Context, accountID string, addresses []string) (map[string][]evs.Outcome, error) {
+	out := map[string][]evs.Outcome{}
+	if len(addresses) == 0 {
+		return out, nil
+	}
+	tx, err := s.rdb.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return nil, dbErr("begin read", err)
+	}
+	defer tx.Rollback()
+	var one int
+	err = tx.QueryRowContext(ctx, qAnyOutcome, accountID).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return out, nil
+	}
+	if err != nil {
+		return nil, dbErr("read outcomes", err)
+	}
+	now := millis(s.now())
+	for start := 0; start < len(addresses); start += outcomeChunk {
+		chunk := addresses[start:min(start+outcomeChunk, len(addresses))]
+		args := make([]any, 0, len(chunk)+2)
+		args = append(args, accountID, now)
+		for _, a := range chunk {
+			args = append(args, a)
+		}
+		q := qAddressOutcomes + `(?` + strings.Repeat(`, ?`, len(chunk)-1) + `)`
+		rows, err := tx.QueryContext(ctx, q, args...)
+		if err != nil {
+			return nil, dbErr("read outcomes", err)
+		}
+		if err := scanOutcomes(rows, func(o evs.Outcome) error { out[o.Address] = append(out[o.Address], o); return nil }); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// DeleteOutcomes deletes the account's outcomes of address
+// (store.Outcomes).
+func (s *Store) DeleteOutcomes(ctx context.Context, accountID, address string) (int, error) {
+	var n int64
+	err := s.writeOne(ctx, true, func(ctx context.Context, tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, qDeleteOutcomes, accountID, address)
+		if err != nil {
+			return dbErr("delete outcomes", err)
+		}
+		n, err = res.RowsAffected()
+		return dbErr("delete outcomes", err)
+	})
+	return int(n), err
+}
+
+// EachOutcome calls fn with each of the account's unexpired outcomes
+// (store.Outcomes), from one read transaction.
+func (s *Store) EachOutcome(ctx context.Context, accountID string, fn func(evs.Outcome) error) error {
+	rows, err := s.rdb.QueryContext(ctx, qAccountOutcomes, accountID, millis(s.now()))
+	if err != nil {
+		return dbErr("read outcomes", err)
+	}
+	return scanOutcomes(rows, fn)
+}
+
+// scanOutcomes calls fn with each row of rows and closes them.
+func scanOutcomes(rows *sql.Rows, fn func(evs.Outcome) error) error {
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			o       evs.Outcome
+			at      int64
+			kind    string
+			verdict string
+		)
+		if err := rows.Scan(&o.Address, &at, &kind, &o.BounceType, &o.SMTPReply, &verdict, &o.Score); err != nil {
+			return dbErr("read outcomes", err)
+		}
+		o.At, o.Kind, o.Verdict = time.UnixMilli(at).UTC(), evs.OutcomeKind(kind), evs.Status(verdict)
+		if o.Verdict == "" {
+			o.Score = 0
+		}
+		if err := fn(o); err != nil {
+			return err
+		}
+	}
+	return dbErr("read outcomes", rows.Err())
+}
+
+// LastVerdicts returns the latest cached decision of each address, in
+// either mode (store.Outcomes).
+func (s *Store) LastVerdicts(ctx context.Context, accountID string, addresses []string) (map[string]evs.Decision, error) {
+	out := map[string]evs.Decision{}
+	if len(addresses) == 0 {
+		return out, nil
+	}
+	tx, err := s.rdb.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return nil, dbErr("begin read", err)
+	}
+	defer tx.Rollback()
+	st, err := tx.PrepareContext(ctx, qLastVerdicts)
+	if err != nil {
+		return nil, dbErr("read the result cache", err)
+	}
+	defer st.Close()
+	for _, a := range addresses {
+		rows, err := st.QueryContext(ctx, accountID, a)
+		if err != nil {
+			return nil, dbErr("read the result cache", err)
+		}
+		for rows.Next() {
+			var blob []byte
+			if err := rows.Scan(&blob); err != nil {
+				rows.Close()
+				return nil, dbErr("read the result cache", err)
+			}
+			d, err := store.DecodeDecision(a, blob)
+			if err != nil {
+				rows.Close()
+				return nil, err
+			}
+			if prev, ok := out[a]; !ok || d.CheckedAt.After(prev.CheckedAt.Time) {
+				out[a] = d
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, dbErr("read the result cache", err)
+		}
+	}
+	return out, nil
+}

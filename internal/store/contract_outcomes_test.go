@@ -1,0 +1,186 @@
+package store_test
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/store"
+	"github.com/evs-dev/evs/internal/testkit"
+)
+
+func TestOutcomesContract(t *testing.T) {
+	t.Run("SQLite", func(t *testing.T) {
+		runOutcomesContract(t, func(t *testing.T, now func() time.Time) store.Outcomes { return sqliteStore(t, now) })
+	})
+	t.Run("DynamoDB", func(t *testing.T) {
+		runOutcomesContract(t, func(t *testing.T, now func() time.Time) store.Outcomes { return dynamoStore(t, now) })
+	})
+}
+
+// runOutcomesContract checks an outcome store: the natural key keeps a
+// report sent twice once, the first report's fields kept; lookups by
+// address and the whole account's listing see only the account's own,
+// unexpired outcomes; deleting an address deletes all of its outcomes and
+// nothing else.
+func runOutcomesContract(t *testing.T, open func(t *testing.T, now func() time.Time) store.Outcomes) {
+	ctx := context.Background()
+	clk := testkit.NewClock(base)
+	s := open(t, clk.Now)
+	at := base.Add(-48 * time.Hour)
+	hard := evs.Outcome{Address: "bob@example.com", Kind: evs.OutcomeBounced, BounceType: evs.BounceHard, At: at,
+		SMTPReply: "550 5.1.1 <bob@example.com>: user unknown", Verdict: evs.Risky, Score: 60}
+	delivered := evs.Outcome{Address: "bob@example.com", Kind: evs.OutcomeDelivered, At: at.Add(-time.Hour)}
+	sameTime := evs.Outcome{Address: "bob@example.com", Kind: evs.OutcomeComplained, At: at}
+	ann := evs.Outcome{Address: "ann#1@example.com", Kind: evs.OutcomeDelivered, At: at, Verdict: evs.Deliverable, Score: 97}
+	keep := base.Add(365 * 24 * time.Hour)
+
+	n, err := s.PutOutcomes(ctx, "a", []evs.Outcome{hard, delivered, sameTime, ann}, keep)
+	must(t, err, "PutOutcomes")
+	if n != 4 {
+		t.Fatalf("added %d, want 4", n)
+	}
+	again := hard
+	again.SMTPReply, again.Verdict, again.Score = "other text", evs.Deliverable, 97
+	n, err = s.PutOutcomes(ctx, "a", []evs.Outcome{again, {Address: "bob@example.com", Kind: evs.OutcomeDeferred, At: at}}, keep)
+	must(t, err, "PutOutcomes again")
+	if n != 1 {
+		t.Fatalf("the second call added %d, want 1 (one duplicate)", n)
+	}
+	// Another account's outcome for the same address is its own.
+	n, err = s.PutOutcomes(ctx, "b", []evs.Outcome{hard}, keep)
+	must(t, err, "PutOutcomes b")
+	if n != 1 {
+		t.Fatalf("account b added %d, want 1", n)
+	}
+
+	got, err := s.AddressOutcomes(ctx, "a", []string{"bob@example.com", "ann#1@example.com", "nobody@example.com", "bob@example.com"})
+	must(t, err, "AddressOutcomes")
+	if len(got["bob@example.com"]) != 4 || len(got["ann#1@example.com"]) != 1 || len(got) != 2 {
+		t.Fatalf("AddressOutcomes = %+v", got)
+	}
+	for _, o := range got["bob@example.com"] {
+		if o.Kind == evs.OutcomeBounced {
+			if o.SMTPReply != hard.SMTPReply || o.Verdict != evs.Risky || o.Score != 60 || !o.At.Equal(at) || o.BounceType != evs.BounceHard {
+				t.Errorf("the stored bounce is %+v, want the first report %+v", o, hard)
+			}
+		}
+		if o.Kind == evs.OutcomeDelivered && (o.Verdict != "" || o.Score != 0) {
+			t.Errorf("an outcome without a verdict read back %+v", o)
+		}
+	}
+	if a := got["ann#1@example.com"][0]; a != ann {
+		t.Errorf("ann read back %+v, want %+v", a, ann)
+	}
+	none, err := s.AddressOutcomes(ctx, "nobody", []string{"bob@example.com"})
+	must(t, err, "AddressOutcomes of an account without outcomes")
+	if len(none) != 0 {
+		t.Fatalf("an account without outcomes got %+v", none)
+	}
+
+	var all []string
+	must(t, s.EachOutcome(ctx, "a", func(o evs.Outcome) error {
+		all = append(all, o.Address+" "+string(o.Kind))
+		return nil
+	}), "EachOutcome")
+	sort.Strings(all)
+	want := []string{"ann#1@example.com delivered", "bob@example.com bounced", "bob@example.com complained", "bob@example.com deferred", "bob@example.com delivered"}
+	if len(all) != len(want) {
+		t.Fatalf("EachOutcome = %v, want %v", all, want)
+	}
+	for i := range want {
+		if all[i] != want[i] {
+			t.Fatalf("EachOutcome = %v, want %v", all, want)
+		}
+	}
+
+	d, err := s.DeleteOutcomes(ctx, "a", "bob@example.com")
+	must(t, err, "DeleteOutcomes")
+	if d != 4 {
+		t.Fatalf("deleted %d, want 4", d)
+	}
+	got, err = s.AddressOutcomes(ctx, "a", []string{"bob@example.com", "ann#1@example.com"})
+	must(t, err, "AddressOutcomes after delete")
+	if len(got["bob@example.com"]) != 0 || len(got["ann#1@example.com"]) != 1 {
+		t.Fatalf("after delete: %+v", got)
+	}
+	if got, _ := s.AddressOutcomes(ctx, "b", []string{"bob@example.com"}); len(got["bob@example.com"]) != 1 {
+		t.Fatalf("deleting account a's outcomes touched account b's: %+v", got)
+	}
+	if d, err := s.DeleteOutcomes(ctx, "a", "bob@example.com"); err != nil || d != 0 {
+		t.Fatalf("deleting again = %d, %v; want 0, nil", d, err)
+	}
+
+	// Expiry: nothing is returned at or after expiresAt, and the same
+	// outcome can be reported again then.
+	_, err = s.PutOutcomes(ctx, "c", []evs.Outcome{hard}, base.Add(time.Hour))
+	must(t, err, "PutOutcomes c")
+	clk.Advance(time.Hour)
+	got, err = s.AddressOutcomes(ctx, "c", []string{"bob@example.com"})
+	must(t, err, "AddressOutcomes after expiry")
+	if len(got) != 0 {
+		t.Fatalf("an expired outcome was returned: %+v", got)
+	}
+	count := 0
+	must(t, s.EachOutcome(ctx, "c", func(evs.Outcome) error { count++; return nil }), "EachOutcome after expiry")
+	if count != 0 {
+		t.Fatalf("EachOutcome listed %d expired outcomes", count)
+	}
+	if n, err = s.PutOutcomes(ctx, "c", []evs.Outcome{hard}, base.Add(48*time.Hour)); err != nil || n != 1 {
+		t.Fatalf("reporting an expired outcome again added %d, %v; want 1", n, err)
+	}
+}
+
+func TestLastVerdictsContract(t *testing.T) {
+	t.Run("SQLite", func(t *testing.T) {
+		runLastVerdictsContract(t, func(t *testing.T) lastVerdictStore { return sqliteStore(t, time.Now) })
+	})
+	t.Run("DynamoDB", func(t *testing.T) {
+		runLastVerdictsContract(t, func(t *testing.T) lastVerdictStore { return dynamoStore(t, time.Now) })
+	})
+}
+
+// lastVerdictStore is a store with a result cache and outcomes.
+type lastVerdictStore interface {
+	store.Outcomes
+	KeepDecisions(ctx context.Context, accountID string, entries []store.CacheEntry) error
+}
+
+// runLastVerdictsContract: the latest of an address's cached decisions,
+// whichever mode, expired or not, of the account's own cache only, for
+// more addresses than one BatchGetItem takes.
+func runLastVerdictsContract(t *testing.T, open func(t *testing.T) lastVerdictStore) {
+	ctx := context.Background()
+	s := open(t)
+	dec := func(addr string, mode evs.Mode, r evs.Reason, at time.Time) evs.Decision {
+		return evs.Decision{Email: addr, Normalized: addr, Reason: r, Mode: mode,
+			Checks:    evs.Checks{Syntax: evs.SyntaxCheck{Valid: true}, DNS: evs.DNSCheck{Result: evs.DNSOK, MX: []string{}}, SMTP: evs.SMTPCheck{Result: evs.SMTPAcceptAll}},
+			CheckedAt: evs.Time{Time: at}}
+	}
+	var entries []store.CacheEntry
+	var addrs []string
+	for i := range 60 {
+		a := fmt.Sprintf("user%d@example.com", i)
+		addrs = append(addrs, a)
+		entries = append(entries, store.CacheEntry{Decision: dec(a, evs.ModeFull, evs.ReasonAcceptAll, base), ExpiresAt: base.Add(-time.Minute)})
+	}
+	// user0's quick check is later than its full one: it is the last.
+	entries = append(entries, store.CacheEntry{Decision: dec("user0@example.com", evs.ModeQuick, evs.ReasonMailboxNotChecked, base.Add(time.Hour)), ExpiresAt: base.Add(2 * time.Hour)})
+	must(t, s.KeepDecisions(ctx, "a", entries), "KeepDecisions")
+	must(t, s.KeepDecisions(ctx, "b", []store.CacheEntry{{Decision: dec("other@example.com", evs.ModeFull, evs.ReasonAcceptedEmail, base), ExpiresAt: base.Add(time.Hour)}}), "KeepDecisions b")
+
+	got, err := s.LastVerdicts(ctx, "a", append(addrs, "other@example.com", "user1@example.com"))
+	must(t, err, "LastVerdicts")
+	if len(got) != 60 {
+		t.Fatalf("LastVerdicts found %d addresses, want 60 (not account b's)", len(got))
+	}
+	if d := got["user0@example.com"]; d.Reason != evs.ReasonMailboxNotChecked || d.Mode != evs.ModeQuick {
+		t.Errorf("user0's last verdict = %s (%s), want the later quick check", d.Reason, d.Mode)
+	}
+	if d := got["user59@example.com"]; d.Reason != evs.ReasonAcceptAll || !d.CheckedAt.Equal(base) {
+		t.Errorf("user59's last verdict = %+v", d)
+	}
+}

@@ -1,0 +1,36 @@
+package store
+
+import (
+	"context"
+	"time"
+
+	"github.com/evs-dev/evs/internal/evs"
+)
+
+// Outcomes stores what the accounts reported about their mail (contract,
+// section 18): per account, normalised address, kind and time, each kept
+// until its expiry (EVS_OUTCOME_TTL after it was received). Expired
+// outcomes are never returned; the stores delete them later (the SQLite
+// sweep, DynamoDB's TTL).
+type Outcomes interface {
+	// PutOutcomes stores each outcome of os that the account has not
+	// stored yet, with expiresAt; one already stored under the same
+	// natural key (Address, Kind, At to the millisecond) is left as it
+	// is, the first report's verdict and reply kept. It returns how many
+	// were new. os holds no two outcomes with the same natural key.
+	PutOutcomes(ctx context.Context, accountID string, os []evs.Outcome, expiresAt time.Time) (added int, err error)
+	// AddressOutcomes returns the account's outcomes for each of the
+	// normalised addresses that has any, in no particular order.
+	AddressOutcomes(ctx context.Context, accountID string, addresses []string) (map[string][]evs.Outcome, error)
+	// DeleteOutcomes deletes every outcome the account stored for the
+	// normalised address and returns how many there were.
+	DeleteOutcomes(ctx context.Context, accountID, address string) (int, error)
+	// EachOutcome calls fn with each of the account's outcomes, in no
+	// particular order, until fn returns an error, which it returns.
+	EachOutcome(ctx context.Context, accountID string, fn func(evs.Outcome) error) error
+	// LastVerdicts returns, for each normalised address of which the
+	// account's result cache (section 12) still holds a decision, in
+	// either mode and expired or not, the one checked last: the verdict
+	// the account was given, for the outcome report.
+	LastVerdicts(ctx context.Context, accountID string, addresses []string) (map[string]evs.Decision, error)
+}

@@ -1,0 +1,105 @@
+package verify
+
+import (
+	"github.com/evs-dev/evs/internal/evs"
+)
+
+// History is what an account reported about one address (contract,
+// section 18): its outcomes, in any order. The caller looks it up in its
+// store and passes it in as plain data, so the engine needs no store.
+type History struct {
+	Outcomes []evs.Outcome
+}
+
+// ApplyHistory is the one rule by which reported outcomes change a
+// decision, applied by both /v1/verify and the batch worker to the
+// decision they are about to return, whether fresh or reused from the
+// cache (the cache keeps decisions without history, so an outcome takes
+// effect at the next answer):
+//
+//  1. A hard bounce later than the address's last delivery (or with no
+//     delivery at all) makes the verdict undeliverable/known_bounce, with
+//     the bounce's date and reply in checks.history, unless the checks
+//     already found it undeliverable (their own reason stands, the bounce
+//     is noted). A fresh SMTP acceptance does not undo it: accepting at
+//     RCPT and bouncing later is exactly what the bounce reported. Only a
+//     later delivery does.
+//  2. Else a delivery later than any hard bounce, for an address on an
+//     accept-all domain (reason accept_all, so also an accepted mailbox
+//     whose random-address probe was inconclusive), makes it
+//     deliverable/accepted_email with "delivered on …" in checks.history:
+//     mail really arrived, which the server's 250 alone could not show.
+//  3. Anything else leaves the verdict as it is and notes the latest
+//     outcome in checks.history (result "noted"). Soft bounces, complaints
+//     and deferrals never make a verdict undeliverable.
+//
+// With no outcomes d is returned unchanged: checks.history stays absent.
+// The score follows from the result (Score: known_bounce and a delivered
+// accept-all address have rows of their own).
+func ApplyHistory(d evs.Decision, h History) evs.Decision {
+	if len(h.Outcomes) == 0 {
+		return d
+	}
+	var bounce, delivery, latest *evs.Outcome
+	for i := range h.Outcomes {
+		o := &h.Outcomes[i]
+		if latest == nil || later(o, latest) {
+			latest = o
+		}
+		switch {
+		case o.HardBounce():
+			if bounce == nil || o.At.After(bounce.At) {
+				bounce = o
+			}
+		case o.Kind == evs.OutcomeDelivered:
+			if delivery == nil || o.At.After(delivery.At) {
+				delivery = o
+			}
+		}
+	}
+	switch {
+	case bounce != nil && (delivery == nil || bounce.At.After(delivery.At)):
+		if d.Status() == evs.Undeliverable {
+			d.Checks.History = historyCheck(evs.HistoryNoted, *bounce)
+			break
+		}
+		d.Reason = evs.ReasonKnownBounce
+		d.Checks.History = historyCheck(evs.HistoryKnownBounce, *bounce)
+	case delivery != nil && d.Reason == evs.ReasonAcceptAll:
+		d.Reason = evs.ReasonAcceptedEmail
+		d.Checks.History = historyCheck(evs.HistoryDelivered, *delivery)
+	default:
+		d.Checks.History = historyCheck(evs.HistoryNoted, *latest)
+	}
+	d.Score = Score(d)
+	return d
+}
+
+// later orders outcomes by time, then by kind, so that the latest of
+// several at the same instant is the same whatever order they came in.
+func later(a, b *evs.Outcome) bool {
+	if !a.At.Equal(b.At) {
+		return a.At.After(b.At)
+	}
+	return a.Kind > b.Kind
+}
+
+// historyCheck is the checks.history evidence of o for result.
+func historyCheck(result string, o evs.Outcome) *evs.HistoryCheck {
+	day := o.At.UTC().Format("2006-01-02")
+	var detail string
+	switch {
+	case o.HardBounce():
+		detail = "hard bounce on " + day
+	case o.Kind == evs.OutcomeBounced && o.BounceType == evs.BounceSoft:
+		detail = "soft bounce on " + day
+	case o.Kind == evs.OutcomeBounced:
+		detail = "bounce on " + day
+	default:
+		detail = string(o.Kind) + " on " + day
+	}
+	return &evs.HistoryCheck{
+		Result: result, Outcome: o.Kind, At: evs.Time{Time: o.At.UTC()},
+		BounceType: o.BounceType, SMTPReply: o.SMTPReply, Detail: detail,
+	}
+}
