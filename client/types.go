@@ -59,6 +59,19 @@ type Checks struct {
 		CatchAll     string  `json:"catchAll,omitempty"`
 		Detail       string  `json:"detail,omitempty"`
 	} `json:"smtp"`
+	// History is the outcome the account reported for the address that
+	// decided the verdict, or the latest; nil when it reported none.
+	History *History `json:"history,omitempty"`
+}
+
+// History is the evidence of reported outcomes (POST /v1/outcomes).
+type History struct {
+	Result     string `json:"result"` // known_bounce, delivered or noted
+	Outcome    string `json:"outcome"`
+	At         string `json:"at"`
+	BounceType string `json:"bounceType,omitempty"`
+	SMTPReply  string `json:"smtpReply,omitempty"`
+	Detail     string `json:"detail"`
 }
 
 // Batch is a batch request and its counters (the contract's

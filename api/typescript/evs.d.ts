@@ -196,6 +196,79 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/outcomes": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Report what happened when mail was sent (contract, section 18)
+         * @description Deliveries, bounces, complaints and deferrals of the account's own mail, as its sending
+         *     service reported them. They change later verdicts by one rule (docs/outcomes.md): a hard
+         *     bounce later than the address's last delivery makes it `undeliverable` / `known_bounce`;
+         *     a delivery to an address on an accept-all domain makes it `deliverable` /
+         *     `accepted_email`; soft bounces, complaints and deferrals never make a verdict
+         *     `undeliverable`. The evidence is in `decision.checks.history`.
+         *
+         *     JSON `{"outcomes": [...]}` or CSV (`text/csv`) whose header row names the columns
+         *     `email`, `outcome`, `at` (required) and `bounceType`, `smtpReply` (optional), in any order,
+         *     case-insensitively. At most 50,000 outcomes and the batch body limit (6 MiB; less on
+         *     AWS Lambda) per request.
+         *
+         *     **One bad outcome refuses the whole request** (400 `invalid_request`), and the message
+         *     names the first one: `outcomes[3]: field "at" must be an RFC 3339 timestamp…` in JSON
+         *     (0-based), `row 4: …` in CSV (the header is row 1). Nothing of a refused request is
+         *     stored, so the corrected list can be sent again as it is: outcomes are kept once per
+         *     (address, outcome, at to the millisecond), and one already stored counts as a duplicate,
+         *     whether it came in an earlier request or twice in this one. An `Idempotency-Key` replays
+         *     the first reply as on every POST.
+         *
+         *     Each outcome is kept `EVS_OUTCOME_TTL` (default 365 days) from when it was received, with
+         *     the verdict and score the account's result cache then held for the address from before
+         *     the outcome (for GET /v1/outcomes/report).
+         */
+        post: operations["postOutcomes"];
+        /**
+         * Forget every outcome the account reported for one address
+         * @description Deletes the account's outcomes of the address (matched in its normalized form: the local part as given, the domain lower-cased); its later verdicts no longer use them. Deleting an address with none answers `deleted: 0`.
+         */
+        delete: operations["deleteOutcomes"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/outcomes/report": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * How right the verdicts were on the account's own mail
+         * @description The account's unexpired outcomes counted by the verdict (`status`) and score bucket the
+         *     account had been given on each address before the outcome — the latest verdict its
+         *     result cache held when the outcome was received, checked no later than the outcome's
+         *     `at`. An outcome with no such verdict counts under `not_verified` (bucket null): the
+         *     result cache keeps verdicts `EVS_CACHE_TTL` (24 h by default), so report outcomes soon
+         *     after sending, or keep verdicts longer. Rows with no outcomes are left out; rows come in
+         *     the order deliverable, risky, unknown, undeliverable, not_verified, higher buckets
+         *     first. Counts are of outcomes, not of addresses.
+         */
+        get: operations["outcomesReport"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/uploads": {
         parameters: {
             query?: never;
@@ -346,7 +419,7 @@ export interface components {
         /** @enum {string} */
         Status: "deliverable" | "undeliverable" | "risky" | "unknown";
         /** @enum {string} */
-        Reason: "accepted_email" | "invalid_syntax" | "invalid_domain" | "no_mail_server" | "rejected_email" | "accept_all" | "mailbox_full" | "disposable" | "greylisted" | "smtp_unreachable" | "blocked" | "ambiguous_reply" | "dns_error" | "timeout" | "mailbox_not_checked";
+        Reason: "accepted_email" | "invalid_syntax" | "invalid_domain" | "no_mail_server" | "rejected_email" | "known_bounce" | "accept_all" | "mailbox_full" | "disposable" | "greylisted" | "smtp_unreachable" | "blocked" | "ambiguous_reply" | "dns_error" | "timeout" | "mailbox_not_checked";
         Timestamp: string;
         VerifyRequest: {
             /** @description At most 512 bytes. */
@@ -429,6 +502,22 @@ export interface components {
                 /** @description Why the result is what it is, in our words; for a refusal it ends with the rule of the reply-reading table that decided and what it read, e.g. "(rule mailbox: text mailbox_unknown, wrapper postfix_recipient)". */
                 detail?: string;
             };
+            /** @description Present only when the account reported outcomes for the address (POST /v1/outcomes, docs/outcomes.md): the outcome that decided the verdict, or the latest when none did. */
+            history?: {
+                /**
+                 * @description known_bounce: a hard bounce later than any delivery made the verdict undeliverable/known_bounce. delivered: a delivery later than any hard bounce made an accept-all address deliverable/accepted_email. noted: outcomes on record that did not change the verdict (soft bounces, complaints, deferrals never do).
+                 * @enum {string}
+                 */
+                result: "known_bounce" | "delivered" | "noted";
+                /** @enum {string} */
+                outcome: "delivered" | "bounced" | "complained" | "deferred";
+                at: components["schemas"]["Timestamp"];
+                /** @enum {string} */
+                bounceType?: "hard" | "soft";
+                smtpReply?: string;
+                /** @description In words, e.g. "hard bounce on 2026-11-20" or "delivered on 2026-11-20". */
+                detail: string;
+            };
         };
         /** @description Either `emails` (the list itself) or `uploadId` (a list sent with POST /v1/uploads), never both. */
         CreateBatchRequest: {
@@ -498,6 +587,65 @@ export interface components {
             uploadId: string;
             /** @description How many bytes of list were stored. */
             bytes: number;
+        };
+        OutcomesRequest: {
+            outcomes: components["schemas"]["Outcome"][];
+        };
+        Outcome: {
+            /** @description A valid address; stored normalized. */
+            email: string;
+            /** @enum {string} */
+            outcome: "delivered" | "bounced" | "complained" | "deferred";
+            /**
+             * Format: date-time
+             * @description When it happened, RFC 3339 (any offset; kept to the millisecond, in UTC). At most an hour in the future.
+             */
+            at: string;
+            /**
+             * @description Only with `bounced`. Only `hard` makes a verdict undeliverable; a bounce without a type counts as soft.
+             * @enum {string|null}
+             */
+            bounceType?: "hard" | "soft" | null;
+            /** @description The receiving server's reply as the sender saw it; kept trimmed to 200 characters. */
+            smtpReply?: string | null;
+        };
+        OutcomesReceived: {
+            requestId: string;
+            /** @description Outcomes in the request. */
+            received: number;
+            /** @description Outcomes stored by this request. */
+            accepted: number;
+            /** @description Outcomes already stored (by an earlier request, or earlier in this one); received = accepted + duplicates. */
+            duplicates: number;
+        };
+        OutcomesDeleted: {
+            requestId: string;
+            deleted: number;
+        };
+        OutcomesReport: {
+            requestId: string;
+            /** @description The account's unexpired outcomes, all counted in rows. */
+            outcomes: number;
+            rows: components["schemas"]["OutcomesReportRow"][];
+        };
+        OutcomesReportRow: {
+            /** @enum {string} */
+            status: "deliverable" | "risky" | "unknown" | "undeliverable" | "not_verified";
+            /**
+             * @description The score range the verdict was in; null for not_verified.
+             * @enum {string|null}
+             */
+            scoreBucket: "80-100" | "60-79" | "40-59" | "20-39" | "0-19" | null;
+            /** @description Deliveries and bounces (hard, soft or untyped). */
+            sent: number;
+            delivered: number;
+            hardBounces: number;
+            /** @description Soft and untyped bounces. */
+            softBounces: number;
+            complaints: number;
+            deferrals: number;
+            /** @description hardBounces / sent; null when sent is 0. */
+            bounceRate: number | null;
         };
         /** @description Where to POST the signed event (Standard Webhooks: webhook-id, webhook-timestamp, webhook-signature) when the batch reaches a final state. `https://`, or `http://` to a host inside EVS_EGRESS_ALLOW; no user name or password; else 400 invalid_request. */
         CallbackURL: string;
@@ -1138,6 +1286,112 @@ export interface operations {
                     "application/json": components["schemas"]["Ready"];
                 };
             };
+        };
+    };
+    postOutcomes: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description 1–255 visible ASCII characters; kept 24 h per (account, method and path, key). A reply is stored under the key and replayed for the same request; a 5xx (or 429) stores nothing and is always safe to retry with the same key: the retry never makes a second effect. A batch creation's batch takes an ID derived from the key and the request, so a retry whose first call made the batch but lost its reply (a full disk) answers that batch as a replay (200, `Idempotent-Replayed: true`) and charges no quota. A retried `POST /v1/verify` verifies again and counts 1 address of the quota again. */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["OutcomesRequest"];
+                "text/csv": string;
+            };
+        };
+        responses: {
+            /** @description Stored; how many were new and how many were already kept. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["XRequestId"];
+                    "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["OutcomesReceived"];
+                };
+            };
+            400: components["responses"]["InvalidRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            405: components["responses"]["MethodNotAllowed"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            422: components["responses"]["KeyReused"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    deleteOutcomes: {
+        parameters: {
+            query: {
+                email: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Deleted. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["XRequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["OutcomesDeleted"];
+                };
+            };
+            400: components["responses"]["InvalidRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            405: components["responses"]["MethodNotAllowed"];
+            413: components["responses"]["PayloadTooLarge"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    outcomesReport: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The calibration table. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["XRequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["OutcomesReport"];
+                };
+            };
+            400: components["responses"]["InvalidRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            405: components["responses"]["MethodNotAllowed"];
+            413: components["responses"]["PayloadTooLarge"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
         };
     };
     createUpload: {
