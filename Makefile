@@ -33,9 +33,11 @@ unit: check-go dante mta chromium
 ## generated from api/openapi.yaml by openapi-typescript) are current and,
 ## with a typed example of their use, pass tsc --strict
 ts-check: ts-deps
-	@cd api/typescript && npx --no-install openapi-typescript ../openapi.yaml -o .evs.d.ts.new >/dev/null 2>&1 \
-	  && { cmp -s evs.d.ts .evs.d.ts.new || { rm -f .evs.d.ts.new; echo "make: api/typescript/evs.d.ts is stale: run make ts-types" >&2; exit 1; }; } \
-	  && rm -f .evs.d.ts.new && npx --no-install tsc -p tsconfig.json
+	@echo "ts-check: api/typescript/evs.d.ts against api/openapi.yaml, then tsc --strict"
+	@cd api/typescript && { npx --no-install openapi-typescript ../openapi.yaml -o .evs.d.ts.new >/dev/null 2>&1 \
+	  || { echo "make: openapi-typescript could not read api/openapi.yaml" >&2; exit 1; }; }
+	@cd api/typescript && { cmp -s evs.d.ts .evs.d.ts.new || { rm -f .evs.d.ts.new; echo "make: api/typescript/evs.d.ts is stale: run make ts-types" >&2; exit 1; }; }
+	@cd api/typescript && rm -f .evs.d.ts.new && npx --no-install tsc -p tsconfig.json
 
 ## ts-types: regenerate api/typescript/evs.d.ts from api/openapi.yaml
 ts-types: ts-deps
