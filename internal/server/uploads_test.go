@@ -363,31 +363,34 @@ func TestUploadOpenCap(t *testing.T) {
 // ended, the list can be sent again.
 func TestUploadOnePutAtATime(t *testing.T) {
 	h := start(t, options{realClock: true})
-	_, putURL := h.newUpload(h.testKey, "text/csv")
-	pr, pw := io.Pipe()
-	first := make(chan reply, 1)
-	go func() { first <- h.put(putURL, "text/csv", pr) }()
-	if _, err := io.WriteString(pw, "email\na@x.example\n"); err != nil {
-		t.Fatal(err)
-	}
-	// Until the server has the first PUT's head, a second one may still
-	// go through whole.
-	var second reply
-	for i := 0; ; i++ {
-		second = h.put(putURL, "text/csv", strings.NewReader("email\nb@x.example\n"))
-		if second.status != http.StatusOK || i == 50 {
-			break
+	// The client cannot see when the server has the first PUT's head: a
+	// second PUT sent too soon may come first and turn the first away.
+	// Each try gives the first PUT a moment, and one whose first PUT was
+	// turned away is tried again on a new upload.
+	for try := 1; ; try++ {
+		_, putURL := h.newUpload(h.testKey, "text/csv")
+		pr, pw := io.Pipe()
+		first := make(chan reply, 1)
+		go func() { first <- h.put(putURL, "text/csv", pr) }()
+		if _, err := io.WriteString(pw, "email\na@x.example\n"); err != nil {
+			t.Fatal(err)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if second.status != http.StatusConflict || second.errorCode(t) != "invalid_state" {
-		t.Fatalf("a second PUT while the first arrives: %d %s", second.status, second.body)
-	}
-	pw.Close()
-	if r := <-first; r.status != http.StatusOK {
-		t.Fatalf("the first PUT: %d %s", r.status, r.body)
-	}
-	if r := h.put(putURL, "text/csv", strings.NewReader("email\nc@x.example\n")); r.status != http.StatusOK {
-		t.Fatalf("a PUT after the first ended: %d %s", r.status, r.body)
+		time.Sleep(time.Duration(try) * 100 * time.Millisecond)
+		second := h.put(putURL, "text/csv", strings.NewReader("email\nb@x.example\n"))
+		pw.Close()
+		r := <-first
+		if second.status == http.StatusOK && r.status == http.StatusConflict && try < 5 {
+			continue // the second came first
+		}
+		if second.status != http.StatusConflict || second.errorCode(t) != "invalid_state" {
+			t.Fatalf("a second PUT while the first arrives: %d %s", second.status, second.body)
+		}
+		if r.status != http.StatusOK {
+			t.Fatalf("the first PUT: %d %s", r.status, r.body)
+		}
+		if r := h.put(putURL, "text/csv", strings.NewReader("email\nc@x.example\n")); r.status != http.StatusOK {
+			t.Fatalf("a PUT after the first ended: %d %s", r.status, r.body)
+		}
+		return
 	}
 }
