@@ -67,7 +67,7 @@ func main() {
 		rounds   = flag.Int("rounds", 3, "rounds of the request scenarios, interleaved so a noisy neighbour hits all alike; figures are medians")
 		conns    = flag.Int("conns", 64, "concurrent keep-alive connections (closed loop)")
 		batchN   = flag.Int("batch", 50_000, "addresses in the batch scenario (0 skips it)")
-		only     = flag.String("only", "", "comma-separated scenarios to run (floor,verify,idem,get,hit,batch); default all")
+		only     = flag.String("only", "", "comma-separated scenarios to run (floor,verify,idem,get,hit,victim,batch); default all")
 		profile  = flag.String("cpuprofile", "", "write a CPU profile of each scenario to PREFIX.<scenario>.<round>.pprof")
 		keepDir  = flag.Bool("keep", false, "keep the data directory (its path is printed)")
 	)
@@ -227,6 +227,15 @@ func start(ctx context.Context) (*stack, error) {
 }
 
 const verifyBody = `{"email":"alice@example.com","mode":"quick"}`
+
+// account makes an account (test mode or live) and returns a key of it.
+func (s *stack) account(ctx context.Context, name string, test bool) (string, error) {
+	a := evs.Account{ID: uuid.NewString(), Name: name, Test: test, CreatedAt: time.Now().UTC()}
+	if err := s.st.CreateAccount(ctx, a); err != nil {
+		return "", err
+	}
+	return authorizer.IssueKey(ctx, s.st, a.ID, "", time.Now())
+}
 
 type result struct {
 	status int
@@ -435,6 +444,12 @@ func run(ctx context.Context, o opts) error {
 		hitReq = rawRequest(http.MethodPost, s.evs, "/v1/verify", s.liveKey, nil, hitBody)
 		conns0 = s.smtp.Connections()
 	}
+	var attacker *hostile
+	if o.wants("victim") {
+		if attacker, err = prepareHostile(ctx, s); err != nil {
+			return fmt.Errorf("hostile: %w", err)
+		}
+	}
 	for round := range o.rounds {
 		fmt.Printf("round %d\n", round+1)
 		if err := scenario("floor", s.floor, http.StatusOK, func(int, int) []byte { return floorReq }); err != nil {
@@ -442,6 +457,16 @@ func run(ctx context.Context, o opts) error {
 		}
 		if err := scenario("verify", s.evs, http.StatusOK, func(int, int) []byte { return verifyReq }); err != nil {
 			return err
+		}
+		if attacker != nil {
+			// The victim's verify load while another account attacks.
+			attacker.start()
+			time.Sleep(time.Second) // the attack's connections are open
+			err := scenario("victim", s.evs, http.StatusOK, func(int, int) []byte { return verifyReq })
+			attacker.stop()
+			if err != nil {
+				return err
+			}
 		}
 		if err := scenario("idem", s.evs, http.StatusOK, func(c, i int) []byte {
 			return rawRequest(http.MethodPost, s.evs, "/v1/verify", s.key,
@@ -504,6 +529,12 @@ func run(ctx context.Context, o opts) error {
 	ratio("verify + unique Idempotency-Key / verify", "idem", "verify")
 	ratio("GET /v1/requests/{id} / verify", "get", "verify")
 	ratio("verify cache hit (full) / verify quick", "hit", "verify")
+	ratio("victim verify under attack / verify", "victim", "verify")
+	if attacker != nil {
+		peak, _ := rss()
+		fmt.Printf("%-40s served %d, refused %d; victim p99 %s ms; process RSS peak %.1f MB (server and load alike)\n", "attacker's calls",
+			attacker.served.Load(), attacker.refused.Load(), strings.Join(each(res["victim"], p99, "%.1f"), "/"), peak)
+	}
 	if bf.elapsed > 0 {
 		fmt.Printf("%-40s %7.0f addresses/s, %.0f B/result, RSS after %.1f MB\n", "50k test-mode batch", bf.rate(), bf.perResult, bf.afterMB)
 	}
