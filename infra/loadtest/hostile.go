@@ -200,3 +200,39 @@ func (h *hostile) csv(ctx context.Context) (int, error) {
 	_, err = io.Copy(io.Discard, resp.Body)
 	return resp.StatusCode, err
 }
+
+// victimBatchN is the victim's batch in the hostile scenario.
+const victimBatchN = 5_000
+
+// victimBatch runs a test-mode batch of the victim to its end and returns
+// how long it took from creation.
+func (s *stack) victimBatch(ctx context.Context) (time.Duration, error) {
+	emails := make([]string, victimBatchN)
+	for i := range emails {
+		emails[i] = fmt.Sprintf("v.%d.%d@d%d.example", time.Now().UnixNano(), i, i%50)
+	}
+	body, _ := json.Marshal(map[string]any{"emails": emails, "mode": "quick"})
+	begin := time.Now()
+	r, err := s.call(http.MethodPost, "/v1/requests", string(body), nil)
+	if err != nil {
+		return 0, err
+	}
+	id, err := batchID(r)
+	if err != nil {
+		return 0, err
+	}
+	for ctx.Err() == nil {
+		r, err := s.call(http.MethodGet, "/v1/requests/"+id, "", nil)
+		if err != nil {
+			return 0, err
+		}
+		if strings.Contains(string(r.body), `"state":"completed"`) {
+			return time.Since(begin), nil
+		}
+		if !strings.Contains(string(r.body), `"state":"queued"`) && !strings.Contains(string(r.body), `"state":"running"`) {
+			return 0, fmt.Errorf("victim batch: %s", r.body)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return 0, ctx.Err()
+}

@@ -491,6 +491,24 @@ func run(ctx context.Context, o opts) error {
 			return fmt.Errorf("hit: %d SMTP connections during the cache-hit scenario, want 0", n)
 		}
 	}
+	var victimAlone, victimAttacked []time.Duration
+	if attacker != nil {
+		// The victim's batch, alone and under the attack, alternately.
+		for range o.rounds {
+			alone, err := s.victimBatch(ctx)
+			if err != nil {
+				return err
+			}
+			attacker.start()
+			attacked, err := s.victimBatch(ctx)
+			attacker.stop()
+			if err != nil {
+				return err
+			}
+			victimAlone, victimAttacked = append(victimAlone, alone), append(victimAttacked, attacked)
+			fmt.Printf("victim batch of %d: %s alone, %s under attack\n", victimBatchN, alone.Round(time.Millisecond), attacked.Round(time.Millisecond))
+		}
+	}
 	var bf batchFigures
 	if o.batch > 0 && o.wants("batch") {
 		stopProf, err := startProfile(o.profile, "batch")
@@ -530,6 +548,13 @@ func run(ctx context.Context, o opts) error {
 	ratio("GET /v1/requests/{id} / verify", "get", "verify")
 	ratio("verify cache hit (full) / verify quick", "hit", "verify")
 	ratio("victim verify under attack / verify", "victim", "verify")
+	if len(victimAlone) > 0 {
+		var rr []float64
+		for i := range victimAlone {
+			rr = append(rr, victimAttacked[i].Seconds()/victimAlone[i].Seconds())
+		}
+		fmt.Printf("%-40s %5.2f× the time alone\n", "victim batch under attack / alone", medianOf(rr))
+	}
 	if attacker != nil {
 		peak, _ := rss()
 		fmt.Printf("%-40s served %d, refused %d; victim p99 %s ms; process RSS peak %.1f MB (server and load alike)\n", "attacker's calls",
