@@ -60,6 +60,10 @@ func newSNSEndpoint(o Options, outcomes api.Outcomes) *snsEndpoint {
 		client := &http.Client{Timeout: 10 * time.Second}
 		v = api.NewSNSVerifier(api.HTTPCertFetcher{Client: client}, api.AWSSNSHost, nil, o.Now)
 	}
+	topics := o.SNS.Topics
+	if len(topics) == 0 {
+		topics = o.Config.SNSTopics
+	}
 	confirm := o.SNS.Confirm
 	if confirm == nil {
 		confirm = api.HTTPConfirm(&http.Client{Timeout: 10 * time.Second,
@@ -68,7 +72,7 @@ func newSNSEndpoint(o Options, outcomes api.Outcomes) *snsEndpoint {
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }})
 	}
 	return &snsEndpoint{
-		recv: &api.SNSOutcomes{Verifier: v, Topics: o.SNS.Topics, Confirm: confirm, Store: outcomes,
+		recv: &api.SNSOutcomes{Verifier: v, Topics: topics, Confirm: confirm, Store: outcomes,
 			TTL: o.Config.OutcomeTTL, Now: o.Now},
 		accounts: accounts,
 		now:      o.Now,
