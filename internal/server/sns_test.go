@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/evs-dev/evs/internal/api"
+	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/server"
 	"github.com/evs-dev/evs/internal/testkit"
 	"github.com/evs-dev/evs/internal/webhook"
@@ -156,5 +157,49 @@ func TestSNSOutcomes(t *testing.T) {
 	h2, path2 := startSNS(t, sns, "arn:aws:sns:us-west-2:123456789012:Other")
 	if r := h2.postSNS(path2, note); r.status != 403 || r.errorCode(t) != "forbidden" {
 		t.Errorf("a topic not allowed: %d %s", r.status, r.body)
+	}
+}
+
+// TestSNSTokenRotation: the token rotates with the account's webhook
+// secret; the old one works for the secret's 24-hour overlap, then not;
+// a suspended account's token is refused.
+func TestSNSTokenRotation(t *testing.T) {
+	sns := testkit.StartSNS(t, testkit.SNSOptions{})
+	h, oldPath := startSNS(t, sns)
+	ctx := context.Background()
+	sec, err := webhook.Rotate(ctx, h.st, h.liveAcct, h.clock.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	newPath := "/v1/outcomes/sns?account=" + url.QueryEscape(h.liveAcct) + "&token=" + url.QueryEscape(api.SNSToken(sec.Current, h.liveAcct))
+	if newPath == oldPath {
+		t.Fatal("rotation kept the token")
+	}
+	msg := func(id string) []byte {
+		return sns.Sign(testkit.SNSMessageFields{TopicArn: snsTopic, MessageID: id, Message: sesBounce(t, id+"@good.example", "2026-11-22T09:59:00.000Z")})
+	}
+	for _, p := range []string{oldPath, newPath} {
+		if r := h.postSNS(p, msg("a")); r.status != 200 {
+			t.Errorf("within the overlap: %d %s", r.status, r.body)
+		}
+	}
+	h.clock.Advance(25 * time.Hour)
+	if r := h.postSNS(oldPath, msg("b")); r.status != 401 {
+		t.Errorf("the old token after the overlap: %d %s", r.status, r.body)
+	}
+	if r := h.postSNS(newPath, msg("c")); r.status != 200 {
+		t.Errorf("the new token: %d %s", r.status, r.body)
+	}
+
+	suspended := evs.Account{ID: "acct-suspended", Name: "suspended", Suspended: true, CreatedAt: h.clock.Now()}
+	if err := h.st.CreateAccount(ctx, suspended); err != nil {
+		t.Fatal(err)
+	}
+	ss, err := webhook.Secret(ctx, h.st, suspended.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := h.postSNS("/v1/outcomes/sns?account="+suspended.ID+"&token="+url.QueryEscape(api.SNSToken(ss.Current, suspended.ID)), msg("d")); r.status != 401 {
+		t.Errorf("a suspended account: %d %s", r.status, r.body)
 	}
 }
