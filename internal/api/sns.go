@@ -121,7 +121,9 @@ func AWSSNSHost(host string) bool {
 	return snsHost.MatchString(host)
 }
 
-// CertFetcher fetches the PEM document at an https URL.
+// CertFetcher fetches a certificate document: the signing certificate's
+// PEM at an https SigningCertURL, or an intermediate at the URL a
+// certificate's Authority Information Access names.
 type CertFetcher interface {
 	FetchCert(ctx context.Context, url string) ([]byte, error)
 }
@@ -134,7 +136,7 @@ const maxCertBytes = 64 << 10
 // fetch).
 type HTTPCertFetcher struct{ Client *http.Client }
 
-// FetchCert gets url and returns its body, at most 64 KiB.
+// FetchCert gets u and returns its body, at most 64 KiB.
 func (f HTTPCertFetcher) FetchCert(ctx context.Context, u string) ([]byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
@@ -293,8 +295,24 @@ func (v *SNSVerifier) cert(ctx context.Context, u string) (*x509.Certificate, er
 	}
 	// The chain must reach a trusted root, at now; the leaf must be the
 	// one SNS signs with, not any certificate a CA issued.
-	if _, err := leaf.Verify(x509.VerifyOptions{Roots: v.roots, Intermediates: inter, CurrentTime: now,
-		KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
+	opts := x509.VerifyOptions{Roots: v.roots, Intermediates: inter, CurrentTime: now,
+		KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}
+	_, err = leaf.Verify(opts)
+	var unknown x509.UnknownAuthorityError
+	if errors.As(err, &unknown) && len(leaf.IssuingCertificateURL) > 0 {
+		// SNS's PEM holds the leaf alone, and Go does not fetch missing
+		// intermediates as browsers do: fetch the issuer its Authority
+		// Information Access names. Whatever comes back is only an
+		// intermediate, still verified up to the roots, so its URL needs
+		// no host rule.
+		for _, u := range leaf.IssuingCertificateURL[:min(2, len(leaf.IssuingCertificateURL))] {
+			if c, ferr := v.issuer(ctx, u); ferr == nil {
+				inter.AddCert(c)
+			}
+		}
+		_, err = leaf.Verify(opts)
+	}
+	if err != nil {
 		return nil, fmt.Errorf("certificate chain: %w", err)
 	}
 	if err := leaf.VerifyHostname(snsCertName); err != nil {
@@ -307,4 +325,24 @@ func (v *SNSVerifier) cert(ctx context.Context, u string) (*x509.Certificate, er
 	v.certs[u] = leaf
 	v.mu.Unlock()
 	return leaf, nil
+}
+
+// issuer fetches an intermediate certificate at an AIA URL (DER, as CAs
+// publish them, or PEM).
+func (v *SNSVerifier) issuer(ctx context.Context, u string) (*x509.Certificate, error) {
+	if pu, err := url.Parse(u); err != nil || (pu.Scheme != "http" && pu.Scheme != "https") {
+		return nil, errors.New("the issuer's URL is not http(s)")
+	}
+	b, err := v.fetch.FetchCert(ctx, u)
+	if err != nil {
+		return nil, err
+	}
+	if p, _ := pem.Decode(b); p != nil {
+		b = p.Bytes
+	}
+	c, err := x509.ParseCertificate(b)
+	if err != nil {
+		return nil, fmt.Errorf("parse issuer: %w", err)
+	}
+	return c, nil
 }

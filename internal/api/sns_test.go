@@ -24,6 +24,16 @@ func loopbackVerifier(s *testkit.SNS, now time.Time) *api.SNSVerifier {
 		func() time.Time { return now })
 }
 
+// pemOnly fetches the signing certificate and nothing else.
+type pemOnly struct{ api.CertFetcher }
+
+func (f pemOnly) FetchCert(ctx context.Context, u string) ([]byte, error) {
+	if !strings.HasSuffix(u, ".pem") {
+		return nil, errors.New("unreachable")
+	}
+	return f.CertFetcher.FetchCert(ctx, u)
+}
+
 func sesSample(t *testing.T, name string) string {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join("testdata", "ses", name))
@@ -55,6 +65,9 @@ func TestSNSSignature(t *testing.T) {
 	tamper := func(b []byte, old, new string) []byte { return bytes.Replace(b, []byte(old), []byte(new), 1) }
 
 	expired := testkit.StartSNS(t, testkit.SNSOptions{Expired: true})
+	// SNS's own PEM holds the leaf alone: the intermediate comes from the
+	// leaf's Authority Information Access URL.
+	chained := testkit.StartSNS(t, testkit.SNSOptions{Intermediate: true})
 	other := testkit.StartSNS(t, testkit.SNSOptions{OtherName: "www.example.com"})
 	tests := []struct {
 		name string
@@ -67,6 +80,9 @@ func TestSNSSignature(t *testing.T) {
 		{"with a subject", loopbackVerifier(sns, now), sns.Sign(with(note, func(f *testkit.SNSMessageFields) { f.Subject = "My First Message" })), true},
 		{"with an empty subject", loopbackVerifier(sns, now), sns.Sign(with(note, func(f *testkit.SNSMessageFields) { f.HasSubject = true })), true},
 		{"subscription confirmation", loopbackVerifier(sns, now), sns.Sign(confirm), true},
+		{"leaf only, intermediate by AIA", loopbackVerifier(chained, now), chained.Sign(note), true},
+		{"leaf only, intermediate unreachable", api.NewSNSVerifier(pemOnly{api.HTTPCertFetcher{Client: chained.Client}},
+			func(h string) bool { return h == chained.Host }, chained.Roots, nil), chained.Sign(note), false},
 		{"unsubscribe confirmation", loopbackVerifier(sns, now), sns.Sign(with(confirm, func(f *testkit.SNSMessageFields) { f.Type = "UnsubscribeConfirmation" })), true},
 
 		{"tampered message", loopbackVerifier(sns, now), tamper(sns.Sign(note), `Permanent`, `Transient`), false},

@@ -49,6 +49,10 @@ type SNSOptions struct {
 	Expired bool
 	// OtherName issues it to another name than sns.amazonaws.com.
 	OtherName string
+	// Intermediate issues it from an intermediate CA that the PEM leaves
+	// out, as SNS's does, named by the leaf's Authority Information
+	// Access URL on the stand-in.
+	Intermediate bool
 }
 
 // StartSNS starts the stand-in; it stops with the test.
@@ -69,33 +73,19 @@ func StartSNS(t testing.TB, o SNSOptions) *SNS {
 		t.Fatal(err)
 	}
 	caCert, _ := x509.ParseCertificate(caDER)
-	key, err := rsa.GenerateKey(rand.Reader, 2048)
-	if err != nil {
-		t.Fatal(err)
-	}
-	name := "sns.amazonaws.com"
-	if o.OtherName != "" {
-		name = o.OtherName
-	}
-	leaf := &x509.Certificate{
-		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: name}, DNSNames: []string{name},
-		NotBefore: now.AddDate(0, -2, 0), NotAfter: now.AddDate(1, 0, 0),
-		KeyUsage: x509.KeyUsageDigitalSignature,
-	}
-	if o.Expired {
-		leaf.NotBefore, leaf.NotAfter = now.AddDate(-2, 0, 0), now.AddDate(-1, 0, 0)
-	}
-	leafDER, err := x509.CreateCertificate(rand.Reader, leaf, caCert, &key.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: leafDER})
-	s := &SNS{key: key, Roots: x509.NewCertPool()}
+	s := &SNS{Roots: x509.NewCertPool()}
 	s.Roots.AddCert(caCert)
+	// The server starts first: the leaf names its issuer's URL on it.
+	var certPEM, issuerDER []byte
 	s.srv = httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.mu.Lock()
+		certPEM, issuerDER := certPEM, issuerDER
+		s.mu.Unlock()
 		switch {
 		case strings.HasSuffix(r.URL.Path, ".pem"):
 			_, _ = w.Write(certPEM)
+		case r.URL.Path == "/issuer.cer" && issuerDER != nil:
+			_, _ = w.Write(issuerDER)
 		case r.URL.Query().Get("Action") == "ConfirmSubscription":
 			s.mu.Lock()
 			s.confirmed = append(s.confirmed, r.URL.Query().Get("Token"))
@@ -106,6 +96,54 @@ func StartSNS(t testing.TB, o SNSOptions) *SNS {
 		}
 	}))
 	t.Cleanup(s.srv.Close)
+	issuer, issuerKey := caCert, caKey
+	if o.Intermediate {
+		ik, err := rsa.GenerateKey(rand.Reader, 2048)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tmpl := &x509.Certificate{
+			SerialNumber: big.NewInt(3), Subject: pkix.Name{CommonName: "evs test SNS intermediate"},
+			NotBefore: now.AddDate(-2, 0, 0), NotAfter: now.AddDate(2, 0, 0),
+			IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+		}
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &ik.PublicKey, caKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.mu.Lock()
+		issuerDER = der
+		s.mu.Unlock()
+		issuer, _ = x509.ParseCertificate(der)
+		issuerKey = ik
+	}
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.key = key
+	name := "sns.amazonaws.com"
+	if o.OtherName != "" {
+		name = o.OtherName
+	}
+	leaf := &x509.Certificate{
+		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: name}, DNSNames: []string{name},
+		NotBefore: now.AddDate(0, -2, 0), NotAfter: now.AddDate(1, 0, 0),
+		KeyUsage: x509.KeyUsageDigitalSignature,
+	}
+	if o.Intermediate {
+		leaf.IssuingCertificateURL = []string{s.srv.URL + "/issuer.cer"}
+	}
+	if o.Expired {
+		leaf.NotBefore, leaf.NotAfter = now.AddDate(-2, 0, 0), now.AddDate(-1, 0, 0)
+	}
+	leafDER, err := x509.CreateCertificate(rand.Reader, leaf, issuer, &key.PublicKey, issuerKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.mu.Lock()
+	certPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: leafDER})
+	s.mu.Unlock()
 	s.Client = s.srv.Client()
 	u, _ := url.Parse(s.srv.URL)
 	s.Host = u.Host
