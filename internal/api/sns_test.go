@@ -234,3 +234,26 @@ func FuzzSESOutcomes(f *testing.F) {
 		}
 	})
 }
+
+// noFetch refuses every certificate fetch.
+type noFetch struct{}
+
+func (noFetch) FetchCert(context.Context, string) ([]byte, error) { return nil, errors.New("offline") }
+
+// FuzzSNSMessage: no body makes the SNS parser or the verifier panic, and
+// nothing verifies without a certificate.
+func FuzzSNSMessage(f *testing.F) {
+	f.Add([]byte(`{"Type":"Notification","MessageId":"22b80b92-fdea-4c2c-8f9d-bdfb0c7bf324","TopicArn":"arn:aws:sns:us-west-2:123456789012:MyTopic","Subject":"My First Message","Message":"Hello world!","Timestamp":"2012-05-02T00:54:06.655Z","SignatureVersion":"1","Signature":"RVhBTVBMRQ==","SigningCertURL":"https://sns.us-west-2.amazonaws.com/SimpleNotificationService-f3ecfb7224c7233fe7bb5f59f96de52f.pem"}`))
+	f.Add([]byte(`{"Type":"SubscriptionConfirmation","Token":"x","SubscribeURL":"https://sns.us-west-2.amazonaws.com/?Action=ConfirmSubscription","SignatureVersion":"2","Signature":"AA==","SigningCertURL":"https://sns.us-west-2.amazonaws.com/x.pem"}`))
+	v := api.NewSNSVerifier(noFetch{}, api.AWSSNSHost, nil, nil)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, err := api.ParseSNSMessage(b)
+		if err != nil {
+			return
+		}
+		_, _ = m.StringToSign()
+		if err := v.Verify(context.Background(), m); err == nil {
+			t.Fatal("verified without a certificate")
+		}
+	})
+}
