@@ -269,6 +269,44 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/outcomes/sns": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * evs serve only: Amazon SES notifications through an SNS HTTP(S) subscription
+         * @description The endpoint of an Amazon SNS HTTP(S) subscription to the topic an SES identity or
+         *     configuration set sends its Bounce, Delivery and Complaint notifications to (contract,
+         *     section 18; docs/outcomes.md). SNS sends no API key: the URL's `account` and `token`
+         *     name the account (`evs outcomes sns-url --account NAME` prints the URL; the token is
+         *     made from the account's webhook secret and changes when it is rotated, the old one
+         *     working for the same 24 hours). Compared in constant time; a wrong one is 401 and
+         *     counts as a failed authentication of the client address.
+         *
+         *     Every message's SNS signature is verified as AWS documents it (SignatureVersion 1 or 2,
+         *     the signing certificate fetched over https from an `sns.<region>.amazonaws.com` host
+         *     and chained to the system's roots) before anything is stored or visited; with
+         *     `EVS_SNS_TOPICS` set, only those TopicArns are accepted. A `SubscriptionConfirmation`
+         *     is confirmed by visiting its SubscribeURL (on an SNS host); a `Notification`'s SES
+         *     notification becomes outcomes as POST /v1/outcomes stores them: Permanent bounce →
+         *     bounced/hard, Transient → bounced/soft, Undetermined → bounced, Delivery → delivered,
+         *     Complaint → complained (configuration-set events too, DeliveryDelay → deferred).
+         *     Kept once per (address, outcome, at): SNS's retries count as duplicates.
+         *     On AWS the stack subscribes an SQS queue instead (template parameter
+         *     `SesNotificationTopicArn`); this route is not deployed there.
+         */
+        post: operations["receiveSnsMessage"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/uploads": {
         parameters: {
             query?: never;
@@ -617,6 +655,25 @@ export interface components {
             accepted: number;
             /** @description Outcomes already stored (by an earlier request, or earlier in this one); received = accepted + duplicates. */
             duplicates: number;
+        };
+        /** @description What one SNS message did (POST /v1/outcomes/sns). */
+        SnsReceipt: {
+            requestId: string;
+            /**
+             * @description The SNS message type.
+             * @enum {string}
+             */
+            type: "Notification" | "SubscriptionConfirmation" | "UnsubscribeConfirmation";
+            /** @description Outcomes the notification held (0 for other SES event types: Send, Open …). */
+            received: number;
+            /** @description New outcomes stored. */
+            accepted: number;
+            /** @description Outcomes already stored (an SNS retry). */
+            duplicates: number;
+            /** @description Recipients left out: not a valid address, or a time over an hour ahead. */
+            skipped: number;
+            /** @description A SubscriptionConfirmation was confirmed. */
+            confirmed: boolean;
         };
         OutcomesDeleted: {
             requestId: string;
@@ -1380,6 +1437,45 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["OutcomesReport"];
+                };
+            };
+            400: components["responses"]["InvalidRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            405: components["responses"]["MethodNotAllowed"];
+            413: components["responses"]["PayloadTooLarge"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    receiveSnsMessage: {
+        parameters: {
+            query: {
+                account: string;
+                token: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "text/plain": string;
+                "application/json": Record<string, never>;
+            };
+        };
+        responses: {
+            /** @description Verified and handled; what it did. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["XRequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SnsReceipt"];
                 };
             };
             400: components["responses"]["InvalidRequest"];

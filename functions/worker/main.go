@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"net/http"
 	"os"
 	"time"
 
@@ -120,5 +121,26 @@ func main() {
 			Limits: politeness.Limits{Sessions: cfg.ProviderSessions, RcptPerMin: cfg.ProviderRcptPerMin},
 		}}
 	}
-	lambda.Start(sqsqueue.Handler(w))
+	handler := sqsqueue.Handler(w)
+	if cfg.SESQueueARN != "" {
+		// The stack's SES notification queue (SesNotificationTopicArn):
+		// its records are SNS messages, verified here, whose outcomes are
+		// the SesNotificationAccount account's.
+		client := &http.Client{Timeout: 10 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+		ses := &sqsqueue.SESQueue{
+			QueueARN: cfg.SESQueueARN,
+			Receiver: &api.SNSOutcomes{
+				Verifier: api.NewSNSVerifier(api.HTTPCertFetcher{Client: client}, api.AWSSNSHost, nil, time.Now),
+				Topics:   cfg.SNSTopics,
+				// A cross-account topic's subscription is confirmed by the
+				// first message on the queue.
+				Confirm: api.HTTPConfirm(client),
+				Store:   st,
+				TTL:     cfg.OutcomeTTL,
+			},
+			Account: cfg.SESAccount, Accounts: st, Logger: logger,
+		}
+		handler = ses.Route(handler)
+	}
+	lambda.Start(handler)
 }

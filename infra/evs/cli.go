@@ -90,7 +90,7 @@ Lambda functions read; each command's --help lists the ones it reads.`,
 	root.SetUsageTemplate(usageTemplate)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return fmt.Errorf("%w: %v", errUsage, err) })
 	root.AddGroup(&cobra.Group{ID: groupMain, Title: "Commands:"}, &cobra.Group{ID: groupDev, Title: "Development (make sam-local):"})
-	for _, cmd := range []*cobra.Command{newServeCmd(c), newBackupCmd(c), newKeysCmd(c), newVerifyCmd(c), newBatchCmd(c), newWebhooksCmd(c), newVersionCmd(c)} {
+	for _, cmd := range []*cobra.Command{newServeCmd(c), newBackupCmd(c), newKeysCmd(c), newVerifyCmd(c), newBatchCmd(c), newWebhooksCmd(c), newOutcomesCmd(c), newVersionCmd(c)} {
 		cmd.GroupID = groupMain
 		root.AddCommand(cmd)
 	}
@@ -266,6 +266,7 @@ var envDocs = map[string]string{
 	"EVS_BATCH_DEADLINE":        "a batch's time limit from its start (default 24h)",
 	"EVS_CACHE_TTL":             "how long a live verdict is reused for the same account and address (default 24h; 0 = off)",
 	"EVS_OUTCOME_TTL":           "how long a reported outcome (POST /v1/outcomes) is kept: days like 365d or a duration (default 365d)",
+	"EVS_SNS_TOPICS":            "comma-separated SNS TopicArns whose SES notifications POST /v1/outcomes/sns takes (default: any that verifies)",
 	"EVS_QUOTA_ADDRESSES":       "addresses per account and period; 0 = no quota (default 0)",
 	"EVS_QUOTA_PERIOD":          "the quota's period: day or month (default month)",
 	"EVS_MAX_STORED_ADDRESSES":  "addresses kept per account in unexpired batches; 0 or off = none (default 5000000)",

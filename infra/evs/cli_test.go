@@ -247,6 +247,7 @@ func TestServeHelpListsEveryVariable(t *testing.T) {
 		"EVS_API_KEY": true, "EVS_URL": true, "EVS_USAGE_PLAN_ID": true, // clients and evs keys on AWS
 		"EVS_BATCHES_TABLE": true, "EVS_IDEMPOTENCY_TABLE": true, "EVS_INPUT_BUCKET": true, "EVS_KEYS_TABLE": true,
 		"EVS_RESULTS_TABLE": true, "EVS_QUEUE_URL": true, "EVS_SMTP_PROXY_SECRET": true,
+		"EVS_SES_ACCOUNT": true, "EVS_SES_QUEUE_ARN": true, // the AWS worker's SES notification queue
 		"EVS_MOTO_ENDPOINT": true, "EVS_TEST_SOCKS5": true, "EVS_TEST_SOCKS5_EXTERNAL": true, "EVS_SCREENSHOTS": true,
 	}
 	var want []string

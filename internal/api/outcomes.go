@@ -322,7 +322,7 @@ func (h *Handler) postOutcomes(ctx context.Context, req *request, p evs.Principa
 	}
 	CallFromContext(ctx).Attr = slog.Int("outcomes", len(os))
 	resp, _, err := h.idempotent(ctx, req, p, raw, func(ctx context.Context) idempotency.Reply {
-		r, err := h.storeOutcomes(ctx, p, os, now)
+		r, err := storeOutcomes(ctx, h.d.Outcomes, p.AccountID, os, now, h.d.OutcomeTTL)
 		if err != nil {
 			return errReply(err)
 		}
@@ -331,9 +331,11 @@ func (h *Handler) postOutcomes(ctx context.Context, req *request, p evs.Principa
 	return resp, err
 }
 
-// storeOutcomes keeps the new ones of os, each with the verdict the
-// account had been given on its address before it (for the report).
-func (h *Handler) storeOutcomes(ctx context.Context, p evs.Principal, os []evs.Outcome, now time.Time) (outcomesResponse, error) {
+// storeOutcomes keeps in st the new ones of os for the account, each with
+// the verdict the account had been given on its address before it (for
+// the report), until now+ttl. POST /v1/outcomes and SES notifications
+// through SNS share it.
+func storeOutcomes(ctx context.Context, st Outcomes, accountID string, os []evs.Outcome, now time.Time, ttl time.Duration) (outcomesResponse, error) {
 	type natural struct {
 		addr string
 		kind evs.OutcomeKind
@@ -355,7 +357,7 @@ func (h *Handler) storeOutcomes(ctx context.Context, p evs.Principal, os []evs.O
 			addrs = append(addrs, o.Address)
 		}
 	}
-	last, err := h.d.Outcomes.LastVerdicts(ctx, p.AccountID, addrs)
+	last, err := st.LastVerdicts(ctx, accountID, addrs)
 	if err != nil {
 		return outcomesResponse{}, fmt.Errorf("api: read the verdicts before the outcomes: %w", err)
 	}
@@ -364,7 +366,7 @@ func (h *Handler) storeOutcomes(ctx context.Context, p evs.Principal, os []evs.O
 			uniq[i].Verdict, uniq[i].Score = d.Status(), verify.Score(d)
 		}
 	}
-	added, err := h.d.Outcomes.PutOutcomes(ctx, p.AccountID, uniq, now.Add(h.d.OutcomeTTL))
+	added, err := st.PutOutcomes(ctx, accountID, uniq, now.Add(ttl))
 	if err != nil {
 		return outcomesResponse{}, fmt.Errorf("api: store outcomes: %w", err)
 	}

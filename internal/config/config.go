@@ -115,6 +115,14 @@ type Config struct {
 	// OutcomeTTL is how long a reported outcome is kept after it was
 	// received (EVS_OUTCOME_TTL, default 365 days; contract, section 18).
 	OutcomeTTL time.Duration
+	// SNSTopics, when set, are the only SNS topics whose SES notifications
+	// are taken (EVS_SNS_TOPICS, comma-separated TopicArns). SESAccount
+	// is the name of the account the AWS stack's SES notification queue
+	// reports for (EVS_SES_ACCOUNT), SESQueueARN that queue's ARN
+	// (EVS_SES_QUEUE_ARN): the worker tells its messages from work by it.
+	SNSTopics   []string
+	SESAccount  string
+	SESQueueARN string
 	// MaxConns caps the open HTTP connections of `evs serve` (EVS_MAX_CONNS).
 	MaxConns int
 	// MinFreeBytes is the free space of the data directory's file system
@@ -361,6 +369,8 @@ func FromEnv(getenv func(string) string, onLambda bool) (Config, error) {
 		c.CacheTTL = d
 	}
 	c.OutcomeTTL = outcomeTTL(getenv, &errs)
+	c.SNSTopics = snsTopics(getenv, &errs)
+	c.SESAccount, c.SESQueueARN = getenv("EVS_SES_ACCOUNT"), getenv("EVS_SES_QUEUE_ARN")
 	if c.MetricsAddr = getenv("EVS_METRICS_ADDR"); c.MetricsAddr != "" {
 		if _, _, err := net.SplitHostPort(c.MetricsAddr); err != nil {
 			errs = append(errs, fmt.Errorf("EVS_METRICS_ADDR: %q is not host:port like 127.0.0.1:9090", c.MetricsAddr))

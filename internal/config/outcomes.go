@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -28,4 +29,25 @@ func outcomeTTL(getenv func(string) string, errs *[]error) time.Duration {
 	}
 	*errs = append(*errs, fmt.Errorf("EVS_OUTCOME_TTL: %q is not a positive number of days like 365d or a duration like 8760h", s))
 	return DefaultOutcomeTTL
+}
+
+// snsTopicArn is an SNS topic's ARN, in any partition.
+var snsTopicArn = regexp.MustCompile(`^arn:aws[a-z-]*:sns:[a-z0-9-]+:[0-9]{12}:[A-Za-z0-9_.-]{1,256}$`)
+
+// snsTopics reads EVS_SNS_TOPICS: comma-separated SNS TopicArns whose SES
+// notifications are taken (POST /v1/outcomes/sns, the AWS worker); empty
+// takes any topic whose messages verify.
+func snsTopics(getenv func(string) string, errs *[]error) []string {
+	var out []string
+	for _, t := range strings.Split(getenv("EVS_SNS_TOPICS"), ",") {
+		if t = strings.TrimSpace(t); t == "" {
+			continue
+		}
+		if !snsTopicArn.MatchString(t) {
+			*errs = append(*errs, fmt.Errorf("EVS_SNS_TOPICS: %.80q is not an SNS topic ARN like arn:aws:sns:us-east-1:123456789012:ses-events", t))
+			continue
+		}
+		out = append(out, t)
+	}
+	return out
 }

@@ -171,6 +171,10 @@ func newEdge(o Options, mount func(api.Guard) func(*http.ServeMux), keys keyLook
 			e.sendExport(w, r, api.CallFromContext(r.Context()), r.PathValue("id"))
 		})
 	}
+	if o.sns != nil {
+		// SNS sends no key: the URL's token names the account (sns.go).
+		mux.HandleFunc(snsRoute, e.receiveSNS)
+	}
 	mux.HandleFunc("/", api.NotFound)
 	e.handler = api.Observe(api.ObserveOptions{
 		Logger:     o.Logger,

@@ -109,6 +109,12 @@ type Options struct {
 	// compared with Config.MinFreeBytes before a call that stores new
 	// work (disk.go). Default: the file system of Config.DataDir, when set.
 	FreeBytes func() (uint64, error)
+	// SNS sets up POST /v1/outcomes/sns (sns.go).
+	SNS SNSOptions
+
+	// sns serves POST /v1/outcomes/sns; New makes it when the store keeps
+	// outcomes and webhook secrets.
+	sns *snsEndpoint
 }
 
 // HTTP limits of `evs serve` (contract, section 9).
@@ -338,6 +344,7 @@ func New(o Options) (*Server, error) {
 		Outcomes:           outcomes,
 		OutcomeTTL:         o.Config.OutcomeTTL,
 	})
+	o.sns = newSNSEndpoint(o, outcomes)
 	gw := newEdge(o, h.MountAll, authorizer.New(o.Store), bodies)
 	gw.egress = watch
 	if o.DeliverEvery <= 0 {
