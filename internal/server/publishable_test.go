@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"net/http"
+	"net/netip"
 	"slices"
 	"sort"
 	"strconv"
@@ -201,5 +202,61 @@ func TestPublishablePerAddressLimit(t *testing.T) {
 	h.clock.Advance(time.Minute)
 	if r := h.doFrom(one, pkVerify(key, shopOrigin)); r.status != http.StatusOK {
 		t.Fatalf("a minute later: %d %s", r.status, r.body)
+	}
+}
+
+// TestPublishableLimitBehindProxy: behind a trusted proxy the per-address
+// limit counts the forwarded client, not the proxy: one client over its
+// limit gets 429 while another through the same proxy gets 200; a peer
+// that is not trusted cannot dodge its limit by writing X-Forwarded-For.
+func TestPublishableLimitBehindProxy(t *testing.T) {
+	h := start(t, options{server: func(o *server.Options) {
+		o.Config.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("127.0.0.2/32")}
+	}})
+	_, key := h.publishable("shop", shopOrigin)
+	proxy, direct := clientFrom("127.0.0.2"), clientFrom("127.0.0.4")
+	via := func(c *http.Client, xff string) reply {
+		t.Helper()
+		r := pkVerify(key, shopOrigin)
+		r.headers["X-Forwarded-For"] = xff
+		return h.doFrom(c, r)
+	}
+	for i := range server.PublishablePerAddress {
+		if r := via(proxy, "198.51.100.1"); r.status != http.StatusOK {
+			t.Fatalf("call %d of 198.51.100.1: %d %s", i+1, r.status, r.body)
+		}
+	}
+	if r := via(proxy, "198.51.100.1"); r.status != http.StatusTooManyRequests {
+		t.Fatalf("198.51.100.1 over its limit: %d %s, want 429", r.status, r.body)
+	}
+	if r := via(proxy, "198.51.100.2"); r.status != http.StatusOK {
+		t.Fatalf("another client through the same proxy: %d %s, want 200", r.status, r.body)
+	}
+	var last reply
+	for i := range server.PublishablePerAddress + 1 {
+		last = via(direct, "198.51.100."+strconv.Itoa(10+i))
+	}
+	if last.status != http.StatusTooManyRequests {
+		t.Fatalf("an untrusted peer writing a new X-Forwarded-For each time: %d, want 429", last.status)
+	}
+}
+
+// TestPublishableSpendsAccountQuota: a publishable key's verify is charged
+// to its account's address quota like any other; once spent, the page's
+// key and the account's secret key are both refused.
+func TestPublishableSpendsAccountQuota(t *testing.T) {
+	h := start(t, options{server: func(o *server.Options) { o.Config.QuotaAddresses, o.Config.QuotaPeriod = 2, "month" }})
+	_, key := h.publishable("shop", shopOrigin)
+	_, secret := h.account("shop", true)
+	for i := range 2 {
+		if r := h.do(pkVerify(key, shopOrigin)); r.status != http.StatusOK {
+			t.Fatalf("call %d: %d %s", i+1, r.status, r.body)
+		}
+	}
+	if r := h.do(pkVerify(key, shopOrigin)); r.status != http.StatusTooManyRequests || !strings.Contains(string(r.body), "address quota") {
+		t.Fatalf("publishable key over the quota: %d %s", r.status, r.body)
+	}
+	if r := h.do(req{method: http.MethodPost, path: "/v1/verify", key: secret, body: `{"email":"a@example.com"}`}); r.status != http.StatusTooManyRequests {
+		t.Fatalf("secret key after the publishable key spent the quota: %d %s", r.status, r.body)
 	}
 }
