@@ -193,6 +193,10 @@ type Deps struct {
 	// (EVS_OUTCOME_TTL; 0 means DefaultOutcomeTTL).
 	Outcomes   Outcomes
 	OutcomeTTL time.Duration
+	// PublishableLimits, when set (AWS), counts publishable keys' calls
+	// in Quota.Store (publishable.go); `evs serve` counts them at its
+	// edge instead.
+	PublishableLimits PublishableLimits
 }
 
 // Handler serves the API's routes.

@@ -130,3 +130,71 @@ func TestPublishableKeyOnLambda(t *testing.T) {
 		t.Errorf("revoked key: %+v, want Deny", resp.PolicyDocument)
 	}
 }
+
+// TestPublishableLimitsOnLambda: on AWS the verify function counts a
+// publishable key's calls a minute in the store, per client address (API
+// Gateway's sourceIp) and per key: an address over its limit gets 429
+// while another gets through; the key's own limit bounds all addresses;
+// a new minute starts afresh; a secret key is not counted.
+func TestPublishableLimitsOnLambda(t *testing.T) {
+	ctx := context.Background()
+	clock := testkit.NewClock(epoch)
+	st, err := sqlitestore.Open(ctx, t.TempDir(), clock.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	sandbox := verify.NewSandbox(clock.Now)
+	h := api.New(api.Deps{Engine: sandbox, Sandbox: sandbox, Now: clock.Now, Quota: api.Quota{Store: st},
+		PublishableLimits: api.PublishableLimits{PerAddress: 3, PerKey: 5}})
+	fn := gateway.Proxy(api.Mux(api.ObserveOptions{}, h.MountVerify(nil)))
+	const origin = "https://shop.example"
+	call := func(kind, keyID, ip string) events.APIGatewayProxyResponse {
+		t.Helper()
+		authz := map[string]any{"principalId": keyID, "accountId": "acct-1", "keyId": keyID, "testMode": "true"}
+		if kind != "" {
+			authz["keyKind"], authz["origins"] = kind, origin
+		}
+		ev := events.APIGatewayProxyRequest{Resource: "/v1/verify", Path: "/v1/verify", HTTPMethod: http.MethodPost,
+			Headers: map[string]string{"Content-Type": "application/json", "Origin": origin},
+			Body:    `{"email":"someone@example.com"}`,
+			RequestContext: events.APIGatewayProxyRequestContext{RequestID: "rid", ResourcePath: "/v1/verify", HTTPMethod: http.MethodPost,
+				Authorizer: authz, Identity: events.APIGatewayRequestIdentity{SourceIP: ip}}}
+		r, err := fn(ctx, ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	for i := range 3 {
+		if r := call("publishable", "pk1", "198.51.100.1"); r.StatusCode != http.StatusOK {
+			t.Fatalf("call %d: %d %s", i+1, r.StatusCode, r.Body)
+		}
+	}
+	r := call("publishable", "pk1", "198.51.100.1")
+	if r.StatusCode != http.StatusTooManyRequests || r.Headers["Retry-After"] == "" {
+		t.Fatalf("4th call from one address: %d %v %s, want 429 with Retry-After", r.StatusCode, r.Headers, r.Body)
+	}
+	for i, ip := range []string{"198.51.100.2", "2001:db8::1"} {
+		if r := call("publishable", "pk1", ip); r.StatusCode != http.StatusOK {
+			t.Fatalf("another address %d: %d %s", i, r.StatusCode, r.Body)
+		}
+	}
+	// The key has had 5 calls this minute: a fresh address is refused too.
+	if r := call("publishable", "pk1", "198.51.100.3"); r.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("the key over its limit: %d %s, want 429", r.StatusCode, r.Body)
+	}
+	// Another publishable key, and a secret key, are not counted with it.
+	if r := call("publishable", "pk2", "198.51.100.4"); r.StatusCode != http.StatusOK {
+		t.Fatalf("another key: %d %s", r.StatusCode, r.Body)
+	}
+	for range 5 {
+		if r := call("", "sk1", "198.51.100.1"); r.StatusCode != http.StatusOK {
+			t.Fatalf("secret key: %d %s", r.StatusCode, r.Body)
+		}
+	}
+	clock.Advance(time.Minute)
+	if r := call("publishable", "pk1", "198.51.100.1"); r.StatusCode != http.StatusOK {
+		t.Fatalf("a minute later: %d %s", r.StatusCode, r.Body)
+	}
+}

@@ -59,6 +59,9 @@ func verifyReply(p evs.Principal, d evs.Decision) idempotency.Reply {
 // verify serves POST /v1/verify: one address, verified synchronously. The
 // call's log line gets the address's domain.
 func (h *Handler) verify(ctx context.Context, req *request, p evs.Principal) (idempotency.Reply, error) {
+	if err := h.limitPublishable(ctx, p); err != nil {
+		return idempotency.Reply{}, err
+	}
 	reply, domain, err := h.verifyOne(ctx, req, p)
 	CallFromContext(ctx).Attr = slog.String("domain", domain)
 	return reply, err

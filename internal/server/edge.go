@@ -108,10 +108,10 @@ const (
 	// PublishablePerAddress calls a minute from one client address (a
 	// /64 for IPv6), in bursts of as many: a person filling in a form
 	// makes a few.
-	PublishablePerAddress = 10
+	PublishablePerAddress = api.PublishablePerAddress
 	// PublishablePerKey calls a minute with one key, from all addresses,
 	// in bursts of PublishableKeyBurst.
-	PublishablePerKey   = 600
+	PublishablePerKey   = api.PublishablePerKey
 	PublishableKeyBurst = 100
 )
 
