@@ -10,8 +10,9 @@ import (
 )
 
 // The limits of a publishable key (contract, section 17; docs/security.md),
-// calls a minute: per client address (a /64 for IPv6), and per key over
-// all addresses. `evs serve` counts them in memory at its edge; on AWS the
+// calls a minute: per client address (a /64 for IPv6) with the key, and
+// per key over all addresses. An address is counted per key, so one
+// shop's form does not spend another's limit behind a shared NAT. `evs serve` counts them in memory at its edge; on AWS the
 // verify function counts them in the store (PublishableLimits).
 const (
 	PublishablePerAddress = 10
@@ -30,7 +31,7 @@ type PublishableLimits struct {
 const publishablePeriod = "publishable/"
 
 // limitPublishable charges a publishable key's call to its client
-// address's minute, then to its key's: an address over its limit spends
+// address's minute with the key, then to the key's: an address over its limit spends
 // none of the key's, so one client's flood does not shut the form for
 // everyone. Over either, the call is 429 with Retry-After to the minute's
 // end. Each call is counted whatever it asks: the count is of calls.
@@ -44,7 +45,7 @@ func (h *Handler) limitPublishable(ctx context.Context, p evs.Principal) error {
 	end, minute := start.Add(time.Minute), start.Format("2006-01-02T15:04")
 	if l.PerAddress > 0 {
 		client := clientPrefix(CallFromContext(ctx).ClientAddr)
-		_, err := h.charge(ctx, p.AccountID, "publishable key's per-address limit", publishablePeriod+"addr/"+client+"/"+minute, 1, l.PerAddress, now, end, func() string {
+		_, err := h.charge(ctx, p.AccountID, "publishable key's per-address limit", publishablePeriod+"addr/"+p.KeyID+"/"+client+"/"+minute, 1, l.PerAddress, now, end, func() string {
 			return fmt.Sprintf("Too many calls from this address with a publishable key (%d a minute); retry after the time in Retry-After.", l.PerAddress)
 		})
 		if err != nil {

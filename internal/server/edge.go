@@ -105,9 +105,9 @@ const (
 // budget of the account's secret keys. The addresses remembered are
 // bounded like the failure limiter's.
 const (
-	// PublishablePerAddress calls a minute from one client address (a
-	// /64 for IPv6), in bursts of as many: a person filling in a form
-	// makes a few.
+	// PublishablePerAddress calls a minute with one key from one client
+	// address (a /64 for IPv6), in bursts of as many: a person filling
+	// in a form makes a few.
 	PublishablePerAddress = api.PublishablePerAddress
 	// PublishablePerKey calls a minute with one key, from all addresses,
 	// in bursts of PublishableKeyBurst.
@@ -493,7 +493,9 @@ func (e *edge) throttleCall(c *api.Call, p evs.Principal) (time.Duration, bool) 
 		return e.throttle(c.AccountID)
 	}
 	now := e.o.Now()
-	if wait, limited := e.pkClients.take(clientKey(c.ClientAddr), now); limited {
+	// An address is counted per key: one shop's form does not spend
+	// another's limit for the people behind a shared NAT.
+	if wait, limited := e.pkClients.take(p.KeyID+" "+clientKey(c.ClientAddr), now); limited {
 		return wait, true
 	}
 	return e.pkKeys.take(p.KeyID, now)

@@ -175,8 +175,8 @@ func TestPublishableKeyRevoked(t *testing.T) {
 }
 
 // TestPublishablePerAddressLimit: one client address over its limit gets
-// 429; another address, and the account's secret key from the same one,
-// still get through.
+// 429; another address, another shop's key and the account's secret key
+// from the same one still get through.
 func TestPublishablePerAddressLimit(t *testing.T) {
 	h := start(t, options{})
 	_, key := h.publishable("shop", shopOrigin)
@@ -193,6 +193,12 @@ func TestPublishablePerAddressLimit(t *testing.T) {
 	}
 	if r := h.doFrom(other, pkVerify(key, shopOrigin)); r.status != http.StatusOK {
 		t.Fatalf("another address: %d %s", r.status, r.body)
+	}
+	// Another shop's form, from the same address (a shared NAT), is
+	// counted apart.
+	_, otherShop := h.publishable("othershop", shopOrigin)
+	if r := h.doFrom(one, pkVerify(otherShop, shopOrigin)); r.status != http.StatusOK {
+		t.Fatalf("another publishable key from the limited address: %d %s", r.status, r.body)
 	}
 	sr := h.doFrom(one, req{method: http.MethodPost, path: "/v1/verify", key: secret, body: `{"email":"a@example.com"}`})
 	if sr.status != http.StatusOK {
