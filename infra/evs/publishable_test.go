@@ -1,12 +1,18 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"crypto/rand"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/evs-dev/evs/internal/authorizer"
+	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/sqlitestore"
+	"github.com/evs-dev/evs/internal/testkit"
 )
 
 var publishableRE = regexp.MustCompile(`^evs_pk\.[A-Za-z0-9_-]{43}$`)
@@ -44,5 +50,43 @@ func TestKeysPublishable(t *testing.T) {
 	}
 	if code, out, _ := runEVS(ctx, env, "keys", "revoke", key); code != 0 || !strings.Contains(out, id) || strings.Contains(out, key) {
 		t.Fatalf("revoke by the key: %d %q", code, out)
+	}
+}
+
+// TestKeysPublishableWithUsagePlan: on the AWS path (a usage plan, in
+// moto) a publishable key is stored with its kind and origins and shares
+// its account's usage-plan key with the account's secret keys, so API
+// Gateway meters both together.
+func TestKeysPublishableWithUsagePlan(t *testing.T) {
+	ctx := context.Background()
+	gw := apiGateway(t)
+	plan := newPlan(t, gw)
+	sq, err := sqlitestore.Open(ctx, t.TempDir(), time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sq.Close()
+	up := &usagePlan{api: gw, planID: plan, rand: rand.Reader}
+	name := testkit.UniqueName(t, "shop")
+	var out, errOut bytes.Buffer
+	if err := createKey(ctx, sq, up, name, false, keySpec{}, &out, &errOut); err != nil {
+		t.Fatal(err)
+	}
+	secret, err := sq.KeyByHash(ctx, authorizer.HashKey(strings.TrimSpace(out.String())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	if err := createKey(ctx, sq, up, name, false, keySpec{publishable: true, origins: []string{"https://shop.example"}}, &out, &errOut); err != nil {
+		t.Fatal(err)
+	}
+	key := strings.TrimSpace(out.String())
+	pk, err := sq.KeyByHash(ctx, authorizer.HashKey(key))
+	if err != nil || !publishableRE.MatchString(key) {
+		t.Fatalf("publishable key %v: %v", publishableRE.MatchString(key), err)
+	}
+	if pk.Kind != evs.KeyPublishable || len(pk.Origins) != 1 || pk.Origins[0] != "https://shop.example" ||
+		pk.UsageKeyID == "" || pk.UsageKeyID != secret.UsageKeyID {
+		t.Fatalf("stored %+v; the secret key's usage key %q", pk, secret.UsageKeyID)
 	}
 }
