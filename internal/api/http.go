@@ -252,7 +252,7 @@ func Permit(w http.ResponseWriter, r *http.Request, rt Route, p evs.Principal) e
 // Preflight answers the CORS preflight of POST /v1/verify (OPTIONS, no
 // key: a browser sends none on it). It cannot know which key the real
 // request will carry, so it lets any origin ask; the real request is where
-// the key's origins are enforced (permit), and its reply is readable only
+// the key's origins are enforced (Permit), and its reply is readable only
 // by a listed origin. No key, no store, no cost.
 func Preflight(w http.ResponseWriter, r *http.Request) {
 	c := CallFromContext(r.Context())
