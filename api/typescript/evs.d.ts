@@ -20,10 +20,23 @@ export interface paths {
          *     minute, and a pause after it throttled us) and waits at most 2 s for it; if the budget is
          *     still spent, the answer is `unknown` / `mailbox_not_checked`, with `checks.smtp.result`
          *     `skipped` and a detail naming the provider and when to retry. Such a verdict is not cached.
+         *
+         *     With a publishable key (`evs_pk.`, section 17) the call must come from one of the key's
+         *     origins (`Origin` header; none or another → 403 `forbidden`), is limited per client
+         *     address and per key (429), keeps no Idempotency-Key record, and is answered with
+         *     `PublishableVerifyResult` and `Access-Control-Allow-Origin` set to the origin.
          */
         post: operations["verify"];
         delete?: never;
-        options?: never;
+        /**
+         * CORS preflight of POST /v1/verify (no key)
+         * @description A browser asks this before a page's POST /v1/verify with a publishable key (section
+         *     17). It carries no key, so it cannot know the key's origins: any `Origin` is echoed
+         *     back; the real request is where the origin is enforced (403 from an origin the key
+         *     does not list), and only its reply to a listed origin carries
+         *     `Access-Control-Allow-Origin`. Without `Origin` the reply has no CORS headers.
+         */
+        options: operations["verifyPreflight"];
         head?: never;
         patch?: never;
         trace?: never;
@@ -472,6 +485,16 @@ export interface components {
             requestId: string;
             decision: components["schemas"]["Decision"];
         };
+        /** @description The reply of POST /v1/verify to a publishable key (section 17): the verdict a sign-up form shows, and nothing of the checks, the SMTP dialogue or the address itself. */
+        PublishableVerifyResult: {
+            status: components["schemas"]["Status"];
+            requestId: string;
+            reason: components["schemas"]["Reason"];
+            score: number;
+            /** @description A likely intended address (a typo's fix), or null. */
+            suggestion: string | null;
+            flags: components["schemas"]["Flags"];
+        };
         Decision: {
             /** @description The address as submitted. */
             email: string;
@@ -800,7 +823,7 @@ export interface components {
                 "application/json": components["schemas"]["ErrorEnvelope"];
             };
         };
-        /** @description forbidden: key revoked or account suspended. */
+        /** @description forbidden: key revoked or account suspended; or a publishable key (`evs_pk.`) on any route but POST /v1/verify, or without an `Origin` the key lists. */
         Forbidden: {
             headers: {
                 "X-Request-Id": components["headers"]["XRequestId"];
@@ -956,15 +979,17 @@ export interface operations {
             };
         };
         responses: {
-            /** @description The decision (fresh, or an idempotent replay marked by Idempotent-Replayed). */
+            /** @description The decision (fresh, or an idempotent replay marked by Idempotent-Replayed): whole (`VerifyResult`) to a secret key, trimmed to what a form needs (`PublishableVerifyResult`) to a publishable one. */
             200: {
                 headers: {
                     "X-Request-Id": components["headers"]["XRequestId"];
                     "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
+                    /** @description To a publishable key only: the request's Origin, one of the key's. */
+                    "Access-Control-Allow-Origin"?: string;
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["VerifyResult"];
+                    "application/json": components["schemas"]["VerifyResult"] | components["schemas"]["PublishableVerifyResult"];
                 };
             };
             400: components["responses"]["InvalidRequest"];
@@ -979,6 +1004,39 @@ export interface operations {
             431: components["responses"]["HeadersTooLarge"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
+        };
+    };
+    verifyPreflight: {
+        parameters: {
+            query?: never;
+            header?: {
+                Origin?: string;
+                "Access-Control-Request-Method"?: string;
+                "Access-Control-Request-Headers"?: string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The preflight's answer. */
+            204: {
+                headers: {
+                    "X-Request-Id": components["headers"]["XRequestId"];
+                    /** @description The request's Origin. */
+                    "Access-Control-Allow-Origin"?: string;
+                    /** @description `POST`. */
+                    "Access-Control-Allow-Methods"?: string;
+                    /** @description `Content-Type, X-Api-Key`. */
+                    "Access-Control-Allow-Headers"?: string;
+                    /** @description 7200 (seconds). */
+                    "Access-Control-Max-Age"?: number;
+                    /** @description `Origin`. */
+                    Vary?: string;
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
         };
     };
     listBatches: {

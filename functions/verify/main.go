@@ -78,6 +78,9 @@ func main() {
 		Logger:      logger,
 		// Counted in the Batches table (dynamostore/quota.go).
 		Quota: api.Quota{Store: st, Limit: cfg.QuotaAddresses, Period: cfg.QuotaPeriod, IdempotencyKeys: cfg.MaxIdempotencyKeys},
+		// Publishable keys' limits, counted beside the quota: no Lambda
+		// instance sees every call.
+		PublishableLimits: api.PublishableLimits{PerAddress: api.PublishablePerAddress, PerKey: api.PublishablePerKey},
 		// Reported outcomes (Batches table, dynamostore/outcomes.go)
 		// change verdicts: read only here, POSTed to the requests function.
 		Outcomes: st,

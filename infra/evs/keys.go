@@ -113,6 +113,7 @@ func newKeysCreateCmd(c *cli) *cobra.Command {
 	var (
 		table, account, plan string
 		test                 bool
+		spec                 keySpec
 	)
 	cmd := &cobra.Command{
 		Use:   "create --account NAME",
@@ -122,17 +123,25 @@ prints the key alone on stdout; it is stored hashed and cannot be shown
 again. A test-mode account (--test) gets sandbox verdicts and touches no
 network; an account's keys all share its mode.
 
+With --publishable the key (evs_pk.…) is one a web page may hold: it may
+call only POST /v1/verify, only from the pages of its --origin (each
+scheme://host[:port]; https, or http for localhost), gets a trimmed reply
+and is rate-limited per client address and per key (docs/security.md).
+
 With --dynamodb-table the key goes to a deployed stack, and into its API
 Gateway usage plan (--usage-plan, or EVS_USAGE_PLAN_ID).`,
 		Example: `  evs keys create --account acme
   evs keys create --account sandbox --test
+  evs keys create --account acme --publishable --origin https://shop.example --origin https://www.shop.example
   evs keys create --account acme --dynamodb-table evs-KeysTable-XYZ --usage-plan abc123`,
 		Args: noArgs,
 		RunE: func(*cobra.Command, []string) error {
-			return keysCreate(c, table, account, plan, test)
+			return keysCreate(c, table, account, plan, test, spec)
 		},
 	}
 	cmd.Flags().StringVar(&account, "account", "", "the account's `NAME` (created if it does not exist)")
+	cmd.Flags().BoolVar(&spec.publishable, "publishable", false, "make a publishable key for web pages (needs --origin)")
+	cmd.Flags().StringArrayVar(&spec.origins, "origin", nil, "with --publishable: a web `ORIGIN` the key is accepted from (repeat for more)")
 	cmd.Flags().BoolVar(&test, "test", false, "create the account in test mode (sandbox verdicts, no network)")
 	cmd.Flags().StringVar(&plan, "usage-plan", "", "with --dynamodb-table: the stack's usage plan `ID` (output UsagePlanId; default $"+envUsagePlan+")")
 	tableFlag(cmd, &table)
@@ -140,10 +149,33 @@ Gateway usage plan (--usage-plan, or EVS_USAGE_PLAN_ID).`,
 	return withEnv(cmd, append(storeEnv, envUsagePlan)...)
 }
 
-func keysCreate(c *cli, table, account, planFlag string, test bool) error {
+// keySpec is what `keys create` is asked to make beyond the account.
+type keySpec struct {
+	publishable bool
+	origins     []string
+}
+
+// key is the evs.Key of spec, for authorizer.Issue.
+func (s keySpec) key() evs.Key {
+	if !s.publishable {
+		return evs.Key{}
+	}
+	return evs.Key{Kind: evs.KeyPublishable, Origins: s.origins}
+}
+
+func keysCreate(c *cli, table, account, planFlag string, test bool, spec keySpec) error {
 	ctx, stdout, stderr := c.ctx, c.stdout, c.stderr
 	if account == "" {
 		return usageErrorf("--account must name an account")
+	}
+	// Checked before anything is made: a bad origin leaves no account.
+	switch {
+	case !spec.publishable && len(spec.origins) > 0:
+		return usageErrorf("--origin goes with --publishable (a secret key is never used from a web page)")
+	case spec.publishable:
+		if _, err := authorizer.CheckOrigins(spec.origins); err != nil {
+			return usageErrorf("--origin: %s", evs.ErrorMessage(err))
+		}
 	}
 	if table == "" {
 		if planFlag != "" {
@@ -154,7 +186,7 @@ func keysCreate(c *cli, table, account, planFlag string, test bool) error {
 			return err
 		}
 		defer closeFn()
-		return createKey(ctx, st, nil, account, test, stdout, stderr)
+		return createKey(ctx, st, nil, account, test, spec, stdout, stderr)
 	}
 	planID := planFlag
 	if planID == "" {
@@ -175,7 +207,7 @@ func keysCreate(c *cli, table, account, planFlag string, test bool) error {
 	}
 	defer st.Close()
 	up := &usagePlan{api: apigateway.NewFromConfig(awsCfg), planID: planID, rand: rand.Reader}
-	return createKey(ctx, st, up, account, test, stdout, stderr)
+	return createKey(ctx, st, up, account, test, spec, stdout, stderr)
 }
 
 func newKeysRevokeCmd(c *cli) *cobra.Command {
@@ -293,7 +325,7 @@ func keysList(c *cli, table string) error {
 		return err
 	}
 	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tACCOUNT\tMODE\tSTATUS\tCREATED")
+	fmt.Fprintln(tw, "ID\tACCOUNT\tMODE\tSTATUS\tCREATED\tKIND\tORIGINS")
 	names := map[string]evs.Account{}
 	for _, k := range ks {
 		a, ok := names[k.AccountID]
@@ -308,7 +340,13 @@ func keysList(c *cli, table string) error {
 		if k.Revoked {
 			status = "revoked"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", k.ID, a.Name, mode, status, k.CreatedAt.UTC().Format(time.RFC3339))
+		kind, origins := "secret", "-"
+		if k.Kind == evs.KeyPublishable {
+			kind, origins = "publishable", strings.Join(k.Origins, ",")
+		}
+		// The new columns come last: scripts reading the first five
+		// keep working.
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", k.ID, a.Name, mode, status, k.CreatedAt.UTC().Format(time.RFC3339), kind, origins)
 	}
 	return tw.Flush()
 }
@@ -318,7 +356,7 @@ func keysList(c *cli, table string) error {
 // carries the account's usage key; a usage key made here is removed again
 // when the evs key cannot be stored, so a failure leaves nothing half-made
 // in API Gateway.
-func createKey(ctx context.Context, st store.Keys, up *usagePlan, name string, test bool, stdout, stderr io.Writer) error {
+func createKey(ctx context.Context, st store.Keys, up *usagePlan, name string, test bool, spec keySpec, stdout, stderr io.Writer) error {
 	if up != nil {
 		// A wrong plan ID must not leave a new account behind.
 		if err := up.check(ctx); err != nil {
@@ -354,7 +392,9 @@ func createKey(ctx context.Context, st store.Keys, up *usagePlan, name string, t
 			return err
 		}
 	}
-	key, err := authorizer.IssueKey(ctx, st, a.ID, uk.value, time.Now())
+	k := spec.key()
+	k.AccountID, k.UsageKeyID = a.ID, uk.value
+	key, err := authorizer.Issue(ctx, st, k, time.Now())
 	if err != nil {
 		if uk.created {
 			err = errors.Join(err, up.remove(ctx, uk.id))

@@ -42,9 +42,20 @@ func load(t *testing.T) *testkit.SAMTemplate {
 func TestRoutesMatchTemplate(t *testing.T) {
 	tpl := load(t)
 	var got, want []string
+	preflight := false
 	for _, r := range tpl.Routes {
 		if isConsole(r) {
 			continue // TestConsoleRoutesOpen
+		}
+		if r.Method == http.MethodOptions {
+			// The one route without a key: the CORS preflight of
+			// publishable keys, on the verify function (api.Preflight).
+			want := testkit.SAMRoute{Function: api.VerifyFunction, Path: "/v1/verify", Method: http.MethodOptions, Authorizer: "NONE", APIKeyRequired: "false"}
+			if r != want {
+				t.Errorf("template route %+v, want only the preflight %+v", r, want)
+			}
+			preflight = true
+			continue
 		}
 		if r.Authorizer != "" || r.APIKeyRequired != "" {
 			t.Errorf("template route %s %s: Auth %q/%q of its own; an API route keeps the API's authorizer and key", r.Function, r.Path, r.Authorizer, r.APIKeyRequired)
@@ -61,6 +72,9 @@ func TestRoutesMatchTemplate(t *testing.T) {
 	sort.Strings(want)
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("routes differ\ntemplate: %q\napi.Routes: %q", got, want)
+	}
+	if !preflight {
+		t.Error("template has no OPTIONS /v1/verify (the publishable keys' CORS preflight)")
 	}
 }
 

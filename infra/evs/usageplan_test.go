@@ -274,7 +274,7 @@ func TestUsageKeyNothingHalfMade(t *testing.T) {
 			}
 			up := &usagePlan{api: c.api, planID: plan, rand: r}
 			var out, errOut bytes.Buffer
-			err = createKey(ctx, c.keys(sq), up, "half", false, &out, &errOut)
+			err = createKey(ctx, c.keys(sq), up, "half", false, keySpec{}, &out, &errOut)
 			if err == nil || (c.wantErr != nil && !errors.Is(err, c.wantErr)) {
 				t.Fatalf("err %v, want %v", err, c.wantErr)
 			}
@@ -316,7 +316,7 @@ func TestUsageKeyGone(t *testing.T) {
 	}
 	up := &usagePlan{api: gw, planID: plan, rand: rand.Reader}
 	var out, errOut bytes.Buffer
-	if err := createKey(ctx, sq, up, "gone", false, &out, &errOut); err != nil {
+	if err := createKey(ctx, sq, up, "gone", false, keySpec{}, &out, &errOut); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(errOut.String(), "gone from API Gateway") {
@@ -381,7 +381,7 @@ func TestUsageKeyLostCreateReply(t *testing.T) {
 	defer sq.Close()
 	up := &usagePlan{api: resentCreate{gw}, planID: plan, rand: rand.Reader}
 	var out, errOut bytes.Buffer
-	if err := createKey(ctx, sq, up, "resent", false, &out, &errOut); err != nil {
+	if err := createKey(ctx, sq, up, "resent", false, keySpec{}, &out, &errOut); err != nil {
 		t.Fatalf("create after a lost reply: %v (%s)", err, errOut.String())
 	}
 	a, err := sq.AccountByName(ctx, "resent")

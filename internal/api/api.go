@@ -193,6 +193,10 @@ type Deps struct {
 	// (EVS_OUTCOME_TTL; 0 means DefaultOutcomeTTL).
 	Outcomes   Outcomes
 	OutcomeTTL time.Duration
+	// PublishableLimits, when set (AWS), counts publishable keys' calls
+	// in Quota.Store (publishable.go); `evs serve` counts them at its
+	// edge instead.
+	PublishableLimits PublishableLimits
 }
 
 // Handler serves the API's routes.
@@ -417,7 +421,10 @@ func notAllowed(method string, allowed ...string) error {
 // leaves no record.
 func (h *Handler) idempotent(ctx context.Context, req *request, p evs.Principal, raw []byte, fn func(ctx context.Context) idempotency.Reply) (idempotency.Reply, bool, error) {
 	key, present := req.header("Idempotency-Key")
-	if !present {
+	if !present || p.Kind == evs.KeyPublishable {
+		// A publishable key keeps no records: its key is public, so its
+		// records would be anyone's to fill, and its trimmed replies and
+		// a secret key's full ones must never answer each other.
 		return fn(ctx), false, nil
 	}
 	if err := idempotency.ValidKey(key); err != nil {

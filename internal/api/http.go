@@ -19,6 +19,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/evs-dev/evs/internal/authorizer"
 	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/idempotency"
 )
@@ -92,7 +93,13 @@ func (h *Handler) MountOutcomes(guard Guard) func(*http.ServeMux) {
 
 // MountVerify mounts POST /v1/verify behind guard.
 func (h *Handler) MountVerify(guard Guard) func(*http.ServeMux) {
-	return h.mount(guard, map[string]endpoint{"POST /v1/verify": h.verify})
+	m := h.mount(guard, map[string]endpoint{"POST /v1/verify": h.verify})
+	return func(mux *http.ServeMux) {
+		m(mux)
+		// The CORS preflight carries no key: it is answered before any
+		// guard (on AWS its method has no authorizer).
+		mux.HandleFunc("OPTIONS /v1/verify", Preflight)
+	}
 }
 
 // MountBatches mounts the batch and upload routes behind guard.
@@ -174,11 +181,17 @@ func (h *Handler) serve(rt Route, ep endpoint) http.Handler {
 		c.AccountID = p.AccountID
 		var reply idempotency.Reply
 		var err error
+		if authenticated {
+			// The rule of publishable keys, here where both deployments
+			// pass (contract, section 17).
+			err = Permit(w, r, rt, p)
+		}
 		switch {
 		case !authenticated:
 			// Our fault (a route wired without its key check), not the
 			// client's.
 			err = errors.New("api: request without a principal")
+		case err != nil:
 		case ep == nil || !slices.Contains(rt.Methods, r.Method):
 			err = notAllowed(r.Method, rt.Methods...)
 		default:
@@ -211,6 +224,56 @@ func (h *Handler) serve(rt Route, ep endpoint) http.Handler {
 		}
 	})
 }
+
+// Permit applies authorizer.Permit to the call of principal p on route rt.
+// A publishable key's allowed call is answered with its origin in
+// Access-Control-Allow-Origin, so the page that made it may read the
+// reply; a refused one is not. The handlers call it on both deployments;
+// `evs serve`'s edge calls it too, to refuse before a limit is spent.
+func Permit(w http.ResponseWriter, r *http.Request, rt Route, p evs.Principal) error {
+	origin := ""
+	if vs := r.Header.Values("Origin"); len(vs) == 1 {
+		origin = vs[0] // a browser sends one; two name no single page
+	}
+	if err := authorizer.Permit(p, r.Method, rt.Path, origin); err != nil {
+		return err
+	}
+	if p.Kind == evs.KeyPublishable {
+		h := w.Header()
+		h.Set("Access-Control-Allow-Origin", origin)
+		h.Set("Access-Control-Expose-Headers", "X-Request-Id, Retry-After")
+		if !slices.Contains(h.Values("Vary"), "Origin") {
+			h.Add("Vary", "Origin")
+		}
+	}
+	return nil
+}
+
+// Preflight answers the CORS preflight of POST /v1/verify (OPTIONS, no
+// key: a browser sends none on it). It cannot know which key the real
+// request will carry, so it lets any origin ask; the real request is where
+// the key's origins are enforced (Permit), and its reply is readable only
+// by a listed origin. No key, no store, no cost.
+func Preflight(w http.ResponseWriter, r *http.Request) {
+	c := CallFromContext(r.Context())
+	c.Route = "/v1/verify"
+	h := w.Header()
+	h.Add("Vary", "Origin")
+	if origin := r.Header.Get("Origin"); origin != "" {
+		h.Set("Access-Control-Allow-Origin", origin)
+		h.Set("Access-Control-Allow-Methods", http.MethodPost)
+		h.Set("Access-Control-Allow-Headers", "Content-Type, X-Api-Key")
+		h.Set("Access-Control-Max-Age", strconv.Itoa(PreflightMaxAge))
+	}
+	if c.RequestID != "" {
+		h.Set("X-Request-Id", c.RequestID)
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// PreflightMaxAge is how long, in seconds, a browser may keep a preflight's
+// answer (browsers cap it: Chromium at 2 hours).
+const PreflightMaxAge = 7200
 
 // read takes the call's body, within the route's limit, and its query.
 func (h *Handler) read(r *http.Request, rt Route, rid string) (*request, error) {

@@ -33,9 +33,35 @@ type verifyResponse struct {
 	Decision evs.Decision `json:"decision"`
 }
 
+// publishableVerifyResponse is the reply to a publishable key (contract,
+// section 17): what a sign-up form needs, and nothing of the checks, the
+// SMTP dialogue or the account's history.
+type publishableVerifyResponse struct {
+	Status     evs.Status `json:"status"`
+	Reason     evs.Reason `json:"reason"`
+	Score      int        `json:"score"`
+	Suggestion *string    `json:"suggestion"`
+	Flags      evs.Flags  `json:"flags"`
+}
+
+// verifyReply renders decision d for p: the one place a reply of
+// /v1/verify is shaped, whole for a secret key, trimmed for a publishable
+// one.
+func verifyReply(p evs.Principal, d evs.Decision) idempotency.Reply {
+	d = Rendered(d)
+	if p.Kind == evs.KeyPublishable {
+		return jsonReply(http.StatusOK, publishableVerifyResponse{Status: d.Status(), Reason: d.Reason,
+			Score: d.Score, Suggestion: d.Suggestion, Flags: d.Flags})
+	}
+	return jsonReply(http.StatusOK, verifyResponse{Status: d.Status(), Decision: d})
+}
+
 // verify serves POST /v1/verify: one address, verified synchronously. The
 // call's log line gets the address's domain.
 func (h *Handler) verify(ctx context.Context, req *request, p evs.Principal) (idempotency.Reply, error) {
+	if err := h.limitPublishable(ctx, p); err != nil {
+		return idempotency.Reply{}, err
+	}
 	reply, domain, err := h.verifyOne(ctx, req, p)
 	CallFromContext(ctx).Attr = slog.String("domain", domain)
 	return reply, err
@@ -115,7 +141,7 @@ func (h *Handler) verifyOne(ctx context.Context, req *request, p evs.Principal) 
 			return errReply(&BusyError{Err: evs.Errorf(evs.CodeUnavailable, "Our SMTP exit could not be reached, so the address was not checked; retry later."),
 				RetryAfter: RetryAfterExitDown})
 		}
-		return jsonReply(http.StatusOK, verifyResponse{Status: d.Status(), Decision: Rendered(d)})
+		return verifyReply(p, d)
 	})
 	return resp, addr.Address.Domain, err
 }

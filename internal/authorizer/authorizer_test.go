@@ -3,6 +3,7 @@ package authorizer_test
 import (
 	"context"
 	"errors"
+	"reflect"
 	"testing"
 	"time"
 
@@ -49,7 +50,7 @@ func TestAuthorize(t *testing.T) {
 			if !errors.Is(err, tt.want) || (tt.want == nil) != (err == nil) {
 				t.Fatalf("err %v, want %v", err, tt.want)
 			}
-			if p != tt.p {
+			if !reflect.DeepEqual(p, tt.p) {
 				t.Fatalf("principal %+v, want %+v", p, tt.p)
 			}
 		})

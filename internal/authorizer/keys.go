@@ -1,7 +1,8 @@
 package authorizer
 
 // API keys have the form "evs." + 43 characters of unpadded base64url (32
-// random bytes). Only their SHA-256 hash is ever stored.
+// random bytes); publishable keys "evs_pk." + the same. Only their SHA-256
+// hash is ever stored.
 
 import (
 	"context"
@@ -13,12 +14,18 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/evs-dev/evs/internal/evs"
 )
 
 // KeyPrefix is the fixed service prefix, dot included.
 const KeyPrefix = "evs."
+
+// PublishablePrefix is the prefix of a publishable key (contract, section
+// 17): a different one, so a key pasted into a web page is told apart from
+// a secret one at a glance and by secret scanners.
+const PublishablePrefix = "evs_pk."
 
 // secretLen is the length of 32 bytes in unpadded base64url.
 const secretLen = 43
@@ -30,21 +37,30 @@ const KeyLen = len(KeyPrefix) + secretLen
 func NewKey() (string, error) { return NewKeyFrom(rand.Reader) }
 
 // NewKeyFrom returns a key whose secret is read from r.
-func NewKeyFrom(r io.Reader) (string, error) {
+func NewKeyFrom(r io.Reader) (string, error) { return newKey(r, KeyPrefix) }
+
+// NewPublishableKey returns a fresh publishable key from crypto/rand.
+func NewPublishableKey() (string, error) { return newKey(rand.Reader, PublishablePrefix) }
+
+func newKey(r io.Reader, prefix string) (string, error) {
 	var b [32]byte
 	if _, err := io.ReadFull(r, b[:]); err != nil {
 		return "", fmt.Errorf("read random bytes: %w", err)
 	}
-	return KeyPrefix + base64.RawURLEncoding.EncodeToString(b[:]), nil
+	return prefix + base64.RawURLEncoding.EncodeToString(b[:]), nil
 }
 
-// WellFormed tells whether s has the key format. It does not say whether the
-// key exists.
+// WellFormed tells whether s has the format of a key, secret or
+// publishable. It does not say whether the key exists.
 func WellFormed(s string) bool {
-	if len(s) != KeyLen || s[:len(KeyPrefix)] != KeyPrefix {
+	prefix := KeyPrefix
+	if strings.HasPrefix(s, PublishablePrefix) {
+		prefix = PublishablePrefix
+	}
+	if len(s) != len(prefix)+secretLen || s[:len(prefix)] != prefix {
 		return false
 	}
-	for i := len(KeyPrefix); i < len(s); i++ {
+	for i := len(prefix); i < len(s); i++ {
 		c := s[i]
 		if !(c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
 			return false
@@ -52,7 +68,7 @@ func WellFormed(s string) bool {
 	}
 	// The last character carries 2 padding bits that must be zero in a
 	// canonical encoding of 32 bytes.
-	_, err := base64.RawURLEncoding.Strict().DecodeString(s[len(KeyPrefix):])
+	_, err := base64.RawURLEncoding.Strict().DecodeString(s[len(prefix):])
 	return err == nil
 }
 
@@ -80,12 +96,30 @@ type KeyWriter interface {
 // once and never stored. It is the one way keys are made: `evs serve` on
 // first start and `evs keys create` both call it.
 func IssueKey(ctx context.Context, st KeyWriter, accountID, usageKeyID string, now time.Time) (string, error) {
-	key, err := NewKey()
+	return Issue(ctx, st, evs.Key{AccountID: accountID, UsageKeyID: usageKeyID}, now)
+}
+
+// Issue is IssueKey for a key of any kind: spec gives the account, the
+// usage key, and for a publishable key (Kind) its origins, which must pass
+// CheckOrigins. The rest of spec is made here.
+func Issue(ctx context.Context, st KeyWriter, spec evs.Key, now time.Time) (string, error) {
+	newKey := NewKey
+	if spec.Kind == evs.KeyPublishable {
+		origins, err := CheckOrigins(spec.Origins)
+		if err != nil {
+			return "", err
+		}
+		spec.Origins, newKey = origins, NewPublishableKey
+	} else if len(spec.Origins) > 0 {
+		return "", evs.Errorf(evs.CodeInvalidRequest, "only a publishable key has origins")
+	}
+	key, err := newKey()
 	if err != nil {
 		return "", evs.Wrap(err, evs.CodeInternal, "could not make a key")
 	}
 	h := HashKey(key)
-	k := evs.Key{ID: KeyID(h), Hash: h, AccountID: accountID, CreatedAt: now.UTC(), UsageKeyID: usageKeyID}
+	k := evs.Key{ID: KeyID(h), Hash: h, AccountID: spec.AccountID, CreatedAt: now.UTC(), UsageKeyID: spec.UsageKeyID,
+		Kind: spec.Kind, Origins: spec.Origins}
 	if err := st.CreateKey(ctx, k); err != nil {
 		return "", fmt.Errorf("store key %s: %w", k.ID, err)
 	}

@@ -34,6 +34,8 @@ const (
 	attrRevoked    = "revoked"
 	attrRevokedAt  = "revokedAt"
 	attrUsageKeyID = "usageKeyId"
+	attrKeyKind    = "keyKind"
+	attrOrigins    = "origins"
 
 	kindAccount = "account"
 	kindKey     = "key"
@@ -206,6 +208,14 @@ func keyItem(k evs.Key) item {
 	if !k.RevokedAt.IsZero() {
 		it[attrRevokedAt] = avTime(k.RevokedAt)
 	}
+	// A secret key, as every key made before publishable ones, has
+	// neither attribute.
+	if k.Kind != evs.KeySecret {
+		it[attrKeyKind] = avS(string(k.Kind))
+	}
+	if len(k.Origins) > 0 {
+		it[attrOrigins] = &types.AttributeValueMemberL{Value: originValues(k.Origins)}
+	}
 	return it
 }
 
@@ -218,7 +228,32 @@ func keyFrom(it item) evs.Key {
 		CreatedAt:  getTime(it, attrCreatedAt),
 		RevokedAt:  getTime(it, attrRevokedAt),
 		UsageKeyID: getS(it, attrUsageKeyID),
+		Kind:       evs.KeyKind(getS(it, attrKeyKind)),
+		Origins:    originsFrom(it),
 	}
+}
+
+// originValues and originsFrom keep a key's origins as a list, in order.
+func originValues(origins []string) []types.AttributeValue {
+	vs := make([]types.AttributeValue, len(origins))
+	for i, o := range origins {
+		vs[i] = avS(o)
+	}
+	return vs
+}
+
+func originsFrom(it item) []string {
+	l, ok := it[attrOrigins].(*types.AttributeValueMemberL)
+	if !ok {
+		return nil
+	}
+	var out []string
+	for _, v := range l.Value {
+		if s, ok := v.(*types.AttributeValueMemberS); ok {
+			out = append(out, s.Value)
+		}
+	}
+	return out
 }
 
 // KeyByHash returns the key with that hash, or CodeNotFound.

@@ -25,4 +25,19 @@ type Key struct {
 	RevokedAt time.Time
 	// UsageKeyID is the API Gateway usage-plan key of the account (AWS only).
 	UsageKeyID string
+	// Kind is KeySecret (also the zero value, as every key made before
+	// publishable keys) or KeyPublishable (contract, section 17).
+	Kind KeyKind
+	// Origins are the web origins a publishable key is accepted from,
+	// each scheme://host[:port]; none for a secret key.
+	Origins []string
 }
+
+// KeyKind tells a secret key from one safe to put in a web page.
+type KeyKind string
+
+// The kinds of key.
+const (
+	KeySecret      KeyKind = ""
+	KeyPublishable KeyKind = "publishable"
+)

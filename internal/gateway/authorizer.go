@@ -9,6 +9,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/evs-dev/evs/internal/authorizer"
+	"github.com/evs-dev/evs/internal/evs"
 )
 
 // The names of the authorizer context's values, which API Gateway hands to
@@ -17,6 +18,12 @@ const (
 	contextAccountID = "accountId"
 	contextKeyID     = "keyId"
 	contextTestMode  = "testMode"
+	// contextKeyKind and contextOrigins carry a publishable key's kind
+	// and origins (space-separated) to the handlers, which apply the
+	// Origin rule on every call (api.Permit): the authorizer's answer is
+	// cached per key, not per Origin.
+	contextKeyKind = "keyKind"
+	contextOrigins = "origins"
 )
 
 // Authorizer is the Lambda REQUEST authorizer handler of a. An unauthorized caller
@@ -52,6 +59,12 @@ func authorize(ctx context.Context, a *authorizer.Authorizer, req events.APIGate
 	if rerr != nil {
 		return events.APIGatewayCustomAuthorizerResponse{}, rerr
 	}
+	if err == nil && p.Kind == evs.KeyPublishable {
+		// A publishable key is allowed its one method and path, never
+		// the stage: API Gateway evaluates the cached policy on every
+		// call, so each other route is 403 whichever call was first.
+		resource = strings.TrimSuffix(resource, "/*/*") + "/" + authorizer.PublishableMethod + authorizer.PublishableRoute
+	}
 	if err != nil { // authorizer.ErrForbidden
 		principal := p.KeyID
 		if principal == "" {
@@ -66,14 +79,19 @@ func authorize(ctx context.Context, a *authorizer.Authorizer, req events.APIGate
 	if p.Test {
 		test = "true"
 	}
+	ctxValues := map[string]any{
+		contextAccountID: p.AccountID,
+		contextKeyID:     p.KeyID,
+		contextTestMode:  test,
+	}
+	if p.Kind == evs.KeyPublishable {
+		ctxValues[contextKeyKind] = string(p.Kind)
+		ctxValues[contextOrigins] = strings.Join(p.Origins, " ")
+	}
 	return events.APIGatewayCustomAuthorizerResponse{
-		PrincipalID:    p.KeyID,
-		PolicyDocument: policy("Allow", resource),
-		Context: map[string]any{
-			contextAccountID: p.AccountID,
-			contextKeyID:     p.KeyID,
-			contextTestMode:  test,
-		},
+		PrincipalID:        p.KeyID,
+		PolicyDocument:     policy("Allow", resource),
+		Context:            ctxValues,
 		UsageIdentifierKey: p.UsageKeyID,
 	}, nil
 }

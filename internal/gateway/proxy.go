@@ -145,7 +145,15 @@ func principal(a map[string]any) (evs.Principal, bool) {
 	case bool:
 		test = v
 	}
-	return evs.Principal{AccountID: id, KeyID: keyID, Test: test}, true
+	p := evs.Principal{AccountID: id, KeyID: keyID, Test: test}
+	if kind, _ := a[contextKeyKind].(string); kind != "" {
+		// Any kind but secret is read as publishable: an unknown word
+		// must never widen what a key may do.
+		p.Kind = evs.KeyPublishable
+		origins, _ := a[contextOrigins].(string)
+		p.Origins = strings.Fields(origins)
+	}
+	return p, true
 }
 
 // recorder is the http.ResponseWriter of one proxy response.

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"io"
 	"net/http"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -92,7 +93,7 @@ func TestProxyRequest(t *testing.T) {
 			}
 			if got.method != tc.want.method || got.path != tc.want.path || got.query != tc.want.query || got.host != tc.want.host ||
 				got.remote != tc.want.remote || got.rid != tc.want.rid || got.body != tc.want.body || got.length != tc.want.length ||
-				got.principal != tc.want.principal || got.authenticated != tc.want.authenticated || got.bodyErr != nil {
+				!reflect.DeepEqual(got.principal, tc.want.principal) || got.authenticated != tc.want.authenticated || got.bodyErr != nil {
 				t.Errorf("handed %+v\nwant %+v", got, tc.want)
 			}
 			if tc.ev.MultiValueHeaders != nil && strings.Join(got.header.Values("X-Multi"), ",") != "a,b" {

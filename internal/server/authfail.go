@@ -33,7 +33,24 @@ func newFailLimiter(perSecond float64, max int) *failLimiter {
 	if burst < 1 {
 		burst = 1
 	}
-	return &failLimiter{rate: rate.Limit(perSecond), burst: burst, max: max, order: list.New(), clients: map[string]*list.Element{}}
+	return newClientLimiter(rate.Limit(perSecond), burst, max)
+}
+
+// newClientLimiter is a failLimiter with its own burst, for limits that
+// count calls rather than failures (take): the publishable keys' per
+// address and per key limits.
+func newClientLimiter(r rate.Limit, burst, max int) *failLimiter {
+	return &failLimiter{rate: r, burst: burst, max: max, order: list.New(), clients: map[string]*list.Element{}}
+}
+
+// take spends one of client's calls, or tells how long until it has one.
+// A refused call spends nothing.
+func (f *failLimiter) take(client string, now time.Time) (time.Duration, bool) {
+	if wait, blocked := f.blocked(client, now); blocked {
+		return wait, true
+	}
+	f.fail(client, now)
+	return 0, false
 }
 
 // blocked tells whether client has no failure left to spend at now, and

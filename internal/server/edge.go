@@ -71,6 +71,9 @@ type edge struct {
 	cache    map[[32]byte]authEntry
 	limiters map[string]*rate.Limiter
 	fails    *failLimiter
+	// pkClients and pkKeys are the publishable keys' limits, per client
+	// address and per key (contract, section 17).
+	pkClients, pkKeys *failLimiter
 	// uploads receives lists PUT to upload URLs; nil when the store
 	// keeps none.
 	uploads uploadStore
@@ -94,6 +97,22 @@ const (
 	// authFailClients bounds how many client addresses the failure count
 	// remembers; beyond it the least recent is forgotten.
 	authFailClients = 10000
+)
+
+// The limits of publishable keys (contract, section 17; docs/security.md),
+// in place of the account's rate: a page's key is public, so a flood with
+// it is bounded per client address and per key, and never spends the
+// budget of the account's secret keys. The addresses remembered are
+// bounded like the failure limiter's.
+const (
+	// PublishablePerAddress calls a minute with one key from one client
+	// address (a /64 for IPv6), in bursts of as many: a person filling
+	// in a form makes a few.
+	PublishablePerAddress = api.PublishablePerAddress
+	// PublishablePerKey calls a minute with one key, from all addresses,
+	// in bursts of PublishableKeyBurst.
+	PublishablePerKey   = api.PublishablePerKey
+	PublishableKeyBurst = 100
 )
 
 // authEntry is a key's cached answer: its principal, and whether the key
@@ -133,7 +152,9 @@ func newEdge(o Options, mount func(api.Guard) func(*http.ServeMux), keys keyLook
 		bodies = newBodyGate(o.BodyBudget, o.BodyWait)
 	}
 	e := &edge{o: o, keys: keys, cache: map[[32]byte]authEntry{},
-		limiters: map[string]*rate.Limiter{}, fails: newFailLimiter(authFailRate, authFailClients), bodies: bodies}
+		limiters: map[string]*rate.Limiter{}, fails: newFailLimiter(authFailRate, authFailClients), bodies: bodies,
+		pkClients: newClientLimiter(rate.Limit(PublishablePerAddress/60.0), PublishablePerAddress, authFailClients),
+		pkKeys:    newClientLimiter(rate.Limit(PublishablePerKey/60.0), PublishableKeyBurst, authFailClients)}
 	e.ping = healthCheck(o.Store)
 	e.console = api.ConsoleHandler()
 	var probeFailed func()
@@ -264,7 +285,14 @@ func (e *edge) guard(rt api.Route, next http.Handler) http.Handler {
 		// budget.
 		c.AccountID = p.AccountID
 		c.SetPrincipal(p)
-		if wait, limited := e.throttle(c.AccountID); limited {
+		if err := api.Permit(w, r, rt, p); err != nil {
+			// A publishable key off its one route or origin: refused
+			// before it spends a limit.
+			refuseEarly(w, r)
+			writeError(w, http.StatusForbidden, evs.CodeForbidden, evs.ErrorMessage(err), rid)
+			return
+		}
+		if wait, limited := e.throttleCall(c, p); limited {
 			refuseEarly(w, r)
 			writeResponse(w, throttled, rid, map[string]string{"Retry-After": retryAfter(wait)})
 			return
@@ -428,7 +456,7 @@ func (e *edge) authorize(ctx context.Context, c *api.Call, hit cacheHit, key str
 			c.Err = fmt.Errorf("authorizer: %w", err)
 			return evs.Principal{}, default5XX
 		}
-		ent = authEntry{p: evs.Principal{AccountID: p.AccountID, KeyID: p.KeyID, Test: p.Test},
+		ent = authEntry{p: p.Evs(),
 			forbidden: err != nil, expires: now.Add(e.o.Config.AuthTTL), version: hit.version}
 		if e.o.Config.AuthTTL > 0 && !hit.noCache {
 			e.mu.Lock()
@@ -459,6 +487,22 @@ func retryAfter(wait time.Duration) string {
 		secs = 1
 	}
 	return strconv.Itoa(secs)
+}
+
+// throttleCall takes a token from the buckets of the call: the account's
+// for a secret key; for a publishable key the client address's, then the
+// key's (an address over its limit spends none of the key's).
+func (e *edge) throttleCall(c *api.Call, p evs.Principal) (time.Duration, bool) {
+	if p.Kind != evs.KeyPublishable {
+		return e.throttle(c.AccountID)
+	}
+	now := e.o.Now()
+	// An address is counted per key: one shop's form does not spend
+	// another's limit for the people behind a shared NAT.
+	if wait, limited := e.pkClients.take(p.KeyID+" "+clientKey(c.ClientAddr), now); limited {
+		return wait, true
+	}
+	return e.pkKeys.take(p.KeyID, now)
 }
 
 // throttle takes a token from the account's bucket.

@@ -40,7 +40,7 @@ const (
 func GatewayResponses() map[string]GatewayResponse {
 	rs := []GatewayResponse{
 		{Type: unauthorized, Status: http.StatusUnauthorized, Code: evs.CodeUnauthorized, Message: "Missing, malformed or unknown API key."},
-		{Type: accessDenied, Status: http.StatusForbidden, Code: evs.CodeForbidden, Message: "The API key is revoked or its account is suspended."},
+		{Type: accessDenied, Status: http.StatusForbidden, Code: evs.CodeForbidden, Message: "The API key is revoked or its account is suspended, or a publishable key called another route than POST /v1/verify."},
 		{Type: throttled, Status: http.StatusTooManyRequests, Code: evs.CodeRateLimited, Message: "Too many requests; retry after the time in Retry-After.", Headers: map[string]string{"Retry-After": retryAfterDefault}},
 		{Type: quotaExceeded, Status: http.StatusTooManyRequests, Code: evs.CodeRateLimited, Message: "The account's request quota is used up.", Headers: map[string]string{"Retry-After": "3600"}},
 		{Type: badRequestBody, Status: http.StatusBadRequest, Code: evs.CodeInvalidRequest, Message: "The request body is invalid."},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"strings"
 	"time"
 
 	sqlite3 "modernc.org/sqlite/lib"
@@ -22,7 +23,7 @@ const (
 	// is taken, in that order: the error DynamoDB's transaction gives.
 	qAccountTaken  = `SELECT EXISTS (SELECT 1 FROM accounts WHERE id = ?), EXISTS (SELECT 1 FROM accounts WHERE name = ?)`
 	qCountAccounts = `SELECT count(*) FROM accounts`
-	qCreateKey     = `INSERT INTO keys (hash, id, account_id, revoked, created_at, revoked_at, usage_key_id) VALUES (?, ?, ?, ?, ?, ?, ?)`
+	qCreateKey     = `INSERT INTO keys (hash, id, account_id, revoked, created_at, revoked_at, usage_key_id, kind, origins) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	qKeyByHash     = `SELECT ` + keyCols + ` FROM keys WHERE hash = ?`
 	qRevokeKey     = `UPDATE keys SET revoked = 1, revoked_at = coalesce(revoked_at, ?) WHERE id = ? OR hash = ? RETURNING ` + keyCols
 	qListKeys      = `SELECT ` + keyCols + ` FROM keys ORDER BY created_at, hash`
@@ -120,7 +121,8 @@ func (s *Store) CountAccounts(ctx context.Context) (int, error) {
 func (s *Store) CreateKey(ctx context.Context, k evs.Key) error {
 	err := s.writeOne(ctx, true, func(ctx context.Context, tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, qCreateKey,
-			k.Hash, k.ID, k.AccountID, k.Revoked, millis(k.CreatedAt), nullMillis(k.RevokedAt), k.UsageKeyID)
+			k.Hash, k.ID, k.AccountID, k.Revoked, millis(k.CreatedAt), nullMillis(k.RevokedAt), k.UsageKeyID,
+			string(k.Kind), strings.Join(k.Origins, " "))
 		switch {
 		case constraint(err, sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY):
 			return store.NoAccount()
@@ -135,7 +137,7 @@ func (s *Store) CreateKey(ctx context.Context, k evs.Key) error {
 	return s.keysChanged()
 }
 
-const keyCols = `hash, id, account_id, revoked, created_at, revoked_at, usage_key_id`
+const keyCols = `hash, id, account_id, revoked, created_at, revoked_at, usage_key_id, kind, origins`
 
 type scanner interface{ Scan(dest ...any) error }
 
@@ -144,9 +146,16 @@ func scanKey(row scanner) (evs.Key, error) {
 		k         evs.Key
 		created   int64
 		revokedAt sql.NullInt64
+		kind      string
+		origins   string
 	)
-	if err := row.Scan(&k.Hash, &k.ID, &k.AccountID, &k.Revoked, &created, &revokedAt, &k.UsageKeyID); err != nil {
+	if err := row.Scan(&k.Hash, &k.ID, &k.AccountID, &k.Revoked, &created, &revokedAt, &k.UsageKeyID, &kind, &origins); err != nil {
 		return evs.Key{}, err
+	}
+	// An origin holds no space (authorizer.CanonicalOrigin).
+	k.Kind = evs.KeyKind(kind)
+	if origins != "" {
+		k.Origins = strings.Fields(origins)
 	}
 	k.CreatedAt, k.RevokedAt = fromMillis(created), fromNullMillis(revokedAt)
 	return k, nil

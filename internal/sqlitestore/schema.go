@@ -211,6 +211,12 @@ CREATE INDEX batches_account_created ON batches (account_id, created_at DESC, id
 	`ALTER TABLE batches ADD COLUMN name TEXT NOT NULL DEFAULT '';`,
 	// Reported outcomes (outcomes.go; contract, section 18).
 	outcomesSchema,
+	// Publishable keys (keys.go; contract, section 17): the kind ('' for
+	// secret) and the origins, space-separated.
+	`
+ALTER TABLE keys ADD COLUMN kind TEXT NOT NULL DEFAULT '';
+ALTER TABLE keys ADD COLUMN origins TEXT NOT NULL DEFAULT '';
+`,
 }
 
 // migrate brings the schema to len(migrations). It runs in one immediate

@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -62,6 +63,34 @@ func runKeys(t *testing.T, newStore storeFactory) {
 			a := evs.Account{ID: fmt.Sprintf("acct-%d", i), Name: fmt.Sprintf("n%d", i), CreatedAt: base}
 			must(t, e.st.CreateAccount(e.ctx, a), "CreateAccount")
 		}
+	})
+
+	t.Run("PublishableKeyKindAndOrigins", func(t *testing.T) {
+		// Kind and origins round-trip through create, lookup, revoke and
+		// list; a secret key keeps neither.
+		e := newEnv(t, newStore)
+		must(t, e.st.CreateAccount(e.ctx, evs.Account{ID: "acct-1", Name: "alice", CreatedAt: base}), "CreateAccount")
+		pk := testKey(1, "acct-1", base)
+		pk.Kind, pk.Origins = evs.KeyPublishable, []string{"https://shop.example", "http://localhost:8080"}
+		secret := testKey(2, "acct-1", base.Add(time.Second))
+		must(t, e.st.CreateKey(e.ctx, pk), "CreateKey publishable")
+		must(t, e.st.CreateKey(e.ctx, secret), "CreateKey secret")
+		got, err := e.st.KeyByHash(e.ctx, pk.Hash)
+		must(t, err, "KeyByHash")
+		sameKey(t, "KeyByHash publishable", got, pk)
+		got, err = e.st.KeyByHash(e.ctx, secret.Hash)
+		must(t, err, "KeyByHash secret")
+		sameKey(t, "KeyByHash secret", got, secret)
+		ks, err := e.st.ListKeys(e.ctx)
+		must(t, err, "ListKeys")
+		if len(ks) != 2 {
+			t.Fatalf("ListKeys = %d keys, want 2", len(ks))
+		}
+		sameKey(t, "ListKeys[0]", ks[0], pk)
+		got, err = e.st.RevokeKey(e.ctx, pk.ID, base.Add(time.Minute))
+		must(t, err, "RevokeKey")
+		pk.Revoked, pk.RevokedAt = true, base.Add(time.Minute)
+		sameKey(t, "RevokeKey", got, pk)
 	})
 
 	t.Run("CreateKeyAndKeyByHash", func(t *testing.T) {
@@ -211,7 +240,8 @@ func sameAccount(t *testing.T, what string, got, want evs.Account) {
 func sameKey(t *testing.T, what string, got, want evs.Key) {
 	t.Helper()
 	if got.ID != want.ID || got.Hash != want.Hash || got.AccountID != want.AccountID ||
-		got.Revoked != want.Revoked || got.UsageKeyID != want.UsageKeyID {
+		got.Revoked != want.Revoked || got.UsageKeyID != want.UsageKeyID ||
+		got.Kind != want.Kind || !slices.Equal(got.Origins, want.Origins) {
 		t.Errorf("%s = %+v, want %+v", what, got, want)
 	}
 	sameTime(t, what+".CreatedAt", got.CreatedAt, want.CreatedAt)

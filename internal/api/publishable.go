@@ -1,0 +1,74 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"time"
+
+	"github.com/evs-dev/evs/internal/evs"
+)
+
+// The limits of a publishable key (contract, section 17; docs/security.md),
+// calls a minute: per client address (a /64 for IPv6) with the key, and
+// per key over all addresses. An address is counted per key, so one
+// shop's form does not spend another's limit behind a shared NAT. `evs serve` counts them in memory at its edge; on AWS the
+// verify function counts them in the store (PublishableLimits).
+const (
+	PublishablePerAddress = 10
+	PublishablePerKey     = 600
+)
+
+// PublishableLimits makes the handlers count publishable keys' calls a
+// minute in the Quota store's counters (AWS, where no process sees every
+// call). A zero field counts nothing.
+type PublishableLimits struct {
+	PerAddress, PerKey int
+}
+
+// publishablePeriod prefixes the counters of publishable keys, so they
+// never meet an address quota's or the Idempotency-Key limit's.
+const publishablePeriod = "publishable/"
+
+// limitPublishable charges a publishable key's call to its client
+// address's minute with the key, then to the key's: an address over its limit spends
+// none of the key's, so one client's flood does not shut the form for
+// everyone. Over either, the call is 429 with Retry-After to the minute's
+// end. Each call is counted whatever it asks: the count is of calls.
+func (h *Handler) limitPublishable(ctx context.Context, p evs.Principal) error {
+	l := h.d.PublishableLimits
+	if p.Kind != evs.KeyPublishable || h.d.Quota.Store == nil || l.PerAddress <= 0 && l.PerKey <= 0 {
+		return nil
+	}
+	now := h.d.Now().UTC()
+	start := now.Truncate(time.Minute)
+	end, minute := start.Add(time.Minute), start.Format("2006-01-02T15:04")
+	if l.PerAddress > 0 {
+		client := clientPrefix(CallFromContext(ctx).ClientAddr)
+		_, err := h.charge(ctx, p.AccountID, "publishable key's per-address limit", publishablePeriod+"addr/"+p.KeyID+"/"+client+"/"+minute, 1, l.PerAddress, now, end, func() string {
+			return fmt.Sprintf("Too many calls from this address with a publishable key (%d a minute); retry after the time in Retry-After.", l.PerAddress)
+		})
+		if err != nil {
+			return err
+		}
+	}
+	if l.PerKey > 0 {
+		_, err := h.charge(ctx, p.AccountID, "publishable key's limit", publishablePeriod+"key/"+p.KeyID+"/"+minute, 1, l.PerKey, now, end, func() string {
+			return fmt.Sprintf("Too many calls with this publishable key (%d a minute); retry after the time in Retry-After.", l.PerKey)
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// clientPrefix names a client address as the limits count it: an IPv4
+// address alone, an IPv6 one by its /64 (one host may hold all of it).
+func clientPrefix(a netip.Addr) string {
+	if !a.IsValid() || a.Is4() || a.Is4In6() {
+		return a.Unmap().String()
+	}
+	p, _ := a.Prefix(64)
+	return p.String()
+}
