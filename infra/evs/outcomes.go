@@ -10,8 +10,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/evs-dev/evs/internal/api"
-	"github.com/evs-dev/evs/internal/evs"
-	"github.com/evs-dev/evs/internal/store"
 	"github.com/evs-dev/evs/internal/webhook"
 )
 
@@ -60,23 +58,11 @@ func printSNSURL(ctx context.Context, table, account, base string, stdout io.Wri
 	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
 		return usageErrorf("the base URL must be like https://evs.example.com")
 	}
-	ks, closeFn, err := keyStore(ctx, table, getenv)
+	st, acct, closeFn, err := secretsOf(ctx, table, account, getenv)
 	if err != nil {
 		return err
 	}
 	defer closeFn()
-	st, ok := ks.(interface {
-		store.Keys
-		WebhookSecret(ctx context.Context, accountID string) (evs.WebhookSecret, error)
-		PutWebhookSecret(ctx context.Context, s evs.WebhookSecret, ifCurrent string) error
-	})
-	if !ok {
-		return fmt.Errorf("this store keeps no webhook secrets")
-	}
-	acct, err := st.AccountByName(ctx, account)
-	if err != nil {
-		return fmt.Errorf("account %q: %w", account, err)
-	}
 	s, err := webhook.Secret(ctx, st, acct.ID)
 	if err != nil {
 		return err

@@ -49,23 +49,11 @@ signed with both the new and the old secret.`,
 // creating it on first use; rotate replaces it, and the old one keeps
 // signing beside it for 24 h.
 func webhookSecret(ctx context.Context, table, account string, rotate bool, stdout, stderr io.Writer, getenv func(string) string) error {
-	ks, closeFn, err := keyStore(ctx, table, getenv)
+	st, acct, closeFn, err := secretsOf(ctx, table, account, getenv)
 	if err != nil {
 		return err
 	}
 	defer closeFn()
-	st, ok := ks.(interface {
-		store.Keys
-		WebhookSecret(ctx context.Context, accountID string) (evs.WebhookSecret, error)
-		PutWebhookSecret(ctx context.Context, s evs.WebhookSecret, ifCurrent string) error
-	})
-	if !ok {
-		return fmt.Errorf("this store keeps no webhook secrets")
-	}
-	acct, err := st.AccountByName(ctx, account)
-	if err != nil {
-		return fmt.Errorf("account %q: %w", account, err)
-	}
 	var s evs.WebhookSecret
 	if rotate {
 		s, err = webhook.Rotate(ctx, st, acct.ID, time.Now())
@@ -80,4 +68,31 @@ func webhookSecret(ctx context.Context, table, account string, rotate bool, stdo
 	}
 	fmt.Fprintln(stdout, s.Current)
 	return nil
+}
+
+// secretStore is a store that keeps the accounts' webhook secrets.
+type secretStore interface {
+	store.Keys
+	WebhookSecret(ctx context.Context, accountID string) (evs.WebhookSecret, error)
+	PutWebhookSecret(ctx context.Context, s evs.WebhookSecret, ifCurrent string) error
+}
+
+// secretsOf opens the key store (table on AWS, else the data directory)
+// and finds account by name, for the commands that read its webhook
+// secret; closeFn closes the store.
+func secretsOf(ctx context.Context, table, account string, getenv func(string) string) (st secretStore, acct evs.Account, closeFn func() error, err error) {
+	ks, closeFn, err := keyStore(ctx, table, getenv)
+	if err != nil {
+		return nil, evs.Account{}, nil, err
+	}
+	st, ok := ks.(secretStore)
+	if !ok {
+		closeFn()
+		return nil, evs.Account{}, nil, fmt.Errorf("this store keeps no webhook secrets")
+	}
+	if acct, err = st.AccountByName(ctx, account); err != nil {
+		closeFn()
+		return nil, evs.Account{}, nil, fmt.Errorf("account %q: %w", account, err)
+	}
+	return st, acct, closeFn, nil
 }
