@@ -77,6 +77,8 @@ type pageLog struct {
 	requests []string // "METHOD URL"
 	// keyed are the requests among them that carried X-Api-Key.
 	keyed map[string]bool
+	// urls name the requests, for a failed load's problem.
+	urls map[network.RequestID]string
 }
 
 func (p *pageLog) add(format string, args ...any) {
@@ -103,7 +105,10 @@ func (p *pageLog) listen(ev any) {
 			p.add("browser log %s: %s (%s)", e.Entry.Level, e.Entry.Text, e.Entry.URL)
 		}
 	case *network.EventLoadingFailed:
-		p.add("load failed: %s %s", e.ErrorText, e.BlockedReason)
+		p.mu.Lock()
+		u := p.urls[e.RequestID]
+		p.mu.Unlock()
+		p.add("load failed: %s %s (%s)", e.ErrorText, e.BlockedReason, u)
 	case *network.EventResponseReceived:
 		if e.Response.Status >= 400 {
 			p.add("HTTP %d for %s", e.Response.Status, e.Response.URL)
@@ -111,6 +116,10 @@ func (p *pageLog) listen(ev any) {
 	case *network.EventRequestWillBeSent:
 		p.mu.Lock()
 		r := e.Request.Method + " " + e.Request.URL
+		if p.urls == nil {
+			p.urls = map[network.RequestID]string{}
+		}
+		p.urls[e.RequestID] = r
 		p.requests = append(p.requests, r)
 		for h := range e.Request.Headers {
 			if strings.EqualFold(h, "X-Api-Key") {

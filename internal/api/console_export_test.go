@@ -85,5 +85,23 @@ func TestConsoleWaitsForExportJobsInBrowser(t *testing.T) {
 	if links != 2 {
 		t.Errorf("%d export files fetched, want 2 (the breakdown, the download)", links)
 	}
+	p.forgiveAbortedExport()
 	p.done()
+}
+
+// forgiveAbortedExport drops a "load failed: net::ERR_ABORTED" of an
+// export file. Chromium reports it now and then (two runs in six, more
+// under load) for the cross-origin fetch of the file whose body the page
+// read to its end; what the page did with the file is what the test
+// checks: the counts against the API and the download byte for byte.
+func (p *page) forgiveAbortedExport() {
+	p.log.mu.Lock()
+	defer p.log.mu.Unlock()
+	kept := p.log.problems[:0]
+	for _, pr := range p.log.problems {
+		if !strings.Contains(pr, "net::ERR_ABORTED") || !strings.Contains(pr, "/v1/exports/") {
+			kept = append(kept, pr)
+		}
+	}
+	p.log.problems = kept
 }
