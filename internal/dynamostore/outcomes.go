@@ -139,6 +139,11 @@ func (s *Store) putOutcome(ctx context.Context, accountID string, o evs.Outcome,
 	if o.Verdict != "" {
 		it[attrVerdict], it[attrScore] = avS(o.Verdict), avN(int64(o.Score))
 	}
+	// The SDK retries a write whose reply was lost, and the retry then
+	// fails the condition against the write itself: the token tells this
+	// call's own item from an earlier report's.
+	token := newToken()
+	it[attrCreateToken] = avS(token)
 	_, err = s.c.PutItem(ctx, &dynamodb.PutItemInput{
 		TableName: aws.String(s.t.Batches), Item: it,
 		// An expired item TTL has not deleted yet is replaced.
@@ -147,7 +152,11 @@ func (s *Store) putOutcome(ctx context.Context, accountID string, o evs.Outcome,
 		ExpressionAttributeValues: item{":now": avTime(s.now())},
 	})
 	if isConditionFailed(err) {
-		return false, nil
+		cur, gerr := s.get(ctx, s.t.Batches, item{attrAccountID: it[attrAccountID], attrID: it[attrID]}, "store outcomes")
+		if gerr != nil {
+			return false, gerr
+		}
+		return getS(cur, attrCreateToken) == token, nil
 	}
 	if err != nil {
 		return false, wrapErr("store outcomes", err)
