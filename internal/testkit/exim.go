@@ -51,7 +51,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 )
 
 // EximOptions configure a private Exim instance.
@@ -160,34 +159,17 @@ func startExim(bin string, opts EximOptions, port, uid, gid int) (*Exim, error) 
 	}
 	cmd := exec.Command(bin, "-C", filepath.Join(dir, "exim.conf"), "-bdf", "-oX", strconv.Itoa(port))
 	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+mtaLibraryPath())
-	cmd.SysProcAttr = sysProcAttr()
-	cmd.Stdout, cmd.Stderr = ex.out, ex.out
-	if err := cmd.Start(); err != nil {
-		os.RemoveAll(dir)
-		return nil, fmt.Errorf("start exim4: %w", err)
+	if err := ex.launch(cmd, ex.out, "exim4"); err != nil {
+		return nil, err
 	}
-	ex.cmd = cmd
-	go func() { cmd.Wait(); close(ex.exited) }()
-
-	addrs := []string{ex.Addr}
+	var extra []string
 	for _, ip := range opts.Listeners {
-		addrs = append(addrs, net.JoinHostPort(ip, strconv.Itoa(port)))
+		extra = append(extra, net.JoinHostPort(ip, strconv.Itoa(port)))
 	}
-	want := "220 " + opts.Hostname + " ESMTP Exim "
-	deadline := time.Now().Add(15 * time.Second)
-	for i, a := range addrs {
-		banner, err := awaitSMTP(ex.exited, a, deadline)
-		if err == nil && !strings.HasPrefix(banner, want) {
-			err = fmt.Errorf("%s greeted %q, want %q...: is something else listening there?", a, banner, want)
-		}
-		if err != nil {
-			err = fmt.Errorf("%w\nexim output: %s\nlog:\n%s", err, ex.out.String(), lastLines(ex.Log(), 40))
-			ex.stop()
-			return nil, err
-		}
-		if i == 0 {
-			ex.Banner = banner
-		}
+	if err := ex.greeted(extra, ex.awaitFrom, "220 "+opts.Hostname+" ESMTP Exim ", true, func() string {
+		return fmt.Sprintf("exim output: %s\nlog:\n%s", ex.out.String(), lastLines(ex.Log(), 40))
+	}); err != nil {
+		return nil, err
 	}
 	return ex, nil
 }

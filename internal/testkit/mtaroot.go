@@ -3,6 +3,7 @@ package testkit
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -157,4 +158,52 @@ func (m *mtaInstance) stop() {
 		<-m.exited
 	}
 	os.RemoveAll(m.Dir)
+}
+
+// launch starts cmd, whose output goes to out, as the instance's daemon
+// (name says which in an error); a start that fails removes the
+// instance's directory.
+func (m *mtaInstance) launch(cmd *exec.Cmd, out io.Writer, name string) error {
+	cmd.SysProcAttr = sysProcAttr()
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		os.RemoveAll(m.Dir)
+		return fmt.Errorf("start %s: %w", name, err)
+	}
+	m.cmd = cmd
+	go func() { cmd.Wait(); close(m.exited) }()
+	return nil
+}
+
+// greeted waits, 15 s at most, until the main listener and each of extra
+// ("IP:PORT") answer an SMTP session (await) with want as their greeting
+// (or its start, with prefix), and keeps the main listener's in Banner. On
+// the first that does not, it stops the instance and returns why, with
+// what diag says of the daemon.
+func (m *mtaInstance) greeted(extra []string, await func(addr string, deadline time.Time) (string, error), want string, prefix bool, diag func() string) error {
+	deadline := time.Now().Add(15 * time.Second)
+	for i, a := range append([]string{m.Addr}, extra...) {
+		banner, err := await(a, deadline)
+		switch {
+		case err != nil:
+		case prefix && !strings.HasPrefix(banner, want):
+			err = fmt.Errorf("%s greeted %q, want %q...: is something else listening there?", a, banner, want)
+		case !prefix && banner != want:
+			err = fmt.Errorf("%s greeted %q, want %q: is something else listening there?", a, banner, want)
+		}
+		if err != nil {
+			err = fmt.Errorf("%w\n%s", err, diag())
+			m.stop()
+			return err
+		}
+		if i == 0 {
+			m.Banner = banner
+		}
+	}
+	return nil
+}
+
+// awaitFrom is awaitSMTP on the instance's daemon.
+func (m *mtaInstance) awaitFrom(addr string, deadline time.Time) (string, error) {
+	return awaitSMTP(m.exited, addr, deadline)
 }

@@ -42,7 +42,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 )
 
 // OpenSMTPDOptions configure a private OpenSMTPD. Filters and Rules are
@@ -145,34 +144,17 @@ func startOpenSMTPD(unshare, bin string, opts OpenSMTPDOptions, port int) (*Open
 	cmd := exec.Command(unshare, "--mount", "--propagation", "private", "sh", "-c",
 		`mount --bind "$1" /var && exec "$2" -d -f "$3"`, "sh",
 		filepath.Join(dir, "var"), bin, filepath.Join(dir, "smtpd.conf"))
-	cmd.SysProcAttr = sysProcAttr()
-	cmd.Stdout, cmd.Stderr = s.out, s.out
-	if err := cmd.Start(); err != nil {
-		os.RemoveAll(dir)
-		return nil, fmt.Errorf("start smtpd: %w", err)
+	if err := s.launch(cmd, s.out, "smtpd"); err != nil {
+		return nil, err
 	}
-	s.cmd = cmd
-	go func() { cmd.Wait(); close(s.exited) }()
-
-	addrs := []string{s.Addr}
+	var extra []string
 	for _, l := range opts.Listeners {
-		addrs = append(addrs, net.JoinHostPort(l.IP, strconv.Itoa(port)))
+		extra = append(extra, net.JoinHostPort(l.IP, strconv.Itoa(port)))
 	}
-	want := "220 " + opts.Hostname + " ESMTP OpenSMTPD"
-	deadline := time.Now().Add(15 * time.Second)
-	for i, a := range addrs {
-		banner, err := awaitSMTP(s.exited, a, deadline)
-		if err == nil && banner != want {
-			err = fmt.Errorf("%s greeted %q, want %q: is something else listening there?", a, banner, want)
-		}
-		if err != nil {
-			err = fmt.Errorf("%w\nsmtpd output:\n%s", err, lastLines(s.out.String(), 40))
-			s.stop()
-			return nil, err
-		}
-		if i == 0 {
-			s.Banner = banner
-		}
+	if err := s.greeted(extra, s.awaitFrom, "220 "+opts.Hostname+" ESMTP OpenSMTPD", false, func() string {
+		return "smtpd output:\n" + lastLines(s.out.String(), 40)
+	}); err != nil {
+		return nil, err
 	}
 	return s, nil
 }

@@ -215,35 +215,19 @@ func startPostfix(master string, opts PostfixOptions, port int, ids postfixUsers
 		return nil, err
 	}
 	cmd := exec.Command(master, "-c", filepath.Join(dir, "conf"), "-d")
-	cmd.SysProcAttr = sysProcAttr()
-	cmd.Stdout, cmd.Stderr = pf.out, pf.out
-	if err := cmd.Start(); err != nil {
-		os.RemoveAll(dir)
-		return nil, fmt.Errorf("start master: %w", err)
+	if err := pf.launch(cmd, pf.out, "master"); err != nil {
+		return nil, err
 	}
-	pf.cmd = cmd
-	go func() { cmd.Wait(); close(pf.exited) }()
-
-	addrs := []string{pf.Addr}
+	var extra []string
 	for _, l := range opts.Listeners {
-		addrs = append(addrs, net.JoinHostPort(l.IP, strconv.Itoa(port)))
+		extra = append(extra, net.JoinHostPort(l.IP, strconv.Itoa(port)))
 	}
 	want := "220 " + strings.ReplaceAll(opts.Banner, "$myhostname", opts.Hostname)
-	deadline := time.Now().Add(15 * time.Second)
-	for i, a := range addrs {
-		banner, err := pf.await(a, deadline)
-		if err == nil && banner != want {
-			err = fmt.Errorf("%s greeted %q, want %q: is something else listening there?", a, banner, want)
-		}
-		if err != nil {
-			time.Sleep(300 * time.Millisecond) // postlogd writes a moment later
-			err = fmt.Errorf("%w\nmaster output: %s\nlog:\n%s", err, pf.out.String(), lastLines(pf.Log(), 40))
-			pf.stop()
-			return nil, err
-		}
-		if i == 0 {
-			pf.Banner = banner
-		}
+	if err := pf.greeted(extra, pf.await, want, false, func() string {
+		time.Sleep(300 * time.Millisecond) // postlogd writes a moment later
+		return fmt.Sprintf("master output: %s\nlog:\n%s", pf.out.String(), lastLines(pf.Log(), 40))
+	}); err != nil {
+		return nil, err
 	}
 	return pf, nil
 }
