@@ -78,8 +78,10 @@ func TestRoutesMatchTemplate(t *testing.T) {
 	}
 }
 
+// isConsole tells the routes served with no key by the requests function:
+// the console's, and the sign-up widget's.
 func isConsole(r testkit.SAMRoute) bool {
-	return r.Path == api.HomeResource || r.Path == api.ConsoleRootResource || strings.HasPrefix(r.Path, api.ConsoleRootResource+"/")
+	return r.Path == api.HomeResource || r.Path == api.WidgetPath || r.Path == api.ConsoleRootResource || strings.HasPrefix(r.Path, api.ConsoleRootResource+"/")
 }
 
 // The console's routes are on the requests function (whose handler serves
@@ -95,7 +97,7 @@ func TestConsoleRoutesOpen(t *testing.T) {
 		}
 	}
 	var want []testkit.SAMRoute
-	for _, p := range []string{api.ConsoleRootResource, api.ConsoleFilesResource, api.HomeResource} {
+	for _, p := range []string{api.ConsoleRootResource, api.ConsoleFilesResource, api.HomeResource, api.WidgetPath} {
 		want = append(want, testkit.SAMRoute{Function: api.RequestsFunction, Path: p, Method: "GET", Authorizer: "NONE", APIKeyRequired: "false"})
 	}
 	if !reflect.DeepEqual(got, want) {
@@ -106,6 +108,9 @@ func TestConsoleRoutesOpen(t *testing.T) {
 	out := node(root, "Outputs", "ConsoleUrl", "Value")
 	if base == nil || out == nil || out.Tag != "!Sub" || !strings.HasSuffix(base.Value, "/${Stage}") || out.Value != base.Value+api.ConsolePath {
 		t.Errorf("Outputs.ConsoleUrl = %v, want the ApiUrl followed by %s", out, api.ConsolePath)
+	}
+	if out := node(root, "Outputs", "WidgetUrl", "Value"); out == nil || out.Tag != "!Sub" || base == nil || out.Value != base.Value+api.WidgetPath {
+		t.Errorf("Outputs.WidgetUrl = %v, want the ApiUrl followed by %s", out, api.WidgetPath)
 	}
 }
 
@@ -873,7 +878,7 @@ func TestConsoleThrottledApart(t *testing.T) {
 			t.Errorf("%s: burst %v by default; want above 0 and below the stage's %v", key, b, stageBurst)
 		}
 	}
-	if consoleRoutes != 3 || len(byPath) != 4 {
-		t.Errorf("%d console routes and method settings %v; want 3 and the stage's plus one per console route", consoleRoutes, settings)
+	if consoleRoutes != 4 || len(byPath) != 5 {
+		t.Errorf("%d console routes and method settings %v; want 4 (the widget's too) and the stage's plus one per console route", consoleRoutes, settings)
 	}
 }
