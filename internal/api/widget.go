@@ -44,7 +44,7 @@ var widget = func() struct {
 	sum := sha256.Sum256(widgetJS)
 	var b bytes.Buffer
 	zw, _ := gzip.NewWriterLevel(&b, gzip.BestCompression) // a valid level: no error
-	_, _ = zw.Write(widgetJS)                                // to memory: no error
+	_, _ = zw.Write(widgetJS)                              // to memory: no error
 	_ = zw.Close()
 	return struct {
 		version string
