@@ -209,6 +209,41 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/widget.js": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The sign-up widget's script (section 17)
+         * @description A plain JavaScript file a web page includes with a publishable key
+         *     (`<script src=".../widget.js" data-key="evs_pk.…">`): it checks the
+         *     page's email fields with `POST /v1/verify` on the origin it was
+         *     loaded from (docs/widget.md). No key, no account data. Served by
+         *     `evs serve` and, on AWS, by the requests function.
+         *
+         *     Cacheable and versioned: the `ETag` is 16 hex digits of the
+         *     content's SHA-256 (with `-gz` when gzipped, as it is for a client
+         *     that sends `Accept-Encoding: gzip`); `If-None-Match` with it is
+         *     answered 304. Unversioned, `Cache-Control: public, max-age=300`, so
+         *     that an upgrade reaches pages within five minutes. `?v=` followed by
+         *     the ETag's digits pins that content: `public, max-age=31536000,
+         *     immutable`; a `v` naming another version gets the current script
+         *     with the short max-age. `Cross-Origin-Resource-Policy: cross-origin`
+         *     and `Access-Control-Allow-Origin: *` (no credentials) let any page
+         *     load it, and check it with Subresource Integrity.
+         */
+        get: operations["widget"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/outcomes": {
         parameters: {
             query?: never;
@@ -1401,6 +1436,43 @@ export interface operations {
                     "application/json": components["schemas"]["Ready"];
                 };
             };
+        };
+    };
+    widget: {
+        parameters: {
+            query?: {
+                /** @description The version to pin (the ETag's 16 hex digits). */
+                v?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The script (at most 8 KB gzipped). */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["XRequestId"];
+                    ETag?: string;
+                    "Cache-Control"?: string;
+                    "Cross-Origin-Resource-Policy"?: "cross-origin";
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/javascript": string;
+                };
+            };
+            /** @description Not modified since the ETag in If-None-Match. */
+            304: {
+                headers: {
+                    ETag?: string;
+                    "Cache-Control"?: string;
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            405: components["responses"]["MethodNotAllowed"];
         };
     };
     postOutcomes: {

@@ -15,6 +15,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/evs-dev/evs/internal/evs"
 )
 
 // WidgetPath is where the widget is served, and its API Gateway resource
@@ -69,12 +71,14 @@ func WidgetGzipped() []byte { return widget.gz }
 // check it with Subresource Integrity.
 func WidgetHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		CallFromContext(r.Context()).Route = WidgetPath
+		c := CallFromContext(r.Context())
+		c.Route = WidgetPath
 		h := w.Header()
 		h.Set("X-Content-Type-Options", "nosniff")
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			// In the contract's envelope, as every route of api/openapi.yaml.
 			h.Set("Allow", "GET, HEAD")
-			http.Error(w, "Use GET.", http.StatusMethodNotAllowed)
+			WriteError(w, evs.Errorf(evs.CodeMethodNotAllowed, "Method %s is not allowed here; use GET.", r.Method), c.RequestID)
 			return
 		}
 		h.Set("Content-Type", "text/javascript; charset=utf-8")
