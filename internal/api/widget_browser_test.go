@@ -361,11 +361,15 @@ func TestWidgetInBrowser(t *testing.T) {
 	p.noViolations("blocking")
 
 	// The measurement: blur to the verdict shown (a suggestion), beside a
-	// raw POST /v1/verify from the same page; loopback, test mode. Logged,
-	// not asserted: a shared machine's timing is no test.
+	// raw POST /v1/verify from the same page (CORS preflight cached);
+	// loopback, test mode. Logged, not asserted: a shared machine's
+	// timing is no test.
+	// Eight samples of each, interleaved; a key for each, as a key takes
+	// 10 calls a minute from one address.
 	p.open("the form to time", shop.formURL(svc.base, map[string]string{"key": svc.publishable(t, shop.URL)}))
+	rawKey := svc.publishable(t, shop.URL)
 	var shown, raw []float64
-	for i := range 4 {
+	for i := range 8 {
 		addr := fmt.Sprintf("m%d@gmial.com", i)
 		// The page's own clock from the blur (a listener ahead of the
 		// widget's) to the suggestion in the live region.
@@ -386,7 +390,7 @@ func TestWidgetInBrowser(t *testing.T) {
 			var t0 = performance.now();
 			return fetch(%q, {method: "POST", headers: {"Content-Type": "application/json", "X-Api-Key": %q}, body: JSON.stringify({email: %q, mode: "full"})})
 				.then(function (r) { return r.json(); }).then(function () { return performance.now() - t0; });
-		})()`, svc.base+"/v1/verify", eval[string](p, `document.querySelector("script[data-key]").getAttribute("data-key")`), fmt.Sprintf("r%d@gmial.com", i))))
+		})()`, svc.base+"/v1/verify", rawKey, fmt.Sprintf("r%d@gmial.com", i))))
 	}
 	if slices.Contains(shown, -1) {
 		t.Fatalf("a verdict not shown in 10 s: %v; events %q; page %+v", shown, p.eventsOf(), p.widgetState())

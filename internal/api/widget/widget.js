@@ -119,7 +119,7 @@
     s.done = true;
     var blocked = blocks(v);
     var detail = { email: email, status: v.status, reason: v.reason, score: v.score, suggestion: v.suggestion,
-      flags: v.flags, blocked: blocked, ms: ms };
+      flags: v.flags, requestId: v.requestId, blocked: blocked, ms: ms };
     if (!emit(input, "evs:verdict", detail)) { mark(input, s, v.status, "", null, false); return; }
     mark(input, s, v.status, problem(v), v.suggestion, blocked);
   }
