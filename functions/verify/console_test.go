@@ -60,6 +60,7 @@ func (s *stage) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	out, err := rt.Invoke(events.APIGatewayProxyRequest{
 		Resource: route.Path, Path: p, HTTPMethod: r.Method, Headers: hs, MultiValueHeaders: r.Header, PathParameters: params,
+		MultiValueQueryStringParameters: r.URL.Query(),
 		RequestContext: events.APIGatewayProxyRequestContext{
 			Stage: s.name, Path: r.URL.Path, ResourcePath: route.Path, HTTPMethod: r.Method, RequestID: "rid-console",
 		},
