@@ -366,8 +366,8 @@ func TestWidgetInBrowser(t *testing.T) {
 	// timing is no test.
 	// Eight samples of each, interleaved; a key for each, as a key takes
 	// 10 calls a minute from one address.
-	p.open("the form to time", shop.formURL(svc.base, map[string]string{"key": svc.publishable(t, shop.URL)}))
-	rawKey := svc.publishable(t, shop.URL)
+	timeKey, rawKey := svc.publishable(t, shop.URL), svc.publishable(t, shop.URL)
+	p.open("the form to time", shop.formURL(svc.base, map[string]string{"key": timeKey}))
 	var shown, raw []float64
 	for i := range 8 {
 		addr := fmt.Sprintf("m%d@gmial.com", i)
@@ -399,6 +399,23 @@ func TestWidgetInBrowser(t *testing.T) {
 	t.Logf("blur to verdict shown: median %.1f ms of %v; raw POST /v1/verify from the page: median %.1f ms of %v; ratio %.2f (loopback, test mode)",
 		ms, shown, rawMs, raw, ms/max(rawMs, 0.1))
 	p.noViolations("timing")
+
+	// The widget's key at its limit for this address (10 calls a minute;
+	// 8 spent above, 2 more here): the 429 leaves the field free, and the
+	// page hears why (the refusal carries the origin, so it may read it).
+	for i := range 2 {
+		awaitMs(p, fmt.Sprintf(`fetch(%q, {method: "POST", headers: {"Content-Type": "application/json", "X-Api-Key": %q}, body: JSON.stringify({email: "x%d@x.example"})}).then(function () { return 0; })`,
+			svc.base+"/v1/verify", timeKey, i))
+	}
+	p.typeEmail("limited@x.example")
+	p.waitFor("evs:error", `window.__events.some(function (e) { return e.type === "evs:error"; })`)
+	if got := eval[string](p, `(function (e) { return e.detail.error + " " + e.detail.status + " " + e.detail.code; })(window.__events.filter(function (e) { return e.type === "evs:error"; })[0])`); got != "http 429 rate_limited" {
+		t.Errorf("over the limit: evs:error %q, want http 429 rate_limited", got)
+	}
+	if s := p.widgetState(); s.Status != "error" || s.Message != "" || s.Invalid != "" {
+		t.Errorf("over the limit: %+v, want the field free", s)
+	}
+	p.noViolations("over the limit", "HTTP 429", "status of 429")
 
 	// The service stopped: the page hears evs:error, the field is left
 	// free, and a page that blocks still submits (fails open), even a
