@@ -470,6 +470,10 @@ func TestWidgetFailsOpenWhenSlow(t *testing.T) {
 	if s := p.widgetState(); s.Status != "error" || s.Validity != "" {
 		t.Errorf("after the time-out: %+v, want the field free", s)
 	}
+	// The next blur asks again (the service may have the verdict by
+	// now); a blur after an answer would not.
+	p.step("leave the field again", chromedp.Focus(chromedp.ID("email")), chromedp.Focus(chromedp.ID("name")))
+	p.waitFor("the second evs:error", `window.__events.length === 2`)
 	start := time.Now()
 	p.step("type another address and submit at once",
 		chromedp.Evaluate[chromedp.Void](`document.getElementById("email").value = ""`),

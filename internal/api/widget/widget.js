@@ -43,7 +43,7 @@
   function state(input) {
     var s = states.get(input);
     if (!s) {
-      s = { value: null, done: false, pending: null, ctl: null, timer: 0, msg: null };
+      s = { value: null, done: false, retry: false, pending: null, ctl: null, timer: 0, msg: null };
       states.set(input, s);
     }
     return s;
@@ -128,6 +128,9 @@
   // blocks a form.
   function fail(input, s, email, error, status, code) {
     s.done = true;
+    // A check that ran out of time may be answered at once later (the
+    // service keeps verdicts): the next blur asks again; a submit does not.
+    s.retry = error === "timeout";
     mark(input, s, "error", "", null, false);
     emit(input, "evs:error", { email: email, error: error, status: status, code: code });
   }
@@ -139,6 +142,7 @@
     var email = input.value.trim();
     clearTimeout(s.timer);
     if (email === s.value && (s.pending || s.done)) { return s.pending; }
+    s.retry = false;
     if (s.ctl) { s.ctl.abort(); }
     s.value = email;
     s.done = false;
@@ -182,7 +186,10 @@
   }
 
   document.addEventListener("focusout", function (e) {
-    if (ours(e.target)) { check(e.target); }
+    if (!ours(e.target)) { return; }
+    var s = state(e.target);
+    if (s.retry) { s.value = null; }
+    check(e.target);
   }, true);
 
   document.addEventListener("input", function (e) {
