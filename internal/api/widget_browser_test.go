@@ -273,7 +273,7 @@ func (p *page) noViolations(what string, expected ...string) {
 // TestWidgetInBrowser drives the widget in headless Chromium on a page of
 // another loopback origin under a strict CSP, against a real `evs serve`
 // with a test-mode account (contract, section 17): a typo's suggestion
-// is one click that fixes the field; a disposable and an undeliverable
+// is one click (or Tab and Enter) that fixes the field; a disposable and an undeliverable
 // address get their accessible message; a page that opts in blocks
 // submission of them, holding a submit until the verdict; the form still
 // submits when the service is stopped or too slow; and the page reports
@@ -305,6 +305,17 @@ func TestWidgetInBrowser(t *testing.T) {
 		t.Errorf("after the click: %+v, focus on #%s; want the fixed address, no message, the field focused", s, eval[string](p, `document.activeElement.id`))
 	}
 
+	// The keyboard takes it too: the suggestion is the next stop after
+	// the field, and Enter on it fixes the field.
+	p.typeEmail("other@gmial.com")
+	p.waitFor("the second suggestion", `(document.querySelector(".evs-message button") || {}).textContent === "other@gmail.com"`)
+	p.step("tab to the suggestion", chromedp.Focus(chromedp.ID("email")), chromedp.KeyEvent("\t"))
+	if got := eval[string](p, `document.activeElement.className`); got != "evs-suggestion" {
+		t.Errorf("tab from the field reached %q, want the suggestion", got)
+	}
+	p.step("press Enter on it", chromedp.KeyEvent("\r"))
+	p.waitFor("the field fixed by the keyboard", `document.getElementById("email").value === "other@gmail.com" && document.getElementById("email").getAttribute("data-evs-status") === "deliverable"`)
+
 	// A disposable and an undeliverable address: a message each, the
 	// field marked invalid for assistive technology, but not blocked
 	// (this page did not opt in).
@@ -331,9 +342,10 @@ func TestWidgetInBrowser(t *testing.T) {
 	for _, e := range heard {
 		seen = append(seen, e.Type+" "+e.Detail.Status+"/"+e.Detail.Reason)
 	}
-	if want := []string{"evs:verdict deliverable/accepted_email", "evs:verdict deliverable/accepted_email", "evs:verdict risky/disposable", "evs:verdict undeliverable/rejected_email"}; !slices.Equal(seen, want) {
+	if want := []string{"evs:verdict deliverable/accepted_email", "evs:verdict deliverable/accepted_email",
+		"evs:verdict deliverable/accepted_email", "evs:verdict deliverable/accepted_email", "evs:verdict risky/disposable", "evs:verdict undeliverable/rejected_email"}; !slices.Equal(seen, want) {
 		t.Errorf("events %q, want %q", seen, want)
-	} else if heard[0].Detail.Suggestion == nil || *heard[0].Detail.Suggestion != "someone@gmail.com" || heard[0].Detail.Blocked || heard[3].Detail.Blocked {
+	} else if heard[0].Detail.Suggestion == nil || *heard[0].Detail.Suggestion != "someone@gmail.com" || heard[0].Detail.Blocked || heard[5].Detail.Blocked {
 		t.Errorf("event details %+v", heard)
 	}
 	p.noViolations("checking addresses")
