@@ -45,9 +45,13 @@ func startExits(t *testing.T, o options) *exitsHarness {
 	}
 	prom := server.NewPrometheus(nil)
 	o.exits = x
+	tune := o.server
 	o.server = func(so *server.Options) {
 		so.Config.SMTPExits = exits
 		so.Metrics = prom
+		if tune != nil {
+			tune(so)
+		}
 	}
 	e := &exitsHarness{harness: start(t, o), x: x, dantes: ds, names: [2]string{exits[0].Name, exits[1].Name}, prom: prom}
 	for i := 0; i < 100 && (e.on[0] == "" || e.on[1] == ""); i++ {

@@ -1,0 +1,139 @@
+package server_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/evs-dev/evs/internal/server"
+	"github.com/evs-dev/evs/internal/testkit"
+)
+
+// egressCard is one egress card of the console's panel, as the page shows
+// it.
+type egressCard struct {
+	Name, State, Listed, HELO, Text string
+	// Shares are the blocked share rows: provider → share.
+	Shares map[string]string
+}
+
+// TestConsoleEgressPanel: in a real browser, the console's "Are we
+// blocked?" panel shows each of two SOCKS exits of evs serve: exit A's
+// address listed in the test blocklist zone and its provider's probes
+// refused (share 100%, avoided), exit B clean with its HELO name
+// confirmed; read from /readyz, without the key.
+func TestConsoleEgressPanel(t *testing.T) {
+	exe := ""
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			exe = p
+			break
+		}
+	}
+	if exe == "" {
+		t.Fatal("no chromium on PATH: run `make chromium` (Debian: apt-get install chromium)")
+	}
+	dns := testkit.StartDNS(t)
+	for _, rr := range []string{
+		"probe.evs.test. 300 IN A " + exitA, "probe.evs.test. 300 IN A " + exitB,
+		"41.0.0.127.in-addr.arpa. 300 IN PTR probe.evs.test.", "42.0.0.127.in-addr.arpa. 300 IN PTR probe.evs.test.",
+		// Exit A's address, listed.
+		"41.0.0.127.bl.test. 300 IN A 127.0.0.2",
+	} {
+		dns.AddRecord(rr)
+	}
+	e := startExits(t, options{
+		rcptFrom: func(client, addr string) string {
+			if client == exitA {
+				return "554 5.7.1 Service unavailable; Client host [" + client + "] blocked using bl.test"
+			}
+			return "250 2.1.5 OK"
+		},
+		server: func(o *server.Options) {
+			o.Config.DNSServers = []string{dns.Addr}
+			o.Config.Blocklists = []string{"bl.test"}
+			o.Config.HELO = "probe.evs.test"
+			o.SelfCheckEvery = time.Hour
+		},
+	})
+	for i := 0; i < 5; i++ {
+		if st, reason, from := e.verify("alice@" + e.on[0]); st != 200 || reason != "blocked" || from != exitA {
+			t.Fatalf("verification %d: %d %s from %q, want blocked from %s", i+1, st, reason, from, exitA)
+		}
+	}
+	waitFor(t, "both exits' self-check", func() bool {
+		r := e.do(req{path: server.ReadyPath})
+		return strings.Count(string(r.body), `"checkedAt":"`) == 2
+	})
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	actx, cancelAlloc := chromedp.NewExecAllocator(ctx, append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(exe), chromedp.NoSandbox, chromedp.Headless, chromedp.DisableGPU, chromedp.WindowSize(1280, 900))...)
+	defer cancelAlloc()
+	bctx, cancelBrowser := chromedp.NewContext(actx)
+	defer cancelBrowser()
+	if err := chromedp.Do(bctx,
+		chromedp.Navigate(e.base+"/console/"),
+		chromedp.WaitVisible(chromedp.ID("egress-load")),
+		chromedp.Click(chromedp.ID("egress-load")),
+	); err != nil {
+		t.Fatalf("open the console: %v", err)
+	}
+	if _, err := chromedp.Run(bctx, chromedp.Poll[bool](`document.querySelectorAll("#egress article.egress").length === 2`,
+		chromedp.WithPollingInterval(100*time.Millisecond))); err != nil {
+		t.Fatalf("the panel's two cards: %v", err)
+	}
+	cards, err := chromedp.Run(bctx,
+		chromedp.Evaluate[[]egressCard](`Array.from(document.querySelectorAll("#egress article.egress")).map(function (a) {
+			var q = function (s, attr) { var n = a.querySelector(s); return n ? n.getAttribute(attr) : "absent"; };
+			var shares = {};
+			a.querySelectorAll("tr[data-provider]").forEach(function (r) { shares[r.getAttribute("data-provider")] = r.getAttribute("data-share"); });
+			return {Name: a.getAttribute("data-egress"), State: q("[data-state]", "data-state"), Listed: q("[data-listed]", "data-listed"),
+				HELO: q("[data-helo]", "data-helo"), Text: a.innerText, Shares: shares};
+		})`))
+	if err != nil {
+		t.Fatalf("the console's egress panel: %v", err)
+	}
+	want := []struct {
+		name, listed, share string
+		bad                 bool
+	}{
+		{e.names[0], "bl.test", "1", true},
+		{e.names[1], "", "", false},
+	}
+	if len(cards) != len(want) {
+		t.Fatalf("cards %+v", cards)
+	}
+	for i, w := range want {
+		c := cards[i]
+		if c.Name != w.name || c.State != "in rotation" || c.Listed != w.listed || c.HELO != "ok" {
+			t.Errorf("card %d: %+v, want %s in rotation, listed on %q, HELO ok", i, c, w.name, w.listed)
+		}
+		if c.Shares["other"] != w.share {
+			t.Errorf("card %d: blocked shares %v, want other=%q", i, c.Shares, w.share)
+		}
+		if bad := strings.Contains(c.Text, "LISTED"); bad != w.bad {
+			t.Errorf("card %d says LISTED: %v, want %v:\n%s", i, bad, w.bad, c.Text)
+		}
+	}
+	if !strings.Contains(cards[0].Text, "Avoided for\nother") && !strings.Contains(cards[0].Text, "Avoided for\tother") {
+		t.Errorf("exit A's card does not say it is avoided for other:\n%s", cards[0].Text)
+	}
+	if dir := os.Getenv("EVS_SCREENSHOTS"); dir != "" {
+		// To look at the panel: a full-page shot at a desktop's width.
+		if png, err := chromedp.Run(bctx, chromedp.FullScreenshot(100)); err == nil {
+			_ = os.WriteFile(filepath.Join(dir, "console-egress-1280.png"), png, 0o644)
+		}
+	}
+	state, err := chromedp.Run(bctx, chromedp.Text(chromedp.ID("egress-state")))
+	if err != nil || !strings.Contains(state, "1 listed on a blocklist") {
+		t.Errorf("panel state %q (%v), want it to say one egress is listed", state, err)
+	}
+}
