@@ -436,7 +436,7 @@ export interface components {
             since?: string;
             /** @description The last failure, while out of rotation. */
             detail?: string;
-            /** @description Providers this exit takes no new session of while another exit can: half or more of at least 5 answers in 15 minutes refused us. */
+            /** @description Providers this exit takes no new session of while another exit can: half or more of at least 5 answers in 15 minutes refused us. An exit whose last self-check found its address listed (blocklists) is besides avoided for every provider while another exit is not. */
             avoided: string[];
             /**
              * Format: date-time

@@ -215,6 +215,14 @@ func (w *egressWatch) report() egressReport {
 	return r
 }
 
+// listed tells whether the last self-check found the egress address on a
+// DNS blocklist.
+func (w *egressWatch) listed() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.check.Listed()) > 0
+}
+
 // selfCheck runs one self-check (verify.CheckEgress) of the egress, and
 // keeps and logs its findings.
 func (w *egressWatch) selfCheck(ctx context.Context, dns verify.Reputation, zones []string, helo string, log *slog.Logger) {
@@ -366,10 +374,14 @@ func newEgressWatches(c config.Config, x *verify.Exits, now func() time.Time) *e
 	return ws
 }
 
-// avoid is the exits' Avoid: exit i has refused too many of host's
-// provider's probes.
+// avoid is the exits' Avoid: exit i's last self-check found its address
+// on a DNS blocklist, or host's provider has refused too many of its
+// probes. A listed exit is avoided for every provider: receivers that use
+// the list refuse it, and which do is not known before they answer, while
+// an exit not listed costs nothing to prefer. It takes them again once a
+// self-check finds it clean (within one check interval).
 func (ws *egressWatches) avoid(i int, host string) bool {
-	return ws.exits[i].high(verify.HostProvider(host))
+	return ws.exits[i].listed() || ws.exits[i].high(verify.HostProvider(host))
 }
 
 // observe counts verdicts: under the exit the provider goes to now (it

@@ -785,7 +785,12 @@
         .setAttribute("data-helo", u.helo.ok ? "ok" : "failed");
     }
     fact("Checked", u.checkedAt ? utc(u.checkedAt) : "not yet");
-    if (isExit) { fact("Avoided for", u.avoided && u.avoided.length ? u.avoided.join(", ") : "no provider"); }
+    if (isExit) {
+      // A listed exit is avoided for every provider (docs/operations.md);
+      // avoided names those whose refusals of us avoid it besides.
+      var by = u.avoided && u.avoided.length ? u.avoided.join(", ") : "";
+      fact("Avoided for", listed.length ? "every provider while another exit is not listed" + (by ? ", and for " + by : "") : by || "no provider");
+    }
     card.appendChild(dl);
     var blocked = u.blocked || [];
     if (!blocked.length) {
