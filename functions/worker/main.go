@@ -35,7 +35,7 @@ func main() {
 		st     *dynamostore.Store
 		awsCfg aws.Config
 		engine *verify.Engine
-		res    verify.Reputation
+		dns    *dnscheck.Resolver
 		facts  *dynamostore.DomainFacts
 	)
 	if err == nil {
@@ -67,9 +67,7 @@ func main() {
 			emf.StoreError("batch")
 			logger.Warn("domain facts", "error", err.Error())
 		}})
-		var r *dnscheck.Resolver
-		engine, r, err = verify.BuildWith(cfg, verify.BuildOptions{Lookup: emf.DNSLookup, Facts: facts, ExitHealth: emf.SMTPExit})
-		res = r
+		engine, dns, err = verify.BuildWith(cfg, verify.BuildOptions{Lookup: emf.DNSLookup, Facts: facts, ExitHealth: emf.SMTPExit})
 	}
 	if err != nil {
 		logger.Error("worker: init failed", "error", err.Error())
@@ -124,12 +122,8 @@ func main() {
 		// at cold start, beside the first invocation, so a new deployment
 		// or a new exit address is checked within minutes, not an hour. It
 		// is a few DNS queries, and never delays a message.
-		w.SelfCheck = func(ctx context.Context) { selfCheck(ctx, cfg, res, emf, logger) }
-		go func() {
-			ctx, cancel := context.WithTimeout(context.Background(), selfCheckTimeout)
-			defer cancel()
-			w.SelfCheck(ctx)
-		}()
+		w.SelfCheck = func(ctx context.Context) { selfCheck(ctx, cfg, dns, emf, logger) }
+		go w.SelfCheck(context.Background())
 		// Politeness per provider and egress address across every
 		// concurrent invocation.
 		w.Polite = &batch.Polite{Parking: st, Gate: &politeness.Gate{
