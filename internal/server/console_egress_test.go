@@ -2,6 +2,10 @@ package server_test
 
 import (
 	"context"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,12 +27,11 @@ type egressCard struct {
 	Shares map[string]string
 }
 
-// TestConsoleEgressPanel: in a real browser, the console's "Are we
-// blocked?" panel shows each of two SOCKS exits of evs serve: exit A's
-// address listed in the test blocklist zone and its provider's probes
-// refused (share 100%, avoided), exit B clean with its HELO name
-// confirmed; read from /readyz, without the key.
-func TestConsoleEgressPanel(t *testing.T) {
+// checkEgressInBrowser opens the console at at in a headless Chromium
+// (the one `make chromium` installs; the test fails without it) and
+// presses "Check the egress".
+func checkEgressInBrowser(t *testing.T, at string) context.Context {
+	t.Helper()
 	exe := ""
 	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
 		if p, err := exec.LookPath(name); err == nil {
@@ -39,6 +42,29 @@ func TestConsoleEgressPanel(t *testing.T) {
 	if exe == "" {
 		t.Fatal("no chromium on PATH: run `make chromium` (Debian: apt-get install chromium)")
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	actx, cancelAlloc := chromedp.NewExecAllocator(ctx, append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(exe), chromedp.NoSandbox, chromedp.Headless, chromedp.DisableGPU, chromedp.WindowSize(1280, 900))...)
+	t.Cleanup(cancelAlloc)
+	bctx, cancelBrowser := chromedp.NewContext(actx)
+	t.Cleanup(cancelBrowser)
+	if err := chromedp.Do(bctx,
+		chromedp.Navigate(at),
+		chromedp.WaitVisible(chromedp.ID("egress-load")),
+		chromedp.Click(chromedp.ID("egress-load")),
+	); err != nil {
+		t.Fatalf("open the console at %s and check the egress: %v", at, err)
+	}
+	return bctx
+}
+
+// TestConsoleEgressPanel: in a real browser, the console's "Are we
+// blocked?" panel shows each of two SOCKS exits of evs serve: exit A's
+// address listed in the test blocklist zone and its provider's probes
+// refused (share 100%, avoided), exit B clean with its HELO name
+// confirmed; read from /readyz, without the key.
+func TestConsoleEgressPanel(t *testing.T) {
 	dns := testkit.StartDNS(t)
 	for _, rr := range []string{
 		"probe.evs.test. 300 IN A " + exitA, "probe.evs.test. 300 IN A " + exitB,
@@ -73,20 +99,7 @@ func TestConsoleEgressPanel(t *testing.T) {
 		return len(ex[0].Blocklists) == 1 && ex[0].Blocklists[0].Listed
 	})
 
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	actx, cancelAlloc := chromedp.NewExecAllocator(ctx, append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(exe), chromedp.NoSandbox, chromedp.Headless, chromedp.DisableGPU, chromedp.WindowSize(1280, 900))...)
-	defer cancelAlloc()
-	bctx, cancelBrowser := chromedp.NewContext(actx)
-	defer cancelBrowser()
-	if err := chromedp.Do(bctx,
-		chromedp.Navigate(e.base+"/console/"),
-		chromedp.WaitVisible(chromedp.ID("egress-load")),
-		chromedp.Click(chromedp.ID("egress-load")),
-	); err != nil {
-		t.Fatalf("open the console: %v", err)
-	}
+	bctx := checkEgressInBrowser(t, e.base+"/console/")
 	if _, err := chromedp.Run(bctx, chromedp.Poll[bool](`document.querySelectorAll("#egress article.egress").length === 2`,
 		chromedp.WithPollingInterval(100*time.Millisecond))); err != nil {
 		t.Fatalf("the panel's two cards: %v", err)
@@ -138,5 +151,40 @@ func TestConsoleEgressPanel(t *testing.T) {
 	state, err := chromedp.Run(bctx, chromedp.Text(chromedp.ID("egress-state")))
 	if err != nil || !strings.Contains(state, "1 listed on a blocklist") {
 		t.Errorf("panel state %q (%v), want it to say one egress is listed", state, err)
+	}
+}
+
+// TestConsoleEgressPanelWithoutReadyz: where nothing answers /readyz (the
+// AWS stack, here a front that serves everything else of evs serve and
+// refuses /readyz as API Gateway refuses a route it does not have), the
+// panel says so and where to look instead, and shows no card.
+func TestConsoleEgressPanelWithoutReadyz(t *testing.T) {
+	h := start(t, options{})
+	target, err := url.Parse(h.base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rp := httputil.NewSingleHostReverseProxy(target)
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == server.ReadyPath {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusForbidden)
+			_, _ = w.Write([]byte(`{"message":"Missing Authentication Token"}`))
+			return
+		}
+		rp.ServeHTTP(w, r)
+	}))
+	t.Cleanup(front.Close)
+	bctx := checkEgressInBrowser(t, front.URL+"/console/")
+	if _, err := chromedp.Run(bctx, chromedp.Poll[bool](`document.getElementById("egress-state").textContent.includes("does not serve /readyz")`,
+		chromedp.WithPollingInterval(100*time.Millisecond))); err != nil {
+		t.Fatalf("the panel's words without /readyz: %v", err)
+	}
+	state, err := chromedp.Run(bctx, chromedp.Text(chromedp.ID("egress-state")))
+	if err != nil || !strings.Contains(state, "EgressListedAlarm") {
+		t.Errorf("panel state %q (%v), want it to name the alarms", state, err)
+	}
+	if n, err := chromedp.Run(bctx, chromedp.Evaluate[int](`document.querySelectorAll("#egress article").length`)); err != nil || n != 0 {
+		t.Errorf("%d cards (%v), want none", n, err)
 	}
 }
