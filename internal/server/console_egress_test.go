@@ -27,7 +27,7 @@ type egressCard struct {
 	Shares map[string]string
 }
 
-// checkEgressInBrowser opens the console at at in a headless Chromium
+// checkEgressInBrowser opens the console at address at in a headless Chromium
 // (the one `make chromium` installs; the test fails without it) and
 // presses "Check the egress".
 func checkEgressInBrowser(t *testing.T, at string) context.Context {
