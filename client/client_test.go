@@ -316,6 +316,7 @@ func TestClientCoversTheContract(t *testing.T) {
 		"verifyPreflight":   "a browser's CORS preflight",
 		"receiveSnsMessage": "Amazon SNS posts it, not a client",
 		"ready":             "the operator's readiness detail (egress, blocklists); Health answers whether the service is up",
+		"widget":            "a script web pages load by <script src> (docs/widget.md), not an API call",
 	}
 	ct := reflect.TypeFor[*client.Client]()
 	for _, m := range regexp.MustCompile(`(?m)^\s+operationId: (\w+)$`).FindAllStringSubmatch(string(doc), -1) {
