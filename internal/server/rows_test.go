@@ -106,12 +106,21 @@ type rowlessStore interface {
 // heapPeak samples the heap's live objects every half millisecond while
 // fn runs and returns the most seen above what was live before it.
 func heapPeak(fn func()) uint64 {
+	stop := startHeapPeak()
+	fn()
+	return stop()
+}
+
+// startHeapPeak collects garbage, then samples the heap's live objects
+// every half millisecond until stop, which returns the most seen above
+// what was live at the start.
+func startHeapPeak() (stop func() uint64) {
 	runtime.GC()
 	s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
 	metrics.Read(s)
 	base := s[0].Value.Uint64()
 	var peak uint64
-	stop := make(chan struct{})
+	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
@@ -122,19 +131,20 @@ func heapPeak(fn func()) uint64 {
 			metrics.Read(s)
 			peak = max(peak, s[0].Value.Uint64())
 			select {
-			case <-stop:
+			case <-done:
 				return
 			case <-t.C:
 			}
 		}
 	}()
-	fn()
-	close(stop)
-	wg.Wait()
-	if peak < base {
-		return 0
+	return func() uint64 {
+		close(done)
+		wg.Wait()
+		if peak < base {
+			return 0
+		}
+		return peak - base
 	}
-	return peak - base
 }
 
 // uploadAndCreate sends list through an upload and creates its batch in
