@@ -1003,6 +1003,8 @@ type csvRows struct {
 	// them when it has some.
 	opened bool
 	join   *rowsJoin
+	// row is the CSV row being written, reused.
+	row []string
 }
 
 func newCSVRows(b ResultReader, account, batch string, f filter) *csvRows {
@@ -1043,7 +1045,8 @@ func (c *csvRows) writeUpTo(ctx context.Context, w io.Writer, limit int) (full b
 			if !c.f.keeps(d) {
 				continue
 			}
-			_ = cw.Write(append([]string{csvSafe(r.Email)}, verdictCells(d)...))
+			c.row = appendVerdict(append(c.row[:0], csvSafe(r.Email)), d)
+			_ = cw.Write(c.row)
 		}
 		c.drained = len(rs) < MaxPageLimit
 		cw.Flush()
