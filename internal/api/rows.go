@@ -105,6 +105,10 @@ func newRowSpool(dir string) (*rowSpool, error) {
 	if err != nil {
 		return nil, evs.Wrap(err, evs.CodeUnavailable, "The list could not be read; retry.")
 	}
+	// Unlinked at once where the system allows (the open file stays
+	// usable): a process killed mid-list — a Lambda timeout — leaves no
+	// 100 MB file behind in a /tmp that outlives the invocation.
+	_ = os.Remove(f.Name())
 	s := &rowSpool{f: f, seqs: make(map[string]int32)}
 	s.bw = bufio.NewWriterSize(f, 64<<10)
 	s.cw = csv.NewWriter(s.bw)

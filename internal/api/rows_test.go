@@ -6,6 +6,7 @@ import (
 	"encoding/csv"
 	"fmt"
 	"io"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -293,5 +294,30 @@ func TestRowsMetaRefused(t *testing.T) {
 	st["a/c"] = []byte("short")
 	if _, err := openRowsJoin(context.Background(), st, "a", "c"); err == nil {
 		t.Fatal("a short rows file was read")
+	}
+}
+
+// TestRowSpoolLeavesNoFile: the spool is unlinked as soon as it is made,
+// so a process killed while it reads a list leaves nothing in TMPDIR; its
+// rows are still read back whole.
+func TestRowSpoolLeavesNoFile(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("TMPDIR", dir)
+	list := &addressList{}
+	sp, delim, err := readRows(strings.NewReader("email\na@x.example\n"), listLim, CSVLayout{}, list, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sp.close()
+	if left, _ := os.ReadDir(dir); len(left) != 0 {
+		t.Fatalf("the spool left %v in TMPDIR", left)
+	}
+	r, _, err := sp.finish(delim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := io.ReadAll(r)
+	if err != nil || !bytes.Contains(b, []byte("a@x.example")) || !bytes.HasPrefix(b, []byte(rowsMagic)) {
+		t.Fatalf("the spool reads back %q, %v", b, err)
 	}
 }
