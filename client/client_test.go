@@ -124,7 +124,7 @@ func TestBatchJobs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkBatch(t, c, b, emails, "json list")
+	checkBatch(t, c, b, emails, "json list", nil)
 
 	var sb strings.Builder
 	sb.WriteString("name;E-Mail\n")
@@ -136,17 +136,20 @@ func TestBatchJobs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkBatch(t, c, b, emails, "csv body")
+	checkBatch(t, c, b, emails, "csv body", []string{"name", "E-Mail"})
 
 	c.MaxBody = 1 << 10 // the list goes through an upload
 	b, err = c.CreateBatchCSV(ctx, list, client.BatchOptions{Mode: "quick", Name: "upload", Column: "e-mail", Delimiter: "semicolon"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkBatch(t, c, b, emails, "upload")
+	checkBatch(t, c, b, emails, "upload", []string{"name", "E-Mail"})
 }
 
-func checkBatch(t *testing.T, c *client.Client, b *client.Batch, emails []string, name string) {
+// checkBatch waits for b and reads its results every way. header is a CSV
+// list's: its CSV download is then the list's rows, verdicts appended,
+// and layout=results the one row per address a JSON list gives.
+func checkBatch(t *testing.T, c *client.Client, b *client.Batch, emails []string, name string, header []string) {
 	t.Helper()
 	ctx := context.Background()
 	if b.Request.Name != name || b.Counters.Total != len(emails) {
@@ -185,14 +188,35 @@ func checkBatch(t *testing.T, c *client.Client, b *client.Batch, emails []string
 	if n != final.Counters.Undeliverable || n == 0 {
 		t.Fatalf("%s: %d undeliverable results, counters say %d", name, n, final.Counters.Undeliverable)
 	}
-	var buf bytes.Buffer
-	if err := c.DownloadCSV(ctx, b.Request.ID, client.Filter{}, &buf); err != nil {
-		t.Fatal(err)
+	download := func(f client.Filter) [][]string {
+		t.Helper()
+		var buf bytes.Buffer
+		if err := c.DownloadCSV(ctx, b.Request.ID, f, &buf); err != nil {
+			t.Fatal(err)
+		}
+		rows, err := csv.NewReader(&buf).ReadAll()
+		if err != nil || len(rows) != len(emails)+1 {
+			t.Fatalf("%s: CSV of %d rows (%v): %q", name, len(rows), err, rows[:min(len(rows), 2)])
+		}
+		return rows
 	}
-	rows, err := csv.NewReader(&buf).ReadAll()
-	if err != nil || len(rows) != len(emails)+1 || rows[0][0] != "email" || rows[1][0] != emails[0] || rows[len(rows)-1][0] != emails[len(emails)-1] {
-		t.Fatalf("%s: CSV of %d rows (%v): %q", name, len(rows), err, rows[:min(len(rows), 2)])
+	perAddress := func(rows [][]string) {
+		t.Helper()
+		if rows[0][0] != "email" || rows[1][0] != emails[0] || rows[len(rows)-1][0] != emails[len(emails)-1] {
+			t.Fatalf("%s: CSV %q", name, rows[:2])
+		}
 	}
+	if header == nil {
+		perAddress(download(client.Filter{}))
+		return
+	}
+	rows := download(client.Filter{})
+	last := rows[len(rows)-1]
+	if !slices.Equal(rows[0][:len(header)], header) || rows[0][len(header)] != "evs_status" || rows[1][1] != emails[0] ||
+		last[0] != fmt.Sprintf("Person %d", len(emails)-1) || last[len(header)+1] != "accept_all" {
+		t.Fatalf("%s: the list's rows %q ... %q", name, rows[:2], last)
+	}
+	perAddress(download(client.Filter{Layout: "results"}))
 }
 
 // TestListAndCancel: the batch list pages through every batch, newest

@@ -190,6 +190,11 @@ type Filter struct {
 	Status   string // comma-separated statuses, e.g. "deliverable,risky"
 	Reason   string // comma-separated reasons
 	MinScore int    // 0 for none
+	// Layout is for DownloadCSV alone (Results leaves it out): "" or
+	// "rows" gives a batch made from a CSV list as the list's own rows
+	// with evs_* verdict columns appended, "results" one row per distinct
+	// address, as every batch made from JSON gives.
+	Layout string
 }
 
 func (f Filter) query() url.Values {
@@ -203,6 +208,9 @@ func (f Filter) query() url.Values {
 	if f.MinScore > 0 {
 		q.Set("minScore", strconv.Itoa(f.MinScore))
 	}
+	if f.Layout != "" {
+		q.Set("layout", f.Layout)
+	}
 	return q
 }
 
@@ -210,6 +218,7 @@ func (f Filter) query() url.Values {
 // of 1,000 at a time; it stops at the first error, which it yields.
 func (c *Client) Results(ctx context.Context, id string, f Filter) iter.Seq2[Result, error] {
 	q := f.query()
+	q.Del("layout") // a CSV's, refused with JSON pages
 	q.Set("limit", "1000")
 	return pages[Result](ctx, c, "/v1/requests/"+url.PathEscape(id)+"/results", "results", q)
 }

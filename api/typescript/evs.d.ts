@@ -640,6 +640,15 @@ export interface components {
             /** @description With `uploadId` of a text/csv upload only (else 400). */
             delimiter?: components["schemas"]["CSVDelimiter"];
         };
+        /**
+         * @description The layout of a results CSV; see CSVRows and CSVResults.
+         * @enum {string}
+         */
+        CSVLayout: "rows" | "results";
+        /** @description One row per distinct address, in submission order, after the header row `email,status,reason,suggestion,disposable,role,free,acceptAll,provider,score`. After the contract's columns, `provider` is `checks.smtp.provider` (empty when null) and `score` is `decision.score`; `acceptAll` is empty when not known. */
+        CSVResults: string;
+        /** @description A batch made from a CSV list (a body or an upload) given back as the user's file: its header row, then every row that was not blank, in the file's order, duplicates included, each with all its columns as read (quotes undone), then the verdict columns `evs_status,evs_reason,evs_suggestion,evs_disposable,evs_role,evs_free,evs_acceptAll,evs_provider,evs_score` (CSVResults' columns after `email`, prefixed so they never clash with the user's own), `evs_line` (the line the row starts on in the file, from 1) and `evs_duplicate_of_line` (for a row whose address came earlier, the line of that first row; it carries the same verdict; else empty). Rows are padded with empty cells to the widest row, so the verdicts line up; a file without a header row gets one, its own columns unnamed. A row whose address cell is blank, or whose address has no result yet, has empty verdict cells; a row with a stray quote is read as a spreadsheet reads it and its address verified as written (`invalid_syntax` when the quote is in it). With `status`, `reason` or `minScore`, only rows whose verdict passes are kept. Always comma-separated, RFC 4180, UTF-8, whatever the list's delimiter; every cell a spreadsheet would read as a formula, the user's too, starts with `'`. */
+        CSVRows: string;
         /** @description The address column of a CSV list: a header cell's text (any case; a file without a header row is then 400) or the column's number, from 1. When absent the column is found (see the text/csv body of POST /v1/requests). */
         CSVColumn: string;
         /**
@@ -1231,6 +1240,8 @@ export interface operations {
                 reason?: string;
                 /** @description Only results whose `decision.score` is at least this (an integer 0–100, else 400 invalid_request); combines with `status`, for JSON pages and CSV alike. One call reads at most 5,000 results, so a page may hold fewer than `limit` results (even none) while `nextCursor` still advances: keep paging until it is null. A cursor is valid only with the `status` and `minScore` it was made for (`status` and `reason` in any order of their lists). */
                 minScore?: number;
+                /** @description For `Accept: text/csv` only (with JSON, 400): `rows`, the default, gives a batch made from a CSV list as the user's own rows with verdicts appended (CSVRows); `results` gives one row per distinct address (CSVResults), as for every batch made from JSON. */
+                layout?: components["schemas"]["CSVLayout"];
             };
             header?: {
                 /** @description `text/csv` returns every result written so far as CSV. */
@@ -1297,6 +1308,8 @@ export interface operations {
                 /** @description As for the results. */
                 reason?: string;
                 minScore?: number;
+                /** @description As for the results. */
+                layout?: components["schemas"]["CSVLayout"];
             };
             header?: never;
             path: {

@@ -32,8 +32,9 @@ func newBatchCmd(c *cli) *cobra.Command {
 		Short: "verify a CSV file through the API (key from EVS_API_KEY)",
 		Long: `Uploads FILE.csv (one address per row; the address column is found by
 its header, such as email, or by its first "@") as a batch, shows a
-progress bar while it runs and writes FILE.results.csv next to it. The
-upload carries an Idempotency-Key derived from the file, the mode and the
+progress bar while it runs and writes FILE.results.csv next to it: the
+file's own rows, in order, with the verdict columns (evs_status, ...)
+appended. The upload carries an Idempotency-Key derived from the file, the mode and the
 callback, so running the command again finds the same batch.`,
 		Example: `  EVS_API_KEY=evs.... evs batch list.csv --url http://127.0.0.1:8080 --mode quick`,
 		Args:    exactArgs(1, "one FILE.csv"),

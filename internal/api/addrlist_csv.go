@@ -37,6 +37,39 @@ import (
 // quote inside a field is kept, text after a closing quote is appended,
 // and the row is verified as written.
 func ReadListCSV(r io.Reader, lim ListLimits, lay CSVLayout, add func(addr string) error) error {
+	_, err := readCSV(r, lim, lay, add, nil)
+	return err
+}
+
+// CSVRecord is one record of a CSV list as ReadListCSVRows hands it on.
+type CSVRecord struct {
+	// Line is the line the record starts on, from 1.
+	Line int
+	// Fields are the record's fields as read (quotes removed, doubled
+	// quotes undone); they are valid until the callback returns.
+	Fields [][]byte
+	// Header is set on the header row.
+	Header bool
+	// HasAddress is set when the record's address was handed to add just
+	// before.
+	HasAddress bool
+}
+
+// maxRowFields bounds the fields of one record ReadListCSVRows keeps:
+// Excel's widest sheet. A record of a million delimiters would otherwise
+// cost a slice header per field.
+const maxRowFields = 16384
+
+// ReadListCSVRows reads a list as ReadListCSV does, calling add with
+// each address, and then row with every record that is not blank (every
+// field empty or spaces), the header row included, in order: what a
+// batch keeps to give the user's file back with its verdicts. It returns
+// the delimiter it read the file with. Memory stays that of one record.
+func ReadListCSVRows(r io.Reader, lim ListLimits, lay CSVLayout, add func(addr string) error, row func(CSVRecord) error) (byte, error) {
+	return readCSV(r, lim, lay, add, row)
+}
+
+func readCSV(r io.Reader, lim ListLimits, lay CSVLayout, add func(addr string) error, row func(CSVRecord) error) (byte, error) {
 	maxRecord := lim.MaxRecordBytes
 	if maxRecord <= 0 {
 		maxRecord = defaultMaxRecordBytes
@@ -47,11 +80,11 @@ func ReadListCSV(r io.Reader, lim ListLimits, lay CSVLayout, add func(addr strin
 	case bytes.HasPrefix(head, []byte("\xef\xbb\xbf")):
 		br.Discard(3)
 	case bytes.HasPrefix(head, []byte("\xff\xfe")), bytes.HasPrefix(head, []byte("\xfe\xff")):
-		return listErrorf("The CSV file is UTF-16 (Excel's \"Unicode text\"); save it as \"CSV UTF-8\".")
+		return 0, listErrorf("The CSV file is UTF-16 (Excel's \"Unicode text\"); save it as \"CSV UTF-8\".")
 	}
 	br = bufio.NewReaderSize(newUTF8Reader(br, "CSV file"), 64<<10)
 
-	s := csvScanner{lim: lim, maxRecord: maxRecord, add: add, line: 1, fieldStart: true, delim: lay.Delimiter, col: -1}
+	s := csvScanner{lim: lim, maxRecord: maxRecord, add: add, row: row, line: 1, fieldStart: true, delim: lay.Delimiter, col: -1}
 	if s.delim == 0 {
 		start, err := br.Peek(sniffBytes)
 		s.delim = sniffDelimiter(start, err != nil)
@@ -68,16 +101,16 @@ func ReadListCSV(r io.Reader, lim ListLimits, lay CSVLayout, add func(addr strin
 		chunk, err := br.ReadSlice('\n')
 		if len(chunk) > 0 {
 			if perr := s.scan(chunk); perr != nil {
-				return perr
+				return s.delim, perr
 			}
 		}
 		switch err {
 		case nil, bufio.ErrBufferFull:
 			continue
 		case io.EOF:
-			return s.end()
+			return s.delim, s.end()
 		default:
-			return err
+			return s.delim, err
 		}
 	}
 }
@@ -250,6 +283,14 @@ type csvScanner struct {
 	maxRecord int
 	add       func(string) error
 	delim     byte
+	// row, when set, is handed every record whole (ReadListCSVRows):
+	// fields holds the record's fields, nf of them in use, and hasAddr
+	// and header say what the record was.
+	row     func(CSVRecord) error
+	fields  [][]byte
+	nf      int
+	hasAddr bool
+	header  bool
 	// col is the address column, -1 until it is known; named is the
 	// header name the client gave it by.
 	col   int
@@ -369,6 +410,10 @@ func (s *csvScanner) unquoted(c byte) error {
 // keep appends c to the address field, up to one byte past the limit,
 // or, while the address column is not known, to the record's cells.
 func (s *csvScanner) keep(c byte) {
+	if s.row != nil && s.field < maxRowFields {
+		s.growFields()
+		s.fields[s.field] = append(s.fields[s.field], c)
+	}
 	if s.col < 0 {
 		n := len(s.cells)
 		switch {
@@ -393,9 +438,40 @@ func (s *csvScanner) keep(c byte) {
 	s.first = append(s.first, c)
 }
 
-// endRecord hands the finished record's address on.
+// growFields makes fields and nf cover the current field.
+func (s *csvScanner) growFields() {
+	for len(s.fields) <= s.field {
+		s.fields = append(s.fields, nil)
+	}
+	for ; s.nf <= s.field; s.nf++ {
+		s.fields[s.nf] = s.fields[s.nf][:0]
+	}
+}
+
+// endRecord hands the finished record's address on, then the record
+// itself when rows are kept.
 func (s *csvScanner) endRecord() error {
 	defer s.reset()
+	s.hasAddr, s.header = false, false
+	if err := s.endAddress(); err != nil || s.row == nil {
+		return err
+	}
+	if s.field >= maxRowFields {
+		return listErrorf("The CSV record at line %d has more than %d columns.", s.recordLine, maxRowFields)
+	}
+	s.growFields()
+	blank := true
+	for _, f := range s.fields[:s.nf] {
+		blank = blank && len(bytes.TrimSpace(f)) == 0
+	}
+	if blank {
+		return nil
+	}
+	return s.row(CSVRecord{Line: s.recordLine, Fields: s.fields[:s.nf], Header: s.header, HasAddress: s.hasAddr})
+}
+
+// endAddress hands the finished record's address on.
+func (s *csvScanner) endAddress() error {
 	if s.col < 0 {
 		return s.findColumn()
 	}
@@ -412,6 +488,7 @@ func (s *csvScanner) endRecord() error {
 	if !s.sawRecord {
 		s.sawRecord = true
 		if !strings.Contains(addr, "@") {
+			s.header = true
 			return nil // header row
 		}
 	}
@@ -435,6 +512,7 @@ func (s *csvScanner) findColumn() error {
 			header = header && !bytes.ContainsRune(c.b, '@')
 		}
 		if header {
+			s.header = true
 			col, err := headerColumn(s.cells, s.named)
 			s.col = col
 			return err
@@ -473,13 +551,14 @@ func (s *csvScanner) address(addr string) error {
 		return &listError{msg: tooMany(s.lim.MaxAddresses), TooMany: true}
 	}
 	s.addresses++
+	s.hasAddr = true
 	return s.add(addr)
 }
 
 func (s *csvScanner) reset() {
 	s.first = s.first[:0]
 	s.cells = s.cells[:0]
-	s.field, s.recordBytes = 0, 0
+	s.field, s.recordBytes, s.nf = 0, 0, 0
 	s.fieldStart, s.quoted, s.inQuotes, s.quoteSeen, s.closed = true, false, false, false, false
 	s.firstLong, s.hasContents = false, false
 }

@@ -377,12 +377,32 @@ func TestResultsCSV(t *testing.T) {
 	if r.StatusCode != 201 || env.Counters.Total != 1 {
 		t.Fatalf("csv create: %d %s", r.StatusCode, r.Body)
 	}
-	// Nothing processed yet: the CSV has its header row alone, and the reply
-	// carries its id in the header only.
+	// Nothing processed yet: one row per distinct address (layout=results)
+	// has its header row alone, and the reply carries its id in the header
+	// only.
 	get := f.event("acct-1", http.MethodGet, "/v1/requests/{id}/results", map[string]string{"id": env.Request.ID}, "", map[string]string{"Accept": "text/csv"})
+	get.QueryStringParameters = map[string]string{"layout": "results"}
 	r, _ = f.fn(ctx, get)
 	if r.StatusCode != 200 || r.Headers["Content-Type"] != "text/csv; charset=utf-8" || r.Headers["X-Request-Id"] != get.RequestContext.RequestID ||
 		r.Body != "email,status,reason,suggestion,disposable,role,free,acceptAll,provider,score\n" {
 		t.Fatalf("csv results: %d %v %q", r.StatusCode, r.Headers, r.Body)
+	}
+	// The list's own rows (the default for a CSV list) are there from the
+	// start, their verdicts blank until written; the formula guard covers
+	// the user's cells.
+	get = f.event("acct-1", http.MethodGet, "/v1/requests/{id}/results", map[string]string{"id": env.Request.ID}, "", map[string]string{"Accept": "text/csv"})
+	r, _ = f.fn(ctx, get)
+	want := "email,evs_status,evs_reason,evs_suggestion,evs_disposable,evs_role,evs_free,evs_acceptAll,evs_provider,evs_score,evs_line,evs_duplicate_of_line\n" +
+		"'=cmd@x.example,,,,,,,,,,2,\n"
+	if r.StatusCode != 200 || r.Body != want {
+		t.Fatalf("csv rows: %d %q, want %q", r.StatusCode, r.Body, want)
+	}
+	// A layout is for CSV replies, and one of two.
+	for _, q := range []struct{ accept, layout string }{{"application/json", "rows"}, {"text/csv", "raw"}} {
+		get = f.event("acct-1", http.MethodGet, "/v1/requests/{id}/results", map[string]string{"id": env.Request.ID}, "", map[string]string{"Accept": q.accept})
+		get.QueryStringParameters = map[string]string{"layout": q.layout}
+		if r, _ = f.fn(ctx, get); r.StatusCode != 400 {
+			t.Fatalf("layout=%s with %s: %d %s", q.layout, q.accept, r.StatusCode, r.Body)
+		}
 	}
 }

@@ -164,6 +164,9 @@ func (f filter) query() string {
 	if f.minScore > 0 {
 		q.Set("minScore", strconv.Itoa(f.minScore))
 	}
+	if f.layout != "" {
+		q.Set("layout", f.layout)
+	}
 	return q.Encode() // sorted by key
 }
 
@@ -190,7 +193,9 @@ func ExportCSV(results ResultReader) func(ctx context.Context, j store.ExportJob
 		if err != nil {
 			return err
 		}
-		_, err = newCSVRows(results, j.AccountID, j.BatchID, f).writeUpTo(ctx, w, -1)
+		rows := newCSVRows(results, j.AccountID, j.BatchID, f)
+		defer rows.close()
+		_, err = rows.writeUpTo(ctx, w, -1)
 		return err
 	}
 }

@@ -150,6 +150,11 @@ type addressList struct {
 	total int
 	seen  map[string]struct{}
 	items []evs.Item
+	// rows, when set, keeps the list's rows (rows.go); its map then
+	// decides duplicates, since a duplicate row names its address's seq.
+	rows *rowSpool
+	// delim is the delimiter a CSV list with rows was read with.
+	delim byte
 }
 
 // add checks the next address of the list and keeps it unless it is a
@@ -160,6 +165,16 @@ func (l *addressList) add(addr string) error {
 	}
 	l.total++
 	key, domain := dedupKey(addr)
+	if r := l.rows; r != nil {
+		if seq, dup := r.seqs[key]; dup {
+			r.last.seq, r.last.dup = int(seq), true
+			return nil
+		}
+		r.seqs[key] = int32(len(l.items))
+		r.last.seq, r.last.dup = len(l.items), false
+		l.items = append(l.items, evs.Item{Seq: len(l.items), Email: addr, Domain: domain})
+		return nil
+	}
 	if l.seen == nil {
 		l.seen = make(map[string]struct{})
 	}
@@ -176,10 +191,11 @@ func (h *Handler) createBatch(ctx context.Context, req *request, p evs.Principal
 	if int64(len(raw)) > h.d.MaxBatchBody {
 		return idempotency.Reply{}, TooLarge(req.route, h.d.MaxBatchBody)
 	}
-	in, err := parseBatch(req, raw)
+	in, err := h.parseBatch(req, raw)
 	if err != nil {
 		return idempotency.Reply{}, err
 	}
+	defer in.list.rows.close()
 	if err := h.checkCallback(in.callbackURL); err != nil {
 		return idempotency.Reply{}, err
 	}
@@ -297,6 +313,9 @@ func (h *Handler) storeBatch(ctx context.Context, p evs.Principal, in parsedBatc
 	// address, as much again as the items) is not held while they are
 	// stored, which for a million addresses takes seconds.
 	in.list.seen = nil
+	if in.list.rows != nil {
+		in.list.rows.seqs, in.list.rows.lines = nil, nil
+	}
 	if id == "" {
 		id = uuid.NewString()
 		if h.d.NewID != nil {
@@ -321,6 +340,12 @@ func (h *Handler) storeBatch(ctx context.Context, p evs.Principal, in parsedBatc
 	// The quota counts what will be verified: the distinct addresses.
 	refund, err := h.chargeQuota(ctx, p, len(items))
 	if err != nil {
+		return evs.Batch{}, err
+	}
+	// The rows go first: a batch that has rows finds them from the start.
+	// Rows of a batch that then fails to be created are left to expire.
+	if err := h.putRows(ctx, b, in.list); err != nil {
+		refund()
 		return evs.Batch{}, err
 	}
 	if err := h.createWithin(ctx, b, items); err != nil {
@@ -355,12 +380,13 @@ func dedupKey(email string) (key, domain string) {
 	return "valid:" + key, domain
 }
 
-func parseBatch(req *request, raw []byte) (parsedBatch, error) {
+func (h *Handler) parseBatch(req *request, raw []byte) (parsedBatch, error) {
 	switch mediaType(req) {
 	case "application/json":
 		return parseBatchJSON(req, raw)
 	case "text/csv":
-		return parseBatchCSV(req, raw)
+		_, keep := h.d.Batches.(RowStore)
+		return parseBatchCSV(req, raw, keep)
 	default:
 		return parsedBatch{}, evs.Errorf(evs.CodeInvalidRequest, "Content-Type must be application/json or text/csv.")
 	}
@@ -487,8 +513,8 @@ func checkEmail(s string, i int) error {
 
 // parseBatchCSV reads the address column of every row (ReadListCSV says
 // which column and which rows count); the query may name the column and
-// the delimiter.
-func parseBatchCSV(req *request, raw []byte) (parsedBatch, error) {
+// the delimiter. With keep, the rows are kept for the results (rows.go).
+func parseBatchCSV(req *request, raw []byte, keep bool) (parsedBatch, error) {
 	modeText, present := req.query["mode"]
 	mode, err := parseMode(modeText, present)
 	if err != nil {
@@ -516,10 +542,13 @@ func parseBatchCSV(req *request, raw []byte) (parsedBatch, error) {
 	if out.layout, err = parseLayout(col, delim, hasCol, hasDelim); err != nil {
 		return parsedBatch{}, err
 	}
-	if err := ReadListCSV(bytes.NewReader(raw), bodyLimits, out.layout, out.list.add); err != nil {
+	sp, read, err := readRows(bytes.NewReader(raw), bodyLimits, out.layout, out.list, keep)
+	if err != nil {
 		return parsedBatch{}, listErr(err)
 	}
+	out.list.rows, out.list.delim = sp, read
 	if err := checkCount(out.list.total); err != nil {
+		sp.close()
 		return parsedBatch{}, err
 	}
 	return out, nil
@@ -656,7 +685,17 @@ type filter struct {
 	statuses       map[evs.Status]bool
 	reasons        map[evs.Reason]bool
 	minScore       int
+	// layout is a CSV list's layout= (layoutRows or layoutResults), ""
+	// when not asked: rows where the batch has them.
+	layout string
 }
+
+// The layouts of a results CSV: the user's rows with verdicts appended
+// (a batch made from a CSV list), or one row per distinct address.
+const (
+	layoutRows    = "rows"
+	layoutResults = "results"
+)
 
 // storeStatus is the one status the store can filter on, or "".
 func (f filter) storeStatus() evs.Status {
@@ -705,6 +744,12 @@ func parseFilter(q map[string]string) (filter, error) {
 		}
 		f.reason = canonical(f.reasons)
 	}
+	if s, ok := q["layout"]; ok {
+		if s != layoutRows && s != layoutResults {
+			return f, evs.Errorf(evs.CodeInvalidRequest, "The layout must be rows (a CSV list's own rows, verdicts appended) or results (one row per distinct address).")
+		}
+		f.layout = s
+	}
 	if s, ok := q["minScore"]; ok {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 0 || n > 100 || strings.TrimLeft(s, "0123456789") != "" {
@@ -752,7 +797,7 @@ func (h *Handler) filteredBatch(ctx context.Context, req *request, p evs.Princip
 		return evs.Batch{}, filter{}, err
 	}
 	for k := range q {
-		if k != "status" && k != "reason" && k != "minScore" && !slices.Contains(more, k) {
+		if k != "status" && k != "reason" && k != "minScore" && k != "layout" && !slices.Contains(more, k) {
 			return evs.Batch{}, filter{}, evs.Errorf(evs.CodeInvalidRequest, "Unknown query parameter %q.", k)
 		}
 	}
@@ -768,6 +813,9 @@ func (h *Handler) results(ctx context.Context, req *request, p evs.Principal) (i
 	q := req.query
 	if accept, _ := req.header("Accept"); wantsCSV(accept) {
 		return h.resultsCSV(ctx, p, b, f)
+	}
+	if f.layout != "" {
+		return idempotency.Reply{}, evs.Errorf(evs.CodeInvalidRequest, "The layout is for CSV results (Accept: text/csv).")
 	}
 	limit, err := parseLimit(q)
 	if err != nil {
@@ -890,6 +938,11 @@ func (h *Handler) resultsCSV(ctx context.Context, p evs.Principal, b evs.Batch, 
 		}
 	}()
 	rows := newCSVRows(h.d.Batches, p.AccountID, b.ID, f)
+	defer func() {
+		if !streaming {
+			rows.close()
+		}
+	}()
 	if h.d.ExportJobs != nil {
 		return h.exportJob(ctx, p, b, f, seeOther, func() (idempotency.Reply, bool, error) {
 			var buf bytes.Buffer
@@ -909,6 +962,7 @@ func (h *Handler) resultsCSV(ctx context.Context, p evs.Principal, b evs.Batch, 
 		streaming = true
 		r.Stream = func(w io.Writer) error {
 			defer release()
+			defer rows.close()
 			_, err := rows.writeUpTo(ctx, w, -1)
 			return err
 		}
@@ -935,22 +989,46 @@ const csvFirstPart = 64 << 10
 
 // csvRows writes a batch's written results that a filter keeps as the
 // contract's CSV, in submission order, a page at a time.
+//
+// A batch made from a CSV list, whose store keeps its rows (RowStore),
+// is written as the user's rows with the verdict columns appended
+// (rows.go), unless the filter asks for layout=results.
 type csvRows struct {
 	batches         ResultReader
 	account, batch  string
 	f               filter
 	after           int
 	header, drained bool
+	// opened is set once the batch's rows were looked for; join reads
+	// them when it has some.
+	opened bool
+	join   *rowsJoin
+	// row is the CSV row being written, reused.
+	row []string
 }
 
 func newCSVRows(b ResultReader, account, batch string, f filter) *csvRows {
 	return &csvRows{batches: b, account: account, batch: batch, f: f, after: -1}
 }
 
+// close lets go of the batch's rows, if they were opened.
+func (c *csvRows) close() { c.join.close() }
+
 // writeUpTo writes rows to w until all are written, or, with limit of 0 or
 // more, until w holds more than limit bytes after a page (w is then a
 // *bytes.Buffer): full tells which. A later call goes on from there.
 func (c *csvRows) writeUpTo(ctx context.Context, w io.Writer, limit int) (full bool, err error) {
+	if !c.opened {
+		c.opened = true
+		if rs, ok := c.batches.(RowStore); ok && c.f.layout != layoutResults {
+			if c.join, err = openRowsJoin(ctx, rs, c.account, c.batch); err != nil {
+				return false, err
+			}
+		}
+	}
+	if c.join != nil {
+		return c.writeRowsUpTo(ctx, w, limit)
+	}
 	cw := csv.NewWriter(w)
 	if !c.header {
 		c.header = true
@@ -967,16 +1045,8 @@ func (c *csvRows) writeUpTo(ctx context.Context, w io.Writer, limit int) (full b
 			if !c.f.keeps(d) {
 				continue
 			}
-			sugg := ""
-			if d.Suggestion != nil {
-				sugg = *d.Suggestion
-			}
-			_ = cw.Write([]string{
-				csvSafe(r.Email), string(r.Status()), string(d.Reason), csvSafe(sugg),
-				strconv.FormatBool(d.Flags.Disposable), strconv.FormatBool(d.Flags.Role),
-				strconv.FormatBool(d.Flags.Free), csvMaybe(d.Flags.AcceptAll, d.Flags.AcceptAllUnknown),
-				string(d.Checks.SMTP.Provider), strconv.Itoa(verify.Score(d)),
-			})
+			c.row = appendVerdict(append(c.row[:0], csvSafe(r.Email)), d)
+			_ = cw.Write(c.row)
 		}
 		c.drained = len(rs) < MaxPageLimit
 		cw.Flush()
@@ -992,6 +1062,69 @@ func (c *csvRows) writeUpTo(ctx context.Context, w io.Writer, limit int) (full b
 	}
 	return false, nil
 }
+
+// writeRowsUpTo is writeUpTo for a batch with rows: the user's rows in
+// their order, each with its verdict, flushed every rowsFlush rows.
+func (c *csvRows) writeRowsUpTo(ctx context.Context, w io.Writer, limit int) (bool, error) {
+	j := c.join
+	cw := j.newWriter(w)
+	filtered := c.f.statuses != nil || c.f.sparse()
+	for n := 1; !c.drained; n++ {
+		fields, seq, line, dupOf, header, err := j.next()
+		switch {
+		case err == io.EOF:
+			c.drained = true
+		case err != nil:
+			return false, err
+		case header && !c.header:
+			c.header = true
+			_ = cw.Write(j.headerRow(fields))
+		case header:
+		default:
+			if !c.header {
+				c.header = true
+				_ = cw.Write(j.headerRow(nil))
+			}
+			var r *evs.Result
+			if seq >= 0 {
+				res, ok, err := j.result(ctx, c.batches, c.account, c.batch, seq, dupOf != "")
+				if err != nil {
+					return false, err
+				}
+				if ok {
+					r = &res
+				}
+			}
+			if filtered && (r == nil || !c.f.statuses[r.Status()] && c.f.statuses != nil || !c.f.keeps(r.Decision)) {
+				continue
+			}
+			_ = cw.Write(j.dataRow(fields, r, line, dupOf))
+		}
+		if n%rowsFlush != 0 && !c.drained {
+			continue
+		}
+		cw.Flush()
+		if err := cw.Error(); err != nil {
+			return false, err
+		}
+		if b, ok := w.(*bytes.Buffer); ok && limit >= 0 && b.Len() > limit {
+			return true, nil
+		}
+	}
+	if !c.header {
+		c.header = true
+		_ = cw.Write(j.headerRow(nil))
+		cw.Flush()
+		if err := cw.Error(); err != nil {
+			return false, err
+		}
+	}
+	return false, nil
+}
+
+// rowsFlush is how many rows of a batch's rows are written between
+// flushes and checks of the reply's size: about a page of results.
+const rowsFlush = MaxPageLimit
 
 // export serves GET /v1/requests/{id}/export: the CSV that Accept:
 // text/csv would give now, with the same filters, stored for a URL that
@@ -1018,6 +1151,7 @@ func (h *Handler) export(ctx context.Context, req *request, p evs.Principal) (id
 	}
 	defer release()
 	rows := newCSVRows(h.d.Batches, p.AccountID, b.ID, f)
+	defer rows.close()
 	url, expires, err := h.d.ExportLinks.Export(ctx, p.AccountID, b.ID, h.origin(req), func(w io.Writer) error {
 		_, err := rows.writeUpTo(ctx, w, -1)
 		return err

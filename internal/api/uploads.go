@@ -153,8 +153,11 @@ func (h *Handler) storeUploadBatch(ctx context.Context, p evs.Principal, in pars
 		}
 		defer release()
 	}
+	_, keep := h.d.Batches.(RowStore)
 	read := func(r io.Reader, lim ListLimits, add func(string) error) error {
-		return ReadListCSV(r, lim, in.layout, add)
+		sp, delim, err := readRows(r, lim, in.layout, in.list, keep)
+		in.list.rows, in.list.delim = sp, delim
+		return err
 	}
 	if u.ContentType == "application/json" {
 		if in.layout != (CSVLayout{}) {
@@ -169,6 +172,7 @@ func (h *Handler) storeUploadBatch(ctx context.Context, p evs.Principal, in pars
 	// one byte past the limit is enough to know.
 	lr := &io.LimitedReader{R: content, N: u.MaxBytes + 1}
 	err = read(lr, ListLimits{MaxAddresses: h.d.MaxUploadAddresses, MaxAddressBytes: MaxEmailLength}, in.list.add)
+	defer in.list.rows.close()
 	var bad *listError
 	var refused *evs.Error
 	switch {

@@ -217,6 +217,8 @@ CREATE INDEX batches_account_created ON batches (account_id, created_at DESC, id
 ALTER TABLE keys ADD COLUMN kind TEXT NOT NULL DEFAULT '';
 ALTER TABLE keys ADD COLUMN origins TEXT NOT NULL DEFAULT '';
 `,
+	// The rows of batches made from CSV lists (rows.go).
+	rowsSchema,
 }
 
 // migrate brings the schema to len(migrations). It runs in one immediate

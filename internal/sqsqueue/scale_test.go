@@ -368,7 +368,7 @@ func (w *scaleWorld) drain(id string) (planCalls []call) {
 			w.t.Fatalf("batch: %v", err)
 		}
 		if b.State == evs.StateCompleted {
-			if b.Counters.Processed != b.Counters.Total {
+			if b.Counters.Processed != b.Counters.Total-b.Counters.Duplicates {
 				w.t.Fatalf("completed with counters %+v", b.Counters)
 			}
 			return planCalls

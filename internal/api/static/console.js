@@ -520,10 +520,13 @@
   // export route shares the job and answers its link, fetched without
   // the key, whereas following the results route's 303 would send the
   // key to S3 (and fail its CORS preflight).
+  // layout=results: one row per distinct address, whose second and third
+  // fields csvCounter reads (a CSV list's own rows would count its
+  // duplicates twice, its verdicts in other columns).
   function resultsCSV() {
-    return call("GET", resultsPath(""), undefined, undefined, "text/csv").then(function (res) {
+    return call("GET", resultsPath("", "layout=results"), undefined, undefined, "text/csv").then(function (res) {
       if (res.status !== 202) { return res; }
-      return ready(resultsPath("", "", "export")).then(function (r) { return r.json(); }).then(function (link) {
+      return ready(resultsPath("", "layout=results", "export")).then(function (r) { return r.json(); }).then(function (link) {
         return fetch(link.url, { cache: "no-store", credentials: "omit" })
           .catch(function () { throw { text: "Could not read the results: check the connection and try again." }; })
           .then(function (r) {

@@ -1,0 +1,64 @@
+package dynamostore_test
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"os"
+	"testing"
+	"time"
+)
+
+// TestBatchRows: a batch's rows are one S3 object, read back whole by
+// their account only; a batch without rows has none, and a second put
+// replaces the first. Rows come from a spool file, as the API puts them.
+func TestBatchRows(t *testing.T) {
+	ctx := context.Background()
+	st := newStore(t, time.Now)
+	read := func(account, batch string) ([]byte, bool) {
+		t.Helper()
+		rc, found, err := st.OpenRows(ctx, account, batch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !found {
+			return nil, false
+		}
+		defer rc.Close()
+		b, err := io.ReadAll(rc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b, true
+	}
+	if _, found := read("acct-a", "b1"); found {
+		t.Fatal("rows of a batch that has none")
+	}
+	rows := bytes.Repeat([]byte("1,2,,Ann,a@x.example\n"), 100_000)
+	f, err := os.CreateTemp(t.TempDir(), "rows")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.Write(rows); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.PutRows(ctx, "acct-a", "b1", time.Now().Add(time.Hour), f, int64(len(rows))); err != nil {
+		t.Fatal(err)
+	}
+	if got, found := read("acct-a", "b1"); !found || !bytes.Equal(got, rows) {
+		t.Fatalf("read %d bytes (found %v), want %d", len(got), found, len(rows))
+	}
+	if _, found := read("acct-b", "b1"); found {
+		t.Fatal("another account read the rows")
+	}
+	if err := st.PutRows(ctx, "acct-a", "b1", time.Now().Add(time.Hour), bytes.NewReader([]byte("x")), 1); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := read("acct-a", "b1"); string(got) != "x" {
+		t.Fatalf("after a second put: %q", got)
+	}
+}

@@ -1,0 +1,120 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"io"
+	"time"
+)
+
+// The rows of a batch made from a CSV list (api.RowStore; contract,
+// section 3) are kept in parts of uploadPart bytes, each its own short
+// write, as uploads are: a 100 MiB list never holds the writer for longer
+// than one part, nor the memory of more than one. They are written before
+// their batch, so they carry their account and expiry rather than refer
+// to it: rows whose batch was never created are swept when they expire.
+
+// rowsSchema is the migration that adds batch rows.
+const rowsSchema = `
+CREATE TABLE batch_rows (
+	batch_id   TEXT NOT NULL,
+	n          INTEGER NOT NULL,
+	account_id TEXT NOT NULL,
+	expires_at INTEGER NOT NULL,
+	data       BLOB NOT NULL,
+	PRIMARY KEY (batch_id, n)
+);
+CREATE INDEX batch_rows_expires ON batch_rows (expires_at);
+`
+
+// qSweepRows deletes expired rows (Sweep).
+const qSweepRows = `DELETE FROM batch_rows WHERE expires_at <= ?`
+
+// PutRows stores rows, size bytes, as batch batchID's, until expires.
+// Rows stored before under the same batch (a retried creation) are
+// replaced.
+func (s *Store) PutRows(ctx context.Context, accountID, batchID string, expires time.Time, rows io.Reader, _ int64) error {
+	err := s.writeOne(ctx, false, func(ctx context.Context, tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `DELETE FROM batch_rows WHERE batch_id = ?`, batchID)
+		return dbErr("replace batch rows", err)
+	})
+	if err != nil {
+		return err
+	}
+	buf := make([]byte, uploadPart)
+	for n := 0; ; n++ {
+		k, rerr := io.ReadFull(rows, buf)
+		if k > 0 {
+			part := buf[:k]
+			err := s.writeOne(ctx, false, func(ctx context.Context, tx *sql.Tx) error {
+				_, err := tx.ExecContext(ctx, `INSERT INTO batch_rows (batch_id, n, account_id, expires_at, data) VALUES (?, ?, ?, ?, ?)`,
+					batchID, n, accountID, millis(expires), part)
+				return dbErr("store batch rows", err)
+			})
+			if err != nil {
+				return err
+			}
+		}
+		switch {
+		case rerr == io.EOF || rerr == io.ErrUnexpectedEOF:
+			return nil
+		case rerr != nil:
+			return rerr
+		}
+	}
+}
+
+// OpenRows returns the rows of the account's batch, read a part at a
+// time; found is false when it has none.
+func (s *Store) OpenRows(ctx context.Context, accountID, batchID string) (io.ReadCloser, bool, error) {
+	r := &rowsReader{s: s, ctx: ctx, account: accountID, batch: batchID}
+	if err := r.fill(); err != nil {
+		return nil, false, err
+	}
+	if r.done {
+		return nil, false, nil
+	}
+	return r, true, nil
+}
+
+// rowsReader reads a batch's rows parts in order.
+type rowsReader struct {
+	s              *Store
+	ctx            context.Context
+	account, batch string
+	n              int
+	cur            []byte
+	done           bool
+}
+
+// fill reads the next part, or marks the end.
+func (r *rowsReader) fill() error {
+	err := r.s.rdb.QueryRowContext(r.ctx, `SELECT data FROM batch_rows WHERE batch_id = ? AND n = ? AND account_id = ? AND expires_at > ?`,
+		r.batch, r.n, r.account, millis(r.s.now())).Scan(&r.cur)
+	if errors.Is(err, sql.ErrNoRows) {
+		r.done = true
+		return nil
+	}
+	if err != nil {
+		return dbErr("read batch rows", err)
+	}
+	r.n++
+	return nil
+}
+
+func (r *rowsReader) Read(b []byte) (int, error) {
+	for len(r.cur) == 0 {
+		if r.done {
+			return 0, io.EOF
+		}
+		if err := r.fill(); err != nil {
+			return 0, err
+		}
+	}
+	k := copy(b, r.cur)
+	r.cur = r.cur[k:]
+	return k, nil
+}
+
+func (r *rowsReader) Close() error { return nil }
