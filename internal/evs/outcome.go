@@ -76,3 +76,45 @@ type HistoryCheck struct {
 	// 2026-11-20".
 	Detail string `json:"detail"`
 }
+
+// Scopes of DomainHistoryCheck.Scope.
+const (
+	// DomainScopeAccount: the counts are of the account's own outcomes.
+	DomainScopeAccount = "account"
+	// DomainScopeShared: the counts are of every account's outcomes, as
+	// the operator allowed (EVS_OUTCOME_SHARE_DOMAINS).
+	DomainScopeShared = "shared"
+)
+
+// DomainCounts are the reported outcomes of a domain's addresses that
+// teach something about its other addresses: deliveries and hard bounces.
+// They are counts of outcomes, never addresses, so they can be shared
+// across accounts.
+type DomainCounts struct {
+	Delivered   int `json:"delivered"`
+	HardBounces int `json:"hardBounces"`
+}
+
+// Add returns c with o counted, or c when o is of neither kind; by -1, o
+// taken back out (a deleted outcome).
+func (c DomainCounts) Add(o Outcome, by int) DomainCounts {
+	switch {
+	case o.Kind == OutcomeDelivered:
+		c.Delivered += by
+	case o.HardBounce():
+		c.HardBounces += by
+	}
+	return c
+}
+
+// Zero tells whether nothing is counted.
+func (c DomainCounts) Zero() bool { return c.Delivered <= 0 && c.HardBounces <= 0 }
+
+// DomainHistoryCheck is the evidence from the outcomes reported for the
+// address's domain (decision.checks.domainHistory): present only on a
+// verdict whose score it moves, an accept-all or unchecked mailbox
+// (verify.ApplyHistory), so the score stays a function of the evidence.
+type DomainHistoryCheck struct {
+	Scope string `json:"scope"`
+	DomainCounts
+}

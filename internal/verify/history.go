@@ -1,14 +1,37 @@
 package verify
 
 import (
+	"strings"
+
 	"github.com/evs-dev/evs/internal/evs"
 )
 
 // History is what an account reported about one address (contract,
-// section 18): its outcomes, in any order. The caller looks it up in its
-// store and passes it in as plain data, so the engine needs no store.
+// section 18): its outcomes, in any order, and the counts learned for its
+// domain. The caller looks them up in its store and passes them in as
+// plain data, so the engine needs no store.
 type History struct {
 	Outcomes []evs.Outcome
+	// Domain counts the outcomes reported for the address's domain, in
+	// DomainScope (evs.DomainScopeAccount, or evs.DomainScopeShared when
+	// the operator shares them across accounts). The caller need only
+	// look them up when UsesDomainCounts says they matter.
+	Domain      evs.DomainCounts
+	DomainScope string
+}
+
+// UsesDomainCounts tells whether ApplyHistory could use the counts
+// learned for d's domain: only an accept-all or unchecked mailbox's score
+// moves with them, and the address's own outcomes never turn another
+// verdict into one of those. A caller skips the lookup otherwise.
+func UsesDomainCounts(d evs.Decision) bool {
+	return learnsFromDomain(d.Reason)
+}
+
+// Domain is the domain part of a normalised address: what the learned
+// counts are kept by.
+func Domain(normalized string) string {
+	return normalized[strings.LastIndexByte(normalized, '@')+1:]
 }
 
 // ApplyHistory is the one rule by which reported outcomes change a
@@ -33,16 +56,36 @@ type History struct {
 //     outcome in checks.history (result "noted"). Soft bounces, complaints
 //     and deferrals never make a verdict undeliverable.
 //
-// With no outcomes d is returned unchanged: checks.history stays absent.
-// The score follows from the result (Score: known_bounce and a delivered
-// accept-all address have rows of their own).
+// Then, when the verdict is still an accept-all or unchecked mailbox and
+// the domain has learned counts, they go into checks.domainHistory, from
+// which Score moves the score (docs/score.md): the verdict's status stays.
+//
+// With no outcomes and no counts d is returned unchanged: checks.history
+// and checks.domainHistory stay absent. The score follows from the
+// evidence (Score: known_bounce and a delivered accept-all address have
+// rows of their own).
 func ApplyHistory(d evs.Decision, h History) evs.Decision {
-	if len(h.Outcomes) == 0 {
+	d = applyAddressHistory(d, h.Outcomes)
+	if learnsFromDomain(d.Reason) && !h.Domain.Zero() {
+		scope := h.DomainScope
+		if scope == "" {
+			scope = evs.DomainScopeAccount
+		}
+		d.Checks.DomainHistory = &evs.DomainHistoryCheck{Scope: scope, DomainCounts: evs.DomainCounts{
+			Delivered: max(h.Domain.Delivered, 0), HardBounces: max(h.Domain.HardBounces, 0)}}
+		d.Score = Score(d)
+	}
+	return d
+}
+
+// applyAddressHistory applies rules 1–3 of ApplyHistory.
+func applyAddressHistory(d evs.Decision, outcomes []evs.Outcome) evs.Decision {
+	if len(outcomes) == 0 {
 		return d
 	}
 	var bounce, delivery, latest *evs.Outcome
-	for i := range h.Outcomes {
-		o := &h.Outcomes[i]
+	for i := range outcomes {
+		o := &outcomes[i]
 		if latest == nil || later(o, latest) {
 			latest = o
 		}
