@@ -49,6 +49,7 @@ type Outcomes interface {
 	DeleteOutcomes(ctx context.Context, accountID, address string) (int, error)
 	EachOutcome(ctx context.Context, accountID string, fn func(evs.Outcome) error) error
 	LastVerdicts(ctx context.Context, accountID string, addresses []string) (map[string]evs.Decision, error)
+	DomainCounts(ctx context.Context, accountID string, domains []string, shared bool) (map[string]evs.DomainCounts, error)
 }
 
 // outcomeJSON is one outcome as the JSON body has it; pointers tell a

@@ -31,9 +31,25 @@ import (
 // something: a batch of an account that never did looks its addresses up
 // with one GetItem, not one Query each. It expires with the latest
 // outcome.
+//
+// Per-domain counts of deliveries and hard bounces (store.DomainCounts)
+// are counter items of the same partition, "@dom#<domain>#<13-digit
+// bucket end, epoch ms>" (store.DomainBucket; no address starts with
+// "@", so no address's prefix matches them), and of the partition
+// "~out#~shared" for every account's together, which only counts, never
+// addresses. PutOutcomes and DeleteOutcomes add to them (UpdateItem ADD);
+// each expires (TTL) at its bucket's end, and reads ignore it after.
 const (
 	outcomePartitionPrefix = "~out#"
 	outcomeMarkerID        = "~any"
+	// domainCountPrefix opens a counter item's id.
+	domainCountPrefix = "@dom#"
+	// sharedOutcomeAccount is the pseudo-account of the shared counters:
+	// no account ID starts with "~".
+	sharedOutcomeAccount = "~shared"
+
+	attrDelivered   = "delivered"
+	attrHardBounces = "hardBounces"
 
 	attrOutcome    = "outcome"
 	attrOutAddress = "address"
@@ -54,6 +70,126 @@ const (
 
 func outcomePartition(accountID string) types.AttributeValue {
 	return avS(outcomePartitionPrefix + accountID)
+}
+
+func domainCountID(domain string, bucket time.Time) string {
+	return fmt.Sprintf("%s%s#%013d", domainCountPrefix, domain, bucket.UnixMilli())
+}
+
+// domainCountKey is one counter item of an account.
+type domainCountKey struct {
+	domain string
+	bucket time.Time
+}
+
+// domainDeltas adds up changes to an account's domain counts, to be
+// written once per counter.
+type domainDeltas map[domainCountKey]evs.DomainCounts
+
+func (m domainDeltas) add(o evs.Outcome, expiresAt time.Time, by int) {
+	if (evs.DomainCounts{}).Add(o, 1).Zero() {
+		return // neither a delivery nor a hard bounce
+	}
+	k := domainCountKey{evs.AddressDomain(o.Address), store.DomainBucket(expiresAt)}
+	m[k] = m[k].Add(o, by)
+}
+
+// writeDomainCounts adds deltas to the account's counters and to the
+// shared ones, but for buckets already ended (never read again). It runs
+// after the outcomes' own writes, even when those failed part way, so the
+// counts follow what was written.
+func (s *Store) writeDomainCounts(ctx context.Context, accountID string, deltas domainDeltas) error {
+	now := s.now()
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(outcomePutWorkers)
+	for k, c := range deltas {
+		if !k.bucket.After(now) || (c == evs.DomainCounts{}) {
+			continue
+		}
+		for _, acct := range []string{accountID, sharedOutcomeAccount} {
+			g.Go(func() error {
+				_, err := s.c.UpdateItem(gctx, &dynamodb.UpdateItemInput{
+					TableName:        aws.String(s.t.Batches),
+					Key:              item{attrAccountID: outcomePartition(acct), attrID: avS(domainCountID(k.domain, k.bucket))},
+					UpdateExpression: aws.String("ADD #d :d, #b :b SET #exp = :exp, #ttl = :ttl"),
+					ExpressionAttributeNames: map[string]string{"#d": attrDelivered, "#b": attrHardBounces,
+						"#exp": attrExpiresAtMs, "#ttl": attrExpiresAt},
+					ExpressionAttributeValues: item{":d": avN(int64(c.Delivered)), ":b": avN(int64(c.HardBounces)),
+						":exp": avTime(k.bucket), ":ttl": ttlSeconds(k.bucket)},
+				})
+				return wrapErr("count outcomes by domain", err)
+			})
+		}
+	}
+	return g.Wait()
+}
+
+// DomainCounts returns the deliveries and hard bounces reported for each
+// domain that has any (store.Outcomes): the account's counters, or with
+// shared the shared ones, of buckets not yet ended; one Query per domain,
+// eight in flight, after one GetItem for an account that never reported
+// an outcome.
+func (s *Store) DomainCounts(ctx context.Context, accountID string, domains []string, shared bool) (map[string]evs.DomainCounts, error) {
+	out := map[string]evs.DomainCounts{}
+	if len(domains) == 0 {
+		return out, nil
+	}
+	now := s.now()
+	acct := sharedOutcomeAccount
+	if !shared {
+		acct = accountID
+		m, err := s.c.GetItem(ctx, &dynamodb.GetItemInput{
+			TableName: aws.String(s.t.Batches),
+			Key:       item{attrAccountID: outcomePartition(accountID), attrID: avS(outcomeMarkerID)},
+		})
+		if err != nil {
+			return nil, wrapErr("read domain counts", err)
+		}
+		if m.Item == nil || getN(m.Item, attrExpiresAtMs) <= now.UnixMilli() {
+			return out, nil
+		}
+	}
+	var mu sync.Mutex
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(outcomeQueryWorkers)
+	seen := make(map[string]bool, len(domains))
+	for _, d := range domains {
+		if seen[d] {
+			continue
+		}
+		seen[d] = true
+		g.Go(func() error {
+			var c evs.DomainCounts
+			p := dynamodb.NewQueryPaginator(s.c, &dynamodb.QueryInput{
+				TableName:                 aws.String(s.t.Batches),
+				KeyConditionExpression:    aws.String("#a = :a AND begins_with(#id, :p)"),
+				ExpressionAttributeNames:  map[string]string{"#a": attrAccountID, "#id": attrID},
+				ExpressionAttributeValues: item{":a": outcomePartition(acct), ":p": avS(domainCountPrefix + d + "#")},
+			})
+			for p.HasMorePages() {
+				page, err := p.NextPage(gctx)
+				if err != nil {
+					return wrapErr("read domain counts", err)
+				}
+				for _, it := range page.Items {
+					if getN(it, attrExpiresAtMs) > now.UnixMilli() {
+						c.Delivered += int(getN(it, attrDelivered))
+						c.HardBounces += int(getN(it, attrHardBounces))
+					}
+				}
+			}
+			if !c.Zero() {
+				mu.Lock()
+				out[d] = evs.DomainCounts{Delivered: max(c.Delivered, 0), HardBounces: max(c.HardBounces, 0)}
+				mu.Unlock()
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 func outcomeID(o evs.Outcome) string {
@@ -81,6 +217,7 @@ func (s *Store) PutOutcomes(ctx context.Context, accountID string, os []evs.Outc
 		added    int
 		firstErr error
 		wg       sync.WaitGroup
+		deltas   = domainDeltas{}
 	)
 	next := make(chan evs.Outcome)
 	ctx, cancel := context.WithCancel(ctx)
@@ -98,6 +235,7 @@ func (s *Store) PutOutcomes(ctx context.Context, accountID string, os []evs.Outc
 				}
 				if ok {
 					added++
+					deltas.add(o, expiresAt, 1)
 				}
 				mu.Unlock()
 			}
@@ -113,6 +251,11 @@ feed:
 	}
 	close(next)
 	wg.Wait()
+	// What was written is counted, even when the rest failed: the retry
+	// finds it a duplicate and would not count it.
+	if err := s.writeDomainCounts(context.WithoutCancel(ctx), accountID, deltas); err != nil && firstErr == nil {
+		firstErr = err
+	}
 	if firstErr != nil {
 		return 0, firstErr
 	}
@@ -217,11 +360,17 @@ func (s *Store) AddressOutcomes(ctx context.Context, accountID string, addresses
 // DeleteOutcomes deletes the account's outcomes of address
 // (store.Outcomes), expired or not.
 func (s *Store) DeleteOutcomes(ctx context.Context, accountID, address string) (int, error) {
-	var keys []types.WriteRequest
+	var (
+		keys []types.WriteRequest
+		olds []evs.Outcome // what each key held, to uncount
+		exps []time.Time
+	)
 	err := s.queryOutcomes(ctx, accountID, address+"#", true, func(it item) error {
 		keys = append(keys, types.WriteRequest{DeleteRequest: &types.DeleteRequest{
 			Key: item{attrAccountID: outcomePartition(accountID), attrID: it[attrID]},
 		}})
+		olds = append(olds, evs.Outcome{Address: address, Kind: evs.OutcomeKind(getS(it, attrOutcome)), BounceType: getS(it, attrBounceType)})
+		exps = append(exps, time.UnixMilli(getN(it, attrExpiresAtMs)))
 		return nil
 	})
 	if err != nil {
@@ -229,7 +378,8 @@ func (s *Store) DeleteOutcomes(ctx context.Context, accountID, address string) (
 	}
 	n := 0
 	for start := 0; start < len(keys); start += cacheWriteBatch {
-		reqs := keys[start:min(start+cacheWriteBatch, len(keys))]
+		end := min(start+cacheWriteBatch, len(keys))
+		reqs := keys[start:end]
 		for attempt := 0; len(reqs) > 0; attempt++ {
 			if attempt > 8 {
 				return n, wrapErr("delete outcomes", fmt.Errorf("%d deletes left unprocessed", len(reqs)))
@@ -245,6 +395,14 @@ func (s *Store) DeleteOutcomes(ctx context.Context, accountID, address string) (
 			}
 			n += len(reqs) - len(out.UnprocessedItems[s.t.Batches])
 			reqs = out.UnprocessedItems[s.t.Batches]
+		}
+		// Each chunk, once deleted whole, is taken out of the counts.
+		deltas := domainDeltas{}
+		for i := start; i < end; i++ {
+			deltas.add(olds[i], exps[i], -1)
+		}
+		if err := s.writeDomainCounts(ctx, accountID, deltas); err != nil {
+			return n, err
 		}
 	}
 	return n, nil
@@ -262,9 +420,9 @@ func (s *Store) EachOutcome(ctx context.Context, accountID string, fn func(evs.O
 	})
 }
 
-// queryOutcomes passes each item of the account's outcome partition whose
-// id starts with prefix ("" for all but the marker) to each; keysOnly
-// reads the keys alone.
+// queryOutcomes passes each outcome item of the account's partition whose
+// id starts with prefix ("" for all; never the marker or a domain
+// counter) to each; keysOnly reads the key and what a delete uncounts.
 func (s *Store) queryOutcomes(ctx context.Context, accountID, prefix string, keysOnly bool, each func(item) error) error {
 	in := &dynamodb.QueryInput{
 		TableName:                 aws.String(s.t.Batches),
@@ -278,8 +436,12 @@ func (s *Store) queryOutcomes(ctx context.Context, accountID, prefix string, key
 		in.ExpressionAttributeValues[":p"] = avS(prefix)
 	}
 	if keysOnly {
-		in.ProjectionExpression = aws.String("#a, #id")
+		// The key, and what a delete takes out of the domain's counts.
+		in.ProjectionExpression = aws.String("#a, #id, #k, #bt, #exp")
 		in.ExpressionAttributeNames["#id"] = attrID
+		in.ExpressionAttributeNames["#k"] = attrOutcome
+		in.ExpressionAttributeNames["#bt"] = attrBounceType
+		in.ExpressionAttributeNames["#exp"] = attrExpiresAtMs
 	}
 	p := dynamodb.NewQueryPaginator(s.c, in)
 	for p.HasMorePages() {
@@ -288,7 +450,7 @@ func (s *Store) queryOutcomes(ctx context.Context, accountID, prefix string, key
 			return wrapErr("read outcomes", err)
 		}
 		for _, it := range page.Items {
-			if getS(it, attrID) == outcomeMarkerID {
+			if id := getS(it, attrID); id == outcomeMarkerID || strings.HasPrefix(id, domainCountPrefix) {
 				continue
 			}
 			if err := each(it); err != nil {

@@ -1,6 +1,9 @@
 package evs
 
-import "time"
+import (
+	"strings"
+	"time"
+)
 
 // OutcomeKind is what happened when mail was sent to an address (contract,
 // section 18).
@@ -117,4 +120,11 @@ func (c DomainCounts) Zero() bool { return c.Delivered <= 0 && c.HardBounces <= 
 type DomainHistoryCheck struct {
 	Scope string `json:"scope"`
 	DomainCounts
+}
+
+// AddressDomain is the domain part of a normalised address (after its
+// last "@": a quoted local part may hold one): what domain counts are
+// kept by.
+func AddressDomain(normalized string) string {
+	return normalized[strings.LastIndexByte(normalized, '@')+1:]
 }

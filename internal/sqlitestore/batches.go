@@ -573,6 +573,7 @@ func (s *Store) Sweep(ctx context.Context) (int, error) {
 			`DELETE FROM uploads WHERE expires_at <= ?`,
 			`DELETE FROM result_cache WHERE expires_at <= ?`,
 			qSweepOutcomes,
+			qSweepOutcomeDomains,
 		} {
 			res, err := tx.ExecContext(ctx, q, now)
 			if err != nil {

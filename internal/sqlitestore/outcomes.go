@@ -35,6 +35,74 @@ CREATE TABLE outcomes (
 CREATE INDEX outcomes_expires ON outcomes (expires_at);
 `
 
+// Per-domain counts of deliveries and hard bounces (store.DomainCounts),
+// one row per account, domain and bucket (the end of the month the
+// outcomes expire in, store.DomainBucket, epoch ms), kept in step by
+// PutOutcomes and DeleteOutcomes in their own transactions, read while the
+// bucket has not ended and swept after. The index on domain serves the
+// counts shared across accounts. The migration counts the outcomes stored
+// before it; the domain is what follows an address's last "@" (rtrim with
+// every character but "@" strips back to it).
+const outcomeDomainsSchema = `
+CREATE TABLE outcome_domains (
+	account_id   TEXT NOT NULL,
+	domain       TEXT NOT NULL,
+	bucket       INTEGER NOT NULL,
+	delivered    INTEGER NOT NULL DEFAULT 0,
+	hard_bounces INTEGER NOT NULL DEFAULT 0,
+	PRIMARY KEY (account_id, domain, bucket)
+) WITHOUT ROWID;
+CREATE INDEX outcome_domains_domain ON outcome_domains (domain, bucket);
+INSERT INTO outcome_domains (account_id, domain, bucket, delivered, hard_bounces)
+	SELECT account_id, substr(address, length(rtrim(address, replace(address, '@', ''))) + 1),
+		CAST(strftime('%s', expires_at / 1000, 'unixepoch', 'start of month', '+1 month') AS INTEGER) * 1000,
+		sum(kind = 'delivered'), sum(kind = 'bounced' AND bounce_type = 'hard')
+	FROM outcomes WHERE kind = 'delivered' OR (kind = 'bounced' AND bounce_type = 'hard')
+	GROUP BY 1, 2, 3;
+`
+
+const (
+	qAddDomainCounts = `INSERT INTO outcome_domains (account_id, domain, bucket, delivered, hard_bounces) VALUES (?, ?, ?, ?, ?)
+		ON CONFLICT (account_id, domain, bucket) DO UPDATE SET
+			delivered = max(delivered + excluded.delivered, 0), hard_bounces = max(hard_bounces + excluded.hard_bounces, 0)`
+	qDomainCounts        = `SELECT domain, sum(delivered), sum(hard_bounces) FROM outcome_domains WHERE account_id = ? AND bucket > ? AND domain IN `
+	qSharedDomainCounts  = `SELECT domain, sum(delivered), sum(hard_bounces) FROM outcome_domains WHERE bucket > ? AND domain IN `
+	qSweepOutcomeDomains = `DELETE FROM outcome_domains WHERE bucket <= ?`
+)
+
+// domainKey is one row of outcome_domains of an account.
+type domainKey struct {
+	domain string
+	bucket int64
+}
+
+// domainDeltas adds up changes to an account's domain counts, to be
+// written once per row at the end of a transaction.
+type domainDeltas map[domainKey]evs.DomainCounts
+
+func (m domainDeltas) add(o evs.Outcome, expiresAt time.Time, by int) {
+	if (evs.DomainCounts{}).Add(o, 1).Zero() {
+		return // neither a delivery nor a hard bounce
+	}
+	k := domainKey{evs.AddressDomain(o.Address), millis(store.DomainBucket(expiresAt))}
+	m[k] = m[k].Add(o, by)
+}
+
+// write applies the deltas to the account's rows, in tx, but for buckets
+// already ended by now (an expired outcome deleted before the sweep):
+// those are never read again.
+func (m domainDeltas) write(ctx context.Context, tx *sql.Tx, accountID string, now int64) error {
+	for k, c := range m {
+		if k.bucket <= now {
+			continue
+		}
+		if _, err := tx.ExecContext(ctx, qAddDomainCounts, accountID, k.domain, k.bucket, c.Delivered, c.HardBounces); err != nil {
+			return dbErr("count outcomes by domain", err)
+		}
+	}
+	return nil
+}
+
 const (
 	qPutOutcome = `INSERT INTO outcomes (account_id, address, at, kind, bounce_type, smtp_reply, verdict, score, expires_at)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
@@ -48,7 +116,7 @@ const (
 	// names, well under SQLite's limit of bound parameters.
 	outcomeChunk     = 500
 	qAccountOutcomes = `SELECT ` + outcomeColumns + ` FROM outcomes WHERE account_id = ? AND expires_at > ?`
-	qDeleteOutcomes  = `DELETE FROM outcomes WHERE account_id = ? AND address = ?`
+	qDeleteOutcomes  = `DELETE FROM outcomes WHERE account_id = ? AND address = ? RETURNING kind, bounce_type, expires_at`
 	qSweepOutcomes   = `DELETE FROM outcomes WHERE expires_at <= ?`
 	qLastVerdicts    = `SELECT decision FROM result_cache WHERE account_id = ? AND address = ?`
 	outcomeNoScore   = -1
@@ -69,6 +137,7 @@ func (s *Store) PutOutcomes(ctx context.Context, accountID string, os []evs.Outc
 		}
 		defer st.Close()
 		now := millis(s.now())
+		deltas := domainDeltas{}
 		for _, o := range os {
 			score := outcomeNoScore
 			if o.Verdict != "" {
@@ -84,8 +153,11 @@ func (s *Store) PutOutcomes(ctx context.Context, accountID string, os []evs.Outc
 				return dbErr("store outcomes", err)
 			}
 			added += int(n)
+			if n > 0 {
+				deltas.add(o, expiresAt, 1)
+			}
 		}
-		return nil
+		return deltas.write(ctx, tx, accountID, now)
 	})
 	if err != nil {
 		return 0, err
@@ -138,16 +210,37 @@ func (s *Store) AddressOutcomes(ctx context.Context, accountID string, addresses
 // DeleteOutcomes deletes the account's outcomes of address
 // (store.Outcomes).
 func (s *Store) DeleteOutcomes(ctx context.Context, accountID, address string) (int, error) {
-	var n int64
+	var n int
 	err := s.writeOne(ctx, true, func(ctx context.Context, tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, qDeleteOutcomes, accountID, address)
+		n = 0
+		rows, err := tx.QueryContext(ctx, qDeleteOutcomes, accountID, address)
 		if err != nil {
 			return dbErr("delete outcomes", err)
 		}
-		n, err = res.RowsAffected()
-		return dbErr("delete outcomes", err)
+		// Taken back out of the domain's counts, unexpired or not: an
+		// expired outcome's bucket may still be read.
+		deltas := domainDeltas{}
+		for rows.Next() {
+			var (
+				o       = evs.Outcome{Address: address}
+				kind    string
+				expires int64
+			)
+			if err := rows.Scan(&kind, &o.BounceType, &expires); err != nil {
+				rows.Close()
+				return dbErr("delete outcomes", err)
+			}
+			o.Kind = evs.OutcomeKind(kind)
+			deltas.add(o, time.UnixMilli(expires), -1)
+			n++
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return dbErr("delete outcomes", err)
+		}
+		return deltas.write(ctx, tx, accountID, millis(s.now()))
 	})
-	return int(n), err
+	return n, err
 }
 
 // EachOutcome calls fn with each of the account's unexpired outcomes
@@ -224,6 +317,50 @@ func (s *Store) LastVerdicts(ctx context.Context, accountID string, addresses []
 		rows.Close()
 		if err := rows.Err(); err != nil {
 			return nil, dbErr("read the result cache", err)
+		}
+	}
+	return out, nil
+}
+
+// DomainCounts returns the deliveries and hard bounces reported for each
+// domain that has any (store.Outcomes): the account's rows, or with shared
+// every account's, of buckets not yet ended.
+func (s *Store) DomainCounts(ctx context.Context, accountID string, domains []string, shared bool) (map[string]evs.DomainCounts, error) {
+	out := map[string]evs.DomainCounts{}
+	now := millis(s.now())
+	for start := 0; start < len(domains); start += outcomeChunk {
+		chunk := domains[start:min(start+outcomeChunk, len(domains))]
+		args := make([]any, 0, len(chunk)+2)
+		q := qSharedDomainCounts
+		if !shared {
+			q = qDomainCounts
+			args = append(args, accountID)
+		}
+		args = append(args, now)
+		for _, d := range chunk {
+			args = append(args, d)
+		}
+		q += `(?` + strings.Repeat(`, ?`, len(chunk)-1) + `) GROUP BY domain`
+		rows, err := s.rdb.QueryContext(ctx, q, args...)
+		if err != nil {
+			return nil, dbErr("read domain counts", err)
+		}
+		for rows.Next() {
+			var (
+				d string
+				c evs.DomainCounts
+			)
+			if err := rows.Scan(&d, &c.Delivered, &c.HardBounces); err != nil {
+				rows.Close()
+				return nil, dbErr("read domain counts", err)
+			}
+			if !c.Zero() {
+				out[d] = c
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, dbErr("read domain counts", err)
 		}
 	}
 	return out, nil

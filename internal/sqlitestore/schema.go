@@ -217,6 +217,9 @@ CREATE INDEX batches_account_created ON batches (account_id, created_at DESC, id
 ALTER TABLE keys ADD COLUMN kind TEXT NOT NULL DEFAULT '';
 ALTER TABLE keys ADD COLUMN origins TEXT NOT NULL DEFAULT '';
 `,
+	// What a domain's reported outcomes teach (outcomes.go; contract,
+	// section 18), counted from the outcomes already stored.
+	outcomeDomainsSchema,
 }
 
 // migrate brings the schema to len(migrations). It runs in one immediate

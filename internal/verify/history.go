@@ -1,8 +1,6 @@
 package verify
 
 import (
-	"strings"
-
 	"github.com/evs-dev/evs/internal/evs"
 )
 
@@ -26,12 +24,6 @@ type History struct {
 // verdict into one of those. A caller skips the lookup otherwise.
 func UsesDomainCounts(d evs.Decision) bool {
 	return learnsFromDomain(d.Reason)
-}
-
-// Domain is the domain part of a normalised address: what the learned
-// counts are kept by.
-func Domain(normalized string) string {
-	return normalized[strings.LastIndexByte(normalized, '@')+1:]
 }
 
 // ApplyHistory is the one rule by which reported outcomes change a

@@ -205,7 +205,7 @@ func TestDomainCountsMoveTheScore(t *testing.T) {
 	if !verify.UsesDomainCounts(acceptAll) || !verify.UsesDomainCounts(notChecked) || verify.UsesDomainCounts(accepted) {
 		t.Error("UsesDomainCounts disagrees with the rule")
 	}
-	if got := verify.Domain(`"a@b"@Example.com`); got != "Example.com" {
+	if got := evs.AddressDomain(`"a@b"@Example.com`); got != "Example.com" {
 		t.Errorf("Domain = %q", got)
 	}
 }
