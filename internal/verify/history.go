@@ -1,6 +1,9 @@
 package verify
 
 import (
+	"context"
+	"fmt"
+
 	"github.com/evs-dev/evs/internal/evs"
 )
 
@@ -137,4 +140,72 @@ func historyCheck(result string, o evs.Outcome) *evs.HistoryCheck {
 		Result: result, Outcome: o.Kind, At: evs.Time{Time: o.At.UTC()},
 		BounceType: o.BounceType, SMTPReply: o.SMTPReply, Detail: detail,
 	}
+}
+
+// HistorySource is where reported outcomes are kept (both stores;
+// store.Outcomes): what WithHistory reads.
+type HistorySource interface {
+	AddressOutcomes(ctx context.Context, accountID string, addresses []string) (map[string][]evs.Outcome, error)
+	DomainCounts(ctx context.Context, accountID string, domains []string, shared bool) (map[string]evs.DomainCounts, error)
+}
+
+// WithHistory looks up the account's outcomes of the decisions' addresses
+// and, for accept-all and unchecked mailboxes, the counts of their
+// domains (shared: every account's, EVS_OUTCOME_SHARE_DOMAINS), one
+// lookup of each for the whole list, and applies them by ApplyHistory, in
+// place. /v1/verify (one decision) and the batch worker (a step's
+// results) both call it: one path from the store to the verdict.
+//
+// A fault reading the addresses' outcomes leaves ds as they are; one
+// reading the counts leaves the scores the evidence's own, the addresses'
+// outcomes still applied. Either is returned, for the caller to log: a
+// verdict without its history is the one evs gave before outcomes
+// existed, better than none.
+func WithHistory(ctx context.Context, src HistorySource, accountID string, shared bool, ds []evs.Decision) error {
+	addrs := make([]string, 0, len(ds))
+	var domains []string
+	seen := map[string]bool{}
+	for _, d := range ds {
+		if d.Normalized == "" {
+			continue
+		}
+		addrs = append(addrs, d.Normalized)
+		// Only an accept-all or unchecked mailbox's score uses its
+		// domain's counts: the others' domains are not looked up.
+		if dom := evs.AddressDomain(d.Normalized); UsesDomainCounts(d) && !seen[dom] {
+			seen[dom] = true
+			domains = append(domains, dom)
+		}
+	}
+	if len(addrs) == 0 {
+		return nil
+	}
+	got, err := src.AddressOutcomes(ctx, accountID, addrs)
+	if err != nil {
+		return fmt.Errorf("read the addresses' outcomes: %w", err)
+	}
+	var counts map[string]evs.DomainCounts
+	var countsErr error
+	if len(domains) > 0 {
+		if counts, err = src.DomainCounts(ctx, accountID, domains, shared); err != nil {
+			counts, countsErr = nil, fmt.Errorf("read the domains' outcome counts: %w", err)
+		}
+	}
+	scope := evs.DomainScopeAccount
+	if shared {
+		scope = evs.DomainScopeShared
+	}
+	for i, d := range ds {
+		if d.Normalized == "" {
+			continue
+		}
+		h := History{Outcomes: got[d.Normalized]}
+		if UsesDomainCounts(d) {
+			h.Domain, h.DomainScope = counts[evs.AddressDomain(d.Normalized)], scope
+		}
+		if len(h.Outcomes) > 0 || !h.Domain.Zero() {
+			ds[i] = ApplyHistory(d, h)
+		}
+	}
+	return countsErr
 }
