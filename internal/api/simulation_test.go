@@ -61,7 +61,7 @@ type simFigures struct {
 	deliveredSoft                    int     // delivered, and a soft bounce or complaint after
 	brierBefore, brierAfter          float64 // unsent accept-all addresses
 	brierAllBefore, brierAllAfter    float64 // every unsent address
-	unsentAcceptAll                  int
+	unsentAcceptAll, unsent          int
 }
 
 // share draws a domain's hidden share of real mailboxes.
@@ -96,10 +96,10 @@ func TestOutcomeSimulation(t *testing.T) {
 	start := time.Now()
 	clock = t0
 	f, addrs := runSimulation(t, ctx, h, st, &clock, simAccount, mixedShares, 38)
-	t.Logf("simulation (mixed shares): Brier score of score/100 on the %d unsent accept-all addresses: %.4f without outcomes, %.4f with (%.0f %% lower); on every unsent address: %.4f, %.4f",
-		f.unsentAcceptAll, f.brierBefore, f.brierAfter, 100*(1-f.brierAfter/f.brierBefore), f.brierAllBefore, f.brierAllAfter)
-	t.Logf("simulation (mixed shares): %d/%d hard-bounced accept-all addresses known_bounce (and %d/%d hard-bounced rejected ones still rejected_email, the bounce noted); %d/%d delivered accept-all addresses deliverable; %d of %d real addresses with only soft bounces or deferrals, and of the delivered ones with soft bounces or complaints, turned undeliverable",
-		f.knownBounce, f.hardBounced, f.rejectedKept, f.rejectedBounced, f.nowDelivered, f.deliveredAcceptAll, f.turnedUndeliverable, f.softOnly+f.deliveredSoft)
+	t.Logf("simulation (mixed shares): Brier score of score/100 on the %d unsent accept-all addresses: %.4f without outcomes, %.4f with (%.0f %% lower); on the %d unsent addresses: %.4f, %.4f",
+		f.unsentAcceptAll, f.brierBefore, f.brierAfter, 100*(1-f.brierAfter/f.brierBefore), f.unsent, f.brierAllBefore, f.brierAllAfter)
+	t.Logf("simulation (mixed shares): %d/%d hard-bounced accept-all addresses known_bounce (and %d/%d hard-bounced rejected ones still rejected_email, the bounce noted); %d/%d delivered accept-all addresses deliverable; %d of the %d real addresses with a soft bounce, deferral or complaint (%d never delivered to, %d delivered to first) turned undeliverable",
+		f.knownBounce, f.hardBounced, f.rejectedKept, f.rejectedBounced, f.nowDelivered, f.deliveredAcceptAll, f.turnedUndeliverable, f.softOnly+f.deliveredSoft, f.softOnly, f.deliveredSoft)
 	if f.hardBounced == 0 || f.knownBounce != f.hardBounced || f.rejectedBounced == 0 || f.rejectedKept != f.rejectedBounced {
 		t.Errorf("%d of %d hard-bounced addresses came back known_bounce, %d of %d rejected ones kept: want every one",
 			f.knownBounce, f.hardBounced, f.rejectedKept, f.rejectedBounced)
@@ -314,6 +314,7 @@ func runSimulation(t *testing.T, ctx context.Context, h *Handler, st *sqlitestor
 	}
 	f.brierBefore /= float64(f.unsentAcceptAll)
 	f.brierAfter /= float64(f.unsentAcceptAll)
+	f.unsent = nAll
 	f.brierAllBefore /= float64(nAll)
 	f.brierAllAfter /= float64(nAll)
 	return f, addrs
