@@ -586,9 +586,9 @@ export interface components {
                  * @enum {string}
                  */
                 scope: "account" | "shared";
-                /** @description Deliveries reported to the domain's addresses. */
+                /** @description How many of the domain's addresses were reported delivered to (each once). */
                 delivered: number;
-                /** @description Hard bounces reported from the domain's addresses. */
+                /** @description How many of the domain's addresses were reported to bounce hard (each once). */
                 hardBounces: number;
             };
         };

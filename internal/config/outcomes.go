@@ -32,7 +32,8 @@ func outcomeTTL(getenv func(string) string, errs *[]error) time.Duration {
 }
 
 // outcomeShareDomains reads EVS_OUTCOME_SHARE_DOMAINS: "on" shares the
-// per-domain counts of outcomes across accounts, "off" (the default)
+// per-domain counts of outcomes (how many addresses delivered, how many
+// bounced hard) across accounts, "off" (the default)
 // keeps each account's to itself. Off by default because one account's
 // outcomes then move the scores another account sees: the operator
 // decides its accounts trust each other that far.

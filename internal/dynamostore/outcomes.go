@@ -50,6 +50,10 @@ const (
 
 	attrDelivered   = "delivered"
 	attrHardBounces = "hardBounces"
+	// attrMarkClass is a mark's class (evs.DomainClass): an item
+	// "<address>#~<class>" says the address is counted in its domain's
+	// counts, until it expires with the outcome that made it.
+	attrMarkClass = "markClass"
 
 	attrOutcome    = "outcome"
 	attrOutAddress = "address"
@@ -86,12 +90,65 @@ type domainCountKey struct {
 // written once per counter.
 type domainDeltas map[domainCountKey]evs.DomainCounts
 
-func (m domainDeltas) add(o evs.Outcome, expiresAt time.Time, by int) {
-	if (evs.DomainCounts{}).Add(o, 1).Zero() {
-		return // neither a delivery nor a hard bounce
+// add counts the address (by -1: uncounts it) in class, in the bucket of
+// a mark expiring at expiresAt.
+func (m domainDeltas) add(address, class string, expiresAt time.Time, by int) {
+	k := domainCountKey{evs.AddressDomain(address), store.DomainBucket(expiresAt)}
+	c := m[k]
+	switch class {
+	case evs.ClassDelivered:
+		c.Delivered += by
+	case evs.ClassHardBounce:
+		c.HardBounces += by
+	default:
+		return
 	}
-	k := domainCountKey{evs.AddressDomain(o.Address), store.DomainBucket(expiresAt)}
-	m[k] = m[k].Add(o, by)
+	m[k] = c
+}
+
+func markID(address, class string) string { return address + "#~" + class }
+
+// markOutcome makes the mark that counts the address in class, unless a
+// live one is there, and adds what changed to deltas: the address counted,
+// and an expired mark TTL had not deleted yet uncounted (its bucket may
+// still be read). The mark's id shares the address's prefix, so deleting
+// the address deletes it; it has no outcome attribute, so no read takes
+// it for an outcome.
+func (s *Store) markOutcome(ctx context.Context, accountID, address, class string, expiresAt time.Time, deltas domainDeltas) error {
+	token := newToken()
+	key := item{attrAccountID: outcomePartition(accountID), attrID: avS(markID(address, class))}
+	it := item{attrMarkClass: avS(class), attrExpiresAtMs: avTime(expiresAt), attrExpiresAt: ttlSeconds(expiresAt),
+		attrCreateToken: avS(token)}
+	for k, v := range key {
+		it[k] = v
+	}
+	out, err := s.c.PutItem(ctx, &dynamodb.PutItemInput{
+		TableName: aws.String(s.t.Batches), Item: it,
+		ConditionExpression:       aws.String("attribute_not_exists(#id) OR #exp <= :now"),
+		ExpressionAttributeNames:  map[string]string{"#id": attrID, "#exp": attrExpiresAtMs},
+		ExpressionAttributeValues: item{":now": avTime(s.now())},
+		ReturnValues:              types.ReturnValueAllOld,
+	})
+	if isConditionFailed(err) {
+		// A live mark: the address is counted, unless it is this call's
+		// own, written by a retry of the SDK whose first reply was lost.
+		cur, gerr := s.get(ctx, s.t.Batches, key, "count outcomes by domain")
+		if gerr != nil {
+			return gerr
+		}
+		if getS(cur, attrCreateToken) == token {
+			deltas.add(address, class, expiresAt, 1)
+		}
+		return nil
+	}
+	if err != nil {
+		return wrapErr("count outcomes by domain", err)
+	}
+	if old := out.Attributes; len(old) > 0 {
+		deltas.add(address, class, time.UnixMilli(getN(old, attrExpiresAtMs)), -1)
+	}
+	deltas.add(address, class, expiresAt, 1)
+	return nil
 }
 
 // writeDomainCounts adds deltas to the account's counters and to the
@@ -228,6 +285,13 @@ func (s *Store) PutOutcomes(ctx context.Context, accountID string, os []evs.Outc
 			defer wg.Done()
 			for o := range next {
 				ok, err := s.putOutcome(ctx, accountID, o, expiresAt)
+				mine := domainDeltas{}
+				if class := o.DomainClass(); ok && class != "" && err == nil {
+					// Counted even when the call is failing: the
+					// outcome is written, and a retry finds it a
+					// duplicate that counts nothing.
+					err = s.markOutcome(context.WithoutCancel(ctx), accountID, o.Address, class, expiresAt, mine)
+				}
 				mu.Lock()
 				if err != nil && firstErr == nil {
 					firstErr = err
@@ -235,7 +299,9 @@ func (s *Store) PutOutcomes(ctx context.Context, accountID string, os []evs.Outc
 				}
 				if ok {
 					added++
-					deltas.add(o, expiresAt, 1)
+				}
+				for k, c := range mine {
+					deltas[k] = evs.DomainCounts{Delivered: deltas[k].Delivered + c.Delivered, HardBounces: deltas[k].HardBounces + c.HardBounces}
 				}
 				mu.Unlock()
 			}
@@ -361,15 +427,15 @@ func (s *Store) AddressOutcomes(ctx context.Context, accountID string, addresses
 // (store.Outcomes), expired or not.
 func (s *Store) DeleteOutcomes(ctx context.Context, accountID, address string) (int, error) {
 	var (
-		keys []types.WriteRequest
-		olds []evs.Outcome // what each key held, to uncount
-		exps []time.Time
+		keys    []types.WriteRequest
+		classes []string // a mark's class, to uncount; "" for an outcome
+		exps    []time.Time
 	)
 	err := s.queryOutcomes(ctx, accountID, address+"#", true, func(it item) error {
 		keys = append(keys, types.WriteRequest{DeleteRequest: &types.DeleteRequest{
 			Key: item{attrAccountID: outcomePartition(accountID), attrID: it[attrID]},
 		}})
-		olds = append(olds, evs.Outcome{Address: address, Kind: evs.OutcomeKind(getS(it, attrOutcome)), BounceType: getS(it, attrBounceType)})
+		classes = append(classes, getS(it, attrMarkClass))
 		exps = append(exps, time.UnixMilli(getN(it, attrExpiresAtMs)))
 		return nil
 	})
@@ -393,13 +459,17 @@ func (s *Store) DeleteOutcomes(ctx context.Context, accountID, address string) (
 			if err != nil {
 				return n, wrapErr("delete outcomes", err)
 			}
-			n += len(reqs) - len(out.UnprocessedItems[s.t.Batches])
 			reqs = out.UnprocessedItems[s.t.Batches]
 		}
-		// Each chunk, once deleted whole, is taken out of the counts.
+		// Each chunk, once deleted whole, counts its outcomes and takes
+		// its marks out of the domain's counts.
 		deltas := domainDeltas{}
 		for i := start; i < end; i++ {
-			deltas.add(olds[i], exps[i], -1)
+			if classes[i] == "" {
+				n++
+			} else {
+				deltas.add(address, classes[i], exps[i], -1)
+			}
 		}
 		if err := s.writeDomainCounts(ctx, accountID, deltas); err != nil {
 			return n, err
@@ -420,9 +490,10 @@ func (s *Store) EachOutcome(ctx context.Context, accountID string, fn func(evs.O
 	})
 }
 
-// queryOutcomes passes each outcome item of the account's partition whose
-// id starts with prefix ("" for all; never the marker or a domain
-// counter) to each; keysOnly reads the key and what a delete uncounts.
+// queryOutcomes passes each item of the account's partition whose id
+// starts with prefix ("" for all; never the marker or a domain counter):
+// outcomes and the addresses' marks, which outcomeFrom tells apart, to
+// each; keysOnly reads the key and what a delete uncounts.
 func (s *Store) queryOutcomes(ctx context.Context, accountID, prefix string, keysOnly bool, each func(item) error) error {
 	in := &dynamodb.QueryInput{
 		TableName:                 aws.String(s.t.Batches),
@@ -437,10 +508,9 @@ func (s *Store) queryOutcomes(ctx context.Context, accountID, prefix string, key
 	}
 	if keysOnly {
 		// The key, and what a delete takes out of the domain's counts.
-		in.ProjectionExpression = aws.String("#a, #id, #k, #bt, #exp")
+		in.ProjectionExpression = aws.String("#a, #id, #mc, #exp")
 		in.ExpressionAttributeNames["#id"] = attrID
-		in.ExpressionAttributeNames["#k"] = attrOutcome
-		in.ExpressionAttributeNames["#bt"] = attrBounceType
+		in.ExpressionAttributeNames["#mc"] = attrMarkClass
 		in.ExpressionAttributeNames["#exp"] = attrExpiresAtMs
 	}
 	p := dynamodb.NewQueryPaginator(s.c, in)
@@ -462,9 +532,9 @@ func (s *Store) queryOutcomes(ctx context.Context, accountID, prefix string, key
 }
 
 // outcomeFrom reads an outcome item; ok is false when it has expired by
-// now (TTL deletes items late).
+// now (TTL deletes items late), or is an address's mark.
 func outcomeFrom(it item, now time.Time) (evs.Outcome, bool) {
-	if getN(it, attrExpiresAtMs) <= now.UnixMilli() {
+	if getN(it, attrExpiresAtMs) <= now.UnixMilli() || getS(it, attrOutcome) == "" {
 		return evs.Outcome{}, false
 	}
 	o := evs.Outcome{

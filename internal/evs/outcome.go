@@ -89,25 +89,34 @@ const (
 	DomainScopeShared = "shared"
 )
 
-// DomainCounts are the reported outcomes of a domain's addresses that
-// teach something about its other addresses: deliveries and hard bounces.
-// They are counts of outcomes, never addresses, so they can be shared
-// across accounts.
+// DomainCounts are what the reported outcomes of a domain's addresses
+// teach about its other addresses: how many of its addresses were
+// delivered to, and how many bounced hard. Each address counts once per
+// kind, however often mail was sent to it: a list mailed every week would
+// otherwise weigh its deliveries 52 times a year and its bounces, which
+// end the mailing, once. They are numbers, never the addresses, so they
+// can be shared across accounts.
 type DomainCounts struct {
 	Delivered   int `json:"delivered"`
 	HardBounces int `json:"hardBounces"`
 }
 
-// Add returns c with o counted, or c when o is of neither kind; by -1, o
-// taken back out (a deleted outcome).
-func (c DomainCounts) Add(o Outcome, by int) DomainCounts {
+// Kinds of DomainClass: what an outcome counts as in DomainCounts.
+const (
+	ClassDelivered  = "delivered"
+	ClassHardBounce = "hard_bounce"
+)
+
+// DomainClass is what o counts as in its domain's counts: ClassDelivered,
+// ClassHardBounce, or "" for an outcome that is neither.
+func (o Outcome) DomainClass() string {
 	switch {
 	case o.Kind == OutcomeDelivered:
-		c.Delivered += by
+		return ClassDelivered
 	case o.HardBounce():
-		c.HardBounces += by
+		return ClassHardBounce
 	}
-	return c
+	return ""
 }
 
 // Zero tells whether nothing is counted.

@@ -574,6 +574,7 @@ func (s *Store) Sweep(ctx context.Context) (int, error) {
 			`DELETE FROM result_cache WHERE expires_at <= ?`,
 			qSweepOutcomes,
 			qSweepOutcomeDomains,
+			qSweepMarks,
 		} {
 			res, err := tx.ExecContext(ctx, q, now)
 			if err != nil {

@@ -54,8 +54,9 @@ func TestBackupKeepsOutcomes(t *testing.T) {
 }
 
 // TestMigrateCountsStoredOutcomes: the migration that adds the per-domain
-// counts counts the outcomes stored before it, by the domain after an
-// address's last "@" and the month each expires in.
+// counts counts the addresses of the outcomes stored before it, each once
+// per class, by the domain after its last "@" and the month its first
+// outcome of the class expires in.
 func TestMigrateCountsStoredOutcomes(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -84,11 +85,12 @@ func TestMigrateCountsStoredOutcomes(t *testing.T) {
 	}
 	if _, err := db.ExecContext(ctx, `INSERT INTO outcomes (account_id, address, at, kind, bounce_type, expires_at) VALUES
 		('a', 'ann@catchall.example', 1, 'delivered', '', ?),
+		('a', 'ann@catchall.example', 2, 'delivered', '', ?),
 		('a', '"x@y"@catchall.example', 1, 'bounced', 'hard', ?),
 		('a', 'bob@catchall.example', 2, 'bounced', 'hard', ?),
 		('a', 'cy@catchall.example', 1, 'bounced', 'soft', ?),
 		('a', 'cy@catchall.example', 2, 'complained', '', ?),
-		('b', 'dee@catchall.example', 1, 'delivered', '', ?)`, long, long, short, long, long, long); err != nil {
+		('b', 'dee@catchall.example', 1, 'delivered', '', ?)`, long, long, long, short, long, long, long); err != nil {
 		t.Fatal(err)
 	}
 	db.Close()

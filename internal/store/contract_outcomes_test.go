@@ -194,10 +194,12 @@ func TestDomainCountsContract(t *testing.T) {
 	})
 }
 
-// runDomainCountsContract checks the per-domain counts: deliveries and
-// hard bounces only, the account's own unless shared, added once per
-// outcome stored (a duplicate adds nothing), taken out when the address's
-// outcomes are deleted, and gone once their bucket has ended.
+// runDomainCountsContract checks the per-domain counts: addresses
+// delivered to and hard-bounced, each once however many such outcomes it
+// has (a duplicate or a repeat adds nothing), the account's own unless
+// shared, taken out when the address's outcomes are deleted, counted anew
+// (not twice) after its first outcome expired, and gone once their bucket
+// has ended.
 func runDomainCountsContract(t *testing.T, open func(t *testing.T, now func() time.Time) store.Outcomes) {
 	ctx := context.Background()
 	clk := testkit.NewClock(base)
@@ -239,10 +241,13 @@ func runDomainCountsContract(t *testing.T, open func(t *testing.T, now func() ti
 		}
 	}
 	c := func(dl, hb int) evs.DomainCounts { return evs.DomainCounts{Delivered: dl, HardBounces: hb} }
-	check("account a", "a", false, map[string]evs.DomainCounts{"catchall.example": c(2, 2), "other.example": c(1, 0)})
+	// ann's two deliveries count her once; a later delivery to dee, once.
+	_, err = s.PutOutcomes(ctx, "a", []evs.Outcome{out("dee@other.example", evs.OutcomeDelivered, "", 5)}, keep)
+	must(t, err, "PutOutcomes a, a repeat")
+	check("account a", "a", false, map[string]evs.DomainCounts{"catchall.example": c(1, 2), "other.example": c(1, 0)})
 	check("account b", "b", false, map[string]evs.DomainCounts{"catchall.example": c(0, 1)})
 	check("an account without outcomes", "nobody", false, map[string]evs.DomainCounts{})
-	check("shared", "nobody", true, map[string]evs.DomainCounts{"catchall.example": c(2, 3), "other.example": c(1, 0)})
+	check("shared", "nobody", true, map[string]evs.DomainCounts{"catchall.example": c(1, 3), "other.example": c(1, 0)})
 
 	d, err := s.DeleteOutcomes(ctx, "a", "ann@catchall.example")
 	must(t, err, "DeleteOutcomes")
@@ -251,6 +256,10 @@ func runDomainCountsContract(t *testing.T, open func(t *testing.T, now func() ti
 	}
 	check("account a after deleting ann", "a", false, map[string]evs.DomainCounts{"catchall.example": c(0, 2), "other.example": c(1, 0)})
 	check("shared after deleting ann", "b", true, map[string]evs.DomainCounts{"catchall.example": c(0, 3), "other.example": c(1, 0)})
+	// A delivered and then hard-bounced address counts in both.
+	_, err = s.PutOutcomes(ctx, "a", []evs.Outcome{out("dee@other.example", evs.OutcomeBounced, evs.BounceHard, 9)}, keep)
+	must(t, err, "PutOutcomes a, dee bounced")
+	check("account a after dee bounced", "a", false, map[string]evs.DomainCounts{"catchall.example": c(0, 2), "other.example": c(1, 1)})
 
 	// Outcomes kept an hour count until the end of that month, then no
 	// more.
@@ -261,7 +270,16 @@ func runDomainCountsContract(t *testing.T, open func(t *testing.T, now func() ti
 	if got["short.example"] != c(1, 0) {
 		t.Fatalf("DomainCounts c = %+v", got)
 	}
-	clk.Set(store.DomainBucket(base.Add(time.Hour)))
+	// Her first delivery expired; a new one counts her anew, not twice.
+	clk.Advance(2 * time.Hour)
+	_, err = s.PutOutcomes(ctx, "c", []evs.Outcome{out("fay@short.example", evs.OutcomeDelivered, "", 60)}, base.Add(3*time.Hour))
+	must(t, err, "PutOutcomes c again")
+	got, err = s.DomainCounts(ctx, "c", []string{"short.example"}, false)
+	must(t, err, "DomainCounts c again")
+	if got["short.example"] != c(1, 0) {
+		t.Fatalf("DomainCounts c after a new delivery = %+v", got)
+	}
+	clk.Set(store.DomainBucket(base.Add(3 * time.Hour)))
 	got, err = s.DomainCounts(ctx, "c", []string{"short.example"}, false)
 	must(t, err, "DomainCounts c after the bucket")
 	if len(got) != 0 {

@@ -33,13 +33,16 @@ type Outcomes interface {
 	// either mode and expired or not, the one checked last: the verdict
 	// the account was given, for the outcome report.
 	LastVerdicts(ctx context.Context, accountID string, addresses []string) (map[string]evs.Decision, error)
-	// DomainCounts returns, for each of the domains that has any, the
-	// deliveries and hard bounces reported for its addresses
-	// (evs.DomainCounts): the account's own, or with shared every
-	// account's (EVS_OUTCOME_SHARE_DOMAINS). PutOutcomes and
-	// DeleteOutcomes keep them in step with the outcomes they add and
-	// delete, as counters by DomainBucket: an outcome leaves the counts
-	// at the end of the month it expires in, at most a month after it.
+	// DomainCounts returns, for each of the domains that has any, how
+	// many of its addresses were reported delivered to and how many
+	// bounced hard, each address once per kind (evs.DomainCounts): the
+	// account's own, or with shared every account's
+	// (EVS_OUTCOME_SHARE_DOMAINS). PutOutcomes and DeleteOutcomes keep
+	// them in step: the first outcome of a kind for an address counts it,
+	// until that outcome expires (a later one then counts it again);
+	// deleting the address uncounts it. Counters are kept by DomainBucket:
+	// an address leaves them at the end of the month its outcome expires
+	// in, at most a month after it.
 	DomainCounts(ctx context.Context, accountID string, domains []string, shared bool) (map[string]evs.DomainCounts, error)
 }
 
