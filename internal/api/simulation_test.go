@@ -186,9 +186,9 @@ func runSimulation(t *testing.T, ctx context.Context, h *Handler, st *sqlitestor
 	}
 
 	// Day 2: mail is sent to the half; what happens is reported. Real
-	// mailboxes mostly take it (some also soft-bounce, complain or defer
-	// later); some only soft-bounce or defer (a full mailbox). The others
-	// bounce hard, some after a deferral.
+	// mailboxes mostly take it, on one to four days (some also
+	// soft-bounce or complain); some only soft-bounce or defer (a full
+	// mailbox). The others bounce hard, some after a deferral.
 	sendAt := clock.Add(24 * time.Hour)
 	var posted []evs.Outcome
 	for i, a := range addrs {
@@ -211,7 +211,11 @@ func runSimulation(t *testing.T, ctx context.Context, h *Handler, st *sqlitestor
 			o(evs.OutcomeDeferred, "", 0)
 			o(evs.OutcomeBounced, "", time.Hour) // a bounce of no stated type counts as soft
 		default:
-			o(evs.OutcomeDelivered, "", 0)
+			// Mailed up to four days running: each address must still
+			// count once in its domain's counts.
+			for d, n := 0, 1+rng.IntN(4); d < n; d++ {
+				o(evs.OutcomeDelivered, "", time.Duration(d)*24*time.Hour)
+			}
 			if rng.IntN(10) == 0 {
 				o(evs.OutcomeBounced, evs.BounceSoft, time.Hour)
 			}
@@ -228,6 +232,38 @@ func runSimulation(t *testing.T, ctx context.Context, h *Handler, st *sqlitestor
 	}
 	if res.Accepted != len(posted) || res.Duplicates != 0 {
 		t.Fatalf("stored %+v of %d outcomes", res, len(posted))
+	}
+
+	// The domains' counts are of addresses, each once: as counted by hand.
+	hand := map[string]evs.DomainCounts{}
+	var domains []string
+	for _, a := range addrs {
+		dom := evs.AddressDomain(a.key)
+		if _, ok := hand[dom]; !ok {
+			domains = append(domains, dom)
+		}
+		c := hand[dom]
+		var dl, hb bool
+		for _, o := range a.outcomes {
+			dl = dl || o.Kind == evs.OutcomeDelivered
+			hb = hb || o.HardBounce()
+		}
+		if dl {
+			c.Delivered++
+		}
+		if hb {
+			c.HardBounces++
+		}
+		hand[dom] = c
+	}
+	counts, err := st.DomainCounts(ctx, account, domains, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, dom := range domains {
+		if counts[dom] != hand[dom] {
+			t.Fatalf("%s: the store counts %+v, by hand %+v", dom, counts[dom], hand[dom])
+		}
 	}
 
 	// A week later every address is verified again, domain by domain as
