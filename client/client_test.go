@@ -10,6 +10,10 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"reflect"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -188,5 +192,144 @@ func checkBatch(t *testing.T, c *client.Client, b *client.Batch, emails []string
 	rows, err := csv.NewReader(&buf).ReadAll()
 	if err != nil || len(rows) != len(emails)+1 || rows[0][0] != "email" || rows[1][0] != emails[0] || rows[len(rows)-1][0] != emails[len(emails)-1] {
 		t.Fatalf("%s: CSV of %d rows (%v): %q", name, len(rows), err, rows[:min(len(rows), 2)])
+	}
+}
+
+// TestListAndCancel: the batch list pages through every batch, newest
+// first, filtered by state; a cancelled batch is listed as such and a
+// second cancel is refused with the contract's code.
+func TestListAndCancel(t *testing.T) {
+	c, _ := serve(t, 0)
+	ctx := context.Background()
+	var made []string
+	for i := range 3 {
+		b, err := c.CreateBatch(ctx, []string{fmt.Sprintf("greylisted@d%d.example", i)}, client.BatchOptions{Name: fmt.Sprint("batch ", i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		made = append(made, b.Request.ID)
+	}
+	cancelled, err := c.Cancel(ctx, made[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cancelled.Request.State != "cancelled" {
+		t.Fatalf("cancel: %+v", cancelled.Request)
+	}
+	var apiErr *client.Error
+	if _, err := c.Cancel(ctx, made[1]); !errors.As(err, &apiErr) || apiErr.Code != "invalid_state" {
+		t.Fatalf("second cancel: %v", err)
+	}
+	var all []string
+	for b, err := range c.Batches(ctx) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, b.Request.ID)
+	}
+	if want := []string{made[2], made[1], made[0]}; !slices.Equal(all, want) {
+		t.Errorf("list %v, want newest first %v", all, want)
+	}
+	var only []string
+	for b, err := range c.Batches(ctx, "cancelled") {
+		if err != nil {
+			t.Fatal(err)
+		}
+		only = append(only, b.Request.ID)
+	}
+	if !slices.Equal(only, []string{made[1]}) {
+		t.Errorf("cancelled batches %v, want %v", only, made[1:2])
+	}
+	for _, err := range c.Batches(ctx, "asleep") {
+		if !errors.As(err, &apiErr) || apiErr.Code != "invalid_request" {
+			t.Errorf("an unknown state: %v", err)
+		}
+	}
+}
+
+// TestOutcomes: outcomes reported through the client change the next
+// verdict, show in the report, count as duplicates when sent again, and
+// are forgotten on delete.
+func TestOutcomes(t *testing.T) {
+	c, _ := serve(t, 0)
+	ctx := context.Background()
+	const email = "accepted_email@bounced.example"
+	if v, err := c.Verify(ctx, email, ""); err != nil || v.Status != "deliverable" {
+		t.Fatalf("before: %+v %v", v, err)
+	}
+	sent := []client.Outcome{
+		{Email: email, Outcome: "bounced", BounceType: "hard", At: time.Now().Add(time.Minute), SMTPReply: "550 5.1.1 no such user"},
+		{Email: "accepted_email@other.example", Outcome: "delivered", At: time.Now()},
+	}
+	got, err := c.ReportOutcomes(ctx, sent)
+	if err != nil || got.Received != 2 || got.Accepted != 2 || got.Duplicates != 0 {
+		t.Fatalf("report: %+v %v", got, err)
+	}
+	if got, err := c.ReportOutcomes(ctx, sent); err != nil || got.Accepted != 0 || got.Duplicates != 2 {
+		t.Fatalf("again: %+v %v", got, err)
+	}
+	v, err := c.Verify(ctx, email, "")
+	if err != nil || v.Decision.Reason != "known_bounce" || v.Decision.Checks.History == nil {
+		t.Fatalf("after a hard bounce: %+v %v", v, err)
+	}
+	rep, err := c.Report(ctx)
+	if err != nil || rep.Outcomes != 2 || len(rep.Rows) == 0 {
+		t.Fatalf("report: %+v %v", rep, err)
+	}
+	hard := 0
+	for _, r := range rep.Rows {
+		hard += r.HardBounces
+	}
+	if hard != 1 {
+		t.Errorf("report counts %d hard bounces, want 1: %+v", hard, rep.Rows)
+	}
+	if n, err := c.DeleteOutcomes(ctx, email); err != nil || n != 1 {
+		t.Fatalf("delete: %d %v", n, err)
+	}
+	if v, err := c.Verify(ctx, email, ""); err != nil || v.Decision.Reason != "accepted_email" {
+		t.Fatalf("after delete: %+v %v", v, err)
+	}
+	var apiErr *client.Error
+	if _, err := c.ReportOutcomes(ctx, []client.Outcome{{Email: email, Outcome: "lost", At: time.Now()}}); !errors.As(err, &apiErr) || apiErr.Code != "invalid_request" {
+		t.Fatalf("a bad outcome: %v", err)
+	}
+	if s, err := c.Health(ctx); err != nil || s != "ok" {
+		t.Fatalf("health: %q %v", s, err)
+	}
+}
+
+// TestClientCoversTheContract: every operation of api/openapi.yaml is a
+// method of Client, or is listed here with why a client does not call it.
+func TestClientCoversTheContract(t *testing.T) {
+	doc, err := os.ReadFile("../api/openapi.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	methods := map[string]string{
+		"verify": "Verify", "listBatches": "Batches", "createBatch": "CreateBatch", "getBatch": "Batch",
+		"getResults": "Results", "exportResults": "DownloadCSV", "cancelBatch": "Cancel",
+		"createUpload": "CreateBatchCSV", "sendUpload": "CreateBatchCSV", "downloadExport": "DownloadCSV",
+		"postOutcomes": "ReportOutcomes", "deleteOutcomes": "DeleteOutcomes", "outcomesReport": "Report",
+		"health": "Health",
+	}
+	notForClients := map[string]string{
+		"verifyPreflight":   "a browser's CORS preflight",
+		"receiveSnsMessage": "Amazon SNS posts it, not a client",
+		"ready":             "the operator's readiness detail (egress, blocklists); Health answers whether the service is up",
+	}
+	ct := reflect.TypeFor[*client.Client]()
+	for _, m := range regexp.MustCompile(`(?m)^\s+operationId: (\w+)$`).FindAllStringSubmatch(string(doc), -1) {
+		op := m[1]
+		if _, ok := notForClients[op]; ok {
+			continue
+		}
+		name, ok := methods[op]
+		if !ok {
+			t.Errorf("operation %s: no Client method covers it", op)
+			continue
+		}
+		if _, ok := ct.MethodByName(name); !ok {
+			t.Errorf("operation %s: Client has no method %s", op, name)
+		}
 	}
 }

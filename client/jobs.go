@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -208,33 +209,75 @@ func (f Filter) query() url.Values {
 // Results yields the batch's written results in submission order, a page
 // of 1,000 at a time; it stops at the first error, which it yields.
 func (c *Client) Results(ctx context.Context, id string, f Filter) iter.Seq2[Result, error] {
-	return func(yield func(Result, error) bool) {
-		q := f.query()
-		q.Set("limit", "1000")
+	q := f.query()
+	q.Set("limit", "1000")
+	return pages[Result](ctx, c, "/v1/requests/"+url.PathEscape(id)+"/results", "results", q)
+}
+
+// Batches yields the account's batches, newest first, a page of 1,000 at
+// a time; states, when given, keeps only batches in those states
+// ("queued", "running", "completed", "cancelled", "failed"). It stops at
+// the first error, which it yields.
+func (c *Client) Batches(ctx context.Context, states ...string) iter.Seq2[Batch, error] {
+	q := url.Values{"limit": {"1000"}}
+	if len(states) > 0 {
+		q.Set("state", strings.Join(states, ","))
+	}
+	return pages[Batch](ctx, c, "/v1/requests", "requests", q)
+}
+
+// Cancel cancels a batch that is not final yet and returns it; a final
+// batch is an *Error with Code "invalid_state".
+func (c *Client) Cancel(ctx context.Context, id string) (*Batch, error) {
+	_, b, err := c.do(ctx, request{method: http.MethodPost, path: "/v1/requests/" + url.PathEscape(id) + "/cancel"})
+	if err != nil {
+		return nil, err
+	}
+	var bt Batch
+	return &bt, c.decode(b, &bt)
+}
+
+// pages yields the items of a paged list (items under field, nextCursor
+// to go on) from path with q, following cursors until the last page.
+func pages[T any](ctx context.Context, c *Client, path, field string, q url.Values) iter.Seq2[T, error] {
+	return func(yield func(T, error) bool) {
+		var zero T
 		for {
-			_, b, err := c.do(ctx, request{method: http.MethodGet, path: "/v1/requests/" + url.PathEscape(id) + "/results?" + q.Encode()})
+			_, b, err := c.do(ctx, request{method: http.MethodGet, path: path + "?" + q.Encode()})
 			if err != nil {
-				yield(Result{}, err)
+				yield(zero, err)
 				return
 			}
-			var page struct {
-				Results    []Result `json:"results"`
-				NextCursor *string  `json:"nextCursor"`
-				RequestID  string   `json:"requestId"`
-			}
-			if err := c.decode(b, &page); err != nil {
-				yield(Result{}, err)
+			var page map[string]json.RawMessage
+			if err := json.Unmarshal(b, &page); err != nil {
+				yield(zero, fmt.Errorf("evs: unexpected reply: %w", err))
 				return
 			}
-			for _, r := range page.Results {
-				if !yield(r, nil) {
+			var items []T
+			var next *string
+			if err := c.decode(page[field], &items); err != nil {
+				yield(zero, err)
+				return
+			}
+			if err := json.Unmarshal(page["nextCursor"], &next); err != nil {
+				yield(zero, fmt.Errorf("evs: unexpected reply: %w", err))
+				return
+			}
+			for k := range page {
+				if c.strict && k != field && k != "nextCursor" && k != "requestId" {
+					yield(zero, fmt.Errorf("evs: unexpected reply: unknown field %q", k))
 					return
 				}
 			}
-			if page.NextCursor == nil {
+			for _, it := range items {
+				if !yield(it, nil) {
+					return
+				}
+			}
+			if next == nil {
 				return
 			}
-			q.Set("cursor", *page.NextCursor)
+			q.Set("cursor", *next)
 		}
 	}
 }

@@ -199,6 +199,14 @@ export interface paths {
          *     200: the API and quick checks still serve; the gauges
          *     `evs_egress_listed`, `evs_egress_helo_confirmed` and
          *     `evs_smtp_blocked_share` carry the same figures.
+         *
+         *     This body is also what the web console's "Are we blocked?" panel
+         *     shows (docs/console.md): operations data, not an account's, so it
+         *     stays here, public and keyless like the rest of `/readyz`, rather
+         *     than under `/v1/`, whose every route answers for an account on both
+         *     deployments. On AWS there is no `/readyz`; the same self-check runs
+         *     in the worker and is read from the metrics `evs_egress_listed` and
+         *     `evs_egress_helo_confirmed` and their alarms (docs/aws.md).
          */
         get: operations["ready"];
         put?: never;
@@ -428,7 +436,7 @@ export interface components {
             since?: string;
             /** @description The last failure, while out of rotation. */
             detail?: string;
-            /** @description Providers this exit takes no new session of while another exit can: half or more of at least 5 answers in 15 minutes refused us. */
+            /** @description Providers this exit takes no new session of while another exit can: half or more of at least 5 answers in 15 minutes refused us. An exit whose last self-check found its address listed (blocklists) is besides avoided for every provider while another exit is not. */
             avoided: string[];
             /**
              * Format: date-time

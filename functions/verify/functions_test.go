@@ -83,6 +83,14 @@ func (w *awsWorld) start(t *testing.T, bin string, env ...string) *testkit.Runti
 // the test's end does anyway).
 func (w *awsWorld) run(t testing.TB, bin string, env ...string) (*testkit.Runtime, func()) {
 	t.Helper()
+	rt, _, stop := w.runLogged(t, bin, env...)
+	return rt, stop
+}
+
+// runLogged is run, and also returns what the process writes (its log
+// lines and EMF metrics), which may be read while it runs.
+func (w *awsWorld) runLogged(t testing.TB, bin string, env ...string) (*testkit.Runtime, *testkit.LogBuffer, func()) {
+	t.Helper()
 	rt := testkit.StartRuntime(t)
 	cmd := exec.Command(bin)
 	cmd.Env = []string{
@@ -99,8 +107,8 @@ func (w *awsWorld) run(t testing.TB, bin string, env ...string) (*testkit.Runtim
 		"EVS_DNS_SERVERS=127.0.0.1:9", // nothing answers: test mode never asks
 	}
 	cmd.Env = append(cmd.Env, env...)
-	var logs strings.Builder
-	cmd.Stdout, cmd.Stderr = &logs, &logs
+	logs := new(testkit.LogBuffer)
+	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +125,7 @@ func (w *awsWorld) run(t testing.TB, bin string, env ...string) (*testkit.Runtim
 			t.Logf("%s output:\n%s", filepath.Base(bin), logs.String())
 		}
 	})
-	return rt, stop
+	return rt, logs, stop
 }
 
 func (w *awsWorld) seedKey(t *testing.T, test bool) (string, evs.Account) {

@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"log/slog"
 	"net/http"
 	"os"
 	"time"
@@ -23,6 +24,7 @@ import (
 	"github.com/evs-dev/evs/internal/politeness"
 	"github.com/evs-dev/evs/internal/sqsqueue"
 	"github.com/evs-dev/evs/internal/verify"
+	"github.com/evs-dev/evs/internal/verify/dnscheck"
 	"github.com/evs-dev/evs/internal/webhook"
 )
 
@@ -33,6 +35,7 @@ func main() {
 		st     *dynamostore.Store
 		awsCfg aws.Config
 		engine *verify.Engine
+		dns    *dnscheck.Resolver
 		facts  *dynamostore.DomainFacts
 	)
 	if err == nil {
@@ -64,7 +67,7 @@ func main() {
 			emf.StoreError("batch")
 			logger.Warn("domain facts", "error", err.Error())
 		}})
-		engine, _, err = verify.BuildWith(cfg, verify.BuildOptions{Lookup: emf.DNSLookup, Facts: facts, ExitHealth: emf.SMTPExit})
+		engine, dns, err = verify.BuildWith(cfg, verify.BuildOptions{Lookup: emf.DNSLookup, Facts: facts, ExitHealth: emf.SMTPExit})
 	}
 	if err != nil {
 		logger.Error("worker: init failed", "error", err.Error())
@@ -115,6 +118,13 @@ func main() {
 		w.Cache = &cache.Cache{Store: st, TTL: cfg.CacheTTL, Now: time.Now, Count: emf.CacheRequest}
 	}
 	if cfg.SMTP != config.SMTPOff {
+		// The egress self-check, as evs serve runs it: on the hourly
+		// schedule's message (template.yaml, SelfCheckSchedule), and once
+		// at cold start, beside the first invocation, so a new deployment
+		// or a new exit address is checked within minutes, not an hour. It
+		// is a few DNS queries, and never delays a message.
+		w.SelfCheck = func(ctx context.Context) { selfCheck(ctx, cfg, dns, emf, logger) }
+		go w.SelfCheck(context.Background())
 		// Politeness per provider and egress address across every
 		// concurrent invocation.
 		w.Polite = &batch.Polite{Parking: st, Gate: &politeness.Gate{
@@ -144,4 +154,20 @@ func main() {
 		handler = ses.Route(handler)
 	}
 	lambda.Start(handler)
+}
+
+// selfCheckTimeout bounds one self-check, as evs serve's.
+const selfCheckTimeout = 30 * time.Second
+
+// selfCheck runs the self-check of each egress (verify.CheckEgress) and
+// emits its findings as EMF metrics, which the alarms watch; what is
+// wrong is also logged as a warning.
+func selfCheck(ctx context.Context, cfg config.Config, res verify.Reputation, emf *metrics.EMF, logger *slog.Logger) {
+	ctx, cancel := context.WithTimeout(ctx, selfCheckTimeout)
+	defer cancel()
+	for _, eg := range verify.Egresses(cfg) {
+		c := verify.CheckEgress(ctx, res, eg, cfg.Blocklists, cfg.HELO, time.Now())
+		c.Warn(logger, eg.Name)
+		emf.EgressCheck(eg.Name, c)
+	}
 }

@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/evs-dev/evs/internal/metrics"
+	"github.com/evs-dev/evs/internal/verify"
 )
 
 // These tests read template.yaml the way CloudFormation will: expanded by
@@ -198,6 +199,10 @@ func emfDimensions(t *testing.T) (namespace string, dims map[string]map[string]a
 	emf.WebhookDelivery("failed")
 	emf.SMTPConnectionFailure(metrics.ExitFailure)
 	emf.SMTPExit(0, "exit-a.example", false)
+	emf.EgressCheck("exit-a.example", verify.EgressCheck{
+		Blocklists: []verify.Listing{{Zone: "bl.example", Listed: true, Codes: []string{"127.0.0.2"}}},
+		HELO:       &verify.HELOCheck{Name: "probe.example", Detail: "the HELO name does not resolve"},
+	})
 	dims = map[string]map[string]any{}
 	for _, line := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
 		var rec map[string]any

@@ -317,10 +317,10 @@ func node(n *yaml.Node, path ...string) *yaml.Node {
 	return n
 }
 
-// The sweep schedule puts the message the worker handles as a sweep on the
-// work queue the worker reads, and the queue lets EventBridge send it for
-// that rule only.
-func TestSweepScheduleTargetsWorkQueue(t *testing.T) {
+// Each schedule puts the message the worker handles as its kind (the
+// sweep, the egress self-check) on the work queue the worker reads, and
+// the queue lets EventBridge send it for those rules only.
+func TestSchedulesTargetWorkQueue(t *testing.T) {
 	res := node(loadYAML(t), "Resources")
 	var rules []string
 	for i := 0; i+1 < len(res.Content); i += 2 {
@@ -328,26 +328,44 @@ func TestSweepScheduleTargetsWorkQueue(t *testing.T) {
 			rules = append(rules, res.Content[i].Value)
 		}
 	}
-	if !reflect.DeepEqual(rules, []string{"SweepSchedule"}) {
-		t.Fatalf("event rules %v, want [SweepSchedule]", rules)
+	schedules := []struct {
+		rule, rate, kind, condition string
+	}{
+		{"SweepSchedule", "rate(5 minutes)", batch.KindSweep, ""},
+		// Only when SMTP goes through the exits: nothing else is refused.
+		{"SelfCheckSchedule", "rate(1 hour)", batch.KindSelfCheck, "SmtpProbing"},
 	}
-	rule := node(res, "SweepSchedule", "Properties")
-	if e := node(rule, "ScheduleExpression"); e == nil || e.Value != "rate(5 minutes)" {
-		t.Errorf("schedule %v, want rate(5 minutes)", e)
+	var want []string
+	for _, s := range schedules {
+		want = append(want, s.rule)
 	}
-	targets := node(rule, "Targets")
-	if targets == nil || len(targets.Content) != 1 {
-		t.Fatalf("targets %v, want one", targets)
+	slices.Sort(rules)
+	slices.Sort(want)
+	if !reflect.DeepEqual(rules, want) {
+		t.Fatalf("event rules %v, want %v", rules, want)
 	}
-	tg := targets.Content[0]
-	if arn := node(tg, "Arn"); arn == nil || arn.Tag != "!GetAtt" || arn.Value != "WorkQueue.Arn" {
-		t.Errorf("target %v, want !GetAtt WorkQueue.Arn", arn)
+	for _, s := range schedules {
+		if c := node(res, s.rule, "Condition"); (c == nil) != (s.condition == "") || c != nil && c.Value != s.condition {
+			t.Errorf("%s: condition %v, want %q", s.rule, c, s.condition)
+		}
+		rule := node(res, s.rule, "Properties")
+		if e := node(rule, "ScheduleExpression"); e == nil || e.Value != s.rate {
+			t.Errorf("%s: schedule %v, want %s", s.rule, e, s.rate)
+		}
+		targets := node(rule, "Targets")
+		if targets == nil || len(targets.Content) != 1 {
+			t.Fatalf("%s: targets %v, want one", s.rule, targets)
+		}
+		tg := targets.Content[0]
+		if arn := node(tg, "Arn"); arn == nil || arn.Tag != "!GetAtt" || arn.Value != "WorkQueue.Arn" {
+			t.Errorf("%s: target %v, want !GetAtt WorkQueue.Arn", s.rule, arn)
+		}
+		var m batch.Message
+		if in := node(tg, "Input"); in == nil || json.Unmarshal([]byte(in.Value), &m) != nil || m.Kind != s.kind {
+			t.Errorf("%s: target input %v is not a %s message", s.rule, in, s.kind)
+		}
 	}
-	var m batch.Message
-	if in := node(tg, "Input"); in == nil || json.Unmarshal([]byte(in.Value), &m) != nil || m.Kind != batch.KindSweep {
-		t.Errorf("target input %v is not a sweep message", in)
-	}
-	// The worker reads the queue the rule sends to.
+	// The worker reads the queue the rules send to.
 	if q := node(res, "WorkerFunction", "Properties", "Events", "Work", "Properties", "Queue"); q == nil || q.Value != "WorkQueue.Arn" {
 		t.Errorf("the worker reads %v, not the work queue", q)
 	}
@@ -368,11 +386,29 @@ func TestSweepScheduleTargetsWorkQueue(t *testing.T) {
 		{[]string{"Principal", "Service"}, "!!str", "events.amazonaws.com"},
 		{[]string{"Action"}, "!!str", "sqs:SendMessage"},
 		{[]string{"Resource"}, "!GetAtt", "WorkQueue.Arn"},
-		{[]string{"Condition", "ArnEquals", "aws:SourceArn"}, "!GetAtt", "SweepSchedule.Arn"},
 	}
 	for _, c := range checks {
 		if n := node(st, c.path...); n == nil || n.Tag != c.tag || n.Value != c.value {
 			t.Errorf("policy %v = %v, want %s %s", c.path, n, c.tag, c.value)
+		}
+	}
+	// The sources: each rule's ARN, the conditional one under its
+	// condition.
+	src := node(st, "Condition", "ArnEquals", "aws:SourceArn")
+	if src == nil || len(src.Content) != len(schedules) {
+		t.Fatalf("policy source ARNs %v, want one per schedule", src)
+	}
+	for i, s := range schedules {
+		n := src.Content[i]
+		if s.condition != "" {
+			if n.Tag != "!If" || len(n.Content) != 3 || n.Content[0].Value != s.condition {
+				t.Errorf("source %d: %v, want !If [%s, …]", i, n, s.condition)
+				continue
+			}
+			n = n.Content[1]
+		}
+		if n.Tag != "!GetAtt" || n.Value != s.rule+".Arn" {
+			t.Errorf("source %d: %s %s, want !GetAtt %s.Arn", i, n.Tag, n.Value, s.rule)
 		}
 	}
 }

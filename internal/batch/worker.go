@@ -30,6 +30,12 @@ import (
 const (
 	KindPlan = "plan"
 	KindWork = "work"
+	// KindSelfCheck runs the egress self-check (Worker.SelfCheck): on
+	// AWS an hourly schedule sends it (template.yaml, SelfCheckSchedule),
+	// since a Lambda has no process of its own to run it from. Its
+	// findings are metrics, not state: a failed lookup is in them, and
+	// the message is never retried.
+	KindSelfCheck = "selfcheck"
 )
 
 // Message is the body of every queue message.
@@ -173,6 +179,11 @@ type Worker struct {
 	RetryMax  time.Duration
 	Fault     func(err error)
 
+	// SelfCheck, when set, runs the egress self-check (KindSelfCheck
+	// messages; verify.CheckEgress) and reports its findings; nil drops
+	// the messages.
+	SelfCheck func(ctx context.Context)
+
 	// Exports and ExportCSV write export jobs (KindExport messages,
 	// export.go): ExportCSV writes the CSV of a job's batch and filters
 	// (api.ExportCSV, wired by the composition root, so the rows are
@@ -221,6 +232,11 @@ func (w *Worker) Handle(ctx context.Context, m Message, redelivered bool, startB
 		return w.deliver(ctx, m)
 	case KindExport:
 		return w.export(ctx, m)
+	case KindSelfCheck:
+		if w.SelfCheck != nil {
+			w.SelfCheck(ctx)
+		}
+		return nil
 	}
 	return fmt.Errorf("batch: unknown message kind %q", m.Kind)
 }

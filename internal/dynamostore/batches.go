@@ -211,28 +211,38 @@ func (s *Store) putBatch(ctx context.Context, b evs.Batch, items []evs.Item, inp
 		rec[attrCompletedAt] = avTime(b.CompletedAt)
 	}
 	addDelivery(rec, b)
-	// The SDK retries a write whose reply was lost; the retry of a
-	// conditional write then fails against the write itself. The token
-	// tells this call's own record from somebody else's.
-	token := newToken()
-	rec[attrCreateToken] = avS(token)
-	_, err := s.c.PutItem(ctx, &dynamodb.PutItemInput{
+	created, err := s.putOnce(ctx, &dynamodb.PutItemInput{
 		TableName:                aws.String(s.t.Batches),
 		Item:                     rec,
 		ConditionExpression:      aws.String("attribute_not_exists(#id)"),
 		ExpressionAttributeNames: map[string]string{"#id": attrID},
-	})
-	if isConditionFailed(err) {
-		cur, gerr := s.get(ctx, s.t.Batches, batchKey(b.AccountID, b.ID), "read batch")
-		if gerr != nil {
-			return gerr
-		}
-		if getS(cur, attrCreateToken) != token {
-			return store.BatchExists()
-		}
-		return nil // our own first attempt
+	}, batchKey(b.AccountID, b.ID), "create batch")
+	if err == nil && !created {
+		return store.BatchExists()
 	}
-	return wrapErr("create batch", err)
+	return err
+}
+
+// putOnce writes in, whose condition refuses an item already there, and
+// reports whether this call made the item (false: another's was there,
+// the key to read it). The SDK retries a put whose reply was lost, and the
+// retry then fails the condition against the put itself: a random token
+// in the item tells this call's own item from another's.
+func (s *Store) putOnce(ctx context.Context, in *dynamodb.PutItemInput, key item, what string) (bool, error) {
+	token := newToken()
+	in.Item[attrCreateToken] = avS(token)
+	_, err := s.c.PutItem(ctx, in)
+	if isConditionFailed(err) {
+		cur, gerr := s.get(ctx, aws.ToString(in.TableName), key, what)
+		if gerr != nil {
+			return false, gerr
+		}
+		return getS(cur, attrCreateToken) == token, nil
+	}
+	if err != nil {
+		return false, wrapErr(what, err)
+	}
+	return true, nil
 }
 
 // newToken returns 128 random bits, hex-encoded.

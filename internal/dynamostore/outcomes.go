@@ -348,29 +348,13 @@ func (s *Store) putOutcome(ctx context.Context, accountID string, o evs.Outcome,
 	if o.Verdict != "" {
 		it[attrVerdict], it[attrScore] = avS(o.Verdict), avN(int64(o.Score))
 	}
-	// The SDK retries a write whose reply was lost, and the retry then
-	// fails the condition against the write itself: the token tells this
-	// call's own item from an earlier report's.
-	token := newToken()
-	it[attrCreateToken] = avS(token)
-	_, err = s.c.PutItem(ctx, &dynamodb.PutItemInput{
+	return s.putOnce(ctx, &dynamodb.PutItemInput{
 		TableName: aws.String(s.t.Batches), Item: it,
 		// An expired item TTL has not deleted yet is replaced.
 		ConditionExpression:       aws.String("attribute_not_exists(#id) OR #exp <= :now"),
 		ExpressionAttributeNames:  map[string]string{"#id": attrID, "#exp": attrExpiresAtMs},
 		ExpressionAttributeValues: item{":now": avTime(s.now())},
-	})
-	if isConditionFailed(err) {
-		cur, gerr := s.get(ctx, s.t.Batches, item{attrAccountID: it[attrAccountID], attrID: it[attrID]}, "store outcomes")
-		if gerr != nil {
-			return false, gerr
-		}
-		return getS(cur, attrCreateToken) == token, nil
-	}
-	if err != nil {
-		return false, wrapErr("store outcomes", err)
-	}
-	return true, nil
+	}, item{attrAccountID: it[attrAccountID], attrID: it[attrID]}, "store outcomes")
 }
 
 // AddressOutcomes returns the account's unexpired outcomes of each address

@@ -98,14 +98,10 @@ func (s *Store) putUpload(ctx context.Context, u evs.Upload, maxOpen int) error 
 			return store.OpenUploadsLimit(n, oldest, now)
 		}
 	}
-	// The SDK retries a put whose reply was lost; the token tells that
-	// retry's failed condition (our own record) from another upload's.
-	token := newToken()
 	key := item{attrAccountID: avS(uploadPartition(u.AccountID)), attrID: avS(u.ID)}
-	_, err := s.c.PutItem(ctx, &dynamodb.PutItemInput{
+	created, err := s.putOnce(ctx, &dynamodb.PutItemInput{
 		TableName: aws.String(s.t.Batches),
 		Item: item{
-			attrCreateToken: avS(token),
 			attrAccountID:   avS(uploadPartition(u.AccountID)),
 			attrID:          avS(u.ID),
 			attrContentType: avS(u.ContentType),
@@ -116,18 +112,11 @@ func (s *Store) putUpload(ctx context.Context, u evs.Upload, maxOpen int) error 
 		},
 		ConditionExpression:      aws.String("attribute_not_exists(#id)"),
 		ExpressionAttributeNames: map[string]string{"#id": attrID},
-	})
-	if isConditionFailed(err) {
-		cur, gerr := s.get(ctx, s.t.Batches, key, "read upload")
-		if gerr != nil {
-			return gerr
-		}
-		if getS(cur, attrCreateToken) != token {
-			return evs.Errorf(evs.CodeInvalidState, "The upload already exists.")
-		}
-		return nil // our own first attempt
+	}, key, "create upload")
+	if err == nil && !created {
+		return evs.Errorf(evs.CodeInvalidState, "The upload already exists.")
 	}
-	return wrapErr("create upload", err)
+	return err
 }
 
 // openUploads counts the account's open uploads at now (unexpired, not

@@ -9,6 +9,7 @@ import (
 
 	"github.com/evs-dev/evs/internal/api"
 	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/verify"
 )
 
 // namespace is the CloudWatch namespace of the EMF metrics.
@@ -113,6 +114,33 @@ func (e *EMF) SMTPExit(_ int, name string, up bool) {
 	if !up {
 		e.writeSets(SmtpExitDown, "Count", 1, true, "exit", name)
 	}
+}
+
+// EgressCheck emits one self-check's findings for egress
+// (verify.CheckEgress), as evs serve's gauges say them: EgressListed per
+// list that answered, EgressHELOConfirmed when a HELO name is set. Each is
+// also emitted with no dimension, for the alarms on any egress listed or
+// any HELO name unconfirmed (template.yaml, EgressListedAlarm and
+// EgressHeloAlarm); the egress name is an exit's host, never credentials.
+func (e *EMF) EgressCheck(egress string, c verify.EgressCheck) {
+	for _, l := range c.Blocklists {
+		if l.Error != "" {
+			// A list that refused us or did not answer says nothing:
+			// neither listed nor clean.
+			continue
+		}
+		e.writeSets(EgressListed, "None", boolValue(l.Listed), true, "egress", egress, "list", l.Zone)
+	}
+	if c.HELO != nil {
+		e.writeSets(EgressHELOConfirmed, "None", boolValue(c.HELO.OK), true, "egress", egress)
+	}
+}
+
+func boolValue(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // CacheRequest counts one result-cache lookup (cache.Cache.Count).

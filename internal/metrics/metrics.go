@@ -37,6 +37,16 @@ const (
 	// no dimension, for "any exit down"). evs serve shows the state
 	// itself, as evs_smtp_exit_up.
 	SmtpExitDown = "evs_smtp_exit_down_total"
+	// EgressListed is 1 when the last self-check found the egress
+	// address on a DNS blocklist, 0 when not (labels egress, list; absent
+	// when the list gave no answer). On AWS also with no dimension, whose
+	// maximum EgressListedAlarm watches.
+	EgressListed = "evs_egress_listed"
+	// EgressHELOConfirmed is 1 when the last self-check found the HELO
+	// name and the egress address naming each other in DNS (or, address
+	// unknown, the name resolving), 0 when not (label egress). On AWS also
+	// with no dimension, whose minimum EgressHeloAlarm watches.
+	EgressHELOConfirmed = "evs_egress_helo_confirmed"
 	// StoreErrors counts store operations that failed (label source: api,
 	// batch or readyz).
 	StoreErrors = "evs_store_errors_total"

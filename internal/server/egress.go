@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"log/slog"
-	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/evs-dev/evs/internal/config"
 	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/metrics"
 	"github.com/evs-dev/evs/internal/verify"
 )
 
@@ -45,13 +45,13 @@ type egressWatch struct {
 	// key names the provider a verdict is counted under (nil: the
 	// verdict's provider, "other" when none).
 	key func(evs.Decision) string
-	// noIP says why the self-check has no address (default: the
-	// variable that gives it is not set).
-	noIP string
+	// eg is what the self-check checks: the egress's address, or why
+	// it has none.
+	eg verify.Egress
 
 	mu      sync.Mutex
 	minutes map[string]*[blockedMinutes]minuteCount // by provider
-	check   egressCheck
+	check   verify.EgressCheck
 }
 
 const blockedMinutes = int(blockedWindow / time.Minute)
@@ -62,8 +62,8 @@ type minuteCount struct {
 	answered, blocked int
 }
 
-func newEgressWatch(name string, now func() time.Time) *egressWatch {
-	return &egressWatch{name: name, now: now, minutes: map[string]*[blockedMinutes]minuteCount{}}
+func newEgressWatch(eg verify.Egress, now func() time.Time) *egressWatch {
+	return &egressWatch{name: eg.Name, eg: eg, now: now, minutes: map[string]*[blockedMinutes]minuteCount{}}
 }
 
 // observe counts a live verdict whose SMTP stage got a reply. A test-mode
@@ -174,21 +174,12 @@ func (w *egressWatch) high(provider string) bool {
 	return answered >= avoidAnswered && float64(blocked) >= avoidShare*float64(answered)
 }
 
-// egressCheck is one self-check's findings.
-type egressCheck struct {
-	At         time.Time         `json:"-"`
-	Address    string            `json:"address,omitempty"`
-	Blocklists []verify.Listing  `json:"blocklists"`
-	HELO       *verify.HELOCheck `json:"helo,omitempty"`
-	Note       string            `json:"note,omitempty"`
-}
-
 // egressReport is the "egress" object of /readyz's body.
 type egressReport struct {
 	Name      string          `json:"name"`
 	CheckedAt *evs.Time       `json:"checkedAt"`
 	Blocked   []providerShare `json:"blocked"`
-	egressCheck
+	verify.EgressCheck
 	// Exits are the SOCKS exits' own reports (EVS_SMTP=proxy).
 	Exits []exitReport `json:"exits,omitempty"`
 }
@@ -210,7 +201,7 @@ type exitReport struct {
 func (w *egressWatch) report() egressReport {
 	r := egressReport{Name: w.name, Blocked: w.shares()}
 	w.mu.Lock()
-	r.egressCheck = w.check
+	r.EgressCheck = w.check
 	w.mu.Unlock()
 	if !r.At.IsZero() {
 		r.CheckedAt = &evs.Time{Time: r.At}
@@ -224,38 +215,19 @@ func (w *egressWatch) report() egressReport {
 	return r
 }
 
-// reputation is the DNS side of the self-check; the engine's resolver
-// (verify.NewResolver) is one.
-type reputation interface {
-	Blocklisted(ctx context.Context, ip netip.Addr, zone string) verify.Listing
-	ConfirmHELO(ctx context.Context, name string, ip netip.Addr) verify.HELOCheck
+// listed tells whether the last self-check found the egress address on a
+// DNS blocklist.
+func (w *egressWatch) listed() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.check.Listed()) > 0
 }
 
-// selfCheck runs one self-check of ip (the zero Addr when not known)
-// against zones, and of helo, and keeps its findings; what is wrong is
-// logged as a warning, for an operator who reads no dashboard.
-func (w *egressWatch) selfCheck(ctx context.Context, dns reputation, ip netip.Addr, zones []string, helo string, log *slog.Logger) {
-	c := egressCheck{At: w.now(), Blocklists: []verify.Listing{}}
-	if ip.IsValid() {
-		c.Address = ip.String()
-		for _, z := range zones {
-			l := dns.Blocklisted(ctx, ip, z)
-			c.Blocklists = append(c.Blocklists, l)
-			if l.Listed {
-				log.Warn("the egress address is on a DNS blocklist: receivers will refuse our probes (unknown/blocked)",
-					slog.String("egress", w.name), slog.String("address", c.Address), slog.String("list", z), slog.Any("codes", l.Codes))
-			}
-		}
-	} else if len(zones) > 0 {
-		c.Note = cmp.Or(w.noIP, "EVS_SMTP_EGRESS_IP is not set") + ": the blocklists and the reverse DNS are not checked"
-	}
-	if helo != "" {
-		h := dns.ConfirmHELO(ctx, helo, ip)
-		c.HELO = &h
-		if !h.OK {
-			log.Warn("the HELO name fails the checks receivers make", slog.String("egress", w.name), slog.String("detail", h.Detail))
-		}
-	}
+// selfCheck runs one self-check (verify.CheckEgress) of the egress, and
+// keeps and logs its findings.
+func (w *egressWatch) selfCheck(ctx context.Context, dns verify.Reputation, zones []string, helo string, log *slog.Logger) {
+	c := verify.CheckEgress(ctx, dns, w.eg, zones, helo, w.now())
+	c.Warn(log, w.name)
 	w.mu.Lock()
 	w.check = c
 	w.mu.Unlock()
@@ -283,10 +255,10 @@ var (
 	blockedShareDesc = prometheus.NewDesc("evs_smtp_blocked_share",
 		"Share of live verdicts with an SMTP reply that were a refusal of us (reason blocked), per provider, over the last 15 minutes.",
 		[]string{"egress", "provider"}, nil)
-	egressListedDesc = prometheus.NewDesc("evs_egress_listed",
+	egressListedDesc = prometheus.NewDesc(metrics.EgressListed,
 		"1 when the last self-check found the egress address on the DNS blocklist, 0 when not, absent when the list gave no answer.",
 		[]string{"egress", "list"}, nil)
-	heloConfirmedDesc = prometheus.NewDesc("evs_egress_helo_confirmed",
+	heloConfirmedDesc = prometheus.NewDesc(metrics.EgressHELOConfirmed,
 		"1 when the last self-check found the HELO name and the egress address naming each other in DNS (or, address unknown, the name resolving).",
 		[]string{"egress"}, nil)
 )
@@ -353,8 +325,6 @@ type egressWatches struct {
 	// x and exits are nil when SMTP goes direct (or is off).
 	x     *verify.Exits
 	exits []*egressWatch
-	ips   []netip.Addr // each exit's address for its self-check
-	ip    netip.Addr   // the direct egress's
 }
 
 // exitProbeEvery is how often evs serve probes every SOCKS exit's health
@@ -364,14 +334,21 @@ const exitProbeEvery = 15 * time.Second
 // newEgressWatches returns the watches of c's egress: through x's exits
 // when x is not nil, whose names it takes, and which it steers.
 func newEgressWatches(c config.Config, x *verify.Exits, now func() time.Time) *egressWatches {
-	ws := &egressWatches{ip: c.EgressIP}
+	ws := &egressWatches{}
 	if x == nil {
-		ws.top = newEgressWatch(c.EgressName(), now)
+		ws.top = newEgressWatch(verify.DirectEgress(c), now)
 		return ws
 	}
 	ws.x = x
+	// The exits' own names and order are x's; their addresses are in
+	// the configuration they were made from.
+	egs := verify.ExitEgresses(c.SMTPExits)
 	for i, st := range x.Status() {
-		w := newEgressWatch(st.Name, now)
+		eg := verify.Egress{Name: st.Name}
+		if i < len(egs) {
+			eg.IP, eg.NoIP = egs[i].IP, egs[i].NoIP
+		}
+		w := newEgressWatch(eg, now)
 		// The provider an exit is steered by is its MX host's (the exit
 		// knows no reply), so the exit's watch counts it so too.
 		w.key = func(d evs.Decision) string {
@@ -380,15 +357,7 @@ func newEgressWatches(c config.Config, x *verify.Exits, now func() time.Time) *e
 			}
 			return verify.HostProvider(d.Checks.SMTP.Host)
 		}
-		if len(x.Status()) > 1 {
-			w.noIP = "this exit has no #egress-ip in EVS_SMTP_PROXY"
-		}
 		ws.exits = append(ws.exits, w)
-		var ip netip.Addr
-		if i < len(c.SMTPExits) {
-			ip = c.SMTPExits[i].EgressIP
-		}
-		ws.ips = append(ws.ips, ip)
 	}
 	if len(ws.exits) == 1 {
 		ws.top = ws.exits[0]
@@ -398,17 +367,21 @@ func newEgressWatches(c config.Config, x *verify.Exits, now func() time.Time) *e
 			names[i] = w.name
 		}
 		// As config.Config.EgressName names it.
-		ws.top = newEgressWatch(strings.Join(names, "+"), now)
+		ws.top = newEgressWatch(verify.Egress{Name: strings.Join(names, "+")}, now)
 		ws.top.check.Note = "several SOCKS exits: each one's self-check is in exits"
 	}
 	x.SetAvoid(ws.avoid)
 	return ws
 }
 
-// avoid is the exits' Avoid: exit i has refused too many of host's
-// provider's probes.
+// avoid is the exits' Avoid: exit i's last self-check found its address
+// on a DNS blocklist, or host's provider has refused too many of its
+// probes. A listed exit is avoided for every provider: receivers that use
+// the list refuse it, and which do is not known before they answer, while
+// an exit not listed costs nothing to prefer. It takes them again once a
+// self-check finds it clean (within one check interval).
 func (ws *egressWatches) avoid(i int, host string) bool {
-	return ws.exits[i].high(verify.HostProvider(host))
+	return ws.exits[i].listed() || ws.exits[i].high(verify.HostProvider(host))
 }
 
 // observe counts verdicts: under the exit the provider goes to now (it
@@ -428,13 +401,13 @@ func (ws *egressWatches) observe(ds ...evs.Decision) {
 }
 
 // selfCheck runs the self-check of the direct egress, or of each exit.
-func (ws *egressWatches) selfCheck(ctx context.Context, dns reputation, zones []string, helo string, log *slog.Logger) {
+func (ws *egressWatches) selfCheck(ctx context.Context, dns verify.Reputation, zones []string, helo string, log *slog.Logger) {
 	if ws.x == nil {
-		ws.top.selfCheck(ctx, dns, ws.ip, zones, helo, log)
+		ws.top.selfCheck(ctx, dns, zones, helo, log)
 		return
 	}
-	for i, w := range ws.exits {
-		w.selfCheck(ctx, dns, ws.ips[i], zones, helo, log)
+	for _, w := range ws.exits {
+		w.selfCheck(ctx, dns, zones, helo, log)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/evs-dev/evs/internal/testkit"
 	"github.com/evs-dev/evs/internal/verify"
 	"github.com/evs-dev/evs/internal/verify/smtpprobe"
+	mdns "github.com/miekg/dns"
 )
 
 // The loopback addresses the two exits of these tests connect out from:
@@ -45,9 +46,13 @@ func startExits(t *testing.T, o options) *exitsHarness {
 	}
 	prom := server.NewPrometheus(nil)
 	o.exits = x
+	tune := o.server
 	o.server = func(so *server.Options) {
 		so.Config.SMTPExits = exits
 		so.Metrics = prom
+		if tune != nil {
+			tune(so)
+		}
 	}
 	e := &exitsHarness{harness: start(t, o), x: x, dantes: ds, names: [2]string{exits[0].Name, exits[1].Name}, prom: prom}
 	for i := 0; i < 100 && (e.on[0] == "" || e.on[1] == ""); i++ {
@@ -96,6 +101,11 @@ type exitsBody []struct {
 	Detail  string   `json:"detail"`
 	Avoided []string `json:"avoided"`
 	Address string   `json:"address"`
+	// Blocklists is the exit's last self-check of its address.
+	Blocklists []struct {
+		Zone   string `json:"zone"`
+		Listed bool   `json:"listed"`
+	} `json:"blocklists"`
 	Blocked []struct {
 		Provider string  `json:"provider"`
 		Answered int     `json:"answered"`
@@ -222,6 +232,65 @@ func TestServeExitsBlockedShare(t *testing.T) {
 	e.clock.Advance(16 * time.Minute)
 	if st, reason, from := e.verify("alice@" + d); st != 200 || reason != "blocked" || from != exitA {
 		t.Fatalf("16 minutes later, %s: %d %s from %q, want A tried again", d, st, reason, from)
+	}
+}
+
+// TestServeExitsListed: exit A's address (127.0.0.41) appears in the test
+// DNS server's blocklist zone. Within one self-check interval /readyz and
+// the gauge say so, and the provider that went through A now goes through
+// B, whose address is not listed, while no server has refused anybody
+// yet; once the listing is gone, the next check puts A back.
+func TestServeExitsListed(t *testing.T) {
+	const every = 200 * time.Millisecond
+	dns := testkit.StartDNS(t)
+	e := startExits(t, options{server: func(o *server.Options) {
+		o.Config.DNSServers = []string{dns.Addr}
+		o.Config.Blocklists = []string{"bl.test"}
+		o.SelfCheckEvery = every
+	}})
+	listedA := func() bool {
+		ex := e.exits()
+		return len(ex[0].Blocklists) == 1 && ex[0].Blocklists[0].Listed && len(ex[1].Blocklists) == 1 && !ex[1].Blocklists[0].Listed
+	}
+	gauge := func(i int) string {
+		return metricLine(e.prom, fmt.Sprintf(`evs_egress_listed{egress=%q,list="bl.test"}`, e.names[i]))
+	}
+	d := e.on[0]
+	steps := []struct {
+		name   string
+		change func()
+		listed bool
+		from   string
+	}{
+		{"clean", nil, false, exitA},
+		{"A listed", func() { dns.AddRecord("41.0.0.127.bl.test. 300 IN A 127.0.0.2") }, true, exitB},
+		{"A delisted", func() { dns.SetRcode("41.0.0.127.bl.test.", mdns.RcodeNameError) }, false, exitA},
+	}
+	for _, s := range steps {
+		start := time.Now()
+		if s.change != nil {
+			s.change()
+		}
+		waitFor(t, s.name+": /readyz", func() bool {
+			ex := e.exits()
+			return len(ex[0].Blocklists) == 1 && ex[0].Blocklists[0].Listed == s.listed
+		})
+		// Within one interval, give or take the check's own lookups and
+		// the poll's step.
+		if took := time.Since(start); took > 3*every {
+			t.Errorf("%s: /readyz said so after %v, more than one check interval (%v)", s.name, took, every)
+		}
+		if want := map[bool]string{true: "1", false: "0"}[s.listed]; gauge(0) != want || gauge(1) != "0" {
+			t.Errorf("%s: listed gauges A=%s B=%s, want A=%s B=0", s.name, gauge(0), gauge(1), want)
+		}
+		if s.listed && !listedA() {
+			t.Errorf("%s: /readyz exits %+v", s.name, e.exits())
+		}
+		for i := 0; i < 3; i++ {
+			if st, reason, from := e.verify("alice@" + d); st != 200 || reason != "accepted_email" || from != s.from {
+				t.Fatalf("%s, verification %d of %s: %d %s from %q, want 200 accepted_email from %s", s.name, i+1, d, st, reason, from, s.from)
+			}
+		}
 	}
 }
 

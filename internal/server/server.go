@@ -181,7 +181,7 @@ type Server struct {
 	watch   *egressWatches
 	// rep answers the self-check's DNS questions; nil when no resolver
 	// could be made.
-	rep reputation
+	rep verify.Reputation
 }
 
 // New assembles a server.
@@ -244,7 +244,7 @@ func New(o Options) (*Server, error) {
 		}
 		o.Exits = x
 	}
-	var rep reputation
+	var rep verify.Reputation
 	if o.Engine == nil {
 		e, res, err := verify.BuildWith(o.Config, verify.BuildOptions{Lookup: lookups, Facts: facts, Gate: o.Batch.Gate, Exits: o.Exits})
 		if err != nil {

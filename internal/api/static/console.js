@@ -780,6 +780,121 @@
   }
   $("report-load").addEventListener("click", loadReport);
 
+  // --- egress: are we blocked? (for operators) ---
+  // The egress object of /readyz's body (docs/operations.md, "Knowing when
+  // we are blocked"): public on `evs serve`, no key and no account data,
+  // so it is read without the key. Read when asked, never at load: on AWS
+  // nothing answers /readyz (the stack's alarms say it there).
+  var EGRESS_NONE = "This deployment does not serve /readyz: on AWS the self-check's findings are the metrics and alarms EgressListedAlarm and EgressHeloAlarm (docs/aws.md).";
+
+  function loadEgress() {
+    var state = $("egress-state");
+    state.textContent = "Reading /readyz…";
+    fetch("../readyz", { cache: "no-store", credentials: "omit", headers: { "Accept": "application/json" } })
+      .then(function (res) {
+        // 503 (draining, a full disk) still carries the egress object.
+        return res.json().catch(function () { return null; });
+      }, function () { return null; })
+      .then(function (body) {
+        var box = $("egress");
+        clear(box);
+        if (!body || !body.egress) { state.textContent = EGRESS_NONE; return; }
+        var e = body.egress;
+        // With SOCKS exits, each has its own state and self-check; the
+        // object itself is every verdict together.
+        var units = e.exits && e.exits.length ? e.exits : [e];
+        units.forEach(function (u) { box.appendChild(egressCard(u, !!e.exits)); });
+        var listed = units.filter(function (u) { return egressListed(u).length > 0; }).length;
+        var helo = units.filter(function (u) { return u.helo && !u.helo.ok; }).length;
+        state.textContent = "Read " + new Date().toISOString().replace("T", " ").replace(/\.\d+Z$/, "") + " UTC (server " + body.status + "): " +
+          units.length + (units.length === 1 ? " egress" : " egresses") + ", " +
+          (listed ? listed + " listed on a blocklist" : "none listed") + ", " +
+          (helo ? helo + " failing the HELO check" : "HELO check passed or not run") + ".";
+      });
+  }
+
+  function egressListed(u) { return (u.blocklists || []).filter(function (l) { return l.listed; }); }
+
+  function utc(t) { return t ? t.replace("T", " ").replace(/\.\d+Z$/, "").replace(/Z$/, "") + " UTC" : ""; }
+
+  // egressCard shows one egress (the direct one, or a SOCKS exit): its
+  // state, its self-check, and its blocked share per provider.
+  function egressCard(u, isExit) {
+    var card = el("article", undefined, "egress");
+    card.setAttribute("data-egress", u.name);
+    var listed = egressListed(u);
+    var bad = listed.length > 0 || (u.helo && !u.helo.ok) || (isExit && !u.up);
+    if (bad) { card.classList.add("egress-bad"); }
+    var h = el("h3", u.name);
+    var word = isExit ? (u.up ? "in rotation" : "out of rotation") : "direct";
+    var tag = el("span", word, "badge " + (isExit && !u.up ? "s-undeliverable" : "s-deliverable"));
+    tag.setAttribute("data-state", word);
+    h.appendChild(document.createTextNode(" "));
+    h.appendChild(tag);
+    card.appendChild(h);
+    var dl = el("dl", undefined, "facts");
+    function fact(name, value, cls) {
+      dl.appendChild(el("dt", name));
+      var dd = el("dd", value, cls);
+      dl.appendChild(dd);
+      return dd;
+    }
+    if (isExit && (u.since || u.detail)) {
+      fact("State", (u.up ? "In rotation" : "Out of rotation") + (u.since ? " since " + utc(u.since) : "") + (u.detail ? ": " + u.detail : ""));
+    }
+    fact("Address", u.address || "not known" + (u.note ? " (" + u.note + ")" : ""));
+    var lists = (u.blocklists || []).map(function (l) {
+      if (l.error) { return l.zone + ": no answer (" + l.error + ")"; }
+      return l.zone + ": " + (l.listed ? "LISTED" + (l.codes && l.codes.length ? " (" + l.codes.join(", ") + ")" : "") : "not listed");
+    });
+    fact("Blocklists", lists.length ? lists.join("; ") : "not checked", listed.length ? "egress-listed" : "")
+      .setAttribute("data-listed", listed.map(function (l) { return l.zone; }).join(","));
+    if (u.helo) {
+      fact("HELO name", u.helo.name + ": " + (u.helo.ok ? "forward-confirmed reverse DNS OK" : "FAILS — " + u.helo.detail), u.helo.ok ? "" : "egress-listed")
+        .setAttribute("data-helo", u.helo.ok ? "ok" : "failed");
+    }
+    fact("Checked", u.checkedAt ? utc(u.checkedAt) : "not yet");
+    if (isExit) {
+      // A listed exit is avoided for every provider (docs/operations.md);
+      // avoided names those whose refusals of us avoid it besides.
+      var by = u.avoided && u.avoided.length ? u.avoided.join(", ") : "";
+      fact("Avoided for", listed.length ? "every provider while another exit is not listed" + (by ? ", and for " + by : "") : by || "no provider");
+    }
+    card.appendChild(dl);
+    var blocked = u.blocked || [];
+    if (!blocked.length) {
+      card.appendChild(el("p", "No live verdict with an SMTP reply in the last 15 minutes.", "hint"));
+      return card;
+    }
+    var wrap = el("div", undefined, "table-wrap");
+    var t = el("table", undefined, "figures egress-blocked");
+    t.appendChild(el("caption", "Refusals of us per provider, last 15 minutes"));
+    var head = el("tr");
+    ["Provider", "Answered", "Blocked", "Share"].forEach(function (c) {
+      var th = el("th", c);
+      th.scope = "col";
+      head.appendChild(th);
+    });
+    t.appendChild(el("thead")).appendChild(head);
+    var body = t.appendChild(el("tbody"));
+    blocked.forEach(function (b) {
+      var tr = el("tr");
+      var th = el("th", b.provider);
+      th.scope = "row";
+      tr.appendChild(th);
+      tr.appendChild(el("td", b.answered));
+      tr.appendChild(el("td", b.blocked));
+      tr.appendChild(el("td", Math.round(b.share * 100) + "%"));
+      tr.setAttribute("data-provider", b.provider);
+      tr.setAttribute("data-share", String(b.share));
+      body.appendChild(tr);
+    });
+    wrap.appendChild(t);
+    card.appendChild(wrap);
+    return card;
+  }
+  $("egress-load").addEventListener("click", loadEgress);
+
   showKeyState();
   showFileName();
   loadPast(true);

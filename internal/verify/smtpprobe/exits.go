@@ -26,7 +26,8 @@ import (
 // probes an exit that is out once Retry has passed since its last probe
 // (Lambda, where nothing runs between invocations). An exit can also be
 // avoided for one provider (Avoid: evs serve's egress watch, when that
-// provider refuses most of our probes through it) while another exit in
+// provider refuses most of our probes through it, or for all of them
+// while the exit's address is on a DNS blocklist) while another exit in
 // rotation is not. With no exit in rotation the dial fails with ErrExit:
 // our failure, no verdict (contract, section 16).
 
