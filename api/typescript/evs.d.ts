@@ -622,6 +622,18 @@ export interface components {
                 /** @description In words, e.g. "hard bounce on 2026-11-20" or "delivered on 2026-11-20". */
                 detail: string;
             };
+            /** @description Present only on an `accept_all` or `mailbox_not_checked` verdict whose domain has reported outcomes (docs/outcomes.md, "What a domain's outcomes teach"): the counts that moved `score` (docs/score.md), never the addresses behind them. The status stays what the checks found. */
+            domainHistory?: {
+                /**
+                 * @description account: the account's own outcomes for the domain. shared: every account's, as the operator enabled (EVS_OUTCOME_SHARE_DOMAINS).
+                 * @enum {string}
+                 */
+                scope: "account" | "shared";
+                /** @description How many of the domain's addresses were reported delivered to (each once). */
+                delivered: number;
+                /** @description How many of the domain's addresses were reported to bounce hard (each once). */
+                hardBounces: number;
+            };
         };
         /** @description Either `emails` (the list itself) or `uploadId` (a list sent with POST /v1/uploads), never both. */
         CreateBatchRequest: {

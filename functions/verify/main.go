@@ -83,7 +83,8 @@ func main() {
 		PublishableLimits: api.PublishableLimits{PerAddress: api.PublishablePerAddress, PerKey: api.PublishablePerKey},
 		// Reported outcomes (Batches table, dynamostore/outcomes.go)
 		// change verdicts: read only here, POSTed to the requests function.
-		Outcomes: st,
+		Outcomes:            st,
+		OutcomeShareDomains: cfg.OutcomeShareDomains,
 	})
 	// API Gateway has checked the key and the rate: the routes need no
 	// guard here.

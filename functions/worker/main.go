@@ -111,6 +111,7 @@ func main() {
 	}
 	// Reported outcomes change verdicts, as on /v1/verify.
 	w.History = st
+	w.ShareDomainCounts = cfg.OutcomeShareDomains
 	if cfg.CacheTTL > 0 {
 		// The account result cache, in the Results table, as verify uses
 		// it: a batch reuses recent verdicts and keeps its own.

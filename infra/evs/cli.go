@@ -266,6 +266,7 @@ var envDocs = map[string]string{
 	"EVS_BATCH_DEADLINE":        "a batch's time limit from its start (default 24h)",
 	"EVS_CACHE_TTL":             "how long a live verdict is reused for the same account and address (default 24h; 0 = off)",
 	"EVS_OUTCOME_TTL":           "how long a reported outcome (POST /v1/outcomes) is kept: days like 365d or a duration (default 365d)",
+	"EVS_OUTCOME_SHARE_DOMAINS": "on scores accept-all domains by every account's outcomes, as per-domain counts (default off: each account's own)",
 	"EVS_SNS_TOPICS":            "comma-separated SNS TopicArns whose SES notifications POST /v1/outcomes/sns takes (default: any that verifies)",
 	"EVS_QUOTA_ADDRESSES":       "addresses per account and period; 0 = no quota (default 0)",
 	"EVS_QUOTA_PERIOD":          "the quota's period: day or month (default month)",

@@ -193,6 +193,10 @@ type Deps struct {
 	// (EVS_OUTCOME_TTL; 0 means DefaultOutcomeTTL).
 	Outcomes   Outcomes
 	OutcomeTTL time.Duration
+	// OutcomeShareDomains scores an accept-all or unchecked mailbox by
+	// every account's counts for its domain, not the account's own
+	// (EVS_OUTCOME_SHARE_DOMAINS).
+	OutcomeShareDomains bool
 	// PublishableLimits, when set (AWS), counts publishable keys' calls
 	// in Quota.Store (publishable.go); `evs serve` counts them at its
 	// edge instead.

@@ -8,21 +8,21 @@ import (
 	"github.com/evs-dev/evs/internal/verify"
 )
 
-// withHistory applies the account's reported outcomes of d's address to d
-// (verify.ApplyHistory, the one rule; the batch worker applies it too).
-// It runs after the cache, which keeps decisions without history, so an
-// outcome counts from the next answer on. A store fault is logged and
-// leaves d as the checks made it: the verdict evs gave before outcomes
-// existed, rather than no verdict.
+// withHistory applies the account's reported outcomes of d's address, and
+// for an accept-all or unchecked mailbox the counts learned for its
+// domain, to d (verify.WithHistory, the one path; the batch worker takes
+// it too). It runs after the cache, which keeps decisions without history,
+// so an outcome counts from the next answer on. A store fault is logged
+// and leaves d without what could not be read: the verdict evs gave
+// before outcomes existed, rather than no verdict.
 func (h *Handler) withHistory(ctx context.Context, p evs.Principal, d evs.Decision) evs.Decision {
 	if h.d.Outcomes == nil || d.Normalized == "" {
 		return d
 	}
-	got, err := h.d.Outcomes.AddressOutcomes(ctx, p.AccountID, []string{d.Normalized})
-	if err != nil {
-		h.d.Logger.WarnContext(ctx, "outcomes: could not read the address's outcomes; verdict given without them",
-			slog.String("accountId", p.AccountID), slog.String("error", err.Error()))
-		return d
+	ds := []evs.Decision{d}
+	if err := verify.WithHistory(ctx, h.d.Outcomes, p.AccountID, h.d.OutcomeShareDomains, ds); err != nil {
+		h.d.Logger.WarnContext(ctx, "outcomes: could not apply the reported outcomes; verdict given without them",
+			slog.String("accountId", p.AccountID), slog.String("domain", evs.AddressDomain(d.Normalized)), slog.String("error", err.Error()))
 	}
-	return verify.ApplyHistory(d, verify.History{Outcomes: got[d.Normalized]})
+	return ds[0]
 }

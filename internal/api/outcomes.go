@@ -49,6 +49,7 @@ type Outcomes interface {
 	DeleteOutcomes(ctx context.Context, accountID, address string) (int, error)
 	EachOutcome(ctx context.Context, accountID string, fn func(evs.Outcome) error) error
 	LastVerdicts(ctx context.Context, accountID string, addresses []string) (map[string]evs.Decision, error)
+	DomainCounts(ctx context.Context, accountID string, domains []string, shared bool) (map[string]evs.DomainCounts, error)
 }
 
 // outcomeJSON is one outcome as the JSON body has it; pointers tell a
@@ -454,11 +455,21 @@ func (h *Handler) outcomesReport(ctx context.Context, req *request, p evs.Princi
 			return idempotency.Reply{}, evs.Errorf(evs.CodeInvalidRequest, "Unknown query parameter %q; the report takes none.", trimChars(k, 40))
 		}
 	}
+	rep, err := buildOutcomesReport(ctx, h.d.Outcomes, p.AccountID)
+	if err != nil {
+		return idempotency.Reply{}, err
+	}
+	return jsonReply(http.StatusOK, rep), nil
+}
+
+// buildOutcomesReport counts the account's outcomes for the report (see
+// outcomesReport).
+func buildOutcomesReport(ctx context.Context, st Outcomes, accountID string) (outcomesReport, error) {
 	statuses := []string{string(evs.Deliverable), string(evs.Risky), string(evs.Unknown), string(evs.Undeliverable), notVerified}
 	type cell struct{ status, bucket int }
 	counts := map[cell]*reportRow{}
 	total := 0
-	err := h.d.Outcomes.EachOutcome(ctx, p.AccountID, func(o evs.Outcome) error {
+	err := st.EachOutcome(ctx, accountID, func(o evs.Outcome) error {
 		total++
 		c := cell{status: len(statuses) - 1, bucket: -1}
 		if o.Verdict != "" {
@@ -499,7 +510,7 @@ func (h *Handler) outcomesReport(ctx context.Context, req *request, p evs.Princi
 		return nil
 	})
 	if err != nil {
-		return idempotency.Reply{}, fmt.Errorf("api: read outcomes: %w", err)
+		return outcomesReport{}, fmt.Errorf("api: read outcomes: %w", err)
 	}
 	rep := outcomesReport{Outcomes: total, Rows: []reportRow{}}
 	for s := range statuses {
@@ -515,5 +526,5 @@ func (h *Handler) outcomesReport(ctx context.Context, req *request, p evs.Princi
 			rep.Rows = append(rep.Rows, *r)
 		}
 	}
-	return jsonReply(http.StatusOK, rep), nil
+	return rep, nil
 }

@@ -10,29 +10,21 @@ import (
 )
 
 // OutcomeHistory looks up an account's reported outcomes of addresses
-// (contract, section 18); both stores implement it (store.Outcomes).
-type OutcomeHistory interface {
-	AddressOutcomes(ctx context.Context, accountID string, addresses []string) (map[string][]evs.Outcome, error)
-}
+// and the counts of domains (contract, section 18); both stores implement
+// it (store.Outcomes).
+type OutcomeHistory = verify.HistorySource
 
 // historyTimeout bounds one lookup of a group's outcomes.
 const historyTimeout = 30 * time.Second
 
-// withHistory applies the account's reported outcomes to a step's results
-// (verify.ApplyHistory, the rule /v1/verify applies too), after the cache,
-// which keeps decisions without them: one lookup for the whole group. A
-// store fault is logged and leaves the results as the checks made them.
+// withHistory applies the account's reported outcomes to a step's results,
+// and to accept-all and unchecked mailboxes their domains' learned counts
+// (verify.WithHistory, the path /v1/verify takes too), after the cache,
+// which keeps decisions without them: one lookup of each for the whole
+// group. A store fault is logged and leaves the results without what
+// could not be read.
 func (w *Worker) withHistory(ctx context.Context, b evs.Batch, rs []evs.Result) []evs.Result {
 	if w.History == nil || len(rs) == 0 {
-		return rs
-	}
-	addrs := make([]string, 0, len(rs))
-	for _, r := range rs {
-		if r.Decision.Normalized != "" {
-			addrs = append(addrs, r.Decision.Normalized)
-		}
-	}
-	if len(addrs) == 0 {
 		return rs
 	}
 	// The results are written even when the step was cut short (a
@@ -40,19 +32,16 @@ func (w *Worker) withHistory(ctx context.Context, b evs.Batch, rs []evs.Result) 
 	// for that reason and leave them without their history.
 	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), historyTimeout)
 	defer cancel()
-	got, err := w.History.AddressOutcomes(lctx, b.AccountID, addrs)
-	if err != nil {
-		w.logger().Warn("outcomes: could not read the addresses' outcomes; verdicts given without them",
-			slog.String("batchId", b.ID), slog.String("accountId", b.AccountID), slog.String("error", err.Error()))
-		return rs
+	ds := make([]evs.Decision, len(rs))
+	for i := range rs {
+		ds[i] = rs[i].Decision
 	}
-	if len(got) == 0 {
-		return rs
+	if err := verify.WithHistory(lctx, w.History, b.AccountID, w.ShareDomainCounts, ds); err != nil {
+		w.logger().Warn("outcomes: could not apply the reported outcomes; verdicts given without them",
+			slog.String("batchId", b.ID), slog.String("accountId", b.AccountID), slog.String("error", err.Error()))
 	}
 	for i := range rs {
-		if os := got[rs[i].Decision.Normalized]; len(os) > 0 {
-			rs[i].Decision = verify.ApplyHistory(rs[i].Decision, verify.History{Outcomes: os})
-		}
+		rs[i].Decision = ds[i]
 	}
 	return rs
 }

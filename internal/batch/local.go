@@ -78,6 +78,8 @@ type LocalConfig struct {
 	Cache ResultCache
 	// History, when set, holds the accounts' reported outcomes (Worker's).
 	History OutcomeHistory
+	// ShareDomainCounts is the Worker's.
+	ShareDomainCounts bool
 	// Fault, if set, is told of each store fault the work meets: a write
 	// of results that failed (retried while its message waits) or a
 	// message whose handling failed (handled again); both after a
@@ -153,6 +155,7 @@ func NewLocalQueue(cfg LocalConfig) (*LocalQueue, error) {
 		Processor: &Processor{Engine: cfg.Engine, Sandbox: cfg.Sandbox, MaxGreyAttempts: cfg.MaxGreyAttempts,
 			PerConnection: cfg.PerConnection, SessionLimit: cfg.SessionLimit, Now: cfg.Now, ExitRetry: cfg.ExitRetry},
 		GreyBackoff: cfg.GreyBackoff, Grey: cfg.Grey, Cache: cfg.Cache, Deadline: cfg.Deadline, History: cfg.History,
+		ShareDomainCounts: cfg.ShareDomainCounts,
 		// A batch is planned whole, in one message that Send divides:
 		// the lanes, not plan windows, keep one batch from filling the
 		// slots ahead of the others, and a domain's sessions run one

@@ -124,6 +124,9 @@ type Worker struct {
 	// History, when set, holds the accounts' reported outcomes, which
 	// change verdicts by verify.ApplyHistory (history.go).
 	History OutcomeHistory
+	// ShareDomainCounts scores accept-all and unchecked mailboxes by every
+	// account's counts for their domains (EVS_OUTCOME_SHARE_DOMAINS).
+	ShareDomainCounts bool
 
 	// PlanWindow is the most addresses of one batch planned into work
 	// messages at a time (default 2000, ten messages of 200): a batch of

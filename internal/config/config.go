@@ -115,6 +115,11 @@ type Config struct {
 	// OutcomeTTL is how long a reported outcome is kept after it was
 	// received (EVS_OUTCOME_TTL, default 365 days; contract, section 18).
 	OutcomeTTL time.Duration
+	// OutcomeShareDomains, when on, scores an accept-all or unchecked
+	// mailbox by every account's outcomes for its domain, as counts,
+	// rather than the account's own (EVS_OUTCOME_SHARE_DOMAINS, default
+	// off; contract, section 18).
+	OutcomeShareDomains bool
 	// SNSTopics, when set, are the only SNS topics whose SES notifications
 	// are taken (EVS_SNS_TOPICS, comma-separated TopicArns). SESAccount
 	// is the name of the account the AWS stack's SES notification queue
@@ -369,6 +374,7 @@ func FromEnv(getenv func(string) string, onLambda bool) (Config, error) {
 		c.CacheTTL = d
 	}
 	c.OutcomeTTL = outcomeTTL(getenv, &errs)
+	c.OutcomeShareDomains = outcomeShareDomains(getenv, &errs)
 	c.SNSTopics = snsTopics(getenv, &errs)
 	c.SESAccount, c.SESQueueARN = getenv("EVS_SES_ACCOUNT"), getenv("EVS_SES_QUEUE_ARN")
 	if c.MetricsAddr = getenv("EVS_METRICS_ADDR"); c.MetricsAddr != "" {

@@ -31,6 +31,24 @@ func outcomeTTL(getenv func(string) string, errs *[]error) time.Duration {
 	return DefaultOutcomeTTL
 }
 
+// outcomeShareDomains reads EVS_OUTCOME_SHARE_DOMAINS: "on" shares the
+// per-domain counts of outcomes (how many addresses delivered, how many
+// bounced hard) across accounts, "off" (the default)
+// keeps each account's to itself. Off by default because one account's
+// outcomes then move the scores another account sees: the operator
+// decides its accounts trust each other that far.
+func outcomeShareDomains(getenv func(string) string, errs *[]error) bool {
+	switch s := strings.ToLower(getenv("EVS_OUTCOME_SHARE_DOMAINS")); s {
+	case "", "off":
+		return false
+	case "on":
+		return true
+	default:
+		*errs = append(*errs, fmt.Errorf("EVS_OUTCOME_SHARE_DOMAINS: %.40q is not on or off", s))
+		return false
+	}
+}
+
 // snsTopicArn is an SNS topic's ARN, in any partition.
 var snsTopicArn = regexp.MustCompile(`^arn:aws[a-z-]*:sns:[a-z0-9-]+:[0-9]{12}:[A-Za-z0-9_.-]{1,256}$`)
 

@@ -31,9 +31,29 @@ import (
 // something: a batch of an account that never did looks its addresses up
 // with one GetItem, not one Query each. It expires with the latest
 // outcome.
+//
+// Per-domain counts of deliveries and hard bounces (store.DomainCounts)
+// are counter items of the same partition, "@dom#<domain>#<13-digit
+// bucket end, epoch ms>" (store.DomainBucket; no address starts with
+// "@", so no address's prefix matches them), and of the partition
+// "~out#~shared" for every account's together, which only counts, never
+// addresses. PutOutcomes and DeleteOutcomes add to them (UpdateItem ADD);
+// each expires (TTL) at its bucket's end, and reads ignore it after.
 const (
 	outcomePartitionPrefix = "~out#"
 	outcomeMarkerID        = "~any"
+	// domainCountPrefix opens a counter item's id.
+	domainCountPrefix = "@dom#"
+	// sharedOutcomeAccount is the pseudo-account of the shared counters:
+	// no account ID starts with "~".
+	sharedOutcomeAccount = "~shared"
+
+	attrDelivered   = "delivered"
+	attrHardBounces = "hardBounces"
+	// attrMarkClass is a mark's class (evs.DomainClass): an item
+	// "<address>#~<class>" says the address is counted in its domain's
+	// counts, until it expires with the outcome that made it.
+	attrMarkClass = "markClass"
 
 	attrOutcome    = "outcome"
 	attrOutAddress = "address"
@@ -54,6 +74,179 @@ const (
 
 func outcomePartition(accountID string) types.AttributeValue {
 	return avS(outcomePartitionPrefix + accountID)
+}
+
+func domainCountID(domain string, bucket time.Time) string {
+	return fmt.Sprintf("%s%s#%013d", domainCountPrefix, domain, bucket.UnixMilli())
+}
+
+// domainCountKey is one counter item of an account.
+type domainCountKey struct {
+	domain string
+	bucket time.Time
+}
+
+// domainDeltas adds up changes to an account's domain counts, to be
+// written once per counter.
+type domainDeltas map[domainCountKey]evs.DomainCounts
+
+// add counts the address (by -1: uncounts it) in class, in the bucket of
+// a mark expiring at expiresAt.
+func (m domainDeltas) add(address, class string, expiresAt time.Time, by int) {
+	k := domainCountKey{evs.AddressDomain(address), store.DomainBucket(expiresAt)}
+	c := m[k]
+	switch class {
+	case evs.ClassDelivered:
+		c.Delivered += by
+	case evs.ClassHardBounce:
+		c.HardBounces += by
+	default:
+		return
+	}
+	m[k] = c
+}
+
+func markID(address, class string) string { return address + "#~" + class }
+
+// markOutcome makes the mark that counts the address in class, unless a
+// live one is there, and adds what changed to deltas: the address counted,
+// and an expired mark TTL had not deleted yet uncounted (its bucket may
+// still be read). The mark's id shares the address's prefix, so deleting
+// the address deletes it; it has no outcome attribute, so no read takes
+// it for an outcome.
+func (s *Store) markOutcome(ctx context.Context, accountID, address, class string, expiresAt time.Time, deltas domainDeltas) error {
+	token := newToken()
+	key := item{attrAccountID: outcomePartition(accountID), attrID: avS(markID(address, class))}
+	it := item{attrMarkClass: avS(class), attrExpiresAtMs: avTime(expiresAt), attrExpiresAt: ttlSeconds(expiresAt),
+		attrCreateToken: avS(token)}
+	for k, v := range key {
+		it[k] = v
+	}
+	out, err := s.c.PutItem(ctx, &dynamodb.PutItemInput{
+		TableName: aws.String(s.t.Batches), Item: it,
+		ConditionExpression:       aws.String("attribute_not_exists(#id) OR #exp <= :now"),
+		ExpressionAttributeNames:  map[string]string{"#id": attrID, "#exp": attrExpiresAtMs},
+		ExpressionAttributeValues: item{":now": avTime(s.now())},
+		ReturnValues:              types.ReturnValueAllOld,
+	})
+	if isConditionFailed(err) {
+		// A live mark: the address is counted, unless it is this call's
+		// own, written by a retry of the SDK whose first reply was lost.
+		cur, gerr := s.get(ctx, s.t.Batches, key, "count outcomes by domain")
+		if gerr != nil {
+			return gerr
+		}
+		if getS(cur, attrCreateToken) == token {
+			deltas.add(address, class, expiresAt, 1)
+		}
+		return nil
+	}
+	if err != nil {
+		return wrapErr("count outcomes by domain", err)
+	}
+	if old := out.Attributes; len(old) > 0 {
+		deltas.add(address, class, time.UnixMilli(getN(old, attrExpiresAtMs)), -1)
+	}
+	deltas.add(address, class, expiresAt, 1)
+	return nil
+}
+
+// writeDomainCounts adds deltas to the account's counters and to the
+// shared ones, but for buckets already ended (never read again). It runs
+// after the outcomes' own writes, even when those failed part way, so the
+// counts follow what was written.
+func (s *Store) writeDomainCounts(ctx context.Context, accountID string, deltas domainDeltas) error {
+	now := s.now()
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(outcomePutWorkers)
+	for k, c := range deltas {
+		if !k.bucket.After(now) || (c == evs.DomainCounts{}) {
+			continue
+		}
+		for _, acct := range []string{accountID, sharedOutcomeAccount} {
+			g.Go(func() error {
+				_, err := s.c.UpdateItem(gctx, &dynamodb.UpdateItemInput{
+					TableName:        aws.String(s.t.Batches),
+					Key:              item{attrAccountID: outcomePartition(acct), attrID: avS(domainCountID(k.domain, k.bucket))},
+					UpdateExpression: aws.String("ADD #d :d, #b :b SET #exp = :exp, #ttl = :ttl"),
+					ExpressionAttributeNames: map[string]string{"#d": attrDelivered, "#b": attrHardBounces,
+						"#exp": attrExpiresAtMs, "#ttl": attrExpiresAt},
+					ExpressionAttributeValues: item{":d": avN(int64(c.Delivered)), ":b": avN(int64(c.HardBounces)),
+						":exp": avTime(k.bucket), ":ttl": ttlSeconds(k.bucket)},
+				})
+				return wrapErr("count outcomes by domain", err)
+			})
+		}
+	}
+	return g.Wait()
+}
+
+// DomainCounts returns the deliveries and hard bounces reported for each
+// domain that has any (store.Outcomes): the account's counters, or with
+// shared the shared ones, of buckets not yet ended; one Query per domain,
+// eight in flight, after one GetItem for an account that never reported
+// an outcome.
+func (s *Store) DomainCounts(ctx context.Context, accountID string, domains []string, shared bool) (map[string]evs.DomainCounts, error) {
+	out := map[string]evs.DomainCounts{}
+	if len(domains) == 0 {
+		return out, nil
+	}
+	now := s.now()
+	acct := sharedOutcomeAccount
+	if !shared {
+		acct = accountID
+		m, err := s.c.GetItem(ctx, &dynamodb.GetItemInput{
+			TableName: aws.String(s.t.Batches),
+			Key:       item{attrAccountID: outcomePartition(accountID), attrID: avS(outcomeMarkerID)},
+		})
+		if err != nil {
+			return nil, wrapErr("read domain counts", err)
+		}
+		if m.Item == nil || getN(m.Item, attrExpiresAtMs) <= now.UnixMilli() {
+			return out, nil
+		}
+	}
+	var mu sync.Mutex
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(outcomeQueryWorkers)
+	seen := make(map[string]bool, len(domains))
+	for _, d := range domains {
+		if seen[d] {
+			continue
+		}
+		seen[d] = true
+		g.Go(func() error {
+			var c evs.DomainCounts
+			p := dynamodb.NewQueryPaginator(s.c, &dynamodb.QueryInput{
+				TableName:                 aws.String(s.t.Batches),
+				KeyConditionExpression:    aws.String("#a = :a AND begins_with(#id, :p)"),
+				ExpressionAttributeNames:  map[string]string{"#a": attrAccountID, "#id": attrID},
+				ExpressionAttributeValues: item{":a": outcomePartition(acct), ":p": avS(domainCountPrefix + d + "#")},
+			})
+			for p.HasMorePages() {
+				page, err := p.NextPage(gctx)
+				if err != nil {
+					return wrapErr("read domain counts", err)
+				}
+				for _, it := range page.Items {
+					if getN(it, attrExpiresAtMs) > now.UnixMilli() {
+						c.Delivered += int(getN(it, attrDelivered))
+						c.HardBounces += int(getN(it, attrHardBounces))
+					}
+				}
+			}
+			if !c.Zero() {
+				mu.Lock()
+				out[d] = evs.DomainCounts{Delivered: max(c.Delivered, 0), HardBounces: max(c.HardBounces, 0)}
+				mu.Unlock()
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 func outcomeID(o evs.Outcome) string {
@@ -81,6 +274,7 @@ func (s *Store) PutOutcomes(ctx context.Context, accountID string, os []evs.Outc
 		added    int
 		firstErr error
 		wg       sync.WaitGroup
+		deltas   = domainDeltas{}
 	)
 	next := make(chan evs.Outcome)
 	ctx, cancel := context.WithCancel(ctx)
@@ -91,6 +285,13 @@ func (s *Store) PutOutcomes(ctx context.Context, accountID string, os []evs.Outc
 			defer wg.Done()
 			for o := range next {
 				ok, err := s.putOutcome(ctx, accountID, o, expiresAt)
+				mine := domainDeltas{}
+				if class := o.DomainClass(); ok && class != "" && err == nil {
+					// Counted even when the call is failing: the
+					// outcome is written, and a retry finds it a
+					// duplicate that counts nothing.
+					err = s.markOutcome(context.WithoutCancel(ctx), accountID, o.Address, class, expiresAt, mine)
+				}
 				mu.Lock()
 				if err != nil && firstErr == nil {
 					firstErr = err
@@ -98,6 +299,9 @@ func (s *Store) PutOutcomes(ctx context.Context, accountID string, os []evs.Outc
 				}
 				if ok {
 					added++
+				}
+				for k, c := range mine {
+					deltas[k] = evs.DomainCounts{Delivered: deltas[k].Delivered + c.Delivered, HardBounces: deltas[k].HardBounces + c.HardBounces}
 				}
 				mu.Unlock()
 			}
@@ -113,6 +317,11 @@ feed:
 	}
 	close(next)
 	wg.Wait()
+	// What was written is counted, even when the rest failed: the retry
+	// finds it a duplicate and would not count it.
+	if err := s.writeDomainCounts(context.WithoutCancel(ctx), accountID, deltas); err != nil && firstErr == nil {
+		firstErr = err
+	}
 	if firstErr != nil {
 		return 0, firstErr
 	}
@@ -201,11 +410,17 @@ func (s *Store) AddressOutcomes(ctx context.Context, accountID string, addresses
 // DeleteOutcomes deletes the account's outcomes of address
 // (store.Outcomes), expired or not.
 func (s *Store) DeleteOutcomes(ctx context.Context, accountID, address string) (int, error) {
-	var keys []types.WriteRequest
+	var (
+		keys    []types.WriteRequest
+		classes []string // a mark's class, to uncount; "" for an outcome
+		exps    []time.Time
+	)
 	err := s.queryOutcomes(ctx, accountID, address+"#", true, func(it item) error {
 		keys = append(keys, types.WriteRequest{DeleteRequest: &types.DeleteRequest{
 			Key: item{attrAccountID: outcomePartition(accountID), attrID: it[attrID]},
 		}})
+		classes = append(classes, getS(it, attrMarkClass))
+		exps = append(exps, time.UnixMilli(getN(it, attrExpiresAtMs)))
 		return nil
 	})
 	if err != nil {
@@ -213,7 +428,8 @@ func (s *Store) DeleteOutcomes(ctx context.Context, accountID, address string) (
 	}
 	n := 0
 	for start := 0; start < len(keys); start += cacheWriteBatch {
-		reqs := keys[start:min(start+cacheWriteBatch, len(keys))]
+		end := min(start+cacheWriteBatch, len(keys))
+		reqs := keys[start:end]
 		for attempt := 0; len(reqs) > 0; attempt++ {
 			if attempt > 8 {
 				return n, wrapErr("delete outcomes", fmt.Errorf("%d deletes left unprocessed", len(reqs)))
@@ -227,8 +443,20 @@ func (s *Store) DeleteOutcomes(ctx context.Context, accountID, address string) (
 			if err != nil {
 				return n, wrapErr("delete outcomes", err)
 			}
-			n += len(reqs) - len(out.UnprocessedItems[s.t.Batches])
 			reqs = out.UnprocessedItems[s.t.Batches]
+		}
+		// Each chunk, once deleted whole, counts its outcomes and takes
+		// its marks out of the domain's counts.
+		deltas := domainDeltas{}
+		for i := start; i < end; i++ {
+			if classes[i] == "" {
+				n++
+			} else {
+				deltas.add(address, classes[i], exps[i], -1)
+			}
+		}
+		if err := s.writeDomainCounts(ctx, accountID, deltas); err != nil {
+			return n, err
 		}
 	}
 	return n, nil
@@ -246,9 +474,10 @@ func (s *Store) EachOutcome(ctx context.Context, accountID string, fn func(evs.O
 	})
 }
 
-// queryOutcomes passes each item of the account's outcome partition whose
-// id starts with prefix ("" for all but the marker) to each; keysOnly
-// reads the keys alone.
+// queryOutcomes passes each item of the account's partition whose id
+// starts with prefix ("" for all; never the marker or a domain counter):
+// outcomes and the addresses' marks, which outcomeFrom tells apart, to
+// each; keysOnly reads the key and what a delete uncounts.
 func (s *Store) queryOutcomes(ctx context.Context, accountID, prefix string, keysOnly bool, each func(item) error) error {
 	in := &dynamodb.QueryInput{
 		TableName:                 aws.String(s.t.Batches),
@@ -262,8 +491,11 @@ func (s *Store) queryOutcomes(ctx context.Context, accountID, prefix string, key
 		in.ExpressionAttributeValues[":p"] = avS(prefix)
 	}
 	if keysOnly {
-		in.ProjectionExpression = aws.String("#a, #id")
+		// The key, and what a delete takes out of the domain's counts.
+		in.ProjectionExpression = aws.String("#a, #id, #mc, #exp")
 		in.ExpressionAttributeNames["#id"] = attrID
+		in.ExpressionAttributeNames["#mc"] = attrMarkClass
+		in.ExpressionAttributeNames["#exp"] = attrExpiresAtMs
 	}
 	p := dynamodb.NewQueryPaginator(s.c, in)
 	for p.HasMorePages() {
@@ -272,7 +504,7 @@ func (s *Store) queryOutcomes(ctx context.Context, accountID, prefix string, key
 			return wrapErr("read outcomes", err)
 		}
 		for _, it := range page.Items {
-			if getS(it, attrID) == outcomeMarkerID {
+			if id := getS(it, attrID); id == outcomeMarkerID || strings.HasPrefix(id, domainCountPrefix) {
 				continue
 			}
 			if err := each(it); err != nil {
@@ -284,9 +516,9 @@ func (s *Store) queryOutcomes(ctx context.Context, accountID, prefix string, key
 }
 
 // outcomeFrom reads an outcome item; ok is false when it has expired by
-// now (TTL deletes items late).
+// now (TTL deletes items late), or is an address's mark.
 func outcomeFrom(it item, now time.Time) (evs.Outcome, bool) {
-	if getN(it, attrExpiresAtMs) <= now.UnixMilli() {
+	if getN(it, attrExpiresAtMs) <= now.UnixMilli() || getS(it, attrOutcome) == "" {
 		return evs.Outcome{}, false
 	}
 	o := evs.Outcome{

@@ -1,6 +1,9 @@
 package evs
 
-import "time"
+import (
+	"strings"
+	"time"
+)
 
 // OutcomeKind is what happened when mail was sent to an address (contract,
 // section 18).
@@ -75,4 +78,62 @@ type HistoryCheck struct {
 	// Detail says in words what the outcome did, e.g. "hard bounce on
 	// 2026-11-20".
 	Detail string `json:"detail"`
+}
+
+// Scopes of DomainHistoryCheck.Scope.
+const (
+	// DomainScopeAccount: the counts are of the account's own outcomes.
+	DomainScopeAccount = "account"
+	// DomainScopeShared: the counts are of every account's outcomes, as
+	// the operator allowed (EVS_OUTCOME_SHARE_DOMAINS).
+	DomainScopeShared = "shared"
+)
+
+// DomainCounts are what the reported outcomes of a domain's addresses
+// teach about its other addresses: how many of its addresses were
+// delivered to, and how many bounced hard. Each address counts once per
+// kind, however often mail was sent to it: a list mailed every week would
+// otherwise weigh its deliveries 52 times a year and its bounces, which
+// end the mailing, once. They are numbers, never the addresses, so they
+// can be shared across accounts.
+type DomainCounts struct {
+	Delivered   int `json:"delivered"`
+	HardBounces int `json:"hardBounces"`
+}
+
+// Kinds of DomainClass: what an outcome counts as in DomainCounts.
+const (
+	ClassDelivered  = "delivered"
+	ClassHardBounce = "hard_bounce"
+)
+
+// DomainClass is what o counts as in its domain's counts: ClassDelivered,
+// ClassHardBounce, or "" for an outcome that is neither.
+func (o Outcome) DomainClass() string {
+	switch {
+	case o.Kind == OutcomeDelivered:
+		return ClassDelivered
+	case o.HardBounce():
+		return ClassHardBounce
+	}
+	return ""
+}
+
+// Zero tells whether nothing is counted.
+func (c DomainCounts) Zero() bool { return c.Delivered <= 0 && c.HardBounces <= 0 }
+
+// DomainHistoryCheck is the evidence from the outcomes reported for the
+// address's domain (decision.checks.domainHistory): present only on a
+// verdict whose score it moves, an accept-all or unchecked mailbox
+// (verify.ApplyHistory), so the score stays a function of the evidence.
+type DomainHistoryCheck struct {
+	Scope string `json:"scope"`
+	DomainCounts
+}
+
+// AddressDomain is the domain part of a normalised address (after its
+// last "@": a quoted local part may hold one): what domain counts are
+// kept by.
+func AddressDomain(normalized string) string {
+	return normalized[strings.LastIndexByte(normalized, '@')+1:]
 }

@@ -173,6 +173,11 @@ type Checks struct {
 	// address (verify.ApplyHistory); nil, and absent from the JSON, when
 	// there are none, so a decision without them renders as before.
 	History *HistoryCheck `json:"history,omitempty"`
+	// DomainHistory is the evidence of the outcomes reported for the
+	// address's domain (verify.ApplyHistory); nil, and absent from the
+	// JSON, unless it moved the score of an accept-all or unchecked
+	// mailbox.
+	DomainHistory *DomainHistoryCheck `json:"domainHistory,omitempty"`
 }
 
 // SyntaxCheck is the syntax stage's evidence.

@@ -43,6 +43,11 @@ func history(d map[string]any) map[string]any {
 	return h
 }
 
+func domainHistory(d map[string]any) map[string]any {
+	h, _ := d["checks"].(map[string]any)["domainHistory"].(map[string]any)
+	return h
+}
+
 // TestOutcomesChangeVerdicts (contract, section 18): on a catch-all
 // domain, a hard bounce makes the next verdict undeliverable/known_bounce
 // with its date and reply, until a later delivery; a delivery makes an
@@ -97,15 +102,24 @@ func TestOutcomesChangeVerdicts(t *testing.T) {
 	if hist := history(d); hist["at"] != "2026-11-22T09:11:00.000Z" || !strings.HasPrefix(hist["detail"].(string), "delivered on 2026-11-22") {
 		t.Errorf("alice's evidence: %v", hist)
 	}
+	// good.example now has one delivery and one hard bounce on record:
+	// its other addresses score (10×0.60 + 1) / 12 = 58 (docs/score.md).
 	status, d = h.verifyDecision(h.liveKey, "carol@good.example")
-	check("carol (soft bounce, complaint)", status, d, "risky", "accept_all", "noted", 60)
+	check("carol (soft bounce, complaint)", status, d, "risky", "accept_all", "noted", 58)
 	status, d = h.verifyDecision(h.liveKey, "dave@good.example")
-	check("dave (deferred)", status, d, "risky", "accept_all", "noted", 60)
+	check("dave (deferred)", status, d, "risky", "accept_all", "noted", 58)
+	if dh := domainHistory(d); dh == nil || dh["scope"] != "account" || dh["delivered"] != 1.0 || dh["hardBounces"] != 1.0 {
+		t.Errorf("dave's domain evidence: %v", dh)
+	}
+	status, d = h.verifyDecision(h.liveKey, "erin@good.example")
+	if status != "risky" || d["score"] != 58.0 || history(d) != nil || domainHistory(d) == nil {
+		t.Errorf("erin, no outcomes of her own: %s score %v, history %v, domain %v", status, d["score"], history(d), domainHistory(d))
+	}
 
 	// Another account's verdicts do not see them.
 	status, d = h.verifyDecision(secondKey, "bob@good.example")
-	if status != "risky" || history(d) != nil {
-		t.Errorf("another account got %s with history %v", status, history(d))
+	if status != "risky" || history(d) != nil || domainHistory(d) != nil || d["score"] != 60.0 {
+		t.Errorf("another account got %s score %v with history %v, domain %v", status, d["score"], history(d), domainHistory(d))
 	}
 
 	// A batch applies the same rule.
@@ -121,6 +135,13 @@ func TestOutcomesChangeVerdicts(t *testing.T) {
 		if d["reason"] != want[0] || (want[1] == "" && hist != nil) || (want[1] != "" && (hist == nil || hist["result"] != want[1])) {
 			t.Errorf("batch %s: %v history %v, want %s/%s", email, d["reason"], hist, want[0], want[1])
 		}
+	}
+	// The domain's counts too, and the score they give, as on /v1/verify.
+	if d := got["carol@good.example"]; d["score"] != 58.0 || domainHistory(d) == nil {
+		t.Errorf("batch carol: score %v, domain %v", d["score"], domainHistory(d))
+	}
+	if d := got["bob@other.example"]; d["score"] != 60.0 || domainHistory(d) != nil {
+		t.Errorf("batch bob@other.example: score %v, domain %v", d["score"], domainHistory(d))
 	}
 
 	// A later delivery undoes the bounce.
@@ -360,5 +381,42 @@ func TestOutcomesExpire(t *testing.T) {
 	got, err := h.st.AddressOutcomes(t.Context(), h.liveAcct, []string{"bob@good.example"})
 	if err != nil || len(got) != 0 {
 		t.Errorf("after the sweep: %v %v", got, err)
+	}
+}
+
+// TestOutcomesDomainCountsShared (contract, section 18): with
+// EVS_OUTCOME_SHARE_DOMAINS on, one account's outcomes for a domain move
+// the score another account sees for the domain's other addresses, as
+// counts alone (checks.domainHistory, scope "shared"); none of the first
+// account's addresses' own evidence crosses over; deleting an address
+// takes its outcomes out of the counts.
+func TestOutcomesDomainCountsShared(t *testing.T) {
+	h := start(t, options{rcpt: catchAll, server: func(o *server.Options) { o.Config.OutcomeShareDomains = true }})
+	_, secondKey := h.account("second", false)
+	var rows []string
+	for i := range 10 {
+		rows = append(rows, fmt.Sprintf(`{"email":"u%d@good.example","outcome":"bounced","bounceType":"hard","at":"2026-11-22T10:%02d:00Z"}`, i, i))
+	}
+	if r := h.postOutcomes(h.liveKey, "application/json", `{"outcomes":[`+strings.Join(rows, ",")+`]}`, nil); r.status != 200 {
+		t.Fatalf("post outcomes: %d %s", r.status, r.body)
+	}
+	// (10×0.60 + 0) / (10 + 10) = 30.
+	status, d := h.verifyDecision(secondKey, "u0@good.example")
+	dh := domainHistory(d)
+	if status != "risky" || d["score"] != 30.0 || history(d) != nil || dh == nil || dh["scope"] != "shared" || dh["hardBounces"] != 10.0 || dh["delivered"] != 0.0 {
+		t.Fatalf("the second account: %s score %v, history %v, domain %v", status, d["score"], history(d), dh)
+	}
+	// The first account's own address is still its known bounce.
+	if _, d := h.verifyDecision(h.liveKey, "u0@good.example"); d["reason"] != "known_bounce" {
+		t.Errorf("the first account's bounced address: %v", d["reason"])
+	}
+	for i := range 5 {
+		if r := h.do(req{method: "DELETE", path: fmt.Sprintf("/v1/outcomes?email=u%d@good.example", i), key: h.liveKey}); r.status != 200 {
+			t.Fatalf("delete: %d %s", r.status, r.body)
+		}
+	}
+	// (6 + 0) / (10 + 5) = 40.
+	if _, d := h.verifyDecision(secondKey, "new@good.example"); d["score"] != 40.0 || domainHistory(d)["hardBounces"] != 5.0 {
+		t.Errorf("after deleting five: score %v, domain %v", d["score"], domainHistory(d))
 	}
 }

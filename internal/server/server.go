@@ -278,6 +278,7 @@ func New(o Options) (*Server, error) {
 	rc.Accounts = o.Store
 	if outcomes != nil {
 		rc.History = outcomes
+		rc.ShareDomainCounts = o.Config.OutcomeShareDomains
 	}
 	if rc.Grey == nil {
 		rc.Grey = facts
@@ -322,27 +323,28 @@ func New(o Options) (*Server, error) {
 	// Large bodies and lists read from uploads share one budget.
 	bodies := newBodyGate(o.BodyBudget, o.BodyWait)
 	h := api.New(api.Deps{
-		AdmitList:          bodies.admitList,
-		Uploads:            deps,
-		ExportLinks:        links,
-		CSVLists:           cmp.Or(o.CSVLists, defaultCSVLists),
-		PublicURL:          o.Config.PublicURL,
-		MaxUploadAddresses: o.MaxUploadAddresses,
-		Engine:             o.Engine,
-		Sandbox:            sandbox,
-		Cache:              apiCache(verdicts),
-		Idempotency:        keeper(o.Store, o.Now),
-		Batches:            o.Store,
-		Queue:              batches,
-		Retention:          o.Config.Retention,
-		MaxActiveBatches:   o.Config.MaxActiveBatches,
-		MaxStoredAddresses: o.Config.MaxStoredAddresses,
-		Quota:              quota(o.Store, o.Config),
-		Now:                o.Now,
-		Logger:             o.Logger,
-		Callbacks:          api.Callbacks{Egress: o.Config.Egress, Deliveries: o.Store},
-		Outcomes:           outcomes,
-		OutcomeTTL:         o.Config.OutcomeTTL,
+		AdmitList:           bodies.admitList,
+		Uploads:             deps,
+		ExportLinks:         links,
+		CSVLists:            cmp.Or(o.CSVLists, defaultCSVLists),
+		PublicURL:           o.Config.PublicURL,
+		MaxUploadAddresses:  o.MaxUploadAddresses,
+		Engine:              o.Engine,
+		Sandbox:             sandbox,
+		Cache:               apiCache(verdicts),
+		Idempotency:         keeper(o.Store, o.Now),
+		Batches:             o.Store,
+		Queue:               batches,
+		Retention:           o.Config.Retention,
+		MaxActiveBatches:    o.Config.MaxActiveBatches,
+		MaxStoredAddresses:  o.Config.MaxStoredAddresses,
+		Quota:               quota(o.Store, o.Config),
+		Now:                 o.Now,
+		Logger:              o.Logger,
+		Callbacks:           api.Callbacks{Egress: o.Config.Egress, Deliveries: o.Store},
+		Outcomes:            outcomes,
+		OutcomeTTL:          o.Config.OutcomeTTL,
+		OutcomeShareDomains: o.Config.OutcomeShareDomains,
 	})
 	o.sns = newSNSEndpoint(o, outcomes)
 	gw := newEdge(o, h.MountAll, authorizer.New(o.Store), bodies)

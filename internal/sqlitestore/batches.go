@@ -574,6 +574,8 @@ func (s *Store) Sweep(ctx context.Context) (int, error) {
 			`DELETE FROM result_cache WHERE expires_at <= ?`,
 			qSweepOutcomes,
 			qSweepRows,
+			qSweepOutcomeDomains,
+			qSweepMarks,
 		} {
 			res, err := tx.ExecContext(ctx, q, now)
 			if err != nil {

@@ -35,6 +35,127 @@ CREATE TABLE outcomes (
 CREATE INDEX outcomes_expires ON outcomes (expires_at);
 `
 
+// Per-domain counts of addresses delivered to and hard-bounced
+// (store.DomainCounts). outcome_marks says which addresses are counted: a
+// row per account, address and class (evs.DomainClass), made by the
+// first outcome of that class the account reports for the address (or
+// the first after the last one expired), kept until that outcome expires.
+// outcome_domains holds the counts: one row per account, domain and
+// bucket (the end of the month the mark expires in, store.DomainBucket,
+// epoch ms), one more for each mark made, one less for each deleted with
+// its address; read while the bucket has not ended and swept after. Both
+// change in the transaction of the outcomes they follow. The index on
+// domain serves the counts shared across accounts. The migration marks
+// and counts the addresses of the outcomes stored before it (each by its
+// earliest-expiring outcome of the class); the domain is what follows an
+// address's last "@" (rtrim with every character but "@" strips back to
+// it).
+const outcomeDomainsSchema = `
+CREATE TABLE outcome_marks (
+	account_id TEXT NOT NULL,
+	address    TEXT NOT NULL,
+	class      TEXT NOT NULL,
+	expires_at INTEGER NOT NULL,
+	PRIMARY KEY (account_id, address, class)
+) WITHOUT ROWID;
+CREATE INDEX outcome_marks_expires ON outcome_marks (expires_at);
+CREATE TABLE outcome_domains (
+	account_id   TEXT NOT NULL,
+	domain       TEXT NOT NULL,
+	bucket       INTEGER NOT NULL,
+	delivered    INTEGER NOT NULL DEFAULT 0,
+	hard_bounces INTEGER NOT NULL DEFAULT 0,
+	PRIMARY KEY (account_id, domain, bucket)
+) WITHOUT ROWID;
+CREATE INDEX outcome_domains_domain ON outcome_domains (domain, bucket);
+INSERT INTO outcome_marks (account_id, address, class, expires_at)
+	SELECT account_id, address, CASE kind WHEN 'delivered' THEN 'delivered' ELSE 'hard_bounce' END, min(expires_at)
+	FROM outcomes WHERE kind = 'delivered' OR (kind = 'bounced' AND bounce_type = 'hard')
+	GROUP BY 1, 2, 3;
+INSERT INTO outcome_domains (account_id, domain, bucket, delivered, hard_bounces)
+	SELECT account_id, substr(address, length(rtrim(address, replace(address, '@', ''))) + 1),
+		CAST(strftime('%s', expires_at / 1000, 'unixepoch', 'start of month', '+1 month') AS INTEGER) * 1000,
+		sum(class = 'delivered'), sum(class = 'hard_bounce')
+	FROM outcome_marks GROUP BY 1, 2, 3;
+`
+
+const (
+	// qUnmarkExpired deletes an expired mark the sweep has not deleted
+	// yet, to be uncounted; qMarkOutcome then makes the mark of an
+	// address's class unless a live one is there: a row added is an
+	// address counted anew.
+	qUnmarkExpired = `DELETE FROM outcome_marks WHERE account_id = ? AND address = ? AND class = ? AND expires_at <= ? RETURNING expires_at`
+	qMarkOutcome   = `INSERT INTO outcome_marks (account_id, address, class, expires_at) VALUES (?, ?, ?, ?)
+		ON CONFLICT (account_id, address, class) DO NOTHING`
+	qDeleteMarks     = `DELETE FROM outcome_marks WHERE account_id = ? AND address = ? RETURNING class, expires_at`
+	qSweepMarks      = `DELETE FROM outcome_marks WHERE expires_at <= ?`
+	qAddDomainCounts = `INSERT INTO outcome_domains (account_id, domain, bucket, delivered, hard_bounces) VALUES (?, ?, ?, ?, ?)
+		ON CONFLICT (account_id, domain, bucket) DO UPDATE SET
+			delivered = max(delivered + excluded.delivered, 0), hard_bounces = max(hard_bounces + excluded.hard_bounces, 0)`
+	qDomainCounts        = `SELECT domain, sum(delivered), sum(hard_bounces) FROM outcome_domains WHERE account_id = ? AND bucket > ? AND domain IN `
+	qSharedDomainCounts  = `SELECT domain, sum(delivered), sum(hard_bounces) FROM outcome_domains WHERE bucket > ? AND domain IN `
+	qSweepOutcomeDomains = `DELETE FROM outcome_domains WHERE bucket <= ?`
+)
+
+// domainKey is one row of outcome_domains of an account.
+type domainKey struct {
+	domain string
+	bucket int64
+}
+
+// domainDeltas adds up changes to an account's domain counts, to be
+// written once per row at the end of a transaction.
+type domainDeltas map[domainKey]evs.DomainCounts
+
+// add counts the address (by -1: uncounts it) in class, in the bucket of
+// a mark expiring at expiresAt.
+func (m domainDeltas) add(address, class string, expiresAt time.Time, by int) {
+	k := domainKey{evs.AddressDomain(address), millis(store.DomainBucket(expiresAt))}
+	c := m[k]
+	switch class {
+	case evs.ClassDelivered:
+		c.Delivered += by
+	case evs.ClassHardBounce:
+		c.HardBounces += by
+	default:
+		return
+	}
+	m[k] = c
+}
+
+// unmarkExpired deletes the address's expired mark of class, if there is
+// one, and uncounts it in deltas: its bucket may still be read.
+func unmarkExpired(ctx context.Context, tx *sql.Tx, deltas domainDeltas, accountID, address, class string, now int64) error {
+	rows, err := tx.QueryContext(ctx, qUnmarkExpired, accountID, address, class, now)
+	if err != nil {
+		return dbErr("count outcomes by domain", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var expires int64
+		if err := rows.Scan(&expires); err != nil {
+			return dbErr("count outcomes by domain", err)
+		}
+		deltas.add(address, class, time.UnixMilli(expires), -1)
+	}
+	return dbErr("count outcomes by domain", rows.Err())
+}
+
+// write applies the deltas to the account's rows, in tx, but for buckets
+// already ended by now (an expired mark deleted before the sweep): those
+// are never read again.
+func (m domainDeltas) write(ctx context.Context, tx *sql.Tx, accountID string, now int64) error {
+	for k, c := range m {
+		if k.bucket <= now || (c == evs.DomainCounts{}) {
+			continue
+		}
+		if _, err := tx.ExecContext(ctx, qAddDomainCounts, accountID, k.domain, k.bucket, c.Delivered, c.HardBounces); err != nil {
+			return dbErr("count outcomes by domain", err)
+		}
+	}
+	return nil
+}
+
 const (
 	qPutOutcome = `INSERT INTO outcomes (account_id, address, at, kind, bounce_type, smtp_reply, verdict, score, expires_at)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
@@ -68,7 +189,13 @@ func (s *Store) PutOutcomes(ctx context.Context, accountID string, os []evs.Outc
 			return dbErr("store outcomes", err)
 		}
 		defer st.Close()
+		mark, err := tx.PrepareContext(ctx, qMarkOutcome)
+		if err != nil {
+			return dbErr("store outcomes", err)
+		}
+		defer mark.Close()
 		now := millis(s.now())
+		deltas := domainDeltas{}
 		for _, o := range os {
 			score := outcomeNoScore
 			if o.Verdict != "" {
@@ -84,8 +211,22 @@ func (s *Store) PutOutcomes(ctx context.Context, accountID string, os []evs.Outc
 				return dbErr("store outcomes", err)
 			}
 			added += int(n)
+			if class := o.DomainClass(); n > 0 && class != "" {
+				if err := unmarkExpired(ctx, tx, deltas, accountID, o.Address, class, now); err != nil {
+					return err
+				}
+				res, err := mark.ExecContext(ctx, accountID, o.Address, class, millis(expiresAt))
+				if err != nil {
+					return dbErr("count outcomes by domain", err)
+				}
+				if m, err := res.RowsAffected(); err != nil {
+					return dbErr("count outcomes by domain", err)
+				} else if m > 0 {
+					deltas.add(o.Address, class, expiresAt, 1)
+				}
+			}
 		}
-		return nil
+		return deltas.write(ctx, tx, accountID, now)
 	})
 	if err != nil {
 		return 0, err
@@ -138,16 +279,43 @@ func (s *Store) AddressOutcomes(ctx context.Context, accountID string, addresses
 // DeleteOutcomes deletes the account's outcomes of address
 // (store.Outcomes).
 func (s *Store) DeleteOutcomes(ctx context.Context, accountID, address string) (int, error) {
-	var n int64
+	var n int
 	err := s.writeOne(ctx, true, func(ctx context.Context, tx *sql.Tx) error {
+		n = 0
 		res, err := tx.ExecContext(ctx, qDeleteOutcomes, accountID, address)
 		if err != nil {
 			return dbErr("delete outcomes", err)
 		}
-		n, err = res.RowsAffected()
-		return dbErr("delete outcomes", err)
+		k, err := res.RowsAffected()
+		if err != nil {
+			return dbErr("delete outcomes", err)
+		}
+		n = int(k)
+		// The address leaves its domain's counts with its marks, expired
+		// or not: an expired mark's bucket may still be read.
+		rows, err := tx.QueryContext(ctx, qDeleteMarks, accountID, address)
+		if err != nil {
+			return dbErr("delete outcomes", err)
+		}
+		deltas := domainDeltas{}
+		for rows.Next() {
+			var (
+				class   string
+				expires int64
+			)
+			if err := rows.Scan(&class, &expires); err != nil {
+				rows.Close()
+				return dbErr("delete outcomes", err)
+			}
+			deltas.add(address, class, time.UnixMilli(expires), -1)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return dbErr("delete outcomes", err)
+		}
+		return deltas.write(ctx, tx, accountID, millis(s.now()))
 	})
-	return int(n), err
+	return n, err
 }
 
 // EachOutcome calls fn with each of the account's unexpired outcomes
@@ -224,6 +392,50 @@ func (s *Store) LastVerdicts(ctx context.Context, accountID string, addresses []
 		rows.Close()
 		if err := rows.Err(); err != nil {
 			return nil, dbErr("read the result cache", err)
+		}
+	}
+	return out, nil
+}
+
+// DomainCounts returns the deliveries and hard bounces reported for each
+// domain that has any (store.Outcomes): the account's rows, or with shared
+// every account's, of buckets not yet ended.
+func (s *Store) DomainCounts(ctx context.Context, accountID string, domains []string, shared bool) (map[string]evs.DomainCounts, error) {
+	out := map[string]evs.DomainCounts{}
+	now := millis(s.now())
+	for start := 0; start < len(domains); start += outcomeChunk {
+		chunk := domains[start:min(start+outcomeChunk, len(domains))]
+		args := make([]any, 0, len(chunk)+2)
+		q := qSharedDomainCounts
+		if !shared {
+			q = qDomainCounts
+			args = append(args, accountID)
+		}
+		args = append(args, now)
+		for _, d := range chunk {
+			args = append(args, d)
+		}
+		q += `(?` + strings.Repeat(`, ?`, len(chunk)-1) + `) GROUP BY domain`
+		rows, err := s.rdb.QueryContext(ctx, q, args...)
+		if err != nil {
+			return nil, dbErr("read domain counts", err)
+		}
+		for rows.Next() {
+			var (
+				d string
+				c evs.DomainCounts
+			)
+			if err := rows.Scan(&d, &c.Delivered, &c.HardBounces); err != nil {
+				rows.Close()
+				return nil, dbErr("read domain counts", err)
+			}
+			if !c.Zero() {
+				out[d] = c
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, dbErr("read domain counts", err)
 		}
 	}
 	return out, nil

@@ -2,11 +2,14 @@ package sqlitestore
 
 import (
 	"context"
+	"database/sql"
+	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/store"
 )
 
 // TestBackupKeepsOutcomes: `evs backup` copies the reported outcomes with
@@ -47,5 +50,63 @@ func TestBackupKeepsOutcomes(t *testing.T) {
 	defer later.Close()
 	if got, err := later.AddressOutcomes(ctx, "a", []string{"bob@example.com"}); err != nil || len(got) != 0 {
 		t.Fatalf("after the expiry the copy gives %+v, %v", got, err)
+	}
+}
+
+// TestMigrateCountsStoredOutcomes: the migration that adds the per-domain
+// counts counts the addresses of the outcomes stored before it, each once
+// per class, by the domain after its last "@" and the month its first
+// outcome of the class expires in.
+func TestMigrateCountsStoredOutcomes(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	db, err := sql.Open("sqlite", filepath.Join(dir, FileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The schema just before the counts.
+	before := -1
+	for i, m := range migrations {
+		if m == outcomeDomainsSchema {
+			before = i
+		}
+	}
+	if before < 0 {
+		t.Fatal("no migration creates outcome_domains")
+	}
+	for _, m := range migrations[:before] {
+		if _, err := db.ExecContext(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	long, short := millis(t0.Add(300*24*time.Hour)), millis(t0.Add(time.Hour))
+	if _, err := db.ExecContext(ctx, fmt.Sprintf(`PRAGMA user_version = %d`, before)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, `INSERT INTO outcomes (account_id, address, at, kind, bounce_type, expires_at) VALUES
+		('a', 'ann@catchall.example', 1, 'delivered', '', ?),
+		('a', 'ann@catchall.example', 2, 'delivered', '', ?),
+		('a', '"x@y"@catchall.example', 1, 'bounced', 'hard', ?),
+		('a', 'bob@catchall.example', 2, 'bounced', 'hard', ?),
+		('a', 'cy@catchall.example', 1, 'bounced', 'soft', ?),
+		('a', 'cy@catchall.example', 2, 'complained', '', ?),
+		('b', 'dee@catchall.example', 1, 'delivered', '', ?)`, long, long, long, short, long, long, long); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+
+	s := openStore(t, dir, func() time.Time { return t0 })
+	c := func(dl, hb int) evs.DomainCounts { return evs.DomainCounts{Delivered: dl, HardBounces: hb} }
+	if got, err := s.DomainCounts(ctx, "a", []string{"catchall.example", "y\"@catchall.example"}, false); err != nil ||
+		len(got) != 1 || got["catchall.example"] != c(1, 2) {
+		t.Fatalf("account a's migrated counts = %+v, %v", got, err)
+	}
+	if got, err := s.DomainCounts(ctx, "a", []string{"catchall.example"}, true); err != nil || got["catchall.example"] != c(2, 2) {
+		t.Fatalf("shared migrated counts = %+v, %v", got, err)
+	}
+	// The short-lived bounce is in an earlier bucket, which ends first.
+	s.now = func() time.Time { return store.DomainBucket(t0.Add(time.Hour)) }
+	if got, err := s.DomainCounts(ctx, "a", []string{"catchall.example"}, false); err != nil || got["catchall.example"] != c(1, 1) {
+		t.Fatalf("account a's counts after the first bucket = %+v, %v", got, err)
 	}
 }

@@ -219,6 +219,9 @@ ALTER TABLE keys ADD COLUMN origins TEXT NOT NULL DEFAULT '';
 `,
 	// The rows of batches made from CSV lists (rows.go).
 	rowsSchema,
+	// What a domain's reported outcomes teach (outcomes.go; contract,
+	// section 18), counted from the outcomes already stored.
+	outcomeDomainsSchema,
 }
 
 // migrate brings the schema to len(migrations). It runs in one immediate

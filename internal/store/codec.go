@@ -77,6 +77,10 @@ const (
 	// probe's result, last (result, outcome, at, bounce type, reply,
 	// detail).
 	hasHistory = 1 << 5
+	// hasDomainHistory: the checks.domainHistory evidence follows the
+	// history, last (scope, delivered, hard bounces): the score is
+	// recomputed from it on read.
+	hasDomainHistory = 1 << 6
 )
 
 // AppendDecision appends the storage form of d to b: EncodeDecision without
@@ -108,6 +112,9 @@ func AppendDecision(b []byte, d evs.Decision) []byte {
 	}
 	if c.History != nil {
 		has |= hasHistory
+	}
+	if c.DomainHistory != nil {
+		has |= hasDomainHistory
 	}
 	if host != "" && len(c.DNS.MX) > 0 && host == c.DNS.MX[0] {
 		has |= hostIsFirstMX
@@ -161,6 +168,11 @@ func AppendDecision(b []byte, d evs.Decision) []byte {
 		b = appendStr(b, h.BounceType)
 		b = appendStr(b, h.SMTPReply)
 		b = appendStr(b, h.Detail)
+	}
+	if dh := c.DomainHistory; dh != nil {
+		b = appendStr(b, dh.Scope)
+		b = binary.AppendUvarint(b, uint64(max(dh.Delivered, 0)))
+		b = binary.AppendUvarint(b, uint64(max(dh.HardBounces, 0)))
 	}
 	return b
 }
@@ -341,6 +353,11 @@ func decodeBinary(email string, b []byte) (evs.Decision, error) {
 		}
 		h.BounceType, h.SMTPReply, h.Detail = r.str(), r.str(), r.str()
 		c.History = h
+	}
+	if has&hasDomainHistory != 0 {
+		dh := &evs.DomainHistoryCheck{Scope: r.str()}
+		dh.Delivered, dh.HardBounces = int(r.uvarint()), int(r.uvarint())
+		c.DomainHistory = dh
 	}
 	if r.err != nil {
 		return evs.Decision{}, r.err

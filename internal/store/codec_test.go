@@ -59,6 +59,28 @@ func TestDecisionRoundTrip(t *testing.T) {
 			},
 			CheckedAt: evs.Time{Time: at},
 		}},
+		{"accept-all, with the domain's learned counts", evs.Decision{
+			Email: "gus@catchall.example", Normalized: "gus@catchall.example", Reason: evs.ReasonAcceptAll, Mode: evs.ModeFull,
+			Flags: evs.Flags{AcceptAll: true},
+			Checks: evs.Checks{
+				Syntax:        evs.SyntaxCheck{Valid: true},
+				DNS:           evs.DNSCheck{Result: evs.DNSOK, MX: []string{"mx.catchall.example"}},
+				SMTP:          evs.SMTPCheck{Result: evs.SMTPAcceptAll, CatchAll: evs.SMTPAccepted},
+				DomainHistory: &evs.DomainHistoryCheck{Scope: evs.DomainScopeShared, DomainCounts: evs.DomainCounts{Delivered: 300, HardBounces: 7}},
+			},
+			CheckedAt: evs.Time{Time: at},
+		}},
+		{"unchecked, history and domain counts", evs.Decision{
+			Email: "hal@catchall.example", Normalized: "hal@catchall.example", Reason: evs.ReasonMailboxNotChecked, Mode: evs.ModeQuick,
+			Checks: evs.Checks{
+				Syntax:        evs.SyntaxCheck{Valid: true},
+				DNS:           evs.DNSCheck{Result: evs.DNSOK, MX: []string{}},
+				SMTP:          evs.SMTPCheck{Result: evs.SMTPSkipped},
+				History:       &evs.HistoryCheck{Result: evs.HistoryNoted, Outcome: evs.OutcomeComplained, At: evs.Time{Time: at}, Detail: "complained on 2026-11-22"},
+				DomainHistory: &evs.DomainHistoryCheck{Scope: evs.DomainScopeAccount, DomainCounts: evs.DomainCounts{HardBounces: 2}},
+			},
+			CheckedAt: evs.Time{Time: at},
+		}},
 		{"reused from the result cache", evs.Decision{
 			Email: "dave@corp.example", Normalized: "dave@corp.example", Reason: evs.ReasonAcceptedEmail, Mode: evs.ModeFull,
 			Checks: evs.Checks{

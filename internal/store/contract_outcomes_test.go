@@ -184,3 +184,105 @@ func runLastVerdictsContract(t *testing.T, open func(t *testing.T) lastVerdictSt
 		t.Errorf("user59's last verdict = %+v", d)
 	}
 }
+
+func TestDomainCountsContract(t *testing.T) {
+	t.Run("SQLite", func(t *testing.T) {
+		runDomainCountsContract(t, func(t *testing.T, now func() time.Time) store.Outcomes { return sqliteStore(t, now) })
+	})
+	t.Run("DynamoDB", func(t *testing.T) {
+		runDomainCountsContract(t, func(t *testing.T, now func() time.Time) store.Outcomes { return dynamoStore(t, now) })
+	})
+}
+
+// runDomainCountsContract checks the per-domain counts: addresses
+// delivered to and hard-bounced, each once however many such outcomes it
+// has (a duplicate or a repeat adds nothing), the account's own unless
+// shared, taken out when the address's outcomes are deleted, counted anew
+// (not twice) after its first outcome expired, and gone once their bucket
+// has ended.
+func runDomainCountsContract(t *testing.T, open func(t *testing.T, now func() time.Time) store.Outcomes) {
+	ctx := context.Background()
+	clk := testkit.NewClock(base)
+	s := open(t, clk.Now)
+	at := base.Add(-time.Hour)
+	out := func(addr string, k evs.OutcomeKind, bt string, n int) evs.Outcome {
+		return evs.Outcome{Address: addr, Kind: k, BounceType: bt, At: at.Add(time.Duration(n) * time.Minute)}
+	}
+	keep := base.Add(365 * 24 * time.Hour)
+	a := []evs.Outcome{
+		out("ann@catchall.example", evs.OutcomeDelivered, "", 0),
+		out("ann@catchall.example", evs.OutcomeDelivered, "", 1),
+		out("bob@catchall.example", evs.OutcomeBounced, evs.BounceHard, 0),
+		out("cy@catchall.example", evs.OutcomeBounced, evs.BounceSoft, 0), // not counted
+		out("cy@catchall.example", evs.OutcomeBounced, "", 1),             // not counted
+		out("cy@catchall.example", evs.OutcomeComplained, "", 2),          // not counted
+		out(`"x@y"@catchall.example`, evs.OutcomeBounced, evs.BounceHard, 0),
+		out("dee@other.example", evs.OutcomeDelivered, "", 0),
+	}
+	_, err := s.PutOutcomes(ctx, "a", a, keep)
+	must(t, err, "PutOutcomes a")
+	// Sent again: duplicates, counted once.
+	_, err = s.PutOutcomes(ctx, "a", a[:3], keep)
+	must(t, err, "PutOutcomes a again")
+	_, err = s.PutOutcomes(ctx, "b", []evs.Outcome{out("eve@catchall.example", evs.OutcomeBounced, evs.BounceHard, 0)}, keep)
+	must(t, err, "PutOutcomes b")
+
+	check := func(step, acct string, shared bool, want map[string]evs.DomainCounts) {
+		t.Helper()
+		got, err := s.DomainCounts(ctx, acct, []string{"catchall.example", "other.example", "none.example", "catchall.example"}, shared)
+		must(t, err, step)
+		if len(got) != len(want) {
+			t.Fatalf("%s: DomainCounts = %+v, want %+v", step, got, want)
+		}
+		for d, c := range want {
+			if got[d] != c {
+				t.Fatalf("%s: DomainCounts = %+v, want %+v", step, got, want)
+			}
+		}
+	}
+	c := func(dl, hb int) evs.DomainCounts { return evs.DomainCounts{Delivered: dl, HardBounces: hb} }
+	// ann's two deliveries count her once; a later delivery to dee, once.
+	_, err = s.PutOutcomes(ctx, "a", []evs.Outcome{out("dee@other.example", evs.OutcomeDelivered, "", 5)}, keep)
+	must(t, err, "PutOutcomes a, a repeat")
+	check("account a", "a", false, map[string]evs.DomainCounts{"catchall.example": c(1, 2), "other.example": c(1, 0)})
+	check("account b", "b", false, map[string]evs.DomainCounts{"catchall.example": c(0, 1)})
+	check("an account without outcomes", "nobody", false, map[string]evs.DomainCounts{})
+	check("shared", "nobody", true, map[string]evs.DomainCounts{"catchall.example": c(1, 3), "other.example": c(1, 0)})
+
+	d, err := s.DeleteOutcomes(ctx, "a", "ann@catchall.example")
+	must(t, err, "DeleteOutcomes")
+	if d != 2 {
+		t.Fatalf("deleted %d, want 2", d)
+	}
+	check("account a after deleting ann", "a", false, map[string]evs.DomainCounts{"catchall.example": c(0, 2), "other.example": c(1, 0)})
+	check("shared after deleting ann", "b", true, map[string]evs.DomainCounts{"catchall.example": c(0, 3), "other.example": c(1, 0)})
+	// A delivered and then hard-bounced address counts in both.
+	_, err = s.PutOutcomes(ctx, "a", []evs.Outcome{out("dee@other.example", evs.OutcomeBounced, evs.BounceHard, 9)}, keep)
+	must(t, err, "PutOutcomes a, dee bounced")
+	check("account a after dee bounced", "a", false, map[string]evs.DomainCounts{"catchall.example": c(0, 2), "other.example": c(1, 1)})
+
+	// Outcomes kept an hour count until the end of that month, then no
+	// more.
+	_, err = s.PutOutcomes(ctx, "c", []evs.Outcome{out("fay@short.example", evs.OutcomeDelivered, "", 0)}, base.Add(time.Hour))
+	must(t, err, "PutOutcomes c")
+	got, err := s.DomainCounts(ctx, "c", []string{"short.example"}, false)
+	must(t, err, "DomainCounts c")
+	if got["short.example"] != c(1, 0) {
+		t.Fatalf("DomainCounts c = %+v", got)
+	}
+	// Her first delivery expired; a new one counts her anew, not twice.
+	clk.Advance(2 * time.Hour)
+	_, err = s.PutOutcomes(ctx, "c", []evs.Outcome{out("fay@short.example", evs.OutcomeDelivered, "", 60)}, base.Add(3*time.Hour))
+	must(t, err, "PutOutcomes c again")
+	got, err = s.DomainCounts(ctx, "c", []string{"short.example"}, false)
+	must(t, err, "DomainCounts c again")
+	if got["short.example"] != c(1, 0) {
+		t.Fatalf("DomainCounts c after a new delivery = %+v", got)
+	}
+	clk.Set(store.DomainBucket(base.Add(3 * time.Hour)))
+	got, err = s.DomainCounts(ctx, "c", []string{"short.example"}, false)
+	must(t, err, "DomainCounts c after the bucket")
+	if len(got) != 0 {
+		t.Fatalf("DomainCounts after the bucket's end = %+v", got)
+	}
+}

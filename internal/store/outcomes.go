@@ -33,4 +33,25 @@ type Outcomes interface {
 	// either mode and expired or not, the one checked last: the verdict
 	// the account was given, for the outcome report.
 	LastVerdicts(ctx context.Context, accountID string, addresses []string) (map[string]evs.Decision, error)
+	// DomainCounts returns, for each of the domains that has any, how
+	// many of its addresses were reported delivered to and how many
+	// bounced hard, each address once per kind (evs.DomainCounts): the
+	// account's own, or with shared every account's
+	// (EVS_OUTCOME_SHARE_DOMAINS). PutOutcomes and DeleteOutcomes keep
+	// them in step: the first outcome of a kind for an address counts it,
+	// until that outcome expires (a later one then counts it again);
+	// deleting the address uncounts it. Counters are kept by DomainBucket:
+	// an address leaves them at the end of the month its outcome expires
+	// in, at most a month after it.
+	DomainCounts(ctx context.Context, accountID string, domains []string, shared bool) (map[string]evs.DomainCounts, error)
+}
+
+// DomainBucket is the end of the bucket of domain counters an outcome
+// expiring at expiresAt is counted in: the first instant of the next
+// month, UTC. Counting by month keeps the counters few (one per account,
+// domain and month) yet lets them expire close to the outcomes: a bucket
+// is read until its end, and then deleted.
+func DomainBucket(expiresAt time.Time) time.Time {
+	t := expiresAt.UTC()
+	return time.Date(t.Year(), t.Month()+1, 1, 0, 0, 0, 0, time.UTC)
 }

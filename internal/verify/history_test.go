@@ -129,3 +129,83 @@ func TestNoSoftOutcomeIsUndeliverable(t *testing.T) {
 		}
 	}
 }
+
+// TestDomainCountsMoveTheScore pins docs/score.md's learned rows: the
+// domain's counts move an accept-all or unchecked mailbox's score by the
+// Beta-smoothed delivery rate, in band, and leave every other verdict and
+// the address's own outcomes as they were.
+func TestDomainCountsMoveTheScore(t *testing.T) {
+	at := time.Date(2026, 11, 20, 9, 0, 0, 0, time.UTC)
+	acceptAll := scoreDecision(evs.ReasonAcceptAll, evs.SMTPAcceptAll, evs.SMTPAccepted, "other")
+	yahoo := scoreDecision(evs.ReasonAcceptAll, evs.SMTPAcceptAll, evs.SMTPAccepted, "yahoo")
+	notChecked := scoreDecision(evs.ReasonMailboxNotChecked, evs.SMTPSkipped, "", "other")
+	accepted := scoreDecision(evs.ReasonAcceptedEmail, evs.SMTPAccepted, evs.SMTPRejected, "other")
+	greylisted := scoreDecision(evs.ReasonGreylisted, evs.SMTPGreylisted, "", "other")
+	roleAcceptAll := acceptAll
+	roleAcceptAll.Flags.Role = true
+	counts := func(dl, hb int) evs.DomainCounts { return evs.DomainCounts{Delivered: dl, HardBounces: hb} }
+	tests := []struct {
+		name       string
+		d          evs.Decision
+		outcomes   []evs.Outcome
+		counts     evs.DomainCounts
+		wantReason evs.Reason
+		wantScore  int
+		wantDomain bool // checks.domainHistory present
+	}{
+		{"no counts: base score", acceptAll, nil, counts(0, 0), evs.ReasonAcceptAll, 60, false},
+		// (10×0.60 + 10) / (10 + 10 + 0) = 0.80, kept at the band's top.
+		{"all delivered: band's top", acceptAll, nil, counts(10, 0), evs.ReasonAcceptAll, 70, true},
+		// (6 + 0) / (10 + 0 + 10) = 0.30.
+		{"half the prior's weight of bounces", acceptAll, nil, counts(0, 10), evs.ReasonAcceptAll, 30, true},
+		// (6 + 30) / (10 + 30 + 30) = 0.514…
+		{"even split", acceptAll, nil, counts(30, 30), evs.ReasonAcceptAll, 51, true},
+		// (6 + 0) / (10 + 1000) ≈ 0.006: kept at the band's floor.
+		{"all bounced: band's floor", acceptAll, nil, counts(0, 1000), evs.ReasonAcceptAll, 5, true},
+		// (6 + 1) / (10 + 1 + 0) = 0.636…: one delivery barely moves it.
+		{"one delivery nudges", acceptAll, nil, counts(1, 0), evs.ReasonAcceptAll, 64, true},
+		// Yahoo's prior is 45: (4.5 + 5) / (10 + 5 + 5) = 0.475.
+		{"the evidence's score is the prior", yahoo, nil, counts(5, 5), evs.ReasonAcceptAll, 48, true},
+		// Unchecked with MX: 55. (5.5 + 2) / (10 + 2 + 8) = 0.375.
+		{"unchecked mailbox", notChecked, nil, counts(2, 8), evs.ReasonMailboxNotChecked, 38, true},
+		{"role: less 10, never below the floor", roleAcceptAll, nil, counts(0, 1000), evs.ReasonAcceptAll, 5, true},
+		{"role: less 10", roleAcceptAll, nil, counts(30, 30), evs.ReasonAcceptAll, 41, true},
+		{"a proven mailbox ignores them", accepted, nil, counts(0, 50), evs.ReasonAcceptedEmail, 97, false},
+		{"a greylisted one too", greylisted, nil, counts(0, 50), evs.ReasonGreylisted, 45, false},
+		{"the address's own delivery wins", acceptAll, []evs.Outcome{{Kind: evs.OutcomeDelivered, At: at}}, counts(0, 50),
+			evs.ReasonAcceptedEmail, 95, false},
+		{"the address's own hard bounce wins", acceptAll, []evs.Outcome{{Kind: evs.OutcomeBounced, BounceType: evs.BounceHard, At: at}},
+			counts(50, 0), evs.ReasonKnownBounce, 1, false},
+		{"a soft bounce noted, the counts still apply", acceptAll, []evs.Outcome{{Kind: evs.OutcomeBounced, BounceType: evs.BounceSoft, At: at}},
+			counts(0, 10), evs.ReasonAcceptAll, 30, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d := tt.d
+			d.Score = verify.Score(d) // as the engine hands it over
+			got := verify.ApplyHistory(d, verify.History{Outcomes: tt.outcomes, Domain: tt.counts, DomainScope: evs.DomainScopeShared})
+			if got.Reason != tt.wantReason {
+				t.Errorf("reason = %s, want %s", got.Reason, tt.wantReason)
+			}
+			if got.Score != tt.wantScore || verify.Score(got) != tt.wantScore {
+				t.Errorf("score = %d (recomputed %d), want %d", got.Score, verify.Score(got), tt.wantScore)
+			}
+			dh := got.Checks.DomainHistory
+			if (dh != nil) != tt.wantDomain {
+				t.Fatalf("checks.domainHistory = %+v, want present %v", dh, tt.wantDomain)
+			}
+			if dh != nil && (dh.DomainCounts != tt.counts || dh.Scope != evs.DomainScopeShared) {
+				t.Errorf("checks.domainHistory = %+v, want %+v shared", dh, tt.counts)
+			}
+			if got.Status() != tt.d.Status() && tt.outcomes == nil {
+				t.Errorf("status %s became %s by the domain's counts alone", tt.d.Status(), got.Status())
+			}
+		})
+	}
+	if !verify.UsesDomainCounts(acceptAll) || !verify.UsesDomainCounts(notChecked) || verify.UsesDomainCounts(accepted) {
+		t.Error("UsesDomainCounts disagrees with the rule")
+	}
+	if got := evs.AddressDomain(`"a@b"@Example.com`); got != "Example.com" {
+		t.Errorf("Domain = %q", got)
+	}
+}

@@ -66,6 +66,12 @@ const (
 	// scoreRolePenalty is taken off every score but an undeliverable one for a
 	// role mailbox (info@, admin@...).
 	scoreRolePenalty = 10
+
+	// domainPriorWeight is how many outcomes the evidence's own score
+	// weighs as, against the domain's learned counts (scoreLearned): with
+	// 10 reported outcomes the counts and the probe's answer weigh the
+	// same, and a handful of outcomes only nudges the score.
+	domainPriorWeight = 10
 )
 
 // ScoreBands are the score ranges of each status: every deliverable address
@@ -89,14 +95,46 @@ var ScoreBands = map[evs.Status][2]int{
 // decisions rather than stored.
 func Score(d evs.Decision) int {
 	s := scoreBase(d)
-	if evs.StatusOf(d.Reason) == evs.Undeliverable {
+	status := evs.StatusOf(d.Reason)
+	if status == evs.Undeliverable {
 		// Mail cannot arrive: no flag makes it likelier or less likely.
 		return s
 	}
+	if dh := d.Checks.DomainHistory; dh != nil && learnsFromDomain(d.Reason) {
+		s = scoreLearned(s, dh.DomainCounts, ScoreBands[status])
+	}
 	if d.Flags.Role {
-		s = max(s-scoreRolePenalty, 0)
+		// Never below the band's floor: a role address the domain's
+		// outcomes already scored at the bottom is still not undeliverable.
+		s = max(s-scoreRolePenalty, ScoreBands[status][0])
 	}
 	return s
+}
+
+// learnsFromDomain tells whether a decision's score moves with the
+// outcomes learned for its domain: when the mailbox itself is unproven
+// (an accept-all domain's answer, or not asked at all), what happened to
+// mail sent to the domain's other addresses is the best evidence there
+// is. A server's refusal or a proven acceptance is about the mailbox
+// itself and stands.
+func learnsFromDomain(r evs.Reason) bool {
+	return r == evs.ReasonAcceptAll || r == evs.ReasonMailboxNotChecked
+}
+
+// scoreLearned is the score of base's evidence once the domain's counts
+// are known: the Beta-smoothed delivery rate
+//
+//	(domainPriorWeight × base/100 + delivered) / (domainPriorWeight + delivered + hardBounces)
+//
+// as a percentage, rounded, and kept in band (risky and unknown: 5–70),
+// so the status still says what the server answered. The evidence's own
+// score is the prior: with no counts nothing changes, and each outcome
+// moves the score a step towards the domain's observed delivery rate.
+func scoreLearned(base int, c evs.DomainCounts, band [2]int) int {
+	dl, hb := max(c.Delivered, 0), max(c.HardBounces, 0)
+	p := (domainPriorWeight*float64(base)/100 + float64(dl)) / float64(domainPriorWeight+dl+hb)
+	s := int(p*100 + 0.5)
+	return min(max(s, band[0]), band[1])
 }
 
 func scoreBase(d evs.Decision) int {

@@ -123,6 +123,12 @@ func TestScoreRespectsStatus(t *testing.T) {
 			},
 			TestMode: rng.IntN(2) == 0,
 		}
+		if rng.IntN(2) == 0 {
+			// Learned counts, from none to lopsided ones either way.
+			n := []int{0, 1, 5, 100, 100000}
+			d.Checks.DomainHistory = &evs.DomainHistoryCheck{Scope: evs.DomainScopeAccount, DomainCounts: evs.DomainCounts{
+				Delivered: n[rng.IntN(len(n))], HardBounces: n[rng.IntN(len(n))]}}
+		}
 		s := verify.Score(d)
 		if again := verify.Score(d); again != s {
 			t.Fatalf("%+v scored %d then %d", d, s, again)

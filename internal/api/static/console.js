@@ -714,6 +714,75 @@
   }
   $("past-more").addEventListener("click", function () { loadPast(false); });
 
+  // --- how right were the verdicts (GET /v1/outcomes/report) ---
+  // Kept apart from the rest: it only reads the report and draws it.
+  function reportRate(r) { return r.bounceRate === null ? "—" : (100 * r.bounceRate).toFixed(1) + "%"; }
+  function reportLabel(r) { return r.status.replace("_", " ") + (r.scoreBucket ? " " + r.scoreBucket : ""); }
+
+  function loadReport() {
+    showError("");
+    $("report-state").textContent = "Reading the report…";
+    api("GET", "/v1/outcomes/report").then(showReport, function (err) {
+      $("report-state").textContent = "";
+      fail(err);
+    });
+  }
+
+  function showReport(rep) {
+    var body = $("report-table").tBodies[0];
+    clear(body);
+    rep.rows.forEach(function (r) {
+      var tr = el("tr");
+      var th = el("th", r.status.replace("_", " ")); th.scope = "row"; tr.appendChild(th);
+      [r.scoreBucket || "—", r.sent, r.delivered, r.hardBounces, r.softBounces, r.complaints, r.deferrals, reportRate(r)]
+        .forEach(function (v) { tr.appendChild(el("td", String(v))); });
+      body.appendChild(tr);
+    });
+    drawCalibration($("report-chart"), rep.rows.filter(function (r) { return r.bounceRate !== null; }));
+    $("report-state").textContent = rep.outcomes === 0 ? "No outcomes reported yet." :
+      rep.outcomes + " outcome" + (rep.outcomes === 1 ? "" : "s") + " reported.";
+    $("report").hidden = rep.outcomes === 0;
+  }
+
+  // drawCalibration plots the hard-bounce rate of each row with mail
+  // sent: a verdict that is right bounces rarely when it says
+  // deliverable or scores high. The table says the same in figures.
+  function drawCalibration(box, rows) {
+    var NS = "http://www.w3.org/2000/svg";
+    clear(box);
+    var rowH = 28, labelW = 190, barW = 240, width = labelW + barW + 70;
+    var svg = document.createElementNS(NS, "svg");
+    svg.setAttribute("viewBox", "0 0 " + width + " " + (rowH * Math.max(rows.length, 1)));
+    svg.setAttribute("width", String(width));
+    svg.setAttribute("role", "img");
+    var summary = "Bounce rate by verdict: " + rows.map(function (r) { return reportLabel(r) + " " + reportRate(r); }).join(", ");
+    svg.setAttribute("aria-label", summary);
+    var t = document.createElementNS(NS, "title");
+    t.textContent = summary;
+    svg.appendChild(t);
+    rows.forEach(function (r, i) {
+      var y = i * rowH, w = Math.round(barW * r.bounceRate);
+      var g = document.createElementNS(NS, "g");
+      g.setAttribute("data-label", reportLabel(r));
+      g.setAttribute("data-rate", reportRate(r));
+      var label = document.createElementNS(NS, "text");
+      label.setAttribute("x", "0"); label.setAttribute("y", String(y + 19));
+      label.textContent = reportLabel(r);
+      var bar = document.createElementNS(NS, "rect");
+      bar.setAttribute("x", String(labelW)); bar.setAttribute("y", String(y + 5));
+      bar.setAttribute("height", "18");
+      bar.setAttribute("width", String(w));
+      bar.setAttribute("class", "s-" + (r.status === "not_verified" ? "unknown" : r.status));
+      var n = document.createElementNS(NS, "text");
+      n.setAttribute("x", String(labelW + w + 6)); n.setAttribute("y", String(y + 19));
+      n.textContent = reportRate(r);
+      g.appendChild(label); g.appendChild(bar); g.appendChild(n);
+      svg.appendChild(g);
+    });
+    box.appendChild(svg);
+  }
+  $("report-load").addEventListener("click", loadReport);
+
   // --- egress: are we blocked? (for operators) ---
   // The egress object of /readyz's body (docs/operations.md, "Knowing when
   // we are blocked"): public on `evs serve`, no key and no account data,
