@@ -24,7 +24,6 @@ import (
 	"github.com/evs-dev/evs/internal/politeness"
 	"github.com/evs-dev/evs/internal/sqsqueue"
 	"github.com/evs-dev/evs/internal/verify"
-	"github.com/evs-dev/evs/internal/verify/dnscheck"
 	"github.com/evs-dev/evs/internal/webhook"
 )
 
@@ -35,7 +34,7 @@ func main() {
 		st     *dynamostore.Store
 		awsCfg aws.Config
 		engine *verify.Engine
-		dns    *dnscheck.Resolver
+		dns    verify.Reputation
 		facts  *dynamostore.DomainFacts
 	)
 	if err == nil {
