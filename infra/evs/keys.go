@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -126,7 +127,8 @@ network; an account's keys all share its mode.
 With --publishable the key (evs_pk.…) is one a web page may hold: it may
 call only POST /v1/verify, only from the pages of its --origin (each
 scheme://host[:port]; https, or http for localhost), gets a trimmed reply
-and is rate-limited per client address and per key (docs/security.md).
+and is rate-limited per client address and per key (docs/security.md); the
+<script> tag of the widget that uses it is printed on stderr (docs/widget.md).
 
 With --dynamodb-table the key goes to a deployed stack, and into its API
 Gateway usage plan (--usage-plan, or EVS_USAGE_PLAN_ID).`,
@@ -146,13 +148,16 @@ Gateway usage plan (--usage-plan, or EVS_USAGE_PLAN_ID).`,
 	cmd.Flags().StringVar(&plan, "usage-plan", "", "with --dynamodb-table: the stack's usage plan `ID` (output UsagePlanId; default $"+envUsagePlan+")")
 	tableFlag(cmd, &table)
 	_ = cmd.MarkFlagRequired("account")
-	return withEnv(cmd, append(storeEnv, envUsagePlan)...)
+	return withEnv(cmd, append(storeEnv, envUsagePlan, "EVS_PUBLIC_URL", "EVS_ADDR")...)
 }
 
 // keySpec is what `keys create` is asked to make beyond the account.
 type keySpec struct {
 	publishable bool
 	origins     []string
+	// serveURL is where evs serve is reached (EVS_PUBLIC_URL, else
+	// EVS_ADDR), for the widget's tag printed with a publishable key.
+	serveURL string
 }
 
 // key is the evs.Key of spec, for authorizer.Issue.
@@ -186,6 +191,10 @@ func keysCreate(c *cli, table, account, planFlag string, test bool, spec keySpec
 			return err
 		}
 		defer closeFn()
+		spec.serveURL = c.getenv("EVS_PUBLIC_URL")
+		if spec.serveURL == "" {
+			spec.serveURL = "http://" + cmp.Or(c.getenv("EVS_ADDR"), config.DefaultAddr)
+		}
 		return createKey(ctx, st, nil, account, test, spec, stdout, stderr)
 	}
 	planID := planFlag
@@ -408,6 +417,15 @@ func createKey(ctx context.Context, st store.Keys, up *usagePlan, name string, t
 		fmt.Fprintf(stderr, "the key shares the account's API Gateway key %s in usage plan %s\n", uk.id, up.planID)
 	}
 	fmt.Fprintln(stdout, key)
+	if spec.publishable {
+		// The key exists to be put in a page: say how, with the key (it
+		// is no secret) and where the script is served.
+		src := "SERVICE/widget.js, SERVICE being the stack's WidgetUrl output without /widget.js"
+		if up == nil {
+			src = spec.serveURL + "/widget.js"
+		}
+		fmt.Fprintf(stderr, "add it to your pages' <head> (docs/widget.md):\n  <script src=\"%s\" data-key=\"%s\"></script>\n", src, key)
+	}
 	return nil
 }
 

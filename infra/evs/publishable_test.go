@@ -43,6 +43,18 @@ func TestKeysPublishable(t *testing.T) {
 	if code != 0 || !publishableRE.MatchString(key) {
 		t.Fatalf("create: %d %q %q", code, out, stderr)
 	}
+	// The key comes with the tag that puts it in a page, on stderr.
+	if tag := `<script src="http://127.0.0.1:8080/widget.js" data-key="` + key + `"></script>`; !strings.Contains(stderr, tag) {
+		t.Errorf("create says %q, not the widget's tag %s", stderr, tag)
+	}
+	env["EVS_PUBLIC_URL"] = "https://evs.shop.example"
+	if _, out, stderr := runEVS(ctx, env, "keys", "create", "--account", "shop", "--publishable", "--origin", "https://shop.example"); !strings.Contains(stderr, `<script src="https://evs.shop.example/widget.js" data-key="`+strings.TrimSpace(out)+`">`) {
+		t.Errorf("with EVS_PUBLIC_URL: %q", stderr)
+	}
+	delete(env, "EVS_PUBLIC_URL")
+	if _, _, stderr := runEVS(ctx, env, "keys", "create", "--account", "shop2"); strings.Contains(stderr, "<script") {
+		t.Errorf("a secret key came with a page's tag: %q", stderr)
+	}
 	id := authorizer.KeyID(authorizer.HashKey(key))
 	_, list, _ := runEVS(ctx, env, "keys", "list")
 	if !regexp.MustCompile(id + ` +shop +live +active +\S+ +publishable +https://shop.example,http://localhost:3000`).MatchString(list) {

@@ -195,7 +195,7 @@ func (c Config) Logger(w io.Writer) *slog.Logger {
 // because Lambda blocks outbound port 25.
 func FromEnv(getenv func(string) string, onLambda bool) (Config, error) {
 	c := Config{
-		Addr:     or(getenv("EVS_ADDR"), "127.0.0.1:8080"),
+		Addr:     or(getenv("EVS_ADDR"), DefaultAddr),
 		DataDir:  or(getenv("EVS_DATA_DIR"), "./.data"),
 		SMTPPort: 25,
 		AuthTTL:  300 * time.Second,
@@ -496,6 +496,9 @@ func Load(w io.Writer, onLambda bool) (Config, *slog.Logger, error) {
 	c, err := FromEnv(OSEnv, onLambda)
 	return c, c.Logger(w), err
 }
+
+// DefaultAddr is where evs serve listens without EVS_ADDR.
+const DefaultAddr = "127.0.0.1:8080"
 
 // DefaultBlocklists are the DNS blocklists receivers consult most, which
 // the self-check asks about the egress address by default. Spamhaus
