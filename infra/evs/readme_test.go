@@ -68,21 +68,28 @@ func TestReadmeQuickStart(t *testing.T) {
 func checkConsoleLines(t *testing.T, srv servingEVS, host string) {
 	t.Helper()
 	want := "http://" + host + "/console/"
-	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(srv.out.String(), "web console: "); time.Sleep(20 * time.Millisecond) {
+	// The widget's line comes last.
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(srv.out.String(), "sign-up widget: "); time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("no \"web console:\" line: %s", srv.out.String())
+			t.Fatalf("no \"sign-up widget:\" line: %s", srv.out.String())
 		}
 	}
 	out := srv.out.String()
 	if !strings.Contains(out, "\n  "+want+"\n") || !strings.Contains(out, "\nweb console: "+want+"\n") {
 		t.Errorf("the console's address %s is not printed beside the key and on its own line:\n%s", want, out)
 	}
-	res, err := http.Get(want)
-	if err != nil {
-		t.Fatal(err)
+	widget := "http://" + host + "/widget.js"
+	if !strings.Contains(out, "\nsign-up widget: "+widget+" ") {
+		t.Errorf("the widget's address %s is not printed:\n%s", widget, out)
 	}
-	res.Body.Close()
-	if res.StatusCode != http.StatusOK || !strings.HasPrefix(res.Header.Get("Content-Type"), "text/html") {
-		t.Errorf("GET %s: %d %s, want the page", want, res.StatusCode, res.Header.Get("Content-Type"))
+	for url, ctype := range map[string]string{want: "text/html", widget: "text/javascript"} {
+		res, err := http.Get(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != http.StatusOK || !strings.HasPrefix(res.Header.Get("Content-Type"), ctype) {
+			t.Errorf("GET %s: %d %s, want %s", url, res.StatusCode, res.Header.Get("Content-Type"), ctype)
+		}
 	}
 }

@@ -151,6 +151,7 @@ func serve(ctx context.Context, testAccount bool, stdout, stderr io.Writer, gete
 	}
 	fmt.Fprintf(stdout, "evs %s listening on %s (data in %s, SMTP %s)\n", config.ReadBuildInfo(version).Version, base, cfg.DataDir, cfg.SMTP)
 	fmt.Fprintf(stdout, "web console: %s%s\n", base, api.ConsolePath)
+	fmt.Fprintf(stdout, "sign-up widget: %s%s (with a publishable key: evs keys create --publishable)\n", base, api.WidgetPath)
 	return srv.Serve(ctx, ln)
 }
 
