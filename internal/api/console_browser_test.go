@@ -166,16 +166,30 @@ func openPage(t *testing.T, s stack) *page {
 // or served by another handler.
 func openPageAt(t *testing.T, url string) *page {
 	t.Helper()
+	p := startBrowser(t)
+	p.downloads = t.TempDir()
+	if _, err := chromedp.CallBrowser(p.bctx, browser.SetDownloadBehavior, browser.SetDownloadBehaviorParams{
+		Behavior: browser.SetDownloadBehaviorBehaviorAllow, DownloadPath: p.downloads}); err != nil {
+		t.Fatal(err)
+	}
+	p.step("open the console", chromedp.Navigate(url), chromedp.WaitVisible(chromedp.ID("key")))
+	return p
+}
+
+// startBrowser starts a headless Chromium whose page events and log
+// entries go to the page's log, for the console and widget tests.
+func startBrowser(t *testing.T) *page {
+	t.Helper()
 	exe := chromiumPath(t)
 	ctx, cancel := context.WithTimeout(context.Background(), browserTimeout)
 	t.Cleanup(cancel)
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(exe), chromedp.NoSandbox, chromedp.Headless,
 		chromedp.DisableGPU, chromedp.WindowSize(1280, 900))
-	p := &page{t: t, ctx: ctx, log: &pageLog{}, shots: screenshotDir(t), downloads: t.TempDir()}
+	p := &page{t: t, ctx: ctx, log: &pageLog{}, shots: screenshotDir(t)}
 	// On a loaded machine chromium now and then exits before it prints
 	// its DevTools address (once in some thirty starts while this test was
-	// written): that is
-	// the browser's start, not the console, so it is tried three times.
+	// written): that is the browser's start, not the page, so it is tried
+	// three times.
 	for attempt := 1; ; attempt++ {
 		actx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
 		bctx, cancelBrowser := chromedp.NewContext(actx)
@@ -199,11 +213,6 @@ func openPageAt(t *testing.T, url string) *page {
 	if _, err := chromedp.Call(p.bctx, log.Enable, struct{}{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := chromedp.CallBrowser(p.bctx, browser.SetDownloadBehavior, browser.SetDownloadBehaviorParams{
-		Behavior: browser.SetDownloadBehaviorBehaviorAllow, DownloadPath: p.downloads}); err != nil {
-		t.Fatal(err)
-	}
-	p.step("open the console", chromedp.Navigate(url), chromedp.WaitVisible(chromedp.ID("key")))
 	return p
 }
 

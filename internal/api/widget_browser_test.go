@@ -18,8 +18,6 @@ import (
 	"time"
 
 	"github.com/chromedp/cdproto/emulation"
-	"github.com/chromedp/cdproto/log"
-	"github.com/chromedp/cdproto/network"
 	cdppage "github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 
@@ -175,35 +173,7 @@ document.addEventListener("securitypolicyviolation", function (e) { __csp.push(e
 // document it opens with watchScript.
 func openBrowser(t *testing.T) *page {
 	t.Helper()
-	exe := chromiumPath(t)
-	ctx, cancel := context.WithTimeout(context.Background(), browserTimeout)
-	t.Cleanup(cancel)
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(exe), chromedp.NoSandbox, chromedp.Headless,
-		chromedp.DisableGPU, chromedp.WindowSize(1280, 900))
-	p := &page{t: t, ctx: ctx, log: &pageLog{}, shots: screenshotDir(t)}
-	for attempt := 1; ; attempt++ {
-		actx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
-		bctx, cancelBrowser := chromedp.NewContext(actx)
-		err := chromedp.Listen(bctx, p.log.listen)
-		if err == nil {
-			t.Cleanup(cancelAlloc)
-			t.Cleanup(cancelBrowser)
-			p.bctx = bctx
-			break
-		}
-		cancelBrowser()
-		cancelAlloc()
-		if attempt == 3 {
-			t.Fatalf("start chromium (%s), three times: %v", exe, err)
-		}
-		t.Logf("chromium did not start (attempt %d): %v", attempt, err)
-	}
-	if _, err := chromedp.Call(p.bctx, network.Enable, network.EnableParams{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := chromedp.Call(p.bctx, log.Enable, struct{}{}); err != nil {
-		t.Fatal(err)
-	}
+	p := startBrowser(t)
 	// A headless window has no focus of its own: without it, moving
 	// focus between fields fires no blur, which the widget listens for.
 	if _, err := chromedp.Call(p.bctx, emulation.SetFocusEmulationEnabled, emulation.SetFocusEmulationEnabledParams{Enabled: true}); err != nil {

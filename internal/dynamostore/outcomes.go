@@ -95,15 +95,9 @@ type domainDeltas map[domainCountKey]evs.DomainCounts
 func (m domainDeltas) add(address, class string, expiresAt time.Time, by int) {
 	k := domainCountKey{evs.AddressDomain(address), store.DomainBucket(expiresAt)}
 	c := m[k]
-	switch class {
-	case evs.ClassDelivered:
-		c.Delivered += by
-	case evs.ClassHardBounce:
-		c.HardBounces += by
-	default:
-		return
+	if c.Add(class, by) {
+		m[k] = c
 	}
-	m[k] = c
 }
 
 func markID(address, class string) string { return address + "#~" + class }

@@ -101,6 +101,20 @@ type DomainCounts struct {
 	HardBounces int `json:"hardBounces"`
 }
 
+// Add counts by (-1: uncounts) an address of class (ClassDelivered or
+// ClassHardBounce) and reports whether class is one that is counted.
+func (c *DomainCounts) Add(class string, by int) bool {
+	switch class {
+	case ClassDelivered:
+		c.Delivered += by
+	case ClassHardBounce:
+		c.HardBounces += by
+	default:
+		return false
+	}
+	return true
+}
+
 // Kinds of DomainClass: what an outcome counts as in DomainCounts.
 const (
 	ClassDelivered  = "delivered"

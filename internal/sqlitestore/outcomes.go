@@ -112,15 +112,9 @@ type domainDeltas map[domainKey]evs.DomainCounts
 func (m domainDeltas) add(address, class string, expiresAt time.Time, by int) {
 	k := domainKey{evs.AddressDomain(address), millis(store.DomainBucket(expiresAt))}
 	c := m[k]
-	switch class {
-	case evs.ClassDelivered:
-		c.Delivered += by
-	case evs.ClassHardBounce:
-		c.HardBounces += by
-	default:
-		return
+	if c.Add(class, by) {
+		m[k] = c
 	}
-	m[k] = c
 }
 
 // unmarkExpired deletes the address's expired mark of class, if there is
