@@ -408,7 +408,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	go s.sweep(workCtx)
 	if s.rep != nil && s.opts.Config.SMTP != config.SMTPOff {
 		c := s.opts.Config
-		go s.watch.top.run(workCtx, cmp.Or(s.opts.SelfCheckEvery, selfCheckEvery), func(ctx context.Context) {
+		go runEvery(workCtx, cmp.Or(s.opts.SelfCheckEvery, c.SelfCheckEvery, selfCheckEvery), func(ctx context.Context) {
 			s.watch.selfCheck(ctx, s.rep, c.Blocklists, c.HELO, s.opts.Logger)
 		})
 	}
