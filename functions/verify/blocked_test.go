@@ -217,3 +217,122 @@ func TestLambdaVerifyExitsBlocked(t *testing.T) {
 		t.Errorf("EMF answered/blocked by exit and provider: %v, want %v", got, want)
 	}
 }
+
+// TestLambdaWorkerExitsListed runs the real requests and worker binaries
+// with two SOCKS exits, .41's address listed from the start: the worker's
+// own check at cold start steers a batch's probes of the provider that
+// goes through .41 to .42. Once .41 is delisted, a batch finding the
+// findings older than EVS_SELFCHECK_EVERY refreshes them in its
+// background, and the next batch goes through .41 again. Every answer is
+// counted per exit and provider (EMF), as the verify function counts.
+func TestLambdaWorkerExitsListed(t *testing.T) {
+	const exitA, exitB = "127.0.0.41", "127.0.0.42"
+	da, db := testkit.StartDante(t, exitA), testkit.StartDante(t, exitB)
+	proxy := da.URL() + "#" + exitA + "," + db.URL() + "#" + exitB
+	mx := testkit.StartSMTP(t, testkit.SMTPOptions{Rcpt: func(addr string) string {
+		for _, user := range []string{"alice@", "bob@", "carol@", "dave@", "erin@"} {
+			if strings.HasPrefix(addr, user) {
+				return "250 2.1.5 OK"
+			}
+		}
+		return "550 5.1.1 <" + addr + ">: Recipient address rejected: User unknown in virtual mailbox table"
+	}})
+	exits, err := config.ParseSMTPExits(proxy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, err := verify.NewExits(config.Config{SMTPExits: exits}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	domain := ""
+	for i := 0; i < 100 && domain == ""; i++ {
+		if c := fmt.Sprintf("w%d.example", i); x.For("mx."+c) == 0 {
+			domain = c
+		}
+	}
+	if domain == "" {
+		t.Fatal("100 providers, none on exit A")
+	}
+	d := testkit.StartDNS(t)
+	d.AddRecord(domain + ". 300 IN MX 10 mx." + domain + ".")
+	d.AddRecord("mx." + domain + ". 300 IN A 127.0.0.1")
+	d.AddRecord("41.0.0.127.bl.test. 300 IN A 127.0.0.2")
+	nameA, nameB := exits[0].Name, exits[1].Name
+
+	w := newAWSWorld(t)
+	_, acct := w.seedKey(t, false)
+	env := []string{
+		"EVS_SMTP_PROXY=" + proxy,
+		"EVS_EGRESS_ALLOW=127.0.0.0/8",
+		"EVS_DNS_SERVERS=" + d.Addr,
+		"EVS_SMTP_PORT=" + fmt.Sprint(mx.Port),
+		"EVS_BLOCKLISTS=bl.test",
+		"EVS_SELFCHECK_EVERY=1s",
+		"EVS_CACHE_TTL=0",
+		"EVS_PROVIDER_RCPT_PER_MIN=1000",
+	}
+	requests := w.start(t, build(t, "requests"), env...)
+	worker, logs, _ := w.runLogged(t, build(t, "worker"), env...)
+	listed := func(step string, from int, wantA float64) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			got := selfCheckValues(logs.String(), from)
+			if a, ok := got["evs_egress_listed "+nameA+" bl.test"]; ok && a == wantA && got["evs_egress_listed "+nameB+" bl.test"] == 0 {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: no self-check of the worker said A listed=%v: %v", step, wantA, got)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	batch := func(step string, emails ...string) []string {
+		t.Helper()
+		n := len(mx.Clients())
+		b, _ := json.Marshal(map[string]any{"emails": emails, "mode": "full"})
+		out, err := requests.Invoke(proxyEvent("POST", "/v1/requests", "/v1/requests", nil, acct, string(b)), 20*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var resp events.APIGatewayProxyResponse
+		if err := json.Unmarshal(out.Response, &resp); err != nil || resp.StatusCode != 201 {
+			t.Fatalf("%s: create: %s %s", step, out.Response, out.Error)
+		}
+		var created struct {
+			Request struct{ ID string } `json:"request"`
+		}
+		if err := json.Unmarshal([]byte(resp.Body), &created); err != nil || created.Request.ID == "" {
+			t.Fatalf("%s: create: %s", step, resp.Body)
+		}
+		feedWorker(t, w, worker, acct.ID, created.Request.ID, false)
+		return mx.Clients()[n:]
+	}
+	only := func(step string, from []string, want string) {
+		t.Helper()
+		if len(from) == 0 {
+			t.Fatalf("%s: no session reached the mail server", step)
+		}
+		for _, f := range from {
+			if f != want {
+				t.Fatalf("%s: sessions from %v, want every one from %s", step, from, want)
+			}
+		}
+	}
+
+	listed("at cold start", 0, 1)
+	only("A listed", batch("A listed", "alice@"+domain, "bob@"+domain, "nobody@"+domain), exitB)
+
+	mark := len(logs.String())
+	d.SetRcode("41.0.0.127.bl.test.", dns.RcodeNameError)
+	time.Sleep(time.Second) // the findings grow older than EVS_SELFCHECK_EVERY
+	batch("A delisted, findings stale", "carol@"+domain)
+	listed("A delisted", mark, 0)
+	only("A delisted, checked again", batch("A delisted, checked again", "dave@"+domain, "erin@"+domain), exitA)
+
+	got := answerCounts(logs.String(), 0)
+	if a, b := got[nameA+" other"], got[nameB+" other"]; a[0]+b[0] != 6 || a[1]+b[1] != 0 || b[0] < 3 || a[0] < 2 {
+		t.Errorf("EMF answered/blocked by exit and provider: %v, want 6 answers, none refused, at least 3 through B and 2 through A", got)
+	}
+}
