@@ -186,12 +186,18 @@ func (w *EgressWatch) High(provider string) bool {
 }
 
 // SelfCheck runs one self-check (CheckEgress) of the egress, keeps its
-// findings, logs what is wrong, and returns them.
-func (w *EgressWatch) SelfCheck(ctx context.Context, rep Reputation, zones []string, helo string, log *slog.Logger) EgressCheck {
-	c := CheckEgress(ctx, rep, w.eg, zones, helo, w.now())
+// findings, logs what is wrong, and returns them. A check that ctx cut
+// short is not kept (ok false): its unanswered lists would read as "no
+// answer" and un-list a listed exit. On Lambda that is an instance frozen
+// between invocations past the check's timeout, not a DNS fault.
+func (w *EgressWatch) SelfCheck(ctx context.Context, rep Reputation, zones []string, helo string, log *slog.Logger) (c EgressCheck, ok bool) {
+	c = CheckEgress(ctx, rep, w.eg, zones, helo, w.now())
+	if ctx.Err() != nil {
+		return c, false
+	}
 	c.Warn(log, w.eg.Name)
 	w.SetCheck(c)
-	return c
+	return c, true
 }
 
 // SetCheck keeps c as the last self-check.
@@ -301,14 +307,19 @@ func (ws *EgressWatches) Observe(ds ...evs.Decision) {
 }
 
 // SelfCheck runs the self-check of each egress, keeps its findings (which
-// steer the exits at once) and tells done, when not nil, each one's.
-func (ws *EgressWatches) SelfCheck(ctx context.Context, rep Reputation, zones []string, helo string, log *slog.Logger, done func(egress string, c EgressCheck)) {
+// steer the exits at once) and tells done, when not nil, each one's. It
+// reports whether every check ran to its end (EgressWatch.SelfCheck).
+func (ws *EgressWatches) SelfCheck(ctx context.Context, rep Reputation, zones []string, helo string, log *slog.Logger, done func(egress string, c EgressCheck)) (complete bool) {
 	for _, w := range ws.ws {
-		c := w.SelfCheck(ctx, rep, zones, helo, log)
+		c, ok := w.SelfCheck(ctx, rep, zones, helo, log)
+		if !ok {
+			return false
+		}
 		if done != nil {
 			done(w.Name(), c)
 		}
 	}
+	return true
 }
 
 // SelfChecker runs the self-check of a deployment's watches where nothing
@@ -385,7 +396,13 @@ func (s *SelfChecker) run(ctx context.Context) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s.Watches.SelfCheck(ctx, s.Rep, s.Zones, s.HELO, log, s.Done)
+	if !s.Watches.SelfCheck(ctx, s.Rep, s.Zones, s.HELO, log, s.Done) {
+		// Cut short: the findings kept are the last whole ones, and
+		// the next call checks again.
+		s.mu.Lock()
+		s.started = time.Time{}
+		s.mu.Unlock()
+	}
 }
 
 // Verifier verifies single addresses and domain groups: the engine is one.

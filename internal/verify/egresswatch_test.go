@@ -21,12 +21,18 @@ type fakeRep struct {
 	listed map[netip.Addr]bool
 	asked  atomic.Int32
 	gate   chan struct{}
+	// hang, when set, makes each question wait for its context's end.
+	hang atomic.Bool
 }
 
 func (r *fakeRep) Blocklisted(ctx context.Context, ip netip.Addr, zone string) verify.Listing {
 	r.asked.Add(1)
 	if r.gate != nil {
 		<-r.gate
+	}
+	if r.hang.Load() {
+		<-ctx.Done()
+		return verify.Listing{Zone: zone, Error: ctx.Err().Error()}
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -205,5 +211,38 @@ func TestSelfCheckerDue(t *testing.T) {
 	<-ran
 	if n := rep.asked.Load(); n != 3 {
 		t.Errorf("%d checks after Run, want 3", n)
+	}
+}
+
+// TestSelfCheckerCutShort: a check its timeout cut short (on Lambda, an
+// instance frozen between invocations past it) keeps the last whole
+// findings, so a listed exit stays avoided, tells nothing, and the next
+// call checks again at once.
+func TestSelfCheckerCutShort(t *testing.T) {
+	c := config.Config{EgressIP: netip.MustParseAddr("127.0.0.41")}
+	rep := &fakeRep{}
+	rep.set("127.0.0.41", true)
+	var told atomic.Int32
+	ws := verify.WatchEgress(c, nil, time.Now, nil)
+	s := &verify.SelfChecker{Watches: ws, Rep: rep, Zones: []string{"bl.test"}, Every: time.Hour, Timeout: 50 * time.Millisecond,
+		Done: func(string, verify.EgressCheck) { told.Add(1) }}
+	s.Run(context.Background())
+	if !ws.Watches()[0].Listed() || told.Load() != 1 {
+		t.Fatalf("first check: listed %v, told %d", ws.Watches()[0].Listed(), told.Load())
+	}
+	rep.hang.Store(true)
+	s.Run(context.Background())
+	if !ws.Watches()[0].Listed() || told.Load() != 1 {
+		t.Fatalf("a check cut short: listed %v, told %d; want the listing kept and nothing told", ws.Watches()[0].Listed(), told.Load())
+	}
+	rep.hang.Store(false)
+	rep.set("127.0.0.41", false)
+	s.Due() // within Every of the last start, but that one was cut short
+	deadline := time.Now().Add(5 * time.Second)
+	for ws.Watches()[0].Listed() || told.Load() != 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no check after the one cut short: listed %v, told %d", ws.Watches()[0].Listed(), told.Load())
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
