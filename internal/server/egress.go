@@ -179,9 +179,10 @@ type egressWatches struct {
 const exitProbeEvery = 15 * time.Second
 
 // newEgressWatches returns the watches of c's egress: through x's exits
-// when x is not nil, whose names it takes, and which it steers.
-func newEgressWatches(c config.Config, x *verify.Exits, now func() time.Time) *egressWatches {
-	ws := &egressWatches{all: verify.WatchEgress(c, x, now, nil), x: x}
+// when x is not nil, whose names it takes, and which it steers; counted,
+// when not nil, is told each answer counted (the metrics).
+func newEgressWatches(c config.Config, x *verify.Exits, now func() time.Time, counted func(egress, provider string, blocked bool)) *egressWatches {
+	ws := &egressWatches{all: verify.WatchEgress(c, x, now, counted), x: x}
 	if x == nil {
 		ws.top = newEgressWatch(ws.all.Watches()[0])
 		return ws

@@ -261,7 +261,13 @@ func New(o Options) (*Server, error) {
 	if o.Metrics != nil {
 		o.Engine, sandbox = metrics.Count(o.Engine, o.Metrics), metrics.Count(sandbox, o.Metrics)
 	}
-	watch := newEgressWatches(o.Config, o.Exits, o.Now)
+	var counted func(egress, provider string, blocked bool)
+	if m, ok := o.Metrics.(interface {
+		SMTPAnswer(egress, provider string, blocked bool)
+	}); ok {
+		counted = m.SMTPAnswer
+	}
+	watch := newEgressWatches(o.Config, o.Exits, o.Now, counted)
 	o.Engine = watched{o.Engine, watch}
 	if p, ok := o.Metrics.(*Prometheus); ok {
 		p.reg.MustRegister(watch)
