@@ -29,6 +29,8 @@ func main() {
 		st     *dynamostore.Store
 		awsCfg aws.Config
 		engine *verify.Engine
+		dns    verify.Reputation
+		exits  *verify.Exits
 	)
 	if err == nil {
 		st, awsCfg, err = dynamostore.Open(context.Background(), dynamostore.Tables(cfg.Tables))
@@ -58,11 +60,32 @@ func main() {
 		// address: its session slots, RCPT budget and pauses, in DynamoDB.
 		gate := &politeness.Gate{State: st, Egress: cfg.EgressName(),
 			Limits: politeness.Limits{Sessions: cfg.ProviderSessions, RcptPerMin: cfg.ProviderRcptPerMin}}
-		engine, _, err = verify.BuildWith(cfg, verify.BuildOptions{Lookup: emf.DNSLookup, Facts: facts, Gate: gate, ExitHealth: emf.SMTPExit})
+		if cfg.SMTP == config.SMTPProxy {
+			// Made here, for the egress watch to steer.
+			exits, err = verify.NewExits(cfg, emf.SMTPExit)
+		}
+		if err == nil {
+			engine, dns, err = verify.BuildWith(cfg, verify.BuildOptions{Lookup: emf.DNSLookup, Facts: facts, Gate: gate, Exits: exits})
+		}
 	}
 	if err != nil {
 		logger.Error("verify: init failed", "error", err.Error())
 		os.Exit(1)
+	}
+	// This function probes too, so it watches its egress as the worker
+	// does: verdicts counted per egress and provider (EMF), an exit whose
+	// address its own self-check finds listed, or whose refusals by a
+	// provider are high in this instance's window, avoided while another
+	// exit can take the session. The self-check runs at cold start and
+	// then in the background of a call that finds the findings older than
+	// EVS_SELFCHECK_EVERY; no call waits for it.
+	var live verify.Verifier = engine
+	if cfg.SMTP != config.SMTPOff {
+		watches := verify.WatchEgress(cfg, exits, time.Now, emf.SMTPAnswer)
+		checker := &verify.SelfChecker{Watches: watches, Rep: dns, Zones: cfg.Blocklists, HELO: cfg.HELO,
+			Every: cfg.SelfCheckEvery, Log: logger, Done: emf.EgressCheck}
+		live = watches.Watched(engine, checker.Due)
+		checker.Due()
 	}
 	var verdicts api.ResultCache
 	if cfg.CacheTTL > 0 {
@@ -71,7 +94,7 @@ func main() {
 		verdicts = &cache.Cache{Store: st, TTL: cfg.CacheTTL, Now: time.Now, Count: emf.CacheRequest}
 	}
 	h := api.New(api.Deps{
-		Engine:      metrics.Count(engine, emf),
+		Engine:      metrics.Count(live, emf),
 		Sandbox:     metrics.Count(verify.NewSandbox(time.Now), emf),
 		Cache:       verdicts,
 		Idempotency: idempotency.New(st, time.Now),

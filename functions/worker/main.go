@@ -5,7 +5,6 @@ package main
 
 import (
 	"context"
-	"log/slog"
 	"net/http"
 	"os"
 	"time"
@@ -36,6 +35,7 @@ func main() {
 		engine *verify.Engine
 		dns    verify.Reputation
 		facts  *dynamostore.DomainFacts
+		exits  *verify.Exits
 	)
 	if err == nil {
 		st, awsCfg, err = dynamostore.Open(context.Background(), dynamostore.Tables(cfg.Tables))
@@ -66,11 +66,29 @@ func main() {
 			emf.StoreError("batch")
 			logger.Warn("domain facts", "error", err.Error())
 		}})
-		engine, dns, err = verify.BuildWith(cfg, verify.BuildOptions{Lookup: emf.DNSLookup, Facts: facts, ExitHealth: emf.SMTPExit})
+		if cfg.SMTP == config.SMTPProxy {
+			// Made here, for the egress watch to steer.
+			exits, err = verify.NewExits(cfg, emf.SMTPExit)
+		}
+	}
+	if err == nil {
+		engine, dns, err = verify.BuildWith(cfg, verify.BuildOptions{Lookup: emf.DNSLookup, Facts: facts, Exits: exits})
 	}
 	if err != nil {
 		logger.Error("worker: init failed", "error", err.Error())
 		os.Exit(1)
+	}
+	// What the engine decides, counted per egress and provider (EMF), and
+	// watched as evs serve watches it: an exit whose address the
+	// self-check finds listed, or whose refusals by a provider are high in
+	// this instance's window, takes no new session while another can.
+	var live verify.Verifier = engine
+	var checker *verify.SelfChecker
+	if cfg.SMTP != config.SMTPOff {
+		watches := verify.WatchEgress(cfg, exits, time.Now, emf.SMTPAnswer)
+		checker = &verify.SelfChecker{Watches: watches, Rep: dns, Zones: cfg.Blocklists, HELO: cfg.HELO,
+			Every: cfg.SelfCheckEvery, Log: logger, Done: emf.EgressCheck}
+		live = watches.Watched(engine, checker.Due)
 	}
 	w := &batch.Worker{
 		Queue:    sqsqueue.New(sqs.NewFromConfig(awsCfg), cfg.QueueURL),
@@ -84,7 +102,7 @@ func main() {
 		// server is billed for half the time (BenchmarkWorkerCost,
 		// docs/aws.md).
 		Processor: &batch.Processor{
-			Engine:        metrics.Count(engine, emf),
+			Engine:        metrics.Count(live, emf),
 			Sandbox:       metrics.Count(verify.NewSandbox(time.Now), emf),
 			SessionLimit:  time.Minute,
 			GroupSessions: 2,
@@ -118,12 +136,15 @@ func main() {
 	}
 	if cfg.SMTP != config.SMTPOff {
 		// The egress self-check, as evs serve runs it: on the hourly
-		// schedule's message (template.yaml, SelfCheckSchedule), and once
-		// at cold start, beside the first invocation, so a new deployment
-		// or a new exit address is checked within minutes, not an hour. It
-		// is a few DNS queries, and never delays a message.
-		w.SelfCheck = func(ctx context.Context) { selfCheck(ctx, cfg, dns, emf, logger) }
-		go w.SelfCheck(context.Background())
+		// schedule's message (template.yaml, SelfCheckSchedule), once at
+		// cold start, beside the first invocation, so a new deployment or
+		// a new exit address is checked within minutes, not an hour, and
+		// in the background of any work that finds the last findings
+		// older than EVS_SELFCHECK_EVERY: the schedule's message reaches
+		// one instance, and each steers its own exits. It is a few DNS
+		// queries, and never delays a message.
+		w.SelfCheck = checker.Run
+		checker.Due()
 		// Politeness per provider and egress address across every
 		// concurrent invocation.
 		w.Polite = &batch.Polite{Parking: st, Gate: &politeness.Gate{
@@ -153,20 +174,4 @@ func main() {
 		handler = ses.Route(handler)
 	}
 	lambda.Start(handler)
-}
-
-// selfCheckTimeout bounds one self-check, as evs serve's.
-const selfCheckTimeout = 30 * time.Second
-
-// selfCheck runs the self-check of each egress (verify.CheckEgress) and
-// emits its findings as EMF metrics, which the alarms watch; what is
-// wrong is also logged as a warning.
-func selfCheck(ctx context.Context, cfg config.Config, res verify.Reputation, emf *metrics.EMF, logger *slog.Logger) {
-	ctx, cancel := context.WithTimeout(ctx, selfCheckTimeout)
-	defer cancel()
-	for _, eg := range verify.Egresses(cfg) {
-		c := verify.CheckEgress(ctx, res, eg, cfg.Blocklists, cfg.HELO, time.Now())
-		c.Warn(logger, eg.Name)
-		emf.EgressCheck(eg.Name, c)
-	}
 }

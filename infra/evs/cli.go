@@ -258,6 +258,7 @@ var envDocs = map[string]string{
 	"EVS_EGRESS_ALLOW":          "CIDRs probes and webhooks may reach although not public",
 	"EVS_SMTP_EGRESS_IP":        "public address probes leave from (direct, or one SOCKS exit; several: #egress-ip each): checked hourly against EVS_BLOCKLISTS and the HELO name",
 	"EVS_BLOCKLISTS":            "DNS blocklist zones the self-check asks, or none (default zen.spamhaus.org,bl.spamcop.net,b.barracudacentral.org)",
+	"EVS_SELFCHECK_EVERY":       "how often the egress self-check runs after the one at start (default 1h, at least 1s)",
 	"EVS_RATE_LIMIT":            "per-account requests per second, or off (default 50)",
 	"EVS_AUTH_TTL":              "longest an authorizer answer is cached (default 300s; 0 off)",
 	"EVS_RETENTION_DAYS":        "days batches and results are kept (default 30)",

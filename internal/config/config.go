@@ -82,6 +82,10 @@ type Config struct {
 	// Blocklists are the DNS blocklist zones the self-check asks about
 	// EgressIP (EVS_BLOCKLISTS, default DefaultBlocklists; "none": none).
 	Blocklists []string
+	// SelfCheckEvery is how often the egress self-check runs after the
+	// first (EVS_SELFCHECK_EVERY, default 1h): on evs serve a ticker; on
+	// AWS each instance that probes, when its findings are older.
+	SelfCheckEvery time.Duration
 	// HELOFromHost is true when HELO was not configured and the host name
 	// is used instead (evs serve warns about it).
 	HELOFromHost bool
@@ -276,6 +280,14 @@ func FromEnv(getenv func(string) string, onLambda bool) (Config, error) {
 		errs = append(errs, fmt.Errorf("EVS_BLOCKLISTS: %w", err))
 	}
 	c.Blocklists = bl
+	c.SelfCheckEvery = time.Hour
+	if s := getenv("EVS_SELFCHECK_EVERY"); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil || d < time.Second {
+			errs = append(errs, fmt.Errorf("EVS_SELFCHECK_EVERY: %q is not a duration of at least 1s like 1h", s))
+		}
+		c.SelfCheckEvery = d
+	}
 	pol, err := ParseEgress(getenv("EVS_EGRESS_ALLOW"))
 	if err != nil {
 		errs = append(errs, fmt.Errorf("EVS_EGRESS_ALLOW: %w", err))

@@ -41,9 +41,21 @@ func (e *EMF) write(name, unit string, value float64, dims ...string) {
 	e.writeSets(name, unit, value, false, dims...)
 }
 
+// emfValue is one metric of a line.
+type emfValue struct {
+	name, unit string
+	value      float64
+}
+
 // writeSets is write, the metric also counted under no dimension when
 // alsoTotal (one line, two dimension sets).
 func (e *EMF) writeSets(name, unit string, value float64, alsoTotal bool, dims ...string) {
+	e.writeLine([]emfValue{{name, unit, value}}, alsoTotal, dims...)
+}
+
+// writeLine emits one line holding every metric of vs, with the given
+// dimensions (and none, when alsoTotal).
+func (e *EMF) writeLine(vs []emfValue, alsoTotal bool, dims ...string) {
 	now := time.Now
 	if e.Now != nil {
 		now = e.Now
@@ -54,7 +66,11 @@ func (e *EMF) writeSets(name, unit string, value float64, alsoTotal bool, dims .
 		rec[dims[i]] = dims[i+1]
 		keys = append(keys, dims[i])
 	}
-	rec[name] = value
+	ms := make([]emfMetric, len(vs))
+	for i, v := range vs {
+		rec[v.name] = v.value
+		ms[i] = emfMetric{Name: v.name, Unit: v.unit}
+	}
 	sets := [][]string{keys}
 	if alsoTotal {
 		sets = append(sets, []string{})
@@ -62,7 +78,7 @@ func (e *EMF) writeSets(name, unit string, value float64, alsoTotal bool, dims .
 	rec["_aws"] = map[string]any{
 		"Timestamp": now().UnixMilli(),
 		"CloudWatchMetrics": []emfDirective{{
-			Namespace: namespace, Dimensions: sets, Metrics: []emfMetric{{Name: name, Unit: unit}},
+			Namespace: namespace, Dimensions: sets, Metrics: ms,
 		}},
 	}
 	b, err := json.Marshal(rec)
@@ -114,6 +130,16 @@ func (e *EMF) SMTPExit(_ int, name string, up bool) {
 	if !up {
 		e.writeSets(SmtpExitDown, "Count", 1, true, "exit", name)
 	}
+}
+
+// SMTPAnswer counts one live verdict with an SMTP reply that went through
+// egress to provider's servers (verify.WatchEgress's counted), and
+// whether it was a refusal of us: one line holding SmtpAnswered (1) and
+// SmtpBlocked (1 or 0), so that the sums of one period divide into the
+// blocked share (docs/aws.md, "Knowing when we are blocked on AWS").
+func (e *EMF) SMTPAnswer(egress, provider string, blocked bool) {
+	vs := []emfValue{{SmtpAnswered, "Count", 1}, {SmtpBlocked, "Count", boolValue(blocked)}}
+	e.writeLine(vs, false, "egress", egress, "provider", provider)
 }
 
 // EgressCheck emits one self-check's findings for egress

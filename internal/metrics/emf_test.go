@@ -75,3 +75,37 @@ func TestEMFExitDown(t *testing.T) {
 		t.Errorf("EMF line %s", buf.String())
 	}
 }
+
+// A counted answer is one line with both counts under its egress and
+// provider: answered 1, blocked 1 for a refusal of us and 0 otherwise, so
+// that metric math divides sums of one period.
+func TestEMFSMTPAnswer(t *testing.T) {
+	for _, c := range []struct {
+		blocked bool
+		want    float64
+	}{{true, 1}, {false, 0}} {
+		var buf bytes.Buffer
+		(&metrics.EMF{W: &buf}).SMTPAnswer("127.0.0.1:1080", "google", c.blocked)
+		var rec struct {
+			AWS struct {
+				CloudWatchMetrics []struct {
+					Dimensions [][]string
+					Metrics    []struct{ Name, Unit string }
+				}
+			} `json:"_aws"`
+			Egress   string   `json:"egress"`
+			Provider string   `json:"provider"`
+			Answered *float64 `json:"evs_smtp_answered_total"`
+			Blocked  *float64 `json:"evs_smtp_blocked_total"`
+		}
+		if err := json.Unmarshal(buf.Bytes(), &rec); err != nil || strings.Count(buf.String(), "\n") != 1 {
+			t.Fatalf("%q (%v)", buf.String(), err)
+		}
+		d := rec.AWS.CloudWatchMetrics
+		if len(d) != 1 || len(d[0].Dimensions) != 1 || strings.Join(d[0].Dimensions[0], ",") != "egress,provider" || len(d[0].Metrics) != 2 ||
+			d[0].Metrics[0].Name != metrics.SmtpAnswered || d[0].Metrics[1].Name != metrics.SmtpBlocked || d[0].Metrics[1].Unit != "Count" ||
+			rec.Egress != "127.0.0.1:1080" || rec.Provider != "google" || rec.Answered == nil || *rec.Answered != 1 || rec.Blocked == nil || *rec.Blocked != c.want {
+			t.Errorf("blocked %v: EMF line %s", c.blocked, buf.String())
+		}
+	}
+}

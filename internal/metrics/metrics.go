@@ -47,6 +47,15 @@ const (
 	// unknown, the name resolving), 0 when not (label egress). On AWS also
 	// with no dimension, whose minimum EgressHeloAlarm watches.
 	EgressHELOConfirmed = "evs_egress_helo_confirmed"
+	// SmtpAnswered and SmtpBlocked count, per egress (the direct one or a
+	// SOCKS exit, by name) and provider (a known provider's name or
+	// "other", never a domain), the live verdicts whose SMTP stage got a
+	// reply, and those of them that were a refusal of us (reason
+	// blocked). On AWS, where each instance keeps its own window, their
+	// sums over a period are the blocked share, by CloudWatch metric math;
+	// evs serve shows the share itself, as evs_smtp_blocked_share.
+	SmtpAnswered = "evs_smtp_answered_total"
+	SmtpBlocked  = "evs_smtp_blocked_total"
 	// StoreErrors counts store operations that failed (label source: api,
 	// batch or readyz).
 	StoreErrors = "evs_store_errors_total"

@@ -1,13 +1,10 @@
 package server
 
 import (
-	"cmp"
 	"context"
 	"log/slog"
-	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -18,167 +15,35 @@ import (
 	"github.com/evs-dev/evs/internal/verify"
 )
 
-// Knowing when we are blocked (docs/operations.md). Receivers refuse a
-// verifier whose address is on a DNS blocklist, or whose HELO name and
-// address do not name each other; their refusals read as unknown/blocked,
-// a verdict the user cannot act on. egressWatch says it first, for the one
-// egress of this server (direct, or the SOCKS exit): the share of answering
-// servers that refused us, per provider over the last blockedWindow, and a
-// self-check of the egress address against the blocklists and of the HELO
-// name, at start and every selfCheckEvery. /readyz carries both in its
-// body (a listed egress still serves quick checks and the API: it stays
-// 200) and Prometheus as gauges.
-
-// blockedWindow is how far back the blocked share looks: long enough to
-// hold a few sessions per provider, short enough to show a listing that
-// started minutes ago.
-const blockedWindow = 15 * time.Minute
+// Knowing when we are blocked (docs/operations.md). The counting, the
+// self-check and the rule that steers the exits are the engine's
+// (verify.EgressWatch, verify.EgressWatches), which the AWS functions use
+// too; what is here is evs serve's way of showing them: /readyz's body (a
+// listed egress still serves quick checks and the API: it stays 200) and
+// Prometheus gauges, and the ticker that self-checks at start and every
+// selfCheckEvery.
 
 // selfCheckEvery is how often the self-check runs after the first at start.
-const selfCheckEvery = time.Hour
+const selfCheckEvery = verify.SelfCheckEvery
 
-// egressWatch counts answers and refusals per provider and keeps the last
-// self-check.
+// egressWatch is one egress's watch, as evs serve shows it.
 type egressWatch struct {
+	*verify.EgressWatch
 	name string
-	now  func() time.Time
-	// key names the provider a verdict is counted under (nil: the
-	// verdict's provider, "other" when none).
-	key func(evs.Decision) string
-	// eg is what the self-check checks: the egress's address, or why
-	// it has none.
-	eg verify.Egress
-
-	mu      sync.Mutex
-	minutes map[string]*[blockedMinutes]minuteCount // by provider
-	check   verify.EgressCheck
+	// note, when set, replaces the self-check's note (a watch that is no
+	// single egress's).
+	note string
 }
 
-const blockedMinutes = int(blockedWindow / time.Minute)
-
-// minuteCount is one minute's answers and refusals.
-type minuteCount struct {
-	minute            int64
-	answered, blocked int
-}
-
-func newEgressWatch(eg verify.Egress, now func() time.Time) *egressWatch {
-	return &egressWatch{name: eg.Name, eg: eg, now: now, minutes: map[string]*[blockedMinutes]minuteCount{}}
-}
-
-// observe counts a live verdict whose SMTP stage got a reply. A test-mode
-// verdict's evidence is made up, and a verdict with no reply says nothing
-// of how servers see us.
-func (w *egressWatch) observe(ds ...evs.Decision) {
-	counts := func(d evs.Decision) bool { return !d.TestMode && d.Checks.SMTP.Code != 0 }
-	if !slices.ContainsFunc(ds, counts) {
-		// Quick checks and unanswered probes, most of /v1/verify's
-		// calls, take neither the clock nor the lock.
-		return
-	}
-	m := w.now().Unix() / 60
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for _, d := range ds {
-		if !counts(d) {
-			continue
-		}
-		p := string(d.Checks.SMTP.Provider)
-		if w.key != nil {
-			p = w.key(d)
-		}
-		if p == "" {
-			p = "other"
-		}
-		ring := w.minutes[p]
-		if ring == nil {
-			ring = new([blockedMinutes]minuteCount)
-			w.minutes[p] = ring
-		}
-		c := &ring[m%int64(blockedMinutes)]
-		if c.minute != m {
-			*c = minuteCount{minute: m}
-		}
-		c.answered++
-		if d.Reason == evs.ReasonBlocked {
-			c.blocked++
-		}
-	}
-}
-
-// providerShare is one provider's figures over the window.
-type providerShare struct {
-	Provider string  `json:"provider"`
-	Answered int     `json:"answered"`
-	Blocked  int     `json:"blocked"`
-	Share    float64 `json:"share"`
-}
-
-// shares returns each provider's figures over the window, by provider.
-func (w *egressWatch) shares() []providerShare {
-	oldest := w.now().Unix()/60 - int64(blockedMinutes) + 1
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	var out []providerShare
-	for p, ring := range w.minutes {
-		s := providerShare{Provider: p}
-		for _, c := range ring {
-			if c.minute >= oldest {
-				s.Answered += c.answered
-				s.Blocked += c.blocked
-			}
-		}
-		if s.Answered == 0 {
-			continue
-		}
-		s.Share = float64(s.Blocked) / float64(s.Answered)
-		out = append(out, s)
-	}
-	slices.SortFunc(out, func(a, b providerShare) int { return cmp.Compare(a.Provider, b.Provider) })
-	return out
-}
-
-// share returns provider's answers and refusals over the window.
-func (w *egressWatch) share(provider string) (answered, blocked int) {
-	oldest := w.now().Unix()/60 - int64(blockedMinutes) + 1
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	ring := w.minutes[provider]
-	if ring == nil {
-		return 0, 0
-	}
-	for _, c := range ring {
-		if c.minute >= oldest {
-			answered += c.answered
-			blocked += c.blocked
-		}
-	}
-	return answered, blocked
-}
-
-// An exit stops taking a provider's new sessions while, over the window,
-// at least avoidAnswered of its verdicts for that provider got a reply
-// and at least avoidShare of those were refusals of us: the provider's
-// servers are likely refusing the exit's address (a blocklist). It takes
-// them again once the window has aged the refusals out, and then is
-// judged on new ones.
-const (
-	avoidShare    = 0.5
-	avoidAnswered = 5
-)
-
-// high tells whether provider's refusals of us are high enough to avoid
-// this egress for it.
-func (w *egressWatch) high(provider string) bool {
-	answered, blocked := w.share(provider)
-	return answered >= avoidAnswered && float64(blocked) >= avoidShare*float64(answered)
+func newEgressWatch(w *verify.EgressWatch) *egressWatch {
+	return &egressWatch{EgressWatch: w, name: w.Name()}
 }
 
 // egressReport is the "egress" object of /readyz's body.
 type egressReport struct {
-	Name      string          `json:"name"`
-	CheckedAt *evs.Time       `json:"checkedAt"`
-	Blocked   []providerShare `json:"blocked"`
+	Name      string                 `json:"name"`
+	CheckedAt *evs.Time              `json:"checkedAt"`
+	Blocked   []verify.ProviderShare `json:"blocked"`
 	verify.EgressCheck
 	// Exits are the SOCKS exits' own reports (EVS_SMTP=proxy).
 	Exits []exitReport `json:"exits,omitempty"`
@@ -192,22 +57,22 @@ type exitReport struct {
 	Since  *evs.Time `json:"since,omitempty"`
 	Detail string    `json:"detail,omitempty"`
 	// Avoided are the providers this exit takes no new session of while
-	// another exit can (avoidShare).
+	// another exit can (verify.AvoidShare).
 	Avoided []string `json:"avoided"`
 	egressReport
 }
 
 // report is what /readyz says of the egress.
 func (w *egressWatch) report() egressReport {
-	r := egressReport{Name: w.name, Blocked: w.shares()}
-	w.mu.Lock()
-	r.EgressCheck = w.check
-	w.mu.Unlock()
+	r := egressReport{Name: w.name, Blocked: w.Shares(), EgressCheck: w.Check()}
+	if w.note != "" {
+		r.Note = w.note
+	}
 	if !r.At.IsZero() {
 		r.CheckedAt = &evs.Time{Time: r.At}
 	}
 	if r.Blocked == nil {
-		r.Blocked = []providerShare{}
+		r.Blocked = []verify.ProviderShare{}
 	}
 	if r.Blocklists == nil {
 		r.Blocklists = []verify.Listing{}
@@ -215,26 +80,8 @@ func (w *egressWatch) report() egressReport {
 	return r
 }
 
-// listed tells whether the last self-check found the egress address on a
-// DNS blocklist.
-func (w *egressWatch) listed() bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return len(w.check.Listed()) > 0
-}
-
-// selfCheck runs one self-check (verify.CheckEgress) of the egress, and
-// keeps and logs its findings.
-func (w *egressWatch) selfCheck(ctx context.Context, dns verify.Reputation, zones []string, helo string, log *slog.Logger) {
-	c := verify.CheckEgress(ctx, dns, w.eg, zones, helo, w.now())
-	c.Warn(log, w.name)
-	w.mu.Lock()
-	w.check = c
-	w.mu.Unlock()
-}
-
-// run self-checks at once and then every interval until ctx ends.
-func (w *egressWatch) run(ctx context.Context, every time.Duration, check func(ctx context.Context)) {
+// runEvery runs check at once and then every interval until ctx ends.
+func runEvery(ctx context.Context, every time.Duration, check func(ctx context.Context)) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -272,12 +119,10 @@ func (w *egressWatch) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect implements prometheus.Collector.
 func (w *egressWatch) Collect(ch chan<- prometheus.Metric) {
-	for _, s := range w.shares() {
+	for _, s := range w.Shares() {
 		ch <- prometheus.MustNewConstMetric(blockedShareDesc, prometheus.GaugeValue, s.Share, w.name, s.Provider)
 	}
-	w.mu.Lock()
-	c := w.check
-	w.mu.Unlock()
+	c := w.Check()
 	for _, l := range c.Blocklists {
 		if l.Error != "" {
 			continue
@@ -316,12 +161,14 @@ func (e watched) VerifyDomain(ctx context.Context, emails []string, mode evs.Mod
 	return ds
 }
 
-// egressWatches are the server's watches: one per SOCKS exit (Exits),
-// whose blocked shares steer the exits away from providers that refuse
-// them, and the one /readyz's egress object reports: the direct egress,
-// the one exit, or, with several, every verdict together.
+// egressWatches are the server's watches: one per SOCKS exit
+// (verify.EgressWatches, whose blocked shares and self-checks steer the
+// exits away from providers that refuse them), and the one /readyz's
+// egress object reports: the direct egress, the one exit, or, with
+// several, every verdict together.
 type egressWatches struct {
 	top *egressWatch
+	all *verify.EgressWatches
 	// x and exits are nil when SMTP goes direct (or is off).
 	x     *verify.Exits
 	exits []*egressWatch
@@ -332,83 +179,44 @@ type egressWatches struct {
 const exitProbeEvery = 15 * time.Second
 
 // newEgressWatches returns the watches of c's egress: through x's exits
-// when x is not nil, whose names it takes, and which it steers.
-func newEgressWatches(c config.Config, x *verify.Exits, now func() time.Time) *egressWatches {
-	ws := &egressWatches{}
+// when x is not nil, whose names it takes, and which it steers; counted,
+// when not nil, is told each answer counted (the metrics).
+func newEgressWatches(c config.Config, x *verify.Exits, now func() time.Time, counted func(egress, provider string, blocked bool)) *egressWatches {
+	ws := &egressWatches{all: verify.WatchEgress(c, x, now, counted), x: x}
 	if x == nil {
-		ws.top = newEgressWatch(verify.DirectEgress(c), now)
+		ws.top = newEgressWatch(ws.all.Watches()[0])
 		return ws
 	}
-	ws.x = x
-	// The exits' own names and order are x's; their addresses are in
-	// the configuration they were made from.
-	egs := verify.ExitEgresses(c.SMTPExits)
-	for i, st := range x.Status() {
-		eg := verify.Egress{Name: st.Name}
-		if i < len(egs) {
-			eg.IP, eg.NoIP = egs[i].IP, egs[i].NoIP
-		}
-		w := newEgressWatch(eg, now)
-		// The provider an exit is steered by is its MX host's (the exit
-		// knows no reply), so the exit's watch counts it so too.
-		w.key = func(d evs.Decision) string {
-			if d.Checks.SMTP.Host == "" {
-				return string(d.Checks.SMTP.Provider)
-			}
-			return verify.HostProvider(d.Checks.SMTP.Host)
-		}
-		ws.exits = append(ws.exits, w)
+	for _, w := range ws.all.Watches() {
+		ws.exits = append(ws.exits, newEgressWatch(w))
 	}
 	if len(ws.exits) == 1 {
 		ws.top = ws.exits[0]
-	} else {
-		names := make([]string, len(ws.exits))
-		for i, w := range ws.exits {
-			names[i] = w.name
-		}
-		// As config.Config.EgressName names it.
-		ws.top = newEgressWatch(verify.Egress{Name: strings.Join(names, "+")}, now)
-		ws.top.check.Note = "several SOCKS exits: each one's self-check is in exits"
+		return ws
 	}
-	x.SetAvoid(ws.avoid)
+	names := make([]string, len(ws.exits))
+	for i, w := range ws.exits {
+		names[i] = w.name
+	}
+	// As config.Config.EgressName names it: every verdict together, by
+	// the provider of its reply.
+	ws.top = newEgressWatch(verify.NewEgressWatch(verify.Egress{Name: strings.Join(names, "+")}, now))
+	ws.top.note = "several SOCKS exits: each one's self-check is in exits"
 	return ws
-}
-
-// avoid is the exits' Avoid: exit i's last self-check found its address
-// on a DNS blocklist, or host's provider has refused too many of its
-// probes. A listed exit is avoided for every provider: receivers that use
-// the list refuse it, and which do is not known before they answer, while
-// an exit not listed costs nothing to prefer. It takes them again once a
-// self-check finds it clean (within one check interval).
-func (ws *egressWatches) avoid(i int, host string) bool {
-	return ws.exits[i].listed() || ws.exits[i].high(verify.HostProvider(host))
 }
 
 // observe counts verdicts: under the exit the provider goes to now (it
 // sticks to one), and together.
 func (ws *egressWatches) observe(ds ...evs.Decision) {
-	if ws.x == nil || len(ws.exits) > 1 {
-		ws.top.observe(ds...)
+	if len(ws.exits) > 1 {
+		ws.top.Observe(ds...)
 	}
-	if ws.x == nil {
-		return
-	}
-	for _, d := range ds {
-		if i := ws.x.For(d.Checks.SMTP.Host); i >= 0 {
-			ws.exits[i].observe(d)
-		}
-	}
+	ws.all.Observe(ds...)
 }
 
 // selfCheck runs the self-check of the direct egress, or of each exit.
 func (ws *egressWatches) selfCheck(ctx context.Context, dns verify.Reputation, zones []string, helo string, log *slog.Logger) {
-	if ws.x == nil {
-		ws.top.selfCheck(ctx, dns, zones, helo, log)
-		return
-	}
-	for _, w := range ws.exits {
-		w.selfCheck(ctx, dns, zones, helo, log)
-	}
+	ws.all.SelfCheck(ctx, dns, zones, helo, log, nil)
 }
 
 // report is /readyz's egress object.
@@ -424,7 +232,7 @@ func (ws *egressWatches) report() egressReport {
 			er.Since = &evs.Time{Time: st.Since}
 		}
 		for _, s := range er.Blocked {
-			if ws.exits[i].high(s.Provider) {
+			if ws.exits[i].High(s.Provider) {
 				er.Avoided = append(er.Avoided, s.Provider)
 			}
 		}

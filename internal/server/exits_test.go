@@ -229,6 +229,20 @@ func TestServeExitsBlockedShare(t *testing.T) {
 	if g := metricLine(e.prom, fmt.Sprintf(`evs_smtp_blocked_share{egress=%q,provider="other"}`, e.names[0])); g != "1" {
 		t.Errorf("exit A's blocked share gauge: %s", g)
 	}
+	// The counts the AWS functions emit too: every answer under the exit
+	// it came through.
+	for _, c := range []struct {
+		metric string
+		exit   int
+		want   string
+	}{
+		{"evs_smtp_answered_total", 0, "5"}, {"evs_smtp_blocked_total", 0, "5"},
+		{"evs_smtp_answered_total", 1, "3"}, {"evs_smtp_blocked_total", 1, "0"},
+	} {
+		if g := metricLine(e.prom, fmt.Sprintf(`%s{egress=%q,provider="other"}`, c.metric, e.names[c.exit])); g != c.want {
+			t.Errorf("%s of exit %d: %s, want %s", c.metric, c.exit, g, c.want)
+		}
+	}
 	e.clock.Advance(16 * time.Minute)
 	if st, reason, from := e.verify("alice@" + d); st != 200 || reason != "blocked" || from != exitA {
 		t.Fatalf("16 minutes later, %s: %d %s from %q, want A tried again", d, st, reason, from)

@@ -29,6 +29,8 @@ type Prometheus struct {
 	storeErr *prometheus.CounterVec
 	cache    *prometheus.CounterVec
 	facts    *prometheus.CounterVec
+	answered *prometheus.CounterVec
+	blocked  *prometheus.CounterVec
 }
 
 // NewPrometheus returns the metrics; pending, when not nil, is read at each
@@ -69,7 +71,15 @@ func NewPrometheus(pending func(ctx context.Context) (int, error)) *Prometheus {
 	m.facts = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: metrics.DomainFacts, Help: "Lookups of a domain's accept-all answer in the shared domain facts, by result (hit, miss).",
 	}, []string{"result"})
-	m.reg.MustRegister(m.requests, m.duration, m.verdicts, m.replies, m.dns, m.hooks, m.connFail, m.storeErr, m.cache, m.facts,
+	// The counts the AWS functions emit (EMF), beside the share evs serve
+	// shows itself (evs_smtp_blocked_share).
+	m.answered = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: metrics.SmtpAnswered, Help: "Live verdicts whose SMTP stage got a reply, by egress (the direct one or a SOCKS exit) and provider.",
+	}, []string{"egress", "provider"})
+	m.blocked = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: metrics.SmtpBlocked, Help: "Live verdicts whose SMTP reply was a refusal of us (reason blocked), by egress and provider.",
+	}, []string{"egress", "provider"})
+	m.reg.MustRegister(m.requests, m.duration, m.verdicts, m.replies, m.dns, m.hooks, m.connFail, m.storeErr, m.cache, m.facts, m.answered, m.blocked,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if pending != nil {
 		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -118,6 +128,17 @@ func (m *Prometheus) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
 	return mux
+}
+
+// SMTPAnswer counts one live verdict with an SMTP reply through egress to
+// provider's servers, and whether it was a refusal of us
+// (verify.WatchEgress's counted).
+func (m *Prometheus) SMTPAnswer(egress, provider string, blocked bool) {
+	m.answered.WithLabelValues(egress, provider).Inc()
+	c := m.blocked.WithLabelValues(egress, provider)
+	if blocked {
+		c.Inc()
+	}
 }
 
 // HTTPRequest implements Observer.

@@ -261,7 +261,13 @@ func New(o Options) (*Server, error) {
 	if o.Metrics != nil {
 		o.Engine, sandbox = metrics.Count(o.Engine, o.Metrics), metrics.Count(sandbox, o.Metrics)
 	}
-	watch := newEgressWatches(o.Config, o.Exits, o.Now)
+	var counted func(egress, provider string, blocked bool)
+	if m, ok := o.Metrics.(interface {
+		SMTPAnswer(egress, provider string, blocked bool)
+	}); ok {
+		counted = m.SMTPAnswer
+	}
+	watch := newEgressWatches(o.Config, o.Exits, o.Now, counted)
 	o.Engine = watched{o.Engine, watch}
 	if p, ok := o.Metrics.(*Prometheus); ok {
 		p.reg.MustRegister(watch)
@@ -408,7 +414,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	go s.sweep(workCtx)
 	if s.rep != nil && s.opts.Config.SMTP != config.SMTPOff {
 		c := s.opts.Config
-		go s.watch.top.run(workCtx, cmp.Or(s.opts.SelfCheckEvery, selfCheckEvery), func(ctx context.Context) {
+		go runEvery(workCtx, cmp.Or(s.opts.SelfCheckEvery, c.SelfCheckEvery, selfCheckEvery), func(ctx context.Context) {
 			s.watch.selfCheck(ctx, s.rep, c.Blocklists, c.HELO, s.opts.Logger)
 		})
 	}
