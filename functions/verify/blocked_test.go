@@ -67,26 +67,7 @@ func TestLambdaVerifyExitsBlocked(t *testing.T) {
 		return "550 5.1.1 <" + addr + ">: Recipient address rejected: User unknown in virtual mailbox table"
 	}})
 	d := testkit.StartDNS(t)
-	// A mail domain whose provider the exits' rendezvous puts on exit A
-	// (index 0) when both are clean: the function's own Exits agree, made
-	// from the same configuration.
-	exits, err := config.ParseSMTPExits(proxy)
-	if err != nil {
-		t.Fatal(err)
-	}
-	x, err := verify.NewExits(config.Config{SMTPExits: exits}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	domain := ""
-	for i := 0; i < 100 && domain == ""; i++ {
-		if c := fmt.Sprintf("p%d.example", i); x.For("mx."+c) == 0 {
-			domain = c
-		}
-	}
-	if domain == "" {
-		t.Fatal("100 providers, none on exit A")
-	}
+	exits, domain := domainOnExitA(t, proxy, "p")
 	d.AddRecord(domain + ". 300 IN MX 10 mx." + domain + ".")
 	d.AddRecord("mx." + domain + ". 300 IN A 127.0.0.1")
 	nameA, nameB := exits[0].Name, exits[1].Name
@@ -237,23 +218,7 @@ func TestLambdaWorkerExitsListed(t *testing.T) {
 		}
 		return "550 5.1.1 <" + addr + ">: Recipient address rejected: User unknown in virtual mailbox table"
 	}})
-	exits, err := config.ParseSMTPExits(proxy)
-	if err != nil {
-		t.Fatal(err)
-	}
-	x, err := verify.NewExits(config.Config{SMTPExits: exits}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	domain := ""
-	for i := 0; i < 100 && domain == ""; i++ {
-		if c := fmt.Sprintf("w%d.example", i); x.For("mx."+c) == 0 {
-			domain = c
-		}
-	}
-	if domain == "" {
-		t.Fatal("100 providers, none on exit A")
-	}
+	exits, domain := domainOnExitA(t, proxy, "w")
 	d := testkit.StartDNS(t)
 	d.AddRecord(domain + ". 300 IN MX 10 mx." + domain + ".")
 	d.AddRecord("mx." + domain + ". 300 IN A 127.0.0.1")
@@ -335,4 +300,27 @@ func TestLambdaWorkerExitsListed(t *testing.T) {
 	if a, b := got[nameA+" other"], got[nameB+" other"]; a[0]+b[0] != 6 || a[1]+b[1] != 0 || b[0] < 3 || a[0] < 2 {
 		t.Errorf("EMF answered/blocked by exit and provider: %v, want 6 answers, none refused, at least 3 through B and 2 through A", got)
 	}
+}
+
+// domainOnExitA parses proxy's exits and finds a mail domain (prefix and
+// a number, .example) whose provider the exits' rendezvous puts on exit A
+// (index 0) when both are clean: the functions' own Exits agree, made from
+// the same configuration.
+func domainOnExitA(t *testing.T, proxy, prefix string) ([]config.SMTPExit, string) {
+	t.Helper()
+	exits, err := config.ParseSMTPExits(proxy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, err := verify.NewExits(config.Config{SMTPExits: exits}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 100 {
+		if c := fmt.Sprintf("%s%d.example", prefix, i); x.For("mx."+c) == 0 {
+			return exits, c
+		}
+	}
+	t.Fatal("100 providers, none on exit A")
+	return nil, ""
 }
