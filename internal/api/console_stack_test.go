@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"testing"
 	"time"
 
@@ -28,6 +29,28 @@ type stack struct {
 // startStack starts the stack; tune, when given, adjusts the server's
 // options first (the batch worker's, for the cancel test).
 func startStack(t *testing.T, tune ...func(*server.Options)) stack {
+	t.Helper()
+	svc := serveTestAccount(t, "console", tune...)
+	key, err := authorizer.IssueKey(context.Background(), svc.st, svc.acct, "", time.Now())
+	if err != nil {
+		t.Fatalf("create key: %v", err)
+	}
+	return stack{base: svc.base, key: key}
+}
+
+// testService is a real `evs serve` on loopback, on a SQLite store in a
+// temp dir, with one test-mode account: test mode touches no network.
+type testService struct {
+	base string
+	st   *sqlitestore.Store
+	acct string
+	// stop stops the server (again at the test's end: only once).
+	stop func()
+}
+
+// serveTestAccount starts a testService whose account is named name;
+// tune, when given, adjusts the server's options first.
+func serveTestAccount(t *testing.T, name string, tune ...func(*server.Options)) *testService {
 	t.Helper()
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -58,26 +81,26 @@ func startStack(t *testing.T, tune ...func(*server.Options)) stack {
 	sctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(sctx, ln) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("serve: %v", err)
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("serve: %v", err)
+				}
+			case <-time.After(30 * time.Second):
+				t.Error("server did not stop within 30 s")
 			}
-		case <-time.After(30 * time.Second):
-			t.Error("server did not stop within 30 s")
-		}
-	})
-	a := evs.Account{ID: "acct-console", Name: "console", Test: true, CreatedAt: time.Now()}
+		})
+	}
+	t.Cleanup(stop)
+	a := evs.Account{ID: "acct-" + name, Name: name, Test: true, CreatedAt: time.Now()}
 	if err := st.CreateAccount(ctx, a); err != nil {
 		t.Fatalf("create account: %v", err)
 	}
-	key, err := authorizer.IssueKey(ctx, st, a.ID, "", time.Now())
-	if err != nil {
-		t.Fatalf("create key: %v", err)
-	}
-	return stack{base: "http://" + ln.Addr().String(), key: key}
+	return &testService{base: "http://" + ln.Addr().String(), st: st, acct: a.ID, stop: stop}
 }
 
 // get calls the API as any client does, with the stack's key, and

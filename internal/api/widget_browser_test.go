@@ -4,9 +4,6 @@ import (
 	"context"
 	"fmt"
 	"html"
-	"io"
-	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -23,73 +20,13 @@ import (
 
 	"github.com/evs-dev/evs/internal/api"
 	"github.com/evs-dev/evs/internal/authorizer"
-	"github.com/evs-dev/evs/internal/config"
 	"github.com/evs-dev/evs/internal/evs"
-	"github.com/evs-dev/evs/internal/server"
-	"github.com/evs-dev/evs/internal/sqlitestore"
 )
-
-// widgetService is a real `evs serve` on loopback with one test-mode
-// account, which the test can stop while a page still uses it.
-type widgetService struct {
-	base string
-	st   *sqlitestore.Store
-	acct string
-	stop func()
-}
-
-func startWidgetService(t *testing.T) *widgetService {
-	t.Helper()
-	ctx := context.Background()
-	dir := t.TempDir()
-	st, err := sqlitestore.OpenServing(ctx, dir, time.Now)
-	if err != nil {
-		t.Fatalf("open store: %v", err)
-	}
-	t.Cleanup(func() { st.Close() })
-	cfg, err := config.FromEnv(func(name string) string {
-		return map[string]string{"EVS_DATA_DIR": dir, "EVS_SMTP": "off", "EVS_DNS_SERVERS": "127.0.0.1:9"}[name]
-	}, false)
-	if err != nil {
-		t.Fatalf("config: %v", err)
-	}
-	srv, err := server.New(server.Options{Config: cfg, Store: st, Now: time.Now, Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatalf("server: %v", err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(sctx, ln) }()
-	var once sync.Once
-	stop := func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Errorf("serve: %v", err)
-				}
-			case <-time.After(30 * time.Second):
-				t.Error("server did not stop within 30 s")
-			}
-		})
-	}
-	t.Cleanup(stop)
-	a := evs.Account{ID: "acct-shop", Name: "shop", Test: true, CreatedAt: time.Now()}
-	if err := st.CreateAccount(ctx, a); err != nil {
-		t.Fatalf("create account: %v", err)
-	}
-	return &widgetService{base: "http://" + ln.Addr().String(), st: st, acct: a.ID, stop: stop}
-}
 
 // publishable issues a publishable key for origin, as `evs keys create
 // --publishable --origin` does. Each page of the test gets its own, as
 // each counts against a key's per-address limit of 10 calls a minute.
-func (s *widgetService) publishable(t *testing.T, origin string) string {
+func (s *testService) publishable(t *testing.T, origin string) string {
 	t.Helper()
 	key, err := authorizer.Issue(context.Background(), s.st, evs.Key{AccountID: s.acct, Kind: evs.KeyPublishable, Origins: []string{origin}}, time.Now())
 	if err != nil {
@@ -250,7 +187,7 @@ func (p *page) noViolations(what string, expected ...string) {
 // no CSP violation. It logs the time from blur to the verdict shown,
 // beside the raw call's time in the same page.
 func TestWidgetInBrowser(t *testing.T) {
-	svc := startWidgetService(t)
+	svc := serveTestAccount(t, "shop") // the service the widget calls
 	shop := startShopPage(t)
 	p := openBrowser(t)
 	key := svc.publishable(t, shop.URL)
