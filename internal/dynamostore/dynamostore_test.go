@@ -842,3 +842,35 @@ func TestResultCacheTTL(t *testing.T) {
 		t.Fatalf("TTL attribute %#v, want %s", out.Item["expiresAt"], want)
 	}
 }
+
+// TestStartExportSurvivesALostReply: when the reply to the put that starts
+// an export run is lost after DynamoDB applied it, the SDK's resend fails
+// its condition against the run itself. StartExport must report the run as
+// started by this call, which then queues it; reported as another's, no
+// message would ever run it and the export would answer 202 until its
+// deadline. Another call's start still finds the run and starts nothing.
+func TestStartExportSurvivesALostReply(t *testing.T) {
+	ctx := context.Background()
+	l := loseReply("PutItem", true)
+	st := newStore(t, clock, l.option)
+	j := store.ExportJob{AccountID: "acct-lost", BatchID: "b1", Filters: "status=risky"}
+	got, started, err := st.StartExport(ctx, j, "", t0.Add(time.Hour), 0)
+	if err != nil || !started || got.Token == "" || got.State != store.ExportRunning {
+		t.Fatalf("start after a lost reply: %+v started=%v %v", got, started, err)
+	}
+	l.retried(t)
+	again, started, err := st.StartExport(ctx, j, "", t0.Add(time.Hour), 0)
+	if err != nil || started || again.Token != got.Token {
+		t.Fatalf("a second start: %+v started=%v %v, want the first run %s", again, started, err, got.Token)
+	}
+	// The put of an account's export slot, lost the same way, holds one
+	// slot, not two: with a cap of 2, a second run still starts.
+	sl := loseReply("PutItem", true)
+	st = newStore(t, clock, sl.option)
+	for i, batch := range []string{"b1", "b2"} {
+		if _, started, err := st.StartExport(ctx, store.ExportJob{AccountID: "acct-slots", BatchID: batch}, "", t0.Add(time.Hour), 2); err != nil || !started {
+			t.Fatalf("run %d of 2 after a lost slot reply: started=%v %v", i+1, started, err)
+		}
+	}
+	sl.retried(t)
+}

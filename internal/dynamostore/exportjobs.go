@@ -131,16 +131,23 @@ func (s *Store) StartExport(ctx context.Context, j store.ExportJob, replace stri
 	if err == nil {
 		return j, true, nil
 	}
-	s.releaseExportSlot(ctx, j.AccountID, slot, j.Token)
 	if !isConditionFailed(err) {
+		s.releaseExportSlot(ctx, j.AccountID, slot, j.Token)
 		return store.ExportJob{}, false, wrapErr("start export", err)
 	}
-	// Another call replaced or started the job meanwhile: that run is
-	// this call's too.
 	cur, found, err := s.ExportJob(ctx, j.AccountID, j.BatchID, j.Filters)
+	if err == nil && found && cur.Token == j.Token {
+		// The SDK retried a put whose reply was lost, and the retry
+		// failed against the put itself: the run is this call's, and
+		// must be queued by it, or it would answer 202 until its deadline.
+		return j, true, nil
+	}
+	s.releaseExportSlot(ctx, j.AccountID, slot, j.Token)
 	if err == nil && !found {
 		err = store.Unavailable(errExportRace)
 	}
+	// Another call replaced or started the job meanwhile: that run is
+	// this call's too.
 	return cur, false, err
 }
 
@@ -167,12 +174,19 @@ func (s *Store) takeExportSlot(ctx context.Context, j store.ExportJob, max int, 
 			ConditionExpression:       aws.String("attribute_not_exists(#id) OR #lu < :now"),
 			ExpressionAttributeNames:  map[string]string{"#id": attrID, "#lu": attrLeaseUntil},
 			ExpressionAttributeValues: item{":now": avTime(now)},
+			// The lease that holds the slot comes back with the failure:
+			// an SDK resend of a put whose reply was lost finds its own.
+			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 		})
 		if err == nil {
 			return slot, nil
 		}
-		if !isConditionFailed(err) {
+		var cf *types.ConditionalCheckFailedException
+		if !errors.As(err, &cf) {
 			return -1, wrapErr("take an export slot", err)
+		}
+		if getS(item(cf.Item), attrLeaseToken) == j.Token {
+			return slot, nil
 		}
 		if retry == 0 {
 			retry = exportRetry
