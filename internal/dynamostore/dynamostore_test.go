@@ -843,13 +843,13 @@ func TestResultCacheTTL(t *testing.T) {
 	}
 }
 
-// TestStartExportSurvivesALostReply: when the reply to the put that starts
+// TestExportRunSurvivesLostReplies: when the reply to the put that starts
 // an export run is lost after DynamoDB applied it, the SDK's resend fails
 // its condition against the run itself. StartExport must report the run as
 // started by this call, which then queues it; reported as another's, no
 // message would ever run it and the export would answer 202 until its
 // deadline. Another call's start still finds the run and starts nothing.
-func TestStartExportSurvivesALostReply(t *testing.T) {
+func TestExportRunSurvivesLostReplies(t *testing.T) {
 	ctx := context.Background()
 	l := loseReply("PutItem", true)
 	st := newStore(t, clock, l.option)
@@ -873,4 +873,30 @@ func TestStartExportSurvivesALostReply(t *testing.T) {
 		}
 	}
 	sl.retried(t)
+
+	// A writer's claim of the run, and its finish, lost the same way:
+	// the claim is the writer's (another's is still refused), and the
+	// finish gives back the run's slot (a cap of 1 starts the next run).
+	ul := loseReply("UpdateItem", false)
+	st = newStore(t, clock, ul.option)
+	run, _, err := st.StartExport(ctx, store.ExportJob{AccountID: "acct-claim", BatchID: "b1"}, "", t0.Add(time.Hour), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ul.armed.Store(true)
+	if ok, err := st.ClaimExport(ctx, run, t0.Add(5*time.Minute)); err != nil || !ok {
+		t.Fatalf("claim after a lost reply: %v %v", ok, err)
+	}
+	ul.retried(t)
+	if ok, err := st.ClaimExport(ctx, run, t0.Add(5*time.Minute)); err != nil || ok {
+		t.Fatalf("a second writer's claim: %v %v, want refused", ok, err)
+	}
+	ul.calls.Store(0)
+	if err := st.FinishExport(ctx, run, false); err != nil {
+		t.Fatalf("finish after a lost reply: %v", err)
+	}
+	ul.retried(t)
+	if _, started, err := st.StartExport(ctx, store.ExportJob{AccountID: "acct-claim", BatchID: "b2"}, "", t0.Add(time.Hour), 1); err != nil || !started {
+		t.Fatalf("the next run after a finish whose reply was lost: started=%v %v", started, err)
+	}
 }

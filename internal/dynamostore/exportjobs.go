@@ -212,16 +212,21 @@ func (s *Store) releaseExportSlot(ctx context.Context, accountID string, slot in
 // holds it, as a duplicated or redelivered message finds it. A writer
 // that crashed loses its claim at until, so a redelivery can take over.
 func (s *Store) ClaimExport(ctx context.Context, j store.ExportJob, until time.Time) (ok bool, err error) {
+	claim := newToken()
 	_, err = s.c.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                 aws.String(s.t.Batches),
 		Key:                       exportJobKey(j.AccountID, j.BatchID, j.Filters),
-		UpdateExpression:          aws.String("SET #cu = :until"),
+		UpdateExpression:          aws.String("SET #cu = :until, #ct = :ct"),
 		ConditionExpression:       aws.String("#tk = :tk AND #st = :running AND (attribute_not_exists(#cu) OR #cu < :now)"),
-		ExpressionAttributeNames:  map[string]string{"#cu": attrClaimUntil, "#tk": attrExportToken, "#st": attrExportState},
-		ExpressionAttributeValues: item{":until": avTime(until), ":tk": avS(j.Token), ":running": avS(store.ExportRunning), ":now": avTime(s.now())},
+		ExpressionAttributeNames:  map[string]string{"#cu": attrClaimUntil, "#ct": attrClaimToken, "#tk": attrExportToken, "#st": attrExportState},
+		ExpressionAttributeValues: item{":until": avTime(until), ":ct": avS(claim), ":tk": avS(j.Token), ":running": avS(store.ExportRunning), ":now": avTime(s.now())},
+		// An SDK resend after a lost reply fails against this very claim:
+		// the record that comes back with the failure tells it so.
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
-	if isConditionFailed(err) {
-		return false, nil
+	var cf *types.ConditionalCheckFailedException
+	if errors.As(err, &cf) {
+		return getS(item(cf.Item), attrClaimToken) == claim, nil
 	}
 	if err != nil {
 		return false, wrapErr("claim export", err)
@@ -265,9 +270,16 @@ func (s *Store) FinishExport(ctx context.Context, j store.ExportJob, failed bool
 		ExpressionAttributeNames:  map[string]string{"#st": attrExportState, "#done": attrDoneAt, "#cu": attrClaimUntil, "#tk": attrExportToken},
 		ExpressionAttributeValues: item{":st": avS(state), ":now": avTime(s.now()), ":tk": avS(j.Token), ":running": avS(store.ExportRunning)},
 		ReturnValues:              types.ReturnValueAllNew,
+		// An SDK resend after a lost reply fails against this very
+		// finish, whose slot is still to be given back.
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
-	if isConditionFailed(err) {
-		return nil
+	var cf *types.ConditionalCheckFailedException
+	if errors.As(err, &cf) {
+		if old := item(cf.Item); getS(old, attrExportToken) == j.Token && getS(old, attrExportState) == string(state) {
+			s.releaseExportSlot(ctx, j.AccountID, int(getN(old, attrSlot)), j.Token)
+		}
+		return nil // replaced meanwhile: left alone
 	}
 	if err != nil {
 		return wrapErr("finish export", err)
