@@ -140,20 +140,7 @@ func (s *stage) match(method, p string) (testkit.SAMRoute, map[string]string, bo
 // still wants a key.
 func TestConsoleOnStack(t *testing.T) {
 	w := newAWSWorld(t)
-	tpl, err := testkit.LoadSAMTemplate("../../template.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	requests := w.start(t, build(t, "requests"))
-	st := &stage{name: "Prod", routes: tpl.Routes, fn: map[string]*testkit.Runtime{"RequestsFunction": requests}}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: st, ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(func() { _ = srv.Close() })
-	base := "http://" + ln.Addr().String() + "/Prod"
+	base, requests := serveRequestsStage(t, w)
 
 	// The upload URL the function makes for an account, for the origin
 	// the page's CSP must allow.
@@ -245,4 +232,25 @@ func TestConsoleOnStack(t *testing.T) {
 			t.Errorf("GET %s without a key: %d, want 401", p, res.StatusCode)
 		}
 	}
+}
+
+// serveRequestsStage serves the real requests binary of w behind the
+// template's routes on loopback, under the stage prefix /Prod, and returns
+// that base URL and the function's runtime.
+func serveRequestsStage(t *testing.T, w *awsWorld) (string, *testkit.Runtime) {
+	t.Helper()
+	tpl, err := testkit.LoadSAMTemplate("../../template.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	requests := w.start(t, build(t, "requests"))
+	st := &stage{name: "Prod", routes: tpl.Routes, fn: map[string]*testkit.Runtime{"RequestsFunction": requests}}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: st, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return "http://" + ln.Addr().String() + "/Prod", requests
 }

@@ -2,14 +2,12 @@ package main_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -39,14 +37,6 @@ func TestVerifyFunctionSharesDomainFacts(t *testing.T) {
 	env := []string{"EVS_DNS_SERVERS=" + dns.Addr, "EVS_SMTP=direct", fmt.Sprintf("EVS_SMTP_PORT=%d", smtp.Port), "EVS_EGRESS_ALLOW=127.0.0.0/8"}
 	verify := func(rt *testkit.Runtime, email string) {
 		t.Helper()
-		out, err := rt.Invoke(proxyEvent("POST", "/v1/verify", "/v1/verify", nil, acct, `{"email":"`+email+`","mode":"full"}`), 20*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var resp events.APIGatewayProxyResponse
-		if err := json.Unmarshal(out.Response, &resp); err != nil || resp.StatusCode != 200 {
-			t.Fatalf("%s: %s / error %s", email, out.Response, out.Error)
-		}
 		var body struct {
 			Decision struct {
 				Reason string `json:"reason"`
@@ -57,8 +47,9 @@ func TestVerifyFunctionSharesDomainFacts(t *testing.T) {
 				} `json:"checks"`
 			} `json:"decision"`
 		}
-		if err := json.Unmarshal([]byte(resp.Body), &body); err != nil || body.Decision.Reason != "accepted_email" || body.Decision.Checks.SMTP.CatchAll != "rejected" {
-			t.Fatalf("%s: %s", email, resp.Body)
+		raw := verifyOn(t, rt, acct, `{"email":"`+email+`","mode":"full"}`, 20*time.Second, &body)
+		if body.Decision.Reason != "accepted_email" || body.Decision.Checks.SMTP.CatchAll != "rejected" {
+			t.Fatalf("%s: %s", email, raw)
 		}
 	}
 	first := w.start(t, bin, env...)

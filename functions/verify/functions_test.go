@@ -408,3 +408,22 @@ func TestColdStartNamesMissingResources(t *testing.T) {
 		})
 	}
 }
+
+// verifyOn calls POST /v1/verify with body on the verify function's
+// runtime rt as acct, fails t unless it answers 200, decodes the reply
+// into v and returns it as sent.
+func verifyOn(t *testing.T, rt *testkit.Runtime, acct evs.Account, body string, timeout time.Duration, v any) string {
+	t.Helper()
+	out, err := rt.Invoke(proxyEvent("POST", "/v1/verify", "/v1/verify", nil, acct, body), timeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var resp events.APIGatewayProxyResponse
+	if err := json.Unmarshal(out.Response, &resp); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("%s: reply %s / error %s", body, out.Response, out.Error)
+	}
+	if err := json.Unmarshal([]byte(resp.Body), v); err != nil {
+		t.Fatalf("%s: %v in %s", body, err, resp.Body)
+	}
+	return resp.Body
+}

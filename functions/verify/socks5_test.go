@@ -57,14 +57,6 @@ func TestLambdaSMTPThroughSOCKS5(t *testing.T) {
 			{"alice@corp.example", "deliverable", "accepted_email", "accepted"},
 			{"nobody@corp.example", "undeliverable", "rejected_email", "rejected"},
 		} {
-			out, err := rt.Invoke(proxyEvent("POST", "/v1/verify", "/v1/verify", nil, acct, `{"email":"`+c.email+`"}`), 30*time.Second)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var resp events.APIGatewayProxyResponse
-			if err := json.Unmarshal(out.Response, &resp); err != nil || resp.StatusCode != 200 {
-				t.Fatalf("%s: reply %s / error %s", c.email, out.Response, out.Error)
-			}
 			var body struct {
 				Status   string `json:"status"`
 				Decision struct {
@@ -78,12 +70,10 @@ func TestLambdaSMTPThroughSOCKS5(t *testing.T) {
 					} `json:"checks"`
 				} `json:"decision"`
 			}
-			if err := json.Unmarshal([]byte(resp.Body), &body); err != nil {
-				t.Fatal(err)
-			}
+			raw := verifyOn(t, rt, acct, `{"email":"`+c.email+`"}`, 30*time.Second, &body)
 			d := body.Decision
 			if body.Status != c.status || d.Reason != c.reason || d.TestMode || d.Checks.SMTP.Result != c.smtp || d.Checks.SMTP.Host != "mx.corp.example" {
-				t.Errorf("%s: %s", c.email, resp.Body)
+				t.Errorf("%s: %s", c.email, raw)
 			}
 		}
 	})

@@ -4,10 +4,8 @@ import (
 	"bytes"
 	"compress/gzip"
 	"io"
-	"net"
 	"net/http"
 	"testing"
-	"time"
 
 	"github.com/evs-dev/evs/internal/api"
 	"github.com/evs-dev/evs/internal/testkit"
@@ -20,20 +18,7 @@ import (
 // its ETag; and its route opens nothing else.
 func TestWidgetOnStack(t *testing.T) {
 	w := newAWSWorld(t)
-	tpl, err := testkit.LoadSAMTemplate("../../template.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	requests := w.start(t, build(t, "requests"))
-	st := &stage{name: "Prod", routes: tpl.Routes, fn: map[string]*testkit.Runtime{"RequestsFunction": requests}}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: st, ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(func() { _ = srv.Close() })
-	base := "http://" + ln.Addr().String() + "/Prod"
+	base, _ := serveRequestsStage(t, w)
 
 	for _, tc := range []struct {
 		name, path, encoding, cache string
