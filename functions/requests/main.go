@@ -16,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/evs-dev/evs/internal/api"
+	"github.com/evs-dev/evs/internal/app"
 	"github.com/evs-dev/evs/internal/awsinit"
 	"github.com/evs-dev/evs/internal/batch"
 	"github.com/evs-dev/evs/internal/config"
@@ -23,7 +24,6 @@ import (
 	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/gateway"
 	"github.com/evs-dev/evs/internal/idempotency"
-	"github.com/evs-dev/evs/internal/metrics"
 	"github.com/evs-dev/evs/internal/sqsqueue"
 	"github.com/evs-dev/evs/internal/store"
 )
@@ -110,6 +110,6 @@ func main() {
 	})
 	// API Gateway has checked the key and the rate: the routes need no
 	// guard here. The console's routes have no authorizer.
-	o := api.ObserveOptions{Logger: logger, Done: metrics.Calls(&metrics.EMF{W: os.Stdout})}
+	o := api.ObserveOptions{Logger: logger, Done: app.Calls(&app.EMF{W: os.Stdout})}
 	lambda.Start(gateway.Proxy(api.Mux(o, h.MountBatches(nil), h.MountOutcomes(nil), func(mux *http.ServeMux) { api.MountConsole(mux, web) })))
 }

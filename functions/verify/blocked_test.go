@@ -11,8 +11,8 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/miekg/dns"
 
+	"github.com/evs-dev/evs/internal/app"
 	"github.com/evs-dev/evs/internal/config"
-	"github.com/evs-dev/evs/internal/metrics"
 	"github.com/evs-dev/evs/internal/testkit"
 	"github.com/evs-dev/evs/internal/verify"
 )
@@ -27,11 +27,11 @@ func answerCounts(logs string, from int) map[string][2]float64 {
 		if json.Unmarshal([]byte(line), &rec) != nil || rec["_aws"] == nil {
 			continue
 		}
-		a, ok := rec[metrics.SmtpAnswered].(float64)
+		a, ok := rec[app.SmtpAnswered].(float64)
 		if !ok {
 			continue
 		}
-		b, _ := rec[metrics.SmtpBlocked].(float64)
+		b, _ := rec[app.SmtpBlocked].(float64)
 		k := fmt.Sprintf("%v %v", rec["egress"], rec["provider"])
 		c := got[k]
 		got[k] = [2]float64{c[0] + a, c[1] + b}

@@ -11,20 +11,20 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 
 	"github.com/evs-dev/evs/internal/api"
+	"github.com/evs-dev/evs/internal/app"
 	"github.com/evs-dev/evs/internal/awsinit"
 	"github.com/evs-dev/evs/internal/cache"
 	"github.com/evs-dev/evs/internal/config"
 	"github.com/evs-dev/evs/internal/dynamostore"
 	"github.com/evs-dev/evs/internal/gateway"
 	"github.com/evs-dev/evs/internal/idempotency"
-	"github.com/evs-dev/evs/internal/metrics"
 	"github.com/evs-dev/evs/internal/politeness"
 	"github.com/evs-dev/evs/internal/verify"
 )
 
 func main() {
 	cfg, logger, err := config.Load(os.Stdout, true)
-	emf := &metrics.EMF{W: os.Stdout}
+	emf := &app.EMF{W: os.Stdout}
 	var (
 		st     *dynamostore.Store
 		awsCfg aws.Config
@@ -94,8 +94,8 @@ func main() {
 		verdicts = &cache.Cache{Store: st, TTL: cfg.CacheTTL, Now: time.Now, Count: emf.CacheRequest}
 	}
 	h := api.New(api.Deps{
-		Engine:      metrics.Count(live, emf),
-		Sandbox:     metrics.Count(verify.NewSandbox(time.Now), emf),
+		Engine:      app.Count(live, emf),
+		Sandbox:     app.Count(verify.NewSandbox(time.Now), emf),
 		Cache:       verdicts,
 		Idempotency: idempotency.New(st, time.Now),
 		Logger:      logger,
@@ -111,5 +111,5 @@ func main() {
 	})
 	// API Gateway has checked the key and the rate: the routes need no
 	// guard here.
-	lambda.Start(gateway.Proxy(api.Mux(api.ObserveOptions{Logger: logger, Done: metrics.Calls(emf)}, h.MountVerify(nil))))
+	lambda.Start(gateway.Proxy(api.Mux(api.ObserveOptions{Logger: logger, Done: app.Calls(emf)}, h.MountVerify(nil))))
 }

@@ -10,7 +10,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/miekg/dns"
 
-	"github.com/evs-dev/evs/internal/metrics"
+	"github.com/evs-dev/evs/internal/app"
 	"github.com/evs-dev/evs/internal/testkit"
 )
 
@@ -23,7 +23,7 @@ func selfCheckValues(logs string, from int) map[string]float64 {
 		if json.Unmarshal([]byte(line), &rec) != nil || rec["_aws"] == nil {
 			continue
 		}
-		for _, name := range []string{metrics.EgressListed, metrics.EgressHELOConfirmed} {
+		for _, name := range []string{app.EgressListed, app.EgressHELOConfirmed} {
 			if v, ok := rec[name].(float64); ok {
 				list, _ := rec["list"].(string)
 				got[strings.TrimSpace(fmt.Sprintf("%s %v %s", name, rec["egress"], list))] = v

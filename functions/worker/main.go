@@ -14,12 +14,12 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/evs-dev/evs/internal/api"
+	"github.com/evs-dev/evs/internal/app"
 	"github.com/evs-dev/evs/internal/awsinit"
 	"github.com/evs-dev/evs/internal/batch"
 	"github.com/evs-dev/evs/internal/cache"
 	"github.com/evs-dev/evs/internal/config"
 	"github.com/evs-dev/evs/internal/dynamostore"
-	"github.com/evs-dev/evs/internal/metrics"
 	"github.com/evs-dev/evs/internal/politeness"
 	"github.com/evs-dev/evs/internal/sqsqueue"
 	"github.com/evs-dev/evs/internal/verify"
@@ -28,7 +28,7 @@ import (
 
 func main() {
 	cfg, logger, err := config.Load(os.Stdout, true)
-	emf := &metrics.EMF{W: os.Stdout}
+	emf := &app.EMF{W: os.Stdout}
 	var (
 		st     *dynamostore.Store
 		awsCfg aws.Config
@@ -102,8 +102,8 @@ func main() {
 		// server is billed for half the time (BenchmarkWorkerCost,
 		// docs/aws.md).
 		Processor: &batch.Processor{
-			Engine:        metrics.Count(live, emf),
-			Sandbox:       metrics.Count(verify.NewSandbox(time.Now), emf),
+			Engine:        app.Count(live, emf),
+			Sandbox:       app.Count(verify.NewSandbox(time.Now), emf),
 			SessionLimit:  time.Minute,
 			GroupSessions: 2,
 		},
@@ -116,7 +116,7 @@ func main() {
 		// what no message carries any more.
 		Sweeper: st,
 		Webhooks: &webhook.Deliverer{
-			Store: st, Client: webhook.NewClient(cfg.Egress), Logger: logger, Observe: emf.WebhookDelivery,
+			Store: st, Client: webhook.NewClient(cfg.Egress), Logger: logger, Observe: emf.WebhookDelivery, Body: api.EventBody,
 		},
 		// One account's attempts in flight are bounded across every
 		// invocation, as `evs serve` bounds them in its process.

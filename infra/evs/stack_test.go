@@ -14,7 +14,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/evs-dev/evs/internal/metrics"
+	"github.com/evs-dev/evs/internal/app"
 	"github.com/evs-dev/evs/internal/verify"
 )
 
@@ -194,10 +194,10 @@ func alarmMetrics(t *testing.T, id string, p map[string]any) []alarmMetric {
 func emfDimensions(t *testing.T) (namespace string, dims map[string]map[string]any) {
 	t.Helper()
 	var buf bytes.Buffer
-	emf := &metrics.EMF{W: &buf}
+	emf := &app.EMF{W: &buf}
 	// One line of each metric an alarm watches, as the worker writes it.
 	emf.WebhookDelivery("failed")
-	emf.SMTPConnectionFailure(metrics.ExitFailure)
+	emf.SMTPConnectionFailure(app.ExitFailure)
 	emf.SMTPExit(0, "exit-a.example", false)
 	emf.EgressCheck("exit-a.example", verify.EgressCheck{
 		Blocklists: []verify.Listing{{Zone: "bl.example", Listed: true, Codes: []string{"127.0.0.2"}}},

@@ -686,7 +686,7 @@ func TestConsoleCancelAndPastInBrowser(t *testing.T) {
 	s := startStack(t, func(o *server.Options) {
 		// Test mode retries every second; 600 tries keep the batch
 		// running for ten minutes, longer than the test may take.
-		o.Batch = batch.LocalConfig{MaxGreyAttempts: 600}
+		o.Worker = batch.Worker{Processor: &batch.Processor{MaxGreyAttempts: 600}}
 	})
 	// Eleven batches before the page opens: more than its page of ten.
 	var older []string // newest first

@@ -3,8 +3,6 @@ package batch_test
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"testing"
 	"time"
 
@@ -74,7 +72,7 @@ func (f *farm) connections() int {
 }
 
 // runBatch stores a batch, runs it with a Runner and waits for completion.
-func runBatch(tb testing.TB, st *sqlitestore.Store, engine batch.Verifier, test bool, emails []string, mode evs.Mode, rc batch.LocalConfig) time.Duration {
+func runBatch(tb testing.TB, st *sqlitestore.Store, engine batch.Verifier, test bool, emails []string, mode evs.Mode, w batch.Worker, rc batch.LocalConfig) time.Duration {
 	tb.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -82,9 +80,7 @@ func runBatch(tb testing.TB, st *sqlitestore.Store, engine batch.Verifier, test 
 	if err := st.CreateAccount(ctx, acct); err != nil {
 		tb.Fatal(err)
 	}
-	rc.Store, rc.Accounts, rc.Engine, rc.Sandbox = st, st, engine, verify.NewSandbox(nil)
-	rc.Logger = slog.New(slog.NewJSONHandler(io.Discard, nil))
-	r, err := batch.NewLocalQueue(rc)
+	r, err := batch.NewLocalQueue(st, localWorker(w, st, engine), rc)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -140,7 +136,7 @@ func BenchmarkSandbox50k(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		d := runBatch(b, st, verify.NewSandbox(nil), true, emails, evs.ModeFull, batch.LocalConfig{})
+		d := runBatch(b, st, verify.NewSandbox(nil), true, emails, evs.ModeFull, batch.Worker{}, batch.LocalConfig{})
 		b.ReportMetric(d.Seconds(), "s/50k-batch")
 		b.ReportMetric(float64(len(emails))/d.Seconds(), "addr/s")
 		st.Close()
@@ -162,7 +158,7 @@ func BenchmarkFullMode10k(b *testing.B) {
 			b.Fatal(err)
 		}
 		before := f.connections()
-		d := runBatch(b, st, f.engine, false, emails, evs.ModeFull, batch.LocalConfig{PerBatch: 128, Workers: 256})
+		d := runBatch(b, st, f.engine, false, emails, evs.ModeFull, batch.Worker{}, batch.LocalConfig{PerBatch: 128, Workers: 256})
 		conns := f.connections() - before
 		b.ReportMetric(float64(len(emails))/d.Seconds(), "addr/s")
 		b.ReportMetric(float64(len(emails))/float64(conns), "addr/conn")

@@ -105,7 +105,7 @@ func TestExitDownIsNoVerdict(t *testing.T) {
 	}
 
 	e := newEnv(t)
-	r := e.runner(e.st, engine, batch.LocalConfig{ExitRetry: 100 * time.Millisecond})
+	r := e.runner(e.st, engine, batch.Worker{Processor: &batch.Processor{ExitRetry: 100 * time.Millisecond}}, batch.LocalConfig{})
 	b := e.batch(e.account(false), time.Now(), "u1@exit.example", "u2@exit.example", "no@exit.example")
 	if err := r.Enqueue(e.ctx, b); err != nil {
 		t.Fatal(err)

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/evs-dev/evs/internal/evs"
-	"github.com/evs-dev/evs/internal/politeness"
 )
 
 // LocalStore is what `evs serve`'s batch work needs from the store: batch
@@ -20,34 +19,14 @@ type LocalStore interface {
 	UnfinishedBatches(ctx context.Context) ([]evs.Batch, error)
 }
 
-// LocalConfig configures the batch work of `evs serve`: a Worker, the
-// same as on AWS, on a LocalQueue in this process.
+// LocalConfig shapes the lanes of `evs serve`'s LocalQueue; the Worker
+// beneath it is the same as on AWS (app.Runtime.Worker builds both).
 type LocalConfig struct {
-	Store    LocalStore
-	Accounts Accounts
-	Engine   Verifier
-	Sandbox  Verifier
-	Now      func() time.Time
-	Logger   *slog.Logger
 	// Workers caps the domain groups verified at once across all batches
 	// (default 64); PerBatch caps them per batch (default 16) so one large
 	// batch cannot starve the others.
 	Workers  int
 	PerBatch int
-	// GreyBackoff is the first retry delay of greylisted addresses
-	// (default 5 min, doubling); MaxGreyAttempts the tries in all (3).
-	GreyBackoff     time.Duration
-	MaxGreyAttempts int
-	// Grey, when set, learns per domain the wait that let a greylisted
-	// address through, and schedules a later batch's first retry there.
-	Grey GreyFacts
-	// PerConnection caps recipients per SMTP session (default
-	// DefaultPerConnection); time sizes a session below it.
-	PerConnection int
-	// ExitRetry is the wait after our SMTP exit failed (default
-	// DefaultExitRetry).
-	ExitRetry time.Duration
-
 	// TestWorkers is the slots of the test-mode lane (default 16): sandbox
 	// work never waits behind SMTP work.
 	TestWorkers int
@@ -55,36 +34,9 @@ type LocalConfig struct {
 	// quarters of the lane), so that an account whose receiving servers
 	// never answer cannot hold every slot when another account arrives.
 	PerAccount int
-	// SessionLimit bounds each SMTP session of a domain group, the wait for
-	// a connection slot included (default 5 min); a session past it ends,
-	// with the rest of its group, as unknown/timeout.
-	SessionLimit time.Duration
-	// Deadline is a batch's time limit from its start (EVS_BATCH_DEADLINE;
-	// 0 means none): what is left then ends as unknown/timeout.
-	Deadline time.Duration
-	// RetryBase and RetryMax shape the back-off after a store fault
-	// (defaults 200 ms and 30 s): work is retried until the store answers.
-	RetryBase time.Duration
-	RetryMax  time.Duration
 	// Idle, if set, is called whenever the queue has run dry: the moment
 	// to hand a large batch's memory back to the system.
 	Idle func()
-	// Gate paces live full-mode sessions per mail provider and egress
-	// address (nil: one in memory with the default limits, keyed by
-	// domain). evs serve shares it with the engine's /v1/verify sessions.
-	Gate *politeness.Gate
-	// Cache, when set, reuses the account's live full-mode verdicts
-	// instead of probing again, and keeps new ones (contract, section 12).
-	Cache ResultCache
-	// History, when set, holds the accounts' reported outcomes (Worker's).
-	History OutcomeHistory
-	// ShareDomainCounts is the Worker's.
-	ShareDomainCounts bool
-	// Fault, if set, is told of each store fault the work meets: a write
-	// of results that failed (retried while its message waits) or a
-	// message whose handling failed (handled again); both after a
-	// back-off.
-	Fault func(err error)
 }
 
 // ResultCache reuses an account's live verdicts; *cache.Cache is
@@ -103,6 +55,7 @@ type ResultCache interface {
 // lost, and the store's exactly-once writes mean nothing is counted twice.
 type LocalQueue struct {
 	cfg    LocalConfig
+	st     LocalStore
 	worker *Worker
 	live   *lane // SMTP work of live accounts
 	test   *lane // sandbox work of test-mode accounts
@@ -114,13 +67,17 @@ type LocalQueue struct {
 	wg      sync.WaitGroup
 }
 
-// NewLocalQueue returns a LocalQueue with its Worker; Start makes it work.
-func NewLocalQueue(cfg LocalConfig) (*LocalQueue, error) {
-	if cfg.Store == nil || cfg.Accounts == nil || cfg.Engine == nil || cfg.Sandbox == nil {
-		return nil, errors.New("batch: the local queue needs a store, accounts, an engine and a sandbox")
+// NewLocalQueue returns a LocalQueue over st that hands its messages to
+// w, which it makes this process's: w's Queue is the LocalQueue, and its
+// Store st. A zero SessionLimit is 5 min (a session of the same process
+// ends soon); zero RetryBase and RetryMax are 200 ms and 30 s. Start makes
+// it work.
+func NewLocalQueue(st LocalStore, w *Worker, cfg LocalConfig) (*LocalQueue, error) {
+	if st == nil || w == nil || w.Accounts == nil || w.Processor == nil || w.Processor.Engine == nil || w.Processor.Sandbox == nil || w.Polite == nil || w.Polite.Gate == nil {
+		return nil, errors.New("batch: the local queue needs a store, accounts, an engine, a sandbox and a politeness gate")
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
+	if w.Logger == nil {
+		w.Logger = slog.Default()
 	}
 	if cfg.Workers <= 0 {
 		cfg.Workers = 64
@@ -131,17 +88,14 @@ func NewLocalQueue(cfg LocalConfig) (*LocalQueue, error) {
 	if cfg.TestWorkers <= 0 {
 		cfg.TestWorkers = 16
 	}
-	if cfg.SessionLimit <= 0 {
-		cfg.SessionLimit = 5 * time.Minute
+	if w.Processor.SessionLimit <= 0 {
+		w.Processor.SessionLimit = 5 * time.Minute
 	}
-	if cfg.RetryBase <= 0 {
-		cfg.RetryBase = 200 * time.Millisecond
+	if w.RetryBase <= 0 {
+		w.RetryBase = 200 * time.Millisecond
 	}
-	if cfg.RetryMax <= 0 {
-		cfg.RetryMax = 30 * time.Second
-	}
-	if cfg.Gate == nil {
-		cfg.Gate = &politeness.Gate{}
+	if w.RetryMax <= 0 {
+		w.RetryMax = 30 * time.Second
 	}
 	share := func(slots int) int {
 		if cfg.PerAccount > 0 {
@@ -149,23 +103,17 @@ func NewLocalQueue(cfg LocalConfig) (*LocalQueue, error) {
 		}
 		return max(1, slots*3/4)
 	}
-	q := &LocalQueue{cfg: cfg, tests: map[string]bool{}}
-	q.worker = &Worker{
-		Queue: q, Store: pendingFilter{cfg.Store}, Accounts: cfg.Accounts, Now: cfg.Now, Logger: cfg.Logger,
-		Processor: &Processor{Engine: cfg.Engine, Sandbox: cfg.Sandbox, MaxGreyAttempts: cfg.MaxGreyAttempts,
-			PerConnection: cfg.PerConnection, SessionLimit: cfg.SessionLimit, Now: cfg.Now, ExitRetry: cfg.ExitRetry},
-		GreyBackoff: cfg.GreyBackoff, Grey: cfg.Grey, Cache: cfg.Cache, Deadline: cfg.Deadline, History: cfg.History,
-		ShareDomainCounts: cfg.ShareDomainCounts,
-		// A batch is planned whole, in one message that Send divides:
-		// the lanes, not plan windows, keep one batch from filling the
-		// slots ahead of the others, and a domain's sessions run one
-		// after another, its accept-all probe made once.
-		PlanWindow: math.MaxInt32, PackSize: math.MaxInt32,
-		// A session waits for its slot in the step; a pause or a spent
-		// RCPT budget sends the group back with a delay.
-		Polite: &Polite{Gate: cfg.Gate},
-		Local:  true, RetryBase: cfg.RetryBase, RetryMax: cfg.RetryMax, Fault: cfg.Fault,
-	}
+	q := &LocalQueue{cfg: cfg, st: st, worker: w, tests: map[string]bool{}}
+	w.Queue, w.Store = q, pendingFilter{st}
+	// A batch is planned whole, in one message that Send divides: the
+	// lanes, not plan windows, keep one batch from filling the slots
+	// ahead of the others, and a domain's sessions run one after
+	// another, its accept-all probe made once.
+	w.PlanWindow, w.PackSize = math.MaxInt32, math.MaxInt32
+	// A session waits for its slot in the step; a pause or a spent RCPT
+	// budget sends the group back with a delay.
+	w.Polite.Parking = nil
+	w.Local = true
 	q.live = newLane(cfg.Workers, share(cfg.Workers), cfg.PerBatch, q.handle)
 	q.test = newLane(cfg.TestWorkers, share(cfg.TestWorkers), cfg.PerBatch, q.handle)
 	return q, nil
@@ -180,7 +128,7 @@ func (q *LocalQueue) Start(ctx context.Context) error {
 	var bs []evs.Batch
 	for attempt := 0; ; attempt++ {
 		var err error
-		if bs, err = q.cfg.Store.UnfinishedBatches(ctx); err == nil {
+		if bs, err = q.st.UnfinishedBatches(ctx); err == nil {
 			break
 		}
 		if evs.ErrorCode(err) != evs.CodeUnavailable || attempt >= 5 {
@@ -188,12 +136,12 @@ func (q *LocalQueue) Start(ctx context.Context) error {
 		}
 		// The store may be coming up with us: wait for it a little
 		// before refusing to start.
-		if !sleep(ctx, RetryDelay(q.cfg.RetryBase, q.cfg.RetryMax, attempt)) {
+		if !sleep(ctx, RetryDelay(q.worker.RetryBase, q.worker.RetryMax, attempt)) {
 			return ctx.Err()
 		}
 	}
 	for _, b := range bs {
-		q.cfg.Logger.Info("resuming batch", slog.String("batchId", b.ID), slog.String("state", string(b.State)))
+		q.worker.Logger.Info("resuming batch", slog.String("batchId", b.ID), slog.String("state", string(b.State)))
 		q.deliver(delivery{m: PlanMessage(b)}, 0)
 	}
 	return nil
@@ -307,7 +255,7 @@ func (q *LocalQueue) lane(ctx context.Context, accountID string) *lane {
 	test, ok := q.tests[accountID]
 	q.mu.Unlock()
 	if !ok && accountID != "" {
-		a, err := q.cfg.Accounts.Account(ctx, accountID)
+		a, err := q.worker.Accounts.Account(ctx, accountID)
 		if err != nil {
 			return q.live // read again at the next message
 		}
@@ -340,11 +288,11 @@ func (q *LocalQueue) handle(d delivery) {
 			d.lane.done(d)
 		}
 		if err != nil && ctx.Err() == nil && evs.ErrorCode(err) != evs.CodeNotFound {
-			if q.cfg.Fault != nil {
-				q.cfg.Fault(err)
+			if q.worker.Fault != nil {
+				q.worker.Fault(err)
 			}
-			wait := RetryDelay(q.cfg.RetryBase, q.cfg.RetryMax, d.fails)
-			q.cfg.Logger.Warn("batch work interrupted; retrying", slog.String("kind", d.m.Kind), slog.String("batchId", d.m.BatchID),
+			wait := RetryDelay(q.worker.RetryBase, q.worker.RetryMax, d.fails)
+			q.worker.Logger.Warn("batch work interrupted; retrying", slog.String("kind", d.m.Kind), slog.String("batchId", d.m.BatchID),
 				slog.String("accountId", d.m.AccountID), slog.Duration("retryIn", wait), slog.String("error", err.Error()))
 			d.fails++
 			q.deliver(d, wait)

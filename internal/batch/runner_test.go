@@ -13,6 +13,7 @@ import (
 
 	"github.com/evs-dev/evs/internal/batch"
 	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/politeness"
 	"github.com/evs-dev/evs/internal/sqlitestore"
 	"github.com/evs-dev/evs/internal/testkit"
 	"github.com/evs-dev/evs/internal/verify"
@@ -99,11 +100,9 @@ func (e *env) batch(acct string, created time.Time, emails ...string) evs.Batch 
 
 // runner starts a local queue on store st (the env's store unless a
 // wrapper).
-func (e *env) runner(st batch.LocalStore, engine batch.Verifier, rc batch.LocalConfig) *batch.LocalQueue {
+func (e *env) runner(st batch.LocalStore, engine batch.Verifier, w batch.Worker, rc batch.LocalConfig) *batch.LocalQueue {
 	e.t.Helper()
-	rc.Store, rc.Accounts, rc.Engine, rc.Sandbox = st, e.st, engine, verify.NewSandbox(nil)
-	rc.Logger = slog.New(slog.NewJSONHandler(io.Discard, nil))
-	r, err := batch.NewLocalQueue(rc)
+	r, err := batch.NewLocalQueue(st, localWorker(w, e.st, engine), rc)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -113,6 +112,22 @@ func (e *env) runner(st batch.LocalStore, engine batch.Verifier, rc batch.LocalC
 		e.t.Fatal(err)
 	}
 	return r
+}
+
+// localWorker is w with what a LocalQueue's Worker needs and w leaves
+// zero: accounts, the engine and the sandbox, a politeness gate in memory,
+// a quiet logger.
+func localWorker(w batch.Worker, accounts batch.Accounts, engine batch.Verifier) *batch.Worker {
+	w.Accounts = accounts
+	if w.Processor == nil {
+		w.Processor = &batch.Processor{}
+	}
+	w.Processor.Engine, w.Processor.Sandbox = engine, verify.NewSandbox(nil)
+	if w.Polite == nil {
+		w.Polite = &batch.Polite{Gate: &politeness.Gate{}}
+	}
+	w.Logger = slog.New(slog.NewJSONHandler(io.Discard, nil))
+	return &w
 }
 
 // wait polls the batch until it is final or limit passes.
@@ -165,7 +180,7 @@ func TestRunnerHogDoesNotStarve(t *testing.T) {
 			}
 		}
 	}}
-	r := e.runner(e.st, eng, batch.LocalConfig{Workers: 8, PerBatch: 8})
+	r := e.runner(e.st, eng, batch.Worker{}, batch.LocalConfig{Workers: 8, PerBatch: 8})
 	hog := e.account(false)
 	for range 4 {
 		if err := r.Enqueue(e.ctx, e.batch(hog, time.Now(), emails("hog", 40)...)); err != nil {
@@ -201,7 +216,7 @@ func TestRunnerSessionLimit(t *testing.T) {
 			<-ctx.Done()
 		}
 	}}
-	r := e.runner(e.st, eng, batch.LocalConfig{SessionLimit: 200 * time.Millisecond, GreyBackoff: 10 * time.Millisecond, MaxGreyAttempts: 2})
+	r := e.runner(e.st, eng, batch.Worker{GreyBackoff: 10 * time.Millisecond, Processor: &batch.Processor{SessionLimit: 200 * time.Millisecond, MaxGreyAttempts: 2}}, batch.LocalConfig{})
 	b := e.batch(e.account(false), time.Now(), "a@slow.example", "b@slow.example", "c@fast.example")
 	if err := r.Enqueue(e.ctx, b); err != nil {
 		t.Fatal(err)
@@ -239,7 +254,7 @@ func TestRunnerDeadline(t *testing.T) {
 					<-ctx.Done()
 				}
 			}}
-			r := e.runner(e.st, eng, batch.LocalConfig{Deadline: 500 * time.Millisecond})
+			r := e.runner(e.st, eng, batch.Worker{Deadline: 500 * time.Millisecond}, batch.LocalConfig{})
 			b := e.batch(e.account(false), time.Now().Add(-tc.created), "a@hang.example", "b@hang.example", "c@quick.example")
 			start := time.Now()
 			if err := r.Enqueue(e.ctx, b); err != nil {
@@ -273,7 +288,7 @@ func TestRunnerStoreFault(t *testing.T) {
 			fs.Down.Store(true) // the disk fills up mid-batch
 		}
 	}}
-	r := e.runner(fs, eng, batch.LocalConfig{Workers: 2, PerBatch: 2, RetryBase: 10 * time.Millisecond, RetryMax: 100 * time.Millisecond})
+	r := e.runner(fs, eng, batch.Worker{RetryBase: 10 * time.Millisecond, RetryMax: 100 * time.Millisecond}, batch.LocalConfig{Workers: 2, PerBatch: 2})
 	b := e.batch(e.account(false), time.Now(), emails("d", 40)...)
 	if err := r.Enqueue(e.ctx, b); err != nil {
 		t.Fatal(err)
@@ -306,7 +321,7 @@ func TestRunnerCancelStopsSessions(t *testing.T) {
 		<-ctx.Done()
 		stopped.Add(1)
 	}}
-	r := e.runner(e.st, eng, batch.LocalConfig{})
+	r := e.runner(e.st, eng, batch.Worker{}, batch.LocalConfig{})
 	b := e.batch(e.account(false), time.Now(), emails("c", 4)...)
 	if err := r.Enqueue(e.ctx, b); err != nil {
 		t.Fatal(err)
@@ -347,7 +362,7 @@ func TestRunnerResume(t *testing.T) {
 		t.Fatal(err)
 	}
 	eng := &fakeEngine{}
-	e.runner(e.st, eng, batch.LocalConfig{}) // Start resumes it
+	e.runner(e.st, eng, batch.Worker{}, batch.LocalConfig{}) // Start resumes it
 	got := e.wait(b, 5*time.Second)
 	if got.State != evs.StateCompleted || got.Counters.Processed != 10 || got.Counters.Deliverable != 10 {
 		t.Fatalf("%s %+v", got.State, got.Counters)
@@ -369,7 +384,7 @@ func TestRunnerResume(t *testing.T) {
 func TestEnqueueItemsVerifiesTheGivenItems(t *testing.T) {
 	e := newEnv(t)
 	eng := &fakeEngine{}
-	r := e.runner(e.st, eng, batch.LocalConfig{})
+	r := e.runner(e.st, eng, batch.Worker{}, batch.LocalConfig{})
 	list := emails("given", 30)
 	b := e.batch(e.account(false), time.Now(), list...)
 	items := make([]evs.Item, len(list))
@@ -411,8 +426,7 @@ func TestRunnerWaitsForTheWriter(t *testing.T) {
 	}}
 	const perBatch, n = 2, 200
 	var faults atomic.Int64
-	r := e.runner(fs, eng, batch.LocalConfig{Workers: perBatch, PerBatch: perBatch, RetryBase: 10 * time.Millisecond, RetryMax: 50 * time.Millisecond,
-		Fault: func(error) { faults.Add(1) }})
+	r := e.runner(fs, eng, batch.Worker{RetryBase: 10 * time.Millisecond, RetryMax: 50 * time.Millisecond, Fault: func(error) { faults.Add(1) }}, batch.LocalConfig{Workers: perBatch, PerBatch: perBatch})
 	list := emails("w", n) // one domain each: a message per address
 	b := e.batch(e.account(false), time.Now(), list...)
 	if err := r.Enqueue(e.ctx, b); err != nil {

@@ -273,7 +273,7 @@ func TestBatchResume(t *testing.T) {
 	// The reply timeout outlasts the test, so a held RCPT stays unanswered
 	// rather than turning into an "unknown" verdict.
 	const replyTimeout = 5 * time.Minute
-	o := options{realClock: true, dir: dir, rcpt: rcpt, replyTimeout: replyTimeout, batch: batch.LocalConfig{PerConnection: per}}
+	o := options{realClock: true, dir: dir, rcpt: rcpt, replyTimeout: replyTimeout, worker: batch.Worker{Processor: &batch.Processor{PerConnection: per}}}
 	h := start(t, o)
 	// Cleanups run last first: held sessions are let go before the peer's
 	// own cleanup waits for them.

@@ -10,15 +10,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/evs-dev/evs/internal/app"
 	"github.com/evs-dev/evs/internal/evs"
-	"github.com/evs-dev/evs/internal/metrics"
 	"github.com/evs-dev/evs/internal/server"
 	"github.com/evs-dev/evs/internal/store"
 )
 
 // cacheCounts records evs_cache_requests_total's increments.
 type cacheCounts struct {
-	metrics.Nop
+	app.Nop
 	mu sync.Mutex
 	n  map[string]int
 }

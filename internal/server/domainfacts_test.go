@@ -184,7 +184,7 @@ func (g *timedGreylist) rcpt(addr string) string {
 func TestGreyDelayLearned(t *testing.T) {
 	g := &timedGreylist{delay: time.Second, first: map[string]time.Time{}, calls: map[string]int{}}
 	h := start(t, options{rcpt: g.rcpt, realClock: true,
-		batch: batch.LocalConfig{GreyBackoff: 400 * time.Millisecond, MaxGreyAttempts: 3}})
+		worker: batch.Worker{GreyBackoff: 400 * time.Millisecond, Processor: &batch.Processor{MaxGreyAttempts: 3}}})
 	for _, tc := range []struct {
 		tag  string
 		rcpt int

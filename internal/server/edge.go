@@ -18,9 +18,9 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/evs-dev/evs/internal/api"
+	"github.com/evs-dev/evs/internal/app"
 	"github.com/evs-dev/evs/internal/authorizer"
 	"github.com/evs-dev/evs/internal/evs"
-	"github.com/evs-dev/evs/internal/metrics"
 )
 
 // edge is `evs serve`'s HTTP front: the API's handlers (api.Register) on
@@ -47,7 +47,7 @@ type edge struct {
 	o       Options
 	handler http.Handler
 	keys    keyLookup
-	// calls counts each call in the metrics; nil without metrics.
+	// calls counts each call in the metrics; nil without app.
 	calls func(c *api.Call, end time.Time)
 
 	// console serves the web console's static files (api.ConsolePath).
@@ -166,7 +166,7 @@ func newEdge(o Options, mount func(api.Guard) func(*http.ServeMux), keys keyLook
 		e.version = v.KeysVersion
 	}
 	if o.Metrics != nil {
-		e.calls = metrics.Calls(o.Metrics)
+		e.calls = app.Calls(o.Metrics)
 	}
 	e.uploads, _ = o.Store.(uploadStore)
 	e.exports, _ = o.Store.(exportStore)

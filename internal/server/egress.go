@@ -2,16 +2,13 @@ package server
 
 import (
 	"context"
-	"log/slog"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/evs-dev/evs/internal/config"
+	"github.com/evs-dev/evs/internal/app"
 	"github.com/evs-dev/evs/internal/evs"
-	"github.com/evs-dev/evs/internal/metrics"
 	"github.com/evs-dev/evs/internal/verify"
 )
 
@@ -85,9 +82,7 @@ func runEvery(ctx context.Context, every time.Duration, check func(ctx context.C
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
-		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		check(cctx)
-		cancel()
+		check(ctx)
 		select {
 		case <-ctx.Done():
 			return
@@ -102,10 +97,10 @@ var (
 	blockedShareDesc = prometheus.NewDesc("evs_smtp_blocked_share",
 		"Share of live verdicts with an SMTP reply that were a refusal of us (reason blocked), per provider, over the last 15 minutes.",
 		[]string{"egress", "provider"}, nil)
-	egressListedDesc = prometheus.NewDesc(metrics.EgressListed,
+	egressListedDesc = prometheus.NewDesc(app.EgressListed,
 		"1 when the last self-check found the egress address on the DNS blocklist, 0 when not, absent when the list gave no answer.",
 		[]string{"egress", "list"}, nil)
-	heloConfirmedDesc = prometheus.NewDesc(metrics.EgressHELOConfirmed,
+	heloConfirmedDesc = prometheus.NewDesc(app.EgressHELOConfirmed,
 		"1 when the last self-check found the HELO name and the egress address naming each other in DNS (or, address unknown, the name resolving).",
 		[]string{"egress"}, nil)
 )
@@ -141,34 +136,11 @@ func boolGauge(b bool) float64 {
 	return 0
 }
 
-// watched is an Engine whose live verdicts the egress watches count.
-type watched struct {
-	Engine
-	w *egressWatches
-}
-
-// Verify implements Engine.
-func (e watched) Verify(ctx context.Context, in verify.Inspection, mode evs.Mode) evs.Decision {
-	d := e.Engine.Verify(ctx, in, mode)
-	e.w.observe(d)
-	return d
-}
-
-// VerifyDomain implements Engine.
-func (e watched) VerifyDomain(ctx context.Context, emails []string, mode evs.Mode) []evs.Decision {
-	ds := e.Engine.VerifyDomain(ctx, emails, mode)
-	e.w.observe(ds...)
-	return ds
-}
-
-// egressWatches are the server's watches: one per SOCKS exit
-// (verify.EgressWatches, whose blocked shares and self-checks steer the
-// exits away from providers that refuse them), and the one /readyz's
-// egress object reports: the direct egress, the one exit, or, with
-// several, every verdict together.
+// egressWatches show the runtime's watches (verify.EgressWatches): one per
+// SOCKS exit, and the one /readyz's egress object reports: the direct
+// egress, the one exit, or, with several, every verdict together.
 type egressWatches struct {
 	top *egressWatch
-	all *verify.EgressWatches
 	// x and exits are nil when SMTP goes direct (or is off).
 	x     *verify.Exits
 	exits []*egressWatch
@@ -178,45 +150,19 @@ type egressWatches struct {
 // (verify.Exits.Run); a dial probes an exit out of rotation sooner.
 const exitProbeEvery = 15 * time.Second
 
-// newEgressWatches returns the watches of c's egress: through x's exits
-// when x is not nil, whose names it takes, and which it steers; counted,
-// when not nil, is told each answer counted (the metrics).
-func newEgressWatches(c config.Config, x *verify.Exits, now func() time.Time, counted func(egress, provider string, blocked bool)) *egressWatches {
-	ws := &egressWatches{all: verify.WatchEgress(c, x, now, counted), x: x}
-	if x == nil {
-		ws.top = newEgressWatch(ws.all.Watches()[0])
-		return ws
+// newEgressWatches returns how evs serve shows ws.
+func newEgressWatches(ws *verify.EgressWatches) *egressWatches {
+	out := &egressWatches{top: newEgressWatch(ws.All()), x: ws.Exits()}
+	if out.x == nil {
+		return out
 	}
-	for _, w := range ws.all.Watches() {
-		ws.exits = append(ws.exits, newEgressWatch(w))
+	for _, w := range ws.Watches() {
+		out.exits = append(out.exits, newEgressWatch(w))
 	}
-	if len(ws.exits) == 1 {
-		ws.top = ws.exits[0]
-		return ws
+	if len(out.exits) > 1 {
+		out.top.note = "several SOCKS exits: each one's self-check is in exits"
 	}
-	names := make([]string, len(ws.exits))
-	for i, w := range ws.exits {
-		names[i] = w.name
-	}
-	// As config.Config.EgressName names it: every verdict together, by
-	// the provider of its reply.
-	ws.top = newEgressWatch(verify.NewEgressWatch(verify.Egress{Name: strings.Join(names, "+")}, now))
-	ws.top.note = "several SOCKS exits: each one's self-check is in exits"
-	return ws
-}
-
-// observe counts verdicts: under the exit the provider goes to now (it
-// sticks to one), and together.
-func (ws *egressWatches) observe(ds ...evs.Decision) {
-	if len(ws.exits) > 1 {
-		ws.top.Observe(ds...)
-	}
-	ws.all.Observe(ds...)
-}
-
-// selfCheck runs the self-check of the direct egress, or of each exit.
-func (ws *egressWatches) selfCheck(ctx context.Context, dns verify.Reputation, zones []string, helo string, log *slog.Logger) {
-	ws.all.SelfCheck(ctx, dns, zones, helo, log, nil)
+	return out
 }
 
 // report is /readyz's egress object.

@@ -312,7 +312,7 @@ func TestServeExitsListed(t *testing.T) {
 // exit is stopped. Nothing is decided on our failure: every verdict is
 // the mail server's, reached through the exit still in rotation.
 func TestServeExitsBatch(t *testing.T) {
-	e := startExits(t, options{realClock: true, batch: batch.LocalConfig{ExitRetry: 100 * time.Millisecond}})
+	e := startExits(t, options{realClock: true, worker: batch.Worker{Processor: &batch.Processor{ExitRetry: 100 * time.Millisecond}}})
 	e.dantes[0].Stop()
 	emails := []string{"alice@" + e.on[0], "nobody@" + e.on[0], "bob@" + e.on[0], "alice@" + e.on[1], "nobody@" + e.on[1]}
 	got := e.fullBatch(e.liveKey, emails, "", 30*time.Second)

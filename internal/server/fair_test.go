@@ -181,7 +181,7 @@ func TestStoreFaultRecovery(t *testing.T) {
 		return "550 5.1.1 user unknown"
 	}
 	h := start(t, options{realClock: true, rcpt: rcpt, wrapStore: func(s server.Store) server.Store { fs.EmbeddedStore = s; return fs },
-		batch: batch.LocalConfig{PerConnection: 5, RetryBase: 20 * time.Millisecond, RetryMax: 200 * time.Millisecond}})
+		worker: batch.Worker{RetryBase: 20 * time.Millisecond, RetryMax: 200 * time.Millisecond, Processor: &batch.Processor{PerConnection: 5}}})
 	var emails []string
 	for i := range 60 {
 		emails = append(emails, fmt.Sprintf("alice%d@good.example", i))

@@ -88,7 +88,7 @@ func testGreylist(t *testing.T, maxGrey int, counters [4]int, want []greyWant) {
 	h := start(t, options{
 		realClock: true,
 		rcpt:      script.reply,
-		batch:     batch.LocalConfig{GreyBackoff: 20 * time.Millisecond, MaxGreyAttempts: maxGrey},
+		worker:    batch.Worker{GreyBackoff: 20 * time.Millisecond, Processor: &batch.Processor{MaxGreyAttempts: maxGrey}},
 	})
 	emails := []string{"alice@good.example", "bob@good.example", "carol@good.example"}
 	r := h.do(req{method: "POST", path: "/v1/requests", key: h.liveKey, body: `{"emails":` + emailsJSON(emails) + `,"mode":"full"}`})
@@ -149,7 +149,7 @@ func TestShutdownDuringGreylistBackoff(t *testing.T) {
 	dir := t.TempDir()
 	script := &rcptScript{calls: map[string]int{}}
 	h := start(t, options{realClock: true, dir: dir, rcpt: script.reply,
-		batch: batch.LocalConfig{GreyBackoff: time.Hour, MaxGreyAttempts: 3}})
+		worker: batch.Worker{GreyBackoff: time.Hour, Processor: &batch.Processor{MaxGreyAttempts: 3}}})
 	r := h.do(req{method: "POST", path: "/v1/requests", key: h.liveKey, body: `{"emails":["bob@good.example","carol@good.example"],"mode":"full"}`})
 	if r.status != 201 {
 		t.Fatalf("create: %d %s", r.status, r.body)
@@ -173,7 +173,7 @@ func TestShutdownDuringGreylistBackoff(t *testing.T) {
 
 	// The next start has one attempt left to give: bob ends greylisted.
 	h2 := start(t, options{realClock: true, dir: dir, rcpt: script.reply,
-		batch: batch.LocalConfig{GreyBackoff: 10 * time.Millisecond, MaxGreyAttempts: 1}})
+		worker: batch.Worker{GreyBackoff: 10 * time.Millisecond, Processor: &batch.Processor{MaxGreyAttempts: 1}}})
 	final := h2.poll(h.liveKey, id, 30*time.Second)
 	if c := final.Counters; final.Request.State != "completed" || c.Processed != 2 || c.Unknown != 1 || c.Undeliverable != 1 {
 		t.Fatalf("after restart: %s %+v", final.Request.State, c)

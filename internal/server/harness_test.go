@@ -57,6 +57,7 @@ type options struct {
 	authTTL   time.Duration
 	realClock bool
 	dir       string
+	worker    batch.Worker
 	batch     batch.LocalConfig
 	rcpt      func(addr string) string
 	// replyTimeout is the prober's wait for each SMTP reply (default 2s);
@@ -169,7 +170,7 @@ func start(t *testing.T, o options) *harness {
 		srvStore = o.wrapStore(st)
 	}
 	so := server.Options{
-		Config: cfg, Store: srvStore, Engine: engine, Now: now, Batch: o.batch, Exits: o.exits,
+		Config: cfg, Store: srvStore, Engine: engine, Now: now, Worker: o.worker, Batch: o.batch, Exits: o.exits,
 		Logger: slog.New(slog.NewJSONHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	}
 	if o.server != nil {

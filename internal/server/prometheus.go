@@ -10,13 +10,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/evs-dev/evs/internal/app"
 	"github.com/evs-dev/evs/internal/evs"
-	"github.com/evs-dev/evs/internal/metrics"
 )
 
 // Prometheus is the Observer of `evs serve`: the contract's metrics plus
 // the Go runtime and process collectors, on a registry of its own so that
-// no library's global registration leaks into /metrics.
+// no library's global registration leaks into /app.
 type Prometheus struct {
 	reg      *prometheus.Registry
 	requests *prometheus.CounterVec
@@ -39,51 +39,51 @@ func NewPrometheus(pending func(ctx context.Context) (int, error)) *Prometheus {
 	m := &Prometheus{
 		reg: prometheus.NewRegistry(),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: metrics.HttpRequests, Help: "HTTP replies by route template and status code.",
+			Name: app.HttpRequests, Help: "HTTP replies by route template and status code.",
 		}, []string{"route", "code"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: metrics.HttpRequestDuration, Help: "Time to answer, by route template.",
+			Name: app.HttpRequestDuration, Help: "Time to answer, by route template.",
 			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 20},
 		}, []string{"route"}),
 		verdicts: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: metrics.Verifications, Help: "Verdicts by mode (full, quick; test for test-mode accounts), status and reason.",
+			Name: app.Verifications, Help: "Verdicts by mode (full, quick; test for test-mode accounts), status and reason.",
 		}, []string{"mode", "status", "reason"}),
 		replies: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: metrics.SmtpReplies, Help: "RCPT replies by class (2xx, 4xx, 5xx).",
+			Name: app.SmtpReplies, Help: "RCPT replies by class (2xx, 4xx, 5xx).",
 		}, []string{"class"}),
 		dns: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: metrics.DnsLookupDuration, Help: "Time of mail-domain DNS lookups (MX, then A/AAAA).",
+			Name: app.DnsLookupDuration, Help: "Time of mail-domain DNS lookups (MX, then A/AAAA).",
 			Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2, 5},
 		}),
 		hooks: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: metrics.WebhookDeliveries, Help: "Webhook delivery attempts by result (delivered, retry, failed).",
+			Name: app.WebhookDeliveries, Help: "Webhook delivery attempts by result (delivered, retry, failed).",
 		}, []string{"result"}),
 	}
 	m.connFail = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: metrics.SmtpConnectionFailures, Help: "Live verifications whose SMTP stage got no reply: no host took the connection, or it failed or timed out first.",
+		Name: app.SmtpConnectionFailures, Help: "Live verifications whose SMTP stage got no reply: no host took the connection, or it failed or timed out first.",
 	}, []string{"result"})
 	m.storeErr = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: metrics.StoreErrors, Help: "Store operations that failed, by who saw it (api, batch, readyz).",
+		Name: app.StoreErrors, Help: "Store operations that failed, by who saw it (api, batch, readyz).",
 	}, []string{"source"})
 	m.cache = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: metrics.CacheRequests, Help: "Result-cache lookups of live verdicts by result (hit, miss, stale).",
+		Name: app.CacheRequests, Help: "Result-cache lookups of live verdicts by result (hit, miss, stale).",
 	}, []string{"result"})
 	m.facts = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: metrics.DomainFacts, Help: "Lookups of a domain's accept-all answer in the shared domain facts, by result (hit, miss).",
+		Name: app.DomainFacts, Help: "Lookups of a domain's accept-all answer in the shared domain facts, by result (hit, miss).",
 	}, []string{"result"})
 	// The counts the AWS functions emit (EMF), beside the share evs serve
 	// shows itself (evs_smtp_blocked_share).
 	m.answered = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: metrics.SmtpAnswered, Help: "Live verdicts whose SMTP stage got a reply, by egress (the direct one or a SOCKS exit) and provider.",
+		Name: app.SmtpAnswered, Help: "Live verdicts whose SMTP stage got a reply, by egress (the direct one or a SOCKS exit) and provider.",
 	}, []string{"egress", "provider"})
 	m.blocked = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: metrics.SmtpBlocked, Help: "Live verdicts whose SMTP reply was a refusal of us (reason blocked), by egress and provider.",
+		Name: app.SmtpBlocked, Help: "Live verdicts whose SMTP reply was a refusal of us (reason blocked), by egress and provider.",
 	}, []string{"egress", "provider"})
 	m.reg.MustRegister(m.requests, m.duration, m.verdicts, m.replies, m.dns, m.hooks, m.connFail, m.storeErr, m.cache, m.facts, m.answered, m.blocked,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if pending != nil {
 		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: metrics.BatchAddressesPending, Help: "Addresses of queued and running batches without a result yet.",
+			Name: app.BatchAddressesPending, Help: "Addresses of queued and running batches without a result yet.",
 		}, func() float64 {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()

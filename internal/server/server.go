@@ -18,15 +18,13 @@ import (
 	"time"
 
 	"github.com/evs-dev/evs/internal/api"
-	"github.com/evs-dev/evs/internal/politeness"
 
+	"github.com/evs-dev/evs/internal/app"
 	"github.com/evs-dev/evs/internal/authorizer"
 	"github.com/evs-dev/evs/internal/batch"
 	"github.com/evs-dev/evs/internal/cache"
 	"github.com/evs-dev/evs/internal/config"
 	"github.com/evs-dev/evs/internal/evs"
-	"github.com/evs-dev/evs/internal/idempotency"
-	"github.com/evs-dev/evs/internal/metrics"
 	"github.com/evs-dev/evs/internal/store"
 	"github.com/evs-dev/evs/internal/verify"
 	"github.com/evs-dev/evs/internal/webhook"
@@ -62,7 +60,9 @@ type Options struct {
 	Store  Store
 	// Engine verifies for live accounts (default: built from Config).
 	Engine Engine
-	// Batch tunes the batch worker; zero values take its defaults.
+	// Worker tunes the batch worker (timings, retries; app.Runtime.Worker
+	// fills the rest) and Batch its lanes; zero values take defaults.
+	Worker batch.Worker
 	Batch  batch.LocalConfig
 	Now    func() time.Time
 	Logger *slog.Logger
@@ -94,7 +94,7 @@ type Options struct {
 	MaxUploadAddresses int
 	// Metrics, when set, is told about replies, verdicts, DNS lookups and
 	// webhook attempts (EVS_METRICS_ADDR).
-	Metrics metrics.Observer
+	Metrics app.Observer
 	// TLS, when set, makes the API listener answer HTTPS with its
 	// certificate (EVS_TLS_CERT, EVS_TLS_KEY).
 	TLS *Certificate
@@ -175,16 +175,14 @@ func MetricsServer(h http.Handler, logger *slog.Logger, l MetricsLimits) *http.S
 // Server is the one-machine service.
 type Server struct {
 	opts    Options
+	rt      *app.Runtime
 	edge    *edge
 	batches *batch.LocalQueue
 	hooks   *webhook.Deliverer
-	watch   *egressWatches
-	// rep answers the self-check's DNS questions; nil when no resolver
-	// could be made.
-	rep verify.Reputation
 }
 
-// New assembles a server.
+// New assembles a server: the runtime, built by app.Build as on AWS, over
+// the embedded store and this process's memory, behind evs serve's edge.
 func New(o Options) (*Server, error) {
 	if o.Store == nil {
 		return nil, errors.New("server: a store is required")
@@ -215,174 +213,73 @@ func New(o Options) (*Server, error) {
 			o.Logger.Warn(msg)
 		}
 	}
-	var lookups func(time.Duration)
+	cfg := o.Config
+	cfg.SelfCheckEvery = cmp.Or(o.SelfCheckEvery, cfg.SelfCheckEvery)
+	ports := app.Ports{Store: o.Store, Now: o.Now, Logger: o.Logger, Exits: o.Exits}
+	if o.Engine != nil {
+		ports.Engine = o.Engine
+	}
 	if o.Metrics != nil {
-		lookups = o.Metrics.DNSLookup
+		ports.Metrics = o.Metrics
 	}
-	// The domain facts live as long as the server: every request and batch
-	// of every account shares them (contract, section 12).
-	fc := cache.FactsConfig{Now: o.Now}
-	if m, ok := o.Metrics.(interface{ DomainFact(string) }); ok {
-		fc.Count = m.DomainFact
+	if st, ok := o.Store.(cache.Store); ok {
+		// This process is the store's only writer (the data directory's
+		// lock), so recent verdicts can be answered from memory.
+		ports.Verdicts = cache.NewVerdictMemory(st, 0)
 	}
-	facts := cache.NewFacts(fc)
-	if o.Batch.Gate == nil {
-		// Politeness per provider and egress address, as the AWS worker
-		// keeps it (contract, section 14): the batches and /v1/verify
-		// share it.
-		o.Batch.Gate = &politeness.Gate{
-			Limits: politeness.Limits{Sessions: o.Config.ProviderSessions, RcptPerMin: o.Config.ProviderRcptPerMin},
-			Egress: o.Config.EgressName(),
-		}
-	}
-	if o.Exits == nil && o.Engine == nil && o.Config.SMTP == config.SMTPProxy {
-		// The SOCKS exits, made here to show their health and to let the
-		// egress watch steer them.
-		x, err := verify.NewExits(o.Config, nil)
-		if err != nil {
-			return nil, err
-		}
-		o.Exits = x
-	}
-	var rep verify.Reputation
-	if o.Engine == nil {
-		e, res, err := verify.BuildWith(o.Config, verify.BuildOptions{Lookup: lookups, Facts: facts, Gate: o.Batch.Gate, Exits: o.Exits})
-		if err != nil {
-			return nil, err
-		}
-		o.Engine, rep = e, res
-	} else if res, err := verify.NewResolver(o.Config); err == nil {
-		rep = res
-	}
-	if mx, ok := o.Engine.(politeness.PreferredMX); ok && o.Batch.Gate.MX == nil {
-		o.Batch.Gate.MX = mx
-	}
-	var sandbox Engine = verify.NewSandbox(o.Now)
-	if o.Metrics != nil {
-		o.Engine, sandbox = metrics.Count(o.Engine, o.Metrics), metrics.Count(sandbox, o.Metrics)
-	}
-	var counted func(egress, provider string, blocked bool)
-	if m, ok := o.Metrics.(interface {
-		SMTPAnswer(egress, provider string, blocked bool)
-	}); ok {
-		counted = m.SMTPAnswer
-	}
-	watch := newEgressWatches(o.Config, o.Exits, o.Now, counted)
-	o.Engine = watched{o.Engine, watch}
-	if p, ok := o.Metrics.(*Prometheus); ok {
-		p.reg.MustRegister(watch)
-	}
-	verdicts := resultCache(o)
-	// Reported outcomes (contract, section 18) need a store that keeps
-	// them; a test's fake store may not.
-	outcomes, _ := o.Store.(api.Outcomes)
-	rc := o.Batch
-	rc.Store = o.Store
-	if verdicts != nil {
-		rc.Cache = verdicts
-	}
-	rc.Accounts = o.Store
-	if outcomes != nil {
-		rc.History = outcomes
-		rc.ShareDomainCounts = o.Config.OutcomeShareDomains
-	}
-	if rc.Grey == nil {
-		rc.Grey = facts
-	}
-	rc.Engine = o.Engine
-	rc.Sandbox = sandbox
-	if rc.Now == nil {
-		rc.Now = o.Now
-	}
-	if rc.Logger == nil {
-		rc.Logger = o.Logger
-	}
-	if rc.Deadline == 0 {
-		rc.Deadline = o.Config.BatchDeadline
-	}
-	if rc.Idle == nil {
-		// A 50,000-address batch leaves tens of MB of garbage that the
-		// runtime would keep for minutes; a server at rest should not
-		// look like it holds them.
-		rc.Idle = debug.FreeOSMemory
-	}
-	if rc.Fault == nil && o.Metrics != nil {
-		rc.Fault = func(error) { o.Metrics.StoreError("batch") }
-	}
-	batches, err := batch.NewLocalQueue(rc)
+	rt, err := app.Build(cfg, ports)
 	if err != nil {
 		return nil, err
 	}
-	if q := quota(o.Store, o.Config); q.Limit > 0 && q.Store == nil {
-		return nil, errors.New("server: EVS_QUOTA_ADDRESSES is set but the store keeps no quota counters")
+	worker := rt.Worker(o.Worker)
+	lanes := o.Batch
+	if lanes.Idle == nil {
+		// A 50,000-address batch leaves tens of MB of garbage that the
+		// runtime would keep for minutes; a server at rest should not
+		// look like it holds them.
+		lanes.Idle = debug.FreeOSMemory
 	}
-	uploads, _ := o.Store.(uploadStore)
-	var deps api.Uploads
-	if uploads != nil {
-		deps = uploads
+	batches, err := batch.NewLocalQueue(o.Store, worker, lanes)
+	if err != nil {
+		return nil, err
 	}
-	exports, _ := o.Store.(exportStore)
+	watch := newEgressWatches(rt.Watches)
+	if p, ok := o.Metrics.(*Prometheus); ok {
+		p.reg.MustRegister(watch)
+	}
+	var uploads api.Uploads
+	if st, ok := o.Store.(uploadStore); ok {
+		uploads = st
+	}
 	var links api.Exports
-	if exports != nil {
-		links = exports
+	if st, ok := o.Store.(exportStore); ok {
+		links = st
 	}
 	// Large bodies and lists read from uploads share one budget.
 	bodies := newBodyGate(o.BodyBudget, o.BodyWait)
-	h := api.New(api.Deps{
-		AdmitList:           bodies.admitList,
-		Uploads:             deps,
-		ExportLinks:         links,
-		CSVLists:            cmp.Or(o.CSVLists, defaultCSVLists),
-		PublicURL:           o.Config.PublicURL,
-		MaxUploadAddresses:  o.MaxUploadAddresses,
-		Engine:              o.Engine,
-		Sandbox:             sandbox,
-		Cache:               apiCache(verdicts),
-		Idempotency:         keeper(o.Store, o.Now),
-		Batches:             o.Store,
-		Queue:               batches,
-		Retention:           o.Config.Retention,
-		MaxActiveBatches:    o.Config.MaxActiveBatches,
-		MaxStoredAddresses:  o.Config.MaxStoredAddresses,
-		Quota:               quota(o.Store, o.Config),
-		Now:                 o.Now,
-		Logger:              o.Logger,
-		Callbacks:           api.Callbacks{Egress: o.Config.Egress, Deliveries: o.Store},
-		Outcomes:            outcomes,
-		OutcomeTTL:          o.Config.OutcomeTTL,
-		OutcomeShareDomains: o.Config.OutcomeShareDomains,
+	h, err := rt.API(api.Deps{
+		AdmitList:          bodies.admitList,
+		Uploads:            uploads,
+		ExportLinks:        links,
+		CSVLists:           cmp.Or(o.CSVLists, defaultCSVLists),
+		PublicURL:          o.Config.PublicURL,
+		MaxUploadAddresses: o.MaxUploadAddresses,
+		Queue:              batches,
 	})
-	o.sns = newSNSEndpoint(o, outcomes)
+	if err != nil {
+		return nil, err
+	}
+	o.sns = newSNSEndpoint(o, rt.Outcomes)
 	gw := newEdge(o, h.MountAll, authorizer.New(o.Store), bodies)
 	gw.egress = watch
 	if o.DeliverEvery <= 0 {
 		o.DeliverEvery = 500 * time.Millisecond
 	}
-	hooks := &webhook.Deliverer{Store: o.Store, Client: webhook.NewClient(o.Config.Egress), Now: o.Now, Logger: o.Logger}
+	hooks := &webhook.Deliverer{Store: o.Store, Client: webhook.NewClient(o.Config.Egress), Now: o.Now, Logger: o.Logger, Body: api.EventBody}
 	if o.Metrics != nil {
 		hooks.Observe = o.Metrics.WebhookDelivery
 	}
-	return &Server{opts: o, edge: gw, batches: batches, hooks: hooks, watch: watch, rep: rep}, nil
-}
-
-// quota is the address quota of cfg on st's counters. A store without
-// them (a test's fake) can serve only without a quota.
-func quota(st Store, cfg config.Config) api.Quota {
-	q := api.Quota{Limit: cfg.QuotaAddresses, Period: cfg.QuotaPeriod, IdempotencyKeys: cfg.MaxIdempotencyKeys}
-	q.Store, _ = st.(api.AddressQuota)
-	return q
-}
-
-// keeper is the Idempotency-Key keeper over st: the local mode (claims in
-// memory, one write per call) when st can say it is the only server of its
-// data (sqlitestore.OpenServing holds the directory's lock), else the
-// shared mode, correct for any number of processes.
-func keeper(st Store, now func() time.Time) *idempotency.Keeper {
-	ex, ok := st.(interface{ Exclusive() bool })
-	if ls, local := st.(idempotency.LocalStore); local && ok && ex.Exclusive() {
-		return idempotency.NewLocal(ls, now)
-	}
-	return idempotency.New(st, now)
+	return &Server{opts: o, rt: rt, edge: gw, batches: batches, hooks: hooks}, nil
 }
 
 // Handler is the HTTP face of the server.
@@ -412,14 +309,11 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		return err
 	}
 	go s.sweep(workCtx)
-	if s.rep != nil && s.opts.Config.SMTP != config.SMTPOff {
-		c := s.opts.Config
-		go runEvery(workCtx, cmp.Or(s.opts.SelfCheckEvery, c.SelfCheckEvery, selfCheckEvery), func(ctx context.Context) {
-			s.watch.selfCheck(ctx, s.rep, c.Blocklists, c.HELO, s.opts.Logger)
-		})
+	if c := s.rt.SelfCheck; c != nil {
+		go runEvery(workCtx, cmp.Or(s.rt.Config.SelfCheckEvery, verify.SelfCheckEvery), c.Run)
 	}
-	if s.opts.Exits != nil {
-		go s.opts.Exits.Run(workCtx, exitProbeEvery)
+	if s.rt.Exits != nil {
+		go s.rt.Exits.Run(workCtx, exitProbeEvery)
 	}
 	hooksDone := make(chan struct{})
 	go func() {
@@ -503,28 +397,4 @@ func Bootstrap(ctx context.Context, st store.Keys, test bool, now time.Time) (st
 		return "", err
 	}
 	return authorizer.IssueKey(ctx, st, a.ID, "", now)
-}
-
-// resultCache is the account result cache (contract, section 12) when
-// EVS_CACHE_TTL is not 0 and the store keeps one; nil otherwise.
-func resultCache(o Options) *cache.Cache {
-	st, ok := o.Store.(cache.Store)
-	if !ok || o.Config.CacheTTL <= 0 {
-		return nil
-	}
-	// This process is the store's only writer (the data directory's
-	// lock), so recent entries can be answered from memory.
-	c := &cache.Cache{Store: cache.NewVerdictMemory(st, 0), TTL: o.Config.CacheTTL, Now: o.Now}
-	if m, ok := o.Metrics.(interface{ CacheRequest(string) }); ok {
-		c.Count = m.CacheRequest
-	}
-	return c
-}
-
-// apiCache is c as the API's dependency: nil, not a nil *Cache, when off.
-func apiCache(c *cache.Cache) api.ResultCache {
-	if c == nil {
-		return nil
-	}
-	return c
 }

@@ -24,7 +24,7 @@ func TestBatchStateLog(t *testing.T) {
 			}
 			return "550 5.1.1 <" + addr + ">: Recipient address rejected: User unknown"
 		},
-		batch: batch.LocalConfig{GreyBackoff: time.Hour}})
+		worker: batch.Worker{GreyBackoff: time.Hour}})
 	done := h.do(req{method: "POST", path: "/v1/requests", key: h.testKey, body: `{"emails":["secret-alice@good.example","team+rejected_email@good.example"],"mode":"full"}`})
 	if done.status != 201 {
 		t.Fatalf("create: %d %s", done.status, done.body)

@@ -52,10 +52,10 @@ func TestBatchThrottledProviderPauses(t *testing.T) {
 	h := start(t, options{
 		realClock: true,
 		rcpt:      script.reply,
-		batch: batch.LocalConfig{GreyBackoff: time.Hour, MaxGreyAttempts: 3,
+		worker: batch.Worker{GreyBackoff: time.Hour, Processor: &batch.Processor{MaxGreyAttempts: 3},
 			// One session at a time, so the throttled session's pause is in
 			// place before any other session may open.
-			Gate: &politeness.Gate{PauseBase: pause, Limits: politeness.Limits{Sessions: map[string]int{"*": 1}}}},
+			Polite: &batch.Polite{Gate: &politeness.Gate{PauseBase: pause, Limits: politeness.Limits{Sessions: map[string]int{"*": 1}}}}},
 	})
 	emails := []string{"a@good.example", "b@good.example", "c@good.example", "x@other.example", "y@other.example"}
 	r := h.do(req{method: "POST", path: "/v1/requests", key: h.liveKey, body: `{"emails":` + emailsJSON(emails) + `,"mode":"full"}`})

@@ -5,6 +5,7 @@ import (
 	"context"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -229,6 +230,9 @@ type EgressWatches struct {
 	// x is nil when SMTP goes direct (or is off).
 	x  *Exits
 	ws []*EgressWatch
+	// all counts every verdict together: ws[0], or with several exits
+	// a watch of its own.
+	all *EgressWatch
 	// counted, when set, is told each verdict counted under an egress.
 	counted func(egress, provider string, blocked bool)
 }
@@ -242,6 +246,7 @@ func WatchEgress(c config.Config, x *Exits, now func() time.Time, counted func(e
 	ws := &EgressWatches{x: x, counted: counted}
 	if x == nil {
 		ws.ws = []*EgressWatch{NewEgressWatch(DirectEgress(c), now)}
+		ws.all = ws.ws[0]
 		return ws
 	}
 	// The exits' own names and order are x's; their addresses are in
@@ -264,12 +269,27 @@ func WatchEgress(c config.Config, x *Exits, now func() time.Time, counted func(e
 		ws.ws = append(ws.ws, w)
 	}
 	x.SetAvoid(ws.Avoid)
+	ws.all = ws.ws[0]
+	if len(ws.ws) > 1 {
+		// As config.Config.EgressName names it: every verdict together,
+		// by the provider of its reply.
+		names := make([]string, len(ws.ws))
+		for i, w := range ws.ws {
+			names[i] = w.Name()
+		}
+		ws.all = NewEgressWatch(Egress{Name: strings.Join(names, "+")}, now)
+	}
 	return ws
 }
 
 // Watches returns the watches: one per exit, in their order, or the
 // direct egress's.
 func (ws *EgressWatches) Watches() []*EgressWatch { return ws.ws }
+
+// All returns the watch of every verdict together: the direct egress's,
+// the one exit's, or with several exits one named after all of them,
+// which no self-check checks.
+func (ws *EgressWatches) All() *EgressWatch { return ws.all }
 
 // Exits returns the exits steered, or nil when SMTP goes direct.
 func (ws *EgressWatches) Exits() *Exits { return ws.x }
@@ -287,6 +307,9 @@ func (ws *EgressWatches) Avoid(i int, host string) bool {
 // Observe counts verdicts under the egress they went through: the exit
 // their provider goes to now (it sticks to one), or the direct egress.
 func (ws *EgressWatches) Observe(ds ...evs.Decision) {
+	if len(ws.ws) > 1 {
+		ws.all.Observe(ds...)
+	}
 	for _, d := range ds {
 		if !Counts(d) {
 			continue

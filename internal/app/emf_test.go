@@ -1,4 +1,4 @@
-package metrics_test
+package app_test
 
 import (
 	"bytes"
@@ -8,14 +8,14 @@ import (
 	"time"
 
 	"github.com/evs-dev/evs/internal/api"
-	"github.com/evs-dev/evs/internal/metrics"
+	"github.com/evs-dev/evs/internal/app"
 )
 
 func TestEMFLines(t *testing.T) {
 	var buf bytes.Buffer
-	e := &metrics.EMF{W: &buf, Now: func() time.Time { return time.UnixMilli(1700000000123) }}
+	e := &app.EMF{W: &buf, Now: func() time.Time { return time.UnixMilli(1700000000123) }}
 	start := time.UnixMilli(1700000000000)
-	metrics.Calls(e)(&api.Call{Route: "/v1/requests/{id}", Status: 404, Start: start}, start.Add(5*time.Millisecond))
+	app.Calls(e)(&api.Call{Route: "/v1/requests/{id}", Status: 404, Start: start}, start.Add(5*time.Millisecond))
 	e.WebhookDelivery("failed")
 	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
 	if len(lines) != 3 {
@@ -50,7 +50,7 @@ func TestEMFLines(t *testing.T) {
 // under no dimension (the "any exit down" alarm); its return is no line.
 func TestEMFExitDown(t *testing.T) {
 	var buf bytes.Buffer
-	e := &metrics.EMF{W: &buf}
+	e := &app.EMF{W: &buf}
 	e.SMTPExit(1, "exit-b.example", true)
 	if buf.Len() != 0 {
 		t.Fatalf("an exit back in rotation wrote %s", buf.String())
@@ -71,7 +71,7 @@ func TestEMFExitDown(t *testing.T) {
 	}
 	d := rec.AWS.CloudWatchMetrics
 	if len(d) != 1 || len(d[0].Dimensions) != 2 || len(d[0].Dimensions[0]) != 1 || d[0].Dimensions[0][0] != "exit" ||
-		len(d[0].Dimensions[1]) != 0 || d[0].Metrics[0].Name != metrics.SmtpExitDown || rec.Exit != "exit-b.example" || rec.Value != 1 {
+		len(d[0].Dimensions[1]) != 0 || d[0].Metrics[0].Name != app.SmtpExitDown || rec.Exit != "exit-b.example" || rec.Value != 1 {
 		t.Errorf("EMF line %s", buf.String())
 	}
 }
@@ -85,7 +85,7 @@ func TestEMFSMTPAnswer(t *testing.T) {
 		want    float64
 	}{{true, 1}, {false, 0}} {
 		var buf bytes.Buffer
-		(&metrics.EMF{W: &buf}).SMTPAnswer("127.0.0.1:1080", "google", c.blocked)
+		(&app.EMF{W: &buf}).SMTPAnswer("127.0.0.1:1080", "google", c.blocked)
 		var rec struct {
 			AWS struct {
 				CloudWatchMetrics []struct {
@@ -103,7 +103,7 @@ func TestEMFSMTPAnswer(t *testing.T) {
 		}
 		d := rec.AWS.CloudWatchMetrics
 		if len(d) != 1 || len(d[0].Dimensions) != 1 || strings.Join(d[0].Dimensions[0], ",") != "egress,provider" || len(d[0].Metrics) != 2 ||
-			d[0].Metrics[0].Name != metrics.SmtpAnswered || d[0].Metrics[1].Name != metrics.SmtpBlocked || d[0].Metrics[1].Unit != "Count" ||
+			d[0].Metrics[0].Name != app.SmtpAnswered || d[0].Metrics[1].Name != app.SmtpBlocked || d[0].Metrics[1].Unit != "Count" ||
 			rec.Egress != "127.0.0.1:1080" || rec.Provider != "google" || rec.Answered == nil || *rec.Answered != 1 || rec.Blocked == nil || *rec.Blocked != c.want {
 			t.Errorf("blocked %v: EMF line %s", c.blocked, buf.String())
 		}

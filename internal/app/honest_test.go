@@ -1,4 +1,4 @@
-package metrics_test
+package app_test
 
 import (
 	"context"
@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/evs-dev/evs/internal/app"
 	"github.com/evs-dev/evs/internal/evs"
-	"github.com/evs-dev/evs/internal/metrics"
 	"github.com/evs-dev/evs/internal/verify"
 )
 
@@ -70,7 +70,7 @@ func TestCountIsHonest(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			for _, batch := range []bool{false, true} {
 				r := &recorder{}
-				e := metrics.Count(fixed{c.d}, r)
+				e := app.Count(fixed{c.d}, r)
 				if batch {
 					e.VerifyDomain(context.Background(), []string{"a@x.example"}, c.d.Mode)
 				} else {

@@ -1,14 +1,14 @@
-package metrics_test
+package app_test
 
 import (
 	"testing"
 
-	"github.com/evs-dev/evs/internal/metrics"
+	"github.com/evs-dev/evs/internal/app"
 )
 
 func TestReplyClass(t *testing.T) {
 	for code, want := range map[int]string{250: "2xx", 450: "4xx", 550: "5xx", 0: "", 199: "", 600: ""} {
-		if got := metrics.ReplyClass(code); got != want {
+		if got := app.ReplyClass(code); got != want {
 			t.Errorf("ReplyClass(%d) = %q, want %q", code, got, want)
 		}
 	}

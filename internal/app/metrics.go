@@ -1,14 +1,10 @@
-// Package metrics counts what the service does (API contract, section 11):
-// the metric names, the small Observer interface the handlers, the batch
-// worker and the webhook deliverer see, and its Lambda form, CloudWatch
-// Embedded Metric Format lines (EMF), which cost the functions no API call.
-// The Prometheus form is `evs serve`'s (server.Prometheus): kept there, the
-// Prometheus client is never linked into a Lambda, where it would add
-// 0.6 MB to each zip and its registrations to every cold start.
-//
-// No label ever holds an address, a key or a domain: labels are route
-// templates, status codes, modes, statuses, reasons and reply classes.
-package metrics
+// What the runtime counts (docs/operations.md): the metric names, the
+// small Observer interface the handlers, the batch worker and the webhook
+// deliverer see, and Count, which counts a verifier's decisions. The
+// Prometheus client stays out of this package: it would add 0.6 MB to
+// each Lambda zip and its registrations to every cold start.
+
+package app
 
 import (
 	"context"

@@ -1,0 +1,322 @@
+// Package app is the one composition root of the service. Build makes the
+// runtime both deployments run, the same way for each: the engine and the
+// politeness gate it shares with the batches, the SOCKS exits and the
+// egress watch that steers them, the self-check, the sandbox, the domain
+// facts and the result cache, each verifier counted by the metrics sink.
+// The edges take what they serve from it: the HTTP handlers (API), the
+// batch worker (Worker, LocalQueue). A deployment differs only in its
+// Ports: the store, where state shared by instances lives (politeness,
+// domain facts), the result cache's store, and the metrics sink.
+//
+// The package also says what the runtime reports (Observer and the metric
+// names) and its Lambda form, CloudWatch Embedded Metric Format lines
+// (EMF). The Prometheus form is `evs serve`'s (server.Prometheus): kept
+// there, the Prometheus client is never linked into a Lambda.
+//
+// No metric label ever holds an address, a key or a domain: labels are
+// route templates, status codes, modes, statuses, reasons and reply
+// classes.
+package app
+
+import (
+	"cmp"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/evs-dev/evs/internal/api"
+	"github.com/evs-dev/evs/internal/batch"
+	"github.com/evs-dev/evs/internal/cache"
+	"github.com/evs-dev/evs/internal/config"
+	"github.com/evs-dev/evs/internal/idempotency"
+	"github.com/evs-dev/evs/internal/politeness"
+	"github.com/evs-dev/evs/internal/store"
+	"github.com/evs-dev/evs/internal/verify"
+)
+
+// Facts keeps what the runtime learns about a domain's server, shared by
+// every request, batch and account: its accept-all answer (the engine) and
+// its greylisting delay (the batches).
+type Facts interface {
+	verify.DomainFacts
+	batch.GreyFacts
+}
+
+// Ports are what a deployment differs in.
+type Ports struct {
+	// Store is the deployment's store. What a store cannot keep (a
+	// test's: outcomes, quota counters, a result cache) is off.
+	Store store.Store
+	// Politeness keeps the gate's state where every instance sees it
+	// (DynamoDB on AWS); nil is this process's memory.
+	Politeness politeness.State
+	// Facts keeps the domain facts (DynamoDB items behind each Lambda
+	// instance's memory); nil is this process's memory.
+	Facts Facts
+	// Verdicts is the result cache's store (nil: Store's own, when it
+	// keeps one); evs serve puts its memory in front.
+	Verdicts cache.Store
+	// Metrics is the sink (EMF or Prometheus); nil counts nothing.
+	Metrics Observer
+	// CheckOnUse runs the egress self-check in the background of a call
+	// that finds its findings older than EVS_SELFCHECK_EVERY, where
+	// nothing runs between requests (a Lambda instance); evs serve runs
+	// it on a ticker instead (Runtime.SelfCheck.Run).
+	CheckOnUse bool
+	// Engine, when set, replaces the engine built from the configuration
+	// (a test's), with Exits the dialer it probes through, if any.
+	Engine verify.Verifier
+	Exits  *verify.Exits
+	Now    func() time.Time
+	Logger *slog.Logger
+}
+
+// Runtime is what Build makes: the parts the edges serve.
+type Runtime struct {
+	Config config.Config
+	// Live verifies for live accounts: the engine, its verdicts counted
+	// and watched per egress. Sandbox answers test-mode accounts.
+	Live, Sandbox verify.Verifier
+	// Gate paces SMTP sessions per provider and egress address: the
+	// batches' and /v1/verify's.
+	Gate *politeness.Gate
+	// Exits are the SOCKS exits (EVS_SMTP=proxy); nil otherwise.
+	Exits *verify.Exits
+	// Watches count the verdicts per egress and steer the exits.
+	Watches *verify.EgressWatches
+	// SelfCheck checks the egress against DNS blocklists and its HELO
+	// name; nil when SMTP is off or no resolver could be made.
+	SelfCheck *verify.SelfChecker
+	Facts     Facts
+	// Cache is the account result cache; nil when EVS_CACHE_TTL is 0 or
+	// the store keeps none.
+	Cache *cache.Cache
+	// Outcomes are the reported outcomes; nil when the store keeps none.
+	Outcomes api.Outcomes
+
+	store   store.Store
+	metrics Observer
+	now     func() time.Time
+	logger  *slog.Logger
+}
+
+// Build makes the runtime of cfg over p.
+func Build(cfg config.Config, p Ports) (*Runtime, error) {
+	if p.Store == nil {
+		return nil, errors.New("app: a store is required")
+	}
+	r := &Runtime{Config: cfg, store: p.Store, metrics: p.Metrics, now: p.Now, logger: p.Logger}
+	if r.now == nil {
+		r.now = time.Now
+	}
+	if r.logger == nil {
+		r.logger = slog.Default()
+	}
+	if r.metrics == nil {
+		r.metrics = Nop{}
+	}
+	var counted func(egress, provider string, blocked bool)
+	if m, ok := p.Metrics.(interface {
+		SMTPAnswer(egress, provider string, blocked bool)
+	}); ok {
+		counted = m.SMTPAnswer
+	}
+	r.Facts = p.Facts
+	if r.Facts == nil {
+		fc := cache.FactsConfig{Now: r.now}
+		if m, ok := p.Metrics.(interface{ DomainFact(string) }); ok {
+			fc.Count = m.DomainFact
+		}
+		r.Facts = cache.NewFacts(fc)
+	}
+	r.Gate = &politeness.Gate{
+		State:  p.Politeness,
+		Limits: politeness.Limits{Sessions: cfg.ProviderSessions, RcptPerMin: cfg.ProviderRcptPerMin},
+		Egress: cfg.EgressName(),
+	}
+	engine, exits := p.Engine, p.Exits
+	var rep verify.Reputation
+	if engine == nil {
+		if exits == nil && cfg.SMTP == config.SMTPProxy {
+			// Made here, for the egress watch to steer.
+			var health func(int, string, bool)
+			if m, ok := p.Metrics.(interface{ SMTPExit(int, string, bool) }); ok {
+				health = m.SMTPExit
+			}
+			x, err := verify.NewExits(cfg, health)
+			if err != nil {
+				return nil, err
+			}
+			exits = x
+		}
+		var lookups func(time.Duration)
+		if p.Metrics != nil {
+			lookups = p.Metrics.DNSLookup
+		}
+		e, res, err := verify.BuildWith(cfg, verify.BuildOptions{Lookup: lookups, Facts: r.Facts, Gate: r.Gate, Exits: exits})
+		if err != nil {
+			return nil, err
+		}
+		engine, rep = e, res
+	} else if res, err := verify.NewResolver(cfg); err == nil {
+		rep = res
+	}
+	if mx, ok := engine.(politeness.PreferredMX); ok {
+		r.Gate.MX = mx
+	}
+	r.Exits = exits
+	r.Watches = verify.WatchEgress(cfg, exits, r.now, counted)
+	var due func()
+	if rep != nil && cfg.SMTP != config.SMTPOff {
+		r.SelfCheck = &verify.SelfChecker{Watches: r.Watches, Rep: rep, Zones: cfg.Blocklists, HELO: cfg.HELO,
+			Every: cfg.SelfCheckEvery, Log: r.logger, Now: r.now}
+		if m, ok := p.Metrics.(interface {
+			EgressCheck(egress string, c verify.EgressCheck)
+		}); ok {
+			r.SelfCheck.Done = m.EgressCheck
+		}
+		if p.CheckOnUse {
+			due = r.SelfCheck.Due
+		}
+	}
+	r.Live = Count(r.Watches.Watched(engine, due), r.metrics)
+	r.Sandbox = Count(verify.NewSandbox(r.now), r.metrics)
+	verdicts := p.Verdicts
+	if verdicts == nil {
+		verdicts, _ = p.Store.(cache.Store)
+	}
+	if verdicts != nil && cfg.CacheTTL > 0 {
+		r.Cache = &cache.Cache{Store: verdicts, TTL: cfg.CacheTTL, Now: r.now}
+		if m, ok := p.Metrics.(interface{ CacheRequest(string) }); ok {
+			r.Cache.Count = m.CacheRequest
+		}
+	}
+	r.Outcomes, _ = p.Store.(api.Outcomes)
+	return r, nil
+}
+
+// Quota is the address quota of the configuration on the store's
+// counters; a store without them (a test's) serves only without a quota.
+func (r *Runtime) Quota() (api.Quota, error) {
+	q := api.Quota{Limit: r.Config.QuotaAddresses, Period: r.Config.QuotaPeriod, IdempotencyKeys: r.Config.MaxIdempotencyKeys}
+	q.Store, _ = r.store.(api.AddressQuota)
+	if q.Limit > 0 && q.Store == nil {
+		return q, errors.New("app: EVS_QUOTA_ADDRESSES is set but the store keeps no quota counters")
+	}
+	return q, nil
+}
+
+// API returns the HTTP handlers over d, whose zero fields take the
+// runtime's parts and the configuration's limits; d holds what differs
+// by deployment (the queue, body limits, uploads, exports).
+func (r *Runtime) API(d api.Deps) (*api.Handler, error) {
+	q, err := r.Quota()
+	if err != nil {
+		return nil, err
+	}
+	if d.Engine == nil {
+		d.Engine, d.Sandbox = r.Live, r.Sandbox
+	}
+	if d.Cache == nil && r.Cache != nil {
+		d.Cache = r.Cache
+	}
+	if d.Idempotency == nil {
+		d.Idempotency = r.keeper()
+	}
+	if d.Batches == nil {
+		d.Batches, _ = r.store.(api.BatchStore)
+	}
+	d.Quota = q
+	if d.Outcomes == nil {
+		d.Outcomes = r.Outcomes
+	}
+	d.OutcomeTTL = cmp.Or(d.OutcomeTTL, r.Config.OutcomeTTL)
+	d.OutcomeShareDomains = d.OutcomeShareDomains || r.Config.OutcomeShareDomains
+	d.Retention = cmp.Or(d.Retention, r.Config.Retention)
+	d.MaxActiveBatches = cmp.Or(d.MaxActiveBatches, r.Config.MaxActiveBatches)
+	d.MaxStoredAddresses = cmp.Or(d.MaxStoredAddresses, r.Config.MaxStoredAddresses)
+	if d.Callbacks.Egress == nil {
+		d.Callbacks.Egress = r.Config.Egress
+	}
+	if d.Callbacks.Deliveries == nil {
+		d.Callbacks.Deliveries = r.store
+	}
+	if d.Now == nil {
+		d.Now = r.now
+	}
+	if d.Logger == nil {
+		d.Logger = r.logger
+	}
+	return api.New(d), nil
+}
+
+// keeper is the Idempotency-Key keeper over the store: the local mode
+// (claims in memory, one write per call) when the store can say it is the
+// only server of its data (sqlitestore.OpenServing holds the directory's
+// lock), else the shared mode, correct for any number of processes.
+func (r *Runtime) keeper() *idempotency.Keeper {
+	ex, ok := r.store.(interface{ Exclusive() bool })
+	if ls, local := r.store.(idempotency.LocalStore); local && ok && ex.Exclusive() {
+		return idempotency.NewLocal(ls, r.now)
+	}
+	return idempotency.New(r.store, r.now)
+}
+
+// Worker returns w with the runtime's engine and sandbox, and its other
+// parts where w leaves them zero: the store and its accounts, the result cache,
+// the outcomes, the domain facts' greylisting delays, the politeness gate
+// (its Parking is the deployment's), the batch deadline, the clock and
+// the logger. The queue beneath it is the deployment's.
+func (r *Runtime) Worker(w batch.Worker) *batch.Worker {
+	if st, ok := r.store.(batch.WorkerStore); ok && w.Store == nil {
+		// A LocalQueue puts its own in front of a store without
+		// WithoutResults (batch.NewLocalQueue).
+		w.Store = st
+	}
+	if w.Accounts == nil {
+		w.Accounts = r.store
+	}
+	// w's Processor and Polite are copied: a template may serve several
+	// runtimes (a test's restarted server), each with its own engine.
+	var proc batch.Processor
+	if w.Processor != nil {
+		proc = *w.Processor
+	}
+	proc.Engine, proc.Sandbox = r.Live, r.Sandbox
+	if proc.Now == nil {
+		proc.Now = r.now
+	}
+	w.Processor = &proc
+	if w.Cache == nil && r.Cache != nil {
+		w.Cache = r.Cache
+	}
+	if w.History == nil && r.Outcomes != nil {
+		w.History = r.Outcomes
+	}
+	w.ShareDomainCounts = w.ShareDomainCounts || r.Config.OutcomeShareDomains
+	if w.Grey == nil {
+		w.Grey = r.Facts
+	}
+	var polite batch.Polite
+	if w.Polite != nil {
+		polite = *w.Polite
+	}
+	if polite.Gate == nil {
+		polite.Gate = r.Gate
+	} else if polite.Gate.MX == nil {
+		// A gate of the caller's (a test's) finds providers as ours does.
+		polite.Gate.MX = r.Gate.MX
+	}
+	w.Polite = &polite
+	w.Deadline = cmp.Or(w.Deadline, r.Config.BatchDeadline)
+	if w.Now == nil {
+		w.Now = r.now
+	}
+	if w.Logger == nil {
+		w.Logger = r.logger
+	}
+	if w.Fault == nil {
+		w.Fault = func(error) { r.metrics.StoreError("batch") }
+	}
+	return &w
+}
