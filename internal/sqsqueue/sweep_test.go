@@ -16,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
+	"github.com/evs-dev/evs/internal/api"
 	"github.com/evs-dev/evs/internal/batch"
 	"github.com/evs-dev/evs/internal/config"
 	"github.com/evs-dev/evs/internal/evs"
@@ -262,7 +263,7 @@ func TestSweepQueuesOverdueDelivery(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			w.w.Webhooks = &webhook.Deliverer{Store: w.st, Client: webhook.NewClient(loop)}
+			w.w.Webhooks = &webhook.Deliverer{Store: w.st, Client: webhook.NewClient(loop), Body: api.EventBody}
 			b, _ := newCallbackBatch(w, rc.URL+"/hook")
 			errMsg := ""
 			if final == evs.StateFailed {
@@ -337,7 +338,7 @@ func TestSweepDeadlineQueuesWebhook(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w.w.Webhooks = &webhook.Deliverer{Store: w.st, Client: webhook.NewClient(loop)}
+	w.w.Webhooks = &webhook.Deliverer{Store: w.st, Client: webhook.NewClient(loop), Body: api.EventBody}
 	w.w.Deadline = time.Hour
 	b, _ := newCallbackBatch(w, rc.URL+"/hook")
 	c.add(2 * time.Hour)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
+	"github.com/evs-dev/evs/internal/api"
 	"github.com/evs-dev/evs/internal/batch"
 	"github.com/evs-dev/evs/internal/config"
 	"github.com/evs-dev/evs/internal/evs"
@@ -46,7 +47,7 @@ func TestWorkerWebhook(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w.w.Webhooks = &webhook.Deliverer{Store: w.st, Client: webhook.NewClient(loop)}
+	w.w.Webhooks = &webhook.Deliverer{Store: w.st, Client: webhook.NewClient(loop), Body: api.EventBody}
 
 	b, items := newCallbackBatch(w, rc.URL+"/in")
 	if err := w.q.Enqueue(w.ctx, b); err != nil {
@@ -159,7 +160,7 @@ func TestWorkerWebhookFairAcrossAccounts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w.w.Webhooks = &webhook.Deliverer{Store: w.st, Client: webhook.NewClient(loop)}
+	w.w.Webhooks = &webhook.Deliverer{Store: w.st, Client: webhook.NewClient(loop), Body: api.EventBody}
 	w.w.WebhookSlots, w.w.WebhookPerAccount = w.st, 2
 
 	final := func(b evs.Batch) {

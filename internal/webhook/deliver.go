@@ -12,7 +12,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/evs-dev/evs/internal/api"
 	"github.com/evs-dev/evs/internal/config"
 	"github.com/evs-dev/evs/internal/evs"
 )
@@ -92,6 +91,11 @@ func NewClient(pol *config.EgressPolicy) *http.Client {
 type Deliverer struct {
 	Store  Store
 	Client *http.Client
+	// Body renders the event of a final batch (api.EventBody, wired by
+	// the composition root, so the API's JSON has one home and this
+	// package needs no HTTP handlers); it must give the same bytes on
+	// every retry.
+	Body   func(b evs.Batch) []byte
 	Now    func() time.Time
 	Logger *slog.Logger
 	// Observe, when set, counts each attempt's result (metrics).
@@ -224,7 +228,7 @@ func (d *Deliverer) Attempt(ctx context.Context, accountID, batchID string) (del
 	if err != nil {
 		return del, false, err
 	}
-	status, sendErr := d.post(ctx, del.URL, EventID(batchID), Signers(sec, now), api.EventBody(b))
+	status, sendErr := d.post(ctx, del.URL, EventID(batchID), Signers(sec, now), d.Body(b))
 	result := ResultRetry
 	del.LastStatus = status
 	switch {

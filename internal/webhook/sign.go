@@ -1,13 +1,12 @@
 // Package webhook delivers the signed event of a batch's final state to the
-// batch's callbackUrl (API contract, section 10): the Standard Webhooks
+// batch's callbackUrl (docs/webhooks.md): the Standard Webhooks
 // signature with each account's whsec_ secrets, the retry schedule, and one
 // delivery attempt at a time through the store's claim, so that `evs serve`
 // (a polling loop) and the SQS worker (delayed messages) share every rule.
 //
-// The event's body is the API's (api.EventBody), rendered from the wire
-// types of the batch envelope, and the callbackUrl rules are the egress
-// policy's (config.EgressPolicy.CheckURL): webhook depends on api, not the other
-// way round, so the contract's JSON has one home.
+// The event's body is the API's (api.EventBody, given as Deliverer.Body),
+// rendered from the wire types of the batch envelope, and the callbackUrl
+// rules are the egress policy's (config.EgressPolicy.CheckURL).
 package webhook
 
 import (

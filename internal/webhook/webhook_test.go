@@ -12,6 +12,7 @@ import (
 
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
+	"github.com/evs-dev/evs/internal/api"
 	"github.com/evs-dev/evs/internal/config"
 	"github.com/evs-dev/evs/internal/dynamostore"
 	"github.com/evs-dev/evs/internal/evs"
@@ -139,7 +140,7 @@ func newEnv(t *testing.T, test bool, url string) (*env, evs.Batch) {
 		t.Fatal(err)
 	}
 	pol, _ := config.ParseEgress("127.0.0.0/8")
-	return &env{st: st, clock: clock, d: &webhook.Deliverer{Store: st, Client: webhook.NewClient(pol), Now: clock.Now}}, b
+	return &env{st: st, clock: clock, d: &webhook.Deliverer{Store: st, Client: webhook.NewClient(pol), Now: clock.Now, Body: api.EventBody}}, b
 }
 
 func TestAttemptRetriesThenDelivers(t *testing.T) {
