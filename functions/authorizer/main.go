@@ -7,14 +7,13 @@ import (
 	"context"
 	"os"
 
-	"github.com/aws/aws-lambda-go/lambda"
+	awslambda "github.com/aws/aws-lambda-go/lambda"
 	"github.com/aws/aws-sdk-go-v2/aws"
 
 	"github.com/evs-dev/evs/internal/authorizer"
-	"github.com/evs-dev/evs/internal/awsinit"
 	"github.com/evs-dev/evs/internal/config"
 	"github.com/evs-dev/evs/internal/dynamostore"
-	"github.com/evs-dev/evs/internal/gateway"
+	"github.com/evs-dev/evs/internal/lambda"
 )
 
 func main() {
@@ -26,7 +25,7 @@ func main() {
 		if err == nil {
 			// A table that is not there is one line here, at cold start,
 			// not "unavailable" on every call.
-			err = awsinit.Check(context.Background(), awsCfg, awsinit.Resources{Tables: []awsinit.Resource{{Name: cfg.Tables.Keys, Source: "EVS_KEYS_TABLE"}}})
+			err = lambda.Check(context.Background(), awsCfg, lambda.Resources{Tables: []lambda.Resource{{Name: cfg.Tables.Keys, Source: "EVS_KEYS_TABLE"}}})
 		}
 	}
 	if err != nil {
@@ -35,5 +34,5 @@ func main() {
 		logger.Error("authorizer: init failed", "error", err.Error())
 		os.Exit(1)
 	}
-	lambda.Start(gateway.Authorizer(authorizer.New(st)))
+	awslambda.Start(lambda.Authorizer(authorizer.New(st)))
 }

@@ -11,19 +11,18 @@ import (
 	"os"
 	"time"
 
-	"github.com/aws/aws-lambda-go/lambda"
+	awslambda "github.com/aws/aws-lambda-go/lambda"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/evs-dev/evs/internal/api"
 	"github.com/evs-dev/evs/internal/app"
-	"github.com/evs-dev/evs/internal/awsinit"
 	"github.com/evs-dev/evs/internal/batch"
 	"github.com/evs-dev/evs/internal/config"
 	"github.com/evs-dev/evs/internal/dynamostore"
 	"github.com/evs-dev/evs/internal/evs"
-	"github.com/evs-dev/evs/internal/gateway"
 	"github.com/evs-dev/evs/internal/idempotency"
+	"github.com/evs-dev/evs/internal/lambda"
 	"github.com/evs-dev/evs/internal/sqsqueue"
 	"github.com/evs-dev/evs/internal/store"
 )
@@ -40,13 +39,13 @@ func main() {
 	if err == nil {
 		// Missing tables or queue are one line here, at cold start, not
 		// "unavailable" on every call.
-		err = awsinit.Check(context.Background(), awsCfg, awsinit.Resources{
-			Tables: []awsinit.Resource{
+		err = lambda.Check(context.Background(), awsCfg, lambda.Resources{
+			Tables: []lambda.Resource{
 				{Name: cfg.Tables.Batches, Source: "EVS_BATCHES_TABLE"}, {Name: cfg.Tables.Results, Source: "EVS_RESULTS_TABLE"},
 				{Name: cfg.Tables.Idempotency, Source: "EVS_IDEMPOTENCY_TABLE"},
 			},
 			Also: []func(context.Context, string, string) error{
-				sqsqueue.CheckQueue(sqs.NewFromConfig(awsCfg), awsinit.Resource{Name: cfg.QueueURL, Source: "EVS_QUEUE_URL"}),
+				sqsqueue.CheckQueue(sqs.NewFromConfig(awsCfg), lambda.Resource{Name: cfg.QueueURL, Source: "EVS_QUEUE_URL"}),
 			},
 		})
 	}
@@ -111,5 +110,5 @@ func main() {
 	// API Gateway has checked the key and the rate: the routes need no
 	// guard here. The console's routes have no authorizer.
 	o := api.ObserveOptions{Logger: logger, Done: app.Calls(&app.EMF{W: os.Stdout})}
-	lambda.Start(gateway.Proxy(api.Mux(o, h.MountBatches(nil), h.MountOutcomes(nil), func(mux *http.ServeMux) { api.MountConsole(mux, web) })))
+	awslambda.Start(lambda.Proxy(api.Mux(o, h.MountBatches(nil), h.MountOutcomes(nil), func(mux *http.ServeMux) { api.MountConsole(mux, web) })))
 }

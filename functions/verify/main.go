@@ -7,17 +7,16 @@ import (
 	"os"
 	"time"
 
-	"github.com/aws/aws-lambda-go/lambda"
+	awslambda "github.com/aws/aws-lambda-go/lambda"
 	"github.com/aws/aws-sdk-go-v2/aws"
 
 	"github.com/evs-dev/evs/internal/api"
 	"github.com/evs-dev/evs/internal/app"
-	"github.com/evs-dev/evs/internal/awsinit"
 	"github.com/evs-dev/evs/internal/cache"
 	"github.com/evs-dev/evs/internal/config"
 	"github.com/evs-dev/evs/internal/dynamostore"
-	"github.com/evs-dev/evs/internal/gateway"
 	"github.com/evs-dev/evs/internal/idempotency"
+	"github.com/evs-dev/evs/internal/lambda"
 	"github.com/evs-dev/evs/internal/politeness"
 	"github.com/evs-dev/evs/internal/verify"
 )
@@ -39,14 +38,14 @@ func main() {
 		// Missing tables are one line here, at cold start, not
 		// "unavailable" on every call. (Batches, where the quota counts,
 		// may only be updated by this function, not described.)
-		err = awsinit.Check(context.Background(), awsCfg, awsinit.Resources{Tables: []awsinit.Resource{
+		err = lambda.Check(context.Background(), awsCfg, lambda.Resources{Tables: []lambda.Resource{
 			{Name: cfg.Tables.Keys, Source: "EVS_KEYS_TABLE"}, {Name: cfg.Tables.Idempotency, Source: "EVS_IDEMPOTENCY_TABLE"},
 		}})
 	}
 	if err == nil {
 		// The SOCKS5 exit (credentials and all) comes from Secrets
 		// Manager, once per cold start, before the engine dials anything.
-		err = awsinit.ResolveSMTPProxy(context.Background(), awsCfg, &cfg)
+		err = lambda.ResolveSMTPProxy(context.Background(), awsCfg, &cfg)
 	}
 	if err == nil {
 		// What a domain's accept-all probe said is shared with every
@@ -111,5 +110,5 @@ func main() {
 	})
 	// API Gateway has checked the key and the rate: the routes need no
 	// guard here.
-	lambda.Start(gateway.Proxy(api.Mux(api.ObserveOptions{Logger: logger, Done: app.Calls(emf)}, h.MountVerify(nil))))
+	awslambda.Start(lambda.Proxy(api.Mux(api.ObserveOptions{Logger: logger, Done: app.Calls(emf)}, h.MountVerify(nil))))
 }

@@ -9,17 +9,17 @@ import (
 	"os"
 	"time"
 
-	"github.com/aws/aws-lambda-go/lambda"
+	awslambda "github.com/aws/aws-lambda-go/lambda"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/evs-dev/evs/internal/api"
 	"github.com/evs-dev/evs/internal/app"
-	"github.com/evs-dev/evs/internal/awsinit"
 	"github.com/evs-dev/evs/internal/batch"
 	"github.com/evs-dev/evs/internal/cache"
 	"github.com/evs-dev/evs/internal/config"
 	"github.com/evs-dev/evs/internal/dynamostore"
+	"github.com/evs-dev/evs/internal/lambda"
 	"github.com/evs-dev/evs/internal/politeness"
 	"github.com/evs-dev/evs/internal/sqsqueue"
 	"github.com/evs-dev/evs/internal/verify"
@@ -43,20 +43,20 @@ func main() {
 	if err == nil {
 		// Missing tables or queue are one line here, at cold start, not
 		// "unavailable" on every message.
-		err = awsinit.Check(context.Background(), awsCfg, awsinit.Resources{
-			Tables: []awsinit.Resource{
+		err = lambda.Check(context.Background(), awsCfg, lambda.Resources{
+			Tables: []lambda.Resource{
 				{Name: cfg.Tables.Keys, Source: "EVS_KEYS_TABLE"}, {Name: cfg.Tables.Batches, Source: "EVS_BATCHES_TABLE"},
 				{Name: cfg.Tables.Results, Source: "EVS_RESULTS_TABLE"},
 			},
 			Also: []func(context.Context, string, string) error{
-				sqsqueue.CheckQueue(sqs.NewFromConfig(awsCfg), awsinit.Resource{Name: cfg.QueueURL, Source: "EVS_QUEUE_URL"}),
+				sqsqueue.CheckQueue(sqs.NewFromConfig(awsCfg), lambda.Resource{Name: cfg.QueueURL, Source: "EVS_QUEUE_URL"}),
 			},
 		})
 	}
 	if err == nil {
 		// The SOCKS5 exit (credentials and all) comes from Secrets
 		// Manager, once per cold start, before the engine dials anything.
-		err = awsinit.ResolveSMTPProxy(context.Background(), awsCfg, &cfg)
+		err = lambda.ResolveSMTPProxy(context.Background(), awsCfg, &cfg)
 	}
 	if err == nil {
 		// What a domain's accept-all probe said, and how long its server
@@ -173,5 +173,5 @@ func main() {
 		}
 		handler = ses.Route(handler)
 	}
-	lambda.Start(handler)
+	awslambda.Start(handler)
 }

@@ -20,10 +20,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/evs-dev/evs/internal/authorizer"
-	"github.com/evs-dev/evs/internal/awsinit"
 	"github.com/evs-dev/evs/internal/config"
 	"github.com/evs-dev/evs/internal/dynamostore"
 	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/lambda"
 	"github.com/evs-dev/evs/internal/sqlitestore"
 	"github.com/evs-dev/evs/internal/store"
 )
@@ -73,8 +73,8 @@ func openDynamoKeys(ctx context.Context, table string) (aws.Config, *dynamostore
 	if err != nil {
 		return aws.Config{}, nil, err
 	}
-	err = awsinit.Check(ctx, awsCfg, awsinit.Resources{
-		Tables: []awsinit.Resource{{Name: table, Source: "--dynamodb-table"}},
+	err = lambda.Check(ctx, awsCfg, lambda.Resources{
+		Tables: []lambda.Resource{{Name: table, Source: "--dynamodb-table"}},
 		Fix:    "pass the stack's KeysTable output (sam list stack-outputs), or deploy the stack (sam deploy)",
 	})
 	if err != nil {

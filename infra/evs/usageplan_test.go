@@ -19,7 +19,7 @@ import (
 	"github.com/evs-dev/evs/internal/authorizer"
 	"github.com/evs-dev/evs/internal/dynamostore"
 	"github.com/evs-dev/evs/internal/evs"
-	"github.com/evs-dev/evs/internal/gateway"
+	"github.com/evs-dev/evs/internal/lambda"
 	"github.com/evs-dev/evs/internal/sqlitestore"
 	"github.com/evs-dev/evs/internal/store"
 	"github.com/evs-dev/evs/internal/testkit"
@@ -157,7 +157,7 @@ func TestKeysUsagePlan(t *testing.T) {
 	// The authorizer hands API Gateway the usage key for both evs keys.
 	auth := authorizer.New(st)
 	for _, k := range []string{key, key2} {
-		resp, err := gateway.Authorizer(auth)(ctx, events.APIGatewayCustomAuthorizerRequestTypeRequest{
+		resp, err := lambda.Authorizer(auth)(ctx, events.APIGatewayCustomAuthorizerRequestTypeRequest{
 			Type:      "REQUEST",
 			MethodArn: "arn:aws:execute-api:us-east-1:123456789012:abcdef1234/prod/POST/v1/verify",
 			Headers:   map[string]string{authorizer.HeaderName: k},

@@ -2,7 +2,7 @@
 // the standard mux's method-and-path patterns (Register). `evs serve` puts
 // them behind its own middleware (key check, throttling, body budget); each
 // Lambda function reaches the same handlers through the API Gateway adapter
-// (internal/gateway). Either way the same code answers.
+// (internal/lambda). Either way the same code answers.
 //
 // Every reply carries this call's requestId (API Gateway's
 // requestContext.requestId on AWS, a UUID on `evs serve`) in the body and in

@@ -15,8 +15,8 @@ import (
 
 	"github.com/evs-dev/evs/internal/api"
 	"github.com/evs-dev/evs/internal/evs"
-	"github.com/evs-dev/evs/internal/gateway"
 	"github.com/evs-dev/evs/internal/idempotency"
+	"github.com/evs-dev/evs/internal/lambda"
 	"github.com/evs-dev/evs/internal/sqlitestore"
 	"github.com/evs-dev/evs/internal/testkit"
 	"github.com/evs-dev/evs/internal/verify"
@@ -49,7 +49,7 @@ func (q *queue) Enqueue(_ context.Context, b evs.Batch) error {
 
 type fixture struct {
 	h     *api.Handler
-	fn    gateway.Handler
+	fn    lambda.ProxyHandler
 	q     *queue
 	clock *testkit.Clock
 	seq   int
@@ -86,7 +86,7 @@ func newFixtureWith(t *testing.T, with func(*api.Deps)) *fixture {
 		with(&d)
 	}
 	h := api.New(d)
-	return &fixture{h: h, fn: gateway.Proxy(api.Mux(api.ObserveOptions{Logger: d.Logger}, h.MountAll(nil))), q: q, clock: clock, logs: logs}
+	return &fixture{h: h, fn: lambda.Proxy(api.Mux(api.ObserveOptions{Logger: d.Logger}, h.MountAll(nil))), q: q, clock: clock, logs: logs}
 }
 
 // event builds the proxy event of one call by account acct.

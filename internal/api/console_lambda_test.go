@@ -15,7 +15,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/evs-dev/evs/internal/api"
-	"github.com/evs-dev/evs/internal/gateway"
+	"github.com/evs-dev/evs/internal/lambda"
 )
 
 // event is the proxy event API Gateway (REST API) hands the function for
@@ -36,14 +36,14 @@ var discard = slog.New(slog.NewJSONHandler(io.Discard, nil))
 // lambdaOf serves the console h as the requests function does: mounted
 // beside next (nil: no route), behind api.Observe and the API Gateway
 // adapter.
-func lambdaOf(h, next http.Handler, logger *slog.Logger) gateway.Handler {
+func lambdaOf(h, next http.Handler, logger *slog.Logger) lambda.ProxyHandler {
 	mux := http.NewServeMux()
 	api.MountConsole(mux, h)
 	if next == nil {
 		next = http.HandlerFunc(api.NotFound)
 	}
 	mux.Handle("/", next)
-	return gateway.Proxy(api.Observe(api.ObserveOptions{Logger: logger}, mux))
+	return lambda.Proxy(api.Observe(api.ObserveOptions{Logger: logger}, mux))
 }
 
 // body is a proxy response's body as API Gateway sends it on.

@@ -12,7 +12,7 @@ import (
 	"github.com/evs-dev/evs/internal/api"
 	"github.com/evs-dev/evs/internal/authorizer"
 	"github.com/evs-dev/evs/internal/evs"
-	"github.com/evs-dev/evs/internal/gateway"
+	"github.com/evs-dev/evs/internal/lambda"
 	"github.com/evs-dev/evs/internal/sqlitestore"
 	"github.com/evs-dev/evs/internal/testkit"
 	"github.com/evs-dev/evs/internal/verify"
@@ -20,7 +20,7 @@ import (
 
 // TestPublishableKeyOnLambda runs a publishable key through the AWS path
 // with the Lambda events' shapes: the REQUEST authorizer's answer, then
-// the verify function's handler (gateway.Proxy) given that answer as API
+// the verify function's handler (lambda.Proxy) given that answer as API
 // Gateway hands it on (contract, section 17).
 func TestPublishableKeyOnLambda(t *testing.T) {
 	ctx := context.Background()
@@ -38,7 +38,7 @@ func TestPublishableKeyOnLambda(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	az := gateway.Authorizer(authorizer.New(st))
+	az := lambda.Authorizer(authorizer.New(st))
 	const arn = "arn:aws:execute-api:eu-west-1:123456789012:abc123/prod/"
 	authorize := func(methodPath string) events.APIGatewayCustomAuthorizerResponse {
 		t.Helper()
@@ -65,7 +65,7 @@ func TestPublishableKeyOnLambda(t *testing.T) {
 
 	sandbox := verify.NewSandbox(clock.Now)
 	h := api.New(api.Deps{Engine: sandbox, Sandbox: sandbox, Now: clock.Now})
-	fn := gateway.Proxy(api.Mux(api.ObserveOptions{}, h.MountVerify(nil), h.MountBatches(nil)))
+	fn := lambda.Proxy(api.Mux(api.ObserveOptions{}, h.MountVerify(nil), h.MountBatches(nil)))
 	authz := authorize("POST/v1/verify").Context
 	call := func(method, resource, origin string, withAuth bool) events.APIGatewayProxyResponse {
 		t.Helper()
@@ -147,7 +147,7 @@ func TestPublishableLimitsOnLambda(t *testing.T) {
 	sandbox := verify.NewSandbox(clock.Now)
 	h := api.New(api.Deps{Engine: sandbox, Sandbox: sandbox, Now: clock.Now, Quota: api.Quota{Store: st},
 		PublishableLimits: api.PublishableLimits{PerAddress: 3, PerKey: 5}})
-	fn := gateway.Proxy(api.Mux(api.ObserveOptions{}, h.MountVerify(nil)))
+	fn := lambda.Proxy(api.Mux(api.ObserveOptions{}, h.MountVerify(nil)))
 	const origin = "https://shop.example"
 	call := func(kind, keyID, ip string) events.APIGatewayProxyResponse {
 		t.Helper()

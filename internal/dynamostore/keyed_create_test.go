@@ -16,8 +16,8 @@ import (
 	"github.com/evs-dev/evs/internal/api"
 	"github.com/evs-dev/evs/internal/dynamostore"
 	"github.com/evs-dev/evs/internal/evs"
-	"github.com/evs-dev/evs/internal/gateway"
 	"github.com/evs-dev/evs/internal/idempotency"
+	"github.com/evs-dev/evs/internal/lambda"
 	"github.com/evs-dev/evs/internal/testkit"
 )
 
@@ -72,7 +72,7 @@ func keyedCreate(t *testing.T, h *api.Handler, acct, key, body string) (events.A
 			Authorizer: map[string]any{"accountId": acct, "keyId": "k1", "testMode": "true"},
 		},
 	}
-	r, err := gateway.Proxy(api.Mux(api.ObserveOptions{}, h.MountAll(nil)))(context.Background(), ev)
+	r, err := lambda.Proxy(api.Mux(api.ObserveOptions{}, h.MountAll(nil)))(context.Background(), ev)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,13 +9,13 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/aws/smithy-go"
 
-	"github.com/evs-dev/evs/internal/awsinit"
+	"github.com/evs-dev/evs/internal/lambda"
 )
 
-// CheckQueue is the awsinit check of the queue q (its URL and where it came
-// from), for awsinit.Resources.Also: a queue SQS says does not exist is
+// CheckQueue is the cold-start check of the queue q (its URL and where it came
+// from), for lambda.Resources.Also: a queue SQS says does not exist is
 // one line naming it; other failures are left to the calls.
-func CheckQueue(client *sqs.Client, q awsinit.Resource) func(ctx context.Context, region, fix string) error {
+func CheckQueue(client *sqs.Client, q lambda.Resource) func(ctx context.Context, region, fix string) error {
 	return func(ctx context.Context, region, fix string) error {
 		if q.Name == "" {
 			return nil
@@ -26,8 +26,8 @@ func CheckQueue(client *sqs.Client, q awsinit.Resource) func(ctx context.Context
 		var nq *types.QueueDoesNotExist
 		var ae smithy.APIError
 		if errors.As(err, &nq) || (errors.As(err, &ae) && ae.ErrorCode() == "AWS.SimpleQueueService.NonExistentQueue") {
-			return awsinit.NotFound("SQS queue "+q.Name, q.Source, region, fix)
+			return lambda.NotFound("SQS queue "+q.Name, q.Source, region, fix)
 		}
-		return awsinit.Unreachable(err, region)
+		return lambda.Unreachable(err, region)
 	}
 }

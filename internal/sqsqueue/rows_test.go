@@ -17,8 +17,8 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/evs-dev/evs/internal/api"
-	"github.com/evs-dev/evs/internal/gateway"
 	"github.com/evs-dev/evs/internal/idempotency"
+	"github.com/evs-dev/evs/internal/lambda"
 	"github.com/evs-dev/evs/internal/testkit"
 )
 
@@ -53,7 +53,7 @@ func TestCSVRowsOnAWS(t *testing.T) {
 			Authorizer: map[string]any{"principalId": w.acct, "accountId": w.acct, "keyId": "k1", "testMode": "true"},
 		},
 	}
-	resp, err := gateway.Proxy(api.Mux(api.ObserveOptions{}, w.h.MountAll(nil)))(context.Background(), req)
+	resp, err := lambda.Proxy(api.Mux(api.ObserveOptions{}, w.h.MountAll(nil)))(context.Background(), req)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,8 +28,8 @@ import (
 	"github.com/evs-dev/evs/internal/batch"
 	"github.com/evs-dev/evs/internal/dynamostore"
 	"github.com/evs-dev/evs/internal/evs"
-	"github.com/evs-dev/evs/internal/gateway"
 	"github.com/evs-dev/evs/internal/idempotency"
+	"github.com/evs-dev/evs/internal/lambda"
 	"github.com/evs-dev/evs/internal/sqsqueue"
 	"github.com/evs-dev/evs/internal/store"
 	"github.com/evs-dev/evs/internal/testkit"
@@ -302,7 +302,7 @@ func (w *scaleWorld) create(n int) (string, []call) {
 		},
 	}
 	start := time.Now()
-	resp, err := gateway.Proxy(api.Mux(api.ObserveOptions{}, w.h.MountAll(nil)))(context.Background(), req)
+	resp, err := lambda.Proxy(api.Mux(api.ObserveOptions{}, w.h.MountAll(nil)))(context.Background(), req)
 	if err != nil {
 		w.t.Fatalf("create %d addresses: %v", n, err)
 	}
@@ -466,7 +466,7 @@ func (w *scaleWorld) createFromUpload(n int) (string, []call) {
 				Authorizer: map[string]any{"principalId": w.acct, "accountId": w.acct, "keyId": "k1", "testMode": "true"},
 			},
 		}
-		resp, err := gateway.Proxy(api.Mux(api.ObserveOptions{}, w.h.MountAll(nil)))(context.Background(), req)
+		resp, err := lambda.Proxy(api.Mux(api.ObserveOptions{}, w.h.MountAll(nil)))(context.Background(), req)
 		if err != nil {
 			w.t.Fatal(err)
 		}
@@ -609,7 +609,7 @@ func (w *scaleWorld) get(account, resource, id string, query, headers map[string
 			Authorizer: map[string]any{"principalId": account, "accountId": account, "keyId": "k1", "testMode": "true"},
 		},
 	}
-	resp, err := gateway.Proxy(api.Mux(api.ObserveOptions{}, w.h.MountAll(nil)))(context.Background(), req)
+	resp, err := lambda.Proxy(api.Mux(api.ObserveOptions{}, w.h.MountAll(nil)))(context.Background(), req)
 	if err != nil {
 		w.t.Fatalf("GET %s: %v", path, err)
 	}

@@ -1,4 +1,4 @@
-package awsinit_test
+package lambda_test
 
 import (
 	"context"
@@ -13,8 +13,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
-	"github.com/evs-dev/evs/internal/awsinit"
 	"github.com/evs-dev/evs/internal/dynamostore"
+	"github.com/evs-dev/evs/internal/lambda"
 	"github.com/evs-dev/evs/internal/sqsqueue"
 	"github.com/evs-dev/evs/internal/testkit"
 )
@@ -39,11 +39,11 @@ func TestRegion(t *testing.T) {
 		{"", &local, false},
 	}
 	for _, c := range cases {
-		err := awsinit.Region(aws.Config{Region: c.region, BaseEndpoint: c.endpoint})
+		err := lambda.Region(aws.Config{Region: c.region, BaseEndpoint: c.endpoint})
 		if (err == nil) != c.ok {
 			t.Errorf("region %q (endpoint %v): %v", c.region, c.endpoint != nil, err)
 		}
-		if err != nil && (!errors.Is(err, awsinit.ErrMissing) || !strings.Contains(err.Error(), "AWS_REGION") || strings.Contains(err.Error(), "\n")) {
+		if err != nil && (!errors.Is(err, lambda.ErrMissing) || !strings.Contains(err.Error(), "AWS_REGION") || strings.Contains(err.Error(), "\n")) {
 			t.Errorf("region %q: %q; want one line that names AWS_REGION", c.region, err)
 		}
 	}
@@ -65,8 +65,8 @@ func TestUnknownRegion(t *testing.T) {
 		Credentials: credentials.NewStaticCredentialsProvider("k", "s", ""),
 		HTTPClient:  &http.Client{Transport: noSuchHost{}},
 	}
-	err := awsinit.Check(context.Background(), cfg, awsinit.Resources{Tables: []awsinit.Resource{{Name: "keys", Source: "EVS_KEYS_TABLE"}}})
-	if !errors.Is(err, awsinit.ErrMissing) || !strings.Contains(err.Error(), `"xx-nowhere-9"`) || !strings.Contains(err.Error(), "dynamodb.xx-nowhere-9.amazonaws.com") {
+	err := lambda.Check(context.Background(), cfg, lambda.Resources{Tables: []lambda.Resource{{Name: "keys", Source: "EVS_KEYS_TABLE"}}})
+	if !errors.Is(err, lambda.ErrMissing) || !strings.Contains(err.Error(), `"xx-nowhere-9"`) || !strings.Contains(err.Error(), "dynamodb.xx-nowhere-9.amazonaws.com") {
 		t.Fatalf("Check: %v", err)
 	}
 }
@@ -85,10 +85,10 @@ func TestOtherFailuresAreNotJudged(t *testing.T) {
 		Region: "us-east-1", BaseEndpoint: &endpoint, RetryMaxAttempts: 1,
 		Credentials: credentials.NewStaticCredentialsProvider("k", "s", ""),
 	}
-	if err := awsinit.Check(context.Background(), cfg, awsinit.Resources{
-		Tables: []awsinit.Resource{{Name: "keys", Source: "EVS_KEYS_TABLE"}},
+	if err := lambda.Check(context.Background(), cfg, lambda.Resources{
+		Tables: []lambda.Resource{{Name: "keys", Source: "EVS_KEYS_TABLE"}},
 		Also: []func(context.Context, string, string) error{
-			sqsqueue.CheckQueue(sqs.NewFromConfig(cfg), awsinit.Resource{Name: endpoint + "/000000000000/work", Source: "EVS_QUEUE_URL"}),
+			sqsqueue.CheckQueue(sqs.NewFromConfig(cfg), lambda.Resource{Name: endpoint + "/000000000000/work", Source: "EVS_QUEUE_URL"}),
 		},
 	}); err != nil {
 		t.Fatalf("Check judged a refused connection: %v", err)
@@ -115,19 +115,19 @@ func TestMissingResources(t *testing.T) {
 	queue := aws.ToString(q.QueueUrl)
 	withQueue := func(url string) []func(context.Context, string, string) error {
 		return []func(context.Context, string, string) error{
-			sqsqueue.CheckQueue(testkit.SQS(t), awsinit.Resource{Name: url, Source: "EVS_QUEUE_URL"}),
+			sqsqueue.CheckQueue(testkit.SQS(t), lambda.Resource{Name: url, Source: "EVS_QUEUE_URL"}),
 		}
 	}
-	good := awsinit.Resources{
-		Tables: []awsinit.Resource{{Name: tables.Keys, Source: "EVS_KEYS_TABLE"}},
+	good := lambda.Resources{
+		Tables: []lambda.Resource{{Name: tables.Keys, Source: "EVS_KEYS_TABLE"}},
 		Also:   withQueue(queue),
 	}
-	if err := awsinit.Check(ctx, cfg, good); err != nil {
+	if err := lambda.Check(ctx, cfg, good); err != nil {
 		t.Fatalf("resources that exist: %v", err)
 	}
 	noTable := good
-	noTable.Tables = append([]awsinit.Resource{}, good.Tables...)
-	noTable.Tables = append(noTable.Tables, awsinit.Resource{Name: "nope", Source: "EVS_RESULTS_TABLE"})
+	noTable.Tables = append([]lambda.Resource{}, good.Tables...)
+	noTable.Tables = append(noTable.Tables, lambda.Resource{Name: "nope", Source: "EVS_RESULTS_TABLE"})
 	noQueue := good
 	noQueue.Also = withQueue(queue + "-nope")
 	elsewhere := cfg.Copy()
@@ -135,15 +135,15 @@ func TestMissingResources(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		cfg  aws.Config
-		r    awsinit.Resources
+		r    lambda.Resources
 		want []string
 	}{
 		{"missing table", cfg, noTable, []string{`DynamoDB table "nope" (EVS_RESULTS_TABLE) does not exist in region us-east-1`, "sam deploy"}},
 		{"missing queue", cfg, noQueue, []string{"SQS queue " + queue + "-nope (EVS_QUEUE_URL) does not exist", "sam deploy"}},
 		{"other region", elsewhere, good, []string{`DynamoDB table "` + tables.Keys + `" (EVS_KEYS_TABLE) does not exist in region eu-west-1`, "AWS_REGION"}},
 	} {
-		err := awsinit.Check(ctx, c.cfg, c.r)
-		if !errors.Is(err, awsinit.ErrMissing) || strings.Contains(err.Error(), "\n") {
+		err := lambda.Check(ctx, c.cfg, c.r)
+		if !errors.Is(err, lambda.ErrMissing) || strings.Contains(err.Error(), "\n") {
 			t.Errorf("%s: %v; want one line", c.name, err)
 			continue
 		}

@@ -1,4 +1,4 @@
-package awsinit
+package lambda
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package gateway_test
+package lambda_test
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/evs-dev/evs/internal/authorizer"
-	"github.com/evs-dev/evs/internal/gateway"
+	"github.com/evs-dev/evs/internal/lambda"
 	"github.com/evs-dev/evs/internal/sqlitestore"
 	"github.com/evs-dev/evs/internal/testkit"
 )
@@ -82,7 +82,7 @@ func TestHandle(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			resp, err := gateway.Authorizer(az)(context.Background(), request(tt.headers, tt.multi))
+			resp, err := lambda.Authorizer(az)(context.Background(), request(tt.headers, tt.multi))
 			if tt.want == "Unauthorized" {
 				if err == nil || err.Error() != "Unauthorized" {
 					t.Fatalf("err %v, want exactly \"Unauthorized\"", err)
@@ -129,7 +129,7 @@ func TestStoreFailure(t *testing.T) {
 	az := authorizer.New(st)
 	_ = st.Close()
 	for _, key := range []string{ks.Live, ks.Revoked} {
-		_, err := gateway.Authorizer(az)(context.Background(), request(map[string]string{"X-Api-Key": key}, nil))
+		_, err := lambda.Authorizer(az)(context.Background(), request(map[string]string{"X-Api-Key": key}, nil))
 		if err == nil || err.Error() == "Unauthorized" {
 			t.Fatalf("closed store: err %v, want a failure that is not a 401", err)
 		}
@@ -141,7 +141,7 @@ func TestStoreFailure(t *testing.T) {
 		}
 	}
 	// A malformed key is refused without asking the store.
-	if _, err := gateway.Authorizer(az)(context.Background(), request(map[string]string{"X-Api-Key": "evs.nope"}, nil)); err == nil || err.Error() != "Unauthorized" {
+	if _, err := lambda.Authorizer(az)(context.Background(), request(map[string]string{"X-Api-Key": "evs.nope"}, nil)); err == nil || err.Error() != "Unauthorized" {
 		t.Fatalf("malformed key with a closed store: %v", err)
 	}
 }
@@ -170,7 +170,7 @@ func TestStageResource(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.arn, func(t *testing.T) {
-			got, err := gateway.StageResource(tt.arn)
+			got, err := lambda.StageResource(tt.arn)
 			if got != tt.want || (err == nil) != (tt.want != "") {
 				t.Fatalf("StageResource = %q, %v; want %q", got, err, tt.want)
 			}
@@ -183,7 +183,7 @@ func TestHandleMalformedMethodArn(t *testing.T) {
 	az := authorizer.New(st)
 	req := request(map[string]string{"X-Api-Key": ks.Live}, nil)
 	req.MethodArn = "garbage"
-	if _, err := gateway.Authorizer(az)(context.Background(), req); err == nil || err.Error() == "Unauthorized" {
+	if _, err := lambda.Authorizer(az)(context.Background(), req); err == nil || err.Error() == "Unauthorized" {
 		t.Fatalf("allowed key with a malformed method ARN: %v, want a 500-type error", err)
 	}
 }
@@ -198,7 +198,7 @@ func FuzzHandle(f *testing.F) {
 	}
 	f.Add("x-api-key", ks.Test)
 	f.Fuzz(func(t *testing.T, name, value string) {
-		resp, err := gateway.Authorizer(az)(context.Background(), request(map[string]string{name: value}, map[string][]string{name: {value}}))
+		resp, err := lambda.Authorizer(az)(context.Background(), request(map[string]string{name: value}, map[string][]string{name: {value}}))
 		if err != nil {
 			if err.Error() != "Unauthorized" {
 				t.Fatalf("unexpected error %v", err)
@@ -231,7 +231,7 @@ func TestDenyNeverNamesThePath(t *testing.T) {
 	az := authorizer.New(st)
 	req := request(map[string]string{"X-Api-Key": ks.Revoked}, nil)
 	req.MethodArn = "arn:aws:execute-api:eu-west-1:123456789012:abc123/prod/GET/v1/requests/" + strings.Repeat("*", 50) + "/results"
-	resp, err := gateway.Authorizer(az)(context.Background(), req)
+	resp, err := lambda.Authorizer(az)(context.Background(), req)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,21 +1,4 @@
-// Package awsinit is what a Lambda function, or an evs command that uses
-// AWS, checks and resolves in AWS once, at start (a function's cold start),
-// before it serves anything.
-//
-// Check and Region make sure the AWS region and resources it was given
-// exist. Without them, a table that was never created or a region name
-// typed wrong surfaces on every call as "The store is unavailable; retry.",
-// which no retry fixes; with them, it is one line naming the resource,
-// where its name came from and what to do. Only definite answers stop the
-// start: a table or queue the service says does not exist, a region that
-// cannot be one, an endpoint whose name does not resolve. Anything else (no
-// permission to describe, throttling, a slow network) is left to the calls
-// themselves.
-//
-// ResolveSMTPProxy reads the SOCKS5 exit of the functions that dial SMTP
-// from AWS Secrets Manager. It is here rather than in internal/config so
-// that the configuration stays free of AWS.
-package awsinit
+package lambda
 
 import (
 	"context"

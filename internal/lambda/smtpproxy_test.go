@@ -1,4 +1,4 @@
-package awsinit_test
+package lambda_test
 
 import (
 	"context"
@@ -10,8 +10,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager/types"
 
-	"github.com/evs-dev/evs/internal/awsinit"
 	"github.com/evs-dev/evs/internal/config"
+	"github.com/evs-dev/evs/internal/lambda"
 	"github.com/evs-dev/evs/internal/testkit"
 )
 
@@ -48,7 +48,7 @@ func lambdaConfig(t *testing.T, arn string, vars ...string) config.Config {
 func TestResolveSMTPProxyReadsTheSecret(t *testing.T) {
 	const proxy = "socks5://evs:pa55word@198.51.100.7:1080"
 	cfg := lambdaConfig(t, secret(t, proxy+"\n"))
-	if err := awsinit.ResolveSMTPProxy(context.Background(), testkit.AWSConfig(t), &cfg); err != nil {
+	if err := lambda.ResolveSMTPProxy(context.Background(), testkit.AWSConfig(t), &cfg); err != nil {
 		t.Fatal(err)
 	}
 	if cfg.SMTPProxy != proxy || cfg.SMTP != config.SMTPProxy {
@@ -62,7 +62,7 @@ func TestResolveSMTPProxyReadsTheSecret(t *testing.T) {
 func TestResolveSMTPProxyReadsSeveralExits(t *testing.T) {
 	const proxy = "socks5://evs:pa55word@198.51.100.7:1080#198.51.100.70,socks5://evs:pa55word@198.51.100.8:1080#198.51.100.80"
 	cfg := lambdaConfig(t, secret(t, proxy))
-	if err := awsinit.ResolveSMTPProxy(context.Background(), testkit.AWSConfig(t), &cfg); err != nil {
+	if err := lambda.ResolveSMTPProxy(context.Background(), testkit.AWSConfig(t), &cfg); err != nil {
 		t.Fatal(err)
 	}
 	if len(cfg.SMTPExits) != 2 || cfg.SMTPExits[1].Name != "198.51.100.8" || cfg.SMTPExits[1].EgressIP.String() != "198.51.100.80" ||
@@ -72,7 +72,7 @@ func TestResolveSMTPProxyReadsSeveralExits(t *testing.T) {
 
 	arn := secret(t, "socks5://evs:pa55word@198.51.100.7:1080,socks5://evs:pa55word@198.51.100.8")
 	cfg = lambdaConfig(t, arn)
-	err := awsinit.ResolveSMTPProxy(context.Background(), testkit.AWSConfig(t), &cfg)
+	err := lambda.ResolveSMTPProxy(context.Background(), testkit.AWSConfig(t), &cfg)
 	if err == nil || strings.Contains(err.Error(), "pa55word") || !strings.Contains(err.Error(), "exit 2 of 2") || cfg.SMTPExits != nil {
 		t.Errorf("bad second exit: error %v (want one naming exit 2, not the value), exits %v", err, cfg.SMTPExits)
 	}
@@ -88,7 +88,7 @@ func TestResolveSMTPProxyWithoutSecretCallsNothing(t *testing.T) {
 		"no secret": lambdaConfig(t, ""),
 		"smtp off":  lambdaConfig(t, "arn:aws:secretsmanager:us-east-1:123456789012:secret:evs-proxy-AbCdEf", "EVS_SMTP", "off"),
 	} {
-		if err := awsinit.ResolveSMTPProxy(context.Background(), awsCfg, &cfg); err != nil {
+		if err := lambda.ResolveSMTPProxy(context.Background(), awsCfg, &cfg); err != nil {
 			t.Errorf("%s: %v", name, err)
 		}
 		if cfg.SMTPProxy != "" || cfg.SMTP != config.SMTPOff {
@@ -103,7 +103,7 @@ func TestResolveSMTPProxyFailures(t *testing.T) {
 	ctx := context.Background()
 	missing := "arn:aws:secretsmanager:us-east-1:123456789012:secret:evs-missing-AbCdEf"
 	cfg := lambdaConfig(t, missing)
-	err := awsinit.ResolveSMTPProxy(ctx, testkit.AWSConfig(t), &cfg)
+	err := lambda.ResolveSMTPProxy(ctx, testkit.AWSConfig(t), &cfg)
 	var nf *types.ResourceNotFoundException
 	if !errors.As(err, &nf) || !strings.Contains(err.Error(), missing) || cfg.SMTPProxy != "" {
 		t.Errorf("missing secret: error %v (want ResourceNotFoundException naming the ARN), SMTPProxy %q", err, cfg.SMTPProxy)
@@ -111,7 +111,7 @@ func TestResolveSMTPProxyFailures(t *testing.T) {
 
 	arn := secret(t, "http://evs:pa55word@198.51.100.7:3128")
 	cfg = lambdaConfig(t, arn)
-	err = awsinit.ResolveSMTPProxy(ctx, testkit.AWSConfig(t), &cfg)
+	err = lambda.ResolveSMTPProxy(ctx, testkit.AWSConfig(t), &cfg)
 	if err == nil || strings.Contains(err.Error(), "pa55word") || !strings.Contains(err.Error(), arn) || cfg.SMTPProxy != "" {
 		t.Errorf("bad value: error %v (want one naming the ARN, not the value), SMTPProxy %q", err, cfg.SMTPProxy)
 	}

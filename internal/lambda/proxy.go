@@ -1,16 +1,4 @@
-// Package gateway is the one adapter between Amazon API Gateway (REST API)
-// and the service's net/http handlers: Proxy turns a Lambda proxy event
-// into an *http.Request and the handler's reply into the proxy response,
-// and Authorizer answers API Gateway's REQUEST authorizer events with the
-// same key lookup `evs serve` runs as middleware.
-//
-// It is ours rather than a library's because it must carry what only this
-// API's events hold into the request's context — the REQUEST authorizer's
-// principal and API Gateway's request id — and must route by the matched
-// resource and its path parameters, not the raw path, which behind a custom
-// domain also holds the base path mapping. Everything else is the plain
-// translation of fields, in about a hundred lines.
-package gateway
+package lambda
 
 import (
 	"bytes"
@@ -27,12 +15,12 @@ import (
 	"github.com/evs-dev/evs/internal/evs"
 )
 
-// Handler is an API Gateway proxy Lambda handler.
-type Handler func(ctx context.Context, ev events.APIGatewayProxyRequest) (events.APIGatewayProxyResponse, error)
+// ProxyHandler is an API Gateway proxy Lambda handler.
+type ProxyHandler func(ctx context.Context, ev events.APIGatewayProxyRequest) (events.APIGatewayProxyResponse, error)
 
 // Proxy serves h to API Gateway's proxy events. The reply is buffered, as a
 // Lambda response is one value.
-func Proxy(h http.Handler) Handler {
+func Proxy(h http.Handler) ProxyHandler {
 	return func(ctx context.Context, ev events.APIGatewayProxyRequest) (events.APIGatewayProxyResponse, error) {
 		r, err := Request(ctx, ev)
 		if err != nil {

@@ -1,4 +1,4 @@
-package gateway_test
+package lambda_test
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/evs-dev/evs/internal/evs"
-	"github.com/evs-dev/evs/internal/gateway"
+	"github.com/evs-dev/evs/internal/lambda"
 )
 
 // seen is what a handler behind Proxy was handed.
@@ -87,7 +87,7 @@ func TestProxyRequest(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var got seen
-			resp, err := gateway.Proxy(recordTo(&got))(context.Background(), tc.ev)
+			resp, err := lambda.Proxy(recordTo(&got))(context.Background(), tc.ev)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -115,7 +115,7 @@ func TestProxyRequest(t *testing.T) {
 // it cannot read.
 func TestProxyBadBase64(t *testing.T) {
 	var got seen
-	_, err := gateway.Proxy(recordTo(&got))(context.Background(), events.APIGatewayProxyRequest{
+	_, err := lambda.Proxy(recordTo(&got))(context.Background(), events.APIGatewayProxyRequest{
 		Resource: "/v1/verify", HTTPMethod: http.MethodPost, Body: "%%%", IsBase64Encoded: true})
 	if err != nil {
 		t.Fatal(err)
@@ -128,7 +128,7 @@ func TestProxyBadBase64(t *testing.T) {
 // TestProxyBinaryReply: a reply that is not UTF-8 goes base64-encoded.
 func TestProxyBinaryReply(t *testing.T) {
 	png := []byte{0x89, 'P', 'N', 'G', 0xff, 0x00}
-	resp, _ := gateway.Proxy(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	resp, _ := lambda.Proxy(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write(png)
 	}))(context.Background(), events.APIGatewayProxyRequest{Path: "/x", HTTPMethod: http.MethodGet})
 	b, err := base64.StdEncoding.DecodeString(resp.Body)
