@@ -157,7 +157,7 @@ func userWords(err error) string {
 	return packageTagRe.ReplaceAllString(err.Error(), "$1")
 }
 
-var packageTagRe = regexp.MustCompile(`(^|: )(?:sqlitestore|dynamostore|store|smtpprobe|dnscheck|verify|config|authorizer|batch|webhook|idempotency|server|api|politeness|sqsqueue|awsinit|cache|gateway|` +
+var packageTagRe = regexp.MustCompile(`(^|: )(?:sqlitestore|dynamostore|store|smtpprobe|dnscheck|verify|config|authorizer|batch|webhook|idempotency|server|api|politeness|sqsqueue|awsinit|cache|gateway|app|lambda|` +
 	// The error codes the API's envelope carries (evs.Error): the
 	// message after one is already in the user's words.
 	`invalid_request|not_found|invalid_state|unavailable|internal_error|forbidden|unauthorized|rate_limited): `)

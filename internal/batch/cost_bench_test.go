@@ -15,12 +15,12 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
+	"github.com/evs-dev/evs/internal/app"
 	"github.com/evs-dev/evs/internal/batch"
 	"github.com/evs-dev/evs/internal/config"
 	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/politeness"
 	"github.com/evs-dev/evs/internal/sqlitestore"
-	"github.com/evs-dev/evs/internal/sqsqueue"
 	"github.com/evs-dev/evs/internal/testkit"
 	"github.com/evs-dev/evs/internal/verify"
 	"github.com/evs-dev/evs/internal/verify/dnscheck"
@@ -186,7 +186,7 @@ func runCost(tb testing.TB, world *costWorld, m costMix, scale float64, tuning c
 	if err := q.Send(ctx, []batch.Message{batch.PlanMessage(b)}, 0); err != nil {
 		tb.Fatal(err)
 	}
-	handler := sqsqueue.Handler(w)
+	handler := app.SQSHandler(w)
 	var billed atomic.Int64
 	var invocations atomic.Int32
 	runCtx, stop := context.WithCancel(ctx)

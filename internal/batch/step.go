@@ -259,12 +259,7 @@ func (s stepper) learnGrey(ctx context.Context, t task, rs []evs.Result) {
 	}
 }
 
-func (s stepper) firstPause() time.Duration {
-	if s.gate == nil {
-		return (&politeness.Gate{}).FirstPause()
-	}
-	return s.gate.FirstPause()
-}
+func (s stepper) firstPause() time.Duration { return s.gate.FirstPause() }
 
 // gateNow is the gate's clock, which its times (until) are on.
 func (s stepper) gateNow() time.Time {

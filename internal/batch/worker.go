@@ -68,7 +68,7 @@ type Message struct {
 	Export *store.ExportJob `json:"export,omitempty"`
 }
 
-// Queue carries the Worker's messages; sqsqueue.Queue is SQS.
+// Queue carries the Worker's messages; app.Queue is SQS.
 type Queue interface {
 	// Send queues ms, each delivered once delay (at most MaxDelay) has
 	// passed; an error means none or only some may have been queued.

@@ -13,7 +13,7 @@ import (
 )
 
 // Politeness records (politeness.State, and the parking of
-// sqsqueue.Parking), all in the Batches table in
+// batch.Parking), all in the Batches table in
 // partitions of their own whose names start with "~" (never an account
 // ID), keyed by "<provider>|<egress>":
 //

@@ -26,7 +26,7 @@ type Resource struct {
 type Resources struct {
 	Tables []Resource
 	// Also are checks of other services' resources, run with the tables'
-	// (sqsqueue.CheckQueue): this package links DynamoDB alone, so the
+	// (app.CheckQueue): this package links DynamoDB alone, so the
 	// authorizer function, which has no queue, links no SQS client.
 	Also []func(ctx context.Context, region, fix string) error
 	// Fix is what to do about a missing resource, for this reader.

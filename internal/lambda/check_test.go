@@ -13,9 +13,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
+	"github.com/evs-dev/evs/internal/app"
 	"github.com/evs-dev/evs/internal/dynamostore"
 	"github.com/evs-dev/evs/internal/lambda"
-	"github.com/evs-dev/evs/internal/sqsqueue"
 	"github.com/evs-dev/evs/internal/testkit"
 )
 
@@ -88,7 +88,7 @@ func TestOtherFailuresAreNotJudged(t *testing.T) {
 	if err := lambda.Check(context.Background(), cfg, lambda.Resources{
 		Tables: []lambda.Resource{{Name: "keys", Source: "EVS_KEYS_TABLE"}},
 		Also: []func(context.Context, string, string) error{
-			sqsqueue.CheckQueue(sqs.NewFromConfig(cfg), lambda.Resource{Name: endpoint + "/000000000000/work", Source: "EVS_QUEUE_URL"}),
+			app.CheckQueue(sqs.NewFromConfig(cfg), lambda.Resource{Name: endpoint + "/000000000000/work", Source: "EVS_QUEUE_URL"}),
 		},
 	}); err != nil {
 		t.Fatalf("Check judged a refused connection: %v", err)
@@ -115,7 +115,7 @@ func TestMissingResources(t *testing.T) {
 	queue := aws.ToString(q.QueueUrl)
 	withQueue := func(url string) []func(context.Context, string, string) error {
 		return []func(context.Context, string, string) error{
-			sqsqueue.CheckQueue(testkit.SQS(t), lambda.Resource{Name: url, Source: "EVS_QUEUE_URL"}),
+			app.CheckQueue(testkit.SQS(t), lambda.Resource{Name: url, Source: "EVS_QUEUE_URL"}),
 		}
 	}
 	good := lambda.Resources{

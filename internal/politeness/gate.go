@@ -117,8 +117,12 @@ func (g *Gate) RcptWindow() time.Duration { return orDuration(g.Window, time.Min
 // HoldFor is SlotTTL or its default.
 func (g *Gate) HoldFor() time.Duration { return orDuration(g.SlotTTL, 6*time.Minute) }
 
-// FirstPause is PauseBase or its default.
+// FirstPause is PauseBase or its default (a nil Gate's too: a worker
+// that runs without one still waits that long after a throttling reply).
 func (g *Gate) FirstPause() time.Duration {
+	if g == nil {
+		g = &Gate{}
+	}
 	return min(orDuration(g.PauseBase, time.Minute), orDuration(g.PauseMax, 15*time.Minute))
 }
 

@@ -1,4 +1,4 @@
-package sqsqueue_test
+package app_test
 
 import (
 	"context"
@@ -25,12 +25,12 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/evs-dev/evs/internal/api"
+	"github.com/evs-dev/evs/internal/app"
 	"github.com/evs-dev/evs/internal/batch"
 	"github.com/evs-dev/evs/internal/dynamostore"
 	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/idempotency"
 	"github.com/evs-dev/evs/internal/lambda"
-	"github.com/evs-dev/evs/internal/sqsqueue"
 	"github.com/evs-dev/evs/internal/store"
 	"github.com/evs-dev/evs/internal/testkit"
 	"github.com/evs-dev/evs/internal/verify"
@@ -261,7 +261,7 @@ func newScaleWorld(t *testing.T) *scaleWorld {
 	if err := st.CreateAccount(ctx, acct); err != nil {
 		t.Fatalf("create account: %v", err)
 	}
-	queue := sqsqueue.New(sc, aws.ToString(q.QueueUrl))
+	queue := app.NewQueue(sc, aws.ToString(q.QueueUrl))
 	logger := slog.New(slog.DiscardHandler)
 	return &scaleWorld{
 		t: t, log: log, st: st, sqs: sc, url: aws.ToString(q.QueueUrl), acct: acct.ID, tables: tables,
@@ -352,7 +352,7 @@ func (w *scaleWorld) drain(id string) (planCalls []call) {
 			start := time.Now()
 			ev := events.SQSEvent{Records: []events.SQSMessage{{MessageId: aws.ToString(m.MessageId), Body: aws.ToString(m.Body),
 				Attributes: map[string]string{"ApproximateReceiveCount": "1"}}}}
-			resp, err := sqsqueue.Handler(w.w)(ctx, ev)
+			resp, err := app.SQSHandler(w.w)(ctx, ev)
 			if err != nil || len(resp.BatchItemFailures) > 0 {
 				w.t.Fatalf("Handle %s: %v %+v", msg.Kind, err, resp.BatchItemFailures)
 			}

@@ -1,4 +1,4 @@
-package sqsqueue_test
+package app_test
 
 import (
 	"context"
@@ -19,9 +19,9 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/evs-dev/evs/internal/api"
+	"github.com/evs-dev/evs/internal/app"
 	"github.com/evs-dev/evs/internal/dynamostore"
 	"github.com/evs-dev/evs/internal/evs"
-	"github.com/evs-dev/evs/internal/sqsqueue"
 	"github.com/evs-dev/evs/internal/testkit"
 )
 
@@ -39,7 +39,7 @@ type sesWorld struct {
 	arn  string
 	acct evs.Account
 	sns  *testkit.SNS
-	q    *sqsqueue.SESQueue
+	q    *app.SESQueue
 	logs *testkit.LogBuffer
 }
 
@@ -70,7 +70,7 @@ func newSESWorld(t *testing.T) *sesWorld {
 	}
 	sns := testkit.StartSNS(t, testkit.SNSOptions{})
 	w := &sesWorld{t: t, ctx: ctx, st: st, sqs: sc, url: aws.ToString(q.QueueUrl), arn: attrs.Attributes["QueueArn"], acct: acct, sns: sns, logs: &testkit.LogBuffer{}}
-	w.q = &sqsqueue.SESQueue{
+	w.q = &app.SESQueue{
 		QueueARN: w.arn,
 		Receiver: &api.SNSOutcomes{
 			Verifier: api.NewSNSVerifier(api.HTTPCertFetcher{Client: sns.Client}, func(h string) bool { return h == sns.Host }, sns.Roots, nil),

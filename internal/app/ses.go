@@ -1,4 +1,4 @@
-package sqsqueue
+package app
 
 import (
 	"context"

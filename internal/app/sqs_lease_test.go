@@ -1,4 +1,4 @@
-package sqsqueue_test
+package app_test
 
 import (
 	"context"
@@ -15,12 +15,12 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/google/uuid"
 
+	"github.com/evs-dev/evs/internal/app"
 	"github.com/evs-dev/evs/internal/batch"
 	"github.com/evs-dev/evs/internal/cache"
 	"github.com/evs-dev/evs/internal/config"
 	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/politeness"
-	"github.com/evs-dev/evs/internal/sqsqueue"
 	"github.com/evs-dev/evs/internal/testkit"
 	"github.com/evs-dev/evs/internal/verify"
 	"github.com/evs-dev/evs/internal/verify/dnscheck"
@@ -159,7 +159,7 @@ func TestWorkerHostLeasesAcrossInvocations(t *testing.T) {
 							}
 							continue
 						}
-						resp, err := sqsqueue.Handler(wk)(ctx, event(fresh...))
+						resp, err := app.SQSHandler(wk)(ctx, event(fresh...))
 						if err != nil || len(resp.BatchItemFailures) > 0 {
 							t.Errorf("Handle: %v %+v", err, resp.BatchItemFailures)
 							return
@@ -315,7 +315,7 @@ func budgetProbesOnce(t *testing.T, cached bool) {
 	// done and the last are not, and those under way have 3 s to finish.
 	w.w.Reserve = 3 * time.Second
 	ctx, cancel := context.WithTimeout(w.ctx, 6*time.Second)
-	resp, err := sqsqueue.Handler(w.w)(ctx, event(first...))
+	resp, err := app.SQSHandler(w.w)(ctx, event(first...))
 	cancel()
 	if err != nil || len(resp.BatchItemFailures) > 0 {
 		t.Fatalf("first invocation: %v %+v\n%s", err, resp.BatchItemFailures, w.logs.String())
@@ -331,7 +331,7 @@ func budgetProbesOnce(t *testing.T, cached bool) {
 	// The first message again, as a redelivery, while the second waits.
 	redo := event(first...)
 	redo.Records[0].Attributes = map[string]string{"ApproximateReceiveCount": "2"}
-	if resp, err := sqsqueue.Handler(w.w)(w.ctx, redo); err != nil || len(resp.BatchItemFailures) > 0 {
+	if resp, err := app.SQSHandler(w.w)(w.ctx, redo); err != nil || len(resp.BatchItemFailures) > 0 {
 		t.Fatalf("redelivery: %v %+v", err, resp.BatchItemFailures)
 	}
 	w.handle(second...)
@@ -415,7 +415,7 @@ func TestWorkerCrashKeepsFinishedResults(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		sqsqueue.Handler(w.w)(ctx, event(work...))
+		app.SQSHandler(w.w)(ctx, event(work...))
 	}()
 	deadline := time.Now().Add(20 * time.Second)
 	for w.current().Counters.Processed < 99 {
@@ -437,7 +437,7 @@ func TestWorkerCrashKeepsFinishedResults(t *testing.T) {
 	redo := event(work...)
 	redo.Records[0].Attributes = map[string]string{"ApproximateReceiveCount": "2"}
 	counter.inner = verify.NewSandbox(nil)
-	if resp, err := sqsqueue.Handler(w.w)(w.ctx, redo); err != nil || len(resp.BatchItemFailures) > 0 {
+	if resp, err := app.SQSHandler(w.w)(w.ctx, redo); err != nil || len(resp.BatchItemFailures) > 0 {
 		t.Fatalf("redelivery: %v %+v", err, resp.BatchItemFailures)
 	}
 	twice := 0
@@ -482,7 +482,7 @@ func TestWorkerRunsAnEventsMessagesAtOnce(t *testing.T) {
 	}
 	w.handle(w.receiveN(1, 10*time.Second)...) // the plan
 	work := w.receiveN(2, 10*time.Second)
-	if resp, err := sqsqueue.Handler(w.w)(w.ctx, event(work...)); err != nil || len(resp.BatchItemFailures) > 0 {
+	if resp, err := app.SQSHandler(w.w)(w.ctx, event(work...)); err != nil || len(resp.BatchItemFailures) > 0 {
 		t.Fatalf("invocation: %v %+v\n%s", err, resp.BatchItemFailures, w.logs.String())
 	}
 	if got := w.current(); got.Counters.Deliverable != len(h.emails) {

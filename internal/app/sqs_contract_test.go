@@ -1,4 +1,4 @@
-package sqsqueue_test
+package app_test
 
 import (
 	"bytes"

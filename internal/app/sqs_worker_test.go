@@ -1,4 +1,4 @@
-package sqsqueue_test
+package app_test
 
 import (
 	"context"
@@ -17,10 +17,10 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/google/uuid"
 
+	"github.com/evs-dev/evs/internal/app"
 	"github.com/evs-dev/evs/internal/batch"
 	"github.com/evs-dev/evs/internal/dynamostore"
 	"github.com/evs-dev/evs/internal/evs"
-	"github.com/evs-dev/evs/internal/sqsqueue"
 	"github.com/evs-dev/evs/internal/testkit"
 	"github.com/evs-dev/evs/internal/verify"
 )
@@ -39,7 +39,7 @@ func (n noNetwork) VerifyDomain(context.Context, []string, evs.Mode) []evs.Decis
 // sendRecorder passes SendMessageBatch calls through to moto and remembers
 // each entry's body and delay, which SQS does not report on receipt.
 type sendRecorder struct {
-	sqsqueue.Client
+	app.Client
 	mu   sync.Mutex
 	sent []sentEntry
 }
@@ -90,7 +90,7 @@ type world struct {
 	sqs   *sqs.Client
 	url   string
 	rec   *sendRecorder
-	q     *sqsqueue.Queue
+	q     *app.Queue
 	w     *batch.Worker
 	acct  evs.Account
 	logs  *testkit.LogBuffer
@@ -129,7 +129,7 @@ func newWorld(t *testing.T, packSize int, greyBackoff time.Duration, maxGrey int
 	}
 	w := &world{t: t, ctx: ctx, st: st, sqs: sc, url: aws.ToString(q.QueueUrl), acct: acct, logs: &testkit.LogBuffer{}}
 	w.rec = &sendRecorder{Client: sc}
-	w.q = sqsqueue.New(w.rec, w.url)
+	w.q = app.NewQueue(w.rec, w.url)
 	w.w = &batch.Worker{
 		Queue: w.q, Store: st, Accounts: st,
 		Processor:   &batch.Processor{Engine: noNetwork{t}, Sandbox: verify.NewSandbox(nil), MaxGreyAttempts: maxGrey},
@@ -311,7 +311,7 @@ func event(ms ...types.Message) events.SQSEvent {
 // handle feeds ms to the worker and requires that none failed.
 func (w *world) handle(ms ...types.Message) {
 	w.t.Helper()
-	resp, err := sqsqueue.Handler(w.w)(w.ctx, event(ms...))
+	resp, err := app.SQSHandler(w.w)(w.ctx, event(ms...))
 	if err != nil || len(resp.BatchItemFailures) > 0 {
 		w.t.Fatalf("Handle: %v, failures %+v\nlogs: %s", err, resp.BatchItemFailures, w.logs.String())
 	}
@@ -635,7 +635,7 @@ func (failingStore) Batch(context.Context, string, string) (evs.Batch, error) {
 }
 
 // TestWorkerUnreadableMessage pins what Handle does with a message it
-// cannot act on. As sqsqueue.go documents, a body that is not a Message, or
+// cannot act on. As app.go documents, a body that is not a Message, or
 // a Message of unknown kind, is logged by message ID (never its body, which
 // may hold addresses) and reported in BatchItemFailures, so SQS keeps it
 // until maxReceiveCount moves it to the dead-letter queue; a readable message
@@ -672,7 +672,7 @@ func TestWorkerUnreadableMessage(t *testing.T) {
 				types.Message{MessageId: aws.String("bad-1"), Body: aws.String(tc.body)},
 				types.Message{MessageId: aws.String("good-1"), Body: aws.String(string(good))},
 			)
-			resp, err := sqsqueue.Handler(w.w)(w.ctx, ev)
+			resp, err := app.SQSHandler(w.w)(w.ctx, ev)
 			if err != nil {
 				t.Fatalf("Handle returned an error for the whole event: %v", err)
 			}

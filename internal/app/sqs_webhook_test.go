@@ -1,4 +1,4 @@
-package sqsqueue_test
+package app_test
 
 import (
 	"encoding/json"
@@ -13,10 +13,10 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/evs-dev/evs/internal/api"
+	"github.com/evs-dev/evs/internal/app"
 	"github.com/evs-dev/evs/internal/batch"
 	"github.com/evs-dev/evs/internal/config"
 	"github.com/evs-dev/evs/internal/evs"
-	"github.com/evs-dev/evs/internal/sqsqueue"
 	"github.com/evs-dev/evs/internal/webhook"
 )
 
@@ -193,7 +193,7 @@ func TestWorkerWebhookFairAcrossAccounts(t *testing.T) {
 	add(ob)
 
 	start := time.Now()
-	resp, err := sqsqueue.Handler(w.w)(w.ctx, ev)
+	resp, err := app.SQSHandler(w.w)(w.ctx, ev)
 	if err != nil || len(resp.BatchItemFailures) > 0 {
 		t.Fatalf("Handle: %v, failures %+v\nlogs: %s", err, resp.BatchItemFailures, w.logs.String())
 	}

@@ -1,9 +1,12 @@
-// Package sqsqueue is the SQS adapter of batch work on AWS: it sends
-// batch.Worker's messages to the work queue, and hands each message of the
-// worker Lambda's SQS events to the Worker, reporting only the ones that
-// failed, so only those are delivered again (ReportBatchItemFailures). The
-// orchestration itself is package batch's.
-package sqsqueue
+// The SQS port of batch work on AWS: Queue sends batch.Worker's messages
+// to the work queue, and SQSHandler hands each message of the worker
+// Lambda's SQS events to the Worker, reporting only the ones that failed,
+// so only those are delivered again (ReportBatchItemFailures). The
+// orchestration itself is package batch's. It is here, not in package
+// lambda, because it links the batch worker and the engine, which the
+// authorizer function (lambda's too) must not.
+
+package app
 
 import (
 	"context"
@@ -35,8 +38,8 @@ type Queue struct {
 	url    string
 }
 
-// New returns a queue on the SQS queue at url.
-func New(client Client, url string) *Queue { return &Queue{client: client, url: url} }
+// NewQueue returns a queue on the SQS queue at url.
+func NewQueue(client Client, url string) *Queue { return &Queue{client: client, url: url} }
 
 // ErrNoQueue is returned when the queue URL is not configured.
 var ErrNoQueue = errors.New("sqsqueue: EVS_QUEUE_URL is not set")
@@ -81,9 +84,9 @@ func (q *Queue) Send(ctx context.Context, ms []batch.Message, delay time.Duratio
 	return nil
 }
 
-// Handler is the worker Lambda's handler: each message of the event goes
+// SQSHandler is the worker Lambda's handler: each message of the event goes
 // to w, all of them at once.
-func Handler(w *batch.Worker) func(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
+func SQSHandler(w *batch.Worker) func(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
 	logger := w.Logger
 	if logger == nil {
 		logger = slog.Default()

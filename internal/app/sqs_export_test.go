@@ -1,4 +1,4 @@
-package sqsqueue_test
+package app_test
 
 import (
 	"bytes"
@@ -23,10 +23,10 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/evs-dev/evs/internal/api"
+	"github.com/evs-dev/evs/internal/app"
 	"github.com/evs-dev/evs/internal/batch"
 	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/idempotency"
-	"github.com/evs-dev/evs/internal/sqsqueue"
 	"github.com/evs-dev/evs/internal/store"
 	"github.com/evs-dev/evs/internal/testkit"
 )
@@ -62,7 +62,7 @@ func (w *scaleWorld) handle(body string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	ev := events.SQSEvent{Records: []events.SQSMessage{{MessageId: "m", Body: body, Attributes: map[string]string{"ApproximateReceiveCount": "1"}}}}
-	resp, err := sqsqueue.Handler(w.w)(ctx, ev)
+	resp, err := app.SQSHandler(w.w)(ctx, ev)
 	if err != nil || len(resp.BatchItemFailures) > 0 {
 		w.t.Fatalf("handle %s: %v %+v", body, err, resp.BatchItemFailures)
 	}
@@ -290,7 +290,7 @@ func TestExportJobPastDeadlineRestarts(t *testing.T) {
 	w.drain(id)
 	w.h = api.New(api.Deps{Idempotency: idempotency.New(w.st, time.Now), Batches: w.st, MaxCSVReply: 4 << 10,
 		ExportJobs: &api.ExportJobs{Store: w.st, Deadline: 300 * time.Millisecond, Queue: func(ctx context.Context, j store.ExportJob) error {
-			return sqsqueue.New(w.sqs, w.url).Send(ctx, []batch.Message{batch.ExportMessage(j)}, 0)
+			return app.NewQueue(w.sqs, w.url).Send(ctx, []batch.Message{batch.ExportMessage(j)}, 0)
 		}}})
 	ctx := context.Background()
 	// receive takes the one message an ask queued off the queue, as a

@@ -1,4 +1,4 @@
-package sqsqueue_test
+package app_test
 
 import (
 	"bufio"
@@ -19,11 +19,11 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/google/uuid"
 
+	"github.com/evs-dev/evs/internal/app"
 	"github.com/evs-dev/evs/internal/batch"
 	"github.com/evs-dev/evs/internal/config"
 	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/politeness"
-	"github.com/evs-dev/evs/internal/sqsqueue"
 	"github.com/evs-dev/evs/internal/testkit"
 	"github.com/evs-dev/evs/internal/verify"
 	"github.com/evs-dev/evs/internal/verify/dnscheck"
@@ -215,7 +215,7 @@ func (r *recordingPolite) Park(ctx context.Context, key string, notBefore time.T
 // SendMessageBatch, when it was sent, its kind and its delay; and counts
 // the wake messages.
 type timedSends struct {
-	sqsqueue.Client
+	app.Client
 	mu    sync.Mutex
 	sends []timedSend
 	wakes atomic.Int64
@@ -295,7 +295,7 @@ func newProviderWorld(t *testing.T, peer *providerPeer, sizes []int, workers, pa
 	}
 	w.acct = live
 	pw.sends = &timedSends{Client: w.sqs}
-	q := sqsqueue.New(pw.sends, w.url)
+	q := app.NewQueue(pw.sends, w.url)
 	w.q = q
 	for range workers {
 		p, err := smtpprobe.New(smtpprobe.Config{HELO: "probe.evs.test", Port: peer.port, Resolver: res, Egress: loopback, PerHostLimit: 4, ReplyTimeout: 5 * time.Second})
@@ -353,7 +353,7 @@ func (pw *providerWorld) run(t *testing.T) evs.Batch {
 					}
 					continue
 				}
-				resp, err := sqsqueue.Handler(wk)(ctx, event(fresh...))
+				resp, err := app.SQSHandler(wk)(ctx, event(fresh...))
 				if err != nil || len(resp.BatchItemFailures) > 0 {
 					t.Errorf("Handle: %v %+v\n%s", err, resp.BatchItemFailures, pw.logs.String())
 					return
