@@ -29,6 +29,7 @@ type DNSServer struct {
 	mu      sync.Mutex
 	records map[string][]dns.RR // by lower-case FQDN
 	rcodes  map[string]int      // by name, or name+"/"+type for SetRcodeFor
+	asked   map[string]int      // queries by name+"/"+type
 	delays  map[string]time.Duration
 	trunc   map[string]bool
 }
@@ -41,6 +42,7 @@ func StartDNS(tb testing.TB) *DNSServer {
 		stop:    make(chan struct{}),
 		records: map[string][]dns.RR{},
 		rcodes:  map[string]int{},
+		asked:   map[string]int{},
 		delays:  map[string]time.Duration{},
 		trunc:   map[string]bool{},
 	}
@@ -173,6 +175,14 @@ func (s *DNSServer) Truncate(name string, on bool) {
 // Queries reports how many queries arrived over UDP and TCP together.
 func (s *DNSServer) Queries() int { return int(s.queries.Load()) }
 
+// QueriesFor reports how many queries for name and type qtype arrived: a
+// test counts the lookups a periodic check made.
+func (s *DNSServer) QueriesFor(name string, qtype uint16) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.asked[typedKey(canon(name), qtype)]
+}
+
 func canon(name string) string { return strings.ToLower(dns.Fqdn(name)) }
 
 // ServeDNS implements dns.Handler.
@@ -189,6 +199,7 @@ func (s *DNSServer) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 	_, udp := w.RemoteAddr().(*net.UDPAddr)
 
 	s.mu.Lock()
+	s.asked[typedKey(name, q.Qtype)]++
 	delay := s.delays[name]
 	rcode, forced := s.rcodes[typedKey(name, q.Qtype)]
 	if !forced {
