@@ -22,9 +22,10 @@ type DNSServer struct {
 	// Addr is "127.0.0.1:PORT".
 	Addr string
 
-	tb      testing.TB
-	queries atomic.Int64
-	stop    chan struct{}
+	tb       testing.TB
+	queries  atomic.Int64
+	answered atomic.Int64
+	stop     chan struct{}
 
 	mu      sync.Mutex
 	records map[string][]dns.RR // by lower-case FQDN
@@ -175,6 +176,10 @@ func (s *DNSServer) Truncate(name string, on bool) {
 // Queries reports how many queries arrived over UDP and TCP together.
 func (s *DNSServer) Queries() int { return int(s.queries.Load()) }
 
+// Answered reports how many replies the server sent: a query still held
+// by SetDelay has none yet.
+func (s *DNSServer) Answered() int { return int(s.answered.Load()) }
+
 // QueriesFor reports how many queries for name and type qtype arrived: a
 // test counts the lookups a periodic check made.
 func (s *DNSServer) QueriesFor(name string, qtype uint16) int {
@@ -237,6 +242,7 @@ func (s *DNSServer) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 		}
 	}
 	_ = w.WriteMsg(m)
+	s.answered.Add(1)
 }
 
 // answer fills m the way an authoritative server with the whole namespace
