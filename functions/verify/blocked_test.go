@@ -113,20 +113,16 @@ func TestLambdaVerifyExitsBlocked(t *testing.T) {
 	listedA := func(step string, from int, want bool) {
 		t.Helper()
 		wantA := map[bool]float64{true: 1, false: 0}[want]
-		deadline := time.Now().Add(30 * time.Second)
-		for {
+		testkit.EventuallyEvery(t, 30*time.Second, every/4, func() error {
 			got := selfCheckValues(logs.String(), from)
 			a, okA := got["evs_egress_listed "+nameA+" bl.test"]
 			b, okB := got["evs_egress_listed "+nameB+" bl.test"]
 			if okA && okB && a == wantA && b == 0 {
-				return
+				return nil
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: no self-check said A listed=%v within 30 s: %v", step, want, got)
-			}
-			time.Sleep(every / 4)
 			call("alice@"+domain, "quick")
-		}
+			return fmt.Errorf("%s: no self-check said A listed=%v: %v", step, want, got)
+		})
 	}
 
 	listedA("at cold start", 0, false)
@@ -231,17 +227,11 @@ func TestLambdaWorkerExitsListed(t *testing.T) {
 	worker, logs, _ := w.runLogged(t, build(t, "worker"), env...)
 	listed := func(step string, from int, wantA float64) {
 		t.Helper()
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			got := selfCheckValues(logs.String(), from)
-			if a, ok := got["evs_egress_listed "+nameA+" bl.test"]; ok && a == wantA && got["evs_egress_listed "+nameB+" bl.test"] == 0 {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: no self-check of the worker said A listed=%v: %v", step, wantA, got)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+		logs.Await(t, 30*time.Second, fmt.Sprintf("%s: a self-check of the worker saying A listed=%v", step, wantA), func(s string) bool {
+			got := selfCheckValues(s, from)
+			a, ok := got["evs_egress_listed "+nameA+" bl.test"]
+			return ok && a == wantA && got["evs_egress_listed "+nameB+" bl.test"] == 0
+		})
 	}
 	batch := func(step string, emails ...string) []string {
 		t.Helper()
@@ -281,7 +271,12 @@ func TestLambdaWorkerExitsListed(t *testing.T) {
 
 	mark := len(logs.String())
 	d.SetRcode("41.0.0.127.bl.test.", dns.RcodeNameError)
-	time.Sleep(time.Second) // the findings grow older than EVS_SELFCHECK_EVERY
+	// The findings grow older than EVS_SELFCHECK_EVERY: by the worker's
+	// own record of its last check (the EMF lines' time), more than 1 s
+	// ago.
+	last := lastSelfCheck(t, logs.String())
+	testkit.EventuallyEvery(t, 10*time.Second, 50*time.Millisecond, testkit.Until(func() bool { return time.Since(last) > time.Second },
+		"the last self-check, at %s, is not older than EVS_SELFCHECK_EVERY", last))
 	batch("A delisted, findings stale", "carol@"+domain)
 	listed("A delisted", mark, 0)
 	only("A delisted, checked again", batch("A delisted, checked again", "dave@"+domain, "erin@"+domain), exitA)

@@ -27,17 +27,27 @@ import (
 )
 
 // build compiles functions/name the way `make build` does (lambda.norpc),
-// for the host, so the test runs the real binary.
+// for the host, so the test runs the real binary; once for all the tests
+// of the package (TestMain removes the binaries).
 func build(t testing.TB, name string) string {
 	t.Helper()
-	out := filepath.Join(t.TempDir(), filepath.Base(name))
-	cmd := exec.Command("go", "build", "-tags", "lambda.norpc", "-trimpath", "-o", out, "./"+name)
-	cmd.Dir = ".." // functions/
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build functions/%s: %v\n%s", name, err, b)
-	}
-	return out
+	return builds.Build(t, name, func(out string) *exec.Cmd {
+		cmd := exec.Command("go", "build", "-tags", "lambda.norpc", "-trimpath", "-o", out, "./"+name)
+		cmd.Dir = ".." // functions/
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		return cmd
+	})
+}
+
+// builds holds the functions' binaries, built once for the package.
+var builds testkit.Builds
+
+// TestMain removes the binaries the tests built, and stops the
+// moto_server a test started, if any.
+func TestMain(m *testing.M) {
+	code := testkit.MotoMain(m)
+	builds.Remove()
+	os.Exit(code)
 }
 
 type awsWorld struct {

@@ -33,6 +33,29 @@ func selfCheckValues(logs string, from int) map[string]float64 {
 	return got
 }
 
+// lastSelfCheck is the time of the last self-check's EMF line in logs,
+// as the process wrote it.
+func lastSelfCheck(t *testing.T, logs string) time.Time {
+	t.Helper()
+	var last int64
+	for _, line := range strings.Split(logs, "\n") {
+		var rec struct {
+			AWS *struct{ Timestamp int64 } `json:"_aws"`
+			// A self-check line holds evs_egress_listed or
+			// evs_egress_helo_confirmed.
+			Listed *float64 `json:"evs_egress_listed"`
+			HELO   *float64 `json:"evs_egress_helo_confirmed"`
+		}
+		if json.Unmarshal([]byte(line), &rec) == nil && rec.AWS != nil && (rec.Listed != nil || rec.HELO != nil) {
+			last = max(last, rec.AWS.Timestamp)
+		}
+	}
+	if last == 0 {
+		t.Fatal("no self-check line in the log")
+	}
+	return time.UnixMilli(last)
+}
+
 // TestLambdaWorkerSelfCheck runs the real worker binary with two SOCKS
 // exits, each with its #egress-ip, and the loopback DNS server holding a
 // blocklist zone and the HELO name's records. At cold start the worker
@@ -92,15 +115,12 @@ func TestLambdaWorkerSelfCheck(t *testing.T) {
 				t.Fatalf("%s: worker: %s %s", p.name, out.Response, out.Error)
 			}
 		}
-		deadline := time.Now().Add(30 * time.Second)
+		// The check's lines, as the worker writes them.
 		var got map[string]float64
-		for {
-			got = selfCheckValues(logs.String(), from)
-			if len(got) == len(p.want) || time.Now().After(deadline) {
-				break
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+		logs.Await(t, 30*time.Second, p.name+": the self-check's "+fmt.Sprint(len(p.want))+" metrics", func(s string) bool {
+			got = selfCheckValues(s, from)
+			return len(got) == len(p.want)
+		})
 		for k, v := range p.want {
 			if g, ok := got[k]; !ok || g != v {
 				t.Errorf("%s: %s = %v (emitted: %v), want %v", p.name, k, g, ok, v)

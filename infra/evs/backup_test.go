@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/evs-dev/evs/internal/sqlitestore"
+	"github.com/evs-dev/evs/internal/testkit"
 )
 
 // idemCall sends body to u with the key and an Idempotency-Key, and returns
@@ -45,17 +46,14 @@ func idemCall(t *testing.T, key, u, idem, body string) (int, bool, string) {
 // waitFinal polls the batch until it is final.
 func waitFinal(t *testing.T, key, base, id string) batchEnvelope {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		e := getBatch(t, key, base, id)
-		if e.Request.State != "queued" && e.Request.State != "running" {
-			return e
+	var e batchEnvelope
+	testkit.Eventually(t, 60*time.Second, func() error {
+		if e = getBatch(t, key, base, id); e.Request.State == "queued" || e.Request.State == "running" {
+			return fmt.Errorf("batch %s not final: %+v", id, e)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("batch %s not final after 60 s: %+v", id, e)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
+	return e
 }
 
 // TestBackupAndRestore backs up the data directory of a running evs serve

@@ -53,19 +53,11 @@ func TestServeSIGTERMDrains(t *testing.T) {
 		s, b := call(t, key, "POST", p.base+"/v1/verify", `{"email":"alice@good.example","mode":"full"}`)
 		inFlight <- answer{s, string(b)}
 	}()
-	for deadline := time.Now().Add(20 * time.Second); gate.Held() == 0; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the call's RCPT never arrived")
-		}
-	}
+	testkit.Eventually(t, 20*time.Second, testkit.Until(func() bool { return gate.Held() > 0 }, "the call's RCPT never arrived"))
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(20 * time.Second); ready() != 503; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("/readyz never answered 503 after SIGTERM")
-		}
-	}
+	testkit.Eventually(t, 20*time.Second, testkit.Until(func() bool { return ready() == 503 }, "/readyz never answered 503 after SIGTERM"))
 	select {
 	case <-p.done:
 		t.Fatalf("the process exited with a call in flight: %v\n%s", p.cmd.ProcessState, p.err.String())

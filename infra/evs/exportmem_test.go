@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/evs-dev/evs/internal/testkit"
 	"io"
 	"net/http"
 	"os"
@@ -62,13 +63,14 @@ func TestServeMemoryBoundedUnderExportStorm(t *testing.T) {
 		t.Fatalf("create batch: %d %s", status, raw)
 	}
 	id := env.Request.ID
-	for deadline := time.Now().Add(3 * time.Minute); env.Request.State != "completed"; time.Sleep(200 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("batch not completed: %s", env.Request.State)
+	testkit.EventuallyEvery(t, 3*time.Minute, 200*time.Millisecond, func() error {
+		if env.Request.State == "completed" {
+			return nil
 		}
 		_, raw = call(t, key, "GET", p.base+"/v1/requests/"+id, "")
 		_ = json.Unmarshal(raw, &env)
-	}
+		return fmt.Errorf("batch not completed: %s", env.Request.State)
+	})
 	base := peakRSS(t, pid)
 	// get asks until it is served: a list past the account's share is
 	// refused with Retry-After, safe to retry.
@@ -90,7 +92,9 @@ func TestServeMemoryBoundedUnderExportStorm(t *testing.T) {
 			case err != nil:
 				return nil, err
 			case resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get("Retry-After") != "":
-				time.Sleep(100 * time.Millisecond)
+				// A client's back-off: nothing tells it when the share
+				// is free again.
+				<-time.After(100 * time.Millisecond)
 				continue
 			case resp.StatusCode != 200:
 				return nil, fmt.Errorf("%s: %d %.200s", u, resp.StatusCode, b)

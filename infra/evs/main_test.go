@@ -212,16 +212,13 @@ func TestServeAndBatch(t *testing.T) {
 		done <- run(ctx, []string{"serve", "--test-account"}, &out, &errOut, func(k string) string { return env[k] })
 	}()
 	var key string
-	deadline := time.Now().Add(20 * time.Second)
-	for key == "" {
-		if m := regexp.MustCompile(`EVS_API_KEY=(evs\.[A-Za-z0-9_-]{43})`).FindStringSubmatch(out.String()); m != nil && strings.Contains(out.String(), "listening") {
+	keyLine := regexp.MustCompile(`EVS_API_KEY=(evs\.[A-Za-z0-9_-]{43})`)
+	out.Await(t, 20*time.Second, "the key printed and serve listening", func(s string) bool {
+		if m := keyLine.FindStringSubmatch(s); m != nil && strings.Contains(s, "listening") {
 			key = m[1]
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no key printed: %q %q", out.String(), errOut.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return key != ""
+	})
 	if !strings.Contains(out.String(), "curl -s http://"+addr+"/v1/verify") {
 		t.Fatalf("no curl example: %s", out.String())
 	}

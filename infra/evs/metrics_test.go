@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -58,18 +59,13 @@ func TestMetricsAfterRealCalls(t *testing.T) {
 		t.Fatalf("create batch: %d %s", s, b)
 	}
 
-	deadline := time.Now().Add(30 * time.Second)
 	var m map[string]float64
-	for {
-		m = scrape(t, "http://"+maddr+"/metrics")
-		if m[`evs_webhook_deliveries_total{result="delivered"}`] >= 1 {
-			break
+	testkit.EventuallyEvery(t, 30*time.Second, 100*time.Millisecond, func() error {
+		if m = scrape(t, "http://"+maddr+"/metrics"); m[`evs_webhook_deliveries_total{result="delivered"}`] >= 1 {
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no delivered webhook counted in 30 s; metrics:\n%v\nserve stderr:\n%s", m, p.err.String())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return fmt.Errorf("no delivered webhook counted; metrics:\n%v\nserve stderr:\n%s", m, p.err.String())
+	})
 	for series, min := range map[string]float64{
 		`evs_http_requests_total{code="200",route="/v1/verify"}`:        2,
 		`evs_http_requests_total{code="404",route="/v1/requests/{id}"}`: 1,

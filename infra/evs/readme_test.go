@@ -69,12 +69,7 @@ func checkConsoleLines(t *testing.T, srv servingEVS, host string) {
 	t.Helper()
 	want := "http://" + host + "/console/"
 	// The widget's line comes last.
-	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(srv.out.String(), "sign-up widget: "); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no \"sign-up widget:\" line: %s", srv.out.String())
-		}
-	}
-	out := srv.out.String()
+	out := srv.out.Await(t, 10*time.Second, `the "sign-up widget:" line`, func(s string) bool { return strings.Contains(s, "sign-up widget: ") })
 	if !strings.Contains(out, "\n  "+want+"\n") || !strings.Contains(out, "\nweb console: "+want+"\n") {
 		t.Errorf("the console's address %s is not printed beside the key and on its own line:\n%s", want, out)
 	}

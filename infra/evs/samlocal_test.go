@@ -20,8 +20,13 @@ import (
 	"github.com/evs-dev/evs/internal/testkit"
 )
 
-// TestMain stops the moto_server a test of this binary started, if any.
-func TestMain(m *testing.M) { os.Exit(testkit.MotoMain(m)) }
+// TestMain stops the moto_server a test of this binary started, if any,
+// and removes the evs binary the tests built.
+func TestMain(m *testing.M) {
+	code := testkit.MotoMain(m)
+	builds.Remove()
+	os.Exit(code)
+}
 
 // samEnvFile is the env-vars file of make sam-local.
 const samEnvFile = "../sam/env.json"

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"os"
 	"regexp"
@@ -43,18 +44,17 @@ func serveInProcess(t *testing.T, env map[string]string, args ...string) serving
 		return code
 	}
 	t.Cleanup(func() { s.stop() })
-	deadline := time.Now().Add(20 * time.Second)
-	for !strings.Contains(s.out.String(), " listening on ") {
+	testkit.Eventually(t, 20*time.Second, func() error {
 		select {
 		case code := <-done:
 			t.Fatalf("serve exited %d before listening: %q %q", code, s.out.String(), s.errOut.String())
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("serve is not listening: %q %q", s.out.String(), s.errOut.String())
+		if !strings.Contains(s.out.String(), " listening on ") {
+			return fmt.Errorf("serve is not listening: %q %q", s.out.String(), s.errOut.String())
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 	return s
 }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/evs-dev/evs/internal/testkit"
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 )
 
@@ -113,8 +115,7 @@ func TestWebhookSurvivesKill(t *testing.T) {
 
 	p2 := startServe(t, bin, env)
 	var final hookEnvelope
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	testkit.EventuallyEvery(t, 60*time.Second, 100*time.Millisecond, func() error {
 		status, raw := call(t, key, "GET", p2.base+"/v1/requests/"+created.Request.ID, "")
 		if status != 200 {
 			t.Fatalf("poll: %d %s", status, raw)
@@ -124,19 +125,33 @@ func TestWebhookSurvivesKill(t *testing.T) {
 			t.Fatal(err)
 		}
 		if final.Request.Callback != nil && final.Request.Callback.State != "pending" {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("delivery not done 60 s after the restart: %s\n%s", raw, p2.err.String())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return fmt.Errorf("delivery not done after the restart: %s\n%s", raw, p2.err.String())
+	})
 	cb := final.Request.Callback
 	if cb.State != "delivered" || cb.Attempts != 4 || cb.LastStatus == nil || *cb.LastStatus != 200 ||
 		final.Request.CallbackURL != srv.URL+"/hooks/evs" || final.Request.State != "completed" {
 		t.Fatalf("envelope after delivery: %+v callback %+v", final.Request, *cb)
 	}
-	time.Sleep(1500 * time.Millisecond) // a further (wrong) attempt would come within the 1 s test-mode delay
+	// A further (wrong) attempt would come within the 1 s test-mode delay.
+	// A witness batch, created now, whose receiver fails its first attempt
+	// once: its retry, by the same delivery loop, comes a test-mode delay
+	// after that attempt, so once it has arrived the delay has passed for
+	// the first batch too.
+	witness := &hookReceiver{failures: 1, first: make(chan struct{})}
+	wsrv := httptest.NewServer(witness)
+	defer wsrv.Close()
+	body, _ = json.Marshal(map[string]any{"emails": []string{"accepted_email@x.example"}, "mode": "quick", "callbackUrl": wsrv.URL + "/hooks/evs"})
+	if status, raw := call(t, key, "POST", p2.base+"/v1/requests", string(body)); status != 201 {
+		t.Fatalf("create the witness batch: %d %s", status, raw)
+	}
+	testkit.EventuallyEvery(t, 30*time.Second, 50*time.Millisecond, func() error {
+		if h, _ := witness.attempts(); len(h) < 2 {
+			return fmt.Errorf("the witness batch's receiver has %d attempts, want its retry", len(h))
+		}
+		return nil
+	})
 	headers, bodies := rc.attempts()
 	if len(headers) != 4 {
 		t.Fatalf("%d attempts reached the receiver, want 4", len(headers))

@@ -169,43 +169,89 @@ func openPageAt(t *testing.T, url string) *page {
 	p := startBrowser(t)
 	p.downloads = t.TempDir()
 	if _, err := chromedp.CallBrowser(p.bctx, browser.SetDownloadBehavior, browser.SetDownloadBehaviorParams{
-		Behavior: browser.SetDownloadBehaviorBehaviorAllow, DownloadPath: p.downloads}); err != nil {
+		Behavior: browser.SetDownloadBehaviorBehaviorAllow, DownloadPath: p.downloads,
+		BrowserContextID: chromedp.FromContext(p.bctx).BrowserContextID}); err != nil {
 		t.Fatal(err)
 	}
 	p.step("open the console", chromedp.Navigate(url), chromedp.WaitVisible(chromedp.ID("key")))
 	return p
 }
 
-// startBrowser starts a headless Chromium whose page events and log
-// entries go to the page's log, for the console and widget tests.
-func startBrowser(t *testing.T) *page {
+// chromium is the headless Chromium of the package's browser tests: one
+// process, started by the first test that asks for it (a start costs
+// seconds), in which each test opens a tab in a browser context of its own
+// (cookies, storage and cache of its own, disposed of with the tab).
+// TestMain stops it.
+var chromium struct {
+	once  sync.Once
+	ctx   context.Context // the browser's chromedp context
+	stop  func()
+	err   error
+	tries []string // why a start failed, before one succeeded
+}
+
+// sharedChromium returns the context of the package's Chromium, starting
+// it the first time.
+func sharedChromium(t *testing.T) context.Context {
 	t.Helper()
 	exe := chromiumPath(t)
-	ctx, cancel := context.WithTimeout(context.Background(), browserTimeout)
+	chromium.once.Do(func() {
+		opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(exe), chromedp.NoSandbox, chromedp.Headless,
+			chromedp.DisableGPU, chromedp.WindowSize(1280, 900))
+		// On a loaded machine chromium now and then exits before it prints
+		// its DevTools address (once in some thirty starts while this test
+		// was written): that is the browser's start, not the page, so it is
+		// tried three times.
+		for attempt := 1; attempt <= 3; attempt++ {
+			actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+			bctx, cancelBrowser := chromedp.NewContext(actx)
+			// The first Do starts the browser and binds its life to the
+			// context it is given: bctx, with no deadline; the start's is
+			// kept here.
+			started := make(chan error, 1)
+			go func() { started <- chromedp.Do(bctx) }()
+			var err error
+			select {
+			case err = <-started:
+			case <-time.After(browserTimeout):
+				err = fmt.Errorf("no start within %v", browserTimeout)
+			}
+			if err == nil {
+				chromium.ctx, chromium.stop, chromium.err = bctx, func() { cancelBrowser(); cancelAlloc() }, nil
+				return
+			}
+			cancelBrowser()
+			cancelAlloc()
+			chromium.err = fmt.Errorf("start chromium (%s), three times: %w", exe, err)
+			chromium.tries = append(chromium.tries, fmt.Sprintf("attempt %d: %v", attempt, err))
+		}
+	})
+	if chromium.err != nil {
+		t.Fatalf("%v (%s)", chromium.err, strings.Join(chromium.tries, "; "))
+	}
+	return chromium.ctx
+}
+
+// stopChromium ends the package's Chromium, if a test started it.
+func stopChromium() {
+	if chromium.stop != nil {
+		chromium.stop()
+	}
+}
+
+// startBrowser opens a tab of the package's headless Chromium, in a
+// browser context of its own, whose page events and log entries go to the
+// page's log, for the console and widget tests. The test's whole use of it
+// is bounded by browserTimeout.
+func startBrowser(t *testing.T) *page {
+	t.Helper()
+	tab, closeTab := chromedp.NewContext(sharedChromium(t), chromedp.WithNewBrowserContext())
+	t.Cleanup(closeTab)
+	ctx, cancel := context.WithTimeout(tab, browserTimeout)
 	t.Cleanup(cancel)
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(exe), chromedp.NoSandbox, chromedp.Headless,
-		chromedp.DisableGPU, chromedp.WindowSize(1280, 900))
-	p := &page{t: t, ctx: ctx, log: &pageLog{}, shots: screenshotDir(t)}
-	// On a loaded machine chromium now and then exits before it prints
-	// its DevTools address (once in some thirty starts while this test was
-	// written): that is the browser's start, not the page, so it is tried
-	// three times.
-	for attempt := 1; ; attempt++ {
-		actx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
-		bctx, cancelBrowser := chromedp.NewContext(actx)
-		err := chromedp.Listen(bctx, p.log.listen)
-		if err == nil {
-			t.Cleanup(cancelAlloc)
-			t.Cleanup(cancelBrowser)
-			p.bctx = bctx
-			break
-		}
-		cancelBrowser()
-		cancelAlloc()
-		if attempt == 3 {
-			t.Fatalf("start chromium (%s), three times: %v", exe, err)
-		}
-		t.Logf("chromium did not start (attempt %d): %v", attempt, err)
+	p := &page{t: t, ctx: ctx, bctx: ctx, log: &pageLog{}, shots: screenshotDir(t)}
+	if err := chromedp.Listen(p.bctx, p.log.listen); err != nil {
+		t.Fatalf("open a tab: %v", err)
 	}
 	if _, err := chromedp.Call(p.bctx, network.Enable, network.EnableParams{}); err != nil {
 		t.Fatal(err)
@@ -777,4 +823,11 @@ func TestConsoleCancelAndPastInBrowser(t *testing.T) {
 	}
 	checkBreakdowns(t, p, s, older[10])
 	p.done()
+}
+
+// TestMain stops the package's Chromium once the tests have run.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	stopChromium()
+	os.Exit(code)
 }

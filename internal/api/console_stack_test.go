@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -17,6 +18,7 @@ import (
 	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/server"
 	"github.com/evs-dev/evs/internal/sqlitestore"
+	"github.com/evs-dev/evs/internal/testkit"
 )
 
 // stack is a real `evs serve` on loopback (SQLite store in a temp dir)
@@ -148,13 +150,14 @@ func (s stack) batchDone(t *testing.T, emails ...string) string {
 	if err := json.NewDecoder(res.Body).Decode(&env); err != nil || res.StatusCode != http.StatusCreated {
 		t.Fatalf("create a batch: %d %v", res.StatusCode, err)
 	}
-	for deadline := time.Now().Add(20 * time.Second); env.Request.State != "completed"; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("batch %s still %s", env.Request.ID, env.Request.State)
+	testkit.Eventually(t, 20*time.Second, func() error {
+		if env.Request.State == "completed" {
+			return nil
 		}
 		if err := json.Unmarshal(s.get(t, "/v1/requests/"+env.Request.ID, "application/json"), &env); err != nil {
 			t.Fatal(err)
 		}
-	}
+		return fmt.Errorf("batch %s still %s", env.Request.ID, env.Request.State)
+	})
 	return env.Request.ID
 }

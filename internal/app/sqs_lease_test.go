@@ -417,18 +417,17 @@ func TestWorkerCrashKeepsFinishedResults(t *testing.T) {
 		defer close(done)
 		app.SQSHandler(w.w)(ctx, event(work...))
 	}()
-	deadline := time.Now().Add(20 * time.Second)
-	for w.current().Counters.Processed < 99 {
-		if time.Now().After(deadline) {
-			cancel()
-			close(counter.release)
-			t.Fatalf("no results written while the message runs: processed %d", w.current().Counters.Processed)
+	var stopOnce sync.Once
+	stop := func() { stopOnce.Do(func() { cancel(); close(counter.release) }) }
+	t.Cleanup(stop)
+	testkit.Eventually(t, 20*time.Second, func() error {
+		if n := w.current().Counters.Processed; n < 99 {
+			return fmt.Errorf("no results written while the message runs: processed %d", n)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 	dead.dead.Store(true) // the process dies here
-	cancel()
-	close(counter.release)
+	stop()
 	<-done
 	written := w.current().Counters.Processed
 
@@ -463,12 +462,24 @@ func TestWorkerCrashKeepsFinishedResults(t *testing.T) {
 func TestWorkerRunsAnEventsMessagesAtOnce(t *testing.T) {
 	w := newWorld(t, 2, time.Second, 3) // a work message per domain of 2
 	var open, most atomic.Int32
+	// A RCPT is answered once two are in flight at once: the messages'
+	// sessions meet. Run one after another, the first waits 4 s for a
+	// second in vain (less than the prober's 5 s reply timeout), and most
+	// stays 1.
+	met := make(chan struct{})
+	var meetOnce sync.Once
 	h := newSharedHostRcpt(t, w, 0, 2, 2, func(a string) string {
 		n := open.Add(1)
 		defer open.Add(-1)
 		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
 		}
-		time.Sleep(300 * time.Millisecond)
+		if n >= 2 {
+			meetOnce.Do(func() { close(met) })
+		}
+		select {
+		case <-met:
+		case <-time.After(4 * time.Second):
+		}
 		if strings.HasPrefix(a, "user") {
 			return "250 2.1.5 OK"
 		}

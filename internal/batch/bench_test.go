@@ -102,7 +102,7 @@ func runBatch(tb testing.TB, st *sqlitestore.Store, engine batch.Verifier, test 
 	if err := r.Enqueue(ctx, b); err != nil {
 		tb.Fatal(err)
 	}
-	for {
+	testkit.EventuallyEvery(tb, time.Hour, 5*time.Millisecond, func() error {
 		got, err := st.Batch(ctx, acct.ID, b.ID)
 		if err != nil {
 			tb.Fatal(err)
@@ -111,13 +111,13 @@ func runBatch(tb testing.TB, st *sqlitestore.Store, engine batch.Verifier, test 
 			if got.Counters.Processed != len(emails) {
 				tb.Fatalf("processed %d of %d", got.Counters.Processed, len(emails))
 			}
-			break
+			return nil
 		}
 		if got.State.Final() {
 			tb.Fatalf("batch ended %s", got.State)
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return fmt.Errorf("batch %s: %+v", got.State, got.Counters)
+	})
 	elapsed := time.Since(start)
 	cancel()
 	r.Wait()

@@ -195,10 +195,17 @@ func runCost(tb testing.TB, world *costWorld, m costMix, scale float64, tuning c
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			// An empty queue is asked again at the next tick, as SQS
+			// is polled.
+			poll := time.NewTicker(2 * time.Millisecond)
+			defer poll.Stop()
 			for runCtx.Err() == nil {
 				recs := q.take(10)
 				if len(recs) == 0 {
-					time.Sleep(2 * time.Millisecond)
+					select {
+					case <-poll.C:
+					case <-runCtx.Done():
+					}
 					continue
 				}
 				ev := events.SQSEvent{}
@@ -228,7 +235,7 @@ func runCost(tb testing.TB, world *costWorld, m costMix, scale float64, tuning c
 		}()
 	}
 	last, lastAt := -1, time.Now()
-	for {
+	testkit.Eventually(tb, 24*time.Hour, func() error {
 		got, err := st.Batch(ctx, acct.ID, b.ID)
 		if err != nil {
 			tb.Fatal(err)
@@ -245,13 +252,13 @@ func runCost(tb testing.TB, world *costWorld, m costMix, scale float64, tuning c
 			if got.Counters.Processed != len(items) || got.Counters.Deliverable != len(items) {
 				tb.Fatalf("counters %+v of %d addresses", got.Counters, len(items))
 			}
-			break
+			return nil
 		}
 		if got.State.Final() || ctx.Err() != nil {
 			tb.Fatalf("batch %s after %s: %+v", got.State, time.Since(start), got.Counters)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return fmt.Errorf("batch %s: %+v", got.State, got.Counters)
+	})
 	wall := time.Since(start)
 	stop()
 	wg.Wait()

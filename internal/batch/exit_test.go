@@ -1,12 +1,14 @@
 package batch_test
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -54,15 +56,25 @@ func (d *dante) start() {
 	if err := d.cmd.Start(); err != nil {
 		d.t.Fatal(err)
 	}
-	for end := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", d.port)); err == nil {
-			c.Close()
-			return
+	testkit.Eventually(d.t, 10*time.Second, func() error {
+		c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", d.port))
+		if err != nil {
+			return fmt.Errorf("danted is not listening: %w", err)
 		}
-		if time.Now().After(end) {
-			d.t.Fatal("danted did not start listening")
-		}
-	}
+		c.Close()
+		return nil
+	})
+}
+
+// countingVerifier counts the groups asked of its Verifier.
+type countingVerifier struct {
+	batch.Verifier
+	calls atomic.Int64
+}
+
+func (c *countingVerifier) VerifyDomain(ctx context.Context, emails []string, mode evs.Mode) []evs.Decision {
+	c.calls.Add(1)
+	return c.Verifier.VerifyDomain(ctx, emails, mode)
 }
 
 func (d *dante) stop() {
@@ -105,13 +117,15 @@ func TestExitDownIsNoVerdict(t *testing.T) {
 	}
 
 	e := newEnv(t)
-	r := e.runner(e.st, engine, batch.Worker{Processor: &batch.Processor{ExitRetry: 100 * time.Millisecond}}, batch.LocalConfig{})
+	asked := &countingVerifier{Verifier: engine}
+	r := e.runner(e.st, asked, batch.Worker{Processor: &batch.Processor{ExitRetry: 100 * time.Millisecond}}, batch.LocalConfig{})
 	b := e.batch(e.account(false), time.Now(), "u1@exit.example", "u2@exit.example", "no@exit.example")
 	if err := r.Enqueue(e.ctx, b); err != nil {
 		t.Fatal(err)
 	}
-	// Several retries' worth with the exit down: nothing decided.
-	time.Sleep(time.Second)
+	// Several retries with the exit down (the domain's group asked of the
+	// engine four times, three of them after ExitRetry): nothing decided.
+	testkit.Eventually(t, 20*time.Second, testkit.Until(func() bool { return asked.calls.Load() >= 4 }, "the engine was asked about the group fewer than 4 times"))
 	if got, err := e.st.Batch(e.ctx, b.AccountID, b.ID); err != nil || got.State.Final() || got.Counters.Processed != 0 {
 		t.Fatalf("with the exit down: %s %+v %v; want running with nothing processed", got.State, got.Counters, err)
 	}

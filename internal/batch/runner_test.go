@@ -133,20 +133,18 @@ func localWorker(w batch.Worker, accounts batch.Accounts, engine batch.Verifier)
 // wait polls the batch until it is final or limit passes.
 func (e *env) wait(b evs.Batch, limit time.Duration) evs.Batch {
 	e.t.Helper()
-	end := time.Now().Add(limit)
-	for {
-		got, err := e.st.Batch(e.ctx, b.AccountID, b.ID)
-		if err != nil {
+	var got evs.Batch
+	testkit.Eventually(e.t, limit, func() error {
+		var err error
+		if got, err = e.st.Batch(e.ctx, b.AccountID, b.ID); err != nil {
 			e.t.Fatal(err)
 		}
-		if got.State.Final() {
-			return got
+		if !got.State.Final() {
+			return fmt.Errorf("batch %s still %s: %+v", b.ID, got.State, got.Counters)
 		}
-		if time.Now().After(end) {
-			e.t.Fatalf("batch %s still %s after %v: %+v", b.ID, got.State, limit, got.Counters)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
+	return got
 }
 
 func (e *env) results(b evs.Batch) []evs.Result {
@@ -172,8 +170,11 @@ func TestRunnerHogDoesNotStarve(t *testing.T) {
 	e := newEnv(t)
 	release := make(chan struct{})
 	defer close(release)
+	var held atomic.Int64
 	eng := &fakeEngine{hold: func(ctx context.Context, emails []string) {
 		if strings.HasPrefix(emails[0], "u") && strings.Contains(emails[0], "@hog") {
+			held.Add(1)
+			defer held.Add(-1)
 			select {
 			case <-release:
 			case <-ctx.Done():
@@ -187,7 +188,9 @@ func TestRunnerHogDoesNotStarve(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	time.Sleep(100 * time.Millisecond) // let the hog take what it can
+	// The hog takes what it can: its share, three quarters of the 8 slots.
+	const share = 6
+	testkit.Eventually(t, 10*time.Second, testkit.Until(func() bool { return held.Load() >= share }, "the hog holds fewer than its %d sessions", share))
 	other, tester := e.account(false), e.account(true)
 	live := e.batch(other, time.Now(), emails("live", 3)...)
 	sandbox := e.batch(tester, time.Now(), "accepted_email@x.example", "rejected_email@x.example", "timeout@x.example")
@@ -202,6 +205,9 @@ func TestRunnerHogDoesNotStarve(t *testing.T) {
 		if got.State != evs.StateCompleted || got.Counters.Processed != 3 {
 			t.Fatalf("batch %s: %s %+v", b.ID, got.State, got.Counters)
 		}
+	}
+	if n := held.Load(); n != share {
+		t.Fatalf("the hog holds %d sessions, want its share of %d", n, share)
 	}
 	t.Logf("other accounts done %v after the hog filled its share", time.Since(start))
 }
@@ -249,14 +255,30 @@ func TestRunnerDeadline(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t)
+			const deadline = 500 * time.Millisecond
+			// How each hanging session ended: the context's deadline and
+			// error when it was cut short.
+			type cut struct {
+				deadline time.Time
+				limited  bool
+				err      error
+			}
+			var mu sync.Mutex
+			var cuts []cut
 			eng := &fakeEngine{hold: func(ctx context.Context, emails []string) {
 				if strings.Contains(emails[0], "@hang") {
 					<-ctx.Done()
+					dl, ok := ctx.Deadline()
+					mu.Lock()
+					cuts = append(cuts, cut{dl, ok, ctx.Err()})
+					mu.Unlock()
 				}
 			}}
-			r := e.runner(e.st, eng, batch.Worker{Deadline: 500 * time.Millisecond}, batch.LocalConfig{})
-			b := e.batch(e.account(false), time.Now().Add(-tc.created), "a@hang.example", "b@hang.example", "c@quick.example")
-			start := time.Now()
+			r := e.runner(e.st, eng, batch.Worker{Deadline: deadline}, batch.LocalConfig{})
+			// The store keeps milliseconds: so does the creation time the
+			// deadline counts from.
+			created := time.Now().Add(-tc.created).Truncate(time.Millisecond)
+			b := e.batch(e.account(false), created, "a@hang.example", "b@hang.example", "c@quick.example")
 			if err := r.Enqueue(e.ctx, b); err != nil {
 				t.Fatal(err)
 			}
@@ -264,8 +286,25 @@ func TestRunnerDeadline(t *testing.T) {
 			if got.State != evs.StateCompleted || got.Counters.Processed != 3 || got.Counters.Unknown < 2 {
 				t.Fatalf("%s %+v", got.State, got.Counters)
 			}
-			if tc.created == 0 && time.Since(start) < 400*time.Millisecond {
-				t.Fatalf("completed after %v, before its deadline", time.Since(start))
+			mu.Lock()
+			defer mu.Unlock()
+			if tc.created != 0 {
+				// Past its deadline before the runner saw it: nothing is
+				// asked of a server.
+				if len(cuts) != 0 || eng.count("a@hang.example")+eng.count("b@hang.example") != 0 {
+					t.Fatalf("a batch past its deadline started %d sessions", len(cuts))
+				}
+			} else {
+				// The sessions ran, and only the batch's deadline, not
+				// before created+500 ms, stopped them.
+				if len(cuts) == 0 {
+					t.Fatal("no session of the @hang domain ran")
+				}
+				for _, c := range cuts {
+					if !c.limited || c.err != context.DeadlineExceeded || c.deadline.Before(created.Add(deadline)) {
+						t.Fatalf("a session ended by %v with deadline %v (set: %v); want the batch's deadline, %v", c.err, c.deadline, c.limited, created.Add(deadline))
+					}
+				}
 			}
 			for _, res := range e.results(b) {
 				if strings.Contains(res.Email, "@hang") && (res.Decision.Reason != evs.ReasonTimeout || res.Decision.Checks.SMTP.Detail != batch.DetailDeadline) {
@@ -293,10 +332,10 @@ func TestRunnerStoreFault(t *testing.T) {
 	if err := r.Enqueue(e.ctx, b); err != nil {
 		t.Fatal(err)
 	}
-	for fs.Fails.Load() < 5 {
-		time.Sleep(10 * time.Millisecond)
-	}
-	time.Sleep(300 * time.Millisecond)
+	// The store refuses five writes, then five more of the retries that
+	// follow (10 ms back-offs, growing to 100 ms): the batch must wait them
+	// out, not end.
+	testkit.Eventually(t, 10*time.Second, testkit.Until(func() bool { return fs.Fails.Load() >= 10 }, "the store refused fewer than 10 calls"))
 	if got, _ := e.st.Batch(e.ctx, b.AccountID, b.ID); got.State.Final() {
 		t.Fatalf("batch final while the store was down: %s", got.State)
 	}
@@ -326,17 +365,16 @@ func TestRunnerCancelStopsSessions(t *testing.T) {
 	if err := r.Enqueue(e.ctx, b); err != nil {
 		t.Fatal(err)
 	}
-	for hanging.Load() < 4 {
-		time.Sleep(5 * time.Millisecond)
-	}
+	testkit.Eventually(t, 10*time.Second, testkit.Until(func() bool { return hanging.Load() == 4 }, "fewer than 4 sessions under way"))
 	if _, err := e.st.TransitionBatch(e.ctx, b.AccountID, b.ID, []evs.State{evs.StateRunning}, evs.StateCancelled, "", time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	for end := time.Now().Add(5 * time.Second); stopped.Load() < 4; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(end) {
-			t.Fatalf("%d of 4 sessions stopped 5 s after the cancel", stopped.Load())
+	testkit.Eventually(t, 5*time.Second, func() error {
+		if n := stopped.Load(); n < 4 {
+			return fmt.Errorf("%d of 4 sessions stopped after the cancel", n)
 		}
-	}
+		return nil
+	})
 	if got := e.wait(b, time.Second); got.State != evs.StateCancelled {
 		t.Fatalf("%s %+v", got.State, got.Counters)
 	}
@@ -432,10 +470,10 @@ func TestRunnerWaitsForTheWriter(t *testing.T) {
 	if err := r.Enqueue(e.ctx, b); err != nil {
 		t.Fatal(err)
 	}
-	for fs.Fails.Load() < 3 {
-		time.Sleep(10 * time.Millisecond)
-	}
-	time.Sleep(200 * time.Millisecond) // room for messages that do not wait to run on
+	// Ten refused writes, most of them the retries (10 ms back-offs,
+	// growing to 50 ms) of the messages whose slots wait: room for a
+	// message that did not wait to run on.
+	testkit.Eventually(t, 10*time.Second, testkit.Until(func() bool { return fs.Fails.Load() >= 10 }, "the store refused fewer than 10 writes"))
 	verified := 0
 	for _, m := range list {
 		verified += eng.count(m)

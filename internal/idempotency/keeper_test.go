@@ -712,12 +712,19 @@ func (f *failingStore) ReleaseIdempotency(ctx context.Context, scope string) err
 func TestDoConcurrent(t *testing.T) {
 	eachMode(t, func(t *testing.T, e *env) {
 		var runs atomic.Int32
+		// The run is held until every other call has its answer: the
+		// first call stays in progress throughout.
+		release := make(chan struct{})
+		var releaseOnce sync.Once
+		letGo := func() { releaseOnce.Do(func() { close(release) }) }
+		t.Cleanup(letGo)
 		fn := func(context.Context) (idempotency.Reply, error) {
 			runs.Add(1)
-			time.Sleep(20 * time.Millisecond) // keep the first call in progress
+			<-release
 			return idempotency.Reply{StatusCode: 200, Body: []byte(`{"run":"first"}`)}, nil
 		}
 		const n = 50
+		answered := make(chan struct{}, n)
 		type result struct {
 			r        idempotency.Reply
 			replayed bool
@@ -732,9 +739,14 @@ func TestDoConcurrent(t *testing.T) {
 				rid := fmt.Sprintf("rid-%d", i)
 				r, replayed, err := e.k.Do(context.Background(), verifyReq("burst", `{"email":"a@x.example"}`, rid), fn)
 				results[i] = result{r, replayed, err}
+				answered <- struct{}{}
 			})
 		}
 		close(gate)
+		for k := 1; k < n; k++ {
+			testkit.Receive(t, answered, 20*time.Second, fmt.Sprintf("answer %d of the %d calls beside the one running", k, n-1))
+		}
+		letGo()
 		wg.Wait()
 		fresh, replayed, busy := 0, 0, 0
 		for i, res := range results {

@@ -3,6 +3,7 @@ package politeness_test
 import (
 	"context"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/evs-dev/evs/internal/politeness"
@@ -77,49 +78,52 @@ func done(t *testing.T, a politeness.Ticket, throttled bool) time.Time {
 // TestGateSessionsAndPause: at most the provider's sessions are open; a
 // throttled session pauses the provider for everyone, for PauseBase, then
 // twice that after another throttled session, and a clean session ends the
-// run of pauses.
+// run of pauses. The gate's timers run on a synctest bubble's clock: the
+// waiter is seen to wait (synctest.Wait) rather than given time to.
 func TestGateSessionsAndPause(t *testing.T) {
-	now := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
-	g := &politeness.Gate{Now: func() time.Time { return now }, PauseBase: time.Minute, PauseMax: 3 * time.Minute,
-		Limits: politeness.Limits{Sessions: map[string]int{"*": 2}}}
-	a1, a2 := admit(t, g, 4), admit(t, g, 4)
-	if !a1.OK || !a2.OK {
-		t.Fatalf("two sessions of two: %+v %+v", a1, a2)
-	}
-	if a := admit(t, g, 2); a.OK || !a.ForSlot || a.Paused {
-		t.Fatalf("a third session beside two: %+v", a)
-	}
-	// A waiter is woken by the end of a session, and sees the pause it
-	// started.
-	got := make(chan politeness.Ticket)
-	go func() {
-		a, _ := g.Wait(context.Background(), "k|direct", 2, 0)
-		got <- a
-	}()
-	time.Sleep(20 * time.Millisecond) // let it wait
-	until := done(t, a1, true)
-	if want := now.Add(time.Minute); !until.Equal(want) {
-		t.Fatalf("pause until %v, want %v", until, want)
-	}
-	if a := <-got; a.OK || !a.Paused || !a.Retry.Equal(until) {
-		t.Fatalf("the waiter during the pause: %+v", a)
-	}
-	// The other session met the same refusal: one pause, not a doubled one.
-	if u := done(t, a2, true); !u.Equal(until) {
-		t.Fatalf("second throttled session moved the pause to %v", u)
-	}
-	for _, want := range []time.Duration{2 * time.Minute, 3 * time.Minute} { // doubling, to the cap
-		now = until
-		if u := done(t, admit(t, g, 2), true); !u.Equal(now.Add(want)) {
-			t.Fatalf("next pause in a row %v, want %v", u.Sub(now), want)
+	synctest.Test(t, func(t *testing.T) {
+		now := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+		g := &politeness.Gate{Now: func() time.Time { return now }, PauseBase: time.Minute, PauseMax: 3 * time.Minute,
+			Limits: politeness.Limits{Sessions: map[string]int{"*": 2}}}
+		a1, a2 := admit(t, g, 4), admit(t, g, 4)
+		if !a1.OK || !a2.OK {
+			t.Fatalf("two sessions of two: %+v %+v", a1, a2)
 		}
-		until = now.Add(want)
-	}
-	now = until
-	done(t, admit(t, g, 2), false)
-	if u := done(t, admit(t, g, 2), true); !u.Equal(now.Add(time.Minute)) {
-		t.Fatalf("after a clean session the pause is %v, want back to 1 min", u.Sub(now))
-	}
+		if a := admit(t, g, 2); a.OK || !a.ForSlot || a.Paused {
+			t.Fatalf("a third session beside two: %+v", a)
+		}
+		// A waiter is woken by the end of a session, and sees the pause it
+		// started.
+		got := make(chan politeness.Ticket)
+		go func() {
+			a, _ := g.Wait(context.Background(), "k|direct", 2, 0)
+			got <- a
+		}()
+		synctest.Wait() // it waits
+		until := done(t, a1, true)
+		if want := now.Add(time.Minute); !until.Equal(want) {
+			t.Fatalf("pause until %v, want %v", until, want)
+		}
+		if a := <-got; a.OK || !a.Paused || !a.Retry.Equal(until) {
+			t.Fatalf("the waiter during the pause: %+v", a)
+		}
+		// The other session met the same refusal: one pause, not a doubled one.
+		if u := done(t, a2, true); !u.Equal(until) {
+			t.Fatalf("second throttled session moved the pause to %v", u)
+		}
+		for _, want := range []time.Duration{2 * time.Minute, 3 * time.Minute} { // doubling, to the cap
+			now = until
+			if u := done(t, admit(t, g, 2), true); !u.Equal(now.Add(want)) {
+				t.Fatalf("next pause in a row %v, want %v", u.Sub(now), want)
+			}
+			until = now.Add(want)
+		}
+		now = until
+		done(t, admit(t, g, 2), false)
+		if u := done(t, admit(t, g, 2), true); !u.Equal(now.Add(time.Minute)) {
+			t.Fatalf("after a clean session the pause is %v, want back to 1 min", u.Sub(now))
+		}
+	})
 }
 
 // TestGateRcptBudget: the RCPT commands of a window are the limit; what
@@ -145,34 +149,38 @@ func TestGateRcptBudget(t *testing.T) {
 func TestGateWaitBounds(t *testing.T) {
 	for _, tc := range []struct {
 		name        string
-		hold        func(g *politeness.Gate) // what keeps the session out
+		hold        func(t *testing.T, g *politeness.Gate) // what keeps the session out
 		most        time.Duration
 		ok, forSlot bool
 	}{
-		{"slot held past the context", func(g *politeness.Gate) { admit(t, g, 1) }, time.Second, false, true},
-		{"slot freed during the wait", func(g *politeness.Gate) {
+		{"slot held past the context", func(t *testing.T, g *politeness.Gate) { admit(t, g, 1) }, time.Second, false, true},
+		{"slot freed during the wait", func(t *testing.T, g *politeness.Gate) {
 			a := admit(t, g, 1)
 			time.AfterFunc(30*time.Millisecond, func() { _, _ = a.Done(context.Background(), false) })
 		}, time.Second, true, false},
-		{"pause longer than the bound", func(g *politeness.Gate) { done(t, admit(t, g, 1), true) }, time.Second, false, false},
-		{"budget back within the bound", func(g *politeness.Gate) { done(t, admit(t, g, 60), false) }, 2 * time.Second, true, false},
-		{"budget back past the bound", func(g *politeness.Gate) { done(t, admit(t, g, 60), false) }, 100 * time.Millisecond, false, false},
+		{"pause longer than the bound", func(t *testing.T, g *politeness.Gate) { done(t, admit(t, g, 1), true) }, time.Second, false, false},
+		{"budget back within the bound", func(t *testing.T, g *politeness.Gate) { done(t, admit(t, g, 60), false) }, 2 * time.Second, true, false},
+		{"budget back past the bound", func(t *testing.T, g *politeness.Gate) { done(t, admit(t, g, 60), false) }, 100 * time.Millisecond, false, false},
 	} {
+		// On the bubble's clock: a wait is measured exactly, and takes
+		// no real time.
 		t.Run(tc.name, func(t *testing.T) {
-			g := &politeness.Gate{PauseBase: time.Minute,
-				Limits: politeness.Limits{Sessions: map[string]int{"*": 1}, RcptPerMin: map[string]int{"*": 60}}}
-			tc.hold(g)
-			ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
-			defer cancel()
-			start := time.Now()
-			a, err := g.Wait(ctx, "k|direct", 1, tc.most)
-			if err != nil || a.OK != tc.ok || a.ForSlot != tc.forSlot {
-				t.Fatalf("Wait: %+v %v", a, err)
-			}
-			if !tc.ok && !tc.forSlot && time.Since(start) > 100*time.Millisecond {
-				t.Fatalf("waited %v for a refusal it could not outwait", time.Since(start))
-			}
-			_, _ = a.Done(ctx, false)
+			synctest.Test(t, func(t *testing.T) {
+				g := &politeness.Gate{PauseBase: time.Minute,
+					Limits: politeness.Limits{Sessions: map[string]int{"*": 1}, RcptPerMin: map[string]int{"*": 60}}}
+				tc.hold(t, g)
+				ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+				defer cancel()
+				start := time.Now()
+				a, err := g.Wait(ctx, "k|direct", 1, tc.most)
+				if err != nil || a.OK != tc.ok || a.ForSlot != tc.forSlot {
+					t.Fatalf("Wait: %+v %v", a, err)
+				}
+				if waited := time.Since(start); !tc.ok && !tc.forSlot && waited != 0 {
+					t.Fatalf("waited %v for a refusal it could not outwait", waited)
+				}
+				_, _ = a.Done(ctx, false)
+			})
 		})
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/evs-dev/evs/internal/idempotency"
 	"github.com/evs-dev/evs/internal/server"
 	"github.com/evs-dev/evs/internal/sqlitestore"
+	"github.com/evs-dev/evs/internal/testkit"
 )
 
 // TestBadInput: every kind of bad input gets a clear error, in the
@@ -209,17 +210,27 @@ func TestIdempotency(t *testing.T) {
 func TestIdempotencyConcurrent(t *testing.T) {
 	var mu sync.Mutex
 	calls := 0
-	h := start(t, options{rcpt: func(addr string) string {
+	// The work's RCPT for alice is held until every other call has its
+	// reply: the first call stays in progress throughout.
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	letGo := func() { releaseOnce.Do(func() { close(release) }) }
+	t.Cleanup(letGo)
+	h := start(t, options{replyTimeout: time.Minute, rcpt: func(addr string) string {
 		mu.Lock()
-		if strings.HasPrefix(addr, "alice@") {
+		alice := strings.HasPrefix(addr, "alice@")
+		if alice {
 			calls++
 		}
 		mu.Unlock()
-		time.Sleep(50 * time.Millisecond) // keep the first call in progress
+		if alice {
+			<-release
+		}
 		return "250 2.1.5 OK"
 	}})
 	var wg sync.WaitGroup
 	replies := make([]reply, 50)
+	answered := make(chan struct{}, len(replies))
 	startGate := make(chan struct{})
 	for i := range replies {
 		wg.Add(1)
@@ -227,9 +238,14 @@ func TestIdempotencyConcurrent(t *testing.T) {
 			defer wg.Done()
 			<-startGate
 			replies[i] = h.do(req{method: "POST", path: "/v1/verify", key: h.liveKey, body: `{"email":"alice@good.example"}`, headers: map[string]string{"Idempotency-Key": "burst"}})
+			answered <- struct{}{}
 		}()
 	}
 	close(startGate)
+	for n := 1; n < len(replies); n++ {
+		testkit.Receive(t, answered, 20*time.Second, fmt.Sprintf("reply %d of the %d calls beside the one at work", n, len(replies)-1))
+	}
+	letGo()
 	wg.Wait()
 	fresh, replayed, inProgress := 0, 0, 0
 	for _, r := range replies {

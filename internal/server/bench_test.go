@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/evs-dev/evs/internal/api"
+	"github.com/evs-dev/evs/internal/authorizer"
 	"github.com/evs-dev/evs/internal/config"
 	"github.com/evs-dev/evs/internal/server"
 	"github.com/evs-dev/evs/internal/sqlitestore"
@@ -149,6 +150,44 @@ func BenchmarkServeVerifyQuick(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		serveOnce(b, s.h, r, benchVerifyBody, w)
+	}
+}
+
+// BenchmarkRevokedKeyStarredPath is GET on a path full of '*' with a
+// revoked key (TestRevokedKeyStarredPath): microseconds, whatever the
+// stars; the old matcher backtracked for seconds per call from 12.
+func BenchmarkRevokedKeyStarredPath(b *testing.B) {
+	var st *sqlitestore.Store
+	s := newBenchStackOpen(b, func(ctx context.Context, dir string, now func() time.Time) (*sqlitestore.Store, error) {
+		var err error
+		st, err = sqlitestore.OpenServing(ctx, dir, now)
+		return st, err
+	})
+	if _, err := st.RevokeKey(context.Background(), authorizer.HashKey(s.key), time.Now()); err != nil {
+		b.Fatal(err)
+	}
+	// A refused key counts as a failed authentication of the client's
+	// address, 20 a second at most: the calls come from many addresses.
+	clients := make([]string, 1<<16)
+	for i := range clients {
+		clients[i] = fmt.Sprintf("127.%d.%d.1:50000", i>>8, i&0xff)
+	}
+	next := 0
+	for _, n := range []int{12, 50, 500} {
+		b.Run(fmt.Sprintf("stars=%d", n), func(b *testing.B) {
+			r := benchRequest(http.MethodGet, "/v1/requests/"+strings.Repeat("*", n)+"/results", s.key, "")
+			w := &discardWriter{h: http.Header{}}
+			call := func() {
+				r.RemoteAddr = clients[next%len(clients)]
+				next++
+				serveWant(b, s.h, r, "", w, http.StatusForbidden)
+			}
+			call()
+			b.ReportAllocs()
+			for b.Loop() {
+				call()
+			}
+		})
 	}
 }
 

@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"bufio"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/evs-dev/evs/internal/api"
 	"github.com/evs-dev/evs/internal/server"
+	"github.com/evs-dev/evs/internal/testkit"
 )
 
 // TestLargeBodiesShareABudget: with a budget of one 6 MiB body, a client
@@ -40,13 +42,12 @@ func TestLargeBodiesShareABudget(t *testing.T) {
 	// The held body is admitted as soon as the server has read its
 	// headers; until then a large body may still go through.
 	var busy reply
-	for i := 0; ; i++ {
-		busy = h.do(req{method: http.MethodPost, path: "/v1/requests", key: h.otherKey, body: large})
-		if busy.status != http.StatusCreated || i == 50 {
-			break
+	testkit.Eventually(t, 20*time.Second, func() error {
+		if busy = h.do(req{method: http.MethodPost, path: "/v1/requests", key: h.otherKey, body: large}); busy.status == http.StatusCreated {
+			return fmt.Errorf("a large body still goes through: the server has not read the held body's headers")
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 	if busy.status != http.StatusServiceUnavailable || busy.errorCode(t) != "unavailable" || busy.header.Get("Retry-After") != "5" {
 		t.Fatalf("large body while the budget is held: %d %v %s", busy.status, busy.header, busy.body)
 	}
@@ -116,13 +117,12 @@ func TestAnAccountHoldsHalfTheBodyBudget(t *testing.T) {
 		t.Fatal(err)
 	}
 	var own reply
-	for i := 0; ; i++ {
-		own = h.do(req{method: http.MethodPost, path: "/v1/requests", key: h.testKey, body: large})
-		if own.status != http.StatusCreated || i == 50 {
-			break
+	testkit.Eventually(t, 20*time.Second, func() error {
+		if own = h.do(req{method: http.MethodPost, path: "/v1/requests", key: h.testKey, body: large}); own.status == http.StatusCreated {
+			return fmt.Errorf("a large body still goes through: the server has not read the held body's headers")
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 	if own.status != http.StatusTooManyRequests || own.errorCode(t) != "rate_limited" || own.header.Get("Retry-After") != "5" {
 		t.Fatalf("the account's second large body: %d %v %s", own.status, own.header, own.body)
 	}

@@ -61,15 +61,11 @@ func TestDrain(t *testing.T) {
 	<-stopped
 }
 
-// waitFor polls cond until it holds; the bound only keeps a broken build
-// from hanging the run.
+// waitFor polls cond until it holds (testkit.Eventually); the bound only
+// keeps a broken build from hanging the run.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(20 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("gave up waiting for %s", what)
-		}
-	}
+	testkit.Eventually(t, 20*time.Second, testkit.Until(cond, "waiting for %s", what))
 }
 
 // TestDrainTimeout: a call still running when EVS_DRAIN_TIMEOUT is over is

@@ -2,12 +2,14 @@ package server_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/evs-dev/evs/internal/batch"
+	"github.com/evs-dev/evs/internal/testkit"
 )
 
 // rcptScript answers RCPT as a greylisting server would and counts the
@@ -156,16 +158,13 @@ func TestShutdownDuringGreylistBackoff(t *testing.T) {
 	}
 	id := decodeEnvelope(t, r).Request.ID
 	// Wait until carol's result is in and bob is waiting for his retry.
-	for deadline := time.Now().Add(30 * time.Second); ; {
+	testkit.Eventually(t, 30*time.Second, func() error {
 		e := decodeEnvelope(t, h.do(req{path: "/v1/requests/" + id, key: h.liveKey}))
 		if e.Counters.Processed == 1 && script.count("bob@good.example") == 1 {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("batch never reached the back-off: %+v", e.Counters)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return fmt.Errorf("batch never reached the back-off: %+v", e.Counters)
+	})
 	// stop fails the test if the server has not stopped within 30 s; before
 	// the runner watched its context here, it waited the whole hour.
 	h.stop()

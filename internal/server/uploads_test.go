@@ -11,6 +11,7 @@ import (
 
 	"github.com/evs-dev/evs/internal/api"
 	"github.com/evs-dev/evs/internal/server"
+	"github.com/evs-dev/evs/internal/testkit"
 )
 
 // newUpload makes an upload for key and returns its id and URL.
@@ -265,23 +266,33 @@ func TestUploadMinimumRate(t *testing.T) {
 	_, putURL := h.newUpload(h.testKey, "text/csv")
 	stop := make(chan struct{})
 	defer close(stop)
-	began := time.Now()
 	hr, err := http.NewRequest(http.MethodPut, putURL, &dripBody{first: []byte("email\n" + strings.Repeat("a@x.example\n", 1000)), every: 100 * time.Millisecond, stop: stop})
 	if err != nil {
 		t.Fatal(err)
 	}
 	hr.Header.Set("Content-Type", "text/csv")
-	resp, err := http.DefaultClient.Do(hr)
-	if err == nil {
+	// The body never ends (until the test does): only the server's cut-off
+	// ends the call.
+	type answer struct {
+		status int
+		body   []byte
+		err    error
+	}
+	answered := make(chan answer, 1)
+	go func() {
+		resp, err := http.DefaultClient.Do(hr)
+		if err != nil {
+			answered <- answer{err: err}
+			return
+		}
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		// The client may see the reply, or only the closed connection.
-		if resp.StatusCode != 400 || !strings.Contains(string(b), "invalid_request") {
-			t.Fatalf("a drip-fed upload: %d %s, want 400 invalid_request", resp.StatusCode, b)
-		}
-	}
-	if took := time.Since(began); took > 10*window {
-		t.Fatalf("a drip-fed upload held its connection %v; the window is %v", took, window)
+		answered <- answer{status: resp.StatusCode, body: b}
+	}()
+	a := testkit.Receive(t, answered, 60*time.Second, fmt.Sprintf("the server to cut off a drip-fed upload (the window is %v, the upload's limit ten minutes)", window))
+	// The client may see the reply, or only the closed connection.
+	if a.err == nil && (a.status != 400 || !strings.Contains(string(a.body), "invalid_request")) {
+		t.Fatalf("a drip-fed upload: %d %s, want 400 invalid_request", a.status, a.body)
 	}
 
 	// Steady: 16 KiB every 250 ms (four times the rate), past several
@@ -291,9 +302,11 @@ func TestUploadMinimumRate(t *testing.T) {
 	go func() {
 		_, _ = io.WriteString(pw, "email\n")
 		line := strings.Repeat("b@x.example\n", 16<<10/12)
+		pace := time.NewTicker(window / 2)
+		defer pace.Stop()
 		for range 6 {
 			_, _ = io.WriteString(pw, line)
-			time.Sleep(window / 2)
+			<-pace.C
 		}
 		pw.Close()
 	}()
@@ -363,34 +376,47 @@ func TestUploadOpenCap(t *testing.T) {
 // ended, the list can be sent again.
 func TestUploadOnePutAtATime(t *testing.T) {
 	h := start(t, options{realClock: true})
-	// The client cannot see when the server has the first PUT's head: a
-	// second PUT sent too soon may come first and turn the first away.
-	// Each try gives the first PUT a moment, and one whose first PUT was
-	// turned away is tried again on a new upload.
-	for try := 1; ; try++ {
-		_, putURL := h.newUpload(h.testKey, "text/csv")
-		pr, pw := io.Pipe()
-		first := make(chan reply, 1)
-		go func() { first <- h.put(putURL, "text/csv", pr) }()
-		if _, err := io.WriteString(pw, "email\na@x.example\n"); err != nil {
-			t.Fatal(err)
+	// The first PUT asks for 100 Continue: its client sends the body only
+	// once the server has started to read it, so once the first line is
+	// taken the server is receiving this upload.
+	_, putURL := h.newUpload(h.testKey, "text/csv")
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	hr, err := http.NewRequest(http.MethodPut, putURL, pr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hr.Header.Set("Content-Type", "text/csv")
+	hr.Header.Set("Expect", "100-continue")
+	client := &http.Client{Transport: &http.Transport{ExpectContinueTimeout: time.Hour}}
+	defer client.CloseIdleConnections()
+	first := make(chan reply, 1)
+	go func() {
+		resp, err := client.Do(hr)
+		if err != nil {
+			first <- reply{body: []byte(err.Error())}
+			return
 		}
-		time.Sleep(time.Duration(try) * 100 * time.Millisecond)
-		second := h.put(putURL, "text/csv", strings.NewReader("email\nb@x.example\n"))
-		pw.Close()
-		r := <-first
-		if second.status == http.StatusOK && r.status == http.StatusConflict && try < 5 {
-			continue // the second came first
-		}
-		if second.status != http.StatusConflict || second.errorCode(t) != "invalid_state" {
-			t.Fatalf("a second PUT while the first arrives: %d %s", second.status, second.body)
-		}
-		if r.status != http.StatusOK {
-			t.Fatalf("the first PUT: %d %s", r.status, r.body)
-		}
-		if r := h.put(putURL, "text/csv", strings.NewReader("email\nc@x.example\n")); r.status != http.StatusOK {
-			t.Fatalf("a PUT after the first ended: %d %s", r.status, r.body)
-		}
-		return
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		first <- reply{status: resp.StatusCode, header: resp.Header, body: b}
+	}()
+	if _, err := io.WriteString(pw, "email\na@x.example\n"); err != nil {
+		t.Fatal(err)
+	}
+	second := h.put(putURL, "text/csv", strings.NewReader("email\nb@x.example\n"))
+	pw.Close()
+	r := testkit.Receive(t, first, 20*time.Second, "the first PUT's reply")
+	if r.status != 0 {
+		h.contract.check(t, hr, "", r)
+	}
+	if second.status != http.StatusConflict || second.errorCode(t) != "invalid_state" {
+		t.Fatalf("a second PUT while the first arrives: %d %s", second.status, second.body)
+	}
+	if r.status != http.StatusOK {
+		t.Fatalf("the first PUT: %d %s", r.status, r.body)
+	}
+	if r := h.put(putURL, "text/csv", strings.NewReader("email\nc@x.example\n")); r.status != http.StatusOK {
+		t.Fatalf("a PUT after the first ended: %d %s", r.status, r.body)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"strconv"
 	"strings"
 	"sync"
@@ -65,6 +66,20 @@ func TestHelperProcess(t *testing.T) {
 // transaction is half there (results without their counts). Power loss,
 // which also drops the operating system's cache, cannot be staged here; it
 // is covered by synchronous=FULL, which TestOpenSettings checks.
+// awaitKill holds a helper process until its parent kills it (SIGKILL
+// ends it at once); a minute with no kill fails it, so that a helper whose
+// parent died ends on its own.
+func awaitKill(t *testing.T) {
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, os.Interrupt)
+	select {
+	case s := <-sig:
+		t.Fatalf("ended by %v, not killed", s)
+	case <-time.After(time.Minute):
+		t.Fatal("not killed within a minute")
+	}
+}
+
 // startHelper runs this test binary's test run as another process, with
 // the environment variable env set to dir, and returns it with a scanner
 // over what it prints.

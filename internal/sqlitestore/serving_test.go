@@ -86,7 +86,7 @@ func TestLockHolderProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	os.Stdout.WriteString("serving\n")
-	time.Sleep(time.Minute) // until killed
+	sqlitestore.AwaitKill(t)
 }
 
 // TestServeLockDiesWithProcess: a server killed with SIGKILL, which closes

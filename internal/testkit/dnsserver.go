@@ -22,13 +22,15 @@ type DNSServer struct {
 	// Addr is "127.0.0.1:PORT".
 	Addr string
 
-	tb      testing.TB
-	queries atomic.Int64
-	stop    chan struct{}
+	tb       testing.TB
+	queries  atomic.Int64
+	answered atomic.Int64
+	stop     chan struct{}
 
 	mu      sync.Mutex
 	records map[string][]dns.RR // by lower-case FQDN
 	rcodes  map[string]int      // by name, or name+"/"+type for SetRcodeFor
+	asked   map[string]int      // queries by name+"/"+type
 	delays  map[string]time.Duration
 	trunc   map[string]bool
 }
@@ -41,6 +43,7 @@ func StartDNS(tb testing.TB) *DNSServer {
 		stop:    make(chan struct{}),
 		records: map[string][]dns.RR{},
 		rcodes:  map[string]int{},
+		asked:   map[string]int{},
 		delays:  map[string]time.Duration{},
 		trunc:   map[string]bool{},
 	}
@@ -173,6 +176,18 @@ func (s *DNSServer) Truncate(name string, on bool) {
 // Queries reports how many queries arrived over UDP and TCP together.
 func (s *DNSServer) Queries() int { return int(s.queries.Load()) }
 
+// Answered reports how many replies the server sent: a query still held
+// by SetDelay has none yet.
+func (s *DNSServer) Answered() int { return int(s.answered.Load()) }
+
+// QueriesFor reports how many queries for name and type qtype arrived: a
+// test counts the lookups a periodic check made.
+func (s *DNSServer) QueriesFor(name string, qtype uint16) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.asked[typedKey(canon(name), qtype)]
+}
+
 func canon(name string) string { return strings.ToLower(dns.Fqdn(name)) }
 
 // ServeDNS implements dns.Handler.
@@ -189,6 +204,7 @@ func (s *DNSServer) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 	_, udp := w.RemoteAddr().(*net.UDPAddr)
 
 	s.mu.Lock()
+	s.asked[typedKey(name, q.Qtype)]++
 	delay := s.delays[name]
 	rcode, forced := s.rcodes[typedKey(name, q.Qtype)]
 	if !forced {
@@ -226,6 +242,7 @@ func (s *DNSServer) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 		}
 	}
 	_ = w.WriteMsg(m)
+	s.answered.Add(1)
 }
 
 // answer fills m the way an authoritative server with the whole namespace

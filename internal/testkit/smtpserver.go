@@ -136,6 +136,13 @@ func (s *SMTPServer) Clients() []string {
 	return append([]string(nil), s.clients...)
 }
 
+// Active returns how many sessions are open now (see MaxConcurrent).
+func (s *SMTPServer) Active() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.active
+}
+
 // MaxConcurrent returns the most sessions that were open at once. A
 // session ends when the client says QUIT or the connection closes.
 func (s *SMTPServer) MaxConcurrent() int {

@@ -2,6 +2,7 @@ package verify_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/netip"
 	"sync"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/evs-dev/evs/internal/config"
 	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/testkit"
 	"github.com/evs-dev/evs/internal/verify"
 )
 
@@ -189,11 +191,16 @@ func TestSelfCheckerDue(t *testing.T) {
 			t.Fatalf("%s: the check did not finish", step)
 		}
 	}
-	start := time.Now()
-	s.Due() // the first: due at once
-	s.Due() // one is running: no second
-	if took := time.Since(start); took > time.Second {
-		t.Fatalf("Due waited %v for the check", took)
+	// The check is held at rep's gate until finish: Due returns without it.
+	returned := make(chan struct{}, 1)
+	go func() {
+		s.Due() // the first: due at once
+		s.Due() // one is running: no second
+		returned <- struct{}{}
+	}()
+	testkit.Receive(t, returned, 10*time.Second, "Due to return while its check is held")
+	if len(done) != 0 {
+		t.Fatal("the check finished before its gate was opened")
 	}
 	finish("first")
 	advance(59 * time.Minute)
@@ -238,11 +245,10 @@ func TestSelfCheckerCutShort(t *testing.T) {
 	rep.hang.Store(false)
 	rep.set("127.0.0.41", false)
 	s.Due() // within Every of the last start, but that one was cut short
-	deadline := time.Now().Add(5 * time.Second)
-	for ws.Watches()[0].Listed() || told.Load() != 2 {
-		if time.Now().After(deadline) {
-			t.Fatalf("no check after the one cut short: listed %v, told %d", ws.Watches()[0].Listed(), told.Load())
+	testkit.Eventually(t, 5*time.Second, func() error {
+		if ws.Watches()[0].Listed() || told.Load() != 2 {
+			return fmt.Errorf("no check after the one cut short: listed %v, told %d", ws.Watches()[0].Listed(), told.Load())
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 }

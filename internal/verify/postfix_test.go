@@ -238,12 +238,7 @@ func TestEngineThroughPostfix(t *testing.T) {
 			t.Fatalf("%s: %s", d.Reason, d.Checks.SMTP.Detail)
 		}
 		want := "reject: RCPT from unknown[127.0.0.1]: 550 5.1.1 <zz-random-probe@corp.example>: Recipient address rejected: User unknown in virtual mailbox table"
-		deadline := time.Now().Add(3 * time.Second) // postlogd writes a moment later
-		for !strings.Contains(w.pf.Log(), want) {
-			if time.Now().After(deadline) {
-				t.Fatalf("the Postfix log does not show %q", want)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+		// postlogd writes a moment later.
+		testkit.EventuallyEvery(t, 3*time.Second, 50*time.Millisecond, testkit.Until(func() bool { return strings.Contains(w.pf.Log(), want) }, "the Postfix log does not show %q", want))
 	})
 }

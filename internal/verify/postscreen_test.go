@@ -89,13 +89,8 @@ func TestEngineThroughPostscreen(t *testing.T) {
 				wants = wants[:3]
 			}
 			for _, want := range wants {
-				deadline := time.Now().Add(3 * time.Second) // postlogd writes a moment later
-				for !strings.Contains(pf.Log(), want) {
-					if time.Now().After(deadline) {
-						t.Fatalf("the Postfix log does not show %q", want)
-					}
-					time.Sleep(50 * time.Millisecond)
-				}
+				// postlogd writes a moment later.
+				testkit.EventuallyEvery(t, 3*time.Second, 50*time.Millisecond, testkit.Until(func() bool { return strings.Contains(pf.Log(), want) }, "the Postfix log does not show %q", want))
 			}
 		})
 	}

@@ -121,20 +121,16 @@ func TestExitsPerProviderAndFailover(t *testing.T) {
 	}
 
 	ds[0].Start()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testkit.EventuallyEvery(t, 10*time.Second, 50*time.Millisecond, func() error {
 		from, err := through(t, p, peer, on[0])
 		if err != nil {
 			t.Fatalf("while A comes back: %v", err)
 		}
-		if from == exitA {
-			break
+		if from != exitA {
+			return fmt.Errorf("exit A started again: %s still comes from %s", on[0], from)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("exit A started again: %s still comes from %s", on[0], from)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 	if from, err := through(t, p, peer, on[1]); err != nil || from != exitB {
 		t.Fatalf("after A's return: %s came from %q (%v), want %s", on[1], from, err, exitB)
 	}
