@@ -68,15 +68,49 @@ type Message struct {
 	Export *store.ExportJob `json:"export,omitempty"`
 }
 
-// Queue carries the Worker's messages; sqsqueue.Queue is SQS.
+// Queue carries the Worker's messages: the LocalQueue in `evs serve`'s
+// process, SQS in the worker Lambda (sqsqueue.Queue). Besides sending, a
+// queue declares what it does with a delay and with a message whose
+// handling fails, and what a handling holds while it runs; the Worker
+// asks these, never which queue it runs on.
 type Queue interface {
 	// Send queues ms, each delivered once delay (at most MaxDelay) has
 	// passed; an error means none or only some may have been queued.
 	Send(ctx context.Context, ms []Message, delay time.Duration) error
+	// MaxDelay is the longest delay Send takes: a longer wait is chained
+	// (SQS: the MaxDelay constant; the LocalQueue: unbounded, a timer
+	// of its process).
+	MaxDelay() time.Duration
+	// DelayUnit is what Send counts delays in: a delay waits a whole
+	// number of units, so a wait the Worker adds up is counted as the
+	// queue counts it (SQS: a second; 0: delays are exact, as on the
+	// LocalQueue).
+	DelayUnit() time.Duration
+	// Redelivers tells whether a message outlives its handling: one
+	// whose handling failed, or whose process died, is delivered again
+	// by the queue on its own (SQS, after its visibility timeout). The
+	// Worker then writes results as they come, so a death loses few of
+	// them, and leaves a message cut off with its context to that
+	// redelivery. A queue that does not (the LocalQueue, in memory) dies
+	// with its process, the work resuming from the store's pending items
+	// at the next start, and hands a failed message out again only while
+	// it runs: the Worker writes a message's results once, at its end,
+	// and makes that write land, retried in place and while the context
+	// ends too, since what it does not write is asked again.
+	Redelivers() bool
+	// SharedSlots tells whether a handling holds, for as long as it runs,
+	// one of the few slots that the queue's other messages wait for (the
+	// LocalQueue's lanes, whose handlings have no deadline, and the
+	// sessions its steps wait for in process): a handling whose batch is
+	// cancelled then stops its sessions within a second, watching the
+	// store. SQS hands each message to an invocation that ends within
+	// the function's timeout, where a watch would cost a store read a
+	// second per message.
+	SharedSlots() bool
 }
 
-// MaxDelay is the longest delay a Queue takes (SQS's); longer waits are
-// chained.
+// MaxDelay is the longest delay SQS takes (sqsqueue.Queue's MaxDelay);
+// longer waits are chained.
 const MaxDelay = 15 * time.Minute
 
 // PlanMessage is the message that starts a new batch: one small message,
