@@ -113,7 +113,6 @@ func NewLocalQueue(st LocalStore, w *Worker, cfg LocalConfig) (*LocalQueue, erro
 	// A session waits for its slot in the step; a pause or a spent RCPT
 	// budget sends the group back with a delay.
 	w.Polite.Parking = nil
-	w.Local = true
 	q.live = newLane(cfg.Workers, share(cfg.Workers), cfg.PerBatch, q.handle)
 	q.test = newLane(cfg.TestWorkers, share(cfg.TestWorkers), cfg.PerBatch, q.handle)
 	return q, nil
