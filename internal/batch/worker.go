@@ -627,6 +627,17 @@ func (w *Worker) parks() bool {
 	return p != nil && p.Gate != nil && p.Gate.State != nil && p.Gate.MX != nil && p.Parking != nil
 }
 
+// delay is the queue delay of a wait of d: at most the Queue's MaxDelay
+// (a longer wait is chained: the message that comes looks again), rounded
+// up to its DelayUnit, so that the message never comes before d is over.
+func (w *Worker) delay(d time.Duration) time.Duration {
+	d = min(max(d, 0), w.Queue.MaxDelay())
+	if u := w.Queue.DelayUnit(); u > 0 {
+		d = (d + u - 1).Truncate(u)
+	}
+	return d
+}
+
 // greyDelay is the queue delay of a greylisted retry: in the Queue's
 // whole units (SQS's seconds), as it counts them, so that Waited adds up
 // what the items really waited.
