@@ -84,6 +84,20 @@ func (q *Queue) Send(ctx context.Context, ms []batch.Message, delay time.Duratio
 	return nil
 }
 
+// MaxDelay is the longest delay SQS takes, batch.MaxDelay.
+func (q *Queue) MaxDelay() time.Duration { return batch.MaxDelay }
+
+// DelayUnit is a second: SQS counts delays in whole seconds.
+func (q *Queue) DelayUnit() time.Duration { return time.Second }
+
+// Redelivers is true: a message whose handling failed, or whose
+// invocation was lost, comes back after the queue's visibility timeout.
+func (q *Queue) Redelivers() bool { return true }
+
+// SharedSlots is false: each message goes to an invocation, which ends
+// within the function's timeout.
+func (q *Queue) SharedSlots() bool { return false }
+
 // SQSHandler is the worker Lambda's handler: each message of the event goes
 // to w, all of them at once.
 func SQSHandler(w *batch.Worker) func(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {

@@ -358,6 +358,12 @@ func (q *memQueue) Send(_ context.Context, ms []batch.Message, delay time.Durati
 	return nil
 }
 
+// memQueue delays, and redelivers, as SQS does.
+func (q *memQueue) MaxDelay() time.Duration  { return batch.MaxDelay }
+func (q *memQueue) DelayUnit() time.Duration { return time.Second }
+func (q *memQueue) Redelivers() bool         { return true }
+func (q *memQueue) SharedSlots() bool        { return false }
+
 func (q *memQueue) String() string {
 	q.mu.Lock()
 	defer q.mu.Unlock()

@@ -68,7 +68,7 @@ func (w *Worker) deliver(ctx context.Context, m Message) error {
 	if !attempted && wait <= 0 {
 		return nil // claimed by another worker, which queues what follows
 	}
-	delay := (min(max(wait, 0), MaxDelay) + time.Second - 1).Truncate(time.Second)
+	delay := w.delay(wait)
 	if err := w.Queue.Send(ctx, []Message{{Kind: KindWebhook, AccountID: m.AccountID, BatchID: m.BatchID}}, delay); err != nil {
 		return err
 	}

@@ -113,7 +113,6 @@ func NewLocalQueue(st LocalStore, w *Worker, cfg LocalConfig) (*LocalQueue, erro
 	// A session waits for its slot in the step; a pause or a spent RCPT
 	// budget sends the group back with a delay.
 	w.Polite.Parking = nil
-	w.Local = true
 	q.live = newLane(cfg.Workers, share(cfg.Workers), cfg.PerBatch, q.handle)
 	q.test = newLane(cfg.TestWorkers, share(cfg.TestWorkers), cfg.PerBatch, q.handle)
 	return q, nil
@@ -200,6 +199,22 @@ func (q *LocalQueue) Send(_ context.Context, ms []Message, delay time.Duration) 
 	}
 	return nil
 }
+
+// MaxDelay is unbounded: a delay waits on a timer of this process.
+func (q *LocalQueue) MaxDelay() time.Duration { return math.MaxInt64 }
+
+// DelayUnit is 0: a delay waits exactly as long as asked.
+func (q *LocalQueue) DelayUnit() time.Duration { return 0 }
+
+// Redelivers is false: the messages live in this process's memory and are
+// lost with it, the next start planning every unfinished batch again from
+// the store; a failed handling is handed out again (handle) only while
+// the queue runs.
+func (q *LocalQueue) Redelivers() bool { return false }
+
+// SharedSlots is true: a work message holds a slot of its lane, which
+// other batches wait for, as long as it runs, with no deadline.
+func (q *LocalQueue) SharedSlots() bool { return true }
 
 // testPack is the most addresses of a test-mode work message.
 const testPack = 1000

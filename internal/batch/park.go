@@ -181,15 +181,14 @@ func (w *Worker) park(ctx context.Context, m Message, ps []parking) error {
 // before at is pending.
 func (w *Worker) scheduleWake(ctx context.Context, key string, at time.Time) error {
 	now := w.now()
-	if limit := now.Add(MaxDelay); at.After(limit) {
+	if limit := now.Add(w.Queue.MaxDelay()); at.After(limit) {
 		at = limit // the wake that comes looks again
 	}
 	mine, err := w.Polite.Parking.ClaimWake(ctx, key, at, now)
 	if err != nil || !mine {
 		return err
 	}
-	delay := (max(at.Sub(now), 0) + time.Second - 1).Truncate(time.Second)
-	return w.Queue.Send(ctx, []Message{{Kind: KindWake, Key: key}}, min(delay, MaxDelay))
+	return w.Queue.Send(ctx, []Message{{Kind: KindWake, Key: key}}, w.delay(at.Sub(now)))
 }
 
 // wake handles a KindWake message: it releases up to Sessions due entries

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -68,15 +67,49 @@ type Message struct {
 	Export *store.ExportJob `json:"export,omitempty"`
 }
 
-// Queue carries the Worker's messages; app.Queue is SQS.
+// Queue carries the Worker's messages: the LocalQueue in `evs serve`'s
+// process, SQS in the worker Lambda (app.Queue). Besides sending, a
+// queue declares what it does with a delay and with a message whose
+// handling fails, and what a handling holds while it runs; the Worker
+// asks these, never which queue it runs on.
 type Queue interface {
 	// Send queues ms, each delivered once delay (at most MaxDelay) has
 	// passed; an error means none or only some may have been queued.
 	Send(ctx context.Context, ms []Message, delay time.Duration) error
+	// MaxDelay is the longest delay Send takes: a longer wait is chained
+	// (SQS: the MaxDelay constant; the LocalQueue: unbounded, a timer
+	// of its process).
+	MaxDelay() time.Duration
+	// DelayUnit is what Send counts delays in: a delay waits a whole
+	// number of units, so a wait the Worker adds up is counted as the
+	// queue counts it (SQS: a second; 0: delays are exact, as on the
+	// LocalQueue).
+	DelayUnit() time.Duration
+	// Redelivers tells whether a message outlives its handling: one
+	// whose handling failed, or whose process died, is delivered again
+	// by the queue on its own (SQS, after its visibility timeout). The
+	// Worker then writes results as they come, so a death loses few of
+	// them, and leaves a message cut off with its context to that
+	// redelivery. A queue that does not (the LocalQueue, in memory) dies
+	// with its process, the work resuming from the store's pending items
+	// at the next start, and hands a failed message out again only while
+	// it runs: the Worker writes a message's results once, at its end,
+	// and makes that write land, retried in place and while the context
+	// ends too, since what it does not write is asked again.
+	Redelivers() bool
+	// SharedSlots tells whether a handling holds, for as long as it runs,
+	// one of the few slots that the queue's other messages wait for (the
+	// LocalQueue's lanes, whose handlings have no deadline, and the
+	// sessions its steps wait for in process): a handling whose batch is
+	// cancelled then stops its sessions within a second, watching the
+	// store. SQS hands each message to an invocation that ends within
+	// the function's timeout, where a watch would cost a store read a
+	// second per message.
+	SharedSlots() bool
 }
 
-// MaxDelay is the longest delay a Queue takes (SQS's); longer waits are
-// chained.
+// MaxDelay is the longest delay SQS takes (sqsqueue.Queue's MaxDelay);
+// longer waits are chained.
 const MaxDelay = 15 * time.Minute
 
 // PlanMessage is the message that starts a new batch: one small message,
@@ -166,15 +199,12 @@ type Worker struct {
 	// probed again on redelivery.
 	Reserve time.Duration
 
-	// Local says the Queue is a LocalQueue in this process (evs serve):
-	// its delays are exact and unbounded, not SQS's whole seconds up to
-	// MaxDelay, and a write of results the store refuses is retried, after
-	// RetryDelay(RetryBase, RetryMax), while the message keeps its slot,
-	// instead of failing the message: the verdicts cost network work, and
-	// the queue's slots then bound how many wait for the store. A batch
-	// cancelled meanwhile stops the message's sessions within a second.
-	// Fault, if set, is told of each refused write.
-	Local     bool
+	// On a Queue that does not redeliver (the LocalQueue), a write of
+	// results the store refuses is retried, after RetryDelay(RetryBase,
+	// RetryMax), while the message keeps its slot, instead of failing the
+	// message: the verdicts cost network work, and the queue's slots then
+	// bound how many wait for the store. Fault, if set, is told of each
+	// refused write.
 	RetryBase time.Duration
 	RetryMax  time.Duration
 	Fault     func(err error)
@@ -398,9 +428,9 @@ func (w *Worker) work(ctx context.Context, m Message, again bool, startBy time.T
 		defer stop()
 	}
 	var cancelled atomic.Bool
-	if w.Local && !acct.Test {
-		// So does a cancel: in this process the sessions hold slots that
-		// other batches wait for (the sandbox answers at once).
+	if w.Queue.SharedSlots() && !acct.Test {
+		// So does a cancel where the sessions hold slots that other
+		// batches wait for (the sandbox answers at once).
 		go w.watch(stepCtx, m, stop, &cancelled)
 	}
 	conc := w.Concurrency
@@ -419,15 +449,17 @@ func (w *Worker) work(ctx context.Context, m Message, again bool, startBy time.T
 		wg      sync.WaitGroup
 		sem     = make(chan struct{}, conc)
 	)
-	// flush writes the results gathered so far, with mu held. Results are
-	// written as soon as a transaction's worth (flushAt) is done, not only
-	// at the end: a worker that dies mid-message (out of memory, a crash)
-	// loses at most that many, and the redelivery asks no server again
-	// about the rest. It costs no extra transaction on DynamoDB. In this
-	// process (Local) a crash loses the queue too, and each message is one
-	// SQLite transaction, written at its end.
+	// flush writes the results gathered so far, with mu held. On a queue
+	// that redelivers, results are written as soon as a transaction's
+	// worth (flushAt) is done, not only at the end: a worker that dies
+	// mid-message (out of memory, a crash) loses at most that many, and
+	// the redelivery asks no server again about the rest. It costs no
+	// extra transaction on DynamoDB. Where a crash loses the queue too
+	// (the LocalQueue), each message is one SQLite transaction, written
+	// at its end, and lands while ctx ends too (write).
+	redelivers := w.Queue.Redelivers()
 	flush := func() {
-		if len(results) == 0 || (firstEr != nil && ctx.Err() != nil && !w.Local) {
+		if len(results) == 0 || (firstEr != nil && ctx.Err() != nil && redelivers) {
 			return
 		}
 		rs := results
@@ -458,7 +490,7 @@ func (w *Worker) work(ctx context.Context, m Message, again bool, startBy time.T
 			mu.Lock()
 			defer mu.Unlock()
 			results = append(results, d.results...)
-			if len(results) >= flushAt && !w.Local {
+			if len(results) >= flushAt && redelivers {
 				flush()
 			}
 			retry = addRetry(retry, w.greyDelay(d.retryIn), d.retry)
@@ -467,7 +499,7 @@ func (w *Worker) work(ctx context.Context, m Message, again bool, startBy time.T
 			} else if len(d.wait) > 0 {
 				// Throttled, or (in this process) out of RCPT budget, with
 				// no parking: back on the queue after the wait.
-				retry = append(retry, retrying{items: d.wait, delay: min(step.until(d.until), w.maxDelay())})
+				retry = append(retry, retrying{items: d.wait, delay: min(step.until(d.until), w.Queue.MaxDelay())})
 			}
 			left = append(left, d.left...)
 			if d.err != nil && firstEr == nil {
@@ -478,7 +510,7 @@ func (w *Worker) work(ctx context.Context, m Message, again bool, startBy time.T
 	wg.Wait()
 	// Results first: once written, a redelivery of this message (a failed
 	// send below, a lost invocation) asks no server about them again.
-	if len(results) > 0 && (firstEr == nil || ctx.Err() == nil || w.Local) {
+	if len(results) > 0 && (firstEr == nil || ctx.Err() == nil || !redelivers) {
 		b, err := w.write(ctx, m, results)
 		if err != nil {
 			return errors.Join(firstEr, err)
@@ -561,12 +593,12 @@ func (w *Worker) timeout(ctx context.Context, b evs.Batch, items []evs.Item, tes
 	return err
 }
 
-// write writes results of m. With Local set, the write lands even while
-// the service shuts down (these verdicts cost network work), and a
-// refusal is retried after a back-off until the store takes them or ctx
-// ends.
+// write writes results of m. On a queue that does not redeliver m, the
+// write lands even while the service shuts down (these verdicts cost
+// network work), and a refusal is retried after a back-off until the
+// store takes them or ctx ends.
 func (w *Worker) write(ctx context.Context, m Message, rs []evs.Result) (evs.Batch, error) {
-	if !w.Local {
+	if w.Queue.Redelivers() {
 		return w.Store.PutResults(ctx, m.AccountID, m.BatchID, rs, w.now())
 	}
 	for n := 0; ; n++ {
@@ -595,22 +627,22 @@ func (w *Worker) parks() bool {
 	return p != nil && p.Gate != nil && p.Gate.State != nil && p.Gate.MX != nil && p.Parking != nil
 }
 
-// maxDelay is the longest delay the Queue takes.
-func (w *Worker) maxDelay() time.Duration {
-	if w.Local {
-		return math.MaxInt64
+// delay is the queue delay of a wait of d: at most the Queue's MaxDelay
+// (a longer wait is chained: the message that comes looks again), rounded
+// up to its DelayUnit, so that the message never comes before d is over.
+func (w *Worker) delay(d time.Duration) time.Duration {
+	d = min(max(d, 0), w.Queue.MaxDelay())
+	if u := w.Queue.DelayUnit(); u > 0 {
+		d = (d + u - 1).Truncate(u)
 	}
-	return MaxDelay
+	return d
 }
 
-// greyDelay is the queue delay of a greylisted retry: on SQS in whole
-// seconds, as SQS counts them, so that Waited adds up what the items
-// really waited.
+// greyDelay is the queue delay of a greylisted retry: in the Queue's
+// whole units (SQS's seconds), as it counts them, so that Waited adds up
+// what the items really waited.
 func (w *Worker) greyDelay(d time.Duration) time.Duration {
-	if w.Local {
-		return d
-	}
-	return min(d, MaxDelay).Truncate(time.Second)
+	return min(d, w.Queue.MaxDelay()).Truncate(w.Queue.DelayUnit())
 }
 
 // retrying is items sent back after one delay: greylisted ones, for their
