@@ -530,10 +530,20 @@ func TestBatchRunSpreadsWritesAndReadsLinearly(t *testing.T) {
 		if batchWrites > n/50+50 {
 			t.Errorf("%d addresses: the account's batch partition took %d writes", n, batchWrites)
 		}
-		busiest, key := busiestSecond(run)
-		if busiest > 1000 {
-			t.Errorf("%d addresses: key %s took %d writes in one second", n, key, busiest)
+		// No key takes 1,000 writes in the whole run, so none takes
+		// 1,000 in a second, however fast the workers; the busiest second
+		// as it went is logged.
+		most, mostKey := 0, ""
+		for k, v := range perKey {
+			if v > most {
+				most, mostKey = v, k
+			}
 		}
+		if most > 1000 {
+			t.Errorf("%d addresses: key %s took %d writes in the run", n, mostKey, most)
+		}
+		busiest, key := busiestSecond(run)
+		t.Logf("%d addresses: at most %d writes to one key (%s) in the run, %d (%s) in one second", n, most, mostKey, busiest, key)
 		read, calls := 0, 0
 		for _, c := range plan {
 			read += c.read
