@@ -1,9 +1,7 @@
 package server_test
 
 import (
-	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -14,10 +12,7 @@ import (
 	"testing"
 	"time"
 
-	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
-
 	"github.com/evs-dev/evs/internal/testkit"
-	"github.com/evs-dev/evs/internal/webhook"
 )
 
 func TestCallbackURLValidated(t *testing.T) {
@@ -54,89 +49,9 @@ func TestCallbackURLValidated(t *testing.T) {
 	}
 }
 
-// TestCallbackDelivered: a completed and a cancelled test-mode batch each
-// get one signed event; the envelope shows the delivery once final.
-func TestCallbackDelivered(t *testing.T) {
-	h := start(t, options{realClock: true})
-	var (
-		mu     sync.Mutex
-		events = map[string][]byte{} // batch id → body
-		hdrs   = map[string]http.Header{}
-	)
-	rc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		b, _ := io.ReadAll(r.Body)
-		var ev struct {
-			Data struct {
-				Request struct{ ID string } `json:"request"`
-			} `json:"data"`
-		}
-		_ = json.Unmarshal(b, &ev)
-		mu.Lock()
-		events[ev.Data.Request.ID], hdrs[ev.Data.Request.ID] = b, r.Header.Clone()
-		mu.Unlock()
-		w.WriteHeader(http.StatusNoContent)
-	}))
-	defer rc.Close()
-	sec, err := webhook.Secret(t.Context(), h.st, h.testAcct)
-	if err != nil {
-		t.Fatal(err)
-	}
-	create := func(emails string) string {
-		r := h.do(req{method: "POST", path: "/v1/requests", key: h.testKey, body: `{"emails":` + emails + `,"callbackUrl":"` + rc.URL + `/in"}`})
-		if r.status != 201 {
-			t.Fatalf("create: %d %s", r.status, r.body)
-		}
-		if strings.Contains(string(r.body), "callback") {
-			t.Fatalf("a queued batch shows its callback: %s", r.body)
-		}
-		return decodeEnvelope(t, r).Request.ID
-	}
-	done := create(`["accepted_email@x.example","mailbox_full@x.example"]`)
-	// Greylisted addresses of test accounts are retried after 1 s, so
-	// there is time to cancel this one.
-	cancelled := create(`["greylisted@x.example"]`)
-	if r := h.do(req{method: "POST", path: "/v1/requests/" + cancelled + "/cancel", key: h.testKey}); r.status != 200 {
-		t.Fatalf("cancel: %d %s", r.status, r.body)
-	}
-	for id, typ := range map[string]string{done: "batch.completed", cancelled: "batch.cancelled"} {
-		var e struct {
-			Request struct {
-				CallbackURL string `json:"callbackUrl"`
-				Callback    *struct {
-					State      string `json:"state"`
-					Attempts   int    `json:"attempts"`
-					LastStatus *int   `json:"lastStatus"`
-				} `json:"callback"`
-			} `json:"request"`
-		}
-		testkit.Eventually(t, 20*time.Second, func() error {
-			r := h.do(req{path: "/v1/requests/" + id, key: h.testKey})
-			if err := json.Unmarshal(r.body, &e); err != nil {
-				t.Fatal(err)
-			}
-			if e.Request.Callback != nil && e.Request.Callback.State == "delivered" {
-				return nil
-			}
-			return fmt.Errorf("%s: not delivered: %s", typ, r.body)
-		})
-		if e.Request.Callback.Attempts != 1 || e.Request.Callback.LastStatus == nil || *e.Request.Callback.LastStatus != 204 || e.Request.CallbackURL != rc.URL+"/in" {
-			t.Errorf("%s: envelope %+v %+v", typ, e.Request, *e.Request.Callback)
-		}
-		mu.Lock()
-		body, hd := events[id], hdrs[id]
-		mu.Unlock()
-		if !strings.Contains(string(body), `"type":"`+typ+`"`) {
-			t.Errorf("event %s, want type %s", body, typ)
-		}
-		wh, _ := standardwebhooks.NewWebhook(sec.Current)
-		if err := wh.Verify(body, hd); err != nil {
-			t.Errorf("%s: signature: %v", typ, err)
-		}
-		if hd.Get("webhook-id") != webhook.EventID(id) {
-			t.Errorf("webhook-id %q", hd.Get("webhook-id"))
-		}
-	}
-}
+// A final batch's event, delivered and signed (completed, cancelled,
+// retried until 2xx), is the behaviour suite's, on both deployments
+// (internal/app, TestSuiteWebhook).
 
 // blackHole is a loopback listener that accepts connections and never
 // answers; it counts the connections it accepted.
