@@ -408,32 +408,26 @@ func insertAll(ctx context.Context, stmt *sql.Stmt, args []any, k int) (bool, er
 	if err != nil {
 		return false, resultsErr(err)
 	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return false, dbErr("write results", err)
-	}
-	return n == int64(k), nil
+	n, err := changed(res, nil)
+	return n == int64(k), dbErr("write results", err)
 }
 
 // recount sets the counters of the batch (b, of row key) from its results
 // and completes it if they are all there; out is the batch after.
 func (s *Store) recount(ctx context.Context, tx *sql.Tx, key int64, b evs.Batch, now time.Time, out *evs.Batch) error {
-	rows, err := tx.QueryContext(ctx, qStatusCounts, key)
-	if err != nil {
-		return dbErr("count results", err)
-	}
 	var c counts
-	for rows.Next() {
+	rows, err := tx.QueryContext(ctx, qStatusCounts, key)
+	err = eachRow(rows, err, "count results", func(rows *sql.Rows) error {
 		var code, n int
 		if err := rows.Scan(&code, &n); err != nil {
-			rows.Close()
 			return dbErr("count results", err)
 		}
 		c.n += n
 		c.by[min(max(code, 0), len(statusCodes)-1)] += n
-	}
-	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
-		return dbErr("count results", err)
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	if c.n == b.Counters.Processed {
 		return nil // every result was there already
@@ -513,16 +507,9 @@ func (s *Store) read(ctx context.Context, accountID, id, query string, args func
 		return err
 	}
 	rows, err := tx.StmtContext(ctx, s.rstmt(query)).QueryContext(ctx, args(key)...)
-	if err != nil {
-		return dbErr("read batch rows", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		if err := scan(rows); err != nil {
-			return dbErr("read batch rows", err)
-		}
-	}
-	return dbErr("read batch rows", rows.Err())
+	return eachRow(rows, err, "read batch rows", func(rows *sql.Rows) error {
+		return dbErr("read batch rows", scan(rows))
+	})
 }
 
 // UnfinishedBatches lists the live batches in state queued or running, of
@@ -533,20 +520,17 @@ func (s *Store) UnfinishedBatches(ctx context.Context) ([]evs.Batch, error) {
 
 // queryBatches runs the reader query q, whose rows are batchCols.
 func (s *Store) queryBatches(ctx context.Context, what, q string, args ...any) ([]evs.Batch, error) {
-	rows, err := s.rstmt(q).QueryContext(ctx, args...)
-	if err != nil {
-		return nil, dbErr(what, err)
-	}
-	defer rows.Close()
 	var out []evs.Batch
-	for rows.Next() {
+	rows, err := s.rstmt(q).QueryContext(ctx, args...)
+	err = eachRow(rows, err, what, func(rows *sql.Rows) error {
 		b, err := scanBatch(rows)
 		if err != nil {
-			return nil, dbErr(what, err)
+			return dbErr(what, err)
 		}
 		out = append(out, b)
-	}
-	return out, dbErr(what, rows.Err())
+		return nil
+	})
+	return out, err
 }
 
 // Sweep deletes the batches (with their items and results), idempotency
@@ -577,11 +561,7 @@ func (s *Store) Sweep(ctx context.Context) (int, error) {
 			qSweepOutcomeDomains,
 			qSweepMarks,
 		} {
-			res, err := tx.ExecContext(ctx, q, now)
-			if err != nil {
-				return dbErr("sweep", err)
-			}
-			k, err := res.RowsAffected()
+			k, err := changed(tx.ExecContext(ctx, q, now))
 			if err != nil {
 				return dbErr("sweep", err)
 			}

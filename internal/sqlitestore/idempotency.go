@@ -186,12 +186,8 @@ func (s *Store) PutIdempotency(ctx context.Context, rec idempotency.Record, now 
 		if err != nil {
 			return dbErr("put idempotency record", err)
 		}
-		res, err := st.ExecContext(ctx, rec.Scope, rec.Fingerprint, rec.State, millis(rec.LockedUntil), millis(rec.ExpiresAt),
-			rec.StatusCode, h, body, millis(now), idempotency.InProgress)
-		if err != nil {
-			return dbErr("put idempotency record", err)
-		}
-		if n, err := res.RowsAffected(); err != nil {
+		if n, err := changed(st.ExecContext(ctx, rec.Scope, rec.Fingerprint, rec.State, millis(rec.LockedUntil), millis(rec.ExpiresAt),
+			rec.StatusCode, h, body, millis(now), idempotency.InProgress)); err != nil {
 			return dbErr("put idempotency record", err)
 		} else if n == 0 {
 			return ErrLiveRecord
@@ -225,11 +221,7 @@ func (s *Store) CompleteIdempotency(ctx context.Context, scope string, statusCod
 		if err != nil {
 			return dbErr("complete idempotency record", err)
 		}
-		res, err := st.ExecContext(ctx, idempotency.Done, statusCode, h, body, scope, idempotency.InProgress)
-		if err != nil {
-			return dbErr("complete idempotency record", err)
-		}
-		if n, err := res.RowsAffected(); err != nil {
+		if n, err := changed(st.ExecContext(ctx, idempotency.Done, statusCode, h, body, scope, idempotency.InProgress)); err != nil {
 			return dbErr("complete idempotency record", err)
 		} else if n == 0 {
 			return store.NoClaim()

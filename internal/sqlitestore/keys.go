@@ -191,18 +191,15 @@ func (s *Store) RevokeKey(ctx context.Context, idOrHash string, now time.Time) (
 
 // ListKeys returns every key, oldest first.
 func (s *Store) ListKeys(ctx context.Context) ([]evs.Key, error) {
-	rows, err := s.rstmt(qListKeys).QueryContext(ctx)
-	if err != nil {
-		return nil, dbErr("list keys", err)
-	}
-	defer rows.Close()
 	var keys []evs.Key
-	for rows.Next() {
+	rows, err := s.rstmt(qListKeys).QueryContext(ctx)
+	err = eachRow(rows, err, "list keys", func(rows *sql.Rows) error {
 		k, err := scanKey(rows)
-		if err != nil {
-			return nil, dbErr("list keys", err)
-		}
 		keys = append(keys, k)
+		return dbErr("list keys", err)
+	})
+	if err != nil {
+		return nil, err
 	}
-	return keys, dbErr("list keys", rows.Err())
+	return keys, nil
 }

@@ -483,6 +483,31 @@ func dbErr(op string, err error) error {
 	return fmt.Errorf("sqlitestore: %s: %w", op, err)
 }
 
+// eachRow calls scan on every row of a query's rows (err is the query's
+// own), then closes them. A failed query, read or close is dbErr(op);
+// scan's errors are returned as they are.
+func eachRow(rows *sql.Rows, err error, op string, scan func(*sql.Rows) error) error {
+	if err != nil {
+		return dbErr(op, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := scan(rows); err != nil {
+			return err
+		}
+	}
+	return dbErr(op, errors.Join(rows.Err(), rows.Close()))
+}
+
+// changed is how many rows a statement's result (err is the statement's
+// own) changed.
+func changed(res sql.Result, err error) (int64, error) {
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
 func unavailable(err error) bool {
 	var se *sqlite.Error
 	if !errors.As(err, &se) {

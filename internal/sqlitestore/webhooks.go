@@ -109,19 +109,16 @@ func (s *Store) DueDeliveries(ctx context.Context, now time.Time, perAccount, li
 			WHERE d.state = ? AND d.next_at <= ? AND b.state IN `+finalStates+` AND b.expires_at > ?)
 		WHERE rn <= ? ORDER BY rn, next_at, batch_id LIMIT ?`,
 		evs.CallbackPending, millis(now), millis(s.now()), perAccount, max(limit, 0))
-	if err != nil {
-		return nil, dbErr("list due deliveries", err)
-	}
-	defer rows.Close()
 	var out []evs.Delivery
-	for rows.Next() {
+	err = eachRow(rows, err, "list due deliveries", func(rows *sql.Rows) error {
 		d, err := scanDelivery(rows)
-		if err != nil {
-			return nil, dbErr("list due deliveries", err)
-		}
 		out = append(out, d)
+		return dbErr("list due deliveries", err)
+	})
+	if err != nil {
+		return nil, err
 	}
-	return out, dbErr("list due deliveries", rows.Err())
+	return out, nil
 }
 
 // The webhook_secrets row keeps the retired secrets in its "previous"
