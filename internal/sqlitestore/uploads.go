@@ -188,7 +188,11 @@ func (s *Store) OpenUpload(ctx context.Context, accountID, id string) (evs.Uploa
 	case !r.size.Valid:
 		return evs.Upload{}, nil, 0, store.NothingUploaded()
 	}
-	return r.u, &partReader{s: s, ctx: ctx, id: id, attempt: r.attempt}, r.size.Int64, nil
+	return r.u, &partReader{part: func(n int) (data []byte, err error) {
+		err = s.rdb.QueryRowContext(ctx, `SELECT data FROM upload_parts WHERE upload = ? AND attempt = ? AND n = ?`,
+			id, r.attempt, n).Scan(&data)
+		return data, dbErr("read upload part", err)
+	}}, r.size.Int64, nil
 }
 
 // DropUpload deletes the upload's list and marks it used; the record stays
@@ -203,15 +207,28 @@ func (s *Store) DropUpload(ctx context.Context, accountID, id string) error {
 	})
 }
 
-// partReader reads an upload's parts in order.
+// partReader reads the parts of an upload, or of a batch's rows, in
+// order: part(n) reads part n, and fails with sql.ErrNoRows past the
+// last.
 type partReader struct {
-	s       *Store
-	ctx     context.Context
-	id      string
-	attempt int64
-	n       int
-	cur     []byte
-	done    bool
+	part func(n int) ([]byte, error)
+	n    int
+	cur  []byte
+	done bool
+}
+
+// fill reads the next part, or marks the end.
+func (p *partReader) fill() error {
+	cur, err := p.part(p.n)
+	if errors.Is(err, sql.ErrNoRows) {
+		p.done = true
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	p.cur, p.n = cur, p.n+1
+	return nil
 }
 
 func (p *partReader) Read(b []byte) (int, error) {
@@ -219,16 +236,9 @@ func (p *partReader) Read(b []byte) (int, error) {
 		if p.done {
 			return 0, io.EOF
 		}
-		err := p.s.rdb.QueryRowContext(p.ctx, `SELECT data FROM upload_parts WHERE upload = ? AND attempt = ? AND n = ?`,
-			p.id, p.attempt, p.n).Scan(&p.cur)
-		if errors.Is(err, sql.ErrNoRows) {
-			p.done = true
-			continue
+		if err := p.fill(); err != nil {
+			return 0, err
 		}
-		if err != nil {
-			return 0, dbErr("read upload part", err)
-		}
-		p.n++
 	}
 	k := copy(b, p.cur)
 	p.cur = p.cur[k:]
