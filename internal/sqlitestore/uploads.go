@@ -39,13 +39,11 @@ const openUploadsQuery = `SELECT COUNT(*), COALESCE(MIN(expires_at), 0) FROM upl
 // uploads taken inside the write is exact however many creations run at
 // once: maxOpen is never exceeded.
 func (s *Store) CreateUpload(ctx context.Context, u evs.Upload, origin string, maxOpen int) (string, error) {
-	var tok [32]byte
-	if _, err := rand.Read(tok[:]); err != nil {
+	token, hash, err := newToken()
+	if err != nil {
 		return "", err
 	}
-	token := base64.RawURLEncoding.EncodeToString(tok[:])
-	hash := sha256.Sum256([]byte(token))
-	err := s.writeOne(ctx, true, func(ctx context.Context, tx *sql.Tx) error {
+	err = s.writeOne(ctx, true, func(ctx context.Context, tx *sql.Tx) error {
 		if maxOpen > 0 {
 			now := s.now()
 			var n int
@@ -58,13 +56,31 @@ func (s *Store) CreateUpload(ctx context.Context, u evs.Upload, origin string, m
 			}
 		}
 		_, err := tx.ExecContext(ctx, `INSERT INTO uploads (id, account_id, content_type, token_hash, created_at, expires_at, max_bytes)
-			VALUES (?, ?, ?, ?, ?, ?, ?)`, u.ID, u.AccountID, u.ContentType, hash[:], millis(u.CreatedAt), millis(u.ExpiresAt), u.MaxBytes)
+			VALUES (?, ?, ?, ?, ?, ?, ?)`, u.ID, u.AccountID, u.ContentType, hash, millis(u.CreatedAt), millis(u.ExpiresAt), u.MaxBytes)
 		return dbErr("create upload", err)
 	})
 	if err != nil {
 		return "", err
 	}
 	return origin + "/v1/uploads/" + url.PathEscape(u.ID) + "?token=" + token, nil
+}
+
+// newToken returns a random token for a URL (an upload's, an export's)
+// and its hash, the only part kept.
+func newToken() (token string, hash []byte, err error) {
+	var tok [32]byte
+	if _, err := rand.Read(tok[:]); err != nil {
+		return "", nil, err
+	}
+	token = base64.RawURLEncoding.EncodeToString(tok[:])
+	sum := sha256.Sum256([]byte(token))
+	return token, sum[:], nil
+}
+
+// tokenIs tells, in constant time, whether token is the one of hash.
+func tokenIs(token string, hash []byte) bool {
+	sum := sha256.Sum256([]byte(token))
+	return subtle.ConstantTimeCompare(sum[:], hash) == 1
 }
 
 // uploadRow is an upload as stored.
@@ -106,8 +122,7 @@ func (s *Store) ReceiveUpload(ctx context.Context, id, token, contentType string
 	if err != nil {
 		return evs.Upload{}, 0, err
 	}
-	hash := sha256.Sum256([]byte(token))
-	if subtle.ConstantTimeCompare(hash[:], r.hash) != 1 {
+	if !tokenIs(token, r.hash) {
 		return evs.Upload{}, 0, store.NoUpload()
 	}
 	if r.dropped {
