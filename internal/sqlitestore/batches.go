@@ -196,19 +196,14 @@ func (s *Store) CreateBatchBounded(ctx context.Context, b evs.Batch, items []evs
 		if err := createDelivery(ctx, tx, b); err != nil {
 			return err
 		}
-		full, err := s.wstmt(ctx, tx, insertItems(itemsPerInsert))
-		if err != nil {
-			return dbErr("create batch items", err)
-		}
 		args := make([]any, 0, 4*itemsPerInsert)
 		for len(items) > 0 {
+			// A full chunk's statement was prepared at Open; the last,
+			// shorter one is prepared now.
 			n := min(len(items), itemsPerInsert)
-			stmt := full
-			if n < itemsPerInsert {
-				if stmt, err = tx.PrepareContext(ctx, insertItems(n)); err != nil {
-					return dbErr("create batch items", err)
-				}
-				defer stmt.Close()
+			stmt, err := s.wstmt(ctx, tx, insertItems(n))
+			if err != nil {
+				return dbErr("create batch items", err)
 			}
 			args = args[:0]
 			for _, it := range items[:n] {
@@ -325,10 +320,6 @@ func (s *Store) PutResults(ctx context.Context, accountID, id string, results []
 			out = got
 			return dbErr("complete batch", err)
 		}
-		full, err := s.wstmt(ctx, tx, insertResults(resultsPerInsert))
-		if err != nil {
-			return dbErr("write results", err)
-		}
 		var (
 			added counts
 			// recount: some results were there already, and which is
@@ -338,29 +329,23 @@ func (s *Store) PutResults(ctx context.Context, accountID, id string, results []
 		args := make([]any, 0, 5*resultsPerInsert)
 		for done := 0; done < len(results); {
 			k := min(len(results)-done, resultsPerInsert)
-			stmt := full
-			if k < resultsPerInsert {
-				if stmt, err = tx.PrepareContext(ctx, insertResults(k)); err != nil {
-					return dbErr("write results", err)
-				}
-				defer stmt.Close()
+			stmt, err := s.wstmt(ctx, tx, insertResults(k))
+			if err != nil {
+				return dbErr("write results", err)
 			}
 			args = args[:0]
 			for _, i := range order[done : done+k] {
 				r := &results[i]
-				args = append(args, key, r.Seq, statusCode(r.Status()), encoded[i])
+				code := statusCode(r.Status())
+				args = append(args, key, r.Seq, code, encoded[i])
+				added.n++
+				added.by[code]++
 			}
 			all, err := insertAll(ctx, stmt, args, k)
 			if err != nil {
 				return err
 			}
-			if !all {
-				recount = true
-			}
-			for _, i := range order[done : done+k] {
-				added.n++
-				added.by[statusCode(results[i].Status())]++
-			}
+			recount = recount || !all
 			done += k
 		}
 		if recount {
