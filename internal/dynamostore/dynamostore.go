@@ -340,6 +340,15 @@ func isConditionFailed(err error) bool {
 	return errors.As(err, &cf)
 }
 
+// applied tells whether a conditional write (err is its own) took effect:
+// false, and no error, when its condition failed.
+func applied(err error, op string) (bool, error) {
+	if isConditionFailed(err) {
+		return false, nil
+	}
+	return err == nil, wrapErr(op, err)
+}
+
 // Attribute value helpers. Times are stored as epoch milliseconds, the
 // precision the contract suite and the SQLite store keep.
 

@@ -301,11 +301,8 @@ func (s *Store) DropExport(ctx context.Context, j store.ExportJob) error {
 		ExpressionAttributeValues: item{":tk": avS(j.Token)},
 		ReturnValues:              types.ReturnValueAllOld,
 	})
-	if isConditionFailed(err) {
-		return nil
-	}
-	if err != nil {
-		return wrapErr("drop export", err)
+	if ok, err := applied(err, "drop export"); !ok {
+		return err
 	}
 	if getS(out.Attributes, attrExportState) == string(store.ExportRunning) {
 		s.releaseExportSlot(ctx, j.AccountID, int(getN(out.Attributes, attrSlot)), j.Token)

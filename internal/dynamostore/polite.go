@@ -67,13 +67,8 @@ func (s *Store) ReserveRcpts(ctx context.Context, key string, n, limit int, wind
 		ExpressionAttributeNames:  map[string]string{"#n": attrRcpts, "#exp": attrExpiresAt},
 		ExpressionAttributeValues: item{":n": avN(int64(n)), ":room": avN(int64(limit - n)), ":exp": ttlSeconds(next.Add(time.Hour))},
 	})
-	if isConditionFailed(err) {
-		return false, next, nil
-	}
-	if err != nil {
-		return false, next, wrapErr("reserve RCPT commands", err)
-	}
-	return true, next, nil
+	ok, err = applied(err, "reserve RCPT commands")
+	return ok, next, err
 }
 
 func pauseKey(key string) item {
@@ -139,10 +134,8 @@ func (s *Store) ClearPause(ctx context.Context, key string, now time.Time) error
 		ExpressionAttributeNames:  map[string]string{"#pu": attrPausedUntil},
 		ExpressionAttributeValues: item{":now": avTime(now)},
 	})
-	if err != nil && !isConditionFailed(err) {
-		return wrapErr("clear a provider pause", err)
-	}
-	return nil
+	_, err = applied(err, "clear a provider pause")
+	return err
 }
 
 // parkID is the sort key of parked work: by not-before, then at random.
@@ -261,13 +254,7 @@ func (s *Store) ClaimWake(ctx context.Context, key string, at, now time.Time) (b
 		ExpressionAttributeNames:  map[string]string{"#w": attrWakeAt, "#tk": attrLeaseToken, "#exp": attrExpiresAt},
 		ExpressionAttributeValues: item{":at": avTime(at), ":now": avTime(now), ":tk": avS(newToken()), ":exp": ttlSeconds(at.Add(parkTTL))},
 	})
-	if isConditionFailed(err) {
-		return false, nil
-	}
-	if err != nil {
-		return false, wrapErr("schedule a wake", err)
-	}
-	return true, nil
+	return applied(err, "schedule a wake")
 }
 
 // ParkedKeys lists the keys that had work parked in the last parkTTL.

@@ -222,15 +222,10 @@ func (s *Store) ClaimStall(ctx context.Context, accountID, id string, now time.T
 		})
 		return err
 	})
-	if isConditionFailed(err) {
-		// Results were written meanwhile, or another sweep got here first:
-		// either way this sweep has nothing to do.
-		return false, nil
-	}
-	if err != nil {
-		return false, wrapErr("record sweep", err)
-	}
-	return stalled, nil
+	// A failed condition: results were written meanwhile, or another
+	// sweep got here first; either way this sweep has nothing to do.
+	ok, err := applied(err, "record sweep")
+	return ok && stalled, err
 }
 
 // attrCBSweptAt is when a sweep last queued a message for the delivery.
@@ -259,11 +254,5 @@ func (s *Store) ClaimOverdue(ctx context.Context, d evs.Delivery, now time.Time,
 			":n": avN(int64(d.Attempts)), ":next": avTime(d.NextAt),
 		},
 	})
-	if isConditionFailed(err) {
-		return false, nil
-	}
-	if err != nil {
-		return false, wrapErr("claim overdue delivery", err)
-	}
-	return true, nil
+	return applied(err, "claim overdue delivery")
 }

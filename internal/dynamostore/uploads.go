@@ -221,10 +221,7 @@ func (s *Store) DropUpload(ctx context.Context, accountID, id string) error {
 		ExpressionAttributeNames:  map[string]string{"#used": attrUsedAt, "#id": attrID},
 		ExpressionAttributeValues: item{":now": avTime(s.now())},
 	})
-	if isConditionFailed(err) {
-		err = nil
-	}
-	mark := wrapErr("mark upload used", err)
+	_, mark := applied(err, "mark upload used")
 	_, err = s.in.o.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: aws.String(s.in.bucket), Key: aws.String(uploadObject(accountID, id))})
 	return errors.Join(mark, wrapErr("delete upload", err))
 }
