@@ -3,6 +3,7 @@ package api
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"io"
 	"slices"
 	"strconv"
@@ -70,10 +71,7 @@ func ReadListCSVRows(r io.Reader, lim ListLimits, lay CSVLayout, add func(addr s
 }
 
 func readCSV(r io.Reader, lim ListLimits, lay CSVLayout, add func(addr string) error, row func(CSVRecord) error) (byte, error) {
-	maxRecord := lim.MaxRecordBytes
-	if maxRecord <= 0 {
-		maxRecord = defaultMaxRecordBytes
-	}
+	maxRecord := cmp.Or(max(lim.MaxRecordBytes, 0), defaultMaxRecordBytes)
 	br := bufio.NewReaderSize(r, 64<<10)
 	head, _ := br.Peek(3)
 	switch {

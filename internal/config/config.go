@@ -14,6 +14,7 @@
 package config
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -251,9 +252,7 @@ func FromEnv(getenv func(string) string, onLambda bool) (Config, error) {
 	if c.HELO == "" {
 		h, _ := os.Hostname()
 		c.HELO, c.HELOFromHost = h, true
-		if c.HELO == "" {
-			c.HELO = "localhost"
-		}
+		c.HELO = cmp.Or(c.HELO, "localhost")
 	}
 	c.MailFrom = or(getenv("EVS_SMTP_FROM"), "verify@"+c.HELO)
 	if s := getenv("EVS_SMTP_EGRESS_IP"); s != "" {

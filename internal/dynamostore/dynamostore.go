@@ -87,6 +87,7 @@
 package dynamostore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -434,10 +435,7 @@ func Open(ctx context.Context, t Tables) (*Store, aws.Config, error) {
 // 5 MiB with them. The operator tool (infra/evs), run by people with
 // profiles and SSO, keeps the SDK's loader.
 func LambdaConfig(getenv func(string) string) (aws.Config, error) {
-	region := getenv("AWS_REGION")
-	if region == "" {
-		region = getenv("AWS_DEFAULT_REGION")
-	}
+	region := cmp.Or(getenv("AWS_REGION"), getenv("AWS_DEFAULT_REGION"))
 	id, secret := getenv("AWS_ACCESS_KEY_ID"), getenv("AWS_SECRET_ACCESS_KEY")
 	switch {
 	case region == "":

@@ -1,6 +1,7 @@
 package dynamostore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"io"
@@ -188,9 +189,7 @@ func (s *Store) takeExportSlot(ctx context.Context, j store.ExportJob, max int, 
 		if getS(item(cf.Item), attrLeaseToken) == j.Token {
 			return slot, nil
 		}
-		if retry == 0 {
-			retry = exportRetry
-		}
+		retry = cmp.Or(retry, exportRetry)
 	}
 	return -1, &store.LimitError{
 		Err:   evs.Errorf(evs.CodeRateLimited, "The account has %d exports running, the most allowed at once; retry when one is done.", max),

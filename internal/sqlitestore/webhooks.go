@@ -1,6 +1,7 @@
 package sqlitestore
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -97,9 +98,7 @@ func (s *Store) RecordDelivery(ctx context.Context, d evs.Delivery) error {
 // DueDeliveries lists pending deliveries of final, live batches due at now;
 // see store.DueDeliveries. perAccount <= 0 bounds nothing per account.
 func (s *Store) DueDeliveries(ctx context.Context, now time.Time, perAccount, limit int) ([]evs.Delivery, error) {
-	if perAccount <= 0 {
-		perAccount = math.MaxInt32
-	}
+	perAccount = cmp.Or(max(perAccount, 0), math.MaxInt32)
 	// rn numbers each account's due deliveries, earliest first; ordering
 	// by it makes the accounts take turns within the limit.
 	rows, err := s.rdb.QueryContext(ctx, `SELECT account_id, batch_id, url, state, attempts, last_status, next_at FROM (

@@ -138,12 +138,8 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.RandomLocal == nil {
 		cfg.RandomLocal = randomLocal
 	}
-	if cfg.SMTPOffDetail == "" {
-		cfg.SMTPOffDetail = "SMTP probing is not available here"
-	}
-	if cfg.GateWait <= 0 {
-		cfg.GateWait = 2 * time.Second
-	}
+	cfg.SMTPOffDetail = cmp.Or(cfg.SMTPOffDetail, "SMTP probing is not available here")
+	cfg.GateWait = cmp.Or(max(cfg.GateWait, 0), 2*time.Second)
 	return &Engine{cfg: cfg}, nil
 }
 
@@ -407,9 +403,7 @@ func (e *Engine) probe(ctx context.Context, domain string, mail dnscheck.MailRes
 	}
 	if err != nil {
 		c := openFailure(ctx, err)
-		if c.Provider == "" {
-			c.Provider = provider
-		}
+		c.Provider = cmp.Or(c.Provider, provider)
 		for _, d := range ds {
 			d.Checks.SMTP = c
 		}

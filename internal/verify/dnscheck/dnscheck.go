@@ -7,6 +7,7 @@
 package dnscheck
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -128,16 +129,10 @@ type hostResult struct {
 // malformed.
 func New(cfg Config) (*Resolver, error) {
 	r := &Resolver{
-		timeout:  cfg.Timeout,
-		attempts: cfg.Attempts,
+		timeout:  cmp.Or(max(cfg.Timeout, 0), 2*time.Second),
+		attempts: cmp.Or(max(cfg.Attempts, 0), 2),
 		now:      cfg.Now,
 		dialer:   cfg.Dialer,
-	}
-	if r.timeout <= 0 {
-		r.timeout = 2 * time.Second
-	}
-	if r.attempts <= 0 {
-		r.attempts = 2
 	}
 	if r.now == nil {
 		r.now = time.Now

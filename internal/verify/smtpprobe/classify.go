@@ -1,6 +1,7 @@
 package smtpprobe
 
 import (
+	"cmp"
 	"regexp"
 	"strconv"
 	"strings"
@@ -466,9 +467,7 @@ func unwrapAll(text string) (rest, wrapper, about string) {
 			break
 		}
 		rest = r
-		if wrapper == "" {
-			wrapper = w
-		}
+		wrapper = cmp.Or(wrapper, w)
 		if a != "" {
 			about = a
 		}

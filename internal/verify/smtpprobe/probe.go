@@ -122,15 +122,11 @@ func New(cfg Config) (*Prober, error) {
 	if !safeToken(cfg.HELO) {
 		return nil, fmt.Errorf("smtpprobe: HELO name %q is not a host name", cfg.HELO)
 	}
-	if cfg.MailFrom == "" {
-		cfg.MailFrom = "verify@" + cfg.HELO
-	}
+	cfg.MailFrom = cmp.Or(cfg.MailFrom, "verify@"+cfg.HELO)
 	if !safeToken(cfg.MailFrom) || strings.ContainsAny(cfg.MailFrom, "<>") {
 		return nil, fmt.Errorf("smtpprobe: MAIL FROM address %q cannot be sent", cfg.MailFrom)
 	}
-	if cfg.Port == 0 {
-		cfg.Port = DefaultPort
-	}
+	cfg.Port = cmp.Or(cfg.Port, DefaultPort)
 	if cfg.Port < 1 || cfg.Port > 65535 {
 		return nil, fmt.Errorf("smtpprobe: port %d out of range", cfg.Port)
 	}
@@ -140,24 +136,16 @@ func New(cfg Config) (*Prober, error) {
 	if cfg.Dialer == nil {
 		cfg.Dialer = &net.Dialer{Control: cfg.Egress.Control}
 	}
-	if cfg.DialTimeout == 0 {
-		cfg.DialTimeout = DefaultDialTimeout
-	}
-	if cfg.ReplyTimeout == 0 {
-		cfg.ReplyTimeout = DefaultReplyTimeout
-	}
+	cfg.DialTimeout = cmp.Or(cfg.DialTimeout, DefaultDialTimeout)
+	cfg.ReplyTimeout = cmp.Or(cfg.ReplyTimeout, DefaultReplyTimeout)
 	if cfg.DialTimeout < 0 || cfg.ReplyTimeout < 0 {
 		return nil, errors.New("smtpprobe: timeouts must be positive")
 	}
-	if cfg.PerHostLimit == 0 {
-		cfg.PerHostLimit = DefaultPerHostLimit
-	}
+	cfg.PerHostLimit = cmp.Or(cfg.PerHostLimit, DefaultPerHostLimit)
 	if cfg.PerHostLimit < 0 {
 		return nil, fmt.Errorf("smtpprobe: per-host limit %d must be positive", cfg.PerHostLimit)
 	}
-	if cfg.ScreenPause == 0 {
-		cfg.ScreenPause = DefaultScreenPause
-	}
+	cfg.ScreenPause = cmp.Or(cfg.ScreenPause, DefaultScreenPause)
 	return &Prober{cfg: cfg, slots: make(map[string]*hostSlots)}, nil
 }
 
@@ -564,9 +552,7 @@ func (s *Session) startTLS(ctx context.Context, base *tls.Config) error {
 		// plain text, which is worse; so we encrypt without verifying.
 		cfg = &tls.Config{InsecureSkipVerify: true}
 	}
-	if cfg.ServerName == "" {
-		cfg.ServerName = strings.TrimSuffix(s.host, ".")
-	}
+	cfg.ServerName = cmp.Or(cfg.ServerName, strings.TrimSuffix(s.host, "."))
 	s.setDeadline(ctx)
 	tc := tls.Client(s.raw, cfg)
 	if err := tc.HandshakeContext(ctx); err != nil {
