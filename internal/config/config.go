@@ -200,8 +200,8 @@ func (c Config) Logger(w io.Writer) *slog.Logger {
 // because Lambda blocks outbound port 25.
 func FromEnv(getenv func(string) string, onLambda bool) (Config, error) {
 	c := Config{
-		Addr:    or(getenv("EVS_ADDR"), DefaultAddr),
-		DataDir: or(getenv("EVS_DATA_DIR"), "./.data"),
+		Addr:    cmp.Or(getenv("EVS_ADDR"), DefaultAddr),
+		DataDir: cmp.Or(getenv("EVS_DATA_DIR"), "./.data"),
 	}
 	var errs []error
 	if s := getenv("EVS_DNS_SERVERS"); s != "" {
@@ -254,7 +254,7 @@ func FromEnv(getenv func(string) string, onLambda bool) (Config, error) {
 		c.HELO, c.HELOFromHost = h, true
 		c.HELO = cmp.Or(c.HELO, "localhost")
 	}
-	c.MailFrom = or(getenv("EVS_SMTP_FROM"), "verify@"+c.HELO)
+	c.MailFrom = cmp.Or(getenv("EVS_SMTP_FROM"), "verify@"+c.HELO)
 	if s := getenv("EVS_SMTP_EGRESS_IP"); s != "" {
 		ip, err := netip.ParseAddr(s)
 		if err != nil || ip.Zone() != "" {
@@ -269,7 +269,7 @@ func FromEnv(getenv func(string) string, onLambda bool) (Config, error) {
 			errs = append(errs, fmt.Errorf("EVS_SMTP_PROXY: %w", err))
 		}
 	}
-	bl, err := parseZones(or(getenv("EVS_BLOCKLISTS"), strings.Join(DefaultBlocklists, ",")))
+	bl, err := parseZones(cmp.Or(getenv("EVS_BLOCKLISTS"), strings.Join(DefaultBlocklists, ",")))
 	if err != nil {
 		errs = append(errs, fmt.Errorf("EVS_BLOCKLISTS: %w", err))
 	}
@@ -320,7 +320,7 @@ func FromEnv(getenv func(string) string, onLambda bool) (Config, error) {
 	c.MaxConns = value(getenv, "EVS_MAX_CONNS", 1024, "a positive whole number", wholeFrom[int](1), &errs)
 	c.MinFreeBytes = value(getenv, "EVS_MIN_FREE_BYTES", DefaultMinFreeBytes, "a whole number of bytes (0 for no watermark)", wholeFrom[int64](0), &errs)
 	c.QuotaAddresses = value(getenv, "EVS_QUOTA_ADDRESSES", 0, "a whole number (0 for no quota)", wholeFrom[int](0), &errs)
-	switch c.QuotaPeriod = strings.ToLower(or(getenv("EVS_QUOTA_PERIOD"), QuotaMonth)); c.QuotaPeriod {
+	switch c.QuotaPeriod = strings.ToLower(cmp.Or(getenv("EVS_QUOTA_PERIOD"), QuotaMonth)); c.QuotaPeriod {
 	case QuotaDay, QuotaMonth:
 	default:
 		errs = append(errs, fmt.Errorf("EVS_QUOTA_PERIOD: %q is not day or month", c.QuotaPeriod))
@@ -435,13 +435,6 @@ func limitOrOff(getenv func(string) string, name string, def int, errs *[]error)
 		return def
 	}
 	return n
-}
-
-func or(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
 }
 
 // CheckHELO warns when the EHLO name cannot identify this host: receiving
