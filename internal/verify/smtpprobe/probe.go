@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -405,19 +404,13 @@ func (p *Prober) resolve(ctx context.Context, host string) ([]netip.Addr, error)
 		return nil, fmt.Errorf("no addresses for %s", host)
 	}
 	out := make([]netip.Addr, 0, len(addrs))
-	for _, a := range addrs {
-		out = append(out, a.Unmap())
-	}
-	slices.SortStableFunc(out, func(a, b netip.Addr) int {
-		switch {
-		case a.Is4() == b.Is4():
-			return 0
-		case a.Is4():
-			return -1
-		default:
-			return 1
+	for _, v4 := range []bool{true, false} {
+		for _, a := range addrs {
+			if a = a.Unmap(); a.Is4() == v4 {
+				out = append(out, a)
+			}
 		}
-	})
+	}
 	return out, nil
 }
 
