@@ -711,13 +711,13 @@ func (s *Store) UnfinishedBatches(ctx context.Context) ([]evs.Batch, error) {
 			out = append(out, batchFrom(it))
 		}
 	}
-	sort.Slice(out, func(i, j int) bool {
-		if !out[i].CreatedAt.Equal(out[j].CreatedAt) {
-			return out[i].CreatedAt.Before(out[j].CreatedAt)
-		}
-		return out[i].ID < out[j].ID
-	})
-	return out, nil
+	return oldestFirst(out), nil
+}
+
+// oldestFirst sorts batches by creation, then ID.
+func oldestFirst(bs []evs.Batch) []evs.Batch {
+	slices.SortFunc(bs, func(a, b evs.Batch) int { return cmp.Or(a.CreatedAt.Compare(b.CreatedAt), strings.Compare(a.ID, b.ID)) })
+	return bs
 }
 
 // keysPerGet is BatchGetItem's limit.

@@ -1,9 +1,11 @@
 package dynamostore
 
 import (
+	"cmp"
 	"context"
 	"errors"
-	"sort"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -318,11 +320,8 @@ func (s *Store) ListKeys(ctx context.Context) ([]evs.Key, error) {
 	for i, it := range items {
 		keys[i] = keyFrom(it)
 	}
-	sort.Slice(keys, func(i, j int) bool {
-		if !keys[i].CreatedAt.Equal(keys[j].CreatedAt) {
-			return keys[i].CreatedAt.Before(keys[j].CreatedAt)
-		}
-		return keys[i].Hash < keys[j].Hash
+	slices.SortFunc(keys, func(a, b evs.Key) int {
+		return cmp.Or(a.CreatedAt.Compare(b.CreatedAt), strings.Compare(a.Hash, b.Hash))
 	})
 	return keys, nil
 }

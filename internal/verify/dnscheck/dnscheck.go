@@ -287,12 +287,7 @@ func mxAnswer(resp *dns.Msg, name string) (res MailResult, ttl time.Duration, do
 	if len(res.MX) > 0 {
 		// A "." among real hosts is a misconfiguration; the real hosts
 		// still take mail.
-		slices.SortFunc(res.MX, func(a, b MX) int {
-			if a.Pref != b.Pref {
-				return int(a.Pref) - int(b.Pref)
-			}
-			return strings.Compare(a.Host, b.Host)
-		})
+		slices.SortFunc(res.MX, func(a, b MX) int { return cmp.Or(cmp.Compare(a.Pref, b.Pref), strings.Compare(a.Host, b.Host)) })
 		res.Outcome = OutcomeOK
 		return res, ttl, true
 	}
