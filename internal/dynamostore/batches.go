@@ -7,9 +7,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -499,12 +499,7 @@ func (s *Store) countUpdate(accountID, id string, n int64, added map[string]int6
 	values := item{":q": avS(evs.StateQueued), ":r": avS(evs.StateRunning), ":n": avN(n)}
 	adds := []string{"#p :n"}
 	// Sorted, so the expression is the same for the same counts.
-	attrs := make([]string, 0, len(added))
-	for a := range added {
-		attrs = append(attrs, a)
-	}
-	sort.Strings(attrs)
-	for i, a := range attrs {
+	for i, a := range slices.Sorted(maps.Keys(added)) {
 		k := strconv.Itoa(i)
 		names["#c"+k] = a
 		values[":c"+k] = avN(added[a])
