@@ -239,13 +239,7 @@ func (s *Store) batchTx(ctx context.Context, tx *sql.Tx, accountID, id string) (
 func (s *Store) batch(ctx context.Context, st *sql.Stmt, accountID, id string) (evs.Batch, int64, error) {
 	var key int64
 	b, err := scanBatchWith(st.QueryRowContext(ctx, id, accountID, millis(s.now())), &key)
-	if errors.Is(err, sql.ErrNoRows) {
-		return evs.Batch{}, 0, store.NoBatch()
-	}
-	if err != nil {
-		return evs.Batch{}, 0, dbErr("read batch", err)
-	}
-	return b, key, nil
+	return b, key, rowErr(err, "read batch", store.NoBatch)
 }
 
 // TransitionBatch moves the batch to `to` if its state is in from. A final

@@ -483,6 +483,15 @@ func dbErr(op string, err error) error {
 	return fmt.Errorf("sqlitestore: %s: %w", op, err)
 }
 
+// rowErr is the error of a one-row read: missing() when there was no row,
+// else dbErr(op, err), nil when the row was read.
+func rowErr(err error, op string, missing func() error) error {
+	if errors.Is(err, sql.ErrNoRows) {
+		return missing()
+	}
+	return dbErr(op, err)
+}
+
 // eachRow calls scan on every row of a query's rows (err is the query's
 // own), then closes them. A failed query, read or close is dbErr(op);
 // scan's errors are returned as they are.

@@ -100,11 +100,8 @@ func (s *Store) upload(ctx context.Context, id string) (uploadRow, error) {
 	err := s.rdb.QueryRowContext(ctx, `SELECT account_id, content_type, token_hash, created_at, expires_at, max_bytes, size, attempt, dropped
 		FROM uploads WHERE id = ? AND expires_at > ?`, id, millis(s.now())).
 		Scan(&r.u.AccountID, &r.u.ContentType, &r.hash, &created, &expires, &r.u.MaxBytes, &r.size, &r.attempt, &r.dropped)
-	if errors.Is(err, sql.ErrNoRows) {
-		return uploadRow{}, store.NoUpload()
-	}
 	if err != nil {
-		return uploadRow{}, dbErr("read upload", err)
+		return uploadRow{}, rowErr(err, "read upload", store.NoUpload)
 	}
 	r.u.ID, r.u.CreatedAt, r.u.ExpiresAt = id, fromMillis(created), fromMillis(expires)
 	return r, nil

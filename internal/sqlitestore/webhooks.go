@@ -50,13 +50,7 @@ const qDelivery = `SELECT ` + deliveryCols + `
 // Delivery returns the delivery of a live, final batch of account.
 func (s *Store) Delivery(ctx context.Context, accountID, batchID string) (evs.Delivery, error) {
 	d, err := scanDelivery(s.rstmt(qDelivery).QueryRowContext(ctx, batchID, accountID, millis(s.now())))
-	if errors.Is(err, sql.ErrNoRows) {
-		return evs.Delivery{}, store.NoDelivery()
-	}
-	if err != nil {
-		return evs.Delivery{}, dbErr("read delivery", err)
-	}
-	return d, nil
+	return d, rowErr(err, "read delivery", store.NoDelivery)
 }
 
 // ClaimDelivery starts the next attempt of a due delivery; see store.Webhooks.
@@ -69,11 +63,8 @@ func (s *Store) ClaimDelivery(ctx context.Context, accountID, batchID string, at
 			AND EXISTS (SELECT 1 FROM batches b WHERE b.id = d.batch_id AND b.state IN `+finalStates+`)
 			RETURNING account_id, batch_id, url, state, attempts, last_status, next_at`,
 			millis(leaseUntil), batchID, accountID, evs.CallbackPending, attempts, millis(now)))
-		if errors.Is(err, sql.ErrNoRows) {
-			return store.DeliveryNotDue()
-		}
 		out = d
-		return dbErr("claim delivery", err)
+		return rowErr(err, "claim delivery", store.DeliveryNotDue)
 	})
 	return out, err
 }
@@ -134,11 +125,8 @@ func (s *Store) WebhookSecret(ctx context.Context, accountID string) (evs.Webhoo
 	)
 	err := s.rdb.QueryRowContext(ctx, `SELECT current, previous, rotated_at FROM webhook_secrets WHERE account_id = ?`, accountID).
 		Scan(&w.Current, &prev, &rotated)
-	if errors.Is(err, sql.ErrNoRows) {
-		return evs.WebhookSecret{}, store.NoWebhookSecret()
-	}
 	if err != nil {
-		return evs.WebhookSecret{}, dbErr("read webhook secret", err)
+		return evs.WebhookSecret{}, rowErr(err, "read webhook secret", store.NoWebhookSecret)
 	}
 	w.Retired, err = store.DecodeRetired(prev, prev, fromNullMillis(rotated))
 	return w, err
