@@ -594,10 +594,8 @@ func (s *Store) queryKey(ctx context.Context, key string, after, upTo int, filte
 		names["#s"] = attrStatus
 	}
 	vals := item{":b": avS(key), ":lo": avN(int64(after + 1)), ":hi": avN(int64(upTo))}
-	for k, v := range values {
-		vals[k] = v
-	}
-	in := &dynamodb.QueryInput{
+	maps.Copy(vals, values)
+	return s.query(ctx, &dynamodb.QueryInput{
 		TableName:                 aws.String(s.t.Results),
 		KeyConditionExpression:    aws.String("#b = :b AND #q BETWEEN :lo AND :hi"),
 		FilterExpression:          filter,
@@ -605,22 +603,25 @@ func (s *Store) queryKey(ctx context.Context, key string, after, upTo int, filte
 		ExpressionAttributeNames:  names,
 		ExpressionAttributeValues: vals,
 		ConsistentRead:            aws.Bool(true),
-	}
-	for {
-		page, err := s.c.Query(ctx, in)
+	}, "read results", each)
+}
+
+// query passes the items in matches, page after page, to each until it
+// returns false.
+func (s *Store) query(ctx context.Context, in *dynamodb.QueryInput, op string, each func(item) bool) error {
+	p := dynamodb.NewQueryPaginator(s.c, in)
+	for p.HasMorePages() {
+		page, err := p.NextPage(ctx)
 		if err != nil {
-			return wrapErr("read results", err)
+			return wrapErr(op, err)
 		}
 		for _, it := range page.Items {
 			if !each(it) {
 				return nil
 			}
 		}
-		if len(page.LastEvaluatedKey) == 0 {
-			return nil
-		}
-		in.ExclusiveStartKey = page.LastEvaluatedKey
 	}
+	return nil
 }
 
 // written returns which seqs in [lo, hi] have a result, reading their

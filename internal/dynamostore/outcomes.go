@@ -1,6 +1,7 @@
 package dynamostore
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strings"
@@ -198,23 +199,20 @@ func (s *Store) DomainCounts(ctx context.Context, accountID string, domains []st
 	var mu sync.Mutex
 	err := eachDistinct(ctx, domains, func(ctx context.Context, d string) error {
 		var c evs.DomainCounts
-		p := dynamodb.NewQueryPaginator(s.c, &dynamodb.QueryInput{
+		err := s.query(ctx, &dynamodb.QueryInput{
 			TableName:                 aws.String(s.t.Batches),
 			KeyConditionExpression:    aws.String("#a = :a AND begins_with(#id, :p)"),
 			ExpressionAttributeNames:  map[string]string{"#a": attrAccountID, "#id": attrID},
 			ExpressionAttributeValues: item{":a": outcomePartition(acct), ":p": avS(domainCountPrefix + d + "#")},
+		}, "read domain counts", func(it item) bool {
+			if getN(it, attrExpiresAtMs) > now.UnixMilli() {
+				c.Delivered += int(getN(it, attrDelivered))
+				c.HardBounces += int(getN(it, attrHardBounces))
+			}
+			return true
 		})
-		for p.HasMorePages() {
-			page, err := p.NextPage(ctx)
-			if err != nil {
-				return wrapErr("read domain counts", err)
-			}
-			for _, it := range page.Items {
-				if getN(it, attrExpiresAtMs) > now.UnixMilli() {
-					c.Delivered += int(getN(it, attrDelivered))
-					c.HardBounces += int(getN(it, attrHardBounces))
-				}
-			}
+		if err != nil {
+			return err
 		}
 		if !c.Zero() {
 			mu.Lock()
@@ -479,22 +477,15 @@ func (s *Store) queryOutcomes(ctx context.Context, accountID, prefix string, key
 		in.ExpressionAttributeNames["#mc"] = attrMarkClass
 		in.ExpressionAttributeNames["#exp"] = attrExpiresAtMs
 	}
-	p := dynamodb.NewQueryPaginator(s.c, in)
-	for p.HasMorePages() {
-		page, err := p.NextPage(ctx)
-		if err != nil {
-			return wrapErr("read outcomes", err)
+	var err error
+	qerr := s.query(ctx, in, "read outcomes", func(it item) bool {
+		if id := getS(it, attrID); id == outcomeMarkerID || strings.HasPrefix(id, domainCountPrefix) {
+			return true
 		}
-		for _, it := range page.Items {
-			if id := getS(it, attrID); id == outcomeMarkerID || strings.HasPrefix(id, domainCountPrefix) {
-				continue
-			}
-			if err := each(it); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
+		err = each(it)
+		return err == nil
+	})
+	return cmp.Or(qerr, err)
 }
 
 // outcomeFrom reads an outcome item; ok is false when it has expired by

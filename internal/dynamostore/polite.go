@@ -260,20 +260,17 @@ func (s *Store) ClaimWake(ctx context.Context, key string, at, now time.Time) (b
 // ParkedKeys lists the keys that had work parked in the last parkTTL.
 func (s *Store) ParkedKeys(ctx context.Context) ([]string, error) {
 	var keys []string
-	p := dynamodb.NewQueryPaginator(s.c, &dynamodb.QueryInput{
+	err := s.query(ctx, &dynamodb.QueryInput{
 		TableName:                 aws.String(s.t.Batches),
 		KeyConditionExpression:    aws.String("#a = :pk"),
 		ExpressionAttributeNames:  map[string]string{"#a": attrAccountID},
 		ExpressionAttributeValues: item{":pk": avS(parkedKeysPartition)},
+	}, "list parked keys", func(it item) bool {
+		keys = append(keys, getS(it, attrID))
+		return true
 	})
-	for p.HasMorePages() {
-		out, err := p.NextPage(ctx)
-		if err != nil {
-			return nil, wrapErr("list parked keys", err)
-		}
-		for _, it := range out.Items {
-			keys = append(keys, getS(it, attrID))
-		}
+	if err != nil {
+		return nil, err
 	}
 	return keys, nil
 }

@@ -123,7 +123,11 @@ func (s *Store) putUpload(ctx context.Context, u evs.Upload, maxOpen int) error 
 // used) and returns when the oldest of them expires, with a consistent
 // Query of its upload partition.
 func (s *Store) openUploads(ctx context.Context, accountID string, now time.Time) (int, time.Time, error) {
-	in := &dynamodb.QueryInput{
+	var (
+		n      int
+		oldest time.Time
+	)
+	err := s.query(ctx, &dynamodb.QueryInput{
 		TableName:              aws.String(s.t.Batches),
 		KeyConditionExpression: aws.String("#a = :a"),
 		FilterExpression:       aws.String("#exp > :now AND attribute_not_exists(#used)"),
@@ -133,27 +137,17 @@ func (s *Store) openUploads(ctx context.Context, accountID string, now time.Time
 		},
 		ExpressionAttributeValues: item{":a": avS(uploadPartition(accountID)), ":now": avTime(now)},
 		ConsistentRead:            aws.Bool(true),
+	}, "count open uploads", func(it item) bool {
+		n++
+		if exp := getTime(it, attrExpiresAtMs); oldest.IsZero() || exp.Before(oldest) {
+			oldest = exp
+		}
+		return true
+	})
+	if err != nil {
+		return 0, time.Time{}, err
 	}
-	var (
-		n      int
-		oldest time.Time
-	)
-	for {
-		out, err := s.c.Query(ctx, in)
-		if err != nil {
-			return 0, time.Time{}, wrapErr("count open uploads", err)
-		}
-		for _, it := range out.Items {
-			n++
-			if exp := getTime(it, attrExpiresAtMs); oldest.IsZero() || exp.Before(oldest) {
-				oldest = exp
-			}
-		}
-		if len(out.LastEvaluatedKey) == 0 {
-			return n, oldest, nil
-		}
-		in.ExclusiveStartKey = out.LastEvaluatedKey
-	}
+	return n, oldest, nil
 }
 
 // UploadOrigin is the origin ("https://bucket.s3.region.amazonaws.com")
