@@ -300,8 +300,7 @@ func parseOutcomesCSV(body []byte, now time.Time) ([]evs.Outcome, error) {
 
 // csvProblem describes a CSV syntax error without echoing the body.
 func csvProblem(err error) error {
-	var pe *csv.ParseError
-	if errors.As(err, &pe) {
+	if pe, ok := errors.AsType[*csv.ParseError](err); ok {
 		return evs.Errorf(evs.CodeInvalidRequest, "The CSV file is not valid at line %d: %s.", pe.StartLine, pe.Err.Error())
 	}
 	return evs.Errorf(evs.CodeInvalidRequest, "The CSV file is not valid.")

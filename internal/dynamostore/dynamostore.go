@@ -192,8 +192,7 @@ func CreateTables(ctx context.Context, c *dynamodb.Client, t Tables) error {
 	existing := map[string]bool{}
 	for i := range defs {
 		_, err := c.CreateTable(ctx, &defs[i])
-		var inUse *types.ResourceInUseException
-		if errors.As(err, &inUse) {
+		if _, ok := errors.AsType[*types.ResourceInUseException](err); ok {
 			existing[*defs[i].TableName] = true
 		} else if err != nil {
 			return wrapErr("create table "+*defs[i].TableName, err)
@@ -313,8 +312,7 @@ func wrapErr(op string, err error) error {
 	if err == nil {
 		return nil
 	}
-	var e *evs.Error
-	if errors.As(err, &e) {
+	if _, ok := errors.AsType[*evs.Error](err); ok {
 		return err
 	}
 	wrapped := fmt.Errorf("dynamostore: %s: %w", op, err)
@@ -327,8 +325,7 @@ func wrapErr(op string, err error) error {
 
 // apiCode returns the service's error code of err, or "".
 func apiCode(err error) string {
-	var ae smithy.APIError
-	if errors.As(err, &ae) {
+	if ae, ok := errors.AsType[smithy.APIError](err); ok {
 		return ae.ErrorCode()
 	}
 	return ""

@@ -223,8 +223,7 @@ func (s *Store) ClaimExport(ctx context.Context, j store.ExportJob, until time.T
 		// the record that comes back with the failure tells it so.
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
-	var cf *types.ConditionalCheckFailedException
-	if errors.As(err, &cf) {
+	if cf, ok := errors.AsType[*types.ConditionalCheckFailedException](err); ok {
 		return getS(item(cf.Item), attrClaimToken) == claim, nil
 	}
 	if err != nil {
@@ -273,8 +272,7 @@ func (s *Store) FinishExport(ctx context.Context, j store.ExportJob, failed bool
 		// finish, whose slot is still to be given back.
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
-	var cf *types.ConditionalCheckFailedException
-	if errors.As(err, &cf) {
+	if cf, ok := errors.AsType[*types.ConditionalCheckFailedException](err); ok {
 		if old := item(cf.Item); getS(old, attrExportToken) == j.Token && getS(old, attrExportState) == string(state) {
 			s.releaseExportSlot(ctx, j.AccountID, int(getN(old, attrSlot)), j.Token)
 		}

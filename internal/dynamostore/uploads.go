@@ -190,8 +190,7 @@ func (s *Store) OpenUpload(ctx context.Context, accountID, id string) (evs.Uploa
 		CreatedAt: getTime(it, attrCreatedAt), ExpiresAt: getTime(it, attrExpiresAtMs), MaxBytes: getN(it, attrMaxBytes),
 	}
 	out, err := s.in.o.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(s.in.bucket), Key: aws.String(uploadObject(accountID, id))})
-	var missing *s3types.NoSuchKey
-	if errors.As(err, &missing) || apiCode(err) == "NoSuchKey" {
+	if _, ok := errors.AsType[*s3types.NoSuchKey](err); ok || apiCode(err) == "NoSuchKey" {
 		return evs.Upload{}, nil, 0, store.NothingUploaded()
 	}
 	if err != nil {

@@ -473,8 +473,7 @@ func dbErr(op string, err error) error {
 	if err == nil {
 		return nil
 	}
-	var e *evs.Error
-	if errors.As(err, &e) {
+	if _, ok := errors.AsType[*evs.Error](err); ok {
 		return err
 	}
 	if errors.Is(err, context.DeadlineExceeded) || unavailable(err) {

@@ -503,8 +503,7 @@ const detailRemembered = "the random-address probe's answer is remembered from a
 
 // openFailure turns a failed connection attempt into evidence.
 func openFailure(ctx context.Context, err error) evs.SMTPCheck {
-	var pe *smtpprobe.ProbeError
-	if errors.As(err, &pe) {
+	if pe, ok := errors.AsType[*smtpprobe.ProbeError](err); ok {
 		c := evs.SMTPCheck{Host: pe.Host, Code: pe.Reply.Code, EnhancedCode: pe.Reply.Enhanced, Message: trimText(pe.Reply.Text)}
 		if pe.Host != "" {
 			c.Provider = evs.Provider(smtpprobe.ProviderOfReply(pe.Host, pe.Reply))
