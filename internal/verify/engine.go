@@ -358,9 +358,7 @@ func dnsEvidence(m dnscheck.MailResult) evs.DNSCheck {
 func (e *Engine) probe(ctx context.Context, domain string, mail dnscheck.MailResult, ds []*evs.Decision, gated bool) {
 	provider := providerOf(mail)
 	if e.cfg.Prober == nil {
-		for _, d := range ds {
-			d.Checks.SMTP = evs.SMTPCheck{Result: evs.SMTPSkipped, Provider: provider, Detail: "skipped: " + e.cfg.SMTPOffDetail}
-		}
+		setSMTP(ds, evs.SMTPCheck{Result: evs.SMTPSkipped, Provider: provider, Detail: "skipped: " + e.cfg.SMTPOffDetail})
 		return
 	}
 	hosts := make([]string, len(mail.MX))
@@ -370,9 +368,7 @@ func (e *Engine) probe(ctx context.Context, domain string, mail dnscheck.MailRes
 	if gated && e.cfg.Gate != nil {
 		end, why := e.cfg.Gate.Session(ctx, hosts[0], e.cfg.GateWait)
 		if end == nil {
-			for _, d := range ds {
-				d.Checks.SMTP = evs.SMTPCheck{Result: evs.SMTPSkipped, Provider: provider, Detail: why}
-			}
+			setSMTP(ds, evs.SMTPCheck{Result: evs.SMTPSkipped, Provider: provider, Detail: why})
 			return
 		}
 		defer func() { end(throttled(ds)) }()
@@ -396,17 +392,13 @@ func (e *Engine) probe(ctx context.Context, domain string, mail dnscheck.MailRes
 		// Our exit failed, not their server: no evidence about the
 		// mailbox, and no verdict (contract, section 16). ExitDown tells
 		// the callers, who retry or answer 503.
-		for _, d := range ds {
-			d.Checks.SMTP = evs.SMTPCheck{Result: evs.SMTPUnreachable, Provider: provider, Detail: DetailExitDown}
-		}
+		setSMTP(ds, evs.SMTPCheck{Result: evs.SMTPUnreachable, Provider: provider, Detail: DetailExitDown})
 		return
 	}
 	if err != nil {
 		c := openFailure(ctx, err)
 		c.Provider = cmp.Or(c.Provider, provider)
-		for _, d := range ds {
-			d.Checks.SMTP = c
-		}
+		setSMTP(ds, c)
 		return
 	}
 	defer sess.Close()
@@ -422,9 +414,7 @@ func (e *Engine) probe(ctx context.Context, domain string, mail dnscheck.MailRes
 			// The session's time would likely end during this address's
 			// reply: it and the rest are left unasked, for another
 			// session, instead of a reply cut off by the deadline.
-			for _, rest := range ds[i:] {
-				rest.Checks.SMTP = evs.SMTPCheck{Result: evs.SMTPTimeout, Host: sess.Host(), Provider: provider, TLS: sess.TLS(), Detail: detailOutOfTime}
-			}
+			setSMTP(ds[i:], evs.SMTPCheck{Result: evs.SMTPTimeout, Host: sess.Host(), Provider: provider, TLS: sess.TLS(), Detail: detailOutOfTime})
 			return
 		}
 		asked := time.Now()
@@ -462,11 +452,16 @@ func (e *Engine) probe(ctx context.Context, domain string, mail dnscheck.MailRes
 			// traffic: asking the rest now would only read a dead
 			// connection as "unknown" or press a server that asked us to
 			// wait. They are left unasked, for the caller to run later.
-			for _, rest := range ds[i+1:] {
-				rest.Checks.SMTP = evs.SMTPCheck{Result: evs.SMTPGreylisted, Host: c.Host, Provider: c.Provider, TLS: c.TLS, Detail: detailNotAsked}
-			}
+			setSMTP(ds[i+1:], evs.SMTPCheck{Result: evs.SMTPGreylisted, Host: c.Host, Provider: c.Provider, TLS: c.TLS, Detail: detailNotAsked})
 			return
 		}
+	}
+}
+
+// setSMTP gives every decision of ds the SMTP evidence c.
+func setSMTP(ds []*evs.Decision, c evs.SMTPCheck) {
+	for _, d := range ds {
+		d.Checks.SMTP = c
 	}
 }
 
