@@ -179,12 +179,8 @@ func (s *Store) CreateBatchBounded(ctx context.Context, b evs.Batch, items []evs
 			return err
 		}
 		c := b.Counters
-		create, err := s.wstmt(ctx, tx, qCreateBatch)
-		if err != nil {
-			return dbErr("create batch", err)
-		}
 		var key int64
-		err = create.QueryRowContext(ctx,
+		err := s.row(ctx, tx, qCreateBatch,
 			b.ID, b.AccountID, b.Mode, b.State, b.Error, millis(b.CreatedAt), nullMillis(b.CompletedAt), millis(b.ExpiresAt),
 			len(items), c.Total, c.Duplicates, c.Processed, c.Deliverable, c.Undeliverable, c.Risky, c.Unknown, store.MaxAgeMillis(b.MaxAge), b.Name).Scan(&key)
 		if constraint(err, sqlite3.SQLITE_CONSTRAINT_UNIQUE) {
@@ -201,15 +197,11 @@ func (s *Store) CreateBatchBounded(ctx context.Context, b evs.Batch, items []evs
 			// A full chunk's statement was prepared at Open; the last,
 			// shorter one is prepared now.
 			n := min(len(items), itemsPerInsert)
-			stmt, err := s.wstmt(ctx, tx, insertItems(n))
-			if err != nil {
-				return dbErr("create batch items", err)
-			}
 			args = args[:0]
 			for _, it := range items[:n] {
 				args = append(args, key, it.Seq, it.Email, it.Domain)
 			}
-			if _, err := stmt.ExecContext(ctx, args...); err != nil {
+			if _, err := s.exec(ctx, tx, insertItems(n), args...); err != nil {
 				return dbErr("create batch items", err)
 			}
 			items = items[n:]
@@ -261,11 +253,7 @@ func (s *Store) TransitionBatch(ctx context.Context, accountID, id string, from 
 		if to.Final() {
 			completed = nullMillis(now)
 		}
-		st, err := s.wstmt(ctx, tx, qTransition)
-		if err != nil {
-			return dbErr("transition batch", err)
-		}
-		out, err = scanBatch(st.QueryRowContext(ctx, to, errMsg, completed, id))
+		out, err = scanBatch(s.row(ctx, tx, qTransition, to, errMsg, completed, id))
 		return dbErr("transition batch", err)
 	})
 	if err == nil {
@@ -323,10 +311,6 @@ func (s *Store) PutResults(ctx context.Context, accountID, id string, results []
 		args := make([]any, 0, 5*resultsPerInsert)
 		for done := 0; done < len(results); {
 			k := min(len(results)-done, resultsPerInsert)
-			stmt, err := s.wstmt(ctx, tx, insertResults(k))
-			if err != nil {
-				return dbErr("write results", err)
-			}
 			args = args[:0]
 			for _, i := range order[done : done+k] {
 				r := &results[i]
@@ -335,21 +319,22 @@ func (s *Store) PutResults(ctx context.Context, accountID, id string, results []
 				added.n++
 				added.by[code]++
 			}
-			all, err := insertAll(ctx, stmt, args, k)
+			res, err := s.exec(ctx, tx, insertResults(k), args...)
 			if err != nil {
-				return err
+				return resultsErr(err)
 			}
-			recount = recount || !all
+			// Fewer rows than results: some were written before.
+			n, err := res.RowsAffected()
+			if err != nil {
+				return dbErr("write results", err)
+			}
+			recount = recount || n != int64(k)
 			done += k
 		}
 		if recount {
 			return s.recount(ctx, tx, key, b, now, &out)
 		}
-		count, err := s.wstmt(ctx, tx, qCount)
-		if err != nil {
-			return dbErr("count results", err)
-		}
-		out, err = scanBatch(count.QueryRowContext(ctx,
+		out, err = scanBatch(s.row(ctx, tx, qCount,
 			added.n, added.by[0], added.by[1], added.by[2], added.by[3],
 			added.n, evs.StateCompleted, added.n, millis(now), key))
 		return dbErr("count results", err)
@@ -378,17 +363,6 @@ func statusCode(st evs.Status) int {
 type counts struct {
 	n  int
 	by [len(statusCodes)]int
-}
-
-// insertAll runs a results INSERT of k rows and tells whether it wrote
-// all of them.
-func insertAll(ctx context.Context, stmt *sql.Stmt, args []any, k int) (bool, error) {
-	res, err := stmt.ExecContext(ctx, args...)
-	if err != nil {
-		return false, resultsErr(err)
-	}
-	n, err := changed(res, nil)
-	return n == int64(k), dbErr("write results", err)
 }
 
 // recount sets the counters of the batch (b, of row key) from its results

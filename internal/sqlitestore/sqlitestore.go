@@ -355,6 +355,30 @@ func (s *Store) wstmt(ctx context.Context, tx *sql.Tx, query string) (*sql.Stmt,
 	return tx.PrepareContext(ctx, query)
 }
 
+// exec runs the writer query q in tx (wstmt).
+func (s *Store) exec(ctx context.Context, tx *sql.Tx, q string, args ...any) (sql.Result, error) {
+	st, err := s.wstmt(ctx, tx, q)
+	if err != nil {
+		return nil, err
+	}
+	return st.ExecContext(ctx, args...)
+}
+
+// row reads the one row of the writer query q in tx (wstmt); a statement
+// that could not be prepared fails its Scan.
+func (s *Store) row(ctx context.Context, tx *sql.Tx, q string, args ...any) scanner {
+	st, err := s.wstmt(ctx, tx, q)
+	if err != nil {
+		return errRow{err}
+	}
+	return st.QueryRowContext(ctx, args...)
+}
+
+// errRow is a row whose Scan fails with err.
+type errRow struct{ err error }
+
+func (r errRow) Scan(...any) error { return r.err }
+
 // rstmt returns the reader statement of query, prepared at Open.
 func (s *Store) rstmt(query string) *sql.Stmt {
 	st, ok := s.rstmts.m[query]
