@@ -194,14 +194,8 @@ func open(ctx context.Context, dir string, now func() time.Time, busy time.Durat
 		return nil, err
 	}
 	path := filepath.Join(dir, FileName)
-	q := url.Values{}
-	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", busy.Milliseconds()))
-	q.Add("_pragma", "journal_mode(WAL)")
-	q.Add("_pragma", "synchronous(FULL)")
-	q.Add("_pragma", "foreign_keys(ON)")
-	q.Add("_pragma", fmt.Sprintf("cache_size(%d)", writerCacheKiB))
-	q.Add("_pragma", "temp_store(MEMORY)")
-	q.Set("_txlock", "immediate")
+	q := url.Values{"_txlock": {"immediate"}, "_pragma": {fmt.Sprintf("busy_timeout(%d)", busy.Milliseconds()),
+		"journal_mode(WAL)", "synchronous(FULL)", "foreign_keys(ON)", fmt.Sprintf("cache_size(%d)", writerCacheKiB), "temp_store(MEMORY)"}}
 	db, err := sql.Open("sqlite", path+"?"+q.Encode())
 	if err != nil {
 		return nil, fmt.Errorf("sqlitestore: open: %w", err)
@@ -214,11 +208,8 @@ func open(ctx context.Context, dir string, now func() time.Time, busy time.Durat
 
 	// Readers never write (query_only), so they need neither the write
 	// lock nor synchronous; the WAL mode is the database file's, set above.
-	rq := url.Values{}
-	rq.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", busy.Milliseconds()))
-	rq.Add("_pragma", "query_only(1)")
-	rq.Add("_pragma", fmt.Sprintf("cache_size(%d)", readerCacheKiB))
-	rq.Add("_pragma", "temp_store(MEMORY)")
+	rq := url.Values{"_pragma": {fmt.Sprintf("busy_timeout(%d)", busy.Milliseconds()),
+		"query_only(1)", fmt.Sprintf("cache_size(%d)", readerCacheKiB), "temp_store(MEMORY)"}}
 	rdb, err := sql.Open("sqlite", path+"?"+rq.Encode())
 	if err != nil {
 		db.Close()
