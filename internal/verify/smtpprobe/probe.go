@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -257,10 +258,7 @@ func (p *Prober) Open(ctx context.Context, domain string, hosts []string) (*Sess
 	}
 	// A refused host tells nothing about the domain's reachable ones.
 	f := mostTelling(fails)
-	f.Exit = true
-	for _, x := range fails {
-		f.Exit = f.Exit && errors.Is(x.Err, ErrExit)
-	}
+	f.Exit = !slices.ContainsFunc(fails, func(x *ProbeError) bool { return !errors.Is(x.Err, ErrExit) })
 	return nil, f
 }
 
