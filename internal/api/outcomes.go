@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -240,15 +241,11 @@ func parseOutcomesCSV(body []byte, now time.Time) ([]evs.Outcome, error) {
 	col := map[string]int{}
 	for i, h := range header {
 		name := strings.TrimSpace(h)
-		known := false
-		for _, f := range outcomeFields {
-			if strings.EqualFold(name, f) {
-				name, known = f, true
-			}
-		}
-		if !known {
+		f := slices.IndexFunc(outcomeFields, func(f string) bool { return strings.EqualFold(name, f) })
+		if f < 0 {
 			return nil, evs.Errorf(evs.CodeInvalidRequest, "row 1: unknown column %q; the columns are email, outcome, at, bounceType and smtpReply.", trimChars(name, 40))
 		}
+		name = outcomeFields[f]
 		if _, dup := col[name]; dup {
 			return nil, evs.Errorf(evs.CodeInvalidRequest, "row 1: column %q appears twice.", name)
 		}
@@ -472,10 +469,8 @@ func buildOutcomesReport(ctx context.Context, st Outcomes, accountID string) (ou
 		total++
 		c := cell{status: len(statuses) - 1, bucket: -1}
 		if o.Verdict != "" {
-			for i, s := range statuses {
-				if s == string(o.Verdict) {
-					c.status = i
-				}
+			if i := slices.Index(statuses, string(o.Verdict)); i >= 0 {
+				c.status = i
 			}
 			for i, b := range scoreBuckets {
 				if o.Score >= b.lo && o.Score <= b.hi {
