@@ -42,9 +42,7 @@ func BuildInfoFrom(bi *debug.BuildInfo, version string) BuildInfo {
 		in.Version = cmp.Or(in.Version, "dev")
 		return in
 	}
-	if bi.GoVersion != "" {
-		in.GoVersion = bi.GoVersion
-	}
+	in.GoVersion = cmp.Or(bi.GoVersion, in.GoVersion)
 	if in.Version == "" || in.Version == "dev" {
 		in.Version = "dev"
 		// "(devel)" is what a build from a checkout records.
