@@ -16,6 +16,7 @@ import (
 
 	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/idempotency"
+	"github.com/evs-dev/evs/internal/store"
 	"github.com/evs-dev/evs/internal/verify"
 )
 
@@ -42,16 +43,8 @@ const (
 	DefaultOutcomeTTL = 365 * 24 * time.Hour
 )
 
-// Outcomes is the store of reported outcomes (store.Outcomes; both stores
-// implement it).
-type Outcomes interface {
-	PutOutcomes(ctx context.Context, accountID string, os []evs.Outcome, expiresAt time.Time) (added int, err error)
-	AddressOutcomes(ctx context.Context, accountID string, addresses []string) (map[string][]evs.Outcome, error)
-	DeleteOutcomes(ctx context.Context, accountID, address string) (int, error)
-	EachOutcome(ctx context.Context, accountID string, fn func(evs.Outcome) error) error
-	LastVerdicts(ctx context.Context, accountID string, addresses []string) (map[string]evs.Decision, error)
-	DomainCounts(ctx context.Context, accountID string, domains []string, shared bool) (map[string]evs.DomainCounts, error)
-}
+// Outcomes is the store of reported outcomes (both stores implement it).
+type Outcomes = store.Outcomes
 
 // outcomeJSON is one outcome as the JSON body has it; pointers tell a
 // missing field from an empty one.
