@@ -99,10 +99,8 @@ var (
 	}
 )
 
-func scanBatch(row scanner) (evs.Batch, error) { return scanBatchWith(row) }
-
-// scanBatchWith scans into first, then the batch columns.
-func scanBatchWith(row scanner, first ...any) (evs.Batch, error) {
+// scanBatch scans into first, then the batch columns.
+func scanBatch(row scanner, first ...any) (evs.Batch, error) {
 	var (
 		b                evs.Batch
 		created, expires int64
@@ -230,7 +228,7 @@ func (s *Store) batchTx(ctx context.Context, tx *sql.Tx, accountID, id string) (
 // It also returns the batch's key.
 func (s *Store) batch(ctx context.Context, st *sql.Stmt, accountID, id string) (evs.Batch, int64, error) {
 	var key int64
-	b, err := scanBatchWith(st.QueryRowContext(ctx, id, accountID, millis(s.now())), &key)
+	b, err := scanBatch(st.QueryRowContext(ctx, id, accountID, millis(s.now())), &key)
 	return b, key, rowErr(err, "read batch", store.NoBatch)
 }
 

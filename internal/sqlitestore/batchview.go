@@ -56,7 +56,7 @@ func (s *Store) batchView(ctx context.Context, accountID, id string, now time.Ti
 		attempts, status sql.NullInt64
 		next             sql.NullInt64
 	)
-	b, err := scanBatchWith(s.rstmt(qBatchView).QueryRowContext(ctx, id, accountID, millis(now)),
+	b, err := scanBatch(s.rstmt(qBatchView).QueryRowContext(ctx, id, accountID, millis(now)),
 		&url, &state, &attempts, &status, &next)
 	if err != nil {
 		return evs.Batch{}, evs.Delivery{}, false, rowErr(err, "read batch", store.NoBatch)
