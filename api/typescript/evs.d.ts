@@ -21,7 +21,7 @@ export interface paths {
          *     still spent, the answer is `unknown` / `mailbox_not_checked`, with `checks.smtp.result`
          *     `skipped` and a detail naming the provider and when to retry. Such a verdict is not cached.
          *
-         *     With a publishable key (`evs_pk.`, section 17) the call must come from one of the key's
+         *     With a publishable key (`evs_pk.`; docs/security.md) the call must come from one of the key's
          *     origins (`Origin` header; none or another → 403 `forbidden`), is limited per client
          *     address and per key (429), keeps no Idempotency-Key record, and is answered with
          *     `PublishableVerifyResult` and `Access-Control-Allow-Origin` set to the origin.
@@ -30,10 +30,10 @@ export interface paths {
         delete?: never;
         /**
          * CORS preflight of POST /v1/verify (no key)
-         * @description A browser asks this before a page's POST /v1/verify with a publishable key (section
-         *     17). It carries no key, so it cannot know the key's origins: any `Origin` is echoed
-         *     back; the real request is where the origin is enforced (403 from an origin the key
-         *     does not list), and only its reply to a listed origin carries
+         * @description A browser asks this before a page's POST /v1/verify with a publishable key
+         *     (docs/security.md). It carries no key, so it cannot know the key's origins: any
+         *     `Origin` is echoed back; the real request is where the origin is enforced (403 from an
+         *     origin the key does not list), and only its reply to a listed origin carries
          *     `Access-Control-Allow-Origin`. Without `Origin` the reply has no CORS headers.
          */
         options: operations["verifyPreflight"];
@@ -225,7 +225,7 @@ export interface paths {
             cookie?: never;
         };
         /**
-         * The sign-up widget's script (section 17)
+         * The sign-up widget's script
          * @description A plain JavaScript file a web page includes with a publishable key
          *     (`<script src=".../widget.js" data-key="evs_pk.…">`): it checks the
          *     page's email fields with `POST /v1/verify` on the origin it was
@@ -262,7 +262,7 @@ export interface paths {
         get?: never;
         put?: never;
         /**
-         * Report what happened when mail was sent (contract, section 18)
+         * Report what happened when mail was sent
          * @description Deliveries, bounces, complaints and deferrals of the account's own mail, as its sending
          *     service reported them. They change later verdicts by one rule (docs/outcomes.md): a hard
          *     bounce later than the address's last delivery makes it `undeliverable` / `known_bounce`;
@@ -337,8 +337,8 @@ export interface paths {
         /**
          * evs serve only: Amazon SES notifications through an SNS HTTP(S) subscription
          * @description The endpoint of an Amazon SNS HTTP(S) subscription to the topic an SES identity or
-         *     configuration set sends its Bounce, Delivery and Complaint notifications to (contract,
-         *     section 18; docs/outcomes.md). SNS sends no API key: the URL's `account` and `token`
+         *     configuration set sends its Bounce, Delivery and Complaint notifications to
+         *     (docs/outcomes.md). SNS sends no API key: the URL's `account` and `token`
          *     name the account (`evs outcomes sns-url --account NAME` prints the URL; the token is
          *     made from the account's webhook secret and changes when it is rotated, the old one
          *     working for the same 24 hours). Compared in constant time; a wrong one is 401 and
@@ -528,7 +528,7 @@ export interface components {
             requestId: string;
             decision: components["schemas"]["Decision"];
         };
-        /** @description The reply of POST /v1/verify to a publishable key (section 17): the verdict a sign-up form shows, and nothing of the checks, the SMTP dialogue or the address itself. */
+        /** @description The reply of POST /v1/verify to a publishable key (docs/widget.md): the verdict a sign-up form shows, and nothing of the checks, the SMTP dialogue or the address itself. */
         PublishableVerifyResult: {
             status: components["schemas"]["Status"];
             requestId: string;
@@ -657,7 +657,7 @@ export interface components {
          * @enum {string}
          */
         CSVLayout: "rows" | "results";
-        /** @description One row per distinct address, in submission order, after the header row `email,status,reason,suggestion,disposable,role,free,acceptAll,provider,score`. After the contract's columns, `provider` is `checks.smtp.provider` (empty when null) and `score` is `decision.score`; `acceptAll` is empty when not known. */
+        /** @description One row per distinct address, in submission order, after the header row `email,status,reason,suggestion,disposable,role,free,acceptAll,provider,score`. After the first eight columns, `provider` is `checks.smtp.provider` (empty when null) and `score` is `decision.score`; `acceptAll` is empty when not known. */
         CSVResults: string;
         /** @description A batch made from a CSV list (a body or an upload) given back as the user's file: its header row, then every row that was not blank, in the file's order, duplicates included, each with all its columns as read (quotes undone), then the verdict columns `evs_status,evs_reason,evs_suggestion,evs_disposable,evs_role,evs_free,evs_acceptAll,evs_provider,evs_score` (CSVResults' columns after `email`, prefixed so they never clash with the user's own), `evs_line` (the line the row starts on in the file, from 1) and `evs_duplicate_of_line` (for a row whose address came earlier, the line of that first row; it carries the same verdict; else empty). Rows are padded with empty cells to the widest row, so the verdicts line up; a file without a header row gets one, its own columns unnamed. A row whose address cell is blank, or whose address has no result yet, has empty verdict cells; a row with a stray quote is read as a spreadsheet reads it and its address verified as written (`invalid_syntax` when the quote is in it). With `status`, `reason` or `minScore`, only rows whose verdict passes are kept. Always comma-separated, RFC 4180, UTF-8, whatever the list's delimiter; every cell a spreadsheet would read as a formula, the user's too, starts with `'`. */
         CSVRows: string;
@@ -993,7 +993,7 @@ export interface components {
                 "application/json": components["schemas"]["ErrorEnvelope"];
             };
         };
-        /** @description unavailable: a dependency (store, queue) is down, or (`evs serve`, on batch creation) the data disk has less free space than `EVS_MIN_FREE_BYTES` and new batches are refused until space is freed, or (`evs serve`, on a batch body over 64 KiB) the server already holds as many large bodies as its budget allows (12 MiB: two 6 MiB bodies) and none made room within 20 s (`Retry-After: 5`; the body is not read and the connection is closed) — a batch from an upload over 64 KiB takes the upload's size from the same budget, or (`POST /v1/verify`, full mode) our SMTP exit (`EVS_SMTP_PROXY`) could not be reached or refused us, so the address was not checked: no verdict and no address quota spent (`Retry-After: 30`; contract, section 16), or (`evs serve`, results as `text/csv` and exports) the server is building as many CSV lists as it allows at once, four in all and one per account (`Retry-After: 5`); safe to retry, after `Retry-After` when it is set. */
+        /** @description unavailable: a dependency (store, queue) is down, or (`evs serve`, on batch creation) the data disk has less free space than `EVS_MIN_FREE_BYTES` and new batches are refused until space is freed, or (`evs serve`, on a batch body over 64 KiB) the server already holds as many large bodies as its budget allows (12 MiB: two 6 MiB bodies) and none made room within 20 s (`Retry-After: 5`; the body is not read and the connection is closed) — a batch from an upload over 64 KiB takes the upload's size from the same budget, or (`POST /v1/verify`, full mode) our SMTP exit (`EVS_SMTP_PROXY`) could not be reached or refused us, so the address was not checked: no verdict and no address quota spent (`Retry-After: 30`), or (`evs serve`, results as `text/csv` and exports) the server is building as many CSV lists as it allows at once, four in all and one per account (`Retry-After: 5`); safe to retry, after `Retry-After` when it is set. */
         Unavailable: {
             headers: {
                 "X-Request-Id": components["headers"]["XRequestId"];

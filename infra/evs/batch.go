@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -58,9 +59,7 @@ func batchRun(c *cli, file string, o batchOptions) error {
 	if err != nil {
 		return err
 	}
-	if o.url == "" {
-		o.url = cfg.APIURL
-	}
+	o.url = cmp.Or(o.url, cfg.APIURL)
 	if o.url == "" {
 		return usageErrorf("batch needs --url URL (or $EVS_URL)")
 	}
@@ -75,9 +74,7 @@ func batchRun(c *cli, file string, o batchOptions) error {
 	if err != nil {
 		return err
 	}
-	if o.out == "" {
-		o.out = strings.TrimSuffix(file, filepath.Ext(file)) + ".results.csv"
-	}
+	o.out = cmp.Or(o.out, strings.TrimSuffix(file, filepath.Ext(file))+".results.csv")
 	api := client.New(o.url, key)
 	api.Poll = o.poll
 	return batchThrough(c.ctx, api, data, o, c.stdout, c.stderr)

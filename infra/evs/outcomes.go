@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -35,9 +36,7 @@ The origin is --base-url, else EVS_PUBLIC_URL.`,
 			if account == "" {
 				return usageErrorf("--account must name an account")
 			}
-			if base == "" {
-				base = c.getenv("EVS_PUBLIC_URL")
-			}
+			base = cmp.Or(base, c.getenv("EVS_PUBLIC_URL"))
 			if base == "" {
 				return usageErrorf("--base-url (or EVS_PUBLIC_URL) must give the origin SNS reaches this server at, like https://evs.example.com")
 			}

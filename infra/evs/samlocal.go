@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/url"
 	"os"
 	"path"
@@ -64,12 +65,7 @@ func resourcesOf(vars map[string]map[string]string) (samResources, error) {
 		r     samResources
 		first string
 	)
-	fns := make([]string, 0, len(vars))
-	for fn := range vars {
-		fns = append(fns, fn)
-	}
-	slices.Sort(fns)
-	for _, fn := range fns {
+	for _, fn := range slices.Sorted(maps.Keys(vars)) {
 		v := vars[fn]
 		got := samResources{
 			Tables: dynamostore.Tables{

@@ -66,8 +66,7 @@ func usageKeyName(accountID string) string { return "evs-" + accountID }
 // check fails when the plan does not exist, before anything is created.
 func (u *usagePlan) check(ctx context.Context) error {
 	_, err := u.api.GetUsagePlan(ctx, &apigateway.GetUsagePlanInput{UsagePlanId: aws.String(u.planID)})
-	var nf *types.NotFoundException
-	if errors.As(err, &nf) {
+	if _, ok := errors.AsType[*types.NotFoundException](err); ok {
 		return fmt.Errorf("usage plan %s does not exist (use the stack's UsagePlanId output): %w", u.planID, err)
 	}
 	if err != nil {

@@ -3,6 +3,7 @@ package api
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"io"
 	"slices"
 	"strconv"
@@ -70,10 +71,7 @@ func ReadListCSVRows(r io.Reader, lim ListLimits, lay CSVLayout, add func(addr s
 }
 
 func readCSV(r io.Reader, lim ListLimits, lay CSVLayout, add func(addr string) error, row func(CSVRecord) error) (byte, error) {
-	maxRecord := lim.MaxRecordBytes
-	if maxRecord <= 0 {
-		maxRecord = defaultMaxRecordBytes
-	}
+	maxRecord := cmp.Or(max(lim.MaxRecordBytes, 0), defaultMaxRecordBytes)
 	br := bufio.NewReaderSize(r, 64<<10)
 	head, _ := br.Peek(3)
 	switch {
@@ -460,11 +458,7 @@ func (s *csvScanner) endRecord() error {
 		return listErrorf("The CSV record at line %d has more than %d columns.", s.recordLine, maxRowFields)
 	}
 	s.growFields()
-	blank := true
-	for _, f := range s.fields[:s.nf] {
-		blank = blank && len(bytes.TrimSpace(f)) == 0
-	}
-	if blank {
+	if !slices.ContainsFunc(s.fields[:s.nf], nonBlank) {
 		return nil
 	}
 	return s.row(CSVRecord{Line: s.recordLine, Fields: s.fields[:s.nf], Header: s.header, HasAddress: s.hasAddr})
@@ -498,20 +492,12 @@ func (s *csvScanner) endAddress() error {
 // findColumn reads a record while the address column is not known: a
 // header names it, or the record's first field holding an "@" is it.
 func (s *csvScanner) findColumn() error {
-	blank := true
-	for _, c := range s.cells {
-		blank = blank && len(bytes.TrimSpace(c.b)) == 0
-	}
-	if blank {
+	if !slices.ContainsFunc(s.cells, func(c csvCell) bool { return nonBlank(c.b) }) {
 		return nil
 	}
 	if !s.sawRecord {
 		s.sawRecord = true
-		header := true
-		for _, c := range s.cells {
-			header = header && !bytes.ContainsRune(c.b, '@')
-		}
-		if header {
+		if !slices.ContainsFunc(s.cells, func(c csvCell) bool { return bytes.ContainsRune(c.b, '@') }) {
 			s.header = true
 			col, err := headerColumn(s.cells, s.named)
 			s.col = col
@@ -541,6 +527,9 @@ func (s *csvScanner) findColumn() error {
 	}
 	return s.address(addr)
 }
+
+// nonBlank tells whether a field holds more than spaces.
+func nonBlank(f []byte) bool { return len(bytes.TrimSpace(f)) != 0 }
 
 // address hands on the next address of the list.
 func (s *csvScanner) address(addr string) error {

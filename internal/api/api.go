@@ -12,6 +12,7 @@ package api
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -214,27 +215,15 @@ func New(d Deps) *Handler {
 	if d.Now == nil {
 		d.Now = time.Now
 	}
-	if d.Retention <= 0 {
-		d.Retention = 30 * 24 * time.Hour
-	}
-	if d.VerifyTimeout <= 0 {
-		d.VerifyTimeout = 20 * time.Second
-	}
+	d.Retention = cmp.Or(max(d.Retention, 0), 30*24*time.Hour)
+	d.VerifyTimeout = cmp.Or(max(d.VerifyTimeout, 0), 20*time.Second)
 	if d.Logger == nil {
 		d.Logger = slog.New(slog.NewJSONHandler(io.Discard, nil))
 	}
-	if d.MaxCSVReply <= 0 {
-		d.MaxCSVReply = 4 << 20
-	}
-	if d.MaxUploadAddresses <= 0 {
-		d.MaxUploadAddresses = evs.UploadMaxAddresses
-	}
-	if d.MaxBatchBody <= 0 {
-		d.MaxBatchBody = MaxBatchBody
-	}
-	if d.OutcomeTTL <= 0 {
-		d.OutcomeTTL = DefaultOutcomeTTL
-	}
+	d.MaxCSVReply = cmp.Or(max(d.MaxCSVReply, 0), 4<<20)
+	d.MaxUploadAddresses = cmp.Or(max(d.MaxUploadAddresses, 0), evs.UploadMaxAddresses)
+	d.MaxBatchBody = cmp.Or(max(d.MaxBatchBody, 0), MaxBatchBody)
+	d.OutcomeTTL = cmp.Or(max(d.OutcomeTTL, 0), DefaultOutcomeTTL)
 	return &Handler{d: d, csv: newCSVGate(d.CSVLists)}
 }
 

@@ -6,6 +6,8 @@ package api
 
 import (
 	"encoding/json"
+	"maps"
+	"slices"
 
 	"github.com/evs-dev/evs/internal/evs"
 )
@@ -27,11 +29,7 @@ var statusByCode = map[string]int{
 
 // ErrorCodes returns every error code of the contract, for tests and docs.
 func ErrorCodes() []string {
-	out := make([]string, 0, len(statusByCode))
-	for c := range statusByCode {
-		out = append(out, c)
-	}
-	return out
+	return slices.Collect(maps.Keys(statusByCode))
 }
 
 // HTTPStatus returns the HTTP status for an error code; unknown codes are 500.

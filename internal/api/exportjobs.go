@@ -1,6 +1,7 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	"io"
 	"net/http"
@@ -111,14 +112,8 @@ func (h *Handler) exportJob(ctx context.Context, p evs.Principal, b evs.Batch, f
 	if found {
 		replace = j.Token // a run past its deadline, or an export of an older batch
 	}
-	deadline := jobs.Deadline
-	if deadline <= 0 {
-		deadline = exportDeadline
-	}
-	maxRunning := jobs.MaxRunning
-	if maxRunning <= 0 {
-		maxRunning = DefaultExportJobs
-	}
+	deadline := cmp.Or(max(jobs.Deadline, 0), exportDeadline)
+	maxRunning := cmp.Or(max(jobs.MaxRunning, 0), DefaultExportJobs)
 	j, started, err := jobs.Store.StartExport(ctx, store.ExportJob{AccountID: p.AccountID, BatchID: b.ID, Filters: filters, Version: version},
 		replace, now.Add(deadline), maxRunning)
 	if err != nil {

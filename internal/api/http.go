@@ -1,6 +1,7 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -376,11 +377,7 @@ func render(w http.ResponseWriter, r idempotency.Reply, requestID string) {
 	if r.Stream == nil {
 		h["Content-Length"] = []string{strconv.Itoa(len(body))}
 	}
-	status := r.StatusCode
-	if status == 0 {
-		status = http.StatusOK
-	}
-	w.WriteHeader(status)
+	w.WriteHeader(cmp.Or(r.StatusCode, http.StatusOK))
 	_, _ = w.Write(body)
 }
 
@@ -525,9 +522,7 @@ func Observe(o ObserveOptions, next http.Handler) http.Handler {
 				}
 			}
 			end := o.Now()
-			if sw.call.Status == 0 {
-				sw.call.Status = http.StatusOK
-			}
+			sw.call.Status = cmp.Or(sw.call.Status, http.StatusOK)
 			sw.call.Log(ctx, o.Logger, end)
 			if o.Done != nil {
 				o.Done(&sw.call, end)

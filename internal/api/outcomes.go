@@ -9,12 +9,14 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
 
 	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/idempotency"
+	"github.com/evs-dev/evs/internal/store"
 	"github.com/evs-dev/evs/internal/verify"
 )
 
@@ -41,16 +43,8 @@ const (
 	DefaultOutcomeTTL = 365 * 24 * time.Hour
 )
 
-// Outcomes is the store of reported outcomes (store.Outcomes; both stores
-// implement it).
-type Outcomes interface {
-	PutOutcomes(ctx context.Context, accountID string, os []evs.Outcome, expiresAt time.Time) (added int, err error)
-	AddressOutcomes(ctx context.Context, accountID string, addresses []string) (map[string][]evs.Outcome, error)
-	DeleteOutcomes(ctx context.Context, accountID, address string) (int, error)
-	EachOutcome(ctx context.Context, accountID string, fn func(evs.Outcome) error) error
-	LastVerdicts(ctx context.Context, accountID string, addresses []string) (map[string]evs.Decision, error)
-	DomainCounts(ctx context.Context, accountID string, domains []string, shared bool) (map[string]evs.DomainCounts, error)
-}
+// Outcomes is the store of reported outcomes (both stores implement it).
+type Outcomes = store.Outcomes
 
 // outcomeJSON is one outcome as the JSON body has it; pointers tell a
 // missing field from an empty one.
@@ -240,15 +234,11 @@ func parseOutcomesCSV(body []byte, now time.Time) ([]evs.Outcome, error) {
 	col := map[string]int{}
 	for i, h := range header {
 		name := strings.TrimSpace(h)
-		known := false
-		for _, f := range outcomeFields {
-			if strings.EqualFold(name, f) {
-				name, known = f, true
-			}
-		}
-		if !known {
+		f := slices.IndexFunc(outcomeFields, func(f string) bool { return strings.EqualFold(name, f) })
+		if f < 0 {
 			return nil, evs.Errorf(evs.CodeInvalidRequest, "row 1: unknown column %q; the columns are email, outcome, at, bounceType and smtpReply.", trimChars(name, 40))
 		}
+		name = outcomeFields[f]
 		if _, dup := col[name]; dup {
 			return nil, evs.Errorf(evs.CodeInvalidRequest, "row 1: column %q appears twice.", name)
 		}
@@ -300,8 +290,7 @@ func parseOutcomesCSV(body []byte, now time.Time) ([]evs.Outcome, error) {
 
 // csvProblem describes a CSV syntax error without echoing the body.
 func csvProblem(err error) error {
-	var pe *csv.ParseError
-	if errors.As(err, &pe) {
+	if pe, ok := errors.AsType[*csv.ParseError](err); ok {
 		return evs.Errorf(evs.CodeInvalidRequest, "The CSV file is not valid at line %d: %s.", pe.StartLine, pe.Err.Error())
 	}
 	return evs.Errorf(evs.CodeInvalidRequest, "The CSV file is not valid.")
@@ -473,10 +462,8 @@ func buildOutcomesReport(ctx context.Context, st Outcomes, accountID string) (ou
 		total++
 		c := cell{status: len(statuses) - 1, bucket: -1}
 		if o.Verdict != "" {
-			for i, s := range statuses {
-				if s == string(o.Verdict) {
-					c.status = i
-				}
+			if i := slices.Index(statuses, string(o.Verdict)); i >= 0 {
+				c.status = i
 			}
 			for i, b := range scoreBuckets {
 				if o.Score >= b.lo && o.Score <= b.hi {

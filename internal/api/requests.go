@@ -1049,18 +1049,22 @@ func (c *csvRows) writeUpTo(ctx context.Context, w io.Writer, limit int) (full b
 			_ = cw.Write(c.row)
 		}
 		c.drained = len(rs) < MaxPageLimit
-		cw.Flush()
-		if err := cw.Error(); err != nil {
-			return false, err
-		}
-		if b, ok := w.(*bytes.Buffer); ok && limit >= 0 && b.Len() > limit && !c.drained {
-			return true, nil
+		if full, err := flushed(cw, w, limit); err != nil || full && !c.drained {
+			return full, err
 		}
 	}
-	if b, ok := w.(*bytes.Buffer); ok && limit >= 0 && b.Len() > limit {
-		return true, nil
+	return flushed(cw, w, limit)
+}
+
+// flushed flushes cw, writing to w, and tells whether w, when it is the
+// buffer of a reply filled up to limit (limit >= 0), holds more.
+func flushed(cw *csv.Writer, w io.Writer, limit int) (full bool, err error) {
+	cw.Flush()
+	if err := cw.Error(); err != nil {
+		return false, err
 	}
-	return false, nil
+	b, ok := w.(*bytes.Buffer)
+	return ok && limit >= 0 && b.Len() > limit, nil
 }
 
 // writeRowsUpTo is writeUpTo for a batch with rows: the user's rows in
@@ -1103,21 +1107,15 @@ func (c *csvRows) writeRowsUpTo(ctx context.Context, w io.Writer, limit int) (bo
 		if n%rowsFlush != 0 && !c.drained {
 			continue
 		}
-		cw.Flush()
-		if err := cw.Error(); err != nil {
-			return false, err
-		}
-		if b, ok := w.(*bytes.Buffer); ok && limit >= 0 && b.Len() > limit {
-			return true, nil
+		if full, err := flushed(cw, w, limit); err != nil || full {
+			return full, err
 		}
 	}
 	if !c.header {
 		c.header = true
 		_ = cw.Write(j.headerRow(nil))
 		cw.Flush()
-		if err := cw.Error(); err != nil {
-			return false, err
-		}
+		return false, cw.Error()
 	}
 	return false, nil
 }

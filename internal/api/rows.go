@@ -275,6 +275,12 @@ func (j *rowsJoin) newWriter(w io.Writer) *csv.Writer {
 // names where the file had none, or a row was wider), then ours. A file
 // without a header row gets one, since the verdict columns need names.
 func (j *rowsJoin) headerRow(fields []string) []string {
+	return append(j.userFields(fields), verdictColumns...)
+}
+
+// userFields starts an output row with the user's fields, made safe for
+// spreadsheets and padded to the widest record.
+func (j *rowsJoin) userFields(fields []string) []string {
 	j.out = j.out[:0]
 	for i := range j.meta.width {
 		v := ""
@@ -283,7 +289,7 @@ func (j *rowsJoin) headerRow(fields []string) []string {
 		}
 		j.out = append(j.out, v)
 	}
-	return append(j.out, verdictColumns...)
+	return j.out
 }
 
 // next reads the next record: its user fields, seq (-1 for none), line,
@@ -352,21 +358,14 @@ func (j *rowsJoin) result(ctx context.Context, rr ResultReader, account, batch s
 // record, then the verdict (blank when there is none: no address, or
 // none written yet).
 func (j *rowsJoin) dataRow(fields []string, r *evs.Result, line, dupOf string) []string {
-	j.out = j.out[:0]
-	for i := range j.meta.width {
-		v := ""
-		if i < len(fields) {
-			v = csvSafe(fields[i])
-		}
-		j.out = append(j.out, v)
-	}
+	out := j.userFields(fields)
 	if r == nil {
 		for range len(verdictColumns) - 2 {
-			j.out = append(j.out, "")
+			out = append(out, "")
 		}
-		return append(j.out, line, dupOf)
+		return append(out, line, dupOf)
 	}
-	return append(appendVerdict(j.out, r.Decision), line, dupOf)
+	return append(appendVerdict(out, r.Decision), line, dupOf)
 }
 
 // appendVerdict appends a decision's CSV cells after the address, as

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -64,10 +65,7 @@ func SESOutcomes(msg []byte, now time.Time) (os []evs.Outcome, skipped int, err 
 	if err := json.Unmarshal(msg, &n); err != nil {
 		return nil, 0, fmt.Errorf("ses: not an SES notification: %w", err)
 	}
-	kind := n.NotificationType
-	if kind == "" {
-		kind = n.EventType
-	}
+	kind := cmp.Or(n.NotificationType, n.EventType)
 	at := func(event string) string {
 		if event != "" {
 			return event
@@ -132,8 +130,5 @@ func diagnostic(r sesRecipient) string {
 	if i := strings.IndexByte(d, ';'); i > 0 && i < 10 && strings.EqualFold(strings.TrimSpace(d[:i]), "smtp") {
 		d = strings.TrimSpace(d[i+1:])
 	}
-	if d == "" {
-		d = r.Status
-	}
-	return d
+	return cmp.Or(d, r.Status)
 }

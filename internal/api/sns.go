@@ -4,8 +4,8 @@ import (
 	"context"
 	"crypto"
 	"crypto/rsa"
-	"crypto/sha1" //nolint:gosec // SNS SignatureVersion 1 is SHA1withRSA: AWS still sends it
-	"crypto/sha256"
+	_ "crypto/sha1"   //nolint:gosec // SNS SignatureVersion 1 is SHA1withRSA: AWS still sends it
+	_ "crypto/sha256" // SignatureVersion 2
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
@@ -85,27 +85,23 @@ func (m SNSMessage) StringToSign() (string, error) {
 		b.WriteString(v)
 		b.WriteByte('\n')
 	}
+	add("Message", m.Message)
+	add("MessageId", m.MessageID)
 	switch m.Type {
 	case SNSNotification:
-		add("Message", m.Message)
-		add("MessageId", m.MessageID)
 		if m.hasSubject || m.Subject != "" {
 			add("Subject", m.Subject)
 		}
 		add("Timestamp", m.Timestamp)
-		add("TopicArn", m.TopicArn)
-		add("Type", m.Type)
 	case SNSSubscriptionConfirmation, SNSUnsubscribeConfirmation:
-		add("Message", m.Message)
-		add("MessageId", m.MessageID)
 		add("SubscribeURL", m.SubscribeURL)
 		add("Timestamp", m.Timestamp)
 		add("Token", m.Token)
-		add("TopicArn", m.TopicArn)
-		add("Type", m.Type)
 	default:
 		return "", fmt.Errorf("sns: unknown message type %.40q", m.Type)
 	}
+	add("TopicArn", m.TopicArn)
+	add("Type", m.Type)
 	return b.String(), nil
 }
 
@@ -238,15 +234,9 @@ func (v *SNSVerifier) verify(ctx context.Context, m SNSMessage) error {
 	if !ok {
 		return errors.New("the certificate's key is not RSA")
 	}
-	var digest []byte
-	if h == crypto.SHA1 {
-		d := sha1.Sum([]byte(s)) //nolint:gosec // the documented SignatureVersion 1
-		digest = d[:]
-	} else {
-		d := sha256.Sum256([]byte(s))
-		digest = d[:]
-	}
-	if err := rsa.VerifyPKCS1v15(pub, h, digest, sig); err != nil {
+	digest := h.New()
+	digest.Write([]byte(s))
+	if err := rsa.VerifyPKCS1v15(pub, h, digest.Sum(nil), sig); err != nil {
 		return fmt.Errorf("signature: %w", err)
 	}
 	return nil

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
@@ -92,11 +93,7 @@ func (s *SNSOutcomes) Receive(ctx context.Context, accountID string, body []byte
 	if len(os) == 0 {
 		return r, nil
 	}
-	ttl := s.TTL
-	if ttl <= 0 {
-		ttl = DefaultOutcomeTTL
-	}
-	res, err := storeOutcomes(ctx, s.Store, accountID, os, now, ttl)
+	res, err := storeOutcomes(ctx, s.Store, accountID, os, now, cmp.Or(max(s.TTL, 0), DefaultOutcomeTTL))
 	if err != nil {
 		return SNSReceipt{}, err
 	}

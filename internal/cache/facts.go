@@ -1,6 +1,7 @@
 package cache
 
 import (
+	"cmp"
 	"context"
 	"time"
 
@@ -57,12 +58,8 @@ type Facts struct {
 
 // NewFacts returns an empty Facts.
 func NewFacts(cfg FactsConfig) *Facts {
-	if cfg.MaxDomains <= 0 {
-		cfg.MaxDomains = DefaultMaxDomains
-	}
-	if cfg.TTL <= 0 {
-		cfg.TTL = DefaultFactsTTL
-	}
+	cfg.MaxDomains = cmp.Or(max(cfg.MaxDomains, 0), DefaultMaxDomains)
+	cfg.TTL = cmp.Or(max(cfg.TTL, 0), DefaultFactsTTL)
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}

@@ -1,6 +1,7 @@
 package cache
 
 import (
+	"cmp"
 	"context"
 	"time"
 
@@ -44,9 +45,7 @@ type memoryEntry struct {
 // NewVerdictMemory returns a front for st holding at most entries entries
 // (VerdictMemoryEntries when entries <= 0).
 func NewVerdictMemory(st Store, entries int) *VerdictMemory {
-	if entries <= 0 {
-		entries = VerdictMemoryEntries
-	}
+	entries = cmp.Or(max(entries, 0), VerdictMemoryEntries)
 	c, _ := lru.New[memoryKey, memoryEntry](entries) // errs only for size <= 0
 	return &VerdictMemory{store: st, lru: c}
 }

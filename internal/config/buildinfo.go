@@ -1,6 +1,7 @@
 package config
 
 import (
+	"cmp"
 	"runtime"
 	"runtime/debug"
 )
@@ -38,14 +39,10 @@ func ReadBuildInfo(version string) BuildInfo {
 func BuildInfoFrom(bi *debug.BuildInfo, version string) BuildInfo {
 	in := BuildInfo{Version: version, Revision: "unknown", GoVersion: runtime.Version()}
 	if bi == nil {
-		if in.Version == "" {
-			in.Version = "dev"
-		}
+		in.Version = cmp.Or(in.Version, "dev")
 		return in
 	}
-	if bi.GoVersion != "" {
-		in.GoVersion = bi.GoVersion
-	}
+	in.GoVersion = cmp.Or(bi.GoVersion, in.GoVersion)
 	if in.Version == "" || in.Version == "dev" {
 		in.Version = "dev"
 		// "(devel)" is what a build from a checkout records.

@@ -14,6 +14,7 @@
 package config
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -199,10 +200,8 @@ func (c Config) Logger(w io.Writer) *slog.Logger {
 // because Lambda blocks outbound port 25.
 func FromEnv(getenv func(string) string, onLambda bool) (Config, error) {
 	c := Config{
-		Addr:     or(getenv("EVS_ADDR"), DefaultAddr),
-		DataDir:  or(getenv("EVS_DATA_DIR"), "./.data"),
-		SMTPPort: 25,
-		AuthTTL:  300 * time.Second,
+		Addr:    cmp.Or(getenv("EVS_ADDR"), DefaultAddr),
+		DataDir: cmp.Or(getenv("EVS_DATA_DIR"), "./.data"),
 	}
 	var errs []error
 	if s := getenv("EVS_DNS_SERVERS"); s != "" {
@@ -245,22 +244,17 @@ func FromEnv(getenv func(string) string, onLambda bool) (Config, error) {
 	default:
 		errs = append(errs, fmt.Errorf("EVS_SMTP: %q is not direct, proxy or off", c.SMTP))
 	}
-	if s := getenv("EVS_SMTP_PORT"); s != "" {
+	c.SMTPPort = value(getenv, "EVS_SMTP_PORT", 25, "a port number", func(s string) (int, bool) {
 		p, err := strconv.Atoi(s)
-		if err != nil || p < 1 || p > 65535 {
-			errs = append(errs, fmt.Errorf("EVS_SMTP_PORT: %q is not a port number", s))
-		}
-		c.SMTPPort = p
-	}
+		return p, err == nil && p >= 1 && p <= 65535
+	}, &errs)
 	c.HELO = getenv("EVS_SMTP_HELO")
 	if c.HELO == "" {
 		h, _ := os.Hostname()
 		c.HELO, c.HELOFromHost = h, true
-		if c.HELO == "" {
-			c.HELO = "localhost"
-		}
+		c.HELO = cmp.Or(c.HELO, "localhost")
 	}
-	c.MailFrom = or(getenv("EVS_SMTP_FROM"), "verify@"+c.HELO)
+	c.MailFrom = cmp.Or(getenv("EVS_SMTP_FROM"), "verify@"+c.HELO)
 	if s := getenv("EVS_SMTP_EGRESS_IP"); s != "" {
 		ip, err := netip.ParseAddr(s)
 		if err != nil || ip.Zone() != "" {
@@ -275,19 +269,12 @@ func FromEnv(getenv func(string) string, onLambda bool) (Config, error) {
 			errs = append(errs, fmt.Errorf("EVS_SMTP_PROXY: %w", err))
 		}
 	}
-	bl, err := parseZones(or(getenv("EVS_BLOCKLISTS"), strings.Join(DefaultBlocklists, ",")))
+	bl, err := parseZones(cmp.Or(getenv("EVS_BLOCKLISTS"), strings.Join(DefaultBlocklists, ",")))
 	if err != nil {
 		errs = append(errs, fmt.Errorf("EVS_BLOCKLISTS: %w", err))
 	}
 	c.Blocklists = bl
-	c.SelfCheckEvery = time.Hour
-	if s := getenv("EVS_SELFCHECK_EVERY"); s != "" {
-		d, err := time.ParseDuration(s)
-		if err != nil || d < time.Second {
-			errs = append(errs, fmt.Errorf("EVS_SELFCHECK_EVERY: %q is not a duration of at least 1s like 1h", s))
-		}
-		c.SelfCheckEvery = d
-	}
+	c.SelfCheckEvery = value(getenv, "EVS_SELFCHECK_EVERY", time.Hour, "a duration of at least 1s like 1h", durationFrom(time.Second), &errs)
 	pol, err := ParseEgress(getenv("EVS_EGRESS_ALLOW"))
 	if err != nil {
 		errs = append(errs, fmt.Errorf("EVS_EGRESS_ALLOW: %w", err))
@@ -305,15 +292,8 @@ func FromEnv(getenv func(string) string, onLambda bool) (Config, error) {
 		}
 		c.RateLimit = f
 	}
-	if s := getenv("EVS_AUTH_TTL"); s != "" {
-		d, err := time.ParseDuration(s)
-		if err != nil || d < 0 {
-			errs = append(errs, fmt.Errorf("EVS_AUTH_TTL: %q is not a duration like 300s", s))
-		}
-		c.AuthTTL = d
-		if d == 0 {
-			c.AuthTTL = -1 // disabled
-		}
+	if c.AuthTTL = value(getenv, "EVS_AUTH_TTL", 300*time.Second, "a duration like 300s", durationFrom(0), &errs); c.AuthTTL == 0 {
+		c.AuthTTL = -1 // disabled
 	}
 	if s := getenv("EVS_PUBLIC_URL"); s != "" {
 		u, err := url.Parse(s)
@@ -323,15 +303,7 @@ func FromEnv(getenv func(string) string, onLambda bool) (Config, error) {
 			c.PublicURL = u.Scheme + "://" + u.Host
 		}
 	}
-	days := 30
-	if s := getenv("EVS_RETENTION_DAYS"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 {
-			errs = append(errs, fmt.Errorf("EVS_RETENTION_DAYS: %q is not a positive number of days", s))
-		}
-		days = n
-	}
-	c.Retention = time.Duration(days) * 24 * time.Hour
+	c.Retention = time.Duration(value(getenv, "EVS_RETENTION_DAYS", 30, "a positive number of days", wholeFrom[int](1), &errs)) * 24 * time.Hour
 	switch s := strings.ToLower(getenv("EVS_LOG_LEVEL")); s {
 	case "", "info":
 		c.LogLevel = slog.LevelInfo
@@ -344,47 +316,19 @@ func FromEnv(getenv func(string) string, onLambda bool) (Config, error) {
 	default:
 		errs = append(errs, fmt.Errorf("EVS_LOG_LEVEL: %q is not debug, info, warn or error", s))
 	}
-	c.MaxActiveBatches = positiveInt(getenv, "EVS_MAX_ACTIVE_BATCHES", 10, &errs)
-	c.MaxConns = positiveInt(getenv, "EVS_MAX_CONNS", 1024, &errs)
-	c.MinFreeBytes = DefaultMinFreeBytes
-	if s := getenv("EVS_MIN_FREE_BYTES"); s != "" {
-		n, err := strconv.ParseInt(s, 10, 64)
-		if err != nil || n < 0 {
-			errs = append(errs, fmt.Errorf("EVS_MIN_FREE_BYTES: %q is not a whole number of bytes (0 for no watermark)", s))
-		} else {
-			c.MinFreeBytes = n
-		}
-	}
-	if s := getenv("EVS_QUOTA_ADDRESSES"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 0 {
-			errs = append(errs, fmt.Errorf("EVS_QUOTA_ADDRESSES: %q is not a whole number (0 for no quota)", s))
-		}
-		c.QuotaAddresses = n
-	}
-	switch c.QuotaPeriod = strings.ToLower(or(getenv("EVS_QUOTA_PERIOD"), QuotaMonth)); c.QuotaPeriod {
+	c.MaxActiveBatches = value(getenv, "EVS_MAX_ACTIVE_BATCHES", 10, "a positive whole number", wholeFrom[int](1), &errs)
+	c.MaxConns = value(getenv, "EVS_MAX_CONNS", 1024, "a positive whole number", wholeFrom[int](1), &errs)
+	c.MinFreeBytes = value(getenv, "EVS_MIN_FREE_BYTES", DefaultMinFreeBytes, "a whole number of bytes (0 for no watermark)", wholeFrom[int64](0), &errs)
+	c.QuotaAddresses = value(getenv, "EVS_QUOTA_ADDRESSES", 0, "a whole number (0 for no quota)", wholeFrom[int](0), &errs)
+	switch c.QuotaPeriod = strings.ToLower(cmp.Or(getenv("EVS_QUOTA_PERIOD"), QuotaMonth)); c.QuotaPeriod {
 	case QuotaDay, QuotaMonth:
 	default:
 		errs = append(errs, fmt.Errorf("EVS_QUOTA_PERIOD: %q is not day or month", c.QuotaPeriod))
 	}
 	c.MaxStoredAddresses = limitOrOff(getenv, "EVS_MAX_STORED_ADDRESSES", DefaultMaxStoredAddresses, &errs)
 	c.MaxIdempotencyKeys = limitOrOff(getenv, "EVS_MAX_IDEMPOTENCY_KEYS", DefaultMaxIdempotencyKeys, &errs)
-	c.BatchDeadline = 24 * time.Hour
-	if s := getenv("EVS_BATCH_DEADLINE"); s != "" {
-		d, err := time.ParseDuration(s)
-		if err != nil || d <= 0 {
-			errs = append(errs, fmt.Errorf("EVS_BATCH_DEADLINE: %q is not a positive duration like 24h", s))
-		}
-		c.BatchDeadline = d
-	}
-	c.CacheTTL = 24 * time.Hour
-	if s := getenv("EVS_CACHE_TTL"); s != "" {
-		d, err := time.ParseDuration(s)
-		if err != nil || d < 0 {
-			errs = append(errs, fmt.Errorf("EVS_CACHE_TTL: %q is not a duration like 24h (0 turns the cache off)", s))
-		}
-		c.CacheTTL = d
-	}
+	c.BatchDeadline = value(getenv, "EVS_BATCH_DEADLINE", 24*time.Hour, "a positive duration like 24h", durationFrom(1), &errs)
+	c.CacheTTL = value(getenv, "EVS_CACHE_TTL", 24*time.Hour, "a duration like 24h (0 turns the cache off)", durationFrom(0), &errs)
 	c.OutcomeTTL = outcomeTTL(getenv, &errs)
 	c.OutcomeShareDomains = outcomeShareDomains(getenv, &errs)
 	c.SNSTopics = snsTopics(getenv, &errs)
@@ -425,7 +369,6 @@ func (c *Config) SetSMTPProxy(proxyURL string) error {
 	return nil
 }
 
-// positiveInt reads a positive whole number, def when unset.
 // DefaultMinFreeBytes is EVS_MIN_FREE_BYTES's default, 1 GiB: room for
 // the batches and results already accepted to finish (a 50,000-address
 // batch with its results takes about 8 MiB) and for SQLite's checkpoints.
@@ -445,17 +388,35 @@ const DefaultMaxStoredAddresses = 5_000_000
 // new key on every call still makes about 3 calls a second all day.
 const DefaultMaxIdempotencyKeys = 250_000
 
-func positiveInt(getenv func(string) string, name string, def int, errs *[]error) int {
+// value reads variable name: def when it is unset, else what parse makes
+// of it, and an error saying it is not want when parse refuses it.
+func value[T any](getenv func(string) string, name string, def T, want string, parse func(string) (T, bool), errs *[]error) T {
 	s := getenv(name)
 	if s == "" {
 		return def
 	}
-	n, err := strconv.Atoi(s)
-	if err != nil || n < 1 {
-		*errs = append(*errs, fmt.Errorf("%s: %q is not a positive whole number", name, s))
+	v, ok := parse(s)
+	if !ok {
+		*errs = append(*errs, fmt.Errorf("%s: %q is not %s", name, s, want))
 		return def
 	}
-	return n
+	return v
+}
+
+// durationFrom parses a duration of at least least.
+func durationFrom(least time.Duration) func(string) (time.Duration, bool) {
+	return func(s string) (time.Duration, bool) {
+		d, err := time.ParseDuration(s)
+		return d, err == nil && d >= least
+	}
+}
+
+// wholeFrom parses a whole number of at least least.
+func wholeFrom[T int | int64](least T) func(string) (T, bool) {
+	return func(s string) (T, bool) {
+		n, err := strconv.ParseInt(s, 10, 64)
+		return T(n), err == nil && T(n) >= least
+	}
 }
 
 // limitOrOff reads a per-account limit: a whole number, with 0 or "off"
@@ -474,13 +435,6 @@ func limitOrOff(getenv func(string) string, name string, def int, errs *[]error)
 		return def
 	}
 	return n
-}
-
-func or(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
 }
 
 // CheckHELO warns when the EHLO name cannot identify this host: receiving

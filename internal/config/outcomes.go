@@ -16,19 +16,13 @@ const DefaultOutcomeTTL = 365 * 24 * time.Hour
 // Go duration ("8760h"), positive. Days are accepted because a retention
 // is written in days, and a Go duration has none.
 func outcomeTTL(getenv func(string) string, errs *[]error) time.Duration {
-	s := getenv("EVS_OUTCOME_TTL")
-	if s == "" {
-		return DefaultOutcomeTTL
-	}
-	if n, ok := strings.CutSuffix(s, "d"); ok {
-		if days, err := strconv.Atoi(n); err == nil && days > 0 && days <= 100*365 {
-			return time.Duration(days) * 24 * time.Hour
+	return value(getenv, "EVS_OUTCOME_TTL", DefaultOutcomeTTL, "a positive number of days like 365d or a duration like 8760h", func(s string) (time.Duration, bool) {
+		if n, ok := strings.CutSuffix(s, "d"); ok {
+			days, err := strconv.Atoi(n)
+			return time.Duration(days) * 24 * time.Hour, err == nil && days > 0 && days <= 100*365
 		}
-	} else if d, err := time.ParseDuration(s); err == nil && d > 0 {
-		return d
-	}
-	*errs = append(*errs, fmt.Errorf("EVS_OUTCOME_TTL: %q is not a positive number of days like 365d or a duration like 8760h", s))
-	return DefaultOutcomeTTL
+		return durationFrom(1)(s)
+	}, errs)
 }
 
 // outcomeShareDomains reads EVS_OUTCOME_SHARE_DOMAINS: "on" shares the

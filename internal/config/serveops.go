@@ -19,17 +19,8 @@ func serveOps(getenv func(string) string, c *Config, errs *[]error) {
 		*errs = append(*errs, fmt.Errorf("EVS_TRUSTED_PROXIES: %w", err))
 	}
 	c.TrustedProxies = trusted
-	c.DrainTimeout = DefaultDrainTimeout
-	if s := getenv("EVS_DRAIN_TIMEOUT"); s != "" {
-		d, err := time.ParseDuration(s)
-		switch {
-		case err != nil || d < 0:
-			*errs = append(*errs, fmt.Errorf("EVS_DRAIN_TIMEOUT: %q is not a duration like 20s (0s: do not wait)", s))
-		case d == 0:
-			c.DrainTimeout = -1 // no wait; the zero value means the default
-		default:
-			c.DrainTimeout = d
-		}
+	if c.DrainTimeout = value(getenv, "EVS_DRAIN_TIMEOUT", DefaultDrainTimeout, "a duration like 20s (0s: do not wait)", durationFrom(0), errs); c.DrainTimeout == 0 {
+		c.DrainTimeout = -1 // no wait; the zero value means the default
 	}
 	c.TLSCert, c.TLSKey = getenv("EVS_TLS_CERT"), getenv("EVS_TLS_KEY")
 	if (c.TLSCert == "") != (c.TLSKey == "") {

@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -29,14 +30,10 @@ var Known = []string{
 // known variable nearest to it: a misspelt name otherwise leaves its
 // default in force without a word. Values are never quoted.
 func Unknown(environ []string) []string {
-	known := make(map[string]bool, len(Known))
-	for _, k := range Known {
-		known[k] = true
-	}
 	var names []string
 	for _, kv := range environ {
 		name, _, _ := strings.Cut(kv, "=")
-		if strings.HasPrefix(name, "EVS_") && !known[name] {
+		if strings.HasPrefix(name, "EVS_") && !slices.Contains(Known, name) {
 			names = append(names, name)
 		}
 	}

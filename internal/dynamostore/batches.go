@@ -7,9 +7,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -499,12 +499,7 @@ func (s *Store) countUpdate(accountID, id string, n int64, added map[string]int6
 	values := item{":q": avS(evs.StateQueued), ":r": avS(evs.StateRunning), ":n": avN(n)}
 	adds := []string{"#p :n"}
 	// Sorted, so the expression is the same for the same counts.
-	attrs := make([]string, 0, len(added))
-	for a := range added {
-		attrs = append(attrs, a)
-	}
-	sort.Strings(attrs)
-	for i, a := range attrs {
+	for i, a := range slices.Sorted(maps.Keys(added)) {
 		k := strconv.Itoa(i)
 		names["#c"+k] = a
 		values[":c"+k] = avN(added[a])
@@ -599,10 +594,8 @@ func (s *Store) queryKey(ctx context.Context, key string, after, upTo int, filte
 		names["#s"] = attrStatus
 	}
 	vals := item{":b": avS(key), ":lo": avN(int64(after + 1)), ":hi": avN(int64(upTo))}
-	for k, v := range values {
-		vals[k] = v
-	}
-	in := &dynamodb.QueryInput{
+	maps.Copy(vals, values)
+	return s.query(ctx, &dynamodb.QueryInput{
 		TableName:                 aws.String(s.t.Results),
 		KeyConditionExpression:    aws.String("#b = :b AND #q BETWEEN :lo AND :hi"),
 		FilterExpression:          filter,
@@ -610,22 +603,25 @@ func (s *Store) queryKey(ctx context.Context, key string, after, upTo int, filte
 		ExpressionAttributeNames:  names,
 		ExpressionAttributeValues: vals,
 		ConsistentRead:            aws.Bool(true),
-	}
-	for {
-		page, err := s.c.Query(ctx, in)
+	}, "read results", each)
+}
+
+// query passes the items in matches, page after page, to each until it
+// returns false.
+func (s *Store) query(ctx context.Context, in *dynamodb.QueryInput, op string, each func(item) bool) error {
+	p := dynamodb.NewQueryPaginator(s.c, in)
+	for p.HasMorePages() {
+		page, err := p.NextPage(ctx)
 		if err != nil {
-			return wrapErr("read results", err)
+			return wrapErr(op, err)
 		}
 		for _, it := range page.Items {
 			if !each(it) {
 				return nil
 			}
 		}
-		if len(page.LastEvaluatedKey) == 0 {
-			return nil
-		}
-		in.ExclusiveStartKey = page.LastEvaluatedKey
 	}
+	return nil
 }
 
 // written returns which seqs in [lo, hi] have a result, reading their
@@ -711,13 +707,13 @@ func (s *Store) UnfinishedBatches(ctx context.Context) ([]evs.Batch, error) {
 			out = append(out, batchFrom(it))
 		}
 	}
-	sort.Slice(out, func(i, j int) bool {
-		if !out[i].CreatedAt.Equal(out[j].CreatedAt) {
-			return out[i].CreatedAt.Before(out[j].CreatedAt)
-		}
-		return out[i].ID < out[j].ID
-	})
-	return out, nil
+	return oldestFirst(out), nil
+}
+
+// oldestFirst sorts batches by creation, then ID.
+func oldestFirst(bs []evs.Batch) []evs.Batch {
+	slices.SortFunc(bs, func(a, b evs.Batch) int { return cmp.Or(a.CreatedAt.Compare(b.CreatedAt), strings.Compare(a.ID, b.ID)) })
+	return bs
 }
 
 // keysPerGet is BatchGetItem's limit.

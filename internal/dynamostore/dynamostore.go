@@ -87,6 +87,7 @@
 package dynamostore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -191,8 +192,7 @@ func CreateTables(ctx context.Context, c *dynamodb.Client, t Tables) error {
 	existing := map[string]bool{}
 	for i := range defs {
 		_, err := c.CreateTable(ctx, &defs[i])
-		var inUse *types.ResourceInUseException
-		if errors.As(err, &inUse) {
+		if _, ok := errors.AsType[*types.ResourceInUseException](err); ok {
 			existing[*defs[i].TableName] = true
 		} else if err != nil {
 			return wrapErr("create table "+*defs[i].TableName, err)
@@ -312,8 +312,7 @@ func wrapErr(op string, err error) error {
 	if err == nil {
 		return nil
 	}
-	var e *evs.Error
-	if errors.As(err, &e) {
+	if _, ok := errors.AsType[*evs.Error](err); ok {
 		return err
 	}
 	wrapped := fmt.Errorf("dynamostore: %s: %w", op, err)
@@ -326,8 +325,7 @@ func wrapErr(op string, err error) error {
 
 // apiCode returns the service's error code of err, or "".
 func apiCode(err error) string {
-	var ae smithy.APIError
-	if errors.As(err, &ae) {
+	if ae, ok := errors.AsType[smithy.APIError](err); ok {
 		return ae.ErrorCode()
 	}
 	return ""
@@ -338,6 +336,15 @@ func apiCode(err error) string {
 func isConditionFailed(err error) bool {
 	var cf *types.ConditionalCheckFailedException
 	return errors.As(err, &cf)
+}
+
+// applied tells whether a conditional write (err is its own) took effect:
+// false, and no error, when its condition failed.
+func applied(err error, op string) (bool, error) {
+	if isConditionFailed(err) {
+		return false, nil
+	}
+	return err == nil, wrapErr(op, err)
 }
 
 // Attribute value helpers. Times are stored as epoch milliseconds, the
@@ -425,10 +432,7 @@ func Open(ctx context.Context, t Tables) (*Store, aws.Config, error) {
 // 5 MiB with them. The operator tool (infra/evs), run by people with
 // profiles and SSO, keeps the SDK's loader.
 func LambdaConfig(getenv func(string) string) (aws.Config, error) {
-	region := getenv("AWS_REGION")
-	if region == "" {
-		region = getenv("AWS_DEFAULT_REGION")
-	}
+	region := cmp.Or(getenv("AWS_REGION"), getenv("AWS_DEFAULT_REGION"))
 	id, secret := getenv("AWS_ACCESS_KEY_ID"), getenv("AWS_SECRET_ACCESS_KEY")
 	switch {
 	case region == "":

@@ -1,6 +1,7 @@
 package dynamostore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"io"
@@ -188,9 +189,7 @@ func (s *Store) takeExportSlot(ctx context.Context, j store.ExportJob, max int, 
 		if getS(item(cf.Item), attrLeaseToken) == j.Token {
 			return slot, nil
 		}
-		if retry == 0 {
-			retry = exportRetry
-		}
+		retry = cmp.Or(retry, exportRetry)
 	}
 	return -1, &store.LimitError{
 		Err:   evs.Errorf(evs.CodeRateLimited, "The account has %d exports running, the most allowed at once; retry when one is done.", max),
@@ -224,8 +223,7 @@ func (s *Store) ClaimExport(ctx context.Context, j store.ExportJob, until time.T
 		// the record that comes back with the failure tells it so.
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
-	var cf *types.ConditionalCheckFailedException
-	if errors.As(err, &cf) {
+	if cf, ok := errors.AsType[*types.ConditionalCheckFailedException](err); ok {
 		return getS(item(cf.Item), attrClaimToken) == claim, nil
 	}
 	if err != nil {
@@ -274,8 +272,7 @@ func (s *Store) FinishExport(ctx context.Context, j store.ExportJob, failed bool
 		// finish, whose slot is still to be given back.
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
-	var cf *types.ConditionalCheckFailedException
-	if errors.As(err, &cf) {
+	if cf, ok := errors.AsType[*types.ConditionalCheckFailedException](err); ok {
 		if old := item(cf.Item); getS(old, attrExportToken) == j.Token && getS(old, attrExportState) == string(state) {
 			s.releaseExportSlot(ctx, j.AccountID, int(getN(old, attrSlot)), j.Token)
 		}
@@ -301,11 +298,8 @@ func (s *Store) DropExport(ctx context.Context, j store.ExportJob) error {
 		ExpressionAttributeValues: item{":tk": avS(j.Token)},
 		ReturnValues:              types.ReturnValueAllOld,
 	})
-	if isConditionFailed(err) {
-		return nil
-	}
-	if err != nil {
-		return wrapErr("drop export", err)
+	if ok, err := applied(err, "drop export"); !ok {
+		return err
 	}
 	if getS(out.Attributes, attrExportState) == string(store.ExportRunning) {
 		s.releaseExportSlot(ctx, j.AccountID, int(getN(out.Attributes, attrSlot)), j.Token)

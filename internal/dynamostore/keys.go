@@ -1,9 +1,11 @@
 package dynamostore
 
 import (
+	"cmp"
 	"context"
 	"errors"
-	"sort"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -79,6 +81,16 @@ func (s *Store) CreateAccount(ctx context.Context, a evs.Account) error {
 	return wrapErr("create account", err)
 }
 
+// find reads one item as get does; missing() is the error when there is
+// none.
+func (s *Store) find(ctx context.Context, table string, key item, op string, missing func() error) (item, error) {
+	it, err := s.get(ctx, table, key, op)
+	if err == nil && it == nil {
+		err = missing()
+	}
+	return it, err
+}
+
 // get reads one item of table with a strongly consistent read, so a write
 // that was acknowledged is always seen. A missing item is nil.
 func (s *Store) get(ctx context.Context, table string, key item, op string) (item, error) {
@@ -101,12 +113,9 @@ func accountFrom(it item) evs.Account {
 
 // Account returns the account with id, or CodeNotFound.
 func (s *Store) Account(ctx context.Context, id string) (evs.Account, error) {
-	it, err := s.get(ctx, s.t.Keys, item{attrPK: avS(prefixAccount + id)}, "read account")
+	it, err := s.find(ctx, s.t.Keys, item{attrPK: avS(prefixAccount + id)}, "read account", store.NoAccount)
 	if err != nil {
 		return evs.Account{}, err
-	}
-	if it == nil {
-		return evs.Account{}, store.NoAccount()
 	}
 	return accountFrom(it), nil
 }
@@ -114,12 +123,9 @@ func (s *Store) Account(ctx context.Context, id string) (evs.Account, error) {
 // AccountByName returns the account with that name, or CodeNotFound. It
 // follows the name index entry to the account.
 func (s *Store) AccountByName(ctx context.Context, name string) (evs.Account, error) {
-	it, err := s.get(ctx, s.t.Keys, item{attrPK: avS(prefixName + name)}, "read account name")
+	it, err := s.find(ctx, s.t.Keys, item{attrPK: avS(prefixName + name)}, "read account name", store.NoAccount)
 	if err != nil {
 		return evs.Account{}, err
-	}
-	if it == nil {
-		return evs.Account{}, store.NoAccount()
 	}
 	return s.Account(ctx, getS(it, attrAccountID))
 }
@@ -258,12 +264,9 @@ func originsFrom(it item) []string {
 
 // KeyByHash returns the key with that hash, or CodeNotFound.
 func (s *Store) KeyByHash(ctx context.Context, hash string) (evs.Key, error) {
-	it, err := s.get(ctx, s.t.Keys, item{attrPK: avS(prefixKey + hash)}, "read key")
+	it, err := s.find(ctx, s.t.Keys, item{attrPK: avS(prefixKey + hash)}, "read key", store.NoKey)
 	if err != nil {
 		return evs.Key{}, err
-	}
-	if it == nil {
-		return evs.Key{}, store.NoKey()
 	}
 	return keyFrom(it), nil
 }
@@ -281,12 +284,9 @@ func (s *Store) RevokeKey(ctx context.Context, idOrHash string, now time.Time) (
 		return evs.Key{}, err
 	}
 	if it == nil {
-		ix, err := s.get(ctx, s.t.Keys, item{attrPK: avS(prefixKeyID + idOrHash)}, "read key ID")
+		ix, err := s.find(ctx, s.t.Keys, item{attrPK: avS(prefixKeyID + idOrHash)}, "read key ID", store.NoKey)
 		if err != nil {
 			return evs.Key{}, err
-		}
-		if ix == nil {
-			return evs.Key{}, store.NoKey()
 		}
 		hash = getS(ix, attrHash)
 	}
@@ -318,11 +318,8 @@ func (s *Store) ListKeys(ctx context.Context) ([]evs.Key, error) {
 	for i, it := range items {
 		keys[i] = keyFrom(it)
 	}
-	sort.Slice(keys, func(i, j int) bool {
-		if !keys[i].CreatedAt.Equal(keys[j].CreatedAt) {
-			return keys[i].CreatedAt.Before(keys[j].CreatedAt)
-		}
-		return keys[i].Hash < keys[j].Hash
+	slices.SortFunc(keys, func(a, b evs.Key) int {
+		return cmp.Or(a.CreatedAt.Compare(b.CreatedAt), strings.Compare(a.Hash, b.Hash))
 	})
 	return keys, nil
 }

@@ -1,6 +1,7 @@
 package dynamostore
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strings"
@@ -189,58 +190,70 @@ func (s *Store) DomainCounts(ctx context.Context, accountID string, domains []st
 	acct := sharedOutcomeAccount
 	if !shared {
 		acct = accountID
-		m, err := s.c.GetItem(ctx, &dynamodb.GetItemInput{
-			TableName: aws.String(s.t.Batches),
-			Key:       item{attrAccountID: outcomePartition(accountID), attrID: avS(outcomeMarkerID)},
-		})
-		if err != nil {
-			return nil, wrapErr("read domain counts", err)
-		}
-		if m.Item == nil || getN(m.Item, attrExpiresAtMs) <= now.UnixMilli() {
+		if reported, err := s.hasOutcomes(ctx, accountID, now, "read domain counts"); err != nil {
+			return nil, err
+		} else if !reported {
 			return out, nil
 		}
 	}
 	var mu sync.Mutex
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(outcomeQueryWorkers)
-	seen := make(map[string]bool, len(domains))
-	for _, d := range domains {
-		if seen[d] {
-			continue
-		}
-		seen[d] = true
-		g.Go(func() error {
-			var c evs.DomainCounts
-			p := dynamodb.NewQueryPaginator(s.c, &dynamodb.QueryInput{
-				TableName:                 aws.String(s.t.Batches),
-				KeyConditionExpression:    aws.String("#a = :a AND begins_with(#id, :p)"),
-				ExpressionAttributeNames:  map[string]string{"#a": attrAccountID, "#id": attrID},
-				ExpressionAttributeValues: item{":a": outcomePartition(acct), ":p": avS(domainCountPrefix + d + "#")},
-			})
-			for p.HasMorePages() {
-				page, err := p.NextPage(gctx)
-				if err != nil {
-					return wrapErr("read domain counts", err)
-				}
-				for _, it := range page.Items {
-					if getN(it, attrExpiresAtMs) > now.UnixMilli() {
-						c.Delivered += int(getN(it, attrDelivered))
-						c.HardBounces += int(getN(it, attrHardBounces))
-					}
-				}
+	err := eachDistinct(ctx, domains, func(ctx context.Context, d string) error {
+		var c evs.DomainCounts
+		err := s.query(ctx, &dynamodb.QueryInput{
+			TableName:                 aws.String(s.t.Batches),
+			KeyConditionExpression:    aws.String("#a = :a AND begins_with(#id, :p)"),
+			ExpressionAttributeNames:  map[string]string{"#a": attrAccountID, "#id": attrID},
+			ExpressionAttributeValues: item{":a": outcomePartition(acct), ":p": avS(domainCountPrefix + d + "#")},
+		}, "read domain counts", func(it item) bool {
+			if getN(it, attrExpiresAtMs) > now.UnixMilli() {
+				c.Delivered += int(getN(it, attrDelivered))
+				c.HardBounces += int(getN(it, attrHardBounces))
 			}
-			if !c.Zero() {
-				mu.Lock()
-				out[d] = evs.DomainCounts{Delivered: max(c.Delivered, 0), HardBounces: max(c.HardBounces, 0)}
-				mu.Unlock()
-			}
-			return nil
+			return true
 		})
-	}
-	if err := g.Wait(); err != nil {
+		if err != nil {
+			return err
+		}
+		if !c.Zero() {
+			mu.Lock()
+			out[d] = evs.DomainCounts{Delivered: max(c.Delivered, 0), HardBounces: max(c.HardBounces, 0)}
+			mu.Unlock()
+		}
+		return nil
+	})
+	if err != nil {
 		return nil, err
 	}
 	return out, nil
+}
+
+// hasOutcomes tells whether the account has reported an outcome that has
+// not expired by now: one GetItem of its marker.
+func (s *Store) hasOutcomes(ctx context.Context, accountID string, now time.Time, op string) (bool, error) {
+	m, err := s.c.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName: aws.String(s.t.Batches),
+		Key:       item{attrAccountID: outcomePartition(accountID), attrID: avS(outcomeMarkerID)},
+	})
+	if err != nil {
+		return false, wrapErr(op, err)
+	}
+	return m.Item != nil && getN(m.Item, attrExpiresAtMs) > now.UnixMilli(), nil
+}
+
+// eachDistinct runs fn once for each distinct key of keys,
+// outcomeQueryWorkers at once, and returns the first error; fn's context
+// ends with it.
+func eachDistinct(ctx context.Context, keys []string, fn func(ctx context.Context, key string) error) error {
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(outcomeQueryWorkers)
+	seen := make(map[string]bool, len(keys))
+	for _, k := range keys {
+		if !seen[k] {
+			seen[k] = true
+			g.Go(func() error { return fn(gctx, k) })
+		}
+	}
+	return g.Wait()
 }
 
 func outcomeID(o evs.Outcome) string {
@@ -359,43 +372,29 @@ func (s *Store) AddressOutcomes(ctx context.Context, accountID string, addresses
 	if len(addresses) == 0 {
 		return out, nil
 	}
-	m, err := s.c.GetItem(ctx, &dynamodb.GetItemInput{
-		TableName: aws.String(s.t.Batches),
-		Key:       item{attrAccountID: outcomePartition(accountID), attrID: avS(outcomeMarkerID)},
-	})
-	if err != nil {
-		return nil, wrapErr("read outcomes", err)
-	}
 	now := s.now()
-	if m.Item == nil || getN(m.Item, attrExpiresAtMs) <= now.UnixMilli() {
+	if reported, err := s.hasOutcomes(ctx, accountID, now, "read outcomes"); err != nil {
+		return nil, err
+	} else if !reported {
 		return out, nil
 	}
 	var mu sync.Mutex
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(outcomeQueryWorkers)
-	seen := make(map[string]bool, len(addresses))
-	for _, a := range addresses {
-		if seen[a] {
-			continue
-		}
-		seen[a] = true
-		g.Go(func() error {
-			var os []evs.Outcome
-			err := s.queryOutcomes(gctx, accountID, a+"#", false, func(it item) error {
-				if o, ok := outcomeFrom(it, now); ok {
-					os = append(os, o)
-				}
-				return nil
-			})
-			if err == nil && len(os) > 0 {
-				mu.Lock()
-				out[a] = os
-				mu.Unlock()
+	err := eachDistinct(ctx, addresses, func(ctx context.Context, a string) error {
+		var os []evs.Outcome
+		err := s.queryOutcomes(ctx, accountID, a+"#", false, func(it item) error {
+			if o, ok := outcomeFrom(it, now); ok {
+				os = append(os, o)
 			}
-			return err
+			return nil
 		})
-	}
-	if err := g.Wait(); err != nil {
+		if err == nil && len(os) > 0 {
+			mu.Lock()
+			out[a] = os
+			mu.Unlock()
+		}
+		return err
+	})
+	if err != nil {
 		return nil, err
 	}
 	return out, nil
@@ -423,21 +422,8 @@ func (s *Store) DeleteOutcomes(ctx context.Context, accountID, address string) (
 	n := 0
 	for start := 0; start < len(keys); start += cacheWriteBatch {
 		end := min(start+cacheWriteBatch, len(keys))
-		reqs := keys[start:end]
-		for attempt := 0; len(reqs) > 0; attempt++ {
-			if attempt > 8 {
-				return n, wrapErr("delete outcomes", fmt.Errorf("%d deletes left unprocessed", len(reqs)))
-			}
-			if attempt > 0 {
-				if err := s.sleep(ctx, time.Duration(50<<attempt)*time.Millisecond); err != nil {
-					return n, err
-				}
-			}
-			out, err := s.c.BatchWriteItem(ctx, &dynamodb.BatchWriteItemInput{RequestItems: map[string][]types.WriteRequest{s.t.Batches: reqs}})
-			if err != nil {
-				return n, wrapErr("delete outcomes", err)
-			}
-			reqs = out.UnprocessedItems[s.t.Batches]
+		if err := s.batchWrite(ctx, s.t.Batches, keys[start:end], "delete outcomes", "deletes"); err != nil {
+			return n, err
 		}
 		// Each chunk, once deleted whole, counts its outcomes and takes
 		// its marks out of the domain's counts.
@@ -491,22 +477,15 @@ func (s *Store) queryOutcomes(ctx context.Context, accountID, prefix string, key
 		in.ExpressionAttributeNames["#mc"] = attrMarkClass
 		in.ExpressionAttributeNames["#exp"] = attrExpiresAtMs
 	}
-	p := dynamodb.NewQueryPaginator(s.c, in)
-	for p.HasMorePages() {
-		page, err := p.NextPage(ctx)
-		if err != nil {
-			return wrapErr("read outcomes", err)
+	var err error
+	qerr := s.query(ctx, in, "read outcomes", func(it item) bool {
+		if id := getS(it, attrID); id == outcomeMarkerID || strings.HasPrefix(id, domainCountPrefix) {
+			return true
 		}
-		for _, it := range page.Items {
-			if id := getS(it, attrID); id == outcomeMarkerID || strings.HasPrefix(id, domainCountPrefix) {
-				continue
-			}
-			if err := each(it); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
+		err = each(it)
+		return err == nil
+	})
+	return cmp.Or(qerr, err)
 }
 
 // outcomeFrom reads an outcome item; ok is false when it has expired by

@@ -67,13 +67,8 @@ func (s *Store) ReserveRcpts(ctx context.Context, key string, n, limit int, wind
 		ExpressionAttributeNames:  map[string]string{"#n": attrRcpts, "#exp": attrExpiresAt},
 		ExpressionAttributeValues: item{":n": avN(int64(n)), ":room": avN(int64(limit - n)), ":exp": ttlSeconds(next.Add(time.Hour))},
 	})
-	if isConditionFailed(err) {
-		return false, next, nil
-	}
-	if err != nil {
-		return false, next, wrapErr("reserve RCPT commands", err)
-	}
-	return true, next, nil
+	ok, err = applied(err, "reserve RCPT commands")
+	return ok, next, err
 }
 
 func pauseKey(key string) item {
@@ -139,10 +134,8 @@ func (s *Store) ClearPause(ctx context.Context, key string, now time.Time) error
 		ExpressionAttributeNames:  map[string]string{"#pu": attrPausedUntil},
 		ExpressionAttributeValues: item{":now": avTime(now)},
 	})
-	if err != nil && !isConditionFailed(err) {
-		return wrapErr("clear a provider pause", err)
-	}
-	return nil
+	_, err = applied(err, "clear a provider pause")
+	return err
 }
 
 // parkID is the sort key of parked work: by not-before, then at random.
@@ -261,32 +254,23 @@ func (s *Store) ClaimWake(ctx context.Context, key string, at, now time.Time) (b
 		ExpressionAttributeNames:  map[string]string{"#w": attrWakeAt, "#tk": attrLeaseToken, "#exp": attrExpiresAt},
 		ExpressionAttributeValues: item{":at": avTime(at), ":now": avTime(now), ":tk": avS(newToken()), ":exp": ttlSeconds(at.Add(parkTTL))},
 	})
-	if isConditionFailed(err) {
-		return false, nil
-	}
-	if err != nil {
-		return false, wrapErr("schedule a wake", err)
-	}
-	return true, nil
+	return applied(err, "schedule a wake")
 }
 
 // ParkedKeys lists the keys that had work parked in the last parkTTL.
 func (s *Store) ParkedKeys(ctx context.Context) ([]string, error) {
 	var keys []string
-	p := dynamodb.NewQueryPaginator(s.c, &dynamodb.QueryInput{
+	err := s.query(ctx, &dynamodb.QueryInput{
 		TableName:                 aws.String(s.t.Batches),
 		KeyConditionExpression:    aws.String("#a = :pk"),
 		ExpressionAttributeNames:  map[string]string{"#a": attrAccountID},
 		ExpressionAttributeValues: item{":pk": avS(parkedKeysPartition)},
+	}, "list parked keys", func(it item) bool {
+		keys = append(keys, getS(it, attrID))
+		return true
 	})
-	for p.HasMorePages() {
-		out, err := p.NextPage(ctx)
-		if err != nil {
-			return nil, wrapErr("list parked keys", err)
-		}
-		for _, it := range out.Items {
-			keys = append(keys, getS(it, attrID))
-		}
+	if err != nil {
+		return nil, err
 	}
 	return keys, nil
 }

@@ -66,21 +66,31 @@ func (s *Store) KeepDecisions(ctx context.Context, accountID string, entries []s
 			it[attrExpiresAtMs], it[attrExpiresAt] = avTime(e.ExpiresAt), ttlSeconds(e.ExpiresAt)
 			reqs = append(reqs, types.WriteRequest{PutRequest: &types.PutRequest{Item: it}})
 		}
-		for attempt := 0; len(reqs) > 0; attempt++ {
-			if attempt > 8 {
-				return wrapErr("write the result cache", fmt.Errorf("%d puts left unprocessed", len(reqs)))
-			}
-			if attempt > 0 {
-				if err := s.sleep(ctx, time.Duration(50<<attempt)*time.Millisecond); err != nil {
-					return err
-				}
-			}
-			out, err := s.c.BatchWriteItem(ctx, &dynamodb.BatchWriteItemInput{RequestItems: map[string][]types.WriteRequest{s.t.Results: reqs}})
-			if err != nil {
-				return wrapErr("write the result cache", err)
-			}
-			reqs = out.UnprocessedItems[s.t.Results]
+		if err := s.batchWrite(ctx, s.t.Results, reqs, "write the result cache", "puts"); err != nil {
+			return err
 		}
+	}
+	return nil
+}
+
+// batchWrite sends reqs (cacheWriteBatch at most) to table in one
+// BatchWriteItem, and those the service leaves unprocessed again after a
+// back-off; kind names them in the error when some never get through.
+func (s *Store) batchWrite(ctx context.Context, table string, reqs []types.WriteRequest, op, kind string) error {
+	for attempt := 0; len(reqs) > 0; attempt++ {
+		if attempt > 8 {
+			return wrapErr(op, fmt.Errorf("%d %s left unprocessed", len(reqs), kind))
+		}
+		if attempt > 0 {
+			if err := s.sleep(ctx, time.Duration(50<<attempt)*time.Millisecond); err != nil {
+				return err
+			}
+		}
+		out, err := s.c.BatchWriteItem(ctx, &dynamodb.BatchWriteItemInput{RequestItems: map[string][]types.WriteRequest{table: reqs}})
+		if err != nil {
+			return wrapErr(op, err)
+		}
+		reqs = out.UnprocessedItems[table]
 	}
 	return nil
 }

@@ -45,8 +45,7 @@ func (s *Store) OpenRows(ctx context.Context, accountID, batchID string) (io.Rea
 		return nil, false, err
 	}
 	out, err := s.in.o.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(s.in.bucket), Key: aws.String(rowsObject(accountID, batchID))})
-	var missing *s3types.NoSuchKey
-	if errors.As(err, &missing) || apiCode(err) == "NoSuchKey" {
+	if _, ok := errors.AsType[*s3types.NoSuchKey](err); ok || apiCode(err) == "NoSuchKey" {
 		return nil, false, nil
 	}
 	if err != nil {

@@ -1,8 +1,11 @@
 package dynamostore
 
 import (
+	"cmp"
 	"context"
+	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -56,13 +59,7 @@ func (s *Store) Sweep(ctx context.Context, dueBy time.Time) (unfinished []evs.Ba
 	if err != nil {
 		return nil, nil, err
 	}
-	sort.Slice(unfinished, func(i, j int) bool {
-		if !unfinished[i].CreatedAt.Equal(unfinished[j].CreatedAt) {
-			return unfinished[i].CreatedAt.Before(unfinished[j].CreatedAt)
-		}
-		return unfinished[i].ID < unfinished[j].ID
-	})
-	return unfinished, overdue, nil
+	return oldestFirst(unfinished), overdue, nil
 }
 
 // DueDeliveries lists pending deliveries of live, final batches due at now
@@ -85,11 +82,8 @@ func (s *Store) DueDeliveries(ctx context.Context, now time.Time, perAccount, li
 // account's earliest first, the accounts taking turns, at most perAccount
 // of one account (<= 0: no bound) and limit in all.
 func fairDue(all []evs.Delivery, perAccount, limit int) []evs.Delivery {
-	sort.Slice(all, func(i, j int) bool {
-		if !all[i].NextAt.Equal(all[j].NextAt) {
-			return all[i].NextAt.Before(all[j].NextAt)
-		}
-		return all[i].BatchID < all[j].BatchID
+	slices.SortFunc(all, func(a, b evs.Delivery) int {
+		return cmp.Or(a.NextAt.Compare(b.NextAt), strings.Compare(a.BatchID, b.BatchID))
 	})
 	rank := make([]int, len(all))
 	seen := map[string]int{}
@@ -222,15 +216,10 @@ func (s *Store) ClaimStall(ctx context.Context, accountID, id string, now time.T
 		})
 		return err
 	})
-	if isConditionFailed(err) {
-		// Results were written meanwhile, or another sweep got here first:
-		// either way this sweep has nothing to do.
-		return false, nil
-	}
-	if err != nil {
-		return false, wrapErr("record sweep", err)
-	}
-	return stalled, nil
+	// A failed condition: results were written meanwhile, or another
+	// sweep got here first; either way this sweep has nothing to do.
+	ok, err := applied(err, "record sweep")
+	return ok && stalled, err
 }
 
 // attrCBSweptAt is when a sweep last queued a message for the delivery.
@@ -259,11 +248,5 @@ func (s *Store) ClaimOverdue(ctx context.Context, d evs.Delivery, now time.Time,
 			":n": avN(int64(d.Attempts)), ":next": avTime(d.NextAt),
 		},
 	})
-	if isConditionFailed(err) {
-		return false, nil
-	}
-	if err != nil {
-		return false, wrapErr("claim overdue delivery", err)
-	}
-	return true, nil
+	return applied(err, "claim overdue delivery")
 }

@@ -123,7 +123,11 @@ func (s *Store) putUpload(ctx context.Context, u evs.Upload, maxOpen int) error 
 // used) and returns when the oldest of them expires, with a consistent
 // Query of its upload partition.
 func (s *Store) openUploads(ctx context.Context, accountID string, now time.Time) (int, time.Time, error) {
-	in := &dynamodb.QueryInput{
+	var (
+		n      int
+		oldest time.Time
+	)
+	err := s.query(ctx, &dynamodb.QueryInput{
 		TableName:              aws.String(s.t.Batches),
 		KeyConditionExpression: aws.String("#a = :a"),
 		FilterExpression:       aws.String("#exp > :now AND attribute_not_exists(#used)"),
@@ -133,27 +137,17 @@ func (s *Store) openUploads(ctx context.Context, accountID string, now time.Time
 		},
 		ExpressionAttributeValues: item{":a": avS(uploadPartition(accountID)), ":now": avTime(now)},
 		ConsistentRead:            aws.Bool(true),
+	}, "count open uploads", func(it item) bool {
+		n++
+		if exp := getTime(it, attrExpiresAtMs); oldest.IsZero() || exp.Before(oldest) {
+			oldest = exp
+		}
+		return true
+	})
+	if err != nil {
+		return 0, time.Time{}, err
 	}
-	var (
-		n      int
-		oldest time.Time
-	)
-	for {
-		out, err := s.c.Query(ctx, in)
-		if err != nil {
-			return 0, time.Time{}, wrapErr("count open uploads", err)
-		}
-		for _, it := range out.Items {
-			n++
-			if exp := getTime(it, attrExpiresAtMs); oldest.IsZero() || exp.Before(oldest) {
-				oldest = exp
-			}
-		}
-		if len(out.LastEvaluatedKey) == 0 {
-			return n, oldest, nil
-		}
-		in.ExclusiveStartKey = out.LastEvaluatedKey
-	}
+	return n, oldest, nil
 }
 
 // UploadOrigin is the origin ("https://bucket.s3.region.amazonaws.com")
@@ -196,8 +190,7 @@ func (s *Store) OpenUpload(ctx context.Context, accountID, id string) (evs.Uploa
 		CreatedAt: getTime(it, attrCreatedAt), ExpiresAt: getTime(it, attrExpiresAtMs), MaxBytes: getN(it, attrMaxBytes),
 	}
 	out, err := s.in.o.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(s.in.bucket), Key: aws.String(uploadObject(accountID, id))})
-	var missing *s3types.NoSuchKey
-	if errors.As(err, &missing) || apiCode(err) == "NoSuchKey" {
+	if _, ok := errors.AsType[*s3types.NoSuchKey](err); ok || apiCode(err) == "NoSuchKey" {
 		return evs.Upload{}, nil, 0, store.NothingUploaded()
 	}
 	if err != nil {
@@ -221,10 +214,7 @@ func (s *Store) DropUpload(ctx context.Context, accountID, id string) error {
 		ExpressionAttributeNames:  map[string]string{"#used": attrUsedAt, "#id": attrID},
 		ExpressionAttributeValues: item{":now": avTime(s.now())},
 	})
-	if isConditionFailed(err) {
-		err = nil
-	}
-	mark := wrapErr("mark upload used", err)
+	_, mark := applied(err, "mark upload used")
 	_, err = s.in.o.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: aws.String(s.in.bucket), Key: aws.String(uploadObject(accountID, id))})
 	return errors.Join(mark, wrapErr("delete upload", err))
 }

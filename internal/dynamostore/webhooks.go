@@ -161,12 +161,9 @@ func (s *Store) RecordDelivery(ctx context.Context, d evs.Delivery) error {
 
 // WebhookSecret returns the account's signing secret.
 func (s *Store) WebhookSecret(ctx context.Context, accountID string) (evs.WebhookSecret, error) {
-	it, err := s.get(ctx, s.t.Keys, item{attrPK: avS(prefixSecret + accountID)}, "read webhook secret")
+	it, err := s.find(ctx, s.t.Keys, item{attrPK: avS(prefixSecret + accountID)}, "read webhook secret", store.NoWebhookSecret)
 	if err != nil {
 		return evs.WebhookSecret{}, err
-	}
-	if it == nil {
-		return evs.WebhookSecret{}, store.NoWebhookSecret()
 	}
 	w := evs.WebhookSecret{AccountID: accountID, Current: getS(it, attrCurrent)}
 	w.Retired, err = store.DecodeRetired(getS(it, attrRetired), getS(it, attrPrevious), getTime(it, attrRotatedAt))

@@ -1,6 +1,7 @@
 package politeness
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"sync"
@@ -104,18 +105,11 @@ func (g *Gate) Until(t time.Time) time.Duration {
 	return max(t.Sub(g.now()), 0)
 }
 
-func orDuration(d, def time.Duration) time.Duration {
-	if d <= 0 {
-		return def
-	}
-	return d
-}
-
 // RcptWindow is Window or its default.
-func (g *Gate) RcptWindow() time.Duration { return orDuration(g.Window, time.Minute) }
+func (g *Gate) RcptWindow() time.Duration { return cmp.Or(max(g.Window, 0), time.Minute) }
 
 // HoldFor is SlotTTL or its default.
-func (g *Gate) HoldFor() time.Duration { return orDuration(g.SlotTTL, 6*time.Minute) }
+func (g *Gate) HoldFor() time.Duration { return cmp.Or(max(g.SlotTTL, 0), 6*time.Minute) }
 
 // FirstPause is PauseBase or its default (a nil Gate's too: a worker
 // that runs without one still waits that long after a throttling reply).
@@ -123,7 +117,7 @@ func (g *Gate) FirstPause() time.Duration {
 	if g == nil {
 		g = &Gate{}
 	}
-	return min(orDuration(g.PauseBase, time.Minute), orDuration(g.PauseMax, 15*time.Minute))
+	return min(cmp.Or(max(g.PauseBase, 0), time.Minute), cmp.Or(max(g.PauseMax, 0), 15*time.Minute))
 }
 
 // state returns the State, making the memory one on first use.
@@ -180,7 +174,7 @@ func (g *Gate) Admit(ctx context.Context, key string, rcpts int) (Ticket, error)
 			// Paused before the slot goes back: whoever waits for it
 			// sees the pause.
 			until, err := st.Pause(ctx, key, now, func(level int) time.Duration {
-				return Double(g.FirstPause(), orDuration(g.PauseMax, 15*time.Minute), level)
+				return Double(g.FirstPause(), cmp.Or(max(g.PauseMax, 0), 15*time.Minute), level)
 			})
 			release()
 			if err != nil {

@@ -12,6 +12,7 @@
 package politeness
 
 import (
+	"cmp"
 	"context"
 	"math"
 	"strings"
@@ -31,9 +32,7 @@ type PreferredMX interface {
 // (verify.ProviderKey) and the egress address sessions leave from ("" is
 // "direct"), as "<provider>|<egress>".
 func Key(host, egress string) string {
-	if egress == "" {
-		egress = "direct"
-	}
+	egress = cmp.Or(egress, "direct")
 	return verify.ProviderKey(host) + "|" + egress
 }
 
@@ -82,9 +81,7 @@ func (l Limits) ForKey(key string) (sessions, rcptPerMin int) {
 // pause here, greylisting retries, retries after a store fault — so they
 // cannot drift apart.
 func Double(base, most time.Duration, n int) time.Duration {
-	if most <= 0 {
-		most = math.MaxInt64
-	}
+	most = cmp.Or(max(most, 0), math.MaxInt64)
 	d := base
 	for i := 0; i < n && d < most; i++ {
 		if d > math.MaxInt64/2 {

@@ -99,10 +99,8 @@ var (
 	}
 )
 
-func scanBatch(row scanner) (evs.Batch, error) { return scanBatchWith(row) }
-
-// scanBatchWith scans into first, then the batch columns.
-func scanBatchWith(row scanner, first ...any) (evs.Batch, error) {
+// scanBatch scans into first, then the batch columns.
+func scanBatch(row scanner, first ...any) (evs.Batch, error) {
 	var (
 		b                evs.Batch
 		created, expires int64
@@ -179,12 +177,8 @@ func (s *Store) CreateBatchBounded(ctx context.Context, b evs.Batch, items []evs
 			return err
 		}
 		c := b.Counters
-		create, err := s.wstmt(ctx, tx, qCreateBatch)
-		if err != nil {
-			return dbErr("create batch", err)
-		}
 		var key int64
-		err = create.QueryRowContext(ctx,
+		err := s.row(ctx, tx, qCreateBatch,
 			b.ID, b.AccountID, b.Mode, b.State, b.Error, millis(b.CreatedAt), nullMillis(b.CompletedAt), millis(b.ExpiresAt),
 			len(items), c.Total, c.Duplicates, c.Processed, c.Deliverable, c.Undeliverable, c.Risky, c.Unknown, store.MaxAgeMillis(b.MaxAge), b.Name).Scan(&key)
 		if constraint(err, sqlite3.SQLITE_CONSTRAINT_UNIQUE) {
@@ -196,25 +190,16 @@ func (s *Store) CreateBatchBounded(ctx context.Context, b evs.Batch, items []evs
 		if err := createDelivery(ctx, tx, b); err != nil {
 			return err
 		}
-		full, err := s.wstmt(ctx, tx, insertItems(itemsPerInsert))
-		if err != nil {
-			return dbErr("create batch items", err)
-		}
 		args := make([]any, 0, 4*itemsPerInsert)
 		for len(items) > 0 {
+			// A full chunk's statement was prepared at Open; the last,
+			// shorter one is prepared now.
 			n := min(len(items), itemsPerInsert)
-			stmt := full
-			if n < itemsPerInsert {
-				if stmt, err = tx.PrepareContext(ctx, insertItems(n)); err != nil {
-					return dbErr("create batch items", err)
-				}
-				defer stmt.Close()
-			}
 			args = args[:0]
 			for _, it := range items[:n] {
 				args = append(args, key, it.Seq, it.Email, it.Domain)
 			}
-			if _, err := stmt.ExecContext(ctx, args...); err != nil {
+			if _, err := s.exec(ctx, tx, insertItems(n), args...); err != nil {
 				return dbErr("create batch items", err)
 			}
 			items = items[n:]
@@ -243,14 +228,8 @@ func (s *Store) batchTx(ctx context.Context, tx *sql.Tx, accountID, id string) (
 // It also returns the batch's key.
 func (s *Store) batch(ctx context.Context, st *sql.Stmt, accountID, id string) (evs.Batch, int64, error) {
 	var key int64
-	b, err := scanBatchWith(st.QueryRowContext(ctx, id, accountID, millis(s.now())), &key)
-	if errors.Is(err, sql.ErrNoRows) {
-		return evs.Batch{}, 0, store.NoBatch()
-	}
-	if err != nil {
-		return evs.Batch{}, 0, dbErr("read batch", err)
-	}
-	return b, key, nil
+	b, err := scanBatch(st.QueryRowContext(ctx, id, accountID, millis(s.now())), &key)
+	return b, key, rowErr(err, "read batch", store.NoBatch)
 }
 
 // TransitionBatch moves the batch to `to` if its state is in from. A final
@@ -272,11 +251,7 @@ func (s *Store) TransitionBatch(ctx context.Context, accountID, id string, from 
 		if to.Final() {
 			completed = nullMillis(now)
 		}
-		st, err := s.wstmt(ctx, tx, qTransition)
-		if err != nil {
-			return dbErr("transition batch", err)
-		}
-		out, err = scanBatch(st.QueryRowContext(ctx, to, errMsg, completed, id))
+		out, err = scanBatch(s.row(ctx, tx, qTransition, to, errMsg, completed, id))
 		return dbErr("transition batch", err)
 	})
 	if err == nil {
@@ -325,10 +300,6 @@ func (s *Store) PutResults(ctx context.Context, accountID, id string, results []
 			out = got
 			return dbErr("complete batch", err)
 		}
-		full, err := s.wstmt(ctx, tx, insertResults(resultsPerInsert))
-		if err != nil {
-			return dbErr("write results", err)
-		}
 		var (
 			added counts
 			// recount: some results were there already, and which is
@@ -338,39 +309,30 @@ func (s *Store) PutResults(ctx context.Context, accountID, id string, results []
 		args := make([]any, 0, 5*resultsPerInsert)
 		for done := 0; done < len(results); {
 			k := min(len(results)-done, resultsPerInsert)
-			stmt := full
-			if k < resultsPerInsert {
-				if stmt, err = tx.PrepareContext(ctx, insertResults(k)); err != nil {
-					return dbErr("write results", err)
-				}
-				defer stmt.Close()
-			}
 			args = args[:0]
 			for _, i := range order[done : done+k] {
 				r := &results[i]
-				args = append(args, key, r.Seq, statusCode(r.Status()), encoded[i])
-			}
-			all, err := insertAll(ctx, stmt, args, k)
-			if err != nil {
-				return err
-			}
-			if !all {
-				recount = true
-			}
-			for _, i := range order[done : done+k] {
+				code := statusCode(r.Status())
+				args = append(args, key, r.Seq, code, encoded[i])
 				added.n++
-				added.by[statusCode(results[i].Status())]++
+				added.by[code]++
 			}
+			res, err := s.exec(ctx, tx, insertResults(k), args...)
+			if err != nil {
+				return resultsErr(err)
+			}
+			// Fewer rows than results: some were written before.
+			n, err := res.RowsAffected()
+			if err != nil {
+				return dbErr("write results", err)
+			}
+			recount = recount || n != int64(k)
 			done += k
 		}
 		if recount {
 			return s.recount(ctx, tx, key, b, now, &out)
 		}
-		count, err := s.wstmt(ctx, tx, qCount)
-		if err != nil {
-			return dbErr("count results", err)
-		}
-		out, err = scanBatch(count.QueryRowContext(ctx,
+		out, err = scanBatch(s.row(ctx, tx, qCount,
 			added.n, added.by[0], added.by[1], added.by[2], added.by[3],
 			added.n, evs.StateCompleted, added.n, millis(now), key))
 		return dbErr("count results", err)
@@ -401,39 +363,22 @@ type counts struct {
 	by [len(statusCodes)]int
 }
 
-// insertAll runs a results INSERT of k rows and tells whether it wrote
-// all of them.
-func insertAll(ctx context.Context, stmt *sql.Stmt, args []any, k int) (bool, error) {
-	res, err := stmt.ExecContext(ctx, args...)
-	if err != nil {
-		return false, resultsErr(err)
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return false, dbErr("write results", err)
-	}
-	return n == int64(k), nil
-}
-
 // recount sets the counters of the batch (b, of row key) from its results
 // and completes it if they are all there; out is the batch after.
 func (s *Store) recount(ctx context.Context, tx *sql.Tx, key int64, b evs.Batch, now time.Time, out *evs.Batch) error {
-	rows, err := tx.QueryContext(ctx, qStatusCounts, key)
-	if err != nil {
-		return dbErr("count results", err)
-	}
 	var c counts
-	for rows.Next() {
+	rows, err := tx.QueryContext(ctx, qStatusCounts, key)
+	err = eachRow(rows, err, "count results", func(rows *sql.Rows) error {
 		var code, n int
 		if err := rows.Scan(&code, &n); err != nil {
-			rows.Close()
 			return dbErr("count results", err)
 		}
 		c.n += n
 		c.by[min(max(code, 0), len(statusCodes)-1)] += n
-	}
-	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
-		return dbErr("count results", err)
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	if c.n == b.Counters.Processed {
 		return nil // every result was there already
@@ -513,16 +458,9 @@ func (s *Store) read(ctx context.Context, accountID, id, query string, args func
 		return err
 	}
 	rows, err := tx.StmtContext(ctx, s.rstmt(query)).QueryContext(ctx, args(key)...)
-	if err != nil {
-		return dbErr("read batch rows", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		if err := scan(rows); err != nil {
-			return dbErr("read batch rows", err)
-		}
-	}
-	return dbErr("read batch rows", rows.Err())
+	return eachRow(rows, err, "read batch rows", func(rows *sql.Rows) error {
+		return dbErr("read batch rows", scan(rows))
+	})
 }
 
 // UnfinishedBatches lists the live batches in state queued or running, of
@@ -533,20 +471,17 @@ func (s *Store) UnfinishedBatches(ctx context.Context) ([]evs.Batch, error) {
 
 // queryBatches runs the reader query q, whose rows are batchCols.
 func (s *Store) queryBatches(ctx context.Context, what, q string, args ...any) ([]evs.Batch, error) {
-	rows, err := s.rstmt(q).QueryContext(ctx, args...)
-	if err != nil {
-		return nil, dbErr(what, err)
-	}
-	defer rows.Close()
 	var out []evs.Batch
-	for rows.Next() {
+	rows, err := s.rstmt(q).QueryContext(ctx, args...)
+	err = eachRow(rows, err, what, func(rows *sql.Rows) error {
 		b, err := scanBatch(rows)
 		if err != nil {
-			return nil, dbErr(what, err)
+			return dbErr(what, err)
 		}
 		out = append(out, b)
-	}
-	return out, dbErr(what, rows.Err())
+		return nil
+	})
+	return out, err
 }
 
 // Sweep deletes the batches (with their items and results), idempotency
@@ -577,11 +512,7 @@ func (s *Store) Sweep(ctx context.Context) (int, error) {
 			qSweepOutcomeDomains,
 			qSweepMarks,
 		} {
-			res, err := tx.ExecContext(ctx, q, now)
-			if err != nil {
-				return dbErr("sweep", err)
-			}
-			k, err := res.RowsAffected()
+			k, err := changed(tx.ExecContext(ctx, q, now))
 			if err != nil {
 				return dbErr("sweep", err)
 			}

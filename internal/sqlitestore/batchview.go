@@ -3,7 +3,6 @@ package sqlitestore
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"strings"
 	"time"
 
@@ -57,13 +56,10 @@ func (s *Store) batchView(ctx context.Context, accountID, id string, now time.Ti
 		attempts, status sql.NullInt64
 		next             sql.NullInt64
 	)
-	b, err := scanBatchWith(s.rstmt(qBatchView).QueryRowContext(ctx, id, accountID, millis(now)),
+	b, err := scanBatch(s.rstmt(qBatchView).QueryRowContext(ctx, id, accountID, millis(now)),
 		&url, &state, &attempts, &status, &next)
-	if errors.Is(err, sql.ErrNoRows) {
-		return evs.Batch{}, evs.Delivery{}, false, store.NoBatch()
-	}
 	if err != nil {
-		return evs.Batch{}, evs.Delivery{}, false, dbErr("read batch", err)
+		return evs.Batch{}, evs.Delivery{}, false, rowErr(err, "read batch", store.NoBatch)
 	}
 	if !url.Valid {
 		return b, evs.Delivery{}, false, nil

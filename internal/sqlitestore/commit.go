@@ -194,8 +194,7 @@ func (c *committer) commit(group []*op) {
 			} else {
 				err = c.savepoint(ctx, tx, o)
 			}
-			var own ownError
-			if errors.As(err, &own) {
+			if own, ok := errors.AsType[ownError](err); ok {
 				errs[i] = own.err
 				continue
 			}

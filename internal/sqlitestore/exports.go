@@ -4,10 +4,6 @@ import (
 	"bufio"
 	"cmp"
 	"context"
-	"crypto/rand"
-	"crypto/sha256"
-	"crypto/subtle"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -54,15 +50,13 @@ func noExport() error {
 // answers with OpenExport. The list goes to its file as it is written, so
 // a list of any length costs the same memory.
 func (s *Store) Export(ctx context.Context, accountID, batchID, origin string, write func(w io.Writer) error) (string, time.Time, error) {
-	var tok [32]byte
-	if _, err := rand.Read(tok[:]); err != nil {
+	token, hash, err := newToken()
+	if err != nil {
 		return "", time.Time{}, err
 	}
-	token := base64.RawURLEncoding.EncodeToString(tok[:])
-	hash := sha256.Sum256([]byte(token))
 	id := uuid.NewString()
 	expires := s.now().Add(evs.ExportTTL).UTC()
-	rec, err := json.Marshal(exportRecord{AccountID: accountID, BatchID: batchID, ExpiresAt: millis(expires), TokenHash: hash[:]})
+	rec, err := json.Marshal(exportRecord{AccountID: accountID, BatchID: batchID, ExpiresAt: millis(expires), TokenHash: hash})
 	if err != nil {
 		return "", time.Time{}, err
 	}
@@ -150,8 +144,7 @@ func (s *Store) OpenExport(ctx context.Context, id, token string) (batchID strin
 	if err := json.Unmarshal(raw, &rec); err != nil {
 		return "", nil, fmt.Errorf("sqlitestore: read export %s: %w", id, err)
 	}
-	hash := sha256.Sum256([]byte(token))
-	if subtle.ConstantTimeCompare(hash[:], rec.TokenHash) != 1 || rec.ExpiresAt <= millis(s.now()) {
+	if !tokenIs(token, rec.TokenHash) || rec.ExpiresAt <= millis(s.now()) {
 		return "", nil, noExport()
 	}
 	f, err = os.Open(filepath.Join(dir, id+".csv"))

@@ -70,12 +70,8 @@ func (s *Store) ClaimIdempotency(ctx context.Context, rec idempotency.Record, no
 		claimed  bool
 	)
 	err := s.writeOne(ctx, false, func(ctx context.Context, tx *sql.Tx) error {
-		claim, err := s.wstmt(ctx, tx, qClaim)
-		if err != nil {
-			return dbErr("write idempotency record", err)
-		}
 		var one int
-		err = claim.QueryRowContext(ctx, rec.Scope, rec.Fingerprint, idempotency.InProgress,
+		err := s.row(ctx, tx, qClaim, rec.Scope, rec.Fingerprint, idempotency.InProgress,
 			millis(rec.LockedUntil), millis(rec.ExpiresAt), millis(now)).Scan(&one)
 		switch {
 		case err == nil:
@@ -84,11 +80,7 @@ func (s *Store) ClaimIdempotency(ctx context.Context, rec idempotency.Record, no
 		case !errors.Is(err, sql.ErrNoRows):
 			return dbErr("write idempotency record", err)
 		}
-		read, err := s.wstmt(ctx, tx, qReadClaim)
-		if err != nil {
-			return dbErr("read idempotency record", err)
-		}
-		existing, err = scanRecord(read.QueryRowContext(ctx, rec.Scope))
+		existing, err = scanRecord(s.row(ctx, tx, qReadClaim, rec.Scope))
 		return dbErr("read idempotency record", err)
 	})
 	if err != nil {
@@ -182,16 +174,8 @@ func (s *Store) PutIdempotency(ctx context.Context, rec idempotency.Record, now 
 		return err
 	}
 	err = s.writeOne(ctx, false, func(ctx context.Context, tx *sql.Tx) error {
-		st, err := s.wstmt(ctx, tx, qPut)
-		if err != nil {
-			return dbErr("put idempotency record", err)
-		}
-		res, err := st.ExecContext(ctx, rec.Scope, rec.Fingerprint, rec.State, millis(rec.LockedUntil), millis(rec.ExpiresAt),
-			rec.StatusCode, h, body, millis(now), idempotency.InProgress)
-		if err != nil {
-			return dbErr("put idempotency record", err)
-		}
-		if n, err := res.RowsAffected(); err != nil {
+		if n, err := changed(s.exec(ctx, tx, qPut, rec.Scope, rec.Fingerprint, rec.State, millis(rec.LockedUntil), millis(rec.ExpiresAt),
+			rec.StatusCode, h, body, millis(now), idempotency.InProgress)); err != nil {
 			return dbErr("put idempotency record", err)
 		} else if n == 0 {
 			return ErrLiveRecord
@@ -221,15 +205,7 @@ func (s *Store) CompleteIdempotency(ctx context.Context, scope string, statusCod
 		return err
 	}
 	return s.writeOne(ctx, true, func(ctx context.Context, tx *sql.Tx) error {
-		st, err := s.wstmt(ctx, tx, qComplete)
-		if err != nil {
-			return dbErr("complete idempotency record", err)
-		}
-		res, err := st.ExecContext(ctx, idempotency.Done, statusCode, h, body, scope, idempotency.InProgress)
-		if err != nil {
-			return dbErr("complete idempotency record", err)
-		}
-		if n, err := res.RowsAffected(); err != nil {
+		if n, err := changed(s.exec(ctx, tx, qComplete, idempotency.Done, statusCode, h, body, scope, idempotency.InProgress)); err != nil {
 			return dbErr("complete idempotency record", err)
 		} else if n == 0 {
 			return store.NoClaim()
@@ -244,11 +220,7 @@ func (s *Store) CompleteIdempotency(ctx context.Context, scope string, statusCod
 // idempotency.LockTimeout, as a crash mid-call does.
 func (s *Store) ReleaseIdempotency(ctx context.Context, scope string) error {
 	return s.writeOne(ctx, false, func(ctx context.Context, tx *sql.Tx) error {
-		st, err := s.wstmt(ctx, tx, qRelease)
-		if err != nil {
-			return dbErr("release idempotency record", err)
-		}
-		_, err = st.ExecContext(ctx, scope)
+		_, err := s.exec(ctx, tx, qRelease, scope)
 		return dbErr("release idempotency record", err)
 	})
 }

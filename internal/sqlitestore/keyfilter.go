@@ -60,21 +60,18 @@ func (f *keyFilter) rebuild(ctx context.Context, db *sql.DB) error {
 	fresh := new([filterWords]atomic.Uint64)
 	f.next.Store(fresh)
 	defer f.next.Store(nil)
-	rows, err := db.QueryContext(ctx, `SELECT scope FROM idempotency`)
-	if err != nil {
-		return dbErr("read idempotency keys", err)
-	}
-	defer rows.Close()
 	var scope string
-	for rows.Next() {
+	rows, err := db.QueryContext(ctx, `SELECT scope FROM idempotency`)
+	err = eachRow(rows, err, "read idempotency keys", func(rows *sql.Rows) error {
 		if err := rows.Scan(&scope); err != nil {
 			return dbErr("read idempotency keys", err)
 		}
 		w, m := f.slot(scope)
 		fresh[w].Or(m)
-	}
-	if err := rows.Err(); err != nil {
-		return dbErr("read idempotency keys", err)
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	f.cur.Store(fresh)
 	return nil

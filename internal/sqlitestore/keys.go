@@ -3,7 +3,6 @@ package sqlitestore
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"strings"
 	"time"
 
@@ -93,20 +92,14 @@ func scanAccount(row *sql.Row) (evs.Account, error) {
 // Account returns the account with id, or CodeNotFound.
 func (s *Store) Account(ctx context.Context, id string) (evs.Account, error) {
 	a, err := scanAccount(s.rstmt(qAccount).QueryRowContext(ctx, id))
-	if errors.Is(err, sql.ErrNoRows) {
-		return evs.Account{}, store.NoAccount()
-	}
-	return a, dbErr("read account", err)
+	return a, rowErr(err, "read account", store.NoAccount)
 }
 
 // AccountByName returns the account with that name, or CodeNotFound. Should
 // several accounts share a name, the oldest is the one.
 func (s *Store) AccountByName(ctx context.Context, name string) (evs.Account, error) {
 	a, err := scanAccount(s.rstmt(qAccountByName).QueryRowContext(ctx, name))
-	if errors.Is(err, sql.ErrNoRows) {
-		return evs.Account{}, store.NoAccount()
-	}
-	return a, dbErr("read account", err)
+	return a, rowErr(err, "read account", store.NoAccount)
 }
 
 // CountAccounts returns the number of accounts.
@@ -164,10 +157,7 @@ func scanKey(row scanner) (evs.Key, error) {
 // KeyByHash returns the key with that hash, or CodeNotFound.
 func (s *Store) KeyByHash(ctx context.Context, hash string) (evs.Key, error) {
 	k, err := scanKey(s.rstmt(qKeyByHash).QueryRowContext(ctx, hash))
-	if errors.Is(err, sql.ErrNoRows) {
-		return evs.Key{}, store.NoKey()
-	}
-	return k, dbErr("read key", err)
+	return k, rowErr(err, "read key", store.NoKey)
 }
 
 // RevokeKey marks the key whose ID or hash is idOrHash revoked at now. A key
@@ -178,10 +168,7 @@ func (s *Store) RevokeKey(ctx context.Context, idOrHash string, now time.Time) (
 	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		var err error
 		k, err = scanKey(tx.QueryRowContext(ctx, qRevokeKey, millis(now), idOrHash, idOrHash))
-		if errors.Is(err, sql.ErrNoRows) {
-			return store.NoKey()
-		}
-		return dbErr("revoke key", err)
+		return rowErr(err, "revoke key", store.NoKey)
 	})
 	if err != nil {
 		return k, err
@@ -191,18 +178,15 @@ func (s *Store) RevokeKey(ctx context.Context, idOrHash string, now time.Time) (
 
 // ListKeys returns every key, oldest first.
 func (s *Store) ListKeys(ctx context.Context) ([]evs.Key, error) {
-	rows, err := s.rstmt(qListKeys).QueryContext(ctx)
-	if err != nil {
-		return nil, dbErr("list keys", err)
-	}
-	defer rows.Close()
 	var keys []evs.Key
-	for rows.Next() {
+	rows, err := s.rstmt(qListKeys).QueryContext(ctx)
+	err = eachRow(rows, err, "list keys", func(rows *sql.Rows) error {
 		k, err := scanKey(rows)
-		if err != nil {
-			return nil, dbErr("list keys", err)
-		}
 		keys = append(keys, k)
+		return dbErr("list keys", err)
+	})
+	if err != nil {
+		return nil, err
 	}
-	return keys, dbErr("list keys", rows.Err())
+	return keys, nil
 }

@@ -121,18 +121,14 @@ func (m domainDeltas) add(address, class string, expiresAt time.Time, by int) {
 // one, and uncounts it in deltas: its bucket may still be read.
 func unmarkExpired(ctx context.Context, tx *sql.Tx, deltas domainDeltas, accountID, address, class string, now int64) error {
 	rows, err := tx.QueryContext(ctx, qUnmarkExpired, accountID, address, class, now)
-	if err != nil {
-		return dbErr("count outcomes by domain", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
+	return eachRow(rows, err, "count outcomes by domain", func(rows *sql.Rows) error {
 		var expires int64
 		if err := rows.Scan(&expires); err != nil {
 			return dbErr("count outcomes by domain", err)
 		}
 		deltas.add(address, class, time.UnixMilli(expires), -1)
-	}
-	return dbErr("count outcomes by domain", rows.Err())
+		return nil
+	})
 }
 
 // write applies the deltas to the account's rows, in tx, but for buckets
@@ -195,12 +191,8 @@ func (s *Store) PutOutcomes(ctx context.Context, accountID string, os []evs.Outc
 			if o.Verdict != "" {
 				score = o.Score
 			}
-			res, err := st.ExecContext(ctx, accountID, o.Address, millis(o.At), string(o.Kind), o.BounceType,
-				o.SMTPReply, string(o.Verdict), score, millis(expiresAt), now)
-			if err != nil {
-				return dbErr("store outcomes", err)
-			}
-			n, err := res.RowsAffected()
+			n, err := changed(st.ExecContext(ctx, accountID, o.Address, millis(o.At), string(o.Kind), o.BounceType,
+				o.SMTPReply, string(o.Verdict), score, millis(expiresAt), now))
 			if err != nil {
 				return dbErr("store outcomes", err)
 			}
@@ -209,11 +201,7 @@ func (s *Store) PutOutcomes(ctx context.Context, accountID string, os []evs.Outc
 				if err := unmarkExpired(ctx, tx, deltas, accountID, o.Address, class, now); err != nil {
 					return err
 				}
-				res, err := mark.ExecContext(ctx, accountID, o.Address, class, millis(expiresAt))
-				if err != nil {
-					return dbErr("count outcomes by domain", err)
-				}
-				if m, err := res.RowsAffected(); err != nil {
+				if m, err := changed(mark.ExecContext(ctx, accountID, o.Address, class, millis(expiresAt))); err != nil {
 					return dbErr("count outcomes by domain", err)
 				} else if m > 0 {
 					deltas.add(o.Address, class, expiresAt, 1)
@@ -252,22 +240,22 @@ func (s *Store) AddressOutcomes(ctx context.Context, accountID string, addresses
 	}
 	now := millis(s.now())
 	for start := 0; start < len(addresses); start += outcomeChunk {
-		chunk := addresses[start:min(start+outcomeChunk, len(addresses))]
-		args := make([]any, 0, len(chunk)+2)
-		args = append(args, accountID, now)
-		for _, a := range chunk {
-			args = append(args, a)
-		}
-		q := qAddressOutcomes + `(?` + strings.Repeat(`, ?`, len(chunk)-1) + `)`
-		rows, err := tx.QueryContext(ctx, q, args...)
-		if err != nil {
-			return nil, dbErr("read outcomes", err)
-		}
-		if err := scanOutcomes(rows, func(o evs.Outcome) error { out[o.Address] = append(out[o.Address], o); return nil }); err != nil {
+		list, args := inList(addresses[start:min(start+outcomeChunk, len(addresses))], accountID, now)
+		rows, err := tx.QueryContext(ctx, qAddressOutcomes+list, args...)
+		if err := scanOutcomes(rows, err, func(o evs.Outcome) error { out[o.Address] = append(out[o.Address], o); return nil }); err != nil {
 			return nil, err
 		}
 	}
 	return out, nil
+}
+
+// inList returns the SQL list of one placeholder per item of xs, "(?, ?)",
+// and args followed by xs: the arguments of a query that ends with it.
+func inList(xs []string, args ...any) (string, []any) {
+	for _, x := range xs {
+		args = append(args, x)
+	}
+	return `(?` + strings.Repeat(`, ?`, len(xs)-1) + `)`, args
 }
 
 // DeleteOutcomes deletes the account's outcomes of address
@@ -276,36 +264,28 @@ func (s *Store) DeleteOutcomes(ctx context.Context, accountID, address string) (
 	var n int
 	err := s.writeOne(ctx, true, func(ctx context.Context, tx *sql.Tx) error {
 		n = 0
-		res, err := tx.ExecContext(ctx, qDeleteOutcomes, accountID, address)
-		if err != nil {
-			return dbErr("delete outcomes", err)
-		}
-		k, err := res.RowsAffected()
+		k, err := changed(tx.ExecContext(ctx, qDeleteOutcomes, accountID, address))
 		if err != nil {
 			return dbErr("delete outcomes", err)
 		}
 		n = int(k)
 		// The address leaves its domain's counts with its marks, expired
 		// or not: an expired mark's bucket may still be read.
-		rows, err := tx.QueryContext(ctx, qDeleteMarks, accountID, address)
-		if err != nil {
-			return dbErr("delete outcomes", err)
-		}
 		deltas := domainDeltas{}
-		for rows.Next() {
+		rows, err := tx.QueryContext(ctx, qDeleteMarks, accountID, address)
+		err = eachRow(rows, err, "delete outcomes", func(rows *sql.Rows) error {
 			var (
 				class   string
 				expires int64
 			)
 			if err := rows.Scan(&class, &expires); err != nil {
-				rows.Close()
 				return dbErr("delete outcomes", err)
 			}
 			deltas.add(address, class, time.UnixMilli(expires), -1)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return dbErr("delete outcomes", err)
+			return nil
+		})
+		if err != nil {
+			return err
 		}
 		return deltas.write(ctx, tx, accountID, millis(s.now()))
 	})
@@ -316,16 +296,13 @@ func (s *Store) DeleteOutcomes(ctx context.Context, accountID, address string) (
 // (store.Outcomes), from one read transaction.
 func (s *Store) EachOutcome(ctx context.Context, accountID string, fn func(evs.Outcome) error) error {
 	rows, err := s.rdb.QueryContext(ctx, qAccountOutcomes, accountID, millis(s.now()))
-	if err != nil {
-		return dbErr("read outcomes", err)
-	}
-	return scanOutcomes(rows, fn)
+	return scanOutcomes(rows, err, fn)
 }
 
-// scanOutcomes calls fn with each row of rows and closes them.
-func scanOutcomes(rows *sql.Rows, fn func(evs.Outcome) error) error {
-	defer rows.Close()
-	for rows.Next() {
+// scanOutcomes calls fn with each row of a query's rows (err is the
+// query's own) and closes them.
+func scanOutcomes(rows *sql.Rows, err error, fn func(evs.Outcome) error) error {
+	return eachRow(rows, err, "read outcomes", func(rows *sql.Rows) error {
 		var (
 			o       evs.Outcome
 			at      int64
@@ -339,11 +316,8 @@ func scanOutcomes(rows *sql.Rows, fn func(evs.Outcome) error) error {
 		if o.Verdict == "" {
 			o.Score = 0
 		}
-		if err := fn(o); err != nil {
-			return err
-		}
-	}
-	return dbErr("read outcomes", rows.Err())
+		return fn(o)
+	})
 }
 
 // LastVerdicts returns the latest cached decision of each address, in
@@ -365,27 +339,22 @@ func (s *Store) LastVerdicts(ctx context.Context, accountID string, addresses []
 	defer st.Close()
 	for _, a := range addresses {
 		rows, err := st.QueryContext(ctx, accountID, a)
-		if err != nil {
-			return nil, dbErr("read the result cache", err)
-		}
-		for rows.Next() {
+		err = eachRow(rows, err, "read the result cache", func(rows *sql.Rows) error {
 			var blob []byte
 			if err := rows.Scan(&blob); err != nil {
-				rows.Close()
-				return nil, dbErr("read the result cache", err)
+				return dbErr("read the result cache", err)
 			}
 			d, err := store.DecodeDecision(a, blob)
 			if err != nil {
-				rows.Close()
-				return nil, err
+				return err
 			}
 			if prev, ok := out[a]; !ok || d.CheckedAt.After(prev.CheckedAt.Time) {
 				out[a] = d
 			}
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return nil, dbErr("read the result cache", err)
+			return nil
+		})
+		if err != nil {
+			return nil, err
 		}
 	}
 	return out, nil
@@ -398,38 +367,27 @@ func (s *Store) DomainCounts(ctx context.Context, accountID string, domains []st
 	out := map[string]evs.DomainCounts{}
 	now := millis(s.now())
 	for start := 0; start < len(domains); start += outcomeChunk {
-		chunk := domains[start:min(start+outcomeChunk, len(domains))]
-		args := make([]any, 0, len(chunk)+2)
-		q := qSharedDomainCounts
+		q, first := qSharedDomainCounts, []any{now}
 		if !shared {
-			q = qDomainCounts
-			args = append(args, accountID)
+			q, first = qDomainCounts, []any{accountID, now}
 		}
-		args = append(args, now)
-		for _, d := range chunk {
-			args = append(args, d)
-		}
-		q += `(?` + strings.Repeat(`, ?`, len(chunk)-1) + `) GROUP BY domain`
-		rows, err := s.rdb.QueryContext(ctx, q, args...)
-		if err != nil {
-			return nil, dbErr("read domain counts", err)
-		}
-		for rows.Next() {
+		list, args := inList(domains[start:min(start+outcomeChunk, len(domains))], first...)
+		rows, err := s.rdb.QueryContext(ctx, q+list+` GROUP BY domain`, args...)
+		err = eachRow(rows, err, "read domain counts", func(rows *sql.Rows) error {
 			var (
 				d string
 				c evs.DomainCounts
 			)
 			if err := rows.Scan(&d, &c.Delivered, &c.HardBounces); err != nil {
-				rows.Close()
-				return nil, dbErr("read domain counts", err)
+				return dbErr("read domain counts", err)
 			}
 			if !c.Zero() {
 				out[d] = c
 			}
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return nil, dbErr("read domain counts", err)
+			return nil
+		})
+		if err != nil {
+			return nil, err
 		}
 	}
 	return out, nil

@@ -36,12 +36,8 @@ func (s *Store) ChargeAddresses(ctx context.Context, accountID, period string, n
 	}
 	charged := false
 	err := s.writeOne(ctx, false, func(ctx context.Context, tx *sql.Tx) error {
-		st, err := s.wstmt(ctx, tx, qChargeQuota)
-		if err != nil {
-			return dbErr("charge the address quota", err)
-		}
 		var used int
-		err = st.QueryRowContext(ctx, accountID, period, n, millis(expires), limit).Scan(&used)
+		err := s.row(ctx, tx, qChargeQuota, accountID, period, n, millis(expires), limit).Scan(&used)
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
 			return nil
@@ -61,11 +57,7 @@ func (s *Store) RefundAddresses(ctx context.Context, accountID, period string, n
 		return nil
 	}
 	return s.writeOne(ctx, false, func(ctx context.Context, tx *sql.Tx) error {
-		st, err := s.wstmt(ctx, tx, qRefundQuota)
-		if err != nil {
-			return dbErr("refund the address quota", err)
-		}
-		_, err = st.ExecContext(ctx, n, accountID, period)
+		_, err := s.exec(ctx, tx, qRefundQuota, n, accountID, period)
 		return dbErr("refund the address quota", err)
 	})
 }

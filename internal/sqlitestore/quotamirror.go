@@ -95,11 +95,7 @@ func (q *quotaMirror) persist(s *Store, op, query string, args ...any) {
 	go func() {
 		defer q.writes.Done()
 		_ = s.writeOne(context.Background(), false, func(ctx context.Context, tx *sql.Tx) error {
-			st, err := s.wstmt(ctx, tx, query)
-			if err != nil {
-				return dbErr(op, err)
-			}
-			_, err = st.ExecContext(ctx, args...)
+			_, err := s.exec(ctx, tx, query, args...)
 			return dbErr(op, err)
 		})
 	}()

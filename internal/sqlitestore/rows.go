@@ -3,7 +3,6 @@ package sqlitestore
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"io"
 	"time"
 )
@@ -68,7 +67,11 @@ func (s *Store) PutRows(ctx context.Context, accountID, batchID string, expires 
 // OpenRows returns the rows of the account's batch, read a part at a
 // time; found is false when it has none.
 func (s *Store) OpenRows(ctx context.Context, accountID, batchID string) (io.ReadCloser, bool, error) {
-	r := &rowsReader{s: s, ctx: ctx, account: accountID, batch: batchID}
+	r := &partReader{part: func(n int) (data []byte, err error) {
+		err = s.rdb.QueryRowContext(ctx, `SELECT data FROM batch_rows WHERE batch_id = ? AND n = ? AND account_id = ? AND expires_at > ?`,
+			batchID, n, accountID, millis(s.now())).Scan(&data)
+		return data, dbErr("read batch rows", err)
+	}}
 	if err := r.fill(); err != nil {
 		return nil, false, err
 	}
@@ -77,44 +80,3 @@ func (s *Store) OpenRows(ctx context.Context, accountID, batchID string) (io.Rea
 	}
 	return r, true, nil
 }
-
-// rowsReader reads a batch's rows parts in order.
-type rowsReader struct {
-	s              *Store
-	ctx            context.Context
-	account, batch string
-	n              int
-	cur            []byte
-	done           bool
-}
-
-// fill reads the next part, or marks the end.
-func (r *rowsReader) fill() error {
-	err := r.s.rdb.QueryRowContext(r.ctx, `SELECT data FROM batch_rows WHERE batch_id = ? AND n = ? AND account_id = ? AND expires_at > ?`,
-		r.batch, r.n, r.account, millis(r.s.now())).Scan(&r.cur)
-	if errors.Is(err, sql.ErrNoRows) {
-		r.done = true
-		return nil
-	}
-	if err != nil {
-		return dbErr("read batch rows", err)
-	}
-	r.n++
-	return nil
-}
-
-func (r *rowsReader) Read(b []byte) (int, error) {
-	for len(r.cur) == 0 {
-		if r.done {
-			return 0, io.EOF
-		}
-		if err := r.fill(); err != nil {
-			return 0, err
-		}
-	}
-	k := copy(b, r.cur)
-	r.cur = r.cur[k:]
-	return k, nil
-}
-
-func (r *rowsReader) Close() error { return nil }

@@ -194,14 +194,8 @@ func open(ctx context.Context, dir string, now func() time.Time, busy time.Durat
 		return nil, err
 	}
 	path := filepath.Join(dir, FileName)
-	q := url.Values{}
-	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", busy.Milliseconds()))
-	q.Add("_pragma", "journal_mode(WAL)")
-	q.Add("_pragma", "synchronous(FULL)")
-	q.Add("_pragma", "foreign_keys(ON)")
-	q.Add("_pragma", fmt.Sprintf("cache_size(%d)", writerCacheKiB))
-	q.Add("_pragma", "temp_store(MEMORY)")
-	q.Set("_txlock", "immediate")
+	q := url.Values{"_txlock": {"immediate"}, "_pragma": {fmt.Sprintf("busy_timeout(%d)", busy.Milliseconds()),
+		"journal_mode(WAL)", "synchronous(FULL)", "foreign_keys(ON)", fmt.Sprintf("cache_size(%d)", writerCacheKiB), "temp_store(MEMORY)"}}
 	db, err := sql.Open("sqlite", path+"?"+q.Encode())
 	if err != nil {
 		return nil, fmt.Errorf("sqlitestore: open: %w", err)
@@ -214,11 +208,8 @@ func open(ctx context.Context, dir string, now func() time.Time, busy time.Durat
 
 	// Readers never write (query_only), so they need neither the write
 	// lock nor synchronous; the WAL mode is the database file's, set above.
-	rq := url.Values{}
-	rq.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", busy.Milliseconds()))
-	rq.Add("_pragma", "query_only(1)")
-	rq.Add("_pragma", fmt.Sprintf("cache_size(%d)", readerCacheKiB))
-	rq.Add("_pragma", "temp_store(MEMORY)")
+	rq := url.Values{"_pragma": {fmt.Sprintf("busy_timeout(%d)", busy.Milliseconds()),
+		"query_only(1)", fmt.Sprintf("cache_size(%d)", readerCacheKiB), "temp_store(MEMORY)"}}
 	rdb, err := sql.Open("sqlite", path+"?"+rq.Encode())
 	if err != nil {
 		db.Close()
@@ -355,6 +346,30 @@ func (s *Store) wstmt(ctx context.Context, tx *sql.Tx, query string) (*sql.Stmt,
 	return tx.PrepareContext(ctx, query)
 }
 
+// exec runs the writer query q in tx (wstmt).
+func (s *Store) exec(ctx context.Context, tx *sql.Tx, q string, args ...any) (sql.Result, error) {
+	st, err := s.wstmt(ctx, tx, q)
+	if err != nil {
+		return nil, err
+	}
+	return st.ExecContext(ctx, args...)
+}
+
+// row reads the one row of the writer query q in tx (wstmt); a statement
+// that could not be prepared fails its Scan.
+func (s *Store) row(ctx context.Context, tx *sql.Tx, q string, args ...any) scanner {
+	st, err := s.wstmt(ctx, tx, q)
+	if err != nil {
+		return errRow{err}
+	}
+	return st.QueryRowContext(ctx, args...)
+}
+
+// errRow is a row whose Scan fails with err.
+type errRow struct{ err error }
+
+func (r errRow) Scan(...any) error { return r.err }
+
 // rstmt returns the reader statement of query, prepared at Open.
 func (s *Store) rstmt(query string) *sql.Stmt {
 	st, ok := s.rstmts.m[query]
@@ -473,14 +488,47 @@ func dbErr(op string, err error) error {
 	if err == nil {
 		return nil
 	}
-	var e *evs.Error
-	if errors.As(err, &e) {
+	if _, ok := errors.AsType[*evs.Error](err); ok {
 		return err
 	}
 	if errors.Is(err, context.DeadlineExceeded) || unavailable(err) {
 		return store.Unavailable(fmt.Errorf("sqlitestore: %s: %w", op, err))
 	}
 	return fmt.Errorf("sqlitestore: %s: %w", op, err)
+}
+
+// rowErr is the error of a one-row read: missing() when there was no row,
+// else dbErr(op, err), nil when the row was read.
+func rowErr(err error, op string, missing func() error) error {
+	if errors.Is(err, sql.ErrNoRows) {
+		return missing()
+	}
+	return dbErr(op, err)
+}
+
+// eachRow calls scan on every row of a query's rows (err is the query's
+// own), then closes them. A failed query, read or close is dbErr(op);
+// scan's errors are returned as they are.
+func eachRow(rows *sql.Rows, err error, op string, scan func(*sql.Rows) error) error {
+	if err != nil {
+		return dbErr(op, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := scan(rows); err != nil {
+			return err
+		}
+	}
+	return dbErr(op, errors.Join(rows.Err(), rows.Close()))
+}
+
+// changed is how many rows a statement's result (err is the statement's
+// own) changed.
+func changed(res sql.Result, err error) (int64, error) {
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
 }
 
 func unavailable(err error) bool {

@@ -64,12 +64,8 @@ func (s *Store) StoredAddresses(ctx context.Context, accountID string) (int, err
 // checkStored refuses adding n addresses to the account's stored
 // addresses when that takes them past limit.
 func (s *Store) checkStored(ctx context.Context, tx *sql.Tx, accountID string, n, limit int, now time.Time) error {
-	st, err := s.wstmt(ctx, tx, qStored)
-	if err != nil {
-		return dbErr("count stored addresses", err)
-	}
 	var stored int
-	if err := st.QueryRowContext(ctx, accountID, millis(now)).Scan(&stored); err != nil {
+	if err := s.row(ctx, tx, qStored, accountID, millis(now)).Scan(&stored); err != nil {
 		return dbErr("count stored addresses", err)
 	}
 	if stored+n <= limit {
@@ -116,11 +112,7 @@ func (s *Store) addStored(ctx context.Context, tx *sql.Tx, accountID string, n i
 	if n <= 0 {
 		return nil
 	}
-	st, err := s.wstmt(ctx, tx, qAddStored)
-	if err != nil {
-		return dbErr("count stored addresses", err)
-	}
-	_, err = st.ExecContext(ctx, accountID, n)
+	_, err := s.exec(ctx, tx, qAddStored, accountID, n)
 	return dbErr("count stored addresses", err)
 }
 

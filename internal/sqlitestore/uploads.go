@@ -39,13 +39,11 @@ const openUploadsQuery = `SELECT COUNT(*), COALESCE(MIN(expires_at), 0) FROM upl
 // uploads taken inside the write is exact however many creations run at
 // once: maxOpen is never exceeded.
 func (s *Store) CreateUpload(ctx context.Context, u evs.Upload, origin string, maxOpen int) (string, error) {
-	var tok [32]byte
-	if _, err := rand.Read(tok[:]); err != nil {
+	token, hash, err := newToken()
+	if err != nil {
 		return "", err
 	}
-	token := base64.RawURLEncoding.EncodeToString(tok[:])
-	hash := sha256.Sum256([]byte(token))
-	err := s.writeOne(ctx, true, func(ctx context.Context, tx *sql.Tx) error {
+	err = s.writeOne(ctx, true, func(ctx context.Context, tx *sql.Tx) error {
 		if maxOpen > 0 {
 			now := s.now()
 			var n int
@@ -58,13 +56,31 @@ func (s *Store) CreateUpload(ctx context.Context, u evs.Upload, origin string, m
 			}
 		}
 		_, err := tx.ExecContext(ctx, `INSERT INTO uploads (id, account_id, content_type, token_hash, created_at, expires_at, max_bytes)
-			VALUES (?, ?, ?, ?, ?, ?, ?)`, u.ID, u.AccountID, u.ContentType, hash[:], millis(u.CreatedAt), millis(u.ExpiresAt), u.MaxBytes)
+			VALUES (?, ?, ?, ?, ?, ?, ?)`, u.ID, u.AccountID, u.ContentType, hash, millis(u.CreatedAt), millis(u.ExpiresAt), u.MaxBytes)
 		return dbErr("create upload", err)
 	})
 	if err != nil {
 		return "", err
 	}
 	return origin + "/v1/uploads/" + url.PathEscape(u.ID) + "?token=" + token, nil
+}
+
+// newToken returns a random token for a URL (an upload's, an export's)
+// and its hash, the only part kept.
+func newToken() (token string, hash []byte, err error) {
+	var tok [32]byte
+	if _, err := rand.Read(tok[:]); err != nil {
+		return "", nil, err
+	}
+	token = base64.RawURLEncoding.EncodeToString(tok[:])
+	sum := sha256.Sum256([]byte(token))
+	return token, sum[:], nil
+}
+
+// tokenIs tells, in constant time, whether token is the one of hash.
+func tokenIs(token string, hash []byte) bool {
+	sum := sha256.Sum256([]byte(token))
+	return subtle.ConstantTimeCompare(sum[:], hash) == 1
 }
 
 // uploadRow is an upload as stored.
@@ -84,11 +100,8 @@ func (s *Store) upload(ctx context.Context, id string) (uploadRow, error) {
 	err := s.rdb.QueryRowContext(ctx, `SELECT account_id, content_type, token_hash, created_at, expires_at, max_bytes, size, attempt, dropped
 		FROM uploads WHERE id = ? AND expires_at > ?`, id, millis(s.now())).
 		Scan(&r.u.AccountID, &r.u.ContentType, &r.hash, &created, &expires, &r.u.MaxBytes, &r.size, &r.attempt, &r.dropped)
-	if errors.Is(err, sql.ErrNoRows) {
-		return uploadRow{}, store.NoUpload()
-	}
 	if err != nil {
-		return uploadRow{}, dbErr("read upload", err)
+		return uploadRow{}, rowErr(err, "read upload", store.NoUpload)
 	}
 	r.u.ID, r.u.CreatedAt, r.u.ExpiresAt = id, fromMillis(created), fromMillis(expires)
 	return r, nil
@@ -106,8 +119,7 @@ func (s *Store) ReceiveUpload(ctx context.Context, id, token, contentType string
 	if err != nil {
 		return evs.Upload{}, 0, err
 	}
-	hash := sha256.Sum256([]byte(token))
-	if subtle.ConstantTimeCompare(hash[:], r.hash) != 1 {
+	if !tokenIs(token, r.hash) {
 		return evs.Upload{}, 0, store.NoUpload()
 	}
 	if r.dropped {
@@ -188,7 +200,11 @@ func (s *Store) OpenUpload(ctx context.Context, accountID, id string) (evs.Uploa
 	case !r.size.Valid:
 		return evs.Upload{}, nil, 0, store.NothingUploaded()
 	}
-	return r.u, &partReader{s: s, ctx: ctx, id: id, attempt: r.attempt}, r.size.Int64, nil
+	return r.u, &partReader{part: func(n int) (data []byte, err error) {
+		err = s.rdb.QueryRowContext(ctx, `SELECT data FROM upload_parts WHERE upload = ? AND attempt = ? AND n = ?`,
+			id, r.attempt, n).Scan(&data)
+		return data, dbErr("read upload part", err)
+	}}, r.size.Int64, nil
 }
 
 // DropUpload deletes the upload's list and marks it used; the record stays
@@ -203,15 +219,28 @@ func (s *Store) DropUpload(ctx context.Context, accountID, id string) error {
 	})
 }
 
-// partReader reads an upload's parts in order.
+// partReader reads the parts of an upload, or of a batch's rows, in
+// order: part(n) reads part n, and fails with sql.ErrNoRows past the
+// last.
 type partReader struct {
-	s       *Store
-	ctx     context.Context
-	id      string
-	attempt int64
-	n       int
-	cur     []byte
-	done    bool
+	part func(n int) ([]byte, error)
+	n    int
+	cur  []byte
+	done bool
+}
+
+// fill reads the next part, or marks the end.
+func (p *partReader) fill() error {
+	cur, err := p.part(p.n)
+	if errors.Is(err, sql.ErrNoRows) {
+		p.done = true
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	p.cur, p.n = cur, p.n+1
+	return nil
 }
 
 func (p *partReader) Read(b []byte) (int, error) {
@@ -219,16 +248,9 @@ func (p *partReader) Read(b []byte) (int, error) {
 		if p.done {
 			return 0, io.EOF
 		}
-		err := p.s.rdb.QueryRowContext(p.ctx, `SELECT data FROM upload_parts WHERE upload = ? AND attempt = ? AND n = ?`,
-			p.id, p.attempt, p.n).Scan(&p.cur)
-		if errors.Is(err, sql.ErrNoRows) {
-			p.done = true
-			continue
+		if err := p.fill(); err != nil {
+			return 0, err
 		}
-		if err != nil {
-			return 0, dbErr("read upload part", err)
-		}
-		p.n++
 	}
 	k := copy(b, p.cur)
 	p.cur = p.cur[k:]

@@ -1,6 +1,7 @@
 package sqlitestore
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -49,13 +50,7 @@ const qDelivery = `SELECT ` + deliveryCols + `
 // Delivery returns the delivery of a live, final batch of account.
 func (s *Store) Delivery(ctx context.Context, accountID, batchID string) (evs.Delivery, error) {
 	d, err := scanDelivery(s.rstmt(qDelivery).QueryRowContext(ctx, batchID, accountID, millis(s.now())))
-	if errors.Is(err, sql.ErrNoRows) {
-		return evs.Delivery{}, store.NoDelivery()
-	}
-	if err != nil {
-		return evs.Delivery{}, dbErr("read delivery", err)
-	}
-	return d, nil
+	return d, rowErr(err, "read delivery", store.NoDelivery)
 }
 
 // ClaimDelivery starts the next attempt of a due delivery; see store.Webhooks.
@@ -68,11 +63,8 @@ func (s *Store) ClaimDelivery(ctx context.Context, accountID, batchID string, at
 			AND EXISTS (SELECT 1 FROM batches b WHERE b.id = d.batch_id AND b.state IN `+finalStates+`)
 			RETURNING account_id, batch_id, url, state, attempts, last_status, next_at`,
 			millis(leaseUntil), batchID, accountID, evs.CallbackPending, attempts, millis(now)))
-		if errors.Is(err, sql.ErrNoRows) {
-			return store.DeliveryNotDue()
-		}
 		out = d
-		return dbErr("claim delivery", err)
+		return rowErr(err, "claim delivery", store.DeliveryNotDue)
 	})
 	return out, err
 }
@@ -97,9 +89,7 @@ func (s *Store) RecordDelivery(ctx context.Context, d evs.Delivery) error {
 // DueDeliveries lists pending deliveries of final, live batches due at now;
 // see store.DueDeliveries. perAccount <= 0 bounds nothing per account.
 func (s *Store) DueDeliveries(ctx context.Context, now time.Time, perAccount, limit int) ([]evs.Delivery, error) {
-	if perAccount <= 0 {
-		perAccount = math.MaxInt32
-	}
+	perAccount = cmp.Or(max(perAccount, 0), math.MaxInt32)
 	// rn numbers each account's due deliveries, earliest first; ordering
 	// by it makes the accounts take turns within the limit.
 	rows, err := s.rdb.QueryContext(ctx, `SELECT account_id, batch_id, url, state, attempts, last_status, next_at FROM (
@@ -109,19 +99,16 @@ func (s *Store) DueDeliveries(ctx context.Context, now time.Time, perAccount, li
 			WHERE d.state = ? AND d.next_at <= ? AND b.state IN `+finalStates+` AND b.expires_at > ?)
 		WHERE rn <= ? ORDER BY rn, next_at, batch_id LIMIT ?`,
 		evs.CallbackPending, millis(now), millis(s.now()), perAccount, max(limit, 0))
-	if err != nil {
-		return nil, dbErr("list due deliveries", err)
-	}
-	defer rows.Close()
 	var out []evs.Delivery
-	for rows.Next() {
+	err = eachRow(rows, err, "list due deliveries", func(rows *sql.Rows) error {
 		d, err := scanDelivery(rows)
-		if err != nil {
-			return nil, dbErr("list due deliveries", err)
-		}
 		out = append(out, d)
+		return dbErr("list due deliveries", err)
+	})
+	if err != nil {
+		return nil, err
 	}
-	return out, dbErr("list due deliveries", rows.Err())
+	return out, nil
 }
 
 // The webhook_secrets row keeps the retired secrets in its "previous"
@@ -138,11 +125,8 @@ func (s *Store) WebhookSecret(ctx context.Context, accountID string) (evs.Webhoo
 	)
 	err := s.rdb.QueryRowContext(ctx, `SELECT current, previous, rotated_at FROM webhook_secrets WHERE account_id = ?`, accountID).
 		Scan(&w.Current, &prev, &rotated)
-	if errors.Is(err, sql.ErrNoRows) {
-		return evs.WebhookSecret{}, store.NoWebhookSecret()
-	}
 	if err != nil {
-		return evs.WebhookSecret{}, dbErr("read webhook secret", err)
+		return evs.WebhookSecret{}, rowErr(err, "read webhook secret", store.NoWebhookSecret)
 	}
 	w.Retired, err = store.DecodeRetired(prev, prev, fromNullMillis(rotated))
 	return w, err

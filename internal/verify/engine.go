@@ -138,12 +138,8 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.RandomLocal == nil {
 		cfg.RandomLocal = randomLocal
 	}
-	if cfg.SMTPOffDetail == "" {
-		cfg.SMTPOffDetail = "SMTP probing is not available here"
-	}
-	if cfg.GateWait <= 0 {
-		cfg.GateWait = 2 * time.Second
-	}
+	cfg.SMTPOffDetail = cmp.Or(cfg.SMTPOffDetail, "SMTP probing is not available here")
+	cfg.GateWait = cmp.Or(max(cfg.GateWait, 0), 2*time.Second)
 	return &Engine{cfg: cfg}, nil
 }
 
@@ -362,9 +358,7 @@ func dnsEvidence(m dnscheck.MailResult) evs.DNSCheck {
 func (e *Engine) probe(ctx context.Context, domain string, mail dnscheck.MailResult, ds []*evs.Decision, gated bool) {
 	provider := providerOf(mail)
 	if e.cfg.Prober == nil {
-		for _, d := range ds {
-			d.Checks.SMTP = evs.SMTPCheck{Result: evs.SMTPSkipped, Provider: provider, Detail: "skipped: " + e.cfg.SMTPOffDetail}
-		}
+		setSMTP(ds, evs.SMTPCheck{Result: evs.SMTPSkipped, Provider: provider, Detail: "skipped: " + e.cfg.SMTPOffDetail})
 		return
 	}
 	hosts := make([]string, len(mail.MX))
@@ -374,9 +368,7 @@ func (e *Engine) probe(ctx context.Context, domain string, mail dnscheck.MailRes
 	if gated && e.cfg.Gate != nil {
 		end, why := e.cfg.Gate.Session(ctx, hosts[0], e.cfg.GateWait)
 		if end == nil {
-			for _, d := range ds {
-				d.Checks.SMTP = evs.SMTPCheck{Result: evs.SMTPSkipped, Provider: provider, Detail: why}
-			}
+			setSMTP(ds, evs.SMTPCheck{Result: evs.SMTPSkipped, Provider: provider, Detail: why})
 			return
 		}
 		defer func() { end(throttled(ds)) }()
@@ -400,19 +392,13 @@ func (e *Engine) probe(ctx context.Context, domain string, mail dnscheck.MailRes
 		// Our exit failed, not their server: no evidence about the
 		// mailbox, and no verdict (contract, section 16). ExitDown tells
 		// the callers, who retry or answer 503.
-		for _, d := range ds {
-			d.Checks.SMTP = evs.SMTPCheck{Result: evs.SMTPUnreachable, Provider: provider, Detail: DetailExitDown}
-		}
+		setSMTP(ds, evs.SMTPCheck{Result: evs.SMTPUnreachable, Provider: provider, Detail: DetailExitDown})
 		return
 	}
 	if err != nil {
 		c := openFailure(ctx, err)
-		if c.Provider == "" {
-			c.Provider = provider
-		}
-		for _, d := range ds {
-			d.Checks.SMTP = c
-		}
+		c.Provider = cmp.Or(c.Provider, provider)
+		setSMTP(ds, c)
 		return
 	}
 	defer sess.Close()
@@ -428,9 +414,7 @@ func (e *Engine) probe(ctx context.Context, domain string, mail dnscheck.MailRes
 			// The session's time would likely end during this address's
 			// reply: it and the rest are left unasked, for another
 			// session, instead of a reply cut off by the deadline.
-			for _, rest := range ds[i:] {
-				rest.Checks.SMTP = evs.SMTPCheck{Result: evs.SMTPTimeout, Host: sess.Host(), Provider: provider, TLS: sess.TLS(), Detail: detailOutOfTime}
-			}
+			setSMTP(ds[i:], evs.SMTPCheck{Result: evs.SMTPTimeout, Host: sess.Host(), Provider: provider, TLS: sess.TLS(), Detail: detailOutOfTime})
 			return
 		}
 		asked := time.Now()
@@ -468,11 +452,16 @@ func (e *Engine) probe(ctx context.Context, domain string, mail dnscheck.MailRes
 			// traffic: asking the rest now would only read a dead
 			// connection as "unknown" or press a server that asked us to
 			// wait. They are left unasked, for the caller to run later.
-			for _, rest := range ds[i+1:] {
-				rest.Checks.SMTP = evs.SMTPCheck{Result: evs.SMTPGreylisted, Host: c.Host, Provider: c.Provider, TLS: c.TLS, Detail: detailNotAsked}
-			}
+			setSMTP(ds[i+1:], evs.SMTPCheck{Result: evs.SMTPGreylisted, Host: c.Host, Provider: c.Provider, TLS: c.TLS, Detail: detailNotAsked})
 			return
 		}
+	}
+}
+
+// setSMTP gives every decision of ds the SMTP evidence c.
+func setSMTP(ds []*evs.Decision, c evs.SMTPCheck) {
+	for _, d := range ds {
+		d.Checks.SMTP = c
 	}
 }
 
@@ -509,8 +498,7 @@ const detailRemembered = "the random-address probe's answer is remembered from a
 
 // openFailure turns a failed connection attempt into evidence.
 func openFailure(ctx context.Context, err error) evs.SMTPCheck {
-	var pe *smtpprobe.ProbeError
-	if errors.As(err, &pe) {
+	if pe, ok := errors.AsType[*smtpprobe.ProbeError](err); ok {
 		c := evs.SMTPCheck{Host: pe.Host, Code: pe.Reply.Code, EnhancedCode: pe.Reply.Enhanced, Message: trimText(pe.Reply.Text)}
 		if pe.Host != "" {
 			c.Provider = evs.Provider(smtpprobe.ProviderOfReply(pe.Host, pe.Reply))

@@ -1,6 +1,7 @@
 package verify
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 
@@ -62,11 +63,7 @@ func UsesDomainCounts(d evs.Decision) bool {
 func ApplyHistory(d evs.Decision, h History) evs.Decision {
 	d = applyAddressHistory(d, h.Outcomes)
 	if learnsFromDomain(d.Reason) && !h.Domain.Zero() {
-		scope := h.DomainScope
-		if scope == "" {
-			scope = evs.DomainScopeAccount
-		}
-		d.Checks.DomainHistory = &evs.DomainHistoryCheck{Scope: scope, DomainCounts: evs.DomainCounts{
+		d.Checks.DomainHistory = &evs.DomainHistoryCheck{Scope: cmp.Or(h.DomainScope, evs.DomainScopeAccount), DomainCounts: evs.DomainCounts{
 			Delivered: max(h.Domain.Delivered, 0), HardBounces: max(h.Domain.HardBounces, 0)}}
 		d.Score = Score(d)
 	}

@@ -7,6 +7,7 @@
 package dnscheck
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -128,16 +129,10 @@ type hostResult struct {
 // malformed.
 func New(cfg Config) (*Resolver, error) {
 	r := &Resolver{
-		timeout:  cfg.Timeout,
-		attempts: cfg.Attempts,
+		timeout:  cmp.Or(max(cfg.Timeout, 0), 2*time.Second),
+		attempts: cmp.Or(max(cfg.Attempts, 0), 2),
 		now:      cfg.Now,
 		dialer:   cfg.Dialer,
-	}
-	if r.timeout <= 0 {
-		r.timeout = 2 * time.Second
-	}
-	if r.attempts <= 0 {
-		r.attempts = 2
 	}
 	if r.now == nil {
 		r.now = time.Now
@@ -292,12 +287,7 @@ func mxAnswer(resp *dns.Msg, name string) (res MailResult, ttl time.Duration, do
 	if len(res.MX) > 0 {
 		// A "." among real hosts is a misconfiguration; the real hosts
 		// still take mail.
-		slices.SortFunc(res.MX, func(a, b MX) int {
-			if a.Pref != b.Pref {
-				return int(a.Pref) - int(b.Pref)
-			}
-			return strings.Compare(a.Host, b.Host)
-		})
+		slices.SortFunc(res.MX, func(a, b MX) int { return cmp.Or(cmp.Compare(a.Pref, b.Pref), strings.Compare(a.Host, b.Host)) })
 		res.Outcome = OutcomeOK
 		return res, ttl, true
 	}

@@ -1,6 +1,7 @@
 package smtpprobe
 
 import (
+	"cmp"
 	"regexp"
 	"strconv"
 	"strings"
@@ -319,9 +320,7 @@ func gather(r Reply) evidence {
 		// sender (reject_unverified_sender: "550 5.1.7 ... said: 550
 		// 5.1.1 <verify@...> User unknown"): then the quoted mailbox is
 		// ours.
-		if about != "" {
-			ev.wrapperAbout = about
-		}
+		ev.wrapperAbout = cmp.Or(about, ev.wrapperAbout)
 		if outer == AboutUs && !strings.HasPrefix(ev.wrapper, "postfix_recipient") {
 			ev.wrapperAbout = AboutUs
 		}
@@ -466,12 +465,8 @@ func unwrapAll(text string) (rest, wrapper, about string) {
 			break
 		}
 		rest = r
-		if wrapper == "" {
-			wrapper = w
-		}
-		if a != "" {
-			about = a
-		}
+		wrapper = cmp.Or(wrapper, w)
+		about = cmp.Or(a, about)
 	}
 	return rest, wrapper, about
 }

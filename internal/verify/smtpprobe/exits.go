@@ -1,6 +1,7 @@
 package smtpprobe
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -110,18 +111,10 @@ func NewExits(cfg ExitsConfig) (*Exits, error) {
 	if cfg.Key == nil {
 		cfg.Key = func(h string) string { return h }
 	}
-	if cfg.DownAfter <= 0 {
-		cfg.DownAfter = 2
-	}
-	if cfg.FaultWindow <= 0 {
-		cfg.FaultWindow = time.Minute
-	}
-	if cfg.Retry <= 0 {
-		cfg.Retry = 5 * time.Second
-	}
-	if cfg.ProbeTimeout <= 0 {
-		cfg.ProbeTimeout = 5 * time.Second
-	}
+	cfg.DownAfter = cmp.Or(max(cfg.DownAfter, 0), 2)
+	cfg.FaultWindow = cmp.Or(max(cfg.FaultWindow, 0), time.Minute)
+	cfg.Retry = cmp.Or(max(cfg.Retry, 0), 5*time.Second)
+	cfg.ProbeTimeout = cmp.Or(max(cfg.ProbeTimeout, 0), 5*time.Second)
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}

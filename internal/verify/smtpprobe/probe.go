@@ -122,15 +122,11 @@ func New(cfg Config) (*Prober, error) {
 	if !safeToken(cfg.HELO) {
 		return nil, fmt.Errorf("smtpprobe: HELO name %q is not a host name", cfg.HELO)
 	}
-	if cfg.MailFrom == "" {
-		cfg.MailFrom = "verify@" + cfg.HELO
-	}
+	cfg.MailFrom = cmp.Or(cfg.MailFrom, "verify@"+cfg.HELO)
 	if !safeToken(cfg.MailFrom) || strings.ContainsAny(cfg.MailFrom, "<>") {
 		return nil, fmt.Errorf("smtpprobe: MAIL FROM address %q cannot be sent", cfg.MailFrom)
 	}
-	if cfg.Port == 0 {
-		cfg.Port = DefaultPort
-	}
+	cfg.Port = cmp.Or(cfg.Port, DefaultPort)
 	if cfg.Port < 1 || cfg.Port > 65535 {
 		return nil, fmt.Errorf("smtpprobe: port %d out of range", cfg.Port)
 	}
@@ -140,24 +136,16 @@ func New(cfg Config) (*Prober, error) {
 	if cfg.Dialer == nil {
 		cfg.Dialer = &net.Dialer{Control: cfg.Egress.Control}
 	}
-	if cfg.DialTimeout == 0 {
-		cfg.DialTimeout = DefaultDialTimeout
-	}
-	if cfg.ReplyTimeout == 0 {
-		cfg.ReplyTimeout = DefaultReplyTimeout
-	}
+	cfg.DialTimeout = cmp.Or(cfg.DialTimeout, DefaultDialTimeout)
+	cfg.ReplyTimeout = cmp.Or(cfg.ReplyTimeout, DefaultReplyTimeout)
 	if cfg.DialTimeout < 0 || cfg.ReplyTimeout < 0 {
 		return nil, errors.New("smtpprobe: timeouts must be positive")
 	}
-	if cfg.PerHostLimit == 0 {
-		cfg.PerHostLimit = DefaultPerHostLimit
-	}
+	cfg.PerHostLimit = cmp.Or(cfg.PerHostLimit, DefaultPerHostLimit)
 	if cfg.PerHostLimit < 0 {
 		return nil, fmt.Errorf("smtpprobe: per-host limit %d must be positive", cfg.PerHostLimit)
 	}
-	if cfg.ScreenPause == 0 {
-		cfg.ScreenPause = DefaultScreenPause
-	}
+	cfg.ScreenPause = cmp.Or(cfg.ScreenPause, DefaultScreenPause)
 	return &Prober{cfg: cfg, slots: make(map[string]*hostSlots)}, nil
 }
 
@@ -270,10 +258,7 @@ func (p *Prober) Open(ctx context.Context, domain string, hosts []string) (*Sess
 	}
 	// A refused host tells nothing about the domain's reachable ones.
 	f := mostTelling(fails)
-	f.Exit = true
-	for _, x := range fails {
-		f.Exit = f.Exit && errors.Is(x.Err, ErrExit)
-	}
+	f.Exit = !slices.ContainsFunc(fails, func(x *ProbeError) bool { return !errors.Is(x.Err, ErrExit) })
 	return nil, f
 }
 
@@ -417,19 +402,13 @@ func (p *Prober) resolve(ctx context.Context, host string) ([]netip.Addr, error)
 		return nil, fmt.Errorf("no addresses for %s", host)
 	}
 	out := make([]netip.Addr, 0, len(addrs))
-	for _, a := range addrs {
-		out = append(out, a.Unmap())
-	}
-	slices.SortStableFunc(out, func(a, b netip.Addr) int {
-		switch {
-		case a.Is4() == b.Is4():
-			return 0
-		case a.Is4():
-			return -1
-		default:
-			return 1
+	for _, v4 := range []bool{true, false} {
+		for _, a := range addrs {
+			if a = a.Unmap(); a.Is4() == v4 {
+				out = append(out, a)
+			}
 		}
-	})
+	}
 	return out, nil
 }
 
@@ -564,9 +543,7 @@ func (s *Session) startTLS(ctx context.Context, base *tls.Config) error {
 		// plain text, which is worse; so we encrypt without verifying.
 		cfg = &tls.Config{InsecureSkipVerify: true}
 	}
-	if cfg.ServerName == "" {
-		cfg.ServerName = strings.TrimSuffix(s.host, ".")
-	}
+	cfg.ServerName = cmp.Or(cfg.ServerName, strings.TrimSuffix(s.host, "."))
 	s.setDeadline(ctx)
 	tc := tls.Client(s.raw, cfg)
 	if err := tc.HandshakeContext(ctx); err != nil {
