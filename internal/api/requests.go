@@ -931,16 +931,12 @@ func (h *Handler) resultsCSV(ctx context.Context, p evs.Principal, b evs.Batch, 
 	if err != nil {
 		return idempotency.Reply{}, err
 	}
+	rows := newCSVRows(h.d.Batches, p.AccountID, b.ID, f)
 	streaming := false
 	defer func() {
 		if !streaming {
-			release()
-		}
-	}()
-	rows := newCSVRows(h.d.Batches, p.AccountID, b.ID, f)
-	defer func() {
-		if !streaming {
 			rows.close()
+			release()
 		}
 	}()
 	if h.d.ExportJobs != nil {
