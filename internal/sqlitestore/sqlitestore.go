@@ -257,7 +257,7 @@ func open(ctx context.Context, dir string, now func() time.Time, busy time.Durat
 		// Only the serving process writes batches and deliveries, and this
 		// store is it: batch views can be kept in memory.
 		s.views = newViewCache()
-		s.quota = newQuotaMirror()
+		s.quota = &quotaMirror{m: make(map[quotaKey]mirrored)}
 		if s.keys, err = newKeyFilter(ctx, s.rdb); err != nil {
 			return nil, err
 		}
