@@ -80,15 +80,9 @@ func openDynamoKeys(ctx context.Context, table string) (aws.Config, *dynamostore
 	if err != nil {
 		return aws.Config{}, nil, err
 	}
-	return awsCfg, dynamoKeys(awsCfg, table), nil
-}
-
-func dynamoKeys(awsCfg aws.Config, table string) *dynamostore.Store {
-	return dynamostore.New(dynamostore.Config{
-		Client: dynamodb.NewFromConfig(awsCfg),
-		Tables: dynamostore.Tables{Keys: table},
-		Now:    time.Now,
-	})
+	return awsCfg, dynamostore.New(dynamostore.Config{
+		Client: dynamodb.NewFromConfig(awsCfg), Tables: dynamostore.Tables{Keys: table}, Now: time.Now,
+	}), nil
 }
 
 // newKeysCmd is `evs keys create|revoke|list`.

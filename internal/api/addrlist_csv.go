@@ -537,7 +537,7 @@ func (s *csvScanner) address(addr string) error {
 		return listErrorf("Address %d (line %d) is longer than %d bytes.", s.addresses+1, s.recordLine, s.lim.MaxAddressBytes)
 	}
 	if s.addresses == s.lim.MaxAddresses {
-		return &listError{msg: tooMany(s.lim.MaxAddresses), TooMany: true}
+		return tooMany(s.lim.MaxAddresses)
 	}
 	s.addresses++
 	s.hasAddr = true
@@ -564,6 +564,7 @@ func (s *csvScanner) end() error {
 	return nil
 }
 
-func tooMany(n int) string {
-	return "The list holds more than " + strconv.Itoa(n) + " addresses."
+// tooMany is the error of a list of more than n addresses.
+func tooMany(n int) *listError {
+	return &listError{msg: "The list holds more than " + strconv.Itoa(n) + " addresses.", TooMany: true}
 }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"io"
 	"slices"
-	"strconv"
 )
 
 // maxJSONScalar is the longest JSON string or number ReadListJSON accepts, in
@@ -154,7 +153,7 @@ func readEmails(dec *json.Decoder, lim ListLimits, add func(string) error) error
 			return listErrorf("Address %d is longer than %d bytes.", n+1, lim.MaxAddressBytes)
 		}
 		if n == lim.MaxAddresses {
-			return &listError{msg: "The list holds more than " + strconv.Itoa(lim.MaxAddresses) + " addresses.", TooMany: true}
+			return tooMany(lim.MaxAddresses)
 		}
 		n++
 		if err := add(s); err != nil {

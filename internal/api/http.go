@@ -155,18 +155,17 @@ func Mux(o ObserveOptions, mounts ...func(*http.ServeMux)) http.Handler {
 	return Observe(o, mux)
 }
 
-// bodyLimit is the most bytes route rt's handler reads of a body.
+// bodyLimit is the most bytes route rt's handler reads of a body: the
+// route's MaxBody for a POST, the deployment's own where that is
+// MaxBatchBody. No other method takes a body: a large one is refused.
 func (h *Handler) bodyLimit(rt Route, method string) int64 {
 	switch {
-	case rt.Path == "/v1/verify" && method == http.MethodPost:
-		return MaxVerifyBody
-	case rt.Path == "/v1/requests" && method == http.MethodPost:
-		return h.d.MaxBatchBody
-	case rt.Path == "/v1/outcomes" && method == http.MethodPost:
+	case method != http.MethodPost:
+		return MaxOtherBody
+	case rt.MaxBody == MaxBatchBody:
 		return h.d.MaxBatchBody
 	}
-	// The routes that take no body refuse a large one whatever the method.
-	return MaxOtherBody
+	return rt.MaxBody
 }
 
 // serve is the http.Handler of route rt: it reads the principal the

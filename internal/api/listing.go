@@ -3,7 +3,6 @@ package api
 import (
 	"context"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/evs-dev/evs/internal/evs"
@@ -38,18 +37,6 @@ type listCursor struct {
 // batchStates are the states a list may be filtered on.
 var batchStates = map[evs.State]bool{evs.StateQueued: true, evs.StateRunning: true, evs.StateCompleted: true, evs.StateCancelled: true, evs.StateFailed: true}
 
-// parseStates reads state=, a comma-separated list of batch states.
-func parseStates(s string) (map[evs.State]bool, string, error) {
-	set := map[evs.State]bool{}
-	for _, v := range strings.Split(s, ",") {
-		if !batchStates[evs.State(v)] {
-			return nil, "", evs.Errorf(evs.CodeInvalidRequest, "The state filter must be queued, running, completed, cancelled or failed, or a comma-separated list of them.")
-		}
-		set[evs.State(v)] = true
-	}
-	return set, canonical(set), nil
-}
-
 // listBatches answers GET /v1/requests: the account's batches, newest
 // first, a page at a time (contract, section 13), those in the states of
 // state= when it is given. The store lists all of them: filtered, a page
@@ -69,7 +56,8 @@ func (h *Handler) listBatches(ctx context.Context, req *request, p evs.Principal
 	var states map[evs.State]bool
 	var stateKey string
 	if s, ok := q["state"]; ok {
-		if states, stateKey, err = parseStates(s); err != nil {
+		if states, stateKey, err = labelSet(s, func(v evs.State) bool { return batchStates[v] },
+			"The state filter must be queued, running, completed, cancelled or failed, or a comma-separated list of them."); err != nil {
 			return idempotency.Reply{}, err
 		}
 	}

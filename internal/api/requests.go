@@ -723,26 +723,23 @@ func (f filter) keeps(d evs.Decision) bool {
 
 // parseFilter reads status=, reason= and minScore= from the query.
 func parseFilter(q map[string]string) (filter, error) {
-	var f filter
+	var (
+		f   filter
+		err error
+	)
 	if s, ok := q["status"]; ok {
-		f.statuses = map[evs.Status]bool{}
-		for _, v := range strings.Split(s, ",") {
-			if !statuses[v] {
-				return f, evs.Errorf(evs.CodeInvalidRequest, "The status filter must be deliverable, undeliverable, risky or unknown, or a comma-separated list of them.")
-			}
-			f.statuses[evs.Status(v)] = true
+		f.statuses, f.status, err = labelSet(s, func(v evs.Status) bool { return statuses[string(v)] },
+			"The status filter must be deliverable, undeliverable, risky or unknown, or a comma-separated list of them.")
+		if err != nil {
+			return f, err
 		}
-		f.status = canonical(f.statuses)
 	}
 	if s, ok := q["reason"]; ok {
-		f.reasons = map[evs.Reason]bool{}
-		for _, v := range strings.Split(s, ",") {
-			if !evs.Reason(v).Valid() {
-				return f, evs.Errorf(evs.CodeInvalidRequest, "The reason filter must be reason codes of the contract (accepted_email, rejected_email, ...), comma-separated.")
-			}
-			f.reasons[evs.Reason(v)] = true
+		f.reasons, f.reason, err = labelSet(s, evs.Reason.Valid,
+			"The reason filter must be reason codes of the contract (accepted_email, rejected_email, ...), comma-separated.")
+		if err != nil {
+			return f, err
 		}
-		f.reason = canonical(f.reasons)
 	}
 	if s, ok := q["layout"]; ok {
 		if s != layoutRows && s != layoutResults {
@@ -760,14 +757,23 @@ func parseFilter(q map[string]string) (filter, error) {
 	return f, nil
 }
 
-// canonical is a set of labels as one sorted, comma-separated string.
-func canonical[T ~string](set map[T]bool) string {
+// labelSet reads a comma-separated list of labels that valid accepts
+// (else the invalid_request error msg) into a set, and returns the set as
+// one sorted, comma-separated string too: the filter's canonical form.
+func labelSet[T ~string](s string, valid func(T) bool, msg string) (map[T]bool, string, error) {
+	set := map[T]bool{}
+	for _, v := range strings.Split(s, ",") {
+		if !valid(T(v)) {
+			return nil, "", evs.Errorf(evs.CodeInvalidRequest, "%s", msg)
+		}
+		set[T(v)] = true
+	}
 	out := make([]string, 0, len(set))
 	for v := range set {
 		out = append(out, string(v))
 	}
 	slices.Sort(out)
-	return strings.Join(out, ",")
+	return set, strings.Join(out, ","), nil
 }
 
 // parseLimit reads a page's limit= (1–MaxPageLimit, default
@@ -931,16 +937,12 @@ func (h *Handler) resultsCSV(ctx context.Context, p evs.Principal, b evs.Batch, 
 	if err != nil {
 		return idempotency.Reply{}, err
 	}
+	rows := newCSVRows(h.d.Batches, p.AccountID, b.ID, f)
 	streaming := false
 	defer func() {
 		if !streaming {
-			release()
-		}
-	}()
-	rows := newCSVRows(h.d.Batches, p.AccountID, b.ID, f)
-	defer func() {
-		if !streaming {
 			rows.close()
+			release()
 		}
 	}()
 	if h.d.ExportJobs != nil {

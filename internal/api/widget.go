@@ -37,21 +37,15 @@ const (
 //go:embed widget/widget.js
 var widgetJS []byte
 
-// widget is the embedded script as served: its version, and its bytes
-// gzipped once, as most browsers take it.
-var widget = func() struct {
-	version string
-	gz      []byte
-} {
+// widgetVersion and widgetGz are the embedded script as served: its
+// version, and its bytes gzipped once, as most browsers take it.
+var widgetVersion, widgetGz = func() (string, []byte) {
 	sum := sha256.Sum256(widgetJS)
 	var b bytes.Buffer
 	zw, _ := gzip.NewWriterLevel(&b, gzip.BestCompression) // a valid level: no error
 	_, _ = zw.Write(widgetJS)                              // to memory: no error
 	_ = zw.Close()
-	return struct {
-		version string
-		gz      []byte
-	}{hex.EncodeToString(sum[:8]), b.Bytes()}
+	return hex.EncodeToString(sum[:8]), b.Bytes()
 }()
 
 // WidgetScript is the widget's source, as served without compression.
@@ -59,10 +53,10 @@ func WidgetScript() []byte { return widgetJS }
 
 // WidgetVersion names the embedded widget: 16 hex digits of its content's
 // SHA-256, the value of its ETag and of the ?v= that pins it.
-func WidgetVersion() string { return widget.version }
+func WidgetVersion() string { return widgetVersion }
 
 // WidgetGzipped is the widget as served to a client that takes gzip.
-func WidgetGzipped() []byte { return widget.gz }
+func WidgetGzipped() []byte { return widgetGz }
 
 // WidgetHandler serves the widget at WidgetPath to any page: no key, GET
 // and HEAD only. Other origins load it by <script src>, so it says
@@ -86,15 +80,15 @@ func WidgetHandler() http.Handler {
 		h.Set("Access-Control-Allow-Origin", "*")
 		h.Set("Vary", "Accept-Encoding")
 		maxAge := strconv.Itoa(WidgetMaxAge)
-		if r.URL.Query().Get("v") == widget.version {
+		if r.URL.Query().Get("v") == widgetVersion {
 			maxAge = strconv.Itoa(WidgetPinnedMaxAge) + ", immutable"
 		}
 		h.Set("Cache-Control", "public, max-age="+maxAge)
-		body, tag := widgetJS, `"`+widget.version+`"`
+		body, tag := widgetJS, `"`+widgetVersion+`"`
 		if acceptsGzip(r.Header.Values("Accept-Encoding")) {
 			// Each encoding is its own representation, with its own
 			// strong ETag.
-			body, tag = widget.gz, `"`+widget.version+`-gz"`
+			body, tag = widgetGz, `"`+widgetVersion+`-gz"`
 			h.Set("Content-Encoding", "gzip")
 		}
 		h.Set("ETag", tag)

@@ -42,7 +42,7 @@ func (s *Store) ActiveBatches(ctx context.Context, accountID string) (int, error
 		return 0, nil
 	}
 	now := s.now()
-	in := &dynamodb.QueryInput{
+	p := dynamodb.NewQueryPaginator(s.c, &dynamodb.QueryInput{
 		TableName:              aws.String(s.t.Batches),
 		KeyConditionExpression: aws.String("#a = :a"),
 		FilterExpression:       aws.String("#exp > :now AND #st IN (:q, :r)"),
@@ -54,19 +54,16 @@ func (s *Store) ActiveBatches(ctx context.Context, accountID string) (int, error
 		},
 		ConsistentRead: aws.Bool(true),
 		Select:         types.SelectCount,
-	}
+	})
 	n := 0
-	for {
-		out, err := s.c.Query(ctx, in)
+	for p.HasMorePages() {
+		out, err := p.NextPage(ctx)
 		if err != nil {
 			return 0, wrapErr("count active batches", err)
 		}
 		n += int(out.Count)
-		if len(out.LastEvaluatedKey) == 0 {
-			return n, nil
-		}
-		in.ExclusiveStartKey = out.LastEvaluatedKey
 	}
+	return n, nil
 }
 
 // CreateBatchWithin stores b and its items unless the account already has

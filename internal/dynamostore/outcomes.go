@@ -81,26 +81,6 @@ func domainCountID(domain string, bucket time.Time) string {
 	return fmt.Sprintf("%s%s#%013d", domainCountPrefix, domain, bucket.UnixMilli())
 }
 
-// domainCountKey is one counter item of an account.
-type domainCountKey struct {
-	domain string
-	bucket time.Time
-}
-
-// domainDeltas adds up changes to an account's domain counts, to be
-// written once per counter.
-type domainDeltas map[domainCountKey]evs.DomainCounts
-
-// add counts the address (by -1: uncounts it) in class, in the bucket of
-// a mark expiring at expiresAt.
-func (m domainDeltas) add(address, class string, expiresAt time.Time, by int) {
-	k := domainCountKey{evs.AddressDomain(address), store.DomainBucket(expiresAt)}
-	c := m[k]
-	if c.Add(class, by) {
-		m[k] = c
-	}
-}
-
 func markID(address, class string) string { return address + "#~" + class }
 
 // markOutcome makes the mark that counts the address in class, unless a
@@ -109,7 +89,7 @@ func markID(address, class string) string { return address + "#~" + class }
 // still be read). The mark's id shares the address's prefix, so deleting
 // the address deletes it; it has no outcome attribute, so no read takes
 // it for an outcome.
-func (s *Store) markOutcome(ctx context.Context, accountID, address, class string, expiresAt time.Time, deltas domainDeltas) error {
+func (s *Store) markOutcome(ctx context.Context, accountID, address, class string, expiresAt time.Time, deltas store.DomainDeltas) error {
 	token := newToken()
 	key := item{attrAccountID: outcomePartition(accountID), attrID: avS(markID(address, class))}
 	it := item{attrMarkClass: avS(class), attrExpiresAtMs: avTime(expiresAt), attrExpiresAt: ttlSeconds(expiresAt),
@@ -132,7 +112,7 @@ func (s *Store) markOutcome(ctx context.Context, accountID, address, class strin
 			return gerr
 		}
 		if getS(cur, attrCreateToken) == token {
-			deltas.add(address, class, expiresAt, 1)
+			deltas.Add(address, class, expiresAt, 1)
 		}
 		return nil
 	}
@@ -140,9 +120,9 @@ func (s *Store) markOutcome(ctx context.Context, accountID, address, class strin
 		return wrapErr("count outcomes by domain", err)
 	}
 	if old := out.Attributes; len(old) > 0 {
-		deltas.add(address, class, time.UnixMilli(getN(old, attrExpiresAtMs)), -1)
+		deltas.Add(address, class, time.UnixMilli(getN(old, attrExpiresAtMs)), -1)
 	}
-	deltas.add(address, class, expiresAt, 1)
+	deltas.Add(address, class, expiresAt, 1)
 	return nil
 }
 
@@ -150,24 +130,24 @@ func (s *Store) markOutcome(ctx context.Context, accountID, address, class strin
 // shared ones, but for buckets already ended (never read again). It runs
 // after the outcomes' own writes, even when those failed part way, so the
 // counts follow what was written.
-func (s *Store) writeDomainCounts(ctx context.Context, accountID string, deltas domainDeltas) error {
+func (s *Store) writeDomainCounts(ctx context.Context, accountID string, deltas store.DomainDeltas) error {
 	now := s.now()
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(outcomePutWorkers)
 	for k, c := range deltas {
-		if !k.bucket.After(now) || (c == evs.DomainCounts{}) {
+		if !k.Bucket.After(now) || (c == evs.DomainCounts{}) {
 			continue
 		}
 		for _, acct := range []string{accountID, sharedOutcomeAccount} {
 			g.Go(func() error {
 				_, err := s.c.UpdateItem(gctx, &dynamodb.UpdateItemInput{
 					TableName:        aws.String(s.t.Batches),
-					Key:              item{attrAccountID: outcomePartition(acct), attrID: avS(domainCountID(k.domain, k.bucket))},
+					Key:              item{attrAccountID: outcomePartition(acct), attrID: avS(domainCountID(k.Domain, k.Bucket))},
 					UpdateExpression: aws.String("ADD #d :d, #b :b SET #exp = :exp, #ttl = :ttl"),
 					ExpressionAttributeNames: map[string]string{"#d": attrDelivered, "#b": attrHardBounces,
 						"#exp": attrExpiresAtMs, "#ttl": attrExpiresAt},
 					ExpressionAttributeValues: item{":d": avN(int64(c.Delivered)), ":b": avN(int64(c.HardBounces)),
-						":exp": avTime(k.bucket), ":ttl": ttlSeconds(k.bucket)},
+						":exp": avTime(k.Bucket), ":ttl": ttlSeconds(k.Bucket)},
 				})
 				return wrapErr("count outcomes by domain", err)
 			})
@@ -281,7 +261,7 @@ func (s *Store) PutOutcomes(ctx context.Context, accountID string, os []evs.Outc
 		added    int
 		firstErr error
 		wg       sync.WaitGroup
-		deltas   = domainDeltas{}
+		deltas   = store.DomainDeltas{}
 	)
 	next := make(chan evs.Outcome)
 	ctx, cancel := context.WithCancel(ctx)
@@ -292,7 +272,7 @@ func (s *Store) PutOutcomes(ctx context.Context, accountID string, os []evs.Outc
 			defer wg.Done()
 			for o := range next {
 				ok, err := s.putOutcome(ctx, accountID, o, expiresAt)
-				mine := domainDeltas{}
+				mine := store.DomainDeltas{}
 				if class := o.DomainClass(); ok && class != "" && err == nil {
 					// Counted even when the call is failing: the
 					// outcome is written, and a retry finds it a
@@ -427,12 +407,12 @@ func (s *Store) DeleteOutcomes(ctx context.Context, accountID, address string) (
 		}
 		// Each chunk, once deleted whole, counts its outcomes and takes
 		// its marks out of the domain's counts.
-		deltas := domainDeltas{}
+		deltas := store.DomainDeltas{}
 		for i := start; i < end; i++ {
 			if classes[i] == "" {
 				n++
 			} else {
-				deltas.add(address, classes[i], exps[i], -1)
+				deltas.Add(address, classes[i], exps[i], -1)
 			}
 		}
 		if err := s.writeDomainCounts(ctx, accountID, deltas); err != nil {

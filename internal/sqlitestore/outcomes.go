@@ -97,49 +97,29 @@ const (
 	qSweepOutcomeDomains = `DELETE FROM outcome_domains WHERE bucket <= ?`
 )
 
-// domainKey is one row of outcome_domains of an account.
-type domainKey struct {
-	domain string
-	bucket int64
-}
-
-// domainDeltas adds up changes to an account's domain counts, to be
-// written once per row at the end of a transaction.
-type domainDeltas map[domainKey]evs.DomainCounts
-
-// add counts the address (by -1: uncounts it) in class, in the bucket of
-// a mark expiring at expiresAt.
-func (m domainDeltas) add(address, class string, expiresAt time.Time, by int) {
-	k := domainKey{evs.AddressDomain(address), millis(store.DomainBucket(expiresAt))}
-	c := m[k]
-	if c.Add(class, by) {
-		m[k] = c
-	}
-}
-
 // unmarkExpired deletes the address's expired mark of class, if there is
 // one, and uncounts it in deltas: its bucket may still be read.
-func unmarkExpired(ctx context.Context, tx *sql.Tx, deltas domainDeltas, accountID, address, class string, now int64) error {
+func unmarkExpired(ctx context.Context, tx *sql.Tx, deltas store.DomainDeltas, accountID, address, class string, now int64) error {
 	rows, err := tx.QueryContext(ctx, qUnmarkExpired, accountID, address, class, now)
 	return eachRow(rows, err, "count outcomes by domain", func(rows *sql.Rows) error {
 		var expires int64
 		if err := rows.Scan(&expires); err != nil {
 			return dbErr("count outcomes by domain", err)
 		}
-		deltas.add(address, class, time.UnixMilli(expires), -1)
+		deltas.Add(address, class, time.UnixMilli(expires), -1)
 		return nil
 	})
 }
 
-// write applies the deltas to the account's rows, in tx, but for buckets
-// already ended by now (an expired mark deleted before the sweep): those
-// are never read again.
-func (m domainDeltas) write(ctx context.Context, tx *sql.Tx, accountID string, now int64) error {
+// writeDeltas applies the deltas to the account's rows, in tx, at the end
+// of its transaction, but for buckets already ended by now (an expired
+// mark deleted before the sweep): those are never read again.
+func writeDeltas(ctx context.Context, tx *sql.Tx, m store.DomainDeltas, accountID string, now int64) error {
 	for k, c := range m {
-		if k.bucket <= now || (c == evs.DomainCounts{}) {
+		if millis(k.Bucket) <= now || (c == evs.DomainCounts{}) {
 			continue
 		}
-		if _, err := tx.ExecContext(ctx, qAddDomainCounts, accountID, k.domain, k.bucket, c.Delivered, c.HardBounces); err != nil {
+		if _, err := tx.ExecContext(ctx, qAddDomainCounts, accountID, k.Domain, millis(k.Bucket), c.Delivered, c.HardBounces); err != nil {
 			return dbErr("count outcomes by domain", err)
 		}
 	}
@@ -185,7 +165,7 @@ func (s *Store) PutOutcomes(ctx context.Context, accountID string, os []evs.Outc
 		}
 		defer mark.Close()
 		now := millis(s.now())
-		deltas := domainDeltas{}
+		deltas := store.DomainDeltas{}
 		for _, o := range os {
 			score := outcomeNoScore
 			if o.Verdict != "" {
@@ -204,11 +184,11 @@ func (s *Store) PutOutcomes(ctx context.Context, accountID string, os []evs.Outc
 				if m, err := changed(mark.ExecContext(ctx, accountID, o.Address, class, millis(expiresAt))); err != nil {
 					return dbErr("count outcomes by domain", err)
 				} else if m > 0 {
-					deltas.add(o.Address, class, expiresAt, 1)
+					deltas.Add(o.Address, class, expiresAt, 1)
 				}
 			}
 		}
-		return deltas.write(ctx, tx, accountID, now)
+		return writeDeltas(ctx, tx, deltas, accountID, now)
 	})
 	if err != nil {
 		return 0, err
@@ -271,7 +251,7 @@ func (s *Store) DeleteOutcomes(ctx context.Context, accountID, address string) (
 		n = int(k)
 		// The address leaves its domain's counts with its marks, expired
 		// or not: an expired mark's bucket may still be read.
-		deltas := domainDeltas{}
+		deltas := store.DomainDeltas{}
 		rows, err := tx.QueryContext(ctx, qDeleteMarks, accountID, address)
 		err = eachRow(rows, err, "delete outcomes", func(rows *sql.Rows) error {
 			var (
@@ -281,13 +261,13 @@ func (s *Store) DeleteOutcomes(ctx context.Context, accountID, address string) (
 			if err := rows.Scan(&class, &expires); err != nil {
 				return dbErr("delete outcomes", err)
 			}
-			deltas.add(address, class, time.UnixMilli(expires), -1)
+			deltas.Add(address, class, time.UnixMilli(expires), -1)
 			return nil
 		})
 		if err != nil {
 			return err
 		}
-		return deltas.write(ctx, tx, accountID, millis(s.now()))
+		return writeDeltas(ctx, tx, deltas, accountID, millis(s.now()))
 	})
 	return n, err
 }

@@ -39,8 +39,6 @@ const (
 		ON CONFLICT (account_id, period) DO UPDATE SET used = used + excluded.used, expires_at = excluded.expires_at`
 )
 
-func newQuotaMirror() *quotaMirror { return &quotaMirror{m: make(map[quotaKey]mirrored)} }
-
 // charge is ChargeAddresses from memory; a counter not in memory yet is
 // read from the table first.
 func (q *quotaMirror) charge(ctx context.Context, s *Store, accountID, period string, n, limit int, expires time.Time) (bool, error) {

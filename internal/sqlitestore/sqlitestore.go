@@ -222,48 +222,43 @@ func open(ctx context.Context, dir string, now func() time.Time, busy time.Durat
 	rdb.SetMaxIdleConns(n)
 	rdb.SetConnMaxIdleTime(0)
 
-	s := &Store{db: db, rdb: rdb, now: now, warnings: warnings}
-	s.dir = dir
+	s := &Store{db: db, rdb: rdb, now: now, warnings: warnings, dir: dir}
+	defer func() {
+		if err != nil {
+			s.Close()
+		}
+	}()
 	s.wstmts.db, s.rstmts.db = db, rdb
 	s.c = startCommitter(db, &s.wstmts)
 	// The savepoint statements first: migrate may share a group.
 	if err := s.wstmts.prepare(ctx, []string{qSavepoint, qRollbackTo, qReleaseSavepoint}); err != nil {
-		s.Close()
 		return nil, err
 	}
 	if err := quickCheck(ctx, rdb, path); err != nil {
-		s.Close()
 		return nil, err
 	}
 	release, err := s.prepareMigration(ctx, serving)
 	if err != nil {
-		s.Close()
 		return nil, err
 	}
 	err = s.migrate(ctx)
 	release()
 	if err != nil {
-		s.Close()
 		return nil, err
 	}
 	if err := errors.Join(s.wstmts.prepare(ctx, writerQueries), s.rstmts.prepare(ctx, readerQueries)); err != nil {
-		s.Close()
 		return nil, err
 	}
 	if lock != nil {
 		if err := markRunning(dir); err != nil {
-			s.Close()
 			return nil, err
 		}
-	}
-	s.lock, s.dir = lock, dir
-	if lock != nil {
+		s.lock = lock
 		// Only the serving process writes batches and deliveries, and this
 		// store is it: batch views can be kept in memory.
 		s.views = newViewCache()
-		s.quota = newQuotaMirror()
+		s.quota = &quotaMirror{m: make(map[quotaKey]mirrored)}
 		if s.keys, err = newKeyFilter(ctx, s.rdb); err != nil {
-			s.Close()
 			return nil, err
 		}
 	}

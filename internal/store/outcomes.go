@@ -46,6 +46,27 @@ type Outcomes interface {
 	DomainCounts(ctx context.Context, accountID string, domains []string, shared bool) (map[string]evs.DomainCounts, error)
 }
 
+// DomainCountKey names one counter of an account's domain counts: the
+// domain, and the end of its bucket (DomainBucket).
+type DomainCountKey struct {
+	Domain string
+	Bucket time.Time
+}
+
+// DomainDeltas adds up changes to an account's domain counts, for a store
+// to write once per counter.
+type DomainDeltas map[DomainCountKey]evs.DomainCounts
+
+// Add counts the address (by -1: uncounts it) in class, in the bucket of
+// a mark expiring at expiresAt.
+func (m DomainDeltas) Add(address, class string, expiresAt time.Time, by int) {
+	k := DomainCountKey{evs.AddressDomain(address), DomainBucket(expiresAt)}
+	c := m[k]
+	if c.Add(class, by) {
+		m[k] = c
+	}
+}
+
 // DomainBucket is the end of the bucket of domain counters an outcome
 // expiring at expiresAt is counted in: the first instant of the next
 // month, UTC. Counting by month keeps the counters few (one per account,
