@@ -267,7 +267,6 @@ func TestCacheTestModeUntouched(t *testing.T) {
 // account verified within the TTL opens no SMTP connection and gives the
 // same results, marked cached; its own verdicts are reused by /v1/verify.
 func TestCacheBatchReusesVerdicts(t *testing.T) {
-	t.Parallel() // long, on a harness of its own: it runs beside the others so marked
 	h, _ := startCached(t, 24*time.Hour)
 	var emails []string
 	for i := 0; i < 200; i++ {
