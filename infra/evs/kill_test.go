@@ -276,17 +276,17 @@ func startServe(t *testing.T, bin string, env []string, args ...string) *evsProc
 		_ = p.cmd.Process.Kill()
 		<-p.done
 	})
-	deadline := time.Now().Add(15 * time.Second)
-	for !strings.Contains(p.out.String(), "listening on "+p.base) {
+	testkit.Eventually(t, 15*time.Second, func() error {
 		select {
 		case <-p.done:
 			t.Fatalf("serve exited (%v) before listening:\nstdout:\n%s\nstderr:\n%s", p.cmd.ProcessState, p.out.String(), p.err.String())
-		case <-time.After(20 * time.Millisecond):
+		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("serve not listening after 15s:\nstdout:\n%s\nstderr:\n%s", p.out.String(), p.err.String())
+		if !strings.Contains(p.out.String(), "listening on "+p.base) {
+			return fmt.Errorf("serve not listening:\nstdout:\n%s\nstderr:\n%s", p.out.String(), p.err.String())
 		}
-	}
+		return nil
+	})
 	return p
 }
 

@@ -82,49 +82,65 @@ func mixedShares(rng *rand.Rand) float64 {
 func uniformShares(rng *rand.Rand) float64 { return 0.15 + 0.8*rng.Float64() }
 
 func TestOutcomeSimulation(t *testing.T) {
-	ctx := context.Background()
-	t0 := time.Date(2026, 10, 1, 0, 0, 0, 0, time.UTC)
-	clock := t0
-	now := func() time.Time { return clock }
+	// The two runs, each in an account and a store of its own, side by
+	// side: one is minutes of SQLite under the race detector.
+	t.Run("mixed shares", func(t *testing.T) {
+		t.Parallel()
+		ctx := context.Background()
+		h, st, clock := newSimulation(t, ctx)
+		start := time.Now()
+		f, addrs := runSimulation(t, ctx, h, st, clock, simAccount, mixedShares, 38)
+		t.Logf("simulation (mixed shares): Brier score of score/100 on the %d unsent accept-all addresses: %.4f without outcomes, %.4f with (%.0f %% lower); on the %d unsent addresses: %.4f, %.4f",
+			f.unsentAcceptAll, f.brierBefore, f.brierAfter, 100*(1-f.brierAfter/f.brierBefore), f.unsent, f.brierAllBefore, f.brierAllAfter)
+		t.Logf("simulation (mixed shares): %d/%d hard-bounced accept-all addresses known_bounce (and %d/%d hard-bounced rejected ones still rejected_email, the bounce noted); %d/%d delivered accept-all addresses deliverable; %d of the %d real addresses with a soft bounce, deferral or complaint (%d never delivered to, %d delivered to first) turned undeliverable",
+			f.knownBounce, f.hardBounced, f.rejectedKept, f.rejectedBounced, f.nowDelivered, f.deliveredAcceptAll, f.turnedUndeliverable, f.softOnly+f.deliveredSoft, f.softOnly, f.deliveredSoft)
+		if f.hardBounced == 0 || f.knownBounce != f.hardBounced || f.rejectedBounced == 0 || f.rejectedKept != f.rejectedBounced {
+			t.Errorf("%d of %d hard-bounced addresses came back known_bounce, %d of %d rejected ones kept: want every one",
+				f.knownBounce, f.hardBounced, f.rejectedKept, f.rejectedBounced)
+		}
+		if f.deliveredAcceptAll == 0 || f.nowDelivered != f.deliveredAcceptAll {
+			t.Errorf("%d of %d delivered accept-all addresses came back deliverable, want every one", f.nowDelivered, f.deliveredAcceptAll)
+		}
+		if f.softOnly == 0 || f.turnedUndeliverable != 0 {
+			t.Errorf("%d of %d addresses with soft outcomes only turned undeliverable, want 0", f.turnedUndeliverable, f.softOnly)
+		}
+		if f.brierAfter > simBrierGoal*f.brierBefore {
+			t.Errorf("Brier score %.4f with outcomes, %.4f without: want at least a third lower", f.brierAfter, f.brierBefore)
+		}
+		checkSimReport(t, ctx, st, simAccount, addrs)
+		t.Logf("simulation took %v", time.Since(start).Round(time.Millisecond))
+	})
+
+	// The same with evenly spread shares, in an account of its own (the
+	// counts are per account): better, though by less.
+	t.Run("uniform shares", func(t *testing.T) {
+		t.Parallel()
+		ctx := context.Background()
+		h, st, clock := newSimulation(t, ctx)
+		start := time.Now()
+		u, _ := runSimulation(t, ctx, h, st, clock, simAccountUniform, uniformShares, 39)
+		t.Logf("simulation (uniform shares): Brier score on the %d unsent accept-all addresses: %.4f without outcomes, %.4f with (%.0f %% lower)",
+			u.unsentAcceptAll, u.brierBefore, u.brierAfter, 100*(1-u.brierAfter/u.brierBefore))
+		if u.brierAfter >= u.brierBefore || u.knownBounce != u.hardBounced || u.turnedUndeliverable != 0 {
+			t.Errorf("uniform shares: %+v", u)
+		}
+		t.Logf("simulation took %v", time.Since(start).Round(time.Millisecond))
+	})
+}
+
+// newSimulation opens a store on a clock of its own, at the simulation's
+// start, and a handler on it.
+func newSimulation(t *testing.T, ctx context.Context) (*Handler, *sqlitestore.Store, *time.Time) {
+	t.Helper()
+	clock := new(time.Time)
+	*clock = time.Date(2026, 10, 1, 0, 0, 0, 0, time.UTC)
+	now := func() time.Time { return *clock }
 	st, err := sqlitestore.Open(ctx, t.TempDir(), now)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.Close()
-	h := &Handler{d: Deps{Outcomes: st, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: now}}
-
-	start := time.Now()
-	clock = t0
-	f, addrs := runSimulation(t, ctx, h, st, &clock, simAccount, mixedShares, 38)
-	t.Logf("simulation (mixed shares): Brier score of score/100 on the %d unsent accept-all addresses: %.4f without outcomes, %.4f with (%.0f %% lower); on the %d unsent addresses: %.4f, %.4f",
-		f.unsentAcceptAll, f.brierBefore, f.brierAfter, 100*(1-f.brierAfter/f.brierBefore), f.unsent, f.brierAllBefore, f.brierAllAfter)
-	t.Logf("simulation (mixed shares): %d/%d hard-bounced accept-all addresses known_bounce (and %d/%d hard-bounced rejected ones still rejected_email, the bounce noted); %d/%d delivered accept-all addresses deliverable; %d of the %d real addresses with a soft bounce, deferral or complaint (%d never delivered to, %d delivered to first) turned undeliverable",
-		f.knownBounce, f.hardBounced, f.rejectedKept, f.rejectedBounced, f.nowDelivered, f.deliveredAcceptAll, f.turnedUndeliverable, f.softOnly+f.deliveredSoft, f.softOnly, f.deliveredSoft)
-	if f.hardBounced == 0 || f.knownBounce != f.hardBounced || f.rejectedBounced == 0 || f.rejectedKept != f.rejectedBounced {
-		t.Errorf("%d of %d hard-bounced addresses came back known_bounce, %d of %d rejected ones kept: want every one",
-			f.knownBounce, f.hardBounced, f.rejectedKept, f.rejectedBounced)
-	}
-	if f.deliveredAcceptAll == 0 || f.nowDelivered != f.deliveredAcceptAll {
-		t.Errorf("%d of %d delivered accept-all addresses came back deliverable, want every one", f.nowDelivered, f.deliveredAcceptAll)
-	}
-	if f.softOnly == 0 || f.turnedUndeliverable != 0 {
-		t.Errorf("%d of %d addresses with soft outcomes only turned undeliverable, want 0", f.turnedUndeliverable, f.softOnly)
-	}
-	if f.brierAfter > simBrierGoal*f.brierBefore {
-		t.Errorf("Brier score %.4f with outcomes, %.4f without: want at least a third lower", f.brierAfter, f.brierBefore)
-	}
-	checkSimReport(t, ctx, st, simAccount, addrs)
-
-	// The same with evenly spread shares, in an account of its own (the
-	// counts are per account): better, though by less.
-	clock = t0
-	u, _ := runSimulation(t, ctx, h, st, &clock, simAccountUniform, uniformShares, 39)
-	t.Logf("simulation (uniform shares): Brier score on the %d unsent accept-all addresses: %.4f without outcomes, %.4f with (%.0f %% lower)",
-		u.unsentAcceptAll, u.brierBefore, u.brierAfter, 100*(1-u.brierAfter/u.brierBefore))
-	if u.brierAfter >= u.brierBefore || u.knownBounce != u.hardBounced || u.turnedUndeliverable != 0 {
-		t.Errorf("uniform shares: %+v", u)
-	}
-	t.Logf("simulation took %v", time.Since(start).Round(time.Millisecond))
+	t.Cleanup(func() { st.Close() })
+	return &Handler{d: Deps{Outcomes: st, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: now}}, st, clock
 }
 
 // runSimulation makes the addresses and their truth from seed, has the

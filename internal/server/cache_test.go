@@ -108,6 +108,7 @@ func withoutVolatile(t *testing.T, body []byte) []byte {
 // within the TTL opens no SMTP connection, and each reply is the first
 // one's but for requestId, cached and durationMs.
 func TestCacheReverifyOpensNoConnection(t *testing.T) {
+	t.Parallel() // long, on a harness of its own: it runs beside the others so marked
 	h, counts := startCached(t, 24*time.Hour)
 	var emails []string
 	for i := 0; i < 1000; i++ {
@@ -148,6 +149,7 @@ func TestCacheReverifyOpensNoConnection(t *testing.T) {
 
 // TestCacheFreshness: what a lookup reuses, by verdict, age and maxAge.
 func TestCacheFreshness(t *testing.T) {
+	t.Parallel() // long, on a harness of its own: it runs beside the others so marked
 	tests := []struct {
 		name   string
 		email  string

@@ -75,6 +75,7 @@ func startFacts(t *testing.T, domains int) (*harness, *probeCounter, map[string]
 // most one accept-all probe per domain between them, and the second
 // batch's verdicts carry what the first one's probes learned.
 func TestDomainFactsAcrossBatches(t *testing.T) {
+	t.Parallel() // long, on a harness of its own: it runs beside the others so marked
 	const domains, perDomain = 500, 20
 	h, pc, looked := startFacts(t, domains)
 	batchOf := func(tag string) []string {
@@ -99,9 +100,9 @@ func TestDomainFactsAcrossBatches(t *testing.T) {
 			}
 		}
 	}
-	check(h.fullBatch(h.liveKey, batchOf("first"), "", 2*time.Minute), domains*perDomain)
+	check(h.fullBatch(h.liveKey, batchOf("first"), "", 5*time.Minute), domains*perDomain)
 	first, _ := pc.counts()
-	check(h.fullBatch(h.liveKey, batchOf("second"), "", 2*time.Minute), domains*perDomain)
+	check(h.fullBatch(h.liveKey, batchOf("second"), "", 5*time.Minute), domains*perDomain)
 	total, most := pc.counts()
 	if first == 0 || total > domains || most > 1 {
 		t.Fatalf("accept-all probes: %d in the first batch, %d in both, at most %d for one domain; want some, at most %d, at most 1",

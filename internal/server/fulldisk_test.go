@@ -45,6 +45,7 @@ type fullDisk interface {
 // same writes with the same SQLITE_FULL. The cap runs as its own case
 // too, so both ways are always tested here.
 func TestKeyedCreateDiskFull(t *testing.T) {
+	t.Parallel() // long, on a harness of its own: it runs beside the others so marked
 	for _, kind := range []string{"tmpfs", "max_page_count"} {
 		t.Run(kind, func(t *testing.T) {
 			var d fullDisk

@@ -200,6 +200,9 @@ func TestCSVRowsComeBack(t *testing.T) {
 	before.poll(before.testKey, wid, time.Minute)
 	beforeID, peakBefore := uploadAndCreate(before, list.body)
 	before.do(req{method: "POST", path: "/v1/requests/" + beforeID + "/cancel", key: before.testKey})
+	// Its measure taken, the first server stops: nothing of it runs beside
+	// the second.
+	before.stop()
 
 	h := start(t, options{realClock: true})
 	wid, _ = uploadAndCreate(h, warm)

@@ -142,6 +142,7 @@ func TestUploadFlow(t *testing.T) {
 // read when its length is announced, and once read past the limit when it
 // is not; a list that is not a list is 400.
 func TestUploadLimits(t *testing.T) {
+	t.Parallel() // long, on a harness of its own: it runs beside the others so marked
 	h := start(t, options{realClock: true, server: func(o *server.Options) { o.MaxUploadAddresses = 100 }})
 	id, putURL := h.newUpload(h.testKey, "application/json")
 	var b strings.Builder
