@@ -181,15 +181,16 @@ func (g *timedGreylist) rcpt(addr string) string {
 // there waits that long, so no session is spent on a retry the server
 // would defer again. The server defers for 1 s and the back-off is
 // 400 ms, then 800 ms: the first batch asks each address three times
-// (0, 0.4 s, 1.2 s), the second twice (0, 1.2 s).
+// (0, 0.4 s, 1.2 s; twice when a loaded machine is late with the first
+// retry), the second exactly twice (0, then after the learned delay).
 func TestGreyDelayLearned(t *testing.T) {
 	g := &timedGreylist{delay: time.Second, first: map[string]time.Time{}, calls: map[string]int{}}
 	h := start(t, options{rcpt: g.rcpt, realClock: true,
 		worker: batch.Worker{GreyBackoff: 400 * time.Millisecond, Processor: &batch.Processor{MaxGreyAttempts: 3}}})
 	for _, tc := range []struct {
-		tag  string
-		rcpt int
-	}{{"first", 3}, {"second", 2}} {
+		tag                string
+		minRCPTs, maxRCPTs int
+	}{{"first", 2, 3}, {"second", 2, 2}} {
 		var emails []string
 		for i := range 10 {
 			emails = append(emails, fmt.Sprintf("%s%d@good.example", tc.tag, i))
@@ -198,8 +199,8 @@ func TestGreyDelayLearned(t *testing.T) {
 			g.mu.Lock()
 			n := g.calls[email]
 			g.mu.Unlock()
-			if d["reason"] != "accepted_email" || n != tc.rcpt {
-				t.Fatalf("%s batch: %s %v after %d RCPTs, want accepted_email after %d", tc.tag, email, d["reason"], n, tc.rcpt)
+			if d["reason"] != "accepted_email" || n < tc.minRCPTs || n > tc.maxRCPTs {
+				t.Fatalf("%s batch: %s %v after %d RCPTs, want accepted_email after %d to %d", tc.tag, email, d["reason"], n, tc.minRCPTs, tc.maxRCPTs)
 			}
 		}
 	}
