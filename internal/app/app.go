@@ -72,7 +72,7 @@ type Ports struct {
 	// counts, as it runs. Nil on AWS.
 	FreeBytes func() (uint64, error)
 	Now       func() time.Time
-	Logger *slog.Logger
+	Logger    *slog.Logger
 }
 
 // Runtime is what Build makes: the parts the edges serve.

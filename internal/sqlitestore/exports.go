@@ -85,6 +85,7 @@ func (s *Store) Export(ctx context.Context, accountID, batchID, filters, version
 	s.exportMu.Lock()
 	defer s.exportMu.Unlock()
 	rec, err := readExportRecord(dir, id)
+	expires := time.UnixMilli(rec.ExpiresAt).UTC()
 	if reusable := func() bool {
 		return err == nil && rec.Version == version && rec.ExpiresAt >= millis(s.now().Add(exportReuse))
 	}; !reusable() {
@@ -95,7 +96,8 @@ func (s *Store) Export(ctx context.Context, accountID, batchID, filters, version
 			return "", time.Time{}, werr
 		}
 		if rec, err = readExportRecord(dir, id); !reusable() {
-			rec = exportRecord{AccountID: accountID, BatchID: batchID, Version: version, ExpiresAt: millis(s.now().Add(evs.ExportTTL))}
+			expires = s.now().Add(evs.ExportTTL).UTC()
+			rec = exportRecord{AccountID: accountID, BatchID: batchID, Version: version, ExpiresAt: millis(expires)}
 		}
 	}
 	rec.TokenHashes = append(rec.TokenHashes, hash)
@@ -108,7 +110,7 @@ func (s *Store) Export(ctx context.Context, accountID, batchID, filters, version
 		_ = os.Remove(filepath.Join(dir, id+".csv"))
 		return "", time.Time{}, err
 	}
-	return origin + "/v1/exports/" + id + "?token=" + token, time.UnixMilli(rec.ExpiresAt).UTC(), nil
+	return origin + "/v1/exports/" + id + "?token=" + token, expires, nil
 }
 
 // readExportRecord reads export id's record.
