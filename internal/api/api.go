@@ -336,8 +336,8 @@ func errReply(err error) idempotency.Reply {
 	switch {
 	case r.StatusCode == http.StatusTooManyRequests:
 		// The address quota and the Idempotency-Key limit know when their
-		// period ends, the stored-address limit when enough batches
-		// expire; the other 429 a handler gives is the active-batch limit:
+		// period ends, the storage quota when its oldest data
+		// goes; the other 429 a handler gives is the active-batch limit:
 		// a batch of a few thousand addresses finishes in about this time.
 		after, ok := retryAfter(err)
 		if !ok {
