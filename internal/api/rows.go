@@ -386,7 +386,8 @@ func appendVerdict(row []string, d evs.Decision) []string {
 }
 
 // putRows stores the rows of list, if it kept them, as batch b's,
-// charged to held as they are stored. Rows stopped midway are removed.
+// charged to held first: their size is known, and S3 signs the file it
+// is given, which must stay seekable. Rows stopped midway are removed.
 func (h *Handler) putRows(ctx context.Context, b evs.Batch, list *addressList, held *Hold) error {
 	rs, ok := h.d.Batches.(RowStore)
 	if !ok || list.rows == nil {
@@ -396,10 +397,12 @@ func (h *Handler) putRows(ctx context.Context, b evs.Batch, list *addressList, h
 	if err != nil {
 		return evs.Wrap(err, evs.CodeUnavailable, "The list's rows could not be kept; retry.")
 	}
-	hr := held.Reader(ctx, r)
-	if err := rs.PutRows(ctx, b.AccountID, b.ID, b.ExpiresAt, hr, size); err != nil {
+	if err := held.Add(ctx, size); err != nil {
+		return err
+	}
+	if err := rs.PutRows(ctx, b.AccountID, b.ID, b.ExpiresAt, r, size); err != nil {
 		h.dropRows(ctx, b, list)
-		return hr.Refusal(err)
+		return err
 	}
 	return nil
 }

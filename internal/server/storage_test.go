@@ -1,7 +1,6 @@
 package server_test
 
 import (
-	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -10,26 +9,6 @@ import (
 
 	"github.com/evs-dev/evs/internal/server"
 )
-
-// The harness's clock starts at 2026-11-22T10:00Z and batches are kept 30
-// days.
-var (
-	harnessStart = time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
-	retention    = 30 * 24 * time.Hour
-)
-
-// emails is a JSON list of n distinct addresses, or of duplicates of one.
-func emails(n int, distinct bool) string {
-	list := make([]string, n)
-	for i := range list {
-		if distinct {
-			list[i] = fmt.Sprintf(`"user%d@x.example"`, i)
-		} else {
-			list[i] = `"same@x.example"`
-		}
-	}
-	return strings.Join(list, ",")
-}
 
 // The Idempotency-Key limit through HTTP (EVS_MAX_IDEMPOTENCY_KEYS=3): per
 // account and UTC day, the fourth new key is 429 rate_limited naming the
