@@ -157,6 +157,11 @@ type Deps struct {
 	// empty means the origin of each call (Host, X-Forwarded-Proto).
 	Uploads   Uploads
 	PublicURL string
+	// ChargeUploads tells that this process receives the uploads' lists
+	// itself (`evs serve`) and charges them to the Ledger as they arrive;
+	// their charge is given back once a batch holds them. On AWS a list
+	// goes to S3, bounded by its size, its hour and MaxOpenUploads.
+	ChargeUploads bool
 	// AdmitList, when set, is asked before a batch's list is read from an
 	// upload, with the upload's size; it returns once the list may be read
 	// and the function to call once it is stored, or a *BusyError. `evs
@@ -170,10 +175,9 @@ type Deps struct {
 	// MaxActiveBatches is how many batches an account may have queued or
 	// running (EVS_MAX_ACTIVE_BATCHES); one more is 429. 0 means no limit.
 	MaxActiveBatches int
-	// MaxStoredAddresses bounds the addresses an account stores
-	// (EVS_MAX_STORED_ADDRESSES) when Batches is a BoundedBatchStore; 0
-	// means no limit.
-	MaxStoredAddresses int
+	// Ledger counts what each account makes the service keep against its
+	// storage quota and outcomes cap (ledger.go); nil counts nothing.
+	Ledger Ledger
 	// Quota is the address quota (EVS_QUOTA_ADDRESSES) and the
 	// Idempotency-Key limit (EVS_MAX_IDEMPOTENCY_KEYS); see quota.go.
 	Quota Quota
@@ -332,8 +336,8 @@ func errReply(err error) idempotency.Reply {
 	switch {
 	case r.StatusCode == http.StatusTooManyRequests:
 		// The address quota and the Idempotency-Key limit know when their
-		// period ends, the stored-address limit when enough batches
-		// expire; the other 429 a handler gives is the active-batch limit:
+		// period ends, the storage quota when its oldest data
+		// goes; the other 429 a handler gives is the active-batch limit:
 		// a batch of a few thousand addresses finishes in about this time.
 		after, ok := retryAfter(err)
 		if !ok {

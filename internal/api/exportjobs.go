@@ -173,8 +173,11 @@ type ResultReader interface {
 
 // ExportCSV returns what writes an export job's CSV for the worker
 // (batch.Worker.ExportCSV): the rows Accept: text/csv gives for the job's
-// batch and filters, a page of results at a time.
-func ExportCSV(results ResultReader) func(ctx context.Context, j store.ExportJob, w io.Writer) error {
+// batch and filters, a page of results at a time, charged to the
+// account's storage quota as they are written (l, nil for none). A job
+// refused midway writes nothing (the worker aborts its upload) and gives
+// its charge back.
+func ExportCSV(results ResultReader, l Ledger) func(ctx context.Context, j store.ExportJob, w io.Writer) error {
 	return func(ctx context.Context, j store.ExportJob, w io.Writer) error {
 		q, err := url.ParseQuery(j.Filters)
 		if err != nil {
@@ -190,7 +193,12 @@ func ExportCSV(results ResultReader) func(ctx context.Context, j store.ExportJob
 		}
 		rows := newCSVRows(results, j.AccountID, j.BatchID, f)
 		defer rows.close()
-		_, err = rows.writeUpTo(ctx, w, -1)
-		return err
+		held := NewHold(l, evs.Principal{AccountID: j.AccountID}, time.Now().Add(evs.ExportTTL))
+		if _, err = rows.writeUpTo(ctx, held.Writer(ctx, w), -1); err != nil {
+			held.Undo(ctx)
+			return err
+		}
+		held.Done(ctx)
+		return nil
 	}
 }

@@ -312,13 +312,38 @@ func (h *Handler) postOutcomes(ctx context.Context, req *request, p evs.Principa
 	}
 	CallFromContext(ctx).Attr = slog.Int("outcomes", len(os))
 	resp, _, err := h.idempotent(ctx, req, p, raw, func(ctx context.Context) idempotency.Reply {
-		r, err := storeOutcomes(ctx, h.d.Outcomes, p.AccountID, os, now, h.d.OutcomeTTL)
+		r, err := h.keepOutcomes(ctx, p, os, now)
 		if err != nil {
 			return errReply(err)
 		}
 		return jsonReply(http.StatusOK, r)
 	})
 	return resp, err
+}
+
+// keepOutcomes is storeOutcomes within the account's outcomes cap and
+// storage quota: all of os is charged first, or none of it is kept, and
+// what was not added (already kept) is given back.
+func (h *Handler) keepOutcomes(ctx context.Context, p evs.Principal, os []evs.Outcome, now time.Time) (outcomesResponse, error) {
+	until, n := now.Add(h.d.OutcomeTTL), int64(len(os))
+	if l := h.d.Ledger; l != nil {
+		if err := l.Charge(ctx, p, KeptOutcomes, n, until); err != nil {
+			return outcomesResponse{}, err
+		}
+		if err := l.Charge(ctx, p, KeptBytes, n*outcomeBytes, until); err != nil {
+			l.Release(ctx, p.AccountID, KeptOutcomes, n, until)
+			return outcomesResponse{}, err
+		}
+	}
+	r, err := storeOutcomes(ctx, h.d.Outcomes, p.AccountID, os, now, h.d.OutcomeTTL)
+	if l := h.d.Ledger; l != nil {
+		if err == nil {
+			n -= int64(r.Accepted)
+		}
+		l.Release(ctx, p.AccountID, KeptOutcomes, n, until)
+		l.Release(ctx, p.AccountID, KeptBytes, n*outcomeBytes, until)
+	}
+	return r, err
 }
 
 // storeOutcomes keeps in st the new ones of os for the account, each with
@@ -393,6 +418,11 @@ func (h *Handler) deleteOutcomes(ctx context.Context, req *request, p evs.Princi
 	n, err := h.d.Outcomes.DeleteOutcomes(ctx, p.AccountID, addr)
 	if err != nil {
 		return idempotency.Reply{}, fmt.Errorf("api: delete outcomes: %w", err)
+	}
+	if l := h.d.Ledger; l != nil {
+		// Their hours are not known: the latest charges give them back.
+		l.Release(ctx, p.AccountID, KeptOutcomes, int64(n), time.Time{})
+		l.Release(ctx, p.AccountID, KeptBytes, int64(n)*outcomeBytes, time.Time{})
 	}
 	return jsonReply(http.StatusOK, struct {
 		Deleted int `json:"deleted"`

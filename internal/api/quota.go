@@ -71,7 +71,7 @@ func quotaPeriod(period string, now time.Time) (string, time.Time) {
 
 // retryAfter is the Retry-After of err, a 429, when err knows it (a
 // *store.LimitError: the address quota, the Idempotency-Key limit, the
-// stored-address limit): the seconds, rounded up, until a retry can pass.
+// storage quota): the seconds, rounded up, until a retry can pass.
 func retryAfter(err error) (string, bool) {
 	var le *store.LimitError
 	if !errors.As(err, &le) {
@@ -143,24 +143,4 @@ func (h *Handler) charge(ctx context.Context, accountID, what, period string, n,
 			h.d.Logger.ErrorContext(ctx, "could not refund a charge of the "+what, slog.String("accountId", accountID), slog.Int("charged", n), slog.String("error", err.Error()))
 		}
 	}, nil
-}
-
-// BoundedBatchStore is a BatchStore that can also bound the addresses an
-// account stores: the sum of counters.total over its batches not yet
-// expired, counted in the same step as the creation, so concurrent
-// creations never pass it together. `evs serve`'s store is one; a refusal
-// is a *store.LimitError, which carries its Retry-After.
-type BoundedBatchStore interface {
-	CreateBatchBounded(ctx context.Context, b evs.Batch, items []evs.Item, maxActive, maxStored int) error
-}
-
-// createWithin creates b within the account's limits: its active batches
-// (MaxActiveBatches) and, when the store can bound them, its stored
-// addresses (MaxStoredAddresses). A store that cannot (DynamoDB; see
-// docs/aws.md) is bounded by the address quota and the retention instead.
-func (h *Handler) createWithin(ctx context.Context, b evs.Batch, items []evs.Item) error {
-	if bs, ok := h.d.Batches.(BoundedBatchStore); ok && h.d.MaxStoredAddresses > 0 {
-		return bs.CreateBatchBounded(ctx, b, items, h.d.MaxActiveBatches, h.d.MaxStoredAddresses)
-	}
-	return h.d.Batches.CreateBatchWithin(ctx, b, items, h.d.MaxActiveBatches)
 }

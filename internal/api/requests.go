@@ -96,9 +96,12 @@ func batchID(req *request) (string, error) {
 // parsedBatch is a validated creation request: a list read from the body,
 // or the ID of an upload to read it from.
 type parsedBatch struct {
-	mode        evs.Mode
-	list        *addressList
-	uploadID    string
+	mode     evs.Mode
+	list     *addressList
+	uploadID string
+	// upload is the upload opened, of uploadSize bytes.
+	upload      evs.Upload
+	uploadSize  int64
 	callbackURL string
 	maxAge      time.Duration // as evs.Batch.MaxAge
 	name        string
@@ -342,16 +345,26 @@ func (h *Handler) storeBatch(ctx context.Context, p evs.Principal, in parsedBatc
 	if err != nil {
 		return evs.Batch{}, err
 	}
+	// The storage quota counts the items with their results to come, and
+	// the rows as they are stored.
+	held := NewHold(h.d.Ledger, p, b.ExpiresAt)
+	if err := held.Add(ctx, int64(len(items))*itemBytes); err != nil {
+		refund()
+		return evs.Batch{}, err
+	}
 	// The rows go first: a batch that has rows finds them from the start.
-	// Rows of a batch that then fails to be created are left to expire.
-	if err := h.putRows(ctx, b, in.list); err != nil {
+	if err := h.putRows(ctx, b, in.list, held); err != nil {
+		held.Undo(ctx)
 		refund()
 		return evs.Batch{}, err
 	}
-	if err := h.createWithin(ctx, b, items); err != nil {
+	if err := h.d.Batches.CreateBatchWithin(ctx, b, items, h.d.MaxActiveBatches); err != nil {
+		h.dropRows(ctx, b, in.list)
+		held.Undo(ctx)
 		refund()
 		return evs.Batch{}, err
 	}
+	held.Done(ctx)
 	enqueue := h.d.Queue.Enqueue
 	if q, ok := h.d.Queue.(ItemsQueue); ok {
 		enqueue = func(ctx context.Context, b evs.Batch) error { return q.EnqueueItems(ctx, b, items) }
@@ -1152,13 +1165,18 @@ func (h *Handler) export(ctx context.Context, req *request, p evs.Principal) (id
 	defer release()
 	rows := newCSVRows(h.d.Batches, p.AccountID, b.ID, f)
 	defer rows.close()
-	url, expires, err := h.d.ExportLinks.Export(ctx, p.AccountID, b.ID, h.origin(req), func(w io.Writer) error {
-		_, err := rows.writeUpTo(ctx, w, -1)
+	// The file counts against the storage quota as it is written; one
+	// stopped midway is removed, and its charge given back.
+	held := NewHold(h.d.Ledger, p, h.d.Now().Add(evs.ExportTTL))
+	url, expires, err := h.d.ExportLinks.Export(ctx, p.AccountID, b.ID, f.query(), batchVersion(b), h.origin(req), func(w io.Writer) error {
+		_, err := rows.writeUpTo(ctx, held.Writer(ctx, w), -1)
 		return err
 	})
 	if err != nil {
+		held.Undo(ctx)
 		return idempotency.Reply{}, err
 	}
+	held.Done(ctx)
 	return jsonReply(http.StatusOK, exportReply{URL: url, ExpiresAt: evs.Time{Time: expires}}), nil
 }
 
@@ -1175,10 +1193,13 @@ func (h *Handler) origin(req *request) string {
 // at a time: never the whole list in memory), and returns a URL it can be
 // downloaded from without a key until expires: `evs serve`'s own
 // /v1/exports/{id}?token=... (on AWS an export is a job: ExportJobs).
-// origin is the API's own origin ("https://host:port") for a store whose
-// URL is the server's. An error write returns is returned as it is.
+// The list of a batch under the same filters (the canonical query), of
+// the same version of the batch, is reused while it lives: write is then
+// not called. origin is the API's own origin ("https://host:port") for a
+// store whose URL is the server's. An error write returns is returned as
+// it is, and nothing of that list is kept.
 type Exports interface {
-	Export(ctx context.Context, accountID, batchID, origin string, write func(w io.Writer) error) (url string, expires time.Time, err error)
+	Export(ctx context.Context, accountID, batchID, filters, version, origin string, write func(w io.Writer) error) (url string, expires time.Time, err error)
 }
 
 // exportReply is the body of a 303 to an export and of GET

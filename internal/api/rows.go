@@ -11,6 +11,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/evs-dev/evs/internal/evs"
@@ -384,8 +385,10 @@ func appendVerdict(row []string, d evs.Decision) []string {
 	)
 }
 
-// putRows stores the rows of list, if it kept them, as batch b's.
-func (h *Handler) putRows(ctx context.Context, b evs.Batch, list *addressList) error {
+// putRows stores the rows of list, if it kept them, as batch b's,
+// charged to held first: their size is known, and S3 signs the file it
+// is given, which must stay seekable. Rows stopped midway are removed.
+func (h *Handler) putRows(ctx context.Context, b evs.Batch, list *addressList, held *Hold) error {
 	rs, ok := h.d.Batches.(RowStore)
 	if !ok || list.rows == nil {
 		return nil
@@ -394,5 +397,25 @@ func (h *Handler) putRows(ctx context.Context, b evs.Batch, list *addressList) e
 	if err != nil {
 		return evs.Wrap(err, evs.CodeUnavailable, "The list's rows could not be kept; retry.")
 	}
-	return rs.PutRows(ctx, b.AccountID, b.ID, b.ExpiresAt, r, size)
+	if err := held.Add(ctx, size); err != nil {
+		return err
+	}
+	if err := rs.PutRows(ctx, b.AccountID, b.ID, b.ExpiresAt, r, size); err != nil {
+		h.dropRows(ctx, b, list)
+		return err
+	}
+	return nil
+}
+
+// dropRows removes the rows stored for batch b, which was not created
+// after all: an empty put replaces them. A failure is logged; what is
+// left expires with the batch it was for.
+func (h *Handler) dropRows(ctx context.Context, b evs.Batch, list *addressList) {
+	rs, ok := h.d.Batches.(RowStore)
+	if !ok || list.rows == nil {
+		return
+	}
+	if err := rs.PutRows(context.WithoutCancel(ctx), b.AccountID, b.ID, b.ExpiresAt, strings.NewReader(""), 0); err != nil {
+		h.d.Logger.WarnContext(ctx, "could not remove the rows of a batch not created", "batchId", b.ID, "error", err.Error())
+	}
 }

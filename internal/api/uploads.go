@@ -143,6 +143,7 @@ func (h *Handler) storeUploadBatch(ctx context.Context, p evs.Principal, in pars
 		return evs.Batch{}, err
 	}
 	defer content.Close()
+	in.upload, in.uploadSize = u, size
 	if size > u.MaxBytes {
 		return h.failedUploadBatch(ctx, p, in, id, "The upload is larger than "+formatBytes(u.MaxBytes)+".")
 	}
@@ -196,16 +197,21 @@ func (h *Handler) storeUploadBatch(ctx context.Context, p evs.Principal, in pars
 	if err != nil {
 		return evs.Batch{}, err
 	}
-	h.dropUpload(ctx, p, in.uploadID, id)
+	h.dropUpload(ctx, p, in, id)
 	return b, nil
 }
 
-// dropUpload deletes the content of an upload its batch batchID now
-// holds. A failure is logged, not returned: what is left expires with the
-// upload.
-func (h *Handler) dropUpload(ctx context.Context, p evs.Principal, uploadID, batchID string) {
-	if err := h.d.Uploads.DropUpload(ctx, p.AccountID, uploadID); err != nil {
+// dropUpload deletes the content of the upload in.uploadID its batch
+// batchID now holds, and gives its bytes back to the ledger when this
+// process charged them (ChargeUploads). A failure is logged, not
+// returned: what is left expires with the upload, and its charge then.
+func (h *Handler) dropUpload(ctx context.Context, p evs.Principal, in parsedBatch, batchID string) {
+	if err := h.d.Uploads.DropUpload(ctx, p.AccountID, in.uploadID); err != nil {
 		h.d.Logger.WarnContext(ctx, "could not delete an upload's content", slog.String("batchId", batchID), slog.String("error", err.Error()))
+		return
+	}
+	if h.d.ChargeUploads && h.d.Ledger != nil {
+		h.d.Ledger.Release(ctx, p.AccountID, KeptBytes, in.uploadSize, in.upload.ExpiresAt)
 	}
 }
 
@@ -228,7 +234,7 @@ func (h *Handler) failedUploadBatch(ctx context.Context, p evs.Principal, in par
 		}
 		return evs.Batch{}, err
 	}
-	h.dropUpload(ctx, p, in.uploadID, id)
+	h.dropUpload(ctx, p, in, id)
 	if h.d.Finalized != nil {
 		h.d.Finalized(ctx, b)
 	}

@@ -67,8 +67,12 @@ type Ports struct {
 	// (a test's), with Exits the dialer it probes through, if any.
 	Engine verify.Verifier
 	Exits  *verify.Exits
-	Now    func() time.Time
-	Logger *slog.Logger
+	// FreeBytes reads the free space of the data directory (`evs
+	// serve`): below EVS_MIN_FREE_BYTES the ledger refuses every write it
+	// counts, as it runs. Nil on AWS.
+	FreeBytes func() (uint64, error)
+	Now       func() time.Time
+	Logger    *slog.Logger
 }
 
 // Runtime is what Build makes: the parts the edges serve.
@@ -93,6 +97,9 @@ type Runtime struct {
 	Cache *cache.Cache
 	// Outcomes are the reported outcomes; nil when the store keeps none.
 	Outcomes api.Outcomes
+	// Ledger counts what each account keeps against its storage quota
+	// and outcomes cap (ledger.go).
+	Ledger api.Ledger
 
 	store   store.Store
 	metrics Observer
@@ -192,6 +199,9 @@ func Build(cfg config.Config, p Ports) (*Runtime, error) {
 		}
 	}
 	r.Outcomes, _ = p.Store.(api.Outcomes)
+	c, _ := p.Store.(counters)
+	r.Ledger = &ledger{c: c, limits: map[api.Kept]int64{api.KeptBytes: cfg.MaxStoredBytes, api.KeptOutcomes: int64(cfg.MaxOutcomes)},
+		free: p.FreeBytes, minFree: cfg.MinFreeBytes, now: r.now, log: r.logger}
 	return r, nil
 }
 
@@ -227,6 +237,9 @@ func (r *Runtime) API(d api.Deps) (*api.Handler, error) {
 		d.Batches, _ = r.store.(api.BatchStore)
 	}
 	d.Quota = q
+	if d.Ledger == nil {
+		d.Ledger = r.Ledger
+	}
 	if d.Outcomes == nil {
 		d.Outcomes = r.Outcomes
 	}
@@ -234,7 +247,6 @@ func (r *Runtime) API(d api.Deps) (*api.Handler, error) {
 	d.OutcomeShareDomains = d.OutcomeShareDomains || r.Config.OutcomeShareDomains
 	d.Retention = cmp.Or(d.Retention, r.Config.Retention)
 	d.MaxActiveBatches = cmp.Or(d.MaxActiveBatches, r.Config.MaxActiveBatches)
-	d.MaxStoredAddresses = cmp.Or(d.MaxStoredAddresses, r.Config.MaxStoredAddresses)
 	if d.Callbacks.Egress == nil {
 		d.Callbacks.Egress = r.Config.Egress
 	}

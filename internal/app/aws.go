@@ -203,7 +203,7 @@ func (a *AWS) worker() *batch.Worker {
 		// Export jobs the requests function queued: the CSV rendered by
 		// the same function as Accept: text/csv, written to S3 in parts.
 		Exports:   a.Store,
-		ExportCSV: api.ExportCSV(a.Store),
+		ExportCSV: api.ExportCSV(a.Store, a.Ledger),
 		// Work that must wait for its provider is parked, not waited for.
 		Polite: &batch.Polite{Parking: a.Store},
 	})

@@ -376,7 +376,7 @@ func TestExportMillionRows(t *testing.T) {
 	const n = 1_000_000
 	w := newScaleWorld(t)
 	results := &manyResults{n: n}
-	w.w.ExportCSV = api.ExportCSV(results)
+	w.w.ExportCSV = api.ExportCSV(results, nil)
 	ctx := context.Background()
 	j, started, err := w.st.StartExport(ctx, store.ExportJob{AccountID: w.acct, BatchID: uuid.NewString(), Version: "completed/1000000"}, "", time.Now().Add(15*time.Minute), 4)
 	if err != nil || !started {
@@ -436,7 +436,7 @@ func TestExportMillionRows(t *testing.T) {
 		t.Fatalf("download: %d %v", resp.StatusCode, err)
 	}
 	want := sha256.New()
-	if err := api.ExportCSV(&manyResults{n: n})(ctx, j, want); err != nil {
+	if err := api.ExportCSV(&manyResults{n: n}, nil)(ctx, j, want); err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(got.Sum(nil), want.Sum(nil)) {

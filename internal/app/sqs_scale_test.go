@@ -274,7 +274,7 @@ func newScaleWorld(t *testing.T) *scaleWorld {
 		w: &batch.Worker{
 			Queue: queue, Store: st, Accounts: st, Logger: logger,
 			// As functions/worker wires it.
-			Exports: st, ExportCSV: api.ExportCSV(st),
+			Exports: st, ExportCSV: api.ExportCSV(st, nil),
 			Processor: &batch.Processor{Engine: noNetwork{t}, Sandbox: verify.NewSandbox(nil)},
 			// Small windows, so small batches (moto's transactions slow
 			// down as a table grows) are planned in many steps.

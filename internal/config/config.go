@@ -101,11 +101,15 @@ type Config struct {
 	// QuotaPeriod is the quota's calendar period in UTC, QuotaDay or
 	// QuotaMonth (EVS_QUOTA_PERIOD, default month).
 	QuotaPeriod string
-	// MaxStoredAddresses bounds the addresses an account keeps: the sum of
-	// counters.total over its batches not yet expired
-	// (EVS_MAX_STORED_ADDRESSES, default DefaultMaxStoredAddresses; 0: no
-	// bound). `evs serve` enforces it; see docs/aws.md for AWS.
-	MaxStoredAddresses int
+	// MaxStoredBytes bounds the bytes an account makes the service keep:
+	// lists' rows, results, exports, outcomes, uploads
+	// (EVS_MAX_STORED_BYTES, default DefaultMaxStoredBytes; 0: no bound);
+	// a test-mode account has a tenth of it.
+	MaxStoredBytes int64
+	// MaxOutcomes bounds the outcomes an account keeps (EVS_MAX_OUTCOMES,
+	// default DefaultMaxOutcomes; 0: no bound); a test-mode account has a
+	// tenth of it.
+	MaxOutcomes int
 	// MaxIdempotencyKeys bounds the new Idempotency-Keys an account may use
 	// per UTC day (EVS_MAX_IDEMPOTENCY_KEYS, default
 	// DefaultMaxIdempotencyKeys; 0: no bound).
@@ -325,7 +329,8 @@ func FromEnv(getenv func(string) string, onLambda bool) (Config, error) {
 	default:
 		errs = append(errs, fmt.Errorf("EVS_QUOTA_PERIOD: %q is not day or month", c.QuotaPeriod))
 	}
-	c.MaxStoredAddresses = limitOrOff(getenv, "EVS_MAX_STORED_ADDRESSES", DefaultMaxStoredAddresses, &errs)
+	c.MaxStoredBytes = int64(limitOrOff(getenv, "EVS_MAX_STORED_BYTES", DefaultMaxStoredBytes, &errs))
+	c.MaxOutcomes = limitOrOff(getenv, "EVS_MAX_OUTCOMES", DefaultMaxOutcomes, &errs)
 	c.MaxIdempotencyKeys = limitOrOff(getenv, "EVS_MAX_IDEMPOTENCY_KEYS", DefaultMaxIdempotencyKeys, &errs)
 	c.BatchDeadline = value(getenv, "EVS_BATCH_DEADLINE", 24*time.Hour, "a positive duration like 24h", durationFrom(1), &errs)
 	c.CacheTTL = value(getenv, "EVS_CACHE_TTL", 24*time.Hour, "a duration like 24h (0 turns the cache off)", durationFrom(0), &errs)
@@ -374,12 +379,14 @@ func (c *Config) SetSMTPProxy(proxyURL string) error {
 // batch with its results takes about 8 MiB) and for SQLite's checkpoints.
 const DefaultMinFreeBytes = 1 << 30
 
-// DefaultMaxStoredAddresses is EVS_MAX_STORED_ADDRESSES's default: five
-// uploads of the largest size, or 100 full body batches, kept at once. At
-// 152.5 bytes per address with its result in `evs serve`'s store
-// (sqlitestore's BenchmarkStorageBytes), one account holds at most about
-// 760 MB.
-const DefaultMaxStoredAddresses = 5_000_000
+// DefaultMaxStoredBytes is EVS_MAX_STORED_BYTES's default, 4 GiB: ten
+// lists of a million addresses with their rows and results, or forty
+// of the largest uploads, kept at once.
+const DefaultMaxStoredBytes = 4 << 30
+
+// DefaultMaxOutcomes is EVS_MAX_OUTCOMES's default: a million outcomes
+// per account, about 640 MB in `evs serve`'s store with their indexes.
+const DefaultMaxOutcomes = 1_000_000
 
 // DefaultMaxIdempotencyKeys is EVS_MAX_IDEMPOTENCY_KEYS's default: new
 // Idempotency-Keys per account per UTC day. A record is kept 24 h and

@@ -106,21 +106,22 @@ func TestFromEnv(t *testing.T) {
 		}},
 		{name: "bad free-space watermark", vars: map[string]string{"EVS_MIN_FREE_BYTES": "1GB"}, errMatch: "EVS_MIN_FREE_BYTES"},
 		{name: "default per-account storage limits", check: func(t *testing.T, c config.Config) {
-			if c.MaxStoredAddresses != 5_000_000 || c.MaxIdempotencyKeys != 250_000 {
-				t.Fatalf("stored addresses %d, idempotency keys %d", c.MaxStoredAddresses, c.MaxIdempotencyKeys)
+			if c.MaxStoredBytes != 4<<30 || c.MaxOutcomes != 1_000_000 || c.MaxIdempotencyKeys != 250_000 {
+				t.Fatalf("stored bytes %d, outcomes %d, idempotency keys %d", c.MaxStoredBytes, c.MaxOutcomes, c.MaxIdempotencyKeys)
 			}
 		}},
-		{name: "per-account storage limits", vars: map[string]string{"EVS_MAX_STORED_ADDRESSES": "1000", "EVS_MAX_IDEMPOTENCY_KEYS": "Off"}, check: func(t *testing.T, c config.Config) {
-			if c.MaxStoredAddresses != 1000 || c.MaxIdempotencyKeys != 0 {
-				t.Fatalf("stored addresses %d, idempotency keys %d", c.MaxStoredAddresses, c.MaxIdempotencyKeys)
+		{name: "per-account storage limits", vars: map[string]string{"EVS_MAX_STORED_BYTES": "1000", "EVS_MAX_OUTCOMES": "7", "EVS_MAX_IDEMPOTENCY_KEYS": "Off"}, check: func(t *testing.T, c config.Config) {
+			if c.MaxStoredBytes != 1000 || c.MaxOutcomes != 7 || c.MaxIdempotencyKeys != 0 {
+				t.Fatalf("stored bytes %d, outcomes %d, idempotency keys %d", c.MaxStoredBytes, c.MaxOutcomes, c.MaxIdempotencyKeys)
 			}
 		}},
-		{name: "stored addresses off", vars: map[string]string{"EVS_MAX_STORED_ADDRESSES": "0"}, check: func(t *testing.T, c config.Config) {
-			if c.MaxStoredAddresses != 0 {
-				t.Fatalf("stored addresses %d, want 0 (off)", c.MaxStoredAddresses)
+		{name: "stored bytes and outcomes off", vars: map[string]string{"EVS_MAX_STORED_BYTES": "0", "EVS_MAX_OUTCOMES": "off"}, check: func(t *testing.T, c config.Config) {
+			if c.MaxStoredBytes != 0 || c.MaxOutcomes != 0 {
+				t.Fatalf("stored bytes %d, outcomes %d, want 0 (off)", c.MaxStoredBytes, c.MaxOutcomes)
 			}
 		}},
-		{name: "bad stored addresses", vars: map[string]string{"EVS_MAX_STORED_ADDRESSES": "5M"}, errMatch: "EVS_MAX_STORED_ADDRESSES"},
+		{name: "bad stored bytes", vars: map[string]string{"EVS_MAX_STORED_BYTES": "4GB"}, errMatch: "EVS_MAX_STORED_BYTES"},
+		{name: "bad outcomes cap", vars: map[string]string{"EVS_MAX_OUTCOMES": "-1"}, errMatch: "EVS_MAX_OUTCOMES"},
 		{name: "bad idempotency keys", vars: map[string]string{"EVS_MAX_IDEMPOTENCY_KEYS": "-1"}, errMatch: "EVS_MAX_IDEMPOTENCY_KEYS"},
 		{name: "bad quota period", vars: map[string]string{"EVS_QUOTA_PERIOD": "week"}, errMatch: "EVS_QUOTA_PERIOD"},
 		{name: "bad smtp mode", vars: map[string]string{"EVS_SMTP": "smoke"}, errMatch: "EVS_SMTP"},

@@ -48,7 +48,8 @@ func (s *Store) ChargeAddresses(ctx context.Context, accountID, period string, n
 		return false, nil // even an unused quota cannot take it
 	}
 	key := quotaKey(accountID, period)
-	marker := item{attrAccountID: key[attrAccountID], attrID: avS(period + "#charge#" + uuid.NewString()), attrExpiresAt: ttlSeconds(expires)}
+	// "~" sorts the markers after every period, out of Counters' ranges.
+	marker := item{attrAccountID: key[attrAccountID], attrID: avS("~charge#" + period + "#" + uuid.NewString()), attrExpiresAt: ttlSeconds(expires)}
 	in := &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
 		{Put: &types.Put{TableName: aws.String(s.t.Batches), Item: marker,
 			ConditionExpression: aws.String("attribute_not_exists(#id)"), ExpressionAttributeNames: map[string]string{"#id": attrID}}},
@@ -117,4 +118,23 @@ func (s *Store) RefundAddresses(ctx context.Context, accountID, period string, n
 		}
 	}
 	return store.Unavailable(errors.New("dynamostore: the address quota counter keeps changing"))
+}
+
+// Counters returns the account's counters whose period is in [from, to),
+// by period: one Query of the account's quota partition.
+func (s *Store) Counters(ctx context.Context, accountID, from, to string) (map[string]int, error) {
+	out := map[string]int{}
+	err := s.query(ctx, &dynamodb.QueryInput{
+		TableName:                 aws.String(s.t.Batches),
+		KeyConditionExpression:    aws.String("#a = :a AND #id BETWEEN :from AND :to"),
+		ExpressionAttributeNames:  map[string]string{"#a": attrAccountID, "#id": attrID},
+		ExpressionAttributeValues: item{":a": avS(quotaPartitionPrefix + accountID), ":from": avS(from), ":to": avS(to)},
+		ConsistentRead:            aws.Bool(true),
+	}, "read the quota counters", func(it item) bool {
+		if p := getS(it, attrID); p != to && it[attrQuotaUsed] != nil {
+			out[p] = int(getN(it, attrQuotaUsed))
+		}
+		return true
+	})
+	return out, err
 }

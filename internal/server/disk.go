@@ -24,9 +24,10 @@ const lowSpaceRetry = 60 * time.Second
 
 // storesWork tells whether a call of route with method would store new
 // work: a batch, an upload (its PUT is refused the same way, in
-// receiveUpload), an export file.
+// receiveUpload), an export file, outcomes. The runtime's ledger checks
+// the watermark again as each of them writes (app.Ports.FreeBytes).
 func storesWork(method string, route string) bool {
-	return method == http.MethodPost && (route == "/v1/requests" || strings.HasPrefix(route, "/v1/uploads")) ||
+	return method == http.MethodPost && (route == "/v1/requests" || route == "/v1/outcomes" || strings.HasPrefix(route, "/v1/uploads")) ||
 		method == http.MethodGet && route == "/v1/requests/{id}/export"
 }
 
@@ -48,5 +49,5 @@ func (g *edge) lowOnSpace() bool {
 func writeLowSpace(w http.ResponseWriter, requestID string) {
 	w.Header().Set("Retry-After", retryAfter(lowSpaceRetry))
 	writeError(w, http.StatusServiceUnavailable, evs.CodeUnavailable,
-		"The service is low on storage and takes no new batches, uploads or exports until space is freed; retry later.", requestID)
+		"The service is low on storage and takes no new batches, uploads, exports or outcomes until space is freed; retry later.", requestID)
 }

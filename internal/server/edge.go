@@ -75,8 +75,9 @@ type edge struct {
 	// address and per key (contract, section 17).
 	pkClients, pkKeys *failLimiter
 	// uploads receives lists PUT to upload URLs; nil when the store
-	// keeps none.
+	// keeps none. ledger charges them as they arrive.
 	uploads uploadStore
+	ledger  api.Ledger
 	// exports serves the lists of export URLs; nil when the store keeps
 	// none.
 	exports exportStore

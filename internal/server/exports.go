@@ -2,12 +2,15 @@ package server
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net/http"
 	"os"
+	"time"
 
 	"github.com/evs-dev/evs/internal/api"
 	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/store"
 )
 
 // exportStore is a store that keeps exported result lists itself
@@ -70,6 +73,14 @@ func writeCallError(w http.ResponseWriter, r *http.Request, c *api.Call, err err
 	status, body := api.FromError(err, c.RequestID)
 	if status >= 500 {
 		c.Err = err
+	}
+	var le *store.LimitError
+	var be *api.BusyError
+	switch {
+	case errors.As(err, &le):
+		w.Header().Set("Retry-After", retryAfter(max(le.Retry, time.Second)))
+	case errors.As(err, &be):
+		w.Header().Set("Retry-After", be.RetryAfter)
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("X-Request-Id", c.RequestID)

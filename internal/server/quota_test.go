@@ -26,11 +26,6 @@ func (c *countingStore) CreateBatchWithin(ctx context.Context, b evs.Batch, item
 	return c.Store.CreateBatchWithin(ctx, b, items, maxActive)
 }
 
-func (c *countingStore) CreateBatchBounded(ctx context.Context, b evs.Batch, items []evs.Item, maxActive, maxStored int) error {
-	c.creates.Add(1)
-	return c.Store.CreateBatchBounded(ctx, b, items, maxActive, maxStored)
-}
-
 func (c *countingStore) ChargeAddresses(ctx context.Context, accountID, period string, n, limit int, expires time.Time) (bool, error) {
 	return c.quota.ChargeAddresses(ctx, accountID, period, n, limit, expires)
 }

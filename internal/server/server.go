@@ -37,7 +37,6 @@ import (
 type Store interface {
 	store.Store
 	store.DueDeliveries
-	api.BoundedBatchStore
 	Sweep(ctx context.Context) (int, error)
 }
 
@@ -215,7 +214,7 @@ func New(o Options) (*Server, error) {
 	}
 	cfg := o.Config
 	cfg.SelfCheckEvery = cmp.Or(o.SelfCheckEvery, cfg.SelfCheckEvery)
-	ports := app.Ports{Store: o.Store, Now: o.Now, Logger: o.Logger, Exits: o.Exits}
+	ports := app.Ports{Store: o.Store, Now: o.Now, Logger: o.Logger, Exits: o.Exits, FreeBytes: o.FreeBytes}
 	if o.Engine != nil {
 		ports.Engine = o.Engine
 	}
@@ -260,6 +259,7 @@ func New(o Options) (*Server, error) {
 	h, err := rt.API(api.Deps{
 		AdmitList:          bodies.admitList,
 		Uploads:            uploads,
+		ChargeUploads:      uploads != nil,
 		ExportLinks:        links,
 		CSVLists:           cmp.Or(o.CSVLists, defaultCSVLists),
 		PublicURL:          o.Config.PublicURL,
@@ -272,6 +272,7 @@ func New(o Options) (*Server, error) {
 	o.sns = newSNSEndpoint(o, rt.Outcomes)
 	gw := newEdge(o, h.MountAll, authorizer.New(o.Store), bodies)
 	gw.egress = watch
+	gw.ledger = rt.Ledger
 	if o.DeliverEvery <= 0 {
 		o.DeliverEvery = 500 * time.Millisecond
 	}

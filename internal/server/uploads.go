@@ -20,7 +20,9 @@ import (
 // hands out, as S3 serves its pre-signed URLs on AWS.
 type uploadStore interface {
 	api.Uploads
-	ReceiveUpload(ctx context.Context, id, token, contentType string, body io.Reader) (evs.Upload, int64, error)
+	// ReceiveUpload stores the list of upload id, read from what body
+	// returns for the upload once its token is checked.
+	ReceiveUpload(ctx context.Context, id, token, contentType string, body func(evs.Upload) io.Reader) (evs.Upload, int64, error)
 }
 
 // uploadRoute is the route template of an upload's URL, in logs and
@@ -123,7 +125,25 @@ func (g *edge) receiveUpload(w http.ResponseWriter, r *http.Request, c *api.Call
 	}
 	window := cmp.Or(g.o.UploadWindow, defaultUploadWindow)
 	body := newRateBody(r.Body, http.NewResponseController(w), window, time.Now().Add(uploadTimeout))
-	u, size, err := g.uploads.ReceiveUpload(r.Context(), id, r.URL.Query().Get("token"), ct, body)
+	// The list counts against the account's storage quota as it arrives;
+	// one stopped midway is forgotten, and its charge given back.
+	var held *api.Hold
+	var hr *api.HeldReader
+	u, size, err := g.uploads.ReceiveUpload(r.Context(), id, r.URL.Query().Get("token"), ct, func(u evs.Upload) io.Reader {
+		p := evs.Principal{AccountID: u.AccountID}
+		if a, err := g.o.Store.Account(r.Context(), u.AccountID); err == nil {
+			p.Test = a.Test
+		}
+		held = api.NewHold(g.ledger, p, u.ExpiresAt)
+		hr = held.Reader(r.Context(), body)
+		return hr
+	})
+	if held != nil && err != nil {
+		held.Undo(r.Context())
+		err = hr.Refusal(err)
+	} else if held != nil {
+		held.Done(r.Context())
+	}
 	switch code := evs.ErrorCode(err); {
 	case err == nil:
 	case body.slow:

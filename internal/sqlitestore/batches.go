@@ -90,7 +90,7 @@ var (
 		qClaim, qReadClaim, qComplete, qRelease, qPut,
 		qCreateBatch, qBatch, qTransition, qCount,
 		insertItems(itemsPerInsert), insertResults(resultsPerInsert),
-		qChargeQuota, qRefundQuota, qAddQuota, qStored, qAddStored, qKeepDecision,
+		qChargeQuota, qRefundQuota, qAddQuota, qKeepDecision,
 	}
 	readerQueries = []string{
 		qAccount, qAccountByName, qCountAccounts, qKeyByHash, qListKeys,
@@ -137,16 +137,7 @@ func (s *Store) ActiveBatches(ctx context.Context, accountID string) (int, error
 // CreateBatchWithin stores b and its items unless the account already has
 // maxActive active batches. Writes are serialised (one writer at a time),
 // so the count taken inside the write transaction is exact.
-func (s *Store) CreateBatchWithin(ctx context.Context, b evs.Batch, items []evs.Item, maxActive int) error {
-	return s.CreateBatchBounded(ctx, b, items, maxActive, 0)
-}
-
-// CreateBatchBounded is CreateBatchWithin that also refuses, with a
-// *store.LimitError, a batch that would take the account's stored
-// addresses (see StoredAddresses) past maxStored; maxStored <= 0 means no
-// limit. Both counts are taken inside the write transaction, so they are
-// exact however many creations run at once.
-func (s *Store) CreateBatchBounded(ctx context.Context, b evs.Batch, items []evs.Item, maxActive, maxStored int) (err error) {
+func (s *Store) CreateBatchWithin(ctx context.Context, b evs.Batch, items []evs.Item, maxActive int) (err error) {
 	if err := store.CheckNewBatch(b, items); err != nil {
 		return err
 	}
@@ -167,14 +158,6 @@ func (s *Store) CreateBatchBounded(ctx context.Context, b evs.Batch, items []evs
 			if n >= maxActive {
 				return evs.Errorf(evs.CodeRateLimited, store.ActiveBatchesFull, n)
 			}
-		}
-		if maxStored > 0 {
-			if err := s.checkStored(ctx, tx, b.AccountID, b.Counters.Total, maxStored, now); err != nil {
-				return err
-			}
-		}
-		if err := s.addStored(ctx, tx, b.AccountID, b.Counters.Total); err != nil {
-			return err
 		}
 		c := b.Counters
 		var key int64
@@ -496,11 +479,6 @@ func (s *Store) Sweep(ctx context.Context) (int, error) {
 	var n int64
 	now := millis(s.now())
 	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		// The stored-address counters first, while the batches they lose
-		// are still there to be summed.
-		if err := sweepStored(ctx, tx, now); err != nil {
-			return err
-		}
 		for _, q := range []string{
 			`DELETE FROM batches WHERE expires_at <= ?`,
 			`DELETE FROM idempotency WHERE expires_at <= ?`,

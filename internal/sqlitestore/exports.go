@@ -11,6 +11,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -27,51 +28,99 @@ import (
 // The record is written last, so a record always has its list; the sweep
 // deletes both once the record has expired, and any file left without a
 // record (a crash between the two) once it is older than evs.ExportTTL.
+//
+// An export's id is named by its account, batch and filters, so asking
+// again for the same list finds the same file (contract, section 16):
+// while the batch is unchanged (the same version) and the file has
+// exportReuse left, it is served again under a new token; otherwise it
+// is written again in its place.
 
 // exportsDir is the directory of exports under the data directory.
 const exportsDir = "exports"
 
-// exportRecord says whose an export is and until when its token works.
-// Only the token's hash is kept, as for uploads.
+// exportRecord says whose an export is, of which version of its batch,
+// and until when its tokens work. Only the tokens' hashes are kept, as
+// for uploads; the latest maxExportTokens.
 type exportRecord struct {
-	AccountID string `json:"accountId"`
-	BatchID   string `json:"batchId"`
-	ExpiresAt int64  `json:"expiresAt"` // Unix milliseconds
-	TokenHash []byte `json:"tokenHash"`
+	AccountID   string   `json:"accountId"`
+	BatchID     string   `json:"batchId"`
+	Version     string   `json:"version"`
+	ExpiresAt   int64    `json:"expiresAt"` // Unix milliseconds
+	TokenHashes [][]byte `json:"tokenHashes"`
 }
+
+// Reuse of an export: one with less than exportReuse left is written
+// again, so a URL handed out always has that long to start its download.
+const (
+	exportReuse     = 5 * time.Minute
+	maxExportTokens = 32
+)
+
+// exportNamespace names an export's id (uuid.NewSHA1).
+var exportNamespace = uuid.MustParse("1b0e7c1e-5a43-4f6e-9d0e-3c2f8b7a6d51")
 
 func noExport() error {
 	return evs.Errorf(evs.CodeNotFound, "No such export (unknown or expired).")
 }
 
-// Export stores batchID's result list of accountID, as write writes it,
-// and returns the URL it is served at without a key until it expires
-// (api.Exports): origin + /v1/exports/{id}?token=..., which `evs serve`
-// answers with OpenExport. The list goes to its file as it is written, so
-// a list of any length costs the same memory.
-func (s *Store) Export(ctx context.Context, accountID, batchID, origin string, write func(w io.Writer) error) (string, time.Time, error) {
+// Export stores batchID's result list of accountID under filters, as
+// write writes it, and returns the URL it is served at without a key
+// until it expires (api.Exports): origin + /v1/exports/{id}?token=...,
+// which `evs serve` answers with OpenExport. The list goes to its file as
+// it is written, so a list of any length costs the same memory. The same
+// list of the same version of the batch, asked again, is not written
+// again (see above).
+func (s *Store) Export(ctx context.Context, accountID, batchID, filters, version, origin string, write func(w io.Writer) error) (string, time.Time, error) {
 	token, hash, err := newToken()
 	if err != nil {
 		return "", time.Time{}, err
 	}
-	id := uuid.NewString()
-	expires := s.now().Add(evs.ExportTTL).UTC()
-	rec, err := json.Marshal(exportRecord{AccountID: accountID, BatchID: batchID, ExpiresAt: millis(expires), TokenHash: hash})
-	if err != nil {
-		return "", time.Time{}, err
-	}
+	id := uuid.NewSHA1(exportNamespace, []byte(accountID+"\x00"+batchID+"\x00"+filters)).String()
 	dir := filepath.Join(s.dir, exportsDir)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", time.Time{}, fileErr("store export", err)
 	}
-	if err := writeFileAtomic(dir, id+".csv", write); err != nil {
+	// The lock is not held while the list is written: two calls that
+	// find no export both write it, and the second's rename wins.
+	s.exportMu.Lock()
+	defer s.exportMu.Unlock()
+	rec, err := readExportRecord(dir, id)
+	expires := time.UnixMilli(rec.ExpiresAt).UTC()
+	if reusable := func() bool {
+		return err == nil && rec.Version == version && rec.ExpiresAt >= millis(s.now().Add(exportReuse))
+	}; !reusable() {
+		s.exportMu.Unlock()
+		werr := writeFileAtomic(dir, id+".csv", write)
+		s.exportMu.Lock()
+		if werr != nil {
+			return "", time.Time{}, werr
+		}
+		if rec, err = readExportRecord(dir, id); !reusable() {
+			expires = s.now().Add(evs.ExportTTL).UTC()
+			rec = exportRecord{AccountID: accountID, BatchID: batchID, Version: version, ExpiresAt: millis(expires)}
+		}
+	}
+	rec.TokenHashes = append(rec.TokenHashes, hash)
+	rec.TokenHashes = rec.TokenHashes[max(len(rec.TokenHashes)-maxExportTokens, 0):]
+	raw, err := json.Marshal(rec)
+	if err != nil {
 		return "", time.Time{}, err
 	}
-	if err := writeFileAtomic(dir, id+".json", func(w io.Writer) error { _, err := w.Write(rec); return err }); err != nil {
+	if err := writeFileAtomic(dir, id+".json", func(w io.Writer) error { _, err := w.Write(raw); return err }); err != nil {
 		_ = os.Remove(filepath.Join(dir, id+".csv"))
 		return "", time.Time{}, err
 	}
 	return origin + "/v1/exports/" + id + "?token=" + token, expires, nil
+}
+
+// readExportRecord reads export id's record.
+func readExportRecord(dir, id string) (exportRecord, error) {
+	var rec exportRecord
+	raw, err := os.ReadFile(filepath.Join(dir, id+".json"))
+	if err == nil {
+		err = json.Unmarshal(raw, &rec)
+	}
+	return rec, err
 }
 
 // writeFileAtomic writes dir/name, as write writes it, whole or not at
@@ -133,18 +182,14 @@ func (s *Store) OpenExport(ctx context.Context, id, token string) (batchID strin
 		return "", nil, noExport()
 	}
 	dir := filepath.Join(s.dir, exportsDir)
-	raw, err := os.ReadFile(filepath.Join(dir, id+".json"))
+	rec, err := readExportRecord(dir, id)
 	if errors.Is(err, fs.ErrNotExist) {
 		return "", nil, noExport()
 	}
 	if err != nil {
 		return "", nil, fileErr("read export", err)
 	}
-	var rec exportRecord
-	if err := json.Unmarshal(raw, &rec); err != nil {
-		return "", nil, fmt.Errorf("sqlitestore: read export %s: %w", id, err)
-	}
-	if !tokenIs(token, rec.TokenHash) || rec.ExpiresAt <= millis(s.now()) {
+	if !slices.ContainsFunc(rec.TokenHashes, func(h []byte) bool { return tokenIs(token, h) }) || rec.ExpiresAt <= millis(s.now()) {
 		return "", nil, noExport()
 	}
 	f, err = os.Open(filepath.Join(dir, id+".csv"))

@@ -33,7 +33,7 @@ func TestExports(t *testing.T) {
 	t.Cleanup(func() { st.Close() })
 
 	csv := []byte("email,status\r\n'=1+1@x.example,unknown\n")
-	link, expires, err := st.Export(ctx, "acct-a", "batch-1", "http://evs.test:8080", func(w io.Writer) error { _, err := w.Write(csv); return err })
+	link, expires, err := st.Export(ctx, "acct-a", "batch-1", "", "v1", "http://evs.test:8080", func(w io.Writer) error { _, err := w.Write(csv); return err })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +136,7 @@ func TestExportStreamed(t *testing.T) {
 
 	row := []byte("someone@example.com,deliverable,accepted_email\r\n")
 	const rows = 100_000 // 4.8 MB, written 48 bytes at a time
-	link, _, err := st.Export(ctx, "acct-a", "batch-1", "http://evs.test", func(w io.Writer) error {
+	link, _, err := st.Export(ctx, "acct-a", "batch-1", "", "v1", "http://evs.test", func(w io.Writer) error {
 		for range rows {
 			if _, err := w.Write(row); err != nil {
 				return err
@@ -159,7 +159,7 @@ func TestExportStreamed(t *testing.T) {
 	}
 
 	broken := errors.New("the results could not be read")
-	_, _, err = st.Export(ctx, "acct-a", "batch-2", "http://evs.test", func(w io.Writer) error {
+	_, _, err = st.Export(ctx, "acct-a", "batch-2", "", "v1", "http://evs.test", func(w io.Writer) error {
 		_, _ = w.Write(row)
 		return broken
 	})

@@ -61,3 +61,29 @@ func (s *Store) RefundAddresses(ctx context.Context, accountID, period string, n
 		return dbErr("refund the address quota", err)
 	})
 }
+
+// Counters returns the account's counters whose period is in [from, to),
+// by period; the serving store's figures in memory stand over the table's.
+func (s *Store) Counters(ctx context.Context, accountID, from, to string) (map[string]int, error) {
+	rows, err := s.rdb.QueryContext(ctx, `SELECT period, used FROM address_quota WHERE account_id = ? AND period >= ? AND period < ?`, accountID, from, to)
+	if err != nil {
+		return nil, dbErr("read the quota counters", err)
+	}
+	defer rows.Close()
+	out := map[string]int{}
+	for rows.Next() {
+		var p string
+		var n int
+		if err := rows.Scan(&p, &n); err != nil {
+			return nil, dbErr("read the quota counters", err)
+		}
+		out[p] = n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, dbErr("read the quota counters", err)
+	}
+	if s.quota != nil {
+		s.quota.overlay(accountID, from, to, out)
+	}
+	return out, nil
+}

@@ -80,6 +80,18 @@ func (q *quotaMirror) refund(s *Store, accountID, period string, n int) {
 	q.persist(s, "refund the address quota", qAddQuota, accountID, period, -taken, millis(c.expires))
 }
 
+// overlay puts the account's counters in memory with a period in
+// [from, to) over those read from the table.
+func (q *quotaMirror) overlay(accountID, from, to string, m map[string]int) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for k, c := range q.m {
+		if k.account == accountID && k.period >= from && k.period < to {
+			m[k.period] = c.used
+		}
+	}
+}
+
 // persist writes a change in the background; q.mu is held, so it is
 // counted before close waits, or not started at all. The writes may land
 // in any order, so each adds the change made in memory (a refund adds a

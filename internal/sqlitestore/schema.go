@@ -196,8 +196,15 @@ CREATE TABLE write_probe (
 	at INTEGER NOT NULL
 );
 `,
-	// The stored-address limit (stored.go).
-	storedSchema,
+	// The stored-address limit, replaced by the byte ledger's counters
+	// in address_quota (dropped below).
+	`
+CREATE TABLE stored_addresses (
+	account_id TEXT PRIMARY KEY,
+	total      INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX batches_account_expires ON batches (account_id, expires_at, total);
+`,
 	// The result cache (resultcache.go).
 	resultCacheSchema,
 	// Listing an account's batches newest first (GET /v1/requests) reads
@@ -222,6 +229,10 @@ ALTER TABLE keys ADD COLUMN origins TEXT NOT NULL DEFAULT '';
 	// What a domain's reported outcomes teach (outcomes.go; contract,
 	// section 18), counted from the outcomes already stored.
 	outcomeDomainsSchema,
+	`
+DROP TABLE stored_addresses;
+DROP INDEX batches_account_expires;
+`,
 }
 
 // migrate brings the schema to len(migrations). It runs in one immediate

@@ -86,6 +86,8 @@ type Store struct {
 	// quota mirrors the address quota's counters; nil unless this process
 	// is the directory's only server.
 	quota *quotaMirror
+	// exportMu makes reading and writing an export's record one step.
+	exportMu sync.Mutex
 	// dir is the data directory; keysGen counts this store's writes to
 	// keys and accounts (KeysVersion).
 	dir     string

@@ -107,14 +107,16 @@ func (s *Store) upload(ctx context.Context, id string) (uploadRow, error) {
 	return r, nil
 }
 
-// ReceiveUpload stores body as the list of upload id, if token is the
-// upload's and contentType the one it was made for. It answers
+// ReceiveUpload stores what open returns for the upload as the list of
+// upload id, if token is the upload's and contentType the one it was made
+// for. It answers
 // CodeNotFound for an unknown or expired upload or a wrong token (the two
 // are not told apart), CodeInvalidRequest for another content type,
 // CodePayloadTooLarge past the upload's MaxBytes (nothing is kept), and
-// CodeInvalidState once a batch was made from it. A second PUT replaces
-// the first, as on S3.
-func (s *Store) ReceiveUpload(ctx context.Context, id, token, contentType string, body io.Reader) (evs.Upload, int64, error) {
+// CodeInvalidState once a batch was made from it; an *evs.Error of the
+// reader's own (a quota) as it is. A second PUT replaces the first, as on
+// S3.
+func (s *Store) ReceiveUpload(ctx context.Context, id, token, contentType string, open func(evs.Upload) io.Reader) (evs.Upload, int64, error) {
 	r, err := s.upload(ctx, id)
 	if err != nil {
 		return evs.Upload{}, 0, err
@@ -140,6 +142,7 @@ func (s *Store) ReceiveUpload(ctx context.Context, id, token, contentType string
 			return err
 		})
 	}
+	body := open(r.u)
 	buf := make([]byte, uploadPart)
 	var size int64
 	for n := 0; ; n++ {
@@ -164,6 +167,9 @@ func (s *Store) ReceiveUpload(ctx context.Context, id, token, contentType string
 		}
 		if rerr != nil {
 			forget()
+			if errors.As(rerr, new(*evs.Error)) {
+				return evs.Upload{}, 0, rerr // the body's own refusal (a quota)
+			}
 			return evs.Upload{}, 0, evs.Wrap(rerr, evs.CodeInvalidRequest, "The upload's body did not arrive whole; send it again.")
 		}
 	}

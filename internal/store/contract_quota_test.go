@@ -83,6 +83,37 @@ func runQuotaContract(t *testing.T, newQuota func(t *testing.T) api.AddressQuota
 			t.Fatal("a full counter took one more")
 		}
 	})
+	t.Run("CountersByRange", func(t *testing.T) {
+		// The byte ledger keeps a counter per account and hour its bytes
+		// go, and sums the live ones: a range of periods, by period.
+		q := newQuota(t)
+		cs, ok := q.(interface {
+			Counters(ctx context.Context, accountID, from, to string) (map[string]int, error)
+		})
+		if !ok {
+			t.Fatal("the store cannot read its counters back")
+		}
+		for _, c := range []struct {
+			acct, period string
+			n            int
+		}{{"acct-1", "bytes/2026-11-22T10", 7}, {"acct-1", "bytes/2026-11-22T11", 5}, {"acct-1", "bytes/2026-11-22T12", 3},
+			{"acct-1", "bytes/2026-11-22T09", 100}, {"acct-1", "2026-11", 50}, {"acct-2", "bytes/2026-11-22T11", 9}} {
+			if !charge(t, q, c.acct, c.period, c.n, 1000) {
+				t.Fatalf("charge %v refused", c)
+			}
+		}
+		if err := q.RefundAddresses(ctx, "acct-1", "bytes/2026-11-22T11", 2); err != nil {
+			t.Fatal(err)
+		}
+		got, err := cs.Counters(ctx, "acct-1", "bytes/2026-11-22T10", "bytes/2026-11-22T12")
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := map[string]int{"bytes/2026-11-22T10": 7, "bytes/2026-11-22T11": 3}
+		if len(got) != len(want) || got["bytes/2026-11-22T10"] != 7 || got["bytes/2026-11-22T11"] != 3 {
+			t.Fatalf("Counters = %v, want %v", got, want)
+		}
+	})
 	t.Run("Concurrent", func(t *testing.T) {
 		q := newQuota(t)
 		const limit, callers = 10, 25

@@ -106,15 +106,6 @@ type Batches interface {
 // CreateBatchWithin; %d is the account's active batches.
 const ActiveBatchesFull = "The account has %d batch requests queued or running, the most allowed; retry once one has finished."
 
-// StoredAddressesFull is the message of a creation refused by
-// CreateBatchBounded's stored-address limit: the limit, what the account
-// stores, the batch's addresses, and when enough will have expired.
-const StoredAddressesFull = "The account's stored-address limit (%d addresses in batches still kept) would be exceeded: %d are stored and this request has %d; retry when older requests expire, at %s."
-
-// StoredAddressesTooMany is the message of a creation refused because its
-// batch alone has more addresses than the stored-address limit.
-const StoredAddressesTooMany = "This request has %d addresses, more than the account's stored-address limit (%d addresses in batches still kept) allows at all; split the list."
-
 // OpenUploadsFull is the message of an upload creation refused because
 // the account already has its most open uploads (contract, section 16);
 // %d is that number. It says what frees a place: an upload counts from its

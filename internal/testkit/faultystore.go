@@ -14,7 +14,6 @@ import (
 type EmbeddedStore interface {
 	store.Store
 	store.DueDeliveries
-	CreateBatchBounded(ctx context.Context, b evs.Batch, items []evs.Item, maxActive, maxStored int) error
 	Sweep(ctx context.Context) (int, error)
 }
 
