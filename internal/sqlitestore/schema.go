@@ -222,6 +222,12 @@ ALTER TABLE keys ADD COLUMN origins TEXT NOT NULL DEFAULT '';
 	// What a domain's reported outcomes teach (outcomes.go; contract,
 	// section 18), counted from the outcomes already stored.
 	outcomeDomainsSchema,
+	// A publishable key's own rate limits, calls a minute (0: the
+	// default; keys.go).
+	`
+ALTER TABLE keys ADD COLUMN rate_per_address INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE keys ADD COLUMN rate_per_key INTEGER NOT NULL DEFAULT 0;
+`,
 }
 
 // migrate brings the schema to len(migrations). It runs in one immediate
