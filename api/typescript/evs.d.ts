@@ -23,8 +23,10 @@ export interface paths {
          *
          *     With a publishable key (`evs_pk.`; docs/security.md) the call must come from one of the key's
          *     origins (`Origin` header; none or another → 403 `forbidden`), is limited per client
-         *     address and per key (429), keeps no Idempotency-Key record, and is answered with
-         *     `PublishableVerifyResult` and `Access-Control-Allow-Origin` set to the origin.
+         *     address and per key (429; 10 and 600 calls a minute unless the key has its own), uses
+         *     at most its share of the address quota (429), keeps no Idempotency-Key record, and is
+         *     answered with `PublishableVerifyResult`, decided without the account's reported
+         *     outcomes, and `Access-Control-Allow-Origin` set to the origin.
          */
         post: operations["verify"];
         delete?: never;
@@ -528,7 +530,7 @@ export interface components {
             requestId: string;
             decision: components["schemas"]["Decision"];
         };
-        /** @description The reply of POST /v1/verify to a publishable key (docs/widget.md): the verdict a sign-up form shows, and nothing of the checks, the SMTP dialogue or the address itself. */
+        /** @description The reply of POST /v1/verify to a publishable key (docs/widget.md): the verdict a sign-up form shows, and nothing of the checks, the SMTP dialogue, the account's reported outcomes or the address itself. */
         PublishableVerifyResult: {
             status: components["schemas"]["Status"];
             requestId: string;

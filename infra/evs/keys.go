@@ -121,7 +121,10 @@ network; an account's keys all share its mode.
 With --publishable the key (evs_pk.…) is one a web page may hold: it may
 call only POST /v1/verify, only from the pages of its --origin (each
 scheme://host[:port]; https, or http for localhost), gets a trimmed reply
-and is rate-limited per client address and per key (docs/security.md); the
+decided without the account's reported outcomes, uses at most the publishable
+keys' share of the account's quota (EVS_QUOTA_PUBLISHABLE_PERCENT), and is
+rate-limited per client address and per key: by default 10 and 600 calls a
+minute, or --rate-per-address and --rate (docs/security.md); the
 <script> tag of the widget that uses it is printed on stderr (docs/widget.md).
 
 With --dynamodb-table the key goes to a deployed stack, and into its API
@@ -129,6 +132,7 @@ Gateway usage plan (--usage-plan, or EVS_USAGE_PLAN_ID).`,
 		Example: `  evs keys create --account acme
   evs keys create --account sandbox --test
   evs keys create --account acme --publishable --origin https://shop.example --origin https://www.shop.example
+  evs keys create --account acme --publishable --origin https://shop.example --rate 1200 --rate-per-address 5
   evs keys create --account acme --dynamodb-table evs-KeysTable-XYZ --usage-plan abc123`,
 		Args: noArgs,
 		RunE: func(*cobra.Command, []string) error {
@@ -138,6 +142,8 @@ Gateway usage plan (--usage-plan, or EVS_USAGE_PLAN_ID).`,
 	cmd.Flags().StringVar(&account, "account", "", "the account's `NAME` (created if it does not exist)")
 	cmd.Flags().BoolVar(&spec.publishable, "publishable", false, "make a publishable key for web pages (needs --origin)")
 	cmd.Flags().StringArrayVar(&spec.origins, "origin", nil, "with --publishable: a web `ORIGIN` the key is accepted from (repeat for more)")
+	cmd.Flags().IntVar(&spec.limits.PerKey, "rate", 0, "with --publishable: the key's `CALLS` a minute from all addresses (default 600)")
+	cmd.Flags().IntVar(&spec.limits.PerAddress, "rate-per-address", 0, "with --publishable: the key's `CALLS` a minute from one client address (default 10)")
 	cmd.Flags().BoolVar(&test, "test", false, "create the account in test mode (sandbox verdicts, no network)")
 	cmd.Flags().StringVar(&plan, "usage-plan", "", "with --dynamodb-table: the stack's usage plan `ID` (output UsagePlanId; default $"+envUsagePlan+")")
 	tableFlag(cmd, &table)
@@ -149,6 +155,7 @@ Gateway usage plan (--usage-plan, or EVS_USAGE_PLAN_ID).`,
 type keySpec struct {
 	publishable bool
 	origins     []string
+	limits      evs.KeyLimits
 	// serveURL is where evs serve is reached (EVS_PUBLIC_URL, else
 	// EVS_ADDR), for the widget's tag printed with a publishable key.
 	serveURL string
@@ -159,7 +166,7 @@ func (s keySpec) key() evs.Key {
 	if !s.publishable {
 		return evs.Key{}
 	}
-	return evs.Key{Kind: evs.KeyPublishable, Origins: s.origins}
+	return evs.Key{Kind: evs.KeyPublishable, Origins: s.origins, Limits: s.limits}
 }
 
 func keysCreate(c *cli, table, account, planFlag string, test bool, spec keySpec) error {
@@ -169,8 +176,10 @@ func keysCreate(c *cli, table, account, planFlag string, test bool, spec keySpec
 	}
 	// Checked before anything is made: a bad origin leaves no account.
 	switch {
-	case !spec.publishable && len(spec.origins) > 0:
-		return usageErrorf("--origin goes with --publishable (a secret key is never used from a web page)")
+	case !spec.publishable && (len(spec.origins) > 0 || spec.limits != evs.KeyLimits{}):
+		return usageErrorf("--origin, --rate and --rate-per-address go with --publishable (a secret key is never used from a web page)")
+	case spec.limits.PerKey < 0 || spec.limits.PerAddress < 0:
+		return usageErrorf("--rate and --rate-per-address are calls a minute, 1 or more")
 	case spec.publishable:
 		if _, err := authorizer.CheckOrigins(spec.origins); err != nil {
 			return usageErrorf("--origin: %s", evs.ErrorMessage(err))
@@ -328,7 +337,7 @@ func keysList(c *cli, table string) error {
 		return err
 	}
 	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tACCOUNT\tMODE\tSTATUS\tCREATED\tKIND\tORIGINS")
+	fmt.Fprintln(tw, "ID\tACCOUNT\tMODE\tSTATUS\tCREATED\tKIND\tORIGINS\tRATE")
 	names := map[string]evs.Account{}
 	for _, k := range ks {
 		a, ok := names[k.AccountID]
@@ -343,13 +352,15 @@ func keysList(c *cli, table string) error {
 		if k.Revoked {
 			status = "revoked"
 		}
-		kind, origins := "secret", "-"
+		kind, origins, limits := "secret", "-", "-"
 		if k.Kind == evs.KeyPublishable {
+			// Calls a minute per client address / per key; 0 is the default.
 			kind, origins = "publishable", strings.Join(k.Origins, ",")
+			limits = fmt.Sprintf("%d/%d", k.Limits.PerAddress, k.Limits.PerKey)
 		}
 		// The new columns come last: scripts reading the first five
 		// keep working.
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", k.ID, a.Name, mode, status, k.CreatedAt.UTC().Format(time.RFC3339), kind, origins)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", k.ID, a.Name, mode, status, k.CreatedAt.UTC().Format(time.RFC3339), kind, origins, limits)
 	}
 	return tw.Flush()
 }

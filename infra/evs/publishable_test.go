@@ -28,6 +28,8 @@ func TestKeysPublishable(t *testing.T) {
 		{"--publishable", "--origin", "http://shop.example"},
 		{"--publishable", "--origin", "https://shop.example/path"},
 		{"--origin", "https://shop.example"}, // origins without --publishable
+		{"--rate", "5"},                      // limits without --publishable
+		{"--publishable", "--origin", "https://shop.example", "--rate-per-address", "-1"},
 	} {
 		code, out, stderr := runEVS(ctx, env, append([]string{"keys", "create", "--account", "bad"}, args...)...)
 		if code != 2 || out != "" || stderr == "" {
@@ -38,7 +40,7 @@ func TestKeysPublishable(t *testing.T) {
 		t.Fatalf("a refused create left an account:\n%s", out)
 	}
 	code, out, stderr := runEVS(ctx, env, "keys", "create", "--account", "shop", "--publishable",
-		"--origin", "https://Shop.example", "--origin", "http://localhost:3000")
+		"--origin", "https://Shop.example", "--origin", "http://localhost:3000", "--rate", "1200", "--rate-per-address", "5")
 	key := strings.TrimSpace(out)
 	if code != 0 || !publishableRE.MatchString(key) {
 		t.Fatalf("create: %d %q %q", code, out, stderr)
@@ -57,7 +59,7 @@ func TestKeysPublishable(t *testing.T) {
 	}
 	id := authorizer.KeyID(authorizer.HashKey(key))
 	_, list, _ := runEVS(ctx, env, "keys", "list")
-	if !regexp.MustCompile(id + ` +shop +live +active +\S+ +publishable +https://shop.example,http://localhost:3000`).MatchString(list) {
+	if !regexp.MustCompile(id + ` +shop +live +active +\S+ +publishable +https://shop.example,http://localhost:3000 +5/1200\n`).MatchString(list) {
 		t.Fatalf("list:\n%s", list)
 	}
 	if code, out, _ := runEVS(ctx, env, "keys", "revoke", key); code != 0 || !strings.Contains(out, id) || strings.Contains(out, key) {

@@ -203,8 +203,9 @@ type Deps struct {
 	// (EVS_OUTCOME_SHARE_DOMAINS).
 	OutcomeShareDomains bool
 	// PublishableLimits, when set (AWS), counts publishable keys' calls
-	// in Quota.Store (publishable.go); `evs serve` counts them at its
-	// edge instead.
+	// in Quota.Store (publishable.go), with these as the defaults of a
+	// key without limits of its own; `evs serve` counts them at its edge
+	// instead.
 	PublishableLimits PublishableLimits
 }
 

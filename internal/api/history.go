@@ -14,9 +14,11 @@ import (
 // it too). It runs after the cache, which keeps decisions without history,
 // so an outcome counts from the next answer on. A store fault is logged
 // and leaves d without what could not be read: the verdict evs gave
-// before outcomes existed, rather than no verdict.
+// before outcomes existed, rather than no verdict. A publishable key's
+// verdict is decided without them (contract, section 17): its reply goes
+// to a web page's visitor, who must not learn what the account mailed.
 func (h *Handler) withHistory(ctx context.Context, p evs.Principal, d evs.Decision) evs.Decision {
-	if h.d.Outcomes == nil || d.Normalized == "" {
+	if h.d.Outcomes == nil || d.Normalized == "" || p.Kind == evs.KeyPublishable {
 		return d
 	}
 	ds := []evs.Decision{d}

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/netip"
@@ -9,21 +10,33 @@ import (
 	"github.com/evs-dev/evs/internal/evs"
 )
 
-// The limits of a publishable key (contract, section 17; docs/security.md),
-// calls a minute: per client address (a /64 for IPv6) with the key, and
-// per key over all addresses. An address is counted per key, so one
-// shop's form does not spend another's limit behind a shared NAT. `evs serve` counts them in memory at its edge; on AWS the
-// verify function counts them in the store (PublishableLimits).
+// The default limits of a publishable key (contract, section 17;
+// docs/security.md), calls a minute: per client address (a /64 for IPv6)
+// with the key, and per key over all addresses; a key may have its own
+// (evs.Key.Limits, `evs keys create --rate`). An address is counted per
+// key, so one shop's form does not spend another's limit behind a shared
+// NAT. `evs serve` counts them in memory at its edge; on AWS the verify
+// function counts them in the store (Deps.PublishableLimits).
 const (
 	PublishablePerAddress = 10
 	PublishablePerKey     = 600
 )
 
-// PublishableLimits makes the handlers count publishable keys' calls a
-// minute in the Quota store's counters (AWS, where no process sees every
-// call). A zero field counts nothing.
+// PublishableLimits are publishable keys' calls a minute, per client
+// address and per key; a zero field counts nothing. Set in Deps, they
+// make the handlers count the calls in the Quota store's counters (AWS,
+// where no process sees every call).
 type PublishableLimits struct {
 	PerAddress, PerKey int
+}
+
+// DefaultPublishableLimits are the limits of a key that has none of its
+// own.
+var DefaultPublishableLimits = PublishableLimits{PerAddress: PublishablePerAddress, PerKey: PublishablePerKey}
+
+// Of returns the limits of p's key: its own where it has them, else l's.
+func (l PublishableLimits) Of(p evs.Principal) PublishableLimits {
+	return PublishableLimits{PerAddress: cmp.Or(p.Limits.PerAddress, l.PerAddress), PerKey: cmp.Or(p.Limits.PerKey, l.PerKey)}
 }
 
 // publishablePeriod prefixes the counters of publishable keys, so they
@@ -36,10 +49,10 @@ const publishablePeriod = "publishable/"
 // everyone. Over either, the call is 429 with Retry-After to the minute's
 // end. Each call is counted whatever it asks: the count is of calls.
 func (h *Handler) limitPublishable(ctx context.Context, p evs.Principal) error {
-	l := h.d.PublishableLimits
-	if p.Kind != evs.KeyPublishable || h.d.Quota.Store == nil || l.PerAddress <= 0 && l.PerKey <= 0 {
+	if p.Kind != evs.KeyPublishable || h.d.Quota.Store == nil || h.d.PublishableLimits == (PublishableLimits{}) {
 		return nil
 	}
+	l := h.d.PublishableLimits.Of(p)
 	now := h.d.Now().UTC()
 	start := now.Truncate(time.Minute)
 	end, minute := start.Add(time.Minute), start.Format("2006-01-02T15:04")

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -51,11 +52,26 @@ type Quota struct {
 	Limit int
 	// Period is QuotaDay or QuotaMonth (default).
 	Period string
+	// PublishablePercent is the share of Limit, in percent rounded up,
+	// that the account's publishable keys may use together
+	// (EVS_QUOTA_PUBLISHABLE_PERCENT; 0 means DefaultPublishablePercent):
+	// a web page's traffic never spends the rest, which is its secret
+	// keys' whatever the page's visitors do.
+	PublishablePercent int
 	// IdempotencyKeys is the new Idempotency-Keys an account may use per
 	// UTC day (EVS_MAX_IDEMPOTENCY_KEYS), counted on Store's counters; 0,
 	// or no Store, means no limit. Each key's record is kept 24 h: this
 	// bounds the records one account makes the store keep.
 	IdempotencyKeys int
+}
+
+// DefaultPublishablePercent is Quota.PublishablePercent's default.
+const DefaultPublishablePercent = 10
+
+// publishableShare is the addresses a period the account's publishable
+// keys may use: PublishablePercent of Limit, rounded up.
+func (q Quota) publishableShare() int {
+	return (q.Limit*cmp.Or(q.PublishablePercent, DefaultPublishablePercent) + 99) / 100
 }
 
 // quotaPeriod returns the name of the period that holds now ("2026-11" or
@@ -84,8 +100,11 @@ func retryAfter(err error) (string, bool) {
 // behind never sees a period's counter gone while the period still runs.
 const counterGrace = 48 * time.Hour
 
-// chargeQuota charges n addresses to the account. refund gives the charge
-// back (best effort) when the work it paid for is not done after all.
+// chargeQuota charges n addresses to the account; a publishable key's
+// are charged to its keys' share first (Quota.PublishablePercent), so
+// that they use at most that share of the account's quota. refund gives
+// the charge back (best effort) when the work it paid for is not done
+// after all.
 func (h *Handler) chargeQuota(ctx context.Context, p evs.Principal, n int) (refund func(), err error) {
 	q := h.d.Quota
 	if q.Limit <= 0 || n <= 0 {
@@ -93,16 +112,31 @@ func (h *Handler) chargeQuota(ctx context.Context, p evs.Principal, n int) (refu
 	}
 	now := h.d.Now()
 	period, end := quotaPeriod(q.Period, now)
-	return h.charge(ctx, p.AccountID, "address quota", period, n, q.Limit, now, end, func() string {
-		unit := "month"
-		if q.Period == QuotaDay {
-			unit = "day"
+	unit := "month"
+	if q.Period == QuotaDay {
+		unit = "day"
+	}
+	share := func() {}
+	if p.Kind == evs.KeyPublishable {
+		limit := q.publishableShare()
+		share, err = h.charge(ctx, p.AccountID, "publishable keys' share of the address quota", publishablePeriod+"share/"+period, n, limit, now, end, func() string {
+			return fmt.Sprintf("The publishable keys' share of the account's address quota (%d of its %d addresses a %s) is used up; it resets at %s.", limit, q.Limit, unit, end.Format(time.RFC3339))
+		})
+		if err != nil {
+			return nil, err
 		}
+	}
+	whole, err := h.charge(ctx, p.AccountID, "address quota", period, n, q.Limit, now, end, func() string {
 		if n > 1 {
 			return fmt.Sprintf("The account's address quota (%d addresses a %s) is used up: fewer than this batch's %d distinct addresses are left; it resets at %s.", q.Limit, unit, n, end.Format(time.RFC3339))
 		}
 		return fmt.Sprintf("The account's address quota (%d addresses a %s) is used up; it resets at %s.", q.Limit, unit, end.Format(time.RFC3339))
 	})
+	if err != nil {
+		share()
+		return nil, err
+	}
+	return func() { whole(); share() }, nil
 }
 
 // keysPeriod prefixes the day of an Idempotency-Key counter, so it never

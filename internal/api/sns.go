@@ -106,12 +106,18 @@ func (m SNSMessage) StringToSign() (string, error) {
 }
 
 // snsHost is the host of AWS's SNS endpoints, where signing certificates
-// are served: sns.<region>.amazonaws.com (and .com.cn in China).
-var snsHost = regexp.MustCompile(`^sns\.[a-z0-9-]{3,}\.amazonaws\.com(\.cn)?$`)
+// are served: exactly sns.<region>.amazonaws.com, or
+// sns.cn-<…>.amazonaws.com.cn in China. A region is letters, then
+// hyphenated words, then a number (us-east-1, us-gov-west-1,
+// eusc-de-east-1): never an S3 host such as sns.s3-us-west-2.amazonaws.com,
+// where anyone's bucket named "sns" would serve the certificate.
+var snsHost = regexp.MustCompile(`^sns\.(cn(-[a-z]+)+-[0-9]+\.amazonaws\.com\.cn|[a-z]{2,4}(-[a-z]+)+-[0-9]+\.amazonaws\.com)$`)
 
 // AWSSNSHost tells whether host (a URL's host, with any port) is one of
 // AWS's SNS endpoints, on the default https port: the rule for a
-// SigningCertURL and a SubscribeURL outside tests.
+// SigningCertURL and a SubscribeURL outside tests. The client that then
+// fetches must also dial under the egress policy (webhook.NewClient), so
+// a name that resolves to a private address is not reached either.
 func AWSSNSHost(host string) bool {
 	host = strings.TrimSuffix(host, ":443")
 	return snsHost.MatchString(host)
@@ -294,7 +300,7 @@ func (v *SNSVerifier) cert(ctx context.Context, u string) (*x509.Certificate, er
 		// intermediates as browsers do: fetch the issuer its Authority
 		// Information Access names. Whatever comes back is only an
 		// intermediate, still verified up to the roots, so its URL needs
-		// no host rule.
+		// no host rule; the fetch is under the egress policy like any.
 		for _, u := range leaf.IssuingCertificateURL[:min(2, len(leaf.IssuingCertificateURL))] {
 			if c, ferr := v.issuer(ctx, u); ferr == nil {
 				inter.AddCert(c)

@@ -3,7 +3,10 @@ package api_test
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,8 +15,10 @@ import (
 	"unicode/utf8"
 
 	"github.com/evs-dev/evs/internal/api"
+	"github.com/evs-dev/evs/internal/config"
 	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/testkit"
+	"github.com/evs-dev/evs/internal/webhook"
 )
 
 const testTopic = "arn:aws:sns:us-west-2:123456789012:MyTopic"
@@ -43,6 +48,12 @@ func sesSample(t *testing.T, name string) string {
 	return string(b)
 }
 
+// with returns f changed by change.
+func with(f testkit.SNSMessageFields, change func(*testkit.SNSMessageFields)) testkit.SNSMessageFields {
+	change(&f)
+	return f
+}
+
 // TestSNSSignature: messages signed as SNS signs them, in the shape of
 // AWS's samples, verify (versions 1 and 2, with and without a Subject,
 // notifications and confirmations); a tampered one, a wrong signature
@@ -58,10 +69,6 @@ func TestSNSSignature(t *testing.T) {
 		Token: "2336412f37", TopicArn: testTopic, Timestamp: "2012-04-26T20:45:04.751Z",
 		Message:      "You have chosen to subscribe to the topic " + testTopic + ".\nTo confirm the subscription, visit the SubscribeURL included in this message.",
 		SubscribeURL: sns.SubscribeURL(testTopic, "2336412f37")}
-	with := func(f testkit.SNSMessageFields, change func(*testkit.SNSMessageFields)) testkit.SNSMessageFields {
-		change(&f)
-		return f
-	}
 	tamper := func(b []byte, old, new string) []byte { return bytes.Replace(b, []byte(old), []byte(new), 1) }
 
 	expired := testkit.StartSNS(t, testkit.SNSOptions{Expired: true})
@@ -131,18 +138,84 @@ func TestSNSSignature(t *testing.T) {
 
 func TestAWSSNSHost(t *testing.T) {
 	for host, want := range map[string]bool{
-		"sns.us-east-1.amazonaws.com":        true,
-		"sns.eu-west-3.amazonaws.com:443":    true,
-		"sns.cn-north-1.amazonaws.com.cn":    true,
-		"sns.us-east-1.amazonaws.com:8443":   false,
-		"sns.us-east-1.amazonaws.com.evil.x": false,
-		"evil.sns.us-east-1.amazonaws.com":   false,
-		"sns.amazonaws.com":                  false,
-		"sqs.us-east-1.amazonaws.com":        false,
-		"127.0.0.1":                          false,
+		"sns.us-east-1.amazonaws.com":         true,
+		"sns.eu-west-3.amazonaws.com:443":     true,
+		"sns.cn-north-1.amazonaws.com.cn":     true,
+		"sns.cn-northwest-1.amazonaws.com.cn": true,
+		"sns.us-gov-west-1.amazonaws.com":     true,
+		"sns.eusc-de-east-1.amazonaws.com":    true,
+		// S3's hosts, where a bucket named "sns" is anyone's.
+		"sns.s3-us-west-2.amazonaws.com":         false,
+		"sns.s3-external-1.amazonaws.com":        false,
+		"sns.s3.us-east-1.amazonaws.com":         false,
+		"sns.s3-website-us-east-1.amazonaws.com": false,
+		"sns.us-east-1.amazonaws.com.cn":         false,
+		"sns.us-east.amazonaws.com":              false,
+		"sns.us-east-1.amazonaws.com:8443":       false,
+		"sns.us-east-1.amazonaws.com.evil.x":     false,
+		"evil.sns.us-east-1.amazonaws.com":       false,
+		"sns.amazonaws.com":                      false,
+		"sqs.us-east-1.amazonaws.com":            false,
+		"127.0.0.1":                              false,
 	} {
 		if got := api.AWSSNSHost(host); got != want {
 			t.Errorf("AWSSNSHost(%q) = %v, want %v", host, got, want)
+		}
+	}
+}
+
+// recordingFetcher counts the fetches it is asked for.
+type recordingFetcher struct {
+	api.CertFetcher
+	urls []string
+}
+
+func (f *recordingFetcher) FetchCert(ctx context.Context, u string) ([]byte, error) {
+	f.urls = append(f.urls, u)
+	return f.CertFetcher.FetchCert(ctx, u)
+}
+
+// TestSNSCertificateFetch: with AWS's host rule, a certificate on an S3
+// host is refused before any fetch; a certificate at
+// sns.us-east-1.amazonaws.com that resolves to loopback is fetched by the
+// production client (webhook.NewClient) only when the egress policy
+// allows loopback, so the refusal is the dialler's, not the TLS's.
+func TestSNSCertificateFetch(t *testing.T) {
+	sns := testkit.StartSNS(t, testkit.SNSOptions{})
+	note := testkit.SNSMessageFields{TopicArn: testTopic, Message: "{}"}
+	s3 := &recordingFetcher{CertFetcher: api.HTTPCertFetcher{Client: sns.Client}}
+	m, _ := api.ParseSNSMessage(sns.Sign(with(note, func(f *testkit.SNSMessageFields) {
+		f.CertURL = "https://sns.s3-us-west-2.amazonaws.com/SimpleNotificationService-x.pem"
+	})))
+	if err := api.NewSNSVerifier(s3, api.AWSSNSHost, sns.Roots, nil).Verify(context.Background(), m); !errors.Is(err, api.ErrSNSSignature) || len(s3.urls) != 0 {
+		t.Fatalf("S3-hosted certificate: %v, fetched %v; want refused with no fetch", err, s3.urls)
+	}
+
+	// The test's resolver: every name is the stand-in's loopback address.
+	resolveToStandIn := func(c *http.Client) *http.Client {
+		tr := c.Transport.(*http.Transport)
+		dial := tr.DialContext
+		tr.DialContext = func(ctx context.Context, network, _ string) (net.Conn, error) { return dial(ctx, network, sns.Host) }
+		// The stand-in's TLS certificate names example.com.
+		tr.TLSClientConfig = &tls.Config{RootCAs: sns.Client.Transport.(*http.Transport).TLSClientConfig.RootCAs, ServerName: "example.com"}
+		return c
+	}
+	m, _ = api.ParseSNSMessage(sns.Sign(with(note, func(f *testkit.SNSMessageFields) {
+		f.CertURL = "https://sns.us-east-1.amazonaws.com/SimpleNotificationService-x.pem"
+	})))
+	loopback, err := config.ParseEgress("127.0.0.0/8")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		pol  *config.EgressPolicy
+		ok   bool
+	}{{"without EVS_EGRESS_ALLOW", nil, false}, {"with loopback allowed", loopback, true}} {
+		v := api.NewSNSVerifier(api.HTTPCertFetcher{Client: resolveToStandIn(webhook.NewClient(tc.pol))}, api.AWSSNSHost, sns.Roots, nil)
+		err := v.Verify(context.Background(), m)
+		if tc.ok != (err == nil) || !tc.ok && !errors.Is(err, config.ErrEgressRefused) {
+			t.Errorf("%s: %v", tc.name, err)
 		}
 	}
 }

@@ -208,7 +208,8 @@ func Build(cfg config.Config, p Ports) (*Runtime, error) {
 // Quota is the address quota of the configuration on the store's
 // counters; a store without them (a test's) serves only without a quota.
 func (r *Runtime) Quota() (api.Quota, error) {
-	q := api.Quota{Limit: r.Config.QuotaAddresses, Period: r.Config.QuotaPeriod, IdempotencyKeys: r.Config.MaxIdempotencyKeys}
+	q := api.Quota{Limit: r.Config.QuotaAddresses, Period: r.Config.QuotaPeriod, PublishablePercent: r.Config.QuotaPublishablePercent,
+		IdempotencyKeys: r.Config.MaxIdempotencyKeys}
 	q.Store, _ = r.store.(api.AddressQuota)
 	if q.Limit > 0 && q.Store == nil {
 		return q, errors.New("app: EVS_QUOTA_ADDRESSES is set but the store keeps no quota counters")

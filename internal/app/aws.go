@@ -222,7 +222,7 @@ func (a *AWS) worker() *batch.Worker {
 // sees every call), and reported outcomes read to change verdicts.
 func (a *AWS) VerifyHandler() (http.Handler, error) {
 	h, err := a.API(api.Deps{
-		PublishableLimits: api.PublishableLimits{PerAddress: api.PublishablePerAddress, PerKey: api.PublishablePerKey},
+		PublishableLimits: api.DefaultPublishableLimits,
 	})
 	if err != nil {
 		return nil, err
@@ -259,7 +259,8 @@ func (a *AWS) WorkerHandler() func(context.Context, events.SQSEvent) (events.SQS
 	if a.Config.SESQueueARN == "" {
 		return handler
 	}
-	client := &http.Client{Timeout: 10 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	// Under the egress policy, without redirects: as `evs serve` fetches.
+	client := webhook.NewClient(a.Config.Egress)
 	ses := &SESQueue{
 		QueueARN: a.Config.SESQueueARN,
 		Receiver: &api.SNSOutcomes{

@@ -64,6 +64,8 @@ type deployment interface {
 	do(t *testing.T, key string, r httpCall) reply
 	// secrets is the store's webhook secrets.
 	secrets() webhookSecrets
+	// keys is the store's accounts and keys, to issue keys of any kind.
+	keys() accountStore
 }
 
 // webhookSecrets is what webhook.Secret reads and writes.
@@ -230,6 +232,8 @@ func (d *serveDeployment) account(t *testing.T, test bool) (string, string) {
 
 func (d *serveDeployment) secrets() webhookSecrets { return d.st }
 
+func (d *serveDeployment) keys() accountStore { return d.st }
+
 func (d *serveDeployment) do(t *testing.T, key string, c httpCall) reply {
 	t.Helper()
 	hr, err := http.NewRequest(cmpOr(c.method, http.MethodGet), d.base+c.path, strings.NewReader(c.body))
@@ -381,6 +385,8 @@ func (d *awsDeployment) account(t *testing.T, test bool) (string, string) {
 
 func (d *awsDeployment) secrets() webhookSecrets { return d.st }
 
+func (d *awsDeployment) keys() accountStore { return d.st }
+
 // do sends c as API Gateway would: the authorizer's answer for key first,
 // then the proxy event of c's route, to the function that serves it.
 func (d *awsDeployment) do(t *testing.T, key string, c httpCall) reply {
@@ -407,6 +413,10 @@ func (d *awsDeployment) do(t *testing.T, key string, c httpCall) reply {
 		MultiValueQueryStringParameters: u.Query(),
 		RequestContext: events.APIGatewayProxyRequestContext{
 			RequestID: uuid.NewString(), Stage: "prod", ResourcePath: resource, HTTPMethod: method, Authorizer: auth.Context,
+			// The client's address, as API Gateway takes it from the
+			// connection: a call names it in X-Forwarded-For, which
+			// `evs serve` trusts from loopback in the suite.
+			Identity: events.APIGatewayRequestIdentity{SourceIP: cmpOr(hdr.Get("X-Forwarded-For"), "127.0.0.1")},
 		},
 	}
 	serve := d.requests

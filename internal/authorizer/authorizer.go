@@ -40,14 +40,15 @@ type Principal struct {
 	Test      bool
 	// UsageKeyID is the API Gateway usage-plan key of the account, if any.
 	UsageKeyID string
-	// Kind and Origins are the key's (evs.Key).
+	// Kind, Origins and Limits are the key's (evs.Key).
 	Kind    evs.KeyKind
 	Origins []string
+	Limits  evs.KeyLimits
 }
 
 // Evs is the principal as the handlers see it.
 func (p Principal) Evs() evs.Principal {
-	return evs.Principal{AccountID: p.AccountID, KeyID: p.KeyID, Test: p.Test, Kind: p.Kind, Origins: p.Origins}
+	return evs.Principal{AccountID: p.AccountID, KeyID: p.KeyID, Test: p.Test, Kind: p.Kind, Origins: p.Origins, Limits: p.Limits}
 }
 
 // Authorizer checks API keys against the store.
@@ -74,7 +75,7 @@ func (a *Authorizer) Authorize(ctx context.Context, key string) (Principal, erro
 	if err != nil {
 		return Principal{}, fmt.Errorf("authorizer: look up key: %w", err)
 	}
-	p := Principal{AccountID: k.AccountID, KeyID: k.ID, UsageKeyID: k.UsageKeyID, Kind: k.Kind, Origins: k.Origins}
+	p := Principal{AccountID: k.AccountID, KeyID: k.ID, UsageKeyID: k.UsageKeyID, Kind: k.Kind, Origins: k.Origins, Limits: k.Limits}
 	if k.Revoked {
 		return p, ErrForbidden
 	}

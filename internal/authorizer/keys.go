@@ -101,7 +101,8 @@ func IssueKey(ctx context.Context, st KeyWriter, accountID, usageKeyID string, n
 
 // Issue is IssueKey for a key of any kind: spec gives the account, the
 // usage key, and for a publishable key (Kind) its origins, which must pass
-// CheckOrigins. The rest of spec is made here.
+// CheckOrigins, and its own rate limits, if any. The rest of spec is made
+// here.
 func Issue(ctx context.Context, st KeyWriter, spec evs.Key, now time.Time) (string, error) {
 	newKey := NewKey
 	if spec.Kind == evs.KeyPublishable {
@@ -109,9 +110,12 @@ func Issue(ctx context.Context, st KeyWriter, spec evs.Key, now time.Time) (stri
 		if err != nil {
 			return "", err
 		}
+		if spec.Limits.PerAddress < 0 || spec.Limits.PerKey < 0 {
+			return "", evs.Errorf(evs.CodeInvalidRequest, "a publishable key's rate limits are calls a minute, 0 or more (0: the default)")
+		}
 		spec.Origins, newKey = origins, NewPublishableKey
-	} else if len(spec.Origins) > 0 {
-		return "", evs.Errorf(evs.CodeInvalidRequest, "only a publishable key has origins")
+	} else if len(spec.Origins) > 0 || spec.Limits != (evs.KeyLimits{}) {
+		return "", evs.Errorf(evs.CodeInvalidRequest, "only a publishable key has origins and rate limits of its own")
 	}
 	key, err := newKey()
 	if err != nil {
@@ -119,7 +123,7 @@ func Issue(ctx context.Context, st KeyWriter, spec evs.Key, now time.Time) (stri
 	}
 	h := HashKey(key)
 	k := evs.Key{ID: KeyID(h), Hash: h, AccountID: spec.AccountID, CreatedAt: now.UTC(), UsageKeyID: spec.UsageKeyID,
-		Kind: spec.Kind, Origins: spec.Origins}
+		Kind: spec.Kind, Origins: spec.Origins, Limits: spec.Limits}
 	if err := st.CreateKey(ctx, k); err != nil {
 		return "", fmt.Errorf("store key %s: %w", k.ID, err)
 	}

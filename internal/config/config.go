@@ -101,6 +101,10 @@ type Config struct {
 	// QuotaPeriod is the quota's calendar period in UTC, QuotaDay or
 	// QuotaMonth (EVS_QUOTA_PERIOD, default month).
 	QuotaPeriod string
+	// QuotaPublishablePercent is the share of QuotaAddresses, in percent,
+	// an account's publishable keys may use together
+	// (EVS_QUOTA_PUBLISHABLE_PERCENT, 1 to 100, default 10).
+	QuotaPublishablePercent int
 	// MaxStoredBytes bounds the bytes an account makes the service keep:
 	// lists' rows, results, exports, outcomes, uploads
 	// (EVS_MAX_STORED_BYTES, default DefaultMaxStoredBytes; 0: no bound);
@@ -329,6 +333,10 @@ func FromEnv(getenv func(string) string, onLambda bool) (Config, error) {
 	default:
 		errs = append(errs, fmt.Errorf("EVS_QUOTA_PERIOD: %q is not day or month", c.QuotaPeriod))
 	}
+	c.QuotaPublishablePercent = value(getenv, "EVS_QUOTA_PUBLISHABLE_PERCENT", 10, "a whole number from 1 to 100", func(s string) (int, bool) {
+		n, ok := wholeFrom[int](1)(s)
+		return n, ok && n <= 100
+	}, &errs)
 	c.MaxStoredBytes = int64(limitOrOff(getenv, "EVS_MAX_STORED_BYTES", DefaultMaxStoredBytes, &errs))
 	c.MaxOutcomes = limitOrOff(getenv, "EVS_MAX_OUTCOMES", DefaultMaxOutcomes, &errs)
 	c.MaxIdempotencyKeys = limitOrOff(getenv, "EVS_MAX_IDEMPOTENCY_KEYS", DefaultMaxIdempotencyKeys, &errs)

@@ -84,15 +84,17 @@ func TestFromEnv(t *testing.T) {
 		{name: "egress ip not an address", vars: map[string]string{"EVS_SMTP_EGRESS_IP": "mail.example"}, errMatch: "EVS_SMTP_EGRESS_IP"},
 		{name: "blocklist not a zone", vars: map[string]string{"EVS_BLOCKLISTS": "zen.spamhaus.org,,x"}, errMatch: "EVS_BLOCKLISTS"},
 		{name: "no address quota by default", vars: map[string]string{}, check: func(t *testing.T, c config.Config) {
-			if c.QuotaAddresses != 0 || c.QuotaPeriod != config.QuotaMonth {
-				t.Fatalf("quota %d per %q", c.QuotaAddresses, c.QuotaPeriod)
+			if c.QuotaAddresses != 0 || c.QuotaPeriod != config.QuotaMonth || c.QuotaPublishablePercent != 10 {
+				t.Fatalf("quota %d per %q, publishable %d%%", c.QuotaAddresses, c.QuotaPeriod, c.QuotaPublishablePercent)
 			}
 		}},
-		{name: "address quota", vars: map[string]string{"EVS_QUOTA_ADDRESSES": "5000", "EVS_QUOTA_PERIOD": "Day"}, check: func(t *testing.T, c config.Config) {
-			if c.QuotaAddresses != 5000 || c.QuotaPeriod != config.QuotaDay {
-				t.Fatalf("quota %d per %q", c.QuotaAddresses, c.QuotaPeriod)
+		{name: "address quota", vars: map[string]string{"EVS_QUOTA_ADDRESSES": "5000", "EVS_QUOTA_PERIOD": "Day", "EVS_QUOTA_PUBLISHABLE_PERCENT": "100"}, check: func(t *testing.T, c config.Config) {
+			if c.QuotaAddresses != 5000 || c.QuotaPeriod != config.QuotaDay || c.QuotaPublishablePercent != 100 {
+				t.Fatalf("quota %d per %q, publishable %d%%", c.QuotaAddresses, c.QuotaPeriod, c.QuotaPublishablePercent)
 			}
 		}},
+		{name: "publishable share over 100", vars: map[string]string{"EVS_QUOTA_PUBLISHABLE_PERCENT": "101"}, errMatch: "EVS_QUOTA_PUBLISHABLE_PERCENT"},
+		{name: "publishable share of none", vars: map[string]string{"EVS_QUOTA_PUBLISHABLE_PERCENT": "0"}, errMatch: "EVS_QUOTA_PUBLISHABLE_PERCENT"},
 		{name: "bad quota", vars: map[string]string{"EVS_QUOTA_ADDRESSES": "-1"}, errMatch: "EVS_QUOTA_ADDRESSES"},
 		{name: "free-space watermark", vars: map[string]string{"EVS_MIN_FREE_BYTES": "0"}, check: func(t *testing.T, c config.Config) {
 			if c.MinFreeBytes != 0 {

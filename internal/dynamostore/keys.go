@@ -38,6 +38,10 @@ const (
 	attrUsageKeyID = "usageKeyId"
 	attrKeyKind    = "keyKind"
 	attrOrigins    = "origins"
+	// attrRatePerAddress and attrRatePerKey are a publishable key's own
+	// rate limits (evs.KeyLimits), absent for the default.
+	attrRatePerAddress = "ratePerAddress"
+	attrRatePerKey     = "ratePerKey"
 
 	kindAccount = "account"
 	kindKey     = "key"
@@ -222,6 +226,11 @@ func keyItem(k evs.Key) item {
 	if len(k.Origins) > 0 {
 		it[attrOrigins] = &types.AttributeValueMemberL{Value: originValues(k.Origins)}
 	}
+	for name, n := range map[string]int{attrRatePerAddress: k.Limits.PerAddress, attrRatePerKey: k.Limits.PerKey} {
+		if n > 0 {
+			it[name] = avN(int64(n))
+		}
+	}
 	return it
 }
 
@@ -236,6 +245,7 @@ func keyFrom(it item) evs.Key {
 		UsageKeyID: getS(it, attrUsageKeyID),
 		Kind:       evs.KeyKind(getS(it, attrKeyKind)),
 		Origins:    originsFrom(it),
+		Limits:     evs.KeyLimits{PerAddress: int(getN(it, attrRatePerAddress)), PerKey: int(getN(it, attrRatePerKey))},
 	}
 }
 

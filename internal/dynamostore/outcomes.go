@@ -37,8 +37,10 @@ import (
 // are counter items of the same partition, "@dom#<domain>#<13-digit
 // bucket end, epoch ms>" (store.DomainBucket; no address starts with
 // "@", so no address's prefix matches them), and of the partition
-// "~out#~shared" for every account's together, which only counts, never
-// addresses. PutOutcomes and DeleteOutcomes add to them (UpdateItem ADD);
+// "~out#~verified" for every account's together, which only counts, never
+// addresses, and only the marks store.SharesOutcome shares (a mark keeps
+// the answer, attrMarkShared). PutOutcomes and DeleteOutcomes add to them
+// (UpdateItem ADD);
 // each expires (TTL) at its bucket's end, and reads ignore it after.
 const (
 	outcomePartitionPrefix = "~out#"
@@ -46,8 +48,10 @@ const (
 	// domainCountPrefix opens a counter item's id.
 	domainCountPrefix = "@dom#"
 	// sharedOutcomeAccount is the pseudo-account of the shared counters:
-	// no account ID starts with "~".
-	sharedOutcomeAccount = "~shared"
+	// no account ID starts with "~". The counters of "~shared", made
+	// before store.SharesOutcome, are never read: they expire with their
+	// buckets.
+	sharedOutcomeAccount = "~verified"
 
 	attrDelivered   = "delivered"
 	attrHardBounces = "hardBounces"
@@ -55,6 +59,8 @@ const (
 	// "<address>#~<class>" says the address is counted in its domain's
 	// counts, until it expires with the outcome that made it.
 	attrMarkClass = "markClass"
+	// attrMarkShared says a mark counts in the shared counts too.
+	attrMarkShared = "markShared"
 
 	attrOutcome    = "outcome"
 	attrOutAddress = "address"
@@ -89,10 +95,10 @@ func markID(address, class string) string { return address + "#~" + class }
 // still be read). The mark's id shares the address's prefix, so deleting
 // the address deletes it; it has no outcome attribute, so no read takes
 // it for an outcome.
-func (s *Store) markOutcome(ctx context.Context, accountID, address, class string, expiresAt time.Time, deltas store.DomainDeltas) error {
+func (s *Store) markOutcome(ctx context.Context, accountID, address, class string, shared bool, expiresAt time.Time, deltas store.DomainDeltas) error {
 	token := newToken()
 	key := item{attrAccountID: outcomePartition(accountID), attrID: avS(markID(address, class))}
-	it := item{attrMarkClass: avS(class), attrExpiresAtMs: avTime(expiresAt), attrExpiresAt: ttlSeconds(expiresAt),
+	it := item{attrMarkClass: avS(class), attrMarkShared: avBool(shared), attrExpiresAtMs: avTime(expiresAt), attrExpiresAt: ttlSeconds(expiresAt),
 		attrCreateToken: avS(token)}
 	for k, v := range key {
 		it[k] = v
@@ -112,7 +118,7 @@ func (s *Store) markOutcome(ctx context.Context, accountID, address, class strin
 			return gerr
 		}
 		if getS(cur, attrCreateToken) == token {
-			deltas.Add(address, class, expiresAt, 1)
+			deltas.Add(address, class, expiresAt, 1, shared)
 		}
 		return nil
 	}
@@ -120,14 +126,15 @@ func (s *Store) markOutcome(ctx context.Context, accountID, address, class strin
 		return wrapErr("count outcomes by domain", err)
 	}
 	if old := out.Attributes; len(old) > 0 {
-		deltas.Add(address, class, time.UnixMilli(getN(old, attrExpiresAtMs)), -1)
+		deltas.Add(address, class, time.UnixMilli(getN(old, attrExpiresAtMs)), -1, getBool(old, attrMarkShared))
 	}
-	deltas.Add(address, class, expiresAt, 1)
+	deltas.Add(address, class, expiresAt, 1, shared)
 	return nil
 }
 
-// writeDomainCounts adds deltas to the account's counters and to the
-// shared ones, but for buckets already ended (never read again). It runs
+// writeDomainCounts adds deltas to the account's counters, and their
+// shared part to the shared ones, but for buckets already ended (never
+// read again). It runs
 // after the outcomes' own writes, even when those failed part way, so the
 // counts follow what was written.
 func (s *Store) writeDomainCounts(ctx context.Context, accountID string, deltas store.DomainDeltas) error {
@@ -138,20 +145,22 @@ func (s *Store) writeDomainCounts(ctx context.Context, accountID string, deltas 
 		if !k.Bucket.After(now) || (c == evs.DomainCounts{}) {
 			continue
 		}
-		for _, acct := range []string{accountID, sharedOutcomeAccount} {
-			g.Go(func() error {
-				_, err := s.c.UpdateItem(gctx, &dynamodb.UpdateItemInput{
-					TableName:        aws.String(s.t.Batches),
-					Key:              item{attrAccountID: outcomePartition(acct), attrID: avS(domainCountID(k.Domain, k.Bucket))},
-					UpdateExpression: aws.String("ADD #d :d, #b :b SET #exp = :exp, #ttl = :ttl"),
-					ExpressionAttributeNames: map[string]string{"#d": attrDelivered, "#b": attrHardBounces,
-						"#exp": attrExpiresAtMs, "#ttl": attrExpiresAt},
-					ExpressionAttributeValues: item{":d": avN(int64(c.Delivered)), ":b": avN(int64(c.HardBounces)),
-						":exp": avTime(k.Bucket), ":ttl": ttlSeconds(k.Bucket)},
-				})
-				return wrapErr("count outcomes by domain", err)
-			})
+		acct := accountID
+		if k.Shared {
+			acct = sharedOutcomeAccount
 		}
+		g.Go(func() error {
+			_, err := s.c.UpdateItem(gctx, &dynamodb.UpdateItemInput{
+				TableName:        aws.String(s.t.Batches),
+				Key:              item{attrAccountID: outcomePartition(acct), attrID: avS(domainCountID(k.Domain, k.Bucket))},
+				UpdateExpression: aws.String("ADD #d :d, #b :b SET #exp = :exp, #ttl = :ttl"),
+				ExpressionAttributeNames: map[string]string{"#d": attrDelivered, "#b": attrHardBounces,
+					"#exp": attrExpiresAtMs, "#ttl": attrExpiresAt},
+				ExpressionAttributeValues: item{":d": avN(int64(c.Delivered)), ":b": avN(int64(c.HardBounces)),
+					":exp": avTime(k.Bucket), ":ttl": ttlSeconds(k.Bucket)},
+			})
+			return wrapErr("count outcomes by domain", err)
+		})
 	}
 	return g.Wait()
 }
@@ -277,7 +286,7 @@ func (s *Store) PutOutcomes(ctx context.Context, accountID string, os []evs.Outc
 					// Counted even when the call is failing: the
 					// outcome is written, and a retry finds it a
 					// duplicate that counts nothing.
-					err = s.markOutcome(context.WithoutCancel(ctx), accountID, o.Address, class, expiresAt, mine)
+					err = s.markOutcome(context.WithoutCancel(ctx), accountID, o.Address, class, store.SharesOutcome(o), expiresAt, mine)
 				}
 				mu.Lock()
 				if err != nil && firstErr == nil {
@@ -386,6 +395,7 @@ func (s *Store) DeleteOutcomes(ctx context.Context, accountID, address string) (
 	var (
 		keys    []types.WriteRequest
 		classes []string // a mark's class, to uncount; "" for an outcome
+		shared  []bool
 		exps    []time.Time
 	)
 	err := s.queryOutcomes(ctx, accountID, address+"#", true, func(it item) error {
@@ -393,6 +403,7 @@ func (s *Store) DeleteOutcomes(ctx context.Context, accountID, address string) (
 			Key: item{attrAccountID: outcomePartition(accountID), attrID: it[attrID]},
 		}})
 		classes = append(classes, getS(it, attrMarkClass))
+		shared = append(shared, getBool(it, attrMarkShared))
 		exps = append(exps, time.UnixMilli(getN(it, attrExpiresAtMs)))
 		return nil
 	})
@@ -412,7 +423,7 @@ func (s *Store) DeleteOutcomes(ctx context.Context, accountID, address string) (
 			if classes[i] == "" {
 				n++
 			} else {
-				deltas.Add(address, classes[i], exps[i], -1)
+				deltas.Add(address, classes[i], exps[i], -1, shared[i])
 			}
 		}
 		if err := s.writeDomainCounts(ctx, accountID, deltas); err != nil {
@@ -452,9 +463,10 @@ func (s *Store) queryOutcomes(ctx context.Context, accountID, prefix string, key
 	}
 	if keysOnly {
 		// The key, and what a delete takes out of the domain's counts.
-		in.ProjectionExpression = aws.String("#a, #id, #mc, #exp")
+		in.ProjectionExpression = aws.String("#a, #id, #mc, #ms, #exp")
 		in.ExpressionAttributeNames["#id"] = attrID
 		in.ExpressionAttributeNames["#mc"] = attrMarkClass
+		in.ExpressionAttributeNames["#ms"] = attrMarkShared
 		in.ExpressionAttributeNames["#exp"] = attrExpiresAtMs
 	}
 	var err error

@@ -31,6 +31,15 @@ type Key struct {
 	// Origins are the web origins a publishable key is accepted from,
 	// each scheme://host[:port]; none for a secret key.
 	Origins []string
+	// Limits are a publishable key's own rate limits; zero fields take
+	// the defaults.
+	Limits KeyLimits
+}
+
+// KeyLimits are a publishable key's calls a minute: from one client
+// address (PerAddress) and from all of them (PerKey). 0 is the default.
+type KeyLimits struct {
+	PerAddress, PerKey int
 }
 
 // KeyKind tells a secret key from one safe to put in a web page.

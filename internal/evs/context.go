@@ -10,10 +10,12 @@ type Principal struct {
 	KeyID     string
 	// Test is the account's test mode: answers come from the sandbox.
 	Test bool
-	// Kind and Origins are the key's (Key.Kind, Key.Origins): a
-	// publishable key may call only what authorizer.Permit allows.
+	// Kind, Origins and Limits are the key's (Key.Kind, Key.Origins,
+	// Key.Limits): a publishable key may call only what
+	// authorizer.Permit allows.
 	Kind    KeyKind
 	Origins []string
+	Limits  KeyLimits
 }
 
 type principalKey struct{}

@@ -24,6 +24,9 @@ const (
 	// cached per key, not per Origin.
 	contextKeyKind = "keyKind"
 	contextOrigins = "origins"
+	// contextLimits carries a publishable key's own rate limits, "<per
+	// address> <per key>" calls a minute (0: the default).
+	contextLimits = "limits"
 )
 
 // Authorizer is the Lambda REQUEST authorizer handler of a. An unauthorized caller
@@ -87,6 +90,7 @@ func authorize(ctx context.Context, a *authorizer.Authorizer, req events.APIGate
 	if p.Kind == evs.KeyPublishable {
 		ctxValues[contextKeyKind] = string(p.Kind)
 		ctxValues[contextOrigins] = strings.Join(p.Origins, " ")
+		ctxValues[contextLimits] = fmt.Sprintf("%d %d", p.Limits.PerAddress, p.Limits.PerKey)
 	}
 	return events.APIGatewayCustomAuthorizerResponse{
 		PrincipalID:        p.KeyID,

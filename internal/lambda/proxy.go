@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -140,6 +141,8 @@ func principal(a map[string]any) (evs.Principal, bool) {
 		p.Kind = evs.KeyPublishable
 		origins, _ := a[contextOrigins].(string)
 		p.Origins = strings.Fields(origins)
+		limits, _ := a[contextLimits].(string)
+		_, _ = fmt.Sscanf(limits, "%d %d", &p.Limits.PerAddress, &p.Limits.PerKey) // none: the defaults
 	}
 	return p, true
 }

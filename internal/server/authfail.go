@@ -33,23 +33,26 @@ func newFailLimiter(perSecond float64, max int) *failLimiter {
 	if burst < 1 {
 		burst = 1
 	}
-	return newClientLimiter(rate.Limit(perSecond), burst, max)
+	f := newClientLimiter(max)
+	f.rate, f.burst = rate.Limit(perSecond), burst
+	return f
 }
 
-// newClientLimiter is a failLimiter with its own burst, for limits that
-// count calls rather than failures (take): the publishable keys' per
-// address and per key limits.
-func newClientLimiter(r rate.Limit, burst, max int) *failLimiter {
-	return &failLimiter{rate: r, burst: burst, max: max, order: list.New(), clients: map[string]*list.Element{}}
+// newClientLimiter is a failLimiter for limits that count calls rather
+// than failures (take), each client at the rate take is given: the
+// publishable keys' per address and per key limits.
+func newClientLimiter(max int) *failLimiter {
+	return &failLimiter{max: max, order: list.New(), clients: map[string]*list.Element{}}
 }
 
-// take spends one of client's calls, or tells how long until it has one.
-// A refused call spends nothing.
-func (f *failLimiter) take(client string, now time.Time) (time.Duration, bool) {
+// take spends one of client's calls at r a second in bursts of burst (a
+// key's limits may change while it is remembered), or tells how long
+// until it has one. A refused call spends nothing.
+func (f *failLimiter) take(client string, now time.Time, r rate.Limit, burst int) (time.Duration, bool) {
 	if wait, blocked := f.blocked(client, now); blocked {
 		return wait, true
 	}
-	f.fail(client, now)
+	f.spend(client, now, r, burst)
 	return 0, false
 }
 
@@ -72,7 +75,10 @@ func (f *failLimiter) blocked(client string, now time.Time) (time.Duration, bool
 }
 
 // fail spends one of client's failures.
-func (f *failLimiter) fail(client string, now time.Time) {
+func (f *failLimiter) fail(client string, now time.Time) { f.spend(client, now, f.rate, f.burst) }
+
+// spend takes a token from client's bucket, made at r and burst if new.
+func (f *failLimiter) spend(client string, now time.Time, r rate.Limit, burst int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	el, ok := f.clients[client]
@@ -84,10 +90,15 @@ func (f *failLimiter) fail(client string, now time.Time) {
 			f.order.Remove(oldest)
 			delete(f.clients, oldest.Value.(*failEntry).client)
 		}
-		el = f.order.PushFront(&failEntry{client: client, lim: rate.NewLimiter(f.rate, f.burst)})
+		el = f.order.PushFront(&failEntry{client: client, lim: rate.NewLimiter(r, burst)})
 		f.clients[client] = el
 	}
-	el.Value.(*failEntry).lim.AllowN(now, 1)
+	lim := el.Value.(*failEntry).lim
+	if lim.Limit() != r || lim.Burst() != burst {
+		lim.SetLimitAt(now, r)
+		lim.SetBurstAt(now, burst)
+	}
+	lim.AllowN(now, 1)
 }
 
 // size is the number of clients remembered.

@@ -100,21 +100,14 @@ const (
 	authFailClients = 10000
 )
 
-// The limits of publishable keys (contract, section 17; docs/security.md),
-// in place of the account's rate: a page's key is public, so a flood with
-// it is bounded per client address and per key, and never spends the
-// budget of the account's secret keys. The addresses remembered are
-// bounded like the failure limiter's.
-const (
-	// PublishablePerAddress calls a minute with one key from one client
-	// address (a /64 for IPv6), in bursts of as many: a person filling
-	// in a form makes a few.
-	PublishablePerAddress = api.PublishablePerAddress
-	// PublishablePerKey calls a minute with one key, from all addresses,
-	// in bursts of PublishableKeyBurst.
-	PublishablePerKey   = api.PublishablePerKey
-	PublishableKeyBurst = 100
-)
+// The limits of publishable keys (contract, section 17; docs/security.md;
+// the key's own or api.DefaultPublishableLimits) are counted here in
+// place of the account's rate: a page's key is public, so a flood with it
+// is bounded per client address and per key, and never spends the budget
+// of the account's secret keys. Per address the burst is the minute's
+// calls (a person filling in a form makes a few); per key a sixth of them
+// (100 of the default 600), or up to 100 at once for a smaller key's. The addresses remembered are bounded like the
+// failure limiter's.
 
 // authEntry is a key's cached answer: its principal, and whether the key
 // is revoked or its account suspended.
@@ -154,8 +147,7 @@ func newEdge(o Options, mount func(api.Guard) func(*http.ServeMux), keys keyLook
 	}
 	e := &edge{o: o, keys: keys, cache: map[[32]byte]authEntry{},
 		limiters: map[string]*rate.Limiter{}, fails: newFailLimiter(authFailRate, authFailClients), bodies: bodies,
-		pkClients: newClientLimiter(rate.Limit(PublishablePerAddress/60.0), PublishablePerAddress, authFailClients),
-		pkKeys:    newClientLimiter(rate.Limit(PublishablePerKey/60.0), PublishableKeyBurst, authFailClients)}
+		pkClients: newClientLimiter(authFailClients), pkKeys: newClientLimiter(authFailClients)}
 	e.ping = healthCheck(o.Store)
 	e.console = api.ConsoleHandler()
 	var probeFailed func()
@@ -497,13 +489,13 @@ func (e *edge) throttleCall(c *api.Call, p evs.Principal) (time.Duration, bool) 
 	if p.Kind != evs.KeyPublishable {
 		return e.throttle(c.AccountID)
 	}
-	now := e.o.Now()
+	now, l := e.o.Now(), api.DefaultPublishableLimits.Of(p)
 	// An address is counted per key: one shop's form does not spend
 	// another's limit for the people behind a shared NAT.
-	if wait, limited := e.pkClients.take(p.KeyID+" "+clientKey(c.ClientAddr), now); limited {
+	if wait, limited := e.pkClients.take(p.KeyID+" "+clientKey(c.ClientAddr), now, rate.Limit(l.PerAddress)/60, l.PerAddress); limited {
 		return wait, true
 	}
-	return e.pkKeys.take(p.KeyID, now)
+	return e.pkKeys.take(p.KeyID, now, rate.Limit(l.PerKey)/60, max(l.PerKey/6, min(l.PerKey, 100)))
 }
 
 // throttle takes a token from the account's bucket.

@@ -387,14 +387,19 @@ func TestOutcomesExpire(t *testing.T) {
 // TestOutcomesDomainCountsShared (contract, section 18): with
 // EVS_OUTCOME_SHARE_DOMAINS on, one account's outcomes for a domain move
 // the score another account sees for the domain's other addresses, as
-// counts alone (checks.domainHistory, scope "shared"); none of the first
-// account's addresses' own evidence crosses over; deleting an address
-// takes its outcomes out of the counts.
+// counts alone (checks.domainHistory, scope "shared"), for the addresses
+// it had verified; none of the first account's addresses' own evidence
+// crosses over; deleting an address takes its outcomes out of the counts.
 func TestOutcomesDomainCountsShared(t *testing.T) {
-	h := start(t, options{rcpt: catchAll, server: func(o *server.Options) { o.Config.OutcomeShareDomains = true }})
+	// The result cache (24 h) is what tells which addresses an account
+	// verified.
+	h := start(t, options{rcpt: catchAll, server: func(o *server.Options) {
+		o.Config.OutcomeShareDomains, o.Config.CacheTTL = true, 24*time.Hour
+	}})
 	_, secondKey := h.account("second", false)
 	var rows []string
 	for i := range 10 {
+		h.verifyDecision(h.liveKey, fmt.Sprintf("u%d@good.example", i))
 		rows = append(rows, fmt.Sprintf(`{"email":"u%d@good.example","outcome":"bounced","bounceType":"hard","at":"2026-11-22T10:%02d:00Z"}`, i, i))
 	}
 	if r := h.postOutcomes(h.liveKey, "application/json", `{"outcomes":[`+strings.Join(rows, ",")+`]}`, nil); r.status != 200 {
@@ -418,5 +423,30 @@ func TestOutcomesDomainCountsShared(t *testing.T) {
 	// (6 + 0) / (10 + 5) = 40.
 	if _, d := h.verifyDecision(secondKey, "new@good.example"); d["score"] != 40.0 || domainHistory(d)["hardBounces"] != 5.0 {
 		t.Errorf("after deleting five: score %v, domain %v", d["score"], domainHistory(d))
+	}
+}
+
+// TestOutcomesSharedNotPoisoned (contract, section 18): with domain counts
+// shared, 5,000 hard bounces an account makes up for addresses of a domain
+// it never verified leave another account's score for the domain as it
+// was: an account moves the shared counts only by addresses it verified.
+func TestOutcomesSharedNotPoisoned(t *testing.T) {
+	// The result cache (24 h) is what tells which addresses an account
+	// verified.
+	h := start(t, options{rcpt: catchAll, server: func(o *server.Options) {
+		o.Config.OutcomeShareDomains, o.Config.CacheTTL = true, 24*time.Hour
+	}})
+	_, victim := h.account("victim", false)
+	_, before := h.verifyDecision(victim, "someone@good.example")
+	rows := make([]string, 5000)
+	for i := range rows {
+		rows[i] = fmt.Sprintf(`{"email":"made-up-%d@good.example","outcome":"bounced","bounceType":"hard","at":"2026-11-22T10:01:00Z"}`, i)
+	}
+	if r := h.postOutcomes(h.liveKey, "application/json", `{"outcomes":[`+strings.Join(rows, ",")+`]}`, nil); r.status != 200 || r.json(t)["accepted"] != 5000.0 {
+		t.Fatalf("post outcomes: %d %s", r.status, r.body)
+	}
+	_, after := h.verifyDecision(victim, "someone-else@good.example")
+	if after["score"] != before["score"] || domainHistory(after) != nil {
+		t.Fatalf("another account's score moved from %v to %v (domain %v)", before["score"], after["score"], domainHistory(after))
 	}
 }

@@ -182,14 +182,14 @@ func TestPublishablePerAddressLimit(t *testing.T) {
 	_, key := h.publishable("shop", shopOrigin)
 	_, secret := h.account("shop", true)
 	one, other := clientFrom("127.0.0.1"), clientFrom("127.0.0.3")
-	for i := range server.PublishablePerAddress {
+	for i := range api.PublishablePerAddress {
 		if r := h.doFrom(one, pkVerify(key, shopOrigin)); r.status != http.StatusOK {
 			t.Fatalf("call %d: %d %s", i+1, r.status, r.body)
 		}
 	}
 	r := h.doFrom(one, pkVerify(key, shopOrigin))
 	if r.status != http.StatusTooManyRequests || r.errorCode(t) != evs.CodeRateLimited || r.header.Get("Retry-After") == "" {
-		t.Fatalf("call %d from one address: %d %s, want 429 with Retry-After", server.PublishablePerAddress+1, r.status, r.body)
+		t.Fatalf("call %d from one address: %d %s, want 429 with Retry-After", api.PublishablePerAddress+1, r.status, r.body)
 	}
 	if r := h.doFrom(other, pkVerify(key, shopOrigin)); r.status != http.StatusOK {
 		t.Fatalf("another address: %d %s", r.status, r.body)
@@ -227,7 +227,7 @@ func TestPublishableLimitBehindProxy(t *testing.T) {
 		r.headers["X-Forwarded-For"] = xff
 		return h.doFrom(c, r)
 	}
-	for i := range server.PublishablePerAddress {
+	for i := range api.PublishablePerAddress {
 		if r := via(proxy, "198.51.100.1"); r.status != http.StatusOK {
 			t.Fatalf("call %d of 198.51.100.1: %d %s", i+1, r.status, r.body)
 		}
@@ -239,7 +239,7 @@ func TestPublishableLimitBehindProxy(t *testing.T) {
 		t.Fatalf("another client through the same proxy: %d %s, want 200", r.status, r.body)
 	}
 	var last reply
-	for i := range server.PublishablePerAddress + 1 {
+	for i := range api.PublishablePerAddress + 1 {
 		last = via(direct, "198.51.100."+strconv.Itoa(10+i))
 	}
 	if last.status != http.StatusTooManyRequests {
@@ -247,22 +247,28 @@ func TestPublishableLimitBehindProxy(t *testing.T) {
 	}
 }
 
-// TestPublishableSpendsAccountQuota: a publishable key's verify is charged
-// to its account's address quota like any other; once spent, the page's
-// key and the account's secret key are both refused.
-func TestPublishableSpendsAccountQuota(t *testing.T) {
-	h := start(t, options{server: func(o *server.Options) { o.Config.QuotaAddresses, o.Config.QuotaPeriod = 2, "month" }})
+// TestPublishableQuotaShare: a publishable key's verify is charged to its
+// keys' share of the account's address quota (EVS_QUOTA_PUBLISHABLE_PERCENT,
+// rounded up) as well as to the quota: once the share is spent the page's
+// key is refused, and the account's secret key still gets the rest.
+func TestPublishableQuotaShare(t *testing.T) {
+	h := start(t, options{server: func(o *server.Options) {
+		o.Config.QuotaAddresses, o.Config.QuotaPeriod, o.Config.QuotaPublishablePercent = 4, "month", 25
+	}})
 	_, key := h.publishable("shop", shopOrigin)
 	_, secret := h.account("shop", true)
-	for i := range 2 {
-		if r := h.do(pkVerify(key, shopOrigin)); r.status != http.StatusOK {
-			t.Fatalf("call %d: %d %s", i+1, r.status, r.body)
+	if r := h.do(pkVerify(key, shopOrigin)); r.status != http.StatusOK {
+		t.Fatalf("the share's one address: %d %s", r.status, r.body)
+	}
+	if r := h.do(pkVerify(key, shopOrigin)); r.status != http.StatusTooManyRequests || !strings.Contains(string(r.body), "publishable keys' share") {
+		t.Fatalf("publishable key over its share: %d %s", r.status, r.body)
+	}
+	for i := range 3 {
+		if r := h.do(req{method: http.MethodPost, path: "/v1/verify", key: secret, body: `{"email":"a@example.com"}`}); r.status != http.StatusOK {
+			t.Fatalf("secret key's call %d after the page's share was spent: %d %s", i+1, r.status, r.body)
 		}
 	}
-	if r := h.do(pkVerify(key, shopOrigin)); r.status != http.StatusTooManyRequests || !strings.Contains(string(r.body), "address quota") {
-		t.Fatalf("publishable key over the quota: %d %s", r.status, r.body)
-	}
 	if r := h.do(req{method: http.MethodPost, path: "/v1/verify", key: secret, body: `{"email":"a@example.com"}`}); r.status != http.StatusTooManyRequests {
-		t.Fatalf("secret key after the publishable key spent the quota: %d %s", r.status, r.body)
+		t.Fatalf("the quota's fifth address: %d %s", r.status, r.body)
 	}
 }

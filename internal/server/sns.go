@@ -55,9 +55,12 @@ func newSNSEndpoint(o Options, outcomes api.Outcomes) *snsEndpoint {
 	if !ok || outcomes == nil {
 		return nil
 	}
+	// Certificates and SubscribeURLs are fetched under the egress policy,
+	// without redirects (a SubscribeURL answers itself; a redirect would
+	// leave the SNS host the verifier checked).
+	client := webhook.NewClient(o.Config.Egress)
 	v := o.SNS.Verifier
 	if v == nil {
-		client := &http.Client{Timeout: 10 * time.Second}
 		v = api.NewSNSVerifier(api.HTTPCertFetcher{Client: client}, api.AWSSNSHost, nil, o.Now)
 	}
 	topics := o.SNS.Topics
@@ -66,10 +69,7 @@ func newSNSEndpoint(o Options, outcomes api.Outcomes) *snsEndpoint {
 	}
 	confirm := o.SNS.Confirm
 	if confirm == nil {
-		confirm = api.HTTPConfirm(&http.Client{Timeout: 10 * time.Second,
-			// A SubscribeURL answers itself; a redirect would leave the
-			// SNS host the verifier checked.
-			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }})
+		confirm = api.HTTPConfirm(client)
 	}
 	return &snsEndpoint{
 		recv: &api.SNSOutcomes{Verifier: v, Topics: topics, Confirm: confirm, Store: outcomes,

@@ -22,7 +22,7 @@ const (
 	// is taken, in that order: the error DynamoDB's transaction gives.
 	qAccountTaken  = `SELECT EXISTS (SELECT 1 FROM accounts WHERE id = ?), EXISTS (SELECT 1 FROM accounts WHERE name = ?)`
 	qCountAccounts = `SELECT count(*) FROM accounts`
-	qCreateKey     = `INSERT INTO keys (hash, id, account_id, revoked, created_at, revoked_at, usage_key_id, kind, origins) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	qCreateKey     = `INSERT INTO keys (hash, id, account_id, revoked, created_at, revoked_at, usage_key_id, kind, origins, rate_per_address, rate_per_key) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	qKeyByHash     = `SELECT ` + keyCols + ` FROM keys WHERE hash = ?`
 	qRevokeKey     = `UPDATE keys SET revoked = 1, revoked_at = coalesce(revoked_at, ?) WHERE id = ? OR hash = ? RETURNING ` + keyCols
 	qListKeys      = `SELECT ` + keyCols + ` FROM keys ORDER BY created_at, hash`
@@ -115,7 +115,7 @@ func (s *Store) CreateKey(ctx context.Context, k evs.Key) error {
 	err := s.writeOne(ctx, true, func(ctx context.Context, tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, qCreateKey,
 			k.Hash, k.ID, k.AccountID, k.Revoked, millis(k.CreatedAt), nullMillis(k.RevokedAt), k.UsageKeyID,
-			string(k.Kind), strings.Join(k.Origins, " "))
+			string(k.Kind), strings.Join(k.Origins, " "), k.Limits.PerAddress, k.Limits.PerKey)
 		switch {
 		case constraint(err, sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY):
 			return store.NoAccount()
@@ -130,7 +130,7 @@ func (s *Store) CreateKey(ctx context.Context, k evs.Key) error {
 	return s.keysChanged()
 }
 
-const keyCols = `hash, id, account_id, revoked, created_at, revoked_at, usage_key_id, kind, origins`
+const keyCols = `hash, id, account_id, revoked, created_at, revoked_at, usage_key_id, kind, origins, rate_per_address, rate_per_key`
 
 type scanner interface{ Scan(dest ...any) error }
 
@@ -142,7 +142,7 @@ func scanKey(row scanner) (evs.Key, error) {
 		kind      string
 		origins   string
 	)
-	if err := row.Scan(&k.Hash, &k.ID, &k.AccountID, &k.Revoked, &created, &revokedAt, &k.UsageKeyID, &kind, &origins); err != nil {
+	if err := row.Scan(&k.Hash, &k.ID, &k.AccountID, &k.Revoked, &created, &revokedAt, &k.UsageKeyID, &kind, &origins, &k.Limits.PerAddress, &k.Limits.PerKey); err != nil {
 		return evs.Key{}, err
 	}
 	// An origin holds no space (authorizer.CanonicalOrigin).

@@ -39,11 +39,13 @@ CREATE INDEX outcomes_expires ON outcomes (expires_at);
 // (store.DomainCounts). outcome_marks says which addresses are counted: a
 // row per account, address and class (evs.DomainClass), made by the
 // first outcome of that class the account reports for the address (or
-// the first after the last one expired), kept until that outcome expires.
-// outcome_domains holds the counts: one row per account, domain and
-// bucket (the end of the month the mark expires in, store.DomainBucket,
-// epoch ms), one more for each mark made, one less for each deleted with
-// its address; read while the bucket has not ended and swept after. Both
+// the first after the last one expired), kept until that outcome expires;
+// shared says whether it counts across accounts too (store.SharesOutcome,
+// a later migration's column). outcome_domains holds the counts: one row
+// per account, domain and bucket (the end of the month the mark expires
+// in, store.DomainBucket, epoch ms), one more for each mark made, one
+// less for each deleted with its address, and in shared_* the shared
+// marks alone; read while the bucket has not ended and swept after. Both
 // change in the transaction of the outcomes they follow. The index on
 // domain serves the counts shared across accounts. The migration marks
 // and counts the addresses of the outcomes stored before it (each by its
@@ -79,21 +81,40 @@ INSERT INTO outcome_domains (account_id, domain, bucket, delivered, hard_bounces
 	FROM outcome_marks GROUP BY 1, 2, 3;
 `
 
+const sharedMarksSchema = `
+ALTER TABLE outcome_marks ADD COLUMN shared INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE outcome_domains ADD COLUMN shared_delivered INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE outcome_domains ADD COLUMN shared_hard_bounces INTEGER NOT NULL DEFAULT 0;
+UPDATE outcome_marks SET shared = 1 WHERE EXISTS (SELECT 1 FROM outcomes o
+	WHERE o.account_id = outcome_marks.account_id AND o.address = outcome_marks.address AND o.verdict != ''
+	AND CASE outcome_marks.class WHEN 'delivered' THEN o.kind = 'delivered' ELSE o.kind = 'bounced' AND o.bounce_type = 'hard' END);
+INSERT INTO outcome_domains (account_id, domain, bucket, shared_delivered, shared_hard_bounces)
+	SELECT account_id, substr(address, length(rtrim(address, replace(address, '@', ''))) + 1),
+		CAST(strftime('%s', expires_at / 1000, 'unixepoch', 'start of month', '+1 month') AS INTEGER) * 1000,
+		sum(class = 'delivered'), sum(class = 'hard_bounce')
+	FROM outcome_marks WHERE shared GROUP BY 1, 2, 3
+	ON CONFLICT (account_id, domain, bucket) DO UPDATE SET
+		shared_delivered = excluded.shared_delivered, shared_hard_bounces = excluded.shared_hard_bounces;
+`
+
 const (
 	// qUnmarkExpired deletes an expired mark the sweep has not deleted
 	// yet, to be uncounted; qMarkOutcome then makes the mark of an
 	// address's class unless a live one is there: a row added is an
 	// address counted anew.
-	qUnmarkExpired = `DELETE FROM outcome_marks WHERE account_id = ? AND address = ? AND class = ? AND expires_at <= ? RETURNING expires_at`
-	qMarkOutcome   = `INSERT INTO outcome_marks (account_id, address, class, expires_at) VALUES (?, ?, ?, ?)
+	qUnmarkExpired = `DELETE FROM outcome_marks WHERE account_id = ? AND address = ? AND class = ? AND expires_at <= ? RETURNING expires_at, shared`
+	qMarkOutcome   = `INSERT INTO outcome_marks (account_id, address, class, expires_at, shared) VALUES (?, ?, ?, ?, ?)
 		ON CONFLICT (account_id, address, class) DO NOTHING`
-	qDeleteMarks     = `DELETE FROM outcome_marks WHERE account_id = ? AND address = ? RETURNING class, expires_at`
+	qDeleteMarks     = `DELETE FROM outcome_marks WHERE account_id = ? AND address = ? RETURNING class, expires_at, shared`
 	qSweepMarks      = `DELETE FROM outcome_marks WHERE expires_at <= ?`
-	qAddDomainCounts = `INSERT INTO outcome_domains (account_id, domain, bucket, delivered, hard_bounces) VALUES (?, ?, ?, ?, ?)
+	qAddDomainCounts = `INSERT INTO outcome_domains (account_id, domain, bucket, delivered, hard_bounces, shared_delivered, shared_hard_bounces)
+		VALUES (?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (account_id, domain, bucket) DO UPDATE SET
-			delivered = max(delivered + excluded.delivered, 0), hard_bounces = max(hard_bounces + excluded.hard_bounces, 0)`
+			delivered = max(delivered + excluded.delivered, 0), hard_bounces = max(hard_bounces + excluded.hard_bounces, 0),
+			shared_delivered = max(shared_delivered + excluded.shared_delivered, 0),
+			shared_hard_bounces = max(shared_hard_bounces + excluded.shared_hard_bounces, 0)`
 	qDomainCounts        = `SELECT domain, sum(delivered), sum(hard_bounces) FROM outcome_domains WHERE account_id = ? AND bucket > ? AND domain IN `
-	qSharedDomainCounts  = `SELECT domain, sum(delivered), sum(hard_bounces) FROM outcome_domains WHERE bucket > ? AND domain IN `
+	qSharedDomainCounts  = `SELECT domain, sum(shared_delivered), sum(shared_hard_bounces) FROM outcome_domains WHERE bucket > ? AND domain IN `
 	qSweepOutcomeDomains = `DELETE FROM outcome_domains WHERE bucket <= ?`
 )
 
@@ -102,11 +123,14 @@ const (
 func unmarkExpired(ctx context.Context, tx *sql.Tx, deltas store.DomainDeltas, accountID, address, class string, now int64) error {
 	rows, err := tx.QueryContext(ctx, qUnmarkExpired, accountID, address, class, now)
 	return eachRow(rows, err, "count outcomes by domain", func(rows *sql.Rows) error {
-		var expires int64
-		if err := rows.Scan(&expires); err != nil {
+		var (
+			expires int64
+			shared  bool
+		)
+		if err := rows.Scan(&expires, &shared); err != nil {
 			return dbErr("count outcomes by domain", err)
 		}
-		deltas.Add(address, class, time.UnixMilli(expires), -1)
+		deltas.Add(address, class, time.UnixMilli(expires), -1, shared)
 		return nil
 	})
 }
@@ -119,7 +143,14 @@ func writeDeltas(ctx context.Context, tx *sql.Tx, m store.DomainDeltas, accountI
 		if millis(k.Bucket) <= now || (c == evs.DomainCounts{}) {
 			continue
 		}
-		if _, err := tx.ExecContext(ctx, qAddDomainCounts, accountID, k.Domain, millis(k.Bucket), c.Delivered, c.HardBounces); err != nil {
+		var own, shared evs.DomainCounts
+		if k.Shared {
+			shared = c
+		} else {
+			own = c
+		}
+		if _, err := tx.ExecContext(ctx, qAddDomainCounts, accountID, k.Domain, millis(k.Bucket), own.Delivered, own.HardBounces,
+			shared.Delivered, shared.HardBounces); err != nil {
 			return dbErr("count outcomes by domain", err)
 		}
 	}
@@ -181,10 +212,11 @@ func (s *Store) PutOutcomes(ctx context.Context, accountID string, os []evs.Outc
 				if err := unmarkExpired(ctx, tx, deltas, accountID, o.Address, class, now); err != nil {
 					return err
 				}
-				if m, err := changed(mark.ExecContext(ctx, accountID, o.Address, class, millis(expiresAt))); err != nil {
+				shared := store.SharesOutcome(o)
+				if m, err := changed(mark.ExecContext(ctx, accountID, o.Address, class, millis(expiresAt), shared)); err != nil {
 					return dbErr("count outcomes by domain", err)
 				} else if m > 0 {
-					deltas.Add(o.Address, class, expiresAt, 1)
+					deltas.Add(o.Address, class, expiresAt, 1, shared)
 				}
 			}
 		}
@@ -257,11 +289,12 @@ func (s *Store) DeleteOutcomes(ctx context.Context, accountID, address string) (
 			var (
 				class   string
 				expires int64
+				shared  bool
 			)
-			if err := rows.Scan(&class, &expires); err != nil {
+			if err := rows.Scan(&class, &expires, &shared); err != nil {
 				return dbErr("delete outcomes", err)
 			}
-			deltas.Add(address, class, time.UnixMilli(expires), -1)
+			deltas.Add(address, class, time.UnixMilli(expires), -1, shared)
 			return nil
 		})
 		if err != nil {

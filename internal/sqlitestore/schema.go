@@ -233,6 +233,17 @@ ALTER TABLE keys ADD COLUMN origins TEXT NOT NULL DEFAULT '';
 DROP TABLE stored_addresses;
 DROP INDEX batches_account_expires;
 `,
+	// A publishable key's own rate limits, calls a minute (0: the
+	// default; keys.go).
+	`
+ALTER TABLE keys ADD COLUMN rate_per_address INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE keys ADD COLUMN rate_per_key INTEGER NOT NULL DEFAULT 0;
+`,
+	// Which marks count in the domain counts shared across accounts
+	// (store.SharesOutcome), and the shared part of each count
+	// (outcomes.go): a mark made before is shared when an outcome of its
+	// class carries the account's verdict.
+	sharedMarksSchema,
 }
 
 // migrate brings the schema to len(migrations). It runs in one immediate

@@ -66,12 +66,13 @@ func runKeys(t *testing.T, newStore storeFactory) {
 	})
 
 	t.Run("PublishableKeyKindAndOrigins", func(t *testing.T) {
-		// Kind and origins round-trip through create, lookup, revoke and
-		// list; a secret key keeps neither.
+		// Kind, origins and rate limits round-trip through create,
+		// lookup, revoke and list; a secret key keeps none of them.
 		e := newEnv(t, newStore)
 		must(t, e.st.CreateAccount(e.ctx, evs.Account{ID: "acct-1", Name: "alice", CreatedAt: base}), "CreateAccount")
 		pk := testKey(1, "acct-1", base)
 		pk.Kind, pk.Origins = evs.KeyPublishable, []string{"https://shop.example", "http://localhost:8080"}
+		pk.Limits = evs.KeyLimits{PerAddress: 7, PerKey: 1200}
 		secret := testKey(2, "acct-1", base.Add(time.Second))
 		must(t, e.st.CreateKey(e.ctx, pk), "CreateKey publishable")
 		must(t, e.st.CreateKey(e.ctx, secret), "CreateKey secret")
@@ -241,7 +242,7 @@ func sameKey(t *testing.T, what string, got, want evs.Key) {
 	t.Helper()
 	if got.ID != want.ID || got.Hash != want.Hash || got.AccountID != want.AccountID ||
 		got.Revoked != want.Revoked || got.UsageKeyID != want.UsageKeyID ||
-		got.Kind != want.Kind || !slices.Equal(got.Origins, want.Origins) {
+		got.Kind != want.Kind || !slices.Equal(got.Origins, want.Origins) || got.Limits != want.Limits {
 		t.Errorf("%s = %+v, want %+v", what, got, want)
 	}
 	sameTime(t, what+".CreatedAt", got.CreatedAt, want.CreatedAt)

@@ -199,14 +199,17 @@ func TestDomainCountsContract(t *testing.T) {
 // has (a duplicate or a repeat adds nothing), the account's own unless
 // shared, taken out when the address's outcomes are deleted, counted anew
 // (not twice) after its first outcome expired, and gone once their bucket
-// has ended.
+// has ended. The shared counts take only outcomes of addresses the account
+// had verified (store.SharesOutcome): an account's made-up bounces of
+// addresses it never verified move its own counts, not everyone's.
 func runDomainCountsContract(t *testing.T, open func(t *testing.T, now func() time.Time) store.Outcomes) {
 	ctx := context.Background()
 	clk := testkit.NewClock(base)
 	s := open(t, clk.Now)
 	at := base.Add(-time.Hour)
+	// The account verified each address before the outcome.
 	out := func(addr string, k evs.OutcomeKind, bt string, n int) evs.Outcome {
-		return evs.Outcome{Address: addr, Kind: k, BounceType: bt, At: at.Add(time.Duration(n) * time.Minute)}
+		return evs.Outcome{Address: addr, Kind: k, BounceType: bt, At: at.Add(time.Duration(n) * time.Minute), Verdict: evs.Deliverable, Score: 90}
 	}
 	keep := base.Add(365 * 24 * time.Hour)
 	a := []evs.Outcome{
@@ -248,6 +251,22 @@ func runDomainCountsContract(t *testing.T, open func(t *testing.T, now func() ti
 	check("account b", "b", false, map[string]evs.DomainCounts{"catchall.example": c(0, 1)})
 	check("an account without outcomes", "nobody", false, map[string]evs.DomainCounts{})
 	check("shared", "nobody", true, map[string]evs.DomainCounts{"catchall.example": c(1, 3), "other.example": c(1, 0)})
+
+	// Account z verified none of the addresses it reports bouncing.
+	var madeUp []evs.Outcome
+	for i := range 200 {
+		o := out(fmt.Sprintf("nobody%d@catchall.example", i), evs.OutcomeBounced, evs.BounceHard, 0)
+		o.Verdict, o.Score = "", 0
+		madeUp = append(madeUp, o)
+	}
+	_, err = s.PutOutcomes(ctx, "z", madeUp, keep)
+	must(t, err, "PutOutcomes z")
+	check("account z's own", "z", false, map[string]evs.DomainCounts{"catchall.example": c(0, 200)})
+	check("shared after z's unverified bounces", "nobody", true, map[string]evs.DomainCounts{"catchall.example": c(1, 3), "other.example": c(1, 0)})
+	_, err = s.DeleteOutcomes(ctx, "z", "nobody0@catchall.example")
+	must(t, err, "DeleteOutcomes z")
+	check("account z after a delete", "z", false, map[string]evs.DomainCounts{"catchall.example": c(0, 199)})
+	check("shared after z's delete", "nobody", true, map[string]evs.DomainCounts{"catchall.example": c(1, 3), "other.example": c(1, 0)})
 
 	d, err := s.DeleteOutcomes(ctx, "a", "ann@catchall.example")
 	must(t, err, "DeleteOutcomes")

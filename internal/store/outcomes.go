@@ -47,25 +47,47 @@ type Outcomes interface {
 }
 
 // DomainCountKey names one counter of an account's domain counts: the
-// domain, and the end of its bucket (DomainBucket).
+// domain, the end of its bucket (DomainBucket), and whether it is the
+// account's part of the counts shared across accounts.
 type DomainCountKey struct {
 	Domain string
 	Bucket time.Time
+	Shared bool
 }
 
 // DomainDeltas adds up changes to an account's domain counts, for a store
-// to write once per counter.
+// to write once per counter: the account's own (Shared false) and its part
+// of the shared ones (Shared true).
 type DomainDeltas map[DomainCountKey]evs.DomainCounts
 
 // Add counts the address (by -1: uncounts it) in class, in the bucket of
-// a mark expiring at expiresAt.
-func (m DomainDeltas) Add(address, class string, expiresAt time.Time, by int) {
-	k := DomainCountKey{evs.AddressDomain(address), DomainBucket(expiresAt)}
+// a mark expiring at expiresAt: in the account's own counts, and in the
+// shared ones when its mark is shared (SharesOutcome).
+func (m DomainDeltas) Add(address, class string, expiresAt time.Time, by int, shared bool) {
+	k := DomainCountKey{evs.AddressDomain(address), DomainBucket(expiresAt), false}
 	c := m[k]
-	if c.Add(class, by) {
+	if !c.Add(class, by) {
+		return
+	}
+	m[k] = c
+	if shared {
+		k.Shared = true
+		c = m[k]
+		c.Add(class, by)
 		m[k] = c
 	}
 }
+
+// SharesOutcome is the rule by which one account's outcomes move the
+// domain counts shared across accounts (EVS_OUTCOME_SHARE_DOMAINS): an
+// outcome counts there only when the account had verified its address
+// before it (the outcome carries the account's verdict on it, from its
+// result cache). Each address counts once per class, so an account moves a
+// domain's shared counts by at most the number of its addresses it has
+// verified: made-up reports of addresses it never verified move only its
+// own counts. Both stores decide a mark's share by it when they make the
+// mark, and keep the answer with the mark to uncount it later.
+func SharesOutcome(o evs.Outcome) bool { return o.Verdict != "" }
 
 // DomainBucket is the end of the bucket of domain counters an outcome
 // expiring at expiresAt is counted in: the first instant of the next
