@@ -56,10 +56,6 @@ type outcomeJSON struct {
 	SMTPReply  *string `json:"smtpReply"`
 }
 
-type outcomesRequest struct {
-	Outcomes *[]outcomeJSON `json:"outcomes"`
-}
-
 type outcomesResponse struct {
 	// Received is how many outcomes the request held; Accepted how many
 	// were new, Duplicates how many were already stored (or repeated in
