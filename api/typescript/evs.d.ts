@@ -316,7 +316,9 @@ export interface paths {
          *     result cache keeps verdicts `EVS_CACHE_TTL` (24 h by default), so report outcomes soon
          *     after sending, or keep verdicts longer. Rows with no outcomes are left out; rows come in
          *     the order deliverable, risky, unknown, undeliverable, not_verified, higher buckets
-         *     first. Counts are of outcomes, not of addresses.
+         *     first. Counts are of outcomes, not of addresses. The report reads every outcome of the
+         *     account: on `evs serve` an account runs at most 2 at once (with exports and CSV result
+         *     lists), a third being 429 `rate_limited` with `Retry-After`.
          */
         get: operations["outcomesReport"];
         put?: never;
@@ -940,7 +942,7 @@ export interface components {
                 "application/json": components["schemas"]["ErrorEnvelope"];
             };
         };
-        /** @description rate_limited: per-account rate limit or quota (calls on AWS's usage plan; addresses with EVS_QUOTA_ADDRESSES, Retry-After then running to the period's end; new Idempotency-Keys with EVS_MAX_IDEMPOTENCY_KEYS, Retry-After then running to midnight UTC), or (evs serve) too many failed authentications from this client address. */
+        /** @description rate_limited: per-account rate limit or quota (calls on AWS's usage plan; addresses with EVS_QUOTA_ADDRESSES, Retry-After then running to the period's end; new Idempotency-Keys with EVS_MAX_IDEMPOTENCY_KEYS, Retry-After then running to midnight UTC), or (evs serve) too many failed authentications from this client address, or (evs serve: results as text/csv, exports, the outcomes report) the account already runs 2 such heavy reads at once (Retry-After: 5). */
         RateLimited: {
             headers: {
                 "X-Request-Id": components["headers"]["XRequestId"];
@@ -995,7 +997,7 @@ export interface components {
                 "application/json": components["schemas"]["ErrorEnvelope"];
             };
         };
-        /** @description unavailable: a dependency (store, queue) is down, or (`evs serve`, on batch creation, uploads, exports and outcomes) the data disk has less free space than `EVS_MIN_FREE_BYTES`, when the call starts or while it writes, and such writes are refused until space is freed (what the call wrote is removed), or (`evs serve`, on a batch body over 64 KiB) the server already holds as many large bodies as its budget allows (12 MiB: two 6 MiB bodies) and none made room within 20 s (`Retry-After: 5`; the body is not read and the connection is closed) — a batch from an upload over 64 KiB takes the upload's size from the same budget, or (`POST /v1/verify`, full mode) our SMTP exit (`EVS_SMTP_PROXY`) could not be reached or refused us, so the address was not checked: no verdict and no address quota spent (`Retry-After: 30`), or (`evs serve`, results as `text/csv` and exports) the server is building as many CSV lists as it allows at once, four in all and one per account (`Retry-After: 5`); safe to retry, after `Retry-After` when it is set. */
+        /** @description unavailable: a dependency (store, queue) is down, or (`evs serve`, on batch creation, uploads, exports and outcomes) the data disk has less free space than `EVS_MIN_FREE_BYTES`, when the call starts or while it writes, and such writes are refused until space is freed (what the call wrote is removed), or (`evs serve`, on a batch body over 64 KiB) the server already holds as many large bodies as its budget allows (12 MiB: two 6 MiB bodies) and none made room within 20 s (`Retry-After: 5`; the body is not read and the connection is closed) — a batch from an upload over 64 KiB takes the upload's size from the same budget, or (`POST /v1/verify`, full mode) our SMTP exit (`EVS_SMTP_PROXY`) could not be reached or refused us, so the address was not checked: no verdict and no address quota spent (`Retry-After: 30`), or (`evs serve`, results as `text/csv`, exports and the outcomes report) the server runs as many of these heavy reads as it allows at once, 3 in all (2 per account, past which it is 429) (`Retry-After: 5`); safe to retry, after `Retry-After` when it is set. */
         Unavailable: {
             headers: {
                 "X-Request-Id": components["headers"]["XRequestId"];

@@ -22,8 +22,8 @@ import (
 const exportRows = 100_000
 
 // TestServeMemoryBoundedUnderExportStorm: four exports and four CSV
-// result lists of one large batch asked at once (each turned away with 503
-// and Retry-After while the account's share of lists is taken, and asked
+// result lists of one large batch asked at once (each turned away with 429
+// and Retry-After while the account's two heavy reads are taken, and asked
 // again) are each read and written a page at a time: the server's peak
 // resident memory stays under the bound, and every list is whole.
 func TestServeMemoryBoundedUnderExportStorm(t *testing.T) {
@@ -91,7 +91,7 @@ func TestServeMemoryBoundedUnderExportStorm(t *testing.T) {
 			switch {
 			case err != nil:
 				return nil, err
-			case resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get("Retry-After") != "":
+			case (resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable) && resp.Header.Get("Retry-After") != "":
 				// A client's back-off: nothing tells it when the share
 				// is free again.
 				<-time.After(100 * time.Millisecond)

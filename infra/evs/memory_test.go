@@ -3,6 +3,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -26,8 +27,9 @@ const maxServeRSS = 256 << 20
 type bodyShape struct {
 	name string
 	// upload: the body is PUT to an upload's URL instead of POSTed to
-	// /v1/requests.
+	// path (default /v1/requests).
 	upload      bool
+	path        string
 	contentType string
 	body        func() string
 	want        int // the status of the call when it is alone
@@ -104,6 +106,25 @@ func hostileShapes() []bodyShape {
 						b.WriteString("," + pad)
 					}
 					fmt.Fprintf(&b, `"u%d@d%d.example"`, i, i%50)
+				}
+				b.WriteString("]}")
+				return b.String()
+			}},
+		{name: "outcomes/csv of one row of commas", path: "/v1/outcomes", contentType: "text/csv", want: 400,
+			body: func() string { return strings.Repeat(",", nearLimit) }},
+		{name: "outcomes/csv header then one row of commas", path: "/v1/outcomes", contentType: "text/csv", want: 400,
+			body: func() string { return "email,outcome,at\n" + strings.Repeat(",", nearLimit-17) }},
+		{name: "outcomes/json array of empty objects", path: "/v1/outcomes", contentType: "application/json", want: 400,
+			body: func() string { return `{"outcomes":[{}` + strings.Repeat(",{}", (nearLimit-20)/3) + `]}` }},
+		{name: "outcomes/json 50,000 outcomes", path: "/v1/outcomes", contentType: "application/json", want: 200,
+			body: func() string {
+				var b strings.Builder
+				b.WriteString(`{"outcomes":[`)
+				for i := 0; i < 50000; i++ {
+					if i > 0 {
+						b.WriteString(",")
+					}
+					fmt.Fprintf(&b, `{"email":"u%d@d%d.example","outcome":"bounced","bounceType":"hard","at":"2026-01-02T03:04:05Z"}`, i, i%50)
 				}
 				b.WriteString("]}")
 				return b.String()
@@ -199,7 +220,7 @@ func TestServeMemoryBoundedUnderHostileBodies(t *testing.T) {
 
 // sendShape sends body as shape says and returns the status and headers.
 func sendShape(t *testing.T, client *http.Client, base, key string, shape bodyShape, body string) (int, http.Header) {
-	u := base + "/v1/requests"
+	u := base + cmp.Or(shape.path, "/v1/requests")
 	method := http.MethodPost
 	if shape.upload {
 		status, raw := call(t, key, "POST", base+"/v1/uploads", `{"contentType":"`+shape.contentType+`"}`)

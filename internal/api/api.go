@@ -49,6 +49,9 @@ type Route struct {
 	// handler checks it; `evs serve` also reads no more than MaxBody+1
 	// bytes of a body before refusing it.
 	MaxBody int64
+	// Heavy, when set, tells which calls of the route are heavy reads,
+	// admitted a bounded number at once per account (readgate.go).
+	Heavy func(*http.Request) bool
 }
 
 // MaxOtherBody is the body limit of the routes that take no body: a
@@ -73,12 +76,12 @@ func Routes() []Route {
 		{Path: "/v1/verify", Methods: []string{http.MethodPost}, Function: VerifyFunction, MaxBody: MaxVerifyBody},
 		{Path: "/v1/requests", Methods: []string{http.MethodGet, http.MethodPost}, Function: RequestsFunction, MaxBody: MaxBatchBody},
 		{Path: "/v1/requests/{id}", Methods: []string{http.MethodGet}, Function: RequestsFunction, MaxBody: MaxOtherBody},
-		{Path: "/v1/requests/{id}/results", Methods: []string{http.MethodGet}, Function: RequestsFunction, MaxBody: MaxOtherBody},
-		{Path: "/v1/requests/{id}/export", Methods: []string{http.MethodGet}, Function: RequestsFunction, MaxBody: MaxOtherBody},
+		{Path: "/v1/requests/{id}/results", Methods: []string{http.MethodGet}, Function: RequestsFunction, MaxBody: MaxOtherBody, Heavy: asksCSV},
+		{Path: "/v1/requests/{id}/export", Methods: []string{http.MethodGet}, Function: RequestsFunction, MaxBody: MaxOtherBody, Heavy: everyCall},
 		{Path: "/v1/requests/{id}/cancel", Methods: []string{http.MethodPost}, Function: RequestsFunction, MaxBody: MaxOtherBody},
 		{Path: "/v1/uploads", Methods: []string{http.MethodPost}, Function: RequestsFunction, MaxBody: MaxOtherBody},
 		{Path: "/v1/outcomes", Methods: []string{http.MethodPost, http.MethodDelete}, Function: RequestsFunction, MaxBody: MaxBatchBody},
-		{Path: "/v1/outcomes/report", Methods: []string{http.MethodGet}, Function: RequestsFunction, MaxBody: MaxOtherBody},
+		{Path: "/v1/outcomes/report", Methods: []string{http.MethodGet}, Function: RequestsFunction, MaxBody: MaxOtherBody, Heavy: everyCall},
 	}
 }
 
@@ -147,10 +150,10 @@ type Deps struct {
 	// size, is stored for a URL that needs no key (Exports.Export). Nil,
 	// without ExportJobs, answers that route 404.
 	ExportLinks Exports
-	// CSVLists bounds the CSV lists (results as text/csv, exports) built
-	// at once, a quarter of them (at least one) per account; 0 bounds
-	// nothing (a Lambda instance serves one call at a time).
-	CSVLists int
+	// HeavyReads bounds the heavy reads (Route.Heavy) run at once, at
+	// most HeavyReadsPerAccount of them per account; 0 bounds nothing (a
+	// Lambda instance serves one call at a time).
+	HeavyReads int
 	// Uploads keeps lists sent with POST /v1/uploads; nil serves no
 	// uploads. PublicURL is the API's origin as clients reach it
 	// (EVS_PUBLIC_URL), for upload URLs served by `evs serve` itself;
@@ -211,8 +214,8 @@ type Deps struct {
 
 // Handler serves the API's routes.
 type Handler struct {
-	d   Deps
-	csv *csvGate
+	d     Deps
+	reads *readGate
 }
 
 // New returns the handlers.
@@ -229,7 +232,7 @@ func New(d Deps) *Handler {
 	d.MaxUploadAddresses = cmp.Or(max(d.MaxUploadAddresses, 0), evs.UploadMaxAddresses)
 	d.MaxBatchBody = cmp.Or(max(d.MaxBatchBody, 0), MaxBatchBody)
 	d.OutcomeTTL = cmp.Or(max(d.OutcomeTTL, 0), DefaultOutcomeTTL)
-	return &Handler{d: d, csv: newCSVGate(d.CSVLists)}
+	return &Handler{d: d, reads: newReadGate(d.HeavyReads)}
 }
 
 // mediaType returns the lower-case media type of the Content-Type header, or

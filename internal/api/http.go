@@ -197,6 +197,14 @@ func (h *Handler) serve(rt Route, ep endpoint) http.Handler {
 		default:
 			var req *request
 			req, err = h.read(r, rt, c.RequestID)
+			if err == nil && rt.Heavy != nil && rt.Heavy(r) {
+				// Released once the reply, streamed or not, is written.
+				var release func()
+				release, err = h.reads.admit(p.AccountID)
+				if err == nil {
+					defer release()
+				}
+			}
 			if err == nil {
 				reply, err = ep(ctx, req, p)
 			}

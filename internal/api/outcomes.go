@@ -3,11 +3,11 @@ package api
 import (
 	"bytes"
 	"context"
-	"encoding/csv"
-	"errors"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"slices"
 	"strings"
@@ -56,10 +56,6 @@ type outcomeJSON struct {
 	SMTPReply  *string `json:"smtpReply"`
 }
 
-type outcomesRequest struct {
-	Outcomes *[]outcomeJSON `json:"outcomes"`
-}
-
 type outcomesResponse struct {
 	// Received is how many outcomes the request held; Accepted how many
 	// were new, Duplicates how many were already stored (or repeated in
@@ -91,27 +87,78 @@ func ParseOutcomes(mt string, body []byte, now time.Time) ([]evs.Outcome, error)
 	}
 }
 
+// parseOutcomesJSON reads the outcomes list an outcome at a time, each
+// checked as it comes: a body of six million empty objects is refused at
+// its first, and memory holds at most MaxOutcomes outcomes, never the
+// whole list decoded (contract, section 16).
 func parseOutcomesJSON(body []byte, now time.Time) ([]evs.Outcome, error) {
-	var in outcomesRequest
-	if err := decodeStrict(body, &in); err != nil {
-		return nil, err
+	if !utf8.Valid(body) {
+		return nil, evs.Errorf(evs.CodeInvalidRequest, "The request body is not valid UTF-8.")
 	}
-	if in.Outcomes == nil {
+	bad := func(err error) error {
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return evs.Errorf(evs.CodeInvalidRequest, "The request body is not valid: %s.", jsonProblem(err))
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	switch t, err := dec.Token(); {
+	case err == io.EOF:
+		return nil, evs.Errorf(evs.CodeInvalidRequest, "The request body is empty; a JSON object is required.")
+	case err != nil:
+		return nil, bad(err)
+	case t != json.Delim('{'):
+		return nil, evs.Errorf(evs.CodeInvalidRequest, "The request body must be a JSON object.")
+	}
+	var out []evs.Outcome
+	listed := false
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return nil, bad(err)
+		}
+		// encoding/json matches a field's name in any case.
+		if name, _ := t.(string); !strings.EqualFold(name, "outcomes") || listed {
+			return nil, evs.Errorf(evs.CodeInvalidRequest, "The request body is not valid: unknown or repeated field %q.", trimChars(name, 40))
+		}
+		switch t, err := dec.Token(); {
+		case err != nil:
+			return nil, bad(err)
+		case t == nil:
+			continue // null: as if missing
+		case t != json.Delim('['):
+			return nil, evs.Errorf(evs.CodeInvalidRequest, "The request body is not valid: field \"outcomes\" must be a list.")
+		}
+		listed = true
+		for i := 0; dec.More(); i++ {
+			if i == MaxOutcomes {
+				return nil, evs.Errorf(evs.CodeInvalidRequest, "A request holds at most %d outcomes.", MaxOutcomes)
+			}
+			var o outcomeJSON
+			if err := dec.Decode(&o); err != nil {
+				return nil, bad(err)
+			}
+			v, err := outcomeOf(o, now)
+			if err != nil {
+				return nil, evs.Errorf(evs.CodeInvalidRequest, "outcomes[%d]: %s", i, err.Error())
+			}
+			out = append(out, v)
+		}
+		if _, err := dec.Token(); err != nil {
+			return nil, bad(err)
+		}
+	}
+	if _, err := dec.Token(); err != nil {
+		return nil, bad(err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, evs.Errorf(evs.CodeInvalidRequest, "The request body has data after the JSON object.")
+	}
+	if !listed {
 		return nil, evs.Errorf(evs.CodeInvalidRequest, "Field \"outcomes\" is required.")
 	}
-	list := *in.Outcomes
-	if err := outcomeCount(len(list)); err != nil {
-		return nil, err
-	}
-	out := make([]evs.Outcome, 0, len(list))
-	for i, o := range list {
-		v, err := outcomeOf(o, now)
-		if err != nil {
-			return nil, evs.Errorf(evs.CodeInvalidRequest, "outcomes[%d]: %s", i, err.Error())
-		}
-		out = append(out, v)
-	}
-	return out, nil
+	return out, outcomeCount(len(out))
 }
 
 func outcomeCount(n int) error {
@@ -212,28 +259,62 @@ func trimChars(s string, n int) string {
 	return s
 }
 
+// outcomesCSVLimits bound the records parseOutcomesCSV reads: the batch
+// parser's own, its address column (the first) never too long before the
+// record is.
+var outcomesCSVLimits = ListLimits{MaxAddresses: math.MaxInt, MaxAddressBytes: defaultMaxRecordBytes}
+
+// parseOutcomesCSV reads the records with the batch list's parser
+// (ReadListCSVRows), so that a body of commas or one enormous field costs
+// one bounded record, as it does for a list (contract, section 16). The
+// first record is the header.
 func parseOutcomesCSV(body []byte, now time.Time) ([]evs.Outcome, error) {
-	switch {
-	case bytes.HasPrefix(body, []byte("\xff\xfe")), bytes.HasPrefix(body, []byte("\xfe\xff")):
-		return nil, evs.Errorf(evs.CodeInvalidRequest, "The CSV file is UTF-16 (Excel's \"Unicode text\"); save it as \"CSV UTF-8\".")
-	}
-	body = bytes.TrimPrefix(body, []byte("\xef\xbb\xbf"))
-	if !utf8.Valid(body) {
-		return nil, evs.Errorf(evs.CodeInvalidRequest, "The CSV file is not valid UTF-8.")
-	}
-	r := csv.NewReader(bytes.NewReader(body))
-	r.FieldsPerRecord = -1 // checked here, with a message of ours
-	r.ReuseRecord = true
-	header, err := r.Read()
-	if err == io.EOF {
-		return nil, evs.Errorf(evs.CodeInvalidRequest, "The request holds no outcomes.")
-	}
+	var out []evs.Outcome
+	var col map[string]int
+	width, row := 0, 0
+	_, err := ReadListCSVRows(bytes.NewReader(body), outcomesCSVLimits, CSVLayout{Column: "1", Delimiter: ','},
+		func(string) error { return nil },
+		func(rec CSVRecord) error {
+			row++
+			if col == nil {
+				var err error
+				col, err = outcomeColumns(rec.Fields)
+				width = len(rec.Fields)
+				return err
+			}
+			switch {
+			case len(rec.Fields) != width:
+				return evs.Errorf(evs.CodeInvalidRequest, "row %d: %d fields, but the header has %d.", row, len(rec.Fields), width)
+			case len(out) == MaxOutcomes:
+				return evs.Errorf(evs.CodeInvalidRequest, "A request holds at most %d outcomes.", MaxOutcomes)
+			}
+			field := func(name string) *string {
+				i, ok := col[name]
+				if !ok {
+					return nil
+				}
+				v := string(bytes.TrimSpace(rec.Fields[i]))
+				return &v
+			}
+			o, err := outcomeOf(outcomeJSON{Email: field("email"), Outcome: field("outcome"), At: field("at"),
+				BounceType: field("bounceType"), SMTPReply: field("smtpReply")}, now)
+			if err != nil {
+				return evs.Errorf(evs.CodeInvalidRequest, "row %d: %s", row, err.Error())
+			}
+			out = append(out, o)
+			return nil
+		})
 	if err != nil {
-		return nil, csvProblem(err)
+		return nil, listErr(err)
 	}
+	return out, outcomeCount(len(out))
+}
+
+// outcomeColumns reads the CSV header: which column holds which field.
+func outcomeColumns(header [][]byte) (map[string]int, error) {
 	col := map[string]int{}
 	for i, h := range header {
-		name := strings.TrimSpace(h)
+		name := strings.TrimSpace(string(h))
 		f := slices.IndexFunc(outcomeFields, func(f string) bool { return strings.EqualFold(name, f) })
 		if f < 0 {
 			return nil, evs.Errorf(evs.CodeInvalidRequest, "row 1: unknown column %q; the columns are email, outcome, at, bounceType and smtpReply.", trimChars(name, 40))
@@ -249,51 +330,7 @@ func parseOutcomesCSV(body []byte, now time.Time) ([]evs.Outcome, error) {
 			return nil, evs.Errorf(evs.CodeInvalidRequest, "row 1: the header has no column %q; it must name email, outcome and at (bounceType and smtpReply are optional).", f)
 		}
 	}
-	var out []evs.Outcome
-	for row := 2; ; row++ {
-		rec, err := r.Read()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return nil, csvProblem(err)
-		}
-		if len(rec) == 1 && strings.TrimSpace(rec[0]) == "" {
-			continue // a blank line
-		}
-		if len(rec) != len(header) {
-			return nil, evs.Errorf(evs.CodeInvalidRequest, "row %d: %d fields, but the header has %d.", row, len(rec), len(header))
-		}
-		if len(out) == MaxOutcomes {
-			return nil, evs.Errorf(evs.CodeInvalidRequest, "A request holds at most %d outcomes.", MaxOutcomes)
-		}
-		field := func(name string) *string {
-			i, ok := col[name]
-			if !ok {
-				return nil
-			}
-			v := strings.TrimSpace(rec[i])
-			return &v
-		}
-		o, err := outcomeOf(outcomeJSON{Email: field("email"), Outcome: field("outcome"), At: field("at"),
-			BounceType: field("bounceType"), SMTPReply: field("smtpReply")}, now)
-		if err != nil {
-			return nil, evs.Errorf(evs.CodeInvalidRequest, "row %d: %s", row, err.Error())
-		}
-		out = append(out, o)
-	}
-	if err := outcomeCount(len(out)); err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
-// csvProblem describes a CSV syntax error without echoing the body.
-func csvProblem(err error) error {
-	if pe, ok := errors.AsType[*csv.ParseError](err); ok {
-		return evs.Errorf(evs.CodeInvalidRequest, "The CSV file is not valid at line %d: %s.", pe.StartLine, pe.Err.Error())
-	}
-	return evs.Errorf(evs.CodeInvalidRequest, "The CSV file is not valid.")
+	return col, nil
 }
 
 // postOutcomes serves POST /v1/outcomes.

@@ -946,16 +946,11 @@ var csvHeader = []string{"email", "status", "reason", "suggestion", "disposable"
 // 303 to its download (exportJob). `evs serve` streams the list as it
 // reads it, a page at a time.
 func (h *Handler) resultsCSV(ctx context.Context, p evs.Principal, b evs.Batch, f filter) (idempotency.Reply, error) {
-	release, err := h.csv.acquire(p.AccountID)
-	if err != nil {
-		return idempotency.Reply{}, err
-	}
 	rows := newCSVRows(h.d.Batches, p.AccountID, b.ID, f)
 	streaming := false
 	defer func() {
 		if !streaming {
 			rows.close()
-			release()
 		}
 	}()
 	if h.d.ExportJobs != nil {
@@ -976,7 +971,6 @@ func (h *Handler) resultsCSV(ctx context.Context, p evs.Principal, b evs.Batch, 
 	if full {
 		streaming = true
 		r.Stream = func(w io.Writer) error {
-			defer release()
 			defer rows.close()
 			_, err := rows.writeUpTo(ctx, w, -1)
 			return err
@@ -1158,11 +1152,6 @@ func (h *Handler) export(ctx context.Context, req *request, p evs.Principal) (id
 			return jsonReply(http.StatusOK, exportReply{URL: j.URL, ExpiresAt: evs.Time{Time: j.ExpiresAt}})
 		}, nil)
 	}
-	release, err := h.csv.acquire(p.AccountID)
-	if err != nil {
-		return idempotency.Reply{}, err
-	}
-	defer release()
 	rows := newCSVRows(h.d.Batches, p.AccountID, b.ID, f)
 	defer rows.close()
 	// The file counts against the storage quota as it is written; one

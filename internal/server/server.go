@@ -71,10 +71,10 @@ type Options struct {
 	// headers are in (default 30 s; contract, section 9); then the
 	// connection is closed.
 	BodyTimeout time.Duration
-	// CSVLists bounds the CSV lists (results as text/csv, exports) built
-	// at once, each held whole in memory: a quarter of them (at least
-	// one) per account (default 4).
-	CSVLists int
+	// HeavyReads bounds the heavy reads (results as text/csv, exports,
+	// the outcomes report) run at once, each holding one of the store's
+	// readers, api.HeavyReadsPerAccount of them per account (default 3).
+	HeavyReads int
 	// UploadWindow is the window of an upload PUT's minimum rate: each
 	// must bring UploadMinRate × UploadWindow bytes or the end of the
 	// body (default 10 s; contract, section 16).
@@ -124,9 +124,10 @@ const (
 	headerTimeout = 10 * time.Second
 	// idleTimeout closes a kept-alive connection with no request.
 	idleTimeout = 120 * time.Second
-	// defaultCSVLists is Options.CSVLists's default: four lists of a
-	// million rows are about 400 MB.
-	defaultCSVLists = 4
+	// defaultHeavyReads is Options.HeavyReads's default: one fewer than
+	// the SQLite store's smallest pool of readers (4), so that heavy reads
+	// never hold them all.
+	defaultHeavyReads = 3
 	// defaultMaxConns is EVS_MAX_CONNS's default.
 	defaultMaxConns = 1024
 )
@@ -261,7 +262,7 @@ func New(o Options) (*Server, error) {
 		Uploads:            uploads,
 		ChargeUploads:      uploads != nil,
 		ExportLinks:        links,
-		CSVLists:           cmp.Or(o.CSVLists, defaultCSVLists),
+		HeavyReads:         cmp.Or(o.HeavyReads, defaultHeavyReads),
 		PublicURL:          o.Config.PublicURL,
 		MaxUploadAddresses: o.MaxUploadAddresses,
 		Queue:              batches,
