@@ -83,7 +83,7 @@ func NewExits(c config.Config, health func(exit int, name string, up bool)) (*sm
 	}
 	return smtpprobe.NewExits(smtpprobe.ExitsConfig{
 		Exits: exits, Forward: &net.Dialer{}, Policy: c.Egress,
-		Key: ProviderKey, Observe: health,
+		Key: ProviderKey, Observe: health, Timeout: c.ExitTimeout, Canary: c.ExitCanary,
 	})
 }
 
