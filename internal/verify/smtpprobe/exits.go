@@ -40,8 +40,6 @@ import (
 type ExitsConfig struct {
 	// Exits are the SOCKS5 exits (config.Config.SMTPExits); at least one.
 	Exits []config.SMTPExit
-	// Forward reaches the proxies (nil: a plain net.Dialer).
-	Forward ContextDialer
 	// Policy is the egress policy checked before each CONNECT.
 	Policy *config.EgressPolicy
 	// Key maps an MX host to the provider it sticks by (verify.ProviderKey;
@@ -113,9 +111,6 @@ func NewExits(cfg ExitsConfig) (*Exits, error) {
 	if len(cfg.Exits) == 0 {
 		return nil, errors.New("smtpprobe: no SOCKS5 exit")
 	}
-	if cfg.Forward == nil {
-		cfg.Forward = &net.Dialer{}
-	}
 	if cfg.Key == nil {
 		cfg.Key = func(h string) string { return h }
 	}
@@ -128,7 +123,7 @@ func NewExits(cfg ExitsConfig) (*Exits, error) {
 	}
 	x := &Exits{cfg: cfg, avoid: cfg.Avoid}
 	for i, e := range cfg.Exits {
-		d, err := newSOCKS5(e.URL, cfg.Forward, cfg.Policy, cfg.Timeout)
+		d, err := newSOCKS5(e.URL, cfg.Policy, cfg.Timeout)
 		if err != nil {
 			return nil, fmt.Errorf("exit %d (%s): %w", i+1, e.Name, err)
 		}
@@ -390,7 +385,7 @@ func (x *Exits) probeOne(ctx context.Context, i int) {
 	c, err := e.dialer.connect(ctx, to)
 	if err == nil {
 		c.Close()
-	} else if !x.cfg.Canary.IsValid() && errors.As(err, new(socksReply)) {
+	} else if !x.cfg.Canary.IsValid() && reply(err) != "" {
 		err = nil // it answered
 	}
 	x.mu.Lock()
