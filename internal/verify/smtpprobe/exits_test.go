@@ -470,3 +470,30 @@ func TestExitsCanary(t *testing.T) {
 		t.Fatalf("the canary saw a connection from %s, want the exit's %s", got, exitA)
 	}
 }
+
+// TestExitsHungEndsTheSearch: a domain's other MX hosts are not tried
+// through an exit that just failed (it saw to the other exits already):
+// the hung exit sees the first host's dial and the probe that confirmed
+// the hang, nothing more.
+func TestExitsHungEndsTheSearch(t *testing.T) {
+	hung := testkit.StartFaultySOCKS5(t, "127.0.0.1", testkit.SOCKS5Fault{Silent: true})
+	exits, err := config.ParseSMTPExits(hung.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, err := smtpprobe.NewExits(smtpprobe.ExitsConfig{Exits: exits, Policy: loopbackAllowed, Timeout: 200 * time.Millisecond, Retry: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := newProber(t, 25, func(c *smtpprobe.Config) {
+		c.Dialer, c.Resolver = x, hosts{"mx1.test": ip("127.0.0.1"), "mx2.test": ip("127.0.0.2")}
+	})
+	_, err = p.Open(context.Background(), "example", []string{"mx1.test", "mx2.test"})
+	var pe *smtpprobe.ProbeError
+	if !errors.As(err, &pe) || !pe.Exit || pe.Host != "mx1.test" {
+		t.Fatalf("Open: %v, want our exit's failure at mx1.test", err)
+	}
+	if n := hung.Connections(); n != 2 {
+		t.Fatalf("the hung exit saw %d connections, want 2", n)
+	}
+}
