@@ -466,7 +466,7 @@ export interface components {
             index: number;
             /** @description The exit's host (host:port when two exits share a host); never its credentials. */
             name: string;
-            /** @description In rotation; false after failed dials or a failed health probe (a SOCKS5 handshake). */
+            /** @description In rotation; false after a hung connection, failed dials or a failed health probe (a CONNECT through the exit). */
             up: boolean;
             /**
              * Format: date-time

@@ -256,6 +256,8 @@ var envDocs = map[string]string{
 	"EVS_SMTP_HELO":                 "EHLO name (default: the host name, with a warning)",
 	"EVS_SMTP_FROM":                 "MAIL FROM address (default verify@<helo>)",
 	"EVS_EGRESS_ALLOW":              "CIDRs probes and webhooks may reach although not public",
+	"EVS_SMTP_EXIT_TIMEOUT":         "longest a SOCKS exit may take to answer its handshake, up to the CONNECT, and a health probe (default 5s)",
+	"EVS_SMTP_EXIT_CANARY":          "IP:port a SOCKS exit's health probe CONNECTs to (default: the exit's own loopback, any reply passing)",
 	"EVS_SMTP_EGRESS_IP":            "public address probes leave from (direct, or one SOCKS exit; several: #egress-ip each): checked hourly against EVS_BLOCKLISTS and the HELO name",
 	"EVS_BLOCKLISTS":                "DNS blocklist zones the self-check asks, or none (default zen.spamhaus.org,bl.spamcop.net,b.barracudacentral.org)",
 	"EVS_SELFCHECK_EVERY":           "how often the egress self-check runs after the one at start (default 1h, at least 1s)",
@@ -296,7 +298,8 @@ var envDocs = map[string]string{
 // Variable lists shared by several commands.
 var (
 	// engineEnv configures the verification engine.
-	engineEnv = []string{"EVS_DNS_SERVERS", "EVS_SMTP", "EVS_SMTP_PROXY", "EVS_SMTP_PORT", "EVS_SMTP_HELO", "EVS_SMTP_FROM", "EVS_EGRESS_ALLOW"}
+	engineEnv = []string{"EVS_DNS_SERVERS", "EVS_SMTP", "EVS_SMTP_PROXY", "EVS_SMTP_PORT", "EVS_SMTP_HELO", "EVS_SMTP_FROM", "EVS_EGRESS_ALLOW",
+		"EVS_SMTP_EXIT_TIMEOUT", "EVS_SMTP_EXIT_CANARY"}
 	// storeEnv chooses the store of the keys and webhooks commands.
 	storeEnv = []string{"EVS_DATA_DIR", "AWS_REGION", "AWS_PROFILE", "AWS_ENDPOINT_URL"}
 )

@@ -495,7 +495,11 @@ func (w *Worker) work(ctx context.Context, m Message, again bool, startBy time.T
 			}
 			retry = addRetry(retry, w.greyDelay(d.retryIn), d.retry)
 			if d.key != "" && w.parks() {
-				parked = addParking(parked, d.key, d.until, d.forSlot, d.wait)
+				until := d.until
+				if dl := b.CreatedAt.Add(w.Deadline); w.Deadline > 0 && dl.Before(until) {
+					until = dl // no wait outlives the batch, as with a delay below
+				}
+				parked = addParking(parked, d.key, until, d.forSlot, d.wait)
 			} else if len(d.wait) > 0 {
 				// Throttled, or (in this process) out of RCPT budget, with
 				// no parking: back on the queue after the wait.

@@ -62,9 +62,15 @@ type Config struct {
 	// root fetches it and calls SetSMTPProxy: this package stays free of
 	// AWS, and the credentials never sit in an environment variable.
 	SMTPProxySecret string
-	SMTPPort        int
-	HELO            string
-	MailFrom        string
+	// ExitTimeout bounds each SOCKS5 handshake, up to the reply to
+	// CONNECT, and each health probe of an exit (EVS_SMTP_EXIT_TIMEOUT).
+	ExitTimeout time.Duration
+	// ExitCanary is where an exit's health probe asks it to CONNECT
+	// (EVS_SMTP_EXIT_CANARY); the zero value is the exit's own loopback.
+	ExitCanary netip.AddrPort
+	SMTPPort   int
+	HELO       string
+	MailFrom   string
 	// RateLimit is requests per second per account; 0 means off.
 	RateLimit float64
 	// AuthTTL is the local gateway's authorizer cache TTL.
@@ -277,6 +283,11 @@ func FromEnv(getenv func(string) string, onLambda bool) (Config, error) {
 			errs = append(errs, fmt.Errorf("EVS_SMTP_PROXY: %w", err))
 		}
 	}
+	c.ExitTimeout = value(getenv, "EVS_SMTP_EXIT_TIMEOUT", 5*time.Second, "a duration of at least 1ms like 5s", durationFrom(time.Millisecond), &errs)
+	c.ExitCanary = value(getenv, "EVS_SMTP_EXIT_CANARY", netip.AddrPort{}, "an IP address and port like 192.0.2.25:25", func(s string) (netip.AddrPort, bool) {
+		ap, err := netip.ParseAddrPort(s)
+		return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()), err == nil && ap.Port() != 0 && ap.Addr().Zone() == ""
+	}, &errs)
 	bl, err := parseZones(cmp.Or(getenv("EVS_BLOCKLISTS"), strings.Join(DefaultBlocklists, ",")))
 	if err != nil {
 		errs = append(errs, fmt.Errorf("EVS_BLOCKLISTS: %w", err))

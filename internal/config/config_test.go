@@ -81,6 +81,19 @@ func TestFromEnv(t *testing.T) {
 				t.Fatalf("lists %v", c.Blocklists)
 			}
 		}},
+		{name: "exit timeout and canary", vars: map[string]string{"EVS_SMTP_EXIT_TIMEOUT": "250ms", "EVS_SMTP_EXIT_CANARY": "[::ffff:192.0.2.25]:25"}, check: func(t *testing.T, c config.Config) {
+			if c.ExitTimeout != 250*time.Millisecond || c.ExitCanary != netip.MustParseAddrPort("192.0.2.25:25") {
+				t.Fatalf("exit timeout %v, canary %v", c.ExitTimeout, c.ExitCanary)
+			}
+		}},
+		{name: "exit timeout and canary defaults", vars: map[string]string{}, check: func(t *testing.T, c config.Config) {
+			if c.ExitTimeout != 5*time.Second || c.ExitCanary.IsValid() {
+				t.Fatalf("exit timeout %v, canary %v", c.ExitTimeout, c.ExitCanary)
+			}
+		}},
+		{name: "exit timeout negative", vars: map[string]string{"EVS_SMTP_EXIT_TIMEOUT": "-1s"}, errMatch: "EVS_SMTP_EXIT_TIMEOUT"},
+		{name: "exit canary a name", vars: map[string]string{"EVS_SMTP_EXIT_CANARY": "mx.example:25"}, errMatch: "EVS_SMTP_EXIT_CANARY"},
+		{name: "exit canary without a port", vars: map[string]string{"EVS_SMTP_EXIT_CANARY": "192.0.2.25:0"}, errMatch: "EVS_SMTP_EXIT_CANARY"},
 		{name: "egress ip not an address", vars: map[string]string{"EVS_SMTP_EGRESS_IP": "mail.example"}, errMatch: "EVS_SMTP_EGRESS_IP"},
 		{name: "blocklist not a zone", vars: map[string]string{"EVS_BLOCKLISTS": "zen.spamhaus.org,,x"}, errMatch: "EVS_BLOCKLISTS"},
 		{name: "no address quota by default", vars: map[string]string{}, check: func(t *testing.T, c config.Config) {

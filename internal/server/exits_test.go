@@ -40,7 +40,7 @@ func startExits(t *testing.T, o options) *exitsHarness {
 	}
 	loopback, _ := config.ParseEgress("127.0.0.0/8")
 	x, err := smtpprobe.NewExits(smtpprobe.ExitsConfig{Exits: exits, Policy: loopback, Key: verify.ProviderKey,
-		Retry: 100 * time.Millisecond, ProbeTimeout: time.Second})
+		Retry: 100 * time.Millisecond, Timeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -138,7 +138,7 @@ func start(t *testing.T, o options) *harness {
 	}
 	pc := smtpprobe.Config{HELO: "probe.evs.test", Port: h.smtp.Port, Resolver: res, Egress: loopback, ReplyTimeout: replyTimeout, DialTimeout: time.Second}
 	if o.smtpProxy != "" {
-		if pc.Dialer, err = smtpprobe.NewSOCKS5Dialer(o.smtpProxy, nil, loopback); err != nil {
+		if pc.Dialer, err = smtpprobe.NewSOCKS5Dialer(o.smtpProxy, loopback); err != nil {
 			t.Fatal(err)
 		}
 	}

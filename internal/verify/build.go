@@ -70,9 +70,6 @@ type BuildOptions struct {
 // (config.Config.SMTPExits): each provider (ProviderKey) sticks to one
 // exit in rotation, and health is told each health verdict (nil: nobody).
 func NewExits(c config.Config, health func(exit int, name string, up bool)) (*smtpprobe.Exits, error) {
-	// The proxies are the operator's, often on a private network:
-	// reaching them is not subject to the policy; what they are asked to
-	// CONNECT to is.
 	exits := c.SMTPExits
 	if len(exits) == 0 && c.SMTPProxy != "" {
 		// A Config made in code rather than read (FromEnv, SetSMTPProxy).
@@ -82,8 +79,8 @@ func NewExits(c config.Config, health func(exit int, name string, up bool)) (*sm
 		}
 	}
 	return smtpprobe.NewExits(smtpprobe.ExitsConfig{
-		Exits: exits, Forward: &net.Dialer{}, Policy: c.Egress,
-		Key: ProviderKey, Observe: health,
+		Exits: exits, Policy: c.Egress,
+		Key: ProviderKey, Observe: health, Timeout: c.ExitTimeout, Canary: c.ExitCanary,
 	})
 }
 

@@ -58,7 +58,13 @@ func TestEngineReasonsThroughSOCKS5(t *testing.T) {
 				t.Parallel()
 				ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 				defer cancel()
-				c.check(t, engine.Verify(ctx, verify.Inspect(c.email), evs.Mode(c.mode)))
+				d := engine.Verify(ctx, verify.Inspect(c.email), evs.Mode(c.mode))
+				c.check(t, d)
+				// Through an exit, a server that refuses the connection
+				// is the exit's reply: no verdict.
+				if verify.ExitDown(d.Checks.SMTP) != strings.HasSuffix(c.email, "@dead.example") {
+					t.Fatalf("exit down %v: %+v", verify.ExitDown(d.Checks.SMTP), d.Checks.SMTP)
+				}
 			})
 		}
 	})
@@ -77,10 +83,12 @@ func TestEngineReasonsThroughSOCKS5(t *testing.T) {
 	}
 }
 
-// TestEngineExitDown: when our SMTP exit cannot be reached, or refuses us
-// by its rules, the decision is no verdict (ExitDown: the callers retry or
-// answer 503, contract section 16); when the exit works and the receiving
-// server refuses the connection, that is evidence about the server.
+// TestEngineExitDown: every way our SMTP exit fails is no verdict
+// (ExitDown: the callers retry or answer 503, contract section 16): it
+// cannot be reached, hangs (silent, or answering the greeting and never
+// the CONNECT, bounded by EVS_SMTP_EXIT_TIMEOUT), refuses us by its rules,
+// or reports that it could not reach the receiving server, which cannot
+// be told from a fault of its own route.
 func TestEngineExitDown(t *testing.T) {
 	proxy := testkit.SOCKS5(t)
 	peer := testkit.StartSMTP(t, testkit.SMTPOptions{Rcpt: func(addr string) string {
@@ -104,6 +112,7 @@ func TestEngineExitDown(t *testing.T) {
 		vars := map[string]string{
 			"EVS_SMTP": "proxy", "EVS_SMTP_PROXY": proxyURL, "EVS_DNS_SERVERS": dnsSrv.Addr,
 			"EVS_SMTP_PORT": fmt.Sprint(peer.Port), "EVS_SMTP_HELO": "probe.evs.test", "EVS_EGRESS_ALLOW": "127.0.0.0/8",
+			"EVS_SMTP_EXIT_TIMEOUT": "300ms",
 		}
 		cfg, err := config.FromEnv(func(k string) string { return vars[k] }, true)
 		if err != nil {
@@ -133,7 +142,9 @@ func TestEngineExitDown(t *testing.T) {
 	}{
 		{"the exit is not there", dead, "user@up.example", true, evs.Unknown},
 		{"the exit refuses us by its rules", live, "user@ruleset.example", true, evs.Unknown},
-		{"the server refuses the exit's connection", live, "user@refused.example", false, evs.Unknown},
+		{"the exit is silent", engine(testkit.StartFaultySOCKS5(t, "127.0.0.1", testkit.SOCKS5Fault{Silent: true}).URL()), "user@up.example", true, evs.Unknown},
+		{"the exit answers the greeting, never the CONNECT", engine(testkit.StartFaultySOCKS5(t, "127.0.0.1", testkit.SOCKS5Fault{}).URL()), "user@up.example", true, evs.Unknown},
+		{"the exit could not reach the server", live, "user@refused.example", true, evs.Unknown},
 		{"the exit works", live, "user@up.example", false, evs.Deliverable},
 	}
 	for _, c := range cases {

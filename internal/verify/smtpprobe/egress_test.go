@@ -338,7 +338,7 @@ func TestSOCKS5ConnectsByCheckedAddress(t *testing.T) {
 
 	t.Run("allowed: CONNECT by IPv4 address", func(t *testing.T) {
 		sp := startSOCKS5(t)
-		d, err := smtpprobe.NewSOCKS5Dialer("socks5://"+sp.addr, nil, allowed)
+		d, err := smtpprobe.NewSOCKS5Dialer("socks5://"+sp.addr, allowed)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -373,7 +373,7 @@ func TestSOCKS5ConnectsByCheckedAddress(t *testing.T) {
 			// The dialer checks on its own even when its caller did not.
 			{"dialer's policy alone", allowed, nil},
 		} {
-			d, err := smtpprobe.NewSOCKS5Dialer("socks5://"+sp.addr, nil, tc.dialerPolicy)
+			d, err := smtpprobe.NewSOCKS5Dialer("socks5://"+sp.addr, tc.dialerPolicy)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -395,7 +395,7 @@ func TestSOCKS5ConnectsByCheckedAddress(t *testing.T) {
 
 	t.Run("names are never handed to the proxy", func(t *testing.T) {
 		sp := startSOCKS5(t)
-		d, err := smtpprobe.NewSOCKS5Dialer("socks5://"+sp.addr, nil, allowed)
+		d, err := smtpprobe.NewSOCKS5Dialer("socks5://"+sp.addr, allowed)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -8,7 +8,7 @@ import (
 	"hash/fnv"
 	"io"
 	"net"
-	"net/url"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -20,24 +20,26 @@ import (
 // waits for, come from one address: the exit is chosen by rendezvous
 // hashing of the provider over the exits in rotation, which moves only
 // the providers of an exit that leaves, and brings them back when it
-// returns. An exit leaves the rotation when it fails: DownAfter of its
-// own faults (ErrExit) within FaultWindow, or a failed health probe (a
-// SOCKS5 handshake, with its credentials). It returns when a probe
-// passes: Run probes every exit periodically (evs serve), and a dial
-// probes an exit that is out once Retry has passed since its last probe
-// (Lambda, where nothing runs between invocations). An exit can also be
-// avoided for one provider (Avoid: evs serve's egress watch, when that
-// provider refuses most of our probes through it, or for all of them
-// while the exit's address is on a DNS blocklist) while another exit in
-// rotation is not. With no exit in rotation the dial fails with ErrExit:
-// our failure, no verdict (contract, section 16).
+// returns. An exit leaves the rotation when it fails: at once when a
+// connection through it times out and a health probe made then fails too
+// (a hung exit; a silent server behind a working exit passes it), after
+// DownAfter of its other faults (ErrExit) within FaultWindow, or when a
+// health probe fails (a CONNECT through it, with its credentials, to the
+// canary). A reply that the exit could not reach the server is our
+// failure (no verdict) but no fault: dead mail servers are common. An exit
+// returns when a probe passes: Run probes every exit periodically (evs
+// serve), and a dial probes an exit that is out once Retry has passed
+// since its last probe (Lambda, where nothing runs between invocations).
+// An exit can also be avoided for one provider (Avoid: evs serve's egress
+// watch, when that provider refuses most of our probes through it, or for
+// all of them while the exit's address is on a DNS blocklist) while
+// another exit in rotation is not. With no exit in rotation the dial fails
+// with ErrExit: our failure, no verdict (contract, section 16).
 
 // ExitsConfig configures an Exits.
 type ExitsConfig struct {
 	// Exits are the SOCKS5 exits (config.Config.SMTPExits); at least one.
 	Exits []config.SMTPExit
-	// Forward reaches the proxies (nil: a plain net.Dialer).
-	Forward ContextDialer
 	// Policy is the egress policy checked before each CONNECT.
 	Policy *config.EgressPolicy
 	// Key maps an MX host to the provider it sticks by (verify.ProviderKey;
@@ -56,8 +58,14 @@ type ExitsConfig struct {
 	// Retry is how long after its last probe an exit out of rotation is
 	// probed again by a dial (default 5 s).
 	Retry time.Duration
-	// ProbeTimeout bounds one health probe (default 5 s).
-	ProbeTimeout time.Duration
+	// Timeout bounds each SOCKS5 handshake, up to the reply to CONNECT,
+	// and each health probe (default 5 s).
+	Timeout time.Duration
+	// Canary is where a health probe asks an exit to CONNECT, which must
+	// succeed. Without one, the probe asks for the exit's own loopback
+	// port 25, and any reply passes: the exit answers CONNECTs, though
+	// whether it reaches the internet is not known.
+	Canary netip.AddrPort
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 }
@@ -74,9 +82,7 @@ type Exits struct {
 // exit is one exit and its health (guarded by Exits.mu).
 type exit struct {
 	name   string
-	addr   string // the proxy's host:port
-	user   *url.Userinfo
-	dialer ContextDialer
+	dialer *socksDialer
 
 	up         bool
 	since      time.Time // of the last change of up
@@ -105,27 +111,23 @@ func NewExits(cfg ExitsConfig) (*Exits, error) {
 	if len(cfg.Exits) == 0 {
 		return nil, errors.New("smtpprobe: no SOCKS5 exit")
 	}
-	if cfg.Forward == nil {
-		cfg.Forward = &net.Dialer{}
-	}
 	if cfg.Key == nil {
 		cfg.Key = func(h string) string { return h }
 	}
 	cfg.DownAfter = cmp.Or(max(cfg.DownAfter, 0), 2)
 	cfg.FaultWindow = cmp.Or(max(cfg.FaultWindow, 0), time.Minute)
 	cfg.Retry = cmp.Or(max(cfg.Retry, 0), 5*time.Second)
-	cfg.ProbeTimeout = cmp.Or(max(cfg.ProbeTimeout, 0), 5*time.Second)
+	cfg.Timeout = cmp.Or(max(cfg.Timeout, 0), 5*time.Second)
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
 	x := &Exits{cfg: cfg, avoid: cfg.Avoid}
 	for i, e := range cfg.Exits {
-		d, err := NewSOCKS5Dialer(e.URL, cfg.Forward, cfg.Policy)
+		d, err := newSOCKS5(e.URL, cfg.Policy, cfg.Timeout)
 		if err != nil {
 			return nil, fmt.Errorf("exit %d (%s): %w", i+1, e.Name, err)
 		}
-		u, _ := url.Parse(e.URL) // parsed by NewSOCKS5Dialer already
-		x.exits = append(x.exits, &exit{name: e.Name, addr: u.Host, user: u.User, dialer: d, up: true})
+		x.exits = append(x.exits, &exit{name: e.Name, dialer: d, up: true})
 	}
 	return x, nil
 }
@@ -159,13 +161,44 @@ func (x *Exits) DialContext(ctx context.Context, network, addr string) (net.Conn
 			x.passed(i)
 			return c, nil
 		}
-		if !errors.Is(err, ErrExit) {
+		if !errors.Is(err, ErrExit) || aboutServer(err) {
 			return nil, err
 		}
-		if stillUp := x.fault(i, err); stillUp || attempt > 0 || ctx.Err() != nil {
+		up := false
+		if isTimeout(err) {
+			up = x.recheck(ctx, i)
+		} else {
+			up = x.fault(i, err)
+		}
+		if up || attempt > 0 || ctx.Err() != nil {
 			return nil, err
 		}
 	}
+}
+
+// recheck probes exit i at once, after a connection through it timed out,
+// and reports whether it is still in rotation: a hung exit fails the probe
+// and leaves now; one that only waited on a silent server passes it.
+func (x *Exits) recheck(ctx context.Context, i int) bool {
+	x.mu.Lock()
+	mine := x.claim(i)
+	x.mu.Unlock()
+	if mine {
+		x.probeOne(context.WithoutCancel(ctx), i)
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.exits[i].up
+}
+
+// claim marks exit i as being probed, unless it already is. x.mu is held.
+func (x *Exits) claim(i int) bool {
+	e := x.exits[i]
+	if e.probing {
+		return false
+	}
+	e.probing, e.lastProbe = true, x.cfg.Now()
+	return true
 }
 
 // score is exit name's rendezvous weight for key: stable across
@@ -239,8 +272,7 @@ func (x *Exits) pick(ctx context.Context, host string) (int, error) {
 	anyUp := false
 	for i, e := range x.exits {
 		anyUp = anyUp || e.up
-		if !e.up && !e.probing && now.Sub(e.lastProbe) >= x.cfg.Retry {
-			e.probing, e.lastProbe = true, now
+		if !e.up && now.Sub(e.lastProbe) >= x.cfg.Retry && x.claim(i) {
 			due = append(due, i)
 		}
 	}
@@ -320,11 +352,9 @@ func (x *Exits) Probe(ctx context.Context) {
 	var wg sync.WaitGroup
 	for i := range x.exits {
 		x.mu.Lock()
-		busy := x.exits[i].probing
-		x.exits[i].probing = true
-		x.exits[i].lastProbe = x.cfg.Now()
+		mine := x.claim(i)
 		x.mu.Unlock()
-		if busy {
+		if !mine {
 			continue
 		}
 		wg.Add(1)
@@ -351,9 +381,13 @@ func (x *Exits) Run(ctx context.Context, every time.Duration) {
 // and records the verdict: a failure takes the exit out at once.
 func (x *Exits) probeOne(ctx context.Context, i int) {
 	e := x.exits[i]
-	pctx, cancel := context.WithTimeout(ctx, x.cfg.ProbeTimeout)
-	err := handshake(pctx, x.cfg.Forward, e.addr, e.user)
-	cancel()
+	to := cmp.Or(x.cfg.Canary, selfCanary)
+	c, err := e.dialer.connect(ctx, to)
+	if err == nil {
+		c.Close()
+	} else if !x.cfg.Canary.IsValid() && reply(err) != "" {
+		err = nil // it answered
+	}
 	x.mu.Lock()
 	e.probing = false
 	x.mu.Unlock()
@@ -389,57 +423,6 @@ func (x *Exits) Status() []ExitStatus {
 	return out
 }
 
-// handshake is the health probe: a SOCKS5 method negotiation with the
-// proxy at addr (RFC 1928, section 3) and, when it asks, the user name and
-// password (RFC 1929). It asks for no connection: a healthy exit is one
-// that takes our handshake and credentials. The errors name the proxy's
-// address, never the credentials.
-func handshake(ctx context.Context, forward ContextDialer, addr string, user *url.Userinfo) error {
-	c, err := forward.DialContext(ctx, "tcp", addr)
-	if err != nil {
-		return fmt.Errorf("dial the proxy %s: %w", addr, err)
-	}
-	defer c.Close()
-	if dl, ok := ctx.Deadline(); ok {
-		c.SetDeadline(dl)
-	}
-	stop := context.AfterFunc(ctx, func() { c.Close() })
-	defer stop()
-	greeting := []byte{5, 1, 0} // version 5, one method: none
-	if user != nil {
-		greeting = []byte{5, 2, 0, 2} // none, or user name and password
-	}
-	if _, err := c.Write(greeting); err != nil {
-		return fmt.Errorf("proxy %s: %w", addr, err)
-	}
-	var r [2]byte
-	if _, err := io.ReadFull(c, r[:]); err != nil {
-		return fmt.Errorf("proxy %s: no method reply: %w", addr, err)
-	}
-	switch {
-	case r[0] != 5:
-		return fmt.Errorf("proxy %s: not a SOCKS5 server (version %d)", addr, r[0])
-	case r[1] == 0:
-		return nil
-	case r[1] == 2 && user != nil:
-		name := user.Username()
-		pass, _ := user.Password()
-		if len(name) > 255 || len(pass) > 255 {
-			return fmt.Errorf("proxy %s: the user name or password is too long for SOCKS5", addr)
-		}
-		msg := append([]byte{1, byte(len(name))}, name...)
-		msg = append(append(msg, byte(len(pass))), pass...)
-		if _, err := c.Write(msg); err != nil {
-			return fmt.Errorf("proxy %s: %w", addr, err)
-		}
-		if _, err := io.ReadFull(c, r[:]); err != nil {
-			return fmt.Errorf("proxy %s: no authentication reply: %w", addr, err)
-		}
-		if r[1] != 0 {
-			return fmt.Errorf("proxy %s: our user name and password were refused", addr)
-		}
-		return nil
-	default:
-		return fmt.Errorf("proxy %s: no acceptable authentication method (%d)", addr, r[1])
-	}
-}
+// selfCanary is where a health probe CONNECTs without a canary: the exit's
+// own loopback, which answers at once, refused or not.
+var selfCanary = netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, 1}), 25)

@@ -245,7 +245,9 @@ func (p *Prober) Open(ctx context.Context, domain string, hosts []string) (*Sess
 			continue
 		}
 		fails = append(fails, f)
-		if f.Class == Blocked || ctx.Err() != nil {
+		// Our exit failed (it saw to its other exits already): the
+		// domain's other hosts would find it no better.
+		if f.Class == Blocked || ctx.Err() != nil || errors.Is(f.Err, ErrExit) && !aboutServer(f.Err) {
 			break
 		}
 	}

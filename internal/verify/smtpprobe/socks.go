@@ -7,24 +7,30 @@ import (
 	"net"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strings"
+	"time"
 
 	"github.com/evs-dev/evs/internal/config"
 	"golang.org/x/net/proxy"
 )
 
 // NewSOCKS5Dialer returns a dialer that connects through the SOCKS5 proxy
-// at proxyURL ("socks5://host:port", optionally "socks5://user:pass@host:port"),
-// reaching the proxy itself with forward (nil: a plain net.Dialer). It is
-// how probes leave runtimes that block outbound port 25.
+// at proxyURL ("socks5://host:port", optionally "socks5://user:pass@host:port").
+// It is how probes leave runtimes that block outbound port 25.
 //
 // The proxy would resolve names and connect wherever they point, out of
 // our sight, so the dialer takes only IP addresses: it checks each against
 // policy (nil: no exceptions) and asks the proxy to CONNECT to that
 // address, never to a name. A refused address never reaches the proxy.
 // The proxy itself is the operator's choice and may be on a private
-// network: forward should not apply the policy.
-func NewSOCKS5Dialer(proxyURL string, forward ContextDialer, policy *config.EgressPolicy) (ContextDialer, error) {
+// network: reaching it is not subject to the policy. Every failure of the
+// proxy is ErrExit; the handshake is bounded by the dial's context.
+func NewSOCKS5Dialer(proxyURL string, policy *config.EgressPolicy) (ContextDialer, error) {
+	return newSOCKS5(proxyURL, policy, 0)
+}
+
+func newSOCKS5(proxyURL string, policy *config.EgressPolicy, timeout time.Duration) (*socksDialer, error) {
 	u, err := url.Parse(proxyURL)
 	if err != nil {
 		// The URL may hold a password: do not echo it.
@@ -44,10 +50,7 @@ func NewSOCKS5Dialer(proxyURL string, forward ContextDialer, policy *config.Egre
 		auth = &proxy.Auth{User: u.User.Username()}
 		auth.Password, _ = u.User.Password()
 	}
-	if forward == nil {
-		forward = &net.Dialer{}
-	}
-	d, err := proxy.SOCKS5("tcp", u.Host, auth, forwardDialer{forward})
+	d, err := proxy.SOCKS5("tcp", u.Host, auth, nil)
 	if err != nil {
 		return nil, fmt.Errorf("smtpprobe: SOCKS5 dialer: %w", err)
 	}
@@ -55,16 +58,19 @@ func NewSOCKS5Dialer(proxyURL string, forward ContextDialer, policy *config.Egre
 	if !ok {
 		return nil, errors.New("smtpprobe: SOCKS5 dialer does not take a context")
 	}
-	return socksDialer{cd, policy}, nil
+	return &socksDialer{cd, policy, timeout}, nil
 }
 
 // socksDialer puts the egress check in front of the SOCKS5 CONNECT.
 type socksDialer struct {
 	proxy  proxy.ContextDialer
 	policy *config.EgressPolicy
+	// timeout, when not 0, bounds the handshake up to the reply to
+	// CONNECT (within the dial's own deadline).
+	timeout time.Duration
 }
 
-func (s socksDialer) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+func (s *socksDialer) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
 	ap, err := netip.ParseAddrPort(addr)
 	if err != nil {
 		return nil, fmt.Errorf("smtpprobe: the SOCKS5 dialer takes an IP address and port, not %q: resolve it first", addr)
@@ -73,48 +79,46 @@ func (s socksDialer) DialContext(ctx context.Context, network, addr string) (net
 	if err := s.policy.Check(a); err != nil {
 		return nil, err
 	}
-	// A canonical literal makes the proxy library send an address
-	// (ATYP 1 or 4), never a domain name (ATYP 3).
-	c, err := s.proxy.DialContext(ctx, network, netip.AddrPortFrom(a, ap.Port()).String())
-	if err != nil && exitFault(err) {
-		return nil, fmt.Errorf("%w: %w", ErrExit, err)
+	return s.connect(ctx, netip.AddrPortFrom(a, ap.Port()))
+}
+
+// connect asks the proxy for a connection to target, unchecked. A
+// canonical literal makes the proxy library send an address (ATYP 1 or
+// 4), never a name. Every failure is the exit's (ErrExit), a timeout too,
+// unless the caller cancelled ctx.
+func (s *socksDialer) connect(ctx context.Context, target netip.AddrPort) (net.Conn, error) {
+	if s.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.timeout)
+		defer cancel()
+	}
+	c, err := s.proxy.DialContext(ctx, "tcp", target.String())
+	if err != nil && !errors.Is(err, context.Canceled) {
+		err = fmt.Errorf("%w: %w", ErrExit, err)
 	}
 	return c, err
 }
 
-// ErrExit marks a connection our SMTP exit (the SOCKS5 proxy) could not
-// make for reasons of its own: unreachable, refusing our handshake or
-// credentials, or refusing us by its rules. Nothing is then known about
-// the receiving server (contract, section 16).
-var ErrExit = errors.New("smtpprobe: the SMTP exit (SOCKS5 proxy) could not be reached or refused us")
+// ErrExit marks a connection our SMTP exit (the SOCKS5 proxy) did not
+// make: it could not be reached, reset us, did not answer our handshake
+// or CONNECT in time, refused our credentials, or answered the CONNECT
+// with any reply but success. Nothing is then known about the receiving
+// server (contract, section 16): "host unreachable" from an exit cannot be
+// told from a fault of the exit's own route.
+var ErrExit = errors.New("smtpprobe: the SMTP exit (SOCKS5 proxy) failed or refused us")
 
-// targetReplies are the SOCKS5 replies about the receiving server (RFC
-// 1928, section 6: network or host unreachable, connection refused, TTL
-// expired), in the text the proxy library gives them: the exit worked,
-// the server did not.
-var targetReplies = []string{"unknown error network unreachable", "unknown error host unreachable",
-	"unknown error connection refused", "unknown error TTL expired"}
-
-// exitFault tells whether a failed CONNECT through the proxy is the
-// proxy's own failure rather than the receiving server's. A timeout is not
-// counted: a silent server and a slow exit cannot be told apart.
-func exitFault(err error) bool {
-	if isTimeout(err) || errors.Is(err, context.Canceled) {
-		return false
-	}
-	msg := err.Error()
-	for _, r := range targetReplies {
-		if strings.HasSuffix(msg, r) {
-			return false
-		}
-	}
-	return true
+// reply is the proxy's reply to our CONNECT, other than success, in the
+// words of the proxy library ("host unreachable"), or "" when err holds
+// none.
+func reply(err error) string {
+	_, r, _ := strings.Cut(err.Error(), "unknown error ")
+	return r
 }
 
-// forwardDialer gives a ContextDialer the Dial method proxy.Dialer wants;
-// the SOCKS5 dialer uses DialContext when present, so deadlines hold.
-type forwardDialer struct{ ContextDialer }
-
-func (f forwardDialer) Dial(network, addr string) (net.Conn, error) {
-	return f.DialContext(context.Background(), network, addr)
+// aboutServer tells whether err is an exit's reply that it could not
+// reach the receiving server (RFC 1928, section 6: network or host
+// unreachable, connection refused, TTL expired): no verdict, but no sign
+// against the exit's health either, as dead mail servers are common.
+func aboutServer(err error) bool {
+	return slices.Contains([]string{"network unreachable", "host unreachable", "connection refused", "TTL expired"}, reply(err))
 }
