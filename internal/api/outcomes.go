@@ -349,7 +349,7 @@ func (h *Handler) postOutcomes(ctx context.Context, req *request, p evs.Principa
 	}
 	CallFromContext(ctx).Attr = slog.Int("outcomes", len(os))
 	resp, _, err := h.idempotent(ctx, req, p, raw, func(ctx context.Context) idempotency.Reply {
-		r, err := h.keepOutcomes(ctx, p, os, now)
+		r, err := keepOutcomes(ctx, h.d.Ledger, h.d.Outcomes, p, os, now, h.d.OutcomeTTL)
 		if err != nil {
 			return errReply(err)
 		}
@@ -359,11 +359,12 @@ func (h *Handler) postOutcomes(ctx context.Context, req *request, p evs.Principa
 }
 
 // keepOutcomes is storeOutcomes within the account's outcomes cap and
-// storage quota: all of os is charged first, or none of it is kept, and
-// what was not added (already kept) is given back.
-func (h *Handler) keepOutcomes(ctx context.Context, p evs.Principal, os []evs.Outcome, now time.Time) (outcomesResponse, error) {
-	until, n := now.Add(h.d.OutcomeTTL), int64(len(os))
-	if l := h.d.Ledger; l != nil {
+// storage quota, kept by l (nil: no bound): all of os is charged first, or
+// none of it is kept, and what was not added (already kept) is given back.
+// POST /v1/outcomes and SES notifications through SNS share it.
+func keepOutcomes(ctx context.Context, l Ledger, st Outcomes, p evs.Principal, os []evs.Outcome, now time.Time, ttl time.Duration) (outcomesResponse, error) {
+	until, n := now.Add(ttl), int64(len(os))
+	if l != nil {
 		if err := l.Charge(ctx, p, KeptOutcomes, n, until); err != nil {
 			return outcomesResponse{}, err
 		}
@@ -372,8 +373,8 @@ func (h *Handler) keepOutcomes(ctx context.Context, p evs.Principal, os []evs.Ou
 			return outcomesResponse{}, err
 		}
 	}
-	r, err := storeOutcomes(ctx, h.d.Outcomes, p.AccountID, os, now, h.d.OutcomeTTL)
-	if l := h.d.Ledger; l != nil {
+	r, err := storeOutcomes(ctx, st, p.AccountID, os, now, ttl)
+	if l != nil {
 		if err == nil {
 			n -= int64(r.Accepted)
 		}
@@ -385,8 +386,7 @@ func (h *Handler) keepOutcomes(ctx context.Context, p evs.Principal, os []evs.Ou
 
 // storeOutcomes keeps in st the new ones of os for the account, each with
 // the verdict the account had been given on its address before it (for
-// the report), until now+ttl. POST /v1/outcomes and SES notifications
-// through SNS share it.
+// the report), until now+ttl.
 func storeOutcomes(ctx context.Context, st Outcomes, accountID string, os []evs.Outcome, now time.Time, ttl time.Duration) (outcomesResponse, error) {
 	type natural struct {
 		addr string

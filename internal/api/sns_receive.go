@@ -29,6 +29,9 @@ type SNSOutcomes struct {
 	// passed); nil confirms no subscription.
 	Confirm func(ctx context.Context, url string) error
 	Store   Outcomes
+	// Ledger, when set, charges what is kept to the account's outcomes
+	// cap and storage quota, as POST /v1/outcomes does.
+	Ledger Ledger
 	// TTL is how long an outcome is kept (0: DefaultOutcomeTTL).
 	TTL time.Duration
 	Now func() time.Time
@@ -93,7 +96,8 @@ func (s *SNSOutcomes) Receive(ctx context.Context, accountID string, body []byte
 	if len(os) == 0 {
 		return r, nil
 	}
-	res, err := storeOutcomes(ctx, s.Store, accountID, os, now, cmp.Or(max(s.TTL, 0), DefaultOutcomeTTL))
+	// The account's live limits: a notification names no key, so no mode.
+	res, err := keepOutcomes(ctx, s.Ledger, s.Store, evs.Principal{AccountID: accountID}, os, now, cmp.Or(max(s.TTL, 0), DefaultOutcomeTTL))
 	if err != nil {
 		return SNSReceipt{}, err
 	}

@@ -270,6 +270,7 @@ func (a *AWS) WorkerHandler() func(context.Context, events.SQSEvent) (events.SQS
 			// first message on the queue.
 			Confirm: api.HTTPConfirm(client),
 			Store:   a.Store,
+			Ledger:  a.Ledger,
 			TTL:     a.Config.OutcomeTTL,
 		},
 		Account: a.Config.SESAccount, Accounts: a.Store, Logger: a.logger,

@@ -270,7 +270,7 @@ func New(o Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	o.sns = newSNSEndpoint(o, rt.Outcomes)
+	o.sns = newSNSEndpoint(o, rt.Outcomes, rt.Ledger)
 	gw := newEdge(o, h.MountAll, authorizer.New(o.Store), bodies)
 	gw.egress = watch
 	gw.ledger = rt.Ledger

@@ -50,7 +50,7 @@ type snsEndpoint struct {
 
 // newSNSEndpoint returns the endpoint, or nil when the store keeps no
 // outcomes or no webhook secrets.
-func newSNSEndpoint(o Options, outcomes api.Outcomes) *snsEndpoint {
+func newSNSEndpoint(o Options, outcomes api.Outcomes, ledger api.Ledger) *snsEndpoint {
 	accounts, ok := o.Store.(snsAccounts)
 	if !ok || outcomes == nil {
 		return nil
@@ -72,7 +72,7 @@ func newSNSEndpoint(o Options, outcomes api.Outcomes) *snsEndpoint {
 		confirm = api.HTTPConfirm(client)
 	}
 	return &snsEndpoint{
-		recv: &api.SNSOutcomes{Verifier: v, Topics: topics, Confirm: confirm, Store: outcomes,
+		recv: &api.SNSOutcomes{Verifier: v, Topics: topics, Confirm: confirm, Store: outcomes, Ledger: ledger,
 			TTL: o.Config.OutcomeTTL, Now: o.Now},
 		accounts: accounts,
 		now:      o.Now,

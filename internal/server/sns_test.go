@@ -35,7 +35,14 @@ func sesBounce(t *testing.T, addr, at string) string {
 // path.
 func startSNS(t *testing.T, sns *testkit.SNS, topics ...string) (*harness, string) {
 	t.Helper()
+	return startSNSWith(t, sns, func(*server.Options) {}, topics...)
+}
+
+// startSNSWith is startSNS with more options set by more.
+func startSNSWith(t *testing.T, sns *testkit.SNS, more func(*server.Options), topics ...string) (*harness, string) {
+	t.Helper()
 	h := start(t, options{rcpt: catchAll, server: func(o *server.Options) {
+		more(o)
 		o.Config.CacheTTL = 24 * time.Hour
 		o.SNS = server.SNSOptions{
 			Verifier: api.NewSNSVerifier(api.HTTPCertFetcher{Client: sns.Client}, func(host string) bool { return host == sns.Host }, sns.Roots, nil),
@@ -157,6 +164,27 @@ func TestSNSOutcomes(t *testing.T) {
 	h2, path2 := startSNS(t, sns, "arn:aws:sns:us-west-2:123456789012:Other")
 	if r := h2.postSNS(path2, note); r.status != 403 || r.errorCode(t) != "forbidden" {
 		t.Errorf("a topic not allowed: %d %s", r.status, r.body)
+	}
+}
+
+// TestSNSOutcomesCapped: outcomes from SES notifications count against
+// the account's outcomes cap as posted ones do: past it, 429 and nothing
+// of the notification kept.
+func TestSNSOutcomesCapped(t *testing.T) {
+	sns := testkit.StartSNS(t, testkit.SNSOptions{})
+	h, path := startSNSWith(t, sns, func(o *server.Options) { o.Config.MaxOutcomes = 1 })
+	bounce := func(addr, id string) []byte {
+		return sns.Sign(testkit.SNSMessageFields{TopicArn: snsTopic, MessageID: id, Message: sesBounce(t, addr, "2026-11-22T09:59:00.000Z")})
+	}
+	if r := h.postSNS(path, bounce("bob@good.example", "b0b")); r.status != 200 || r.json(t)["accepted"] != 1.0 {
+		t.Fatalf("first notification: %d %s", r.status, r.body)
+	}
+	r := h.postSNS(path, bounce("carol@good.example", "ca201"))
+	if r.status != 429 || r.errorCode(t) != "rate_limited" || !strings.Contains(string(r.body), "outcomes cap") {
+		t.Fatalf("past the cap: %d %s", r.status, r.body)
+	}
+	if status, d := h.verifyDecision(h.liveKey, "carol@good.example"); status == "undeliverable" || history(d) != nil {
+		t.Errorf("an outcome past the cap was kept: %s %v", status, history(d))
 	}
 }
 
