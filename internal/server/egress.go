@@ -18,10 +18,7 @@ import (
 // too; what is here is evs serve's way of showing them: /readyz's body (a
 // listed egress still serves quick checks and the API: it stays 200) and
 // Prometheus gauges, and the ticker that self-checks at start and every
-// selfCheckEvery.
-
-// selfCheckEvery is how often the self-check runs after the first at start.
-const selfCheckEvery = verify.SelfCheckEvery
+// Config.SelfCheckEvery.
 
 // egressWatch is one egress's watch, as evs serve shows it.
 type egressWatch struct {
