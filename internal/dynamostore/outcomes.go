@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -498,55 +499,31 @@ func outcomeFrom(it item, now time.Time) (evs.Outcome, bool) {
 	return o, true
 }
 
-// batchGetKeys is BatchGetItem's limit of keys per call.
-const batchGetKeys = 100
-
 // LastVerdicts returns the latest cached decision of each address, in
-// either mode (store.Outcomes): BatchGetItem on the result cache's items,
-// 100 keys (50 addresses) a call; keys the service leaves unprocessed are
-// asked again after a back-off.
+// either mode (store.Outcomes): the result cache's items, read with getAll.
 func (s *Store) LastVerdicts(ctx context.Context, accountID string, addresses []string) (map[string]evs.Decision, error) {
-	out := map[string]evs.Decision{}
 	var keys []item
-	seen := map[string]bool{}
-	for _, a := range addresses {
-		if seen[a] {
-			continue
-		}
-		seen[a] = true
+	for _, a := range slices.Compact(slices.Sorted(slices.Values(addresses))) {
 		keys = append(keys, cacheKey(accountID, evs.ModeFull, a), cacheKey(accountID, evs.ModeQuick, a))
 	}
+	items, err := s.getAll(ctx, s.t.Results, keys, nil, "read the result cache")
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]evs.Decision{}
 	prefix := cachePartitionPrefix + accountID + "#"
-	for start := 0; start < len(keys); start += batchGetKeys {
-		req := map[string]types.KeysAndAttributes{s.t.Results: {Keys: keys[start:min(start+batchGetKeys, len(keys))]}}
-		for attempt := 0; len(req) > 0 && len(req[s.t.Results].Keys) > 0; attempt++ {
-			if attempt > 8 {
-				return nil, wrapErr("read the result cache", fmt.Errorf("%d keys left unprocessed", len(req[s.t.Results].Keys)))
-			}
-			if attempt > 0 {
-				if err := s.sleep(ctx, time.Duration(50<<attempt)*time.Millisecond); err != nil {
-					return nil, err
-				}
-			}
-			res, err := s.c.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: req})
-			if err != nil {
-				return nil, wrapErr("read the result cache", err)
-			}
-			for _, it := range res.Responses[s.t.Results] {
-				// "<prefix><mode>#<address>"
-				_, a, ok := strings.Cut(strings.TrimPrefix(getS(it, attrBatchID), prefix), "#")
-				if !ok {
-					continue
-				}
-				d, err := store.DecodeDecision(a, getB(it, attrDecision))
-				if err != nil {
-					return nil, err
-				}
-				if prev, ok := out[a]; !ok || d.CheckedAt.After(prev.CheckedAt.Time) {
-					out[a] = d
-				}
-			}
-			req = res.UnprocessedKeys
+	for _, it := range items {
+		// "<prefix><mode>#<address>"
+		_, a, ok := strings.Cut(strings.TrimPrefix(getS(it, attrBatchID), prefix), "#")
+		if !ok {
+			continue
+		}
+		d, err := store.DecodeDecision(a, getB(it, attrDecision))
+		if err != nil {
+			return nil, err
+		}
+		if prev, ok := out[a]; !ok || d.CheckedAt.After(prev.CheckedAt.Time) {
+			out[a] = d
 		}
 	}
 	return out, nil
