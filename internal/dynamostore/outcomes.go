@@ -186,8 +186,7 @@ func (s *Store) DomainCounts(ctx context.Context, accountID string, domains []st
 			return out, nil
 		}
 	}
-	var mu sync.Mutex
-	err := eachDistinct(ctx, domains, func(ctx context.Context, d string) error {
+	return eachDistinct(ctx, domains, func(ctx context.Context, d string) (evs.DomainCounts, bool, error) {
 		var c evs.DomainCounts
 		err := s.query(ctx, &dynamodb.QueryInput{
 			TableName:                 aws.String(s.t.Batches),
@@ -201,20 +200,8 @@ func (s *Store) DomainCounts(ctx context.Context, accountID string, domains []st
 			}
 			return true
 		})
-		if err != nil {
-			return err
-		}
-		if !c.Zero() {
-			mu.Lock()
-			out[d] = evs.DomainCounts{Delivered: max(c.Delivered, 0), HardBounces: max(c.HardBounces, 0)}
-			mu.Unlock()
-		}
-		return nil
+		return evs.DomainCounts{Delivered: max(c.Delivered, 0), HardBounces: max(c.HardBounces, 0)}, !c.Zero(), err
 	})
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
 }
 
 // hasOutcomes tells whether the account has reported an outcome that has
@@ -231,19 +218,32 @@ func (s *Store) hasOutcomes(ctx context.Context, accountID string, now time.Time
 }
 
 // eachDistinct runs fn once for each distinct key of keys,
-// outcomeQueryWorkers at once, and returns the first error; fn's context
-// ends with it.
-func eachDistinct(ctx context.Context, keys []string, fn func(ctx context.Context, key string) error) error {
+// outcomeQueryWorkers at once, and returns by key what each call found
+// (ok), or the first error; fn's context ends with it.
+func eachDistinct[V any](ctx context.Context, keys []string, fn func(ctx context.Context, key string) (v V, ok bool, err error)) (map[string]V, error) {
+	var mu sync.Mutex
+	out := map[string]V{}
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(outcomeQueryWorkers)
 	seen := make(map[string]bool, len(keys))
 	for _, k := range keys {
 		if !seen[k] {
 			seen[k] = true
-			g.Go(func() error { return fn(gctx, k) })
+			g.Go(func() error {
+				v, ok, err := fn(gctx, k)
+				if ok && err == nil {
+					mu.Lock()
+					out[k] = v
+					mu.Unlock()
+				}
+				return err
+			})
 		}
 	}
-	return g.Wait()
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 func outcomeID(o evs.Outcome) string {
@@ -368,8 +368,7 @@ func (s *Store) AddressOutcomes(ctx context.Context, accountID string, addresses
 	} else if !reported {
 		return out, nil
 	}
-	var mu sync.Mutex
-	err := eachDistinct(ctx, addresses, func(ctx context.Context, a string) error {
+	return eachDistinct(ctx, addresses, func(ctx context.Context, a string) ([]evs.Outcome, bool, error) {
 		var os []evs.Outcome
 		err := s.queryOutcomes(ctx, accountID, a+"#", false, func(it item) error {
 			if o, ok := outcomeFrom(it, now); ok {
@@ -377,17 +376,8 @@ func (s *Store) AddressOutcomes(ctx context.Context, accountID string, addresses
 			}
 			return nil
 		})
-		if err == nil && len(os) > 0 {
-			mu.Lock()
-			out[a] = os
-			mu.Unlock()
-		}
-		return err
+		return os, len(os) > 0, err
 	})
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
 }
 
 // DeleteOutcomes deletes the account's outcomes of address
