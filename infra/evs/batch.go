@@ -113,9 +113,7 @@ func batchThrough(ctx context.Context, api *client.Client, data []byte, o batchO
 		return err
 	}
 	err = api.DownloadCSV(ctx, b.Request.ID, client.Filter{}, f)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
+	err = cmp.Or(err, f.Close())
 	if err != nil {
 		os.Remove(tmp)
 		return fmt.Errorf("read results: %w", err)

@@ -405,15 +405,38 @@ func (h *Handler) parseBatch(req *request, raw []byte) (parsedBatch, error) {
 	}
 }
 
+// parseMode reads a creation's mode; one given must not be empty.
 func parseMode(s string, present bool) (evs.Mode, error) {
-	if present && s == "" {
-		return "", evs.Errorf(evs.CodeInvalidRequest, "The mode must be \"full\" or \"quick\".")
+	if m, ok := evs.ParseMode(s); ok && (s != "" || !present) {
+		return m, nil
 	}
-	m, ok := evs.ParseMode(s)
-	if !ok {
-		return "", evs.Errorf(evs.CodeInvalidRequest, "The mode must be \"full\" or \"quick\".")
+	return "", evs.Errorf(evs.CodeInvalidRequest, "The mode must be \"full\" or \"quick\".")
+}
+
+// readOptions reads the options of a creation, from a JSON body's fields
+// or a CSV body's query alike: the mode, maxAge, callbackUrl and name.
+func (out *parsedBatch) readOptions(fields map[string]string, maxAge string, hasMaxAge bool) (err error) {
+	modeText, hasMode := fields["mode"]
+	if out.mode, err = parseMode(modeText, hasMode); err != nil {
+		return err
 	}
-	return m, nil
+	if hasMaxAge {
+		if out.maxAge, err = parseMaxAge(json.RawMessage(maxAge)); err != nil || maxAge == "" {
+			return errMaxAge
+		}
+	}
+	if u, ok := fields["callbackUrl"]; ok {
+		if out.callbackURL = u; u == "" {
+			return evs.Errorf(evs.CodeInvalidRequest, "The callbackUrl is empty.")
+		}
+	}
+	if n, ok := fields["name"]; ok {
+		if err := checkName(n); err != nil {
+			return err
+		}
+		out.name = n
+	}
+	return nil
 }
 
 func parseBatchJSON(req *request, raw []byte) (parsedBatch, error) {
@@ -428,25 +451,9 @@ func parseBatchJSON(req *request, raw []byte) (parsedBatch, error) {
 	if err != nil {
 		return parsedBatch{}, listErr(err)
 	}
-	modeText, hasMode := obj.Strings["mode"]
-	if out.mode, err = parseMode(modeText, hasMode); err != nil {
+	maxAge, hasMaxAge := obj.Numbers["maxAge"]
+	if err := out.readOptions(obj.Strings, string(maxAge), hasMaxAge); err != nil {
 		return parsedBatch{}, err
-	}
-	if n, ok := obj.Numbers["maxAge"]; ok {
-		if out.maxAge, err = parseMaxAge(json.RawMessage(n)); err != nil {
-			return parsedBatch{}, err
-		}
-	}
-	if u, ok := obj.Strings["callbackUrl"]; ok {
-		if out.callbackURL = u; u == "" {
-			return parsedBatch{}, evs.Errorf(evs.CodeInvalidRequest, "The callbackUrl is empty.")
-		}
-	}
-	if n, ok := obj.Strings["name"]; ok {
-		if err := checkName(n); err != nil {
-			return parsedBatch{}, err
-		}
-		out.name = n
 	}
 	if id, ok := obj.Strings["uploadId"]; ok {
 		if obj.HasEmails {
@@ -528,27 +535,11 @@ func checkEmail(s string, i int) error {
 // which column and which rows count); the query may name the column and
 // the delimiter. With keep, the rows are kept for the results (rows.go).
 func parseBatchCSV(req *request, raw []byte, keep bool) (parsedBatch, error) {
-	modeText, present := req.query["mode"]
-	mode, err := parseMode(modeText, present)
+	out := parsedBatch{list: &addressList{}}
+	maxAge, hasMaxAge := req.query["maxAge"]
+	err := out.readOptions(req.query, maxAge, hasMaxAge)
 	if err != nil {
 		return parsedBatch{}, err
-	}
-	out := parsedBatch{mode: mode, list: &addressList{}}
-	if q, ok := req.query["maxAge"]; ok {
-		if out.maxAge, err = parseMaxAge(json.RawMessage(q)); err != nil || q == "" {
-			return parsedBatch{}, errMaxAge
-		}
-	}
-	if u, ok := req.query["callbackUrl"]; ok {
-		if out.callbackURL = u; u == "" {
-			return parsedBatch{}, evs.Errorf(evs.CodeInvalidRequest, "The callbackUrl is empty.")
-		}
-	}
-	if n, ok := req.query["name"]; ok {
-		if err := checkName(n); err != nil {
-			return parsedBatch{}, err
-		}
-		out.name = n
 	}
 	col, hasCol := req.query["column"]
 	delim, hasDelim := req.query["delimiter"]

@@ -26,10 +26,7 @@ type WebhookSlotStore interface {
 }
 
 func (w *Worker) webhookPerAccount() int {
-	if w.WebhookPerAccount <= 0 {
-		return webhook.DefaultPerAccount
-	}
-	return w.WebhookPerAccount
+	return positiveOr(w.WebhookPerAccount, webhook.DefaultPerAccount)
 }
 
 // deliver makes the due attempt of a delivery and queues the next look at

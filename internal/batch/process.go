@@ -502,9 +502,4 @@ func (p *Processor) Fit(items []evs.Item, limit int) (run, rest []evs.Item) {
 	return items[:n], items[n:]
 }
 
-func (p *Processor) perConnection() int {
-	if p.PerConnection <= 0 {
-		return DefaultPerConnection
-	}
-	return p.PerConnection
-}
+func (p *Processor) perConnection() int { return positiveOr(p.PerConnection, DefaultPerConnection) }

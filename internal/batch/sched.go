@@ -1,6 +1,7 @@
 package batch
 
 import (
+	"slices"
 	"sync"
 )
 
@@ -66,26 +67,18 @@ func newLane(slots, perAccount, perBatch int, start func(delivery)) *lane {
 // push queues d and starts what the free slots allow.
 func (l *lane) push(d delivery) {
 	l.mu.Lock()
-	var a *accountQueue
-	for _, x := range l.accounts {
-		if x.id == d.m.AccountID {
-			a = x
-		}
+	i := slices.IndexFunc(l.accounts, func(x *accountQueue) bool { return x.id == d.m.AccountID })
+	if i < 0 {
+		i = len(l.accounts)
+		l.accounts = append(l.accounts, &accountQueue{id: d.m.AccountID})
 	}
-	if a == nil {
-		a = &accountQueue{id: d.m.AccountID}
-		l.accounts = append(l.accounts, a)
+	a := l.accounts[i]
+	j := slices.IndexFunc(a.batches, func(x *batchQueue) bool { return x.id == d.m.BatchID })
+	if j < 0 {
+		j = len(a.batches)
+		a.batches = append(a.batches, &batchQueue{id: d.m.BatchID})
 	}
-	var bq *batchQueue
-	for _, x := range a.batches {
-		if x.id == d.m.BatchID {
-			bq = x
-		}
-	}
-	if bq == nil {
-		bq = &batchQueue{id: d.m.BatchID}
-		a.batches = append(a.batches, bq)
-	}
+	bq := a.batches[j]
 	d.lane = l
 	bq.ready = append(bq.ready, d)
 	l.mu.Unlock()

@@ -138,18 +138,10 @@ func (w *Worker) sweepBatch(ctx context.Context, b evs.Batch, now time.Time) (sw
 	return sweptReplanned, w.Queue.Send(ctx, []Message{PlanMessage(b)}, 0)
 }
 
-func (w *Worker) stallAfter() time.Duration {
-	if w.StallAfter <= 0 {
-		return defaultStallAfter
-	}
-	return w.StallAfter
-}
+func (w *Worker) stallAfter() time.Duration { return positiveOr(w.StallAfter, defaultStallAfter) }
 
 func (w *Worker) deliveryGrace() time.Duration {
-	if w.DeliveryGrace <= 0 {
-		return defaultDeliveryGrace
-	}
-	return w.DeliveryGrace
+	return positiveOr(w.DeliveryGrace, defaultDeliveryGrace)
 }
 
 // expire completes a batch past its deadline: every pending item ends as

@@ -356,11 +356,15 @@ func (w *Worker) planWindow() int {
 	return w.PlanWindow
 }
 
-func (w *Worker) packSize() int {
-	if w.PackSize <= 0 {
-		return 200
+func (w *Worker) packSize() int { return positiveOr(w.PackSize, 200) }
+
+// positiveOr is v when it is set (positive), else def: the rule of every
+// limit and duration the Worker and Processor default.
+func positiveOr[T int | time.Duration](v, def T) T {
+	if v <= 0 {
+		return def
 	}
-	return w.PackSize
+	return v
 }
 
 // Pack puts items into work messages of at most size addresses, keeping

@@ -373,10 +373,14 @@ func (s *Store) PutResults(ctx context.Context, accountID, id string, results []
 	if err != nil {
 		return evs.Batch{}, err
 	}
+	// One transaction cannot touch a row twice; the first result of a seq
+	// is the one written, as it would be if they came in two calls.
 	encoded := make(map[int][]byte, len(results))
+	pending := make([]evs.Result, 0, len(results))
 	for i, r := range results {
 		if _, dup := encoded[r.Seq]; !dup {
 			encoded[r.Seq] = all[i]
+			pending = append(pending, r)
 		}
 	}
 	unlock, err := s.lockBatch(ctx, rowKey(accountID, id))
@@ -398,16 +402,6 @@ func (s *Store) PutResults(ctx context.Context, accountID, id string, results []
 		}
 	}
 	ttl := ttlSeconds(getTime(it, attrExpiresAtMs))
-	// One transaction cannot touch a row twice; the first result of a seq
-	// is the one written, as it would be if they came in two calls.
-	seen := make(map[int]struct{}, len(results))
-	pending := make([]evs.Result, 0, len(results))
-	for _, r := range results {
-		if _, dup := seen[r.Seq]; !dup {
-			seen[r.Seq] = struct{}{}
-			pending = append(pending, r)
-		}
-	}
 	for len(pending) > 0 {
 		chunk := pending[:min(resultsPerTx, len(pending))]
 		pending = pending[len(chunk):]
@@ -739,11 +733,5 @@ func (s *Store) WithoutResults(ctx context.Context, accountID, id string, items 
 			done[int(getN(r, attrSeq))] = true
 		}
 	}
-	out := make([]evs.Item, 0, len(items))
-	for _, it := range items {
-		if !done[it.Seq] {
-			out = append(out, it)
-		}
-	}
-	return out, nil
+	return slices.DeleteFunc(slices.Clone(items), func(it evs.Item) bool { return done[it.Seq] }), nil
 }

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -185,8 +186,7 @@ func (s *Store) DomainCounts(ctx context.Context, accountID string, domains []st
 			return out, nil
 		}
 	}
-	var mu sync.Mutex
-	err := eachDistinct(ctx, domains, func(ctx context.Context, d string) error {
+	return eachDistinct(ctx, domains, func(ctx context.Context, d string) (evs.DomainCounts, bool, error) {
 		var c evs.DomainCounts
 		err := s.query(ctx, &dynamodb.QueryInput{
 			TableName:                 aws.String(s.t.Batches),
@@ -200,20 +200,8 @@ func (s *Store) DomainCounts(ctx context.Context, accountID string, domains []st
 			}
 			return true
 		})
-		if err != nil {
-			return err
-		}
-		if !c.Zero() {
-			mu.Lock()
-			out[d] = evs.DomainCounts{Delivered: max(c.Delivered, 0), HardBounces: max(c.HardBounces, 0)}
-			mu.Unlock()
-		}
-		return nil
+		return evs.DomainCounts{Delivered: max(c.Delivered, 0), HardBounces: max(c.HardBounces, 0)}, !c.Zero(), err
 	})
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
 }
 
 // hasOutcomes tells whether the account has reported an outcome that has
@@ -230,19 +218,32 @@ func (s *Store) hasOutcomes(ctx context.Context, accountID string, now time.Time
 }
 
 // eachDistinct runs fn once for each distinct key of keys,
-// outcomeQueryWorkers at once, and returns the first error; fn's context
-// ends with it.
-func eachDistinct(ctx context.Context, keys []string, fn func(ctx context.Context, key string) error) error {
+// outcomeQueryWorkers at once, and returns by key what each call found
+// (ok), or the first error; fn's context ends with it.
+func eachDistinct[V any](ctx context.Context, keys []string, fn func(ctx context.Context, key string) (v V, ok bool, err error)) (map[string]V, error) {
+	var mu sync.Mutex
+	out := map[string]V{}
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(outcomeQueryWorkers)
 	seen := make(map[string]bool, len(keys))
 	for _, k := range keys {
 		if !seen[k] {
 			seen[k] = true
-			g.Go(func() error { return fn(gctx, k) })
+			g.Go(func() error {
+				v, ok, err := fn(gctx, k)
+				if ok && err == nil {
+					mu.Lock()
+					out[k] = v
+					mu.Unlock()
+				}
+				return err
+			})
 		}
 	}
-	return g.Wait()
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 func outcomeID(o evs.Outcome) string {
@@ -367,8 +368,7 @@ func (s *Store) AddressOutcomes(ctx context.Context, accountID string, addresses
 	} else if !reported {
 		return out, nil
 	}
-	var mu sync.Mutex
-	err := eachDistinct(ctx, addresses, func(ctx context.Context, a string) error {
+	return eachDistinct(ctx, addresses, func(ctx context.Context, a string) ([]evs.Outcome, bool, error) {
 		var os []evs.Outcome
 		err := s.queryOutcomes(ctx, accountID, a+"#", false, func(it item) error {
 			if o, ok := outcomeFrom(it, now); ok {
@@ -376,17 +376,8 @@ func (s *Store) AddressOutcomes(ctx context.Context, accountID string, addresses
 			}
 			return nil
 		})
-		if err == nil && len(os) > 0 {
-			mu.Lock()
-			out[a] = os
-			mu.Unlock()
-		}
-		return err
+		return os, len(os) > 0, err
 	})
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
 }
 
 // DeleteOutcomes deletes the account's outcomes of address
@@ -498,55 +489,31 @@ func outcomeFrom(it item, now time.Time) (evs.Outcome, bool) {
 	return o, true
 }
 
-// batchGetKeys is BatchGetItem's limit of keys per call.
-const batchGetKeys = 100
-
 // LastVerdicts returns the latest cached decision of each address, in
-// either mode (store.Outcomes): BatchGetItem on the result cache's items,
-// 100 keys (50 addresses) a call; keys the service leaves unprocessed are
-// asked again after a back-off.
+// either mode (store.Outcomes): the result cache's items, read with getAll.
 func (s *Store) LastVerdicts(ctx context.Context, accountID string, addresses []string) (map[string]evs.Decision, error) {
-	out := map[string]evs.Decision{}
 	var keys []item
-	seen := map[string]bool{}
-	for _, a := range addresses {
-		if seen[a] {
-			continue
-		}
-		seen[a] = true
+	for _, a := range slices.Compact(slices.Sorted(slices.Values(addresses))) {
 		keys = append(keys, cacheKey(accountID, evs.ModeFull, a), cacheKey(accountID, evs.ModeQuick, a))
 	}
+	items, err := s.getAll(ctx, s.t.Results, keys, nil, "read the result cache")
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]evs.Decision{}
 	prefix := cachePartitionPrefix + accountID + "#"
-	for start := 0; start < len(keys); start += batchGetKeys {
-		req := map[string]types.KeysAndAttributes{s.t.Results: {Keys: keys[start:min(start+batchGetKeys, len(keys))]}}
-		for attempt := 0; len(req) > 0 && len(req[s.t.Results].Keys) > 0; attempt++ {
-			if attempt > 8 {
-				return nil, wrapErr("read the result cache", fmt.Errorf("%d keys left unprocessed", len(req[s.t.Results].Keys)))
-			}
-			if attempt > 0 {
-				if err := s.sleep(ctx, time.Duration(50<<attempt)*time.Millisecond); err != nil {
-					return nil, err
-				}
-			}
-			res, err := s.c.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: req})
-			if err != nil {
-				return nil, wrapErr("read the result cache", err)
-			}
-			for _, it := range res.Responses[s.t.Results] {
-				// "<prefix><mode>#<address>"
-				_, a, ok := strings.Cut(strings.TrimPrefix(getS(it, attrBatchID), prefix), "#")
-				if !ok {
-					continue
-				}
-				d, err := store.DecodeDecision(a, getB(it, attrDecision))
-				if err != nil {
-					return nil, err
-				}
-				if prev, ok := out[a]; !ok || d.CheckedAt.After(prev.CheckedAt.Time) {
-					out[a] = d
-				}
-			}
-			req = res.UnprocessedKeys
+	for _, it := range items {
+		// "<prefix><mode>#<address>"
+		_, a, ok := strings.Cut(strings.TrimPrefix(getS(it, attrBatchID), prefix), "#")
+		if !ok {
+			continue
+		}
+		d, err := store.DecodeDecision(a, getB(it, attrDecision))
+		if err != nil {
+			return nil, err
+		}
+		if prev, ok := out[a]; !ok || d.CheckedAt.After(prev.CheckedAt.Time) {
+			out[a] = d
 		}
 	}
 	return out, nil

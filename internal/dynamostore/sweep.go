@@ -3,13 +3,14 @@ package dynamostore
 import (
 	"cmp"
 	"context"
+	"maps"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/evs-dev/evs/internal/evs"
 )
@@ -85,23 +86,24 @@ func fairDue(all []evs.Delivery, perAccount, limit int) []evs.Delivery {
 	slices.SortFunc(all, func(a, b evs.Delivery) int {
 		return cmp.Or(a.NextAt.Compare(b.NextAt), strings.Compare(a.BatchID, b.BatchID))
 	})
-	rank := make([]int, len(all))
-	seen := map[string]int{}
-	for i, d := range all {
-		seen[d.AccountID]++
-		rank[i] = seen[d.AccountID]
+	// An account's n-th delivery has rank n.
+	type ranked struct {
+		d    evs.Delivery
+		rank int
 	}
-	idx := make([]int, 0, len(all))
-	for i := range all {
-		if perAccount <= 0 || rank[i] <= perAccount {
-			idx = append(idx, i)
+	seen := map[string]int{}
+	rs := make([]ranked, 0, len(all))
+	for _, d := range all {
+		seen[d.AccountID]++
+		if r := seen[d.AccountID]; perAccount <= 0 || r <= perAccount {
+			rs = append(rs, ranked{d, r})
 		}
 	}
 	// Stable: within a rank, the earlier delivery first.
-	sort.SliceStable(idx, func(a, b int) bool { return rank[idx[a]] < rank[idx[b]] })
-	out := make([]evs.Delivery, 0, min(len(idx), limit))
-	for _, i := range idx[:min(len(idx), limit)] {
-		out = append(out, all[i])
+	slices.SortStableFunc(rs, func(a, b ranked) int { return cmp.Compare(a.rank, b.rank) })
+	out := make([]evs.Delivery, 0, min(len(rs), limit))
+	for _, r := range rs[:min(len(rs), limit)] {
+		out = append(out, r.d)
 	}
 	return out
 }
@@ -119,16 +121,8 @@ func (s *Store) scanBatches(ctx context.Context, filter string, due time.Time, e
 		":q": avS(evs.StateQueued), ":r": avS(evs.StateRunning),
 	})
 	// DynamoDB refuses names and values the expression does not use.
-	for k := range names {
-		if !containsToken(filter, k) {
-			delete(names, k)
-		}
-	}
-	for k := range values {
-		if !containsToken(filter, k) {
-			delete(values, k)
-		}
-	}
+	maps.DeleteFunc(names, func(k, _ string) bool { return !containsToken(filter, k) })
+	maps.DeleteFunc(values, func(k string, _ types.AttributeValue) bool { return !containsToken(filter, k) })
 	p := dynamodb.NewScanPaginator(s.c, &dynamodb.ScanInput{
 		TableName:                 aws.String(s.t.Batches),
 		FilterExpression:          aws.String(filter),

@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/evs-dev/evs/internal/api"
@@ -32,15 +34,8 @@ const exportRoute = "/v1/exports/{id}"
 // failed authentication for the client's address.
 func (g *edge) sendExport(w http.ResponseWriter, r *http.Request, c *api.Call, id string) {
 	c.Route = exportRoute
-	if r.Method != http.MethodGet && r.Method != http.MethodHead {
-		w.Header().Set("Allow", "GET, HEAD")
-		writeCallError(w, r, c, evs.Errorf(evs.CodeMethodNotAllowed, "Method %s is not allowed here; use GET.", r.Method))
-		return
-	}
-	client := clientKey(c.ClientAddr)
-	if wait, blocked := g.fails.blocked(client, g.o.Now()); blocked {
-		refuseEarly(w, r)
-		writeResponse(w, throttled, c.RequestID, map[string]string{"Retry-After": retryAfter(wait)})
+	client, ok := g.admitTokenCall(w, r, c, http.MethodGet, http.MethodHead)
+	if !ok {
 		return
 	}
 	batchID, f, err := g.exports.OpenExport(r.Context(), id, r.URL.Query().Get("token"))
@@ -86,4 +81,23 @@ func writeCallError(w http.ResponseWriter, r *http.Request, c *api.Call, err err
 	w.Header().Set("X-Request-Id", c.RequestID)
 	w.WriteHeader(status)
 	_, _ = w.Write(body)
+}
+
+// admitTokenCall admits a call to a URL whose token is its credential
+// (uploads, exports, SNS): one of methods (the first is the one a refusal
+// names), from a client the failure limiter does not block. It answers a
+// call it refuses itself, and returns the client's limiter key.
+func (g *edge) admitTokenCall(w http.ResponseWriter, r *http.Request, c *api.Call, methods ...string) (client string, ok bool) {
+	if !slices.Contains(methods, r.Method) {
+		w.Header().Set("Allow", strings.Join(methods, ", "))
+		writeCallError(w, r, c, evs.Errorf(evs.CodeMethodNotAllowed, "Method %s is not allowed here; use %s.", r.Method, methods[0]))
+		return "", false
+	}
+	client = clientKey(c.ClientAddr)
+	if wait, blocked := g.fails.blocked(client, g.o.Now()); blocked {
+		refuseEarly(w, r)
+		writeResponse(w, throttled, c.RequestID, map[string]string{"Retry-After": retryAfter(wait)})
+		return "", false
+	}
+	return client, true
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/evs-dev/evs/internal/app"
@@ -36,51 +37,32 @@ type Prometheus struct {
 // NewPrometheus returns the metrics; pending, when not nil, is read at each
 // scrape for evs_batch_addresses_pending, so the gauge is never stale.
 func NewPrometheus(pending func(ctx context.Context) (int, error)) *Prometheus {
-	m := &Prometheus{
-		reg: prometheus.NewRegistry(),
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: app.HttpRequests, Help: "HTTP replies by route template and status code.",
-		}, []string{"route", "code"}),
-		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: app.HttpRequestDuration, Help: "Time to answer, by route template.",
-			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 20},
-		}, []string{"route"}),
-		verdicts: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: app.Verifications, Help: "Verdicts by mode (full, quick; test for test-mode accounts), status and reason.",
-		}, []string{"mode", "status", "reason"}),
-		replies: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: app.SmtpReplies, Help: "RCPT replies by class (2xx, 4xx, 5xx).",
-		}, []string{"class"}),
-		dns: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: app.DnsLookupDuration, Help: "Time of mail-domain DNS lookups (MX, then A/AAAA).",
-			Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2, 5},
-		}),
-		hooks: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: app.WebhookDeliveries, Help: "Webhook delivery attempts by result (delivered, retry, failed).",
-		}, []string{"result"}),
+	m := &Prometheus{reg: prometheus.NewRegistry()}
+	reg := promauto.With(m.reg)
+	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
+		return reg.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
 	}
-	m.connFail = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: app.SmtpConnectionFailures, Help: "Live verifications whose SMTP stage got no reply: no host took the connection, or it failed or timed out first.",
-	}, []string{"result"})
-	m.storeErr = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: app.StoreErrors, Help: "Store operations that failed, by who saw it (api, batch, readyz).",
-	}, []string{"source"})
-	m.cache = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: app.CacheRequests, Help: "Result-cache lookups of live verdicts by result (hit, miss, stale).",
-	}, []string{"result"})
-	m.facts = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: app.DomainFacts, Help: "Lookups of a domain's accept-all answer in the shared domain facts, by result (hit, miss).",
-	}, []string{"result"})
+	m.requests = counter(app.HttpRequests, "HTTP replies by route template and status code.", "route", "code")
+	m.duration = reg.NewHistogramVec(prometheus.HistogramOpts{
+		Name: app.HttpRequestDuration, Help: "Time to answer, by route template.",
+		Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 20},
+	}, []string{"route"})
+	m.verdicts = counter(app.Verifications, "Verdicts by mode (full, quick; test for test-mode accounts), status and reason.", "mode", "status", "reason")
+	m.replies = counter(app.SmtpReplies, "RCPT replies by class (2xx, 4xx, 5xx).", "class")
+	m.dns = reg.NewHistogram(prometheus.HistogramOpts{
+		Name: app.DnsLookupDuration, Help: "Time of mail-domain DNS lookups (MX, then A/AAAA).",
+		Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2, 5},
+	})
+	m.hooks = counter(app.WebhookDeliveries, "Webhook delivery attempts by result (delivered, retry, failed).", "result")
+	m.connFail = counter(app.SmtpConnectionFailures, "Live verifications whose SMTP stage got no reply: no host took the connection, or it failed or timed out first.", "result")
+	m.storeErr = counter(app.StoreErrors, "Store operations that failed, by who saw it (api, batch, readyz).", "source")
+	m.cache = counter(app.CacheRequests, "Result-cache lookups of live verdicts by result (hit, miss, stale).", "result")
+	m.facts = counter(app.DomainFacts, "Lookups of a domain's accept-all answer in the shared domain facts, by result (hit, miss).", "result")
 	// The counts the AWS functions emit (EMF), beside the share evs serve
 	// shows itself (evs_smtp_blocked_share).
-	m.answered = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: app.SmtpAnswered, Help: "Live verdicts whose SMTP stage got a reply, by egress (the direct one or a SOCKS exit) and provider.",
-	}, []string{"egress", "provider"})
-	m.blocked = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: app.SmtpBlocked, Help: "Live verdicts whose SMTP reply was a refusal of us (reason blocked), by egress and provider.",
-	}, []string{"egress", "provider"})
-	m.reg.MustRegister(m.requests, m.duration, m.verdicts, m.replies, m.dns, m.hooks, m.connFail, m.storeErr, m.cache, m.facts, m.answered, m.blocked,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.answered = counter(app.SmtpAnswered, "Live verdicts whose SMTP stage got a reply, by egress (the direct one or a SOCKS exit) and provider.", "egress", "provider")
+	m.blocked = counter(app.SmtpBlocked, "Live verdicts whose SMTP reply was a refusal of us (reason blocked), by egress and provider.", "egress", "provider")
+	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if pending != nil {
 		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: app.BatchAddressesPending, Help: "Addresses of queued and running batches without a result yet.",

@@ -90,15 +90,8 @@ var errSNSToken = evs.Errorf(evs.CodeUnauthorized, "The URL's account and token 
 // signature is then verified before anything is stored or visited.
 func (g *edge) receiveSNS(w http.ResponseWriter, r *http.Request) {
 	c := routed(r, snsRoute)
-	if r.Method != http.MethodPost {
-		w.Header().Set("Allow", "POST")
-		writeCallError(w, r, c, evs.Errorf(evs.CodeMethodNotAllowed, "Method %s is not allowed here; use POST.", r.Method))
-		return
-	}
-	client := clientKey(c.ClientAddr)
-	if wait, blocked := g.fails.blocked(client, g.o.Now()); blocked {
-		refuseEarly(w, r)
-		writeResponse(w, throttled, c.RequestID, map[string]string{"Retry-After": retryAfter(wait)})
+	client, ok := g.admitTokenCall(w, r, c, http.MethodPost)
+	if !ok {
 		return
 	}
 	ctx := r.Context()

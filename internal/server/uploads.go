@@ -92,15 +92,8 @@ func (g *edge) receiveUpload(w http.ResponseWriter, r *http.Request, c *api.Call
 	c.Route = uploadRoute
 	rid := c.RequestID
 	fail := func(err error) { writeCallError(w, r, c, err) }
-	if r.Method != http.MethodPut {
-		w.Header().Set("Allow", http.MethodPut)
-		fail(evs.Errorf(evs.CodeMethodNotAllowed, "Method %s is not allowed here; use PUT.", r.Method))
-		return
-	}
-	client := clientKey(c.ClientAddr)
-	if wait, blocked := g.fails.blocked(client, g.o.Now()); blocked {
-		refuseEarly(w, r)
-		writeResponse(w, throttled, rid, map[string]string{"Retry-After": retryAfter(wait)})
+	client, ok := g.admitTokenCall(w, r, c, http.MethodPut)
+	if !ok {
 		return
 	}
 	if g.lowOnSpace() {

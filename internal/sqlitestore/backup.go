@@ -1,6 +1,7 @@
 package sqlitestore
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -114,9 +115,7 @@ func vacuumInto(ctx context.Context, db *sql.DB, path string) (err error) {
 		return fmt.Errorf("sqlitestore: copy the database: %w", err)
 	}
 	err = f.Sync()
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
+	err = cmp.Or(err, f.Close())
 	if err == nil {
 		err = os.Rename(name, path)
 	}

@@ -1,6 +1,7 @@
 package sqlitestore
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -141,9 +142,7 @@ func markRunning(dir string) error {
 		return fmt.Errorf("sqlitestore: create %s: %w", path, err)
 	}
 	err = f.Sync()
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
+	err = cmp.Or(err, f.Close())
 	if err == nil {
 		err = syncDir(dir)
 	}
