@@ -40,9 +40,13 @@ type hostileRoute struct {
 	// heavy is the route's heavy reads, admitted per account
 	// (api.Route.Heavy): "" none, "every call", or "Accept: text/csv".
 	heavy string
-	// ledger is what the call charges to the account's byte ledger
-	// (contract, section 16): filled in with the ledger.
+	// ledger says what the call charges to the account's storage quota
+	// (api.Ledger), or why it charges nothing; every entry says.
 	ledger string
+	// charge, when set, is a body the route charges more than 1 KiB for (a
+	// long write charges a MiB part ahead):
+	// under a 1 KiB quota it is 429 naming the storage quota.
+	charge *hostileBody
 }
 
 // hostileBody is one refused body.
@@ -63,30 +67,34 @@ var (
 const streamedList = "one address (CSV) or JSON element at a time, one record at most 1 MiB (TestServeMemoryBoundedUnderHostileBodies)"
 
 var hostileRoutes = map[string]hostileRoute{
-	"OPTIONS /v1/verify": {memory: "reads nothing"},
-	"POST /v1/verify": {limit: api.MaxVerifyBody, memory: "8 KiB body",
+	"OPTIONS /v1/verify": {memory: "reads nothing", ledger: "keeps nothing"},
+	"POST /v1/verify": {limit: api.MaxVerifyBody, memory: "8 KiB body", ledger: "keeps nothing but the result cache's entry, bounded by EVS_CACHE_TTL",
 		bad: []hostileBody{badJSON, badUTF8, notAnObject, {"text/csv", "a@x.example", 400}}},
-	"GET /v1/requests": {limit: api.MaxOtherBody, memory: "one page: at most 5 pages of batches read"},
+	"GET /v1/requests": {limit: api.MaxOtherBody, memory: "one page: at most 5 pages of batches read", ledger: "reads only"},
 	"POST /v1/requests": {limit: api.MaxBatchBody, memory: streamedList + "; the large-body budget on evs serve",
+		ledger: "the list's rows and 160 B an address, before they are stored", charge: &hostileBody{"application/json", chargeList, 429},
 		bad: []hostileBody{badJSON, badUTF8, notAnObject, commaRow, {"text/csv", "\"a@x.example\n\n\nb", 400}}},
-	"GET /v1/requests/{id}":         {limit: api.MaxOtherBody, memory: "one batch"},
-	"GET /v1/requests/{id}/results": {limit: api.MaxOtherBody, memory: "a page, or CSV streamed a page at a time", heavy: "Accept: text/csv"},
-	"GET /v1/requests/{id}/export":  {limit: api.MaxOtherBody, memory: "CSV written a page at a time", heavy: "every call"},
-	"POST /v1/requests/{id}/cancel": {limit: api.MaxOtherBody, memory: "1 KiB body"},
-	"GET /healthz":                  {serveOnly: true, memory: "reads nothing"},
-	"GET /readyz":                   {serveOnly: true, memory: "reads nothing"},
-	"GET /widget.js":                {serveOnly: true, memory: "a static file"},
+	"GET /v1/requests/{id}":         {limit: api.MaxOtherBody, memory: "one batch", ledger: "reads only"},
+	"GET /v1/requests/{id}/results": {limit: api.MaxOtherBody, memory: "a page, or CSV streamed a page at a time", heavy: "Accept: text/csv", ledger: "reads only (a CSV too long for a reply is an export)"},
+	"GET /v1/requests/{id}/export":  {limit: api.MaxOtherBody, memory: "CSV written a page at a time", heavy: "every call", ledger: "the file, a MiB at a time as it is written (TestStoredBytesQuota, TestExportStopsBelowWatermark)"},
+	"POST /v1/requests/{id}/cancel": {limit: api.MaxOtherBody, memory: "1 KiB body", ledger: "keeps nothing new"},
+	"GET /healthz":                  {serveOnly: true, memory: "reads nothing", ledger: "keeps nothing"},
+	"GET /readyz":                   {serveOnly: true, memory: "reads nothing", ledger: "keeps nothing"},
+	"GET /widget.js":                {serveOnly: true, memory: "a static file", ledger: "keeps nothing"},
 	"POST /v1/outcomes": {limit: api.MaxBatchBody, memory: "CSV one record at most 1 MiB, JSON one outcome at a time, at most 50,000 kept (TestServeMemoryBoundedUnderHostileBodies); the large-body budget on evs serve",
 		bad: []hostileBody{badJSON, badUTF8, notAnObject, commaRow, {"application/json", `{"outcomes":[{}` + strings.Repeat(",{}", 1000) + `]}`, 400},
-			{"text/csv", "email,outcome,at\n" + strings.Repeat(",", 1<<20), 400}}},
-	"DELETE /v1/outcomes":     {limit: api.MaxOtherBody, memory: "1 KiB body", bad: []hostileBody{{"application/json", `{"email":"a@x.example"}`, 400}}},
-	"GET /v1/outcomes/report": {limit: api.MaxOtherBody, memory: "counts by verdict and score bucket, outcomes streamed from the store", heavy: "every call"},
+			{"text/csv", "email,outcome,at\n" + strings.Repeat(",", 1<<20), 400}},
+		ledger: "640 B an outcome, all of a post before any is stored", charge: &hostileBody{"application/json", chargeOutcomes, 429}},
+	"DELETE /v1/outcomes":     {limit: api.MaxOtherBody, memory: "1 KiB body", bad: []hostileBody{{"application/json", `{"email":"a@x.example"}`, 400}}, ledger: "gives back what the outcomes charged"},
+	"GET /v1/outcomes/report": {limit: api.MaxOtherBody, memory: "counts by verdict and score bucket, outcomes streamed from the store", heavy: "every call", ledger: "reads only"},
 	"POST /v1/outcomes/sns": {serveOnly: true, limit: api.MaxSNSBody, memory: "1 MiB body", path: snsPath,
-		bad: []hostileBody{badJSON, notAnObject, {"application/json", `{"Type":"Notification"}`, 403}}},
-	"POST /v1/uploads": {limit: api.MaxOtherBody, memory: "1 KiB body", bad: []hostileBody{badJSON, notAnObject}},
+		bad:    []hostileBody{badJSON, notAnObject, {"application/json", `{"Type":"Notification"}`, 403}},
+		ledger: "as POST /v1/outcomes, with the account's live limits (TestSNSOutcomesCapped: a signed notification)"},
+	"POST /v1/uploads": {limit: api.MaxOtherBody, memory: "1 KiB body", bad: []hostileBody{badJSON, notAnObject}, ledger: "keeps nothing until the PUT (on AWS the list goes to S3: at most 100 MiB, 1 hour, 10 at once per account)"},
 	"PUT /v1/uploads/{uploadId}": {serveOnly: true, path: uploadPath, limitTest: "a Content-Length over 100 MiB is refused unread (internal/server/uploads.go); too large to send here",
-		memory: "streamed to disk at a minimum rate; read at creation as a list is (" + streamedList + ")"},
-	"GET /v1/exports/{exportId}": {serveOnly: true, memory: "a file streamed from disk"},
+		memory: "streamed to disk at a minimum rate; read at creation as a list is (" + streamedList + ")",
+		ledger: "the list, a MiB at a time as it is written", charge: &hostileBody{"text/csv", strings.Repeat("a@x.example\n", 200), 429}},
+	"GET /v1/exports/{exportId}": {serveOnly: true, memory: "a file streamed from disk", ledger: "reads only"},
 }
 
 // TestHostileInputCoversTheContract: every operation of api/openapi.yaml
@@ -107,8 +115,8 @@ func TestHostileInputCoversTheContract(t *testing.T) {
 	}
 	routes := api.Routes()
 	for op, e := range hostileRoutes {
-		if e.memory == "" {
-			t.Errorf("%s: its entry names no memory bound", op)
+		if e.memory == "" || e.ledger == "" {
+			t.Errorf("%s: its entry names no memory bound or no storage charge", op)
 		}
 		t.Logf("%s: memory: %s; heavy reads: %q; byte ledger: %q", op, e.memory, e.heavy, e.ledger)
 		method, path, _ := strings.Cut(op, " ")
@@ -183,6 +191,36 @@ func TestSuiteHostileInput(t *testing.T) {
 				if r.status != http.StatusRequestEntityTooLarge || errorCode(r) != evs.CodePayloadTooLarge {
 					t.Errorf("%s with %d bytes, one over its limit: %d %.300s, want 413 payload_too_large", op, e.limit+1, r.status, r.body)
 				}
+			}
+		}
+	})
+}
+
+// Bodies that charge more than 1 KiB: ten addresses (160 B each), two
+// outcomes (640 B each).
+var (
+	chargeList     = `{"mode":"quick","emails":["a0@x.example","a1@x.example","a2@x.example","a3@x.example","a4@x.example","a5@x.example","a6@x.example","a7@x.example","a8@x.example","a9@x.example"]}`
+	chargeOutcomes = `{"outcomes":[{"email":"a@x.example","outcome":"delivered","at":"2026-11-20T10:00:00Z"},{"email":"b@x.example","outcome":"delivered","at":"2026-11-20T10:00:00Z"}]}`
+)
+
+// TestSuiteHostileLedger sends each route that keeps data its charging
+// body under a 1 KiB storage quota, on each deployment that serves it:
+// 429 rate_limited naming the quota, never a 5xx or a write.
+func TestSuiteHostileLedger(t *testing.T) {
+	forEachDeployment(t, suiteOptions{env: map[string]string{"EVS_MAX_STORED_BYTES": "1024"}}, func(t *testing.T, s *suite) {
+		acct, key := s.account(t, false)
+		for _, op := range contractOperations(t) {
+			e := hostileRoutes[op]
+			if e.charge == nil || e.serveOnly && s.name != "serve" {
+				continue
+			}
+			method, path, _ := strings.Cut(op, " ")
+			if e.path != nil {
+				path = e.path(t, s, acct, key)
+			}
+			r := s.do(t, key, httpCall{method: method, path: path, body: e.charge.body, headers: map[string]string{"Content-Type": e.charge.contentType}})
+			if r.status != e.charge.status || errorCode(r) != "rate_limited" || !strings.Contains(string(r.body), "storage quota") {
+				t.Errorf("%s over a 1 KiB storage quota: %d %.300s, want %d naming the storage quota", op, r.status, r.body, e.charge.status)
 			}
 		}
 	})
