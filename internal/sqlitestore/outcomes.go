@@ -182,6 +182,7 @@ func (s *Store) PutOutcomes(ctx context.Context, accountID string, os []evs.Outc
 	if len(os) == 0 {
 		return 0, nil
 	}
+	s.reported.add(accountID)
 	added := 0
 	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		added = 0 // a retried transaction counts again
@@ -230,11 +231,12 @@ func (s *Store) PutOutcomes(ctx context.Context, accountID string, os []evs.Outc
 
 // AddressOutcomes returns the account's unexpired outcomes of each address
 // (store.Outcomes). A batch asks for every group of addresses it
-// verifies, so an account that never reported outcomes costs one probe of
-// the primary key, and one that did a query per outcomeChunk addresses.
+// verifies, so an account that never reported outcomes costs nothing on
+// the directory's server (reportedAccounts) and one probe of the primary
+// key elsewhere, and one that did a query per outcomeChunk addresses.
 func (s *Store) AddressOutcomes(ctx context.Context, accountID string, addresses []string) (map[string][]evs.Outcome, error) {
 	out := map[string][]evs.Outcome{}
-	if len(addresses) == 0 {
+	if len(addresses) == 0 || !s.reported.has(accountID) {
 		return out, nil
 	}
 	tx, err := s.rdb.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
@@ -378,6 +380,9 @@ func (s *Store) LastVerdicts(ctx context.Context, accountID string, addresses []
 // every account's, of buckets not yet ended.
 func (s *Store) DomainCounts(ctx context.Context, accountID string, domains []string, shared bool) (map[string]evs.DomainCounts, error) {
 	out := map[string]evs.DomainCounts{}
+	if shared && !s.reported.any() || !shared && !s.reported.has(accountID) {
+		return out, nil
+	}
 	now := millis(s.now())
 	for start := 0; start < len(domains); start += outcomeChunk {
 		q, first := qSharedDomainCounts, []any{now}

@@ -113,3 +113,44 @@ func TestMigrateCountsStoredOutcomes(t *testing.T) {
 		t.Fatalf("account a's counts after the first bucket = %+v, %v", got, err)
 	}
 }
+
+// TestServingReadsOutcomesOfEarlierRuns: the serving store skips the
+// history reads of accounts without outcomes, so the accounts whose
+// outcomes an earlier run stored must be read back at open; an account
+// with none reads as none.
+func TestServingReadsOutcomesOfEarlierRuns(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	now := func() time.Time { return t0 }
+	o := evs.Outcome{Address: "bob@example.com", Kind: evs.OutcomeBounced, BounceType: evs.BounceHard, At: t0.Add(-time.Hour)}
+	for _, acct := range []string{"a", "c", "b"} {
+		s, err := OpenServing(ctx, dir, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.PutOutcomes(ctx, acct, []evs.Outcome{o}, t0.Add(24*time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, err := OpenServing(ctx, dir, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for _, acct := range []string{"a", "b", "c"} {
+		got, err := s.AddressOutcomes(ctx, acct, []string{"bob@example.com"})
+		if err != nil || len(got["bob@example.com"]) != 1 {
+			t.Errorf("account %s after a restart: %+v, %v; want its outcome", acct, got, err)
+		}
+		counts, err := s.DomainCounts(ctx, acct, []string{"example.com"}, false)
+		if err != nil || counts["example.com"].HardBounces != 1 {
+			t.Errorf("account %s's domain counts after a restart: %+v, %v", acct, counts, err)
+		}
+	}
+	if got, err := s.AddressOutcomes(ctx, "d", []string{"bob@example.com"}); err != nil || len(got) != 0 {
+		t.Errorf("an account without outcomes: %+v, %v", got, err)
+	}
+}

@@ -86,6 +86,9 @@ type Store struct {
 	// quota mirrors the address quota's counters; nil unless this process
 	// is the directory's only server.
 	quota *quotaMirror
+	// reported is the set of accounts with outcomes; nil unless this
+	// process is the directory's only server.
+	reported *reportedAccounts
 	// exportMu makes reading and writing an export's record one step.
 	exportMu sync.Mutex
 	// dir is the data directory; keysGen counts this store's writes to
@@ -261,6 +264,9 @@ func open(ctx context.Context, dir string, now func() time.Time, busy time.Durat
 		s.views = newViewCache()
 		s.quota = &quotaMirror{m: make(map[quotaKey]mirrored)}
 		if s.keys, err = newKeyFilter(ctx, s.rdb); err != nil {
+			return nil, err
+		}
+		if s.reported, err = newReportedAccounts(ctx, s.rdb); err != nil {
 			return nil, err
 		}
 	}

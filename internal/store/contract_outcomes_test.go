@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/sqlitestore"
 	"github.com/evs-dev/evs/internal/store"
 	"github.com/evs-dev/evs/internal/testkit"
 )
@@ -15,6 +16,11 @@ import (
 func TestOutcomesContract(t *testing.T) {
 	t.Run("SQLite", func(t *testing.T) {
 		runOutcomesContract(t, func(t *testing.T, now func() time.Time) store.Outcomes { return sqliteStore(t, now) })
+	})
+	// The serving SQLite store skips the reads of accounts it knows have
+	// no outcomes (reportedAccounts): a path of its own to the contract.
+	t.Run("SQLiteServing", func(t *testing.T) {
+		runOutcomesContract(t, func(t *testing.T, now func() time.Time) store.Outcomes { return servingStore(t, now) })
 	})
 	t.Run("DynamoDB", func(t *testing.T) {
 		runOutcomesContract(t, func(t *testing.T, now func() time.Time) store.Outcomes { return dynamoStore(t, now) })
@@ -189,6 +195,11 @@ func TestDomainCountsContract(t *testing.T) {
 	t.Run("SQLite", func(t *testing.T) {
 		runDomainCountsContract(t, func(t *testing.T, now func() time.Time) store.Outcomes { return sqliteStore(t, now) })
 	})
+	// The serving SQLite store skips the reads of accounts it knows have
+	// no outcomes (reportedAccounts): a path of its own to the contract.
+	t.Run("SQLiteServing", func(t *testing.T) {
+		runDomainCountsContract(t, func(t *testing.T, now func() time.Time) store.Outcomes { return servingStore(t, now) })
+	})
 	t.Run("DynamoDB", func(t *testing.T) {
 		runDomainCountsContract(t, func(t *testing.T, now func() time.Time) store.Outcomes { return dynamoStore(t, now) })
 	})
@@ -304,4 +315,15 @@ func runDomainCountsContract(t *testing.T, open func(t *testing.T, now func() ti
 	if len(got) != 0 {
 		t.Fatalf("DomainCounts after the bucket's end = %+v", got)
 	}
+}
+
+// servingStore is a SQLite store opened as the directory's only server.
+func servingStore(t *testing.T, now func() time.Time) *sqlitestore.Store {
+	t.Helper()
+	s, err := sqlitestore.OpenServing(context.Background(), t.TempDir(), now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
 }
