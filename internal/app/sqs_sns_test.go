@@ -3,6 +3,7 @@ package app_test
 import (
 	"context"
 	"encoding/xml"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -92,11 +93,20 @@ func (w *sesWorld) deliver(body string) []events.SQSBatchItemFailure {
 	if _, err := w.sqs.SendMessage(w.ctx, &sqs.SendMessageInput{QueueUrl: &w.url, MessageBody: &body}); err != nil {
 		w.t.Fatal(err)
 	}
-	out, err := w.sqs.ReceiveMessage(w.ctx, &sqs.ReceiveMessageInput{QueueUrl: &w.url, MaxNumberOfMessages: 1, WaitTimeSeconds: 2})
-	if err != nil || len(out.Messages) != 1 {
-		w.t.Fatalf("receive: %v %d", err, len(out.Messages))
-	}
-	m := out.Messages[0]
+	// A long poll can come back empty while moto serves another package's
+	// calls: ask again until the message is there.
+	var m types.Message
+	testkit.Eventually(w.t, 30*time.Second, func() error {
+		out, err := w.sqs.ReceiveMessage(w.ctx, &sqs.ReceiveMessageInput{QueueUrl: &w.url, MaxNumberOfMessages: 1, WaitTimeSeconds: 2})
+		if err != nil {
+			w.t.Fatalf("receive: %v", err)
+		}
+		if len(out.Messages) != 1 {
+			return fmt.Errorf("the message sent is not on the queue: %d received", len(out.Messages))
+		}
+		m = out.Messages[0]
+		return nil
+	})
 	if _, err := w.sqs.DeleteMessage(w.ctx, &sqs.DeleteMessageInput{QueueUrl: &w.url, ReceiptHandle: m.ReceiptHandle}); err != nil {
 		w.t.Fatal(err)
 	}
