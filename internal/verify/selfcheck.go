@@ -39,15 +39,6 @@ type Egress struct {
 	NoIP string
 }
 
-// Egresses returns the egresses c probes through: each SOCKS exit when
-// SMTP goes through them, else the direct one.
-func Egresses(c config.Config) []Egress {
-	if c.SMTP == config.SMTPProxy && len(c.SMTPExits) > 0 {
-		return ExitEgresses(c.SMTPExits)
-	}
-	return []Egress{DirectEgress(c)}
-}
-
 // DirectEgress is c's egress as one: named by config.Config.EgressName,
 // its address EVS_SMTP_EGRESS_IP.
 func DirectEgress(c config.Config) Egress {
