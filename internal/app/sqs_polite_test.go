@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -175,6 +176,9 @@ type recordingPolite struct {
 	reserved map[int64]int // window start (ms) → RCPT commands reserved
 	pauses   []pauseAt
 	parks    int
+	// failTakes is how many TakeParked calls fail from now on, as a store
+	// fault would; takeFaults counts those that did.
+	failTakes, takeFaults int
 }
 
 // politeStore is what dynamostore.Store keeps for politeness.
@@ -206,6 +210,20 @@ func (r *recordingPolite) Pause(ctx context.Context, key string, now time.Time, 
 		r.mu.Unlock()
 	}
 	return until, err
+}
+
+func (r *recordingPolite) TakeParked(ctx context.Context, key string, now time.Time) (string, func(), bool, error) {
+	r.mu.Lock()
+	fail := r.failTakes > 0
+	if fail {
+		r.failTakes--
+		r.takeFaults++
+	}
+	r.mu.Unlock()
+	if fail {
+		return "", nil, false, errors.New("injected: the store is unavailable")
+	}
+	return r.politeStore.TakeParked(ctx, key, now)
 }
 
 func (r *recordingPolite) Park(ctx context.Context, key string, notBefore time.Time, body string) error {
@@ -374,7 +392,13 @@ func (pw *providerWorld) run(t *testing.T) evs.Batch {
 	wg.Wait()
 	final := pw.current()
 	if final.State != evs.StateCompleted || final.Counters.Deliverable != len(pw.emails) {
-		t.Fatalf("batch %s %+v, want all %d deliverable", final.State, final.Counters, len(pw.emails))
+		var errs []string // what the workers could not do says why
+		for _, l := range strings.Split(pw.logs.String(), "\n") {
+			if strings.Contains(l, `"level":"ERROR"`) {
+				errs = append(errs, l)
+			}
+		}
+		t.Fatalf("batch %s %+v, want all %d deliverable; worker errors:\n%s", final.State, final.Counters, len(pw.emails), strings.Join(errs, "\n"))
 	}
 	return final
 }
@@ -508,6 +532,32 @@ func TestPoliteLimitsAcrossWorkers(t *testing.T) {
 	}
 	t.Logf("%d addresses in %s: %d sessions, at most %d at once; %d RCPTs over %d windows, at most %d within %s; %d parks, %d work messages (%d planned), %d wakes",
 		len(pw.emails), elapsed.Round(time.Millisecond), len(sessionsAt), maxActive, len(rcpts), windowsUsed, most, window, parks, sent, planned, pw.sends.wakes.Load())
+}
+
+// TestPoliteReleaseFaultRetried: with one session at once, every group
+// but the first waits for the slot, parked; each session end starts the
+// next. The store fails the first releases (TakeParked), as a transient
+// fault would: a wake soon after retries them, so the batch finishes in
+// seconds, not when the slot leases lapse (minutes) or the sweep comes.
+func TestPoliteReleaseFaultRetried(t *testing.T) {
+	sizes := []int{2, 2, 2, 2, 2, 2}
+	peer := startProviderPeer(t, 5*time.Millisecond, nil)
+	limits := politeness.Limits{Sessions: map[string]int{"*": 1}, RcptPerMin: map[string]int{"*": 10000}}
+	pw := newProviderWorld(t, peer, sizes, 4, 2, time.Minute, limits, time.Minute)
+	pw.polite.mu.Lock()
+	pw.polite.failTakes = 3
+	pw.polite.mu.Unlock()
+	b := pw.run(t)
+	pw.checkOnce(t, b)
+	pw.polite.mu.Lock()
+	faults, parks := pw.polite.takeFaults, pw.polite.parks
+	pw.polite.mu.Unlock()
+	if faults == 0 || parks == 0 {
+		t.Errorf("%d releases failed, %d parks: the fault did not bite", faults, parks)
+	}
+	if _, _, _, maxActive := peer.snapshot(); maxActive > 1 {
+		t.Errorf("%d sessions at once, limit 1", maxActive)
+	}
 }
 
 // itemsOf turns addresses into the items the batch stores.

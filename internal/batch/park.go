@@ -72,10 +72,13 @@ type Polite struct {
 }
 
 // unpark queues up to n due parked entries of key; a failure is logged,
-// not returned: the entry stays parked (or is parked again) for the next
-// release, wake or sweep. While key is paused it queues nothing, which
-// would only be parked again, and makes sure a wake comes at the pause's
-// end: a session that ran beside the throttled one may end cleanly in it.
+// not returned: the entry stays parked, and a wake relinkAfter later
+// releases it. Without that wake, a session end whose release failed (a
+// store or queue error) would leave the work it was to start waiting for
+// the next session end, which may never come, or for the sweep, minutes
+// later. While key is paused it queues nothing, which would only be parked
+// again, and makes sure a wake comes at the pause's end: a session that
+// ran beside the throttled one may end cleanly in it.
 func (w *Worker) unpark(ctx context.Context, key string, n int) (sent int) {
 	if until, _, err := w.Polite.Gate.State.PauseState(ctx, key); err == nil && until.After(w.now()) {
 		if err := w.scheduleWake(ctx, key, until); err != nil {
@@ -87,6 +90,7 @@ func (w *Worker) unpark(ctx context.Context, key string, n int) (sent int) {
 		body, remove, ok, err := w.Polite.Parking.TakeParked(ctx, key, w.now())
 		if err != nil {
 			w.logger().Error("polite: could not take parked work", slog.String("key", key), slog.String("error", err.Error()))
+			w.relink(ctx, key)
 			return sent
 		}
 		if !ok {
@@ -103,12 +107,26 @@ func (w *Worker) unpark(ctx context.Context, key string, n int) (sent int) {
 			// Still parked: claimed by us for a while, then by the next
 			// wake, sweep or session end.
 			w.logger().Error("polite: could not queue parked work; it stays parked", slog.String("key", key), slog.String("error", err.Error()))
+			w.relink(ctx, key)
 			return sent
 		}
 		remove()
 		sent++
 	}
 	return sent
+}
+
+// relinkAfter is how soon a wake retries a release that failed: past a
+// transient fault, well before the sweep. An entry claimed by the failed
+// try is released once its claim lapses, by that wake's successors or the
+// sweep.
+const relinkAfter = 5 * time.Second
+
+// relink schedules the wake that retries a failed release of key.
+func (w *Worker) relink(ctx context.Context, key string) {
+	if err := w.scheduleWake(ctx, key, w.now().Add(relinkAfter)); err != nil {
+		w.logger().Error("polite: could not schedule a wake; the sweep releases the parked work", slog.String("key", key), slog.String("error", err.Error()))
+	}
 }
 
 // parking is the items of a message that wait for one key until one time.
