@@ -99,8 +99,9 @@ func Read(stage string, r Reply) Reading { return ReadFrom(stage, "", r) }
 //     Outlook.com's 5.5.0 "mailbox unavailable", QQ's frequency limit), or
 //     of the MTA whose own reply it is (OpenSMTPD's 524 5.2.4).
 //  3. Text naming a full mailbox, nothing about us: Full.
-//  4. A 5xx whose text names our IP or host: Blocked, even when it gives
-//     our rate as the cause.
+//  4. A 5xx whose text names our IP or host, or an allowance of ours that
+//     is spent (a daily or relay quota): Blocked, even when it gives our
+//     rate as the cause.
 //  5. Rate: text about our rate or X.5.3: RateLimited.
 //  6. Us: other explicit text about us, or a wrapper or code of a front
 //     about us: Blocked (Greylisted on a 4xx). This beats every
@@ -175,6 +176,10 @@ func ReadFrom(stage string, p Provider, r Reply) Reading {
 		// been blocked for sending too many messages") is a block,
 		// even when it gives our rate as the cause.
 		return decide(Blocked, "about_us", us)
+	case !temporary && ev.named("sender_quota") != nil:
+		// So is one for an allowance of ours that is spent ("daily
+		// relay quota exceeded"): not a pace to slow down to.
+		return decide(Blocked, "about_us", ev.named("sender_quota"))
 	case rate != nil:
 		return decide(RateLimited, "rate", rate)
 	case ev.code == AboutRate:
@@ -247,7 +252,9 @@ func (ev *evidence) wordsOutrankCode() bool {
 		return false
 	}
 	for _, f := range ev.families {
-		if f.About != AboutMailbox {
+		// A filter's name (in a link, a banner) says nothing of whom a
+		// refusal is about.
+		if f.About != AboutMailbox && f.Name != "filter_vendor" {
 			return false
 		}
 	}
@@ -258,6 +265,16 @@ func (ev *evidence) wordsOutrankCode() bool {
 
 // blockWordsRe finds the words of a block in normalized text.
 var blockWordsRe = regexp.MustCompile(`block|ban`)
+
+// named returns the family of that name if the text has its phrases.
+func (ev *evidence) named(name string) *Family {
+	for _, f := range ev.families {
+		if f.Name == name {
+			return f
+		}
+	}
+	return nil
+}
 
 // first returns the first family about a subject, strong or weak.
 func (ev *evidence) first(about string, weak bool) *Family {

@@ -76,6 +76,30 @@ func TestClassify(t *testing.T) {
 		{"access denied ip", StageRcpt, "550 5.7.606 Access denied, banned sending IP [1.2.3.4]", Blocked},
 		{"blocked beats unknown user", StageRcpt, "550 User unknown or your IP is blacklisted", Blocked},
 
+		// Full under a 4xx: the words say so, whatever the code.
+		{"4xx mailbox exceeds quota", StageRcpt, "452 Mailbox exceeds quota", Full},
+		{"4xx over its storage limit", StageRcpt, "452 The recipient's mailbox is over its storage limit", Full},
+		{"4xx reached its maximum size", StageRcpt, "452 User's mailbox has reached its maximum size", Full},
+		{"4xx storage is full", StageRcpt, "451 Recipient's storage is full", Full},
+
+		// Blocked by a filter that names itself, not a word like
+		// "blocked"; the filter's name beside an explicit word about the
+		// mailbox leaves the mailbox's answer standing.
+		{"proofpoint ipcheck link", StageRcpt, "550 Blocked - see https://ipcheck.proofpoint.com/?ip=203.0.113.5", Blocked},
+		{"ironport", StageRcpt, "554 Rejected by IronPort", Blocked},
+		{"senderbase", StageRcpt, "554 Rejected by SenderBase", Blocked},
+		{"sophos", StageRcpt, "550 Your email was rejected by Sophos", Blocked},
+		{"fortiguard antispam", StageRcpt, "554 Rejected by FortiGuard AntiSpam", Blocked},
+		{"mimecast unknown user under 5.7.1", StageRcpt, "550 5.7.1 Invalid recipient - https://community.mimecast.com/docs/DOC-1369#550", Rejected},
+		{"proofpoint footer on user unknown", StageRcpt, "550 5.1.1 User unknown. Protected by Proofpoint", Rejected},
+		{"junk mail rejected", StageRcpt, "550 5.7.1 Junk mail rejected", Blocked},
+		{"unauthenticated senders", StageRcpt, "550 Unauthenticated senders are not accepted", Blocked},
+		// An allowance of ours that is spent: blocked, never a full mailbox.
+		{"daily relay quota", StageRcpt, "550 5.4.6 Daily relay quota exceeded", Blocked},
+		{"relay quota", StageRcpt, "550 Relay quota exceeded", Blocked},
+		{"hourly sending limit", StageRcpt, "554 Hourly sending limit reached", Blocked},
+		{"4xx relay quota is our rate", StageRcpt, "451 4.7.0 Relay quota exceeded, try later", RateLimited},
+
 		// Rate limited: never against the mailbox.
 		{"too many recipients", StageRcpt, "452 4.5.3 Too many recipients", RateLimited},
 		{"5.5.3 too many", StageRcpt, "550 5.5.3 Too many recipients", RateLimited},

@@ -68,6 +68,29 @@ var families = []*Family{
 		},
 	},
 	{
+		// An allowance of ours that is spent: a relay's or a sender's
+		// daily quota. Past a 4xx it is our rate; a 5xx refuses us for
+		// it (Read's rule 4), and never says the mailbox is full.
+		Name: "sender_quota", About: AboutRate,
+		Phrases: []string{
+			`(relay(ing)?|sending|send|outbound|outgoing) (quota|limit)`,
+			`(daily|hourly) (relay(ing)? |sending |outbound |message |mail |e-?mail )?(quota|limit)( \S+){0,2} (exceeded|reached)`,
+			`quota for (sending|relay(ing)?)`,
+		},
+	},
+	{
+		// The name of a mail filter or reputation service, often only in
+		// a link to its refusal page (Proofpoint's ipcheck, Cisco's
+		// SenderBase and Talos scores, Mimecast's reply codes page): a
+		// refusal by our reputation, unless the reply says more. It says
+		// nothing against an explicit word about the mailbox beside it.
+		Name: "filter_vendor", About: AboutUs, Weak: true,
+		Phrases: []string{
+			`proofpoint`, `pphosted`, `ipcheck`, `senderbase`, `sbrs`, `ironport`, `talos\w*`, `mimecast`,
+			`messagelabs`, `sophos`, `forti(guard|mail)`, `trend ?micro`,
+		},
+	},
+	{
 		Name: "sender_auth", About: AboutUs,
 		Phrases: []string{
 			`spf`, `dkim`, `dmarc`, `sender policy framework`, `domainkeys`,
@@ -75,7 +98,7 @@ var families = []*Family{
 			`(invalid|unknown|bogus|unverified|unroutable) sender`, `emetteur invalide`, `absender\w*`,
 			`your (e-?mail |mail )?address`,
 			`mail from`, `envelope from`, `from address`, `return[ -]path`, `null sender`, `empty envelope sender\w*`,
-			`not allowed to send`, `not permitted to send`, `is not allowed to send mail`, `unauthenticated (e-?mail|mail|message)`,
+			`not allowed to send`, `not permitted to send`, `is not allowed to send mail`, `unauthenticated (senders?|e-?mail|mail|messages?)`,
 			`(must|does not|doesn't) pass (either )?(spf|dkim|dmarc)`, `authentication (check\w*|failure|failed|results)`,
 			`domain of sender`, `sender domain`, `outbound sender`, `envelope (sender|blocked|rejected)`, `batv`, `backscatter`, `bounce attack\w*`,
 		},
@@ -86,7 +109,7 @@ var families = []*Family{
 			`spamhaus`, `spamcop`, `barracuda\w*`, `sorbs`, `uceprotect`, `cloudmark`, `senderscore`, `invaluement`,
 			`mailspike`, `abuseat`, `surbl`, `spamrats`, `psbl`, `dnsbl\w*`, `rbls?`, `blocked using`, `blocked by (rbl|dnsbl)`,
 			`block ?list\w*`, `black ?list\w*`, `deny ?list\w*`, `listed (at|on|in|by)`, `found on one or more`,
-			`on our block ?list`, `reputation`, `spam\w*`, `unsolicited`, `junk mail`, `abus\w*`,
+			`on our block ?list`, `reputation`, `spam\w*`, `anti-?spam\w*`, `unsolicited`, `junk mail`, `abus\w*`,
 			`banned (sending|sender|ip|client|host|server|domain|network)`, `suspicious (activity|traffic)`,
 			`(ip|host|client|server|network|connection)s? [^.;]{0,40}(block(ed)?|refused|rejected|denied|banned|deferred)`,
 			`block(ed)? (for|due to|because of) (spam|abuse|suspicious)`, `temporarily (blocked|deferred)`,
@@ -172,6 +195,8 @@ var families = []*Family{
 			`(mailbox|inbox|user|account|recipient'?s?) quota (exceeded|full|violation)`, `exceeded (the |their |his |her )?(storage|mailbox)`,
 			`mailbox size limit`, `mailbox exceeds allowed size`, `out of storage( space)?`,
 			`exceeded storage allocation`,
+			`(mailbox|inbox|user|account|recipient'?s?)( \S+){0,3} (exceeds?|exceeded|has exceeded|is over|over|reached|has reached) (its |the |their |his |her )?(storage |size |disk |mailbox )?(quota|storage limit|size limit|maximum size|max(imum)? (size|capacity))`,
+			`(mailbox|inbox)( \S+){0,2} (has )?(exceeded|reached|exceeds) (the |its )?(size )?limit`,
 			`user'?s space has been used up`, `too many messages on the server`,
 			`postfach (ist )?voll`, `speicherplatz`, `quota uberschritten`, `boite (du destinataire |aux lettres )?pleine`,
 			`quota (depasse|atteint)`, `buzon (esta )?lleno`, `cuota (excedida|superada)`, `casella (di posta )?piena`,
@@ -188,7 +213,7 @@ var families = []*Family{
 		Name: "quota", About: AboutFull, Weak: true,
 		Phrases: []string{
 			`over ?quota`, `overquota`, `quota (exceeded|full|violation)`, `exceeded (the |their |its )?quota`,
-			`disk quota`, `storage (space )?(full|exceeded)`,
+			`disk quota`, `storage (space )?(is )?(full|exceeded)`, `exceeds (the |their |its )?quota`,
 		},
 	},
 	{
