@@ -383,6 +383,12 @@ func (r *groupRun) session(ctx context.Context, chunk []evs.Item) {
 			r.o.Left = append(r.o.Left, chunk[i])
 		case d.Reason == evs.ReasonGreylisted && r.attempt+1 < r.maxGrey:
 			r.o.Retry = append(r.o.Retry, chunk[i])
+		case !r.test && r.attempt == 0 && r.attempt+1 < r.maxGrey && catchAllLater(d.Checks.SMTP):
+			// The mailbox was accepted but the random address got a
+			// temporary answer ("452 too many recipients", "450
+			// unverified"): a second session, later, asks both again
+			// before the verdict falls back to accept-all.
+			r.o.Retry = append(r.o.Retry, chunk[i])
 		default:
 			r.o.Results = append(r.o.Results, evs.Result{Seq: chunk[i].Seq, Email: chunk[i].Email, Decision: d})
 		}
@@ -410,6 +416,13 @@ func (r *groupRun) session(ctx context.Context, chunk []evs.Item) {
 	r.o.Throttled = r.o.Throttled || throttled
 	r.queue = append(unasked, r.queue...)
 	r.stop = max(r.stop, reason)
+}
+
+// catchAllLater tells whether c is an accepted mailbox whose accept-all
+// probe got an answer that another session may not give: a temporary one
+// or none in time.
+func catchAllLater(c evs.SMTPCheck) bool {
+	return c.AcceptAllUnknown() && (c.CatchAll == evs.SMTPGreylisted || c.CatchAll == evs.SMTPTimeout)
 }
 
 // throttledAddress tells whether a decision carries no answer about its

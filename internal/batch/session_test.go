@@ -258,3 +258,86 @@ func TestGroupSessionsAtOnce(t *testing.T) {
 		})
 	}
 }
+
+// TestCatchAllAskedAgain: the mailbox is accepted but the random address
+// of the accept-all probe gets a temporary answer. The address is asked
+// again, with the probe, at the next attempt (another session, later);
+// only if the probe is still inconclusive then does the verdict fall back
+// to accept-all. A test-mode batch and the last attempt never wait.
+func TestCatchAllAskedAgain(t *testing.T) {
+	var mu sync.Mutex
+	probes := map[string]int{} // domain → random-address RCPTs so far
+	peer := testkit.StartSMTP(t, testkit.SMTPOptions{Rcpt: func(addr string) string {
+		local, domain, _ := strings.Cut(addr, "@")
+		if local != "zz-random" {
+			return "250 2.1.5 OK"
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		probes[domain]++
+		switch {
+		case domain == "later.example" && probes[domain] > 1:
+			return "550 5.1.1 no such user"
+		case domain == "later.example":
+			return "452 4.5.3 Too many recipients"
+		}
+		return "450 4.7.1 Recipient address rejected: unverified address"
+	}})
+	dns := testkit.StartDNS(t)
+	for _, d := range []string{"later.example", "never.example"} {
+		dns.AddRecord(d + ". 300 IN MX 10 mx." + d + ".")
+		dns.AddRecord("mx." + d + ". 300 IN A 127.0.0.1")
+	}
+	res, err := dnscheck.New(dnscheck.Config{Servers: []string{dns.Addr}, Timeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	loopback, err := config.ParseEgress("127.0.0.0/8")
+	if err != nil {
+		t.Fatal(err)
+	}
+	probe, err := smtpprobe.New(smtpprobe.Config{HELO: "probe.evs.test", Port: peer.Port, Resolver: res, Egress: loopback, ReplyTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, err := verify.New(verify.Config{Resolver: res, Prober: verify.SMTP(probe), RandomLocal: func() string { return "zz-random" }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &batch.Processor{Engine: eng, Sandbox: verify.NewSandbox(nil), MaxGreyAttempts: 3}
+	group := func(domain string) batch.Group {
+		return batch.Group{Domain: domain, Items: []evs.Item{{Seq: 0, Email: "yes@" + domain, Domain: domain}}}
+	}
+	run := func(domain string, attempt int) batch.Outcome {
+		t.Helper()
+		o, err := p.VerifyGroup(context.Background(), time.Time{}, false, evs.ModeFull, group(domain), attempt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return o
+	}
+	for _, domain := range []string{"later.example", "never.example"} {
+		if o := run(domain, 0); len(o.Retry) != 1 || len(o.Results) != 0 {
+			t.Fatalf("%s, attempt 0: %d retried, %d results; want the address asked again later", domain, len(o.Retry), len(o.Results))
+		}
+	}
+	o := run("later.example", 1)
+	if len(o.Results) != 1 {
+		t.Fatalf("later.example, attempt 1: %d results, %d retried", len(o.Results), len(o.Retry))
+	}
+	if d := o.Results[0].Decision; d.Status() != evs.Deliverable || d.Checks.SMTP.CatchAll != evs.SMTPRejected {
+		t.Errorf("later.example: %s/%s, catch-all %q; want deliverable once the second probe was rejected", d.Status(), d.Reason, d.Checks.SMTP.CatchAll)
+	}
+	o = run("never.example", 1)
+	if len(o.Results) != 1 {
+		t.Fatalf("never.example, attempt 1: %d results, %d retried", len(o.Results), len(o.Retry))
+	}
+	if d := o.Results[0].Decision; d.Status() != evs.Risky || !d.Flags.AcceptAllUnknown || d.Checks.SMTP.CatchAll != evs.SMTPGreylisted {
+		t.Errorf("never.example: %s/%s, catch-all %q, flags %+v; want risky with the probe inconclusive", d.Status(), d.Reason, d.Checks.SMTP.CatchAll, d.Flags)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if probes["later.example"] != 2 || probes["never.example"] != 2 {
+		t.Errorf("random-address probes %v; want two per domain (one per session)", probes)
+	}
+}
