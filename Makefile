@@ -111,8 +111,9 @@ chromium:
 # Postfix (they all conflict on mail-transport-agent): infra/scripts/
 # fetch-mta.sh downloads their packages and unpacks them, without
 # installing, into EVS_MTA_ROOT, where internal/testkit looks for them (the
-# same default), and makes their system users as the packages would.
-export EVS_MTA_ROOT ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/evs/mta/root
+# same default: not exported, so that evs serve under make run never sees
+# it), and makes their system users as the packages would.
+EVS_MTA_ROOT ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/evs/mta/root
 mta:
 	@if [ -x /usr/lib/postfix/sbin/master ] && [ -x /usr/sbin/postgrey ]; then exit 0; fi; \
 	  command -v apt-get >/dev/null 2>&1 || { echo "make: the tests need Postfix and postgrey and apt-get is not here to install them: install the postfix and postgrey packages yourself" >&2; exit 1; }; \

@@ -12,15 +12,17 @@ import (
 )
 
 // firstKeyName is the file in the data directory that holds the first
-// key when evs serve made it with no terminal to show it on.
+// live key when evs serve made it with no terminal to show it on.
 const firstKeyName = "first-api-key"
 
 // showFirstKey hands the key of the account the first start made to the
-// operator, once: on a terminal it is printed with an example call; to
-// anything else (systemd's journal, a pipe, a log file), where it would be
-// kept and copied, it is written to a file readable by this user alone in
-// the data directory, and only that file's path is logged. A writer that
-// is not a file (a test's buffer) counts as a terminal.
+// operator, once, printed with an example call. A live account's key goes
+// to anything but a terminal (systemd's journal, a pipe, a log file), where
+// it would be kept and copied, as a file readable by this user alone in the
+// data directory, and only that file's path is logged. A test-mode key
+// (make run's) is printed wherever stdout goes: it reaches no network and
+// spends nothing, and a first run in the background must show it. A writer
+// that is not a file (a test's buffer) counts as a terminal.
 func showFirstKey(stdout io.Writer, logger *slog.Logger, dataDir, key string, testAccount bool, base string) error {
 	kind := "live"
 	example := "alice@example.com"
@@ -28,7 +30,7 @@ func showFirstKey(stdout io.Writer, logger *slog.Logger, dataDir, key string, te
 		kind = "test-mode (sandbox: no network; the local part picks the outcome)"
 		example = "alice+rejected_email@example.com"
 	}
-	if f, ok := stdout.(*os.File); ok && !isTerminal(f.Fd()) {
+	if f, ok := stdout.(*os.File); ok && !testAccount && !isTerminal(f.Fd()) {
 		path, err := writeKeyFile(dataDir, key)
 		if err != nil {
 			return fmt.Errorf("first start: the %s account's API key was made but could not be written down (%w); "+

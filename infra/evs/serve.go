@@ -108,9 +108,6 @@ func serve(ctx context.Context, testAccount bool, stdout, stderr io.Writer, gete
 		// own; they now live in the database, and the old log is not read.
 		logger.Warn("the replies directory in the data directory is no longer read: Idempotency-Key replies stored there (at most 24 h old) are not replayed; remove it")
 	}
-	if warn := cfg.CheckHELO(ctx, net.DefaultResolver.LookupHost); warn != "" {
-		logger.Warn(warn)
-	}
 	if allow := cfg.Egress.Allowlist(); len(allow) > 0 && cfg.SMTP != config.SMTPOff {
 		// Security-relevant: say at start which non-public ranges a
 		// tenant's domain can make us connect to.

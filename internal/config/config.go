@@ -15,7 +15,6 @@ package config
 
 import (
 	"cmp"
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -461,24 +460,6 @@ func limitOrOff(getenv func(string) string, name string, def int, errs *[]error)
 		return def
 	}
 	return n
-}
-
-// CheckHELO warns when the EHLO name cannot identify this host: receiving
-// servers check that it resolves (and ideally matches the PTR of the
-// probing IP), and refuse or list hosts whose names do not.
-func (c Config) CheckHELO(ctx context.Context, lookup func(ctx context.Context, host string) ([]string, error)) string {
-	if c.SMTP == SMTPOff {
-		return ""
-	}
-	if c.HELOFromHost {
-		return fmt.Sprintf("EVS_SMTP_HELO is not set; probing as %q. Set it to a name that resolves to this host's public IP and whose PTR points back (see README: SMTP probing).", c.HELO)
-	}
-	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-	defer cancel()
-	if addrs, err := lookup(ctx, c.HELO); err != nil || len(addrs) == 0 {
-		return fmt.Sprintf("EVS_SMTP_HELO %q does not resolve; receiving servers may refuse our probes (see README: SMTP probing).", c.HELO)
-	}
-	return ""
 }
 
 // Load reads the process environment and returns the configuration with a

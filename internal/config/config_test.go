@@ -1,8 +1,6 @@
 package config_test
 
 import (
-	"context"
-	"errors"
 	"net/netip"
 	"slices"
 	"strings"
@@ -192,25 +190,5 @@ func TestSetSMTPProxy(t *testing.T) {
 		if strings.Contains(err.Error(), "s3cret") || !strings.Contains(err.Error(), "EVS_SMTP_PROXY_SECRET") {
 			t.Errorf("%q: error %q must name the variable and not echo the value", bad, err)
 		}
-	}
-}
-
-func TestCheckHELO(t *testing.T) {
-	resolves := func(context.Context, string) ([]string, error) { return []string{"192.0.2.1"}, nil }
-	fails := func(context.Context, string) ([]string, error) { return nil, errors.New("no such host") }
-	unset, _ := config.FromEnv(env(map[string]string{}), false)
-	if w := unset.CheckHELO(context.Background(), resolves); !strings.Contains(w, "EVS_SMTP_HELO is not set") {
-		t.Fatalf("unset: %q", w)
-	}
-	set, _ := config.FromEnv(env(map[string]string{"EVS_SMTP_HELO": "probe.example.net"}), false)
-	if w := set.CheckHELO(context.Background(), fails); !strings.Contains(w, "does not resolve") {
-		t.Fatalf("unresolvable: %q", w)
-	}
-	if w := set.CheckHELO(context.Background(), resolves); w != "" {
-		t.Fatalf("fine: %q", w)
-	}
-	off, _ := config.FromEnv(env(map[string]string{"EVS_SMTP": "off"}), false)
-	if w := off.CheckHELO(context.Background(), fails); w != "" {
-		t.Fatalf("off: %q", w)
 	}
 }

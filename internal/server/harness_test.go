@@ -188,12 +188,13 @@ func start(t *testing.T, o options) *harness {
 	sctx, cancel := context.WithCancel(ctx)
 	h.cancel = cancel
 	h.done = make(chan error, 1)
-	go func() { h.done <- srv.Serve(sctx, ln) }()
-	t.Cleanup(h.stop)
-
+	// The accounts first, as an operator's are: a store with a live
+	// account has its egress checked from the start.
 	h.liveAcct, h.liveKey = h.account("live", false)
 	h.testAcct, h.testKey = h.account("sandbox", true)
 	_, h.otherKey = h.account("other", true)
+	go func() { h.done <- srv.Serve(sctx, ln) }()
+	t.Cleanup(h.stop)
 	return h
 }
 

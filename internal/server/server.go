@@ -215,7 +215,9 @@ func New(o Options) (*Server, error) {
 	}
 	cfg := o.Config
 	cfg.SelfCheckEvery = cmp.Or(o.SelfCheckEvery, cfg.SelfCheckEvery)
-	ports := app.Ports{Store: o.Store, Now: o.Now, Logger: o.Logger, Exits: o.Exits, FreeBytes: o.FreeBytes}
+	// The egress self-check also runs on the first live probe, for a
+	// store whose accounts were all sandboxes at start (Serve).
+	ports := app.Ports{Store: o.Store, Now: o.Now, Logger: o.Logger, Exits: o.Exits, FreeBytes: o.FreeBytes, CheckOnUse: true}
 	if o.Engine != nil {
 		ports.Engine = o.Engine
 	}
@@ -300,6 +302,21 @@ func PendingAddresses(ctx context.Context, st interface {
 	return n, err
 }
 
+// probes tells whether the store has an account whose calls may probe
+// (a live one): only then is the egress checked at start and hourly, and
+// its findings (a HELO name that does not resolve) logged. A store of
+// sandbox accounts, as make run's, never probes: nothing to warn about.
+func (s *Server) probes(ctx context.Context) bool {
+	st, ok := s.opts.Store.(interface {
+		HasLiveAccount(context.Context) (bool, error)
+	})
+	if !ok {
+		return true
+	}
+	live, err := st.HasLiveAccount(ctx)
+	return live || err != nil
+}
+
 // Serve serves on ln until ctx is done, then drains (drain.go): /readyz
 // turns 503 at once, the calls in flight finish (up to
 // Config.DrainTimeout), and the batch worker stops, its unfinished work
@@ -311,7 +328,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		return err
 	}
 	go s.sweep(workCtx)
-	if c := s.rt.SelfCheck; c != nil {
+	if c := s.rt.SelfCheck; c != nil && s.probes(ctx) {
 		go runEvery(workCtx, cmp.Or(s.rt.Config.SelfCheckEvery, verify.SelfCheckEvery), c.Run)
 	}
 	if s.rt.Exits != nil {

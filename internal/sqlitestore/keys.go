@@ -109,6 +109,15 @@ func (s *Store) CountAccounts(ctx context.Context) (int, error) {
 	return n, dbErr("count accounts", err)
 }
 
+// HasLiveAccount tells whether some account is live, not test-mode: evs
+// serve checks its egress at start only then (a store of sandbox accounts
+// never probes). Asked once at start, so not prepared.
+func (s *Store) HasLiveAccount(ctx context.Context) (bool, error) {
+	var live bool
+	err := s.rdb.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM accounts WHERE test = 0)`).Scan(&live)
+	return live, dbErr("look for a live account", err)
+}
+
 // CreateKey stores a key. An unknown account is CodeNotFound; a key whose
 // hash or ID is taken is CodeInvalidState.
 func (s *Store) CreateKey(ctx context.Context, k evs.Key) error {

@@ -112,6 +112,7 @@ func (c EgressCheck) Warn(log *slog.Logger, egress string) {
 			slog.String("egress", egress), slog.String("address", c.Address), slog.String("list", l.Zone), slog.Any("codes", l.Codes))
 	}
 	if c.HELO != nil && !c.HELO.OK {
-		log.Warn("the HELO name fails the checks receivers make", slog.String("egress", egress), slog.String("detail", c.HELO.Detail))
+		log.Warn("the HELO name fails the checks receivers make: set EVS_SMTP_HELO to a name that resolves to this host's public IP and whose PTR points back (see README: SMTP probing)",
+			slog.String("egress", egress), slog.String("detail", c.HELO.Detail))
 	}
 }
