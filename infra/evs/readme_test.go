@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -85,6 +86,52 @@ func checkConsoleLines(t *testing.T, srv servingEVS, host string) {
 		res.Body.Close()
 		if res.StatusCode != http.StatusOK || !strings.HasPrefix(res.Header.Get("Content-Type"), ctype) {
 			t.Errorf("GET %s: %d %s, want %s", url, res.StatusCode, res.Header.Get("Content-Type"), ctype)
+		}
+	}
+}
+
+// TestReadmeGoClient builds the README's Go example as a reader's own
+// module would (requiring github.com/evs-dev/evs, here replaced by this
+// tree) and runs it against `evs serve --test-account` as `make run`
+// starts it: the verdict, then the CSV batch's rows with theirs.
+func TestReadmeGoClient(t *testing.T) {
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile("(?s)```go\n(package main\n.*?)```").FindSubmatch(b)
+	if m == nil {
+		t.Fatal("no Go example (```go starting with package main) in README.md")
+	}
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"EVS_DATA_DIR": t.TempDir(), "EVS_ADDR": "127.0.0.1:0", "EVS_SMTP": "off", "EVS_DNS_SERVERS": "127.0.0.1:9"}
+	srv := serveInProcess(t, env, "--test-account")
+	host := regexp.MustCompile(`listening on http://([0-9.:]+)`).FindStringSubmatch(srv.out.String())[1]
+	key := printedKey.FindStringSubmatch(srv.out.String())[1]
+
+	dir := t.TempDir()
+	mod := "module readme.example\n\ngo 1.26\n\nrequire github.com/evs-dev/evs v0.0.0\n\nreplace github.com/evs-dev/evs => " + root + "\n"
+	src := strings.ReplaceAll(string(m[1]), "http://localhost:8080", "http://"+host)
+	if err := os.WriteFile(filepath.Join(dir, "go.mod"), []byte(mod), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("go", "run", ".")
+	cmd.Dir = dir
+	// Offline, as CI is: the client needs nothing but the standard library.
+	cmd.Env = append(os.Environ(), "EVS_API_KEY="+key, "GOFLAGS=-mod=mod", "GOPROXY=off", "GOWORK=off")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("the README's Go example failed: %v\n%s", err, out)
+	}
+	for _, want := range []string{"undeliverable rejected_email\n", "ann@example.com deliverable accepted_email\n", "bob+mailbox_full@example.com risky mailbox_full\n"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("the Go example's output lacks %q:\n%s", want, out)
 		}
 	}
 }

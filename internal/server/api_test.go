@@ -83,6 +83,12 @@ func TestBadInput(t *testing.T) {
 			}
 		})
 	}
+	// A key sent the way other APIs take theirs is refused with a message
+	// that names the header it belongs in, and is not echoed.
+	r := h.do(req{method: "POST", path: "/v1/verify", body: `{"email":"a@b.example"}`, headers: map[string]string{"Authorization": "Bearer " + h.testKey}})
+	if msg, _ := r.json(t)["error"].(map[string]any)["message"].(string); r.status != 401 || !strings.Contains(msg, "X-Api-Key") || strings.Contains(string(r.body), h.testKey) {
+		t.Errorf("Authorization: Bearer: %d %s; want 401 naming X-Api-Key", r.status, r.body)
+	}
 	// Nothing changed: no batch was created by any of the bad calls.
 	bs, err := h.st.UnfinishedBatches(context.Background())
 	if err != nil {

@@ -39,7 +39,7 @@ const (
 // route for, so it is the contract's 404 not_found.
 func GatewayResponses() map[string]GatewayResponse {
 	rs := []GatewayResponse{
-		{Type: unauthorized, Status: http.StatusUnauthorized, Code: evs.CodeUnauthorized, Message: "Missing, malformed or unknown API key."},
+		{Type: unauthorized, Status: http.StatusUnauthorized, Code: evs.CodeUnauthorized, Message: "Missing, malformed or unknown API key: send it in the X-Api-Key header (not Authorization)."},
 		{Type: accessDenied, Status: http.StatusForbidden, Code: evs.CodeForbidden, Message: "The API key is revoked or its account is suspended, or a publishable key called another route than POST /v1/verify."},
 		{Type: throttled, Status: http.StatusTooManyRequests, Code: evs.CodeRateLimited, Message: "Too many requests; retry after the time in Retry-After.", Headers: map[string]string{"Retry-After": retryAfterDefault}},
 		{Type: quotaExceeded, Status: http.StatusTooManyRequests, Code: evs.CodeRateLimited, Message: "The account's request quota is used up.", Headers: map[string]string{"Retry-After": "3600"}},

@@ -150,6 +150,12 @@ func (g *edge) receiveUpload(w http.ResponseWriter, r *http.Request, c *api.Call
 		g.fails.fail(client, g.o.Now())
 		fail(err)
 		return
+	case code == evs.CodeInternal && (r.Context().Err() != nil || errors.Is(err, io.ErrUnexpectedEOF)):
+		// The client stopped sending (it closed the connection before the
+		// body's end): its doing, not a fault of ours to log as one.
+		w.Header().Set("Connection", "close")
+		fail(evs.Errorf(evs.CodeInvalidRequest, "The upload ended before the whole body arrived; send it again."))
+		return
 	default:
 		// Whatever was not read is never read: close the connection
 		// rather than drain up to 100 MiB.

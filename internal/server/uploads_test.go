@@ -3,6 +3,7 @@ package server_test
 import (
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -419,5 +420,37 @@ func TestUploadOnePutAtATime(t *testing.T) {
 	}
 	if r := h.put(putURL, "text/csv", strings.NewReader("email\nc@x.example\n")); r.status != http.StatusOK {
 		t.Fatalf("a PUT after the first ended: %d %s", r.status, r.body)
+	}
+}
+
+// TestUploadAborted: a client that closes its connection halfway through
+// an upload's PUT is answered (if it still listens) as a client error, not
+// logged as our fault (ERROR, 500), and nothing of the list is kept.
+func TestUploadAborted(t *testing.T) {
+	h := start(t, options{realClock: true})
+	id, putURL := h.newUpload(h.testKey, "text/csv")
+	u, err := url.Parse(putURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := net.Dial("tcp", u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	part := "email\n" + strings.Repeat("a@x.example\n", 4000)
+	fmt.Fprintf(conn, "PUT %s HTTP/1.1\r\nHost: %s\r\nContent-Type: text/csv\r\nContent-Length: %d\r\n\r\n%s", u.RequestURI(), u.Host, 10*len(part), part)
+	conn.Close()
+	line := h.logs.Await(t, 10*time.Second, "the PUT's call line", func(s string) bool {
+		return strings.Contains(s, `"method":"PUT"`)
+	})
+	for _, l := range strings.Split(line, "\n") {
+		if strings.Contains(l, `"method":"PUT"`) && (strings.Contains(l, `"level":"ERROR"`) || strings.Contains(l, `"status":500`)) {
+			t.Errorf("an aborted upload is logged as our fault: %s", l)
+		}
+	}
+	// The upload holds no list: a batch from it is refused.
+	r := h.do(req{method: "POST", path: "/v1/requests", key: h.testKey, body: `{"uploadId":"` + id + `"}`})
+	if r.status < 400 || r.status >= 500 {
+		t.Errorf("a batch from an aborted upload: %d %s, want a 4xx", r.status, r.body)
 	}
 }
