@@ -309,6 +309,28 @@
     return body;
   }
 
+  // readText reads a small list as the API would read it: UTF-8, its BOM
+  // kept as sent; UTF-16 refused in the API's words. Bytes that are not
+  // UTF-8 are read as Windows-1252 (what Excel on Windows saves as "CSV"),
+  // and the page says so, instead of turning each into U+FFFD unseen.
+  // A large list goes as it is, and the API refuses what is not UTF-8.
+  function readText(file) {
+    return file.arrayBuffer().then(function (buf) {
+      var b = new Uint8Array(buf);
+      if (b.length >= 2 && ((b[0] === 0xff && b[1] === 0xfe) || (b[0] === 0xfe && b[1] === 0xff))) {
+        throw { text: "The CSV file is UTF-16 (Excel's \"Unicode text\"); save it as \"CSV UTF-8\"." };
+      }
+      try {
+        return new TextDecoder("utf-8", { fatal: true, ignoreBOM: true }).decode(b);
+      } catch (e) {
+        $("list-note").textContent = file.name + " is not UTF-8: it was read as Windows-1252 (Excel's \"CSV\" on Windows) and sent as UTF-8. " +
+          "Check its names in the results, or save it as \"CSV UTF-8\".";
+        $("list-note").hidden = false;
+        return new TextDecoder("windows-1252").decode(b);
+      }
+    });
+  }
+
   // startList creates the batch of the picked file or the pasted text,
   // directly when small, through an upload when large.
   function startList(file, mode) {
@@ -319,7 +341,7 @@
         // never reads a large file, the browser streams it.
         return viaUpload(file, "text/csv", mode);
       }
-      return file.text().then(function (text) {
+      return readText(file).then(function (text) {
         if (txt) { return api("POST", "/v1/requests", JSON.stringify(named({ emails: splitAddresses(text), mode: mode }))); }
         var name = listName();
         return api("POST", "/v1/requests?mode=" + encodeURIComponent(mode) + (name ? "&name=" + encodeURIComponent(name) : ""), text, "text/csv");
@@ -337,6 +359,7 @@
   $("list-form").addEventListener("submit", function (ev) {
     ev.preventDefault();
     showError("");
+    $("list-note").hidden = true;
     $("list-go").disabled = true;
     startList($("list-file").files[0], listMode())
       .then(function (env) { listStatus(""); follow(env); loadPast(true); }, function (err) { listStatus(""); fail(err); })
@@ -610,9 +633,11 @@
           tr.appendChild(el("td", r.email));
           var st = el("td"); st.appendChild(el("span", r.status, "badge s-" + r.status)); tr.appendChild(st);
           tr.appendChild(el("td", d.reason));
-          tr.appendChild(el("td", d.score === undefined ? "—" : d.score));
-          tr.appendChild(el("td", Object.keys(flags).filter(function (f) { return flags[f]; }).join(", "), "words"));
-          tr.appendChild(el("td", d.suggestion || ""));
+          // data-label names a cell where the header is not shown (a
+          // phone's cards, console.css).
+          var score = el("td", d.score === undefined ? "—" : d.score), fl = el("td", Object.keys(flags).filter(function (f) { return flags[f]; }).join(", "), "words"), sug = el("td", d.suggestion || "");
+          score.setAttribute("data-label", "score"); fl.setAttribute("data-label", "flags:"); sug.setAttribute("data-label", "did you mean");
+          tr.appendChild(score); tr.appendChild(fl); tr.appendChild(sug);
           tbody.appendChild(tr);
           shown++;
         });
