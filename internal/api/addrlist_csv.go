@@ -36,7 +36,12 @@ import (
 // over line breaks into text; the line it names is where the quote opened.
 // Other quotes RFC 4180 does not allow are read as spreadsheets do: a
 // quote inside a field is kept, text after a closing quote is appended,
-// and the row is verified as written.
+// and the row is verified as written: an address field so made keeps its
+// quotes (`"a@x.example"junk` is invalid_syntax, never a@x.examplejunk).
+//
+// A header row that names no address column, above a first record with no
+// "@" in any field, is a *listError naming the columns and ?column=, as is
+// a column number past the first record's last field.
 func ReadListCSV(r io.Reader, lim ListLimits, lay CSVLayout, add func(addr string) error) error {
 	_, err := readCSV(r, lim, lay, add, nil)
 	return err
@@ -65,31 +70,44 @@ const maxRowFields = 16384
 // each address, and then row with every record that is not blank (every
 // field empty or spaces), the header row included, in order: what a
 // batch keeps to give the user's file back with its verdicts. It returns
-// the delimiter it read the file with. Memory stays that of one record.
-func ReadListCSVRows(r io.Reader, lim ListLimits, lay CSVLayout, add func(addr string) error, row func(CSVRecord) error) (byte, error) {
+// the file's shape, to write it back alike. Memory stays that of one
+// record.
+func ReadListCSVRows(r io.Reader, lim ListLimits, lay CSVLayout, add func(addr string) error, row func(CSVRecord) error) (CSVShape, error) {
 	return readCSV(r, lim, lay, add, row)
 }
 
-func readCSV(r io.Reader, lim ListLimits, lay CSVLayout, add func(addr string) error, row func(CSVRecord) error) (byte, error) {
+// CSVShape is how a CSV file was written, beyond its records.
+type CSVShape struct {
+	// Delimiter separates its fields.
+	Delimiter byte
+	// BOM: it starts with a UTF-8 byte-order mark (Excel's "CSV UTF-8").
+	BOM bool
+	// CRLF: its first record ends with CR LF (Windows).
+	CRLF bool
+}
+
+func readCSV(r io.Reader, lim ListLimits, lay CSVLayout, add func(addr string) error, row func(CSVRecord) error) (CSVShape, error) {
 	maxRecord := cmp.Or(max(lim.MaxRecordBytes, 0), defaultMaxRecordBytes)
 	br := bufio.NewReaderSize(r, 64<<10)
 	head, _ := br.Peek(3)
+	var shape CSVShape
 	switch {
 	case bytes.HasPrefix(head, []byte("\xef\xbb\xbf")):
 		br.Discard(3)
+		shape.BOM = true
 	case bytes.HasPrefix(head, []byte("\xff\xfe")), bytes.HasPrefix(head, []byte("\xfe\xff")):
-		return 0, listErrorf("The CSV file is UTF-16 (Excel's \"Unicode text\"); save it as \"CSV UTF-8\".")
+		return shape, listErrorf("The CSV file is UTF-16 (Excel's \"Unicode text\"); save it as \"CSV UTF-8\".")
 	}
 	br = bufio.NewReaderSize(newUTF8Reader(br, "CSV file"), 64<<10)
 
-	s := csvScanner{lim: lim, maxRecord: maxRecord, add: add, row: row, line: 1, fieldStart: true, delim: lay.Delimiter, col: -1}
+	s := csvScanner{lim: lim, maxRecord: maxRecord, add: add, row: row, line: 1, fieldStart: true, delim: lay.Delimiter, col: -1, numbered: -1}
 	if s.delim == 0 {
 		start, err := br.Peek(sniffBytes)
 		s.delim = sniffDelimiter(start, err != nil)
 	}
 	if lay.Column != "" {
 		if n, err := strconv.Atoi(lay.Column); err == nil && n >= 1 {
-			s.col = n - 1
+			s.col, s.numbered = n-1, n-1
 		} else {
 			s.named = lay.Column
 		}
@@ -99,18 +117,25 @@ func readCSV(r io.Reader, lim ListLimits, lay CSVLayout, add func(addr string) e
 		chunk, err := br.ReadSlice('\n')
 		if len(chunk) > 0 {
 			if perr := s.scan(chunk); perr != nil {
-				return s.delim, perr
+				return s.shape(shape), perr
 			}
 		}
 		switch err {
 		case nil, bufio.ErrBufferFull:
 			continue
 		case io.EOF:
-			return s.delim, s.end()
+			err := s.end()
+			return s.shape(shape), err
 		default:
-			return s.delim, err
+			return s.shape(shape), err
 		}
 	}
+}
+
+// shape completes sh with what the scan saw.
+func (s *csvScanner) shape(sh CSVShape) CSVShape {
+	sh.Delimiter, sh.CRLF = s.delim, s.crlf
+	return sh
 }
 
 // CSVLayout is what a client says of its CSV list's layout (the query's
@@ -290,9 +315,22 @@ type csvScanner struct {
 	hasAddr bool
 	header  bool
 	// col is the address column, -1 until it is known; named is the
-	// header name the client gave it by.
-	col   int
-	named string
+	// header name the client gave it by, numbered its number (from 0;
+	// -1 when not given by number); headerCells are the names of a
+	// header row that named no address column, for the error if the
+	// next record shows none either.
+	col         int
+	named       string
+	numbered    int
+	headerCells []string
+	// crlf: the first line break was CR LF; breaks counts those seen.
+	crlf   bool
+	breaks int
+	// widest is the most fields a record had.
+	widest int
+	// requoted: the address field's closing quote was followed by text,
+	// and the field holds its quotes again (unquoted).
+	requoted bool
 	// cells are the current record's non-blank fields while col is not
 	// known.
 	cells []csvCell
@@ -322,6 +360,9 @@ func (s *csvScanner) scan(chunk []byte) error {
 		}
 		if s.pendingCR {
 			s.pendingCR = false
+			if s.breaks++; s.breaks == 1 {
+				s.crlf = c == '\n'
+			}
 			if c == '\n' {
 				// CRLF: the record ended at the CR.
 				s.line++
@@ -375,10 +416,11 @@ func (s *csvScanner) unquoted(c byte) error {
 	switch c {
 	case s.delim:
 		s.field++
-		s.fieldStart, s.quoted, s.closed = true, false, false
+		s.fieldStart, s.quoted, s.closed, s.requoted = true, false, false, false
 		return nil
 	case '\n':
 		s.line++
+		s.breaks++
 		return s.endRecord()
 	case '\r':
 		s.pendingCR = true
@@ -391,6 +433,9 @@ func (s *csvScanner) unquoted(c byte) error {
 	// text is refused: it has swallowed rows.
 	if s.closed && s.quoteLine != s.line {
 		return listErrorf("The CSV file is malformed at line %d: a quote opened there closes at line %d and is followed by text.", s.quoteLine, s.line)
+	}
+	if s.closed && !s.requoted {
+		s.requote()
 	}
 	if c == '"' && !s.fieldStart {
 		s.keep(c) // a quote inside a field that does not start with one
@@ -436,6 +481,26 @@ func (s *csvScanner) keep(c byte) {
 	s.first = append(s.first, c)
 }
 
+// requote puts back the quotes of the current field, read so far, where
+// text follows its closing quote: what an address field then holds is
+// verified as written, so `"a@x.example"junk` is an invalid address,
+// never the valid a@x.examplejunk. The user's own fields (rows) keep the
+// spreadsheets' reading.
+func (s *csvScanner) requote() {
+	s.requoted = true
+	quote := func(b []byte) []byte {
+		return append(append([]byte{'"'}, bytes.ReplaceAll(b, []byte{'"'}, []byte(`""`))...), '"')
+	}
+	switch {
+	case s.col < 0:
+		if n := len(s.cells); n > 0 && s.cells[n-1].field == s.field {
+			s.cells[n-1].b = quote(s.cells[n-1].b)
+		}
+	case s.field == s.col && !s.firstLong:
+		s.first = quote(s.first)
+	}
+}
+
 // growFields makes fields and nf cover the current field.
 func (s *csvScanner) growFields() {
 	for len(s.fields) <= s.field {
@@ -450,6 +515,7 @@ func (s *csvScanner) growFields() {
 // itself when rows are kept.
 func (s *csvScanner) endRecord() error {
 	defer s.reset()
+	s.widest = max(s.widest, s.field+1)
 	s.hasAddr, s.header = false, false
 	if err := s.endAddress(); err != nil || s.row == nil {
 		return err
@@ -501,11 +567,23 @@ func (s *csvScanner) findColumn() error {
 			s.header = true
 			col, err := headerColumn(s.cells, s.named)
 			s.col = col
+			if col < 0 {
+				for _, c := range s.cells[:min(len(s.cells), 10)] {
+					s.headerCells = append(s.headerCells, strconv.Quote(strings.TrimSpace(string(c.b))))
+				}
+			}
 			return err
 		}
 		if s.named != "" {
 			return listErrorf("The CSV file has no header row (its first row holds an address), so there is no column %q; name the column by its number.", s.named)
 		}
+	}
+	if s.headerCells != nil && !slices.ContainsFunc(s.cells, func(c csvCell) bool { return bytes.ContainsRune(c.b, '@') }) {
+		// Neither the header's names nor the first row's contents show
+		// where the addresses are: reading its first column would make
+		// every row invalid_syntax.
+		return listErrorf("No column of the CSV file holds addresses: its header's columns are %s, and its first row (line %d) has no \"@\". "+
+			"Name the address column with column= (its header or number; ?column= on a CSV body).", strings.Join(s.headerCells, ", "), s.recordLine)
 	}
 	s.col = 0
 	var cell []byte
@@ -548,7 +626,7 @@ func (s *csvScanner) reset() {
 	s.first = s.first[:0]
 	s.cells = s.cells[:0]
 	s.field, s.recordBytes, s.nf = 0, 0, 0
-	s.fieldStart, s.quoted, s.inQuotes, s.quoteSeen, s.closed = true, false, false, false, false
+	s.fieldStart, s.quoted, s.inQuotes, s.quoteSeen, s.closed, s.requoted = true, false, false, false, false, false
 	s.firstLong, s.hasContents = false, false
 }
 
@@ -559,7 +637,13 @@ func (s *csvScanner) end() error {
 		return listErrorf("The CSV file is malformed at line %d: a quote opened there is never closed.", s.quoteLine)
 	}
 	if s.hasContents {
-		return s.endRecord()
+		if err := s.endRecord(); err != nil {
+			return err
+		}
+	}
+	if s.numbered >= 0 && s.addresses == 0 && s.widest <= s.numbered {
+		return listErrorf("The CSV file has no column %d: its widest row has %d. Name the address column by its header or a number from 1 to %d.",
+			s.numbered+1, s.widest, max(s.widest, 1))
 	}
 	return nil
 }

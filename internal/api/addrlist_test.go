@@ -50,7 +50,9 @@ func TestListCSV(t *testing.T) {
 		{"NUL byte", "a@x.example\nb\x00@x.example\n", nil, "NUL byte (line 2)"},
 		{"Latin-1", "a@x.example\nj\xe9r\xf4me@x.example\n", nil, "not UTF-8 text (line 2)"},
 		{"bare quote kept", "a\"b@x.example\nc@x.example\n", []string{"a\"b@x.example", "c@x.example"}, ""},
-		{"text after a closing quote kept", "\"a@x.example\"x,y\nc@x.example\n", []string{"a@x.examplex", "c@x.example"}, ""},
+		{"text after a closing quote: the address as written", "\"a@x.example\"x,y\nc@x.example\n", []string{"\"a@x.example\"x", "c@x.example"}, ""},
+		{"a header that names no address column, no @ below", "Name;Firma\nHans;ACME\n", nil, `its header's columns are "Name", "Firma"`},
+		{"a header of unknown names, an address below", "Name;Kontakt\nHans;hans@x.example\n", []string{"hans@x.example"}, ""},
 		{"unclosed quote", "a@x.example\n\"b@x.example\n", nil, "line 2: a quote opened there is never closed"},
 		{"stray quote named where it opens", "a@x.example\nb@x.example,\"x\nc@x.example\nd@x.example\ne@x.example\"z\n", nil,
 			"line 2: a quote opened there closes at line 5"},
@@ -112,6 +114,7 @@ func TestListCSVColumns(t *testing.T) {
 		{"numbered column, header skipped", "work,home\nbob@work.example,bob@home.example\n", CSVLayout{Column: "2"}, []string{"bob@home.example"}, ""},
 		{"named column not in the header", "name,email\nBob,bob@x.example\n", CSVLayout{Column: "mail"}, nil, `no column "mail"; its columns are "name", "email"`},
 		{"named column without a header", "bob@x.example\n", CSVLayout{Column: "email"}, nil, "no header row"},
+		{"numbered column past the rows", "Name;Firma\nHans;hans@x.example\n", CSVLayout{Column: "99"}, nil, "no column 99: its widest row has 2"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := csvLaidOut(tc.in, lim, tc.lay)

@@ -156,8 +156,8 @@ type addressList struct {
 	// rows, when set, keeps the list's rows (rows.go); its map then
 	// decides duplicates, since a duplicate row names its address's seq.
 	rows *rowSpool
-	// delim is the delimiter a CSV list with rows was read with.
-	delim byte
+	// shape is how a CSV list with rows was written.
+	shape CSVShape
 }
 
 // add checks the next address of the list and keeps it unless it is a
@@ -385,12 +385,16 @@ func (h *Handler) storeBatch(ctx context.Context, p evs.Principal, in parsedBatc
 // invalid entry equal to a valid address and drop the valid one as its
 // duplicate. It only parses: the lists and the typo suggestion are the
 // engine's, and a 50,000-address batch would pay for them twice.
+//
+// Valid addresses are compared without case: mailbox names are
+// case-sensitive by the letter of RFC 5321, but no provider gives
+// ALICE@ and alice@ to two people, and a list holding both means one.
 func dedupKey(email string) (key, domain string) {
 	key, domain, ok := verify.NormalizedKey(email)
 	if !ok {
 		return "invalid:" + strings.TrimSpace(email), ""
 	}
-	return "valid:" + key, domain
+	return "valid:" + strings.ToLower(key), domain
 }
 
 func (h *Handler) parseBatch(req *request, raw []byte) (parsedBatch, error) {
@@ -550,7 +554,7 @@ func parseBatchCSV(req *request, raw []byte, keep bool) (parsedBatch, error) {
 	if err != nil {
 		return parsedBatch{}, listErr(err)
 	}
-	out.list.rows, out.list.delim = sp, read
+	out.list.rows, out.list.shape = sp, read
 	if err := checkCount(out.list.total); err != nil {
 		sp.close()
 		return parsedBatch{}, err
@@ -1082,11 +1086,17 @@ func (c *csvRows) writeRowsUpTo(ctx context.Context, w io.Writer, limit int) (bo
 			return false, err
 		case header && !c.header:
 			c.header = true
+			if err := j.begin(w); err != nil {
+				return false, err
+			}
 			_ = cw.Write(j.headerRow(fields))
 		case header:
 		default:
 			if !c.header {
 				c.header = true
+				if err := j.begin(w); err != nil {
+					return false, err
+				}
 				_ = cw.Write(j.headerRow(nil))
 			}
 			var r *evs.Result
@@ -1113,6 +1123,9 @@ func (c *csvRows) writeRowsUpTo(ctx context.Context, w io.Writer, limit int) (bo
 	}
 	if !c.header {
 		c.header = true
+		if err := j.begin(w); err != nil {
+			return false, err
+		}
 		_ = cw.Write(j.headerRow(nil))
 		cw.Flush()
 		return false, cw.Error()
@@ -1198,12 +1211,35 @@ func csvMaybe(v, unknown bool) string {
 }
 
 // csvSafe keeps a spreadsheet from reading a cell as a formula (CSV
-// injection): addresses are user input. Spreadsheets skip leading blanks
-// before a formula, so " =1+1" or "\t@SUM(A1)" are caught as well as "=1+1".
+// injection): addresses and the user's cells are input. Spreadsheets skip
+// leading blanks before a formula, so " =1+1" or "\t@SUM(A1)" are caught
+// as well as "=1+1". A sign before a number (a phone number "+1 555
+// 0100", an amount "-5") is a value, not a formula, and stays as it was:
+// what follows the sign is digits, spaces and . , ( ) - / alone.
 func csvSafe(s string) string {
 	t := strings.TrimLeftFunc(s, unicode.IsSpace)
-	if t != "" && strings.ContainsRune("=+-@", rune(t[0])) || s != "" && strings.ContainsRune("\t\r\n", rune(s[0])) {
-		return "'" + s
+	switch {
+	case s != "" && strings.ContainsRune("\t\r\n", rune(s[0])):
+	case t == "" || !strings.ContainsRune("=+-@", rune(t[0])):
+		return s
+	case (t[0] == '+' || t[0] == '-') && numberLike(t[1:]):
+		return s
 	}
-	return s
+	return "'" + s
+}
+
+// numberLike tells whether s, after a sign, is a number as people write
+// one: a digit at least, and nothing a formula needs (no letter, operator
+// but '-', quote or reference).
+func numberLike(s string) bool {
+	digit := false
+	for _, r := range s {
+		switch {
+		case r >= '0' && r <= '9':
+			digit = true
+		case !strings.ContainsRune(" .,()-/", r):
+			return false
+		}
+	}
+	return digit
 }

@@ -39,7 +39,9 @@ import (
 // The rows file is CSV (comma, RFC 4180, as encoding/csv writes it),
 // after a fixed-size first line rowsMetaBytes long:
 //
-//	evs-rows 1 <delimiter byte> <widest record> <has header 0|1>
+//	evs-rows 1 <delimiter byte> <widest record> <has header 0|1> <BOM 0|1> <CRLF 0|1>
+//
+// (files written before the last two were kept end after the header's).
 //
 // then one record per row: kind-or-seq, line, duplicate-of line, then the
 // user's fields. The first field is "h" on the header row, the address's
@@ -143,7 +145,7 @@ func (s *rowSpool) row(r CSVRecord) error {
 
 // finish writes the rows file's first line and returns the file, read
 // from its start, and its size.
-func (s *rowSpool) finish(delim byte) (io.Reader, int64, error) {
+func (s *rowSpool) finish(shape CSVShape) (io.Reader, int64, error) {
 	s.cw.Flush()
 	if err := s.cw.Error(); err != nil {
 		return nil, 0, err
@@ -151,11 +153,13 @@ func (s *rowSpool) finish(delim byte) (io.Reader, int64, error) {
 	if err := s.bw.Flush(); err != nil {
 		return nil, 0, err
 	}
-	hdr := 0
-	if s.hasHeader {
-		hdr = 1
+	bit := func(b bool) int {
+		if b {
+			return 1
+		}
+		return 0
 	}
-	meta := fmt.Sprintf("%s %d %d %d", rowsMagic, delim, s.width, hdr)
+	meta := fmt.Sprintf("%s %d %d %d %d %d", rowsMagic, shape.Delimiter, s.width, bit(s.hasHeader), bit(shape.BOM), bit(shape.CRLF))
 	line := append([]byte(meta), bytes.Repeat([]byte{' '}, rowsMetaBytes-1-len(meta))...)
 	line = append(line, '\n')
 	if _, err := s.f.WriteAt(line, 0); err != nil {
@@ -184,22 +188,22 @@ func (s *rowSpool) close() {
 // readRows reads a CSV list from r into l, keeping its rows in a spool
 // when keep is set, and returns the spool (nil without one) and the
 // delimiter. On error the spool is removed.
-func readRows(r io.Reader, lim ListLimits, lay CSVLayout, l *addressList, keep bool) (*rowSpool, byte, error) {
+func readRows(r io.Reader, lim ListLimits, lay CSVLayout, l *addressList, keep bool) (*rowSpool, CSVShape, error) {
 	if !keep {
-		return nil, 0, ReadListCSV(r, lim, lay, l.add)
+		return nil, CSVShape{}, ReadListCSV(r, lim, lay, l.add)
 	}
 	sp, err := newRowSpool("")
 	if err != nil {
-		return nil, 0, err
+		return nil, CSVShape{}, err
 	}
 	l.rows = sp
-	delim, err := ReadListCSVRows(r, lim, lay, l.add, sp.row)
+	shape, err := ReadListCSVRows(r, lim, lay, l.add, sp.row)
 	if err != nil {
 		l.rows = nil
 		sp.close()
-		return nil, 0, err
+		return nil, CSVShape{}, err
 	}
-	return sp, delim, nil
+	return sp, shape, nil
 }
 
 // rowsMeta is a rows file's first line.
@@ -207,16 +211,18 @@ type rowsMeta struct {
 	delim     rune
 	width     int
 	hasHeader bool
+	bom, crlf bool
 }
 
 func parseRowsMeta(b []byte) (rowsMeta, error) {
 	var m rowsMeta
-	var d, h int
+	var d, h, bom, crlf int
 	var magic1, magic2 string
-	if _, err := fmt.Sscanf(string(bytes.TrimSpace(b)), "%s %s %d %d %d", &magic1, &magic2, &d, &m.width, &h); err != nil || magic1+" "+magic2 != rowsMagic {
+	n, err := fmt.Sscanf(string(bytes.TrimSpace(b)), "%s %s %d %d %d %d %d", &magic1, &magic2, &d, &m.width, &h, &bom, &crlf)
+	if n < 5 || err != nil && n != 5 || magic1+" "+magic2 != rowsMagic {
 		return m, errors.New("api: not a rows file")
 	}
-	m.delim, m.hasHeader = rune(d), h == 1
+	m.delim, m.hasHeader, m.bom, m.crlf = rune(d), h == 1, bom == 1, crlf == 1
 	return m, nil
 }
 
@@ -267,9 +273,23 @@ func (j *rowsJoin) close() {
 // the list's delimiter: a results CSV is RFC 4180 (text/csv) for every
 // batch, which generic CSV readers — and API clients generated from the
 // OpenAPI document — read without being told. The delimiter is kept in
-// the rows file for a later choice of the client's.
+// the rows file for a later choice of the client's. Line ends are the
+// file's own (CR LF from Windows), and its BOM comes back (begin): Excel
+// on Windows reads a file without one as its local code page.
 func (j *rowsJoin) newWriter(w io.Writer) *csv.Writer {
-	return csv.NewWriter(w)
+	cw := csv.NewWriter(w)
+	cw.UseCRLF = j.meta.crlf
+	return cw
+}
+
+// begin starts the export, before its header row: the list's BOM, if it
+// had one.
+func (j *rowsJoin) begin(w io.Writer) error {
+	if !j.meta.bom {
+		return nil
+	}
+	_, err := io.WriteString(w, "\ufeff")
+	return err
 }
 
 // headerRow is the first row of the export: the user's header (blank
@@ -393,7 +413,7 @@ func (h *Handler) putRows(ctx context.Context, b evs.Batch, list *addressList, h
 	if !ok || list.rows == nil {
 		return nil
 	}
-	r, size, err := list.rows.finish(list.delim)
+	r, size, err := list.rows.finish(list.shape)
 	if err != nil {
 		return evs.Wrap(err, evs.CodeUnavailable, "The list's rows could not be kept; retry.")
 	}

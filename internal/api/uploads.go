@@ -156,8 +156,8 @@ func (h *Handler) storeUploadBatch(ctx context.Context, p evs.Principal, in pars
 	}
 	_, keep := h.d.Batches.(RowStore)
 	read := func(r io.Reader, lim ListLimits, add func(string) error) error {
-		sp, delim, err := readRows(r, lim, in.layout, in.list, keep)
-		in.list.rows, in.list.delim = sp, delim
+		sp, shape, err := readRows(r, lim, in.layout, in.list, keep)
+		in.list.rows, in.list.shape = sp, shape
 		return err
 	}
 	if u.ContentType == "application/json" {
