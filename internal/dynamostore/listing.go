@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -32,11 +33,14 @@ const (
 	attrListKey = "listKey"
 )
 
-// Batch records written before the index existed have no listKey. The
-// sweep (Sweep) gives them one, with the same Scan filter shape it uses
-// for its own work, until a backfill finds none left; from then on this
-// process skips it (s.listKeysDone), so it costs one extra Scan per worker
-// after an upgrade, not one per sweep forever.
+// Batch records written before an index existed lack its key: listKey
+// (the batch list) or attrActive (the sweep's index of active work). The
+// sweep gives them theirs with a Scan (backfill), repeated by each sweep
+// until one finds nothing to write, which also catches a batch the previous
+// version's functions made while the stack was updating; it then puts a
+// marker item, so later sweeps read that one item instead (and a process
+// that has seen it, nothing).
+var backfillMarker = batchKey("~backfill", "indexes")
 
 // listKey orders an account's batches: the creation time, padded so that
 // strings sort as numbers (16 digits reach the year 318857), then the ID to
@@ -140,38 +144,61 @@ type projection struct {
 	names map[string]string
 }
 
-// backfillListKeys gives every visible batch record without a listKey
-// one, and returns how many it wrote. The write is conditional on the
-// record still existing without a listKey, so it never resurrects a
-// deleted record nor races CreateBatch.
-func (s *Store) backfillListKeys(ctx context.Context) (int, error) {
-	var keys []item
-	err := s.scanBatches(ctx, "#exp > :now AND attribute_exists(#st) AND attribute_not_exists(#lk)", time.Time{}, func(it item) bool {
-		keys = append(keys, item{
-			attrAccountID: it[attrAccountID], attrID: it[attrID],
-			attrListKey: avS(listKey(evs.BatchPos{CreatedAt: getTime(it, attrCreatedAt), ID: getS(it, attrID)})),
-		})
-		return true
-	})
-	if err != nil {
-		return 0, err
+// backfill runs backfillIndexes until one finds nothing to write, then
+// marks the table done. Best effort: a failure leaves it to the next sweep.
+func (s *Store) backfill(ctx context.Context) {
+	if s.backfilled.Load() {
+		return
 	}
+	if it, err := s.get(ctx, s.t.Batches, backfillMarker, "read backfill marker"); err != nil || it != nil {
+		s.backfilled.Store(it != nil)
+		return
+	}
+	if n, err := s.backfillIndexes(ctx); err != nil || n > 0 {
+		return
+	}
+	_, err := s.c.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(s.t.Batches), Item: backfillMarker})
+	s.backfilled.Store(err == nil)
+}
+
+// backfillIndexes gives every visible batch record the index keys it
+// lacks, and returns how many it wrote. The write is conditional on the
+// record still existing, so it never resurrects a deleted one.
+func (s *Store) backfillIndexes(ctx context.Context) (int, error) {
+	p := dynamodb.NewScanPaginator(s.c, &dynamodb.ScanInput{
+		TableName:                 aws.String(s.t.Batches),
+		FilterExpression:          aws.String("#exp > :now AND attribute_exists(#st) AND (attribute_not_exists(#lk) OR attribute_not_exists(#act))"),
+		ExpressionAttributeNames:  map[string]string{"#exp": attrExpiresAtMs, "#st": attrState, "#lk": attrListKey, "#act": attrActive},
+		ExpressionAttributeValues: item{":now": avTime(s.now())},
+	})
 	n := 0
-	for _, k := range keys {
-		_, err := s.c.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-			TableName:                 aws.String(s.t.Batches),
-			Key:                       batchKey(getS(k, attrAccountID), getS(k, attrID)),
-			UpdateExpression:          aws.String("SET #lk = :lk"),
-			ConditionExpression:       aws.String("attribute_exists(#st) AND attribute_not_exists(#lk)"),
-			ExpressionAttributeNames:  map[string]string{"#lk": attrListKey, "#st": attrState},
-			ExpressionAttributeValues: item{":lk": k[attrListKey]},
-		})
-		switch {
-		case isConditionFailed(err):
-		case err != nil:
-			return n, wrapErr("backfill batch list keys", err)
-		default:
-			n++
+	for p.HasMorePages() {
+		page, err := p.NextPage(ctx)
+		if err != nil {
+			return n, wrapErr("backfill batch index keys", err)
+		}
+		for _, it := range page.Items {
+			_, hasList := it[attrListKey]
+			if hasList && !hasWork(it) {
+				continue // in no index it lacks
+			}
+			names := map[string]string{"#st": attrState, "#lk": attrListKey}
+			values := item{":lk": avS(listKey(evs.BatchPos{CreatedAt: getTime(it, attrCreatedAt), ID: getS(it, attrID)}))}
+			update := "SET #lk = if_not_exists(#lk, :lk)"
+			if hasWork(it) {
+				update += ", #act = :act"
+				names["#act"], values[":act"] = attrActive, activeValue
+			}
+			_, err := s.c.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+				TableName: aws.String(s.t.Batches), Key: batchKey(getS(it, attrAccountID), getS(it, attrID)),
+				UpdateExpression: aws.String(update), ConditionExpression: aws.String("attribute_exists(#st)"),
+				ExpressionAttributeNames: names, ExpressionAttributeValues: values,
+			})
+			if ok, err := applied(err, "backfill batch index keys"); err != nil {
+				return n, err
+			} else if ok {
+				n++
+			}
 		}
 	}
 	return n, nil
@@ -213,9 +240,17 @@ func ensureIndexes(ctx context.Context, c *dynamodb.Client, def dynamodb.CreateT
 		}
 		if len(missing) > 0 {
 			// One index per UpdateTable call is what DynamoDB allows.
+			// The table's definitions and the new index's keys': DynamoDB
+			// refuses one no key uses.
+			attrs := out.Table.AttributeDefinitions
+			for _, a := range def.AttributeDefinitions {
+				if slices.ContainsFunc(missing[0].Create.KeySchema, func(k types.KeySchemaElement) bool { return *k.AttributeName == *a.AttributeName }) &&
+					!slices.ContainsFunc(attrs, func(b types.AttributeDefinition) bool { return *b.AttributeName == *a.AttributeName }) {
+					attrs = append(attrs, a)
+				}
+			}
 			_, err := c.UpdateTable(ctx, &dynamodb.UpdateTableInput{
-				TableName: def.TableName, AttributeDefinitions: def.AttributeDefinitions,
-				GlobalSecondaryIndexUpdates: missing[:1],
+				TableName: def.TableName, AttributeDefinitions: attrs, GlobalSecondaryIndexUpdates: missing[:1],
 			})
 			if err != nil && apiCode(err) != "ResourceInUseException" {
 				return wrapErr("add an index to "+*def.TableName, err)

@@ -29,10 +29,10 @@ func listIDs(t *testing.T, st *dynamostore.Store, accountID string) []string {
 	return ids
 }
 
-// A batch record written before the list index existed has no listKey;
-// the sweep gives it one, so after an upgrade the old batches are listed
-// in their place.
-func TestSweepBackfillsTheBatchList(t *testing.T) {
+// A batch record written before the indexes existed has neither listKey
+// nor the key of the index of active work; the sweep gives it both, so
+// after an upgrade the old batches are listed in their place and swept.
+func TestSweepBackfillsTheIndexes(t *testing.T) {
 	ctx := context.Background()
 	clk := testkit.NewClock(t0)
 	c := testkit.DynamoDB(t)
@@ -49,7 +49,7 @@ func TestSweepBackfillsTheBatchList(t *testing.T) {
 		_, err := c.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 			TableName:        aws.String(tables.Batches),
 			Key:              map[string]types.AttributeValue{"accountId": &types.AttributeValueMemberS{Value: "acct"}, "id": &types.AttributeValueMemberS{Value: id}},
-			UpdateExpression: aws.String("REMOVE listKey"),
+			UpdateExpression: aws.String("REMOVE listKey, active"),
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -58,17 +58,28 @@ func TestSweepBackfillsTheBatchList(t *testing.T) {
 	if got := listIDs(t, st, "acct"); !slices.Equal(got, []string{"new-1"}) {
 		t.Fatalf("before the sweep the list is %q, want only new-1 (the others have no listKey)", got)
 	}
-	if _, _, err := st.Sweep(ctx, clk.Now()); err != nil {
+	if un, err := st.UnfinishedBatches(ctx); err != nil || len(un) != 1 || un[0].ID != "new-1" {
+		t.Fatalf("before the sweep UnfinishedBatches = %v, %v; want only new-1", un, err)
+	}
+	un, _, err := st.Sweep(ctx, clk.Now())
+	if err != nil {
 		t.Fatalf("Sweep: %v", err)
+	}
+	var ids []string
+	for _, b := range un {
+		ids = append(ids, b.ID)
+	}
+	if want := []string{"old-1", "new-1", "old-2"}; !slices.Equal(ids, want) {
+		t.Errorf("the sweep's unfinished batches are %q, want %q", ids, want)
 	}
 	if got, want := listIDs(t, st, "acct"), []string{"old-2", "new-1", "old-1"}; !slices.Equal(got, want) {
 		t.Fatalf("after the sweep the list is %q, want %q", got, want)
 	}
 }
 
-// CreateTables on a Batches table made before the list index existed adds
-// the index, so `evs sam-local-init` upgrades a local stack in place.
-func TestCreateTablesAddsTheListIndex(t *testing.T) {
+// CreateTables on a Batches table made before its indexes existed adds
+// them, so `evs sam-local-init` upgrades a local stack in place.
+func TestCreateTablesAddsTheIndexes(t *testing.T) {
 	ctx := context.Background()
 	c := testkit.DynamoDB(t)
 	tables := dynamostore.Tables{Batches: testkit.UniqueName(t, "batches")}
@@ -86,14 +97,18 @@ func TestCreateTablesAddsTheListIndex(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := dynamostore.Definitions(tables)[0].GlobalSecondaryIndexes
-	if len(out.Table.GlobalSecondaryIndexes) != len(want) || len(want) != 1 {
-		t.Fatalf("indexes after CreateTables: %+v, want %d", out.Table.GlobalSecondaryIndexes, len(want))
+	def := dynamostore.Definitions(tables)[0]
+	if len(out.Table.GlobalSecondaryIndexes) != len(def.GlobalSecondaryIndexes) || len(def.GlobalSecondaryIndexes) != 2 {
+		t.Fatalf("indexes after CreateTables: %+v, want %d", out.Table.GlobalSecondaryIndexes, len(def.GlobalSecondaryIndexes))
 	}
-	g := out.Table.GlobalSecondaryIndexes[0]
-	if aws.ToString(g.IndexName) != aws.ToString(want[0].IndexName) ||
-		keyString(g.KeySchema, out.Table.AttributeDefinitions) != keyString(want[0].KeySchema, dynamostore.Definitions(tables)[0].AttributeDefinitions) {
-		t.Errorf("index %s %v, want %s %v", aws.ToString(g.IndexName), g.KeySchema, aws.ToString(want[0].IndexName), want[0].KeySchema)
+	got := map[string]string{}
+	for _, g := range out.Table.GlobalSecondaryIndexes {
+		got[aws.ToString(g.IndexName)] = keyString(g.KeySchema, out.Table.AttributeDefinitions)
+	}
+	for _, w := range def.GlobalSecondaryIndexes {
+		if k := keyString(w.KeySchema, def.AttributeDefinitions); got[aws.ToString(w.IndexName)] != k {
+			t.Errorf("index %s: %q, want %q", aws.ToString(w.IndexName), got[aws.ToString(w.IndexName)], k)
+		}
 	}
 	tables.Inputs = testkit.Bucket(t, testkit.S3(t))
 	st := dynamostore.New(dynamostore.Config{Client: c, Objects: testkit.S3(t), Tables: tables, Now: func() time.Time { return t0 }})
