@@ -18,7 +18,9 @@
 //     each account's create lock (active.go), the MX host leases, in
 //     partitions "~mx#<host>" (lease.go), and the address quota's counters,
 //     in partitions "~quota#<accountId>" (quota.go). None has a state, so
-//     no reader of batches sees them.
+//     no reader of batches sees them. Two sparse keys-only indexes hold
+//     batch records alone: byCreated, the list (listing.go), and byActive,
+//     the work in progress the sweep reads (sweep.go).
 //   - Results (batchId, seq): one row per result of a batch, written with
 //     the result. batchId is "<accountId>#<id>#<seq/250>": two accounts'
 //     batches never share rows, and no key takes more than 250 writes.
