@@ -686,14 +686,8 @@ func (s *Store) PendingItems(ctx context.Context, accountID, id string, afterSeq
 // of every account, oldest first, from the index of active work (sweep.go),
 // which may miss a batch created a moment ago.
 func (s *Store) UnfinishedBatches(ctx context.Context) ([]evs.Batch, error) {
-	recs, err := s.activeBatches(ctx)
-	var out []evs.Batch
-	for _, it := range recs {
-		if !evs.State(getS(it, attrState)).Final() {
-			out = append(out, batchFrom(it))
-		}
-	}
-	return out, err
+	un, _, err := s.activeBatches(ctx)
+	return un, err
 }
 
 // keysPerGet is BatchGetItem's limit.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -33,14 +34,17 @@ const (
 	attrListKey = "listKey"
 )
 
-// Batch records written before an index existed lack its key: listKey
-// (the batch list) or attrActive (the sweep's index of active work). The
-// sweep gives them theirs with a Scan (backfill), repeated by each sweep
-// until one finds nothing to write, which also catches a batch the previous
-// version's functions made while the stack was updating; it then puts a
-// marker item, so later sweeps read that one item instead (and a process
-// that has seen it, nothing).
+// Batch records written before an index existed lack its key (listKey,
+// attrActive). The sweeps give them theirs with a Scan, repeated until a
+// whole pass writes nothing (which also catches a batch the previous
+// version made during the update). Each sweep spends backfillBudget at most
+// (a Scan of a large table outlasts an invocation); the marker item keeps
+// the place, then says it is done.
+var backfillBudget = time.Minute
+
 var backfillMarker = batchKey("~backfill", "indexes")
+
+const attrBackfillCursor, attrBackfillWrote, attrBackfillDone = "cursor", "wrote", "done"
 
 // listKey orders an account's batches: the creation time, padded so that
 // strings sort as numbers (16 digits reach the year 318857), then the ID to
@@ -144,64 +148,87 @@ type projection struct {
 	names map[string]string
 }
 
-// backfill runs backfillIndexes until one finds nothing to write, then
-// marks the table done. Best effort: a failure leaves it to the next sweep.
+// backfill goes on with the Scan where the last sweep left it, for a page
+// and then until backfillBudget is spent. Best effort: a failure leaves it
+// to the next sweep.
 func (s *Store) backfill(ctx context.Context) {
 	if s.backfilled.Load() {
 		return
 	}
-	if it, err := s.get(ctx, s.t.Batches, backfillMarker, "read backfill marker"); err != nil || it != nil {
-		s.backfilled.Store(it != nil)
+	m, err := s.get(ctx, s.t.Batches, backfillMarker, "read backfill marker")
+	if err != nil || getBool(m, attrBackfillDone) {
+		s.backfilled.Store(err == nil)
 		return
 	}
-	if n, err := s.backfillIndexes(ctx); err != nil || n > 0 {
-		return
+	var cursor item
+	if c, ok := m[attrBackfillCursor].(*types.AttributeValueMemberM); ok {
+		cursor = c.Value
 	}
-	_, err := s.c.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(s.t.Batches), Item: backfillMarker})
-	s.backfilled.Store(err == nil)
+	wrote := getN(m, attrBackfillWrote)
+	for stop := time.Now().Add(backfillBudget); ; {
+		n, next, err := s.backfillPage(ctx, cursor)
+		if err != nil {
+			return
+		}
+		wrote += int64(n)
+		rec := maps.Clone(backfillMarker)
+		switch {
+		case len(next) > 0:
+			rec[attrBackfillCursor] = &types.AttributeValueMemberM{Value: next}
+		case wrote == 0:
+			rec[attrBackfillDone] = avBool(true)
+		default:
+			wrote = 0 // a pass with writes: another follows
+		}
+		rec[attrBackfillWrote], cursor = avN(wrote), next
+		_, err = s.c.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(s.t.Batches), Item: rec})
+		if _, done := rec[attrBackfillDone]; err != nil || done || time.Now().After(stop) {
+			s.backfilled.Store(err == nil && done)
+			return
+		}
+	}
 }
 
-// backfillIndexes gives every visible batch record the index keys it
-// lacks, and returns how many it wrote. The write is conditional on the
-// record still existing, so it never resurrects a deleted one.
-func (s *Store) backfillIndexes(ctx context.Context) (int, error) {
-	p := dynamodb.NewScanPaginator(s.c, &dynamodb.ScanInput{
-		TableName:                 aws.String(s.t.Batches),
-		FilterExpression:          aws.String("#exp > :now AND attribute_exists(#st) AND (attribute_not_exists(#lk) OR attribute_not_exists(#act))"),
-		ExpressionAttributeNames:  map[string]string{"#exp": attrExpiresAtMs, "#st": attrState, "#lk": attrListKey, "#act": attrActive},
-		ExpressionAttributeValues: item{":now": avTime(s.now())},
+// backfillPage reads one page of the Scan from cursor (nil: the start),
+// gives each visible batch record on it the index keys it lacks, and
+// returns how many it wrote and the next page's cursor (empty: none).
+// The write is conditional on the record still existing, so it never
+// resurrects a deleted one.
+func (s *Store) backfillPage(ctx context.Context, cursor item) (int, item, error) {
+	page, err := s.c.Scan(ctx, &dynamodb.ScanInput{
+		TableName: aws.String(s.t.Batches),
+		// Lacking listKey, or attrActive with work (hasWork).
+		FilterExpression: aws.String("#exp > :now AND attribute_exists(#st) AND " +
+			"(attribute_not_exists(#lk) OR attribute_not_exists(#act) AND (#st IN (:q, :r) OR #cs = :p))"),
+		ExpressionAttributeNames: map[string]string{"#exp": attrExpiresAtMs, "#st": attrState, "#lk": attrListKey, "#act": attrActive, "#cs": attrCBState},
+		ExpressionAttributeValues: item{":now": avTime(s.now()), ":q": avS(evs.StateQueued), ":r": avS(evs.StateRunning),
+			":p": avS(evs.CallbackPending)},
+		ExclusiveStartKey: cursor,
 	})
+	if err != nil {
+		return 0, nil, wrapErr("backfill batch index keys", err)
+	}
 	n := 0
-	for p.HasMorePages() {
-		page, err := p.NextPage(ctx)
-		if err != nil {
-			return n, wrapErr("backfill batch index keys", err)
+	for _, it := range page.Items {
+		names := map[string]string{"#st": attrState, "#lk": attrListKey}
+		values := item{":lk": avS(listKey(evs.BatchPos{CreatedAt: getTime(it, attrCreatedAt), ID: getS(it, attrID)}))}
+		update := "SET #lk = if_not_exists(#lk, :lk)"
+		if hasWork(it) {
+			update += ", #act = :act"
+			names["#act"], values[":act"] = attrActive, activeValue
 		}
-		for _, it := range page.Items {
-			_, hasList := it[attrListKey]
-			if hasList && !hasWork(it) {
-				continue // in no index it lacks
-			}
-			names := map[string]string{"#st": attrState, "#lk": attrListKey}
-			values := item{":lk": avS(listKey(evs.BatchPos{CreatedAt: getTime(it, attrCreatedAt), ID: getS(it, attrID)}))}
-			update := "SET #lk = if_not_exists(#lk, :lk)"
-			if hasWork(it) {
-				update += ", #act = :act"
-				names["#act"], values[":act"] = attrActive, activeValue
-			}
-			_, err := s.c.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-				TableName: aws.String(s.t.Batches), Key: batchKey(getS(it, attrAccountID), getS(it, attrID)),
-				UpdateExpression: aws.String(update), ConditionExpression: aws.String("attribute_exists(#st)"),
-				ExpressionAttributeNames: names, ExpressionAttributeValues: values,
-			})
-			if ok, err := applied(err, "backfill batch index keys"); err != nil {
-				return n, err
-			} else if ok {
-				n++
-			}
+		_, err := s.c.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+			TableName: aws.String(s.t.Batches), Key: batchKey(getS(it, attrAccountID), getS(it, attrID)),
+			UpdateExpression: aws.String(update), ConditionExpression: aws.String("attribute_exists(#st)"),
+			ExpressionAttributeNames: names, ExpressionAttributeValues: values,
+		})
+		if ok, err := applied(err, "backfill batch index keys"); err != nil {
+			return n, nil, err
+		} else if ok {
+			n++
 		}
 	}
-	return n, nil
+	return n, page.LastEvaluatedKey, nil
 }
 
 // ensureIndexes adds to the existing table of def the global secondary

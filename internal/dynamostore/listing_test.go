@@ -3,6 +3,8 @@ package dynamostore_test
 import (
 	"context"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -118,5 +120,72 @@ func TestCreateTablesAddsTheIndexes(t *testing.T) {
 	}
 	if got := listIDs(t, st, "acct"); !slices.Equal(got, []string{"b1"}) {
 		t.Errorf("list on the upgraded table = %q, want [b1]", got)
+	}
+}
+
+// A Scan of a large table outlasts an invocation, so the backfill goes on
+// where the last sweep stopped: here each sweep reads one page of a table
+// of several; the old batch is indexed, and the backfill marked done, after
+// two passes (one that writes, one that finds nothing left).
+func TestSweepBackfillResumesWhereItStopped(t *testing.T) {
+	defer dynamostore.SetBackfillBudget(0)()
+	ctx := context.Background()
+	c := testkit.DynamoDB(t)
+	tables := newTables(t, c)
+	st := dynamostore.New(dynamostore.Config{Client: c, Objects: testkit.S3(t), Tables: tables, Now: clock})
+	newBatch(t, st, "old", 1, 0)
+	s := func(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
+	_, err := c.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: aws.String(tables.Batches),
+		Key: map[string]types.AttributeValue{"accountId": s("acct"), "id": s("old")}, UpdateExpression: aws.String("REMOVE listKey, active")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// About 2.4 MB of items no index holds: three Scan pages or more.
+	pad := strings.Repeat("x", 4000)
+	for i := 0; i < 600; i += 25 {
+		var reqs []types.WriteRequest
+		for j := i; j < i+25; j++ {
+			reqs = append(reqs, types.WriteRequest{PutRequest: &types.PutRequest{Item: map[string]types.AttributeValue{
+				"accountId": s("~pad"), "id": s(strconv.Itoa(j)), "pad": s(pad)}}})
+		}
+		if _, err := c.BatchWriteItem(ctx, &dynamodb.BatchWriteItemInput{RequestItems: map[string][]types.WriteRequest{tables.Batches: reqs}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	marker := func() map[string]types.AttributeValue {
+		out, err := c.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(tables.Batches),
+			Key: map[string]types.AttributeValue{"accountId": s("~backfill"), "id": s("indexes")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out.Item
+	}
+	listed := false
+	for n := 1; ; n++ {
+		// A new process each time, as each sweep message may reach another
+		// instance.
+		fresh := dynamostore.New(dynamostore.Config{Client: c, Objects: testkit.S3(t), Tables: tables, Now: clock})
+		un, _, err := fresh.Sweep(ctx, t0)
+		if err != nil {
+			t.Fatalf("sweep %d: %v", n, err)
+		}
+		listed = listed || len(un) == 1 && un[0].ID == "old"
+		m := marker()
+		if _, done := m["done"]; done {
+			t.Logf("backfill done after %d one-page sweeps", n)
+			if n < 4 || !listed {
+				t.Errorf("done after %d sweeps (old batch listed: %v), want two passes of several pages each, and the batch listed", n, listed)
+			}
+			break
+		}
+		if _, ok := m["cursor"]; !ok && n == 1 {
+			t.Fatalf("after one page the marker %v keeps no place", m)
+		}
+		if n == 20 {
+			t.Fatalf("backfill not done after %d sweeps; marker %v", n, m)
+		}
+	}
+	if got := listIDs(t, st, "acct"); !slices.Equal(got, []string{"old"}) {
+		t.Errorf("the list after the backfill: %q, want [old]", got)
 	}
 }

@@ -17,20 +17,13 @@ import (
 // deliveries that no SQS message carries any more: messages that went to
 // the dead-letter queue, or were never sent because the queue was down.
 //
-// It reads an index of active work, never the table, which also holds
-// every finished batch until it expires, outcomes (kept a year), quota
-// counters and parked work. A batch record carries attrActive while it has
-// work a sweep may have to restart (queued or running, or a webhook
-// delivery pending), and activeIndex (hash attrActive, keys only) holds
-// those records alone. Leaving that set is for good (a final state, a
-// delivery done or given up, an expiry never go back), so no transition
-// has to touch the attribute: the first sweep that reads a record with no
-// work left removes it. A sweep thus costs one Query of the index and one
-// consistent BatchGetItem per 100 active batches, whatever else the table
-// holds. attrActive has one value, so the index is one partition: it takes
-// a write when a batch is created and when a sweep retires it (a
-// keys-only index takes none for a running batch's counter updates), far
-// below a partition's 1,000 a second.
+// It reads activeIndex (hash attrActive, keys only), never the table, which
+// also keeps finished batches, outcomes, quota counters and parked work. A
+// batch record carries attrActive while it has work a sweep may restart
+// (hasWork); leaving that set is for good, so no transition touches the
+// attribute: the first sweep that reads a record with no work left removes
+// it. attrActive has one value: the index is one partition, written when a
+// batch is created and when a sweep retires it.
 const (
 	activeIndex = "byActive"
 	attrActive  = "active"
@@ -53,11 +46,9 @@ const (
 // overdue enough that no live message is expected to carry them any more.
 func (s *Store) Sweep(ctx context.Context, dueBy time.Time) (unfinished []evs.Batch, overdue []evs.Delivery, err error) {
 	s.backfill(ctx)
-	recs, err := s.activeBatches(ctx)
-	for _, it := range recs {
-		if !evs.State(getS(it, attrState)).Final() {
-			unfinished = append(unfinished, batchFrom(it))
-		} else if dueBy.Compare(getTime(it, attrCBNext)) >= 0 && dueBy.Compare(getTime(it, attrCompletedAt)) >= 0 {
+	unfinished, final, err := s.activeBatches(ctx)
+	for _, it := range final {
+		if dueBy.Compare(getTime(it, attrCBNext)) >= 0 && dueBy.Compare(getTime(it, attrCompletedAt)) >= 0 {
 			overdue = append(overdue, deliveryFrom(it))
 		}
 	}
@@ -72,11 +63,12 @@ func hasWork(it item) bool {
 }
 
 // activeBatches reads the records of the index of active work that are
-// visible and have work, oldest first, and retires the others (best
-// effort: the next sweep tries again).
-func (s *Store) activeBatches(ctx context.Context) ([]item, error) {
+// visible and have work, oldest first: the unfinished batches, and the
+// final ones' records (with a delivery pending). It retires the others
+// (best effort: the next sweep tries again).
+func (s *Store) activeBatches(ctx context.Context) (unfinished []evs.Batch, final []item, err error) {
 	var keys []item
-	err := s.query(ctx, &dynamodb.QueryInput{
+	err = s.query(ctx, &dynamodb.QueryInput{
 		TableName:                 aws.String(s.t.Batches),
 		IndexName:                 aws.String(activeIndex),
 		KeyConditionExpression:    aws.String("#a = :a"),
@@ -87,30 +79,32 @@ func (s *Store) activeBatches(ctx context.Context) ([]item, error) {
 		return true
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	recs, err := s.getAll(ctx, s.t.Batches, keys, nil, "read active batches")
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	live := recs[:0]
-	for _, it := range recs {
-		if s.visible(it) && hasWork(it) {
-			live = append(live, it)
-			continue
-		}
-		// The condition keeps a record TTL deleted meanwhile deleted.
-		_, _ = s.c.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-			TableName: aws.String(s.t.Batches), Key: batchKey(getS(it, attrAccountID), getS(it, attrID)),
-			UpdateExpression:         aws.String("REMOVE #a"),
-			ConditionExpression:      aws.String("attribute_exists(#a)"),
-			ExpressionAttributeNames: map[string]string{"#a": attrActive},
-		})
-	}
-	slices.SortFunc(live, func(a, b item) int {
+	slices.SortFunc(recs, func(a, b item) int {
 		return cmp.Or(getTime(a, attrCreatedAt).Compare(getTime(b, attrCreatedAt)), strings.Compare(getS(a, attrID), getS(b, attrID)))
 	})
-	return live, nil
+	for _, it := range recs {
+		live := s.visible(it) && hasWork(it)
+		switch {
+		case live && evs.State(getS(it, attrState)).Final():
+			final = append(final, it)
+		case live:
+			unfinished = append(unfinished, batchFrom(it))
+		default: // the condition keeps a record TTL deleted meanwhile deleted
+			_, _ = s.c.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+				TableName: aws.String(s.t.Batches), Key: batchKey(getS(it, attrAccountID), getS(it, attrID)),
+				UpdateExpression:         aws.String("REMOVE #a"),
+				ConditionExpression:      aws.String("attribute_exists(#a)"),
+				ExpressionAttributeNames: map[string]string{"#a": attrActive},
+			})
+		}
+	}
+	return unfinished, final, nil
 }
 
 // ClaimStall records what a sweep at now sees of an unfinished batch and
