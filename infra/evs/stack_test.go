@@ -734,3 +734,79 @@ func TestStageThrottleAboveOneKey(t *testing.T) {
 		t.Fatalf("%d stages, want 1", stages)
 	}
 }
+
+// No role may Scan the Keys table (only `evs keys`, with an operator's
+// credentials, lists keys; the functions read one key or account at a
+// time), nor change the input bucket's ACLs, lifecycle or other settings:
+// the functions read and write objects.
+func TestLeastPrivilege(t *testing.T) {
+	tpl := expand(t)
+	for id, r := range tpl.Resources {
+		if r.Type != "AWS::IAM::Role" {
+			continue
+		}
+		pols, _ := r.Properties["Policies"].([]any)
+		b, _ := json.Marshal(pols)
+		var docs []struct {
+			PolicyDocument struct {
+				Statement []struct {
+					Effect   string
+					Action   any
+					Resource any
+				}
+			}
+		}
+		_ = json.Unmarshal(b, &docs)
+		for _, d := range docs {
+			for _, st := range d.PolicyDocument.Statement {
+				var actions []string
+				switch a := st.Action.(type) {
+				case string:
+					actions = []string{a}
+				case []any:
+					for _, x := range a {
+						s, _ := x.(string)
+						actions = append(actions, s)
+					}
+				}
+				res, _ := json.Marshal(st.Resource)
+				for _, a := range actions {
+					bucketSetting := strings.HasPrefix(a, "s3:") && !slices.Contains([]string{
+						"s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:ListBucket", "s3:AbortMultipartUpload",
+					}, a)
+					if st.Effect == "Allow" && (bucketSetting || a == "dynamodb:Scan" && strings.Contains(string(res), `"KeysTable"`)) {
+						t.Errorf("%s may %s on %s", id, a, res)
+					}
+				}
+			}
+		}
+	}
+}
+
+// The worker's trigger gathers messages for a few seconds (packing a
+// plan's burst into one invocation) only with partial batch failures, so
+// one failed record never brings its batch-mates back; and the queue hides
+// a message for six times the worker's timeout plus that window, as AWS
+// advises, so none is redelivered while it runs.
+func TestWorkerBatchingWindow(t *testing.T) {
+	tpl := expand(t)
+	for id, r := range tpl.Resources {
+		queue, _, _ := getAtt(r.Properties["EventSourceArn"])
+		if r.Type != "AWS::Lambda::EventSourceMapping" || queue != "WorkQueue" {
+			continue
+		}
+		window := num(r.Properties["MaximumBatchingWindowInSeconds"])
+		if window < 1 || window > 10 {
+			t.Errorf("%s: MaximumBatchingWindowInSeconds %v, want 1 to 10 s", id, window)
+		}
+		if types, _ := r.Properties["FunctionResponseTypes"].([]any); !slices.Contains(types, any("ReportBatchItemFailures")) {
+			t.Errorf("%s: FunctionResponseTypes %v, want ReportBatchItemFailures", id, types)
+		}
+		timeout := num(tpl.Resources["WorkerFunction"].Properties["Timeout"])
+		if vis := num(tpl.Resources[queue].Properties["VisibilityTimeout"]); vis < 6*timeout+window {
+			t.Errorf("WorkQueue's VisibilityTimeout %v, want at least 6 × %v + %v", vis, timeout, window)
+		}
+		return
+	}
+	t.Fatal("no event source mapping from WorkQueue")
+}

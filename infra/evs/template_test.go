@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"gopkg.in/yaml.v3"
@@ -813,56 +814,43 @@ func TestAddressQuotaByDefault(t *testing.T) {
 	}
 }
 
-// Reserved concurrency by default for what every API call needs at once:
-// /v1/verify and the authorizer, so that a flood of batch or console
-// calls (the requests function, unreserved by default) or a busy worker
-// cannot take their executions. Each reservation is its function's own
-// parameter, 0 reserving none, and the defaults together leave Lambda's
-// required 100 unreserved in an account of the default 1,000.
-func TestAPIConcurrencyReserved(t *testing.T) {
+// Nothing is reserved by default: Lambda keeps 100 of an account's
+// executions unreserved, so any reservation fails `sam deploy` on a new
+// account whose limit is 10. Each function that may reserve takes it from
+// its own parameter, 0 reserving none.
+func TestNothingReservedByDefault(t *testing.T) {
 	tpl := expand(t)
-	cases := []struct {
-		fn, param string
-		reserved  bool // by default
-	}{
-		{"VerifyFunction", "VerifyReservedConcurrency", true},
-		{"AuthorizerFunction", "AuthorizerReservedConcurrency", true},
-		{"RequestsFunction", "RequestsReservedConcurrency", false},
-	}
 	const noValue = "(none)"
-	var total float64
-	for _, c := range cases {
-		t.Run(c.fn, func(t *testing.T) {
-			rc := tpl.Resources[c.fn].Properties["ReservedConcurrentExecutions"]
-			if l, _ := rc.(map[string]any)["Fn::If"].([]any); len(l) != 3 {
-				t.Fatalf("ReservedConcurrentExecutions %v; want Fn::If", rc)
-			} else if p, _ := ref(l[1]); p != c.param {
-				t.Fatalf("ReservedConcurrentExecutions %v; want it from %s", rc, c.param)
-			}
-			eval := func(overrides map[string]string) string {
-				params := ruleParams(t, tpl, overrides)
-				params["AWS::NoValue"] = noValue
-				return paramString(ruleEval(t, tpl.Conditions, rc, params))
-			}
-			def := eval(nil)
-			if want := paramString(tpl.Parameters[c.param]["Default"]); c.reserved && (def == noValue || def != want || def == "0") {
-				t.Errorf("reserves %s by default, want %s's default (> 0)", def, c.param)
-			} else if !c.reserved && def != noValue {
-				t.Errorf("reserves %s by default, want none", def)
-			}
-			if got := eval(map[string]string{c.param: "0"}); got != noValue {
-				t.Errorf("%s=0 reserves %s, want none", c.param, got)
-			}
-			if got := eval(map[string]string{c.param: "7"}); got != "7" {
-				t.Errorf("%s=7 reserves %s, want 7", c.param, got)
-			}
-			if def != noValue {
-				total += num(tpl.Parameters[c.param]["Default"])
-			}
-		})
+	n := 0
+	for id, r := range tpl.Resources {
+		rc, set := r.Properties["ReservedConcurrentExecutions"]
+		if r.Type != "AWS::Lambda::Function" || !set {
+			continue
+		}
+		n++
+		l, _ := rc.(map[string]any)["Fn::If"].([]any)
+		param, _ := ref(l[min(1, len(l)-1)])
+		if len(l) != 3 || tpl.Parameters[param] == nil {
+			t.Errorf("%s: ReservedConcurrentExecutions %v; want Fn::If from a parameter", id, rc)
+			continue
+		}
+		eval := func(overrides map[string]string) string {
+			params := ruleParams(t, tpl, overrides)
+			params["AWS::NoValue"] = noValue
+			return paramString(ruleEval(t, tpl.Conditions, rc, params))
+		}
+		if got := eval(nil); got != noValue {
+			t.Errorf("%s reserves %s by default, want none", id, got)
+		}
+		if got := eval(map[string]string{param: "0"}); got != noValue {
+			t.Errorf("%s: %s=0 reserves %s, want none", id, param, got)
+		}
+		if got := eval(map[string]string{param: "7"}); got != "7" {
+			t.Errorf("%s: %s=7 reserves %s, want 7", id, param, got)
+		}
 	}
-	if total > 900 {
-		t.Errorf("the defaults reserve %v executions; an account of 1,000 must keep 100 unreserved", total)
+	if n != 3 {
+		t.Errorf("%d functions may reserve concurrency, want verify, authorizer and requests", n)
 	}
 }
 
@@ -916,5 +904,51 @@ func TestConsoleThrottledApart(t *testing.T) {
 	}
 	if consoleRoutes != 4 || len(byPath) != 5 {
 		t.Errorf("%d console routes and method settings %v; want 4 (the widget's too) and the stage's plus one per console route", consoleRoutes, settings)
+	}
+}
+
+// EVS_BATCH_DEADLINE is a stack parameter, given to the worker (which
+// finishes batches past it); its default is the configuration's, and its
+// AllowedPattern takes nothing the configuration refuses, so a deploy
+// never starts a worker that refuses its environment.
+func TestBatchDeadlineParameter(t *testing.T) {
+	tpl := expand(t)
+	env, _ := tpl.Resources["WorkerFunction"].Properties["Environment"].(map[string]any)
+	vars, _ := env["Variables"].(map[string]any)
+	param, ok := ref(vars["EVS_BATCH_DEADLINE"])
+	p := tpl.Parameters[param]
+	if !ok || p == nil {
+		t.Fatalf("the worker's EVS_BATCH_DEADLINE = %v, want !Ref of a parameter", vars["EVS_BATCH_DEADLINE"])
+	}
+	re := regexp.MustCompile(p["AllowedPattern"].(string))
+	deadline := func(v string) (time.Duration, error) {
+		cfg, err := config.FromEnv(func(k string) string {
+			if k == "EVS_BATCH_DEADLINE" {
+				return v
+			}
+			return ""
+		}, true)
+		if err != nil && strings.Contains(err.Error(), "EVS_BATCH_DEADLINE") {
+			return 0, err
+		}
+		return cfg.BatchDeadline, nil
+	}
+	def, _ := p["Default"].(string)
+	if d, err := deadline(""); err != nil || !re.MatchString(def) {
+		t.Fatalf("default %q (pattern takes it: %v); the configuration's default %v, %v", def, re.MatchString(def), d, err)
+	} else if got, err := deadline(def); got != d || err != nil {
+		t.Errorf("parameter %s default %q gives %v (%v), want the configuration's %v", param, def, got, err, d)
+	}
+	for _, c := range []struct {
+		v    string
+		want bool // the pattern takes it
+	}{
+		{"36h", true}, {"90m", true}, {"1h30m", true}, {"1.5h", true},
+		{"0", false}, {"0s", false}, {"-1h", false}, {"1d", false}, {"24", false}, {"", false}, {"24H", false},
+	} {
+		_, err := deadline(c.v)
+		if took := re.MatchString(c.v); took != c.want || took && err != nil {
+			t.Errorf("%q: the pattern takes it: %v, want %v; the configuration: %v", c.v, took, c.want, err)
+		}
 	}
 }

@@ -211,6 +211,9 @@ func (s *Store) putBatch(ctx context.Context, b evs.Batch, items []evs.Item, inp
 		rec[attrCompletedAt] = avTime(b.CompletedAt)
 	}
 	addDelivery(rec, b)
+	if hasWork(rec) {
+		rec[attrActive] = activeValue
+	}
 	created, err := s.putOnce(ctx, &dynamodb.PutItemInput{
 		TableName:                aws.String(s.t.Batches),
 		Item:                     rec,
@@ -680,34 +683,11 @@ func (s *Store) PendingItems(ctx context.Context, accountID, id string, afterSeq
 }
 
 // UnfinishedBatches lists the visible batches in state queued or running,
-// of every account, oldest first. It is a Scan of the Batches table: a
-// restarted worker calls it rarely, and a secondary index on state would
-// cost a write on every batch for it.
+// of every account, oldest first, from the index of active work (sweep.go),
+// which may miss a batch created a moment ago.
 func (s *Store) UnfinishedBatches(ctx context.Context) ([]evs.Batch, error) {
-	p := dynamodb.NewScanPaginator(s.c, &dynamodb.ScanInput{
-		TableName:                 aws.String(s.t.Batches),
-		FilterExpression:          aws.String("#st IN (:q, :r) AND #exp > :now"),
-		ExpressionAttributeNames:  map[string]string{"#st": attrState, "#exp": attrExpiresAtMs},
-		ExpressionAttributeValues: item{":q": avS(evs.StateQueued), ":r": avS(evs.StateRunning), ":now": avTime(s.now())},
-		ConsistentRead:            aws.Bool(true),
-	})
-	var out []evs.Batch
-	for p.HasMorePages() {
-		page, err := p.NextPage(ctx)
-		if err != nil {
-			return nil, wrapErr("list unfinished batches", err)
-		}
-		for _, it := range page.Items {
-			out = append(out, batchFrom(it))
-		}
-	}
-	return oldestFirst(out), nil
-}
-
-// oldestFirst sorts batches by creation, then ID.
-func oldestFirst(bs []evs.Batch) []evs.Batch {
-	slices.SortFunc(bs, func(a, b evs.Batch) int { return cmp.Or(a.CreatedAt.Compare(b.CreatedAt), strings.Compare(a.ID, b.ID)) })
-	return bs
+	un, _, err := s.activeBatches(ctx)
+	return un, err
 }
 
 // keysPerGet is BatchGetItem's limit.

@@ -18,7 +18,9 @@
 //     each account's create lock (active.go), the MX host leases, in
 //     partitions "~mx#<host>" (lease.go), and the address quota's counters,
 //     in partitions "~quota#<accountId>" (quota.go). None has a state, so
-//     no reader of batches sees them.
+//     no reader of batches sees them. Two sparse keys-only indexes hold
+//     batch records alone: byCreated, the list (listing.go), and byActive,
+//     the work in progress the sweep reads (sweep.go).
 //   - Results (batchId, seq): one row per result of a batch, written with
 //     the result. batchId is "<accountId>#<id>#<seq/250>": two accounts'
 //     batches never share rows, and no key takes more than 250 writes.
@@ -160,17 +162,24 @@ func Definitions(t Tables) []dynamodb.CreateTableInput {
 	add(t.Keys, attrPK, "S", "", "")
 	add(t.Batches, attrAccountID, "S", attrID, "S")
 	if t.Batches != "" {
-		// The sparse index of the batch list (listing.go).
+		// The sparse indexes of the batch list (listing.go) and of active
+		// work (sweep.go), keys only.
 		b := &defs[len(defs)-1]
+		keys := types.Projection{ProjectionType: types.ProjectionTypeKeysOnly}
 		b.AttributeDefinitions = append(b.AttributeDefinitions,
-			types.AttributeDefinition{AttributeName: aws.String(attrListKey), AttributeType: types.ScalarAttributeTypeS})
+			types.AttributeDefinition{AttributeName: aws.String(attrListKey), AttributeType: types.ScalarAttributeTypeS},
+			types.AttributeDefinition{AttributeName: aws.String(attrActive), AttributeType: types.ScalarAttributeTypeS})
 		b.GlobalSecondaryIndexes = []types.GlobalSecondaryIndex{{
 			IndexName: aws.String(listIndex),
 			KeySchema: []types.KeySchemaElement{
 				{AttributeName: aws.String(attrAccountID), KeyType: types.KeyTypeHash},
 				{AttributeName: aws.String(attrListKey), KeyType: types.KeyTypeRange},
 			},
-			Projection: &types.Projection{ProjectionType: types.ProjectionTypeKeysOnly},
+			Projection: &keys,
+		}, {
+			IndexName:  aws.String(activeIndex),
+			KeySchema:  []types.KeySchemaElement{{AttributeName: aws.String(attrActive), KeyType: types.KeyTypeHash}},
+			Projection: &keys,
 		}}
 	}
 	add(t.Results, attrBatchID, "S", attrSeq, "N")
@@ -251,9 +260,9 @@ type Store struct {
 	in    inputs
 	// presign signs export download URLs.
 	presign Presigner
-	// listKeysDone is set once a backfill of listKey found nothing to do
-	// (listing.go).
-	listKeysDone atomic.Bool
+	// backfilled is set once this process has seen the table's index keys
+	// backfilled (listing.go).
+	backfilled atomic.Bool
 
 	// putLocks serialize this process's PutResults calls per batch (striped
 	// by a hash of the batch key; a channel so a waiter's deadline holds).

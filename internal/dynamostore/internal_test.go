@@ -65,3 +65,11 @@ func TestWrapErr(t *testing.T) {
 		})
 	}
 }
+
+// SetBackfillBudget makes each sweep spend d on the index backfill (after
+// its first page), for a test; it returns the restore.
+func SetBackfillBudget(d time.Duration) (restore func()) {
+	old := backfillBudget
+	backfillBudget = d
+	return func() { backfillBudget = old }
+}

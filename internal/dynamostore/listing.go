@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -32,11 +34,17 @@ const (
 	attrListKey = "listKey"
 )
 
-// Batch records written before the index existed have no listKey. The
-// sweep (Sweep) gives them one, with the same Scan filter shape it uses
-// for its own work, until a backfill finds none left; from then on this
-// process skips it (s.listKeysDone), so it costs one extra Scan per worker
-// after an upgrade, not one per sweep forever.
+// Batch records written before an index existed lack its key (listKey,
+// attrActive). The sweeps give them theirs with a Scan, repeated until a
+// whole pass writes nothing (which also catches a batch the previous
+// version made during the update). Each sweep spends backfillBudget at most
+// (a Scan of a large table outlasts an invocation); the marker item keeps
+// the place, then says it is done.
+var backfillBudget = time.Minute
+
+var backfillMarker = batchKey("~backfill", "indexes")
+
+const attrBackfillCursor, attrBackfillWrote, attrBackfillDone = "cursor", "wrote", "done"
 
 // listKey orders an account's batches: the creation time, padded so that
 // strings sort as numbers (16 digits reach the year 318857), then the ID to
@@ -140,41 +148,87 @@ type projection struct {
 	names map[string]string
 }
 
-// backfillListKeys gives every visible batch record without a listKey
-// one, and returns how many it wrote. The write is conditional on the
-// record still existing without a listKey, so it never resurrects a
-// deleted record nor races CreateBatch.
-func (s *Store) backfillListKeys(ctx context.Context) (int, error) {
-	var keys []item
-	err := s.scanBatches(ctx, "#exp > :now AND attribute_exists(#st) AND attribute_not_exists(#lk)", time.Time{}, func(it item) bool {
-		keys = append(keys, item{
-			attrAccountID: it[attrAccountID], attrID: it[attrID],
-			attrListKey: avS(listKey(evs.BatchPos{CreatedAt: getTime(it, attrCreatedAt), ID: getS(it, attrID)})),
-		})
-		return true
+// backfill goes on with the Scan where the last sweep left it, for a page
+// and then until backfillBudget is spent. Best effort: a failure leaves it
+// to the next sweep.
+func (s *Store) backfill(ctx context.Context) {
+	if s.backfilled.Load() {
+		return
+	}
+	m, err := s.get(ctx, s.t.Batches, backfillMarker, "read backfill marker")
+	if err != nil || getBool(m, attrBackfillDone) {
+		s.backfilled.Store(err == nil)
+		return
+	}
+	var cursor item
+	if c, ok := m[attrBackfillCursor].(*types.AttributeValueMemberM); ok {
+		cursor = c.Value
+	}
+	wrote := getN(m, attrBackfillWrote)
+	for stop := time.Now().Add(backfillBudget); ; {
+		n, next, err := s.backfillPage(ctx, cursor)
+		if err != nil {
+			return
+		}
+		wrote += int64(n)
+		rec := maps.Clone(backfillMarker)
+		switch {
+		case len(next) > 0:
+			rec[attrBackfillCursor] = &types.AttributeValueMemberM{Value: next}
+		case wrote == 0:
+			rec[attrBackfillDone] = avBool(true)
+		default:
+			wrote = 0 // a pass with writes: another follows
+		}
+		rec[attrBackfillWrote], cursor = avN(wrote), next
+		_, err = s.c.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(s.t.Batches), Item: rec})
+		if _, done := rec[attrBackfillDone]; err != nil || done || time.Now().After(stop) {
+			s.backfilled.Store(err == nil && done)
+			return
+		}
+	}
+}
+
+// backfillPage reads one page of the Scan from cursor (nil: the start),
+// gives each visible batch record on it the index keys it lacks, and
+// returns how many it wrote and the next page's cursor (empty: none).
+// The write is conditional on the record still existing, so it never
+// resurrects a deleted one.
+func (s *Store) backfillPage(ctx context.Context, cursor item) (int, item, error) {
+	page, err := s.c.Scan(ctx, &dynamodb.ScanInput{
+		TableName: aws.String(s.t.Batches),
+		// Lacking listKey, or attrActive with work (hasWork).
+		FilterExpression: aws.String("#exp > :now AND attribute_exists(#st) AND " +
+			"(attribute_not_exists(#lk) OR attribute_not_exists(#act) AND (#st IN (:q, :r) OR #cs = :p))"),
+		ExpressionAttributeNames: map[string]string{"#exp": attrExpiresAtMs, "#st": attrState, "#lk": attrListKey, "#act": attrActive, "#cs": attrCBState},
+		ExpressionAttributeValues: item{":now": avTime(s.now()), ":q": avS(evs.StateQueued), ":r": avS(evs.StateRunning),
+			":p": avS(evs.CallbackPending)},
+		ExclusiveStartKey: cursor,
 	})
 	if err != nil {
-		return 0, err
+		return 0, nil, wrapErr("backfill batch index keys", err)
 	}
 	n := 0
-	for _, k := range keys {
+	for _, it := range page.Items {
+		names := map[string]string{"#st": attrState, "#lk": attrListKey}
+		values := item{":lk": avS(listKey(evs.BatchPos{CreatedAt: getTime(it, attrCreatedAt), ID: getS(it, attrID)}))}
+		update := "SET #lk = if_not_exists(#lk, :lk)"
+		if hasWork(it) {
+			update += ", #act = :act"
+			names["#act"], values[":act"] = attrActive, activeValue
+		}
 		_, err := s.c.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-			TableName:                 aws.String(s.t.Batches),
-			Key:                       batchKey(getS(k, attrAccountID), getS(k, attrID)),
-			UpdateExpression:          aws.String("SET #lk = :lk"),
-			ConditionExpression:       aws.String("attribute_exists(#st) AND attribute_not_exists(#lk)"),
-			ExpressionAttributeNames:  map[string]string{"#lk": attrListKey, "#st": attrState},
-			ExpressionAttributeValues: item{":lk": k[attrListKey]},
+			TableName: aws.String(s.t.Batches), Key: batchKey(getS(it, attrAccountID), getS(it, attrID)),
+			UpdateExpression: aws.String(update), ConditionExpression: aws.String("attribute_exists(#st)"),
+			ExpressionAttributeNames: names, ExpressionAttributeValues: values,
 		})
-		switch {
-		case isConditionFailed(err):
-		case err != nil:
-			return n, wrapErr("backfill batch list keys", err)
-		default:
+		if ok, err := applied(err, "backfill batch index keys"); err != nil {
+			return n, nil, err
+		} else if ok {
 			n++
 		}
 	}
-	return n, nil
+	return n, page.LastEvaluatedKey, nil
 }
 
 // ensureIndexes adds to the existing table of def the global secondary
@@ -213,9 +267,17 @@ func ensureIndexes(ctx context.Context, c *dynamodb.Client, def dynamodb.CreateT
 		}
 		if len(missing) > 0 {
 			// One index per UpdateTable call is what DynamoDB allows.
+			// The table's definitions and the new index's keys': DynamoDB
+			// refuses one no key uses.
+			attrs := out.Table.AttributeDefinitions
+			for _, a := range def.AttributeDefinitions {
+				if slices.ContainsFunc(missing[0].Create.KeySchema, func(k types.KeySchemaElement) bool { return *k.AttributeName == *a.AttributeName }) &&
+					!slices.ContainsFunc(attrs, func(b types.AttributeDefinition) bool { return *b.AttributeName == *a.AttributeName }) {
+					attrs = append(attrs, a)
+				}
+			}
 			_, err := c.UpdateTable(ctx, &dynamodb.UpdateTableInput{
-				TableName: def.TableName, AttributeDefinitions: def.AttributeDefinitions,
-				GlobalSecondaryIndexUpdates: missing[:1],
+				TableName: def.TableName, AttributeDefinitions: attrs, GlobalSecondaryIndexUpdates: missing[:1],
 			})
 			if err != nil && apiCode(err) != "ResourceInUseException" {
 				return wrapErr("add an index to "+*def.TableName, err)

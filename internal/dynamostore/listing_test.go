@@ -3,6 +3,8 @@ package dynamostore_test
 import (
 	"context"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -29,10 +31,10 @@ func listIDs(t *testing.T, st *dynamostore.Store, accountID string) []string {
 	return ids
 }
 
-// A batch record written before the list index existed has no listKey;
-// the sweep gives it one, so after an upgrade the old batches are listed
-// in their place.
-func TestSweepBackfillsTheBatchList(t *testing.T) {
+// A batch record written before the indexes existed has neither listKey
+// nor the key of the index of active work; the sweep gives it both, so
+// after an upgrade the old batches are listed in their place and swept.
+func TestSweepBackfillsTheIndexes(t *testing.T) {
 	ctx := context.Background()
 	clk := testkit.NewClock(t0)
 	c := testkit.DynamoDB(t)
@@ -49,7 +51,7 @@ func TestSweepBackfillsTheBatchList(t *testing.T) {
 		_, err := c.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 			TableName:        aws.String(tables.Batches),
 			Key:              map[string]types.AttributeValue{"accountId": &types.AttributeValueMemberS{Value: "acct"}, "id": &types.AttributeValueMemberS{Value: id}},
-			UpdateExpression: aws.String("REMOVE listKey"),
+			UpdateExpression: aws.String("REMOVE listKey, active"),
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -58,17 +60,28 @@ func TestSweepBackfillsTheBatchList(t *testing.T) {
 	if got := listIDs(t, st, "acct"); !slices.Equal(got, []string{"new-1"}) {
 		t.Fatalf("before the sweep the list is %q, want only new-1 (the others have no listKey)", got)
 	}
-	if _, _, err := st.Sweep(ctx, clk.Now()); err != nil {
+	if un, err := st.UnfinishedBatches(ctx); err != nil || len(un) != 1 || un[0].ID != "new-1" {
+		t.Fatalf("before the sweep UnfinishedBatches = %v, %v; want only new-1", un, err)
+	}
+	un, _, err := st.Sweep(ctx, clk.Now())
+	if err != nil {
 		t.Fatalf("Sweep: %v", err)
+	}
+	var ids []string
+	for _, b := range un {
+		ids = append(ids, b.ID)
+	}
+	if want := []string{"old-1", "new-1", "old-2"}; !slices.Equal(ids, want) {
+		t.Errorf("the sweep's unfinished batches are %q, want %q", ids, want)
 	}
 	if got, want := listIDs(t, st, "acct"), []string{"old-2", "new-1", "old-1"}; !slices.Equal(got, want) {
 		t.Fatalf("after the sweep the list is %q, want %q", got, want)
 	}
 }
 
-// CreateTables on a Batches table made before the list index existed adds
-// the index, so `evs sam-local-init` upgrades a local stack in place.
-func TestCreateTablesAddsTheListIndex(t *testing.T) {
+// CreateTables on a Batches table made before its indexes existed adds
+// them, so `evs sam-local-init` upgrades a local stack in place.
+func TestCreateTablesAddsTheIndexes(t *testing.T) {
 	ctx := context.Background()
 	c := testkit.DynamoDB(t)
 	tables := dynamostore.Tables{Batches: testkit.UniqueName(t, "batches")}
@@ -86,14 +99,18 @@ func TestCreateTablesAddsTheListIndex(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := dynamostore.Definitions(tables)[0].GlobalSecondaryIndexes
-	if len(out.Table.GlobalSecondaryIndexes) != len(want) || len(want) != 1 {
-		t.Fatalf("indexes after CreateTables: %+v, want %d", out.Table.GlobalSecondaryIndexes, len(want))
+	def := dynamostore.Definitions(tables)[0]
+	if len(out.Table.GlobalSecondaryIndexes) != len(def.GlobalSecondaryIndexes) || len(def.GlobalSecondaryIndexes) != 2 {
+		t.Fatalf("indexes after CreateTables: %+v, want %d", out.Table.GlobalSecondaryIndexes, len(def.GlobalSecondaryIndexes))
 	}
-	g := out.Table.GlobalSecondaryIndexes[0]
-	if aws.ToString(g.IndexName) != aws.ToString(want[0].IndexName) ||
-		keyString(g.KeySchema, out.Table.AttributeDefinitions) != keyString(want[0].KeySchema, dynamostore.Definitions(tables)[0].AttributeDefinitions) {
-		t.Errorf("index %s %v, want %s %v", aws.ToString(g.IndexName), g.KeySchema, aws.ToString(want[0].IndexName), want[0].KeySchema)
+	got := map[string]string{}
+	for _, g := range out.Table.GlobalSecondaryIndexes {
+		got[aws.ToString(g.IndexName)] = keyString(g.KeySchema, out.Table.AttributeDefinitions)
+	}
+	for _, w := range def.GlobalSecondaryIndexes {
+		if k := keyString(w.KeySchema, def.AttributeDefinitions); got[aws.ToString(w.IndexName)] != k {
+			t.Errorf("index %s: %q, want %q", aws.ToString(w.IndexName), got[aws.ToString(w.IndexName)], k)
+		}
 	}
 	tables.Inputs = testkit.Bucket(t, testkit.S3(t))
 	st := dynamostore.New(dynamostore.Config{Client: c, Objects: testkit.S3(t), Tables: tables, Now: func() time.Time { return t0 }})
@@ -103,5 +120,72 @@ func TestCreateTablesAddsTheListIndex(t *testing.T) {
 	}
 	if got := listIDs(t, st, "acct"); !slices.Equal(got, []string{"b1"}) {
 		t.Errorf("list on the upgraded table = %q, want [b1]", got)
+	}
+}
+
+// A Scan of a large table outlasts an invocation, so the backfill goes on
+// where the last sweep stopped: here each sweep reads one page of a table
+// of several; the old batch is indexed, and the backfill marked done, after
+// two passes (one that writes, one that finds nothing left).
+func TestSweepBackfillResumesWhereItStopped(t *testing.T) {
+	defer dynamostore.SetBackfillBudget(0)()
+	ctx := context.Background()
+	c := testkit.DynamoDB(t)
+	tables := newTables(t, c)
+	st := dynamostore.New(dynamostore.Config{Client: c, Objects: testkit.S3(t), Tables: tables, Now: clock})
+	newBatch(t, st, "old", 1, 0)
+	s := func(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
+	_, err := c.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: aws.String(tables.Batches),
+		Key: map[string]types.AttributeValue{"accountId": s("acct"), "id": s("old")}, UpdateExpression: aws.String("REMOVE listKey, active")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// About 2.4 MB of items no index holds: three Scan pages or more.
+	pad := strings.Repeat("x", 4000)
+	for i := 0; i < 600; i += 25 {
+		var reqs []types.WriteRequest
+		for j := i; j < i+25; j++ {
+			reqs = append(reqs, types.WriteRequest{PutRequest: &types.PutRequest{Item: map[string]types.AttributeValue{
+				"accountId": s("~pad"), "id": s(strconv.Itoa(j)), "pad": s(pad)}}})
+		}
+		if _, err := c.BatchWriteItem(ctx, &dynamodb.BatchWriteItemInput{RequestItems: map[string][]types.WriteRequest{tables.Batches: reqs}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	marker := func() map[string]types.AttributeValue {
+		out, err := c.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(tables.Batches),
+			Key: map[string]types.AttributeValue{"accountId": s("~backfill"), "id": s("indexes")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out.Item
+	}
+	listed := false
+	for n := 1; ; n++ {
+		// A new process each time, as each sweep message may reach another
+		// instance.
+		fresh := dynamostore.New(dynamostore.Config{Client: c, Objects: testkit.S3(t), Tables: tables, Now: clock})
+		un, _, err := fresh.Sweep(ctx, t0)
+		if err != nil {
+			t.Fatalf("sweep %d: %v", n, err)
+		}
+		listed = listed || len(un) == 1 && un[0].ID == "old"
+		m := marker()
+		if _, done := m["done"]; done {
+			t.Logf("backfill done after %d one-page sweeps", n)
+			if n < 4 || !listed {
+				t.Errorf("done after %d sweeps (old batch listed: %v), want two passes of several pages each, and the batch listed", n, listed)
+			}
+			break
+		}
+		if _, ok := m["cursor"]; !ok && n == 1 {
+			t.Fatalf("after one page the marker %v keeps no place", m)
+		}
+		if n == 20 {
+			t.Fatalf("backfill not done after %d sweeps; marker %v", n, m)
+		}
+	}
+	if got := listIDs(t, st, "acct"); !slices.Equal(got, []string{"old"}) {
+		t.Errorf("the list after the backfill: %q, want [old]", got)
 	}
 }

@@ -26,8 +26,8 @@ import (
 // conditional put keeps an outcome reported twice once, and the
 // address's outcomes are one Query on the prefix "<address>#" (a domain
 // holds no "#", so no other address shares the prefix). Each item carries
-// the TTL attribute (EVS_OUTCOME_TTL after it was received), and the sweep's
-// filters never match it (no state, no callback).
+// the TTL attribute (EVS_OUTCOME_TTL after it was received), and the sweep
+// never reads it (its index holds batches alone, sweep.go).
 //
 // The item "~any" of the partition says the account has reported
 // something: a batch of an account that never did looks its addresses up

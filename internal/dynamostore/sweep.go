@@ -3,14 +3,12 @@ package dynamostore
 import (
 	"cmp"
 	"context"
-	"maps"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/evs-dev/evs/internal/evs"
 )
@@ -19,13 +17,20 @@ import (
 // deliveries that no SQS message carries any more: messages that went to
 // the dead-letter queue, or were never sent because the queue was down.
 //
-// It reads the Batches table with one Scan per sweep. A sparse index
-// (an attribute present only while a batch is unfinished or its delivery
-// pending) would make the sweep's cost follow the live batches instead of
-// the table's size, at the price of a write on every transition; at a few
-// thousand batch records (~500 B each) one eventually consistent Scan costs
-// a few hundred read units, every five minutes.
-//
+// It reads activeIndex (hash attrActive, keys only), never the table, which
+// also keeps finished batches, outcomes, quota counters and parked work. A
+// batch record carries attrActive while it has work a sweep may restart
+// (hasWork); leaving that set is for good, so no transition touches the
+// attribute: the first sweep that reads a record with no work left removes
+// it. attrActive has one value: the index is one partition, written when a
+// batch is created and when a sweep retires it.
+const (
+	activeIndex = "byActive"
+	attrActive  = "active"
+)
+
+var activeValue = avS("1")
+
 // Stall detection is kept on the batch record: the processed count the
 // last sweep saw (swProcessed) and when it last changed or was claimed
 // (swAtMs). Only a sweep writes them, with conditions, so PutResults is
@@ -35,131 +40,71 @@ const (
 	attrSweepAt        = "swAtMs"
 )
 
-// Sweep lists, in one Scan of the Batches table, the visible batches in
-// state queued or running (oldest first) and the pending deliveries of final
-// batches whose next attempt was due at dueBy and whose batch became final
-// at dueBy or earlier: those are overdue enough that no live message is
-// expected to carry them any more.
+// Sweep lists the visible batches in state queued or running (oldest
+// first) and the pending deliveries of final batches whose next attempt was
+// due at dueBy and whose batch became final at dueBy or earlier: those are
+// overdue enough that no live message is expected to carry them any more.
 func (s *Store) Sweep(ctx context.Context, dueBy time.Time) (unfinished []evs.Batch, overdue []evs.Delivery, err error) {
-	if !s.listKeysDone.Load() {
-		// Best effort: a failed backfill leaves the old batches unlisted
-		// until the next sweep tries again; the sweep's own work goes on.
-		if n, err := s.backfillListKeys(ctx); err == nil && n == 0 {
-			s.listKeysDone.Store(true)
+	s.backfill(ctx)
+	unfinished, final, err := s.activeBatches(ctx)
+	for _, it := range final {
+		if dueBy.Compare(getTime(it, attrCBNext)) >= 0 && dueBy.Compare(getTime(it, attrCompletedAt)) >= 0 {
+			overdue = append(overdue, deliveryFrom(it))
 		}
 	}
-	err = s.scanBatches(ctx, "#exp > :now AND (#st IN (:q, :r) OR (attribute_exists(#url) AND #cs = :pending AND #next <= :due AND #ca <= :due AND "+finalCondition+"))",
-		dueBy, func(it item) bool {
-			if st := evs.State(getS(it, attrState)); st.Final() {
-				overdue = append(overdue, deliveryFrom(it))
-			} else {
-				unfinished = append(unfinished, batchFrom(it))
-			}
-			return true
-		})
+	return unfinished, overdue, err
+}
+
+// hasWork tells whether a batch record has work a sweep may restart: it is
+// not final, or its delivery is pending.
+func hasWork(it item) bool {
+	return !evs.State(getS(it, attrState)).Final() ||
+		getS(it, attrCBURL) != "" && evs.CallbackState(getS(it, attrCBState)) == evs.CallbackPending
+}
+
+// activeBatches reads the records of the index of active work that are
+// visible and have work, oldest first: the unfinished batches, and the
+// final ones' records (with a delivery pending). It retires the others
+// (best effort: the next sweep tries again).
+func (s *Store) activeBatches(ctx context.Context) (unfinished []evs.Batch, final []item, err error) {
+	var keys []item
+	err = s.query(ctx, &dynamodb.QueryInput{
+		TableName:                 aws.String(s.t.Batches),
+		IndexName:                 aws.String(activeIndex),
+		KeyConditionExpression:    aws.String("#a = :a"),
+		ExpressionAttributeNames:  map[string]string{"#a": attrActive},
+		ExpressionAttributeValues: item{":a": activeValue},
+	}, "list active batches", func(it item) bool {
+		keys = append(keys, batchKey(getS(it, attrAccountID), getS(it, attrID)))
+		return true
+	})
 	if err != nil {
 		return nil, nil, err
 	}
-	return oldestFirst(unfinished), overdue, nil
-}
-
-// DueDeliveries lists pending deliveries of live, final batches due at now
-// (store.DueDeliveries), with a Scan: on AWS only the sweep looks for them,
-// and SQS delays carry the timing otherwise.
-func (s *Store) DueDeliveries(ctx context.Context, now time.Time, perAccount, limit int) ([]evs.Delivery, error) {
-	if limit <= 0 {
-		return nil, nil
+	recs, err := s.getAll(ctx, s.t.Batches, keys, nil, "read active batches")
+	if err != nil {
+		return nil, nil, err
 	}
-	var all []evs.Delivery
-	err := s.scanBatches(ctx, "#exp > :now AND attribute_exists(#url) AND #cs = :pending AND #next <= :due AND "+finalCondition,
-		now, func(it item) bool {
-			all = append(all, deliveryFrom(it))
-			return true
-		})
-	return fairDue(all, perAccount, limit), err
-}
-
-// fairDue orders due deliveries as store.DueDeliveries lists them: each
-// account's earliest first, the accounts taking turns, at most perAccount
-// of one account (<= 0: no bound) and limit in all.
-func fairDue(all []evs.Delivery, perAccount, limit int) []evs.Delivery {
-	slices.SortFunc(all, func(a, b evs.Delivery) int {
-		return cmp.Or(a.NextAt.Compare(b.NextAt), strings.Compare(a.BatchID, b.BatchID))
+	slices.SortFunc(recs, func(a, b item) int {
+		return cmp.Or(getTime(a, attrCreatedAt).Compare(getTime(b, attrCreatedAt)), strings.Compare(getS(a, attrID), getS(b, attrID)))
 	})
-	// An account's n-th delivery has rank n.
-	type ranked struct {
-		d    evs.Delivery
-		rank int
-	}
-	seen := map[string]int{}
-	rs := make([]ranked, 0, len(all))
-	for _, d := range all {
-		seen[d.AccountID]++
-		if r := seen[d.AccountID]; perAccount <= 0 || r <= perAccount {
-			rs = append(rs, ranked{d, r})
+	for _, it := range recs {
+		live := s.visible(it) && hasWork(it)
+		switch {
+		case live && evs.State(getS(it, attrState)).Final():
+			final = append(final, it)
+		case live:
+			unfinished = append(unfinished, batchFrom(it))
+		default: // the condition keeps a record TTL deleted meanwhile deleted
+			_, _ = s.c.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+				TableName: aws.String(s.t.Batches), Key: batchKey(getS(it, attrAccountID), getS(it, attrID)),
+				UpdateExpression:         aws.String("REMOVE #a"),
+				ConditionExpression:      aws.String("attribute_exists(#a)"),
+				ExpressionAttributeNames: map[string]string{"#a": attrActive},
+			})
 		}
 	}
-	// Stable: within a rank, the earlier delivery first.
-	slices.SortStableFunc(rs, func(a, b ranked) int { return cmp.Compare(a.rank, b.rank) })
-	out := make([]evs.Delivery, 0, min(len(rs), limit))
-	for _, r := range rs[:min(len(rs), limit)] {
-		out = append(out, r.d)
-	}
-	return out
-}
-
-// scanBatches scans the Batches table with filter, passing each match to
-// each until it returns false. The filter may use :now (the store's clock),
-// :due, the state values of finalCondition and :q, :r, :pending.
-func (s *Store) scanBatches(ctx context.Context, filter string, due time.Time, each func(item) bool) error {
-	names := map[string]string{
-		"#st": attrState, "#exp": attrExpiresAtMs, "#url": attrCBURL, "#cs": attrCBState,
-		"#next": attrCBNext, "#ca": attrCompletedAt, "#lk": attrListKey,
-	}
-	values := finalValues(item{
-		":now": avTime(s.now()), ":due": avTime(due), ":pending": avS(evs.CallbackPending),
-		":q": avS(evs.StateQueued), ":r": avS(evs.StateRunning),
-	})
-	// DynamoDB refuses names and values the expression does not use.
-	maps.DeleteFunc(names, func(k, _ string) bool { return !containsToken(filter, k) })
-	maps.DeleteFunc(values, func(k string, _ types.AttributeValue) bool { return !containsToken(filter, k) })
-	p := dynamodb.NewScanPaginator(s.c, &dynamodb.ScanInput{
-		TableName:                 aws.String(s.t.Batches),
-		FilterExpression:          aws.String(filter),
-		ExpressionAttributeNames:  names,
-		ExpressionAttributeValues: values,
-	})
-	for p.HasMorePages() {
-		page, err := p.NextPage(ctx)
-		if err != nil {
-			return wrapErr("sweep batches", err)
-		}
-		for _, it := range page.Items {
-			if !each(it) {
-				return nil
-			}
-		}
-	}
-	return nil
-}
-
-// containsToken tells whether tok occurs in expr as a whole token (":q"
-// must not match ":queued").
-func containsToken(expr, tok string) bool {
-	for i := 0; i+len(tok) <= len(expr); i++ {
-		if expr[i:i+len(tok)] != tok {
-			continue
-		}
-		end := i + len(tok)
-		if end == len(expr) || !isNameChar(expr[end]) {
-			return true
-		}
-	}
-	return false
-}
-
-func isNameChar(c byte) bool {
-	return c == '_' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
+	return unfinished, final, nil
 }
 
 // ClaimStall records what a sweep at now sees of an unfinished batch and
