@@ -4,8 +4,12 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"math"
 	"strings"
+	"sync/atomic"
 	"time"
+
+	lru "github.com/hashicorp/golang-lru/v2"
 
 	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/store"
@@ -98,10 +102,10 @@ INSERT INTO outcome_domains (account_id, domain, bucket, shared_delivered, share
 `
 
 const (
-	// qUnmarkExpired deletes an expired mark the sweep has not deleted
-	// yet, to be uncounted; qMarkOutcome then makes the mark of an
-	// address's class unless a live one is there: a row added is an
-	// address counted anew.
+	// qMarkOutcome makes the mark of an address's class unless one is
+	// there: a row added is an address counted anew. When one is,
+	// qUnmarkExpired deletes it if it expired and the sweep has not
+	// deleted it yet, to be uncounted and made anew.
 	qUnmarkExpired = `DELETE FROM outcome_marks WHERE account_id = ? AND address = ? AND class = ? AND expires_at <= ? RETURNING expires_at, shared`
 	qMarkOutcome   = `INSERT INTO outcome_marks (account_id, address, class, expires_at, shared) VALUES (?, ?, ?, ?, ?)
 		ON CONFLICT (account_id, address, class) DO NOTHING`
@@ -113,15 +117,17 @@ const (
 			delivered = max(delivered + excluded.delivered, 0), hard_bounces = max(hard_bounces + excluded.hard_bounces, 0),
 			shared_delivered = max(shared_delivered + excluded.shared_delivered, 0),
 			shared_hard_bounces = max(shared_hard_bounces + excluded.shared_hard_bounces, 0)`
-	qDomainCounts        = `SELECT domain, sum(delivered), sum(hard_bounces) FROM outcome_domains WHERE account_id = ? AND bucket > ? AND domain IN `
-	qSharedDomainCounts  = `SELECT domain, sum(shared_delivered), sum(shared_hard_bounces) FROM outcome_domains WHERE bucket > ? AND domain IN `
+	qDomainCounts        = `SELECT domain, sum(delivered), sum(hard_bounces), min(bucket) FROM outcome_domains WHERE account_id = ? AND bucket > ? AND domain IN `
+	qSharedDomainCounts  = `SELECT domain, sum(shared_delivered), sum(shared_hard_bounces), min(bucket) FROM outcome_domains WHERE bucket > ? AND domain IN `
+	qGroupDomain         = ` GROUP BY domain`
 	qSweepOutcomeDomains = `DELETE FROM outcome_domains WHERE bucket <= ?`
 )
 
 // unmarkExpired deletes the address's expired mark of class, if there is
-// one, and uncounts it in deltas: its bucket may still be read.
-func unmarkExpired(ctx context.Context, tx *sql.Tx, deltas store.DomainDeltas, accountID, address, class string, now int64) error {
-	rows, err := tx.QueryContext(ctx, qUnmarkExpired, accountID, address, class, now)
+// one, with st (qUnmarkExpired), and uncounts it in deltas: its bucket may
+// still be read.
+func unmarkExpired(ctx context.Context, st *sql.Stmt, deltas store.DomainDeltas, accountID, address, class string, now int64) error {
+	rows, err := st.QueryContext(ctx, accountID, address, class, now)
 	return eachRow(rows, err, "count outcomes by domain", func(rows *sql.Rows) error {
 		var (
 			expires int64
@@ -182,7 +188,9 @@ func (s *Store) PutOutcomes(ctx context.Context, accountID string, os []evs.Outc
 	if len(os) == 0 {
 		return 0, nil
 	}
-	s.reported.add(accountID)
+	// Marked before (a read between the commit and the mark must not
+	// miss them) and after (a filter rebuilt meanwhile reads them).
+	s.markOutcomes(accountID, os)
 	added := 0
 	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		added = 0 // a retried transaction counts again
@@ -196,6 +204,11 @@ func (s *Store) PutOutcomes(ctx context.Context, accountID string, os []evs.Outc
 			return dbErr("store outcomes", err)
 		}
 		defer mark.Close()
+		unmark, err := tx.PrepareContext(ctx, qUnmarkExpired)
+		if err != nil {
+			return dbErr("store outcomes", err)
+		}
+		defer unmark.Close()
 		now := millis(s.now())
 		deltas := store.DomainDeltas{}
 		for _, o := range os {
@@ -210,52 +223,111 @@ func (s *Store) PutOutcomes(ctx context.Context, accountID string, os []evs.Outc
 			}
 			added += int(n)
 			if class := o.DomainClass(); n > 0 && class != "" {
-				if err := unmarkExpired(ctx, tx, deltas, accountID, o.Address, class, now); err != nil {
-					return err
-				}
 				shared := store.SharesOutcome(o)
-				if m, err := changed(mark.ExecContext(ctx, accountID, o.Address, class, millis(expiresAt), shared)); err != nil {
+				m, err := changed(mark.ExecContext(ctx, accountID, o.Address, class, millis(expiresAt), shared))
+				if err == nil && m == 0 {
+					// A mark is there (most addresses have none yet): an
+					// expired one is uncounted and made anew.
+					if err := unmarkExpired(ctx, unmark, deltas, accountID, o.Address, class, now); err != nil {
+						return err
+					}
+					m, err = changed(mark.ExecContext(ctx, accountID, o.Address, class, millis(expiresAt), shared))
+				}
+				if err != nil {
 					return dbErr("count outcomes by domain", err)
-				} else if m > 0 {
+				}
+				if m > 0 {
 					deltas.Add(o.Address, class, expiresAt, 1, shared)
 				}
 			}
 		}
 		return writeDeltas(ctx, tx, deltas, accountID, now)
 	})
+	s.counts.forget()
 	if err != nil {
 		return 0, err
 	}
+	s.markOutcomes(accountID, os)
 	return added, nil
 }
 
+// qOutcomeScopes selects the outcome filter's scopes (outcomeScope): each
+// address with outcomes, each domain with counts, the account's own and
+// the shared.
+const qOutcomeScopes = `SELECT account_id || ' ' || address FROM outcomes
+	UNION ALL SELECT account_id || ' @' || domain FROM outcome_domains
+	UNION ALL SELECT ' @' || domain FROM outcome_domains WHERE shared_delivered > 0 OR shared_hard_bounces > 0`
+
+// outcomeScope is the outcome filter's scope of an account's address, or
+// with "@" and a domain, of its counts of the domain; with no account, of
+// the domain's shared counts. An account ID has no space and an address
+// does not start with "@", so no two scopes meet.
+func outcomeScope(accountID, key string) string { return accountID + " " + key }
+
+// markOutcomes marks in the outcome filter, if any, the addresses of os
+// and the counts of their domains.
+func (s *Store) markOutcomes(accountID string, os []evs.Outcome) {
+	if s.outcomes == nil {
+		return
+	}
+	for _, o := range os {
+		dom := "@" + evs.AddressDomain(o.Address)
+		s.outcomes.add(outcomeScope(accountID, o.Address))
+		s.outcomes.add(outcomeScope(accountID, dom))
+		if store.SharesOutcome(o) {
+			s.outcomes.add(outcomeScope("", dom))
+		}
+	}
+}
+
+// mayHave returns those of keys the outcome filter may hold for
+// accountID: all of them without a filter.
+func (s *Store) mayHave(accountID string, keys []string, prefix string) []string {
+	if s.outcomes == nil {
+		return keys
+	}
+	var out []string
+	for _, k := range keys {
+		if s.outcomes.mayHave(outcomeScope(accountID, prefix+k)) {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// rquery runs a reader query, prepared at Open when it is one of
+// readerQueries (the one-address history reads of every /v1/verify).
+func (s *Store) rquery(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
+	if st, ok := s.rstmts.m[q]; ok {
+		return st.QueryContext(ctx, args...)
+	}
+	return s.rdb.QueryContext(ctx, q, args...)
+}
+
 // AddressOutcomes returns the account's unexpired outcomes of each address
-// (store.Outcomes). A batch asks for every group of addresses it
-// verifies, so an account that never reported outcomes costs nothing on
-// the directory's server (reportedAccounts) and one probe of the primary
-// key elsewhere, and one that did a query per outcomeChunk addresses.
+// (store.Outcomes). On the directory's server the outcome filter leaves
+// out the addresses that surely have none, so most cost no read, even of
+// an account with a million outcomes; elsewhere a probe of the primary key
+// answers an account with none. Then a query per outcomeChunk addresses.
 func (s *Store) AddressOutcomes(ctx context.Context, accountID string, addresses []string) (map[string][]evs.Outcome, error) {
 	out := map[string][]evs.Outcome{}
-	if len(addresses) == 0 || !s.reported.has(accountID) {
+	if addresses = s.mayHave(accountID, addresses, ""); len(addresses) == 0 {
 		return out, nil
 	}
-	tx, err := s.rdb.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
-	if err != nil {
-		return nil, dbErr("begin read", err)
-	}
-	defer tx.Rollback()
-	var one int
-	err = tx.QueryRowContext(ctx, qAnyOutcome, accountID).Scan(&one)
-	if errors.Is(err, sql.ErrNoRows) {
-		return out, nil
-	}
-	if err != nil {
-		return nil, dbErr("read outcomes", err)
+	if s.outcomes == nil {
+		var one int
+		err := s.rdb.QueryRowContext(ctx, qAnyOutcome, accountID).Scan(&one)
+		if errors.Is(err, sql.ErrNoRows) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, dbErr("read outcomes", err)
+		}
 	}
 	now := millis(s.now())
 	for start := 0; start < len(addresses); start += outcomeChunk {
 		list, args := inList(addresses[start:min(start+outcomeChunk, len(addresses))], accountID, now)
-		rows, err := tx.QueryContext(ctx, qAddressOutcomes+list, args...)
+		rows, err := s.rquery(ctx, qAddressOutcomes+list, args...)
 		if err := scanOutcomes(rows, err, func(o evs.Outcome) error { out[o.Address] = append(out[o.Address], o); return nil }); err != nil {
 			return nil, err
 		}
@@ -304,6 +376,7 @@ func (s *Store) DeleteOutcomes(ctx context.Context, accountID, address string) (
 		}
 		return writeDeltas(ctx, tx, deltas, accountID, millis(s.now()))
 	})
+	s.counts.forget()
 	return n, err
 }
 
@@ -380,33 +453,103 @@ func (s *Store) LastVerdicts(ctx context.Context, accountID string, addresses []
 // every account's, of buckets not yet ended.
 func (s *Store) DomainCounts(ctx context.Context, accountID string, domains []string, shared bool) (map[string]evs.DomainCounts, error) {
 	out := map[string]evs.DomainCounts{}
-	if shared && !s.reported.any() || !shared && !s.reported.has(accountID) {
-		return out, nil
+	q, first := qDomainCounts, []any{accountID}
+	if shared {
+		q, first, accountID = qSharedDomainCounts, nil, ""
 	}
-	now := millis(s.now())
-	for start := 0; start < len(domains); start += outcomeChunk {
-		q, first := qSharedDomainCounts, []any{now}
-		if !shared {
-			q, first = qDomainCounts, []any{accountID, now}
+	now, gen := millis(s.now()), s.counts.generation()
+	var ask []string
+	for _, d := range s.mayHave(accountID, domains, "@") {
+		if c, ok := s.counts.get(outcomeScope(accountID, "@"+d), now); ok {
+			if !c.Zero() {
+				out[d] = c
+			}
+		} else {
+			ask = append(ask, d)
 		}
-		list, args := inList(domains[start:min(start+outcomeChunk, len(domains))], first...)
-		rows, err := s.rdb.QueryContext(ctx, q+list+` GROUP BY domain`, args...)
+	}
+	for start := 0; start < len(ask); start += outcomeChunk {
+		chunk := ask[start:min(start+outcomeChunk, len(ask))]
+		list, args := inList(chunk, append(first, now)...)
+		rows, err := s.rquery(ctx, q+list+qGroupDomain, args...)
+		read := map[string]countsEntry{}
 		err = eachRow(rows, err, "read domain counts", func(rows *sql.Rows) error {
 			var (
 				d string
-				c evs.DomainCounts
+				e countsEntry
 			)
-			if err := rows.Scan(&d, &c.Delivered, &c.HardBounces); err != nil {
+			if err := rows.Scan(&d, &e.c.Delivered, &e.c.HardBounces, &e.until); err != nil {
 				return dbErr("read domain counts", err)
 			}
-			if !c.Zero() {
-				out[d] = c
+			if read[d] = e; !e.c.Zero() {
+				out[d] = e.c
 			}
 			return nil
 		})
 		if err != nil {
 			return nil, err
 		}
+		for _, d := range chunk {
+			e, ok := read[d]
+			if !ok {
+				e.until = math.MaxInt64
+			}
+			e.gen = gen
+			s.counts.put(outcomeScope(accountID, "@"+d), e)
+		}
 	}
 	return out, nil
+}
+
+// countsMemo keeps, on the directory's server, the domain counts last
+// read, so that a verdict on a domain with counts (an account's usual
+// domains) does not read them again. They change only by this process's
+// writes of outcomes, each of which moves the generation and so forgets
+// every entry, and when a month's bucket ends: an entry lasts until the
+// first of the buckets it sums ends.
+type countsMemo struct {
+	gen atomic.Int64
+	lru *lru.Cache[string, countsEntry]
+}
+
+type countsEntry struct {
+	c          evs.DomainCounts
+	gen, until int64
+}
+
+// newCountsMemo returns a memo of 8,192 entries, some 100 bytes each.
+func newCountsMemo() *countsMemo {
+	c, _ := lru.New[string, countsEntry](8192) // errs only for size <= 0
+	return &countsMemo{lru: c}
+}
+
+// generation is the memo's generation (0 without one).
+func (m *countsMemo) generation() int64 {
+	if m == nil {
+		return 0
+	}
+	return m.gen.Load()
+}
+
+// forget forgets every entry: outcomes were written.
+func (m *countsMemo) forget() {
+	if m != nil {
+		m.gen.Add(1)
+	}
+}
+
+func (m *countsMemo) get(scope string, now int64) (evs.DomainCounts, bool) {
+	if m == nil {
+		return evs.DomainCounts{}, false
+	}
+	e, ok := m.lru.Get(scope)
+	return e.c, ok && e.gen == m.gen.Load() && now < e.until
+}
+
+// put keeps e, read at generation e.gen: a write since then makes it
+// one that get never answers.
+func (m *countsMemo) put(scope string, e countsEntry) {
+	if m != nil {
+		m.lru.Add(scope, e)
+	}
 }

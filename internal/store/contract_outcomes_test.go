@@ -17,8 +17,9 @@ func TestOutcomesContract(t *testing.T) {
 	t.Run("SQLite", func(t *testing.T) {
 		runOutcomesContract(t, func(t *testing.T, now func() time.Time) store.Outcomes { return sqliteStore(t, now) })
 	})
-	// The serving SQLite store skips the reads of accounts it knows have
-	// no outcomes (reportedAccounts): a path of its own to the contract.
+	// The serving SQLite store skips the reads of addresses and domains
+	// its filter knows have no outcomes, and keeps the counts it read
+	// (countsMemo): a path of its own to the contract.
 	t.Run("SQLiteServing", func(t *testing.T) {
 		runOutcomesContract(t, func(t *testing.T, now func() time.Time) store.Outcomes { return servingStore(t, now) })
 	})
@@ -195,8 +196,9 @@ func TestDomainCountsContract(t *testing.T) {
 	t.Run("SQLite", func(t *testing.T) {
 		runDomainCountsContract(t, func(t *testing.T, now func() time.Time) store.Outcomes { return sqliteStore(t, now) })
 	})
-	// The serving SQLite store skips the reads of accounts it knows have
-	// no outcomes (reportedAccounts): a path of its own to the contract.
+	// The serving SQLite store skips the reads of addresses and domains
+	// its filter knows have no outcomes, and keeps the counts it read
+	// (countsMemo): a path of its own to the contract.
 	t.Run("SQLiteServing", func(t *testing.T) {
 		runDomainCountsContract(t, func(t *testing.T, now func() time.Time) store.Outcomes { return servingStore(t, now) })
 	})
