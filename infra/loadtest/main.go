@@ -16,8 +16,11 @@
 //   - GET /v1/requests/{id} vs plain /v1/verify;
 //   - a result-cache hit (a live account's full-mode /v1/verify of an
 //     address verified once through loopback DNS and SMTP peers) vs plain
-//     /v1/verify, the quick check with no network at all (issue 22's goal:
-//     at most 1.2× its cost);
+//     /v1/verify, the quick check with no network at all (goal: at most
+//     1.2× its cost);
+//   - history: a live account with a million reported outcomes verifies
+//     an address without outcomes (its domain has counts) and one with
+//     them, vs the same call by a live account with none;
 //   - a 50,000-address test-mode batch, create → completed: addresses/s,
 //     bytes stored per result, and this process's RSS after it.
 //
@@ -67,13 +70,14 @@ func main() {
 		rounds   = flag.Int("rounds", 3, "rounds of the request scenarios, interleaved so a noisy neighbour hits all alike; figures are medians")
 		conns    = flag.Int("conns", 64, "concurrent keep-alive connections (closed loop)")
 		batchN   = flag.Int("batch", 50_000, "addresses in the batch scenario (0 skips it)")
-		only     = flag.String("only", "", "comma-separated scenarios to run (floor,verify,idem,get,hit,victim,batch); default all")
+		only     = flag.String("only", "", "comma-separated scenarios to run (floor,verify,idem,get,hit,history,victim,batch); default all")
+		outcomes = flag.Int("outcomes", 1_000_000, "outcomes of the history scenario's account")
 		profile  = flag.String("cpuprofile", "", "write a CPU profile of each scenario to PREFIX.<scenario>.<round>.pprof")
 		keepDir  = flag.Bool("keep", false, "keep the data directory (its path is printed)")
 	)
 	flag.Parse()
 	log.SetFlags(0)
-	if err := run(context.Background(), opts{duration: *duration, rounds: max(1, *rounds), conns: *conns, batch: *batchN, only: *only, profile: *profile, keep: *keepDir}); err != nil {
+	if err := run(context.Background(), opts{duration: *duration, rounds: max(1, *rounds), conns: *conns, batch: *batchN, outcomes: *outcomes, only: *only, profile: *profile, keep: *keepDir}); err != nil {
 		fmt.Fprintln(os.Stderr, "loadtest:", err)
 		os.Exit(1)
 	}
@@ -84,13 +88,16 @@ type opts struct {
 	rounds   int
 	conns    int
 	batch    int
+	outcomes int
 	only     string
 	profile  string
 	keep     bool
 }
 
+// wants tells whether scenario s runs: "history" also names its
+// "history-none" and "history-addr".
 func (o opts) wants(s string) bool {
-	return o.only == "" || slices.Contains(strings.Split(o.only, ","), s)
+	return o.only == "" || slices.ContainsFunc(strings.Split(o.only, ","), func(w string) bool { return s == w || strings.HasPrefix(s, w+"-") })
 }
 
 // stack is a running `evs serve` and the floor beside it.
@@ -132,6 +139,9 @@ const (
 	hitDomain = "hit.example"
 	hitEmail  = "ok@" + hitDomain
 	hitBody   = `{"email":"` + hitEmail + `","mode":"full"}`
+	// histDomain's addresses are those of the history scenario's
+	// outcomes: h<n>@histDomain.
+	histDomain = "hist.example"
 )
 
 func start(ctx context.Context) (*stack, error) {
@@ -145,6 +155,8 @@ func start(ctx context.Context) (*stack, error) {
 	dnsPeer := testkit.StartDNS(tb)
 	dnsPeer.AddRecord(hitDomain + ". 300 IN MX 10 mx." + hitDomain + ".")
 	dnsPeer.AddRecord("mx." + hitDomain + ". 300 IN A 127.0.0.1")
+	dnsPeer.AddRecord(histDomain + ". 300 IN MX 10 mx." + histDomain + ".")
+	dnsPeer.AddRecord("mx." + histDomain + ". 300 IN A 127.0.0.1")
 	smtpPeer := testkit.StartSMTP(tb, testkit.SMTPOptions{Rcpt: func(addr string) string {
 		if addr == hitEmail {
 			return "250 2.1.5 OK"
@@ -409,7 +421,7 @@ func run(ctx context.Context, o opts) error {
 		}
 		f.name = name
 		res[name] = append(res[name], f)
-		fmt.Printf("%-7s %9.0f req/s  p50 %7s  p99 %7s  max %7s  CPU %5.1f µs/req  errors %d\n",
+		fmt.Printf("%-12s %9.0f req/s  p50 %7s  p99 %7s  max %7s  CPU %5.1f µs/req  errors %d\n",
 			name, f.rps(), f.p50.Round(time.Microsecond), f.p99.Round(time.Microsecond),
 			f.max.Round(time.Microsecond), f.cpuPerRequest(), f.errors)
 		return nil
@@ -443,6 +455,12 @@ func run(ctx context.Context, o opts) error {
 		}
 		hitReq = rawRequest(http.MethodPost, s.evs, "/v1/verify", s.liveKey, nil, hitBody)
 		conns0 = s.smtp.Connections()
+	}
+	var noneReq, histReq, histAddrReq []byte
+	if o.wants("history") {
+		if noneReq, histReq, histAddrReq, err = s.prepareHistory(ctx, o.outcomes); err != nil {
+			return fmt.Errorf("history: %w", err)
+		}
 	}
 	var attacker *hostile
 	if o.wants("victim") {
@@ -481,6 +499,17 @@ func run(ctx context.Context, o opts) error {
 		}
 		if hitReq != nil {
 			if err := scenario("hit", s.evs, http.StatusOK, func(int, int) []byte { return hitReq }); err != nil {
+				return err
+			}
+		}
+		for _, h := range []struct {
+			name string
+			req  []byte
+		}{{"history-none", noneReq}, {"history", histReq}, {"history-addr", histAddrReq}} {
+			if h.req == nil {
+				continue
+			}
+			if err := scenario(h.name, s.evs, http.StatusOK, func(int, int) []byte { return h.req }); err != nil {
 				return err
 			}
 		}
@@ -548,6 +577,8 @@ func run(ctx context.Context, o opts) error {
 	ratio("GET /v1/requests/{id} / verify", "get", "verify")
 	ratio("verify cache hit (full) / verify quick", "hit", "verify")
 	ratio("victim verify under attack / verify", "victim", "verify")
+	ratio("outcomes, address without / none", "history", "history-none")
+	ratio("outcomes, address with / none", "history-addr", "history-none")
 	if len(victimAlone) > 0 {
 		var rr []float64
 		for i := range victimAlone {
@@ -564,6 +595,59 @@ func run(ctx context.Context, o opts) error {
 		fmt.Printf("%-40s %7.0f addresses/s, %.0f B/result, RSS after %.1f MB\n", "50k test-mode batch", bf.rate(), bf.perResult, bf.afterMB)
 	}
 	return nil
+}
+
+// prepareHistory gives a live account n outcomes, stored through the store
+// as POST /v1/outcomes would store them (h<i>@histDomain, one in ten a
+// hard bounce, the rest deliveries), makes a live account with none, and
+// returns the three calls of the history scenario, each made once so that
+// every later one is a result-cache hit: the account with none and the
+// account with n verify an address without outcomes on their domain, and
+// the account with n one of its addresses.
+func (s *stack) prepareHistory(ctx context.Context, n int) (none, without, with []byte, err error) {
+	noneKey, err := s.account(ctx, "no-history", false)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	a := evs.Account{ID: uuid.NewString(), Name: "history", CreatedAt: time.Now().UTC()}
+	if err := s.st.CreateAccount(ctx, a); err != nil {
+		return nil, nil, nil, err
+	}
+	histKey, err := authorizer.IssueKey(ctx, s.st, a.ID, "", time.Now())
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	begin, at, os := time.Now(), time.Now().Add(-time.Hour).Truncate(time.Millisecond), make([]evs.Outcome, 0, 10_000)
+	for i := range n {
+		o := evs.Outcome{Address: fmt.Sprintf("h%d@%s", i, histDomain), Kind: evs.OutcomeDelivered, At: at, Verdict: evs.Deliverable, Score: 90}
+		if i%10 == 0 {
+			o.Kind, o.BounceType = evs.OutcomeBounced, evs.BounceHard
+		}
+		if os = append(os, o); len(os) == cap(os) || i == n-1 {
+			if _, err := s.st.PutOutcomes(ctx, a.ID, os, time.Now().Add(24*time.Hour)); err != nil {
+				return nil, nil, nil, err
+			}
+			os = os[:0]
+		}
+	}
+	fmt.Printf("history: %d outcomes stored in %s\n", n, time.Since(begin).Round(time.Millisecond))
+	body := func(addr string) string { return `{"email":"` + addr + `","mode":"quick"}` }
+	without, with = []byte(body("new@"+histDomain)), []byte(body("h1@"+histDomain))
+	for _, c := range []struct {
+		key  string
+		body []byte
+		out  *[]byte
+	}{{noneKey, without, &none}, {histKey, without, &without}, {histKey, with, &with}} {
+		r, err := s.callAs(c.key, http.MethodPost, "/v1/verify", string(c.body), nil)
+		if err == nil && r.status != http.StatusOK {
+			err = fmt.Errorf("%d %s", r.status, r.body)
+		}
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		*c.out = rawRequest(http.MethodPost, s.evs, "/v1/verify", c.key, nil, string(c.body))
+	}
+	return none, without, with, nil
 }
 
 func p99(f figures) float64 { return float64(f.p99) / float64(time.Millisecond) }
