@@ -8,8 +8,9 @@
 // It starts both servers in this process (the real stack: gateway,
 // authorizer, handlers, idempotency keeper, SQLite store in a temporary data
 // directory, batch runner, with a test-mode key made through the server
-// package's key path), drives each scenario with a closed loop of N
-// keep-alive connections for a bounded time, and prints:
+// package's key path), drives each scenario from a process of its own (this
+// program again, with -drive) with a closed loop of N keep-alive
+// connections for a bounded time, and prints:
 //
 //   - POST /v1/verify quick vs the floor: requests/s and p99;
 //   - the same call with a unique Idempotency-Key vs plain /v1/verify;
@@ -40,6 +41,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
@@ -72,11 +74,26 @@ func main() {
 		batchN   = flag.Int("batch", 50_000, "addresses in the batch scenario (0 skips it)")
 		only     = flag.String("only", "", "comma-separated scenarios to run (floor,verify,idem,get,hit,history,victim,batch); default all")
 		outcomes = flag.Int("outcomes", 1_000_000, "outcomes of the history scenario's account")
-		profile  = flag.String("cpuprofile", "", "write a CPU profile of each scenario to PREFIX.<scenario>.<round>.pprof")
+		profile  = flag.String("cpuprofile", "", "write a CPU profile of the servers' process in each scenario to PREFIX.<scenario>.<round>.pprof")
 		keepDir  = flag.Bool("keep", false, "keep the data directory (its path is printed)")
+		driver   = flag.Bool("drive", false, "be the load generator: run the load read from stdin (a JSON drive), write its figures to stdout")
 	)
 	flag.Parse()
 	log.SetFlags(0)
+	if *driver {
+		var d drive
+		if err := json.NewDecoder(os.Stdin).Decode(&d); err != nil {
+			log.Fatal("loadtest -drive: ", err)
+		}
+		f, err := load(d)
+		if err == nil {
+			err = json.NewEncoder(os.Stdout).Encode(f)
+		}
+		if err != nil {
+			log.Fatal("loadtest -drive: ", err)
+		}
+		return
+	}
 	if err := run(context.Background(), opts{duration: *duration, rounds: max(1, *rounds), conns: *conns, batch: *batchN, outcomes: *outcomes, only: *only, profile: *profile, keep: *keepDir}); err != nil {
 		fmt.Fprintln(os.Stderr, "loadtest:", err)
 		os.Exit(1)
@@ -284,24 +301,25 @@ func (s *stack) callAs(key, method, path, body string, hdr map[string]string) (r
 // figures are one scenario's measurements.
 type figures struct {
 	name     string
-	requests int
-	errors   int
-	elapsed  time.Duration
+	Requests int
+	Errors   int
+	Elapsed  time.Duration
 	// The latency percentiles reported, not every latency: what the
 	// harness keeps must not count in the server's RSS after the batch.
-	p50, p99, max time.Duration
-	// cpu is the process's CPU time (user and system, server and client
-	// alike) over the scenario: per request, it is what a call costs end
-	// to end, and unlike requests/s a neighbour's burst barely moves it.
-	cpu time.Duration
+	P50, P99, Max time.Duration
+	// CPU is the CPU time (user and system) of the server's process and
+	// the load generator's over the scenario: per request, it is what a
+	// call costs end to end, and unlike requests/s a neighbour's burst
+	// barely moves it.
+	CPU time.Duration
 }
 
 // cpuPerRequest is the scenario's CPU time per request, in microseconds.
 func (f figures) cpuPerRequest() float64 {
-	return float64(f.cpu) / float64(time.Microsecond) / float64(max(f.requests, 1))
+	return float64(f.CPU) / float64(time.Microsecond) / float64(max(f.Requests, 1))
 }
 
-func (f figures) rps() float64 { return float64(f.requests) / f.elapsed.Seconds() }
+func (f figures) rps() float64 { return float64(f.Requests) / f.Elapsed.Seconds() }
 
 // percentile is the p-th of sorted latencies (p from 0 to 1).
 func percentile(sorted []time.Duration, p float64) time.Duration {
@@ -311,10 +329,47 @@ func percentile(sorted []time.Duration, p float64) time.Duration {
 	return sorted[int(float64(len(sorted)-1)*p)]
 }
 
-// load drives addr with conns closed-loop connections for d. build returns
-// the raw HTTP/1.1 request for the i-th call of connection c; a reply whose
-// status is not want counts as an error.
-func load(addr string, conns int, d time.Duration, want int, build func(c, i int) []byte) (figures, error) {
+// drive is a load: Conns closed-loop connections to Addr for Duration,
+// each sending Req (a raw HTTP/1.1 request) again and again, with "{n}" in
+// it replaced by a number no other call of the load has; a reply whose
+// status is not Want counts as an error.
+type drive struct {
+	Addr     string
+	Conns    int
+	Duration time.Duration
+	Want     int
+	Req      []byte
+}
+
+// driveElsewhere runs d in a load generator process of its own (this
+// program with -drive), as a client would, and adds this process's CPU
+// time over it (the server's) to the generator's.
+func driveElsewhere(d drive) (figures, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return figures{}, err
+	}
+	in, err := json.Marshal(d)
+	if err != nil {
+		return figures{}, err
+	}
+	cmd := exec.Command(exe, "-drive")
+	cmd.Stdin, cmd.Stderr = bytes.NewReader(in), os.Stderr
+	cpu0 := processCPU()
+	out, err := cmd.Output()
+	if err != nil {
+		return figures{}, fmt.Errorf("load generator: %w", err)
+	}
+	var f figures
+	err = json.Unmarshal(out, &f)
+	f.CPU += processCPU() - cpu0
+	return f, err
+}
+
+// load runs d from this process.
+func load(d drive) (figures, error) {
+	addr, conns, want := d.Addr, d.Conns, d.Want
+	numbered := bytes.Contains(d.Req, []byte("{n}"))
 	var (
 		wg       sync.WaitGroup
 		mu       sync.Mutex
@@ -322,7 +377,7 @@ func load(addr string, conns int, d time.Duration, want int, build func(c, i int
 		errs     atomic.Int64
 		firstErr error
 	)
-	deadline := time.Now().Add(d)
+	deadline := time.Now().Add(d.Duration)
 	cpu0 := processCPU()
 	begin := time.Now()
 	for c := range conns {
@@ -345,7 +400,10 @@ func load(addr string, conns int, d time.Duration, want int, build func(c, i int
 			defer conn.Close()
 			br := bufio.NewReaderSize(conn, 16<<10)
 			for i := 0; time.Now().Before(deadline); i++ {
-				req := build(c, i)
+				req := d.Req
+				if numbered {
+					req = bytes.ReplaceAll(req, []byte("{n}"), []byte(strconv.Itoa(c)+"-"+strconv.Itoa(i)))
+				}
 				t := time.Now()
 				if _, err := conn.Write(req); err != nil {
 					errs.Add(1)
@@ -366,9 +424,9 @@ func load(addr string, conns int, d time.Duration, want int, build func(c, i int
 		}()
 	}
 	wg.Wait()
-	f := figures{requests: len(all), errors: int(errs.Load()), elapsed: time.Since(begin), cpu: processCPU() - cpu0}
+	f := figures{Requests: len(all), Errors: int(errs.Load()), Elapsed: time.Since(begin), CPU: processCPU() - cpu0}
 	slices.Sort(all)
-	f.p50, f.p99, f.max = percentile(all, 0.50), percentile(all, 0.99), percentile(all, 1)
+	f.P50, f.P99, f.Max = percentile(all, 0.50), percentile(all, 0.99), percentile(all, 1)
 	return f, firstErr
 }
 
@@ -406,7 +464,7 @@ func run(ctx context.Context, o opts) error {
 		o.conns, o.duration, runtime.GOMAXPROCS(0), s.replyLen)
 
 	res := map[string][]figures{}
-	scenario := func(name string, addr string, want int, build func(c, i int) []byte) error {
+	scenario := func(name string, addr string, want int, req []byte) error {
 		if !o.wants(name) {
 			return nil
 		}
@@ -414,7 +472,7 @@ func run(ctx context.Context, o opts) error {
 		if err != nil {
 			return err
 		}
-		f, err := load(addr, o.conns, o.duration, want, build)
+		f, err := driveElsewhere(drive{Addr: addr, Conns: o.conns, Duration: o.duration, Want: want, Req: req})
 		stopProf()
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)
@@ -422,8 +480,8 @@ func run(ctx context.Context, o opts) error {
 		f.name = name
 		res[name] = append(res[name], f)
 		fmt.Printf("%-12s %9.0f req/s  p50 %7s  p99 %7s  max %7s  CPU %5.1f µs/req  errors %d\n",
-			name, f.rps(), f.p50.Round(time.Microsecond), f.p99.Round(time.Microsecond),
-			f.max.Round(time.Microsecond), f.cpuPerRequest(), f.errors)
+			name, f.rps(), f.P50.Round(time.Microsecond), f.P99.Round(time.Microsecond),
+			f.Max.Round(time.Microsecond), f.cpuPerRequest(), f.Errors)
 		return nil
 	}
 
@@ -470,35 +528,33 @@ func run(ctx context.Context, o opts) error {
 	}
 	for round := range o.rounds {
 		fmt.Printf("round %d\n", round+1)
-		if err := scenario("floor", s.floor, http.StatusOK, func(int, int) []byte { return floorReq }); err != nil {
+		if err := scenario("floor", s.floor, http.StatusOK, floorReq); err != nil {
 			return err
 		}
-		if err := scenario("verify", s.evs, http.StatusOK, func(int, int) []byte { return verifyReq }); err != nil {
+		if err := scenario("verify", s.evs, http.StatusOK, verifyReq); err != nil {
 			return err
 		}
 		if attacker != nil {
 			// The victim's verify load while another account attacks.
 			attacker.start()
 			time.Sleep(time.Second) // the attack's connections are open
-			err := scenario("victim", s.evs, http.StatusOK, func(int, int) []byte { return verifyReq })
+			err := scenario("victim", s.evs, http.StatusOK, verifyReq)
 			attacker.stop()
 			if err != nil {
 				return err
 			}
 		}
-		if err := scenario("idem", s.evs, http.StatusOK, func(c, i int) []byte {
-			return rawRequest(http.MethodPost, s.evs, "/v1/verify", s.key,
-				map[string]string{"Idempotency-Key": "lt-" + strconv.Itoa(round) + "-" + strconv.Itoa(c) + "-" + strconv.Itoa(i)}, verifyBody)
-		}); err != nil {
+		if err := scenario("idem", s.evs, http.StatusOK, rawRequest(http.MethodPost, s.evs, "/v1/verify", s.key,
+			map[string]string{"Idempotency-Key": "lt-" + strconv.Itoa(round) + "-{n}"}, verifyBody)); err != nil {
 			return err
 		}
 		if getReq != nil {
-			if err := scenario("get", s.evs, http.StatusOK, func(int, int) []byte { return getReq }); err != nil {
+			if err := scenario("get", s.evs, http.StatusOK, getReq); err != nil {
 				return err
 			}
 		}
 		if hitReq != nil {
-			if err := scenario("hit", s.evs, http.StatusOK, func(int, int) []byte { return hitReq }); err != nil {
+			if err := scenario("hit", s.evs, http.StatusOK, hitReq); err != nil {
 				return err
 			}
 		}
@@ -509,7 +565,7 @@ func run(ctx context.Context, o opts) error {
 			if h.req == nil {
 				continue
 			}
-			if err := scenario(h.name, s.evs, http.StatusOK, func(int, int) []byte { return h.req }); err != nil {
+			if err := scenario(h.name, s.evs, http.StatusOK, h.req); err != nil {
 				return err
 			}
 		}
@@ -588,7 +644,7 @@ func run(ctx context.Context, o opts) error {
 	}
 	if attacker != nil {
 		peak, _ := rss()
-		fmt.Printf("%-40s served %d, refused %d; victim p99 %s ms; process RSS peak %.1f MB (server and load alike)\n", "attacker's calls",
+		fmt.Printf("%-40s served %d, refused %d; victim p99 %s ms; process RSS peak %.1f MB (server and attacker)\n", "attacker's calls",
 			attacker.served.Load(), attacker.refused.Load(), strings.Join(each(res["victim"], p99, "%.1f"), "/"), peak)
 	}
 	if bf.elapsed > 0 {
@@ -650,7 +706,7 @@ func (s *stack) prepareHistory(ctx context.Context, n int) (none, without, with 
 	return none, without, with, nil
 }
 
-func p99(f figures) float64 { return float64(f.p99) / float64(time.Millisecond) }
+func p99(f figures) float64 { return float64(f.P99) / float64(time.Millisecond) }
 
 // each formats v of every round's figures.
 func each(fs []figures, v func(figures) float64, format string) []string {
@@ -808,8 +864,6 @@ func dataSize(dir string) (int64, error) {
 	return total, err
 }
 
-// rss reads this process's peak and current resident set from
-// /proc/self/status, in MB.
 // processCPU is the CPU time this process has used, user and system.
 func processCPU() time.Duration {
 	var ru syscall.Rusage
@@ -819,6 +873,8 @@ func processCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
+// rss reads this process's peak and current resident set from
+// /proc/self/status, in MB.
 func rss() (peak, cur float64) {
 	b, err := os.ReadFile("/proc/self/status")
 	if err != nil {
