@@ -34,8 +34,15 @@ type keyFilter struct {
 	next atomic.Pointer[[filterWords]atomic.Uint64]
 }
 
-func (f *keyFilter) slot(scope string) (int, uint64) {
-	h := maphash.String(f.seed, scope)
+// slot is the word and bit of the scope that is the concatenation of
+// parts: hashed piece by piece, so a caller need not build it.
+func (f *keyFilter) slot(parts ...string) (int, uint64) {
+	var mh maphash.Hash
+	mh.SetSeed(f.seed)
+	for _, p := range parts {
+		mh.WriteString(p)
+	}
+	h := mh.Sum64()
 	return int(h>>6) & (filterWords - 1), 1 << (h & 63)
 }
 
@@ -43,17 +50,18 @@ func (f *keyFilter) slot(scope string) (int, uint64) {
 // before cur: if next is set, the bitmap being built gets the mark; if it
 // is nil, either no rebuild has begun its scan (which will then read the
 // committed record) or the last one has already made its bitmap cur.
-func (f *keyFilter) add(scope string) {
-	w, m := f.slot(scope)
+func (f *keyFilter) add(scope ...string) {
+	w, m := f.slot(scope...)
 	if n := f.next.Load(); n != nil {
 		n[w].Or(m)
 	}
 	f.cur.Load()[w].Or(m)
 }
 
-// mayHave is false only when scope has no committed record.
-func (f *keyFilter) mayHave(scope string) bool {
-	w, m := f.slot(scope)
+// mayHave is false only when scope (the concatenation of its parts) has
+// no committed row.
+func (f *keyFilter) mayHave(scope ...string) bool {
+	w, m := f.slot(scope...)
 	return f.cur.Load()[w].Load()&m != 0
 }
 

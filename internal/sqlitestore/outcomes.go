@@ -251,18 +251,13 @@ func (s *Store) PutOutcomes(ctx context.Context, accountID string, os []evs.Outc
 	return added, nil
 }
 
-// qOutcomeScopes selects the outcome filter's scopes (outcomeScope): each
-// address with outcomes, each domain with counts, the account's own and
-// the shared.
+// qOutcomeScopes selects the outcome filter's scopes: "account address"
+// for each address with outcomes, "account @domain" for each domain with
+// counts, " @domain" for each with shared counts. An account ID has no
+// space and an address does not start with "@", so no two scopes meet.
 const qOutcomeScopes = `SELECT account_id || ' ' || address FROM outcomes
 	UNION ALL SELECT account_id || ' @' || domain FROM outcome_domains
 	UNION ALL SELECT ' @' || domain FROM outcome_domains WHERE shared_delivered > 0 OR shared_hard_bounces > 0`
-
-// outcomeScope is the outcome filter's scope of an account's address, or
-// with "@" and a domain, of its counts of the domain; with no account, of
-// the domain's shared counts. An account ID has no space and an address
-// does not start with "@", so no two scopes meet.
-func outcomeScope(accountID, key string) string { return accountID + " " + key }
 
 // markOutcomes marks in the outcome filter, if any, the addresses of os
 // and the counts of their domains.
@@ -271,24 +266,24 @@ func (s *Store) markOutcomes(accountID string, os []evs.Outcome) {
 		return
 	}
 	for _, o := range os {
-		dom := "@" + evs.AddressDomain(o.Address)
-		s.outcomes.add(outcomeScope(accountID, o.Address))
-		s.outcomes.add(outcomeScope(accountID, dom))
+		dom := evs.AddressDomain(o.Address)
+		s.outcomes.add(accountID, " ", o.Address)
+		s.outcomes.add(accountID, " @", dom)
 		if store.SharesOutcome(o) {
-			s.outcomes.add(outcomeScope("", dom))
+			s.outcomes.add(" @", dom)
 		}
 	}
 }
 
-// mayHave returns those of keys the outcome filter may hold for
-// accountID: all of them without a filter.
-func (s *Store) mayHave(accountID string, keys []string, prefix string) []string {
+// mayHave returns those of keys whose scope, accountID+sep+key, the
+// outcome filter may hold: all of them without a filter.
+func (s *Store) mayHave(accountID, sep string, keys []string) []string {
 	if s.outcomes == nil {
 		return keys
 	}
 	var out []string
 	for _, k := range keys {
-		if s.outcomes.mayHave(outcomeScope(accountID, prefix+k)) {
+		if s.outcomes.mayHave(accountID, sep, k) {
 			out = append(out, k)
 		}
 	}
@@ -310,10 +305,10 @@ func (s *Store) rquery(ctx context.Context, q string, args ...any) (*sql.Rows, e
 // an account with a million outcomes; elsewhere a probe of the primary key
 // answers an account with none. Then a query per outcomeChunk addresses.
 func (s *Store) AddressOutcomes(ctx context.Context, accountID string, addresses []string) (map[string][]evs.Outcome, error) {
-	out := map[string][]evs.Outcome{}
-	if addresses = s.mayHave(accountID, addresses, ""); len(addresses) == 0 {
-		return out, nil
+	if addresses = s.mayHave(accountID, " ", addresses); len(addresses) == 0 {
+		return nil, nil
 	}
+	out := map[string][]evs.Outcome{}
 	if s.outcomes == nil {
 		var one int
 		err := s.rdb.QueryRowContext(ctx, qAnyOutcome, accountID).Scan(&one)
@@ -452,21 +447,34 @@ func (s *Store) LastVerdicts(ctx context.Context, accountID string, addresses []
 // domain that has any (store.Outcomes): the account's rows, or with shared
 // every account's, of buckets not yet ended.
 func (s *Store) DomainCounts(ctx context.Context, accountID string, domains []string, shared bool) (map[string]evs.DomainCounts, error) {
-	out := map[string]evs.DomainCounts{}
-	q, first := qDomainCounts, []any{accountID}
+	var out map[string]evs.DomainCounts
+	set := func(d string, c evs.DomainCounts) {
+		if out == nil {
+			out = map[string]evs.DomainCounts{}
+		}
+		out[d] = c
+	}
+	owner := accountID // of the counts: "" for the shared
 	if shared {
-		q, first, accountID = qSharedDomainCounts, nil, ""
+		owner = ""
 	}
 	now, gen := millis(s.now()), s.counts.generation()
 	var ask []string
-	for _, d := range s.mayHave(accountID, domains, "@") {
-		if c, ok := s.counts.get(outcomeScope(accountID, "@"+d), now); ok {
+	for _, d := range s.mayHave(owner, " @", domains) {
+		if c, ok := s.counts.get(owner+" @"+d, now); ok {
 			if !c.Zero() {
-				out[d] = c
+				set(d, c)
 			}
 		} else {
 			ask = append(ask, d)
 		}
+	}
+	if len(ask) == 0 {
+		return out, nil
+	}
+	q, first := qDomainCounts, []any{accountID}
+	if shared {
+		q, first = qSharedDomainCounts, nil
 	}
 	for start := 0; start < len(ask); start += outcomeChunk {
 		chunk := ask[start:min(start+outcomeChunk, len(ask))]
@@ -482,7 +490,7 @@ func (s *Store) DomainCounts(ctx context.Context, accountID string, domains []st
 				return dbErr("read domain counts", err)
 			}
 			if read[d] = e; !e.c.Zero() {
-				out[d] = e.c
+				set(d, e.c)
 			}
 			return nil
 		})
@@ -495,7 +503,7 @@ func (s *Store) DomainCounts(ctx context.Context, accountID string, domains []st
 				e.until = math.MaxInt64
 			}
 			e.gen = gen
-			s.counts.put(outcomeScope(accountID, "@"+d), e)
+			s.counts.put(owner+" @"+d, e)
 		}
 	}
 	return out, nil
