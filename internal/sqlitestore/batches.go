@@ -500,7 +500,7 @@ func (s *Store) Sweep(ctx context.Context) (int, error) {
 		}
 		return nil
 	})
-	s.counts.forget()
+	s.memo.forget()
 	if err == nil && s.quota != nil {
 		s.quota.sweep(time.UnixMilli(now))
 	}

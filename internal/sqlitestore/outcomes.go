@@ -1,6 +1,7 @@
 package sqlitestore
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -169,7 +170,7 @@ const (
 		ON CONFLICT (account_id, address, at, kind) DO UPDATE SET bounce_type = excluded.bounce_type,
 			smtp_reply = excluded.smtp_reply, verdict = excluded.verdict, score = excluded.score, expires_at = excluded.expires_at
 		WHERE outcomes.expires_at <= ?`
-	outcomeColumns   = `address, at, kind, bounce_type, smtp_reply, verdict, score`
+	outcomeColumns   = `address, at, kind, bounce_type, smtp_reply, verdict, score, expires_at`
 	qAnyOutcome      = `SELECT 1 FROM outcomes WHERE account_id = ? LIMIT 1`
 	qAddressOutcomes = `SELECT ` + outcomeColumns + ` FROM outcomes WHERE account_id = ? AND expires_at > ? AND address IN `
 	// outcomeChunk is how many addresses one query of AddressOutcomes
@@ -243,7 +244,7 @@ func (s *Store) PutOutcomes(ctx context.Context, accountID string, os []evs.Outc
 		}
 		return writeDeltas(ctx, tx, deltas, accountID, now)
 	})
-	s.counts.forget()
+	s.memo.forget()
 	if err != nil {
 		return 0, err
 	}
@@ -302,13 +303,23 @@ func (s *Store) rquery(ctx context.Context, q string, args ...any) (*sql.Rows, e
 // AddressOutcomes returns the account's unexpired outcomes of each address
 // (store.Outcomes). On the directory's server the outcome filter leaves
 // out the addresses that surely have none, so most cost no read, even of
-// an account with a million outcomes; elsewhere a probe of the primary key
-// answers an account with none. Then a query per outcomeChunk addresses.
+// an account with a million outcomes, and the memo answers those read
+// before; elsewhere a probe of the primary key answers an account with
+// none. Then a query per outcomeChunk addresses.
 func (s *Store) AddressOutcomes(ctx context.Context, accountID string, addresses []string) (map[string][]evs.Outcome, error) {
-	if addresses = s.mayHave(accountID, " ", addresses); len(addresses) == 0 {
-		return nil, nil
+	now, gen := millis(s.now()), s.memo.generation()
+	var out map[string][]evs.Outcome
+	var ask []string
+	for _, a := range s.mayHave(accountID, " ", addresses) {
+		if e, ok := s.memo.get(accountID+" "+a, now); !ok {
+			ask = append(ask, a)
+		} else if len(e.outcomes) > 0 {
+			setIn(&out, a, e.outcomes)
+		}
 	}
-	out := map[string][]evs.Outcome{}
+	if len(ask) == 0 {
+		return out, nil
+	}
 	if s.outcomes == nil {
 		var one int
 		err := s.rdb.QueryRowContext(ctx, qAnyOutcome, accountID).Scan(&one)
@@ -319,12 +330,28 @@ func (s *Store) AddressOutcomes(ctx context.Context, accountID string, addresses
 			return nil, dbErr("read outcomes", err)
 		}
 	}
-	now := millis(s.now())
-	for start := 0; start < len(addresses); start += outcomeChunk {
-		list, args := inList(addresses[start:min(start+outcomeChunk, len(addresses))], accountID, now)
+	for start := 0; start < len(ask); start += outcomeChunk {
+		chunk := ask[start:min(start+outcomeChunk, len(ask))]
+		list, args := inList(chunk, accountID, now)
 		rows, err := s.rquery(ctx, qAddressOutcomes+list, args...)
-		if err := scanOutcomes(rows, err, func(o evs.Outcome) error { out[o.Address] = append(out[o.Address], o); return nil }); err != nil {
+		read := map[string]memoEntry{}
+		err = scanOutcomes(rows, err, func(o evs.Outcome, expires int64) error {
+			e := read[o.Address]
+			e.outcomes, e.until = append(e.outcomes, o), min(cmp.Or(e.until, expires), expires)
+			read[o.Address] = e
+			return nil
+		})
+		if err != nil {
 			return nil, err
+		}
+		for _, a := range chunk {
+			e := read[a]
+			if e.gen = gen; len(e.outcomes) > 0 {
+				setIn(&out, a, e.outcomes)
+			} else {
+				e.until = math.MaxInt64 // only a write adds any
+			}
+			s.memo.put(accountID+" "+a, e)
 		}
 	}
 	return out, nil
@@ -371,7 +398,7 @@ func (s *Store) DeleteOutcomes(ctx context.Context, accountID, address string) (
 		}
 		return writeDeltas(ctx, tx, deltas, accountID, millis(s.now()))
 	})
-	s.counts.forget()
+	s.memo.forget()
 	return n, err
 }
 
@@ -379,27 +406,27 @@ func (s *Store) DeleteOutcomes(ctx context.Context, accountID, address string) (
 // (store.Outcomes), from one read transaction.
 func (s *Store) EachOutcome(ctx context.Context, accountID string, fn func(evs.Outcome) error) error {
 	rows, err := s.rdb.QueryContext(ctx, qAccountOutcomes, accountID, millis(s.now()))
-	return scanOutcomes(rows, err, fn)
+	return scanOutcomes(rows, err, func(o evs.Outcome, _ int64) error { return fn(o) })
 }
 
 // scanOutcomes calls fn with each row of a query's rows (err is the
-// query's own) and closes them.
-func scanOutcomes(rows *sql.Rows, err error, fn func(evs.Outcome) error) error {
+// query's own), and when it expires, and closes them.
+func scanOutcomes(rows *sql.Rows, err error, fn func(o evs.Outcome, expires int64) error) error {
 	return eachRow(rows, err, "read outcomes", func(rows *sql.Rows) error {
 		var (
-			o       evs.Outcome
-			at      int64
-			kind    string
-			verdict string
+			o           evs.Outcome
+			at, expires int64
+			kind        string
+			verdict     string
 		)
-		if err := rows.Scan(&o.Address, &at, &kind, &o.BounceType, &o.SMTPReply, &verdict, &o.Score); err != nil {
+		if err := rows.Scan(&o.Address, &at, &kind, &o.BounceType, &o.SMTPReply, &verdict, &o.Score, &expires); err != nil {
 			return dbErr("read outcomes", err)
 		}
 		o.At, o.Kind, o.Verdict = time.UnixMilli(at).UTC(), evs.OutcomeKind(kind), evs.Status(verdict)
 		if o.Verdict == "" {
 			o.Score = 0
 		}
-		return fn(o)
+		return fn(o, expires)
 	})
 }
 
@@ -448,25 +475,17 @@ func (s *Store) LastVerdicts(ctx context.Context, accountID string, addresses []
 // every account's, of buckets not yet ended.
 func (s *Store) DomainCounts(ctx context.Context, accountID string, domains []string, shared bool) (map[string]evs.DomainCounts, error) {
 	var out map[string]evs.DomainCounts
-	set := func(d string, c evs.DomainCounts) {
-		if out == nil {
-			out = map[string]evs.DomainCounts{}
-		}
-		out[d] = c
-	}
 	owner := accountID // of the counts: "" for the shared
 	if shared {
 		owner = ""
 	}
-	now, gen := millis(s.now()), s.counts.generation()
+	now, gen := millis(s.now()), s.memo.generation()
 	var ask []string
 	for _, d := range s.mayHave(owner, " @", domains) {
-		if c, ok := s.counts.get(owner+" @"+d, now); ok {
-			if !c.Zero() {
-				set(d, c)
-			}
-		} else {
+		if e, ok := s.memo.get(owner+" @"+d, now); !ok {
 			ask = append(ask, d)
+		} else if !e.counts.Zero() {
+			setIn(&out, d, e.counts)
 		}
 	}
 	if len(ask) == 0 {
@@ -480,17 +499,15 @@ func (s *Store) DomainCounts(ctx context.Context, accountID string, domains []st
 		chunk := ask[start:min(start+outcomeChunk, len(ask))]
 		list, args := inList(chunk, append(first, now)...)
 		rows, err := s.rquery(ctx, q+list+qGroupDomain, args...)
-		read := map[string]countsEntry{}
 		err = eachRow(rows, err, "read domain counts", func(rows *sql.Rows) error {
-			var (
-				d string
-				e countsEntry
-			)
-			if err := rows.Scan(&d, &e.c.Delivered, &e.c.HardBounces, &e.until); err != nil {
+			var d string
+			e := memoEntry{gen: gen}
+			if err := rows.Scan(&d, &e.counts.Delivered, &e.counts.HardBounces, &e.until); err != nil {
 				return dbErr("read domain counts", err)
 			}
-			if read[d] = e; !e.c.Zero() {
-				set(d, e.c)
+			if !e.counts.Zero() {
+				setIn(&out, d, e.counts)
+				s.memo.put(owner+" @"+d, e)
 			}
 			return nil
 		})
@@ -498,41 +515,54 @@ func (s *Store) DomainCounts(ctx context.Context, accountID string, domains []st
 			return nil, err
 		}
 		for _, d := range chunk {
-			e, ok := read[d]
-			if !ok {
-				e.until = math.MaxInt64
+			if _, ok := out[d]; !ok {
+				// No counts: only a write (a new generation) adds any.
+				s.memo.put(owner+" @"+d, memoEntry{gen: gen, until: math.MaxInt64})
 			}
-			e.gen = gen
-			s.counts.put(owner+" @"+d, e)
 		}
 	}
 	return out, nil
 }
 
-// countsMemo keeps, on the directory's server, the domain counts last
-// read, so that a verdict on a domain with counts (an account's usual
-// domains) does not read them again. They change only by this process's
-// writes of outcomes, each of which moves the generation and so forgets
-// every entry, and when a month's bucket ends: an entry lasts until the
-// first of the buckets it sums ends.
-type countsMemo struct {
-	gen atomic.Int64
-	lru *lru.Cache[string, countsEntry]
+// setIn sets (*m)[k], making *m first if it is nil: a read that finds
+// nothing makes no map.
+func setIn[V any](m *map[string]V, k string, v V) {
+	if *m == nil {
+		*m = map[string]V{}
+	}
+	(*m)[k] = v
 }
 
-type countsEntry struct {
-	c          evs.DomainCounts
+// historyMemo keeps, on the directory's server, the history last read,
+// by the outcome filter's scopes: an address's outcomes, a domain's
+// counts. A verdict on an address or a domain read before (an account's
+// usual domains, an address verified again) then reads nothing. History
+// changes only by this process's writes of outcomes, each of which moves
+// the generation and so forgets every entry, and with time: an entry
+// lasts until the first outcome it holds expires, or the first bucket of
+// counts it sums ends.
+type historyMemo struct {
+	gen atomic.Int64
+	lru *lru.Cache[string, memoEntry]
+}
+
+// memoEntry is one scope's history, read at generation gen, good until
+// until (epoch ms). Its outcomes are shared by every reader: none
+// changes them.
+type memoEntry struct {
+	outcomes   []evs.Outcome
+	counts     evs.DomainCounts
 	gen, until int64
 }
 
-// newCountsMemo returns a memo of 8,192 entries, some 100 bytes each.
-func newCountsMemo() *countsMemo {
-	c, _ := lru.New[string, countsEntry](8192) // errs only for size <= 0
-	return &countsMemo{lru: c}
+// newHistoryMemo returns a memo of 8,192 entries.
+func newHistoryMemo() *historyMemo {
+	c, _ := lru.New[string, memoEntry](8192) // errs only for size <= 0
+	return &historyMemo{lru: c}
 }
 
 // generation is the memo's generation (0 without one).
-func (m *countsMemo) generation() int64 {
+func (m *historyMemo) generation() int64 {
 	if m == nil {
 		return 0
 	}
@@ -540,23 +570,23 @@ func (m *countsMemo) generation() int64 {
 }
 
 // forget forgets every entry: outcomes were written.
-func (m *countsMemo) forget() {
+func (m *historyMemo) forget() {
 	if m != nil {
 		m.gen.Add(1)
 	}
 }
 
-func (m *countsMemo) get(scope string, now int64) (evs.DomainCounts, bool) {
+func (m *historyMemo) get(scope string, now int64) (memoEntry, bool) {
 	if m == nil {
-		return evs.DomainCounts{}, false
+		return memoEntry{}, false
 	}
 	e, ok := m.lru.Get(scope)
-	return e.c, ok && e.gen == m.gen.Load() && now < e.until
+	return e, ok && e.gen == m.gen.Load() && now < e.until
 }
 
-// put keeps e, read at generation e.gen: a write since then makes it
-// one that get never answers.
-func (m *countsMemo) put(scope string, e countsEntry) {
+// put keeps e, read at generation e.gen: a write since then makes it one
+// that get never answers.
+func (m *historyMemo) put(scope string, e memoEntry) {
 	if m != nil {
 		m.lru.Add(scope, e)
 	}

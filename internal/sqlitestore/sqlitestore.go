@@ -90,9 +90,9 @@ type Store struct {
 	// have none (outcomeScope); nil unless this process is the
 	// directory's only server.
 	outcomes *keyFilter
-	// counts keeps the domain counts last read; nil unless this process
-	// is the directory's only server.
-	counts *countsMemo
+	// memo keeps the history last read; nil unless this process is the
+	// directory's only server.
+	memo *historyMemo
 	// exportMu makes reading and writing an export's record one step.
 	exportMu sync.Mutex
 	// dir is the data directory; keysGen counts this store's writes to
@@ -273,7 +273,7 @@ func open(ctx context.Context, dir string, now func() time.Time, busy time.Durat
 		if s.outcomes, err = newKeyFilter(ctx, s.rdb, qOutcomeScopes); err != nil {
 			return nil, err
 		}
-		s.counts = newCountsMemo()
+		s.memo = newHistoryMemo()
 	}
 	return s, nil
 }
