@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
-	"errors"
 	"math"
 	"strings"
 	"sync/atomic"
@@ -171,7 +170,6 @@ const (
 			smtp_reply = excluded.smtp_reply, verdict = excluded.verdict, score = excluded.score, expires_at = excluded.expires_at
 		WHERE outcomes.expires_at <= ?`
 	outcomeColumns   = `address, at, kind, bounce_type, smtp_reply, verdict, score, expires_at`
-	qAnyOutcome      = `SELECT 1 FROM outcomes WHERE account_id = ? LIMIT 1`
 	qAddressOutcomes = `SELECT ` + outcomeColumns + ` FROM outcomes WHERE account_id = ? AND expires_at > ? AND address IN `
 	// outcomeChunk is how many addresses one query of AddressOutcomes
 	// names, well under SQLite's limit of bound parameters.
@@ -304,8 +302,7 @@ func (s *Store) rquery(ctx context.Context, q string, args ...any) (*sql.Rows, e
 // (store.Outcomes). On the directory's server the outcome filter leaves
 // out the addresses that surely have none, so most cost no read, even of
 // an account with a million outcomes, and the memo answers those read
-// before; elsewhere a probe of the primary key answers an account with
-// none. Then a query per outcomeChunk addresses.
+// before; the rest cost a query per outcomeChunk addresses.
 func (s *Store) AddressOutcomes(ctx context.Context, accountID string, addresses []string) (map[string][]evs.Outcome, error) {
 	now, gen := millis(s.now()), s.memo.generation()
 	var out map[string][]evs.Outcome
@@ -315,19 +312,6 @@ func (s *Store) AddressOutcomes(ctx context.Context, accountID string, addresses
 			ask = append(ask, a)
 		} else if len(e.outcomes) > 0 {
 			setIn(&out, a, e.outcomes)
-		}
-	}
-	if len(ask) == 0 {
-		return out, nil
-	}
-	if s.outcomes == nil {
-		var one int
-		err := s.rdb.QueryRowContext(ctx, qAnyOutcome, accountID).Scan(&one)
-		if errors.Is(err, sql.ErrNoRows) {
-			return out, nil
-		}
-		if err != nil {
-			return nil, dbErr("read outcomes", err)
 		}
 	}
 	for start := 0; start < len(ask); start += outcomeChunk {
