@@ -8,16 +8,20 @@
 // It starts both servers in this process (the real stack: gateway,
 // authorizer, handlers, idempotency keeper, SQLite store in a temporary data
 // directory, batch runner, with a test-mode key made through the server
-// package's key path), drives each scenario with a closed loop of N
-// keep-alive connections for a bounded time, and prints:
+// package's key path), drives each scenario from a process of its own (this
+// program again, with -drive) with a closed loop of N keep-alive
+// connections for a bounded time, and prints:
 //
 //   - POST /v1/verify quick vs the floor: requests/s and p99;
 //   - the same call with a unique Idempotency-Key vs plain /v1/verify;
 //   - GET /v1/requests/{id} vs plain /v1/verify;
 //   - a result-cache hit (a live account's full-mode /v1/verify of an
 //     address verified once through loopback DNS and SMTP peers) vs plain
-//     /v1/verify, the quick check with no network at all (issue 22's goal:
-//     at most 1.2× its cost);
+//     /v1/verify, the quick check with no network at all (goal: at most
+//     1.2× its cost);
+//   - history: a live account with a million reported outcomes verifies
+//     an address without outcomes (its domain has counts) and one with
+//     them, vs the same call by a live account with none;
 //   - a 50,000-address test-mode batch, create → completed: addresses/s,
 //     bytes stored per result, and this process's RSS after it.
 //
@@ -37,6 +41,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
@@ -67,13 +72,29 @@ func main() {
 		rounds   = flag.Int("rounds", 3, "rounds of the request scenarios, interleaved so a noisy neighbour hits all alike; figures are medians")
 		conns    = flag.Int("conns", 64, "concurrent keep-alive connections (closed loop)")
 		batchN   = flag.Int("batch", 50_000, "addresses in the batch scenario (0 skips it)")
-		only     = flag.String("only", "", "comma-separated scenarios to run (floor,verify,idem,get,hit,victim,batch); default all")
-		profile  = flag.String("cpuprofile", "", "write a CPU profile of each scenario to PREFIX.<scenario>.<round>.pprof")
+		only     = flag.String("only", "", "comma-separated scenarios to run (floor,verify,idem,get,hit,history,victim,batch); default all")
+		outcomes = flag.Int("outcomes", 1_000_000, "outcomes of the history scenario's account")
+		profile  = flag.String("cpuprofile", "", "write a CPU profile of the servers' process in each scenario to PREFIX.<scenario>.<round>.pprof")
 		keepDir  = flag.Bool("keep", false, "keep the data directory (its path is printed)")
+		driver   = flag.Bool("drive", false, "be the load generator: run the load read from stdin (a JSON drive), write its figures to stdout")
 	)
 	flag.Parse()
 	log.SetFlags(0)
-	if err := run(context.Background(), opts{duration: *duration, rounds: max(1, *rounds), conns: *conns, batch: *batchN, only: *only, profile: *profile, keep: *keepDir}); err != nil {
+	if *driver {
+		var d drive
+		if err := json.NewDecoder(os.Stdin).Decode(&d); err != nil {
+			log.Fatal("loadtest -drive: ", err)
+		}
+		f, err := load(d)
+		if err == nil {
+			err = json.NewEncoder(os.Stdout).Encode(f)
+		}
+		if err != nil {
+			log.Fatal("loadtest -drive: ", err)
+		}
+		return
+	}
+	if err := run(context.Background(), opts{duration: *duration, rounds: max(1, *rounds), conns: *conns, batch: *batchN, outcomes: *outcomes, only: *only, profile: *profile, keep: *keepDir}); err != nil {
 		fmt.Fprintln(os.Stderr, "loadtest:", err)
 		os.Exit(1)
 	}
@@ -84,13 +105,16 @@ type opts struct {
 	rounds   int
 	conns    int
 	batch    int
+	outcomes int
 	only     string
 	profile  string
 	keep     bool
 }
 
+// wants tells whether scenario s runs: "history" also names its
+// "history-none" and "history-addr".
 func (o opts) wants(s string) bool {
-	return o.only == "" || slices.Contains(strings.Split(o.only, ","), s)
+	return o.only == "" || slices.ContainsFunc(strings.Split(o.only, ","), func(w string) bool { return s == w || strings.HasPrefix(s, w+"-") })
 }
 
 // stack is a running `evs serve` and the floor beside it.
@@ -132,6 +156,9 @@ const (
 	hitDomain = "hit.example"
 	hitEmail  = "ok@" + hitDomain
 	hitBody   = `{"email":"` + hitEmail + `","mode":"full"}`
+	// histDomain's addresses are those of the history scenario's
+	// outcomes: h<n>@histDomain.
+	histDomain = "hist.example"
 )
 
 func start(ctx context.Context) (*stack, error) {
@@ -145,6 +172,8 @@ func start(ctx context.Context) (*stack, error) {
 	dnsPeer := testkit.StartDNS(tb)
 	dnsPeer.AddRecord(hitDomain + ". 300 IN MX 10 mx." + hitDomain + ".")
 	dnsPeer.AddRecord("mx." + hitDomain + ". 300 IN A 127.0.0.1")
+	dnsPeer.AddRecord(histDomain + ". 300 IN MX 10 mx." + histDomain + ".")
+	dnsPeer.AddRecord("mx." + histDomain + ". 300 IN A 127.0.0.1")
 	smtpPeer := testkit.StartSMTP(tb, testkit.SMTPOptions{Rcpt: func(addr string) string {
 		if addr == hitEmail {
 			return "250 2.1.5 OK"
@@ -272,24 +301,25 @@ func (s *stack) callAs(key, method, path, body string, hdr map[string]string) (r
 // figures are one scenario's measurements.
 type figures struct {
 	name     string
-	requests int
-	errors   int
-	elapsed  time.Duration
+	Requests int
+	Errors   int
+	Elapsed  time.Duration
 	// The latency percentiles reported, not every latency: what the
 	// harness keeps must not count in the server's RSS after the batch.
-	p50, p99, max time.Duration
-	// cpu is the process's CPU time (user and system, server and client
-	// alike) over the scenario: per request, it is what a call costs end
-	// to end, and unlike requests/s a neighbour's burst barely moves it.
-	cpu time.Duration
+	P50, P99, Max time.Duration
+	// CPU is the CPU time (user and system) of the server's process and
+	// the load generator's over the scenario: per request, it is what a
+	// call costs end to end, and unlike requests/s a neighbour's burst
+	// barely moves it.
+	CPU time.Duration
 }
 
 // cpuPerRequest is the scenario's CPU time per request, in microseconds.
 func (f figures) cpuPerRequest() float64 {
-	return float64(f.cpu) / float64(time.Microsecond) / float64(max(f.requests, 1))
+	return float64(f.CPU) / float64(time.Microsecond) / float64(max(f.Requests, 1))
 }
 
-func (f figures) rps() float64 { return float64(f.requests) / f.elapsed.Seconds() }
+func (f figures) rps() float64 { return float64(f.Requests) / f.Elapsed.Seconds() }
 
 // percentile is the p-th of sorted latencies (p from 0 to 1).
 func percentile(sorted []time.Duration, p float64) time.Duration {
@@ -299,10 +329,47 @@ func percentile(sorted []time.Duration, p float64) time.Duration {
 	return sorted[int(float64(len(sorted)-1)*p)]
 }
 
-// load drives addr with conns closed-loop connections for d. build returns
-// the raw HTTP/1.1 request for the i-th call of connection c; a reply whose
-// status is not want counts as an error.
-func load(addr string, conns int, d time.Duration, want int, build func(c, i int) []byte) (figures, error) {
+// drive is a load: Conns closed-loop connections to Addr for Duration,
+// each sending Req (a raw HTTP/1.1 request) again and again, with "{n}" in
+// it replaced by a number no other call of the load has; a reply whose
+// status is not Want counts as an error.
+type drive struct {
+	Addr     string
+	Conns    int
+	Duration time.Duration
+	Want     int
+	Req      []byte
+}
+
+// driveElsewhere runs d in a load generator process of its own (this
+// program with -drive), as a client would, and adds this process's CPU
+// time over it (the server's) to the generator's.
+func driveElsewhere(d drive) (figures, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return figures{}, err
+	}
+	in, err := json.Marshal(d)
+	if err != nil {
+		return figures{}, err
+	}
+	cmd := exec.Command(exe, "-drive")
+	cmd.Stdin, cmd.Stderr = bytes.NewReader(in), os.Stderr
+	cpu0 := processCPU()
+	out, err := cmd.Output()
+	if err != nil {
+		return figures{}, fmt.Errorf("load generator: %w", err)
+	}
+	var f figures
+	err = json.Unmarshal(out, &f)
+	f.CPU += processCPU() - cpu0
+	return f, err
+}
+
+// load runs d from this process.
+func load(d drive) (figures, error) {
+	addr, conns, want := d.Addr, d.Conns, d.Want
+	numbered := bytes.Contains(d.Req, []byte("{n}"))
 	var (
 		wg       sync.WaitGroup
 		mu       sync.Mutex
@@ -310,7 +377,7 @@ func load(addr string, conns int, d time.Duration, want int, build func(c, i int
 		errs     atomic.Int64
 		firstErr error
 	)
-	deadline := time.Now().Add(d)
+	deadline := time.Now().Add(d.Duration)
 	cpu0 := processCPU()
 	begin := time.Now()
 	for c := range conns {
@@ -333,7 +400,10 @@ func load(addr string, conns int, d time.Duration, want int, build func(c, i int
 			defer conn.Close()
 			br := bufio.NewReaderSize(conn, 16<<10)
 			for i := 0; time.Now().Before(deadline); i++ {
-				req := build(c, i)
+				req := d.Req
+				if numbered {
+					req = bytes.ReplaceAll(req, []byte("{n}"), []byte(strconv.Itoa(c)+"-"+strconv.Itoa(i)))
+				}
 				t := time.Now()
 				if _, err := conn.Write(req); err != nil {
 					errs.Add(1)
@@ -354,9 +424,9 @@ func load(addr string, conns int, d time.Duration, want int, build func(c, i int
 		}()
 	}
 	wg.Wait()
-	f := figures{requests: len(all), errors: int(errs.Load()), elapsed: time.Since(begin), cpu: processCPU() - cpu0}
+	f := figures{Requests: len(all), Errors: int(errs.Load()), Elapsed: time.Since(begin), CPU: processCPU() - cpu0}
 	slices.Sort(all)
-	f.p50, f.p99, f.max = percentile(all, 0.50), percentile(all, 0.99), percentile(all, 1)
+	f.P50, f.P99, f.Max = percentile(all, 0.50), percentile(all, 0.99), percentile(all, 1)
 	return f, firstErr
 }
 
@@ -394,7 +464,7 @@ func run(ctx context.Context, o opts) error {
 		o.conns, o.duration, runtime.GOMAXPROCS(0), s.replyLen)
 
 	res := map[string][]figures{}
-	scenario := func(name string, addr string, want int, build func(c, i int) []byte) error {
+	scenario := func(name string, addr string, want int, req []byte) error {
 		if !o.wants(name) {
 			return nil
 		}
@@ -402,16 +472,16 @@ func run(ctx context.Context, o opts) error {
 		if err != nil {
 			return err
 		}
-		f, err := load(addr, o.conns, o.duration, want, build)
+		f, err := driveElsewhere(drive{Addr: addr, Conns: o.conns, Duration: o.duration, Want: want, Req: req})
 		stopProf()
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
 		f.name = name
 		res[name] = append(res[name], f)
-		fmt.Printf("%-7s %9.0f req/s  p50 %7s  p99 %7s  max %7s  CPU %5.1f µs/req  errors %d\n",
-			name, f.rps(), f.p50.Round(time.Microsecond), f.p99.Round(time.Microsecond),
-			f.max.Round(time.Microsecond), f.cpuPerRequest(), f.errors)
+		fmt.Printf("%-12s %9.0f req/s  p50 %7s  p99 %7s  max %7s  CPU %5.1f µs/req  errors %d\n",
+			name, f.rps(), f.P50.Round(time.Microsecond), f.P99.Round(time.Microsecond),
+			f.Max.Round(time.Microsecond), f.cpuPerRequest(), f.Errors)
 		return nil
 	}
 
@@ -444,6 +514,12 @@ func run(ctx context.Context, o opts) error {
 		hitReq = rawRequest(http.MethodPost, s.evs, "/v1/verify", s.liveKey, nil, hitBody)
 		conns0 = s.smtp.Connections()
 	}
+	var noneReq, histReq, histAddrReq []byte
+	if o.wants("history") {
+		if noneReq, histReq, histAddrReq, err = s.prepareHistory(ctx, o.outcomes); err != nil {
+			return fmt.Errorf("history: %w", err)
+		}
+	}
 	var attacker *hostile
 	if o.wants("victim") {
 		if attacker, err = prepareHostile(ctx, s); err != nil {
@@ -452,35 +528,44 @@ func run(ctx context.Context, o opts) error {
 	}
 	for round := range o.rounds {
 		fmt.Printf("round %d\n", round+1)
-		if err := scenario("floor", s.floor, http.StatusOK, func(int, int) []byte { return floorReq }); err != nil {
+		if err := scenario("floor", s.floor, http.StatusOK, floorReq); err != nil {
 			return err
 		}
-		if err := scenario("verify", s.evs, http.StatusOK, func(int, int) []byte { return verifyReq }); err != nil {
+		if err := scenario("verify", s.evs, http.StatusOK, verifyReq); err != nil {
 			return err
 		}
 		if attacker != nil {
 			// The victim's verify load while another account attacks.
 			attacker.start()
 			time.Sleep(time.Second) // the attack's connections are open
-			err := scenario("victim", s.evs, http.StatusOK, func(int, int) []byte { return verifyReq })
+			err := scenario("victim", s.evs, http.StatusOK, verifyReq)
 			attacker.stop()
 			if err != nil {
 				return err
 			}
 		}
-		if err := scenario("idem", s.evs, http.StatusOK, func(c, i int) []byte {
-			return rawRequest(http.MethodPost, s.evs, "/v1/verify", s.key,
-				map[string]string{"Idempotency-Key": "lt-" + strconv.Itoa(round) + "-" + strconv.Itoa(c) + "-" + strconv.Itoa(i)}, verifyBody)
-		}); err != nil {
+		if err := scenario("idem", s.evs, http.StatusOK, rawRequest(http.MethodPost, s.evs, "/v1/verify", s.key,
+			map[string]string{"Idempotency-Key": "lt-" + strconv.Itoa(round) + "-{n}"}, verifyBody)); err != nil {
 			return err
 		}
 		if getReq != nil {
-			if err := scenario("get", s.evs, http.StatusOK, func(int, int) []byte { return getReq }); err != nil {
+			if err := scenario("get", s.evs, http.StatusOK, getReq); err != nil {
 				return err
 			}
 		}
 		if hitReq != nil {
-			if err := scenario("hit", s.evs, http.StatusOK, func(int, int) []byte { return hitReq }); err != nil {
+			if err := scenario("hit", s.evs, http.StatusOK, hitReq); err != nil {
+				return err
+			}
+		}
+		for _, h := range []struct {
+			name string
+			req  []byte
+		}{{"history-none", noneReq}, {"history", histReq}, {"history-addr", histAddrReq}} {
+			if h.req == nil {
+				continue
+			}
+			if err := scenario(h.name, s.evs, http.StatusOK, h.req); err != nil {
 				return err
 			}
 		}
@@ -548,6 +633,8 @@ func run(ctx context.Context, o opts) error {
 	ratio("GET /v1/requests/{id} / verify", "get", "verify")
 	ratio("verify cache hit (full) / verify quick", "hit", "verify")
 	ratio("victim verify under attack / verify", "victim", "verify")
+	ratio("outcomes, address without / none", "history", "history-none")
+	ratio("outcomes, address with / none", "history-addr", "history-none")
 	if len(victimAlone) > 0 {
 		var rr []float64
 		for i := range victimAlone {
@@ -557,7 +644,7 @@ func run(ctx context.Context, o opts) error {
 	}
 	if attacker != nil {
 		peak, _ := rss()
-		fmt.Printf("%-40s served %d, refused %d; victim p99 %s ms; process RSS peak %.1f MB (server and load alike)\n", "attacker's calls",
+		fmt.Printf("%-40s served %d, refused %d; victim p99 %s ms; process RSS peak %.1f MB (server and attacker)\n", "attacker's calls",
 			attacker.served.Load(), attacker.refused.Load(), strings.Join(each(res["victim"], p99, "%.1f"), "/"), peak)
 	}
 	if bf.elapsed > 0 {
@@ -566,7 +653,60 @@ func run(ctx context.Context, o opts) error {
 	return nil
 }
 
-func p99(f figures) float64 { return float64(f.p99) / float64(time.Millisecond) }
+// prepareHistory gives a live account n outcomes, stored through the store
+// as POST /v1/outcomes would store them (h<i>@histDomain, one in ten a
+// hard bounce, the rest deliveries), makes a live account with none, and
+// returns the three calls of the history scenario, each made once so that
+// every later one is a result-cache hit: the account with none and the
+// account with n verify an address without outcomes on their domain, and
+// the account with n one of its addresses.
+func (s *stack) prepareHistory(ctx context.Context, n int) (none, without, with []byte, err error) {
+	noneKey, err := s.account(ctx, "no-history", false)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	a := evs.Account{ID: uuid.NewString(), Name: "history", CreatedAt: time.Now().UTC()}
+	if err := s.st.CreateAccount(ctx, a); err != nil {
+		return nil, nil, nil, err
+	}
+	histKey, err := authorizer.IssueKey(ctx, s.st, a.ID, "", time.Now())
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	begin, at, os := time.Now(), time.Now().Add(-time.Hour).Truncate(time.Millisecond), make([]evs.Outcome, 0, 10_000)
+	for i := range n {
+		o := evs.Outcome{Address: fmt.Sprintf("h%d@%s", i, histDomain), Kind: evs.OutcomeDelivered, At: at, Verdict: evs.Deliverable, Score: 90}
+		if i%10 == 0 {
+			o.Kind, o.BounceType = evs.OutcomeBounced, evs.BounceHard
+		}
+		if os = append(os, o); len(os) == cap(os) || i == n-1 {
+			if _, err := s.st.PutOutcomes(ctx, a.ID, os, time.Now().Add(24*time.Hour)); err != nil {
+				return nil, nil, nil, err
+			}
+			os = os[:0]
+		}
+	}
+	fmt.Printf("history: %d outcomes stored in %s\n", n, time.Since(begin).Round(time.Millisecond))
+	body := func(addr string) string { return `{"email":"` + addr + `","mode":"quick"}` }
+	without, with = []byte(body("new@"+histDomain)), []byte(body("h1@"+histDomain))
+	for _, c := range []struct {
+		key  string
+		body []byte
+		out  *[]byte
+	}{{noneKey, without, &none}, {histKey, without, &without}, {histKey, with, &with}} {
+		r, err := s.callAs(c.key, http.MethodPost, "/v1/verify", string(c.body), nil)
+		if err == nil && r.status != http.StatusOK {
+			err = fmt.Errorf("%d %s", r.status, r.body)
+		}
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		*c.out = rawRequest(http.MethodPost, s.evs, "/v1/verify", c.key, nil, string(c.body))
+	}
+	return none, without, with, nil
+}
+
+func p99(f figures) float64 { return float64(f.P99) / float64(time.Millisecond) }
 
 // each formats v of every round's figures.
 func each(fs []figures, v func(figures) float64, format string) []string {
@@ -724,8 +864,6 @@ func dataSize(dir string) (int64, error) {
 	return total, err
 }
 
-// rss reads this process's peak and current resident set from
-// /proc/self/status, in MB.
 // processCPU is the CPU time this process has used, user and system.
 func processCPU() time.Duration {
 	var ru syscall.Rusage
@@ -735,6 +873,8 @@ func processCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
+// rss reads this process's peak and current resident set from
+// /proc/self/status, in MB.
 func rss() (peak, cur float64) {
 	b, err := os.ReadFile("/proc/self/status")
 	if err != nil {

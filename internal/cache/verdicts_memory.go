@@ -36,7 +36,8 @@ type memoryKey struct {
 }
 
 // memoryEntry holds the decision in the stores' codec: a third of a
-// decoded Decision's size, and decoding is cheap beside a database read.
+// decoded Decision's size, and decoding is cheap beside a database read;
+// nil when the store holds none.
 type memoryEntry struct {
 	decision []byte
 	expires  time.Time
@@ -55,6 +56,9 @@ func NewVerdictMemory(st Store, entries int) *VerdictMemory {
 func (m *VerdictMemory) CachedDecision(ctx context.Context, accountID string, mode evs.Mode, address string) (evs.Decision, time.Time, bool, error) {
 	k := memoryKey{account: accountID, address: address, mode: mode}
 	if e, ok := m.lru.Get(k); ok {
+		if e.decision == nil {
+			return evs.Decision{}, time.Time{}, false, nil
+		}
 		if d, err := store.DecodeDecision(address, e.decision); err == nil {
 			return d, e.expires, true, nil
 		}
@@ -63,6 +67,11 @@ func (m *VerdictMemory) CachedDecision(ctx context.Context, accountID string, mo
 	d, expires, found, err := m.store.CachedDecision(ctx, accountID, mode, address)
 	if err == nil && found {
 		m.lru.Add(k, memoryEntry{decision: encodeEntry(d), expires: expires})
+	} else if err == nil {
+		// None stored, remembered (a nil decision) unless a keep got in
+		// first: a verdict never kept (unknown, as every quick check of a
+		// mailbox is) costs one read, not one a call.
+		m.lru.ContainsOrAdd(k, memoryEntry{})
 	}
 	return d, expires, found, err
 }

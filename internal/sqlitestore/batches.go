@@ -96,6 +96,7 @@ var (
 		qAccount, qAccountByName, qCountAccounts, qKeyByHash, qListKeys,
 		qBatch, qResults, qResultsByStatus, qPending, qUnfinished, qList, qDelivery, qBatchView,
 		qLookup, qPing, qCachedDecision,
+		qAddressOutcomes + "(?)", qDomainCounts + "(?)" + qGroupDomain, qSharedDomainCounts + "(?)" + qGroupDomain,
 	}
 )
 
@@ -470,7 +471,8 @@ func (s *Store) queryBatches(ctx context.Context, what, q string, args ...any) (
 // Sweep deletes the batches (with their items and results), idempotency
 // records and exported lists whose expiry has passed by the store's
 // clock: the embedded store's TTL, which `evs serve` runs periodically;
-// serving, it then rebuilds the key filter without the deleted records.
+// serving, it then rebuilds the key and outcome filters without the
+// deleted rows.
 // It returns how many batches, records and exports it deleted.
 func (s *Store) Sweep(ctx context.Context) (int, error) {
 	if s.views != nil {
@@ -498,6 +500,7 @@ func (s *Store) Sweep(ctx context.Context) (int, error) {
 		}
 		return nil
 	})
+	s.memo.forget()
 	if err == nil && s.quota != nil {
 		s.quota.sweep(time.UnixMilli(now))
 	}
@@ -508,7 +511,7 @@ func (s *Store) Sweep(ctx context.Context) (int, error) {
 	}
 	if err == nil && s.keys != nil {
 		// Sweeps run one at a time, so rebuilds never overlap.
-		err = s.keys.rebuild(ctx, s.rdb)
+		err = errors.Join(s.keys.rebuild(ctx, s.rdb), s.outcomes.rebuild(ctx, s.rdb))
 	}
 	return int(n), err
 }

@@ -14,57 +14,69 @@ import (
 // it fills rather than growing.
 const filterWords = 1 << 18
 
-// keyFilter tells a serving store's LookupIdempotency that a scope has no
-// record without reading the database: one bit per hashed scope, set once
-// a record of that scope is committed, never a false "no". It exists
-// because the lookup was a quarter of a keyed call: with it, `make
-// bench-http` measured a unique Idempotency-Key at 0.37× a plain call,
-// against 0.27× reading the database every time (goal 0.3×). It is only
-// sound where this process writes every record, so only OpenServing's
-// store, under the serve lock, has one.
+// keyFilter tells a serving store that a scope has no rows without
+// reading the database: one bit per hashed scope, set once a row of that
+// scope is committed, never a false "no". Two use it: LookupIdempotency
+// (scope: the record's), because the lookup was a quarter of a keyed call
+// (`make bench-http` measured a unique Idempotency-Key at 0.37× a plain
+// call with it, 0.27× reading the database every time); and the outcome
+// history every verdict consults (outcomeScope), which most addresses,
+// even of an account with a million outcomes, do not have. It is only
+// sound where this process writes every row, so only OpenServing's store,
+// under the serve lock, has them.
 type keyFilter struct {
 	seed maphash.Seed
-	cur  atomic.Pointer[[filterWords]atomic.Uint64]
+	// query selects the scopes of the rows the database holds.
+	query string
+	cur   atomic.Pointer[[filterWords]atomic.Uint64]
 	// next is the bitmap a rebuild is filling, nil otherwise: records
 	// committed during the rebuild's scan mark it too.
 	next atomic.Pointer[[filterWords]atomic.Uint64]
 }
 
-func (f *keyFilter) slot(scope string) (int, uint64) {
-	h := maphash.String(f.seed, scope)
+// slot is the word and bit of the scope that is the concatenation of
+// parts: hashed piece by piece, so a caller need not build it.
+func (f *keyFilter) slot(parts ...string) (int, uint64) {
+	var mh maphash.Hash
+	mh.SetSeed(f.seed)
+	for _, p := range parts {
+		mh.WriteString(p)
+	}
+	h := mh.Sum64()
 	return int(h>>6) & (filterWords - 1), 1 << (h & 63)
 }
 
-// add marks scope. It runs after the record's commit, and reads next
+// add marks scope. It runs after the row's commit, and reads next
 // before cur: if next is set, the bitmap being built gets the mark; if it
 // is nil, either no rebuild has begun its scan (which will then read the
 // committed record) or the last one has already made its bitmap cur.
-func (f *keyFilter) add(scope string) {
-	w, m := f.slot(scope)
+func (f *keyFilter) add(scope ...string) {
+	w, m := f.slot(scope...)
 	if n := f.next.Load(); n != nil {
 		n[w].Or(m)
 	}
 	f.cur.Load()[w].Or(m)
 }
 
-// mayHave is false only when scope has no committed record.
-func (f *keyFilter) mayHave(scope string) bool {
-	w, m := f.slot(scope)
+// mayHave is false only when scope (the concatenation of its parts) has
+// no committed row.
+func (f *keyFilter) mayHave(scope ...string) bool {
+	w, m := f.slot(scope...)
 	return f.cur.Load()[w].Load()&m != 0
 }
 
 // rebuild replaces the bitmap with one of the scopes db holds now, so that
-// the marks of swept records stop costing reads. Rebuilds must not overlap
+// the marks of swept rows stop costing reads. Rebuilds must not overlap
 // (Open runs the first, Sweep the later ones, one at a time).
 func (f *keyFilter) rebuild(ctx context.Context, db *sql.DB) error {
 	fresh := new([filterWords]atomic.Uint64)
 	f.next.Store(fresh)
 	defer f.next.Store(nil)
 	var scope string
-	rows, err := db.QueryContext(ctx, `SELECT scope FROM idempotency`)
-	err = eachRow(rows, err, "read idempotency keys", func(rows *sql.Rows) error {
+	rows, err := db.QueryContext(ctx, f.query)
+	err = eachRow(rows, err, "fill a filter", func(rows *sql.Rows) error {
 		if err := rows.Scan(&scope); err != nil {
-			return dbErr("read idempotency keys", err)
+			return dbErr("fill a filter", err)
 		}
 		w, m := f.slot(scope)
 		fresh[w].Or(m)
@@ -77,9 +89,9 @@ func (f *keyFilter) rebuild(ctx context.Context, db *sql.DB) error {
 	return nil
 }
 
-// newKeyFilter returns the filter of the records db holds.
-func newKeyFilter(ctx context.Context, db *sql.DB) (*keyFilter, error) {
-	f := &keyFilter{seed: maphash.MakeSeed()}
+// newKeyFilter returns the filter of the scopes query selects in db.
+func newKeyFilter(ctx context.Context, db *sql.DB, query string) (*keyFilter, error) {
+	f := &keyFilter{seed: maphash.MakeSeed(), query: query}
 	f.cur.Store(new([filterWords]atomic.Uint64))
 	return f, f.rebuild(ctx, db)
 }

@@ -1,11 +1,15 @@
 package sqlitestore
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
-	"errors"
+	"math"
 	"strings"
+	"sync/atomic"
 	"time"
+
+	lru "github.com/hashicorp/golang-lru/v2"
 
 	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/store"
@@ -98,10 +102,10 @@ INSERT INTO outcome_domains (account_id, domain, bucket, shared_delivered, share
 `
 
 const (
-	// qUnmarkExpired deletes an expired mark the sweep has not deleted
-	// yet, to be uncounted; qMarkOutcome then makes the mark of an
-	// address's class unless a live one is there: a row added is an
-	// address counted anew.
+	// qMarkOutcome makes the mark of an address's class unless one is
+	// there: a row added is an address counted anew. When one is,
+	// qUnmarkExpired deletes it if it expired and the sweep has not
+	// deleted it yet, to be uncounted and made anew.
 	qUnmarkExpired = `DELETE FROM outcome_marks WHERE account_id = ? AND address = ? AND class = ? AND expires_at <= ? RETURNING expires_at, shared`
 	qMarkOutcome   = `INSERT INTO outcome_marks (account_id, address, class, expires_at, shared) VALUES (?, ?, ?, ?, ?)
 		ON CONFLICT (account_id, address, class) DO NOTHING`
@@ -113,15 +117,17 @@ const (
 			delivered = max(delivered + excluded.delivered, 0), hard_bounces = max(hard_bounces + excluded.hard_bounces, 0),
 			shared_delivered = max(shared_delivered + excluded.shared_delivered, 0),
 			shared_hard_bounces = max(shared_hard_bounces + excluded.shared_hard_bounces, 0)`
-	qDomainCounts        = `SELECT domain, sum(delivered), sum(hard_bounces) FROM outcome_domains WHERE account_id = ? AND bucket > ? AND domain IN `
-	qSharedDomainCounts  = `SELECT domain, sum(shared_delivered), sum(shared_hard_bounces) FROM outcome_domains WHERE bucket > ? AND domain IN `
+	qDomainCounts        = `SELECT domain, sum(delivered), sum(hard_bounces), min(bucket) FROM outcome_domains WHERE account_id = ? AND bucket > ? AND domain IN `
+	qSharedDomainCounts  = `SELECT domain, sum(shared_delivered), sum(shared_hard_bounces), min(bucket) FROM outcome_domains WHERE bucket > ? AND domain IN `
+	qGroupDomain         = ` GROUP BY domain`
 	qSweepOutcomeDomains = `DELETE FROM outcome_domains WHERE bucket <= ?`
 )
 
 // unmarkExpired deletes the address's expired mark of class, if there is
-// one, and uncounts it in deltas: its bucket may still be read.
-func unmarkExpired(ctx context.Context, tx *sql.Tx, deltas store.DomainDeltas, accountID, address, class string, now int64) error {
-	rows, err := tx.QueryContext(ctx, qUnmarkExpired, accountID, address, class, now)
+// one, with st (qUnmarkExpired), and uncounts it in deltas: its bucket may
+// still be read.
+func unmarkExpired(ctx context.Context, st *sql.Stmt, deltas store.DomainDeltas, accountID, address, class string, now int64) error {
+	rows, err := st.QueryContext(ctx, accountID, address, class, now)
 	return eachRow(rows, err, "count outcomes by domain", func(rows *sql.Rows) error {
 		var (
 			expires int64
@@ -163,8 +169,7 @@ const (
 		ON CONFLICT (account_id, address, at, kind) DO UPDATE SET bounce_type = excluded.bounce_type,
 			smtp_reply = excluded.smtp_reply, verdict = excluded.verdict, score = excluded.score, expires_at = excluded.expires_at
 		WHERE outcomes.expires_at <= ?`
-	outcomeColumns   = `address, at, kind, bounce_type, smtp_reply, verdict, score`
-	qAnyOutcome      = `SELECT 1 FROM outcomes WHERE account_id = ? LIMIT 1`
+	outcomeColumns   = `address, at, kind, bounce_type, smtp_reply, verdict, score, expires_at`
 	qAddressOutcomes = `SELECT ` + outcomeColumns + ` FROM outcomes WHERE account_id = ? AND expires_at > ? AND address IN `
 	// outcomeChunk is how many addresses one query of AddressOutcomes
 	// names, well under SQLite's limit of bound parameters.
@@ -182,7 +187,9 @@ func (s *Store) PutOutcomes(ctx context.Context, accountID string, os []evs.Outc
 	if len(os) == 0 {
 		return 0, nil
 	}
-	s.reported.add(accountID)
+	// Marked before (a read between the commit and the mark must not
+	// miss them) and after (a filter rebuilt meanwhile reads them).
+	s.markOutcomes(accountID, os)
 	added := 0
 	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		added = 0 // a retried transaction counts again
@@ -196,6 +203,11 @@ func (s *Store) PutOutcomes(ctx context.Context, accountID string, os []evs.Outc
 			return dbErr("store outcomes", err)
 		}
 		defer mark.Close()
+		unmark, err := tx.PrepareContext(ctx, qUnmarkExpired)
+		if err != nil {
+			return dbErr("store outcomes", err)
+		}
+		defer unmark.Close()
 		now := millis(s.now())
 		deltas := store.DomainDeltas{}
 		for _, o := range os {
@@ -210,54 +222,120 @@ func (s *Store) PutOutcomes(ctx context.Context, accountID string, os []evs.Outc
 			}
 			added += int(n)
 			if class := o.DomainClass(); n > 0 && class != "" {
-				if err := unmarkExpired(ctx, tx, deltas, accountID, o.Address, class, now); err != nil {
-					return err
-				}
 				shared := store.SharesOutcome(o)
-				if m, err := changed(mark.ExecContext(ctx, accountID, o.Address, class, millis(expiresAt), shared)); err != nil {
+				m, err := changed(mark.ExecContext(ctx, accountID, o.Address, class, millis(expiresAt), shared))
+				if err == nil && m == 0 {
+					// A mark is there (most addresses have none yet): an
+					// expired one is uncounted and made anew.
+					if err := unmarkExpired(ctx, unmark, deltas, accountID, o.Address, class, now); err != nil {
+						return err
+					}
+					m, err = changed(mark.ExecContext(ctx, accountID, o.Address, class, millis(expiresAt), shared))
+				}
+				if err != nil {
 					return dbErr("count outcomes by domain", err)
-				} else if m > 0 {
+				}
+				if m > 0 {
 					deltas.Add(o.Address, class, expiresAt, 1, shared)
 				}
 			}
 		}
 		return writeDeltas(ctx, tx, deltas, accountID, now)
 	})
+	s.memo.forget()
 	if err != nil {
 		return 0, err
 	}
+	s.markOutcomes(accountID, os)
 	return added, nil
 }
 
+// qOutcomeScopes selects the outcome filter's scopes: "account address"
+// for each address with outcomes, "account @domain" for each domain with
+// counts, " @domain" for each with shared counts. An account ID has no
+// space and an address does not start with "@", so no two scopes meet.
+const qOutcomeScopes = `SELECT account_id || ' ' || address FROM outcomes
+	UNION ALL SELECT account_id || ' @' || domain FROM outcome_domains
+	UNION ALL SELECT ' @' || domain FROM outcome_domains WHERE shared_delivered > 0 OR shared_hard_bounces > 0`
+
+// markOutcomes marks in the outcome filter, if any, the addresses of os
+// and the counts of their domains.
+func (s *Store) markOutcomes(accountID string, os []evs.Outcome) {
+	if s.outcomes == nil {
+		return
+	}
+	for _, o := range os {
+		dom := evs.AddressDomain(o.Address)
+		s.outcomes.add(accountID, " ", o.Address)
+		s.outcomes.add(accountID, " @", dom)
+		if store.SharesOutcome(o) {
+			s.outcomes.add(" @", dom)
+		}
+	}
+}
+
+// mayHave returns those of keys whose scope, accountID+sep+key, the
+// outcome filter may hold: all of them without a filter.
+func (s *Store) mayHave(accountID, sep string, keys []string) []string {
+	if s.outcomes == nil {
+		return keys
+	}
+	var out []string
+	for _, k := range keys {
+		if s.outcomes.mayHave(accountID, sep, k) {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// rquery runs a reader query, prepared at Open when it is one of
+// readerQueries (the one-address history reads of every /v1/verify).
+func (s *Store) rquery(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
+	if st, ok := s.rstmts.m[q]; ok {
+		return st.QueryContext(ctx, args...)
+	}
+	return s.rdb.QueryContext(ctx, q, args...)
+}
+
 // AddressOutcomes returns the account's unexpired outcomes of each address
-// (store.Outcomes). A batch asks for every group of addresses it
-// verifies, so an account that never reported outcomes costs nothing on
-// the directory's server (reportedAccounts) and one probe of the primary
-// key elsewhere, and one that did a query per outcomeChunk addresses.
+// (store.Outcomes). On the directory's server the outcome filter leaves
+// out the addresses that surely have none, so most cost no read, even of
+// an account with a million outcomes, and the memo answers those read
+// before; the rest cost a query per outcomeChunk addresses.
 func (s *Store) AddressOutcomes(ctx context.Context, accountID string, addresses []string) (map[string][]evs.Outcome, error) {
-	out := map[string][]evs.Outcome{}
-	if len(addresses) == 0 || !s.reported.has(accountID) {
-		return out, nil
+	now, gen := millis(s.now()), s.memo.generation()
+	var out map[string][]evs.Outcome
+	var ask []string
+	for _, a := range s.mayHave(accountID, " ", addresses) {
+		if e, ok := s.memo.get(accountID+" "+a, now); !ok {
+			ask = append(ask, a)
+		} else if len(e.outcomes) > 0 {
+			setIn(&out, a, e.outcomes)
+		}
 	}
-	tx, err := s.rdb.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
-	if err != nil {
-		return nil, dbErr("begin read", err)
-	}
-	defer tx.Rollback()
-	var one int
-	err = tx.QueryRowContext(ctx, qAnyOutcome, accountID).Scan(&one)
-	if errors.Is(err, sql.ErrNoRows) {
-		return out, nil
-	}
-	if err != nil {
-		return nil, dbErr("read outcomes", err)
-	}
-	now := millis(s.now())
-	for start := 0; start < len(addresses); start += outcomeChunk {
-		list, args := inList(addresses[start:min(start+outcomeChunk, len(addresses))], accountID, now)
-		rows, err := tx.QueryContext(ctx, qAddressOutcomes+list, args...)
-		if err := scanOutcomes(rows, err, func(o evs.Outcome) error { out[o.Address] = append(out[o.Address], o); return nil }); err != nil {
+	for start := 0; start < len(ask); start += outcomeChunk {
+		chunk := ask[start:min(start+outcomeChunk, len(ask))]
+		list, args := inList(chunk, accountID, now)
+		rows, err := s.rquery(ctx, qAddressOutcomes+list, args...)
+		read := map[string]memoEntry{}
+		err = scanOutcomes(rows, err, func(o evs.Outcome, expires int64) error {
+			e := read[o.Address]
+			e.outcomes, e.until = append(e.outcomes, o), min(cmp.Or(e.until, expires), expires)
+			read[o.Address] = e
+			return nil
+		})
+		if err != nil {
 			return nil, err
+		}
+		for _, a := range chunk {
+			e := read[a]
+			if e.gen = gen; len(e.outcomes) > 0 {
+				setIn(&out, a, e.outcomes)
+			} else {
+				e.until = math.MaxInt64 // only a write adds any
+			}
+			s.memo.put(accountID+" "+a, e)
 		}
 	}
 	return out, nil
@@ -304,6 +382,7 @@ func (s *Store) DeleteOutcomes(ctx context.Context, accountID, address string) (
 		}
 		return writeDeltas(ctx, tx, deltas, accountID, millis(s.now()))
 	})
+	s.memo.forget()
 	return n, err
 }
 
@@ -311,27 +390,27 @@ func (s *Store) DeleteOutcomes(ctx context.Context, accountID, address string) (
 // (store.Outcomes), from one read transaction.
 func (s *Store) EachOutcome(ctx context.Context, accountID string, fn func(evs.Outcome) error) error {
 	rows, err := s.rdb.QueryContext(ctx, qAccountOutcomes, accountID, millis(s.now()))
-	return scanOutcomes(rows, err, fn)
+	return scanOutcomes(rows, err, func(o evs.Outcome, _ int64) error { return fn(o) })
 }
 
 // scanOutcomes calls fn with each row of a query's rows (err is the
-// query's own) and closes them.
-func scanOutcomes(rows *sql.Rows, err error, fn func(evs.Outcome) error) error {
+// query's own), and when it expires, and closes them.
+func scanOutcomes(rows *sql.Rows, err error, fn func(o evs.Outcome, expires int64) error) error {
 	return eachRow(rows, err, "read outcomes", func(rows *sql.Rows) error {
 		var (
-			o       evs.Outcome
-			at      int64
-			kind    string
-			verdict string
+			o           evs.Outcome
+			at, expires int64
+			kind        string
+			verdict     string
 		)
-		if err := rows.Scan(&o.Address, &at, &kind, &o.BounceType, &o.SMTPReply, &verdict, &o.Score); err != nil {
+		if err := rows.Scan(&o.Address, &at, &kind, &o.BounceType, &o.SMTPReply, &verdict, &o.Score, &expires); err != nil {
 			return dbErr("read outcomes", err)
 		}
 		o.At, o.Kind, o.Verdict = time.UnixMilli(at).UTC(), evs.OutcomeKind(kind), evs.Status(verdict)
 		if o.Verdict == "" {
 			o.Score = 0
 		}
-		return fn(o)
+		return fn(o, expires)
 	})
 }
 
@@ -379,34 +458,120 @@ func (s *Store) LastVerdicts(ctx context.Context, accountID string, addresses []
 // domain that has any (store.Outcomes): the account's rows, or with shared
 // every account's, of buckets not yet ended.
 func (s *Store) DomainCounts(ctx context.Context, accountID string, domains []string, shared bool) (map[string]evs.DomainCounts, error) {
-	out := map[string]evs.DomainCounts{}
-	if shared && !s.reported.any() || !shared && !s.reported.has(accountID) {
+	var out map[string]evs.DomainCounts
+	owner := accountID // of the counts: "" for the shared
+	if shared {
+		owner = ""
+	}
+	now, gen := millis(s.now()), s.memo.generation()
+	var ask []string
+	for _, d := range s.mayHave(owner, " @", domains) {
+		if e, ok := s.memo.get(owner+" @"+d, now); !ok {
+			ask = append(ask, d)
+		} else if !e.counts.Zero() {
+			setIn(&out, d, e.counts)
+		}
+	}
+	if len(ask) == 0 {
 		return out, nil
 	}
-	now := millis(s.now())
-	for start := 0; start < len(domains); start += outcomeChunk {
-		q, first := qSharedDomainCounts, []any{now}
-		if !shared {
-			q, first = qDomainCounts, []any{accountID, now}
-		}
-		list, args := inList(domains[start:min(start+outcomeChunk, len(domains))], first...)
-		rows, err := s.rdb.QueryContext(ctx, q+list+` GROUP BY domain`, args...)
+	q, first := qDomainCounts, []any{accountID}
+	if shared {
+		q, first = qSharedDomainCounts, nil
+	}
+	for start := 0; start < len(ask); start += outcomeChunk {
+		chunk := ask[start:min(start+outcomeChunk, len(ask))]
+		list, args := inList(chunk, append(first, now)...)
+		rows, err := s.rquery(ctx, q+list+qGroupDomain, args...)
 		err = eachRow(rows, err, "read domain counts", func(rows *sql.Rows) error {
-			var (
-				d string
-				c evs.DomainCounts
-			)
-			if err := rows.Scan(&d, &c.Delivered, &c.HardBounces); err != nil {
+			var d string
+			e := memoEntry{gen: gen}
+			if err := rows.Scan(&d, &e.counts.Delivered, &e.counts.HardBounces, &e.until); err != nil {
 				return dbErr("read domain counts", err)
 			}
-			if !c.Zero() {
-				out[d] = c
+			if !e.counts.Zero() {
+				setIn(&out, d, e.counts)
+				s.memo.put(owner+" @"+d, e)
 			}
 			return nil
 		})
 		if err != nil {
 			return nil, err
 		}
+		for _, d := range chunk {
+			if _, ok := out[d]; !ok {
+				// No counts: only a write (a new generation) adds any.
+				s.memo.put(owner+" @"+d, memoEntry{gen: gen, until: math.MaxInt64})
+			}
+		}
 	}
 	return out, nil
+}
+
+// setIn sets (*m)[k], making *m first if it is nil: a read that finds
+// nothing makes no map.
+func setIn[V any](m *map[string]V, k string, v V) {
+	if *m == nil {
+		*m = map[string]V{}
+	}
+	(*m)[k] = v
+}
+
+// historyMemo keeps, on the directory's server, the history last read,
+// by the outcome filter's scopes: an address's outcomes, a domain's
+// counts. A verdict on an address or a domain read before (an account's
+// usual domains, an address verified again) then reads nothing. History
+// changes only by this process's writes of outcomes, each of which moves
+// the generation and so forgets every entry, and with time: an entry
+// lasts until the first outcome it holds expires, or the first bucket of
+// counts it sums ends.
+type historyMemo struct {
+	gen atomic.Int64
+	lru *lru.Cache[string, memoEntry]
+}
+
+// memoEntry is one scope's history, read at generation gen, good until
+// until (epoch ms). Its outcomes are shared by every reader: none
+// changes them.
+type memoEntry struct {
+	outcomes   []evs.Outcome
+	counts     evs.DomainCounts
+	gen, until int64
+}
+
+// newHistoryMemo returns a memo of 8,192 entries.
+func newHistoryMemo() *historyMemo {
+	c, _ := lru.New[string, memoEntry](8192) // errs only for size <= 0
+	return &historyMemo{lru: c}
+}
+
+// generation is the memo's generation (0 without one).
+func (m *historyMemo) generation() int64 {
+	if m == nil {
+		return 0
+	}
+	return m.gen.Load()
+}
+
+// forget forgets every entry: outcomes were written.
+func (m *historyMemo) forget() {
+	if m != nil {
+		m.gen.Add(1)
+	}
+}
+
+func (m *historyMemo) get(scope string, now int64) (memoEntry, bool) {
+	if m == nil {
+		return memoEntry{}, false
+	}
+	e, ok := m.lru.Get(scope)
+	return e, ok && e.gen == m.gen.Load() && now < e.until
+}
+
+// put keeps e, read at generation e.gen: a write since then makes it one
+// that get never answers.
+func (m *historyMemo) put(scope string, e memoEntry) {
+	if m != nil {
+		m.lru.Add(scope, e)
+	}
 }

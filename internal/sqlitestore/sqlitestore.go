@@ -86,9 +86,13 @@ type Store struct {
 	// quota mirrors the address quota's counters; nil unless this process
 	// is the directory's only server.
 	quota *quotaMirror
-	// reported is the set of accounts with outcomes; nil unless this
-	// process is the directory's only server.
-	reported *reportedAccounts
+	// outcomes tells history reads which addresses and domains surely
+	// have none (outcomeScope); nil unless this process is the
+	// directory's only server.
+	outcomes *keyFilter
+	// memo keeps the history last read; nil unless this process is the
+	// directory's only server.
+	memo *historyMemo
 	// exportMu makes reading and writing an export's record one step.
 	exportMu sync.Mutex
 	// dir is the data directory; keysGen counts this store's writes to
@@ -263,12 +267,13 @@ func open(ctx context.Context, dir string, now func() time.Time, busy time.Durat
 		// store is it: batch views can be kept in memory.
 		s.views = newViewCache()
 		s.quota = &quotaMirror{m: make(map[quotaKey]mirrored)}
-		if s.keys, err = newKeyFilter(ctx, s.rdb); err != nil {
+		if s.keys, err = newKeyFilter(ctx, s.rdb, `SELECT scope FROM idempotency`); err != nil {
 			return nil, err
 		}
-		if s.reported, err = newReportedAccounts(ctx, s.rdb); err != nil {
+		if s.outcomes, err = newKeyFilter(ctx, s.rdb, qOutcomeScopes); err != nil {
 			return nil, err
 		}
+		s.memo = newHistoryMemo()
 	}
 	return s, nil
 }
