@@ -162,8 +162,8 @@ var packageTagRe = regexp.MustCompile(`(^|: )(?:sqlitestore|dynamostore|store|sm
 	// message after one is already in the user's words.
 	`invalid_request|not_found|invalid_state|unavailable|internal_error|forbidden|unauthorized|rate_limited): `)
 
-// noArgs, exactArgs and minArgs check the positional arguments, as usage
-// errors that name what was expected.
+// noArgs and argsFrom check the positional arguments, as usage errors
+// that name what was expected.
 func noArgs(cmd *cobra.Command, args []string) error {
 	if len(args) > 0 {
 		return usageErrorf("%s takes no arguments, got %q", cmd.CommandPath(), args[0])
@@ -171,18 +171,10 @@ func noArgs(cmd *cobra.Command, args []string) error {
 	return nil
 }
 
-func exactArgs(n int, what string) cobra.PositionalArgs {
+// argsFrom takes from least to most arguments (most < 0: no bound).
+func argsFrom(least, most int, what string) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
-		if len(args) != n {
-			return usageErrorf("%s needs %s", cmd.CommandPath(), what)
-		}
-		return nil
-	}
-}
-
-func minArgs(n int, what string) cobra.PositionalArgs {
-	return func(cmd *cobra.Command, args []string) error {
-		if len(args) < n {
+		if len(args) < least || most >= 0 && len(args) > most {
 			return usageErrorf("%s needs %s", cmd.CommandPath(), what)
 		}
 		return nil
