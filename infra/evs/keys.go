@@ -195,9 +195,7 @@ func keysCreate(c *cli, table, account, planFlag string, test bool, spec keySpec
 		}
 		defer closeFn()
 		spec.serveURL = c.getenv("EVS_PUBLIC_URL")
-		if spec.serveURL == "" {
-			spec.serveURL = "http://" + cmp.Or(c.getenv("EVS_ADDR"), config.DefaultAddr)
-		}
+		spec.serveURL = cmp.Or(spec.serveURL, "http://"+cmp.Or(c.getenv("EVS_ADDR"), config.DefaultAddr))
 		return createKey(ctx, st, nil, account, test, spec, stdout, stderr)
 	}
 	planID := planFlag

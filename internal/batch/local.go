@@ -79,24 +79,12 @@ func NewLocalQueue(st LocalStore, w *Worker, cfg LocalConfig) (*LocalQueue, erro
 	if w.Logger == nil {
 		w.Logger = slog.Default()
 	}
-	if cfg.Workers <= 0 {
-		cfg.Workers = 64
-	}
-	if cfg.PerBatch <= 0 {
-		cfg.PerBatch = 16
-	}
-	if cfg.TestWorkers <= 0 {
-		cfg.TestWorkers = 16
-	}
-	if w.Processor.SessionLimit <= 0 {
-		w.Processor.SessionLimit = 5 * time.Minute
-	}
-	if w.RetryBase <= 0 {
-		w.RetryBase = 200 * time.Millisecond
-	}
-	if w.RetryMax <= 0 {
-		w.RetryMax = 30 * time.Second
-	}
+	cfg.Workers = positiveOr(cfg.Workers, 64)
+	cfg.PerBatch = positiveOr(cfg.PerBatch, 16)
+	cfg.TestWorkers = positiveOr(cfg.TestWorkers, 16)
+	w.Processor.SessionLimit = positiveOr(w.Processor.SessionLimit, 5*time.Minute)
+	w.RetryBase = positiveOr(w.RetryBase, 200*time.Millisecond)
+	w.RetryMax = positiveOr(w.RetryMax, 30*time.Second)
 	share := func(slots int) int {
 		if cfg.PerAccount > 0 {
 			return min(cfg.PerAccount, slots)

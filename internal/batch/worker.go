@@ -437,10 +437,7 @@ func (w *Worker) work(ctx context.Context, m Message, again bool, startBy time.T
 		// batches wait for (the sandbox answers at once).
 		go w.watch(stepCtx, m, stop, &cancelled)
 	}
-	conc := w.Concurrency
-	if conc <= 0 {
-		conc = 8
-	}
+	conc := positiveOr(w.Concurrency, 8)
 	var (
 		mu      sync.Mutex
 		results []evs.Result

@@ -1,6 +1,7 @@
 package lambda
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -53,9 +54,7 @@ func (e missing) Unwrap() error { return ErrMissing }
 // what ("DynamoDB table \"keys\""), where its name came from, the region
 // and what to do.
 func NotFound(what, source, region, fix string) error {
-	if fix == "" {
-		fix = FixDeploy
-	}
+	fix = cmp.Or(fix, FixDeploy)
 	return missing{fmt.Sprintf("%s (%s) does not exist in region %s: %s; or set AWS_REGION to the region the stack is in", what, source, region, fix)}
 }
 

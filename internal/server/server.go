@@ -193,9 +193,7 @@ func New(o Options) (*Server, error) {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	if o.SweepEvery <= 0 {
-		o.SweepEvery = time.Hour
-	}
+	o.SweepEvery = cmp.Or(max(o.SweepEvery, 0), time.Hour)
 	if o.FreeBytes == nil && o.Config.DataDir != "" {
 		dir := o.Config.DataDir
 		o.FreeBytes = func() (uint64, error) { return freeBytes(dir) }
@@ -274,9 +272,7 @@ func New(o Options) (*Server, error) {
 	gw := newEdge(o, h.MountAll, authorizer.New(o.Store), bodies)
 	gw.egress = watch
 	gw.ledger = rt.Ledger
-	if o.DeliverEvery <= 0 {
-		o.DeliverEvery = 500 * time.Millisecond
-	}
+	o.DeliverEvery = cmp.Or(max(o.DeliverEvery, 0), 500*time.Millisecond)
 	hooks := &webhook.Deliverer{Store: o.Store, Client: webhook.NewClient(o.Config.Egress), Now: o.Now, Logger: o.Logger, Body: api.EventBody}
 	if o.Metrics != nil {
 		hooks.Observe = o.Metrics.WebhookDelivery
@@ -336,10 +332,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		// and Transfer-Encoding (framing.go).
 		ConnContext: connContext,
 	}
-	maxConns := s.opts.Config.MaxConns
-	if maxConns <= 0 {
-		maxConns = defaultMaxConns
-	}
+	maxConns := cmp.Or(max(s.opts.Config.MaxConns, 0), defaultMaxConns)
 	// Past the cap, connections wait in the kernel's accept queue instead
 	// of each costing a descriptor and a goroutine here.
 	ln = netutil.LimitListener(ln, maxConns)

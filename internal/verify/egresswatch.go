@@ -107,10 +107,7 @@ func (w *EgressWatch) provider(d evs.Decision) string {
 	if w.key != nil {
 		p = w.key(d)
 	}
-	if p == "" {
-		p = "other"
-	}
-	return p
+	return cmp.Or(p, "other")
 }
 
 // count adds one answer in minute m; w.mu is held.
