@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"io"
 	"regexp"
-	"sort"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -222,18 +221,6 @@ func withEnv(cmd *cobra.Command, names ...string) *cobra.Command {
 	}
 	cmd.Annotations[envAnnotation] = strings.TrimRight(b.String(), "\n")
 	return cmd
-}
-
-// envNames lists the variables a command's help names.
-func envNames(cmd *cobra.Command) []string {
-	var names []string
-	for _, line := range strings.Split(cmd.Annotations[envAnnotation], "\n") {
-		if f := strings.Fields(line); len(f) > 0 {
-			names = append(names, f[0])
-		}
-	}
-	sort.Strings(names)
-	return names
 }
 
 // envDocs describes each variable in a command's help; the README's
