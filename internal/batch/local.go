@@ -1,6 +1,7 @@
 package batch
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
@@ -76,9 +77,7 @@ func NewLocalQueue(st LocalStore, w *Worker, cfg LocalConfig) (*LocalQueue, erro
 	if st == nil || w == nil || w.Accounts == nil || w.Processor == nil || w.Processor.Engine == nil || w.Processor.Sandbox == nil || w.Polite == nil || w.Polite.Gate == nil {
 		return nil, errors.New("batch: the local queue needs a store, accounts, an engine, a sandbox and a politeness gate")
 	}
-	if w.Logger == nil {
-		w.Logger = slog.Default()
-	}
+	w.Logger = cmp.Or(w.Logger, slog.Default())
 	cfg.Workers = positiveOr(cfg.Workers, 64)
 	cfg.PerBatch = positiveOr(cfg.PerBatch, 16)
 	cfg.TestWorkers = positiveOr(cfg.TestWorkers, 16)

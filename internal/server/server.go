@@ -152,9 +152,7 @@ type MetricsLimits struct {
 // so connections that never finish a request, or sit idle, are closed
 // there too.
 func MetricsServer(h http.Handler, logger *slog.Logger, l MetricsLimits) *http.Server {
-	if logger == nil {
-		logger = slog.Default()
-	}
+	logger = cmp.Or(logger, slog.Default())
 	def := func(d, v time.Duration) time.Duration {
 		if d <= 0 {
 			return v
@@ -190,9 +188,7 @@ func New(o Options) (*Server, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	if o.Logger == nil {
-		o.Logger = slog.Default()
-	}
+	o.Logger = cmp.Or(o.Logger, slog.Default())
 	o.SweepEvery = cmp.Or(max(o.SweepEvery, 0), time.Hour)
 	if o.FreeBytes == nil && o.Config.DataDir != "" {
 		dir := o.Config.DataDir

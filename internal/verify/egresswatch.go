@@ -413,9 +413,7 @@ func (s *SelfChecker) run(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, cmp.Or(s.Timeout, 30*time.Second))
 	defer cancel()
 	log := s.Log
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
+	log = cmp.Or(log, slog.New(slog.DiscardHandler))
 	if !s.Watches.SelfCheck(ctx, s.Rep, s.Zones, s.HELO, log, s.Done) {
 		// Cut short: the findings kept are the last whole ones, and
 		// the next call checks again.
