@@ -153,12 +153,7 @@ type MetricsLimits struct {
 // there too.
 func MetricsServer(h http.Handler, logger *slog.Logger, l MetricsLimits) *http.Server {
 	logger = cmp.Or(logger, slog.Default())
-	def := func(d, v time.Duration) time.Duration {
-		if d <= 0 {
-			return v
-		}
-		return d
-	}
+	def := func(d, v time.Duration) time.Duration { return cmp.Or(max(d, 0), v) }
 	return &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: def(l.ReadHeader, headerTimeout),

@@ -2,6 +2,7 @@ package webhook
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"io"
@@ -343,16 +344,6 @@ func (d *Deliverer) Run(ctx context.Context, due DueLister, every time.Duration)
 	}
 }
 
-func (d *Deliverer) slots() int {
-	if d.Slots <= 0 {
-		return DefaultSlots
-	}
-	return d.Slots
-}
+func (d *Deliverer) slots() int { return cmp.Or(max(d.Slots, 0), DefaultSlots) }
 
-func (d *Deliverer) perAccount() int {
-	if d.PerAccount <= 0 {
-		return DefaultPerAccount
-	}
-	return d.PerAccount
-}
+func (d *Deliverer) perAccount() int { return cmp.Or(max(d.PerAccount, 0), DefaultPerAccount) }
