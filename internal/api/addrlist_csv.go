@@ -38,7 +38,7 @@ import (
 // quote inside a field is kept, text after a closing quote is appended,
 // and the row is verified as written.
 func ReadListCSV(r io.Reader, lim ListLimits, lay CSVLayout, add func(addr string) error) error {
-	_, err := readCSV(r, lim, lay, add, nil)
+	_, err := ReadListCSVRows(r, lim, lay, add, nil)
 	return err
 }
 
@@ -66,11 +66,8 @@ const maxRowFields = 16384
 // field empty or spaces), the header row included, in order: what a
 // batch keeps to give the user's file back with its verdicts. It returns
 // the delimiter it read the file with. Memory stays that of one record.
+// A nil row is ReadListCSV.
 func ReadListCSVRows(r io.Reader, lim ListLimits, lay CSVLayout, add func(addr string) error, row func(CSVRecord) error) (byte, error) {
-	return readCSV(r, lim, lay, add, row)
-}
-
-func readCSV(r io.Reader, lim ListLimits, lay CSVLayout, add func(addr string) error, row func(CSVRecord) error) (byte, error) {
 	maxRecord := cmp.Or(max(lim.MaxRecordBytes, 0), defaultMaxRecordBytes)
 	br := bufio.NewReaderSize(r, 64<<10)
 	head, _ := br.Peek(3)
