@@ -204,13 +204,7 @@ func New(o Options) (*Server, error) {
 	}
 	cfg := o.Config
 	cfg.SelfCheckEvery = cmp.Or(o.SelfCheckEvery, cfg.SelfCheckEvery)
-	ports := app.Ports{Store: o.Store, Now: o.Now, Logger: o.Logger, Exits: o.Exits, FreeBytes: o.FreeBytes}
-	if o.Engine != nil {
-		ports.Engine = o.Engine
-	}
-	if o.Metrics != nil {
-		ports.Metrics = o.Metrics
-	}
+	ports := app.Ports{Store: o.Store, Now: o.Now, Logger: o.Logger, Exits: o.Exits, FreeBytes: o.FreeBytes, Engine: o.Engine, Metrics: o.Metrics}
 	if st, ok := o.Store.(cache.Store); ok {
 		// This process is the store's only writer (the data directory's
 		// lock), so recent verdicts can be answered from memory.
@@ -236,14 +230,8 @@ func New(o Options) (*Server, error) {
 	if p, ok := o.Metrics.(*Prometheus); ok {
 		p.reg.MustRegister(watch)
 	}
-	var uploads api.Uploads
-	if st, ok := o.Store.(uploadStore); ok {
-		uploads = st
-	}
-	var links api.Exports
-	if st, ok := o.Store.(exportStore); ok {
-		links = st
-	}
+	uploads, _ := o.Store.(uploadStore)
+	links, _ := o.Store.(exportStore)
 	// Large bodies and lists read from uploads share one budget.
 	bodies := newBodyGate(o.BodyBudget, o.BodyWait)
 	h, err := rt.API(api.Deps{
@@ -297,7 +285,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	if err := s.batches.Start(workCtx); err != nil {
 		return err
 	}
-	go s.sweep(workCtx)
+	go runEvery(workCtx, s.opts.SweepEvery, s.sweep)
 	if c := s.rt.SelfCheck; c != nil {
 		go runEvery(workCtx, cmp.Or(s.rt.Config.SelfCheckEvery, verify.SelfCheckEvery), c.Run)
 	}
@@ -349,20 +337,12 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	return err
 }
 
+// sweep deletes the store's expired records (every SweepEvery).
 func (s *Server) sweep(ctx context.Context) {
-	t := time.NewTicker(s.opts.SweepEvery)
-	defer t.Stop()
-	for {
-		if n, err := s.opts.Store.Sweep(ctx); err != nil && ctx.Err() == nil {
-			s.opts.Logger.Warn("sweep failed", slog.String("error", err.Error()))
-		} else if n > 0 {
-			s.opts.Logger.Info("swept expired records", slog.Int("count", n))
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	if n, err := s.opts.Store.Sweep(ctx); err != nil && ctx.Err() == nil {
+		s.opts.Logger.Warn("sweep failed", slog.String("error", err.Error()))
+	} else if n > 0 {
+		s.opts.Logger.Info("swept expired records", slog.Int("count", n))
 	}
 }
 
