@@ -1,6 +1,7 @@
 package batch
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -271,12 +272,7 @@ func (w *Worker) Handle(ctx context.Context, m Message, redelivered bool, startB
 	return fmt.Errorf("batch: unknown message kind %q", m.Kind)
 }
 
-func (w *Worker) logger() *slog.Logger {
-	if w.Logger == nil {
-		return slog.Default()
-	}
-	return w.Logger
-}
+func (w *Worker) logger() *slog.Logger { return cmp.Or(w.Logger, slog.Default()) }
 
 func (w *Worker) now() time.Time {
 	if w.Now == nil {

@@ -115,12 +115,7 @@ func (d *Deliverer) now() time.Time {
 	return d.Now()
 }
 
-func (d *Deliverer) logger() *slog.Logger {
-	if d.Logger == nil {
-		return slog.Default()
-	}
-	return d.Logger
-}
+func (d *Deliverer) logger() *slog.Logger { return cmp.Or(d.Logger, slog.Default()) }
 
 // Secret returns the account's secret, creating it on first use.
 func Secret(ctx context.Context, st interface {
