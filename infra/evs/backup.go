@@ -22,7 +22,7 @@ exist or be empty; it is made 0700, and evs serve can start on it
 (EVS_DATA_DIR=DEST). The copy keeps the store's schema version: backup
 never migrates. See docs/operations.md for restoring.`,
 		Example: `  EVS_DATA_DIR=/var/lib/evs evs backup /var/backups/evs-$(date +%F)`,
-		Args:    exactArgs(1, "one destination directory"),
+		Args:    argsFrom(1, 1, "one destination directory"),
 		RunE: func(_ *cobra.Command, args []string) error {
 			cfg, err := config.FromEnv(c.getenv, false)
 			if err != nil {

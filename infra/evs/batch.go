@@ -38,7 +38,7 @@ file's own rows, in order, with the verdict columns (evs_status, ...)
 appended. The upload carries an Idempotency-Key derived from the file, the mode and the
 callback, so running the command again finds the same batch.`,
 		Example: `  EVS_API_KEY=evs.... evs batch list.csv --url http://127.0.0.1:8080 --mode quick`,
-		Args:    exactArgs(1, "one FILE.csv"),
+		Args:    argsFrom(1, 1, "one FILE.csv"),
 		ValidArgsFunction: func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
 			return []string{"csv"}, cobra.ShellCompDirectiveFilterFileExt
 		},

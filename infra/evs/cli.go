@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"io"
 	"regexp"
-	"sort"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -162,8 +161,8 @@ var packageTagRe = regexp.MustCompile(`(^|: )(?:sqlitestore|dynamostore|store|sm
 	// message after one is already in the user's words.
 	`invalid_request|not_found|invalid_state|unavailable|internal_error|forbidden|unauthorized|rate_limited): `)
 
-// noArgs, exactArgs and minArgs check the positional arguments, as usage
-// errors that name what was expected.
+// noArgs and argsFrom check the positional arguments, as usage errors
+// that name what was expected.
 func noArgs(cmd *cobra.Command, args []string) error {
 	if len(args) > 0 {
 		return usageErrorf("%s takes no arguments, got %q", cmd.CommandPath(), args[0])
@@ -171,18 +170,10 @@ func noArgs(cmd *cobra.Command, args []string) error {
 	return nil
 }
 
-func exactArgs(n int, what string) cobra.PositionalArgs {
+// argsFrom takes from least to most arguments (most < 0: no bound).
+func argsFrom(least, most int, what string) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
-		if len(args) != n {
-			return usageErrorf("%s needs %s", cmd.CommandPath(), what)
-		}
-		return nil
-	}
-}
-
-func minArgs(n int, what string) cobra.PositionalArgs {
-	return func(cmd *cobra.Command, args []string) error {
-		if len(args) < n {
+		if len(args) < least || most >= 0 && len(args) > most {
 			return usageErrorf("%s needs %s", cmd.CommandPath(), what)
 		}
 		return nil
@@ -230,18 +221,6 @@ func withEnv(cmd *cobra.Command, names ...string) *cobra.Command {
 	}
 	cmd.Annotations[envAnnotation] = strings.TrimRight(b.String(), "\n")
 	return cmd
-}
-
-// envNames lists the variables a command's help names.
-func envNames(cmd *cobra.Command) []string {
-	var names []string
-	for _, line := range strings.Split(cmd.Annotations[envAnnotation], "\n") {
-		if f := strings.Fields(line); len(f) > 0 {
-			names = append(names, f[0])
-		}
-	}
-	sort.Strings(names)
-	return names
 }
 
 // envDocs describes each variable in a command's help; the README's

@@ -262,3 +262,15 @@ func TestServeHelpListsEveryVariable(t *testing.T) {
 		t.Fatalf("evs serve --help lists %v,\nwant %v", got, want)
 	}
 }
+
+// envNames lists the variables a command's help names.
+func envNames(cmd *cobra.Command) []string {
+	var names []string
+	for _, line := range strings.Split(cmd.Annotations[envAnnotation], "\n") {
+		if f := strings.Fields(line); len(f) > 0 {
+			names = append(names, f[0])
+		}
+	}
+	sort.Strings(names)
+	return names
+}

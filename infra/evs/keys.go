@@ -195,9 +195,7 @@ func keysCreate(c *cli, table, account, planFlag string, test bool, spec keySpec
 		}
 		defer closeFn()
 		spec.serveURL = c.getenv("EVS_PUBLIC_URL")
-		if spec.serveURL == "" {
-			spec.serveURL = "http://" + cmp.Or(c.getenv("EVS_ADDR"), config.DefaultAddr)
-		}
+		spec.serveURL = cmp.Or(spec.serveURL, "http://"+cmp.Or(c.getenv("EVS_ADDR"), config.DefaultAddr))
 		return createKey(ctx, st, nil, account, test, spec, stdout, stderr)
 	}
 	planID := planFlag
@@ -232,7 +230,7 @@ it), or by the start of its id, four characters or more, that no other key's
 id starts with. A running evs serve refuses the key from its next call. On AWS
 (--dynamodb-table), API Gateway may accept it for up to 30 s more: it caches
 the authorizer's answer per key.`,
-		Args: exactArgs(1, "one key or key id"),
+		Args: argsFrom(1, 1, "one key or key id"),
 		RunE: func(_ *cobra.Command, args []string) error {
 			return keysRevoke(c, table, args[0])
 		},

@@ -146,8 +146,7 @@ func samLocalSetup(ctx context.Context, cfg aws.Config, res samResources) (strin
 		return "", err
 	}
 	_, err := dynamostore.S3(cfg).CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String(res.Tables.Inputs)})
-	var owned *s3types.BucketAlreadyOwnedByYou
-	if err != nil && !errors.As(err, &owned) {
+	if _, owned := errors.AsType[*s3types.BucketAlreadyOwnedByYou](err); err != nil && !owned {
 		return "", fmt.Errorf("create bucket: %w", err)
 	}
 	u, err := url.Parse(res.QueueURL)

@@ -35,7 +35,7 @@ no store) and prints one JSON decision per line, the API's reply shape
 without a request id. Live checks: real DNS and, in full mode, SMTP.`,
 		Example: `  evs verify alice@example.com bob@example.org
   evs verify alice@example.com --mode quick`,
-		Args: minArgs(1, "at least one ADDRESS"),
+		Args: argsFrom(1, -1, "at least one ADDRESS"),
 		RunE: func(_ *cobra.Command, args []string) error {
 			mode, ok := evs.ParseMode(modeText)
 			if !ok {

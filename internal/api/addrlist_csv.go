@@ -43,7 +43,7 @@ import (
 // "@" in any field, is a *listError naming the columns and ?column=, as is
 // a column number past the first record's last field.
 func ReadListCSV(r io.Reader, lim ListLimits, lay CSVLayout, add func(addr string) error) error {
-	_, err := readCSV(r, lim, lay, add, nil)
+	_, err := ReadListCSVRows(r, lim, lay, add, nil)
 	return err
 }
 
@@ -66,16 +66,6 @@ type CSVRecord struct {
 // cost a slice header per field.
 const maxRowFields = 16384
 
-// ReadListCSVRows reads a list as ReadListCSV does, calling add with
-// each address, and then row with every record that is not blank (every
-// field empty or spaces), the header row included, in order: what a
-// batch keeps to give the user's file back with its verdicts. It returns
-// the file's shape, to write it back alike. Memory stays that of one
-// record.
-func ReadListCSVRows(r io.Reader, lim ListLimits, lay CSVLayout, add func(addr string) error, row func(CSVRecord) error) (CSVShape, error) {
-	return readCSV(r, lim, lay, add, row)
-}
-
 // CSVShape is how a CSV file was written, beyond its records.
 type CSVShape struct {
 	// Delimiter separates its fields.
@@ -86,7 +76,13 @@ type CSVShape struct {
 	CRLF bool
 }
 
-func readCSV(r io.Reader, lim ListLimits, lay CSVLayout, add func(addr string) error, row func(CSVRecord) error) (CSVShape, error) {
+// ReadListCSVRows reads a list as ReadListCSV does, calling add with
+// each address, and then row with every record that is not blank (every
+// field empty or spaces), the header row included, in order: what a
+// batch keeps to give the user's file back with its verdicts. It returns
+// the file's shape, to write it back alike. Memory stays that of one
+// record. A nil row is ReadListCSV.
+func ReadListCSVRows(r io.Reader, lim ListLimits, lay CSVLayout, add func(addr string) error, row func(CSVRecord) error) (CSVShape, error) {
 	maxRecord := cmp.Or(max(lim.MaxRecordBytes, 0), defaultMaxRecordBytes)
 	br := bufio.NewReaderSize(r, 64<<10)
 	head, _ := br.Peek(3)

@@ -225,9 +225,7 @@ func New(d Deps) *Handler {
 	}
 	d.Retention = cmp.Or(max(d.Retention, 0), 30*24*time.Hour)
 	d.VerifyTimeout = cmp.Or(max(d.VerifyTimeout, 0), 20*time.Second)
-	if d.Logger == nil {
-		d.Logger = slog.New(slog.NewJSONHandler(io.Discard, nil))
-	}
+	d.Logger = cmp.Or(d.Logger, slog.New(slog.NewJSONHandler(io.Discard, nil)))
 	d.MaxCSVReply = cmp.Or(max(d.MaxCSVReply, 0), 4<<20)
 	d.MaxUploadAddresses = cmp.Or(max(d.MaxUploadAddresses, 0), evs.UploadMaxAddresses)
 	d.MaxBatchBody = cmp.Or(max(d.MaxBatchBody, 0), MaxBatchBody)

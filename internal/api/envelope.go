@@ -6,8 +6,6 @@ package api
 
 import (
 	"encoding/json"
-	"maps"
-	"slices"
 
 	"github.com/evs-dev/evs/internal/evs"
 )
@@ -25,11 +23,6 @@ var statusByCode = map[string]int{
 	evs.CodeRateLimited:           429,
 	evs.CodeInternal:              500,
 	evs.CodeUnavailable:           503,
-}
-
-// ErrorCodes returns every error code of the contract, for tests and docs.
-func ErrorCodes() []string {
-	return slices.Collect(maps.Keys(statusByCode))
 }
 
 // HTTPStatus returns the HTTP status for an error code; unknown codes are 500.

@@ -183,11 +183,7 @@ func ExportCSV(results ResultReader, l Ledger) func(ctx context.Context, j store
 		if err != nil {
 			return err
 		}
-		m := make(map[string]string, len(q))
-		for k, v := range q {
-			m[k] = v[0]
-		}
-		f, err := parseFilter(m)
+		f, err := parseFilter(lastValues(q))
 		if err != nil {
 			return err
 		}

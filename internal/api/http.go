@@ -501,9 +501,7 @@ func Observe(o ObserveOptions, next http.Handler) http.Handler {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
-	}
+	o.Logger = cmp.Or(o.Logger, slog.New(slog.DiscardHandler))
 	if o.ClientAddr == nil {
 		o.ClientAddr = PeerAddr
 	}

@@ -506,10 +506,8 @@ func (h *Handler) outcomesReport(ctx context.Context, req *request, p evs.Princi
 	if h.d.Outcomes == nil {
 		return idempotency.Reply{}, evs.Errorf(evs.CodeNotFound, "Unknown route.")
 	}
-	if len(req.query) > 0 {
-		for k := range req.query {
-			return idempotency.Reply{}, evs.Errorf(evs.CodeInvalidRequest, "Unknown query parameter %q; the report takes none.", trimChars(k, 40))
-		}
+	for k := range req.query {
+		return idempotency.Reply{}, evs.Errorf(evs.CodeInvalidRequest, "Unknown query parameter %q; the report takes none.", trimChars(k, 40))
 	}
 	rep, err := buildOutcomesReport(ctx, h.d.Outcomes, p.AccountID)
 	if err != nil {

@@ -294,8 +294,7 @@ func (v *SNSVerifier) cert(ctx context.Context, u string) (*x509.Certificate, er
 	opts := x509.VerifyOptions{Roots: v.roots, Intermediates: inter, CurrentTime: now,
 		KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}
 	_, err = leaf.Verify(opts)
-	var unknown x509.UnknownAuthorityError
-	if errors.As(err, &unknown) && len(leaf.IssuingCertificateURL) > 0 {
+	if _, unknown := errors.AsType[x509.UnknownAuthorityError](err); unknown && len(leaf.IssuingCertificateURL) > 0 {
 		// SNS's PEM holds the leaf alone, and Go does not fetch missing
 		// intermediates as browsers do: fetch the issuer its Authority
 		// Information Access names. Whatever comes back is only an

@@ -96,12 +96,9 @@ func (h *Handler) verifyOne(ctx context.Context, req *request, p evs.Principal) 
 	modeText := ""
 	if in.Mode != nil {
 		modeText = *in.Mode
-		if modeText == "" {
-			return idempotency.Reply{}, "", evs.Errorf(evs.CodeInvalidRequest, "Field \"mode\" must be \"full\" or \"quick\".")
-		}
 	}
 	mode, ok := evs.ParseMode(modeText)
-	if !ok {
+	if !ok || in.Mode != nil && modeText == "" { // given, it must not be empty
 		return idempotency.Reply{}, "", evs.Errorf(evs.CodeInvalidRequest, "Field \"mode\" must be \"full\" or \"quick\".")
 	}
 	maxAge, err := parseMaxAge(in.MaxAge)

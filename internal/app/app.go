@@ -116,9 +116,7 @@ func Build(cfg config.Config, p Ports) (*Runtime, error) {
 	if r.now == nil {
 		r.now = time.Now
 	}
-	if r.logger == nil {
-		r.logger = slog.Default()
-	}
+	r.logger = cmp.Or(r.logger, slog.Default())
 	if r.metrics == nil {
 		r.metrics = Nop{}
 	}
@@ -238,28 +236,20 @@ func (r *Runtime) API(d api.Deps) (*api.Handler, error) {
 		d.Batches, _ = r.store.(api.BatchStore)
 	}
 	d.Quota = q
-	if d.Ledger == nil {
-		d.Ledger = r.Ledger
-	}
-	if d.Outcomes == nil {
-		d.Outcomes = r.Outcomes
-	}
+	d.Ledger = cmp.Or(d.Ledger, r.Ledger)
+	d.Outcomes = cmp.Or(d.Outcomes, r.Outcomes)
 	d.OutcomeTTL = cmp.Or(d.OutcomeTTL, r.Config.OutcomeTTL)
 	d.OutcomeShareDomains = d.OutcomeShareDomains || r.Config.OutcomeShareDomains
 	d.Retention = cmp.Or(d.Retention, r.Config.Retention)
 	d.MaxActiveBatches = cmp.Or(d.MaxActiveBatches, r.Config.MaxActiveBatches)
-	if d.Callbacks.Egress == nil {
-		d.Callbacks.Egress = r.Config.Egress
-	}
+	d.Callbacks.Egress = cmp.Or(d.Callbacks.Egress, r.Config.Egress)
 	if d.Callbacks.Deliveries == nil {
 		d.Callbacks.Deliveries = r.store
 	}
 	if d.Now == nil {
 		d.Now = r.now
 	}
-	if d.Logger == nil {
-		d.Logger = r.logger
-	}
+	d.Logger = cmp.Or(d.Logger, r.logger)
 	return api.New(d), nil
 }
 
@@ -325,9 +315,7 @@ func (r *Runtime) Worker(w batch.Worker) *batch.Worker {
 	if w.Now == nil {
 		w.Now = r.now
 	}
-	if w.Logger == nil {
-		w.Logger = r.logger
-	}
+	w.Logger = cmp.Or(w.Logger, r.logger)
 	if w.Fault == nil {
 		w.Fault = func(error) { r.metrics.StoreError("batch") }
 	}

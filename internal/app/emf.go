@@ -1,6 +1,7 @@
 package app
 
 import (
+	"cmp"
 	"encoding/json"
 	"io"
 	"strconv"
@@ -179,10 +180,7 @@ func (e *EMF) DomainFact(result string) { e.write(DomainFacts, "Count", 1, "resu
 // the raw path: a call no route matched is "unmatched").
 func Calls(o Observer) func(c *api.Call, end time.Time) {
 	return func(c *api.Call, end time.Time) {
-		route := c.Route
-		if route == "" {
-			route = "unmatched"
-		}
+		route := cmp.Or(c.Route, "unmatched")
 		o.HTTPRequest(route, c.Status, end.Sub(c.Start))
 	}
 }

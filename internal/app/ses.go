@@ -1,6 +1,7 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -68,9 +69,7 @@ func (q *SESQueue) Route(work func(context.Context, events.SQSEvent) (events.SQS
 // person can look at it, instead of vanishing.
 func (q *SESQueue) Handle(ctx context.Context, ev events.SQSEvent) events.SQSEventResponse {
 	logger := q.Logger
-	if logger == nil {
-		logger = slog.Default()
-	}
+	logger = cmp.Or(logger, slog.Default())
 	var resp events.SQSEventResponse
 	fail := func(r events.SQSMessage) {
 		resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: r.MessageId})

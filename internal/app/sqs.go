@@ -9,6 +9,7 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -102,9 +103,7 @@ func (q *Queue) SharedSlots() bool { return false }
 // to w, all of them at once.
 func SQSHandler(w *batch.Worker) func(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
 	logger := w.Logger
-	if logger == nil {
-		logger = slog.Default()
-	}
+	logger = cmp.Or(logger, slog.Default())
 	return func(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
 		// failed[i] is set by record i's own goroutine only; the reply
 		// lists them in the event's order.

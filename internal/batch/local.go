@@ -1,6 +1,7 @@
 package batch
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
@@ -76,27 +77,13 @@ func NewLocalQueue(st LocalStore, w *Worker, cfg LocalConfig) (*LocalQueue, erro
 	if st == nil || w == nil || w.Accounts == nil || w.Processor == nil || w.Processor.Engine == nil || w.Processor.Sandbox == nil || w.Polite == nil || w.Polite.Gate == nil {
 		return nil, errors.New("batch: the local queue needs a store, accounts, an engine, a sandbox and a politeness gate")
 	}
-	if w.Logger == nil {
-		w.Logger = slog.Default()
-	}
-	if cfg.Workers <= 0 {
-		cfg.Workers = 64
-	}
-	if cfg.PerBatch <= 0 {
-		cfg.PerBatch = 16
-	}
-	if cfg.TestWorkers <= 0 {
-		cfg.TestWorkers = 16
-	}
-	if w.Processor.SessionLimit <= 0 {
-		w.Processor.SessionLimit = 5 * time.Minute
-	}
-	if w.RetryBase <= 0 {
-		w.RetryBase = 200 * time.Millisecond
-	}
-	if w.RetryMax <= 0 {
-		w.RetryMax = 30 * time.Second
-	}
+	w.Logger = cmp.Or(w.Logger, slog.Default())
+	cfg.Workers = positiveOr(cfg.Workers, 64)
+	cfg.PerBatch = positiveOr(cfg.PerBatch, 16)
+	cfg.TestWorkers = positiveOr(cfg.TestWorkers, 16)
+	w.Processor.SessionLimit = positiveOr(w.Processor.SessionLimit, 5*time.Minute)
+	w.RetryBase = positiveOr(w.RetryBase, 200*time.Millisecond)
+	w.RetryMax = positiveOr(w.RetryMax, 30*time.Second)
 	share := func(slots int) int {
 		if cfg.PerAccount > 0 {
 			return min(cfg.PerAccount, slots)

@@ -194,9 +194,7 @@ func (p *Processor) VerifyGroupWith(ctx context.Context, startBy time.Time, test
 	}
 	r := &groupRun{p: p, v: v, test: test, mode: mode, attempt: attempt, startBy: startBy,
 		maxGrey: p.MaxGreyAttempts, per: p.perConnection(), queue: g.Items, budget: p.RcptBound(len(g.Items))}
-	if r.maxGrey <= 0 {
-		r.maxGrey = 3
-	}
+	r.maxGrey = positiveOr(r.maxGrey, 3)
 	r.cond = sync.NewCond(&r.mu)
 	var wg sync.WaitGroup
 	runners := 1
@@ -467,9 +465,7 @@ func GreyDelay(base time.Duration, n int, test bool) time.Duration {
 // Backoff returns the delay before retry attempt n (1-based) of greylisted
 // addresses: greylisting servers accept a retry after minutes, not seconds.
 func Backoff(base time.Duration, n int) time.Duration {
-	if base <= 0 {
-		base = 5 * time.Minute
-	}
+	base = positiveOr(base, 5*time.Minute)
 	return politeness.Double(base, 0, n-1)
 }
 

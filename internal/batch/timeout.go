@@ -29,9 +29,7 @@ func Expire(ctx context.Context, st Store, b evs.Batch, test bool, now func() ti
 	if err != nil {
 		return err
 	}
-	if chunk <= 0 {
-		chunk = 1000
-	}
+	chunk = positiveOr(chunk, 1000)
 	rs := TimeoutResults(items, b.Mode, test, DetailDeadline, now())
 	for start := 0; start == 0 || start < len(rs); start += chunk {
 		got, err := st.PutResults(ctx, b.AccountID, b.ID, rs[start:min(start+chunk, len(rs))], now())

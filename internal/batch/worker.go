@@ -1,6 +1,7 @@
 package batch
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -271,12 +272,7 @@ func (w *Worker) Handle(ctx context.Context, m Message, redelivered bool, startB
 	return fmt.Errorf("batch: unknown message kind %q", m.Kind)
 }
 
-func (w *Worker) logger() *slog.Logger {
-	if w.Logger == nil {
-		return slog.Default()
-	}
-	return w.Logger
-}
+func (w *Worker) logger() *slog.Logger { return cmp.Or(w.Logger, slog.Default()) }
 
 func (w *Worker) now() time.Time {
 	if w.Now == nil {
@@ -437,10 +433,7 @@ func (w *Worker) work(ctx context.Context, m Message, again bool, startBy time.T
 		// batches wait for (the sandbox answers at once).
 		go w.watch(stepCtx, m, stop, &cancelled)
 	}
-	conc := w.Concurrency
-	if conc <= 0 {
-		conc = 8
-	}
+	conc := positiveOr(w.Concurrency, 8)
 	var (
 		mu      sync.Mutex
 		results []evs.Result

@@ -42,7 +42,8 @@ func (s *Store) ActiveBatches(ctx context.Context, accountID string) (int, error
 		return 0, nil
 	}
 	now := s.now()
-	p := dynamodb.NewQueryPaginator(s.c, &dynamodb.QueryInput{
+	n := 0
+	err := pages(ctx, dynamodb.NewQueryPaginator(s.c, &dynamodb.QueryInput{
 		TableName:              aws.String(s.t.Batches),
 		KeyConditionExpression: aws.String("#a = :a"),
 		FilterExpression:       aws.String("#exp > :now AND #st IN (:q, :r)"),
@@ -54,16 +55,11 @@ func (s *Store) ActiveBatches(ctx context.Context, accountID string) (int, error
 		},
 		ConsistentRead: aws.Bool(true),
 		Select:         types.SelectCount,
-	})
-	n := 0
-	for p.HasMorePages() {
-		out, err := p.NextPage(ctx)
-		if err != nil {
-			return 0, wrapErr("count active batches", err)
-		}
+	}), "count active batches", func(out *dynamodb.QueryOutput) bool {
 		n += int(out.Count)
-	}
-	return n, nil
+		return true
+	})
+	return n, err
 }
 
 // CreateBatchWithin stores b and its items unless the account already has

@@ -606,16 +606,24 @@ func (s *Store) queryKey(ctx context.Context, key string, after, upTo int, filte
 // query passes the items in matches, page after page, to each until it
 // returns false.
 func (s *Store) query(ctx context.Context, in *dynamodb.QueryInput, op string, each func(item) bool) error {
-	p := dynamodb.NewQueryPaginator(s.c, in)
+	return pages(ctx, dynamodb.NewQueryPaginator(s.c, in), op, func(page *dynamodb.QueryOutput) bool {
+		return !slices.ContainsFunc(page.Items, func(it item) bool { return !each(it) })
+	})
+}
+
+// pages passes the pages p reads to each until it returns false: the
+// one loop over a Query's or a Scan's pages.
+func pages[O any](ctx context.Context, p interface {
+	HasMorePages() bool
+	NextPage(context.Context, ...func(*dynamodb.Options)) (O, error)
+}, op string, each func(O) bool) error {
 	for p.HasMorePages() {
 		page, err := p.NextPage(ctx)
 		if err != nil {
 			return wrapErr(op, err)
 		}
-		for _, it := range page.Items {
-			if !each(it) {
-				return nil
-			}
+		if !each(page) {
+			return nil
 		}
 	}
 	return nil

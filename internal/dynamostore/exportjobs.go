@@ -182,8 +182,8 @@ func (s *Store) takeExportSlot(ctx context.Context, j store.ExportJob, max int, 
 		if err == nil {
 			return slot, nil
 		}
-		var cf *types.ConditionalCheckFailedException
-		if !errors.As(err, &cf) {
+		cf, ok := errors.AsType[*types.ConditionalCheckFailedException](err)
+		if !ok {
 			return -1, wrapErr("take an export slot", err)
 		}
 		if getS(item(cf.Item), attrLeaseToken) == j.Token {

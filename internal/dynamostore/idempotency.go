@@ -65,8 +65,8 @@ func (s *Store) ClaimIdempotency(ctx context.Context, rec idempotency.Record, no
 		if err == nil {
 			return idempotency.Record{}, true, nil
 		}
-		var cf *types.ConditionalCheckFailedException
-		if !errors.As(err, &cf) {
+		cf, ok := errors.AsType[*types.ConditionalCheckFailedException](err)
+		if !ok {
 			return idempotency.Record{}, false, wrapErr("claim idempotency record", err)
 		}
 		cur := item(cf.Item)

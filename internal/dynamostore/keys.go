@@ -151,16 +151,11 @@ func (s *Store) scanKind(ctx context.Context, kind, op string, count bool) ([]it
 		items []item
 		n     int
 	)
-	p := dynamodb.NewScanPaginator(s.c, in)
-	for p.HasMorePages() {
-		page, err := p.NextPage(ctx)
-		if err != nil {
-			return nil, 0, wrapErr(op, err)
-		}
-		items = append(items, page.Items...)
-		n += int(page.Count)
-	}
-	return items, n, nil
+	err := pages(ctx, dynamodb.NewScanPaginator(s.c, in), op, func(page *dynamodb.ScanOutput) bool {
+		items, n = append(items, page.Items...), n+int(page.Count)
+		return true
+	})
+	return items, n, err
 }
 
 // CountAccounts returns the number of accounts (a Scan: it runs once, at

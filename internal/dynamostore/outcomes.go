@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -101,9 +102,7 @@ func (s *Store) markOutcome(ctx context.Context, accountID, address, class strin
 	key := item{attrAccountID: outcomePartition(accountID), attrID: avS(markID(address, class))}
 	it := item{attrMarkClass: avS(class), attrMarkShared: avBool(shared), attrExpiresAtMs: avTime(expiresAt), attrExpiresAt: ttlSeconds(expiresAt),
 		attrCreateToken: avS(token)}
-	for k, v := range key {
-		it[k] = v
-	}
+	maps.Copy(it, key)
 	out, err := s.c.PutItem(ctx, &dynamodb.PutItemInput{
 		TableName: aws.String(s.t.Batches), Item: it,
 		ConditionExpression:       aws.String("attribute_not_exists(#id) OR #exp <= :now"),

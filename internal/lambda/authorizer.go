@@ -1,6 +1,7 @@
 package lambda
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -69,10 +70,7 @@ func authorize(ctx context.Context, a *authorizer.Authorizer, req events.APIGate
 		resource = strings.TrimSuffix(resource, "/*/*") + "/" + authorizer.PublishableMethod + authorizer.PublishableRoute
 	}
 	if err != nil { // authorizer.ErrForbidden
-		principal := p.KeyID
-		if principal == "" {
-			principal = "anonymous"
-		}
+		principal := cmp.Or(p.KeyID, "anonymous")
 		return events.APIGatewayCustomAuthorizerResponse{
 			PrincipalID:    principal,
 			PolicyDocument: policy("Deny", resource),

@@ -1,6 +1,7 @@
 package lambda
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -53,9 +54,7 @@ func (e missing) Unwrap() error { return ErrMissing }
 // what ("DynamoDB table \"keys\""), where its name came from, the region
 // and what to do.
 func NotFound(what, source, region, fix string) error {
-	if fix == "" {
-		fix = FixDeploy
-	}
+	fix = cmp.Or(fix, FixDeploy)
 	return missing{fmt.Sprintf("%s (%s) does not exist in region %s: %s; or set AWS_REGION to the region the stack is in", what, source, region, fix)}
 }
 
@@ -93,8 +92,7 @@ func Check(ctx context.Context, cfg aws.Config, r Resources) error {
 		}
 		wg.Go(func() {
 			_, err := ddb.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(t.Name)})
-			var nf *ddbtypes.ResourceNotFoundException
-			if errors.As(err, &nf) {
+			if _, nf := errors.AsType[*ddbtypes.ResourceNotFoundException](err); nf {
 				errs[i] = NotFound(fmt.Sprintf("DynamoDB table %q", t.Name), t.Source, cfg.Region, r.Fix)
 				return
 			}
@@ -117,8 +115,7 @@ func Check(ctx context.Context, cfg aws.Config, r Resources) error {
 // does not resolve: a region that does not exist. Other errors are not the
 // check's to judge: it returns nil for them.
 func Unreachable(err error, region string) error {
-	var dns *net.DNSError
-	if errors.As(err, &dns) && dns.IsNotFound && strings.HasSuffix(strings.TrimSuffix(dns.Name, "."), ".amazonaws.com") {
+	if dns, ok := errors.AsType[*net.DNSError](err); ok && dns.IsNotFound && strings.HasSuffix(strings.TrimSuffix(dns.Name, "."), ".amazonaws.com") {
 		return missing{fmt.Sprintf("cannot reach AWS in region %q (%s does not resolve): fix AWS_REGION", region, dns.Name)}
 	}
 	return nil

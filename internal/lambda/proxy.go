@@ -2,6 +2,7 @@ package lambda
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/base64"
 	"fmt"
@@ -157,15 +158,11 @@ type recorder struct {
 func (w *recorder) Header() http.Header { return w.header }
 
 func (w *recorder) WriteHeader(code int) {
-	if w.status == 0 {
-		w.status = code
-	}
+	w.status = cmp.Or(w.status, code)
 }
 
 func (w *recorder) Write(b []byte) (int, error) {
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
+	w.status = cmp.Or(w.status, http.StatusOK)
 	return w.body.Write(b)
 }
 
@@ -174,9 +171,7 @@ func (w *recorder) Write(b []byte) (int, error) {
 // otherwise, which API Gateway decodes: the API declares every type
 // binary (BinaryMediaTypes */*).
 func (w *recorder) response() events.APIGatewayProxyResponse {
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
+	w.status = cmp.Or(w.status, http.StatusOK)
 	// API Gateway sets the length of what it sends.
 	w.header.Del("Content-Length")
 	resp := events.APIGatewayProxyResponse{StatusCode: w.status, Headers: make(map[string]string, len(w.header))}

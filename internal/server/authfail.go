@@ -100,10 +100,3 @@ func (f *failLimiter) spend(client string, now time.Time, r rate.Limit, burst in
 	}
 	lim.AllowN(now, 1)
 }
-
-// size is the number of clients remembered.
-func (f *failLimiter) size() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.order.Len()
-}

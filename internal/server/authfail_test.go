@@ -54,3 +54,10 @@ func TestClientKey(t *testing.T) {
 		}
 	}
 }
+
+// size is the number of clients remembered.
+func (f *failLimiter) size() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.order.Len()
+}

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"net/http"
@@ -73,12 +74,8 @@ type accountShare struct {
 }
 
 func newBodyGate(budget int64, wait time.Duration) *bodyGate {
-	if budget <= 0 {
-		budget = DefaultBodyBudget
-	}
-	if wait <= 0 {
-		wait = DefaultBodyWait
-	}
+	budget = cmp.Or(max(budget, 0), DefaultBodyBudget)
+	wait = cmp.Or(max(wait, 0), DefaultBodyWait)
 	share := min(max(budget/2, api.MaxBatchBody), budget)
 	return &bodyGate{sem: semaphore.NewWeighted(budget), budget: budget, share: share, wait: wait,
 		accounts: map[string]*accountShare{}}

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -17,10 +18,7 @@ import (
 // Config.DrainTimeout (0: its default; negative: no wait) before their
 // connections are closed.
 func (s *Server) drain(srv *http.Server) error {
-	timeout := s.opts.Config.DrainTimeout
-	if timeout == 0 {
-		timeout = config.DefaultDrainTimeout
-	}
+	timeout := cmp.Or(s.opts.Config.DrainTimeout, config.DefaultDrainTimeout)
 	if timeout < 0 {
 		s.edge.draining.Store(true)
 		s.opts.Logger.Info("shutting down without draining (EVS_DRAIN_TIMEOUT=0)")

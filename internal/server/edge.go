@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"errors"
@@ -136,12 +137,8 @@ type keyLookup interface {
 // Config.AuthTTL (0: 300 s, negative: no cache), Config.RateLimit (0:
 // off), BodyTimeout (0: 30 s), Now and Logger.
 func newEdge(o Options, mount func(api.Guard) func(*http.ServeMux), keys keyLookup, bodies *bodyGate) *edge {
-	if o.Config.AuthTTL == 0 {
-		o.Config.AuthTTL = 300 * time.Second
-	}
-	if o.BodyTimeout <= 0 {
-		o.BodyTimeout = 30 * time.Second
-	}
+	o.Config.AuthTTL = cmp.Or(o.Config.AuthTTL, 300*time.Second)
+	o.BodyTimeout = cmp.Or(max(o.BodyTimeout, 0), 30*time.Second)
 	if bodies == nil {
 		bodies = newBodyGate(o.BodyBudget, o.BodyWait)
 	}

@@ -64,18 +64,12 @@ func GatewayResponses() map[string]GatewayResponse {
 // defaults (the local throttle knows the real Retry-After).
 func writeResponse(w http.ResponseWriter, typ, requestID string, extra map[string]string) int {
 	r := GatewayResponses()[typ]
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("X-Request-Id", requestID)
-	for k, v := range r.Headers {
-		h.Set(k, v)
+	for _, hs := range []map[string]string{r.Headers, extra} {
+		for k, v := range hs {
+			w.Header().Set(k, v)
+		}
 	}
-	for k, v := range extra {
-		h.Set(k, v)
-	}
-	w.WriteHeader(r.Status)
-	_, _ = w.Write(api.ErrorBody(r.Code, r.Message, requestID))
-	return r.Status
+	return writeError(w, r.Status, r.Code, r.Message, requestID)
 }
 
 // writeError answers with the contract's error envelope of code and

@@ -152,15 +152,8 @@ type MetricsLimits struct {
 // so connections that never finish a request, or sit idle, are closed
 // there too.
 func MetricsServer(h http.Handler, logger *slog.Logger, l MetricsLimits) *http.Server {
-	if logger == nil {
-		logger = slog.Default()
-	}
-	def := func(d, v time.Duration) time.Duration {
-		if d <= 0 {
-			return v
-		}
-		return d
-	}
+	logger = cmp.Or(logger, slog.Default())
+	def := func(d, v time.Duration) time.Duration { return cmp.Or(max(d, 0), v) }
 	return &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: def(l.ReadHeader, headerTimeout),
@@ -190,12 +183,8 @@ func New(o Options) (*Server, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	if o.Logger == nil {
-		o.Logger = slog.Default()
-	}
-	if o.SweepEvery <= 0 {
-		o.SweepEvery = time.Hour
-	}
+	o.Logger = cmp.Or(o.Logger, slog.Default())
+	o.SweepEvery = cmp.Or(max(o.SweepEvery, 0), time.Hour)
 	if o.FreeBytes == nil && o.Config.DataDir != "" {
 		dir := o.Config.DataDir
 		o.FreeBytes = func() (uint64, error) { return freeBytes(dir) }
@@ -217,13 +206,7 @@ func New(o Options) (*Server, error) {
 	cfg.SelfCheckEvery = cmp.Or(o.SelfCheckEvery, cfg.SelfCheckEvery)
 	// The egress self-check also runs on the first live probe, for a
 	// store whose accounts were all sandboxes at start (Serve).
-	ports := app.Ports{Store: o.Store, Now: o.Now, Logger: o.Logger, Exits: o.Exits, FreeBytes: o.FreeBytes, CheckOnUse: true}
-	if o.Engine != nil {
-		ports.Engine = o.Engine
-	}
-	if o.Metrics != nil {
-		ports.Metrics = o.Metrics
-	}
+	ports := app.Ports{Store: o.Store, Now: o.Now, Logger: o.Logger, Exits: o.Exits, FreeBytes: o.FreeBytes, Engine: o.Engine, Metrics: o.Metrics, CheckOnUse: true}
 	if st, ok := o.Store.(cache.Store); ok {
 		// This process is the store's only writer (the data directory's
 		// lock), so recent verdicts can be answered from memory.
@@ -249,14 +232,8 @@ func New(o Options) (*Server, error) {
 	if p, ok := o.Metrics.(*Prometheus); ok {
 		p.reg.MustRegister(watch)
 	}
-	var uploads api.Uploads
-	if st, ok := o.Store.(uploadStore); ok {
-		uploads = st
-	}
-	var links api.Exports
-	if st, ok := o.Store.(exportStore); ok {
-		links = st
-	}
+	uploads, _ := o.Store.(uploadStore)
+	links, _ := o.Store.(exportStore)
 	// Large bodies and lists read from uploads share one budget.
 	bodies := newBodyGate(o.BodyBudget, o.BodyWait)
 	h, err := rt.API(api.Deps{
@@ -276,9 +253,7 @@ func New(o Options) (*Server, error) {
 	gw := newEdge(o, h.MountAll, authorizer.New(o.Store), bodies)
 	gw.egress = watch
 	gw.ledger = rt.Ledger
-	if o.DeliverEvery <= 0 {
-		o.DeliverEvery = 500 * time.Millisecond
-	}
+	o.DeliverEvery = cmp.Or(max(o.DeliverEvery, 0), 500*time.Millisecond)
 	hooks := &webhook.Deliverer{Store: o.Store, Client: webhook.NewClient(o.Config.Egress), Now: o.Now, Logger: o.Logger, Body: api.EventBody}
 	if o.Metrics != nil {
 		hooks.Observe = o.Metrics.WebhookDelivery
@@ -327,7 +302,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	if err := s.batches.Start(workCtx); err != nil {
 		return err
 	}
-	go s.sweep(workCtx)
+	go runEvery(workCtx, s.opts.SweepEvery, s.sweep)
 	if c := s.rt.SelfCheck; c != nil && s.probes(ctx) {
 		go runEvery(workCtx, cmp.Or(s.rt.Config.SelfCheckEvery, verify.SelfCheckEvery), c.Run)
 	}
@@ -353,10 +328,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		// and Transfer-Encoding (framing.go).
 		ConnContext: connContext,
 	}
-	maxConns := s.opts.Config.MaxConns
-	if maxConns <= 0 {
-		maxConns = defaultMaxConns
-	}
+	maxConns := cmp.Or(max(s.opts.Config.MaxConns, 0), defaultMaxConns)
 	// Past the cap, connections wait in the kernel's accept queue instead
 	// of each costing a descriptor and a goroutine here.
 	ln = netutil.LimitListener(ln, maxConns)
@@ -382,20 +354,12 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	return err
 }
 
+// sweep deletes the store's expired records (every SweepEvery).
 func (s *Server) sweep(ctx context.Context) {
-	t := time.NewTicker(s.opts.SweepEvery)
-	defer t.Stop()
-	for {
-		if n, err := s.opts.Store.Sweep(ctx); err != nil && ctx.Err() == nil {
-			s.opts.Logger.Warn("sweep failed", slog.String("error", err.Error()))
-		} else if n > 0 {
-			s.opts.Logger.Info("swept expired records", slog.Int("count", n))
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	if n, err := s.opts.Store.Sweep(ctx); err != nil && ctx.Err() == nil {
+		s.opts.Logger.Warn("sweep failed", slog.String("error", err.Error()))
+	} else if n > 0 {
+		s.opts.Logger.Info("swept expired records", slog.Int("count", n))
 	}
 }
 

@@ -106,8 +106,7 @@ func (g *edge) receiveSNS(w http.ResponseWriter, r *http.Request) {
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, api.MaxSNSBody))
 	if err != nil {
-		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
+		if _, tooLarge := errors.AsType[*http.MaxBytesError](err); tooLarge {
 			err = api.TooLarge(snsRoute, api.MaxSNSBody)
 		} else {
 			err = evs.Wrap(err, evs.CodeInvalidRequest, "The request body could not be read.")

@@ -78,8 +78,7 @@ func (b *rateBody) Read(p []byte) (int, error) {
 	if b.got += n; b.got >= b.need {
 		b.next()
 	}
-	var ne net.Error
-	if errors.As(err, &ne) && ne.Timeout() {
+	if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
 		b.slow = true
 	}
 	return n, err

@@ -107,10 +107,7 @@ func (w *EgressWatch) provider(d evs.Decision) string {
 	if w.key != nil {
 		p = w.key(d)
 	}
-	if p == "" {
-		p = "other"
-	}
-	return p
+	return cmp.Or(p, "other")
 }
 
 // count adds one answer in minute m; w.mu is held.
@@ -416,9 +413,7 @@ func (s *SelfChecker) run(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, cmp.Or(s.Timeout, 30*time.Second))
 	defer cancel()
 	log := s.Log
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
+	log = cmp.Or(log, slog.New(slog.DiscardHandler))
 	if !s.Watches.SelfCheck(ctx, s.Rep, s.Zones, s.HELO, log, s.Done) {
 		// Cut short: the findings kept are the last whole ones, and
 		// the next call checks again.

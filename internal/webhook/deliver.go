@@ -2,6 +2,7 @@ package webhook
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"io"
@@ -114,12 +115,7 @@ func (d *Deliverer) now() time.Time {
 	return d.Now()
 }
 
-func (d *Deliverer) logger() *slog.Logger {
-	if d.Logger == nil {
-		return slog.Default()
-	}
-	return d.Logger
-}
+func (d *Deliverer) logger() *slog.Logger { return cmp.Or(d.Logger, slog.Default()) }
 
 // Secret returns the account's secret, creating it on first use.
 func Secret(ctx context.Context, st interface {
@@ -343,16 +339,6 @@ func (d *Deliverer) Run(ctx context.Context, due DueLister, every time.Duration)
 	}
 }
 
-func (d *Deliverer) slots() int {
-	if d.Slots <= 0 {
-		return DefaultSlots
-	}
-	return d.Slots
-}
+func (d *Deliverer) slots() int { return cmp.Or(max(d.Slots, 0), DefaultSlots) }
 
-func (d *Deliverer) perAccount() int {
-	if d.PerAccount <= 0 {
-		return DefaultPerAccount
-	}
-	return d.PerAccount
-}
+func (d *Deliverer) perAccount() int { return cmp.Or(max(d.PerAccount, 0), DefaultPerAccount) }

@@ -63,15 +63,6 @@ var (
 	})
 )
 
-// Load parses all lists now instead of on first use. Call it during start-up
-// (a Lambda init phase, say) to keep the parse off the first request.
-func Load() {
-	disposable()
-	disposableTLD()
-	free()
-	role()
-}
-
 // Disposable reports whether domain belongs to a disposable-address service.
 // domain must be lower-case ASCII (A-labels); a subdomain of a listed domain
 // counts too, since these services hand out addresses under any subdomain

@@ -274,3 +274,12 @@ func BenchmarkLoad(b *testing.B) {
 		parse(freeData)
 	}
 }
+
+// Load parses all lists now instead of on first use. Call it during start-up
+// (a Lambda init phase, say) to keep the parse off the first request.
+func Load() {
+	disposable()
+	disposableTLD()
+	free()
+	role()
+}

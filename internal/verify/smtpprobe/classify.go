@@ -72,15 +72,6 @@ type Reading struct {
 	Author Provider
 }
 
-// Classify decides what a reply at a stage (StageBanner, StageEHLO,
-// StageMail or StageRcpt) says; it is Read without the explanation.
-func Classify(stage string, r Reply) Class { return Read(stage, r).Class }
-
-// Read decides what a reply at a stage says when the provider of the host
-// that sent it is not known: only the reply's own fingerprint (Gmail's
-// "gsmtp", Microsoft's "AS(...)") can name one. See ReadFrom.
-func Read(stage string, r Reply) Reading { return ReadFrom(stage, "", r) }
-
 // ReadFrom decides what a reply at a stage says, coming from an MX host of
 // provider p ("" or ProviderOther when unknown).
 //

@@ -310,27 +310,6 @@ func init() {
 	}
 }
 
-// Families returns the phrase families in table order, for
-// documentation and tests. The caller must not modify them.
-func Families() []Family {
-	out := make([]Family, len(families))
-	for i, f := range families {
-		out[i] = *f
-		out[i].re = nil
-	}
-	return out
-}
-
-// MatchFamily returns the names of the families whose phrases occur in
-// text, in table order.
-func MatchFamily(text string) []string {
-	var names []string
-	for _, f := range matchFamilies(normalize(text)) {
-		names = append(names, f.Name)
-	}
-	return names
-}
-
 func matchFamilies(normalized string) []*Family {
 	var out []*Family
 	for _, f := range families {

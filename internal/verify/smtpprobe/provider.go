@@ -151,17 +151,6 @@ func init() {
 	}
 }
 
-// Providers returns the provider table, for documentation and tests. The
-// caller must not modify it.
-func Providers() []ProviderInfo {
-	out := make([]ProviderInfo, len(providers))
-	for i, p := range providers {
-		out[i] = *p
-		out[i].fp = nil
-	}
-	return out
-}
-
 // ProviderOf names the provider of an MX host, or ProviderOther. The
 // longest matching suffix wins, so that Outlook.com's
 // *.olc.protection.outlook.com is not taken for Microsoft 365's
