@@ -132,7 +132,7 @@ func TestLambdaWorkerSelfCheck(t *testing.T) {
 	}
 	for _, want := range []string{
 		`"the egress address is on a DNS blocklist: receivers will refuse our probes (unknown/blocked)"`,
-		`"the HELO name fails the checks receivers make"`,
+		`"the HELO name fails the checks receivers make: set EVS_SMTP_HELO`,
 	} {
 		if !strings.Contains(logs.String()[from:], want) {
 			t.Errorf("no warning %s after the listing", want)
