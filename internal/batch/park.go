@@ -170,8 +170,16 @@ func (w *Worker) park(ctx context.Context, m Message, ps []parking) error {
 			}
 		}
 		now := w.now()
-		if p.notBefore.After(now) {
+		switch {
+		case p.notBefore.After(now):
 			if err := w.scheduleWake(ctx, p.key, p.notBefore); err != nil {
+				return err
+			}
+		case !p.forSlot:
+			// Due already (a window that turned during a slow step, a wait
+			// cut at a deadline now past): no session end is owed to it,
+			// so a wake at once.
+			if err := w.scheduleWake(ctx, p.key, now); err != nil {
 				return err
 			}
 		}
