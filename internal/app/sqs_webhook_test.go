@@ -28,6 +28,7 @@ import (
 // signed, once per attempt with one webhook-id, and the delivery the
 // envelope shows, is the behaviour suite's (TestSuiteWebhook).
 func TestWorkerWebhookRetryDelays(t *testing.T) {
+	t.Parallel()
 	var (
 		mu    sync.Mutex
 		calls int
@@ -143,6 +144,7 @@ func blackHole(t *testing.T) (url string, accepted, closed *atomic.Int64) {
 // once, and its other messages go back to the queue for a short wait
 // instead of holding the invocation.
 func TestWorkerWebhookFairAcrossAccounts(t *testing.T) {
+	t.Parallel()
 	hole, accepted, closed := blackHole(t)
 	arrived := make(chan int64, 1) // the hog's attempts given up by then
 	rc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
