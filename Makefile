@@ -8,7 +8,7 @@ PKGS := ./...
 MODULE := github.com/evs-dev/evs
 # End-to-end packages: the whole service over HTTP, Lambda and the CLI, and
 # the SQLite store's durability tests (child processes killed mid-write).
-# Longest first: go test starts them in this order.
+# Longest first: go test starts them in about this order.
 END_TO_END := internal/app internal/server infra/evs internal/store internal/api internal/sqlitestore
 RACE_PKGS = $(filter-out $(addprefix $(MODULE)/,$(END_TO_END)),$(shell $(GO) list $(PKGS)))
 # Both runs at once, each to its end, so one report shows all: the
