@@ -17,11 +17,12 @@ import (
 )
 
 func main() {
-	cfg, logger, err := config.Load(os.Stdout, true)
+	cfg, err := config.FromEnv(config.OSEnv, true)
+	logger := cfg.Logger(os.Stdout)
 	var st *dynamostore.Store
 	if err == nil {
 		var awsCfg aws.Config
-		st, awsCfg, err = dynamostore.Open(context.Background(), dynamostore.Tables(cfg.Tables))
+		st, awsCfg, err = dynamostore.Open(context.Background(), dynamostore.Tables(cfg.Tables), config.OSEnv)
 		if err == nil {
 			// A table that is not there is one line here, at cold start,
 			// not "unavailable" on every call.

@@ -9,20 +9,29 @@ free_port() {
 
 # start_daemon LOG SCRATCH CMD...: starts CMD in its own session with its
 # output in LOG, sets daemon_pid, and stops it (the whole session) and
-# removes SCRATCH (a file or directory) when the script exits.
+# removes SCRATCH (a file or directory) when the script exits, with every
+# other daemon the script started.
+daemon_pids=()
+daemon_scratch=()
 start_daemon() {
   local log=$1 scratch=$2
   shift 2
   setsid "$@" >"$log" 2>&1 &
   daemon_pid=$!
-  daemon_scratch=$scratch
+  daemon_pids+=("$daemon_pid")
+  daemon_scratch+=("$scratch")
   trap stop_daemon EXIT INT TERM
 }
 
 stop_daemon() {
-  kill -- -"$daemon_pid" 2>/dev/null || kill "$daemon_pid" 2>/dev/null || true
-  wait "$daemon_pid" 2>/dev/null || true
-  rm -rf "$daemon_scratch"
+  local pid
+  for pid in "${daemon_pids[@]}"; do
+    kill -- -"$pid" 2>/dev/null || kill "$pid" 2>/dev/null || true
+  done
+  for pid in "${daemon_pids[@]}"; do
+    wait "$pid" 2>/dev/null || true
+  done
+  rm -rf "${daemon_scratch[@]}"
 }
 
 # wait_ready NAME LOG PAUSE CHECK...: runs CHECK until it succeeds (at most

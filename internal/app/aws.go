@@ -48,11 +48,16 @@ type AWS struct {
 // (one line here, not "unavailable" on every call), the SOCKS exits from
 // Secrets Manager for the functions that probe, then Build. A failure is
 // logged as one line naming fn; the caller exits.
-func OnAWS(ctx context.Context, fn Function) (*AWS, error) {
-	cfg, logger, err := config.Load(os.Stdout, true)
+func OnAWS(ctx context.Context, fn Function) (*AWS, error) { return onAWSFrom(ctx, fn, config.OSEnv) }
+
+// onAWSFrom is OnAWS reading getenv: the tests give each deployment an
+// environment of its own, so they run in parallel.
+func onAWSFrom(ctx context.Context, fn Function, getenv func(string) string) (*AWS, error) {
+	cfg, err := config.FromEnv(getenv, true)
+	logger := cfg.Logger(os.Stdout)
 	var a *AWS
 	if err == nil {
-		a, err = onAWS(ctx, fn, cfg, logger)
+		a, err = onAWS(ctx, fn, cfg, logger, getenv)
 	}
 	if err != nil {
 		// A bad setting fails the function's init with one line, never a
@@ -63,8 +68,8 @@ func OnAWS(ctx context.Context, fn Function) (*AWS, error) {
 	return a, nil
 }
 
-func onAWS(ctx context.Context, fn Function, cfg config.Config, logger *slog.Logger) (*AWS, error) {
-	st, awsCfg, err := dynamostore.Open(ctx, dynamostore.Tables(cfg.Tables))
+func onAWS(ctx context.Context, fn Function, cfg config.Config, logger *slog.Logger, getenv func(string) string) (*AWS, error) {
+	st, awsCfg, err := dynamostore.Open(ctx, dynamostore.Tables(cfg.Tables), getenv)
 	if err != nil {
 		return nil, err
 	}

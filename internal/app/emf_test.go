@@ -12,6 +12,7 @@ import (
 )
 
 func TestEMFLines(t *testing.T) {
+	t.Parallel()
 	var buf bytes.Buffer
 	e := &app.EMF{W: &buf, Now: func() time.Time { return time.UnixMilli(1700000000123) }}
 	start := time.UnixMilli(1700000000000)
@@ -49,6 +50,7 @@ func TestEMFLines(t *testing.T) {
 // An exit's health verdict that takes it out counts under its name and
 // under no dimension (the "any exit down" alarm); its return is no line.
 func TestEMFExitDown(t *testing.T) {
+	t.Parallel()
 	var buf bytes.Buffer
 	e := &app.EMF{W: &buf}
 	e.SMTPExit(1, "exit-b.example", true)
@@ -80,6 +82,7 @@ func TestEMFExitDown(t *testing.T) {
 // provider: answered 1, blocked 1 for a refusal of us and 0 otherwise, so
 // that metric math divides sums of one period.
 func TestEMFSMTPAnswer(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		blocked bool
 		want    float64

@@ -40,6 +40,7 @@ func (f fixed) VerifyDomain(_ context.Context, emails []string, _ evs.Mode) []ev
 // live verdict counts its RCPT reply class, or, when its SMTP stage got no
 // reply at all, one SMTP connection failure.
 func TestCountIsHonest(t *testing.T) {
+	t.Parallel()
 	smtp := func(result string, code int) evs.Checks {
 		return evs.Checks{SMTP: evs.SMTPCheck{Result: result, Code: code}}
 	}

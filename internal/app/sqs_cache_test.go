@@ -23,6 +23,7 @@ import (
 // probes again is the behaviour suite's, on both deployments
 // (TestSuiteCacheReuse).
 func TestWorkerCacheLookupsWithGreylisting(t *testing.T) {
+	t.Parallel()
 	const domains, users = 4, 5
 	w := newWorld(t, 200, time.Second, 3)
 	var (

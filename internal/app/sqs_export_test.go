@@ -153,6 +153,7 @@ func (w *scaleWorld) inlineCSV(id string, query map[string]string) string {
 // message writes nothing more and the job stays done. A small list is
 // still answered in the reply.
 func TestExportJob(t *testing.T) {
+	t.Parallel()
 	w := newScaleWorld(t)
 	id, _ := w.create(250)
 	w.drain(id)
@@ -224,6 +225,7 @@ func TestExportJob(t *testing.T) {
 // the error envelope, 503 unavailable with Retry-After and no internal
 // detail, once; asking again starts it anew, and that run is served.
 func TestExportJobFailsThenRetries(t *testing.T) {
+	t.Parallel()
 	w := newScaleWorld(t)
 	id, _ := w.create(30)
 	w.drain(id)
@@ -260,6 +262,7 @@ func TestExportJobFailsThenRetries(t *testing.T) {
 // export jobs at once; one more is 429 rate_limited with Retry-After, and
 // passes once the others are written.
 func TestExportJobCapPerAccount(t *testing.T) {
+	t.Parallel()
 	w := newScaleWorld(t)
 	id, _ := w.create(30)
 	w.drain(id)
@@ -286,6 +289,7 @@ func TestExportJobCapPerAccount(t *testing.T) {
 // late message of the old run then writes nothing, and only the new run's
 // object is served.
 func TestExportJobPastDeadlineRestarts(t *testing.T) {
+	t.Parallel()
 	w := newScaleWorld(t)
 	id, _ := w.create(30)
 	w.drain(id)
@@ -373,6 +377,8 @@ func (m *manyResults) Results(ctx context.Context, accountID, id string, afterSe
 // file's size. The rows come from a made-up result reader (a million
 // items written to moto first would take far longer than the export),
 // the object goes to moto's S3 and the job's record to moto's DynamoDB.
+//
+// Not parallel: it samples the process's heap.
 func TestExportMillionRows(t *testing.T) {
 	const n = 1_000_000
 	w := newScaleWorld(t)

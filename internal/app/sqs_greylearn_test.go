@@ -27,6 +27,7 @@ import (
 // on a test clock that the test moves by each resend's SQS delay, as SQS
 // would, instead of waiting minutes.
 func TestWorkerLearnsGreyDelay(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name       string
 		greylist   time.Duration // how long the MTA defers a new address

@@ -96,6 +96,10 @@ func (h sharedHost) engine(t *testing.T, perHost int) *verify.Engine {
 // DynamoDB session slots (2 per provider) the host never sees more than 2
 // sessions at once; without them it sees more, which shows the test can
 // tell. Groups that find no slot are parked and started as sessions end.
+//
+// Not parallel: work parked for a provider is woken at its time, and
+// under the other tests' load that time can pass before it is parked;
+// the tests that park run alone.
 func TestWorkerHostLeasesAcrossInvocations(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
@@ -191,6 +195,7 @@ func TestWorkerHostLeasesAcrossInvocations(t *testing.T) {
 // the next window only once half of the last one is done, so its messages
 // never fill the queue ahead of other batches'.
 func TestWorkerPlanWindow(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, 3, time.Second, 3)
 	w.w.PlanWindow = 6
 	var emails []string
@@ -248,6 +253,7 @@ func TestWorkerPlanWindow(t *testing.T) {
 // completes with its pending addresses unknown/timeout, whether its plan
 // or its work message finds it so.
 func TestWorkerDeadline(t *testing.T) {
+	t.Parallel()
 	for _, at := range []string{"plan", "work"} {
 		t.Run(at, func(t *testing.T) {
 			w := newWorld(t, 200, time.Second, 3)
@@ -285,6 +291,9 @@ func TestWorkerDeadline(t *testing.T) {
 // lost) while the batch's other message is still pending. Across all of
 // it, the loopback MTA is asked about every address exactly once, with
 // the account result cache as without it (the redelivery reads it again).
+//
+// Not parallel: its invocation is cut at 6 s, which the other tests'
+// load must not eat into.
 func TestWorkerBudgetProbesOnce(t *testing.T) {
 	for _, cached := range []bool{false, true} {
 		t.Run(fmt.Sprintf("cache=%v", cached), func(t *testing.T) { budgetProbesOnce(t, cached) })
@@ -394,6 +403,7 @@ func (d *deadStore) PutResults(ctx context.Context, accountID, id string, rs []e
 // results of its first finished transaction's worth of addresses, so the
 // redelivered message asks about only the rest.
 func TestWorkerCrashKeepsFinishedResults(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, 500, time.Second, 3)
 	var emails []string
 	for i := range 150 {
@@ -459,6 +469,9 @@ func TestWorkerCrashKeepsFinishedResults(t *testing.T) {
 // each and one group at a time per message, keep two sessions open at the
 // receiving server at once. One after another, a slow receiver held every
 // message behind it.
+//
+// Not parallel: the two sessions must meet within 4 s, which the other
+// tests' load must not eat into.
 func TestWorkerRunsAnEventsMessagesAtOnce(t *testing.T) {
 	w := newWorld(t, 2, time.Second, 3) // a work message per domain of 2
 	var open, most atomic.Int32

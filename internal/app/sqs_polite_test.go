@@ -449,6 +449,9 @@ func (pw *providerWorld) workSends() (n, delayed int) {
 // most two windows' worth (fixed windows). One domain has more addresses
 // than a window's budget: it runs in parts. Every address is asked once;
 // waiting work is parked, never re-queued with a delay.
+//
+// Not parallel: its wakes are timed to the RCPT windows, and the other
+// tests' load must not move them (see TestWorkerHostLeasesAcrossInvocations).
 func TestPoliteLimitsAcrossWorkers(t *testing.T) {
 	const (
 		sessions = 3
@@ -574,6 +577,8 @@ func itemsOf(emails []string) []evs.Item {
 // to any of its hosts starts, and no work message is sent, until the pause
 // ends; the refused group's addresses were not asked, so they wait too
 // and are asked once afterwards.
+//
+// Not parallel, as TestPoliteLimitsAcrossWorkers.
 func TestPolitePauseAfter421(t *testing.T) {
 	const pause = 4 * time.Second
 	sizes := []int{3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3} // 36 addresses

@@ -28,6 +28,7 @@ import (
 // job the worker writes to S3 — give the user's rows in order, repeats
 // marked, with the verdicts appended.
 func TestCSVRowsOnAWS(t *testing.T) {
+	t.Parallel()
 	w := newScaleWorld(t)
 	var list strings.Builder
 	list.WriteString("n;Email;city\n")

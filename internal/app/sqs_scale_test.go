@@ -384,6 +384,7 @@ func (w *scaleWorld) drain(id string) (planCalls []call) {
 // so its time on AWS does not grow with the batch (API Gateway cuts a call
 // off at 29 s).
 func TestCreateCallsDoNotGrowWithSize(t *testing.T) {
+	t.Parallel()
 	w := newScaleWorld(t)
 	_, small := w.create(10)
 	_, large := w.create(50_000)
@@ -443,6 +444,7 @@ func withoutRecoveryReads(cs []call) []call {
 // never passes through DynamoDB, only through S3, read once and written
 // once as the batch's input.
 func TestUploadCreateCallsDoNotGrowWithSize(t *testing.T) {
+	t.Parallel()
 	w := newScaleWorld(t)
 	_, small := w.createFromUpload(10)
 	start := time.Now()
@@ -512,6 +514,7 @@ func (w *scaleWorld) createFromUpload(n int) (string, []call) {
 // fast the workers — and the planner reads grow with the batch's size,
 // not with its square.
 func TestBatchRunSpreadsWritesAndReadsLinearly(t *testing.T) {
+	t.Parallel()
 	w := newScaleWorld(t)
 	// The larger takes two results keys' worth (rowsPerKey), enough to show
 	// the spreading; moto's transactions slow down as a table grows.
@@ -575,6 +578,7 @@ func TestBatchRunSpreadsWritesAndReadsLinearly(t *testing.T) {
 // limit is a job, polled until it is answered 303 to a pre-signed
 // download of the same CSV, which works without a key.
 func TestLargeCSVExportRedirects(t *testing.T) {
+	t.Parallel()
 	w := newScaleWorld(t)
 	id, _ := w.create(250)
 	w.drain(id)
@@ -640,6 +644,7 @@ func (w *scaleWorld) get(account, resource, id string, query, headers map[string
 // with no key exactly the bytes Accept: text/csv gives for the same
 // filters; another account's batch is not found.
 func TestExportLinkOnS3(t *testing.T) {
+	t.Parallel()
 	w := newScaleWorld(t)
 	id, _ := w.create(20)
 	w.drain(id)

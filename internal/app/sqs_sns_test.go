@@ -154,6 +154,7 @@ func sesSample(t *testing.T, name, addr string) string {
 // duplicate; a tampered one, another topic's and one with moto's own
 // (unverifiable) SNS signature are reported failed and store nothing.
 func TestSESQueue(t *testing.T) {
+	t.Parallel()
 	w := newSESWorld(t)
 	bounce := w.sns.Sign(testkit.SNSMessageFields{TopicArn: sesTopic, Message: sesSample(t, "bounce-permanent.json", "bob@good.example")})
 	if f := w.deliver(string(bounce)); len(f) != 0 {
@@ -200,6 +201,7 @@ func TestSESQueue(t *testing.T) {
 // worker reads that envelope, and refuses it, since moto's signature is no
 // signature by SNS's certificate: a forged message stores nothing.
 func TestSESQueueMotoSNS(t *testing.T) {
+	t.Parallel()
 	w := newSESWorld(t)
 	endpoint := testkit.MotoEndpoint(t)
 	call := func(form url.Values) string {

@@ -103,6 +103,7 @@ func kinds(sent []sentEntry) []string {
 // sweep that finds it without progress for StallAfter, once per window,
 // and then completes with every result counted once.
 func TestSweepReplansLostBatch(t *testing.T) {
+	t.Parallel()
 	w, c := sweepWorld(t, 200)
 	b := w.createBatch("quick", mixed...)
 	if err := w.q.Enqueue(w.ctx, b); err != nil {
@@ -149,6 +150,7 @@ func TestSweepReplansLostBatch(t *testing.T) {
 // the work of the live messages and of the re-plan overlapping counts every
 // address once.
 func TestSweepLeavesProgressingBatch(t *testing.T) {
+	t.Parallel()
 	w, c := sweepWorld(t, 1) // one address per work message
 	b := w.createBatch("quick", mixed...)
 	if err := w.q.Enqueue(w.ctx, b); err != nil {
@@ -195,6 +197,7 @@ func TestSweepLeavesProgressingBatch(t *testing.T) {
 // deadline passed is finished by the sweep, its remaining addresses
 // unknown/timeout.
 func TestSweepFinishesPastDeadline(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name    string
 		started bool // planned, so running, before its messages were lost
@@ -240,6 +243,7 @@ func TestSweepFinishesPastDeadline(t *testing.T) {
 // message from the first sweep past the grace, and the receiver gets the
 // signed event.
 func TestSweepQueuesOverdueDelivery(t *testing.T) {
+	t.Parallel()
 	for _, final := range []evs.State{evs.StateFailed, evs.StateCancelled} {
 		t.Run(string(final), func(t *testing.T) {
 			type call struct {
@@ -327,6 +331,7 @@ func TestSweepQueuesOverdueDelivery(t *testing.T) {
 // TestSweepDeadlineQueuesWebhook: a batch the sweep finishes at its
 // deadline gets its webhook message at once, as one completed by work does.
 func TestSweepDeadlineQueuesWebhook(t *testing.T) {
+	t.Parallel()
 	got := make(chan string, 4)
 	rc := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)

@@ -28,6 +28,7 @@ import (
 // signed, once per attempt with one webhook-id, and the delivery the
 // envelope shows, is the behaviour suite's (TestSuiteWebhook).
 func TestWorkerWebhookRetryDelays(t *testing.T) {
+	t.Parallel()
 	var (
 		mu    sync.Mutex
 		calls int
@@ -142,6 +143,9 @@ func blackHole(t *testing.T) (url string, accepted, closed *atomic.Int64) {
 // arrives); the hog makes only its per-account number of attempts at
 // once, and its other messages go back to the queue for a short wait
 // instead of holding the invocation.
+//
+// Not parallel: the delays it reads are measured against its receivers'
+// 10 s timeouts, and under the other tests' load two came back 0.
 func TestWorkerWebhookFairAcrossAccounts(t *testing.T) {
 	hole, accepted, closed := blackHole(t)
 	arrived := make(chan int64, 1) // the hog's attempts given up by then

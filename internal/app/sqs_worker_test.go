@@ -385,6 +385,7 @@ var mixedCounters = evs.Counters{Total: 7, Duplicates: 1, Processed: 6, Delivera
 // marks the batch running; the work messages write every result, and the
 // last one completes the batch.
 func TestWorkerPlanAndWork(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name     string
 		packSize int
@@ -455,6 +456,7 @@ func TestWorkerPlanAndWork(t *testing.T) {
 // work message may arrive twice, in one event or in two; the store's
 // exactly-once writes keep the counters equal to the distinct items.
 func TestWorkerRedeliveryCountsOnce(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name string
 		run  func(w *world, work []types.Message)
@@ -529,6 +531,7 @@ func TestWorkerRedeliveryCountsOnce(t *testing.T) {
 // GreyDelay (1 s for this test-mode account), and the last attempt writes
 // unknown/greylisted.
 func TestWorkerGreylistResend(t *testing.T) {
+	t.Parallel()
 	const maxGrey = 3
 	w := newWorld(t, 200, time.Second, maxGrey)
 	b := w.createBatch("full", "greylisted@x.example", "accepted_email@x.example", "team+greylisted@y.example")
@@ -594,6 +597,7 @@ func TestWorkerGreylistResend(t *testing.T) {
 // account every back-off is 1 s (contract, section 8). The resent messages
 // are taken from the recorder rather than waited for.
 func TestWorkerGreylistDelayCap(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name    string
 		test    bool
@@ -649,6 +653,7 @@ func (failingStore) Batch(context.Context, string, string) (evs.Batch, error) {
 // that does not exist (expired) is done: nothing is reported. The readable
 // records of the same event are processed either way.
 func TestWorkerUnreadableMessage(t *testing.T) {
+	t.Parallel()
 	const unreadable = "unreadable message; it goes to the dead-letter queue"
 	cases := []struct {
 		name    string

@@ -73,6 +73,7 @@ func (s *suite) fullBatch(t *testing.T, key string, emails []string, extra strin
 // maxAge older than those verdicts reuses them; /v1/verify reuses within
 // maxAge and probes again with maxAge 0.
 func TestSuiteCacheReuse(t *testing.T) {
+	t.Parallel()
 	forEachDeployment(t, suiteOptions{rcpt: suiteRcpt}, func(t *testing.T, s *suite) {
 		_, key := s.account(t, false)
 		var emails []string

@@ -42,13 +42,16 @@ func (s *suite) verifyStatus(t *testing.T, key, email string) (reply, string) {
 // addresses wait past the exit timeout, when a verdict would have come,
 // until the batch deadline ends them; /v1/verify answers 503 unavailable
 // with Retry-After. The mail server is never reached.
+//
+// Not parallel: the AWS half parks its groups until the batch deadline
+// (3 s), as TestWorkerHostLeasesAcrossInvocations.
 func TestSuiteHungExit(t *testing.T) {
 	for name, fault := range hungExits {
 		t.Run(name, func(t *testing.T) {
 			exit := testkit.StartFaultySOCKS5(t, "127.0.0.1", fault)
 			env := map[string]string{"EVS_SMTP": "proxy", "EVS_SMTP_PROXY": exit.URL(), "EVS_SMTP_EXIT_TIMEOUT": "200ms",
 				"EVS_BATCH_DEADLINE": "3s", "EVS_CACHE_TTL": "0"}
-			forEachDeployment(t, suiteOptions{rcpt: suiteRcpt, env: env}, func(t *testing.T, s *suite) {
+			forEachDeployment(t, suiteOptions{rcpt: suiteRcpt, env: env, shared: true}, func(t *testing.T, s *suite) {
 				_, key := s.account(t, false)
 				before := exit.Connections()
 				emails := []string{"ok1@good.example", "ok2@good.example", "no@other.example"}
@@ -83,10 +86,14 @@ func TestSuiteHungExit(t *testing.T) {
 // TestSuiteHungExitLeaves: a hung exit beside a healthy one (a real
 // Dante) leaves the rotation with its first timed-out connection, and
 // its provider's calls of /v1/verify go through the healthy exit.
+//
+// Not parallel: the healthy exit must answer within the 300 ms exit
+// timeout, which the other tests' load must not eat into.
 func TestSuiteHungExitLeaves(t *testing.T) {
 	dante := testkit.SOCKS5(t)
 	for name, fault := range hungExits {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			hung := testkit.StartFaultySOCKS5(t, "127.0.0.51", fault)
 			proxies := hung.URL() + "," + dante.URL
 			// A domain whose provider the hash puts on the hung exit.
@@ -108,7 +115,7 @@ func TestSuiteHungExitLeaves(t *testing.T) {
 				t.Fatal("no provider of 100 on the hung exit")
 			}
 			env := map[string]string{"EVS_SMTP": "proxy", "EVS_SMTP_PROXY": proxies, "EVS_SMTP_EXIT_TIMEOUT": "300ms", "EVS_CACHE_TTL": "0"}
-			forEachDeployment(t, suiteOptions{rcpt: suiteRcpt, env: env}, func(t *testing.T, s *suite) {
+			forEachDeployment(t, suiteOptions{rcpt: suiteRcpt, env: env, shared: true}, func(t *testing.T, s *suite) {
 				s.dns.AddRecord(domain + ". 300 IN MX 10 mx." + domain + ".")
 				s.dns.AddRecord("mx." + domain + ". 300 IN A 127.0.0.1")
 				_, key := s.account(t, false)
@@ -141,6 +148,7 @@ func TestSuiteHungExitLeaves(t *testing.T) {
 // which SmtpExitFailuresAlarm watches on AWS), not as a verdict or a
 // server's timeout.
 func TestCountExitTimeout(t *testing.T) {
+	t.Parallel()
 	for name, fault := range hungExits {
 		t.Run(name, func(t *testing.T) {
 			exit := testkit.StartFaultySOCKS5(t, "127.0.0.1", fault)

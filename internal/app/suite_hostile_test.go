@@ -101,6 +101,7 @@ var hostileRoutes = map[string]hostileRoute{
 // has an entry in hostileRoutes and every entry is an operation; an
 // entry's heavy reads are those the route table admits per account.
 func TestHostileInputCoversTheContract(t *testing.T) {
+	t.Parallel()
 	loadContractRouter(t)
 	ops := contractOperations(t)
 	for _, op := range ops {
@@ -167,6 +168,7 @@ func contractOperations(t *testing.T) []string {
 // is refused with the entry's status (and the reply is the contract's,
 // which checkReply checks), never a 5xx.
 func TestSuiteHostileInput(t *testing.T) {
+	t.Parallel()
 	forEachDeployment(t, suiteOptions{}, func(t *testing.T, s *suite) {
 		acct, key := s.account(t, true)
 		for _, op := range contractOperations(t) {
@@ -207,6 +209,7 @@ var (
 // body under a 1 KiB storage quota, on each deployment that serves it:
 // 429 rate_limited naming the quota, never a 5xx or a write.
 func TestSuiteHostileLedger(t *testing.T) {
+	t.Parallel()
 	forEachDeployment(t, suiteOptions{env: map[string]string{"EVS_MAX_STORED_BYTES": "1024"}}, func(t *testing.T, s *suite) {
 		acct, key := s.account(t, false)
 		for _, op := range contractOperations(t) {

@@ -13,6 +13,7 @@ import (
 // taken is still there, exactly, for the next post. A test-mode account
 // has a tenth of the cap.
 func TestOutcomesCap(t *testing.T) {
+	t.Parallel()
 	forEachDeployment(t, suiteOptions{env: map[string]string{"EVS_MAX_OUTCOMES": "5"}}, func(t *testing.T, s *suite) {
 		_, key := s.account(t, false)
 		post := func(from, n int) reply {

@@ -44,6 +44,7 @@ func (s *suite) widget(t *testing.T, key, email, client string) reply {
 // known_bounce, but the publishable key's reply carries nothing of it,
 // only status, reason, score, suggestion and flags.
 func TestPublishableCannotLockOut(t *testing.T) {
+	t.Parallel()
 	forEachDeployment(t, suiteOptions{rcpt: suiteRcpt, env: map[string]string{
 		"EVS_QUOTA_ADDRESSES": "40", "EVS_QUOTA_PERIOD": "day", "EVS_TRUSTED_PROXIES": "127.0.0.1/32",
 	}}, func(t *testing.T, s *suite) {
@@ -100,6 +101,7 @@ func TestPublishableCannotLockOut(t *testing.T) {
 // from one address is 429, another address gets through, and the key's
 // fourth call in the minute is 429 from any address.
 func TestPublishableKeyLimits(t *testing.T) {
+	t.Parallel()
 	forEachDeployment(t, suiteOptions{rcpt: suiteRcpt, env: map[string]string{"EVS_TRUSTED_PROXIES": "127.0.0.1/32"}}, func(t *testing.T, s *suite) {
 		acct, _ := s.account(t, true)
 		pk := s.publishable(t, acct, evs.KeyLimits{PerAddress: 2, PerKey: 3})

@@ -19,8 +19,8 @@ package app_test
 // OnAWS takes no other, so a behaviour that needs time to pass (a TTL, a
 // maxAge older than a verdict) stays in a deployment's own tests.
 //
-// The suite sets the process environment (t.Setenv), so its tests never
-// run in parallel.
+// Each deployment reads an environment of its own, never the process's,
+// so the suite's tests run in parallel.
 
 import (
 	"bytes"
@@ -115,10 +115,13 @@ type suiteOptions struct {
 	rcpt func(addr string) string
 	// env adds or overrides EVS_* settings of suiteEnv.
 	env map[string]string
+	// shared: the deployments share a peer whose counts the test reads,
+	// so they run one after the other, not in parallel.
+	shared bool
 }
 
-// forEachDeployment runs fn once per deployment, as subtests "serve" and
-// "aws", each over fresh peers and fresh stores.
+// forEachDeployment runs fn once per deployment, as parallel subtests
+// "serve" and "aws", each over fresh peers and fresh stores.
 func forEachDeployment(t *testing.T, o suiteOptions, fn func(t *testing.T, s *suite)) {
 	t.Helper()
 	for _, d := range []struct {
@@ -129,6 +132,9 @@ func forEachDeployment(t *testing.T, o suiteOptions, fn func(t *testing.T, s *su
 		{"aws", startAWS},
 	} {
 		t.Run(d.name, func(t *testing.T) {
+			if !o.shared {
+				t.Parallel()
+			}
 			p := startPeers(t, o.rcpt)
 			env := suiteEnv(p)
 			for k, v := range o.env {
@@ -297,21 +303,19 @@ func startAWS(t *testing.T, env map[string]string) deployment {
 		t.Fatalf("create queue: %v", err)
 	}
 	queueURL := aws.ToString(q.QueueUrl)
-	for k, v := range map[string]string{
+	vars := map[string]string{
 		"AWS_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
 		"AWS_ENDPOINT_URL": testkit.MotoEndpoint(t),
 		"EVS_KEYS_TABLE":   tables.Keys, "EVS_BATCHES_TABLE": tables.Batches, "EVS_RESULTS_TABLE": tables.Results,
 		"EVS_IDEMPOTENCY_TABLE": tables.Idempotency, "EVS_INPUT_BUCKET": tables.Inputs,
 		"EVS_QUEUE_URL": queueURL,
-	} {
-		t.Setenv(k, v)
 	}
 	for k, v := range env {
-		t.Setenv(k, v)
+		vars[k] = v
 	}
 	fn := func(f app.Function) *app.AWS {
 		t.Helper()
-		a, err := app.OnAWS(ctx, f)
+		a, err := app.OnAWSFrom(ctx, f, func(k string) string { return vars[k] })
 		if err != nil {
 			t.Fatalf("OnAWS(%s): %v", f, err)
 		}

@@ -68,6 +68,7 @@ func (h *hookReceiver) of(id string) []hookAttempt {
 // until it answers 2xx. A queued batch does not show its callback; the
 // envelope of a final one shows the delivery.
 func TestSuiteWebhook(t *testing.T) {
+	t.Parallel()
 	forEachDeployment(t, suiteOptions{}, func(t *testing.T, s *suite) {
 		rc := startHookReceiver(t, map[string][]int{"/retry": {503, 503}})
 		acct, key := s.account(t, true)

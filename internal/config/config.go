@@ -462,14 +462,6 @@ func limitOrOff(getenv func(string) string, name string, def int, errs *[]error)
 	return n
 }
 
-// Load reads the process environment and returns the configuration with a
-// logger writing to w. The logger is usable even when err is not nil, so a
-// composition root can report a bad setting in one line and stop.
-func Load(w io.Writer, onLambda bool) (Config, *slog.Logger, error) {
-	c, err := FromEnv(OSEnv, onLambda)
-	return c, c.Logger(w), err
-}
-
 // DefaultAddr is where evs serve listens without EVS_ADDR.
 const DefaultAddr = "127.0.0.1:8080"
 

@@ -95,7 +95,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math"
-	"os"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -419,10 +418,10 @@ func getTime(it item, name string) time.Time {
 }
 
 // Open returns a Store on the tables with the AWS configuration of a Lambda
-// function's environment (LambdaConfig), and that configuration, for the
+// function's environment, read with getenv (LambdaConfig), and that configuration, for the
 // caller's other clients.
-func Open(ctx context.Context, t Tables) (*Store, aws.Config, error) {
-	awsCfg, err := LambdaConfig(os.Getenv)
+func Open(ctx context.Context, t Tables, getenv func(string) string) (*Store, aws.Config, error) {
+	awsCfg, err := LambdaConfig(getenv)
 	if err != nil {
 		return nil, aws.Config{}, err
 	}

@@ -16,11 +16,13 @@
 // drops the connection, and the Lambda service's runtime endpoint is not
 // shipped as a library or a Debian package. Neither runs outside tests.
 //
-// Moto: the server is the one named by EVS_MOTO_ENDPOINT when that is set
-// (the Makefile's infra/scripts/with-moto.sh exports it); otherwise the first
-// test that asks starts `moto_server` on a free loopback port and every test
-// of the binary shares it. Tests share one server, so they name their tables
-// and queues with UniqueName.
+// Moto: the servers are those named by EVS_MOTO_ENDPOINT (URLs,
+// comma-separated) when it is set (the Makefile's infra/scripts/with-moto.sh
+// exports three); otherwise the first test that asks starts `moto_server` on
+// a free loopback port. Each top-level test and its subtests use one server,
+// the tests of a binary taking turns over them, so that tests that run in
+// parallel do not all queue on one. Tests share servers, so they name their
+// tables and queues with UniqueName.
 package testkit
 
 import (
@@ -56,27 +58,50 @@ const startTimeout = 60 * time.Second
 
 var (
 	once     sync.Once
-	endpoint string
+	servers  *spread
 	startErr error
 	server   *exec.Cmd
 )
 
-// MotoEndpoint returns the URL of the moto server the tests share, starting one
-// on first use when EVS_MOTO_ENDPOINT is not set. A test that needs moto
-// fails, never skips, when no server can be had.
+// MotoEndpoint returns the URL of the moto server of t's top-level test,
+// starting one on first use when EVS_MOTO_ENDPOINT is not set. A test that
+// needs moto fails, never skips, when no server can be had.
 func MotoEndpoint(t testing.TB) string {
 	t.Helper()
 	once.Do(func() {
 		if e := os.Getenv(MotoEnvEndpoint); e != "" {
-			endpoint = strings.TrimRight(e, "/")
+			servers = &spread{urls: strings.Split(e, ",")}
+			// Each test binary starts at another server, so that the
+			// packages go test runs at once do not all begin on the first.
+			servers.given.Store(uint64(os.Getpid()))
 			return
 		}
-		endpoint, startErr = start()
+		var e string
+		e, startErr = start()
+		servers = &spread{urls: []string{e}}
 	})
 	if startErr != nil {
 		t.Fatalf("testkit: moto: %v", startErr)
 	}
-	return endpoint
+	return servers.of(t.Name())
+}
+
+// spread gives each top-level test one of urls, in turn, and its subtests
+// the same.
+type spread struct {
+	urls  []string
+	given atomic.Uint64
+	tests sync.Map // top-level test name → URL
+}
+
+func (s *spread) of(test string) string {
+	top, _, _ := strings.Cut(test, "/")
+	if u, ok := s.tests.Load(top); ok {
+		return u.(string)
+	}
+	u := strings.TrimRight(strings.TrimSpace(s.urls[(s.given.Add(1)-1)%uint64(len(s.urls))]), "/")
+	u2, _ := s.tests.LoadOrStore(top, u)
+	return u2.(string)
 }
 
 // start runs moto_server on a free loopback port and waits until it answers.

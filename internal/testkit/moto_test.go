@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 
@@ -35,6 +36,17 @@ func TestClientsReachMoto(t *testing.T) {
 	}
 	if _, err := DynamoDB(t).ListTables(ctx, nil); err != nil {
 		t.Fatalf("DynamoDB ListTables: %v", err)
+	}
+}
+
+// TestSpreadByTopLevelTest: with several servers, each top-level test gets
+// the next one, and its subtests the same as it.
+func TestSpreadByTopLevelTest(t *testing.T) {
+	s := &spread{urls: []string{"http://127.0.0.1:1/", " http://127.0.0.1:2"}}
+	got := []string{s.of("TestA"), s.of("TestB/sub"), s.of("TestA/sub/deeper"), s.of("TestC"), s.of("TestB")}
+	want := []string{"http://127.0.0.1:1", "http://127.0.0.1:2", "http://127.0.0.1:1", "http://127.0.0.1:1", "http://127.0.0.1:2"}
+	if !slices.Equal(got, want) {
+		t.Errorf("servers given %v, want %v", got, want)
 	}
 }
 
