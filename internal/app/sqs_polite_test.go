@@ -542,7 +542,10 @@ func TestPoliteLimitsAcrossWorkers(t *testing.T) {
 // next. The store fails the first releases (TakeParked), as a transient
 // fault would: a wake soon after retries them, so the batch finishes in
 // seconds, not when the slot leases lapse (minutes) or the sweep comes.
+// It can run beside the other tests: its bound is the run's 150 s, far
+// past the seconds a retried release takes.
 func TestPoliteReleaseFaultRetried(t *testing.T) {
+	t.Parallel()
 	sizes := []int{2, 2, 2, 2, 2, 2}
 	peer := startProviderPeer(t, 5*time.Millisecond, nil)
 	limits := politeness.Limits{Sessions: map[string]int{"*": 1}, RcptPerMin: map[string]int{"*": 10000}}

@@ -18,6 +18,7 @@ import (
 // columns show no address, or a column number past its rows, is a 400
 // that says so.
 func TestSuiteListsAsSpreadsheetsExportThem(t *testing.T) {
+	t.Parallel()
 	forEachDeployment(t, suiteOptions{}, func(t *testing.T, s *suite) {
 		_, key := s.account(t, true)
 		csvCall := func(query, body string) reply {
