@@ -25,6 +25,14 @@ func TestReplyTextDecidesReason(t *testing.T) {
 		"blocked": "550 5.7.1 Recipient address blocked",
 		"frozen":  "554 Le compte du destinataire est bloque. The recipient account is blocked.",
 		"unknown": "550 Пользователь не найден",
+		// A filter named only by itself, a spent quota of ours, a full
+		// mailbox in words under a 4xx (docs/replies.md).
+		"senderbase": "554 Rejected by SenderBase",
+		"ipcheck":    "550 Blocked - see https://ipcheck.proofpoint.com/?ip=203.0.113.5",
+		"relayquota": "550 5.4.6 Daily relay quota exceeded",
+		"unauth":     "550 Unauthenticated senders are not accepted",
+		"fullq":      "452 Mailbox exceeds quota",
+		"vendorfoot": "550 5.1.1 User unknown. Protected by Proofpoint",
 	}, "250 2.1.5 Ok")
 	w := newWorld(t, []mta{
 		{ip: "127.0.5.1", opts: testkit.SMTPOptions{Rcpt: replies}},
@@ -52,6 +60,12 @@ func TestReplyTextDecidesReason(t *testing.T) {
 		{"blocked@corp.example", "other", evs.ReasonAmbiguousReply},
 		{"frozen@corp.example", "other", evs.ReasonRejectedEmail},
 		{"unknown@corp.example", "other", evs.ReasonRejectedEmail},
+		{"senderbase@corp.example", "other", evs.ReasonBlocked},
+		{"ipcheck@corp.example", "other", evs.ReasonBlocked},
+		{"relayquota@corp.example", "other", evs.ReasonBlocked},
+		{"unauth@corp.example", "other", evs.ReasonBlocked},
+		{"fullq@corp.example", "other", evs.ReasonMailboxFull},
+		{"vendorfoot@corp.example", "other", evs.ReasonRejectedEmail},
 	}
 	for _, c := range cases {
 		t.Run(c.email, func(t *testing.T) {

@@ -109,8 +109,9 @@ type Reading struct {
 //  11. A code about the mailbox (X.1.1, X.1.3-X.1.6, X.1.10, X.2.1): Rejected,
 //     unless a refusal in the text leaves it open whom it refuses: Unknown.
 //  12. 552 without a complaint about size: Full (RFC 5321).
-//  13. A refusal (code or words) about us: Blocked. Anything else:
-//     Unknown.
+//  13. A refusal that names a mail filter or reputation service (Proofpoint,
+//     SenderBase, Mimecast …), or other code or words about us: Blocked.
+//     Anything else: Unknown.
 func ReadFrom(stage string, p Provider, r Reply) Reading {
 	switch {
 	case r.Code >= 200 && r.Code < 300:
@@ -202,6 +203,10 @@ func ReadFrom(stage string, p Provider, r Reply) Reading {
 		return decide(Rejected, "mailbox_code", ev.first(AboutMailbox, true))
 	case r.Code == 552 && !sizeComplaint(ev.text) && (ev.code == "" || ev.code == AboutFull):
 		return decide(Full, "full_552", nil)
+	case ev.named("filter_vendor") != nil:
+		// A refusal that names the filter or reputation service that
+		// made it is about us, though its words say nothing more.
+		return decide(Blocked, "about_us", ev.named("filter_vendor"))
 	case ev.first(AboutUs, true) != nil:
 		return decide(Blocked, "refusal", ev.first(AboutUs, true))
 	case ev.code == AboutUs:
