@@ -204,8 +204,11 @@ func AWSConfig(t testing.TB) aws.Config {
 		Region:       "us-east-1",
 		Credentials:  credentials.NewStaticCredentialsProvider("testing", "testing", ""),
 		BaseEndpoint: aws.String(MotoEndpoint(t)),
+		// Five attempts: moto, several servers at once on two loaded
+		// cores, now and then cuts a reply short (a body that cannot be
+		// read), which the SDK retries as AWS's own transient faults.
 		Retryer: func() aws.Retryer {
-			return retry.NewStandard(func(o *retry.StandardOptions) { o.MaxAttempts = 3 })
+			return retry.NewStandard(func(o *retry.StandardOptions) { o.MaxAttempts = 5 })
 		},
 	}
 }
