@@ -39,25 +39,7 @@ func TestSessionLimitKeepsAnswers(t *testing.T) {
 		}
 		return "550 5.1.1 no such user"
 	}})
-	dns := testkit.StartDNS(t)
-	dns.AddRecord("slow.example. 300 IN MX 10 mx.slow.example.")
-	dns.AddRecord("mx.slow.example. 300 IN A 127.0.0.1")
-	res, err := dnscheck.New(dnscheck.Config{Servers: []string{dns.Addr}, Timeout: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	loopback, err := config.ParseEgress("127.0.0.0/8")
-	if err != nil {
-		t.Fatal(err)
-	}
-	probe, err := smtpprobe.New(smtpprobe.Config{HELO: "probe.evs.test", Port: peer.Port, Resolver: res, Egress: loopback, ReplyTimeout: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	eng, err := verify.New(verify.Config{Resolver: res, Prober: verify.SMTP(probe)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	eng := loopbackEngine(t, peer.Port, verify.Config{}, "slow.example")
 	p := &batch.Processor{Engine: eng, MaxGreyAttempts: 2, SessionLimit: 1500 * time.Millisecond}
 	var items []evs.Item
 	for i, e := range []string{"yes@slow.example", "no@slow.example", "slow@slow.example", "never@slow.example"} {
@@ -106,25 +88,7 @@ func slowPeer(t *testing.T, delay time.Duration) (*testkit.SMTPServer, *verify.E
 		}
 		return "550 5.1.1 no such user"
 	}})
-	dns := testkit.StartDNS(t)
-	dns.AddRecord("slow.example. 300 IN MX 10 mx.slow.example.")
-	dns.AddRecord("mx.slow.example. 300 IN A 127.0.0.1")
-	res, err := dnscheck.New(dnscheck.Config{Servers: []string{dns.Addr}, Timeout: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	loopback, err := config.ParseEgress("127.0.0.0/8")
-	if err != nil {
-		t.Fatal(err)
-	}
-	probe, err := smtpprobe.New(smtpprobe.Config{HELO: "probe.evs.test", Port: peer.Port, Resolver: res, Egress: loopback, ReplyTimeout: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	eng, err := verify.New(verify.Config{Resolver: res, Prober: verify.SMTP(probe)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	eng := loopbackEngine(t, peer.Port, verify.Config{}, "slow.example")
 	return peer, eng
 }
 
@@ -283,27 +247,7 @@ func TestCatchAllAskedAgain(t *testing.T) {
 		}
 		return "450 4.7.1 Recipient address rejected: unverified address"
 	}})
-	dns := testkit.StartDNS(t)
-	for _, d := range []string{"later.example", "never.example"} {
-		dns.AddRecord(d + ". 300 IN MX 10 mx." + d + ".")
-		dns.AddRecord("mx." + d + ". 300 IN A 127.0.0.1")
-	}
-	res, err := dnscheck.New(dnscheck.Config{Servers: []string{dns.Addr}, Timeout: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	loopback, err := config.ParseEgress("127.0.0.0/8")
-	if err != nil {
-		t.Fatal(err)
-	}
-	probe, err := smtpprobe.New(smtpprobe.Config{HELO: "probe.evs.test", Port: peer.Port, Resolver: res, Egress: loopback, ReplyTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	eng, err := verify.New(verify.Config{Resolver: res, Prober: verify.SMTP(probe), RandomLocal: func() string { return "zz-random" }})
-	if err != nil {
-		t.Fatal(err)
-	}
+	eng := loopbackEngine(t, peer.Port, verify.Config{RandomLocal: func() string { return "zz-random" }}, "later.example", "never.example")
 	p := &batch.Processor{Engine: eng, Sandbox: verify.NewSandbox(nil), MaxGreyAttempts: 3}
 	group := func(domain string) batch.Group {
 		return batch.Group{Domain: domain, Items: []evs.Item{{Seq: 0, Email: "yes@" + domain, Domain: domain}}}
@@ -340,4 +284,34 @@ func TestCatchAllAskedAgain(t *testing.T) {
 	if probes["later.example"] != 2 || probes["never.example"] != 2 {
 		t.Errorf("random-address probes %v; want two per domain (one per session)", probes)
 	}
+}
+
+// loopbackEngine is the engine, configured as cfg otherwise, whose DNS
+// gives each of domains its mail host mx.<domain> on 127.0.0.1, and whose
+// SMTP probes reach the peer on port there.
+func loopbackEngine(t *testing.T, port int, cfg verify.Config, domains ...string) *verify.Engine {
+	t.Helper()
+	dns := testkit.StartDNS(t)
+	for _, d := range domains {
+		dns.AddRecord(d + ". 300 IN MX 10 mx." + d + ".")
+		dns.AddRecord("mx." + d + ". 300 IN A 127.0.0.1")
+	}
+	res, err := dnscheck.New(dnscheck.Config{Servers: []string{dns.Addr}, Timeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	loopback, err := config.ParseEgress("127.0.0.0/8")
+	if err != nil {
+		t.Fatal(err)
+	}
+	probe, err := smtpprobe.New(smtpprobe.Config{HELO: "probe.evs.test", Port: port, Resolver: res, Egress: loopback, ReplyTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Resolver, cfg.Prober = res, verify.SMTP(probe)
+	eng, err := verify.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return eng
 }
