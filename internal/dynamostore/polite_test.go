@@ -189,8 +189,8 @@ func TestGateSharedThroughDynamoDB(t *testing.T) {
 	limits := politeness.Limits{Sessions: map[string]int{"*": 1}}
 	worker := &politeness.Gate{State: st, Limits: limits, Now: clock}
 	api := &politeness.Gate{State: st, Limits: limits, Now: clock}
-	// wait bounds the state's reads too: long enough for a loaded moto
-	// (300 ms was not), the first deferral waits it out.
+	// wait bounds the state's reads too: long enough for the first read on
+	// a loaded moto (300 ms was not); the first deferral waits it out.
 	const host, wait = "mx1.example.net", 2 * time.Second
 	key := worker.HostKey(host)
 	batch, err := worker.Admit(ctx, key, 2)

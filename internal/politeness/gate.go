@@ -252,6 +252,7 @@ const slotPoll = 200 * time.Millisecond
 // up it returns the last refusal, with no error: errors are the State's.
 func (g *Gate) Wait(ctx context.Context, key string, rcpts int, most time.Duration) (Ticket, error) {
 	last := g.now().Add(most)
+	var refused *Ticket // the last refusal, once there was one
 	for {
 		var freed <-chan struct{}
 		if g.State == nil {
@@ -260,9 +261,15 @@ func (g *Gate) Wait(ctx context.Context, key string, rcpts int, most time.Durati
 			freed = g.state().(*memory).freed(key)
 		}
 		t, err := g.Admit(ctx, key, rcpts)
+		if err != nil && refused != nil && ctx.Err() != nil {
+			// Our wait ended during a later look: the answer is the
+			// refusal already read, not a fault of the state.
+			return *refused, nil
+		}
 		if err != nil || t.OK {
 			return t, err
 		}
+		refused = &t
 		d := slotPoll
 		if !t.ForSlot {
 			if t.Retry.After(last) {

@@ -229,3 +229,43 @@ func TestExtraSlot(t *testing.T) {
 		})
 	}
 }
+
+// busyState is a shared State whose slots are all taken and whose reads,
+// after the first, take until the caller's context ends: a store that
+// slows down while a call waits for a slot.
+type busyState struct{ reads int }
+
+func (s *busyState) AcquireSlot(ctx context.Context, _ string, _ int, _ time.Duration) (func(), bool, error) {
+	if s.reads++; s.reads > 1 {
+		<-ctx.Done()
+		return nil, false, ctx.Err()
+	}
+	return nil, false, nil
+}
+
+func (s *busyState) ReserveRcpts(context.Context, string, int, int, time.Duration, time.Time) (bool, time.Time, error) {
+	return true, time.Time{}, nil
+}
+
+func (s *busyState) PauseState(context.Context, string) (time.Time, int, error) {
+	return time.Time{}, 0, nil
+}
+
+func (s *busyState) Pause(_ context.Context, _ string, now time.Time, _ func(int) time.Duration) (time.Time, error) {
+	return now, nil
+}
+
+func (s *busyState) ClearPause(context.Context, string, time.Time) error { return nil }
+
+// TestGateWaitEndsOnTheRefusal: a wait for a slot whose time runs out
+// during a later look at the state answers with the refusal it read (every
+// slot in use), not with a fault of the state.
+func TestGateWaitEndsOnTheRefusal(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := &politeness.Gate{State: &busyState{}, Limits: politeness.Limits{Sessions: map[string]int{"*": 1}}}
+		end, why := g.Session(context.Background(), "mx.example.net", time.Second)
+		if end != nil || why != "skipped: deferred by our politeness limits: every SMTP session we allow to example.net at once is in use; retry in 1 s" {
+			t.Fatalf("admitted %v, deferred for %q; want the slots in use", end != nil, why)
+		}
+	})
+}
