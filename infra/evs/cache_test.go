@@ -88,6 +88,22 @@ func TestCacheTTLParameter(t *testing.T) {
 	}
 }
 
+// policyActions is an IAM statement's Action: one name or a list of them.
+func policyActions(action any) []string {
+	switch a := action.(type) {
+	case string:
+		return []string{a}
+	case []any:
+		var out []string
+		for _, x := range a {
+			s, _ := x.(string)
+			out = append(out, s)
+		}
+		return out
+	}
+	return nil
+}
+
 // allowsCache reports whether an IAM role has an unconditional statement
 // (not under Fn::If) allowing action on the Results table, whose leading
 // keys, if restricted, include the cache's partitions.
@@ -99,18 +115,8 @@ func allowsCache(role cfnResource, action string) bool {
 		for _, s := range sts {
 			st, _ := s.(map[string]any)
 			b, _ := json.Marshal(st)
-			var actions []string
-			switch a := st["Action"].(type) {
-			case string:
-				actions = []string{a}
-			case []any:
-				for _, x := range a {
-					s, _ := x.(string)
-					actions = append(actions, s)
-				}
-			}
 			res, _ := json.Marshal(st["Resource"])
-			if st["Effect"] != "Allow" || !slices.Contains(actions, action) || !strings.Contains(string(res), `"ResultsTable"`) {
+			if st["Effect"] != "Allow" || !slices.Contains(policyActions(st["Action"]), action) || !strings.Contains(string(res), `"ResultsTable"`) {
 				continue
 			}
 			if st["Condition"] == nil || strings.Contains(string(b), `"~cache#*"`) {

@@ -759,18 +759,8 @@ func TestLeastPrivilege(t *testing.T) {
 		_ = json.Unmarshal(b, &docs)
 		for _, d := range docs {
 			for _, st := range d.PolicyDocument.Statement {
-				var actions []string
-				switch a := st.Action.(type) {
-				case string:
-					actions = []string{a}
-				case []any:
-					for _, x := range a {
-						s, _ := x.(string)
-						actions = append(actions, s)
-					}
-				}
 				res, _ := json.Marshal(st.Resource)
-				for _, a := range actions {
+				for _, a := range policyActions(st.Action) {
 					bucketSetting := strings.HasPrefix(a, "s3:") && !slices.Contains([]string{
 						"s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:ListBucket", "s3:AbortMultipartUpload",
 					}, a)
