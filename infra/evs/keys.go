@@ -76,6 +76,9 @@ func openDynamoKeys(ctx context.Context, table string) (aws.Config, *dynamostore
 	err = lambda.Check(ctx, awsCfg, lambda.Resources{
 		Tables: []lambda.Resource{{Name: table, Source: "--dynamodb-table"}},
 		Fix:    "pass the stack's KeysTable output (sam list stack-outputs), or deploy the stack (sam deploy)",
+		// A person waits for this command: a slow answer still tells a
+		// missing table from an unavailable one.
+		Within: 15 * time.Second,
 	})
 	if err != nil {
 		return aws.Config{}, nil, err

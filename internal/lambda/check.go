@@ -32,6 +32,9 @@ type Resources struct {
 	Also []func(ctx context.Context, region, fix string) error
 	// Fix is what to do about a missing resource, for this reader.
 	Fix string
+	// Within bounds the check (0: Timeout). A command an operator runs
+	// can wait longer than a cold start may.
+	Within time.Duration
 }
 
 // FixDeploy is the usual fix: the resources come with the stack.
@@ -81,7 +84,7 @@ func Check(ctx context.Context, cfg aws.Config, r Resources) error {
 	if err := Region(cfg); err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, Timeout)
+	ctx, cancel := context.WithTimeout(ctx, cmp.Or(r.Within, Timeout))
 	defer cancel()
 	ddb := dynamodb.NewFromConfig(cfg)
 	errs := make([]error, len(r.Tables)+len(r.Also))
