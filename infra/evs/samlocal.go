@@ -164,13 +164,17 @@ func samLocalSetup(ctx context.Context, cfg aws.Config, res samResources) (strin
 		return "", fmt.Errorf("the server made queue %s, which does not have the path of EVS_QUEUE_URL %s", aws.ToString(q.QueueUrl), res.QueueURL)
 	}
 	gw := apigateway.NewFromConfig(cfg)
-	plans, err := gw.GetUsagePlans(ctx, &apigateway.GetUsagePlansInput{})
-	if err != nil {
-		return "", fmt.Errorf("list usage plans: %w", err)
-	}
-	for _, p := range plans.Items {
-		if aws.ToString(p.Name) == localUsagePlanName {
-			return aws.ToString(p.Id), nil
+	// Every page: a server with more plans than one page holds (25) would
+	// otherwise get a second local plan at each run.
+	for pages := apigateway.NewGetUsagePlansPaginator(gw, &apigateway.GetUsagePlansInput{}); pages.HasMorePages(); {
+		plans, err := pages.NextPage(ctx)
+		if err != nil {
+			return "", fmt.Errorf("list usage plans: %w", err)
+		}
+		for _, p := range plans.Items {
+			if aws.ToString(p.Name) == localUsagePlanName {
+				return aws.ToString(p.Id), nil
+			}
 		}
 	}
 	p, err := gw.CreateUsagePlan(ctx, &apigateway.CreateUsagePlanInput{
