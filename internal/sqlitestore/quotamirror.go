@@ -15,15 +15,21 @@ import (
 // that wait was a second group commit per call (BenchmarkServeVerifyConcurrent
 // unique-key: about 12% of the calls a second, more under the load
 // harness). The change is then written in the background through the
-// committer, as the charge itself was: not synced, since a charge lost to
-// a crash only gives an account back a few units.
+// committer, not synced, since a charge lost to a crash only gives an
+// account back a few units.
 type quotaMirror struct {
 	mu sync.Mutex
 	m  map[quotaKey]mirrored
-	// closing is set by close: no background write starts after it.
-	closing bool
-	// writes are the background writes in flight; close waits for them.
-	writes sync.WaitGroup
+	// unwritten is each counter's change in memory not yet handed to a
+	// write. One writer at a time takes all of it: the charges made while
+	// a write commits go in the next one, so a counter charged on every
+	// call costs the committer one statement a group, not one a call.
+	unwritten map[quotaKey]mirrored
+	// writing says the writer runs; closing, set by close, that no
+	// writer starts after it.
+	writing, closing bool
+	// writer is the writer in flight; close waits for it.
+	writer sync.WaitGroup
 }
 
 type quotaKey struct{ account, period string }
@@ -61,7 +67,7 @@ func (q *quotaMirror) charge(ctx context.Context, s *Store, accountID, period st
 	c.used += n
 	c.expires = expires
 	q.m[k] = c
-	q.persist(s, "charge the address quota", qAddQuota, accountID, period, n, millis(expires))
+	q.persist(s, k, n, expires)
 	return true, nil
 }
 
@@ -77,7 +83,7 @@ func (q *quotaMirror) refund(s *Store, accountID, period string, n int) {
 	taken := min(n, c.used)
 	c.used -= taken
 	q.m[k] = c
-	q.persist(s, "refund the address quota", qAddQuota, accountID, period, -taken, millis(c.expires))
+	q.persist(s, k, -taken, c.expires)
 }
 
 // overlay puts the account's counters in memory with a period in
@@ -92,23 +98,50 @@ func (q *quotaMirror) overlay(accountID, from, to string, m map[string]int) {
 	}
 }
 
-// persist writes a change in the background; q.mu is held, so it is
-// counted before close waits, or not started at all. The writes may land
-// in any order, so each adds the change made in memory (a refund adds a
-// negative one): however they are ordered, the row ends at the figure in
-// memory.
-func (q *quotaMirror) persist(s *Store, op, query string, args ...any) {
+// persist adds a change (a refund's is negative) to what the writer puts
+// in the table next, and starts the writer if it is idle; q.mu is held.
+// Each write adds the changes made in memory since the last, so the row
+// ends at the figure in memory.
+func (q *quotaMirror) persist(s *Store, k quotaKey, n int, expires time.Time) {
 	if q.closing {
 		return
 	}
-	q.writes.Add(1)
-	go func() {
-		defer q.writes.Done()
-		_ = s.writeOne(context.Background(), false, func(ctx context.Context, tx *sql.Tx) error {
-			_, err := s.exec(ctx, tx, query, args...)
-			return dbErr(op, err)
-		})
-	}()
+	if q.unwritten == nil {
+		q.unwritten = make(map[quotaKey]mirrored)
+	}
+	u := q.unwritten[k]
+	q.unwritten[k] = mirrored{used: u.used + n, expires: expires}
+	if !q.writing {
+		q.writing = true
+		q.writer.Add(1)
+		go q.write(s)
+	}
+}
+
+// write puts the unwritten changes in the table, one transaction at a
+// time, until none is left. A failed write drops its changes: a charge
+// lost, like one lost to a crash, only gives an account back a few units.
+func (q *quotaMirror) write(s *Store) {
+	defer q.writer.Done()
+	for {
+		q.mu.Lock()
+		batch := q.unwritten
+		q.unwritten = nil
+		if len(batch) == 0 {
+			q.writing = false
+			q.mu.Unlock()
+			return
+		}
+		q.mu.Unlock()
+		_ = s.c.do(context.Background(), &op{fn: func(ctx context.Context, tx *sql.Tx) error {
+			for k, c := range batch {
+				if _, err := s.exec(ctx, tx, qAddQuota, k.account, k.period, c.used, millis(c.expires)); err != nil {
+					return dbErr("write the address quota", err)
+				}
+			}
+			return nil
+		}})
+	}
 }
 
 // sweep forgets the counters expired by now, as the sweep deletes their
@@ -123,10 +156,11 @@ func (q *quotaMirror) sweep(now time.Time) {
 	}
 }
 
-// close waits for the background writes, and starts no more.
+// close waits for the writer to put what is unwritten, and starts no
+// more.
 func (q *quotaMirror) close() {
 	q.mu.Lock()
 	q.closing = true
 	q.mu.Unlock()
-	q.writes.Wait()
+	q.writer.Wait()
 }
