@@ -399,11 +399,11 @@ func createKey(ctx context.Context, st store.Keys, up *usagePlan, name string, t
 	}
 	var uk usageKey
 	if up != nil {
-		stored, err := accountUsageKey(ctx, st, a.ID)
+		stored, err := accountUsageKey(ctx, st, a.ID, spec.key().Kind)
 		if err != nil {
 			return err
 		}
-		if uk, err = up.forAccount(ctx, a.ID, stored, stderr); err != nil {
+		if uk, err = up.forAccount(ctx, a.ID, spec.key().Kind, stored, stderr); err != nil {
 			return err
 		}
 	}
@@ -420,7 +420,7 @@ func createKey(ctx context.Context, st store.Keys, up *usagePlan, name string, t
 	case uk.created:
 		fmt.Fprintf(stderr, "created API Gateway key %s in usage plan %s\n", uk.id, up.planID)
 	case up != nil:
-		fmt.Fprintf(stderr, "the key shares the account's API Gateway key %s in usage plan %s\n", uk.id, up.planID)
+		fmt.Fprintf(stderr, "the key shares API Gateway key %s in usage plan %s with the account's other %s keys\n", uk.id, up.planID, cmp.Or(string(k.Kind), "secret"))
 	}
 	fmt.Fprintln(stdout, key)
 	if spec.publishable {
@@ -435,19 +435,27 @@ func createKey(ctx context.Context, st store.Keys, up *usagePlan, name string, t
 	return nil
 }
 
-// accountUsageKey returns the usage key value the account's newest key
-// carries, or "" when none of its keys has one. It scans every key, which
-// suits an operator command.
-func accountUsageKey(ctx context.Context, st store.Keys, accountID string) (string, error) {
+// accountUsageKey returns the usage key value the account's newest key of
+// kind carries, or "" when none has one of its own: publishable keys made
+// before they had theirs carry the secret keys', never to be shared again.
+// It scans every key, which suits an operator command.
+func accountUsageKey(ctx context.Context, st store.Keys, accountID string, kind evs.KeyKind) (string, error) {
 	ks, err := st.ListKeys(ctx)
 	if err != nil {
 		return "", fmt.Errorf("list keys: %w", err)
 	}
-	usage := ""
+	usage, others := "", map[string]bool{}
 	for _, k := range ks { // oldest first: the last one found is the newest
 		if k.AccountID == accountID && k.UsageKeyID != "" {
-			usage = k.UsageKeyID
+			if k.Kind == kind {
+				usage = k.UsageKeyID
+			} else {
+				others[k.UsageKeyID] = true
+			}
 		}
+	}
+	if kind == evs.KeyPublishable && others[usage] {
+		return "", nil
 	}
 	return usage, nil
 }

@@ -9,8 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-lambda-go/events"
+
 	"github.com/evs-dev/evs/internal/authorizer"
 	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/lambda"
 	"github.com/evs-dev/evs/internal/sqlitestore"
 	"github.com/evs-dev/evs/internal/testkit"
 )
@@ -68,9 +71,14 @@ func TestKeysPublishable(t *testing.T) {
 }
 
 // TestKeysPublishableWithUsagePlan: on the AWS path (a usage plan, in
-// moto) a publishable key is stored with its kind and origins and shares
-// its account's usage-plan key with the account's secret keys, so API
-// Gateway meters both together.
+// moto) a publishable key is stored with its kind and origins and gets an
+// API Gateway key of its own in the plan, which the account's next
+// publishable key shares and its secret keys never do; the authorizer
+// hands each kind's to API Gateway as the usage identifier. API Gateway
+// meters throttle and quota per API key, so a flood with a page's key,
+// however long, spends nothing of the secret keys' calls a day. A
+// publishable key made before (carrying the secret keys' usage key) is
+// not followed: the next one still gets its own.
 func TestKeysPublishableWithUsagePlan(t *testing.T) {
 	ctx := context.Background()
 	gw := apiGateway(t)
@@ -82,25 +90,48 @@ func TestKeysPublishableWithUsagePlan(t *testing.T) {
 	defer sq.Close()
 	up := &usagePlan{api: gw, planID: plan, rand: rand.Reader}
 	name := testkit.UniqueName(t, "shop")
-	var out, errOut bytes.Buffer
-	if err := createKey(ctx, sq, up, name, false, keySpec{}, &out, &errOut); err != nil {
+	widget := keySpec{publishable: true, origins: []string{"https://shop.example"}}
+	create := func(spec keySpec) (string, evs.Key) {
+		t.Helper()
+		var out, errOut bytes.Buffer
+		if err := createKey(ctx, sq, up, name, false, spec, &out, &errOut); err != nil {
+			t.Fatal(err)
+		}
+		key := strings.TrimSpace(out.String())
+		k, err := sq.KeyByHash(ctx, authorizer.HashKey(key))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return key, k
+	}
+	secretKey, secret := create(keySpec{})
+	// A publishable key of before: it carries the secret keys' usage key.
+	if _, err := authorizer.Issue(ctx, sq, evs.Key{AccountID: secret.AccountID, UsageKeyID: secret.UsageKeyID,
+		Kind: evs.KeyPublishable, Origins: widget.origins}, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	secret, err := sq.KeyByHash(ctx, authorizer.HashKey(strings.TrimSpace(out.String())))
-	if err != nil {
-		t.Fatal(err)
+	pkKey, pk := create(widget)
+	_, pk2 := create(widget)
+	_, secret2 := create(keySpec{})
+	if !publishableRE.MatchString(pkKey) || pk.Kind != evs.KeyPublishable || len(pk.Origins) != 1 || pk.Origins[0] != "https://shop.example" {
+		t.Fatalf("publishable key %v stored %+v", publishableRE.MatchString(pkKey), pk)
 	}
-	out.Reset()
-	if err := createKey(ctx, sq, up, name, false, keySpec{publishable: true, origins: []string{"https://shop.example"}}, &out, &errOut); err != nil {
-		t.Fatal(err)
+	if pk.UsageKeyID == "" || pk.UsageKeyID == secret.UsageKeyID || pk2.UsageKeyID != pk.UsageKeyID || secret2.UsageKeyID != secret.UsageKeyID {
+		t.Fatalf("usage keys: secret %q and %q, publishable %q and %q: want one per kind", secret.UsageKeyID, secret2.UsageKeyID, pk.UsageKeyID, pk2.UsageKeyID)
 	}
-	key := strings.TrimSpace(out.String())
-	pk, err := sq.KeyByHash(ctx, authorizer.HashKey(key))
-	if err != nil || !publishableRE.MatchString(key) {
-		t.Fatalf("publishable key %v: %v", publishableRE.MatchString(key), err)
+	inPlan := map[string]int{}
+	for _, v := range planKeyValues(t, gw, plan) {
+		inPlan[v]++
 	}
-	if pk.Kind != evs.KeyPublishable || len(pk.Origins) != 1 || pk.Origins[0] != "https://shop.example" ||
-		pk.UsageKeyID == "" || pk.UsageKeyID != secret.UsageKeyID {
-		t.Fatalf("stored %+v; the secret key's usage key %q", pk, secret.UsageKeyID)
+	if len(inPlan) != 2 || inPlan[secret.UsageKeyID] != 1 || inPlan[pk.UsageKeyID] != 1 {
+		t.Fatalf("the plan holds %d API keys, want the secret keys' and the publishable keys' apart", len(inPlan))
+	}
+	az := lambda.Authorizer(authorizer.New(sq))
+	for key, want := range map[string]string{secretKey: secret.UsageKeyID, pkKey: pk.UsageKeyID} {
+		resp, err := az(ctx, events.APIGatewayCustomAuthorizerRequestTypeRequest{Type: "REQUEST",
+			MethodArn: "arn:aws:execute-api:eu-west-1:123456789012:abc123/prod/POST/v1/verify", Headers: map[string]string{"X-Api-Key": key}})
+		if err != nil || resp.UsageIdentifierKey != want {
+			t.Fatalf("the authorizer's usage identifier is not the key kind's own (%v)", err)
+		}
 	}
 }
