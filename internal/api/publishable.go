@@ -7,12 +7,14 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/evs-dev/evs/internal/config"
 	"github.com/evs-dev/evs/internal/evs"
 )
 
 // The default limits of a publishable key (contract, section 17;
 // docs/security.md), calls a minute: per client address (a /64 for IPv6)
-// with the key, and per key over all addresses; a key may have its own
+// with the key (EVS_PUBLISHABLE_RATE_PER_ADDRESS), and per key over all
+// addresses (EVS_PUBLISHABLE_RATE); a key may have its own
 // (evs.Key.Limits, `evs keys create --rate`). An address is counted per
 // key, so one shop's form does not spend another's limit behind a shared
 // NAT. `evs serve` counts them in memory at its edge; on AWS the verify
@@ -30,9 +32,11 @@ type PublishableLimits struct {
 	PerAddress, PerKey int
 }
 
-// DefaultPublishableLimits are the limits of a key that has none of its
-// own.
-var DefaultPublishableLimits = PublishableLimits{PerAddress: PublishablePerAddress, PerKey: PublishablePerKey}
+// PublishableDefaults are the limits of c for a key that has none of its
+// own; a Config not read from the environment (0) has the defaults.
+func PublishableDefaults(c config.Config) PublishableLimits {
+	return PublishableLimits{PerAddress: cmp.Or(c.PublishableRatePerAddress, PublishablePerAddress), PerKey: cmp.Or(c.PublishableRate, PublishablePerKey)}
+}
 
 // Of returns the limits of p's key: its own where it has them, else l's.
 func (l PublishableLimits) Of(p evs.Principal) PublishableLimits {
