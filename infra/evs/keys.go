@@ -127,11 +127,14 @@ scheme://host[:port]; https, or http for localhost), gets a trimmed reply
 decided without the account's reported outcomes, uses at most the publishable
 keys' share of the account's quota (EVS_QUOTA_PUBLISHABLE_PERCENT), and is
 rate-limited per client address and per key: by default 10 and 600 calls a
-minute, or --rate-per-address and --rate (docs/security.md); the
+minute (EVS_PUBLISHABLE_RATE_PER_ADDRESS, EVS_PUBLISHABLE_RATE), or
+--rate-per-address and --rate (docs/security.md); the
 <script> tag of the widget that uses it is printed on stderr (docs/widget.md).
 
 With --dynamodb-table the key goes to a deployed stack, and into its API
-Gateway usage plan (--usage-plan, or EVS_USAGE_PLAN_ID).`,
+Gateway usage plan (--usage-plan, or EVS_USAGE_PLAN_ID) on the usage key of
+the account's keys of its kind: publishable keys never spend the secret
+keys' calls a day.`,
 		Example: `  evs keys create --account acme
   evs keys create --account sandbox --test
   evs keys create --account acme --publishable --origin https://shop.example --origin https://www.shop.example
@@ -145,8 +148,8 @@ Gateway usage plan (--usage-plan, or EVS_USAGE_PLAN_ID).`,
 	cmd.Flags().StringVar(&account, "account", "", "the account's `NAME` (created if it does not exist)")
 	cmd.Flags().BoolVar(&spec.publishable, "publishable", false, "make a publishable key for web pages (needs --origin)")
 	cmd.Flags().StringArrayVar(&spec.origins, "origin", nil, "with --publishable: a web `ORIGIN` the key is accepted from (repeat for more)")
-	cmd.Flags().IntVar(&spec.limits.PerKey, "rate", 0, "with --publishable: the key's `CALLS` a minute from all addresses (default 600)")
-	cmd.Flags().IntVar(&spec.limits.PerAddress, "rate-per-address", 0, "with --publishable: the key's `CALLS` a minute from one client address (default 10)")
+	cmd.Flags().IntVar(&spec.limits.PerKey, "rate", 0, "with --publishable: the key's `CALLS` a minute from all addresses (default: the service's EVS_PUBLISHABLE_RATE, 600)")
+	cmd.Flags().IntVar(&spec.limits.PerAddress, "rate-per-address", 0, "with --publishable: the key's `CALLS` a minute from one client address (default: the service's EVS_PUBLISHABLE_RATE_PER_ADDRESS, 10)")
 	cmd.Flags().BoolVar(&test, "test", false, "create the account in test mode (sandbox verdicts, no network)")
 	cmd.Flags().StringVar(&plan, "usage-plan", "", "with --dynamodb-table: the stack's usage plan `ID` (output UsagePlanId; default $"+envUsagePlan+")")
 	tableFlag(cmd, &table)
