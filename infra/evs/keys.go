@@ -377,8 +377,12 @@ func keysList(c *cli, table string) error {
 func createKey(ctx context.Context, st store.Keys, up *usagePlan, name string, test bool, spec keySpec, stdout, stderr io.Writer) error {
 	if up != nil {
 		// A wrong plan ID must not leave a new account behind.
-		if err := up.check(ctx); err != nil {
+		pub, err := up.check(ctx)
+		if err != nil {
 			return err
+		}
+		if spec.publishable {
+			up = pub
 		}
 	}
 	a, err := st.AccountByName(ctx, name)

@@ -2,14 +2,18 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/apigateway"
 
 	"github.com/evs-dev/evs/internal/authorizer"
 	"github.com/evs-dev/evs/internal/evs"
@@ -70,19 +74,38 @@ func TestKeysPublishable(t *testing.T) {
 	}
 }
 
-// TestKeysPublishableWithUsagePlan: on the AWS path (a usage plan, in
-// moto) a publishable key is stored with its kind and origins and gets an
-// API Gateway key of its own in the plan, which the account's next
-// publishable key shares and its secret keys never do; the authorizer
-// hands each kind's to API Gateway as the usage identifier. API Gateway
-// meters throttle and quota per API key, so a flood with a page's key,
-// however long, spends nothing of the secret keys' calls a day. A
-// publishable key made before (carrying the secret keys' usage key) is
-// not followed: the next one still gets its own.
+// TestKeysPublishableWithUsagePlan: on the AWS path (usage plans, in moto)
+// a publishable key is stored with its kind and origins and gets an API
+// Gateway key of its own, which the account's next publishable key shares
+// and its secret keys never do; it sits in the plan the stack's plan names
+// by its publishablePlanTag (template.yaml: throttle and quota set apart),
+// or, on a plan without the tag, in the same plan. The authorizer hands
+// each kind's to API Gateway as the usage identifier. API Gateway meters
+// throttle and quota per API key, so a flood with a page's key, however
+// long, spends nothing of the secret keys' calls a day. A publishable key
+// made before (carrying the secret keys' usage key) is not followed: the
+// next one still gets its own.
 func TestKeysPublishableWithUsagePlan(t *testing.T) {
+	for _, own := range []bool{true, false} {
+		t.Run(map[bool]string{true: "a plan of their own", false: "one plan"}[own], func(t *testing.T) {
+			ctx := context.Background()
+			gw := apiGateway(t)
+			plan, pubPlan := newPlan(t, gw), ""
+			if own {
+				out, err := gw.CreateUsagePlan(ctx, &apigateway.CreateUsagePlanInput{Name: aws.String(testkit.UniqueName(t, "plan")),
+					Tags: map[string]string{publishablePlanTag: plan}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				pubPlan, plan = plan, aws.ToString(out.Id)
+			}
+			checkPublishableUsageKeys(t, gw, plan, cmp.Or(pubPlan, plan))
+		})
+	}
+}
+
+func checkPublishableUsageKeys(t *testing.T, gw *apigateway.Client, plan, pubPlan string) {
 	ctx := context.Background()
-	gw := apiGateway(t)
-	plan := newPlan(t, gw)
 	sq, err := sqlitestore.Open(ctx, t.TempDir(), time.Now)
 	if err != nil {
 		t.Fatal(err)
@@ -120,11 +143,13 @@ func TestKeysPublishableWithUsagePlan(t *testing.T) {
 		t.Fatalf("usage keys: secret %q and %q, publishable %q and %q: want one per kind", secret.UsageKeyID, secret2.UsageKeyID, pk.UsageKeyID, pk2.UsageKeyID)
 	}
 	inPlan := map[string]int{}
-	for _, v := range planKeyValues(t, gw, plan) {
-		inPlan[v]++
+	for _, p := range slices.Compact([]string{plan, pubPlan}) {
+		for _, v := range planKeyValues(t, gw, p) {
+			inPlan[p+" "+v]++
+		}
 	}
-	if len(inPlan) != 2 || inPlan[secret.UsageKeyID] != 1 || inPlan[pk.UsageKeyID] != 1 {
-		t.Fatalf("the plan holds %d API keys, want the secret keys' and the publishable keys' apart", len(inPlan))
+	if len(inPlan) != 2 || inPlan[plan+" "+secret.UsageKeyID] != 1 || inPlan[pubPlan+" "+pk.UsageKeyID] != 1 {
+		t.Fatalf("the plans hold %d API keys, want the secret keys' in %s and the publishable keys' in %s", len(inPlan), plan, pubPlan)
 	}
 	az := lambda.Authorizer(authorizer.New(sq))
 	for key, want := range map[string]string{secretKey: secret.UsageKeyID, pkKey: pk.UsageKeyID} {

@@ -72,16 +72,26 @@ func usageKeyName(accountID string, kind evs.KeyKind) string {
 	return "evs-" + accountID
 }
 
-// check fails when the plan does not exist, before anything is created.
-func (u *usagePlan) check(ctx context.Context) error {
-	_, err := u.api.GetUsagePlan(ctx, &apigateway.GetUsagePlanInput{UsagePlanId: aws.String(u.planID)})
+// publishablePlanTag, on the stack's usage plan, names the usage plan of
+// the publishable keys' usage keys (template.yaml), whose throttle and
+// quota are set apart; a plan without it (an older stack, sam local) takes
+// both kinds, on usage keys apart.
+const publishablePlanTag = "evs:publishable-usage-plan"
+
+// check fails when the plan does not exist, before anything is created,
+// and returns the plan of publishable keys' usage keys.
+func (u *usagePlan) check(ctx context.Context) (*usagePlan, error) {
+	out, err := u.api.GetUsagePlan(ctx, &apigateway.GetUsagePlanInput{UsagePlanId: aws.String(u.planID)})
 	if _, ok := errors.AsType[*types.NotFoundException](err); ok {
-		return fmt.Errorf("usage plan %s does not exist (use the stack's UsagePlanId output): %w", u.planID, err)
+		return nil, fmt.Errorf("usage plan %s does not exist (use the stack's UsagePlanId output): %w", u.planID, err)
 	}
 	if err != nil {
-		return fmt.Errorf("look up usage plan %s: %w", u.planID, err)
+		return nil, fmt.Errorf("look up usage plan %s: %w", u.planID, err)
 	}
-	return nil
+	if id := out.Tags[publishablePlanTag]; id != "" {
+		return &usagePlan{api: u.api, planID: id, rand: u.rand}, nil
+	}
+	return u, nil
 }
 
 // forAccount returns the usage key of the account's keys of kind. stored
