@@ -170,6 +170,9 @@ func (s *Store) CountCall(ctx context.Context, accountID, counter, window string
 // item holds an older minute, it starts the new one (so the first call of
 // a minute costs one write more).
 func (s *Store) ChargePublishable(ctx context.Context, c store.CallCharge) (refused string, err error) {
+	if c.Limit > 0 && c.N > c.Share {
+		return store.RefusedShare, nil // even an unused share cannot take it
+	}
 	names := map[string]string{"#kn": "kn_" + c.KeyID, "#km": "km_" + c.KeyID, "#exp": attrExpiresAt}
 	values := item{":one": avN(1), ":per": avN(int64(c.PerKey)), ":exp": ttlSeconds(c.Expires)}
 	add, quota := "", ""
