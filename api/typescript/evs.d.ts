@@ -23,7 +23,7 @@ export interface paths {
          *
          *     With a publishable key (`evs_pk.`; docs/security.md) the call must come from one of the key's
          *     origins (`Origin` header; none or another → 403 `forbidden`), is limited per client
-         *     address and per key (429; 10 and 600 calls a minute unless the key has its own), uses
+         *     address and per key (429; by default 10 and 600 calls a minute, `EVS_PUBLISHABLE_RATE_PER_ADDRESS` and `EVS_PUBLISHABLE_RATE`, unless the key has its own), uses
          *     at most its share of the address quota (429), keeps no Idempotency-Key record, and is
          *     answered with `PublishableVerifyResult`, decided without the account's reported
          *     outcomes, and `Access-Control-Allow-Origin` set to the origin.

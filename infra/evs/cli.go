@@ -272,6 +272,10 @@ var envDocs = map[string]string{
 	"AWS_REGION":                    "with --dynamodb-table: the stack's region",
 	"AWS_PROFILE":                   "with --dynamodb-table: the credentials profile (or AWS_ACCESS_KEY_ID...)",
 	"AWS_ENDPOINT_URL":              "with --dynamodb-table: another AWS API endpoint (a local one)",
+
+	// A key made with --rate or --rate-per-address has its own.
+	"EVS_PUBLISHABLE_RATE":             "a publishable key's calls a minute from all addresses (default 600)",
+	"EVS_PUBLISHABLE_RATE_PER_ADDRESS": "a publishable key's calls a minute from one client address (default 10)",
 }
 
 // Variable lists shared by several commands.

@@ -127,11 +127,14 @@ scheme://host[:port]; https, or http for localhost), gets a trimmed reply
 decided without the account's reported outcomes, uses at most the publishable
 keys' share of the account's quota (EVS_QUOTA_PUBLISHABLE_PERCENT), and is
 rate-limited per client address and per key: by default 10 and 600 calls a
-minute, or --rate-per-address and --rate (docs/security.md); the
+minute (EVS_PUBLISHABLE_RATE_PER_ADDRESS, EVS_PUBLISHABLE_RATE), or
+--rate-per-address and --rate (docs/security.md); the
 <script> tag of the widget that uses it is printed on stderr (docs/widget.md).
 
 With --dynamodb-table the key goes to a deployed stack, and into its API
-Gateway usage plan (--usage-plan, or EVS_USAGE_PLAN_ID).`,
+Gateway usage plan (--usage-plan, or EVS_USAGE_PLAN_ID) on the usage key of
+the account's keys of its kind: publishable keys never spend the secret
+keys' calls a day.`,
 		Example: `  evs keys create --account acme
   evs keys create --account sandbox --test
   evs keys create --account acme --publishable --origin https://shop.example --origin https://www.shop.example
@@ -145,8 +148,8 @@ Gateway usage plan (--usage-plan, or EVS_USAGE_PLAN_ID).`,
 	cmd.Flags().StringVar(&account, "account", "", "the account's `NAME` (created if it does not exist)")
 	cmd.Flags().BoolVar(&spec.publishable, "publishable", false, "make a publishable key for web pages (needs --origin)")
 	cmd.Flags().StringArrayVar(&spec.origins, "origin", nil, "with --publishable: a web `ORIGIN` the key is accepted from (repeat for more)")
-	cmd.Flags().IntVar(&spec.limits.PerKey, "rate", 0, "with --publishable: the key's `CALLS` a minute from all addresses (default 600)")
-	cmd.Flags().IntVar(&spec.limits.PerAddress, "rate-per-address", 0, "with --publishable: the key's `CALLS` a minute from one client address (default 10)")
+	cmd.Flags().IntVar(&spec.limits.PerKey, "rate", 0, "with --publishable: the key's `CALLS` a minute from all addresses (default: the service's EVS_PUBLISHABLE_RATE, 600)")
+	cmd.Flags().IntVar(&spec.limits.PerAddress, "rate-per-address", 0, "with --publishable: the key's `CALLS` a minute from one client address (default: the service's EVS_PUBLISHABLE_RATE_PER_ADDRESS, 10)")
 	cmd.Flags().BoolVar(&test, "test", false, "create the account in test mode (sandbox verdicts, no network)")
 	cmd.Flags().StringVar(&plan, "usage-plan", "", "with --dynamodb-table: the stack's usage plan `ID` (output UsagePlanId; default $"+envUsagePlan+")")
 	tableFlag(cmd, &table)
@@ -374,8 +377,12 @@ func keysList(c *cli, table string) error {
 func createKey(ctx context.Context, st store.Keys, up *usagePlan, name string, test bool, spec keySpec, stdout, stderr io.Writer) error {
 	if up != nil {
 		// A wrong plan ID must not leave a new account behind.
-		if err := up.check(ctx); err != nil {
+		pub, err := up.check(ctx)
+		if err != nil {
 			return err
+		}
+		if spec.publishable {
+			up = pub
 		}
 	}
 	a, err := st.AccountByName(ctx, name)
@@ -399,11 +406,11 @@ func createKey(ctx context.Context, st store.Keys, up *usagePlan, name string, t
 	}
 	var uk usageKey
 	if up != nil {
-		stored, err := accountUsageKey(ctx, st, a.ID)
+		stored, err := accountUsageKey(ctx, st, a.ID, spec.key().Kind)
 		if err != nil {
 			return err
 		}
-		if uk, err = up.forAccount(ctx, a.ID, stored, stderr); err != nil {
+		if uk, err = up.forAccount(ctx, a.ID, spec.key().Kind, stored, stderr); err != nil {
 			return err
 		}
 	}
@@ -420,7 +427,7 @@ func createKey(ctx context.Context, st store.Keys, up *usagePlan, name string, t
 	case uk.created:
 		fmt.Fprintf(stderr, "created API Gateway key %s in usage plan %s\n", uk.id, up.planID)
 	case up != nil:
-		fmt.Fprintf(stderr, "the key shares the account's API Gateway key %s in usage plan %s\n", uk.id, up.planID)
+		fmt.Fprintf(stderr, "the key shares API Gateway key %s in usage plan %s with the account's other %s keys\n", uk.id, up.planID, cmp.Or(string(k.Kind), "secret"))
 	}
 	fmt.Fprintln(stdout, key)
 	if spec.publishable {
@@ -435,19 +442,27 @@ func createKey(ctx context.Context, st store.Keys, up *usagePlan, name string, t
 	return nil
 }
 
-// accountUsageKey returns the usage key value the account's newest key
-// carries, or "" when none of its keys has one. It scans every key, which
-// suits an operator command.
-func accountUsageKey(ctx context.Context, st store.Keys, accountID string) (string, error) {
+// accountUsageKey returns the usage key value the account's newest key of
+// kind carries, or "" when none has one of its own: publishable keys made
+// before they had theirs carry the secret keys', never to be shared again.
+// It scans every key, which suits an operator command.
+func accountUsageKey(ctx context.Context, st store.Keys, accountID string, kind evs.KeyKind) (string, error) {
 	ks, err := st.ListKeys(ctx)
 	if err != nil {
 		return "", fmt.Errorf("list keys: %w", err)
 	}
-	usage := ""
+	usage, others := "", map[string]bool{}
 	for _, k := range ks { // oldest first: the last one found is the newest
 		if k.AccountID == accountID && k.UsageKeyID != "" {
-			usage = k.UsageKeyID
+			if k.Kind == kind {
+				usage = k.UsageKeyID
+			} else {
+				others[k.UsageKeyID] = true
+			}
 		}
+	}
+	if kind == evs.KeyPublishable && others[usage] {
+		return "", nil
 	}
 	return usage, nil
 }

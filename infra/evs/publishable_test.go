@@ -2,15 +2,22 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/apigateway"
+
 	"github.com/evs-dev/evs/internal/authorizer"
 	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/lambda"
 	"github.com/evs-dev/evs/internal/sqlitestore"
 	"github.com/evs-dev/evs/internal/testkit"
 )
@@ -67,14 +74,38 @@ func TestKeysPublishable(t *testing.T) {
 	}
 }
 
-// TestKeysPublishableWithUsagePlan: on the AWS path (a usage plan, in
-// moto) a publishable key is stored with its kind and origins and shares
-// its account's usage-plan key with the account's secret keys, so API
-// Gateway meters both together.
+// TestKeysPublishableWithUsagePlan: on the AWS path (usage plans, in moto)
+// a publishable key is stored with its kind and origins and gets an API
+// Gateway key of its own, which the account's next publishable key shares
+// and its secret keys never do; it sits in the plan the stack's plan names
+// by its publishablePlanTag (template.yaml: throttle and quota set apart),
+// or, on a plan without the tag, in the same plan. The authorizer hands
+// each kind's to API Gateway as the usage identifier. API Gateway meters
+// throttle and quota per API key, so a flood with a page's key, however
+// long, spends nothing of the secret keys' calls a day. A publishable key
+// made before (carrying the secret keys' usage key) is not followed: the
+// next one still gets its own.
 func TestKeysPublishableWithUsagePlan(t *testing.T) {
+	for _, own := range []bool{true, false} {
+		t.Run(map[bool]string{true: "a plan of their own", false: "one plan"}[own], func(t *testing.T) {
+			ctx := context.Background()
+			gw := apiGateway(t)
+			plan, pubPlan := newPlan(t, gw), ""
+			if own {
+				out, err := gw.CreateUsagePlan(ctx, &apigateway.CreateUsagePlanInput{Name: aws.String(testkit.UniqueName(t, "plan")),
+					Tags: map[string]string{publishablePlanTag: plan}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				pubPlan, plan = plan, aws.ToString(out.Id)
+			}
+			checkPublishableUsageKeys(t, gw, plan, cmp.Or(pubPlan, plan))
+		})
+	}
+}
+
+func checkPublishableUsageKeys(t *testing.T, gw *apigateway.Client, plan, pubPlan string) {
 	ctx := context.Background()
-	gw := apiGateway(t)
-	plan := newPlan(t, gw)
 	sq, err := sqlitestore.Open(ctx, t.TempDir(), time.Now)
 	if err != nil {
 		t.Fatal(err)
@@ -82,25 +113,50 @@ func TestKeysPublishableWithUsagePlan(t *testing.T) {
 	defer sq.Close()
 	up := &usagePlan{api: gw, planID: plan, rand: rand.Reader}
 	name := testkit.UniqueName(t, "shop")
-	var out, errOut bytes.Buffer
-	if err := createKey(ctx, sq, up, name, false, keySpec{}, &out, &errOut); err != nil {
+	widget := keySpec{publishable: true, origins: []string{"https://shop.example"}}
+	create := func(spec keySpec) (string, evs.Key) {
+		t.Helper()
+		var out, errOut bytes.Buffer
+		if err := createKey(ctx, sq, up, name, false, spec, &out, &errOut); err != nil {
+			t.Fatal(err)
+		}
+		key := strings.TrimSpace(out.String())
+		k, err := sq.KeyByHash(ctx, authorizer.HashKey(key))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return key, k
+	}
+	secretKey, secret := create(keySpec{})
+	// A publishable key of before: it carries the secret keys' usage key.
+	if _, err := authorizer.Issue(ctx, sq, evs.Key{AccountID: secret.AccountID, UsageKeyID: secret.UsageKeyID,
+		Kind: evs.KeyPublishable, Origins: widget.origins}, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	secret, err := sq.KeyByHash(ctx, authorizer.HashKey(strings.TrimSpace(out.String())))
-	if err != nil {
-		t.Fatal(err)
+	pkKey, pk := create(widget)
+	_, pk2 := create(widget)
+	_, secret2 := create(keySpec{})
+	if !publishableRE.MatchString(pkKey) || pk.Kind != evs.KeyPublishable || len(pk.Origins) != 1 || pk.Origins[0] != "https://shop.example" {
+		t.Fatalf("publishable key %v stored %+v", publishableRE.MatchString(pkKey), pk)
 	}
-	out.Reset()
-	if err := createKey(ctx, sq, up, name, false, keySpec{publishable: true, origins: []string{"https://shop.example"}}, &out, &errOut); err != nil {
-		t.Fatal(err)
+	if pk.UsageKeyID == "" || pk.UsageKeyID == secret.UsageKeyID || pk2.UsageKeyID != pk.UsageKeyID || secret2.UsageKeyID != secret.UsageKeyID {
+		t.Fatalf("usage keys: secret %q and %q, publishable %q and %q: want one per kind", secret.UsageKeyID, secret2.UsageKeyID, pk.UsageKeyID, pk2.UsageKeyID)
 	}
-	key := strings.TrimSpace(out.String())
-	pk, err := sq.KeyByHash(ctx, authorizer.HashKey(key))
-	if err != nil || !publishableRE.MatchString(key) {
-		t.Fatalf("publishable key %v: %v", publishableRE.MatchString(key), err)
+	inPlan := map[string]int{}
+	for _, p := range slices.Compact([]string{plan, pubPlan}) {
+		for _, v := range planKeyValues(t, gw, p) {
+			inPlan[p+" "+v]++
+		}
 	}
-	if pk.Kind != evs.KeyPublishable || len(pk.Origins) != 1 || pk.Origins[0] != "https://shop.example" ||
-		pk.UsageKeyID == "" || pk.UsageKeyID != secret.UsageKeyID {
-		t.Fatalf("stored %+v; the secret key's usage key %q", pk, secret.UsageKeyID)
+	if len(inPlan) != 2 || inPlan[plan+" "+secret.UsageKeyID] != 1 || inPlan[pubPlan+" "+pk.UsageKeyID] != 1 {
+		t.Fatalf("the plans hold %d API keys, want the secret keys' in %s and the publishable keys' in %s", len(inPlan), plan, pubPlan)
+	}
+	az := lambda.Authorizer(authorizer.New(sq))
+	for key, want := range map[string]string{secretKey: secret.UsageKeyID, pkKey: pk.UsageKeyID} {
+		resp, err := az(ctx, events.APIGatewayCustomAuthorizerRequestTypeRequest{Type: "REQUEST",
+			MethodArn: "arn:aws:execute-api:eu-west-1:123456789012:abc123/prod/POST/v1/verify", Headers: map[string]string{"X-Api-Key": key}})
+		if err != nil || resp.UsageIdentifierKey != want {
+			t.Fatalf("the authorizer's usage identifier is not the key kind's own (%v)", err)
+		}
 	}
 }

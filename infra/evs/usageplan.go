@@ -11,14 +11,18 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/apigateway"
 	"github.com/aws/aws-sdk-go-v2/service/apigateway/types"
+
+	"github.com/evs-dev/evs/internal/evs"
 )
 
 // API Gateway enforces a usage plan's throttle and quota only on methods
 // that require an API key, and then only for a usage identifier that is the
 // value of an API Gateway API key in the plan. Clients never see that key:
-// the authorizer looks up the caller's evs key and returns the account's
-// usage key value (evs.Key.UsageKeyID), so every key of an account shares
-// the account's throttle and quota.
+// the authorizer looks up the caller's evs key and returns its usage key
+// value (evs.Key.UsageKeyID). An account has two: one its secret keys
+// share, one its publishable keys share. API Gateway meters each API key
+// apart, so a web page's key, copied and flooded, spends only its own
+// throttle and quota, never the secret keys'.
 
 // usagePlanAPI is what `evs keys create` needs of API Gateway.
 type usagePlanAPI interface {
@@ -59,30 +63,46 @@ type usageKey struct {
 	created bool
 }
 
-// usageKeyName names the API Gateway key of an account, so the account's
-// key is found again and the console shows whose key it is.
-func usageKeyName(accountID string) string { return "evs-" + accountID }
-
-// check fails when the plan does not exist, before anything is created.
-func (u *usagePlan) check(ctx context.Context) error {
-	_, err := u.api.GetUsagePlan(ctx, &apigateway.GetUsagePlanInput{UsagePlanId: aws.String(u.planID)})
-	if _, ok := errors.AsType[*types.NotFoundException](err); ok {
-		return fmt.Errorf("usage plan %s does not exist (use the stack's UsagePlanId output): %w", u.planID, err)
+// usageKeyName names the API Gateway key of an account's keys of kind,
+// so it is found again and the console shows whose key it is.
+func usageKeyName(accountID string, kind evs.KeyKind) string {
+	if kind == evs.KeyPublishable {
+		return "evs-pk-" + accountID
 	}
-	if err != nil {
-		return fmt.Errorf("look up usage plan %s: %w", u.planID, err)
-	}
-	return nil
+	return "evs-" + accountID
 }
 
-// forAccount returns the usage key of the account. stored is the value the
-// account's existing evs keys carry ("" when none does); it is reused when
-// API Gateway still has it, and put back in the plan if it left it. Else a
-// new key is made and added to the plan; if stored was set, warn is told
-// that the account's older keys are now refused.
-func (u *usagePlan) forAccount(ctx context.Context, accountID, stored string, warn io.Writer) (usageKey, error) {
+// publishablePlanTag, on the stack's usage plan, names the usage plan of
+// the publishable keys' usage keys (template.yaml), whose throttle and
+// quota are set apart; a plan without it (an older stack, sam local) takes
+// both kinds, on usage keys apart.
+const publishablePlanTag = "evs:publishable-usage-plan"
+
+// check fails when the plan does not exist, before anything is created,
+// and returns the plan of publishable keys' usage keys.
+func (u *usagePlan) check(ctx context.Context) (*usagePlan, error) {
+	out, err := u.api.GetUsagePlan(ctx, &apigateway.GetUsagePlanInput{UsagePlanId: aws.String(u.planID)})
+	if _, ok := errors.AsType[*types.NotFoundException](err); ok {
+		return nil, fmt.Errorf("usage plan %s does not exist (use the stack's UsagePlanId output): %w", u.planID, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("look up usage plan %s: %w", u.planID, err)
+	}
+	if id := out.Tags[publishablePlanTag]; id != "" {
+		return &usagePlan{api: u.api, planID: id, rand: u.rand}, nil
+	}
+	return u, nil
+}
+
+// forAccount returns the usage key of the account's keys of kind. stored
+// is the value the account's existing evs keys of kind carry ("" when
+// none does); it is reused when API Gateway still has it, and put back in
+// the plan if it left it. Else a new key is made and added to the plan; if
+// stored was set, warn is told that those older keys are now refused.
+func (u *usagePlan) forAccount(ctx context.Context, accountID string, kind evs.KeyKind, stored string, warn io.Writer) (usageKey, error) {
+	name := usageKeyName(accountID, kind)
 	if stored != "" {
-		id, err := u.find(ctx, accountID, stored)
+		id, err := u.find(ctx, name, stored)
 		if err != nil {
 			return usageKey{}, err
 		}
@@ -94,13 +114,12 @@ func (u *usagePlan) forAccount(ctx context.Context, accountID, stored string, wa
 		}
 		fmt.Fprintf(warn, "warning: the usage key of the account's existing keys is gone from API Gateway; those keys are refused (403) until replaced: create new ones and revoke the old\n")
 	}
-	return u.create(ctx, accountID)
+	return u.create(ctx, name)
 }
 
-// find returns the id of the account's API Gateway key whose value is
+// find returns the id of the API Gateway key called name whose value is
 // value, or "" when there is none.
-func (u *usagePlan) find(ctx context.Context, accountID, value string) (string, error) {
-	name := usageKeyName(accountID)
+func (u *usagePlan) find(ctx context.Context, name, value string) (string, error) {
 	p := apigateway.NewGetApiKeysPaginator(u.api, &apigateway.GetApiKeysInput{
 		NameQuery:     aws.String(name),
 		IncludeValues: aws.Bool(true),
@@ -146,17 +165,17 @@ func (u *usagePlan) addToPlan(ctx context.Context, id string) error {
 	return nil
 }
 
-// create makes an enabled API Gateway key for the account with a random
-// value and adds it to the plan; a key that cannot join the plan is
-// removed again.
-func (u *usagePlan) create(ctx context.Context, accountID string) (usageKey, error) {
+// create makes an enabled API Gateway key called name (usageKeyName) with
+// a random value and adds it to the plan; a key that cannot join the plan
+// is removed again.
+func (u *usagePlan) create(ctx context.Context, name string) (usageKey, error) {
 	value, err := newUsageValue(u.rand)
 	if err != nil {
 		return usageKey{}, err
 	}
 	out, err := u.api.CreateApiKey(ctx, &apigateway.CreateApiKeyInput{
-		Name:        aws.String(usageKeyName(accountID)),
-		Description: aws.String("evs usage-plan key of account " + accountID + "; the authorizer supplies it, clients never send it"),
+		Name:        aws.String(name),
+		Description: aws.String("evs usage-plan key; the authorizer supplies it, clients never send it"),
 		Enabled:     true,
 		Value:       aws.String(value),
 	})
@@ -167,12 +186,12 @@ func (u *usagePlan) create(ctx context.Context, accountID string) (usageKey, err
 		// The SDK resends a create whose reply was lost; API Gateway
 		// (or moto) then reports our own key as a conflict. Its random
 		// value tells it from a key someone else made.
-		if own, ferr := u.find(ctx, accountID, value); ferr == nil && own != "" {
+		if own, ferr := u.find(ctx, name, value); ferr == nil && own != "" {
 			id, err = own, nil
 		}
 	}
 	if err != nil {
-		return usageKey{}, fmt.Errorf("create API Gateway key %s: %w", usageKeyName(accountID), err)
+		return usageKey{}, fmt.Errorf("create API Gateway key %s: %w", name, err)
 	}
 	k := usageKey{id: id, value: value, created: true}
 	if err := u.addToPlan(ctx, k.id); err != nil {

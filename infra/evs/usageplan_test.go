@@ -54,13 +54,13 @@ func newPlan(t *testing.T, gw *apigateway.Client) string {
 // their values.
 func accountKeys(t *testing.T, gw *apigateway.Client, accountID string) []types.ApiKey {
 	t.Helper()
-	out, err := gw.GetApiKeys(context.Background(), &apigateway.GetApiKeysInput{NameQuery: aws.String(usageKeyName(accountID)), IncludeValues: aws.Bool(true)})
+	out, err := gw.GetApiKeys(context.Background(), &apigateway.GetApiKeysInput{NameQuery: aws.String(usageKeyName(accountID, evs.KeySecret)), IncludeValues: aws.Bool(true)})
 	if err != nil {
 		t.Fatalf("GetApiKeys: %v", err)
 	}
 	var ks []types.ApiKey
 	for _, k := range out.Items {
-		if aws.ToString(k.Name) == usageKeyName(accountID) {
+		if aws.ToString(k.Name) == usageKeyName(accountID, evs.KeySecret) {
 			ks = append(ks, k)
 		}
 	}
@@ -112,7 +112,7 @@ func TestKeysUsagePlan(t *testing.T) {
 	}
 	gwKeys := accountKeys(t, gw, a.ID)
 	if len(gwKeys) != 1 {
-		t.Fatalf("%d API Gateway keys named %s, want 1", len(gwKeys), usageKeyName(a.ID))
+		t.Fatalf("%d API Gateway keys named %s, want 1", len(gwKeys), usageKeyName(a.ID, evs.KeySecret))
 	}
 	gk := gwKeys[0]
 	value := aws.ToString(gk.Value)
@@ -394,7 +394,7 @@ func TestUsageKeyLostCreateReply(t *testing.T) {
 	// Someone else's key of the same name: the value differs, so the
 	// conflict stands.
 	other := &usagePlan{api: conflictOnly{gw}, planID: plan, rand: rand.Reader}
-	if _, err := other.create(ctx, a.ID); err == nil {
+	if _, err := other.create(ctx, usageKeyName(a.ID, evs.KeySecret)); err == nil {
 		t.Fatal("a conflict with a key we did not make was taken as ours")
 	}
 }

@@ -7,12 +7,15 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/evs-dev/evs/internal/config"
 	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/store"
 )
 
 // The default limits of a publishable key (contract, section 17;
 // docs/security.md), calls a minute: per client address (a /64 for IPv6)
-// with the key, and per key over all addresses; a key may have its own
+// with the key (EVS_PUBLISHABLE_RATE_PER_ADDRESS), and per key over all
+// addresses (EVS_PUBLISHABLE_RATE); a key may have its own
 // (evs.Key.Limits, `evs keys create --rate`). An address is counted per
 // key, so one shop's form does not spend another's limit behind a shared
 // NAT. `evs serve` counts them in memory at its edge; on AWS the verify
@@ -30,9 +33,11 @@ type PublishableLimits struct {
 	PerAddress, PerKey int
 }
 
-// DefaultPublishableLimits are the limits of a key that has none of its
-// own.
-var DefaultPublishableLimits = PublishableLimits{PerAddress: PublishablePerAddress, PerKey: PublishablePerKey}
+// PublishableDefaults are the limits of c for a key that has none of its
+// own; a Config not read from the environment (0) has the defaults.
+func PublishableDefaults(c config.Config) PublishableLimits {
+	return PublishableLimits{PerAddress: cmp.Or(c.PublishableRatePerAddress, PublishablePerAddress), PerKey: cmp.Or(c.PublishableRate, PublishablePerKey)}
+}
 
 // Of returns the limits of p's key: its own where it has them, else l's.
 func (l PublishableLimits) Of(p evs.Principal) PublishableLimits {
@@ -43,11 +48,21 @@ func (l PublishableLimits) Of(p evs.Principal) PublishableLimits {
 // never meet an address quota's or the Idempotency-Key limit's.
 const publishablePeriod = "publishable/"
 
+// PublishableQuota is a Quota store that charges a publishable key's call
+// in two writes (DynamoDB, 1 WRU each), not a marked charge per counter:
+// the client address's minute (CountCall), then, once the call is valid,
+// the key's minute with the quota and its share (ChargePublishable).
+type PublishableQuota interface {
+	CountCall(ctx context.Context, accountID, counter, window string, limit int, expires time.Time) (bool, error)
+	ChargePublishable(ctx context.Context, c store.CallCharge) (refused string, err error)
+	RefundPublishable(ctx context.Context, accountID, period string, n int) error
+}
+
 // limitPublishable charges a publishable key's call to its client
-// address's minute with the key, then to the key's: an address over its limit spends
-// none of the key's, so one client's flood does not shut the form for
-// everyone. Over either, the call is 429 with Retry-After to the minute's
-// end. Each call is counted whatever it asks: the count is of calls.
+// address's minute with the key, then to the key's (on a PublishableQuota,
+// chargeQuota does that): an address over its limit spends none of the
+// key's, so one client's flood does not shut the form for everyone. Over
+// either, the call is 429 with Retry-After to the minute's end.
 func (h *Handler) limitPublishable(ctx context.Context, p evs.Principal) error {
 	if p.Kind != evs.KeyPublishable || h.d.Quota.Store == nil || h.d.PublishableLimits == (PublishableLimits{}) {
 		return nil
@@ -56,24 +71,36 @@ func (h *Handler) limitPublishable(ctx context.Context, p evs.Principal) error {
 	now := h.d.Now().UTC()
 	start := now.Truncate(time.Minute)
 	end, minute := start.Add(time.Minute), start.Format("2006-01-02T15:04")
+	pq, cheap := h.d.Quota.Store.(PublishableQuota)
 	if l.PerAddress > 0 {
-		client := clientPrefix(CallFromContext(ctx).ClientAddr)
-		_, err := h.charge(ctx, p.AccountID, "publishable key's per-address limit", publishablePeriod+"addr/"+p.KeyID+"/"+client+"/"+minute, 1, l.PerAddress, now, end, func() string {
+		msg := func() string {
 			return fmt.Sprintf("Too many calls from this address with a publishable key (%d a minute); retry after the time in Retry-After.", l.PerAddress)
-		})
-		if err != nil {
-			return err
+		}
+		client := clientPrefix(CallFromContext(ctx).ClientAddr)
+		if !cheap {
+			_, err := h.charge(ctx, p.AccountID, "publishable key's per-address limit", publishablePeriod+"addr/"+p.KeyID+"/"+client+"/"+minute, 1, l.PerAddress, now, end, msg)
+			if err != nil {
+				return err
+			}
+		} else if ok, err := pq.CountCall(ctx, p.AccountID, p.KeyID+"/"+client, minute, l.PerAddress, end.Add(counterGrace)); err != nil {
+			return fmt.Errorf("api: count a publishable key's call: %w", err)
+		} else if !ok {
+			return &store.LimitError{Err: evs.Errorf(evs.CodeRateLimited, "%s", msg()), Retry: end.Sub(now)}
 		}
 	}
-	if l.PerKey > 0 {
+	if l.PerKey > 0 && !cheap {
 		_, err := h.charge(ctx, p.AccountID, "publishable key's limit", publishablePeriod+"key/"+p.KeyID+"/"+minute, 1, l.PerKey, now, end, func() string {
-			return fmt.Sprintf("Too many calls with this publishable key (%d a minute); retry after the time in Retry-After.", l.PerKey)
+			return perKeyRefusal(l.PerKey)
 		})
 		if err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+func perKeyRefusal(perKey int) string {
+	return fmt.Sprintf("Too many calls with this publishable key (%d a minute); retry after the time in Retry-After.", perKey)
 }
 
 // clientPrefix names a client address as the limits count it: an IPv4

@@ -107,7 +107,9 @@ const counterGrace = 48 * time.Hour
 // after all.
 func (h *Handler) chargeQuota(ctx context.Context, p evs.Principal, n int) (refund func(), err error) {
 	q := h.d.Quota
-	if q.Limit <= 0 || n <= 0 {
+	pq, cheap := q.Store.(PublishableQuota)
+	cheap = cheap && p.Kind == evs.KeyPublishable && h.d.PublishableLimits != (PublishableLimits{})
+	if (q.Limit <= 0 && !cheap) || n <= 0 {
 		return func() {}, nil
 	}
 	now := h.d.Now()
@@ -116,27 +118,60 @@ func (h *Handler) chargeQuota(ctx context.Context, p evs.Principal, n int) (refu
 	if q.Period == QuotaDay {
 		unit = "day"
 	}
-	share := func() {}
-	if p.Kind == evs.KeyPublishable {
-		limit := q.publishableShare()
-		share, err = h.charge(ctx, p.AccountID, "publishable keys' share of the address quota", publishablePeriod+"share/"+period, n, limit, now, end, func() string {
-			return fmt.Sprintf("The publishable keys' share of the account's address quota (%d of its %d addresses a %s) is used up; it resets at %s.", limit, q.Limit, unit, end.Format(time.RFC3339))
-		})
-		if err != nil {
-			return nil, err
-		}
+	shareMsg := func() string {
+		return fmt.Sprintf("The publishable keys' share of the account's address quota (%d of its %d addresses a %s) is used up; it resets at %s.", q.publishableShare(), q.Limit, unit, end.Format(time.RFC3339))
 	}
-	whole, err := h.charge(ctx, p.AccountID, "address quota", period, n, q.Limit, now, end, func() string {
+	quotaMsg := func() string {
 		if n > 1 {
 			return fmt.Sprintf("The account's address quota (%d addresses a %s) is used up: fewer than this batch's %d distinct addresses are left; it resets at %s.", q.Limit, unit, n, end.Format(time.RFC3339))
 		}
 		return fmt.Sprintf("The account's address quota (%d addresses a %s) is used up; it resets at %s.", q.Limit, unit, end.Format(time.RFC3339))
-	})
+	}
+	if cheap {
+		return h.chargePublishable(ctx, pq, p, n, period, now, end, shareMsg, quotaMsg)
+	}
+	share := func() {}
+	if p.Kind == evs.KeyPublishable {
+		share, err = h.charge(ctx, p.AccountID, "publishable keys' share of the address quota", publishablePeriod+"share/"+period, n, q.publishableShare(), now, end, shareMsg)
+		if err != nil {
+			return nil, err
+		}
+	}
+	whole, err := h.charge(ctx, p.AccountID, "address quota", period, n, q.Limit, now, end, quotaMsg)
 	if err != nil {
 		share()
 		return nil, err
 	}
 	return func() { whole(); share() }, nil
+}
+
+// chargePublishable is chargeQuota of a publishable key's call on a
+// PublishableQuota: the key's minute, the share and the quota in one write.
+func (h *Handler) chargePublishable(ctx context.Context, pq PublishableQuota, p evs.Principal, n int, period string, now, end time.Time, shareMsg, quotaMsg func() string) (func(), error) {
+	q, l := h.d.Quota, h.d.PublishableLimits.Of(p)
+	start := now.UTC().Truncate(time.Minute)
+	c := store.CallCharge{AccountID: p.AccountID, KeyID: p.KeyID, Minute: start.Format("2006-01-02T15:04"), PerKey: cmp.Or(l.PerKey, math.MaxInt32),
+		Period: period, N: n, Limit: max(q.Limit, 0), Share: q.publishableShare(), Expires: end.Add(counterGrace)}
+	refused, err := pq.ChargePublishable(ctx, c)
+	if err != nil {
+		return nil, fmt.Errorf("api: charge a publishable key's call: %w", err)
+	}
+	switch refused {
+	case store.RefusedKey:
+		return nil, &store.LimitError{Err: evs.Errorf(evs.CodeRateLimited, "%s", perKeyRefusal(l.PerKey)), Retry: start.Add(time.Minute).Sub(now)}
+	case store.RefusedShare:
+		return nil, &store.LimitError{Err: evs.Errorf(evs.CodeRateLimited, "%s", shareMsg()), Retry: end.Sub(now)}
+	case store.RefusedQuota:
+		return nil, &store.LimitError{Err: evs.Errorf(evs.CodeRateLimited, "%s", quotaMsg()), Retry: end.Sub(now)}
+	}
+	if c.Limit == 0 {
+		return func() {}, nil
+	}
+	return func() {
+		if err := pq.RefundPublishable(context.WithoutCancel(ctx), p.AccountID, period, n); err != nil {
+			h.d.Logger.ErrorContext(ctx, "could not refund a publishable key's charge", slog.String("accountId", p.AccountID), slog.String("error", err.Error()))
+		}
+	}, nil
 }
 
 // keysPeriod prefixes the day of an Idempotency-Key counter, so it never

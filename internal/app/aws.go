@@ -227,7 +227,7 @@ func (a *AWS) worker() *batch.Worker {
 // sees every call), and reported outcomes read to change verdicts.
 func (a *AWS) VerifyHandler() (http.Handler, error) {
 	h, err := a.API(api.Deps{
-		PublishableLimits: api.DefaultPublishableLimits,
+		PublishableLimits: api.PublishableDefaults(a.Config),
 	})
 	if err != nil {
 		return nil, err

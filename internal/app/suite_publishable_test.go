@@ -115,3 +115,38 @@ func TestPublishableKeyLimits(t *testing.T) {
 		}
 	})
 }
+
+// TestWidgetFloodNeverThrottlesSecretKeys: a page's key at 50 calls a
+// second (EVS_PUBLISHABLE_RATE=3000 a minute) from 100 client addresses,
+// 200 calls, more than the account's quota (150 a day), with a call of the
+// account's secret key after every tenth: the widget gets its share of the
+// quota (10 %, 15) and 429 after it, and not one secret call is 429. On AWS the widget's calls are
+// also metered by API Gateway on a usage key of their own (infra/evs
+// TestKeysPublishableWithUsagePlan), which moto does not enforce.
+func TestWidgetFloodNeverThrottlesSecretKeys(t *testing.T) {
+	t.Parallel()
+	forEachDeployment(t, suiteOptions{rcpt: suiteRcpt, env: map[string]string{"EVS_QUOTA_ADDRESSES": "150", "EVS_QUOTA_PERIOD": "day",
+		"EVS_PUBLISHABLE_RATE": "3000", "EVS_TRUSTED_PROXIES": "127.0.0.1/32"}}, func(t *testing.T, s *suite) {
+		acct, secret := s.account(t, true)
+		pk := s.publishable(t, acct, evs.KeyLimits{})
+		answered := 0
+		for i := range 200 {
+			switch r := s.widget(t, pk, fmt.Sprintf("ok-%d@good.example", i), fmt.Sprintf("198.51.100.%d", i%100)); r.status {
+			case http.StatusOK:
+				answered++
+			case http.StatusTooManyRequests:
+			default:
+				t.Fatalf("widget call %d: %d %s", i+1, r.status, r.body)
+			}
+			if i%10 == 9 {
+				r := s.do(t, secret, httpCall{method: http.MethodPost, path: "/v1/verify", body: fmt.Sprintf(`{"email":"ok-secret-%d@good.example"}`, i)})
+				if r.status != http.StatusOK {
+					t.Fatalf("secret call after %d widget calls: %d %s", i+1, r.status, r.body)
+				}
+			}
+		}
+		if answered != 15 {
+			t.Errorf("the widget had %d calls answered, want its share, 15", answered)
+		}
+	})
+}

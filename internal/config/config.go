@@ -110,6 +110,11 @@ type Config struct {
 	// an account's publishable keys may use together
 	// (EVS_QUOTA_PUBLISHABLE_PERCENT, 1 to 100, default 10).
 	QuotaPublishablePercent int
+	// PublishableRate and PublishableRatePerAddress are a publishable
+	// key's calls a minute, from all client addresses and from one,
+	// unless the key has its own (EVS_PUBLISHABLE_RATE, default 600;
+	// EVS_PUBLISHABLE_RATE_PER_ADDRESS, default 10).
+	PublishableRate, PublishableRatePerAddress int
 	// MaxStoredBytes bounds the bytes an account makes the service keep:
 	// lists' rows, results, exports, outcomes, uploads
 	// (EVS_MAX_STORED_BYTES, default DefaultMaxStoredBytes; 0: no bound);
@@ -347,6 +352,8 @@ func FromEnv(getenv func(string) string, onLambda bool) (Config, error) {
 		n, ok := wholeFrom[int](1)(s)
 		return n, ok && n <= 100
 	}, &errs)
+	c.PublishableRate = value(getenv, "EVS_PUBLISHABLE_RATE", 600, "a positive whole number of calls a minute", wholeFrom[int](1), &errs)
+	c.PublishableRatePerAddress = value(getenv, "EVS_PUBLISHABLE_RATE_PER_ADDRESS", 10, "a positive whole number of calls a minute", wholeFrom[int](1), &errs)
 	c.MaxStoredBytes = int64(limitOrOff(getenv, "EVS_MAX_STORED_BYTES", DefaultMaxStoredBytes, &errs))
 	c.MaxOutcomes = limitOrOff(getenv, "EVS_MAX_OUTCOMES", DefaultMaxOutcomes, &errs)
 	c.MaxIdempotencyKeys = limitOrOff(getenv, "EVS_MAX_IDEMPOTENCY_KEYS", DefaultMaxIdempotencyKeys, &errs)

@@ -95,8 +95,8 @@ func TestFromEnv(t *testing.T) {
 		{name: "egress ip not an address", vars: map[string]string{"EVS_SMTP_EGRESS_IP": "mail.example"}, errMatch: "EVS_SMTP_EGRESS_IP"},
 		{name: "blocklist not a zone", vars: map[string]string{"EVS_BLOCKLISTS": "zen.spamhaus.org,,x"}, errMatch: "EVS_BLOCKLISTS"},
 		{name: "no address quota by default", vars: map[string]string{}, check: func(t *testing.T, c config.Config) {
-			if c.QuotaAddresses != 0 || c.QuotaPeriod != config.QuotaMonth || c.QuotaPublishablePercent != 10 {
-				t.Fatalf("quota %d per %q, publishable %d%%", c.QuotaAddresses, c.QuotaPeriod, c.QuotaPublishablePercent)
+			if c.QuotaAddresses != 0 || c.QuotaPeriod != config.QuotaMonth || c.QuotaPublishablePercent != 10 || c.PublishableRate != 600 || c.PublishableRatePerAddress != 10 {
+				t.Fatalf("quota %d per %q, publishable %d%%, %d/%d a minute", c.QuotaAddresses, c.QuotaPeriod, c.QuotaPublishablePercent, c.PublishableRate, c.PublishableRatePerAddress)
 			}
 		}},
 		{name: "address quota", vars: map[string]string{"EVS_QUOTA_ADDRESSES": "5000", "EVS_QUOTA_PERIOD": "Day", "EVS_QUOTA_PUBLISHABLE_PERCENT": "100"}, check: func(t *testing.T, c config.Config) {
@@ -104,6 +104,13 @@ func TestFromEnv(t *testing.T) {
 				t.Fatalf("quota %d per %q, publishable %d%%", c.QuotaAddresses, c.QuotaPeriod, c.QuotaPublishablePercent)
 			}
 		}},
+		{name: "publishable rates", vars: map[string]string{"EVS_PUBLISHABLE_RATE": "3000", "EVS_PUBLISHABLE_RATE_PER_ADDRESS": "20"}, check: func(t *testing.T, c config.Config) {
+			if c.PublishableRate != 3000 || c.PublishableRatePerAddress != 20 {
+				t.Fatalf("publishable rates %d/%d, want 3000/20", c.PublishableRate, c.PublishableRatePerAddress)
+			}
+		}},
+		{name: "publishable rate of none", vars: map[string]string{"EVS_PUBLISHABLE_RATE": "0"}, errMatch: "EVS_PUBLISHABLE_RATE"},
+		{name: "publishable rate per address not a number", vars: map[string]string{"EVS_PUBLISHABLE_RATE_PER_ADDRESS": "ten"}, errMatch: "EVS_PUBLISHABLE_RATE_PER_ADDRESS"},
 		{name: "publishable share over 100", vars: map[string]string{"EVS_QUOTA_PUBLISHABLE_PERCENT": "101"}, errMatch: "EVS_QUOTA_PUBLISHABLE_PERCENT"},
 		{name: "publishable share of none", vars: map[string]string{"EVS_QUOTA_PUBLISHABLE_PERCENT": "0"}, errMatch: "EVS_QUOTA_PUBLISHABLE_PERCENT"},
 		{name: "bad quota", vars: map[string]string{"EVS_QUOTA_ADDRESSES": "-1"}, errMatch: "EVS_QUOTA_ADDRESSES"},

@@ -102,7 +102,7 @@ const (
 )
 
 // The limits of publishable keys (contract, section 17; docs/security.md;
-// the key's own or api.DefaultPublishableLimits) are counted here in
+// the key's own or api.PublishableDefaults) are counted here in
 // place of the account's rate: a page's key is public, so a flood with it
 // is bounded per client address and per key, and never spends the budget
 // of the account's secret keys. Per address the burst is the minute's
@@ -486,7 +486,7 @@ func (e *edge) throttleCall(c *api.Call, p evs.Principal) (time.Duration, bool) 
 	if p.Kind != evs.KeyPublishable {
 		return e.throttle(c.AccountID)
 	}
-	now, l := e.o.Now(), api.DefaultPublishableLimits.Of(p)
+	now, l := e.o.Now(), api.PublishableDefaults(e.o.Config).Of(p)
 	// An address is counted per key: one shop's form does not spend
 	// another's limit for the people behind a shared NAT.
 	if wait, limited := e.pkClients.take(p.KeyID+" "+clientKey(c.ClientAddr), now, rate.Limit(l.PerAddress)/60, l.PerAddress); limited {
