@@ -42,6 +42,10 @@ type (
 // callers outside the engine.
 type Exits = smtpprobe.Exits
 
+// WithExit returns ctx whose SMTP sessions go through the exit named name
+// while it is in rotation (smtpprobe.WithExit).
+func WithExit(ctx context.Context, name string) context.Context { return smtpprobe.WithExit(ctx, name) }
+
 // HostProvider names the provider of MX host by its name alone ("other"
 // when no known provider's): the provider an exit is avoided for, since
 // the dialer sees no reply.
