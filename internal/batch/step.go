@@ -130,9 +130,9 @@ func (s stepper) run(ctx context.Context, t task, startBy time.Time) (d stepDone
 			return d
 		}
 		if !ticket.OK {
-			// Budget spent: the slot went back and may be the one parked
-			// work waits for.
-			d.released = !ticket.ForSlot && !ticket.Paused
+			// The slot a budget refusal took went back, but starts no
+			// parked work: what is left of the budget covers no address
+			// of any group of the key, and each would only park again.
 			d.wait, d.until, d.forSlot = g.Items, ticket.Retry, ticket.ForSlot
 			return d
 		}

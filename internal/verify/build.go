@@ -71,7 +71,7 @@ type BuildOptions struct {
 }
 
 // NewExits returns the dialer over the configuration's SOCKS exits
-// (config.Config.SMTPExits): each provider (ProviderKey) sticks to one
+// (config.Config.SMTPExits): each provider (ProviderKey) prefers one
 // exit in rotation, and health is told each health verdict (nil: nobody).
 func NewExits(c config.Config, health func(exit int, name string, up bool)) (*smtpprobe.Exits, error) {
 	exits := c.SMTPExits

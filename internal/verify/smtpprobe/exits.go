@@ -45,7 +45,7 @@ type ExitsConfig struct {
 	Exits []config.SMTPExit
 	// Policy is the egress policy checked before each CONNECT.
 	Policy *config.EgressPolicy
-	// Key maps an MX host to the provider it sticks by (verify.ProviderKey;
+	// Key maps an MX host to the provider it orders exits by (verify.ProviderKey;
 	// nil: the host itself).
 	Key func(host string) string
 	// Avoid, when set, tells whether exit (an index of Exits) should not
@@ -255,15 +255,6 @@ func (x *Exits) order(host string) []int {
 	return ok
 }
 
-// choose returns the exit host's sessions prefer (order's first), or -1
-// when none is in rotation. x.mu is held.
-func (x *Exits) choose(host string) int {
-	if o := x.order(host); len(o) > 0 {
-		return o[0]
-	}
-	return -1
-}
-
 // Order names the exits host's sessions may take now, preferred first
 // (politeness.Gate.Exits): none when every exit is out of rotation.
 func (x *Exits) Order(host string) []string {
@@ -285,13 +276,9 @@ func (x *Exits) SetAvoid(avoid func(exit int, host string) bool) {
 	x.avoid = avoid
 }
 
-// For returns the index of the exit host's sessions go to now, or -1 when
-// every exit is out of rotation. It probes nothing.
-func (x *Exits) For(host string) int {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	return x.choose(host)
-}
+// For returns the index of the exit host's sessions prefer now, or -1
+// when every exit is out of rotation. It probes nothing.
+func (x *Exits) For(host string) int { return x.Through(context.Background(), host) }
 
 // pick chooses the exit of a dial, first probing the exits out of
 // rotation that are due: at once when none is in rotation (the dial
@@ -340,7 +327,10 @@ func (x *Exits) Through(ctx context.Context, host string) int {
 			}
 		}
 	}
-	return x.choose(host)
+	if o := x.order(host); len(o) > 0 {
+		return o[0]
+	}
+	return -1
 }
 
 // fault counts one fault of exit i and reports whether it is still in
