@@ -457,7 +457,7 @@ export interface components {
                 blocked: components["schemas"]["EgressBlocked"];
                 blocklists: components["schemas"]["EgressBlocklists"];
                 helo?: components["schemas"]["EgressHELO"];
-                /** @description The SOCKS exits of EVS_SMTP=proxy, in EVS_SMTP_PROXY's order; absent when SMTP goes direct. Each provider sticks to one exit in rotation (docs/aws.md, "SOCKS exits"). */
+                /** @description The SOCKS exits of EVS_SMTP=proxy, in EVS_SMTP_PROXY's order; absent when SMTP goes direct. Each provider prefers one exit in rotation (docs/aws.md, "SOCKS exits"). */
                 exits?: components["schemas"]["EgressExit"][];
             };
         };

@@ -230,7 +230,7 @@ var envDocs = map[string]string{
 	"EVS_DATA_DIR":                  "embedded store directory (default ./.data)",
 	"EVS_DNS_SERVERS":               "comma-separated host:port resolvers (default: the system's)",
 	"EVS_SMTP":                      "direct, proxy or off (default direct)",
-	"EVS_SMTP_PROXY":                "SOCKS5 exits for SMTP probes: socks5://[user:pass@]host:port[#egress-ip], comma-separated for several (each provider sticks to one)",
+	"EVS_SMTP_PROXY":                "SOCKS5 exits for SMTP probes: socks5://[user:pass@]host:port[#egress-ip], comma-separated for several (each with its own politeness budget)",
 	"EVS_SMTP_PORT":                 "port dialled on MX hosts (default 25)",
 	"EVS_SMTP_HELO":                 "EHLO name (default: the host name, with a warning)",
 	"EVS_SMTP_FROM":                 "MAIL FROM address (default verify@<helo>)",

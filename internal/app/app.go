@@ -170,6 +170,10 @@ func Build(cfg config.Config, p Ports) (*Runtime, error) {
 		r.Gate.MX = mx
 	}
 	r.Exits = exits
+	if exits != nil {
+		// Each exit is an egress address with a budget of its own.
+		r.Gate.Exits = exits.Order
+	}
 	r.Watches = verify.WatchEgress(cfg, exits, r.now, counted)
 	var due func()
 	if rep != nil && cfg.SMTP != config.SMTPOff {

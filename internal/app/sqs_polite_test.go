@@ -189,17 +189,17 @@ type politeStore interface {
 
 type pauseAt struct{ at, now, until time.Time } // now: the clock Pause was given
 
-func (r *recordingPolite) ReserveRcpts(ctx context.Context, key string, n, limit int, window time.Duration, now time.Time) (bool, time.Time, error) {
-	ok, next, err := r.politeStore.ReserveRcpts(ctx, key, n, limit, window, now)
-	if ok {
+func (r *recordingPolite) ReserveRcpts(ctx context.Context, key string, least, most, limit int, window time.Duration, now time.Time) (int, time.Time, error) {
+	got, next, err := r.politeStore.ReserveRcpts(ctx, key, least, most, limit, window, now)
+	if got > 0 {
 		r.mu.Lock()
 		if r.reserved == nil {
 			r.reserved = map[int64]int{}
 		}
-		r.reserved[now.Truncate(window).UnixMilli()] += n
+		r.reserved[now.Truncate(window).UnixMilli()] += got
 		r.mu.Unlock()
 	}
-	return ok, next, err
+	return got, next, err
 }
 
 func (r *recordingPolite) Pause(ctx context.Context, key string, now time.Time, length func(int) time.Duration) (time.Time, error) {

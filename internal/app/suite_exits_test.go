@@ -174,3 +174,38 @@ func TestCountExitTimeout(t *testing.T) {
 		})
 	}
 }
+
+// TestSuiteExitsSpreadAProvider: a batch at one provider (two domains of
+// its MX host) whose RCPT budget a minute, per exit, covers half of it
+// spreads over two exits (real Dantes), each spending its own: it
+// completes within the first window, and its sessions came from both
+// exits' addresses.
+func TestSuiteExitsSpreadAProvider(t *testing.T) {
+	t.Parallel()
+	a, b := testkit.StartDante(t, "127.0.0.71"), testkit.StartDante(t, "127.0.0.72")
+	env := map[string]string{"EVS_SMTP": "proxy", "EVS_SMTP_PROXY": a.URL() + "," + b.URL(), "EVS_CACHE_TTL": "0",
+		"EVS_PROVIDER_RCPT_PER_MIN": "*=1048576,spread.example=8"}
+	forEachDeployment(t, suiteOptions{rcpt: suiteRcpt, env: env}, func(t *testing.T, s *suite) {
+		s.dns.AddRecord("mx.spread.example. 300 IN A 127.0.0.1")
+		_, key := s.account(t, false)
+		// Two groups of 7 addresses: 8 RCPT commands each with the
+		// accept-all probe, an exit's budget.
+		var emails []string
+		for _, d := range []string{"one.example", "two.example"} {
+			s.dns.AddRecord(d + ". 300 IN MX 10 mx.spread.example.")
+			for i := range 7 {
+				emails = append(emails, fmt.Sprintf("ok%d@%s", i, d))
+			}
+		}
+		start := time.Now()
+		s.fullBatch(t, key, emails, "")
+		from := map[string]int{}
+		for _, c := range s.smtp.Clients() {
+			from[c]++
+		}
+		if from[a.External] == 0 || from[b.External] == 0 || len(from) != 2 {
+			t.Fatalf("sessions by address: %v; want some from each exit, %s and %s", from, a.External, b.External)
+		}
+		t.Logf("done in %s; sessions by exit: %v", time.Since(start).Round(time.Millisecond), from)
+	})
+}

@@ -499,16 +499,4 @@ func (p *Processor) ItemsWithin(budget int) int {
 	return max(n, 0)
 }
 
-// Fit splits a group larger than a whole RCPT window's budget (limit
-// commands) into the part that may run now and the rest, which runs in a
-// later window: at least one address runs, so that a budget below one
-// address's RCPT commands still lets the group through, one by one.
-func (p *Processor) Fit(items []evs.Item, limit int) (run, rest []evs.Item) {
-	if p.RcptBound(len(items)) <= limit {
-		return items, nil
-	}
-	n := max(p.ItemsWithin(limit), 1)
-	return items[:n], items[n:]
-}
-
 func (p *Processor) perConnection() int { return positiveOr(p.PerConnection, DefaultPerConnection) }

@@ -71,23 +71,24 @@ type stepper struct {
 	logger      *slog.Logger
 }
 
-// admissionKey is the politeness key of a group that opens an SMTP
-// session, or "" when it needs no admission: test accounts, quick and
-// standard modes, invalid addresses and domains without a mail host.
-func (s stepper) admissionKey(ctx context.Context, t task) string {
+// admissionKeys are the politeness keys a group that opens an SMTP
+// session may take, one per exit (politeness.Gate.HostKeys), or none when
+// it needs no admission: test accounts, quick and standard modes, invalid
+// addresses and domains without a mail host.
+func (s stepper) admissionKeys(ctx context.Context, t task) []string {
 	g := s.gate
 	if g == nil || t.test || t.b.Mode != evs.ModeFull || t.group.Domain == "" {
-		return ""
+		return nil
 	}
 	host := t.group.Domain
 	if g.MX != nil {
 		h, ok := g.MX.PreferredMX(ctx, host)
 		if !ok {
-			return ""
+			return nil
 		}
 		host = h
 	}
-	return g.HostKey(host)
+	return g.HostKeys(host)
 }
 
 // run runs one step of t, starting no SMTP session at or after startBy
@@ -112,17 +113,15 @@ func (s stepper) run(ctx context.Context, t task, startBy time.Time) (d stepDone
 		return d
 	}
 	ticket := politeness.Ticket{} // admits nothing: Done does nothing
-	if d.key = s.admissionKey(ctx, t); d.key != "" {
-		// A group larger than a whole window's RCPT budget runs in parts,
-		// one per window: the part that fits now, the rest after it.
-		_, limit := s.gate.Limits.ForKey(d.key)
-		run, rest := s.proc.Fit(g.Items, limit)
+	if keys := s.admissionKeys(ctx, t); len(keys) > 0 {
+		d.key = keys[0]
 		var err error
 		if s.waitForSlot {
-			ticket, err = s.gate.Wait(ctx, d.key, s.proc.RcptBound(len(run)), 0)
+			ticket, err = s.gate.Wait(ctx, keys, s.proc.RcptBound(len(g.Items)), 0)
 		} else {
-			ticket, err = s.gate.Admit(ctx, d.key, s.proc.RcptBound(len(run)))
+			ticket, err = s.gate.AdmitAny(ctx, keys, s.proc.RcptBound(len(g.Items)))
 		}
+		d.key = cmp.Or(ticket.Key, d.key)
 		if err != nil || ctx.Err() != nil {
 			d.err = err
 			if err == nil {
@@ -131,16 +130,20 @@ func (s stepper) run(ctx context.Context, t task, startBy time.Time) (d stepDone
 			return d
 		}
 		if !ticket.OK {
-			// Budget spent: the slot went back and may be the one parked
-			// work waits for.
-			d.released = !ticket.ForSlot && !ticket.Paused
+			// The slot a budget refusal took went back, but starts no
+			// parked work: what is left of the budget covers no address
+			// of any group of the key, and each would only park again.
 			d.wait, d.until, d.forSlot = g.Items, ticket.Retry, ticket.ForSlot
 			return d
 		}
-		g.Items = run
-		if len(rest) > 0 {
-			d.wait, d.until = rest, s.gateNow().Add(s.gate.RcptWindow())
+		if s.proc.RcptBound(len(g.Items)) > ticket.Rcpts {
+			// The budget left covers part of the group (at least one
+			// address): the rest waits until more fits.
+			n := max(s.proc.ItemsWithin(ticket.Rcpts), 1)
+			g.Items, d.wait, d.until = g.Items[:n], g.Items[n:], ticket.Retry
 		}
+		// The session leaves from the exit whose budget it spends.
+		ctx = verify.WithExit(ctx, politeness.EgressOf(d.key))
 	}
 	var extra SlotFunc
 	if d.key != "" && ticket.OK && s.proc.GroupSessions > 1 {

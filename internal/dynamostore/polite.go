@@ -2,6 +2,7 @@ package dynamostore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -46,29 +47,42 @@ const (
 	parkTTL = 72 * time.Hour
 )
 
-// ReserveRcpts reserves n RCPT commands of key in the window of length
-// window that holds now, if that keeps the window's count at limit or
-// below. When it does not, ok is false and next is when the next window
-// starts.
-func (s *Store) ReserveRcpts(ctx context.Context, key string, n, limit int, window time.Duration, now time.Time) (ok bool, next time.Time, err error) {
+// ReserveRcpts reserves RCPT commands of key in the window of length
+// window that holds now, keeping the window's count at limit or below:
+// most if they fit, else what is left if that is least or more (the
+// failed add returns the count, and the add of what is left is
+// conditional on it staying). got is how many (0: none); next is when
+// the next window starts.
+func (s *Store) ReserveRcpts(ctx context.Context, key string, least, most, limit int, window time.Duration, now time.Time) (got int, next time.Time, err error) {
 	start := now.Truncate(window)
 	next = start.Add(window)
-	if n > limit {
-		return false, next, nil
+	n := min(most, limit)
+	for range 3 { // a few tries: sessions of the key race for its room
+		if n < max(least, 1) {
+			break
+		}
+		_, err = s.c.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+			TableName: aws.String(s.t.Batches),
+			Key: item{
+				attrAccountID: avS(ratePartitionPrefix + key),
+				attrID:        avS(strconv.FormatInt(start.UnixMilli(), 10)),
+			},
+			UpdateExpression:                    aws.String("ADD #n :n SET #exp = :exp"),
+			ConditionExpression:                 aws.String("attribute_not_exists(#n) OR #n <= :room"),
+			ExpressionAttributeNames:            map[string]string{"#n": attrRcpts, "#exp": attrExpiresAt},
+			ExpressionAttributeValues:           item{":n": avN(int64(n)), ":room": avN(int64(limit - n)), ":exp": ttlSeconds(next.Add(time.Hour))},
+			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+		})
+		if err == nil {
+			return n, next, nil
+		}
+		cf, ok := errors.AsType[*types.ConditionalCheckFailedException](err)
+		if !ok {
+			return 0, next, wrapErr("reserve RCPT commands", err)
+		}
+		n = min(n-1, limit-int(getN(item(cf.Item), attrRcpts)))
 	}
-	_, err = s.c.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName: aws.String(s.t.Batches),
-		Key: item{
-			attrAccountID: avS(ratePartitionPrefix + key),
-			attrID:        avS(strconv.FormatInt(start.UnixMilli(), 10)),
-		},
-		UpdateExpression:          aws.String("ADD #n :n SET #exp = :exp"),
-		ConditionExpression:       aws.String("attribute_not_exists(#n) OR #n <= :room"),
-		ExpressionAttributeNames:  map[string]string{"#n": attrRcpts, "#exp": attrExpiresAt},
-		ExpressionAttributeValues: item{":n": avN(int64(n)), ":room": avN(int64(limit - n)), ":exp": ttlSeconds(next.Add(time.Hour))},
-	})
-	ok, err = applied(err, "reserve RCPT commands")
-	return ok, next, err
+	return 0, next, nil
 }
 
 func pauseKey(key string) item {

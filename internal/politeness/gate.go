@@ -19,10 +19,11 @@ type State interface {
 	// AcquireSlot takes one of key's slots session slots if one is free;
 	// one never released expires after ttl (a holder that died).
 	AcquireSlot(ctx context.Context, key string, slots int, ttl time.Duration) (release func(), ok bool, err error)
-	// ReserveRcpts reserves n RCPT commands of key if no window of length
-	// window then holds more than limit; else ok is false and next is
-	// when enough will be free.
-	ReserveRcpts(ctx context.Context, key string, n, limit int, window time.Duration, now time.Time) (ok bool, next time.Time, err error)
+	// ReserveRcpts reserves RCPT commands of key so that no window of
+	// length window holds more than limit: most if they fit, else what is
+	// left if that is least or more. got is how many (0: none); next is
+	// when most will fit, once the ones reserved are spent.
+	ReserveRcpts(ctx context.Context, key string, least, most, limit int, window time.Duration, now time.Time) (got int, next time.Time, err error)
 	// PauseState returns until when key is paused (the zero time: never)
 	// and how many pauses in a row it had.
 	PauseState(ctx context.Context, key string) (until time.Time, level int, err error)
@@ -47,6 +48,11 @@ type Gate struct {
 	// Egress names the address sessions leave from (the proxy's host, or
 	// "direct"): limits are per provider and egress address.
 	Egress string
+	// Exits, when set, names the SOCKS exits a host's sessions may leave
+	// from, its preferred first (smtpprobe.Exits.Order): each is an
+	// egress address with limits of its own, so a provider's batches
+	// spread over them (AdmitAny). None in rotation: Egress.
+	Exits func(host string) []string
 	// Window is the RCPT budget's window (default 1 min; tests shorten
 	// it): RcptPerMin applies per Window.
 	Window time.Duration
@@ -64,10 +70,14 @@ type Gate struct {
 	mem  *memory
 }
 
-// Ticket answers a request for a session.
+// Ticket answers a request for a session of Key.
 type Ticket struct {
-	// OK: the session may open now; Done must be called when it ends.
-	OK bool
+	Key string
+	// OK: the session may open now, and send Rcpts RCPT commands; Done
+	// must be called when it ends. Fewer than asked for is what was left
+	// of the budget, and Retry is when asking for more may pass.
+	OK    bool
+	Rcpts int
 	// Else Retry is when asking again may pass: ForSlot marks a wait for
 	// a slot (Retry is now: a session of the key that ends frees one),
 	// Paused a provider that throttled us.
@@ -141,12 +151,35 @@ func (g *Gate) Key(ctx context.Context, domain string) string {
 	return g.HostKey(host)
 }
 
-// HostKey is the key of sessions to MX host host.
-func (g *Gate) HostKey(host string) string { return Key(host, g.Egress) }
+// HostKey is the key of sessions to MX host host through its preferred
+// exit.
+func (g *Gate) HostKey(host string) string { return g.HostKeys(host)[0] }
+
+// HostKeys are the keys of sessions to MX host host, one per exit it may
+// leave from, its preferred first.
+func (g *Gate) HostKeys(host string) []string {
+	var egresses []string
+	if g.Exits != nil {
+		egresses = g.Exits(host)
+	}
+	if len(egresses) == 0 {
+		egresses = []string{g.Egress}
+	}
+	keys := make([]string, len(egresses))
+	for i, e := range egresses {
+		keys[i] = Key(host, e)
+	}
+	return keys
+}
+
+// leastRcpts is the smallest reservation worth a session: one address
+// and the accept-all probe.
+const leastRcpts = 2
 
 // Admit asks, without waiting, for a session of key that sends at most
-// rcpts RCPT commands (at most a window's budget is counted: a larger
-// group runs in parts, see batch.Processor.Fit).
+// rcpts RCPT commands, and at least what one address needs: a window's
+// budget at most, and what is left of it when that is less (a group
+// runs the part it covers now, and the rest at Retry).
 func (g *Gate) Admit(ctx context.Context, key string, rcpts int) (Ticket, error) {
 	st := g.state()
 	sessions, limit := g.Limits.ForKey(key)
@@ -156,18 +189,23 @@ func (g *Gate) Admit(ctx context.Context, key string, rcpts int) (Ticket, error)
 		return Ticket{}, fmt.Errorf("politeness: read the pause of %s: %w", key, err)
 	}
 	if until.After(now) {
-		return Ticket{Retry: until, Paused: true}, nil
+		return Ticket{Key: key, Retry: until, Paused: true}, nil
 	}
 	release, ok, err := st.AcquireSlot(ctx, key, sessions, g.HoldFor())
 	if err != nil || !ok {
-		return Ticket{Retry: now, ForSlot: true}, wrap(err, "take a session slot", key)
+		return Ticket{Key: key, Retry: now, ForSlot: true}, wrap(err, "take a session slot", key)
 	}
-	ok, next, err := st.ReserveRcpts(ctx, key, min(rcpts, limit), limit, g.RcptWindow(), now)
-	if err != nil || !ok {
+	most := min(rcpts, limit)
+	got, next, err := st.ReserveRcpts(ctx, key, min(leastRcpts, most), most, limit, g.RcptWindow(), now)
+	if err != nil || got == 0 {
 		release()
-		return Ticket{Retry: next}, wrap(err, "reserve RCPT commands", key)
+		return Ticket{Key: key, Retry: next}, wrap(err, "reserve RCPT commands", key)
 	}
-	return Ticket{OK: true, done: func(ctx context.Context, throttled bool) (time.Time, error) {
+	t := Ticket{Key: key, OK: true, Rcpts: got}
+	if got < rcpts {
+		t.Retry = next
+	}
+	t.done = func(ctx context.Context, throttled bool) (time.Time, error) {
 		ctx = context.WithoutCancel(ctx) // the session is over anyway
 		now := g.now()
 		if throttled {
@@ -187,7 +225,25 @@ func (g *Gate) Admit(ctx context.Context, key string, rcpts int) (Ticket, error)
 			return time.Time{}, wrap(st.ClearPause(ctx, key, now), "clear the pause of", key)
 		}
 		return time.Time{}, nil
-	}}, nil
+	}
+	return t, nil
+}
+
+// AdmitAny is Admit over keys (a host's, one per exit: HostKeys), in
+// their order: the first that admits, else the refusal that may pass
+// first, a wait for a slot before a wait for a time.
+func (g *Gate) AdmitAny(ctx context.Context, keys []string, rcpts int) (Ticket, error) {
+	var best Ticket
+	for i, key := range keys {
+		t, err := g.Admit(ctx, key, rcpts)
+		if err != nil || t.OK {
+			return t, err
+		}
+		if i == 0 || (t.ForSlot && !best.ForSlot) || (t.ForSlot == best.ForSlot && t.Retry.Before(best.Retry)) {
+			best = t
+		}
+	}
+	return best, nil
 }
 
 // ExtraSlot takes one more session slot of key, without reserving RCPT
@@ -223,7 +279,7 @@ func wrap(err error, what, key string) error {
 func (g *Gate) Session(ctx context.Context, host string, most time.Duration) (end func(throttled bool), why string) {
 	wctx, cancel := context.WithTimeout(ctx, most)
 	defer cancel()
-	t, err := g.Wait(wctx, g.HostKey(host), 2, most)
+	t, err := g.Wait(wctx, []string{g.HostKey(host)}, leastRcpts, most)
 	if err == nil && t.OK {
 		// A pause that could not be stored changes nothing for this
 		// verdict; the next session to the provider meets the same
@@ -247,20 +303,22 @@ func (g *Gate) Session(ctx context.Context, host string, most time.Duration) (en
 // cannot tell when another process's session ends.
 const slotPoll = 200 * time.Millisecond
 
-// Wait is Admit that waits: for a session slot until ctx ends, and for a
-// pause or the RCPT budget only when that ends within most. When it gives
-// up it returns the last refusal, with no error: errors are the State's.
-func (g *Gate) Wait(ctx context.Context, key string, rcpts int, most time.Duration) (Ticket, error) {
+// Wait is AdmitAny that waits: for a session slot until ctx ends, and for
+// a pause or the RCPT budget only when that ends within most. When it
+// gives up it returns the last refusal, with no error: errors are the
+// State's.
+func (g *Gate) Wait(ctx context.Context, keys []string, rcpts int, most time.Duration) (Ticket, error) {
 	last := g.now().Add(most)
 	var refused *Ticket // the last refusal, once there was one
 	for {
 		var freed <-chan struct{}
 		if g.State == nil {
 			// Taken before asking: a session that ends between the
-			// refusal and the wait still wakes us.
-			freed = g.state().(*memory).freed(key)
+			// refusal and the wait still wakes us (of another key, the
+			// poll).
+			freed = g.state().(*memory).freed(keys[0])
 		}
-		t, err := g.Admit(ctx, key, rcpts)
+		t, err := g.AdmitAny(ctx, keys, rcpts)
 		if err != nil && refused != nil && ctx.Err() != nil {
 			// Our wait ended during a later look: the answer is the
 			// refusal already read, not a fault of the state.

@@ -96,7 +96,7 @@ func TestGateSessionsAndPause(t *testing.T) {
 		// started.
 		got := make(chan politeness.Ticket)
 		go func() {
-			a, _ := g.Wait(context.Background(), "k|direct", 2, 0)
+			a, _ := g.Wait(context.Background(), []string{"k|direct"}, 2, 0)
 			got <- a
 		}()
 		synctest.Wait() // it waits
@@ -139,8 +139,54 @@ func TestGateRcptBudget(t *testing.T) {
 	}
 	// Its slot went back: a session that needs what refilled is admitted.
 	now = now.Add(10 * time.Second)
-	if a := admit(t, g, 100); !a.OK {
+	if a := admit(t, g, 100); !a.OK || a.Rcpts != 100 || !a.Retry.IsZero() {
 		t.Fatalf("after 10 s at 10 a second: %+v", a)
+	} else {
+		done(t, a, false)
+	}
+	// Less than asked for is what is left, and the rest comes later ...
+	now = now.Add(5 * time.Second)
+	if a := admit(t, g, 100); !a.OK || a.Rcpts != 50 || !a.Retry.Equal(now.Add(10*time.Second)) {
+		t.Fatalf("100 when 50 refilled: %+v", a)
+	} else {
+		done(t, a, false)
+	}
+	// ... as long as one address and its probe fit.
+	now = now.Add(150 * time.Millisecond)
+	if a := admit(t, g, 100); a.OK || a.ForSlot || !a.Retry.Equal(now.Add(9850*time.Millisecond)) {
+		t.Fatalf("100 when 1.5 refilled: %+v", a)
+	}
+}
+
+// TestGateSpreadsOverExits: each exit a host may leave from has a budget
+// of its own; AdmitAny takes the preferred exit's while it lasts (what is
+// left of it too), then the next's, and with every budget spent answers
+// the refusal that ends first. No exit in rotation: the gate's Egress.
+func TestGateSpreadsOverExits(t *testing.T) {
+	ctx, now := context.Background(), time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	exits := []string{"exit-b", "exit-a"}
+	g := &politeness.Gate{Now: func() time.Time { return now }, Egress: "exit-a+exit-b", Exits: func(string) []string { return exits },
+		Limits: politeness.Limits{Sessions: map[string]int{"*": 10}, RcptPerMin: map[string]int{"*": 60}}}
+	keys := g.HostKeys("mx.example.net")
+	if len(keys) != 2 || keys[0] != "example.net|exit-b" || g.HostKey("mx.example.net") != keys[0] {
+		t.Fatalf("keys %v", keys)
+	}
+	for i, want := range []struct {
+		key   string
+		rcpts int
+	}{{keys[0], 40}, {keys[0], 20}, {keys[1], 40}, {keys[1], 20}} {
+		a, err := g.AdmitAny(ctx, keys, 40)
+		if err != nil || !a.OK || a.Key != want.key || a.Rcpts != want.rcpts {
+			t.Fatalf("session %d: %+v %v; want %d on %s", i+1, a, err, want.rcpts, want.key)
+		}
+		done(t, a, false)
+	}
+	if a, err := g.AdmitAny(ctx, keys, 40); err != nil || a.OK || a.Key != keys[0] || !a.Retry.Equal(now.Add(40*time.Second)) {
+		t.Fatalf("every budget spent: %+v %v", a, err)
+	}
+	exits = nil
+	if k := g.HostKeys("mx.example.net"); len(k) != 1 || k[0] != "example.net|exit-a+exit-b" {
+		t.Fatalf("no exit in rotation: %v", k)
 	}
 }
 
@@ -172,7 +218,7 @@ func TestGateWaitBounds(t *testing.T) {
 				ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
 				defer cancel()
 				start := time.Now()
-				a, err := g.Wait(ctx, "k|direct", 1, tc.most)
+				a, err := g.Wait(ctx, []string{"k|direct"}, 1, tc.most)
 				if err != nil || a.OK != tc.ok || a.ForSlot != tc.forSlot {
 					t.Fatalf("Wait: %+v %v", a, err)
 				}
@@ -243,8 +289,8 @@ func (s *busyState) AcquireSlot(ctx context.Context, _ string, _ int, _ time.Dur
 	return nil, false, nil
 }
 
-func (s *busyState) ReserveRcpts(context.Context, string, int, int, time.Duration, time.Time) (bool, time.Time, error) {
-	return true, time.Time{}, nil
+func (s *busyState) ReserveRcpts(_ context.Context, _ string, _, most, _ int, _ time.Duration, _ time.Time) (int, time.Time, error) {
+	return most, time.Time{}, nil
 }
 
 func (s *busyState) PauseState(context.Context, string) (time.Time, int, error) {

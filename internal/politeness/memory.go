@@ -69,22 +69,26 @@ func (m *memory) AcquireSlot(_ context.Context, key string, slots int, _ time.Du
 	}, true, nil
 }
 
-func (m *memory) ReserveRcpts(_ context.Context, key string, n, limit int, window time.Duration, now time.Time) (bool, time.Time, error) {
+func (m *memory) ReserveRcpts(_ context.Context, key string, least, most, limit int, window time.Duration, now time.Time) (int, time.Time, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	k := m.key(key)
 	if k.rcpt == nil {
 		k.rcpt = rate.NewLimiter(rate.Limit(float64(limit)/window.Seconds()), limit)
 	}
-	r := k.rcpt.ReserveN(now, n)
-	if !r.OK() { // more than a whole window's budget
-		return false, now.Add(window), nil
+	if most > k.rcpt.Burst() { // more than a whole window's budget
+		return 0, now.Add(window), nil
 	}
-	if d := r.DelayFrom(now); d > 0 {
-		r.CancelAt(now)
-		return false, now.Add(d), nil
+	got := min(most, int(k.rcpt.TokensAt(now)))
+	if got >= least {
+		k.rcpt.ReserveN(now, got)
+	} else {
+		got = 0
 	}
-	return true, time.Time{}, nil
+	r := k.rcpt.ReserveN(now, most) // when most fits, after got
+	d := r.DelayFrom(now)
+	r.CancelAt(now)
+	return got, now.Add(d), nil
 }
 
 func (m *memory) PauseState(_ context.Context, key string) (time.Time, int, error) {

@@ -75,6 +75,9 @@ func (l Limits) ForKey(key string) (sessions, rcptPerMin int) {
 	return l.For(provider)
 }
 
+// EgressOf is the egress address of a key (Key).
+func EgressOf(key string) string { return key[strings.LastIndex(key, "|")+1:] }
+
 // Double returns base doubled n times, at most most (most <= 0: no bound
 // but the largest Duration); n <= 0 gives base. It is the one rule for
 // every wait that grows each time a server refuses us — a provider's

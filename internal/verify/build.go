@@ -42,6 +42,10 @@ type (
 // callers outside the engine.
 type Exits = smtpprobe.Exits
 
+// WithExit returns ctx whose SMTP sessions go through the exit named name
+// while it is in rotation (smtpprobe.WithExit).
+func WithExit(ctx context.Context, name string) context.Context { return smtpprobe.WithExit(ctx, name) }
+
 // HostProvider names the provider of MX host by its name alone ("other"
 // when no known provider's): the provider an exit is avoided for, since
 // the dialer sees no reply.
@@ -67,7 +71,7 @@ type BuildOptions struct {
 }
 
 // NewExits returns the dialer over the configuration's SOCKS exits
-// (config.Config.SMTPExits): each provider (ProviderKey) sticks to one
+// (config.Config.SMTPExits): each provider (ProviderKey) prefers one
 // exit in rotation, and health is told each health verdict (nil: nobody).
 func NewExits(c config.Config, health func(exit int, name string, up bool)) (*smtpprobe.Exits, error) {
 	exits := c.SMTPExits

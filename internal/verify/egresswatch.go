@@ -301,9 +301,10 @@ func (ws *EgressWatches) Avoid(i int, host string) bool {
 	return ws.ws[i].Listed() || ws.ws[i].High(HostProvider(host))
 }
 
-// Observe counts verdicts under the egress they went through: the exit
-// their provider goes to now (it sticks to one), or the direct egress.
-func (ws *EgressWatches) Observe(ds ...evs.Decision) {
+// Observe counts verdicts of sessions dialled with ctx under the egress
+// they went through: the exit of ctx (smtpprobe.WithExit) or that their
+// provider prefers now, or the direct egress.
+func (ws *EgressWatches) Observe(ctx context.Context, ds ...evs.Decision) {
 	if len(ws.ws) > 1 {
 		ws.all.Observe(ds...)
 	}
@@ -313,7 +314,7 @@ func (ws *EgressWatches) Observe(ds ...evs.Decision) {
 		}
 		w := ws.ws[0]
 		if ws.x != nil {
-			i := ws.x.For(d.Checks.SMTP.Host)
+			i := ws.x.Through(ctx, d.Checks.SMTP.Host)
 			if i < 0 {
 				continue
 			}
@@ -447,7 +448,7 @@ func (w watched) Verify(ctx context.Context, in Inspection, mode evs.Mode) evs.D
 		w.before()
 	}
 	d := w.e.Verify(ctx, in, mode)
-	w.ws.Observe(d)
+	w.ws.Observe(ctx, d)
 	return d
 }
 
@@ -456,6 +457,6 @@ func (w watched) VerifyDomain(ctx context.Context, emails []string, mode evs.Mod
 		w.before()
 	}
 	ds := w.e.VerifyDomain(ctx, emails, mode)
-	w.ws.Observe(ds...)
+	w.ws.Observe(ctx, ds...)
 	return ds
 }

@@ -152,7 +152,7 @@ func TestEgressWatchesSteer(t *testing.T) {
 		{"A delisted", func() { rep.set("127.0.0.41", false); check() }, 0},
 		{"A refused 5 times", func() {
 			for range 5 {
-				ws.Observe(answer(host, true))
+				ws.Observe(context.Background(), answer(host, true))
 			}
 		}, 1},
 	}
@@ -162,7 +162,7 @@ func TestEgressWatchesSteer(t *testing.T) {
 			t.Errorf("%s: %s goes to exit %d, want %d", s.name, host, got, s.want)
 		}
 	}
-	ws.Observe(answer(host, false))
+	ws.Observe(context.Background(), answer(host, false))
 	if len(counted) != 6 || counted[0] != (told{exits[0].Name, "other", true}) || counted[5] != (told{exits[1].Name, "other", false}) {
 		t.Errorf("counted %+v", counted)
 	}

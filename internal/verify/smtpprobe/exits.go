@@ -9,18 +9,21 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"sort"
 	"sync"
 	"time"
 
 	"github.com/evs-dev/evs/internal/config"
 )
 
-// Several SOCKS exits (docs/aws.md, "SOCKS exits"). Each provider sticks
-// to one exit, so that its sessions, and the retries a greylisting server
-// waits for, come from one address: the exit is chosen by rendezvous
-// hashing of the provider over the exits in rotation, which moves only
-// the providers of an exit that leaves, and brings them back when it
-// returns. An exit leaves the rotation when it fails: at once when a
+// Several SOCKS exits (docs/aws.md, "SOCKS exits"). Each provider prefers
+// one exit, so that its sessions, and the retries a greylisting server
+// waits for, come from one address while its budget there lasts: the
+// order is by rendezvous hashing of the provider over the exits in
+// rotation, which moves only the providers of an exit that leaves, and
+// brings them back when it returns. A batch's session that the
+// politeness gate admitted on another exit's budget goes through that
+// one (WithExit). An exit leaves the rotation when it fails: at once when a
 // connection through it times out and a health probe made then fails too
 // (a hung exit; a silent server behind a working exit passes it), after
 // DownAfter of its other faults (ErrExit) within FaultWindow, or when a
@@ -42,7 +45,7 @@ type ExitsConfig struct {
 	Exits []config.SMTPExit
 	// Policy is the egress policy checked before each CONNECT.
 	Policy *config.EgressPolicy
-	// Key maps an MX host to the provider it sticks by (verify.ProviderKey;
+	// Key maps an MX host to the provider it orders exits by (verify.ProviderKey;
 	// nil: the host itself).
 	Key func(host string) string
 	// Avoid, when set, tells whether exit (an index of Exits) should not
@@ -140,6 +143,15 @@ func WithMXHost(ctx context.Context, host string) context.Context {
 	return context.WithValue(ctx, mxHostKey{}, host)
 }
 
+type exitKey struct{}
+
+// WithExit returns ctx asking that a dial go through the exit named name
+// while it is in rotation (else as chosen for its host): the exit whose
+// politeness budget the session spends.
+func WithExit(ctx context.Context, name string) context.Context {
+	return context.WithValue(ctx, exitKey{}, name)
+}
+
 // MXHost returns the MX host WithMXHost put in ctx, or "".
 func MXHost(ctx context.Context) string {
 	h, _ := ctx.Value(mxHostKey{}).(string)
@@ -216,33 +228,43 @@ func score(name, key string) uint64 {
 	return z ^ (z >> 31)
 }
 
-// choose returns the exit for host among those in rotation, preferring
-// ones not avoided for it, or -1 when none is in rotation. x.mu is held.
-func (x *Exits) choose(host string) int {
+// order returns the exits host's sessions may take, in rotation and not
+// avoided for it, preferred first; when every exit in rotation is avoided
+// for host, the preferred of those alone: its refusals are then the truth
+// about us wherever we go, and say so. x.mu is held.
+func (x *Exits) order(host string) []int {
 	key := x.cfg.Key(host)
-	best, bestAvoided := -1, -1
-	var s, sa uint64
+	var ok, avoided []int
 	for i, e := range x.exits {
-		if !e.up {
-			continue
-		}
-		w := score(e.name, key)
-		if x.avoid != nil && x.avoid(i, host) {
-			if bestAvoided < 0 || w > sa {
-				bestAvoided, sa = i, w
-			}
-			continue
-		}
-		if best < 0 || w > s {
-			best, s = i, w
+		switch {
+		case !e.up:
+		case x.avoid != nil && x.avoid(i, host):
+			avoided = append(avoided, i)
+		default:
+			ok = append(ok, i)
 		}
 	}
-	if best < 0 {
-		// Every exit in rotation is avoided for host: its refusals are
-		// then the truth about us wherever we go, and say so.
-		return bestAvoided
+	all := len(ok) == 0
+	if all {
+		ok = avoided
 	}
-	return best
+	sort.Slice(ok, func(a, b int) bool { return score(x.exits[ok[a]].name, key) > score(x.exits[ok[b]].name, key) })
+	if all && len(ok) > 1 {
+		ok = ok[:1]
+	}
+	return ok
+}
+
+// Order names the exits host's sessions may take now, preferred first
+// (politeness.Gate.Exits): none when every exit is out of rotation.
+func (x *Exits) Order(host string) []string {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	var names []string
+	for _, i := range x.order(host) {
+		names = append(names, x.exits[i].name)
+	}
+	return names
 }
 
 // SetAvoid replaces ExitsConfig.Avoid: the egress watch of evs serve,
@@ -254,13 +276,9 @@ func (x *Exits) SetAvoid(avoid func(exit int, host string) bool) {
 	x.avoid = avoid
 }
 
-// For returns the index of the exit host's sessions go to now, or -1 when
-// every exit is out of rotation. It probes nothing.
-func (x *Exits) For(host string) int {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	return x.choose(host)
-}
+// For returns the index of the exit host's sessions prefer now, or -1
+// when every exit is out of rotation. It probes nothing.
+func (x *Exits) For(host string) int { return x.Through(context.Background(), host) }
 
 // pick chooses the exit of a dial, first probing the exits out of
 // rotation that are due: at once when none is in rotation (the dial
@@ -290,12 +308,29 @@ func (x *Exits) pick(ctx context.Context, host string) (int, error) {
 			}
 		}
 	}
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	if i := x.choose(host); i >= 0 {
+	if i := x.Through(ctx, host); i >= 0 {
 		return i, nil
 	}
 	return -1, fmt.Errorf("%w: every SMTP exit is out of rotation", ErrExit)
+}
+
+// Through returns the index of the exit a dial with ctx to host goes
+// through now (WithExit's, else For's), or -1 when every exit is out of
+// rotation. It probes nothing.
+func (x *Exits) Through(ctx context.Context, host string) int {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if name, _ := ctx.Value(exitKey{}).(string); name != "" {
+		for i, e := range x.exits {
+			if e.name == name && e.up {
+				return i
+			}
+		}
+	}
+	if o := x.order(host); len(o) > 0 {
+		return o[0]
+	}
+	return -1
 }
 
 // fault counts one fault of exit i and reports whether it is still in

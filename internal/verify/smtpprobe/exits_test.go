@@ -178,8 +178,9 @@ func TestExitsAllOut(t *testing.T) {
 }
 
 // TestExitsAvoid: an exit avoided for a provider (its blocked share is
-// high) takes none of its sessions while another exit is in rotation;
-// when every exit is avoided, the hash decides as before.
+// high) takes none of its sessions while another exit is in rotation,
+// and is not among those Order offers it; a dial asked to go through an
+// exit (WithExit) does.
 func TestExitsAvoid(t *testing.T) {
 	avoidA := map[string]bool{}
 	x, _ := twoExits(t, func(c *smtpprobe.ExitsConfig) {
@@ -196,6 +197,26 @@ func TestExitsAvoid(t *testing.T) {
 	}
 	if x.For(on[0]) != 1 {
 		t.Fatalf("For(%s) = %d, want 1", on[0], x.For(on[0]))
+	}
+	// The exits a provider's sessions may take: an avoided one is not,
+	// the others in the provider's order.
+	st := x.Status()
+	if o := x.Order(on[0]); fmt.Sprint(o) != fmt.Sprint([]string{st[1].Name}) {
+		t.Fatalf("Order(%s) = %v with A avoided for it", on[0], o)
+	}
+	if o := x.Order(on[1]); fmt.Sprint(o) != fmt.Sprint([]string{st[1].Name, st[0].Name}) {
+		t.Fatalf("Order(%s) = %v, want B then A", on[1], o)
+	}
+	// A session admitted on A's budget goes through A, whatever its
+	// provider prefers.
+	n := len(peer.Clients())
+	s, err := p.Open(smtpprobe.WithExit(context.Background(), st[0].Name), "example", []string{on[1]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	if c := peer.Clients(); len(c) != n+1 || c[n] != exitA {
+		t.Fatalf("WithExit(A): the peer saw %v", c[n:])
 	}
 }
 
