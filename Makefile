@@ -10,7 +10,10 @@ MODULE := github.com/evs-dev/evs
 # the SQLite store's durability tests (child processes killed mid-write).
 # Longest first: go test starts them in about this order.
 END_TO_END := internal/app internal/server infra/evs internal/store internal/api internal/sqlitestore
-RACE_PKGS = $(filter-out $(addprefix $(MODULE)/,$(END_TO_END)),$(shell $(GO) list $(PKGS)))
+# The race run's longest packages first, the rest as go list gives them:
+# started last, one of them would run alone at the end.
+RACE_FIRST := internal/dynamostore internal/batch internal/idempotency client
+RACE_PKGS = $(addprefix $(MODULE)/,$(RACE_FIRST)) $(filter-out $(addprefix $(MODULE)/,$(END_TO_END) $(RACE_FIRST)),$(shell $(GO) list $(PKGS)))
 # One run after the other, each to its end, so one report shows all.
 # -parallel 6: the end-to-end tests' parallel ones mostly wait on peers,
 # moto and timers. Run at once, the race run (ten times the CPU) starved

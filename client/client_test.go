@@ -22,6 +22,7 @@ import (
 	"github.com/evs-dev/evs/internal/config"
 	"github.com/evs-dev/evs/internal/server"
 	"github.com/evs-dev/evs/internal/sqlitestore"
+	"github.com/evs-dev/evs/internal/testkit/storedir"
 )
 
 // serve starts a real evs serve on loopback, on a store of its own with a
@@ -29,7 +30,7 @@ import (
 func serve(t *testing.T, rateLimit float64) (*client.Client, string) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	st, err := sqlitestore.Open(ctx, t.TempDir(), time.Now)
+	st, err := sqlitestore.Open(ctx, storedir.SQLite(t), time.Now)
 	if err != nil {
 		t.Fatal(err)
 	}

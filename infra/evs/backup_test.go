@@ -63,6 +63,7 @@ func waitFinal(t *testing.T, key, base, id string) batchEnvelope {
 // the webhook secret is the same, and the Idempotency-Keys already
 // answered are replayed, not run again.
 func TestBackupAndRestore(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	bin := buildEVS(t)
 	dir := t.TempDir()

@@ -27,6 +27,7 @@ const exportRows = 100_000
 // again) are each read and written a page at a time: the server's peak
 // resident memory stays under the bound, and every list is whole.
 func TestServeMemoryBoundedUnderExportStorm(t *testing.T) {
+	t.Parallel()
 	bin := buildEVS(t)
 	dir := t.TempDir()
 	code, out, stderr := runEVS(context.Background(), map[string]string{"EVS_DATA_DIR": dir}, "keys", "create", "--account", "sandbox", "--test")

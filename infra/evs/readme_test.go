@@ -22,15 +22,7 @@ func TestReadmeQuickStart(t *testing.T) {
 			t.Skipf("the quick start needs %s", tool)
 		}
 	}
-	b, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := regexp.MustCompile("(?s)```sh\n(export EVS_API_KEY=evs\\.… [^\n]*\n.*?)```").FindSubmatch(b)
-	if m == nil {
-		t.Fatal("no quick start block (```sh starting with export EVS_API_KEY=evs.…) in README.md")
-	}
-	block := string(m[1])
+	block := readmeBlock(t, "sh", "export EVS_API_KEY=evs.… ")
 	if !strings.Contains(block, "ID=$(curl") || !strings.Contains(block, "jq -r .request.id") {
 		t.Fatalf("the quick start does not take the batch id from request.id:\n%s", block)
 	}
@@ -61,6 +53,21 @@ func TestReadmeQuickStart(t *testing.T) {
 	if id == nil || !strings.Contains(got, `"request":{"id":"`+id[1]+`"`) {
 		t.Errorf("the batch id is not request.id:\n%s", got)
 	}
+}
+
+// readmeBlock is the first code block of README.md fenced as lang whose
+// text starts with start: the examples a reader pastes are the tests'.
+func readmeBlock(t *testing.T, lang, start string) string {
+	t.Helper()
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile("(?s)```" + regexp.QuoteMeta(lang) + "\n(" + regexp.QuoteMeta(start) + ".*?)```").FindSubmatch(b)
+	if m == nil {
+		t.Fatalf("no ```%s block starting with %q in README.md", lang, start)
+	}
+	return string(m[1])
 }
 
 // checkConsoleLines: the start `make run` makes prints the console's
@@ -95,14 +102,7 @@ func checkConsoleLines(t *testing.T, srv servingEVS, host string) {
 // tree) and runs it against `evs serve --test-account` as `make run`
 // starts it: the verdict, then the CSV batch's rows with theirs.
 func TestReadmeGoClient(t *testing.T) {
-	b, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := regexp.MustCompile("(?s)```go\n(package main\n.*?)```").FindSubmatch(b)
-	if m == nil {
-		t.Fatal("no Go example (```go starting with package main) in README.md")
-	}
+	src := readmeBlock(t, "go", "package main\n")
 	root, err := filepath.Abs("../..")
 	if err != nil {
 		t.Fatal(err)
@@ -114,7 +114,7 @@ func TestReadmeGoClient(t *testing.T) {
 
 	dir := t.TempDir()
 	mod := "module readme.example\n\ngo 1.26\n\nrequire github.com/evs-dev/evs v0.0.0\n\nreplace github.com/evs-dev/evs => " + root + "\n"
-	src := strings.ReplaceAll(string(m[1]), "http://localhost:8080", "http://"+host)
+	src = strings.ReplaceAll(src, "http://localhost:8080", "http://"+host)
 	if err := os.WriteFile(filepath.Join(dir, "go.mod"), []byte(mod), 0o644); err != nil {
 		t.Fatal(err)
 	}

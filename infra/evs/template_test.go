@@ -250,6 +250,7 @@ func TestEnvironmentNamesTables(t *testing.T) {
 // main package under functions/, for the runtime and architecture the
 // template declares, and that build succeeds.
 func TestFunctionsBuild(t *testing.T) {
+	t.Parallel()
 	tpl := load(t)
 	if len(tpl.Functions) == 0 {
 		t.Fatal("no functions in template.yaml")

@@ -14,6 +14,7 @@ import (
 	"github.com/evs-dev/evs/internal/idempotency"
 	"github.com/evs-dev/evs/internal/sqlitestore"
 	"github.com/evs-dev/evs/internal/testkit"
+	"github.com/evs-dev/evs/internal/testkit/storedir"
 )
 
 var epoch = time.Date(2026, 11, 22, 10, 4, 5, 0, time.UTC)
@@ -48,7 +49,7 @@ type env struct {
 func newEnv(t testing.TB, m mode) *env {
 	t.Helper()
 	clock := testkit.NewClock(epoch)
-	dir := t.TempDir()
+	dir := storedir.SQLite(t)
 	st, err := m.open(context.Background(), dir, clock.Now)
 	if err != nil {
 		t.Fatalf("open store: %v", err)

@@ -13,6 +13,7 @@ import (
 	"github.com/evs-dev/evs/internal/lambda"
 	"github.com/evs-dev/evs/internal/sqlitestore"
 	"github.com/evs-dev/evs/internal/testkit"
+	"github.com/evs-dev/evs/internal/testkit/storedir"
 )
 
 const methodArn = "arn:aws:execute-api:eu-west-1:123456789012:abc123/prod/POST/v1/verify"
@@ -21,7 +22,7 @@ const methodArn = "arn:aws:execute-api:eu-west-1:123456789012:abc123/prod/POST/v
 func seed(t testing.TB) (*sqlitestore.Store, testkit.SeededKeys) {
 	t.Helper()
 	clock := testkit.NewClock(time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC))
-	st, err := sqlitestore.Open(context.Background(), t.TempDir(), clock.Now)
+	st, err := sqlitestore.Open(context.Background(), storedir.SQLite(t), clock.Now)
 	if err != nil {
 		t.Fatalf("open store: %v", err)
 	}

@@ -14,6 +14,7 @@ import (
 )
 
 func TestOutcomesContract(t *testing.T) {
+	t.Parallel()
 	t.Run("SQLite", func(t *testing.T) {
 		runOutcomesContract(t, func(t *testing.T, now func() time.Time) store.Outcomes { return sqliteStore(t, now) })
 	})
@@ -146,6 +147,7 @@ func runOutcomesContract(t *testing.T, open func(t *testing.T, now func() time.T
 }
 
 func TestLastVerdictsContract(t *testing.T) {
+	t.Parallel()
 	t.Run("SQLite", func(t *testing.T) {
 		runLastVerdictsContract(t, func(t *testing.T) lastVerdictStore { return sqliteStore(t, time.Now) })
 	})
@@ -197,6 +199,7 @@ func runLastVerdictsContract(t *testing.T, open func(t *testing.T) lastVerdictSt
 }
 
 func TestDomainCountsContract(t *testing.T) {
+	t.Parallel()
 	t.Run("SQLite", func(t *testing.T) {
 		runDomainCountsContract(t, func(t *testing.T, now func() time.Time) store.Outcomes { return sqliteStore(t, now) })
 	})

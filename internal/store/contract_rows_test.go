@@ -12,6 +12,7 @@ import (
 )
 
 func TestRowsContract(t *testing.T) {
+	t.Parallel()
 	t.Run("SQLite", func(t *testing.T) {
 		runRowsContract(t, sqliteStore(t, time.Now))
 	})

@@ -68,16 +68,19 @@ func dynamoStore(t *testing.T, now func() time.Time) *dynamostore.Store {
 	return dynamostore.New(dynamostore.Config{Client: c, Objects: objects, Presign: s3.NewPresignClient(objects), Tables: tables, Now: now})
 }
 
-func TestContract(t *testing.T) {
-	t.Run("SQLite", func(t *testing.T) {
-		runStoreContract(t, func(t *testing.T, now func() time.Time) store.Store { return sqliteStore(t, now) })
-	})
-	t.Run("DynamoDB", func(t *testing.T) {
-		runStoreContract(t, func(t *testing.T, now func() time.Time) store.Store { return dynamoStore(t, now) })
-	})
-}
+// The store contract's groups are top-level tests, each over both stores
+// at once, and all the contract tests run in parallel: testkit gives each
+// top-level test one of the moto servers, so the DynamoDB halves do not
+// queue on one (it serves one request at a time).
+func TestContractKeys(t *testing.T)        { runStoreContract(t, runKeys) }
+func TestContractIdempotency(t *testing.T) { runStoreContract(t, runIdempotency) }
+func TestContractBatches(t *testing.T)     { runStoreContract(t, runBatches) }
+func TestContractListBatches(t *testing.T) { runStoreContract(t, runListing) }
+func TestContractWebhooks(t *testing.T)    { runStoreContract(t, runWebhooks) }
+func TestContractRules(t *testing.T)       { runStoreContract(t, runRules) }
 
 func TestQuotaContract(t *testing.T) {
+	t.Parallel()
 	t.Run("SQLite", func(t *testing.T) {
 		runQuotaContract(t, func(t *testing.T) api.AddressQuota { return sqliteStore(t, time.Now) })
 	})
@@ -99,6 +102,7 @@ func TestQuotaContract(t *testing.T) {
 }
 
 func TestResultCacheContract(t *testing.T) {
+	t.Parallel()
 	t.Run("SQLite", func(t *testing.T) {
 		runResultCacheContract(t, func(t *testing.T) cache.Store { return sqliteStore(t, time.Now) })
 	})
@@ -110,16 +114,20 @@ func TestResultCacheContract(t *testing.T) {
 // storeFactory makes a fresh, empty store whose clock is now.
 type storeFactory func(t *testing.T, now func() time.Time) store.Store
 
-// runStoreContract runs the store contract against implementations made by newStore.
-// newStore returns a fresh, empty store whose clock is now (tests move it to
-// check expiry). Every subtest gets its own store.
-func runStoreContract(t *testing.T, newStore storeFactory) {
-	t.Run("Keys", func(t *testing.T) { runKeys(t, newStore) })
-	t.Run("Idempotency", func(t *testing.T) { runIdempotency(t, newStore) })
-	t.Run("Batches", func(t *testing.T) { runBatches(t, newStore) })
-	t.Run("ListBatches", func(t *testing.T) { runListing(t, newStore) })
-	t.Run("Webhooks", func(t *testing.T) { runWebhooks(t, newStore) })
-	t.Run("Rules", func(t *testing.T) { runRules(t, newStore) })
+// runStoreContract runs one group of the store contract over both stores,
+// in parallel. The group's newStore returns a fresh, empty store whose
+// clock is now (tests move it to check expiry). Every subtest gets its own
+// store.
+func runStoreContract(t *testing.T, group func(t *testing.T, newStore storeFactory)) {
+	t.Parallel()
+	t.Run("SQLite", func(t *testing.T) {
+		t.Parallel()
+		group(t, func(t *testing.T, now func() time.Time) store.Store { return sqliteStore(t, now) })
+	})
+	t.Run("DynamoDB", func(t *testing.T) {
+		t.Parallel()
+		group(t, func(t *testing.T, now func() time.Time) store.Store { return dynamoStore(t, now) })
+	})
 }
 
 // base is the suite's starting time. It has whole milliseconds so that stores

@@ -15,6 +15,10 @@ import (
 	"github.com/evs-dev/evs/internal/testkit"
 )
 
+// TestUploadsContract is not parallel: ConcurrentCreations queues twelve
+// creations on one account's create lock, which DynamoDB's store waits 5 s
+// for at most; a moto server busy with the other tests makes each turn
+// too slow.
 func TestUploadsContract(t *testing.T) {
 	t.Run("SQLite", func(t *testing.T) {
 		runUploadsContract(t, func(t *testing.T, now func() time.Time) api.Uploads { return sqliteStore(t, now) })

@@ -18,6 +18,7 @@ import (
 	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/sqlitestore"
 	"github.com/evs-dev/evs/internal/testkit"
+	"github.com/evs-dev/evs/internal/testkit/storedir"
 	"github.com/evs-dev/evs/internal/webhook"
 )
 
@@ -124,7 +125,7 @@ type env struct {
 func newEnv(t *testing.T, test bool, url string) (*env, evs.Batch) {
 	t.Helper()
 	clock := testkit.NewClock(time.Now().UTC().Truncate(time.Millisecond))
-	st, err := sqlitestore.Open(context.Background(), t.TempDir(), clock.Now)
+	st, err := sqlitestore.Open(context.Background(), storedir.SQLite(t), clock.Now)
 	if err != nil {
 		t.Fatal(err)
 	}
