@@ -22,11 +22,12 @@ import (
 
 	"github.com/evs-dev/evs/internal/app"
 	"github.com/evs-dev/evs/internal/batch"
+	"github.com/evs-dev/evs/internal/config"
 	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/politeness"
 	"github.com/evs-dev/evs/internal/testkit"
-	"github.com/evs-dev/evs/internal/testkit/loopback"
 	"github.com/evs-dev/evs/internal/verify"
+	"github.com/evs-dev/evs/internal/verify/dnscheck"
 	"github.com/evs-dev/evs/internal/verify/smtpprobe"
 )
 
@@ -293,16 +294,25 @@ func newProviderWorld(t *testing.T, peer *providerPeer, sizes []int, workers, pa
 	t.Helper()
 	w := newWorld(t, packSize, time.Second, 3)
 	pw := &providerWorld{world: w, peer: peer, polite: &recordingPolite{politeStore: w.st}}
-	mail := loopback.New(t, peer.port)
+	dns := testkit.StartDNS(t)
 	for d, n := range sizes {
 		host := fmt.Sprintf("tenant%d.mail.protection.outlook.com", d)
 		if got := verify.ProviderKey(host); got != "microsoft365" {
 			t.Fatalf("provider of %s: %q, want microsoft365", host, got)
 		}
-		mail.Host(fmt.Sprintf("t%d.example", d), host)
+		dns.AddRecord(host + ". 300 IN A 127.0.0.1")
+		dns.AddRecord(fmt.Sprintf("t%d.example. 300 IN MX 10 %s.", d, host))
 		for i := range n {
 			pw.emails = append(pw.emails, fmt.Sprintf("user%d@t%d.example", i, d))
 		}
+	}
+	res, err := dnscheck.New(dnscheck.Config{Servers: []string{dns.Addr}, Timeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	loopback, err := config.ParseEgress("127.0.0.0/8")
+	if err != nil {
+		t.Fatal(err)
 	}
 	live := evs.Account{ID: "acct-" + uuid.NewString(), Name: testkit.UniqueName(t, "live"), CreatedAt: time.Now().UTC()}
 	if err := w.st.CreateAccount(w.ctx, live); err != nil {
@@ -313,7 +323,14 @@ func newProviderWorld(t *testing.T, peer *providerPeer, sizes []int, workers, pa
 	q := app.NewQueue(pw.sends, w.url)
 	w.q = q
 	for range workers {
-		eng := mail.Engine(t, verify.Config{}, smtpprobe.Config{PerHostLimit: 4, ReplyTimeout: 5 * time.Second})
+		p, err := smtpprobe.New(smtpprobe.Config{HELO: "probe.evs.test", Port: peer.port, Resolver: res, Egress: loopback, PerHostLimit: 4, ReplyTimeout: 5 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		eng, err := verify.New(verify.Config{Resolver: res, Prober: verify.SMTP(p)})
+		if err != nil {
+			t.Fatal(err)
+		}
 		pw.workers = append(pw.workers, &batch.Worker{
 			Queue: q, Store: w.st, Accounts: w.st,
 			Processor: &batch.Processor{Engine: eng, Sandbox: verify.NewSandbox(nil)},

@@ -9,10 +9,11 @@ import (
 	"time"
 
 	"github.com/evs-dev/evs/internal/batch"
+	"github.com/evs-dev/evs/internal/config"
 	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/testkit"
-	"github.com/evs-dev/evs/internal/testkit/loopback"
 	"github.com/evs-dev/evs/internal/verify"
+	"github.com/evs-dev/evs/internal/verify/dnscheck"
 	"github.com/evs-dev/evs/internal/verify/smtpprobe"
 )
 
@@ -290,9 +291,27 @@ func TestCatchAllAskedAgain(t *testing.T) {
 // SMTP probes reach the peer on port there.
 func loopbackEngine(t *testing.T, port int, cfg verify.Config, domains ...string) *verify.Engine {
 	t.Helper()
-	m := loopback.New(t, port)
+	dns := testkit.StartDNS(t)
 	for _, d := range domains {
-		m.Host(d, "mx."+d)
+		dns.AddRecord(d + ". 300 IN MX 10 mx." + d + ".")
+		dns.AddRecord("mx." + d + ". 300 IN A 127.0.0.1")
 	}
-	return m.Engine(t, cfg, smtpprobe.Config{ReplyTimeout: 10 * time.Second})
+	res, err := dnscheck.New(dnscheck.Config{Servers: []string{dns.Addr}, Timeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	loopback, err := config.ParseEgress("127.0.0.0/8")
+	if err != nil {
+		t.Fatal(err)
+	}
+	probe, err := smtpprobe.New(smtpprobe.Config{HELO: "probe.evs.test", Port: port, Resolver: res, Egress: loopback, ReplyTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Resolver, cfg.Prober = res, verify.SMTP(probe)
+	eng, err := verify.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return eng
 }
