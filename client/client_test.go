@@ -22,7 +22,7 @@ import (
 	"github.com/evs-dev/evs/internal/config"
 	"github.com/evs-dev/evs/internal/server"
 	"github.com/evs-dev/evs/internal/sqlitestore"
-	"github.com/evs-dev/evs/internal/testkit/storedir"
+	"github.com/evs-dev/evs/internal/testkit"
 )
 
 // serve starts a real evs serve on loopback, on a store of its own with a
@@ -30,7 +30,7 @@ import (
 func serve(t *testing.T, rateLimit float64) (*client.Client, string) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	st, err := sqlitestore.Open(ctx, storedir.SQLite(t), time.Now)
+	st, err := sqlitestore.Open(ctx, freshStoreDir(t), time.Now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -358,4 +358,11 @@ func TestClientCoversTheContract(t *testing.T) {
 			t.Errorf("operation %s: Client has no method %s", op, name)
 		}
 	}
+}
+
+// freshStoreDir is a new directory holding a fresh SQLite store's files.
+func freshStoreDir(t testing.TB) string {
+	return testkit.FreshDir(t, "sqlite", func(d string) (io.Closer, error) {
+		return sqlitestore.Open(context.Background(), d, time.Now)
+	})
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"reflect"
 	"sync"
 	"sync/atomic"
@@ -14,7 +15,6 @@ import (
 	"github.com/evs-dev/evs/internal/idempotency"
 	"github.com/evs-dev/evs/internal/sqlitestore"
 	"github.com/evs-dev/evs/internal/testkit"
-	"github.com/evs-dev/evs/internal/testkit/storedir"
 )
 
 var epoch = time.Date(2026, 11, 22, 10, 4, 5, 0, time.UTC)
@@ -49,7 +49,7 @@ type env struct {
 func newEnv(t testing.TB, m mode) *env {
 	t.Helper()
 	clock := testkit.NewClock(epoch)
-	dir := storedir.SQLite(t)
+	dir := freshStoreDir(t)
 	st, err := m.open(context.Background(), dir, clock.Now)
 	if err != nil {
 		t.Fatalf("open store: %v", err)
@@ -769,5 +769,12 @@ func TestDoConcurrent(t *testing.T) {
 			t.Fatalf("%d fresh replies, %d runs; want 1 (replayed %d, in progress %d)", fresh, runs.Load(), replayed, busy)
 		}
 		t.Logf("%d calls: 1 ran, %d replayed, %d in progress", n, replayed, busy)
+	})
+}
+
+// freshStoreDir is a new directory holding a fresh SQLite store's files.
+func freshStoreDir(t testing.TB) string {
+	return testkit.FreshDir(t, "sqlite", func(d string) (io.Closer, error) {
+		return sqlitestore.Open(context.Background(), d, time.Now)
 	})
 }

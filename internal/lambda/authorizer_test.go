@@ -3,6 +3,7 @@ package lambda_test
 import (
 	"context"
 	"errors"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -13,7 +14,6 @@ import (
 	"github.com/evs-dev/evs/internal/lambda"
 	"github.com/evs-dev/evs/internal/sqlitestore"
 	"github.com/evs-dev/evs/internal/testkit"
-	"github.com/evs-dev/evs/internal/testkit/storedir"
 )
 
 const methodArn = "arn:aws:execute-api:eu-west-1:123456789012:abc123/prod/POST/v1/verify"
@@ -22,7 +22,7 @@ const methodArn = "arn:aws:execute-api:eu-west-1:123456789012:abc123/prod/POST/v
 func seed(t testing.TB) (*sqlitestore.Store, testkit.SeededKeys) {
 	t.Helper()
 	clock := testkit.NewClock(time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC))
-	st, err := sqlitestore.Open(context.Background(), storedir.SQLite(t), clock.Now)
+	st, err := sqlitestore.Open(context.Background(), freshStoreDir(t), clock.Now)
 	if err != nil {
 		t.Fatalf("open store: %v", err)
 	}
@@ -240,4 +240,11 @@ func TestDenyNeverNamesThePath(t *testing.T) {
 	if s.Effect != "Deny" || len(s.Resource) != 1 || s.Resource[0] != "arn:aws:execute-api:eu-west-1:123456789012:abc123/prod/*/*" {
 		t.Fatalf("statement %+v, want Deny on the stage", s)
 	}
+}
+
+// freshStoreDir is a new directory holding a fresh SQLite store's files.
+func freshStoreDir(t testing.TB) string {
+	return testkit.FreshDir(t, "sqlite", func(d string) (io.Closer, error) {
+		return sqlitestore.Open(context.Background(), d, time.Now)
+	})
 }

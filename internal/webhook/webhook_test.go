@@ -2,6 +2,7 @@ package webhook_test
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -18,7 +19,6 @@ import (
 	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/sqlitestore"
 	"github.com/evs-dev/evs/internal/testkit"
-	"github.com/evs-dev/evs/internal/testkit/storedir"
 	"github.com/evs-dev/evs/internal/webhook"
 )
 
@@ -125,7 +125,7 @@ type env struct {
 func newEnv(t *testing.T, test bool, url string) (*env, evs.Batch) {
 	t.Helper()
 	clock := testkit.NewClock(time.Now().UTC().Truncate(time.Millisecond))
-	st, err := sqlitestore.Open(context.Background(), storedir.SQLite(t), clock.Now)
+	st, err := sqlitestore.Open(context.Background(), freshStoreDir(t), clock.Now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -450,3 +450,10 @@ func TestRotationBound(t *testing.T) {
 }
 
 func TestMain(m *testing.M) { os.Exit(testkit.MotoMain(m)) }
+
+// freshStoreDir is a new directory holding a fresh SQLite store's files.
+func freshStoreDir(t testing.TB) string {
+	return testkit.FreshDir(t, "sqlite", func(d string) (io.Closer, error) {
+		return sqlitestore.Open(context.Background(), d, time.Now)
+	})
+}
