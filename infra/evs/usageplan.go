@@ -13,12 +13,10 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/apigateway/types"
 )
 
-// API Gateway enforces a usage plan's throttle and quota only on methods
-// that require an API key, and then only for a usage identifier that is the
-// value of an API Gateway API key in the plan. Clients never see that key:
-// the authorizer looks up the caller's evs key and returns the account's
-// usage key value (evs.Key.UsageKeyID), so every key of an account shares
-// the account's throttle and quota.
+// API Gateway enforces a usage plan only for a usage identifier that is an
+// API Gateway key's value in the plan. Clients never see that key: the
+// authorizer returns the account's (evs.Key.UsageKeyID), so every key of
+// an account shares its throttle and quota.
 
 // usagePlanAPI is what `evs keys create` needs of API Gateway.
 type usagePlanAPI interface {
@@ -75,10 +73,9 @@ func (u *usagePlan) check(ctx context.Context) error {
 	return nil
 }
 
-// forAccount returns the usage key of the account. stored is the value the
-// account's existing evs keys carry ("" when none does); it is reused when
-// API Gateway still has it, and put back in the plan if it left it. Else a
-// new key is made and added to the plan; if stored was set, warn is told
+// forAccount returns the usage key of the account: stored, the one its
+// existing evs keys carry, while API Gateway still has it (put back in the
+// plan if it left), else a new one; warn is then told, if stored was set,
 // that the account's older keys are now refused.
 func (u *usagePlan) forAccount(ctx context.Context, accountID, stored string, warn io.Writer) (usageKey, error) {
 	if stored != "" {
@@ -181,9 +178,7 @@ func (u *usagePlan) create(ctx context.Context, accountID string) (usageKey, err
 	return k, nil
 }
 
-// remove deletes API key id (and so its place in any plan). It runs on a
-// context detached from ctx's cancellation: a half-made key must go even
-// when the command is being interrupted.
+// remove deletes API key id, even when the command is being interrupted.
 func (u *usagePlan) remove(ctx context.Context, id string) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
