@@ -158,12 +158,10 @@ type ResultReader interface {
 	Results(ctx context.Context, accountID, id string, afterSeq, limit int, status evs.Status) ([]evs.Result, error)
 }
 
-// ExportCSV returns what writes an export job's CSV for the worker
-// (batch.Worker.ExportCSV): the rows Accept: text/csv gives for the job's
-// batch and filters, a page of results at a time, charged to the
-// account's storage quota as they are written (l, nil for none). A job
-// refused midway writes nothing (the worker aborts its upload) and gives
-// its charge back.
+// ExportCSV returns what writes an export job's CSV for the worker: the
+// rows Accept: text/csv gives for the job's batch and filters, charged to
+// the account's storage quota (l, nil for none) as they are written. A job
+// refused midway gives its charge back.
 func ExportCSV(results ResultReader, l Ledger) func(ctx context.Context, j store.ExportJob, w io.Writer) error {
 	return func(ctx context.Context, j store.ExportJob, w io.Writer) error {
 		q, err := url.ParseQuery(j.Filters)

@@ -341,7 +341,7 @@ func render(w http.ResponseWriter, r idempotency.Reply, requestID string) {
 		ct = contentTypeJSON
 		h["Content-Type"] = contentTypeJSONHeader
 	}
-	if v := h["X-Request-Id"]; len(v) != 1 || v[0] != requestID { // Observe set it, usually
+	if v := h["X-Request-Id"]; len(v) != 1 || v[0] != requestID { // Observe sets it for every reply
 		h["X-Request-Id"] = []string{requestID}
 	}
 	body := r.Body
