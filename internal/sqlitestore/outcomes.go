@@ -237,10 +237,9 @@ func (s *Store) PutOutcomes(ctx context.Context, accountID string, os []evs.Outc
 	return added, nil
 }
 
-// qOutcomeScopes selects the outcome filter's scopes: "account address"
-// for each address with outcomes, "account @domain" for each domain with
-// counts, " @domain" for each with shared counts. An account ID has no
-// space and an address does not start with "@", so no two scopes meet.
+// qOutcomeScopes selects the outcome filter's scopes: "account address",
+// "account @domain" (counts) and " @domain" (shared counts), which never
+// meet: an account ID has no space, an address does not start with "@".
 const qOutcomeScopes = `SELECT account_id || ' ' || address FROM outcomes
 	UNION ALL SELECT account_id || ' @' || domain FROM outcome_domains
 	UNION ALL SELECT ' @' || domain FROM outcome_domains WHERE shared_delivered > 0 OR shared_hard_bounces > 0`
@@ -277,7 +276,7 @@ func (s *Store) mayHave(accountID, sep string, keys []string) []string {
 }
 
 // rquery runs a reader query, prepared at Open when it is one of
-// readerQueries (the one-address history reads of every /v1/verify).
+// readerQueries.
 func (s *Store) rquery(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
 	if st, ok := s.rstmts.m[q]; ok {
 		return st.QueryContext(ctx, args...)
@@ -286,10 +285,8 @@ func (s *Store) rquery(ctx context.Context, q string, args ...any) (*sql.Rows, e
 }
 
 // AddressOutcomes returns the account's unexpired outcomes of each address
-// (store.Outcomes). On the directory's server the outcome filter leaves
-// out the addresses that surely have none, so most cost no read, even of
-// an account with a million outcomes, and the memo answers those read
-// before; the rest cost a query per outcomeChunk addresses.
+// (store.Outcomes). On the directory's server the outcome filter and the
+// memo answer most without a read.
 func (s *Store) AddressOutcomes(ctx context.Context, accountID string, addresses []string) (map[string][]evs.Outcome, error) {
 	now, gen := millis(s.now()), s.memo.generation()
 	var out map[string][]evs.Outcome
@@ -348,8 +345,7 @@ func (s *Store) DeleteOutcomes(ctx context.Context, accountID, address string) (
 			return dbErr("delete outcomes", err)
 		}
 		n = int(k)
-		// The address leaves its domain's counts with its marks, expired
-		// or not: an expired mark's bucket may still be read.
+		// Expired marks too: an expired mark's bucket may still be read.
 		deltas := store.DomainDeltas{}
 		rows, err := tx.QueryContext(ctx, qDeleteMarks, accountID, address)
 		err = eachRow(rows, err, "delete outcomes", func(rows *sql.Rows) error {
