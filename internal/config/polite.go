@@ -45,12 +45,8 @@ func providerLimits(getenv func(string) string, name string, errs *[]error) map[
 }
 
 // EgressName names this process's egress for politeness limits: the SOCKS
-// exit's name when SMTP goes through one proxy, the names joined by "+"
-// when through several, else "direct". With several exits the limits
-// are per provider over the set; a provider's sessions all leave from the
-// one exit it sticks to (smtpprobe.Exits), so that is per provider and
-// egress address as long as the exit is in rotation, and stricter for
-// the moments a provider moves.
+// exit's name, the names joined by "+" with several (a provider sticks to
+// one exit, so the limits stay per egress address), else "direct".
 func (c Config) EgressName() string {
 	if c.SMTP != SMTPProxy || len(c.SMTPExits) == 0 {
 		return "direct"
