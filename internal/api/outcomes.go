@@ -14,6 +14,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/evs-dev/evs/internal/config"
 	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/idempotency"
 	"github.com/evs-dev/evs/internal/store"
@@ -30,8 +31,7 @@ const (
 	// outcomeFutureSkew: clocks differ, but a time an hour ahead is a
 	// mistake, and would outrank every real report until then.
 	outcomeFutureSkew = time.Hour
-	// DefaultOutcomeTTL is EVS_OUTCOME_TTL's default.
-	DefaultOutcomeTTL = 365 * 24 * time.Hour
+	DefaultOutcomeTTL = config.DefaultOutcomeTTL // EVS_OUTCOME_TTL's default
 )
 
 // Outcomes is the store of reported outcomes (both stores implement it).
