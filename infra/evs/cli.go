@@ -1,10 +1,8 @@
 package main
 
-// The command line is built on github.com/spf13/cobra (with its flag
-// parser, spf13/pflag): GNU-style flags before or after the arguments,
-// --help on every command, unknown flags refused, and shell completion
-// scripts (`evs completion bash|zsh|fish`) generated from the same command
-// tree, so they never drift from the flags.
+// The command line is built on github.com/spf13/cobra: GNU-style flags,
+// --help on every command, and shell completion generated from the same
+// command tree, so it never drifts from the flags.
 
 import (
 	"context"
@@ -23,7 +21,6 @@ import (
 // and where to find more go to stderr, and the exit code is 2.
 var errUsage = errors.New("usage")
 
-// usageErrorf is a command-line mistake.
 func usageErrorf(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{errUsage}, args...)...)
 }
@@ -34,9 +31,8 @@ type cli struct {
 	ctx            context.Context
 	stdout, stderr io.Writer
 	getenv         func(string) string
-	// environ lists the whole environment (os.Environ), for naming the
-	// EVS_* variables evs does not read; nil in-process, where getenv is
-	// a test's map.
+	// environ lists the whole environment, for naming the EVS_* variables
+	// evs does not read; nil where getenv is a test's map.
 	environ func() []string
 }
 
@@ -55,7 +51,6 @@ const (
 	groupDev  = "dev"
 )
 
-// newRoot builds the command tree.
 func newRoot(c *cli) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "evs",
@@ -113,8 +108,7 @@ Lambda functions read; each command's --help lists the ones it reads.`,
 // 1 for a failure, 2 for a command-line mistake.
 func execute(root *cobra.Command, args []string, stderr io.Writer) int {
 	root.SetArgs(args)
-	// Errors from outside a command's own run (unknown command or flag,
-	// wrong arguments, a required flag missing) are all command-line
+	// Errors from outside a command's own run are all command-line
 	// mistakes, whatever their type.
 	ran := false
 	var mark func(*cobra.Command)
@@ -149,9 +143,7 @@ func execute(root *cobra.Command, args []string, stderr io.Writer) int {
 }
 
 // userWords is err's text without the package names and error codes the
-// service's errors carry for its logs and the API ("sqlitestore: ",
-// "invalid_request: "): an operator reads what failed and why, not where
-// in the code.
+// service's errors carry for its logs ("sqlitestore: ", "invalid_request: ").
 func userWords(err error) string {
 	return packageTagRe.ReplaceAllString(err.Error(), "$1")
 }

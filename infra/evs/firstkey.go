@@ -16,13 +16,10 @@ import (
 const firstKeyName = "first-api-key"
 
 // showFirstKey hands the key of the account the first start made to the
-// operator, once, printed with an example call. A live account's key goes
-// to anything but a terminal (systemd's journal, a pipe, a log file), where
-// it would be kept and copied, as a file readable by this user alone in the
-// data directory, and only that file's path is logged. A test-mode key
-// (make run's) is printed wherever stdout goes: it reaches no network and
-// spends nothing, and a first run in the background must show it. A writer
-// that is not a file (a test's buffer) counts as a terminal.
+// operator, once, with an example call. A live account's key is printed
+// only to a terminal; elsewhere (a journal, a pipe) it goes to a file
+// readable by this user alone, whose path is logged. A test-mode key,
+// which spends nothing, is printed wherever stdout goes.
 func showFirstKey(stdout io.Writer, logger *slog.Logger, dataDir, key string, testAccount bool, base string) error {
 	kind := "live"
 	example := "alice@example.com"
@@ -57,9 +54,8 @@ or open the web console in a browser and paste the key there:
 	return nil
 }
 
-// writeKeyFile writes key to firstKeyName in dir, 0600 whatever the
-// umask and whatever a file left there before had, synced before it is
-// named to anyone.
+// writeKeyFile writes key to firstKeyName in dir, 0600 whatever was there
+// before, synced before it is named to anyone.
 func writeKeyFile(dir, key string) (string, error) {
 	path, err := filepath.Abs(filepath.Join(dir, firstKeyName))
 	if err != nil {

@@ -1,11 +1,8 @@
 package main
 
-// `evs sam-local-init` is the step of make sam-local (infra/scripts/
-// sam-local.sh) that readies moto_server for `sam local start-api`: the
-// tables get the key schemas of template.yaml because they are made by
-// dynamostore.CreateTables (a test holds the two equal), and the usage plan
-// is the one `evs keys create --usage-plan` then puts the local key in. It
-// is a developer's command, so the main usage lists it apart.
+// `evs sam-local-init` is the step of make sam-local that readies
+// moto_server for `sam local start-api`: the tables (dynamostore.CreateTables)
+// and the usage plan `evs keys create --usage-plan` puts the local key in.
 
 import (
 	"context"

@@ -50,14 +50,10 @@ EVS_DRAIN_TIMEOUT). SIGHUP re-reads EVS_TLS_CERT and EVS_TLS_KEY.`,
 		"EVS_MAX_STORED_BYTES", "EVS_MAX_OUTCOMES", "EVS_MAX_IDEMPOTENCY_KEYS", "EVS_SMTP_EGRESS_IP", "EVS_BLOCKLISTS", "EVS_SELFCHECK_EVERY"}, engineEnv...)...)
 }
 
-// serveMemoryLimit is evs serve's soft memory limit unless GOMEMLIMIT
-// sets one: the collector works harder as the heap nears it, rather than
-// letting the heap reach twice what is live. Creating a million-address
-// batch leaves ~200 MiB live and garbage at the same rate while its rows
-// are written; without a limit the heap then grew to ~420 MiB and the
-// process past 500 MB. It is not a cap: more live data than this still
-// fits, at a higher collection cost (at most half the CPU, the runtime's
-// own bound).
+// serveMemoryLimit is evs serve's soft memory limit unless GOMEMLIMIT sets
+// one: without it a million-address batch (~200 MiB live) grew the process
+// past 500 MB. It is not a cap: more live data still fits, at a higher
+// collection cost.
 const serveMemoryLimit = 384 << 20
 
 func serve(ctx context.Context, testAccount bool, stdout, stderr io.Writer, getenv func(string) string, unknownEnv []string) error {

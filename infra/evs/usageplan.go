@@ -15,14 +15,12 @@ import (
 	"github.com/evs-dev/evs/internal/evs"
 )
 
-// API Gateway enforces a usage plan's throttle and quota only on methods
-// that require an API key, and then only for a usage identifier that is the
-// value of an API Gateway API key in the plan. Clients never see that key:
-// the authorizer looks up the caller's evs key and returns its usage key
-// value (evs.Key.UsageKeyID). An account has two: one its secret keys
-// share, one its publishable keys share. API Gateway meters each API key
-// apart, so a web page's key, copied and flooded, spends only its own
-// throttle and quota, never the secret keys'.
+// API Gateway enforces a usage plan only for a usage identifier that is an
+// API Gateway key's value in the plan. Clients never see that key: the
+// authorizer returns the one of the caller's evs key (evs.Key.UsageKeyID).
+// An account has two, one its secret keys share and one its publishable
+// keys share, metered apart: a copied page key, flooded, spends only its
+// own throttle and quota.
 
 // usagePlanAPI is what `evs keys create` needs of API Gateway.
 type usagePlanAPI interface {
@@ -72,10 +70,9 @@ func usageKeyName(accountID string, kind evs.KeyKind) string {
 	return "evs-" + accountID
 }
 
-// publishablePlanTag, on the stack's usage plan, names the usage plan of
-// the publishable keys' usage keys (template.yaml), whose throttle and
-// quota are set apart; a plan without it (an older stack, sam local) takes
-// both kinds, on usage keys apart.
+// publishablePlanTag, on the stack's usage plan, names the plan of the
+// publishable keys' usage keys (template.yaml); a plan without it (an
+// older stack, sam local) takes both kinds, on usage keys apart.
 const publishablePlanTag = "evs:publishable-usage-plan"
 
 // check fails when the plan does not exist, before anything is created,
@@ -94,11 +91,10 @@ func (u *usagePlan) check(ctx context.Context) (*usagePlan, error) {
 	return u, nil
 }
 
-// forAccount returns the usage key of the account's keys of kind. stored
-// is the value the account's existing evs keys of kind carry ("" when
-// none does); it is reused when API Gateway still has it, and put back in
-// the plan if it left it. Else a new key is made and added to the plan; if
-// stored was set, warn is told that those older keys are now refused.
+// forAccount returns the usage key of the account's keys of kind: stored,
+// the one its existing evs keys of kind carry, while API Gateway still has
+// it (put back in the plan if it left), else a new one; warn is then told,
+// if stored was set, that those older keys are now refused.
 func (u *usagePlan) forAccount(ctx context.Context, accountID string, kind evs.KeyKind, stored string, warn io.Writer) (usageKey, error) {
 	name := usageKeyName(accountID, kind)
 	if stored != "" {
@@ -200,9 +196,7 @@ func (u *usagePlan) create(ctx context.Context, name string) (usageKey, error) {
 	return k, nil
 }
 
-// remove deletes API key id (and so its place in any plan). It runs on a
-// context detached from ctx's cancellation: a half-made key must go even
-// when the command is being interrupted.
+// remove deletes API key id, even when the command is being interrupted.
 func (u *usagePlan) remove(ctx context.Context, id string) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()

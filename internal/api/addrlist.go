@@ -7,20 +7,10 @@ import (
 	"unicode/utf8"
 )
 
-// The lists of addresses a batch is created from — the first column of a
-// CSV file, or the "emails" array of a JSON object — are read from a
-// stream, with memory bounded by what is kept: one address at a time, never
-// a whole record or the whole body. A 6 MiB row of commas or a JSON array
-// of a million numbers costs a few kilobytes, not hundreds of megabytes,
-// and a 100 MiB upload is read as it arrives.
-//
-// Problems with the list itself are *listError values, whose message is
-// written for the client (it names the line or element, never echoes the
-// content); errors of the underlying reader are returned as they are.
-//
-// ReadListCSV and ReadListJSON are exported for one reader outside the
-// handlers: internal/server's BenchmarkCreateBatch, whose floor is reading
-// the same lists alone.
+// The lists of addresses a batch is created from are read from a stream,
+// with memory bounded by one address at a time, never a whole record or
+// body. Problems with the list itself are *listError values, written for
+// the client (naming the line or element, never echoing the content).
 
 // ListLimits bound what a list may hold.
 type ListLimits struct {

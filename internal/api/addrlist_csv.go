@@ -12,36 +12,24 @@ import (
 )
 
 // ReadListCSV reads the address column of every record of an RFC 4180
-// file and calls add with it, trimmed of spaces, in order.
+// file and calls add with it, trimmed of spaces, in order; an error from
+// add stops the read and is returned.
 //
 // The layout is found unless lay says it. The delimiter is the one of
-// comma, semicolon, tab and pipe (outside quotes) that splits the first
-// records alike (sniffDelimiter); a comma when none does. The first
-// record with a non-blank field is a header when none of its fields holds
-// an "@"; the address column is then the header's column named like an
-// email address (emailHeaders, any case, several languages), else the
-// first column holding an "@" in the first record after it. A file
-// without a header takes the first column holding an "@" in its first
-// record. A column named in lay is found by name in the header (a file
-// without one is a *listError) or is its 1-based number. Records whose
-// address column is blank or missing are skipped. An error from add
-// stops the read and is returned.
+// comma, semicolon, tab and pipe that splits the first records alike
+// (sniffDelimiter). The first non-blank record is a header when none of
+// its fields holds an "@"; the address column is then the one named like
+// an email address (emailHeaders), else the first holding an "@" in the
+// next record. A column named in lay is a header's name or a 1-based
+// number. Records whose address column is blank are skipped.
 //
-// Only the address column is kept: other fields are scanned for their
-// quotes (a quoted field may hold delimiters and line breaks) and dropped.
-// Records end at LF, CRLF, or a lone CR (files saved with old Mac line
-// endings). The text must be UTF-8 (a UTF-8 byte-order mark is skipped); a
-// UTF-16 file (Excel's "Unicode text"), a NUL byte or an invalid byte is a
-// *listError saying so, as is a quote never closed or one whose field ran
-// over line breaks into text; the line it names is where the quote opened.
-// Other quotes RFC 4180 does not allow are read as spreadsheets do: a
-// quote inside a field is kept, text after a closing quote is appended,
-// and the row is verified as written: an address field so made keeps its
-// quotes (`"a@x.example"junk` is invalid_syntax, never a@x.examplejunk).
-//
-// A header row that names no address column, above a first record with no
-// "@" in any field, is a *listError naming the columns and ?column=, as is
-// a column number past the first record's last field.
+// Records end at LF, CRLF or a lone CR. The text must be UTF-8 (a BOM is
+// skipped); UTF-16, a NUL or invalid byte, or a quote never closed or
+// running over line breaks into text is a *listError naming the line.
+// Other quotes RFC 4180 does not allow are read as spreadsheets do, but an
+// address field so made keeps its quotes (`"a@x.example"junk` is
+// invalid_syntax). A header naming no address column above a record with
+// no "@", or a column number past every record's end, is a *listError.
 func ReadListCSV(r io.Reader, lim ListLimits, lay CSVLayout, add func(addr string) error) error {
 	_, err := ReadListCSVRows(r, lim, lay, add, nil)
 	return err
@@ -49,39 +37,29 @@ func ReadListCSV(r io.Reader, lim ListLimits, lay CSVLayout, add func(addr strin
 
 // CSVRecord is one record of a CSV list as ReadListCSVRows hands it on.
 type CSVRecord struct {
-	// Line is the line the record starts on, from 1.
-	Line int
-	// Fields are the record's fields as read (quotes removed, doubled
-	// quotes undone); they are valid until the callback returns.
-	Fields [][]byte
-	// Header is set on the header row.
-	Header bool
-	// HasAddress is set when the record's address was handed to add just
-	// before.
-	HasAddress bool
+	Line int // where the record starts, from 1
+	// Fields are the record's fields as read (quotes undone), valid until
+	// the callback returns.
+	Fields     [][]byte
+	Header     bool
+	HasAddress bool // the record's address was handed to add just before
 }
 
 // maxRowFields bounds the fields of one record ReadListCSVRows keeps:
-// Excel's widest sheet. A record of a million delimiters would otherwise
-// cost a slice header per field.
+// Excel's widest sheet.
 const maxRowFields = 16384
 
 // CSVShape is how a CSV file was written, beyond its records.
 type CSVShape struct {
-	// Delimiter separates its fields.
 	Delimiter byte
-	// BOM: it starts with a UTF-8 byte-order mark (Excel's "CSV UTF-8").
-	BOM bool
-	// CRLF: its first record ends with CR LF (Windows).
-	CRLF bool
+	BOM       bool // it starts with a UTF-8 byte-order mark (Excel's "CSV UTF-8")
+	CRLF      bool // its first record ends with CR LF
 }
 
-// ReadListCSVRows reads a list as ReadListCSV does, calling add with
-// each address, and then row with every record that is not blank (every
-// field empty or spaces), the header row included, in order: what a
-// batch keeps to give the user's file back with its verdicts. It returns
-// the file's shape, to write it back alike. Memory stays that of one
-// record. A nil row is ReadListCSV.
+// ReadListCSVRows reads a list as ReadListCSV does, then calls row with
+// every non-blank record, header included, in order: what a batch keeps to
+// give the user's file back with its verdicts, written alike (the shape
+// it returns). Memory stays that of one record.
 func ReadListCSVRows(r io.Reader, lim ListLimits, lay CSVLayout, add func(addr string) error, row func(CSVRecord) error) (CSVShape, error) {
 	maxRecord := cmp.Or(max(lim.MaxRecordBytes, 0), defaultMaxRecordBytes)
 	br := bufio.NewReaderSize(r, 64<<10)
@@ -128,20 +106,16 @@ func ReadListCSVRows(r io.Reader, lim ListLimits, lay CSVLayout, add func(addr s
 	}
 }
 
-// shape completes sh with what the scan saw.
 func (s *csvScanner) shape(sh CSVShape) CSVShape {
 	sh.Delimiter, sh.CRLF = s.delim, s.crlf
 	return sh
 }
 
-// CSVLayout is what a client says of its CSV list's layout (the query's
-// column and delimiter); the zero value finds both (see ReadListCSV).
+// CSVLayout is what a client says of its CSV list's layout; the zero value
+// finds both (see ReadListCSV).
 type CSVLayout struct {
-	// Column is the address column: a header's name, in any case, or its
-	// 1-based number.
-	Column string
-	// Delimiter separates fields: ',', ';', '\t' or '|'.
-	Delimiter byte
+	Column    string // a header's name, in any case, or a 1-based number
+	Delimiter byte   // ',', ';', '\t' or '|'
 }
 
 // ParseDelimiter reads a delimiter as a client names it: the character
@@ -160,17 +134,13 @@ func ParseDelimiter(s string) (byte, bool) {
 	return 0, false
 }
 
-// sniffBytes is how much of a file's start the delimiter is sniffed from.
 const sniffBytes = 32 << 10
 
 // sniffDelimiter picks the delimiter of a file that starts with b (all of
-// it when whole): of comma, semicolon, tab and pipe outside quotes, the
-// one that splits the first records (up to ten, blank ones aside) into
-// the same number of fields, the most where several do; else the one the
-// first record holds most of; else a comma. Excel writes semicolons where
-// the decimal separator is a comma, and a CRM's export may hold commas in
-// its names ("Smith, Bob;bob@x.example"): counting alike over several
-// records tells the two apart.
+// it when whole): the one that splits the first ten records into the same
+// number of fields, the most where several do; else the one the first
+// record holds most of; else a comma. Counting over several records tells
+// Excel's semicolons from commas in names ("Smith, Bob;bob@x.example").
 func sniffDelimiter(b []byte, whole bool) byte {
 	cands := [...]byte{',', ';', '\t', '|'}
 	var counts [][len(cands)]int
@@ -229,11 +199,9 @@ func sniffDelimiter(b []byte, whole bool) byte {
 	return cands[best]
 }
 
-// emailHeaders are header names of an address column, written without
-// case, spaces or punctuation, in English, French, Spanish, Portuguese,
-// German, Italian, Dutch and the Nordic languages. addressHeaders are
-// weaker: "address" is as often a postal address, so it counts only where
-// no column is named like an email.
+// emailHeaders are header names of an address column, as headerKey writes
+// them, in several languages. addressHeaders count only where no column
+// is named like an email: "address" is as often a postal one.
 var (
 	emailHeaders = []string{"email", "emails", "emailaddress", "emailaddresses", "mail", "mailaddress",
 		"courriel", "adressecourriel", "adresseemail", "adressemail", "adresseelectronique",
@@ -243,7 +211,6 @@ var (
 	addressHeaders = []string{"address", "adresse", "direccion", "dirección", "endereco", "endereço", "indirizzo", "adres"}
 )
 
-// headerKey is a header cell as emailHeaders list it.
 func headerKey(s string) string {
 	var b strings.Builder
 	for _, r := range strings.ToLower(s) {
@@ -254,9 +221,9 @@ func headerKey(s string) string {
 	return b.String()
 }
 
-// headerColumn is the address column of a header row: the one named
-// named (in any case) when the client named one, else the first named
-// like an email, else the first named like an address; -1 when none is.
+// headerColumn is the address column of a header row: the one the client
+// named, else the first named like an email, else like an address; -1
+// when none is.
 func headerColumn(cells []csvCell, named string) (int, error) {
 	if named != "" {
 		for _, c := range cells {
@@ -287,14 +254,10 @@ type csvCell struct {
 	b     []byte
 }
 
-// maxCells is how many non-blank fields of a record are kept before the
-// address column is known: a header wider than this is searched only in
-// its first maxCells named columns.
-const maxCells = 1000
-
-// trimMargin is how many bytes past MaxAddressBytes a first field is kept
-// before it is too long: room for spaces the trim removes.
-const trimMargin = 256
+const (
+	maxCells   = 1000 // non-blank fields kept of a record before the address column is known
+	trimMargin = 256  // bytes past MaxAddressBytes kept of an address field, for spaces the trim removes
+)
 
 // csvScanner is the state of a CSV read between chunks of input.
 type csvScanner struct {
@@ -302,34 +265,25 @@ type csvScanner struct {
 	maxRecord int
 	add       func(string) error
 	delim     byte
-	// row, when set, is handed every record whole (ReadListCSVRows):
-	// fields holds the record's fields, nf of them in use, and hasAddr
-	// and header say what the record was.
+	// row, when set, is handed every record whole (ReadListCSVRows), of
+	// fields[:nf].
 	row     func(CSVRecord) error
 	fields  [][]byte
 	nf      int
 	hasAddr bool
 	header  bool
-	// col is the address column, -1 until it is known; named is the
-	// header name the client gave it by, numbered its number (from 0;
-	// -1 when not given by number); headerCells are the names of a
-	// header row that named no address column, for the error if the
-	// next record shows none either.
+	// col is the address column, -1 until known; the client named it
+	// named or numbered (from 0, else -1). headerCells are the names of a
+	// header row that named none, for the error.
 	col         int
 	named       string
 	numbered    int
 	headerCells []string
-	// crlf: the first line break was CR LF; breaks counts those seen.
-	crlf   bool
-	breaks int
-	// widest is the most fields a record had.
-	widest int
-	// requoted: the address field's closing quote was followed by text,
-	// and the field holds its quotes again (unquoted).
-	requoted bool
-	// cells are the current record's non-blank fields while col is not
-	// known.
-	cells []csvCell
+	crlf        bool // the first line break was CR LF
+	breaks      int
+	widest      int       // the most fields a record had
+	requoted    bool      // the address field's closing quote was followed by text (requote)
+	cells       []csvCell // the record's non-blank fields while col is not known
 
 	line        int    // line of the byte being scanned, from 1
 	recordLine  int    // line the current record started on
@@ -359,8 +313,7 @@ func (s *csvScanner) scan(chunk []byte) error {
 			if s.breaks++; s.breaks == 1 {
 				s.crlf = c == '\n'
 			}
-			if c == '\n' {
-				// CRLF: the record ended at the CR.
+			if c == '\n' { // CRLF: the record ended at the CR
 				s.line++
 				continue
 			}
@@ -373,7 +326,6 @@ func (s *csvScanner) scan(chunk []byte) error {
 	return nil
 }
 
-// byte advances the scanner by one byte.
 func (s *csvScanner) byte(c byte) error {
 	if !s.hasContents {
 		s.hasContents = true
@@ -390,8 +342,7 @@ func (s *csvScanner) byte(c byte) error {
 				s.keep(c)
 				return nil
 			}
-			// The previous quote closed the field.
-			s.inQuotes, s.closed = false, true
+			s.inQuotes, s.closed = false, true // the previous quote closed the field
 			return s.unquoted(c)
 		}
 		if c == '"' {
@@ -407,7 +358,6 @@ func (s *csvScanner) byte(c byte) error {
 	return s.unquoted(c)
 }
 
-// unquoted handles a byte outside quotes.
 func (s *csvScanner) unquoted(c byte) error {
 	switch c {
 	case s.delim:
@@ -422,11 +372,9 @@ func (s *csvScanner) unquoted(c byte) error {
 		s.pendingCR = true
 		return s.endRecord()
 	}
-	// Quotes RFC 4180 does not allow within one line are read as
-	// spreadsheets read them: the row is kept, and an address cell they
-	// touch is verified as written (invalid_syntax, not a 400 for the
-	// whole file). A quoted field that ran over line breaks before its
-	// text is refused: it has swallowed rows.
+	// Stray quotes within one line are read as spreadsheets do (requote);
+	// a quoted field that ran over line breaks before its text has
+	// swallowed rows.
 	if s.closed && s.quoteLine != s.line {
 		return listErrorf("The CSV file is malformed at line %d: a quote opened there closes at line %d and is followed by text.", s.quoteLine, s.line)
 	}
@@ -469,19 +417,15 @@ func (s *csvScanner) keep(c byte) {
 		return
 	}
 	if len(s.first) >= s.lim.MaxAddressBytes+trimMargin {
-		// Spaces around the address are trimmed later; beyond this margin
-		// the field is too long for any plausible trimming.
 		s.firstLong = true
 		return
 	}
 	s.first = append(s.first, c)
 }
 
-// requote puts back the quotes of the current field, read so far, where
-// text follows its closing quote: what an address field then holds is
-// verified as written, so `"a@x.example"junk` is an invalid address,
-// never the valid a@x.examplejunk. The user's own fields (rows) keep the
-// spreadsheets' reading.
+// requote puts back the quotes of the current field where text follows
+// its closing quote, so `"a@x.example"junk` is an invalid address, never
+// the valid a@x.examplejunk. The user's own fields (rows) are not requoted.
 func (s *csvScanner) requote() {
 	s.requoted = true
 	quote := func(b []byte) []byte {
@@ -497,7 +441,6 @@ func (s *csvScanner) requote() {
 	}
 }
 
-// growFields makes fields and nf cover the current field.
 func (s *csvScanner) growFields() {
 	for len(s.fields) <= s.field {
 		s.fields = append(s.fields, nil)
@@ -526,7 +469,6 @@ func (s *csvScanner) endRecord() error {
 	return s.row(CSVRecord{Line: s.recordLine, Fields: s.fields[:s.nf], Header: s.header, HasAddress: s.hasAddr})
 }
 
-// endAddress hands the finished record's address on.
 func (s *csvScanner) endAddress() error {
 	if s.col < 0 {
 		return s.findColumn()
@@ -534,9 +476,6 @@ func (s *csvScanner) endAddress() error {
 	if s.firstLong {
 		return listErrorf("Address %d (line %d) is longer than %d bytes.", s.addresses+1, s.recordLine, s.lim.MaxAddressBytes)
 	}
-	// One allocation of the address's own length: a strings.Builder
-	// started over for every record grew through several buffers for
-	// each, which a million-address upload paid for hundreds of MB.
 	addr := string(bytes.TrimSpace(s.first))
 	if addr == "" {
 		return nil
@@ -575,9 +514,7 @@ func (s *csvScanner) findColumn() error {
 		}
 	}
 	if s.headerCells != nil && !slices.ContainsFunc(s.cells, func(c csvCell) bool { return bytes.ContainsRune(c.b, '@') }) {
-		// Neither the header's names nor the first row's contents show
-		// where the addresses are: reading its first column would make
-		// every row invalid_syntax.
+		// Reading the first column would make every row invalid_syntax.
 		return listErrorf("No column of the CSV file holds addresses: its header's columns are %s, and its first row (line %d) has no \"@\". "+
 			"Name the address column with column= (its header or number; ?column= on a CSV body).", strings.Join(s.headerCells, ", "), s.recordLine)
 	}
@@ -602,10 +539,8 @@ func (s *csvScanner) findColumn() error {
 	return s.address(addr)
 }
 
-// nonBlank tells whether a field holds more than spaces.
 func nonBlank(f []byte) bool { return len(bytes.TrimSpace(f)) != 0 }
 
-// address hands on the next address of the list.
 func (s *csvScanner) address(addr string) error {
 	if len(addr) > s.lim.MaxAddressBytes {
 		return listErrorf("Address %d (line %d) is longer than %d bytes.", s.addresses+1, s.recordLine, s.lim.MaxAddressBytes)
@@ -626,8 +561,6 @@ func (s *csvScanner) reset() {
 	s.firstLong, s.hasContents = false, false
 }
 
-// end finishes the input: a last record without a line break counts, an
-// open quote is an error.
 func (s *csvScanner) end() error {
 	if s.inQuotes && !s.quoteSeen {
 		return listErrorf("The CSV file is malformed at line %d: a quote opened there is never closed.", s.quoteLine)
@@ -644,7 +577,6 @@ func (s *csvScanner) end() error {
 	return nil
 }
 
-// tooMany is the error of a list of more than n addresses.
 func tooMany(n int) *listError {
 	return &listError{msg: "The list holds more than " + strconv.Itoa(n) + " addresses.", TooMany: true}
 }

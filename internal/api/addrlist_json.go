@@ -24,15 +24,11 @@ type ListObject struct {
 	HasEmails bool
 }
 
-// ReadListJSON reads one JSON object from r. Its "emails" field, an array of
-// strings, is the list: each element is passed to add in order. The fields
-// named in fields must be strings and are returned in ListObject; any other
-// field, a field given twice, anything but JSON whitespace after the
-// object, and text that is not UTF-8 are *listError values. An error from add
-// stops the read and is returned.
-//
-// Memory is bounded by one element: the array is read token by token, and
-// no string or number longer than maxJSONScalar is buffered.
+// ReadListJSON reads one JSON object from r whose "emails" array of
+// strings is the list, passed to add in order (an error from add stops the
+// read). The fields named in fields must be strings and are returned in
+// ListObject; any other field, a repeated one, trailing data and invalid
+// UTF-8 are *listError values. Memory is bounded by one element.
 func ReadListJSON(r io.Reader, lim ListLimits, fields []string, add func(addr string) error) (ListObject, error) {
 	return readListJSONWith(r, lim, listJSONFields{Strings: fields}, add)
 }
@@ -165,9 +161,7 @@ func readEmails(dec *json.Decoder, lim ListLimits, add func(string) error) error
 }
 
 // scalarGuard fails a read that would make the decoder buffer a string or
-// number longer than maxJSONScalar: it tracks, byte by byte, whether it is
-// inside a string (and after a backslash) and how long the current scalar
-// is.
+// number longer than maxJSONScalar, tracking scalars byte by byte.
 type scalarGuard struct {
 	r        io.Reader
 	inString bool

@@ -1,13 +1,11 @@
-// Package api holds the HTTP handlers of the v1 API as net/http handlers on
-// the standard mux's method-and-path patterns (Register). `evs serve` puts
-// them behind its own middleware (key check, throttling, body budget); each
-// Lambda function reaches the same handlers through the API Gateway adapter
-// (internal/lambda). Either way the same code answers.
+// Package api holds the HTTP handlers of the v1 API on the standard mux's
+// method-and-path patterns. `evs serve` puts them behind its own middleware
+// (key check, throttling, body budget); each Lambda function reaches them
+// through the API Gateway adapter (internal/lambda).
 //
-// Every reply carries this call's requestId (API Gateway's
-// requestContext.requestId on AWS, a UUID on `evs serve`) in the body and in
-// X-Request-Id. Errors are classified once, here at the edge, into the
-// contract's envelope.
+// Every reply carries the call's requestId in the body and in X-Request-Id.
+// Errors are classified once, here at the edge, into the contract's
+// envelope.
 package api
 
 import (
@@ -37,30 +35,23 @@ const (
 )
 
 // Route is one path of the API and the function that serves it. Methods are
-// the ones the handler accepts; every other method of a known path reaches
-// the handler too (the template declares ANY; the mux has a pattern for the
-// bare path), which answers 405, so a wrong method is told apart from an
-// unknown path.
+// the ones the handler accepts; it answers every other method with 405, so
+// a wrong method is told apart from an unknown path.
 type Route struct {
 	Path     string
 	Methods  []string
 	Function string
-	// MaxBody is the largest request body the route accepts, in bytes. The
-	// handler checks it; `evs serve` also reads no more than MaxBody+1
-	// bytes of a body before refusing it.
-	MaxBody int64
+	MaxBody  int64 // the largest request body the route accepts, in bytes
 	// Heavy, when set, tells which calls of the route are heavy reads,
 	// admitted a bounded number at once per account (readgate.go).
 	Heavy func(*http.Request) bool
 }
 
-// MaxOtherBody is the body limit of the routes that take no body: a
-// client's stray newline is tolerated, a payload is not read.
+// MaxOtherBody is the body limit of the routes that take no body: a stray
+// newline is tolerated, a payload is not read.
 const MaxOtherBody = 1 << 10
 
-// TooLarge is the error of a body over the route's limit of limit bytes:
-// 413 payload_too_large. Batch creation's names POST /v1/uploads, the way
-// to send a list of any size (contract, section 14).
+// TooLarge is the 413 of a body over the route's limit of limit bytes.
 func TooLarge(path string, limit int64) error {
 	if path == "/v1/requests" {
 		return evs.Errorf(evs.CodePayloadTooLarge, "The request body is larger than %d bytes; send large lists with POST /v1/uploads.", limit)
@@ -68,9 +59,9 @@ func TooLarge(path string, limit int64) error {
 	return evs.Errorf(evs.CodePayloadTooLarge, "The request body is larger than %d bytes.", limit)
 }
 
-// Routes is the one route table of the API, shared by `evs serve` and checked
-// against template.yaml by a test. Its limits are `evs serve`'s; on Lambda
-// batch creation takes less (Deps.MaxBatchBody, LambdaMaxBatchBody).
+// Routes is the one route table of the API, checked against template.yaml
+// by a test. Its limits are `evs serve`'s (on Lambda, see
+// LambdaMaxBatchBody).
 func Routes() []Route {
 	return []Route{
 		{Path: "/v1/verify", Methods: []string{http.MethodPost}, Function: VerifyFunction, MaxBody: MaxVerifyBody},
@@ -97,9 +88,9 @@ type Queue interface {
 	Enqueue(ctx context.Context, b evs.Batch) error
 }
 
-// ItemsQueue is a Queue in this process (the local queue of `evs serve`) that
-// can take the items just stored with the batch, so its workers need not
-// read them back from the store. The items must not be changed after.
+// ItemsQueue is a Queue in this process that takes the items just stored
+// with the batch, so its workers need not read them back. The items must
+// not be changed after.
 type ItemsQueue interface {
 	EnqueueItems(ctx context.Context, b evs.Batch, items []evs.Item) error
 }
@@ -114,9 +105,8 @@ type BatchStore interface {
 	PendingItems(ctx context.Context, accountID, id string, afterSeq, limit int) ([]evs.Item, error)
 }
 
-// ResultCache reuses an account's live verdicts (contract, section 12);
-// *cache.Cache is one. maxAge bounds the age of a reused verdict:
-// 0 for no bound, evs.NoReuse to reuse none.
+// ResultCache reuses an account's live verdicts. maxAge bounds the age of
+// a reused verdict: 0 for no bound, evs.NoReuse to reuse none.
 type ResultCache interface {
 	Lookup(ctx context.Context, accountID string, mode evs.Mode, normalized, email string, maxAge time.Duration) (evs.Decision, bool)
 	Keep(ctx context.Context, accountID string, ds ...evs.Decision) error
@@ -124,91 +114,62 @@ type ResultCache interface {
 
 // Deps are the handlers' dependencies.
 type Deps struct {
-	// Engine verifies for live accounts; Sandbox for test-mode accounts.
-	Engine  Verifier
-	Sandbox Verifier
-	// Cache, when set, reuses live verdicts of /v1/verify.
-	Cache ResultCache
-	// Idempotency wraps every POST.
-	Idempotency *idempotency.Keeper
-	// Batches and Queue serve the batch endpoints (RequestsFunction only).
-	Batches BatchStore
-	Queue   Queue
-	// MaxBatchBody is the largest body batch creation accepts, in bytes;
-	// 0 means the contract's MaxBatchBody. The Lambda function sets
-	// LambdaMaxBatchBody, the most the platform can always deliver.
+	Engine      Verifier // for live accounts
+	Sandbox     Verifier // for test-mode accounts
+	Cache       ResultCache
+	Idempotency *idempotency.Keeper // wraps every POST
+	Batches     BatchStore
+	Queue       Queue
+	// MaxBatchBody is the largest body batch creation accepts, in bytes
+	// (default MaxBatchBody; LambdaMaxBatchBody on AWS).
 	MaxBatchBody int64
 	// ExportJobs, when set (AWS), makes a CSV result list longer than
-	// MaxCSVReply (default 4 MiB), and every GET
-	// /v1/requests/{id}/export, a job the worker writes to S3, polled by
-	// the client (exportjobs.go): Lambda cannot return a reply over 6 MB,
-	// nor API Gateway wait past 29 s. Nil streams every list.
+	// MaxCSVReply (default 4 MiB), and every export, a job the worker
+	// writes to S3 (exportjobs.go): Lambda cannot reply over 6 MB, nor API
+	// Gateway wait past 29 s. Nil streams every list.
 	ExportJobs  *ExportJobs
 	MaxCSVReply int
-	// ExportLinks, when set (`evs serve`), serves GET
-	// /v1/requests/{id}/export in the call: every list, whatever its
-	// size, is stored for a URL that needs no key (Exports.Export). Nil,
-	// without ExportJobs, answers that route 404.
+	// ExportLinks, when set (`evs serve`), writes exports in the call.
+	// Without either, the export route is 404.
 	ExportLinks Exports
 	// HeavyReads bounds the heavy reads (Route.Heavy) run at once, at
-	// most HeavyReadsPerAccount of them per account; 0 bounds nothing (a
-	// Lambda instance serves one call at a time).
+	// most HeavyReadsPerAccount per account; 0 bounds nothing.
 	HeavyReads int
-	// Uploads keeps lists sent with POST /v1/uploads; nil serves no
-	// uploads. PublicURL is the API's origin as clients reach it
-	// (EVS_PUBLIC_URL), for upload URLs served by `evs serve` itself;
-	// empty means the origin of each call (Host, X-Forwarded-Proto).
+	// Uploads keeps lists sent with POST /v1/uploads (nil: none).
+	// PublicURL is the API's origin (EVS_PUBLIC_URL), "" for each call's.
 	Uploads   Uploads
 	PublicURL string
-	// ChargeUploads tells that this process receives the uploads' lists
-	// itself (`evs serve`) and charges them to the Ledger as they arrive;
-	// their charge is given back once a batch holds them. On AWS a list
-	// goes to S3, bounded by its size, its hour and MaxOpenUploads.
+	// ChargeUploads: this process receives the uploads' lists itself
+	// (`evs serve`) and charges them to the Ledger as they arrive.
 	ChargeUploads bool
 	// AdmitList, when set, is asked before a batch's list is read from an
-	// upload, with the upload's size; it returns once the list may be read
-	// and the function to call once it is stored, or a *BusyError. `evs
-	// serve` gives it the budget its large bodies share: a list of a
-	// million addresses costs hundreds of MB while it is read and stored,
-	// and eight creations at once must not all hold theirs. Nil: no bound.
+	// upload of size bytes; it returns once the list may be read, or a
+	// *BusyError: a million addresses cost hundreds of MB while read.
 	AdmitList func(ctx context.Context, size int64) (release func(), err error)
-	// MaxUploadAddresses is the most addresses an uploaded list may hold;
-	// 0 means the contract's evs.UploadMaxAddresses. Tests lower it.
+	// MaxUploadAddresses defaults to evs.UploadMaxAddresses.
 	MaxUploadAddresses int
 	// MaxActiveBatches is how many batches an account may have queued or
-	// running (EVS_MAX_ACTIVE_BATCHES); one more is 429. 0 means no limit.
+	// running (EVS_MAX_ACTIVE_BATCHES); 0 means no limit.
 	MaxActiveBatches int
-	// Ledger counts what each account makes the service keep against its
-	// storage quota and outcomes cap (ledger.go); nil counts nothing.
-	Ledger Ledger
-	// Quota is the address quota (EVS_QUOTA_ADDRESSES) and the
-	// Idempotency-Key limit (EVS_MAX_IDEMPOTENCY_KEYS); see quota.go.
-	Quota Quota
-	// Retention is how long batches and results are kept (default 30 days).
-	Retention time.Duration
-	// VerifyTimeout bounds one synchronous verification (default 20 s, under
-	// API Gateway's 29 s integration limit).
+	Ledger           Ledger // the storage quota and outcomes cap (ledger.go); nil counts nothing
+	Quota            Quota  // the address quota and the Idempotency-Key limit (quota.go)
+	Retention        time.Duration
+	// VerifyTimeout bounds one synchronous verification (default 20 s,
+	// under API Gateway's 29 s).
 	VerifyTimeout time.Duration
 	Now           func() time.Time
 	NewID         func() string
 	Logger        *slog.Logger
-	// Callbacks are the webhook parts (contract, section 10); see
-	// callback.go.
-	Callbacks
-	// Outcomes, when set, keeps the accounts' reported outcomes (contract,
-	// section 18; outcomes.go), which /v1/verify's verdicts then use; nil
-	// answers the outcome routes 404. OutcomeTTL is how long one is kept
-	// (EVS_OUTCOME_TTL; 0 means DefaultOutcomeTTL).
+	Callbacks     // the webhook parts (callback.go)
+	// Outcomes, when set, keeps the reported outcomes that verdicts use;
+	// nil answers the outcome routes 404.
 	Outcomes   Outcomes
 	OutcomeTTL time.Duration
-	// OutcomeShareDomains scores an accept-all or unchecked mailbox by
-	// every account's counts for its domain, not the account's own
+	// OutcomeShareDomains scores by every account's counts for a domain
 	// (EVS_OUTCOME_SHARE_DOMAINS).
 	OutcomeShareDomains bool
-	// PublishableLimits, when set (AWS), counts publishable keys' calls
-	// in Quota.Store (publishable.go), with these as the defaults of a
-	// key without limits of its own; `evs serve` counts them at its edge
-	// instead.
+	// PublishableLimits, when set (AWS), counts publishable keys' calls in
+	// Quota.Store (publishable.go); `evs serve` counts them at its edge.
 	PublishableLimits PublishableLimits
 }
 
@@ -233,8 +194,7 @@ func New(d Deps) *Handler {
 	return &Handler{d: d, reads: newReadGate(d.HeavyReads)}
 }
 
-// mediaType returns the lower-case media type of the Content-Type header, or
-// "" when it is missing or unparsable.
+// mediaType returns the lower-case media type of Content-Type, or "".
 func mediaType(req *request) string {
 	ct, ok := req.header("Content-Type")
 	if !ok {
@@ -253,14 +213,11 @@ func mediaType(req *request) string {
 // decodeStrict decodes one JSON object into v: unknown fields, trailing
 // data, and anything that is not an object are client errors.
 func decodeStrict(b []byte, v any) error {
-	// encoding/json would quietly turn invalid UTF-8 into U+FFFD, so an
-	// address could change under the client's feet (contract, section 1).
+	// encoding/json would quietly turn invalid UTF-8 into U+FFFD.
 	if !utf8.Valid(b) {
 		return evs.Errorf(evs.CodeInvalidRequest, "The request body is not valid UTF-8.")
 	}
-	// Only JSON's own whitespace may surround the object: strings.TrimSpace
-	// would also accept \f, \v, U+00A0 or U+2028, which encoding/json
-	// refuses.
+	// Only JSON's own whitespace: encoding/json refuses U+00A0 and others.
 	trimmed := bytes.Trim(b, " \t\r\n")
 	if len(trimmed) == 0 {
 		return evs.Errorf(evs.CodeInvalidRequest, "The request body is empty; a JSON object is required.")
@@ -299,29 +256,24 @@ func jsonProblem(err error) string {
 
 func jsonType(kind string) string {
 	switch kind {
-	case "string":
+	case "string", "ptr":
 		return "string"
 	case "slice":
 		return "list"
-	case "ptr":
-		return "string"
 	default:
 		return kind
 	}
 }
 
-// Replies are built as their meaning — status, headers and a body without
-// any request id — and rendered with this call's id only at the edge. That
-// is also the form an idempotent reply is stored in, so a replay is rendered
-// exactly like a fresh reply, with its own id, and no layer edits JSON.
-
+// Replies are built as their meaning, without a request id, and rendered
+// with the call's id only at the edge: an idempotent reply is stored so,
+// and a replay is rendered like a fresh reply.
 const contentTypeJSON = "application/json; charset=utf-8"
 
 // jsonReply is a success whose body is v, a JSON object without requestId.
 func jsonReply(status int, v any) idempotency.Reply {
 	b, err := json.Marshal(v)
-	if err != nil {
-		// Our own types always marshal; if not, it is a bug to surface.
+	if err != nil { // a bug to surface: our own types always marshal
 		return errReply(err)
 	}
 	return idempotency.Reply{StatusCode: status, Body: b}
@@ -337,10 +289,8 @@ func errReply(err error) idempotency.Reply {
 	var busy *BusyError
 	switch {
 	case r.StatusCode == http.StatusTooManyRequests:
-		// The address quota and the Idempotency-Key limit know when their
-		// period ends, the storage quota when its oldest data
-		// goes; the other 429 a handler gives is the active-batch limit:
-		// a batch of a few thousand addresses finishes in about this time.
+		// The quotas know when they free up; the other 429 is the
+		// active-batch limit.
 		after, ok := retryAfter(err)
 		if !ok {
 			after = RetryAfterActiveBatches
@@ -354,8 +304,6 @@ func errReply(err error) idempotency.Reply {
 	return r
 }
 
-// errorMeaning is an error reply as kept: the envelope without the request
-// id.
 type errorMeaning struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
@@ -376,9 +324,8 @@ func withRequestID(body []byte, requestID string) []byte {
 	return append(out, body[1:]...)
 }
 
-// appendIDString appends id as a JSON string. A request id (a UUID, or API
-// Gateway's) needs no escaping, so it is copied between quotes; any other
-// goes through encoding/json.
+// appendIDString appends id as a JSON string, copied between quotes when
+// it needs no escaping (a UUID, API Gateway's).
 func appendIDString(b []byte, id string) []byte {
 	for i := 0; i < len(id); i++ {
 		if c := id[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
@@ -391,14 +338,13 @@ func appendIDString(b []byte, id string) []byte {
 	return append(b, '"')
 }
 
-// RetryAfterActiveBatches is the Retry-After, in seconds, of a batch
-// creation refused because the account has too many active batches.
+// RetryAfterActiveBatches is the Retry-After, in seconds, of the
+// active-batch limit: a batch of a few thousand addresses takes about that.
 const RetryAfterActiveBatches = "30"
 
 // errNotKept marks a reply the idempotency record must not keep.
 var errNotKept = errors.New("api: reply not kept")
 
-// methodError is a 405 that knows which methods the path allows.
 type methodError struct {
 	err     *evs.Error
 	allowed []string
@@ -414,16 +360,14 @@ func notAllowed(method string, allowed ...string) error {
 	}
 }
 
-// idempotent runs fn under the Idempotency-Key of req, if any, and renders
-// returns its reply (or the stored one). Classified errors from fn are
-// replies, so a 4xx is stored and replayed like any other answer while a 5xx
-// leaves no record.
+// idempotent runs fn under the Idempotency-Key of req, if any, and returns
+// its reply (or the stored one): a 4xx is stored and replayed, a 5xx or a
+// 429 leaves no record.
 func (h *Handler) idempotent(ctx context.Context, req *request, p evs.Principal, raw []byte, fn func(ctx context.Context) idempotency.Reply) (idempotency.Reply, bool, error) {
 	key, present := req.header("Idempotency-Key")
 	if !present || p.Kind == evs.KeyPublishable {
-		// A publishable key keeps no records: its key is public, so its
-		// records would be anyone's to fill, and its trimmed replies and
-		// a secret key's full ones must never answer each other.
+		// A publishable key is public: its records would be anyone's to
+		// fill, and its trimmed replies must not answer a secret key.
 		return fn(ctx), false, nil
 	}
 	if err := idempotency.ValidKey(key); err != nil {
@@ -438,7 +382,6 @@ func (h *Handler) idempotent(ctx context.Context, req *request, p evs.Principal,
 		ContentType: ct,
 		Body:        raw,
 	}, func(ctx context.Context) (idempotency.Reply, error) {
-		// Only a new key gets here: a replay is answered before.
 		refund, err := h.chargeKey(ctx, p)
 		if err != nil {
 			return errReply(err), errNotKept
@@ -447,10 +390,7 @@ func (h *Handler) idempotent(ctx context.Context, req *request, p evs.Principal,
 		if r.StatusCode == http.StatusTooManyRequests || r.StatusCode >= 500 {
 			refund() // no record is kept
 		}
-		if r.StatusCode == http.StatusTooManyRequests {
-			// Like a 5xx, a 429 is about now, not about the request: kept,
-			// it would answer the client's retry after Retry-After with the
-			// same refusal for 24 hours.
+		if r.StatusCode == http.StatusTooManyRequests { // about now, not the request
 			return r, errNotKept
 		}
 		return r, nil

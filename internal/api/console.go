@@ -1,9 +1,7 @@
-// The web console, served at ConsolePath by `evs serve` and on AWS: plain
-// HTML, CSS and JavaScript embedded in the binary, no build step, nothing
-// fetched from anyone else. The page holds no server-side session: the
-// user pastes an API key, the tab keeps it in sessionStorage and sends it
-// as X-Api-Key to the same API every other client calls (contract,
-// section 13).
+// The web console, served at ConsolePath: plain HTML, CSS and JavaScript
+// embedded in the binary, nothing fetched from anyone else. No server-side
+// session: the tab keeps the pasted API key in sessionStorage and calls
+// the same API every other client calls.
 
 package api
 

@@ -14,11 +14,9 @@ const (
 	ConsoleFilesResource = "/console/{proxy+}"
 )
 
-// MountConsole serves h, a console handler (NewConsole), on mux at ConsolePath and at ConsolePath
-// without its slash, with no key: the page asks for one and sends it on
-// its own API calls. Each call's log line names the route ConsolePath.
-// GET / answers 302 to the console. The sign-up widget, the other file
-// served with no key, comes with it (MountWidget).
+// MountConsole serves h, a console handler, on mux at ConsolePath with and
+// without its slash, with no key, and the sign-up widget (MountWidget).
+// GET / answers 302 to the console.
 func MountConsole(mux *http.ServeMux, h http.Handler) {
 	MountWidget(mux)
 	web := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

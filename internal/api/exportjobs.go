@@ -14,15 +14,10 @@ import (
 	"github.com/evs-dev/evs/internal/store"
 )
 
-// On AWS a CSV list that does not fit a reply, and every export link, is a
-// job (contract, sections 14 and 16): reading and writing a million rows
-// takes longer than API Gateway's 29 s. The call records the job and
-// queues it; the worker writes the CSV to S3 a page at a time; the client
-// asks the same URL again, answered 202 with Retry-After until the job is
-// done, then as a finished export is: 303 to the download from the
-// results route, 200 {url, expiresAt} from the export route. `evs serve`
-// has no ExportJobs: it streams the CSV and writes its export files in
-// the call, as before.
+// On AWS a CSV list that does not fit a reply, and every export, is a job:
+// a million rows take longer than API Gateway's 29 s. The worker writes
+// the CSV to S3; the client asks the same URL again, answered 202 with
+// Retry-After until the job is done, then as a finished export.
 
 // ExportJobStore keeps export jobs (dynamostore.Store).
 type ExportJobStore interface {
@@ -38,36 +33,29 @@ type ExportJobStore interface {
 	DropExport(ctx context.Context, j store.ExportJob) error
 }
 
-// ExportJobs makes CSV exports jobs the worker runs (AWS).
+// ExportJobs makes CSV exports jobs the worker runs.
 type ExportJobs struct {
 	Store ExportJobStore
-	// Queue sends the message that runs a job (batch.ExportMessage on the
-	// work queue).
-	Queue func(ctx context.Context, j store.ExportJob) error
+	Queue func(ctx context.Context, j store.ExportJob) error // sends batch.ExportMessage
 	// MaxRunning is how many jobs of one account may run at once
-	// (default DefaultExportJobs); one more is 429 rate_limited.
+	// (default DefaultExportJobs); one more is 429.
 	MaxRunning int
 	// Deadline is how long a run may take before asking again starts it
-	// anew (default 15 min): a run whose worker crashed is never
-	// "running" for ever.
+	// anew (default 15 min), so a crashed run is not "running" for ever.
 	Deadline time.Duration
 }
 
 // DefaultExportJobs is the default of ExportJobs.MaxRunning.
 const DefaultExportJobs = 4
 
-// Timing of export jobs.
 const (
-	// exportDeadline is ExportJobs.Deadline's default: three times the
-	// worker's timeout, for a message queued behind batch work.
+	// exportDeadline: three times the worker's timeout, for a message
+	// queued behind batch work.
 	exportDeadline = 15 * time.Minute
-	// exportFresh is how long a done job of a batch that changed since
-	// (a running batch) is still the answer: long enough for the poll
-	// that waited for it, short enough that a later ask sees new results.
+	// exportFresh is how long a done job of a batch changed since is still
+	// the answer: enough for the poll that waited for it.
 	exportFresh = time.Minute
-	// exportPoll is the Retry-After of a running job, in seconds: a
-	// million rows take about a minute to write.
-	exportPoll = "2"
+	exportPoll  = "2" // Retry-After of a running job: a million rows take about a minute
 	// exportFailedRetry is the Retry-After of a failed job.
 	exportFailedRetry = "1"
 )
@@ -77,9 +65,9 @@ type exportPending struct {
 	State store.ExportState `json:"state"`
 }
 
-// exportJob answers a CSV export of batch b under f as a job. done makes
-// the reply of a finished job. inline, when set, is asked before a job is
-// started whether the list fits a reply; if it does, that is the answer.
+// exportJob answers a CSV export of batch b under f as a job; done makes
+// the reply of a finished one. inline, when set, answers a list that fits
+// a reply before a job is started.
 func (h *Handler) exportJob(ctx context.Context, p evs.Principal, b evs.Batch, f filter,
 	done func(j store.ExportJob) idempotency.Reply, inline func() (idempotency.Reply, bool, error)) (idempotency.Reply, error) {
 	jobs := h.d.ExportJobs
@@ -145,9 +133,8 @@ func batchVersion(b evs.Batch) string {
 	return string(b.State) + "/" + strconv.Itoa(b.Counters.Processed)
 }
 
-// query is the filter as a canonical query string: the same filters,
-// however the client wrote them, give the same string, which names the
-// export job and which ExportCSV reads back.
+// query is the filter as a canonical query string, which names the export
+// job and which ExportCSV reads back.
 func (f filter) query() string {
 	q := url.Values{}
 	if f.statuses != nil {
@@ -171,12 +158,10 @@ type ResultReader interface {
 	Results(ctx context.Context, accountID, id string, afterSeq, limit int, status evs.Status) ([]evs.Result, error)
 }
 
-// ExportCSV returns what writes an export job's CSV for the worker
-// (batch.Worker.ExportCSV): the rows Accept: text/csv gives for the job's
-// batch and filters, a page of results at a time, charged to the
-// account's storage quota as they are written (l, nil for none). A job
-// refused midway writes nothing (the worker aborts its upload) and gives
-// its charge back.
+// ExportCSV returns what writes an export job's CSV for the worker: the
+// rows Accept: text/csv gives for the job's batch and filters, charged to
+// the account's storage quota (l, nil for none) as they are written. A job
+// refused midway gives its charge back.
 func ExportCSV(results ResultReader, l Ledger) func(ctx context.Context, j store.ExportJob, w io.Writer) error {
 	return func(ctx context.Context, j store.ExportJob, w io.Writer) error {
 		q, err := url.ParseQuery(j.Filters)

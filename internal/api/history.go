@@ -8,15 +8,11 @@ import (
 	"github.com/evs-dev/evs/internal/verify"
 )
 
-// withHistory applies the account's reported outcomes of d's address, and
-// for an accept-all or unchecked mailbox the counts learned for its
-// domain, to d (verify.WithHistory, the one path; the batch worker takes
-// it too). It runs after the cache, which keeps decisions without history,
-// so an outcome counts from the next answer on. A store fault is logged
-// and leaves d without what could not be read: the verdict evs gave
-// before outcomes existed, rather than no verdict. A publishable key's
-// verdict is decided without them (contract, section 17): its reply goes
-// to a web page's visitor, who must not learn what the account mailed.
+// withHistory applies the account's reported outcomes to d
+// (verify.WithHistory), after the cache, which keeps decisions without
+// history. A store fault is logged and leaves d without them. A
+// publishable key's verdict is decided without them: its reply goes to a
+// web page's visitor, who must not learn what the account mailed.
 func (h *Handler) withHistory(ctx context.Context, p evs.Principal, d evs.Decision) evs.Decision {
 	if h.d.Outcomes == nil || d.Normalized == "" || p.Kind == evs.KeyPublishable {
 		return d

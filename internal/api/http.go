@@ -28,9 +28,8 @@ import (
 // request is one call as a handler reads it: the route it matched, its
 // body (read once, within the route's limit) and its query, parsed once.
 type request struct {
-	r *http.Request
-	// rid is the call's request id; route the route's template.
-	rid, route string
+	r          *http.Request
+	rid, route string // the call's request id, the route's template
 	query      map[string]string
 	body       []byte
 }
@@ -62,9 +61,8 @@ func lastValues(q url.Values) map[string]string {
 	return m
 }
 
-// endpoint is a route's handler: it answers a reply's meaning, or an error
-// that is the reply instead. It may give the call's log line its field
-// (CallFromContext); a route of a batch gets the batch's id by default.
+// endpoint is a route's handler: a reply's meaning, or an error that is
+// the reply instead.
 type endpoint func(ctx context.Context, req *request, p evs.Principal) (idempotency.Reply, error)
 
 // Guard wraps a route's handler with what a deployment does before it:
@@ -72,18 +70,15 @@ type endpoint func(ctx context.Context, req *request, p evs.Principal) (idempote
 // on AWS, API Gateway has done all that and Guard is nil.
 type Guard func(rt Route, next http.Handler) http.Handler
 
-// The mounts add routes to a mux. Each Lambda function mounts only its
-// own routes, so the linker leaves out the handlers (and their
-// dependencies) of the others.
-
-// MountAll mounts every route of the API behind guard (`evs serve`).
+// MountAll mounts every route of the API behind guard (`evs serve`). Each
+// Lambda function mounts only its own routes, so the linker leaves out
+// the others' handlers.
 func (h *Handler) MountAll(guard Guard) func(*http.ServeMux) {
 	v, b, o := h.MountVerify(guard), h.MountBatches(guard), h.MountOutcomes(guard)
 	return func(mux *http.ServeMux) { v(mux); b(mux); o(mux) }
 }
 
-// MountOutcomes mounts the outcome routes (contract, section 18) behind
-// guard.
+// MountOutcomes mounts the outcome routes behind guard.
 func (h *Handler) MountOutcomes(guard Guard) func(*http.ServeMux) {
 	return h.mount(guard, map[string]endpoint{
 		"POST /v1/outcomes":       h.postOutcomes,
@@ -117,10 +112,8 @@ func (h *Handler) MountBatches(guard Guard) func(*http.ServeMux) {
 }
 
 // mount registers eps, keyed by their method-and-path patterns, behind
-// guard (nil: none, as on AWS, where API Gateway has checked the key and
-// the rate). Each route's path also answers its other methods with 405 and
-// Allow, after the guard, as API Gateway's ANY method hands every method
-// of a known path to the function.
+// guard (nil on AWS). Each route's path also answers its other methods
+// with 405 after the guard, as API Gateway's ANY method does.
 func (h *Handler) mount(guard Guard, eps map[string]endpoint) func(*http.ServeMux) {
 	if guard == nil {
 		guard = func(_ Route, next http.Handler) http.Handler { return next }
@@ -131,8 +124,6 @@ func (h *Handler) mount(guard Guard, eps map[string]endpoint) func(*http.ServeMu
 			for _, m := range rt.Methods {
 				if ep, ok := eps[m+" "+rt.Path]; ok {
 					registered = true
-					// A pattern with GET also takes HEAD: the handler
-					// refuses it.
 					mux.Handle(m+" "+rt.Path, guard(rt, h.serve(rt, ep)))
 				}
 			}
@@ -143,9 +134,8 @@ func (h *Handler) mount(guard Guard, eps map[string]endpoint) func(*http.ServeMu
 	}
 }
 
-// Mux is the API as a Lambda function serves it, behind API Gateway: what
-// the mounts add (its routes, the console), every other path NotFound, all
-// behind Observe.
+// Mux is the API as a Lambda function serves it: what the mounts add,
+// every other path NotFound, all behind Observe.
 func Mux(o ObserveOptions, mounts ...func(*http.ServeMux)) http.Handler {
 	mux := http.NewServeMux()
 	for _, m := range mounts {
@@ -156,8 +146,7 @@ func Mux(o ObserveOptions, mounts ...func(*http.ServeMux)) http.Handler {
 }
 
 // bodyLimit is the most bytes route rt's handler reads of a body: the
-// route's MaxBody for a POST, the deployment's own where that is
-// MaxBatchBody. No other method takes a body: a large one is refused.
+// route's MaxBody for a POST (the deployment's own for MaxBatchBody).
 func (h *Handler) bodyLimit(rt Route, method string) int64 {
 	switch {
 	case method != http.MethodPost:
@@ -168,10 +157,9 @@ func (h *Handler) bodyLimit(rt Route, method string) int64 {
 	return rt.MaxBody
 }
 
-// serve is the http.Handler of route rt: it reads the principal the
-// deployment put in the context, reads the body within the route's limit,
-// runs ep (nil: a method the route does not allow) and renders its reply
-// with the call's request id.
+// serve is the http.Handler of route rt: it runs ep (nil: a method the
+// route does not allow) for the deployment's principal and renders its
+// reply.
 func (h *Handler) serve(rt Route, ep endpoint) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx := r.Context()
@@ -182,14 +170,11 @@ func (h *Handler) serve(rt Route, ep endpoint) http.Handler {
 		var reply idempotency.Reply
 		var err error
 		if authenticated {
-			// The rule of publishable keys, here where both deployments
-			// pass (contract, section 17).
-			err = Permit(w, r, rt, p)
+			err = Permit(w, r, rt, p) // here where both deployments pass
 		}
 		switch {
 		case !authenticated:
-			// Our fault (a route wired without its key check), not the
-			// client's.
+			// A route wired without its key check: our fault.
 			err = errors.New("api: request without a principal")
 		case err != nil:
 		case ep == nil || !slices.Contains(rt.Methods, r.Method):
@@ -224,8 +209,7 @@ func (h *Handler) serve(rt Route, ep endpoint) http.Handler {
 		render(w, reply, c.RequestID)
 		if reply.Stream != nil {
 			if err := reply.Stream(w); err != nil {
-				// The status is sent: only a cut connection tells the
-				// client the list is not whole.
+				// The status is sent: only a cut tells the client.
 				c.Err, c.Cut = err, true
 				panic(http.ErrAbortHandler)
 			}
@@ -233,11 +217,10 @@ func (h *Handler) serve(rt Route, ep endpoint) http.Handler {
 	})
 }
 
-// Permit applies authorizer.Permit to the call of principal p on route rt.
-// A publishable key's allowed call is answered with its origin in
-// Access-Control-Allow-Origin, so the page that made it may read the
-// reply; a refused one is not. The handlers call it on both deployments;
-// `evs serve`'s edge calls it too, to refuse before a limit is spent.
+// Permit applies authorizer.Permit to the call of principal p on route rt,
+// and lets the page that made a publishable key's allowed call read the
+// reply (Access-Control-Allow-Origin). `evs serve`'s edge calls it too, to
+// refuse before a limit is spent.
 func Permit(w http.ResponseWriter, r *http.Request, rt Route, p evs.Principal) error {
 	origin := ""
 	if vs := r.Header.Values("Origin"); len(vs) == 1 {
@@ -257,11 +240,9 @@ func Permit(w http.ResponseWriter, r *http.Request, rt Route, p evs.Principal) e
 	return nil
 }
 
-// Preflight answers the CORS preflight of POST /v1/verify (OPTIONS, no
-// key: a browser sends none on it). It cannot know which key the real
-// request will carry, so it lets any origin ask; the real request is where
-// the key's origins are enforced (Permit), and its reply is readable only
-// by a listed origin. No key, no store, no cost.
+// Preflight answers the CORS preflight of POST /v1/verify, which carries
+// no key. It cannot know the real request's key, so it lets any origin
+// ask; the real request enforces the key's origins (Permit).
 func Preflight(w http.ResponseWriter, r *http.Request) {
 	c := CallFromContext(r.Context())
 	c.Route = "/v1/verify"
@@ -283,7 +264,6 @@ func Preflight(w http.ResponseWriter, r *http.Request) {
 // answer (browsers cap it: Chromium at 2 hours).
 const PreflightMaxAge = 7200
 
-// read takes the call's body, within the route's limit, and its query.
 func (h *Handler) read(r *http.Request, rt Route, rid string) (*request, error) {
 	limit := h.bodyLimit(rt, r.Method)
 	if r.ContentLength > limit {
@@ -297,8 +277,8 @@ func (h *Handler) read(r *http.Request, rt Route, rid string) (*request, error) 
 }
 
 // bodyProblem is the error of a body that could not be read (err) or is
-// longer than limit (tooLong). It is apart from read so that its
-// errors.As target is made only for a call that needs it.
+// longer than limit (tooLong); apart from read so that its errors.As
+// target is allocated only when needed.
 func bodyProblem(err error, tooLong bool, route string, limit int64) error {
 	var tooBig *http.MaxBytesError
 	switch {
@@ -311,9 +291,8 @@ func bodyProblem(err error, tooLong bool, route string, limit int64) error {
 	}
 }
 
-// readBody reads at most limit+1 bytes of body. A body of a stated length
-// gets one buffer of that size and a byte more, not one grown from 512
-// bytes: a 6 MiB batch is held once.
+// readBody reads at most limit+1 bytes of body, into one buffer when its
+// length is stated: a 6 MiB batch is held once.
 func readBody(body io.Reader, length, limit int64) ([]byte, error) {
 	if body == nil || body == http.NoBody {
 		return nil, nil
@@ -329,7 +308,6 @@ func readBody(body io.Reader, length, limit int64) ([]byte, error) {
 	return buf[:n], err
 }
 
-// queryOf parses the query only when there is one: most calls have none.
 func queryOf(r *http.Request) url.Values {
 	if r.URL.RawQuery == "" {
 		return nil
@@ -346,9 +324,8 @@ func (e *bodyError) Unwrap() error {
 	return evs.Errorf(evs.CodeInvalidRequest, "The request body is invalid.")
 }
 
-// contentTypeJSONHeader is the Content-Type of most replies, one slice
-// for all: net/http only reads a header's values, and Set or Add give the
-// key a new slice (Add appends to this full one).
+// contentTypeJSONHeader is one slice for all replies: net/http only reads
+// it, and Set or Add give the key a new slice.
 var contentTypeJSONHeader = []string{contentTypeJSON}
 
 // render writes a reply's meaning for the call requestID: the id goes into
@@ -364,8 +341,7 @@ func render(w http.ResponseWriter, r idempotency.Reply, requestID string) {
 		ct = contentTypeJSON
 		h["Content-Type"] = contentTypeJSONHeader
 	}
-	if v := h["X-Request-Id"]; len(v) != 1 || v[0] != requestID {
-		// Observe has set it already, for every reply of the call.
+	if v := h["X-Request-Id"]; len(v) != 1 || v[0] != requestID { // Observe sets it for every reply
 		h["X-Request-Id"] = []string{requestID}
 	}
 	body := r.Body
@@ -394,40 +370,29 @@ func render(w http.ResponseWriter, r idempotency.Reply, requestID string) {
 type Call struct {
 	RequestID string
 	Method    string
-	// Route is the route's template, "" when no route matched.
-	Route     string
+	Route     string // the route's template, "" when none matched
 	AccountID string
-	// ClientAddr is the address of the client (`evs serve`: the peer, or
-	// behind a trusted proxy the address it forwarded for; Lambda: API
-	// Gateway's sourceIp); logged as "client" when known.
+	// ClientAddr is the client's address (the peer, the one a trusted
+	// proxy forwarded for, or API Gateway's sourceIp).
 	ClientAddr netip.Addr
 	Status     int
 	Start      time.Time
-	// Err is the cause of a 5xx, logged at ERROR level; the client saw only
-	// the envelope.
-	Err error
-	// Cut is set when the reply was cut after its status was sent (a
-	// streamed list whose reading failed): Err is then logged too.
-	Cut bool
-	// Attr is the handler's own field: the address's domain or the batch id.
-	Attr slog.Attr
-	// principal is the caller as `evs serve`'s key check found it
-	// (SetPrincipal); on AWS the context carries it instead
-	// (evs.PrincipalFromContext).
-	principal evs.Principal
+	Err        error // the cause of a 5xx, logged at ERROR level
+	// Cut is set when the reply was cut after its status was sent: Err is
+	// then logged too.
+	Cut       bool
+	Attr      slog.Attr     // the handler's own field: a domain or a batch id
+	principal evs.Principal // `evs serve`'s key check's (SetPrincipal)
 }
 
 type callKey struct{}
 
-// SetPrincipal hands the call's handler its caller (PrincipalOf). The
-// call's line is in the context already: a context of its own for the
-// principal would cost every call another copy of the request.
+// SetPrincipal hands the call's handler its caller (PrincipalOf), on the
+// call's line: a context of its own would cost a copy of the request.
 func (c *Call) SetPrincipal(p evs.Principal) { c.principal = p }
 
-// PrincipalOf returns the caller of the call ctx belongs to: the one
-// `evs serve`'s key check set on the call's line, else the one the context
-// carries (evs.PrincipalFromContext: on AWS, the authorizer's answer). ok
-// is false when the call was never authenticated.
+// PrincipalOf returns the caller of the call ctx belongs to (SetPrincipal,
+// else evs.PrincipalFromContext); ok is false when never authenticated.
 func PrincipalOf(ctx context.Context) (p evs.Principal, ok bool) {
 	if c, isCall := ctx.Value(callKey{}).(*Call); isCall && c.principal.AccountID != "" {
 		return c.principal, true
@@ -435,9 +400,8 @@ func PrincipalOf(ctx context.Context) (p evs.Principal, ok bool) {
 	return evs.PrincipalFromContext(ctx)
 }
 
-// CallFromContext returns the log line of the call ctx belongs to; a
-// context that has none (a handler called without Observe) gets a fresh
-// one, written by no one.
+// CallFromContext returns the log line of the call ctx belongs to, or a
+// fresh one that no one writes.
 func CallFromContext(ctx context.Context) *Call {
 	if c, ok := ctx.Value(callKey{}).(*Call); ok {
 		return c
@@ -451,15 +415,14 @@ func (c *Call) Log(ctx context.Context, l *slog.Logger, end time.Time) {
 	if c.Err != nil && (c.Status >= 500 || c.Cut) {
 		level = slog.LevelError
 	}
-	// The record goes to the handler directly: Logger.LogAttrs would also
-	// walk the stack for a source position no one logs, on every call.
+	// To the handler directly: Logger.LogAttrs would walk the stack for a
+	// source position no one logs.
 	h := l.Handler()
 	if !h.Enabled(ctx, level) {
 		return
 	}
 	rec := slog.NewRecord(end, level, "call", 0)
-	// One AddAttrs call: each call past the record's five inline fields
-	// grows its slice again.
+	// One AddAttrs call: each past the record's five inline fields grows it.
 	attrs := [9]slog.Attr{
 		slog.String("requestId", c.RequestID),
 		slog.String("method", c.Method),
@@ -484,19 +447,15 @@ func (c *Call) Log(ctx context.Context, l *slog.Logger, end time.Time) {
 
 // ObserveOptions configure Observe.
 type ObserveOptions struct {
-	Logger *slog.Logger
-	// Now is the clock of the line's latency (default time.Now).
-	Now func() time.Time
-	// ClientAddr tells the client's address (default: the peer's).
-	ClientAddr func(r *http.Request) netip.Addr
-	// Done, when set, is told of every call once answered (metrics).
-	Done func(c *Call, end time.Time)
+	Logger     *slog.Logger
+	Now        func() time.Time                 // default time.Now
+	ClientAddr func(r *http.Request) netip.Addr // default PeerAddr
+	Done       func(c *Call, end time.Time)     // told of every call once answered
 }
 
 // Observe is the outermost layer of both deployments: it gives each call
-// its request id (the one the platform assigned, or a new UUID), writes
-// its one log line, including for calls no route answers, puts the id in
-// X-Request-Id of every reply, and turns a panic into the contract's 500.
+// its request id (the platform's, or a new UUID) in X-Request-Id, writes
+// its one log line, and turns a panic into the contract's 500.
 func Observe(o ObserveOptions, next http.Handler) http.Handler {
 	if o.Now == nil {
 		o.Now = time.Now
@@ -515,9 +474,7 @@ func Observe(o ObserveOptions, next http.Handler) http.Handler {
 		ctx := context.WithValue(r.Context(), callKey{}, &sw.call)
 		defer func() {
 			if p := recover(); p != nil {
-				if p == http.ErrAbortHandler {
-					// A reply cut on purpose (Reply.Stream): its line
-					// says why, then net/http closes the connection.
+				if p == http.ErrAbortHandler { // a reply cut on purpose (Reply.Stream)
 					sw.call.Log(ctx, o.Logger, o.Now())
 					panic(p)
 				}
@@ -547,7 +504,6 @@ func PeerAddr(r *http.Request) netip.Addr {
 	return a.Unmap()
 }
 
-// statusWriter writes the status into the call's line.
 type statusWriter struct {
 	http.ResponseWriter
 	call  Call
@@ -578,16 +534,14 @@ func WriteError(w http.ResponseWriter, err error, requestID string) {
 }
 
 // NotFound answers every path no route has: 404 not_found, as API
-// Gateway's MISSING_AUTHENTICATION_TOKEN response does on AWS.
+// Gateway's MISSING_AUTHENTICATION_TOKEN response does.
 func NotFound(w http.ResponseWriter, r *http.Request) {
 	WriteError(w, evs.Errorf(evs.CodeNotFound, "No such route."), CallFromContext(r.Context()).RequestID)
 }
 
 // Canonical refuses, with NotFound, a path that the standard mux would
-// redirect to a cleaned form: a trailing or doubled slash or a dot segment
-// is another path, with no route (contract, section 1), so
-// "/v1/requests/" cannot pass for "/v1/requests" and slip out of its
-// idempotency scope.
+// redirect to a cleaned form: "/v1/requests/" is another path, with no
+// route, and cannot slip out of "/v1/requests"'s idempotency scope.
 func Canonical(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p := r.URL.Path

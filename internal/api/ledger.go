@@ -8,14 +8,11 @@ import (
 	"github.com/evs-dev/evs/internal/evs"
 )
 
-// Ledger counts what an account makes the service keep (contract, section
-// 16): the bytes of its lists' rows, results, exports, outcomes and
-// uploads against its storage quota (EVS_MAX_STORED_BYTES), its outcomes
-// against their cap (EVS_MAX_OUTCOMES), each until the data goes. A long
-// write charges as it runs, a part at a time (Hold), so the quota and the
-// free-space watermark stop it midway; what it wrote is then removed and
-// its charge given back. internal/app builds the one ledger both
-// deployments use.
+// Ledger counts what an account makes the service keep, until the data
+// goes: bytes against its storage quota (EVS_MAX_STORED_BYTES), outcomes
+// against their cap (EVS_MAX_OUTCOMES). A long write charges as it runs
+// (Hold), so the quota stops it midway; what it wrote is then removed and
+// its charge given back.
 type Ledger interface {
 	// Charge adds n of what, kept until until, to the account's. Over
 	// the account's limit it charges nothing and returns a

@@ -9,10 +9,8 @@ import (
 	"github.com/evs-dev/evs/internal/idempotency"
 )
 
-// listItem is one batch of GET /v1/requests: the batch envelope of GET
-// /v1/requests/{id} without replayed, which belongs to a call, not to a
-// batch. callbackUrl and callback are left out too: they cost a read per
-// batch, and GET /v1/requests/{id} shows them.
+// listItem is one batch of GET /v1/requests: the batch envelope without
+// replayed (a call's) and the callback (a read per batch).
 type listItem struct {
 	Request  batchRequest `json:"request"`
 	Counters Counters     `json:"counters"`
@@ -24,9 +22,8 @@ type listPage struct {
 }
 
 // listCursor is the opaque position of a batch-list page: the CreatedAt (in
-// nanoseconds, so that no store's precision is lost) and ID of the batch
-// listed last. The list runs newest first, so a batch created later comes
-// before it and never shifts the pages after it.
+// nanoseconds) and ID of the batch listed last. Newest first, so a batch
+// created later never shifts the pages after it.
 type listCursor struct {
 	Created int64  `json:"t"`
 	ID      string `json:"i"`
@@ -38,10 +35,9 @@ type listCursor struct {
 var batchStates = map[evs.State]bool{evs.StateQueued: true, evs.StateRunning: true, evs.StateCompleted: true, evs.StateCancelled: true, evs.StateFailed: true}
 
 // listBatches answers GET /v1/requests: the account's batches, newest
-// first, a page at a time (contract, section 13), those in the states of
-// state= when it is given. The store lists all of them: filtered, a page
-// reads whole store pages' worth, at most pageScan batches, so it may hold
-// fewer than limit while nextCursor still advances.
+// first, a page at a time, those in the states of state= when given.
+// Filtered, a page reads at most pageScan batches, so it may hold fewer
+// than limit while nextCursor still advances.
 func (h *Handler) listBatches(ctx context.Context, req *request, p evs.Principal) (idempotency.Reply, error) {
 	q := req.query
 	for k := range q {

@@ -14,33 +14,24 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/evs-dev/evs/internal/config"
 	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/idempotency"
 	"github.com/evs-dev/evs/internal/store"
 	"github.com/evs-dev/evs/internal/verify"
 )
 
-// Reported outcomes (contract, section 18): POST /v1/outcomes takes what
-// happened when the account's mail was sent, DELETE /v1/outcomes?email=
-// forgets an address's, and GET /v1/outcomes/report grades the verdicts
-// the account was given against them. Verdicts use them through
-// verify.ApplyHistory (history.go in this package looks them up).
-
-// Limits of POST /v1/outcomes: those of batch creation (contract, section
-// 1), the body's being Deps.MaxBatchBody.
+// Limits of POST /v1/outcomes (its body's is Deps.MaxBatchBody).
 const (
 	MaxOutcomes = MaxBatchAddresses
 	// MaxSMTPReplyBytes bounds a reported smtpReply; it is kept trimmed to
-	// 200 characters, as every SMTP text (contract, section 2).
+	// 200 characters, as every SMTP text.
 	MaxSMTPReplyBytes = 2048
 	smtpReplyChars    = 200
-	// outcomeFutureSkew is how far in the future an outcome's time may be:
-	// clocks differ, but a time an hour ahead is a mistake, and would
-	// outrank every real report until then.
+	// outcomeFutureSkew: clocks differ, but a time an hour ahead is a
+	// mistake, and would outrank every real report until then.
 	outcomeFutureSkew = time.Hour
-	// DefaultOutcomeTTL is EVS_OUTCOME_TTL's default: how long an outcome
-	// is kept after it was received.
-	DefaultOutcomeTTL = 365 * 24 * time.Hour
+	DefaultOutcomeTTL = config.DefaultOutcomeTTL // EVS_OUTCOME_TTL's default
 )
 
 // Outcomes is the store of reported outcomes (both stores implement it).
@@ -57,24 +48,18 @@ type outcomeJSON struct {
 }
 
 type outcomesResponse struct {
-	// Received is how many outcomes the request held; Accepted how many
-	// were new, Duplicates how many were already stored (or repeated in
-	// the request). Received = Accepted + Duplicates.
+	// Duplicates were already stored or repeated in the request.
 	Received   int `json:"received"`
 	Accepted   int `json:"accepted"`
 	Duplicates int `json:"duplicates"`
 }
 
-// outcomeFields are the CSV columns, as the header names them.
 var outcomeFields = []string{"email", "outcome", "at", "bounceType", "smtpReply"}
 
-// ParseOutcomes reads a POST /v1/outcomes body of media type mt
-// (application/json or text/csv) into outcomes with normalised addresses
-// and millisecond times, in the body's order. The whole request is refused
-// at its first bad outcome, with an invalid_request error naming it
-// ("outcomes[3]" in JSON, "row 4" in CSV, the header being row 1) and the
-// field: nothing is stored, so a corrected list can simply be sent again
-// (the natural key keeps what was stored before once). now bounds how
+// ParseOutcomes reads a POST /v1/outcomes body of media type mt into
+// outcomes with normalised addresses and millisecond times, in the body's
+// order. The whole request is refused at its first bad outcome, with an
+// error naming it ("outcomes[3]", "row 4") and the field. now bounds how
 // late an outcome's time may be.
 func ParseOutcomes(mt string, body []byte, now time.Time) ([]evs.Outcome, error) {
 	switch mt {
@@ -88,9 +73,7 @@ func ParseOutcomes(mt string, body []byte, now time.Time) ([]evs.Outcome, error)
 }
 
 // parseOutcomesJSON reads the outcomes list an outcome at a time, each
-// checked as it comes: a body of six million empty objects is refused at
-// its first, and memory holds at most MaxOutcomes outcomes, never the
-// whole list decoded (contract, section 16).
+// checked as it comes: memory never holds the whole list decoded.
 func parseOutcomesJSON(body []byte, now time.Time) ([]evs.Outcome, error) {
 	if !utf8.Valid(body) {
 		return nil, evs.Errorf(evs.CodeInvalidRequest, "The request body is not valid UTF-8.")
@@ -171,15 +154,13 @@ func outcomeCount(n int) error {
 	return nil
 }
 
-// fieldError is a problem with one field of one outcome: its text is for
-// the client, behind the outcome's position.
+// fieldError is a problem with one field of one outcome, for the client.
 type fieldError string
 
 func (e fieldError) Error() string { return string(e) }
 
 func fieldErrorf(format string, args ...any) error { return fieldError(fmt.Sprintf(format, args...)) }
 
-// outcomeOf checks one outcome's fields and returns it as stored.
 func outcomeOf(in outcomeJSON, now time.Time) (evs.Outcome, error) {
 	str := func(p *string) string {
 		if p == nil {
@@ -221,8 +202,7 @@ func outcomeOf(in outcomeJSON, now time.Time) (evs.Outcome, error) {
 	if t.After(now.Add(outcomeFutureSkew)) {
 		return evs.Outcome{}, fieldErrorf("field \"at\" is more than an hour in the future.")
 	}
-	// The stores keep milliseconds: the natural key must not tell apart
-	// what they cannot.
+	// The stores keep milliseconds, and so must the natural key.
 	o.At = t.UTC().Truncate(time.Millisecond)
 	switch bt := str(in.BounceType); {
 	case bt == "":
@@ -244,7 +224,6 @@ func outcomeOf(in outcomeJSON, now time.Time) (evs.Outcome, error) {
 	return o, nil
 }
 
-// trimChars cuts s to at most n characters.
 func trimChars(s string, n int) string {
 	if len(s) <= n {
 		return s
@@ -259,15 +238,10 @@ func trimChars(s string, n int) string {
 	return s
 }
 
-// outcomesCSVLimits bound the records parseOutcomesCSV reads: the batch
-// parser's own, its address column (the first) never too long before the
-// record is.
 var outcomesCSVLimits = ListLimits{MaxAddresses: math.MaxInt, MaxAddressBytes: defaultMaxRecordBytes}
 
-// parseOutcomesCSV reads the records with the batch list's parser
-// (ReadListCSVRows), so that a body of commas or one enormous field costs
-// one bounded record, as it does for a list (contract, section 16). The
-// first record is the header.
+// parseOutcomesCSV reads the records with the batch list's bounded parser
+// (ReadListCSVRows); the first is the header.
 func parseOutcomesCSV(body []byte, now time.Time) ([]evs.Outcome, error) {
 	var out []evs.Outcome
 	var col map[string]int
@@ -310,7 +284,6 @@ func parseOutcomesCSV(body []byte, now time.Time) ([]evs.Outcome, error) {
 	return out, outcomeCount(len(out))
 }
 
-// outcomeColumns reads the CSV header: which column holds which field.
 func outcomeColumns(header [][]byte) (map[string]int, error) {
 	col := map[string]int{}
 	for i, h := range header {
@@ -333,7 +306,6 @@ func outcomeColumns(header [][]byte) (map[string]int, error) {
 	return col, nil
 }
 
-// postOutcomes serves POST /v1/outcomes.
 func (h *Handler) postOutcomes(ctx context.Context, req *request, p evs.Principal) (idempotency.Reply, error) {
 	if h.d.Outcomes == nil {
 		return idempotency.Reply{}, evs.Errorf(evs.CodeNotFound, "Unknown route.")
@@ -359,9 +331,8 @@ func (h *Handler) postOutcomes(ctx context.Context, req *request, p evs.Principa
 }
 
 // keepOutcomes is storeOutcomes within the account's outcomes cap and
-// storage quota, kept by l (nil: no bound): all of os is charged first, or
-// none of it is kept, and what was not added (already kept) is given back.
-// POST /v1/outcomes and SES notifications through SNS share it.
+// storage quota (l, nil for none): all of os is charged first, and what
+// was not added is given back. POST /v1/outcomes and SNS share it.
 func keepOutcomes(ctx context.Context, l Ledger, st Outcomes, p evs.Principal, os []evs.Outcome, now time.Time, ttl time.Duration) (outcomesResponse, error) {
 	until, n := now.Add(ttl), int64(len(os))
 	if l != nil {
@@ -384,9 +355,8 @@ func keepOutcomes(ctx context.Context, l Ledger, st Outcomes, p evs.Principal, o
 	return r, err
 }
 
-// storeOutcomes keeps in st the new ones of os for the account, each with
-// the verdict the account had been given on its address before it (for
-// the report), until now+ttl.
+// storeOutcomes keeps the new ones of os, each with the verdict the
+// account had on its address before it (for the report), until now+ttl.
 func storeOutcomes(ctx context.Context, st Outcomes, accountID string, os []evs.Outcome, now time.Time, ttl time.Duration) (outcomesResponse, error) {
 	type natural struct {
 		addr string
@@ -425,9 +395,6 @@ func storeOutcomes(ctx context.Context, st Outcomes, accountID string, os []evs.
 	return outcomesResponse{Received: len(os), Accepted: added, Duplicates: len(os) - added}, nil
 }
 
-// deleteOutcomes serves DELETE /v1/outcomes?email=: the account's
-// outcomes of that address are forgotten. The call's log line gets the
-// address's domain, never the address.
 func (h *Handler) deleteOutcomes(ctx context.Context, req *request, p evs.Principal) (idempotency.Reply, error) {
 	if h.d.Outcomes == nil {
 		return idempotency.Reply{}, evs.Errorf(evs.CodeNotFound, "Unknown route.")
@@ -466,30 +433,24 @@ func (h *Handler) deleteOutcomes(ctx context.Context, req *request, p evs.Princi
 	}{n}), nil
 }
 
-// Score buckets of the report: the score ranges a calibration table
-// reads well at, and "not_verified" for an outcome the account had no
-// verdict on.
+// Score buckets of the report: ranges a calibration table reads well at.
 var scoreBuckets = [...]struct {
 	name   string
 	lo, hi int
 }{{"0-19", 0, 19}, {"20-39", 20, 39}, {"40-59", 40, 59}, {"60-79", 60, 79}, {"80-100", 80, 100}}
 
-// notVerified is the report's status of outcomes the account had no
-// verdict on before them.
 const notVerified = "not_verified"
 
 type reportRow struct {
-	Status string `json:"status"`
-	// ScoreBucket is null for not_verified.
-	ScoreBucket *string `json:"scoreBucket"`
-	Sent        int     `json:"sent"`
-	Delivered   int     `json:"delivered"`
-	HardBounces int     `json:"hardBounces"`
-	SoftBounces int     `json:"softBounces"`
-	Complaints  int     `json:"complaints"`
-	Deferrals   int     `json:"deferrals"`
-	// BounceRate is HardBounces / Sent, null when nothing was sent.
-	BounceRate *float64 `json:"bounceRate"`
+	Status      string   `json:"status"`
+	ScoreBucket *string  `json:"scoreBucket"` // null for not_verified
+	Sent        int      `json:"sent"`
+	Delivered   int      `json:"delivered"`
+	HardBounces int      `json:"hardBounces"`
+	SoftBounces int      `json:"softBounces"`
+	Complaints  int      `json:"complaints"`
+	Deferrals   int      `json:"deferrals"`
+	BounceRate  *float64 `json:"bounceRate"` // HardBounces / Sent, null when nothing was sent
 }
 
 type outcomesReport struct {
@@ -498,10 +459,8 @@ type outcomesReport struct {
 }
 
 // outcomesReport serves GET /v1/outcomes/report: the account's outcomes
-// counted by the verdict (status) and score bucket it was given on each
-// address before the outcome. "Sent" are the deliveries and bounces (any
-// type); the bounce rate is hard bounces over sent, the share of mail that
-// a verdict let through and that could never arrive.
+// counted by the verdict and score bucket it had on each address before
+// the outcome. "Sent" are the deliveries and bounces.
 func (h *Handler) outcomesReport(ctx context.Context, req *request, p evs.Principal) (idempotency.Reply, error) {
 	if h.d.Outcomes == nil {
 		return idempotency.Reply{}, evs.Errorf(evs.CodeNotFound, "Unknown route.")
@@ -516,8 +475,6 @@ func (h *Handler) outcomesReport(ctx context.Context, req *request, p evs.Princi
 	return jsonReply(http.StatusOK, rep), nil
 }
 
-// buildOutcomesReport counts the account's outcomes for the report (see
-// outcomesReport).
 func buildOutcomesReport(ctx context.Context, st Outcomes, accountID string) (outcomesReport, error) {
 	statuses := []string{string(evs.Deliverable), string(evs.Risky), string(evs.Unknown), string(evs.Undeliverable), notVerified}
 	type cell struct{ status, bucket int }

@@ -12,13 +12,10 @@ import (
 	"github.com/evs-dev/evs/internal/store"
 )
 
-// The default limits of a publishable key (contract, section 17;
-// docs/security.md), calls a minute: per client address (a /64 for IPv6)
-// with the key (EVS_PUBLISHABLE_RATE_PER_ADDRESS), and per key over all
-// addresses (EVS_PUBLISHABLE_RATE); a key may have its own
-// (evs.Key.Limits, `evs keys create --rate`). An address is counted per
-// key, so one shop's form does not spend another's limit behind a shared
-// NAT. `evs serve` counts them in memory at its edge; on AWS the verify
+// The default limits of a publishable key, calls a minute: per client
+// address (a /64 for IPv6) with the key (EVS_PUBLISHABLE_RATE_PER_ADDRESS),
+// and per key (EVS_PUBLISHABLE_RATE); a key may have its own
+// (evs.Key.Limits). `evs serve` counts them at its edge; on AWS the verify
 // function counts them in the store (Deps.PublishableLimits).
 const (
 	PublishablePerAddress = 10
@@ -26,9 +23,7 @@ const (
 )
 
 // PublishableLimits are publishable keys' calls a minute, per client
-// address and per key; a zero field counts nothing. Set in Deps, they
-// make the handlers count the calls in the Quota store's counters (AWS,
-// where no process sees every call).
+// address and per key; a zero field counts nothing.
 type PublishableLimits struct {
 	PerAddress, PerKey int
 }
@@ -59,10 +54,9 @@ type PublishableQuota interface {
 }
 
 // limitPublishable charges a publishable key's call to its client
-// address's minute with the key, then to the key's (on a PublishableQuota,
-// chargeQuota does that): an address over its limit spends none of the
-// key's, so one client's flood does not shut the form for everyone. Over
-// either, the call is 429 with Retry-After to the minute's end.
+// address's minute, then to the key's (on a PublishableQuota, chargeQuota
+// does that): one client's flood does not shut the form for everyone.
+// Over either, the call is 429.
 func (h *Handler) limitPublishable(ctx context.Context, p evs.Principal) error {
 	if p.Kind != evs.KeyPublishable || h.d.Quota.Store == nil || h.d.PublishableLimits == (PublishableLimits{}) {
 		return nil

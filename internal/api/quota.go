@@ -14,19 +14,14 @@ import (
 	"github.com/evs-dev/evs/internal/store"
 )
 
-// The address quota (contract, section 14: "Quotas count addresses, not
-// calls"): each account may have at most Quota.Limit addresses verified per
-// calendar day or month, UTC. /v1/verify charges one address; batch
-// creation charges its distinct addresses (counters.total minus
-// duplicates), which is what will be verified. A call over the quota is
-// 429 rate_limited with Retry-After the seconds until the period ends, and
-// charges nothing. The charge is made inside the Idempotency-Key's claim,
-// so a replay, which is answered before the handler runs, charges nothing,
-// and a refused call (429, not kept) may be retried with the same key.
+// The address quota counts addresses, not calls: at most Quota.Limit
+// verified per account and calendar day or month, UTC; a batch charges its
+// distinct addresses. A call over it is 429 with Retry-After to the
+// period's end. The charge is made inside the Idempotency-Key's claim, so
+// a replay charges nothing and a refused call may be retried with its key.
 
-// AddressQuota keeps the quota's counters, one per account and period. The
-// stores implement it: one conditional write per charge, so concurrent
-// calls never take the counter past the limit.
+// AddressQuota keeps the quota's counters, one per account and period, one
+// conditional write per charge, so concurrent calls never pass the limit.
 type AddressQuota interface {
 	// ChargeAddresses adds n to the counter of accountID in period when
 	// the sum stays at most limit, and tells whether it did; otherwise the
@@ -100,11 +95,9 @@ func retryAfter(err error) (string, bool) {
 // behind never sees a period's counter gone while the period still runs.
 const counterGrace = 48 * time.Hour
 
-// chargeQuota charges n addresses to the account; a publishable key's
-// are charged to its keys' share first (Quota.PublishablePercent), so
-// that they use at most that share of the account's quota. refund gives
-// the charge back (best effort) when the work it paid for is not done
-// after all.
+// chargeQuota charges n addresses to the account, a publishable key's to
+// its keys' share first (Quota.PublishablePercent). refund gives the
+// charge back (best effort) when the work is not done after all.
 func (h *Handler) chargeQuota(ctx context.Context, p evs.Principal, n int) (refund func(), err error) {
 	q := h.d.Quota
 	pq, cheap := q.Store.(PublishableQuota)
@@ -178,9 +171,8 @@ func (h *Handler) chargePublishable(ctx context.Context, pq PublishableQuota, p 
 // meets an address quota counter of the same day.
 const keysPeriod = "idempotency-keys/"
 
-// chargeKey charges one new Idempotency-Key to the account's day, UTC
-// (Quota.IdempotencyKeys). refund gives it back when the call's record is
-// not kept after all (a 429 or a 5xx), since only kept records take space.
+// chargeKey charges one new Idempotency-Key to the account's UTC day;
+// refund gives it back when the call's record is not kept after all.
 func (h *Handler) chargeKey(ctx context.Context, p evs.Principal) (refund func(), err error) {
 	q := h.d.Quota
 	if q.IdempotencyKeys <= 0 || q.Store == nil {

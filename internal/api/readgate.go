@@ -9,18 +9,12 @@ import (
 	"github.com/evs-dev/evs/internal/store"
 )
 
-// A heavy read reads an amount of an account's data that grows with the
-// account: a batch's results as CSV, an export, the outcomes report. On
-// `evs serve` each holds one of the store's few SQLite readers for as
-// long, and a CSV list a buffer of its rows. The routes say which calls
-// are heavy (Route.Heavy), and readGate admits a bounded number at once,
-// in all and per account, so that one account's reads never take the
-// readers every other account's calls need (contract, section 16). A
-// read past its account's bound is answered 429 rate_limited, past the
-// server's 503 unavailable, both at once and with Retry-After: a heavy
-// read takes seconds, so waiting would only hold the connection. One
-// Lambda instance serves one call at a time, and DynamoDB has no pool of
-// readers to share, so only `evs serve` sets a bound.
+// A heavy read (Route.Heavy) reads an amount of an account's data that
+// grows with the account, holding one of `evs serve`'s few SQLite readers
+// as long. readGate admits a bounded number at once, in all and per
+// account, so one account's reads never take the readers every other
+// account needs: past its account's bound a read is 429, past the server's
+// 503, at once and with Retry-After.
 type readGate struct {
 	total, perAccount int
 

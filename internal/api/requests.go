@@ -25,19 +25,14 @@ import (
 	"github.com/evs-dev/evs/internal/verify"
 )
 
-// Limits of batch creation (contract, section 1).
+// Limits of batch creation.
 const (
 	// MaxBatchBody is the contract's body limit, `evs serve`'s.
 	MaxBatchBody = 6 << 20
 	// LambdaMaxBatchBody is the body limit on AWS. Lambda takes at most
-	// 6 MiB (6,291,456 bytes) per synchronous invocation, and that counts
-	// the whole event, not the body. API Gateway base64-encodes every body
-	// (BinaryMediaTypes */* in template.yaml), so a body of n bytes is
-	// 4*ceil(n/3) in the event whatever it holds; 4 MiB becomes 5,592,408
-	// bytes, which leaves 699,048 for the envelope, whose variable part is
-	// bounded by API Gateway's 10 KiB limit on the request line and headers
-	// (see docs/aws.md for the sum). Without the encoding a JSON-escaped
-	// body could grow six-fold and no limit would be safe.
+	// 6 MiB per synchronous event, and API Gateway base64-encodes every
+	// body (BinaryMediaTypes */*): 4 MiB becomes 5,592,408 bytes, which
+	// leaves room for the envelope (see docs/aws.md for the sum).
 	LambdaMaxBatchBody = 4 << 20
 
 	MaxBatchAddresses = 50000
@@ -45,7 +40,7 @@ const (
 	MaxPageLimit      = 1000
 )
 
-// batchEnvelope is the batch object of the contract, section 3.
+// batchEnvelope is the batch object of the contract.
 type batchEnvelope struct {
 	Request  batchRequest `json:"request"`
 	Counters Counters     `json:"counters"`
@@ -61,8 +56,7 @@ type batchRequest struct {
 	CompletedAt *evs.Time `json:"completedAt,omitempty"`
 	CallbackURL string    `json:"callbackUrl,omitempty"`
 	Callback    *callback `json:"callback,omitempty"`
-	// Name is the batch's name, when it was given one.
-	Name string `json:"name,omitempty"`
+	Name        string    `json:"name,omitempty"`
 }
 
 func envelopeOf(b evs.Batch, replayed bool) batchEnvelope {
@@ -80,10 +74,8 @@ func envelopeOf(b evs.Batch, replayed bool) batchEnvelope {
 	return e
 }
 
-// batchPath is the path of the batch id, as the Location of its creation.
 func batchPath(id string) string { return "/v1/requests/" + id }
 
-// batchID validates the {id} path parameter.
 func batchID(req *request) (string, error) {
 	id := req.r.PathValue("id")
 	u, err := uuid.Parse(id)
@@ -96,21 +88,18 @@ func batchID(req *request) (string, error) {
 // parsedBatch is a validated creation request: a list read from the body,
 // or the ID of an upload to read it from.
 type parsedBatch struct {
-	mode     evs.Mode
-	list     *addressList
-	uploadID string
-	// upload is the upload opened, of uploadSize bytes.
-	upload      evs.Upload
+	mode        evs.Mode
+	list        *addressList
+	uploadID    string
+	upload      evs.Upload // opened, of uploadSize bytes
 	uploadSize  int64
 	callbackURL string
 	maxAge      time.Duration // as evs.Batch.MaxAge
 	name        string
-	// layout is a CSV list's column and delimiter, as the client named them.
-	layout CSVLayout
+	layout      CSVLayout // a CSV list's column and delimiter, as named
 }
 
-// parseLayout reads the column and delimiter a client names for a CSV
-// list (the query's, or an upload's batch's JSON fields), each optional.
+// parseLayout reads the optional column and delimiter of a CSV list.
 func parseLayout(column, delimiter string, hasColumn, hasDelimiter bool) (CSVLayout, error) {
 	var l CSVLayout
 	if hasColumn {
@@ -132,9 +121,7 @@ func parseLayout(column, delimiter string, hasColumn, hasDelimiter bool) (CSVLay
 	return l, nil
 }
 
-// checkName refuses a batch name a listing could not show on one line:
-// empty, longer than evs.MaxBatchName characters, or holding a control
-// character.
+// checkName refuses a batch name a listing could not show on one line.
 func checkName(s string) error {
 	switch {
 	case strings.TrimSpace(s) == "":
@@ -155,13 +142,11 @@ type addressList struct {
 	items []evs.Item
 	// rows, when set, keeps the list's rows (rows.go); its map then
 	// decides duplicates, since a duplicate row names its address's seq.
-	rows *rowSpool
-	// shape is how a CSV list with rows was written.
-	shape CSVShape
+	rows  *rowSpool
+	shape CSVShape // how a CSV list with rows was written
 }
 
-// add checks the next address of the list and keeps it unless it is a
-// duplicate.
+// add checks the next address and keeps it unless it is a duplicate.
 func (l *addressList) add(addr string) error {
 	if err := checkEmail(addr, l.total); err != nil {
 		return err
@@ -204,9 +189,7 @@ func (h *Handler) createBatch(ctx context.Context, req *request, p evs.Principal
 	}
 	key, keyed := req.header("Idempotency-Key")
 	ct, _ := req.header("Content-Type")
-	// found: the batch this call would create already exists, made by an
-	// earlier call with the same key and request whose reply was lost.
-	found := false
+	found := false // made by an earlier call with the key whose reply was lost
 	stored, replayed, err := h.idempotent(ctx, req, p, raw, func(ctx context.Context) idempotency.Reply {
 		var b evs.Batch
 		var err error
@@ -222,8 +205,8 @@ func (h *Handler) createBatch(ctx context.Context, req *request, p evs.Principal
 		if err != nil {
 			return errReply(err)
 		}
-		// A found batch is stored under the key as the first call's reply
-		// would have been, and answered below as a replay.
+		// A found batch is stored as the first call's reply, and answered
+		// below as a replay.
 		r := jsonReply(http.StatusCreated, envelopeOf(b, false))
 		r.Headers = map[string]string{"Location": batchPath(b.ID)}
 		return r
@@ -231,9 +214,8 @@ func (h *Handler) createBatch(ctx context.Context, req *request, p evs.Principal
 	if err != nil || !replayed && !found {
 		return stored, err
 	}
-	// A replayed creation answers with the batch as it is now (contract,
-	// section 1), not the stored snapshot; the stored reply names it in
-	// Location. A stored error is replayed as is.
+	// A replayed creation answers with the batch as it is now, named by
+	// the stored reply's Location; a stored error is replayed as is.
 	id, ok := strings.CutPrefix(stored.Headers["Location"], batchPath(""))
 	if stored.StatusCode != http.StatusCreated || !ok {
 		return stored, nil
@@ -248,16 +230,12 @@ func (h *Handler) createBatch(ctx context.Context, req *request, p evs.Principal
 }
 
 // keyedNamespace derives the ID of a batch created under an
-// Idempotency-Key (uuid.NewSHA1) from the key's scope, the request's
-// fingerprint and a generation: the batch is the effect of the call, and
-// its ID is known before it is created, so a retry finds it whatever
-// became of the first call's reply.
+// Idempotency-Key from the key's scope, the request's fingerprint and a
+// generation, so a retry finds it whatever became of the first reply.
 var keyedNamespace = uuid.MustParse("b3a6f0de-52c1-4c0e-9d7a-1f8e2c6b4a90")
 
-// keyedBatchID is the ID of generation gen of the batch of a keyed
-// creation. A key may be used again once its record expires
-// (idempotency.Retention): that use is a new request, so it takes the next
-// generation.
+// keyedBatchID is the ID of generation gen of a keyed creation's batch: a
+// key used again once its record expired takes the next generation.
 func keyedBatchID(scope, fingerprint string, gen int) string {
 	return uuid.NewSHA1(keyedNamespace, []byte(scope+"\x00"+fingerprint+"\x00"+strconv.Itoa(gen))).String()
 }
@@ -271,13 +249,10 @@ const maxGenerations = 100
 // queued: it failed before any work, so it is no call's effect.
 const unqueuedReason = "the batch could not be queued"
 
-// storeKeyedBatch stores the batch of a creation carrying an
-// Idempotency-Key under its derived ID, unless an earlier call with the
-// same key and request made it within idempotency.Retention: then it
-// returns that batch and found true, and charges nothing. So a call that
-// created its batch but failed to store its reply (a full disk) answered
-// 5xx without a record, and its retry answers with the batch it made
-// rather than make a second one.
+// storeKeyedBatch stores the batch of a keyed creation under its derived
+// ID, unless an earlier call with the same key and request made it within
+// idempotency.Retention: then it returns that batch, found, and charges
+// nothing (the first call's reply was lost, a full disk say).
 func (h *Handler) storeKeyedBatch(ctx context.Context, p evs.Principal, in parsedBatch, scope, fingerprint string) (evs.Batch, bool, error) {
 	now := h.d.Now()
 	for gen := range maxGenerations {
@@ -306,15 +281,13 @@ func (h *Handler) storeKeyedBatch(ctx context.Context, p evs.Principal, in parse
 	return evs.Batch{}, false, evs.Errorf(evs.CodeUnavailable, "The request could not be created under this Idempotency-Key; retry with a new key.")
 }
 
-// storeBatch stores the batch of a read list with its items in one step
-// and queues it. A batch that cannot be queued is marked failed, so it
-// never sits in "queued" forever. id is the batch's ID ("" for a new one).
+// storeBatch stores the batch of a read list with its items and queues
+// it, or marks it failed. id is the batch's ID ("" for a new one).
 func (h *Handler) storeBatch(ctx context.Context, p evs.Principal, in parsedBatch, id string) (evs.Batch, error) {
 	now := h.d.Now().UTC()
 	items := in.list.items
-	// The list is read: what decided its duplicates (a key per distinct
-	// address, as much again as the items) is not held while they are
-	// stored, which for a million addresses takes seconds.
+	// What decided duplicates (as large as the items) is not held while
+	// they are stored, which for a million addresses takes seconds.
 	in.list.seen = nil
 	if in.list.rows != nil {
 		in.list.rows.seqs, in.list.rows.lines = nil, nil
@@ -345,8 +318,7 @@ func (h *Handler) storeBatch(ctx context.Context, p evs.Principal, in parsedBatc
 	if err != nil {
 		return evs.Batch{}, err
 	}
-	// The storage quota counts the items with their results to come, and
-	// the rows as they are stored.
+	// The storage quota counts the items, with their results to come.
 	held := NewHold(h.d.Ledger, p, b.ExpiresAt)
 	if err := held.Add(ctx, int64(len(items))*itemBytes); err != nil {
 		refund()
@@ -381,14 +353,9 @@ func (h *Handler) storeBatch(ctx context.Context, p evs.Principal, in parsedBatc
 
 // dedupKey is the normalized address, which decides duplicates, and the
 // domain that groups work. An invalid address is its own trimmed text, in a
-// key space of its own: trimming (of U+00A0, say) could otherwise make an
-// invalid entry equal to a valid address and drop the valid one as its
-// duplicate. It only parses: the lists and the typo suggestion are the
-// engine's, and a 50,000-address batch would pay for them twice.
-//
-// Valid addresses are compared without case: mailbox names are
-// case-sensitive by the letter of RFC 5321, but no provider gives
-// ALICE@ and alice@ to two people, and a list holding both means one.
+// key space of its own, so it never drops a valid one as its duplicate.
+// Valid addresses are compared without case: no provider gives ALICE@ and
+// alice@ to two people.
 func dedupKey(email string) (key, domain string) {
 	key, domain, ok := verify.NormalizedKey(email)
 	if !ok {
@@ -417,8 +384,8 @@ func parseMode(s string, present bool) (evs.Mode, error) {
 	return "", evs.Errorf(evs.CodeInvalidRequest, "The mode must be \"full\" or \"quick\".")
 }
 
-// readOptions reads the options of a creation, from a JSON body's fields
-// or a CSV body's query alike: the mode, maxAge, callbackUrl and name.
+// readOptions reads a creation's mode, maxAge, callbackUrl and name, from
+// a JSON body's fields or a CSV body's query.
 func (out *parsedBatch) readOptions(fields map[string]string, maxAge string, hasMaxAge bool) (err error) {
 	modeText, hasMode := fields["mode"]
 	if out.mode, err = parseMode(modeText, hasMode); err != nil {
@@ -489,7 +456,6 @@ func parseBatchJSON(req *request, raw []byte) (parsedBatch, error) {
 	return out, nil
 }
 
-// bodyLimits are the limits of a list sent as the creation's body.
 var bodyLimits = ListLimits{MaxAddresses: MaxBatchAddresses, MaxAddressBytes: MaxEmailLength}
 
 // listErr turns a problem of a list into the client's error: a list over
@@ -516,9 +482,8 @@ func checkCount(n int) error {
 }
 
 // checkEmail refuses an entry that cannot be an address however it is
-// verified. U+FFFD is refused too: encoding/json writes it for an unpaired
-// surrogate escape, and no address holds one (contract, section 1: never a
-// silent replacement character).
+// verified. U+FFFD too: encoding/json writes it for an unpaired surrogate
+// escape, and no address holds one.
 func checkEmail(s string, i int) error {
 	switch {
 	case strings.TrimSpace(s) == "":
@@ -535,9 +500,8 @@ func checkEmail(s string, i int) error {
 	return nil
 }
 
-// parseBatchCSV reads the address column of every row (ReadListCSV says
-// which column and which rows count); the query may name the column and
-// the delimiter. With keep, the rows are kept for the results (rows.go).
+// parseBatchCSV reads the address column of every row (ReadListCSV); with
+// keep, the rows are kept for the results (rows.go).
 func parseBatchCSV(req *request, raw []byte, keep bool) (parsedBatch, error) {
 	out := parsedBatch{list: &addressList{}}
 	maxAge, hasMaxAge := req.query["maxAge"]
@@ -588,8 +552,6 @@ func (h *Handler) getBatch(ctx context.Context, req *request, p evs.Principal) (
 // batchViewer is a batch store that reads a batch and its delivery in one
 // go (the SQLite store): GET then costs one read instead of two.
 type batchViewer interface {
-	// BatchView returns the batch as Batch does and, when the batch is
-	// final and has one, its delivery as Delivery does (found true).
 	BatchView(ctx context.Context, accountID, id string) (b evs.Batch, d evs.Delivery, found bool, err error)
 }
 
@@ -634,9 +596,8 @@ type resultsPage struct {
 	NextCursor *string      `json:"nextCursor"`
 }
 
-// cursor is the opaque position of a results page: the last sequence number
-// the service has looked at for the client, and the filters it was made for
-// (a cursor is only valid with the same filters).
+// cursor is the opaque position of a results page: the last seq looked at,
+// and the filters it is valid for.
 type cursor struct {
 	After    int    `json:"a"`
 	Status   string `json:"s,omitempty"`
@@ -644,9 +605,8 @@ type cursor struct {
 	MinScore int    `json:"m,omitempty"`
 }
 
-// encodeCursor is the one cursor codec of the API (results and the batch
-// list): the cursor's JSON, base64url without padding, so it needs no
-// escaping in a query and says nothing a client should rely on.
+// encodeCursor is the API's one cursor codec: the cursor's JSON,
+// base64url without padding.
 func encodeCursor(c any) string {
 	b, _ := json.Marshal(c) // our own cursor types: cannot fail
 	return base64.RawURLEncoding.EncodeToString(b)
@@ -664,8 +624,6 @@ func decodeToken(s string, c any) bool {
 	return dec.Decode(c) == nil && !dec.More()
 }
 
-// errBadCursor is the reply to a cursor that is not one of ours, or not
-// this request's.
 func errBadCursor() error {
 	return evs.Errorf(evs.CodeInvalidRequest, "The cursor is not valid for this request.")
 }
@@ -683,19 +641,15 @@ var statuses = map[string]bool{
 	string(evs.Risky): true, string(evs.Unknown): true,
 }
 
-// filter is what a results request keeps: statuses and reasons (lists
-// of the contract's labels, comma-separated, kept in a canonical order for
-// the cursor) and the least score. The store filters on one status; more
-// than one, the reasons and the score (not stored: recomputed from the
-// evidence on read) this layer filters on.
+// filter is what a results request keeps: statuses and reasons (in
+// canonical order for the cursor) and the least score. The store filters
+// on one status; this layer on the rest.
 type filter struct {
 	status, reason string
 	statuses       map[evs.Status]bool
 	reasons        map[evs.Reason]bool
 	minScore       int
-	// layout is a CSV list's layout= (layoutRows or layoutResults), ""
-	// when not asked: rows where the batch has them.
-	layout string
+	layout         string // layoutRows, layoutResults or "" (rows where the batch has them)
 }
 
 // The layouts of a results CSV: the user's rows with verdicts appended
@@ -705,7 +659,6 @@ const (
 	layoutResults = "results"
 )
 
-// storeStatus is the one status the store can filter on, or "".
 func (f filter) storeStatus() evs.Status {
 	if len(f.statuses) == 1 {
 		return evs.Status(f.status)
@@ -713,8 +666,8 @@ func (f filter) storeStatus() evs.Status {
 	return ""
 }
 
-// sparse tells whether results pass the filter that the store does not
-// apply, so that a page should read whole pages' worth.
+// sparse tells whether the filter is one the store does not apply, so a
+// page should read whole pages' worth.
 func (f filter) sparse() bool {
 	return f.minScore > 0 || len(f.statuses) > 1 || len(f.reasons) > 0
 }
@@ -729,7 +682,6 @@ func (f filter) keeps(d evs.Decision) bool {
 	return f.minScore == 0 || verify.Score(d) >= f.minScore
 }
 
-// parseFilter reads status=, reason= and minScore= from the query.
 func parseFilter(q map[string]string) (filter, error) {
 	var (
 		f   filter
@@ -766,8 +718,7 @@ func parseFilter(q map[string]string) (filter, error) {
 }
 
 // labelSet reads a comma-separated list of labels that valid accepts
-// (else the invalid_request error msg) into a set, and returns the set as
-// one sorted, comma-separated string too: the filter's canonical form.
+// (else msg) into a set, and its canonical, sorted form.
 func labelSet[T ~string](s string, valid func(T) bool, msg string) (map[T]bool, string, error) {
 	set := map[T]bool{}
 	for _, v := range strings.Split(s, ",") {
@@ -784,8 +735,6 @@ func labelSet[T ~string](s string, valid func(T) bool, msg string) (map[T]bool, 
 	return set, strings.Join(out, ","), nil
 }
 
-// parseLimit reads a page's limit= (1–MaxPageLimit, default
-// DefaultPageLimit).
 func parseLimit(q map[string]string) (int, error) {
 	s, ok := q["limit"]
 	if !ok {
@@ -853,16 +802,11 @@ func (h *Handler) results(ctx context.Context, req *request, p evs.Principal) (i
 	return jsonReply(http.StatusOK, out), nil
 }
 
-// page returns the next results after c. While a batch runs, results are
-// written out of order; a page stops before the first address that has no
-// result yet, so the cursor it returns never skips a result that is written
-// later and never repeats one. The cursor is null only when nothing more can
-// ever come.
-//
-// Results below f.minScore are read and passed over: the page may then
-// hold fewer than limit results, and the cursor still moves past what was
-// read. Reading stops after pageScan results so that one call stays
-// bounded however few pass.
+// page returns the next results after c. Results are written out of
+// order; a page stops before the first address that has no result yet, so
+// its cursor never skips or repeats one, and is null only when nothing
+// more can come. Results the filter passes over still move the cursor;
+// one call reads at most pageScan results.
 func (h *Handler) page(ctx context.Context, b evs.Batch, c cursor, f filter, limit int) ([]resultItem, *cursor, error) {
 	gap := -1 // first unwritten seq after c.After, -1 when none can appear
 	if !b.State.Final() {
@@ -876,8 +820,6 @@ func (h *Handler) page(ctx context.Context, b evs.Batch, c cursor, f filter, lim
 	}
 	page := make([]resultItem, 0, limit)
 	next := c
-	// Unfiltered, one read of limit results fills the page; a score
-	// filter reads whole pages' worth, so that few pass costs few reads.
 	fetch := limit
 	if f.sparse() {
 		fetch = MaxPageLimit
@@ -888,9 +830,7 @@ func (h *Handler) page(ctx context.Context, b evs.Batch, c cursor, f filter, lim
 			return nil, nil, err
 		}
 		for _, r := range rs {
-			if gap >= 0 && r.Seq >= gap {
-				// Everything before the gap has been read; come back
-				// from there.
+			if gap >= 0 && r.Seq >= gap { // come back from the gap
 				next.After = gap - 1
 				return page, &next, nil
 			}
@@ -916,8 +856,6 @@ func (h *Handler) page(ctx context.Context, b evs.Batch, c cursor, f filter, lim
 	}
 }
 
-// pageScan bounds the results one page reads when a score filter passes
-// over some: five full pages' worth.
 const pageScan = 5 * MaxPageLimit
 
 func wantsCSV(accept string) bool {
@@ -931,15 +869,11 @@ func wantsCSV(accept string) bool {
 }
 
 // csvHeader is the contract's CSV header row.
-// After the contract's columns, provider names the mail service behind
-// the MX (empty when none was found), and score is decision.score.
 var csvHeader = []string{"email", "status", "reason", "suggestion", "disposable", "role", "free", "acceptAll", "provider", "score"}
 
 // resultsCSV answers with every written result, in submission order. On
-// AWS (ExportJobs) the reply is one payload: a list longer than
-// MaxCSVReply is an export job, answered 202 until it is written, then
-// 303 to its download (exportJob). `evs serve` streams the list as it
-// reads it, a page at a time.
+// AWS a list longer than MaxCSVReply is an export job (exportJob); `evs
+// serve` streams the list a page at a time.
 func (h *Handler) resultsCSV(ctx context.Context, p evs.Principal, b evs.Batch, f filter) (idempotency.Reply, error) {
 	rows := newCSVRows(h.d.Batches, p.AccountID, b.ID, f)
 	streaming := false
@@ -974,53 +908,42 @@ func (h *Handler) resultsCSV(ctx context.Context, p evs.Principal, b evs.Batch, 
 	return r, nil
 }
 
-// csvReply is a 200 whose body is CSV.
 func csvReply(body []byte) idempotency.Reply {
 	return idempotency.Reply{StatusCode: http.StatusOK, Headers: map[string]string{"Content-Type": "text/csv; charset=utf-8"}, Body: body}
 }
 
-// seeOther is the reply of the results route to a finished export: 303
-// to its download.
 func seeOther(j store.ExportJob) idempotency.Reply {
 	r := jsonReply(http.StatusSeeOther, exportReply{URL: j.URL, ExpiresAt: evs.Time{Time: j.ExpiresAt}})
 	r.Headers = map[string]string{"Location": j.URL}
 	return r
 }
 
-// csvFirstPart is how much of a streamed CSV reply is read before its
-// status is sent.
 const csvFirstPart = 64 << 10
 
 // csvRows writes a batch's written results that a filter keeps as the
-// contract's CSV, in submission order, a page at a time.
-//
-// A batch made from a CSV list, whose store keeps its rows (RowStore),
-// is written as the user's rows with the verdict columns appended
-// (rows.go), unless the filter asks for layout=results.
+// contract's CSV, in submission order, a page at a time; a batch with
+// rows (RowStore) as the user's rows with the verdicts appended (rows.go),
+// unless the filter asks for layout=results.
 type csvRows struct {
 	batches         ResultReader
 	account, batch  string
 	f               filter
 	after           int
 	header, drained bool
-	// opened is set once the batch's rows were looked for; join reads
-	// them when it has some.
-	opened bool
-	join   *rowsJoin
-	// row is the CSV row being written, reused.
-	row []string
+	opened          bool      // the batch's rows were looked for
+	join            *rowsJoin // reads them, when it has some
+	row             []string  // reused
 }
 
 func newCSVRows(b ResultReader, account, batch string, f filter) *csvRows {
 	return &csvRows{batches: b, account: account, batch: batch, f: f, after: -1}
 }
 
-// close lets go of the batch's rows, if they were opened.
 func (c *csvRows) close() { c.join.close() }
 
-// writeUpTo writes rows to w until all are written, or, with limit of 0 or
-// more, until w holds more than limit bytes after a page (w is then a
-// *bytes.Buffer): full tells which. A later call goes on from there.
+// writeUpTo writes rows to w until all are written or, with limit >= 0,
+// until w (a *bytes.Buffer) holds more than limit bytes after a page:
+// full tells which. A later call goes on from there.
 func (c *csvRows) writeUpTo(ctx context.Context, w io.Writer, limit int) (full bool, err error) {
 	if !c.opened {
 		c.opened = true
@@ -1060,8 +983,8 @@ func (c *csvRows) writeUpTo(ctx context.Context, w io.Writer, limit int) (full b
 	return flushed(cw, w, limit)
 }
 
-// flushed flushes cw, writing to w, and tells whether w, when it is the
-// buffer of a reply filled up to limit (limit >= 0), holds more.
+// flushed flushes cw and tells whether w, a reply's buffer filled up to
+// limit >= 0, holds more.
 func flushed(cw *csv.Writer, w io.Writer, limit int) (full bool, err error) {
 	cw.Flush()
 	if err := cw.Error(); err != nil {
@@ -1133,16 +1056,12 @@ func (c *csvRows) writeRowsUpTo(ctx context.Context, w io.Writer, limit int) (bo
 	return false, nil
 }
 
-// rowsFlush is how many rows of a batch's rows are written between
-// flushes and checks of the reply's size: about a page of results.
 const rowsFlush = MaxPageLimit
 
 // export serves GET /v1/requests/{id}/export: the CSV that Accept:
-// text/csv would give now, with the same filters, stored for a URL that
-// needs no key until it expires. A browser can fetch that URL without
-// sending the key anywhere but the API (the console's downloads). On AWS
-// (ExportJobs) the export is a job, answered 202 until it is written;
-// `evs serve` writes it in the call (ExportLinks).
+// text/csv would give, stored for a URL that needs no key until it
+// expires. On AWS it is a job (ExportJobs); `evs serve` writes it in the
+// call (ExportLinks).
 func (h *Handler) export(ctx context.Context, req *request, p evs.Principal) (idempotency.Reply, error) {
 	if h.d.ExportLinks == nil && h.d.ExportJobs == nil {
 		return idempotency.Reply{}, evs.Errorf(evs.CodeNotFound, "No such route.")
@@ -1158,8 +1077,6 @@ func (h *Handler) export(ctx context.Context, req *request, p evs.Principal) (id
 	}
 	rows := newCSVRows(h.d.Batches, p.AccountID, b.ID, f)
 	defer rows.close()
-	// The file counts against the storage quota as it is written; one
-	// stopped midway is removed, and its charge given back.
 	held := NewHold(h.d.Ledger, p, h.d.Now().Add(evs.ExportTTL))
 	url, expires, err := h.d.ExportLinks.Export(ctx, p.AccountID, b.ID, f.query(), batchVersion(b), h.origin(req), func(w io.Writer) error {
 		_, err := rows.writeUpTo(ctx, held.Writer(ctx, w), -1)
@@ -1182,27 +1099,20 @@ func (h *Handler) origin(req *request) string {
 	return requestOrigin(req)
 }
 
-// Exports stores a CSV result list, as write writes it (a page of results
-// at a time: never the whole list in memory), and returns a URL it can be
-// downloaded from without a key until expires: `evs serve`'s own
-// /v1/exports/{id}?token=... (on AWS an export is a job: ExportJobs).
-// The list of a batch under the same filters (the canonical query), of
-// the same version of the batch, is reused while it lives: write is then
-// not called. origin is the API's own origin ("https://host:port") for a
-// store whose URL is the server's. An error write returns is returned as
-// it is, and nothing of that list is kept.
+// Exports stores a CSV result list as write writes it and returns a URL
+// it can be downloaded from without a key until expires (`evs serve`'s
+// /v1/exports/{id}?token=..., under origin). The list of a batch under the
+// same filters and version is reused while it lives, without calling
+// write. An error write returns is returned as it is, nothing kept.
 type Exports interface {
 	Export(ctx context.Context, accountID, batchID, filters, version, origin string, write func(w io.Writer) error) (url string, expires time.Time, err error)
 }
 
-// exportReply is the body of a 303 to an export and of GET
-// /v1/requests/{id}/export, once written.
 type exportReply struct {
 	URL       string   `json:"url"`
 	ExpiresAt evs.Time `json:"expiresAt"`
 }
 
-// csvMaybe is a flag's CSV cell: empty when it is not known.
 func csvMaybe(v, unknown bool) string {
 	if unknown {
 		return ""
@@ -1211,11 +1121,8 @@ func csvMaybe(v, unknown bool) string {
 }
 
 // csvSafe keeps a spreadsheet from reading a cell as a formula (CSV
-// injection): addresses and the user's cells are input. Spreadsheets skip
-// leading blanks before a formula, so " =1+1" or "\t@SUM(A1)" are caught
-// as well as "=1+1". A sign before a number (a phone number "+1 555
-// 0100", an amount "-5") is a value, not a formula, and stays as it was:
-// what follows the sign is digits, spaces and . , ( ) - / alone.
+// injection), also after leading blanks (" =1+1"). A sign before a number
+// (a phone number "+1 555 0100", an amount "-5") is a value and stays.
 func csvSafe(s string) string {
 	t := strings.TrimLeftFunc(s, unicode.IsSpace)
 	switch {
@@ -1229,8 +1136,7 @@ func csvSafe(s string) string {
 }
 
 // numberLike tells whether s, after a sign, is a number as people write
-// one: a digit at least, and nothing a formula needs (no letter, operator
-// but '-', quote or reference).
+// one: a digit at least, and only " .,()-/" else.
 func numberLike(s string) bool {
 	digit := false
 	for _, r := range s {

@@ -18,60 +18,43 @@ import (
 	"github.com/evs-dev/evs/internal/verify"
 )
 
-// A batch made from a CSV list keeps the user's rows (contract, section
-// 3): its results CSV is the user's file — header, every row in order,
-// duplicates included — with the verdict columns appended. The rows are
-// not the batch's items (one per distinct address, what the worker
-// verifies) but a file of their own, written once while the list is read
-// and read once per export, joined to the results by sequence number:
+// A batch made from a CSV list keeps the user's rows: its results CSV is
+// the user's file, every row in order, with the verdict columns appended.
+// The rows are a file of their own, spooled to local disk while the list
+// is read (memory stays one record), stored (RowStore) before the batch
+// is, and joined to the results by seq on export: first occurrences have
+// increasing seqs, so one pass of each joins them; a duplicate reads its
+// verdict by seq.
 //
-//   - while the list is read, each record is written to a spool file on
-//     local disk (os.TempDir: /tmp on Lambda) with the seq of its address
-//     and, for a duplicate, the line of the row that came first; memory
-//     stays one record, whatever the list's length;
-//   - the spool is stored with the batch (RowStore: database parts on
-//     `evs serve`, an S3 object beside the batch's input on AWS) before
-//     the batch is, so a batch that has rows always finds them;
-//   - an export reads the rows in order and the results in seq order side
-//     by side: first occurrences have increasing seqs, so one pass of each
-//     joins them; a duplicate reads its verdict by seq.
-//
-// The rows file is CSV (comma, RFC 4180, as encoding/csv writes it),
-// after a fixed-size first line rowsMetaBytes long:
+// The rows file is CSV after a fixed-size first line rowsMetaBytes long:
 //
 //	evs-rows 1 <delimiter byte> <widest record> <has header 0|1> <BOM 0|1> <CRLF 0|1>
 //
-// (files written before the last two were kept end after the header's).
-//
-// then one record per row: kind-or-seq, line, duplicate-of line, then the
-// user's fields. The first field is "h" on the header row, the address's
-// seq on a row with one, empty on a row without an address.
+// (older files end after the header's), then one record per row: "h" (the
+// header), the address's seq or "" (no address); the line; the line it
+// repeats; the user's fields.
 
-// RowStore keeps the rows of batches made from CSV lists. The SQLite and
-// DynamoDB stores implement it; a BatchStore that does not keeps no rows,
-// and its CSV batches export one row per distinct address, as JSON ones
-// do.
+// RowStore keeps the rows of batches made from CSV lists; without it, CSV
+// batches export one row per distinct address, as JSON ones do.
 type RowStore interface {
 	// PutRows stores rows, size bytes, as the rows of the account's batch
-	// batchID, kept until expires. A second put for the same batch (a
-	// retried creation) replaces the first.
+	// batchID, kept until expires; a second put replaces the first.
 	PutRows(ctx context.Context, accountID, batchID string, expires time.Time, rows io.Reader, size int64) error
-	// OpenRows returns a batch's rows; found is false when it has none.
-	// The caller closes them.
+	// OpenRows returns a batch's rows, for the caller to close; found is
+	// false when it has none.
 	OpenRows(ctx context.Context, accountID, batchID string) (rows io.ReadCloser, found bool, err error)
 }
 
-// rowsMetaBytes is the length of a rows file's first line, space-padded:
-// written last, in place, once the widest record is known.
-const rowsMetaBytes = 64
-
-// rowsMagic starts a rows file's first line.
-const rowsMagic = "evs-rows 1"
+const (
+	// rowsMetaBytes is the length of a rows file's first line,
+	// space-padded: written last, in place, once the widest record is known.
+	rowsMetaBytes = 64
+	rowsMagic     = "evs-rows 1"
+)
 
 // verdictColumns are the columns appended to the user's rows: csvHeader's
-// without the address (the user's own column holds it), then where the
-// row is in the file and the row it repeats. Prefixed, because a user's
-// file may well have a "status" or "score" column of its own.
+// but the address, then the row's line and the line it repeats. Prefixed:
+// a user's file may have a "status" column of its own.
 var verdictColumns = func() []string {
 	out := make([]string, 0, len(csvHeader)+1)
 	for _, c := range csvHeader[1:] {
@@ -83,18 +66,14 @@ var verdictColumns = func() []string {
 // rowSpool is a batch's rows while its list is read: a temporary file,
 // and what the list needs to tell each row's seq and duplicates.
 type rowSpool struct {
-	f     *os.File
-	bw    *bufio.Writer
-	cw    *csv.Writer
-	width int
-	// hasHeader is set once the header row is written.
+	f         *os.File
+	bw        *bufio.Writer
+	cw        *csv.Writer
+	width     int
 	hasHeader bool
-	// seqs maps an address's dedup key to its seq; lines[seq] is the line
-	// of the row it first appeared on.
-	seqs  map[string]int32
-	lines []int32
-	// last is what addressList.add made of the last address: its seq, and
-	// whether it repeats an earlier one.
+	seqs      map[string]int32 // an address's dedup key to its seq
+	lines     []int32          // lines[seq] is the line of its first row
+	// last is what addressList.add made of the last address.
 	last struct {
 		seq int
 		dup bool
@@ -102,26 +81,22 @@ type rowSpool struct {
 	rec []string
 }
 
-// newRowSpool starts a rows file in dir ("" for os.TempDir()).
 func newRowSpool(dir string) (*rowSpool, error) {
 	f, err := os.CreateTemp(dir, "evs-rows-*")
 	if err != nil {
 		return nil, evs.Wrap(err, evs.CodeUnavailable, "The list could not be read; retry.")
 	}
-	// Unlinked at once where the system allows (the open file stays
-	// usable): a process killed mid-list — a Lambda timeout — leaves no
-	// 100 MB file behind in a /tmp that outlives the invocation.
+	// Unlinked at once: a process killed mid-list (a Lambda timeout)
+	// leaves no file behind in a /tmp that outlives the invocation.
 	_ = os.Remove(f.Name())
 	s := &rowSpool{f: f, seqs: make(map[string]int32)}
 	s.bw = bufio.NewWriterSize(f, 64<<10)
 	s.cw = csv.NewWriter(s.bw)
-	// The first line is written at the end, in place.
 	_, _ = s.bw.Write(bytes.Repeat([]byte{' '}, rowsMetaBytes))
 	return s, nil
 }
 
-// row writes one record of the list, after addressList.add has seen its
-// address, if it has one.
+// row writes one record of the list, after addressList.add saw its address.
 func (s *rowSpool) row(r CSVRecord) error {
 	s.rec = s.rec[:0]
 	switch {
@@ -175,7 +150,6 @@ func (s *rowSpool) finish(shape CSVShape) (io.Reader, int64, error) {
 	return s.f, size, nil
 }
 
-// close removes the spool file; nil-safe.
 func (s *rowSpool) close() {
 	if s == nil {
 		return
@@ -186,8 +160,7 @@ func (s *rowSpool) close() {
 }
 
 // readRows reads a CSV list from r into l, keeping its rows in a spool
-// when keep is set, and returns the spool (nil without one) and the
-// delimiter. On error the spool is removed.
+// (else nil) when keep is set.
 func readRows(r io.Reader, lim ListLimits, lay CSVLayout, l *addressList, keep bool) (*rowSpool, CSVShape, error) {
 	if !keep {
 		return nil, CSVShape{}, ReadListCSV(r, lim, lay, l.add)
@@ -206,7 +179,6 @@ func readRows(r io.Reader, lim ListLimits, lay CSVLayout, l *addressList, keep b
 	return sp, shape, nil
 }
 
-// rowsMeta is a rows file's first line.
 type rowsMeta struct {
 	delim     rune
 	width     int
@@ -226,14 +198,12 @@ func parseRowsMeta(b []byte) (rowsMeta, error) {
 	return m, nil
 }
 
-// rowsJoin writes a batch's rows with their verdicts, a record at a
-// time, for csvRows.
+// rowsJoin writes a batch's rows with their verdicts, for csvRows.
 type rowsJoin struct {
 	rc   io.ReadCloser
 	r    *csv.Reader
 	meta rowsMeta
-	// page holds results read in seq order, from index pi; after is the
-	// last seq read, drained set once none are left.
+	// page holds results read in seq order, from index pi, up to seq after.
 	page    []evs.Result
 	pi      int
 	after   int
@@ -241,7 +211,6 @@ type rowsJoin struct {
 	out     []string
 }
 
-// openRowsJoin opens batch's rows from rs; nil when it has none.
 func openRowsJoin(ctx context.Context, rs RowStore, account, batch string) (*rowsJoin, error) {
 	rc, found, err := rs.OpenRows(ctx, account, batch)
 	if err != nil || !found {
@@ -269,21 +238,16 @@ func (j *rowsJoin) close() {
 	}
 }
 
-// newWriter is the CSV writer of the export. It writes commas whatever
-// the list's delimiter: a results CSV is RFC 4180 (text/csv) for every
-// batch, which generic CSV readers — and API clients generated from the
-// OpenAPI document — read without being told. The delimiter is kept in
-// the rows file for a later choice of the client's. Line ends are the
-// file's own (CR LF from Windows), and its BOM comes back (begin): Excel
-// on Windows reads a file without one as its local code page.
+// newWriter is the CSV writer of the export: commas whatever the list's
+// delimiter (a results CSV is RFC 4180 for every batch), the file's own
+// line ends, and its BOM back (begin): Excel on Windows reads a file
+// without one as its local code page.
 func (j *rowsJoin) newWriter(w io.Writer) *csv.Writer {
 	cw := csv.NewWriter(w)
 	cw.UseCRLF = j.meta.crlf
 	return cw
 }
 
-// begin starts the export, before its header row: the list's BOM, if it
-// had one.
 func (j *rowsJoin) begin(w io.Writer) error {
 	if !j.meta.bom {
 		return nil
@@ -293,8 +257,7 @@ func (j *rowsJoin) begin(w io.Writer) error {
 }
 
 // headerRow is the first row of the export: the user's header (blank
-// names where the file had none, or a row was wider), then ours. A file
-// without a header row gets one, since the verdict columns need names.
+// names where there are none), then ours.
 func (j *rowsJoin) headerRow(fields []string) []string {
 	return append(j.userFields(fields), verdictColumns...)
 }
@@ -337,10 +300,8 @@ func (j *rowsJoin) next() (fields []string, seq int, line, dupOf string, header 
 	return rec[3:], seq, rec[1], rec[2], header, nil
 }
 
-// result finds seq's written result. First occurrences come in
-// increasing seq order and are merged with the results read a page at a
-// time; a duplicate's seq is behind them, found in the page or read on
-// its own.
+// result finds seq's written result: a first occurrence in the results
+// read a page at a time, a duplicate's in the page or read on its own.
 func (j *rowsJoin) result(ctx context.Context, rr ResultReader, account, batch string, seq int, dup bool) (evs.Result, bool, error) {
 	if dup {
 		if k, ok := slices.BinarySearchFunc(j.page, seq, func(r evs.Result, s int) int { return r.Seq - s }); ok {
@@ -375,9 +336,8 @@ func (j *rowsJoin) result(ctx context.Context, rr ResultReader, account, batch s
 	}
 }
 
-// dataRow is an output row: the user's fields, padded to the widest
-// record, then the verdict (blank when there is none: no address, or
-// none written yet).
+// dataRow is an output row: the user's fields, then the verdict (blank
+// when there is none).
 func (j *rowsJoin) dataRow(fields []string, r *evs.Result, line, dupOf string) []string {
 	out := j.userFields(fields)
 	if r == nil {
@@ -390,8 +350,7 @@ func (j *rowsJoin) dataRow(fields []string, r *evs.Result, line, dupOf string) [
 }
 
 // appendVerdict appends a decision's CSV cells after the address, as
-// csvHeader names them, to row (reused from row to row: a million rows
-// make no garbage of slices).
+// csvHeader names them, to row (reused from row to row).
 func appendVerdict(row []string, d evs.Decision) []string {
 	sugg := ""
 	if d.Suggestion != nil {
@@ -405,9 +364,8 @@ func appendVerdict(row []string, d evs.Decision) []string {
 	)
 }
 
-// putRows stores the rows of list, if it kept them, as batch b's,
-// charged to held first: their size is known, and S3 signs the file it
-// is given, which must stay seekable. Rows stopped midway are removed.
+// putRows stores the rows of list, if it kept them, as batch b's, charged
+// to held first.
 func (h *Handler) putRows(ctx context.Context, b evs.Batch, list *addressList, held *Hold) error {
 	rs, ok := h.d.Batches.(RowStore)
 	if !ok || list.rows == nil {
@@ -428,8 +386,7 @@ func (h *Handler) putRows(ctx context.Context, b evs.Batch, list *addressList, h
 }
 
 // dropRows removes the rows stored for batch b, which was not created
-// after all: an empty put replaces them. A failure is logged; what is
-// left expires with the batch it was for.
+// after all; what a failure leaves expires with it.
 func (h *Handler) dropRows(ctx context.Context, b evs.Batch, list *addressList) {
 	rs, ok := h.d.Batches.(RowStore)
 	if !ok || list.rows == nil {

@@ -52,14 +52,11 @@ type sesRecipient struct {
 
 // SESOutcomes reads an SES notification into outcomes, one per recipient
 // it names: a Permanent bounce is bounced/hard, a Transient one
-// bounced/soft, an Undetermined one bounced without a type; a Delivery is
-// delivered (with SES's smtpResponse), a Complaint complained, a
-// DeliveryDelay deferred. The time is the event's (bounce.timestamp …),
-// else the mail's. Other notification types (Send, Open,
-// AmazonSnsSubscriptionSucceeded …) give no outcome and no error: SES
-// sends them to the same topic. A recipient whose address or time is not
-// valid is left out (skipped counts them): sending the notification again
-// would not make it valid. now bounds how late a time may be.
+// bounced/soft, an Undetermined one bounced; a Delivery is delivered, a
+// Complaint complained, a DeliveryDelay deferred, at the event's time (else
+// the mail's). Other types give nothing and no error. A recipient whose
+// address or time is not valid is left out and counted in skipped. now
+// bounds how late a time may be.
 func SESOutcomes(msg []byte, now time.Time) (os []evs.Outcome, skipped int, err error) {
 	var n sesNotification
 	if err := json.Unmarshal(msg, &n); err != nil {

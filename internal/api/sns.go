@@ -21,14 +21,11 @@ import (
 	"time"
 )
 
-// Amazon SNS messages, as an HTTP(S) subscription receives them and as an
-// SQS queue subscribed without raw message delivery holds them, and the
-// check of their signature as AWS documents it ("Verifying the signatures
-// of Amazon SNS messages"): SignatureVersion 1 is SHA1withRSA, 2 is
-// SHA256withRSA, over a canonical string of the message's fields; the key
-// is in the certificate at SigningCertURL, which must be https on an SNS
-// host and chain to a trusted root. Both deployments use it: `evs serve`'s
-// POST /v1/outcomes/sns and the AWS worker reading the queue.
+// Amazon SNS messages, as an HTTP(S) subscription or an SQS queue receives
+// them, and the check of their signature as AWS documents it: the key is in
+// the certificate at SigningCertURL, which must be https on an SNS host and
+// chain to a trusted root. `evs serve`'s POST /v1/outcomes/sns and the AWS
+// worker both use it.
 
 // SNS message types.
 const (
@@ -72,10 +69,7 @@ func ParseSNSMessage(b []byte) (SNSMessage, error) {
 }
 
 // StringToSign is the canonical string the message's signature is over:
-// for a Notification, Message, MessageId, Subject (when present),
-// Timestamp, TopicArn and Type; for a SubscriptionConfirmation or an
-// UnsubscribeConfirmation, Message, MessageId, SubscribeURL, Timestamp,
-// Token, TopicArn and Type; each as its name, a newline, its value, a
+// each signed field of its type as its name, a newline, its value, a
 // newline.
 func (m SNSMessage) StringToSign() (string, error) {
 	var b strings.Builder
@@ -105,19 +99,15 @@ func (m SNSMessage) StringToSign() (string, error) {
 	return b.String(), nil
 }
 
-// snsHost is the host of AWS's SNS endpoints, where signing certificates
-// are served: exactly sns.<region>.amazonaws.com, or
-// sns.cn-<…>.amazonaws.com.cn in China. A region is letters, then
-// hyphenated words, then a number (us-east-1, us-gov-west-1,
-// eusc-de-east-1): never an S3 host such as sns.s3-us-west-2.amazonaws.com,
-// where anyone's bucket named "sns" would serve the certificate.
+// snsHost is the host of AWS's SNS endpoints: exactly
+// sns.<region>.amazonaws.com (or .com.cn), never an S3 host such as
+// sns.s3-us-west-2.amazonaws.com, where anyone's bucket named "sns" would
+// serve the certificate.
 var snsHost = regexp.MustCompile(`^sns\.(cn(-[a-z]+)+-[0-9]+\.amazonaws\.com\.cn|[a-z]{2,4}(-[a-z]+)+-[0-9]+\.amazonaws\.com)$`)
 
 // AWSSNSHost tells whether host (a URL's host, with any port) is one of
-// AWS's SNS endpoints, on the default https port: the rule for a
-// SigningCertURL and a SubscribeURL outside tests. The client that then
-// fetches must also dial under the egress policy (webhook.NewClient), so
-// a name that resolves to a private address is not reached either.
+// AWS's SNS endpoints on the default https port: the rule for a
+// SigningCertURL and a SubscribeURL outside tests.
 func AWSSNSHost(host string) bool {
 	host = strings.TrimSuffix(host, ":443")
 	return snsHost.MatchString(host)
@@ -130,8 +120,6 @@ type CertFetcher interface {
 	FetchCert(ctx context.Context, url string) ([]byte, error)
 }
 
-// maxCertBytes bounds a fetched certificate document: SNS's is under
-// 2 KiB, a chain a few.
 const maxCertBytes = 64 << 10
 
 // HTTPCertFetcher fetches certificates with client (its timeout bounds the

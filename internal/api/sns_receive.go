@@ -16,11 +16,9 @@ import (
 )
 
 // SNSOutcomes receives SNS messages that carry Amazon SES notifications
-// for one account (contract, section 18): the signature is verified, the
-// topic checked against an allow-list, a subscription confirmed, and a
-// notification's outcomes stored as POST /v1/outcomes stores them. `evs
-// serve`'s POST /v1/outcomes/sns and the AWS worker share it; they name
-// the account, each its own way.
+// for one account: the signature is verified, the topic checked against an
+// allow-list, a subscription confirmed, and a notification's outcomes
+// stored as POST /v1/outcomes stores them.
 type SNSOutcomes struct {
 	Verifier *SNSVerifier
 	// Topics, when not empty, are the only TopicArns accepted.
@@ -136,10 +134,9 @@ func HTTPConfirm(client *http.Client) func(ctx context.Context, url string) erro
 // snsTokenPrefix starts every SNS endpoint token.
 const snsTokenPrefix = "snst_"
 
-// SNSToken is the token of the account's SNS endpoint URL made from one of
-// its webhook signing secrets: an HMAC-SHA256 of the account's id under
-// the secret, so it needs no storage of its own, cannot be reversed into
-// the secret, and changes when the secret is rotated.
+// SNSToken is the token of the account's SNS endpoint URL: an HMAC-SHA256
+// of the account's id under one of its webhook secrets, so it needs no
+// storage and changes when the secret is rotated.
 func SNSToken(secret, accountID string) string {
 	m := hmac.New(sha256.New, []byte(secret))
 	m.Write([]byte("evs sns outcomes v1\x00"))

@@ -20,41 +20,28 @@ import (
 // on a slow line, short enough that a leaked URL soon stops working.
 const UploadTTL = time.Hour
 
-// MaxOpenUploads is how many open uploads (created, not yet used to create
-// a batch, not expired) an account may have at once (contract, section
-// 16). Each may hold UploadTTL's worth of a list of up to 100 MiB until
-// it is used or expires, so without a cap one account could fill the
-// disk of `evs serve` with uploads it never uses. Ten lets a client send
-// lists in parallel; a constant rather than an EVS_* variable because the
-// contract names no setting for it.
+// MaxOpenUploads is how many open uploads an account may have at once:
+// without a cap one account could fill the disk with unused uploads.
 const MaxOpenUploads = 10
 
-// Uploads keeps lists sent to a URL of their own (contract, section 14):
-// S3 with pre-signed URLs on AWS, the embedded store behind `evs serve`'s
-// own URL locally.
+// Uploads keeps lists sent to a URL of their own: S3 with pre-signed URLs
+// on AWS, the embedded store behind `evs serve`'s own URL.
 type Uploads interface {
 	// CreateUpload records u and returns the URL the client PUTs the list
-	// to, valid until u.ExpiresAt. origin is the API's own origin
-	// ("https://host:port") for a store whose URL is the server's. When
-	// the account already has maxOpen open uploads (unexpired, not
-	// dropped) it records nothing and returns store.OpenUploadsLimit;
-	// maxOpen <= 0 means no limit. The count and the creation are one
-	// step: concurrent creations never take the account past maxOpen.
+	// to, valid until u.ExpiresAt (origin: the API's own, for a store
+	// whose URL is the server's). With maxOpen (> 0) open uploads already
+	// it records nothing and returns store.OpenUploadsLimit, atomically.
 	CreateUpload(ctx context.Context, u evs.Upload, origin string, maxOpen int) (url string, err error)
 	// OpenUpload returns the upload id of account and its content, of
-	// size bytes: CodeNotFound when it is unknown, expired or another
-	// account's, CodeInvalidState when nothing was sent to it yet. The
-	// caller closes the content.
+	// size bytes, for the caller to close: CodeNotFound when unknown,
+	// expired or another account's, CodeInvalidState when still empty.
 	OpenUpload(ctx context.Context, accountID, id string) (u evs.Upload, content io.ReadCloser, size int64, err error)
-	// DropUpload deletes the upload's content once a batch holds it, and
-	// so frees the upload's place among the account's open uploads.
+	// DropUpload deletes the upload's content once a batch holds it.
 	DropUpload(ctx context.Context, accountID, id string) error
 }
 
-// uploadNamespace derives a batch's ID from its upload's (uuid.NewSHA1):
-// an upload makes at most one batch, so a second creation from it finds
-// the first by ID, and two at once are told apart by the store's unique
-// batch ID, whatever happens between them.
+// uploadNamespace derives a batch's ID from its upload's: an upload makes
+// at most one batch, which the store's unique batch ID enforces.
 var uploadNamespace = uuid.MustParse("6f1c2a54-3d5e-4b8a-9c1e-7e0b5a3f2d19")
 
 // UploadBatchID is the ID of the batch created from upload id.
@@ -74,7 +61,6 @@ type uploadReply struct {
 	MaxBytes  int64    `json:"maxBytes"`
 }
 
-// createUpload serves POST /v1/uploads.
 func (h *Handler) createUpload(ctx context.Context, req *request, p evs.Principal) (idempotency.Reply, error) {
 	if h.d.Uploads == nil {
 		return idempotency.Reply{}, evs.Errorf(evs.CodeNotFound, "No such route.")
@@ -112,9 +98,7 @@ func (h *Handler) createUpload(ctx context.Context, req *request, p evs.Principa
 	return resp, err
 }
 
-// requestOrigin is the origin the client called, from the Host header:
-// `evs serve` puts it in the upload's URL unless EVS_PUBLIC_URL names one.
-// X-Forwarded-Proto from a TLS-terminating proxy makes it https.
+// requestOrigin is the origin the client called (Host, X-Forwarded-Proto).
 func requestOrigin(req *request) string {
 	host, _ := req.header("Host")
 	scheme := "http"
@@ -124,10 +108,9 @@ func requestOrigin(req *request) string {
 	return scheme + "://" + host
 }
 
-// storeUploadBatch creates the batch of an upload. The list is read as a
-// stream and deduplicated as it is read; a list over the limits makes a
-// batch created `failed` with the reason (contract, section 14), a list
-// that is not a valid CSV or JSON file is a 400.
+// storeUploadBatch creates the batch of an upload, its list read as a
+// stream. A list over the limits makes a batch `failed` with the reason;
+// one that is not valid CSV or JSON is a 400.
 func (h *Handler) storeUploadBatch(ctx context.Context, p evs.Principal, in parsedBatch) (evs.Batch, error) {
 	if h.d.Uploads == nil {
 		return evs.Batch{}, evs.Errorf(evs.CodeNotFound, "No such upload.")
@@ -201,10 +184,9 @@ func (h *Handler) storeUploadBatch(ctx context.Context, p evs.Principal, in pars
 	return b, nil
 }
 
-// dropUpload deletes the content of the upload in.uploadID its batch
-// batchID now holds, and gives its bytes back to the ledger when this
-// process charged them (ChargeUploads). A failure is logged, not
-// returned: what is left expires with the upload, and its charge then.
+// dropUpload deletes the content of the upload its batch now holds, and
+// gives its charge back (ChargeUploads). A failure is logged: what is
+// left expires with the upload.
 func (h *Handler) dropUpload(ctx context.Context, p evs.Principal, in parsedBatch, batchID string) {
 	if err := h.d.Uploads.DropUpload(ctx, p.AccountID, in.uploadID); err != nil {
 		h.d.Logger.WarnContext(ctx, "could not delete an upload's content", slog.String("batchId", batchID), slog.String("error", err.Error()))
@@ -219,9 +201,8 @@ func usedUpload(batchID string) error {
 	return evs.Errorf(evs.CodeInvalidState, "The upload was already used: it made request %s.", batchID)
 }
 
-// failedUploadBatch stores the batch of an upload over its limits, final
-// in state failed with reason, so the client sees why in the batch itself
-// and a callback, if any, is told.
+// failedUploadBatch stores the batch of an upload over its limits, failed
+// with reason, so the client and the callback see why.
 func (h *Handler) failedUploadBatch(ctx context.Context, p evs.Principal, in parsedBatch, id, reason string) (evs.Batch, error) {
 	now := h.d.Now().UTC()
 	b := evs.Batch{

@@ -33,9 +33,8 @@ type verifyResponse struct {
 	Decision evs.Decision `json:"decision"`
 }
 
-// publishableVerifyResponse is the reply to a publishable key (contract,
-// section 17): what a sign-up form needs, and nothing of the checks, the
-// SMTP dialogue or the account's history.
+// publishableVerifyResponse is the reply to a publishable key: what a
+// sign-up form needs, nothing of the checks or the account's history.
 type publishableVerifyResponse struct {
 	Status     evs.Status `json:"status"`
 	Reason     evs.Reason `json:"reason"`
@@ -44,9 +43,8 @@ type publishableVerifyResponse struct {
 	Flags      evs.Flags  `json:"flags"`
 }
 
-// verifyReply renders decision d for p: the one place a reply of
-// /v1/verify is shaped, whole for a secret key, trimmed for a publishable
-// one.
+// verifyReply is the one place a reply of /v1/verify is shaped: whole for
+// a secret key, trimmed for a publishable one.
 func verifyReply(p evs.Principal, d evs.Decision) idempotency.Reply {
 	d = Rendered(d)
 	if p.Kind == evs.KeyPublishable {
@@ -89,8 +87,6 @@ func (h *Handler) verifyOne(ctx context.Context, req *request, p evs.Principal) 
 		return idempotency.Reply{}, "", evs.Errorf(evs.CodeInvalidRequest, "Field \"email\" is longer than %d bytes.", MaxEmailLength)
 	}
 	if strings.ContainsRune(*in.Email, utf8.RuneError) || strings.ContainsRune(*in.Email, 0) {
-		// encoding/json writes U+FFFD for an unpaired surrogate escape; no
-		// address holds it, nor a NUL (contract, section 1).
 		return idempotency.Reply{}, "", evs.Errorf(evs.CodeInvalidRequest, "Field \"email\" holds U+FFFD (a replacement character, or an unpaired surrogate escape) or a NUL character.")
 	}
 	modeText := ""
@@ -109,31 +105,23 @@ func (h *Handler) verifyOne(ctx context.Context, req *request, p evs.Principal) 
 	if p.Test {
 		engine = h.d.Sandbox
 	}
-	// The one parse of the address: the cache is keyed by its normalized
-	// form, the engine verifies it, and the log line takes its domain,
-	// even when no decision is made (an idempotent replay).
+	// The one parse of the address, for the cache, the engine and the log
+	// line (which takes its domain even on a replay).
 	addr := verify.Inspect(*in.Email)
 	resp, _, err := h.idempotent(ctx, req, p, raw, func(ctx context.Context) idempotency.Reply {
-		// Charged once the call is valid and its key claimed: a replay
-		// never gets here, and every call that does is answered with a
-		// decision, so nothing is refunded.
-		refund, err := h.chargeQuota(ctx, p, 1)
+		refund, err := h.chargeQuota(ctx, p, 1) // a replay never gets here
 		if err != nil {
 			return errReply(err)
 		}
 		vctx := ctx
-		if !p.Test {
-			// The sandbox answers from the address alone and never waits
-			// on the network: its calls need no timer of their own.
+		if !p.Test { // the sandbox never waits on the network
 			var cancel context.CancelFunc
 			vctx, cancel = context.WithTimeout(ctx, h.d.VerifyTimeout)
 			defer cancel()
 		}
 		d := h.verifyCached(vctx, engine, p, addr, mode, maxAge)
 		d = h.withHistory(ctx, p, d)
-		if verify.ExitDown(d.Checks.SMTP) {
-			// Our SMTP exit failed: that is no verdict on the address
-			// (contract, section 16), and the address was not checked.
+		if verify.ExitDown(d.Checks.SMTP) { // no verdict on the address
 			refund()
 			return errReply(&BusyError{Err: evs.Errorf(evs.CodeUnavailable, "Our SMTP exit could not be reached, so the address was not checked; retry later."),
 				RetryAfter: RetryAfterExitDown})
@@ -148,9 +136,8 @@ func (h *Handler) verifyOne(ctx context.Context, req *request, p evs.Principal) 
 const RetryAfterExitDown = "30"
 
 // verifyCached verifies the inspected address for p, reusing the account's
-// cached verdict when one is fresh enough for maxAge (contract, section 12),
-// and keeps a new live verdict for later calls. Test mode neither reads nor
-// writes the cache.
+// cached verdict when one is fresh enough for maxAge, and keeps a new live
+// verdict. Test mode neither reads nor writes the cache.
 func (h *Handler) verifyCached(ctx context.Context, engine Verifier, p evs.Principal, addr verify.Inspection, mode evs.Mode, maxAge time.Duration) evs.Decision {
 	if p.Test || h.d.Cache == nil {
 		return engine.Verify(ctx, addr, mode)
@@ -167,12 +154,10 @@ func (h *Handler) verifyCached(ctx context.Context, engine Verifier, p evs.Princ
 	return d
 }
 
-// errMaxAge is the reply to a maxAge that is not an integer of 0 or more.
 var errMaxAge = evs.Errorf(evs.CodeInvalidRequest, "Field \"maxAge\" must be an integer number of seconds, 0 or more.")
 
-// parseMaxAge reads a request's maxAge: an integer number of seconds, 0 or
-// more, where 0 never answers from the cache. It returns the bound as
-// ResultCache takes it: 0 when absent (or null), evs.NoReuse for 0.
+// parseMaxAge reads a request's maxAge, whole seconds, as ResultCache takes
+// it: 0 when absent (or null), evs.NoReuse for 0.
 func parseMaxAge(raw json.RawMessage) (time.Duration, error) {
 	if len(raw) == 0 || string(raw) == "null" {
 		return 0, nil
@@ -181,8 +166,7 @@ func parseMaxAge(raw json.RawMessage) (time.Duration, error) {
 	if err != nil {
 		return 0, errMaxAge
 	}
-	if n > uint64(math.MaxInt64/int64(time.Second)) {
-		// Older than any verdict can be: the same as no bound.
+	if n > uint64(math.MaxInt64/int64(time.Second)) { // older than any verdict can be
 		return 0, nil
 	}
 	if n == 0 {

@@ -59,9 +59,7 @@ func WidgetVersion() string { return widgetVersion }
 func WidgetGzipped() []byte { return widgetGz }
 
 // WidgetHandler serves the widget at WidgetPath to any page: no key, GET
-// and HEAD only. Other origins load it by <script src>, so it says
-// Cross-Origin-Resource-Policy: cross-origin, and it allows CORS reads
-// (Access-Control-Allow-Origin: *, no credentials) so that a page may
+// and HEAD only, cross-origin, and readable by CORS so that a page may
 // check it with Subresource Integrity.
 func WidgetHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -38,16 +38,9 @@ type FactsConfig struct {
 }
 
 // Facts keeps public facts about mail domains in this process, bounded and
-// with a TTL, shared by every request, batch and account (contract, section
-// 12): the answer of a domain's accept-all probe, and how long after
-// greylisting us its server let a retry through. It is the engine's
-// verify.DomainFacts; the AWS functions put a DynamoDB item behind it
-// (dynamostore.DomainFacts), so that their instances share it too.
-//
-// Only what the receiving server does for the domain as a whole is kept
-// (does it accept any address, or reject unknown ones; how long does it
-// defer a new sender), never anything about an address. It is safe for
-// concurrent use.
+// with a TTL, shared by every account: the answer of a domain's accept-all
+// probe, and how long after greylisting us its server let a retry through
+// (verify.DomainFacts). Never anything about an address.
 type Facts struct {
 	c     *LRU[string]
 	grey  *LRU[time.Duration]
@@ -93,9 +86,8 @@ func (m *Facts) KeepAcceptAll(_ context.Context, domain, result string) {
 	m.Remember(domain, result, m.now().Add(m.ttl))
 }
 
-// Remember keeps a conclusive answer until expires: a tier behind the
-// memory (DynamoDB) hands back what it read, with its own expiry, so an
-// answer is never trusted longer than when it was first learned.
+// Remember keeps a conclusive answer read from a tier behind the memory
+// until its own expiry.
 func (m *Facts) Remember(domain, result string, expires time.Time) {
 	if !Conclusive(result) {
 		return

@@ -6,12 +6,8 @@ import (
 	lru "github.com/hashicorp/golang-lru/v2"
 )
 
-// LRU is a size-bounded LRU whose entries also expire: the DNS resolver's
-// answers (internal/verify/dnscheck) and the domain facts are kept in it.
-// The LRU itself is hashicorp/golang-lru's (also VerdictMemory's); what
-// this adds is an expiry per entry, checked against the caller's clock on
-// read so tests can move time. A nil *LRU keeps nothing. It is safe for
-// concurrent use.
+// LRU is hashicorp/golang-lru's size-bounded LRU with an expiry per entry,
+// checked against the caller's clock on read. A nil *LRU keeps nothing.
 type LRU[V any] struct {
 	lru *lru.Cache[string, lruEntry[V]]
 	max int

@@ -30,30 +30,21 @@ type Store interface {
 	KeepDecisions(ctx context.Context, accountID string, entries []store.CacheEntry) error
 }
 
-// Cache is the account result cache's policy over a Store: it reuses an
-// account's live verdicts (contract, section 12). A verdict is kept per
-// account, normalised address and mode for a TTL (risky ones 1 h at most,
-// unknown ones never) and given again, marked cached with its original
-// checkedAt, to the same account's later calls and batches. Test-mode
-// decisions are never kept; callers never look up for test-mode accounts.
+// Cache is the account result cache's policy over a Store: a live verdict
+// is kept per account, normalised address and mode for a TTL (risky ones
+// 1 h at most, unknown ones never) and given again, marked cached with its
+// original checkedAt, to the same account's later calls and batches.
 type Cache struct {
 	Store Store
-	// TTL is how long a verdict is reused (EVS_CACHE_TTL); 0 keeps none.
-	TTL time.Duration
-	Now func() time.Time
-	// Count, when set, is told the result of each lookup (hit, miss,
-	// stale) for evs_cache_requests_total.
-	Count func(result string)
+	TTL   time.Duration // EVS_CACHE_TTL; 0 keeps none
+	Now   func() time.Time
+	Count func(result string) // told each lookup's result (evs_cache_requests_total)
 }
 
 // Lookup returns the account's verdict for the normalised address in mode
-// when one is kept and fresh: not expired, and no older than maxAge when
-// maxAge > 0. maxAge 0 is no bound; evs.NoReuse (a request's maxAge 0)
-// reuses nothing. The decision
-// comes back with Email set to email, Cached set, and DurationMs the
-// lookup's own time (its CheckedAt still says when the evidence was
-// gathered). A store fault is a miss: the address is verified again, which
-// is always right.
+// when one is kept, unexpired and no older than maxAge (0: no bound;
+// evs.NoReuse reuses nothing), with Email set to email, Cached set, and
+// DurationMs the lookup's own. A store fault is a miss.
 func (c *Cache) Lookup(ctx context.Context, accountID string, mode evs.Mode, normalized, email string, maxAge time.Duration) (evs.Decision, bool) {
 	if c == nil || c.TTL <= 0 || normalized == "" || maxAge < 0 {
 		c.count(Miss)
@@ -103,11 +94,7 @@ func (c *Cache) Keep(ctx context.Context, accountID string, ds ...evs.Decision) 
 // ttl is how long d may be reused.
 func (c *Cache) ttl(d evs.Decision) time.Duration {
 	if d.Checks.DNS.Result == evs.DNSMXNotPublic {
-		// The verdict rests on this deployment's egress policy, not on
-		// the address (contract, section 16): the operator may allow the
-		// range (EVS_EGRESS_ALLOW) at the next start, and the verdict
-		// must change with it.
-		return 0
+		return 0 // the egress policy's verdict, not the address's: it may change at the next start
 	}
 	switch d.Status() {
 	case evs.Unknown:

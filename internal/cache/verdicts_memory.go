@@ -17,14 +17,10 @@ import (
 const VerdictMemoryEntries = 32_768
 
 // VerdictMemory answers an account's recent cache reads from process
-// memory, in front of a Store that no other process writes: `evs serve`'s
-// SQLite store, which one process holds at a time. A hit then costs no database
-// read at all, which is what keeps a cached /v1/verify as cheap as a quick
-// check (issue 22: at most 1.2×). Writes go to the store first and to
-// memory only once stored, so memory never holds what the store lost. It
-// is bounded by an LRU of entries; keys carry the account, so no account
-// reads another's entries. On AWS, where many processes write one table,
-// it is not used: a process's memory would miss their newer verdicts.
+// memory, in front of a Store no other process writes (`evs serve`'s), so
+// a cached /v1/verify costs no database read. Writes go to the store first
+// and to memory only once stored. It is bounded by an LRU; keys carry the
+// account.
 type VerdictMemory struct {
 	store Store
 	lru   *lru.Cache[memoryKey, memoryEntry]

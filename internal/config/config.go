@@ -1,16 +1,11 @@
-// Package config reads the service's configuration from the environment
-// (contract, sections 7 and 9): the same variables for `evs` and the Lambda
-// functions. It is the only reader of the environment: every variable is
-// read and validated here, once, and a bad value is reported as one line
-// naming the variable and the form it accepts. It also says which build
-// is running (BuildInfo): like the environment, a fact of the process that
-// is read once at start and never changes. And it holds the egress policy
-// (egress.go) that EVS_EGRESS_ALLOW sets, which every component that dials
-// for a tenant's input shares: SMTP, webhooks, callback URLs.
-//
-// It imports nothing heavy (no engine, no AWS) and nothing else of ours, so
-// every package can link it; verify.Build turns the engine part into an
-// engine.
+// Package config reads the service's configuration from the environment,
+// the same variables for `evs` and the Lambda functions. It is the only
+// reader of the environment: every variable is validated here, once, and a
+// bad value is reported as one line naming the variable and the form it
+// accepts. It also says which build is running (BuildInfo) and holds the
+// egress policy (egress.go) every component that dials for a tenant's
+// input shares. It imports nothing heavy and nothing else of ours, so every
+// package can link it.
 package config
 
 import (
@@ -51,144 +46,100 @@ type Config struct {
 	SMTP       string
 	// SMTPProxy is the SOCKS5 exits, a comma-separated list of
 	// socks5://[user:pass@]host:port[#egress-ip] (EVS_SMTP_PROXY, or on
-	// Lambda the value of the secret named by EVS_SMTP_PROXY_SECRET, set
-	// with SetSMTPProxy). It may hold passwords: never log it.
+	// Lambda the secret's value, SetSMTPProxy). It may hold passwords:
+	// never log it.
 	SMTPProxy string
-	// SMTPExits is SMTPProxy read (SMTPExit): what the dialer uses.
-	SMTPExits []SMTPExit
-	// SMTPProxySecret is the ARN of the Secrets Manager secret whose value
-	// is SMTPProxy (EVS_SMTP_PROXY_SECRET, Lambda only). The composition
-	// root fetches it and calls SetSMTPProxy: this package stays free of
-	// AWS, and the credentials never sit in an environment variable.
+	SMTPExits []SMTPExit // SMTPProxy read: what the dialer uses
+	// SMTPProxySecret is the ARN of the secret whose value is SMTPProxy
+	// (EVS_SMTP_PROXY_SECRET, Lambda only): the composition root fetches
+	// it, so this package stays free of AWS.
 	SMTPProxySecret string
-	// ExitTimeout bounds each SOCKS5 handshake, up to the reply to
-	// CONNECT, and each health probe of an exit (EVS_SMTP_EXIT_TIMEOUT).
+	// ExitTimeout bounds each SOCKS5 handshake and health probe of an exit
+	// (EVS_SMTP_EXIT_TIMEOUT).
 	ExitTimeout time.Duration
 	// ExitCanary is where an exit's health probe asks it to CONNECT
-	// (EVS_SMTP_EXIT_CANARY); the zero value is the exit's own loopback.
+	// (EVS_SMTP_EXIT_CANARY); zero: the exit's own loopback.
 	ExitCanary netip.AddrPort
 	SMTPPort   int
 	HELO       string
 	MailFrom   string
-	// RateLimit is requests per second per account; 0 means off.
-	RateLimit float64
-	// AuthTTL is the local gateway's authorizer cache TTL.
-	AuthTTL time.Duration
-	// Retention is how long batches and results are kept.
-	Retention time.Duration
+	RateLimit  float64       // requests per second per account; 0 means off
+	AuthTTL    time.Duration // the local gateway's authorizer cache TTL
+	Retention  time.Duration // of batches and results
 	// Egress is the policy for connections that tenants' input names
-	// (SMTP probes): EVS_EGRESS_ALLOW. nil, the zero value, refuses every
-	// special-purpose range.
+	// (EVS_EGRESS_ALLOW); nil refuses every special-purpose range.
 	Egress *EgressPolicy
-	// EgressIP is the public address SMTP probes leave from, directly or
-	// through the SOCKS exit (EVS_SMTP_EGRESS_IP); the zero Addr when not
-	// known. The self-check looks it up in Blocklists and checks that it
-	// and HELO name each other in DNS.
+	// EgressIP is the public address SMTP probes leave from
+	// (EVS_SMTP_EGRESS_IP), which the self-check checks; zero when unknown.
 	EgressIP netip.Addr
 	// Blocklists are the DNS blocklist zones the self-check asks about
-	// EgressIP (EVS_BLOCKLISTS, default DefaultBlocklists; "none": none).
-	Blocklists []string
-	// SelfCheckEvery is how often the egress self-check runs after the
-	// first (EVS_SELFCHECK_EVERY, default 1h): on evs serve a ticker; on
-	// AWS each instance that probes, when its findings are older.
-	SelfCheckEvery time.Duration
-	// HELOFromHost is true when HELO was not configured and the host name
-	// is used instead (evs serve warns about it).
+	// EgressIP (EVS_BLOCKLISTS, default DefaultBlocklists).
+	Blocklists     []string
+	SelfCheckEvery time.Duration // EVS_SELFCHECK_EVERY
+	// HELOFromHost: HELO was not configured and is the host name (evs
+	// serve warns about it).
 	HELOFromHost bool
-	// LogLevel is EVS_LOG_LEVEL: debug, info (default), warn or error.
-	LogLevel slog.Level
+	LogLevel     slog.Level
 	// MaxActiveBatches is how many batches an account may have queued or
 	// running at once (EVS_MAX_ACTIVE_BATCHES).
 	MaxActiveBatches int
 	// QuotaAddresses is how many addresses an account may have verified per
-	// QuotaPeriod (EVS_QUOTA_ADDRESSES); 0 means no quota.
+	// QuotaPeriod, UTC (EVS_QUOTA_ADDRESSES, EVS_QUOTA_PERIOD); 0: no quota.
 	QuotaAddresses int
-	// QuotaPeriod is the quota's calendar period in UTC, QuotaDay or
-	// QuotaMonth (EVS_QUOTA_PERIOD, default month).
-	QuotaPeriod string
-	// QuotaPublishablePercent is the share of QuotaAddresses, in percent,
-	// an account's publishable keys may use together
-	// (EVS_QUOTA_PUBLISHABLE_PERCENT, 1 to 100, default 10).
+	QuotaPeriod    string
+	// QuotaPublishablePercent is the share of QuotaAddresses an account's
+	// publishable keys may use together (EVS_QUOTA_PUBLISHABLE_PERCENT).
 	QuotaPublishablePercent int
 	// PublishableRate and PublishableRatePerAddress are a publishable
-	// key's calls a minute, from all client addresses and from one,
-	// unless the key has its own (EVS_PUBLISHABLE_RATE, default 600;
-	// EVS_PUBLISHABLE_RATE_PER_ADDRESS, default 10).
+	// key's calls a minute, from all client addresses and from one, unless
+	// the key has its own (EVS_PUBLISHABLE_RATE,
+	// EVS_PUBLISHABLE_RATE_PER_ADDRESS).
 	PublishableRate, PublishableRatePerAddress int
-	// MaxStoredBytes bounds the bytes an account makes the service keep:
-	// lists' rows, results, exports, outcomes, uploads
-	// (EVS_MAX_STORED_BYTES, default DefaultMaxStoredBytes; 0: no bound);
-	// a test-mode account has a tenth of it.
-	MaxStoredBytes int64
-	// MaxOutcomes bounds the outcomes an account keeps (EVS_MAX_OUTCOMES,
-	// default DefaultMaxOutcomes; 0: no bound); a test-mode account has a
-	// tenth of it.
-	MaxOutcomes int
-	// MaxIdempotencyKeys bounds the new Idempotency-Keys an account may use
-	// per UTC day (EVS_MAX_IDEMPOTENCY_KEYS, default
-	// DefaultMaxIdempotencyKeys; 0: no bound).
+	// The per-account bounds of EVS_MAX_STORED_BYTES (lists' rows,
+	// results, exports, outcomes, uploads), EVS_MAX_OUTCOMES (a tenth of
+	// each for a test-mode account) and EVS_MAX_IDEMPOTENCY_KEYS (per UTC
+	// day); 0: no bound.
+	MaxStoredBytes     int64
+	MaxOutcomes        int
 	MaxIdempotencyKeys int
-	// BatchDeadline is a batch's time limit from its start
-	// (EVS_BATCH_DEADLINE).
-	BatchDeadline time.Duration
+	BatchDeadline      time.Duration // from a batch's start (EVS_BATCH_DEADLINE)
 	// CacheTTL is how long a live verdict is reused for the same account
-	// and address (EVS_CACHE_TTL, default 24h; 0 keeps none; contract,
-	// section 12).
-	CacheTTL time.Duration
-	// OutcomeTTL is how long a reported outcome is kept after it was
-	// received (EVS_OUTCOME_TTL, default 365 days; contract, section 18).
-	OutcomeTTL time.Duration
-	// OutcomeShareDomains, when on, scores an accept-all or unchecked
-	// mailbox by every account's outcomes for its domain, as counts,
-	// rather than the account's own (EVS_OUTCOME_SHARE_DOMAINS, default
-	// off; contract, section 18).
+	// and address (EVS_CACHE_TTL; 0 keeps none).
+	CacheTTL   time.Duration
+	OutcomeTTL time.Duration // EVS_OUTCOME_TTL
+	// OutcomeShareDomains scores an accept-all or unchecked mailbox by
+	// every account's outcomes for its domain (EVS_OUTCOME_SHARE_DOMAINS).
 	OutcomeShareDomains bool
 	// SNSTopics, when set, are the only SNS topics whose SES notifications
-	// are taken (EVS_SNS_TOPICS, comma-separated TopicArns). SESAccount
-	// is the name of the account the AWS stack's SES notification queue
-	// reports for (EVS_SES_ACCOUNT), SESQueueARN that queue's ARN
-	// (EVS_SES_QUEUE_ARN): the worker tells its messages from work by it.
+	// are taken (EVS_SNS_TOPICS). SESAccount is the account the AWS
+	// stack's SES notification queue, SESQueueARN, reports for.
 	SNSTopics   []string
 	SESAccount  string
 	SESQueueARN string
-	// MaxConns caps the open HTTP connections of `evs serve` (EVS_MAX_CONNS).
-	MaxConns int
+	MaxConns    int // EVS_MAX_CONNS
 	// MinFreeBytes is the free space of the data directory's file system
-	// below which `evs serve` refuses new batches (EVS_MIN_FREE_BYTES,
-	// default DefaultMinFreeBytes; 0: no watermark).
+	// below which `evs serve` refuses new batches (EVS_MIN_FREE_BYTES).
 	MinFreeBytes int64
-	// MetricsAddr is the listen address of the Prometheus endpoint; empty
-	// means off (EVS_METRICS_ADDR).
-	MetricsAddr string
+	MetricsAddr  string // EVS_METRICS_ADDR; "" is off
 	// TrustedProxies are the peers whose X-Forwarded-For `evs serve`
-	// believes (EVS_TRUSTED_PROXIES); empty: none, the peer is the client.
+	// believes (EVS_TRUSTED_PROXIES).
 	TrustedProxies []netip.Prefix
 	// DrainTimeout bounds how long `evs serve` lets calls in flight finish
-	// once told to stop (EVS_DRAIN_TIMEOUT, default 20 s); negative: no
-	// wait (EVS_DRAIN_TIMEOUT=0), zero: the default.
-	DrainTimeout time.Duration
-	// TLSCert and TLSKey are the PEM files `evs serve` answers HTTPS with
-	// (EVS_TLS_CERT, EVS_TLS_KEY): both or neither.
-	TLSCert, TLSKey string
+	// once told to stop (EVS_DRAIN_TIMEOUT); negative: no wait, zero: 20 s.
+	DrainTimeout    time.Duration
+	TLSCert, TLSKey string // EVS_TLS_CERT, EVS_TLS_KEY: both or neither
 	// ProviderSessions and ProviderRcptPerMin are the politeness limits
-	// per mail provider and egress address (EVS_PROVIDER_SESSIONS,
-	// EVS_PROVIDER_RCPT_PER_MIN): keys are provider names, class names
-	// (large, gateway, other) or "*"; nil means the class defaults.
+	// per mail provider and egress address, keyed by provider names, class
+	// names or "*"; nil means the class defaults.
 	ProviderSessions   map[string]int
 	ProviderRcptPerMin map[string]int
-	// Tables names the DynamoDB tables (AWS only; from template.yaml).
-	Tables Tables
-	// QueueURL is the SQS work queue (AWS only; EVS_QUEUE_URL).
-	QueueURL string
-	// UsagePlanID is the API Gateway usage plan `evs keys create` adds keys
-	// to (EVS_USAGE_PLAN_ID).
-	UsagePlanID string
-	// PublicURL is the origin clients reach `evs serve` at, as
-	// https://host[:port] (EVS_PUBLIC_URL): upload URLs are made with it.
-	// Empty means the origin each call came to (its Host header).
+	Tables             Tables // AWS only
+	QueueURL           string // AWS only
+	UsagePlanID        string // EVS_USAGE_PLAN_ID
+	// PublicURL is the origin clients reach `evs serve` at
+	// (EVS_PUBLIC_URL); "" means each call's.
 	PublicURL string
-	// APIURL and APIKey are where and as whom `evs batch` calls the API
-	// (EVS_URL, EVS_API_KEY).
+	// APIURL and APIKey are where and as whom `evs batch` calls the API.
 	APIURL string
 	APIKey string
 }
@@ -233,9 +184,7 @@ func FromEnv(getenv func(string) string, onLambda bool) (Config, error) {
 	c.SMTPProxySecret = getenv("EVS_SMTP_PROXY_SECRET")
 	switch {
 	case c.SMTPProxySecret == "":
-	case !onLambda:
-		// Only the Lambda functions fetch the secret; a machine that can
-		// keep a file private can keep the variable private too.
+	case !onLambda: // a machine that keeps a file private can keep the variable private too
 		errs = append(errs, errors.New("EVS_SMTP_PROXY_SECRET: read on AWS Lambda only; set EVS_SMTP_PROXY instead"))
 	case c.SMTPProxy != "":
 		errs = append(errs, errors.New("EVS_SMTP_PROXY_SECRET: set it or EVS_SMTP_PROXY, not both"))
@@ -269,8 +218,7 @@ func FromEnv(getenv func(string) string, onLambda bool) (Config, error) {
 	c.HELO = getenv("EVS_SMTP_HELO")
 	if c.HELO == "" {
 		h, _ := os.Hostname()
-		c.HELO, c.HELOFromHost = h, true
-		c.HELO = cmp.Or(c.HELO, "localhost")
+		c.HELO, c.HELOFromHost = cmp.Or(h, "localhost"), true
 	}
 	c.MailFrom = cmp.Or(getenv("EVS_SMTP_FROM"), "verify@"+c.HELO)
 	if s := getenv("EVS_SMTP_EGRESS_IP"); s != "" {
@@ -280,9 +228,7 @@ func FromEnv(getenv func(string) string, onLambda bool) (Config, error) {
 		}
 		c.EgressIP = ip.Unmap()
 	}
-	if c.SMTPProxy != "" {
-		// After EVS_SMTP_EGRESS_IP, which a single exit may take as its
-		// address.
+	if c.SMTPProxy != "" { // after EVS_SMTP_EGRESS_IP, which a single exit may take
 		if err := c.setExits(c.SMTPProxy); err != nil {
 			errs = append(errs, fmt.Errorf("EVS_SMTP_PROXY: %w", err))
 		}
@@ -399,29 +345,24 @@ func (c *Config) SetSMTPProxy(proxyURL string) error {
 	return nil
 }
 
-// DefaultMinFreeBytes is EVS_MIN_FREE_BYTES's default, 1 GiB: room for
-// the batches and results already accepted to finish (a 50,000-address
-// batch with its results takes about 8 MiB) and for SQLite's checkpoints.
-const DefaultMinFreeBytes = 1 << 30
-
-// DefaultMaxStoredBytes is EVS_MAX_STORED_BYTES's default, 4 GiB: ten
-// lists of a million addresses with their rows and results, or forty
-// of the largest uploads, kept at once.
-const DefaultMaxStoredBytes = 4 << 30
-
-// DefaultMaxOutcomes is EVS_MAX_OUTCOMES's default: a million outcomes
-// per account, about 640 MB in `evs serve`'s store with their indexes.
-const DefaultMaxOutcomes = 1_000_000
-
-// DefaultMaxIdempotencyKeys is EVS_MAX_IDEMPOTENCY_KEYS's default: new
-// Idempotency-Keys per account per UTC day. A record is kept 24 h and
-// takes about 1,160 bytes with a /v1/verify reply (BenchmarkStorageBytes),
-// so one account's records stay under about 290 MB, while a client with a
-// new key on every call still makes about 3 calls a second all day.
-const DefaultMaxIdempotencyKeys = 250_000
+// Defaults of the EVS_* variables of the same names.
+const (
+	// DefaultMinFreeBytes leaves room for the work already accepted to
+	// finish and for SQLite's checkpoints.
+	DefaultMinFreeBytes = 1 << 30
+	// DefaultMaxStoredBytes holds ten lists of a million addresses with
+	// their rows and results.
+	DefaultMaxStoredBytes = 4 << 30
+	// DefaultMaxOutcomes is about 640 MB in `evs serve`'s store.
+	DefaultMaxOutcomes = 1_000_000
+	// DefaultMaxIdempotencyKeys (a day's new keys) keeps one account's
+	// records under about 290 MB (BenchmarkStorageBytes), while a new key
+	// on every call still allows 3 calls a second all day.
+	DefaultMaxIdempotencyKeys = 250_000
+)
 
 // value reads variable name: def when it is unset, else what parse makes
-// of it, and an error saying it is not want when parse refuses it.
+// of it, or an error saying it is not want.
 func value[T any](getenv func(string) string, name string, def T, want string, parse func(string) (T, bool), errs *[]error) T {
 	s := getenv(name)
 	if s == "" {
@@ -435,7 +376,6 @@ func value[T any](getenv func(string) string, name string, def T, want string, p
 	return v
 }
 
-// durationFrom parses a duration of at least least.
 func durationFrom(least time.Duration) func(string) (time.Duration, bool) {
 	return func(s string) (time.Duration, bool) {
 		d, err := time.ParseDuration(s)
@@ -443,7 +383,6 @@ func durationFrom(least time.Duration) func(string) (time.Duration, bool) {
 	}
 }
 
-// wholeFrom parses a whole number of at least least.
 func wholeFrom[T int | int64](least T) func(string) (T, bool) {
 	return func(s string) (T, bool) {
 		n, err := strconv.ParseInt(s, 10, 64)
@@ -472,10 +411,9 @@ func limitOrOff(getenv func(string) string, name string, def int, errs *[]error)
 // DefaultAddr is where evs serve listens without EVS_ADDR.
 const DefaultAddr = "127.0.0.1:8080"
 
-// DefaultBlocklists are the DNS blocklists receivers consult most, which
-// the self-check asks about the egress address by default. Spamhaus
-// answers no query that comes through a large public resolver: the
-// self-check then says the list refused it, never that we are clean.
+// DefaultBlocklists are the DNS blocklists receivers consult most. Spamhaus
+// refuses queries through large public resolvers, which the self-check
+// then reports as a refusal, never as clean.
 var DefaultBlocklists = []string{"zen.spamhaus.org", "bl.spamcop.net", "b.barracudacentral.org"}
 
 // parseZones reads a comma-separated list of DNS zones; "none" is none.
@@ -494,5 +432,4 @@ func parseZones(s string) ([]string, error) {
 	return zones, nil
 }
 
-// zoneRe matches a DNS name of two labels or more.
 var zoneRe = regexp.MustCompile(`^([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)

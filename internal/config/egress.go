@@ -9,12 +9,11 @@ import (
 	"syscall"
 )
 
-// The egress policy decides which addresses the service may connect to on
-// behalf of what a tenant's input names: SMTP probes and webhook deliveries
-// (API contract, section 9). Anyone can publish a domain whose MX, or a
-// webhook URL whose host, points at loopback, a private network or the
-// cloud metadata service, so only globally reachable unicast addresses are
-// allowed unless the operator lists more (EVS_EGRESS_ALLOW).
+// The egress policy decides which addresses the service may connect to for
+// what a tenant's input names (SMTP probes, webhooks): anyone can point an
+// MX or a URL at loopback, a private network or the cloud metadata
+// service, so only globally reachable unicast addresses are allowed unless
+// the operator lists more (EVS_EGRESS_ALLOW).
 
 // ErrEgressRefused is matched by every refusal of the policy:
 // errors.Is(err, ErrEgressRefused).
@@ -42,18 +41,13 @@ func (e *EgressRefusedError) Error() string {
 // Is makes errors.Is(err, ErrEgressRefused) hold.
 func (e *EgressRefusedError) Is(target error) bool { return target == ErrEgressRefused }
 
-// EgressPolicy is the egress policy: the IANA special-purpose ranges are refused
-// except where the allow-list says otherwise. A nil *EgressPolicy is the policy
-// with an empty allow-list. A EgressPolicy is immutable and safe for concurrent
-// use.
+// EgressPolicy refuses the IANA special-purpose ranges except where the
+// allow-list says otherwise; nil has an empty allow-list. It is immutable.
 type EgressPolicy struct {
 	allow []netip.Prefix
 }
 
-// Parse returns the policy whose allow-list is allowCSV, a comma-separated
-// list of CIDRs (the form of EVS_EGRESS_ALLOW); blanks around entries are
-// ignored and "" is the empty list. A malformed entry is an error that
-// names it.
+// ParseEgress returns the policy whose allow-list is allowCSV (ParseCIDRs).
 func ParseEgress(allowCSV string) (*EgressPolicy, error) {
 	allow, err := ParseCIDRs(allowCSV)
 	if err != nil {
@@ -154,13 +148,10 @@ func (p *EgressPolicy) allowed(a netip.Addr) bool {
 const MaxURLLength = 2048
 
 // CheckURL judges a URL a tenant asks the service to call later (a
-// webhook's callbackUrl), when it is given, so a bad one is refused at once
-// rather than failing every attempt: https, or http to a host inside the
-// allow-list (an IP literal or localhost, since a name's addresses are only
-// known when dialling, where Control judges them); no userinfo; at most
-// MaxURLLength bytes. An IP literal the policy refuses is refused here
-// already. The error's text completes "The URL …", for the caller to name
-// its field.
+// callbackUrl) when it is given: https, or http to an IP literal or
+// localhost inside the allow-list; no userinfo; at most MaxURLLength
+// bytes; no IP literal the policy refuses. The error's text completes
+// "The URL …".
 func (p *EgressPolicy) CheckURL(raw string) error {
 	if len(raw) > MaxURLLength {
 		return fmt.Errorf("is longer than %d characters", MaxURLLength)
@@ -206,10 +197,8 @@ func hostAddr(host string) (netip.Addr, bool) {
 	return netip.Addr{}, false
 }
 
-// Control checks the address a net.Dialer is about to connect to; use it
-// as net.Dialer.Control. It sees the address after resolution, so a name
-// that resolves to a refused address (DNS rebinding included) is refused
-// however it was looked up. An address that does not parse is refused.
+// Control checks the address a net.Dialer is about to connect to, after
+// resolution (DNS rebinding included); use it as net.Dialer.Control.
 func (p *EgressPolicy) Control(network, address string, _ syscall.RawConn) error {
 	ap, err := netip.ParseAddrPort(address)
 	if err != nil {

@@ -16,10 +16,8 @@ import (
 //	socks5://[user:pass@]host:port[#egress-ip]
 //
 // where the optional #egress-ip is the public address that exit's
-// connections leave from, for its self-check (blocklists, reverse DNS).
-// A comma or # inside a user name or password is percent-encoded (%2C,
-// %23), as in any URL. One URL without #egress-ip is the form of old, and
-// EVS_SMTP_EGRESS_IP still gives its address.
+// connections leave from, for its self-check (for a single exit,
+// EVS_SMTP_EGRESS_IP too). A comma or # in credentials is percent-encoded.
 type SMTPExit struct {
 	// URL is socks5://[user:pass@]host:port, without the #egress-ip. It
 	// may hold a password: never log it.

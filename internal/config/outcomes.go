@@ -12,9 +12,8 @@ import (
 // kept a year after it was received (contract, section 18).
 const DefaultOutcomeTTL = 365 * 24 * time.Hour
 
-// outcomeTTL reads EVS_OUTCOME_TTL: a whole number of days ("365d") or a
-// Go duration ("8760h"), positive. Days are accepted because a retention
-// is written in days, and a Go duration has none.
+// outcomeTTL reads EVS_OUTCOME_TTL: a positive whole number of days
+// ("365d"), as retentions are written, or a Go duration ("8760h").
 func outcomeTTL(getenv func(string) string, errs *[]error) time.Duration {
 	return value(getenv, "EVS_OUTCOME_TTL", DefaultOutcomeTTL, "a positive number of days like 365d or a duration like 8760h", func(s string) (time.Duration, bool) {
 		if n, ok := strings.CutSuffix(s, "d"); ok {
@@ -26,11 +25,8 @@ func outcomeTTL(getenv func(string) string, errs *[]error) time.Duration {
 }
 
 // outcomeShareDomains reads EVS_OUTCOME_SHARE_DOMAINS: "on" shares the
-// per-domain counts of outcomes (how many addresses delivered, how many
-// bounced hard) across accounts, "off" (the default)
-// keeps each account's to itself. Off by default because one account's
-// outcomes then move the scores another account sees: the operator
-// decides its accounts trust each other that far.
+// per-domain counts of outcomes across accounts. Off by default: one
+// account's outcomes would move the scores another sees.
 func outcomeShareDomains(getenv func(string) string, errs *[]error) bool {
 	switch s := strings.ToLower(getenv("EVS_OUTCOME_SHARE_DOMAINS")); s {
 	case "", "off":

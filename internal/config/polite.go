@@ -45,10 +45,9 @@ func providerLimits(getenv func(string) string, name string, errs *[]error) map[
 }
 
 // EgressName names this process's egress for politeness limits: the SOCKS
-// exit's name when SMTP goes through one proxy, the names joined by "+"
-// when through several, else "direct". With several exits each exit in
-// rotation has limits of its own (politeness.Gate.Exits); the joined name
-// keys sessions only while none is in rotation, which then all fail.
+// exit's name with one, the names joined by "+" with several (each exit in
+// rotation then has limits of its own, politeness.Gate.Exits; the joined
+// name keys sessions only while none is in rotation), else "direct".
 func (c Config) EgressName() string {
 	if c.SMTP != SMTPProxy || len(c.SMTPExits) == 0 {
 		return "direct"

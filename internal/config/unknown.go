@@ -26,10 +26,9 @@ var Known = []string{
 	"EVS_MOTO_ENDPOINT", "EVS_TEST_SOCKS5", "EVS_TEST_SOCKS5_EXTERNAL", "EVS_SCREENSHOTS",
 }
 
-// Unknown returns one warning for each EVS_* variable in environ (NAME=value
-// entries, as os.Environ gives them) that evs does not read, naming the
-// known variable nearest to it: a misspelt name otherwise leaves its
-// default in force without a word. Values are never quoted.
+// Unknown returns one warning for each EVS_* variable in environ (as
+// os.Environ gives it) that evs does not read, naming the known variable
+// nearest to it; values are never quoted.
 func Unknown(environ []string) []string {
 	var names []string
 	for _, kv := range environ {

@@ -9,10 +9,8 @@ import (
 )
 
 // failLimiter counts failed authentications per client address with a token
-// bucket each (rate per second, burst the same). Only clients that failed
-// have an entry, and at most max of them: when full, the client that failed
-// least recently is forgotten, so a flood of new addresses costs memory
-// bounded by max and can only make the limiter forget, never grow.
+// bucket each (rate per second, burst the same), for at most max clients:
+// the one that failed least recently is forgotten first.
 type failLimiter struct {
 	rate  rate.Limit
 	burst int

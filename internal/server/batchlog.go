@@ -7,11 +7,9 @@ import (
 	"github.com/evs-dev/evs/internal/evs"
 )
 
-// batchLog writes the operator's lines about batches (contract, section
-// 15): one per state change, and one each time a running batch passes
-// another tenth of its addresses, so a long batch shows its progress in at
-// most nine lines whatever its size. Ids, states and counts; never an
-// address.
+// batchLog writes the operator's lines about batches: one per state
+// change, and one each time a running batch passes another tenth of its
+// addresses. Never an address.
 type batchLog struct {
 	logger *slog.Logger
 
@@ -25,10 +23,8 @@ func newBatchLog(l *slog.Logger) *batchLog {
 	return &batchLog{logger: l, tenths: make(map[string]int)}
 }
 
-// written is the store's OnStateChange hook. The results of one batch are
-// written by several writers at once, whose hooks may run in any order:
-// under mu, a progress line is logged only for a tenth past the last one
-// logged, so the lines of a batch keep the order of its counts.
+// written is the store's OnStateChange hook. Hooks of one batch may run in
+// any order: a progress line is logged only for a tenth past the last one.
 func (l *batchLog) written(b evs.Batch, from evs.State) {
 	attrs := []any{slog.String("batchId", b.ID), slog.String("accountId", b.AccountID),
 		slog.Int("total", b.Counters.Total), slog.Int("processed", b.Counters.Processed)}

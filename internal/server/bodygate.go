@@ -19,29 +19,18 @@ import (
 // Large bodies are admitted by a budget of bytes, so memory does not grow
 // with how many clients send one at once.
 //
-// A call whose body may be large (a route that accepts more than
-// SmallBody bytes, with a Content-Length over SmallBody or none) takes its
-// body's size (the route's limit when no length is given) out of the
-// budget before a byte of it is read, and gives it back once its function
-// has answered: the body, and what the function builds from it (the list
-// of a batch, its items, the store's transaction), are alive until then.
-// The budget is in bytes rather than in calls so that many bodies of a
-// few hundred kilobytes still go through together, while 6 MiB bodies go
-// a couple at a time. Waiters are served first come, first served.
+// A call whose body may be larger than SmallBody takes its size (the
+// route's limit when none is given) out of the budget before a byte of it
+// is read, and gives it back once its function has answered: what it
+// builds from the body is alive until then. In bytes rather than calls, so
+// many small bodies still go through together; first come, first served.
+// A batch created from an upload takes the upload's size the same way
+// (api.Deps.AdmitList).
 //
-// A batch created from an upload takes the upload's size (up to the whole
-// budget) the same way while its list is read and stored (api.Deps.
-// AdmitList): a list of a million addresses costs far more than a body.
-//
-// One account holds at most half the budget (and never less than one
-// body of the contract's largest size, nor more than the budget), so that
-// an account's slow or many bodies leave the other half to everyone else:
-// its further bodies wait for its own share, not the server's.
-//
-// A call that cannot get its share within BodyWait (or before its client
-// gives up) is answered, its body never read: 429 rate_limited when it
-// waited for its account's share, 503 unavailable when for the server's. Small bodies (/v1/verify takes at most 8 KiB, the other
-// routes 1 KiB) never wait on the budget.
+// One account holds at most half the budget (never less than one body of
+// the largest size), leaving the other half to everyone else. A call that
+// cannot get its share within BodyWait is answered, its body never read:
+// 429 for its account's share, 503 for the server's.
 const (
 	// SmallBody is the largest body read without the budget.
 	SmallBody = 64 << 10
@@ -101,9 +90,8 @@ var (
 	errAccountBusy = errors.New("server: the account's share of the budget of large bodies is spent")
 )
 
-// admit takes n bytes of the budget for account, first from the
-// account's share then from the server's, waiting up to the gate's wait
-// in all or until ctx ends, and returns the function that gives them back.
+// admit takes n bytes of the budget for account, waiting up to the gate's
+// wait or until ctx ends, and returns the function that gives them back.
 func (bg *bodyGate) admit(ctx context.Context, account string, n int64) (release func(), err error) {
 	if n == 0 {
 		return func() {}, nil

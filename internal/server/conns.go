@@ -6,14 +6,10 @@ import (
 	"sync"
 )
 
-// Connections are shared between clients (contract, section 16): one
-// client address may hold at most an eighth of EVS_MAX_CONNS (128 of the
-// default 1,024), so slow uploads or idle keep-alives from one address
-// cannot take every connection from the others. A connection past its
-// address's share is closed at once, before a byte of it is read. An IPv6
-// client is its /64, what one host commonly holds. The trusted proxies
-// (EVS_TRUSTED_PROXIES) are exempt: each of their connections carries
-// some other client.
+// Connections are shared between clients: one client address (an IPv6
+// /64) may hold at most an eighth of EVS_MAX_CONNS; a connection past its
+// share is closed before a byte of it is read. The trusted proxies are
+// exempt: each of their connections carries some other client.
 
 // perClientShare is one client address's share of maxConns connections.
 func perClientShare(maxConns int) int { return max(2, maxConns/8) }

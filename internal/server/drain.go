@@ -11,12 +11,9 @@ import (
 	"github.com/evs-dev/evs/internal/config"
 )
 
-// drain stops srv once the server is told to stop: /readyz answers 503 at
-// once; the listener stays open while calls are in flight, so a balancer
-// that has not yet seen /readyz fail is served rather than refused; then
-// the listener closes and the calls still running get what is left of
-// Config.DrainTimeout (0: its default; negative: no wait) before their
-// connections are closed.
+// drain stops srv: /readyz answers 503 at once, the listener stays open
+// while calls are in flight, then closes, and the calls still running get
+// what is left of Config.DrainTimeout before their connections are closed.
 func (s *Server) drain(srv *http.Server) error {
 	timeout := cmp.Or(s.opts.Config.DrainTimeout, config.DefaultDrainTimeout)
 	if timeout < 0 {

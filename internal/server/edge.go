@@ -24,69 +24,49 @@ import (
 	"github.com/evs-dev/evs/internal/evs"
 )
 
-// edge is `evs serve`'s HTTP front: the API's handlers (api.Register) on
-// the standard mux, with what API Gateway does for them on AWS written as
-// middleware in front of each route:
+// edge is `evs serve`'s HTTP front: the API's handlers on the standard
+// mux, with what API Gateway does for them on AWS written as middleware in
+// front of each route:
 //
-//   - the key lookup (authorizer.Authorize), its answer cached per key for
-//     Config.AuthTTL (300 s by default) and trusted only while the store
-//     says no key or account changed since (KeysVersioned), so a key
-//     revoked by `evs keys revoke` in another process is refused at its
-//     next call;
-//   - per-account throttling (token bucket: Config.RateLimit, burst twice
-//     that) in place of the usage plan;
-//   - the same refusals in the contract's envelope as template.yaml's
-//     gateway responses (responses.go).
+//   - the key lookup, its answer cached for Config.AuthTTL and trusted only
+//     while the store says no key or account changed since (KeysVersioned),
+//     so a key revoked in another process is refused at its next call;
+//   - per-account throttling (Config.RateLimit, burst twice that);
+//   - the same refusals as template.yaml's gateway responses (responses.go).
 //
 // Beyond API Gateway, it refuses a client that keeps failing to
-// authenticate (failLimiter), refuses new work when the disk is low,
-// shares a budget among large bodies (bodyGate) and bounds how long a body
-// may take to arrive.
+// authenticate (failLimiter) and new work when the disk is low, shares a
+// budget among large bodies (bodyGate) and bounds a body's arrival.
 type edge struct {
-	// o gives Config.AuthTTL, Config.RateLimit, BodyTimeout, Now, Logger
-	// and Metrics.
 	o       Options
 	handler http.Handler
 	keys    keyLookup
-	// calls counts each call in the metrics; nil without app.
-	calls func(c *api.Call, end time.Time)
+	calls   func(c *api.Call, end time.Time) // counts each call in the metrics; nil without
 
-	// console serves the web console's static files (api.ConsolePath).
 	console http.Handler
-	// ping checks the store for the health endpoint (HealthPath).
-	ping func(ctx context.Context) error
-	// writable probes the store for the readiness endpoint (ReadyPath);
-	// draining turns it 503 once the server is told to stop, and drain
-	// waits for inflight, the calls being served, to reach zero.
+	ping    func(ctx context.Context) error // the health endpoint's store check
+	// writable probes the store for the readiness endpoint; draining
+	// turns it 503, and drain waits for inflight calls to end.
 	writable *writable
-	// egress is what /readyz says of how receivers see our egress.
-	egress   *egressWatches
+	egress   *egressWatches // what /readyz says of how receivers see us
 	draining atomic.Bool
 	inflight atomic.Int64
 
 	// version, when the store has one, tells whether keys or accounts
-	// changed since an entry of the cache was made (KeysVersioned).
+	// changed since a cache entry was made (KeysVersioned).
 	version func(ctx context.Context) (int64, error)
 
-	mu       sync.Mutex
-	cache    map[[32]byte]authEntry
-	limiters map[string]*rate.Limiter
-	fails    *failLimiter
-	// pkClients and pkKeys are the publishable keys' limits, per client
-	// address and per key (contract, section 17).
-	pkClients, pkKeys *failLimiter
-	// uploads receives lists PUT to upload URLs; nil when the store
-	// keeps none. ledger charges them as they arrive.
-	uploads uploadStore
-	ledger  api.Ledger
-	// exports serves the lists of export URLs; nil when the store keeps
-	// none.
-	exports exportStore
-	// bodies bounds the bytes of large bodies read and handled at once.
-	bodies *bodyGate
+	mu                sync.Mutex
+	cache             map[[32]byte]authEntry
+	limiters          map[string]*rate.Limiter
+	fails             *failLimiter
+	pkClients, pkKeys *failLimiter // publishable keys' limits, per client address and per key
+	uploads           uploadStore  // nil when the store keeps none
+	ledger            api.Ledger   // charges uploads as they arrive
+	exports           exportStore  // nil when the store keeps none
+	bodies            *bodyGate
 	// receiving holds the ids of the uploads whose list is arriving: one
-	// PUT at a time per upload, so an account's PUTs at once are at most
-	// its open uploads (contract, section 16).
+	// PUT at a time per upload.
 	receiving sync.Map
 }
 
@@ -95,20 +75,9 @@ const (
 	// authFailRate is how many failed authentications (401 and 403) one
 	// client address may have per second, with a burst of as many, before
 	// its calls are answered 429 without being authorized.
-	authFailRate = 20
-	// authFailClients bounds how many client addresses the failure count
-	// remembers; beyond it the least recent is forgotten.
-	authFailClients = 10000
+	authFailRate    = 20
+	authFailClients = 10000 // client addresses remembered, least recent forgotten
 )
-
-// The limits of publishable keys (contract, section 17; docs/security.md;
-// the key's own or api.PublishableDefaults) are counted here in
-// place of the account's rate: a page's key is public, so a flood with it
-// is bounded per client address and per key, and never spends the budget
-// of the account's secret keys. Per address the burst is the minute's
-// calls (a person filling in a form makes a few); per key a sixth of them
-// (100 of the default 600), or up to 100 at once for a smaller key's. The addresses remembered are bounded like the
-// failure limiter's.
 
 // authEntry is a key's cached answer: its principal, and whether the key
 // is revoked or its account suspended.
@@ -116,8 +85,7 @@ type authEntry struct {
 	p         evs.Principal
 	forbidden bool
 	expires   time.Time
-	// version is the store's keys version read before the lookup ran.
-	version int64
+	version   int64 // the store's keys version read before the lookup
 }
 
 // KeysVersioned is a store that can tell cheaply, on every call, whether
@@ -132,10 +100,8 @@ type keyLookup interface {
 	Authorize(ctx context.Context, key string) (authorizer.Principal, error)
 }
 
-// newEdge serves the routes mount adds (api.Handler.MountAll) behind the
-// key lookup of keys. From o it takes
-// Config.AuthTTL (0: 300 s, negative: no cache), Config.RateLimit (0:
-// off), BodyTimeout (0: 30 s), Now and Logger.
+// newEdge serves the routes mount adds behind the key lookup of keys.
+// Config.AuthTTL is 300 s when 0 (negative: no cache), BodyTimeout 30 s.
 func newEdge(o Options, mount func(api.Guard) func(*http.ServeMux), keys keyLookup, bodies *bodyGate) *edge {
 	o.Config.AuthTTL = cmp.Or(o.Config.AuthTTL, 300*time.Second)
 	o.BodyTimeout = cmp.Or(max(o.BodyTimeout, 0), 30*time.Second)
@@ -163,8 +129,7 @@ func newEdge(o Options, mount func(api.Guard) func(*http.ServeMux), keys keyLook
 
 	mux := http.NewServeMux()
 	mount(e.guard)(mux)
-	// The check endpoints and the console's files need no key (the page
-	// asks for one and sends it on its own API calls).
+	// The check endpoints and the console's files need no key.
 	mux.HandleFunc(HealthPath, func(w http.ResponseWriter, r *http.Request) {
 		e.health(w, r, routed(r, HealthPath))
 	})
@@ -196,14 +161,12 @@ func newEdge(o Options, mount func(api.Guard) func(*http.ServeMux), keys keyLook
 	return e
 }
 
-// routed names the route of the call r belongs to and returns its line.
 func routed(r *http.Request, route string) *api.Call {
 	c := api.CallFromContext(r.Context())
 	c.Route = route
 	return c
 }
 
-// count tells the metrics of a call, under its route template.
 func (e *edge) count(c *api.Call, end time.Time) {
 	if e.calls == nil {
 		return
@@ -214,10 +177,9 @@ func (e *edge) count(c *api.Call, end time.Time) {
 	}
 }
 
-// storeFault tells whether an API call was answered 503 unavailable
-// because the store failed it: in `evs serve` the queue is in-process, so
-// the store is the one dependency that can be down. The check endpoints
-// count their own (the readiness probe, once per probe).
+// storeFault tells whether an API call was answered 503 because the store,
+// the one dependency that can be down, failed it. The check endpoints
+// count their own.
 func storeFault(c *api.Call) bool {
 	return c.Status == http.StatusServiceUnavailable && c.Route != HealthPath && c.Route != ReadyPath &&
 		c.Err != nil && evs.ErrorCode(c.Err) == evs.CodeUnavailable
@@ -227,16 +189,12 @@ func storeFault(c *api.Call) bool {
 func (e *edge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	e.inflight.Add(1)
 	defer e.inflight.Add(-1)
-	if e.o.TLS != nil {
-		// The client called over HTTPS (upload URLs are made with it).
+	if e.o.TLS != nil { // for upload URLs
 		r.Header.Set("X-Forwarded-Proto", "https")
 	}
-	// The body's deadline runs from here (the headers are in). It is real
-	// time, whatever clock the server is given. The server also waits on
-	// it when it drains a body the handler did not read. A call without a
-	// body gets none: net/http lifted the headers' deadline, and one left
-	// on the connection would cancel the call's context mid-call when it
-	// expires.
+	// The body's deadline runs from here, in real time. A call without a
+	// body gets none: one left on the connection would cancel the call's
+	// context mid-call when it expires.
 	if r.ContentLength != 0 {
 		_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(e.o.BodyTimeout)) // unsupported only in tests' fakes
 	}
@@ -259,8 +217,7 @@ func framed(next http.Handler) http.Handler {
 }
 
 // guard runs before route rt's handler what API Gateway runs on AWS, and
-// what `evs serve` adds: the failure limiter, the key, the account's rate,
-// the disk's watermark and the budget of large bodies.
+// what `evs serve` adds.
 func (e *edge) guard(rt api.Route, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c := routed(r, rt.Path)
@@ -271,13 +228,9 @@ func (e *edge) guard(rt api.Route, next http.Handler) http.Handler {
 			writeResponse(w, typ, rid, extra)
 			return
 		}
-		// Limits and logs are per account: an account's keys share its
-		// budget.
-		c.AccountID = p.AccountID
+		c.AccountID = p.AccountID // an account's keys share its limits
 		c.SetPrincipal(p)
-		if err := api.Permit(w, r, rt, p); err != nil {
-			// A publishable key off its one route or origin: refused
-			// before it spends a limit.
+		if err := api.Permit(w, r, rt, p); err != nil { // before it spends a limit
 			refuseEarly(w, r)
 			writeError(w, http.StatusForbidden, evs.CodeForbidden, evs.ErrorMessage(err), rid)
 			return
@@ -302,15 +255,10 @@ func (e *edge) guard(rt api.Route, next http.Handler) http.Handler {
 		}
 		defer release()
 		if r.ContentLength != 0 {
-			// The deadline is lifted once the body is read. The body is
-			// never read past the route's limit, however long it claims
-			// or turns out to be. The controller lives in the body, one
-			// allocation for both.
+			// The deadline is lifted once the body is read, never past
+			// the route's limit.
 			b := &deadlineBody{ReadCloser: http.MaxBytesReader(unwrap(w), r.Body, rt.MaxBody), rc: *http.NewResponseController(w), h: w.Header()}
-			if weight > 0 {
-				// Time spent waiting for the budget is not the client's:
-				// the deadline runs again from now. A small body never
-				// waits, and keeps the one ServeHTTP set.
+			if weight > 0 { // time spent waiting for the budget is not the client's
 				_ = b.rc.SetReadDeadline(time.Now().Add(e.o.BodyTimeout))
 			}
 			r.Body = b
@@ -346,9 +294,7 @@ func (b *deadlineBody) Read(p []byte) (int, error) {
 		b.done = true
 		if err == io.EOF {
 			_ = b.rc.SetReadDeadline(time.Time{})
-		} else {
-			// Too long, too slow or broken: the rest is never read, and
-			// the deadline stays, so the server does not wait on it.
+		} else { // the rest is never read: the server must not wait on it
 			b.h.Set("Connection", "close")
 		}
 	}
@@ -369,19 +315,15 @@ func (e *edge) authenticate(r *http.Request, c *api.Call) (evs.Principal, string
 		key = k
 	}
 	now := e.o.Now()
-	// The cache is looked up once per call: the failure limiter and the
-	// key check both use the answer.
-	var hit cacheHit
+	var hit cacheHit // for both the failure limiter and the key check
 	if key != "" {
 		hit = e.lookup(r.Context(), key, now)
 	}
 	client := ""
 	if !hit.found || hit.e.forbidden {
 		client = clientKey(c.ClientAddr)
-		// A client that keeps failing is refused before its key is even
-		// looked at, so guessing keys is slow; a key already seen to work
-		// (cached) still passes, so neighbours behind the same NAT keep
-		// working.
+		// Guessing keys is slow; a key seen to work (cached) still passes,
+		// so neighbours behind the same NAT keep working.
 		if wait, blocked := e.fails.blocked(client, now); blocked {
 			return evs.Principal{}, throttled, map[string]string{"Retry-After": retryAfter(wait)}
 		}
@@ -399,18 +341,15 @@ func (e *edge) authenticate(r *http.Request, c *api.Call) (evs.Principal, string
 
 // cacheHit is what the cache holds for a call's key.
 type cacheHit struct {
-	ck    [32]byte // the key's hash: the cache never holds a key itself
-	e     authEntry
-	found bool // a live cached answer
-	// version is the store's keys version now; the answer is cached only
-	// when it could be read (noCache otherwise).
-	version int64
+	ck      [32]byte // the key's hash: the cache never holds a key itself
+	e       authEntry
+	found   bool  // a live cached answer
+	version int64 // the store's keys version now, unless noCache
 	noCache bool
 }
 
-// lookup reads the cache entry of key. An entry made before keys or
-// accounts last changed is not used: the change may be the key's
-// revocation.
+// lookup reads the cache entry of key, unless keys or accounts changed
+// since it was made.
 func (e *edge) lookup(ctx context.Context, key string, now time.Time) cacheHit {
 	h := cacheHit{ck: sha256.Sum256([]byte(key))}
 	if e.o.Config.AuthTTL <= 0 {
@@ -418,8 +357,7 @@ func (e *edge) lookup(ctx context.Context, key string, now time.Time) cacheHit {
 	}
 	if e.version != nil {
 		v, err := e.version(ctx)
-		if err != nil {
-			// Whether the key changed cannot be told: look it up.
+		if err != nil { // whether the key changed cannot be told
 			h.noCache = true
 			return h
 		}
@@ -434,7 +372,6 @@ func (e *edge) lookup(ctx context.Context, key string, now time.Time) cacheHit {
 	return h
 }
 
-// authorize answers the key's principal, or the refusal to answer with.
 func (e *edge) authorize(ctx context.Context, c *api.Call, hit cacheHit, key string, now time.Time) (evs.Principal, string) {
 	ent := hit.e
 	if !hit.found {
@@ -461,9 +398,7 @@ func (e *edge) authorize(ctx context.Context, c *api.Call, hit cacheHit, key str
 }
 
 // refuseEarly marks the connection to be closed after a reply given before
-// the request's body was read, so the server does not wait for a body no
-// one will use (a client that promises one and never sends it would hold
-// the connection until the deadline).
+// the request's body was read, so the server does not wait for it.
 func refuseEarly(w http.ResponseWriter, r *http.Request) {
 	if r.ContentLength != 0 {
 		w.Header().Set("Connection", "close")
@@ -472,30 +407,25 @@ func refuseEarly(w http.ResponseWriter, r *http.Request) {
 
 // retryAfter renders a wait as whole seconds, at least 1.
 func retryAfter(wait time.Duration) string {
-	secs := int(math.Ceil(wait.Seconds()))
-	if secs < 1 {
-		secs = 1
-	}
-	return strconv.Itoa(secs)
+	return strconv.Itoa(max(1, int(math.Ceil(wait.Seconds()))))
 }
 
 // throttleCall takes a token from the buckets of the call: the account's
-// for a secret key; for a publishable key the client address's, then the
-// key's (an address over its limit spends none of the key's).
+// for a secret key; for a publishable key (public, so never spending the
+// account's budget) the client address's, then the key's. Per address the
+// burst is the minute's calls; per key a sixth (or up to 100 for a small key).
 func (e *edge) throttleCall(c *api.Call, p evs.Principal) (time.Duration, bool) {
 	if p.Kind != evs.KeyPublishable {
 		return e.throttle(c.AccountID)
 	}
 	now, l := e.o.Now(), api.PublishableDefaults(e.o.Config).Of(p)
-	// An address is counted per key: one shop's form does not spend
-	// another's limit for the people behind a shared NAT.
+	// Per key: one shop's form spends no other's limit behind a shared NAT.
 	if wait, limited := e.pkClients.take(p.KeyID+" "+clientKey(c.ClientAddr), now, rate.Limit(l.PerAddress)/60, l.PerAddress); limited {
 		return wait, true
 	}
 	return e.pkKeys.take(p.KeyID, now, rate.Limit(l.PerKey)/60, max(l.PerKey/6, min(l.PerKey, 100)))
 }
 
-// throttle takes a token from the account's bucket.
 func (e *edge) throttle(account string) (time.Duration, bool) {
 	if e.o.Config.RateLimit <= 0 {
 		return 0, false

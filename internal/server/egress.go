@@ -12,13 +12,9 @@ import (
 	"github.com/evs-dev/evs/internal/verify"
 )
 
-// Knowing when we are blocked (docs/operations.md). The counting, the
-// self-check and the rule that steers the exits are the engine's
-// (verify.EgressWatch, verify.EgressWatches), which the AWS functions use
-// too; what is here is evs serve's way of showing them: /readyz's body (a
-// listed egress still serves quick checks and the API: it stays 200) and
-// Prometheus gauges, and the ticker that self-checks at start and every
-// EVS_SELFCHECK_EVERY.
+// Knowing when we are blocked (docs/operations.md): the engine's watches
+// (verify.EgressWatches) as evs serve shows them, in /readyz's body (a
+// listed egress stays 200) and Prometheus gauges.
 
 // egressWatch is one egress's watch, as evs serve shows it.
 type egressWatch struct {
@@ -133,9 +129,7 @@ func boolGauge(b bool) float64 {
 	return 0
 }
 
-// egressWatches show the runtime's watches (verify.EgressWatches): one per
-// SOCKS exit, and the one /readyz's egress object reports: the direct
-// egress, the one exit, or, with several, every verdict together.
+// egressWatches show the runtime's watches (verify.EgressWatches).
 type egressWatches struct {
 	top *egressWatch
 	// x and exits are nil when SMTP goes direct (or is off).

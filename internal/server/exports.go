@@ -15,10 +15,8 @@ import (
 	"github.com/evs-dev/evs/internal/store"
 )
 
-// exportStore is a store that keeps exported result lists itself
-// (sqlitestore): `evs serve` then serves the URL GET
-// /v1/requests/{id}/export hands out, as S3 serves its pre-signed URLs on
-// AWS.
+// exportStore is a store that keeps exported result lists itself: `evs
+// serve` then serves the URLs the export route hands out.
 type exportStore interface {
 	api.Exports
 	OpenExport(ctx context.Context, id, token string) (batchID string, f *os.File, err error)
@@ -28,10 +26,8 @@ type exportStore interface {
 // metrics. It is no API Gateway route: on AWS the URL is S3's.
 const exportRoute = "/v1/exports/{id}"
 
-// sendExport answers GET on an export's URL with the list: the token in
-// the URL is the credential, as a pre-signed URL's signature is on S3, so
-// a browser fetches it without the API key. A wrong token counts as a
-// failed authentication for the client's address.
+// sendExport answers GET on an export's URL with the list; its token is
+// the credential, so a browser fetches it without the API key.
 func (g *edge) sendExport(w http.ResponseWriter, r *http.Request, c *api.Call, id string) {
 	c.Route = exportRoute
 	client, ok := g.admitTokenCall(w, r, c, http.MethodGet, http.MethodHead)
@@ -83,10 +79,9 @@ func writeCallError(w http.ResponseWriter, r *http.Request, c *api.Call, err err
 	_, _ = w.Write(body)
 }
 
-// admitTokenCall admits a call to a URL whose token is its credential
-// (uploads, exports, SNS): one of methods (the first is the one a refusal
-// names), from a client the failure limiter does not block. It answers a
-// call it refuses itself, and returns the client's limiter key.
+// admitTokenCall admits a call to a URL whose token is its credential: one
+// of methods, from a client the failure limiter does not block. It answers
+// a call it refuses, and returns the client's limiter key.
 func (g *edge) admitTokenCall(w http.ResponseWriter, r *http.Request, c *api.Call, methods ...string) (client string, ok bool) {
 	if !slices.Contains(methods, r.Method) {
 		w.Header().Set("Allow", strings.Join(methods, ", "))

@@ -10,17 +10,11 @@ import (
 )
 
 // A request carrying both Content-Length and Transfer-Encoding is how
-// request smuggling starts: a proxy in front and this server may disagree on
-// where its body ends. RFC 9112, section 6.3: the server may reject it, and
-// must close the connection after answering. net/http lets
-// Transfer-Encoding win and deletes Content-Length from the request before
-// a handler sees it, so the edge cannot tell from the request alone.
-// framingConn therefore watches the bytes net/http reads from each
-// connection, follows HTTP/1.1 message framing (request heads, then bodies
-// by Content-Length or chunks), and records for every request head whether
-// it carried both. The gateway takes one verdict per request, in order:
-// net/http serves one request of a connection at a time, and it has read a
-// request's head through the connection before the handler runs.
+// request smuggling starts (RFC 9112, section 6.3). net/http deletes
+// Content-Length before a handler sees it, so framingConn watches the bytes
+// net/http reads from each connection, follows HTTP/1.1 message framing,
+// and records for every request head whether it carried both; the gateway
+// takes one verdict per request, in order.
 
 // framingListener wraps each accepted connection in a framingConn.
 type framingListener struct{ net.Listener }

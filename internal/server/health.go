@@ -10,12 +10,8 @@ import (
 	"github.com/evs-dev/evs/internal/evs"
 )
 
-// HealthPath is the health check of `evs serve`, for load balancers and
-// process supervisors: no key, no account data, 200 {"status":"ok"} while
-// the store answers and 503 {"status":"unavailable"} while it does not. It
-// is outside the API's routes, so no authorizer, throttle or failed-
-// authentication count applies to it. On AWS, API Gateway and Lambda are
-// health-checked by AWS itself: the stage has no such route.
+// HealthPath is the health check of `evs serve`, outside the API's routes:
+// 200 while the store answers, 503 "unavailable" while it does not.
 const HealthPath = "/healthz"
 
 // healthTimeout bounds the store check: a load balancer's own timeout is
@@ -48,10 +44,8 @@ func (g *edge) health(w http.ResponseWriter, r *http.Request, c *api.Call) {
 }
 
 // checkReply answers a check endpoint with check's verdict, bounded by
-// healthTimeout: 200 {"status":"ok"}, or 503 with the status its error
-// names (statusOf) and Retry-After; the cause goes to the call's log line.
-//
-// detail, when set, adds its object to the body as "egress".
+// healthTimeout: 200, or 503 with the status its error names (statusOf)
+// and Retry-After. detail, when set, adds its object as "egress".
 func (g *edge) checkReply(w http.ResponseWriter, r *http.Request, c *api.Call, check func(ctx context.Context) error, detail func() any) {
 	h := w.Header()
 	h.Set("X-Request-Id", c.RequestID)

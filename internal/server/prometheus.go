@@ -79,10 +79,8 @@ func NewPrometheus(pending func(ctx context.Context) (int, error)) *Prometheus {
 	return m
 }
 
-// watchDisk adds the disk's gauges (contract, section 16): the data
-// directory's free bytes, and 1 while they are below the watermark (min,
-// EVS_MIN_FREE_BYTES), when /readyz answers 503 and new stored work is
-// refused. Each is read at scrape time.
+// watchDisk adds the disk's gauges, read at scrape time: the data
+// directory's free bytes, and 1 while they are below min.
 func (m *Prometheus) watchDisk(free func() (uint64, error), min int64) {
 	read := func() (float64, bool) {
 		n, err := free()

@@ -7,14 +7,10 @@ import (
 	"strings"
 )
 
-// clientAddr is the address of the client a call comes from. It is the
-// TCP peer unless the peer is one of trusted (EVS_TRUSTED_PROXIES): then
-// it is the right-most X-Forwarded-For entry that is not itself a trusted
-// proxy. The walk goes from the right because each proxy appends the peer
-// it saw, so only the entries trusted proxies appended can be believed;
-// whatever stands left of the first untrusted one the client wrote itself.
-// An entry that is not an address stops the walk at the last proxy
-// reached: that proxy is the client as far as anyone can tell.
+// clientAddr is the address of the client a call comes from: the TCP peer,
+// or behind trusted proxies the right-most X-Forwarded-For entry that is
+// not itself trusted (only what trusted proxies appended can be believed).
+// An entry that is not an address stops the walk at the last proxy.
 func clientAddr(r *http.Request, trusted []netip.Prefix) netip.Addr {
 	// RemoteAddr is host:port; parseHost, which takes a bare address
 	// first, would make and drop an error for it on every call.
@@ -73,10 +69,8 @@ func isTrusted(a netip.Addr, trusted []netip.Prefix) bool {
 }
 
 // clientKey is the key failures are counted against for a client
-// address: the IPv4 address, or the /64 of an IPv6 address, since one IPv6
-// host usually holds a whole /64 and could otherwise take a fresh address
-// for every attempt. An invalid address (a test's fake peer) counts as
-// one client.
+// address: the IPv4 address, or the /64 of an IPv6 one, which one host
+// usually holds whole.
 func clientKey(a netip.Addr) string {
 	if !a.IsValid() || a.Is4() {
 		return a.String()

@@ -11,26 +11,22 @@ import (
 	"github.com/evs-dev/evs/internal/api"
 )
 
-// ReadyPath is the readiness check of `evs serve` (contract, section 15):
-// no key, no account data; 200 {"status":"ok"} while the server takes
-// work, 503 {"status":"draining"} from the moment it is told to stop, and
-// 503 {"status":"unavailable"} while its store does not take writes. A
-// load balancer sends work only to a server whose /readyz answers 200;
-// HealthPath says only that the process and its store answer at all.
+// ReadyPath is the readiness check of `evs serve`, without a key: 200
+// while the server takes work, 503 "draining" once told to stop, 503
+// "unavailable" while its store does not take writes.
 const ReadyPath = "/readyz"
 
 // errDraining is the readiness verdict of a server told to stop.
 var errDraining = errors.New("draining: the server was told to stop")
 
-// readyReuse is how long a write probe's verdict answers further checks:
-// /readyz needs no key, so checks as fast as anyone sends them must not
-// become writes as fast.
-const readyReuse = time.Second
-
-// probeLimit bounds one write probe, which goes on after the check that
-// started it gave up (healthTimeout) so that the next check learns how it
-// ended.
-const probeLimit = 30 * time.Second
+const (
+	// readyReuse is how long a write probe's verdict answers further
+	// checks: checks without a key must not become writes as fast.
+	readyReuse = time.Second
+	// probeLimit bounds one write probe, which outlives the check that
+	// started it so the next check learns how it ended.
+	probeLimit = 30 * time.Second
+)
 
 // WriteProber is a store that can say whether it takes writes now
 // (sqlitestore.Store is one); a store that cannot is asked Ping (or to
@@ -132,10 +128,9 @@ func statusOf(err error) string {
 	return "unavailable"
 }
 
-// drain marks the server as stopping (/readyz turns 503 at once), then
-// waits until no call is in flight or deadline passes. The listener stays
-// open meanwhile: a balancer that has not yet seen /readyz fail still gets
-// its calls served rather than refused.
+// drain marks the server as stopping (/readyz turns 503), then waits until
+// no call is in flight or deadline passes. The listener stays open: a
+// balancer that has not seen /readyz fail still gets its calls served.
 func (g *edge) drain(deadline time.Time) {
 	g.draining.Store(true)
 	t := time.NewTicker(20 * time.Millisecond)

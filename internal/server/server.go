@@ -1,9 +1,7 @@
 // Package server is `evs serve`: the whole API on one machine. Its HTTP edge
-// (edge.go) runs as middleware what API Gateway does on AWS (key check and
-// its cache, throttling, the same refusals) in front of the same net/http
-// handlers the Lambda functions run; behind them are the embedded durable
-// store, an in-process batch worker and the webhook deliverer. Tests start it on loopback and
-// talk to it over HTTP.
+// (edge.go) runs as middleware what API Gateway does on AWS in front of the
+// same handlers the Lambda functions run; behind them are the embedded
+// store, an in-process batch worker and the webhook deliverer.
 package server
 
 import (
@@ -57,79 +55,52 @@ type Engine interface {
 type Options struct {
 	Config config.Config
 	Store  Store
-	// Engine verifies for live accounts (default: built from Config).
-	Engine Engine
-	// Worker tunes the batch worker (timings, retries; app.Runtime.Worker
-	// fills the rest) and Batch its lanes; zero values take defaults.
-	Worker batch.Worker
-	Batch  batch.LocalConfig
-	Now    func() time.Time
-	Logger *slog.Logger
-	// SweepEvery is how often expired records are deleted (default 1 h).
-	SweepEvery time.Duration
+	Engine Engine // for live accounts (default: built from Config)
+	// Worker tunes the batch worker (app.Runtime.Worker fills the rest)
+	// and Batch its lanes; zero values take defaults.
+	Worker     batch.Worker
+	Batch      batch.LocalConfig
+	Now        func() time.Time
+	Logger     *slog.Logger
+	SweepEvery time.Duration // how often expired records are deleted (default 1 h)
 	// BodyTimeout is how long a request body may take to arrive once its
-	// headers are in (default 30 s; contract, section 9); then the
-	// connection is closed.
+	// headers are in (default 30 s); then the connection is closed.
 	BodyTimeout time.Duration
-	// HeavyReads bounds the heavy reads (results as text/csv, exports,
-	// the outcomes report) run at once, each holding one of the store's
-	// readers, api.HeavyReadsPerAccount of them per account (default 3).
+	// HeavyReads bounds the heavy reads run at once, each holding one of
+	// the store's readers (default 3).
 	HeavyReads int
-	// UploadWindow is the window of an upload PUT's minimum rate: each
-	// must bring UploadMinRate × UploadWindow bytes or the end of the
-	// body (default 10 s; contract, section 16).
+	// UploadWindow is the window of an upload PUT's minimum rate,
+	// UploadMinRate (default 10 s).
 	UploadWindow time.Duration
-	// BodyBudget is how many bytes of large request bodies (over
-	// SmallBody) are read and handled at once (default DefaultBodyBudget);
-	// BodyWait how long a call waits for its share before it is answered
-	// 503 with Retry-After (default DefaultBodyWait). See bodygate.go.
-	BodyBudget int64
-	BodyWait   time.Duration
-	// DeliverEvery is how often due webhook deliveries are looked for
-	// (default 500 ms).
-	DeliverEvery time.Duration
-	// MaxUploadAddresses is the most addresses an uploaded list may hold
-	// (0: the contract's 1,000,000); tests lower it.
-	MaxUploadAddresses int
-	// Metrics, when set, is told about replies, verdicts, DNS lookups and
-	// webhook attempts (EVS_METRICS_ADDR).
-	Metrics app.Observer
-	// TLS, when set, makes the API listener answer HTTPS with its
-	// certificate (EVS_TLS_CERT, EVS_TLS_KEY).
-	TLS *Certificate
-	// Exits is the dialer over the SOCKS exits (EVS_SMTP=proxy): made
-	// from Config when nil and the server builds the engine; a test that
-	// gives Engine gives the Exits its prober dials through.
-	Exits *verify.Exits
-	// SelfCheckEvery is how often the egress self-check runs after the
-	// first, at start (default 1 h; egress.go).
-	SelfCheckEvery time.Duration
-	// FreeBytes reads the free space of the data directory's file system,
-	// compared with Config.MinFreeBytes before a call that stores new
-	// work (disk.go). Default: the file system of Config.DataDir, when set.
+	// BodyBudget and BodyWait configure the budget of large request
+	// bodies (bodygate.go).
+	BodyBudget         int64
+	BodyWait           time.Duration
+	DeliverEvery       time.Duration // how often due webhook deliveries are looked for (default 500 ms)
+	MaxUploadAddresses int           // 0: the contract's; tests lower it
+	Metrics            app.Observer  // EVS_METRICS_ADDR
+	TLS                *Certificate  // EVS_TLS_CERT, EVS_TLS_KEY
+	// Exits is the dialer over the SOCKS exits (EVS_SMTP=proxy), made
+	// from Config when nil; a test that gives Engine gives its Exits.
+	Exits          *verify.Exits
+	SelfCheckEvery time.Duration // of the egress self-check (default 1 h; egress.go)
+	// FreeBytes reads the free space of the data directory's file system
+	// (disk.go). Default: that of Config.DataDir, when set.
 	FreeBytes func() (uint64, error)
-	// SNS sets up POST /v1/outcomes/sns (sns.go).
-	SNS SNSOptions
+	SNS       SNSOptions // POST /v1/outcomes/sns (sns.go)
 
-	// sns serves POST /v1/outcomes/sns; New makes it when the store keeps
-	// outcomes and webhook secrets.
-	sns *snsEndpoint
+	sns *snsEndpoint // made by New when the store keeps outcomes and webhook secrets
 }
 
-// HTTP limits of `evs serve` (contract, section 9).
+// HTTP limits of `evs serve`.
 const (
-	// MaxHeaderBytes bounds a request's line and headers together.
-	MaxHeaderBytes = 16 << 10
-	// headerTimeout is how long a client may take to send its headers.
-	headerTimeout = 10 * time.Second
-	// idleTimeout closes a kept-alive connection with no request.
-	idleTimeout = 120 * time.Second
-	// defaultHeavyReads is Options.HeavyReads's default: one fewer than
-	// the SQLite store's smallest pool of readers (4), so that heavy reads
-	// never hold them all.
+	MaxHeaderBytes = 16 << 10 // a request's line and headers together
+	headerTimeout  = 10 * time.Second
+	idleTimeout    = 120 * time.Second
+	// defaultHeavyReads: one fewer than the SQLite store's smallest pool of
+	// readers (4), so that heavy reads never hold them all.
 	defaultHeavyReads = 3
-	// defaultMaxConns is EVS_MAX_CONNS's default.
-	defaultMaxConns = 1024
+	defaultMaxConns   = 1024 // EVS_MAX_CONNS's default
 )
 
 // MetricsLimits are the timeouts of the metrics listener; a zero value
@@ -147,10 +118,8 @@ type MetricsLimits struct {
 }
 
 // MetricsServer returns the HTTP server of the metrics listener
-// (EVS_METRICS_ADDR) serving h: the API listener's limits on headers and
-// idle connections, and bounds on reading a request and writing a reply,
-// so connections that never finish a request, or sit idle, are closed
-// there too.
+// (EVS_METRICS_ADDR) serving h, with the API listener's limits and bounds
+// on reading a request and writing a reply.
 func MetricsServer(h http.Handler, logger *slog.Logger, l MetricsLimits) *http.Server {
 	logger = cmp.Or(logger, slog.Default())
 	def := func(d, v time.Duration) time.Duration { return cmp.Or(max(d, 0), v) }
@@ -195,21 +164,17 @@ func New(o Options) (*Server, error) {
 	if sc, ok := o.Store.(stateChanges); ok {
 		sc.OnStateChange(newBatchLog(o.Logger).written)
 	}
-	if w, ok := o.Store.(interface{ Warnings() []string }); ok {
-		// Security-relevant, so said at start: a data directory other
-		// users can read (sqlitestore.Store.Warnings).
+	if w, ok := o.Store.(interface{ Warnings() []string }); ok { // security-relevant: said at start
 		for _, msg := range w.Warnings() {
 			o.Logger.Warn(msg)
 		}
 	}
 	cfg := o.Config
 	cfg.SelfCheckEvery = cmp.Or(o.SelfCheckEvery, cfg.SelfCheckEvery)
-	// The egress self-check also runs on the first live probe, for a
-	// store whose accounts were all sandboxes at start (Serve).
+	// CheckOnUse: a store whose accounts were all sandboxes at start
+	// checks its egress at the first live probe (Serve).
 	ports := app.Ports{Store: o.Store, Now: o.Now, Logger: o.Logger, Exits: o.Exits, FreeBytes: o.FreeBytes, Engine: o.Engine, Metrics: o.Metrics, CheckOnUse: true}
-	if st, ok := o.Store.(cache.Store); ok {
-		// This process is the store's only writer (the data directory's
-		// lock), so recent verdicts can be answered from memory.
+	if st, ok := o.Store.(cache.Store); ok { // this process is the store's only writer
 		ports.Verdicts = cache.NewVerdictMemory(st, 0)
 	}
 	rt, err := app.Build(cfg, ports)
@@ -219,9 +184,8 @@ func New(o Options) (*Server, error) {
 	worker := rt.Worker(o.Worker)
 	lanes := o.Batch
 	if lanes.Idle == nil {
-		// A 50,000-address batch leaves tens of MB of garbage that the
-		// runtime would keep for minutes; a server at rest should not
-		// look like it holds them.
+		// A big batch leaves tens of MB of garbage the runtime would keep
+		// for minutes.
 		lanes.Idle = debug.FreeOSMemory
 	}
 	batches, err := batch.NewLocalQueue(o.Store, worker, lanes)
@@ -234,7 +198,6 @@ func New(o Options) (*Server, error) {
 	}
 	uploads, _ := o.Store.(uploadStore)
 	links, _ := o.Store.(exportStore)
-	// Large bodies and lists read from uploads share one budget.
 	bodies := newBodyGate(o.BodyBudget, o.BodyWait)
 	h, err := rt.API(api.Deps{
 		AdmitList:          bodies.admitList,
@@ -277,10 +240,8 @@ func PendingAddresses(ctx context.Context, st interface {
 	return n, err
 }
 
-// probes tells whether the store has an account whose calls may probe
-// (a live one): only then is the egress checked at start and hourly, and
-// its findings (a HELO name that does not resolve) logged. A store of
-// sandbox accounts, as make run's, never probes: nothing to warn about.
+// probes tells whether the store has an account whose calls may probe (a
+// live one): only then is the egress checked and its findings logged.
 func (s *Server) probes(ctx context.Context) bool {
 	st, ok := s.opts.Store.(interface {
 		HasLiveAccount(context.Context) (bool, error)
@@ -293,9 +254,8 @@ func (s *Server) probes(ctx context.Context) bool {
 }
 
 // Serve serves on ln until ctx is done, then drains (drain.go): /readyz
-// turns 503 at once, the calls in flight finish (up to
-// Config.DrainTimeout), and the batch worker stops, its unfinished work
-// resuming at the next start.
+// turns 503, the calls in flight finish (up to Config.DrainTimeout), and
+// the batch worker stops, to resume at the next start.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	workCtx, stopWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopWork()
@@ -319,23 +279,16 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		Handler:           s.edge,
 		ReadHeaderTimeout: headerTimeout,
 		IdleTimeout:       idleTimeout,
-		// net/http reads up to MaxHeaderBytes+4096 bytes of request line
-		// and headers before answering 431 and closing; subtract its slack
-		// so the limit is the contract's 16 KiB.
+		// net/http allows 4096 bytes of slack: the limit is the contract's.
 		MaxHeaderBytes: MaxHeaderBytes - 4096,
 		ErrorLog:       slog.NewLogLogger(s.opts.Logger.Handler(), slog.LevelWarn),
-		// Each request learns whether its head carried both Content-Length
-		// and Transfer-Encoding (framing.go).
-		ConnContext: connContext,
+		ConnContext:    connContext, // framing.go
 	}
 	maxConns := cmp.Or(max(s.opts.Config.MaxConns, 0), defaultMaxConns)
-	// Past the cap, connections wait in the kernel's accept queue instead
-	// of each costing a descriptor and a goroutine here.
+	// Past the cap, connections wait in the kernel's accept queue.
 	ln = netutil.LimitListener(ln, maxConns)
 	ln = newClientListener(ln, perClientShare(maxConns), s.opts.Config.TrustedProxies)
-	if s.opts.TLS != nil {
-		// Under the framing watch, which must see the requests' bytes,
-		// not the records that carry them.
+	if s.opts.TLS != nil { // under the framing watch, which must see the plain bytes
 		ln = tls.NewListener(ln, s.opts.TLS.TLSConfig())
 	}
 	ln = framingListener{ln}
@@ -354,7 +307,6 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	return err
 }
 
-// sweep deletes the store's expired records (every SweepEvery).
 func (s *Server) sweep(ctx context.Context) {
 	if n, err := s.opts.Store.Sweep(ctx); err != nil && ctx.Err() == nil {
 		s.opts.Logger.Warn("sweep failed", slog.String("error", err.Error()))

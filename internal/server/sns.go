@@ -15,8 +15,7 @@ import (
 )
 
 // snsRoute is the route of Amazon SNS's HTTP(S) subscriptions carrying
-// SES notifications (contract, section 18). It is `evs serve`'s only: on
-// AWS the stack subscribes an SQS queue, which the worker reads.
+// SES notifications (on AWS an SQS queue takes them).
 const snsRoute = "/v1/outcomes/sns"
 
 // SNSOptions set up POST /v1/outcomes/sns. The zero value verifies
@@ -83,11 +82,9 @@ func newSNSEndpoint(o Options, outcomes api.Outcomes, ledger api.Ledger) *snsEnd
 // which of them was wrong is not told.
 var errSNSToken = evs.Errorf(evs.CodeUnauthorized, "The URL's account and token do not match; make the URL with `evs outcomes sns-url`.")
 
-// receiveSNS answers POST /v1/outcomes/sns?account=ID&token=T. SNS sends
-// no API key: the URL's token, made from the account's webhook secret,
-// names the account, compared in constant time; a wrong one counts as a
-// failed authentication for the client's address. The message's SNS
-// signature is then verified before anything is stored or visited.
+// receiveSNS answers POST /v1/outcomes/sns?account=ID&token=T: the token,
+// made from the account's webhook secret, names the account. The message's
+// SNS signature is verified before anything is stored or visited.
 func (g *edge) receiveSNS(w http.ResponseWriter, r *http.Request) {
 	c := routed(r, snsRoute)
 	client, ok := g.admitTokenCall(w, r, c, http.MethodPost)

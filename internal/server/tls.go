@@ -12,10 +12,8 @@ import (
 )
 
 // Certificate is the TLS certificate `evs serve` answers HTTPS with
-// (EVS_TLS_CERT, EVS_TLS_KEY): read at start, and read again by Reload
-// (on SIGHUP), so a renewed certificate is served from the next handshake
-// without a restart. A reload that fails keeps the certificate served so
-// far: a half-copied renewal must not take the service down.
+// (EVS_TLS_CERT, EVS_TLS_KEY), read again by Reload (on SIGHUP). A reload
+// that fails keeps the certificate served so far.
 type Certificate struct {
 	certFile, keyFile string
 	cur               atomic.Pointer[tls.Certificate]

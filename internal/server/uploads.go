@@ -15,9 +15,8 @@ import (
 	"github.com/evs-dev/evs/internal/evs"
 )
 
-// uploadStore is a store that keeps uploads and receives their lists
-// itself (sqlitestore): `evs serve` then serves the URL POST /v1/uploads
-// hands out, as S3 serves its pre-signed URLs on AWS.
+// uploadStore is a store that receives uploads' lists itself: `evs serve`
+// then serves the URLs POST /v1/uploads hands out.
 type uploadStore interface {
 	api.Uploads
 	// ReceiveUpload stores the list of upload id, read from what body
@@ -30,14 +29,12 @@ type uploadStore interface {
 const uploadRoute = "/v1/uploads/{id}"
 
 // uploadTimeout is how long an upload's body may take to arrive: 100 MiB
-// at a little over 170 KiB/s. Only the holder of the upload's token gets
-// this long; the URL's expiry still ends it.
+// at a little over 170 KiB/s.
 const uploadTimeout = 10 * time.Minute
 
 // UploadMinRate is the slowest an upload's body may arrive, in bytes a
-// second, measured over each window of Options.UploadWindow (contract,
-// section 16): a client that sends a little now and then holds its
-// connection, and its buffer, for one window, not for uploadTimeout.
+// second, over each window of Options.UploadWindow: a client that sends a
+// little now and then holds its connection for one window only.
 const UploadMinRate = 16 << 10
 
 // defaultUploadWindow is Options.UploadWindow's default.
@@ -84,9 +81,8 @@ func (b *rateBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// receiveUpload answers PUT on an upload's URL: the token in the URL is
-// the credential, as a pre-signed URL's signature is on S3. A wrong token
-// counts as a failed authentication for the client's address.
+// receiveUpload answers PUT on an upload's URL, whose token is the
+// credential (a wrong one counts as a failed authentication).
 func (g *edge) receiveUpload(w http.ResponseWriter, r *http.Request, c *api.Call, id string) {
 	c.Route = uploadRoute
 	rid := c.RequestID

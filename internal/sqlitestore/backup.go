@@ -12,25 +12,12 @@ import (
 	"path/filepath"
 )
 
-// Backup writes a consistent copy of the database in the data directory
-// dir to dest/evs.db, while any number of processes (a running evs serve
-// among them) go on reading and writing dir: the copy is SQLite's VACUUM
-// INTO, which reads one snapshot of the database, so it holds every write
-// committed before it started and none after. dest must not exist or be
-// an empty directory; it is created 0700 and the copy 0600, and dest is
-// then a data directory `evs serve` can start on: everything the store
-// keeps (accounts, keys, batches, results, webhook secrets, idempotency
-// records, uploads) is in evs.db, and the other files of a data directory
-// (serve.lock, serve.running, keys.changed) are made when needed.
-//
-// The database is opened read-only: the backup writes nothing in dir (not
-// even a crashed server's log into evs.db), so killing it at any point
-// leaves dir as it was.
-//
-// The copy is not migrated: it has the schema version of dir, whatever this
-// program's is, so an older running server is never touched. Until it is
-// complete and synced, the copy has a temporary name: a backup cut off
-// half-way leaves no evs.db in dest.
+// Backup writes a consistent copy (VACUUM INTO, one snapshot) of the
+// database in the data directory dir to dest/evs.db while other processes
+// go on using dir. dest must not exist or be an empty directory; it is
+// created 0700, the copy 0600, and is then a data directory `evs serve` can
+// start on. The copy keeps dir's schema version and has a temporary name
+// until it is complete and synced.
 func Backup(ctx context.Context, dir, dest string) error {
 	src := filepath.Join(dir, FileName)
 	if _, err := os.Stat(src); err != nil {
@@ -44,12 +31,9 @@ func Backup(ctx context.Context, dir, dest string) error {
 	if err := checkWAL(dir, openBackup); err != nil {
 		return err
 	}
-	// Read-only: the backup never writes the data directory, so killed at
-	// any point it leaves it as it found it. A connection that may write
-	// would, as the last one to close, copy the log into evs.db and delete
-	// it, and a crashed server's marker (RunningName) would then either
-	// outlive its log (a false alarm at the next start) or have to be
-	// removed by the backup, even under a server started meanwhile.
+	// Read-only: a connection that may write would, as the last to close,
+	// copy the log into evs.db and delete it, and a crashed server's
+	// marker (RunningName) would then outlive its log.
 	abs, err := filepath.Abs(src)
 	if err != nil {
 		return fmt.Errorf("sqlitestore: open %s: %w", src, err)
@@ -87,11 +71,9 @@ func emptyDir(dest string) error {
 	return nil
 }
 
-// vacuumInto writes a consistent copy of db's database to path: first to a
-// temporary file beside it, made 0600 before SQLite writes a byte (the
-// copy holds webhook secrets and every tenant's addresses), then synced
-// (VACUUM INTO does not sync) and renamed, so path is either absent or a
-// whole copy, and a copy made again replaces the old one at once.
+// vacuumInto writes a consistent copy of db's database to path: to a
+// temporary file made 0600 before SQLite writes a byte, then synced (VACUUM
+// INTO does not) and renamed, so path is either absent or a whole copy.
 func vacuumInto(ctx context.Context, db *sql.DB, path string) (err error) {
 	dir := filepath.Dir(path)
 	tmp, err := os.CreateTemp(dir, filepath.Base(path)+".partial-*")
@@ -105,8 +87,6 @@ func vacuumInto(ctx context.Context, db *sql.DB, path string) (err error) {
 			os.Remove(name)
 		}
 	}()
-	// VACUUM INTO accepts an empty file; the name is a bound parameter, so
-	// any path is taken as it is.
 	if _, err := db.ExecContext(ctx, `VACUUM INTO ?`, name); err != nil {
 		return dbErr("copy the database to "+path, err)
 	}
@@ -132,7 +112,6 @@ func vacuumInto(ctx context.Context, db *sql.DB, path string) (err error) {
 // directory before it migrates a database of schema version v.
 func PreMigrationName(v int) string { return fmt.Sprintf("%s.v%d.bak", FileName, v) }
 
-// migrateInUseError refuses to migrate a database an evs serve holds.
 type migrateInUseError struct {
 	dir       string
 	have, can int
@@ -147,13 +126,10 @@ func (e migrateInUseError) Error() string {
 func (e migrateInUseError) Unwrap() error { return ErrInUse }
 
 // prepareMigration readies a database whose schema is older than this
-// program's for migrate; it does nothing to a current one. A process that
-// does not serve (evs keys) migrates only under the serve lock, so never
-// beneath a running, perhaps older, server: with the lock held elsewhere
-// it refuses with migrateInUseError, and otherwise holds the lock until
-// release, so no server starts mid-migration. A database that holds data
-// is first copied beside itself (PreMigrationName): a migration cannot be
-// undone, and an older program cannot read the migrated database.
+// program's for migrate. A process that does not serve migrates only under
+// the serve lock (held until release), never beneath a running, perhaps
+// older, server. A database that holds data is first copied beside itself
+// (PreMigrationName): a migration cannot be undone.
 func (s *Store) prepareMigration(ctx context.Context, serving bool) (release func(), err error) {
 	release = func() {}
 	v, err := s.schemaVersion(ctx)
@@ -189,7 +165,6 @@ func (s *Store) prepareMigration(ctx context.Context, serving bool) (release fun
 	return release, nil
 }
 
-// schemaVersion reads the database's schema version.
 func (s *Store) schemaVersion(ctx context.Context) (int, error) {
 	var v int
 	if err := s.rdb.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&v); err != nil {

@@ -15,13 +15,12 @@ import (
 	"github.com/evs-dev/evs/internal/store"
 )
 
-// itemsPerInsert is how many items one INSERT statement carries: one
-// statement per item would make a 50,000-address batch spend most of its
-// time crossing into SQLite.
-const itemsPerInsert = 500
-
-// resultsPerInsert is how many results one INSERT statement carries.
-const resultsPerInsert = 200
+// Rows per INSERT: one statement per item would make a 50,000-address
+// batch spend most of its time crossing into SQLite.
+const (
+	itemsPerInsert   = 500
+	resultsPerInsert = 200
+)
 
 const batchCols = `id, account_id, mode, state, error, created_at, completed_at, expires_at,
 	total, duplicates, processed, deliverable, undeliverable, risky, unknown, max_age, name`
@@ -50,14 +49,12 @@ const (
 		WHERE i.batch = ? AND i.seq > ?
 		AND NOT EXISTS (SELECT 1 FROM results r WHERE r.batch = i.batch AND r.seq = i.seq)
 		ORDER BY i.seq LIMIT ?`
-	// qRecount and qStatusCounts set the counters from the results
-	// themselves, for a write in which some results were there already.
+	// For a write in which some results were there already.
 	qRecount = `UPDATE batches SET
 			processed = ?, deliverable = ?, undeliverable = ?, risky = ?, unknown = ?,
 			state = CASE WHEN ? >= items THEN ? ELSE state END,
 			completed_at = CASE WHEN ? >= items THEN ? ELSE completed_at END
 			WHERE key = ? RETURNING ` + batchCols
-	// qFinish completes a batch that has every result.
 	qFinish       = `UPDATE batches SET state = ?, completed_at = ? WHERE key = ? AND processed >= items RETURNING ` + batchCols
 	qStatusCounts = `SELECT status, COUNT(*) FROM results WHERE batch = ? GROUP BY status`
 	qUnfinished   = `SELECT ` + batchCols + ` FROM batches WHERE state IN (?, ?) AND expires_at > ? ORDER BY created_at, id`
@@ -68,22 +65,20 @@ const (
 		ORDER BY created_at DESC, id DESC LIMIT ?`
 )
 
-// insertItems is the INSERT of n items.
 func insertItems(n int) string {
 	return `INSERT INTO items (batch, seq, email, domain) VALUES ` +
 		strings.Repeat(`(?, ?, ?, ?), `, n-1) + `(?, ?, ?, ?)`
 }
 
-// insertResults is the INSERT of n results. ON CONFLICT DO NOTHING skips
-// results written before. It returns no rows: when every row is new (the
-// rows-affected count says so) the caller counts them from what it wrote;
-// RETURNING cost a row read back per result for that rare case.
+// insertResults is the INSERT of n results, skipping those written before.
+// It returns no rows: RETURNING cost a row read back per result, and
+// the rows-affected count tells the rare write that needs a recount.
 func insertResults(n int) string {
 	return `INSERT INTO results (batch, seq, status, decision) VALUES ` +
 		strings.Repeat(`(?, ?, ?, ?), `, n-1) + `(?, ?, ?, ?) ON CONFLICT DO NOTHING`
 }
 
-// writerQueries and readerQueries are prepared when the store opens.
+// Prepared when the store opens.
 var (
 	writerQueries = []string{
 		qCreateAccount, qCreateKey, qRevokeKey,
@@ -100,7 +95,6 @@ var (
 	}
 )
 
-// scanBatch scans into first, then the batch columns.
 func scanBatch(row scanner, first ...any) (evs.Batch, error) {
 	var (
 		b                evs.Batch
@@ -124,7 +118,6 @@ func (s *Store) CreateBatch(ctx context.Context, b evs.Batch, items []evs.Item) 
 	return s.CreateBatchWithin(ctx, b, items, 0)
 }
 
-// activeQuery counts an account's live batches in state queued or running.
 const activeQuery = `SELECT COUNT(*) FROM batches WHERE state IN (?, ?) AND account_id = ? AND expires_at > ?`
 
 // ActiveBatches counts the account's live batches in state queued or
@@ -136,8 +129,8 @@ func (s *Store) ActiveBatches(ctx context.Context, accountID string) (int, error
 }
 
 // CreateBatchWithin stores b and its items unless the account already has
-// maxActive active batches. Writes are serialised (one writer at a time),
-// so the count taken inside the write transaction is exact.
+// maxActive active batches. Writes are serialised, so the count taken
+// inside the write transaction is exact.
 func (s *Store) CreateBatchWithin(ctx context.Context, b evs.Batch, items []evs.Item, maxActive int) (err error) {
 	if err := store.CheckNewBatch(b, items); err != nil {
 		return err
@@ -176,8 +169,6 @@ func (s *Store) CreateBatchWithin(ctx context.Context, b evs.Batch, items []evs.
 		}
 		args := make([]any, 0, 4*itemsPerInsert)
 		for len(items) > 0 {
-			// A full chunk's statement was prepared at Open; the last,
-			// shorter one is prepared now.
 			n := min(len(items), itemsPerInsert)
 			args = args[:0]
 			for _, it := range items[:n] {
@@ -198,8 +189,7 @@ func (s *Store) Batch(ctx context.Context, accountID, id string) (evs.Batch, err
 	return b, err
 }
 
-// batchTx reads a live batch inside the write transaction tx.
-// It also returns the batch's key, which its items and results refer to.
+// batchTx reads a live batch, and its key, inside the write transaction.
 func (s *Store) batchTx(ctx context.Context, tx *sql.Tx, accountID, id string) (evs.Batch, int64, error) {
 	st, err := s.wstmt(ctx, tx, qBatch)
 	if err != nil {
@@ -208,8 +198,7 @@ func (s *Store) batchTx(ctx context.Context, tx *sql.Tx, accountID, id string) (
 	return s.batch(ctx, st, accountID, id)
 }
 
-// batch reads a live batch with st, a prepared qBatch.
-// It also returns the batch's key.
+// batch reads a live batch and its key with st, a prepared qBatch.
 func (s *Store) batch(ctx context.Context, st *sql.Stmt, accountID, id string) (evs.Batch, int64, error) {
 	var key int64
 	b, err := scanBatch(st.QueryRowContext(ctx, id, accountID, millis(s.now())), &key)
@@ -245,14 +234,11 @@ func (s *Store) TransitionBatch(ctx context.Context, accountID, id string, from 
 }
 
 // PutResults writes the results that are not written yet and adds them to
-// the counters, all in one transaction: a crash leaves either all or none of
-// them, never results without their count.
+// the counters in one transaction: never results without their count.
 func (s *Store) PutResults(ctx context.Context, accountID, id string, results []evs.Result, now time.Time) (evs.Batch, error) {
-	// Written in seq order whatever order they came in (a batch's results
-	// arrive domain by domain): the inserts then walk the results b-tree,
-	// its status index and the items they refer to from left to right
-	// instead of jumping about.
-	// The order is sorted, not the results: they are large to move.
+	// Written in seq order (they arrive domain by domain), so the inserts
+	// walk the b-trees left to right; the order is sorted, not the large
+	// results.
 	order := make([]int, len(results))
 	for i := range order {
 		order[i] = i
@@ -284,12 +270,8 @@ func (s *Store) PutResults(ctx context.Context, accountID, id string, results []
 			out = got
 			return dbErr("complete batch", err)
 		}
-		var (
-			added counts
-			// recount: some results were there already, and which is
-			// not known; the counters are then taken from the table.
-			recount bool
-		)
+		var added counts
+		recount := false // some results were there already: count the table
 		args := make([]any, 0, 5*resultsPerInsert)
 		for done := 0; done < len(results); {
 			k := min(len(results)-done, resultsPerInsert)
@@ -301,14 +283,9 @@ func (s *Store) PutResults(ctx context.Context, accountID, id string, results []
 				added.n++
 				added.by[code]++
 			}
-			res, err := s.exec(ctx, tx, insertResults(k), args...)
+			n, err := changed(s.exec(ctx, tx, insertResults(k), args...))
 			if err != nil {
 				return resultsErr(err)
-			}
-			// Fewer rows than results: some were written before.
-			n, err := res.RowsAffected()
-			if err != nil {
-				return dbErr("write results", err)
 			}
 			recount = recount || n != int64(k)
 			done += k
@@ -322,9 +299,7 @@ func (s *Store) PutResults(ctx context.Context, accountID, id string, results []
 		return dbErr("count results", err)
 	})
 	if err == nil {
-		// The last result completes the batch; the others move its
-		// counters, which the hook hears of as progress (from == to).
-		s.batchWritten(out, before)
+		s.batchWritten(out, before) // a completion, or progress (from == to)
 	}
 	return out, err
 }
@@ -468,12 +443,10 @@ func (s *Store) queryBatches(ctx context.Context, what, q string, args ...any) (
 	return out, err
 }
 
-// Sweep deletes the batches (with their items and results), idempotency
-// records and exported lists whose expiry has passed by the store's
-// clock: the embedded store's TTL, which `evs serve` runs periodically;
-// serving, it then rebuilds the key and outcome filters without the
-// deleted rows.
-// It returns how many batches, records and exports it deleted.
+// Sweep deletes the batches (with their items and results), records and
+// exports whose expiry has passed by the store's clock (the embedded
+// store's TTL, run periodically), rebuilds the filters without them, and
+// returns how many rows it deleted.
 func (s *Store) Sweep(ctx context.Context) (int, error) {
 	if s.views != nil {
 		defer s.views.wroteAll()

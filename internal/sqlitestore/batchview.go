@@ -11,8 +11,7 @@ import (
 )
 
 // qBatchView reads a live batch and, when it is final, its delivery, in one
-// statement: GET /v1/requests/{id} otherwise paid for two reads (the batch,
-// then a delivery lookup that finds nothing for most batches).
+// statement rather than two.
 var qBatchView = `SELECT d.url, d.state, d.attempts, d.last_status, d.next_at, ` + qualified("b.", batchCols) + `
 	FROM batches b LEFT JOIN deliveries d ON d.batch_id = b.id AND d.account_id = b.account_id AND b.state IN ` + finalStates + `
 	WHERE b.id = ? AND b.account_id = ? AND b.expires_at > ?`

@@ -26,9 +26,8 @@ type op struct {
 	ctx  context.Context
 	fn   func(ctx context.Context, tx *sql.Tx) error
 	sync bool
-	// oneStatement says fn writes with at most one statement, so when it
-	// fails there is nothing to undo (SQLite undoes a failed statement
-	// itself) and it needs no savepoint of its own.
+	// oneStatement: fn writes with at most one statement, which SQLite
+	// undoes itself when it fails, so it needs no savepoint.
 	oneStatement bool
 	// state moves from queued to taken (by the committer) or abandoned (by
 	// a caller whose ctx ended first), never both.
@@ -43,20 +42,17 @@ const (
 )
 
 // committer owns the writer connection and commits queued writes in
-// groups: one transaction and, at most, one sync per group. This is what
-// makes an idempotent call cheap under concurrency: the claims and
-// completions of all calls in flight share a commit instead of queueing for
-// one each.
+// groups, one transaction and at most one sync each: the writes of all
+// calls in flight share a commit instead of queueing for one each.
 type committer struct {
-	db    *sql.DB
-	stmts *stmtCache // for the savepoint statements
-	queue chan *op
-	quit  chan struct{}
-	wg    sync.WaitGroup
-	mu    sync.RWMutex // held for reading while enqueueing; Close takes it to stop intake
-	shut  bool
-	// synced is the writer connection's current synchronous setting.
-	synced bool
+	db     *sql.DB
+	stmts  *stmtCache // for the savepoint statements
+	queue  chan *op
+	quit   chan struct{}
+	wg     sync.WaitGroup
+	mu     sync.RWMutex // held for reading while enqueueing; Close takes it to stop intake
+	shut   bool
+	synced bool // the writer connection's synchronous setting
 }
 
 func startCommitter(db *sql.DB, stmts *stmtCache) *committer {
@@ -66,7 +62,6 @@ func startCommitter(db *sql.DB, stmts *stmtCache) *committer {
 	return c
 }
 
-// do queues fn and waits for its group's commit.
 func (c *committer) do(ctx context.Context, o *op) error {
 	if err := ctx.Err(); err != nil {
 		return dbErr("begin", err)
@@ -96,7 +91,6 @@ func (c *committer) do(ctx context.Context, o *op) error {
 	}
 }
 
-// stop finishes the queued writes and stops the committer.
 func (c *committer) stop() {
 	c.mu.Lock()
 	if !c.shut {
@@ -248,8 +242,8 @@ type ownError struct{ err error }
 func (e ownError) Error() string { return e.err.Error() }
 func (e ownError) Unwrap() error { return e.err }
 
-// savepoint runs o inside a savepoint of tx. o's own failure is rolled back
-// to the savepoint and returned as an ownError carrying it.
+// savepoint runs o inside a savepoint of tx; o's own failure is rolled
+// back and returned as an ownError.
 func (c *committer) savepoint(ctx context.Context, tx *sql.Tx, o *op) error {
 	exec := func(q string) error {
 		_, err := tx.StmtContext(ctx, c.stmts.m[q]).ExecContext(ctx)
@@ -273,7 +267,6 @@ func (c *committer) savepoint(ctx context.Context, tx *sql.Tx, o *op) error {
 	return nil
 }
 
-// The savepoint statements, prepared at Open like the others.
 const (
 	qSavepoint        = `SAVEPOINT w`
 	qRollbackTo       = `ROLLBACK TO w`
@@ -291,17 +284,14 @@ func run(o *op, tx *sql.Tx) (err error) {
 	return o.fn(context.WithoutCancel(o.ctx), tx)
 }
 
-// stmtCache holds the statements prepared once on a pool when the store
-// opens; database/sql keeps each prepared on every connection it has run
-// on. It is read-only after Open, so it needs no lock. Statements are
-// prepared up front, not on first use, because preparing on the pool while
-// a transaction holds the writer connection would wait for it forever.
+// stmtCache holds the statements prepared on a pool when the store opens,
+// read-only after. Not on first use: preparing on the pool while a
+// transaction holds the writer connection would wait for it forever.
 type stmtCache struct {
 	db *sql.DB
 	m  map[string]*sql.Stmt
 }
 
-// prepare prepares queries.
 func (c *stmtCache) prepare(ctx context.Context, queries []string) error {
 	if c.m == nil {
 		c.m = make(map[string]*sql.Stmt, len(queries))

@@ -21,21 +21,12 @@ import (
 	"github.com/evs-dev/evs/internal/store"
 )
 
-// Exports (GET /v1/requests/{id}/export) are files under the data
-// directory, not rows: a result list of tens of MB that lives 15 minutes
-// has no place in the database or its backups. Export id is two files in
-// dir/exports/: id.csv, the list, and id.json, its record (exportRecord).
-// The record is written last, so a record always has its list; the sweep
-// deletes both once the record has expired, and any file left without a
-// record (a crash between the two) once it is older than evs.ExportTTL.
-//
-// An export's id is named by its account, batch and filters, so asking
-// again for the same list finds the same file (contract, section 16):
-// while the batch is unchanged (the same version) and the file has
-// exportReuse left, it is served again under a new token; otherwise it
-// is written again in its place.
-
-// exportsDir is the directory of exports under the data directory.
+// Exports are files under the data directory, not rows: a list of tens of
+// MB that lives 15 minutes has no place in the database or its backups.
+// Export id is dir/exports/id.csv, the list, and id.json, its record,
+// written last so a record always has its list. The id is named by its
+// account, batch and filters, so the same list asked again is served again
+// while its batch's version is unchanged and it has exportReuse left.
 const exportsDir = "exports"
 
 // exportRecord says whose an export is, of which version of its batch,
@@ -56,7 +47,6 @@ const (
 	maxExportTokens = 32
 )
 
-// exportNamespace names an export's id (uuid.NewSHA1).
 var exportNamespace = uuid.MustParse("1b0e7c1e-5a43-4f6e-9d0e-3c2f8b7a6d51")
 
 func noExport() error {
@@ -66,10 +56,7 @@ func noExport() error {
 // Export stores batchID's result list of accountID under filters, as
 // write writes it, and returns the URL it is served at without a key
 // until it expires (api.Exports): origin + /v1/exports/{id}?token=...,
-// which `evs serve` answers with OpenExport. The list goes to its file as
-// it is written, so a list of any length costs the same memory. The same
-// list of the same version of the batch, asked again, is not written
-// again (see above).
+// answered by OpenExport.
 func (s *Store) Export(ctx context.Context, accountID, batchID, filters, version, origin string, write func(w io.Writer) error) (string, time.Time, error) {
 	token, hash, err := newToken()
 	if err != nil {
@@ -113,7 +100,6 @@ func (s *Store) Export(ctx context.Context, accountID, batchID, filters, version
 	return origin + "/v1/exports/" + id + "?token=" + token, expires, nil
 }
 
-// readExportRecord reads export id's record.
 func readExportRecord(dir, id string) (exportRecord, error) {
 	var rec exportRecord
 	raw, err := os.ReadFile(filepath.Join(dir, id+".json"))
@@ -124,9 +110,8 @@ func readExportRecord(dir, id string) (exportRecord, error) {
 }
 
 // writeFileAtomic writes dir/name, as write writes it, whole or not at
-// all: a reader never sees half a list. An error of write's own (the
-// results it reads) is returned as it is; one of the file, as a fault of
-// the store.
+// all. An error of write's own is returned as it is; one of the file, as
+// the store's.
 func writeFileAtomic(dir, name string, write func(w io.Writer) error) error {
 	f, err := os.CreateTemp(dir, ".tmp-"+name+"-*")
 	if err != nil {
@@ -221,9 +206,7 @@ func (s *Store) sweepExports(now int64) (int, error) {
 		if !ok || strings.HasPrefix(e.Name(), ".") {
 			continue
 		}
-		var rec exportRecord
-		raw, err := os.ReadFile(filepath.Join(dir, e.Name()))
-		if err == nil && json.Unmarshal(raw, &rec) == nil && rec.ExpiresAt > now {
+		if rec, err := readExportRecord(dir, id); err == nil && rec.ExpiresAt > now {
 			kept[id] = true
 			continue
 		}

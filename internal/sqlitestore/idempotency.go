@@ -14,8 +14,7 @@ import (
 
 const (
 	// qClaim writes a new in-progress record, or takes over one that is
-	// expired or a stale claim; RETURNING names the row only when it did.
-	// A live record is left alone and read by qReadClaim.
+	// expired or a stale claim (RETURNING a row only then).
 	qClaim = `INSERT INTO idempotency (scope, fingerprint, state, locked_until, expires_at) VALUES (?1, ?2, ?3, ?4, ?5)
 		ON CONFLICT (scope) DO UPDATE SET fingerprint = excluded.fingerprint, state = excluded.state,
 			locked_until = excluded.locked_until, expires_at = excluded.expires_at,
@@ -26,15 +25,14 @@ const (
 	qComplete  = `UPDATE idempotency SET state = ?, status_code = ?, headers = ?, body = ? WHERE scope = ? AND state = ?`
 	qRelease   = `DELETE FROM idempotency WHERE scope = ?`
 
-	// qLookup reads the live record of a scope (?1) at ?2: not expired,
-	// and not a stale claim (state ?3, in progress).
+	// qLookup reads the live record of scope ?1 at ?2: not expired, not a
+	// stale claim (state ?3).
 	qLookup = `SELECT scope, fingerprint, state, locked_until, expires_at, status_code, headers, body FROM idempotency
 		WHERE scope = ?1 AND expires_at > ?2 AND (state <> ?3 OR locked_until > ?2)`
 	// qPut writes a finished record, or replaces one that is expired or a
-	// stale claim at ?9 (the same test as qClaim's); no row changed means a
-	// live record was left alone. (Rows affected rather than RETURNING:
-	// an exec skips the driver's result-set setup, measurably cheaper on
-	// the committer, which runs one of these per call.)
+	// stale claim at ?9; no row changed means a live record was left alone
+	// (rows affected, not RETURNING: an exec is measurably cheaper on the
+	// committer, which runs one per call).
 	qPut = `INSERT INTO idempotency (scope, fingerprint, state, locked_until, expires_at, status_code, headers, body)
 		VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
 		ON CONFLICT (scope) DO UPDATE SET fingerprint = excluded.fingerprint, state = excluded.state,
@@ -46,24 +44,18 @@ const (
 var _ idempotency.LocalStore = (*Store)(nil)
 
 // ErrLiveRecord is PutIdempotency's answer when the scope already has a
-// live record. Under the serve lock it cannot happen: only the one local
-// Keeper writes, and it puts a scope only after finding no live record while
-// holding the scope's claim.
+// live record (never under the serve lock: the one local Keeper puts a
+// scope only while holding its claim).
 var ErrLiveRecord = errors.New("sqlitestore: a live idempotency record exists")
 
 // ClaimIdempotency writes rec as an in-progress record unless a live record
-// of its scope exists, which it returns instead. Read and write share one
-// immediate transaction, so of concurrent claims exactly one wins, also
-// across processes.
+// of its scope exists, which it returns instead; of concurrent claims, also
+// across processes, exactly one wins. (The fallback without the serve
+// lock; evs serve uses LookupIdempotency and PutIdempotency.)
 //
-// The claim survives kill -9 but is not synced to disk on its own: only
-// mutual exclusion depends on it, and that holds at once for every process.
-// The promise that a reply the client received is never executed again
-// rests on CompleteIdempotency, which is synced, and whose sync also makes
-// every earlier claim in the log durable. A claim lost to power failure
-// belonged to a call whose reply was never stored, so never sent.
-// (This claim-and-complete mode is the fallback where the serve lock is
-// unavailable; evs serve uses LookupIdempotency and PutIdempotency.)
+// The claim is not synced on its own: only mutual exclusion depends on it.
+// A reply is never run again thanks to CompleteIdempotency, which is
+// synced; a claim lost to power failure belonged to a reply never sent.
 func (s *Store) ClaimIdempotency(ctx context.Context, rec idempotency.Record, now time.Time) (idempotency.Record, bool, error) {
 	var (
 		existing idempotency.Record
@@ -92,7 +84,6 @@ func (s *Store) ClaimIdempotency(ctx context.Context, rec idempotency.Record, no
 	return existing, claimed, nil
 }
 
-// scanRecord scans the columns of qReadClaim and qLookup.
 func scanRecord(row scanner) (idempotency.Record, error) {
 	var (
 		rec                    idempotency.Record
@@ -129,10 +120,9 @@ func encodeReply(headers map[string]string, body []byte) (sql.NullString, []byte
 	return h, body, nil
 }
 
-// LookupIdempotency returns the live record of scope at now (see
-// idempotency.LocalStore). It reads on the reader pool, so it never queues
-// behind the committer; a write that has returned is visible to it. On a
-// serving store most lookups of a new key read nothing (see keyFilter).
+// LookupIdempotency returns the live record of scope at now
+// (idempotency.LocalStore), on the reader pool, so it never queues behind
+// the committer. Most lookups of a new key read nothing (keyFilter).
 func (s *Store) LookupIdempotency(ctx context.Context, scope string, now time.Time) (idempotency.Record, bool, error) {
 	if s.keys != nil && !s.keys.mayHave(scope) {
 		if s.closed.Load() {
@@ -151,18 +141,13 @@ func (s *Store) LookupIdempotency(ctx context.Context, scope string, now time.Ti
 }
 
 // PutIdempotency stores rec, a finished record, replacing an expired or
-// stale one of its scope, in one statement; a live record makes it fail with
-// ErrLiveRecord. It returns once its group (the writes beside it) is
-// committed: the caller sends the reply only then, so a reply a client
-// received survives kill -9 and is replayed, never run again.
+// stale one of its scope; a live record makes it fail with ErrLiveRecord.
+// It returns once its group is committed, so a reply a client received
+// survives kill -9 and is replayed, never run again.
 //
-// The commit is not synced on its own account (synchronous=NORMAL in WAL
-// mode): a power loss or kernel crash can lose the records written since
-// the last synced write or checkpoint, and a retry with one of those keys
-// then runs again. The next synced write of any kind (a batch, an account,
-// a checkpoint) makes every earlier record durable with it. Not syncing is
-// what lets keyed calls keep up with plain ones; the work itself (batches)
-// is still synced.
+// The commit is not synced on its own: a power loss can lose the records
+// since the last synced write, whose keys then run again. Not syncing lets
+// keyed calls keep up with plain ones; the work itself is still synced.
 func (s *Store) PutIdempotency(ctx context.Context, rec idempotency.Record, now time.Time) error {
 	if rec.State != idempotency.Done {
 		// An in-progress record written alone would block its key until
@@ -188,8 +173,6 @@ func (s *Store) PutIdempotency(ctx context.Context, rec idempotency.Record, now 
 	return err
 }
 
-// markKey records in the key filter, if any, that scope has a committed
-// record.
 func (s *Store) markKey(scope string) {
 	if s.keys != nil {
 		s.keys.add(scope)
@@ -215,9 +198,8 @@ func (s *Store) CompleteIdempotency(ctx context.Context, scope string, statusCod
 }
 
 // ReleaseIdempotency deletes the record of scope; a missing one is no error.
-// Like a claim it is not synced on its own: should power fail before the
-// next synced write, the claim comes back and blocks its key until
-// idempotency.LockTimeout, as a crash mid-call does.
+// Like a claim it is not synced: lost to power failure, the claim blocks
+// its key until idempotency.LockTimeout, as a crash mid-call does.
 func (s *Store) ReleaseIdempotency(ctx context.Context, scope string) error {
 	return s.writeOne(ctx, false, func(ctx context.Context, tx *sql.Tx) error {
 		_, err := s.exec(ctx, tx, qRelease, scope)

@@ -11,44 +11,33 @@ import (
 	"strings"
 )
 
-// Damage is loud. A database that SQLite finds damaged, or one whose
-// write-ahead log went missing after an unclean stop, is refused at open
-// with one line naming the file and the repair, never served from: serving
-// would silently forget batches and Idempotency-Key replies, and a retried
-// call would then run again.
-
 // ErrDamaged is what Open's error matches (errors.Is) when the database
-// is damaged or lost writes.
+// is damaged or lost writes. Damage is refused at open, with the repair,
+// never served from: that would silently forget batches and replies.
 var ErrDamaged = errors.New("the database is damaged")
 
-// damagedError names the damaged file, what is wrong and the repair.
 type damagedError struct{ msg string }
 
 func (e damagedError) Error() string { return e.msg }
 func (e damagedError) Unwrap() error { return ErrDamaged }
 
-// quickCheck runs PRAGMA quick_check, SQLite's check of every page, b-tree
-// and record format (it skips only the index-content comparison of
-// integrity_check). Its cost grows with the file: about 12 ms for a store
-// of one 50,000-result batch (7.4 MiB; BenchmarkQuickCheck50k), so about
-// 1.7 s per GiB, which a start can afford.
+// quickCheck runs PRAGMA quick_check (integrity_check without comparing
+// index contents): about 1.7 s per GiB (BenchmarkQuickCheck50k), which a
+// start can afford.
 func quickCheck(ctx context.Context, db *sql.DB, path string) error {
-	rows, err := db.QueryContext(ctx, `PRAGMA quick_check(5)`)
-	if err != nil {
-		return damaged(path, err.Error())
-	}
-	defer rows.Close()
 	var problems []string
-	for rows.Next() {
+	rows, err := db.QueryContext(ctx, `PRAGMA quick_check(5)`)
+	err = eachRow(rows, err, "quick_check", func(rows *sql.Rows) error {
 		var p string
 		if err := rows.Scan(&p); err != nil {
-			return damaged(path, err.Error())
+			return err
 		}
 		if p != "ok" {
 			problems = append(problems, p)
 		}
-	}
-	if err := rows.Err(); err != nil {
+		return nil
+	})
+	if err != nil {
 		return damaged(path, err.Error())
 	}
 	if len(problems) > 0 {
@@ -68,23 +57,13 @@ func damaged(path, what string) error {
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 
 // RunningName is the file in the data directory that says an evs serve
-// has the database open: created by OpenServing, removed by Close just
-// before it closes the database (which copies the write-ahead log into
-// evs.db and deletes it). Found at open with no server running (no process
-// holds the serve lock, which the kernel drops when its holder dies), it
-// means the last server stopped uncleanly, and then evs.db-wal holds its
-// latest writes, which are in no other file.
-//
-// Only a server makes it, and every process that removes it does so while
-// evs.db-wal is there, so one killed at any point never leaves it without
-// the log unless the log really went missing: Close removes it before
-// closing the database; a command (Open) that finds it stale removes it
-// under the serve lock before SQLite opens the database (the command's
-// close may copy the log into evs.db and delete it); evs backup reads the
-// database read-only and touches neither.
+// has the database open (OpenServing makes it, Close removes it). Found
+// with no server holding the serve lock, it means the last server stopped
+// uncleanly, and evs.db-wal then holds its latest writes. Every process
+// that removes it does so while the log is still there, so it is never
+// left without the log unless the log really went missing.
 const RunningName = "serve.running"
 
-// opener is who checks a data directory before opening it.
 type opener int
 
 const (
@@ -94,12 +73,10 @@ const (
 )
 
 // checkWAL refuses a database whose write-ahead log is missing although
-// the last server stopped without closing it. A process that does not
-// serve looks at the serve lock itself, since while a server runs its
-// marker is no sign of a crash. A command, finding the marker stale and
-// the log there, removes the marker while it holds the lock: no server
-// runs then, whose live marker it would remove, and the log it guards is
-// there until this process closes the database.
+// the last server stopped without closing it. Others than the server look
+// at the serve lock (a running server's marker is no sign of a crash); a
+// command finding the marker stale and the log there removes it under the
+// lock.
 func checkWAL(dir string, by opener) error {
 	marker := filepath.Join(dir, RunningName)
 	if _, err := os.Stat(marker); errors.Is(err, os.ErrNotExist) {
@@ -152,7 +129,6 @@ func markRunning(dir string) error {
 	return nil
 }
 
-// removeSynced removes the file path, durably.
 func removeSynced(path string) error {
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
@@ -160,7 +136,6 @@ func removeSynced(path string) error {
 	return syncDir(filepath.Dir(path))
 }
 
-// syncDir makes the directory's entries durable.
 func syncDir(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {

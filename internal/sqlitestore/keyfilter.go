@@ -7,23 +7,18 @@ import (
 	"sync/atomic"
 )
 
-// filterWords is the size of a keyFilter's bitmap in 64-bit words: 2^24
-// bits, 2 MiB, whatever the number of keys. With n live keys a lookup of a
-// new key still reads the database with probability 1-e^(-n/2^24): 6% at
-// a million keys kept (24 h), so the filter fades into a database read as
-// it fills rather than growing.
+// filterWords is the size of a keyFilter's bitmap in 64-bit words: 2 MiB
+// whatever the number of keys. With n keys a new key's lookup still reads
+// the database with probability 1-e^(-n/2^24) (6% at a million): the
+// filter fades into a read as it fills rather than growing.
 const filterWords = 1 << 18
 
 // keyFilter tells a serving store that a scope has no rows without
 // reading the database: one bit per hashed scope, set once a row of that
-// scope is committed, never a false "no". Two use it: LookupIdempotency
-// (scope: the record's), because the lookup was a quarter of a keyed call
-// (`make bench-http` measured a unique Idempotency-Key at 0.37× a plain
-// call with it, 0.27× reading the database every time); and the outcome
-// history every verdict consults (outcomeScope), which most addresses,
-// even of an account with a million outcomes, do not have. It is only
-// sound where this process writes every row, so only OpenServing's store,
-// under the serve lock, has them.
+// scope is committed, never a false "no". LookupIdempotency uses it (the
+// lookup was a quarter of a keyed call, `make bench-http`), and so do the
+// outcome history reads of every verdict. It is only sound where this
+// process writes every row (OpenServing).
 type keyFilter struct {
 	seed maphash.Seed
 	// query selects the scopes of the rows the database holds.

@@ -42,14 +42,9 @@ func (s *Store) Ping(ctx context.Context) error {
 }
 
 // CreateAccount stores a new account; an existing ID or name is
-// CodeInvalidState.
-//
-// The name is checked by a lookup in the write transaction, not by a
-// UNIQUE index: a database written before names were unique may hold two
-// accounts of one name, and a migration creating the index would fail on
-// it and keep the store from opening. Writes are serialised, so the
-// lookup is exact; such old duplicates stay readable (AccountByName
-// returns the oldest) and no new one can be made.
+// CodeInvalidState. The name is checked by a lookup in the (serialised)
+// write transaction, not by a UNIQUE index, which a database written
+// before names were unique, holding duplicates, could not migrate to.
 func (s *Store) CreateAccount(ctx context.Context, a evs.Account) error {
 	if err := store.CheckAccount(a); err != nil {
 		return err
@@ -109,9 +104,8 @@ func (s *Store) CountAccounts(ctx context.Context) (int, error) {
 	return n, dbErr("count accounts", err)
 }
 
-// HasLiveAccount tells whether some account is live, not test-mode: evs
-// serve checks its egress at start only then (a store of sandbox accounts
-// never probes). Asked once at start, so not prepared.
+// HasLiveAccount tells whether some account is live, not test-mode (evs
+// serve checks its egress only then).
 func (s *Store) HasLiveAccount(ctx context.Context) (bool, error) {
 	var live bool
 	err := s.rdb.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM accounts WHERE test = 0)`).Scan(&live)

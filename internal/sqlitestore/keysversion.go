@@ -14,9 +14,7 @@ import (
 const KeysChangedName = "keys.changed"
 
 // keysChanged records a committed write to keys or accounts, for this
-// process (keysGen) and for a server running beside it (the file). Every
-// write that changes keys or accounts calls it once committed: a key
-// revoked by `evs keys revoke` must be refused at the server's next call.
+// process (keysGen) and for a server running beside it (the file).
 func (s *Store) keysChanged() error {
 	s.keysGen.Add(1)
 	f, err := os.OpenFile(filepath.Join(s.dir, KeysChangedName), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
@@ -31,13 +29,10 @@ func (s *Store) keysChanged() error {
 }
 
 // KeysVersion returns a number that is the same on two calls only if no
-// keys or accounts were changed in between, by this store or by another
-// process on the same directory (`evs keys revoke` beside a running `evs
-// serve`). It costs an fstat of KeysChangedName, no database read, which is
-// what lets the local gateway ask it on every call before trusting its
-// authorizer cache: a revocation takes effect at the next call. Changes
-// made by other means than this package (a sqlite3 shell), or after the
-// file was deleted while the store is open, are not seen.
+// keys or accounts were changed in between, by any process on the
+// directory. It costs an fstat of KeysChangedName, so the local gateway
+// asks it on every call. Changes by other means (a sqlite3 shell) are not
+// seen.
 func (s *Store) KeysVersion(context.Context) (int64, error) {
 	if s.closed.Load() {
 		return 0, dbErr("read the keys version", errClosed)

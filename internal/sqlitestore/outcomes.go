@@ -15,14 +15,11 @@ import (
 	"github.com/evs-dev/evs/internal/store"
 )
 
-// Reported outcomes (contract, section 18; store.Outcomes): one row per
-// account, normalised address, time and kind, the natural key, so a
-// report sent twice is kept once (an expired row the sweep has not
-// deleted yet is replaced, as if it were gone). verdict and score are the account's
-// last verdict on the address when the outcome was received ("" and -1
-// for none), for GET /v1/outcomes/report. The sweep deletes rows past
-// expires_at; reads ignore them before that. They live in the same
-// database file as everything else, so `evs backup` copies them.
+// Reported outcomes (store.Outcomes), keyed by account, normalised
+// address, time and kind, so a report sent twice is kept once (an expired
+// row not yet swept is replaced). verdict and score are the account's last
+// verdict on the address when the outcome came ("" and -1 for none), for
+// GET /v1/outcomes/report.
 const outcomesSchema = `
 CREATE TABLE outcomes (
 	account_id  TEXT NOT NULL,
@@ -41,21 +38,14 @@ CREATE INDEX outcomes_expires ON outcomes (expires_at);
 
 // Per-domain counts of addresses delivered to and hard-bounced
 // (store.DomainCounts). outcome_marks says which addresses are counted: a
-// row per account, address and class (evs.DomainClass), made by the
-// first outcome of that class the account reports for the address (or
-// the first after the last one expired), kept until that outcome expires;
-// shared says whether it counts across accounts too (store.SharesOutcome,
-// a later migration's column). outcome_domains holds the counts: one row
-// per account, domain and bucket (the end of the month the mark expires
-// in, store.DomainBucket, epoch ms), one more for each mark made, one
-// less for each deleted with its address, and in shared_* the shared
-// marks alone; read while the bucket has not ended and swept after. Both
-// change in the transaction of the outcomes they follow. The index on
-// domain serves the counts shared across accounts. The migration marks
-// and counts the addresses of the outcomes stored before it (each by its
-// earliest-expiring outcome of the class); the domain is what follows an
-// address's last "@" (rtrim with every character but "@" strips back to
-// it).
+// row per account, address and class (evs.DomainClass), made by the first
+// outcome of that class (or the first after the last expired), kept until
+// it expires; shared (a later column) says whether it counts across
+// accounts (store.SharesOutcome). outcome_domains holds the counts per
+// account, domain and bucket (store.DomainBucket, epoch ms), shared_* the
+// shared marks alone; both change in the transaction of their outcomes.
+// The migration counts the outcomes stored before it; the domain is what
+// follows an address's last "@" (rtrim with every character but "@").
 const outcomeDomainsSchema = `
 CREATE TABLE outcome_marks (
 	account_id TEXT NOT NULL,
@@ -102,10 +92,9 @@ INSERT INTO outcome_domains (account_id, domain, bucket, shared_delivered, share
 `
 
 const (
-	// qMarkOutcome makes the mark of an address's class unless one is
-	// there: a row added is an address counted anew. When one is,
-	// qUnmarkExpired deletes it if it expired and the sweep has not
-	// deleted it yet, to be uncounted and made anew.
+	// A row qMarkOutcome adds is an address counted anew; when one is
+	// there, qUnmarkExpired deletes it if it expired (not yet swept), to
+	// be uncounted and made anew.
 	qUnmarkExpired = `DELETE FROM outcome_marks WHERE account_id = ? AND address = ? AND class = ? AND expires_at <= ? RETURNING expires_at, shared`
 	qMarkOutcome   = `INSERT INTO outcome_marks (account_id, address, class, expires_at, shared) VALUES (?, ?, ?, ?, ?)
 		ON CONFLICT (account_id, address, class) DO NOTHING`
@@ -141,9 +130,9 @@ func unmarkExpired(ctx context.Context, st *sql.Stmt, deltas store.DomainDeltas,
 	})
 }
 
-// writeDeltas applies the deltas to the account's rows, in tx, at the end
-// of its transaction, but for buckets already ended by now (an expired
-// mark deleted before the sweep): those are never read again.
+// writeDeltas applies the deltas to the account's rows, but for buckets
+// already ended (an expired mark deleted before the sweep): those are
+// never read again.
 func writeDeltas(ctx context.Context, tx *sql.Tx, m store.DomainDeltas, accountID string, now int64) error {
 	for k, c := range m {
 		if millis(k.Bucket) <= now || (c == evs.DomainCounts{}) {
@@ -171,9 +160,7 @@ const (
 		WHERE outcomes.expires_at <= ?`
 	outcomeColumns   = `address, at, kind, bounce_type, smtp_reply, verdict, score, expires_at`
 	qAddressOutcomes = `SELECT ` + outcomeColumns + ` FROM outcomes WHERE account_id = ? AND expires_at > ? AND address IN `
-	// outcomeChunk is how many addresses one query of AddressOutcomes
-	// names, well under SQLite's limit of bound parameters.
-	outcomeChunk     = 500
+	outcomeChunk     = 500 // addresses per query, well under SQLite's limit of parameters
 	qAccountOutcomes = `SELECT ` + outcomeColumns + ` FROM outcomes WHERE account_id = ? AND expires_at > ?`
 	qDeleteOutcomes  = `DELETE FROM outcomes WHERE account_id = ? AND address = ?`
 	qSweepOutcomes   = `DELETE FROM outcomes WHERE expires_at <= ?`
@@ -250,10 +237,9 @@ func (s *Store) PutOutcomes(ctx context.Context, accountID string, os []evs.Outc
 	return added, nil
 }
 
-// qOutcomeScopes selects the outcome filter's scopes: "account address"
-// for each address with outcomes, "account @domain" for each domain with
-// counts, " @domain" for each with shared counts. An account ID has no
-// space and an address does not start with "@", so no two scopes meet.
+// qOutcomeScopes selects the outcome filter's scopes: "account address",
+// "account @domain" (counts) and " @domain" (shared counts), which never
+// meet: an account ID has no space, an address does not start with "@".
 const qOutcomeScopes = `SELECT account_id || ' ' || address FROM outcomes
 	UNION ALL SELECT account_id || ' @' || domain FROM outcome_domains
 	UNION ALL SELECT ' @' || domain FROM outcome_domains WHERE shared_delivered > 0 OR shared_hard_bounces > 0`
@@ -290,7 +276,7 @@ func (s *Store) mayHave(accountID, sep string, keys []string) []string {
 }
 
 // rquery runs a reader query, prepared at Open when it is one of
-// readerQueries (the one-address history reads of every /v1/verify).
+// readerQueries.
 func (s *Store) rquery(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
 	if st, ok := s.rstmts.m[q]; ok {
 		return st.QueryContext(ctx, args...)
@@ -299,10 +285,8 @@ func (s *Store) rquery(ctx context.Context, q string, args ...any) (*sql.Rows, e
 }
 
 // AddressOutcomes returns the account's unexpired outcomes of each address
-// (store.Outcomes). On the directory's server the outcome filter leaves
-// out the addresses that surely have none, so most cost no read, even of
-// an account with a million outcomes, and the memo answers those read
-// before; the rest cost a query per outcomeChunk addresses.
+// (store.Outcomes). On the directory's server the outcome filter and the
+// memo answer most without a read.
 func (s *Store) AddressOutcomes(ctx context.Context, accountID string, addresses []string) (map[string][]evs.Outcome, error) {
 	now, gen := millis(s.now()), s.memo.generation()
 	var out map[string][]evs.Outcome
@@ -361,8 +345,7 @@ func (s *Store) DeleteOutcomes(ctx context.Context, accountID, address string) (
 			return dbErr("delete outcomes", err)
 		}
 		n = int(k)
-		// The address leaves its domain's counts with its marks, expired
-		// or not: an expired mark's bucket may still be read.
+		// Expired marks too: an expired mark's bucket may still be read.
 		deltas := store.DomainDeltas{}
 		rows, err := tx.QueryContext(ctx, qDeleteMarks, accountID, address)
 		err = eachRow(rows, err, "delete outcomes", func(rows *sql.Rows) error {
@@ -517,22 +500,18 @@ func setIn[V any](m *map[string]V, k string, v V) {
 	(*m)[k] = v
 }
 
-// historyMemo keeps, on the directory's server, the history last read,
-// by the outcome filter's scopes: an address's outcomes, a domain's
-// counts. A verdict on an address or a domain read before (an account's
-// usual domains, an address verified again) then reads nothing. History
-// changes only by this process's writes of outcomes, each of which moves
-// the generation and so forgets every entry, and with time: an entry
-// lasts until the first outcome it holds expires, or the first bucket of
-// counts it sums ends.
+// historyMemo keeps, on the directory's server, the history last read by
+// the outcome filter's scopes (an address's outcomes, a domain's counts).
+// History changes only by this process's writes, each of which moves the
+// generation and so forgets every entry, and with time: an entry lasts
+// until its first outcome expires or its first bucket of counts ends.
 type historyMemo struct {
 	gen atomic.Int64
 	lru *lru.Cache[string, memoEntry]
 }
 
 // memoEntry is one scope's history, read at generation gen, good until
-// until (epoch ms). Its outcomes are shared by every reader: none
-// changes them.
+// until (epoch ms). Its outcomes are shared: no reader changes them.
 type memoEntry struct {
 	outcomes   []evs.Outcome
 	counts     evs.DomainCounts

@@ -7,15 +7,11 @@ import (
 	"time"
 )
 
-// The address quota's counters (api.AddressQuota), in address_quota; the
-// Idempotency-Key limit keeps its own there too, under periods named
-// "idempotency-keys/<day>". A charge is one upsert whose update only
-// happens while the sum stays within the limit; RETURNING yields no row
-// when it does not, and the counter is unchanged. One statement, so it
-// shares the group commit without a savepoint; it is not synced on its
-// own, since a charge lost to a power failure only gives an account back a
-// few addresses. The serving store decides from memory instead
-// (quotamirror.go).
+// The address quota's counters (api.AddressQuota), in address_quota, with
+// the Idempotency-Key limit's under periods "idempotency-keys/<day>". A
+// charge is one upsert that updates only within the limit (RETURNING no
+// row otherwise), not synced: one lost to a power failure gives back a few
+// addresses. The serving store decides from memory (quotamirror.go).
 
 const (
 	qChargeQuota = `INSERT INTO address_quota (account_id, period, used, expires_at) VALUES (?, ?, ?, ?)

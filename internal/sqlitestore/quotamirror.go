@@ -8,15 +8,11 @@ import (
 	"time"
 )
 
-// quotaMirror holds address_quota's counters in memory for a store that
-// is its directory's only server (OpenServing): no other process charges
-// them, so the figure in memory is the truth and a charge is decided
-// without waiting for a commit. With an Idempotency-Key on every call
-// that wait was a second group commit per call (BenchmarkServeVerifyConcurrent
-// unique-key: about 12% of the calls a second, more under the load
-// harness). The change is then written in the background through the
-// committer, not synced, since a charge lost to a crash only gives an
-// account back a few units.
+// quotaMirror holds address_quota's counters in memory for the directory's
+// only server (OpenServing), so a charge is decided without waiting for a
+// commit (about 12% of the calls a second with an Idempotency-Key on each,
+// BenchmarkServeVerifyConcurrent). The change is written in the
+// background, not synced: one lost to a crash gives back a few units.
 type quotaMirror struct {
 	mu sync.Mutex
 	m  map[quotaKey]mirrored

@@ -10,13 +10,10 @@ import (
 	"github.com/evs-dev/evs/internal/store"
 )
 
-// The result cache (contract, section 12): one row per account, normalised
-// address and mode, holding the decision in the stores' codec and when it
-// stops being reused. The sweep deletes rows past expires_at; a read
-// ignores them before that. A batch keeps its request's maxAge in
-// batches.max_age (milliseconds; 0 none given, -1 reuse nothing). The
-// account is the key's first column, so
-// nothing of one account's rows is reachable from another's.
+// The result cache: one row per account, normalised address and mode,
+// holding the decision and when it stops being reused. A batch keeps its
+// request's maxAge in batches.max_age (milliseconds; 0 none, -1 reuse
+// nothing).
 
 const resultCacheSchema = `
 ALTER TABLE batches ADD COLUMN max_age INTEGER NOT NULL DEFAULT 0;
@@ -38,9 +35,8 @@ const (
 )
 
 // CachedDecision returns the account's cached decision for the normalised
-// address in mode and when it expires; found is false when there is none.
-// An expired row the sweep has not deleted yet is returned too: the caller
-// tells a stale entry from a miss. The decision's Email is address.
+// address in mode and when it expires, expired or not: the caller tells a
+// stale entry from a miss.
 func (s *Store) CachedDecision(ctx context.Context, accountID string, mode evs.Mode, address string) (d evs.Decision, expires time.Time, found bool, err error) {
 	var (
 		blob []byte

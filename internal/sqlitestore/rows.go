@@ -7,12 +7,9 @@ import (
 	"time"
 )
 
-// The rows of a batch made from a CSV list (api.RowStore; contract,
-// section 3) are kept in parts of uploadPart bytes, each its own short
-// write, as uploads are: a 100 MiB list never holds the writer for longer
-// than one part, nor the memory of more than one. They are written before
-// their batch, so they carry their account and expiry rather than refer
-// to it: rows whose batch was never created are swept when they expire.
+// The rows of a batch made from a CSV list (api.RowStore) are kept in
+// parts of uploadPart bytes, as uploads are. They are written before their
+// batch, so they carry their account and expiry rather than refer to it.
 
 // rowsSchema is the migration that adds batch rows.
 const rowsSchema = `

@@ -88,12 +88,10 @@ CREATE TABLE results (
 );
 CREATE INDEX results_status ON results (batch_id, status, seq);
 `,
-	// Version 2 makes a 50,000-address batch about half as big on disk and
-	// faster to write: items and results refer to their batch by a small
-	// integer key instead of the 36-byte id, results are clustered on
-	// (batch, seq) (WITHOUT ROWID: no second b-tree for the primary key),
-	// a result's status is a number (0 deliverable, 1 undeliverable, 2
-	// risky, 3 unknown), and a result no longer repeats its item's address.
+	// Version 2 halves a batch on disk: items and results refer to their
+	// batch by an integer key, results are clustered on (batch, seq), a
+	// status is a number (0 deliverable … 3 unknown), and a result no longer
+	// repeats its item's address.
 	`
 CREATE TABLE batches_v2 (
 	key           INTEGER PRIMARY KEY,
@@ -154,9 +152,9 @@ CREATE INDEX batches_unfinished ON batches (state) WHERE state IN ('queued', 'ru
 CREATE INDEX batches_expires ON batches (expires_at);
 CREATE INDEX results_status ON results (batch, status, seq);
 `,
-	// Webhooks (contract, section 10). A delivery row is written with its
-	// batch; it takes effect when the batch is final, which makes the final
-	// state and the pending delivery one write.
+	// Webhooks: a delivery row is written with its batch and takes effect
+	// when the batch is final, so the final state and the delivery are one
+	// write.
 	`
 CREATE TABLE deliveries (
 	batch_id    TEXT PRIMARY KEY REFERENCES batches (id) ON DELETE CASCADE,
@@ -239,10 +237,8 @@ DROP INDEX batches_account_expires;
 ALTER TABLE keys ADD COLUMN rate_per_address INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE keys ADD COLUMN rate_per_key INTEGER NOT NULL DEFAULT 0;
 `,
-	// Which marks count in the domain counts shared across accounts
-	// (store.SharesOutcome), and the shared part of each count
-	// (outcomes.go): a mark made before is shared when an outcome of its
-	// class carries the account's verdict.
+	// Which marks count in the shared domain counts (store.SharesOutcome),
+	// and the shared part of each count (outcomes.go).
 	sharedMarksSchema,
 }
 

@@ -1,35 +1,21 @@
 // Package sqlitestore is the embedded, durable store.Store of `evs serve`:
-// one SQLite database file in a data directory, written through the pure-Go
-// driver so the binary needs no C toolchain.
+// one SQLite database file in a data directory, through the pure-Go driver
+// so the binary needs no C toolchain.
 //
-// Several processes may open the same directory at once (`evs keys create`
-// while `evs serve` runs): the database runs in WAL mode, every write is an
-// immediate transaction, and a busy database is waited for rather than
-// failed. Every acknowledged write survives kill -9; every acknowledged write
-// except an Idempotency-Key record (a claim, a release, a local-mode reply)
-// is also synced to disk (synchronous=FULL) before it is acknowledged, so it
-// survives power loss. (What a power loss costs those records: see
-// ClaimIdempotency and PutIdempotency.)
+// Several processes may open one directory at once (`evs keys create` while
+// `evs serve` runs): WAL mode, immediate transactions, and a busy database
+// waited for. Every acknowledged write survives kill -9, and all but
+// Idempotency-Key records are synced (synchronous=FULL) so they survive
+// power loss too (see ClaimIdempotency and PutIdempotency).
 //
-// Only one of them serves the API: `evs serve` opens the directory with
-// OpenServing, which holds an exclusive flock on serve.lock until Close or
-// the process's death, and a second server on the directory is refused.
-// Being the only server lets it keep Idempotency-Key claims in memory
-// (idempotency.NewLocal): an idempotent call then costs one indexed read
-// (LookupIdempotency) and one insert of the reply, committed in a group
-// with the writes beside it (PutIdempotency), instead of a claim and a
-// completion. A reply is committed before it is sent, so after kill -9 it
-// is replayed, never run again; a call cut off mid-way wrote nothing, and
-// its retry runs at once. Being the only writer of
-// batches also lets it keep the views of batches in memory (viewcache.go):
-// a poll reads no database unless the batch was written since the last one.
+// Only one process serves the API (OpenServing's flock on serve.lock). Being
+// the only server lets it keep Idempotency-Key claims (idempotency.NewLocal),
+// batch views (viewcache.go) and filters of what is stored in memory, and
+// commit a reply with the writes beside it before it is sent.
 //
-// Inside one process, writes go through a single writer connection and are
-// committed in groups: concurrent writes share one transaction and one sync,
-// each in its own savepoint, and each caller returns only once the group is
-// committed. Reads use a pool of query-only connections beside the writer
-// (WAL lets them run while it writes). Statements are prepared once per
-// connection, not parsed per call.
+// Inside one process, writes go through one writer connection, committed in
+// groups (one transaction and one sync, a savepoint each); reads use a pool
+// of query-only connections. Statements are prepared once per connection.
 package sqlitestore
 
 import (
@@ -63,52 +49,34 @@ const busyTimeout = 5 * time.Second
 // Store is the SQLite store.Store. It is safe for concurrent use.
 type Store struct {
 	// db is the one writer connection: this process's writes queue in Go
-	// (the committer) instead of spinning in SQLite's busy handler; other
-	// processes are still waited for through busy_timeout.
-	db *sql.DB
-	// rdb is the pool of query-only reader connections.
-	rdb *sql.DB
+	// (the committer) instead of spinning in SQLite's busy handler.
+	db  *sql.DB
+	rdb *sql.DB // query-only readers
 	now func() time.Time
 
 	wstmts, rstmts stmtCache
 	c              *committer
-	// lock is the open serve lock file (OpenServing), nil without one.
-	lock *os.File
-	// views is the cache of batch views; nil unless this process
-	// is the only writer of batches (OpenServing).
-	views *viewCache
-	// stateHook, when set (OnStateChange), hears of each batch state a
-	// committed write made.
-	stateHook func(b evs.Batch, from evs.State)
-	// keys tells lookups which scopes surely have no idempotency record;
-	// nil unless this process is the directory's only server.
-	keys *keyFilter
-	// quota mirrors the address quota's counters; nil unless this process
-	// is the directory's only server.
-	quota *quotaMirror
-	// outcomes tells history reads which addresses and domains surely
-	// have none (outcomeScope); nil unless this process is the
-	// directory's only server.
-	outcomes *keyFilter
-	// memo keeps the history last read; nil unless this process is the
-	// directory's only server.
-	memo *historyMemo
-	// exportMu makes reading and writing an export's record one step.
-	exportMu sync.Mutex
-	// dir is the data directory; keysGen counts this store's writes to
-	// keys and accounts (KeysVersion).
-	dir     string
-	keysGen atomic.Int64
-	// keysWatch is KeysChangedName, open once KeysVersion was asked.
-	keysWatch atomic.Pointer[os.File]
+	lock           *os.File // the serve lock (OpenServing), else nil
+
+	// Only the directory's one server (OpenServing) has these; nil else.
+	views    *viewCache
+	keys     *keyFilter // scopes that surely have no idempotency record
+	quota    *quotaMirror
+	outcomes *keyFilter // addresses and domains that surely have no history
+	memo     *historyMemo
+
+	stateHook func(b evs.Batch, from evs.State) // OnStateChange
+	exportMu  sync.Mutex                        // reading and writing an export's record is one step
+	dir       string
+	keysGen   atomic.Int64            // this store's writes to keys and accounts (KeysVersion)
+	keysWatch atomic.Pointer[os.File] // KeysChangedName, once KeysVersion was asked
 	keysMu    sync.Mutex
-	// closed is set by Close: a lookup the key filter answers must still
-	// fail on a closed store, as one that reads does.
+	// closed: a lookup the key filter answers must still fail on a
+	// closed store, as one that reads does.
 	closed    atomic.Bool
 	closeOnce sync.Once
 	closeErr  error
-	// warnings are what Open found unsafe but could go on with.
-	warnings []string
+	warnings  []string
 }
 
 // Warnings returns what Open found unsafe about the data directory but
@@ -143,15 +111,11 @@ func Open(ctx context.Context, dir string, now func() time.Time) (*Store, error)
 	return open(ctx, dir, now, busyTimeout, false)
 }
 
-// OpenServing is Open for the one serving process of dir: it also takes an
-// exclusive lock on dir/serve.lock, held until Close (or the process's
-// death), and fails with ErrInUse at once if another process holds it. The
-// lock makes the store Exclusive, which lets the server keep Idempotency-Key
-// claims in memory (idempotency.NewLocal) and write once per call instead of
-// twice. Processes using Open (`evs keys create` and the like) work beside
-// the lock's holder, since they do not run idempotent calls; they take the
-// lock only to migrate an older database, and refuse to while a server
-// holds it (prepareMigration).
+// OpenServing is Open for the one serving process of dir: it also holds an
+// exclusive lock on dir/serve.lock until Close (or its death), and fails
+// with ErrInUse if another process holds it. Processes using Open work
+// beside the holder, since they run no idempotent calls; they take the
+// lock only to migrate an older database (prepareMigration).
 func OpenServing(ctx context.Context, dir string, now func() time.Time) (*Store, error) {
 	return open(ctx, dir, now, busyTimeout, true)
 }
@@ -160,8 +124,6 @@ func OpenServing(ctx context.Context, dir string, now func() time.Time) (*Store,
 // lock, so no other process serves its directory while s is open.
 func (s *Store) Exclusive() bool { return s.lock != nil }
 
-// open is Open with the time a write waits for another process's lock, and
-// with the serve lock when serving.
 func open(ctx context.Context, dir string, now func() time.Time, busy time.Duration, serving bool) (_ *Store, err error) {
 	if now == nil {
 		return nil, errors.New("sqlitestore: Open needs a clock")
@@ -209,8 +171,8 @@ func open(ctx context.Context, dir string, now func() time.Time, busy time.Durat
 	if err != nil {
 		return nil, fmt.Errorf("sqlitestore: open: %w", err)
 	}
-	// One writer connection, kept open: its prepared statements and page
-	// cache live as long as the store.
+	// Kept open: its prepared statements and page cache live as long as
+	// the store.
 	db.SetMaxOpenConns(1)
 	db.SetMaxIdleConns(1)
 	db.SetConnMaxIdleTime(0)
@@ -263,8 +225,6 @@ func open(ctx context.Context, dir string, now func() time.Time, busy time.Durat
 			return nil, err
 		}
 		s.lock = lock
-		// Only the serving process writes batches and deliveries, and this
-		// store is it: batch views can be kept in memory.
 		s.views = newViewCache()
 		s.quota = &quotaMirror{m: make(map[quotaKey]mirrored)}
 		if s.keys, err = newKeyFilter(ctx, s.rdb, `SELECT scope FROM idempotency`); err != nil {
@@ -304,14 +264,11 @@ func checkWritable(dir string) error {
 	return nil
 }
 
-// privateFiles makes the database files readable by their owner only:
-// they hold webhook secrets and every tenant's addresses. SQLite creates
-// the database with the process's umask (0644 under the usual 022) and
-// gives its -wal and -shm files the database file's mode, so the database
-// is created here first, 0600, and an existing one left group- or
-// world-accessible by an older build is tightened. A data directory others
-// can read or enter is only reported: it may be shared on purpose, and the
-// files in it are private either way.
+// privateFiles makes the database files (webhook secrets, every tenant's
+// addresses) readable by their owner only. SQLite creates the database
+// under the umask and gives -wal and -shm its mode, so the database is
+// created here first, 0600, and an older, looser one is tightened. A
+// directory others can read is only reported: it may be shared on purpose.
 func privateFiles(dir string) (warnings []string, err error) {
 	path := filepath.Join(dir, FileName)
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
@@ -354,7 +311,6 @@ func (s *Store) wstmt(ctx context.Context, tx *sql.Tx, query string) (*sql.Stmt,
 	return tx.PrepareContext(ctx, query)
 }
 
-// exec runs the writer query q in tx (wstmt).
 func (s *Store) exec(ctx context.Context, tx *sql.Tx, q string, args ...any) (sql.Result, error) {
 	st, err := s.wstmt(ctx, tx, q)
 	if err != nil {
@@ -373,7 +329,6 @@ func (s *Store) row(ctx context.Context, tx *sql.Tx, q string, args ...any) scan
 	return st.QueryRowContext(ctx, args...)
 }
 
-// errRow is a row whose Scan fails with err.
 type errRow struct{ err error }
 
 func (r errRow) Scan(...any) error { return r.err }
@@ -389,10 +344,9 @@ func (s *Store) rstmt(query string) *sql.Stmt {
 	return st
 }
 
-// Page caches, in KiB (SQLite's negative cache_size). The writer's is the
-// larger: it holds the b-tree pages a batch's inserts touch. Readers share
-// the operating system's file cache, so theirs stay small, which keeps the
-// resident memory of an idle server low.
+// Page caches, in KiB (SQLite's negative cache_size). The writer's holds
+// the b-tree pages a batch's inserts touch; readers share the OS's file
+// cache, so theirs stay small to keep an idle server's memory low.
 const (
 	writerCacheKiB = -8000
 	readerCacheKiB = -2000
@@ -416,12 +370,9 @@ func (s *Store) Close() error {
 		s.rstmts.close()
 		var err error
 		if s.lock != nil {
-			// No write of this server is to come. The marker goes first,
-			// while the write-ahead log is still there: closing the
-			// database copies the log into evs.db and deletes it, and a
-			// kill between that and removing the marker would leave the
-			// marker without its log, a false alarm at the next start.
-			// Killed here instead, the log is there for the next start.
+			// The marker goes while the WAL is still there: a kill after
+			// closing (which deletes the log) but before removing it
+			// would be a false alarm at the next start.
 			err = removeSynced(filepath.Join(s.dir, RunningName))
 		}
 		err = errors.Join(err, s.closeKeysFile(), s.db.Close(), s.rdb.Close())
@@ -444,29 +395,20 @@ func (s *Store) write(ctx context.Context, fn func(ctx context.Context, tx *sql.
 	return s.c.do(ctx, &op{fn: fn, sync: true})
 }
 
-// writeOne is write for fn that writes with at most one statement (reads
-// aside): it shares the group's transaction without a savepoint, since a
-// failed statement undoes itself.
-//
-// Without sync, the write is for a record whose loss on power failure is
-// harmless: the transaction is written to the log (so it survives kill -9
-// and every process sees it at once) but not synced unless a write in the
-// same group needs it; the next synced commit syncs it too.
+// writeOne is write for fn that writes with at most one statement: it
+// needs no savepoint, since a failed statement undoes itself. Without sync
+// it is for a record whose loss on power failure is harmless: logged (it
+// survives kill -9) but synced only with the next synced commit.
 func (s *Store) writeOne(ctx context.Context, sync bool, fn func(ctx context.Context, tx *sql.Tx) error) error {
 	return s.c.do(ctx, &op{fn: fn, sync: sync, oneStatement: true})
 }
 
-// touched tells the view cache that a write to the batch has returned,
-// committed or not.
 // OnStateChange sets fn to be called after each committed write that gives
-// a batch a new state, with the batch as written and the state it left
-// ("" for a batch just created): queued, running, completed, cancelled,
-// failed; and after each write of results that leaves its state as it was
-// (from == b.State), with the new counters: its progress. This store is
-// the one place every change passes through, whoever makes it (the API,
-// the batch worker, the deadline), so an operator's log hangs here. fn
-// runs after the write, outside it; it must not call back into the
-// store's writes. Set it before the store is used.
+// a batch a new state, with the state it left ("" for a new batch), and
+// after each write of results (from == b.State): its progress. Every
+// change passes through here, whoever makes it, so an operator's log hangs
+// here. fn runs outside the write and must not write to the store. Set it
+// before the store is used.
 func (s *Store) OnStateChange(fn func(b evs.Batch, from evs.State)) { s.stateHook = fn }
 
 // stateChanged tells the hook of a state the batch did not have before.
@@ -483,6 +425,8 @@ func (s *Store) batchWritten(b evs.Batch, from evs.State) {
 	}
 }
 
+// touched tells the view cache that a write to the batch has returned,
+// committed or not.
 func (s *Store) touched(accountID, id string) {
 	if s.views != nil {
 		s.views.wrote(accountID, id)

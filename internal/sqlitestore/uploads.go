@@ -16,28 +16,21 @@ import (
 	"github.com/evs-dev/evs/internal/store"
 )
 
-// Uploads (contract, section 14) are kept in the database like every other
-// state, so a backup holds them too. The list arrives as parts of
-// uploadPart bytes, each its own short write: a 100 MiB PUT from a slow
-// client never holds the writer for longer than one part. Parts are
+// Uploads are kept in the database, so a backup holds them too. The list
+// arrives as parts of uploadPart bytes, each its own short write: a slow
+// 100 MiB PUT never holds the writer for longer than one part. Parts are
 // written under a random attempt number and the upload names the attempt
-// that finished last, so a PUT cut off half-way, or two at once, never
-// mixes two lists.
-
-// uploadPart is the size of one stored part of an upload.
+// that finished last, so a PUT cut off, or two at once, never mix lists.
 const uploadPart = 1 << 20
 
-// openUploadsQuery counts an account's open uploads (not dropped, not
-// expired) and finds when the oldest of them expires.
+// openUploadsQuery counts an account's open uploads and finds when the
+// oldest expires.
 const openUploadsQuery = `SELECT COUNT(*), COALESCE(MIN(expires_at), 0) FROM uploads
 	WHERE account_id = ? AND dropped = 0 AND expires_at > ?`
 
 // CreateUpload records u with a fresh token and returns the URL the
-// client sends the list to: origin + /v1/uploads/{id}?token=..., which
-// `evs serve` answers with ReceiveUpload. Only the token's hash is kept.
-// Writes are serialised (one writer at a time), so the count of open
-// uploads taken inside the write is exact however many creations run at
-// once: maxOpen is never exceeded.
+// client sends the list to: origin + /v1/uploads/{id}?token=..., answered
+// by ReceiveUpload. Writes are serialised, so maxOpen is never exceeded.
 func (s *Store) CreateUpload(ctx context.Context, u evs.Upload, origin string, maxOpen int) (string, error) {
 	token, hash, err := newToken()
 	if err != nil {
@@ -83,7 +76,6 @@ func tokenIs(token string, hash []byte) bool {
 	return subtle.ConstantTimeCompare(sum[:], hash) == 1
 }
 
-// uploadRow is an upload as stored.
 type uploadRow struct {
 	u       evs.Upload
 	hash    []byte
@@ -107,15 +99,12 @@ func (s *Store) upload(ctx context.Context, id string) (uploadRow, error) {
 	return r, nil
 }
 
-// ReceiveUpload stores what open returns for the upload as the list of
-// upload id, if token is the upload's and contentType the one it was made
-// for. It answers
-// CodeNotFound for an unknown or expired upload or a wrong token (the two
-// are not told apart), CodeInvalidRequest for another content type,
-// CodePayloadTooLarge past the upload's MaxBytes (nothing is kept), and
-// CodeInvalidState once a batch was made from it; an *evs.Error of the
-// reader's own (a quota) as it is. A second PUT replaces the first, as on
-// S3.
+// ReceiveUpload stores what open returns as the list of upload id, if
+// token is the upload's and contentType the one it was made for. It
+// answers CodeNotFound for an unknown or expired upload or a wrong token,
+// CodeInvalidRequest for another content type, CodePayloadTooLarge past
+// MaxBytes, CodeInvalidState once a batch was made from it, and an
+// *evs.Error of the reader's own as it is. A second PUT replaces the first.
 func (s *Store) ReceiveUpload(ctx context.Context, id, token, contentType string, open func(evs.Upload) io.Reader) (evs.Upload, int64, error) {
 	r, err := s.upload(ctx, id)
 	if err != nil {
@@ -235,7 +224,6 @@ type partReader struct {
 	done bool
 }
 
-// fill reads the next part, or marks the end.
 func (p *partReader) fill() error {
 	cur, err := p.part(p.n)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -265,7 +253,6 @@ func (p *partReader) Read(b []byte) (int, error) {
 
 func (p *partReader) Close() error { return nil }
 
-// uploadsSchema is the migration that adds uploads.
 const uploadsSchema = `
 CREATE TABLE uploads (
 	id           TEXT PRIMARY KEY,
@@ -290,9 +277,8 @@ CREATE TABLE upload_parts (
 ) WITHOUT ROWID;
 `
 
-// openUploadsSchema is the migration that indexes each account's open
-// uploads, so CreateUpload's count reads only that account's few rows
-// rather than every live upload of every account.
+// openUploadsSchema indexes each account's open uploads for CreateUpload's
+// count.
 const openUploadsSchema = `
 CREATE INDEX uploads_open ON uploads (account_id, expires_at) WHERE dropped = 0;
 `

@@ -7,17 +7,11 @@ import (
 	"github.com/evs-dev/evs/internal/evs"
 )
 
-// viewCache keeps the views of batches (the batch and its webhook
-// delivery) in memory, so polling (GET /v1/requests/{id}, the most frequent
-// call of a batch client) costs no read transaction until the batch is
-// written again. Every write that touches a batch or its delivery marks the
-// batch written when it returns, and a view read before that write is never
-// kept or served again: a finished batch is read once, a running one once
-// per flush of its results.
-//
-// It is only correct when every write to batches and deliveries goes
-// through this Store, which is why only a store opened with OpenServing,
-// holding the data directory's serve lock, has one.
+// viewCache keeps the views of batches (the batch and its delivery) in
+// memory, so polling costs no read until the batch is written again: every
+// write marks the batch written when it returns, and a view read before is
+// never served again. It is only correct when every write goes through
+// this Store (OpenServing).
 type viewCache struct {
 	mu sync.Mutex
 	// gen counts the writes to batches, moved after each has committed.

@@ -40,9 +40,8 @@ func scanDelivery(row scanner) (evs.Delivery, error) {
 	return d, nil
 }
 
-// qDelivery reads a delivery for GET /v1/requests/{id} of every final
-// batch, with or without a callback: prepared at Open, since parsing it
-// per call cost more than running it.
+// qDelivery reads a delivery for every final batch's GET, so it is
+// prepared at Open.
 const qDelivery = `SELECT ` + deliveryCols + `
 		FROM deliveries d JOIN batches b ON b.id = d.batch_id
 		WHERE d.batch_id = ? AND d.account_id = ? AND b.state IN ` + finalStates + ` AND b.expires_at > ?`

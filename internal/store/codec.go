@@ -10,15 +10,13 @@ import (
 	"github.com/evs-dev/evs/internal/evs"
 )
 
-// The storage form of a decision, shared by both stores. It is not the API's
-// wire form: a batch keeps one of these per address for 30 days, so it is
-// binary (version byte binaryV1, then the fields in a fixed order), booleans
-// are bits, strings the service writes itself (reasons, results, sandbox
-// texts) are numbers into an append-only table, and the address is not
-// repeated (the result row has it). The JSON form below, written before, is
-// still read.
+// The storage form of a decision, shared by both stores, is compact: a
+// batch keeps one per address for 30 days. It is binary (version byte
+// binaryV1, then the fields in a fixed order), booleans are bits, strings
+// the service writes itself are numbers into an append-only table, and the
+// address is not repeated (the result row has it).
 //
-// jsonDecision is that earlier JSON form.
+// jsonDecision is the earlier JSON form, still read.
 type jsonDecision struct {
 	Normalized *string    `json:"n,omitempty"` // only when it differs from the address
 	Reason     evs.Reason `json:"r"`
@@ -67,19 +65,11 @@ const (
 	hasNormalized = 1 << 0
 	hasSuggestion = 1 << 1
 	hostIsFirstMX = 1 << 2
-	// hasProvider: the provider follows the duration, last, so that
-	// decisions stored before it existed read as they were.
-	hasProvider = 1 << 3
-	// hasCatchAll: the accept-all probe's result follows the provider,
-	// last, for the same reason.
-	hasCatchAll = 1 << 4
-	// hasHistory: the checks.history evidence follows the accept-all
-	// probe's result, last (result, outcome, at, bounce type, reply,
-	// detail).
-	hasHistory = 1 << 5
-	// hasDomainHistory: the checks.domainHistory evidence follows the
-	// history, last (scope, delivered, hard bounces): the score is
-	// recomputed from it on read.
+	// Fields added later follow the duration, each after the one before,
+	// so that decisions stored before them read as they were.
+	hasProvider      = 1 << 3
+	hasCatchAll      = 1 << 4
+	hasHistory       = 1 << 5
 	hasDomainHistory = 1 << 6
 )
 
@@ -245,27 +235,19 @@ type binReader struct {
 	err error
 }
 
-func (r *binReader) uvarint() uint64 {
-	if r.err != nil {
-		return 0
-	}
-	v, n := binary.Uvarint(r.b)
-	if n <= 0 {
-		r.err = errShort
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
-}
+func (r *binReader) uvarint() uint64 { return readVarint(r, binary.Uvarint) }
+func (r *binReader) varint() int64   { return readVarint(r, binary.Varint) }
 
-func (r *binReader) varint() int64 {
+// readVarint reads one number with read.
+func readVarint[T any](r *binReader, read func([]byte) (T, int)) T {
+	var v T
 	if r.err != nil {
-		return 0
+		return v
 	}
-	v, n := binary.Varint(r.b)
+	v, n := read(r.b)
 	if n <= 0 {
 		r.err = errShort
-		return 0
+		return v
 	}
 	r.b = r.b[n:]
 	return v

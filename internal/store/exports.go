@@ -2,12 +2,9 @@ package store
 
 import "time"
 
-// On AWS a CSV result list that does not fit a reply, and every GET
-// /v1/requests/{id}/export, is a job (contract, sections 14 and 16): the
-// requests function records it and queues a message, the worker writes
-// the list to S3 in parts, and the client polls until it is done. The
-// record is shared by the api (which decides), the batch worker (which
-// writes) and the store (which keeps it), so its type lives here.
+// On AWS a CSV result list that does not fit a reply, and every export, is
+// a job the worker writes to S3. The api, the batch worker and the store
+// share its record.
 
 // ExportState is where an export job is.
 type ExportState string

@@ -7,11 +7,9 @@ import (
 	"github.com/evs-dev/evs/internal/evs"
 )
 
-// Outcomes stores what the accounts reported about their mail (contract,
-// section 18): per account, normalised address, kind and time, each kept
-// until its expiry (EVS_OUTCOME_TTL after it was received). Expired
-// outcomes are never returned; the stores delete them later (the SQLite
-// sweep, DynamoDB's TTL).
+// Outcomes stores what the accounts reported about their mail: per account,
+// normalised address, kind and time, each kept until its expiry and never
+// returned after.
 type Outcomes interface {
 	// PutOutcomes stores each outcome of os that the account has not
 	// stored yet, with expiresAt; one already stored under the same
@@ -79,21 +77,16 @@ func (m DomainDeltas) Add(address, class string, expiresAt time.Time, by int, sh
 }
 
 // SharesOutcome is the rule by which one account's outcomes move the
-// domain counts shared across accounts (EVS_OUTCOME_SHARE_DOMAINS): an
-// outcome counts there only when the account had verified its address
-// before it (the outcome carries the account's verdict on it, from its
-// result cache). Each address counts once per class, so an account moves a
-// domain's shared counts by at most the number of its addresses it has
-// verified: made-up reports of addresses it never verified move only its
-// own counts. Both stores decide a mark's share by it when they make the
-// mark, and keep the answer with the mark to uncount it later.
+// domain counts shared across accounts: only when the account had verified
+// the address before (the outcome carries its verdict), so made-up reports
+// of addresses it never verified move only its own counts. Both stores keep
+// the answer with the mark, to uncount it later.
 func SharesOutcome(o evs.Outcome) bool { return o.Verdict != "" }
 
 // DomainBucket is the end of the bucket of domain counters an outcome
 // expiring at expiresAt is counted in: the first instant of the next
-// month, UTC. Counting by month keeps the counters few (one per account,
-// domain and month) yet lets them expire close to the outcomes: a bucket
-// is read until its end, and then deleted.
+// month, UTC, which keeps the counters few yet expiring close to the
+// outcomes.
 func DomainBucket(expiresAt time.Time) time.Time {
 	t := expiresAt.UTC()
 	return time.Date(t.Year(), t.Month()+1, 1, 0, 0, 0, 0, time.UTC)

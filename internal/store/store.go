@@ -1,25 +1,16 @@
 // Package store defines what the service keeps and the interfaces every
 // storage implementation provides: the embedded store for `evs serve` and the
-// DynamoDB adapter for AWS. Both pass the same contract test suite, which
-// lives beside these interfaces (this package's contract_*_test.go files)
-// and runs every contract against both stores.
-//
-// Implementations take their clock as a constructor argument so tests can
-// move time (record expiry) without waiting.
+// DynamoDB adapter for AWS. Both pass the contract test suite beside these
+// interfaces (contract_*_test.go). Implementations take their clock as a
+// constructor argument so tests can move time.
 //
 // Errors: a missing item is an *evs.Error with evs.CodeNotFound; a failed
 // condition is evs.CodeInvalidState (batch transitions) or the documented
 // return values; a dependency fault is evs.CodeUnavailable.
 //
-// The decision codec (EncodeDecision, DecodeDecision) is hand-written
-// binary rather than encoding/json of a storage struct because a batch
-// writes one decision per address and keeps it 30 days, and the JSON form
-// costs far more than the 10% a part of our own must buy. Measured side by
-// side against json.Marshal of the same short-named fields (issue 21):
-// sqlitestore's BenchmarkPutResults 369k → 250k results/s (−32%); the load
-// harness's 50,000-address test-mode batch (`go run ./infra/loadtest -only
-// batch`, 8 interleaved runs) 178k → 115k addresses/s (medians, −35%) and
-// 102 → 377 bytes stored per result (the goal is at most 300).
+// The decision codec is hand-written binary rather than encoding/json: the
+// JSON form cost a third of the batch throughput and 377 bytes per result
+// against 102 (sqlitestore's BenchmarkPutResults, the load harness's batch).
 package store
 
 import (
@@ -107,15 +98,13 @@ type Batches interface {
 const ActiveBatchesFull = "The account has %d batch requests queued or running, the most allowed; retry once one has finished."
 
 // OpenUploadsFull is the message of an upload creation refused because
-// the account already has its most open uploads (contract, section 16);
-// %d is that number. It says what frees a place: an upload counts from its
-// creation until a batch is made from it or it expires.
+// the account already has its most open uploads (%d), saying what frees a
+// place.
 const OpenUploadsFull = "The account has %d open uploads, the most allowed; create a request from one (POST /v1/requests with its uploadId) or retry when the oldest expires."
 
 // OpenUploadsLimit is the refusal of an upload creation by the open-upload
-// cap: n are open and the oldest expires at oldest. Both stores give it, so
-// the message and the Retry-After (at least a second, since a Retry-After
-// of 0 invites a busy loop) are the same whichever deployment answers.
+// cap, n open, the oldest expiring at oldest: the same from both stores,
+// with a Retry-After of at least a second (0 invites a busy loop).
 func OpenUploadsLimit(n int, oldest, now time.Time) error {
 	return &LimitError{
 		Err:   evs.Errorf(evs.CodeRateLimited, OpenUploadsFull, n),
@@ -162,12 +151,9 @@ type Webhooks interface {
 }
 
 // DueDeliveries lists pending deliveries due at now, for a store that runs
-// its own delivery loop (`evs serve`); on AWS SQS delays carry the timing.
-// It lists at most perAccount deliveries of any one account (0: no bound)
-// and limit in all, each account's earliest first and the accounts taking
-// turns (every account's first, then every account's second…), so one
-// account with many due deliveries cannot hide another's from a loop that
-// shares its attempts fairly.
+// its own delivery loop (`evs serve`): at most perAccount of one account (0:
+// no bound) and limit in all, the accounts taking turns, so one account's
+// many cannot hide another's.
 type DueDeliveries interface {
 	DueDeliveries(ctx context.Context, now time.Time, perAccount, limit int) ([]evs.Delivery, error)
 }
@@ -181,9 +167,8 @@ type Store interface {
 	Close() error
 }
 
-// CacheEntry is one verdict kept in an account's result cache (contract,
-// section 12): the account, Decision.Mode and Decision.Normalized are its
-// key; it is not read after ExpiresAt.
+// CacheEntry is one verdict kept in an account's result cache, keyed by the
+// account, Decision.Mode and Decision.Normalized, not read after ExpiresAt.
 type CacheEntry struct {
 	Decision  evs.Decision
 	ExpiresAt time.Time

@@ -6,20 +6,11 @@ import (
 )
 
 // untrustedAccept turns an accepted RCPT at a receiver whose 250 is not
-// proof into accept_all (smtpprobe.ProviderInfo says which ones).
-//
-// Security gateways (Proofpoint, Mimecast, Barracuda, Cisco, Trend Micro)
-// sit in front of the real mail store. With recipient verification off
-// (or deferred, as Mimecast's default 451 for unknown internal users) they
-// take every RCPT and the store bounces later; with it on, they reject
-// unknown addresses at RCPT. So for a gateway a rejected random address
-// shows that verification is on and the 250 can be trusted, while a
-// greylisted, timed-out or otherwise inconclusive random address leaves
-// the 250 meaningless.
-//
-// Yahoo and AOL document bounces for non-existent users sent after the
-// message ("554 delivery error: dd This user doesn't have a yahoo.com
-// account"), so their 250 at RCPT is never proof.
+// proof into accept_all (smtpprobe.ProviderInfo says which ones). A
+// security gateway without recipient verification takes every RCPT and
+// the store behind it bounces later: only a rejected random address shows
+// verification is on. Yahoo and AOL bounce unknown users after the message,
+// so their 250 is never proof.
 func untrustedAccept(c *evs.SMTPCheck, catchAll string) {
 	info := smtpprobe.Provider(c.Provider).Info()
 	switch {

@@ -7,13 +7,10 @@ import (
 	"github.com/evs-dev/evs/internal/evs"
 )
 
-// A batch sizes an SMTP session by time, not by a count of addresses: it
-// gives the session an instant to be done by (its SMTP session limit, the
-// invocation's and the batch's deadlines), and the engine asks one more
-// address only while the slowest reply the session has seen would still
-// fit, twice over. What it does not ask it leaves unasked (Unasked), for
-// the batch to ask on another session; no reply is cut off half way and
-// no answer is lost to the clock.
+// A batch sizes an SMTP session by time, not by a count of addresses: the
+// engine asks one more address only while the slowest reply the session
+// has seen would still fit before its deadline, twice over, and leaves the
+// rest unasked (Unasked) for another session.
 
 type askUntilKey struct{}
 
@@ -33,8 +30,7 @@ func askUntil(ctx context.Context) (time.Time, bool) {
 }
 
 // Unasked tells whether an SMTP check records an address a session left
-// unasked because its time budget (AskUntil) would not hold the reply:
-// nothing is known about the mailbox, and it was sent no RCPT.
+// unasked because its time budget (AskUntil) would not hold the reply.
 func Unasked(c evs.SMTPCheck) bool { return c.Detail == detailOutOfTime }
 
 // fits tells whether one more RCPT fits before until when replies take up

@@ -13,32 +13,26 @@ import (
 	"github.com/evs-dev/evs/internal/evs"
 )
 
-// Knowing when we are blocked, and steering around it (docs/operations.md,
-// docs/aws.md): receivers refuse a verifier whose address is on a DNS
-// blocklist, or whose HELO name and address do not name each other; their
-// refusals read as unknown/blocked, a verdict the user cannot act on. An
-// EgressWatch says so first, for one egress (direct, or one SOCKS exit):
-// the share of answering servers that refused us, per provider over the
-// last BlockedWindow, and its last self-check (CheckEgress). With several
-// exits, EgressWatches turn both into the exits' Avoid. One rule for both
-// deployments: evs serve keeps one set of watches in its process; each
-// Lambda instance (worker and verify function) keeps its own.
+// Knowing when we are blocked, and steering around it (docs/operations.md):
+// receivers refuse a verifier whose address is on a DNS blocklist, or whose
+// HELO name and address do not match, and their refusals read as
+// unknown/blocked. An EgressWatch says so first, for one egress: the share
+// of answering servers that refused us, per provider over BlockedWindow,
+// and its last self-check (CheckEgress). With several exits, EgressWatches
+// turn both into the exits' Avoid. Each process keeps its own watches.
 
-// BlockedWindow is how far back the blocked share looks: long enough to
-// hold a few sessions per provider, short enough to show a listing that
-// started minutes ago.
+// BlockedWindow is how far back the blocked share looks: a few sessions
+// per provider, and a listing that started minutes ago.
 const BlockedWindow = 15 * time.Minute
 
-// SelfCheckEvery is how often the self-check runs after the first at start
-// unless the configuration says otherwise (config.Config.SelfCheckEvery).
+// SelfCheckEvery is the self-check's default period after the first at
+// start (config.Config.SelfCheckEvery).
 const SelfCheckEvery = time.Hour
 
 // An exit stops taking a provider's new sessions while, over the window,
-// at least AvoidAnswered of its verdicts for that provider got a reply
-// and at least AvoidShare of those were refusals of us: the provider's
-// servers are likely refusing the exit's address (a blocklist). It takes
-// them again once the window has aged the refusals out, and then is
-// judged on new ones.
+// at least AvoidAnswered of its verdicts for that provider got a reply and
+// at least AvoidShare of those were refusals of us, until the window has
+// aged the refusals out.
 const (
 	AvoidShare    = 0.5
 	AvoidAnswered = 5
@@ -46,7 +40,6 @@ const (
 
 const blockedMinutes = int(BlockedWindow / time.Minute)
 
-// minuteCount is one minute's answers and refusals.
 type minuteCount struct {
 	minute            int64
 	answered, blocked int
@@ -57,9 +50,7 @@ type minuteCount struct {
 type EgressWatch struct {
 	eg  Egress
 	now func() time.Time
-	// key names the provider a verdict is counted under (nil: the
-	// verdict's provider).
-	key func(evs.Decision) string
+	key func(evs.Decision) string // the provider a verdict is counted under (nil: its own)
 
 	mu      sync.Mutex
 	minutes map[string]*[blockedMinutes]minuteCount // by provider
@@ -79,15 +70,12 @@ func (w *EgressWatch) Egress() Egress { return w.eg }
 func (w *EgressWatch) Name() string { return w.eg.Name }
 
 // Counts tells whether d says anything of how servers see us: a live
-// verdict whose SMTP stage got a reply. A test-mode verdict's evidence is
-// made up, and a verdict with no reply says nothing.
+// verdict whose SMTP stage got a reply.
 func Counts(d evs.Decision) bool { return !d.TestMode && d.Checks.SMTP.Code != 0 }
 
 // Observe counts the verdicts that Counts.
 func (w *EgressWatch) Observe(ds ...evs.Decision) {
-	if !slices.ContainsFunc(ds, Counts) {
-		// Quick checks and unanswered probes, most of /v1/verify's
-		// calls, take neither the clock nor the lock.
+	if !slices.ContainsFunc(ds, Counts) { // most calls: neither the clock nor the lock
 		return
 	}
 	m := w.now().Unix() / 60
@@ -101,7 +89,6 @@ func (w *EgressWatch) Observe(ds ...evs.Decision) {
 	}
 }
 
-// provider is the name d is counted under.
 func (w *EgressWatch) provider(d evs.Decision) string {
 	p := string(d.Checks.SMTP.Provider)
 	if w.key != nil {
@@ -110,7 +97,7 @@ func (w *EgressWatch) provider(d evs.Decision) string {
 	return cmp.Or(p, "other")
 }
 
-// count adds one answer in minute m; w.mu is held.
+// count adds one answer in minute m, under w.mu.
 func (w *EgressWatch) count(m int64, provider string, blocked bool) {
 	ring := w.minutes[provider]
 	if ring == nil {
@@ -185,9 +172,8 @@ func (w *EgressWatch) High(provider string) bool {
 
 // SelfCheck runs one self-check (CheckEgress) of the egress, keeps its
 // findings, logs what is wrong, and returns them. A check that ctx cut
-// short is not kept (ok false): its unanswered lists would read as "no
-// answer" and un-list a listed exit. On Lambda that is an instance frozen
-// between invocations past the check's timeout, not a DNS fault.
+// short is not kept (ok false): its unanswered lists would un-list a
+// listed exit.
 func (w *EgressWatch) SelfCheck(ctx context.Context, rep Reputation, zones []string, helo string, log *slog.Logger) (c EgressCheck, ok bool) {
 	c = CheckEgress(ctx, rep, w.eg, zones, helo, w.now())
 	if ctx.Err() != nil {
@@ -205,8 +191,7 @@ func (w *EgressWatch) SetCheck(c EgressCheck) {
 	w.mu.Unlock()
 }
 
-// Check returns the last self-check (the zero EgressCheck before the
-// first).
+// Check returns the last self-check (zero before the first).
 func (w *EgressWatch) Check() EgressCheck {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -224,21 +209,15 @@ func (w *EgressWatch) Listed() bool {
 // EgressWatches are a deployment's watches of its egress: one per SOCKS
 // exit, which steer the exits (Avoid), or the direct egress's one.
 type EgressWatches struct {
-	// x is nil when SMTP goes direct (or is off).
-	x  *Exits
-	ws []*EgressWatch
-	// all counts every verdict together: ws[0], or with several exits
-	// a watch of its own.
-	all *EgressWatch
-	// counted, when set, is told each verdict counted under an egress.
+	x       *Exits // nil when SMTP goes direct (or is off)
+	ws      []*EgressWatch
+	all     *EgressWatch // every verdict together: ws[0], or with several exits its own
 	counted func(egress, provider string, blocked bool)
 }
 
-// WatchEgress returns the watches of c's egress: each of x's exits when x
-// is not nil, whose names and order it takes and which it steers
-// (Exits.SetAvoid), else the direct egress. counted, when not nil, is told
-// each verdict counted, under the egress's name and the provider (the AWS
-// functions' EMF metrics).
+// WatchEgress returns the watches of c's egress: each of x's exits, which
+// it steers (Exits.SetAvoid), else the direct egress. counted, when not
+// nil, is told each verdict counted (the AWS functions' EMF metrics).
 func WatchEgress(c config.Config, x *Exits, now func() time.Time, counted func(egress, provider string, blocked bool)) *EgressWatches {
 	ws := &EgressWatches{x: x, counted: counted}
 	if x == nil {
@@ -246,17 +225,15 @@ func WatchEgress(c config.Config, x *Exits, now func() time.Time, counted func(e
 		ws.all = ws.ws[0]
 		return ws
 	}
-	// The exits' own names and order are x's; their addresses are in
-	// the configuration they were made from.
-	egs := ExitEgresses(c.SMTPExits)
+	egs := ExitEgresses(c.SMTPExits) // their addresses; names and order are x's
 	for i, st := range x.Status() {
 		eg := Egress{Name: st.Name}
 		if i < len(egs) {
 			eg.IP, eg.NoIP = egs[i].IP, egs[i].NoIP
 		}
 		w := NewEgressWatch(eg, now)
-		// The provider an exit is steered by is its MX host's (the exit
-		// knows no reply), so the exit's watch counts it so too.
+		// An exit is steered by its MX host's provider (it knows no
+		// reply), so its watch counts by that too.
 		w.key = func(d evs.Decision) string {
 			if d.Checks.SMTP.Host == "" {
 				return string(d.Checks.SMTP.Provider)
@@ -267,9 +244,7 @@ func WatchEgress(c config.Config, x *Exits, now func() time.Time, counted func(e
 	}
 	x.SetAvoid(ws.Avoid)
 	ws.all = ws.ws[0]
-	if len(ws.ws) > 1 {
-		// As config.Config.EgressName names it: every verdict together,
-		// by the provider of its reply.
+	if len(ws.ws) > 1 { // named as config.Config.EgressName names it
 		names := make([]string, len(ws.ws))
 		for i, w := range ws.ws {
 			names[i] = w.Name()
@@ -279,24 +254,20 @@ func WatchEgress(c config.Config, x *Exits, now func() time.Time, counted func(e
 	return ws
 }
 
-// Watches returns the watches: one per exit, in their order, or the
-// direct egress's.
+// Watches returns one watch per exit, in their order, or the direct one.
 func (ws *EgressWatches) Watches() []*EgressWatch { return ws.ws }
 
-// All returns the watch of every verdict together: the direct egress's,
-// the one exit's, or with several exits one named after all of them,
-// which no self-check checks.
+// All returns the watch of every verdict together (with several exits,
+// one no self-check checks).
 func (ws *EgressWatches) All() *EgressWatch { return ws.all }
 
 // Exits returns the exits steered, or nil when SMTP goes direct.
 func (ws *EgressWatches) Exits() *Exits { return ws.x }
 
 // Avoid is the exits' Avoid: exit i's last self-check found its address
-// on a DNS blocklist, or host's provider has refused too many of its
-// probes (High). A listed exit is avoided for every provider: receivers
-// that use the list refuse it, and which do is not known before they
-// answer, while an exit not listed costs nothing to prefer. It takes them
-// again once a self-check finds it clean.
+// on a DNS blocklist (avoided for every provider: which use the list is
+// not known before they answer), or host's provider has refused too many
+// of its probes (High).
 func (ws *EgressWatches) Avoid(i int, host string) bool {
 	return ws.ws[i].Listed() || ws.ws[i].High(HostProvider(host))
 }
@@ -327,9 +298,9 @@ func (ws *EgressWatches) Observe(ctx context.Context, ds ...evs.Decision) {
 	}
 }
 
-// SelfCheck runs the self-check of each egress, keeps its findings (which
-// steer the exits at once) and tells done, when not nil, each one's. It
-// reports whether every check ran to its end (EgressWatch.SelfCheck).
+// SelfCheck runs the self-check of each egress, keeps its findings and
+// tells done, when not nil, each one's. It reports whether every check
+// ran to its end.
 func (ws *EgressWatches) SelfCheck(ctx context.Context, rep Reputation, zones []string, helo string, log *slog.Logger, done func(egress string, c EgressCheck)) (complete bool) {
 	for _, w := range ws.ws {
 		c, ok := w.SelfCheck(ctx, rep, zones, helo, log)
@@ -345,23 +316,17 @@ func (ws *EgressWatches) SelfCheck(ctx context.Context, rep Reputation, zones []
 
 // SelfChecker runs the self-check of a deployment's watches where nothing
 // runs between requests (a Lambda instance): when the last one started
-// more than Every ago, in the background (Due), or at once (Run). Each
-// instance thus steers its exits by findings at most Every old, as evs
-// serve's ticker does, without a shared store.
+// more than Every ago, in the background (Due), or at once (Run).
 type SelfChecker struct {
 	Watches *EgressWatches
 	Rep     Reputation
 	Zones   []string
 	HELO    string
-	// Every is how old the findings may grow (default SelfCheckEvery).
-	Every time.Duration
-	// Timeout bounds one check (default 30 s).
-	Timeout time.Duration
+	Every   time.Duration // how old the findings may grow (default SelfCheckEvery)
+	Timeout time.Duration // of one check (default 30 s)
 	Log     *slog.Logger
-	// Done, when set, is told each egress's findings (EMF metrics).
-	Done func(egress string, c EgressCheck)
-	// Now is the clock (default time.Now).
-	Now func() time.Time
+	Done    func(egress string, c EgressCheck) // told each egress's findings (EMF metrics)
+	Now     func() time.Time
 
 	mu      sync.Mutex
 	running bool
@@ -389,8 +354,7 @@ func (s *SelfChecker) begin(onlyDue bool) bool {
 }
 
 // Due starts a check in the background when the last is older than Every
-// (or there was none) and none is running. It never waits: a request that
-// finds the findings stale is not delayed by their refresh.
+// and none is running; it never waits.
 func (s *SelfChecker) Due() {
 	if s.begin(true) {
 		go s.run(context.Background())
@@ -413,11 +377,9 @@ func (s *SelfChecker) run(ctx context.Context) {
 	}()
 	ctx, cancel := context.WithTimeout(ctx, cmp.Or(s.Timeout, 30*time.Second))
 	defer cancel()
-	log := s.Log
-	log = cmp.Or(log, slog.New(slog.DiscardHandler))
+	log := cmp.Or(s.Log, slog.New(slog.DiscardHandler))
 	if !s.Watches.SelfCheck(ctx, s.Rep, s.Zones, s.HELO, log, s.Done) {
-		// Cut short: the findings kept are the last whole ones, and
-		// the next call checks again.
+		// Cut short: the next call checks again.
 		s.mu.Lock()
 		s.started = time.Time{}
 		s.mu.Unlock()
@@ -431,8 +393,7 @@ type Verifier interface {
 }
 
 // Watched returns e with its verdicts counted by ws, and before (when not
-// nil) called ahead of each call: a SelfChecker's Due, so that an instance
-// that probes refreshes its findings as it works.
+// nil, a SelfChecker's Due) called ahead of each call.
 func (ws *EgressWatches) Watched(e Verifier, before func()) Verifier {
 	return watched{e, ws, before}
 }

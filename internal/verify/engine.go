@@ -1,15 +1,12 @@
 // Package verify is the verification engine: it decides status, reason,
-// flags, suggestion and checks for an address (API contract, section 2).
+// flags, suggestion and checks for an address.
 //
-// The engine runs the stages in order — syntax, lists and typo suggestion
-// (no network), DNS, then the SMTP mailbox probe in full mode — and hands
-// the evidence to Verdict, the one pure function that picks the reason.
-// Every decision carries the evidence that led to it, and Score, a pure
-// function of that evidence, gives its decision.score (docs/score.md).
-//
-// The engine imports nothing from AWS; its network dependencies (DNS
-// resolver, SMTP prober) are small interfaces injected by the caller, so
-// tests run it against real DNS and SMTP peers on loopback.
+// The engine runs the stages in order (syntax, lists and typo suggestion,
+// DNS, then the SMTP mailbox probe in full mode) and hands the evidence to
+// Verdict, the one pure function that picks the reason; Score, another,
+// gives its decision.score (docs/score.md). Its network dependencies are
+// small interfaces injected by the caller, so tests run it against real
+// DNS and SMTP peers on loopback.
 package verify
 
 import (
@@ -42,8 +39,7 @@ type Prober interface {
 type Session interface {
 	Host() string
 	TLS() bool
-	// Check asks about one recipient and reads the reply with the rules of
-	// the host's provider.
+	// Check asks about one recipient, read with the host's provider's rules.
 	Check(ctx context.Context, address string) (smtpprobe.Reply, smtpprobe.Reading, error)
 	Close() error
 }
@@ -63,62 +59,46 @@ func (a smtpAdapter) Open(ctx context.Context, domain string, hosts []string) (S
 
 // Config holds the engine's dependencies.
 type Config struct {
-	// Resolver answers the DNS stage. Required.
-	Resolver Resolver
-	// Prober runs the SMTP stage of full mode; nil means SMTP probing is not
-	// possible here and full mode behaves like quick, saying so.
-	Prober Prober
-	// SMTPOffDetail explains, in the evidence, why SMTP is off when Prober
-	// is nil (for example "SMTP probing is off: EVS_SMTP=off").
+	Resolver Resolver // required
+	// Prober runs the SMTP stage of full mode; nil: full mode behaves like
+	// quick, saying why (SMTPOffDetail).
+	Prober        Prober
 	SMTPOffDetail string
-	// Now is the clock (default time.Now).
-	Now func() time.Time
+	Now           func() time.Time
 	// RandomLocal returns the local part of the accept-all probe address
-	// (default: 20 random base32 characters, which no real mailbox has).
+	// (default: random base32 characters, which no real mailbox has).
 	RandomLocal func() string
-	// Facts remembers what the accept-all probe learned about a domain,
-	// for every later request, batch and account (nil: nothing is
-	// remembered past one call, which still probes at most once).
+	// Facts remembers the accept-all probe's answers for every later
+	// call (nil: each call still probes at most once).
 	Facts DomainFacts
-	// Gate, when set, is asked before Verify (a synchronous verification)
-	// opens an SMTP session, so that /v1/verify keeps the limits and
-	// pauses per provider and egress address that every batch keeps
-	// (contract, section 14); evs serve's batches and the AWS worker share
-	// it. VerifyDomain, the batch path, does not ask: its callers admit
-	// whole groups through the gate themselves.
+	// Gate, when set, is asked before Verify opens an SMTP session, so
+	// /v1/verify keeps the limits per provider and egress address that
+	// batches keep. VerifyDomain does not ask: its callers admit whole
+	// groups themselves.
 	Gate Gate
-	// GateWait is the longest Verify waits for the gate (default 2 s,
-	// never past the context's deadline) before it answers unknown,
-	// deferred, rather than hold the caller for a provider's minutes.
+	// GateWait is the longest Verify waits for the gate (default 2 s)
+	// before it answers unknown, deferred.
 	GateWait time.Duration
 }
 
 // Gate keeps Verify's SMTP sessions within the limits per mail provider
-// and egress address that the deployment's batches keep
-// (politeness.Gate implements it, over the state they share).
+// and egress address that the batches keep (politeness.Gate).
 type Gate interface {
-	// Session asks for a session to MX host host that sends at most two
-	// RCPT commands (the address's and the accept-all probe's), waiting
-	// up to most. Admitted, it returns end, to call when the session is
-	// over with whether the server throttled us (Throttled); refused,
-	// end is nil and why is the evidence: why, and when to retry.
+	// Session asks for a session of at most two RCPTs to MX host host,
+	// waiting up to most. Admitted, it returns end, to call when the
+	// session is over with whether the server throttled us; refused, end
+	// is nil and why is the evidence.
 	Session(ctx context.Context, host string, most time.Duration) (end func(throttled bool), why string)
 }
 
-// DomainFacts keeps public facts about mail domains, shared by every
-// request, batch and account of the service (contract, section 12): today
-// the answer of the accept-all probe. They are facts about the domain,
-// never about an address. Implementations bound their memory and forget
-// after a TTL; one that cannot answer (a store fault) answers "not known",
-// and the engine probes as it would have.
+// DomainFacts keeps public facts about mail domains (the accept-all
+// probe's answer), shared by every account: facts about the domain, never
+// about an address. One that cannot answer answers "not known".
 type DomainFacts interface {
 	// AcceptAll returns the remembered answer of domain's accept-all
-	// probe: evs.SMTPAccepted (any address is accepted) or
-	// evs.SMTPRejected (unknown addresses are rejected); ok is false when
-	// none is known.
+	// probe (evs.SMTPAccepted or evs.SMTPRejected), if known.
 	AcceptAll(ctx context.Context, domain string) (result string, ok bool)
-	// KeepAcceptAll remembers a conclusive answer (evs.SMTPAccepted or
-	// evs.SMTPRejected) of domain's accept-all probe.
+	// KeepAcceptAll remembers a conclusive answer.
 	KeepAcceptAll(ctx context.Context, domain, result string)
 }
 
@@ -152,21 +132,18 @@ func randomLocal() string {
 }
 
 // Inspection is what can be known about an address without the network:
-// syntax, lists and the typo suggestion. It is the one parse of an address:
-// the engine verifies an Inspection, and callers key their caches by its
-// Normalized form rather than parse the address again.
+// syntax, lists and the typo suggestion. It is the one parse of an
+// address: callers key their caches by its Normalized form.
 type Inspection struct {
-	// Email is the address as given.
-	Email   string
+	Email   string // as given
 	Address address.Address
-	// Normalized is Address.String(), the decision's normalized address
-	// and the result cache's key; "" when the syntax is invalid.
-	Normalized string
-	Valid      bool
-	SyntaxRule string
-	Flags      evs.Flags
-	// SuggestedDomain is the corrected domain, or "" when none.
-	SuggestedDomain string
+	// Normalized is Address.String(), the result cache's key; "" when the
+	// syntax is invalid.
+	Normalized      string
+	Valid           bool
+	SyntaxRule      string
+	Flags           evs.Flags
+	SuggestedDomain string // "" when none
 }
 
 // Inspect runs the network-free stages. It is the hot path of quick checks
@@ -175,9 +152,8 @@ type Inspection struct {
 func Inspect(email string) Inspection {
 	a, err := address.Parse(email)
 	if err != nil {
-		// Parse returns its shared *SyntaxError values unwrapped, so a type
-		// assertion finds the rule; errors.As would allocate per invalid
-		// address for the pointer it is handed.
+		// Parse returns its *SyntaxError values unwrapped; errors.As would
+		// allocate per invalid address.
 		rule := "invalid"
 		if se, ok := err.(*address.SyntaxError); ok {
 			rule = se.Rule
@@ -189,10 +165,7 @@ func Inspect(email string) Inspection {
 	in.Flags.Free = address.Free(a.Domain)
 	in.Flags.Role = address.Role(a.Local)
 	in.Flags.SMTPUTF8 = a.UTF8Local
-	// address.Suggest never corrects a free provider's domain; asking only
-	// for the others spares the most common domains a second free-list
-	// lookup and the call.
-	if !in.Flags.Free {
+	if !in.Flags.Free { // address.Suggest never corrects a free provider's domain
 		if d, ok := address.Suggest(a.Domain); ok {
 			in.SuggestedDomain = d
 		}
@@ -201,9 +174,7 @@ func Inspect(email string) Inspection {
 }
 
 // normalized is local@domain, the normalized form of an address parsed
-// from email, without allocating when email, blanks trimmed as
-// address.Parse trims them, already reads so: most addresses (ASCII, the
-// domain in lower case) do.
+// from email, without allocating when email (trimmed) already reads so.
 func normalized(email, local, domain string) string {
 	s := strings.Trim(email, " \t")
 	if len(s) == len(local)+1+len(domain) && s[len(local)] == '@' && s[:len(local)] == local && s[len(local)+1:] == domain {
@@ -212,8 +183,6 @@ func normalized(email, local, domain string) string {
 	return local + "@" + domain
 }
 
-// decision starts a decision from an inspection; the DNS and SMTP stages
-// fill in the rest.
 func (in Inspection) decision(mode evs.Mode) evs.Decision {
 	d := evs.Decision{
 		Email:      in.Email,
@@ -245,26 +214,19 @@ func (e *Engine) Verify(ctx context.Context, in Inspection, mode evs.Mode) evs.D
 func (e *Engine) verify(ctx context.Context, in Inspection, mode evs.Mode, gated bool) evs.Decision {
 	start := e.cfg.Now()
 	d := in.decision(mode)
-	if in.Valid {
-		mail := e.cfg.Resolver.LookupMail(ctx, in.Address.Domain)
-		d.Checks.DNS = dnsEvidence(mail)
-		d.Checks.SMTP.Provider = providerOf(mail)
-		if mode == evs.ModeFull && mail.Outcome == dnscheck.OutcomeOK {
-			e.probe(ctx, in.Address.Domain, mail, []*evs.Decision{&d}, gated)
-		} else {
-			d.Checks.SMTP.Detail = e.skipDetail(mode, mail)
-		}
-	} else {
+	if !in.Valid {
 		d.Checks.SMTP.Detail = "skipped: invalid syntax"
+		return e.finish(d, start)
 	}
-	return e.finish(d, start)
+	e.check(ctx, in.Address.Domain, mode, []*evs.Decision{&d}, gated, start)
+	return d
 }
 
 // VerifyDomain verifies several addresses that share one domain: one DNS
 // lookup, one SMTP connection with a RCPT per address, and at most one
-// accept-all probe (none when Config.Facts already knows the domain). Decisions
-// come back in the order of emails. Addresses whose syntax is invalid, or
-// whose domain differs from the first valid one's, are verified alone.
+// accept-all probe, in the order of emails. Addresses whose syntax is
+// invalid, or whose domain differs from the first valid one's, are
+// verified alone.
 func (e *Engine) VerifyDomain(ctx context.Context, emails []string, mode evs.Mode) []evs.Decision {
 	start := e.cfg.Now()
 	out := make([]evs.Decision, len(emails))
@@ -280,26 +242,31 @@ func (e *Engine) VerifyDomain(ctx context.Context, emails []string, mode evs.Mod
 		out[i] = in.decision(mode)
 		group = append(group, &out[i])
 	}
-	if len(group) == 0 {
-		return out
+	if len(group) > 0 {
+		e.check(ctx, domain, mode, group, false, start)
 	}
+	return out
+}
+
+// check runs the DNS and SMTP stages for the decisions ds of addresses of
+// domain, and finishes them.
+func (e *Engine) check(ctx context.Context, domain string, mode evs.Mode, ds []*evs.Decision, gated bool, start time.Time) {
 	mail := e.cfg.Resolver.LookupMail(ctx, domain)
-	for _, d := range group {
+	for _, d := range ds {
 		d.Checks.DNS = dnsEvidence(mail)
 		d.Checks.SMTP.Provider = providerOf(mail)
 	}
 	if mode == evs.ModeFull && mail.Outcome == dnscheck.OutcomeOK {
-		e.probe(ctx, domain, mail, group, false)
+		e.probe(ctx, domain, mail, ds, gated)
 	} else {
 		detail := e.skipDetail(mode, mail)
-		for _, d := range group {
+		for _, d := range ds {
 			d.Checks.SMTP.Detail = detail
 		}
 	}
-	for _, d := range group {
+	for _, d := range ds {
 		*d = e.finish(*d, start)
 	}
-	return out
 }
 
 func (e *Engine) skipDetail(mode evs.Mode, mail dnscheck.MailResult) string {
@@ -315,13 +282,12 @@ func (e *Engine) skipDetail(mode evs.Mode, mail dnscheck.MailResult) string {
 
 func (e *Engine) finish(d evs.Decision, start time.Time) evs.Decision {
 	d.Reason = Verdict(Evidence{
-		SyntaxValid: d.Checks.Syntax.Valid,
-		Disposable:  d.Flags.Disposable,
-		DNS:         d.Checks.DNS.Result,
-		SMTP:        d.Checks.SMTP.Result,
-		SMTPReplied: Replied(d.Checks.SMTP),
-		SMTPBlocked: Blocked(d.Checks.SMTP),
-		// A session past the probe's answer, remembered or not.
+		SyntaxValid:      d.Checks.Syntax.Valid,
+		Disposable:       d.Flags.Disposable,
+		DNS:              d.Checks.DNS.Result,
+		SMTP:             d.Checks.SMTP.Result,
+		SMTPReplied:      Replied(d.Checks.SMTP),
+		SMTPBlocked:      Blocked(d.Checks.SMTP),
 		AcceptAllUnknown: d.Checks.SMTP.AcceptAllUnknown(),
 	})
 	d.Flags.AcceptAll = d.Checks.SMTP.Result == evs.SMTPAcceptAll
@@ -333,8 +299,6 @@ func (e *Engine) finish(d evs.Decision, start time.Time) evs.Decision {
 	return d
 }
 
-// providerOf names the provider of a domain's preferred MX host, or ""
-// when DNS found none.
 func providerOf(m dnscheck.MailResult) evs.Provider {
 	if m.Outcome != dnscheck.OutcomeOK || len(m.MX) == 0 {
 		return ""
@@ -351,10 +315,9 @@ func dnsEvidence(m dnscheck.MailResult) evs.DNSCheck {
 	return c
 }
 
-// probe runs the SMTP stage for one or more addresses of the same domain on
-// one connection, with a single accept-all probe, and writes each result
-// into its decision; gated asks Config.Gate first. The caller has checked
-// that DNS found mail hosts.
+// probe runs the SMTP stage for addresses of one domain on one connection,
+// with a single accept-all probe, into their decisions; gated asks
+// Config.Gate first. DNS has found mail hosts.
 func (e *Engine) probe(ctx context.Context, domain string, mail dnscheck.MailResult, ds []*evs.Decision, gated bool) {
 	provider := providerOf(mail)
 	if e.cfg.Prober == nil {
@@ -379,9 +342,7 @@ func (e *Engine) probe(ctx context.Context, domain string, mail dnscheck.MailRes
 	// opening waited for at least three (banner, EHLO, MAIL).
 	reply := time.Since(opened) / 3
 	if pe := (*smtpprobe.ProbeError)(nil); errors.As(err, &pe) && pe.NotPublic {
-		// A domain that names only internal addresses has no mail
-		// server we may reach: that is what the DNS says, not a
-		// failure to connect.
+		// What the DNS says, not a failure to connect.
 		for _, d := range ds {
 			d.Checks.DNS.Result = evs.DNSMXNotPublic
 			d.Checks.SMTP = evs.SMTPCheck{Result: evs.SMTPSkipped, Provider: provider, Detail: "skipped: every address of the mail hosts is private or reserved (egress policy, EVS_EGRESS_ALLOW)"}
@@ -389,9 +350,7 @@ func (e *Engine) probe(ctx context.Context, domain string, mail dnscheck.MailRes
 		return
 	}
 	if pe := (*smtpprobe.ProbeError)(nil); errors.As(err, &pe) && pe.Exit {
-		// Our exit failed, not their server: no evidence about the
-		// mailbox, and no verdict (contract, section 16). ExitDown tells
-		// the callers, who retry or answer 503.
+		// Our exit failed: no evidence about the mailbox (ExitDown).
 		setSMTP(ds, evs.SMTPCheck{Result: evs.SMTPUnreachable, Provider: provider, Detail: DetailExitDown})
 		return
 	}
@@ -403,17 +362,13 @@ func (e *Engine) probe(ctx context.Context, domain string, mail dnscheck.MailRes
 	}
 	defer sess.Close()
 
-	// The catch-all probe runs only when some address is accepted: it is
-	// the only case where its answer changes a verdict. What the domain's
-	// facts know is asked then too, so a group with no accepted address
-	// costs no lookup.
+	// The catch-all probe (and the facts' lookup) runs only when some
+	// address is accepted: the only case where it changes a verdict.
 	catchAll, remembered := "", false
 	until, budgeted := askUntil(ctx)
 	for i, d := range ds {
 		if budgeted && !fits(until, reply, catchAll == "") {
-			// The session's time would likely end during this address's
-			// reply: it and the rest are left unasked, for another
-			// session, instead of a reply cut off by the deadline.
+			// Left unasked, for another session, rather than cut off.
 			setSMTP(ds[i:], evs.SMTPCheck{Result: evs.SMTPTimeout, Host: sess.Host(), Provider: provider, TLS: sess.TLS(), Detail: detailOutOfTime})
 			return
 		}
@@ -441,32 +396,25 @@ func (e *Engine) probe(ctx context.Context, domain string, mail dnscheck.MailRes
 				untrustedAccept(&c, catchAll)
 			}
 			if remembered {
-				// The evidence says where the answer came from: a probe
-				// of this domain in the last hours, not of this session.
 				c.Detail += " (" + detailRemembered + ")"
 			}
 		}
 		d.Checks.SMTP = c
 		if t, _ := Throttled(c); t {
-			// A 421 closes the channel and a rate reply asks for less
-			// traffic: asking the rest now would only read a dead
-			// connection as "unknown" or press a server that asked us to
-			// wait. They are left unasked, for the caller to run later.
+			// Asking the rest now would read a closed channel or press a
+			// server that asked us to wait: left for the caller to run later.
 			setSMTP(ds[i+1:], evs.SMTPCheck{Result: evs.SMTPGreylisted, Host: c.Host, Provider: c.Provider, TLS: c.TLS, Detail: detailNotAsked})
 			return
 		}
 	}
 }
 
-// setSMTP gives every decision of ds the SMTP evidence c.
 func setSMTP(ds []*evs.Decision, c evs.SMTPCheck) {
 	for _, d := range ds {
 		d.Checks.SMTP = c
 	}
 }
 
-// throttled tells whether a session's results hold a reply that asks us
-// to slow down (Throttled).
 func throttled(ds []*evs.Decision) bool {
 	for _, d := range ds {
 		if t, _ := Throttled(d.Checks.SMTP); t {
@@ -492,11 +440,8 @@ func (e *Engine) acceptAll(ctx context.Context, sess Session, domain string) (re
 	return r, false
 }
 
-// detailRemembered ends the detail of a verdict whose accept-all answer
-// came from the domain's facts rather than a probe in its own session.
 const detailRemembered = "the random-address probe's answer is remembered from an earlier session with this domain"
 
-// openFailure turns a failed connection attempt into evidence.
 func openFailure(ctx context.Context, err error) evs.SMTPCheck {
 	if pe, ok := errors.AsType[*smtpprobe.ProbeError](err); ok {
 		c := evs.SMTPCheck{Host: pe.Host, Code: pe.Reply.Code, EnhancedCode: pe.Reply.Enhanced, Message: trimText(pe.Reply.Text)}
@@ -526,9 +471,8 @@ func openFailure(ctx context.Context, err error) evs.SMTPCheck {
 }
 
 // rcptCheck asks the server about one recipient and maps its reading to
-// an SMTP result. Anything that is about us, or temporary, never becomes a
-// verdict on the mailbox. The detail names the rule of REPLIES.md that
-// decided, and what it read.
+// an SMTP result: what is about us, or temporary, is never a verdict on
+// the mailbox. The detail names the rule of REPLIES.md that decided.
 func rcptCheck(ctx context.Context, s Session, rcpt string) evs.SMTPCheck {
 	r, rd, err := s.Check(ctx, rcpt)
 	c := evs.SMTPCheck{Host: s.Host(), Provider: evs.Provider(rd.ProviderAt(s.Host())), TLS: s.TLS(),
@@ -555,9 +499,7 @@ func rcptCheck(ctx context.Context, s Session, rcpt string) evs.SMTPCheck {
 	case smtpprobe.Blocked:
 		c.Result, c.Detail = evs.SMTPUnreachable, detailBlocked+"the server refused our probe (about us, not the mailbox)"
 		if rd.Rule != "about_us" && rd.Rule != "wrapper_about_us" || rd.Family == "relay" {
-			// Only a refusal's words or its code lean towards us, or the
-			// server does not take the domain's mail from us (relay):
-			// whom it refuses is not said, so it is no block we can name.
+			// Whom it refuses is not said: no block we can name.
 			c.Detail = "the server refused without saying whether the mailbox or we are the cause"
 		}
 	default:
@@ -594,8 +536,7 @@ func isTimeout(err error) bool {
 	return errors.As(err, &t) && t.Timeout()
 }
 
-// trimText keeps remote text within the contract's 200 characters, on a
-// rune boundary.
+// trimText keeps remote text within the contract's 200 characters.
 func trimText(s string) string {
 	s = strings.TrimSpace(s)
 	if len(s) <= 200 {
@@ -613,8 +554,7 @@ func trimText(s string) string {
 
 // PreferredMX returns the mail host a full verification of domain would try
 // first, lower case without the trailing dot; ok is false when the domain
-// has no mail host to probe. The politeness gate keys a batch group by its
-// provider (politeness.PreferredMX).
+// has no mail host to probe.
 func (e *Engine) PreferredMX(ctx context.Context, domain string) (host string, ok bool) {
 	mail := e.cfg.Resolver.LookupMail(ctx, domain)
 	if mail.Outcome != dnscheck.OutcomeOK || len(mail.MX) == 0 {
@@ -624,10 +564,8 @@ func (e *Engine) PreferredMX(ctx context.Context, domain string) (host string, o
 }
 
 // NormalizedKey returns an address's normalized form (local part as given,
-// domain lower-cased A-labels) and its domain, checking syntax only: no
-// lists, no typo check. ok is false for an invalid address. Batch creation
-// deduplicates on it and keeps the domain in the item (evs.Item.Domain),
-// from which ItemKey gives the same key again.
+// domain lower-cased A-labels) and its domain, checking syntax only; ok is
+// false for an invalid address.
 func NormalizedKey(email string) (key, domain string, ok bool) {
 	a, err := address.Parse(email)
 	if err != nil {
@@ -636,12 +574,9 @@ func NormalizedKey(email string) (key, domain string, ok bool) {
 	return normalized(email, a.Local, a.Domain), a.Domain, true
 }
 
-// ItemKey returns a batch item's normalized address, the result cache's
-// key, without parsing the address again: batch creation parsed it once
-// (NormalizedKey) and kept its domain in the item, and its local part is
-// the submitted text's up to the last "@" (a valid domain holds none),
-// surrounding blanks trimmed. ok is false for an item with no domain: an
-// invalid address.
+// ItemKey returns a batch item's normalized address without parsing it
+// again: batch creation kept its domain (NormalizedKey), and its local
+// part is the text's up to the last "@". ok is false for an invalid one.
 func ItemKey(it evs.Item) (key string, ok bool) {
 	if it.Domain == "" {
 		return "", false

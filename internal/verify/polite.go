@@ -9,29 +9,23 @@ import (
 	"github.com/evs-dev/evs/internal/verify/smtpprobe"
 )
 
-// detailOpenTryLater is the SMTP detail of a session the mail hosts
-// refused at its start with a temporary reply: Throttled tells it from a
-// refusal at RCPT by it.
-const detailOpenTryLater = "the mail hosts asked us to try again later"
-
-// detailNotAsked is the SMTP detail of an address a session never asked
-// about because the server throttled us on an earlier one: NotAsked tells
-// it apart from an answer.
-const detailNotAsked = "not asked: the server asked us to slow down before this address"
-
-// detailOutOfTime is the SMTP detail of an address a session left
-// unasked because its time budget (AskUntil) would not have held the
-// reply: Unasked tells it apart from an answer.
-const detailOutOfTime = "not asked: the session's time budget ran out before this address"
-
-// DetailExitDown is the SMTP detail of an address whose session could not
-// open because our own SMTP exit (EVS_SMTP_PROXY) failed: ExitDown tells
-// it apart from a fact about the receiving server.
-const DetailExitDown = "not checked: our SMTP exit (EVS_SMTP_PROXY) could not be reached or refused us"
+// SMTP details that tell a check apart from an answer: a session the mail
+// hosts refused at its start with a temporary reply (Throttled), an
+// address not asked after the server throttled us (NotAsked) or past the
+// session's time budget (Unasked), one not checked because our own SMTP
+// exit failed (ExitDown).
+const (
+	detailOpenTryLater = "the mail hosts asked us to try again later"
+	detailNotAsked     = "not asked: the server asked us to slow down before this address"
+	detailOutOfTime    = "not asked: the session's time budget ran out before this address"
+	// DetailExitDown is the detail of an address not checked because our
+	// own SMTP exit failed.
+	DetailExitDown = "not checked: our SMTP exit (EVS_SMTP_PROXY) could not be reached or refused us"
+)
 
 // ExitDown tells whether an SMTP check records no verdict because our own
-// SMTP exit failed (contract, section 16): a batch tries the address
-// again later, and /v1/verify answers 503 unavailable.
+// SMTP exit failed: a batch tries the address again later, and /v1/verify
+// answers 503.
 func ExitDown(c evs.SMTPCheck) bool { return c.Detail == DetailExitDown }
 
 // detailBlocked starts the SMTP detail of a refusal about us (our address,
@@ -52,20 +46,14 @@ const detailBrokeAtRCPT = "the connection failed during RCPT"
 func Replied(c evs.SMTPCheck) bool { return c.Code != 0 || c.Detail == detailBrokeAtRCPT }
 
 // NotAsked tells whether an SMTP check records an address its session
-// never asked about, because the server throttled us on an earlier one
-// (see Throttled). Nothing is known about such a mailbox: a caller that can
-// wait runs it again once the provider's pause is over.
+// never asked about, because the server throttled us on an earlier one: a
+// caller that can wait runs it again after the provider's pause.
 func NotAsked(c evs.SMTPCheck) bool { return c.Detail == detailNotAsked }
 
 // Throttled tells whether an SMTP check records a reply that asks us to
-// slow down: a 421 (the server closes the channel on us), or a temporary
-// reply the classifier reads as about our rate (a 4.7.x "too many
-// connections", "rate limited", ...). A plain greylisting reply is not one:
-// it asks for a retry of that address, not for less traffic.
-//
-// atOpen is true when the reply refused the session itself (banner, EHLO
-// or MAIL), so that no address of the session was asked: the caller may
-// run them again later without asking any server twice.
+// slow down: a 421, or a temporary reply about our rate (not a plain
+// greylisting, which asks for a retry of that address only). atOpen: the
+// reply refused the session itself, so no address of it was asked.
 func Throttled(c evs.SMTPCheck) (throttled, atOpen bool) {
 	if c.Code < 400 || c.Code >= 500 {
 		return false, false
@@ -82,15 +70,10 @@ func Throttled(c evs.SMTPCheck) (throttled, atOpen bool) {
 	return rd.Class == smtpprobe.RateLimited, atOpen
 }
 
-// Politeness is counted per mail provider, not per MX host: Microsoft 365
-// gives every tenant its own *.mail.protection.outlook.com host and Google
-// answers on several names, yet each is one service that sees all of our
-// sessions together (contract, section 14).
-
-// ProviderKey names the provider an MX host belongs to, for politeness: the
-// provider of section 2 where it is known (google, microsoft365, ...),
-// else the host's registrable domain (mx1.example.co.uk → example.co.uk),
-// else the host itself.
+// ProviderKey names the provider an MX host belongs to, for politeness,
+// which is counted per provider (one service sees all our sessions, under
+// whatever host names): the known provider, else the host's registrable
+// domain (mx1.example.co.uk → example.co.uk), else the host itself.
 func ProviderKey(host string) string {
 	h := strings.TrimSuffix(strings.ToLower(strings.TrimSpace(host)), ".")
 	if p := smtpprobe.ProviderOf(h); p != smtpprobe.ProviderOther && p != "" {

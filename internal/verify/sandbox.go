@@ -8,15 +8,13 @@ import (
 	"github.com/evs-dev/evs/internal/evs"
 )
 
-// Sandbox is the engine of test-mode accounts (contract, section 8): it runs
-// the real syntax, list and suggestion checks but touches no network. The
-// local part, or the part after a "+" tag, names the reason to return, with
-// "_" or "-" between words ("rejected_email@x", "team+mailbox-full@x"), in
-// both modes. Any other address gets what a live check would give in its
-// mode, unless the real checks say otherwise (invalid syntax, disposable
-// domain): deliverable/accepted_email in full mode, unknown/
-// mailbox_not_checked in quick mode, which never opens an SMTP session, so
-// an integration built on a test key expects what a live key will answer.
+// Sandbox is the engine of test-mode accounts: the real syntax, list and
+// suggestion checks, no network. The local part, or the part after a "+"
+// tag, names the reason to return ("rejected_email@x",
+// "team+mailbox-full@x"). Any other address gets what a live check would
+// give in its mode, unless the real checks say otherwise:
+// deliverable/accepted_email in full mode, unknown/mailbox_not_checked in
+// quick mode.
 type Sandbox struct {
 	now func() time.Time
 }

@@ -5,12 +5,10 @@ import (
 	"github.com/evs-dev/evs/internal/verify/smtpprobe"
 )
 
-// decision.score (contract, section 2) is 0–100, how likely mail to the
-// address is delivered and not bounced. It is a pure function of fields
-// every stored decision keeps, so a store can recompute it on read and the
-// same evidence always gives the same score. docs/score.md is the table
-// with the reasoning for each factor; these constants are that table: the
-// base score of each reason, by the evidence that led to it.
+// decision.score is 0–100, how likely mail to the address is delivered
+// and not bounced: a pure function of fields every stored decision keeps,
+// recomputed on read. These constants are docs/score.md's table, with the
+// reasoning for each factor.
 const (
 	// scoreAcceptedProven: the mailbox was accepted and a random address on
 	// the same domain was rejected, so the server checks recipients.
@@ -88,11 +86,8 @@ var ScoreBands = map[evs.Status][2]int{
 }
 
 // Score returns decision.score for d (0–100), from its reason, flags,
-// provider and SMTP and DNS evidence, by the table of docs/score.md.
-// Nothing else is read: not the time, not the mode, not whether it came
-// from test mode (the sandbox's evidence is scored like a live check's). The
-// same evidence always gives the same score, so it is recomputed for stored
-// decisions rather than stored.
+// provider and SMTP and DNS evidence, by the table of docs/score.md, and
+// nothing else (not the time, not the mode, not test mode).
 func Score(d evs.Decision) int {
 	s := scoreBase(d)
 	status := evs.StatusOf(d.Reason)
@@ -112,11 +107,8 @@ func Score(d evs.Decision) int {
 }
 
 // learnsFromDomain tells whether a decision's score moves with the
-// outcomes learned for its domain: when the mailbox itself is unproven
-// (an accept-all domain's answer, or not asked at all), what happened to
-// mail sent to the domain's other addresses is the best evidence there
-// is. A server's refusal or a proven acceptance is about the mailbox
-// itself and stands.
+// outcomes learned for its domain: when the mailbox itself is unproven,
+// mail sent to the domain's other addresses is the best evidence there is.
 func learnsFromDomain(r evs.Reason) bool {
 	return r == evs.ReasonAcceptAll || r == evs.ReasonMailboxNotChecked
 }
@@ -126,10 +118,8 @@ func learnsFromDomain(r evs.Reason) bool {
 //
 //	(domainPriorWeight × base/100 + delivered) / (domainPriorWeight + delivered + hardBounces)
 //
-// as a percentage, rounded, and kept in band (risky and unknown: 5–70),
-// so the status still says what the server answered. The evidence's own
-// score is the prior: with no counts nothing changes, and each outcome
-// moves the score a step towards the domain's observed delivery rate.
+// as a percentage, rounded, and kept in band, so the status still says
+// what the server answered. The evidence's own score is the prior.
 func scoreLearned(base int, c evs.DomainCounts, band [2]int) int {
 	dl, hb := max(c.Delivered, 0), max(c.HardBounces, 0)
 	p := (domainPriorWeight*float64(base)/100 + float64(dl)) / float64(domainPriorWeight+dl+hb)
@@ -159,22 +149,6 @@ func scoreBase(d evs.Decision) int {
 			return scoreAcceptAllGateway
 		}
 		return scoreAcceptAllCatchAll
-	case evs.ReasonMailboxFull:
-		return scoreMailboxFull
-	case evs.ReasonDisposable:
-		return scoreDisposable
-	case evs.ReasonGreylisted:
-		return scoreGreylisted
-	case evs.ReasonTimeout:
-		return scoreTimeout
-	case evs.ReasonSMTPUnreachable:
-		return scoreSMTPUnreachable
-	case evs.ReasonBlocked:
-		return scoreBlocked
-	case evs.ReasonAmbiguousReply:
-		return scoreAmbiguous
-	case evs.ReasonDNSError:
-		return scoreDNSError
 	case evs.ReasonMailboxNotChecked:
 		s := scoreNotCheckedBase
 		dns := d.Checks.DNS
@@ -185,15 +159,24 @@ func scoreBase(d evs.Decision) int {
 			s += scoreNotCheckedProvider
 		}
 		return s
-	case evs.ReasonRejectedEmail:
-		return scoreRejectedEmail
-	case evs.ReasonKnownBounce:
-		return scoreKnownBounce
-	case evs.ReasonNoMailServer:
-		return scoreNoMailServer
-	case evs.ReasonInvalidDomain:
-		return scoreInvalidDomain
-	default: // invalid_syntax, and any reason not of the contract
-		return scoreInvalidSyntax
 	}
+	return reasonScores[d.Reason] // scoreInvalidSyntax (0) for invalid_syntax and unknown reasons
+}
+
+// reasonScores are the scores of the reasons whose evidence does not
+// change them.
+var reasonScores = map[evs.Reason]int{
+	evs.ReasonMailboxFull:     scoreMailboxFull,
+	evs.ReasonDisposable:      scoreDisposable,
+	evs.ReasonGreylisted:      scoreGreylisted,
+	evs.ReasonTimeout:         scoreTimeout,
+	evs.ReasonSMTPUnreachable: scoreSMTPUnreachable,
+	evs.ReasonBlocked:         scoreBlocked,
+	evs.ReasonAmbiguousReply:  scoreAmbiguous,
+	evs.ReasonDNSError:        scoreDNSError,
+	evs.ReasonRejectedEmail:   scoreRejectedEmail,
+	evs.ReasonKnownBounce:     scoreKnownBounce,
+	evs.ReasonNoMailServer:    scoreNoMailServer,
+	evs.ReasonInvalidDomain:   scoreInvalidDomain,
+	evs.ReasonInvalidSyntax:   scoreInvalidSyntax,
 }

@@ -9,14 +9,10 @@ import (
 	"github.com/evs-dev/evs/internal/config"
 )
 
-// The egress self-check (docs/operations.md, "Knowing when we are
-// blocked"): what receivers check of us before they answer about a
-// mailbox — our egress address on a DNS blocklist, our HELO name and
-// that address not naming each other — asked of DNS directly. One rule
-// for both deployments: `evs serve` runs it at start and hourly in its
-// process, the AWS worker at cold start and on the hourly schedule's
-// message (template.yaml, SelfCheckSchedule); each shows the findings its
-// own way (/readyz and Prometheus gauges; EMF metrics and alarms).
+// The egress self-check (docs/operations.md): what receivers check of us
+// before they answer about a mailbox (our egress address on a DNS
+// blocklist, our HELO name and that address not naming each other), asked
+// of DNS directly, at start and hourly on both deployments.
 
 // Reputation is the DNS side of the self-check; the engine's resolver
 // (NewResolver, *dnscheck.Resolver) is one.
@@ -103,9 +99,8 @@ func (c EgressCheck) Listed() []Listing {
 	return out
 }
 
-// Warn logs, as warnings, what in c receivers will refuse us for: for an
-// operator who reads no dashboard, on either deployment. The egress
-// address is ours, not a user's: it may be logged.
+// Warn logs, as warnings, what in c receivers will refuse us for. The
+// egress address is ours, not a user's: it may be logged.
 func (c EgressCheck) Warn(log *slog.Logger, egress string) {
 	for _, l := range c.Listed() {
 		log.Warn("the egress address is on a DNS blocklist: receivers will refuse our probes (unknown/blocked)",

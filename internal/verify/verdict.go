@@ -4,22 +4,15 @@ import "github.com/evs-dev/evs/internal/evs"
 
 // Evidence is what the checks found, reduced to what the verdict needs.
 type Evidence struct {
-	// SyntaxValid is false when the address is not an RFC 5321 mailbox.
-	SyntaxValid bool
-	// Disposable is true when the domain is on the disposable list.
-	Disposable bool
-	// DNS is one of the DNS* result constants (evs.DNSNotChecked when the DNS
-	// stage did not run).
-	DNS string
-	// SMTP is one of the SMTP* result constants (evs.SMTPSkipped when no probe
-	// ran).
-	SMTP string
-	// SMTPReplied is true when a mail server answered the probe (a reply
-	// code, or a session that was open); SMTPBlocked when its refusal was
-	// about us, not the mailbox (Blocked).
+	SyntaxValid bool   // an RFC 5321 mailbox
+	Disposable  bool   // the domain is on the disposable list
+	DNS         string // a DNS* result constant (evs.DNSNotChecked when not run)
+	SMTP        string // an SMTP* result constant (evs.SMTPSkipped when no probe ran)
+	// SMTPReplied: a mail server answered the probe; SMTPBlocked: its
+	// refusal was about us, not the mailbox (Blocked).
 	SMTPReplied, SMTPBlocked bool
-	// AcceptAllUnknown is true when the mailbox was accepted but the
-	// random-address probe was inconclusive (evs.SMTPCheck.AcceptAllUnknown).
+	// AcceptAllUnknown: the mailbox was accepted but the random-address
+	// probe was inconclusive.
 	AcceptAllUnknown bool
 }
 

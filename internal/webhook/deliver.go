@@ -59,20 +59,25 @@ const (
 	ResultFailed    = "failed"    // 410 Gone, or the last attempt failed
 )
 
-// Store is what delivery needs from the store.
-type Store interface {
-	Batch(ctx context.Context, accountID, id string) (evs.Batch, error)
-	Account(ctx context.Context, id string) (evs.Account, error)
+// Secrets keeps the accounts' webhook secrets.
+type Secrets interface {
 	WebhookSecret(ctx context.Context, accountID string) (evs.WebhookSecret, error)
 	PutWebhookSecret(ctx context.Context, s evs.WebhookSecret, ifCurrent string) error
+}
+
+// Store is what delivery needs from the store.
+type Store interface {
+	Secrets
+	Batch(ctx context.Context, accountID, id string) (evs.Batch, error)
+	Account(ctx context.Context, id string) (evs.Account, error)
 	Delivery(ctx context.Context, accountID, batchID string) (evs.Delivery, error)
 	ClaimDelivery(ctx context.Context, accountID, batchID string, attempts int, now, leaseUntil time.Time) (evs.Delivery, error)
 	RecordDelivery(ctx context.Context, d evs.Delivery) error
 }
 
 // NewClient returns the HTTP client of deliveries: the egress policy on the
-// address actually dialled (after resolution, so DNS rebinding cannot slip
-// past it), no proxy from the environment, no redirects, 10 s per attempt.
+// address actually dialled, no proxy from the environment, no redirects,
+// 10 s per attempt.
 func NewClient(pol *config.EgressPolicy) *http.Client {
 	d := &net.Dialer{Timeout: Timeout, Control: pol.Control}
 	return &http.Client{
@@ -92,19 +97,14 @@ func NewClient(pol *config.EgressPolicy) *http.Client {
 type Deliverer struct {
 	Store  Store
 	Client *http.Client
-	// Body renders the event of a final batch (api.EventBody, wired by
-	// the composition root, so the API's JSON has one home and this
-	// package needs no HTTP handlers); it must give the same bytes on
-	// every retry.
-	Body   func(b evs.Batch) []byte
-	Now    func() time.Time
-	Logger *slog.Logger
-	// Observe, when set, counts each attempt's result (metrics).
-	Observe func(result string)
-	// Slots bounds the attempts Run makes at once (default
-	// DefaultSlots); PerAccount bounds those of one account (default
-	// DefaultPerAccount), so an account whose receiver never answers
-	// cannot hold every slot.
+	// Body renders the event of a final batch (api.EventBody), the same
+	// bytes on every retry.
+	Body    func(b evs.Batch) []byte
+	Now     func() time.Time
+	Logger  *slog.Logger
+	Observe func(result string) // counts each attempt's result (metrics)
+	// Slots bounds the attempts Run makes at once (default DefaultSlots),
+	// PerAccount those of one account (default DefaultPerAccount).
 	Slots, PerAccount int
 }
 
@@ -118,10 +118,7 @@ func (d *Deliverer) now() time.Time {
 func (d *Deliverer) logger() *slog.Logger { return cmp.Or(d.Logger, slog.Default()) }
 
 // Secret returns the account's secret, creating it on first use.
-func Secret(ctx context.Context, st interface {
-	WebhookSecret(ctx context.Context, accountID string) (evs.WebhookSecret, error)
-	PutWebhookSecret(ctx context.Context, s evs.WebhookSecret, ifCurrent string) error
-}, accountID string) (evs.WebhookSecret, error) {
+func Secret(ctx context.Context, st Secrets, accountID string) (evs.WebhookSecret, error) {
 	for range 3 {
 		s, err := st.WebhookSecret(ctx, accountID)
 		if err == nil {
@@ -143,21 +140,15 @@ func Secret(ctx context.Context, st interface {
 	return evs.WebhookSecret{}, evs.Errorf(evs.CodeUnavailable, "The webhook secret keeps changing; retry.")
 }
 
-// MaxRetired bounds the retired secrets that still sign: every signature
-// goes into each event's webhook-signature header, so a rotation that
-// would make more is refused rather than silently dropping one that was
+// MaxRetired bounds the retired secrets that still sign (each signs every
+// event): a rotation that would make more is refused rather than drop one
 // promised a day.
 const MaxRetired = 16
 
-// Rotate replaces the account's secret; the secrets it replaced in the
-// last 24 h (the one replaced now included) still sign beside the new one,
-// each for 24 h from its own rotation. Concurrent rotations are
-// serialised: a rotation that lost the race to another starts again from
-// the winner's secret, so both succeed and neither new secret is lost.
-func Rotate(ctx context.Context, st interface {
-	WebhookSecret(ctx context.Context, accountID string) (evs.WebhookSecret, error)
-	PutWebhookSecret(ctx context.Context, s evs.WebhookSecret, ifCurrent string) error
-}, accountID string, now time.Time) (evs.WebhookSecret, error) {
+// Rotate replaces the account's secret; the secrets it replaced still sign
+// beside the new one for 24 h from their rotation. A rotation that loses a
+// race to another starts again from the winner's secret.
+func Rotate(ctx context.Context, st Secrets, accountID string, now time.Time) (evs.WebhookSecret, error) {
 	now = now.UTC()
 	for range 20 {
 		cur, err := Secret(ctx, st, accountID)
@@ -188,11 +179,9 @@ func Rotate(ctx context.Context, st interface {
 	return evs.WebhookSecret{}, evs.Errorf(evs.CodeUnavailable, "The webhook secret keeps changing; retry.")
 }
 
-// Attempt makes the next attempt of a batch's delivery if one is due, and
-// returns the delivery as it stands afterwards, with attempted false when
-// nothing was due (not final yet, not due, already done, or claimed by
-// another worker). A store fault is returned as an error; an unreachable
-// receiver is not an error but a scheduled retry.
+// Attempt makes the next attempt of a batch's delivery if one is due
+// (attempted), and returns the delivery as it stands afterwards. A store
+// fault is an error; an unreachable receiver is a scheduled retry.
 func (d *Deliverer) Attempt(ctx context.Context, accountID, batchID string) (del evs.Delivery, attempted bool, err error) {
 	del, err = d.Store.Delivery(ctx, accountID, batchID)
 	if err != nil {
@@ -257,8 +246,7 @@ func (d *Deliverer) Attempt(ctx context.Context, accountID, batchID string) (del
 	return del, true, nil
 }
 
-// post sends one signed attempt and returns the HTTP status (0 when no
-// reply came).
+// post sends one signed attempt and returns the HTTP status (0: no reply).
 func (d *Deliverer) post(ctx context.Context, url, id string, secrets []string, body []byte) (int, error) {
 	ts := d.now()
 	sig, err := Sign(secrets, id, ts, body)
@@ -322,8 +310,6 @@ func (d *Deliverer) Run(ctx context.Context, due DueLister, every time.Duration)
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
-		// Each account's earliest deliveries first, taking turns, so the
-		// listing's limit is shared fairly too.
 		list, err := due.DueDeliveries(ctx, d.now(), q.maxQueued, 4*d.slots())
 		if err != nil && ctx.Err() == nil {
 			d.logger().Error("webhook: could not list due deliveries", slog.String("error", err.Error()))

@@ -7,14 +7,9 @@ import (
 )
 
 // Deliveries of `evs serve` share a pool of attempt slots between accounts
-// the way batch work shares its worker slots (internal/batch, sched.go): a
-// free slot goes to the next account in round-robin order that has a due
-// delivery, and an account holds at most perAccount slots at once. An
-// attempt to a receiver that never answers holds its slot for the whole
-// 10 s timeout, so without the cap one account with many batches calling
-// such a receiver would fill every slot, and every other account's event
-// would wait behind its attempts; with it, the remaining slots stay free
-// for the others.
+// in round-robin order, an account holding at most perAccount at once: an
+// attempt to a receiver that never answers holds its slot for 10 s, and
+// one account's such receiver must not fill every slot.
 
 // Defaults of Deliverer.Slots and Deliverer.PerAccount.
 const (

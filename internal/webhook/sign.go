@@ -1,12 +1,8 @@
 // Package webhook delivers the signed event of a batch's final state to the
-// batch's callbackUrl (docs/webhooks.md): the Standard Webhooks
-// signature with each account's whsec_ secrets, the retry schedule, and one
-// delivery attempt at a time through the store's claim, so that `evs serve`
-// (a polling loop) and the SQS worker (delayed messages) share every rule.
-//
-// The event's body is the API's (api.EventBody, given as Deliverer.Body),
-// rendered from the wire types of the batch envelope, and the callbackUrl
-// rules are the egress policy's (config.EgressPolicy.CheckURL).
+// batch's callbackUrl (docs/webhooks.md): the Standard Webhooks signature
+// with each account's whsec_ secrets, the retry schedule, and one attempt
+// at a time through the store's claim, so that `evs serve` (a polling loop)
+// and the SQS worker (delayed messages) share every rule.
 package webhook
 
 import (

@@ -1,46 +1,25 @@
-// Package address is what the engine learns from an address alone, with no
-// network: it parses e-mail addresses with the RFC 5321 mailbox grammar (the
-// one an SMTP server applies to RCPT TO), not the looser RFC 5322 header
-// grammar, and normalises them; and it holds the reference lists
-// (disposable, free and role, lists.go) and the typo suggestions
-// (suggest.go).
-//
-// Parse is on the engine's hot path: for a plain ASCII address whose domain is
-// already lower case it slices its input and does not allocate, and every
-// rejection returns a shared, pre-allocated *SyntaxError.
+// Package address is what the engine learns from an address alone: it
+// parses addresses with the RFC 5321 mailbox grammar (the one an SMTP
+// server applies to RCPT TO) and normalises them, and it holds the
+// reference lists (lists.go) and the typo suggestions (suggest.go). Parse
+// does not allocate for a plain ASCII address whose domain is lower case.
 //
 // Decisions where the RFCs leave room, and why:
 //
 //   - Surrounding spaces and tabs are trimmed (users paste them); nothing else
-//     is. A control character anywhere (C0, DEL, and C1 in UTF-8 text) is
-//     rejected: it can only be a transport artefact or an injection attempt.
-//     Invisible Unicode format characters (a byte order mark, bidi overrides,
-//     a soft hyphen; but not the zero-width joiners some scripts need) count
-//     as control characters, and non-ASCII white space (such as a no-break
-//     space) is rejected as white space.
-//   - The local part is a dot-atom or an RFC 5321 quoted-string. Quoted local
-//     parts, including the empty one (""), are accepted as the grammar allows;
-//     they are kept with their quotes and backslashes, exactly as given.
-//     Inside quotes only printable ASCII and, per RFC 6531, UTF-8 text are
-//     allowed; a quoted-pair escapes printable ASCII only.
-//   - Comments, folding white space and the obsolete RFC 5322 forms (such as
-//     "a"."b" local parts) are rejected: RFC 5321 has none of them.
-//   - Domain literals ([192.0.2.1], [IPv6:...]) are rejected with rule
-//     "domain_literal": a verification service cannot meaningfully check a
-//     mailbox on a bare IP address, and they are not used for real mailboxes.
-//     For the same reason a domain whose last label is all digits (a bare IPv4
-//     address) is rejected with rule "numeric_tld".
-//   - Single-label domains (user@io) are syntactically valid: dotless domains
-//     exist, and DNS decides whether they receive mail.
-//   - Domains are lower-cased; internationalised domains are converted to
-//     A-labels with UTS #46 non-transitional lookup processing (with the Bidi
-//     and ContextJ rules; the "--" in positions 3-4 check is left off, as for
-//     plain ASCII labels, because such labels exist in DNS). A-labels given as
-//     input are checked the same way. Address.IDN reports an internationalised
-//     domain, whether it was given in U-labels or A-labels, so that a
-//     normalised address parses to itself.
-//   - UTF-8 local parts (RFC 6531) are accepted and flagged, since delivering
-//     to them needs SMTPUTF8; they are not normalised.
+//     is. Control characters (C0, DEL, C1), invisible format characters (but
+//     not the zero-width joiners some scripts need) and non-ASCII white space
+//     are rejected: a transport artefact or an injection attempt.
+//   - The local part is a dot-atom or an RFC 5321 quoted-string, kept exactly
+//     as given; inside quotes printable ASCII and UTF-8 text (RFC 6531).
+//     Comments, folding white space and obsolete RFC 5322 forms are rejected.
+//   - Domain literals and an all-digit last label are rejected
+//     ("domain_literal", "numeric_tld"): no real mailbox sits on a bare IP.
+//     Single-label domains are valid: DNS decides whether they receive mail.
+//   - Domains are lower-cased and converted to A-labels by UTS #46
+//     non-transitional processing, without the "--" check (such labels exist
+//     in DNS); Address.IDN reports an internationalised domain however given.
+//   - UTF-8 local parts are accepted and flagged: delivery needs SMTPUTF8.
 //   - Limits are in octets: local part ≤ 64 (quotes included), domain ≤ 253
 //     after A-label conversion, labels ≤ 63, whole address ≤ 254.
 //

@@ -1,14 +1,7 @@
-// The engine's reference lists and what is computed
-// from them: is an address's domain a disposable (throwaway) service, is it
-// a free mailbox provider, is its local part a role mailbox rather than a
-// person, and, when its domain looks like a typo of a well-known provider,
-// which domain was meant (Suggest).
-//
-// The lists are embedded text files parsed into maps on first use, so
-// programs that never ask pay nothing and the lookups on the verification
-// hot path do not allocate. TestRefresh (refresh_test.go) rewrites the
-// disposable and free lists from npm package tarballs; data/SOURCES.md says
-// how and from which versions.
+// The engine's reference lists (disposable and free domains, role local
+// parts) are embedded text files parsed into maps on first use, so programs
+// that never ask pay nothing and lookups do not allocate. TestRefresh
+// rewrites the disposable and free lists; data/SOURCES.md says from what.
 
 package address
 

@@ -43,17 +43,11 @@ type MX struct {
 
 // MailResult is what LookupMail found for a domain.
 type MailResult struct {
-	Domain  string
-	Outcome Outcome
-	// MX is sorted by Pref, then Host. For an implicit MX it is the domain
-	// itself with preference 0.
-	MX []MX
-	// Implicit is set when there is no MX and the domain's own A/AAAA
-	// records stand in for it (RFC 5321 section 5.1).
-	Implicit bool
-	// Rcode is the DNS response code behind the outcome ("NOERROR",
-	// "NXDOMAIN", "SERVFAIL", "REFUSED"), "" when no reply arrived.
-	Rcode string
+	Domain   string
+	Outcome  Outcome
+	MX       []MX   // by Pref, then Host; for an implicit MX the domain itself
+	Implicit bool   // no MX: the domain's own A/AAAA stand in (RFC 5321, 5.1)
+	Rcode    string // the DNS response code behind the outcome, "" without a reply
 	// Err is set when Outcome is OutcomeError: "servfail", "refused",
 	// "timeout", "network", or "invalid" for a name DNS cannot carry.
 	Err string
@@ -76,31 +70,23 @@ type Dialer interface {
 type Config struct {
 	// Servers are "host:port" recursive resolvers, tried in order. Empty
 	// means the nameservers of /etc/resolv.conf, or 127.0.0.1:53.
-	Servers []string
-	// Timeout bounds one query attempt against one server; default 2s.
-	Timeout time.Duration
-	// Attempts is how many rounds over all servers a query gets; default 2.
-	Attempts int
-	// Now is the clock for cache expiry; default time.Now.
-	Now func() time.Time
-	// CacheSize bounds the number of cached names per cache (mail domains
-	// and hosts); default 10000. A negative size disables caching.
-	CacheSize int
-	// Dialer opens server connections; default a zero net.Dialer.
-	Dialer Dialer
+	Servers   []string
+	Timeout   time.Duration // of one query attempt against one server; default 2s
+	Attempts  int           // rounds over all servers a query gets; default 2
+	Now       func() time.Time
+	CacheSize int    // names per cache; default 10000, negative: no caching
+	Dialer    Dialer // default a zero net.Dialer
 }
 
 // Cache lifetimes. Positive answers live for their TTL within
 // [minCacheTTL, maxCacheTTL]; negative ones for the SOA-derived TTL of RFC
-// 2308 or defaultNegTTL without an SOA. Failures are not cached: the next
-// address on the same domain deserves a fresh try.
+// 2308 or defaultNegTTL. Failures are not cached.
 const (
 	minCacheTTL   = 5 * time.Second
 	maxCacheTTL   = time.Hour
 	defaultNegTTL = 5 * time.Minute
 )
 
-// resolvConf is where the system resolvers are read from.
 const resolvConf = "/etc/resolv.conf"
 
 // Resolver looks up mail hosts and host addresses. It is safe for
@@ -137,9 +123,7 @@ func New(cfg Config) (*Resolver, error) {
 	if r.now == nil {
 		r.now = time.Now
 	}
-	for i, s := range cfg.Servers {
-		// The configuration normalised the list (config.ParseDNSServers);
-		// here a server only has to be host:port.
+	for i, s := range cfg.Servers { // normalised by config.ParseDNSServers
 		if _, _, err := net.SplitHostPort(s); err != nil {
 			return nil, fmt.Errorf("dnscheck: DNS server %d: %q is not host:port", i+1, s)
 		}

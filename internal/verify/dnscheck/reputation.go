@@ -11,12 +11,9 @@ import (
 )
 
 // What receiving servers check of us before they answer about a mailbox:
-// whether our egress address is on a DNS blocklist, and whether our HELO
-// name and that address confirm each other (forward-confirmed reverse DNS).
-// A verifier that fails either gets refusals about itself, which read as
-// `unknown/blocked` verdicts; these checks say so before the verdicts do.
-// They ask the servers directly, past the cache: a listing must be seen
-// within one check interval, whatever negative TTL the list's zone has.
+// our egress address on a DNS blocklist, our HELO name and that address
+// confirming each other (forward-confirmed reverse DNS). These checks ask
+// the servers directly, past the cache, so a listing is seen at once.
 
 // Listing is what one DNS blocklist (RFC 5782) says of an address.
 type Listing struct {

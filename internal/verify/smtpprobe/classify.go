@@ -13,22 +13,13 @@ type Class string
 // The classes a reply can fall in. Only Accepted, Rejected and Full are
 // statements about the mailbox; the others say the probe could not tell.
 const (
-	// Accepted is a 2xx reply (at RCPT: the server takes mail for the mailbox).
-	Accepted Class = "accepted"
-	// Rejected is a permanent "this mailbox does not exist or is disabled".
-	Rejected Class = "rejected"
-	// Full is an over-quota mailbox (RFC 3463 X.2.2).
-	Full Class = "full"
-	// Greylisted is a temporary failure: try again later.
-	Greylisted Class = "greylisted"
-	// Blocked is a permanent refusal aimed at us (our IP, HELO, reverse DNS,
-	// policy), never at the mailbox.
-	Blocked Class = "blocked"
-	// RateLimited says we asked too much too fast; never evidence against
-	// the mailbox.
-	RateLimited Class = "rate_limited"
-	// Unknown is any other reply; never a verdict on the mailbox.
-	Unknown Class = "unknown"
+	Accepted    Class = "accepted"     // 2xx (at RCPT: the server takes mail for the mailbox)
+	Rejected    Class = "rejected"     // permanent: the mailbox does not exist or is disabled
+	Full        Class = "full"         // an over-quota mailbox (X.2.2)
+	Greylisted  Class = "greylisted"   // temporary: try again later
+	Blocked     Class = "blocked"      // a permanent refusal aimed at us, never at the mailbox
+	RateLimited Class = "rate_limited" // we asked too much too fast
+	Unknown     Class = "unknown"      // any other reply
 )
 
 // Stages of the conversation, as passed to Classify.
@@ -41,32 +32,24 @@ const (
 
 // Reply is one (possibly multi-line) SMTP reply.
 type Reply struct {
-	// Code is the three-digit reply code.
-	Code int
-	// Enhanced is the RFC 3463 status code of the first line ("5.1.1"), or "".
-	Enhanced string
-	// Text is the reply's lines joined by spaces, without the code or the
-	// enhanced code, cleaned of control characters and trimmed to 200
-	// characters. (The classification read the whole reply, not only
-	// these 200 characters.)
+	Code     int
+	Enhanced string // the RFC 3463 status code of the first line ("5.1.1"), or ""
+	// Text is the reply's lines joined by spaces, without the codes,
+	// cleaned of control characters and trimmed to 200 characters (the
+	// classification read the whole reply).
 	Text string
 }
 
 // Reading is what Read makes of a reply: its class and the evidence that
 // decided it.
 type Reading struct {
-	// Class is the verdict on the reply.
 	Class Class
-	// Rule names the row of the decision table (REPLIES.md) that decided.
-	Rule string
-	// Family names the phrase family of the text that decided Class (see
-	// Families), or "" when the codes alone decided it.
-	Family string
-	// Wrapper names the MTA wrapper set aside before reading the text
-	// ("postfix_recipient", "postfix_sender", ...), or "".
-	Wrapper string
-	// Provider is the provider whose own rule decided, or "".
-	Provider Provider
+	Rule  string // the row of the decision table (REPLIES.md) that decided
+	// Family names the phrase family of the text that decided Class, or ""
+	// when the codes alone decided it.
+	Family   string
+	Wrapper  string   // the MTA wrapper set aside before reading the text, or ""
+	Provider Provider // the provider whose own rule decided, or ""
 	// Author is the provider whose fingerprint the whole reply carries
 	// (Gmail's "gsmtp", Microsoft's "AS(...)"), or "".
 	Author Provider

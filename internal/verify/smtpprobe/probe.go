@@ -75,23 +75,16 @@ const (
 	DefaultScreenPause  = 1500 * time.Millisecond
 )
 
-// minScreenedSession is the time a reconnect must have left after its
-// pause for it to be worth making: dial, banner, EHLO, MAIL and RCPT are
-// five round trips, and a site behind postscreen hands the second session
-// to smtpd, which may look up our name and address first. A reconnect
-// that the caller's deadline would cut short only costs the server a
-// connection and tells nothing.
-const minScreenedSession = 2 * time.Second
-
-// maxAddrsPerHost bounds the addresses tried for one MX name: a host
-// that publishes many addresses and answers on none must not use up the
-// whole probe.
-const maxAddrsPerHost = 2
-
-// maxHostsPerDomain bounds the MX hosts tried for one domain, by
-// preference, whatever the DNS says: a domain naming 30 MX hosts must not
-// turn one verification into 30 connection attempts (contract, section 9).
-const maxHostsPerDomain = 5
+const (
+	// minScreenedSession is the time a reconnect must have left after its
+	// pause to be worth making: five round trips, perhaps behind smtpd's
+	// lookups of our name.
+	minScreenedSession = 2 * time.Second
+	// maxAddrsPerHost and maxHostsPerDomain bound one probe's connection
+	// attempts, whatever the DNS says.
+	maxAddrsPerHost   = 2
+	maxHostsPerDomain = 5
+)
 
 // quitTimeout bounds the wait for the reply to QUIT: we are leaving, and a
 // slow goodbye must not hold a per-host slot for a full ReplyTimeout.
@@ -208,26 +201,18 @@ func (p *Prober) leave(host string, hs *hostSlots) {
 }
 
 // Open connects to the first of hosts (MX host names or IP addresses, in
-// preference order; only the first 5 are tried, and 2 addresses of each)
-// that answers: for each it resolves the addresses,
-// dials, reads the banner, says EHLO (HELO when EHLO gets a 5xx), upgrades
-// with STARTTLS when offered (EHLO again) and sends MAIL FROM. A host that
-// cannot be reached, times out or answers with a temporary failure makes
-// Open try the next one; a permanent refusal (Blocked) ends the search, as
-// the domain's other hosts share its policy about us. The domain names the
-// probe in errors.
+// preference order, at most maxHostsPerDomain of maxAddrsPerHost
+// addresses each) that answers: it dials, reads the banner, says EHLO
+// (HELO on a 5xx), upgrades with STARTTLS when offered and sends MAIL
+// FROM. An unreachable host, a timeout or a temporary failure makes Open
+// try the next; a permanent refusal (Blocked) ends the search, as the
+// domain's hosts share their policy about us.
 //
-// A screening front's refusal of a first contact (FirstContactRefusal,
-// Postfix's postscreen) gets one reconnect to the same address after
-// Config.ScreenPause, once per Open and only when ctx's deadline leaves
-// room for it; the Session's first RCPT gets it when Open did not use it.
-//
-// Addresses the egress policy refuses are skipped without dialling. When
-// every address of every host tried is refused, nothing is dialled and the
-// *ProbeError has NotPublic set.
-//
-// The returned Session holds a per-host slot until Closed. When no host
-// gives a session, the error is a *ProbeError.
+// A screening front's refusal of a first contact (FirstContactRefusal)
+// gets one reconnect after Config.ScreenPause when ctx leaves room for it.
+// Addresses the egress policy refuses are never dialled; when all are, the
+// *ProbeError has NotPublic set. The Session holds a per-host slot until
+// Closed; without one, the error is a *ProbeError.
 func (p *Prober) Open(ctx context.Context, domain string, hosts []string) (*Session, error) {
 	if len(hosts) == 0 {
 		return nil, &ProbeError{Class: Unknown, Err: fmt.Errorf("no mail hosts given for %s", domain)}
@@ -324,16 +309,10 @@ func (p *Prober) dial(ctx context.Context, host string, a netip.Addr) (*Session,
 }
 
 // FirstContactRefusal reports whether a reply is a screening front's
-// refusal of a client it has not seen before, which lets the client in
-// when it reconnects: Postfix's postscreen, whose deep protocol tests
-// (bare newline, non-SMTP command, pipelining) run in its own SMTP engine
-// after the 220 greeting. As it cannot hand that live session over to
-// smtpd, it answers every RCPT, passed or not, with "450 4.3.2 Service
-// currently unavailable" (421 when it also hangs up), and a client that
-// passed is let through to smtpd on its next connection. Real senders
-// retry from their queue; we retry once, a short pause later, within the
-// caller's time. The reply says nothing about the mailbox: it is
-// temporary whatever happens.
+// refusal of a client it has not seen before, which lets it in when it
+// reconnects: Postfix's postscreen, which after its deep protocol tests
+// answers every RCPT with "450 4.3.2 Service currently unavailable" (421
+// when it also hangs up). It says nothing about the mailbox.
 func FirstContactRefusal(r Reply) bool {
 	return (r.Code == 450 || r.Code == 421) && r.Enhanced == "4.3.2" &&
 		strings.HasPrefix(strings.ToLower(r.Text), "service currently unavailable")

@@ -140,11 +140,9 @@ func (s *Session) rcpt(ctx context.Context, address string) (rawReply, error) {
 }
 
 // reconnect replaces the session's connection with a new one to the same
-// address, after QUIT (none after a 421, hungUp: the server has closed)
-// and ScreenPause, and reports whether the new one reached MAIL FROM. The
-// session keeps its per-host slot throughout. When ctx leaves no room for
-// a reconnect the old connection is kept as it is; when the new one
-// fails, the session is broken.
+// address, after QUIT (unless hungUp) and ScreenPause, and reports whether
+// the new one reached MAIL FROM; when it fails, the session is broken.
+// Without room in ctx the old connection is kept.
 func (s *Session) reconnect(ctx context.Context, hungUp bool) bool {
 	if !s.p.roomToReconnect(ctx) {
 		return false
@@ -176,9 +174,8 @@ func isASCII(s string) bool {
 	return true
 }
 
-// Close ends the conversation with QUIT (no RSET first: QUIT discards the
-// open transaction anyway), closes the connection and gives the per-host
-// slot back. DATA is never sent. Close is safe to call more than once.
+// Close ends the conversation with QUIT, closes the connection and gives
+// the per-host slot back; it is safe to call more than once.
 func (s *Session) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -238,10 +235,9 @@ func (s *Session) setDeadline(ctx context.Context) {
 	s.raw.SetDeadline(d)
 }
 
-// ctxErr puts ctx's error first when it is why the I/O failed: the closed
-// connection is only its symptom. The connection's deadline is ctx's own,
-// so the read can time out an instant before ctx's timer marks it done;
-// a timeout at or past ctx's deadline is the deadline's doing all the same.
+// ctxErr puts ctx's error first when it is why the I/O failed, a timeout
+// at or past ctx's deadline included (the read may time out an instant
+// before ctx's timer marks it done).
 func ctxErr(ctx context.Context, err error) error {
 	if err == nil {
 		return nil

@@ -16,16 +16,11 @@ import (
 )
 
 // NewSOCKS5Dialer returns a dialer that connects through the SOCKS5 proxy
-// at proxyURL ("socks5://host:port", optionally "socks5://user:pass@host:port").
-// It is how probes leave runtimes that block outbound port 25.
-//
-// The proxy would resolve names and connect wherever they point, out of
-// our sight, so the dialer takes only IP addresses: it checks each against
-// policy (nil: no exceptions) and asks the proxy to CONNECT to that
-// address, never to a name. A refused address never reaches the proxy.
-// The proxy itself is the operator's choice and may be on a private
-// network: reaching it is not subject to the policy. Every failure of the
-// proxy is ErrExit; the handshake is bounded by the dial's context.
+// at proxyURL ("socks5://[user:pass@]host:port"), for runtimes that block
+// outbound port 25. It takes only IP addresses, checked against policy, so
+// the proxy never resolves a name out of our sight; the proxy itself is
+// the operator's and not subject to the policy. Every failure of the proxy
+// is ErrExit.
 func NewSOCKS5Dialer(proxyURL string, policy *config.EgressPolicy) (ContextDialer, error) {
 	return newSOCKS5(proxyURL, policy, 0)
 }
@@ -82,10 +77,9 @@ func (s *socksDialer) DialContext(ctx context.Context, network, addr string) (ne
 	return s.connect(ctx, netip.AddrPortFrom(a, ap.Port()))
 }
 
-// connect asks the proxy for a connection to target, unchecked. A
-// canonical literal makes the proxy library send an address (ATYP 1 or
-// 4), never a name. Every failure is the exit's (ErrExit), a timeout too,
-// unless the caller cancelled ctx.
+// connect asks the proxy for a connection to target, unchecked, as an
+// address (ATYP 1 or 4), never a name. Every failure is ErrExit unless the
+// caller cancelled ctx.
 func (s *socksDialer) connect(ctx context.Context, target netip.AddrPort) (net.Conn, error) {
 	if s.timeout > 0 {
 		var cancel context.CancelFunc
@@ -100,11 +94,9 @@ func (s *socksDialer) connect(ctx context.Context, target netip.AddrPort) (net.C
 }
 
 // ErrExit marks a connection our SMTP exit (the SOCKS5 proxy) did not
-// make: it could not be reached, reset us, did not answer our handshake
-// or CONNECT in time, refused our credentials, or answered the CONNECT
-// with any reply but success. Nothing is then known about the receiving
-// server (contract, section 16): "host unreachable" from an exit cannot be
-// told from a fault of the exit's own route.
+// make, for whatever reason: nothing is then known about the receiving
+// server, as "host unreachable" from an exit cannot be told from a fault of
+// its own route.
 var ErrExit = errors.New("smtpprobe: the SMTP exit (SOCKS5 proxy) failed or refused us")
 
 // reply is the proxy's reply to our CONNECT, other than success, in the
