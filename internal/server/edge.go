@@ -250,7 +250,7 @@ func (e *edge) guard(rt api.Route, next http.Handler) http.Handler {
 		weight := e.bodies.weight(r, rt.MaxBody)
 		release, err := e.bodies.admit(r.Context(), c.AccountID, weight)
 		if err != nil {
-			writeBodyBusy(w, err, rid)
+			writeBodyBusy(w, r, err, rid)
 			return
 		}
 		defer release()
