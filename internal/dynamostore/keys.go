@@ -277,8 +277,7 @@ func (s *Store) KeyByHash(ctx context.Context, hash string) (evs.Key, error) {
 }
 
 // RevokeKey marks the key whose hash or short ID is idOrHash revoked at now;
-// a key revoked before keeps its first revocation time. An ID is resolved
-// through its index entry (one GetItem, no Scan).
+// a key revoked before keeps its first revocation time.
 func (s *Store) RevokeKey(ctx context.Context, idOrHash string, now time.Time) (evs.Key, error) {
 	if idOrHash == "" {
 		return evs.Key{}, store.NoKey()
@@ -329,10 +328,9 @@ func (s *Store) ListKeys(ctx context.Context) ([]evs.Key, error) {
 	return keys, nil
 }
 
-// conditionFailures tells, for an error of TransactWriteItems, whether it
-// is a cancellation in which only conditions failed, and which of the
-// transaction's items failed theirs. Any other reason (a conflict, a
-// throttled item) is not a condition outcome, so ok is false.
+// conditionFailures tells whether a TransactWriteItems error is a
+// cancellation where only conditions failed, and which items failed theirs;
+// any other reason (a conflict, throttling) gives ok false.
 func conditionFailures(err error) (failed []bool, ok bool) {
 	var tc *types.TransactionCanceledException
 	if err == nil || !errors.As(err, &tc) {

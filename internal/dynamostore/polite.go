@@ -13,10 +13,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
 
-// Politeness records (politeness.State, and the parking of
-// batch.Parking), all in the Batches table in
-// partitions of their own whose names start with "~" (never an account
-// ID), keyed by "<provider>|<egress>":
+// Politeness records (politeness.State, batch.Parking), in Batches table
+// partitions starting with "~", keyed by "<provider>|<egress>":
 //
 //   - "~rate#<key>", sort key the window's start (epoch ms): the RCPT
 //     commands reserved in that window, a counter raised with a
@@ -99,11 +97,10 @@ func (s *Store) PauseState(ctx context.Context, key string) (until time.Time, le
 	return getTime(out.Item, attrPausedUntil), int(getN(out.Item, attrPauseLevel)), nil
 }
 
-// Pause pauses key after it throttled us at now, for length(pauses in a
-// row so far) (politeness.Gate's rule). A pause in force is not extended:
-// the sessions that were under way when it began see the same throttling,
-// and must not stack their back-offs. until is the pause in force
-// afterwards.
+// Pause pauses key after it throttled us at now, for length(pauses in a row
+// so far), and returns the pause in force. A pause in force is not extended:
+// the sessions under way when it began see the same throttling and must not
+// stack their back-offs.
 func (s *Store) Pause(ctx context.Context, key string, now time.Time, length func(level int) time.Duration) (until time.Time, err error) {
 	for range 5 {
 		cur, level, err := s.PauseState(ctx, key)
@@ -254,11 +251,10 @@ func (s *Store) NextParked(ctx context.Context, key string) (notBefore time.Time
 	return time.UnixMilli(n), true, nil
 }
 
-// ClaimWake records that a wake message for key is due at at, and reports
-// true, to one caller, unless a wake at or before at is pending at now:
-// so one wake per key and due time is sent, however many groups park. The
-// claim carries the caller's token, so an SDK retry of a write whose reply
-// was lost still reports the claim as the caller's.
+// ClaimWake records that a wake message for key is due at at and reports
+// true to one caller, unless a wake at or before at is pending, so one wake
+// per key and due time is sent. The caller's token keeps an SDK retry's
+// claim the caller's.
 func (s *Store) ClaimWake(ctx context.Context, key string, at, now time.Time) (bool, error) {
 	_, err := s.c.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                 aws.String(s.t.Batches),
