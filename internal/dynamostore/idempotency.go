@@ -31,8 +31,7 @@ const claimAttempts = 5
 
 // ClaimIdempotency writes rec as an in-progress record on the condition that
 // no live record of its scope exists (missing, expired, or a stale claim).
-// The condition is evaluated by DynamoDB on the write, so of concurrent
-// claims exactly one wins; the losers read the winner's record.
+// Of concurrent claims exactly one wins; the losers read its record.
 func (s *Store) ClaimIdempotency(ctx context.Context, rec idempotency.Record, now time.Time) (idempotency.Record, bool, error) {
 	it := item{
 		attrScope:       avS(rec.Scope),

@@ -16,9 +16,8 @@ import (
 	"github.com/evs-dev/evs/internal/evs"
 )
 
-// A batch's input — its distinct items — is one S3 object, written before
-// the batch record, so creating a batch costs the same few calls whatever
-// its size: no per-item row is written until the item's result is.
+// A batch's input, its distinct items, is one S3 object written before the
+// batch record, so a creation costs a few calls whatever its size.
 //
 // The object is chunks of inputChunk items followed by an index:
 //
@@ -26,9 +25,8 @@ import (
 //	index    per chunk: uint64 offset, uint64 first seq (little-endian)
 //	footer   uint32 chunks, uint32 items, "evs1"
 //
-// Items are in seq order, so the chunk holding seq s is found by a binary
-// search of the index, and one ranged GET reads it: the planner reads each
-// chunk once per pass, however large the batch.
+// Items are in seq order, so a binary search of the index finds the chunk
+// of a seq and one ranged GET reads it.
 
 // Objects is the part of the S3 API the store keeps batch inputs (and
 // uploads, exports) with.
