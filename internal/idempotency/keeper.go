@@ -139,24 +139,15 @@ type Keeper struct {
 	claims *claimSet
 }
 
-// New returns a Keeper in shared mode, keeping its records in s, with now as
-// its clock. Each call writes twice (claim, then reply or release), and the
-// store's conditional claim is what excludes a concurrent repeat, so any
-// number of processes may share s: the mode of the Lambda functions over
-// DynamoDB.
+// New returns a Keeper in shared mode (see the package doc), keeping its
+// records in s, with now as its clock.
 func New(s Store, now func() time.Time) *Keeper {
 	return &Keeper{store: s, now: now}
 }
 
-// NewLocal returns a Keeper in local mode, keeping its records in s, with
-// now as its clock. The running calls are claimed in memory and only a
-// finished reply is written, once: half the writes of shared mode. That is
-// correct only while no other Keeper, in this process or another, uses s;
-// the caller guarantees it (evs serve holds a lock on its data directory).
-//
-// A crash loses nothing a client saw: a reply is durable before Do returns
-// it, and a call cut off mid-way wrote nothing, so its retry runs it, at
-// once rather than after LockTimeout.
+// NewLocal returns a Keeper in local mode (see the package doc), keeping its
+// records in s, with now as its clock: half the writes of shared mode, and
+// correct only while no other Keeper, here or in another process, uses s.
 func NewLocal(s LocalStore, now func() time.Time) *Keeper {
 	return &Keeper{local: s, now: now, claims: newClaimSet()}
 }
@@ -178,9 +169,6 @@ func NewLocal(s LocalStore, now func() time.Time) *Keeper {
 // The writes after fn (complete or release) ignore ctx's cancellation: a
 // client that hangs up after fn finished must not leave its key blocked for
 // LockTimeout, or stored without its reply.
-//
-// Both modes answer alike; they differ in what the store holds while fn
-// runs (see New and NewLocal).
 func (k *Keeper) Do(ctx context.Context, req Request, fn func(ctx context.Context) (Reply, error)) (Reply, bool, error) {
 	if err := ValidKey(req.Key); err != nil {
 		return Reply{}, false, err

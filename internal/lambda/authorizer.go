@@ -141,12 +141,10 @@ func headerKey(req events.APIGatewayCustomAuthorizerRequestTypeRequest) (string,
 	return key, found
 }
 
-// StageResource returns the ARN covering every method and path of the
-// stage methodArn belongs to: for
-// arn:aws:execute-api:REGION:ACCOUNT:APIID/STAGE/METHOD/PATH it is
-// arn:aws:execute-api:REGION:ACCOUNT:APIID/STAGE/*/*. A methodArn not of
-// that form is an error: granting anything broader, or guessing, could
-// allow more than the API Gateway deployment it came from.
+// StageResource returns the ARN covering every method and path of
+// methodArn's stage: arn:aws:execute-api:REGION:ACCOUNT:APIID/STAGE/*/*. A
+// methodArn not of that form is an error, since guessing could allow more
+// than the deployment it came from.
 func StageResource(methodArn string) (string, error) {
 	parts := strings.SplitN(methodArn, ":", 6)
 	if len(parts) != 6 || parts[0] != "arn" || parts[1] == "" || parts[2] != "execute-api" || parts[3] == "" || parts[4] == "" {
