@@ -13,7 +13,7 @@ import (
 )
 
 // PublishableMethod and PublishableRoute are the one call a publishable key
-// may make (contract, section 17): verify one address from a web page.
+// may make: verify one address from a web page.
 const (
 	PublishableMethod = http.MethodPost
 	PublishableRoute  = "/v1/verify"

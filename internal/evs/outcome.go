@@ -5,8 +5,7 @@ import (
 	"time"
 )
 
-// OutcomeKind is what happened when mail was sent to an address (contract,
-// section 18).
+// OutcomeKind is what happened when mail was sent to an address.
 type OutcomeKind string
 
 // The four outcome kinds a client reports.
@@ -67,8 +66,8 @@ const (
 )
 
 // HistoryCheck is the evidence from the account's reported outcomes
-// (decision.checks.history, contract section 18): the outcome that decided
-// the verdict, or the latest one when none did.
+// (decision.checks.history): the outcome that decided the verdict, or the
+// latest one when none did.
 type HistoryCheck struct {
 	Result     string      `json:"result"`
 	Outcome    OutcomeKind `json:"outcome"`

@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// Status is the outcome label of a verification (API contract, section 2).
+// Status is the outcome label of a verification.
 type Status string
 
 // The four outcome labels.
@@ -30,7 +30,7 @@ const (
 	ReasonNoMailServer  Reason = "no_mail_server"
 	ReasonRejectedEmail Reason = "rejected_email"
 	// ReasonKnownBounce: the account reported a hard bounce for the
-	// address, later than any delivery (contract, section 18).
+	// address, later than any delivery.
 	ReasonKnownBounce Reason = "known_bounce"
 
 	ReasonAcceptAll   Reason = "accept_all"
@@ -95,11 +95,10 @@ func ParseMode(s string) (Mode, bool) {
 	return "", false
 }
 
-// Decision is the whole, explained verdict on one address: the "decision"
-// object of the API. It is the one type the API renders: its JSON tags and
-// field order are the contract's (section 2), and the few rules the
-// encoding alone does not give (the timestamp layout, provider null when
-// unknown) live on the field types.
+// Decision is the whole, explained verdict on one address: the API's
+// "decision" object, rendered as it is, so its JSON tags and field order are
+// the contract's; the rules the encoding does not give (the timestamp layout,
+// provider null when unknown) live on the field types.
 type Decision struct {
 	Email      string `json:"email"`
 	Normalized string `json:"normalized"`
@@ -115,10 +114,9 @@ type Decision struct {
 	Checks     Checks  `json:"checks"`
 	CheckedAt  Time    `json:"checkedAt"`
 	DurationMs int64   `json:"durationMs"`
-	// TestMode is set only on decisions made for test-mode accounts.
-	TestMode bool `json:"testMode,omitempty"`
-	// Cached is set when the verdict was reused from the account's cache
-	// (contract, section 12); CheckedAt is then the original check's.
+	TestMode   bool    `json:"testMode,omitempty"` // only for test-mode accounts
+	// Cached is set when the verdict was reused from the account's cache;
+	// CheckedAt is then the original check's.
 	Cached bool `json:"cached"`
 }
 
@@ -221,7 +219,7 @@ type DNSCheck struct {
 	Error string `json:"error,omitempty"`
 }
 
-// SMTP result values of SMTPCheck.Result (contract, section 2).
+// SMTP result values of SMTPCheck.Result.
 const (
 	SMTPAccepted    = "accepted"
 	SMTPRejected    = "rejected"

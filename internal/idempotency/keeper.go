@@ -13,7 +13,7 @@ import (
 	"github.com/evs-dev/evs/internal/evs"
 )
 
-// Lifetimes of a record (API contract, sections 1 and 5).
+// Lifetimes of a record.
 const (
 	// Retention is how long a key's record, and so its stored reply, is kept.
 	Retention = 24 * time.Hour
@@ -216,8 +216,8 @@ func (k *Keeper) run(ctx context.Context, scope string, fn func(ctx context.Cont
 		return reply, false, err
 	}
 	if cerr := k.store.CompleteIdempotency(settle, scope, reply.StatusCode, reply.Headers, reply.Body); cerr != nil {
-		// The caller answers 5xx, which leaves no record (contract,
-		// section 1): free the key now, so the client's retry runs at once
+		// The caller answers 5xx, which leaves no record: free the key
+		// now, so the client's retry runs at once
 		// instead of being told "in progress" until LockTimeout. The work
 		// is done; a handler whose effect must not happen twice finds it
 		// again on the retry (api: batches created under a key).
