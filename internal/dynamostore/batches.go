@@ -583,8 +583,7 @@ func (s *Store) queryKey(ctx context.Context, key string, after, upTo int, filte
 	}, "read results", each)
 }
 
-// query passes the items in matches, page after page, to each until it
-// returns false.
+// query passes the items in matches to each until it returns false.
 func (s *Store) query(ctx context.Context, in *dynamodb.QueryInput, op string, each func(item) bool) error {
 	return pages(ctx, dynamodb.NewQueryPaginator(s.c, in), op, func(page *dynamodb.QueryOutput) bool {
 		return !slices.ContainsFunc(page.Items, func(it item) bool { return !each(it) })

@@ -50,8 +50,7 @@ const (
 // The bucket keeps the object a day (template.yaml, expire-exports).
 const ExportJobLife = time.Hour
 
-// exportJobKey is the key of the record of an account's export of a batch
-// under filters.
+// exportJobKey is the key of an export job's record.
 func exportJobKey(accountID, batchID, filters string) item {
 	return item{attrAccountID: avS(exportPartitionPrefix + accountID), attrID: avS(batchID + "?" + filters)}
 }
@@ -149,8 +148,8 @@ func (s *Store) StartExport(ctx context.Context, j store.ExportJob, replace stri
 
 var errExportRace = errors.New("dynamostore: an export job was replaced while it was started")
 
-// exportRetry is the Retry-After of an export refused by the cap when no
-// slot says when it frees: a large list takes seconds to write.
+// exportRetry is the Retry-After of a capped export when no slot says when
+// it frees.
 const exportRetry = 10 * time.Second
 
 // takeExportSlot takes one of the account's max export slots for j's run
@@ -226,8 +225,8 @@ func (s *Store) ClaimExport(ctx context.Context, j store.ExportJob, until time.T
 	return true, nil
 }
 
-// WriteExport writes j's run's object as write writes it, a part at a
-// time (partUpload): a failed write leaves no object and no upload.
+// WriteExport writes j's run's object a part at a time: a failed write
+// leaves no object and no upload.
 func (s *Store) WriteExport(ctx context.Context, j store.ExportJob, write func(w io.Writer) error) error {
 	if err := s.in.ready(); err != nil {
 		return err
@@ -247,8 +246,8 @@ func (s *Store) WriteExport(ctx context.Context, j store.ExportJob, write func(w
 	return nil
 }
 
-// FinishExport ends j's run: done, or failed when failed is true, and
-// gives back its slot. A run that was replaced meanwhile is left alone.
+// FinishExport ends j's run and gives back its slot, leaving alone a run
+// that was replaced meanwhile.
 func (s *Store) FinishExport(ctx context.Context, j store.ExportJob, failed bool) error {
 	state := store.ExportDone
 	if failed {

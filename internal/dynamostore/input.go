@@ -28,8 +28,8 @@ import (
 // Items are in seq order, so a binary search of the index finds the chunk
 // of a seq and one ranged GET reads it.
 
-// Objects is the part of the S3 API the store keeps batch inputs (and
-// uploads, exports) with.
+// Objects is the part of the S3 API the store uses for inputs, uploads
+// and exports.
 type Objects interface {
 	PutObject(ctx context.Context, in *s3.PutObjectInput, optFns ...func(*s3.Options)) (*s3.PutObjectOutput, error)
 	GetObject(ctx context.Context, in *s3.GetObjectInput, optFns ...func(*s3.Options)) (*s3.GetObjectOutput, error)

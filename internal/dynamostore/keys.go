@@ -85,8 +85,7 @@ func (s *Store) CreateAccount(ctx context.Context, a evs.Account) error {
 	return wrapErr("create account", err)
 }
 
-// find reads one item as get does; missing() is the error when there is
-// none.
+// find is get, with missing() the error when there is no item.
 func (s *Store) find(ctx context.Context, table string, key item, op string, missing func() error) (item, error) {
 	it, err := s.get(ctx, table, key, op)
 	if err == nil && it == nil {
@@ -95,8 +94,7 @@ func (s *Store) find(ctx context.Context, table string, key item, op string, mis
 	return it, err
 }
 
-// get reads one item of table with a strongly consistent read, so a write
-// that was acknowledged is always seen. A missing item is nil.
+// get reads one item with a strongly consistent read; a missing item is nil.
 func (s *Store) get(ctx context.Context, table string, key item, op string) (item, error) {
 	out, err := s.c.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(table), Key: key, ConsistentRead: aws.Bool(true)})
 	if err != nil {
@@ -124,8 +122,7 @@ func (s *Store) Account(ctx context.Context, id string) (evs.Account, error) {
 	return accountFrom(it), nil
 }
 
-// AccountByName returns the account with that name, or CodeNotFound. It
-// follows the name index entry to the account.
+// AccountByName follows the name index entry to the account.
 func (s *Store) AccountByName(ctx context.Context, name string) (evs.Account, error) {
 	it, err := s.find(ctx, s.t.Keys, item{attrPK: avS(prefixName + name)}, "read account name", store.NoAccount)
 	if err != nil {
@@ -134,8 +131,7 @@ func (s *Store) AccountByName(ctx context.Context, name string) (evs.Account, er
 	return s.Account(ctx, getS(it, attrAccountID))
 }
 
-// scanKind reads every item of the Keys table of kind. It is a Scan: only
-// admin operations call it.
+// scanKind Scans the Keys table for items of kind (admin operations only).
 func (s *Store) scanKind(ctx context.Context, kind, op string, count bool) ([]item, int, error) {
 	in := &dynamodb.ScanInput{
 		TableName:                 aws.String(s.t.Keys),
@@ -158,8 +154,7 @@ func (s *Store) scanKind(ctx context.Context, kind, op string, count bool) ([]it
 	return items, n, err
 }
 
-// CountAccounts returns the number of accounts (a Scan: it runs once, at
-// first start).
+// CountAccounts Scans the table; it runs once, at first start.
 func (s *Store) CountAccounts(ctx context.Context) (int, error) {
 	_, n, err := s.scanKind(ctx, kindAccount, "count accounts", true)
 	return n, err

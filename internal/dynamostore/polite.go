@@ -87,8 +87,7 @@ func pauseKey(key string) item {
 	return item{attrAccountID: avS(pausePartitionPrefix + key), attrID: avS(pauseSortKey)}
 }
 
-// PauseState returns until when key is paused (the zero time: never
-// paused, or the record is gone) and how many pauses in a row it had.
+// PauseState implements politeness.State.
 func (s *Store) PauseState(ctx context.Context, key string) (until time.Time, level int, err error) {
 	out, err := s.c.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(s.t.Batches), Key: pauseKey(key), ConsistentRead: aws.Bool(true)})
 	if err != nil {
@@ -135,8 +134,7 @@ func (s *Store) Pause(ctx context.Context, key string, now time.Time, length fun
 	return until, nil
 }
 
-// ClearPause ends key's run of pauses after a clean session, unless a
-// pause is in force at now.
+// ClearPause implements politeness.State.
 func (s *Store) ClearPause(ctx context.Context, key string, now time.Time) error {
 	_, err := s.c.DeleteItem(ctx, &dynamodb.DeleteItemInput{
 		TableName:                 aws.String(s.t.Batches),
@@ -154,8 +152,7 @@ func parkID(notBefore time.Time) string {
 	return fmt.Sprintf("%013d#%s", max(notBefore.UnixMilli(), 0), newToken())
 }
 
-// Park keeps body (a work message) for key until a worker takes it, at
-// notBefore or later.
+// Park implements batch.Parking.
 func (s *Store) Park(ctx context.Context, key string, notBefore time.Time, body string) error {
 	exp := ttlSeconds(notBefore.Add(parkTTL))
 	_, err := s.c.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
@@ -222,12 +219,11 @@ func (s *Store) TakeParked(ctx context.Context, key string, now time.Time) (body
 	return "", nil, false, nil
 }
 
-// claimFor is how long a claim on parked work keeps other takers off: far
-// longer than queueing one message takes.
+// claimFor keeps other takers off claimed parked work, far longer than
+// queueing one message takes.
 const claimFor = 5 * time.Minute
 
-// NextParked returns the not-before of key's oldest parked work; ok is
-// false when none is parked.
+// NextParked implements batch.Parking.
 func (s *Store) NextParked(ctx context.Context, key string) (notBefore time.Time, ok bool, err error) {
 	out, err := s.c.Query(ctx, &dynamodb.QueryInput{
 		TableName:                 aws.String(s.t.Batches),
