@@ -60,7 +60,7 @@ func (s *Store) ActiveBatches(ctx context.Context, accountID string) (int, error
 }
 
 // CreateBatchWithin stores b and its items unless the account already has
-// maxActive active batches; see the comment above for how it stays exact.
+// maxActive active batches.
 func (s *Store) CreateBatchWithin(ctx context.Context, b evs.Batch, items []evs.Item, maxActive int) error {
 	if maxActive <= 0 {
 		return s.CreateBatch(ctx, b, items)

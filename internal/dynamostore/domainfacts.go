@@ -124,8 +124,7 @@ func (f *DomainFacts) read(ctx context.Context, domain string) (item, bool) {
 	return out.Item, true
 }
 
-// KeepAcceptAll remembers a conclusive answer in memory and in the
-// domain's item, for the memory's TTL.
+// KeepAcceptAll remembers a conclusive answer in memory and in the item.
 func (f *DomainFacts) KeepAcceptAll(ctx context.Context, domain, result string) {
 	if !cache.Conclusive(result) {
 		return

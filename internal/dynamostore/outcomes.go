@@ -323,8 +323,7 @@ func (s *Store) putOutcome(ctx context.Context, accountID string, o evs.Outcome,
 	}, item{attrAccountID: it[attrAccountID], attrID: it[attrID]}, "store outcomes")
 }
 
-// AddressOutcomes returns the account's unexpired outcomes of each address:
-// one Query per address, eight in flight.
+// AddressOutcomes makes one Query per address, eight in flight.
 func (s *Store) AddressOutcomes(ctx context.Context, accountID string, addresses []string) (map[string][]evs.Outcome, error) {
 	out := map[string][]evs.Outcome{}
 	if len(addresses) == 0 {
@@ -435,8 +434,7 @@ func (s *Store) queryOutcomes(ctx context.Context, accountID, prefix string, key
 	return cmp.Or(qerr, err)
 }
 
-// outcomeFrom reads an outcome item; ok is false when it has expired or is
-// a mark.
+// outcomeFrom reads an outcome item; ok is false if it expired or is a mark.
 func outcomeFrom(it item, now time.Time) (evs.Outcome, bool) {
 	if getN(it, attrExpiresAtMs) <= now.UnixMilli() || getS(it, attrOutcome) == "" {
 		return evs.Outcome{}, false
@@ -453,8 +451,7 @@ func outcomeFrom(it item, now time.Time) (evs.Outcome, bool) {
 	return o, true
 }
 
-// LastVerdicts returns the latest cached decision of each address, in
-// either mode.
+// LastVerdicts returns each address's latest cached decision, in either mode.
 func (s *Store) LastVerdicts(ctx context.Context, accountID string, addresses []string) (map[string]evs.Decision, error) {
 	var keys []item
 	for _, a := range slices.Compact(slices.Sorted(slices.Values(addresses))) {

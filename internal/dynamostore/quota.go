@@ -115,8 +115,7 @@ func (s *Store) RefundAddresses(ctx context.Context, accountID, period string, n
 	return store.Unavailable(errors.New("dynamostore: the address quota counter keeps changing"))
 }
 
-// Counters returns the account's counters whose period is in [from, to),
-// by period: one Query of the account's quota partition.
+// Counters returns the account's counters of periods in [from, to).
 func (s *Store) Counters(ctx context.Context, accountID, from, to string) (map[string]int, error) {
 	out := map[string]int{}
 	err := s.query(ctx, &dynamodb.QueryInput{

@@ -28,8 +28,7 @@ func cacheKey(accountID string, mode evs.Mode, address string) item {
 }
 
 // CachedDecision returns the account's cached decision for the normalised
-// address in mode and when it expires; found is false when there is none.
-// The decision's Email is address.
+// address in mode, with address as its Email, and when it expires.
 func (s *Store) CachedDecision(ctx context.Context, accountID string, mode evs.Mode, address string) (evs.Decision, time.Time, bool, error) {
 	out, err := s.c.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(s.t.Results), Key: cacheKey(accountID, mode, address)})
 	if err != nil {

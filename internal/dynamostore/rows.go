@@ -33,9 +33,8 @@ func (s *Store) PutRows(ctx context.Context, accountID, batchID string, _ time.T
 	return wrapErr("store batch rows", err)
 }
 
-// OpenRows streams the rows of the account's batch; found is false when
-// it has none (a batch made from JSON, or from a CSV before rows were
-// kept).
+// OpenRows streams the rows of the account's batch; found is false when it
+// has none (a batch made from JSON, or before rows were kept).
 func (s *Store) OpenRows(ctx context.Context, accountID, batchID string) (io.ReadCloser, bool, error) {
 	if err := s.in.ready(); err != nil {
 		return nil, false, err
