@@ -91,9 +91,8 @@ type KeyWriter interface {
 }
 
 // IssueKey makes a key for the account, stores its hash (with the account's
-// API Gateway usage-plan key, if any) and returns the key, which is shown
-// once and never stored. It is the one way keys are made: `evs serve` on
-// first start and `evs keys create` both call it.
+// API Gateway usage-plan key, if any) and returns the key, shown once. It is
+// the one way keys are made.
 func IssueKey(ctx context.Context, st KeyWriter, accountID, usageKeyID string, now time.Time) (string, error) {
 	return Issue(ctx, st, evs.Key{AccountID: accountID, UsageKeyID: usageKeyID}, now)
 }

@@ -109,10 +109,9 @@ func policy(effect, resource string) events.APIGatewayCustomAuthorizerPolicy {
 	}
 }
 
-// headerKey returns the API key header's value, the name matched without
-// regard to case as HTTP requires. Values from Headers and MultiValueHeaders
-// are pooled; ok is false when there is none or when they disagree, since a
-// request carrying two different keys has no single identity.
+// headerKey returns the API key header's value, its name matched without
+// regard to case, from Headers and MultiValueHeaders; ok is false when there
+// is none or they disagree, as two different keys have no single identity.
 func headerKey(req events.APIGatewayCustomAuthorizerRequestTypeRequest) (string, bool) {
 	var key string
 	found := false
