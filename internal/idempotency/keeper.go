@@ -41,11 +41,8 @@ type Record struct {
 	Scope       string
 	Fingerprint string
 	State       string
-	// LockedUntil is when an in-progress record stops blocking: a crashed
-	// call must not block its key forever.
-	LockedUntil time.Time
-	// ExpiresAt is when the record is forgotten (24 h after creation).
-	ExpiresAt time.Time
+	LockedUntil time.Time // when an in-progress record stops blocking, so a crashed call frees its key
+	ExpiresAt   time.Time // when the record is forgotten
 	// The stored reply, once State is Done.
 	StatusCode int
 	Headers    map[string]string
@@ -70,9 +67,7 @@ type Store interface {
 }
 
 // LocalStore keeps Idempotency-Key records for a Keeper in local mode
-// (NewLocal): a store that exactly one serving process uses, so that
-// process can arbitrate between calls in memory and the store needs only
-// one write per call. The embedded store implements it.
+// (NewLocal). The embedded store implements it.
 type LocalStore interface {
 	// LookupIdempotency returns the live record of scope: one that is not
 	// expired (ExpiresAt > now) and, if in progress, not stale
@@ -105,37 +100,31 @@ type Reply struct {
 
 // Request is what identifies a call for idempotency.
 type Request struct {
-	AccountID string
-	Method    string
-	Path      string
-	// Key is the Idempotency-Key header value.
-	Key         string
+	AccountID   string
+	Method      string
+	Path        string
+	Key         string // the Idempotency-Key header value
 	ContentType string
 	Body        []byte
 }
 
-// Scope joins the parts of an idempotency scope (API contract: account,
-// method+path, key) into the one string the store keys records by:
-// AccountID + "\x00" + Method + " " + Path + "\x00" + Key. NUL cannot occur
-// in an account id, a request line or a valid key, so distinct scopes never
-// join to the same string.
+// Scope joins an idempotency scope (account, method+path, key) into the
+// string the store keys records by. NUL cannot occur in any part, so
+// distinct scopes never join to the same string.
 func Scope(accountID, method, path, key string) string {
 	return accountID + "\x00" + method + " " + path + "\x00" + key
 }
 
 // Keeper runs handlers at most once per Idempotency-Key. It is safe for
-// concurrent use. A shared Keeper (New) lets the store arbitrate between
-// calls, also across processes; a local Keeper (NewLocal) arbitrates in
-// memory and so must be the only Keeper of its store.
+// concurrent use.
 type Keeper struct {
 	// store is set in shared mode, local in local mode.
 	store Store
 	local LocalStore
 	now   func() time.Time
 
-	// claims holds, in local mode, the scopes of the calls running now,
-	// each with its request's fingerprint: what an in-progress record
-	// holds in shared mode, without writing it.
+	// claims holds, in local mode, the running calls' scopes and
+	// fingerprints: the in-progress records of shared mode, unwritten.
 	claims *claimSet
 }
 
@@ -288,10 +277,9 @@ func replay(rec Record, fp string) (Reply, error) {
 	return Reply{StatusCode: rec.StatusCode, Headers: h, Body: rec.Body}, nil
 }
 
-// claimShards is how many locks the claims are spread over. The calls of
-// one committed group return together, and each then releases its claim: under
-// one lock they queued behind each other, which measurably capped the rate
-// of idempotent calls.
+// claimShards is how many locks the claims are spread over: the calls of one
+// committed group release their claims together, and under one lock they
+// queued, which measurably capped the rate of idempotent calls.
 const claimShards = 64
 
 // claimSet is the set of running scopes, each with its fingerprint.
