@@ -23,9 +23,7 @@ import (
 // while counting and putting the record. The input object is stored before,
 // so a turn lasts a few round trips; a crash costs createLockTTL at most.
 const (
-	// createLockID is the sort key of an account's create lock; batch IDs
-	// are UUIDs, so it never names a batch.
-	createLockID      = "~create-lock"
+	createLockID      = "~create-lock" // batch IDs are UUIDs, so it never names a batch
 	attrLockToken     = "lockToken"
 	createLockTTL     = 10 * time.Second
 	createLockWait    = 5 * time.Second

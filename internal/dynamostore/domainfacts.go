@@ -53,11 +53,8 @@ type DomainFactsConfig struct {
 	// Memory is the instance's tier (default: cache.NewFacts with
 	// its defaults and the store's clock). Its TTL is the items' too.
 	Memory *cache.Facts
-	// Count, when set, is told of each lookup: "hit" (memory or item) or
-	// "miss" (evs_domain_facts_total).
-	Count func(result string)
-	// Fault, when set, is told of each failed read or write.
-	Fault func(err error)
+	Count  func(result string) // when set, told "hit" or "miss" of each lookup
+	Fault  func(err error)     // when set, told of each failed read or write
 }
 
 // DomainFacts returns the domain facts of this store's Results table.

@@ -42,9 +42,7 @@ type Objects interface {
 }
 
 const (
-	// inputChunk is the items per chunk: about 30 KB for typical
-	// addresses, half a plan window.
-	inputChunk = 1000
+	inputChunk = 1000 // items per chunk: about 30 KB, half a plan window
 	// inputTail is how many bytes at the object's end are read first: the
 	// index of up to 4,000 chunks (4M items), and all of a small object.
 	inputTail   = 64 << 10

@@ -40,8 +40,7 @@ const (
 	attrWakeAt      = "wakeAt"
 
 	pauseSortKey = "pause"
-	// parkTTL is how long parked work is kept: past any batch deadline
-	// that still lets it run (the sweep plans a stalled batch again anyway).
+	// parkTTL outlasts any batch deadline that still lets parked work run.
 	parkTTL = 72 * time.Hour
 )
 

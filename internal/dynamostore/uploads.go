@@ -40,9 +40,7 @@ func uploadObject(accountID, id string) string { return "uploads/" + accountID +
 const (
 	attrContentType = "contentType"
 	attrMaxBytes    = "maxBytes"
-	// attrUsedAt marks an upload a batch was made from: it no longer
-	// counts among the account's open uploads.
-	attrUsedAt = "usedAt"
+	attrUsedAt      = "usedAt" // a batch was made from it: no longer open
 )
 
 // CreateUpload records u and returns a pre-signed PUT URL of its object,
