@@ -132,17 +132,15 @@ func (s *Store) StartExport(ctx context.Context, j store.ExportJob, replace stri
 	}
 	cur, found, err := s.ExportJob(ctx, j.AccountID, j.BatchID, j.Filters)
 	if err == nil && found && cur.Token == j.Token {
-		// The SDK retried a put whose reply was lost, and the retry
-		// failed against the put itself: the run is this call's, and
-		// must be queued by it, or it would answer 202 until its deadline.
+		// An SDK resend failed against this put: the run is this call's
+		// to queue, or it would answer 202 until its deadline.
 		return j, true, nil
 	}
 	s.releaseExportSlot(ctx, j.AccountID, slot, j.Token)
 	if err == nil && !found {
 		err = store.Unavailable(errExportRace)
 	}
-	// Another call replaced or started the job meanwhile: that run is
-	// this call's too.
+	// Another call replaced or started the job meanwhile.
 	return cur, false, err
 }
 
@@ -169,8 +167,7 @@ func (s *Store) takeExportSlot(ctx context.Context, j store.ExportJob, max int, 
 			ConditionExpression:       aws.String("attribute_not_exists(#id) OR #lu < :now"),
 			ExpressionAttributeNames:  map[string]string{"#id": attrID, "#lu": attrLeaseUntil},
 			ExpressionAttributeValues: item{":now": avTime(now)},
-			// The lease that holds the slot comes back with the failure:
-			// an SDK resend of a put whose reply was lost finds its own.
+			// The lease comes back with the failure: an SDK resend finds its own.
 			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 		})
 		if err == nil {
@@ -212,8 +209,7 @@ func (s *Store) ClaimExport(ctx context.Context, j store.ExportJob, until time.T
 		ConditionExpression:       aws.String("#tk = :tk AND #st = :running AND (attribute_not_exists(#cu) OR #cu < :now)"),
 		ExpressionAttributeNames:  map[string]string{"#cu": attrClaimUntil, "#ct": attrClaimToken, "#tk": attrExportToken, "#st": attrExportState},
 		ExpressionAttributeValues: item{":until": avTime(until), ":ct": avS(claim), ":tk": avS(j.Token), ":running": avS(store.ExportRunning), ":now": avTime(s.now())},
-		// An SDK resend after a lost reply fails against this very claim:
-		// the record that comes back with the failure tells it so.
+		// An SDK resend fails against this very claim; the record tells.
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
 	if cf, ok := errors.AsType[*types.ConditionalCheckFailedException](err); ok {
@@ -261,8 +257,7 @@ func (s *Store) FinishExport(ctx context.Context, j store.ExportJob, failed bool
 		ExpressionAttributeNames:  map[string]string{"#st": attrExportState, "#done": attrDoneAt, "#cu": attrClaimUntil, "#tk": attrExportToken},
 		ExpressionAttributeValues: item{":st": avS(state), ":now": avTime(s.now()), ":tk": avS(j.Token), ":running": avS(store.ExportRunning)},
 		ReturnValues:              types.ReturnValueAllNew,
-		// An SDK resend after a lost reply fails against this very
-		// finish, whose slot is still to be given back.
+		// An SDK resend fails against this very finish; its slot is still to give back.
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
 	if cf, ok := errors.AsType[*types.ConditionalCheckFailedException](err); ok {

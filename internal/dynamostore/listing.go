@@ -85,8 +85,7 @@ func (s *Store) ListBatches(ctx context.Context, accountID string, after evs.Bat
 		if err != nil {
 			return nil, err
 		}
-		// BatchGetItem answers in any order: put the page's back in the
-		// index's.
+		// BatchGetItem answers in any order: restore the index's.
 		byID := make(map[string]item, len(recs))
 		for _, r := range recs {
 			byID[getS(r, attrID)] = r

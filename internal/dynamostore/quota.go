@@ -65,8 +65,8 @@ func (s *Store) ChargeAddresses(ctx context.Context, accountID, period string, n
 			return true, nil
 		}
 		if failed, ok := conditionFailures(err); ok {
-			// The marker exists: an earlier attempt of this charge was
-			// applied. Otherwise the counter's condition refused it.
+			// A marker means an earlier attempt was applied; else the
+			// counter's condition refused it.
 			return failed[0], nil
 		}
 	}

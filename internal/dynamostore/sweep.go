@@ -148,8 +148,7 @@ func (s *Store) ClaimStall(ctx context.Context, accountID, id string, now time.T
 		})
 		return err
 	})
-	// A failed condition: results were written meanwhile, or another
-	// sweep got here first; either way this sweep has nothing to do.
+	// A failed condition: results came meanwhile, or another sweep won.
 	ok, err := applied(err, "record sweep")
 	return ok && stalled, err
 }
