@@ -40,10 +40,8 @@ func (s *Store) ClaimIdempotency(ctx context.Context, rec idempotency.Record, no
 		attrLockedUntil: avTime(rec.LockedUntil),
 		attrExpiresAtMs: avTime(rec.ExpiresAt),
 		attrExpiresAt:   ttlSeconds(rec.ExpiresAt),
-		// The SDK retries a write whose reply was lost, and the retry then
-		// fails against the first attempt's record; the token lets the
-		// claim recognise that record as its own rather than as a
-		// concurrent request's.
+		// An SDK resend fails against the first attempt's record; the
+		// token tells it from a concurrent request's.
 		attrClaimToken: avS(newToken()),
 	}
 	for range claimAttempts {
@@ -113,8 +111,7 @@ func idemFrom(it item) idempotency.Record {
 // and marks it done; without such a record it is CodeNotFound, so a reply is
 // never stored twice.
 func (s *Store) CompleteIdempotency(ctx context.Context, scope string, statusCode int, headers map[string]string, body []byte) error {
-	// The token lets a completion whose first reply was lost (and whose
-	// SDK retry then finds the record done) see that the done record is
+	// The token lets an SDK resend of a completion find the done record
 	// its own.
 	token := newToken()
 	set := "SET #st = :done, #code = :code, #tok = :tok"

@@ -210,9 +210,8 @@ func (s *Store) TakeParked(ctx context.Context, key string, now time.Time) (body
 		if err != nil {
 			return "", nil, false, wrapErr("take parked work", err)
 		}
-		// Best effort: an entry not removed is claimed again after claimFor
-		// and queued a second time, which the worker's check for existing
-		// results makes harmless.
+		// Best effort: an entry not removed is queued again after
+		// claimFor, which the worker's check for results makes harmless.
 		return getS(upd.Attributes, attrParkBody), s.deleteIfToken(ctx, k, attrLeaseToken, token), true, nil
 	}
 	return "", nil, false, nil

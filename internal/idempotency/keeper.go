@@ -18,11 +18,9 @@ const (
 	// Retention is how long a key's record, and so its stored reply, is kept.
 	Retention = 24 * time.Hour
 	// LockTimeout is how long an unfinished first call blocks its key in
-	// shared mode. A process that crashed mid-call never completes or
-	// releases its record; after this the key can be claimed again. It is
-	// well above the longest synchronous call (API Gateway stops waiting
-	// after 29 s). A local Keeper writes no such records, but honours those
-	// a shared one left in the store.
+	// shared mode, so a crashed call frees it; well above the longest
+	// synchronous call (API Gateway stops waiting after 29 s). A local
+	// Keeper honours such records a shared one left in the store.
 	LockTimeout = 5 * time.Minute
 )
 
@@ -69,11 +67,10 @@ type Store interface {
 // LocalStore keeps Idempotency-Key records for a Keeper in local mode
 // (NewLocal). The embedded store implements it.
 type LocalStore interface {
-	// LookupIdempotency returns the live record of scope: one that is not
-	// expired (ExpiresAt > now) and, if in progress, not stale
-	// (LockedUntil > now; a local Keeper never writes such records, but a
-	// data directory written by a shared Keeper may hold them). It reads
-	// without waiting for writes in progress elsewhere in the store.
+	// LookupIdempotency returns the live record of scope: not expired
+	// (ExpiresAt > now) and, if in progress (as a shared Keeper may have
+	// left it), not stale (LockedUntil > now). It does not wait for writes
+	// in progress elsewhere in the store.
 	LookupIdempotency(ctx context.Context, scope string, now time.Time) (rec Record, found bool, err error)
 	// PutIdempotency stores rec, a finished record (State Done, with its
 	// reply), in one write that is durable when it returns. It replaces an
@@ -206,10 +203,9 @@ func (k *Keeper) run(ctx context.Context, scope string, fn func(ctx context.Cont
 	}
 	if cerr := k.store.CompleteIdempotency(settle, scope, reply.StatusCode, reply.Headers, reply.Body); cerr != nil {
 		// The caller answers 5xx, which leaves no record: free the key
-		// now, so the client's retry runs at once
-		// instead of being told "in progress" until LockTimeout. The work
-		// is done; a handler whose effect must not happen twice finds it
-		// again on the retry (api: batches created under a key).
+		// now, so the retry runs at once, not "in progress" until
+		// LockTimeout. A handler whose effect must not happen twice finds
+		// it again on the retry (api: batches created under a key).
 		err = fmt.Errorf("idempotency: store reply: %w", cerr)
 		if rerr := k.store.ReleaseIdempotency(settle, scope); rerr != nil {
 			err = errors.Join(err, fmt.Errorf("idempotency: release key after a failed reply: %w", rerr))
