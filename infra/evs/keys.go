@@ -65,9 +65,8 @@ func loadAWS(ctx context.Context) (aws.Config, error) {
 	return awsCfg, nil
 }
 
-// openDynamoKeys loads the AWS configuration and checks, once, that the
-// region and the keys table are there: a wrong name is then one line
-// that says what to do, not "unavailable; retry" from the first call.
+// openDynamoKeys loads the AWS configuration and checks that the region and
+// the keys table are there, so a wrong name is one line saying what to do.
 func openDynamoKeys(ctx context.Context, table string) (aws.Config, *dynamostore.Store, error) {
 	awsCfg, err := loadAWS(ctx)
 	if err != nil {
@@ -284,9 +283,8 @@ func keysRevoke(c *cli, table, arg string) error {
 // idRe matches a key ID or the start of one: hex, as evs keys list shows.
 var idRe = regexp.MustCompile(`^[0-9a-f]{1,12}$`)
 
-// minIDPrefix is the shortest start of a key ID that revoke takes: four
-// hex digits leave a collision to a large list of keys, and a collision
-// is refused, never guessed.
+// minIDPrefix is the shortest start of a key ID that revoke takes; a
+// collision is refused, never guessed.
 const minIDPrefix = 4
 
 // keyByPrefix returns the ID of the one key whose ID starts with prefix.
@@ -371,9 +369,8 @@ func keysList(c *cli, table string) error {
 
 // createKey makes a key for the account called name, creating the account
 // if needed, and prints the key alone on stdout. With up (AWS), the key
-// carries the account's usage key; a usage key made here is removed again
-// when the evs key cannot be stored, so a failure leaves nothing half-made
-// in API Gateway.
+// carries the account's usage key; one made here is removed again when the
+// evs key cannot be stored.
 func createKey(ctx context.Context, st store.Keys, up *usagePlan, name string, test bool, spec keySpec, stdout, stderr io.Writer) error {
 	if up != nil {
 		// A wrong plan ID must not leave a new account behind.

@@ -45,20 +45,14 @@ const cleanupTimeout = 15 * time.Second
 type usagePlan struct {
 	api    usagePlanAPI
 	planID string
-	// rand is the source of key values: crypto/rand in the command.
-	rand io.Reader
+	rand   io.Reader // of key values: crypto/rand in the command
 }
 
 // usageKey is an account's API Gateway API key.
 type usageKey struct {
-	// id is API Gateway's identifier of the key (not secret).
-	id string
-	// value is what the authorizer returns as the usage identifier key.
-	// It is never printed.
-	value string
-	// created tells that this command made the key, so it removes it
-	// again if the evs key cannot be stored.
-	created bool
+	id      string // API Gateway's identifier of the key (not secret)
+	value   string // the authorizer's usage identifier key; never printed
+	created bool   // made by this command, so removed if the evs key cannot be stored
 }
 
 // usageKeyName names the API Gateway key of an account's keys of kind,
@@ -92,9 +86,8 @@ func (u *usagePlan) check(ctx context.Context) (*usagePlan, error) {
 }
 
 // forAccount returns the usage key of the account's keys of kind: stored,
-// the one its existing evs keys of kind carry, while API Gateway still has
-// it (put back in the plan if it left), else a new one; warn is then told,
-// if stored was set, that those older keys are now refused.
+// while API Gateway still has it (put back in the plan if it left), else a
+// new one, and then warn is told if stored's keys are now refused.
 func (u *usagePlan) forAccount(ctx context.Context, accountID string, kind evs.KeyKind, stored string, warn io.Writer) (usageKey, error) {
 	name := usageKeyName(accountID, kind)
 	if stored != "" {

@@ -1,7 +1,6 @@
-// Package authorizer resolves an API key to its account (API contract,
-// section 1: missing, malformed or unknown key → 401; revoked key or
-// suspended account → 403). `evs serve` runs it as middleware; on AWS the
-// REQUEST authorizer Lambda (internal/lambda.Authorizer) runs the same
+// Package authorizer resolves an API key to its account (missing, malformed
+// or unknown key: 401; revoked key or suspended account: 403). `evs serve`
+// runs it as middleware; on AWS the REQUEST authorizer Lambda runs the same
 // lookup and answers API Gateway with a policy.
 //
 // The key itself never appears in an error, a policy or a log; only its

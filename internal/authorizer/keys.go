@@ -22,9 +22,8 @@ import (
 // KeyPrefix is the fixed service prefix, dot included.
 const KeyPrefix = "evs."
 
-// PublishablePrefix is the prefix of a publishable key (contract, section
-// 17): a different one, so a key pasted into a web page is told apart from
-// a secret one at a glance and by secret scanners.
+// PublishablePrefix is the prefix of a publishable key, so a key pasted into
+// a web page is told apart from a secret one by people and secret scanners.
 const PublishablePrefix = "evs_pk."
 
 // secretLen is the length of 32 bytes in unpadded base64url.
@@ -92,17 +91,15 @@ type KeyWriter interface {
 }
 
 // IssueKey makes a key for the account, stores its hash (with the account's
-// API Gateway usage-plan key, if any) and returns the key, which is shown
-// once and never stored. It is the one way keys are made: `evs serve` on
-// first start and `evs keys create` both call it.
+// API Gateway usage-plan key, if any) and returns the key, shown once. It is
+// the one way keys are made.
 func IssueKey(ctx context.Context, st KeyWriter, accountID, usageKeyID string, now time.Time) (string, error) {
 	return Issue(ctx, st, evs.Key{AccountID: accountID, UsageKeyID: usageKeyID}, now)
 }
 
 // Issue is IssueKey for a key of any kind: spec gives the account, the
-// usage key, and for a publishable key (Kind) its origins, which must pass
-// CheckOrigins, and its own rate limits, if any. The rest of spec is made
-// here.
+// usage key, and for a publishable key its origins (CheckOrigins) and rate
+// limits, if any; the rest is made here.
 func Issue(ctx context.Context, st KeyWriter, spec evs.Key, now time.Time) (string, error) {
 	newKey := NewKey
 	if spec.Kind == evs.KeyPublishable {

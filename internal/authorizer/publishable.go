@@ -13,19 +13,17 @@ import (
 )
 
 // PublishableMethod and PublishableRoute are the one call a publishable key
-// may make (contract, section 17): verify one address from a web page.
+// may make: verify one address from a web page.
 const (
 	PublishableMethod = http.MethodPost
 	PublishableRoute  = "/v1/verify"
 )
 
-// Permit is the rule of publishable keys, the one both deployments apply
-// (api's handlers on `evs serve` and on Lambda alike; the AWS authorizer
-// also scopes its policy by it): a secret key is not restricted here; a
-// publishable key may call only POST /v1/verify, and only with an Origin
-// header naming one of its origins. route is the route's template, origin
-// the request's Origin header ("" when it has none). A refusal is a
-// CodeForbidden error whose message names the rule, never the key.
+// Permit is the rule of publishable keys both deployments apply: one may
+// call only POST /v1/verify, with an Origin header naming one of its
+// origins; a secret key is not restricted here. route is the route's
+// template, origin the Origin header ("" for none). A refusal is a
+// CodeForbidden error naming the rule, never the key.
 func Permit(p evs.Principal, method, route, origin string) error {
 	if p.Kind != evs.KeyPublishable {
 		return nil

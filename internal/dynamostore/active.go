@@ -15,20 +15,15 @@ import (
 
 // The limit on active batches per account (EVS_MAX_ACTIVE_BATCHES).
 //
-// Counting is exact: the Batches table's partition key is the account, so a
-// strongly consistent Query reads every batch record of the account as it
-// is now (a secondary index would only be eventually consistent). Counting
-// then creating is not one step, though: two creations could both count 9
-// and both pass. So creations of one account take turns: each holds the
-// account's create lock, an item in the same partition put with
-// attribute_not_exists (or an expired lease), while it counts and puts its
-// batch record. The input object is stored before the lock is taken, so
-// the turn lasts a few round trips whatever the batch's size. A crash
-// while holding it costs that account createLockTTL at most.
+// Counting is exact: the account is the partition key, so a strongly
+// consistent Query reads all its batch records as they are now (an index
+// would be eventually consistent). Counting then creating is two steps, so
+// an account's creations take turns under its create lock, an item of the
+// same partition put with attribute_not_exists (or an expired lease), held
+// while counting and putting the record. The input object is stored before,
+// so a turn lasts a few round trips; a crash costs createLockTTL at most.
 const (
-	// createLockID is the sort key of an account's create lock; batch IDs
-	// are UUIDs, so it never names a batch.
-	createLockID      = "~create-lock"
+	createLockID      = "~create-lock" // batch IDs are UUIDs, so it never names a batch
 	attrLockToken     = "lockToken"
 	createLockTTL     = 10 * time.Second
 	createLockWait    = 5 * time.Second
@@ -63,7 +58,7 @@ func (s *Store) ActiveBatches(ctx context.Context, accountID string) (int, error
 }
 
 // CreateBatchWithin stores b and its items unless the account already has
-// maxActive active batches; see the comment above for how it stays exact.
+// maxActive active batches.
 func (s *Store) CreateBatchWithin(ctx context.Context, b evs.Batch, items []evs.Item, maxActive int) error {
 	if maxActive <= 0 {
 		return s.CreateBatch(ctx, b, items)
@@ -88,9 +83,9 @@ func (s *Store) CreateBatchWithin(ctx context.Context, b evs.Batch, items []evs.
 	return s.putBatch(ctx, b, items, key)
 }
 
-// lockCreates takes the create lock of a partition of the Batches table
-// (an account's batches, or its uploads: uploadPartition), waiting a
-// little while another creation holds it, and returns its release.
+// lockCreates takes the create lock of a Batches partition (an account's
+// batches or uploads), waiting while another creation holds it, and returns
+// its release.
 func (s *Store) lockCreates(ctx context.Context, partition string) (func(), error) {
 	token := newToken()
 	key := batchKey(partition, createLockID)

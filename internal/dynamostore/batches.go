@@ -42,15 +42,11 @@ const (
 	attrUndeliverable = "undeliverable"
 	attrRisky         = "risky"
 	attrUnknown       = "unknown"
-	// attrMaxAgeMs is the batch's maxAge (evs.Batch.MaxAge) in
-	// milliseconds, -1 for evs.NoReuse; absent for no bound.
-	attrMaxAgeMs = "maxAgeMs"
-	// attrBatchName is the batch's name (evs.Batch.Name), absent when none.
-	attrBatchName = "batchName"
+	attrMaxAgeMs      = "maxAgeMs"  // -1 for evs.NoReuse; absent for no bound
+	attrBatchName     = "batchName" // absent when none
 )
 
-// counterAttr names the counter of each outcome label; a result of another
-// status is refused.
+// counterAttr names the counter of each outcome label; other statuses are refused.
 var counterAttr = map[string]string{
 	"deliverable":   attrDeliverable,
 	"undeliverable": attrUndeliverable,
@@ -59,25 +55,17 @@ var counterAttr = map[string]string{
 }
 
 const (
-	// resultsPerTx leaves room for the batch update in TransactWriteItems'
-	// 100 items.
-	resultsPerTx = 99
-	// writeAttempts bounds the retries of unprocessed rows, cancelled
-	// transactions and conflicts before the store reports itself
-	// unavailable.
-	writeAttempts = 10
-	// rowsPerKey is how many seqs share one Results partition key: a
-	// key never takes more than that many writes, whatever the batch's
-	// size or the workers' speed, far below a partition's 1,000 a second.
+	resultsPerTx  = 99 // leaves room for the batch update in a transaction's 100 items
+	writeAttempts = 10 // retries before the store reports itself unavailable
+	// rowsPerKey seqs share one Results partition key, so a key never takes
+	// more writes than that, far below a partition's 1,000 a second.
 	rowsPerKey = 250
 )
 
-// rowKey names a batch: the account is part of it, so batches of two
-// accounts never share rows.
+// rowKey names a batch; with the account in it, accounts never share rows.
 func rowKey(accountID, id string) string { return accountID + "#" + id }
 
-// resultKey is the Results partition key of the result of seq: results are
-// spread over keys of rowsPerKey consecutive seqs.
+// resultKey is the Results partition key of seq's result.
 func resultKey(accountID, id string, seq int) string {
 	return rowKey(accountID, id) + "#" + strconv.Itoa(seq/rowsPerKey)
 }
@@ -110,8 +98,8 @@ func batchFrom(it item) evs.Batch {
 	}
 }
 
-// visible tells whether a stored batch record is one a reader may see: not
-// expired by the store's clock (nor a lock, which has no expiry of its own).
+// visible tells whether a batch record is one a reader may see: not expired
+// by the store's clock, nor a lock.
 func (s *Store) visible(it item) bool {
 	return it != nil && evs.Live(getTime(it, attrExpiresAtMs), s.now())
 }
@@ -151,9 +139,9 @@ func (s *Store) CreateBatch(ctx context.Context, b evs.Batch, items []evs.Item) 
 	return s.putBatch(ctx, b, items, key)
 }
 
-// storeInput checks b and its items and stores the items as the batch's
-// input object, returning its key ("" for no items). The key holds a
-// random token, so two creations of one ID never share an object.
+// storeInput checks b and stores its items as the input object, returning
+// its key ("" for no items). The key holds a random token, so two creations
+// of one ID never share an object.
 func (s *Store) storeInput(ctx context.Context, b evs.Batch, items []evs.Item) (string, error) {
 	if err := store.CheckNewBatch(b, items); err != nil {
 		return "", err
@@ -226,11 +214,10 @@ func (s *Store) putBatch(ctx context.Context, b evs.Batch, items []evs.Item, inp
 	return err
 }
 
-// putOnce writes in, whose condition refuses an item already there, and
-// reports whether this call made the item (false: another's was there,
-// the key to read it). The SDK retries a put whose reply was lost, and the
-// retry then fails the condition against the put itself: a random token
-// in the item tells this call's own item from another's.
+// putOnce writes in, whose condition refuses an existing item, and reports
+// whether this call made it (key reads the other's). A put whose reply was
+// lost is retried by the SDK and fails its condition against itself, so a
+// random token tells this call's item from another's.
 func (s *Store) putOnce(ctx context.Context, in *dynamodb.PutItemInput, key item, what string) (bool, error) {
 	token := newToken()
 	in.Item[attrCreateToken] = avS(token)
@@ -262,9 +249,9 @@ func (s *Store) backoff(ctx context.Context, attempt int) error {
 	return s.sleep(ctx, time.Duration(rand.Int64N(int64(d))+1))
 }
 
-// TransitionBatch moves the batch to `to` if evs.CheckTransition allows
-// it, in one conditional update: the condition is the rule's, and on a
-// refusal the batch is read again and the rule tells why (or CodeNotFound).
+// TransitionBatch moves the batch to `to` in one update conditional on
+// evs.CheckTransition's rule; on a refusal the batch is read again and the
+// rule tells why (or CodeNotFound).
 func (s *Store) TransitionBatch(ctx context.Context, accountID, id string, from []evs.State, to evs.State, errMsg string, now time.Time) (evs.Batch, error) {
 	if accountID == "" || id == "" {
 		return evs.Batch{}, store.NoBatch()
@@ -351,9 +338,8 @@ func (s *Store) TransitionBatch(ctx context.Context, accountID, id string, from 
 	return batchFrom(out.Attributes), nil
 }
 
-// retryConflict runs write again while DynamoDB refuses it because a
-// transaction on the same item is in flight (PutResults' transactions hold
-// the batch record briefly); the SDK does not retry that error itself.
+// retryConflict runs write again while a transaction on the same item is in
+// flight (PutResults' hold the batch record); the SDK does not retry that.
 func (s *Store) retryConflict(ctx context.Context, write func() error) error {
 	var err error
 	for attempt := range writeAttempts {
@@ -367,10 +353,8 @@ func (s *Store) retryConflict(ctx context.Context, write func() error) error {
 	return err
 }
 
-// PutResults writes the results that have none yet and counts them, in
-// transactions of up to 99 results plus the batch's counter update, then
-// completes the batch if every item has its result. See the package
-// comment for the design.
+// PutResults writes and counts the results that have none yet, then
+// completes the batch if every item has its result (see the package doc).
 func (s *Store) PutResults(ctx context.Context, accountID, id string, results []evs.Result, now time.Time) (evs.Batch, error) {
 	all, err := store.EncodeResults(results)
 	if err != nil {
@@ -419,9 +403,9 @@ func (s *Store) PutResults(ctx context.Context, accountID, id string, results []
 	return s.completeIfDone(ctx, accountID, id, now)
 }
 
-// putChunk writes one transaction's worth of results, dropping those
-// already written and retrying. final reports that the batch was final (or
-// gone), so nothing was written and nothing more should be.
+// putChunk writes one transaction of results, dropping those already
+// written and retrying. final reports that the batch was final or gone, so
+// nothing was or should be written.
 func (s *Store) putChunk(ctx context.Context, accountID, id string, chunk []evs.Result, encoded map[int][]byte, ttl types.AttributeValue) (final bool, err error) {
 	// attempt counts only the retries that made no progress (conflicts,
 	// throttling); dropping written results always shrinks the chunk.
@@ -468,11 +452,9 @@ func (s *Store) putChunk(ctx context.Context, accountID, id string, chunk []evs.
 			case "", "None":
 				keep = append(keep, r)
 			case "ConditionalCheckFailed":
-				// Written before: a redelivered message, or two workers
-				// overlapping. Dropped, so it is not counted twice.
+				// Written before: dropped, so it is not counted twice.
 			default:
-				// TransactionConflict, throttling: the whole transaction
-				// is retried after a pause.
+				// TransactionConflict, throttling: retried after a pause.
 				keep = append(keep, r)
 				retryLater = true
 			}
@@ -489,8 +471,7 @@ func (s *Store) putChunk(ctx context.Context, accountID, id string, chunk []evs.
 	return false, nil
 }
 
-// countUpdate is the batch record's part of a results transaction: it adds
-// n results, by counter, on the condition that the batch takes results.
+// countUpdate is the batch record's part of a results transaction.
 func (s *Store) countUpdate(accountID, id string, n int64, added map[string]int64) types.TransactWriteItem {
 	names := map[string]string{"#st": attrState, "#p": attrProcessed}
 	values := item{":q": avS(evs.StateQueued), ":r": avS(evs.StateRunning), ":n": avN(n)}
@@ -549,9 +530,8 @@ func (s *Store) completeIfDone(ctx context.Context, accountID, id string, now ti
 	return batchFrom(out.Attributes), nil
 }
 
-// Results returns up to limit results with Seq > afterSeq in Seq order,
-// only those of status when status is not empty: a Query of each results
-// key in turn, from the one holding afterSeq+1.
+// Results returns up to limit results with Seq > afterSeq (of status, if
+// set) in Seq order, querying each results key in turn.
 func (s *Store) Results(ctx context.Context, accountID, id string, afterSeq, limit int, status evs.Status) ([]evs.Result, error) {
 	it, err := s.batchItem(ctx, accountID, id)
 	if err != nil || limit <= 0 {
@@ -583,8 +563,8 @@ func (s *Store) Results(ctx context.Context, accountID, id string, afterSeq, lim
 	return out, nil
 }
 
-// queryKey passes the rows of one results key with seq in (after, upTo],
-// in seq order, to each until it returns false.
+// queryKey passes one results key's rows with seq in (after, upTo] to each
+// until it returns false.
 func (s *Store) queryKey(ctx context.Context, key string, after, upTo int, filter, projection *string, values item, each func(item) bool) error {
 	names := map[string]string{"#b": attrBatchID, "#q": attrSeq}
 	if filter != nil {
@@ -603,16 +583,14 @@ func (s *Store) queryKey(ctx context.Context, key string, after, upTo int, filte
 	}, "read results", each)
 }
 
-// query passes the items in matches, page after page, to each until it
-// returns false.
+// query passes the items in matches to each until it returns false.
 func (s *Store) query(ctx context.Context, in *dynamodb.QueryInput, op string, each func(item) bool) error {
 	return pages(ctx, dynamodb.NewQueryPaginator(s.c, in), op, func(page *dynamodb.QueryOutput) bool {
 		return !slices.ContainsFunc(page.Items, func(it item) bool { return !each(it) })
 	})
 }
 
-// pages passes the pages p reads to each until it returns false: the
-// one loop over a Query's or a Scan's pages.
+// pages passes the pages p reads to each until it returns false.
 func pages[O any](ctx context.Context, p interface {
 	HasMorePages() bool
 	NextPage(context.Context, ...func(*dynamodb.Options)) (O, error)
@@ -629,8 +607,7 @@ func pages[O any](ctx context.Context, p interface {
 	return nil
 }
 
-// written returns which seqs in [lo, hi] have a result, reading their
-// keys alone.
+// written returns which seqs in [lo, hi] have a result.
 func (s *Store) written(ctx context.Context, accountID, id string, lo, hi int) (map[int]bool, error) {
 	done := map[int]bool{}
 	for seq := lo; seq <= hi; seq = (seq/rowsPerKey + 1) * rowsPerKey {
@@ -645,10 +622,8 @@ func (s *Store) written(ctx context.Context, accountID, id string, lo, hi int) (
 	return done, nil
 }
 
-// PendingItems returns up to limit items with Seq > afterSeq that have no
-// result yet, in Seq order: the batch's input, read a few chunks at a
-// time from the one holding afterSeq+1, less the seqs whose results keys
-// hold a result.
+// PendingItems returns up to limit items with Seq > afterSeq and no result,
+// in Seq order: the input, a few chunks at a time, less the written seqs.
 func (s *Store) PendingItems(ctx context.Context, accountID, id string, afterSeq, limit int) ([]evs.Item, error) {
 	it, err := s.batchItem(ctx, accountID, id)
 	if err != nil || limit <= 0 {
@@ -690,9 +665,9 @@ func (s *Store) PendingItems(ctx context.Context, accountID, id string, afterSeq
 	return out, nil
 }
 
-// UnfinishedBatches lists the visible batches in state queued or running,
-// of every account, oldest first, from the index of active work (sweep.go),
-// which may miss a batch created a moment ago.
+// UnfinishedBatches lists every account's visible queued or running batches,
+// oldest first, from the active index (sweep.go), which may miss a batch
+// created a moment ago.
 func (s *Store) UnfinishedBatches(ctx context.Context) ([]evs.Batch, error) {
 	un, _, err := s.activeBatches(ctx)
 	return un, err
@@ -701,10 +676,9 @@ func (s *Store) UnfinishedBatches(ctx context.Context) ([]evs.Batch, error) {
 // keysPerGet is BatchGetItem's limit.
 const keysPerGet = 100
 
-// WithoutResults returns the items of the batch that have no result yet,
-// in the order given: a redelivered work message probes only those, so an
-// address is never asked of its mail server twice. Strongly consistent
-// reads of the keys alone, 100 to a call.
+// WithoutResults returns the given items that have no result yet, in order,
+// so a redelivered message never asks a mail server about an address twice.
+// Strongly consistent reads, 100 keys a call.
 func (s *Store) WithoutResults(ctx context.Context, accountID, id string, items []evs.Item) ([]evs.Item, error) {
 	keys := make([]item, len(items))
 	for i, it := range items {

@@ -14,19 +14,16 @@ import (
 	"github.com/evs-dev/evs/internal/cache"
 )
 
-// Domain facts (contract, section 12; docs/cache.md) on AWS: what a
-// domain's accept-all probe said, and how long after greylisting us its
-// server let a retry through, shared by every instance of the worker and
-// verify functions. One item per domain in the Results table, batchId
-// "~domain#<domain>", seq 0, with catchAll ("accepted" or "rejected") and
-// its expiresAtMs, greyDelayMs and its greyExpiresAtMs, and the TTL
-// attribute. Each fact is written with an UpdateItem that sets its own
-// attributes only, so learning one never erases the other; the TTL
-// attribute takes the latest write's expiry, the later of the two, as
-// every fact is kept for the same TTL. No batch ID starts with "~" and
-// domains hold no "#", so no result row or cache entry shares a key; the
-// verify function's IAM policy allows it these partitions and the result
-// cache's, no others. Nothing in it is about an address or an account.
+// Domain facts (docs/cache.md) on AWS: what a domain's accept-all probe
+// said, and how long after greylisting us its server let a retry through,
+// shared by every worker and verify instance. One item per domain in the
+// Results table, batchId "~domain#<domain>", seq 0, with catchAll and
+// expiresAtMs, greyDelayMs and greyExpiresAtMs, and the TTL attribute. Each
+// fact's UpdateItem sets its own attributes only, so learning one never
+// erases the other; the TTL takes the latest (so later) expiry, as every
+// fact has the same TTL. The verify function's IAM policy allows it these
+// partitions and the result cache's, no others. Nothing in it is about an
+// address or an account.
 
 const (
 	domainPartitionPrefix = "~domain#"
@@ -39,12 +36,11 @@ func domainKey(domain string) item {
 	return item{attrBatchID: avS(domainPartitionPrefix + domain), attrSeq: avN(0)}
 }
 
-// DomainFacts is the engine's verify.DomainFacts on AWS: the instance's
-// memory first, then the domain's item, read once per domain and instance
-// and kept in memory until the item's own expiry. A conclusive answer is
-// written to both. A fault of DynamoDB reads as "not known" (the engine
-// probes, as it would have) and is handed to Fault: the facts save probes,
-// they never fail a verification.
+// DomainFacts is verify.DomainFacts on AWS: the instance's memory first,
+// then the domain's item, read once per domain and instance and kept until
+// its expiry. A conclusive answer is written to both. A DynamoDB fault reads
+// as "not known" and goes to Fault: the facts save probes, they never fail
+// a verification.
 type DomainFacts struct {
 	s     *Store
 	mem   *cache.Facts
@@ -57,11 +53,8 @@ type DomainFactsConfig struct {
 	// Memory is the instance's tier (default: cache.NewFacts with
 	// its defaults and the store's clock). Its TTL is the items' too.
 	Memory *cache.Facts
-	// Count, when set, is told of each lookup: "hit" (memory or item) or
-	// "miss" (evs_domain_facts_total).
-	Count func(result string)
-	// Fault, when set, is told of each failed read or write.
-	Fault func(err error)
+	Count  func(result string) // when set, told "hit" or "miss" of each lookup
+	Fault  func(err error)     // when set, told of each failed read or write
 }
 
 // DomainFacts returns the domain facts of this store's Results table.
@@ -128,8 +121,7 @@ func (f *DomainFacts) read(ctx context.Context, domain string) (item, bool) {
 	return out.Item, true
 }
 
-// KeepAcceptAll remembers a conclusive answer in memory and in the
-// domain's item, for the memory's TTL.
+// KeepAcceptAll remembers a conclusive answer in memory and in the item.
 func (f *DomainFacts) KeepAcceptAll(ctx context.Context, domain, result string) {
 	if !cache.Conclusive(result) {
 		return
@@ -139,9 +131,8 @@ func (f *DomainFacts) KeepAcceptAll(ctx context.Context, domain, result string) 
 	f.write(ctx, domain, expires, item{attrCatchAll: avS(result), attrExpiresAtMs: avTime(expires)})
 }
 
-// KeepGreyDelay remembers in memory and in the domain's item, for the
-// memory's TTL, that a retry d after the domain's server greylisted us
-// got through.
+// KeepGreyDelay remembers, in memory and in the domain's item, that a retry
+// d after the domain's server greylisted us got through.
 func (f *DomainFacts) KeepGreyDelay(ctx context.Context, domain string, d time.Duration) {
 	if d <= 0 {
 		return

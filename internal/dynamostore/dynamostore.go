@@ -1,91 +1,76 @@
 // Package dynamostore is the DynamoDB implementation of store.Store, used by
-// the Lambda functions. It passes the same contract suite as the embedded
-// SQLite store: package store's tests run it against both.
+// the Lambda functions; package store's contract suite runs it as it runs the
+// SQLite store.
 //
 // # Tables
 //
-// Four tables, with the key schemas of template.yaml (Definitions):
+// Four tables, with the key schemas of template.yaml (Definitions), and one S3
+// bucket (Tables.Inputs) holding each batch's distinct items as one object,
+// written before its record (input.go):
 //
-//   - Keys (pk): one table for accounts and keys. "acct#<id>" holds an
-//     account, "name#<name>" the unique name index pointing at it, "key#<hash>"
-//     a key and "keyid#<id>" the unique short-ID index pointing at its hash.
-//     Each entity and its index entry are written in one TransactWriteItems
-//     with attribute_not_exists on both, so a name or key ID is never taken
-//     twice. CountAccounts and ListKeys Scan the table with a filter: they are
-//     admin operations (first start, `evs keys list`) on a small table, not
-//     worth a secondary index.
+//   - Keys (pk): accounts ("acct#<id>"), their unique name index
+//     ("name#<name>"), keys ("key#<hash>") and their unique short-ID index
+//     ("keyid#<id>"). An entity and its index entry are written in one
+//     transaction with attribute_not_exists on both, so no name or key ID is
+//     taken twice. CountAccounts and ListKeys Scan with a filter: admin
+//     operations on a small table, not worth an index.
 //   - Batches (accountId, id): one record per batch with its counters; also
-//     each account's create lock (active.go), the MX host leases, in
-//     partitions "~mx#<host>" (lease.go), and the address quota's counters,
-//     in partitions "~quota#<accountId>" (quota.go). None has a state, so
-//     no reader of batches sees them. Two sparse keys-only indexes hold
-//     batch records alone: byCreated, the list (listing.go), and byActive,
-//     the work in progress the sweep reads (sweep.go).
-//   - Results (batchId, seq): one row per result of a batch, written with
-//     the result. batchId is "<accountId>#<id>#<seq/250>": two accounts'
-//     batches never share rows, and no key takes more than 250 writes.
-//     Also the account result cache, in partitions "~cache#…"
-//     (resultcache.go), and the domain facts, in partitions
-//     "~domain#<domain>" (domainfacts.go).
-//
-// And one S3 bucket (Tables.Inputs): each batch's distinct items as one
-// object, written before its record (input.go).
+//     each account's create lock (active.go), the MX host leases ("~mx#<host>",
+//     lease.go) and the address quota's counters ("~quota#<accountId>",
+//     quota.go). These have no state, so no batch reader sees them. Two sparse
+//     keys-only indexes hold batch records alone: byCreated, the list
+//     (listing.go), and byActive, the work in progress (sweep.go).
+//   - Results (batchId, seq): one row per result. batchId is
+//     "<accountId>#<id>#<seq/250>": accounts never share rows, and no key takes
+//     more than 250 writes. Also the account result cache ("~cache#…",
+//     resultcache.go) and the domain facts ("~domain#<domain>", domainfacts.go).
 //   - Idempotency (scope): one record per Idempotency-Key scope.
 //
-// Every record that expires carries expiresAt in epoch seconds, the TTL
-// attribute (enabled on all four tables, as in template.yaml; Keys items
-// never carry it), rounded up so DynamoDB never deletes a record before it expires.
-// TTL deletion is lazy (it can lag by days), so readers also compare the
-// millisecond expiry (expiresAtMs) with the store's clock and treat an expired
-// record as missing.
+// A record that expires carries expiresAt, the TTL attribute in epoch seconds
+// (on all four tables; Keys items never carry it), rounded up so DynamoDB
+// never deletes it early. TTL deletion can lag by days, so readers also
+// compare expiresAtMs with the store's clock and treat an expired record as
+// missing.
 //
 // # Creating a batch
 //
-// CreateBatch stores the items as one S3 object, then puts the batch record,
-// naming the object, with attribute_not_exists on its ID: a handful of calls
-// whatever the batch's size, and a crash at any step leaves no batch a
-// reader can see (only an object the bucket's lifecycle rule removes).
-// "Pending" is an item of the input without a result row; PendingItems reads
-// the input a chunk at a time and the results keys covering it.
+// CreateBatch stores the items as one S3 object, then puts the batch record
+// naming it with attribute_not_exists on its ID: a handful of calls whatever
+// the size, and a crash at any step leaves no batch a reader can see (only an
+// object the bucket's lifecycle rule removes). "Pending" is an item of the
+// input without a result row; PendingItems reads the input a chunk at a time
+// and the results keys covering it.
 //
 // # Writing results exactly once
 //
-// PutResults writes results in TransactWriteItems of up to 99 result puts
-// plus one update of the batch record. Each result put is conditional on
-// its row not existing yet; the batch update adds the transaction's
-// results to the counters and is conditional on the batch being queued or
-// running. So a result and its count are written together or not at all, and
-// results for a final batch are never written. When a transaction is
-// cancelled because some results were already written (a redelivered SQS
-// message, or two workers overlapping), the cancellation reasons name them;
-// they are dropped and the rest retried, so nothing is counted twice.
-// Cancellations caused by concurrent transactions on the same batch record
-// (TransactionConflict) are retried with backoff.
+// PutResults writes transactions of up to 99 result puts, each conditional on
+// its row not existing, plus one update of the batch record that adds them to
+// the counters, conditional on the batch being queued or running. So a result
+// and its count are written together or not at all, and a final batch gets no
+// results. When a transaction is cancelled because some rows already exist (a
+// redelivered message, overlapping workers), the cancellation reasons name
+// them; they are dropped and the rest retried, so nothing counts twice.
+// TransactionConflict cancellations are retried with backoff.
 //
-// Atomicity is per transaction, not per call: a call of more than 99
-// results that fails part-way has written (and counted) whole transactions
-// only, and the caller's retry writes the rest without counting anything
-// twice, so the counter invariants hold at every moment.
+// Atomicity is per transaction: a call that fails part-way has written (and
+// counted) whole transactions only, and the retry writes the rest, so the
+// counter invariants hold at every moment.
 //
-// Within one process, PutResults calls for the same batch wait for each
-// other: their transactions all update the batch record, which DynamoDB
-// would cancel with TransactionConflict if they overlapped. (moto, which the
-// tests run against, does not isolate concurrent transactions at all, so
-// the contract suite's concurrent writers rely on this wait there; across
-// processes the transactions' conditions are what keeps counts exact.)
+// Within one process, PutResults calls for the same batch wait for each other,
+// since their transactions all update the batch record. (moto does not isolate
+// concurrent transactions, so the contract suite's concurrent writers rely on
+// this wait; across processes the conditions keep counts exact.)
 //
-// After its transactions, PutResults completes the batch with one conditional
-// update (queued or running, and processed >= items). Doing it after every
-// call, also one that wrote nothing new, heals a crash between the last
-// result and the completion: the redelivered message completes the batch.
+// PutResults then completes the batch with one conditional update (queued or
+// running, processed >= items), also after a call that wrote nothing new: that
+// heals a crash between the last result and the completion.
 //
 // # Errors
 //
 // A failed condition becomes the documented store outcome (CodeNotFound,
-// CodeInvalidState, or the return values of ClaimIdempotency). Throttling,
-// missing tables, network faults and other service errors are *evs.Error
-// CodeUnavailable wrapping the cause; the AWS text stays in the wrapped error
-// for logs and never reaches clients through the error's Message.
+// CodeInvalidState, ClaimIdempotency's results). Throttling, missing tables,
+// network faults and other service errors are CodeUnavailable wrapping the
+// cause; the AWS text stays in the wrapped error for logs, never in Message.
 package dynamostore
 
 import (
@@ -117,8 +102,7 @@ type Tables struct {
 	Batches     string
 	Results     string
 	Idempotency string
-	// Inputs is the S3 bucket of batch inputs (and uploads).
-	Inputs string
+	Inputs      string // the S3 bucket of batch inputs and uploads
 }
 
 // Attribute names shared by several tables.
@@ -133,10 +117,8 @@ const (
 	attrExpiresAtMs = "expiresAtMs" // exact expiry, epoch milliseconds
 )
 
-// Definitions returns the CreateTableInput of every table t names (empty
-// names are left out), with the key schemas of template.yaml and on-demand
-// billing. Time-to-live is not part of CreateTableInput; CreateTables turns
-// it on.
+// Definitions returns the CreateTableInput of every table t names, with the
+// key schemas of template.yaml and on-demand billing. CreateTables turns on TTL.
 func Definitions(t Tables) []dynamodb.CreateTableInput {
 	var defs []dynamodb.CreateTableInput
 	add := func(name string, hash, hashType string, rng, rngType string) {
@@ -161,8 +143,7 @@ func Definitions(t Tables) []dynamodb.CreateTableInput {
 	add(t.Keys, attrPK, "S", "", "")
 	add(t.Batches, attrAccountID, "S", attrID, "S")
 	if t.Batches != "" {
-		// The sparse indexes of the batch list (listing.go) and of active
-		// work (sweep.go), keys only.
+		// The sparse indexes of listing.go and sweep.go.
 		b := &defs[len(defs)-1]
 		keys := types.Projection{ProjectionType: types.ProjectionTypeKeysOnly}
 		b.AttributeDefinitions = append(b.AttributeDefinitions,
@@ -186,15 +167,12 @@ func Definitions(t Tables) []dynamodb.CreateTableInput {
 	return defs
 }
 
-// tableWaitTimeout bounds how long CreateTables waits for a table to become
-// active; on-demand tables usually take seconds.
+// tableWaitTimeout bounds CreateTables' wait for a table to become active.
 const tableWaitTimeout = 5 * time.Minute
 
-// CreateTables creates the tables t names (skipping empty names and tables
-// that already exist, to which it adds the indexes they lack), waits until
-// they are active and turns on time-to-live on expiresAt, as template.yaml
-// does. Tests and `evs` use it;
-// deployments get their tables from the template.
+// CreateTables creates the tables t names (adding missing indexes to those
+// that exist), waits until they are active and turns on TTL, as template.yaml
+// does. Tests and `evs` use it; deployments get their tables from the template.
 func CreateTables(ctx context.Context, c *dynamodb.Client, t Tables) error {
 	defs := Definitions(t)
 	existing := map[string]bool{}
@@ -225,8 +203,7 @@ func CreateTables(ctx context.Context, c *dynamodb.Client, t Tables) error {
 				Enabled:       aws.Bool(true),
 			},
 		})
-		// Enabling TTL twice is refused with a ValidationException; the
-		// table is then already as wanted.
+		// Enabling TTL twice is refused with a ValidationException.
 		if err != nil && apiCode(err) != "ValidationException" {
 			return wrapErr("enable TTL on "+*d.TableName, err)
 		}
@@ -236,38 +213,28 @@ func CreateTables(ctx context.Context, c *dynamodb.Client, t Tables) error {
 
 // Config is what New needs.
 type Config struct {
-	// Client is the DynamoDB client; its retryer handles throttling first.
-	Client *dynamodb.Client
-	// Tables names the tables and the input bucket; operations on an
-	// unnamed table fail.
-	Tables Tables
-	// Objects is the S3 client of the input bucket; creating a batch
-	// with items needs it. Presign signs export URLs (Export).
-	Objects Objects
-	Presign Presigner
-	// Now is the store's clock, used to hide expired records; nil means
-	// time.Now.
-	Now func() time.Time
+	Client  *dynamodb.Client // its retryer handles throttling first
+	Tables  Tables           // operations on an unnamed table fail
+	Objects Objects          // the S3 client of the input bucket
+	Presign Presigner        // signs export URLs
+	Now     func() time.Time // hides expired records; nil means time.Now
 }
 
 // Store is the DynamoDB store. It is safe for concurrent use.
 type Store struct {
-	c     *dynamodb.Client
-	t     Tables
-	now   func() time.Time
-	sleep func(context.Context, time.Duration) error
-	in    inputs
-	// presign signs export download URLs.
+	c       *dynamodb.Client
+	t       Tables
+	now     func() time.Time
+	sleep   func(context.Context, time.Duration) error
+	in      inputs
 	presign Presigner
-	// backfilled is set once this process has seen the table's index keys
+	// backfilled is set once this process has seen the index keys
 	// backfilled (listing.go).
 	backfilled atomic.Bool
 
-	// putLocks serialize this process's PutResults calls per batch (striped
-	// by a hash of the batch key; a channel so a waiter's deadline holds).
-	// Their transactions all update the batch record, so DynamoDB would
-	// cancel concurrent ones with TransactionConflict anyway; waiting here
-	// is cheaper than retrying.
+	// putLocks serialize this process's PutResults calls per batch, striped
+	// by hash; channels, so a waiter's deadline holds. DynamoDB would cancel
+	// overlapping ones with TransactionConflict; waiting is cheaper.
 	putLocks [64]chan struct{}
 }
 
@@ -312,10 +279,9 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// wrapErr turns an error of the DynamoDB client into a store error: coded
-// errors pass through, request mistakes (a bug here, not a fault of the
-// service) stay internal, and everything else — throttling, missing tables,
-// network faults, deadlines — is CodeUnavailable wrapping the cause.
+// wrapErr turns a DynamoDB client error into a store error: coded errors
+// pass through, request mistakes (a bug here) stay internal, and everything
+// else is CodeUnavailable wrapping the cause.
 func wrapErr(op string, err error) error {
 	if err == nil {
 		return nil
@@ -339,8 +305,7 @@ func apiCode(err error) string {
 	return ""
 }
 
-// isConditionFailed tells whether err is a failed ConditionExpression of a
-// single-item write.
+// isConditionFailed tells whether a single-item write's condition failed.
 func isConditionFailed(err error) bool {
 	var cf *types.ConditionalCheckFailedException
 	return errors.As(err, &cf)
@@ -355,13 +320,11 @@ func applied(err error, op string) (bool, error) {
 	return err == nil, wrapErr(op, err)
 }
 
-// Attribute value helpers. Times are stored as epoch milliseconds, the
-// precision the contract suite and the SQLite store keep.
+// Times are stored as epoch milliseconds, the SQLite store's precision.
 
 type item = map[string]types.AttributeValue
 
-// avS takes any string type, so typed domain values (states, modes) need no
-// conversion at every call.
+// avS takes any string type, so typed values need no conversion.
 func avS[S ~string](s S) types.AttributeValue { return &types.AttributeValueMemberS{Value: string(s)} }
 
 func avN(n int64) types.AttributeValue {
@@ -417,9 +380,8 @@ func getTime(it item, name string) time.Time {
 	return time.UnixMilli(getN(it, name)).UTC()
 }
 
-// Open returns a Store on the tables with the AWS configuration of a Lambda
-// function's environment, read with getenv (LambdaConfig), and that configuration, for the
-// caller's other clients.
+// Open returns a Store on the tables with LambdaConfig(getenv), and that
+// configuration for the caller's other clients.
 func Open(ctx context.Context, t Tables, getenv func(string) string) (*Store, aws.Config, error) {
 	awsCfg, err := LambdaConfig(getenv)
 	if err != nil {
@@ -430,15 +392,12 @@ func Open(ctx context.Context, t Tables, getenv func(string) string) (*Store, aw
 		Tables: t, Now: time.Now}), awsCfg, nil
 }
 
-// LambdaConfig is the AWS configuration a Lambda function's environment
-// gives: the region (AWS_REGION), the execution role's credentials
-// (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN) and, in
-// tests and under SAM local, AWS_ENDPOINT_URL. It is built here rather than
-// by the SDK's config.LoadDefaultConfig because that links every other
-// credential source (SSO, STS, shared files, IMDS), about 190 KB of each
-// zipped function that Lambda never uses: the worker's zip went over
-// 5 MiB with them. The operator tool (infra/evs), run by people with
-// profiles and SSO, keeps the SDK's loader.
+// LambdaConfig is the AWS configuration of a Lambda function's environment:
+// AWS_REGION, the role's credentials and, in tests and SAM local,
+// AWS_ENDPOINT_URL. It avoids config.LoadDefaultConfig, which links every
+// other credential source (SSO, STS, shared files, IMDS): about 190 KB per
+// zipped function, which took the worker's zip over 5 MiB. The operator
+// tool (infra/evs) keeps the SDK's loader.
 func LambdaConfig(getenv func(string) string) (aws.Config, error) {
 	region := cmp.Or(getenv("AWS_REGION"), getenv("AWS_DEFAULT_REGION"))
 	id, secret := getenv("AWS_ACCESS_KEY_ID"), getenv("AWS_SECRET_ACCESS_KEY")
@@ -458,9 +417,8 @@ func LambdaConfig(getenv func(string) string) (aws.Config, error) {
 	return cfg, nil
 }
 
-// S3 returns an S3 client of cfg. An endpoint of its own (a local AWS-API
-// server, as in the tests) is addressed path-style: such a server has no
-// per-bucket host names.
+// S3 returns an S3 client of cfg, path-style on a custom endpoint (a local
+// server has no per-bucket host names).
 func S3(cfg aws.Config) *s3.Client {
 	return s3.NewFromConfig(cfg, func(o *s3.Options) { o.UsePathStyle = cfg.BaseEndpoint != nil })
 }

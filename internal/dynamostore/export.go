@@ -20,15 +20,12 @@ type Presigner interface {
 
 var errNoPresigner = errors.New("dynamostore: no S3 pre-signer is configured")
 
-// exportPart is the size of the parts of an export's multipart upload
-// (WriteExport): S3 takes parts of 5 MiB or more (the last may be
-// smaller), and one part is all an export holds in memory, whatever the
-// list's length.
+// exportPart is the part size of an export's multipart upload: S3's
+// minimum, and all an export holds in memory whatever the list's length.
 const exportPart = 8 << 20
 
-// partUpload is an io.Writer onto one S3 object: a single PutObject when
-// what is written fits in one part, else a multipart upload started with
-// the first full part.
+// partUpload is an io.Writer onto one S3 object: one PutObject when it fits
+// in a part, else a multipart upload.
 type partUpload struct {
 	ctx                      context.Context
 	o                        Objects

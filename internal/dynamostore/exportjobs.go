@@ -17,23 +17,20 @@ import (
 	"github.com/evs-dev/evs/internal/store"
 )
 
-// Export jobs (store.ExportJob): a CSV list written by the worker while
-// the client polls, instead of inside a call that API Gateway cuts off at
-// 29 s.
+// Export jobs (store.ExportJob): a CSV list the worker writes while the
+// client polls, since API Gateway cuts a call off at 29 s.
 //
-// A job is one item of the Batches table in a partition of its own,
-// "~export#<account>", sort key "<batch>?<filters>": no account ID starts
-// with "~", and the job's state is "exportState", not "state", so neither
-// listings nor the sweep's scan ever take it for a batch. Each run of a job
-// has a token; the object it writes is exports/<account>/<batch>/<token>.csv,
-// and every write of the record is conditional on the token, so a message
-// of an earlier run never touches a later one.
+// A job is an item of the Batches table in partition "~export#<account>",
+// sort key "<batch>?<filters>"; its state is "exportState", not "state", so
+// neither listings nor the sweep take it for a batch. Each run has a token:
+// it writes exports/<account>/<batch>/<token>.csv, and every write of the
+// record is conditional on it, so an earlier run's message never touches a
+// later run.
 //
 // The per-account cap on running jobs is a set of slot items,
-// "~slot#export#<account>", sort key the slot number, as the session slots
-// of lease.go: a run takes one with a conditional put (free, or its lease
-// ended) and gives it back when it ends. A run whose worker crashed holds
-// its slot until the job's deadline at most.
+// "~slot#export#<account>", sort key the slot number, as in lease.go: a run
+// takes one with a conditional put (free, or its lease ended) and gives it
+// back when it ends; a crashed run holds it until the job's deadline.
 
 const (
 	exportPartitionPrefix = "~export#"
@@ -49,13 +46,11 @@ const (
 	attrSlot        = "slot"
 )
 
-// ExportJobLife is how long a job's record is kept: a done job is found
-// again (and its object served) for this long. The bucket keeps the
-// object a day (template.yaml, expire-exports), far longer.
+// ExportJobLife is how long a job's record, and so its object, is served.
+// The bucket keeps the object a day (template.yaml, expire-exports).
 const ExportJobLife = time.Hour
 
-// exportJobKey is the key of the record of an account's export of a batch
-// under filters.
+// exportJobKey is the key of an export job's record.
 func exportJobKey(accountID, batchID, filters string) item {
 	return item{attrAccountID: avS(exportPartitionPrefix + accountID), attrID: avS(batchID + "?" + filters)}
 }
@@ -92,12 +87,11 @@ func (s *Store) ExportJob(ctx context.Context, accountID, batchID, filters strin
 	return j, true, nil
 }
 
-// StartExport records a new run of j (account, batch, filters, version),
-// running until deadline, and returns it with its token. replace is the
-// token of the run it replaces ("" when none is recorded). At most max
-// runs of an account are running at once (0: no cap); one more is a
-// *store.LimitError. When another call started a run first, that run is
-// returned and started is false: the caller then queues nothing.
+// StartExport records a new run of j until deadline and returns it with its
+// token; replace is the token of the run it replaces ("" for none). Past max
+// running runs of the account (0: no cap) it answers a *store.LimitError.
+// When another call started a run first, that run is returned and started is
+// false: the caller then queues nothing.
 func (s *Store) StartExport(ctx context.Context, j store.ExportJob, replace string, deadline time.Time, max int) (out store.ExportJob, started bool, err error) {
 	now := s.now()
 	j.Token, j.State, j.Deadline, j.DoneAt = newToken(), store.ExportRunning, deadline, time.Time{}
@@ -138,24 +132,22 @@ func (s *Store) StartExport(ctx context.Context, j store.ExportJob, replace stri
 	}
 	cur, found, err := s.ExportJob(ctx, j.AccountID, j.BatchID, j.Filters)
 	if err == nil && found && cur.Token == j.Token {
-		// The SDK retried a put whose reply was lost, and the retry
-		// failed against the put itself: the run is this call's, and
-		// must be queued by it, or it would answer 202 until its deadline.
+		// An SDK resend failed against this put: the run is this call's
+		// to queue, or it would answer 202 until its deadline.
 		return j, true, nil
 	}
 	s.releaseExportSlot(ctx, j.AccountID, slot, j.Token)
 	if err == nil && !found {
 		err = store.Unavailable(errExportRace)
 	}
-	// Another call replaced or started the job meanwhile: that run is
-	// this call's too.
+	// Another call replaced or started the job meanwhile.
 	return cur, false, err
 }
 
 var errExportRace = errors.New("dynamostore: an export job was replaced while it was started")
 
-// exportRetry is the Retry-After of an export refused by the cap when no
-// slot says when it frees: a large list takes seconds to write.
+// exportRetry is the Retry-After of a capped export when no slot says when
+// it frees.
 const exportRetry = 10 * time.Second
 
 // takeExportSlot takes one of the account's max export slots for j's run
@@ -175,8 +167,7 @@ func (s *Store) takeExportSlot(ctx context.Context, j store.ExportJob, max int, 
 			ConditionExpression:       aws.String("attribute_not_exists(#id) OR #lu < :now"),
 			ExpressionAttributeNames:  map[string]string{"#id": attrID, "#lu": attrLeaseUntil},
 			ExpressionAttributeValues: item{":now": avTime(now)},
-			// The lease that holds the slot comes back with the failure:
-			// an SDK resend of a put whose reply was lost finds its own.
+			// The lease comes back with the failure: an SDK resend finds its own.
 			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 		})
 		if err == nil {
@@ -206,10 +197,9 @@ func (s *Store) releaseExportSlot(ctx context.Context, accountID string, slot in
 	s.deleteIfToken(ctx, item{attrAccountID: avS(exportSlotPrefix + accountID), attrID: avS(strconv.Itoa(slot))}, attrLeaseToken, token)()
 }
 
-// ClaimExport takes j's run for one writer until until: ok is false when
-// the run is no longer running (done, failed, replaced) or another writer
-// holds it, as a duplicated or redelivered message finds it. A writer
-// that crashed loses its claim at until, so a redelivery can take over.
+// ClaimExport takes j's run for one writer until until: ok is false when the
+// run is no longer running or another writer holds it (a duplicate message).
+// A crashed writer loses its claim at until, so a redelivery can take over.
 func (s *Store) ClaimExport(ctx context.Context, j store.ExportJob, until time.Time) (ok bool, err error) {
 	claim := newToken()
 	_, err = s.c.UpdateItem(ctx, &dynamodb.UpdateItemInput{
@@ -219,8 +209,7 @@ func (s *Store) ClaimExport(ctx context.Context, j store.ExportJob, until time.T
 		ConditionExpression:       aws.String("#tk = :tk AND #st = :running AND (attribute_not_exists(#cu) OR #cu < :now)"),
 		ExpressionAttributeNames:  map[string]string{"#cu": attrClaimUntil, "#ct": attrClaimToken, "#tk": attrExportToken, "#st": attrExportState},
 		ExpressionAttributeValues: item{":until": avTime(until), ":ct": avS(claim), ":tk": avS(j.Token), ":running": avS(store.ExportRunning), ":now": avTime(s.now())},
-		// An SDK resend after a lost reply fails against this very claim:
-		// the record that comes back with the failure tells it so.
+		// An SDK resend fails against this very claim; the record tells.
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
 	if cf, ok := errors.AsType[*types.ConditionalCheckFailedException](err); ok {
@@ -232,8 +221,8 @@ func (s *Store) ClaimExport(ctx context.Context, j store.ExportJob, until time.T
 	return true, nil
 }
 
-// WriteExport writes j's run's object as write writes it, a part at a
-// time (partUpload): a failed write leaves no object and no upload.
+// WriteExport writes j's run's object a part at a time: a failed write
+// leaves no object and no upload.
 func (s *Store) WriteExport(ctx context.Context, j store.ExportJob, write func(w io.Writer) error) error {
 	if err := s.in.ready(); err != nil {
 		return err
@@ -253,8 +242,8 @@ func (s *Store) WriteExport(ctx context.Context, j store.ExportJob, write func(w
 	return nil
 }
 
-// FinishExport ends j's run: done, or failed when failed is true, and
-// gives back its slot. A run that was replaced meanwhile is left alone.
+// FinishExport ends j's run and gives back its slot, leaving alone a run
+// that was replaced meanwhile.
 func (s *Store) FinishExport(ctx context.Context, j store.ExportJob, failed bool) error {
 	state := store.ExportDone
 	if failed {
@@ -268,8 +257,7 @@ func (s *Store) FinishExport(ctx context.Context, j store.ExportJob, failed bool
 		ExpressionAttributeNames:  map[string]string{"#st": attrExportState, "#done": attrDoneAt, "#cu": attrClaimUntil, "#tk": attrExportToken},
 		ExpressionAttributeValues: item{":st": avS(state), ":now": avTime(s.now()), ":tk": avS(j.Token), ":running": avS(store.ExportRunning)},
 		ReturnValues:              types.ReturnValueAllNew,
-		// An SDK resend after a lost reply fails against this very
-		// finish, whose slot is still to be given back.
+		// An SDK resend fails against this very finish; its slot is still to give back.
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
 	if cf, ok := errors.AsType[*types.ConditionalCheckFailedException](err); ok {
@@ -285,10 +273,9 @@ func (s *Store) FinishExport(ctx context.Context, j store.ExportJob, failed bool
 	return nil
 }
 
-// DropExport removes j's run's record, and gives back its slot, unless a
-// later run replaced it: the next ask starts the job anew. It is what
-// follows a failed run once its failure was answered, or a run whose
-// message could not be queued.
+// DropExport removes j's run's record and gives back its slot, unless a
+// later run replaced it, so the next ask starts anew: after a failed run was
+// answered, or when its message could not be queued.
 func (s *Store) DropExport(ctx context.Context, j store.ExportJob) error {
 	out, err := s.c.DeleteItem(ctx, &dynamodb.DeleteItemInput{
 		TableName:                 aws.String(s.t.Batches),

@@ -31,8 +31,7 @@ const claimAttempts = 5
 
 // ClaimIdempotency writes rec as an in-progress record on the condition that
 // no live record of its scope exists (missing, expired, or a stale claim).
-// The condition is evaluated by DynamoDB on the write, so of concurrent
-// claims exactly one wins; the losers read the winner's record.
+// Of concurrent claims exactly one wins; the losers read its record.
 func (s *Store) ClaimIdempotency(ctx context.Context, rec idempotency.Record, now time.Time) (idempotency.Record, bool, error) {
 	it := item{
 		attrScope:       avS(rec.Scope),
@@ -41,10 +40,8 @@ func (s *Store) ClaimIdempotency(ctx context.Context, rec idempotency.Record, no
 		attrLockedUntil: avTime(rec.LockedUntil),
 		attrExpiresAtMs: avTime(rec.ExpiresAt),
 		attrExpiresAt:   ttlSeconds(rec.ExpiresAt),
-		// The SDK retries a write whose reply was lost, and the retry then
-		// fails against the first attempt's record; the token lets the
-		// claim recognise that record as its own rather than as a
-		// concurrent request's.
+		// An SDK resend fails against the first attempt's record; the
+		// token tells it from a concurrent request's.
 		attrClaimToken: avS(newToken()),
 	}
 	for range claimAttempts {
@@ -114,8 +111,7 @@ func idemFrom(it item) idempotency.Record {
 // and marks it done; without such a record it is CodeNotFound, so a reply is
 // never stored twice.
 func (s *Store) CompleteIdempotency(ctx context.Context, scope string, statusCode int, headers map[string]string, body []byte) error {
-	// The token lets a completion whose first reply was lost (and whose
-	// SDK retry then finds the record done) see that the done record is
+	// The token lets an SDK resend of a completion find the done record
 	// its own.
 	token := newToken()
 	set := "SET #st = :done, #code = :code, #tok = :tok"

@@ -16,9 +16,8 @@ import (
 	"github.com/evs-dev/evs/internal/evs"
 )
 
-// A batch's input — its distinct items — is one S3 object, written before
-// the batch record, so creating a batch costs the same few calls whatever
-// its size: no per-item row is written until the item's result is.
+// A batch's input, its distinct items, is one S3 object written before the
+// batch record, so a creation costs a few calls whatever its size.
 //
 // The object is chunks of inputChunk items followed by an index:
 //
@@ -26,12 +25,11 @@ import (
 //	index    per chunk: uint64 offset, uint64 first seq (little-endian)
 //	footer   uint32 chunks, uint32 items, "evs1"
 //
-// Items are in seq order, so the chunk holding seq s is found by a binary
-// search of the index, and one ranged GET reads it: the planner reads each
-// chunk once per pass, however large the batch.
+// Items are in seq order, so a binary search of the index finds the chunk
+// of a seq and one ranged GET reads it.
 
-// Objects is the part of the S3 API the store keeps batch inputs (and
-// uploads, exports) with.
+// Objects is the part of the S3 API the store uses for inputs, uploads
+// and exports.
 type Objects interface {
 	PutObject(ctx context.Context, in *s3.PutObjectInput, optFns ...func(*s3.Options)) (*s3.PutObjectOutput, error)
 	GetObject(ctx context.Context, in *s3.GetObjectInput, optFns ...func(*s3.Options)) (*s3.GetObjectOutput, error)
@@ -44,9 +42,7 @@ type Objects interface {
 }
 
 const (
-	// inputChunk is the items per chunk: about 30 KB for typical
-	// addresses, half a plan window.
-	inputChunk = 1000
+	inputChunk = 1000 // items per chunk: about 30 KB, half a plan window
 	// inputTail is how many bytes at the object's end are read first: the
 	// index of up to 4,000 chunks (4M items), and all of a small object.
 	inputTail   = 64 << 10

@@ -85,8 +85,7 @@ func (s *Store) CreateAccount(ctx context.Context, a evs.Account) error {
 	return wrapErr("create account", err)
 }
 
-// find reads one item as get does; missing() is the error when there is
-// none.
+// find is get, with missing() the error when there is no item.
 func (s *Store) find(ctx context.Context, table string, key item, op string, missing func() error) (item, error) {
 	it, err := s.get(ctx, table, key, op)
 	if err == nil && it == nil {
@@ -95,8 +94,7 @@ func (s *Store) find(ctx context.Context, table string, key item, op string, mis
 	return it, err
 }
 
-// get reads one item of table with a strongly consistent read, so a write
-// that was acknowledged is always seen. A missing item is nil.
+// get reads one item with a strongly consistent read; a missing item is nil.
 func (s *Store) get(ctx context.Context, table string, key item, op string) (item, error) {
 	out, err := s.c.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(table), Key: key, ConsistentRead: aws.Bool(true)})
 	if err != nil {
@@ -124,8 +122,7 @@ func (s *Store) Account(ctx context.Context, id string) (evs.Account, error) {
 	return accountFrom(it), nil
 }
 
-// AccountByName returns the account with that name, or CodeNotFound. It
-// follows the name index entry to the account.
+// AccountByName follows the name index entry to the account.
 func (s *Store) AccountByName(ctx context.Context, name string) (evs.Account, error) {
 	it, err := s.find(ctx, s.t.Keys, item{attrPK: avS(prefixName + name)}, "read account name", store.NoAccount)
 	if err != nil {
@@ -134,8 +131,7 @@ func (s *Store) AccountByName(ctx context.Context, name string) (evs.Account, er
 	return s.Account(ctx, getS(it, attrAccountID))
 }
 
-// scanKind reads every item of the Keys table of kind. It is a Scan: only
-// admin operations call it.
+// scanKind Scans the Keys table for items of kind (admin operations only).
 func (s *Store) scanKind(ctx context.Context, kind, op string, count bool) ([]item, int, error) {
 	in := &dynamodb.ScanInput{
 		TableName:                 aws.String(s.t.Keys),
@@ -158,8 +154,7 @@ func (s *Store) scanKind(ctx context.Context, kind, op string, count bool) ([]it
 	return items, n, err
 }
 
-// CountAccounts returns the number of accounts (a Scan: it runs once, at
-// first start).
+// CountAccounts Scans the table; it runs once, at first start.
 func (s *Store) CountAccounts(ctx context.Context) (int, error) {
 	_, n, err := s.scanKind(ctx, kindAccount, "count accounts", true)
 	return n, err
@@ -277,8 +272,7 @@ func (s *Store) KeyByHash(ctx context.Context, hash string) (evs.Key, error) {
 }
 
 // RevokeKey marks the key whose hash or short ID is idOrHash revoked at now;
-// a key revoked before keeps its first revocation time. An ID is resolved
-// through its index entry (one GetItem, no Scan).
+// a key revoked before keeps its first revocation time.
 func (s *Store) RevokeKey(ctx context.Context, idOrHash string, now time.Time) (evs.Key, error) {
 	if idOrHash == "" {
 		return evs.Key{}, store.NoKey()
@@ -329,10 +323,9 @@ func (s *Store) ListKeys(ctx context.Context) ([]evs.Key, error) {
 	return keys, nil
 }
 
-// conditionFailures tells, for an error of TransactWriteItems, whether it
-// is a cancellation in which only conditions failed, and which of the
-// transaction's items failed theirs. Any other reason (a conflict, a
-// throttled item) is not a condition outcome, so ok is false.
+// conditionFailures tells whether a TransactWriteItems error is a
+// cancellation where only conditions failed, and which items failed theirs;
+// any other reason (a conflict, throttling) gives ok false.
 func conditionFailures(err error) (failed []bool, ok bool) {
 	var tc *types.TransactionCanceledException
 	if err == nil || !errors.As(err, &tc) {

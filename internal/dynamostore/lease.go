@@ -10,19 +10,16 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 )
 
-// Session slots (politeness.State): every worker invocation takes one
-// before it opens an SMTP session to a provider from an egress address, so
-// the limit on concurrent sessions holds across all of them, not only
-// inside one process.
+// Session slots (politeness.State): a worker invocation takes one before it
+// opens an SMTP session to a provider from an egress address, so the limit
+// on concurrent sessions holds across all invocations.
 //
 // A key ("<provider>|<egress>") has `slots` lease records in the Batches
-// table, in a partition of their own, "~slot#<key>", sort key the slot
-// number: no account ID starts with "~" and no batch record lacks a state,
-// so no reader of batches ever sees them. A slot is taken with a
-// conditional put (free, or its lease expired) and given back with a
-// delete conditional on the taker's token. An expired lease is taken over,
-// so a crashed invocation holds a slot for ttl at most; ttl must outlast
-// the longest holder (the worker function's timeout).
+// table partition "~slot#<key>", sort key the slot number; they have no
+// state, so no batch reader sees them. A slot is taken with a conditional
+// put (free, or its lease expired) and given back with a delete conditional
+// on the taker's token, so a crashed invocation holds one for ttl at most;
+// ttl must outlast the worker function's timeout.
 
 const (
 	slotPartitionPrefix = "~slot#"
@@ -63,11 +60,10 @@ func (s *Store) AcquireSlot(ctx context.Context, key string, slots int, ttl time
 	return nil, false, nil
 }
 
-// deleteIfToken returns a function that deletes the Batches item key if
-// its tokenAttr still holds token: the release of a lease, lock or claim
-// this caller took, which never removes one somebody else took over since.
-// It runs even after ctx ends and ignores errors; every such item also
-// expires on its own.
+// deleteIfToken returns the release of a lease, lock or claim this caller
+// took: it deletes item key if tokenAttr still holds token, so never one
+// another took over. It runs even after ctx ends and ignores errors; every
+// such item also expires.
 func (s *Store) deleteIfToken(ctx context.Context, key item, tokenAttr, token string) func() {
 	return func() {
 		_, _ = s.c.DeleteItem(context.WithoutCancel(ctx), &dynamodb.DeleteItemInput{

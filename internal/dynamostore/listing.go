@@ -18,37 +18,32 @@ import (
 
 // Listing an account's batches newest first (GET /v1/requests).
 //
-// Batch IDs are not time-ordered (a keyed creation derives its ID), so the
-// table's sort key cannot give the order. CreateBatch writes attrListKey,
-// the creation time in zero-padded milliseconds then the ID, and the sparse
-// index listIndex (hash accountId, range listKey) holds exactly the batch
-// records: create locks, pauses and uploads in the same table have no
-// listKey. The index projects the keys only: a batch record is updated with
-// every hundred results, and an index holding its counters would take a
-// write each time. A page reads the index, then the records themselves with
-// consistent reads, which also makes counters and state exact; the index
-// itself is eventually consistent, so a batch created a moment ago may be
-// missing from a first page.
+// Batch IDs are not time-ordered (a keyed creation derives its ID), so
+// CreateBatch writes attrListKey, the creation time in zero-padded
+// milliseconds then the ID, and the sparse index listIndex (accountId,
+// listKey) holds exactly the batch records. It projects keys only: a batch
+// record is updated every hundred results, and an index holding counters
+// would take a write each time. A page reads the index, then the records
+// with consistent reads, so counters and state are exact; the index is
+// eventually consistent, so a brand-new batch may miss a first page.
 const (
 	listIndex   = "byCreated"
 	attrListKey = "listKey"
 )
 
-// Batch records written before an index existed lack its key (listKey,
-// attrActive). The sweeps give them theirs with a Scan, repeated until a
-// whole pass writes nothing (which also catches a batch the previous
-// version made during the update). Each sweep spends backfillBudget at most
-// (a Scan of a large table outlasts an invocation); the marker item keeps
-// the place, then says it is done.
+// Batch records written before an index existed lack its key. The sweeps
+// give them theirs with a Scan, repeated until a pass writes nothing (which
+// catches batches the previous version made during the update), each sweep
+// spending backfillBudget at most; the marker item keeps the place, then
+// says it is done.
 var backfillBudget = time.Minute
 
 var backfillMarker = batchKey("~backfill", "indexes")
 
 const attrBackfillCursor, attrBackfillWrote, attrBackfillDone = "cursor", "wrote", "done"
 
-// listKey orders an account's batches: the creation time, padded so that
-// strings sort as numbers (16 digits reach the year 318857), then the ID to
-// break ties.
+// listKey orders an account's batches: the creation time, padded to sort as
+// a number (16 digits reach the year 318857), then the ID.
 func listKey(p evs.BatchPos) string {
 	return fmt.Sprintf("%016d#%s", p.CreatedAt.UnixMilli(), p.ID)
 }
@@ -90,8 +85,7 @@ func (s *Store) ListBatches(ctx context.Context, accountID string, after evs.Bat
 		if err != nil {
 			return nil, err
 		}
-		// BatchGetItem answers in any order: put the page's back in the
-		// index's.
+		// BatchGetItem answers in any order: restore the index's.
 		byID := make(map[string]item, len(recs))
 		for _, r := range recs {
 			byID[getS(r, attrID)] = r
@@ -108,10 +102,9 @@ func (s *Store) ListBatches(ctx context.Context, accountID string, after evs.Bat
 	}
 }
 
-// getAll reads the records of keys in table with strongly consistent
-// reads, keysPerGet to a call, retrying unprocessed keys; proj, when set,
-// names the attributes to read. The records come in no particular order,
-// and a key with no record has none.
+// getAll reads the records of keys with strongly consistent reads,
+// keysPerGet a call, retrying unprocessed keys; proj, when set, names the
+// attributes. The records come in no particular order.
 func (s *Store) getAll(ctx context.Context, table string, keys []item, proj *projection, op string) ([]item, error) {
 	var out []item
 	for rest := keys; len(rest) > 0; {
@@ -148,9 +141,8 @@ type projection struct {
 	names map[string]string
 }
 
-// backfill goes on with the Scan where the last sweep left it, for a page
-// and then until backfillBudget is spent. Best effort: a failure leaves it
-// to the next sweep.
+// backfill goes on with the Scan where the last sweep left it until
+// backfillBudget is spent; a failure leaves it to the next sweep.
 func (s *Store) backfill(ctx context.Context) {
 	if s.backfilled.Load() {
 		return
@@ -189,11 +181,9 @@ func (s *Store) backfill(ctx context.Context) {
 	}
 }
 
-// backfillPage reads one page of the Scan from cursor (nil: the start),
-// gives each visible batch record on it the index keys it lacks, and
-// returns how many it wrote and the next page's cursor (empty: none).
-// The write is conditional on the record still existing, so it never
-// resurrects a deleted one.
+// backfillPage gives each visible batch record of the Scan's page at cursor
+// (nil: the start) the index keys it lacks, conditional on the record still
+// existing, and returns how many it wrote and the next cursor (empty: none).
 func (s *Store) backfillPage(ctx context.Context, cursor item) (int, item, error) {
 	page, err := s.c.Scan(ctx, &dynamodb.ScanInput{
 		TableName: aws.String(s.t.Batches),
@@ -231,10 +221,8 @@ func (s *Store) backfillPage(ctx context.Context, cursor item) (int, item, error
 	return n, page.LastEvaluatedKey, nil
 }
 
-// ensureIndexes adds to the existing table of def the global secondary
-// indexes it lacks (a table created before the index existed), and waits
-// until every index of the table is active: a Query on an index still
-// being built fails.
+// ensureIndexes adds to def's existing table the indexes it lacks and waits
+// until every index is active: a Query on an index being built fails.
 func ensureIndexes(ctx context.Context, c *dynamodb.Client, def dynamodb.CreateTableInput) error {
 	if len(def.GlobalSecondaryIndexes) == 0 {
 		return nil

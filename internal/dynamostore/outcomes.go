@@ -19,40 +19,30 @@ import (
 	"github.com/evs-dev/evs/internal/store"
 )
 
-// Reported outcomes (contract, section 18; store.Outcomes) live in the
-// Batches table, in a partition of their own per account,
-// "~out#<accountId>" (no account ID starts with "~"), so an account's
-// batch queries never read them. The sort key is
-// "<address>#<13-digit epoch ms>#<kind>": the natural key, so a
-// conditional put keeps an outcome reported twice once, and the
-// address's outcomes are one Query on the prefix "<address>#" (a domain
-// holds no "#", so no other address shares the prefix). Each item carries
-// the TTL attribute (EVS_OUTCOME_TTL after it was received), and the sweep
-// never reads it (its index holds batches alone, sweep.go).
+// Reported outcomes (store.Outcomes) live in the Batches table, in a
+// partition per account, "~out#<accountId>" (no account ID starts with "~"),
+// so batch queries never read them. The sort key is
+// "<address>#<13-digit epoch ms>#<kind>": the natural key, so a conditional
+// put stores an outcome reported twice once, and an address's outcomes are
+// one Query on "<address>#" (a domain holds no "#"). Each item expires
+// EVS_OUTCOME_TTL after it was received; the sweep's index never holds it.
 //
-// The item "~any" of the partition says the account has reported
-// something: a batch of an account that never did looks its addresses up
-// with one GetItem, not one Query each. It expires with the latest
-// outcome.
+// The item "~any" says the account has reported something, so an account
+// that never did costs a batch one GetItem, not a Query per address. It
+// expires with the latest outcome.
 //
-// Per-domain counts of deliveries and hard bounces (store.DomainCounts)
-// are counter items of the same partition, "@dom#<domain>#<13-digit
-// bucket end, epoch ms>" (store.DomainBucket; no address starts with
-// "@", so no address's prefix matches them), and of the partition
-// "~out#~verified" for every account's together, which only counts, never
-// addresses, and only the marks store.SharesOutcome shares (a mark keeps
-// the answer, attrMarkShared). PutOutcomes and DeleteOutcomes add to them
-// (UpdateItem ADD);
-// each expires (TTL) at its bucket's end, and reads ignore it after.
+// Per-domain counts of deliveries and hard bounces (store.DomainCounts) are
+// counter items of the same partition, "@dom#<domain>#<13-digit bucket end>"
+// (store.DomainBucket; no address starts with "@"), and of "~out#~verified"
+// for every account's together, which counts only the marks
+// store.SharesOutcome shares (attrMarkShared). PutOutcomes and DeleteOutcomes
+// ADD to them; each expires at its bucket's end, and reads ignore it after.
 const (
 	outcomePartitionPrefix = "~out#"
 	outcomeMarkerID        = "~any"
-	// domainCountPrefix opens a counter item's id.
-	domainCountPrefix = "@dom#"
-	// sharedOutcomeAccount is the pseudo-account of the shared counters:
-	// no account ID starts with "~". The counters of "~shared", made
-	// before store.SharesOutcome, are never read: they expire with their
-	// buckets.
+	domainCountPrefix      = "@dom#"
+	// sharedOutcomeAccount is the pseudo-account of the shared counters.
+	// Those of "~shared", made before store.SharesOutcome, are never read.
 	sharedOutcomeAccount = "~verified"
 
 	attrDelivered   = "delivered"
@@ -60,9 +50,8 @@ const (
 	// attrMarkClass is a mark's class (evs.DomainClass): an item
 	// "<address>#~<class>" says the address is counted in its domain's
 	// counts, until it expires with the outcome that made it.
-	attrMarkClass = "markClass"
-	// attrMarkShared says a mark counts in the shared counts too.
-	attrMarkShared = "markShared"
+	attrMarkClass  = "markClass"
+	attrMarkShared = "markShared" // the mark counts in the shared counts too
 
 	attrOutcome    = "outcome"
 	attrOutAddress = "address"
@@ -72,13 +61,8 @@ const (
 	attrVerdict    = "verdict"
 	attrScore      = "score"
 
-	// outcomeQueryWorkers bounds the Queries of one AddressOutcomes in
-	// flight: a batch group of an account with outcomes asks one per
-	// address.
-	outcomeQueryWorkers = 8
-	// outcomePutWorkers bounds the conditional puts of one PutOutcomes in
-	// flight: a list of 50,000 must fit in API Gateway's 29 s.
-	outcomePutWorkers = 16
+	outcomeQueryWorkers = 8  // one AddressOutcomes' Queries in flight
+	outcomePutWorkers   = 16 // so a list of 50,000 fits in API Gateway's 29 s
 )
 
 func outcomePartition(accountID string) types.AttributeValue {
@@ -92,11 +76,9 @@ func domainCountID(domain string, bucket time.Time) string {
 func markID(address, class string) string { return address + "#~" + class }
 
 // markOutcome makes the mark that counts the address in class, unless a
-// live one is there, and adds what changed to deltas: the address counted,
-// and an expired mark TTL had not deleted yet uncounted (its bucket may
-// still be read). The mark's id shares the address's prefix, so deleting
-// the address deletes it; it has no outcome attribute, so no read takes
-// it for an outcome.
+// live one is there, and adds to deltas the address counted and an expired
+// mark TTL has not deleted yet uncounted (its bucket may still be read). The
+// mark shares the address's prefix, so deleting the address deletes it.
 func (s *Store) markOutcome(ctx context.Context, accountID, address, class string, shared bool, expiresAt time.Time, deltas store.DomainDeltas) error {
 	token := newToken()
 	key := item{attrAccountID: outcomePartition(accountID), attrID: avS(markID(address, class))}
@@ -111,8 +93,7 @@ func (s *Store) markOutcome(ctx context.Context, accountID, address, class strin
 		ReturnValues:              types.ReturnValueAllOld,
 	})
 	if isConditionFailed(err) {
-		// A live mark: the address is counted, unless it is this call's
-		// own, written by a retry of the SDK whose first reply was lost.
+		// A live mark: counted, unless this call's own (an SDK retry).
 		cur, gerr := s.get(ctx, s.t.Batches, key, "count outcomes by domain")
 		if gerr != nil {
 			return gerr
@@ -132,11 +113,9 @@ func (s *Store) markOutcome(ctx context.Context, accountID, address, class strin
 	return nil
 }
 
-// writeDomainCounts adds deltas to the account's counters, and their
-// shared part to the shared ones, but for buckets already ended (never
-// read again). It runs
-// after the outcomes' own writes, even when those failed part way, so the
-// counts follow what was written.
+// writeDomainCounts adds deltas to the account's counters, and their shared
+// part to the shared ones, skipping ended buckets. It runs after the
+// outcomes' writes, even failed ones, so the counts follow what was written.
 func (s *Store) writeDomainCounts(ctx context.Context, accountID string, deltas store.DomainDeltas) error {
 	now := s.now()
 	g, gctx := errgroup.WithContext(ctx)
@@ -165,11 +144,9 @@ func (s *Store) writeDomainCounts(ctx context.Context, accountID string, deltas 
 	return g.Wait()
 }
 
-// DomainCounts returns the deliveries and hard bounces reported for each
-// domain that has any (store.Outcomes): the account's counters, or with
-// shared the shared ones, of buckets not yet ended; one Query per domain,
-// eight in flight, after one GetItem for an account that never reported
-// an outcome.
+// DomainCounts returns the deliveries and hard bounces of each domain that
+// has any, from the account's (or the shared) unended buckets: one Query per
+// domain, eight in flight.
 func (s *Store) DomainCounts(ctx context.Context, accountID string, domains []string, shared bool) (map[string]evs.DomainCounts, error) {
 	out := map[string]evs.DomainCounts{}
 	if len(domains) == 0 {
@@ -203,8 +180,7 @@ func (s *Store) DomainCounts(ctx context.Context, accountID string, domains []st
 	})
 }
 
-// hasOutcomes tells whether the account has reported an outcome that has
-// not expired by now: one GetItem of its marker.
+// hasOutcomes tells whether the account has an unexpired outcome.
 func (s *Store) hasOutcomes(ctx context.Context, accountID string, now time.Time, op string) (bool, error) {
 	m, err := s.c.GetItem(ctx, &dynamodb.GetItemInput{
 		TableName: aws.String(s.t.Batches),
@@ -216,9 +192,8 @@ func (s *Store) hasOutcomes(ctx context.Context, accountID string, now time.Time
 	return m.Item != nil && getN(m.Item, attrExpiresAtMs) > now.UnixMilli(), nil
 }
 
-// eachDistinct runs fn once for each distinct key of keys,
-// outcomeQueryWorkers at once, and returns by key what each call found
-// (ok), or the first error; fn's context ends with it.
+// eachDistinct runs fn once per distinct key, outcomeQueryWorkers at once,
+// and returns what each found (ok) by key, or the first error.
 func eachDistinct[V any](ctx context.Context, keys []string, fn func(ctx context.Context, key string) (v V, ok bool, err error)) (map[string]V, error) {
 	var mu sync.Mutex
 	out := map[string]V{}
@@ -249,16 +224,14 @@ func outcomeID(o evs.Outcome) string {
 	return fmt.Sprintf("%s#%013d#%s", o.Address, o.At.UnixMilli(), o.Kind)
 }
 
-// PutOutcomes stores the outcomes the account has not stored yet
-// (store.Outcomes), each with a put conditioned on its key being new, a
-// few in flight at once. It is not one transaction: after a fault, the
-// ones already written count as duplicates when the client retries.
+// PutOutcomes stores the account's new outcomes, each a conditional put, a
+// few in flight. It is not one transaction: after a fault, those written
+// count as duplicates when the client retries.
 func (s *Store) PutOutcomes(ctx context.Context, accountID string, os []evs.Outcome, expiresAt time.Time) (int, error) {
 	if len(os) == 0 {
 		return 0, nil
 	}
-	// The marker first: an outcome is never stored unseen by
-	// AddressOutcomes.
+	// The marker first, so AddressOutcomes never misses an outcome.
 	if _, err := s.c.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(s.t.Batches), Item: item{
 		attrAccountID: outcomePartition(accountID), attrID: avS(outcomeMarkerID),
 		attrExpiresAtMs: avTime(expiresAt), attrExpiresAt: ttlSeconds(expiresAt),
@@ -283,9 +256,8 @@ func (s *Store) PutOutcomes(ctx context.Context, accountID string, os []evs.Outc
 				ok, err := s.putOutcome(ctx, accountID, o, expiresAt)
 				mine := store.DomainDeltas{}
 				if class := o.DomainClass(); ok && class != "" && err == nil {
-					// Counted even when the call is failing: the
-					// outcome is written, and a retry finds it a
-					// duplicate that counts nothing.
+					// Counted even when the call fails: a retry
+					// finds it a duplicate.
 					err = s.markOutcome(context.WithoutCancel(ctx), accountID, o.Address, class, store.SharesOutcome(o), expiresAt, mine)
 				}
 				mu.Lock()
@@ -313,8 +285,7 @@ feed:
 	}
 	close(next)
 	wg.Wait()
-	// What was written is counted, even when the rest failed: the retry
-	// finds it a duplicate and would not count it.
+	// What was written is counted even when the rest failed.
 	if err := s.writeDomainCounts(context.WithoutCancel(ctx), accountID, deltas); err != nil && firstErr == nil {
 		firstErr = err
 	}
@@ -327,8 +298,7 @@ feed:
 	return added, nil
 }
 
-// putOutcome writes o unless its key is stored; added is false for a
-// duplicate.
+// putOutcome writes o unless its key is stored.
 func (s *Store) putOutcome(ctx context.Context, accountID string, o evs.Outcome, expiresAt time.Time) (added bool, err error) {
 	it := item{
 		attrAccountID: outcomePartition(accountID), attrID: avS(outcomeID(o)),
@@ -353,9 +323,7 @@ func (s *Store) putOutcome(ctx context.Context, accountID string, o evs.Outcome,
 	}, item{attrAccountID: it[attrAccountID], attrID: it[attrID]}, "store outcomes")
 }
 
-// AddressOutcomes returns the account's unexpired outcomes of each address
-// (store.Outcomes): nothing, after one GetItem, for an account that never
-// reported any; else one Query per address, eight in flight.
+// AddressOutcomes makes one Query per address, eight in flight.
 func (s *Store) AddressOutcomes(ctx context.Context, accountID string, addresses []string) (map[string][]evs.Outcome, error) {
 	out := map[string][]evs.Outcome{}
 	if len(addresses) == 0 {
@@ -379,8 +347,7 @@ func (s *Store) AddressOutcomes(ctx context.Context, accountID string, addresses
 	})
 }
 
-// DeleteOutcomes deletes the account's outcomes of address
-// (store.Outcomes), expired or not.
+// DeleteOutcomes deletes the account's outcomes of address, expired or not.
 func (s *Store) DeleteOutcomes(ctx context.Context, accountID, address string) (int, error) {
 	var (
 		keys    []types.WriteRequest
@@ -406,8 +373,7 @@ func (s *Store) DeleteOutcomes(ctx context.Context, accountID, address string) (
 		if err := s.batchWrite(ctx, s.t.Batches, keys[start:end], "delete outcomes", "deletes"); err != nil {
 			return n, err
 		}
-		// Each chunk, once deleted whole, counts its outcomes and takes
-		// its marks out of the domain's counts.
+		// Each chunk deleted whole uncounts its marks.
 		deltas := store.DomainDeltas{}
 		for i := start; i < end; i++ {
 			if classes[i] == "" {
@@ -423,8 +389,7 @@ func (s *Store) DeleteOutcomes(ctx context.Context, accountID, address string) (
 	return n, nil
 }
 
-// EachOutcome calls fn with each of the account's unexpired outcomes
-// (store.Outcomes), a Query of its partition page by page.
+// EachOutcome calls fn with each of the account's unexpired outcomes.
 func (s *Store) EachOutcome(ctx context.Context, accountID string, fn func(evs.Outcome) error) error {
 	now := s.now()
 	return s.queryOutcomes(ctx, accountID, "", false, func(it item) error {
@@ -435,10 +400,9 @@ func (s *Store) EachOutcome(ctx context.Context, accountID string, fn func(evs.O
 	})
 }
 
-// queryOutcomes passes each item of the account's partition whose id
-// starts with prefix ("" for all; never the marker or a domain counter):
-// outcomes and the addresses' marks, which outcomeFrom tells apart, to
-// each; keysOnly reads the key and what a delete uncounts.
+// queryOutcomes passes to each the outcomes and marks of the account whose
+// id starts with prefix ("" for all; never the marker or a counter);
+// keysOnly reads the key and what a delete uncounts.
 func (s *Store) queryOutcomes(ctx context.Context, accountID, prefix string, keysOnly bool, each func(item) error) error {
 	in := &dynamodb.QueryInput{
 		TableName:                 aws.String(s.t.Batches),
@@ -470,8 +434,7 @@ func (s *Store) queryOutcomes(ctx context.Context, accountID, prefix string, key
 	return cmp.Or(qerr, err)
 }
 
-// outcomeFrom reads an outcome item; ok is false when it has expired by
-// now (TTL deletes items late), or is an address's mark.
+// outcomeFrom reads an outcome item; ok is false if it expired or is a mark.
 func outcomeFrom(it item, now time.Time) (evs.Outcome, bool) {
 	if getN(it, attrExpiresAtMs) <= now.UnixMilli() || getS(it, attrOutcome) == "" {
 		return evs.Outcome{}, false
@@ -488,8 +451,7 @@ func outcomeFrom(it item, now time.Time) (evs.Outcome, bool) {
 	return o, true
 }
 
-// LastVerdicts returns the latest cached decision of each address, in
-// either mode (store.Outcomes): the result cache's items, read with getAll.
+// LastVerdicts returns each address's latest cached decision, in either mode.
 func (s *Store) LastVerdicts(ctx context.Context, accountID string, addresses []string) (map[string]evs.Decision, error) {
 	var keys []item
 	for _, a := range slices.Compact(slices.Sorted(slices.Values(addresses))) {

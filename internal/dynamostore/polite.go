@@ -13,10 +13,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
 
-// Politeness records (politeness.State, and the parking of
-// batch.Parking), all in the Batches table in
-// partitions of their own whose names start with "~" (never an account
-// ID), keyed by "<provider>|<egress>":
+// Politeness records (politeness.State, batch.Parking), in Batches table
+// partitions starting with "~", keyed by "<provider>|<egress>":
 //
 //   - "~rate#<key>", sort key the window's start (epoch ms): the RCPT
 //     commands reserved in that window, a counter raised with a
@@ -42,8 +40,7 @@ const (
 	attrWakeAt      = "wakeAt"
 
 	pauseSortKey = "pause"
-	// parkTTL is how long parked work is kept: past any batch deadline
-	// that still lets it run (the sweep plans a stalled batch again anyway).
+	// parkTTL outlasts any batch deadline that still lets parked work run.
 	parkTTL = 72 * time.Hour
 )
 
@@ -89,8 +86,7 @@ func pauseKey(key string) item {
 	return item{attrAccountID: avS(pausePartitionPrefix + key), attrID: avS(pauseSortKey)}
 }
 
-// PauseState returns until when key is paused (the zero time: never
-// paused, or the record is gone) and how many pauses in a row it had.
+// PauseState implements politeness.State.
 func (s *Store) PauseState(ctx context.Context, key string) (until time.Time, level int, err error) {
 	out, err := s.c.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(s.t.Batches), Key: pauseKey(key), ConsistentRead: aws.Bool(true)})
 	if err != nil {
@@ -99,11 +95,10 @@ func (s *Store) PauseState(ctx context.Context, key string) (until time.Time, le
 	return getTime(out.Item, attrPausedUntil), int(getN(out.Item, attrPauseLevel)), nil
 }
 
-// Pause pauses key after it throttled us at now, for length(pauses in a
-// row so far) (politeness.Gate's rule). A pause in force is not extended:
-// the sessions that were under way when it began see the same throttling,
-// and must not stack their back-offs. until is the pause in force
-// afterwards.
+// Pause pauses key after it throttled us at now, for length(pauses in a row
+// so far), and returns the pause in force. A pause in force is not extended:
+// the sessions under way when it began see the same throttling and must not
+// stack their back-offs.
 func (s *Store) Pause(ctx context.Context, key string, now time.Time, length func(level int) time.Duration) (until time.Time, err error) {
 	for range 5 {
 		cur, level, err := s.PauseState(ctx, key)
@@ -138,8 +133,7 @@ func (s *Store) Pause(ctx context.Context, key string, now time.Time, length fun
 	return until, nil
 }
 
-// ClearPause ends key's run of pauses after a clean session, unless a
-// pause is in force at now.
+// ClearPause implements politeness.State.
 func (s *Store) ClearPause(ctx context.Context, key string, now time.Time) error {
 	_, err := s.c.DeleteItem(ctx, &dynamodb.DeleteItemInput{
 		TableName:                 aws.String(s.t.Batches),
@@ -157,8 +151,7 @@ func parkID(notBefore time.Time) string {
 	return fmt.Sprintf("%013d#%s", max(notBefore.UnixMilli(), 0), newToken())
 }
 
-// Park keeps body (a work message) for key until a worker takes it, at
-// notBefore or later.
+// Park implements batch.Parking.
 func (s *Store) Park(ctx context.Context, key string, notBefore time.Time, body string) error {
 	exp := ttlSeconds(notBefore.Add(parkTTL))
 	_, err := s.c.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
@@ -217,20 +210,18 @@ func (s *Store) TakeParked(ctx context.Context, key string, now time.Time) (body
 		if err != nil {
 			return "", nil, false, wrapErr("take parked work", err)
 		}
-		// Best effort: an entry not removed is claimed again after claimFor
-		// and queued a second time, which the worker's check for existing
-		// results makes harmless.
+		// Best effort: an entry not removed is queued again after
+		// claimFor, which the worker's check for results makes harmless.
 		return getS(upd.Attributes, attrParkBody), s.deleteIfToken(ctx, k, attrLeaseToken, token), true, nil
 	}
 	return "", nil, false, nil
 }
 
-// claimFor is how long a claim on parked work keeps other takers off: far
-// longer than queueing one message takes.
+// claimFor keeps other takers off claimed parked work, far longer than
+// queueing one message takes.
 const claimFor = 5 * time.Minute
 
-// NextParked returns the not-before of key's oldest parked work; ok is
-// false when none is parked.
+// NextParked implements batch.Parking.
 func (s *Store) NextParked(ctx context.Context, key string) (notBefore time.Time, ok bool, err error) {
 	out, err := s.c.Query(ctx, &dynamodb.QueryInput{
 		TableName:                 aws.String(s.t.Batches),
@@ -254,11 +245,10 @@ func (s *Store) NextParked(ctx context.Context, key string) (notBefore time.Time
 	return time.UnixMilli(n), true, nil
 }
 
-// ClaimWake records that a wake message for key is due at at, and reports
-// true, to one caller, unless a wake at or before at is pending at now:
-// so one wake per key and due time is sent, however many groups park. The
-// claim carries the caller's token, so an SDK retry of a write whose reply
-// was lost still reports the claim as the caller's.
+// ClaimWake records that a wake message for key is due at at and reports
+// true to one caller, unless a wake at or before at is pending, so one wake
+// per key and due time is sent. The caller's token keeps an SDK retry's
+// claim the caller's.
 func (s *Store) ClaimWake(ctx context.Context, key string, at, now time.Time) (bool, error) {
 	_, err := s.c.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                 aws.String(s.t.Batches),

@@ -14,17 +14,14 @@ import (
 	"github.com/evs-dev/evs/internal/store"
 )
 
-// The address quota's counters (api.AddressQuota), and the
-// Idempotency-Key limit's, whose periods are named "idempotency-keys/<day>":
-// one item per account and period in the Batches table, partition
-// "~quota#<accountId>", sort key the period ("2026-11"), like the MX
-// leases (lease.go): no account ID starts with "~" and the item has no
-// state, so no reader of batches sees it. It carries the TTL attribute, so old periods go away by themselves.
+// The address quota's counters (api.AddressQuota), and the Idempotency-Key
+// limit's (periods "idempotency-keys/<day>"): one item per account and
+// period in the Batches table, partition "~quota#<accountId>", sort key the
+// period ("2026-11"). It has no state, so no batch reader sees it, and a TTL.
 //
-// A charge is one update that adds n on the condition that the counter
-// is at most limit-n: DynamoDB evaluates the condition and the update
-// atomically, so concurrent charges on any number of functions never take
-// the counter past the limit, and a refused charge changes nothing.
+// A charge is one update adding n on the condition that the counter is at
+// most limit-n, so concurrent charges never pass the limit, and a refused
+// charge changes nothing.
 
 const (
 	quotaPartitionPrefix = "~quota#"
@@ -38,12 +35,10 @@ func quotaKey(accountID, period string) item {
 // ChargeAddresses adds n to the account's counter for period if it stays
 // within limit; see api.AddressQuota.
 //
-// A counter's ADD is not idempotent: a reply lost after DynamoDB applied
-// it, retried, charges twice (seen under load, where the SDK retried a
-// reset connection). So each charge writes, in the same transaction, a
-// marker item named by a token of its own; the SDK does not retry the
-// transaction, this loop does, with the same token, and a retry that finds
-// its marker knows the charge is already made.
+// An ADD is not idempotent: a retry after a lost reply charges twice (seen
+// under load). So each charge writes, in the same transaction, a marker item
+// named by its token; this loop, not the SDK, retries with the same token,
+// and a retry that finds its marker knows the charge is made.
 func (s *Store) ChargeAddresses(ctx context.Context, accountID, period string, n, limit int, expires time.Time) (bool, error) {
 	if n > limit {
 		return false, nil // even an unused quota cannot take it
@@ -70,8 +65,8 @@ func (s *Store) ChargeAddresses(ctx context.Context, accountID, period string, n
 			return true, nil
 		}
 		if failed, ok := conditionFailures(err); ok {
-			// The marker exists: an earlier attempt of this charge was
-			// applied. Otherwise the counter's condition refused it.
+			// A marker means an earlier attempt was applied; else the
+			// counter's condition refused it.
 			return failed[0], nil
 		}
 	}
@@ -82,10 +77,9 @@ func (s *Store) ChargeAddresses(ctx context.Context, accountID, period string, n
 const chargeAttempts = 4
 
 // RefundAddresses takes n back off the account's counter for period, never
-// below 0 (a counter cannot owe addresses, as on SQLite); a counter that is
-// gone (expired) is left gone. Taking n is conditional on the counter
-// holding n; when it holds less it is set to 0 on the condition that it
-// still does, and a charge in between makes the loop try again.
+// below 0, as on SQLite; an expired counter is left gone. Taking n is
+// conditional on the counter holding n; else it is set to 0 on the condition
+// that it still holds less, and a charge in between makes the loop retry.
 func (s *Store) RefundAddresses(ctx context.Context, accountID, period string, n int) error {
 	values := item{":n": avN(int64(n))}
 	for range writeAttempts {
@@ -121,8 +115,7 @@ func (s *Store) RefundAddresses(ctx context.Context, accountID, period string, n
 	return store.Unavailable(errors.New("dynamostore: the address quota counter keeps changing"))
 }
 
-// Counters returns the account's counters whose period is in [from, to),
-// by period: one Query of the account's quota partition.
+// Counters returns the account's counters of periods in [from, to).
 func (s *Store) Counters(ctx context.Context, accountID, from, to string) (map[string]int, error) {
 	out := map[string]int{}
 	err := s.query(ctx, &dynamodb.QueryInput{

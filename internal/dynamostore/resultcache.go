@@ -13,15 +13,13 @@ import (
 	"github.com/evs-dev/evs/internal/store"
 )
 
-// The result cache (contract, section 12): one item per account,
-// normalised address and mode in the Results table, batchId
-// "~cache#<accountId>#<mode>#<address>", seq 0, holding the decision in the
-// stores' codec, expiresAtMs and the TTL attribute. No batch ID starts with
-// "~", and account IDs and modes hold no "#", so no result row and no
-// other account's entry shares a key. Each entry is a partition of its
-// own: a batch's writes spread over the table, and the sweep, which scans
-// only the Batches table, never reads them. TTL deletes them; until it
-// does, a read returns them with their expiry for the caller to judge.
+// The result cache: one item per account, normalised address and mode in
+// the Results table, batchId "~cache#<accountId>#<mode>#<address>", seq 0,
+// holding the decision in the stores' codec, expiresAtMs and the TTL. Account
+// IDs and modes hold no "#", so no other entry or result row shares a key.
+// Each entry is a partition of its own, so a batch's writes spread over the
+// table. Until TTL deletes an entry, reads return it with its expiry for the
+// caller to judge.
 
 const cachePartitionPrefix = "~cache#"
 
@@ -30,8 +28,7 @@ func cacheKey(accountID string, mode evs.Mode, address string) item {
 }
 
 // CachedDecision returns the account's cached decision for the normalised
-// address in mode and when it expires; found is false when there is none.
-// The decision's Email is address.
+// address in mode, with address as its Email, and when it expires.
 func (s *Store) CachedDecision(ctx context.Context, accountID string, mode evs.Mode, address string) (evs.Decision, time.Time, bool, error) {
 	out, err := s.c.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(s.t.Results), Key: cacheKey(accountID, mode, address)})
 	if err != nil {
@@ -50,9 +47,8 @@ func (s *Store) CachedDecision(ctx context.Context, accountID string, mode evs.M
 // cacheWriteBatch is BatchWriteItem's limit of puts per call.
 const cacheWriteBatch = 25
 
-// KeepDecisions writes entries to the account's cache, replacing what it
-// held for the same address and mode, 25 to a BatchWriteItem; puts the
-// service leaves unprocessed are sent again after a back-off.
+// KeepDecisions writes entries to the account's cache, replacing those of
+// the same address and mode, 25 to a BatchWriteItem.
 func (s *Store) KeepDecisions(ctx context.Context, accountID string, entries []store.CacheEntry) error {
 	for start := 0; start < len(entries); start += cacheWriteBatch {
 		var reqs []types.WriteRequest
@@ -73,9 +69,8 @@ func (s *Store) KeepDecisions(ctx context.Context, accountID string, entries []s
 	return nil
 }
 
-// batchWrite sends reqs (cacheWriteBatch at most) to table in one
-// BatchWriteItem, and those the service leaves unprocessed again after a
-// back-off; kind names them in the error when some never get through.
+// batchWrite sends reqs (cacheWriteBatch at most) in one BatchWriteItem, and
+// the unprocessed ones again after a back-off; kind names them in errors.
 func (s *Store) batchWrite(ctx context.Context, table string, reqs []types.WriteRequest, op, kind string) error {
 	for attempt := 0; len(reqs) > 0; attempt++ {
 		if attempt > 8 {

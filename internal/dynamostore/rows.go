@@ -11,12 +11,9 @@ import (
 	s3types "github.com/aws/aws-sdk-go-v2/service/s3/types"
 )
 
-// The rows of a batch made from a CSV list (api.RowStore; contract,
-// section 3) are one S3 object beside the batch's input, under inputs/,
-// so the bucket's rule that expires inputs with their batches expires
-// them too. One PutObject when the batch is created, one GetObject per
-// export: no item per row is ever written, so a list's rows cost what its
-// bytes cost in S3, not a write per row.
+// The rows of a batch made from a CSV list (api.RowStore) are one S3 object
+// beside the batch's input, under inputs/, so they expire with it: one
+// PutObject at creation, one GetObject per export, not a write per row.
 
 // rowsObject is the S3 key of a batch's rows.
 func rowsObject(accountID, batchID string) string {
@@ -24,8 +21,7 @@ func rowsObject(accountID, batchID string) string {
 }
 
 // PutRows stores rows, size bytes, as the account's batch batchID's; the
-// bucket's lifecycle rule for inputs/ removes them with the batch
-// (expires is not needed). A second put replaces the first.
+// bucket's rule for inputs/ removes them. A second put replaces the first.
 func (s *Store) PutRows(ctx context.Context, accountID, batchID string, _ time.Time, rows io.Reader, size int64) error {
 	if err := s.in.ready(); err != nil {
 		return err
@@ -37,9 +33,8 @@ func (s *Store) PutRows(ctx context.Context, accountID, batchID string, _ time.T
 	return wrapErr("store batch rows", err)
 }
 
-// OpenRows streams the rows of the account's batch; found is false when
-// it has none (a batch made from JSON, or from a CSV before rows were
-// kept).
+// OpenRows streams the rows of the account's batch; found is false when it
+// has none (a batch made from JSON, or before rows were kept).
 func (s *Store) OpenRows(ctx context.Context, accountID, batchID string) (io.ReadCloser, bool, error) {
 	if err := s.in.ready(); err != nil {
 		return nil, false, err

@@ -17,13 +17,11 @@ import (
 // deliveries that no SQS message carries any more: messages that went to
 // the dead-letter queue, or were never sent because the queue was down.
 //
-// It reads activeIndex (hash attrActive, keys only), never the table, which
-// also keeps finished batches, outcomes, quota counters and parked work. A
-// batch record carries attrActive while it has work a sweep may restart
-// (hasWork); leaving that set is for good, so no transition touches the
-// attribute: the first sweep that reads a record with no work left removes
-// it. attrActive has one value: the index is one partition, written when a
-// batch is created and when a sweep retires it.
+// It reads activeIndex (keys only), never the table. A batch record carries
+// attrActive while it has work a sweep may restart (hasWork); leaving that
+// set is for good, so no transition touches it: the first sweep that reads a
+// record with no work left removes it. attrActive has one value: the index
+// is one partition, written at creation and when a sweep retires a batch.
 const (
 	activeIndex = "byActive"
 	attrActive  = "active"
@@ -40,10 +38,9 @@ const (
 	attrSweepAt        = "swAtMs"
 )
 
-// Sweep lists the visible batches in state queued or running (oldest
-// first) and the pending deliveries of final batches whose next attempt was
-// due at dueBy and whose batch became final at dueBy or earlier: those are
-// overdue enough that no live message is expected to carry them any more.
+// Sweep lists the visible queued or running batches (oldest first) and the
+// pending deliveries of batches final by dueBy whose next attempt was due by
+// dueBy: overdue enough that no live message should carry them any more.
 func (s *Store) Sweep(ctx context.Context, dueBy time.Time) (unfinished []evs.Batch, overdue []evs.Delivery, err error) {
 	s.backfill(ctx)
 	unfinished, final, err := s.activeBatches(ctx)
@@ -62,10 +59,8 @@ func hasWork(it item) bool {
 		getS(it, attrCBURL) != "" && evs.CallbackState(getS(it, attrCBState)) == evs.CallbackPending
 }
 
-// activeBatches reads the records of the index of active work that are
-// visible and have work, oldest first: the unfinished batches, and the
-// final ones' records (with a delivery pending). It retires the others
-// (best effort: the next sweep tries again).
+// activeBatches reads the active index's visible records that have work,
+// oldest first, and retires the others (best effort).
 func (s *Store) activeBatches(ctx context.Context) (unfinished []evs.Batch, final []item, err error) {
 	var keys []item
 	err = s.query(ctx, &dynamodb.QueryInput{
@@ -108,13 +103,11 @@ func (s *Store) activeBatches(ctx context.Context) (unfinished []evs.Batch, fina
 }
 
 // ClaimStall records what a sweep at now sees of an unfinished batch and
-// tells whether the batch is stalled: its processed count has not changed
-// for at least after since a sweep first saw it so (or since the last
-// claimed stall). Only the caller whose conditional write wins gets true,
-// so concurrent sweeps re-plan a stall once, and a claimed stall starts a
-// new window: one re-plan per window at most. A batch that moved (results
-// written meanwhile) is never reported stalled. A batch that is final, gone
-// or being created is not stalled.
+// tells whether it is stalled: its processed count has not changed for
+// after since a sweep first saw it so (or since the last claimed stall).
+// Only the winner of the conditional write gets true, so concurrent sweeps
+// re-plan a stall once, and a claim starts a new window. A batch that moved,
+// is final, gone or being created is not stalled.
 func (s *Store) ClaimStall(ctx context.Context, accountID, id string, now time.Time, after time.Duration) (bool, error) {
 	it, err := s.batchItem(ctx, accountID, id)
 	if err != nil {
@@ -155,8 +148,7 @@ func (s *Store) ClaimStall(ctx context.Context, accountID, id string, now time.T
 		})
 		return err
 	})
-	// A failed condition: results were written meanwhile, or another
-	// sweep got here first; either way this sweep has nothing to do.
+	// A failed condition: results came meanwhile, or another sweep won.
 	ok, err := applied(err, "record sweep")
 	return ok && stalled, err
 }
@@ -165,10 +157,8 @@ func (s *Store) ClaimStall(ctx context.Context, accountID, id string, now time.T
 const attrCBSweptAt = "cbSweptMs"
 
 // ClaimOverdue tells the one sweep that should queue a message for the
-// overdue delivery d (as Sweep listed it): true if the delivery has not
-// moved since (same attempt count and next attempt) and no sweep claimed
-// it in the last grace. Two sweeps listing the same delivery queue one
-// message between them.
+// overdue delivery d: true if it has not moved since Sweep listed it and no
+// sweep claimed it in the last grace.
 func (s *Store) ClaimOverdue(ctx context.Context, d evs.Delivery, now time.Time, grace time.Duration) (bool, error) {
 	if d.AccountID == "" || d.BatchID == "" {
 		return false, nil

@@ -17,22 +17,18 @@ import (
 	"github.com/evs-dev/evs/internal/store"
 )
 
-// Uploads (contract, section 14): the list goes straight to the input
-// bucket, under uploads/<account>/<id>, with a pre-signed PUT; no Lambda
-// carries its bytes in. The upload's record is an item of the Batches
-// table in partition "~upload#<account>", so another account's upload ID
-// reads as missing, and it has no state, so no batch reader sees it. The
-// bucket's lifecycle rule removes uploads/ objects after a day; the record
-// expires with the URL (TTL).
+// Uploads: the list goes straight to the input bucket, under
+// uploads/<account>/<id>, with a pre-signed PUT; no Lambda carries its
+// bytes. The record is a Batches item in partition "~upload#<account>", so
+// another account's upload ID reads as missing, and it has no state, so no
+// batch reader sees it. The bucket removes uploads/ objects after a day; the
+// record expires with the URL.
 //
-// The cap on open uploads (contract, section 16) counts the account's
-// upload records that are unexpired and not marked used (attrUsedAt,
-// set by DropUpload) with a strongly consistent Query of the account's
-// upload partition. Counting then putting is two steps, so creations of
-// one account's uploads take turns under a create lock in that partition,
-// as batch creations do in theirs (active.go): two concurrent creations
-// when one place is left never both pass. The lock item has no
-// attrExpiresAtMs, so the count never sees it.
+// The cap on open uploads counts the account's unexpired records not marked
+// used (attrUsedAt) with a consistent Query of the partition. Counting then
+// putting is two steps, so creations take turns under a create lock in that
+// partition, as in active.go. The lock item has no attrExpiresAtMs, so the
+// count never sees it.
 
 // uploadPartition is the Batches-table partition of an account's uploads.
 func uploadPartition(accountID string) string { return "~upload#" + accountID }
@@ -44,9 +40,7 @@ func uploadObject(accountID, id string) string { return "uploads/" + accountID +
 const (
 	attrContentType = "contentType"
 	attrMaxBytes    = "maxBytes"
-	// attrUsedAt marks an upload a batch was made from: it no longer
-	// counts among the account's open uploads.
-	attrUsedAt = "usedAt"
+	attrUsedAt      = "usedAt" // a batch was made from it: no longer open
 )
 
 // CreateUpload records u and returns a pre-signed PUT URL of its object,
@@ -58,8 +52,7 @@ const (
 // session of one's own may not.
 //
 // With maxOpen > 0 it refuses, with store.OpenUploadsLimit, an account
-// that already has maxOpen open uploads; see the comment above for how
-// the count stays exact.
+// that already has maxOpen open uploads.
 func (s *Store) CreateUpload(ctx context.Context, u evs.Upload, _ string, maxOpen int) (string, error) {
 	if err := s.in.ready(); err != nil {
 		return "", err
@@ -119,9 +112,8 @@ func (s *Store) putUpload(ctx context.Context, u evs.Upload, maxOpen int) error 
 	return err
 }
 
-// openUploads counts the account's open uploads at now (unexpired, not
-// used) and returns when the oldest of them expires, with a consistent
-// Query of its upload partition.
+// openUploads counts the account's open uploads at now and returns when the
+// oldest expires.
 func (s *Store) openUploads(ctx context.Context, accountID string, now time.Time) (int, time.Time, error) {
 	var (
 		n      int
@@ -200,11 +192,10 @@ func (s *Store) OpenUpload(ctx context.Context, accountID, id string) (evs.Uploa
 	return u, out.Body, size, nil
 }
 
-// DropUpload marks the upload's record used, which frees its place among
-// the account's open uploads, and deletes its object. The record stays
-// until it expires, so a second batch from it still finds the first. The
-// mark is conditional on the record existing, so a drop after the record
-// expired and was removed writes no stray item.
+// DropUpload marks the upload's record used, freeing its place among the
+// open uploads, and deletes its object. The record stays until it expires,
+// so a second batch from it finds the first; the mark is conditional on the
+// record existing, so it writes no stray item.
 func (s *Store) DropUpload(ctx context.Context, accountID, id string) error {
 	_, err := s.c.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                 aws.String(s.t.Batches),

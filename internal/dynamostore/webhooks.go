@@ -21,9 +21,8 @@ const (
 	attrCBAttempts = "cbAttempts"
 	attrCBStatus   = "cbStatus"
 	attrCBNext     = "cbNextMs"
-	// attrCBToken names the ClaimDelivery or RecordDelivery call that last
-	// wrote the delivery: a write the SDK resends after a lost reply fails
-	// its condition against itself, and the token tells it so.
+	// attrCBToken names the call that last wrote the delivery, so an SDK
+	// resend that fails against itself knows it.
 	attrCBToken = "cbToken"
 )
 
@@ -190,8 +189,8 @@ func (s *Store) PutWebhookSecret(ctx context.Context, w evs.WebhookSecret, ifCur
 	}
 	_, err = s.c.PutItem(ctx, in)
 	if isConditionFailed(err) {
-		// A put the SDK resent after a lost reply fails against itself; the
-		// new secret is random, so finding it stored means it was ours.
+		// An SDK resend fails against itself: the random secret, found
+		// stored, was ours.
 		cur, gerr := s.get(ctx, s.t.Keys, item{attrPK: rec[attrPK]}, "read webhook secret")
 		if gerr == nil && cur != nil && getS(cur, attrCurrent) == w.Current {
 			return nil

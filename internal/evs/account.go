@@ -3,7 +3,7 @@ package evs
 import "time"
 
 // Account owns keys and batches. A test-mode account gets sandbox verdicts
-// (contract, section 8) and never causes network traffic.
+// and never causes network traffic.
 type Account struct {
 	ID        string
 	Name      string
@@ -14,20 +14,14 @@ type Account struct {
 
 // Key is an API key as kept: never the secret, only its SHA-256 hash.
 type Key struct {
-	// ID is a short public identifier (the first 12 hex characters of the
-	// hash) shown by `evs keys list` and accepted by `evs keys revoke`.
-	ID string
-	// Hash is the lower-case hex SHA-256 of the whole key string.
-	Hash      string
-	AccountID string
-	Revoked   bool
-	CreatedAt time.Time
-	RevokedAt time.Time
-	// UsageKeyID is the API Gateway usage-plan key of the account (AWS only).
-	UsageKeyID string
-	// Kind is KeySecret (also the zero value, as every key made before
-	// publishable keys) or KeyPublishable (contract, section 17).
-	Kind KeyKind
+	ID         string // the hash's first 12 hex characters, shown and accepted by `evs keys`
+	Hash       string // lower-case hex SHA-256 of the whole key string
+	AccountID  string
+	Revoked    bool
+	CreatedAt  time.Time
+	RevokedAt  time.Time
+	UsageKeyID string  // the account's API Gateway usage-plan key (AWS only)
+	Kind       KeyKind // KeySecret (the zero value, as keys made before publishable ones) or KeyPublishable
 	// Origins are the web origins a publishable key is accepted from,
 	// each scheme://host[:port]; none for a secret key.
 	Origins []string

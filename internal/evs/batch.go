@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// State is where a batch is in its life (contract, section 3).
+// State is where a batch is in its life.
 type State string
 
 // Batch states. Completed, Cancelled and Failed are final.
@@ -22,9 +22,9 @@ func (s State) Final() bool {
 	return s == StateCompleted || s == StateCancelled || s == StateFailed
 }
 
-// moves are the transitions of the contract, section 3: queued → running →
-// completed; queued/running → cancelled (by the client); any non-final
-// state → failed (the service gave up). A final state has none.
+// moves are a batch's transitions: queued → running → completed;
+// queued/running → cancelled (by the client); any non-final state → failed
+// (the service gave up).
 var moves = map[State][]State{
 	StateQueued:  {StateRunning, StateCancelled, StateFailed},
 	StateRunning: {StateCompleted, StateCancelled, StateFailed},
@@ -33,11 +33,10 @@ var moves = map[State][]State{
 // CanMove tells whether a batch in state s may move to state to.
 func (s State) CanMove(to State) bool { return slices.Contains(moves[s], to) }
 
-// CheckTransition is the rule every store applies to a transition of b to
-// state to by a caller that believes b is in one of from: nil when it is
-// allowed, else a CodeInvalidState error that says why. Stores that cannot
-// run it before writing (a conditional write) run it on the batch they
-// read back after a refusal, so both give the same answer.
+// CheckTransition is the rule every store applies to moving b to `to` by a
+// caller that believes b is in one of from: nil, or a CodeInvalidState error
+// saying why. A store with conditional writes runs it on the batch it reads
+// back after a refusal, so both kinds give the same answer.
 func CheckTransition(b Batch, from []State, to State) error {
 	switch {
 	case !slices.Contains(from, b.State) || !b.State.CanMove(to):
@@ -50,10 +49,9 @@ func CheckTransition(b Batch, from []State, to State) error {
 	return nil
 }
 
-// Live tells whether a record expiring at expiresAt is still there at now:
-// expiry is exclusive, so at the instant itself the record is gone. Every
-// store reads with this rule whether or not its deletion has run yet
-// (DynamoDB's TTL deletes late).
+// Live tells whether a record expiring at expiresAt (exclusive) is still
+// there at now. Every store reads with this rule whether or not its deletion
+// has run yet (DynamoDB's TTL deletes late).
 func Live(expiresAt, now time.Time) bool { return now.Before(expiresAt) }
 
 // Counters are a batch's counters. At every moment a client can observe:
@@ -103,22 +101,17 @@ type Batch struct {
 	// Batch readers leave it empty (read it back with Delivery).
 	CallbackURL string
 	// MaxAge bounds the age of the cached verdicts the batch reuses (the
-	// request's maxAge; contract, section 12): 0 when the request gave
-	// none (any verdict within the cache's TTL), NoReuse for maxAge 0.
+	// request's maxAge): 0 when the request gave none, NoReuse for maxAge 0.
 	MaxAge time.Duration
-	// Name is the label the user gave the batch at creation (at most
-	// MaxBatchName characters), or "".
-	Name string
+	Name   string // the user's label, at most MaxBatchName characters, or ""
 }
 
-// MaxBatchName is the longest batch name, in characters (contract,
-// section 3).
+// MaxBatchName is the longest batch name, in characters.
 const MaxBatchName = 200
 
-// BatchPos is a place in an account's list of batches, which runs newest
-// first: CreatedAt descending, then ID descending, so that batches created
-// in the same millisecond still have one order and a page can end between
-// them. It names the batch listed last; the zero BatchPos is the start.
+// BatchPos is a place in an account's list of batches, newest first:
+// CreatedAt then ID descending, so batches of the same millisecond have one
+// order. It names the batch listed last; the zero BatchPos is the start.
 type BatchPos struct {
 	CreatedAt time.Time
 	ID        string
@@ -152,17 +145,14 @@ type Result struct {
 func (r Result) Status() Status { return r.Decision.Status() }
 
 // Upload is a list the client sends to a URL of its own rather than in a
-// request body (contract, section 14); a batch is then created from it.
+// request body; a batch is then created from it.
 type Upload struct {
 	ID          string
 	AccountID   string
 	ContentType string // "text/csv" or "application/json"
 	CreatedAt   time.Time
-	// ExpiresAt ends both the URL and the ID: after it the list cannot be
-	// sent, nor a batch created from it.
-	ExpiresAt time.Time
-	// MaxBytes is the largest list the URL takes.
-	MaxBytes int64
+	ExpiresAt   time.Time // ends both the URL and the ID
+	MaxBytes    int64     // the largest list the URL takes
 }
 
 // ExportTTL is how long an exported result list's URL works (GET
@@ -171,7 +161,7 @@ type Upload struct {
 const ExportTTL = 15 * time.Minute
 
 // UploadMaxBytes is the largest uploaded list, and UploadMaxAddresses the
-// most addresses one may hold (contract, section 14).
+// most addresses one may hold.
 const (
 	UploadMaxBytes     = 100 << 20
 	UploadMaxAddresses = 1_000_000

@@ -8,11 +8,9 @@ import "context"
 type Principal struct {
 	AccountID string
 	KeyID     string
-	// Test is the account's test mode: answers come from the sandbox.
-	Test bool
-	// Kind, Origins and Limits are the key's (Key.Kind, Key.Origins,
-	// Key.Limits): a publishable key may call only what
-	// authorizer.Permit allows.
+	Test      bool // the account's test mode: answers come from the sandbox
+	// The key's kind, origins and limits: a publishable key may call only
+	// what authorizer.Permit allows.
 	Kind    KeyKind
 	Origins []string
 	Limits  KeyLimits

@@ -11,7 +11,7 @@ import (
 	"fmt"
 )
 
-// Error codes: the closed set of the API contract, section 6.
+// Error codes: the API's closed set.
 const (
 	CodeInvalidRequest        = "invalid_request"
 	CodePayloadTooLarge       = "payload_too_large"

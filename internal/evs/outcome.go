@@ -5,8 +5,7 @@ import (
 	"time"
 )
 
-// OutcomeKind is what happened when mail was sent to an address (contract,
-// section 18).
+// OutcomeKind is what happened when mail was sent to an address.
 type OutcomeKind string
 
 // The four outcome kinds a client reports.
@@ -27,17 +26,11 @@ const (
 // account, Address (normalised), Kind and At are its natural key: the same
 // event reported twice is kept once.
 type Outcome struct {
-	// Address is the normalised address (verify.NormalizedKey).
-	Address string
-	Kind    OutcomeKind
-	// At is when it happened, by the client's (its ESP's) clock,
-	// millisecond precision.
-	At time.Time
-	// BounceType is BounceHard or BounceSoft for a bounce, else "".
-	BounceType string
-	// SMTPReply is the receiving server's reply as the client reported
-	// it, trimmed to 200 characters; may be empty.
-	SMTPReply string
+	Address    string // normalised (verify.NormalizedKey)
+	Kind       OutcomeKind
+	At         time.Time // by the client's (its ESP's) clock, in milliseconds
+	BounceType string    // BounceHard or BounceSoft for a bounce, else ""
+	SMTPReply  string    // as the client reported it, at most 200 characters
 	// Verdict and Score are the account's last verdict on the address
 	// before At, as kept when the outcome was received; Verdict is ""
 	// when the account had none (GET /v1/outcomes/report's "not
@@ -67,35 +60,28 @@ const (
 )
 
 // HistoryCheck is the evidence from the account's reported outcomes
-// (decision.checks.history, contract section 18): the outcome that decided
-// the verdict, or the latest one when none did.
+// (decision.checks.history): the outcome that decided the verdict, or the
+// latest one when none did.
 type HistoryCheck struct {
 	Result     string      `json:"result"`
 	Outcome    OutcomeKind `json:"outcome"`
 	At         Time        `json:"at"`
 	BounceType string      `json:"bounceType,omitempty"`
 	SMTPReply  string      `json:"smtpReply,omitempty"`
-	// Detail says in words what the outcome did, e.g. "hard bounce on
-	// 2026-11-20".
-	Detail string `json:"detail"`
+	Detail     string      `json:"detail"` // what the outcome did, e.g. "hard bounce on 2026-11-20"
 }
 
 // Scopes of DomainHistoryCheck.Scope.
 const (
-	// DomainScopeAccount: the counts are of the account's own outcomes.
-	DomainScopeAccount = "account"
-	// DomainScopeShared: the counts are of every account's outcomes, as
-	// the operator allowed (EVS_OUTCOME_SHARE_DOMAINS).
-	DomainScopeShared = "shared"
+	DomainScopeAccount = "account" // the account's own outcomes
+	DomainScopeShared  = "shared"  // every account's (EVS_OUTCOME_SHARE_DOMAINS)
 )
 
-// DomainCounts are what the reported outcomes of a domain's addresses
-// teach about its other addresses: how many of its addresses were
-// delivered to, and how many bounced hard. Each address counts once per
-// kind, however often mail was sent to it: a list mailed every week would
-// otherwise weigh its deliveries 52 times a year and its bounces, which
-// end the mailing, once. They are numbers, never the addresses, so they
-// can be shared across accounts.
+// DomainCounts are how many of a domain's addresses were delivered to and
+// how many bounced hard. Each address counts once per kind, however often it
+// was mailed: a weekly list would otherwise weigh its deliveries 52 times a
+// year and its bounces, which end the mailing, once. Being numbers, never
+// addresses, they can be shared across accounts.
 type DomainCounts struct {
 	Delivered   int `json:"delivered"`
 	HardBounces int `json:"hardBounces"`

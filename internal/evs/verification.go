@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// Status is the outcome label of a verification (API contract, section 2).
+// Status is the outcome label of a verification.
 type Status string
 
 // The four outcome labels.
@@ -30,7 +30,7 @@ const (
 	ReasonNoMailServer  Reason = "no_mail_server"
 	ReasonRejectedEmail Reason = "rejected_email"
 	// ReasonKnownBounce: the account reported a hard bounce for the
-	// address, later than any delivery (contract, section 18).
+	// address, later than any delivery.
 	ReasonKnownBounce Reason = "known_bounce"
 
 	ReasonAcceptAll   Reason = "accept_all"
@@ -95,11 +95,10 @@ func ParseMode(s string) (Mode, bool) {
 	return "", false
 }
 
-// Decision is the whole, explained verdict on one address: the "decision"
-// object of the API. It is the one type the API renders: its JSON tags and
-// field order are the contract's (section 2), and the few rules the
-// encoding alone does not give (the timestamp layout, provider null when
-// unknown) live on the field types.
+// Decision is the whole, explained verdict on one address: the API's
+// "decision" object, rendered as it is, so its JSON tags and field order are
+// the contract's; the rules the encoding does not give (the timestamp layout,
+// provider null when unknown) live on the field types.
 type Decision struct {
 	Email      string `json:"email"`
 	Normalized string `json:"normalized"`
@@ -115,10 +114,9 @@ type Decision struct {
 	Checks     Checks  `json:"checks"`
 	CheckedAt  Time    `json:"checkedAt"`
 	DurationMs int64   `json:"durationMs"`
-	// TestMode is set only on decisions made for test-mode accounts.
-	TestMode bool `json:"testMode,omitempty"`
-	// Cached is set when the verdict was reused from the account's cache
-	// (contract, section 12); CheckedAt is then the original check's.
+	TestMode   bool    `json:"testMode,omitempty"` // only for test-mode accounts
+	// Cached is set when the verdict was reused from the account's cache;
+	// CheckedAt is then the original check's.
 	Cached bool `json:"cached"`
 }
 
@@ -170,22 +168,18 @@ type Checks struct {
 	DNS    DNSCheck    `json:"dns"`
 	SMTP   SMTPCheck   `json:"smtp"`
 	// History is the evidence of the account's reported outcomes for the
-	// address (verify.ApplyHistory); nil, and absent from the JSON, when
-	// there are none, so a decision without them renders as before.
+	// address (verify.ApplyHistory); nil, and absent, when there are none.
 	History *HistoryCheck `json:"history,omitempty"`
 	// DomainHistory is the evidence of the outcomes reported for the
-	// address's domain (verify.ApplyHistory); nil, and absent from the
-	// JSON, unless it moved the score of an accept-all or unchecked
-	// mailbox.
+	// domain; nil, and absent, unless it moved the score of an accept-all
+	// or unchecked mailbox.
 	DomainHistory *DomainHistoryCheck `json:"domainHistory,omitempty"`
 }
 
 // SyntaxCheck is the syntax stage's evidence.
 type SyntaxCheck struct {
-	Valid bool `json:"valid"`
-	// Error names the rule an invalid address broke (for example
-	// "consecutive_dots"); empty when valid.
-	Error string `json:"error,omitempty"`
+	Valid bool   `json:"valid"`
+	Error string `json:"error,omitempty"` // the rule an invalid address broke ("consecutive_dots")
 }
 
 // DNS result values of DNSCheck.Result.
@@ -205,23 +199,18 @@ const (
 
 // DNSCheck is the DNS stage's evidence.
 type DNSCheck struct {
-	// Result is one of the DNS* constants.
-	Result string `json:"result"`
+	Result string `json:"result"` // one of the DNS* constants
 	// MX lists the mail hosts in preference order (the domain itself when
 	// ImplicitMX is true). The contract shows an empty list, never null:
 	// every maker of a decision sets it non-nil, and the API's Rendered
 	// makes sure.
 	MX         []string `json:"mx"`
 	ImplicitMX bool     `json:"implicitMx"`
-	// Rcode is the DNS response code that decided the result (NOERROR,
-	// NXDOMAIN, SERVFAIL, REFUSED), or empty on a timeout.
-	Rcode string `json:"rcode,omitempty"`
-	// Error says what failed when Result is "error" (servfail, refused,
-	// timeout, network).
-	Error string `json:"error,omitempty"`
+	Rcode      string   `json:"rcode,omitempty"` // the deciding response code; empty on a timeout
+	Error      string   `json:"error,omitempty"` // what failed when Result is "error" (servfail, timeout...)
 }
 
-// SMTP result values of SMTPCheck.Result (contract, section 2).
+// SMTP result values of SMTPCheck.Result.
 const (
 	SMTPAccepted    = "accepted"
 	SMTPRejected    = "rejected"
@@ -243,9 +232,8 @@ type SMTPCheck struct {
 	Provider     Provider `json:"provider"`
 	Code         int      `json:"code,omitempty"`
 	EnhancedCode string   `json:"enhancedCode,omitempty"`
-	// Message is the remote server's reply text, trimmed to 200 characters.
-	Message string `json:"message,omitempty"`
-	TLS     bool   `json:"tls"`
+	Message      string   `json:"message,omitempty"` // the server's reply text, at most 200 characters
+	TLS          bool     `json:"tls"`
 	// CatchAll is the result of the random-address (accept-all) probe on
 	// the domain when one decided this check (accepted, rejected,
 	// greylisted...), else "". A rejected probe is what makes an accepted
@@ -287,8 +275,7 @@ func (p Provider) MarshalJSON() ([]byte, error) {
 	return json.Marshal(string(p))
 }
 
-// jsonNull is what Provider.MarshalJSON returns for "": encoding/json
-// copies a marshaler's bytes, so one shared slice serves every call.
+// jsonNull is shared: encoding/json copies a marshaler's bytes.
 var jsonNull = []byte("null")
 
 // Time is a time.Time that marshals as RFC 3339 UTC with milliseconds and a

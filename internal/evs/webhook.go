@@ -2,8 +2,7 @@ package evs
 
 import "time"
 
-// CallbackState is where the delivery of a batch's final event stands
-// (contract, section 10).
+// CallbackState is where the delivery of a batch's final event stands.
 type CallbackState string
 
 // Callback states. Pending holds from the moment the batch is final until a
@@ -23,8 +22,7 @@ type Delivery struct {
 	BatchID   string
 	URL       string
 	State     CallbackState
-	// Attempts counts the attempts started, including one in flight.
-	Attempts int
+	Attempts  int // attempts started, including one in flight
 	// LastStatus is the HTTP status of the last answered attempt; 0 when
 	// none answered (timeout, refused connection) or none was made.
 	LastStatus int

@@ -13,16 +13,14 @@ import (
 	"github.com/evs-dev/evs/internal/evs"
 )
 
-// Lifetimes of a record (API contract, sections 1 and 5).
+// Lifetimes of a record.
 const (
 	// Retention is how long a key's record, and so its stored reply, is kept.
 	Retention = 24 * time.Hour
 	// LockTimeout is how long an unfinished first call blocks its key in
-	// shared mode. A process that crashed mid-call never completes or
-	// releases its record; after this the key can be claimed again. It is
-	// well above the longest synchronous call (API Gateway stops waiting
-	// after 29 s). A local Keeper writes no such records, but honours those
-	// a shared one left in the store.
+	// shared mode, so a crashed call frees it; well above the longest
+	// synchronous call (API Gateway stops waiting after 29 s). A local
+	// Keeper honours such records a shared one left in the store.
 	LockTimeout = 5 * time.Minute
 )
 
@@ -41,11 +39,8 @@ type Record struct {
 	Scope       string
 	Fingerprint string
 	State       string
-	// LockedUntil is when an in-progress record stops blocking: a crashed
-	// call must not block its key forever.
-	LockedUntil time.Time
-	// ExpiresAt is when the record is forgotten (24 h after creation).
-	ExpiresAt time.Time
+	LockedUntil time.Time // when an in-progress record stops blocking, so a crashed call frees its key
+	ExpiresAt   time.Time // when the record is forgotten
 	// The stored reply, once State is Done.
 	StatusCode int
 	Headers    map[string]string
@@ -70,15 +65,12 @@ type Store interface {
 }
 
 // LocalStore keeps Idempotency-Key records for a Keeper in local mode
-// (NewLocal): a store that exactly one serving process uses, so that
-// process can arbitrate between calls in memory and the store needs only
-// one write per call. The embedded store implements it.
+// (NewLocal). The embedded store implements it.
 type LocalStore interface {
-	// LookupIdempotency returns the live record of scope: one that is not
-	// expired (ExpiresAt > now) and, if in progress, not stale
-	// (LockedUntil > now; a local Keeper never writes such records, but a
-	// data directory written by a shared Keeper may hold them). It reads
-	// without waiting for writes in progress elsewhere in the store.
+	// LookupIdempotency returns the live record of scope: not expired
+	// (ExpiresAt > now) and, if in progress (as a shared Keeper may have
+	// left it), not stale (LockedUntil > now). It does not wait for writes
+	// in progress elsewhere in the store.
 	LookupIdempotency(ctx context.Context, scope string, now time.Time) (rec Record, found bool, err error)
 	// PutIdempotency stores rec, a finished record (State Done, with its
 	// reply), in one write that is durable when it returns. It replaces an
@@ -105,58 +97,43 @@ type Reply struct {
 
 // Request is what identifies a call for idempotency.
 type Request struct {
-	AccountID string
-	Method    string
-	Path      string
-	// Key is the Idempotency-Key header value.
-	Key         string
+	AccountID   string
+	Method      string
+	Path        string
+	Key         string // the Idempotency-Key header value
 	ContentType string
 	Body        []byte
 }
 
-// Scope joins the parts of an idempotency scope (API contract: account,
-// method+path, key) into the one string the store keys records by:
-// AccountID + "\x00" + Method + " " + Path + "\x00" + Key. NUL cannot occur
-// in an account id, a request line or a valid key, so distinct scopes never
-// join to the same string.
+// Scope joins an idempotency scope (account, method+path, key) into the
+// string the store keys records by. NUL cannot occur in any part, so
+// distinct scopes never join to the same string.
 func Scope(accountID, method, path, key string) string {
 	return accountID + "\x00" + method + " " + path + "\x00" + key
 }
 
 // Keeper runs handlers at most once per Idempotency-Key. It is safe for
-// concurrent use. A shared Keeper (New) lets the store arbitrate between
-// calls, also across processes; a local Keeper (NewLocal) arbitrates in
-// memory and so must be the only Keeper of its store.
+// concurrent use.
 type Keeper struct {
 	// store is set in shared mode, local in local mode.
 	store Store
 	local LocalStore
 	now   func() time.Time
 
-	// claims holds, in local mode, the scopes of the calls running now,
-	// each with its request's fingerprint: what an in-progress record
-	// holds in shared mode, without writing it.
+	// claims holds, in local mode, the running calls' scopes and
+	// fingerprints: the in-progress records of shared mode, unwritten.
 	claims *claimSet
 }
 
-// New returns a Keeper in shared mode, keeping its records in s, with now as
-// its clock. Each call writes twice (claim, then reply or release), and the
-// store's conditional claim is what excludes a concurrent repeat, so any
-// number of processes may share s: the mode of the Lambda functions over
-// DynamoDB.
+// New returns a Keeper in shared mode (see the package doc), keeping its
+// records in s, with now as its clock.
 func New(s Store, now func() time.Time) *Keeper {
 	return &Keeper{store: s, now: now}
 }
 
-// NewLocal returns a Keeper in local mode, keeping its records in s, with
-// now as its clock. The running calls are claimed in memory and only a
-// finished reply is written, once: half the writes of shared mode. That is
-// correct only while no other Keeper, in this process or another, uses s;
-// the caller guarantees it (evs serve holds a lock on its data directory).
-//
-// A crash loses nothing a client saw: a reply is durable before Do returns
-// it, and a call cut off mid-way wrote nothing, so its retry runs it, at
-// once rather than after LockTimeout.
+// NewLocal returns a Keeper in local mode (see the package doc), keeping its
+// records in s, with now as its clock: half the writes of shared mode, and
+// correct only while no other Keeper, here or in another process, uses s.
 func NewLocal(s LocalStore, now func() time.Time) *Keeper {
 	return &Keeper{local: s, now: now, claims: newClaimSet()}
 }
@@ -178,9 +155,6 @@ func NewLocal(s LocalStore, now func() time.Time) *Keeper {
 // The writes after fn (complete or release) ignore ctx's cancellation: a
 // client that hangs up after fn finished must not leave its key blocked for
 // LockTimeout, or stored without its reply.
-//
-// Both modes answer alike; they differ in what the store holds while fn
-// runs (see New and NewLocal).
 func (k *Keeper) Do(ctx context.Context, req Request, fn func(ctx context.Context) (Reply, error)) (Reply, bool, error) {
 	if err := ValidKey(req.Key); err != nil {
 		return Reply{}, false, err
@@ -228,11 +202,10 @@ func (k *Keeper) run(ctx context.Context, scope string, fn func(ctx context.Cont
 		return reply, false, err
 	}
 	if cerr := k.store.CompleteIdempotency(settle, scope, reply.StatusCode, reply.Headers, reply.Body); cerr != nil {
-		// The caller answers 5xx, which leaves no record (contract,
-		// section 1): free the key now, so the client's retry runs at once
-		// instead of being told "in progress" until LockTimeout. The work
-		// is done; a handler whose effect must not happen twice finds it
-		// again on the retry (api: batches created under a key).
+		// The caller answers 5xx, which leaves no record: free the key
+		// now, so the retry runs at once, not "in progress" until
+		// LockTimeout. A handler whose effect must not happen twice finds
+		// it again on the retry (api: batches created under a key).
 		err = fmt.Errorf("idempotency: store reply: %w", cerr)
 		if rerr := k.store.ReleaseIdempotency(settle, scope); rerr != nil {
 			err = errors.Join(err, fmt.Errorf("idempotency: release key after a failed reply: %w", rerr))
@@ -300,10 +273,9 @@ func replay(rec Record, fp string) (Reply, error) {
 	return Reply{StatusCode: rec.StatusCode, Headers: h, Body: rec.Body}, nil
 }
 
-// claimShards is how many locks the claims are spread over. The calls of
-// one committed group return together, and each then releases its claim: under
-// one lock they queued behind each other, which measurably capped the rate
-// of idempotent calls.
+// claimShards is how many locks the claims are spread over: the calls of one
+// committed group release their claims together, and under one lock they
+// queued, which measurably capped the rate of idempotent calls.
 const claimShards = 64
 
 // claimSet is the set of running scopes, each with its fingerprint.

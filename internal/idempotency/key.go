@@ -1,8 +1,8 @@
 // Package idempotency makes a POST handler safe to retry under an
-// Idempotency-Key (API contract, section 1): the first call with a key runs
-// and its reply is stored for 24 h; a later call with the same key and the
-// same request gets the stored reply again, one with another request gets
-// 422, and one that arrives while the first still runs gets 409.
+// Idempotency-Key: the first call with a key runs and its reply is stored
+// for 24 h; a later call with the same key and request gets the stored reply
+// again, one with another request gets 422, and one while the first still
+// runs gets 409.
 //
 // A Keeper runs in one of two modes, which answer every call alike:
 //

@@ -109,10 +109,9 @@ func policy(effect, resource string) events.APIGatewayCustomAuthorizerPolicy {
 	}
 }
 
-// headerKey returns the API key header's value, the name matched without
-// regard to case as HTTP requires. Values from Headers and MultiValueHeaders
-// are pooled; ok is false when there is none or when they disagree, since a
-// request carrying two different keys has no single identity.
+// headerKey returns the API key header's value, its name matched without
+// regard to case, from Headers and MultiValueHeaders; ok is false when there
+// is none or they disagree, as two different keys have no single identity.
 func headerKey(req events.APIGatewayCustomAuthorizerRequestTypeRequest) (string, bool) {
 	var key string
 	found := false
@@ -141,12 +140,10 @@ func headerKey(req events.APIGatewayCustomAuthorizerRequestTypeRequest) (string,
 	return key, found
 }
 
-// StageResource returns the ARN covering every method and path of the
-// stage methodArn belongs to: for
-// arn:aws:execute-api:REGION:ACCOUNT:APIID/STAGE/METHOD/PATH it is
-// arn:aws:execute-api:REGION:ACCOUNT:APIID/STAGE/*/*. A methodArn not of
-// that form is an error: granting anything broader, or guessing, could
-// allow more than the API Gateway deployment it came from.
+// StageResource returns the ARN covering every method and path of
+// methodArn's stage: arn:aws:execute-api:REGION:ACCOUNT:APIID/STAGE/*/*. A
+// methodArn not of that form is an error, since guessing could allow more
+// than the deployment it came from.
 func StageResource(methodArn string) (string, error) {
 	parts := strings.SplitN(methodArn, ":", 6)
 	if len(parts) != 6 || parts[0] != "arn" || parts[1] == "" || parts[2] != "execute-api" || parts[3] == "" || parts[4] == "" {

@@ -77,9 +77,8 @@ func Region(cfg aws.Config) error {
 	return nil
 }
 
-// Check checks cfg's region, then that every table and the queue of r
-// exist, all at once, and returns the first definite problem found, in
-// the order of r.
+// Check checks cfg's region, then that every resource of r exists, all at
+// once, and returns the first definite problem in the order of r.
 func Check(ctx context.Context, cfg aws.Config, r Resources) error {
 	if err := Region(cfg); err != nil {
 		return err
@@ -115,8 +114,7 @@ func Check(ctx context.Context, cfg aws.Config, r Resources) error {
 }
 
 // Unreachable is a definite problem when err says the service's host name
-// does not resolve: a region that does not exist. Other errors are not the
-// check's to judge: it returns nil for them.
+// does not resolve (no such region), else nil.
 func Unreachable(err error, region string) error {
 	if dns, ok := errors.AsType[*net.DNSError](err); ok && dns.IsNotFound && strings.HasSuffix(strings.TrimSuffix(dns.Name, "."), ".amazonaws.com") {
 		return missing{fmt.Sprintf("cannot reach AWS in region %q (%s does not resolve): fix AWS_REGION", region, dns.Name)}

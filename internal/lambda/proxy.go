@@ -36,9 +36,8 @@ func Proxy(h http.Handler) ProxyHandler {
 }
 
 // Request is the *http.Request of a proxy event, its context carrying the
-// event's request id and, when the authorizer let it through, its
-// principal. A body that is not valid base64 fails the handler's read of
-// it with an invalid_request error, answered like any unreadable body.
+// event's request id and the authorizer's principal, if any. A body that is
+// not valid base64 fails the handler's read like any unreadable body.
 func Request(ctx context.Context, ev events.APIGatewayProxyRequest) (*http.Request, error) {
 	var body io.Reader = strings.NewReader(ev.Body)
 	length := int64(len(ev.Body))
@@ -166,10 +165,9 @@ func (w *recorder) Write(b []byte) (int, error) {
 	return w.body.Write(b)
 }
 
-// response is the proxy response of what was written. The body goes as
-// text when it is UTF-8 (JSON, CSV, the console's files) and base64
-// otherwise, which API Gateway decodes: the API declares every type
-// binary (BinaryMediaTypes */*).
+// response is the proxy response of what was written: the body as text when
+// it is UTF-8, else base64, which API Gateway decodes since the API declares
+// every type binary (BinaryMediaTypes */*).
 func (w *recorder) response() events.APIGatewayProxyResponse {
 	w.status = cmp.Or(w.status, http.StatusOK)
 	// API Gateway sets the length of what it sends.
