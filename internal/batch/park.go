@@ -10,7 +10,7 @@ import (
 	"github.com/evs-dev/evs/internal/politeness"
 )
 
-// Politeness across every worker invocation (contract, section 14): limits
+// Politeness across every worker invocation: limits
 // per mail provider and egress address, a pause for every worker after a
 // provider throttled us, and work that must wait parked in the store
 // instead of circling through the queue.
@@ -59,26 +59,17 @@ type Parking interface {
 	ParkedKeys(ctx context.Context) ([]string, error)
 }
 
-// Polite configures politeness across invocations; a nil *Polite on the
-// Worker means no limit across invocations (each prober still keeps its
-// own per-host limit).
+// Polite configures politeness across invocations (each prober still
+// keeps its own per-host limit).
 type Polite struct {
-	// Gate admits sessions by the limits of each provider and egress
-	// address; its State (dynamostore.Store; required) is shared by every
-	// invocation, and its MX finds a group's provider (no MX: no limit).
-	Gate *politeness.Gate
-	// Parking keeps the work that must wait.
-	Parking Parking
+	Gate    *politeness.Gate // its State is shared by every invocation
+	Parking Parking          // keeps the work that must wait
 }
 
-// unpark queues up to n due parked entries of key; a failure is logged,
-// not returned: the entry stays parked, and a wake relinkAfter later
-// releases it. Without that wake, a session end whose release failed (a
-// store or queue error) would leave the work it was to start waiting for
-// the next session end, which may never come, or for the sweep, minutes
-// later. While key is paused it queues nothing, which would only be parked
-// again, and makes sure a wake comes at the pause's end: a session that
-// ran beside the throttled one may end cleanly in it.
+// unpark queues up to n due parked entries of key; a failure is logged and
+// a wake relinkAfter later retries, since the next session end may never
+// come. While key is paused it queues nothing (it would only park again)
+// but makes sure a wake comes at the pause's end.
 func (w *Worker) unpark(ctx context.Context, key string, n int) (sent int) {
 	if until, _, err := w.Polite.Gate.State.PauseState(ctx, key); err == nil && until.After(w.now()) {
 		if err := w.scheduleWake(ctx, key, until); err != nil {
@@ -117,9 +108,8 @@ func (w *Worker) unpark(ctx context.Context, key string, n int) (sent int) {
 }
 
 // relinkAfter is how soon a wake retries a release that failed: past a
-// transient fault, well before the sweep. An entry claimed by the failed
-// try is released once its claim lapses, by that wake's successors or the
-// sweep.
+// transient fault, well before the sweep.
+
 const relinkAfter = 5 * time.Second
 
 // relink schedules the wake that retries a failed release of key.
