@@ -22,7 +22,6 @@ import (
 // less the other counters' sum read just before: exact within one hour;
 // concurrent writes to other hours can pass the limit by a part each.
 
-
 // counters are the store's quota counters, read back by range.
 type counters interface {
 	api.AddressQuota
