@@ -10,41 +10,24 @@ import (
 	"github.com/evs-dev/evs/internal/politeness"
 )
 
-// Politeness across every worker invocation: limits
-// per mail provider and egress address, a pause for every worker after a
-// provider throttled us, and work that must wait parked in the store
-// instead of circling through the queue.
+// Politeness across every worker invocation: a group that cannot start
+// (provider paused, no session slot, RCPT budget spent) is parked in the
+// store instead of circling through the queue. Parked work runs again when:
 //
-// A group (one domain's addresses of a work message) that will open an
-// SMTP session is admitted in three steps, all against the store: the
-// provider is not paused; a session slot is free (at most Sessions at
-// once); the RCPT commands the group can send fit in the current window's
-// budget (RcptPerMin). A group that cannot start is parked and its message
-// acknowledged. Parked work runs again when:
-//
-//   - a session of the provider ends: its worker takes the oldest due
-//     parked entry and queues it, with no delay (a chain: each session
-//     that ends starts the next that waited);
-//   - its wait is over (a pause, the next RCPT window): one "wake" message
-//     per key and due time, sent with the SQS delay, releases up to
-//     Sessions entries;
-//   - the scheduled sweep finds it due, so that nothing is stranded if a
-//     worker died between a park and a release.
-//
-// Released work goes out as KindUnparked: processed as work, but first
-// cleared of the addresses that have results, like a redelivery.
+//   - a session of the provider ends: its worker queues the oldest due
+//     entry (a chain: each session that ends starts the next);
+//   - its wait is over: one "wake" message per key and due time releases
+//     up to Sessions entries;
+//   - the scheduled sweep finds it due, so nothing is stranded if a worker
+//     died between a park and a release.
 
 // Message kinds of politeness.
 const (
-	// KindUnparked is a work message released from the store: processed
-	// as KindWork, skipping the addresses that already have results.
-	KindUnparked = "unparked"
-	// KindWake releases the due parked work of one key (Message.Key).
-	KindWake = "wake"
+	KindUnparked = "unparked" // released work, skipping addresses with results
+	KindWake     = "wake"     // releases the due parked work of Message.Key
 )
 
-// Parking keeps the work that waits for a provider, per politeness key
-// ("<provider>|<egress>"); dynamostore implements it.
+// Parking keeps the work that waits for a provider, per politeness key.
 type Parking interface {
 	// Park, TakeParked and NextParked keep the work that waits, oldest
 	// not-before first; TakeParked hands each entry to one caller, and
@@ -166,9 +149,8 @@ func (w *Worker) park(ctx context.Context, m Message, ps []parking) error {
 				return err
 			}
 		case !p.forSlot:
-			// Due already (a window that turned during a slow step, a wait
-			// cut at a deadline now past): no session end is owed to it,
-			// so a wake at once.
+			// Due already: no session end is owed to it, so a wake at once.
+
 			if err := w.scheduleWake(ctx, p.key, now); err != nil {
 				return err
 			}
