@@ -1,6 +1,5 @@
 // Command worker is the batch worker Lambda, fed by the SQS work queue
 // and, when the stack has one, the SES notification queue.
-
 package main
 
 import (

@@ -46,7 +46,6 @@ type AWS struct {
 // OnAWS builds fn's runtime at its cold start, checking that the tables
 // and queue fn uses exist (one line here, not "unavailable" on every
 // call). A failure is logged as one line naming fn; the caller exits.
-
 func OnAWS(ctx context.Context, fn Function) (*AWS, error) { return onAWSFrom(ctx, fn, config.OSEnv) }
 
 // onAWSFrom is OnAWS reading getenv: the tests give each deployment an

@@ -142,7 +142,6 @@ func (e *EMF) SMTPAnswer(egress, provider string, blocked bool) {
 // EgressCheck emits one self-check's findings for egress, as evs serve's
 // gauges say them, each also with no dimension for the alarms on any
 // egress; the egress name is an exit's host, never credentials.
-
 func (e *EMF) EgressCheck(egress string, c verify.EgressCheck) {
 	for _, l := range c.Blocklists {
 		if l.Error != "" {

@@ -62,7 +62,6 @@ func (q *SESQueue) Route(work func(context.Context, events.SQSEvent) (events.SQS
 // Handle stores the outcomes of each record's SES notification. A record
 // that is refused or fails is reported failed, so it is retried or reaches
 // the dead-letter queue, where a person can look at it, not vanishing.
-
 func (q *SESQueue) Handle(ctx context.Context, ev events.SQSEvent) events.SQSEventResponse {
 	logger := q.Logger
 	logger = cmp.Or(logger, slog.Default())

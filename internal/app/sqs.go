@@ -107,7 +107,6 @@ func SQSHandler(w *batch.Worker) func(ctx context.Context, ev events.SQSEvent) (
 		startBy := w.StartBy(ctx)
 		// The records run side by side: one after another, a slow receiver
 		// held every message behind it, billed by the second.
-
 		var work sync.WaitGroup
 		for i, rec := range ev.Records {
 			var m batch.Message

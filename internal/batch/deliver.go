@@ -30,7 +30,6 @@ func (w *Worker) webhookPerAccount() int {
 // deliver makes the due attempt of a delivery and queues the next look at
 // it. Every attempt goes through the store's claim, so duplicate messages
 // never make an attempt twice.
-
 func (w *Worker) deliver(ctx context.Context, m Message) error {
 	if w.Webhooks == nil {
 		return nil

@@ -44,7 +44,6 @@ const exportClaim = 5 * time.Minute
 // another writer is left alone. A write that fails or runs out of time
 // marks the run failed, so the client is told and can ask again; only a
 // failure to record the end is left to a redelivery.
-
 func (w *Worker) export(ctx context.Context, m Message) error {
 	if w.Exports == nil || w.ExportCSV == nil || m.Export == nil {
 		w.logger().WarnContext(ctx, "export message dropped: this worker writes no exports", slog.String("batchId", m.BatchID))

@@ -19,7 +19,6 @@ const historyTimeout = 30 * time.Second
 // withHistory applies the account's reported outcomes and domain counts to
 // a step's results (verify.WithHistory, as /v1/verify), after the cache,
 // which keeps decisions without them. A store fault is logged.
-
 func (w *Worker) withHistory(ctx context.Context, b evs.Batch, rs []evs.Result) []evs.Result {
 	if w.History == nil || len(rs) == 0 {
 		return rs

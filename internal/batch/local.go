@@ -297,7 +297,6 @@ func (q *LocalQueue) finished() {
 // pendingFilter gives the Worker WithoutResults, read as the batch's
 // pending items in the message's seq range; a LocalQueue hands a message
 // out again only after a failure, so the read is rare.
-
 type pendingFilter struct{ LocalStore }
 
 func (p pendingFilter) WithoutResults(ctx context.Context, accountID, id string, items []evs.Item) ([]evs.Item, error) {

@@ -92,7 +92,6 @@ func (w *Worker) unpark(ctx context.Context, key string, n int) (sent int) {
 
 // relinkAfter is how soon a wake retries a release that failed: past a
 // transient fault, well before the sweep.
-
 const relinkAfter = 5 * time.Second
 
 // relink schedules the wake that retries a failed release of key.
@@ -150,7 +149,6 @@ func (w *Worker) park(ctx context.Context, m Message, ps []parking) error {
 			}
 		case !p.forSlot:
 			// Due already: no session end is owed to it, so a wake at once.
-
 			if err := w.scheduleWake(ctx, p.key, now); err != nil {
 				return err
 			}

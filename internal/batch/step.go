@@ -213,7 +213,6 @@ func (s stepper) fromCache(ctx context.Context, b evs.Batch, items []evs.Item) (
 // server let a retry through. Greylisting is per sender and recipient, so
 // what carries over to new addresses is the delay: a first retry at it
 // spends no session on a retry the server would defer again.
-
 type GreyFacts interface {
 	GreyDelay(ctx context.Context, domain string) (time.Duration, bool)
 	KeepGreyDelay(ctx context.Context, domain string, d time.Duration)

@@ -38,7 +38,6 @@ const (
 	// defaultDeliveryGrace is past the function's timeout, so a message on
 	// its way is seldom overtaken; a duplicate is harmless, as every
 	// attempt is claimed in the store first.
-
 	defaultDeliveryGrace = 10 * time.Minute
 )
 

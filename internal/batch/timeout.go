@@ -43,7 +43,6 @@ func Expire(ctx context.Context, st Store, b evs.Batch, test bool, now func() ti
 // TimeoutResults returns an unknown/timeout result for each item, with the
 // evidence that needs no network and detail in checks.smtp: a time limit of
 // ours ended the work, so the address was not shown good or bad.
-
 func TimeoutResults(items []evs.Item, mode evs.Mode, test bool, detail string, now time.Time) []evs.Result {
 	out := make([]evs.Result, len(items))
 	for i, it := range items {

@@ -594,7 +594,6 @@ const flushAt = 99
 // stepper is the step of the Worker's groups: with politeness across
 // invocations, sessions that cannot start are parked; in process (no
 // Parking) a session waits for its slot, as sessions here end soon.
-
 func (w *Worker) stepper() stepper {
 	s := stepper{proc: w.Processor, cache: w.Cache, grey: w.Grey, greyBackoff: w.GreyBackoff, logger: w.logger()}
 	switch p := w.Polite; {

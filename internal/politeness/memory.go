@@ -120,7 +120,6 @@ func (m *memory) ClearPause(_ context.Context, key string, now time.Time) error 
 
 // NewMemoryState returns a State in this process's memory, on clock now
 // (nil: time.Now), as a Gate with no State uses.
-
 func NewMemoryState(now func() time.Time) State {
 	if now == nil {
 		now = time.Now
