@@ -143,10 +143,9 @@ func (a *AWS) Mux(mount ...func(*http.ServeMux)) http.Handler {
 	return api.Mux(api.ObserveOptions{Logger: a.logger, Done: Calls(a.EMF)}, mount...)
 }
 
-// requestsAPI is the batch handlers of the requests function: lists of up
-// to a million addresses through S3, results and exports written to S3 by
-// the worker while the client polls, and a cancelled batch's webhook
-// handed to the worker through the queue.
+// requestsAPI is the batch handlers of the requests function: large lists,
+// results and exports through S3, and work handed to the worker's queue.
+
 func (a *AWS) requestsAPI() (*api.Handler, error) {
 	q := a.Queue
 	return a.API(api.Deps{

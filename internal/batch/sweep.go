@@ -41,11 +41,11 @@ const (
 	defaultDeliveryGrace = 10 * time.Minute
 )
 
-// sweep re-starts the work nobody carries: batches past their deadline are
-// finished, stalled batches are planned again (one plan per stall window),
-// overdue deliveries get a message. A sweep that fails part-way logs and
-// returns nil: the next scheduled one, minutes later, does it again, and a
-// redelivered sweep message would only come later still.
+// sweep re-starts the work nobody carries: expired batches are finished,
+// stalled ones planned again, overdue deliveries get a message. A failure
+// is logged, not returned: the next scheduled sweep comes sooner than a
+// redelivery would.
+
 func (w *Worker) sweep(ctx context.Context) error {
 	if w.Sweeper == nil {
 		w.logger().Warn("sweep: no sweep store configured; message dropped")

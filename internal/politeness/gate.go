@@ -74,11 +74,10 @@ type Ticket struct {
 	done func(ctx context.Context, throttled bool) (time.Time, error)
 }
 
-// Done ends an admitted ticket's session (nothing for another). throttled
-// (verify.Throttled) pauses the provider for every session and returns
-// the pause's end; a clean session ends the run of pauses. The slot is
-// freed even on error, and a pause that could not be stored still returns
-// one of PauseBase, for the caller's own work to wait.
+// Done ends an admitted ticket's session. throttled pauses the provider for
+// every session and returns the pause's end; a clean session ends the run
+// of pauses. A pause that could not be stored still returns PauseBase's end.
+
 func (t Ticket) Done(ctx context.Context, throttled bool) (pausedUntil time.Time, err error) {
 	if t.done == nil {
 		return time.Time{}, nil

@@ -72,11 +72,10 @@ func (l Limits) ForKey(key string) (sessions, rcptPerMin int) {
 // EgressOf is the egress address of a key (Key).
 func EgressOf(key string) string { return key[strings.LastIndex(key, "|")+1:] }
 
-// Double returns base doubled n times, at most most (most <= 0: no bound
-// but the largest Duration); n <= 0 gives base. It is the one rule for
-// every wait that grows each time a server refuses us — a provider's
-// pause here, greylisting retries, retries after a store fault — so they
-// cannot drift apart.
+// Double returns base doubled n times, at most most (most <= 0: no bound);
+// n <= 0 gives base. It is the one rule for every growing wait (pauses,
+// greylisting retries, store-fault retries), so they cannot drift apart.
+
 func Double(base, most time.Duration, n int) time.Duration {
 	most = cmp.Or(max(most, 0), math.MaxInt64)
 	d := base
