@@ -145,7 +145,6 @@ func (a *AWS) Mux(mount ...func(*http.ServeMux)) http.Handler {
 
 // requestsAPI is the batch handlers of the requests function: large lists,
 // results and exports through S3, and work handed to the worker's queue.
-
 func (a *AWS) requestsAPI() (*api.Handler, error) {
 	q := a.Queue
 	return a.API(api.Deps{

@@ -45,7 +45,6 @@ const (
 // stalled ones planned again, overdue deliveries get a message. A failure
 // is logged, not returned: the next scheduled sweep comes sooner than a
 // redelivery would.
-
 func (w *Worker) sweep(ctx context.Context) error {
 	if w.Sweeper == nil {
 		w.logger().Warn("sweep: no sweep store configured; message dropped")

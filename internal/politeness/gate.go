@@ -77,7 +77,6 @@ type Ticket struct {
 // Done ends an admitted ticket's session. throttled pauses the provider for
 // every session and returns the pause's end; a clean session ends the run
 // of pauses. A pause that could not be stored still returns PauseBase's end.
-
 func (t Ticket) Done(ctx context.Context, throttled bool) (pausedUntil time.Time, err error) {
 	if t.done == nil {
 		return time.Time{}, nil

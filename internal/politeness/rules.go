@@ -75,7 +75,6 @@ func EgressOf(key string) string { return key[strings.LastIndex(key, "|")+1:] }
 // Double returns base doubled n times, at most most (most <= 0: no bound);
 // n <= 0 gives base. It is the one rule for every growing wait (pauses,
 // greylisting retries, store-fault retries), so they cannot drift apart.
-
 func Double(base, most time.Duration, n int) time.Duration {
 	most = cmp.Or(max(most, 0), math.MaxInt64)
 	d := base
