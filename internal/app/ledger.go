@@ -30,13 +30,10 @@ type counters interface {
 
 // ledger is the runtime's api.Ledger.
 type ledger struct {
-	c counters // nil: no limit (a store without counters)
-	// limits are a live account's; a test-mode account has a tenth.
-	limits map[api.Kept]int64
-	// free reads the data directory's free space (`evs serve`); nil on
-	// AWS. Below minFree a charge is refused.
-	free    func() (uint64, error)
-	minFree int64
+	c       counters               // nil: no limit (a store without counters)
+	limits  map[api.Kept]int64     // a live account's; a test-mode account has a tenth
+	free    func() (uint64, error) // data directory's free space (`evs serve`); nil on AWS
+	minFree int64                  // below it a charge is refused
 	now     func() time.Time
 	log     *slog.Logger
 }

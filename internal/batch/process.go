@@ -241,14 +241,11 @@ type groupRun struct {
 	per     int
 	startBy time.Time
 
-	mu   sync.Mutex
-	cond *sync.Cond
-	// queue is the addresses no session asked yet, budget the RCPT
-	// commands of the reservation not spent (a session under way holds
-	// its worst case), inflight the sessions under way.
-	queue      []evs.Item
-	budget     int
-	inflight   int
+	mu         sync.Mutex
+	cond       *sync.Cond
+	queue      []evs.Item // addresses no session asked yet
+	budget     int        // RCPT commands not spent (a session under way holds its worst case)
+	inflight   int        // sessions under way
 	stop       int
 	o          Outcome
 	unanswered []evs.Item
