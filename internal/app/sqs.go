@@ -98,8 +98,7 @@ func (q *Queue) SharedSlots() bool { return false }
 // SQSHandler is the worker Lambda's handler: each message of the event goes
 // to w, all of them at once.
 func SQSHandler(w *batch.Worker) func(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
-	logger := w.Logger
-	logger = cmp.Or(logger, slog.Default())
+	logger := cmp.Or(w.Logger, slog.Default())
 	return func(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
 		// failed[i] is set by record i's own goroutine only; the reply
 		// lists them in the event's order.
@@ -111,10 +110,8 @@ func SQSHandler(w *batch.Worker) func(ctx context.Context, ev events.SQSEvent) (
 		for i, rec := range ev.Records {
 			var m batch.Message
 			if err := json.Unmarshal([]byte(rec.Body), &m); err != nil {
-				// A message we cannot read will never succeed, but
-				// dropping it would lose it silently: reported as failed,
-				// it reaches the dead-letter queue after maxReceiveCount
-				// tries, where an alarm and a person can look at it.
+				// It will never succeed, but dropping it would lose it
+				// silently: failed, it reaches the dead-letter queue.
 				logger.Error("unreadable message; it goes to the dead-letter queue", slog.String("messageId", rec.MessageId))
 				failed[i] = true
 				continue

@@ -125,10 +125,8 @@ func (q *LocalQueue) Enqueue(ctx context.Context, b evs.Batch) error {
 	return q.EnqueueItems(ctx, b, nil)
 }
 
-// EnqueueItems is Enqueue for a batch just stored with items, none of
-// which has a result yet: its plan packs them as given instead of reading
-// all of them back from the store (at 50,000 addresses, a read that cost
-// as much as verifying them in test mode).
+// EnqueueItems is Enqueue for a batch just stored with items: its plan
+// packs them as given instead of reading them all back from the store.
 func (q *LocalQueue) EnqueueItems(_ context.Context, b evs.Batch, items []evs.Item) error {
 	m := PlanMessage(b)
 	m.Items = items
