@@ -1,7 +1,6 @@
 // Command verify is the Lambda function behind POST /v1/verify: the
-// runtime app.OnAWS builds (the engine, its politeness gate, the SOCKS
-// exits and their watch, the sandbox, idempotency and the result cache on
-// DynamoDB) behind the API Gateway adapter. It needs no queue.
+// runtime app.OnAWS builds, behind the API Gateway adapter. It needs no
+// queue.
 package main
 
 import (

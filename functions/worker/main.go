@@ -1,8 +1,5 @@
 // Command worker is the batch worker Lambda, fed by the SQS work queue
-// with ReportBatchItemFailures: the runtime app.OnAWS builds (engine,
-// gate, exits, self-check, sandbox, DynamoDB store) with the queue it
-// sends work back on, and, when the stack has one, the SES notification
-// queue's outcomes.
+// and, when the stack has one, the SES notification queue.
 package main
 
 import (

@@ -1,21 +1,11 @@
 // Package app is the one composition root of the service. Build makes the
-// runtime both deployments run, the same way for each: the engine and the
-// politeness gate it shares with the batches, the SOCKS exits and the
-// egress watch that steers them, the self-check, the sandbox, the domain
-// facts and the result cache, each verifier counted by the metrics sink.
-// The edges take what they serve from it: the HTTP handlers (API), the
-// batch worker (Worker, LocalQueue). A deployment differs only in its
-// Ports: the store, where state shared by instances lives (politeness,
-// domain facts), the result cache's store, and the metrics sink.
+// runtime both deployments run, the same way for each; the edges take what
+// they serve from it (API, Worker). A deployment differs only in its Ports.
 //
-// The package also says what the runtime reports (Observer and the metric
-// names) and its Lambda form, CloudWatch Embedded Metric Format lines
-// (EMF). The Prometheus form is `evs serve`'s (server.Prometheus): kept
-// there, the Prometheus client is never linked into a Lambda.
-//
-// No metric label ever holds an address, a key or a domain: labels are
-// route templates, status codes, modes, statuses, reasons and reply
-// classes.
+// The package also says what the runtime reports (Observer, the metric
+// names) and its Lambda form (EMF). The Prometheus form is `evs serve`'s,
+// so the Prometheus client is never linked into a Lambda. No metric label
+// ever holds an address, a key or a domain.
 package app
 
 import (
@@ -46,30 +36,21 @@ type Facts interface {
 type Ports struct {
 	// Store is the deployment's store. What a store cannot keep (a
 	// test's: outcomes, quota counters, a result cache) is off.
-	Store store.Store
-	// Politeness keeps the gate's state where every instance sees it
-	// (DynamoDB on AWS); nil is this process's memory.
-	Politeness politeness.State
-	// Facts keeps the domain facts (DynamoDB items behind each Lambda
-	// instance's memory); nil is this process's memory.
-	Facts Facts
-	// Verdicts is the result cache's store (nil: Store's own, when it
-	// keeps one); evs serve puts its memory in front.
-	Verdicts cache.Store
-	// Metrics is the sink (EMF or Prometheus); nil counts nothing.
-	Metrics Observer
+	Store      store.Store
+	Politeness politeness.State // shared gate state; nil: this process's memory
+	Facts      Facts            // domain facts; nil: this process's memory
+	Verdicts   cache.Store      // result cache's store; nil: Store's own
+	Metrics    Observer         // nil counts nothing
 	// CheckOnUse runs the egress self-check in the background of a call
-	// that finds its findings older than EVS_SELFCHECK_EVERY, where
-	// nothing runs between requests (a Lambda instance); evs serve runs
-	// it on a ticker instead (Runtime.SelfCheck.Run).
+	// that finds its findings stale, where nothing runs between requests
+	// (a Lambda instance); evs serve runs it on a ticker instead.
 	CheckOnUse bool
 	// Engine, when set, replaces the engine built from the configuration
 	// (a test's), with Exits the dialer it probes through, if any.
 	Engine verify.Verifier
 	Exits  *verify.Exits
-	// FreeBytes reads the free space of the data directory (`evs
-	// serve`): below EVS_MIN_FREE_BYTES the ledger refuses every write it
-	// counts, as it runs. Nil on AWS.
+	// FreeBytes reads the data directory's free space (`evs serve`): below
+	// EVS_MIN_FREE_BYTES the ledger refuses writes. Nil on AWS.
 	FreeBytes func() (uint64, error)
 	Now       func() time.Time
 	Logger    *slog.Logger
@@ -81,25 +62,14 @@ type Runtime struct {
 	// Live verifies for live accounts: the engine, its verdicts counted
 	// and watched per egress. Sandbox answers test-mode accounts.
 	Live, Sandbox verify.Verifier
-	// Gate paces SMTP sessions per provider and egress address: the
-	// batches' and /v1/verify's.
-	Gate *politeness.Gate
-	// Exits are the SOCKS exits (EVS_SMTP=proxy); nil otherwise.
-	Exits *verify.Exits
-	// Watches count the verdicts per egress and steer the exits.
-	Watches *verify.EgressWatches
-	// SelfCheck checks the egress against DNS blocklists and its HELO
-	// name; nil when SMTP is off or no resolver could be made.
-	SelfCheck *verify.SelfChecker
-	Facts     Facts
-	// Cache is the account result cache; nil when EVS_CACHE_TTL is 0 or
-	// the store keeps none.
-	Cache *cache.Cache
-	// Outcomes are the reported outcomes; nil when the store keeps none.
-	Outcomes api.Outcomes
-	// Ledger counts what each account keeps against its storage quota
-	// and outcomes cap (ledger.go).
-	Ledger api.Ledger
+	Gate          *politeness.Gate      // paces SMTP sessions of batches and /v1/verify
+	Exits         *verify.Exits         // SOCKS exits (EVS_SMTP=proxy); nil otherwise
+	Watches       *verify.EgressWatches // count verdicts per egress and steer the exits
+	SelfCheck     *verify.SelfChecker   // nil when SMTP is off or no resolver could be made
+	Facts         Facts
+	Cache         *cache.Cache // nil when EVS_CACHE_TTL is 0 or the store keeps none
+	Outcomes      api.Outcomes // nil when the store keeps none
+	Ledger        api.Ledger   // counts against each account's storage quota and outcomes cap
 
 	store   store.Store
 	metrics Observer
@@ -270,10 +240,7 @@ func (r *Runtime) keeper() *idempotency.Keeper {
 }
 
 // Worker returns w with the runtime's engine and sandbox, and its other
-// parts where w leaves them zero: the store and its accounts, the result cache,
-// the outcomes, the domain facts' greylisting delays, the politeness gate
-// (its Parking is the deployment's), the batch deadline, the clock and
-// the logger. The queue beneath it is the deployment's.
+// parts where w leaves them zero; the queue beneath it is the deployment's.
 func (r *Runtime) Worker(w batch.Worker) *batch.Worker {
 	if st, ok := r.store.(batch.WorkerStore); ok && w.Store == nil {
 		// A LocalQueue puts its own in front of a store without

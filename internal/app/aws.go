@@ -43,11 +43,9 @@ type AWS struct {
 	fn    Function
 }
 
-// OnAWS builds fn's runtime at its cold start: the configuration from the
-// environment, the store, a check that the tables and queue fn uses exist
-// (one line here, not "unavailable" on every call), the SOCKS exits from
-// Secrets Manager for the functions that probe, then Build. A failure is
-// logged as one line naming fn; the caller exits.
+// OnAWS builds fn's runtime at its cold start, checking that the tables
+// and queue fn uses exist (one line here, not "unavailable" on every
+// call). A failure is logged as one line naming fn; the caller exits.
 func OnAWS(ctx context.Context, fn Function) (*AWS, error) { return onAWSFrom(ctx, fn, config.OSEnv) }
 
 // onAWSFrom is OnAWS reading getenv: the tests give each deployment an
@@ -145,10 +143,8 @@ func (a *AWS) Mux(mount ...func(*http.ServeMux)) http.Handler {
 	return api.Mux(api.ObserveOptions{Logger: a.logger, Done: Calls(a.EMF)}, mount...)
 }
 
-// requestsAPI is the batch handlers of the requests function: lists of up
-// to a million addresses through S3, results and exports written to S3 by
-// the worker while the client polls, and a cancelled batch's webhook
-// handed to the worker through the queue.
+// requestsAPI is the batch handlers of the requests function: large lists,
+// results and exports through S3, and work handed to the worker's queue.
 func (a *AWS) requestsAPI() (*api.Handler, error) {
 	q := a.Queue
 	return a.API(api.Deps{
@@ -156,20 +152,15 @@ func (a *AWS) requestsAPI() (*api.Handler, error) {
 		// What Lambda can always take once API Gateway has base64-encoded
 		// the body, not the contract's 6 MiB (api.LambdaMaxBatchBody).
 		MaxBatchBody: api.LambdaMaxBatchBody,
-		// A CSV result list over 4 MiB would not fit Lambda's 6 MB reply,
-		// and GET /v1/requests/{id}/export hands out a pre-signed S3 GET
-		// whatever the size (the console fetches it without the key):
-		// both are jobs the worker writes to S3 while the client polls,
-		// since a million rows take longer than API Gateway's 29 s.
+		// Large CSV lists would not fit Lambda's 6 MB reply nor API
+		// Gateway's 29 s: the worker writes them to S3 while the client polls.
 		ExportJobs: &api.ExportJobs{
 			Store: a.Store,
 			Queue: func(ctx context.Context, j store.ExportJob) error {
 				return q.Send(ctx, []batch.Message{batch.ExportMessage(j)}, 0)
 			},
 		},
-		// Lists of up to 1,000,000 addresses go to S3 with a pre-signed
-		// PUT; the batch is created from the object (dynamostore/uploads.go).
-		Uploads: a.Store,
+		Uploads: a.Store, // large lists go to S3 with a pre-signed PUT
 		Callbacks: api.Callbacks{
 			// A cancel makes a batch final here, not in the worker: hand
 			// its webhook to the worker through the queue.
@@ -188,35 +179,23 @@ func (a *AWS) requestsAPI() (*api.Handler, error) {
 func (a *AWS) worker() *batch.Worker {
 	w := a.Runtime.Worker(batch.Worker{
 		Queue: a.Queue,
-		// Sessions of a minute fit the function's 300 s timeout, so a
-		// silent server ends as unknown/timeout instead of a message
-		// redelivered until it dead-letters. A group runs its sessions at
-		// once, on session slots of its provider: two for the 200
-		// addresses a work message holds at most, so a group at a slow
-		// server is billed for half the time (BenchmarkWorkerCost,
-		// docs/aws.md).
+		// Sessions of a minute fit the function's timeout, so a silent
+		// server ends as unknown/timeout instead of a message redelivered
+		// until it dead-letters. Two sessions at once bill a group at a
+		// slow server for half the time (BenchmarkWorkerCost).
 		Processor: &batch.Processor{SessionLimit: time.Minute, GroupSessions: 2},
-		// The scheduled sweep (template.yaml, SweepSchedule) re-starts
-		// what no message carries any more.
-		Sweeper: a.Store,
+		Sweeper:   a.Store,
 		Webhooks: &webhook.Deliverer{
 			Store: a.Store, Client: webhook.NewClient(a.Config.Egress), Logger: a.logger, Observe: a.EMF.WebhookDelivery, Body: api.EventBody,
 		},
-		// One account's attempts in flight are bounded across every
-		// invocation, as `evs serve` bounds them in its process.
 		WebhookSlots: a.Store,
-		// Export jobs the requests function queued: the CSV rendered by
-		// the same function as Accept: text/csv, written to S3 in parts.
-		Exports:   a.Store,
-		ExportCSV: api.ExportCSV(a.Store, a.Ledger),
-		// Work that must wait for its provider is parked, not waited for.
-		Polite: &batch.Polite{Parking: a.Store},
+		Exports:      a.Store,
+		ExportCSV:    api.ExportCSV(a.Store, a.Ledger),
+		Polite:       &batch.Polite{Parking: a.Store}, // waiting work is parked, not waited for
 	})
 	if a.SelfCheck != nil {
-		// The hourly schedule's message (template.yaml,
-		// SelfCheckSchedule) reaches one instance; each steers its own
-		// exits, so each also checks at cold start and when its findings
-		// grow old.
+		// The hourly schedule's message reaches one instance; each steers
+		// its own exits, so each also checks when its findings grow old.
 		w.SelfCheck = a.SelfCheck.Run
 	}
 	return w

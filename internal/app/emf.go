@@ -122,33 +122,26 @@ func (e *EMF) SMTPConnectionFailure(result string) {
 // StoreError implements Observer.
 func (e *EMF) StoreError(source string) { e.write(StoreErrors, "Count", 1, "source", source) }
 
-// SMTPExit is told each health verdict of a SOCKS exit
-// (verify.BuildOptions.ExitHealth). One that takes the exit out of
-// rotation, or keeps it out, is counted under the exit's name (never its
-// credentials) and under no dimension, which the alarm on any exit down
-// watches (template.yaml, SmtpExitDownAlarm).
+// SMTPExit is told each health verdict of a SOCKS exit. One that takes the
+// exit out of rotation, or keeps it out, is counted under the exit's name
+// (never its credentials) and under no dimension, for the alarm on any.
 func (e *EMF) SMTPExit(_ int, name string, up bool) {
 	if !up {
 		e.writeSets(SmtpExitDown, "Count", 1, true, "exit", name)
 	}
 }
 
-// SMTPAnswer counts one live verdict with an SMTP reply that went through
-// egress to provider's servers (verify.WatchEgress's counted), and
-// whether it was a refusal of us: one line holding SmtpAnswered (1) and
-// SmtpBlocked (1 or 0), so that the sums of one period divide into the
-// blocked share (docs/aws.md, "Knowing when we are blocked on AWS").
+// SMTPAnswer counts one live verdict with an SMTP reply through egress to
+// provider, and whether it refused us: one line holding SmtpAnswered and
+// SmtpBlocked, so the sums of one period divide into the blocked share.
 func (e *EMF) SMTPAnswer(egress, provider string, blocked bool) {
 	vs := []emfValue{{SmtpAnswered, "Count", 1}, {SmtpBlocked, "Count", boolValue(blocked)}}
 	e.writeLine(vs, false, "egress", egress, "provider", provider)
 }
 
-// EgressCheck emits one self-check's findings for egress
-// (verify.CheckEgress), as evs serve's gauges say them: EgressListed per
-// list that answered, EgressHELOConfirmed when a HELO name is set. Each is
-// also emitted with no dimension, for the alarms on any egress listed or
-// any HELO name unconfirmed (template.yaml, EgressListedAlarm and
-// EgressHeloAlarm); the egress name is an exit's host, never credentials.
+// EgressCheck emits one self-check's findings for egress, as evs serve's
+// gauges say them, each also with no dimension for the alarms on any
+// egress; the egress name is an exit's host, never credentials.
 func (e *EMF) EgressCheck(egress string, c verify.EgressCheck) {
 	for _, l := range c.Blocklists {
 		if l.Error != "" {

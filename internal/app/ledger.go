@@ -13,18 +13,14 @@ import (
 	"github.com/evs-dev/evs/internal/store"
 )
 
-// The one ledger of what each account makes the service keep
-// (api.Ledger), on the store's quota counters, the same on both
-// deployments. A charge goes to a counter named by what it counts and the
-// hour its data goes ("bytes/2026-11-25T14"), so data that expires
-// releases itself: an account's use is the sum of its counters of hours
-// still to come, one range read (Counters). Data removed sooner (an
-// upload a batch took, outcomes deleted) is refunded from its counter.
+// The ledger of what each account makes the service keep, on the store's
+// quota counters. A charge goes to a counter named by what it counts and
+// the hour its data goes ("bytes/2026-11-25T14"), so data that expires
+// releases itself: use is the sum of the counters of hours still to come.
 //
 // A charge is conditional on its own counter staying within the limit
-// less the other counters' sum read just before: exact for the writes of
-// one hour, and concurrent writes to other hours can pass the limit
-// together by at most a part each (api.Hold charges 1 MiB at a time).
+// less the other counters' sum read just before: exact within one hour;
+// concurrent writes to other hours can pass the limit by a part each.
 
 // counters are the store's quota counters, read back by range.
 type counters interface {
@@ -34,13 +30,10 @@ type counters interface {
 
 // ledger is the runtime's api.Ledger.
 type ledger struct {
-	c counters // nil: no limit (a store without counters)
-	// limits are a live account's; a test-mode account has a tenth.
-	limits map[api.Kept]int64
-	// free reads the data directory's free space (`evs serve`); nil on
-	// AWS. Below minFree a charge is refused.
-	free    func() (uint64, error)
-	minFree int64
+	c       counters               // nil: no limit (a store without counters)
+	limits  map[api.Kept]int64     // a live account's; a test-mode account has a tenth
+	free    func() (uint64, error) // data directory's free space (`evs serve`); nil on AWS
+	minFree int64                  // below it a charge is refused
 	now     func() time.Time
 	log     *slog.Logger
 }

@@ -1,8 +1,6 @@
-// What the runtime counts (docs/operations.md): the metric names, the
-// small Observer interface the handlers, the batch worker and the webhook
-// deliverer see, and Count, which counts a verifier's decisions. The
-// Prometheus client stays out of this package: it would add 0.6 MB to
-// each Lambda zip and its registrations to every cold start.
+// What the runtime counts: the metric names, Observer, and Count. The
+// Prometheus client stays out of this package: it would add 0.6 MB to each
+// Lambda zip and its registrations to every cold start.
 
 package app
 
@@ -25,42 +23,26 @@ const (
 	BatchAddressesPending = "evs_batch_addresses_pending"
 	WebhookDeliveries     = "evs_webhook_deliveries_total"
 	// SmtpConnectionFailures counts verifications whose SMTP stage got no
-	// reply at all: no mail host took the connection, or it failed or
-	// timed out before a reply (label result: unreachable or timeout).
+	// reply at all (label result: unreachable or timeout).
 	SmtpConnectionFailures = "evs_smtp_connection_failures_total"
 	// SmtpExitDown counts the health verdicts that took a SOCKS exit out
-	// of rotation or kept it out (label exit: its name; on AWS also with
-	// no dimension, for "any exit down"). evs serve shows the state
-	// itself, as evs_smtp_exit_up.
+	// of rotation or kept it out (label exit).
 	SmtpExitDown = "evs_smtp_exit_down_total"
-	// EgressListed is 1 when the last self-check found the egress
-	// address on a DNS blocklist, 0 when not (labels egress, list; absent
-	// when the list gave no answer). On AWS also with no dimension, whose
-	// maximum EgressListedAlarm watches.
+	// EgressListed is 1 when the last self-check found the egress address
+	// on a DNS blocklist (labels egress, list; absent without an answer).
 	EgressListed = "evs_egress_listed"
 	// EgressHELOConfirmed is 1 when the last self-check found the HELO
-	// name and the egress address naming each other in DNS (or, address
-	// unknown, the name resolving), 0 when not (label egress). On AWS also
-	// with no dimension, whose minimum EgressHeloAlarm watches.
+	// name and the egress address naming each other in DNS (label egress).
 	EgressHELOConfirmed = "evs_egress_helo_confirmed"
-	// SmtpAnswered and SmtpBlocked count, per egress (the direct one or a
-	// SOCKS exit, by name) and provider (a known provider's name or
-	// "other", never a domain), the live verdicts whose SMTP stage got a
-	// reply, and those of them that were a refusal of us (reason
-	// blocked). On AWS, where each instance keeps its own window, their
-	// sums over a period are the blocked share, by CloudWatch metric math;
-	// evs serve shows the share itself, as evs_smtp_blocked_share.
-	SmtpAnswered = "evs_smtp_answered_total"
-	SmtpBlocked  = "evs_smtp_blocked_total"
-	// StoreErrors counts store operations that failed (label source: api,
-	// batch or readyz).
-	StoreErrors = "evs_store_errors_total"
-	// CacheRequests counts result-cache lookups (label result: hit, miss
-	// or stale; contract, section 12).
-	CacheRequests = "evs_cache_requests_total"
-	// DomainFacts counts lookups of a domain's accept-all answer in the
-	// shared domain facts (label result: hit or miss; docs/cache.md).
-	DomainFacts = "evs_domain_facts_total"
+	// SmtpAnswered and SmtpBlocked count, per egress and provider (never a
+	// domain), the live verdicts whose SMTP stage got a reply, and those
+	// that refused us; on AWS their sums over a period give the blocked
+	// share by metric math, as each instance keeps its own window.
+	SmtpAnswered  = "evs_smtp_answered_total"
+	SmtpBlocked   = "evs_smtp_blocked_total"
+	StoreErrors   = "evs_store_errors_total"   // label source: api, batch or readyz
+	CacheRequests = "evs_cache_requests_total" // label result: hit, miss or stale
+	DomainFacts   = "evs_domain_facts_total"   // accept-all lookups; label result: hit or miss
 )
 
 // ModeTest is the mode label of test-mode verdicts: they are no DNS or
@@ -82,11 +64,9 @@ type Observer interface {
 	// WebhookDelivery counts one delivery attempt's result.
 	WebhookDelivery(result string)
 	// SMTPConnectionFailure counts one verification whose SMTP stage got
-	// no reply (result: unreachable or timeout), or could not start
-	// because our own SMTP exit failed (ExitFailure).
+	// no reply, or could not start because our own exit failed (ExitFailure).
 	SMTPConnectionFailure(result string)
-	// StoreError counts one failed store operation seen by source (api,
-	// batch, readyz).
+	// StoreError counts one failed store operation seen by source.
 	StoreError(source string)
 }
 

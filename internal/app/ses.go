@@ -13,12 +13,10 @@ import (
 	"github.com/evs-dev/evs/internal/evs"
 )
 
-// SESQueue is the worker's part for the stack's SES notification queue
-// (template.yaml, SesNotificationTopicArn): an SQS queue subscribed to the
-// SES topic without raw message delivery, so each message's body is the
-// SNS message as SNS signed it, and the signature is verified here as
-// `evs serve` verifies it on POST /v1/outcomes/sns. The outcomes are the
-// account's that the stack names (SesNotificationAccount).
+// SESQueue is the worker's part for the stack's SES notification queue:
+// subscribed without raw message delivery, so each body is the SNS message
+// as SNS signed it, verified here as `evs serve` verifies it. The outcomes
+// are the account's that the stack names.
 type SESQueue struct {
 	// QueueARN tells the queue's records from the work queue's.
 	QueueARN string
@@ -62,11 +60,8 @@ func (q *SESQueue) Route(work func(context.Context, events.SQSEvent) (events.SQS
 }
 
 // Handle stores the outcomes of each record's SES notification. A record
-// that is refused (its signature does not verify, its topic is not the
-// stack's, it is not an SNS message) or that fails (the store) is
-// reported failed: a failure is retried, and a refused record reaches the
-// dead-letter queue after maxReceiveCount tries, where an alarm and a
-// person can look at it, instead of vanishing.
+// that is refused or fails is reported failed, so it is retried or reaches
+// the dead-letter queue, where a person can look at it, not vanishing.
 func (q *SESQueue) Handle(ctx context.Context, ev events.SQSEvent) events.SQSEventResponse {
 	logger := q.Logger
 	logger = cmp.Or(logger, slog.Default())

@@ -1,10 +1,6 @@
-// The SQS port of batch work on AWS: Queue sends batch.Worker's messages
-// to the work queue, and SQSHandler hands each message of the worker
-// Lambda's SQS events to the Worker, reporting only the ones that failed,
-// so only those are delivered again (ReportBatchItemFailures). The
-// orchestration itself is package batch's. It is here, not in package
-// lambda, because it links the batch worker and the engine, which the
-// authorizer function (lambda's too) must not.
+// The SQS port of batch work on AWS. It is here, not in package lambda,
+// because it links the batch worker and the engine, which the authorizer
+// function must not.
 
 package app
 
@@ -102,26 +98,20 @@ func (q *Queue) SharedSlots() bool { return false }
 // SQSHandler is the worker Lambda's handler: each message of the event goes
 // to w, all of them at once.
 func SQSHandler(w *batch.Worker) func(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
-	logger := w.Logger
-	logger = cmp.Or(logger, slog.Default())
+	logger := cmp.Or(w.Logger, slog.Default())
 	return func(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
 		// failed[i] is set by record i's own goroutine only; the reply
 		// lists them in the event's order.
 		failed := make([]bool, len(ev.Records))
 		startBy := w.StartBy(ctx)
-		// The records run side by side: their sessions wait on the
-		// network, and one after another a slow receiver held every
-		// message behind it, billed by the second all the while. Each
-		// message's groups are bounded by the Worker's Concurrency, and
-		// every session by politeness, as before.
+		// The records run side by side: one after another, a slow receiver
+		// held every message behind it, billed by the second.
 		var work sync.WaitGroup
 		for i, rec := range ev.Records {
 			var m batch.Message
 			if err := json.Unmarshal([]byte(rec.Body), &m); err != nil {
-				// A message we cannot read will never succeed, but
-				// dropping it would lose it silently: reported as failed,
-				// it reaches the dead-letter queue after maxReceiveCount
-				// tries, where an alarm and a person can look at it.
+				// It will never succeed, but dropping it would lose it
+				// silently: failed, it reaches the dead-letter queue.
 				logger.Error("unreadable message; it goes to the dead-letter queue", slog.String("messageId", rec.MessageId))
 				failed[i] = true
 				continue

@@ -10,7 +10,7 @@ import (
 )
 
 // KindWebhook is a message that makes the next due attempt of a batch's
-// webhook delivery (contract, section 10).
+// webhook delivery.
 const KindWebhook = "webhook"
 
 // webhookBusyDelay is how long a webhook message waits when its account
@@ -18,9 +18,7 @@ const KindWebhook = "webhook"
 // delay (5 s), so the event is late by little.
 const webhookBusyDelay = 2 * time.Second
 
-// WebhookSlotStore keeps attempt slots shared by every invocation
-// (dynamostore implements it; politeness.State's session slots are the
-// same records).
+// WebhookSlotStore keeps attempt slots shared by every invocation.
 type WebhookSlotStore interface {
 	AcquireSlot(ctx context.Context, key string, slots int, ttl time.Duration) (release func(), ok bool, err error)
 }
@@ -30,11 +28,8 @@ func (w *Worker) webhookPerAccount() int {
 }
 
 // deliver makes the due attempt of a delivery and queues the next look at
-// it. A message that arrives early (a chained delay, or an attempt in
-// flight elsewhere) is sent again for the remaining time; one whose attempt
-// another worker claimed is dropped. Every attempt goes through the store's
-// claim, so duplicate messages never make an attempt twice, and the
-// attempt count bounds them all.
+// it. Every attempt goes through the store's claim, so duplicate messages
+// never make an attempt twice.
 func (w *Worker) deliver(ctx context.Context, m Message) error {
 	if w.Webhooks == nil {
 		return nil

@@ -21,8 +21,7 @@ func ExportMessage(j store.ExportJob) Message {
 	}}
 }
 
-// ExportStore keeps export jobs and writes their objects
-// (dynamostore.Store).
+// ExportStore keeps export jobs and writes their objects.
 type ExportStore interface {
 	// ClaimExport takes j's run for this writer until until; false when
 	// it is not running any more or another writer holds it.
@@ -41,12 +40,10 @@ const exportReserve = 15 * time.Second
 // deadline (tests, a LocalQueue).
 const exportClaim = 5 * time.Minute
 
-// export runs an export job's message. A message whose run is done,
-// replaced, or held by another writer (a duplicate, a redelivery) does
-// nothing. A write that fails, or does not finish before the invocation's
-// deadline, marks the run failed: the client is told, and asking again
-// starts a new run. Only a failure to record the end is left to a
-// redelivery, which takes the run over once this claim lapses.
+// export runs an export job's message; a run that is done or held by
+// another writer is left alone. A write that fails or runs out of time
+// marks the run failed, so the client is told and can ask again; only a
+// failure to record the end is left to a redelivery.
 func (w *Worker) export(ctx context.Context, m Message) error {
 	if w.Exports == nil || w.ExportCSV == nil || m.Export == nil {
 		w.logger().WarnContext(ctx, "export message dropped: this worker writes no exports", slog.String("batchId", m.BatchID))

@@ -10,19 +10,15 @@ import (
 )
 
 // OutcomeHistory looks up an account's reported outcomes of addresses
-// and the counts of domains (contract, section 18); both stores implement
-// it (store.Outcomes).
+// and the counts of domains.
 type OutcomeHistory = verify.HistorySource
 
 // historyTimeout bounds one lookup of a group's outcomes.
 const historyTimeout = 30 * time.Second
 
-// withHistory applies the account's reported outcomes to a step's results,
-// and to accept-all and unchecked mailboxes their domains' learned counts
-// (verify.WithHistory, the path /v1/verify takes too), after the cache,
-// which keeps decisions without them: one lookup of each for the whole
-// group. A store fault is logged and leaves the results without what
-// could not be read.
+// withHistory applies the account's reported outcomes and domain counts to
+// a step's results (verify.WithHistory, as /v1/verify), after the cache,
+// which keeps decisions without them. A store fault is logged.
 func (w *Worker) withHistory(ctx context.Context, b evs.Batch, rs []evs.Result) []evs.Result {
 	if w.History == nil || len(rs) == 0 {
 		return rs

@@ -20,24 +20,16 @@ type LocalStore interface {
 	UnfinishedBatches(ctx context.Context) ([]evs.Batch, error)
 }
 
-// LocalConfig shapes the lanes of `evs serve`'s LocalQueue; the Worker
-// beneath it is the same as on AWS (app.Runtime.Worker builds both).
+// LocalConfig shapes the lanes of `evs serve`'s LocalQueue.
 type LocalConfig struct {
-	// Workers caps the domain groups verified at once across all batches
-	// (default 64); PerBatch caps them per batch (default 16) so one large
-	// batch cannot starve the others.
-	Workers  int
-	PerBatch int
-	// TestWorkers is the slots of the test-mode lane (default 16): sandbox
-	// work never waits behind SMTP work.
-	TestWorkers int
+	Workers     int // domain groups verified at once (default 64)
+	PerBatch    int // per batch, so one large batch cannot starve others (default 16)
+	TestWorkers int // slots of the test-mode lane, apart from SMTP work (default 16)
 	// PerAccount caps the slots of a lane one account holds (default three
-	// quarters of the lane), so that an account whose receiving servers
-	// never answer cannot hold every slot when another account arrives.
+	// quarters), so an account whose servers never answer cannot hold
+	// every slot when another account arrives.
 	PerAccount int
-	// Idle, if set, is called whenever the queue has run dry: the moment
-	// to hand a large batch's memory back to the system.
-	Idle func()
+	Idle       func() // called when the queue runs dry: hand memory back
 }
 
 // ResultCache reuses an account's live verdicts; *cache.Cache is
@@ -49,11 +41,9 @@ type ResultCache interface {
 }
 
 // LocalQueue is the Worker's Queue in `evs serve`'s process: messages wait
-// in memory, in fair lanes (sched.go), for a slot in which the Worker
-// handles them; delayed ones wait on timers. Work is recorded in the store
-// before a batch is acknowledged, so a restart, which plans every
-// unfinished batch again, resumes each from its pending items: nothing is
-// lost, and the store's exactly-once writes mean nothing is counted twice.
+// in memory, in fair lanes, for a slot; delayed ones wait on timers. A
+// restart plans every unfinished batch again from its pending items, so
+// nothing is lost, and exactly-once writes count nothing twice.
 type LocalQueue struct {
 	cfg    LocalConfig
 	st     LocalStore
@@ -68,11 +58,8 @@ type LocalQueue struct {
 	wg      sync.WaitGroup
 }
 
-// NewLocalQueue returns a LocalQueue over st that hands its messages to
-// w, which it makes this process's: w's Queue is the LocalQueue, and its
-// Store st. A zero SessionLimit is 5 min (a session of the same process
-// ends soon); zero RetryBase and RetryMax are 200 ms and 30 s. Start makes
-// it work.
+// NewLocalQueue returns a LocalQueue over st that hands its messages to w,
+// which it makes this process's (w's Queue and Store). Start makes it work.
 func NewLocalQueue(st LocalStore, w *Worker, cfg LocalConfig) (*LocalQueue, error) {
 	if st == nil || w == nil || w.Accounts == nil || w.Processor == nil || w.Processor.Engine == nil || w.Processor.Sandbox == nil || w.Polite == nil || w.Polite.Gate == nil {
 		return nil, errors.New("batch: the local queue needs a store, accounts, an engine, a sandbox and a politeness gate")
@@ -138,10 +125,8 @@ func (q *LocalQueue) Enqueue(ctx context.Context, b evs.Batch) error {
 	return q.EnqueueItems(ctx, b, nil)
 }
 
-// EnqueueItems is Enqueue for a batch just stored with items, none of
-// which has a result yet: its plan packs them as given instead of reading
-// all of them back from the store (at 50,000 addresses, a read that cost
-// as much as verifying them in test mode).
+// EnqueueItems is Enqueue for a batch just stored with items: its plan
+// packs them as given instead of reading them all back from the store.
 func (q *LocalQueue) EnqueueItems(_ context.Context, b evs.Batch, items []evs.Item) error {
 	m := PlanMessage(b)
 	m.Items = items
@@ -151,13 +136,10 @@ func (q *LocalQueue) EnqueueItems(_ context.Context, b evs.Batch, items []evs.It
 	return nil
 }
 
-// Send queues ms for the Worker once delay has passed. A live work
-// message goes out as one message per domain group: a slot is one group's
-// SMTP sessions, so the lanes' caps count groups. A test-mode one goes out
-// in messages of up to testPack addresses, whole domains where they fit:
-// the sandbox answers at once, and each message is one write of results.
-// Once the queue has stopped nothing is queued: what was pending stays so
-// in the store, and the next start plans it again.
+// Send queues ms for the Worker once delay has passed. Live work goes out
+// one message per domain group, so the lanes' caps count groups; test-mode
+// work in messages of up to testPack addresses, each one write of results.
+// A stopped queue queues nothing: the next start plans it again.
 func (q *LocalQueue) Send(_ context.Context, ms []Message, delay time.Duration) error {
 	ok := true
 	for _, m := range ms {
@@ -190,17 +172,13 @@ func (q *LocalQueue) Send(_ context.Context, ms []Message, delay time.Duration) 
 // MaxDelay is unbounded: a delay waits on a timer of this process.
 func (q *LocalQueue) MaxDelay() time.Duration { return math.MaxInt64 }
 
-// DelayUnit is 0: a delay waits exactly as long as asked.
+// DelayUnit is 0: delays are exact.
 func (q *LocalQueue) DelayUnit() time.Duration { return 0 }
 
-// Redelivers is false: the messages live in this process's memory and are
-// lost with it, the next start planning every unfinished batch again from
-// the store; a failed handling is handed out again (handle) only while
-// the queue runs.
+// Redelivers is false: messages live in this process's memory.
 func (q *LocalQueue) Redelivers() bool { return false }
 
-// SharedSlots is true: a work message holds a slot of its lane, which
-// other batches wait for, as long as it runs, with no deadline.
+// SharedSlots is true: a work message holds a slot of its lane.
 func (q *LocalQueue) SharedSlots() bool { return true }
 
 // testPack is the most addresses of a test-mode work message.
@@ -314,11 +292,9 @@ func (q *LocalQueue) finished() {
 	}
 }
 
-// pendingFilter gives the Worker the WithoutResults of a redelivered
-// message, read as the batch's pending items in the message's seq range.
-// A LocalQueue hands a message out again only after a failure, which
-// seldom leaves results behind (a refused write is retried in place), so
-// the read is rare.
+// pendingFilter gives the Worker WithoutResults, read as the batch's
+// pending items in the message's seq range; a LocalQueue hands a message
+// out again only after a failure, so the read is rare.
 type pendingFilter struct{ LocalStore }
 
 func (p pendingFilter) WithoutResults(ctx context.Context, accountID, id string, items []evs.Item) ([]evs.Item, error) {

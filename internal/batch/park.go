@@ -10,41 +10,24 @@ import (
 	"github.com/evs-dev/evs/internal/politeness"
 )
 
-// Politeness across every worker invocation (contract, section 14): limits
-// per mail provider and egress address, a pause for every worker after a
-// provider throttled us, and work that must wait parked in the store
-// instead of circling through the queue.
+// Politeness across every worker invocation: a group that cannot start
+// (provider paused, no session slot, RCPT budget spent) is parked in the
+// store instead of circling through the queue. Parked work runs again when:
 //
-// A group (one domain's addresses of a work message) that will open an
-// SMTP session is admitted in three steps, all against the store: the
-// provider is not paused; a session slot is free (at most Sessions at
-// once); the RCPT commands the group can send fit in the current window's
-// budget (RcptPerMin). A group that cannot start is parked and its message
-// acknowledged. Parked work runs again when:
-//
-//   - a session of the provider ends: its worker takes the oldest due
-//     parked entry and queues it, with no delay (a chain: each session
-//     that ends starts the next that waited);
-//   - its wait is over (a pause, the next RCPT window): one "wake" message
-//     per key and due time, sent with the SQS delay, releases up to
-//     Sessions entries;
-//   - the scheduled sweep finds it due, so that nothing is stranded if a
-//     worker died between a park and a release.
-//
-// Released work goes out as KindUnparked: processed as work, but first
-// cleared of the addresses that have results, like a redelivery.
+//   - a session of the provider ends: its worker queues the oldest due
+//     entry (a chain: each session that ends starts the next);
+//   - its wait is over: one "wake" message per key and due time releases
+//     up to Sessions entries;
+//   - the scheduled sweep finds it due, so nothing is stranded if a worker
+//     died between a park and a release.
 
 // Message kinds of politeness.
 const (
-	// KindUnparked is a work message released from the store: processed
-	// as KindWork, skipping the addresses that already have results.
-	KindUnparked = "unparked"
-	// KindWake releases the due parked work of one key (Message.Key).
-	KindWake = "wake"
+	KindUnparked = "unparked" // released work, skipping addresses with results
+	KindWake     = "wake"     // releases the due parked work of Message.Key
 )
 
-// Parking keeps the work that waits for a provider, per politeness key
-// ("<provider>|<egress>"); dynamostore implements it.
+// Parking keeps the work that waits for a provider, per politeness key.
 type Parking interface {
 	// Park, TakeParked and NextParked keep the work that waits, oldest
 	// not-before first; TakeParked hands each entry to one caller, and
@@ -59,26 +42,17 @@ type Parking interface {
 	ParkedKeys(ctx context.Context) ([]string, error)
 }
 
-// Polite configures politeness across invocations; a nil *Polite on the
-// Worker means no limit across invocations (each prober still keeps its
-// own per-host limit).
+// Polite configures politeness across invocations (each prober still
+// keeps its own per-host limit).
 type Polite struct {
-	// Gate admits sessions by the limits of each provider and egress
-	// address; its State (dynamostore.Store; required) is shared by every
-	// invocation, and its MX finds a group's provider (no MX: no limit).
-	Gate *politeness.Gate
-	// Parking keeps the work that must wait.
-	Parking Parking
+	Gate    *politeness.Gate // its State is shared by every invocation
+	Parking Parking          // keeps the work that must wait
 }
 
-// unpark queues up to n due parked entries of key; a failure is logged,
-// not returned: the entry stays parked, and a wake relinkAfter later
-// releases it. Without that wake, a session end whose release failed (a
-// store or queue error) would leave the work it was to start waiting for
-// the next session end, which may never come, or for the sweep, minutes
-// later. While key is paused it queues nothing, which would only be parked
-// again, and makes sure a wake comes at the pause's end: a session that
-// ran beside the throttled one may end cleanly in it.
+// unpark queues up to n due parked entries of key; a failure is logged and
+// a wake relinkAfter later retries, since the next session end may never
+// come. While key is paused it queues nothing (it would only park again)
+// but makes sure a wake comes at the pause's end.
 func (w *Worker) unpark(ctx context.Context, key string, n int) (sent int) {
 	if until, _, err := w.Polite.Gate.State.PauseState(ctx, key); err == nil && until.After(w.now()) {
 		if err := w.scheduleWake(ctx, key, until); err != nil {
@@ -117,9 +91,7 @@ func (w *Worker) unpark(ctx context.Context, key string, n int) (sent int) {
 }
 
 // relinkAfter is how soon a wake retries a release that failed: past a
-// transient fault, well before the sweep. An entry claimed by the failed
-// try is released once its claim lapses, by that wake's successors or the
-// sweep.
+// transient fault, well before the sweep.
 const relinkAfter = 5 * time.Second
 
 // relink schedules the wake that retries a failed release of key.
@@ -176,9 +148,7 @@ func (w *Worker) park(ctx context.Context, m Message, ps []parking) error {
 				return err
 			}
 		case !p.forSlot:
-			// Due already (a window that turned during a slow step, a wait
-			// cut at a deadline now past): no session end is owed to it,
-			// so a wake at once.
+			// Due already: no session end is owed to it, so a wake at once.
 			if err := w.scheduleWake(ctx, p.key, now); err != nil {
 				return err
 			}

@@ -1,12 +1,8 @@
 // Package batch processes batch verification requests: it groups a batch's
 // addresses by domain, verifies each group on as few SMTP connections as
-// possible (one DNS lookup and at most one accept-all probe per domain per
-// batch), retries greylisted addresses with back-off, and writes results in
-// large atomic steps that never count an address twice.
-//
-// One Worker runs batches in both deployments, on a Queue beneath it: the
-// LocalQueue in `evs serve`'s process, SQS in the worker Lambda (package
-// sqsqueue).
+// possible, retries greylisted addresses with back-off, and writes results
+// in atomic steps that never count an address twice. One Worker runs
+// batches in both deployments, on the LocalQueue or SQS.
 package batch
 
 import (
@@ -65,42 +61,28 @@ type Verifier interface {
 
 // Processor verifies groups of items and turns decisions into results.
 type Processor struct {
-	Engine  Verifier
-	Sandbox Verifier
-	// MaxGreyAttempts is how many times an address is tried before a
-	// greylisted answer is final (default 3).
-	MaxGreyAttempts int
+	Engine          Verifier
+	Sandbox         Verifier
+	MaxGreyAttempts int // tries before a greylisted answer is final (default 3)
 	// PerConnection caps the recipients one SMTP session asks (default
-	// 100): receiving servers limit recipients per transaction, and RFC
-	// 5321 (4.5.3.1.8) has every server take at least 100. Below the cap,
-	// time sizes a session, not a count: see VerifyGroupWith.
+	// 100): RFC 5321 has every server take at least 100. Below the cap,
+	// time sizes a session, not a count.
 	PerConnection int
-	// SessionLimit bounds each SMTP session of a group (0: none). A
-	// session asks addresses while twice the slowest reply it saw still
-	// fits before its limit (or the context's deadline, if sooner); the
-	// ones it leaves unasked start the next session. A session that runs
-	// past it anyway (a server that stalls) ends, and no further session
-	// of the group starts: the answers it received stand, and the
-	// addresses it got no answer about (the one in flight, those after
-	// it, the rest of the group) are our deadline's, not the mailboxes'
-	// (contract, section 16). They are retried at the next attempt, like
-	// greylisted ones, and end unknown/timeout only at the last.
+	// SessionLimit bounds each SMTP session of a group (0: none). A session
+	// that runs past it (a server that stalls) ends, and no further session
+	// of the group starts: the addresses it got no answer about are our
+	// deadline's, not the mailboxes', so they are retried at the next
+	// attempt and end unknown/timeout only at the last.
 	SessionLimit time.Duration
-	// GroupSessions is the most SMTP sessions one group runs at once
-	// (default 1) when its caller gives it more session slots
-	// (VerifyGroupWith): a group of 200 addresses at a slow server is
-	// then done, and billed, in a fraction of the time. The sessions
-	// share the group's RCPT reservation.
+	// GroupSessions is the most sessions one group runs at once (default
+	// 1) when its caller gives it more slots: a large group at a slow
+	// server is then done, and billed, in a fraction of the time.
 	GroupSessions int
-	// Now is the clock of the results the limit writes (default time.Now).
-	Now func() time.Time
-	// ExitRetry is how long a group waits after our SMTP exit failed
-	// before it tries again (default DefaultExitRetry).
-	ExitRetry time.Duration
+	Now           func() time.Time // clock of the timeout results (default time.Now)
+	ExitRetry     time.Duration    // wait after our SMTP exit failed (default DefaultExitRetry)
 }
 
-// DefaultPerConnection is the default cap on the recipients one SMTP
-// session asks (Processor.PerConnection).
+// DefaultPerConnection is the default Processor.PerConnection.
 const DefaultPerConnection = 100
 
 // Group is items of one domain.
@@ -133,27 +115,21 @@ func GroupByDomain(items []evs.Item) []Group {
 
 // Outcome is what VerifyGroup did with a group.
 type Outcome struct {
-	// Results are the verdicts to write.
-	Results []evs.Result
-	// Retry is the greylisted items, for a later attempt.
-	Retry []evs.Item
-	// Left is the items no server answered about: out of time, or the
-	// provider asked us to slow down (on them, or before they were
-	// asked). They run again at the same attempt.
+	Results []evs.Result // verdicts to write
+	Retry   []evs.Item   // greylisted, for a later attempt
+	// Left is the items no server answered about (out of time, or the
+	// provider asked us to slow down); they run again at the same attempt.
 	Left []evs.Item
 	// Throttled is true when a session met a 421 or a reply about our
-	// rate (verify.Throttled): no further session of the group started,
-	// and the items a refused session never asked about are in Left.
+	// rate: no further session of the group started.
 	Throttled bool
-	// ExitDown is the items no session could ask about because our own
-	// SMTP exit failed (verify.ExitDown): no verdict (contract, section
-	// 16). They run again at the same attempt once Processor.ExitRetry has passed,
-	// until the batch's deadline; no further session of the group started.
+	// ExitDown is the items no session could ask because our own SMTP exit
+	// failed: no verdict; they run again at the same attempt after
+	// Processor.ExitRetry.
 	ExitDown []evs.Item
 }
 
-// DefaultExitRetry is how long work waits, by default, after our SMTP
-// exit failed before it tries again (Processor.ExitRetry).
+// DefaultExitRetry is the default Processor.ExitRetry.
 const DefaultExitRetry = 30 * time.Second
 
 // VerifyGroup runs one group's SMTP sessions, one after another: see
@@ -167,23 +143,14 @@ func (p *Processor) VerifyGroup(ctx context.Context, startBy time.Time, test boo
 type SlotFunc func(ctx context.Context) (release func(), ok bool)
 
 // VerifyGroupWith runs one group's SMTP sessions and sorts what came back
-// (Outcome): verdicts to write, greylisted items to retry at the next
-// attempt (before the last one they give no result), and items left
-// unanswered, which the caller must run again. It starts no session at or
-// after startBy (the zero time: no limit), so that a worker with a deadline
-// can write what it finished before it is stopped. Throttled tells the
-// caller to pause the provider for every worker.
+// (Outcome). It starts no session at or after startBy (zero: no limit), so
+// a worker with a deadline can write what it finished before it is stopped.
 //
-// Sessions are sized by time: each takes up to PerConnection of the
-// addresses not yet asked, and the engine asks them while the session's
-// time (SessionLimit, and the context's deadline) holds another reply
-// (verify.AskUntil); those it leaves unasked go to the next session. The
-// RCPT commands the caller reserved for the group (RcptBound) bound them
-// too: each session spends its asked addresses and at most one accept-all
-// probe, and what the reservation no longer covers is left, to be
-// admitted again. With extra set, up to GroupSessions sessions run at
-// once, each beyond the first on a slot extra gives; they share the
-// group's addresses and its reservation.
+// Sessions are sized by time: each takes up to PerConnection addresses and
+// asks them while its time holds another reply (verify.AskUntil); the rest
+// go to the next session. The group's RCPT reservation (RcptBound) bounds
+// them too; what it no longer covers is left, to be admitted again. With
+// extra set, up to GroupSessions sessions share the group at once.
 func (p *Processor) VerifyGroupWith(ctx context.Context, startBy time.Time, test bool, mode evs.Mode, g Group, attempt int, extra SlotFunc) (Outcome, error) {
 	v := p.Engine
 	if test {
@@ -274,14 +241,11 @@ type groupRun struct {
 	per     int
 	startBy time.Time
 
-	mu   sync.Mutex
-	cond *sync.Cond
-	// queue is the addresses no session asked yet, budget the RCPT
-	// commands of the reservation not spent (a session under way holds
-	// its worst case), inflight the sessions under way.
-	queue      []evs.Item
-	budget     int
-	inflight   int
+	mu         sync.Mutex
+	cond       *sync.Cond
+	queue      []evs.Item // addresses no session asked yet
+	budget     int        // RCPT commands not spent (a session under way holds its worst case)
+	inflight   int        // sessions under way
 	stop       int
 	o          Outcome
 	unanswered []evs.Item
@@ -375,17 +339,14 @@ func (r *groupRun) session(ctx context.Context, chunk []evs.Item) {
 			// it goes to the next session.
 			unasked = append(unasked, chunk[i])
 		case throttled && throttledAddress(d):
-			// Throttled on it or before it: no answer about the mailbox.
-			// It waits for the provider's pause, at the same attempt,
-			// instead of ending unknown.
+			// No answer about the mailbox: it waits out the provider's
+			// pause instead of ending unknown.
 			r.o.Left = append(r.o.Left, chunk[i])
 		case d.Reason == evs.ReasonGreylisted && r.attempt+1 < r.maxGrey:
 			r.o.Retry = append(r.o.Retry, chunk[i])
 		case !r.test && r.attempt == 0 && r.attempt+1 < r.maxGrey && catchAllLater(d.Checks.SMTP):
-			// The mailbox was accepted but the random address got a
-			// temporary answer ("452 too many recipients", "450
-			// unverified"): a second session, later, asks both again
-			// before the verdict falls back to accept-all.
+			// The accept-all probe got a temporary answer: a later session
+			// asks both again before the verdict falls back to accept-all.
 			r.o.Retry = append(r.o.Retry, chunk[i])
 		default:
 			r.o.Results = append(r.o.Results, evs.Result{Seq: chunk[i].Seq, Email: chunk[i].Email, Decision: d})
@@ -447,14 +408,12 @@ func throttledSession(test bool, ds []evs.Decision) (throttled, refused bool) {
 	return throttled, refused
 }
 
-// TestBackoff is every retry delay of a test-mode batch (contract, section
-// 8): the retries still happen, and show, but an integration test that asks
-// for greylisted@… finishes in seconds instead of waiting out minutes.
+// TestBackoff is every retry delay of a test-mode batch: the retries still
+// happen, but an integration test finishes in seconds, not minutes.
 const TestBackoff = time.Second
 
-// GreyDelay returns the delay before retry attempt n (1-based) of a batch's
-// greylisted addresses: Backoff(base, n) for a live account, TestBackoff for
-// a test-mode one.
+// GreyDelay returns the delay before greylist retry attempt n (1-based):
+// Backoff for a live account, TestBackoff for a test-mode one.
 func GreyDelay(base time.Duration, n int, test bool) time.Duration {
 	if test {
 		return TestBackoff
@@ -474,11 +433,8 @@ func logErr(l *slog.Logger, msg string, b evs.Batch, err error) {
 }
 
 // RcptBound is the most RCPT commands a group of n addresses sends: one
-// per address, and at most one accept-all probe per session (the engine
-// sends it only when an address was accepted and the domain's answer is
-// not known to the engine's domain facts), with a session per PerConnection
-// addresses. Sessions cut short by time do not raise it: VerifyGroup spends
-// no more than it, and leaves what it does not cover for a new admission.
+// per address and at most one accept-all probe per session of
+// PerConnection. VerifyGroup never spends more.
 func (p *Processor) RcptBound(n int) int {
 	if n <= 0 {
 		return 0

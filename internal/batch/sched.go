@@ -6,24 +6,16 @@ import (
 )
 
 // The LocalQueue shares its slots between tenants. A slot runs one
-// delivery: one message, which for work is one domain group of a batch,
-// whose SMTP sessions (sized by time, at most PerConnection addresses
-// each) run one after another. Deliveries wait in their batch's queue; a free slot goes to the
-// next account in round-robin order that has one ready, and inside that
-// account to its next batch in round-robin order. So an account with one
-// batch gets as many slots as an account with ten, and a batch of 50,000
-// addresses gets as many as a batch of three.
+// delivery (for work, one domain group of a batch). A free slot goes to the
+// next account in round-robin order, and inside it to its next batch in
+// round-robin order: an account with one batch gets as many slots as one
+// with ten. Test-mode work has a lane of its own, so it never waits behind
+// SMTP work.
 //
-// There are two lanes with slots of their own: test-mode work (the sandbox
-// needs no network and answers at once) never waits behind SMTP work, which
-// may sit for minutes on a slow receiving server.
-//
-// Slots cannot be taken back from a delivery that holds one, so
-// round-robin alone would let an account that came first fill every slot
-// with sessions to a server that never answers. An account therefore holds
-// at most perAccount slots of a lane (by default three quarters), and a
-// batch at most perBatch: the rest stay free for accounts that arrive
-// later.
+// Slots cannot be taken back, so round-robin alone would let an account
+// that came first fill every slot with sessions to a server that never
+// answers: an account holds at most perAccount slots of a lane, and a batch
+// at most perBatch.
 
 // delivery is a message on its way to the Worker; fails counts the
 // handlings of it that failed, lane is the lane it was pushed to.

@@ -11,33 +11,24 @@ import (
 	"github.com/evs-dev/evs/internal/verify"
 )
 
-// The one step of batch work, which the Worker runs for each domain group
-// of a message: one domain group of one batch, at one attempt. It reads the account's result cache,
-// leases a session from the politeness gate, probes, learns the domain's
-// greylisting delay, keeps the new verdicts and sorts what is left into
-// what waits for the provider, what is retried later and what ran out of
-// time. The Worker decides where that goes: into queue messages, delayed,
-// and on AWS into parked work.
+// The step the Worker runs for each domain group of a message: it reads
+// the result cache, leases a session from the politeness gate, probes, and
+// sorts what is left; the Worker decides where that goes.
 
 // task is one unit of work: a domain group of one batch, at one attempt.
 type task struct {
-	b       evs.Batch
-	test    bool
-	group   Group
-	attempt int
-	// cacheRead: the group's items were looked up in the result cache
-	// already (a group run again after a pause or a greylisting).
-	cacheRead bool
-	// waited is the back-off waited since the group's first greylisting.
-	waited time.Duration
+	b         evs.Batch
+	test      bool
+	group     Group
+	attempt   int
+	cacheRead bool          // items looked up in the result cache already
+	waited    time.Duration // back-off waited since the first greylisting
 }
 
 // stepDone is what one step left for its driver.
 type stepDone struct {
-	// results are the verdicts to write.
-	results []evs.Result
-	// retry is the greylisted items, for the next attempt after retryIn.
-	retry   []evs.Item
+	results []evs.Result // verdicts to write
+	retry   []evs.Item   // greylisted, for the next attempt after retryIn
 	retryIn time.Duration
 	// wait is the items that wait for the provider of key, at the same
 	// attempt: until until (a pause, the next RCPT window) or, forSlot,
@@ -46,9 +37,7 @@ type stepDone struct {
 	until   time.Time
 	forSlot bool
 	key     string
-	// left is the items not started before startBy: the same attempt, at
-	// once, elsewhere.
-	left []evs.Item
+	left    []evs.Item // not started before startBy: same attempt, elsewhere
 	// released: a session slot of key went back, which parked work may
 	// take (the Worker starts it; in memory the gate wakes its waiters).
 	released bool
@@ -95,10 +84,8 @@ func (s stepper) admissionKeys(ctx context.Context, t task) []string {
 // (the zero time: no limit).
 func (s stepper) run(ctx context.Context, t task, startBy time.Time) (d stepDone) {
 	g := t.group
-	// The account's result cache (contract, section 12) serves live
-	// full-mode groups of a real domain only: test mode never reads or
-	// writes it, and a quick-mode group costs one DNS lookup, less than a
-	// cache read per address.
+	// The result cache serves live full-mode groups only: a quick-mode
+	// group costs one DNS lookup, less than a cache read per address.
 	cached := s.cache != nil && !t.test && t.b.Mode == evs.ModeFull && g.Domain != ""
 	if cached && !t.cacheRead {
 		// The cache first, even past startBy: a read is no SMTP session,
@@ -193,7 +180,7 @@ func (s stepper) run(ctx context.Context, t task, startBy time.Time) (d stepDone
 	}
 	if len(o.ExitDown) > 0 {
 		// Our exit failed: no verdict, the same attempt later, bounded by
-		// the batch's deadline (contract, section 16).
+		// the batch's deadline.
 		d.wait = append(d.wait, o.ExitDown...)
 		d.until = maxTime(d.until, s.gateNow().Add(cmp.Or(s.proc.ExitRetry, DefaultExitRetry)))
 	}
@@ -223,12 +210,9 @@ func (s stepper) fromCache(ctx context.Context, b evs.Batch, items []evs.Item) (
 }
 
 // GreyFacts remembers, per domain, how long after greylisting us its
-// server let a retry through (cache.Facts is one, and
-// dynamostore.DomainFacts on AWS). Greylisting is per sender and
-// recipient, so every new address of such a domain is deferred again;
-// what carries over is the server's delay. A first retry scheduled at that
-// delay, instead of the back-off's first step, spends no session on a
-// retry the server would defer again.
+// server let a retry through. Greylisting is per sender and recipient, so
+// what carries over to new addresses is the delay: a first retry at it
+// spends no session on a retry the server would defer again.
 type GreyFacts interface {
 	GreyDelay(ctx context.Context, domain string) (time.Duration, bool)
 	KeepGreyDelay(ctx context.Context, domain string, d time.Duration)

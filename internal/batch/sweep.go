@@ -8,17 +8,13 @@ import (
 	"github.com/evs-dev/evs/internal/evs"
 )
 
-// KindSweep is the message an EventBridge schedule puts on the work queue
-// (template.yaml, SweepSchedule): the worker then looks for work no message
-// carries any more (contract, sections 9 and 10). Every message kind else
-// is started by the service itself, so without the sweep a batch whose
-// messages all dead-lettered (a long store outage) would stay running, and
-// a delivery whose first message was never sent (the queue down when a
-// batch failed at creation, or when it was cancelled) would stay pending.
+// KindSweep is the message a schedule puts on the work queue: the worker
+// then looks for work no message carries any more. Without it a batch whose
+// messages all dead-lettered would stay running, and a delivery whose first
+// message was never sent would stay pending.
 const KindSweep = "sweep"
 
-// SweepStore is what the sweep needs from the store (dynamostore
-// implements it).
+// SweepStore is what the sweep needs from the store.
 type SweepStore interface {
 	// Sweep lists the unfinished batches and the pending deliveries whose
 	// next attempt and whose batch's final state are both at dueBy or
@@ -35,26 +31,20 @@ type SweepStore interface {
 
 // Defaults of the sweep's windows.
 const (
-	// defaultStallAfter is how long a batch may make no progress before
-	// the sweep plans its pending items again. It is longer than anything
-	// a live batch waits on: a greylist retry's SQS delay (15 min at
-	// most) plus the function's timeout (5 min), and the queue's
-	// visibility timeout (30 min), after which a failed message comes
-	// back by itself.
+	// defaultStallAfter is longer than anything a live batch waits on: a
+	// greylist retry's delay plus the function's timeout, and the queue's
+	// visibility timeout (30 min).
 	defaultStallAfter = 35 * time.Minute
-	// defaultDeliveryGrace is how overdue a delivery must be before the
-	// sweep queues its message, and how often at most it queues one for
-	// the same delivery: past the function's timeout, so a message on its
-	// way is seldom overtaken. One queued anyway is harmless: every
-	// attempt is claimed in the store first, so none is made twice.
+	// defaultDeliveryGrace is past the function's timeout, so a message on
+	// its way is seldom overtaken; a duplicate is harmless, as every
+	// attempt is claimed in the store first.
 	defaultDeliveryGrace = 10 * time.Minute
 )
 
-// sweep re-starts the work nobody carries: batches past their deadline are
-// finished, stalled batches are planned again (one plan per stall window),
-// overdue deliveries get a message. A sweep that fails part-way logs and
-// returns nil: the next scheduled one, minutes later, does it again, and a
-// redelivered sweep message would only come later still.
+// sweep re-starts the work nobody carries: expired batches are finished,
+// stalled ones planned again, overdue deliveries get a message. A failure
+// is logged, not returned: the next scheduled sweep comes sooner than a
+// redelivery would.
 func (w *Worker) sweep(ctx context.Context) error {
 	if w.Sweeper == nil {
 		w.logger().Warn("sweep: no sweep store configured; message dropped")

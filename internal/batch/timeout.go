@@ -17,13 +17,10 @@ const (
 	DetailSession  = "no reply within the SMTP session's time limit, at every attempt"
 )
 
-// Expire ends batch b, past its deadline, the same way on both
-// deployments: every address still pending gets unknown/timeout
-// (DetailDeadline), written chunk results at a time. PutResults is called
-// at least once, also with nothing pending, so that a batch whose last
-// results were written but which was never completed (a crash in between)
-// completes too. written is handed the batch after each write (the AWS
-// worker queues the webhook of the write that made it final); nil for none.
+// Expire ends batch b, past its deadline: every address still pending gets
+// unknown/timeout, chunk results at a time. PutResults is called at least
+// once, so a batch a crash left uncompleted completes too. written, if
+// set, is handed the batch after each write.
 func Expire(ctx context.Context, st Store, b evs.Batch, test bool, now func() time.Time, chunk int, written func(evs.Batch)) error {
 	items, err := AllPending(ctx, st, b.AccountID, b.ID)
 	if err != nil {
@@ -43,10 +40,9 @@ func Expire(ctx context.Context, st Store, b evs.Batch, test bool, now func() ti
 	return nil
 }
 
-// TimeoutResults returns an unknown/timeout result for each item, with
-// the evidence that can be had without the network (syntax, lists,
-// suggestion) and detail in checks.smtp. Used when a time limit of ours ends
-// the work: the address was not shown to be good or bad.
+// TimeoutResults returns an unknown/timeout result for each item, with the
+// evidence that needs no network and detail in checks.smtp: a time limit of
+// ours ended the work, so the address was not shown good or bad.
 func TimeoutResults(items []evs.Item, mode evs.Mode, test bool, detail string, now time.Time) []evs.Result {
 	out := make([]evs.Result, len(items))
 	for i, it := range items {

@@ -16,25 +16,17 @@ import (
 	"github.com/evs-dev/evs/internal/webhook"
 )
 
-// The one orchestration of batch work, message-driven: a new batch queues
-// one "plan" message; the Worker turns a plan into work messages
-// (addresses packed by domain) and runs each work message's groups through
-// the step (step.go), sending greylisted addresses back with a delay and
-// parking, or on the LocalQueue delaying, work that waits for its
-// provider. Results are written by the store's exactly-once PutResults,
-// so a redelivered message never counts an address twice. On AWS the
-// requests function queues the plans on SQS and the worker function
-// handles them; in `evs serve` the LocalQueue does both in process.
+// Batch work is message-driven: a plan message becomes work messages
+// (addresses packed by domain) whose groups run through the step. Results
+// go through the store's exactly-once PutResults, so a redelivered message
+// never counts an address twice.
 
 // Message kinds.
 const (
 	KindPlan = "plan"
 	KindWork = "work"
-	// KindSelfCheck runs the egress self-check (Worker.SelfCheck): on
-	// AWS an hourly schedule sends it (template.yaml, SelfCheckSchedule),
-	// since a Lambda has no process of its own to run it from. Its
-	// findings are metrics, not state: a failed lookup is in them, and
-	// the message is never retried.
+	// KindSelfCheck runs the egress self-check; on AWS a schedule sends it,
+	// since a Lambda has no process to run it from. It is never retried.
 	KindSelfCheck = "selfcheck"
 )
 
@@ -45,72 +37,44 @@ type Message struct {
 	BatchID   string     `json:"batchId"`
 	Items     []evs.Item `json:"items,omitempty"`
 	Attempt   int        `json:"attempt,omitempty"`
-	// From is, on a plan message, the first seq not planned yet: a batch
-	// is planned a window at a time (see plan). Planned is how many
-	// addresses earlier windows sent.
-	From    int `json:"from,omitempty"`
-	Planned int `json:"planned,omitempty"`
-	// CacheRead is set on work the worker sends on (the rest of a
-	// message out of time, greylisted retries, parked groups): their
-	// items were looked up in the account's result cache already, so no
-	// read is paid twice. A redelivery of the message itself, which may
-	// have kept verdicts before it failed, looks its items up again.
+	From      int        `json:"from,omitempty"`    // plan: first seq not planned yet
+	Planned   int        `json:"planned,omitempty"` // plan: addresses earlier windows sent
+	// CacheRead is set on work the worker sends on: its items were looked up
+	// in the result cache already. A redelivery, which may have kept
+	// verdicts before it failed, looks them up again.
 	CacheRead bool `json:"cacheRead,omitempty"`
-	// Waited is, on a greylisted retry, the SQS delay its items waited
-	// since their first deferral (nanoseconds in JSON): what a retry
-	// that gets through teaches about the domain (see learnGrey).
-	Waited time.Duration `json:"waited,omitempty"`
-	// Key is, on a KindWake message, the politeness key whose parked
-	// work is due.
-	Key string `json:"key,omitempty"`
-	// Export is, on a KindExport message, the run of the export job to
-	// write (export.go).
-	Export *store.ExportJob `json:"export,omitempty"`
+	// Waited is, on a greylisted retry, the delay its items waited since
+	// their first deferral: what a retry that gets through teaches (learnGrey).
+	Waited time.Duration    `json:"waited,omitempty"`
+	Key    string           `json:"key,omitempty"`    // KindWake: politeness key whose parked work is due
+	Export *store.ExportJob `json:"export,omitempty"` // KindExport: the job run to write
 }
 
-// Queue carries the Worker's messages: the LocalQueue in `evs serve`'s
-// process, SQS in the worker Lambda (app.Queue). Besides sending, a
-// queue declares what it does with a delay and with a message whose
-// handling fails, and what a handling holds while it runs; the Worker
-// asks these, never which queue it runs on.
+// Queue carries the Worker's messages (the LocalQueue in `evs serve`, SQS
+// on AWS). The Worker asks what a queue does, never which queue it is.
 type Queue interface {
 	// Send queues ms, each delivered once delay (at most MaxDelay) has
 	// passed; an error means none or only some may have been queued.
 	Send(ctx context.Context, ms []Message, delay time.Duration) error
-	// MaxDelay is the longest delay Send takes: a longer wait is chained
-	// (SQS: the MaxDelay constant; the LocalQueue: unbounded, a timer
-	// of its process).
+	// MaxDelay is the longest delay Send takes; a longer wait is chained.
 	MaxDelay() time.Duration
-	// DelayUnit is what Send counts delays in: a delay waits a whole
-	// number of units, so a wait the Worker adds up is counted as the
-	// queue counts it (SQS: a second; 0: delays are exact, as on the
-	// LocalQueue).
+	// DelayUnit is what Send counts delays in (0: exact), so a wait the
+	// Worker adds up is counted as the queue counts it.
 	DelayUnit() time.Duration
-	// Redelivers tells whether a message outlives its handling: one
-	// whose handling failed, or whose process died, is delivered again
-	// by the queue on its own (SQS, after its visibility timeout). The
-	// Worker then writes results as they come, so a death loses few of
-	// them, and leaves a message cut off with its context to that
-	// redelivery. A queue that does not (the LocalQueue, in memory) dies
-	// with its process, the work resuming from the store's pending items
-	// at the next start, and hands a failed message out again only while
-	// it runs: the Worker writes a message's results once, at its end,
-	// and makes that write land, retried in place and while the context
-	// ends too, since what it does not write is asked again.
+	// Redelivers tells whether a message whose handling failed or whose
+	// process died is delivered again on its own (SQS). The Worker then
+	// writes results as they come and leaves a cut-off message to that
+	// redelivery; otherwise (the LocalQueue, in memory) it writes a
+	// message's results once, at its end, and makes that write land.
 	Redelivers() bool
-	// SharedSlots tells whether a handling holds, for as long as it runs,
-	// one of the few slots that the queue's other messages wait for (the
-	// LocalQueue's lanes, whose handlings have no deadline, and the
-	// sessions its steps wait for in process): a handling whose batch is
-	// cancelled then stops its sessions within a second, watching the
-	// store. SQS hands each message to an invocation that ends within
-	// the function's timeout, where a watch would cost a store read a
-	// second per message.
+	// SharedSlots tells whether a handling holds one of the few slots the
+	// queue's other messages wait for (the LocalQueue's lanes): a cancelled
+	// batch's handling then stops within a second by watching the store.
+	// On SQS the watch would cost a store read a second per message.
 	SharedSlots() bool
 }
 
-// MaxDelay is the longest delay SQS takes (sqsqueue.Queue's MaxDelay);
-// longer waits are chained.
+// MaxDelay is the longest delay SQS takes; longer waits are chained.
 const MaxDelay = 15 * time.Minute
 
 // PlanMessage is the message that starts a new batch: one small message,
@@ -137,88 +101,50 @@ type Worker struct {
 	// PackSize is the most addresses one work message carries (default
 	// 200): whole domains where they fit, so each domain sees one SMTP
 	// connection and one accept-all probe.
-	PackSize int
-	// GreyBackoff is the first delay before greylisted addresses are
-	// retried (default 5 min; SQS caps delays at 15 min).
-	GreyBackoff time.Duration
+	PackSize    int
+	GreyBackoff time.Duration // first greylist retry delay (default 5 min)
 	// Grey, when set, learns per domain how long its server deferred a
-	// greylisted address before a retry got through, and a live batch's
-	// first retry at such a domain waits that long instead of
-	// GreyBackoff (see greyDelay; dynamostore.DomainFacts shares it
-	// across invocations).
-	Grey GreyFacts
-	// Concurrency is how many domain groups of a message run at once
-	// (default 8).
-	Concurrency int
-	// Cache, when set, is the account result cache (contract, section
-	// 12): a live full-mode group's items whose verdict it holds fresh,
-	// within the batch's maxAge, become results without SMTP, and new
-	// verdicts are kept (see fromCache).
-	Cache ResultCache
-	// History, when set, holds the accounts' reported outcomes, which
-	// change verdicts by verify.ApplyHistory (history.go).
-	History OutcomeHistory
-	// ShareDomainCounts scores accept-all and unchecked mailboxes by every
-	// account's counts for their domains (EVS_OUTCOME_SHARE_DOMAINS).
-	ShareDomainCounts bool
+	// greylisted address, and a first retry there waits that long instead
+	// of GreyBackoff.
+	Grey              GreyFacts
+	Concurrency       int            // domain groups of a message run at once (default 8)
+	Cache             ResultCache    // account result cache; nil: none
+	History           OutcomeHistory // reported outcomes that change verdicts; nil: none
+	ShareDomainCounts bool           // score by every account's domain counts
 
 	// PlanWindow is the most addresses of one batch planned into work
-	// messages at a time (default 2000, ten messages of 200): a batch of
-	// 50,000 never fills the queue ahead of everybody else's.
+	// messages at a time (default 2000): a batch of 50,000 never fills the
+	// queue ahead of everybody else's.
 	PlanWindow int
-	// Deadline is a batch's time limit from its start (EVS_BATCH_DEADLINE;
-	// 0 means none): past it, what is left ends as unknown/timeout.
-	Deadline time.Duration
-	// Polite keeps SMTP polite across every concurrent invocation: limits
-	// per provider and egress address, pauses after throttling, and work
-	// that waits parked in the store (polite.go). Nil: no limit across
-	// invocations.
-	Polite *Polite
-	// Webhooks delivers batch events (KindWebhook messages); nil drops them.
-	// The webhook messages of one event are attempted at once, beside the
-	// other messages, so a receiver that never answers delays no other
-	// message by its 10 s timeout.
+	Deadline   time.Duration // a batch's time limit from its start; 0: none
+	Polite     *Polite       // politeness across invocations; nil: none
+	// Webhooks delivers batch events; nil drops them. One event's messages
+	// are attempted at once, so a receiver that never answers delays no
+	// other message by its timeout.
 	Webhooks *webhook.Deliverer
-	// WebhookSlots, when set, bounds the attempts of one account in
-	// flight across every invocation to WebhookPerAccount (default
-	// webhook.DefaultPerAccount); a message over the bound waits 2 s in
-	// the queue. Nil: no bound across invocations.
+	// WebhookSlots, when set, bounds one account's attempts in flight
+	// across invocations to WebhookPerAccount (default
+	// webhook.DefaultPerAccount).
 	WebhookSlots      WebhookSlotStore
 	WebhookPerAccount int
-	// Sweeper lists what the scheduled sweep (KindSweep messages) looks
-	// at; nil drops sweep messages. StallAfter is how long a batch may
-	// make no progress before the sweep plans it again (default 35 min);
-	// DeliveryGrace how overdue a webhook delivery must be before the
-	// sweep queues its message (default 10 min).
-	Sweeper       SweepStore
-	StallAfter    time.Duration
-	DeliveryGrace time.Duration
-	// Reserve is how long before the invocation's deadline the worker
-	// stops starting SMTP sessions, to finish those under way and write
-	// their results (default Processor.SessionLimit + 30 s): the Lambda
-	// service never cuts off finished work, whose addresses would be
-	// probed again on redelivery.
+	Sweeper           SweepStore    // what the scheduled sweep looks at; nil drops sweeps
+	StallAfter        time.Duration // no progress for this long: plan again (default 35 min)
+	DeliveryGrace     time.Duration // webhook delivery overdue by this: queue it (default 10 min)
+	// Reserve is how long before the invocation's deadline no new SMTP
+	// session starts (default Processor.SessionLimit + 30 s), so Lambda
+	// never cuts off finished work that a redelivery would probe again.
 	Reserve time.Duration
 
-	// On a Queue that does not redeliver (the LocalQueue), a write of
-	// results the store refuses is retried, after RetryDelay(RetryBase,
-	// RetryMax), while the message keeps its slot, instead of failing the
-	// message: the verdicts cost network work, and the queue's slots then
-	// bound how many wait for the store. Fault, if set, is told of each
-	// refused write.
+	// On a Queue that does not redeliver, a refused write of results is
+	// retried after RetryDelay(RetryBase, RetryMax) while the message keeps
+	// its slot: the verdicts cost network work. Fault is told of each.
 	RetryBase time.Duration
 	RetryMax  time.Duration
 	Fault     func(err error)
 
-	// SelfCheck, when set, runs the egress self-check (KindSelfCheck
-	// messages; verify.CheckEgress) and reports its findings; nil drops
-	// the messages.
-	SelfCheck func(ctx context.Context)
-
-	// Exports and ExportCSV write export jobs (KindExport messages,
-	// export.go): ExportCSV writes the CSV of a job's batch and filters
-	// (api.ExportCSV, wired by the composition root, so the rows are
-	// rendered by one function on every route). Nil drops the messages.
+	SelfCheck func(ctx context.Context) // runs the egress self-check; nil drops it
+	// Exports and ExportCSV write export jobs; ExportCSV is api.ExportCSV,
+	// so rows are rendered by one function on every route. Nil drops them.
 	Exports   ExportStore
 	ExportCSV func(ctx context.Context, j store.ExportJob, w io.Writer) error
 }
@@ -282,13 +208,9 @@ func (w *Worker) now() time.Time {
 }
 
 // plan turns a window of a batch's pending items into work messages and,
-// when more are left, queues a plan for the next window. The next window
-// is planned only once at least half of this one is done: so a batch has
-// at most PlanWindow addresses in the queue at a time, and the messages of
-// every other batch interleave with its own instead of waiting behind all
-// of them. "Done" is read from the batch's counters, not from its rows,
-// and each window's items are read once: the planner's reads grow with
-// the batch's size, not with its square.
+// once half of it is done, plans the next: other batches' messages
+// interleave instead of waiting behind all of them. "Done" is read from
+// the counters, so the planner's reads grow with the batch, not its square.
 func (w *Worker) plan(ctx context.Context, m Message) error {
 	b, err := w.Store.Batch(ctx, m.AccountID, m.BatchID)
 	if err != nil {
@@ -354,8 +276,7 @@ func (w *Worker) planWindow() int {
 
 func (w *Worker) packSize() int { return positiveOr(w.PackSize, 200) }
 
-// positiveOr is v when it is set (positive), else def: the rule of every
-// limit and duration the Worker and Processor default.
+// positiveOr is v when it is positive, else def.
 func positiveOr[T int | time.Duration](v, def T) T {
 	if v <= 0 {
 		return def
@@ -446,14 +367,10 @@ func (w *Worker) work(ctx context.Context, m Message, again bool, startBy time.T
 		wg      sync.WaitGroup
 		sem     = make(chan struct{}, conc)
 	)
-	// flush writes the results gathered so far, with mu held. On a queue
-	// that redelivers, results are written as soon as a transaction's
-	// worth (flushAt) is done, not only at the end: a worker that dies
-	// mid-message (out of memory, a crash) loses at most that many, and
-	// the redelivery asks no server again about the rest. It costs no
-	// extra transaction on DynamoDB. Where a crash loses the queue too
-	// (the LocalQueue), each message is one SQLite transaction, written
-	// at its end, and lands while ctx ends too (write).
+	// flush writes the results so far, with mu held. On a queue that
+	// redelivers, each transaction's worth (flushAt) is written at once, so
+	// a worker that dies mid-message loses at most that many; otherwise a
+	// message is one SQLite transaction written at its end.
 	redelivers := w.Queue.Redelivers()
 	flush := func() {
 		if len(results) == 0 || (firstEr != nil && ctx.Err() != nil && redelivers) {
@@ -670,15 +587,13 @@ func addRetry(rs []retrying, delay time.Duration, items []evs.Item) []retrying {
 	return append(rs, retrying{items: items, delay: delay, next: true})
 }
 
-// flushAt is how many results a worker gathers before it writes them: one
-// DynamoDB transaction's worth (dynamostore writes 99 results and the
-// batch's counters per TransactWriteItems).
+// flushAt is one DynamoDB transaction's worth of results (99 plus the
+// batch's counters).
 const flushAt = 99
 
-// stepper is the step of the Worker's groups: sessions that cannot start
-// now are parked, not waited for, when politeness across invocations is
-// configured; in this process (a Polite with no Parking) a session waits
-// for its slot in the step, as a session of this process ends soon.
+// stepper is the step of the Worker's groups: with politeness across
+// invocations, sessions that cannot start are parked; in process (no
+// Parking) a session waits for its slot, as sessions here end soon.
 func (w *Worker) stepper() stepper {
 	s := stepper{proc: w.Processor, cache: w.Cache, grey: w.Grey, greyBackoff: w.GreyBackoff, logger: w.logger()}
 	switch p := w.Polite; {

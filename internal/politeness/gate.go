@@ -10,11 +10,9 @@ import (
 	"github.com/evs-dev/evs/internal/verify"
 )
 
-// State stores what the rules need per key ("<provider>|<egress>"): the
-// session slots in use, the RCPT commands spent, a provider's pause. The
-// rules are Gate's; a State only stores, atomically for its deployment:
-// in this process's memory (nil Gate.State, for evs serve), or in DynamoDB
-// (dynamostore.Store, shared by every AWS invocation).
+// State stores, atomically for its deployment, what the rules need per
+// key: the session slots in use, the RCPT commands spent, a provider's
+// pause. The rules are Gate's.
 type State interface {
 	// AcquireSlot takes one of key's slots session slots if one is free;
 	// one never released expires after ttl (a holder that died).
@@ -39,32 +37,21 @@ type State interface {
 // not paused, a session slot is free and its RCPT commands fit the budget.
 // It is safe for concurrent use; its fields must not change once in use.
 type Gate struct {
-	// State keeps the rules' state; nil is this process's memory.
-	State State
-	// MX finds a domain's provider for Key (nil: the domain is the host).
-	MX PreferredMX
-	// Limits are EVS_PROVIDER_SESSIONS and EVS_PROVIDER_RCPT_PER_MIN.
+	State  State       // nil: this process's memory
+	MX     PreferredMX // finds a domain's provider (nil: the domain is the host)
 	Limits Limits
-	// Egress names the address sessions leave from (the proxy's host, or
-	// "direct"): limits are per provider and egress address.
-	Egress string
+	Egress string // the address sessions leave from (proxy host or "direct")
 	// Exits, when set, names the SOCKS exits a host's sessions may leave
-	// from, its preferred first (smtpprobe.Exits.Order): each is an
-	// egress address with limits of its own, so a provider's batches
-	// spread over them (AdmitAny). None in rotation: Egress.
-	Exits func(host string) []string
-	// Window is the RCPT budget's window (default 1 min; tests shorten
-	// it): RcptPerMin applies per Window.
-	Window time.Duration
-	// SlotTTL bounds how long a crashed holder keeps a slot of a shared
-	// State (default 6 min, past the worker function's timeout).
-	SlotTTL time.Duration
-	// PauseBase and PauseMax shape the pause after a throttling reply:
-	// PauseBase (default 1 min), doubling with each pause in a row, at
-	// most PauseMax (default 15 min, the longest SQS delay).
+	// from, preferred first: each has limits of its own, so a provider's
+	// batches spread over them (AdmitAny).
+	Exits   func(host string) []string
+	Window  time.Duration // the RCPT budget's window (default 1 min)
+	SlotTTL time.Duration // how long a crashed holder keeps a slot (default 6 min)
+	// PauseBase (default 1 min) is the pause after a throttling reply,
+	// doubling with each in a row up to PauseMax (default 15 min, the
+	// longest SQS delay).
 	PauseBase, PauseMax time.Duration
-	// Now is the clock (default time.Now).
-	Now func() time.Time
+	Now                 func() time.Time // default time.Now
 
 	once sync.Once
 	mem  *memory
@@ -87,11 +74,9 @@ type Ticket struct {
 	done func(ctx context.Context, throttled bool) (time.Time, error)
 }
 
-// Done ends an admitted ticket's session (nothing for another). throttled
-// (verify.Throttled) pauses the provider for every session and returns
-// the pause's end; a clean session ends the run of pauses. The slot is
-// freed even on error, and a pause that could not be stored still returns
-// one of PauseBase, for the caller's own work to wait.
+// Done ends an admitted ticket's session. throttled pauses the provider for
+// every session and returns the pause's end; a clean session ends the run
+// of pauses. A pause that could not be stored still returns PauseBase's end.
 func (t Ticket) Done(ctx context.Context, throttled bool) (pausedUntil time.Time, err error) {
 	if t.done == nil {
 		return time.Time{}, nil
@@ -247,11 +232,9 @@ func (g *Gate) AdmitAny(ctx context.Context, keys []string, rcpts int) (Ticket, 
 }
 
 // ExtraSlot takes one more session slot of key, without reserving RCPT
-// commands, for a further session at once of a group Admit let in: that
-// ticket reserved the RCPT commands of all the group's sessions
-// (batch.Processor.RcptBound), so the rate limit holds, and every session
-// still holds a slot, so the session limit does. ok is false when the
-// provider is paused or its slots are in use.
+// commands (the admitted ticket reserved those of all the group's
+// sessions), for a further session of a group at once. ok is false when
+// the provider is paused or its slots are in use.
 func (g *Gate) ExtraSlot(ctx context.Context, key string) (release func(), ok bool, err error) {
 	st := g.state()
 	until, _, err := st.PauseState(ctx, key)

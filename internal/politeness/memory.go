@@ -119,9 +119,7 @@ func (m *memory) ClearPause(_ context.Context, key string, now time.Time) error 
 }
 
 // NewMemoryState returns a State in this process's memory, on clock now
-// (nil: time.Now): what a Gate with no State uses, for code that needs the
-// State itself, such as a benchmark that parks work as the AWS worker
-// does, without DynamoDB.
+// (nil: time.Now), as a Gate with no State uses.
 func NewMemoryState(now func() time.Time) State {
 	if now == nil {
 		now = time.Now

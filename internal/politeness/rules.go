@@ -1,14 +1,9 @@
-// Package politeness keeps SMTP polite to the mail providers we probe
-// (contract, section 14), by one set of rules on both deployments: limits
-// per mail provider and egress address (at most Limits' sessions open at
-// once, RCPT commands paced to Limits' rate a minute), and a pause for
-// every session after a 421 or a rate reply, doubling while they follow
-// each other, ended by the next clean session.
-//
-// Gate applies the rules; its State keeps what they need: in this
-// process's memory for evs serve (one process opens every session), in
-// DynamoDB for the AWS functions (dynamostore.Store), where every
-// invocation shares it.
+// Package politeness keeps SMTP polite to the mail providers we probe, by
+// one set of rules on both deployments: limits per mail provider and
+// egress address (sessions open at once, RCPT commands a minute), and a
+// pause after a 421 or a rate reply, doubling while they follow each
+// other. Gate applies the rules; its State keeps what they need, in memory
+// for evs serve or in DynamoDB shared by every AWS invocation.
 package politeness
 
 import (
@@ -43,10 +38,9 @@ var (
 	DefaultRcptPerMin = map[string]int{verify.ClassLarge: 300, verify.ClassGateway: 120, verify.ClassOther: 60}
 )
 
-// Limits are the limits per provider: EVS_PROVIDER_SESSIONS and
-// EVS_PROVIDER_RCPT_PER_MIN as config parses them. A map's keys are
-// provider names, class names and "*" (every provider); the most specific
-// wins, and the class defaults fill in the rest.
+// Limits are the limits per provider. A map's keys are provider names,
+// class names and "*"; the most specific wins, and the class defaults fill
+// in the rest.
 type Limits struct {
 	Sessions   map[string]int
 	RcptPerMin map[string]int
@@ -78,11 +72,9 @@ func (l Limits) ForKey(key string) (sessions, rcptPerMin int) {
 // EgressOf is the egress address of a key (Key).
 func EgressOf(key string) string { return key[strings.LastIndex(key, "|")+1:] }
 
-// Double returns base doubled n times, at most most (most <= 0: no bound
-// but the largest Duration); n <= 0 gives base. It is the one rule for
-// every wait that grows each time a server refuses us — a provider's
-// pause here, greylisting retries, retries after a store fault — so they
-// cannot drift apart.
+// Double returns base doubled n times, at most most (most <= 0: no bound);
+// n <= 0 gives base. It is the one rule for every growing wait (pauses,
+// greylisting retries, store-fault retries), so they cannot drift apart.
 func Double(base, most time.Duration, n int) time.Duration {
 	most = cmp.Or(max(most, 0), math.MaxInt64)
 	d := base
