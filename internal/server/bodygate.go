@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"io"
 	"net/http"
 	"strconv"
 	"sync"
@@ -166,30 +165,15 @@ func (bg *bodyGate) admitList(ctx context.Context, size int64) (func(), error) {
 }
 
 // writeBodyBusy answers a call whose large body was not admitted (err
-// from admit), and closes the connection. What the client is still
-// sending is read into nothing for up to bodyLinger after the answer:
-// net/http closes a connection with unread bytes half a second after its
-// answer, and a client still sending then meets a reset instead of the
-// answer. Reading into nothing costs no memory, which is what the budget
-// guards.
+// from admit), before reading it (refuseEarly).
 func writeBodyBusy(w http.ResponseWriter, r *http.Request, err error, rid string) {
-	rc := http.NewResponseController(w)
-	duplex := rc.EnableFullDuplex() == nil
-	h := w.Header()
-	h.Set("Connection", "close")
-	h.Set("Retry-After", strconv.Itoa(bodyRetryAfter))
+	defer refuseEarly(w, r)()
+	w.Header().Set("Retry-After", strconv.Itoa(bodyRetryAfter))
 	if errors.Is(err, errAccountBusy) {
 		writeError(w, http.StatusTooManyRequests, evs.CodeRateLimited,
 			"This account is sending as many large request bodies at once as its share of the server allows; retry after Retry-After seconds.", rid)
-	} else {
-		writeError(w, http.StatusServiceUnavailable, evs.CodeUnavailable,
-			"The server is reading as many large request bodies as it can hold; retry after Retry-After seconds.", rid)
+		return
 	}
-	if duplex && r.ContentLength != 0 && rc.Flush() == nil {
-		_ = rc.SetReadDeadline(time.Now().Add(bodyLinger))
-		_, _ = io.Copy(io.Discard, io.LimitReader(r.Body, 2*api.MaxBatchBody))
-	}
+	writeError(w, http.StatusServiceUnavailable, evs.CodeUnavailable,
+		"The server is reading as many large request bodies as it can hold; retry after Retry-After seconds.", rid)
 }
-
-// bodyLinger is how long writeBodyBusy reads a turned-away body.
-const bodyLinger = 3 * time.Second

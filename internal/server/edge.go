@@ -224,24 +224,24 @@ func (e *edge) guard(rt api.Route, next http.Handler) http.Handler {
 		rid := c.RequestID
 		p, typ, extra := e.authenticate(r, c)
 		if typ != "" {
-			refuseEarly(w, r)
+			defer refuseEarly(w, r)()
 			writeResponse(w, typ, rid, extra)
 			return
 		}
 		c.AccountID = p.AccountID // an account's keys share its limits
 		c.SetPrincipal(p)
 		if err := api.Permit(w, r, rt, p); err != nil { // before it spends a limit
-			refuseEarly(w, r)
+			defer refuseEarly(w, r)()
 			writeError(w, http.StatusForbidden, evs.CodeForbidden, evs.ErrorMessage(err), rid)
 			return
 		}
 		if wait, limited := e.throttleCall(c, p); limited {
-			refuseEarly(w, r)
+			defer refuseEarly(w, r)()
 			writeResponse(w, throttled, rid, map[string]string{"Retry-After": retryAfter(wait)})
 			return
 		}
 		if storesWork(r.Method, rt.Path) && e.lowOnSpace() {
-			refuseEarly(w, r)
+			defer refuseEarly(w, r)()
 			writeLowSpace(w, rid)
 			return
 		}
@@ -398,12 +398,31 @@ func (e *edge) authorize(ctx context.Context, c *api.Call, hit cacheHit, key str
 }
 
 // refuseEarly marks the connection to be closed after a reply given before
-// the request's body was read, so the server does not wait for it.
-func refuseEarly(w http.ResponseWriter, r *http.Request) {
-	if r.ContentLength != 0 {
-		w.Header().Set("Connection", "close")
+// the request's body was read, so the server does not wait for it, and
+// returns what to run once the reply is written (defer refuseEarly(w, r)()):
+// it reads what the client is still sending into nothing for up to
+// bodyLinger. net/http closes a connection with unread bytes half a second
+// after the reply, and a client still sending then meets a reset instead of
+// the reply. Reading into nothing costs no memory.
+func refuseEarly(w http.ResponseWriter, r *http.Request) (drain func()) {
+	if r.ContentLength == 0 {
+		return func() {}
+	}
+	w.Header().Set("Connection", "close")
+	rc := http.NewResponseController(w)
+	if rc.EnableFullDuplex() != nil {
+		return func() {}
+	}
+	return func() {
+		if rc.Flush() == nil {
+			_ = rc.SetReadDeadline(time.Now().Add(bodyLinger))
+			_, _ = io.Copy(io.Discard, io.LimitReader(r.Body, 2*api.MaxBatchBody))
+		}
 	}
 }
+
+// bodyLinger is how long refuseEarly reads a refused body.
+const bodyLinger = 3 * time.Second
 
 // retryAfter renders a wait as whole seconds, at least 1.
 func retryAfter(wait time.Duration) string {

@@ -60,7 +60,7 @@ func (g *edge) sendExport(w http.ResponseWriter, r *http.Request, c *api.Call, i
 // writeCallError answers a call the edge serves itself (an upload's or an
 // export's URL) with err in the error envelope.
 func writeCallError(w http.ResponseWriter, r *http.Request, c *api.Call, err error) {
-	refuseEarly(w, r)
+	defer refuseEarly(w, r)()
 	status, body := api.FromError(err, c.RequestID)
 	if status >= 500 {
 		c.Err = err
@@ -90,7 +90,7 @@ func (g *edge) admitTokenCall(w http.ResponseWriter, r *http.Request, c *api.Cal
 	}
 	client = clientKey(c.ClientAddr)
 	if wait, blocked := g.fails.blocked(client, g.o.Now()); blocked {
-		refuseEarly(w, r)
+		defer refuseEarly(w, r)()
 		writeResponse(w, throttled, c.RequestID, map[string]string{"Retry-After": retryAfter(wait)})
 		return "", false
 	}

@@ -92,7 +92,7 @@ func (g *edge) receiveUpload(w http.ResponseWriter, r *http.Request, c *api.Call
 		return
 	}
 	if g.lowOnSpace() {
-		refuseEarly(w, r)
+		defer refuseEarly(w, r)()
 		writeLowSpace(w, rid)
 		return
 	}
