@@ -370,19 +370,30 @@ func (s *SelfChecker) Run(ctx context.Context) {
 }
 
 func (s *SelfChecker) run(ctx context.Context) {
-	defer func() {
-		s.mu.Lock()
-		s.running = false
-		s.mu.Unlock()
-	}()
+	type finding struct {
+		egress string
+		c      EgressCheck
+	}
+	var found []finding
 	ctx, cancel := context.WithTimeout(ctx, cmp.Or(s.Timeout, 30*time.Second))
 	defer cancel()
 	log := cmp.Or(s.Log, slog.New(slog.DiscardHandler))
-	if !s.Watches.SelfCheck(ctx, s.Rep, s.Zones, s.HELO, log, s.Done) {
-		// Cut short: the next call checks again.
-		s.mu.Lock()
-		s.started = time.Time{}
-		s.mu.Unlock()
+	complete := s.Watches.SelfCheck(ctx, s.Rep, s.Zones, s.HELO, log, func(egress string, c EgressCheck) {
+		found = append(found, finding{egress, c})
+	})
+	s.mu.Lock()
+	s.running = false
+	if !complete {
+		s.started = time.Time{} // cut short: the next call checks again
+	}
+	s.mu.Unlock()
+	// Told once the check is over, so that whoever hears of it may start
+	// the next (a schedule message right after would otherwise find this
+	// one still running, and be skipped).
+	if s.Done != nil {
+		for _, f := range found {
+			s.Done(f.egress, f.c)
+		}
 	}
 }
 
