@@ -184,7 +184,11 @@ func TestSelfCheckerDue(t *testing.T) {
 
 	finish := func(step string) {
 		t.Helper()
-		rep.gate <- struct{}{}
+		select {
+		case rep.gate <- struct{}{}:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: no check started", step)
+		}
 		select {
 		case <-done:
 		case <-time.After(5 * time.Second):
