@@ -3,6 +3,7 @@ package dynamostore
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -22,11 +23,16 @@ import (
 // same partition put with attribute_not_exists (or an expired lease), held
 // while counting and putting the record. The input object is stored before,
 // so a turn lasts a few round trips; a crash costs createLockTTL at most.
+// A creation waits longer than that TTL (a dead holder's lease runs out
+// first) and well inside the Lambda's 29 s: a dozen creations at once from
+// one account take turns, each a few round trips, and a slow table must not
+// turn the last of them into a 503. Waiters retry at random intervals so
+// none loses every race to the lock's release.
 const (
 	createLockID      = "~create-lock" // batch IDs are UUIDs, so it never names a batch
 	attrLockToken     = "lockToken"
 	createLockTTL     = 10 * time.Second
-	createLockWait    = 5 * time.Second
+	createLockWait    = 15 * time.Second
 	createLockBackoff = 10 * time.Millisecond
 )
 
@@ -113,7 +119,8 @@ func (s *Store) lockCreates(ctx context.Context, partition string) (func(), erro
 		if time.Now().After(deadline) {
 			return nil, store.Unavailable(errors.New("dynamostore: the account's create lock stayed taken"))
 		}
-		if err := s.sleep(ctx, min(createLockBackoff<<min(attempt, 6), 500*time.Millisecond)); err != nil {
+		backoff := min(createLockBackoff<<min(attempt, 5), 250*time.Millisecond)
+		if err := s.sleep(ctx, backoff/2+rand.N(backoff/2+1)); err != nil {
 			return nil, wrapErr("lock batch creation", err)
 		}
 	}
