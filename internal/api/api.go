@@ -102,7 +102,7 @@ type BatchStore interface {
 	TransitionBatch(ctx context.Context, accountID, id string, from []evs.State, to evs.State, errMsg string, now time.Time) (evs.Batch, error)
 	Results(ctx context.Context, accountID, id string, afterSeq, limit int, status evs.Status) ([]evs.Result, error)
 	ListBatches(ctx context.Context, accountID string, after evs.BatchPos, limit int) ([]evs.Batch, error)
-	PendingItems(ctx context.Context, accountID, id string, afterSeq, limit int) ([]evs.Item, error)
+	FirstPending(ctx context.Context, accountID, id string, after, upTo int) (int, error)
 }
 
 // ResultCache reuses an account's live verdicts. maxAge bounds the age of

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"slices"
 	"strconv"
@@ -808,16 +809,6 @@ func (h *Handler) results(ctx context.Context, req *request, p evs.Principal) (i
 // more can come. Results the filter passes over still move the cursor;
 // one call reads at most pageScan results.
 func (h *Handler) page(ctx context.Context, b evs.Batch, c cursor, f filter, limit int) ([]resultItem, *cursor, error) {
-	gap := -1 // first unwritten seq after c.After, -1 when none can appear
-	if !b.State.Final() {
-		pending, err := h.d.Batches.PendingItems(ctx, b.AccountID, b.ID, c.After, 1)
-		if err != nil {
-			return nil, nil, err
-		}
-		if len(pending) > 0 {
-			gap = pending[0].Seq
-		}
-	}
 	page := make([]resultItem, 0, limit)
 	next := c
 	fetch := limit
@@ -828,6 +819,18 @@ func (h *Handler) page(ctx context.Context, b evs.Batch, c cursor, f filter, lim
 		rs, err := h.d.Batches.Results(ctx, b.AccountID, b.ID, next.After, fetch, f.storeStatus())
 		if err != nil {
 			return nil, nil, err
+		}
+		// The first unwritten seq among those the results read span (or
+		// after them, when they are the last), -1 when none can appear.
+		gap := -1
+		if !b.State.Final() {
+			upTo := math.MaxInt
+			if len(rs) == fetch {
+				upTo = rs[len(rs)-1].Seq
+			}
+			if gap, err = h.d.Batches.FirstPending(ctx, b.AccountID, b.ID, next.After, upTo); err != nil {
+				return nil, nil, err
+			}
 		}
 		for _, r := range rs {
 			if gap >= 0 && r.Seq >= gap { // come back from the gap

@@ -242,10 +242,8 @@ func (r *Runtime) keeper() *idempotency.Keeper {
 // Worker returns w with the runtime's engine and sandbox, and its other
 // parts where w leaves them zero; the queue beneath it is the deployment's.
 func (r *Runtime) Worker(w batch.Worker) *batch.Worker {
-	if st, ok := r.store.(batch.WorkerStore); ok && w.Store == nil {
-		// A LocalQueue puts its own in front of a store without
-		// WithoutResults (batch.NewLocalQueue).
-		w.Store = st
+	if w.Store == nil {
+		w.Store = r.store
 	}
 	if w.Accounts == nil {
 		w.Accounts = r.store

@@ -387,7 +387,7 @@ func (c *countingSandbox) VerifyDomain(ctx context.Context, emails []string, mod
 // deadStore stands for a worker process that died: once dead, it writes
 // nothing more.
 type deadStore struct {
-	batch.WorkerStore
+	batch.Store
 	dead atomic.Bool
 }
 
@@ -395,7 +395,7 @@ func (d *deadStore) PutResults(ctx context.Context, accountID, id string, rs []e
 	if d.dead.Load() {
 		return evs.Batch{}, errors.New("the process is gone")
 	}
-	return d.WorkerStore.PutResults(ctx, accountID, id, rs, now)
+	return d.Store.PutResults(ctx, accountID, id, rs, now)
 }
 
 // TestWorkerCrashKeepsFinishedResults: a worker that dies mid-message (out
@@ -412,7 +412,7 @@ func TestWorkerCrashKeepsFinishedResults(t *testing.T) {
 	emails = append(emails, "accepted_email@stuck.example")
 	b := w.createBatch(evs.ModeQuick, emails...)
 	counter := &countingSandbox{asked: map[string]int{}, inner: verify.NewSandbox(nil), release: make(chan struct{})}
-	dead := &deadStore{WorkerStore: w.st}
+	dead := &deadStore{Store: w.st}
 	w.w.Processor = &batch.Processor{Engine: noNetwork{t}, Sandbox: counter}
 	w.w.Store = dead
 	if err := w.q.Enqueue(w.ctx, b); err != nil {

@@ -638,7 +638,7 @@ func TestWorkerGreylistDelayCap(t *testing.T) {
 }
 
 // failingStore makes every batch read fail as a DynamoDB outage would.
-type failingStore struct{ batch.WorkerStore }
+type failingStore struct{ batch.Store }
 
 func (failingStore) Batch(context.Context, string, string) (evs.Batch, error) {
 	return evs.Batch{}, evs.Errorf(evs.CodeUnavailable, "injected outage")

@@ -119,8 +119,8 @@ func (s *laneStore) PutResults(_ context.Context, _, _ string, rs []evs.Result, 
 	return s.b, nil
 }
 
-func (s *laneStore) PendingItems(context.Context, string, string, int, int) ([]evs.Item, error) {
-	return nil, nil // not planned here: the work messages are sent as the planner sends them
+func (s *laneStore) InputItems(context.Context, string, string, int, int) ([]evs.Item, int, error) {
+	return nil, -1, nil // not planned here: the work messages are sent as the planner sends them
 }
 
 func (s *laneStore) WithoutResults(_ context.Context, _, _ string, items []evs.Item) ([]evs.Item, error) {

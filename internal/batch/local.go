@@ -78,7 +78,7 @@ func NewLocalQueue(st LocalStore, w *Worker, cfg LocalConfig) (*LocalQueue, erro
 		return max(1, slots*3/4)
 	}
 	q := &LocalQueue{cfg: cfg, st: st, worker: w, tests: map[string]bool{}}
-	w.Queue, w.Store = q, pendingFilter{st}
+	w.Queue, w.Store = q, st
 	// A batch is planned whole, in one message that Send divides: the
 	// lanes, not plan windows, keep one batch from filling the slots
 	// ahead of the others, and a domain's sessions run one after
@@ -115,7 +115,7 @@ func (q *LocalQueue) Start(ctx context.Context) error {
 	}
 	for _, b := range bs {
 		q.worker.Logger.Info("resuming batch", slog.String("batchId", b.ID), slog.String("state", string(b.State)))
-		q.deliver(delivery{m: PlanMessage(b)}, 0)
+		q.deliver(delivery{m: ReplanMessage(b)}, 0)
 	}
 	return nil
 }
@@ -290,34 +290,4 @@ func (q *LocalQueue) finished() {
 	if idle && q.cfg.Idle != nil {
 		q.cfg.Idle()
 	}
-}
-
-// pendingFilter gives the Worker WithoutResults, read as the batch's
-// pending items in the message's seq range; a LocalQueue hands a message
-// out again only after a failure, so the read is rare.
-type pendingFilter struct{ LocalStore }
-
-func (p pendingFilter) WithoutResults(ctx context.Context, accountID, id string, items []evs.Item) ([]evs.Item, error) {
-	if len(items) == 0 {
-		return nil, nil
-	}
-	lo, hi := items[0].Seq, items[0].Seq
-	for _, it := range items {
-		lo, hi = min(lo, it.Seq), max(hi, it.Seq)
-	}
-	pending, err := p.PendingItems(ctx, accountID, id, lo-1, hi-lo+1)
-	if err != nil {
-		return nil, err
-	}
-	open := make(map[int]bool, len(pending))
-	for _, it := range pending {
-		open[it.Seq] = true
-	}
-	out := items[:0:0]
-	for _, it := range items {
-		if open[it.Seq] {
-			out = append(out, it)
-		}
-	}
-	return out, nil
 }

@@ -23,29 +23,31 @@ type Store interface {
 	Batch(ctx context.Context, accountID, id string) (evs.Batch, error)
 	TransitionBatch(ctx context.Context, accountID, id string, from []evs.State, to evs.State, errMsg string, now time.Time) (evs.Batch, error)
 	PutResults(ctx context.Context, accountID, id string, results []evs.Result, now time.Time) (evs.Batch, error)
-	PendingItems(ctx context.Context, accountID, id string, afterSeq, limit int) ([]evs.Item, error)
+	InputItems(ctx context.Context, accountID, id string, from, limit int) ([]evs.Item, int, error)
+	// WithoutResults returns the given items that have no result yet: a
+	// redelivered message or a second plan never asks a mail server
+	// about an address twice.
+	WithoutResults(ctx context.Context, accountID, id string, items []evs.Item) ([]evs.Item, error)
 }
 
-// pendingPage is how many pending items one store call returns.
+// pendingPage is how many items one store call returns.
 const pendingPage = 5000
 
 // AllPending returns every item of the batch that has no result yet, in
-// seq order, reading the store page by page.
-func AllPending(ctx context.Context, s interface {
-	PendingItems(ctx context.Context, accountID, id string, afterSeq, limit int) ([]evs.Item, error)
-}, accountID, id string) ([]evs.Item, error) {
+// plan order, reading the input page by page.
+func AllPending(ctx context.Context, s Store, accountID, id string) ([]evs.Item, error) {
 	var items []evs.Item
-	for after := -1; ; {
-		page, err := s.PendingItems(ctx, accountID, id, after, pendingPage)
+	for from := 0; from >= 0; {
+		page, next, err := s.InputItems(ctx, accountID, id, from, pendingPage)
 		if err != nil {
 			return nil, err
 		}
-		items = append(items, page...)
-		if len(page) < pendingPage {
-			return items, nil
+		if page, err = s.WithoutResults(ctx, accountID, id, page); err != nil {
+			return nil, err
 		}
-		after = page[len(page)-1].Seq
+		items, from = append(items, page...), next
 	}
+	return items, nil
 }
 
 // Accounts tells whether an account is in test mode.

@@ -125,7 +125,7 @@ func (w *Worker) sweepBatch(ctx context.Context, b evs.Batch, now time.Time) (sw
 	// the claim above lets one sweep per window get here.
 	w.logger().Warn("sweep: batch made no progress; planned again", slog.String("batchId", b.ID),
 		slog.Int("processed", b.Counters.Processed))
-	return sweptReplanned, w.Queue.Send(ctx, []Message{PlanMessage(b)}, 0)
+	return sweptReplanned, w.Queue.Send(ctx, []Message{ReplanMessage(b)}, 0)
 }
 
 func (w *Worker) stallAfter() time.Duration { return positiveOr(w.StallAfter, defaultStallAfter) }

@@ -37,8 +37,13 @@ type Message struct {
 	BatchID   string     `json:"batchId"`
 	Items     []evs.Item `json:"items,omitempty"`
 	Attempt   int        `json:"attempt,omitempty"`
-	From      int        `json:"from,omitempty"`    // plan: first seq not planned yet
+	From      int        `json:"from,omitempty"`    // plan: the input's first position not planned yet
 	Planned   int        `json:"planned,omitempty"` // plan: addresses earlier windows sent
+	// Recheck is set on a plan that may find results in its input (a
+	// sweep's re-plan, a restart, a redelivered plan) and on its work:
+	// the plan leaves out what has results, the work checks again, as a
+	// redelivery does. A new batch's plan reads its input unchecked.
+	Recheck bool `json:"recheck,omitempty"`
 	// CacheRead is set on work the worker sends on: its items were looked up
 	// in the result cache already. A redelivery, which may have kept
 	// verdicts before it failed, looks them up again.
@@ -83,17 +88,17 @@ func PlanMessage(b evs.Batch) Message {
 	return Message{Kind: KindPlan, AccountID: b.AccountID, BatchID: b.ID}
 }
 
-// WorkerStore is what the Worker keeps batches in: batch processing's
-// part, and which of a redelivered message's items already have results.
-type WorkerStore interface {
-	Store
-	WithoutResults(ctx context.Context, accountID, id string, items []evs.Item) ([]evs.Item, error)
+// ReplanMessage plans a batch again from its first pending item.
+func ReplanMessage(b evs.Batch) Message {
+	m := PlanMessage(b)
+	m.Recheck = true
+	return m
 }
 
 // Worker handles the queue's messages, in the worker Lambda on AWS.
 type Worker struct {
 	Queue     Queue
-	Store     WorkerStore
+	Store     Store
 	Accounts  Accounts
 	Processor *Processor
 	Now       func() time.Time
@@ -174,9 +179,10 @@ func (w *Worker) StartBy(ctx context.Context) time.Time {
 func (w *Worker) Handle(ctx context.Context, m Message, redelivered bool, startBy time.Time) error {
 	switch m.Kind {
 	case KindPlan:
+		m.Recheck = m.Recheck || redelivered
 		return w.plan(ctx, m)
 	case KindWork:
-		return w.work(ctx, m, redelivered, startBy)
+		return w.work(ctx, m, redelivered || m.Recheck, startBy)
 	case KindUnparked:
 		// Parked once: a copy may have run before a failure, so the
 		// addresses with results are skipped, as on a redelivery.
@@ -238,13 +244,18 @@ func (w *Worker) plan(ctx context.Context, m Message) error {
 	// A plan may carry the batch's items (LocalQueue.EnqueueItems): they
 	// were just stored, none has a result, and reading them back would
 	// cost as much as verifying them in test mode.
-	items := m.Items
+	items, next := m.Items, -1
 	if items == nil {
-		if items, err = w.Store.PendingItems(ctx, b.AccountID, b.ID, m.From-1, window); err != nil {
+		if items, next, err = w.Store.InputItems(ctx, b.AccountID, b.ID, m.From, window); err != nil {
 			return err
 		}
+		if m.Recheck {
+			if items, err = w.Store.WithoutResults(ctx, b.AccountID, b.ID, items); err != nil {
+				return err
+			}
+		}
 	}
-	if len(items) == 0 {
+	if len(items) == 0 && next < 0 {
 		// Nothing left to plan: a batch whose last results were written
 		// but which a crash left uncompleted is completed by this call
 		// (a plan the sweep sends finds such batches).
@@ -256,9 +267,12 @@ func (w *Worker) plan(ctx context.Context, m Message) error {
 		return nil
 	}
 	msgs := Pack(m.AccountID, m.BatchID, items, w.packSize())
-	if m.Items == nil && len(items) == window {
+	for i := range msgs {
+		msgs[i].Recheck = m.Recheck
+	}
+	if next >= 0 {
 		msgs = append(msgs, Message{Kind: KindPlan, AccountID: m.AccountID, BatchID: m.BatchID,
-			From: items[len(items)-1].Seq + 1, Planned: b.Counters.Processed + len(items)})
+			From: next, Planned: b.Counters.Processed + len(items), Recheck: m.Recheck})
 	}
 	return w.Queue.Send(ctx, msgs, 0)
 }

@@ -607,62 +607,67 @@ func pages[O any](ctx context.Context, p interface {
 	return nil
 }
 
-// written returns which seqs in [lo, hi] have a result.
-func (s *Store) written(ctx context.Context, accountID, id string, lo, hi int) (map[int]bool, error) {
-	done := map[int]bool{}
-	for seq := lo; seq <= hi; seq = (seq/rowsPerKey + 1) * rowsPerKey {
-		err := s.queryKey(ctx, resultKey(accountID, id, seq), seq-1, hi, nil, aws.String("#q"), nil, func(it item) bool {
-			done[int(getN(it, attrSeq))] = true
-			return true
-		})
-		if err != nil {
-			return nil, err
-		}
-	}
-	return done, nil
-}
-
-// PendingItems returns up to limit items with Seq > afterSeq and no result,
-// in Seq order: the input, a few chunks at a time, less the written seqs.
-func (s *Store) PendingItems(ctx context.Context, accountID, id string, afterSeq, limit int) ([]evs.Item, error) {
+// InputItems returns up to limit items from position from of the input
+// object (in plan order: by domain), and the position after them, or -1
+// at its end: one GET of the object's index, one of the chunks that hold
+// them.
+func (s *Store) InputItems(ctx context.Context, accountID, id string, from, limit int) ([]evs.Item, int, error) {
 	it, err := s.batchItem(ctx, accountID, id)
-	if err != nil || limit <= 0 {
-		return nil, err
+	if err != nil {
+		return nil, -1, err
 	}
 	key := getS(it, attrInput)
-	if key == "" {
-		return nil, nil
+	if key == "" || limit <= 0 || from < 0 {
+		return nil, -1, nil
 	}
 	r, err := s.in.open(ctx, key)
 	if err != nil {
-		return nil, err
+		return nil, -1, err
 	}
-	var out []evs.Item
-	for c, n := r.index.chunkAfter(afterSeq), len(r.index.first); c < n && len(out) < limit; {
-		to := min(c+(limit-len(out)+inputChunk-1)/inputChunk, n)
-		items, err := r.chunks(ctx, c, to)
-		if err != nil {
-			return nil, err
-		}
-		c = to
-		items = slices.DeleteFunc(items, func(it evs.Item) bool { return it.Seq <= afterSeq })
-		if len(items) == 0 {
-			continue
-		}
-		done, err := s.written(ctx, accountID, id, items[0].Seq, items[len(items)-1].Seq)
-		if err != nil {
-			return nil, err
-		}
-		for _, it := range items {
-			if !done[it.Seq] {
-				out = append(out, it)
-				if len(out) == limit {
-					break
-				}
+	c, n := from/inputChunk, r.index.chunks()
+	if c >= n {
+		return nil, -1, nil
+	}
+	to := min((from+limit+inputChunk-1)/inputChunk, n)
+	items, err := r.chunks(ctx, c, to)
+	if err != nil {
+		return nil, -1, err
+	}
+	items = items[min(from-c*inputChunk, len(items)):]
+	if len(items) > limit || to < n {
+		items = items[:min(limit, len(items))]
+		return items, from + len(items), nil
+	}
+	return items, -1, nil
+}
+
+// FirstPending returns the smallest seq in (after, upTo] without a result,
+// or -1: the written seqs of that range, a results key at a time, up to the
+// first gap.
+func (s *Store) FirstPending(ctx context.Context, accountID, id string, after, upTo int) (int, error) {
+	it, err := s.batchItem(ctx, accountID, id)
+	if err != nil {
+		return -1, err
+	}
+	hi := min(upTo, int(getN(it, attrMaxSeq)))
+	for lo := max(after+1, 0); lo <= hi; lo = (lo/rowsPerKey + 1) * rowsPerKey {
+		end := min(hi, (lo/rowsPerKey+1)*rowsPerKey-1)
+		next := lo
+		err := s.queryKey(ctx, resultKey(accountID, id, lo), lo-1, end, nil, aws.String("#q"), nil, func(it item) bool {
+			if int(getN(it, attrSeq)) != next {
+				return false
 			}
+			next++
+			return true
+		})
+		if err != nil {
+			return -1, err
+		}
+		if next <= end {
+			return next, nil
 		}
 	}
-	return out, nil
+	return -1, nil
 }
 
 // UnfinishedBatches lists every account's visible queued or running batches,

@@ -333,8 +333,8 @@ func TestCreateBatchCrashLeavesNothingVisible(t *testing.T) {
 			st := dynamostore.New(dynamostore.Config{Client: testkit.DynamoDB(t), Objects: testkit.S3(t), Tables: tables, Now: clock})
 			_, err = st.Batch(ctx, "acct", "b1")
 			wantCode(t, err, evs.CodeNotFound, "Batch")
-			_, err = st.PendingItems(ctx, "acct", "b1", -1, 10)
-			wantCode(t, err, evs.CodeNotFound, "PendingItems")
+			_, _, err = st.InputItems(ctx, "acct", "b1", 0, 10)
+			wantCode(t, err, evs.CodeNotFound, "InputItems")
 			_, err = st.Results(ctx, "acct", "b1", -1, 10, "")
 			wantCode(t, err, evs.CodeNotFound, "Results")
 			_, err = st.PutResults(ctx, "acct", "b1", resultsOf(0, 5), t0)
@@ -536,8 +536,8 @@ func TestFaultsAreUnavailable(t *testing.T) {
 			_, err := st.Results(ctx, "acct", "b1", -1, 10, "")
 			return err
 		}},
-		{"PendingItems", func(ctx context.Context, st *dynamostore.Store) error {
-			_, err := st.PendingItems(ctx, "acct", "b1", -1, 10)
+		{"InputItems", func(ctx context.Context, st *dynamostore.Store) error {
+			_, _, err := st.InputItems(ctx, "acct", "b1", 0, 10)
 			return err
 		}},
 		{"UnfinishedBatches", func(ctx context.Context, st *dynamostore.Store) error {

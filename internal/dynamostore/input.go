@@ -2,13 +2,14 @@ package dynamostore
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"slices"
-	"sort"
+	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
@@ -22,11 +23,16 @@ import (
 // The object is chunks of inputChunk items followed by an index:
 //
 //	chunk*   each item: uvarint seq, uvarint len, email, uvarint len, domain
-//	index    per chunk: uint64 offset, uint64 first seq (little-endian)
-//	footer   uint32 chunks, uint32 items, "evs1"
+//	index    per chunk: uint64 offset, uint64 position of its first item
+//	footer   uint32 chunks, uint32 items, "evs2"
 //
-// Items are in seq order, so a binary search of the index finds the chunk
-// of a seq and one ranged GET reads it.
+// Items are in plan order: by domain, then seq. The planner reads windows
+// of the object in turn, so a domain's addresses of an unsorted list come
+// to it together and share a session, instead of one per window they sit
+// in. An "evs1" object, written before, is in seq order, also a plan
+// order (its index holds first seqs, which are positions too: seqs are
+// dense). The position of an item is its index in the object, so one
+// ranged GET reads the chunk that holds a position.
 
 // Objects is the part of the S3 API the store uses for inputs, uploads
 // and exports.
@@ -46,15 +52,16 @@ const (
 	// inputTail is how many bytes at the object's end are read first: the
 	// index of up to 4,000 chunks (4M items), and all of a small object.
 	inputTail   = 64 << 10
-	inputMagic  = "evs1"
+	inputMagic  = "evs2"
+	inputMagic1 = "evs1" // seq order, read still
 	footerBytes = 12
 	indexEntry  = 16
 )
 
-// encodeInput returns the object of items, sorted by seq.
+// encodeInput returns the object of items, in plan order.
 func encodeInput(items []evs.Item) []byte {
 	items = slices.Clone(items)
-	slices.SortFunc(items, func(a, b evs.Item) int { return a.Seq - b.Seq })
+	slices.SortFunc(items, func(a, b evs.Item) int { return cmp.Or(strings.Compare(a.Domain, b.Domain), a.Seq-b.Seq) })
 	var buf bytes.Buffer
 	buf.Grow(len(items) * 40)
 	var index []byte
@@ -66,7 +73,7 @@ func encodeInput(items []evs.Item) []byte {
 	for i, it := range items {
 		if i%inputChunk == 0 {
 			index = binary.LittleEndian.AppendUint64(index, uint64(buf.Len()))
-			index = binary.LittleEndian.AppendUint64(index, uint64(it.Seq))
+			index = binary.LittleEndian.AppendUint64(index, uint64(i))
 		}
 		buf.Write(tmp[:binary.PutUvarint(tmp[:], uint64(it.Seq))])
 		putString(it.Email)
@@ -107,21 +114,14 @@ func decodeChunk(b []byte, out []evs.Item) ([]evs.Item, error) {
 	return out, nil
 }
 
-// inputIndex is an input object's index: where each chunk starts and its
-// first seq; offsets has one more entry, the index's own offset, so chunk
-// i is offsets[i]:offsets[i+1].
+// inputIndex is an input object's index: where each chunk starts; it has
+// one more entry, the index's own offset, so chunk i is
+// offsets[i]:offsets[i+1].
 type inputIndex struct {
 	offsets []int64
-	first   []int
 }
 
-// chunkAfter returns the first chunk that may hold a seq > after.
-func (x inputIndex) chunkAfter(after int) int {
-	// The last chunk whose first seq is <= after+1 holds after+1, or
-	// the seqs past it start in the next.
-	i := sort.Search(len(x.first), func(i int) bool { return x.first[i] > after+1 })
-	return max(i-1, 0)
-}
+func (x inputIndex) chunks() int { return len(x.offsets) - 1 }
 
 // inputs reads and writes batch input objects.
 type inputs struct {
@@ -199,7 +199,7 @@ func (in inputs) open(ctx context.Context, key string) (*inputReader, error) {
 		return nil, err
 	}
 	bad := evs.Wrap(fmt.Errorf("dynamostore: batch input %s is corrupt", key), evs.CodeInternal, "An internal error occurred.")
-	if len(tail) < footerBytes || string(tail[len(tail)-4:]) != inputMagic {
+	if len(tail) < footerBytes || (string(tail[len(tail)-4:]) != inputMagic && string(tail[len(tail)-4:]) != inputMagic1) {
 		return nil, bad
 	}
 	chunks := int64(binary.LittleEndian.Uint32(tail[len(tail)-footerBytes:]))
@@ -218,7 +218,6 @@ func (in inputs) open(ctx context.Context, key string) (*inputReader, error) {
 	x := inputIndex{}
 	for i := int64(0); i < chunks; i++ {
 		x.offsets = append(x.offsets, int64(binary.LittleEndian.Uint64(raw[i*indexEntry:])))
-		x.first = append(x.first, int(binary.LittleEndian.Uint64(raw[i*indexEntry+8:])))
 	}
 	x.offsets = append(x.offsets, size-need)
 	return &inputReader{in: in, key: key, index: x, tail: tail, tailAt: tailAt}, nil

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -45,10 +46,13 @@ const (
 		WHERE r.batch = ? AND r.seq > ? ORDER BY r.seq LIMIT ?`
 	qResultsByStatus = `SELECT r.seq, i.email, r.decision FROM results r JOIN items i ON i.batch = r.batch AND i.seq = r.seq
 		WHERE r.batch = ? AND r.status = ? AND r.seq > ? ORDER BY r.seq LIMIT ?`
-	qPending = `SELECT i.seq, i.email, i.domain FROM items i
-		WHERE i.batch = ? AND i.seq > ?
+	qInput = `SELECT seq, email, domain FROM items WHERE batch = ? AND seq >= ? ORDER BY seq LIMIT ?`
+	// The given seqs (a JSON array) that have no result.
+	qWithout = `SELECT j.value FROM json_each(?2) j
+		WHERE NOT EXISTS (SELECT 1 FROM results r WHERE r.batch = ?1 AND r.seq = j.value)`
+	qFirstPending = `SELECT i.seq FROM items i WHERE i.batch = ? AND i.seq > ? AND i.seq <= ?
 		AND NOT EXISTS (SELECT 1 FROM results r WHERE r.batch = i.batch AND r.seq = i.seq)
-		ORDER BY i.seq LIMIT ?`
+		ORDER BY i.seq LIMIT 1`
 	// For a write in which some results were there already.
 	qRecount = `UPDATE batches SET
 			processed = ?, deliverable = ?, undeliverable = ?, risky = ?, unknown = ?,
@@ -89,7 +93,7 @@ var (
 	}
 	readerQueries = []string{
 		qAccount, qAccountByName, qCountAccounts, qKeyByHash, qListKeys,
-		qBatch, qResults, qResultsByStatus, qPending, qUnfinished, qList, qDelivery, qBatchView,
+		qBatch, qResults, qResultsByStatus, qInput, qWithout, qFirstPending, qUnfinished, qList, qDelivery, qBatchView,
 		qLookup, qPing, qCachedDecision,
 		qAddressOutcomes + "(?)", qDomainCounts + "(?)" + qGroupDomain, qSharedDomainCounts + "(?)" + qGroupDomain,
 	}
@@ -387,12 +391,15 @@ func (s *Store) Results(ctx context.Context, accountID, id string, afterSeq, lim
 	return out, err
 }
 
-// PendingItems returns up to limit items with Seq > afterSeq that have no
-// result yet, in Seq order.
-func (s *Store) PendingItems(ctx context.Context, accountID, id string, afterSeq, limit int) ([]evs.Item, error) {
+// InputItems returns up to limit items with seq >= from in seq order (a
+// position here is a seq) and the seq after them, or -1 at the end.
+func (s *Store) InputItems(ctx context.Context, accountID, id string, from, limit int) ([]evs.Item, int, error) {
+	if limit <= 0 || from < 0 {
+		return nil, -1, nil
+	}
 	var out []evs.Item
-	args := func(key int64) []any { return []any{key, afterSeq, max(limit, 0)} }
-	err := s.read(ctx, accountID, id, qPending, args, func(rows *sql.Rows) error {
+	args := func(key int64) []any { return []any{key, from, limit} }
+	err := s.read(ctx, accountID, id, qInput, args, func(rows *sql.Rows) error {
 		var it evs.Item
 		if err := rows.Scan(&it.Seq, &it.Email, &it.Domain); err != nil {
 			return err
@@ -400,7 +407,44 @@ func (s *Store) PendingItems(ctx context.Context, accountID, id string, afterSeq
 		out = append(out, it)
 		return nil
 	})
-	return out, err
+	if err != nil || len(out) < limit {
+		return out, -1, err
+	}
+	return out, out[len(out)-1].Seq + 1, nil
+}
+
+// WithoutResults returns the given items that have no result yet, in order.
+func (s *Store) WithoutResults(ctx context.Context, accountID, id string, items []evs.Item) ([]evs.Item, error) {
+	seqs := make([]byte, 0, 8*len(items)+2)
+	seqs = append(seqs, '[')
+	for i, it := range items {
+		if i > 0 {
+			seqs = append(seqs, ',')
+		}
+		seqs = strconv.AppendInt(seqs, int64(it.Seq), 10)
+	}
+	seqs = append(seqs, ']')
+	open := make(map[int]bool, len(items))
+	err := s.read(ctx, accountID, id, qWithout, func(key int64) []any { return []any{key, string(seqs)} }, func(rows *sql.Rows) error {
+		var seq int
+		err := rows.Scan(&seq)
+		open[seq] = true
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return slices.DeleteFunc(slices.Clone(items), func(it evs.Item) bool { return !open[it.Seq] }), nil
+}
+
+// FirstPending returns the smallest seq in (after, upTo] without a result,
+// or -1.
+func (s *Store) FirstPending(ctx context.Context, accountID, id string, after, upTo int) (int, error) {
+	first := -1
+	err := s.read(ctx, accountID, id, qFirstPending, func(key int64) []any { return []any{key, after, upTo} }, func(rows *sql.Rows) error {
+		return rows.Scan(&first)
+	})
+	return first, err
 }
 
 // read runs query, a reader query, with args(the batch's key) in one read

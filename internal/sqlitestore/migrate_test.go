@@ -60,7 +60,11 @@ func TestMigrateFromVersion1(t *testing.T) {
 	if rs, err := s.Results(ctx, "a", "b1", -1, 10, evs.Undeliverable); err != nil || len(rs) != 1 || rs[0].Seq != 2 {
 		t.Fatalf("migrated undeliverable results = %+v, %v", rs, err)
 	}
-	pending, err := s.PendingItems(ctx, "a", "b1", -1, 10)
+	items, _, err := s.InputItems(ctx, "a", "b1", 0, 10)
+	if err != nil || len(items) != 3 {
+		t.Fatalf("migrated items = %+v, %v", items, err)
+	}
+	pending, err := s.WithoutResults(ctx, "a", "b1", items)
 	if err != nil || len(pending) != 1 || pending[0].Seq != 1 || pending[0].Email != "b@x.example" || pending[0].Domain != "x.example" {
 		t.Fatalf("migrated pending items = %+v, %v", pending, err)
 	}

@@ -154,10 +154,8 @@ func runBatches(t *testing.T, newStore storeFactory) {
 		e := newEnv(t, newStore)
 		b, items := e.create(t, "batch-1", "acct-1", 5, 2)
 		e.stored(t, "new batch", b)
-		got, err := e.st.PendingItems(e.ctx, "acct-1", "batch-1", -1, 100)
-		must(t, err, "PendingItems")
-		if !slices.Equal(got, items) {
-			t.Errorf("PendingItems = %+v, want %+v", got, items)
+		if got := e.pending(t, "acct-1", "batch-1", 100); !slices.Equal(got, items) {
+			t.Errorf("pending items = %+v, want %+v", got, items)
 		}
 		rs, err := e.st.Results(e.ctx, "acct-1", "batch-1", -1, 100, "")
 		must(t, err, "Results")
@@ -197,8 +195,10 @@ func runBatches(t *testing.T, newStore storeFactory) {
 			wantCode(t, err, evs.CodeNotFound, "PutResults"+what)
 			_, err = e.st.Results(e.ctx, c.acct, c.id, -1, 10, "")
 			wantCode(t, err, evs.CodeNotFound, "Results"+what)
-			_, err = e.st.PendingItems(e.ctx, c.acct, c.id, -1, 10)
-			wantCode(t, err, evs.CodeNotFound, "PendingItems"+what)
+			_, _, err = e.st.InputItems(e.ctx, c.acct, c.id, 0, 10)
+			wantCode(t, err, evs.CodeNotFound, "InputItems"+what)
+			_, err = e.st.FirstPending(e.ctx, c.acct, c.id, -1, 10)
+			wantCode(t, err, evs.CodeNotFound, "FirstPending"+what)
 		}
 		// None of that touched the real batch.
 		b, _ := newBatch("batch-1", "acct-1", 3, 0)
@@ -301,10 +301,8 @@ func runBatches(t *testing.T, newStore storeFactory) {
 		if len(rs) != 1 || rs[0].Seq != 0 {
 			t.Errorf("Results of the cancelled batch = %+v, want only seq 0", rs)
 		}
-		pending, err := e.st.PendingItems(e.ctx, "acct-1", "batch-1", -1, 100)
-		must(t, err, "PendingItems")
-		if !slices.Equal(pending, items[1:]) {
-			t.Errorf("PendingItems of the cancelled batch = %+v, want %+v", pending, items[1:])
+		if pending := e.pending(t, "acct-1", "batch-1", 100); !slices.Equal(pending, items[1:]) {
+			t.Errorf("pending items of the cancelled batch = %+v, want %+v", pending, items[1:])
 		}
 	})
 
@@ -418,29 +416,20 @@ func runBatches(t *testing.T, newStore storeFactory) {
 		e.transition(t, b, evs.StateRunning, "", base)
 		_, err := e.st.PutResults(e.ctx, "acct-1", "batch-1", results(statusOf, 8, 1, 3, 4), base)
 		must(t, err, "PutResults")
-		want := []int{0, 2, 5, 6, 7, 9}
+		// Every item, once, whatever the page size; the order is the
+		// store's plan order.
 		for _, limit := range []int{1, 2, 4, 100} {
-			var got []int
-			after := -1
-			for range 12 {
-				page, err := e.st.PendingItems(e.ctx, "acct-1", "batch-1", after, limit)
-				must(t, err, "PendingItems")
-				if len(page) > limit {
-					t.Fatalf("PendingItems(limit %d) returned %d", limit, len(page))
-				}
-				if len(page) == 0 {
-					break
-				}
-				for _, it := range page {
-					if it != items[it.Seq] {
-						t.Errorf("PendingItems item %+v, want %+v", it, items[it.Seq])
-					}
-					got = append(got, it.Seq)
-				}
-				after = page[len(page)-1].Seq
+			if got := e.pending(t, "acct-1", "batch-1", limit); !slices.Equal(got, []evs.Item{items[0], items[2], items[5], items[6], items[7], items[9]}) {
+				t.Errorf("pending items, pages of %d = %+v", limit, got)
 			}
-			if !slices.Equal(got, want) {
-				t.Errorf("PendingItems limit=%d paged through %v, want %v", limit, got, want)
+		}
+		for _, c := range []struct{ after, upTo, want int }{
+			{-1, 100, 0}, {0, 100, 2}, {2, 3, -1}, {2, 5, 5}, {7, 8, -1}, {7, 9, 9}, {9, 100, -1},
+		} {
+			got, err := e.st.FirstPending(e.ctx, "acct-1", "batch-1", c.after, c.upTo)
+			must(t, err, "FirstPending")
+			if got != c.want {
+				t.Errorf("FirstPending(%d, %d) = %d, want %d", c.after, c.upTo, got, c.want)
 			}
 		}
 	})
@@ -608,17 +597,37 @@ func runBatches(t *testing.T, newStore storeFactory) {
 		const n = 50_000
 		b, items := e.create(t, "batch-big", "acct-1", n, 17)
 		e.stored(t, "big batch", b)
-		page, err := e.st.PendingItems(e.ctx, "acct-1", "batch-big", -1, 1000)
-		must(t, err, "PendingItems")
-		if len(page) != 1000 || !slices.Equal(page, items[:1000]) {
-			t.Errorf("first PendingItems page: %d items, want items 0..999", len(page))
+		if got := e.pending(t, "acct-1", "batch-big", 5000); !slices.Equal(got, items) {
+			t.Errorf("pending items of the big batch: %d, want all %d", len(got), len(items))
 		}
-		page, err = e.st.PendingItems(e.ctx, "acct-1", "batch-big", n-10, 1000)
-		must(t, err, "PendingItems")
-		if !slices.Equal(page, items[n-9:]) {
-			t.Errorf("last PendingItems page = %v, want the last 9 items", page)
+		page, next, err := e.st.InputItems(e.ctx, "acct-1", "batch-big", n-9, 1000)
+		must(t, err, "InputItems")
+		if len(page) != 9 || next != -1 {
+			t.Errorf("InputItems from the ninth last: %d items, next %d; want 9 and -1", len(page), next)
 		}
 	})
+}
+
+// pending reads the batch's whole input limit items at a time, as the
+// planner does, and returns the items without results in seq order.
+func (e *env) pending(t *testing.T, accountID, id string, limit int) []evs.Item {
+	t.Helper()
+	var all []evs.Item
+	for from, calls := 0, 0; from >= 0; calls++ {
+		page, next, err := e.st.InputItems(e.ctx, accountID, id, from, limit)
+		must(t, err, "InputItems")
+		if len(page) > limit || calls > 100_000 || (next >= 0 && next <= from) {
+			t.Fatalf("InputItems(%d, %d) = %d items, next %d (call %d)", from, limit, len(page), next, calls)
+		}
+		all, from = append(all, page...), next
+	}
+	if len(all) > 0 {
+		var err error
+		all, err = e.st.WithoutResults(e.ctx, accountID, id, all)
+		must(t, err, "WithoutResults")
+	}
+	slices.SortFunc(all, func(a, b evs.Item) int { return a.Seq - b.Seq })
+	return all
 }
 
 func seqsOf(rs []evs.Result) []int {

@@ -226,8 +226,12 @@ func runExpiryRules(t *testing.T, newStore storeFactory) {
 			_, err := e.st.Results(e.ctx, b.AccountID, b.ID, -1, 10, "")
 			return err
 		}},
-		{"PendingItems", func(e *env, b evs.Batch) error {
-			_, err := e.st.PendingItems(e.ctx, b.AccountID, b.ID, -1, 10)
+		{"InputItems", func(e *env, b evs.Batch) error {
+			_, _, err := e.st.InputItems(e.ctx, b.AccountID, b.ID, 0, 10)
+			return err
+		}},
+		{"FirstPending", func(e *env, b evs.Batch) error {
+			_, err := e.st.FirstPending(e.ctx, b.AccountID, b.ID, -1, 10)
 			return err
 		}},
 		{"ListBatches", func(e *env, b evs.Batch) error {

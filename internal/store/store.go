@@ -70,9 +70,19 @@ type Batches interface {
 	// Results returns up to limit results with Seq > afterSeq in Seq order,
 	// only those whose status is status when status is not empty.
 	Results(ctx context.Context, accountID, id string, afterSeq, limit int, status evs.Status) ([]evs.Result, error)
-	// PendingItems returns up to limit items with Seq > afterSeq that have
-	// no result yet, in Seq order.
-	PendingItems(ctx context.Context, accountID, id string, afterSeq, limit int) ([]evs.Item, error)
+	// InputItems returns up to limit of the batch's items from position
+	// from (0 is the first) of its plan order, results or not, and the
+	// position after them, or -1 once the input is read to its end. The
+	// plan order is the store's: DynamoDB keeps a domain's items together
+	// (an unsorted list is grouped when it is created), SQLite keeps seq
+	// order (its local queue gets the whole batch grouped by domain).
+	InputItems(ctx context.Context, accountID, id string, from, limit int) ([]evs.Item, int, error)
+	// WithoutResults returns the given items that have no result yet, in
+	// their order.
+	WithoutResults(ctx context.Context, accountID, id string, items []evs.Item) ([]evs.Item, error)
+	// FirstPending returns the smallest seq in (after, upTo] of an item
+	// that has no result yet, or -1 when there is none.
+	FirstPending(ctx context.Context, accountID, id string, after, upTo int) (int, error)
 	// ListBatches returns up to limit of the account's unexpired batches
 	// that come after `after` in the order of evs.BatchPos (newest first),
 	// from the newest when after is zero. A batch created while a client

@@ -17,10 +17,10 @@ type EmbeddedStore interface {
 	Sweep(ctx context.Context) (int, error)
 }
 
-// FaultyStore wraps a store and fails PutResults and PendingItems with
-// CodeUnavailable while Down is set, as a full disk does; Fails counts the
-// calls it refused. The local batch queue's and the server's fault tests share
-// it.
+// FaultyStore wraps a store and fails PutResults and the reads of pending
+// items (InputItems, WithoutResults) with CodeUnavailable while Down is
+// set, as a full disk does; Fails counts the calls it refused. The local
+// batch queue's and the server's fault tests share it.
 type FaultyStore struct {
 	EmbeddedStore
 	Down  atomic.Bool
@@ -40,20 +40,34 @@ func (f *FaultyStore) Batch(ctx context.Context, accountID, id string) (evs.Batc
 
 // PutResults fails while the store is down.
 func (f *FaultyStore) PutResults(ctx context.Context, accountID, id string, rs []evs.Result, now time.Time) (evs.Batch, error) {
-	if f.Down.Load() {
-		f.Fails.Add(1)
-		return evs.Batch{}, evs.Errorf(evs.CodeUnavailable, "disk full")
+	if err := f.down(); err != nil {
+		return evs.Batch{}, err
 	}
 	return f.EmbeddedStore.PutResults(ctx, accountID, id, rs, now)
 }
 
-// PendingItems fails while the store is down.
-func (f *FaultyStore) PendingItems(ctx context.Context, accountID, id string, after, limit int) ([]evs.Item, error) {
-	if f.Down.Load() {
-		f.Fails.Add(1)
-		return nil, evs.Errorf(evs.CodeUnavailable, "disk full")
+// InputItems fails while the store is down.
+func (f *FaultyStore) InputItems(ctx context.Context, accountID, id string, from, limit int) ([]evs.Item, int, error) {
+	if err := f.down(); err != nil {
+		return nil, -1, err
 	}
-	return f.EmbeddedStore.PendingItems(ctx, accountID, id, after, limit)
+	return f.EmbeddedStore.InputItems(ctx, accountID, id, from, limit)
+}
+
+// WithoutResults fails while the store is down.
+func (f *FaultyStore) WithoutResults(ctx context.Context, accountID, id string, items []evs.Item) ([]evs.Item, error) {
+	if err := f.down(); err != nil {
+		return nil, err
+	}
+	return f.EmbeddedStore.WithoutResults(ctx, accountID, id, items)
+}
+
+func (f *FaultyStore) down() error {
+	if !f.Down.Load() {
+		return nil
+	}
+	f.Fails.Add(1)
+	return evs.Errorf(evs.CodeUnavailable, "disk full")
 }
 
 // Ping fails while the store is down (the health check of `evs serve`),
