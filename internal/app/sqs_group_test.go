@@ -37,4 +37,3 @@ func TestUnsortedListGroupedAtCreation(t *testing.T) {
 		}
 	}
 }
-
