@@ -26,10 +26,10 @@ import (
 //	index    per chunk: uint64 offset, uint64 position of its first item
 //	footer   uint32 chunks, uint32 items, "evs2"
 //
-// Items are in plan order: by domain, then seq. The planner reads windows
-// of the object in turn, so a domain's addresses of an unsorted list come
-// to it together and share a session, instead of one per window they sit
-// in. An "evs1" object, written before, is in seq order, also a plan
+// Items are in plan order (planOrder): a domain's addresses together, so
+// those of an unsorted list come to the planner, which reads windows of
+// the object in turn, in one window and share a session, instead of one
+// per window they sit in. An "evs1" object, written before, is in seq order, also a plan
 // order (its index holds first seqs, which are positions too: seqs are
 // dense). The position of an item is its index in the object, so one
 // ranged GET reads the chunk that holds a position.
@@ -58,10 +58,63 @@ const (
 	indexEntry  = 16
 )
 
+// planPack is the most addresses of a domain kept together in the plan
+// order: the worker's work message (batch.Worker.PackSize's default).
+const planPack = 200
+
+// planOrder returns items in the order the planner reads them, as packs
+// of one domain or several (one slice of items underneath). Each
+// domain's addresses, in seq order, are cut into packs of planPack; a
+// domain of more than one pack is a stream of its packs, and the domains
+// of one pack share one stream, in domain order. The packs of every stream
+// are spread evenly over the order (the j-th of n at (j+½)/n), so every
+// window the planner reads holds each stream's share: a large provider's
+// lane, which runs at its RCPT budget for hours, always has work, and
+// never holds back the rest of the batch behind it, as whole domains in
+// a row would (the planner waits for half a window to finish).
+func planOrder(items []evs.Item) [][]evs.Item {
+	items = slices.Clone(items)
+	// Addresses without a domain (invalid ones, decided without the
+	// network) go last.
+	last := func(d string) string { return cmp.Or(d, "\xff") } // after any UTF-8
+	slices.SortFunc(items, func(a, b evs.Item) int {
+		return cmp.Or(strings.Compare(last(a.Domain), last(b.Domain)), a.Seq-b.Seq)
+	})
+	type pack struct {
+		items []evs.Item
+		rank  float64
+	}
+	var packs, single []pack
+	for rest := items; len(rest) > 0; {
+		n := 1
+		for n < len(rest) && rest[n].Domain == rest[0].Domain {
+			n++
+		}
+		dom := rest[:n]
+		rest = rest[n:]
+		if n <= planPack {
+			single = append(single, pack{items: dom})
+			continue
+		}
+		k := (n + planPack - 1) / planPack
+		for j := range k {
+			packs = append(packs, pack{items: dom[j*planPack : min((j+1)*planPack, n)], rank: (float64(j) + 0.5) / float64(k)})
+		}
+	}
+	for j := range single {
+		single[j].rank = (float64(j) + 0.5) / float64(len(single))
+	}
+	packs = append(packs, single...)
+	slices.SortStableFunc(packs, func(a, b pack) int { return cmp.Compare(a.rank, b.rank) })
+	out := make([][]evs.Item, len(packs))
+	for i, p := range packs {
+		out[i] = p.items
+	}
+	return out
+}
+
 // encodeInput returns the object of items, in plan order.
 func encodeInput(items []evs.Item) []byte {
-	items = slices.Clone(items)
-	slices.SortFunc(items, func(a, b evs.Item) int { return cmp.Or(strings.Compare(a.Domain, b.Domain), a.Seq-b.Seq) })
 	var buf bytes.Buffer
 	buf.Grow(len(items) * 40)
 	var index []byte
@@ -70,14 +123,18 @@ func encodeInput(items []evs.Item) []byte {
 		buf.Write(tmp[:binary.PutUvarint(tmp[:], uint64(len(s)))])
 		buf.WriteString(s)
 	}
-	for i, it := range items {
-		if i%inputChunk == 0 {
-			index = binary.LittleEndian.AppendUint64(index, uint64(buf.Len()))
-			index = binary.LittleEndian.AppendUint64(index, uint64(i))
+	i := 0
+	for _, p := range planOrder(items) {
+		for _, it := range p {
+			if i%inputChunk == 0 {
+				index = binary.LittleEndian.AppendUint64(index, uint64(buf.Len()))
+				index = binary.LittleEndian.AppendUint64(index, uint64(i))
+			}
+			i++
+			buf.Write(tmp[:binary.PutUvarint(tmp[:], uint64(it.Seq))])
+			putString(it.Email)
+			putString(it.Domain)
 		}
-		buf.Write(tmp[:binary.PutUvarint(tmp[:], uint64(it.Seq))])
-		putString(it.Email)
-		putString(it.Domain)
 	}
 	buf.Write(index)
 	chunks := uint32(len(index) / indexEntry)
