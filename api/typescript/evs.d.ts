@@ -827,6 +827,10 @@ export interface components {
             callbackUrl?: components["schemas"]["CallbackURL"];
             callback?: components["schemas"]["Callback"];
             name?: components["schemas"]["BatchName"];
+            /** @description While the request is queued or running: when its time limit (the server's EVS_BATCH_DEADLINE, counted from createdAt) runs out. Addresses not verified by then end unknown with reason timeout. */
+            deadlineAt?: components["schemas"]["Timestamp"];
+            /** @description While the request is queued or running: when it should be done, at the earliest. The later of two bounds: its slowest provider lane (full mode: its largest domains' mail providers, each address an RCPT command at the provider's budget across the service's exits, counted from createdAt) and its pace so far (once it has run a minute and done a hundredth of its addresses). Other requests sharing a provider make it later. Later than deadlineAt: the request will not finish in time, and says so from its creation. Absent while neither bound is known. */
+            estimatedCompletionAt?: components["schemas"]["Timestamp"];
         };
         BatchEnvelope: {
             request: components["schemas"]["BatchRequest"];

@@ -148,6 +148,10 @@ type Deps struct {
 	AdmitList func(ctx context.Context, size int64) (release func(), err error)
 	// MaxUploadAddresses defaults to evs.UploadMaxAddresses.
 	MaxUploadAddresses int
+	// Budgets, when set, finds a new full-mode batch's lanes (eta.go);
+	// BatchDeadline is the batches' time limit (EVS_BATCH_DEADLINE).
+	Budgets       Budgets
+	BatchDeadline time.Duration
 	// MaxActiveBatches is how many batches an account may have queued or
 	// running (EVS_MAX_ACTIVE_BATCHES); 0 means no limit.
 	MaxActiveBatches int

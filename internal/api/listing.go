@@ -106,7 +106,7 @@ func (h *Handler) listBatches(ctx context.Context, req *request, p evs.Principal
 		out.NextCursor = &c
 	}
 	for _, b := range kept {
-		e := envelopeOf(b, false)
+		e := h.withETA(envelopeOf(b, false), b)
 		out.Requests = append(out.Requests, listItem{Request: e.Request, Counters: e.Counters})
 	}
 	return jsonReply(http.StatusOK, out), nil

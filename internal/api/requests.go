@@ -58,6 +58,10 @@ type batchRequest struct {
 	CallbackURL string    `json:"callbackUrl,omitempty"`
 	Callback    *callback `json:"callback,omitempty"`
 	Name        string    `json:"name,omitempty"`
+	// While the batch is unfinished: when its time runs out, and when it
+	// should be done at the earliest (eta.go).
+	DeadlineAt            *evs.Time `json:"deadlineAt,omitempty"`
+	EstimatedCompletionAt *evs.Time `json:"estimatedCompletionAt,omitempty"`
 }
 
 func envelopeOf(b evs.Batch, replayed bool) batchEnvelope {
@@ -208,7 +212,7 @@ func (h *Handler) createBatch(ctx context.Context, req *request, p evs.Principal
 		}
 		// A found batch is stored as the first call's reply, and answered
 		// below as a replay.
-		r := jsonReply(http.StatusCreated, envelopeOf(b, false))
+		r := jsonReply(http.StatusCreated, h.withETA(envelopeOf(b, false), b))
 		r.Headers = map[string]string{"Location": batchPath(b.ID)}
 		return r
 	})
@@ -225,7 +229,7 @@ func (h *Handler) createBatch(ctx context.Context, req *request, p evs.Principal
 	if err != nil {
 		return idempotency.Reply{}, err
 	}
-	out := jsonReply(http.StatusOK, h.withCallback(ctx, p.AccountID, envelopeOf(b, true)))
+	out := jsonReply(http.StatusOK, h.withCallback(ctx, p.AccountID, h.withETA(envelopeOf(b, true), b)))
 	out.Headers = map[string]string{"Location": batchPath(b.ID), idempotency.ReplayedHeader: "true"}
 	return out, nil
 }
@@ -313,6 +317,9 @@ func (h *Handler) storeBatch(ctx context.Context, p evs.Principal, in parsedBatc
 			Total:      in.list.total,
 			Duplicates: in.list.total - len(items),
 		},
+	}
+	if in.mode == evs.ModeFull && !p.Test && h.d.Budgets != nil {
+		b.Lanes = h.lanes(ctx, items)
 	}
 	// The quota counts what will be verified: the distinct addresses.
 	refund, err := h.chargeQuota(ctx, p, len(items))
@@ -537,7 +544,7 @@ func (h *Handler) getBatch(ctx context.Context, req *request, p evs.Principal) (
 		if err != nil {
 			return idempotency.Reply{}, err
 		}
-		e := envelopeOf(b, false)
+		e := h.withETA(envelopeOf(b, false), b)
 		if found {
 			e = withDelivery(e, d)
 		}
@@ -547,7 +554,7 @@ func (h *Handler) getBatch(ctx context.Context, req *request, p evs.Principal) (
 	if err != nil {
 		return idempotency.Reply{}, err
 	}
-	return jsonReply(http.StatusOK, h.withCallback(ctx, p.AccountID, envelopeOf(b, false))), nil
+	return jsonReply(http.StatusOK, h.withCallback(ctx, p.AccountID, h.withETA(envelopeOf(b, false), b))), nil
 }
 
 // batchViewer is a batch store that reads a batch and its delivery in one

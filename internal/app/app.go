@@ -216,6 +216,10 @@ func (r *Runtime) API(d api.Deps) (*api.Handler, error) {
 	d.OutcomeShareDomains = d.OutcomeShareDomains || r.Config.OutcomeShareDomains
 	d.Retention = cmp.Or(d.Retention, r.Config.Retention)
 	d.MaxActiveBatches = cmp.Or(d.MaxActiveBatches, r.Config.MaxActiveBatches)
+	d.BatchDeadline = cmp.Or(d.BatchDeadline, r.Config.BatchDeadline)
+	if d.Budgets == nil {
+		d.Budgets = r.Gate
+	}
 	d.Callbacks.Egress = cmp.Or(d.Callbacks.Egress, r.Config.Egress)
 	if d.Callbacks.Deliveries == nil {
 		d.Callbacks.Deliveries = r.store

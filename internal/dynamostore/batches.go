@@ -44,6 +44,7 @@ const (
 	attrUnknown       = "unknown"
 	attrMaxAgeMs      = "maxAgeMs"  // -1 for evs.NoReuse; absent for no bound
 	attrBatchName     = "batchName" // absent when none
+	attrLanes         = "lanes"     // JSON of evs.Lane, absent when none
 )
 
 // counterAttr names the counter of each outcome label; other statuses are refused.
@@ -95,6 +96,7 @@ func batchFrom(it item) evs.Batch {
 		},
 		MaxAge: store.MaxAgeOf(getN(it, attrMaxAgeMs)),
 		Name:   getS(it, attrBatchName),
+		Lanes:  store.LanesOf(getS(it, attrLanes)),
 	}
 }
 
@@ -194,6 +196,9 @@ func (s *Store) putBatch(ctx context.Context, b evs.Batch, items []evs.Item, inp
 	}
 	if b.Name != "" {
 		rec[attrBatchName] = avS(b.Name)
+	}
+	if len(b.Lanes) > 0 {
+		rec[attrLanes] = avS(store.LanesJSON(b.Lanes))
 	}
 	if !b.CompletedAt.IsZero() {
 		rec[attrCompletedAt] = avTime(b.CompletedAt)

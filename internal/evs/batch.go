@@ -104,6 +104,18 @@ type Batch struct {
 	// request's maxAge): 0 when the request gave none, NoReuse for maxAge 0.
 	MaxAge time.Duration
 	Name   string // the user's label, at most MaxBatchName characters, or ""
+	// Lanes are the batch's largest parts at one mail provider, as found
+	// when it was created (full mode): the provider's RCPT budget bounds
+	// how soon each can finish, whatever else the batch holds.
+	Lanes []Lane
+}
+
+// Lane is a batch's addresses at one mail provider and the RCPT commands
+// a minute the provider takes from us, across our exits.
+type Lane struct {
+	Provider   string `json:"p"`
+	Addresses  int    `json:"n"`
+	RcptPerMin int    `json:"r"`
 }
 
 // MaxBatchName is the longest batch name, in characters.

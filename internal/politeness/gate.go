@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -127,13 +128,25 @@ func (g *Gate) state() State {
 // Key is the key of a domain's sessions: the provider of its preferred
 // MX host (of the domain when there is none) and Egress.
 func (g *Gate) Key(ctx context.Context, domain string) string {
-	host := domain
+	return g.HostKey(g.host(ctx, domain))
+}
+
+func (g *Gate) host(ctx context.Context, domain string) string {
 	if g.MX != nil {
 		if h, ok := g.MX.PreferredMX(ctx, domain); ok {
-			host = h
+			return h
 		}
 	}
-	return g.HostKey(host)
+	return domain
+}
+
+// Budget returns the provider of a domain's sessions and the RCPT
+// commands a minute it takes from us through all the exits it may leave
+// from: the most addresses a minute its part of a batch can go.
+func (g *Gate) Budget(ctx context.Context, domain string) (provider string, rcptPerMin int) {
+	keys := g.HostKeys(g.host(ctx, domain))
+	_, per := g.Limits.ForKey(keys[0])
+	return keys[0][:max(strings.LastIndex(keys[0], "|"), 0)], per * len(keys)
 }
 
 // HostKey is the key of sessions to MX host host through its preferred

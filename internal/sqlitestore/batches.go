@@ -24,13 +24,13 @@ const (
 )
 
 const batchCols = `id, account_id, mode, state, error, created_at, completed_at, expires_at,
-	total, duplicates, processed, deliverable, undeliverable, risky, unknown, max_age, name`
+	total, duplicates, processed, deliverable, undeliverable, risky, unknown, max_age, name, lanes`
 
 // Queries of this file; the ones of every call are prepared at Open.
 const (
 	qCreateBatch = `INSERT INTO batches (id, account_id, mode, state, error, created_at, completed_at, expires_at,
-			items, total, duplicates, processed, deliverable, undeliverable, risky, unknown, max_age, name)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING key`
+			items, total, duplicates, processed, deliverable, undeliverable, risky, unknown, max_age, name, lanes)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING key`
 	qBatch      = `SELECT key, ` + batchCols + ` FROM batches WHERE id = ? AND account_id = ? AND expires_at > ?`
 	qTransition = `UPDATE batches SET state = ?, error = ?, completed_at = ? WHERE id = ? RETURNING ` + batchCols
 	// The batch completes in the same statement that counts its last
@@ -105,13 +105,15 @@ func scanBatch(row scanner, first ...any) (evs.Batch, error) {
 		created, expires int64
 		completed        sql.NullInt64
 		maxAge           int64
+		lanes            string
 	)
 	c := &b.Counters
 	err := row.Scan(append(first, &b.ID, &b.AccountID, &b.Mode, &b.State, &b.Error, &created, &completed, &expires,
-		&c.Total, &c.Duplicates, &c.Processed, &c.Deliverable, &c.Undeliverable, &c.Risky, &c.Unknown, &maxAge, &b.Name)...)
+		&c.Total, &c.Duplicates, &c.Processed, &c.Deliverable, &c.Undeliverable, &c.Risky, &c.Unknown, &maxAge, &b.Name, &lanes)...)
 	if err != nil {
 		return evs.Batch{}, err
 	}
+	b.Lanes = store.LanesOf(lanes)
 	b.MaxAge = store.MaxAgeOf(maxAge)
 	b.CreatedAt, b.CompletedAt, b.ExpiresAt = fromMillis(created), fromNullMillis(completed), fromMillis(expires)
 	return b, nil
@@ -161,7 +163,7 @@ func (s *Store) CreateBatchWithin(ctx context.Context, b evs.Batch, items []evs.
 		var key int64
 		err := s.row(ctx, tx, qCreateBatch,
 			b.ID, b.AccountID, b.Mode, b.State, b.Error, millis(b.CreatedAt), nullMillis(b.CompletedAt), millis(b.ExpiresAt),
-			len(items), c.Total, c.Duplicates, c.Processed, c.Deliverable, c.Undeliverable, c.Risky, c.Unknown, store.MaxAgeMillis(b.MaxAge), b.Name).Scan(&key)
+			len(items), c.Total, c.Duplicates, c.Processed, c.Deliverable, c.Undeliverable, c.Risky, c.Unknown, store.MaxAgeMillis(b.MaxAge), b.Name, store.LanesJSON(b.Lanes)).Scan(&key)
 		if constraint(err, sqlite3.SQLITE_CONSTRAINT_UNIQUE) {
 			return store.BatchExists()
 		}

@@ -240,6 +240,9 @@ ALTER TABLE keys ADD COLUMN rate_per_key INTEGER NOT NULL DEFAULT 0;
 	// Which marks count in the shared domain counts (store.SharesOutcome),
 	// and the shared part of each count (outcomes.go).
 	sharedMarksSchema,
+	// A full-mode batch's lanes (evs.Lane, as store.LanesJSON): what its
+	// estimated completion counts from.
+	`ALTER TABLE batches ADD COLUMN lanes TEXT NOT NULL DEFAULT ''`,
 }
 
 // migrate brings the schema to len(migrations). It runs in one immediate

@@ -32,8 +32,10 @@ func newBatch(id, accountID string, n, dups int) (evs.Batch, []evs.Item) {
 		CreatedAt: base,
 		ExpiresAt: base.Add(24 * time.Hour),
 		Counters:  evs.Counters{Total: n + dups, Duplicates: dups},
-		// Every read path must give the name back, whatever its script.
-		Name: "März list " + id,
+		// Every read path must give the name and the lanes back, whatever
+		// its script.
+		Name:  "März list " + id,
+		Lanes: []evs.Lane{{Provider: "google", Addresses: 400_000, RcptPerMin: 600}, {Provider: "mx.example", Addresses: n, RcptPerMin: 60}},
 	}
 	items := make([]evs.Item, n)
 	for i := range items {
@@ -104,7 +106,8 @@ func checkInvariants(t *testing.T, what string, b evs.Batch) {
 func sameBatch(t *testing.T, what string, got, want evs.Batch) {
 	t.Helper()
 	if got.ID != want.ID || got.AccountID != want.AccountID || got.Mode != want.Mode ||
-		got.State != want.State || got.Error != want.Error || got.Counters != want.Counters || got.Name != want.Name {
+		got.State != want.State || got.Error != want.Error || got.Counters != want.Counters || got.Name != want.Name ||
+		!slices.Equal(got.Lanes, want.Lanes) {
 		t.Errorf("%s =\n  %+v\nwant\n  %+v", what, got, want)
 	}
 	sameTime(t, what+".CreatedAt", got.CreatedAt, want.CreatedAt)

@@ -15,6 +15,7 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"time"
 
 	"github.com/evs-dev/evs/internal/evs"
@@ -182,4 +183,23 @@ type Store interface {
 type CacheEntry struct {
 	Decision  evs.Decision
 	ExpiresAt time.Time
+}
+
+// LanesJSON is how both stores keep a batch's lanes: "" for none.
+func LanesJSON(ls []evs.Lane) string {
+	if len(ls) == 0 {
+		return ""
+	}
+	b, _ := json.Marshal(ls) // ints and strings: cannot fail
+	return string(b)
+}
+
+// LanesOf reads LanesJSON; what it cannot read is no lanes (an estimate
+// without them, never a failed read of the batch).
+func LanesOf(s string) []evs.Lane {
+	var ls []evs.Lane
+	if s != "" && json.Unmarshal([]byte(s), &ls) != nil {
+		return nil
+	}
+	return ls
 }
