@@ -104,7 +104,8 @@ func onAWS(ctx context.Context, fn Function, cfg config.Config, logger *slog.Log
 		// Manager, once per cold start, before the engine dials anything.
 		return nil, err
 	}
-	emf := &EMF{W: os.Stdout}
+	// The worker's counts are summed per invocation (WorkerHandler).
+	emf := &EMF{W: os.Stdout, Hold: fn == WorkerFunction}
 	source := "api"
 	if fn == WorkerFunction {
 		source = "batch"
@@ -239,7 +240,13 @@ func (a *AWS) RequestsHandler(ctx context.Context) (http.Handler, error) {
 // SES notification queue's records are SNS messages, verified here, whose
 // outcomes are the SesNotificationAccount account's.
 func (a *AWS) WorkerHandler() func(context.Context, events.SQSEvent) (events.SQSEventResponse, error) {
-	handler := SQSHandler(a.worker())
+	work := SQSHandler(a.worker())
+	// Lambda may freeze the process once the handler returns: the counts
+	// held for EMF are written before.
+	handler := func(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
+		defer a.EMF.Flush()
+		return work(ctx, ev)
+	}
 	if a.Config.SESQueueARN == "" {
 		return handler
 	}

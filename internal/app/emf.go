@@ -4,7 +4,9 @@ import (
 	"cmp"
 	"encoding/json"
 	"io"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -22,8 +24,25 @@ const namespace = "evs"
 type EMF struct {
 	W   io.Writer
 	Now func() time.Time
+	// Hold, when set (the worker function), sums the counts (unit
+	// "Count") of one metric and dimensions until Flush, which the worker
+	// calls as each invocation ends, or until a minute has passed: a line
+	// per kind of count instead of one per address, which made the logs
+	// the cost of a million addresses' largest line but one (the sums are
+	// what the dashboards and alarms read).
+	Hold bool
 
-	mu sync.Mutex
+	mu       sync.Mutex
+	held     map[string]*heldLine
+	order    []string  // held's keys, first held first
+	heldFrom time.Time // when the oldest held count came
+}
+
+// heldLine is the sums of one kind of count until Flush.
+type heldLine struct {
+	vs        []emfValue
+	alsoTotal bool
+	dims      []string
 }
 
 type emfMetric struct {
@@ -57,10 +76,66 @@ func (e *EMF) writeSets(name, unit string, value float64, alsoTotal bool, dims .
 // writeLine emits one line holding every metric of vs, with the given
 // dimensions (and none, when alsoTotal).
 func (e *EMF) writeLine(vs []emfValue, alsoTotal bool, dims ...string) {
-	now := time.Now
-	if e.Now != nil {
-		now = e.Now
+	if e.Hold && !slices.ContainsFunc(vs, func(v emfValue) bool { return v.unit != "Count" }) {
+		e.hold(vs, alsoTotal, dims)
+		return
 	}
+	e.emit(vs, alsoTotal, dims...)
+}
+
+func (e *EMF) now() time.Time {
+	if e.Now != nil {
+		return e.Now()
+	}
+	return time.Now()
+}
+
+// hold adds vs to the sums of their kind, and flushes the sums held for a
+// minute: a metric is never later than that.
+func (e *EMF) hold(vs []emfValue, alsoTotal bool, dims []string) {
+	key := strings.Join(dims, "\x00") + "\x01" + strconv.FormatBool(alsoTotal)
+	for _, v := range vs {
+		key += "\x01" + v.name
+	}
+	e.mu.Lock()
+	if e.held == nil {
+		e.held = map[string]*heldLine{}
+	}
+	h, ok := e.held[key]
+	if !ok {
+		if len(e.held) == 0 {
+			e.heldFrom = e.now()
+		}
+		h = &heldLine{vs: slices.Clone(vs), alsoTotal: alsoTotal, dims: slices.Clone(dims)}
+		e.held[key] = h
+		e.order = append(e.order, key)
+	} else {
+		for i, v := range vs {
+			h.vs[i].value += v.value
+		}
+	}
+	due := e.now().Sub(e.heldFrom) >= time.Minute
+	e.mu.Unlock()
+	if due {
+		e.Flush()
+	}
+}
+
+// Flush writes the held sums, a line per kind.
+func (e *EMF) Flush() {
+	e.mu.Lock()
+	held, order := e.held, e.order
+	e.held, e.order = nil, nil
+	e.mu.Unlock()
+	for _, k := range order {
+		h := held[k]
+		e.emit(h.vs, h.alsoTotal, h.dims...)
+	}
+}
+
+// emit writes one line.
+func (e *EMF) emit(vs []emfValue, alsoTotal bool, dims ...string) {
+	now := e.now
 	rec := map[string]any{}
 	keys := []string{}
 	for i := 0; i+1 < len(dims); i += 2 {

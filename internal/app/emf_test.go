@@ -112,3 +112,51 @@ func TestEMFSMTPAnswer(t *testing.T) {
 		}
 	}
 }
+
+// A held EMF (the worker's) sums each kind of count until Flush, or until
+// a minute has passed since the oldest; what is not a count (a gauge, a
+// duration) is written at once.
+func TestEMFHoldSumsCounts(t *testing.T) {
+	t.Parallel()
+	var buf bytes.Buffer
+	now := time.UnixMilli(1700000000000)
+	e := &app.EMF{W: &buf, Hold: true, Now: func() time.Time { return now }}
+	for range 3 {
+		e.SMTPAnswer("direct", "google", false)
+		e.DomainFact("hit")
+	}
+	e.SMTPAnswer("direct", "google", true)
+	e.SMTPAnswer("direct", "yahoo", false)
+	e.DNSLookup(20 * time.Millisecond)
+	if got := strings.Count(buf.String(), "\n"); got != 1 || !strings.Contains(buf.String(), "evs_dns_lookup_duration_seconds") {
+		t.Fatalf("before Flush: %d lines, want the duration's alone:\n%s", got, buf.String())
+	}
+	buf.Reset()
+	e.Flush()
+	want := []string{
+		`"evs_smtp_answered_total":4,"evs_smtp_blocked_total":1,"provider":"google"`,
+		`"evs_domain_facts_total":3,"result":"hit"`,
+		`"evs_smtp_answered_total":1,"evs_smtp_blocked_total":0,"provider":"yahoo"`,
+	}
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != len(want) {
+		t.Fatalf("Flush wrote %d lines, want %d:\n%s", len(lines), len(want), buf.String())
+	}
+	for i, w := range want {
+		if !strings.Contains(lines[i], w) {
+			t.Errorf("line %d = %s, want it to hold %s", i, lines[i], w)
+		}
+	}
+	buf.Reset()
+	e.Flush()
+	if buf.Len() != 0 {
+		t.Fatalf("a second Flush wrote %s", buf.String())
+	}
+	// Held a minute: the next count writes them all.
+	e.DomainFact("miss")
+	now = now.Add(time.Minute)
+	e.DomainFact("miss")
+	if !strings.Contains(buf.String(), `"evs_domain_facts_total":2`) {
+		t.Fatalf("after a minute held: %q", buf.String())
+	}
+}
