@@ -301,9 +301,7 @@ func (d *Deliverer) Run(ctx context.Context, due DueLister, every time.Duration)
 	maxQueued := 2 * perAccount
 	var q *evs.Fair[evs.Delivery]
 	q = evs.NewFair(slots, min(perAccount, slots), 1, func(del evs.Delivery) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			defer q.Done(del.AccountID, del.BatchID)
 			if ctx.Err() != nil {
 				return
@@ -311,7 +309,7 @@ func (d *Deliverer) Run(ctx context.Context, due DueLister, every time.Duration)
 			if _, _, err := d.Attempt(ctx, del.AccountID, del.BatchID); err != nil && ctx.Err() == nil {
 				d.logger().Error("webhook: attempt failed", slog.String("batchId", del.BatchID), slog.String("error", err.Error()))
 			}
-		}()
+		})
 	})
 	t := time.NewTicker(every)
 	defer t.Stop()
