@@ -173,7 +173,8 @@ type Deps struct {
 	// (EVS_OUTCOME_SHARE_DOMAINS).
 	OutcomeShareDomains bool
 	// PublishableLimits, when set (AWS), counts publishable keys' calls in
-	// Quota.Store (publishable.go); `evs serve` counts them at its edge.
+	// Quota.Store, which must then be a PublishableQuota (publishable.go);
+	// `evs serve` counts them at its edge.
 	PublishableLimits PublishableLimits
 }
 
@@ -187,6 +188,9 @@ type Handler struct {
 func New(d Deps) *Handler {
 	if d.Now == nil {
 		d.Now = time.Now
+	}
+	if _, ok := d.Quota.Store.(PublishableQuota); !ok && d.PublishableLimits != (PublishableLimits{}) {
+		panic("api: PublishableLimits need a Quota.Store that is a PublishableQuota")
 	}
 	d.Retention = cmp.Or(max(d.Retention, 0), 30*24*time.Hour)
 	d.VerifyTimeout = cmp.Or(max(d.VerifyTimeout, 0), 20*time.Second)

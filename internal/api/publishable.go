@@ -54,47 +54,28 @@ type PublishableQuota interface {
 }
 
 // limitPublishable charges a publishable key's call to its client
-// address's minute, then to the key's (on a PublishableQuota, chargeQuota
-// does that): one client's flood does not shut the form for everyone.
+// address's minute; chargeQuota charges the key's with the quota, once the
+// call is valid: one client's flood does not shut the form for everyone.
 // Over either, the call is 429.
 func (h *Handler) limitPublishable(ctx context.Context, p evs.Principal) error {
-	if p.Kind != evs.KeyPublishable || h.d.Quota.Store == nil || h.d.PublishableLimits == (PublishableLimits{}) {
+	pq, ok := h.d.Quota.Store.(PublishableQuota)
+	if p.Kind != evs.KeyPublishable || !ok || h.d.PublishableLimits == (PublishableLimits{}) {
 		return nil
 	}
 	l := h.d.PublishableLimits.Of(p)
+	if l.PerAddress <= 0 {
+		return nil
+	}
 	now := h.d.Now().UTC()
 	start := now.Truncate(time.Minute)
-	end, minute := start.Add(time.Minute), start.Format("2006-01-02T15:04")
-	pq, cheap := h.d.Quota.Store.(PublishableQuota)
-	if l.PerAddress > 0 {
-		msg := func() string {
-			return fmt.Sprintf("Too many calls from this address with a publishable key (%d a minute); retry after the time in Retry-After.", l.PerAddress)
-		}
-		client := clientPrefix(CallFromContext(ctx).ClientAddr)
-		if !cheap {
-			_, err := h.charge(ctx, p.AccountID, "publishable key's per-address limit", publishablePeriod+"addr/"+p.KeyID+"/"+client+"/"+minute, 1, l.PerAddress, now, end, msg)
-			if err != nil {
-				return err
-			}
-		} else if ok, err := pq.CountCall(ctx, p.AccountID, p.KeyID+"/"+client, minute, l.PerAddress, end.Add(counterGrace)); err != nil {
-			return fmt.Errorf("api: count a publishable key's call: %w", err)
-		} else if !ok {
-			return &store.LimitError{Err: evs.Errorf(evs.CodeRateLimited, "%s", msg()), Retry: end.Sub(now)}
-		}
-	}
-	if l.PerKey > 0 && !cheap {
-		_, err := h.charge(ctx, p.AccountID, "publishable key's limit", publishablePeriod+"key/"+p.KeyID+"/"+minute, 1, l.PerKey, now, end, func() string {
-			return perKeyRefusal(l.PerKey)
-		})
-		if err != nil {
-			return err
-		}
+	end := start.Add(time.Minute)
+	client := clientPrefix(CallFromContext(ctx).ClientAddr)
+	if ok, err := pq.CountCall(ctx, p.AccountID, p.KeyID+"/"+client, start.Format("2006-01-02T15:04"), l.PerAddress, end.Add(counterGrace)); err != nil {
+		return fmt.Errorf("api: count a publishable key's call: %w", err)
+	} else if !ok {
+		return &store.LimitError{Err: evs.Errorf(evs.CodeRateLimited, "Too many calls from this address with a publishable key (%d a minute); retry after the time in Retry-After.", l.PerAddress), Retry: end.Sub(now)}
 	}
 	return nil
-}
-
-func perKeyRefusal(perKey int) string {
-	return fmt.Sprintf("Too many calls with this publishable key (%d a minute); retry after the time in Retry-After.", perKey)
 }
 
 // clientPrefix names a client address as the limits count it: an IPv4

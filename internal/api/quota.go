@@ -151,7 +151,7 @@ func (h *Handler) chargePublishable(ctx context.Context, pq PublishableQuota, p 
 	}
 	switch refused {
 	case store.RefusedKey:
-		return nil, &store.LimitError{Err: evs.Errorf(evs.CodeRateLimited, "%s", perKeyRefusal(l.PerKey)), Retry: start.Add(time.Minute).Sub(now)}
+		return nil, &store.LimitError{Err: evs.Errorf(evs.CodeRateLimited, "Too many calls with this publishable key (%d a minute); retry after the time in Retry-After.", l.PerKey), Retry: start.Add(time.Minute).Sub(now)}
 	case store.RefusedShare:
 		return nil, &store.LimitError{Err: evs.Errorf(evs.CodeRateLimited, "%s", shareMsg()), Retry: end.Sub(now)}
 	case store.RefusedQuota:

@@ -117,15 +117,13 @@ func SQSHandler(w *batch.Worker) func(ctx context.Context, ev events.SQSEvent) (
 				continue
 			}
 			again := redelivered(rec)
-			work.Add(1)
-			go func() {
-				defer work.Done()
+			work.Go(func() {
 				if err := w.Handle(ctx, m, again, startBy); err != nil {
 					logger.Error("message failed; it will be redelivered", slog.String("messageId", rec.MessageId),
 						slog.String("batchId", m.BatchID), slog.String("error", err.Error()))
 					failed[i] = true
 				}
-			}()
+			})
 		}
 		work.Wait()
 		var resp events.SQSEventResponse

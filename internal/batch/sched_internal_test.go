@@ -57,9 +57,6 @@ func TestLanePerAccountCap(t *testing.T) {
 	if running["late"] != 2 {
 		t.Fatalf("late account got %d slots, want the 2 left free", running["late"])
 	}
-	if l.busy != 8 {
-		t.Fatalf("busy %d, want 8", l.busy)
-	}
 }
 
 // TestRetryDelay checks the fault back-off: it grows, stays under its cap

@@ -239,52 +239,36 @@ func (s *Store) PutOutcomes(ctx context.Context, accountID string, os []evs.Outc
 		return 0, wrapErr("store outcomes", err)
 	}
 	var (
-		mu       sync.Mutex
-		added    int
-		firstErr error
-		wg       sync.WaitGroup
-		deltas   = store.DomainDeltas{}
+		mu     sync.Mutex
+		added  int
+		deltas = store.DomainDeltas{}
 	)
-	next := make(chan evs.Outcome)
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	for range min(outcomePutWorkers, len(os)) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for o := range next {
-				ok, err := s.putOutcome(ctx, accountID, o, expiresAt)
-				mine := store.DomainDeltas{}
-				if class := o.DomainClass(); ok && class != "" && err == nil {
-					// Counted even when the call fails: a retry
-					// finds it a duplicate.
-					err = s.markOutcome(context.WithoutCancel(ctx), accountID, o.Address, class, store.SharesOutcome(o), expiresAt, mine)
-				}
-				mu.Lock()
-				if err != nil && firstErr == nil {
-					firstErr = err
-					cancel()
-				}
-				if ok {
-					added++
-				}
-				for k, c := range mine {
-					deltas[k] = evs.DomainCounts{Delivered: deltas[k].Delivered + c.Delivered, HardBounces: deltas[k].HardBounces + c.HardBounces}
-				}
-				mu.Unlock()
-			}
-		}()
-	}
-feed:
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(outcomePutWorkers)
 	for _, o := range os {
-		select {
-		case next <- o:
-		case <-ctx.Done():
-			break feed
+		if gctx.Err() != nil {
+			break // a put failed: the rest wait for the client's retry
 		}
+		g.Go(func() error {
+			ok, err := s.putOutcome(gctx, accountID, o, expiresAt)
+			mine := store.DomainDeltas{}
+			if class := o.DomainClass(); ok && class != "" && err == nil {
+				// Counted even when the call fails: a retry finds it a
+				// duplicate.
+				err = s.markOutcome(context.WithoutCancel(gctx), accountID, o.Address, class, store.SharesOutcome(o), expiresAt, mine)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if ok {
+				added++
+			}
+			for k, c := range mine {
+				deltas[k] = evs.DomainCounts{Delivered: deltas[k].Delivered + c.Delivered, HardBounces: deltas[k].HardBounces + c.HardBounces}
+			}
+			return err
+		})
 	}
-	close(next)
-	wg.Wait()
+	firstErr := g.Wait()
 	// What was written is counted even when the rest failed.
 	if err := s.writeDomainCounts(context.WithoutCancel(ctx), accountID, deltas); err != nil && firstErr == nil {
 		firstErr = err

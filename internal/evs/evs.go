@@ -1,9 +1,11 @@
 // Package evs is the domain at the centre of the service: accounts and their
 // keys, batches with their items, results and counters, the verdict on one
-// address (Decision, Status, Reason, Mode) and the one error type whose codes
-// the edges map to HTTP. It imports nothing of AWS, SQL or HTTP. The
-// decision carries the contract's JSON names, so the API renders it as it
-// is, with no copy of its own; the stores encode it in their own formats.
+// address (Decision, Status, Reason, Mode), the one error type whose codes
+// the edges map to HTTP, and the fair share of slots between accounts (Fair)
+// that evs serve's batch lanes and webhook deliveries follow. It imports
+// nothing of AWS, SQL or HTTP. The decision carries the contract's JSON
+// names, so the API renders it as it is, with no copy of its own; the stores
+// encode it in their own formats.
 package evs
 
 import (

@@ -289,33 +289,42 @@ type DueLister interface {
 // Run delivers due events of a store with its own delivery loop (`evs
 // serve`): it polls every interval until ctx ends and returns when the
 // attempts in flight are done. At most Slots attempts run at once, shared
-// round-robin between accounts with at most PerAccount each (fair.go).
+// round-robin between accounts (evs.Fair) with at most PerAccount each: an
+// attempt to a receiver that never answers holds its slot for 10 s, and
+// one account's such receiver must not fill every slot.
 func (d *Deliverer) Run(ctx context.Context, due DueLister, every time.Duration) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	var q *fairQueue
-	q = newFairQueue(d.slots(), d.perAccount(), func(del evs.Delivery) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer q.done(del)
+	slots, perAccount := d.slots(), d.perAccount()
+	// The store lists at most maxQueued of an account, which is all it may
+	// have queued or in flight: more would only wait.
+	maxQueued := 2 * perAccount
+	var q *evs.Fair[evs.Delivery]
+	q = evs.NewFair(slots, min(perAccount, slots), 1, func(del evs.Delivery) {
+		wg.Go(func() {
+			defer q.Done(del.AccountID, del.BatchID)
 			if ctx.Err() != nil {
 				return
 			}
 			if _, _, err := d.Attempt(ctx, del.AccountID, del.BatchID); err != nil && ctx.Err() == nil {
 				d.logger().Error("webhook: attempt failed", slog.String("batchId", del.BatchID), slog.String("error", err.Error()))
 			}
-		}()
+		})
 	})
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
-		list, err := due.DueDeliveries(ctx, d.now(), q.maxQueued, 4*d.slots())
+		list, err := due.DueDeliveries(ctx, d.now(), maxQueued, 4*slots)
 		if err != nil && ctx.Err() == nil {
 			d.logger().Error("webhook: could not list due deliveries", slog.String("error", err.Error()))
 		}
 		if ctx.Err() == nil {
-			q.add(list)
+			// One a batch: a delivery already queued or in flight is not
+			// queued again.
+			for _, del := range list {
+				q.Offer(del.AccountID, del.BatchID, del, maxQueued)
+			}
+			q.Dispatch()
 		}
 		select {
 		case <-ctx.Done():
@@ -324,6 +333,12 @@ func (d *Deliverer) Run(ctx context.Context, due DueLister, every time.Duration)
 		}
 	}
 }
+
+// Defaults of Deliverer.Slots and Deliverer.PerAccount.
+const (
+	DefaultSlots      = 16
+	DefaultPerAccount = 4
+)
 
 func (d *Deliverer) slots() int { return cmp.Or(max(d.Slots, 0), DefaultSlots) }
 

@@ -392,8 +392,7 @@ func (x *Exits) Probe(ctx context.Context) {
 		if !mine {
 			continue
 		}
-		wg.Add(1)
-		go func() { defer wg.Done(); x.probeOne(ctx, i) }()
+		wg.Go(func() { x.probeOne(ctx, i) })
 	}
 	wg.Wait()
 }
