@@ -145,7 +145,7 @@ func runCost(tb testing.TB, world *costWorld, m costMix, scale float64, tuning c
 	sc := func(d time.Duration) time.Duration { return time.Duration(float64(d) * scale) }
 	q := &memQueue{}
 	w := &batch.Worker{
-		Queue: q, Store: withoutResults{st}, Accounts: st,
+		Queue: q, Store: st, Accounts: st,
 		Processor: &batch.Processor{Engine: world.engine, Sandbox: verify.NewSandbox(nil), SessionLimit: sc(time.Minute)},
 		Logger:    slog.New(slog.NewJSONHandler(io.Discard, nil)),
 		Reserve:   sc(90 * time.Second),
@@ -402,28 +402,6 @@ func (q *memQueue) take(n int) []queued {
 		q.ready = q.ready[1:]
 	}
 	return out
-}
-
-// withoutResults gives the sqlite store the WorkerStore's WithoutResults,
-// from the batch's pending items.
-type withoutResults struct{ *sqlitestore.Store }
-
-func (s withoutResults) WithoutResults(ctx context.Context, accountID, id string, items []evs.Item) ([]evs.Item, error) {
-	pending, err := batch.AllPending(ctx, s.Store, accountID, id)
-	if err != nil {
-		return nil, err
-	}
-	open := make(map[int]bool, len(pending))
-	for _, it := range pending {
-		open[it.Seq] = true
-	}
-	var out []evs.Item
-	for _, it := range items {
-		if open[it.Seq] {
-			out = append(out, it)
-		}
-	}
-	return out, nil
 }
 
 // memParking is batch.Parking in memory, as dynamostore keeps it.

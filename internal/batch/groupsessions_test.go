@@ -33,7 +33,7 @@ func TestWorkerGroupSessionsWithinProviderLimit(t *testing.T) {
 			t.Cleanup(func() { st.Close() })
 			q := &memQueue{}
 			w := &batch.Worker{
-				Queue: q, Store: withoutResults{st}, Accounts: st,
+				Queue: q, Store: st, Accounts: st,
 				Processor: &batch.Processor{Engine: eng, Sandbox: verify.NewSandbox(nil), GroupSessions: 2},
 				Logger:    slog.New(slog.NewJSONHandler(io.Discard, nil)),
 				Polite: &batch.Polite{Parking: newMemParking(), Gate: &politeness.Gate{

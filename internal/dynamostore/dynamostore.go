@@ -38,8 +38,8 @@
 // naming it with attribute_not_exists on its ID: a handful of calls whatever
 // the size, and a crash at any step leaves no batch a reader can see (only an
 // object the bucket's lifecycle rule removes). "Pending" is an item of the
-// input without a result row; PendingItems reads the input a chunk at a time
-// and the results keys covering it.
+// input without a result row; InputItems reads the input (in plan order,
+// input.go) a chunk at a time, WithoutResults and FirstPending the results.
 //
 // # Writing results exactly once
 //
