@@ -18,8 +18,8 @@ type Budgets interface {
 
 // Lanes of a new batch: its largest domains are looked up, at most
 // maxLaneDomains of at least laneMin addresses, within laneLookup, so
-// creation stays fast; a domain not found in time counts as its own
-// provider, at the default budget.
+// creation stays fast; a domain whose mail host is not found in time has
+// no lane.
 const (
 	maxLaneDomains = 10
 	laneMin        = 200
@@ -54,9 +54,13 @@ func (h *Handler) lanes(ctx context.Context, items []evs.Item) []evs.Lane {
 		})
 	}
 	wg.Wait()
-	// Domains at one provider share its budget.
+	// Domains at one provider share its budget; one without a mail host
+	// has no lane (its addresses need no RCPT).
 	var out []evs.Lane
 	for _, l := range found {
+		if l.RcptPerMin <= 0 {
+			continue
+		}
 		if i := slices.IndexFunc(out, func(o evs.Lane) bool { return o.Provider == l.Provider }); i >= 0 {
 			out[i].Addresses += l.Addresses
 			continue

@@ -128,23 +128,32 @@ func (g *Gate) state() State {
 // Key is the key of a domain's sessions: the provider of its preferred
 // MX host (of the domain when there is none) and Egress.
 func (g *Gate) Key(ctx context.Context, domain string) string {
-	return g.HostKey(g.host(ctx, domain))
+	host, _ := g.host(ctx, domain)
+	return g.HostKey(host)
 }
 
-func (g *Gate) host(ctx context.Context, domain string) string {
-	if g.MX != nil {
-		if h, ok := g.MX.PreferredMX(ctx, domain); ok {
-			return h
-		}
+// host is the preferred MX host of domain, and false (with the domain) when
+// it has none that could be found.
+func (g *Gate) host(ctx context.Context, domain string) (string, bool) {
+	if g.MX == nil {
+		return domain, true
 	}
-	return domain
+	if h, ok := g.MX.PreferredMX(ctx, domain); ok {
+		return h, true
+	}
+	return domain, false
 }
 
 // Budget returns the provider of a domain's sessions and the RCPT
 // commands a minute it takes from us through all the exits it may leave
-// from: the most addresses a minute its part of a batch can go.
+// from: the most addresses a minute its part of a batch can go. A domain
+// whose MX host is not found has none ("", 0): its addresses need no RCPT.
 func (g *Gate) Budget(ctx context.Context, domain string) (provider string, rcptPerMin int) {
-	keys := g.HostKeys(g.host(ctx, domain))
+	host, ok := g.host(ctx, domain)
+	if !ok {
+		return "", 0
+	}
+	keys := g.HostKeys(host)
 	_, per := g.Limits.ForKey(keys[0])
 	return keys[0][:max(strings.LastIndex(keys[0], "|"), 0)], per * len(keys)
 }
