@@ -15,6 +15,7 @@ import (
 // process still serves and the call in flight still finishes with its
 // answer; then the process exits 0.
 func TestServeSIGTERMDrains(t *testing.T) {
+	t.Parallel()
 	bin := buildEVS(t)
 	dns := testkit.StartDNS(t)
 	dns.AddRecord("good.example. 300 IN MX 10 mx.good.example.")

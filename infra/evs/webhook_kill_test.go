@@ -57,6 +57,7 @@ func (h *hookReceiver) attempts() ([]http.Header, [][]byte) {
 // signatures, although `evs serve` is SIGKILLed right after the first
 // attempt and started again; the envelope then shows the delivery.
 func TestWebhookSurvivesKill(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	bin := buildEVS(t)
 	dir := t.TempDir()

@@ -456,6 +456,7 @@ func (p *page) download(button, name string) []byte {
 // downloads compared byte for byte with the API's CSV, a pasted list, and
 // each screen at a phone's and a desktop's width.
 func TestConsoleInBrowser(t *testing.T) {
+	t.Parallel()
 	s := startStack(t)
 	p := openPage(t, s)
 
@@ -705,6 +706,7 @@ func longList(n int) string {
 // one the console was opened at), the page says where to open the console
 // instead of trying a request its Content-Security-Policy forbids.
 func TestConsoleUploadElsewhereInBrowser(t *testing.T) {
+	t.Parallel()
 	s := startStack(t, func(o *server.Options) { o.Config.PublicURL = "https://evs.example" })
 	p := openPage(t, s)
 	p.useKey(s.key)
@@ -730,6 +732,7 @@ func TestConsoleUploadElsewhereInBrowser(t *testing.T) {
 // Cancel, and the state the API reports. Then the account's past batches,
 // newest first, a page and the next, and one of them opened.
 func TestConsoleCancelAndPastInBrowser(t *testing.T) {
+	t.Parallel()
 	s := startStack(t, func(o *server.Options) {
 		// Test mode retries every second; 600 tries keep the batch
 		// running for ten minutes, longer than the test may take.

@@ -37,6 +37,7 @@ func listen(t *testing.T, h http.Handler) string {
 // bucket rule does). The page must read its own policy, PUT the list to
 // the bucket and create the batch from it, with no policy violation.
 func TestConsoleUploadToBucketInBrowser(t *testing.T) {
+	t.Parallel()
 	var (
 		evsURL atomic.Pointer[url.URL]
 		stage  string

@@ -15,6 +15,7 @@ import (
 // results as they were typed, not as U+FFFD. A UTF-16 file is refused in
 // the API's words, and nothing is sent.
 func TestConsoleWindows1252InBrowser(t *testing.T) {
+	t.Parallel()
 	s := startStack(t)
 	p := openPage(t, s)
 	p.useKey(s.key)

@@ -21,6 +21,7 @@ import (
 // API's CSV; for a download it asks the export link again until it is
 // ready, and saves the API's CSV, not the 202's body.
 func TestConsoleWaitsForExportJobsInBrowser(t *testing.T) {
+	t.Parallel()
 	s := startStack(t)
 	target, err := url.Parse(s.base)
 	if err != nil {

@@ -43,6 +43,7 @@ func (p *page) verdictAfter(address, prev string) {
 // only the last submission's verdict or error; the list's default mode is
 // the single box's; a refused key is said to be refused and dropped.
 func TestConsoleFirstTryInBrowser(t *testing.T) {
+	t.Parallel()
 	s := startStack(t)
 	p := openPage(t, s)
 

@@ -68,6 +68,7 @@ const tableLayout = `(function(){
 // itself never wider than the screen; on the desktop the results fit
 // unscrolled.
 func TestConsoleTablesFitInBrowser(t *testing.T) {
+	t.Parallel()
 	s := startStack(t)
 	p := openPage(t, s)
 	p.useKey(s.key)

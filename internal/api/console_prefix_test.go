@@ -17,6 +17,7 @@ import (
 // verification, a pasted list to its results) stay under /Prod/: a call
 // to /v1/... at the root would fail and be reported.
 func TestConsoleUnderStagePrefix(t *testing.T) {
+	t.Parallel()
 	s := startStack(t)
 	target, err := url.Parse(s.base)
 	if err != nil {

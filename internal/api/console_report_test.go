@@ -35,6 +35,7 @@ func (s stack) postOutcomes(t *testing.T, body string) {
 // rate; an account without outcomes is told so. (A test-mode account's
 // verdicts are never cached, so its outcomes are all not_verified.)
 func TestConsoleReportInBrowser(t *testing.T) {
+	t.Parallel()
 	s := startStack(t)
 	p := openPage(t, s)
 	p.useKey(s.key)

@@ -197,6 +197,7 @@ func (p *page) noViolations(what string, expected ...string) {
 // no CSP violation. It logs the time from blur to the verdict shown,
 // beside the raw call's time in the same page.
 func TestWidgetInBrowser(t *testing.T) {
+	t.Parallel()
 	svc := serveTestAccount(t, "shop") // the service the widget calls
 	shop := startShopPage(t)
 	p := openBrowser(t)
@@ -376,6 +377,7 @@ func TestWidgetInBrowser(t *testing.T) {
 // blocking page's submit for the page's time-out only; then the form goes,
 // and the page hears evs:error "timeout".
 func TestWidgetFailsOpenWhenSlow(t *testing.T) {
+	t.Parallel()
 	release := make(chan struct{})
 	mux := http.NewServeMux()
 	api.MountWidget(mux)

@@ -46,16 +46,19 @@ type AWS struct {
 // OnAWS builds fn's runtime at its cold start, checking that the tables
 // and queue fn uses exist (one line here, not "unavailable" on every
 // call). A failure is logged as one line naming fn; the caller exits.
-func OnAWS(ctx context.Context, fn Function) (*AWS, error) { return onAWSFrom(ctx, fn, config.OSEnv) }
+func OnAWS(ctx context.Context, fn Function) (*AWS, error) {
+	return onAWSFrom(ctx, fn, config.OSEnv, time.Now)
+}
 
-// onAWSFrom is OnAWS reading getenv: the tests give each deployment an
-// environment of its own, so they run in parallel.
-func onAWSFrom(ctx context.Context, fn Function, getenv func(string) string) (*AWS, error) {
+// onAWSFrom is OnAWS reading getenv, its runtime on the clock now: the
+// tests give each deployment an environment of its own, so they run in
+// parallel, and a clock of their own where time is their subject.
+func onAWSFrom(ctx context.Context, fn Function, getenv func(string) string, now func() time.Time) (*AWS, error) {
 	cfg, err := config.FromEnv(getenv, true)
 	logger := cfg.Logger(os.Stdout)
 	var a *AWS
 	if err == nil {
-		a, err = onAWS(ctx, fn, cfg, logger, getenv)
+		a, err = onAWS(ctx, fn, cfg, logger, getenv, now)
 	}
 	if err != nil {
 		// A bad setting fails the function's init with one line, never a
@@ -66,7 +69,7 @@ func onAWSFrom(ctx context.Context, fn Function, getenv func(string) string) (*A
 	return a, nil
 }
 
-func onAWS(ctx context.Context, fn Function, cfg config.Config, logger *slog.Logger, getenv func(string) string) (*AWS, error) {
+func onAWS(ctx context.Context, fn Function, cfg config.Config, logger *slog.Logger, getenv func(string) string, now func() time.Time) (*AWS, error) {
 	st, awsCfg, err := dynamostore.Open(ctx, dynamostore.Tables(cfg.Tables), getenv)
 	if err != nil {
 		return nil, err
@@ -127,6 +130,7 @@ func onAWS(ctx context.Context, fn Function, cfg config.Config, logger *slog.Log
 		// findings older than EVS_SELFCHECK_EVERY; no call waits for it.
 		CheckOnUse: true,
 		Logger:     logger,
+		Now:        now,
 	})
 	if err != nil {
 		return nil, err

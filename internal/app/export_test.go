@@ -1,5 +1,6 @@
 package app
 
-// OnAWSFrom is OnAWS reading the environment with getenv: each of the
-// suite's deployments has its own, so its tests run in parallel.
+// OnAWSFrom is OnAWS reading the environment with getenv, on the clock
+// now: each of the suite's deployments has its own environment, so its
+// tests run in parallel.
 var OnAWSFrom = onAWSFrom

@@ -97,15 +97,17 @@ func (h sharedHost) engine(t *testing.T, perHost int) *verify.Engine {
 // sessions at once; without them it sees more, which shows the test can
 // tell. Groups that find no slot are parked and started as sessions end.
 //
-// Not parallel: work parked for a provider is woken at its time, and
-// under the other tests' load that time can pass before it is parked;
-// the tests that park run alone.
+// Not parallel with other tests: work parked for a provider is woken at
+// its time, and under their load that time can pass before it is parked;
+// the tests that park run alone. Its two runs go at once: they mostly
+// wait on their own peers' replies.
 func TestWorkerHostLeasesAcrossInvocations(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		leases bool
 	}{{"with leases", true}, {"without leases", false}} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			const slots, invocations, domains = 2, 4, 8
 			w := newWorld(t, 3, time.Second, 3)
 			h := newSharedHost(t, w, 60*time.Millisecond, domains, 3)
@@ -292,11 +294,15 @@ func TestWorkerDeadline(t *testing.T) {
 // it, the loopback MTA is asked about every address exactly once, with
 // the account result cache as without it (the redelivery reads it again).
 //
-// Not parallel: its invocation is cut at 6 s, which the other tests'
-// load must not eat into.
+// Not parallel with other tests: its invocation is cut at 6 s, which
+// their load must not eat into. Its two runs go at once: each waits on
+// its own peer's 200 ms replies, and neither loads the other.
 func TestWorkerBudgetProbesOnce(t *testing.T) {
 	for _, cached := range []bool{false, true} {
-		t.Run(fmt.Sprintf("cache=%v", cached), func(t *testing.T) { budgetProbesOnce(t, cached) })
+		t.Run(fmt.Sprintf("cache=%v", cached), func(t *testing.T) {
+			t.Parallel()
+			budgetProbesOnce(t, cached)
+		})
 	}
 }
 

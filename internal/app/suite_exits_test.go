@@ -43,11 +43,13 @@ func (s *suite) verifyStatus(t *testing.T, key, email string) (reply, string) {
 // until the batch deadline ends them; /v1/verify answers 503 unavailable
 // with Retry-After. The mail server is never reached.
 //
-// Not parallel: the AWS half parks its groups until the batch deadline
-// (3 s), as TestWorkerHostLeasesAcrossInvocations.
+// Not parallel with other tests: the AWS half parks its groups until the
+// batch deadline (3 s), as TestWorkerHostLeasesAcrossInvocations. The two
+// faults go at once, each over an exit of its own.
 func TestSuiteHungExit(t *testing.T) {
 	for name, fault := range hungExits {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			exit := testkit.StartFaultySOCKS5(t, "127.0.0.1", fault)
 			env := map[string]string{"EVS_SMTP": "proxy", "EVS_SMTP_PROXY": exit.URL(), "EVS_SMTP_EXIT_TIMEOUT": "200ms",
 				"EVS_BATCH_DEADLINE": "3s", "EVS_CACHE_TTL": "0"}

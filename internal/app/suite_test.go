@@ -118,6 +118,9 @@ type suiteOptions struct {
 	// shared: the deployments share a peer whose counts the test reads,
 	// so they run one after the other, not in parallel.
 	shared bool
+	// now is both runtimes' clock (evs serve's, and each Lambda
+	// function's); nil: the real one.
+	now func() time.Time
 }
 
 // forEachDeployment runs fn once per deployment, as parallel subtests
@@ -126,7 +129,7 @@ func forEachDeployment(t *testing.T, o suiteOptions, fn func(t *testing.T, s *su
 	t.Helper()
 	for _, d := range []struct {
 		name  string
-		start func(t *testing.T, env map[string]string) deployment
+		start func(t *testing.T, env map[string]string, now func() time.Time) deployment
 	}{
 		{"serve", startServe},
 		{"aws", startAWS},
@@ -140,7 +143,11 @@ func forEachDeployment(t *testing.T, o suiteOptions, fn func(t *testing.T, s *su
 			for k, v := range o.env {
 				env[k] = v
 			}
-			fn(t, &suite{deployment: d.start(t, env), peers: p, name: d.name})
+			now := o.now
+			if now == nil {
+				now = time.Now
+			}
+			fn(t, &suite{deployment: d.start(t, env, now), peers: p, name: d.name})
 		})
 	}
 }
@@ -196,7 +203,7 @@ type serveDeployment struct {
 	st   *sqlitestore.Store
 }
 
-func startServe(t *testing.T, env map[string]string) deployment {
+func startServe(t *testing.T, env map[string]string, now func() time.Time) deployment {
 	t.Helper()
 	cfg, err := config.FromEnv(func(k string) string { return env[k] }, false)
 	if err != nil {
@@ -209,7 +216,7 @@ func startServe(t *testing.T, env map[string]string) deployment {
 	}
 	t.Cleanup(func() { st.Close() })
 	logs := &testkit.LogBuffer{}
-	srv, err := server.New(server.Options{Config: cfg, Store: st, Logger: slog.New(slog.NewJSONHandler(logs, nil))})
+	srv, err := server.New(server.Options{Config: cfg, Store: st, Now: now, Logger: slog.New(slog.NewJSONHandler(logs, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -286,7 +293,7 @@ type awsDeployment struct {
 	requests  lambda.ProxyHandler
 }
 
-func startAWS(t *testing.T, env map[string]string) deployment {
+func startAWS(t *testing.T, env map[string]string, now func() time.Time) deployment {
 	t.Helper()
 	ctx := context.Background()
 	tables := dynamostore.Tables{
@@ -315,7 +322,7 @@ func startAWS(t *testing.T, env map[string]string) deployment {
 	}
 	fn := func(f app.Function) *app.AWS {
 		t.Helper()
-		a, err := app.OnAWSFrom(ctx, f, func(k string) string { return vars[k] })
+		a, err := app.OnAWSFrom(ctx, f, func(k string) string { return vars[k] }, now)
 		if err != nil {
 			t.Fatalf("OnAWS(%s): %v", f, err)
 		}

@@ -214,6 +214,7 @@ func TestIdempotency(t *testing.T) {
 // TestIdempotencyConcurrent fires one key from 50 goroutines at once: the
 // work runs exactly once; every other reply is a replay or a 409.
 func TestIdempotencyConcurrent(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	calls := 0
 	// The work's RCPT for alice is held until every other call has its

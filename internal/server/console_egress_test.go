@@ -65,6 +65,7 @@ func checkEgressInBrowser(t *testing.T, at string) context.Context {
 // refused (share 100%, avoided), exit B clean with its HELO name
 // confirmed; read from /readyz, without the key.
 func TestConsoleEgressPanel(t *testing.T) {
+	t.Parallel()
 	dns := testkit.StartDNS(t)
 	for _, rr := range []string{
 		"probe.evs.test. 300 IN A " + exitA, "probe.evs.test. 300 IN A " + exitB,
@@ -159,6 +160,7 @@ func TestConsoleEgressPanel(t *testing.T) {
 // refuses /readyz as API Gateway refuses a route it does not have), the
 // panel says so and where to look instead, and shows no card.
 func TestConsoleEgressPanelWithoutReadyz(t *testing.T) {
+	t.Parallel()
 	h := start(t, options{})
 	target, err := url.Parse(h.base)
 	if err != nil {

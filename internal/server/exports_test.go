@@ -44,6 +44,7 @@ func (h *harness) exportLink(key, id, q string) string {
 // account's batch is not found, and the URL stops working after 15
 // minutes of the store's clock, when the sweep deletes its file.
 func TestExportLink(t *testing.T) {
+	t.Parallel()
 	h := start(t, options{})
 	emails := []string{"alice@x.example", "rejected_email@x.example", "accept_all@y.example", "=1+1@x.example", "greylisted@x.example", "not an address"}
 	id := completedBatch(t, h, emails, "quick")

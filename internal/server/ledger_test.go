@@ -52,6 +52,7 @@ func dirBytes(t *testing.T, dir string) int64 {
 // Retry-After; the data directory grows by less than 64 MiB. A test-mode
 // account's quota is a tenth: one such list is refused at once.
 func TestStoredBytesQuota(t *testing.T) {
+	t.Parallel()
 	h := start(t, options{server: func(o *server.Options) { o.Config.MaxStoredBytes = 32 << 20 }})
 	body := rowsCSV(6<<20 - 4096)
 	post := func(key string) reply {
@@ -120,6 +121,7 @@ func exportFiles(t *testing.T, dir string) []string {
 // unavailable with a Retry-After, and no file of it is left. Once the
 // room is there, the same export is written.
 func TestExportStopsBelowWatermark(t *testing.T) {
+	t.Parallel()
 	const minFree = 64 << 20
 	var dir string
 	var room int64 = 3 << 20

@@ -122,6 +122,7 @@ func resultPages(t *testing.T, h *harness, id string, q url.Values) ([]scoredRes
 // TestScoreTestModeTable: every test-mode outcome carries the score of the
 // documented table, on results pages and in the CSV's score column.
 func TestScoreTestModeTable(t *testing.T) {
+	t.Parallel()
 	h := start(t, options{realClock: true}) // greylisted@… waits out its 1 s back-offs
 	id, emails, want := scoreBatch(t, h)
 	got, _ := resultPages(t, h, id, url.Values{})
@@ -189,6 +190,7 @@ func TestScoreLiveEngine(t *testing.T) {
 // cursor still walks every result once) and in CSV; anything but a whole
 // number from 0 to 100 is refused.
 func TestScoreMinScoreFilter(t *testing.T) {
+	t.Parallel()
 	h := start(t, options{realClock: true})
 	id, emails, want := scoreBatch(t, h)
 	status := func(e string) string {

@@ -70,6 +70,7 @@ func (h *harness) postSNS(path string, body []byte) reply {
 // confirmed at its (loopback) SNS host, and one pointing elsewhere is not
 // visited.
 func TestSNSOutcomes(t *testing.T) {
+	t.Parallel()
 	sns := testkit.StartSNS(t, testkit.SNSOptions{})
 	h, path := startSNS(t, sns)
 	if status, d := h.verifyDecision(h.liveKey, "bob@good.example"); status != "risky" || history(d) != nil {
@@ -171,6 +172,7 @@ func TestSNSOutcomes(t *testing.T) {
 // the account's outcomes cap as posted ones do: past it, 429 and nothing
 // of the notification kept.
 func TestSNSOutcomesCapped(t *testing.T) {
+	t.Parallel()
 	sns := testkit.StartSNS(t, testkit.SNSOptions{})
 	h, path := startSNSWith(t, sns, func(o *server.Options) { o.Config.MaxOutcomes = 1 })
 	bounce := func(addr, id string) []byte {

@@ -34,6 +34,7 @@ func outcomeAddresses() ([]string, map[string]evs.Reason) {
 // address gets the reason it names, in both modes; the plain one gets what
 // a live check would give in that mode.
 func TestTestModeBatchEveryOutcome(t *testing.T) {
+	t.Parallel()
 	h := start(t, options{realClock: true}) // default batch settings: 5 min back-off, 3 attempts
 	emails, want := outcomeAddresses()
 	for _, mode := range []string{"full", "quick"} {
