@@ -86,7 +86,7 @@ func TestWorkerLogVolume(t *testing.T) {
 	env := suiteEnv(p)
 	env["EVS_CACHE_TTL"] = "0"
 	env["EVS_PROVIDER_SESSIONS"] = "64" // every domain's MX host is the one peer
-	d := startAWS(t, env).(*awsDeployment)
+	d := startAWS(t, env, time.Now).(*awsDeployment)
 	s := &suite{deployment: d, peers: p, name: "aws"}
 	acct, key := s.account(t, false)
 	list, _ := json.Marshal(emails)
