@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/evs-dev/evs/internal/testkit"
 )
 
 // maxLogBytesPerAddress bounds what the functions write to CloudWatch Logs
@@ -91,15 +93,13 @@ func TestWorkerLogVolume(t *testing.T) {
 	acct, key := s.account(t, false)
 	list, _ := json.Marshal(emails)
 	id, _ := s.create(t, key, `{"emails":`+string(list)+`,"mode":"full"}`)
-	for start := time.Now(); ; time.Sleep(500 * time.Millisecond) {
+	testkit.EventuallyEvery(t, 5*time.Minute, 500*time.Millisecond, func() error {
 		b, err := d.st.Batch(context.Background(), acct, id)
 		if err == nil && b.State == "completed" {
-			break
+			return nil
 		}
-		if time.Since(start) > 5*time.Minute {
-			t.Fatalf("the batch did not complete in 5 min: %s %+v %v", b.State, b.Counters, err)
-		}
-	}
+		return fmt.Errorf("batch %s %+v %v", b.State, b.Counters, err)
+	})
 	mu.Lock()
 	defer mu.Unlock()
 	per := float64(bytes) / float64(len(emails))
