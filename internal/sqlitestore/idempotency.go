@@ -158,7 +158,8 @@ func (s *Store) PutIdempotency(ctx context.Context, rec idempotency.Record, now 
 	if err != nil {
 		return err
 	}
-	err = s.writeOne(ctx, false, func(ctx context.Context, tx *sql.Tx) error {
+	// Patient: one of the many alike that keyed calls make at once.
+	err = s.c.do(ctx, &op{oneStatement: true, patient: true, fn: func(ctx context.Context, tx *sql.Tx) error {
 		if n, err := changed(s.exec(ctx, tx, qPut, rec.Scope, rec.Fingerprint, rec.State, millis(rec.LockedUntil), millis(rec.ExpiresAt),
 			rec.StatusCode, h, body, millis(now), idempotency.InProgress)); err != nil {
 			return dbErr("put idempotency record", err)
@@ -166,7 +167,7 @@ func (s *Store) PutIdempotency(ctx context.Context, rec idempotency.Record, now 
 			return ErrLiveRecord
 		}
 		return nil
-	})
+	}})
 	if err == nil {
 		s.markKey(rec.Scope)
 	}

@@ -129,7 +129,7 @@ func (q *quotaMirror) write(s *Store) {
 			return
 		}
 		q.mu.Unlock()
-		_ = s.c.do(context.Background(), &op{fn: func(ctx context.Context, tx *sql.Tx) error {
+		_ = s.c.do(context.Background(), &op{patient: true, fn: func(ctx context.Context, tx *sql.Tx) error {
 			for k, c := range batch {
 				if _, err := s.exec(ctx, tx, qAddQuota, k.account, k.period, c.used, millis(c.expires)); err != nil {
 					return dbErr("write the address quota", err)
