@@ -33,7 +33,8 @@ import (
 // runs a full-mode batch with the doc's mix against loopback MTAs that wait
 // before every reply, and the benchmark adds up the wall time of every
 // invocation, as Lambda bills it. Invocations are simulated as the SQS
-// trigger makes them: events of up to 10 ready messages, up to 20
+// trigger makes them: events of up to its BatchSize (template.yaml) ready
+// messages, up to 20
 // invocations at once (WorkerMaxConcurrency's default), each with the
 // function's timeout; politeness is the AWS worker's (parking, wakes), its
 // state in memory instead of DynamoDB.
@@ -125,9 +126,9 @@ type costResult struct {
 type costTuning struct {
 	name string
 	tune func(w *batch.Worker)
-	// perInvocation is the most messages an invocation gets (default 10,
-	// the trigger's batch size): 2 models a queue the batching window
-	// seldom packs.
+	// perInvocation is the most messages an invocation gets (default:
+	// the worker trigger's BatchSize in template.yaml): 2 models a queue
+	// the batching window seldom packs.
 	perInvocation int
 }
 
@@ -192,6 +193,7 @@ func runCost(tb testing.TB, world *costWorld, m costMix, scale float64, tuning c
 		tb.Fatal(err)
 	}
 	handler := app.SQSHandler(w)
+	perInvocation := workerBatchSize(tb)
 	var billed atomic.Int64
 	var invocations atomic.Int32
 	runCtx, stop := context.WithCancel(ctx)
@@ -205,7 +207,7 @@ func runCost(tb testing.TB, world *costWorld, m costMix, scale float64, tuning c
 			poll := time.NewTicker(2 * time.Millisecond)
 			defer poll.Stop()
 			for runCtx.Err() == nil {
-				recs := q.take(cmp.Or(tuning.perInvocation, 10))
+				recs := q.take(cmp.Or(tuning.perInvocation, perInvocation))
 				if len(recs) == 0 {
 					select {
 					case <-poll.C:
@@ -502,4 +504,22 @@ func (p *memParking) ParkedKeys(context.Context) ([]string, error) {
 		}
 	}
 	return keys, nil
+}
+
+// workerBatchSize is the worker function's SQS BatchSize in template.yaml:
+// the invocations the benchmark simulates are packed as the trigger packs
+// them.
+func workerBatchSize(tb testing.TB) int {
+	tb.Helper()
+	tpl, err := testkit.LoadSAMTemplate("../../template.yaml")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, f := range tpl.Functions {
+		if f.ID == "WorkerFunction" && f.SQSBatchSize > 0 {
+			return f.SQSBatchSize
+		}
+	}
+	tb.Fatal("template.yaml: the WorkerFunction has no SQS event with a BatchSize")
+	return 0
 }

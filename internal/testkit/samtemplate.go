@@ -71,6 +71,9 @@ type SAMFunction struct {
 	Runtime       string
 	Architectures []string
 	BuildMethod   string // Metadata.BuildMethod ("makefile")
+	// SQSBatchSize is the BatchSize of its SQS event: the most messages
+	// an invocation gets (0: no SQS event).
+	SQSBatchSize int
 }
 
 // SAMTemplate is what LoadSAMTemplate extracts.
@@ -128,10 +131,12 @@ func ParseSAMTemplate(b []byte) (*SAMTemplate, error) {
 			for _, a := range archs {
 				fn.Architectures = append(fn.Architectures, scalar(a))
 			}
-			t.Functions = append(t.Functions, fn)
 			events := get(props, "Events")
 			for _, ev := range keys(events) {
 				e := get(events, ev)
+				if scalar(get(e, "Type")) == "SQS" {
+					fn.SQSBatchSize, _ = strconv.Atoi(scalar(get(get(e, "Properties"), "BatchSize")))
+				}
 				if scalar(get(e, "Type")) != "Api" {
 					continue
 				}
@@ -140,6 +145,7 @@ func ParseSAMTemplate(b []byte) (*SAMTemplate, error) {
 				t.Routes = append(t.Routes, SAMRoute{Function: id, Path: scalar(get(p, "Path")), Method: scalar(get(p, "Method")),
 					Authorizer: scalar(get(auth, "Authorizer")), APIKeyRequired: scalar(get(auth, "ApiKeyRequired"))})
 			}
+			t.Functions = append(t.Functions, fn)
 		case "AWS::Serverless::Api":
 			grs := get(props, "GatewayResponses")
 			for _, typ := range keys(grs) {
