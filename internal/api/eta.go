@@ -103,9 +103,9 @@ func estimate(b evs.Batch, now time.Time) time.Time {
 		}
 	}
 	c := b.Counters
-	todo := c.Total - c.Duplicates
-	if ran := now.Sub(b.CreatedAt); ran >= minRateTime && c.Processed > 0 && float64(c.Processed) >= minRateShare*float64(todo) {
-		left := time.Duration(float64(ran) * float64(todo-c.Processed) / float64(c.Processed))
+	distinct := c.Total - c.Duplicates
+	if ran := now.Sub(b.CreatedAt); ran >= minRateTime && c.Processed > 0 && float64(c.Processed) >= minRateShare*float64(distinct) {
+		left := time.Duration(float64(ran) * float64(distinct-c.Processed) / float64(c.Processed))
 		if end := now.Add(left); end.After(at) {
 			at = end
 		}
