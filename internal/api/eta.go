@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/politeness"
 )
 
 // Budgets tells a domain's mail provider and the RCPT commands a minute it
@@ -71,14 +72,13 @@ func (h *Handler) lanes(ctx context.Context, items []evs.Item) []evs.Lane {
 	return out
 }
 
-// laneTime is the least time a lane takes: each address one RCPT, and
-// each group of up to 200 (a work message) one more for its accept-all
-// probe, at the provider's budget.
+// laneTime is the least time a lane takes: the RCPT commands its
+// addresses send, as the worker reserves them, at the provider's budget.
 func laneTime(l evs.Lane) time.Duration {
 	if l.RcptPerMin <= 0 {
 		return 0
 	}
-	rcpts := l.Addresses + (l.Addresses+199)/200
+	rcpts := politeness.Rcpts(l.Addresses, politeness.SessionAddresses)
 	return time.Duration(float64(rcpts) / float64(l.RcptPerMin) * float64(time.Minute))
 }
 

@@ -70,9 +70,10 @@ func TestBatchEstimate(t *testing.T) {
 	at := func(d time.Duration) string { return epoch.Add(d).Format("2006-01-02T15:04:05.000Z") }
 
 	id, e := post("full", false)
-	// 1,000 addresses at bigmail, 5 accept-all probes, 100 a minute.
-	if e.Request.DeadlineAt != at(30*time.Minute) || e.Request.EstimatedCompletionAt != at(10*time.Minute+3*time.Second) {
-		t.Fatalf("at creation: deadline %q, estimate %q; want %q, %q", e.Request.DeadlineAt, e.Request.EstimatedCompletionAt, at(30*time.Minute), at(10*time.Minute+3*time.Second))
+	// 1,000 addresses at bigmail, 10 accept-all probes (a session of 100
+	// each), 100 a minute.
+	if e.Request.DeadlineAt != at(30*time.Minute) || e.Request.EstimatedCompletionAt != at(10*time.Minute+6*time.Second) {
+		t.Fatalf("at creation: deadline %q, estimate %q; want %q, %q", e.Request.DeadlineAt, e.Request.EstimatedCompletionAt, at(30*time.Minute), at(10*time.Minute+6*time.Second))
 	}
 	if g := get(id); g.Request != e.Request {
 		t.Fatalf("GET = %+v, want %+v", g.Request, e.Request)
@@ -100,7 +101,7 @@ func TestBatchEstimate(t *testing.T) {
 	// Half done in two minutes: the pace says four, the lane ten.
 	f.clock.Set(epoch.Add(2 * time.Minute))
 	done(550)
-	if g := get(id); g.Request.EstimatedCompletionAt != at(10*time.Minute+3*time.Second) {
+	if g := get(id); g.Request.EstimatedCompletionAt != at(10*time.Minute+6*time.Second) {
 		t.Errorf("half done at 2 min: estimate %q, want the lane's end", g.Request.EstimatedCompletionAt)
 	}
 	// Slower than the lane: at 24 min, 550 of 1,100 done, the pace says

@@ -85,7 +85,7 @@ type Processor struct {
 }
 
 // DefaultPerConnection is the default Processor.PerConnection.
-const DefaultPerConnection = 100
+const DefaultPerConnection = politeness.SessionAddresses
 
 // Group is items of one domain.
 type Group struct {
@@ -437,13 +437,7 @@ func logErr(l *slog.Logger, msg string, b evs.Batch, err error) {
 // RcptBound is the most RCPT commands a group of n addresses sends: one
 // per address and at most one accept-all probe per session of
 // PerConnection. VerifyGroup never spends more.
-func (p *Processor) RcptBound(n int) int {
-	if n <= 0 {
-		return 0
-	}
-	per := p.perConnection()
-	return n + (n+per-1)/per
-}
+func (p *Processor) RcptBound(n int) int { return politeness.Rcpts(n, p.perConnection()) }
 
 // ItemsWithin is the most addresses of a group whose RcptBound fits in
 // budget RCPT commands.

@@ -86,3 +86,17 @@ func Double(base, most time.Duration, n int) time.Duration {
 	}
 	return min(d, most)
 }
+
+// SessionAddresses is the most addresses one SMTP session asks about (the
+// batch worker's default; batch.Processor.PerConnection).
+const SessionAddresses = 100
+
+// Rcpts is the most RCPT commands n addresses send in sessions of at most
+// per addresses: one each, and one accept-all probe a session. A budget
+// counts what this says, so a reservation and an estimate agree.
+func Rcpts(n, per int) int {
+	if n <= 0 {
+		return 0
+	}
+	return n + (n+per-1)/per
+}
