@@ -318,13 +318,14 @@ func (h *Handler) storeBatch(ctx context.Context, p evs.Principal, in parsedBatc
 			Duplicates: in.list.total - len(items),
 		},
 	}
-	if in.mode == evs.ModeFull && !p.Test && h.d.Budgets != nil {
-		b.Lanes = h.lanes(ctx, items)
-	}
 	// The quota counts what will be verified: the distinct addresses.
 	refund, err := h.chargeQuota(ctx, p, len(items))
 	if err != nil {
 		return evs.Batch{}, err
+	}
+	// Looked up once the batch is allowed: a refused one costs no DNS.
+	if in.mode == evs.ModeFull && !p.Test && h.d.Budgets != nil {
+		b.Lanes = h.lanes(ctx, items)
 	}
 	// The storage quota counts the items, with their results to come.
 	held := NewHold(h.d.Ledger, p, b.ExpiresAt)
