@@ -104,8 +104,8 @@ type Worker struct {
 	Now       func() time.Time
 	Logger    *slog.Logger
 	// PackSize is the most addresses one work message carries (default
-	// 200): whole domains where they fit, so each domain sees one SMTP
-	// connection and one accept-all probe.
+	// evs.PackSize): whole domains where they fit, so each domain sees one
+	// SMTP connection and one accept-all probe.
 	PackSize    int
 	GreyBackoff time.Duration // first greylist retry delay (default 5 min)
 	// Grey, when set, learns per domain how long its server deferred a
@@ -288,7 +288,7 @@ func (w *Worker) planWindow() int {
 	return w.PlanWindow
 }
 
-func (w *Worker) packSize() int { return positiveOr(w.PackSize, 200) }
+func (w *Worker) packSize() int { return positiveOr(w.PackSize, evs.PackSize) }
 
 // positiveOr is v when it is positive, else def.
 func positiveOr[T int | time.Duration](v, def T) T {

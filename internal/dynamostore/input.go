@@ -58,13 +58,9 @@ const (
 	indexEntry  = 16
 )
 
-// planPack is the most addresses of a domain kept together in the plan
-// order: the worker's work message (batch.Worker.PackSize's default).
-const planPack = 200
-
 // planOrder returns items in the order the planner reads them, as packs
 // of one domain or several (one slice of items underneath). Each
-// domain's addresses, in seq order, are cut into packs of planPack; a
+// domain's addresses, in seq order, are cut into packs of evs.PackSize; a
 // domain of more than one pack is a stream of its packs, and the domains
 // of one pack share one stream, in domain order. The packs of every stream
 // are spread evenly over the order (the j-th of n at (j+½)/n), so every
@@ -92,13 +88,13 @@ func planOrder(items []evs.Item) [][]evs.Item {
 		}
 		dom := rest[:n]
 		rest = rest[n:]
-		if n <= planPack {
+		if n <= evs.PackSize {
 			single = append(single, pack{items: dom})
 			continue
 		}
-		k := (n + planPack - 1) / planPack
+		k := (n + evs.PackSize - 1) / evs.PackSize
 		for j := range k {
-			packs = append(packs, pack{items: dom[j*planPack : min((j+1)*planPack, n)], rank: (float64(j) + 0.5) / float64(k)})
+			packs = append(packs, pack{items: dom[j*evs.PackSize : min((j+1)*evs.PackSize, n)], rank: (float64(j) + 0.5) / float64(k)})
 		}
 	}
 	for j := range single {

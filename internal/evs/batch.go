@@ -146,6 +146,11 @@ type Item struct {
 	Domain string // normalized domain, for grouping work
 }
 
+// PackSize is the most addresses of one domain a batch's work message
+// carries: the worker's default pack, and the unit in which the stored
+// input keeps a domain's addresses together, so each pack is one message.
+const PackSize = 200
+
 // Result is the verdict on one item.
 type Result struct {
 	Seq      int
