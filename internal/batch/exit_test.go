@@ -90,6 +90,7 @@ func (d *dante) stop() {
 // section 16); once the exit is back, the batch completes with the
 // verdicts the receiving server gives.
 func TestExitDownIsNoVerdict(t *testing.T) {
+	t.Parallel()
 	exit := newDante(t)
 	peer := testkit.StartSMTP(t, testkit.SMTPOptions{Rcpt: func(addr string) string {
 		if strings.HasPrefix(addr, "no@") {

@@ -20,6 +20,7 @@ import (
 // two sessions at once only while its provider has a session slot for
 // each: with one slot they run one after another, as before.
 func TestWorkerGroupSessionsWithinProviderLimit(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		slots, wantOpen int
 	}{{3, 2}, {1, 1}} {

@@ -37,6 +37,7 @@ func (f *fakeHistory) AddressOutcomes(ctx context.Context, _ string, _ []string)
 // short (its context cancelled) still looks them up, since its results are
 // written anyway.
 func TestWithHistory(t *testing.T) {
+	t.Parallel()
 	at := time.Date(2026, 11, 20, 10, 0, 0, 0, time.UTC)
 	results := func() []evs.Result {
 		d := evs.Decision{Email: "bob@x.example", Normalized: "bob@x.example", Reason: evs.ReasonAcceptAll,
@@ -73,6 +74,7 @@ func TestWithHistory(t *testing.T) {
 // operator chose; other results and their domains are left alone; a fault
 // reading the counts still applies the addresses' own outcomes.
 func TestWithHistoryDomainCounts(t *testing.T) {
+	t.Parallel()
 	at := time.Date(2026, 11, 20, 10, 0, 0, 0, time.UTC)
 	dec := func(addr string, r evs.Reason, smtp string) evs.Decision {
 		return evs.Decision{Email: addr, Normalized: addr, Reason: r,

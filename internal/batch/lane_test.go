@@ -258,6 +258,7 @@ var laneFull = true
 // the race detector), 400,000 through 2 exits, which must finish within
 // the batch's 24 h.
 func TestLaneSpendsTheBudget(t *testing.T) {
+	t.Parallel()
 	type run struct{ n, exits int }
 	runs := []run{{6_000, 1}, {6_000, 2}, {6_000, 4}}
 	if laneFull && !testing.Short() {

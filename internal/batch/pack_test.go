@@ -17,6 +17,7 @@ func items(spec ...string) []evs.Item {
 }
 
 func TestPack(t *testing.T) {
+	t.Parallel()
 	many := make([]string, 450)
 	for i := range many {
 		many[i] = "big.example"

@@ -15,6 +15,7 @@ import (
 // re-plan, a redelivered plan) leaves out what has them and marks its
 // work and its next window to check again, as a redelivery does.
 func TestPlanRecheck(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	acct := e.account(true)
 	var emails []string

@@ -11,6 +11,7 @@ import (
 )
 
 func TestRcptBound(t *testing.T) {
+	t.Parallel()
 	p := &batch.Processor{PerConnection: 50}
 	for n, want := range map[int]int{0: 0, 1: 2, 50: 51, 51: 53, 200: 204} {
 		if got := p.RcptBound(n); got != want {
@@ -45,6 +46,7 @@ func (v *throttler) VerifyDomain(_ context.Context, emails []string, _ evs.Mode)
 }
 
 func TestVerifyGroupThrottled(t *testing.T) {
+	t.Parallel()
 	var items []evs.Item
 	for i := range 5 {
 		items = append(items, evs.Item{Seq: i, Email: fmt.Sprintf("u%d@x.example", i), Domain: "x.example"})

@@ -167,6 +167,7 @@ func emails(prefix string, n int) []string {
 // most its share of the slots; another live account's batch finishes while
 // the hog is still stuck, and a test-mode batch never waits at all.
 func TestRunnerHogDoesNotStarve(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	release := make(chan struct{})
 	defer close(release)
@@ -216,6 +217,7 @@ func TestRunnerHogDoesNotStarve(t *testing.T) {
 // tried again at the next attempt, not decided by our limit, and ends
 // unknown/timeout with the session detail only after the last.
 func TestRunnerSessionLimit(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	eng := &fakeEngine{hold: func(ctx context.Context, emails []string) {
 		if strings.Contains(emails[0], "@slow") {
@@ -246,6 +248,7 @@ func TestRunnerSessionLimit(t *testing.T) {
 // left as unknown/timeout, whether the deadline passes while it runs or
 // while the service was down.
 func TestRunnerDeadline(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name    string
 		created time.Duration // before now
@@ -319,6 +322,7 @@ func TestRunnerDeadline(t *testing.T) {
 // a while after; the batch completes once it is back, without a restart,
 // with every address counted once.
 func TestRunnerStoreFault(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	fs := &testkit.FaultyStore{EmbeddedStore: e.st}
 	var calls atomic.Int64
@@ -353,6 +357,7 @@ func TestRunnerStoreFault(t *testing.T) {
 // stops them within seconds, not at their time limit, so its slots go
 // back; the cancelled batch stays cancelled.
 func TestRunnerCancelStopsSessions(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	var hanging, stopped atomic.Int64
 	eng := &fakeEngine{hold: func(ctx context.Context, emails []string) {
@@ -384,6 +389,7 @@ func TestRunnerCancelStopsSessions(t *testing.T) {
 // verifies only the addresses without a result and completes it with exact
 // counters.
 func TestRunnerResume(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	acct := e.account(false)
 	list := emails("r", 10)
@@ -420,6 +426,7 @@ func TestRunnerResume(t *testing.T) {
 // is verified from them, each once, and completes with every result, as one
 // read back from the store would.
 func TestEnqueueItemsVerifiesTheGivenItems(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	eng := &fakeEngine{}
 	r := e.runner(e.st, eng, batch.Worker{}, batch.LocalConfig{})
@@ -454,6 +461,7 @@ func TestEnqueueItemsVerifiesTheGivenItems(t *testing.T) {
 // nor are asked again; once the store is back, the batch completes with
 // every address verified once.
 func TestRunnerWaitsForTheWriter(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	fs := &testkit.FaultyStore{EmbeddedStore: e.st}
 	var recovered atomic.Bool
@@ -503,6 +511,7 @@ func TestRunnerWaitsForTheWriter(t *testing.T) {
 // Every pending address gets unknown/timeout, the written callback sees
 // the batch final, and a batch with nothing left to end is no error.
 func TestExpire(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	acct := e.account(false)
 	list := emails("x", 5)

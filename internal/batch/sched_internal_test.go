@@ -10,6 +10,7 @@ import (
 // round-robin across accounts, then across each account's batches, whatever
 // the number of messages each batch has queued.
 func TestLaneFairOrder(t *testing.T) {
+	t.Parallel()
 	var order []delivery
 	l := newLane(1, 1, 1, func(d delivery) { order = append(order, d) })
 	for _, b := range []struct {
@@ -43,6 +44,7 @@ func TestLaneFairOrder(t *testing.T) {
 // share of slots, so an account that arrives later finds a free one at once,
 // and that a lane's slots are all used when only one account has work.
 func TestLanePerAccountCap(t *testing.T) {
+	t.Parallel()
 	running := map[string]int{}
 	l := newLane(8, 6, 8, func(d delivery) { running[d.m.AccountID]++ })
 	for range 100 {
@@ -62,6 +64,7 @@ func TestLanePerAccountCap(t *testing.T) {
 // TestRetryDelay checks the fault back-off: it grows, stays under its cap
 // and is jittered.
 func TestRetryDelay(t *testing.T) {
+	t.Parallel()
 	seen := map[string]bool{}
 	for n := range 20 {
 		d := RetryDelay(100e6, 5e9, n)

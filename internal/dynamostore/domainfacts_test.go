@@ -27,6 +27,7 @@ var _ verify.DomainFacts = (*dynamostore.DomainFacts)(nil)
 // the item's expiry; only conclusive answers are written, with the TTL
 // attribute.
 func TestDomainFactsSharedByInstances(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	clock := testkit.NewClock(t0)
 	var gets atomic.Int64
@@ -108,6 +109,7 @@ func TestDomainFactsSharedByInstances(t *testing.T) {
 // from either instance, leaves the other as it was; a new instance reads
 // both, each until its own expiry.
 func TestDomainFactsBothFacts(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	clock := testkit.NewClock(t0)
 	c := testkit.DynamoDB(t)
@@ -182,6 +184,7 @@ func TestDomainFactsBothFacts(t *testing.T) {
 // TestDomainFactsFault: a DynamoDB fault reads as "not known" and is
 // reported, never failing the caller.
 func TestDomainFactsFault(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	c := testkit.DynamoDB(t, inject(hook{before: func(any) error { return errFault }}))
 	st := dynamostore.New(dynamostore.Config{Client: c, Objects: testkit.S3(t), Tables: dynamostore.Tables{Results: "r"}, Now: clock})

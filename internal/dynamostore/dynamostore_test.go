@@ -160,6 +160,7 @@ func wantCode(t *testing.T, err error, code, what string) {
 // store finds already-written results from the old items DynamoDB returns
 // with a cancelled transaction and, when it returns none, by reading them.
 func TestRedeliveryCountsOnce(t *testing.T) {
+	t.Parallel()
 	for _, oldItems := range []bool{true, false} {
 		t.Run(fmt.Sprintf("oldItems=%v", oldItems), func(t *testing.T) {
 			ctx := context.Background()
@@ -232,6 +233,7 @@ func TestRedeliveryCountsOnce(t *testing.T) {
 // leaves the batch running with every result; the redelivered message
 // completes it without counting anything again.
 func TestRedeliveryCompletes(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	var failUpdates atomic.Bool
 	st := newStore(t, clock, inject(hook{before: func(in any) error {
@@ -262,6 +264,7 @@ func TestRedeliveryCompletes(t *testing.T) {
 // with TransactionConflict (moto never does it, so it is injected); the
 // store retries them and counts each result once.
 func TestTransactionConflictRetried(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	var calls atomic.Int32
 	st := newStore(t, clock, inject(hook{before: func(in any) error {
@@ -293,6 +296,7 @@ func TestTransactionConflictRetried(t *testing.T) {
 // (here an injected fault) at either step leaves no batch a reader can
 // see, not even a half-written one, and nothing to resume.
 func TestCreateBatchCrashLeavesNothingVisible(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name       string
 		failInput  bool
@@ -352,6 +356,7 @@ func TestCreateBatchCrashLeavesNothingVisible(t *testing.T) {
 // Past ExpiresAt a batch and an idempotency record read as missing while
 // their items are still in the tables: DynamoDB's TTL deletes them lazily.
 func TestExpiredRecordsStayInTablesButReadAsMissing(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	clk := testkit.NewClock(t0)
 	c := testkit.DynamoDB(t)
@@ -388,6 +393,7 @@ func TestExpiredRecordsStayInTablesButReadAsMissing(t *testing.T) {
 // Definitions describes, on-demand billing and TTL on expiresAt; a second
 // call leaves them alone; unnamed tables are skipped.
 func TestCreateTablesMatchesDefinitions(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	c := testkit.DynamoDB(t)
 	tables := newTables(t, c)
@@ -465,6 +471,7 @@ func closedEndpoint(t *testing.T) string {
 // throttling, a deadline — is CodeUnavailable wrapping its cause, and the
 // client-facing message does not carry the AWS text.
 func TestFaultsAreUnavailable(t *testing.T) {
+	t.Parallel()
 	cfg := testkit.AWSConfig(t)
 	cfg.Retryer = func() aws.Retryer { return retry.AddWithMaxAttempts(retry.NewStandard(), 1) }
 	closed := cfg.Copy()
@@ -571,6 +578,7 @@ func TestFaultsAreUnavailable(t *testing.T) {
 // beat it from the failed conditional write itself (ALL_OLD), with no
 // second read, and gets that record's fingerprint and state to compare.
 func TestClaimReturnsTheBlockingRecord(t *testing.T) {
+	t.Parallel()
 	var reads atomic.Int32
 	st := newStore(t, clock, inject(hook{before: func(in any) error {
 		if _, ok := in.(*dynamodb.GetItemInput); ok {
@@ -610,6 +618,7 @@ func (lostReply) RetryableError() bool { return true }
 // recognise its own record and succeed, not report a conflict or a
 // vanished batch.
 func TestCreateBatchSurvivesLostReplies(t *testing.T) {
+	t.Parallel()
 	for _, op := range []string{"PutItem"} {
 		t.Run(op, func(t *testing.T) {
 			l := loseReply(op, true)
@@ -630,6 +639,7 @@ func TestCreateBatchSurvivesLostReplies(t *testing.T) {
 // against its own items. Both must recognise their own write and succeed,
 // not report "already exists"; a real duplicate is still refused.
 func TestKeysSurviveLostReplies(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	l := loseReply("TransactWriteItems", true)
 	st := newStore(t, clock, l.option)
@@ -667,6 +677,7 @@ func TestKeysSurviveLostReplies(t *testing.T) {
 // it, the SDK's resend fails the condition against the call's own write.
 // Both must recognise it and succeed, not report the delivery as taken.
 func TestDeliverySurvivesLostReplies(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	l := loseReply("UpdateItem", false)
 	st := newStore(t, clock, l.option)
@@ -753,6 +764,7 @@ func (l *replyLoser) retried(t *testing.T) {
 // count as claimed; otherwise the caller answers its own first request
 // with 409 "in progress" and the key stays blocked until the lock lapses.
 func TestClaimSurvivesALostReply(t *testing.T) {
+	t.Parallel()
 	l := loseReply("PutItem", true)
 	st := newStore(t, clock, l.option)
 	ctx := context.Background()
@@ -776,6 +788,7 @@ func TestClaimSurvivesALostReply(t *testing.T) {
 // not "no record in progress" (which the caller would turn into a 500 for
 // a call that worked).
 func TestCompleteSurvivesALostReply(t *testing.T) {
+	t.Parallel()
 	l := loseReply("UpdateItem", true)
 	st := newStore(t, clock, l.option)
 	ctx := context.Background()
@@ -803,6 +816,7 @@ func TestCompleteSurvivesALostReply(t *testing.T) {
 // batch, not 409 "the request is cancelled" for its own cancel; a second,
 // separate cancel still gets the 409.
 func TestTransitionSurvivesALostReply(t *testing.T) {
+	t.Parallel()
 	l := loseReply("UpdateItem", false)
 	st := newStore(t, clock, l.option)
 	ctx := context.Background()
@@ -821,6 +835,7 @@ func TestTransitionSurvivesALostReply(t *testing.T) {
 // A cache entry carries the TTL attribute (epoch seconds, rounded up), so
 // DynamoDB deletes it once it has expired.
 func TestResultCacheTTL(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	c := testkit.DynamoDB(t)
 	tables := newTables(t, c)
@@ -850,6 +865,7 @@ func TestResultCacheTTL(t *testing.T) {
 // message would ever run it and the export would answer 202 until its
 // deadline. Another call's start still finds the run and starts nothing.
 func TestExportRunSurvivesLostReplies(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	l := loseReply("PutItem", true)
 	st := newStore(t, clock, l.option)

@@ -25,6 +25,7 @@ import (
 // part-way leaves no object and no upload behind, and its own error to
 // the caller.
 func TestExportWrittenInParts(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	c := testkit.DynamoDB(t)
 	objects := testkit.S3(t)

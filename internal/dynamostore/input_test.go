@@ -16,6 +16,7 @@ import (
 // the large provider's share and the rest of the batch never waits behind
 // it. Every item comes out once.
 func TestInputPlanOrder(t *testing.T) {
+	t.Parallel()
 	st := newStore(t, func() time.Time { return t0 })
 	ctx := context.Background()
 	// 1,000 addresses at big.example (five packs) and 300 domains of 3.

@@ -18,6 +18,7 @@ import (
 // second has passed, which must never be before its last readable
 // millisecond.
 func TestTTLSecondsRoundsUp(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		at   time.Time
 		want string
@@ -35,6 +36,7 @@ func TestTTLSecondsRoundsUp(t *testing.T) {
 }
 
 func TestWrapErr(t *testing.T) {
+	t.Parallel()
 	coded := evs.Errorf(evs.CodeNotFound, "No such request.")
 	for _, c := range []struct {
 		name string

@@ -99,6 +99,7 @@ func keyedCreate(t *testing.T, h *api.Handler, acct, key, body string) (events.A
 // answers with the batch the first call made (a replay, nothing charged),
 // or makes the batch if the first made none that counts.
 func TestKeyedCreateExactlyOnce(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		// fault arms the failure of the first call.

@@ -11,6 +11,7 @@ import (
 // TestLambdaConfig: the configuration a function's environment gives, and
 // one line naming what is missing.
 func TestLambdaConfig(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name     string
 		env      map[string]string

@@ -35,6 +35,7 @@ func listIDs(t *testing.T, st *dynamostore.Store, accountID string) []string {
 // nor the key of the index of active work; the sweep gives it both, so
 // after an upgrade the old batches are listed in their place and swept.
 func TestSweepBackfillsTheIndexes(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	clk := testkit.NewClock(t0)
 	c := testkit.DynamoDB(t)
@@ -82,6 +83,7 @@ func TestSweepBackfillsTheIndexes(t *testing.T) {
 // CreateTables on a Batches table made before its indexes existed adds
 // them, so `evs sam-local-init` upgrades a local stack in place.
 func TestCreateTablesAddsTheIndexes(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	c := testkit.DynamoDB(t)
 	tables := dynamostore.Tables{Batches: testkit.UniqueName(t, "batches")}
@@ -128,6 +130,7 @@ func TestCreateTablesAddsTheIndexes(t *testing.T) {
 // of several; the old batch is indexed, and the backfill marked done, after
 // two passes (one that writes, one that finds nothing left).
 func TestSweepBackfillResumesWhereItStopped(t *testing.T) {
+	t.Parallel()
 	defer dynamostore.SetBackfillBudget(0)()
 	ctx := context.Background()
 	c := testkit.DynamoDB(t)

@@ -15,6 +15,7 @@ import (
 // further, the last one taking what is left when that is at least its
 // least; the next window starts afresh; keys are separate.
 func TestRcptBudget(t *testing.T) {
+	t.Parallel()
 	st, ctx := newStore(t, time.Now), context.Background()
 	const window = time.Minute
 	t0 := time.Date(2030, 1, 1, 10, 0, 5, 0, time.UTC)
@@ -67,6 +68,7 @@ func TestRcptBudget(t *testing.T) {
 // TestPauseBackoff: pauses double while they follow each other, a pause
 // in force is not extended, and a clean session ends the run.
 func TestPauseBackoff(t *testing.T) {
+	t.Parallel()
 	st, ctx := newStore(t, time.Now), context.Background()
 	const key, base, most = "microsoft365|direct", time.Minute, 4 * time.Minute
 	now := time.Now().Truncate(time.Millisecond)
@@ -102,6 +104,7 @@ func TestPauseBackoff(t *testing.T) {
 // entry to one taker; an entry taken but not removed comes back after the
 // claim; wakes are claimed once per due time.
 func TestParking(t *testing.T) {
+	t.Parallel()
 	st, ctx := newStore(t, time.Now), context.Background()
 	const key = "example.com|direct"
 	now := time.Now().Truncate(time.Millisecond)
@@ -187,6 +190,7 @@ func TestParking(t *testing.T) {
 // pause one stores defers the other's synchronous session, and a clean
 // session after the pause ends the run of pauses.
 func TestGateSharedThroughDynamoDB(t *testing.T) {
+	t.Parallel()
 	st, ctx := newStore(t, time.Now), context.Background()
 	now := time.Now().Truncate(time.Millisecond)
 	clock := func() time.Time { return now }

@@ -57,6 +57,7 @@ func (m *writeMeter) hook() func(*dynamodb.Options) {
 // counter cost 16; the client addresses' counters are items of partitions
 // of their own, not all the account's.
 func TestPublishableCallWRU(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	const clients, calls = 100, 300
 	m := &writeMeter{partitions: map[string]int{}}
@@ -95,6 +96,7 @@ func TestPublishableCallWRU(t *testing.T) {
 // while another gets through; the key's own limit bounds all addresses;
 // a new minute starts afresh; a secret key is not counted.
 func TestPublishableLimitsOnLambda(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	clock := testkit.NewClock(t0)
 	st := newStore(t, clock.Now)

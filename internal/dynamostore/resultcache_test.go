@@ -48,6 +48,7 @@ func itemSize(it map[string]types.AttributeValue) int {
 // so a write costs one write unit; and lookups are eventually consistent
 // reads (half a read unit up to 4 KB).
 func TestResultCacheItemCost(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	var consistent []bool
 	c := testkit.DynamoDB(t, func(o *dynamodb.Options) {

@@ -34,6 +34,7 @@ const sweepOutcomes = 20_000
 // is that of a new process (a cold start), so its one-item check that the
 // upgrade backfill is done is counted too.
 func TestSweepReadsAreFlatInTheTableSize(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	c := testkit.DynamoDB(t)
 	tables := newTables(t, c)

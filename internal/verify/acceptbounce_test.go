@@ -15,6 +15,7 @@ import (
 // 250 at RCPT is not proof of delivery. Real DNS and SMTP peers on
 // loopback answer as such receivers do.
 func TestAcceptThenBounceReceivers(t *testing.T) {
+	t.Parallel()
 	greyRandom := rcptTable(map[string]string{
 		"alice":           "250 2.1.5 Ok",
 		"nobody":          "550 5.1.1 User Unknown",

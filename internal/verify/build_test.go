@@ -15,6 +15,7 @@ import (
 // Lambdas do, from the environment: a domain whose MX is a loopback peer
 // is not probed unless EVS_EGRESS_ALLOW lists loopback.
 func TestEngineAppliesEgressAllow(t *testing.T) {
+	t.Parallel()
 	peer := testkit.StartSMTP(t, testkit.SMTPOptions{IP: "127.0.0.2"})
 	dns := testkit.StartDNS(t)
 	dns.AddRecord("corp.example. 300 IN MX 10 mx.corp.example.")

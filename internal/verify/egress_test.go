@@ -39,6 +39,7 @@ func egressEngine(t *testing.T, dns *testkit.DNSServer, port int, policy *config
 // verdict is no_mail_server / mx_not_public; with 127.0.0.0/8 allowed the
 // same domains are probed.
 func TestEgressMXNotPublic(t *testing.T) {
+	t.Parallel()
 	accept := testkit.SMTPOptions{Rcpt: func(string) string { return "250 2.1.5 OK" }}
 	accept.IP = "127.0.0.2"
 	peer := testkit.StartSMTP(t, accept)
@@ -108,6 +109,7 @@ func TestEgressMXNotPublic(t *testing.T) {
 // each, all answering garbage: only the 5 most preferred hosts, 2
 // addresses each, are contacted.
 func TestEgressBoundedPerDomain(t *testing.T) {
+	t.Parallel()
 	dns := testkit.StartDNS(t)
 	peers := make([][]*testkit.SMTPServer, 30)
 	port := 0

@@ -70,6 +70,7 @@ func answer(host string, blocked bool) evs.Decision {
 // AvoidShare of them refusals of us; answers older than BlockedWindow and
 // verdicts with no reply or made up in test mode do not count.
 func TestEgressWatchHigh(t *testing.T) {
+	t.Parallel()
 	noReply := evs.Decision{Reason: evs.ReasonBlocked}
 	testMode := answer("mx.a.example", true)
 	testMode.TestMode = true
@@ -111,6 +112,7 @@ func TestEgressWatchHigh(t *testing.T) {
 // that provider are high; back to A once A is found clean. Each counted
 // answer is told under the exit it went through.
 func TestEgressWatchesSteer(t *testing.T) {
+	t.Parallel()
 	exits, err := config.ParseSMTPExits("socks5://127.0.0.1:9#127.0.0.41,socks5://127.0.0.2:9#127.0.0.42")
 	if err != nil {
 		t.Fatal(err)
@@ -172,6 +174,7 @@ func TestEgressWatchesSteer(t *testing.T) {
 // last started more than Every ago, never two at once, and never waits
 // for one; Run checks at once.
 func TestSelfCheckerDue(t *testing.T) {
+	t.Parallel()
 	c := config.Config{EgressIP: netip.MustParseAddr("127.0.0.41")}
 	rep := &fakeRep{gate: make(chan struct{})}
 	now := time.Date(2026, 11, 27, 8, 0, 0, 0, time.UTC)
@@ -230,6 +233,7 @@ func TestSelfCheckerDue(t *testing.T) {
 // findings, so a listed exit stays avoided, tells nothing, and the next
 // call checks again at once.
 func TestSelfCheckerCutShort(t *testing.T) {
+	t.Parallel()
 	c := config.Config{EgressIP: netip.MustParseAddr("127.0.0.41")}
 	rep := &fakeRep{}
 	rep.set("127.0.0.41", true)

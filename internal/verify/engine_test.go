@@ -201,6 +201,7 @@ var reasonCases = []reasonCase{
 // TestEngineReasons reaches every reason code through the engine's public
 // API against real loopback DNS and SMTP peers, and checks the evidence.
 func TestEngineReasons(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, reasonMTAs(), reasonRecords, 400*time.Millisecond)
 	w.dns.SetRcode(reasonServFail, dns.RcodeServerFailure)
 	for _, c := range reasonCases {
@@ -226,6 +227,7 @@ func TestEngineReasons(t *testing.T) {
 
 // TestEngineOffMode: without a prober, full mode says SMTP was skipped.
 func TestEngineOffMode(t *testing.T) {
+	t.Parallel()
 	srv := testkit.StartDNS(t)
 	srv.AddRecord("corp.example. 300 IN MX 10 mx.corp.example.")
 	res, err := dnscheck.New(dnscheck.Config{Servers: []string{srv.Addr}})
@@ -245,6 +247,7 @@ func TestEngineOffMode(t *testing.T) {
 // TestVerifyDomainSharesConnection: a batch of one domain's addresses uses
 // one SMTP connection and one accept-all probe.
 func TestVerifyDomainSharesConnection(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	var rcpts []string
 	w := newWorld(t, []mta{{ip: "127.0.0.2", opts: testkit.SMTPOptions{Rcpt: func(a string) string {
@@ -297,6 +300,7 @@ func TestVerifyDomainSharesConnection(t *testing.T) {
 // again after the provider's pause instead of reading a closed channel as
 // "unknown", or pressing a server that asked us to wait.
 func TestVerifyDomainStopsWhenThrottled(t *testing.T) {
+	t.Parallel()
 	for _, reply := range []string{
 		"421 4.7.0 Too many connections, closing transmission channel",
 		"450 4.7.1 Rate limit exceeded, try again later",

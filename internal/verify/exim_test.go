@@ -56,6 +56,7 @@ var eximCases = []mtaCase{
 // name and our sender (Exim's sender verification) on listeners of their
 // own.
 func TestEngineThroughExim(t *testing.T) {
+	t.Parallel()
 	backend := testkit.StartSMTP(t, testkit.SMTPOptions{Banner: "220 backend.exim.example ESMTP Postfix", Rcpt: func(addr string) string {
 		switch {
 		case strings.HasPrefix(addr, "alice@"):

@@ -16,6 +16,7 @@ import (
 // from an EVS_SMTP_PROXY that lists two real Dante exits, spreads
 // providers over both, and each provider's sessions all come through one.
 func TestBuildWithSeveralExits(t *testing.T) {
+	t.Parallel()
 	const exitA, exitB = "127.0.0.41", "127.0.0.42"
 	a, b := testkit.StartDante(t, exitA), testkit.StartDante(t, exitB)
 	peer := testkit.StartSMTP(t, testkit.SMTPOptions{})

@@ -23,6 +23,7 @@ import (
 // meets itself pauses the provider for the batches. VerifyDomain, the
 // batch path, is admitted by its caller and does not ask again.
 func TestVerifyGoesThroughTheGate(t *testing.T) {
+	t.Parallel()
 	const gateWait = 300 * time.Millisecond
 	for _, tc := range []struct {
 		name string

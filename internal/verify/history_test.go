@@ -12,6 +12,7 @@ import (
 // TestApplyHistory pins the one rule of docs/outcomes.md: which outcomes
 // change which verdicts, and the evidence they leave.
 func TestApplyHistory(t *testing.T) {
+	t.Parallel()
 	day := func(n int) time.Time { return time.Date(2026, 11, n, 9, 0, 0, 0, time.UTC) }
 	hard := func(n int) evs.Outcome {
 		return evs.Outcome{Kind: evs.OutcomeBounced, BounceType: evs.BounceHard, At: day(n), SMTPReply: "550 5.1.1 user unknown"}
@@ -88,6 +89,7 @@ func TestApplyHistory(t *testing.T) {
 // TestNoHistoryKeepsWireBytes: a decision without outcomes renders exactly
 // as before checks.history existed.
 func TestNoHistoryKeepsWireBytes(t *testing.T) {
+	t.Parallel()
 	d := scoreDecision(evs.ReasonAcceptAll, evs.SMTPAcceptAll, evs.SMTPAccepted, "other")
 	before, err := json.Marshal(d)
 	if err != nil {
@@ -108,6 +110,7 @@ func TestNoHistoryKeepsWireBytes(t *testing.T) {
 // complaints, deferrals and deliveries, at any times, on any verdict that
 // is not already undeliverable, the result never is.
 func TestNoSoftOutcomeIsUndeliverable(t *testing.T) {
+	t.Parallel()
 	kinds := []evs.Outcome{
 		{Kind: evs.OutcomeBounced, BounceType: evs.BounceSoft}, {Kind: evs.OutcomeBounced},
 		{Kind: evs.OutcomeComplained}, {Kind: evs.OutcomeDeferred}, {Kind: evs.OutcomeDelivered},
@@ -135,6 +138,7 @@ func TestNoSoftOutcomeIsUndeliverable(t *testing.T) {
 // Beta-smoothed delivery rate, in band, and leave every other verdict and
 // the address's own outcomes as they were.
 func TestDomainCountsMoveTheScore(t *testing.T) {
+	t.Parallel()
 	at := time.Date(2026, 11, 20, 9, 0, 0, 0, time.UTC)
 	acceptAll := scoreDecision(evs.ReasonAcceptAll, evs.SMTPAcceptAll, evs.SMTPAccepted, "other")
 	yahoo := scoreDecision(evs.ReasonAcceptAll, evs.SMTPAcceptAll, evs.SMTPAccepted, "yahoo")

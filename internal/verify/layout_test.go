@@ -51,6 +51,7 @@ const (
 // are reached only through the engine, the engine imports nothing of AWS or
 // HTTP serving, and the authorizer Lambda links neither the engine nor SQS.
 func TestLayout(t *testing.T) {
+	t.Parallel()
 	pkgs := listPackages(t)
 	if len(pkgs) < 10 {
 		t.Fatalf("go list found %d packages", len(pkgs))

@@ -154,6 +154,7 @@ var mixedSet = sync.OnceValue(func() []string {
 // TestMixedSet keeps the benchmark set honest: it must exercise every path
 // of the quick check in about the proportions mixedSet intends.
 func TestMixedSet(t *testing.T) {
+	t.Parallel()
 	set := mixedSet()
 	if len(set) != mixedSize {
 		t.Fatalf("mixed set has %d addresses, want %d", len(set), mixedSize)

@@ -48,6 +48,7 @@ var opensmtpdCases = []mtaCase{
 // recipient or refuse our address (at RCPT and at connect) or our HELO
 // name, on listeners of their own.
 func TestEngineThroughOpenSMTPD(t *testing.T) {
+	t.Parallel()
 	s := testkit.StartOpenSMTPD(t, testkit.OpenSMTPDOptions{
 		IP:     smtpdMain,
 		Filter: "greylist",

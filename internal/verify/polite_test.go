@@ -8,6 +8,7 @@ import (
 )
 
 func TestProviderKey(t *testing.T) {
+	t.Parallel()
 	for host, want := range map[string]string{
 		"tenant1-com.mail.protection.outlook.com.": "microsoft365",
 		"Contoso-COM.mail.protection.outlook.com":  "microsoft365",
@@ -31,6 +32,7 @@ func TestProviderKey(t *testing.T) {
 }
 
 func TestThrottled(t *testing.T) {
+	t.Parallel()
 	const openDetail = "the mail hosts asked us to try again later"
 	for _, tc := range []struct {
 		name              string

@@ -211,6 +211,7 @@ var postfixCases = []postfixCase{
 // a real Postfix and checks both what Postfix said (code, enhanced code,
 // text: the evidence must be Postfix's reply, unchanged) and the verdict.
 func TestEngineThroughPostfix(t *testing.T) {
+	t.Parallel()
 	w := newPostfixWorld(t)
 	for _, c := range postfixCases {
 		t.Run(c.email, func(t *testing.T) {

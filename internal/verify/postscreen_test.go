@@ -22,6 +22,7 @@ import (
 // loopback address of its own, so that each is a first contact; the
 // Postfix log shows postscreen's refusal and its PASS NEW for it.
 func TestEngineThroughPostscreen(t *testing.T) {
+	t.Parallel()
 	pf := testkit.StartPostfix(t, testkit.PostfixOptions{
 		IP:         "127.0.7.1",
 		Domains:    []string{"screened.example"},

@@ -17,6 +17,7 @@ import (
 // the code speaks of our sender, or other words of the reply speak of us or
 // of a block.
 func TestReplyTextDecidesReason(t *testing.T) {
+	t.Parallel()
 	replies := rcptTable(map[string]string{
 		"spf":     "550 5.1.0 192.0.2.222 is not allowed to send from <probe.evs.test> per it's SPF Record",
 		"dnsbl":   "550-5.1.1 Service unavailable; client host [127.0.0.1]\n550 5.1.1 blocked using zen.spamhaus.org",

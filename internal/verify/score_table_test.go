@@ -24,6 +24,7 @@ func scoreDecision(reason evs.Reason, smtp, catchAll, provider string) evs.Decis
 // TestScoreTable pins every row of docs/score.md: each reason of the contract
 // with the evidence variants that change its score, and the flags.
 func TestScoreTable(t *testing.T) {
+	t.Parallel()
 	role := func(d evs.Decision) evs.Decision { d.Flags.Role = true; return d }
 	free := func(d evs.Decision) evs.Decision { d.Flags.Free = true; return d }
 	dns := func(d evs.Decision, c evs.DNSCheck) evs.Decision { d.Checks.DNS = c; return d }
@@ -102,6 +103,7 @@ func TestScoreTable(t *testing.T) {
 // (deliverable above risky and unknown, those above undeliverable), and
 // the same evidence gives the same score.
 func TestScoreRespectsStatus(t *testing.T) {
+	t.Parallel()
 	rng := rand.New(rand.NewPCG(22, 1))
 	pick := func(xs []string) string { return xs[rng.IntN(len(xs))] }
 	smtps := []string{evs.SMTPAccepted, evs.SMTPRejected, evs.SMTPAcceptAll, evs.SMTPFull, evs.SMTPGreylisted,

@@ -15,6 +15,7 @@ import (
 // docs/score.md for its evidence, from Verify and VerifyDomain alike, and
 // an accepted mailbox records the random-address probe that proved it.
 func TestEngineScores(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, reasonMTAs(), reasonRecords, 400*time.Millisecond)
 	w.dns.SetRcode(reasonServFail, dns.RcodeServerFailure)
 	tests := []struct {

@@ -23,6 +23,7 @@ import (
 // proxy's external address: one made directly comes from 127.0.0.1, so a
 // bypassed proxy fails the test.
 func TestEngineReasonsThroughSOCKS5(t *testing.T) {
+	t.Parallel()
 	proxy := testkit.SOCKS5(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -90,6 +91,7 @@ func TestEngineReasonsThroughSOCKS5(t *testing.T) {
 // or reports that it could not reach the receiving server, which cannot
 // be told from a fault of its own route.
 func TestEngineExitDown(t *testing.T) {
+	t.Parallel()
 	proxy := testkit.SOCKS5(t)
 	peer := testkit.StartSMTP(t, testkit.SMTPOptions{Rcpt: func(addr string) string {
 		if strings.HasPrefix(addr, "user@") {

@@ -11,6 +11,7 @@ import (
 // each row's evidence also carries the evidence of every lower row, so a
 // row only passes if it really outranks them.
 func TestVerdictPrecedence(t *testing.T) {
+	t.Parallel()
 	ok := evs.DNSOK
 	tests := []struct {
 		name string
@@ -49,6 +50,7 @@ func TestVerdictPrecedence(t *testing.T) {
 }
 
 func TestEveryReasonHasOneStatus(t *testing.T) {
+	t.Parallel()
 	want := map[evs.Reason]evs.Status{
 		"accepted_email": "deliverable",
 		"invalid_syntax": "undeliverable", "invalid_domain": "undeliverable", "no_mail_server": "undeliverable", "rejected_email": "undeliverable",
