@@ -312,6 +312,8 @@ type figures struct {
 	// call costs end to end, and unlike requests/s a neighbour's burst
 	// barely moves it.
 	CPU time.Duration
+	// ServerCPU is the server process's share of CPU.
+	ServerCPU time.Duration
 	// SysR and SysW are the server process's read and write system calls
 	// over the scenario (/proc/self/io; 0 where there is none): unlike
 	// time, a count no neighbour moves.
@@ -366,7 +368,8 @@ func driveElsewhere(d drive) (figures, error) {
 	}
 	var f figures
 	err = json.Unmarshal(out, &f)
-	f.CPU += processCPU() - cpu0
+	f.ServerCPU = processCPU() - cpu0
+	f.CPU += f.ServerCPU
 	f.SysR, f.SysW = syscalls("syscr")-r0, syscalls("syscw")-w0
 	return f, err
 }
@@ -485,9 +488,9 @@ func run(ctx context.Context, o opts) error {
 		f.name = name
 		res[name] = append(res[name], f)
 		n := float64(max(f.Requests, 1))
-		fmt.Printf("%-12s %9.0f req/s  p50 %7s  p99 %7s  max %7s  CPU %5.1f µs/req  syscalls %.2f read %.2f write /req  errors %d\n",
-			name, f.rps(), f.P50.Round(time.Microsecond), f.P99.Round(time.Microsecond),
-			f.Max.Round(time.Microsecond), f.cpuPerRequest(), float64(f.SysR)/n, float64(f.SysW)/n, f.Errors)
+		fmt.Printf("%-12s %9.0f req/s  p50 %7s  p99 %7s  max %7s  CPU %5.1f µs/req (server %5.1f)  syscalls %.2f read %.2f write /req  errors %d\n",
+			name, f.rps(), f.P50.Round(time.Microsecond), f.P99.Round(time.Microsecond), f.Max.Round(time.Microsecond),
+			f.cpuPerRequest(), float64(f.ServerCPU/time.Nanosecond)/1e3/n, float64(f.SysR)/n, float64(f.SysW)/n, f.Errors)
 		return nil
 	}
 
@@ -625,13 +628,14 @@ func run(ctx context.Context, o opts) error {
 		if len(fa) == 0 || len(fa) != len(fb) {
 			return
 		}
-		var rr, pr, cr []float64
+		var rr, pr, cr, sr []float64
 		for i := range fa {
 			rr = append(rr, fa[i].rps()/fb[i].rps())
 			pr = append(pr, p99(fa[i])/p99(fb[i]))
 			cr = append(cr, fa[i].cpuPerRequest()/fb[i].cpuPerRequest())
+			sr = append(sr, float64(fa[i].ServerCPU)/float64(max(fa[i].Requests, 1))/(float64(fb[i].ServerCPU)/float64(max(fb[i].Requests, 1))))
 		}
-		fmt.Printf("%-40s %5.2f× rps   p99 %5.2f×   CPU/req %5.2f×   (%s rps, %s)\n", label, medianOf(rr), medianOf(pr), medianOf(cr),
+		fmt.Printf("%-40s %5.2f× rps   p99 %5.2f×   CPU/req %5.2f× (server %5.2f×)   (%s rps, %s)\n", label, medianOf(rr), medianOf(pr), medianOf(cr), medianOf(sr),
 			strings.Join(each(fa, figures.rps, "%.0f"), "/"), strings.Join(each(fb, figures.rps, "%.0f"), "/"))
 	}
 	ratio("verify quick / floor", "verify", "floor")

@@ -76,8 +76,10 @@ func startCommitter(db, readers *sql.DB, stmts *stmtCache) *committer {
 }
 
 // walAutocheckpoint is the WAL's length, in pages, from which the writer
-// checkpoints after each commit (SQLite's default: 1000).
-const walAutocheckpoint = 4000
+// checkpoints after each commit (SQLite's default: 1000). Only a wholly
+// copied WAL starts over, which under steady writes only the writer's own
+// checkpoint achieves, with a stall: one every 40 MiB, not every 4 MiB.
+const walAutocheckpoint = 10000
 
 // checkpointEvery paces the checkpoints: under a steady load of keyed
 // calls, about as many pages as SQLite's default 1000-page checkpoint.
@@ -88,9 +90,7 @@ const checkpointEvery = 100 * time.Millisecond
 // committer: SQLite's own checkpoint runs in the committing connection, and
 // its syncs held up every queued write (a third of the keyed calls' rate).
 // A reader's synchronous is the default FULL, so a checkpoint syncs as the
-// writer's would. The writer's own (walAutocheckpoint) remains for a WAL
-// that keeps growing: a checkpoint beside commits never leaves it wholly
-// copied, which a new WAL needs.
+// writer's would.
 func (c *committer) checkpoints(readers *sql.DB) {
 	defer c.wg.Done()
 	pace := time.NewTimer(0)
