@@ -78,8 +78,9 @@ func startCommitter(db, readers *sql.DB, stmts *stmtCache) *committer {
 // walAutocheckpoint is the WAL's length, in pages, from which the writer
 // checkpoints after each commit (SQLite's default: 1000). Only a wholly
 // copied WAL starts over, which under steady writes only the writer's own
-// checkpoint achieves, with a stall: one every 40 MiB, not every 4 MiB.
-const walAutocheckpoint = 10000
+// checkpoint achieves, with a stall (its syncs): one every 80 MiB of WAL,
+// not every 4 MiB.
+const walAutocheckpoint = 20000
 
 // checkpointEvery paces the checkpoints: under a steady load of keyed
 // calls, about as many pages as SQLite's default 1000-page checkpoint.
