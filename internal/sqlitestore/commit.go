@@ -82,18 +82,24 @@ func startCommitter(db, readers *sql.DB, stmts *stmtCache) *committer {
 // not every 4 MiB.
 const walAutocheckpoint = 20000
 
-// checkpointEvery paces the checkpoints: under a steady load of keyed
-// calls, about as many pages as SQLite's default 1000-page checkpoint.
-const checkpointEvery = 100 * time.Millisecond
+// The checkpointer looks at most every checkpointEvery after commits, and
+// copies the WAL once checkpointPages of it are not yet in the database
+// file (SQLite's own threshold): a WAL copied sooner would start over
+// sooner, into space it already holds on disk, and a full disk would go
+// unnoticed by the writes that fit there (TestDiskFullHeals).
+const (
+	checkpointEvery = 100 * time.Millisecond
+	checkpointPages = 1000
+)
 
-// checkpoints copies the WAL into the database file at most every
-// checkpointEvery after commits, on a reader connection, beside the
-// committer: SQLite's own checkpoint runs in the committing connection, and
-// its syncs held up every queued write (a third of the keyed calls' rate).
-// A reader's synchronous is the default FULL, so a checkpoint syncs as the
-// writer's would.
+// checkpoints copies the WAL into the database file on a reader
+// connection, beside the committer: SQLite's own checkpoint runs in the
+// committing connection, and its syncs held up every queued write (a third
+// of the keyed calls' rate). A reader's synchronous is the default FULL, so
+// a checkpoint syncs as the writer's would.
 func (c *committer) checkpoints(readers *sql.DB) {
 	defer c.wg.Done()
+	ctx := context.Background()
 	pace := time.NewTimer(0)
 	defer pace.Stop()
 	for {
@@ -109,7 +115,10 @@ func (c *committer) checkpoints(readers *sql.DB) {
 		}
 		// A failure is retried after the next commit, and the writer's
 		// own checkpoint bounds the WAL meanwhile.
-		_, _ = readers.ExecContext(context.Background(), "PRAGMA wal_checkpoint(PASSIVE)")
+		var busy, pages, copied int
+		if readers.QueryRowContext(ctx, "PRAGMA wal_checkpoint(NOOP)").Scan(&busy, &pages, &copied) == nil && pages-copied >= checkpointPages {
+			_, _ = readers.ExecContext(ctx, "PRAGMA wal_checkpoint(PASSIVE)")
+		}
 		pace.Reset(checkpointEvery)
 	}
 }
