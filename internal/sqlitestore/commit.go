@@ -62,7 +62,7 @@ type committer struct {
 	mu     sync.RWMutex // held for reading while enqueueing; Close takes it to stop intake
 	shut   bool
 	synced bool          // the writer connection's synchronous setting
-	wrote  chan struct{} // a commit the checkpointer has not copied yet
+	wrote  chan struct{} // a commit the checkpointer has not looked at
 }
 
 // startCommitter commits on db, and checkpoints on readers (checkpoints).
@@ -99,27 +99,23 @@ const (
 // a checkpoint syncs as the writer's would.
 func (c *committer) checkpoints(readers *sql.DB) {
 	defer c.wg.Done()
-	ctx := context.Background()
-	pace := time.NewTimer(0)
-	defer pace.Stop()
 	for {
 		select {
 		case <-c.wrote:
 		case <-c.quit:
 			return
 		}
-		select {
-		case <-pace.C:
-		case <-c.quit:
-			return
-		}
 		// A failure is retried after the next commit, and the writer's
 		// own checkpoint bounds the WAL meanwhile.
 		var busy, pages, copied int
-		if readers.QueryRowContext(ctx, "PRAGMA wal_checkpoint(NOOP)").Scan(&busy, &pages, &copied) == nil && pages-copied >= checkpointPages {
-			_, _ = readers.ExecContext(ctx, "PRAGMA wal_checkpoint(PASSIVE)")
+		if readers.QueryRow("PRAGMA wal_checkpoint(NOOP)").Scan(&busy, &pages, &copied) == nil && pages-copied >= checkpointPages {
+			_, _ = readers.Exec("PRAGMA wal_checkpoint(PASSIVE)")
 		}
-		pace.Reset(checkpointEvery)
+		select {
+		case <-time.After(checkpointEvery):
+		case <-c.quit:
+			return
+		}
 	}
 }
 
