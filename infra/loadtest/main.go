@@ -312,6 +312,12 @@ type figures struct {
 	// call costs end to end, and unlike requests/s a neighbour's burst
 	// barely moves it.
 	CPU time.Duration
+	// ServerCPU is the server process's share of CPU.
+	ServerCPU time.Duration
+	// SysR and SysW are the server process's read and write system calls
+	// over the scenario (/proc/self/io; 0 where there is none): unlike
+	// time, a count no neighbour moves.
+	SysR, SysW int64
 }
 
 // cpuPerRequest is the scenario's CPU time per request, in microseconds.
@@ -355,14 +361,16 @@ func driveElsewhere(d drive) (figures, error) {
 	}
 	cmd := exec.Command(exe, "-drive")
 	cmd.Stdin, cmd.Stderr = bytes.NewReader(in), os.Stderr
-	cpu0 := processCPU()
+	cpu0, r0, w0 := processCPU(), syscalls("syscr"), syscalls("syscw")
 	out, err := cmd.Output()
 	if err != nil {
 		return figures{}, fmt.Errorf("load generator: %w", err)
 	}
 	var f figures
 	err = json.Unmarshal(out, &f)
-	f.CPU += processCPU() - cpu0
+	f.ServerCPU = processCPU() - cpu0
+	f.CPU += f.ServerCPU
+	f.SysR, f.SysW = syscalls("syscr")-r0, syscalls("syscw")-w0
 	return f, err
 }
 
@@ -479,9 +487,10 @@ func run(ctx context.Context, o opts) error {
 		}
 		f.name = name
 		res[name] = append(res[name], f)
-		fmt.Printf("%-12s %9.0f req/s  p50 %7s  p99 %7s  max %7s  CPU %5.1f µs/req  errors %d\n",
-			name, f.rps(), f.P50.Round(time.Microsecond), f.P99.Round(time.Microsecond),
-			f.Max.Round(time.Microsecond), f.cpuPerRequest(), f.Errors)
+		n := float64(max(f.Requests, 1))
+		fmt.Printf("%-12s %9.0f req/s  p50 %7s  p99 %7s  max %7s  CPU %5.1f µs/req (server %5.1f)  syscalls %.2f read %.2f write /req  errors %d\n",
+			name, f.rps(), f.P50.Round(time.Microsecond), f.P99.Round(time.Microsecond), f.Max.Round(time.Microsecond),
+			f.cpuPerRequest(), float64(f.ServerCPU/time.Nanosecond)/1e3/n, float64(f.SysR)/n, float64(f.SysW)/n, f.Errors)
 		return nil
 	}
 
@@ -619,13 +628,14 @@ func run(ctx context.Context, o opts) error {
 		if len(fa) == 0 || len(fa) != len(fb) {
 			return
 		}
-		var rr, pr, cr []float64
+		var rr, pr, cr, sr []float64
 		for i := range fa {
 			rr = append(rr, fa[i].rps()/fb[i].rps())
 			pr = append(pr, p99(fa[i])/p99(fb[i]))
 			cr = append(cr, fa[i].cpuPerRequest()/fb[i].cpuPerRequest())
+			sr = append(sr, float64(fa[i].ServerCPU)/float64(max(fa[i].Requests, 1))/(float64(fb[i].ServerCPU)/float64(max(fb[i].Requests, 1))))
 		}
-		fmt.Printf("%-40s %5.2f× rps   p99 %5.2f×   CPU/req %5.2f×   (%s rps, %s)\n", label, medianOf(rr), medianOf(pr), medianOf(cr),
+		fmt.Printf("%-40s %5.2f× rps   p99 %5.2f×   CPU/req %5.2f× (server %5.2f×)   (%s rps, %s)\n", label, medianOf(rr), medianOf(pr), medianOf(cr), medianOf(sr),
 			strings.Join(each(fa, figures.rps, "%.0f"), "/"), strings.Join(each(fb, figures.rps, "%.0f"), "/"))
 	}
 	ratio("verify quick / floor", "verify", "floor")
@@ -871,6 +881,22 @@ func processCPU() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// syscalls is this process's count of read or write system calls so far
+// (field "syscr" or "syscw" of /proc/self/io), 0 where there is none.
+func syscalls(field string) int64 {
+	b, err := os.ReadFile("/proc/self/io")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, field+": "); ok {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			return n
+		}
+	}
+	return 0
 }
 
 // rss reads this process's peak and current resident set from

@@ -61,14 +61,62 @@ type committer struct {
 	wg     sync.WaitGroup
 	mu     sync.RWMutex // held for reading while enqueueing; Close takes it to stop intake
 	shut   bool
-	synced bool // the writer connection's synchronous setting
+	synced bool          // the writer connection's synchronous setting
+	wrote  chan struct{} // a commit the checkpointer has not looked at
 }
 
-func startCommitter(db *sql.DB, stmts *stmtCache) *committer {
-	c := &committer{db: db, stmts: stmts, queue: make(chan *op, maxGroup), quit: make(chan struct{}), synced: true}
-	c.wg.Add(1)
+// startCommitter commits on db, and checkpoints on readers (checkpoints).
+func startCommitter(db, readers *sql.DB, stmts *stmtCache) *committer {
+	c := &committer{db: db, stmts: stmts, queue: make(chan *op, maxGroup), quit: make(chan struct{}), synced: true,
+		wrote: make(chan struct{}, 1)}
+	c.wg.Add(2)
 	go c.loop()
+	go c.checkpoints(readers)
 	return c
+}
+
+// walAutocheckpoint is the WAL's length, in pages, from which the writer
+// checkpoints after each commit (SQLite's default: 1000). Only a wholly
+// copied WAL starts over, which under steady writes only the writer's own
+// checkpoint achieves, with a stall (its syncs): one every 80 MiB of WAL,
+// not every 4 MiB.
+const walAutocheckpoint = 20000
+
+// The checkpointer looks at most every checkpointEvery after commits, and
+// copies the WAL once checkpointPages of it are not yet in the database
+// file (SQLite's own threshold): a WAL copied sooner would start over
+// sooner, into space it already holds on disk, and a full disk would go
+// unnoticed by the writes that fit there (TestDiskFullHeals).
+const (
+	checkpointEvery = 100 * time.Millisecond
+	checkpointPages = 1000
+)
+
+// checkpoints copies the WAL into the database file on a reader
+// connection, beside the committer: SQLite's own checkpoint runs in the
+// committing connection, and its syncs held up every queued write (a third
+// of the keyed calls' rate). A reader's synchronous is the default FULL, so
+// a checkpoint syncs as the writer's would.
+func (c *committer) checkpoints(readers *sql.DB) {
+	defer c.wg.Done()
+	for {
+		select {
+		case <-c.wrote:
+		case <-c.quit:
+			return
+		}
+		// A failure is retried after the next commit, and the writer's
+		// own checkpoint bounds the WAL meanwhile.
+		var busy, pages, copied int
+		if readers.QueryRow("PRAGMA wal_checkpoint(NOOP)").Scan(&busy, &pages, &copied) == nil && pages-copied >= checkpointPages {
+			_, _ = readers.Exec("PRAGMA wal_checkpoint(PASSIVE)")
+		}
+		select {
+		case <-time.After(checkpointEvery):
+		case <-c.quit:
+			return
+		}
+	}
 }
 
 func (c *committer) do(ctx context.Context, o *op) error {
@@ -174,6 +222,10 @@ func (c *committer) loop() {
 		last = len(group)
 		c.commit(group)
 		clear(group)
+		select {
+		case c.wrote <- struct{}{}:
+		default:
+		}
 	}
 }
 

@@ -166,7 +166,7 @@ func open(ctx context.Context, dir string, now func() time.Time, busy time.Durat
 	}
 	path := filepath.Join(dir, FileName)
 	q := url.Values{"_txlock": {"immediate"}, "_pragma": {fmt.Sprintf("busy_timeout(%d)", busy.Milliseconds()),
-		"journal_mode(WAL)", "synchronous(FULL)", "foreign_keys(ON)", fmt.Sprintf("cache_size(%d)", writerCacheKiB), "temp_store(MEMORY)"}}
+		"journal_mode(WAL)", fmt.Sprintf("wal_autocheckpoint(%d)", walAutocheckpoint), "synchronous(FULL)", "foreign_keys(ON)", fmt.Sprintf("cache_size(%d)", writerCacheKiB), "temp_store(MEMORY)"}}
 	db, err := sql.Open("sqlite", path+"?"+q.Encode())
 	if err != nil {
 		return nil, fmt.Errorf("sqlitestore: open: %w", err)
@@ -200,7 +200,7 @@ func open(ctx context.Context, dir string, now func() time.Time, busy time.Durat
 		}
 	}()
 	s.wstmts.db, s.rstmts.db = db, rdb
-	s.c = startCommitter(db, &s.wstmts)
+	s.c = startCommitter(db, rdb, &s.wstmts)
 	// The savepoint statements first: migrate may share a group.
 	if err := s.wstmts.prepare(ctx, []string{qSavepoint, qRollbackTo, qReleaseSavepoint}); err != nil {
 		return nil, err
