@@ -224,9 +224,6 @@ func New(o Options) (*Server, error) {
 	return &Server{opts: o, rt: rt, edge: gw, batches: batches, hooks: hooks}, nil
 }
 
-// Handler is the HTTP face of the server.
-func (s *Server) Handler() http.Handler { return s.edge }
-
 // PendingAddresses counts the addresses of queued and running batches
 // without a result yet (evs_batch_addresses_pending).
 func PendingAddresses(ctx context.Context, st interface {
