@@ -211,11 +211,7 @@ func (p *Processor) VerifyGroupWith(ctx context.Context, startBy time.Time, test
 		if attempt+1 < r.maxGrey {
 			o.Retry = append(o.Retry, unanswered...)
 		} else {
-			now := time.Now
-			if p.Now != nil {
-				now = p.Now
-			}
-			o.Results = append(o.Results, TimeoutResults(unanswered, mode, test, DetailSession, now())...)
+			o.Results = append(o.Results, TimeoutResults(unanswered, mode, test, DetailSession, evs.Now(p.Now))...)
 		}
 	}
 	sort.Slice(o.Results, func(i, j int) bool { return o.Results[i].Seq < o.Results[j].Seq })

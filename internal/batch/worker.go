@@ -206,12 +206,7 @@ func (w *Worker) Handle(ctx context.Context, m Message, redelivered bool, startB
 
 func (w *Worker) logger() *slog.Logger { return cmp.Or(w.Logger, slog.Default()) }
 
-func (w *Worker) now() time.Time {
-	if w.Now == nil {
-		return time.Now()
-	}
-	return w.Now()
-}
+func (w *Worker) now() time.Time { return evs.Now(w.Now) }
 
 // plan turns a window of a batch's pending items into work messages and,
 // once half of it is done, plans the next: other batches' messages

@@ -108,12 +108,7 @@ type Deliverer struct {
 	Slots, PerAccount int
 }
 
-func (d *Deliverer) now() time.Time {
-	if d.Now == nil {
-		return time.Now()
-	}
-	return d.Now()
-}
+func (d *Deliverer) now() time.Time { return evs.Now(d.Now) }
 
 func (d *Deliverer) logger() *slog.Logger { return cmp.Or(d.Logger, slog.Default()) }
 
