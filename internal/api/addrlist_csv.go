@@ -121,18 +121,11 @@ type CSVLayout struct {
 // ParseDelimiter reads a delimiter as a client names it: the character
 // itself or its name ("comma", "semicolon", "tab", "pipe").
 func ParseDelimiter(s string) (byte, bool) {
-	switch strings.ToLower(s) {
-	case ",", "comma":
-		return ',', true
-	case ";", "semicolon":
-		return ';', true
-	case "\t", "tab":
-		return '\t', true
-	case "|", "pipe":
-		return '|', true
-	}
-	return 0, false
+	d, ok := delimiters[strings.ToLower(s)]
+	return d, ok
 }
+
+var delimiters = map[string]byte{",": ',', "comma": ',', ";": ';', "semicolon": ';', "\t": '\t', "tab": '\t', "|": '|', "pipe": '|'}
 
 const sniffBytes = 32 << 10
 

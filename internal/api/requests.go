@@ -730,18 +730,15 @@ func parseFilter(q map[string]string) (filter, error) {
 // (else msg) into a set, and its canonical, sorted form.
 func labelSet[T ~string](s string, valid func(T) bool, msg string) (map[T]bool, string, error) {
 	set := map[T]bool{}
-	for _, v := range strings.Split(s, ",") {
+	labels := strings.Split(s, ",")
+	for _, v := range labels {
 		if !valid(T(v)) {
 			return nil, "", evs.Errorf(evs.CodeInvalidRequest, "%s", msg)
 		}
 		set[T(v)] = true
 	}
-	out := make([]string, 0, len(set))
-	for v := range set {
-		out = append(out, string(v))
-	}
-	slices.Sort(out)
-	return set, strings.Join(out, ","), nil
+	slices.Sort(labels)
+	return set, strings.Join(slices.Compact(labels), ","), nil
 }
 
 func parseLimit(q map[string]string) (int, error) {
@@ -870,13 +867,10 @@ func (h *Handler) page(ctx context.Context, b evs.Batch, c cursor, f filter, lim
 const pageScan = 5 * MaxPageLimit
 
 func wantsCSV(accept string) bool {
-	for _, part := range strings.Split(accept, ",") {
-		mt := strings.TrimSpace(strings.SplitN(part, ";", 2)[0])
-		if strings.EqualFold(mt, "text/csv") {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(strings.Split(accept, ","), func(part string) bool {
+		mt, _, _ := strings.Cut(part, ";")
+		return strings.EqualFold(strings.TrimSpace(mt), "text/csv")
+	})
 }
 
 // csvHeader is the contract's CSV header row.

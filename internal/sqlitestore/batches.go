@@ -314,10 +314,8 @@ func (s *Store) PutResults(ctx context.Context, accountID, id string, results []
 var statusCodes = [...]evs.Status{evs.Deliverable, evs.Undeliverable, evs.Risky, evs.Unknown}
 
 func statusCode(st evs.Status) int {
-	for i, c := range statusCodes {
-		if c == st {
-			return i
-		}
+	if i := slices.Index(statusCodes[:], st); i >= 0 {
+		return i
 	}
 	return len(statusCodes) - 1 // unknown
 }

@@ -146,15 +146,7 @@ func New(cfg Config) (*Prober, error) {
 // spaces, no control characters (a CR or LF would let it smuggle in a
 // command of its own).
 func safeToken(s string) bool {
-	if s == "" {
-		return false
-	}
-	for _, c := range s {
-		if c <= ' ' || c == 0x7f {
-			return false
-		}
-	}
-	return true
+	return s != "" && !strings.ContainsFunc(s, func(c rune) bool { return c <= ' ' || c == 0x7f })
 }
 
 // netResolver adapts *net.Resolver to Resolver.
