@@ -1,5 +1,7 @@
 package smtpprobe
 
+import "context"
+
 // What the tests of package smtpprobe_test use beside the package's API.
 
 // Families returns the phrase families in table order, for
@@ -32,3 +34,10 @@ func Classify(stage string, r Reply) Class { return Read(stage, r).Class }
 // that sent it is not known: only the reply's own fingerprint (Gmail's
 // "gsmtp", Microsoft's "AS(...)") can name one. See ReadFrom.
 func Read(stage string, r Reply) Reading { return ReadFrom(stage, "", r) }
+
+// Rcpt sends RCPT TO:<address> and classifies the reply; it is Check
+// without the explanation.
+func (s *Session) Rcpt(ctx context.Context, address string) (Reply, Class, error) {
+	r, rd, err := s.Check(ctx, address)
+	return r, rd.Class, err
+}
