@@ -441,8 +441,8 @@ func (s *Store) putChunk(ctx context.Context, accountID, id string, chunk []evs.
 		if err == nil {
 			return false, nil
 		}
-		var tc *types.TransactionCanceledException
-		if !errors.As(err, &tc) || len(tc.CancellationReasons) != len(tx) {
+		tc, ok := errors.AsType[*types.TransactionCanceledException](err)
+		if !ok || len(tc.CancellationReasons) != len(tx) {
 			return false, wrapErr("write results", err)
 		}
 		reasons := tc.CancellationReasons

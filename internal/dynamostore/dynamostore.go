@@ -307,8 +307,8 @@ func apiCode(err error) string {
 
 // isConditionFailed tells whether a single-item write's condition failed.
 func isConditionFailed(err error) bool {
-	var cf *types.ConditionalCheckFailedException
-	return errors.As(err, &cf)
+	_, ok := errors.AsType[*types.ConditionalCheckFailedException](err)
+	return ok
 }
 
 // applied tells whether a conditional write (err is its own) took effect:

@@ -161,16 +161,16 @@ func sameQuestion(resp, m *dns.Msg) bool {
 }
 
 func isNetErr(err error) bool {
-	var ne net.Error
-	return errors.As(err, &ne)
+	_, ok := errors.AsType[net.Error](err)
+	return ok
 }
 
 func isTimeout(ctx context.Context, err error) bool {
 	if ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) {
 		return true
 	}
-	var ne net.Error
-	return errors.As(err, &ne) && ne.Timeout()
+	ne, ok := errors.AsType[net.Error](err)
+	return ok && ne.Timeout()
 }
 
 func rcodeString(rcode int) string {
