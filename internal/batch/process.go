@@ -8,7 +8,6 @@ package batch
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"sort"
 	"sync"
 	"time"
@@ -418,10 +417,6 @@ func GreyDelay(base time.Duration, n int, test bool) time.Duration {
 func Backoff(base time.Duration, n int) time.Duration {
 	base = positiveOr(base, 5*time.Minute)
 	return politeness.Double(base, 0, n-1)
-}
-
-func logErr(l *slog.Logger, msg string, b evs.Batch, err error) {
-	l.Error(msg, slog.String("batchId", b.ID), slog.String("accountId", b.AccountID), slog.String("error", err.Error()))
 }
 
 // RcptBound is the most RCPT commands a group of n addresses sends: one

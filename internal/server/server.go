@@ -162,7 +162,7 @@ func New(o Options) (*Server, error) {
 		p.watchDisk(o.FreeBytes, o.Config.MinFreeBytes)
 	}
 	if sc, ok := o.Store.(stateChanges); ok {
-		sc.OnStateChange(newBatchLog(o.Logger).written)
+		sc.OnStateChange((&batchLog{logger: o.Logger, tenths: map[string]int{}}).written)
 	}
 	if w, ok := o.Store.(interface{ Warnings() []string }); ok { // security-relevant: said at start
 		for _, msg := range w.Warnings() {

@@ -126,7 +126,7 @@ func (r *Resolver) exchangeOn(ctx context.Context, network string, m *dns.Msg, s
 				// A cut-off answer may not unpack; TC is all we need.
 				return resp, nil
 			}
-			if network == "udp" && !isNetErr(err) {
+			if _, netErr := errors.AsType[net.Error](err); network == "udp" && !netErr {
 				// An unparsable datagram is ignored like a stray one.
 				continue
 			}
@@ -158,11 +158,6 @@ func sameQuestion(resp, m *dns.Msg) bool {
 	}
 	a, b := resp.Question[0], m.Question[0]
 	return a.Qtype == b.Qtype && a.Qclass == b.Qclass && strings.EqualFold(a.Name, b.Name)
-}
-
-func isNetErr(err error) bool {
-	_, ok := errors.AsType[net.Error](err)
-	return ok
 }
 
 func isTimeout(ctx context.Context, err error) bool {
