@@ -98,8 +98,7 @@ func ReadListCSVRows(r io.Reader, lim ListLimits, lay CSVLayout, add func(addr s
 		case nil, bufio.ErrBufferFull:
 			continue
 		case io.EOF:
-			err := s.end()
-			return s.shape(shape), err
+			return s.shape(shape), s.end() // end changes neither delimiter nor line ends
 		default:
 			return s.shape(shape), err
 		}

@@ -496,13 +496,10 @@ func buildOutcomesReport(ctx context.Context, st Outcomes, accountID string) (ou
 		}
 		switch {
 		case o.Kind == evs.OutcomeDelivered:
-			r.Sent++
 			r.Delivered++
 		case o.HardBounce():
-			r.Sent++
 			r.HardBounces++
 		case o.Kind == evs.OutcomeBounced:
-			r.Sent++
 			r.SoftBounces++
 		case o.Kind == evs.OutcomeComplained:
 			r.Complaints++
@@ -521,7 +518,7 @@ func buildOutcomesReport(ctx context.Context, st Outcomes, accountID string) (ou
 			if r == nil {
 				continue
 			}
-			if r.Sent > 0 {
+			if r.Sent = r.Delivered + r.HardBounces + r.SoftBounces; r.Sent > 0 {
 				rate := float64(r.HardBounces) / float64(r.Sent)
 				r.BounceRate = &rate
 			}
