@@ -170,13 +170,10 @@ func (p *Prober) acquire(ctx context.Context, host string) (release func(), err 
 
 	select {
 	case hs.ch <- struct{}{}:
-		var once sync.Once
-		return func() {
-			once.Do(func() {
-				<-hs.ch
-				p.leave(host, hs)
-			})
-		}, nil
+		return sync.OnceFunc(func() {
+			<-hs.ch
+			p.leave(host, hs)
+		}), nil
 	case <-ctx.Done():
 		p.leave(host, hs)
 		return nil, fmt.Errorf("waiting for a connection slot to %s: %w", host, ctx.Err())
