@@ -1,6 +1,10 @@
 package smtpprobe
 
-import "context"
+import (
+	"context"
+
+	"github.com/evs-dev/evs/internal/config"
+)
 
 // What the tests of package smtpprobe_test use beside the package's API.
 
@@ -40,4 +44,10 @@ func Read(stage string, r Reply) Reading { return ReadFrom(stage, "", r) }
 func (s *Session) Rcpt(ctx context.Context, address string) (Reply, Class, error) {
 	r, rd, err := s.Check(ctx, address)
 	return r, rd.Class, err
+}
+
+// NewSOCKS5Dialer returns the dialer of one SOCKS5 exit, without the
+// health checks and rotation of Exits.
+func NewSOCKS5Dialer(proxyURL string, policy *config.EgressPolicy) (ContextDialer, error) {
+	return newSOCKS5(proxyURL, policy, 0)
 }

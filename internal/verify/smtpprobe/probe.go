@@ -20,8 +20,7 @@ import (
 	"github.com/evs-dev/evs/internal/config"
 )
 
-// ContextDialer opens network connections; *net.Dialer, the SOCKS5
-// dialer of NewSOCKS5Dialer and Exits are ones.
+// ContextDialer opens network connections; *net.Dialer and Exits are ones.
 type ContextDialer interface {
 	DialContext(ctx context.Context, network, addr string) (net.Conn, error)
 }
