@@ -228,7 +228,10 @@ func (w *Worker) plan(ctx context.Context, m Message) error {
 	if PastDeadline(b, w.Deadline, w.now()) {
 		return w.expire(ctx, b)
 	}
-	window := w.planWindow()
+	window := w.PlanWindow
+	if window <= 1 {
+		window = 2000
+	}
 	if m.From > 0 && b.Counters.Processed < m.Planned-window/2 {
 		// Half the last window is still in the queue: look again later.
 		return w.Queue.Send(ctx, []Message{m}, planPoll)
@@ -272,13 +275,6 @@ func (w *Worker) plan(ctx context.Context, m Message) error {
 // planPoll is how often a plan waiting for its batch's window to drain
 // looks again.
 const planPoll = 5 * time.Second
-
-func (w *Worker) planWindow() int {
-	if w.PlanWindow <= 1 {
-		return 2000
-	}
-	return w.PlanWindow
-}
 
 func (w *Worker) packSize() int { return positiveOr(w.PackSize, 200) }
 

@@ -289,7 +289,10 @@ func (s *Store) PutResults(ctx context.Context, accountID, id string, results []
 			}
 			n, err := changed(s.exec(ctx, tx, insertResults(k), args...))
 			if err != nil {
-				return resultsErr(err)
+				if constraint(err, sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY) {
+					return store.NoSuchItem()
+				}
+				return dbErr("write results", err)
 			}
 			recount = recount || n != int64(k)
 			done += k
@@ -352,13 +355,6 @@ func (s *Store) recount(ctx context.Context, tx *sql.Tx, key int64, b evs.Batch,
 	}
 	*out = got
 	return nil
-}
-
-func resultsErr(err error) error {
-	if constraint(err, sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY) {
-		return store.NoSuchItem()
-	}
-	return dbErr("write results", err)
 }
 
 // Results reads a page of results (store.Batches); their Email is the item's.
