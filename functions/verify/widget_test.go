@@ -19,13 +19,14 @@ import (
 func TestWidgetOnStack(t *testing.T) {
 	w := newAWSWorld(t)
 	base, _ := serveRequestsStage(t, w)
+	script, version := testkit.Widget(t)
 
 	for _, tc := range []struct {
 		name, path, encoding, cache string
 	}{
 		{"plain", api.WidgetPath, "identity", "public, max-age=300"},
 		{"gzip", api.WidgetPath, "gzip", "public, max-age=300"},
-		{"pinned", api.WidgetPath + "?v=" + api.WidgetVersion(), "gzip", "public, max-age=31536000, immutable"},
+		{"pinned", api.WidgetPath + "?v=" + version, "gzip", "public, max-age=31536000, immutable"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			res, b := testkit.Get(t, base+tc.path, http.Header{"Accept-Encoding": {tc.encoding}})
@@ -50,8 +51,8 @@ func TestWidgetOnStack(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			if !bytes.Equal(b, api.WidgetScript()) {
-				t.Errorf("%d bytes, want the embedded script's %d", len(b), len(api.WidgetScript()))
+			if !bytes.Equal(b, script) {
+				t.Errorf("%d bytes, want the embedded script's %d", len(b), len(script))
 			}
 			if res, b := testkit.Get(t, base+tc.path, http.Header{"Accept-Encoding": {tc.encoding}, "If-None-Match": {res.Header.Get("ETag")}}); res.StatusCode != http.StatusNotModified || len(b) != 0 {
 				t.Errorf("with its ETag: %d, %d bytes; want 304 and none", res.StatusCode, len(b))

@@ -57,20 +57,12 @@ func keyStore(ctx context.Context, table string, getenv func(string) string) (st
 	return st, st.Close, nil
 }
 
-func loadAWS(ctx context.Context) (aws.Config, error) {
-	awsCfg, err := awsconfig.LoadDefaultConfig(ctx)
-	if err != nil {
-		return aws.Config{}, fmt.Errorf("AWS configuration: %w", err)
-	}
-	return awsCfg, nil
-}
-
 // openDynamoKeys loads the AWS configuration and checks that the region and
 // the keys table are there, so a wrong name is one line saying what to do.
 func openDynamoKeys(ctx context.Context, table string) (aws.Config, *dynamostore.Store, error) {
-	awsCfg, err := loadAWS(ctx)
+	awsCfg, err := awsconfig.LoadDefaultConfig(ctx)
 	if err != nil {
-		return aws.Config{}, nil, err
+		return aws.Config{}, nil, fmt.Errorf("AWS configuration: %w", err)
 	}
 	err = lambda.Check(ctx, awsCfg, lambda.Resources{
 		Tables: []lambda.Resource{{Name: table, Source: "--dynamodb-table"}},

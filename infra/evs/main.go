@@ -24,7 +24,6 @@ package main
 
 import (
 	"context"
-	"io"
 	"os"
 	"os/signal"
 	"syscall"
@@ -42,10 +41,4 @@ func main() {
 	code := execute(newRoot(c), os.Args[1:], os.Stderr)
 	stop()
 	os.Exit(code)
-}
-
-// run runs the command line args and returns the exit code: 0, 1 for a
-// failure, 2 for a command-line mistake.
-func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
-	return execute(newRoot(&cli{ctx: ctx, stdout: stdout, stderr: stderr, getenv: getenv}), args, stderr)
 }

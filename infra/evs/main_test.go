@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -20,6 +21,12 @@ import (
 	"github.com/evs-dev/evs/internal/sqlitestore"
 	"github.com/evs-dev/evs/internal/testkit"
 )
+
+// run runs the command line args and returns the exit code: 0, 1 for a
+// failure, 2 for a command-line mistake.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
+	return execute(newRoot(&cli{ctx: ctx, stdout: stdout, stderr: stderr, getenv: getenv}), args, stderr)
+}
 
 // runEVS runs the command in-process and returns its exit code and output.
 func runEVS(ctx context.Context, env map[string]string, args ...string) (int, string, string) {

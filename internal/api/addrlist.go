@@ -44,8 +44,8 @@ func listErrorf(format string, args ...any) *listError {
 
 // isTooMany reports whether err is the *listError of a list over its limit.
 func isTooMany(err error) bool {
-	var e *listError
-	return errors.As(err, &e) && e.TooMany
+	e, ok := errors.AsType[*listError](err)
+	return ok && e.TooMany
 }
 
 // utf8Reader passes through bytes that are valid UTF-8 and fails with a

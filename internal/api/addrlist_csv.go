@@ -98,8 +98,7 @@ func ReadListCSVRows(r io.Reader, lim ListLimits, lay CSVLayout, add func(addr s
 		case nil, bufio.ErrBufferFull:
 			continue
 		case io.EOF:
-			err := s.end()
-			return s.shape(shape), err
+			return s.shape(shape), s.end() // end changes neither delimiter nor line ends
 		default:
 			return s.shape(shape), err
 		}
@@ -121,18 +120,11 @@ type CSVLayout struct {
 // ParseDelimiter reads a delimiter as a client names it: the character
 // itself or its name ("comma", "semicolon", "tab", "pipe").
 func ParseDelimiter(s string) (byte, bool) {
-	switch strings.ToLower(s) {
-	case ",", "comma":
-		return ',', true
-	case ";", "semicolon":
-		return ';', true
-	case "\t", "tab":
-		return '\t', true
-	case "|", "pipe":
-		return '|', true
-	}
-	return 0, false
+	d, ok := delimiters[strings.ToLower(s)]
+	return d, ok
 }
+
+var delimiters = map[string]byte{",": ',', "comma": ',', ";": ';', "semicolon": ';', "\t": '\t', "tab": '\t', "|": '|', "pipe": '|'}
 
 const sniffBytes = 32 << 10
 

@@ -33,10 +33,9 @@ const (
 	KeptOutcomes Kept = "outcomes"
 )
 
-// What a kept thing is counted as, besides its own bytes. Estimates of
-// `evs serve`'s store with its indexes (sqlitestore's BenchmarkStorageBytes
-// measured 152.5 bytes an address with its result), so that a list of
-// addresses without rows is still counted.
+// What a kept thing is counted as besides its own bytes, so that a list
+// without rows still counts: estimates of `evs serve`'s store with its
+// indexes (sqlitestore's BenchmarkStorageBytes).
 const (
 	itemBytes    = 160
 	outcomeBytes = 640

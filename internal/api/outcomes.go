@@ -224,16 +224,12 @@ func outcomeOf(in outcomeJSON, now time.Time) (evs.Outcome, error) {
 	return o, nil
 }
 
+// trimChars cuts s to its first n characters, then trims the spaces the cut leaves.
 func trimChars(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	i := 0
 	for j := range s {
-		if i == n {
+		if n--; n < 0 {
 			return strings.TrimSpace(s[:j])
 		}
-		i++
 	}
 	return s
 }
@@ -411,11 +407,8 @@ func (h *Handler) deleteOutcomes(ctx context.Context, req *request, p evs.Princi
 	if email == "" {
 		return idempotency.Reply{}, evs.Errorf(evs.CodeInvalidRequest, "Query parameter \"email\" is required.")
 	}
-	if len(email) > MaxEmailLength || !utf8.ValidString(email) {
-		return idempotency.Reply{}, evs.Errorf(evs.CodeInvalidRequest, "Query parameter \"email\" is not a valid address.")
-	}
 	addr, domain, ok := verify.NormalizedKey(email)
-	if !ok {
+	if len(email) > MaxEmailLength || !utf8.ValidString(email) || !ok {
 		return idempotency.Reply{}, evs.Errorf(evs.CodeInvalidRequest, "Query parameter \"email\" is not a valid address.")
 	}
 	CallFromContext(ctx).Attr = slog.String("domain", domain)
@@ -503,13 +496,10 @@ func buildOutcomesReport(ctx context.Context, st Outcomes, accountID string) (ou
 		}
 		switch {
 		case o.Kind == evs.OutcomeDelivered:
-			r.Sent++
 			r.Delivered++
 		case o.HardBounce():
-			r.Sent++
 			r.HardBounces++
 		case o.Kind == evs.OutcomeBounced:
-			r.Sent++
 			r.SoftBounces++
 		case o.Kind == evs.OutcomeComplained:
 			r.Complaints++
@@ -528,7 +518,7 @@ func buildOutcomesReport(ctx context.Context, st Outcomes, accountID string) (ou
 			if r == nil {
 				continue
 			}
-			if r.Sent > 0 {
+			if r.Sent = r.Delivered + r.HardBounces + r.SoftBounces; r.Sent > 0 {
 				rate := float64(r.HardBounces) / float64(r.Sent)
 				r.BounceRate = &rate
 			}

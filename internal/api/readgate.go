@@ -56,17 +56,14 @@ func (g *readGate) admit(accountID string) (release func(), err error) {
 	}
 	g.busy++
 	g.byAcct[accountID]++
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			g.mu.Lock()
-			defer g.mu.Unlock()
-			g.busy--
-			if g.byAcct[accountID]--; g.byAcct[accountID] <= 0 {
-				delete(g.byAcct, accountID)
-			}
-		})
-	}, nil
+	return sync.OnceFunc(func() {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		g.busy--
+		if g.byAcct[accountID]--; g.byAcct[accountID] <= 0 {
+			delete(g.byAcct, accountID)
+		}
+	}), nil
 }
 
 // everyCall is the Route.Heavy of a route whose every call is heavy.

@@ -245,9 +245,8 @@ func keyedBatchID(scope, fingerprint string, gen int) string {
 	return uuid.NewSHA1(keyedNamespace, []byte(scope+"\x00"+fingerprint+"\x00"+strconv.Itoa(gen))).String()
 }
 
-// maxGenerations bounds the walk of storeKeyedBatch: about one generation
-// a day while batches are kept, plus one per retry refused because the
-// queue was down.
+// maxGenerations bounds storeKeyedBatch's walk: a generation a day while
+// batches are kept, plus one per retry refused while the queue was down.
 const maxGenerations = 100
 
 // unqueuedReason is the error of a batch that was stored but could not be
@@ -361,10 +360,9 @@ func (h *Handler) storeBatch(ctx context.Context, p evs.Principal, in parsedBatc
 }
 
 // dedupKey is the normalized address, which decides duplicates, and the
-// domain that groups work. An invalid address is its own trimmed text, in a
-// key space of its own, so it never drops a valid one as its duplicate.
-// Valid addresses are compared without case: no provider gives ALICE@ and
-// alice@ to two people.
+// domain that groups work. An invalid address is its own trimmed text in a
+// key space of its own, so it never drops a valid one; valid ones compare
+// without case (no provider gives ALICE@ and alice@ to two people).
 func dedupKey(email string) (key, domain string) {
 	key, domain, ok := verify.NormalizedKey(email)
 	if !ok {
@@ -490,9 +488,8 @@ func checkCount(n int) error {
 	return nil
 }
 
-// checkEmail refuses an entry that cannot be an address however it is
-// verified. U+FFFD too: encoding/json writes it for an unpaired surrogate
-// escape, and no address holds one.
+// checkEmail refuses what cannot be an address however it is verified; U+FFFD
+// too, which encoding/json writes for an unpaired surrogate escape.
 func checkEmail(s string, i int) error {
 	switch {
 	case strings.TrimSpace(s) == "":
@@ -730,18 +727,15 @@ func parseFilter(q map[string]string) (filter, error) {
 // (else msg) into a set, and its canonical, sorted form.
 func labelSet[T ~string](s string, valid func(T) bool, msg string) (map[T]bool, string, error) {
 	set := map[T]bool{}
-	for _, v := range strings.Split(s, ",") {
+	labels := strings.Split(s, ",")
+	for _, v := range labels {
 		if !valid(T(v)) {
 			return nil, "", evs.Errorf(evs.CodeInvalidRequest, "%s", msg)
 		}
 		set[T(v)] = true
 	}
-	out := make([]string, 0, len(set))
-	for v := range set {
-		out = append(out, string(v))
-	}
-	slices.Sort(out)
-	return set, strings.Join(out, ","), nil
+	slices.Sort(labels)
+	return set, strings.Join(slices.Compact(labels), ","), nil
 }
 
 func parseLimit(q map[string]string) (int, error) {
@@ -811,11 +805,10 @@ func (h *Handler) results(ctx context.Context, req *request, p evs.Principal) (i
 	return jsonReply(http.StatusOK, out), nil
 }
 
-// page returns the next results after c. Results are written out of
-// order; a page stops before the first address that has no result yet, so
-// its cursor never skips or repeats one, and is null only when nothing
-// more can come. Results the filter passes over still move the cursor;
-// one call reads at most pageScan results.
+// page returns the next results after c. Results are written out of order; a
+// page stops before the first address without one, so its cursor never skips
+// or repeats one, and is null only when nothing more can come. Results the
+// filter drops move it too; one call reads at most pageScan results.
 func (h *Handler) page(ctx context.Context, b evs.Batch, c cursor, f filter, limit int) ([]resultItem, *cursor, error) {
 	page := make([]resultItem, 0, limit)
 	next := c
@@ -870,13 +863,10 @@ func (h *Handler) page(ctx context.Context, b evs.Batch, c cursor, f filter, lim
 const pageScan = 5 * MaxPageLimit
 
 func wantsCSV(accept string) bool {
-	for _, part := range strings.Split(accept, ",") {
-		mt := strings.TrimSpace(strings.SplitN(part, ";", 2)[0])
-		if strings.EqualFold(mt, "text/csv") {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(strings.Split(accept, ","), func(part string) bool {
+		mt, _, _ := strings.Cut(part, ";")
+		return strings.EqualFold(strings.TrimSpace(mt), "text/csv")
+	})
 }
 
 // csvHeader is the contract's CSV header row.
@@ -931,10 +921,9 @@ func seeOther(j store.ExportJob) idempotency.Reply {
 
 const csvFirstPart = 64 << 10
 
-// csvRows writes a batch's written results that a filter keeps as the
-// contract's CSV, in submission order, a page at a time; a batch with
-// rows (RowStore) as the user's rows with the verdicts appended (rows.go),
-// unless the filter asks for layout=results.
+// csvRows writes the results a filter keeps as the contract's CSV, in
+// submission order, a page at a time; a batch with rows (RowStore) as the
+// user's rows with the verdicts appended (rows.go), unless layout=results.
 type csvRows struct {
 	batches         ResultReader
 	account, batch  string
@@ -1069,10 +1058,9 @@ func (c *csvRows) writeRowsUpTo(ctx context.Context, w io.Writer, limit int) (bo
 
 const rowsFlush = MaxPageLimit
 
-// export serves GET /v1/requests/{id}/export: the CSV that Accept:
-// text/csv would give, stored for a URL that needs no key until it
-// expires. On AWS it is a job (ExportJobs); `evs serve` writes it in the
-// call (ExportLinks).
+// export serves GET /v1/requests/{id}/export: the CSV Accept: text/csv gives,
+// stored for a URL that needs no key until it expires; a job on AWS
+// (ExportJobs), written in the call by `evs serve` (ExportLinks).
 func (h *Handler) export(ctx context.Context, req *request, p evs.Principal) (idempotency.Reply, error) {
 	if h.d.ExportLinks == nil && h.d.ExportJobs == nil {
 		return idempotency.Reply{}, evs.Errorf(evs.CodeNotFound, "No such route.")

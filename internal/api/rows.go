@@ -341,10 +341,7 @@ func (j *rowsJoin) result(ctx context.Context, rr ResultReader, account, batch s
 func (j *rowsJoin) dataRow(fields []string, r *evs.Result, line, dupOf string) []string {
 	out := j.userFields(fields)
 	if r == nil {
-		for range len(verdictColumns) - 2 {
-			out = append(out, "")
-		}
-		return append(out, line, dupOf)
+		return append(append(out, make([]string, len(verdictColumns)-2)...), line, dupOf)
 	}
 	return append(appendVerdict(out, r.Decision), line, dupOf)
 }

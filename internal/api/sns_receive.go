@@ -103,12 +103,7 @@ func (s *SNSOutcomes) Receive(ctx context.Context, accountID string, body []byte
 	return r, nil
 }
 
-func (s *SNSOutcomes) now() time.Time {
-	if s.Now == nil {
-		return time.Now()
-	}
-	return s.Now()
-}
+func (s *SNSOutcomes) now() time.Time { return evs.Now(s.Now) }
 
 // HTTPConfirm returns a Confirm that GETs the SubscribeURL with client
 // and wants a 200.

@@ -48,16 +48,6 @@ var widgetVersion, widgetGz = func() (string, []byte) {
 	return hex.EncodeToString(sum[:8]), b.Bytes()
 }()
 
-// WidgetScript is the widget's source, as served without compression.
-func WidgetScript() []byte { return widgetJS }
-
-// WidgetVersion names the embedded widget: 16 hex digits of its content's
-// SHA-256, the value of its ETag and of the ?v= that pins it.
-func WidgetVersion() string { return widgetVersion }
-
-// WidgetGzipped is the widget as served to a client that takes gzip.
-func WidgetGzipped() []byte { return widgetGz }
-
 // WidgetHandler serves the widget at WidgetPath to any page: no key, GET
 // and HEAD only, cross-origin, and readable by CORS so that a page may
 // check it with Subresource Integrity.

@@ -83,12 +83,7 @@ func (e *EMF) writeLine(vs []emfValue, alsoTotal bool, dims ...string) {
 	e.emit(vs, alsoTotal, dims...)
 }
 
-func (e *EMF) now() time.Time {
-	if e.Now != nil {
-		return e.Now()
-	}
-	return time.Now()
-}
+func (e *EMF) now() time.Time { return evs.Now(e.Now) }
 
 // hold adds vs to the sums of their kind, and flushes the sums held for a
 // minute: a metric is never later than that.

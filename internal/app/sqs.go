@@ -8,7 +8,6 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -37,9 +36,6 @@ type Queue struct {
 
 // NewQueue returns a queue on the SQS queue at url.
 func NewQueue(client Client, url string) *Queue { return &Queue{client: client, url: url} }
-
-// ErrNoQueue is returned when the queue URL is not configured.
-var ErrNoQueue = errors.New("sqsqueue: EVS_QUEUE_URL is not set")
 
 // Enqueue queues the plan of a new batch.
 func (q *Queue) Enqueue(ctx context.Context, b evs.Batch) error {

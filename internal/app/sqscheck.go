@@ -23,9 +23,8 @@ func CheckQueue(client *sqs.Client, q lambda.Resource) func(ctx context.Context,
 		_, err := client.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
 			QueueUrl: aws.String(q.Name), AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameQueueArn},
 		})
-		var nq *types.QueueDoesNotExist
-		var ae smithy.APIError
-		if errors.As(err, &nq) || (errors.As(err, &ae) && ae.ErrorCode() == "AWS.SimpleQueueService.NonExistentQueue") {
+		_, nq := errors.AsType[*types.QueueDoesNotExist](err)
+		if ae, ok := errors.AsType[smithy.APIError](err); nq || ok && ae.ErrorCode() == "AWS.SimpleQueueService.NonExistentQueue" {
 			return lambda.NotFound("SQS queue "+q.Name, q.Source, region, fix)
 		}
 		return lambda.Unreachable(err, region)

@@ -29,9 +29,6 @@ const PublishablePrefix = "evs_pk."
 // secretLen is the length of 32 bytes in unpadded base64url.
 const secretLen = 43
 
-// KeyLen is the length of a whole key.
-const KeyLen = len(KeyPrefix) + secretLen
-
 // NewKey returns a fresh key from crypto/rand.
 func NewKey() (string, error) { return NewKeyFrom(rand.Reader) }
 

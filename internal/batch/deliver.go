@@ -23,10 +23,6 @@ type WebhookSlotStore interface {
 	AcquireSlot(ctx context.Context, key string, slots int, ttl time.Duration) (release func(), ok bool, err error)
 }
 
-func (w *Worker) webhookPerAccount() int {
-	return positiveOr(w.WebhookPerAccount, webhook.DefaultPerAccount)
-}
-
 // deliver makes the due attempt of a delivery and queues the next look at
 // it. Every attempt goes through the store's claim, so duplicate messages
 // never make an attempt twice.
@@ -38,7 +34,7 @@ func (w *Worker) deliver(ctx context.Context, m Message) error {
 		// At most PerAccount attempts of one account at once across every
 		// invocation: an account whose receiver never answers holds its
 		// own slots for 10 s each, not the worker's.
-		release, ok, err := w.WebhookSlots.AcquireSlot(ctx, "webhook#"+m.AccountID, w.webhookPerAccount(), webhook.Lease)
+		release, ok, err := w.WebhookSlots.AcquireSlot(ctx, "webhook#"+m.AccountID, positiveOr(w.WebhookPerAccount, webhook.DefaultPerAccount), webhook.Lease)
 		if err != nil {
 			return err
 		}

@@ -8,7 +8,6 @@ package batch
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"sort"
 	"sync"
 	"time"
@@ -115,7 +114,7 @@ func GroupByDomain(items []evs.Item) []Group {
 	return gs
 }
 
-// Outcome is what VerifyGroup did with a group.
+// Outcome is what VerifyGroupWith did with a group.
 type Outcome struct {
 	Results []evs.Result // verdicts to write
 	Retry   []evs.Item   // greylisted, for a later attempt
@@ -133,12 +132,6 @@ type Outcome struct {
 
 // DefaultExitRetry is the default Processor.ExitRetry.
 const DefaultExitRetry = 30 * time.Second
-
-// VerifyGroup runs one group's SMTP sessions, one after another: see
-// VerifyGroupWith.
-func (p *Processor) VerifyGroup(ctx context.Context, startBy time.Time, test bool, mode evs.Mode, g Group, attempt int) (Outcome, error) {
-	return p.VerifyGroupWith(ctx, startBy, test, mode, g, attempt, nil)
-}
 
 // SlotFunc takes a session slot for one more session of a group at once
 // (politeness.Gate.ExtraSlot); ok is false when none is free now.
@@ -211,11 +204,7 @@ func (p *Processor) VerifyGroupWith(ctx context.Context, startBy time.Time, test
 		if attempt+1 < r.maxGrey {
 			o.Retry = append(o.Retry, unanswered...)
 		} else {
-			now := time.Now
-			if p.Now != nil {
-				now = p.Now
-			}
-			o.Results = append(o.Results, TimeoutResults(unanswered, mode, test, DetailSession, now())...)
+			o.Results = append(o.Results, TimeoutResults(unanswered, mode, test, DetailSession, evs.Now(p.Now))...)
 		}
 	}
 	sort.Slice(o.Results, func(i, j int) bool { return o.Results[i].Seq < o.Results[j].Seq })
@@ -430,13 +419,9 @@ func Backoff(base time.Duration, n int) time.Duration {
 	return politeness.Double(base, 0, n-1)
 }
 
-func logErr(l *slog.Logger, msg string, b evs.Batch, err error) {
-	l.Error(msg, slog.String("batchId", b.ID), slog.String("accountId", b.AccountID), slog.String("error", err.Error()))
-}
-
 // RcptBound is the most RCPT commands a group of n addresses sends: one
 // per address and at most one accept-all probe per session of
-// PerConnection. VerifyGroup never spends more.
+// PerConnection. VerifyGroupWith never spends more.
 func (p *Processor) RcptBound(n int) int { return politeness.Rcpts(n, p.perConnection()) }
 
 // ItemsWithin is the most addresses of a group whose RcptBound fits in

@@ -164,7 +164,8 @@ func (s stepper) run(ctx context.Context, t task, startBy time.Time) (d stepDone
 		// The cache itself leaves out what may not be reused; a fault
 		// costs a later probe, the verdicts stand.
 		if err := s.cache.Keep(ctx, t.b.AccountID, ds...); err != nil {
-			logErr(s.logger, "could not keep verdicts in the result cache", t.b, err)
+			s.logger.Error("could not keep verdicts in the result cache", slog.String("batchId", t.b.ID),
+				slog.String("accountId", t.b.AccountID), slog.String("error", err.Error()))
 		}
 	}
 	if o.Throttled {

@@ -17,9 +17,8 @@ import (
 )
 
 // Batch work is message-driven: a plan message becomes work messages
-// (addresses packed by domain) whose groups run through the step. Results
-// go through the store's exactly-once PutResults, so a redelivered message
-// never counts an address twice.
+// (addresses packed by domain) run through the step; PutResults is
+// exactly-once, so a redelivered message never counts an address twice.
 
 // Message kinds.
 const (
@@ -39,10 +38,9 @@ type Message struct {
 	Attempt   int        `json:"attempt,omitempty"`
 	From      int        `json:"from,omitempty"`    // plan: the input's first position not planned yet
 	Planned   int        `json:"planned,omitempty"` // plan: addresses earlier windows sent
-	// Recheck is set on a plan that may find results in its input (a
-	// sweep's re-plan, a restart, a redelivered plan) and on its work:
-	// the plan leaves out what has results, the work checks again, as a
-	// redelivery does. A new batch's plan reads its input unchecked.
+	// Recheck is set on a plan that may find results in its input (a sweep's
+	// re-plan, a restart, a redelivery), which it leaves out, and on its
+	// work, which checks again. A new batch's plan reads its input unchecked.
 	Recheck bool `json:"recheck,omitempty"`
 	// CacheRead is set on work the worker sends on: its items were looked up
 	// in the result cache already. A redelivery, which may have kept
@@ -154,10 +152,9 @@ type Worker struct {
 	ExportCSV func(ctx context.Context, j store.ExportJob, w io.Writer) error
 }
 
-// StartBy is when the worker stops starting sessions in an invocation
-// whose context ends at its deadline (the zero time without one): Reserve
-// before it, but never more than half of what is left, so an invocation
-// shorter than the reserve still gets work done.
+// StartBy is when the worker stops starting sessions in an invocation whose
+// context ends at its deadline (zero without one): Reserve before it, but
+// never more than half of what is left, so a short invocation still works.
 func (w *Worker) StartBy(ctx context.Context) time.Time {
 	dl, ok := ctx.Deadline()
 	if !ok {
@@ -206,12 +203,7 @@ func (w *Worker) Handle(ctx context.Context, m Message, redelivered bool, startB
 
 func (w *Worker) logger() *slog.Logger { return cmp.Or(w.Logger, slog.Default()) }
 
-func (w *Worker) now() time.Time {
-	if w.Now == nil {
-		return time.Now()
-	}
-	return w.Now()
-}
+func (w *Worker) now() time.Time { return evs.Now(w.Now) }
 
 // plan turns a window of a batch's pending items into work messages and,
 // once half of it is done, plans the next: other batches' messages
@@ -236,7 +228,10 @@ func (w *Worker) plan(ctx context.Context, m Message) error {
 	if PastDeadline(b, w.Deadline, w.now()) {
 		return w.expire(ctx, b)
 	}
-	window := w.planWindow()
+	window := w.PlanWindow
+	if window <= 1 {
+		window = 2000
+	}
 	if m.From > 0 && b.Counters.Processed < m.Planned-window/2 {
 		// Half the last window is still in the queue: look again later.
 		return w.Queue.Send(ctx, []Message{m}, planPoll)
@@ -281,13 +276,6 @@ func (w *Worker) plan(ctx context.Context, m Message) error {
 // looks again.
 const planPoll = 5 * time.Second
 
-func (w *Worker) planWindow() int {
-	if w.PlanWindow <= 1 {
-		return 2000
-	}
-	return w.PlanWindow
-}
-
 func (w *Worker) packSize() int { return positiveOr(w.PackSize, evs.PackSize) }
 
 // positiveOr is v when it is positive, else def.
@@ -324,10 +312,9 @@ func Pack(accountID, batchID string, items []evs.Item, size int) []Message {
 	return out
 }
 
-// work verifies one message's addresses and writes their results at once.
-// A redelivered message skips the addresses that already have results.
-// Past the invocation's startBy no new session starts: the results so far
-// are written and the rest goes back on the queue, as a new message.
+// work verifies a message's addresses and writes their results; a redelivery
+// skips those that have one. Past startBy no session starts: the results so
+// far are written and the rest goes back on the queue as a new message.
 func (w *Worker) work(ctx context.Context, m Message, again bool, startBy time.Time) error {
 	b, err := w.Store.Batch(ctx, m.AccountID, m.BatchID)
 	if err != nil {
@@ -525,10 +512,9 @@ func (w *Worker) timeout(ctx context.Context, b evs.Batch, items []evs.Item, tes
 	return err
 }
 
-// write writes results of m. On a queue that does not redeliver m, the
-// write lands even while the service shuts down (these verdicts cost
-// network work), and a refusal is retried after a back-off until the
-// store takes them or ctx ends.
+// write writes results of m. On a queue that does not redeliver m the write
+// lands even while the service shuts down (the verdicts cost network work): a
+// refusal is retried after a back-off until the store takes them or ctx ends.
 func (w *Worker) write(ctx context.Context, m Message, rs []evs.Result) (evs.Batch, error) {
 	if w.Queue.Redelivers() {
 		return w.Store.PutResults(ctx, m.AccountID, m.BatchID, rs, w.now())

@@ -273,16 +273,9 @@ func FromEnv(getenv func(string) string, onLambda bool) (Config, error) {
 		}
 	}
 	c.Retention = time.Duration(value(getenv, "EVS_RETENTION_DAYS", 30, "a positive number of days", wholeFrom[int](1), &errs)) * 24 * time.Hour
-	switch s := strings.ToLower(getenv("EVS_LOG_LEVEL")); s {
-	case "", "info":
-		c.LogLevel = slog.LevelInfo
-	case "debug":
-		c.LogLevel = slog.LevelDebug
-	case "warn", "warning":
-		c.LogLevel = slog.LevelWarn
-	case "error":
-		c.LogLevel = slog.LevelError
-	default:
+	s := strings.ToLower(getenv("EVS_LOG_LEVEL"))
+	var known bool
+	if c.LogLevel, known = logLevels[s]; !known {
 		errs = append(errs, fmt.Errorf("EVS_LOG_LEVEL: %q is not debug, info, warn or error", s))
 	}
 	c.MaxActiveBatches = value(getenv, "EVS_MAX_ACTIVE_BATCHES", 10, "a positive whole number", wholeFrom[int](1), &errs)
@@ -333,6 +326,9 @@ func FromEnv(getenv func(string) string, onLambda bool) (Config, error) {
 	c.APIKey = getenv("EVS_API_KEY")
 	return c, errors.Join(errs...)
 }
+
+var logLevels = map[string]slog.Level{"": slog.LevelInfo, "info": slog.LevelInfo, "debug": slog.LevelDebug,
+	"warn": slog.LevelWarn, "warning": slog.LevelWarn, "error": slog.LevelError}
 
 // SetSMTPProxy sets the SOCKS5 exits fetched from the secret that
 // EVS_SMTP_PROXY_SECRET names: one URL, or a comma-separated list

@@ -63,8 +63,7 @@ func (s *Store) ActiveBatches(ctx context.Context, accountID string) (int, error
 	return n, err
 }
 
-// CreateBatchWithin stores b and its items unless the account already has
-// maxActive active batches.
+// CreateBatchWithin counts and creates under the account's create lock.
 func (s *Store) CreateBatchWithin(ctx context.Context, b evs.Batch, items []evs.Item, maxActive int) error {
 	if maxActive <= 0 {
 		return s.CreateBatch(ctx, b, items)

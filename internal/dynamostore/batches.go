@@ -408,9 +408,8 @@ func (s *Store) PutResults(ctx context.Context, accountID, id string, results []
 	return s.completeIfDone(ctx, accountID, id, now)
 }
 
-// putChunk writes one transaction of results, dropping those already
-// written and retrying. final reports that the batch was final or gone, so
-// nothing was or should be written.
+// putChunk writes one transaction of results, dropping those written before
+// and retrying; final reports a batch final or gone: nothing to write.
 func (s *Store) putChunk(ctx context.Context, accountID, id string, chunk []evs.Result, encoded map[int][]byte, ttl types.AttributeValue) (final bool, err error) {
 	// attempt counts only the retries that made no progress (conflicts,
 	// throttling); dropping written results always shrinks the chunk.
@@ -441,8 +440,8 @@ func (s *Store) putChunk(ctx context.Context, accountID, id string, chunk []evs.
 		if err == nil {
 			return false, nil
 		}
-		var tc *types.TransactionCanceledException
-		if !errors.As(err, &tc) || len(tc.CancellationReasons) != len(tx) {
+		tc, ok := errors.AsType[*types.TransactionCanceledException](err)
+		if !ok || len(tc.CancellationReasons) != len(tx) {
 			return false, wrapErr("write results", err)
 		}
 		reasons := tc.CancellationReasons
@@ -612,10 +611,9 @@ func pages[O any](ctx context.Context, p interface {
 	return nil
 }
 
-// InputItems returns up to limit items from position from of the input
-// object (in plan order: by domain), and the position after them, or -1
-// at its end: one GET of the object's index, one of the chunks that hold
-// them.
+// InputItems returns up to limit items from position from of the input object
+// (plan order: by domain) and the position after them, or -1 at its end: a
+// GET of the object's index, one of the chunks.
 func (s *Store) InputItems(ctx context.Context, accountID, id string, from, limit int) ([]evs.Item, int, error) {
 	it, err := s.batchItem(ctx, accountID, id)
 	if err != nil {
@@ -646,9 +644,8 @@ func (s *Store) InputItems(ctx context.Context, accountID, id string, from, limi
 	return items, -1, nil
 }
 
-// FirstPending returns the smallest seq in (after, upTo] without a result,
-// or -1: the written seqs of that range, a results key at a time, up to the
-// first gap.
+// FirstPending returns the smallest seq in (after, upTo] without a result, or
+// -1, reading the written seqs a results key at a time up to the first gap.
 func (s *Store) FirstPending(ctx context.Context, accountID, id string, after, upTo int) (int, error) {
 	it, err := s.batchItem(ctx, accountID, id)
 	if err != nil {

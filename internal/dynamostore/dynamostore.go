@@ -307,8 +307,8 @@ func apiCode(err error) string {
 
 // isConditionFailed tells whether a single-item write's condition failed.
 func isConditionFailed(err error) bool {
-	var cf *types.ConditionalCheckFailedException
-	return errors.As(err, &cf)
+	_, ok := errors.AsType[*types.ConditionalCheckFailedException](err)
+	return ok
 }
 
 // applied tells whether a conditional write (err is its own) took effect:
@@ -394,10 +394,9 @@ func Open(ctx context.Context, t Tables, getenv func(string) string) (*Store, aw
 
 // LambdaConfig is the AWS configuration of a Lambda function's environment:
 // AWS_REGION, the role's credentials and, in tests and SAM local,
-// AWS_ENDPOINT_URL. It avoids config.LoadDefaultConfig, which links every
-// other credential source (SSO, STS, shared files, IMDS): about 190 KB per
-// zipped function, which took the worker's zip over 5 MiB. The operator
-// tool (infra/evs) keeps the SDK's loader.
+// AWS_ENDPOINT_URL. It avoids config.LoadDefaultConfig, whose other
+// credential sources (SSO, STS, shared files, IMDS) weigh on every zip; the
+// operator tool (infra/evs) keeps the SDK's loader.
 func LambdaConfig(getenv func(string) string) (aws.Config, error) {
 	region := cmp.Or(getenv("AWS_REGION"), getenv("AWS_DEFAULT_REGION"))
 	id, secret := getenv("AWS_ACCESS_KEY_ID"), getenv("AWS_SECRET_ACCESS_KEY")

@@ -327,8 +327,8 @@ func (s *Store) ListKeys(ctx context.Context) ([]evs.Key, error) {
 // cancellation where only conditions failed, and which items failed theirs;
 // any other reason (a conflict, throttling) gives ok false.
 func conditionFailures(err error) (failed []bool, ok bool) {
-	var tc *types.TransactionCanceledException
-	if err == nil || !errors.As(err, &tc) {
+	tc, ok := errors.AsType[*types.TransactionCanceledException](err)
+	if !ok {
 		return nil, false
 	}
 	failed = make([]bool, len(tc.CancellationReasons))

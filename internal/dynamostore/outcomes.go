@@ -224,9 +224,8 @@ func outcomeID(o evs.Outcome) string {
 	return fmt.Sprintf("%s#%013d#%s", o.Address, o.At.UnixMilli(), o.Kind)
 }
 
-// PutOutcomes stores the account's new outcomes, each a conditional put, a
-// few in flight. It is not one transaction: after a fault, those written
-// count as duplicates when the client retries.
+// PutOutcomes makes a conditional put per outcome, a few in flight: not one
+// transaction, so after a fault those written are duplicates to the retry.
 func (s *Store) PutOutcomes(ctx context.Context, accountID string, os []evs.Outcome, expiresAt time.Time) (int, error) {
 	if len(os) == 0 {
 		return 0, nil

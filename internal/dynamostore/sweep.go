@@ -13,7 +13,7 @@ import (
 	"github.com/evs-dev/evs/internal/evs"
 )
 
-// The periodic sweep (sqsqueue's KindSweep) finds the batches and webhook
+// The periodic sweep (batch.KindSweep) finds the batches and webhook
 // deliveries that no SQS message carries any more: messages that went to
 // the dead-letter queue, or were never sent because the queue was down.
 //

@@ -54,6 +54,14 @@ func CheckTransition(b Batch, from []State, to State) error {
 // has run yet (DynamoDB's TTL deletes late).
 func Live(expiresAt, now time.Time) bool { return now.Before(expiresAt) }
 
+// Now reads clock now, or time.Now when it is nil (a type's Now field left unset).
+func Now(now func() time.Time) time.Time {
+	if now == nil {
+		return time.Now()
+	}
+	return now()
+}
+
 // Counters are a batch's counters. At every moment a client can observe:
 // Processed = Deliverable + Undeliverable + Risky + Unknown <= Total - Duplicates.
 type Counters struct {

@@ -3,6 +3,7 @@ package evs
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 )
@@ -253,14 +254,7 @@ func (c SMTPCheck) AcceptAllUnknown() bool {
 }
 
 // Valid tells whether r is one of the contract's reason codes.
-func (r Reason) Valid() bool {
-	for _, c := range Reasons() {
-		if r == c {
-			return true
-		}
-	}
-	return false
-}
+func (r Reason) Valid() bool { return slices.Contains(Reasons(), r) }
 
 // Provider names the mail service behind a domain's preferred MX host, or
 // is "" when none was found: the contract shows that as null, not as an

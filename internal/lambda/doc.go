@@ -20,7 +20,7 @@
 // calls. ResolveSMTPProxy reads the SOCKS5 exits from Secrets Manager, here
 // so that internal/config stays free of AWS.
 //
-// The SQS side is package sqsqueue's: it links the engine and the SQS
-// client, and the authorizer function, which imports this package, must
-// link neither (internal/verify's TestLayout).
+// The SQS side is internal/app's: it links the engine and the SQS client,
+// and the authorizer function, which imports this package, must link
+// neither (internal/verify's TestLayout).
 package lambda

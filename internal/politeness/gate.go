@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/verify"
 )
 
@@ -85,12 +86,7 @@ func (t Ticket) Done(ctx context.Context, throttled bool) (pausedUntil time.Time
 	return t.done(ctx, throttled)
 }
 
-func (g *Gate) now() time.Time {
-	if g.Now != nil {
-		return g.Now()
-	}
-	return time.Now()
-}
+func (g *Gate) now() time.Time { return evs.Now(g.Now) }
 
 // Until is the wait on the gate's clock from now to t (0 for the zero time
 // or the past), whatever clock its callers keep.

@@ -19,10 +19,6 @@ type batchLog struct {
 	tenths map[string]int
 }
 
-func newBatchLog(l *slog.Logger) *batchLog {
-	return &batchLog{logger: l, tenths: make(map[string]int)}
-}
-
 // written is the store's OnStateChange hook. Hooks of one batch may run in
 // any order: a progress line is logged only for a tenth past the last one.
 func (l *batchLog) written(b evs.Batch, from evs.State) {

@@ -138,7 +138,8 @@ func start(t *testing.T, o options) *harness {
 	}
 	pc := smtpprobe.Config{HELO: "probe.evs.test", Port: h.smtp.Port, Resolver: res, Egress: loopback, ReplyTimeout: replyTimeout, DialTimeout: time.Second}
 	if o.smtpProxy != "" {
-		if pc.Dialer, err = smtpprobe.NewSOCKS5Dialer(o.smtpProxy, loopback); err != nil {
+		exit := config.SMTPExit{URL: o.smtpProxy, Name: "exit"}
+		if pc.Dialer, err = smtpprobe.NewExits(smtpprobe.ExitsConfig{Exits: []config.SMTPExit{exit}, Policy: loopback}); err != nil {
 			t.Fatal(err)
 		}
 	}

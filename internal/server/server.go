@@ -162,7 +162,7 @@ func New(o Options) (*Server, error) {
 		p.watchDisk(o.FreeBytes, o.Config.MinFreeBytes)
 	}
 	if sc, ok := o.Store.(stateChanges); ok {
-		sc.OnStateChange(newBatchLog(o.Logger).written)
+		sc.OnStateChange((&batchLog{logger: o.Logger, tenths: map[string]int{}}).written)
 	}
 	if w, ok := o.Store.(interface{ Warnings() []string }); ok { // security-relevant: said at start
 		for _, msg := range w.Warnings() {
@@ -223,9 +223,6 @@ func New(o Options) (*Server, error) {
 	}
 	return &Server{opts: o, rt: rt, edge: gw, batches: batches, hooks: hooks}, nil
 }
-
-// Handler is the HTTP face of the server.
-func (s *Server) Handler() http.Handler { return s.edge }
 
 // PendingAddresses counts the addresses of queued and running batches
 // without a result yet (evs_batch_addresses_pending).

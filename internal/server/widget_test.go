@@ -9,6 +9,7 @@ import (
 
 	"github.com/evs-dev/evs/internal/api"
 	"github.com/evs-dev/evs/internal/evs"
+	"github.com/evs-dev/evs/internal/testkit"
 )
 
 // The contract's check reads the widget's body as the text it is.
@@ -22,12 +23,13 @@ func init() {
 // counts as a failed authentication (which a key-less route must not).
 func TestWidgetOnServe(t *testing.T) {
 	h := start(t, options{})
+	script, version := testkit.Widget(t)
 	r := h.do(req{path: api.WidgetPath})
-	if r.status != http.StatusOK || !bytes.Equal(r.body, api.WidgetScript()) {
-		t.Fatalf("GET %s: %d, %d bytes; want 200 and the embedded %d", api.WidgetPath, r.status, len(r.body), len(api.WidgetScript()))
+	if r.status != http.StatusOK || !bytes.Equal(r.body, script) {
+		t.Fatalf("GET %s: %d, %d bytes; want 200 and the embedded %d", api.WidgetPath, r.status, len(r.body), len(script))
 	}
 	tag := r.header.Get("ETag")
-	if r := h.do(req{path: api.WidgetPath + "?v=" + api.WidgetVersion(), headers: map[string]string{"If-None-Match": tag}}); r.status != http.StatusNotModified {
+	if r := h.do(req{path: api.WidgetPath + "?v=" + version, headers: map[string]string{"If-None-Match": tag}}); r.status != http.StatusNotModified {
 		t.Errorf("If-None-Match %s: %d, want 304", tag, r.status)
 	}
 	if r := h.do(req{method: http.MethodPost, path: api.WidgetPath, body: "{}"}); r.status != http.StatusMethodNotAllowed || r.errorCode(t) != evs.CodeMethodNotAllowed || r.header.Get("Allow") != "GET, HEAD" {

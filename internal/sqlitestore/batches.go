@@ -126,8 +126,7 @@ func (s *Store) CreateBatch(ctx context.Context, b evs.Batch, items []evs.Item) 
 
 const activeQuery = `SELECT COUNT(*) FROM batches WHERE state IN (?, ?) AND account_id = ? AND expires_at > ?`
 
-// ActiveBatches counts the account's live batches in state queued or
-// running.
+// ActiveBatches counts the account's live queued or running batches.
 func (s *Store) ActiveBatches(ctx context.Context, accountID string) (int, error) {
 	var n int
 	err := s.rdb.QueryRowContext(ctx, activeQuery, evs.StateQueued, evs.StateRunning, accountID, millis(s.now())).Scan(&n)
@@ -211,8 +210,7 @@ func (s *Store) batch(ctx context.Context, st *sql.Stmt, accountID, id string) (
 	return b, key, rowErr(err, "read batch", store.NoBatch)
 }
 
-// TransitionBatch moves the batch to `to` if its state is in from. A final
-// state is never left, whatever from says.
+// TransitionBatch moves the batch to `to` in one write transaction.
 func (s *Store) TransitionBatch(ctx context.Context, accountID, id string, from []evs.State, to evs.State, errMsg string, now time.Time) (evs.Batch, error) {
 	defer s.touched(accountID, id)
 	var out evs.Batch
@@ -291,7 +289,10 @@ func (s *Store) PutResults(ctx context.Context, accountID, id string, results []
 			}
 			n, err := changed(s.exec(ctx, tx, insertResults(k), args...))
 			if err != nil {
-				return resultsErr(err)
+				if constraint(err, sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY) {
+					return store.NoSuchItem()
+				}
+				return dbErr("write results", err)
 			}
 			recount = recount || n != int64(k)
 			done += k
@@ -314,10 +315,8 @@ func (s *Store) PutResults(ctx context.Context, accountID, id string, results []
 var statusCodes = [...]evs.Status{evs.Deliverable, evs.Undeliverable, evs.Risky, evs.Unknown}
 
 func statusCode(st evs.Status) int {
-	for i, c := range statusCodes {
-		if c == st {
-			return i
-		}
+	if i := slices.Index(statusCodes[:], st); i >= 0 {
+		return i
 	}
 	return len(statusCodes) - 1 // unknown
 }
@@ -358,16 +357,7 @@ func (s *Store) recount(ctx context.Context, tx *sql.Tx, key int64, b evs.Batch,
 	return nil
 }
 
-func resultsErr(err error) error {
-	if constraint(err, sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY) {
-		return store.NoSuchItem()
-	}
-	return dbErr("write results", err)
-}
-
-// Results returns up to limit results with Seq > afterSeq in Seq order,
-// only those of status when status is not empty. A result's Email is its
-// item's address.
+// Results reads a page of results (store.Batches); their Email is the item's.
 func (s *Store) Results(ctx context.Context, accountID, id string, afterSeq, limit int, status evs.Status) ([]evs.Result, error) {
 	q, args := qResults, func(key int64) []any { return []any{key, afterSeq, max(limit, 0)} }
 	if status != "" {

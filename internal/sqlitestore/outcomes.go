@@ -168,8 +168,7 @@ const (
 	outcomeNoScore   = -1
 )
 
-// PutOutcomes stores the outcomes the account has not stored yet, in one
-// transaction (store.Outcomes).
+// PutOutcomes stores the account's new outcomes in one transaction.
 func (s *Store) PutOutcomes(ctx context.Context, accountID string, os []evs.Outcome, expiresAt time.Time) (int, error) {
 	if len(os) == 0 {
 		return 0, nil
@@ -334,8 +333,7 @@ func inList(xs []string, args ...any) (string, []any) {
 	return `(?` + strings.Repeat(`, ?`, len(xs)-1) + `)`, args
 }
 
-// DeleteOutcomes deletes the account's outcomes of address
-// (store.Outcomes).
+// DeleteOutcomes deletes the account's outcomes of address.
 func (s *Store) DeleteOutcomes(ctx context.Context, accountID, address string) (int, error) {
 	var n int
 	err := s.writeOne(ctx, true, func(ctx context.Context, tx *sql.Tx) error {
@@ -369,8 +367,7 @@ func (s *Store) DeleteOutcomes(ctx context.Context, accountID, address string) (
 	return n, err
 }
 
-// EachOutcome calls fn with each of the account's unexpired outcomes
-// (store.Outcomes), from one read transaction.
+// EachOutcome calls fn with each unexpired outcome, in one read transaction.
 func (s *Store) EachOutcome(ctx context.Context, accountID string, fn func(evs.Outcome) error) error {
 	rows, err := s.rdb.QueryContext(ctx, qAccountOutcomes, accountID, millis(s.now()))
 	return scanOutcomes(rows, err, func(o evs.Outcome, _ int64) error { return fn(o) })
@@ -397,8 +394,7 @@ func scanOutcomes(rows *sql.Rows, err error, fn func(o evs.Outcome, expires int6
 	})
 }
 
-// LastVerdicts returns the latest cached decision of each address, in
-// either mode (store.Outcomes).
+// LastVerdicts returns each address's latest cached decision, in either mode.
 func (s *Store) LastVerdicts(ctx context.Context, accountID string, addresses []string) (map[string]evs.Decision, error) {
 	out := map[string]evs.Decision{}
 	if len(addresses) == 0 {

@@ -484,8 +484,8 @@ func changed(res sql.Result, err error) (int64, error) {
 }
 
 func unavailable(err error) bool {
-	var se *sqlite.Error
-	if !errors.As(err, &se) {
+	se, ok := errors.AsType[*sqlite.Error](err)
+	if !ok {
 		return false
 	}
 	switch se.Code() & 0xff {
@@ -501,8 +501,8 @@ func unavailable(err error) bool {
 // constraint tells whether err is a violated constraint of kind ext (an
 // extended SQLITE_CONSTRAINT_* code).
 func constraint(err error, ext int) bool {
-	var se *sqlite.Error
-	return errors.As(err, &se) && se.Code() == ext
+	se, ok := errors.AsType[*sqlite.Error](err)
+	return ok && se.Code() == ext
 }
 
 // Times are stored as UTC unix milliseconds; NULL is the zero time.

@@ -77,39 +77,16 @@ const (
 // its own allocation, for writers of many results.
 func AppendDecision(b []byte, d evs.Decision) []byte {
 	c := d.Checks
-	var bits uint64
-	for i, on := range []bool{
-		d.Flags.Disposable, d.Flags.Role, d.Flags.Free, d.Flags.AcceptAll, d.Flags.SMTPUTF8,
-		c.Syntax.Valid, c.DNS.ImplicitMX, c.SMTP.TLS, d.TestMode, d.Cached,
-	} {
-		if on {
-			bits |= 1 << i
-		}
-	}
-	var has uint64
-	if d.Normalized != d.Email {
-		has |= hasNormalized
-	}
-	if d.Suggestion != nil {
-		has |= hasSuggestion
-	}
+	bits := bitsOf(d.Flags.Disposable, d.Flags.Role, d.Flags.Free, d.Flags.AcceptAll, d.Flags.SMTPUTF8,
+		c.Syntax.Valid, c.DNS.ImplicitMX, c.SMTP.TLS, d.TestMode, d.Cached)
 	host := c.SMTP.Host
-	if c.SMTP.Provider != "" {
-		has |= hasProvider
-	}
-	if c.SMTP.CatchAll != "" {
-		has |= hasCatchAll
-	}
-	if c.History != nil {
-		has |= hasHistory
-	}
-	if c.DomainHistory != nil {
-		has |= hasDomainHistory
-	}
-	if host != "" && len(c.DNS.MX) > 0 && host == c.DNS.MX[0] {
-		has |= hostIsFirstMX
+	firstMX := host != "" && len(c.DNS.MX) > 0 && host == c.DNS.MX[0]
+	if firstMX {
 		host = ""
 	}
+	// In the order of the presence bits.
+	has := bitsOf(d.Normalized != d.Email, d.Suggestion != nil, firstMX,
+		c.SMTP.Provider != "", c.SMTP.CatchAll != "", c.History != nil, c.DomainHistory != nil)
 	b = append(b, binaryV1)
 	b = binary.AppendUvarint(b, bits)
 	b = binary.AppendUvarint(b, has)
@@ -165,6 +142,17 @@ func AppendDecision(b []byte, d evs.Decision) []byte {
 		b = binary.AppendUvarint(b, uint64(max(dh.HardBounces, 0)))
 	}
 	return b
+}
+
+// bitsOf sets bit i of its result where flags[i] is true.
+func bitsOf(flags ...bool) uint64 {
+	var bits uint64
+	for i, on := range flags {
+		if on {
+			bits |= 1 << i
+		}
+	}
+	return bits
 }
 
 // A string is a uvarint v: 0 is "", odd v is entry v>>1 of knownStrings,

@@ -8,9 +8,8 @@
 // condition is evs.CodeInvalidState (batch transitions) or the documented
 // return values; a dependency fault is evs.CodeUnavailable.
 //
-// The decision codec is hand-written binary rather than encoding/json: the
-// JSON form cost a third of the batch throughput and 377 bytes per result
-// against 102 (sqlitestore's BenchmarkPutResults, the load harness's batch).
+// The decision codec is hand-written binary, not encoding/json, for the batch
+// throughput and bytes per result (docs/architecture.md).
 package store
 
 import (

@@ -51,7 +51,6 @@ var (
 	socksOnce  sync.Once
 	socksProxy SOCKS5Proxy
 	socksErr   error
-	socksCmd   *exec.Cmd
 )
 
 // SOCKS5 returns the SOCKS5 proxy the tests share. It fails the test, never
@@ -149,7 +148,6 @@ func startDante() (SOCKS5Proxy, error) {
 		}
 		if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
 			c.Close()
-			socksCmd = cmd
 			return SOCKS5Proxy{URL: "socks5://" + addr, External: SOCKS5External}, nil
 		}
 		if time.Now().After(deadline) {
@@ -157,15 +155,6 @@ func startDante() (SOCKS5Proxy, error) {
 			return SOCKS5Proxy{}, fmt.Errorf("danted did not listen on %s: %s", addr, out.String())
 		}
 		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-// StopSOCKS5 stops the danted that SOCKS5 started, if any. Its children
-// exit with it, and the kernel kills it when the test binary dies, so
-// calling this is tidiness, not a requirement.
-func StopSOCKS5() {
-	if socksCmd != nil {
-		kill(socksCmd)
 	}
 }
 

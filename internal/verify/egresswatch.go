@@ -333,12 +333,7 @@ type SelfChecker struct {
 	started time.Time // the last check's start; zero before the first
 }
 
-func (s *SelfChecker) now() time.Time {
-	if s.Now != nil {
-		return s.Now()
-	}
-	return time.Now()
-}
+func (s *SelfChecker) now() time.Time { return evs.Now(s.Now) }
 
 // begin marks a check started unless one is running or, when onlyDue, the
 // last is younger than Every.

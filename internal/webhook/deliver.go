@@ -25,9 +25,6 @@ var Schedule = []time.Duration{
 	time.Hour, 2 * time.Hour, 4 * time.Hour, 8 * time.Hour,
 }
 
-// MaxAttempts is the first attempt plus one per retry.
-var MaxAttempts = len(Schedule) + 1
-
 // TestDelay replaces every retry delay for test-mode accounts (contract,
 // section 8), so integration tests finish in seconds.
 const TestDelay = time.Second
@@ -108,12 +105,7 @@ type Deliverer struct {
 	Slots, PerAccount int
 }
 
-func (d *Deliverer) now() time.Time {
-	if d.Now == nil {
-		return time.Now()
-	}
-	return d.Now()
-}
+func (d *Deliverer) now() time.Time { return evs.Now(d.Now) }
 
 func (d *Deliverer) logger() *slog.Logger { return cmp.Or(d.Logger, slog.Default()) }
 

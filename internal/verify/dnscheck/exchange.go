@@ -126,7 +126,7 @@ func (r *Resolver) exchangeOn(ctx context.Context, network string, m *dns.Msg, s
 				// A cut-off answer may not unpack; TC is all we need.
 				return resp, nil
 			}
-			if network == "udp" && !isNetErr(err) {
+			if _, netErr := errors.AsType[net.Error](err); network == "udp" && !netErr {
 				// An unparsable datagram is ignored like a stray one.
 				continue
 			}
@@ -160,17 +160,12 @@ func sameQuestion(resp, m *dns.Msg) bool {
 	return a.Qtype == b.Qtype && a.Qclass == b.Qclass && strings.EqualFold(a.Name, b.Name)
 }
 
-func isNetErr(err error) bool {
-	var ne net.Error
-	return errors.As(err, &ne)
-}
-
 func isTimeout(ctx context.Context, err error) bool {
 	if ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) {
 		return true
 	}
-	var ne net.Error
-	return errors.As(err, &ne) && ne.Timeout()
+	ne, ok := errors.AsType[net.Error](err)
+	return ok && ne.Timeout()
 }
 
 func rcodeString(rcode int) string {

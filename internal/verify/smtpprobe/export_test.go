@@ -1,5 +1,11 @@
 package smtpprobe
 
+import (
+	"context"
+
+	"github.com/evs-dev/evs/internal/config"
+)
+
 // What the tests of package smtpprobe_test use beside the package's API.
 
 // Families returns the phrase families in table order, for
@@ -32,3 +38,16 @@ func Classify(stage string, r Reply) Class { return Read(stage, r).Class }
 // that sent it is not known: only the reply's own fingerprint (Gmail's
 // "gsmtp", Microsoft's "AS(...)") can name one. See ReadFrom.
 func Read(stage string, r Reply) Reading { return ReadFrom(stage, "", r) }
+
+// Rcpt sends RCPT TO:<address> and classifies the reply; it is Check
+// without the explanation.
+func (s *Session) Rcpt(ctx context.Context, address string) (Reply, Class, error) {
+	r, rd, err := s.Check(ctx, address)
+	return r, rd.Class, err
+}
+
+// NewSOCKS5Dialer returns the dialer of one SOCKS5 exit, without the
+// health checks and rotation of Exits.
+func NewSOCKS5Dialer(proxyURL string, policy *config.EgressPolicy) (ContextDialer, error) {
+	return newSOCKS5(proxyURL, policy, 0)
+}

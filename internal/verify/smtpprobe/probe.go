@@ -20,8 +20,7 @@ import (
 	"github.com/evs-dev/evs/internal/config"
 )
 
-// ContextDialer opens network connections; *net.Dialer, the SOCKS5
-// dialer of NewSOCKS5Dialer and Exits are ones.
+// ContextDialer opens network connections; *net.Dialer and Exits are ones.
 type ContextDialer interface {
 	DialContext(ctx context.Context, network, addr string) (net.Conn, error)
 }
@@ -146,15 +145,7 @@ func New(cfg Config) (*Prober, error) {
 // spaces, no control characters (a CR or LF would let it smuggle in a
 // command of its own).
 func safeToken(s string) bool {
-	if s == "" {
-		return false
-	}
-	for _, c := range s {
-		if c <= ' ' || c == 0x7f {
-			return false
-		}
-	}
-	return true
+	return s != "" && !strings.ContainsFunc(s, func(c rune) bool { return c <= ' ' || c == 0x7f })
 }
 
 // netResolver adapts *net.Resolver to Resolver.
@@ -178,13 +169,10 @@ func (p *Prober) acquire(ctx context.Context, host string) (release func(), err 
 
 	select {
 	case hs.ch <- struct{}{}:
-		var once sync.Once
-		return func() {
-			once.Do(func() {
-				<-hs.ch
-				p.leave(host, hs)
-			})
-		}, nil
+		return sync.OnceFunc(func() {
+			<-hs.ch
+			p.leave(host, hs)
+		}), nil
 	case <-ctx.Done():
 		p.leave(host, hs)
 		return nil, fmt.Errorf("waiting for a connection slot to %s: %w", host, ctx.Err())

@@ -73,13 +73,6 @@ func (s *Session) Provider() Provider { return s.provider }
 // TLS reports whether the session was upgraded with STARTTLS.
 func (s *Session) TLS() bool { return s.tls }
 
-// Rcpt sends RCPT TO:<address> and classifies the reply; it is Check
-// without the explanation.
-func (s *Session) Rcpt(ctx context.Context, address string) (Reply, Class, error) {
-	r, rd, err := s.Check(ctx, address)
-	return r, rd.Class, err
-}
-
 // Check sends RCPT TO:<address> and reads the reply with the rules of the
 // MX host's provider. The error is set only for I/O failures and timeouts
 // (then the session is broken); a refusal is a reply with its Reading. A

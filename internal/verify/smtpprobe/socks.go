@@ -15,16 +15,12 @@ import (
 	"golang.org/x/net/proxy"
 )
 
-// NewSOCKS5Dialer returns a dialer that connects through the SOCKS5 proxy
-// at proxyURL ("socks5://[user:pass@]host:port"), for runtimes that block
+// newSOCKS5 returns a dialer that connects through the SOCKS5 proxy at
+// proxyURL ("socks5://[user:pass@]host:port"), for runtimes that block
 // outbound port 25. It takes only IP addresses, checked against policy, so
 // the proxy never resolves a name out of our sight; the proxy itself is
 // the operator's and not subject to the policy. Every failure of the proxy
 // is ErrExit.
-func NewSOCKS5Dialer(proxyURL string, policy *config.EgressPolicy) (ContextDialer, error) {
-	return newSOCKS5(proxyURL, policy, 0)
-}
-
 func newSOCKS5(proxyURL string, policy *config.EgressPolicy, timeout time.Duration) (*socksDialer, error) {
 	u, err := url.Parse(proxyURL)
 	if err != nil {
