@@ -16,7 +16,7 @@ END_TO_END := internal/app internal/server infra/evs internal/store internal/api
 NO_RACE := client functions/verify internal/verify/address
 # The race run's longest packages first, the rest as go list gives them:
 # started last, one of them would run alone at the end.
-RACE_FIRST := internal/dynamostore internal/batch internal/idempotency
+RACE_FIRST := internal/dynamostore internal/batch internal/verify/smtpprobe internal/idempotency
 RACE_PKGS = $(addprefix $(MODULE)/,$(RACE_FIRST)) $(filter-out $(addprefix $(MODULE)/,$(END_TO_END) $(NO_RACE) $(RACE_FIRST)),$(shell $(GO) list $(PKGS)))
 # One run after the other, each to its end, so one report shows all.
 # -parallel 6: the end-to-end tests' parallel ones mostly wait on peers,
