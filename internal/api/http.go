@@ -25,13 +25,12 @@ import (
 	"github.com/evs-dev/evs/internal/idempotency"
 )
 
-// request is one call as a handler reads it: the route it matched, its
-// body (read once, within the route's limit) and its query, parsed once.
+// request is one call as a handler reads it: its body (read once, within
+// the route's limit) and its query, parsed once.
 type request struct {
-	r          *http.Request
-	rid, route string // the call's request id, the route's template
-	query      map[string]string
-	body       []byte
+	r     *http.Request
+	query map[string]string
+	body  []byte
 }
 
 // header returns the last value of a request header, as a client that
@@ -181,7 +180,7 @@ func (h *Handler) serve(rt Route, ep endpoint) http.Handler {
 			err = notAllowed(r.Method, rt.Methods...)
 		default:
 			var req *request
-			req, err = h.read(r, rt, c.RequestID)
+			req, err = h.read(r, rt)
 			if err == nil && rt.Heavy != nil && rt.Heavy(r) {
 				// Released once the reply, streamed or not, is written.
 				var release func()
@@ -264,7 +263,7 @@ func Preflight(w http.ResponseWriter, r *http.Request) {
 // answer (browsers cap it: Chromium at 2 hours).
 const PreflightMaxAge = 7200
 
-func (h *Handler) read(r *http.Request, rt Route, rid string) (*request, error) {
+func (h *Handler) read(r *http.Request, rt Route) (*request, error) {
 	limit := h.bodyLimit(rt, r.Method)
 	if r.ContentLength > limit {
 		return nil, TooLarge(rt.Path, limit)
@@ -273,7 +272,7 @@ func (h *Handler) read(r *http.Request, rt Route, rid string) (*request, error) 
 	if err != nil || int64(len(raw)) > limit {
 		return nil, bodyProblem(err, int64(len(raw)) > limit, rt.Path, limit)
 	}
-	return &request{r: r, rid: rid, route: rt.Path, query: lastValues(queryOf(r)), body: raw}, nil
+	return &request{r: r, query: lastValues(queryOf(r)), body: raw}, nil
 }
 
 // bodyProblem is the error of a body that could not be read (err) or is

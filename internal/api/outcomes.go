@@ -307,9 +307,6 @@ func (h *Handler) postOutcomes(ctx context.Context, req *request, p evs.Principa
 		return idempotency.Reply{}, evs.Errorf(evs.CodeNotFound, "Unknown route.")
 	}
 	raw := req.body
-	if int64(len(raw)) > h.d.MaxBatchBody {
-		return idempotency.Reply{}, TooLarge(req.route, h.d.MaxBatchBody)
-	}
 	now := h.d.Now()
 	os, err := ParseOutcomes(mediaType(req), raw, now)
 	if err != nil {

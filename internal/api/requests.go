@@ -180,10 +180,7 @@ func (l *addressList) add(addr string) error {
 }
 
 func (h *Handler) createBatch(ctx context.Context, req *request, p evs.Principal) (idempotency.Reply, error) {
-	raw := req.body
-	if int64(len(raw)) > h.d.MaxBatchBody {
-		return idempotency.Reply{}, TooLarge(req.route, h.d.MaxBatchBody)
-	}
+	raw := req.body // within h.d.MaxBatchBody: read checked it
 	in, err := h.parseBatch(req, raw)
 	if err != nil {
 		return idempotency.Reply{}, err

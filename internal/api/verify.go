@@ -67,9 +67,6 @@ func (h *Handler) verify(ctx context.Context, req *request, p evs.Principal) (id
 
 func (h *Handler) verifyOne(ctx context.Context, req *request, p evs.Principal) (idempotency.Reply, string, error) {
 	raw := req.body
-	if len(raw) > MaxVerifyBody {
-		return idempotency.Reply{}, "", TooLarge(req.route, MaxVerifyBody)
-	}
 	if mt := mediaType(req); mt != "application/json" {
 		return idempotency.Reply{}, "", evs.Errorf(evs.CodeInvalidRequest, "Content-Type must be application/json.")
 	}
