@@ -69,7 +69,7 @@ func (h *Handler) limitPublishable(ctx context.Context, p evs.Principal) error {
 	now := h.d.Now().UTC()
 	start := now.Truncate(time.Minute)
 	end := start.Add(time.Minute)
-	client := clientPrefix(CallFromContext(ctx).ClientAddr)
+	client := ClientPrefix(CallFromContext(ctx).ClientAddr)
 	if ok, err := pq.CountCall(ctx, p.AccountID, p.KeyID+"/"+client, start.Format("2006-01-02T15:04"), l.PerAddress, end.Add(counterGrace)); err != nil {
 		return fmt.Errorf("api: count a publishable key's call: %w", err)
 	} else if !ok {
@@ -78,9 +78,10 @@ func (h *Handler) limitPublishable(ctx context.Context, p evs.Principal) error {
 	return nil
 }
 
-// clientPrefix names a client address as the limits count it: an IPv4
-// address alone, an IPv6 one by its /64 (one host may hold all of it).
-func clientPrefix(a netip.Addr) string {
+// ClientPrefix names a client address as the limits count it, here and at
+// `evs serve`'s edge: an IPv4 address alone, an IPv6 one by its /64 (one
+// host may hold all of it).
+func ClientPrefix(a netip.Addr) string {
 	if !a.IsValid() || a.Is4() || a.Is4In6() {
 		return a.Unmap().String()
 	}

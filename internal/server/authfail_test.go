@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"testing"
 	"time"
+
+	"github.com/evs-dev/evs/internal/api"
 )
 
 // TestFailLimiterBounded: a flood of failing addresses never grows the
@@ -49,8 +51,8 @@ func TestClientKey(t *testing.T) {
 		"[2001:db8:1:2:ffff:ffff:ffff:1]:1": "2001:db8:1:2::/64",
 		"not an address":                    "invalid IP",
 	} {
-		if got := clientKey(clientAddr(&http.Request{RemoteAddr: remote}, nil)); got != want {
-			t.Errorf("clientKey of %q = %q, want %q", remote, got, want)
+		if got := api.ClientPrefix(clientAddr(&http.Request{RemoteAddr: remote}, nil)); got != want {
+			t.Errorf("ClientPrefix of %q = %q, want %q", remote, got, want)
 		}
 	}
 }

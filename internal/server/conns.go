@@ -61,10 +61,8 @@ func (l *clientListener) client(c net.Conn) (netip.Prefix, bool) {
 		return netip.Prefix{}, false
 	}
 	a := ap.Addr().Unmap()
-	for _, p := range l.trusted {
-		if p.Contains(a) {
-			return netip.Prefix{}, false
-		}
+	if isTrusted(a, l.trusted) {
+		return netip.Prefix{}, false
 	}
 	bits := 32
 	if a.Is6() {

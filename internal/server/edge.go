@@ -321,7 +321,7 @@ func (e *edge) authenticate(r *http.Request, c *api.Call) (evs.Principal, string
 	}
 	client := ""
 	if !hit.found || hit.e.forbidden {
-		client = clientKey(c.ClientAddr)
+		client = api.ClientPrefix(c.ClientAddr)
 		// Guessing keys is slow; a key seen to work (cached) still passes,
 		// so neighbours behind the same NAT keep working.
 		if wait, blocked := e.fails.blocked(client, now); blocked {
@@ -439,7 +439,7 @@ func (e *edge) throttleCall(c *api.Call, p evs.Principal) (time.Duration, bool) 
 	}
 	now, l := e.o.Now(), api.PublishableDefaults(e.o.Config).Of(p)
 	// Per key: one shop's form spends no other's limit behind a shared NAT.
-	if wait, limited := e.pkClients.take(p.KeyID+" "+clientKey(c.ClientAddr), now, rate.Limit(l.PerAddress)/60, l.PerAddress); limited {
+	if wait, limited := e.pkClients.take(p.KeyID+" "+api.ClientPrefix(c.ClientAddr), now, rate.Limit(l.PerAddress)/60, l.PerAddress); limited {
 		return wait, true
 	}
 	return e.pkKeys.take(p.KeyID, now, rate.Limit(l.PerKey)/60, max(l.PerKey/6, min(l.PerKey, 100)))

@@ -88,7 +88,7 @@ func (g *edge) admitTokenCall(w http.ResponseWriter, r *http.Request, c *api.Cal
 		writeCallError(w, r, c, evs.Errorf(evs.CodeMethodNotAllowed, "Method %s is not allowed here; use %s.", r.Method, methods[0]))
 		return "", false
 	}
-	client = clientKey(c.ClientAddr)
+	client = api.ClientPrefix(c.ClientAddr)
 	if wait, blocked := g.fails.blocked(client, g.o.Now()); blocked {
 		defer refuseEarly(w, r)()
 		writeResponse(w, throttled, c.RequestID, map[string]string{"Retry-After": retryAfter(wait)})

@@ -4,6 +4,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strings"
 )
 
@@ -60,21 +61,5 @@ func parseHost(s string) netip.Addr {
 }
 
 func isTrusted(a netip.Addr, trusted []netip.Prefix) bool {
-	for _, p := range trusted {
-		if p.Contains(a) {
-			return true
-		}
-	}
-	return false
-}
-
-// clientKey is the key failures are counted against for a client
-// address: the IPv4 address, or the /64 of an IPv6 one, which one host
-// usually holds whole.
-func clientKey(a netip.Addr) string {
-	if !a.IsValid() || a.Is4() {
-		return a.String()
-	}
-	p, _ := a.Prefix(64)
-	return p.String()
+	return slices.ContainsFunc(trusted, func(p netip.Prefix) bool { return p.Contains(a) })
 }
