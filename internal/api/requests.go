@@ -996,28 +996,33 @@ func flushed(cw *csv.Writer, w io.Writer, limit int) (full bool, err error) {
 func (c *csvRows) writeRowsUpTo(ctx context.Context, w io.Writer, limit int) (bool, error) {
 	j := c.join
 	cw := j.newWriter(w)
+	// header writes the first row once: the user's header, else blank
+	// names, before the first data row or in a file without one.
+	header := func(fields []string) error {
+		if c.header {
+			return nil
+		}
+		c.header = true
+		if err := j.begin(w); err != nil {
+			return err
+		}
+		return cw.Write(j.headerRow(fields))
+	}
 	filtered := c.f.statuses != nil || c.f.sparse()
 	for n := 1; !c.drained; n++ {
-		fields, seq, line, dupOf, header, err := j.next()
+		fields, seq, line, dupOf, isHeader, err := j.next()
 		switch {
 		case err == io.EOF:
 			c.drained = true
 		case err != nil:
 			return false, err
-		case header && !c.header:
-			c.header = true
-			if err := j.begin(w); err != nil {
+		case isHeader:
+			if err := header(fields); err != nil {
 				return false, err
 			}
-			_ = cw.Write(j.headerRow(fields))
-		case header:
 		default:
-			if !c.header {
-				c.header = true
-				if err := j.begin(w); err != nil {
-					return false, err
-				}
-				_ = cw.Write(j.headerRow(nil))
+			if err := header(nil); err != nil {
+				return false, err
 			}
 			var r *evs.Result
 			if seq >= 0 {
@@ -1041,16 +1046,14 @@ func (c *csvRows) writeRowsUpTo(ctx context.Context, w io.Writer, limit int) (bo
 			return full, err
 		}
 	}
-	if !c.header {
-		c.header = true
-		if err := j.begin(w); err != nil {
-			return false, err
-		}
-		_ = cw.Write(j.headerRow(nil))
-		cw.Flush()
-		return false, cw.Error()
+	if c.header {
+		return false, nil
 	}
-	return false, nil
+	if err := header(nil); err != nil {
+		return false, err
+	}
+	cw.Flush()
+	return false, cw.Error()
 }
 
 const rowsFlush = MaxPageLimit
