@@ -43,8 +43,7 @@ type edge struct {
 	keys    keyLookup
 	calls   func(c *api.Call, end time.Time) // counts each call in the metrics; nil without
 
-	console http.Handler
-	ping    func(ctx context.Context) error // the health endpoint's store check
+	ping func(ctx context.Context) error // the health endpoint's store check
 	// writable probes the store for the readiness endpoint; draining
 	// turns it 503, and drain waits for inflight calls to end.
 	writable *writable
@@ -112,7 +111,6 @@ func newEdge(o Options, mount func(api.Guard) func(*http.ServeMux), keys keyLook
 		limiters: map[string]*rate.Limiter{}, fails: newFailLimiter(authFailRate, authFailClients), bodies: bodies,
 		pkClients: newClientLimiter(authFailClients), pkKeys: newClientLimiter(authFailClients)}
 	e.ping = healthCheck(o.Store)
-	e.console = api.ConsoleHandler()
 	var probeFailed func()
 	if o.Metrics != nil {
 		probeFailed = func() { o.Metrics.StoreError("readyz") }
@@ -130,22 +128,14 @@ func newEdge(o Options, mount func(api.Guard) func(*http.ServeMux), keys keyLook
 	mux := http.NewServeMux()
 	mount(e.guard)(mux)
 	// The check endpoints and the console's files need no key.
-	mux.HandleFunc(HealthPath, func(w http.ResponseWriter, r *http.Request) {
-		e.health(w, r, routed(r, HealthPath))
-	})
-	mux.HandleFunc(ReadyPath, func(w http.ResponseWriter, r *http.Request) {
-		e.ready(w, r, routed(r, ReadyPath))
-	})
-	api.MountConsole(mux, e.console)
+	mux.HandleFunc(HealthPath, e.health)
+	mux.HandleFunc(ReadyPath, e.ready)
+	api.MountConsole(mux, api.ConsoleHandler())
 	if e.uploads != nil {
-		mux.HandleFunc(uploadRoute, func(w http.ResponseWriter, r *http.Request) {
-			e.receiveUpload(w, r, api.CallFromContext(r.Context()), r.PathValue("id"))
-		})
+		mux.HandleFunc(uploadRoute, e.receiveUpload)
 	}
 	if e.exports != nil {
-		mux.HandleFunc(exportRoute, func(w http.ResponseWriter, r *http.Request) {
-			e.sendExport(w, r, api.CallFromContext(r.Context()), r.PathValue("id"))
-		})
+		mux.HandleFunc(exportRoute, e.sendExport)
 	}
 	if o.sns != nil {
 		// SNS sends no key: the URL's token names the account (sns.go).

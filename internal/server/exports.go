@@ -28,8 +28,8 @@ const exportRoute = "/v1/exports/{id}"
 
 // sendExport answers GET on an export's URL with the list; its token is
 // the credential, so a browser fetches it without the API key.
-func (g *edge) sendExport(w http.ResponseWriter, r *http.Request, c *api.Call, id string) {
-	c.Route = exportRoute
+func (g *edge) sendExport(w http.ResponseWriter, r *http.Request) {
+	c, id := routed(r, exportRoute), r.PathValue("id")
 	client, ok := g.admitTokenCall(w, r, c, http.MethodGet, http.MethodHead)
 	if !ok {
 		return

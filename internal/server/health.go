@@ -39,8 +39,8 @@ func healthCheck(st Store) func(ctx context.Context) error {
 }
 
 // health answers HealthPath.
-func (g *edge) health(w http.ResponseWriter, r *http.Request, c *api.Call) {
-	g.checkReply(w, r, c, g.ping, nil)
+func (g *edge) health(w http.ResponseWriter, r *http.Request) {
+	g.checkReply(w, r, routed(r, HealthPath), g.ping, nil)
 }
 
 // checkReply answers a check endpoint with check's verdict, bounded by

@@ -7,8 +7,6 @@ import (
 	"net/http"
 	"sync"
 	"time"
-
-	"github.com/evs-dev/evs/internal/api"
 )
 
 // ReadyPath is the readiness check of `evs serve`, without a key: 200
@@ -99,8 +97,8 @@ func (w *writable) check(ctx context.Context) error {
 }
 
 // ready answers ReadyPath.
-func (g *edge) ready(w http.ResponseWriter, r *http.Request, c *api.Call) {
-	g.checkReply(w, r, c, func(ctx context.Context) error {
+func (g *edge) ready(w http.ResponseWriter, r *http.Request) {
+	g.checkReply(w, r, routed(r, ReadyPath), func(ctx context.Context) error {
 		if g.draining.Load() {
 			return errDraining
 		}

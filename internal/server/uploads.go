@@ -83,8 +83,8 @@ func (b *rateBody) Read(p []byte) (int, error) {
 
 // receiveUpload answers PUT on an upload's URL, whose token is the
 // credential (a wrong one counts as a failed authentication).
-func (g *edge) receiveUpload(w http.ResponseWriter, r *http.Request, c *api.Call, id string) {
-	c.Route = uploadRoute
+func (g *edge) receiveUpload(w http.ResponseWriter, r *http.Request) {
+	c, id := routed(r, uploadRoute), r.PathValue("id")
 	rid := c.RequestID
 	fail := func(err error) { writeCallError(w, r, c, err) }
 	client, ok := g.admitTokenCall(w, r, c, http.MethodPut)
