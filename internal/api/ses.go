@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -21,27 +22,24 @@ type sesNotification struct {
 	NotificationType string `json:"notificationType"`
 	EventType        string `json:"eventType"`
 	Mail             struct {
-		Timestamp   string   `json:"timestamp"`
-		Destination []string `json:"destination"`
+		Timestamp string `json:"timestamp"`
 	} `json:"mail"`
-	Bounce *struct {
-		BounceType        string         `json:"bounceType"`
-		BouncedRecipients []sesRecipient `json:"bouncedRecipients"`
-		Timestamp         string         `json:"timestamp"`
-	} `json:"bounce"`
-	Delivery *struct {
-		Timestamp    string   `json:"timestamp"`
-		Recipients   []string `json:"recipients"`
-		SMTPResponse string   `json:"smtpResponse"`
-	} `json:"delivery"`
-	Complaint *struct {
-		ComplainedRecipients []sesRecipient `json:"complainedRecipients"`
-		Timestamp            string         `json:"timestamp"`
-	} `json:"complaint"`
-	DeliveryDelay *struct {
-		DelayedRecipients []sesRecipient `json:"delayedRecipients"`
-		Timestamp         string         `json:"timestamp"`
-	} `json:"deliveryDelay"`
+	Bounce        *sesEvent `json:"bounce"`
+	Delivery      *sesEvent `json:"delivery"`
+	Complaint     *sesEvent `json:"complaint"`
+	DeliveryDelay *sesEvent `json:"deliveryDelay"`
+}
+
+// sesEvent is the object of any of the four types, each of which fills
+// its own fields.
+type sesEvent struct {
+	Timestamp            string         `json:"timestamp"`
+	BounceType           string         `json:"bounceType"`
+	BouncedRecipients    []sesRecipient `json:"bouncedRecipients"`
+	ComplainedRecipients []sesRecipient `json:"complainedRecipients"`
+	DelayedRecipients    []sesRecipient `json:"delayedRecipients"`
+	Recipients           []string       `json:"recipients"` // a Delivery's
+	SMTPResponse         string         `json:"smtpResponse"`
 }
 
 type sesRecipient struct {
@@ -63,59 +61,42 @@ func SESOutcomes(msg []byte, now time.Time) (os []evs.Outcome, skipped int, err 
 		return nil, 0, fmt.Errorf("ses: not an SES notification: %w", err)
 	}
 	kind := cmp.Or(n.NotificationType, n.EventType)
-	at := func(event string) string {
-		if event != "" {
-			return event
-		}
-		return n.Mail.Timestamp
+	var ev *sesEvent
+	var outcome evs.OutcomeKind
+	switch kind {
+	case "Bounce":
+		ev, outcome = n.Bounce, evs.OutcomeBounced
+	case "Delivery":
+		ev, outcome = n.Delivery, evs.OutcomeDelivered
+	case "Complaint":
+		ev, outcome = n.Complaint, evs.OutcomeComplained
+	case "DeliveryDelay":
+		ev, outcome = n.DeliveryDelay, evs.OutcomeDeferred
+	default:
+		return nil, 0, nil
 	}
-	add := func(email, outcome, when, bounceType, reply string) {
+	if ev == nil {
+		return nil, 0, fmt.Errorf("ses: a %s without its %s object", kind, strings.ToLower(kind[:1])+kind[1:])
+	}
+	bt := map[string]string{"Permanent": evs.BounceHard, "Transient": evs.BounceSoft}[ev.BounceType]
+	at, what := cmp.Or(ev.Timestamp, n.Mail.Timestamp), string(outcome)
+	add := func(email, reply string) {
 		// A reply is evidence, not a reason to drop the outcome.
 		reply = trimChars(strings.NewReplacer("\x00", "", "\uFFFD", "").Replace(strings.ToValidUTF8(reply, "")), smtpReplyChars)
-		o, err := outcomeOf(outcomeJSON{Email: &email, Outcome: &outcome, At: &when, BounceType: &bounceType,
-			SMTPReply: &reply}, now)
+		o, err := outcomeOf(outcomeJSON{Email: &email, Outcome: &what, At: &at, BounceType: &bt, SMTPReply: &reply}, now)
 		if err != nil {
 			skipped++
 			return
 		}
 		os = append(os, o)
 	}
-	switch kind {
-	case "Bounce":
-		if n.Bounce == nil {
-			return nil, 0, fmt.Errorf("ses: a Bounce without its bounce object")
-		}
-		bt := ""
-		switch n.Bounce.BounceType {
-		case "Permanent":
-			bt = evs.BounceHard
-		case "Transient":
-			bt = evs.BounceSoft
-		}
-		for _, r := range n.Bounce.BouncedRecipients {
-			add(r.EmailAddress, string(evs.OutcomeBounced), at(n.Bounce.Timestamp), bt, diagnostic(r))
-		}
-	case "Delivery":
-		if n.Delivery == nil {
-			return nil, 0, fmt.Errorf("ses: a Delivery without its delivery object")
-		}
-		for _, r := range n.Delivery.Recipients {
-			add(r, string(evs.OutcomeDelivered), at(n.Delivery.Timestamp), "", n.Delivery.SMTPResponse)
-		}
-	case "Complaint":
-		if n.Complaint == nil {
-			return nil, 0, fmt.Errorf("ses: a Complaint without its complaint object")
-		}
-		for _, r := range n.Complaint.ComplainedRecipients {
-			add(r.EmailAddress, string(evs.OutcomeComplained), at(n.Complaint.Timestamp), "", "")
-		}
-	case "DeliveryDelay":
-		if n.DeliveryDelay == nil {
-			return nil, 0, fmt.Errorf("ses: a DeliveryDelay without its deliveryDelay object")
-		}
-		for _, r := range n.DeliveryDelay.DelayedRecipients {
-			add(r.EmailAddress, string(evs.OutcomeDeferred), at(n.DeliveryDelay.Timestamp), "", diagnostic(r))
-		}
+	// Each type fills only its own list; a complaint's recipients carry no
+	// reply, so diagnostic is "" for them.
+	for _, r := range slices.Concat(ev.BouncedRecipients, ev.ComplainedRecipients, ev.DelayedRecipients) {
+		add(r.EmailAddress, diagnostic(r))
+	}
+	for _, r := range ev.Recipients {
+		add(r, ev.SMTPResponse)
 	}
 	return os, skipped, nil
 }
