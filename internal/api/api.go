@@ -218,9 +218,14 @@ func mediaType(req *request) string {
 	return strings.ToLower(mt)
 }
 
-// decodeStrict decodes one JSON object into v: unknown fields, trailing
-// data, and anything that is not an object are client errors.
-func decodeStrict(b []byte, v any) error {
+// decodeJSON decodes req's body, which must be one JSON object, into v:
+// another Content-Type, unknown fields, trailing data, and anything that
+// is not an object are client errors.
+func decodeJSON(req *request, v any) error {
+	if mediaType(req) != "application/json" {
+		return evs.Errorf(evs.CodeInvalidRequest, "Content-Type must be application/json.")
+	}
+	b := req.body
 	// encoding/json would quietly turn invalid UTF-8 into U+FFFD.
 	if !utf8.Valid(b) {
 		return evs.Errorf(evs.CodeInvalidRequest, "The request body is not valid UTF-8.")
@@ -371,7 +376,7 @@ func notAllowed(method string, allowed ...string) error {
 // idempotent runs fn under the Idempotency-Key of req, if any, and returns
 // its reply (or the stored one): a 4xx is stored and replayed, a 5xx or a
 // 429 leaves no record.
-func (h *Handler) idempotent(ctx context.Context, req *request, p evs.Principal, raw []byte, fn func(ctx context.Context) idempotency.Reply) (idempotency.Reply, bool, error) {
+func (h *Handler) idempotent(ctx context.Context, req *request, p evs.Principal, fn func(ctx context.Context) idempotency.Reply) (idempotency.Reply, bool, error) {
 	key, present := req.header("Idempotency-Key")
 	if !present || p.Kind == evs.KeyPublishable {
 		// A publishable key is public: its records would be anyone's to
@@ -388,7 +393,7 @@ func (h *Handler) idempotent(ctx context.Context, req *request, p evs.Principal,
 		Path:        req.r.URL.Path,
 		Key:         key,
 		ContentType: ct,
-		Body:        raw,
+		Body:        req.body,
 	}, func(ctx context.Context) (idempotency.Reply, error) {
 		refund, err := h.chargeKey(ctx, p)
 		if err != nil {

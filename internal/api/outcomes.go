@@ -306,14 +306,13 @@ func (h *Handler) postOutcomes(ctx context.Context, req *request, p evs.Principa
 	if h.d.Outcomes == nil {
 		return idempotency.Reply{}, evs.Errorf(evs.CodeNotFound, "Unknown route.")
 	}
-	raw := req.body
 	now := h.d.Now()
-	os, err := ParseOutcomes(mediaType(req), raw, now)
+	os, err := ParseOutcomes(mediaType(req), req.body, now)
 	if err != nil {
 		return idempotency.Reply{}, err
 	}
 	CallFromContext(ctx).Attr = slog.Int("outcomes", len(os))
-	resp, _, err := h.idempotent(ctx, req, p, raw, func(ctx context.Context) idempotency.Reply {
+	resp, _, err := h.idempotent(ctx, req, p, func(ctx context.Context) idempotency.Reply {
 		r, err := keepOutcomes(ctx, h.d.Ledger, h.d.Outcomes, p, os, now, h.d.OutcomeTTL)
 		if err != nil {
 			return errReply(err)

@@ -104,10 +104,11 @@ type parsedBatch struct {
 	layout      CSVLayout // a CSV list's column and delimiter, as named
 }
 
-// parseLayout reads the optional column and delimiter of a CSV list.
-func parseLayout(column, delimiter string, hasColumn, hasDelimiter bool) (CSVLayout, error) {
+// parseLayout reads the optional column and delimiter of a CSV list, from
+// a JSON body's fields or a CSV body's query.
+func parseLayout(fields map[string]string) (CSVLayout, error) {
 	var l CSVLayout
-	if hasColumn {
+	if column, ok := fields["column"]; ok {
 		if strings.TrimSpace(column) == "" || len(column) > 200 {
 			return l, evs.Errorf(evs.CodeInvalidRequest, "The column must be a header's name or a column's number (from 1), at most 200 bytes.")
 		}
@@ -116,7 +117,7 @@ func parseLayout(column, delimiter string, hasColumn, hasDelimiter bool) (CSVLay
 		}
 		l.Column = column
 	}
-	if hasDelimiter {
+	if delimiter, ok := fields["delimiter"]; ok {
 		d, ok := ParseDelimiter(delimiter)
 		if !ok {
 			return l, evs.Errorf(evs.CodeInvalidRequest, "The delimiter must be comma, semicolon, tab or pipe (or the character itself).")
@@ -180,8 +181,7 @@ func (l *addressList) add(addr string) error {
 }
 
 func (h *Handler) createBatch(ctx context.Context, req *request, p evs.Principal) (idempotency.Reply, error) {
-	raw := req.body // within h.d.MaxBatchBody: read checked it
-	in, err := h.parseBatch(req, raw)
+	in, err := h.parseBatch(req)
 	if err != nil {
 		return idempotency.Reply{}, err
 	}
@@ -192,7 +192,7 @@ func (h *Handler) createBatch(ctx context.Context, req *request, p evs.Principal
 	key, keyed := req.header("Idempotency-Key")
 	ct, _ := req.header("Content-Type")
 	found := false // made by an earlier call with the key whose reply was lost
-	stored, replayed, err := h.idempotent(ctx, req, p, raw, func(ctx context.Context) idempotency.Reply {
+	stored, replayed, err := h.idempotent(ctx, req, p, func(ctx context.Context) idempotency.Reply {
 		var b evs.Batch
 		var err error
 		switch {
@@ -200,7 +200,7 @@ func (h *Handler) createBatch(ctx context.Context, req *request, p evs.Principal
 			b, err = h.storeUploadBatch(ctx, p, in)
 		case keyed:
 			scope := idempotency.Scope(p.AccountID, req.r.Method, req.r.URL.Path, key)
-			b, found, err = h.storeKeyedBatch(ctx, p, in, scope, idempotency.Fingerprint(req.r.Method, req.r.URL.Path, ct, raw))
+			b, found, err = h.storeKeyedBatch(ctx, p, in, scope, idempotency.Fingerprint(req.r.Method, req.r.URL.Path, ct, req.body))
 		default:
 			b, err = h.storeBatch(ctx, p, in, "")
 		}
@@ -368,13 +368,13 @@ func dedupKey(email string) (key, domain string) {
 	return "valid:" + strings.ToLower(key), domain
 }
 
-func (h *Handler) parseBatch(req *request, raw []byte) (parsedBatch, error) {
+func (h *Handler) parseBatch(req *request) (parsedBatch, error) {
 	switch mediaType(req) {
 	case "application/json":
-		return parseBatchJSON(req, raw)
+		return parseBatchJSON(req)
 	case "text/csv":
 		_, keep := h.d.Batches.(RowStore)
-		return parseBatchCSV(req, raw, keep)
+		return parseBatchCSV(req, keep)
 	default:
 		return parsedBatch{}, evs.Errorf(evs.CodeInvalidRequest, "Content-Type must be application/json or text/csv.")
 	}
@@ -414,14 +414,14 @@ func (out *parsedBatch) readOptions(fields map[string]string, maxAge string, has
 	return nil
 }
 
-func parseBatchJSON(req *request, raw []byte) (parsedBatch, error) {
+func parseBatchJSON(req *request) (parsedBatch, error) {
 	for _, q := range []string{"mode", "callbackUrl", "maxAge", "name", "column", "delimiter"} {
 		if _, ok := req.query[q]; ok {
 			return parsedBatch{}, evs.Errorf(evs.CodeInvalidRequest, "With a JSON body the %s goes in the body, not the query.", q)
 		}
 	}
 	out := parsedBatch{list: &addressList{}}
-	obj, err := readListJSONWith(bytes.NewReader(raw), bodyLimits,
+	obj, err := readListJSONWith(bytes.NewReader(req.body), bodyLimits,
 		listJSONFields{Strings: []string{"mode", "callbackUrl", "uploadId", "name", "column", "delimiter"}, Numbers: []string{"maxAge"}}, out.list.add)
 	if err != nil {
 		return parsedBatch{}, listErr(err)
@@ -439,9 +439,7 @@ func parseBatchJSON(req *request, raw []byte) (parsedBatch, error) {
 			return parsedBatch{}, evs.Errorf(evs.CodeInvalidRequest, "The uploadId must be a UUID.")
 		}
 		out.uploadID = u.String()
-		col, hasCol := obj.Strings["column"]
-		delim, hasDelim := obj.Strings["delimiter"]
-		if out.layout, err = parseLayout(col, delim, hasCol, hasDelim); err != nil {
+		if out.layout, err = parseLayout(obj.Strings); err != nil {
 			return parsedBatch{}, err
 		}
 		return out, nil
@@ -505,19 +503,17 @@ func checkEmail(s string, i int) error {
 
 // parseBatchCSV reads the address column of every row (ReadListCSV); with
 // keep, the rows are kept for the results (rows.go).
-func parseBatchCSV(req *request, raw []byte, keep bool) (parsedBatch, error) {
+func parseBatchCSV(req *request, keep bool) (parsedBatch, error) {
 	out := parsedBatch{list: &addressList{}}
 	maxAge, hasMaxAge := req.query["maxAge"]
 	err := out.readOptions(req.query, maxAge, hasMaxAge)
 	if err != nil {
 		return parsedBatch{}, err
 	}
-	col, hasCol := req.query["column"]
-	delim, hasDelim := req.query["delimiter"]
-	if out.layout, err = parseLayout(col, delim, hasCol, hasDelim); err != nil {
+	if out.layout, err = parseLayout(req.query); err != nil {
 		return parsedBatch{}, err
 	}
-	sp, read, err := readRows(bytes.NewReader(raw), bodyLimits, out.layout, out.list, keep)
+	sp, read, err := readRows(bytes.NewReader(req.body), bodyLimits, out.layout, out.list, keep)
 	if err != nil {
 		return parsedBatch{}, listErr(err)
 	}
@@ -563,11 +559,10 @@ func (h *Handler) cancel(ctx context.Context, req *request, p evs.Principal) (id
 	if err != nil {
 		return idempotency.Reply{}, err
 	}
-	raw := req.body
-	if strings.TrimSpace(string(raw)) != "" {
+	if strings.TrimSpace(string(req.body)) != "" {
 		return idempotency.Reply{}, evs.Errorf(evs.CodeInvalidRequest, "Cancel takes no request body.")
 	}
-	resp, _, err := h.idempotent(ctx, req, p, raw, func(ctx context.Context) idempotency.Reply {
+	resp, _, err := h.idempotent(ctx, req, p, func(ctx context.Context) idempotency.Reply {
 		b, err := h.d.Batches.TransitionBatch(ctx, p.AccountID, id, []evs.State{evs.StateQueued, evs.StateRunning}, evs.StateCancelled, "", h.d.Now())
 		if err != nil {
 			if evs.ErrorCode(err) == evs.CodeInvalidState {

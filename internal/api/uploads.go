@@ -65,12 +65,8 @@ func (h *Handler) createUpload(ctx context.Context, req *request, p evs.Principa
 	if h.d.Uploads == nil {
 		return idempotency.Reply{}, evs.Errorf(evs.CodeNotFound, "No such route.")
 	}
-	raw := req.body
-	if mt := mediaType(req); mt != "application/json" {
-		return idempotency.Reply{}, evs.Errorf(evs.CodeInvalidRequest, "Content-Type must be application/json.")
-	}
 	var in uploadRequest
-	if err := decodeStrict(raw, &in); err != nil {
+	if err := decodeJSON(req, &in); err != nil {
 		return idempotency.Reply{}, err
 	}
 	if in.ContentType == nil {
@@ -81,7 +77,7 @@ func (h *Handler) createUpload(ctx context.Context, req *request, p evs.Principa
 		return idempotency.Reply{}, evs.Errorf(evs.CodeInvalidRequest, "Field \"contentType\" must be \"text/csv\" or \"application/json\".")
 	}
 	origin := h.origin(req)
-	resp, _, err := h.idempotent(ctx, req, p, raw, func(ctx context.Context) idempotency.Reply {
+	resp, _, err := h.idempotent(ctx, req, p, func(ctx context.Context) idempotency.Reply {
 		now := h.d.Now().UTC()
 		u := evs.Upload{
 			ID: uuid.NewString(), AccountID: p.AccountID, ContentType: ct,

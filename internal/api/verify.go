@@ -66,12 +66,8 @@ func (h *Handler) verify(ctx context.Context, req *request, p evs.Principal) (id
 }
 
 func (h *Handler) verifyOne(ctx context.Context, req *request, p evs.Principal) (idempotency.Reply, string, error) {
-	raw := req.body
-	if mt := mediaType(req); mt != "application/json" {
-		return idempotency.Reply{}, "", evs.Errorf(evs.CodeInvalidRequest, "Content-Type must be application/json.")
-	}
 	var in verifyRequest
-	if err := decodeStrict(raw, &in); err != nil {
+	if err := decodeJSON(req, &in); err != nil {
 		return idempotency.Reply{}, "", err
 	}
 	if in.Email == nil {
@@ -105,7 +101,7 @@ func (h *Handler) verifyOne(ctx context.Context, req *request, p evs.Principal) 
 	// The one parse of the address, for the cache, the engine and the log
 	// line (which takes its domain even on a replay).
 	addr := verify.Inspect(*in.Email)
-	resp, _, err := h.idempotent(ctx, req, p, raw, func(ctx context.Context) idempotency.Reply {
+	resp, _, err := h.idempotent(ctx, req, p, func(ctx context.Context) idempotency.Reply {
 		refund, err := h.chargeQuota(ctx, p, 1) // a replay never gets here
 		if err != nil {
 			return errReply(err)
