@@ -5,11 +5,13 @@ package main
 // command tree, so it never drifts from the flags.
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -199,10 +201,7 @@ func withEnv(cmd *cobra.Command, names ...string) *cobra.Command {
 	if cmd.Annotations == nil {
 		cmd.Annotations = map[string]string{}
 	}
-	width := 0
-	for _, n := range names {
-		width = max(width, len(n))
-	}
+	width := len(slices.MaxFunc(names, func(a, b string) int { return cmp.Compare(len(a), len(b)) }))
 	var b strings.Builder
 	for _, n := range names {
 		doc, ok := envDocs[n]

@@ -9,6 +9,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -294,15 +295,10 @@ func (b *deadlineBody) Read(p []byte) (int, error) {
 // authenticate resolves the call's key to its principal, or names the
 // refusal to answer with (and the cause of a 500 in c.Err).
 func (e *edge) authenticate(r *http.Request, c *api.Call) (evs.Principal, string, map[string]string) {
-	keys := r.Header.Values(authorizer.HeaderName)
 	key := ""
-	for i, k := range keys {
-		if i > 0 && k != key {
-			// Two different keys name no single caller.
-			key = ""
-			break
-		}
-		key = k
+	// Two different keys name no single caller.
+	if keys := r.Header.Values(authorizer.HeaderName); len(keys) > 0 && !slices.ContainsFunc(keys, func(k string) bool { return k != keys[0] }) {
+		key = keys[0]
 	}
 	now := e.o.Now()
 	var hit cacheHit // for both the failure limiter and the key check

@@ -140,23 +140,14 @@ func (s *snsEndpoint) account(ctx context.Context, id, token string) (string, er
 		return "", errSNSToken
 	}
 	a, err := s.accounts.Account(ctx, id)
-	if err != nil {
-		if evs.ErrorCode(err) == evs.CodeNotFound {
-			return "", errSNSToken
-		}
+	var sec evs.WebhookSecret
+	if err == nil && !a.Suspended {
+		sec, err = s.accounts.WebhookSecret(ctx, id)
+	}
+	switch {
+	case err != nil && evs.ErrorCode(err) != evs.CodeNotFound:
 		return "", err
-	}
-	if a.Suspended {
-		return "", errSNSToken
-	}
-	sec, err := s.accounts.WebhookSecret(ctx, id)
-	if err != nil {
-		if evs.ErrorCode(err) == evs.CodeNotFound {
-			return "", errSNSToken
-		}
-		return "", err
-	}
-	if !api.SNSTokenValid(token, id, webhook.Signers(sec, s.now())) {
+	case err != nil || a.Suspended || !api.SNSTokenValid(token, id, webhook.Signers(sec, s.now())):
 		return "", errSNSToken
 	}
 	return a.ID, nil
