@@ -132,29 +132,25 @@ func (g *edge) receiveUpload(w http.ResponseWriter, r *http.Request) {
 	} else if held != nil {
 		held.Done(r.Context())
 	}
-	switch code := evs.ErrorCode(err); {
-	case err == nil:
-	case body.slow:
-		// The request's context ends with its connection: what the store
-		// said after that is no news. The client's body was too slow.
-		w.Header().Set("Connection", "close")
-		fail(evs.Errorf(evs.CodeInvalidRequest, "The upload arrived slower than %d KiB/s over %v, or took longer than %v; send it again.",
-			UploadMinRate>>10, window, uploadTimeout))
-		return
-	case code == evs.CodeNotFound:
-		g.fails.fail(client, g.o.Now())
-		fail(err)
-		return
-	case code == evs.CodeInternal && (r.Context().Err() != nil || errors.Is(err, io.ErrUnexpectedEOF)):
-		// The client stopped sending (it closed the connection before the
-		// body's end): its doing, not a fault of ours to log as one.
-		w.Header().Set("Connection", "close")
-		fail(evs.Errorf(evs.CodeInvalidRequest, "The upload ended before the whole body arrived; send it again."))
-		return
-	default:
-		// Whatever was not read is never read: close the connection
-		// rather than drain up to 100 MiB.
-		w.Header().Set("Connection", "close")
+	if err != nil {
+		switch code := evs.ErrorCode(err); {
+		case body.slow:
+			// The request's context ends with its connection: what the
+			// store said after that is no news. The body was too slow.
+			err = evs.Errorf(evs.CodeInvalidRequest, "The upload arrived slower than %d KiB/s over %v, or took longer than %v; send it again.",
+				UploadMinRate>>10, window, uploadTimeout)
+		case code == evs.CodeNotFound:
+			g.fails.fail(client, g.o.Now())
+		case code == evs.CodeInternal && (r.Context().Err() != nil || errors.Is(err, io.ErrUnexpectedEOF)):
+			// The client stopped sending (it closed the connection before
+			// the body's end): its doing, not a fault of ours to log as one.
+			err = evs.Errorf(evs.CodeInvalidRequest, "The upload ended before the whole body arrived; send it again.")
+		}
+		if evs.ErrorCode(err) != evs.CodeNotFound {
+			// Whatever was not read is never read: close the connection
+			// rather than drain up to 100 MiB.
+			w.Header().Set("Connection", "close")
+		}
 		fail(err)
 		return
 	}
