@@ -144,12 +144,12 @@ func checkName(s string) error {
 // items: a list of a million addresses is never held twice.
 type addressList struct {
 	total int
-	seen  map[string]struct{}
+	// seqs maps an address's dedup key to the seq of its first
+	// occurrence: it decides duplicates, and a duplicate row names it.
+	seqs  map[string]int32
 	items []evs.Item
-	// rows, when set, keeps the list's rows (rows.go); its map then
-	// decides duplicates, since a duplicate row names its address's seq.
-	rows  *rowSpool
-	shape CSVShape // how a CSV list with rows was written
+	rows  *rowSpool // when set, keeps the list's rows (rows.go)
+	shape CSVShape  // how a CSV list with rows was written
 }
 
 // add checks the next address and keeps it unless it is a duplicate.
@@ -159,24 +159,18 @@ func (l *addressList) add(addr string) error {
 	}
 	l.total++
 	key, domain := dedupKey(addr)
-	if r := l.rows; r != nil {
-		if seq, dup := r.seqs[key]; dup {
-			r.last.seq, r.last.dup = int(seq), true
-			return nil
-		}
-		r.seqs[key] = int32(len(l.items))
-		r.last.seq, r.last.dup = len(l.items), false
+	if l.seqs == nil {
+		l.seqs = make(map[string]int32)
+	}
+	seq, dup := l.seqs[key]
+	if !dup {
+		seq = int32(len(l.items))
+		l.seqs[key] = seq
 		l.items = append(l.items, evs.Item{Seq: len(l.items), Email: addr, Domain: domain})
-		return nil
 	}
-	if l.seen == nil {
-		l.seen = make(map[string]struct{})
+	if r := l.rows; r != nil {
+		r.last.seq, r.last.dup = int(seq), dup
 	}
-	if _, dup := l.seen[key]; dup {
-		return nil
-	}
-	l.seen[key] = struct{}{}
-	l.items = append(l.items, evs.Item{Seq: len(l.items), Email: addr, Domain: domain})
 	return nil
 }
 
@@ -289,9 +283,9 @@ func (h *Handler) storeBatch(ctx context.Context, p evs.Principal, in parsedBatc
 	items := in.list.items
 	// What decided duplicates (as large as the items) is not held while
 	// they are stored, which for a million addresses takes seconds.
-	in.list.seen = nil
+	in.list.seqs = nil
 	if in.list.rows != nil {
-		in.list.rows.seqs, in.list.rows.lines = nil, nil
+		in.list.rows.lines = nil
 	}
 	if id == "" {
 		id = uuid.NewString()

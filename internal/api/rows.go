@@ -71,8 +71,7 @@ type rowSpool struct {
 	cw        *csv.Writer
 	width     int
 	hasHeader bool
-	seqs      map[string]int32 // an address's dedup key to its seq
-	lines     []int32          // lines[seq] is the line of its first row
+	lines     []int32 // lines[seq] is the line of its first row
 	// last is what addressList.add made of the last address.
 	last struct {
 		seq int
@@ -89,7 +88,7 @@ func newRowSpool(dir string) (*rowSpool, error) {
 	// Unlinked at once: a process killed mid-list (a Lambda timeout)
 	// leaves no file behind in a /tmp that outlives the invocation.
 	_ = os.Remove(f.Name())
-	s := &rowSpool{f: f, seqs: make(map[string]int32)}
+	s := &rowSpool{f: f}
 	s.bw = bufio.NewWriterSize(f, 64<<10)
 	s.cw = csv.NewWriter(s.bw)
 	_, _ = s.bw.Write(bytes.Repeat([]byte{' '}, rowsMetaBytes))
