@@ -30,37 +30,12 @@ import (
 // address field so made keeps its quotes (`"a@x.example"junk` is
 // invalid_syntax). A header naming no address column above a record with
 // no "@", or a column number past every record's end, is a *listError.
-func ReadListCSV(r io.Reader, lim ListLimits, lay CSVLayout, add func(addr string) error) error {
-	_, err := ReadListCSVRows(r, lim, lay, add, nil)
-	return err
-}
-
-// CSVRecord is one record of a CSV list as ReadListCSVRows hands it on.
-type CSVRecord struct {
-	Line int // where the record starts, from 1
-	// Fields are the record's fields as read (quotes undone), valid until
-	// the callback returns.
-	Fields     [][]byte
-	Header     bool
-	HasAddress bool // the record's address was handed to add just before
-}
-
-// maxRowFields bounds the fields of one record ReadListCSVRows keeps:
-// Excel's widest sheet.
-const maxRowFields = 16384
-
-// CSVShape is how a CSV file was written, beyond its records.
-type CSVShape struct {
-	Delimiter byte
-	BOM       bool // it starts with a UTF-8 byte-order mark (Excel's "CSV UTF-8")
-	CRLF      bool // its first record ends with CR LF
-}
-
-// ReadListCSVRows reads a list as ReadListCSV does, then calls row with
-// every non-blank record, header included, in order: what a batch keeps to
-// give the user's file back with its verdicts, written alike (the shape
-// it returns). Memory stays that of one record.
-func ReadListCSVRows(r io.Reader, lim ListLimits, lay CSVLayout, add func(addr string) error, row func(CSVRecord) error) (CSVShape, error) {
+//
+// row, when set, is then called with every non-blank record, header
+// included, in order: what a batch keeps to give the user's file back
+// with its verdicts, written alike (the shape returned). Memory stays that
+// of one record.
+func ReadListCSV(r io.Reader, lim ListLimits, lay CSVLayout, add func(addr string) error, row func(CSVRecord) error) (CSVShape, error) {
 	maxRecord := cmp.Or(max(lim.MaxRecordBytes, 0), defaultMaxRecordBytes)
 	br := bufio.NewReaderSize(r, 64<<10)
 	head, _ := br.Peek(3)
@@ -103,6 +78,27 @@ func ReadListCSVRows(r io.Reader, lim ListLimits, lay CSVLayout, add func(addr s
 			return s.shape(shape), err
 		}
 	}
+}
+
+// CSVRecord is one record of a CSV list as ReadListCSV hands it on.
+type CSVRecord struct {
+	Line int // where the record starts, from 1
+	// Fields are the record's fields as read (quotes undone), valid until
+	// the callback returns.
+	Fields     [][]byte
+	Header     bool
+	HasAddress bool // the record's address was handed to add just before
+}
+
+// maxRowFields bounds the fields of one record ReadListCSV keeps:
+// Excel's widest sheet.
+const maxRowFields = 16384
+
+// CSVShape is how a CSV file was written, beyond its records.
+type CSVShape struct {
+	Delimiter byte
+	BOM       bool // it starts with a UTF-8 byte-order mark (Excel's "CSV UTF-8")
+	CRLF      bool // its first record ends with CR LF
 }
 
 func (s *csvScanner) shape(sh CSVShape) CSVShape {
@@ -257,7 +253,7 @@ type csvScanner struct {
 	maxRecord int
 	add       func(string) error
 	delim     byte
-	// row, when set, is handed every record whole (ReadListCSVRows), of
+	// row, when set, is handed every record whole (ReadListCSV), of
 	// fields[:nf].
 	row     func(CSVRecord) error
 	fields  [][]byte

@@ -18,30 +18,24 @@ type ListObject struct {
 	// Strings holds the string fields that were present, by name.
 	Strings map[string]string
 	// Numbers holds the number fields that were present, by name, as
-	// written (listJSONFields.Numbers).
+	// written (ListFields.Numbers).
 	Numbers map[string]json.Number
 	// HasEmails reports whether the "emails" field was present.
 	HasEmails bool
 }
 
-// ReadListJSON reads one JSON object from r whose "emails" array of
-// strings is the list, passed to add in order (an error from add stops the
-// read). The fields named in fields must be strings and are returned in
-// ListObject; any other field, a repeated one, trailing data and invalid
-// UTF-8 are *listError values. Memory is bounded by one element.
-func ReadListJSON(r io.Reader, lim ListLimits, fields []string, add func(addr string) error) (ListObject, error) {
-	return readListJSONWith(r, lim, listJSONFields{Strings: fields}, add)
-}
-
-// listJSONFields names the fields readListJSONWith accepts besides "emails".
-type listJSONFields struct {
+// ListFields names the fields ReadListJSON accepts besides "emails".
+type ListFields struct {
 	Strings []string // must be strings
 	Numbers []string // must be numbers
 }
 
-// readListJSONWith is ReadListJSON with number fields too: each field named in
-// fields.Numbers must be a JSON number and is returned in ListObject.Numbers.
-func readListJSONWith(r io.Reader, lim ListLimits, fields listJSONFields, add func(addr string) error) (ListObject, error) {
+// ReadListJSON reads one JSON object from r whose "emails" array of
+// strings is the list, passed to add in order (an error from add stops the
+// read). The fields named in fields must be of their kind and are returned
+// in ListObject; any other field, a repeated one, trailing data and invalid
+// UTF-8 are *listError values. Memory is bounded by one element.
+func ReadListJSON(r io.Reader, lim ListLimits, fields ListFields, add func(addr string) error) (ListObject, error) {
 	g := &scalarGuard{r: bufio.NewReaderSize(newUTF8Reader(r, "JSON"), 64<<10)}
 	dec := json.NewDecoder(g)
 	dec.UseNumber()

@@ -20,7 +20,7 @@ func csvAddresses(in string, l ListLimits) ([]string, error) {
 
 func csvLaidOut(in string, l ListLimits, lay CSVLayout) ([]string, error) {
 	var got []string
-	err := ReadListCSV(strings.NewReader(in), l, lay, func(a string) error { got = append(got, a); return nil })
+	_, err := ReadListCSV(strings.NewReader(in), l, lay, func(a string) error { got = append(got, a); return nil }, nil)
 	return got, err
 }
 
@@ -149,7 +149,7 @@ func TestListTooManyIsMarked(t *testing.T) {
 func TestListStopsAtAddError(t *testing.T) {
 	stop := errors.New("stop")
 	n := 0
-	err := ReadListCSV(strings.NewReader("a@x\nb@x\nc@x\n"), listLim, CSVLayout{}, func(string) error { n++; return stop })
+	_, err := ReadListCSV(strings.NewReader("a@x\nb@x\nc@x\n"), listLim, CSVLayout{}, func(string) error { n++; return stop }, nil)
 	if !errors.Is(err, stop) || n != 1 {
 		t.Fatalf("err %v after %d addresses, want stop after 1", err, n)
 	}
@@ -164,12 +164,12 @@ func (o oneByte) Read(p []byte) (int, error) { return o.r.Read(p[:1]) }
 func TestListChunkBoundaries(t *testing.T) {
 	in := "\ufeffemail,\"note\r\n, here\"\r\n\"é\"\"x@x.example\",1\rb@x.example\n"
 	var got []string
-	err := ReadListCSV(oneByte{strings.NewReader(in)}, listLim, CSVLayout{}, func(a string) error { got = append(got, a); return nil })
+	_, err := ReadListCSV(oneByte{strings.NewReader(in)}, listLim, CSVLayout{}, func(a string) error { got = append(got, a); return nil }, nil)
 	if want := []string{"é\"x@x.example", "b@x.example"}; err != nil || !slices.Equal(got, want) {
 		t.Fatalf("got %q, %v; want %q", got, err, want)
 	}
 	got = nil
-	obj, err := ReadListJSON(oneByte{strings.NewReader(`{"mode":"quick","emails":["é@x.example","b@x.example"]}`)}, listLim, []string{"mode"},
+	obj, err := ReadListJSON(oneByte{strings.NewReader(`{"mode":"quick","emails":["é@x.example","b@x.example"]}`)}, listLim, ListFields{Strings: []string{"mode"}},
 		func(a string) error { got = append(got, a); return nil })
 	if want := []string{"é@x.example", "b@x.example"}; err != nil || !slices.Equal(got, want) || obj.Strings["mode"] != "quick" {
 		t.Fatalf("got %q, %v, %v; want %q", got, obj, err, want)
@@ -208,7 +208,7 @@ func TestListJSON(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var got []string
-			_, err := ReadListJSON(strings.NewReader(tc.in), listLim, []string{"mode"}, func(a string) error { got = append(got, a); return nil })
+			_, err := ReadListJSON(strings.NewReader(tc.in), listLim, ListFields{Strings: []string{"mode"}}, func(a string) error { got = append(got, a); return nil })
 			if tc.err != "" {
 				var e *listError
 				if !errors.As(err, &e) || !strings.Contains(err.Error(), tc.err) {
@@ -237,10 +237,11 @@ func TestListMemoryBoundedByShape(t *testing.T) {
 	numbers := `{"emails":["a@x",` + strings.Repeat("1,", 3<<20) + `1]}`
 	for name, read := range map[string]func() error{
 		"csv commas": func() error {
-			return ReadListCSV(strings.NewReader(commas), big, CSVLayout{}, func(string) error { return nil })
+			_, err := ReadListCSV(strings.NewReader(commas), big, CSVLayout{}, func(string) error { return nil }, nil)
+			return err
 		},
 		"json numbers": func() error {
-			_, err := ReadListJSON(strings.NewReader(numbers), big, nil, func(string) error { return nil })
+			_, err := ReadListJSON(strings.NewReader(numbers), big, ListFields{}, func(string) error { return nil })
 			var e *listError
 			if errors.As(err, &e) {
 				return nil // refused at the first number, as it should be
@@ -337,7 +338,7 @@ func FuzzListJSON(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, in string) {
-		_, err := ReadListJSON(strings.NewReader(in), listLim, []string{"mode"}, func(a string) error {
+		_, err := ReadListJSON(strings.NewReader(in), listLim, ListFields{Strings: []string{"mode"}}, func(a string) error {
 			if !utf8.ValidString(a) {
 				t.Fatalf("passed invalid UTF-8 %q", a)
 			}

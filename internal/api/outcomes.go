@@ -237,12 +237,12 @@ func trimChars(s string, n int) string {
 var outcomesCSVLimits = ListLimits{MaxAddresses: math.MaxInt, MaxAddressBytes: defaultMaxRecordBytes}
 
 // parseOutcomesCSV reads the records with the batch list's bounded parser
-// (ReadListCSVRows); the first is the header.
+// (ReadListCSV); the first is the header.
 func parseOutcomesCSV(body []byte, now time.Time) ([]evs.Outcome, error) {
 	var out []evs.Outcome
 	var col map[string]int
 	width, row := 0, 0
-	_, err := ReadListCSVRows(bytes.NewReader(body), outcomesCSVLimits, CSVLayout{Column: "1", Delimiter: ','},
+	_, err := ReadListCSV(bytes.NewReader(body), outcomesCSVLimits, CSVLayout{Column: "1", Delimiter: ','},
 		func(string) error { return nil },
 		func(rec CSVRecord) error {
 			row++

@@ -415,8 +415,8 @@ func parseBatchJSON(req *request) (parsedBatch, error) {
 		}
 	}
 	out := parsedBatch{list: &addressList{}}
-	obj, err := readListJSONWith(bytes.NewReader(req.body), bodyLimits,
-		listJSONFields{Strings: []string{"mode", "callbackUrl", "uploadId", "name", "column", "delimiter"}, Numbers: []string{"maxAge"}}, out.list.add)
+	obj, err := ReadListJSON(bytes.NewReader(req.body), bodyLimits,
+		ListFields{Strings: []string{"mode", "callbackUrl", "uploadId", "name", "column", "delimiter"}, Numbers: []string{"maxAge"}}, out.list.add)
 	if err != nil {
 		return parsedBatch{}, listErr(err)
 	}

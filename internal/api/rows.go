@@ -162,14 +162,15 @@ func (s *rowSpool) close() {
 // (else nil) when keep is set.
 func readRows(r io.Reader, lim ListLimits, lay CSVLayout, l *addressList, keep bool) (*rowSpool, CSVShape, error) {
 	if !keep {
-		return nil, CSVShape{}, ReadListCSV(r, lim, lay, l.add)
+		_, err := ReadListCSV(r, lim, lay, l.add, nil)
+		return nil, CSVShape{}, err
 	}
 	sp, err := newRowSpool("")
 	if err != nil {
 		return nil, CSVShape{}, err
 	}
 	l.rows = sp
-	shape, err := ReadListCSVRows(r, lim, lay, l.add, sp.row)
+	shape, err := ReadListCSV(r, lim, lay, l.add, sp.row)
 	if err != nil {
 		l.rows = nil
 		sp.close()

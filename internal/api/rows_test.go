@@ -16,11 +16,11 @@ import (
 	"github.com/evs-dev/evs/internal/evs"
 )
 
-// csvRowsOf reads in with ReadListCSVRows and returns its addresses and
+// csvRowsOf reads in with ReadListCSV and returns its addresses and
 // its records, each as "line:h|a|-:field|field".
 func csvRowsOf(in string, lay CSVLayout) ([]string, []string, error) {
 	var addrs, recs []string
-	_, err := ReadListCSVRows(strings.NewReader(in), ListLimits{MaxAddresses: 100, MaxAddressBytes: 100}, lay,
+	_, err := ReadListCSV(strings.NewReader(in), ListLimits{MaxAddresses: 100, MaxAddressBytes: 100}, lay,
 		func(a string) error { addrs = append(addrs, a); return nil },
 		func(r CSVRecord) error {
 			kind := "-"
@@ -89,7 +89,7 @@ func FuzzListCSVRows(f *testing.F) {
 		want, werr := csvAddresses(in, l)
 		var got []string
 		var recs [][]string
-		_, err := ReadListCSVRows(strings.NewReader(in), l, CSVLayout{}, func(a string) error { got = append(got, a); return nil },
+		_, err := ReadListCSV(strings.NewReader(in), l, CSVLayout{}, func(a string) error { got = append(got, a); return nil },
 			func(r CSVRecord) error {
 				rec := make([]string, len(r.Fields))
 				for i, f := range r.Fields {

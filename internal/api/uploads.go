@@ -144,7 +144,7 @@ func (h *Handler) storeUploadBatch(ctx context.Context, p evs.Principal, in pars
 			return evs.Batch{}, evs.Errorf(evs.CodeInvalidRequest, "The column and delimiter are for a CSV list; this upload is JSON.")
 		}
 		read = func(r io.Reader, lim ListLimits, add func(string) error) error {
-			_, err := ReadListJSON(r, lim, nil, add)
+			_, err := ReadListJSON(r, lim, ListFields{}, add)
 			return err
 		}
 	}

@@ -290,7 +290,7 @@ func BenchmarkCreateBatch(b *testing.B) {
 	})
 	b.Run("body-50k-floor", func(b *testing.B) {
 		for b.Loop() {
-			if _, err := api.ReadListJSON(strings.NewReader(body50k), api.ListLimits{MaxAddresses: 50_000, MaxAddressBytes: 512}, nil, func(string) error { return nil }); err != nil {
+			if _, err := api.ReadListJSON(strings.NewReader(body50k), api.ListLimits{MaxAddresses: 50_000, MaxAddressBytes: 512}, api.ListFields{}, func(string) error { return nil }); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -310,7 +310,7 @@ func BenchmarkCreateBatch(b *testing.B) {
 	}
 	b.Run("upload-1M-floor", func(b *testing.B) {
 		for b.Loop() {
-			if err := api.ReadListCSV(strings.NewReader(csv1M), api.ListLimits{MaxAddresses: 1_000_000, MaxAddressBytes: 512}, api.CSVLayout{}, func(string) error { return nil }); err != nil {
+			if _, err := api.ReadListCSV(strings.NewReader(csv1M), api.ListLimits{MaxAddresses: 1_000_000, MaxAddressBytes: 512}, api.CSVLayout{}, func(string) error { return nil }, nil); err != nil {
 				b.Fatal(err)
 			}
 		}
