@@ -48,11 +48,12 @@ var widgetVersion, widgetGz = func() (string, []byte) {
 	return hex.EncodeToString(sum[:8]), b.Bytes()
 }()
 
-// WidgetHandler serves the widget at WidgetPath to any page: no key, GET
-// and HEAD only, cross-origin, and readable by CORS so that a page may
-// check it with Subresource Integrity.
-func WidgetHandler() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+// MountWidget serves the widget on mux at WidgetPath to any page: no key,
+// GET and HEAD only, cross-origin, and readable by CORS so that a page may
+// check it with Subresource Integrity. MountConsole calls it: wherever the
+// console is served with no key, so is the widget.
+func MountWidget(mux *http.ServeMux) {
+	mux.HandleFunc(WidgetPath, func(w http.ResponseWriter, r *http.Request) {
 		c := CallFromContext(r.Context())
 		c.Route = WidgetPath
 		h := w.Header()
@@ -99,10 +100,4 @@ func acceptsGzip(vs []string) bool {
 		}
 	}
 	return false
-}
-
-// MountWidget serves WidgetHandler on mux at WidgetPath. MountConsole
-// calls it: wherever the console is served with no key, so is the widget.
-func MountWidget(mux *http.ServeMux) {
-	mux.Handle(WidgetPath, WidgetHandler())
 }

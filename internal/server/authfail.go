@@ -26,13 +26,9 @@ type failEntry struct {
 	lim    *rate.Limiter
 }
 
-func newFailLimiter(perSecond float64, max int) *failLimiter {
-	burst := int(perSecond)
-	if burst < 1 {
-		burst = 1
-	}
-	f := newClientLimiter(max)
-	f.rate, f.burst = rate.Limit(perSecond), burst
+func newFailLimiter(perSecond float64, clients int) *failLimiter {
+	f := newClientLimiter(clients)
+	f.rate, f.burst = rate.Limit(perSecond), max(int(perSecond), 1)
 	return f
 }
 

@@ -115,13 +115,11 @@ func newEdge(o Options, mount func(api.Guard) func(*http.ServeMux), keys keyLook
 	var probeFailed func()
 	if o.Metrics != nil {
 		probeFailed = func() { o.Metrics.StoreError("readyz") }
+		e.calls = app.Calls(o.Metrics)
 	}
 	e.writable = newWritable(o.Store, o.Now, probeFailed)
 	if v, ok := o.Store.(KeysVersioned); ok {
 		e.version = v.KeysVersion
-	}
-	if o.Metrics != nil {
-		e.calls = app.Calls(o.Metrics)
 	}
 	e.uploads, _ = o.Store.(uploadStore)
 	e.exports, _ = o.Store.(exportStore)
