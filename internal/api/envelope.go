@@ -5,6 +5,7 @@ package api
 // Lambda functions and `evs serve` answer identically.
 
 import (
+	"cmp"
 	"encoding/json"
 
 	"github.com/evs-dev/evs/internal/evs"
@@ -27,10 +28,7 @@ var statusByCode = map[string]int{
 
 // HTTPStatus returns the HTTP status for an error code; unknown codes are 500.
 func HTTPStatus(code string) int {
-	if s, ok := statusByCode[code]; ok {
-		return s
-	}
-	return 500
+	return cmp.Or(statusByCode[code], 500)
 }
 
 // ErrorObject is the inner object of the envelope.

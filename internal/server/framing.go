@@ -108,8 +108,6 @@ func (c *framingConn) feed(p []byte) {
 				if len(p) == 0 {
 					return
 				}
-			}
-			if len(c.buf) == 0 {
 				// Most heads arrive in one read: parse them in place.
 				if end := headEnd(p, 0); end >= 0 {
 					c.head(p[:end])
@@ -200,11 +198,9 @@ func (c *framingConn) head(h []byte) {
 		switch {
 		case bytes.EqualFold(name, hdrContentLength):
 			cl = true
-			v, err := strconv.ParseInt(string(bytes.TrimSpace(value)), 10, 64)
-			if err != nil || v < 0 {
-				n = -1
-			} else {
-				n = v
+			var err error
+			if n, err = strconv.ParseInt(string(bytes.TrimSpace(value)), 10, 64); err != nil {
+				n = -1 // like a negative length: refused
 			}
 		case bytes.EqualFold(name, hdrTransferEncoding):
 			te = true

@@ -38,26 +38,21 @@ const (
 // AUTHENTICATION_TOKEN is what API Gateway answers for a path it has no
 // route for, so it is the contract's 404 not_found.
 func GatewayResponses() map[string]GatewayResponse {
-	rs := []GatewayResponse{
-		{Type: unauthorized, Status: http.StatusUnauthorized, Code: evs.CodeUnauthorized, Message: "Missing, malformed or unknown API key: send it in the X-Api-Key header (not Authorization)."},
-		{Type: accessDenied, Status: http.StatusForbidden, Code: evs.CodeForbidden, Message: "The API key is revoked or its account is suspended, or a publishable key called another route than POST /v1/verify."},
-		{Type: throttled, Status: http.StatusTooManyRequests, Code: evs.CodeRateLimited, Message: "Too many requests; retry after the time in Retry-After.", Headers: map[string]string{"Retry-After": retryAfterDefault}},
-		{Type: quotaExceeded, Status: http.StatusTooManyRequests, Code: evs.CodeRateLimited, Message: "The account's request quota is used up.", Headers: map[string]string{"Retry-After": "3600"}},
-		{Type: badRequestBody, Status: http.StatusBadRequest, Code: evs.CodeInvalidRequest, Message: "The request body is invalid."},
-		{Type: missingAuthToken, Status: http.StatusNotFound, Code: evs.CodeNotFound, Message: "No such route."},
+	return map[string]GatewayResponse{
+		unauthorized:     {Type: unauthorized, Status: http.StatusUnauthorized, Code: evs.CodeUnauthorized, Message: "Missing, malformed or unknown API key: send it in the X-Api-Key header (not Authorization)."},
+		accessDenied:     {Type: accessDenied, Status: http.StatusForbidden, Code: evs.CodeForbidden, Message: "The API key is revoked or its account is suspended, or a publishable key called another route than POST /v1/verify."},
+		throttled:        {Type: throttled, Status: http.StatusTooManyRequests, Code: evs.CodeRateLimited, Message: "Too many requests; retry after the time in Retry-After.", Headers: map[string]string{"Retry-After": retryAfterDefault}},
+		quotaExceeded:    {Type: quotaExceeded, Status: http.StatusTooManyRequests, Code: evs.CodeRateLimited, Message: "The account's request quota is used up.", Headers: map[string]string{"Retry-After": "3600"}},
+		badRequestBody:   {Type: badRequestBody, Status: http.StatusBadRequest, Code: evs.CodeInvalidRequest, Message: "The request body is invalid."},
+		missingAuthToken: {Type: missingAuthToken, Status: http.StatusNotFound, Code: evs.CodeNotFound, Message: "No such route."},
 		// On AWS this is what a body the platform will not deliver gets
 		// (the handlers answer the smaller ones themselves, naming the
 		// route's limit); on `evs serve` every such body reaches the
 		// handler, which names the route's limit.
-		{Type: requestTooLarge, Status: http.StatusRequestEntityTooLarge, Code: evs.CodePayloadTooLarge, Message: "The request body is too large; send large lists with POST /v1/uploads."},
-		{Type: default4XX, Status: http.StatusBadRequest, Code: evs.CodeInvalidRequest, Message: "The request is invalid."},
-		{Type: default5XX, Status: http.StatusInternalServerError, Code: evs.CodeInternal, Message: "An internal error occurred."},
+		requestTooLarge: {Type: requestTooLarge, Status: http.StatusRequestEntityTooLarge, Code: evs.CodePayloadTooLarge, Message: "The request body is too large; send large lists with POST /v1/uploads."},
+		default4XX:      {Type: default4XX, Status: http.StatusBadRequest, Code: evs.CodeInvalidRequest, Message: "The request is invalid."},
+		default5XX:      {Type: default5XX, Status: http.StatusInternalServerError, Code: evs.CodeInternal, Message: "An internal error occurred."},
 	}
-	m := make(map[string]GatewayResponse, len(rs))
-	for _, r := range rs {
-		m[r.Type] = r
-	}
-	return m
 }
 
 // writeResponse renders gateway response typ; extra headers override the
