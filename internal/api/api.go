@@ -304,7 +304,7 @@ func errReply(err error) idempotency.Reply {
 	case r.StatusCode == http.StatusTooManyRequests:
 		// The quotas know when they free up; the other 429 is the
 		// active-batch limit.
-		after, ok := retryAfter(err)
+		after, ok := limitRetryAfter(err)
 		if !ok {
 			after = RetryAfterActiveBatches
 		}

@@ -80,15 +80,20 @@ func quotaPeriod(period string, now time.Time) (string, time.Time) {
 	return fmt.Sprintf("%04d-%02d", y, int(m)), time.Date(y, m+1, 1, 0, 0, 0, 0, time.UTC)
 }
 
-// retryAfter is the Retry-After of err, a 429, when err knows it (a
+// RetryAfter renders a wait as Retry-After's whole seconds, at least 1.
+func RetryAfter(wait time.Duration) string {
+	return strconv.Itoa(max(int(math.Ceil(wait.Seconds())), 1))
+}
+
+// limitRetryAfter is the Retry-After of err, a 429, when err knows it (a
 // *store.LimitError: the address quota, the Idempotency-Key limit, the
-// storage quota): the seconds, rounded up, until a retry can pass.
-func retryAfter(err error) (string, bool) {
-	var le *store.LimitError
-	if !errors.As(err, &le) {
+// storage quota): until a retry can pass.
+func limitRetryAfter(err error) (string, bool) {
+	le, ok := errors.AsType[*store.LimitError](err)
+	if !ok {
 		return "", false
 	}
-	return strconv.Itoa(max(int(math.Ceil(le.RetryAfter().Seconds())), 1)), true
+	return RetryAfter(le.RetryAfter()), true
 }
 
 // counterGrace keeps a counter past its period's end, so a clock a little

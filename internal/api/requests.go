@@ -374,20 +374,13 @@ func (h *Handler) parseBatch(req *request) (parsedBatch, error) {
 	}
 }
 
-// parseMode reads a creation's mode; one given must not be empty.
-func parseMode(s string, present bool) (evs.Mode, error) {
-	if m, ok := evs.ParseMode(s); ok && (s != "" || !present) {
-		return m, nil
-	}
-	return "", evs.Errorf(evs.CodeInvalidRequest, "The mode must be \"full\" or \"quick\".")
-}
-
 // readOptions reads a creation's mode, maxAge, callbackUrl and name, from
 // a JSON body's fields or a CSV body's query.
 func (out *parsedBatch) readOptions(fields map[string]string, maxAge string, hasMaxAge bool) (err error) {
 	modeText, hasMode := fields["mode"]
-	if out.mode, err = parseMode(modeText, hasMode); err != nil {
-		return err
+	var ok bool
+	if out.mode, ok = evs.ParseMode(modeText); !ok || hasMode && modeText == "" { // one given must not be empty
+		return evs.Errorf(evs.CodeInvalidRequest, "The mode must be \"full\" or \"quick\".")
 	}
 	if hasMaxAge {
 		if out.maxAge, err = parseMaxAge(json.RawMessage(maxAge)); err != nil || maxAge == "" {
@@ -1084,7 +1077,12 @@ func (h *Handler) origin(req *request) string {
 	if h.d.PublicURL != "" {
 		return h.d.PublicURL
 	}
-	return requestOrigin(req)
+	host, _ := req.header("Host")
+	scheme := "http"
+	if proto, _ := req.header("X-Forwarded-Proto"); strings.EqualFold(proto, "https") {
+		scheme = "https"
+	}
+	return scheme + "://" + host
 }
 
 // Exports stores a CSV result list as write writes it and returns a URL

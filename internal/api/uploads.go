@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -92,16 +91,6 @@ func (h *Handler) createUpload(ctx context.Context, req *request, p evs.Principa
 		})
 	})
 	return resp, err
-}
-
-// requestOrigin is the origin the client called (Host, X-Forwarded-Proto).
-func requestOrigin(req *request) string {
-	host, _ := req.header("Host")
-	scheme := "http"
-	if proto, _ := req.header("X-Forwarded-Proto"); strings.EqualFold(proto, "https") {
-		scheme = "https"
-	}
-	return scheme + "://" + host
 }
 
 // storeUploadBatch creates the batch of an upload, its list read as a

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/evs-dev/evs/internal/api"
 	"github.com/evs-dev/evs/internal/evs"
 )
 
@@ -39,7 +40,7 @@ func (g *edge) lowOnSpace() bool {
 
 // writeLowSpace answers a call refused for lack of space.
 func writeLowSpace(w http.ResponseWriter, requestID string) {
-	w.Header().Set("Retry-After", retryAfter(lowSpaceRetry))
+	w.Header().Set("Retry-After", api.RetryAfter(lowSpaceRetry))
 	writeError(w, http.StatusServiceUnavailable, evs.CodeUnavailable,
 		"The service is low on storage and takes no new batches, uploads, exports or outcomes until space is freed; retry later.", requestID)
 }

@@ -10,7 +10,6 @@ import (
 	"math"
 	"net/http"
 	"slices"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -226,7 +225,7 @@ func (e *edge) guard(rt api.Route, next http.Handler) http.Handler {
 		}
 		if wait, limited := e.throttleCall(c, p); limited {
 			defer refuseEarly(w, r)()
-			writeResponse(w, throttled, rid, map[string]string{"Retry-After": retryAfter(wait)})
+			writeResponse(w, throttled, rid, map[string]string{"Retry-After": api.RetryAfter(wait)})
 			return
 		}
 		if storesWork(r.Method, rt.Path) && e.lowOnSpace() {
@@ -309,7 +308,7 @@ func (e *edge) authenticate(r *http.Request, c *api.Call) (evs.Principal, string
 		// Guessing keys is slow; a key seen to work (cached) still passes,
 		// so neighbours behind the same NAT keep working.
 		if wait, blocked := e.fails.blocked(client, now); blocked {
-			return evs.Principal{}, throttled, map[string]string{"Retry-After": retryAfter(wait)}
+			return evs.Principal{}, throttled, map[string]string{"Retry-After": api.RetryAfter(wait)}
 		}
 	}
 	typ := unauthorized
@@ -407,11 +406,6 @@ func refuseEarly(w http.ResponseWriter, r *http.Request) (drain func()) {
 
 // bodyLinger is how long refuseEarly reads a refused body.
 const bodyLinger = 3 * time.Second
-
-// retryAfter renders a wait as whole seconds, at least 1.
-func retryAfter(wait time.Duration) string {
-	return strconv.Itoa(max(1, int(math.Ceil(wait.Seconds()))))
-}
 
 // throttleCall takes a token from the buckets of the call: the account's
 // for a secret key; for a publishable key (public, so never spending the

@@ -8,7 +8,6 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/evs-dev/evs/internal/api"
 	"github.com/evs-dev/evs/internal/evs"
@@ -69,7 +68,7 @@ func writeCallError(w http.ResponseWriter, r *http.Request, c *api.Call, err err
 	var be *api.BusyError
 	switch {
 	case errors.As(err, &le):
-		w.Header().Set("Retry-After", retryAfter(max(le.Retry, time.Second)))
+		w.Header().Set("Retry-After", api.RetryAfter(le.Retry))
 	case errors.As(err, &be):
 		w.Header().Set("Retry-After", be.RetryAfter)
 	}
@@ -91,7 +90,7 @@ func (g *edge) admitTokenCall(w http.ResponseWriter, r *http.Request, c *api.Cal
 	client = api.ClientPrefix(c.ClientAddr)
 	if wait, blocked := g.fails.blocked(client, g.o.Now()); blocked {
 		defer refuseEarly(w, r)()
-		writeResponse(w, throttled, c.RequestID, map[string]string{"Retry-After": retryAfter(wait)})
+		writeResponse(w, throttled, c.RequestID, map[string]string{"Retry-After": api.RetryAfter(wait)})
 		return "", false
 	}
 	return client, true
