@@ -493,14 +493,15 @@ func Observe(o ObserveOptions, next http.Handler) http.Handler {
 	})
 }
 
-// PeerAddr is the address of r's peer.
+// PeerAddr is the address of r's peer (host:port or a bare address), an
+// IPv4-mapped one as IPv4, without a zone.
 func PeerAddr(r *http.Request) netip.Addr {
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {
 		host = r.RemoteAddr
 	}
 	a, _ := netip.ParseAddr(host)
-	return a.Unmap()
+	return a.Unmap().WithZone("")
 }
 
 type statusWriter struct {

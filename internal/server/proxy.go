@@ -6,6 +6,8 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+
+	"github.com/evs-dev/evs/internal/api"
 )
 
 // clientAddr is the address of the client a call comes from: the TCP peer,
@@ -13,14 +15,7 @@ import (
 // not itself trusted (only what trusted proxies appended can be believed).
 // An entry that is not an address stops the walk at the last proxy.
 func clientAddr(r *http.Request, trusted []netip.Prefix) netip.Addr {
-	// RemoteAddr is host:port; parseHost, which takes a bare address
-	// first, would make and drop an error for it on every call.
-	var peer netip.Addr
-	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
-		peer = ap.Addr().Unmap().WithZone("")
-	} else {
-		peer = parseHost(r.RemoteAddr)
-	}
+	peer := api.PeerAddr(r)
 	if !peer.IsValid() || !isTrusted(peer, trusted) {
 		return peer
 	}
