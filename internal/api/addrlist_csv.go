@@ -163,28 +163,22 @@ func sniffDelimiter(b []byte, whole bool) byte {
 	if len(counts) == 0 {
 		return ','
 	}
-	best, bestN := -1, 0
-	for k := range cands {
+	best, bestN := byte(','), 0
+	for k, d := range cands {
 		n := counts[0][k]
-		alike := n > 0
-		for _, rec := range counts[1:] {
-			alike = alike && rec[k] == n
-		}
-		if alike && n > bestN {
-			best, bestN = k, n
+		if n > bestN && !slices.ContainsFunc(counts[1:], func(rec [len(cands)]int) bool { return rec[k] != n }) {
+			best, bestN = d, n
 		}
 	}
-	if best < 0 {
-		for k := range cands {
-			if counts[0][k] > bestN {
-				best, bestN = k, counts[0][k]
-			}
+	if bestN > 0 {
+		return best
+	}
+	for k, d := range cands {
+		if counts[0][k] > bestN {
+			best, bestN = d, counts[0][k]
 		}
 	}
-	if best < 0 {
-		return ','
-	}
-	return cands[best]
+	return best
 }
 
 // emailHeaders are header names of an address column, as headerKey writes
