@@ -61,7 +61,6 @@ func ReadListCSV(r io.Reader, lim ListLimits, lay CSVLayout, add func(addr strin
 			s.named = lay.Column
 		}
 	}
-	s.first = make([]byte, 0, 64)
 	for {
 		chunk, err := br.ReadSlice('\n')
 		if len(chunk) > 0 {
@@ -229,8 +228,7 @@ func headerColumn(cells []csvCell, named string) (int, error) {
 	return -1, nil
 }
 
-// csvCell is a non-blank field of a record read before its address column
-// is known.
+// csvCell is a field of a record as the scanner keeps it (keep).
 type csvCell struct {
 	field int
 	b     []byte
@@ -265,22 +263,20 @@ type csvScanner struct {
 	breaks      int
 	widest      int       // the most fields a record had
 	requoted    bool      // the address field's closing quote was followed by text (requote)
-	cells       []csvCell // the record's non-blank fields while col is not known
+	cells       []csvCell // the record's fields so far (keep): its address field alone once col is known
 
-	line        int    // line of the byte being scanned, from 1
-	recordLine  int    // line the current record started on
-	recordBytes int    // bytes of the current record so far
-	field       int    // index of the current field in its record
-	fieldStart  bool   // nothing of the current field read yet
-	quoted      bool   // the current field started with a quote
-	quoteLine   int    // line the current quoted field opened on
-	inQuotes    bool   // inside the quotes of a quoted field
-	quoteSeen   bool   // inQuotes, and the last byte was a quote: closing or doubled
-	closed      bool   // the quoted field's closing quote was read
-	pendingCR   bool   // the last byte was a CR outside quotes
-	first       []byte // the first field so far, reused from record to record
-	firstLong   bool   // the first field is longer than MaxAddressBytes
-	sawRecord   bool   // a record with a non-blank first field was seen
+	line        int  // line of the byte being scanned, from 1
+	recordLine  int  // line the current record started on
+	recordBytes int  // bytes of the current record so far
+	field       int  // index of the current field in its record
+	fieldStart  bool // nothing of the current field read yet
+	quoted      bool // the current field started with a quote
+	quoteLine   int  // line the current quoted field opened on
+	inQuotes    bool // inside the quotes of a quoted field
+	quoteSeen   bool // inQuotes, and the last byte was a quote: closing or doubled
+	closed      bool // the quoted field's closing quote was read
+	pendingCR   bool // the last byte was a CR outside quotes
+	sawRecord   bool // a record with a non-blank first field was seen
 	addresses   int
 	hasContents bool // the current record has any byte
 }
@@ -376,33 +372,28 @@ func (s *csvScanner) unquoted(c byte) error {
 	return nil
 }
 
-// keep appends c to the address field, up to one byte past the limit,
-// or, while the address column is not known, to the record's cells.
+// keep appends c to the record's cell of its field, up to one byte past
+// the limit: every field's while the address column is not known, then
+// the address field's alone.
 func (s *csvScanner) keep(c byte) {
 	if s.row != nil && s.field < maxRowFields {
 		s.growFields()
 		s.fields[s.field] = append(s.fields[s.field], c)
 	}
-	if s.col < 0 {
-		n := len(s.cells)
-		switch {
-		case n > 0 && s.cells[n-1].field == s.field:
-			if len(s.cells[n-1].b) <= s.lim.MaxAddressBytes+trimMargin {
-				s.cells[n-1].b = append(s.cells[n-1].b, c)
-			}
-		case n < maxCells:
-			s.cells = append(s.cells, csvCell{field: s.field, b: []byte{c}})
+	if s.col >= 0 && s.field != s.col {
+		return
+	}
+	n := len(s.cells)
+	switch {
+	case n > 0 && s.cells[n-1].field == s.field:
+		if len(s.cells[n-1].b) <= s.lim.MaxAddressBytes+trimMargin {
+			s.cells[n-1].b = append(s.cells[n-1].b, c)
 		}
-		return
+	case n < maxCells:
+		// A cell's bytes are reused from record to record.
+		s.cells = slices.Grow(s.cells, 1)[:n+1]
+		s.cells[n] = csvCell{field: s.field, b: append(s.cells[n].b[:0], c)}
 	}
-	if s.field != s.col || s.firstLong {
-		return
-	}
-	if len(s.first) >= s.lim.MaxAddressBytes+trimMargin {
-		s.firstLong = true
-		return
-	}
-	s.first = append(s.first, c)
 }
 
 // requote puts back the quotes of the current field where text follows
@@ -410,16 +401,8 @@ func (s *csvScanner) keep(c byte) {
 // the valid a@x.examplejunk. The user's own fields (rows) are not requoted.
 func (s *csvScanner) requote() {
 	s.requoted = true
-	quote := func(b []byte) []byte {
-		return append(append([]byte{'"'}, bytes.ReplaceAll(b, []byte{'"'}, []byte(`""`))...), '"')
-	}
-	switch {
-	case s.col < 0:
-		if n := len(s.cells); n > 0 && s.cells[n-1].field == s.field {
-			s.cells[n-1].b = quote(s.cells[n-1].b)
-		}
-	case s.field == s.col && !s.firstLong:
-		s.first = quote(s.first)
+	if n := len(s.cells); n > 0 && s.cells[n-1].field == s.field {
+		s.cells[n-1].b = append(append([]byte{'"'}, bytes.ReplaceAll(s.cells[n-1].b, []byte{'"'}, []byte(`""`))...), '"')
 	}
 }
 
@@ -455,10 +438,14 @@ func (s *csvScanner) endAddress() error {
 	if s.col < 0 {
 		return s.findColumn()
 	}
-	if s.firstLong {
+	var cell []byte // the address field's, the one cell kept
+	if len(s.cells) > 0 {
+		cell = s.cells[0].b
+	}
+	if len(cell) > s.lim.MaxAddressBytes+trimMargin {
 		return listErrorf("Address %d (line %d) is longer than %d bytes.", s.addresses+1, s.recordLine, s.lim.MaxAddressBytes)
 	}
-	addr := string(bytes.TrimSpace(s.first))
+	addr := string(bytes.TrimSpace(cell))
 	if addr == "" {
 		return nil
 	}
@@ -536,11 +523,10 @@ func (s *csvScanner) address(addr string) error {
 }
 
 func (s *csvScanner) reset() {
-	s.first = s.first[:0]
 	s.cells = s.cells[:0]
 	s.field, s.recordBytes, s.nf = 0, 0, 0
 	s.fieldStart, s.quoted, s.inQuotes, s.quoteSeen, s.closed, s.requoted = true, false, false, false, false, false
-	s.firstLong, s.hasContents = false, false
+	s.hasContents = false
 }
 
 func (s *csvScanner) end() error {
