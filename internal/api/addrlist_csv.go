@@ -401,8 +401,11 @@ func (s *csvScanner) keep(c byte) {
 // the valid a@x.examplejunk. The user's own fields (rows) are not requoted.
 func (s *csvScanner) requote() {
 	s.requoted = true
-	if n := len(s.cells); n > 0 && s.cells[n-1].field == s.field {
+	switch n := len(s.cells); {
+	case n > 0 && s.cells[n-1].field == s.field:
 		s.cells[n-1].b = append(append([]byte{'"'}, bytes.ReplaceAll(s.cells[n-1].b, []byte{'"'}, []byte(`""`))...), '"')
+	case s.field == s.col: // the known address field, quoted empty
+		s.cells = append(s.cells, csvCell{field: s.field, b: []byte(`""`)})
 	}
 }
 
@@ -436,11 +439,13 @@ func (s *csvScanner) endRecord() error {
 
 func (s *csvScanner) endAddress() error {
 	if s.col < 0 {
-		return s.findColumn()
+		if known, err := s.findColumn(); !known || err != nil {
+			return err
+		}
 	}
-	var cell []byte // the address field's, the one cell kept
-	if len(s.cells) > 0 {
-		cell = s.cells[0].b
+	var cell []byte // the address field's; once col is known, the one cell kept
+	if i := slices.IndexFunc(s.cells, func(c csvCell) bool { return c.field == s.col }); i >= 0 {
+		cell = s.cells[i].b
 	}
 	if len(cell) > s.lim.MaxAddressBytes+trimMargin {
 		return listErrorf("Address %d (line %d) is longer than %d bytes.", s.addresses+1, s.recordLine, s.lim.MaxAddressBytes)
@@ -460,14 +465,16 @@ func (s *csvScanner) endAddress() error {
 }
 
 // findColumn reads a record while the address column is not known: a
-// header names it, or the record's first field holding an "@" is it.
-func (s *csvScanner) findColumn() error {
+// header names it, or the record's first field holding an "@" is it (else
+// the first field). known tells whether the record's address is to be read.
+func (s *csvScanner) findColumn() (known bool, err error) {
+	hasAt := func(c csvCell) bool { return bytes.ContainsRune(c.b, '@') }
 	if !slices.ContainsFunc(s.cells, func(c csvCell) bool { return nonBlank(c.b) }) {
-		return nil
+		return false, nil
 	}
 	if !s.sawRecord {
 		s.sawRecord = true
-		if !slices.ContainsFunc(s.cells, func(c csvCell) bool { return bytes.ContainsRune(c.b, '@') }) {
+		if !slices.ContainsFunc(s.cells, hasAt) {
 			s.header = true
 			col, err := headerColumn(s.cells, s.named)
 			s.col = col
@@ -476,36 +483,22 @@ func (s *csvScanner) findColumn() error {
 					s.headerCells = append(s.headerCells, strconv.Quote(strings.TrimSpace(string(c.b))))
 				}
 			}
-			return err
+			return false, err
 		}
 		if s.named != "" {
-			return listErrorf("The CSV file has no header row (its first row holds an address), so there is no column %q; name the column by its number.", s.named)
+			return false, listErrorf("The CSV file has no header row (its first row holds an address), so there is no column %q; name the column by its number.", s.named)
 		}
 	}
-	if s.headerCells != nil && !slices.ContainsFunc(s.cells, func(c csvCell) bool { return bytes.ContainsRune(c.b, '@') }) {
+	if s.headerCells != nil && !slices.ContainsFunc(s.cells, hasAt) {
 		// Reading the first column would make every row invalid_syntax.
-		return listErrorf("No column of the CSV file holds addresses: its header's columns are %s, and its first row (line %d) has no \"@\". "+
+		return false, listErrorf("No column of the CSV file holds addresses: its header's columns are %s, and its first row (line %d) has no \"@\". "+
 			"Name the address column with column= (its header or number; ?column= on a CSV body).", strings.Join(s.headerCells, ", "), s.recordLine)
 	}
 	s.col = 0
-	var cell []byte
-	for _, c := range s.cells {
-		if bytes.ContainsRune(c.b, '@') {
-			s.col, cell = c.field, c.b
-			break
-		}
+	if i := slices.IndexFunc(s.cells, hasAt); i >= 0 {
+		s.col = s.cells[i].field
 	}
-	if cell == nil && len(s.cells) > 0 && s.cells[0].field == 0 {
-		cell = s.cells[0].b
-	}
-	if len(cell) > s.lim.MaxAddressBytes+trimMargin {
-		return listErrorf("Address %d (line %d) is longer than %d bytes.", s.addresses+1, s.recordLine, s.lim.MaxAddressBytes)
-	}
-	addr := string(bytes.TrimSpace(cell))
-	if addr == "" {
-		return nil
-	}
-	return s.address(addr)
+	return true, nil
 }
 
 func nonBlank(f []byte) bool { return len(bytes.TrimSpace(f)) != 0 }

@@ -112,6 +112,7 @@ func TestListCSVColumns(t *testing.T) {
 		{"named column", "work,home\nbob@work.example,bob@home.example\n", CSVLayout{Column: "HOME"}, []string{"bob@home.example"}, ""},
 		{"numbered column", "bob@work.example,bob@home.example\n", CSVLayout{Column: "2"}, []string{"bob@home.example"}, ""},
 		{"numbered column, header skipped", "work,home\nbob@work.example,bob@home.example\n", CSVLayout{Column: "2"}, []string{"bob@home.example"}, ""},
+		{"numbered column quoted empty, then text", "x,\"\"@home.example\n", CSVLayout{Column: "2"}, []string{`""@home.example`}, ""},
 		{"named column not in the header", "name,email\nBob,bob@x.example\n", CSVLayout{Column: "mail"}, nil, `no column "mail"; its columns are "name", "email"`},
 		{"named column without a header", "bob@x.example\n", CSVLayout{Column: "email"}, nil, "no header row"},
 		{"numbered column past the rows", "Name;Firma\nHans;hans@x.example\n", CSVLayout{Column: "99"}, nil, "no column 99: its widest row has 2"},
