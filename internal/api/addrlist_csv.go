@@ -270,7 +270,6 @@ type csvScanner struct {
 	recordBytes int  // bytes of the current record so far
 	field       int  // index of the current field in its record
 	fieldStart  bool // nothing of the current field read yet
-	quoted      bool // the current field started with a quote
 	quoteLine   int  // line the current quoted field opened on
 	inQuotes    bool // inside the quotes of a quoted field
 	quoteSeen   bool // inQuotes, and the last byte was a quote: closing or doubled
@@ -286,16 +285,15 @@ func (s *csvScanner) scan(chunk []byte) error {
 		if c == 0 {
 			return listErrorf("The CSV file holds a NUL byte (line %d): is it UTF-16? Save it as \"CSV UTF-8\".", s.line)
 		}
-		if s.pendingCR {
+		if s.pendingCR { // the record ended at the CR, alone or before an LF
 			s.pendingCR = false
+			s.line++
 			if s.breaks++; s.breaks == 1 {
 				s.crlf = c == '\n'
 			}
-			if c == '\n' { // CRLF: the record ended at the CR
-				s.line++
+			if c == '\n' {
 				continue
 			}
-			s.line++ // a lone CR ended the line
 		}
 		if err := s.byte(c); err != nil {
 			return err
@@ -313,34 +311,29 @@ func (s *csvScanner) byte(c byte) error {
 	if s.recordBytes > s.maxRecord {
 		return listErrorf("The CSV record at line %d is longer than %d bytes.", s.recordLine, s.maxRecord)
 	}
-	if s.inQuotes {
-		if s.quoteSeen {
-			s.quoteSeen = false
-			if c == '"' { // a doubled quote: one literal quote
-				s.keep(c)
-				return nil
-			}
-			s.inQuotes, s.closed = false, true // the previous quote closed the field
-			return s.unquoted(c)
-		}
-		if c == '"' {
-			s.quoteSeen = true
-			return nil
-		}
-		if c == '\n' {
-			s.line++
-		}
-		s.keep(c)
+	switch {
+	case s.inQuotes && s.quoteSeen && c != '"':
+		s.inQuotes, s.quoteSeen, s.closed = false, false, true // the previous quote closed the field
+		return s.unquoted(c)
+	case !s.inQuotes:
+		return s.unquoted(c)
+	case c == '"' && !s.quoteSeen:
+		s.quoteSeen = true
 		return nil
 	}
-	return s.unquoted(c)
+	s.quoteSeen = false // after a quote, a quote: one literal quote
+	if c == '\n' {
+		s.line++
+	}
+	s.keep(c)
+	return nil
 }
 
 func (s *csvScanner) unquoted(c byte) error {
 	switch c {
 	case s.delim:
 		s.field++
-		s.fieldStart, s.quoted, s.closed, s.requoted = true, false, false, false
+		s.fieldStart, s.closed, s.requoted = true, false, false
 		return nil
 	case '\n':
 		s.line++
@@ -359,15 +352,11 @@ func (s *csvScanner) unquoted(c byte) error {
 	if s.closed && !s.requoted {
 		s.requote()
 	}
-	if c == '"' && !s.fieldStart {
-		s.keep(c) // a quote inside a field that does not start with one
+	if c == '"' && s.fieldStart {
+		s.fieldStart, s.inQuotes, s.quoteLine = false, true, s.line
 		return nil
 	}
-	if c == '"' {
-		s.fieldStart, s.quoted, s.inQuotes, s.quoteLine = false, true, true, s.line
-		return nil
-	}
-	s.fieldStart = false
+	s.fieldStart = false // a quote inside a field that does not start with one is text
 	s.keep(c)
 	return nil
 }
@@ -518,7 +507,7 @@ func (s *csvScanner) address(addr string) error {
 func (s *csvScanner) reset() {
 	s.cells = s.cells[:0]
 	s.field, s.recordBytes, s.nf = 0, 0, 0
-	s.fieldStart, s.quoted, s.inQuotes, s.quoteSeen, s.closed, s.requoted = true, false, false, false, false, false
+	s.fieldStart, s.inQuotes, s.quoteSeen, s.closed, s.requoted = true, false, false, false, false
 	s.hasContents = false
 }
 
