@@ -269,25 +269,15 @@ func (h *Handler) read(r *http.Request, rt Route) (*request, error) {
 		return nil, TooLarge(rt.Path, limit)
 	}
 	raw, err := readBody(r.Body, r.ContentLength, limit)
-	if err != nil || int64(len(raw)) > limit {
-		return nil, bodyProblem(err, int64(len(raw)) > limit, rt.Path, limit)
+	switch _, tooBig := errors.AsType[*http.MaxBytesError](err); {
+	case int64(len(raw)) > limit || tooBig:
+		return nil, TooLarge(rt.Path, limit)
+	case err != nil && evs.ErrorCode(err) == evs.CodeInvalidRequest:
+		return nil, err // an adapter's own word on the body (bad base64)
+	case err != nil:
+		return nil, &bodyError{err: err}
 	}
 	return &request{r: r, query: lastValues(queryOf(r)), body: raw}, nil
-}
-
-// bodyProblem is the error of a body that could not be read (err) or is
-// longer than limit (tooLong); apart from read so that its errors.As
-// target is allocated only when needed.
-func bodyProblem(err error, tooLong bool, route string, limit int64) error {
-	var tooBig *http.MaxBytesError
-	switch {
-	case tooLong || errors.As(err, &tooBig):
-		return TooLarge(route, limit)
-	case evs.ErrorCode(err) == evs.CodeInvalidRequest:
-		return err // an adapter's own word on the body (bad base64)
-	default:
-		return &bodyError{err: err}
-	}
 }
 
 // readBody reads at most limit+1 bytes of body, into one buffer when its
