@@ -41,18 +41,16 @@ func ReadListJSON(r io.Reader, lim ListLimits, fields ListFields, add func(addr 
 	dec.UseNumber()
 	out := ListObject{Strings: map[string]string{}, Numbers: map[string]json.Number{}}
 	problem := func(err error) error {
-		var e *listError
-		switch {
-		case errors.As(err, &e):
+		if e, ok := errors.AsType[*listError](err); ok {
 			return e
-		case g.err != nil:
+		}
+		if g.err != nil {
 			return g.err
 		}
-		var se *json.SyntaxError
-		switch {
-		case errors.As(err, &se):
+		if se, ok := errors.AsType[*json.SyntaxError](err); ok {
 			return listErrorf("The JSON is malformed at byte %d.", se.Offset)
-		case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
+		}
+		if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
 			return listErrorf("The JSON ends too early.")
 		}
 		return err // the reader's own failure
@@ -84,26 +82,23 @@ func ReadListJSON(r io.Reader, lim ListLimits, fields ListFields, add func(addr 
 			if err := readEmails(dec, lim, add); err != nil {
 				return out, problem(err)
 			}
-		case slices.Contains(fields.Numbers, name):
+		case slices.Contains(fields.Numbers, name), slices.Contains(fields.Strings, name):
 			tok, err := dec.Token()
 			if err != nil {
 				return out, problem(err)
 			}
-			n, ok := tok.(json.Number)
-			if !ok {
+			n, isNumber := tok.(json.Number)
+			s, isString := tok.(string)
+			switch number := slices.Contains(fields.Numbers, name); {
+			case number && !isNumber:
 				return out, listErrorf("Field %q must be a number.", name)
-			}
-			out.Numbers[name] = n
-		case slices.Contains(fields.Strings, name):
-			tok, err := dec.Token()
-			if err != nil {
-				return out, problem(err)
-			}
-			s, ok := tok.(string)
-			if !ok {
+			case number:
+				out.Numbers[name] = n
+			case !isString:
 				return out, listErrorf("Field %q must be a string.", name)
+			default:
+				out.Strings[name] = s
 			}
-			out.Strings[name] = s
 		default:
 			return out, listErrorf("Unknown field %q.", name)
 		}
