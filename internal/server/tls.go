@@ -36,12 +36,7 @@ func (c *Certificate) Reload() error {
 	if err != nil {
 		return fmt.Errorf("EVS_TLS_CERT %s and EVS_TLS_KEY %s: %w", c.certFile, c.keyFile, err)
 	}
-	if pair.Leaf == nil { // filled in by Go 1.23 and later; parsed here otherwise
-		if pair.Leaf, err = x509.ParseCertificate(pair.Certificate[0]); err != nil {
-			return fmt.Errorf("EVS_TLS_CERT %s: %w", c.certFile, err)
-		}
-	}
-	c.cur.Store(&pair)
+	c.cur.Store(&pair) // with its Leaf, which LoadX509KeyPair fills in since Go 1.23
 	return nil
 }
 
