@@ -179,22 +179,22 @@ func readRows(r io.Reader, lim ListLimits, lay CSVLayout, l *addressList, keep b
 	return sp, shape, nil
 }
 
+// rowsMeta is what the export reads of a rows file's first line: the
+// delimiter and whether there is a header are the file's own record.
 type rowsMeta struct {
-	delim     rune
 	width     int
-	hasHeader bool
 	bom, crlf bool
 }
 
 func parseRowsMeta(b []byte) (rowsMeta, error) {
 	var m rowsMeta
-	var d, h, bom, crlf int
+	var delim, header, bom, crlf int
 	var magic1, magic2 string
-	n, err := fmt.Sscanf(string(bytes.TrimSpace(b)), "%s %s %d %d %d %d %d", &magic1, &magic2, &d, &m.width, &h, &bom, &crlf)
+	n, err := fmt.Sscanf(string(bytes.TrimSpace(b)), "%s %s %d %d %d %d %d", &magic1, &magic2, &delim, &m.width, &header, &bom, &crlf)
 	if n < 5 || err != nil && n != 5 || magic1+" "+magic2 != rowsMagic {
 		return m, errors.New("api: not a rows file")
 	}
-	m.delim, m.hasHeader, m.bom, m.crlf = rune(d), h == 1, bom == 1, crlf == 1
+	m.bom, m.crlf = bom == 1, crlf == 1
 	return m, nil
 }
 
