@@ -466,17 +466,8 @@ func (s *Store) UnfinishedBatches(ctx context.Context) ([]evs.Batch, error) {
 
 // queryBatches runs the reader query q, whose rows are batchCols.
 func (s *Store) queryBatches(ctx context.Context, what, q string, args ...any) ([]evs.Batch, error) {
-	var out []evs.Batch
 	rows, err := s.rstmt(q).QueryContext(ctx, args...)
-	err = eachRow(rows, err, what, func(rows *sql.Rows) error {
-		b, err := scanBatch(rows)
-		if err != nil {
-			return dbErr(what, err)
-		}
-		out = append(out, b)
-		return nil
-	})
-	return out, err
+	return collect(rows, err, what, func(row scanner) (evs.Batch, error) { return scanBatch(row) })
 }
 
 // Sweep deletes the batches (with their items and results), records and
