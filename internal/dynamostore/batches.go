@@ -228,16 +228,21 @@ func (s *Store) putOnce(ctx context.Context, in *dynamodb.PutItemInput, key item
 	in.Item[attrCreateToken] = avS(token)
 	_, err := s.c.PutItem(ctx, in)
 	if isConditionFailed(err) {
-		cur, gerr := s.get(ctx, aws.ToString(in.TableName), key, what)
-		if gerr != nil {
-			return false, gerr
-		}
-		return getS(cur, attrCreateToken) == token, nil
+		_, mine, err := s.mine(ctx, aws.ToString(in.TableName), key, attrCreateToken, token, what)
+		return mine, err
 	}
 	if err != nil {
 		return false, wrapErr(what, err)
 	}
 	return true, nil
+}
+
+// mine reads the item at key after a failed condition and tells whether it
+// holds token in attr: this call's own write, which an SDK resend of it
+// failed against. It returns the item too.
+func (s *Store) mine(ctx context.Context, table string, key item, attr, token, op string) (item, bool, error) {
+	cur, err := s.get(ctx, table, key, op)
+	return cur, err == nil && cur != nil && getS(cur, attr) == token, err
 }
 
 // newToken returns 128 random bits, hex-encoded.

@@ -142,12 +142,8 @@ func (s *Store) CompleteIdempotency(ctx context.Context, scope string, statusCod
 		ExpressionAttributeValues: values,
 	})
 	if isConditionFailed(err) {
-		cur, gerr := s.get(ctx, s.t.Idempotency, item{attrScope: avS(scope)}, "read idempotency record")
-		if gerr != nil {
-			return gerr
-		}
-		if cur != nil && getS(cur, attrDoneToken) == token {
-			return nil
+		if _, mine, err := s.mine(ctx, s.t.Idempotency, item{attrScope: avS(scope)}, attrDoneToken, token, "read idempotency record"); mine || err != nil {
+			return err
 		}
 		return store.NoClaim()
 	}

@@ -94,14 +94,11 @@ func (s *Store) markOutcome(ctx context.Context, accountID, address, class strin
 	})
 	if isConditionFailed(err) {
 		// A live mark: counted, unless this call's own (an SDK retry).
-		cur, gerr := s.get(ctx, s.t.Batches, key, "count outcomes by domain")
-		if gerr != nil {
-			return gerr
-		}
-		if getS(cur, attrCreateToken) == token {
+		_, mine, err := s.mine(ctx, s.t.Batches, key, attrCreateToken, token, "count outcomes by domain")
+		if mine {
 			deltas.Add(address, class, expiresAt, 1, shared)
 		}
-		return nil
+		return err
 	}
 	if err != nil {
 		return wrapErr("count outcomes by domain", err)
@@ -333,18 +330,14 @@ func (s *Store) AddressOutcomes(ctx context.Context, accountID string, addresses
 // DeleteOutcomes deletes the account's outcomes of address, expired or not.
 func (s *Store) DeleteOutcomes(ctx context.Context, accountID, address string) (int, error) {
 	var (
-		keys    []types.WriteRequest
-		classes []string // a mark's class, to uncount; "" for an outcome
-		shared  []bool
-		exps    []time.Time
+		keys []types.WriteRequest
+		its  []item // a mark has a class, to uncount; an outcome none
 	)
 	err := s.queryOutcomes(ctx, accountID, address+"#", true, func(it item) error {
 		keys = append(keys, types.WriteRequest{DeleteRequest: &types.DeleteRequest{
 			Key: item{attrAccountID: outcomePartition(accountID), attrID: it[attrID]},
 		}})
-		classes = append(classes, getS(it, attrMarkClass))
-		shared = append(shared, getBool(it, attrMarkShared))
-		exps = append(exps, time.UnixMilli(getN(it, attrExpiresAtMs)))
+		its = append(its, it)
 		return nil
 	})
 	if err != nil {
@@ -358,11 +351,11 @@ func (s *Store) DeleteOutcomes(ctx context.Context, accountID, address string) (
 		}
 		// Each chunk deleted whole uncounts its marks.
 		deltas := store.DomainDeltas{}
-		for i := start; i < end; i++ {
-			if classes[i] == "" {
+		for _, it := range its[start:end] {
+			if class := getS(it, attrMarkClass); class == "" {
 				n++
 			} else {
-				deltas.Add(address, classes[i], exps[i], -1, shared[i])
+				deltas.Add(address, class, time.UnixMilli(getN(it, attrExpiresAtMs)), -1, getBool(it, attrMarkShared))
 			}
 		}
 		if err := s.writeDomainCounts(ctx, accountID, deltas); err != nil {

@@ -108,7 +108,7 @@ func (s *Store) ClaimDelivery(ctx context.Context, accountID, batchID string, at
 		ReturnValues: "ALL_NEW",
 	})
 	if isConditionFailed(err) {
-		if cur, ok := s.ownDeliveryWrite(ctx, accountID, batchID, token); ok {
+		if cur, mine, _ := s.mine(ctx, s.t.Batches, batchKey(accountID, batchID), attrCBToken, token, "read delivery"); mine {
 			return deliveryFrom(cur), nil
 		}
 		return evs.Delivery{}, store.DeliveryNotDue()
@@ -117,17 +117,6 @@ func (s *Store) ClaimDelivery(ctx context.Context, accountID, batchID string, at
 		return evs.Delivery{}, wrapErr("claim delivery", err)
 	}
 	return deliveryFrom(out.Attributes), nil
-}
-
-// ownDeliveryWrite reads the batch record after a failed condition and tells
-// whether the write that failed was already applied by an earlier attempt
-// of the same call (its token is there), returning the record.
-func (s *Store) ownDeliveryWrite(ctx context.Context, accountID, batchID, token string) (item, bool) {
-	cur, err := s.get(ctx, s.t.Batches, batchKey(accountID, batchID), "read delivery")
-	if err != nil || cur == nil || getS(cur, attrCBToken) != token {
-		return nil, false
-	}
-	return cur, true
 }
 
 // RecordDelivery stores an attempt's outcome if it is still the latest.
@@ -150,7 +139,7 @@ func (s *Store) RecordDelivery(ctx context.Context, d evs.Delivery) error {
 		},
 	})
 	if isConditionFailed(err) {
-		if _, ok := s.ownDeliveryWrite(ctx, d.AccountID, d.BatchID, token); ok {
+		if _, mine, _ := s.mine(ctx, s.t.Batches, batchKey(d.AccountID, d.BatchID), attrCBToken, token, "read delivery"); mine {
 			return nil
 		}
 		return store.DeliveryMovedOn()
@@ -191,8 +180,7 @@ func (s *Store) PutWebhookSecret(ctx context.Context, w evs.WebhookSecret, ifCur
 	if isConditionFailed(err) {
 		// An SDK resend fails against itself: the random secret, found
 		// stored, was ours.
-		cur, gerr := s.get(ctx, s.t.Keys, item{attrPK: rec[attrPK]}, "read webhook secret")
-		if gerr == nil && cur != nil && getS(cur, attrCurrent) == w.Current {
+		if _, mine, _ := s.mine(ctx, s.t.Keys, item{attrPK: rec[attrPK]}, attrCurrent, w.Current, "read webhook secret"); mine {
 			return nil
 		}
 		return store.SecretChanged()
