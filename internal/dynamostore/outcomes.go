@@ -264,13 +264,9 @@ func (s *Store) PutOutcomes(ctx context.Context, accountID string, os []evs.Outc
 			return err
 		})
 	}
-	firstErr := g.Wait()
 	// What was written is counted even when the rest failed.
-	if err := s.writeDomainCounts(context.WithoutCancel(ctx), accountID, deltas); err != nil && firstErr == nil {
-		firstErr = err
-	}
-	if firstErr != nil {
-		return 0, firstErr
+	if err := cmp.Or(g.Wait(), s.writeDomainCounts(context.WithoutCancel(ctx), accountID, deltas)); err != nil {
+		return 0, err
 	}
 	if err := ctx.Err(); err != nil {
 		return 0, wrapErr("store outcomes", err)

@@ -53,12 +53,8 @@ func (s *Store) KeepDecisions(ctx context.Context, accountID string, entries []s
 	for start := 0; start < len(entries); start += cacheWriteBatch {
 		var reqs []types.WriteRequest
 		for _, e := range entries[start:min(start+cacheWriteBatch, len(entries))] {
-			d := e.Decision
-			// The key holds the normalised address: stored as the
-			// decision's own address, it costs no second copy.
-			d.Email, d.Cached = d.Normalized, false
-			it := cacheKey(accountID, d.Mode, d.Normalized)
-			it[attrDecision] = &types.AttributeValueMemberB{Value: store.AppendDecision(nil, d)}
+			it := cacheKey(accountID, e.Decision.Mode, e.Decision.Normalized)
+			it[attrDecision] = &types.AttributeValueMemberB{Value: store.AppendCached(nil, e.Decision)}
 			it[attrExpiresAtMs], it[attrExpiresAt] = avTime(e.ExpiresAt), ttlSeconds(e.ExpiresAt)
 			reqs = append(reqs, types.WriteRequest{PutRequest: &types.PutRequest{Item: it}})
 		}
