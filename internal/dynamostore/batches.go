@@ -399,9 +399,7 @@ func (s *Store) PutResults(ctx context.Context, accountID, id string, results []
 		}
 	}
 	ttl := ttlSeconds(getTime(it, attrExpiresAtMs))
-	for len(pending) > 0 {
-		chunk := pending[:min(resultsPerTx, len(pending))]
-		pending = pending[len(chunk):]
+	for chunk := range slices.Chunk(pending, resultsPerTx) {
 		final, err := s.putChunk(ctx, accountID, id, chunk, encoded, ttl)
 		if err != nil {
 			return evs.Batch{}, err

@@ -107,9 +107,7 @@ func (s *Store) ListBatches(ctx context.Context, accountID string, after evs.Bat
 // attributes. The records come in no particular order.
 func (s *Store) getAll(ctx context.Context, table string, keys []item, proj *projection, op string) ([]item, error) {
 	var out []item
-	for rest := keys; len(rest) > 0; {
-		chunk := rest[:min(keysPerGet, len(rest))]
-		rest = rest[len(chunk):]
+	for chunk := range slices.Chunk(keys, keysPerGet) {
 		ka := types.KeysAndAttributes{Keys: chunk, ConsistentRead: aws.Bool(true)}
 		if proj != nil {
 			ka.ProjectionExpression, ka.ExpressionAttributeNames = aws.String(proj.expr), proj.names

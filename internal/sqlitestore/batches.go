@@ -173,16 +173,14 @@ func (s *Store) CreateBatchWithin(ctx context.Context, b evs.Batch, items []evs.
 			return err
 		}
 		args := make([]any, 0, 4*itemsPerInsert)
-		for len(items) > 0 {
-			n := min(len(items), itemsPerInsert)
+		for chunk := range slices.Chunk(items, itemsPerInsert) {
 			args = args[:0]
-			for _, it := range items[:n] {
+			for _, it := range chunk {
 				args = append(args, key, it.Seq, it.Email, it.Domain)
 			}
-			if _, err := s.exec(ctx, tx, insertItems(n), args...); err != nil {
+			if _, err := s.exec(ctx, tx, insertItems(len(chunk)), args...); err != nil {
 				return dbErr("create batch items", err)
 			}
-			items = items[n:]
 		}
 		return nil
 	})
@@ -277,25 +275,23 @@ func (s *Store) PutResults(ctx context.Context, accountID, id string, results []
 		var added counts
 		recount := false // some results were there already: count the table
 		args := make([]any, 0, 5*resultsPerInsert)
-		for done := 0; done < len(results); {
-			k := min(len(results)-done, resultsPerInsert)
+		for chunk := range slices.Chunk(order, resultsPerInsert) {
 			args = args[:0]
-			for _, i := range order[done : done+k] {
+			for _, i := range chunk {
 				r := &results[i]
 				code := statusCode(r.Status())
 				args = append(args, key, r.Seq, code, encoded[i])
 				added.n++
 				added.by[code]++
 			}
-			n, err := changed(s.exec(ctx, tx, insertResults(k), args...))
+			n, err := changed(s.exec(ctx, tx, insertResults(len(chunk)), args...))
 			if err != nil {
 				if constraint(err, sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY) {
 					return store.NoSuchItem()
 				}
 				return dbErr("write results", err)
 			}
-			recount = recount || n != int64(k)
-			done += k
+			recount = recount || n != int64(len(chunk))
 		}
 		if recount {
 			return s.recount(ctx, tx, key, b, now, &out)
