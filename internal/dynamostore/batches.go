@@ -630,7 +630,7 @@ func (s *Store) InputItems(ctx context.Context, accountID, id string, from, limi
 	if err != nil {
 		return nil, -1, err
 	}
-	c, n := from/inputChunk, r.index.chunks()
+	c, n := from/inputChunk, len(r.offsets)-1
 	if c >= n {
 		return nil, -1, nil
 	}

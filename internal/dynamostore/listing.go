@@ -54,14 +54,12 @@ func (s *Store) ListBatches(ctx context.Context, accountID string, after evs.Bat
 		return nil, nil // no batch has an empty account
 	}
 	in := &dynamodb.QueryInput{
-		TableName:                aws.String(s.t.Batches),
-		IndexName:                aws.String(listIndex),
-		KeyConditionExpression:   aws.String("#a = :a"),
-		ExpressionAttributeNames: map[string]string{"#a": attrAccountID},
-		ExpressionAttributeValues: item{
-			":a": avS(accountID),
-		},
-		ScanIndexForward: aws.Bool(false),
+		TableName:                 aws.String(s.t.Batches),
+		IndexName:                 aws.String(listIndex),
+		KeyConditionExpression:    aws.String("#a = :a"),
+		ExpressionAttributeNames:  map[string]string{"#a": attrAccountID},
+		ExpressionAttributeValues: item{":a": avS(accountID)},
+		ScanIndexForward:          aws.Bool(false),
 	}
 	if !after.IsZero() {
 		in.KeyConditionExpression = aws.String("#a = :a AND #k < :k")

@@ -3,10 +3,10 @@ package sqlitestore
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"math"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -403,17 +403,13 @@ func (s *Store) InputItems(ctx context.Context, accountID, id string, from, limi
 
 // WithoutResults returns the given items that have no result yet, in order.
 func (s *Store) WithoutResults(ctx context.Context, accountID, id string, items []evs.Item) ([]evs.Item, error) {
-	seqs := make([]byte, 0, 8*len(items)+2)
-	seqs = append(seqs, '[')
+	seqs := make([]int, len(items))
 	for i, it := range items {
-		if i > 0 {
-			seqs = append(seqs, ',')
-		}
-		seqs = strconv.AppendInt(seqs, int64(it.Seq), 10)
+		seqs[i] = it.Seq
 	}
-	seqs = append(seqs, ']')
+	js, _ := json.Marshal(seqs) // ints: cannot fail
 	open := make(map[int]bool, len(items))
-	err := s.read(ctx, accountID, id, qWithout, func(key int64) []any { return []any{key, string(seqs)} }, func(rows *sql.Rows) error {
+	err := s.read(ctx, accountID, id, qWithout, func(key int64) []any { return []any{key, string(js)} }, func(rows *sql.Rows) error {
 		var seq int
 		err := rows.Scan(&seq)
 		open[seq] = true
