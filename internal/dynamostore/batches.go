@@ -231,10 +231,7 @@ func (s *Store) putOnce(ctx context.Context, in *dynamodb.PutItemInput, key item
 		_, mine, err := s.mine(ctx, aws.ToString(in.TableName), key, attrCreateToken, token, what)
 		return mine, err
 	}
-	if err != nil {
-		return false, wrapErr(what, err)
-	}
-	return true, nil
+	return err == nil, wrapErr(what, err)
 }
 
 // mine reads the item at key after a failed condition and tells whether it

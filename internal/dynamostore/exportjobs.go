@@ -209,10 +209,7 @@ func (s *Store) ClaimExport(ctx context.Context, j store.ExportJob, until time.T
 	if cf, ok := errors.AsType[*types.ConditionalCheckFailedException](err); ok {
 		return getS(item(cf.Item), attrClaimToken) == claim, nil
 	}
-	if err != nil {
-		return false, wrapErr("claim export", err)
-	}
-	return true, nil
+	return err == nil, wrapErr("claim export", err)
 }
 
 // WriteExport writes j's run's object a part at a time: a failed write

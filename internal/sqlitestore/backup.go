@@ -167,8 +167,6 @@ func (s *Store) prepareMigration(ctx context.Context, serving bool) (release fun
 
 func (s *Store) schemaVersion(ctx context.Context) (int, error) {
 	var v int
-	if err := s.rdb.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&v); err != nil {
-		return 0, dbErr("read schema version", err)
-	}
-	return v, nil
+	err := s.rdb.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&v)
+	return v, dbErr("read schema version", err)
 }

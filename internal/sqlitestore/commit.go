@@ -328,10 +328,7 @@ func (c *committer) savepoint(ctx context.Context, tx *sql.Tx, o *op) error {
 		}
 		return ownError{err}
 	}
-	if err := exec(qReleaseSavepoint); err != nil {
-		return dbErr("release savepoint", err)
-	}
-	return nil
+	return dbErr("release savepoint", exec(qReleaseSavepoint))
 }
 
 const (
