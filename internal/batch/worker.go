@@ -381,9 +381,7 @@ func (w *Worker) work(ctx context.Context, m Message, again bool, startBy time.T
 		results = nil
 		b, err := w.write(ctx, m, rs)
 		if err != nil {
-			if firstEr == nil {
-				firstEr = err
-			}
+			firstEr = cmp.Or(firstEr, err)
 			results = append(results, rs...) // not written: kept for the last try
 			return
 		}
@@ -421,9 +419,7 @@ func (w *Worker) work(ctx context.Context, m Message, again bool, startBy time.T
 				retry = append(retry, retrying{items: d.wait, delay: min(step.until(d.until), w.Queue.MaxDelay())})
 			}
 			left = append(left, d.left...)
-			if d.err != nil && firstEr == nil {
-				firstEr = d.err
-			}
+			firstEr = cmp.Or(firstEr, d.err)
 		}()
 	}
 	wg.Wait()
