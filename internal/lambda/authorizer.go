@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/aws/aws-lambda-go/events"
@@ -76,14 +77,10 @@ func authorize(ctx context.Context, a *authorizer.Authorizer, req events.APIGate
 			PolicyDocument: policy("Deny", resource),
 		}, nil
 	}
-	test := "false"
-	if p.Test {
-		test = "true"
-	}
 	ctxValues := map[string]any{
 		contextAccountID: p.AccountID,
 		contextKeyID:     p.KeyID,
-		contextTestMode:  test,
+		contextTestMode:  strconv.FormatBool(p.Test),
 	}
 	if p.Kind == evs.KeyPublishable {
 		ctxValues[contextKeyKind] = string(p.Kind)

@@ -94,8 +94,7 @@ func vacuumInto(ctx context.Context, db *sql.DB, path string) (err error) {
 	if err != nil {
 		return fmt.Errorf("sqlitestore: copy the database: %w", err)
 	}
-	err = f.Sync()
-	err = cmp.Or(err, f.Close())
+	err = cmp.Or(f.Sync(), f.Close())
 	if err == nil {
 		err = os.Rename(name, path)
 	}

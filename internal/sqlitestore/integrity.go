@@ -115,11 +115,9 @@ func checkWAL(dir string, by opener) error {
 func markRunning(dir string) error {
 	path := filepath.Join(dir, RunningName)
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
-		return fmt.Errorf("sqlitestore: create %s: %w", path, err)
+	if err == nil {
+		err = cmp.Or(f.Sync(), f.Close())
 	}
-	err = f.Sync()
-	err = cmp.Or(err, f.Close())
 	if err == nil {
 		err = syncDir(dir)
 	}
