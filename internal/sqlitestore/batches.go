@@ -53,12 +53,6 @@ const (
 	qFirstPending = `SELECT i.seq FROM items i WHERE i.batch = ? AND i.seq > ? AND i.seq <= ?
 		AND NOT EXISTS (SELECT 1 FROM results r WHERE r.batch = i.batch AND r.seq = i.seq)
 		ORDER BY i.seq LIMIT 1`
-	// For a write in which some results were there already.
-	qRecount = `UPDATE batches SET
-			processed = ?, deliverable = ?, undeliverable = ?, risky = ?, unknown = ?,
-			state = CASE WHEN ? >= items THEN ? ELSE state END,
-			completed_at = CASE WHEN ? >= items THEN ? ELSE completed_at END
-			WHERE key = ? RETURNING ` + batchCols
 	qFinish       = `UPDATE batches SET state = ?, completed_at = ? WHERE key = ? AND processed >= items RETURNING ` + batchCols
 	qStatusCounts = `SELECT status, COUNT(*) FROM results WHERE batch = ? GROUP BY status`
 	qUnfinished   = `SELECT ` + batchCols + ` FROM batches WHERE state IN (?, ?) AND expires_at > ? ORDER BY created_at, id`
@@ -294,7 +288,11 @@ func (s *Store) PutResults(ctx context.Context, accountID, id string, results []
 			recount = recount || n != int64(len(chunk))
 		}
 		if recount {
-			return s.recount(ctx, tx, key, b, now, &out)
+			// What the table holds counts: the batch is as it was
+			// unless some results are new.
+			if added, err = s.recount(ctx, tx, key, b); err != nil || added.n == 0 {
+				return err
+			}
 		}
 		out, err = scanBatch(s.row(ctx, tx, qCount,
 			added.n, added.by[0], added.by[1], added.by[2], added.by[3],
@@ -323,34 +321,22 @@ type counts struct {
 	by [len(statusCodes)]int
 }
 
-// recount sets the counters of the batch (b, of row key) from its results
-// and completes it if they are all there; out is the batch after.
-func (s *Store) recount(ctx context.Context, tx *sql.Tx, key int64, b evs.Batch, now time.Time, out *evs.Batch) error {
-	var c counts
+// recount counts the results of the batch (b, of row key) in the table and
+// returns what they add to its counters.
+func (s *Store) recount(ctx context.Context, tx *sql.Tx, key int64, b evs.Batch) (counts, error) {
+	c := b.Counters
+	added := counts{n: -c.Processed, by: [len(statusCodes)]int{-c.Deliverable, -c.Undeliverable, -c.Risky, -c.Unknown}}
 	rows, err := tx.QueryContext(ctx, qStatusCounts, key)
 	err = eachRow(rows, err, "count results", func(rows *sql.Rows) error {
 		var code, n int
 		if err := rows.Scan(&code, &n); err != nil {
 			return dbErr("count results", err)
 		}
-		c.n += n
-		c.by[min(max(code, 0), len(statusCodes)-1)] += n
+		added.n += n
+		added.by[min(max(code, 0), len(statusCodes)-1)] += n
 		return nil
 	})
-	if err != nil {
-		return err
-	}
-	if c.n == b.Counters.Processed {
-		return nil // every result was there already
-	}
-	got, err := scanBatch(tx.QueryRowContext(ctx, qRecount,
-		c.n, c.by[0], c.by[1], c.by[2], c.by[3],
-		c.n, evs.StateCompleted, c.n, millis(now), key))
-	if err != nil {
-		return dbErr("count results", err)
-	}
-	*out = got
-	return nil
+	return added, err
 }
 
 // Results reads a page of results (store.Batches); their Email is the item's.
