@@ -53,7 +53,6 @@ const (
 	qFirstPending = `SELECT i.seq FROM items i WHERE i.batch = ? AND i.seq > ? AND i.seq <= ?
 		AND NOT EXISTS (SELECT 1 FROM results r WHERE r.batch = i.batch AND r.seq = i.seq)
 		ORDER BY i.seq LIMIT 1`
-	qFinish       = `UPDATE batches SET state = ?, completed_at = ? WHERE key = ? AND processed >= items RETURNING ` + batchCols
 	qStatusCounts = `SELECT status, COUNT(*) FROM results WHERE batch = ? GROUP BY status`
 	qUnfinished   = `SELECT ` + batchCols + ` FROM batches WHERE state IN (?, ?) AND expires_at > ? ORDER BY created_at, id`
 	// The row value comparison walks batches_account_created from the
@@ -256,16 +255,6 @@ func (s *Store) PutResults(ctx context.Context, accountID, id string, results []
 		if b.State.Final() {
 			return nil
 		}
-		if len(results) == 0 {
-			// Nothing to write, but a batch that has all its results (a
-			// batch of no items) completes, as the store contract says.
-			got, err := scanBatch(tx.QueryRowContext(ctx, qFinish, evs.StateCompleted, millis(now), key))
-			if errors.Is(err, sql.ErrNoRows) {
-				return nil
-			}
-			out = got
-			return dbErr("complete batch", err)
-		}
 		var added counts
 		recount := false // some results were there already: count the table
 		args := make([]any, 0, 5*resultsPerInsert)
@@ -294,6 +283,8 @@ func (s *Store) PutResults(ctx context.Context, accountID, id string, results []
 				return err
 			}
 		}
+		// With no results at all, a batch that has them all (one of no
+		// items) completes too, as the store contract says.
 		out, err = scanBatch(s.row(ctx, tx, qCount,
 			added.n, added.by[0], added.by[1], added.by[2], added.by[3],
 			added.n, evs.StateCompleted, added.n, millis(now), key))
