@@ -444,10 +444,8 @@ func (w *Worker) work(ctx context.Context, m Message, again bool, startBy time.T
 	}
 	// Work that waits for its provider is parked in the store before the
 	// message is acknowledged.
-	if len(parked) > 0 {
-		if err := w.park(ctx, m, parked); err != nil {
-			return err
-		}
+	if err := w.park(ctx, m, parked); err != nil {
+		return err
 	}
 	// Out of time in this invocation: nothing was asked about left yet.
 	// Greylisted addresses: after their domain's delay, next attempt.
