@@ -294,11 +294,10 @@ func (s *Store) TransitionBatch(ctx context.Context, accountID, id string, from 
 		cond += " AND #p >= #n"
 		names["#p"], names["#n"] = attrProcessed, attrItemCount
 	}
-	var set, remove []string
 	// A transition whose reply was lost is resent by the SDK and then fails
 	// its condition against itself; the token tells it so.
 	token := newToken()
-	set = append(set, "#st = :to", "#mt = :mt")
+	set, remove := []string{"#st = :to", "#mt = :mt"}, []string{}
 	names["#mt"], values[":mt"] = attrMoveToken, avS(token)
 	if errMsg != "" {
 		set = append(set, "#e = :e")

@@ -73,16 +73,16 @@ func (s *Store) ClaimIdempotency(ctx context.Context, rec idempotency.Record, no
 				return idempotency.Record{}, false, err
 			}
 		}
-		if cur != nil && getS(cur, attrClaimToken) == getS(it, attrClaimToken) {
+		if cur == nil {
+			continue
+		}
+		if getS(cur, attrClaimToken) == getS(it, attrClaimToken) {
 			return idempotency.Record{}, true, nil
 		}
-		if cur != nil {
-			existing := idemFrom(cur)
-			// The record that beat the write may itself have lapsed by now;
-			// then it is claimable and the loop writes again.
-			if existing.ExpiresAt.After(now) && (existing.State != idempotency.InProgress || existing.LockedUntil.After(now)) {
-				return existing, false, nil
-			}
+		// The record that beat the write may itself have lapsed by now;
+		// then it is claimable and the loop writes again.
+		if existing := idemFrom(cur); existing.ExpiresAt.After(now) && (existing.State != idempotency.InProgress || existing.LockedUntil.After(now)) {
+			return existing, false, nil
 		}
 	}
 	return idempotency.Record{}, false, store.Unavailable(errors.New("dynamostore: idempotency record keeps changing"))

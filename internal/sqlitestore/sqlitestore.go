@@ -142,7 +142,9 @@ func open(ctx context.Context, dir string, now func() time.Time, busy time.Durat
 		return nil, err
 	}
 	var lock *os.File
+	by := openCommand
 	if serving {
+		by = openServer
 		// Before the database is touched: a second server must not even
 		// migrate under the first one's feet.
 		if lock, err = lockDir(dir); err != nil {
@@ -156,10 +158,6 @@ func open(ctx context.Context, dir string, now func() time.Time, busy time.Durat
 	}
 	// Before SQLite touches the files: opening would start afresh from
 	// evs.db alone.
-	by := openCommand
-	if lock != nil {
-		by = openServer
-	}
 	if err := checkWAL(dir, by); err != nil {
 		return nil, err
 	}
