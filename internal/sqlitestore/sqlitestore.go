@@ -92,14 +92,15 @@ const LockName = "serve.lock"
 // process serves the data directory.
 var ErrInUse = errors.New("the data directory is in use by another evs serve")
 
-// inUseError names the directory another process serves.
-type inUseError struct{ dir string }
-
-func (e inUseError) Error() string {
-	return fmt.Sprintf("data directory %s is in use by another evs serve", e.dir)
+// kindError is an error with a text of its own that matches (errors.Is)
+// its kind, ErrInUse or ErrDamaged.
+type kindError struct {
+	msg  string
+	kind error
 }
 
-func (e inUseError) Unwrap() error { return ErrInUse }
+func (e kindError) Error() string { return e.msg }
+func (e kindError) Unwrap() error { return e.kind }
 
 // Open opens (creating them if needed) dir and the database dir/evs.db,
 // migrates its schema to the current version (keeping a copy of an older
