@@ -69,10 +69,6 @@ func outcomePartition(accountID string) types.AttributeValue {
 	return avS(outcomePartitionPrefix + accountID)
 }
 
-func domainCountID(domain string, bucket time.Time) string {
-	return fmt.Sprintf("%s%s#%013d", domainCountPrefix, domain, bucket.UnixMilli())
-}
-
 func markID(address, class string) string { return address + "#~" + class }
 
 // markOutcome makes the mark that counts the address in class, unless a
@@ -128,7 +124,7 @@ func (s *Store) writeDomainCounts(ctx context.Context, accountID string, deltas 
 		g.Go(func() error {
 			_, err := s.c.UpdateItem(gctx, &dynamodb.UpdateItemInput{
 				TableName:        aws.String(s.t.Batches),
-				Key:              item{attrAccountID: outcomePartition(acct), attrID: avS(domainCountID(k.Domain, k.Bucket))},
+				Key:              item{attrAccountID: outcomePartition(acct), attrID: avS(fmt.Sprintf("%s%s#%013d", domainCountPrefix, k.Domain, k.Bucket.UnixMilli()))},
 				UpdateExpression: aws.String("ADD #d :d, #b :b SET #exp = :exp, #ttl = :ttl"),
 				ExpressionAttributeNames: map[string]string{"#d": attrDelivered, "#b": attrHardBounces,
 					"#exp": attrExpiresAtMs, "#ttl": attrExpiresAt},
@@ -217,10 +213,6 @@ func eachDistinct[V any](ctx context.Context, keys []string, fn func(ctx context
 	return out, nil
 }
 
-func outcomeID(o evs.Outcome) string {
-	return fmt.Sprintf("%s#%013d#%s", o.Address, o.At.UnixMilli(), o.Kind)
-}
-
 // PutOutcomes makes a conditional put per outcome, a few in flight: not one
 // transaction, so after a fault those written are duplicates to the retry.
 func (s *Store) PutOutcomes(ctx context.Context, accountID string, os []evs.Outcome, expiresAt time.Time) (int, error) {
@@ -277,7 +269,7 @@ func (s *Store) PutOutcomes(ctx context.Context, accountID string, os []evs.Outc
 // putOutcome writes o unless its key is stored.
 func (s *Store) putOutcome(ctx context.Context, accountID string, o evs.Outcome, expiresAt time.Time) (added bool, err error) {
 	it := item{
-		attrAccountID: outcomePartition(accountID), attrID: avS(outcomeID(o)),
+		attrAccountID: outcomePartition(accountID), attrID: avS(fmt.Sprintf("%s#%013d#%s", o.Address, o.At.UnixMilli(), o.Kind)),
 		attrOutAddress: avS(o.Address), attrOutAtMs: avTime(o.At), attrOutcome: avS(o.Kind),
 		attrExpiresAtMs: avTime(expiresAt), attrExpiresAt: ttlSeconds(expiresAt),
 	}

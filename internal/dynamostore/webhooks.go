@@ -31,12 +31,11 @@ const (
 // evs.RetiredSecret, newest first. A record written before retired secrets
 // were kept as a list holds one in "previous", retired at "rotatedAt".
 const (
-	prefixSecret   = "whsec#"
-	attrCurrent    = "current"
-	attrRetired    = "retired"
-	attrPrevious   = "previous"
-	attrRotatedAt  = "rotatedAt"
-	finalCondition = "#st IN (:completed, :cancelled, :failed)"
+	prefixSecret  = "whsec#"
+	attrCurrent   = "current"
+	attrRetired   = "retired"
+	attrPrevious  = "previous"
+	attrRotatedAt = "rotatedAt"
 )
 
 // addDelivery adds the delivery attributes of b to its new batch record.
@@ -61,13 +60,6 @@ func deliveryFrom(it item) evs.Delivery {
 		LastStatus: int(getN(it, attrCBStatus)),
 		NextAt:     getTime(it, attrCBNext),
 	}
-}
-
-func finalValues(it item) item {
-	it[":completed"] = avS(evs.StateCompleted)
-	it[":cancelled"] = avS(evs.StateCancelled)
-	it[":failed"] = avS(evs.StateFailed)
-	return it
 }
 
 // Delivery returns the delivery of a live, final batch of account.
@@ -96,15 +88,16 @@ func (s *Store) ClaimDelivery(ctx context.Context, accountID, batchID string, at
 		Key:              batchKey(accountID, batchID),
 		UpdateExpression: aws.String("SET #n = :n, #next = :lease, #tok = :tok"),
 		ConditionExpression: aws.String("attribute_exists(#url) AND #cs = :pending AND #n = :seen AND #next <= :now AND #exp > :now AND " +
-			finalCondition),
+			"#st IN (:completed, :cancelled, :failed)"),
 		ExpressionAttributeNames: map[string]string{
 			"#n": attrCBAttempts, "#next": attrCBNext, "#url": attrCBURL, "#cs": attrCBState,
 			"#exp": attrExpiresAtMs, "#st": attrState, "#tok": attrCBToken,
 		},
-		ExpressionAttributeValues: finalValues(item{
+		ExpressionAttributeValues: item{
 			":n": avN(int64(attempts + 1)), ":seen": avN(int64(attempts)), ":lease": avTime(leaseUntil),
 			":now": avTime(now), ":pending": avS(evs.CallbackPending), ":tok": avS(token),
-		}),
+			":completed": avS(evs.StateCompleted), ":cancelled": avS(evs.StateCancelled), ":failed": avS(evs.StateFailed),
+		},
 		ReturnValues: "ALL_NEW",
 	})
 	if isConditionFailed(err) {

@@ -401,11 +401,10 @@ func (s *Store) LastVerdicts(ctx context.Context, accountID string, addresses []
 		return nil, dbErr("begin read", err)
 	}
 	defer tx.Rollback()
-	st, err := tx.PrepareContext(ctx, qLastVerdicts)
+	st, err := tx.PrepareContext(ctx, qLastVerdicts) // closed with tx
 	if err != nil {
 		return nil, dbErr("read the result cache", err)
 	}
-	defer st.Close()
 	for _, a := range addresses {
 		rows, err := st.QueryContext(ctx, accountID, a)
 		err = eachRow(rows, err, "read the result cache", func(rows *sql.Rows) error {
