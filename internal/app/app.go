@@ -82,13 +82,9 @@ func Build(cfg config.Config, p Ports) (*Runtime, error) {
 	if p.Store == nil {
 		return nil, errors.New("app: a store is required")
 	}
-	r := &Runtime{Config: cfg, store: p.Store, metrics: p.Metrics, now: p.Now, logger: p.Logger}
+	r := &Runtime{Config: cfg, store: p.Store, metrics: cmp.Or[Observer](p.Metrics, Nop{}), now: p.Now, logger: cmp.Or(p.Logger, slog.Default())}
 	if r.now == nil {
 		r.now = time.Now
-	}
-	r.logger = cmp.Or(r.logger, slog.Default())
-	if r.metrics == nil {
-		r.metrics = Nop{}
 	}
 	var counted func(egress, provider string, blocked bool)
 	if m, ok := p.Metrics.(interface {
@@ -217,9 +213,7 @@ func (r *Runtime) API(d api.Deps) (*api.Handler, error) {
 	d.Retention = cmp.Or(d.Retention, r.Config.Retention)
 	d.MaxActiveBatches = cmp.Or(d.MaxActiveBatches, r.Config.MaxActiveBatches)
 	d.BatchDeadline = cmp.Or(d.BatchDeadline, r.Config.BatchDeadline)
-	if d.Budgets == nil {
-		d.Budgets = r.Gate
-	}
+	d.Budgets = cmp.Or[api.Budgets](d.Budgets, r.Gate)
 	d.Callbacks.Egress = cmp.Or(d.Callbacks.Egress, r.Config.Egress)
 	if d.Callbacks.Deliveries == nil {
 		d.Callbacks.Deliveries = r.store
@@ -246,12 +240,7 @@ func (r *Runtime) keeper() *idempotency.Keeper {
 // Worker returns w with the runtime's engine and sandbox, and its other
 // parts where w leaves them zero; the queue beneath it is the deployment's.
 func (r *Runtime) Worker(w batch.Worker) *batch.Worker {
-	if w.Store == nil {
-		w.Store = r.store
-	}
-	if w.Accounts == nil {
-		w.Accounts = r.store
-	}
+	w.Store, w.Accounts = cmp.Or[batch.Store](w.Store, r.store), cmp.Or[batch.Accounts](w.Accounts, r.store)
 	// w's Processor and Polite are copied: a template may serve several
 	// runtimes (a test's restarted server), each with its own engine.
 	var proc batch.Processor
@@ -270,9 +259,7 @@ func (r *Runtime) Worker(w batch.Worker) *batch.Worker {
 		w.History = r.Outcomes
 	}
 	w.ShareDomainCounts = w.ShareDomainCounts || r.Config.OutcomeShareDomains
-	if w.Grey == nil {
-		w.Grey = r.Facts
-	}
+	w.Grey = cmp.Or[batch.GreyFacts](w.Grey, r.Facts)
 	var polite batch.Polite
 	if w.Polite != nil {
 		polite = *w.Polite

@@ -58,7 +58,7 @@ type emfDirective struct {
 
 // write emits one line: value of metric name with the given dimensions.
 func (e *EMF) write(name, unit string, value float64, dims ...string) {
-	e.writeSets(name, unit, value, false, dims...)
+	e.writeLine([]emfValue{{name, unit, value}}, false, dims...)
 }
 
 // emfValue is one metric of a line.
@@ -67,14 +67,8 @@ type emfValue struct {
 	value      float64
 }
 
-// writeSets is write, the metric also counted under no dimension when
-// alsoTotal (one line, two dimension sets).
-func (e *EMF) writeSets(name, unit string, value float64, alsoTotal bool, dims ...string) {
-	e.writeLine([]emfValue{{name, unit, value}}, alsoTotal, dims...)
-}
-
 // writeLine emits one line holding every metric of vs, with the given
-// dimensions (and none, when alsoTotal).
+// dimensions (and none, when alsoTotal: one line, two dimension sets).
 func (e *EMF) writeLine(vs []emfValue, alsoTotal bool, dims ...string) {
 	if e.Hold && !slices.ContainsFunc(vs, func(v emfValue) bool { return v.unit != "Count" }) {
 		e.hold(vs, alsoTotal, dims)
@@ -197,7 +191,7 @@ func (e *EMF) StoreError(source string) { e.write(StoreErrors, "Count", 1, "sour
 // (never its credentials) and under no dimension, for the alarm on any.
 func (e *EMF) SMTPExit(_ int, name string, up bool) {
 	if !up {
-		e.writeSets(SmtpExitDown, "Count", 1, true, "exit", name)
+		e.writeLine([]emfValue{{SmtpExitDown, "Count", 1}}, true, "exit", name)
 	}
 }
 
@@ -219,10 +213,10 @@ func (e *EMF) EgressCheck(egress string, c verify.EgressCheck) {
 			// neither listed nor clean.
 			continue
 		}
-		e.writeSets(EgressListed, "None", boolValue(l.Listed), true, "egress", egress, "list", l.Zone)
+		e.writeLine([]emfValue{{EgressListed, "None", boolValue(l.Listed)}}, true, "egress", egress, "list", l.Zone)
 	}
 	if c.HELO != nil {
-		e.writeSets(EgressHELOConfirmed, "None", boolValue(c.HELO.OK), true, "egress", egress)
+		e.writeLine([]emfValue{{EgressHELOConfirmed, "None", boolValue(c.HELO.OK)}}, true, "egress", egress)
 	}
 }
 

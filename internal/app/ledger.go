@@ -73,7 +73,10 @@ func (l *ledger) Charge(ctx context.Context, p evs.Principal, what api.Kept, n i
 		return err
 	}
 	period := hourOf(what, until)
-	used := sum(kept)
+	var used int64
+	for _, v := range kept {
+		used += int64(v)
+	}
 	ok, err := l.c.ChargeAddresses(ctx, p.AccountID, period, int(n), int(limit-used+int64(kept[period])), endOf(what, period).Add(time.Hour))
 	if err != nil {
 		return fmt.Errorf("app: charge the storage quota: %w", err)
@@ -129,12 +132,4 @@ func (l *ledger) Release(ctx context.Context, accountID string, what api.Kept, n
 	if err != nil {
 		l.log.ErrorContext(ctx, "could not release a charge of the storage quota", slog.String("accountId", accountID), slog.String("error", err.Error()))
 	}
-}
-
-func sum(m map[string]int) int64 {
-	var n int64
-	for _, v := range m {
-		n += int64(v)
-	}
-	return n
 }

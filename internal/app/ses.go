@@ -63,8 +63,7 @@ func (q *SESQueue) Route(work func(context.Context, events.SQSEvent) (events.SQS
 // that is refused or fails is reported failed, so it is retried or reaches
 // the dead-letter queue, where a person can look at it, not vanishing.
 func (q *SESQueue) Handle(ctx context.Context, ev events.SQSEvent) events.SQSEventResponse {
-	logger := q.Logger
-	logger = cmp.Or(logger, slog.Default())
+	logger := cmp.Or(q.Logger, slog.Default())
 	var resp events.SQSEventResponse
 	fail := func(r events.SQSMessage) {
 		resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: r.MessageId})

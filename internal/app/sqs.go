@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -52,10 +53,9 @@ func (q *Queue) Finalized(ctx context.Context, b evs.Batch) error {
 // whole seconds, rounded up, at most batch.MaxDelay).
 func (q *Queue) Send(ctx context.Context, ms []batch.Message, delay time.Duration) error {
 	secs := int32((min(max(delay, 0), batch.MaxDelay) + time.Second - 1) / time.Second)
-	for start := 0; start < len(ms); start += 10 {
-		end := min(start+10, len(ms))
-		entries := make([]types.SendMessageBatchRequestEntry, 0, end-start)
-		for i, m := range ms[start:end] {
+	for chunk := range slices.Chunk(ms, 10) {
+		entries := make([]types.SendMessageBatchRequestEntry, 0, len(chunk))
+		for i, m := range chunk {
 			b, err := json.Marshal(m)
 			if err != nil {
 				return err

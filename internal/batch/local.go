@@ -87,8 +87,8 @@ func NewLocalQueue(st LocalStore, w *Worker, cfg LocalConfig) (*LocalQueue, erro
 	// A session waits for its slot in the step; a pause or a spent RCPT
 	// budget sends the group back with a delay.
 	w.Polite.Parking = nil
-	q.live = newLane(cfg.Workers, share(cfg.Workers), cfg.PerBatch, q.handle)
-	q.test = newLane(cfg.TestWorkers, share(cfg.TestWorkers), cfg.PerBatch, q.handle)
+	q.live = evs.NewFair(cfg.Workers, share(cfg.Workers), cfg.PerBatch, q.handle)
+	q.test = evs.NewFair(cfg.TestWorkers, share(cfg.TestWorkers), cfg.PerBatch, q.handle)
 	return q, nil
 }
 
@@ -223,7 +223,8 @@ func (q *LocalQueue) deliver(d delivery, delay time.Duration) bool {
 // store calls, which set a batch running) at once.
 func (q *LocalQueue) dispatch(ctx context.Context, d delivery) {
 	if d.m.Kind == KindWork {
-		q.lane(ctx, d.m.AccountID).push(d)
+		d.lane = q.lane(ctx, d.m.AccountID)
+		d.lane.Push(d.m.AccountID, d.m.BatchID, d)
 		return
 	}
 	q.handle(d)
@@ -265,7 +266,7 @@ func (q *LocalQueue) handle(d delivery) {
 			err = q.worker.Handle(ctx, d.m, d.fails > 0, time.Time{})
 		}
 		if d.lane != nil {
-			d.lane.done(d)
+			d.lane.Done(d.m.AccountID, d.m.BatchID)
 		}
 		if err != nil && ctx.Err() == nil && evs.ErrorCode(err) != evs.CodeNotFound {
 			if q.worker.Fault != nil {

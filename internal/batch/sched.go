@@ -8,6 +8,9 @@ import "github.com/evs-dev/evs/internal/evs"
 // most perAccount slots of a lane and a batch at most perBatch. Test-mode
 // work has a lane of its own, so it never waits behind SMTP work.
 
+// A lane is one pool of slots and the queues that feed it.
+type lane = evs.Fair[delivery]
+
 // delivery is a message on its way to the Worker; fails counts the
 // handlings of it that failed, lane is the lane it was pushed to.
 type delivery struct {
@@ -15,19 +18,3 @@ type delivery struct {
 	fails int
 	lane  *lane
 }
-
-// lane is one pool of slots and the queues that feed it.
-type lane struct{ fair *evs.Fair[delivery] }
-
-func newLane(slots, perAccount, perBatch int, start func(delivery)) *lane {
-	return &lane{evs.NewFair(slots, perAccount, perBatch, start)}
-}
-
-// push queues d and starts what the free slots allow.
-func (l *lane) push(d delivery) {
-	d.lane = l
-	l.fair.Push(d.m.AccountID, d.m.BatchID, d)
-}
-
-// done gives back the slot of a handled delivery and starts the next ones.
-func (l *lane) done(d delivery) { l.fair.Done(d.m.AccountID, d.m.BatchID) }

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/evs-dev/evs/internal/evs"
 )
 
 // TestLaneFairOrder checks the order in which one slot is handed out:
@@ -12,19 +14,19 @@ import (
 func TestLaneFairOrder(t *testing.T) {
 	t.Parallel()
 	var order []delivery
-	l := newLane(1, 1, 1, func(d delivery) { order = append(order, d) })
+	l := evs.NewFair(1, 1, 1, func(d delivery) { order = append(order, d) })
 	for _, b := range []struct {
 		acct, id string
 		n        int
 	}{{"A", "a1", 4}, {"A", "a2", 4}, {"A", "a3", 4}, {"B", "b1", 3}, {"C", "c1", 1}} {
 		for range b.n {
-			l.push(delivery{m: Message{AccountID: b.acct, BatchID: b.id}})
+			l.Push(b.acct, b.id, delivery{m: Message{AccountID: b.acct, BatchID: b.id}})
 		}
 	}
 	// One slot: each handled message lets the next one start.
 	for len(order) < 16 {
 		n := len(order)
-		l.done(order[n-1])
+		l.Done(order[n-1].m.AccountID, order[n-1].m.BatchID)
 		if len(order) == n {
 			break
 		}
@@ -46,15 +48,15 @@ func TestLaneFairOrder(t *testing.T) {
 func TestLanePerAccountCap(t *testing.T) {
 	t.Parallel()
 	running := map[string]int{}
-	l := newLane(8, 6, 8, func(d delivery) { running[d.m.AccountID]++ })
+	l := evs.NewFair(8, 6, 8, func(d delivery) { running[d.m.AccountID]++ })
 	for range 100 {
-		l.push(delivery{m: Message{AccountID: "hog", BatchID: "h"}})
+		l.Push("hog", "h", delivery{m: Message{AccountID: "hog", BatchID: "h"}})
 	}
 	if running["hog"] != 6 {
 		t.Fatalf("hog holds %d slots, want its cap 6", running["hog"])
 	}
 	for range 5 {
-		l.push(delivery{m: Message{AccountID: "late", BatchID: "l"}})
+		l.Push("late", "l", delivery{m: Message{AccountID: "late", BatchID: "l"}})
 	}
 	if running["late"] != 2 {
 		t.Fatalf("late account got %d slots, want the 2 left free", running["late"])

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/evs-dev/evs/internal/evs"
@@ -109,11 +110,7 @@ func (s stepper) run(ctx context.Context, t task, startBy time.Time) (d stepDone
 			ticket, err = s.gate.AdmitAny(ctx, keys, s.proc.RcptBound(len(g.Items)))
 		}
 		d.key = cmp.Or(ticket.Key, d.key)
-		if err != nil || ctx.Err() != nil {
-			d.err = err
-			if err == nil {
-				d.err = ctx.Err()
-			}
+		if d.err = cmp.Or(err, ctx.Err()); d.err != nil {
 			return d
 		}
 		if !ticket.OK {
@@ -172,7 +169,7 @@ func (s stepper) run(ctx context.Context, t task, startBy time.Time) (d stepDone
 		// What the server did not answer waits for the provider's pause
 		// (the first pause, had the gate none to give).
 		if until.IsZero() {
-			until = s.gateNow().Add(s.firstPause())
+			until = s.gateNow().Add(s.gate.FirstPause())
 		}
 		d.wait = append(d.wait, o.Left...)
 		d.until = maxTime(d.until, until)
@@ -239,15 +236,12 @@ func (s stepper) learnGrey(ctx context.Context, t task, rs []evs.Result) {
 	if t.attempt == 0 || t.test || s.grey == nil || t.group.Domain == "" {
 		return
 	}
-	for _, res := range rs {
-		if !res.Decision.Cached && res.Decision.Checks.SMTP.Code != 0 && res.Decision.Checks.SMTP.Result != evs.SMTPGreylisted {
-			s.grey.KeepGreyDelay(ctx, t.group.Domain, t.waited)
-			return
-		}
+	if slices.ContainsFunc(rs, func(res evs.Result) bool {
+		return !res.Decision.Cached && res.Decision.Checks.SMTP.Code != 0 && res.Decision.Checks.SMTP.Result != evs.SMTPGreylisted
+	}) {
+		s.grey.KeepGreyDelay(ctx, t.group.Domain, t.waited)
 	}
 }
-
-func (s stepper) firstPause() time.Duration { return s.gate.FirstPause() }
 
 // gateNow is the gate's clock, which its times (until) are on.
 func (s stepper) gateNow() time.Time {

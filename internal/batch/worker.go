@@ -381,9 +381,7 @@ func (w *Worker) work(ctx context.Context, m Message, again bool, startBy time.T
 		results = nil
 		b, err := w.write(ctx, m, rs)
 		if err != nil {
-			if firstEr == nil {
-				firstEr = err
-			}
+			firstEr = cmp.Or(firstEr, err)
 			results = append(results, rs...) // not written: kept for the last try
 			return
 		}
@@ -421,9 +419,7 @@ func (w *Worker) work(ctx context.Context, m Message, again bool, startBy time.T
 				retry = append(retry, retrying{items: d.wait, delay: min(step.until(d.until), w.Queue.MaxDelay())})
 			}
 			left = append(left, d.left...)
-			if d.err != nil && firstEr == nil {
-				firstEr = d.err
-			}
+			firstEr = cmp.Or(firstEr, d.err)
 		}()
 	}
 	wg.Wait()
@@ -448,10 +444,8 @@ func (w *Worker) work(ctx context.Context, m Message, again bool, startBy time.T
 	}
 	// Work that waits for its provider is parked in the store before the
 	// message is acknowledged.
-	if len(parked) > 0 {
-		if err := w.park(ctx, m, parked); err != nil {
-			return err
-		}
+	if err := w.park(ctx, m, parked); err != nil {
+		return err
 	}
 	// Out of time in this invocation: nothing was asked about left yet.
 	// Greylisted addresses: after their domain's delay, next attempt.

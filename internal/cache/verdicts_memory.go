@@ -62,7 +62,7 @@ func (m *VerdictMemory) CachedDecision(ctx context.Context, accountID string, mo
 	}
 	d, expires, found, err := m.store.CachedDecision(ctx, accountID, mode, address)
 	if err == nil && found {
-		m.lru.Add(k, memoryEntry{decision: encodeEntry(d), expires: expires})
+		m.lru.Add(k, memoryEntry{decision: store.AppendCached(nil, d), expires: expires})
 	} else if err == nil {
 		// None stored, remembered (a nil decision) unless a keep got in
 		// first: a verdict never kept (unknown, as every quick check of a
@@ -84,14 +84,7 @@ func (m *VerdictMemory) KeepDecisions(ctx context.Context, accountID string, ent
 	}
 	for _, e := range entries {
 		k := memoryKey{account: accountID, address: e.Decision.Normalized, mode: e.Decision.Mode}
-		m.lru.Add(k, memoryEntry{decision: encodeEntry(e.Decision), expires: e.ExpiresAt})
+		m.lru.Add(k, memoryEntry{decision: store.AppendCached(nil, e.Decision), expires: e.ExpiresAt})
 	}
 	return nil
-}
-
-// encodeEntry encodes d as the stores keep it: under its normalised
-// address, not marked as reused.
-func encodeEntry(d evs.Decision) []byte {
-	d.Email, d.Cached = d.Normalized, false
-	return store.AppendDecision(nil, d)
 }

@@ -27,10 +27,7 @@ type BuildInfo struct {
 // ReadBuildInfo returns the running binary's BuildInfo; version is the one
 // set at link time, "" or "dev" when none was.
 func ReadBuildInfo(version string) BuildInfo {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		bi = nil
-	}
+	bi, _ := debug.ReadBuildInfo() // nil when the binary has none
 	return BuildInfoFrom(bi, version)
 }
 

@@ -174,11 +174,7 @@ func FromEnv(getenv func(string) string, onLambda bool) (Config, error) {
 	}
 	var errs []error
 	if s := getenv("EVS_DNS_SERVERS"); s != "" {
-		servers, err := ParseDNSServers(s)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("EVS_DNS_SERVERS: %w", err))
-		}
-		c.DNSServers = servers
+		c.DNSServers = parsed("EVS_DNS_SERVERS", s, ParseDNSServers, &errs)
 	}
 	c.SMTPProxy = getenv("EVS_SMTP_PROXY")
 	c.SMTPProxySecret = getenv("EVS_SMTP_PROXY_SECRET")
@@ -238,17 +234,9 @@ func FromEnv(getenv func(string) string, onLambda bool) (Config, error) {
 		ap, err := netip.ParseAddrPort(s)
 		return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()), err == nil && ap.Port() != 0 && ap.Addr().Zone() == ""
 	}, &errs)
-	bl, err := parseZones(cmp.Or(getenv("EVS_BLOCKLISTS"), strings.Join(DefaultBlocklists, ",")))
-	if err != nil {
-		errs = append(errs, fmt.Errorf("EVS_BLOCKLISTS: %w", err))
-	}
-	c.Blocklists = bl
+	c.Blocklists = parsed("EVS_BLOCKLISTS", cmp.Or(getenv("EVS_BLOCKLISTS"), strings.Join(DefaultBlocklists, ",")), parseZones, &errs)
 	c.SelfCheckEvery = value(getenv, "EVS_SELFCHECK_EVERY", time.Hour, "a duration of at least 1s like 1h", durationFrom(time.Second), &errs)
-	pol, err := ParseEgress(getenv("EVS_EGRESS_ALLOW"))
-	if err != nil {
-		errs = append(errs, fmt.Errorf("EVS_EGRESS_ALLOW: %w", err))
-	}
-	c.Egress = pol
+	c.Egress = parsed("EVS_EGRESS_ALLOW", getenv("EVS_EGRESS_ALLOW"), ParseEgress, &errs)
 	switch s := strings.ToLower(getenv("EVS_RATE_LIMIT")); s {
 	case "":
 		c.RateLimit = 50
@@ -368,6 +356,16 @@ func value[T any](getenv func(string) string, name string, def T, want string, p
 	if !ok {
 		*errs = append(*errs, fmt.Errorf("%s: %q is not %s", name, s, want))
 		return def
+	}
+	return v
+}
+
+// parsed is what parse makes of s, the value of variable name; parse's
+// error says what is wrong.
+func parsed[T any](name, s string, parse func(string) (T, error), errs *[]error) T {
+	v, err := parse(s)
+	if err != nil {
+		*errs = append(*errs, fmt.Errorf("%s: %w", name, err))
 	}
 	return v
 }

@@ -63,6 +63,9 @@ func parseServer(p string) (string, error) {
 	return net.JoinHostPort(strings.ToLower(strings.TrimSuffix(host, ".")), strconv.FormatUint(n, 10)), nil
 }
 
+// ldh is the letters, digits and hyphen of a host name's labels.
+const ldh = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-"
+
 // isHostName accepts LDH host names (RFC 1123), with an optional trailing dot.
 func isHostName(h string) bool {
 	h = strings.TrimSuffix(h, ".")
@@ -75,14 +78,8 @@ func isHostName(h string) bool {
 		return false
 	}
 	for _, label := range labels {
-		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' || strings.Trim(label, ldh) != "" {
 			return false
-		}
-		for i := 0; i < len(label); i++ {
-			c := label[i]
-			if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-') {
-				return false
-			}
 		}
 	}
 	return true

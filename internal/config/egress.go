@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strings"
 	"syscall"
 )
@@ -131,17 +132,11 @@ func (p *EgressPolicy) Check(a netip.Addr) error {
 }
 
 func (p *EgressPolicy) allowed(a netip.Addr) bool {
-	if p == nil {
-		return false
-	}
-	for _, pfx := range p.allow {
-		// 127.0.0.0/8 must also allow ::ffff:127.0.0.1, the same
-		// destination written as IPv6, and the other way round.
-		if pfx.Contains(a) || pfx.Contains(a.Unmap()) || pfx.Contains(netip.AddrFrom16(a.As16())) {
-			return true
-		}
-	}
-	return false
+	// 127.0.0.0/8 must also allow ::ffff:127.0.0.1, the same destination
+	// written as IPv6, and the other way round.
+	return p != nil && slices.ContainsFunc(p.allow, func(pfx netip.Prefix) bool {
+		return pfx.Contains(a) || pfx.Contains(a.Unmap()) || pfx.Contains(netip.AddrFrom16(a.As16()))
+	})
 }
 
 // MaxURLLength bounds a URL a tenant asks the service to call.
@@ -229,12 +224,11 @@ type namedRange struct {
 }
 
 func lookup(ranges []namedRange, a netip.Addr) (namedRange, bool) {
-	for _, r := range ranges {
-		if r.prefix.Contains(a) {
-			return r, true
-		}
+	i := slices.IndexFunc(ranges, func(r namedRange) bool { return r.prefix.Contains(a) })
+	if i < 0 {
+		return namedRange{}, false
 	}
-	return namedRange{}, false
+	return ranges[i], true
 }
 
 func ranges(pairs ...string) []namedRange {

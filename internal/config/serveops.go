@@ -2,7 +2,6 @@ package config
 
 import (
 	"errors"
-	"fmt"
 	"time"
 )
 
@@ -14,11 +13,7 @@ const DefaultDrainTimeout = 20 * time.Second
 // on its own (contract, section 15): EVS_TRUSTED_PROXIES,
 // EVS_DRAIN_TIMEOUT, EVS_TLS_CERT and EVS_TLS_KEY.
 func serveOps(getenv func(string) string, c *Config, errs *[]error) {
-	trusted, err := ParseCIDRs(getenv("EVS_TRUSTED_PROXIES"))
-	if err != nil {
-		*errs = append(*errs, fmt.Errorf("EVS_TRUSTED_PROXIES: %w", err))
-	}
-	c.TrustedProxies = trusted
+	c.TrustedProxies = parsed("EVS_TRUSTED_PROXIES", getenv("EVS_TRUSTED_PROXIES"), ParseCIDRs, errs)
 	if c.DrainTimeout = value(getenv, "EVS_DRAIN_TIMEOUT", DefaultDrainTimeout, "a duration like 20s (0s: do not wait)", durationFrom(0), errs); c.DrainTimeout == 0 {
 		c.DrainTimeout = -1 // no wait; the zero value means the default
 	}

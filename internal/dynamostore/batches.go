@@ -228,16 +228,18 @@ func (s *Store) putOnce(ctx context.Context, in *dynamodb.PutItemInput, key item
 	in.Item[attrCreateToken] = avS(token)
 	_, err := s.c.PutItem(ctx, in)
 	if isConditionFailed(err) {
-		cur, gerr := s.get(ctx, aws.ToString(in.TableName), key, what)
-		if gerr != nil {
-			return false, gerr
-		}
-		return getS(cur, attrCreateToken) == token, nil
+		_, mine, err := s.mine(ctx, aws.ToString(in.TableName), key, attrCreateToken, token, what)
+		return mine, err
 	}
-	if err != nil {
-		return false, wrapErr(what, err)
-	}
-	return true, nil
+	return err == nil, wrapErr(what, err)
+}
+
+// mine reads the item at key after a failed condition and tells whether it
+// holds token in attr: this call's own write, which an SDK resend of it
+// failed against. It returns the item too.
+func (s *Store) mine(ctx context.Context, table string, key item, attr, token, op string) (item, bool, error) {
+	cur, err := s.get(ctx, table, key, op)
+	return cur, err == nil && cur != nil && getS(cur, attr) == token, err
 }
 
 // newToken returns 128 random bits, hex-encoded.
@@ -292,11 +294,10 @@ func (s *Store) TransitionBatch(ctx context.Context, accountID, id string, from 
 		cond += " AND #p >= #n"
 		names["#p"], names["#n"] = attrProcessed, attrItemCount
 	}
-	var set, remove []string
 	// A transition whose reply was lost is resent by the SDK and then fails
 	// its condition against itself; the token tells it so.
 	token := newToken()
-	set = append(set, "#st = :to", "#mt = :mt")
+	set, remove := []string{"#st = :to", "#mt = :mt"}, []string{}
 	names["#mt"], values[":mt"] = attrMoveToken, avS(token)
 	if errMsg != "" {
 		set = append(set, "#e = :e")
@@ -394,9 +395,7 @@ func (s *Store) PutResults(ctx context.Context, accountID, id string, results []
 		}
 	}
 	ttl := ttlSeconds(getTime(it, attrExpiresAtMs))
-	for len(pending) > 0 {
-		chunk := pending[:min(resultsPerTx, len(pending))]
-		pending = pending[len(chunk):]
+	for chunk := range slices.Chunk(pending, resultsPerTx) {
 		final, err := s.putChunk(ctx, accountID, id, chunk, encoded, ttl)
 		if err != nil {
 			return evs.Batch{}, err
@@ -627,7 +626,7 @@ func (s *Store) InputItems(ctx context.Context, accountID, id string, from, limi
 	if err != nil {
 		return nil, -1, err
 	}
-	c, n := from/inputChunk, r.index.chunks()
+	c, n := from/inputChunk, len(r.offsets)-1
 	if c >= n {
 		return nil, -1, nil
 	}

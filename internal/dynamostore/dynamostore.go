@@ -120,50 +120,40 @@ const (
 // Definitions returns the CreateTableInput of every table t names, with the
 // key schemas of template.yaml and on-demand billing. CreateTables turns on TTL.
 func Definitions(t Tables) []dynamodb.CreateTableInput {
-	var defs []dynamodb.CreateTableInput
-	add := func(name string, hash, hashType string, rng, rngType string) {
-		if name == "" {
-			return
-		}
-		in := dynamodb.CreateTableInput{
-			TableName:   aws.String(name),
-			BillingMode: types.BillingModePayPerRequest,
-			AttributeDefinitions: []types.AttributeDefinition{
-				{AttributeName: aws.String(hash), AttributeType: types.ScalarAttributeType(hashType)},
-			},
-			KeySchema: []types.KeySchemaElement{{AttributeName: aws.String(hash), KeyType: types.KeyTypeHash}},
-		}
+	schema := func(hash, rng string) []types.KeySchemaElement {
+		ks := []types.KeySchemaElement{{AttributeName: aws.String(hash), KeyType: types.KeyTypeHash}}
 		if rng != "" {
+			ks = append(ks, types.KeySchemaElement{AttributeName: aws.String(rng), KeyType: types.KeyTypeRange})
+		}
+		return ks
+	}
+	keys := types.Projection{ProjectionType: types.ProjectionTypeKeysOnly}
+	var defs []dynamodb.CreateTableInput
+	for _, d := range []struct {
+		name, hash, rng string
+		attrs           []string // each key attribute's name and type, the indexes' too
+		indexes         []types.GlobalSecondaryIndex
+	}{
+		{t.Keys, attrPK, "", []string{attrPK, "S"}, nil},
+		// The sparse indexes of listing.go and sweep.go.
+		{t.Batches, attrAccountID, attrID, []string{attrAccountID, "S", attrID, "S", attrListKey, "S", attrActive, "S"}, []types.GlobalSecondaryIndex{
+			{IndexName: aws.String(listIndex), KeySchema: schema(attrAccountID, attrListKey), Projection: &keys},
+			{IndexName: aws.String(activeIndex), KeySchema: schema(attrActive, ""), Projection: &keys},
+		}},
+		{t.Results, attrBatchID, attrSeq, []string{attrBatchID, "S", attrSeq, "N"}, nil},
+		{t.Idempotency, attrScope, "", []string{attrScope, "S"}, nil},
+	} {
+		if d.name == "" {
+			continue
+		}
+		in := dynamodb.CreateTableInput{TableName: aws.String(d.name), BillingMode: types.BillingModePayPerRequest,
+			KeySchema: schema(d.hash, d.rng), GlobalSecondaryIndexes: d.indexes}
+		for i := 0; i < len(d.attrs); i += 2 {
 			in.AttributeDefinitions = append(in.AttributeDefinitions,
-				types.AttributeDefinition{AttributeName: aws.String(rng), AttributeType: types.ScalarAttributeType(rngType)})
-			in.KeySchema = append(in.KeySchema, types.KeySchemaElement{AttributeName: aws.String(rng), KeyType: types.KeyTypeRange})
+				types.AttributeDefinition{AttributeName: aws.String(d.attrs[i]), AttributeType: types.ScalarAttributeType(d.attrs[i+1])})
 		}
 		defs = append(defs, in)
 	}
-	add(t.Keys, attrPK, "S", "", "")
-	add(t.Batches, attrAccountID, "S", attrID, "S")
-	if t.Batches != "" {
-		// The sparse indexes of listing.go and sweep.go.
-		b := &defs[len(defs)-1]
-		keys := types.Projection{ProjectionType: types.ProjectionTypeKeysOnly}
-		b.AttributeDefinitions = append(b.AttributeDefinitions,
-			types.AttributeDefinition{AttributeName: aws.String(attrListKey), AttributeType: types.ScalarAttributeTypeS},
-			types.AttributeDefinition{AttributeName: aws.String(attrActive), AttributeType: types.ScalarAttributeTypeS})
-		b.GlobalSecondaryIndexes = []types.GlobalSecondaryIndex{{
-			IndexName: aws.String(listIndex),
-			KeySchema: []types.KeySchemaElement{
-				{AttributeName: aws.String(attrAccountID), KeyType: types.KeyTypeHash},
-				{AttributeName: aws.String(attrListKey), KeyType: types.KeyTypeRange},
-			},
-			Projection: &keys,
-		}, {
-			IndexName:  aws.String(activeIndex),
-			KeySchema:  []types.KeySchemaElement{{AttributeName: aws.String(attrActive), KeyType: types.KeyTypeHash}},
-			Projection: &keys,
-		}}
-	}
-	add(t.Results, attrBatchID, "S", attrSeq, "N")
-	add(t.Idempotency, attrScope, "S", "", "")
 	return defs
 }
 

@@ -108,19 +108,13 @@ func (s *Store) StartExport(ctx context.Context, j store.ExportJob, replace stri
 		attrFilters: avS(j.Filters), attrDeadline: avTime(deadline), attrSlot: avN(int64(slot)),
 		attrExpiresAtMs: avTime(now.Add(ExportJobLife)), attrExpiresAt: ttlSeconds(now.Add(ExportJobLife)),
 	}
-	cond, values := "attribute_not_exists(#id)", item{}
-	if replace != "" {
-		cond, values = "#tk = :old", item{":old": avS(replace)}
-	}
 	in := &dynamodb.PutItemInput{
-		TableName: aws.String(s.t.Batches), Item: rec, ConditionExpression: aws.String(cond),
-		ExpressionAttributeNames: map[string]string{"#id": attrID, "#tk": attrExportToken},
+		TableName: aws.String(s.t.Batches), Item: rec, ConditionExpression: aws.String("attribute_not_exists(#id)"),
+		ExpressionAttributeNames: map[string]string{"#id": attrID},
 	}
-	if replace == "" {
-		delete(in.ExpressionAttributeNames, "#tk")
-	} else {
-		delete(in.ExpressionAttributeNames, "#id")
-		in.ExpressionAttributeValues = values
+	if replace != "" {
+		in.ConditionExpression, in.ExpressionAttributeNames = aws.String("#tk = :old"), map[string]string{"#tk": attrExportToken}
+		in.ExpressionAttributeValues = item{":old": avS(replace)}
 	}
 	_, err = s.c.PutItem(ctx, in)
 	if err == nil {
@@ -215,10 +209,7 @@ func (s *Store) ClaimExport(ctx context.Context, j store.ExportJob, until time.T
 	if cf, ok := errors.AsType[*types.ConditionalCheckFailedException](err); ok {
 		return getS(item(cf.Item), attrClaimToken) == claim, nil
 	}
-	if err != nil {
-		return false, wrapErr("claim export", err)
-	}
-	return true, nil
+	return err == nil, wrapErr("claim export", err)
 }
 
 // WriteExport writes j's run's object a part at a time: a failed write

@@ -73,16 +73,16 @@ func (s *Store) ClaimIdempotency(ctx context.Context, rec idempotency.Record, no
 				return idempotency.Record{}, false, err
 			}
 		}
-		if cur != nil && getS(cur, attrClaimToken) == getS(it, attrClaimToken) {
+		if cur == nil {
+			continue
+		}
+		if getS(cur, attrClaimToken) == getS(it, attrClaimToken) {
 			return idempotency.Record{}, true, nil
 		}
-		if cur != nil {
-			existing := idemFrom(cur)
-			// The record that beat the write may itself have lapsed by now;
-			// then it is claimable and the loop writes again.
-			if existing.ExpiresAt.After(now) && (existing.State != idempotency.InProgress || existing.LockedUntil.After(now)) {
-				return existing, false, nil
-			}
+		// The record that beat the write may itself have lapsed by now;
+		// then it is claimable and the loop writes again.
+		if existing := idemFrom(cur); existing.ExpiresAt.After(now) && (existing.State != idempotency.InProgress || existing.LockedUntil.After(now)) {
+			return existing, false, nil
 		}
 	}
 	return idempotency.Record{}, false, store.Unavailable(errors.New("dynamostore: idempotency record keeps changing"))
@@ -142,12 +142,8 @@ func (s *Store) CompleteIdempotency(ctx context.Context, scope string, statusCod
 		ExpressionAttributeValues: values,
 	})
 	if isConditionFailed(err) {
-		cur, gerr := s.get(ctx, s.t.Idempotency, item{attrScope: avS(scope)}, "read idempotency record")
-		if gerr != nil {
-			return gerr
-		}
-		if cur != nil && getS(cur, attrDoneToken) == token {
-			return nil
+		if _, mine, err := s.mine(ctx, s.t.Idempotency, item{attrScope: avS(scope)}, attrDoneToken, token, "read idempotency record"); mine || err != nil {
+			return err
 		}
 		return store.NoClaim()
 	}

@@ -167,15 +167,6 @@ func decodeChunk(b []byte, out []evs.Item) ([]evs.Item, error) {
 	return out, nil
 }
 
-// inputIndex is an input object's index: where each chunk starts; it has
-// one more entry, the index's own offset, so chunk i is
-// offsets[i]:offsets[i+1].
-type inputIndex struct {
-	offsets []int64
-}
-
-func (x inputIndex) chunks() int { return len(x.offsets) - 1 }
-
 // inputs reads and writes batch input objects.
 type inputs struct {
 	o      Objects
@@ -235,9 +226,11 @@ func (in inputs) get(ctx context.Context, key string, from, to int64) ([]byte, i
 
 // reader reads one input object: its index once, then chunks.
 type inputReader struct {
-	in    inputs
-	key   string
-	index inputIndex
+	in  inputs
+	key string
+	// offsets is where each chunk starts, and then where the index
+	// does, so chunk i is offsets[i]:offsets[i+1].
+	offsets []int64
 	// tail is the object's last bytes as first read, and tailAt where they
 	// start: chunks inside it need no other GET.
 	tail   []byte
@@ -268,18 +261,18 @@ func (in inputs) open(ctx context.Context, key string) (*inputReader, error) {
 		tailAt = size - need
 	}
 	raw := tail[int64(len(tail))-need : int64(len(tail))-footerBytes]
-	x := inputIndex{}
-	for i := int64(0); i < chunks; i++ {
-		x.offsets = append(x.offsets, int64(binary.LittleEndian.Uint64(raw[i*indexEntry:])))
+	offsets := make([]int64, chunks+1)
+	for i := range chunks {
+		offsets[i] = int64(binary.LittleEndian.Uint64(raw[i*indexEntry:]))
 	}
-	x.offsets = append(x.offsets, size-need)
-	return &inputReader{in: in, key: key, index: x, tail: tail, tailAt: tailAt}, nil
+	offsets[chunks] = size - need
+	return &inputReader{in: in, key: key, offsets: offsets, tail: tail, tailAt: tailAt}, nil
 }
 
 // chunks returns the items of chunks [from, to), read with one GET unless
 // they lie in the bytes open already read.
 func (r *inputReader) chunks(ctx context.Context, from, to int) ([]evs.Item, error) {
-	a, z := r.index.offsets[from], r.index.offsets[to]
+	a, z := r.offsets[from], r.offsets[to]
 	var b []byte
 	if a >= r.tailAt {
 		b = r.tail[a-r.tailAt : z-r.tailAt]

@@ -74,8 +74,7 @@ func (s *Store) CreateAccount(ctx context.Context, a evs.Account) error {
 	}})
 	if failed, ok := conditionFailures(err); ok {
 		if failed[0] {
-			cur, gerr := s.get(ctx, s.t.Keys, item{attrPK: acct[attrPK]}, "create account")
-			if gerr == nil && cur != nil && getS(cur, attrCreateToken) == getS(acct, attrCreateToken) {
+			if _, mine, _ := s.mine(ctx, s.t.Keys, item{attrPK: acct[attrPK]}, attrCreateToken, getS(acct, attrCreateToken), "create account"); mine {
 				return nil // our own earlier attempt wrote both items
 			}
 			return store.AccountExists()
@@ -185,8 +184,7 @@ func (s *Store) CreateKey(ctx context.Context, k evs.Key) error {
 		if failed[0] {
 			return store.NoAccount()
 		}
-		cur, gerr := s.get(ctx, s.t.Keys, item{attrPK: key[attrPK]}, "create key")
-		if gerr == nil && cur != nil && getS(cur, attrCreateToken) == getS(key, attrCreateToken) {
+		if _, mine, _ := s.mine(ctx, s.t.Keys, item{attrPK: key[attrPK]}, attrCreateToken, getS(key, attrCreateToken), "create key"); mine {
 			return nil // our own earlier attempt wrote all three items
 		}
 		return store.KeyExists()

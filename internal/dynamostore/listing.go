@@ -54,14 +54,12 @@ func (s *Store) ListBatches(ctx context.Context, accountID string, after evs.Bat
 		return nil, nil // no batch has an empty account
 	}
 	in := &dynamodb.QueryInput{
-		TableName:                aws.String(s.t.Batches),
-		IndexName:                aws.String(listIndex),
-		KeyConditionExpression:   aws.String("#a = :a"),
-		ExpressionAttributeNames: map[string]string{"#a": attrAccountID},
-		ExpressionAttributeValues: item{
-			":a": avS(accountID),
-		},
-		ScanIndexForward: aws.Bool(false),
+		TableName:                 aws.String(s.t.Batches),
+		IndexName:                 aws.String(listIndex),
+		KeyConditionExpression:    aws.String("#a = :a"),
+		ExpressionAttributeNames:  map[string]string{"#a": attrAccountID},
+		ExpressionAttributeValues: item{":a": avS(accountID)},
+		ScanIndexForward:          aws.Bool(false),
 	}
 	if !after.IsZero() {
 		in.KeyConditionExpression = aws.String("#a = :a AND #k < :k")
@@ -107,9 +105,7 @@ func (s *Store) ListBatches(ctx context.Context, accountID string, after evs.Bat
 // attributes. The records come in no particular order.
 func (s *Store) getAll(ctx context.Context, table string, keys []item, proj *projection, op string) ([]item, error) {
 	var out []item
-	for rest := keys; len(rest) > 0; {
-		chunk := rest[:min(keysPerGet, len(rest))]
-		rest = rest[len(chunk):]
+	for chunk := range slices.Chunk(keys, keysPerGet) {
 		ka := types.KeysAndAttributes{Keys: chunk, ConsistentRead: aws.Bool(true)}
 		if proj != nil {
 			ka.ProjectionExpression, ka.ExpressionAttributeNames = aws.String(proj.expr), proj.names

@@ -69,10 +69,6 @@ func outcomePartition(accountID string) types.AttributeValue {
 	return avS(outcomePartitionPrefix + accountID)
 }
 
-func domainCountID(domain string, bucket time.Time) string {
-	return fmt.Sprintf("%s%s#%013d", domainCountPrefix, domain, bucket.UnixMilli())
-}
-
 func markID(address, class string) string { return address + "#~" + class }
 
 // markOutcome makes the mark that counts the address in class, unless a
@@ -94,14 +90,11 @@ func (s *Store) markOutcome(ctx context.Context, accountID, address, class strin
 	})
 	if isConditionFailed(err) {
 		// A live mark: counted, unless this call's own (an SDK retry).
-		cur, gerr := s.get(ctx, s.t.Batches, key, "count outcomes by domain")
-		if gerr != nil {
-			return gerr
-		}
-		if getS(cur, attrCreateToken) == token {
+		_, mine, err := s.mine(ctx, s.t.Batches, key, attrCreateToken, token, "count outcomes by domain")
+		if mine {
 			deltas.Add(address, class, expiresAt, 1, shared)
 		}
-		return nil
+		return err
 	}
 	if err != nil {
 		return wrapErr("count outcomes by domain", err)
@@ -131,7 +124,7 @@ func (s *Store) writeDomainCounts(ctx context.Context, accountID string, deltas 
 		g.Go(func() error {
 			_, err := s.c.UpdateItem(gctx, &dynamodb.UpdateItemInput{
 				TableName:        aws.String(s.t.Batches),
-				Key:              item{attrAccountID: outcomePartition(acct), attrID: avS(domainCountID(k.Domain, k.Bucket))},
+				Key:              item{attrAccountID: outcomePartition(acct), attrID: avS(fmt.Sprintf("%s%s#%013d", domainCountPrefix, k.Domain, k.Bucket.UnixMilli()))},
 				UpdateExpression: aws.String("ADD #d :d, #b :b SET #exp = :exp, #ttl = :ttl"),
 				ExpressionAttributeNames: map[string]string{"#d": attrDelivered, "#b": attrHardBounces,
 					"#exp": attrExpiresAtMs, "#ttl": attrExpiresAt},
@@ -220,10 +213,6 @@ func eachDistinct[V any](ctx context.Context, keys []string, fn func(ctx context
 	return out, nil
 }
 
-func outcomeID(o evs.Outcome) string {
-	return fmt.Sprintf("%s#%013d#%s", o.Address, o.At.UnixMilli(), o.Kind)
-}
-
 // PutOutcomes makes a conditional put per outcome, a few in flight: not one
 // transaction, so after a fault those written are duplicates to the retry.
 func (s *Store) PutOutcomes(ctx context.Context, accountID string, os []evs.Outcome, expiresAt time.Time) (int, error) {
@@ -267,13 +256,9 @@ func (s *Store) PutOutcomes(ctx context.Context, accountID string, os []evs.Outc
 			return err
 		})
 	}
-	firstErr := g.Wait()
 	// What was written is counted even when the rest failed.
-	if err := s.writeDomainCounts(context.WithoutCancel(ctx), accountID, deltas); err != nil && firstErr == nil {
-		firstErr = err
-	}
-	if firstErr != nil {
-		return 0, firstErr
+	if err := cmp.Or(g.Wait(), s.writeDomainCounts(context.WithoutCancel(ctx), accountID, deltas)); err != nil {
+		return 0, err
 	}
 	if err := ctx.Err(); err != nil {
 		return 0, wrapErr("store outcomes", err)
@@ -284,7 +269,7 @@ func (s *Store) PutOutcomes(ctx context.Context, accountID string, os []evs.Outc
 // putOutcome writes o unless its key is stored.
 func (s *Store) putOutcome(ctx context.Context, accountID string, o evs.Outcome, expiresAt time.Time) (added bool, err error) {
 	it := item{
-		attrAccountID: outcomePartition(accountID), attrID: avS(outcomeID(o)),
+		attrAccountID: outcomePartition(accountID), attrID: avS(fmt.Sprintf("%s#%013d#%s", o.Address, o.At.UnixMilli(), o.Kind)),
 		attrOutAddress: avS(o.Address), attrOutAtMs: avTime(o.At), attrOutcome: avS(o.Kind),
 		attrExpiresAtMs: avTime(expiresAt), attrExpiresAt: ttlSeconds(expiresAt),
 	}
@@ -333,18 +318,14 @@ func (s *Store) AddressOutcomes(ctx context.Context, accountID string, addresses
 // DeleteOutcomes deletes the account's outcomes of address, expired or not.
 func (s *Store) DeleteOutcomes(ctx context.Context, accountID, address string) (int, error) {
 	var (
-		keys    []types.WriteRequest
-		classes []string // a mark's class, to uncount; "" for an outcome
-		shared  []bool
-		exps    []time.Time
+		keys []types.WriteRequest
+		its  []item // a mark has a class, to uncount; an outcome none
 	)
 	err := s.queryOutcomes(ctx, accountID, address+"#", true, func(it item) error {
 		keys = append(keys, types.WriteRequest{DeleteRequest: &types.DeleteRequest{
 			Key: item{attrAccountID: outcomePartition(accountID), attrID: it[attrID]},
 		}})
-		classes = append(classes, getS(it, attrMarkClass))
-		shared = append(shared, getBool(it, attrMarkShared))
-		exps = append(exps, time.UnixMilli(getN(it, attrExpiresAtMs)))
+		its = append(its, it)
 		return nil
 	})
 	if err != nil {
@@ -358,11 +339,11 @@ func (s *Store) DeleteOutcomes(ctx context.Context, accountID, address string) (
 		}
 		// Each chunk deleted whole uncounts its marks.
 		deltas := store.DomainDeltas{}
-		for i := start; i < end; i++ {
-			if classes[i] == "" {
+		for _, it := range its[start:end] {
+			if class := getS(it, attrMarkClass); class == "" {
 				n++
 			} else {
-				deltas.Add(address, classes[i], exps[i], -1, shared[i])
+				deltas.Add(address, class, time.UnixMilli(getN(it, attrExpiresAtMs)), -1, getBool(it, attrMarkShared))
 			}
 		}
 		if err := s.writeDomainCounts(ctx, accountID, deltas); err != nil {

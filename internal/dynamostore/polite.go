@@ -110,7 +110,6 @@ func (s *Store) Pause(ctx context.Context, key string, now time.Time, length fun
 		}
 		d := length(level)
 		until = now.Add(d)
-		cond, vals := "attribute_not_exists(#lvl) OR #lvl = :old", item{":old": avN(int64(level))}
 		_, err = s.c.PutItem(ctx, &dynamodb.PutItemInput{
 			TableName: aws.String(s.t.Batches),
 			Item: item{
@@ -118,9 +117,9 @@ func (s *Store) Pause(ctx context.Context, key string, now time.Time, length fun
 				attrPausedUntil: avTime(until), attrPauseLevel: avN(int64(level + 1)),
 				attrExpiresAt: ttlSeconds(until.Add(2 * max(d, time.Hour))),
 			},
-			ConditionExpression:       aws.String(cond),
+			ConditionExpression:       aws.String("attribute_not_exists(#lvl) OR #lvl = :old"),
 			ExpressionAttributeNames:  map[string]string{"#lvl": attrPauseLevel},
-			ExpressionAttributeValues: vals,
+			ExpressionAttributeValues: item{":old": avN(int64(level))},
 		})
 		if isConditionFailed(err) {
 			continue // another worker paused it meanwhile: read again
@@ -273,8 +272,5 @@ func (s *Store) ParkedKeys(ctx context.Context) ([]string, error) {
 		keys = append(keys, getS(it, attrID))
 		return true
 	})
-	if err != nil {
-		return nil, err
-	}
-	return keys, nil
+	return keys, err
 }

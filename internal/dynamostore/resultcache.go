@@ -3,6 +3,7 @@ package dynamostore
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -50,15 +51,11 @@ const cacheWriteBatch = 25
 // KeepDecisions writes entries to the account's cache, replacing those of
 // the same address and mode, 25 to a BatchWriteItem.
 func (s *Store) KeepDecisions(ctx context.Context, accountID string, entries []store.CacheEntry) error {
-	for start := 0; start < len(entries); start += cacheWriteBatch {
+	for chunk := range slices.Chunk(entries, cacheWriteBatch) {
 		var reqs []types.WriteRequest
-		for _, e := range entries[start:min(start+cacheWriteBatch, len(entries))] {
-			d := e.Decision
-			// The key holds the normalised address: stored as the
-			// decision's own address, it costs no second copy.
-			d.Email, d.Cached = d.Normalized, false
-			it := cacheKey(accountID, d.Mode, d.Normalized)
-			it[attrDecision] = &types.AttributeValueMemberB{Value: store.AppendDecision(nil, d)}
+		for _, e := range chunk {
+			it := cacheKey(accountID, e.Decision.Mode, e.Decision.Normalized)
+			it[attrDecision] = &types.AttributeValueMemberB{Value: store.AppendCached(nil, e.Decision)}
 			it[attrExpiresAtMs], it[attrExpiresAt] = avTime(e.ExpiresAt), ttlSeconds(e.ExpiresAt)
 			reqs = append(reqs, types.WriteRequest{PutRequest: &types.PutRequest{Item: it}})
 		}

@@ -136,10 +136,7 @@ func (s *Store) openUploads(ctx context.Context, accountID string, now time.Time
 		}
 		return true
 	})
-	if err != nil {
-		return 0, time.Time{}, err
-	}
-	return n, oldest, nil
+	return n, oldest, err
 }
 
 // UploadOrigin is the origin ("https://bucket.s3.region.amazonaws.com")
@@ -188,8 +185,7 @@ func (s *Store) OpenUpload(ctx context.Context, accountID, id string) (evs.Uploa
 	if err != nil {
 		return evs.Upload{}, nil, 0, wrapErr("read upload", err)
 	}
-	size := aws.ToInt64(out.ContentLength)
-	return u, out.Body, size, nil
+	return u, out.Body, aws.ToInt64(out.ContentLength), nil
 }
 
 // DropUpload marks the upload's record used, freeing its place among the

@@ -31,12 +31,11 @@ const (
 // evs.RetiredSecret, newest first. A record written before retired secrets
 // were kept as a list holds one in "previous", retired at "rotatedAt".
 const (
-	prefixSecret   = "whsec#"
-	attrCurrent    = "current"
-	attrRetired    = "retired"
-	attrPrevious   = "previous"
-	attrRotatedAt  = "rotatedAt"
-	finalCondition = "#st IN (:completed, :cancelled, :failed)"
+	prefixSecret  = "whsec#"
+	attrCurrent   = "current"
+	attrRetired   = "retired"
+	attrPrevious  = "previous"
+	attrRotatedAt = "rotatedAt"
 )
 
 // addDelivery adds the delivery attributes of b to its new batch record.
@@ -61,13 +60,6 @@ func deliveryFrom(it item) evs.Delivery {
 		LastStatus: int(getN(it, attrCBStatus)),
 		NextAt:     getTime(it, attrCBNext),
 	}
-}
-
-func finalValues(it item) item {
-	it[":completed"] = avS(evs.StateCompleted)
-	it[":cancelled"] = avS(evs.StateCancelled)
-	it[":failed"] = avS(evs.StateFailed)
-	return it
 }
 
 // Delivery returns the delivery of a live, final batch of account.
@@ -96,19 +88,20 @@ func (s *Store) ClaimDelivery(ctx context.Context, accountID, batchID string, at
 		Key:              batchKey(accountID, batchID),
 		UpdateExpression: aws.String("SET #n = :n, #next = :lease, #tok = :tok"),
 		ConditionExpression: aws.String("attribute_exists(#url) AND #cs = :pending AND #n = :seen AND #next <= :now AND #exp > :now AND " +
-			finalCondition),
+			"#st IN (:completed, :cancelled, :failed)"),
 		ExpressionAttributeNames: map[string]string{
 			"#n": attrCBAttempts, "#next": attrCBNext, "#url": attrCBURL, "#cs": attrCBState,
 			"#exp": attrExpiresAtMs, "#st": attrState, "#tok": attrCBToken,
 		},
-		ExpressionAttributeValues: finalValues(item{
+		ExpressionAttributeValues: item{
 			":n": avN(int64(attempts + 1)), ":seen": avN(int64(attempts)), ":lease": avTime(leaseUntil),
 			":now": avTime(now), ":pending": avS(evs.CallbackPending), ":tok": avS(token),
-		}),
+			":completed": avS(evs.StateCompleted), ":cancelled": avS(evs.StateCancelled), ":failed": avS(evs.StateFailed),
+		},
 		ReturnValues: "ALL_NEW",
 	})
 	if isConditionFailed(err) {
-		if cur, ok := s.ownDeliveryWrite(ctx, accountID, batchID, token); ok {
+		if cur, mine, _ := s.mine(ctx, s.t.Batches, batchKey(accountID, batchID), attrCBToken, token, "read delivery"); mine {
 			return deliveryFrom(cur), nil
 		}
 		return evs.Delivery{}, store.DeliveryNotDue()
@@ -117,17 +110,6 @@ func (s *Store) ClaimDelivery(ctx context.Context, accountID, batchID string, at
 		return evs.Delivery{}, wrapErr("claim delivery", err)
 	}
 	return deliveryFrom(out.Attributes), nil
-}
-
-// ownDeliveryWrite reads the batch record after a failed condition and tells
-// whether the write that failed was already applied by an earlier attempt
-// of the same call (its token is there), returning the record.
-func (s *Store) ownDeliveryWrite(ctx context.Context, accountID, batchID, token string) (item, bool) {
-	cur, err := s.get(ctx, s.t.Batches, batchKey(accountID, batchID), "read delivery")
-	if err != nil || cur == nil || getS(cur, attrCBToken) != token {
-		return nil, false
-	}
-	return cur, true
 }
 
 // RecordDelivery stores an attempt's outcome if it is still the latest.
@@ -150,7 +132,7 @@ func (s *Store) RecordDelivery(ctx context.Context, d evs.Delivery) error {
 		},
 	})
 	if isConditionFailed(err) {
-		if _, ok := s.ownDeliveryWrite(ctx, d.AccountID, d.BatchID, token); ok {
+		if _, mine, _ := s.mine(ctx, s.t.Batches, batchKey(d.AccountID, d.BatchID), attrCBToken, token, "read delivery"); mine {
 			return nil
 		}
 		return store.DeliveryMovedOn()
@@ -191,8 +173,7 @@ func (s *Store) PutWebhookSecret(ctx context.Context, w evs.WebhookSecret, ifCur
 	if isConditionFailed(err) {
 		// An SDK resend fails against itself: the random secret, found
 		// stored, was ours.
-		cur, gerr := s.get(ctx, s.t.Keys, item{attrPK: rec[attrPK]}, "read webhook secret")
-		if gerr == nil && cur != nil && getS(cur, attrCurrent) == w.Current {
+		if _, mine, _ := s.mine(ctx, s.t.Keys, item{attrPK: rec[attrPK]}, attrCurrent, w.Current, "read webhook secret"); mine {
 			return nil
 		}
 		return store.SecretChanged()

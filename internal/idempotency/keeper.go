@@ -135,7 +135,7 @@ func New(s Store, now func() time.Time) *Keeper {
 // records in s, with now as its clock: half the writes of shared mode, and
 // correct only while no other Keeper, here or in another process, uses s.
 func NewLocal(s LocalStore, now func() time.Time) *Keeper {
-	return &Keeper{local: s, now: now, claims: newClaimSet()}
+	return &Keeper{local: s, now: now, claims: &claimSet{seed: maphash.MakeSeed()}}
 }
 
 // Do runs fn at most once per (AccountID, Method+Path, Key) scope within
@@ -287,14 +287,6 @@ type claimSet struct {
 	}
 }
 
-func newClaimSet() *claimSet {
-	c := &claimSet{seed: maphash.MakeSeed()}
-	for i := range c.shards {
-		c.shards[i].m = make(map[string]string)
-	}
-	return c
-}
-
 // claim takes scope for a call with fingerprint fp, or reports false and
 // the fingerprint of the call that holds it.
 func (c *claimSet) claim(scope, fp string) (running string, ok bool) {
@@ -303,6 +295,9 @@ func (c *claimSet) claim(scope, fp string) (running string, ok bool) {
 	defer sh.mu.Unlock()
 	if running, held := sh.m[scope]; held {
 		return running, false
+	}
+	if sh.m == nil {
+		sh.m = make(map[string]string)
 	}
 	sh.m[scope] = fp
 	return "", true

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/aws/aws-lambda-go/events"
@@ -38,64 +39,56 @@ const (
 // method ARN are returned as errors, which API Gateway answers with 500.
 func Authorizer(a *authorizer.Authorizer) func(ctx context.Context, req events.APIGatewayCustomAuthorizerRequestTypeRequest) (events.APIGatewayCustomAuthorizerResponse, error) {
 	return func(ctx context.Context, req events.APIGatewayCustomAuthorizerRequestTypeRequest) (events.APIGatewayCustomAuthorizerResponse, error) {
-		return authorize(ctx, a, req)
-	}
-}
-
-func authorize(ctx context.Context, a *authorizer.Authorizer, req events.APIGatewayCustomAuthorizerRequestTypeRequest) (events.APIGatewayCustomAuthorizerResponse, error) {
-	key, ok := headerKey(req)
-	if !ok {
-		return events.APIGatewayCustomAuthorizerResponse{}, errors.New("Unauthorized")
-	}
-	p, err := a.Authorize(ctx, key)
-	switch {
-	case errors.Is(err, authorizer.ErrUnauthorized):
-		// API Gateway maps exactly this message to 401.
-		return events.APIGatewayCustomAuthorizerResponse{}, errors.New("Unauthorized")
-	case err != nil && !errors.Is(err, authorizer.ErrForbidden):
-		return events.APIGatewayCustomAuthorizerResponse{}, err
-	}
-	// Both answers name the whole stage, never the method ARN: that ARN
-	// holds the client's path, and a policy resource is a pattern, so a
-	// path full of '*' would be matched as wildcards (it made a
-	// backtracking matcher spin). A revoked key is denied everywhere anyway.
-	resource, rerr := StageResource(req.MethodArn)
-	if rerr != nil {
-		return events.APIGatewayCustomAuthorizerResponse{}, rerr
-	}
-	if err == nil && p.Kind == evs.KeyPublishable {
-		// A publishable key is allowed its one method and path, never
-		// the stage: API Gateway evaluates the cached policy on every
-		// call, so each other route is 403 whichever call was first.
-		resource = strings.TrimSuffix(resource, "/*/*") + "/" + authorizer.PublishableMethod + authorizer.PublishableRoute
-	}
-	if err != nil { // authorizer.ErrForbidden
-		principal := cmp.Or(p.KeyID, "anonymous")
+		key, ok := headerKey(req)
+		if !ok {
+			return events.APIGatewayCustomAuthorizerResponse{}, errors.New("Unauthorized")
+		}
+		p, err := a.Authorize(ctx, key)
+		switch {
+		case errors.Is(err, authorizer.ErrUnauthorized):
+			// API Gateway maps exactly this message to 401.
+			return events.APIGatewayCustomAuthorizerResponse{}, errors.New("Unauthorized")
+		case err != nil && !errors.Is(err, authorizer.ErrForbidden):
+			return events.APIGatewayCustomAuthorizerResponse{}, err
+		}
+		// Both answers name the whole stage, never the method ARN: that ARN
+		// holds the client's path, and a policy resource is a pattern, so a
+		// path full of '*' would be matched as wildcards (it made a
+		// backtracking matcher spin). A revoked key is denied everywhere anyway.
+		resource, rerr := StageResource(req.MethodArn)
+		if rerr != nil {
+			return events.APIGatewayCustomAuthorizerResponse{}, rerr
+		}
+		if err == nil && p.Kind == evs.KeyPublishable {
+			// A publishable key is allowed its one method and path, never
+			// the stage: API Gateway evaluates the cached policy on every
+			// call, so each other route is 403 whichever call was first.
+			resource = strings.TrimSuffix(resource, "/*/*") + "/" + authorizer.PublishableMethod + authorizer.PublishableRoute
+		}
+		if err != nil { // authorizer.ErrForbidden
+			principal := cmp.Or(p.KeyID, "anonymous")
+			return events.APIGatewayCustomAuthorizerResponse{
+				PrincipalID:    principal,
+				PolicyDocument: policy("Deny", resource),
+			}, nil
+		}
+		ctxValues := map[string]any{
+			contextAccountID: p.AccountID,
+			contextKeyID:     p.KeyID,
+			contextTestMode:  strconv.FormatBool(p.Test),
+		}
+		if p.Kind == evs.KeyPublishable {
+			ctxValues[contextKeyKind] = string(p.Kind)
+			ctxValues[contextOrigins] = strings.Join(p.Origins, " ")
+			ctxValues[contextLimits] = fmt.Sprintf("%d %d", p.Limits.PerAddress, p.Limits.PerKey)
+		}
 		return events.APIGatewayCustomAuthorizerResponse{
-			PrincipalID:    principal,
-			PolicyDocument: policy("Deny", resource),
+			PrincipalID:        p.KeyID,
+			PolicyDocument:     policy("Allow", resource),
+			Context:            ctxValues,
+			UsageIdentifierKey: p.UsageKeyID,
 		}, nil
 	}
-	test := "false"
-	if p.Test {
-		test = "true"
-	}
-	ctxValues := map[string]any{
-		contextAccountID: p.AccountID,
-		contextKeyID:     p.KeyID,
-		contextTestMode:  test,
-	}
-	if p.Kind == evs.KeyPublishable {
-		ctxValues[contextKeyKind] = string(p.Kind)
-		ctxValues[contextOrigins] = strings.Join(p.Origins, " ")
-		ctxValues[contextLimits] = fmt.Sprintf("%d %d", p.Limits.PerAddress, p.Limits.PerKey)
-	}
-	return events.APIGatewayCustomAuthorizerResponse{
-		PrincipalID:        p.KeyID,
-		PolicyDocument:     policy("Allow", resource),
-		Context:            ctxValues,
-		UsageIdentifierKey: p.UsageKeyID,
-	}, nil
 }
 
 func policy(effect, resource string) events.APIGatewayCustomAuthorizerPolicy {

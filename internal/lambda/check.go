@@ -105,12 +105,7 @@ func Check(ctx context.Context, cfg aws.Config, r Resources) error {
 		wg.Go(func() { errs[len(r.Tables)+i] = check(ctx, cfg.Region, r.Fix) })
 	}
 	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
+	return cmp.Or(errs...)
 }
 
 // Unreachable is a definite problem when err says the service's host name

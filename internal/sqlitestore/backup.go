@@ -94,8 +94,7 @@ func vacuumInto(ctx context.Context, db *sql.DB, path string) (err error) {
 	if err != nil {
 		return fmt.Errorf("sqlitestore: copy the database: %w", err)
 	}
-	err = f.Sync()
-	err = cmp.Or(err, f.Close())
+	err = cmp.Or(f.Sync(), f.Close())
 	if err == nil {
 		err = os.Rename(name, path)
 	}
@@ -111,19 +110,6 @@ func vacuumInto(ctx context.Context, db *sql.DB, path string) (err error) {
 // PreMigrationName is the copy of the database that Open keeps in the data
 // directory before it migrates a database of schema version v.
 func PreMigrationName(v int) string { return fmt.Sprintf("%s.v%d.bak", FileName, v) }
-
-type migrateInUseError struct {
-	dir       string
-	have, can int
-}
-
-func (e migrateInUseError) Error() string {
-	return fmt.Sprintf("the database in %s has schema version %d and this evs needs version %d, but an evs serve is running on it, "+
-		"and migrating it under that server could break it: use the evs that server runs, or stop it and start this evs's serve, "+
-		"which migrates the database (keeping a copy of the old one)", e.dir, e.have, e.can)
-}
-
-func (e migrateInUseError) Unwrap() error { return ErrInUse }
 
 // prepareMigration readies a database whose schema is older than this
 // program's for migrate. A process that does not serve migrates only under
@@ -142,7 +128,9 @@ func (s *Store) prepareMigration(ctx context.Context, serving bool) (release fun
 		// holding the lock is then creating the same tables.
 		lock, err := lockDir(s.dir)
 		if errors.Is(err, ErrInUse) {
-			return release, migrateInUseError{dir: s.dir, have: v, can: len(migrations)}
+			return release, kindError{fmt.Sprintf("the database in %s has schema version %d and this evs needs version %d, but an evs serve is running on it, "+
+				"and migrating it under that server could break it: use the evs that server runs, or stop it and start this evs's serve, "+
+				"which migrates the database (keeping a copy of the old one)", s.dir, v, len(migrations)), ErrInUse}
 		}
 		if err != nil {
 			return release, err
@@ -167,8 +155,6 @@ func (s *Store) prepareMigration(ctx context.Context, serving bool) (release fun
 
 func (s *Store) schemaVersion(ctx context.Context) (int, error) {
 	var v int
-	if err := s.rdb.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&v); err != nil {
-		return 0, dbErr("read schema version", err)
-	}
-	return v, nil
+	err := s.rdb.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&v)
+	return v, dbErr("read schema version", err)
 }

@@ -3,10 +3,10 @@ package sqlitestore
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"math"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -53,13 +53,6 @@ const (
 	qFirstPending = `SELECT i.seq FROM items i WHERE i.batch = ? AND i.seq > ? AND i.seq <= ?
 		AND NOT EXISTS (SELECT 1 FROM results r WHERE r.batch = i.batch AND r.seq = i.seq)
 		ORDER BY i.seq LIMIT 1`
-	// For a write in which some results were there already.
-	qRecount = `UPDATE batches SET
-			processed = ?, deliverable = ?, undeliverable = ?, risky = ?, unknown = ?,
-			state = CASE WHEN ? >= items THEN ? ELSE state END,
-			completed_at = CASE WHEN ? >= items THEN ? ELSE completed_at END
-			WHERE key = ? RETURNING ` + batchCols
-	qFinish       = `UPDATE batches SET state = ?, completed_at = ? WHERE key = ? AND processed >= items RETURNING ` + batchCols
 	qStatusCounts = `SELECT status, COUNT(*) FROM results WHERE batch = ? GROUP BY status`
 	qUnfinished   = `SELECT ` + batchCols + ` FROM batches WHERE state IN (?, ?) AND expires_at > ? ORDER BY created_at, id`
 	// The row value comparison walks batches_account_created from the
@@ -173,16 +166,14 @@ func (s *Store) CreateBatchWithin(ctx context.Context, b evs.Batch, items []evs.
 			return err
 		}
 		args := make([]any, 0, 4*itemsPerInsert)
-		for len(items) > 0 {
-			n := min(len(items), itemsPerInsert)
+		for chunk := range slices.Chunk(items, itemsPerInsert) {
 			args = args[:0]
-			for _, it := range items[:n] {
+			for _, it := range chunk {
 				args = append(args, key, it.Seq, it.Email, it.Domain)
 			}
-			if _, err := s.exec(ctx, tx, insertItems(n), args...); err != nil {
+			if _, err := s.exec(ctx, tx, insertItems(len(chunk)), args...); err != nil {
 				return dbErr("create batch items", err)
 			}
-			items = items[n:]
 		}
 		return nil
 	})
@@ -264,42 +255,36 @@ func (s *Store) PutResults(ctx context.Context, accountID, id string, results []
 		if b.State.Final() {
 			return nil
 		}
-		if len(results) == 0 {
-			// Nothing to write, but a batch that has all its results (a
-			// batch of no items) completes, as the store contract says.
-			got, err := scanBatch(tx.QueryRowContext(ctx, qFinish, evs.StateCompleted, millis(now), key))
-			if errors.Is(err, sql.ErrNoRows) {
-				return nil
-			}
-			out = got
-			return dbErr("complete batch", err)
-		}
 		var added counts
 		recount := false // some results were there already: count the table
 		args := make([]any, 0, 5*resultsPerInsert)
-		for done := 0; done < len(results); {
-			k := min(len(results)-done, resultsPerInsert)
+		for chunk := range slices.Chunk(order, resultsPerInsert) {
 			args = args[:0]
-			for _, i := range order[done : done+k] {
+			for _, i := range chunk {
 				r := &results[i]
 				code := statusCode(r.Status())
 				args = append(args, key, r.Seq, code, encoded[i])
 				added.n++
 				added.by[code]++
 			}
-			n, err := changed(s.exec(ctx, tx, insertResults(k), args...))
+			n, err := changed(s.exec(ctx, tx, insertResults(len(chunk)), args...))
 			if err != nil {
 				if constraint(err, sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY) {
 					return store.NoSuchItem()
 				}
 				return dbErr("write results", err)
 			}
-			recount = recount || n != int64(k)
-			done += k
+			recount = recount || n != int64(len(chunk))
 		}
 		if recount {
-			return s.recount(ctx, tx, key, b, now, &out)
+			// What the table holds counts: the batch is as it was
+			// unless some results are new.
+			if added, err = s.recount(ctx, tx, key, b); err != nil || added.n == 0 {
+				return err
+			}
 		}
+		// With no results at all, a batch that has them all (one of no
+		// items) completes too, as the store contract says.
 		out, err = scanBatch(s.row(ctx, tx, qCount,
 			added.n, added.by[0], added.by[1], added.by[2], added.by[3],
 			added.n, evs.StateCompleted, added.n, millis(now), key))
@@ -327,34 +312,22 @@ type counts struct {
 	by [len(statusCodes)]int
 }
 
-// recount sets the counters of the batch (b, of row key) from its results
-// and completes it if they are all there; out is the batch after.
-func (s *Store) recount(ctx context.Context, tx *sql.Tx, key int64, b evs.Batch, now time.Time, out *evs.Batch) error {
-	var c counts
+// recount counts the results of the batch (b, of row key) in the table and
+// returns what they add to its counters.
+func (s *Store) recount(ctx context.Context, tx *sql.Tx, key int64, b evs.Batch) (counts, error) {
+	c := b.Counters
+	added := counts{n: -c.Processed, by: [len(statusCodes)]int{-c.Deliverable, -c.Undeliverable, -c.Risky, -c.Unknown}}
 	rows, err := tx.QueryContext(ctx, qStatusCounts, key)
 	err = eachRow(rows, err, "count results", func(rows *sql.Rows) error {
 		var code, n int
 		if err := rows.Scan(&code, &n); err != nil {
 			return dbErr("count results", err)
 		}
-		c.n += n
-		c.by[min(max(code, 0), len(statusCodes)-1)] += n
+		added.n += n
+		added.by[min(max(code, 0), len(statusCodes)-1)] += n
 		return nil
 	})
-	if err != nil {
-		return err
-	}
-	if c.n == b.Counters.Processed {
-		return nil // every result was there already
-	}
-	got, err := scanBatch(tx.QueryRowContext(ctx, qRecount,
-		c.n, c.by[0], c.by[1], c.by[2], c.by[3],
-		c.n, evs.StateCompleted, c.n, millis(now), key))
-	if err != nil {
-		return dbErr("count results", err)
-	}
-	*out = got
-	return nil
+	return added, err
 }
 
 // Results reads a page of results (store.Batches); their Email is the item's.
@@ -407,17 +380,13 @@ func (s *Store) InputItems(ctx context.Context, accountID, id string, from, limi
 
 // WithoutResults returns the given items that have no result yet, in order.
 func (s *Store) WithoutResults(ctx context.Context, accountID, id string, items []evs.Item) ([]evs.Item, error) {
-	seqs := make([]byte, 0, 8*len(items)+2)
-	seqs = append(seqs, '[')
+	seqs := make([]int, len(items))
 	for i, it := range items {
-		if i > 0 {
-			seqs = append(seqs, ',')
-		}
-		seqs = strconv.AppendInt(seqs, int64(it.Seq), 10)
+		seqs[i] = it.Seq
 	}
-	seqs = append(seqs, ']')
+	js, _ := json.Marshal(seqs) // ints: cannot fail
 	open := make(map[int]bool, len(items))
-	err := s.read(ctx, accountID, id, qWithout, func(key int64) []any { return []any{key, string(seqs)} }, func(rows *sql.Rows) error {
+	err := s.read(ctx, accountID, id, qWithout, func(key int64) []any { return []any{key, string(js)} }, func(rows *sql.Rows) error {
 		var seq int
 		err := rows.Scan(&seq)
 		open[seq] = true
@@ -466,17 +435,8 @@ func (s *Store) UnfinishedBatches(ctx context.Context) ([]evs.Batch, error) {
 
 // queryBatches runs the reader query q, whose rows are batchCols.
 func (s *Store) queryBatches(ctx context.Context, what, q string, args ...any) ([]evs.Batch, error) {
-	var out []evs.Batch
 	rows, err := s.rstmt(q).QueryContext(ctx, args...)
-	err = eachRow(rows, err, what, func(rows *sql.Rows) error {
-		b, err := scanBatch(rows)
-		if err != nil {
-			return dbErr(what, err)
-		}
-		out = append(out, b)
-		return nil
-	})
-	return out, err
+	return collect(rows, err, what, func(row scanner) (evs.Batch, error) { return scanBatch(row) })
 }
 
 // Sweep deletes the batches (with their items and results), records and

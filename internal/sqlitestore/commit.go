@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -233,20 +234,12 @@ func (c *committer) loop() {
 // savepoint, so one that fails is undone alone and the others commit; each
 // caller is answered only after the commit.
 func (c *committer) commit(group []*op) {
-	ops := group[:0:len(group)]
-	for _, o := range group {
-		if o.state.CompareAndSwap(opQueued, opTaken) {
-			ops = append(ops, o)
-		}
-	}
+	ops := slices.DeleteFunc(group, func(o *op) bool { return !o.state.CompareAndSwap(opQueued, opTaken) })
 	if len(ops) == 0 {
 		return
 	}
 	ctx := context.Background()
-	wantSync := false
-	for _, o := range ops {
-		wantSync = wantSync || o.sync
-	}
+	wantSync := slices.ContainsFunc(ops, func(o *op) bool { return o.sync })
 	errs := make([]error, len(ops))
 	fail := func(err error) {
 		for _, o := range ops {
@@ -335,10 +328,7 @@ func (c *committer) savepoint(ctx context.Context, tx *sql.Tx, o *op) error {
 		}
 		return ownError{err}
 	}
-	if err := exec(qReleaseSavepoint); err != nil {
-		return dbErr("release savepoint", err)
-	}
-	return nil
+	return dbErr("release savepoint", exec(qReleaseSavepoint))
 }
 
 const (

@@ -119,8 +119,7 @@ func writeFileAtomic(dir, name string, write func(w io.Writer) error) error {
 	}
 	fw := &fileWriter{w: bufio.NewWriterSize(f, 64<<10)}
 	werr := write(fw)
-	err = fw.w.Flush()
-	err = cmp.Or(err, f.Close())
+	err = cmp.Or(fw.w.Flush(), f.Close())
 	if werr == nil && err == nil {
 		err = os.Rename(f.Name(), filepath.Join(dir, name))
 	}

@@ -181,15 +181,6 @@ func (s *Store) RevokeKey(ctx context.Context, idOrHash string, now time.Time) (
 
 // ListKeys returns every key, oldest first.
 func (s *Store) ListKeys(ctx context.Context) ([]evs.Key, error) {
-	var keys []evs.Key
 	rows, err := s.rstmt(qListKeys).QueryContext(ctx)
-	err = eachRow(rows, err, "list keys", func(rows *sql.Rows) error {
-		k, err := scanKey(rows)
-		keys = append(keys, k)
-		return dbErr("list keys", err)
-	})
-	if err != nil {
-		return nil, err
-	}
-	return keys, nil
+	return collect(rows, err, "list keys", scanKey)
 }

@@ -23,7 +23,7 @@ func lockDir(dir string) (*os.File, error) {
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		f.Close()
 		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, inUseError{dir: dir}
+			return nil, kindError{fmt.Sprintf("data directory %s is in use by another evs serve", dir), ErrInUse}
 		}
 		return nil, fmt.Errorf("sqlitestore: lock %s: %w", path, err)
 	}

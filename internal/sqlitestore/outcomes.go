@@ -4,7 +4,9 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
+	"errors"
 	"math"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -179,21 +181,13 @@ func (s *Store) PutOutcomes(ctx context.Context, accountID string, os []evs.Outc
 	added := 0
 	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		added = 0 // a retried transaction counts again
-		st, err := tx.PrepareContext(ctx, qPutOutcome)
-		if err != nil {
+		// Statements of tx: they close with it.
+		st, err1 := s.wstmt(ctx, tx, qPutOutcome)
+		mark, err2 := s.wstmt(ctx, tx, qMarkOutcome)
+		unmark, err3 := s.wstmt(ctx, tx, qUnmarkExpired)
+		if err := errors.Join(err1, err2, err3); err != nil {
 			return dbErr("store outcomes", err)
 		}
-		defer st.Close()
-		mark, err := tx.PrepareContext(ctx, qMarkOutcome)
-		if err != nil {
-			return dbErr("store outcomes", err)
-		}
-		defer mark.Close()
-		unmark, err := tx.PrepareContext(ctx, qUnmarkExpired)
-		if err != nil {
-			return dbErr("store outcomes", err)
-		}
-		defer unmark.Close()
 		now := millis(s.now())
 		deltas := store.DomainDeltas{}
 		for _, o := range os {
@@ -259,21 +253,6 @@ func (s *Store) markOutcomes(accountID string, os []evs.Outcome) {
 	}
 }
 
-// mayHave returns those of keys whose scope, accountID+sep+key, the
-// outcome filter may hold: all of them without a filter.
-func (s *Store) mayHave(accountID, sep string, keys []string) []string {
-	if s.outcomes == nil {
-		return keys
-	}
-	var out []string
-	for _, k := range keys {
-		if s.outcomes.mayHave(accountID, sep, k) {
-			out = append(out, k)
-		}
-	}
-	return out
-}
-
 // rquery runs a reader query, prepared at Open when it is one of
 // readerQueries.
 func (s *Store) rquery(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
@@ -283,45 +262,62 @@ func (s *Store) rquery(ctx context.Context, q string, args ...any) (*sql.Rows, e
 	return s.rdb.QueryContext(ctx, q, args...)
 }
 
-// AddressOutcomes returns the account's unexpired outcomes of each address
-// (store.Outcomes). On the directory's server the outcome filter and the
-// memo answer most without a read.
-func (s *Store) AddressOutcomes(ctx context.Context, accountID string, addresses []string) (map[string][]evs.Outcome, error) {
+// history returns the history of each of keys whose scope (owner+sep+key)
+// has any: on the directory's server the outcome filter and the memo answer
+// most, the rest is read a chunk of keys at a time with read (now, epoch
+// ms, the time of the read), which returns what it found by key. Every key
+// read is remembered, one that has nothing until a write adds some.
+func (s *Store) history(owner, sep string, keys []string, read func(chunk []string, now int64) (map[string]memoEntry, error)) (map[string]memoEntry, error) {
 	now, gen := millis(s.now()), s.memo.generation()
-	var out map[string][]evs.Outcome
+	var out map[string]memoEntry
 	var ask []string
-	for _, a := range s.mayHave(accountID, " ", addresses) {
-		if e, ok := s.memo.get(accountID+" "+a, now); !ok {
-			ask = append(ask, a)
-		} else if len(e.outcomes) > 0 {
-			setIn(&out, a, e.outcomes)
+	for _, k := range keys {
+		if s.outcomes != nil && !s.outcomes.mayHave(owner, sep, k) {
+			continue
+		}
+		if e, ok := s.memo.get(owner+sep+k, now); !ok {
+			ask = append(ask, k)
+		} else if len(e.outcomes) > 0 || !e.counts.Zero() {
+			setIn(&out, k, e)
 		}
 	}
-	for start := 0; start < len(ask); start += outcomeChunk {
-		chunk := ask[start:min(start+outcomeChunk, len(ask))]
-		list, args := inList(chunk, accountID, now)
-		rows, err := s.rquery(ctx, qAddressOutcomes+list, args...)
-		read := map[string]memoEntry{}
-		err = scanOutcomes(rows, err, func(o evs.Outcome, expires int64) error {
-			e := read[o.Address]
-			e.outcomes, e.until = append(e.outcomes, o), min(cmp.Or(e.until, expires), expires)
-			read[o.Address] = e
-			return nil
-		})
+	for chunk := range slices.Chunk(ask, outcomeChunk) {
+		found, err := read(chunk, now)
 		if err != nil {
 			return nil, err
 		}
-		for _, a := range chunk {
-			e := read[a]
-			if e.gen = gen; len(e.outcomes) > 0 {
-				setIn(&out, a, e.outcomes)
+		for _, k := range chunk {
+			e, ok := found[k]
+			if e.gen = gen; ok {
+				setIn(&out, k, e)
 			} else {
-				e.until = math.MaxInt64 // only a write adds any
+				e.until = math.MaxInt64
 			}
-			s.memo.put(accountID+" "+a, e)
+			s.memo.put(owner+sep+k, e)
 		}
 	}
 	return out, nil
+}
+
+// AddressOutcomes returns the account's unexpired outcomes of each address
+// (store.Outcomes), from history.
+func (s *Store) AddressOutcomes(ctx context.Context, accountID string, addresses []string) (map[string][]evs.Outcome, error) {
+	got, err := s.history(accountID, " ", addresses, func(chunk []string, now int64) (map[string]memoEntry, error) {
+		list, args := inList(chunk, accountID, now)
+		rows, err := s.rquery(ctx, qAddressOutcomes+list, args...)
+		found := map[string]memoEntry{}
+		return found, scanOutcomes(rows, err, func(o evs.Outcome, expires int64) error {
+			e := found[o.Address]
+			e.outcomes, e.until = append(e.outcomes, o), min(cmp.Or(e.until, expires), expires)
+			found[o.Address] = e
+			return nil
+		})
+	})
+	var out map[string][]evs.Outcome
+	for a, e := range got {
+		setIn(&out, a, e.outcomes)
+	}
+	return out, err
 }
 
 // inList returns the SQL list of one placeholder per item of xs, "(?, ?)",
@@ -405,11 +401,10 @@ func (s *Store) LastVerdicts(ctx context.Context, accountID string, addresses []
 		return nil, dbErr("begin read", err)
 	}
 	defer tx.Rollback()
-	st, err := tx.PrepareContext(ctx, qLastVerdicts)
+	st, err := tx.PrepareContext(ctx, qLastVerdicts) // closed with tx
 	if err != nil {
 		return nil, dbErr("read the result cache", err)
 	}
-	defer st.Close()
 	for _, a := range addresses {
 		rows, err := st.QueryContext(ctx, accountID, a)
 		err = eachRow(rows, err, "read the result cache", func(rows *sql.Rows) error {
@@ -434,57 +429,34 @@ func (s *Store) LastVerdicts(ctx context.Context, accountID string, addresses []
 }
 
 // DomainCounts returns the deliveries and hard bounces reported for each
-// domain that has any (store.Outcomes): the account's rows, or with shared
-// every account's, of buckets not yet ended.
+// domain that has any (store.Outcomes), from history: the account's rows,
+// or with shared every account's, of buckets not yet ended.
 func (s *Store) DomainCounts(ctx context.Context, accountID string, domains []string, shared bool) (map[string]evs.DomainCounts, error) {
-	var out map[string]evs.DomainCounts
-	owner := accountID // of the counts: "" for the shared
+	owner, q, first := accountID, qDomainCounts, []any{accountID} // owner of the counts: "" for the shared
 	if shared {
-		owner = ""
+		owner, q, first = "", qSharedDomainCounts, nil
 	}
-	now, gen := millis(s.now()), s.memo.generation()
-	var ask []string
-	for _, d := range s.mayHave(owner, " @", domains) {
-		if e, ok := s.memo.get(owner+" @"+d, now); !ok {
-			ask = append(ask, d)
-		} else if !e.counts.Zero() {
-			setIn(&out, d, e.counts)
-		}
-	}
-	if len(ask) == 0 {
-		return out, nil
-	}
-	q, first := qDomainCounts, []any{accountID}
-	if shared {
-		q, first = qSharedDomainCounts, nil
-	}
-	for start := 0; start < len(ask); start += outcomeChunk {
-		chunk := ask[start:min(start+outcomeChunk, len(ask))]
+	got, err := s.history(owner, " @", domains, func(chunk []string, now int64) (map[string]memoEntry, error) {
 		list, args := inList(chunk, append(first, now)...)
 		rows, err := s.rquery(ctx, q+list+qGroupDomain, args...)
-		err = eachRow(rows, err, "read domain counts", func(rows *sql.Rows) error {
+		found := map[string]memoEntry{}
+		return found, eachRow(rows, err, "read domain counts", func(rows *sql.Rows) error {
 			var d string
-			e := memoEntry{gen: gen}
+			var e memoEntry
 			if err := rows.Scan(&d, &e.counts.Delivered, &e.counts.HardBounces, &e.until); err != nil {
 				return dbErr("read domain counts", err)
 			}
 			if !e.counts.Zero() {
-				setIn(&out, d, e.counts)
-				s.memo.put(owner+" @"+d, e)
+				found[d] = e
 			}
 			return nil
 		})
-		if err != nil {
-			return nil, err
-		}
-		for _, d := range chunk {
-			if _, ok := out[d]; !ok {
-				// No counts: only a write (a new generation) adds any.
-				s.memo.put(owner+" @"+d, memoEntry{gen: gen, until: math.MaxInt64})
-			}
-		}
+	})
+	var out map[string]evs.DomainCounts
+	for d, e := range got {
+		setIn(&out, d, e.counts)
 	}
-	return out, nil
+	return out, err
 }
 
 // setIn sets (*m)[k], making *m first if it is nil: a read that finds

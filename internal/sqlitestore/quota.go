@@ -62,21 +62,16 @@ func (s *Store) RefundAddresses(ctx context.Context, accountID, period string, n
 // by period; the serving store's figures in memory stand over the table's.
 func (s *Store) Counters(ctx context.Context, accountID, from, to string) (map[string]int, error) {
 	rows, err := s.rdb.QueryContext(ctx, `SELECT period, used FROM address_quota WHERE account_id = ? AND period >= ? AND period < ?`, accountID, from, to)
-	if err != nil {
-		return nil, dbErr("read the quota counters", err)
-	}
-	defer rows.Close()
 	out := map[string]int{}
-	for rows.Next() {
+	err = eachRow(rows, err, "read the quota counters", func(rows *sql.Rows) error {
 		var p string
 		var n int
-		if err := rows.Scan(&p, &n); err != nil {
-			return nil, dbErr("read the quota counters", err)
-		}
+		err := rows.Scan(&p, &n)
 		out[p] = n
-	}
-	if err := rows.Err(); err != nil {
-		return nil, dbErr("read the quota counters", err)
+		return dbErr("read the quota counters", err)
+	})
+	if err != nil {
+		return nil, err
 	}
 	if s.quota != nil {
 		s.quota.overlay(accountID, from, to, out)

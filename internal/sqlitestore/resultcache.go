@@ -69,12 +69,8 @@ func (s *Store) KeepDecisions(ctx context.Context, accountID string, entries []s
 			return dbErr("write the result cache", err)
 		}
 		for _, e := range entries {
-			d := e.Decision
-			// The key holds the normalised address: stored as the
-			// decision's own address, it costs no second copy.
-			d.Email, d.Cached = d.Normalized, false
-			buf = store.AppendDecision(buf[:0], d)
-			if _, err := st.ExecContext(ctx, accountID, d.Normalized, string(d.Mode), buf, millis(e.ExpiresAt)); err != nil {
+			buf = store.AppendCached(buf[:0], e.Decision)
+			if _, err := st.ExecContext(ctx, accountID, e.Decision.Normalized, string(e.Decision.Mode), buf, millis(e.ExpiresAt)); err != nil {
 				return dbErr("write the result cache", err)
 			}
 		}

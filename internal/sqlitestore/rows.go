@@ -1,6 +1,7 @@
 package sqlitestore
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"io"
@@ -38,27 +39,14 @@ func (s *Store) PutRows(ctx context.Context, accountID, batchID string, expires 
 	if err != nil {
 		return err
 	}
-	buf := make([]byte, uploadPart)
-	for n := 0; ; n++ {
-		k, rerr := io.ReadFull(rows, buf)
-		if k > 0 {
-			part := buf[:k]
-			err := s.writeOne(ctx, false, func(ctx context.Context, tx *sql.Tx) error {
-				_, err := tx.ExecContext(ctx, `INSERT INTO batch_rows (batch_id, n, account_id, expires_at, data) VALUES (?, ?, ?, ?, ?)`,
-					batchID, n, accountID, millis(expires), part)
-				return dbErr("store batch rows", err)
-			})
-			if err != nil {
-				return err
-			}
-		}
-		switch {
-		case rerr == io.EOF || rerr == io.ErrUnexpectedEOF:
-			return nil
-		case rerr != nil:
-			return rerr
-		}
-	}
+	_, rerr, err := eachPart(rows, func(n int, part []byte, _ int64) error {
+		return s.writeOne(ctx, false, func(ctx context.Context, tx *sql.Tx) error {
+			_, err := tx.ExecContext(ctx, `INSERT INTO batch_rows (batch_id, n, account_id, expires_at, data) VALUES (?, ?, ?, ?, ?)`,
+				batchID, n, accountID, millis(expires), part)
+			return dbErr("store batch rows", err)
+		})
+	})
+	return cmp.Or(err, rerr)
 }
 
 // OpenRows returns the rows of the account's batch, read a part at a

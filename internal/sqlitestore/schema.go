@@ -263,9 +263,7 @@ func (s *Store) migrate(ctx context.Context) error {
 			}
 		}
 		// PRAGMA takes no bound parameters.
-		if _, err := tx.ExecContext(ctx, fmt.Sprintf(`PRAGMA user_version = %d`, v)); err != nil {
-			return dbErr("write schema version", err)
-		}
-		return nil
+		_, err := tx.ExecContext(ctx, fmt.Sprintf(`PRAGMA user_version = %d`, v))
+		return dbErr("write schema version", err)
 	})
 }

@@ -73,10 +73,9 @@ type Store struct {
 	keysMu    sync.Mutex
 	// closed: a lookup the key filter answers must still fail on a
 	// closed store, as one that reads does.
-	closed    atomic.Bool
-	closeOnce sync.Once
-	closeErr  error
-	warnings  []string
+	closed   atomic.Bool
+	close    func() error // Close, once
+	warnings []string
 }
 
 // Warnings returns what Open found unsafe about the data directory but
@@ -93,14 +92,15 @@ const LockName = "serve.lock"
 // process serves the data directory.
 var ErrInUse = errors.New("the data directory is in use by another evs serve")
 
-// inUseError names the directory another process serves.
-type inUseError struct{ dir string }
-
-func (e inUseError) Error() string {
-	return fmt.Sprintf("data directory %s is in use by another evs serve", e.dir)
+// kindError is an error with a text of its own that matches (errors.Is)
+// its kind, ErrInUse or ErrDamaged.
+type kindError struct {
+	msg  string
+	kind error
 }
 
-func (e inUseError) Unwrap() error { return ErrInUse }
+func (e kindError) Error() string { return e.msg }
+func (e kindError) Unwrap() error { return e.kind }
 
 // Open opens (creating them if needed) dir and the database dir/evs.db,
 // migrates its schema to the current version (keeping a copy of an older
@@ -143,7 +143,9 @@ func open(ctx context.Context, dir string, now func() time.Time, busy time.Durat
 		return nil, err
 	}
 	var lock *os.File
+	by := openCommand
 	if serving {
+		by = openServer
 		// Before the database is touched: a second server must not even
 		// migrate under the first one's feet.
 		if lock, err = lockDir(dir); err != nil {
@@ -157,10 +159,6 @@ func open(ctx context.Context, dir string, now func() time.Time, busy time.Durat
 	}
 	// Before SQLite touches the files: opening would start afresh from
 	// evs.db alone.
-	by := openCommand
-	if lock != nil {
-		by = openServer
-	}
 	if err := checkWAL(dir, by); err != nil {
 		return nil, err
 	}
@@ -194,6 +192,7 @@ func open(ctx context.Context, dir string, now func() time.Time, busy time.Durat
 	rdb.SetConnMaxIdleTime(0)
 
 	s := &Store{db: db, rdb: rdb, now: now, warnings: warnings, dir: dir}
+	s.close = sync.OnceValue(s.closeAll)
 	defer func() {
 		if err != nil {
 			s.Close()
@@ -359,31 +358,29 @@ func readers() int { return max(4, 2*runtime.GOMAXPROCS(0)) }
 // Close waits for queued writes, then closes the database, then releases
 // the serve lock if s holds it: the next server starts only once this one
 // has stopped writing.
-func (s *Store) Close() error {
-	s.closeOnce.Do(func() {
-		s.closed.Store(true)
-		if s.quota != nil {
-			s.quota.close()
-		}
-		s.c.stop()
-		s.wstmts.close()
-		s.rstmts.close()
-		var err error
-		if s.lock != nil {
-			// The marker goes while the WAL is still there: a kill after
-			// closing (which deletes the log) but before removing it
-			// would be a false alarm at the next start.
-			err = removeSynced(filepath.Join(s.dir, RunningName))
-		}
-		err = errors.Join(err, s.closeKeysFile(), s.db.Close(), s.rdb.Close())
-		if s.lock != nil {
-			err = errors.Join(err, s.lock.Close())
-		}
-		if err != nil {
-			s.closeErr = fmt.Errorf("sqlitestore: close: %w", err)
-		}
-	})
-	return s.closeErr
+func (s *Store) Close() error { return s.close() }
+
+func (s *Store) closeAll() error {
+	s.closed.Store(true)
+	if s.quota != nil {
+		s.quota.close()
+	}
+	s.c.stop()
+	s.wstmts.close()
+	s.rstmts.close()
+	var err error
+	if s.lock != nil {
+		// The marker goes while the WAL is still there: a kill after
+		// closing (which deletes the log) but before removing it would
+		// be a false alarm at the next start.
+		err = errors.Join(removeSynced(filepath.Join(s.dir, RunningName)), s.closeKeysFile(), s.db.Close(), s.rdb.Close(), s.lock.Close())
+	} else {
+		err = errors.Join(s.closeKeysFile(), s.db.Close(), s.rdb.Close())
+	}
+	if err != nil {
+		return fmt.Errorf("sqlitestore: close: %w", err)
+	}
+	return nil
 }
 
 // write runs fn in an immediate transaction, shared with the writes queued
@@ -472,6 +469,21 @@ func eachRow(rows *sql.Rows, err error, op string, scan func(*sql.Rows) error) e
 		}
 	}
 	return dbErr(op, errors.Join(rows.Err(), rows.Close()))
+}
+
+// collect reads every row of a query's rows (err is the query's own) with
+// scan, as eachRow does; a failed scan is dbErr(op).
+func collect[T any](rows *sql.Rows, err error, op string, scan func(scanner) (T, error)) ([]T, error) {
+	var out []T
+	err = eachRow(rows, err, op, func(rows *sql.Rows) error {
+		v, err := scan(rows)
+		out = append(out, v)
+		return dbErr(op, err)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 // changed is how many rows a statement's result (err is the statement's

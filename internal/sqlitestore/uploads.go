@@ -1,6 +1,7 @@
 package sqlitestore
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -131,36 +132,22 @@ func (s *Store) ReceiveUpload(ctx context.Context, id, token, contentType string
 			return err
 		})
 	}
-	body := open(r.u)
-	buf := make([]byte, uploadPart)
-	var size int64
-	for n := 0; ; n++ {
-		k, rerr := io.ReadFull(body, buf)
-		if k > 0 {
-			if size += int64(k); size > r.u.MaxBytes {
-				forget()
-				return evs.Upload{}, 0, evs.Errorf(evs.CodePayloadTooLarge, "The upload is larger than %d bytes.", r.u.MaxBytes)
-			}
-			part := buf[:k]
-			err := s.writeOne(ctx, false, func(ctx context.Context, tx *sql.Tx) error {
-				_, err := tx.ExecContext(ctx, `INSERT INTO upload_parts (upload, attempt, n, data) VALUES (?, ?, ?, ?)`, id, attempt, n, part)
-				return dbErr("store upload part", err)
-			})
-			if err != nil {
-				forget()
-				return evs.Upload{}, 0, err
-			}
+	size, rerr, err := eachPart(open(r.u), func(n int, part []byte, size int64) error {
+		if size > r.u.MaxBytes {
+			return evs.Errorf(evs.CodePayloadTooLarge, "The upload is larger than %d bytes.", r.u.MaxBytes)
 		}
-		if rerr == io.EOF || rerr == io.ErrUnexpectedEOF {
-			break
-		}
-		if rerr != nil {
-			forget()
-			if errors.As(rerr, new(*evs.Error)) {
-				return evs.Upload{}, 0, rerr // the body's own refusal (a quota)
-			}
-			return evs.Upload{}, 0, evs.Wrap(rerr, evs.CodeInvalidRequest, "The upload's body did not arrive whole; send it again.")
-		}
+		return s.writeOne(ctx, false, func(ctx context.Context, tx *sql.Tx) error {
+			_, err := tx.ExecContext(ctx, `INSERT INTO upload_parts (upload, attempt, n, data) VALUES (?, ?, ?, ?)`, id, attempt, n, part)
+			return dbErr("store upload part", err)
+		})
+	})
+	// A read's *evs.Error is the body's own refusal (a quota).
+	if _, own := errors.AsType[*evs.Error](rerr); rerr != nil && !own {
+		rerr = evs.Wrap(rerr, evs.CodeInvalidRequest, "The upload's body did not arrive whole; send it again.")
+	}
+	if err = cmp.Or(err, rerr); err != nil {
+		forget()
+		return evs.Upload{}, 0, err
 	}
 	err = s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, `UPDATE uploads SET size = ?, attempt = ? WHERE id = ? AND dropped = 0 AND expires_at > ?`,
@@ -212,6 +199,28 @@ func (s *Store) DropUpload(ctx context.Context, accountID, id string) error {
 		_, err := tx.ExecContext(ctx, `DELETE FROM upload_parts WHERE upload = ?`, id)
 		return dbErr("drop upload", err)
 	})
+}
+
+// eachPart calls write with each part of up to uploadPart bytes that r
+// gives, numbered from 0, and the size so far; it returns the size, r's
+// fault (its end is none) and write's.
+func eachPart(r io.Reader, write func(n int, part []byte, size int64) error) (size int64, rerr, werr error) {
+	buf := make([]byte, uploadPart)
+	for n := 0; ; n++ {
+		k, err := io.ReadFull(r, buf)
+		if k > 0 {
+			size += int64(k)
+			if werr = write(n, buf[:k], size); werr != nil {
+				return size, nil, werr
+			}
+		}
+		if err == io.EOF || err == io.ErrUnexpectedEOF {
+			return size, nil, nil
+		}
+		if err != nil {
+			return size, err, nil
+		}
+	}
 }
 
 // partReader reads the parts of an upload, or of a batch's rows, in

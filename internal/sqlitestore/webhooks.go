@@ -98,16 +98,7 @@ func (s *Store) DueDeliveries(ctx context.Context, now time.Time, perAccount, li
 			WHERE d.state = ? AND d.next_at <= ? AND b.state IN `+finalStates+` AND b.expires_at > ?)
 		WHERE rn <= ? ORDER BY rn, next_at, batch_id LIMIT ?`,
 		evs.CallbackPending, millis(now), millis(s.now()), perAccount, max(limit, 0))
-	var out []evs.Delivery
-	err = eachRow(rows, err, "list due deliveries", func(rows *sql.Rows) error {
-		d, err := scanDelivery(rows)
-		out = append(out, d)
-		return dbErr("list due deliveries", err)
-	})
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
+	return collect(rows, err, "list due deliveries", scanDelivery)
 }
 
 // The webhook_secrets row keeps the retired secrets in its "previous"

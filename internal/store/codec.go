@@ -22,7 +22,7 @@ type jsonDecision struct {
 	Reason     evs.Reason `json:"r"`
 	Mode       evs.Mode   `json:"m"`
 	Suggestion *string    `json:"s,omitempty"`
-	Bits       uint16     `json:"b,omitempty"`
+	Bits       uint16     `json:"b,omitempty"` // setBits's, up to TestMode
 	SyntaxErr  string     `json:"se,omitempty"`
 	DNSResult  string     `json:"dr,omitempty"`
 	MX         []string   `json:"mx,omitempty"`
@@ -36,25 +36,6 @@ type jsonDecision struct {
 	Detail     string     `json:"d,omitempty"`
 	CheckedAt  int64      `json:"at,omitempty"` // Unix milliseconds
 	DurationMs int64      `json:"ms,omitempty"`
-}
-
-// Bits of storedDecision.Bits.
-const (
-	bitDisposable = 1 << iota
-	bitRole
-	bitFree
-	bitAcceptAll
-	bitSMTPUTF8
-	bitSyntaxValid
-	bitImplicitMX
-	bitTLS
-	bitTestMode
-)
-
-// EncodeDecision returns the storage form of d. The submitted address is not
-// part of it: DecodeDecision gets it back from the result row.
-func EncodeDecision(d evs.Decision) ([]byte, error) {
-	return AppendDecision(make([]byte, 0, 64), d), nil
 }
 
 // binaryV1 opens a binary stored decision; JSON ones open with '{'.
@@ -73,10 +54,11 @@ const (
 	hasDomainHistory = 1 << 6
 )
 
-// AppendDecision appends the storage form of d to b: EncodeDecision without
-// its own allocation, for writers of many results.
+// AppendDecision appends the storage form of d to b. The submitted address
+// is not part of it: DecodeDecision gets it back from the result row.
 func AppendDecision(b []byte, d evs.Decision) []byte {
 	c := d.Checks
+	// Bit i is flag i, as setBits reads them (the JSON form's bits too).
 	bits := bitsOf(d.Flags.Disposable, d.Flags.Role, d.Flags.Free, d.Flags.AcceptAll, d.Flags.SMTPUTF8,
 		c.Syntax.Valid, c.DNS.ImplicitMX, c.SMTP.TLS, d.TestMode, d.Cached)
 	host := c.SMTP.Host
@@ -112,11 +94,7 @@ func AppendDecision(b []byte, d evs.Decision) []byte {
 	b = appendStr(b, c.SMTP.EnhancedCode)
 	b = appendStr(b, c.SMTP.Message)
 	b = appendStr(b, c.SMTP.Detail)
-	var at int64
-	if !d.CheckedAt.IsZero() {
-		at = d.CheckedAt.UnixMilli()
-	}
-	b = binary.AppendVarint(b, at)
+	b = binary.AppendVarint(b, unixMs(d.CheckedAt.Time))
 	b = binary.AppendVarint(b, d.DurationMs)
 	if has&hasProvider != 0 {
 		b = appendStr(b, string(c.SMTP.Provider))
@@ -127,11 +105,7 @@ func AppendDecision(b []byte, d evs.Decision) []byte {
 	if h := c.History; h != nil {
 		b = appendStr(b, h.Result)
 		b = appendStr(b, string(h.Outcome))
-		var hat int64
-		if !h.At.IsZero() {
-			hat = h.At.UnixMilli()
-		}
-		b = binary.AppendVarint(b, hat)
+		b = binary.AppendVarint(b, unixMs(h.At.Time))
 		b = appendStr(b, h.BounceType)
 		b = appendStr(b, h.SMTPReply)
 		b = appendStr(b, h.Detail)
@@ -153,6 +127,30 @@ func bitsOf(flags ...bool) uint64 {
 		}
 	}
 	return bits
+}
+
+// unixMs is t in Unix milliseconds, 0 for the zero time; timeOf reads it.
+func unixMs(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
+}
+
+func timeOf(ms int64) evs.Time {
+	if ms == 0 {
+		return evs.Time{}
+	}
+	return evs.Time{Time: time.UnixMilli(ms).UTC()}
+}
+
+// setBits sets d's flags from bits, bit i the i-th flag AppendDecision
+// gives bitsOf.
+func setBits(d *evs.Decision, bits uint64) {
+	bit := func(i int) bool { return bits&(1<<i) != 0 }
+	d.Flags = evs.Flags{Disposable: bit(0), Role: bit(1), Free: bit(2), AcceptAll: bit(3), SMTPUTF8: bit(4)}
+	d.Checks.Syntax.Valid, d.Checks.DNS.ImplicitMX, d.Checks.SMTP.TLS = bit(5), bit(6), bit(7)
+	d.TestMode, d.Cached = bit(8), bit(9)
 }
 
 // A string is a uvarint v: 0 is "", odd v is entry v>>1 of knownStrings,
@@ -266,10 +264,9 @@ func (r *binReader) str() string {
 // decodeBinary decodes a binaryV1 decision, b without its version byte.
 func decodeBinary(email string, b []byte) (evs.Decision, error) {
 	r := binReader{b: b}
-	bits, has := r.uvarint(), r.uvarint()
-	bit := func(i int) bool { return bits&(1<<i) != 0 }
-	d := evs.Decision{Email: email, Normalized: email, TestMode: bit(8), Cached: bit(9)}
-	d.Flags = evs.Flags{Disposable: bit(0), Role: bit(1), Free: bit(2), AcceptAll: bit(3), SMTPUTF8: bit(4)}
+	d := evs.Decision{Email: email, Normalized: email}
+	setBits(&d, r.uvarint())
+	has := r.uvarint()
 	d.Reason = evs.Reason(r.str())
 	d.Mode = evs.Mode(r.str())
 	if has&hasNormalized != 0 {
@@ -280,7 +277,7 @@ func decodeBinary(email string, b []byte) (evs.Decision, error) {
 		d.Suggestion = &s
 	}
 	c := &d.Checks
-	c.Syntax = evs.SyntaxCheck{Valid: bit(5), Error: r.str()}
+	c.Syntax.Error = r.str()
 	c.DNS.Result = r.str()
 	n := r.uvarint()
 	if n > uint64(len(r.b)) {
@@ -293,7 +290,6 @@ func decodeBinary(email string, b []byte) (evs.Decision, error) {
 		}
 		c.DNS.MX = append(c.DNS.MX, r.str())
 	}
-	c.DNS.ImplicitMX = bit(6)
 	c.DNS.Rcode = r.str()
 	c.DNS.Error = r.str()
 	c.SMTP.Result = r.str()
@@ -305,10 +301,7 @@ func decodeBinary(email string, b []byte) (evs.Decision, error) {
 	c.SMTP.EnhancedCode = r.str()
 	c.SMTP.Message = r.str()
 	c.SMTP.Detail = r.str()
-	c.SMTP.TLS = bit(7)
-	if at := r.varint(); at != 0 {
-		d.CheckedAt = evs.Time{Time: time.UnixMilli(at).UTC()}
-	}
+	d.CheckedAt = timeOf(r.varint())
 	d.DurationMs = r.varint()
 	if has&hasProvider != 0 {
 		c.SMTP.Provider = evs.Provider(r.str())
@@ -317,10 +310,7 @@ func decodeBinary(email string, b []byte) (evs.Decision, error) {
 		c.SMTP.CatchAll = r.str()
 	}
 	if has&hasHistory != 0 {
-		h := &evs.HistoryCheck{Result: r.str(), Outcome: evs.OutcomeKind(r.str())}
-		if hat := r.varint(); hat != 0 {
-			h.At = evs.Time{Time: time.UnixMilli(hat).UTC()}
-		}
+		h := &evs.HistoryCheck{Result: r.str(), Outcome: evs.OutcomeKind(r.str()), At: timeOf(r.varint())}
 		h.BounceType, h.SMTPReply, h.Detail = r.str(), r.str(), r.str()
 		c.History = h
 	}
@@ -351,30 +341,23 @@ func decodeDecision(email string, b []byte) (evs.Decision, error) {
 	if err := json.Unmarshal(b, &s); err != nil {
 		return evs.Decision{}, fmt.Errorf("store: decode decision: %w", err)
 	}
-	has := func(bit uint16) bool { return s.Bits&bit != 0 }
 	d := evs.Decision{
 		Email: email, Normalized: email, Reason: s.Reason, Mode: s.Mode, Suggestion: s.Suggestion,
-		Flags: evs.Flags{
-			Disposable: has(bitDisposable), Role: has(bitRole), Free: has(bitFree),
-			AcceptAll: has(bitAcceptAll), SMTPUTF8: has(bitSMTPUTF8),
-		},
 		Checks: evs.Checks{
-			Syntax: evs.SyntaxCheck{Valid: has(bitSyntaxValid), Error: s.SyntaxErr},
-			DNS:    evs.DNSCheck{Result: s.DNSResult, MX: s.MX, ImplicitMX: has(bitImplicitMX), Rcode: s.Rcode, Error: s.DNSErr},
+			Syntax: evs.SyntaxCheck{Error: s.SyntaxErr},
+			DNS:    evs.DNSCheck{Result: s.DNSResult, MX: s.MX, Rcode: s.Rcode, Error: s.DNSErr},
 			SMTP: evs.SMTPCheck{Result: s.SMTPResult, Host: s.Host, Code: s.Code, EnhancedCode: s.Enhanced,
-				Message: s.Message, TLS: has(bitTLS), Detail: s.Detail},
+				Message: s.Message, Detail: s.Detail},
 		},
 		DurationMs: s.DurationMs,
-		TestMode:   has(bitTestMode),
+		CheckedAt:  timeOf(s.CheckedAt),
 	}
+	setBits(&d, uint64(s.Bits))
 	if s.Normalized != nil {
 		d.Normalized = *s.Normalized
 	}
 	if d.Checks.DNS.MX == nil {
 		d.Checks.DNS.MX = []string{}
-	}
-	if s.CheckedAt != 0 {
-		d.CheckedAt = evs.Time{Time: time.UnixMilli(s.CheckedAt).UTC()}
 	}
 	return d, nil
 }

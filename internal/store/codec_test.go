@@ -121,10 +121,7 @@ func TestDecisionRoundTrip(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			b, err := EncodeDecision(tt.d)
-			if err != nil {
-				t.Fatal(err)
-			}
+			b := AppendDecision(nil, tt.d)
 			got, err := DecodeDecision(tt.d.Email, b)
 			if err != nil {
 				t.Fatal(err)
@@ -149,7 +146,7 @@ func TestDecisionTestModeIsSmall(t *testing.T) {
 		},
 		CheckedAt: evs.Time{Time: time.Now()}, TestMode: true,
 	}
-	b, _ := EncodeDecision(d)
+	b := AppendDecision(nil, d)
 	if len(b) > 32 {
 		t.Fatalf("a test-mode decision takes %d bytes, want at most 32", len(b))
 	}
@@ -160,7 +157,7 @@ func TestDecisionTestModeIsSmall(t *testing.T) {
 func TestDecisionReadsJSONForm(t *testing.T) {
 	at := time.Date(2026, 11, 22, 10, 4, 5, 0, time.UTC)
 	old, err := json.Marshal(jsonDecision{
-		Reason: evs.ReasonAcceptAll, Mode: evs.ModeFull, Bits: bitFree | bitAcceptAll | bitSyntaxValid,
+		Reason: evs.ReasonAcceptAll, Mode: evs.ModeFull, Bits: 1<<2 | 1<<3 | 1<<5, // free, accept-all, syntax valid
 		DNSResult: evs.DNSOK, MX: []string{"mx.example"}, Rcode: "NOERROR",
 		SMTPResult: evs.SMTPAcceptAll, Host: "mx.example", Code: 250, CheckedAt: at.UnixMilli(), DurationMs: 7,
 	})
@@ -187,7 +184,7 @@ func TestDecisionReadsJSONForm(t *testing.T) {
 }
 
 func TestDecisionRefusesDamage(t *testing.T) {
-	good, _ := EncodeDecision(evs.Decision{Email: "a@b.example", Normalized: "a@b.example", Reason: evs.ReasonTimeout, Mode: evs.ModeFull,
+	good := AppendDecision(nil, evs.Decision{Email: "a@b.example", Normalized: "a@b.example", Reason: evs.ReasonTimeout, Mode: evs.ModeFull,
 		Checks: evs.Checks{SMTP: evs.SMTPCheck{Message: "a message the table does not know"}}, CheckedAt: evs.Time{Time: time.Now()}})
 	for n := 1; n < len(good); n++ {
 		if _, err := DecodeDecision("a@b.example", good[:n]); err == nil {

@@ -94,18 +94,14 @@ func MaxAgeOf(ms int64) time.Duration {
 }
 
 // EncodeResults checks that every result has a known reason and encodes
-// each one's decision (EncodeDecision), in the order given.
+// each one's decision (AppendDecision), in the order given.
 func EncodeResults(results []evs.Result) ([][]byte, error) {
 	out := make([][]byte, len(results))
 	for i, r := range results {
 		if !r.Decision.Reason.Valid() {
 			return nil, evs.Errorf(evs.CodeInvalidRequest, "Unknown result reason %q.", r.Decision.Reason)
 		}
-		b, err := EncodeDecision(r.Decision)
-		if err != nil {
-			return nil, err
-		}
-		out[i] = b
+		out[i] = AppendDecision(make([]byte, 0, 64), r.Decision)
 	}
 	return out, nil
 }

@@ -184,6 +184,14 @@ type CacheEntry struct {
 	ExpiresAt time.Time
 }
 
+// AppendCached appends the stored form of a cached decision: under its
+// normalised address, which the entry's key holds, so the decision costs
+// no second copy of it; not marked as reused.
+func AppendCached(b []byte, d evs.Decision) []byte {
+	d.Email, d.Cached = d.Normalized, false
+	return AppendDecision(b, d)
+}
+
 // LanesJSON is how both stores keep a batch's lanes: "" for none.
 func LanesJSON(ls []evs.Lane) string {
 	if len(ls) == 0 {
