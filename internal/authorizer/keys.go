@@ -56,16 +56,11 @@ func WellFormed(s string) bool {
 	if len(s) != len(prefix)+secretLen || s[:len(prefix)] != prefix {
 		return false
 	}
-	for i := len(prefix); i < len(s); i++ {
-		c := s[i]
-		if !(c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
-			return false
-		}
-	}
-	// The last character carries 2 padding bits that must be zero in a
-	// canonical encoding of 32 bytes.
-	_, err := base64.RawURLEncoding.Strict().DecodeString(s[len(prefix):])
-	return err == nil
+	// Strict: the last character's 2 padding bits must be zero, as in the
+	// canonical encoding of 32 bytes. The decoder skips CR and LF, so only
+	// 32 bytes out say that all 43 characters are base64url.
+	b, err := base64.RawURLEncoding.Strict().DecodeString(s[len(prefix):])
+	return err == nil && len(b) == 32
 }
 
 // HashKey returns the lower-case hex SHA-256 of the key, the only form stored.

@@ -63,9 +63,6 @@ func NewEgressWatch(eg Egress, now func() time.Time) *EgressWatch {
 	return &EgressWatch{eg: eg, now: now, minutes: map[string]*[blockedMinutes]minuteCount{}}
 }
 
-// Egress returns the egress watched.
-func (w *EgressWatch) Egress() Egress { return w.eg }
-
 // Name returns the egress's name.
 func (w *EgressWatch) Name() string { return w.eg.Name }
 
@@ -180,15 +177,10 @@ func (w *EgressWatch) SelfCheck(ctx context.Context, rep Reputation, zones []str
 		return c, false
 	}
 	c.Warn(log, w.eg.Name)
-	w.SetCheck(c)
-	return c, true
-}
-
-// SetCheck keeps c as the last self-check.
-func (w *EgressWatch) SetCheck(c EgressCheck) {
 	w.mu.Lock()
 	w.check = c
 	w.mu.Unlock()
+	return c, true
 }
 
 // Check returns the last self-check (zero before the first).

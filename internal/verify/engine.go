@@ -29,33 +29,14 @@ type Resolver interface {
 	LookupMail(ctx context.Context, domain string) dnscheck.MailResult
 }
 
-// Prober opens SMTP sessions to a domain's mail hosts.
+// Prober opens SMTP sessions to a domain's mail hosts; *smtpprobe.Prober
+// is the one.
 type Prober interface {
-	Open(ctx context.Context, domain string, hosts []string) (Session, error)
+	Open(ctx context.Context, domain string, hosts []string) (*smtpprobe.Session, error)
 }
 
-// Session is one SMTP connection past MAIL FROM, on which recipients are
-// checked one by one.
-type Session interface {
-	Host() string
-	TLS() bool
-	// Check asks about one recipient, read with the host's provider's rules.
-	Check(ctx context.Context, address string) (smtpprobe.Reply, smtpprobe.Reading, error)
-	Close() error
-}
-
-// SMTP adapts an *smtpprobe.Prober to the engine's Prober.
-func SMTP(p *smtpprobe.Prober) Prober { return smtpAdapter{p} }
-
-type smtpAdapter struct{ p *smtpprobe.Prober }
-
-func (a smtpAdapter) Open(ctx context.Context, domain string, hosts []string) (Session, error) {
-	s, err := a.p.Open(ctx, domain, hosts)
-	if err != nil {
-		return nil, err
-	}
-	return s, nil
-}
+// SMTP returns p as the engine's Prober.
+func SMTP(p *smtpprobe.Prober) Prober { return p }
 
 // Config holds the engine's dependencies.
 type Config struct {
@@ -307,12 +288,15 @@ func providerOf(m dnscheck.MailResult) evs.Provider {
 }
 
 func dnsEvidence(m dnscheck.MailResult) evs.DNSCheck {
-	c := evs.DNSCheck{Result: string(m.Outcome), ImplicitMX: m.Implicit, Rcode: m.Rcode, Error: m.Err}
-	c.MX = make([]string, len(m.MX))
+	return evs.DNSCheck{Result: string(m.Outcome), MX: mxHosts(m), ImplicitMX: m.Implicit, Rcode: m.Rcode, Error: m.Err}
+}
+
+func mxHosts(m dnscheck.MailResult) []string {
+	hosts := make([]string, len(m.MX))
 	for i, mx := range m.MX {
-		c.MX[i] = mx.Host
+		hosts[i] = mx.Host
 	}
-	return c
+	return hosts
 }
 
 // probe runs the SMTP stage for addresses of one domain on one connection,
@@ -324,10 +308,7 @@ func (e *Engine) probe(ctx context.Context, domain string, mail dnscheck.MailRes
 		setSMTP(ds, evs.SMTPCheck{Result: evs.SMTPSkipped, Provider: provider, Detail: "skipped: " + e.cfg.SMTPOffDetail})
 		return
 	}
-	hosts := make([]string, len(mail.MX))
-	for i, mx := range mail.MX {
-		hosts[i] = mx.Host
-	}
+	hosts := mxHosts(mail)
 	if gated && e.cfg.Gate != nil {
 		end, why := e.cfg.Gate.Session(ctx, hosts[0], e.cfg.GateWait)
 		if end == nil {
@@ -341,20 +322,20 @@ func (e *Engine) probe(ctx context.Context, domain string, mail dnscheck.MailRes
 	// The slowest reply seen so far sizes the session by time (AskUntil):
 	// opening waited for at least three (banner, EHLO, MAIL).
 	reply := time.Since(opened) / 3
-	if pe := (*smtpprobe.ProbeError)(nil); errors.As(err, &pe) && pe.NotPublic {
+	pe, _ := errors.AsType[*smtpprobe.ProbeError](err)
+	switch {
+	case pe != nil && pe.NotPublic:
 		// What the DNS says, not a failure to connect.
 		for _, d := range ds {
 			d.Checks.DNS.Result = evs.DNSMXNotPublic
 			d.Checks.SMTP = evs.SMTPCheck{Result: evs.SMTPSkipped, Provider: provider, Detail: "skipped: every address of the mail hosts is private or reserved (egress policy, EVS_EGRESS_ALLOW)"}
 		}
 		return
-	}
-	if pe := (*smtpprobe.ProbeError)(nil); errors.As(err, &pe) && pe.Exit {
+	case pe != nil && pe.Exit:
 		// Our exit failed: no evidence about the mailbox (ExitDown).
 		setSMTP(ds, evs.SMTPCheck{Result: evs.SMTPUnreachable, Provider: provider, Detail: DetailExitDown})
 		return
-	}
-	if err != nil {
+	case err != nil:
 		c := openFailure(ctx, err)
 		c.Provider = cmp.Or(c.Provider, provider)
 		setSMTP(ds, c)
@@ -427,7 +408,7 @@ func throttled(ds []*evs.Decision) bool {
 // acceptAll returns the result of domain's accept-all probe: what the
 // domain's facts remember (remembered true), or else the answer to a RCPT
 // of a random address on sess, which is remembered when conclusive.
-func (e *Engine) acceptAll(ctx context.Context, sess Session, domain string) (result string, remembered bool) {
+func (e *Engine) acceptAll(ctx context.Context, sess *smtpprobe.Session, domain string) (result string, remembered bool) {
 	if e.cfg.Facts != nil {
 		if r, ok := e.cfg.Facts.AcceptAll(ctx, domain); ok {
 			return r, true
@@ -473,7 +454,7 @@ func openFailure(ctx context.Context, err error) evs.SMTPCheck {
 // rcptCheck asks the server about one recipient and maps its reading to
 // an SMTP result: what is about us, or temporary, is never a verdict on
 // the mailbox. The detail names the rule of REPLIES.md that decided.
-func rcptCheck(ctx context.Context, s Session, rcpt string) evs.SMTPCheck {
+func rcptCheck(ctx context.Context, s *smtpprobe.Session, rcpt string) evs.SMTPCheck {
 	r, rd, err := s.Check(ctx, rcpt)
 	c := evs.SMTPCheck{Host: s.Host(), Provider: evs.Provider(rd.ProviderAt(s.Host())), TLS: s.TLS(),
 		Code: r.Code, EnhancedCode: r.Enhanced, Message: trimText(r.Text)}

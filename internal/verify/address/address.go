@@ -140,16 +140,7 @@ var idnaProfile = idna.New(
 
 // Character classes of the local part: atext of RFC 5322 section 3.2.3.
 var atext = func() (t [256]bool) {
-	for c := 'a'; c <= 'z'; c++ {
-		t[c] = true
-	}
-	for c := 'A'; c <= 'Z'; c++ {
-		t[c] = true
-	}
-	for c := '0'; c <= '9'; c++ {
-		t[c] = true
-	}
-	for _, c := range "!#$%&'*+-/=?^_`{|}~" {
+	for _, c := range "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789!#$%&'*+-/=?^_`{|}~" {
 		t[c] = true
 	}
 	return t

@@ -63,20 +63,8 @@ func (r *Resolver) Blocklisted(ctx context.Context, ip netip.Addr, zone string) 
 // reverseName is ip's label sequence under a blocklist zone, with a
 // trailing dot: 192.0.2.1 → "1.2.0.192.", an IPv6 address by nibbles.
 func reverseName(ip netip.Addr) string {
-	ip = ip.Unmap()
-	var b strings.Builder
-	if ip.Is4() {
-		a := ip.As4()
-		for i := 3; i >= 0; i-- {
-			fmt.Fprintf(&b, "%d.", a[i])
-		}
-		return b.String()
-	}
-	a := ip.As16()
-	for i := 15; i >= 0; i-- {
-		fmt.Fprintf(&b, "%x.%x.", a[i]&0xf, a[i]>>4)
-	}
-	return b.String()
+	rev, _ := dns.ReverseAddr(ip.Unmap().WithZone("").String())
+	return strings.TrimSuffix(strings.TrimSuffix(rev, "in-addr.arpa."), "ip6.arpa.")
 }
 
 // HELOCheck is what DNS says of our HELO name and egress address.

@@ -3,7 +3,6 @@ package smtpprobe
 import (
 	"cmp"
 	"regexp"
-	"strconv"
 	"strings"
 )
 
@@ -301,11 +300,11 @@ func gather(r Reply) evidence {
 	// A front that verified the address with the real store quotes the
 	// store's reply: read that one, keeping the front's code for whether
 	// the refusal is permanent.
-	if inner, ok := nestedReply(text); ok {
+	if enhanced, inner, ok := nestedReply(text); ok {
 		ev.nested = true
-		text = inner.text
-		if inner.enhanced != "" && inner.enhanced[0] == byte('0'+r.Code/100) {
-			e = inner.enhanced
+		text = inner
+		if enhanced != "" && enhanced[0] == byte('0'+r.Code/100) {
+			e = enhanced
 		}
 		var w, about string
 		text, w, about = unwrapAll(text)
@@ -474,24 +473,18 @@ func unwrapAll(text string) (rest, wrapper, about string) {
 // after "Callout verification failed:".
 var nestedRe = regexp.MustCompile(`^(?:(?:undeliverable address|unverified address|address verification failed)?:?\s*(?:host \S+ said|said)|callout verification failed):\s*([245]\d\d)[ -](?:([245]\.\d{1,3}\.\d{1,3})\s+)?(.*?)\s*(?:\(in reply to [a-z ]+ command\))?\s*$`)
 
-type innerReply struct {
-	code     int
-	enhanced string
-	text     string
-}
-
-func nestedReply(text string) (innerReply, bool) {
+// nestedReply returns the enhanced code and text of the reply text quotes.
+func nestedReply(text string) (enhanced, inner string, ok bool) {
 	m := nestedRe.FindStringSubmatch(text)
 	if m == nil {
 		if rest, ok := strings.CutPrefix(text, "undeliverable address: "); ok {
 			// A local delivery agent's reason ("unknown user: ...")
 			// rather than a quoted reply.
-			return innerReply{text: rest}, true
+			return "", rest, true
 		}
-		return innerReply{}, false
+		return "", "", false
 	}
-	code, _ := strconv.Atoi(m[1])
-	return innerReply{code: code, enhanced: m[2], text: m[3]}, true
+	return m[2], m[3], true
 }
 
 // providerRule applies the rules that hold for one provider only: they

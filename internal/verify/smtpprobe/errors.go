@@ -1,6 +1,9 @@
 package smtpprobe
 
-import "fmt"
+import (
+	"fmt"
+	"slices"
+)
 
 // ProbeError is what Open returns when no host gave a session. It describes
 // the most telling failure: a host's SMTP reply rather than a connection
@@ -75,18 +78,13 @@ func (e *ProbeError) rank() int {
 // failures were timeouts.
 func mostTelling(fails []*ProbeError) *ProbeError {
 	var best *ProbeError
-	all := true
 	for _, f := range fails {
-		if !f.Timeout {
-			all = false
-		}
 		if best == nil || f.rank() >= best.rank() {
 			best = f
 		}
 	}
 	out := *best
-	out.Timeout = all
-	out.tlsFailed = false
-	out.firstContact = false
+	out.Timeout = !slices.ContainsFunc(fails, func(f *ProbeError) bool { return !f.Timeout })
+	out.tlsFailed, out.firstContact = false, false
 	return &out
 }

@@ -1,7 +1,9 @@
 package smtpprobe
 
 import (
+	"cmp"
 	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -164,10 +166,8 @@ func ProviderOf(host string) Provider {
 
 // Info returns what is known of p, or nil for ProviderOther and "".
 func (p Provider) Info() *ProviderInfo {
-	for _, info := range providers {
-		if info.ID == p {
-			return info
-		}
+	if i := slices.IndexFunc(providers, func(info *ProviderInfo) bool { return info.ID == p }); i >= 0 {
+		return providers[i]
 	}
 	return nil
 }
@@ -211,8 +211,5 @@ func (rd Reading) ProviderAt(host string) Provider {
 	if p := ProviderOf(host); p != ProviderOther {
 		return p
 	}
-	if rd.Author != "" {
-		return rd.Author
-	}
-	return ProviderOther
+	return cmp.Or(rd.Author, ProviderOther)
 }

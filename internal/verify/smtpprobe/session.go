@@ -67,9 +67,6 @@ func (s *Session) setConn(nc net.Conn) {
 // Host returns the MX host the session talks to, as given to Open.
 func (s *Session) Host() string { return s.host }
 
-// Provider names the provider of the MX host, from its name alone.
-func (s *Session) Provider() Provider { return s.provider }
-
 // TLS reports whether the session was upgraded with STARTTLS.
 func (s *Session) TLS() bool { return s.tls }
 
@@ -159,12 +156,7 @@ func (s *Session) reconnect(ctx context.Context, hungUp bool) bool {
 }
 
 func isASCII(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] >= utf8.RuneSelf {
-			return false
-		}
-	}
-	return true
+	return !strings.ContainsFunc(s, func(c rune) bool { return c >= utf8.RuneSelf })
 }
 
 // Close ends the conversation with QUIT, closes the connection and gives
