@@ -425,7 +425,7 @@ const detailRemembered = "the random-address probe's answer is remembered from a
 
 func openFailure(ctx context.Context, err error) evs.SMTPCheck {
 	if pe, ok := errors.AsType[*smtpprobe.ProbeError](err); ok {
-		c := evs.SMTPCheck{Host: pe.Host, Code: pe.Reply.Code, EnhancedCode: pe.Reply.Enhanced, Message: trimText(pe.Reply.Text)}
+		c := evs.SMTPCheck{Host: pe.Host, Code: pe.Reply.Code, EnhancedCode: pe.Reply.Enhanced, Message: pe.Reply.Text}
 		if pe.Host != "" {
 			c.Provider = evs.Provider(smtpprobe.ProviderOfReply(pe.Host, pe.Reply))
 		}
@@ -457,7 +457,7 @@ func openFailure(ctx context.Context, err error) evs.SMTPCheck {
 func rcptCheck(ctx context.Context, s *smtpprobe.Session, rcpt string) evs.SMTPCheck {
 	r, rd, err := s.Check(ctx, rcpt)
 	c := evs.SMTPCheck{Host: s.Host(), Provider: evs.Provider(rd.ProviderAt(s.Host())), TLS: s.TLS(),
-		Code: r.Code, EnhancedCode: r.Enhanced, Message: trimText(r.Text)}
+		Code: r.Code, EnhancedCode: r.Enhanced, Message: r.Text}
 	if err != nil {
 		if ctx.Err() != nil || isTimeout(err) {
 			c.Result, c.Detail = evs.SMTPTimeout, "the server did not answer RCPT in time"
@@ -515,22 +515,6 @@ func explain(rd smtpprobe.Reading) string {
 func isTimeout(err error) bool {
 	var t interface{ Timeout() bool }
 	return errors.As(err, &t) && t.Timeout()
-}
-
-// trimText keeps remote text within the contract's 200 characters.
-func trimText(s string) string {
-	s = strings.TrimSpace(s)
-	if len(s) <= 200 {
-		return s
-	}
-	n := 0
-	for i := range s {
-		if n == 200 {
-			return s[:i]
-		}
-		n++
-	}
-	return s
 }
 
 // PreferredMX returns the mail host a full verification of domain would try
