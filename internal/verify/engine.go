@@ -15,6 +15,7 @@ import (
 	"crypto/rand"
 	"encoding/base32"
 	"errors"
+	"slices"
 	"strings"
 	"time"
 
@@ -315,7 +316,9 @@ func (e *Engine) probe(ctx context.Context, domain string, mail dnscheck.MailRes
 			setSMTP(ds, evs.SMTPCheck{Result: evs.SMTPSkipped, Provider: provider, Detail: why})
 			return
 		}
-		defer func() { end(throttled(ds)) }()
+		defer func() {
+			end(slices.ContainsFunc(ds, func(d *evs.Decision) bool { t, _ := Throttled(d.Checks.SMTP); return t }))
+		}()
 	}
 	opened := time.Now()
 	sess, err := e.cfg.Prober.Open(ctx, domain, hosts)
@@ -394,15 +397,6 @@ func setSMTP(ds []*evs.Decision, c evs.SMTPCheck) {
 	for _, d := range ds {
 		d.Checks.SMTP = c
 	}
-}
-
-func throttled(ds []*evs.Decision) bool {
-	for _, d := range ds {
-		if t, _ := Throttled(d.Checks.SMTP); t {
-			return true
-		}
-	}
-	return false
 }
 
 // acceptAll returns the result of domain's accept-all probe: what the
