@@ -148,9 +148,7 @@ func Inspect(email string) Inspection {
 	in.Flags.Role = address.Role(a.Local)
 	in.Flags.SMTPUTF8 = a.UTF8Local
 	if !in.Flags.Free { // address.Suggest never corrects a free provider's domain
-		if d, ok := address.Suggest(a.Domain); ok {
-			in.SuggestedDomain = d
-		}
+		in.SuggestedDomain, _ = address.Suggest(a.Domain) // "" when none
 	}
 	return in
 }
