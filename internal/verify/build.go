@@ -15,13 +15,7 @@ import (
 // Build returns the verification engine the configuration describes, and
 // its resolver (evs serve also uses it to check the EHLO name).
 func Build(c config.Config) (*Engine, *dnscheck.Resolver, error) {
-	return BuildTimed(c, nil)
-}
-
-// BuildTimed is Build with every mail-domain lookup of the engine timed by
-// lookup (metrics), when lookup is not nil.
-func BuildTimed(c config.Config, lookup func(time.Duration)) (*Engine, *dnscheck.Resolver, error) {
-	return BuildWith(c, BuildOptions{Lookup: lookup})
+	return BuildWith(c, BuildOptions{})
 }
 
 // NewResolver returns the resolver the configuration describes, as Build
@@ -90,7 +84,7 @@ func NewExits(c config.Config, health func(exit int, name string, up bool)) (*sm
 
 // BuildWith is Build with the dependencies of o.
 func BuildWith(c config.Config, o BuildOptions) (*Engine, *dnscheck.Resolver, error) {
-	res, err := dnscheck.New(dnscheck.Config{Servers: c.DNSServers})
+	res, err := NewResolver(c)
 	if err != nil {
 		return nil, nil, err
 	}

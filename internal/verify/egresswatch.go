@@ -218,7 +218,9 @@ func WatchEgress(c config.Config, x *Exits, now func() time.Time, counted func(e
 		return ws
 	}
 	egs := ExitEgresses(c.SMTPExits) // their addresses; names and order are x's
+	var names []string
 	for i, st := range x.Status() {
+		names = append(names, st.Name)
 		eg := Egress{Name: st.Name}
 		if i < len(egs) {
 			eg.IP, eg.NoIP = egs[i].IP, egs[i].NoIP
@@ -237,10 +239,6 @@ func WatchEgress(c config.Config, x *Exits, now func() time.Time, counted func(e
 	x.SetAvoid(ws.Avoid)
 	ws.all = ws.ws[0]
 	if len(ws.ws) > 1 { // named as config.Config.EgressName names it
-		names := make([]string, len(ws.ws))
-		for i, w := range ws.ws {
-			names[i] = w.Name()
-		}
 		ws.all = NewEgressWatch(Egress{Name: strings.Join(names, "+")}, now)
 	}
 	return ws

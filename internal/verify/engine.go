@@ -15,6 +15,7 @@ import (
 	"crypto/rand"
 	"encoding/base32"
 	"errors"
+	"slices"
 	"strings"
 	"time"
 
@@ -147,9 +148,7 @@ func Inspect(email string) Inspection {
 	in.Flags.Role = address.Role(a.Local)
 	in.Flags.SMTPUTF8 = a.UTF8Local
 	if !in.Flags.Free { // address.Suggest never corrects a free provider's domain
-		if d, ok := address.Suggest(a.Domain); ok {
-			in.SuggestedDomain = d
-		}
+		in.SuggestedDomain, _ = address.Suggest(a.Domain) // "" when none
 	}
 	return in
 }
@@ -315,7 +314,9 @@ func (e *Engine) probe(ctx context.Context, domain string, mail dnscheck.MailRes
 			setSMTP(ds, evs.SMTPCheck{Result: evs.SMTPSkipped, Provider: provider, Detail: why})
 			return
 		}
-		defer func() { end(throttled(ds)) }()
+		defer func() {
+			end(slices.ContainsFunc(ds, func(d *evs.Decision) bool { t, _ := Throttled(d.Checks.SMTP); return t }))
+		}()
 	}
 	opened := time.Now()
 	sess, err := e.cfg.Prober.Open(ctx, domain, hosts)
@@ -396,15 +397,6 @@ func setSMTP(ds []*evs.Decision, c evs.SMTPCheck) {
 	}
 }
 
-func throttled(ds []*evs.Decision) bool {
-	for _, d := range ds {
-		if t, _ := Throttled(d.Checks.SMTP); t {
-			return true
-		}
-	}
-	return false
-}
-
 // acceptAll returns the result of domain's accept-all probe: what the
 // domain's facts remember (remembered true), or else the answer to a RCPT
 // of a random address on sess, which is remembered when conclusive.
@@ -425,7 +417,7 @@ const detailRemembered = "the random-address probe's answer is remembered from a
 
 func openFailure(ctx context.Context, err error) evs.SMTPCheck {
 	if pe, ok := errors.AsType[*smtpprobe.ProbeError](err); ok {
-		c := evs.SMTPCheck{Host: pe.Host, Code: pe.Reply.Code, EnhancedCode: pe.Reply.Enhanced, Message: trimText(pe.Reply.Text)}
+		c := evs.SMTPCheck{Host: pe.Host, Code: pe.Reply.Code, EnhancedCode: pe.Reply.Enhanced, Message: pe.Reply.Text}
 		if pe.Host != "" {
 			c.Provider = evs.Provider(smtpprobe.ProviderOfReply(pe.Host, pe.Reply))
 		}
@@ -457,7 +449,7 @@ func openFailure(ctx context.Context, err error) evs.SMTPCheck {
 func rcptCheck(ctx context.Context, s *smtpprobe.Session, rcpt string) evs.SMTPCheck {
 	r, rd, err := s.Check(ctx, rcpt)
 	c := evs.SMTPCheck{Host: s.Host(), Provider: evs.Provider(rd.ProviderAt(s.Host())), TLS: s.TLS(),
-		Code: r.Code, EnhancedCode: r.Enhanced, Message: trimText(r.Text)}
+		Code: r.Code, EnhancedCode: r.Enhanced, Message: r.Text}
 	if err != nil {
 		if ctx.Err() != nil || isTimeout(err) {
 			c.Result, c.Detail = evs.SMTPTimeout, "the server did not answer RCPT in time"
@@ -515,22 +507,6 @@ func explain(rd smtpprobe.Reading) string {
 func isTimeout(err error) bool {
 	var t interface{ Timeout() bool }
 	return errors.As(err, &t) && t.Timeout()
-}
-
-// trimText keeps remote text within the contract's 200 characters.
-func trimText(s string) string {
-	s = strings.TrimSpace(s)
-	if len(s) <= 200 {
-		return s
-	}
-	n := 0
-	for i := range s {
-		if n == 200 {
-			return s[:i]
-		}
-		n++
-	}
-	return s
 }
 
 // PreferredMX returns the mail host a full verification of domain would try

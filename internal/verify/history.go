@@ -21,9 +21,11 @@ type History struct {
 
 // UsesDomainCounts tells whether ApplyHistory could use the counts
 // learned for d's domain: only an accept-all or unchecked mailbox's score
-// moves with them. A caller skips the lookup otherwise.
+// moves with them, as when the mailbox itself is unproven, mail sent to
+// the domain's other addresses is the best evidence there is. A caller
+// skips the lookup otherwise.
 func UsesDomainCounts(d evs.Decision) bool {
-	return learnsFromDomain(d.Reason)
+	return d.Reason == evs.ReasonAcceptAll || d.Reason == evs.ReasonMailboxNotChecked
 }
 
 // ApplyHistory is the one rule by which reported outcomes change a
@@ -48,7 +50,7 @@ func UsesDomainCounts(d evs.Decision) bool {
 // counts d is returned unchanged.
 func ApplyHistory(d evs.Decision, h History) evs.Decision {
 	d = applyAddressHistory(d, h.Outcomes)
-	if learnsFromDomain(d.Reason) && !h.Domain.Zero() {
+	if UsesDomainCounts(d) && !h.Domain.Zero() {
 		d.Checks.DomainHistory = &evs.DomainHistoryCheck{Scope: cmp.Or(h.DomainScope, evs.DomainScopeAccount), DomainCounts: evs.DomainCounts{
 			Delivered: max(h.Domain.Delivered, 0), HardBounces: max(h.Domain.HardBounces, 0)}}
 		d.Score = Score(d)

@@ -95,7 +95,7 @@ func Score(d evs.Decision) int {
 		// Mail cannot arrive: no flag makes it likelier or less likely.
 		return s
 	}
-	if dh := d.Checks.DomainHistory; dh != nil && learnsFromDomain(d.Reason) {
+	if dh := d.Checks.DomainHistory; dh != nil && UsesDomainCounts(d) {
 		s = scoreLearned(s, dh.DomainCounts, ScoreBands[status])
 	}
 	if d.Flags.Role {
@@ -104,13 +104,6 @@ func Score(d evs.Decision) int {
 		s = max(s-scoreRolePenalty, ScoreBands[status][0])
 	}
 	return s
-}
-
-// learnsFromDomain tells whether a decision's score moves with the
-// outcomes learned for its domain: when the mailbox itself is unproven,
-// mail sent to the domain's other addresses is the best evidence there is.
-func learnsFromDomain(r evs.Reason) bool {
-	return r == evs.ReasonAcceptAll || r == evs.ReasonMailboxNotChecked
 }
 
 // scoreLearned is the score of base's evidence once the domain's counts

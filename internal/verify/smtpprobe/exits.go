@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -321,10 +322,8 @@ func (x *Exits) Through(ctx context.Context, host string) int {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if name, _ := ctx.Value(exitKey{}).(string); name != "" {
-		for i, e := range x.exits {
-			if e.name == name && e.up {
-				return i
-			}
+		if i := slices.IndexFunc(x.exits, func(e *exit) bool { return e.name == name && e.up }); i >= 0 {
+			return i
 		}
 	}
 	if o := x.order(host); len(o) > 0 {
