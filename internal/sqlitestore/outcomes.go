@@ -432,12 +432,17 @@ func (s *Store) LastVerdicts(ctx context.Context, accountID string, addresses []
 // domain that has any (store.Outcomes), from history: the account's rows,
 // or with shared every account's, of buckets not yet ended.
 func (s *Store) DomainCounts(ctx context.Context, accountID string, domains []string, shared bool) (map[string]evs.DomainCounts, error) {
-	owner, q, first := accountID, qDomainCounts, []any{accountID} // owner of the counts: "" for the shared
+	owner, q := accountID, qDomainCounts // owner of the counts: "" for the shared
 	if shared {
-		owner, q, first = "", qSharedDomainCounts, nil
+		owner, q = "", qSharedDomainCounts
 	}
 	got, err := s.history(owner, " @", domains, func(chunk []string, now int64) (map[string]memoEntry, error) {
-		list, args := inList(chunk, append(first, now)...)
+		// Made here, on a read: most calls are answered without one.
+		first := []any{now}
+		if !shared {
+			first = []any{accountID, now}
+		}
+		list, args := inList(chunk, first...)
 		rows, err := s.rquery(ctx, q+list+qGroupDomain, args...)
 		found := map[string]memoEntry{}
 		return found, eachRow(rows, err, "read domain counts", func(rows *sql.Rows) error {
