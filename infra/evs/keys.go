@@ -191,8 +191,7 @@ func keysCreate(c *cli, table, account, planFlag string, test bool, spec keySpec
 			return err
 		}
 		defer closeFn()
-		spec.serveURL = c.getenv("EVS_PUBLIC_URL")
-		spec.serveURL = cmp.Or(spec.serveURL, "http://"+cmp.Or(c.getenv("EVS_ADDR"), config.DefaultAddr))
+		spec.serveURL = cmp.Or(c.getenv("EVS_PUBLIC_URL"), "http://"+cmp.Or(c.getenv("EVS_ADDR"), config.DefaultAddr))
 		return createKey(ctx, st, nil, account, test, spec, stdout, stderr)
 	}
 	planID := planFlag

@@ -131,15 +131,13 @@ func (u *usagePlan) find(ctx context.Context, name, value string) (string, error
 // ensureInPlan adds API key id to the plan unless it is in it already.
 func (u *usagePlan) ensureInPlan(ctx context.Context, id string) error {
 	_, err := u.api.GetUsagePlanKey(ctx, &apigateway.GetUsagePlanKeyInput{UsagePlanId: aws.String(u.planID), KeyId: aws.String(id)})
-	var nf *types.NotFoundException
-	switch {
-	case err == nil:
-		return nil
-	case errors.As(err, &nf):
+	if _, missing := errors.AsType[*types.NotFoundException](err); missing {
 		return u.addToPlan(ctx, id)
-	default:
+	}
+	if err != nil {
 		return fmt.Errorf("look up API Gateway key %s in usage plan %s: %w", id, u.planID, err)
 	}
+	return nil
 }
 
 func (u *usagePlan) addToPlan(ctx context.Context, id string) error {

@@ -25,6 +25,7 @@ import (
 
 	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/idempotency"
+	"github.com/evs-dev/evs/internal/store"
 	"github.com/evs-dev/evs/internal/verify"
 )
 
@@ -257,24 +258,14 @@ func jsonProblem(err error) string {
 	case errors.As(err, &se):
 		return fmt.Sprintf("malformed JSON at byte %d", se.Offset)
 	case errors.As(err, &te):
-		return fmt.Sprintf("field %q must be a %s", te.Field, jsonType(te.Type.Kind().String()))
+		kind := te.Type.Kind().String()
+		return fmt.Sprintf("field %q must be a %s", te.Field, cmp.Or(map[string]string{"ptr": "string", "slice": "list"}[kind], kind))
 	case errors.Is(err, io.ErrUnexpectedEOF):
 		return "the JSON ends too early"
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
 		return "unknown field " + strings.TrimPrefix(err.Error(), "json: unknown field ")
 	default:
 		return "malformed JSON"
-	}
-}
-
-func jsonType(kind string) string {
-	switch kind {
-	case "string", "ptr":
-		return "string"
-	case "slice":
-		return "list"
-	default:
-		return kind
 	}
 }
 
@@ -300,15 +291,14 @@ func errReply(err error) idempotency.Reply {
 	r := idempotency.Reply{StatusCode: HTTPStatus(code), Body: b}
 	var me *methodError
 	var busy *BusyError
+	var le *store.LimitError
 	switch {
+	case r.StatusCode == http.StatusTooManyRequests && errors.As(err, &le):
+		// The limits (the quotas, the Idempotency-Key limit) know when a
+		// retry can pass; the other 429 is the active-batch limit.
+		r.Headers = map[string]string{"Retry-After": RetryAfter(le.Retry)}
 	case r.StatusCode == http.StatusTooManyRequests:
-		// The quotas know when they free up; the other 429 is the
-		// active-batch limit.
-		after, ok := limitRetryAfter(err)
-		if !ok {
-			after = RetryAfterActiveBatches
-		}
-		r.Headers = map[string]string{"Retry-After": after}
+		r.Headers = map[string]string{"Retry-After": RetryAfterActiveBatches}
 	case r.StatusCode == http.StatusServiceUnavailable && errors.As(err, &busy):
 		r.Headers = map[string]string{"Retry-After": busy.RetryAfter}
 	case r.StatusCode == http.StatusMethodNotAllowed && errors.As(err, &me):

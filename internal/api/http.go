@@ -253,9 +253,6 @@ func Preflight(w http.ResponseWriter, r *http.Request) {
 		h.Set("Access-Control-Allow-Headers", "Content-Type, X-Api-Key")
 		h.Set("Access-Control-Max-Age", strconv.Itoa(PreflightMaxAge))
 	}
-	if c.RequestID != "" {
-		h.Set("X-Request-Id", c.RequestID)
-	}
 	w.WriteHeader(http.StatusNoContent)
 }
 
@@ -277,7 +274,11 @@ func (h *Handler) read(r *http.Request, rt Route) (*request, error) {
 	case err != nil:
 		return nil, &bodyError{err: err}
 	}
-	return &request{r: r, query: lastValues(queryOf(r)), body: raw}, nil
+	req := &request{r: r, body: raw}
+	if r.URL.RawQuery != "" { // most calls have none: no map made
+		req.query = lastValues(r.URL.Query())
+	}
+	return req, nil
 }
 
 // readBody reads at most limit+1 bytes of body, into one buffer when its
@@ -295,13 +296,6 @@ func readBody(body io.Reader, length, limit int64) ([]byte, error) {
 		err = nil
 	}
 	return buf[:n], err
-}
-
-func queryOf(r *http.Request) url.Values {
-	if r.URL.RawQuery == "" {
-		return nil
-	}
-	return r.URL.Query()
 }
 
 // bodyError is a body that could not be read: it stopped arriving in time
@@ -483,14 +477,17 @@ func Observe(o ObserveOptions, next http.Handler) http.Handler {
 	})
 }
 
-// PeerAddr is the address of r's peer (host:port or a bare address), an
-// IPv4-mapped one as IPv4, without a zone.
-func PeerAddr(r *http.Request) netip.Addr {
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		host = r.RemoteAddr
+// PeerAddr is the address of r's peer (ParseHost of its RemoteAddr).
+func PeerAddr(r *http.Request) netip.Addr { return ParseHost(r.RemoteAddr) }
+
+// ParseHost reads an address with or without a port ("192.0.2.7",
+// "192.0.2.7:5555", "[2001:db8::1]:443", "2001:db8::1"), an IPv4-mapped
+// one as IPv4, without a zone; the zero Addr when it is none.
+func ParseHost(s string) netip.Addr {
+	if host, _, err := net.SplitHostPort(s); err == nil {
+		s = host
 	}
-	a, _ := netip.ParseAddr(host)
+	a, _ := netip.ParseAddr(s)
 	return a.Unmap().WithZone("")
 }
 

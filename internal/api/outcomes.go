@@ -161,13 +161,15 @@ func (e fieldError) Error() string { return string(e) }
 
 func fieldErrorf(format string, args ...any) error { return fieldError(fmt.Sprintf(format, args...)) }
 
-func outcomeOf(in outcomeJSON, now time.Time) (evs.Outcome, error) {
-	str := func(p *string) string {
-		if p == nil {
-			return ""
-		}
-		return *p
+// str is *p, "" when p is nil.
+func str(p *string) string {
+	if p == nil {
+		return ""
 	}
+	return *p
+}
+
+func outcomeOf(in outcomeJSON, now time.Time) (evs.Outcome, error) {
 	if in.Email == nil || *in.Email == "" {
 		return evs.Outcome{}, fieldErrorf("field \"email\" is required.")
 	}

@@ -3,7 +3,6 @@ package api
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -85,17 +84,6 @@ func RetryAfter(wait time.Duration) string {
 	return strconv.Itoa(max(int(math.Ceil(wait.Seconds())), 1))
 }
 
-// limitRetryAfter is the Retry-After of err, a 429, when err knows it (a
-// *store.LimitError: the address quota, the Idempotency-Key limit, the
-// storage quota): until a retry can pass.
-func limitRetryAfter(err error) (string, bool) {
-	le, ok := errors.AsType[*store.LimitError](err)
-	if !ok {
-		return "", false
-	}
-	return RetryAfter(le.RetryAfter()), true
-}
-
 // counterGrace keeps a counter past its period's end, so a clock a little
 // behind never sees a period's counter gone while the period still runs.
 const counterGrace = 48 * time.Hour
@@ -112,10 +100,7 @@ func (h *Handler) chargeQuota(ctx context.Context, p evs.Principal, n int) (refu
 	}
 	now := h.d.Now()
 	period, end := quotaPeriod(q.Period, now)
-	unit := "month"
-	if q.Period == QuotaDay {
-		unit = "day"
-	}
+	unit := cmp.Or(q.Period, QuotaMonth) // "day" or "month", as the messages say it
 	shareMsg := func() string {
 		return fmt.Sprintf("The publishable keys' share of the account's address quota (%d of its %d addresses a %s) is used up; it resets at %s.", q.publishableShare(), q.Limit, unit, end.Format(time.RFC3339))
 	}

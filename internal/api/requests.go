@@ -81,11 +81,12 @@ func envelopeOf(b evs.Batch, replayed bool) batchEnvelope {
 
 func batchPath(id string) string { return "/v1/requests/" + id }
 
-func batchID(req *request) (string, error) {
-	id := req.r.PathValue("id")
+// canonicalUUID is id, the UUID called what, in canonical form: only the
+// 36-character form is one (uuid.Parse takes others too).
+func canonicalUUID(id, what string) (string, error) {
 	u, err := uuid.Parse(id)
 	if err != nil || len(id) != 36 {
-		return "", evs.Errorf(evs.CodeInvalidRequest, "The request id must be a UUID.")
+		return "", evs.Errorf(evs.CodeInvalidRequest, "The %s must be a UUID.", what)
 	}
 	return u.String(), nil
 }
@@ -421,11 +422,9 @@ func parseBatchJSON(req *request) (parsedBatch, error) {
 		if obj.HasEmails {
 			return parsedBatch{}, evs.Errorf(evs.CodeInvalidRequest, "Give either \"emails\" or \"uploadId\", not both.")
 		}
-		u, err := uuid.Parse(id)
-		if err != nil || len(id) != 36 {
-			return parsedBatch{}, evs.Errorf(evs.CodeInvalidRequest, "The uploadId must be a UUID.")
+		if out.uploadID, err = canonicalUUID(id, "uploadId"); err != nil {
+			return parsedBatch{}, err
 		}
-		out.uploadID = u.String()
 		if out.layout, err = parseLayout(obj.Strings); err != nil {
 			return parsedBatch{}, err
 		}
@@ -513,7 +512,7 @@ func parseBatchCSV(req *request, keep bool) (parsedBatch, error) {
 }
 
 func (h *Handler) getBatch(ctx context.Context, req *request, p evs.Principal) (idempotency.Reply, error) {
-	id, err := batchID(req)
+	id, err := canonicalUUID(req.r.PathValue("id"), "request id")
 	if err != nil {
 		return idempotency.Reply{}, err
 	}
@@ -542,7 +541,7 @@ type batchViewer interface {
 }
 
 func (h *Handler) cancel(ctx context.Context, req *request, p evs.Principal) (idempotency.Reply, error) {
-	id, err := batchID(req)
+	id, err := canonicalUUID(req.r.PathValue("id"), "request id")
 	if err != nil {
 		return idempotency.Reply{}, err
 	}
@@ -732,7 +731,7 @@ func parseLimit(q map[string]string) (int, error) {
 // filteredBatch reads the batch of a results route and its filters,
 // refusing a query parameter other than the filters and more.
 func (h *Handler) filteredBatch(ctx context.Context, req *request, p evs.Principal, more ...string) (evs.Batch, filter, error) {
-	id, err := batchID(req)
+	id, err := canonicalUUID(req.r.PathValue("id"), "request id")
 	if err != nil {
 		return evs.Batch{}, filter{}, err
 	}

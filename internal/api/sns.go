@@ -73,12 +73,7 @@ func ParseSNSMessage(b []byte) (SNSMessage, error) {
 // newline.
 func (m SNSMessage) StringToSign() (string, error) {
 	var b strings.Builder
-	add := func(k, v string) {
-		b.WriteString(k)
-		b.WriteByte('\n')
-		b.WriteString(v)
-		b.WriteByte('\n')
-	}
+	add := func(k, v string) { b.WriteString(k + "\n" + v + "\n") }
 	add("Message", m.Message)
 	add("MessageId", m.MessageID)
 	switch m.Type {
@@ -200,13 +195,8 @@ func (v *SNSVerifier) Verify(ctx context.Context, m SNSMessage) error {
 }
 
 func (v *SNSVerifier) verify(ctx context.Context, m SNSMessage) error {
-	var h crypto.Hash
-	switch m.SignatureVersion {
-	case "1":
-		h = crypto.SHA1
-	case "2":
-		h = crypto.SHA256
-	default:
+	h, ok := map[string]crypto.Hash{"1": crypto.SHA1, "2": crypto.SHA256}[m.SignatureVersion]
+	if !ok {
 		return fmt.Errorf("unknown SignatureVersion %.10q", m.SignatureVersion)
 	}
 	s, err := m.StringToSign()

@@ -143,11 +143,8 @@ func SNSToken(secret, accountID string) string {
 // the SNS endpoint token of the account under any of secrets.
 func SNSTokenValid(token, accountID string, secrets []string) bool {
 	ok := false
-	for _, s := range secrets {
-		if s == "" {
-			continue
-		}
-		if hmac.Equal([]byte(SNSToken(s, accountID)), []byte(token)) {
+	for _, s := range secrets { // every one: no early return
+		if s != "" && hmac.Equal([]byte(SNSToken(s, accountID)), []byte(token)) {
 			ok = true
 		}
 	}

@@ -82,10 +82,7 @@ func (h *Handler) verifyOne(ctx context.Context, req *request, p evs.Principal) 
 	if strings.ContainsRune(*in.Email, utf8.RuneError) || strings.ContainsRune(*in.Email, 0) {
 		return idempotency.Reply{}, "", evs.Errorf(evs.CodeInvalidRequest, "Field \"email\" holds U+FFFD (a replacement character, or an unpaired surrogate escape) or a NUL character.")
 	}
-	modeText := ""
-	if in.Mode != nil {
-		modeText = *in.Mode
-	}
+	modeText := str(in.Mode)
 	mode, ok := evs.ParseMode(modeText)
 	if !ok || in.Mode != nil && modeText == "" { // given, it must not be empty
 		return idempotency.Reply{}, "", evs.Errorf(evs.CodeInvalidRequest, "Field \"mode\" must be \"full\" or \"quick\".")

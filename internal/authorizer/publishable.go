@@ -94,26 +94,18 @@ func CanonicalOrigin(s string) (string, error) {
 			return bad("the port must be 1 to 65535")
 		}
 	}
-	switch scheme {
-	case "https":
-		if port == "443" {
-			port = ""
-		}
-	case "http":
-		if !loopback(host) {
-			return bad("http is allowed only for localhost and loopback addresses; use https")
-		}
-		if port == "80" {
-			port = ""
-		}
-	default:
+	switch {
+	case scheme != "https" && scheme != "http":
 		return bad("the scheme must be https (or http for localhost)")
-	}
-	if strings.Contains(host, ":") {
-		host = "[" + host + "]"
+	case scheme == "http" && !loopback(host):
+		return bad("http is allowed only for localhost and loopback addresses; use https")
+	case scheme == "https" && port == "443", scheme == "http" && port == "80":
+		port = "" // the default, which a browser leaves out
 	}
 	if port != "" {
-		host = net.JoinHostPort(strings.Trim(host, "[]"), port)
+		host = net.JoinHostPort(host, port)
+	} else if strings.Contains(host, ":") {
+		host = "[" + host + "]"
 	}
 	return scheme + "://" + host, nil
 }

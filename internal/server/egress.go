@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"strconv"
 	"time"
@@ -55,9 +56,7 @@ type exitReport struct {
 // report is what /readyz says of the egress.
 func (w *egressWatch) report() egressReport {
 	r := egressReport{Name: w.name, Blocked: w.Shares(), EgressCheck: w.Check()}
-	if w.note != "" {
-		r.Note = w.note
-	}
+	r.Note = cmp.Or(w.note, r.Note)
 	if !r.At.IsZero() {
 		r.CheckedAt = &evs.Time{Time: r.At}
 	}

@@ -52,7 +52,6 @@ func (g *edge) sendExport(w http.ResponseWriter, r *http.Request) {
 	h.Set("Content-Type", "text/csv; charset=utf-8")
 	h.Set("Content-Disposition", `attachment; filename="`+batchID+`.csv"`)
 	h.Set("Cache-Control", "private, no-store")
-	h.Set("X-Request-Id", c.RequestID)
 	http.ServeContent(w, r, "", fi.ModTime(), f)
 }
 
@@ -64,16 +63,12 @@ func writeCallError(w http.ResponseWriter, r *http.Request, c *api.Call, err err
 	if status >= 500 {
 		c.Err = err
 	}
-	var le *store.LimitError
-	var be *api.BusyError
-	switch {
-	case errors.As(err, &le):
+	if le, ok := errors.AsType[*store.LimitError](err); ok {
 		w.Header().Set("Retry-After", api.RetryAfter(le.Retry))
-	case errors.As(err, &be):
+	} else if be, ok := errors.AsType[*api.BusyError](err); ok {
 		w.Header().Set("Retry-After", be.RetryAfter)
 	}
 	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("X-Request-Id", c.RequestID)
 	w.WriteHeader(status)
 	_, _ = w.Write(body)
 }

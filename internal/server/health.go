@@ -48,7 +48,6 @@ func (g *edge) health(w http.ResponseWriter, r *http.Request) {
 // and Retry-After. detail, when set, adds its object as "egress".
 func (g *edge) checkReply(w http.ResponseWriter, r *http.Request, c *api.Call, check func(ctx context.Context) error, detail func() any) {
 	h := w.Header()
-	h.Set("X-Request-Id", c.RequestID)
 	h.Set("Cache-Control", "no-store")
 	h.Set("Content-Type", "application/json")
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"net"
 	"net/http"
 	"net/netip"
 	"slices"
@@ -24,7 +23,7 @@ func clientAddr(r *http.Request, trusted []netip.Prefix) netip.Addr {
 	for i := len(hops) - 1; i >= 0; i-- {
 		entries := strings.Split(hops[i], ",")
 		for j := len(entries) - 1; j >= 0; j-- {
-			a := parseHost(strings.TrimSpace(entries[j]))
+			a := api.ParseHost(strings.TrimSpace(entries[j]))
 			if !a.IsValid() {
 				return client
 			}
@@ -35,24 +34,6 @@ func clientAddr(r *http.Request, trusted []netip.Prefix) netip.Addr {
 		}
 	}
 	return client // every hop a trusted proxy: the left-most one
-}
-
-// parseHost reads an address with or without a port ("192.0.2.7",
-// "192.0.2.7:5555", "[2001:db8::1]:443", "2001:db8::1"), IPv4-mapped
-// forms as IPv4; the zero Addr when it is none.
-func parseHost(s string) netip.Addr {
-	if a, err := netip.ParseAddr(s); err == nil {
-		return a.Unmap().WithZone("")
-	}
-	host, _, err := net.SplitHostPort(s)
-	if err != nil {
-		return netip.Addr{}
-	}
-	a, err := netip.ParseAddr(host)
-	if err != nil {
-		return netip.Addr{}
-	}
-	return a.Unmap().WithZone("")
 }
 
 func isTrusted(a netip.Addr, trusted []netip.Prefix) bool {

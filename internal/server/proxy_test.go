@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"net/netip"
 	"testing"
+
+	"github.com/evs-dev/evs/internal/api"
 )
 
 // TestClientAddr: X-Forwarded-For is believed only from a trusted peer,
@@ -39,7 +41,7 @@ func TestClientAddr(t *testing.T) {
 			if got := clientAddr(r, trusted).String(); got != c.want {
 				t.Fatalf("client %s, want %s", got, c.want)
 			}
-			if got := clientAddr(r, nil).String(); got != parseHost(c.peer).String() {
+			if got := clientAddr(r, nil).String(); got != api.ParseHost(c.peer).String() {
 				t.Fatalf("with no trusted proxies: %s, want the peer", got)
 			}
 		})

@@ -68,11 +68,10 @@ func writeResponse(w http.ResponseWriter, typ, requestID string, extra map[strin
 }
 
 // writeError answers with the contract's error envelope of code and
-// message.
+// message. Here, as in every reply of the edge's own, X-Request-Id is
+// api.Observe's, set before any handler runs.
 func writeError(w http.ResponseWriter, status int, code, message, requestID string) int {
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("X-Request-Id", requestID)
+	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_, _ = w.Write(api.ErrorBody(code, message, requestID))
 	return status

@@ -291,14 +291,12 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	ln = framingListener{ln}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
+	var err error
 	select {
-	case err := <-errc:
-		stopWork()
-		s.batches.Wait()
-		return err
+	case err = <-errc:
 	case <-ctx.Done():
+		err = s.drain(srv)
 	}
-	err := s.drain(srv)
 	stopWork()
 	s.batches.Wait()
 	return err

@@ -127,7 +127,6 @@ func (g *edge) receiveSNS(w http.ResponseWriter, r *http.Request) {
 		api.SNSReceipt
 	}{c.RequestID, rec})
 	w.Header().Set("Content-Type", "application/json; charset=utf-8")
-	w.Header().Set("X-Request-Id", c.RequestID)
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(b)
 }

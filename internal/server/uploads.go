@@ -162,7 +162,6 @@ func (g *edge) receiveUpload(w http.ResponseWriter, r *http.Request) {
 		Bytes     int64  `json:"bytes"`
 	}{rid, id, size})
 	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("X-Request-Id", rid)
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(b)
 }
