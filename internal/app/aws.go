@@ -70,7 +70,7 @@ func onAWSFrom(ctx context.Context, fn Function, getenv func(string) string, now
 }
 
 func onAWS(ctx context.Context, fn Function, cfg config.Config, logger *slog.Logger, getenv func(string) string, now func() time.Time) (*AWS, error) {
-	st, awsCfg, err := dynamostore.Open(ctx, dynamostore.Tables(cfg.Tables), getenv)
+	st, awsCfg, err := dynamostore.Open(ctx, cfg.Tables, getenv)
 	if err != nil {
 		return nil, err
 	}

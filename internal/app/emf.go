@@ -122,7 +122,6 @@ func (e *EMF) Flush() {
 	}
 }
 
-// emit writes one line.
 func (e *EMF) emit(vs []emfValue, alsoTotal bool, dims ...string) {
 	now := e.now
 	rec := map[string]any{}

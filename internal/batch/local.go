@@ -205,9 +205,7 @@ func (q *LocalQueue) deliver(d delivery, delay time.Duration) bool {
 		q.dispatch(ctx, d)
 		return true
 	}
-	q.wg.Add(1)
-	go func() {
-		defer q.wg.Done()
+	q.wg.Go(func() {
 		if sleep(ctx, delay) {
 			q.dispatch(ctx, d)
 			return
@@ -215,7 +213,7 @@ func (q *LocalQueue) deliver(d delivery, delay time.Duration) bool {
 		// Shutdown: what waited stays pending in the store, and the next
 		// start plans it again, so a SIGTERM never waits for a timer.
 		q.finished()
-	}()
+	})
 	return true
 }
 
@@ -255,9 +253,7 @@ func (q *LocalQueue) lane(ctx context.Context, accountID string) *lane {
 // told to Fault and delivered again after a back-off, for as long as the
 // service is up: no batch stays running with nothing happening.
 func (q *LocalQueue) handle(d delivery) {
-	q.wg.Add(1)
-	go func() {
-		defer q.wg.Done()
+	q.wg.Go(func() {
 		ctx := q.ctx
 		err := ctx.Err()
 		if err == nil {
@@ -279,7 +275,7 @@ func (q *LocalQueue) handle(d delivery) {
 			q.deliver(d, wait)
 		}
 		q.finished()
-	}()
+	})
 }
 
 // finished counts a message out and tells Idle when none is left.

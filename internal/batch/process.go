@@ -168,12 +168,10 @@ func (p *Processor) VerifyGroupWith(ctx context.Context, startBy time.Time, test
 		if !ok {
 			break
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			defer release()
 			r.run(ctx)
-		}()
+		})
 	}
 	r.run(ctx)
 	wg.Wait()

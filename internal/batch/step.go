@@ -70,13 +70,9 @@ func (s stepper) admissionKeys(ctx context.Context, t task) []string {
 	if g == nil || t.test || t.b.Mode != evs.ModeFull || t.group.Domain == "" {
 		return nil
 	}
-	host := t.group.Domain
-	if g.MX != nil {
-		h, ok := g.MX.PreferredMX(ctx, host)
-		if !ok {
-			return nil
-		}
-		host = h
+	host, ok := g.MailHost(ctx, t.group.Domain)
+	if !ok {
+		return nil
 	}
 	return g.HostKeys(host)
 }

@@ -211,10 +211,10 @@ func (w *Worker) now() time.Time { return evs.Now(w.Now) }
 // the counters, so the planner's reads grow with the batch, not its square.
 func (w *Worker) plan(ctx context.Context, m Message) error {
 	b, err := w.Store.Batch(ctx, m.AccountID, m.BatchID)
+	if evs.ErrorCode(err) == evs.CodeNotFound {
+		return nil // expired or never stored: nothing to do
+	}
 	if err != nil {
-		if evs.ErrorCode(err) == evs.CodeNotFound {
-			return nil // expired or never stored: nothing to do
-		}
 		return err
 	}
 	if b.State.Final() {
@@ -278,7 +278,6 @@ const planPoll = 5 * time.Second
 
 func (w *Worker) packSize() int { return positiveOr(w.PackSize, evs.PackSize) }
 
-// positiveOr is v when it is positive, else def.
 func positiveOr[T int | time.Duration](v, def T) T {
 	if v <= 0 {
 		return def
@@ -317,10 +316,10 @@ func Pack(accountID, batchID string, items []evs.Item, size int) []Message {
 // far are written and the rest goes back on the queue as a new message.
 func (w *Worker) work(ctx context.Context, m Message, again bool, startBy time.Time) error {
 	b, err := w.Store.Batch(ctx, m.AccountID, m.BatchID)
+	if evs.ErrorCode(err) == evs.CodeNotFound {
+		return nil
+	}
 	if err != nil {
-		if evs.ErrorCode(err) == evs.CodeNotFound {
-			return nil
-		}
 		return err
 	}
 	if b.State.Final() {
@@ -389,10 +388,8 @@ func (w *Worker) work(ctx context.Context, m Message, again bool, startBy time.T
 	}
 	step := w.stepper()
 	for _, g := range GroupByDomain(m.Items) {
-		wg.Add(1)
 		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			defer func() { <-sem }()
 			d := step.run(stepCtx, task{b: b, test: acct.Test, group: g, attempt: m.Attempt, cacheRead: m.CacheRead, waited: m.Waited}, startBy)
 			d.results = w.withHistory(stepCtx, b, d.results)
@@ -420,7 +417,7 @@ func (w *Worker) work(ctx context.Context, m Message, again bool, startBy time.T
 			}
 			left = append(left, d.left...)
 			firstEr = cmp.Or(firstEr, d.err)
-		}()
+		})
 	}
 	wg.Wait()
 	// Results first: once written, a redelivery of this message (a failed

@@ -76,15 +76,14 @@ func (m *VerdictMemory) CachedDecision(ctx context.Context, accountID string, mo
 // memory. When the store fails, memory forgets those keys: what the store
 // holds for them is then unknown, and the next read asks it.
 func (m *VerdictMemory) KeepDecisions(ctx context.Context, accountID string, entries []store.CacheEntry) error {
-	if err := m.store.KeepDecisions(ctx, accountID, entries); err != nil {
-		for _, e := range entries {
-			m.lru.Remove(memoryKey{account: accountID, address: e.Decision.Normalized, mode: e.Decision.Mode})
-		}
-		return err
-	}
+	err := m.store.KeepDecisions(ctx, accountID, entries)
 	for _, e := range entries {
 		k := memoryKey{account: accountID, address: e.Decision.Normalized, mode: e.Decision.Mode}
-		m.lru.Add(k, memoryEntry{decision: store.AppendCached(nil, e.Decision), expires: e.ExpiresAt})
+		if err != nil {
+			m.lru.Remove(k)
+		} else {
+			m.lru.Add(k, memoryEntry{decision: store.AppendCached(nil, e.Decision), expires: e.ExpiresAt})
+		}
 	}
-	return nil
+	return err
 }

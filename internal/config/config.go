@@ -145,14 +145,14 @@ type Config struct {
 }
 
 // Tables are the DynamoDB table names and the S3 input bucket the SAM
-// template passes to the functions. Its fields match dynamostore.Tables,
-// so one converts to the other.
+// template passes to the functions; dynamostore.Tables is this type. An
+// empty name means the table is not used (`evs keys` needs Keys alone).
 type Tables struct {
 	Keys        string
 	Batches     string
 	Results     string
 	Idempotency string
-	Inputs      string
+	Inputs      string // the S3 bucket of batch inputs and uploads
 }
 
 // OSEnv reads the process environment; pass it to FromEnv outside tests.

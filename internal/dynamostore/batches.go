@@ -71,9 +71,7 @@ func resultKey(accountID, id string, seq int) string {
 	return rowKey(accountID, id) + "#" + strconv.Itoa(seq/rowsPerKey)
 }
 
-func batchKey(accountID, id string) item {
-	return item{attrAccountID: avS(accountID), attrID: avS(id)}
-}
+func batchKey(accountID, id string) item { return item{attrAccountID: avS(accountID), attrID: avS(id)} }
 
 func batchFrom(it item) evs.Batch {
 	return evs.Batch{
@@ -451,16 +449,14 @@ func (s *Store) putChunk(ctx context.Context, accountID, id string, chunk []evs.
 		keep := chunk[:0:0]
 		retryLater := false
 		for i, r := range chunk {
-			switch code := aws.ToString(reasons[i].Code); code {
-			case "", "None":
-				keep = append(keep, r)
+			switch aws.ToString(reasons[i].Code) {
 			case "ConditionalCheckFailed":
-				// Written before: dropped, so it is not counted twice.
-			default:
-				// TransactionConflict, throttling: retried after a pause.
-				keep = append(keep, r)
+				continue // written before: dropped, so it is not counted twice
+			case "", "None":
+			default: // TransactionConflict, throttling: retried after a pause
 				retryLater = true
 			}
+			keep = append(keep, r)
 		}
 		progress := len(keep) < len(chunk)
 		chunk = keep

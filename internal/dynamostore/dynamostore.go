@@ -91,19 +91,13 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/smithy-go"
 
+	"github.com/evs-dev/evs/internal/config"
 	"github.com/evs-dev/evs/internal/evs"
 	"github.com/evs-dev/evs/internal/store"
 )
 
-// Tables names the four tables. An empty name means the table is not used
-// (the `evs keys` command only needs Keys). config.Tables converts to it.
-type Tables struct {
-	Keys        string
-	Batches     string
-	Results     string
-	Idempotency string
-	Inputs      string // the S3 bucket of batch inputs and uploads
-}
+// Tables names the tables and the input bucket: the configuration's.
+type Tables = config.Tables
 
 // Attribute names shared by several tables.
 const (

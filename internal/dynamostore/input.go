@@ -180,7 +180,6 @@ func (in inputs) ready() error {
 	return nil
 }
 
-// put stores the input object under key.
 func (in inputs) put(ctx context.Context, key string, items []evs.Item) error {
 	if err := in.ready(); err != nil {
 		return err

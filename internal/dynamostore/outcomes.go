@@ -192,20 +192,16 @@ func eachDistinct[V any](ctx context.Context, keys []string, fn func(ctx context
 	out := map[string]V{}
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(outcomeQueryWorkers)
-	seen := make(map[string]bool, len(keys))
-	for _, k := range keys {
-		if !seen[k] {
-			seen[k] = true
-			g.Go(func() error {
-				v, ok, err := fn(gctx, k)
-				if ok && err == nil {
-					mu.Lock()
-					out[k] = v
-					mu.Unlock()
-				}
-				return err
-			})
-		}
+	for _, k := range slices.Compact(slices.Sorted(slices.Values(keys))) {
+		g.Go(func() error {
+			v, ok, err := fn(gctx, k)
+			if ok && err == nil {
+				mu.Lock()
+				out[k] = v
+				mu.Unlock()
+			}
+			return err
+		})
 	}
 	if err := g.Wait(); err != nil {
 		return nil, err
@@ -317,14 +313,8 @@ func (s *Store) AddressOutcomes(ctx context.Context, accountID string, addresses
 
 // DeleteOutcomes deletes the account's outcomes of address, expired or not.
 func (s *Store) DeleteOutcomes(ctx context.Context, accountID, address string) (int, error) {
-	var (
-		keys []types.WriteRequest
-		its  []item // a mark has a class, to uncount; an outcome none
-	)
+	var its []item // a mark has a class, to uncount; an outcome none
 	err := s.queryOutcomes(ctx, accountID, address+"#", true, func(it item) error {
-		keys = append(keys, types.WriteRequest{DeleteRequest: &types.DeleteRequest{
-			Key: item{attrAccountID: outcomePartition(accountID), attrID: it[attrID]},
-		}})
 		its = append(its, it)
 		return nil
 	})
@@ -332,14 +322,17 @@ func (s *Store) DeleteOutcomes(ctx context.Context, accountID, address string) (
 		return 0, err
 	}
 	n := 0
-	for start := 0; start < len(keys); start += cacheWriteBatch {
-		end := min(start+cacheWriteBatch, len(keys))
-		if err := s.batchWrite(ctx, s.t.Batches, keys[start:end], "delete outcomes", "deletes"); err != nil {
+	for chunk := range slices.Chunk(its, cacheWriteBatch) {
+		keys := make([]types.WriteRequest, len(chunk))
+		for i, it := range chunk {
+			keys[i] = types.WriteRequest{DeleteRequest: &types.DeleteRequest{Key: item{attrAccountID: it[attrAccountID], attrID: it[attrID]}}}
+		}
+		if err := s.batchWrite(ctx, s.t.Batches, keys, "delete outcomes", "deletes"); err != nil {
 			return n, err
 		}
 		// Each chunk deleted whole uncounts its marks.
 		deltas := store.DomainDeltas{}
-		for _, it := range its[start:end] {
+		for _, it := range chunk {
 			if class := getS(it, attrMarkClass); class == "" {
 				n++
 			} else {
@@ -382,10 +375,7 @@ func (s *Store) queryOutcomes(ctx context.Context, accountID, prefix string, key
 	if keysOnly {
 		// The key, and what a delete takes out of the domain's counts.
 		in.ProjectionExpression = aws.String("#a, #id, #mc, #ms, #exp")
-		in.ExpressionAttributeNames["#id"] = attrID
-		in.ExpressionAttributeNames["#mc"] = attrMarkClass
-		in.ExpressionAttributeNames["#ms"] = attrMarkShared
-		in.ExpressionAttributeNames["#exp"] = attrExpiresAtMs
+		maps.Copy(in.ExpressionAttributeNames, map[string]string{"#id": attrID, "#mc": attrMarkClass, "#ms": attrMarkShared, "#exp": attrExpiresAtMs})
 	}
 	var err error
 	qerr := s.query(ctx, in, "read outcomes", func(it item) bool {

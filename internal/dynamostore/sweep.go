@@ -110,14 +110,11 @@ func (s *Store) activeBatches(ctx context.Context) (unfinished []evs.Batch, fina
 // is final, gone or being created is not stalled.
 func (s *Store) ClaimStall(ctx context.Context, accountID, id string, now time.Time, after time.Duration) (bool, error) {
 	it, err := s.batchItem(ctx, accountID, id)
-	if err != nil {
-		if evs.ErrorCode(err) == evs.CodeNotFound {
-			return false, nil
-		}
+	if err != nil && evs.ErrorCode(err) != evs.CodeNotFound {
 		return false, err
 	}
-	st := evs.State(getS(it, attrState))
-	if st != evs.StateQueued && st != evs.StateRunning {
+	// Not found: no state.
+	if st := evs.State(getS(it, attrState)); st != evs.StateQueued && st != evs.StateRunning {
 		return false, nil
 	}
 	processed := getN(it, attrProcessed)

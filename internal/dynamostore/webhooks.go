@@ -65,13 +65,10 @@ func deliveryFrom(it item) evs.Delivery {
 // Delivery returns the delivery of a live, final batch of account.
 func (s *Store) Delivery(ctx context.Context, accountID, batchID string) (evs.Delivery, error) {
 	it, err := s.batchItem(ctx, accountID, batchID)
-	if err != nil {
-		if evs.ErrorCode(err) == evs.CodeNotFound {
-			return evs.Delivery{}, store.NoDelivery()
-		}
+	if err != nil && evs.ErrorCode(err) != evs.CodeNotFound {
 		return evs.Delivery{}, err
 	}
-	if getS(it, attrCBURL) == "" || !evs.State(getS(it, attrState)).Final() {
+	if err != nil || getS(it, attrCBURL) == "" || !evs.State(getS(it, attrState)).Final() {
 		return evs.Delivery{}, store.NoDelivery()
 	}
 	return deliveryFrom(it), nil

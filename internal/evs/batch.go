@@ -18,9 +18,7 @@ const (
 )
 
 // Final tells whether the state never changes again.
-func (s State) Final() bool {
-	return s == StateCompleted || s == StateCancelled || s == StateFailed
-}
+func (s State) Final() bool { return s == StateCompleted || s == StateCancelled || s == StateFailed }
 
 // moves are a batch's transitions: queued → running → completed;
 // queued/running → cancelled (by the client); any non-final state → failed

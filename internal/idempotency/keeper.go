@@ -195,24 +195,22 @@ func (k *Keeper) run(ctx context.Context, scope string, fn func(ctx context.Cont
 	}()
 	reply, err = fn(ctx)
 	settled = true
-	if err != nil || reply.StatusCode >= 500 {
-		if rerr := k.store.ReleaseIdempotency(settle, scope); rerr != nil {
-			err = errors.Join(err, fmt.Errorf("idempotency: release key after a failed call: %w", rerr))
+	failed := "call"
+	if err == nil && reply.StatusCode < 500 {
+		cerr := k.store.CompleteIdempotency(settle, scope, reply.StatusCode, reply.Headers, reply.Body)
+		if cerr == nil {
+			return reply, false, nil
 		}
-		return reply, false, err
-	}
-	if cerr := k.store.CompleteIdempotency(settle, scope, reply.StatusCode, reply.Headers, reply.Body); cerr != nil {
 		// The caller answers 5xx, which leaves no record: free the key
 		// now, so the retry runs at once, not "in progress" until
 		// LockTimeout. A handler whose effect must not happen twice finds
 		// it again on the retry (api: batches created under a key).
-		err = fmt.Errorf("idempotency: store reply: %w", cerr)
-		if rerr := k.store.ReleaseIdempotency(settle, scope); rerr != nil {
-			err = errors.Join(err, fmt.Errorf("idempotency: release key after a failed reply: %w", rerr))
-		}
-		return reply, false, err
+		err, failed = fmt.Errorf("idempotency: store reply: %w", cerr), "reply"
 	}
-	return reply, false, nil
+	if rerr := k.store.ReleaseIdempotency(settle, scope); rerr != nil {
+		err = errors.Join(err, fmt.Errorf("idempotency: release key after a failed %s: %w", failed, rerr))
+	}
+	return reply, false, err
 }
 
 // doLocal is Do in local mode.
@@ -303,7 +301,6 @@ func (c *claimSet) claim(scope, fp string) (running string, ok bool) {
 	return "", true
 }
 
-// release frees scope.
 func (c *claimSet) release(scope string) {
 	sh := &c.shards[maphash.String(c.seed, scope)%claimShards]
 	sh.mu.Lock()

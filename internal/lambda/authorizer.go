@@ -66,11 +66,7 @@ func Authorizer(a *authorizer.Authorizer) func(ctx context.Context, req events.A
 			resource = strings.TrimSuffix(resource, "/*/*") + "/" + authorizer.PublishableMethod + authorizer.PublishableRoute
 		}
 		if err != nil { // authorizer.ErrForbidden
-			principal := cmp.Or(p.KeyID, "anonymous")
-			return events.APIGatewayCustomAuthorizerResponse{
-				PrincipalID:    principal,
-				PolicyDocument: policy("Deny", resource),
-			}, nil
+			return events.APIGatewayCustomAuthorizerResponse{PrincipalID: cmp.Or(p.KeyID, "anonymous"), PolicyDocument: policy("Deny", resource)}, nil
 		}
 		ctxValues := map[string]any{
 			contextAccountID: p.AccountID,

@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -73,11 +74,8 @@ func Request(ctx context.Context, ev events.APIGatewayProxyRequest) (*http.Reque
 	r.Host = r.Header.Get("Host")
 	r.Header.Del("Host")
 	r.ContentLength = length
-	if ev.RequestContext.Identity.SourceIP != "" {
-		r.RemoteAddr = ev.RequestContext.Identity.SourceIP + ":0"
-		if strings.Contains(ev.RequestContext.Identity.SourceIP, ":") {
-			r.RemoteAddr = "[" + ev.RequestContext.Identity.SourceIP + "]:0"
-		}
+	if ip := ev.RequestContext.Identity.SourceIP; ip != "" {
+		r.RemoteAddr = net.JoinHostPort(ip, "0")
 	}
 	return r, nil
 }
@@ -156,9 +154,7 @@ type recorder struct {
 
 func (w *recorder) Header() http.Header { return w.header }
 
-func (w *recorder) WriteHeader(code int) {
-	w.status = cmp.Or(w.status, code)
-}
+func (w *recorder) WriteHeader(code int) { w.status = cmp.Or(w.status, code) }
 
 func (w *recorder) Write(b []byte) (int, error) {
 	w.status = cmp.Or(w.status, http.StatusOK)

@@ -124,13 +124,13 @@ func (g *Gate) state() State {
 // Key is the key of a domain's sessions: the provider of its preferred
 // MX host (of the domain when there is none) and Egress.
 func (g *Gate) Key(ctx context.Context, domain string) string {
-	host, _ := g.host(ctx, domain)
+	host, _ := g.MailHost(ctx, domain)
 	return g.HostKey(host)
 }
 
-// host is the preferred MX host of domain, and false (with the domain) when
-// it has none that could be found.
-func (g *Gate) host(ctx context.Context, domain string) (string, bool) {
+// MailHost is the preferred MX host of domain (the domain itself without
+// MX), and false (with the domain) when it has none that could be found.
+func (g *Gate) MailHost(ctx context.Context, domain string) (string, bool) {
 	if g.MX == nil {
 		return domain, true
 	}
@@ -145,7 +145,7 @@ func (g *Gate) host(ctx context.Context, domain string) (string, bool) {
 // from: the most addresses a minute its part of a batch can go. A domain
 // whose MX host is not found has none ("", 0): its addresses need no RCPT.
 func (g *Gate) Budget(ctx context.Context, domain string) (provider string, rcptPerMin int) {
-	host, ok := g.host(ctx, domain)
+	host, ok := g.MailHost(ctx, domain)
 	if !ok {
 		return "", 0
 	}

@@ -48,7 +48,6 @@ func (s *Store) BatchView(ctx context.Context, accountID, id string) (evs.Batch,
 	return b, d, found, err
 }
 
-// batchView is BatchView's read.
 func (s *Store) batchView(ctx context.Context, accountID, id string, now time.Time) (evs.Batch, evs.Delivery, bool, error) {
 	var (
 		url, state       sql.NullString

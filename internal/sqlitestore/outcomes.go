@@ -97,7 +97,7 @@ const (
 	// A row qMarkOutcome adds is an address counted anew; when one is
 	// there, qUnmarkExpired deletes it if it expired (not yet swept), to
 	// be uncounted and made anew.
-	qUnmarkExpired = `DELETE FROM outcome_marks WHERE account_id = ? AND address = ? AND class = ? AND expires_at <= ? RETURNING expires_at, shared`
+	qUnmarkExpired = `DELETE FROM outcome_marks WHERE account_id = ? AND address = ? AND class = ? AND expires_at <= ? RETURNING class, expires_at, shared`
 	qMarkOutcome   = `INSERT INTO outcome_marks (account_id, address, class, expires_at, shared) VALUES (?, ?, ?, ?, ?)
 		ON CONFLICT (account_id, address, class) DO NOTHING`
 	qDeleteMarks     = `DELETE FROM outcome_marks WHERE account_id = ? AND address = ? RETURNING class, expires_at, shared`
@@ -114,18 +114,18 @@ const (
 	qSweepOutcomeDomains = `DELETE FROM outcome_domains WHERE bucket <= ?`
 )
 
-// unmarkExpired deletes the address's expired mark of class, if there is
-// one, with st (qUnmarkExpired), and uncounts it in deltas: its bucket may
-// still be read.
-func unmarkExpired(ctx context.Context, st *sql.Stmt, deltas store.DomainDeltas, accountID, address, class string, now int64) error {
-	rows, err := st.QueryContext(ctx, accountID, address, class, now)
-	return eachRow(rows, err, "count outcomes by domain", func(rows *sql.Rows) error {
+// uncount uncounts in deltas each mark of address that a DELETE deleted,
+// expired ones too: their buckets may still be read. rows are its
+// RETURNING class, expires_at, shared; err is its own.
+func uncount(rows *sql.Rows, err error, deltas store.DomainDeltas, address, op string) error {
+	return eachRow(rows, err, op, func(rows *sql.Rows) error {
 		var (
+			class   string
 			expires int64
 			shared  bool
 		)
-		if err := rows.Scan(&expires, &shared); err != nil {
-			return dbErr("count outcomes by domain", err)
+		if err := rows.Scan(&class, &expires, &shared); err != nil {
+			return dbErr(op, err)
 		}
 		deltas.Add(address, class, time.UnixMilli(expires), -1, shared)
 		return nil
@@ -207,7 +207,8 @@ func (s *Store) PutOutcomes(ctx context.Context, accountID string, os []evs.Outc
 				if err == nil && m == 0 {
 					// A mark is there (most addresses have none yet): an
 					// expired one is uncounted and made anew.
-					if err := unmarkExpired(ctx, unmark, deltas, accountID, o.Address, class, now); err != nil {
+					rows, qerr := unmark.QueryContext(ctx, accountID, o.Address, class, now)
+					if err := uncount(rows, qerr, deltas, o.Address, "count outcomes by domain"); err != nil {
 						return err
 					}
 					m, err = changed(mark.ExecContext(ctx, accountID, o.Address, class, millis(expiresAt), shared))
@@ -339,22 +340,9 @@ func (s *Store) DeleteOutcomes(ctx context.Context, accountID, address string) (
 			return dbErr("delete outcomes", err)
 		}
 		n = int(k)
-		// Expired marks too: an expired mark's bucket may still be read.
 		deltas := store.DomainDeltas{}
 		rows, err := tx.QueryContext(ctx, qDeleteMarks, accountID, address)
-		err = eachRow(rows, err, "delete outcomes", func(rows *sql.Rows) error {
-			var (
-				class   string
-				expires int64
-				shared  bool
-			)
-			if err := rows.Scan(&class, &expires, &shared); err != nil {
-				return dbErr("delete outcomes", err)
-			}
-			deltas.Add(address, class, time.UnixMilli(expires), -1, shared)
-			return nil
-		})
-		if err != nil {
+		if err := uncount(rows, err, deltas, address, "delete outcomes"); err != nil {
 			return err
 		}
 		return writeDeltas(ctx, tx, deltas, accountID, millis(s.now()))
@@ -491,7 +479,6 @@ type memoEntry struct {
 	gen, until int64
 }
 
-// newHistoryMemo returns a memo of 8,192 entries.
 func newHistoryMemo() *historyMemo {
 	c, _ := lru.New[string, memoEntry](8192) // errs only for size <= 0
 	return &historyMemo{lru: c}

@@ -109,8 +109,7 @@ func (q *quotaMirror) persist(s *Store, k quotaKey, n int, expires time.Time) {
 	q.unwritten[k] = mirrored{used: u.used + n, expires: expires}
 	if !q.writing {
 		q.writing = true
-		q.writer.Add(1)
-		go q.write(s)
+		q.writer.Go(func() { q.write(s) })
 	}
 }
 
@@ -118,7 +117,6 @@ func (q *quotaMirror) persist(s *Store, k quotaKey, n int, expires time.Time) {
 // time, until none is left. A failed write drops its changes: a charge
 // lost, like one lost to a crash, only gives an account back a few units.
 func (q *quotaMirror) write(s *Store) {
-	defer q.writer.Done()
 	for {
 		q.mu.Lock()
 		batch := q.unwritten

@@ -245,9 +245,8 @@ func checkWritable(dir string) error {
 	if err != nil {
 		return fmt.Errorf("sqlitestore: the data directory %s is not writable: %w", dir, err)
 	}
-	name := f.Name()
 	f.Close()
-	if err := os.Remove(name); err != nil {
+	if err := os.Remove(f.Name()); err != nil {
 		return fmt.Errorf("sqlitestore: the data directory %s is not writable: %w", dir, err)
 	}
 	for _, n := range []string{FileName, FileName + "-wal", FileName + "-shm"} {
